@@ -1,0 +1,35 @@
+// Package lua embeds the limiter's Redis scripts, one per algorithm. Each
+// script is the shared prelude (argument parsing, TIME, helpers) followed by
+// the algorithm's body; the limiter loads them with SCRIPT LOAD and runs them
+// with EVALSHA.
+package lua
+
+import (
+	"embed"
+	"fmt"
+)
+
+//go:embed *.lua
+var files embed.FS
+
+// Names of the embedded algorithm scripts.
+const (
+	SlidingLog    = "sliding_log"
+	SlidingWindow = "sliding_window"
+	GCRA          = "gcra"
+	FixedWindow   = "fixed_window"
+	Concurrency   = "concurrency"
+)
+
+// Source returns the complete script for an algorithm: prelude plus body.
+func Source(name string) (string, error) {
+	prelude, err := files.ReadFile("prelude.lua")
+	if err != nil {
+		return "", fmt.Errorf("reading prelude: %w", err)
+	}
+	body, err := files.ReadFile(name + ".lua")
+	if err != nil {
+		return "", fmt.Errorf("reading script %q: %w", name, err)
+	}
+	return string(prelude) + "\n" + string(body), nil
+}

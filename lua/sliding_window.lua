@@ -1,0 +1,63 @@
+-- Sliding window counter (Cloudflare): KEYS[1] "{k}:cur" is a hash {w = window
+-- start ms, n = count}, KEYS[2] "{k}:prev" the previous window's count. The
+-- estimate prev·(W−elapsed)/W + cur is computed in integer ms so Lua doubles
+-- stay exact (the limiter keeps limit·W below 2^53).
+local cur, prev = KEYS[1], KEYS[2]
+local W = math.floor(window / 1000)
+local nowms = math.floor(now / 1000)
+local ws = nowms - math.fmod(nowms, W)
+local cw = tonumber(redis.call('HGET', cur, 'w'))
+local cn = tonumber(redis.call('HGET', cur, 'n')) or 0
+local pn = tonumber(redis.call('GET', prev)) or 0
+if mode == 'refund' then
+  if cw == aux then
+    redis.call('HSET', cur, 'n', math.max(0, cn - cost))
+  elseif cw == aux + W and pn > 0 then
+    redis.call('SET', prev, math.max(0, pn - cost), 'KEEPTTL')
+  end
+  return 0
+end
+local need = aux
+if cw == nil then
+  cn, pn = 0, 0
+elseif cw > ws then
+  ws = cw -- clock behind the stored window: keep counting in it
+elseif cw < ws then
+  if cw == ws - W then pn = cn else pn = 0 end
+  cn = 0
+end
+local e = math.max(0, nowms - ws)
+local function fits(c) -- units that fit now on top of c
+  local num = limit * W - pn * (W - e)
+  if num < 0 then return -c end
+  return math.floor(num / W) - c
+end
+local admitted = math.max(0, math.min(cost, fits(cn)))
+if admitted > 0 then
+  cn = cn + admitted
+  redis.call('HSET', cur, 'w', ws, 'n', cn)
+  redis.call('PEXPIRE', cur, ws + 2 * W - nowms)
+  if pn > 0 then
+    redis.call('SET', prev, pn, 'PX', ws + W - nowms)
+  else
+    redis.call('DEL', prev)
+  end
+end
+local reset = 0
+if cn > 0 then reset = ws + 2 * W - nowms elseif pn > 0 then reset = ws + W - nowms end
+local retry = 0
+if admitted < cost then
+  local room = limit - cn - need
+  if need > limit then
+    retry = reset
+  elseif room >= 0 and pn > 0 and (W - e) - math.floor(room * W / pn) < W - e then
+    retry = math.max(0, (W - e) - math.floor(room * W / pn))
+  elseif room >= 0 and pn == 0 then
+    retry = 0
+  elseif cn == 0 then
+    retry = W - e
+  else
+    retry = (W - e) + math.max(0, W - math.floor((limit - need) * W / cn))
+  end
+end
+return {admitted, math.max(0, fits(cn)), reset, retry, ws}

@@ -1,0 +1,236 @@
+package limiter
+
+import (
+	"context"
+	"hash/maphash"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MemoryStore runs the algorithms over process memory: the whole store of a
+// single-node edge, and the local fallback when Redis cannot be asked. Its
+// size is capped: when a shard is full, expired keys go first, then arbitrary
+// ones, so a flood of random keys cannot grow it without bound (an evicted key
+// forgets its count, which errs towards admitting).
+type MemoryStore struct {
+	now     func() time.Time
+	seed    maphash.Seed
+	shards  [memoryShards]memoryShard
+	perCap  int
+	ids     *idSource
+	evicted atomic.Int64
+}
+
+const memoryShards = 64
+
+type memoryShard struct {
+	mu   sync.Mutex
+	keys map[string]*state
+}
+
+// MemoryOption configures a MemoryStore.
+type MemoryOption func(*MemoryStore)
+
+// WithClock sets the time used for requests without an explicit At.
+func WithClock(now func() time.Time) MemoryOption { return func(s *MemoryStore) { s.now = now } }
+
+// WithMaxKeys caps the number of keys held (default 1,000,000).
+func WithMaxKeys(n int) MemoryOption {
+	return func(s *MemoryStore) { s.perCap = max(1, n/memoryShards) }
+}
+
+// NewMemoryStore returns an empty store.
+func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+	s := &MemoryStore{now: time.Now, seed: maphash.MakeSeed(), perCap: 1_000_000 / memoryShards, ids: newIDSource()}
+	for _, o := range opts {
+		o(s)
+	}
+	for i := range s.shards {
+		s.shards[i].keys = make(map[string]*state)
+	}
+	return s
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// Len is the number of keys held.
+func (s *MemoryStore) Len() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].keys)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}
+
+// Evicted is the number of live keys evicted to respect the size cap.
+func (s *MemoryStore) Evicted() int64 { return s.evicted.Load() }
+
+// memKey keeps algorithms apart, as the Redis key names do.
+func memKey(l Limit) string { return strconv.Itoa(int(l.Algorithm)) + l.Key }
+
+// Take implements Store.
+func (s *MemoryStore) Take(_ context.Context, reqs []Request) ([]Decision, error) {
+	out := make([]Decision, len(reqs))
+	var errs []error
+	for i, r := range reqs {
+		if err := r.Validate(); err != nil {
+			errs = setErr(errs, len(reqs), i, err)
+			continue
+		}
+		a := s.args(r.Limit, r.At)
+		a.cost, a.need = r.Cost, r.need()
+		if r.Limit.Algorithm == SlidingLog || r.Limit.Algorithm == Concurrency {
+			a.id = s.ids.next()
+		}
+		out[i] = s.take(r, a)
+	}
+	if errs != nil {
+		return out, &TakeError{Errs: errs}
+	}
+	return out, nil
+}
+
+func setErr(errs []error, n, i int, err error) []error {
+	if errs == nil {
+		errs = make([]error, n)
+	}
+	errs[i] = err
+	return errs
+}
+
+func (s *MemoryStore) args(l Limit, at time.Time) args {
+	if at.IsZero() {
+		at = s.now()
+	}
+	a := args{now: at.UnixMicro(), limit: l.Limit, window: l.Window.Microseconds(), first: 1}
+	switch l.Algorithm {
+	case TokenBucket:
+		a.extra = l.Burst
+	case SlidingLog:
+		a.extra = l.MinInterval.Microseconds()
+	}
+	return a
+}
+
+func (s *MemoryStore) take(r Request, a args) Decision {
+	key := memKey(r.Limit)
+	sh := &s.shards[maphash.String(s.seed, key)%memoryShards]
+	sh.mu.Lock()
+	st, present := sh.keys[key]
+	if present && a.now >= st.expires {
+		present = false
+	}
+	if !present {
+		st = &state{}
+	}
+	var o outcome
+	switch r.Limit.Algorithm {
+	case SlidingLog:
+		o = slidingLogTake(st, a)
+	case SlidingWindow:
+		o = slidingWindowTake(st, a, present)
+	case TokenBucket:
+		o = gcraTake(st, a, present)
+	case FixedWindow:
+		o = fixedWindowTake(st, a, present)
+	case Concurrency:
+		o = concurrencyTake(st, a)
+	}
+	if o.admitted > 0 {
+		s.store(sh, key, st, a.now)
+	}
+	sh.mu.Unlock()
+	return decision(r, a, o)
+}
+
+// store puts st under key, evicting to stay under the cap. Called locked.
+func (s *MemoryStore) store(sh *memoryShard, key string, st *state, now int64) {
+	if _, ok := sh.keys[key]; !ok && len(sh.keys) >= s.perCap {
+		const scan = 8 // map order is random: a small sample finds expired keys
+		var victim string
+		i := 0
+		for k, v := range sh.keys {
+			if now >= v.expires {
+				delete(sh.keys, k)
+				victim = ""
+				break
+			}
+			victim = k
+			if i++; i == scan {
+				break
+			}
+		}
+		if victim != "" {
+			delete(sh.keys, victim)
+			s.evicted.Add(1)
+		}
+	}
+	sh.keys[key] = st
+}
+
+func decision(r Request, a args, o outcome) Decision {
+	return Decision{
+		Admitted:   o.admitted,
+		Allowed:    o.admitted == r.Cost,
+		Limit:      r.Limit.Limit,
+		Remaining:  o.remaining,
+		ResetAfter: time.Duration(o.resetMs) * time.Millisecond,
+		RetryAfter: time.Duration(o.retryMs) * time.Millisecond,
+		Lease:      Lease{Limit: r.Limit, id: a.id, first: 1, Units: o.admitted, state: o.state},
+	}
+}
+
+// Refund implements Store.
+func (s *MemoryStore) Refund(_ context.Context, leases []Lease) error {
+	for _, l := range leases {
+		if l.Units <= 0 {
+			continue
+		}
+		if err := l.Limit.Validate(); err != nil {
+			return err
+		}
+		a := s.args(l.Limit, time.Time{})
+		a.id, a.cost, a.state, a.first = l.id, l.Units, l.state, l.first
+		key := memKey(l.Limit)
+		sh := &s.shards[maphash.String(s.seed, key)%memoryShards]
+		sh.mu.Lock()
+		if st, ok := sh.keys[key]; ok && a.now < st.expires {
+			switch l.Limit.Algorithm {
+			case SlidingLog, Concurrency:
+				st.zrem(a)
+			case SlidingWindow:
+				slidingWindowRefund(st, a)
+			case FixedWindow:
+				if st.w == a.state {
+					st.n = max(0, st.n-a.cost)
+				}
+			case TokenBucket:
+				if !gcraRefund(st, a) {
+					delete(sh.keys, key)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// idSource makes request ids unique across processes and calls: a random
+// per-process prefix and a counter. Sliding log and concurrency members are
+// "<id>:<unit>", so two calls never collide in one ZSET.
+type idSource struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func newIDSource() *idSource {
+	return &idSource{prefix: strconv.FormatUint(randUint64(), 36)}
+}
+
+func (s *idSource) next() string {
+	return s.prefix + "." + strconv.FormatUint(s.n.Add(1), 36)
+}

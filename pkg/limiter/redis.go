@@ -1,0 +1,251 @@
+package limiter
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgeguard/edgeguard/lua"
+)
+
+// RedisClient is what RedisStore needs of a go-redis client; every
+// redis.UniversalClient (standalone, Cluster, Sentinel) has it. On a Cluster,
+// a pipeline is split per master and sent in parallel, and ScriptLoad reaches
+// every shard.
+type RedisClient interface {
+	Pipeline() redis.Pipeliner
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+}
+
+// RedisStore decides with the Lua scripts of package lua. All requests of one
+// Take travel in one pipeline: one round trip per Redis node.
+type RedisStore struct {
+	client  RedisClient
+	prefix  string
+	scripts [Concurrency + 1]script
+	ids     *idSource
+	loadMu  sync.Mutex
+}
+
+type script struct{ src, sha string }
+
+var _ Store = (*RedisStore)(nil)
+
+// ErrNoScript means a script was still missing after it was loaded again.
+var ErrNoScript = errors.New("limiter script not loaded")
+
+// DefaultKeyPrefix starts every key the store writes.
+const DefaultKeyPrefix = "eg:"
+
+var scriptNames = [...]string{
+	SlidingLog:    lua.SlidingLog,
+	SlidingWindow: lua.SlidingWindow,
+	TokenBucket:   lua.GCRA,
+	FixedWindow:   lua.FixedWindow,
+	Concurrency:   lua.Concurrency,
+}
+
+// NewRedisStore builds a store over client without contacting Redis: an edge
+// must start while Redis is down. Scripts load on first use (or Load).
+// keyPrefix "" means DefaultKeyPrefix.
+func NewRedisStore(client RedisClient, keyPrefix string) (*RedisStore, error) {
+	if keyPrefix == "" {
+		keyPrefix = DefaultKeyPrefix
+	}
+	if strings.ContainsAny(keyPrefix, "{}") {
+		return nil, fmt.Errorf("key prefix %q: braces would break the hash tag", keyPrefix)
+	}
+	s := &RedisStore{client: client, prefix: keyPrefix, ids: newIDSource()}
+	for a := SlidingLog; a <= Concurrency; a++ {
+		src, err := lua.Source(scriptNames[a])
+		if err != nil {
+			return nil, err
+		}
+		sum := sha1.Sum([]byte(src))
+		s.scripts[a] = script{src: src, sha: hex.EncodeToString(sum[:])}
+	}
+	return s, nil
+}
+
+// Load loads every script on every node (SCRIPT LOAD).
+func (s *RedisStore) Load(ctx context.Context) error {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	for a := SlidingLog; a <= Concurrency; a++ {
+		sc := s.scripts[a]
+		sha, err := s.client.ScriptLoad(ctx, sc.src).Result()
+		if err != nil {
+			return fmt.Errorf("loading %s script: %w", a, err)
+		}
+		if sha != sc.sha {
+			return fmt.Errorf("loading %s script: redis returned sha %s, want %s", a, sha, sc.sha)
+		}
+	}
+	return nil
+}
+
+// Keys returns the Redis keys that hold a limit's state. All share the hash
+// tag {Key}, so one script call stays in one slot; the algorithm is part of
+// the name so a rule that changes algorithm never meets WRONGTYPE.
+func (s *RedisStore) Keys(l Limit) []string {
+	base := s.prefix + "{" + l.Key + "}:"
+	switch l.Algorithm {
+	case SlidingLog:
+		return []string{base + "sl"}
+	case SlidingWindow:
+		return []string{base + "sw:cur", base + "sw:prev"}
+	case TokenBucket:
+		return []string{base + "tb"}
+	case FixedWindow:
+		return []string{base + "fw"}
+	default:
+		return []string{base + "cc"}
+	}
+}
+
+// call is one script invocation: its algorithm, keys and arguments.
+type call struct {
+	alg  Algorithm
+	keys []string
+	args []any
+}
+
+func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, aux, first int64) []any {
+	var now int64
+	if !at.IsZero() {
+		now = at.UnixMicro()
+	}
+	var extra int64
+	switch l.Algorithm {
+	case TokenBucket:
+		extra = l.Burst
+	case SlidingLog:
+		extra = l.MinInterval.Microseconds()
+	}
+	if id == "" {
+		id = "-"
+	}
+	return []any{mode, now, l.Limit, l.Window.Microseconds(), extra, id, units, aux, first}
+}
+
+// Take implements Store.
+func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
+	out := make([]Decision, len(reqs))
+	errs := make([]error, len(reqs))
+	calls := make([]call, len(reqs))
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		if errs[i] = r.Validate(); errs[i] != nil {
+			continue
+		}
+		if r.Limit.Algorithm == SlidingLog || r.Limit.Algorithm == Concurrency {
+			ids[i] = s.ids.next()
+		}
+		calls[i] = call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, ids[i], r.Cost, r.need(), 1)}
+	}
+	cmds := s.run(ctx, calls, errs)
+	failed := false
+	for i, r := range reqs {
+		if errs[i] != nil {
+			failed = true
+			continue
+		}
+		v, err := cmds[i].Int64Slice()
+		if err == nil && len(v) != 5 {
+			err = fmt.Errorf("script returned %d values, want 5", len(v))
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("taking %s: %w", r.Limit.Algorithm, err)
+			failed = true
+			continue
+		}
+		out[i] = decision(r, args{id: ids[i]}, outcome{v[0], v[1], v[2], v[3], v[4]})
+	}
+	if failed {
+		return out, &TakeError{Errs: errs}
+	}
+	return out, nil
+}
+
+// Refund implements Store.
+func (s *RedisStore) Refund(ctx context.Context, leases []Lease) error {
+	calls := make([]call, 0, len(leases))
+	for _, l := range leases {
+		if l.Units <= 0 {
+			continue
+		}
+		if err := l.Limit.Validate(); err != nil {
+			return err
+		}
+		calls = append(calls, call{l.Limit.Algorithm, s.Keys(l.Limit), s.argv("refund", l.Limit, time.Time{}, l.id, l.Units, l.state, l.first)})
+	}
+	errs := make([]error, len(calls))
+	cmds := s.run(ctx, calls, errs)
+	for i := range calls {
+		if errs[i] == nil {
+			errs[i] = cmds[i].Err()
+		}
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("refunding %s: %w", calls[i].alg, errs[i])
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// run sends calls (skipping those with an error already) in one pipeline.
+// Script caches vanish when a node restarts or fails over, so commands that
+// meet NOSCRIPT are run again after loading the scripts — only those: the
+// others have already counted.
+func (s *RedisStore) run(ctx context.Context, calls []call, errs []error) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	s.exec(ctx, calls, errs, cmds, func(int) bool { return true })
+	retry := func(i int) bool { return cmds[i] != nil && isNoScript(cmds[i].Err()) }
+	again := false
+	for i := range cmds {
+		again = again || retry(i)
+	}
+	if !again {
+		return cmds
+	}
+	if err := s.Load(ctx); err != nil {
+		for i := range cmds {
+			if retry(i) {
+				errs[i] = fmt.Errorf("%w: %w", ErrNoScript, err)
+			}
+		}
+		return cmds
+	}
+	s.exec(ctx, calls, errs, cmds, retry)
+	for i := range cmds {
+		if retry(i) {
+			errs[i] = fmt.Errorf("%w after reload: %w", ErrNoScript, cmds[i].Err())
+		}
+	}
+	return cmds
+}
+
+func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd, want func(int) bool) {
+	pipe := s.client.Pipeline()
+	var sent []int
+	for i, c := range calls {
+		if errs[i] != nil || !want(i) {
+			continue
+		}
+		cmds[i] = pipe.EvalSha(ctx, s.scripts[c.alg].sha, c.keys, c.args...)
+		sent = append(sent, i)
+	}
+	if len(sent) == 0 {
+		return
+	}
+	// Per-command errors are read from each command; Exec's error is the first.
+	_, _ = pipe.Exec(ctx)
+}
+
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
