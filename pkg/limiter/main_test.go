@@ -28,7 +28,14 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// quietLogger drops go-redis's own log lines: tests that kill servers on
+// purpose would bury real failures under "failed to dial" noise.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
 func run(m *testing.M) int {
+	redis.SetLogger(quietLogger{})
 	var err error
 	defer func() {
 		for _, c := range clients {

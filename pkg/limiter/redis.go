@@ -244,8 +244,40 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 	if len(sent) == 0 {
 		return
 	}
-	// Per-command errors are read from each command; Exec's error is the first.
-	_, _ = pipe.Exec(ctx)
+	// Per-command errors are read from each command. A connection that fails
+	// before the pipeline is written (a wrong password fails the handshake)
+	// leaves its commands without reply or error: give them Exec's error.
+	if _, err := pipe.Exec(ctx); err != nil {
+		for _, i := range sent {
+			if cmds[i].Err() == nil && cmds[i].Val() == nil {
+				cmds[i].SetErr(err)
+			}
+		}
+		s.maybeReload(cmds)
+	}
+}
+
+// stateReloader is a Cluster client: it routes by a slot map that it
+// refreshes on MOVED, or once a minute. A crashed master answers no MOVED, so
+// on a connection error the store asks for a refresh (go-redis coalesces
+// them), and the slots' new master is found as soon as the replica is promoted.
+type stateReloader interface{ ReloadState(ctx context.Context) }
+
+func (s *RedisStore) maybeReload(cmds []*redis.Cmd) {
+	r, ok := s.client.(stateReloader)
+	if !ok {
+		return
+	}
+	for _, c := range cmds {
+		if c == nil || c.Err() == nil {
+			continue
+		}
+		var rerr redis.Error
+		if !errors.As(c.Err(), &rerr) {
+			r.ReloadState(context.Background())
+			return
+		}
+	}
 }
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }

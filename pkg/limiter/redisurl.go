@@ -3,6 +3,7 @@ package limiter
 import (
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -38,6 +39,8 @@ func ParseMode(s string) (Mode, error) {
 // (ContextTimeoutEnabled; go-redis otherwise waits ReadTimeout, 3 s by
 // default), and commands are never retried: a retried script call whose first
 // reply was lost would count twice, and the caller falls back instead.
+// A refused connection fails at once (one dial attempt, not go-redis's five
+// 100 ms apart): the caller's deadline is a few ms and the fallback is ready.
 // The client does not connect until first used.
 func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 	if _, err := url.Parse(rawURL); err != nil || rawURL == "" {
@@ -50,6 +53,7 @@ func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("parsing redis URL: %w", err)
 		}
 		o.ContextTimeoutEnabled, o.MaxRetries = true, -1
+		o.DialerRetries = max(o.DialerRetries, 1)
 		return redis.NewClient(o), nil
 	case ModeCluster:
 		o, err := redis.ParseClusterURL(rawURL)
@@ -57,6 +61,10 @@ func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("parsing redis cluster URL: %w", err)
 		}
 		o.ContextTimeoutEnabled, o.MaxRetries = true, -1
+		o.DialerRetries = max(o.DialerRetries, 1)
+		if o.ClusterStateReloadInterval == 0 {
+			o.ClusterStateReloadInterval = 5 * time.Second // a backstop; errors trigger a reload at once
+		}
 		return redis.NewClusterClient(o), nil
 	case ModeSentinel:
 		o, err := redis.ParseFailoverURL(rawURL)
@@ -67,6 +75,7 @@ func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("parsing redis sentinel URL: master_name is required")
 		}
 		o.ContextTimeoutEnabled, o.MaxRetries = true, -1
+		o.DialerRetries = max(o.DialerRetries, 1)
 		return redis.NewFailoverClient(o), nil
 	}
 	_, err := ParseMode(string(mode))

@@ -1,0 +1,30 @@
+# edgeguard — see README.md. `make test` works on a brand-new Debian machine:
+# it installs the servers the tests start (scripts/tools.sh) and runs them.
+GO      ?= go
+TIMEOUT ?= 12m
+
+.PHONY: build test bench lint tools
+
+build:
+	$(GO) build ./...
+
+tools:
+	./scripts/tools.sh
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+# Every package runs under the race detector: they all have concurrency
+# (stores, harness, shedder) or are cheap enough that it costs nothing.
+test: tools lint
+	$(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+
+# Benchmarks against real Redis (standalone and Cluster), started by the
+# harness; see BENCHMARKS.md for the figures and how to compare runs.
+BENCH      ?= .
+BENCHTIME  ?= 1s
+COUNT      ?= 1
+bench: tools
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) -timeout 30m ./...

@@ -1,0 +1,81 @@
+package limiter_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+)
+
+// TestAtomicityAcrossNodes plays three edge nodes — three independent clients
+// — each with 200 goroutines hammering one key. The scripts are atomic, so
+// the admitted total is exactly the limit: never more, and (with a generous
+// deadline and no errors) never less.
+func TestAtomicityAcrossNodes(t *testing.T) {
+	const nodes, goroutines, each, limit = 3, 200, 3, 500
+	urls := map[limiter.Mode]string{
+		limiter.ModeStandalone: standalone.URL(),
+		limiter.ModeCluster:    cluster.URL(),
+		limiter.ModeSentinel:   sentinel.URL(),
+	}
+	cases := []struct {
+		name       string
+		limit      limiter.Limit
+		serverTime bool
+	}{
+		{"sliding_log server time", limiter.Limit{Algorithm: limiter.SlidingLog, Limit: limit, Window: time.Minute}, true},
+		{"sliding_log", limiter.Limit{Algorithm: limiter.SlidingLog, Limit: limit, Window: time.Minute}, false},
+		{"sliding_window", limiter.Limit{Algorithm: limiter.SlidingWindow, Limit: limit, Window: time.Minute}, false},
+		{"token_bucket", limiter.Limit{Algorithm: limiter.TokenBucket, Limit: limit, Window: time.Hour}, false},
+		{"fixed_window", limiter.Limit{Algorithm: limiter.FixedWindow, Limit: limit, Window: time.Minute}, false},
+		{"concurrency", limiter.Limit{Algorithm: limiter.Concurrency, Limit: limit, Window: time.Minute}, false},
+	}
+	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster, limiter.ModeSentinel} {
+		stores := make([]*limiter.RedisStore, nodes)
+		for i := range stores {
+			c, err := limiter.NewRedisClient(urls[mode], mode)
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			stores[i] = redisStore(t, c)
+		}
+		for _, c := range cases {
+			t.Run(string(mode)+"/"+c.name, func(t *testing.T) {
+				l := c.limit
+				l.Key = testenv.KeyPrefix(t)
+				// One explicit instant for every call keeps fixed and sliding
+				// windows away from a boundary; the scripts' atomicity is what
+				// is under test.
+				at := time.Now().Truncate(time.Minute).Add(time.Second)
+				if c.serverTime {
+					at = time.Time{}
+				}
+				var admitted, failed atomic.Int64
+				var wg sync.WaitGroup
+				for n := range nodes {
+					for range goroutines {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for range each {
+								ds, err := stores[n].Take(ctx(t), []limiter.Request{{Limit: l, Cost: 1, At: at}})
+								if err != nil {
+									failed.Add(1)
+									continue
+								}
+								admitted.Add(ds[0].Admitted)
+							}
+						}()
+					}
+				}
+				wg.Wait()
+				require.Zero(t, failed.Load(), "no call may fail under a generous deadline")
+				require.EqualValues(t, limit, admitted.Load(), "%d calls", nodes*goroutines*each)
+			})
+		}
+	}
+}

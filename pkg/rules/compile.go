@@ -1,0 +1,205 @@
+package rules
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// CompiledRule is a validated, normalized rule ready for the limiter. The
+// exported fields describe it (for the limiter and /debug/rules); the
+// unexported ones are precomputed for Match. A *CompiledRule returned by
+// Match points into its Snapshot and must not be modified.
+type CompiledRule struct {
+	ID        string
+	Algorithm Algorithm
+	Limit     int64
+	Window    time.Duration
+	// Burst is the effective token_bucket capacity: the configured burst, or
+	// Limit when burst was 0. It is 0 for every other algorithm.
+	Burst       int64
+	Cost        int64
+	MinInterval time.Duration
+	Shadow      bool
+	Scope       Scope
+	// Key, Hosts, PathPrefixes and Methods are the normalized match and key
+	// definitions, for display.
+	Key          []string
+	Hosts        []string
+	PathPrefixes []string
+	Methods      []string
+
+	keyPrefix   string // "<id>:"
+	exactHosts  []string
+	hostSuffix  []string // ".example.com" for "*.example.com"
+	prefixes    []string // nil when "/" is among them: any path
+	methods     []string
+	descriptors []descriptor
+}
+
+// MarshalJSON renders durations as strings for /debug/rules.
+func (r CompiledRule) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID           string    `json:"id"`
+		Algorithm    Algorithm `json:"algorithm"`
+		Limit        int64     `json:"limit"`
+		Window       string    `json:"window"`
+		Burst        int64     `json:"burst,omitempty"`
+		Cost         int64     `json:"cost"`
+		MinInterval  string    `json:"min_interval,omitempty"`
+		Shadow       bool      `json:"shadow"`
+		Scope        Scope     `json:"scope"`
+		Key          []string  `json:"key"`
+		Hosts        []string  `json:"hosts,omitempty"`
+		PathPrefixes []string  `json:"path_prefix,omitempty"`
+		Methods      []string  `json:"methods,omitempty"`
+	}{
+		ID: r.ID, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window.String(),
+		Burst: r.Burst, Cost: r.Cost, MinInterval: durationOrEmpty(r.MinInterval),
+		Shadow: r.Shadow, Scope: r.Scope, Key: r.Key,
+		Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Methods: r.Methods,
+	})
+}
+
+func durationOrEmpty(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+// Snapshot is a compiled rule set. It is never modified after Compile, so one
+// Snapshot may be shared by any number of goroutines; reloads build a new one
+// and swap a pointer.
+type Snapshot struct {
+	version  string
+	rules    []CompiledRule
+	v6Prefix int
+	salt     []byte
+}
+
+// CompileOption tunes Compile.
+type CompileOption func(*compileConfig)
+
+type compileConfig struct {
+	v6Prefix int
+	salt     []byte
+}
+
+// WithIPv6Prefix sets how many leading bits of an IPv6 client address the
+// "ip" descriptor keeps (default DefaultIPv6Prefix, i.e. /64).
+func WithIPv6Prefix(bits int) CompileOption {
+	return func(c *compileConfig) { c.v6Prefix = bits }
+}
+
+// WithKeySalt mixes a secret into every key hash. Without it an IPv4 key can
+// be reversed by hashing all 2^32 addresses; with it, keys reveal nothing to
+// someone reading Redis. Every edge sharing a Redis must use the same salt,
+// and changing it resets all counters.
+func WithKeySalt(salt []byte) CompileOption {
+	return func(c *compileConfig) { c.salt = append([]byte(nil), salt...) }
+}
+
+// Compile validates doc (on a copy; doc is not modified) and builds a
+// Snapshot. Disabled rules are left out; the others keep document order,
+// which is id order for the output of Merge.
+func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
+	cfg := compileConfig{v6Prefix: DefaultIPv6Prefix}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.v6Prefix < 1 || cfg.v6Prefix > 128 {
+		return nil, fmt.Errorf("rules: compile: IPv6 prefix must be 1-128 bits (got %d)", cfg.v6Prefix)
+	}
+	if doc == nil {
+		return nil, fmt.Errorf("rules: compile: nil document")
+	}
+	d := doc.clone()
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("rules: compile: invalid document:\n%w", err)
+	}
+	s := &Snapshot{
+		version:  versionOfNormalized(d),
+		rules:    make([]CompiledRule, 0, len(d.Rules)),
+		v6Prefix: cfg.v6Prefix,
+		salt:     cfg.salt,
+	}
+	for i := range d.Rules {
+		if r := &d.Rules[i]; !r.Disabled {
+			s.rules = append(s.rules, compileRule(r))
+		}
+	}
+	return s, nil
+}
+
+// compileRule assumes r has been validated and normalized.
+func compileRule(r *Rule) CompiledRule {
+	c := CompiledRule{
+		ID:           r.ID,
+		Algorithm:    r.Algorithm,
+		Limit:        r.Limit,
+		Window:       r.Window.D(),
+		Cost:         r.Cost,
+		MinInterval:  r.MinInterval.D(),
+		Shadow:       r.Shadow,
+		Scope:        r.Scope,
+		Key:          cloneStrings(r.Key),
+		Hosts:        cloneStrings(r.Match.Hosts),
+		PathPrefixes: cloneStrings(r.Match.PathPrefix),
+		Methods:      cloneStrings(r.Match.Methods),
+		keyPrefix:    r.ID + ":",
+		methods:      cloneStrings(r.Match.Methods),
+	}
+	if r.Algorithm == TokenBucket {
+		c.Burst = r.capacity()
+	}
+	for _, h := range r.Match.Hosts {
+		if suffix, ok := strings.CutPrefix(h, "*"); ok {
+			c.hostSuffix = append(c.hostSuffix, suffix)
+		} else {
+			c.exactHosts = append(c.exactHosts, h)
+		}
+	}
+	if !slices.Contains(r.Match.PathPrefix, "/") {
+		c.prefixes = cloneStrings(r.Match.PathPrefix)
+	}
+	for _, k := range r.Key {
+		d, _ := parseDescriptor(k) // validated already
+		c.descriptors = append(c.descriptors, d)
+	}
+	return c
+}
+
+// Version is the content version of the compiled rule set; see Version.
+func (s *Snapshot) Version() string {
+	if s == nil {
+		return Version(nil)
+	}
+	return s.version
+}
+
+// IPv6Prefix is the prefix length the "ip" descriptor groups IPv6 clients by.
+func (s *Snapshot) IPv6Prefix() int {
+	if s == nil {
+		return DefaultIPv6Prefix
+	}
+	return s.v6Prefix
+}
+
+// Rules returns a deep copy of the compiled rules, for display.
+func (s *Snapshot) Rules() []CompiledRule {
+	if s == nil {
+		return nil
+	}
+	out := make([]CompiledRule, len(s.rules))
+	for i, r := range s.rules {
+		r.Key = cloneStrings(r.Key)
+		r.Hosts = cloneStrings(r.Hosts)
+		r.PathPrefixes = cloneStrings(r.PathPrefixes)
+		r.Methods = cloneStrings(r.Methods)
+		out[i] = r
+	}
+	return out
+}

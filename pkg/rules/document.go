@@ -1,0 +1,107 @@
+package rules
+
+// SchemaVersion is the only document version this package understands.
+const SchemaVersion = 1
+
+// Document is one rules file: the global document or a regional overlay.
+type Document struct {
+	Version int    `yaml:"version"`
+	Rules   []Rule `yaml:"rules"`
+}
+
+// Rule is one rate-limit rule as written by an operator. Parse and Validate
+// normalize it in place (see Validate); CompiledRule is the form the edge uses.
+type Rule struct {
+	ID        string    `yaml:"id"`
+	Match     MatchSpec `yaml:"match,omitempty"`
+	Key       []string  `yaml:"key,omitempty"`
+	Algorithm Algorithm `yaml:"algorithm,omitempty"`
+	Limit     int64     `yaml:"limit,omitempty"`
+	Window    Duration  `yaml:"window,omitempty"`
+	// Burst is the token_bucket capacity; 0 means "same as Limit".
+	Burst int64 `yaml:"burst,omitempty"`
+	// Cost is what one request consumes. Parse turns an omitted cost into 1,
+	// so an explicit 0 can still be rejected; Go callers building a Rule by
+	// hand must set it.
+	Cost        int64    `yaml:"cost,omitempty"`
+	MinInterval Duration `yaml:"min_interval,omitempty"`
+	Shadow      bool     `yaml:"shadow,omitempty"`
+	Scope       Scope    `yaml:"scope,omitempty"`
+	// Disabled, in a regional document, switches off the global rule with the
+	// same ID. A disabled rule is only checked for a valid ID.
+	Disabled bool `yaml:"disabled,omitempty"`
+}
+
+// MatchSpec selects the requests a rule applies to. Every list is optional;
+// an empty list matches anything. (It is not called Match because that name
+// is the matcher's result type.)
+type MatchSpec struct {
+	// Hosts are exact host names or "*.example.com" (any subdomain, not the
+	// apex itself).
+	Hosts []string `yaml:"hosts,omitempty"`
+	// PathPrefix entries match on segment boundaries: "/api" matches "/api"
+	// and "/api/x" but not "/apix".
+	PathPrefix []string `yaml:"path_prefix,omitempty"`
+	Methods    []string `yaml:"methods,omitempty"`
+}
+
+// Algorithm names a limiter implementation.
+type Algorithm string
+
+// Known algorithms.
+const (
+	SlidingLog    Algorithm = "sliding_log"
+	SlidingWindow Algorithm = "sliding_window"
+	TokenBucket   Algorithm = "token_bucket"
+	FixedWindow   Algorithm = "fixed_window"
+	Concurrency   Algorithm = "concurrency"
+)
+
+// Algorithms lists every known algorithm, in documentation order.
+func Algorithms() []Algorithm {
+	return []Algorithm{SlidingLog, SlidingWindow, TokenBucket, FixedWindow, Concurrency}
+}
+
+func (a Algorithm) valid() bool {
+	switch a {
+	case SlidingLog, SlidingWindow, TokenBucket, FixedWindow, Concurrency:
+		return true
+	}
+	return false
+}
+
+// Scope says where a rule's counters live.
+type Scope string
+
+// Known scopes. Region is the default.
+const (
+	ScopeRegion Scope = "region"
+	ScopePoP    Scope = "pop"
+)
+
+// clone returns a deep copy so normalization never touches the caller's data.
+func (d *Document) clone() *Document {
+	if d == nil {
+		return &Document{Version: SchemaVersion}
+	}
+	out := &Document{Version: d.Version, Rules: make([]Rule, len(d.Rules))}
+	for i, r := range d.Rules {
+		out.Rules[i] = r.clone()
+	}
+	return out
+}
+
+func (r Rule) clone() Rule {
+	r.Key = cloneStrings(r.Key)
+	r.Match.Hosts = cloneStrings(r.Match.Hosts)
+	r.Match.PathPrefix = cloneStrings(r.Match.PathPrefix)
+	r.Match.Methods = cloneStrings(r.Match.Methods)
+	return r
+}
+
+func cloneStrings(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	return append([]string(nil), s...)
+}

@@ -1,0 +1,152 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"net/netip"
+	"strings"
+)
+
+// Request is what the edge knows about one request: plain values and
+// getters, no I/O. Match never retains the request or the strings the getters
+// return, so getters may return views of the edge's own buffers.
+type Request struct {
+	Host     string // lower case, without port (see NormalizeHost)
+	Method   string // upper case
+	Path     string // already normalized with NormalizePath
+	ClientIP netip.Addr
+	// Header looks up a request header. It is called with canonical names
+	// ("X-Api-Key") and must match case-insensitively. nil means no headers.
+	Header func(name string) (string, bool)
+	// Query looks up a decoded query parameter by exact name. nil means none.
+	Query func(name string) (string, bool)
+}
+
+// Match is one rule that applies to a request, with the counter key the
+// limiter should use for it.
+type Match struct {
+	Rule *CompiledRule
+	// Key is "<rule id>:<hash>", where hash is 22 base64url characters
+	// (128 bits of SHA-256) over the descriptor values. Raw client IPs and
+	// API keys never appear in it, and it contains no '{', '}' or ':' beyond
+	// the separator, so the limiter can add its own prefix or hash tag.
+	Key string
+}
+
+// keyHashBytes is how much of the SHA-256 digest goes into a key: 128 bits
+// keeps collisions out of reach while keeping Redis keys short.
+const keyHashBytes = 16
+
+// Match appends every rule that applies to req to dst and returns it. Rules
+// whose key needs a value the request lacks (missing or empty header or query
+// parameter, invalid client IP, empty host) are skipped: they cannot be
+// counted. Reusing dst across requests avoids allocating the slice; each
+// match still allocates its key string.
+func (s *Snapshot) Match(req *Request, dst []Match) []Match {
+	if s == nil || req == nil {
+		return dst
+	}
+	host := strings.TrimSuffix(req.Host, ".")
+	for i := range s.rules {
+		r := &s.rules[i]
+		if !r.matchMethod(req.Method) || !r.matchHost(host) || !r.matchPath(req.Path) {
+			continue
+		}
+		if key, ok := s.key(r, req); ok {
+			dst = append(dst, Match{Rule: r, Key: key})
+		}
+	}
+	return dst
+}
+
+func (r *CompiledRule) matchMethod(m string) bool {
+	if len(r.methods) == 0 {
+		return true
+	}
+	for _, x := range r.methods {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *CompiledRule) matchHost(h string) bool {
+	if len(r.exactHosts) == 0 && len(r.hostSuffix) == 0 {
+		return true
+	}
+	for _, x := range r.exactHosts {
+		if x == h {
+			return true
+		}
+	}
+	for _, suf := range r.hostSuffix {
+		// Strictly longer: "*.example.com" covers subdomains, not the apex.
+		if len(h) > len(suf) && strings.HasSuffix(h, suf) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *CompiledRule) matchPath(p string) bool {
+	if r.prefixes == nil {
+		return true
+	}
+	for _, x := range r.prefixes {
+		// Segment boundary: "/api" covers "/api" and "/api/x", not "/apix".
+		if strings.HasPrefix(p, x) && (len(p) == len(x) || p[len(x)] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// key builds "<id>:<hash>". Each descriptor value is written as a 4-byte
+// length followed by the bytes, so ("a","bc") and ("ab","c") differ. The
+// buffers live on the stack unless values are unusually long.
+func (s *Snapshot) key(r *CompiledRule, req *Request) (string, bool) {
+	var stack [512]byte
+	b := append(stack[:0], s.salt...)
+	for _, d := range r.descriptors {
+		at := len(b)
+		b = append(b, 0, 0, 0, 0)
+		switch d.kind {
+		case descIP:
+			var ok bool
+			if b, ok = appendClientKey(b, req.ClientIP, s.v6Prefix); !ok {
+				return "", false
+			}
+		case descHost:
+			b = append(b, strings.TrimSuffix(req.Host, ".")...)
+		case descMethod:
+			b = append(b, req.Method...)
+		case descPath:
+			b = append(b, req.Path...)
+		case descHeader, descQuery:
+			get := req.Header
+			if d.kind == descQuery {
+				get = req.Query
+			}
+			if get == nil {
+				return "", false
+			}
+			v, ok := get(d.name)
+			if !ok {
+				return "", false
+			}
+			b = append(b, v...)
+		}
+		n := len(b) - at - 4
+		if n == 0 {
+			return "", false // an empty value is as good as absent
+		}
+		b[at], b[at+1], b[at+2], b[at+3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	}
+	sum := sha256.Sum256(b)
+
+	var out [64 + 1 + 22]byte
+	k := append(out[:0], r.keyPrefix...)
+	k = base64.RawURLEncoding.AppendEncode(k, sum[:keyHashBytes])
+	return string(k), true
+}

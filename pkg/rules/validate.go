@@ -1,0 +1,255 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Bounds enforced by Validate.
+const (
+	MaxLimit          = 1_000_000_000
+	MaxWindow         = 24 * time.Hour
+	MinWindow         = time.Millisecond
+	MinConcurrencyTTL = time.Second // for concurrency, window is how long a leaked slot lives
+	maxIDLen          = 64
+)
+
+// Validate checks the document and reports every problem at once
+// (errors.Join of *FieldError). It also normalizes the document in place, so
+// that a validated document has one spelling per meaning: methods upper-case,
+// hosts lower-case, path prefixes passed through NormalizePath, header names
+// canonical, empty scope set to region, and match lists sorted. Validating an
+// already valid document again changes nothing.
+func (d *Document) Validate() error {
+	if d == nil {
+		return errors.New("rules: nil document")
+	}
+	var errs []error
+	if d.Version != SchemaVersion {
+		errs = append(errs, &FieldError{Index: -1, Field: "version", Msg: fmt.Sprintf("unsupported %d (want %d)", d.Version, SchemaVersion)})
+	}
+	seen := make(map[string]int, len(d.Rules))
+	for i := range d.Rules {
+		r := &d.Rules[i]
+		errs = append(errs, r.validate(i)...)
+		if r.ID == "" {
+			continue
+		}
+		if j, dup := seen[r.ID]; dup {
+			errs = append(errs, &FieldError{RuleID: r.ID, Index: i, Field: "id", Msg: fmt.Sprintf("duplicate (also rules[%d])", j)})
+			continue
+		}
+		seen[r.ID] = i
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Rule) validate(index int) []error {
+	p := &problems{id: r.ID, index: index}
+	switch {
+	case r.ID == "":
+		p.addf("id", "required")
+	case !validID(r.ID):
+		p.addf("id", "invalid %q: want 1-%d characters from A-Z a-z 0-9 _ . - (ids become part of Redis keys)", r.ID, maxIDLen)
+	}
+	if r.Disabled {
+		// A disabled rule only names what it switches off.
+		return p.errs
+	}
+
+	algoOK := r.Algorithm.valid()
+	switch {
+	case r.Algorithm == "":
+		p.addf("algorithm", "required (one of %s)", algorithmList())
+	case !algoOK:
+		p.addf("algorithm", "unknown %q (want one of %s)", r.Algorithm, algorithmList())
+	}
+
+	limitOK := r.Limit > 0 && r.Limit <= MaxLimit
+	switch {
+	case r.Limit <= 0:
+		p.addf("limit", "must be > 0 (got %d)", r.Limit)
+	case r.Limit > MaxLimit:
+		p.addf("limit", "must be <= %d (got %d)", MaxLimit, r.Limit)
+	}
+
+	w := r.Window.D()
+	switch {
+	case w <= 0:
+		p.addf("window", "must be > 0 (got %s)", w)
+	case w > MaxWindow:
+		p.addf("window", "must be <= %s (got %s)", MaxWindow, w)
+	case w < MinWindow:
+		p.addf("window", "must be >= %s (got %s)", MinWindow, w)
+	case r.Algorithm == Concurrency && w < MinConcurrencyTTL:
+		p.addf("window", "must be >= %s for concurrency, where it is the stale-slot TTL (got %s)", MinConcurrencyTTL, w)
+	}
+
+	burstOK := true
+	switch {
+	case r.Burst < 0:
+		p.addf("burst", "must be >= 0 (got %d)", r.Burst)
+		burstOK = false
+	case r.Burst > MaxLimit:
+		p.addf("burst", "must be <= %d (got %d)", MaxLimit, r.Burst)
+		burstOK = false
+	case r.Burst != 0 && algoOK && r.Algorithm != TokenBucket:
+		p.addf("burst", "only valid for %s (algorithm is %s)", TokenBucket, r.Algorithm)
+	}
+
+	switch capacity := r.capacity(); {
+	case r.Cost < 1:
+		p.addf("cost", "must be >= 1 (got %d)", r.Cost)
+	case limitOK && burstOK && r.Cost > capacity:
+		p.addf("cost", "must be <= capacity %d (got %d): such a request could never be admitted", capacity, r.Cost)
+	}
+
+	mi := r.MinInterval.D()
+	switch {
+	case mi < 0:
+		p.addf("min_interval", "must be >= 0 (got %s)", mi)
+	case mi > 0 && algoOK && r.Algorithm != SlidingLog:
+		p.addf("min_interval", "only valid for %s (algorithm is %s)", SlidingLog, r.Algorithm)
+	case mi > 0 && w > 0 && mi >= w:
+		p.addf("min_interval", "must be < window %s (got %s)", w, mi)
+	}
+
+	switch r.Scope {
+	case "":
+		r.Scope = ScopeRegion
+	case ScopeRegion, ScopePoP:
+	default:
+		p.addf("scope", "unknown %q (want %s or %s)", r.Scope, ScopeRegion, ScopePoP)
+	}
+
+	r.validateKey(p)
+	r.validateMatch(p)
+	return p.errs
+}
+
+// capacity is the most a single request may cost and still be admitted.
+func (r *Rule) capacity() int64 {
+	if r.Algorithm == TokenBucket && r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
+func (r *Rule) validateKey(p *problems) {
+	if len(r.Key) == 0 {
+		p.addf("key", "required: at least one of %s", descriptorList)
+		return
+	}
+	seen := make(map[string]int, len(r.Key))
+	for i, raw := range r.Key {
+		field := fmt.Sprintf("key[%d]", i)
+		d, err := parseDescriptor(raw)
+		if err != nil {
+			p.addf(field, "%v", err)
+			continue
+		}
+		canon := d.String()
+		if j, dup := seen[canon]; dup {
+			p.addf(field, "duplicate %q (same as key[%d])", canon, j)
+			continue
+		}
+		seen[canon] = i
+		r.Key[i] = canon
+	}
+}
+
+func (r *Rule) validateMatch(p *problems) {
+	m := &r.Match
+	normalizeList(p, "match.hosts", m.Hosts, normalizeHostPattern)
+	normalizeList(p, "match.path_prefix", m.PathPrefix, normalizePrefix)
+	normalizeList(p, "match.methods", m.Methods, normalizeMethod)
+	slices.Sort(m.Hosts)
+	slices.Sort(m.PathPrefix)
+	slices.Sort(m.Methods)
+}
+
+// normalizeList rewrites each entry with norm and reports invalid entries and
+// entries that collapse into the same normalized value.
+func normalizeList(p *problems, field string, list []string, norm func(string) (string, error)) {
+	seen := make(map[string]int, len(list))
+	for i, raw := range list {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		v, err := norm(raw)
+		if err != nil {
+			p.addf(f, "%v", err)
+			continue
+		}
+		if j, dup := seen[v]; dup {
+			p.addf(f, "duplicate %q (same as [%d] after normalization)", v, j)
+			continue
+		}
+		seen[v] = i
+		list[i] = v
+	}
+}
+
+func normalizePrefix(raw string) (string, error) {
+	if !strings.HasPrefix(raw, "/") {
+		return "", fmt.Errorf("%q must start with /", raw)
+	}
+	if strings.ContainsAny(raw, "?#") {
+		return "", fmt.Errorf("%q must not contain a query or fragment", raw)
+	}
+	n := NormalizePath(raw)
+	// A prefix must be a fixed point, or validating twice would change it and
+	// a request normalized once could never equal it.
+	if NormalizePath(n) != n {
+		return "", fmt.Errorf("%q is ambiguous: it normalizes to %q, which still contains percent-escapes", raw, n)
+	}
+	return n, nil
+}
+
+func normalizeMethod(raw string) (string, error) {
+	if !isToken(raw) {
+		return "", fmt.Errorf("%q is not a valid HTTP method token", raw)
+	}
+	return strings.ToUpper(raw), nil
+}
+
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > maxIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func algorithmList() string {
+	names := make([]string, 0, 5)
+	for _, a := range Algorithms() {
+		names = append(names, string(a))
+	}
+	return strings.Join(names, ", ")
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// isToken reports whether s is an RFC 9110 token (method and header names).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if isAlnum(c) || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}

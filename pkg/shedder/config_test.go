@@ -1,0 +1,209 @@
+package shedder
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+func TestDefaultConfigValid(t *testing.T) {
+	cfg := DefaultConfig()
+	require.NoError(t, cfg.Validate())
+	require.Equal(t, 0.7, cfg.Good)
+	require.Equal(t, 0.8, cfg.Bad)
+	require.Equal(t, 28*time.Second, cfg.StartAfter)
+	require.Equal(t, 120*time.Second, cfg.FullAfter)
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   []string // each must appear; nil means valid
+	}{
+		{"defaults", func(*Config) {}, nil},
+		{"bad may be 1", func(c *Config) { c.Bad = 1 }, nil},
+		{"no smoothing", func(c *Config) { c.Smoothing = 0 }, nil},
+		{"no queue", func(c *Config) { c.QueueSize, c.QueueTimeout = 0, 0 }, nil},
+		{"good zero", func(c *Config) { c.Good = 0 }, []string{"good: must be in (0, 1)"}},
+		{"good NaN", func(c *Config) { c.Good = math.NaN() }, []string{"good: must be in (0, 1)"}},
+		{"bad above 1", func(c *Config) { c.Bad = 1.1 }, []string{"bad: must be in (0, 1]"}},
+		{"bad not above good", func(c *Config) { c.Good, c.Bad = 0.8, 0.8 }, []string{"bad: must be greater than good"}},
+		{"durations", func(c *Config) {
+			c.StartAfter, c.FullAfter, c.Smoothing, c.ShareWindow = 0, -1, -1, 0
+		}, []string{"start_after: must be > 0", "full_after: must be > 0", "smoothing: must be >= 0", "share_window: must be > 0"}},
+		{"queue", func(c *Config) { c.QueueSize = -1; c.QueueTimeout = -1 }, []string{"queue_size", "queue_timeout: must be >= 0"}},
+		{"queue without timeout", func(c *Config) { c.QueueTimeout = 0 }, []string{"queue_timeout: must be > 0 when queue_size > 0"}},
+		{"headers", func(c *Config) { c.Tiers.PriorityHeader = "X Priority"; c.Tiers.TestModeHeader = "a:b" }, []string{"tiers.priority_header", "tiers.test_mode_header"}},
+		{"rules", func(c *Config) {
+			c.Tiers.Paths = []PrefixRule{{Prefix: "x", Tier: TierRead}, {Prefix: "/ok", Tier: Tier(7)}}
+			c.Tiers.APIKeys = []PrefixRule{{Prefix: "", Tier: TierCritical}}
+			c.Tiers.ReadMethods = []string{"GET", ""}
+		}, []string{"tiers.paths[0].prefix", "tiers.paths[1].tier", "tiers.api_keys[0].prefix", "tiers.api_keys[0].tier: critical is not allowed", "tiers.read_methods[1]"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.mutate(&cfg)
+			err := cfg.Validate()
+			if tt.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			for _, w := range tt.want {
+				require.ErrorContains(t, err, w)
+			}
+			// Every problem is its own joined error.
+			var joined interface{ Unwrap() []error }
+			require.True(t, errors.As(err, &joined))
+			require.Len(t, joined.Unwrap(), len(tt.want))
+		})
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	t.Run("overlay on defaults", func(t *testing.T) {
+		cfg, err := ParseConfig([]byte(`{"good": 0.6, "start_after": "10s", "tiers": {"paths": [{"prefix": "/hc", "tier": "critical"}]}}`))
+		require.NoError(t, err)
+		want := DefaultConfig()
+		want.Good = 0.6
+		want.StartAfter = 10 * time.Second
+		want.Tiers.Paths = []PrefixRule{{Prefix: "/hc", Tier: TierCritical}}
+		require.Equal(t, want, cfg)
+	})
+	t.Run("empty object is defaults", func(t *testing.T) {
+		cfg, err := ParseConfig([]byte(`{}`))
+		require.NoError(t, err)
+		require.Equal(t, DefaultConfig(), cfg)
+	})
+	for name, data := range map[string]string{
+		"unknown field":        `{"goood": 0.6}`,
+		"unknown nested field": `{"tiers": {"pathz": []}}`,
+		"numeric duration":     `{"start_after": 28}`,
+		"bad duration":         `{"start_after": "soon"}`,
+		"bad tier":             `{"tiers": {"paths": [{"prefix": "/a", "tier": "vip"}]}}`,
+		"trailing data":        `{} {}`,
+		"not json":             `good=0.6`,
+		"invalid values":       `{"good": 0.9, "bad": 0.5}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(data))
+			require.Error(t, err)
+			require.ErrorContains(t, err, "shedder: parse config")
+		})
+	}
+	t.Run("round trip", func(t *testing.T) {
+		data, err := json.Marshal(DefaultConfig())
+		require.NoError(t, err)
+		require.Contains(t, string(data), `"start_after":"28s"`)
+		require.Contains(t, string(data), `"tier":"critical"`)
+		cfg, err := ParseConfig(data)
+		require.NoError(t, err)
+		require.Equal(t, DefaultConfig(), cfg)
+	})
+	t.Run("embedded in a lenient document stays strict", func(t *testing.T) {
+		var doc struct {
+			Shedder Config `json:"shedder"`
+		}
+		doc.Shedder = DefaultConfig()
+		require.Error(t, json.Unmarshal([]byte(`{"shedder": {"typo": 1}, "other": 2}`), &doc))
+		require.NoError(t, json.Unmarshal([]byte(`{"shedder": {"bad": 0.9}, "other": 2}`), &doc))
+		require.Equal(t, 0.9, doc.Shedder.Bad)
+		require.Equal(t, 0.7, doc.Shedder.Good)
+	})
+}
+
+func TestConfigYAML(t *testing.T) {
+	cfg := DefaultConfig()
+	require.NoError(t, yaml.Unmarshal([]byte(`
+good: 0.65
+start_after: 10s
+queue_timeout: 20ms
+tiers:
+  api_keys:
+    - prefix: bot_
+      tier: test
+`), &cfg))
+	require.Equal(t, 0.65, cfg.Good)
+	require.Equal(t, 10*time.Second, cfg.StartAfter)
+	require.Equal(t, 20*time.Millisecond, cfg.QueueTimeout)
+	require.Equal(t, []PrefixRule{{Prefix: "bot_", Tier: TierTest}}, cfg.Tiers.APIKeys)
+	require.NoError(t, cfg.Validate())
+}
+
+func TestApplySettings(t *testing.T) {
+	base := DefaultConfig()
+	tests := []struct {
+		name    string
+		kv      map[string]string
+		check   func(t *testing.T, c Config)
+		wantErr []string
+	}{
+		{name: "operator example", kv: map[string]string{"good": "0.75", "start_after": "10s"}, check: func(t *testing.T, c Config) {
+			require.Equal(t, 0.75, c.Good)
+			require.Equal(t, 10*time.Second, c.StartAfter)
+			require.Equal(t, base.Bad, c.Bad)
+		}},
+		{name: "all scalars", kv: map[string]string{
+			"enabled": "false", "bad": "0.9", "full_after": "1m", "smoothing": "0s", "share_window": "5s",
+			"queue_timeout": "10ms", "queue_size": "8", "tiers.priority_header": "X-Class",
+			"tiers.test_mode_header": "", "tiers.api_key_header": "Authorization",
+		}, check: func(t *testing.T, c Config) {
+			require.False(t, c.Enabled)
+			require.Equal(t, 0.9, c.Bad)
+			require.Equal(t, time.Minute, c.FullAfter)
+			require.Zero(t, c.Smoothing)
+			require.Equal(t, 5*time.Second, c.ShareWindow)
+			require.Equal(t, 10*time.Millisecond, c.QueueTimeout)
+			require.Equal(t, 8, c.QueueSize)
+			require.Equal(t, "X-Class", c.Tiers.PriorityHeader)
+			require.Empty(t, c.Tiers.TestModeHeader)
+			require.Equal(t, "Authorization", c.Tiers.APIKeyHeader)
+		}},
+		{name: "lists", kv: map[string]string{
+			"tiers.paths":        "/hc:critical, /syn:test",
+			"tiers.api_keys":     "test_:test",
+			"tiers.read_methods": "GET,HEAD",
+		}, check: func(t *testing.T, c Config) {
+			require.Equal(t, []PrefixRule{{"/hc", TierCritical}, {"/syn", TierTest}}, c.Tiers.Paths)
+			require.Equal(t, []PrefixRule{{"test_", TierTest}}, c.Tiers.APIKeys)
+			require.Equal(t, []string{"GET", "HEAD"}, c.Tiers.ReadMethods)
+		}},
+		{name: "clear a list", kv: map[string]string{"tiers.paths": ""}, check: func(t *testing.T, c Config) {
+			require.Empty(t, c.Tiers.Paths)
+		}},
+		{name: "every bad key and value", kv: map[string]string{"goood": "1", "bad": "high", "start_after": "28", "tiers.paths": "/x"},
+			wantErr: []string{"goood: unknown setting", "bad: strconv.ParseFloat", "start_after: time: missing unit", "tiers.paths: rule \"/x\""}},
+		{name: "valid values, invalid result", kv: map[string]string{"good": "0.9"},
+			wantErr: []string{"bad: must be greater than good"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ApplySettings(base, tt.kv)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, ErrInvalidConfig)
+				for _, w := range tt.wantErr {
+					require.ErrorContains(t, err, w)
+				}
+				require.Equal(t, base, got, "cfg returned unchanged on error")
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, got)
+		})
+	}
+	// The input is never modified through shared slices.
+	_, err := ApplySettings(base, map[string]string{"tiers.paths": "/z:test"})
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), base)
+	for _, k := range SettingKeys {
+		require.False(t, strings.Contains(k, " "), k)
+	}
+}

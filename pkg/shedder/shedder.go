@@ -1,0 +1,357 @@
+// Package shedder is edgeguard's load shedder: Stripe's worker-utilization
+// shedder, made tiered and live-tunable.
+//
+// The edge caps concurrent requests with Workers and samples their
+// utilization into a Shedder, which integrates it into a shed level S: S
+// climbs while utilization is at or above "bad", holds in the dead zone,
+// and recovers below "good". S starts at -start_after/full_after, so
+// sustained overload sheds nothing for start_after and everything
+// sheddable after start_after+full_after. S > 0 is the fraction of
+// sheddable offered traffic to drop, taken from the lowest tier first
+// (test, then read, then write); critical traffic is never shed by the
+// ramp, only bounded by the worker cap.
+//
+// The package imports no HTTP library: the edge passes plain values, and
+// every method that depends on time takes it as an argument.
+package shedder
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Option customises a Shedder.
+type Option func(*options)
+
+type options struct {
+	clock func() time.Time
+	rand  func() float64
+}
+
+// WithClock sets the clock Run stamps samples with (default time.Now).
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.clock = now }
+}
+
+// WithRand sets the source of uniform [0,1) draws for partial tiers. It is
+// called concurrently from Admit, so it must be safe for that (the default,
+// math/rand/v2's Float64, is, and takes no lock).
+func WithRand(f func() float64) Option {
+	return func(o *options) { o.rand = f }
+}
+
+// WithRandSource draws from r behind a mutex; meant for seeded,
+// reproducible tests, not the hot path.
+func WithRandSource(r *rand.Rand) Option {
+	var mu sync.Mutex
+	return WithRand(func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Float64()
+	})
+}
+
+// decision is what Admit needs, published as one immutable value so the
+// request path is a single atomic load with no lock.
+type decision struct {
+	drop       [numTiers]float64 // drop probability per tier
+	level      float64
+	util       float64
+	cutoff     Tier
+	enabled    bool
+	lastObs    time.Time
+	staleAfter time.Duration
+}
+
+// Shedder decides, per request, whether to shed it. Safe for concurrent
+// use: Admit is lock-free; observations and updates serialise on a mutex.
+type Shedder struct {
+	mu      sync.Mutex
+	cfg     Config
+	level   float64
+	util    float64
+	started bool
+	last    time.Time
+	weights [numTiers]float64 // decayed offered-request counts per tier
+	seen    [numTiers]uint64  // request counters at the last observation
+	workers *Workers
+
+	dec   atomic.Pointer[decision]
+	cls   atomic.Pointer[Classifier]
+	m     *metrics
+	rand  func() float64
+	clock func() time.Time
+}
+
+// New returns a Shedder at rest (S = -start_after/full_after). A nil reg
+// leaves the metrics unregistered.
+func New(cfg Config, reg prometheus.Registerer, opts ...Option) (*Shedder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("shedder: new: %w", err)
+	}
+	cls, err := NewClassifier(cfg.Tiers)
+	if err != nil {
+		return nil, fmt.Errorf("shedder: new: %w", err)
+	}
+	o := options{clock: time.Now, rand: rand.Float64}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Shedder{cfg: cfg.Clone(), m: m, rand: o.rand, clock: o.clock}
+	s.level = s.cfg.floor()
+	s.cls.Store(cls)
+	s.m.setConfig(s.cfg)
+	s.publishLocked()
+	return s, nil
+}
+
+// Admit counts the request as offered traffic of its tier and reports
+// whether to serve it (false: shed it). An out-of-range tier is treated as
+// write. If no utilization sample has arrived for start_after, Admit fails
+// open: a stuck sampler must not freeze the node at a high shed level.
+func (s *Shedder) Admit(now time.Time, tier Tier) bool {
+	if !tier.valid() {
+		tier = TierWrite
+	}
+	s.m.requests[tier].Add(1)
+	d := s.dec.Load()
+	p := d.drop[tier]
+	if p <= 0 || !d.enabled || now.Sub(d.lastObs) > d.staleAfter {
+		return true
+	}
+	if p < 1 && s.rand() >= p {
+		return true
+	}
+	s.m.shed[tier].Add(1)
+	return false
+}
+
+// ObserveUtilization feeds one raw utilization sample (busy/capacity) taken
+// at now. It smooths the sample, advances the ramp by the time since the
+// previous sample, and re-derives the per-tier cut-off from the offered
+// traffic counted since. Call it from one sampler every 10-100 ms; samples
+// out of time order advance nothing. Non-finite samples are ignored.
+func (s *Shedder) ObserveUtilization(now time.Time, u float64) {
+	if !finite(u) {
+		return
+	}
+	u = max(u, 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	var dt float64
+	if s.started {
+		dt = max(now.Sub(s.last).Seconds(), 0)
+	}
+	if !s.started || now.After(s.last) {
+		s.last = now
+	}
+	s.started = true
+	cfg := &s.cfg
+
+	if hl := cfg.Smoothing.Seconds(); hl > 0 {
+		s.util += (1 - math.Exp2(-dt/hl)) * (u - s.util)
+	} else {
+		s.util = u
+	}
+
+	// Capping dt means a sampler that stalled cannot jump S by more than a
+	// start_after's worth of ramp in one step.
+	tStart, tAll := cfg.StartAfter.Seconds(), cfg.FullAfter.Seconds()
+	step := min(dt, tStart) * clamp(rampAmount(s.util, cfg.Good, cfg.Bad), -1, 1) / tAll
+	s.level = clamp(s.level+step, cfg.floor(), 1)
+
+	decay := math.Exp2(-dt / cfg.ShareWindow.Seconds())
+	for t := range numTiers {
+		n := s.m.requests[t].Load()
+		s.weights[t] = s.weights[t]*decay + float64(n-s.seen[t])
+		s.seen[t] = n
+	}
+	s.publishLocked()
+}
+
+// rampAmount is the design doc's rate of change of S, before clamping.
+func rampAmount(u, good, bad float64) float64 {
+	switch {
+	case u < good:
+		return u/good - 1
+	case u < bad:
+		return 0
+	default:
+		return (u - bad) / (1 - bad)
+	}
+}
+
+func clamp(v, lo, hi float64) float64 { return min(max(v, lo), hi) }
+
+// cutoffs maps level S to per-tier drop probabilities over the sheddable
+// tiers' shares of offered traffic w, cutting the lowest tier first, and
+// returns the highest tier that loses anything.
+func cutoffs(level float64, w [numTiers]float64) (drop [numTiers]float64, top Tier) {
+	top = TierNone
+	if level <= 0 {
+		return drop, top
+	}
+	if level >= 1 {
+		for _, t := range sheddable {
+			drop[t] = 1
+		}
+		return drop, sheddable[len(sheddable)-1]
+	}
+	var total float64
+	for _, t := range sheddable {
+		total += w[t]
+	}
+	var cum float64
+	for _, t := range sheddable {
+		// With no traffic seen yet any split is as good as another; equal
+		// shares keep the lowest-first order meaningful.
+		share := 1 / float64(len(sheddable))
+		if total > 0 {
+			share = w[t] / total
+		}
+		switch {
+		case level >= cum+share:
+			drop[t], top = 1, t
+		case level > cum:
+			drop[t], top = (level-cum)/share, t
+		}
+		cum += share
+	}
+	return drop, top
+}
+
+// publishLocked recomputes and publishes the decision; s.mu must be held
+// (or s not yet shared).
+func (s *Shedder) publishLocked() {
+	d := &decision{
+		level:      s.level,
+		util:       s.util,
+		enabled:    s.cfg.Enabled,
+		lastObs:    s.last,
+		staleAfter: s.cfg.StartAfter,
+	}
+	d.drop, d.cutoff = cutoffs(s.level, s.weights)
+	s.dec.Store(d)
+	s.m.level.Set(d.level)
+	s.m.utilization.Set(d.util)
+	s.m.cutoffTier.Set(float64(d.cutoff))
+}
+
+// Update switches to cfg live. An invalid cfg is refused with every
+// problem listed, and the current settings stay in force. S is kept,
+// clamped to the new floor; a shedder at rest stays at rest (moves to the
+// new floor) so a longer start_after takes effect at once.
+func (s *Shedder) Update(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("shedder: update refused, keeping current settings: %w", err)
+	}
+	cls, err := NewClassifier(cfg.Tiers)
+	if err != nil {
+		return fmt.Errorf("shedder: update refused, keeping current settings: %w", err)
+	}
+	cfg = cfg.Clone()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	atRest := s.level <= s.cfg.floor()
+	s.cfg = cfg
+	if atRest {
+		s.level = cfg.floor()
+	}
+	s.level = clamp(s.level, cfg.floor(), 1)
+	s.cls.Store(cls)
+	if s.workers != nil {
+		// Validated above, so this cannot fail.
+		_ = s.workers.SetQueue(cfg.QueueSize, cfg.QueueTimeout)
+	}
+	s.m.setConfig(cfg)
+	s.publishLocked()
+	return nil
+}
+
+// AttachWorkers wires w into the shedder's metrics (busy, capacity, queue
+// wait) and makes it follow queue_size and queue_timeout from this and
+// every later config; its current queue settings are overwritten.
+func (s *Shedder) AttachWorkers(w *Workers) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.workers = w
+	s.m.workers.Store(w)
+	w.setWaitObserver(s.m.queueWait)
+	_ = w.SetQueue(s.cfg.QueueSize, s.cfg.QueueTimeout)
+}
+
+// Run samples utilization every interval (e.g. Workers.Utilization) into
+// ObserveUtilization, stamped by the Shedder's clock, until ctx ends.
+func (s *Shedder) Run(ctx context.Context, interval time.Duration, sample func() float64) error {
+	if interval <= 0 {
+		return fmt.Errorf("%w: sampler interval must be > 0, got %v", ErrInvalidConfig, interval)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	s.ObserveUtilization(s.clock(), sample())
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("shedder: sampler stopped: %w", ctx.Err())
+		case <-t.C:
+			s.ObserveUtilization(s.clock(), sample())
+		}
+	}
+}
+
+// Classify classifies with the live configuration's rules; see
+// Classifier.Classify.
+func (s *Shedder) Classify(method, path string, header func(string) (string, bool), trusted bool) Tier {
+	return s.cls.Load().Classify(method, path, header, trusted)
+}
+
+// Classifier returns the live classifier; it is replaced, not mutated, on
+// Update.
+func (s *Shedder) Classifier() *Classifier { return s.cls.Load() }
+
+// Level returns S: <= 0 sheds nothing, 1 sheds every sheddable request.
+// It moves in shadow mode too.
+func (s *Shedder) Level() float64 { return s.dec.Load().level }
+
+// Utilization returns the smoothed utilization the ramp is acting on.
+func (s *Shedder) Utilization() float64 { return s.dec.Load().util }
+
+// CutoffTier returns the highest tier currently losing requests, or
+// TierNone.
+func (s *Shedder) CutoffTier() Tier { return s.dec.Load().cutoff }
+
+// DropProbability returns the current probability a request of tier is
+// shed (ignoring shadow mode and staleness); for CLIs and dashboards.
+func (s *Shedder) DropProbability(tier Tier) float64 {
+	if !tier.valid() {
+		tier = TierWrite
+	}
+	return s.dec.Load().drop[tier]
+}
+
+// Config returns a copy of the live configuration.
+func (s *Shedder) Config() Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Clone()
+}
+
+// setLevel forces S, for tests of the cut-off at fixed levels.
+func (s *Shedder) setLevel(level float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.level = clamp(level, s.cfg.floor(), 1)
+	s.publishLocked()
+}

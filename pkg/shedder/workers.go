@@ -1,0 +1,223 @@
+package shedder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Named so the edge can map each to its own response and log line.
+var (
+	// ErrQueueFull: every worker is busy and the wait queue is at its bound.
+	ErrQueueFull = errors.New("shedder: worker queue full")
+	// ErrQueueTimeout: the request waited queue_timeout without a slot.
+	ErrQueueTimeout = errors.New("shedder: timed out waiting for a worker")
+)
+
+// Workers is the hard cap on requests the edge runs at once, with a short
+// bounded FIFO queue in front of it. It is the only protection critical
+// traffic is subject to, so it must hold under any load. A mutex (not a
+// channel semaphore) because the capacity changes live.
+type Workers struct {
+	mu           sync.Mutex
+	capacity     int
+	busy         int
+	queueSize    int
+	queueTimeout time.Duration
+	queue        []*waiter
+	waitObs      prometheus.Observer
+}
+
+type waiter struct {
+	ready   chan struct{} // closed when a slot is handed over
+	granted bool          // guarded by Workers.mu; settles timeout races
+}
+
+// NewWorkers returns a cap of capacity slots with up to queueSize waiters,
+// each waiting at most queueTimeout. It panics on capacity < 1 or negative
+// queue settings, like make does on a negative size: those are programming
+// errors; live changes go through Resize and SetQueue, which return errors.
+func NewWorkers(capacity, queueSize int, queueTimeout time.Duration) *Workers {
+	if capacity < 1 {
+		panic(fmt.Sprintf("shedder: NewWorkers: capacity must be >= 1, got %d", capacity))
+	}
+	if queueSize < 0 || queueTimeout < 0 {
+		panic(fmt.Sprintf("shedder: NewWorkers: negative queue setting (size %d, timeout %v)", queueSize, queueTimeout))
+	}
+	return &Workers{capacity: capacity, queueSize: queueSize, queueTimeout: queueTimeout}
+}
+
+// Acquire takes a worker slot, waiting in the queue if all are busy. On
+// success the caller must call release once when the request is done;
+// further calls are no-ops so a deferred release is always safe. Errors:
+// ErrQueueFull, ErrQueueTimeout, or the context's error (wrapped).
+func (w *Workers) Acquire(ctx context.Context) (release func(), err error) {
+	w.mu.Lock()
+	// Skipping ahead of waiters would starve them under steady load.
+	if w.busy < w.capacity && len(w.queue) == 0 {
+		w.busy++
+		w.mu.Unlock()
+		return w.releaser(), nil
+	}
+	if len(w.queue) >= w.queueSize || w.queueTimeout <= 0 {
+		w.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	if err := ctx.Err(); err != nil {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("shedder: waiting for a worker: %w", err)
+	}
+	wt := &waiter{ready: make(chan struct{})}
+	w.queue = append(w.queue, wt)
+	timeout, obs := w.queueTimeout, w.waitObs
+	w.mu.Unlock()
+
+	start := time.Now()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-wt.ready:
+		observeWait(obs, start)
+		return w.releaser(), nil
+	case <-timer.C:
+		err = ErrQueueTimeout
+	case <-ctx.Done():
+		err = fmt.Errorf("shedder: waiting for a worker: %w", ctx.Err())
+	}
+
+	w.mu.Lock()
+	if wt.granted {
+		// A slot was handed over as we gave up: it is ours now, and
+		// refusing it would leak it.
+		w.mu.Unlock()
+		observeWait(obs, start)
+		return w.releaser(), nil
+	}
+	w.removeLocked(wt)
+	w.mu.Unlock()
+	observeWait(obs, start)
+	return nil, err
+}
+
+func observeWait(obs prometheus.Observer, start time.Time) {
+	if obs != nil {
+		obs.Observe(time.Since(start).Seconds())
+	}
+}
+
+func (w *Workers) releaser() func() {
+	var done atomic.Bool
+	return func() {
+		if done.CompareAndSwap(false, true) {
+			w.release()
+		}
+	}
+}
+
+func (w *Workers) release() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// After a shrink busy may exceed capacity: then the slot is retired
+	// rather than handed on.
+	if w.busy <= w.capacity && len(w.queue) > 0 {
+		w.grantLocked()
+		return
+	}
+	w.busy--
+}
+
+// grantLocked hands a slot (already counted in busy) to the oldest waiter.
+func (w *Workers) grantLocked() {
+	wt := w.queue[0]
+	copy(w.queue, w.queue[1:])
+	w.queue[len(w.queue)-1] = nil
+	w.queue = w.queue[:len(w.queue)-1]
+	wt.granted = true
+	close(wt.ready)
+}
+
+func (w *Workers) removeLocked(wt *waiter) {
+	for i, q := range w.queue {
+		if q == wt {
+			copy(w.queue[i:], w.queue[i+1:])
+			w.queue[len(w.queue)-1] = nil
+			w.queue = w.queue[:len(w.queue)-1]
+			return
+		}
+	}
+}
+
+// Resize changes the cap live. Growing admits waiters at once; shrinking
+// lets running requests finish and retires their slots as they release.
+func (w *Workers) Resize(capacity int) error {
+	if capacity < 1 {
+		return fmt.Errorf("%w: workers capacity must be >= 1, got %d", ErrInvalidConfig, capacity)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.capacity = capacity
+	for w.busy < w.capacity && len(w.queue) > 0 {
+		w.busy++
+		w.grantLocked()
+	}
+	return nil
+}
+
+// SetQueue changes the queue bound and timeout live. Requests already
+// queued keep the timeout they started with.
+func (w *Workers) SetQueue(size int, timeout time.Duration) error {
+	var errs []error
+	if size < 0 {
+		errs = append(errs, fmt.Errorf("%w: queue_size: must be >= 0, got %d", ErrInvalidConfig, size))
+	}
+	if timeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: queue_timeout: must be >= 0, got %v", ErrInvalidConfig, timeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.queueSize, w.queueTimeout = size, timeout
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *Workers) setWaitObserver(obs prometheus.Observer) {
+	w.mu.Lock()
+	w.waitObs = obs
+	w.mu.Unlock()
+}
+
+// Busy returns the slots in use.
+func (w *Workers) Busy() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.busy
+}
+
+// Queued returns the requests waiting for a slot.
+func (w *Workers) Queued() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue)
+}
+
+// Capacity returns the current cap.
+func (w *Workers) Capacity() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.capacity
+}
+
+// Utilization is busy/capacity, the shedder's input. It can exceed 1
+// briefly after a shrink; the ramp clamps it.
+func (w *Workers) Utilization() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return float64(w.busy) / float64(w.capacity)
+}

@@ -1,0 +1,216 @@
+package shedder
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// waitQueued spins (yielding) until n requests are queued; queueing is the
+// event under test, so polling it is deterministic, unlike sleeping.
+func waitQueued(t *testing.T, w *Workers, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return w.Queued() == n }, 5*time.Second, 100*time.Microsecond)
+}
+
+func TestWorkersCapUnderConcurrency(t *testing.T) {
+	const capacity, goroutines, rounds = 4, 50, 20
+	w := NewWorkers(capacity, goroutines, 10*time.Second)
+	var running, peak atomic.Int64
+	var wg sync.WaitGroup
+	var failures atomic.Int64
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				release, err := w.Acquire(context.Background())
+				if err != nil {
+					failures.Add(1)
+					continue
+				}
+				n := running.Add(1)
+				for {
+					p := peak.Load()
+					if n <= p || peak.CompareAndSwap(p, n) {
+						break
+					}
+				}
+				if w.Busy() > capacity {
+					failures.Add(1)
+				}
+				for range 10 {
+					runtime.Gosched()
+				}
+				running.Add(-1)
+				release()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, failures.Load())
+	require.LessOrEqual(t, peak.Load(), int64(capacity))
+	require.Equal(t, 0, w.Busy())
+	require.Equal(t, 0, w.Queued())
+}
+
+func TestWorkersQueueFull(t *testing.T) {
+	w := NewWorkers(1, 1, 10*time.Second)
+	release, err := w.Acquire(context.Background())
+	require.NoError(t, err)
+
+	got := make(chan error, 1)
+	go func() {
+		r, err := w.Acquire(context.Background())
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	waitQueued(t, w, 1)
+
+	_, err = w.Acquire(context.Background())
+	require.ErrorIs(t, err, ErrQueueFull)
+
+	release()
+	require.NoError(t, <-got, "the queued request gets the released slot")
+	require.Equal(t, 0, w.Busy())
+}
+
+func TestWorkersNoQueue(t *testing.T) {
+	w := NewWorkers(1, 0, 0)
+	release, err := w.Acquire(context.Background())
+	require.NoError(t, err)
+	_, err = w.Acquire(context.Background())
+	require.ErrorIs(t, err, ErrQueueFull)
+	release()
+	release() // idempotent
+	require.Equal(t, 0, w.Busy())
+	release, err = w.Acquire(context.Background())
+	require.NoError(t, err)
+	release()
+}
+
+func TestWorkersQueueTimeout(t *testing.T) {
+	w := NewWorkers(1, 4, 5*time.Millisecond)
+	release, err := w.Acquire(context.Background())
+	require.NoError(t, err)
+	defer release()
+	_, err = w.Acquire(context.Background())
+	require.ErrorIs(t, err, ErrQueueTimeout)
+	require.Equal(t, 0, w.Queued())
+	require.Equal(t, 1, w.Busy())
+}
+
+func TestWorkersContextCancel(t *testing.T) {
+	w := NewWorkers(1, 4, time.Minute)
+	release, err := w.Acquire(context.Background())
+	require.NoError(t, err)
+	defer release()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := w.Acquire(ctx)
+		got <- err
+	}()
+	waitQueued(t, w, 1)
+	cancel()
+	require.ErrorIs(t, <-got, context.Canceled)
+	require.Equal(t, 0, w.Queued())
+
+	_, err = w.Acquire(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestWorkersReleaseFreesSlot(t *testing.T) {
+	w := NewWorkers(2, 0, 0)
+	r1, err := w.Acquire(context.Background())
+	require.NoError(t, err)
+	r2, err := w.Acquire(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 2, w.Busy())
+	require.Equal(t, 1.0, w.Utilization())
+	_, err = w.Acquire(context.Background())
+	require.ErrorIs(t, err, ErrQueueFull)
+	r1()
+	r1()
+	require.Equal(t, 1, w.Busy())
+	require.Equal(t, 0.5, w.Utilization())
+	r3, err := w.Acquire(context.Background())
+	require.NoError(t, err)
+	r2()
+	r3()
+	require.Equal(t, 0, w.Busy())
+}
+
+func TestWorkersResize(t *testing.T) {
+	w := NewWorkers(1, 4, time.Minute)
+	r1, err := w.Acquire(context.Background())
+	require.NoError(t, err)
+
+	got := make(chan func(), 2)
+	acquire := func() {
+		r, err := w.Acquire(context.Background())
+		if err != nil {
+			r = nil
+		}
+		got <- r
+	}
+	go acquire()
+	waitQueued(t, w, 1)
+
+	// Growing admits the waiter at once.
+	require.NoError(t, w.Resize(2))
+	r2 := <-got
+	require.NotNil(t, r2)
+	require.Equal(t, 2, w.Busy())
+	require.Equal(t, 2, w.Capacity())
+
+	// Shrinking retires slots as they are released.
+	require.NoError(t, w.Resize(1))
+	require.Equal(t, 2.0, w.Utilization())
+	go acquire()
+	waitQueued(t, w, 1)
+	r1()
+	require.Equal(t, 1, w.Busy(), "the slot is retired, not handed on")
+	require.Equal(t, 1, w.Queued())
+	r2()
+	r3 := <-got
+	require.NotNil(t, r3)
+	require.Equal(t, 1, w.Busy())
+	r3()
+	require.Equal(t, 0, w.Busy())
+
+	require.ErrorIs(t, w.Resize(0), ErrInvalidConfig)
+	require.Equal(t, 1, w.Capacity())
+}
+
+func TestWorkersSetQueue(t *testing.T) {
+	w := NewWorkers(1, 0, 0)
+	require.ErrorIs(t, w.SetQueue(-1, -1), ErrInvalidConfig)
+	require.NoError(t, w.SetQueue(1, time.Minute))
+	release, err := w.Acquire(context.Background())
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		r, err := w.Acquire(context.Background())
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	waitQueued(t, w, 1)
+	release()
+	require.NoError(t, <-got)
+}
+
+func TestNewWorkersPanicsOnNonsense(t *testing.T) {
+	require.Panics(t, func() { NewWorkers(0, 1, time.Second) })
+	require.Panics(t, func() { NewWorkers(1, -1, time.Second) })
+}

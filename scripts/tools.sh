@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a Debian/Ubuntu machine, only when missing:
+# Redis (server, sentinel, cli, benchmark). Idempotent; safe to run every time.
+set -euo pipefail
+
+need=()
+for bin in redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools; do
+	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
+done
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+# shellcheck disable=SC2207
+need=($(printf '%s\n' "${need[@]}" | sort -u))
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+	sudo="sudo"
+fi
+echo "tools: installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
