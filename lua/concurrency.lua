@@ -10,6 +10,7 @@ local need = aux
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local n = redis.call('ZCARD', key)
 local admitted = math.max(0, math.min(cost, limit - n))
+admitted = whole(admitted, need)
 if admitted > 0 then
   zadd_units(key, now + window, admitted)
   redis.call('PEXPIRE', key, ms(window))

@@ -19,6 +19,7 @@ if w and w >= ws then
 end
 local need = aux
 local admitted = math.max(0, math.min(cost, limit - n))
+admitted = whole(admitted, need)
 if admitted > 0 then
   n = n + admitted
   redis.call('HSET', key, 'w', ws, 'n', n)

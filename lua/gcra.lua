@@ -22,6 +22,7 @@ if not tat or tat < now then tat = now end
 -- 1e-9 absorbs float error in (tau - lead) / T, which is exact in real numbers.
 local function fits() return math.floor((tau - (tat - now)) / T + 1e-9) end
 local admitted = math.max(0, math.min(cost, fits()))
+admitted = whole(admitted, need)
 if admitted > 0 then
   tat = tat + admitted * T
   redis.call('SET', key, tat, 'PX', math.max(1, ms(tat - now)))

@@ -3,7 +3,9 @@
 -- ARGV: 1 mode ("take" | "refund"), 2 now in µs (0 = Redis server TIME),
 --       3 limit, 4 window in µs, 5 extra (burst for GCRA, min_interval µs for
 --       the sliding log), 6 request id (unique member prefix),
---       7 take: cost | refund: units, 8 take: need | refund: state of the take,
+--       7 take: cost | refund: units, 8 take: need (one request's cost: units
+--       are admitted in multiples of it, and the retry time is for it) |
+--       refund: state of the take,
 --       9 refund: index of the first member to give back (sliding log, concurrency).
 -- take returns {admitted, remaining, reset_after_ms, retry_after_ms, state}.
 -- Times go out in whole milliseconds rounded up, so a client told to come back
@@ -23,6 +25,13 @@ end
 if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Units are admitted in whole requests: `need` is one request's cost, so a
+-- single request is all-or-nothing and a coalesced batch of equal-cost
+-- requests admits whole ones (partial admission without leftovers).
+local function whole(admitted, need)
+  return admitted - math.fmod(admitted, need)
 end
 
 local function ms(us)

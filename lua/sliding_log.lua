@@ -18,6 +18,7 @@ end
 if extra > 0 and admitted > 0 then
   if last and now - last < extra then admitted = 0 else admitted = math.min(admitted, need) end
 end
+admitted = whole(admitted, need)
 if admitted > 0 then
   zadd_units(key, now, admitted)
   redis.call('PEXPIRE', key, ms(window))

@@ -33,6 +33,7 @@ local function fits(c) -- units that fit now on top of c
   return math.floor(num / W) - c
 end
 local admitted = math.max(0, math.min(cost, fits(cn)))
+admitted = whole(admitted, need)
 if admitted > 0 then
   cn = cn + admitted
   redis.call('HSET', cur, 'w', ws, 'n', cn)

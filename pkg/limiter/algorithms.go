@@ -40,6 +40,9 @@ type member struct {
 	name  string
 }
 
+// whole rounds admitted units down to whole requests of need units.
+func whole(admitted, need int64) int64 { return admitted - admitted%need }
+
 func msCeil(us float64) int64 {
 	if us <= 0 {
 		return 0
@@ -97,6 +100,7 @@ func slidingLogTake(s *state, a args) outcome {
 			admitted = min(admitted, a.need)
 		}
 	}
+	admitted = whole(admitted, a.need)
 	if admitted > 0 {
 		s.zadd(a.now, a, admitted)
 		s.expires = a.now + msCeil(float64(a.window))*1000
@@ -127,6 +131,7 @@ func concurrencyTake(s *state, a args) outcome {
 	s.zremUpTo(a.now)
 	n := int64(len(s.log))
 	admitted := max(0, min(a.cost, a.limit-n))
+	admitted = whole(admitted, a.need)
 	if admitted > 0 {
 		s.zadd(a.now+a.window, a, admitted)
 		s.expires = a.now + msCeil(float64(a.window))*1000
@@ -185,6 +190,7 @@ func slidingWindowTake(s *state, a args, present bool) outcome {
 		return num/W - c
 	}
 	admitted := max(0, min(a.cost, fits(cn)))
+	admitted = whole(admitted, a.need)
 	if admitted > 0 {
 		cn += admitted
 		s.w, s.n = ws, cn
@@ -235,6 +241,7 @@ func fixedWindowTake(s *state, a args, present bool) outcome {
 		ws, n = s.w, s.n
 	}
 	admitted := max(0, min(a.cost, a.limit-n))
+	admitted = whole(admitted, a.need)
 	if admitted > 0 {
 		n += admitted
 		s.w, s.n = ws, n
@@ -266,6 +273,7 @@ func gcraTake(s *state, a args, present bool) outcome {
 	}
 	fits := func() int64 { return int64(math.Floor((tau-(tat-now))/T + 1e-9)) }
 	admitted := max(0, min(a.cost, fits()))
+	admitted = whole(admitted, a.need)
 	if admitted > 0 {
 		tat += float64(admitted) * T
 		s.tat = tat

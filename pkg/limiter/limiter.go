@@ -133,12 +133,15 @@ func (l Limit) Validate() error {
 // Request asks a store to take Cost units of a Limit.
 type Request struct {
 	Limit Limit
-	// Cost is the number of units to take; the store admits as many as fit.
+	// Cost is the number of units to take; the store admits as many whole
+	// Need-sized parts as fit.
 	Cost int64
-	// Need is the number of units a retry must fit, from which RetryAfter is
-	// computed; 0 means Cost. A coalesced call carries the sum of several
-	// requests' costs and one request's need. With MinInterval, at most Need
-	// units are admitted per call (one request's worth).
+	// Need is one request's cost, 0 meaning Cost: units are admitted in whole
+	// multiples of it (a single request is all-or-nothing), and RetryAfter is
+	// when Need units fit again. A coalesced call carries the summed cost of
+	// several equal-cost requests and one request's need, so partial admission
+	// admits whole requests. With MinInterval at most Need units are admitted
+	// per call.
 	Need int64
 	// At is the decision time; zero means the store's clock (Redis TIME).
 	// Tests pass explicit times.

@@ -37,7 +37,9 @@ func TestAlgorithmSemantics(t *testing.T) {
 			{at: 1 * s, cost: 2, admitted: 2, remaining: 0, reset: 10 * s},
 			{at: 2 * s, cost: 1, admitted: 0, remaining: 0, reset: 9 * s, retry: 8 * s},
 			// at t0+10s the first unit has left the window: one of two fits.
-			{at: 10 * s, cost: 2, admitted: 1, remaining: 0, reset: 10 * s, retry: 1 * s},
+			{at: 10 * s, cost: 2, need: 1, admitted: 1, remaining: 0, reset: 10 * s, retry: 1 * s},
+			// one request of 2 is all-or-nothing: nothing is taken.
+			{at: 10 * s, cost: 2, admitted: 0, remaining: 0, reset: 10 * s, retry: 1 * s},
 		}},
 		{"sliding log min interval", limiter.Limit{Algorithm: limiter.SlidingLog, Limit: 10, Window: 10 * s, MinInterval: 2 * s}, []step{
 			{at: 0, cost: 1, admitted: 1, remaining: 9, reset: 10 * s},
@@ -55,24 +57,26 @@ func TestAlgorithmSemantics(t *testing.T) {
 		{"sliding window weights the previous window", limiter.Limit{Algorithm: limiter.SlidingWindow, Limit: 10, Window: 10 * s}, []step{
 			{at: 5 * s, cost: 10, admitted: 10, remaining: 0, reset: 15 * s},
 			// 2 s into the next window, prev counts 10·8/10 = 8: two fit.
-			{at: 12 * s, cost: 5, admitted: 2, remaining: 0, reset: 18 * s, retry: 5 * s},
+			{at: 12 * s, cost: 5, admitted: 0, remaining: 2, reset: 8 * s, retry: 3 * s},
+			{at: 12 * s, cost: 5, need: 1, admitted: 2, remaining: 0, reset: 18 * s, retry: 1 * s},
 			{at: 17 * s, cost: 5, admitted: 5, remaining: 0, reset: 13 * s},
 			{at: 17 * s, cost: 1, admitted: 0, remaining: 0, reset: 13 * s, retry: 1 * s},
-			{at: 17 * s, refund: 3},
+			{at: 17 * s, refund: 4},
 			{at: 17 * s, cost: 5, admitted: 5, remaining: 0, reset: 13 * s},
 		}},
 		{"token bucket burst and rate", limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 10, Window: 10 * s, Burst: 5}, []step{
 			{at: 0, cost: 5, admitted: 5, remaining: 0, reset: 5 * s},
 			{at: 500 * ms, cost: 1, admitted: 0, remaining: 0, reset: 4500 * ms, retry: 500 * ms},
-			{at: 2 * s, cost: 3, admitted: 2, remaining: 0, reset: 5 * s, retry: 3 * s},
-			{at: 2 * s, refund: 3},
+			{at: 2 * s, cost: 3, admitted: 0, remaining: 2, reset: 3 * s, retry: 1 * s},
+			{at: 2 * s, cost: 3, need: 1, admitted: 2, remaining: 0, reset: 5 * s, retry: 1 * s},
+			{at: 2 * s, refund: 4},
 			{at: 2 * s, cost: 2, admitted: 2, remaining: 0, reset: 5 * s},
-			// a cost above the burst can never fit whole: retry when full again.
-			{at: 100 * s, cost: 6, admitted: 5, remaining: 0, reset: 5 * s, retry: 5 * s},
+			// six one-unit requests coalesced: the burst of 5 admits five.
+			{at: 100 * s, cost: 6, need: 1, admitted: 5, remaining: 0, reset: 5 * s, retry: 1 * s},
 		}},
 		{"concurrency slots", limiter.Limit{Algorithm: limiter.Concurrency, Limit: 2, Window: 30 * s}, []step{
 			{at: 0, cost: 1, admitted: 1, remaining: 1, reset: 30 * s},
-			{at: 1 * s, cost: 2, admitted: 1, remaining: 0, reset: 29 * s, retry: 1 * s},
+			{at: 1 * s, cost: 2, need: 1, admitted: 1, remaining: 0, reset: 29 * s, retry: 1 * s},
 			{at: 1 * s, refund: 1},
 			{at: 2 * s, cost: 1, admitted: 1, remaining: 0, reset: 29 * s, retry: 0},
 			// stale slots expire after the window.

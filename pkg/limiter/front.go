@@ -1,0 +1,434 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Check is one limit of a client request, as the edge asks it.
+type Check struct {
+	Limit Limit
+	Cost  int64
+	// Shadow checks count but never deny, and are never cached as over limit.
+	Shadow bool
+	// Nodes is how many edge nodes share this limit; when Redis cannot be
+	// asked, the local fallback enforces Limit/Nodes (the two-layer design's
+	// local counter). 0 means 1.
+	Nodes int
+}
+
+// Source says where a check was decided.
+type Source uint8
+
+// The sources, also the values of the metrics' reason label.
+const (
+	SourceStore     Source = iota // the primary store (Redis, or memory in single-node mode)
+	SourcePrefilter               // the over-limit cache: denied without a call
+	SourceFallback                // the local fallback: the store failed or its breaker is open
+	SourceOpen                    // fail-open: the store failed and nothing was enforced
+	SourceSkipped                 // not evaluated: another limit had already denied
+)
+
+var sourceNames = [...]string{"store", "prefilter", "fallback", "open", "skipped"}
+
+func (s Source) String() string { return sourceNames[s] }
+
+// Outcome is the answer for one check.
+type Outcome struct {
+	Decision
+	Source Source
+	store  Store // holds the lease, for refunds and releases
+}
+
+// Verdict is the answer for one client request.
+type Verdict struct {
+	// Allowed is false when any non-shadow check denied.
+	Allowed bool
+	// Checks has one outcome per check, in order.
+	Checks []Outcome
+}
+
+// FailMode is what the limiter does when its store cannot answer.
+type FailMode string
+
+// The fail modes.
+const (
+	FailFallback FailMode = "fallback" // decide from local memory with limit / nodes
+	FailOpen     FailMode = "open"     // admit without counting
+	FailClosed   FailMode = "closed"   // refuse: Decide returns ErrUnavailable
+)
+
+// ParseFailMode accepts fallback, open or closed; "" is fallback.
+func ParseFailMode(s string) (FailMode, error) {
+	switch m := FailMode(s); m {
+	case "":
+		return FailFallback, nil
+	case FailFallback, FailOpen, FailClosed:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown fail mode %q (want fallback, open or closed)", s)
+}
+
+// ErrUnavailable is returned by Decide in FailClosed mode when the store
+// could not decide.
+var ErrUnavailable = errors.New("rate limit store unavailable")
+
+// Config tunes a Limiter. Zero values take the defaults.
+type Config struct {
+	// StoreName labels decisions of the primary store in metrics ("redis").
+	StoreName string
+	// Timeout bounds one store round trip (default 5ms). Past it the check is
+	// decided by FailMode.
+	Timeout time.Duration
+	// FailMode is what to do when the store fails (default fallback).
+	FailMode FailMode
+	// CacheSize caps the over-limit cache (default 100,000 keys).
+	CacheSize int
+	// BreakerFailures consecutive failed calls open the breaker (default 5);
+	// while open, checks skip the store and a single probe is let through
+	// every BreakerCooldown (default 1s) until one succeeds.
+	BreakerFailures int
+	BreakerCooldown time.Duration
+	// FallbackKeys caps the fallback memory store (default 1,000,000 keys).
+	FallbackKeys int
+}
+
+func (c Config) withDefaults() Config {
+	if c.StoreName == "" {
+		c.StoreName = "redis"
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 5 * time.Millisecond
+	}
+	if c.FailMode == "" {
+		c.FailMode = FailFallback
+	}
+	if c.CacheSize <= 0 {
+		c.CacheSize = 100_000
+	}
+	if c.BreakerFailures <= 0 {
+		c.BreakerFailures = 5
+	}
+	if c.BreakerCooldown <= 0 {
+		c.BreakerCooldown = time.Second
+	}
+	if c.FallbackKeys <= 0 {
+		c.FallbackKeys = 1_000_000
+	}
+	return c
+}
+
+// Limiter is what the edge calls: a store behind a local prefilter (over-limit
+// cache and per-key coalescing), a circuit breaker and a local fallback.
+type Limiter struct {
+	cfg      Config
+	store    Store
+	fallback *MemoryStore
+	cache    *overLimitCache
+	flights  *flights
+	breaker  *breaker
+	metrics  *metrics
+	log      *slog.Logger
+	now      func() time.Time
+}
+
+// New builds a Limiter over store. reg may be nil.
+func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Limiter, error) {
+	cfg = cfg.withDefaults()
+	if _, err := ParseFailMode(string(cfg.FailMode)); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg, cfg.StoreName)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		cfg:      cfg,
+		store:    store,
+		fallback: NewMemoryStore(WithMaxKeys(cfg.FallbackKeys)),
+		cache:    newOverLimitCache(cfg.CacheSize),
+		flights:  newFlights(),
+		metrics:  m,
+		log:      log,
+		now:      time.Now,
+	}
+	l.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, func(s breakerState) {
+		m.breakerState.Set(float64(s))
+		if s == breakerOpen {
+			log.Warn("rate limit store failing, deciding locally", "store", cfg.StoreName, "fail_mode", cfg.FailMode)
+		} else if s == breakerClosed {
+			log.Info("rate limit store recovered", "store", cfg.StoreName)
+		}
+	})
+	return l, nil
+}
+
+// Flush forgets every cached over-limit key: the rules changed, and a cached
+// denial may belong to a limit that no longer exists or is now larger.
+func (l *Limiter) Flush() { l.cache.flush() }
+
+// pending is one check on its way to the store.
+type pending struct {
+	i     int
+	check Check
+	item  *item  // set when it joined another request's call
+	b     *batch // the batch it joined
+	alone bool   // leads a call outside the key's flight
+}
+
+// Decide answers one client request: all its checks, all-or-nothing. A
+// request denied by one check gives back what the others took.
+func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
+	v := Verdict{Allowed: true, Checks: make([]Outcome, len(checks))}
+	now := l.now()
+	for i, c := range checks {
+		if err := (Request{Limit: c.Limit, Cost: c.Cost}).Validate(); err != nil {
+			return Verdict{}, fmt.Errorf("check %d: %w", i, err)
+		}
+		v.Checks[i] = Outcome{Decision: Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceSkipped}
+	}
+	// 1. Over-limit cache: a denial known locally costs no call, and the
+	// request is refused before anything is counted.
+	for i, c := range checks {
+		if c.Shadow || c.Limit.Algorithm == Concurrency {
+			continue
+		}
+		if d, ok := l.cache.get(c.Limit, c.Cost, now); ok {
+			v.Checks[i] = Outcome{Decision: d, Source: SourcePrefilter}
+			v.Allowed = false
+			l.metrics.prefilterHits.Inc()
+			l.metrics.record(SourcePrefilter, 1)
+			return v, nil
+		}
+	}
+	// 2. Per-key coalescing: checks whose key has a call in flight join the
+	// next call for that key; the others lead, in one pipeline.
+	var leads, joined []pending
+	for i, c := range checks {
+		p := pending{i: i, check: c}
+		b, it, how := l.flights.join(c)
+		if how == follow {
+			p.b, p.item = b, it
+			joined = append(joined, p)
+			l.metrics.coalesced.Inc()
+			continue
+		}
+		p.alone = how == alone
+		leads = append(leads, p)
+	}
+	if err := l.lead(ctx, leads, v.Checks); err != nil {
+		// Joined checks are settled by their batches regardless; wait so
+		// that what they took is given back.
+		l.awaitJoined(joined, v.Checks)
+		l.refund(v.Checks, func(Outcome) bool { return true })
+		return Verdict{}, err
+	}
+	if err := l.awaitJoined(joined, v.Checks); err != nil {
+		l.refund(v.Checks, func(Outcome) bool { return true })
+		return Verdict{}, err
+	}
+	// 3. All-or-nothing.
+	for i, c := range checks {
+		if !c.Shadow && !v.Checks[i].Allowed {
+			v.Allowed = false
+		}
+	}
+	if !v.Allowed {
+		l.refund(v.Checks, func(Outcome) bool { return true })
+	} else {
+		// A shadow check that denied would, enforced, have counted nothing.
+		l.refund(v.Checks, func(o Outcome) bool { return !o.Allowed })
+	}
+	return v, nil
+}
+
+// Release gives back a request's concurrency slots once its response is done.
+func (l *Limiter) Release(ctx context.Context, v Verdict) {
+	if !v.Allowed {
+		return
+	}
+	l.refund(v.Checks, func(o Outcome) bool { return o.Lease.Limit.Algorithm == Concurrency })
+}
+
+func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
+	byStore := map[Store][]Lease{}
+	for i := range outs {
+		o := &outs[i]
+		if o.store == nil || o.Lease.Units <= 0 || !want(*o) {
+			continue
+		}
+		byStore[o.store] = append(byStore[o.store], o.Lease)
+		o.Lease.Units = 0 // given back once only
+		// The refund may let a cached denial fit sooner than it says.
+		l.cache.drop(o.Lease.Limit)
+	}
+	for s, leases := range byStore {
+		ctx, cancel := context.WithTimeout(context.Background(), l.refundTimeout())
+		err := s.Refund(ctx, leases)
+		cancel()
+		l.metrics.refunds.Add(float64(len(leases)))
+		if err != nil {
+			// The units stay counted until their window passes: a client
+			// gets slightly less than its quota, never more.
+			l.metrics.refundErrors.Inc()
+			l.log.Warn("refund failed", "leases", len(leases), "err", err)
+		}
+	}
+}
+
+// refundTimeout gives refunds more room than decisions: nobody waits on them
+// and a lost refund under-admits until the window passes.
+func (l *Limiter) refundTimeout() time.Duration { return max(10*l.cfg.Timeout, 100*time.Millisecond) }
+
+// lead sends the leading checks in one Take (one round trip per node).
+func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome) error {
+	if len(leads) == 0 {
+		return nil
+	}
+	reqs := make([]Request, len(leads))
+	for j, p := range leads {
+		reqs[j] = Request{Limit: p.check.Limit, Cost: p.check.Cost}
+	}
+	gen := l.cache.generation()
+	sent := l.now()
+	ds, errs := l.call(ctx, reqs)
+	var failed []int
+	for j, p := range leads {
+		if errs[j] == nil {
+			outs[p.i] = Outcome{Decision: ds[j], Source: SourceStore, store: l.store}
+			l.metrics.record(SourceStore, 1)
+			l.remember(p.check, ds[j], p.check.Cost, sent, gen)
+		} else {
+			failed = append(failed, j)
+		}
+		// The key's next batch, if any request joined meanwhile, goes now.
+		if !p.alone {
+			l.flights.done(memKey(p.check.Limit), l.sendBatch)
+		}
+	}
+	for _, j := range failed {
+		o, err := l.degrade(leads[j].check, errs[j])
+		if err != nil {
+			return err
+		}
+		outs[leads[j].i] = o
+	}
+	return nil
+}
+
+// call asks the store, through the breaker, under the configured deadline.
+// errs has one entry per request; a nil ds means the breaker refused.
+func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error) {
+	errs := make([]error, len(reqs))
+	if !l.breaker.allow(l.now()) {
+		for i := range errs {
+			errs[i] = errBreakerOpen
+		}
+		return nil, errs
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	ds, err := l.store.Take(ctx, reqs)
+	l.metrics.storeCalls.Add(float64(len(reqs)))
+	outcome := "ok"
+	var te *TakeError
+	switch {
+	case err == nil:
+	case errors.As(err, &te):
+		copy(errs, te.Errs)
+		outcome = "error"
+	default:
+		for i := range errs {
+			errs[i] = err
+		}
+		outcome = "error"
+	}
+	l.metrics.storeSeconds.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	if outcome == "ok" {
+		l.breaker.success()
+	} else {
+		l.breaker.failure(l.now())
+	}
+	return ds, errs
+}
+
+var errBreakerOpen = errors.New("circuit breaker open")
+
+// degrade decides a check the store could not, per the fail mode.
+func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
+	if errors.Is(cause, ErrInvalidLimit) || errors.Is(cause, ErrInvalidRequest) || errors.Is(cause, ErrUnknownAlgorithm) {
+		return Outcome{}, cause
+	}
+	reason := "error"
+	if errors.Is(cause, errBreakerOpen) {
+		reason = "breaker_open"
+	}
+	l.metrics.fallbacks.WithLabelValues(reason).Inc()
+	switch l.cfg.FailMode {
+	case FailOpen:
+		l.metrics.record(SourceOpen, 1)
+		return Outcome{Decision: Decision{Admitted: c.Cost, Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceOpen}, nil
+	case FailClosed:
+		return Outcome{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	local := c.Limit
+	nodes := int64(max(c.Nodes, 1))
+	local.Limit = ceilDiv(local.Limit, nodes)
+	if local.Burst > 0 {
+		local.Burst = ceilDiv(local.Burst, nodes)
+	}
+	ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: c.Cost}})
+	if err != nil {
+		return Outcome{}, err
+	}
+	l.metrics.record(SourceFallback, 1)
+	return Outcome{Decision: ds[0], Source: SourceFallback, store: l.fallback}, nil
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// remember caches a store's denial of a cacheable check: the key is denied
+// locally until the time a retry could fit, counted from when the call was
+// sent (the store's clock read no earlier), so the cache never denies what
+// the store would allow.
+// need is the cost the store computed the retry time for.
+func (l *Limiter) remember(c Check, d Decision, need int64, sent time.Time, gen uint64) {
+	if d.Allowed || c.Shadow || c.Limit.Algorithm == Concurrency || d.RetryAfter <= 0 {
+		return
+	}
+	l.cache.put(c.Limit, need, d, sent, gen)
+}
+
+func (l *Limiter) awaitJoined(joined []pending, outs []Outcome) error {
+	var first error
+	for _, p := range joined {
+		<-p.b.done
+		if p.item.err != nil {
+			o, err := l.degrade(p.check, p.item.err)
+			if err != nil {
+				first = cmpErr(first, err)
+				continue
+			}
+			outs[p.i] = o
+			continue
+		}
+		outs[p.i] = p.item.out
+	}
+	return first
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

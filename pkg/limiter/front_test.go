@@ -1,0 +1,319 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+)
+
+// countingStore wraps a store: counts calls and units asked, can hold calls at
+// a gate, and can fail.
+type countingStore struct {
+	Store
+	takes, units, refunds atomic.Int64
+	gate                  chan struct{} // when set, Take waits for a receive
+	fail                  atomic.Bool
+}
+
+var errDown = errors.New("store down")
+
+func (s *countingStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
+	s.takes.Add(int64(len(reqs)))
+	for _, r := range reqs {
+		s.units.Add(r.Cost)
+	}
+	if s.gate != nil {
+		<-s.gate
+	}
+	if s.fail.Load() {
+		return make([]Decision, len(reqs)), errDown
+	}
+	return s.Store.Take(ctx, reqs)
+}
+
+func (s *countingStore) Refund(ctx context.Context, leases []Lease) error {
+	s.refunds.Add(int64(len(leases)))
+	return s.Store.Refund(ctx, leases)
+}
+
+// fakeClock is shared by the memory store and the limiter.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newTestLimiter(t *testing.T, cfg Config) (*Limiter, *countingStore, *fakeClock) {
+	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)}
+	st := &countingStore{Store: NewMemoryStore(WithClock(clock.now))}
+	cfg.Timeout = time.Second
+	l, err := New(st, cfg, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	l.now = clock.now
+	l.fallback = NewMemoryStore(WithClock(clock.now))
+	return l, st, clock
+}
+
+func lim(key string, alg Algorithm, n int64, w time.Duration) Limit {
+	return Limit{Key: key, Algorithm: alg, Limit: n, Window: w}
+}
+
+func TestLimiterAllOrNothing(t *testing.T) {
+	l, _, _ := newTestLimiter(t, Config{})
+	wide := lim("wide", SlidingLog, 10, time.Minute)
+	tight := lim("tight", FixedWindow, 1, time.Minute)
+	v, err := l.Decide(context.Background(), []Check{{Limit: wide, Cost: 1}, {Limit: tight, Cost: 1}})
+	require.NoError(t, err)
+	require.True(t, v.Allowed)
+	require.EqualValues(t, 9, v.Checks[0].Remaining)
+
+	v, err = l.Decide(context.Background(), []Check{{Limit: wide, Cost: 1}, {Limit: tight, Cost: 1}})
+	require.NoError(t, err)
+	require.False(t, v.Allowed)
+	v, err = l.Decide(context.Background(), []Check{{Limit: wide, Cost: 1}})
+	require.NoError(t, err)
+	require.EqualValues(t, 8, v.Checks[0].Remaining, "the denied request's unit on `wide` was refunded")
+}
+
+func TestLimiterShadowNeverDenies(t *testing.T) {
+	l, _, _ := newTestLimiter(t, Config{})
+	shadow := lim("shadow", FixedWindow, 2, time.Minute)
+	for i := range 4 {
+		v, err := l.Decide(context.Background(), []Check{{Limit: shadow, Cost: 1, Shadow: true}})
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		require.Equal(t, i < 2, v.Checks[0].Allowed, "request %d: the shadow check itself says whether it would deny", i)
+		require.Equal(t, SourceStore, v.Checks[0].Source, "shadow denials are never served from the cache")
+	}
+}
+
+func TestLimiterReleasesConcurrencySlots(t *testing.T) {
+	l, _, _ := newTestLimiter(t, Config{})
+	c := lim("conc", Concurrency, 1, time.Minute)
+	v, err := l.Decide(context.Background(), []Check{{Limit: c, Cost: 1}})
+	require.NoError(t, err)
+	require.True(t, v.Allowed)
+	v2, err := l.Decide(context.Background(), []Check{{Limit: c, Cost: 1}})
+	require.NoError(t, err)
+	require.False(t, v2.Allowed)
+	l.Release(context.Background(), v)
+	v3, err := l.Decide(context.Background(), []Check{{Limit: c, Cost: 1}})
+	require.NoError(t, err)
+	require.True(t, v3.Allowed)
+	l.Release(context.Background(), v3)
+	l.Release(context.Background(), v3) // twice is harmless: a lease is given back once
+	v4, err := l.Decide(context.Background(), []Check{{Limit: c, Cost: 1}})
+	require.NoError(t, err)
+	require.True(t, v4.Allowed)
+}
+
+func TestOverLimitCache(t *testing.T) {
+	l, st, clock := newTestLimiter(t, Config{})
+	k := lim("hot", SlidingLog, 2, 10*time.Second)
+	decide := func(cost int64) Verdict {
+		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: cost}})
+		require.NoError(t, err)
+		return v
+	}
+	decide(1)
+	clock.add(time.Second)
+	decide(1)
+	v := decide(1) // the store denies: retry when the first unit leaves, 9 s
+	require.False(t, v.Allowed)
+	require.Equal(t, SourceStore, v.Checks[0].Source)
+	require.Equal(t, 9*time.Second, v.Checks[0].RetryAfter)
+	calls := st.takes.Load()
+
+	clock.add(4 * time.Second)
+	v = decide(1)
+	require.False(t, v.Allowed)
+	require.Equal(t, SourcePrefilter, v.Checks[0].Source)
+	require.Equal(t, 5*time.Second, v.Checks[0].RetryAfter)
+	require.Equal(t, calls, st.takes.Load(), "denied locally, no store call")
+
+	clock.add(5 * time.Second) // the retry time: back to the store, which admits
+	v = decide(1)
+	require.True(t, v.Allowed)
+	require.Equal(t, SourceStore, v.Checks[0].Source)
+
+	decide(1) // denied by the store again, cached
+	require.Equal(t, SourcePrefilter, decide(1).Checks[0].Source)
+	l.Flush()
+	require.Equal(t, SourceStore, decide(1).Checks[0].Source, "rules changed: cache flushed")
+}
+
+// The prefilter must never deny what the store would allow: the same random
+// traffic through a Limiter and straight to an identical store gives the same
+// admissions.
+func TestOverLimitCacheNeverDeniesWhatStoreAllows(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingLog, SlidingWindow, TokenBucket, FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			l, _, clock := newTestLimiter(t, Config{})
+			direct := NewMemoryStore(WithClock(clock.now))
+			k := lim("k", alg, 5, 2*time.Second)
+			if alg == TokenBucket {
+				k.Burst = 3
+			}
+			seed := uint64(alg)
+			for i := range 3000 {
+				seed = seed*6364136223846793005 + 1442695040888963407
+				clock.add(time.Duration(seed>>40%300) * time.Millisecond)
+				cost := int64(1 + seed>>20%2)
+				v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: cost}})
+				require.NoError(t, err)
+				d, err := Decide(context.Background(), direct, []Request{{Limit: k, Cost: cost}})
+				require.NoError(t, err)
+				require.Equal(t, d.Allowed, v.Allowed, "step %d (source %s)", i, v.Checks[0].Source)
+			}
+		})
+	}
+}
+
+func TestOverLimitCacheIsBounded(t *testing.T) {
+	c := newOverLimitCache(640)
+	now := time.Now()
+	for i := range 10000 {
+		c.put(lim(string(rune('a'+i%26))+time.Duration(i).String(), FixedWindow, 1, time.Minute), 1, Decision{Limit: 1, RetryAfter: time.Minute}, now, 0)
+	}
+	require.LessOrEqual(t, c.len(), 640)
+	require.Greater(t, c.len(), 500)
+}
+
+// Checks for one key that arrive while its call is in flight travel together.
+func TestCoalescingOneCallPerBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		limit, flood int64
+	}{{"limit above flood", 1000, 200}, {"limit below flood", 150, 200}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, st, _ := newTestLimiter(t, Config{})
+			st.gate = make(chan struct{})
+			k := lim("flood", SlidingLog, tc.limit, time.Minute)
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			first := make(chan struct{})
+			wg.Add(1)
+			go func() { // the leader: its call waits at the gate
+				defer wg.Done()
+				close(first)
+				v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+				require.NoError(t, err)
+				if v.Allowed {
+					admitted.Add(1)
+				}
+			}()
+			<-first
+			require.Eventually(t, func() bool { return st.takes.Load() == 1 }, 5*time.Second, time.Millisecond)
+			for range tc.flood - 1 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+					require.NoError(t, err)
+					if v.Allowed {
+						admitted.Add(1)
+					}
+				}()
+			}
+			require.Eventually(t, func() bool {
+				return int64(testCounter(l.metrics.coalesced)) == tc.flood-1
+			}, 5*time.Second, time.Millisecond)
+			st.gate <- struct{}{} // the leader's call
+			st.gate <- struct{}{} // the one batch carrying everyone else
+			wg.Wait()
+			require.EqualValues(t, 2, st.takes.Load(), "one call for the leader, one for the batch")
+			require.EqualValues(t, min(tc.limit, tc.flood), admitted.Load())
+			require.Equal(t, tc.flood, st.units.Load(), "the batch carried the summed cost")
+		})
+	}
+}
+
+func TestFallbackModes(t *testing.T) {
+	k := lim("k", FixedWindow, 10, time.Minute)
+	t.Run("fallback divides the limit by nodes", func(t *testing.T) {
+		l, st, _ := newTestLimiter(t, Config{})
+		st.fail.Store(true)
+		allowed := 0
+		for range 10 {
+			v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1, Nodes: 3}})
+			require.NoError(t, err)
+			require.Equal(t, SourceFallback, v.Checks[0].Source)
+			if v.Allowed {
+				allowed++
+			}
+		}
+		require.Equal(t, 4, allowed, "ceil(10/3) locally")
+	})
+	t.Run("open admits", func(t *testing.T) {
+		l, st, _ := newTestLimiter(t, Config{FailMode: FailOpen})
+		st.fail.Store(true)
+		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		require.Equal(t, SourceOpen, v.Checks[0].Source)
+	})
+	t.Run("closed refuses", func(t *testing.T) {
+		l, st, _ := newTestLimiter(t, Config{FailMode: FailClosed})
+		st.fail.Store(true)
+		_, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+		require.ErrorIs(t, err, ErrUnavailable)
+	})
+	t.Run("invalid check is an error, not a fallback", func(t *testing.T) {
+		l, _, _ := newTestLimiter(t, Config{})
+		_, err := l.Decide(context.Background(), []Check{{Limit: lim("k", FixedWindow, 0, time.Minute), Cost: 1}})
+		require.ErrorIs(t, err, ErrInvalidLimit)
+	})
+}
+
+func TestBreakerOpensProbesAndCloses(t *testing.T) {
+	l, st, clock := newTestLimiter(t, Config{BreakerFailures: 3, BreakerCooldown: time.Second})
+	k := lim("k", FixedWindow, 100, time.Minute)
+	decide := func() Outcome {
+		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+		require.NoError(t, err)
+		return v.Checks[0]
+	}
+	st.fail.Store(true)
+	for range 3 {
+		require.Equal(t, SourceFallback, decide().Source)
+	}
+	require.EqualValues(t, 3, st.takes.Load())
+	for range 10 {
+		decide()
+	}
+	require.EqualValues(t, 3, st.takes.Load(), "breaker open: no calls")
+	require.EqualValues(t, breakerOpen, l.breaker.state.Load())
+
+	clock.add(time.Second)
+	decide() // the probe fails: open again
+	require.EqualValues(t, 4, st.takes.Load())
+	decide()
+	require.EqualValues(t, 4, st.takes.Load())
+
+	st.fail.Store(false)
+	clock.add(time.Second)
+	require.Equal(t, SourceStore, decide().Source, "probe succeeds")
+	require.EqualValues(t, breakerClosed, l.breaker.state.Load())
+	require.Equal(t, SourceStore, decide().Source)
+}
+
+func testCounter(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}

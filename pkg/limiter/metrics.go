@@ -1,0 +1,81 @@
+package limiter
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the Limiter's; labels are bounded (reason, outcome), never a key.
+type metrics struct {
+	checks        [SourceSkipped + 1]prometheus.Counter
+	prefilterHits prometheus.Counter
+	coalesced     prometheus.Counter
+	storeCalls    prometheus.Counter
+	storeSeconds  *prometheus.HistogramVec
+	fallbacks     *prometheus.CounterVec
+	breakerState  prometheus.Gauge
+	refunds       prometheus.Counter
+	refundErrors  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, storeName string) (*metrics, error) {
+	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgeguard_limiter_checks_total",
+		Help: "Rate-limit checks decided, by where they were decided (reason).",
+	}, []string{"reason"})
+	m := &metrics{
+		prefilterHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_prefilter_hits_total",
+			Help: "Requests denied by the local over-limit cache without a store call.",
+		}),
+		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_coalesced_checks_total",
+			Help: "Checks that joined another request's call for the same key.",
+		}),
+		storeCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_store_script_calls_total",
+			Help: "Script calls sent to the store for decisions (one per key per call).",
+		}),
+		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "edgeguard_limiter_store_call_duration_seconds",
+			Help:    "Duration of one store round trip (all keys of a request), by outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 12),
+		}, []string{"outcome"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_fallback_total",
+			Help: "Checks the store could not decide, by reason (error, breaker_open).",
+		}, []string{"reason"}),
+		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgeguard_limiter_breaker_state",
+			Help: "Store circuit breaker: 0 closed, 1 open, 2 half-open.",
+		}),
+		refunds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_refunds_total",
+			Help: "Leases given back: other limit denied, unused coalesced units, released concurrency slots.",
+		}),
+		refundErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_refund_errors_total",
+			Help: "Refund calls that failed (units stay counted until their window passes).",
+		}),
+	}
+	for s := range m.checks {
+		name := Source(s).String()
+		if Source(s) == SourceStore {
+			name = storeName
+		}
+		m.checks[s] = checks.WithLabelValues(name)
+	}
+	m.fallbacks.WithLabelValues("error")
+	m.fallbacks.WithLabelValues("breaker_open")
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.refunds, m.refundErrors} {
+		errs = append(errs, reg.Register(c))
+	}
+	return m, errors.Join(errs...)
+}
+
+func (m *metrics) record(s Source, n int) { m.checks[s].Add(float64(n)) }

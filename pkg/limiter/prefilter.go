@@ -1,0 +1,121 @@
+package limiter
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// overLimitCache remembers keys the store denied, until a retry could fit:
+// the hot-key protection for denied floods. It is bounded (a flood of random
+// keys evicts, never grows it), and flushed when the rules change — a
+// generation number also stops calls sent before a flush from writing stale
+// entries after it.
+type overLimitCache struct {
+	gen    atomic.Uint64
+	seed   maphash.Seed
+	perCap int
+	shards [64]cacheShard
+}
+
+type cacheShard struct {
+	mu sync.Mutex
+	m  map[string]cached
+}
+
+type cached struct {
+	until, reset time.Time
+	need, limit  int64
+	gen          uint64
+}
+
+func newOverLimitCache(size int) *overLimitCache {
+	c := &overLimitCache{seed: maphash.MakeSeed()}
+	c.perCap = max(1, size/len(c.shards))
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]cached)
+	}
+	return c
+}
+
+func (c *overLimitCache) shard(key string) *cacheShard {
+	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
+}
+
+func (c *overLimitCache) generation() uint64 { return c.gen.Load() }
+
+// get returns a local denial for a check of cost, if one is known: only for a
+// cost at least the one the cached retry time was computed for.
+func (c *overLimitCache) get(l Limit, cost int64, now time.Time) (Decision, bool) {
+	key := memKey(l)
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e, ok := sh.m[key]
+	if ok && (e.gen != c.gen.Load() || !now.Before(e.until)) {
+		delete(sh.m, key)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || cost < e.need {
+		return Decision{}, false
+	}
+	retry := roundUpMs(e.until.Sub(now))
+	return Decision{Limit: e.limit, RetryAfter: retry, ResetAfter: max(retry, roundUpMs(e.reset.Sub(now))), Lease: Lease{Limit: l}}, true
+}
+
+func roundUpMs(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+func (c *overLimitCache) put(l Limit, need int64, d Decision, sent time.Time, gen uint64) {
+	if gen != c.gen.Load() {
+		return
+	}
+	key := memKey(l)
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.perCap {
+		victims := 0
+		for k, e := range sh.m { // map order is random: a cheap sample
+			if !sent.Before(e.until) || victims == 0 {
+				delete(sh.m, k)
+			}
+			if victims++; victims == 8 {
+				break
+			}
+		}
+	}
+	sh.m[key] = cached{until: sent.Add(d.RetryAfter), reset: sent.Add(d.ResetAfter), need: need, limit: d.Limit, gen: gen}
+}
+
+func (c *overLimitCache) drop(l Limit) {
+	key := memKey(l)
+	sh := c.shard(key)
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
+}
+
+func (c *overLimitCache) flush() {
+	c.gen.Add(1)
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
+}
+
+// len is the number of entries held (for tests and metrics).
+func (c *overLimitCache) len() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
