@@ -3,10 +3,15 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build test bench lint tools
+.PHONY: build run test bench lint tools
 
 build:
 	$(GO) build ./...
+
+# The edge on its own: embedded memory store, the example rules, a built-in
+# demo origin. Try: curl -i localhost:8080/ (RateLimit fields; 429 after 10).
+run:
+	$(GO) run ./cmd/edge --rules examples/rules.yaml
 
 tools:
 	./scripts/tools.sh

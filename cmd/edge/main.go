@@ -1,0 +1,39 @@
+// Command edge is the edgeguard edge node: it sheds load, rate limits against
+// its region's Redis and proxies allowed traffic to the origin. Every flag is
+// also an EDGEGUARD_<NAME> environment variable; see `edge --help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/edgeguard/edgeguard/internal/edge"
+)
+
+func main() {
+	cfg, err := edge.ParseFlags(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edge:", err)
+		os.Exit(2)
+	}
+	log := edge.NewLogger(os.Stderr, cfg.LogLevel)
+	e, err := edge.New(cfg, log)
+	if err != nil {
+		log.Error("edge refused to start", "err", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := e.Run(ctx); err != nil {
+		log.Error("edge failed", "err", err)
+		os.Exit(1)
+	}
+}

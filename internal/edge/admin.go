@@ -1,0 +1,51 @@
+package edge
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// adminHandler serves the admin port: never the public one.
+func (e *Edge) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{Registry: e.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if e.draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		if e.rules.Load() == nil {
+			http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /debug/rules", func(w http.ResponseWriter, _ *http.Request) {
+		snap := e.rules.Load()
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(struct {
+			Version  string               `json:"version"`
+			LoadedAt time.Time            `json:"loaded_at"`
+			Region   string               `json:"region"`
+			PoP      string               `json:"pop"`
+			Rules    []rules.CompiledRule `json:"rules"`
+		}{snap.Version(), *e.rulesAt.Load(), e.cfg.Region, e.cfg.PoP, snap.Rules()})
+	})
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	return mux
+}

@@ -1,0 +1,273 @@
+package edge
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+)
+
+// Config is everything the edge is started with. Every field is a flag, and
+// every flag can also be set as EDGEGUARD_<NAME> (dashes become underscores):
+// --redis-mode is EDGEGUARD_REDIS_MODE. A flag on the command line wins.
+type Config struct {
+	// Listen is the public address.
+	Listen string
+	// Admin is the admin address (metrics, health, readiness, rules, pprof).
+	// Bind it to a private interface in a deployment.
+	Admin string
+	// Origins are the origin URLs; none starts a built-in demo origin.
+	Origins []string
+	// Redis is a go-redis URL; empty uses the embedded memory store.
+	Redis string
+	// RedisMode is standalone, cluster or sentinel.
+	RedisMode limiter.Mode
+	// RedisTimeout bounds one Redis round trip; past it the fail mode decides.
+	RedisTimeout time.Duration
+	// FailMode is what happens when Redis cannot decide: fallback (local
+	// memory store with limit / nodes), open (admit) or closed (503).
+	FailMode limiter.FailMode
+	// Rules is the rules file (YAML, schema version 1).
+	Rules string
+	// Region and PoP name where this node runs (metrics labels, pop scope).
+	Region, PoP string
+	// NodesInRegion and NodesInPoP divide limits in the local fallback.
+	NodesInRegion, NodesInPoP int
+	// TrustedProxies are CIDRs whose X-Forwarded-For (and priority headers)
+	// are believed.
+	TrustedProxies []netip.Prefix
+	// KeySalt is mixed into the hash of descriptor values in Redis keys. Every
+	// edge sharing a Redis must use the same salt.
+	KeySalt string
+	// IPv6Prefix is the prefix length IPv6 clients are keyed by.
+	IPv6Prefix int
+	// LegacyHeaders adds X-RateLimit-Limit/-Remaining/-Reset for old clients.
+	LegacyHeaders bool
+
+	// Origin timeouts.
+	OriginTimeout, OriginDialTimeout time.Duration
+	// Server limits and timeouts.
+	MaxHeaderBytes, MaxBodyBytes           int
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	DrainDelay, ShutdownTimeout            time.Duration
+	Workers, QueueSize                     int
+	QueueTimeout                           time.Duration
+	Shedder                                string // shedder settings file (JSON); empty = defaults
+	PrefilterSize                          int
+	LogLevel                               string
+}
+
+// DefaultConfig is the single-node demo: memory store, demo origin.
+func DefaultConfig() Config {
+	return Config{
+		Listen:            ":8080",
+		Admin:             "127.0.0.1:9090",
+		RedisMode:         limiter.ModeStandalone,
+		RedisTimeout:      5 * time.Millisecond,
+		FailMode:          limiter.FailFallback,
+		Region:            "local",
+		PoP:               "local",
+		NodesInRegion:     1,
+		NodesInPoP:        1,
+		IPv6Prefix:        64,
+		OriginTimeout:     10 * time.Second,
+		OriginDialTimeout: time.Second,
+		MaxHeaderBytes:    8 << 10,
+		MaxBodyBytes:      10 << 20,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		DrainDelay:        5 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
+		Workers:           512 * runtime.GOMAXPROCS(0),
+		QueueSize:         128,
+		QueueTimeout:      50 * time.Millisecond,
+		PrefilterSize:     100_000,
+		LogLevel:          "info",
+	}
+}
+
+// ParseFlags reads args and the environment (getenv) over the defaults.
+func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.Usage = func() {
+		fmt.Fprintf(usage, "Usage: edge [flags]\n\nEvery flag can also be set in the environment as EDGEGUARD_<NAME>\n(--redis-mode is EDGEGUARD_REDIS_MODE); a flag on the command line wins.\n\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.Listen, "listen", c.Listen, "public listen address")
+	fs.StringVar(&c.Admin, "admin", c.Admin, "admin listen address (/metrics, /healthz, /readyz, /debug/rules, /debug/pprof); keep it private")
+	fs.Var((*listFlag)(&c.Origins), "origin", "origin URL; repeat or comma-separate for several; none starts a built-in demo origin")
+	fs.StringVar(&c.Redis, "redis", c.Redis, "go-redis URL (redis://user:pass@h1:6379?addr=h2:6379, rediss:// for TLS, ?master_name= for Sentinel); empty = embedded memory store")
+	fs.Var((*modeFlag)(&c.RedisMode), "redis-mode", "standalone, cluster or sentinel")
+	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip")
+	fs.Var((*failFlag)(&c.FailMode), "fail-mode", "when Redis cannot decide: fallback (local limit / nodes), open (admit) or closed (503)")
+	fs.StringVar(&c.Rules, "rules", c.Rules, "rules file (YAML, version 1)")
+	fs.StringVar(&c.Region, "region", c.Region, "region this node runs in")
+	fs.StringVar(&c.PoP, "pop", c.PoP, "PoP this node runs in")
+	fs.IntVar(&c.NodesInRegion, "nodes-in-region", c.NodesInRegion, "edge nodes in the region (the fallback enforces limit / this)")
+	fs.IntVar(&c.NodesInPoP, "nodes-in-pop", c.NodesInPoP, "edge nodes in the PoP (fallback divisor for scope: pop rules)")
+	fs.Var((*prefixesFlag)(&c.TrustedProxies), "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For and priority headers are trusted (comma-separated)")
+	fs.StringVar(&c.KeySalt, "key-salt", c.KeySalt, "salt of the descriptor hash in Redis keys (same on every edge of a region)")
+	fs.IntVar(&c.IPv6Prefix, "ipv6-prefix", c.IPv6Prefix, "prefix length IPv6 clients are keyed by")
+	fs.BoolVar(&c.LegacyHeaders, "legacy-headers", c.LegacyHeaders, "also send X-RateLimit-Limit/-Remaining/-Reset")
+	fs.DurationVar(&c.OriginTimeout, "origin-timeout", c.OriginTimeout, "whole origin exchange; past it 504")
+	fs.DurationVar(&c.OriginDialTimeout, "origin-dial-timeout", c.OriginDialTimeout, "origin connect timeout")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header block; larger gets 431")
+	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body; larger gets 413")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "keep-alive idle timeout")
+	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "on SIGTERM, how long /readyz reports 503 before the listener closes")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long in-flight requests may take to finish on shutdown")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "requests run at once (worker cap); more wait in a short queue, then 503")
+	fs.IntVar(&c.QueueSize, "queue-size", c.QueueSize, "requests that may wait for a worker")
+	fs.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for a worker")
+	fs.StringVar(&c.Shedder, "shedder", c.Shedder, "load shedder settings file (JSON); empty = defaults")
+	fs.IntVar(&c.PrefilterSize, "prefilter-size", c.PrefilterSize, "keys held by the local over-limit cache")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := EnvName(f.Name)
+		if v := getenv(env); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return c, c.Validate()
+}
+
+// EnvName is the environment variable of a flag: EDGEGUARD_REDIS_MODE.
+func EnvName(flagName string) string {
+	return "EDGEGUARD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Listen == "" {
+		bad("listen: required")
+	}
+	if c.Admin == "" {
+		bad("admin: required")
+	}
+	if c.Admin == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		bad("admin: must differ from listen (nothing admin on the public port)")
+	}
+	if c.Redis == "" && c.RedisMode != limiter.ModeStandalone {
+		bad("redis-mode: %s needs --redis", c.RedisMode)
+	}
+	for name, d := range map[string]time.Duration{"redis-timeout": c.RedisTimeout, "origin-timeout": c.OriginTimeout, "origin-dial-timeout": c.OriginDialTimeout,
+		"read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout, "queue-timeout": c.QueueTimeout} {
+		if d <= 0 {
+			bad("%s: must be > 0 (got %s)", name, d)
+		}
+	}
+	if c.DrainDelay < 0 {
+		bad("drain-delay: must be ≥ 0 (got %s)", c.DrainDelay)
+	}
+	for name, n := range map[string]int{"nodes-in-region": c.NodesInRegion, "nodes-in-pop": c.NodesInPoP, "workers": c.Workers,
+		"max-header-bytes": c.MaxHeaderBytes, "max-body-bytes": c.MaxBodyBytes, "prefilter-size": c.PrefilterSize} {
+		if n < 1 {
+			bad("%s: must be ≥ 1 (got %d)", name, n)
+		}
+	}
+	if c.QueueSize < 0 {
+		bad("queue-size: must be ≥ 0 (got %d)", c.QueueSize)
+	}
+	if c.IPv6Prefix < 1 || c.IPv6Prefix > 128 {
+		bad("ipv6-prefix: must be in 1..128 (got %d)", c.IPv6Prefix)
+	}
+	if c.Region == "" || c.PoP == "" {
+		bad("region and pop: required")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		bad("log-level: %v", err)
+	}
+	return errors.Join(errs...)
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+type modeFlag limiter.Mode
+
+func (m *modeFlag) String() string { return string(*m) }
+func (m *modeFlag) Set(v string) error {
+	mode, err := limiter.ParseMode(v)
+	*m = modeFlag(mode)
+	return err
+}
+
+type failFlag limiter.FailMode
+
+func (f *failFlag) String() string { return string(*f) }
+func (f *failFlag) Set(v string) error {
+	mode, err := limiter.ParseFailMode(v)
+	*f = failFlag(mode)
+	return err
+}
+
+type prefixesFlag []netip.Prefix
+
+func (p *prefixesFlag) String() string {
+	s := make([]string, len(*p))
+	for i, x := range *p {
+		s[i] = x.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// Set accepts CIDRs and bare addresses (a /32 or /128).
+func (p *prefixesFlag) Set(v string) error {
+	var errs []error
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !strings.Contains(s, "/") {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%q is not an address or CIDR", s))
+				continue
+			}
+			*p = append(*p, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		pr, err := netip.ParsePrefix(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%q is not a CIDR", s))
+			continue
+		}
+		*p = append(*p, pr.Masked())
+	}
+	return errors.Join(errs...)
+}

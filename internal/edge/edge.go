@@ -1,0 +1,280 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/origin"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
+
+// Edge is one edge node.
+type Edge struct {
+	cfg          Config
+	log          *slog.Logger
+	reg          *prometheus.Registry
+	metrics      *metrics
+	trusted      trustedSet
+	popKeyPrefix string
+	storeName    string
+
+	rules    atomic.Pointer[rules.Snapshot]
+	rulesAt  atomic.Pointer[time.Time]
+	limiter  *limiter.Limiter
+	closers  []func()
+	proxy    *origin.Proxy
+	shed     *shedder.Shedder
+	workers  *shedder.Workers
+	draining atomic.Bool
+
+	publicLn, adminLn net.Listener
+	server            *fasthttp.Server
+	admin             *http.Server
+}
+
+// New builds an edge from cfg: it loads the rules (refusing to start on an
+// invalid file), connects nothing yet (Redis may be down: the fallback
+// decides until it is back), and binds both listeners.
+func New(cfg Config, log *slog.Logger) (*Edge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Edge{
+		cfg:          cfg,
+		log:          log,
+		reg:          prometheus.NewRegistry(),
+		trusted:      trustedSet(cfg.TrustedProxies),
+		popKeyPrefix: "pop." + cfg.PoP + ".",
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			e.close()
+		}
+	}()
+	reg := prometheus.WrapRegistererWith(prometheus.Labels{"region": cfg.Region, "pop": cfg.PoP}, e.reg)
+	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
+	if e.metrics, err = newMetrics(reg); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	if err := e.loadRules(); err != nil {
+		return nil, err
+	}
+	if err := e.buildLimiter(reg); err != nil {
+		return nil, err
+	}
+	if err := e.buildShedder(reg); err != nil {
+		return nil, err
+	}
+	origins := cfg.Origins
+	if len(origins) == 0 {
+		addr, stop, err := startDemoOrigin()
+		if err != nil {
+			return nil, fmt.Errorf("starting demo origin: %w", err)
+		}
+		e.closers = append(e.closers, stop)
+		origins = []string{"http://" + addr}
+		log.Warn("no --origin given: proxying to the built-in demo origin", "addr", addr)
+	}
+	ocfg := origin.DefaultConfig()
+	ocfg.URLs, ocfg.Timeout, ocfg.DialTimeout = origins, cfg.OriginTimeout, cfg.OriginDialTimeout
+	if e.proxy, err = origin.New(ocfg, reg, log); err != nil {
+		return nil, fmt.Errorf("configuring origins: %w", err)
+	}
+	e.closers = append(e.closers, e.proxy.Close)
+	e.server = &fasthttp.Server{
+		Handler:                      e.handle,
+		Name:                         "edgeguard",
+		ReadBufferSize:               cfg.MaxHeaderBytes,
+		MaxRequestBodySize:           cfg.MaxBodyBytes,
+		ReadTimeout:                  cfg.ReadTimeout,
+		WriteTimeout:                 cfg.WriteTimeout,
+		IdleTimeout:                  cfg.IdleTimeout,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultDate:                false,
+		Logger:                       fasthttpLogger{log},
+	}
+	e.admin = &http.Server{Handler: e.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	if e.publicLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	if e.adminLn, err = net.Listen("tcp", cfg.Admin); err != nil {
+		return nil, fmt.Errorf("listening on %s (admin): %w", cfg.Admin, err)
+	}
+	ok = true
+	return e, nil
+}
+
+// Addr and AdminAddr are the bound addresses (useful with port 0).
+func (e *Edge) Addr() string      { return e.publicLn.Addr().String() }
+func (e *Edge) AdminAddr() string { return e.adminLn.Addr().String() }
+
+// loadRules reads and compiles the rules file; no file means no rules.
+func (e *Edge) loadRules() error {
+	doc := &rules.Document{Version: rules.SchemaVersion}
+	if e.cfg.Rules != "" {
+		data, err := os.ReadFile(e.cfg.Rules)
+		if err != nil {
+			return fmt.Errorf("reading rules: %w", err)
+		}
+		if doc, err = rules.Parse(data); err != nil {
+			e.metrics.rulesErrors.Inc()
+			return fmt.Errorf("rules file %s: %w", e.cfg.Rules, err)
+		}
+	} else {
+		e.log.Warn("no --rules given: nothing is rate limited")
+	}
+	snap, err := rules.Compile(doc, rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt)))
+	if err != nil {
+		e.metrics.rulesErrors.Inc()
+		return fmt.Errorf("compiling rules: %w", err)
+	}
+	e.SetRules(snap)
+	return nil
+}
+
+// SetRules swaps the rules snapshot atomically; requests in flight finish
+// with the one they started with.
+func (e *Edge) SetRules(snap *rules.Snapshot) {
+	old := e.rules.Swap(snap)
+	now := time.Now()
+	e.rulesAt.Store(&now)
+	if e.limiter != nil {
+		e.limiter.Flush()
+	}
+	if old != nil {
+		e.metrics.rulesInfo.DeleteLabelValues(old.Version())
+	}
+	e.metrics.rulesInfo.WithLabelValues(snap.Version()).Set(1)
+	e.metrics.rulesLoaded.Set(float64(now.Unix()))
+	e.log.Info("rules loaded", "version", snap.Version(), "rules", len(snap.Rules()))
+}
+
+func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
+	lcfg := limiter.Config{Timeout: e.cfg.RedisTimeout, FailMode: e.cfg.FailMode, CacheSize: e.cfg.PrefilterSize}
+	var store limiter.Store
+	if e.cfg.Redis == "" {
+		store = limiter.NewMemoryStore()
+		lcfg.StoreName = "memory"
+		e.log.Info("no --redis given: counting in this process only (embedded memory store)")
+	} else {
+		redis.SetLogger(redisLogger{e.log})
+		client, err := limiter.NewRedisClient(e.cfg.Redis, e.cfg.RedisMode)
+		if err != nil {
+			return err
+		}
+		e.closers = append(e.closers, func() { _ = client.Close() })
+		rs, err := limiter.NewRedisStore(client, "")
+		if err != nil {
+			return err
+		}
+		lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := rs.Load(lctx); err != nil {
+			// AP: start anyway; scripts load on first use once Redis answers.
+			e.log.Warn("redis not reachable at start; deciding locally until it is", "err", err)
+		}
+		cancel()
+		store, lcfg.StoreName = rs, "redis"
+	}
+	l, err := limiter.New(store, lcfg, reg, e.log)
+	if err != nil {
+		return err
+	}
+	e.limiter, e.storeName = l, lcfg.StoreName
+	return nil
+}
+
+func (e *Edge) buildShedder(reg prometheus.Registerer) error {
+	scfg := shedder.DefaultConfig()
+	if e.cfg.Shedder != "" {
+		data, err := os.ReadFile(e.cfg.Shedder)
+		if err != nil {
+			return fmt.Errorf("reading shedder settings: %w", err)
+		}
+		if scfg, err = shedder.ParseConfig(data); err != nil {
+			return fmt.Errorf("shedder settings %s: %w", e.cfg.Shedder, err)
+		}
+	}
+	scfg.QueueSize, scfg.QueueTimeout = e.cfg.QueueSize, e.cfg.QueueTimeout
+	s, err := shedder.New(scfg, reg)
+	if err != nil {
+		return err
+	}
+	e.workers = shedder.NewWorkers(e.cfg.Workers, scfg.QueueSize, scfg.QueueTimeout)
+	s.AttachWorkers(e.workers)
+	e.shed = s
+	return nil
+}
+
+// Run serves until ctx is done, then shuts down gracefully: /readyz turns
+// 503 at once, the drain delay lets load balancers notice, the listener
+// closes, and in-flight requests finish (within ShutdownTimeout).
+func (e *Edge) Run(ctx context.Context) error {
+	defer e.close()
+	samplerCtx, stopSampler := context.WithCancel(context.Background())
+	defer stopSampler()
+	go func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) }()
+
+	errc := make(chan error, 2)
+	go func() { errc <- e.server.Serve(e.publicLn) }()
+	go func() {
+		if err := e.admin.Serve(e.adminLn); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("admin server: %w", err)
+		}
+	}()
+	e.metrics.ready.Set(1)
+	e.log.Info("edge serving", "listen", e.Addr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	e.draining.Store(true)
+	e.metrics.ready.Set(0)
+	e.log.Info("draining", "delay", e.cfg.DrainDelay)
+	time.Sleep(e.cfg.DrainDelay)
+	// A fresh context: the one that asked us to stop is already done.
+	sctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
+	defer cancel()
+	err := e.server.ShutdownWithContext(sctx)
+	_ = e.admin.Shutdown(sctx)
+	e.log.Info("edge stopped", "err", err)
+	return err
+}
+
+func (e *Edge) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+	e.closers = nil
+	for _, ln := range []net.Listener{e.publicLn, e.adminLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// fasthttpLogger routes fasthttp's own messages (bad requests, timeouts) to slog.
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug("fasthttp", "msg", strings.TrimSpace(fmt.Sprintf(format, args...)))
+}

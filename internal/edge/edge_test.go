@@ -1,0 +1,347 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+)
+
+// slowArrived receives once per /slow request the test origin starts serving.
+var slowArrived = make(chan struct{}, 100)
+
+// testOrigin is a real origin on loopback: /slow?ms=N sleeps, everything
+// else echoes what the edge forwarded.
+func testOrigin(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/slow" {
+			select {
+			case slowArrived <- struct{}{}:
+			default:
+			}
+			ms, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("ms")))
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
+		ctx.SetContentType("application/json")
+		body, _ := json.Marshal(map[string]string{
+			"path": string(ctx.Path()),
+			"xff":  string(ctx.Request.Header.Peek("X-Forwarded-For")),
+			"rid":  string(ctx.Request.Header.Peek("X-Request-ID")),
+		})
+		ctx.SetBody(body)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return "http://" + ln.Addr().String()
+}
+
+type running struct {
+	*Edge
+	stop    func() // cancels Run and waits for it
+	done    chan error
+	stopErr error // what Run returned, once stop returned
+}
+
+func startEdge(t *testing.T, rulesYAML string, mutate func(*Config)) *running {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Origins = []string{testOrigin(t)}
+	cfg.DrainDelay = 0
+	cfg.Rules = filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(cfg.Rules, []byte(rulesYAML), 0o600))
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	e, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Edge: e, done: make(chan error, 1)}
+	go func() { r.done <- e.Run(ctx) }()
+	var once sync.Once
+	r.stop = func() { once.Do(func() { cancel(); r.stopErr = <-r.done }) }
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *running) get(t *testing.T, path string, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+r.Addr()+path, nil)
+	require.NoError(t, err)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func codes(t *testing.T, r *running, n int, path string, headers ...string) []int {
+	var out []int
+	for range n {
+		resp := r.get(t, path, headers...)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		out = append(out, resp.StatusCode)
+	}
+	return out
+}
+
+const perIP = `
+version: 1
+rules:
+  - id: per-ip
+    key: [ip]
+    algorithm: sliding_log
+    limit: 3
+    window: 1m
+`
+
+func TestDeniedResponseFields(t *testing.T) {
+	r := startEdge(t, perIP, nil)
+	resp := r.get(t, "/")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, `"per-ip";q=3;w=60`, resp.Header.Get("RateLimit-Policy"))
+	require.Equal(t, `"per-ip";r=2;t=60`, resp.Header.Get("RateLimit"))
+	require.Empty(t, resp.Header.Get("X-RateLimit-Limit"), "legacy fields are opt-in")
+	require.Equal(t, []int{200, 200, 429}, codes(t, r, 3, "/"))
+
+	resp = r.get(t, "/")
+	require.Equal(t, 429, resp.StatusCode)
+	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+	retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, retry, 59, "never earlier than the oldest entry leaves the window")
+	require.LessOrEqual(t, retry, 60)
+	require.Equal(t, `"per-ip";r=0;t=60`, resp.Header.Get("RateLimit"))
+	var p problem
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+	require.Equal(t, problemQuotaExceeded, p.Type)
+	require.Equal(t, 429, p.Status)
+	require.Equal(t, []string{"per-ip"}, p.Violated)
+}
+
+func TestLegacyHeadersOptIn(t *testing.T) {
+	r := startEdge(t, perIP, func(c *Config) { c.LegacyHeaders = true })
+	resp := r.get(t, "/")
+	require.Equal(t, "3", resp.Header.Get("X-RateLimit-Limit"))
+	require.Equal(t, "2", resp.Header.Get("X-RateLimit-Remaining"))
+	require.Equal(t, "60", resp.Header.Get("X-RateLimit-Reset"))
+}
+
+func TestSpoofedForwardedForIgnored(t *testing.T) {
+	r := startEdge(t, perIP, nil) // 127.0.0.1 is not a trusted proxy
+	var got []int
+	for i := range 4 {
+		resp := r.get(t, "/", "X-Forwarded-For", "203.0.113."+strconv.Itoa(i))
+		got = append(got, resp.StatusCode)
+		if i == 0 {
+			var echo map[string]string
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&echo))
+			require.Equal(t, "127.0.0.1", echo["xff"], "the client's own XFF is dropped, the socket peer appended")
+		}
+	}
+	require.Equal(t, []int{200, 200, 200, 429}, got, "one client, whatever it claims")
+}
+
+func TestTrustedProxyHopHonoured(t *testing.T) {
+	r := startEdge(t, perIP, func(c *Config) {
+		require.NoError(t, (*prefixesFlag)(&c.TrustedProxies).Set("127.0.0.1"))
+	})
+	for _, client := range []string{"203.0.113.1", "203.0.113.2"} {
+		require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/", "X-Forwarded-For", "6.6.6.6, "+client), client)
+	}
+	resp := r.get(t, "/", "X-Forwarded-For", "203.0.113.3", "X-Request-ID", "trace-42")
+	var echo map[string]string
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&echo))
+	require.Equal(t, "203.0.113.3, 127.0.0.1", echo["xff"])
+	require.Equal(t, "trace-42", echo["rid"], "a trusted proxy's request id is kept")
+}
+
+func TestPathNormalizationCannotSidestepPrefix(t *testing.T) {
+	r := startEdge(t, `
+version: 1
+rules:
+  - id: admin
+    match: {path_prefix: ["/admin"]}
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1
+    window: 1m
+`, nil)
+	require.Equal(t, 200, r.get(t, "/admin").StatusCode)
+	for _, p := range []string{"//admin", "/%2Fadmin", "/%61dmin", "/x/../admin", "/admin/deeper"} {
+		require.Equal(t, 429, r.get(t, p).StatusCode, p)
+	}
+	require.Equal(t, 200, r.get(t, "/administrator").StatusCode, "segment boundary: not the /admin prefix")
+}
+
+func TestShadowRuleCountsButNeverDenies(t *testing.T) {
+	r := startEdge(t, `
+version: 1
+rules:
+  - id: trial
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1
+    window: 1m
+    shadow: true
+`, nil)
+	for range 3 {
+		resp := r.get(t, "/")
+		require.Equal(t, 200, resp.StatusCode)
+		require.Empty(t, resp.Header.Get("RateLimit-Policy"), "shadow rules never appear in headers")
+	}
+	m := scrape(t, r)
+	require.Contains(t, m, `edgeguard_edge_decisions_total{decision="allowed",pop="local",reason="memory",region="local",rule="trial"} 1`)
+	require.Contains(t, m, `edgeguard_edge_decisions_total{decision="shadow_denied",pop="local",reason="memory",region="local",rule="trial"} 2`)
+}
+
+func scrape(t *testing.T, r *running) string {
+	resp, err := http.Get("http://" + r.AdminAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+const oneSlot = `
+version: 1
+rules:
+  - id: one-at-a-time
+    key: [ip]
+    algorithm: concurrency
+    limit: 1
+    window: 1m
+`
+
+func TestConcurrencySlotReleased(t *testing.T) {
+	r := startEdge(t, oneSlot, func(c *Config) { c.OriginTimeout = 300 * time.Millisecond })
+	t.Run("on completion", func(t *testing.T) {
+		require.Equal(t, []int{200, 200, 200}, codes(t, r, 3, "/"))
+	})
+	t.Run("while held", func(t *testing.T) {
+		slow := make(chan int)
+		for len(slowArrived) > 0 {
+			<-slowArrived
+		}
+		go func() {
+			resp, err := http.Get("http://" + r.Addr() + "/slow?ms=250")
+			if err == nil {
+				resp.Body.Close()
+				slow <- resp.StatusCode
+			}
+			close(slow)
+		}()
+		<-slowArrived // the slow request holds the slot at the origin
+		require.Equal(t, 429, r.get(t, "/").StatusCode, "a second request while the slot is held")
+		require.Equal(t, 200, <-slow)
+		require.Equal(t, 200, r.get(t, "/").StatusCode)
+	})
+	t.Run("on origin timeout", func(t *testing.T) {
+		require.Equal(t, 504, r.get(t, "/slow?ms=1000").StatusCode)
+		require.Equal(t, 200, r.get(t, "/").StatusCode, "the slot came back with the 504")
+	})
+}
+
+func TestOversizedHeadersRejected(t *testing.T) {
+	r := startEdge(t, perIP, func(c *Config) { c.MaxHeaderBytes = 4096 })
+	resp := r.get(t, "/", "X-Big", strings.Repeat("a", 8000))
+	require.Equal(t, 431, resp.StatusCode)
+}
+
+func TestInvalidRulesRefuseToStart(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Rules = filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(cfg.Rules, []byte("version: 1\nrules:\n  - id: broken\n    key: [ip]\n    algorithm: sliding_log\n    limit: 0\n    window: 1m\n"), 0o600))
+	_, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, `rule "broken": limit`)
+}
+
+func TestAdminEndpointsOnlyOnAdminPort(t *testing.T) {
+	r := startEdge(t, perIP, nil)
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/debug/rules": `"per-ip"`, "/metrics": "edgeguard_edge_ready", "/debug/pprof/": "goroutine"} {
+		resp, err := http.Get("http://" + r.AdminAddr() + path)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode, path)
+		require.Contains(t, string(b), want, path)
+	}
+	resp := r.get(t, "/metrics")
+	b, _ := io.ReadAll(resp.Body)
+	require.NotContains(t, string(b), "edgeguard_", "the public port proxies /metrics to the origin")
+}
+
+func TestGracefulShutdownFinishesInFlight(t *testing.T) {
+	r := startEdge(t, perIP, func(c *Config) { c.DrainDelay = 200 * time.Millisecond })
+	type result struct {
+		code int
+		err  error
+	}
+	inflight := make(chan result, 1)
+	go func() {
+		resp, err := http.Get("http://" + r.Addr() + "/slow?ms=400")
+		if err != nil {
+			inflight <- result{err: err}
+			return
+		}
+		resp.Body.Close()
+		inflight <- result{code: resp.StatusCode}
+	}()
+	time.Sleep(50 * time.Millisecond) // let it reach the origin
+	stopped := make(chan struct{})
+	go func() { r.stop(); close(stopped) }()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + r.AdminAddr() + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503
+	}, time.Second, 5*time.Millisecond, "/readyz turns 503 while draining")
+	res := <-inflight
+	require.NoError(t, res.err)
+	require.Equal(t, 200, res.code)
+	<-stopped
+	require.NoError(t, r.stopErr)
+}
+
+func TestFailModesWithRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := "redis://" + ln.Addr().String()
+	ln.Close()
+	for mode, want := range map[string]int{"fallback": 200, "open": 200, "closed": 503} {
+		t.Run(mode, func(t *testing.T) {
+			r := startEdge(t, perIP, func(c *Config) {
+				c.Redis = dead
+				c.FailMode = limiterFailMode(t, mode)
+			})
+			resp := r.get(t, "/")
+			require.Equal(t, want, resp.StatusCode)
+			if want == 503 {
+				require.NotEmpty(t, resp.Header.Get("Retry-After"))
+				var p problem
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+				require.Equal(t, problemReducedCapacity, p.Type)
+			}
+		})
+	}
+}

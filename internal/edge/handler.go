@@ -1,0 +1,198 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// scratch is a request's reusable buffers.
+type scratch struct {
+	matches []rules.Match
+	checks  []limiter.Check
+	applied []applied
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// b2s views bytes as a string for lookups that do not keep it.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// handle is the request path; see the package documentation for the steps.
+func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	outcome := e.serve(ctx, start)
+	e.metrics.requests.WithLabelValues(outcome).Inc()
+	e.metrics.duration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+}
+
+func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
+	peer := peerAddr(ctx.RemoteIP())
+	trusted := e.trusted.contains(peer)
+	header := func(name string) (string, bool) {
+		v := ctx.Request.Header.Peek(name)
+		return b2s(v), v != nil
+	}
+	path := rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
+
+	// Shed: before any I/O, by priority tier.
+	tier := e.shed.Classify(b2s(ctx.Method()), path, header, trusted)
+	if !e.shed.Admit(start, tier) {
+		unavailable(ctx, "the edge is shedding load; retry later", 1)
+		return outcomeShed
+	}
+	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
+	// derived context and races with Shutdown; the queue timeout bounds this.
+	release, err := e.workers.Acquire(context.Background())
+	if err != nil {
+		unavailable(ctx, "no worker free; retry later", 1)
+		return outcomeNoWorker
+	}
+	defer release()
+
+	// Identify.
+	if !trusted {
+		// A client's own X-Forwarded-For proves nothing and must not reach
+		// the origin as if a proxy had written it.
+		ctx.Request.Header.Del("X-Forwarded-For")
+	}
+	client := clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
+
+	// Match.
+	sc := scratchPool.Get().(*scratch)
+	defer func() {
+		clear(sc.matches)
+		clear(sc.applied)
+		sc.matches, sc.checks, sc.applied = sc.matches[:0], sc.checks[:0], sc.applied[:0]
+		scratchPool.Put(sc)
+	}()
+	snap := e.rules.Load()
+	req := rules.Request{
+		Host:     rules.NormalizeHost(b2s(ctx.Host())),
+		Method:   b2s(ctx.Method()),
+		Path:     path,
+		ClientIP: client,
+		Header:   header,
+		Query: func(name string) (string, bool) {
+			v := ctx.QueryArgs().Peek(name)
+			return b2s(v), v != nil
+		},
+	}
+	sc.matches = snap.Match(&req, sc.matches)
+
+	// Limit.
+	var verdict limiter.Verdict
+	if len(sc.matches) > 0 {
+		for _, m := range sc.matches {
+			sc.checks = append(sc.checks, e.check(m))
+		}
+		verdict, err = e.limiter.Decide(context.Background(), sc.checks) // bounded by --redis-timeout
+		switch {
+		case errors.Is(err, limiter.ErrUnavailable):
+			unavailable(ctx, "rate limiting is unavailable; retry later", 1)
+			return outcomeUnavailable
+		case err != nil:
+			// A check the limiter refuses is a bug (rules are validated);
+			// never a wall of errors for clients.
+			e.metrics.limiterError.Inc()
+			e.log.Error("limiter refused checks", "err", err)
+			verdict = limiter.Verdict{Allowed: true}
+		}
+		sc.applied = e.record(sc.matches, verdict, sc.applied)
+		if !verdict.Allowed {
+			deny(ctx, sc.applied, e.cfg.LegacyHeaders)
+			return outcomeDenied
+		}
+		defer e.limiter.Release(context.Background(), verdict)
+	}
+
+	// Proxy.
+	e.proxy.Serve(ctx, peer.String(), e.requestID(ctx, trusted))
+	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
+	return outcomeProxied
+}
+
+// check turns a matched rule into a limiter check.
+func (e *Edge) check(m rules.Match) limiter.Check {
+	r := m.Rule
+	alg, _ := limiter.ParseAlgorithm(string(r.Algorithm)) // validated with the rules
+	key, nodes := m.Key, e.cfg.NodesInRegion
+	if r.Scope == rules.ScopePoP {
+		key, nodes = e.popKeyPrefix+key, e.cfg.NodesInPoP
+	}
+	burst := int64(0)
+	if alg == limiter.TokenBucket {
+		burst = r.Burst
+	}
+	return limiter.Check{
+		Limit:  limiter.Limit{Key: key, Algorithm: alg, Limit: r.Limit, Window: r.Window, Burst: burst, MinInterval: r.MinInterval},
+		Cost:   r.Cost,
+		Shadow: r.Shadow,
+		Nodes:  nodes,
+	}
+}
+
+// record counts every rule's decision and returns the non-shadow rules as
+// clients see them.
+func (e *Edge) record(ms []rules.Match, v limiter.Verdict, dst []applied) []applied {
+	for i, m := range ms {
+		if i >= len(v.Checks) { // the limiter failed: admitted unchecked
+			break
+		}
+		o := v.Checks[i]
+		decision := "allowed"
+		switch {
+		case o.Source == limiter.SourceSkipped:
+		case !o.Allowed && m.Rule.Shadow:
+			decision = "shadow_denied"
+			e.log.Info("shadow rule would deny", "rule", m.Rule.ID, "retry_after", o.RetryAfter)
+		case !o.Allowed:
+			decision = "denied"
+		}
+		if o.Source != limiter.SourceSkipped {
+			e.metrics.decisions.WithLabelValues(m.Rule.ID, decision, e.reason(o.Source)).Inc()
+		}
+		if !m.Rule.Shadow {
+			dst = append(dst, applied{rule: m.Rule, out: o, skipped: o.Source == limiter.SourceSkipped})
+		}
+	}
+	return dst
+}
+
+func (e *Edge) reason(s limiter.Source) string {
+	if s == limiter.SourceStore {
+		return e.storeName
+	}
+	return s.String()
+}
+
+// requestID keeps a trusted proxy's well-formed X-Request-ID, or makes one.
+func (e *Edge) requestID(ctx *fasthttp.RequestCtx, trusted bool) string {
+	if id := ctx.Request.Header.Peek("X-Request-ID"); trusted && validRequestID(id) {
+		return string(id)
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func validRequestID(id []byte) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,76 @@
+package edge
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the edge's. Labels are bounded: rule ids come from the
+// operator's rules, every other label from a fixed set; never a client key,
+// address or raw host. region and pop are constant labels of the registry.
+type metrics struct {
+	requests     *prometheus.CounterVec   // outcome
+	decisions    *prometheus.CounterVec   // rule, decision, reason
+	duration     *prometheus.HistogramVec // outcome
+	rulesInfo    *prometheus.GaugeVec     // version
+	rulesLoaded  prometheus.Gauge
+	rulesErrors  prometheus.Counter
+	limiterError prometheus.Counter
+	ready        prometheus.Gauge
+}
+
+// Request outcomes (the outcome label).
+const (
+	outcomeProxied     = "proxied"
+	outcomeDenied      = "denied"
+	outcomeShed        = "shed"
+	outcomeNoWorker    = "no_worker"
+	outcomeUnavailable = "unavailable"
+)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_edge_requests_total",
+			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed).",
+		}, []string{"outcome"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_edge_decisions_total",
+			Help: "Rule decisions by rule, decision (allowed, denied, shadow_denied) and reason (where decided).",
+		}, []string{"rule", "decision", "reason"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "edgeguard_edge_request_duration_seconds",
+			Help:    "Time from request start to response ready, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}, []string{"outcome"}),
+		rulesInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgeguard_edge_rules_info",
+			Help: "The rules version running (value 1).",
+		}, []string{"version"}),
+		rulesLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgeguard_edge_rules_loaded_timestamp_seconds",
+			Help: "When the running rules were loaded (Unix time).",
+		}),
+		rulesErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_rules_rejected_total",
+			Help: "Rule documents refused as invalid (the last good rules stay).",
+		}),
+		limiterError: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_limiter_errors_total",
+			Help: "Requests admitted unchecked because the limiter returned an error (a bug: see logs).",
+		}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgeguard_edge_ready",
+			Help: "1 when the node serves (rules loaded, not draining).",
+		}),
+	}
+	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable} {
+		m.requests.WithLabelValues(o)
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.ready} {
+		errs = append(errs, reg.Register(c))
+	}
+	return m, errors.Join(errs...)
+}

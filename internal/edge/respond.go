@@ -1,0 +1,137 @@
+package edge
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// Problem types of the IANA HTTP problem types registry.
+const (
+	problemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+// applied is one non-shadow rule's answer, as clients see it.
+type applied struct {
+	rule    *rules.CompiledRule
+	out     limiter.Outcome
+	skipped bool // not evaluated: another rule had already denied
+}
+
+// seconds rounds a duration up to whole seconds: a client told to wait never
+// comes back early.
+func seconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
+
+// setRateLimitFields writes the RateLimit-Policy and RateLimit fields
+// (IETF httpapi-ratelimit-headers): one item per applied non-shadow rule.
+//
+//	RateLimit-Policy: "per-ip";q=100;w=60
+//	RateLimit: "per-ip";r=37;t=12
+func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
+	if len(as) == 0 {
+		return
+	}
+	var policy, state strings.Builder
+	tightest := -1
+	for i, a := range as {
+		if i > 0 {
+			policy.WriteString(", ")
+		}
+		policy.WriteString(strconv.Quote(a.rule.ID))
+		policy.WriteString(";q=")
+		policy.WriteString(strconv.FormatInt(quota(a.rule), 10))
+		if a.rule.Algorithm != rules.Concurrency {
+			policy.WriteString(";w=")
+			policy.WriteString(strconv.FormatInt(seconds(a.rule.Window), 10))
+		}
+		if a.skipped {
+			continue
+		}
+		if state.Len() > 0 {
+			state.WriteString(", ")
+		}
+		state.WriteString(strconv.Quote(a.rule.ID))
+		state.WriteString(";r=")
+		state.WriteString(strconv.FormatInt(a.out.Remaining, 10))
+		state.WriteString(";t=")
+		state.WriteString(strconv.FormatInt(seconds(a.out.ResetAfter), 10))
+		if tightest < 0 || a.out.Remaining < as[tightest].out.Remaining {
+			tightest = i
+		}
+	}
+	h.Set("RateLimit-Policy", policy.String())
+	if state.Len() > 0 {
+		h.Set("RateLimit", state.String())
+	}
+	if legacy && tightest >= 0 {
+		t := as[tightest]
+		h.Set("X-RateLimit-Limit", strconv.FormatInt(quota(t.rule), 10))
+		h.Set("X-RateLimit-Remaining", strconv.FormatInt(t.out.Remaining, 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds(t.out.ResetAfter), 10))
+	}
+}
+
+// quota is q: the most units the rule admits in its window (a token
+// bucket's capacity, a concurrency rule's slots).
+func quota(r *rules.CompiledRule) int64 {
+	if r.Algorithm == rules.TokenBucket && r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
+type problem struct {
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Detail   string   `json:"detail,omitempty"`
+	Violated []string `json:"violated-policies,omitempty"`
+}
+
+func writeProblem(ctx *fasthttp.RequestCtx, p problem, retryAfter int64) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(p.Status)
+	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(retryAfter, 1), 10))
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.SetContentType("application/problem+json")
+	body, _ := json.Marshal(p) // plain strings and ints: cannot fail
+	ctx.SetBody(body)
+}
+
+// deny answers 429 for the rules that denied.
+func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
+	var violated []string
+	var retry time.Duration
+	for _, a := range as {
+		if !a.skipped && !a.out.Allowed {
+			violated = append(violated, a.rule.ID)
+			retry = max(retry, a.out.RetryAfter, time.Second)
+		}
+	}
+	writeProblem(ctx, problem{
+		Type:     problemQuotaExceeded,
+		Title:    "Too Many Requests",
+		Status:   fasthttp.StatusTooManyRequests,
+		Detail:   "request quota exceeded; retry after the time in Retry-After",
+		Violated: violated,
+	}, seconds(retry))
+	setRateLimitFields(&ctx.Response.Header, as, legacy)
+}
+
+// unavailable answers 503: shed, no worker free, or Redis down in fail-closed.
+func unavailable(ctx *fasthttp.RequestCtx, detail string, retryAfter int64) {
+	writeProblem(ctx, problem{
+		Type:   problemReducedCapacity,
+		Title:  "Service Unavailable",
+		Status: fasthttp.StatusServiceUnavailable,
+		Detail: detail,
+	}, retryAfter)
+}

@@ -1,0 +1,181 @@
+package origin
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by every configuration problem so callers can
+// tell a refused setting from other failures.
+var ErrInvalidConfig = errors.New("invalid origin config")
+
+// Defaults: New applies them to zero fields, except HealthCheckInterval,
+// whose zero means "no active checks"; DefaultConfig carries them all.
+const (
+	DefaultDialTimeout         = time.Second
+	DefaultTimeout             = 10 * time.Second
+	DefaultMaxConnsPerHost     = 512
+	DefaultMaxResponseBodySize = 64 << 20
+	DefaultHealthCheckInterval = 2 * time.Second
+	DefaultHealthCheckPath     = "/"
+	DefaultUnhealthyAfter      = 3
+)
+
+// Config says where the origins are and how hard to try them. Start from
+// DefaultConfig: zero fields take the defaults, but a zero
+// HealthCheckInterval turns active health checks off.
+type Config struct {
+	// URLs lists the origins, e.g. "http://10.0.0.5:8080" or
+	// "https://origin.internal". Only scheme and host:port are used: the
+	// client's path is forwarded as is, so a path other than "/" would be
+	// silently ignored and is refused instead.
+	URLs []string `yaml:"urls"`
+	// DialTimeout bounds establishing one TCP connection. Kept short so a
+	// black-holed origin is detected long before Timeout.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// Timeout bounds the whole exchange with the origin (connect, write the
+	// request, read the full response). Past it the client gets a 504.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxConnsPerHost caps connections to each origin. Requests beyond it
+	// fail at once with a 502 rather than queue behind a slow origin.
+	MaxConnsPerHost int `yaml:"max_conns_per_host"`
+	// MaxResponseBodySize caps a buffered origin response; larger ones are
+	// answered with a 502 so one huge object cannot exhaust the edge's memory.
+	MaxResponseBodySize int `yaml:"max_response_body_size"`
+	// HealthCheckInterval is how often every origin is probed; 0 disables
+	// active checks, leaving only passive detection from real traffic (an
+	// origin that leaves rotation then only returns when every origin is
+	// out and it is tried as the last resort).
+	HealthCheckInterval time.Duration `yaml:"health_check_interval"`
+	// HealthCheckPath is requested with GET; any status below 500 is
+	// healthy, so an origin answering 404 for "/" is still up.
+	HealthCheckPath string `yaml:"health_check_path"`
+	// UnhealthyAfter is how many consecutive failures (connection errors or
+	// timeouts of real requests, or failed active checks) take an origin
+	// out of rotation. One successful check brings it back.
+	UnhealthyAfter int `yaml:"unhealthy_after"`
+	// RewriteHost sends the origin's own host:port as Host instead of the
+	// client's. Off by default: a CDN origin usually serves many sites and
+	// routes on the Host the client asked for.
+	RewriteHost bool `yaml:"rewrite_host"`
+}
+
+// Validate reports every problem at once, each naming its field, so an
+// operator fixes a bad config in one round trip. Zero values are valid:
+// they mean "use the default".
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	if len(c.URLs) == 0 {
+		bad("urls", "at least one origin is required")
+	}
+	seen := make(map[string]int, len(c.URLs))
+	for i, raw := range c.URLs {
+		field := fmt.Sprintf("urls[%d]", i)
+		u, err := parseOriginURL(raw)
+		if err != nil {
+			bad(field, "%v", err)
+			continue
+		}
+		key := u.Scheme + "://" + strings.ToLower(u.Host)
+		if j, dup := seen[key]; dup {
+			bad(field, "duplicates urls[%d] (%s)", j, raw)
+			continue
+		}
+		seen[key] = i
+	}
+	if c.DialTimeout < 0 {
+		bad("dial_timeout", "must be >= 0 (0 means %v), got %v", DefaultDialTimeout, c.DialTimeout)
+	}
+	if c.Timeout < 0 {
+		bad("timeout", "must be >= 0 (0 means %v), got %v", DefaultTimeout, c.Timeout)
+	}
+	if c.MaxConnsPerHost < 0 {
+		bad("max_conns_per_host", "must be >= 0 (0 means %d), got %d", DefaultMaxConnsPerHost, c.MaxConnsPerHost)
+	}
+	if c.MaxResponseBodySize < 0 {
+		bad("max_response_body_size", "must be >= 0 (0 means %d), got %d", DefaultMaxResponseBodySize, c.MaxResponseBodySize)
+	}
+	if c.HealthCheckInterval < 0 {
+		bad("health_check_interval", "must be >= 0 (0 disables active checks), got %v", c.HealthCheckInterval)
+	}
+	if c.HealthCheckPath != "" && !strings.HasPrefix(c.HealthCheckPath, "/") {
+		bad("health_check_path", "must start with '/', got %q", c.HealthCheckPath)
+	}
+	if c.UnhealthyAfter < 0 {
+		bad("unhealthy_after", "must be >= 0 (0 means %d), got %d", DefaultUnhealthyAfter, c.UnhealthyAfter)
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultConfig returns every default, active health checks included; a
+// config loader overlays the operator's settings on it.
+func DefaultConfig() Config {
+	return Config{
+		DialTimeout:         DefaultDialTimeout,
+		Timeout:             DefaultTimeout,
+		MaxConnsPerHost:     DefaultMaxConnsPerHost,
+		MaxResponseBodySize: DefaultMaxResponseBodySize,
+		HealthCheckInterval: DefaultHealthCheckInterval,
+		HealthCheckPath:     DefaultHealthCheckPath,
+		UnhealthyAfter:      DefaultUnhealthyAfter,
+	}
+}
+
+// withDefaults fills zero fields. HealthCheckInterval is left alone: 0 is
+// how an operator turns active checks off.
+func (c Config) withDefaults() Config {
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxConnsPerHost == 0 {
+		c.MaxConnsPerHost = DefaultMaxConnsPerHost
+	}
+	if c.MaxResponseBodySize == 0 {
+		c.MaxResponseBodySize = DefaultMaxResponseBodySize
+	}
+	if c.HealthCheckPath == "" {
+		c.HealthCheckPath = DefaultHealthCheckPath
+	}
+	if c.UnhealthyAfter == 0 {
+		c.UnhealthyAfter = DefaultUnhealthyAfter
+	}
+	return c
+}
+
+// parseOriginURL accepts only what the proxy can honour: a scheme, a host
+// and nothing that would be silently dropped.
+func parseOriginURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("parsing %q: %w", raw, err)
+	}
+	var problems []string
+	if u.Scheme != "http" && u.Scheme != "https" {
+		problems = append(problems, fmt.Sprintf("scheme must be http or https, got %q", u.Scheme))
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		problems = append(problems, "host is required")
+	}
+	if u.Path != "" && u.Path != "/" {
+		problems = append(problems, fmt.Sprintf("path must be empty or \"/\", got %q", u.Path))
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		problems = append(problems, "query and fragment are not allowed")
+	}
+	if u.User != nil {
+		problems = append(problems, "credentials in the URL are not allowed")
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%q: %s", raw, strings.Join(problems, "; "))
+	}
+	return u, nil
+}

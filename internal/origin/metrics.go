@@ -1,0 +1,121 @@
+package origin
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const namespace = "edgeguard_origin_"
+
+// reason is why an origin attempt failed; it is both the errors_total label
+// and what decides the status the client sees.
+type reason int
+
+const (
+	reasonNone reason = iota
+	reasonConnect
+	reasonTimeout
+	reasonBodyTooLarge
+	reasonOther
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"", "connect", "timeout", "body_too_large", "other"}
+
+func (r reason) String() string { return reasonNames[r] }
+
+// statusClasses index responses_total by code/100; index 0 catches codes
+// outside 1xx-5xx so a broken origin cannot mint new label values.
+var statusClasses = [6]string{"_other", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// metrics holds every collector the package exports. Label children are
+// resolved once here so the request path does no map lookups.
+type metrics struct {
+	durOK      prometheus.Observer
+	durError   prometheus.Observer
+	durTimeout prometheus.Observer
+
+	errors    [numReasons]prometheus.Counter
+	responses [len(statusClasses)]prometheus.Counter
+
+	// proxy is read at scrape time for the healthy gauge: counting then is
+	// never stale, where setting a gauge from racing transitions could be.
+	proxy atomic.Pointer[Proxy]
+
+	collectors []prometheus.Collector
+}
+
+// newMetrics builds the collectors and registers them on reg; a nil reg
+// leaves them unregistered but working, which tests and tools rely on.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{}
+
+	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    namespace + "request_duration_seconds",
+		Help:    "Time Serve spent on one client request, retries included, by outcome (ok: origin answered; timeout: 504; error: other 502).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"outcome"})
+	m.durOK = dur.WithLabelValues("ok")
+	m.durError = dur.WithLabelValues("error")
+	m.durTimeout = dur.WithLabelValues("timeout")
+
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: namespace + "errors_total",
+		Help: "Failed origin attempts by reason; a connect failure retried on another origin is counted too.",
+	}, []string{"reason"})
+	for r := reasonConnect; r < numReasons; r++ {
+		m.errors[r] = errs.WithLabelValues(r.String())
+	}
+
+	resp := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: namespace + "responses_total",
+		Help: "Responses received from origins by status class; the edge's own 502/504 are not included.",
+	}, []string{"code"})
+	for i, class := range statusClasses {
+		m.responses[i] = resp.WithLabelValues(class)
+	}
+
+	healthy := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: namespace + "healthy",
+		Help: "Origins currently in rotation.",
+	}, func() float64 {
+		if p := m.proxy.Load(); p != nil {
+			return float64(p.Healthy())
+		}
+		return 0
+	})
+
+	m.collectors = []prometheus.Collector{dur, errs, resp, healthy}
+	if reg == nil {
+		return m, nil
+	}
+	var regErrs []error
+	var done []prometheus.Collector
+	for _, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			regErrs = append(regErrs, err)
+			continue
+		}
+		done = append(done, c)
+	}
+	if err := errors.Join(regErrs...); err != nil {
+		// Undo only our own registrations: unregistering a clashing
+		// collector would remove the one already there.
+		for _, c := range done {
+			reg.Unregister(c)
+		}
+		return nil, fmt.Errorf("registering origin metrics: %w", err)
+	}
+	return m, nil
+}
+
+func (m *metrics) response(code int) {
+	class := code / 100
+	if class < 1 || class > 5 {
+		class = 0
+	}
+	m.responses[class].Inc()
+}

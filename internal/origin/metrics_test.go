@@ -1,0 +1,130 @@
+package origin
+
+import (
+	"bytes"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+)
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	return m.GetCounter().GetValue()
+}
+
+// syncBuilder lets a test read what the proxy's goroutines logged.
+type syncBuilder struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuilder) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuilder) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newTestLogger(w *syncBuilder) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// gathered indexes a registry's samples by "name{labels}".
+func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			key := f.GetName() + "{"
+			for i, l := range m.GetLabel() {
+				if i > 0 {
+					key += ","
+				}
+				key += l.GetName() + "=" + l.GetValue()
+			}
+			key += "}"
+			switch {
+			case m.GetCounter() != nil:
+				out[key] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[key] = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				out[key] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
+
+func TestMetrics(t *testing.T) {
+	ok := startOrigin(t, func(ctx *fasthttp.RequestCtx) {
+		switch string(ctx.Path()) {
+		case "/missing":
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+		case "/slow":
+			time.Sleep(time.Second)
+		}
+	})
+	reg := prometheus.NewPedanticRegistry()
+	cfg := DefaultConfig()
+	cfg.URLs = []string{ok.url(), "http://" + closedAddr(t)}
+	cfg.HealthCheckInterval = 0
+	cfg.UnhealthyAfter = 1
+	cfg.Timeout = 100 * time.Millisecond
+	p, err := New(cfg, reg, nil)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	edge := startEdge(t, p, "203.0.113.7", "rid")
+
+	before := gathered(t, reg)
+	require.Equal(t, 2.0, before["edgeguard_origin_healthy{}"])
+
+	for range 4 {
+		require.Equal(t, fasthttp.StatusOK, get(t, edge, "/").StatusCode())
+	}
+	require.Equal(t, fasthttp.StatusNotFound, get(t, edge, "/missing").StatusCode())
+	require.Equal(t, fasthttp.StatusGatewayTimeout, get(t, edge, "/slow").StatusCode())
+
+	got := gathered(t, reg)
+	require.Equal(t, 4.0, got["edgeguard_origin_responses_total{code=2xx}"])
+	require.Equal(t, 1.0, got["edgeguard_origin_responses_total{code=4xx}"])
+	require.Equal(t, 0.0, got["edgeguard_origin_responses_total{code=5xx}"], "the edge's own 504 is not an origin response")
+	require.Equal(t, 1.0, got["edgeguard_origin_errors_total{reason=connect}"], "the dead origin is tried once, then leaves rotation")
+	require.Equal(t, 1.0, got["edgeguard_origin_errors_total{reason=timeout}"])
+	require.Equal(t, 0.0, got["edgeguard_origin_errors_total{reason=other}"])
+	require.Equal(t, 5.0, got["edgeguard_origin_request_duration_seconds{outcome=ok}"])
+	require.Equal(t, 1.0, got["edgeguard_origin_request_duration_seconds{outcome=timeout}"])
+	require.Equal(t, 0.0, got["edgeguard_origin_request_duration_seconds{outcome=error}"])
+	// The timeout counts against the live origin too: UnhealthyAfter is 1.
+	require.Equal(t, 0.0, got["edgeguard_origin_healthy{}"])
+}
+
+func TestNewMetricsRegistration(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	_, err := newMetrics(reg)
+	require.NoError(t, err)
+	_, err = newMetrics(reg)
+	require.Error(t, err, "a second proxy on one registry clashes")
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	require.NotEmpty(t, families, "a failed registration leaves the first set in place")
+
+	_, err = newMetrics(nil)
+	require.NoError(t, err)
+}

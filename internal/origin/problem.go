@@ -1,0 +1,54 @@
+package origin
+
+import (
+	"encoding/json"
+
+	"github.com/valyala/fasthttp"
+)
+
+// problem is an RFC 9457 problem document. The bodies are marshalled once:
+// an outage sends the same few bytes to every client, so there is no reason
+// to build them per request.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+type cannedProblem struct {
+	status int
+	body   []byte
+}
+
+func newProblem(status int, detail string) cannedProblem {
+	body, err := json.Marshal(problem{
+		Type:   "about:blank",
+		Title:  fasthttp.StatusMessage(status),
+		Status: status,
+		Detail: detail,
+	})
+	if err != nil {
+		// Four plain fields cannot fail to marshal.
+		panic(err)
+	}
+	return cannedProblem{status: status, body: body}
+}
+
+// Details are deliberately generic: origin error text names internal
+// addresses, so it goes to the log and never to the client.
+var (
+	problemConnect  = newProblem(fasthttp.StatusBadGateway, "The origin could not be reached.")
+	problemTimeout  = newProblem(fasthttp.StatusGatewayTimeout, "The origin did not answer in time.")
+	problemTooLarge = newProblem(fasthttp.StatusBadGateway, "The origin response exceeded the size limit.")
+	problemOther    = newProblem(fasthttp.StatusBadGateway, "The origin request failed.")
+)
+
+func writeProblem(ctx *fasthttp.RequestCtx, p cannedProblem) {
+	ctx.SetStatusCode(p.status)
+	ctx.SetContentType("application/problem+json")
+	// A shared cache in front of the edge must not keep serving a
+	// transient gateway error.
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+	ctx.SetBody(p.body)
+}

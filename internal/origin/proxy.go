@@ -1,0 +1,489 @@
+// Package origin is the last step of the edge's request path: it forwards an
+// admitted request to one of the origin servers and copies the answer back.
+//
+// Each origin gets its own fasthttp.HostClient (pooled keep-alive
+// connections, dial and deadline handling, body size limit). Balancing and
+// health are ours rather than fasthttp.LBClient's: LBClient only penalises a
+// failing client for a few seconds and exposes no state, while the edge
+// needs a real in/out-of-rotation view (for Healthy, readiness and the
+// healthy gauge), a consecutive-failure threshold and re-admission by an
+// active check.
+//
+// One Serve call:
+//  1. copies the client request, strips hop-by-hop headers (the fixed list
+//     and every header named in Connection, plus Expect, which the edge's
+//     server has already answered) and sets X-Forwarded-For,
+//     X-Forwarded-Proto, X-Forwarded-Host and X-Request-ID;
+//  2. picks the least-loaded healthy origin; when none is healthy it still
+//     tries the one that failed longest ago, since the health view may be
+//     stale and a try costs at most one dial, where refusing would turn a
+//     flapping check into a full outage;
+//  3. sends the request with one deadline for the whole exchange; a failed
+//     dial (nothing was sent, so any method is safe to resend) is retried
+//     once on another origin within the same deadline;
+//  4. strips hop-by-hop headers from the origin's response and hands it to
+//     the client as is, or answers 502/504 with an application/problem+json
+//     body that never carries origin addresses or error text (those go to
+//     the log).
+package origin
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+)
+
+// Proxy forwards requests to a fixed set of origins. It is safe for
+// concurrent use.
+type Proxy struct {
+	cfg     Config
+	origins []*origin
+	metrics *metrics
+	log     *slog.Logger
+
+	// next rotates the scan start so equally loaded origins share traffic
+	// instead of the first one taking every tie.
+	next atomic.Uint32
+
+	stop      chan struct{}
+	stopOnce  sync.Once
+	checkDone sync.WaitGroup
+}
+
+// OriginStatus is one origin as the proxy currently sees it.
+type OriginStatus struct {
+	URL     string
+	Healthy bool
+}
+
+// New builds a proxy over cfg.URLs and, unless cfg.HealthCheckInterval is
+// 0, starts checking them in the background; Close stops the checks. Every
+// origin starts in rotation. reg and log may be nil.
+func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("validating origin config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{cfg: cfg, metrics: m, log: log, stop: make(chan struct{})}
+	for _, raw := range cfg.URLs {
+		u, err := url.Parse(raw) // already checked by Validate
+		if err != nil {
+			return nil, fmt.Errorf("parsing origin url %q: %w", raw, err)
+		}
+		p.origins = append(p.origins, newOrigin(raw, u, cfg))
+	}
+	m.proxy.Store(p)
+	if cfg.HealthCheckInterval > 0 {
+		p.checkDone.Add(1)
+		go p.checkLoop()
+	}
+	return p, nil
+}
+
+// origin is one upstream server and what we know about its health.
+type origin struct {
+	url    string // as configured, so operators recognise it
+	host   string // host[:port] as configured, sent as Host when rewriting
+	scheme string
+	client *fasthttp.HostClient
+
+	healthy atomic.Bool
+	// fails counts consecutive failures from real requests and checks
+	// alike; any success resets it.
+	fails atomic.Int32
+	// lastFail (unix nanoseconds) picks the last-resort origin when none
+	// is healthy: the one that failed longest ago is likeliest back.
+	lastFail atomic.Int64
+
+	// logSecond and suppressed keep an outage from turning into one log
+	// line per request: at most one failure line per origin per second.
+	logSecond  atomic.Int64
+	suppressed atomic.Int64
+}
+
+func newOrigin(raw string, u *url.URL, cfg Config) *origin {
+	isTLS := u.Scheme == "https"
+	dialTimeout := cfg.DialTimeout
+	o := &origin{url: raw, host: u.Host, scheme: u.Scheme}
+	o.client = &fasthttp.HostClient{
+		Addr:  fasthttp.AddMissingPort(u.Host, isTLS),
+		IsTLS: isTLS,
+		// fasthttp passes the time left until the request deadline (0 for
+		// background dials); DialTimeout caps it so a black-holed origin
+		// costs one dial timeout, not the whole request budget.
+		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			if timeout <= 0 || timeout > dialTimeout {
+				timeout = dialTimeout
+			}
+			conn, err := fasthttp.DialTimeout(addr, timeout)
+			if err != nil {
+				return nil, &dialError{err: err}
+			}
+			return conn, nil
+		},
+		MaxConns:            cfg.MaxConnsPerHost,
+		MaxResponseBodySize: cfg.MaxResponseBodySize,
+		// Origins routinely send more header than fasthttp's 4 KiB default
+		// (cookies, CSP); a too-small buffer would turn them into 502s.
+		ReadBufferSize: 16 << 10,
+		// A proxy must not add a User-Agent the client did not send, nor
+		// rewrite paths (%2F and friends mean something to the origin).
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true,
+		// Errors are logged; they must not carry request or response bodies.
+		SecureErrorLogMessage: true,
+	}
+	o.healthy.Store(true)
+	return o
+}
+
+// errDial matches every dialError. Callers test with errors.Is rather than
+// errors.As, which would heap-allocate its target on the request path.
+var errDial = errors.New("dialing origin")
+
+// dialError marks a failure to connect: nothing was sent, so the request
+// may go to another origin whatever its method.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string        { return "dialing origin: " + e.err.Error() }
+func (e *dialError) Unwrap() error        { return e.err }
+func (e *dialError) Is(target error) bool { return target == errDial }
+
+// exchange is the per-request scratch space, pooled so a proxied request
+// allocates nothing of its own in the steady state.
+type exchange struct {
+	req fasthttp.Request
+	buf []byte
+}
+
+var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
+
+// Serve forwards ctx.Request to an origin and writes the origin's response
+// (or a 502/504 problem) into ctx.Response, replacing whatever was there:
+// the caller adds its own response headers after Serve returns.
+//
+// clientIP is appended to the X-Forwarded-For chain the request carries
+// (several X-Forwarded-For lines are joined first); the caller decides
+// trust and must delete X-Forwarded-For before calling Serve when the
+// request did not come from a trusted proxy. An empty clientIP leaves the
+// chain as is. requestID, when not empty, replaces X-Request-ID.
+func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
+	start := time.Now()
+	deadline := start.Add(p.cfg.Timeout)
+
+	ex := exchangePool.Get().(*exchange)
+	defer func() {
+		ex.req.Reset()
+		exchangePool.Put(ex)
+	}()
+	req := &ex.req
+	p.prepare(ctx, ex, clientIP, requestID)
+
+	var (
+		o   *origin
+		err error
+		why reason
+	)
+	for attempt := 0; attempt < 2; attempt++ {
+		next := p.pick(o)
+		if next == nil {
+			break // no other origin to retry on
+		}
+		o = next
+		req.URI().SetScheme(o.scheme)
+		if p.cfg.RewriteHost || len(ctx.Request.Header.Host()) == 0 {
+			req.Header.SetHost(o.host)
+		}
+		err = o.client.DoDeadline(req, &ctx.Response, deadline)
+		why = classify(err)
+		p.record(o, why, err, requestID)
+		if !errors.Is(err, errDial) || len(p.origins) == 1 {
+			break
+		}
+	}
+
+	if why == reasonNone {
+		stripHopByHop(&ctx.Response.Header, ex)
+		p.metrics.response(ctx.Response.StatusCode())
+		p.metrics.durOK.Observe(time.Since(start).Seconds())
+		return
+	}
+	// Whatever the failed exchange left half-read must not reach the client.
+	ctx.Response.Reset()
+	outcome := p.metrics.durError
+	switch why {
+	case reasonTimeout:
+		writeProblem(ctx, problemTimeout)
+		outcome = p.metrics.durTimeout
+	case reasonConnect:
+		writeProblem(ctx, problemConnect)
+	case reasonBodyTooLarge:
+		writeProblem(ctx, problemTooLarge)
+	default:
+		writeProblem(ctx, problemOther)
+	}
+	outcome.Observe(time.Since(start).Seconds())
+}
+
+// prepare fills ex.req with the upstream copy of the client request.
+func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, requestID string) {
+	req := &ex.req
+	ctx.Request.CopyTo(req)
+	if ctx.Request.IsBodyStream() {
+		// CopyTo leaves streams behind. Hide the server's stream behind a
+		// plain Reader: releasing our request must not close or recycle a
+		// stream the server still owns.
+		req.SetBodyStream(readerOnly{ctx.RequestBodyStream()}, ctx.Request.Header.ContentLength())
+	}
+	// The Host header says where the request goes; the URI's host must not
+	// override it when the request line was in absolute form.
+	req.UseHostHeader = true
+
+	// Strip first: a header the client named in Connection must not take
+	// out one of ours.
+	stripHopByHop(&req.Header, ex)
+	// The edge's server has already answered Expect: 100-continue and holds
+	// the body; passing it on would only make the origin send a 100 too.
+	req.Header.Del(fasthttp.HeaderExpect)
+
+	ex.buf = ex.buf[:0]
+	for _, v := range req.Header.PeekAll(fasthttp.HeaderXForwardedFor) {
+		if len(ex.buf) > 0 {
+			ex.buf = append(ex.buf, ", "...)
+		}
+		ex.buf = append(ex.buf, v...)
+	}
+	if clientIP != "" {
+		if len(ex.buf) > 0 {
+			ex.buf = append(ex.buf, ", "...)
+		}
+		ex.buf = append(ex.buf, clientIP...)
+	}
+	// Del then set: Set only replaces the first of several lines.
+	req.Header.Del(fasthttp.HeaderXForwardedFor)
+	if len(ex.buf) > 0 {
+		req.Header.SetBytesV(fasthttp.HeaderXForwardedFor, ex.buf)
+	}
+
+	if ctx.IsTLS() {
+		req.Header.Set(fasthttp.HeaderXForwardedProto, "https")
+	} else {
+		req.Header.Set(fasthttp.HeaderXForwardedProto, "http")
+	}
+	if host := ctx.Host(); len(host) > 0 {
+		req.Header.SetBytesV(fasthttp.HeaderXForwardedHost, host)
+	} else {
+		req.Header.Del(fasthttp.HeaderXForwardedHost)
+	}
+	if requestID != "" {
+		req.Header.Set(headerRequestID, requestID)
+	}
+}
+
+const headerRequestID = "X-Request-ID"
+
+type readerOnly struct{ io.Reader }
+
+// pick returns the least-loaded healthy origin other than skip, else the
+// origin other than skip that failed longest ago, else nil.
+func (p *Proxy) pick(skip *origin) *origin {
+	n := len(p.origins)
+	if n == 1 {
+		if p.origins[0] == skip {
+			return nil
+		}
+		return p.origins[0]
+	}
+	start := int(p.next.Add(1) % uint32(n))
+	var best *origin
+	bestLoad := 0
+	for i := range n {
+		o := p.origins[(start+i)%n]
+		if o == skip || !o.healthy.Load() {
+			continue
+		}
+		if load := o.client.PendingRequests(); best == nil || load < bestLoad {
+			best, bestLoad = o, load
+		}
+	}
+	if best != nil {
+		return best
+	}
+	var oldest int64
+	for _, o := range p.origins {
+		if o == skip {
+			continue
+		}
+		if t := o.lastFail.Load(); best == nil || t < oldest {
+			best, oldest = o, t
+		}
+	}
+	return best
+}
+
+// classify maps a client error to the reason we report and act on.
+func classify(err error) reason {
+	if err == nil {
+		return reasonNone
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, errDial):
+		// Includes dial timeouts: the origin is unreachable, not slow.
+		return reasonConnect
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return reasonBodyTooLarge
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded):
+		return reasonTimeout
+	case errors.Is(err, fasthttp.ErrConnectionClosed),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.EPIPE):
+		return reasonConnect
+	case errors.As(err, &ne) && ne.Timeout():
+		return reasonTimeout
+	default:
+		// ErrNoFreeConns lands here: our own pool is full, which says
+		// nothing about the origin's health.
+		return reasonOther
+	}
+}
+
+// record feeds one attempt's outcome into health, metrics and the log.
+func (p *Proxy) record(o *origin, why reason, err error, requestID string) {
+	switch why {
+	case reasonNone:
+		p.succeeded(o, "request")
+		return
+	case reasonConnect, reasonTimeout:
+		p.failed(o, "request")
+	}
+	p.metrics.errors[why].Inc()
+
+	now := time.Now().Unix()
+	if last := o.logSecond.Load(); last == now || !o.logSecond.CompareAndSwap(last, now) {
+		o.suppressed.Add(1)
+		return
+	}
+	p.log.Warn("origin request failed",
+		"origin", o.url, "reason", why.String(), "err", err,
+		"request_id", requestID, "suppressed", o.suppressed.Swap(0))
+}
+
+// succeeded resets the failure streak and brings the origin back into
+// rotation if it was out.
+func (p *Proxy) succeeded(o *origin, via string) {
+	if o.fails.Load() != 0 {
+		o.fails.Store(0)
+	}
+	if !o.healthy.Load() && o.healthy.CompareAndSwap(false, true) {
+		p.log.Info("origin back in rotation", "origin", o.url, "via", via)
+	}
+}
+
+// failed extends the failure streak and takes the origin out of rotation
+// once it reaches UnhealthyAfter.
+func (p *Proxy) failed(o *origin, via string) {
+	o.lastFail.Store(time.Now().UnixNano())
+	n := o.fails.Add(1)
+	if int(n) >= p.cfg.UnhealthyAfter && o.healthy.CompareAndSwap(true, false) {
+		p.log.Warn("origin out of rotation", "origin", o.url, "via", via, "consecutive_failures", n)
+	}
+}
+
+// Healthy returns how many origins are in rotation.
+func (p *Proxy) Healthy() int {
+	n := 0
+	for _, o := range p.origins {
+		if o.healthy.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// Origins reports every origin, in configuration order.
+func (p *Proxy) Origins() []OriginStatus {
+	out := make([]OriginStatus, len(p.origins))
+	for i, o := range p.origins {
+		out[i] = OriginStatus{URL: o.url, Healthy: o.healthy.Load()}
+	}
+	return out
+}
+
+// Close stops the health checks and drops idle origin connections. Serve
+// keeps working afterwards (passive health only), so a draining edge can
+// finish its in-flight requests.
+func (p *Proxy) Close() {
+	p.stopOnce.Do(func() { close(p.stop) })
+	p.checkDone.Wait()
+	for _, o := range p.origins {
+		o.client.CloseIdleConnections()
+	}
+}
+
+// hopByHop lists the headers that describe one connection, not the
+// message (RFC 9110 §7.6.1), plus Proxy-Connection, which old clients
+// still send.
+var hopByHop = [...]string{
+	fasthttp.HeaderConnection,
+	"Proxy-Connection",
+	fasthttp.HeaderKeepAlive,
+	fasthttp.HeaderProxyAuthenticate,
+	fasthttp.HeaderProxyAuthorization,
+	fasthttp.HeaderTE,
+	fasthttp.HeaderTrailer,
+	fasthttp.HeaderTransferEncoding,
+	fasthttp.HeaderUpgrade,
+}
+
+// headers is what stripHopByHop needs from a request or response header.
+type headers interface {
+	PeekAll(key string) [][]byte
+	Del(key string)
+	DelBytes(key []byte)
+}
+
+// stripHopByHop removes the fixed hop-by-hop headers and every header the
+// Connection header names. The names are copied out first because deleting
+// headers moves the storage PeekAll's slices point into.
+func stripHopByHop(h headers, ex *exchange) {
+	ex.buf = ex.buf[:0]
+	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
+		ex.buf = append(ex.buf, v...)
+		ex.buf = append(ex.buf, ',')
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+	for rest := ex.buf; len(rest) > 0; {
+		tok := rest
+		if i := bytes.IndexByte(rest, ','); i >= 0 {
+			tok, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		if tok = bytes.TrimSpace(tok); len(tok) > 0 {
+			h.DelBytes(tok)
+		}
+	}
+}
