@@ -86,8 +86,6 @@ func DefaultConfig() Config {
 		DrainDelay:        5 * time.Second,
 		ShutdownTimeout:   30 * time.Second,
 		Workers:           512 * runtime.GOMAXPROCS(0),
-		QueueSize:         128,
-		QueueTimeout:      50 * time.Millisecond,
 		PrefilterSize:     100_000,
 		LogLevel:          "info",
 	}
@@ -109,7 +107,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.Var((*modeFlag)(&c.RedisMode), "redis-mode", "standalone, cluster or sentinel")
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip")
 	fs.Var((*failFlag)(&c.FailMode), "fail-mode", "when Redis cannot decide: fallback (local limit / nodes), open (admit) or closed (503)")
-	fs.StringVar(&c.Rules, "rules", c.Rules, "rules file (YAML, version 1)")
+	fs.StringVar(&c.Rules, "rules", c.Rules, "rules file (YAML, version 1); re-read on SIGHUP")
 	fs.StringVar(&c.Region, "region", c.Region, "region this node runs in")
 	fs.StringVar(&c.PoP, "pop", c.PoP, "PoP this node runs in")
 	fs.IntVar(&c.NodesInRegion, "nodes-in-region", c.NodesInRegion, "edge nodes in the region (the fallback enforces limit / this)")
@@ -128,9 +126,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "on SIGTERM, how long /readyz reports 503 before the listener closes")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long in-flight requests may take to finish on shutdown")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "requests run at once (worker cap); more wait in a short queue, then 503")
-	fs.IntVar(&c.QueueSize, "queue-size", c.QueueSize, "requests that may wait for a worker")
-	fs.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for a worker")
-	fs.StringVar(&c.Shedder, "shedder", c.Shedder, "load shedder settings file (JSON); empty = defaults")
+	fs.StringVar(&c.Shedder, "shedder", c.Shedder, "load shedder settings file (JSON: good, bad, start_after, full_after, tiers, queue_size, queue_timeout, …); re-read on SIGHUP; empty = defaults")
 	fs.IntVar(&c.PrefilterSize, "prefilter-size", c.PrefilterSize, "keys held by the local over-limit cache")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 
@@ -177,7 +173,7 @@ func (c Config) Validate() error {
 		bad("redis-mode: %s needs --redis", c.RedisMode)
 	}
 	for name, d := range map[string]time.Duration{"redis-timeout": c.RedisTimeout, "origin-timeout": c.OriginTimeout, "origin-dial-timeout": c.OriginDialTimeout,
-		"read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout, "queue-timeout": c.QueueTimeout} {
+		"read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout} {
 		if d <= 0 {
 			bad("%s: must be > 0 (got %s)", name, d)
 		}
@@ -190,9 +186,6 @@ func (c Config) Validate() error {
 		if n < 1 {
 			bad("%s: must be ≥ 1 (got %d)", name, n)
 		}
-	}
-	if c.QueueSize < 0 {
-		bad("queue-size: must be ≥ 0 (got %d)", c.QueueSize)
 	}
 	if c.IPv6Prefix < 1 || c.IPv6Prefix > 128 {
 		bad("ipv6-prefix: must be in 1..128 (got %d)", c.IPv6Prefix)

@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -128,25 +130,66 @@ func (e *Edge) AdminAddr() string { return e.adminLn.Addr().String() }
 
 // loadRules reads and compiles the rules file; no file means no rules.
 func (e *Edge) loadRules() error {
-	doc := &rules.Document{Version: rules.SchemaVersion}
+	var data []byte
 	if e.cfg.Rules != "" {
-		data, err := os.ReadFile(e.cfg.Rules)
-		if err != nil {
+		var err error
+		if data, err = os.ReadFile(e.cfg.Rules); err != nil {
 			return fmt.Errorf("reading rules: %w", err)
-		}
-		if doc, err = rules.Parse(data); err != nil {
-			e.metrics.rulesErrors.Inc()
-			return fmt.Errorf("rules file %s: %w", e.cfg.Rules, err)
 		}
 	} else {
 		e.log.Warn("no --rules given: nothing is rate limited")
+		data = []byte("version: 1\nrules: []\n")
 	}
-	snap, err := rules.Compile(doc, rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt)))
+	if err := e.ApplyRules(data); err != nil {
+		return fmt.Errorf("rules file %s: %w", e.cfg.Rules, err)
+	}
+	return nil
+}
+
+// ApplyRules parses, validates and compiles a rules document and swaps it in.
+// An invalid document is refused (counted, and the error names the rule and
+// field); the rules in force stay.
+func (e *Edge) ApplyRules(data []byte) error {
+	doc, err := rules.Parse(data)
+	if err == nil {
+		var snap *rules.Snapshot
+		if snap, err = rules.Compile(doc, rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt))); err == nil {
+			e.SetRules(snap)
+			return nil
+		}
+	}
+	e.metrics.rulesErrors.Inc()
+	return err
+}
+
+// reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its
+// current settings when the new file is invalid.
+func (e *Edge) reloadFiles() {
+	if e.cfg.Rules != "" {
+		if err := e.loadRules(); err != nil {
+			e.log.Error("rules reload refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
+		}
+	}
+	if e.cfg.Shedder != "" {
+		if err := e.loadShedder(); err != nil {
+			e.log.Error("shedder reload refused; keeping the settings in force", "err", err)
+		}
+	}
+}
+
+func (e *Edge) loadShedder() error {
+	data, err := os.ReadFile(e.cfg.Shedder)
 	if err != nil {
-		e.metrics.rulesErrors.Inc()
-		return fmt.Errorf("compiling rules: %w", err)
+		return fmt.Errorf("reading shedder settings: %w", err)
 	}
-	e.SetRules(snap)
+	scfg, err := shedder.ParseConfig(data)
+	if err != nil {
+		return fmt.Errorf("shedder settings %s: %w", e.cfg.Shedder, err)
+	}
+	if err := e.shed.Update(scfg); err != nil {
+		return err
+	}
+	e.log.Info("shedder settings applied", "good", scfg.Good, "bad", scfg.Bad, "start_after", scfg.StartAfter, "full_after", scfg.FullAfter, "enabled", scfg.Enabled)
 	return nil
 }
 
@@ -202,24 +245,17 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 }
 
 func (e *Edge) buildShedder(reg prometheus.Registerer) error {
-	scfg := shedder.DefaultConfig()
-	if e.cfg.Shedder != "" {
-		data, err := os.ReadFile(e.cfg.Shedder)
-		if err != nil {
-			return fmt.Errorf("reading shedder settings: %w", err)
-		}
-		if scfg, err = shedder.ParseConfig(data); err != nil {
-			return fmt.Errorf("shedder settings %s: %w", e.cfg.Shedder, err)
-		}
-	}
-	scfg.QueueSize, scfg.QueueTimeout = e.cfg.QueueSize, e.cfg.QueueTimeout
-	s, err := shedder.New(scfg, reg)
+	s, err := shedder.New(shedder.DefaultConfig(), reg)
 	if err != nil {
 		return err
 	}
-	e.workers = shedder.NewWorkers(e.cfg.Workers, scfg.QueueSize, scfg.QueueTimeout)
-	s.AttachWorkers(e.workers)
 	e.shed = s
+	def := shedder.DefaultConfig()
+	e.workers = shedder.NewWorkers(e.cfg.Workers, def.QueueSize, def.QueueTimeout)
+	s.AttachWorkers(e.workers)
+	if e.cfg.Shedder != "" {
+		return e.loadShedder()
+	}
 	return nil
 }
 
@@ -237,6 +273,14 @@ func (e *Edge) Run(ctx context.Context) error {
 	go func() {
 		if err := e.admin.Serve(e.adminLn); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("admin server: %w", err)
+		}
+	}()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			e.reloadFiles()
 		}
 	}()
 	e.metrics.ready.Set(1)
