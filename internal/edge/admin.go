@@ -31,6 +31,10 @@ func (e *Edge) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /debug/rules", func(w http.ResponseWriter, _ *http.Request) {
 		snap := e.rules.Load()
+		var loaded time.Time
+		if at := e.rulesAt.Load(); at != nil {
+			loaded = *at
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -40,7 +44,7 @@ func (e *Edge) adminHandler() http.Handler {
 			Region   string               `json:"region"`
 			PoP      string               `json:"pop"`
 			Rules    []rules.CompiledRule `json:"rules"`
-		}{snap.Version(), *e.rulesAt.Load(), e.cfg.Region, e.cfg.PoP, snap.Rules()})
+		}{snap.Version(), loaded, e.cfg.Region, e.cfg.PoP, snap.Rules()})
 	})
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

@@ -35,6 +35,17 @@ type Config struct {
 	FailMode limiter.FailMode
 	// Rules is the rules file (YAML, schema version 1).
 	Rules string
+	// Consul is the local Consul agent's address ("" = no Consul). With it,
+	// rules and shedder settings come from Consul KV and change live, and the
+	// edge registers itself in the catalog.
+	Consul, ConsulToken, ConsulPrefix   string
+	ConsulCAFile, ConsulCert, ConsulKey string
+	// RulesCache keeps the last good rules from Consul, so a restart while
+	// Consul is unreachable still enforces them.
+	RulesCache string
+	// Advertise is the public address registered in the catalog ("" = the
+	// agent's node address and the --listen port).
+	Advertise string
 	// Region and PoP name where this node runs (metrics labels, pop scope).
 	Region, PoP string
 	// NodesInRegion and NodesInPoP divide limits in the local fallback.
@@ -85,6 +96,7 @@ func DefaultConfig() Config {
 		IdleTimeout:       60 * time.Second,
 		DrainDelay:        5 * time.Second,
 		ShutdownTimeout:   30 * time.Second,
+		ConsulPrefix:      "edgeguard/",
 		Workers:           512 * runtime.GOMAXPROCS(0),
 		PrefilterSize:     100_000,
 		LogLevel:          "info",
@@ -108,7 +120,15 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip")
 	fs.Var((*failFlag)(&c.FailMode), "fail-mode", "when Redis cannot decide: fallback (local limit / nodes), open (admit) or closed (503)")
 	fs.StringVar(&c.Rules, "rules", c.Rules, "rules file (YAML, version 1); re-read on SIGHUP")
-	fs.StringVar(&c.Region, "region", c.Region, "region this node runs in")
+	fs.StringVar(&c.Consul, "consul", c.Consul, "local Consul agent (host:port, or https://host:port); rules, shedder settings and registration come from it; empty = no Consul")
+	fs.StringVar(&c.ConsulToken, "consul-token", c.ConsulToken, "Consul ACL token")
+	fs.StringVar(&c.ConsulPrefix, "consul-prefix", c.ConsulPrefix, "Consul KV prefix of edgeguard's documents")
+	fs.StringVar(&c.ConsulCAFile, "consul-ca-file", c.ConsulCAFile, "CA bundle to verify Consul's TLS certificate")
+	fs.StringVar(&c.ConsulCert, "consul-cert-file", c.ConsulCert, "client certificate for Consul TLS")
+	fs.StringVar(&c.ConsulKey, "consul-key-file", c.ConsulKey, "client key for Consul TLS")
+	fs.StringVar(&c.RulesCache, "rules-cache", c.RulesCache, "file keeping the last good rules from Consul (default: the user cache dir)")
+	fs.StringVar(&c.Advertise, "advertise", c.Advertise, "public address registered in Consul (default: the agent's node address, --listen port)")
+	fs.StringVar(&c.Region, "region", c.Region, "region this node runs in (its Consul datacenter)")
 	fs.StringVar(&c.PoP, "pop", c.PoP, "PoP this node runs in")
 	fs.IntVar(&c.NodesInRegion, "nodes-in-region", c.NodesInRegion, "edge nodes in the region (the fallback enforces limit / this)")
 	fs.IntVar(&c.NodesInPoP, "nodes-in-pop", c.NodesInPoP, "edge nodes in the PoP (fallback divisor for scope: pop rules)")
@@ -168,6 +188,9 @@ func (c Config) Validate() error {
 	}
 	if c.Admin == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		bad("admin: must differ from listen (nothing admin on the public port)")
+	}
+	if c.Consul != "" && c.Rules != "" {
+		bad("rules: --rules and --consul are exclusive (rules come from one place)")
 	}
 	if c.Redis == "" && c.RedisMode != limiter.ModeStandalone {
 		bad("redis-mode: %s needs --redis", c.RedisMode)

@@ -35,14 +35,16 @@ type Edge struct {
 	popKeyPrefix string
 	storeName    string
 
-	rules    atomic.Pointer[rules.Snapshot]
-	rulesAt  atomic.Pointer[time.Time]
-	limiter  *limiter.Limiter
-	closers  []func()
-	proxy    *origin.Proxy
-	shed     *shedder.Shedder
-	workers  *shedder.Workers
-	draining atomic.Bool
+	rules                 atomic.Pointer[rules.Snapshot]
+	nodesRegion, nodesPoP atomic.Int64 // fallback divisors: flags, then the catalog
+	consul                *consulLink
+	rulesAt               atomic.Pointer[time.Time]
+	limiter               *limiter.Limiter
+	closers               []func()
+	proxy                 *origin.Proxy
+	shed                  *shedder.Shedder
+	workers               *shedder.Workers
+	draining              atomic.Bool
 
 	publicLn, adminLn net.Listener
 	server            *fasthttp.Server
@@ -63,6 +65,8 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		trusted:      trustedSet(cfg.TrustedProxies),
 		popKeyPrefix: "pop." + cfg.PoP + ".",
 	}
+	e.nodesRegion.Store(int64(cfg.NodesInRegion))
+	e.nodesPoP.Store(int64(cfg.NodesInPoP))
 	ok := false
 	defer func() {
 		if !ok {
@@ -75,8 +79,10 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	if e.metrics, err = newMetrics(reg); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
-	if err := e.loadRules(); err != nil {
-		return nil, err
+	if cfg.Consul == "" {
+		if err := e.loadRules(); err != nil {
+			return nil, err
+		}
 	}
 	if err := e.buildLimiter(reg); err != nil {
 		return nil, err
@@ -120,6 +126,11 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	if e.adminLn, err = net.Listen("tcp", cfg.Admin); err != nil {
 		return nil, fmt.Errorf("listening on %s (admin): %w", cfg.Admin, err)
 	}
+	if cfg.Consul != "" {
+		if err := e.startConsul(); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return e, nil
 }
@@ -151,15 +162,21 @@ func (e *Edge) loadRules() error {
 // field); the rules in force stay.
 func (e *Edge) ApplyRules(data []byte) error {
 	doc, err := rules.Parse(data)
-	if err == nil {
-		var snap *rules.Snapshot
-		if snap, err = rules.Compile(doc, rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt))); err == nil {
-			e.SetRules(snap)
-			return nil
-		}
+	if err != nil {
+		e.metrics.rulesErrors.Inc()
+		return err
 	}
-	e.metrics.rulesErrors.Inc()
-	return err
+	return e.applyDocument(doc)
+}
+
+func (e *Edge) applyDocument(doc *rules.Document) error {
+	snap, err := rules.Compile(doc, rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt)))
+	if err != nil {
+		e.metrics.rulesErrors.Inc()
+		return err
+	}
+	e.SetRules(snap)
+	return nil
 }
 
 // reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its
@@ -206,6 +223,9 @@ func (e *Edge) SetRules(snap *rules.Snapshot) {
 		e.metrics.rulesInfo.DeleteLabelValues(old.Version())
 	}
 	e.metrics.rulesInfo.WithLabelValues(snap.Version()).Set(1)
+	if e.consul != nil {
+		e.consul.rulesChanged(snap.Version())
+	}
 	e.metrics.rulesLoaded.Set(float64(now.Unix()))
 	e.log.Info("rules loaded", "version", snap.Version(), "rules", len(snap.Rules()))
 }
@@ -275,6 +295,9 @@ func (e *Edge) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("admin server: %w", err)
 		}
 	}()
+	if e.consul != nil {
+		go e.consul.run(samplerCtx)
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -293,6 +316,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	}
 	e.draining.Store(true)
 	e.metrics.ready.Set(0)
+	if e.consul != nil {
+		e.consul.deregister()
+	}
 	e.log.Info("draining", "delay", e.cfg.DrainDelay)
 	time.Sleep(e.cfg.DrainDelay)
 	// A fresh context: the one that asked us to stop is already done.

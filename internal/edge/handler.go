@@ -125,9 +125,9 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
 func (e *Edge) check(m rules.Match) limiter.Check {
 	r := m.Rule
 	alg, _ := limiter.ParseAlgorithm(string(r.Algorithm)) // validated with the rules
-	key, nodes := m.Key, e.cfg.NodesInRegion
+	key, nodes := m.Key, e.nodesRegion.Load()
 	if r.Scope == rules.ScopePoP {
-		key, nodes = e.popKeyPrefix+key, e.cfg.NodesInPoP
+		key, nodes = e.popKeyPrefix+key, e.nodesPoP.Load()
 	}
 	burst := int64(0)
 	if alg == limiter.TokenBucket {
@@ -137,7 +137,7 @@ func (e *Edge) check(m rules.Match) limiter.Check {
 		Limit:  limiter.Limit{Key: key, Algorithm: alg, Limit: r.Limit, Window: r.Window, Burst: burst, MinInterval: r.MinInterval},
 		Cost:   r.Cost,
 		Shadow: r.Shadow,
-		Nodes:  nodes,
+		Nodes:  int(nodes),
 	}
 }
 

@@ -18,6 +18,7 @@ type metrics struct {
 	rulesErrors  prometheus.Counter
 	limiterError prometheus.Counter
 	ready        prometheus.Gauge
+	consulErrors prometheus.Counter
 }
 
 // Request outcomes (the outcome label).
@@ -60,6 +61,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "edgeguard_edge_limiter_errors_total",
 			Help: "Requests admitted unchecked because the limiter returned an error (a bug: see logs).",
 		}),
+		consulErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_consul_errors_total",
+			Help: "Failed Consul watches and registrations (retried with backoff; the settings in force stay).",
+		}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "edgeguard_edge_ready",
 			Help: "1 when the node serves (rules loaded, not draining).",
@@ -69,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.requests.WithLabelValues(o)
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.ready} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.ready, m.consulErrors} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

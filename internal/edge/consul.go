@@ -1,0 +1,267 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
+
+// consulLink is the edge's side of Consul: it watches the region's rules and
+// shedder documents, keeps the last good rules on disk, registers the edge
+// (with the rules version it runs) and counts the region's healthy edges for
+// the fallback's divisors. Consul being down never stops the edge: it keeps
+// enforcing the last good rules and retries with backoff.
+type consulLink struct {
+	e         *Edge
+	client    *region.Client
+	cachePath string
+	reg       region.Registration
+	changed   chan struct{} // the rules version changed: re-register
+}
+
+func consulConfig(c Config) *api.Config {
+	cfg := api.DefaultConfig()
+	addr := c.Consul
+	if rest, ok := strings.CutPrefix(addr, "https://"); ok {
+		cfg.Scheme, addr = "https", rest
+	}
+	cfg.Address = strings.TrimPrefix(addr, "http://")
+	cfg.Token = c.ConsulToken
+	cfg.TLSConfig = api.TLSConfig{CAFile: c.ConsulCAFile, CertFile: c.ConsulCert, KeyFile: c.ConsulKey}
+	return cfg
+}
+
+// startConsul loads the first rules — from Consul, or from the cache when
+// Consul is unreachable or holds an invalid document — and prepares the
+// watches that Run starts.
+func (e *Edge) startConsul() error {
+	client, err := region.NewClient(consulConfig(e.cfg), e.cfg.ConsulPrefix)
+	if err != nil {
+		return err
+	}
+	cache := e.cfg.RulesCache
+	if cache == "" {
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			dir = os.TempDir()
+		}
+		cache = filepath.Join(dir, "edgeguard", "rules-"+e.cfg.Region+".yaml")
+	}
+	host, _ := os.Hostname()
+	_, port, _ := net.SplitHostPort(e.Addr())
+	portNum, _ := strconv.Atoi(port)
+	advertise := ""
+	if e.cfg.Advertise != "" {
+		advertise, _, _ = strings.Cut(e.cfg.Advertise, ":")
+	}
+	l := &consulLink{
+		e:         e,
+		client:    client,
+		cachePath: cache,
+		changed:   make(chan struct{}, 1),
+		reg: region.Registration{
+			ID:       fmt.Sprintf("edge-%s-%s-%s-%s", e.cfg.Region, e.cfg.PoP, host, port),
+			Region:   e.cfg.Region,
+			PoP:      e.cfg.PoP,
+			Address:  advertise,
+			Port:     portNum,
+			CheckURL: "http://" + localAddr(e.AdminAddr()) + "/readyz",
+		},
+	}
+	e.consul = l
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	docs, err := client.ReadDocs(ctx, e.cfg.Region)
+	if err == nil {
+		err = l.applyDocs(docs)
+	}
+	if err != nil {
+		e.log.Warn("no valid rules from consul at start; enforcing the cached rules", "err", err, "cache", cache)
+		if cerr := l.loadCache(); cerr != nil {
+			e.log.Error("no cached rules either: nothing is limited and /readyz stays 503 until consul answers", "err", cerr)
+		}
+	}
+	return nil
+}
+
+// localAddr turns a wildcard bind address into one the local agent can dial.
+func localAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// applyDocs merges the region's documents and swaps them in; the last good
+// rules are written to the cache.
+func (l *consulLink) applyDocs(docs region.Docs) error {
+	doc, err := docs.Effective()
+	if err == nil {
+		err = l.e.applyDocument(doc)
+	} else {
+		l.e.metrics.rulesErrors.Inc()
+	}
+	if err != nil {
+		return fmt.Errorf("rules from consul refused: %w", err)
+	}
+	data, err := yaml.Marshal(doc)
+	if err == nil {
+		err = writeFileAtomic(l.cachePath, data)
+	}
+	if err != nil {
+		l.e.log.Warn("could not cache rules", "path", l.cachePath, "err", err)
+	}
+	return nil
+}
+
+func (l *consulLink) loadCache() error {
+	data, err := os.ReadFile(l.cachePath)
+	if err != nil {
+		return err
+	}
+	return l.e.ApplyRules(data)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".rules-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func (l *consulLink) rulesChanged(string) {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// run watches and registers until ctx is done.
+func (l *consulLink) run(ctx context.Context) {
+	e := l.e
+	onErr := func(err error) {
+		e.metrics.consulErrors.Inc()
+		e.log.Warn("consul watch failed; keeping the settings in force", "err", err)
+	}
+	go l.client.WatchRules(ctx, e.cfg.Region, func(d region.Docs) {
+		if err := l.applyDocs(d); err != nil {
+			e.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
+		}
+	}, onErr)
+	go l.client.WatchShedder(ctx, e.cfg.Region, func(data []byte) {
+		if err := l.applyShedder(data); err != nil {
+			e.metrics.rulesErrors.Inc()
+			e.log.Error("shedder settings from consul refused; keeping the settings in force", "err", err)
+		}
+	}, onErr)
+	go l.countEdges(ctx)
+	l.register(ctx)
+}
+
+// applyShedder applies the region's shedder document; none means the
+// settings the edge started with.
+func (l *consulLink) applyShedder(data []byte) error {
+	if len(data) == 0 {
+		if l.e.cfg.Shedder != "" {
+			return l.e.loadShedder()
+		}
+		return l.e.shed.Update(shedder.DefaultConfig())
+	}
+	cfg, err := shedder.ParseConfig(data)
+	if err != nil {
+		return err
+	}
+	if err := l.e.shed.Update(cfg); err != nil {
+		return err
+	}
+	l.e.log.Info("shedder settings from consul applied", "good", cfg.Good, "bad", cfg.Bad, "start_after", cfg.StartAfter, "full_after", cfg.FullAfter, "enabled", cfg.Enabled)
+	return nil
+}
+
+// register keeps the catalog entry current: at start, whenever the rules
+// version changes, and again after a failure.
+func (l *consulLink) register(ctx context.Context) {
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.changed:
+		case <-retry.C:
+		}
+		l.reg.RulesVersion = l.e.rules.Load().Version()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := l.client.Register(rctx, l.reg)
+		cancel()
+		if err != nil {
+			l.e.metrics.consulErrors.Inc()
+			l.e.log.Warn("registering in consul failed; retrying", "err", err)
+			retry.Reset(5 * time.Second)
+		}
+	}
+}
+
+func (l *consulLink) deregister() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := l.client.Deregister(ctx, l.reg.ID); err != nil {
+		l.e.log.Warn("deregistering from consul failed", "err", err)
+	}
+}
+
+// countEdges follows the region's healthy edges (a blocking query) and sets
+// the fallback's divisors: the local share of a limit when Redis is down.
+func (l *consulLink) countEdges(ctx context.Context) {
+	var index uint64
+	wait := time.Second
+	for ctx.Err() == nil {
+		edges, next, err := l.client.Edges(ctx, l.e.cfg.Region, index, 5*time.Minute)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 30*time.Second)
+			index = 0
+			continue
+		}
+		wait = time.Second
+		index = next
+		inRegion, inPoP := region.Count(edges, l.e.cfg.Region, l.e.cfg.PoP)
+		l.e.nodesRegion.Store(int64(max(inRegion, 1)))
+		l.e.nodesPoP.Store(int64(max(inPoP, 1)))
+	}
+}

@@ -1,0 +1,288 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+)
+
+const problemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+type problem struct {
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Violated []string `json:"violated-policies"`
+}
+
+var rateLimitField = regexp.MustCompile(`^"per-ip";r=(\d+);t=(\d+)$`)
+
+// checkDenied returns what is wrong with a 429 of the per-ip rule (limit
+// per 60s window), or nil.
+func checkDenied(r reply, limit int) error {
+	if r.code != http.StatusTooManyRequests {
+		return fmt.Errorf("status %d, want 429", r.code)
+	}
+	retry, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if err != nil || retry < 1 || retry > 60 {
+		return fmt.Errorf("Retry-After %q, want 1..60", r.header.Get("Retry-After"))
+	}
+	if got, want := r.header.Get("RateLimit-Policy"), fmt.Sprintf(`"per-ip";q=%d;w=60`, limit); got != want {
+		return fmt.Errorf("RateLimit-Policy %q, want %q", got, want)
+	}
+	m := rateLimitField.FindStringSubmatch(r.header.Get("RateLimit"))
+	if m == nil || m[1] != "0" {
+		return fmt.Errorf(`RateLimit %q, want "per-ip";r=0;t=…`, r.header.Get("RateLimit"))
+	}
+	if reset, _ := strconv.Atoi(m[2]); reset < 1 || reset > 60 {
+		return fmt.Errorf("RateLimit %q: t outside 1..60", r.header.Get("RateLimit"))
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		return fmt.Errorf("Content-Type %q", ct)
+	}
+	var p problem
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		return fmt.Errorf("body %q: %w", r.body, err)
+	}
+	if p.Type != problemQuotaExceeded || p.Status != 429 || len(p.Violated) != 1 || p.Violated[0] != "per-ip" {
+		return fmt.Errorf("problem %+v, want type quota-exceeded, status 429, violated-policies [per-ip]", p)
+	}
+	return nil
+}
+
+// checkAllowed returns what is wrong with a 200 of the per-ip rule, or nil.
+func checkAllowed(r reply, limit int) error {
+	if got, want := r.header.Get("RateLimit-Policy"), fmt.Sprintf(`"per-ip";q=%d;w=60`, limit); got != want {
+		return fmt.Errorf("RateLimit-Policy %q, want %q", got, want)
+	}
+	m := rateLimitField.FindStringSubmatch(r.header.Get("RateLimit"))
+	if m == nil {
+		return fmt.Errorf("RateLimit %q", r.header.Get("RateLimit"))
+	}
+	if left, _ := strconv.Atoi(m[1]); left >= limit {
+		return fmt.Errorf("RateLimit %q: remaining must be < %d after an admission", r.header.Get("RateLimit"), limit)
+	}
+	return nil
+}
+
+// tally counts one client's answers.
+type tally struct {
+	mu      sync.Mutex
+	ok, tmr int
+	bad     []string // unexpected statuses, transport errors, wrong fields (first few)
+}
+
+func (t *tally) add(r reply, limit int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var err error
+	switch {
+	case r.err != nil:
+		err = r.err
+	case r.code == http.StatusOK:
+		t.ok++
+		err = checkAllowed(r, limit)
+	case r.code == http.StatusTooManyRequests:
+		t.tmr++
+		err = checkDenied(r, limit)
+	default:
+		err = fmt.Errorf("status %d: %s", r.code, r.body)
+	}
+	if err != nil && len(t.bad) < 5 {
+		t.bad = append(t.bad, err.Error())
+	}
+}
+
+// TestExactLimitAcrossThreeEdges runs three edge processes on one Redis
+// Cluster: clients spreading their requests over all three, concurrently,
+// get exactly the limit, and so does a client that talks to one edge only
+// (the local layer never denies what Redis would allow).
+func TestExactLimitAcrossThreeEdges(t *testing.T) {
+	const (
+		limit     = 50
+		clients   = 20
+		perClient = 80
+		workers   = 4 // concurrent requests per client
+	)
+	org := startOrigin(t, 0)
+	rules := writeRules(t, fmt.Sprintf(`
+version: 1
+rules:
+  - id: per-ip
+    key: [ip]
+    algorithm: sliding_log
+    limit: %d
+    window: 1m
+`, limit))
+	args := []string{"--origin", org.URL, "--rules", rules,
+		"--redis", cluster.URL(), "--redis-mode", "cluster", "--redis-timeout", "500ms",
+		"--trusted-proxies", "127.0.0.1", "--key-salt", testenv.KeyPrefix(t), "--nodes-in-region", "3"}
+	var es []*edgeProc
+	for range 3 {
+		es = append(es, startEdge(t, args...))
+	}
+
+	client := newClient(t, (clients+1)*workers)
+	tallies := make([]*tally, clients+1)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients + 1 {
+		ip, targets := fmt.Sprintf("198.51.100.%d", c+1), es
+		if c == clients { // the one-edge client
+			ip, targets = "198.51.100.200", es[1:2]
+		}
+		tl := &tally{}
+		tallies[c] = tl
+		var next atomic.Int64
+		for range workers {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= perClient {
+						return
+					}
+					tl.add(get(client, targets[i%len(targets)].url("/"), "X-Forwarded-For", ip), limit)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	require.Less(t, elapsed, 50*time.Second, "the test relies on no admission leaving the 1m window")
+
+	for c, tl := range tallies {
+		who := fmt.Sprintf("client 198.51.100.%d (round-robin over 3 edges)", c+1)
+		if c == clients {
+			who = "client 198.51.100.200 (one edge only)"
+		}
+		require.Empty(t, tl.bad, who)
+		require.Equal(t, limit, tl.ok, who+": 200s")
+		require.Equal(t, perClient-limit, tl.tmr, who+": 429s")
+	}
+
+	var proxied, byRedis, byPrefilter float64
+	for i, e := range es {
+		m := scrape(t, e)
+		require.Zero(t, sum(m, mFallback), "edge %d used the fallback", i)
+		require.Zero(t, sum(m, mDecisions, "reason", "fallback"), "edge %d decided by fallback", i)
+		proxied += sum(m, mRequests, "outcome", "proxied")
+		byRedis += sum(m, mDecisions, "reason", "redis")
+		byPrefilter += sum(m, mDecisions, "reason", "prefilter")
+	}
+	require.Equal(t, float64((clients+1)*limit), proxied, "requests proxied by the three edges together")
+	t.Logf("%d requests from %d clients in %s: %.0f proxied, decisions by redis %.0f, by the over-limit cache %.0f, fallback 0",
+		(clients+1)*perClient, clients+1, elapsed.Round(time.Millisecond), proxied, byRedis, byPrefilter)
+}
+
+// TestCoalescingHotKey floods one edge with concurrent requests of one key
+// under a limit the flood never reaches: every request is admitted, and
+// Redis sees far fewer script calls than requests, exactly the calls the
+// edge reports making.
+func TestCoalescingHotKey(t *testing.T) {
+	const (
+		conns    = 200
+		perConn  = 20
+		requests = conns * perConn
+	)
+	org := startOrigin(t, 0)
+	rules := writeRules(t, `
+version: 1
+rules:
+  - id: hot-key
+    key: [ip]
+    algorithm: token_bucket
+    limit: 100000
+    window: 1m
+    burst: 100000
+`)
+	e := startEdge(t, "--origin", org.URL, "--rules", rules,
+		"--redis", cluster.URL(), "--redis-mode", "cluster", "--redis-timeout", "500ms",
+		"--key-salt", testenv.KeyPrefix(t))
+	client := newClient(t, conns)
+	// One request first: the edge has its slot map and connections (script
+	// loading happened at start).
+	r := get(client, e.url("/"))
+	require.NoError(t, r.err)
+	require.Equal(t, 200, r.code)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	masters, err := cluster.Masters(ctx)
+	require.NoError(t, err)
+	require.Len(t, masters, 3)
+	before := scrape(t, e)
+	for _, m := range masters {
+		require.NoError(t, onNode(ctx, m, func(ctx context.Context, c *redis.Client) error {
+			return c.ConfigResetStat(ctx).Err()
+		}))
+	}
+
+	var ok, other atomic.Int64
+	var firstBad atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conns {
+		wg.Go(func() {
+			for range perConn {
+				r := get(client, e.url("/"))
+				if r.err == nil && r.code == 200 {
+					ok.Add(1)
+					continue
+				}
+				other.Add(1)
+				firstBad.CompareAndSwap(nil, fmt.Sprintf("status %d err %v body %q", r.code, r.err, r.body))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	require.Zero(t, other.Load(), "first: %v", firstBad.Load())
+	require.EqualValues(t, requests, ok.Load())
+
+	var redisCalls, failedCalls int64
+	for _, m := range masters {
+		calls, failed, err := commandStats(ctx, m, "evalsha")
+		require.NoError(t, err)
+		redisCalls += calls
+		failedCalls += failed
+	}
+	after := scrape(t, e)
+	edgeCalls := int64(sum(after, mScriptCalls) - sum(before, mScriptCalls))
+	refunds := int64(sum(after, mRefunds) - sum(before, mRefunds))
+	coalesced := int64(sum(after, mCoalesced) - sum(before, mCoalesced))
+	byRedis := int64(sum(after, mDecisions, "reason", "redis", "decision", "allowed") - sum(before, mDecisions, "reason", "redis", "decision", "allowed"))
+	t.Logf("%d requests over %d connections in %s: %d EVALSHA on the masters (%d failed), edge counted %d script calls, %d refunds, %d coalesced checks; requests/call = %.1f",
+		requests, conns, elapsed.Round(time.Millisecond), redisCalls, failedCalls, edgeCalls, refunds, coalesced, float64(requests)/float64(max(redisCalls, 1)))
+
+	require.EqualValues(t, requests, byRedis, "every request decided (and admitted) by Redis")
+	require.Zero(t, sum(after, mFallback), "no fallback")
+	// Each request either led a call of its own or joined a batch; the
+	// edge's calls are the leads' and the batches'.
+	leads := requests - coalesced
+	batches := edgeCalls - leads
+	t.Logf("%d requests led a call, %d joined one of %d batches (%.1f per batch)", leads, coalesced, batches, float64(coalesced)/float64(max(batches, 1)))
+	require.GreaterOrEqual(t, batches, int64(0))
+	require.Equal(t, coalesced > 0, batches > 0, "coalesced checks travel in batches")
+	// Redis sees the edge's decision calls, plus refund calls (EVALSHA in
+	// "refund" mode: unused units of a batch; none here, the flood is far
+	// under the limit) and calls failed with NOSCRIPT and re-run (none: the
+	// scripts were loaded at start, before CONFIG RESETSTAT).
+	require.GreaterOrEqual(t, redisCalls, edgeCalls, "Redis saw every call the edge counted")
+	require.LessOrEqual(t, redisCalls, edgeCalls+refunds+failedCalls, "Redis saw nothing the edge did not send")
+	// With 200 connections hammering one key, one call is in flight at a
+	// time and the next carries every request that queued meanwhile: a
+	// call per request would mean coalescing is off.
+	require.Less(t, redisCalls, int64(requests/4), "script calls must be far fewer than requests")
+}

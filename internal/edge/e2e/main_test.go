@@ -1,0 +1,575 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+)
+
+// What every test of the package shares: the edge binary, built once
+// (without -race: the edges are the system under test, not the test), and a
+// Redis Cluster for the non-destructive tests, which namespace their Redis
+// keys with a per-test --key-salt. Failover tests start their own
+// deployments.
+var (
+	edgeBin string
+	cluster *testenv.Cluster
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+// quietLogger drops go-redis's own log lines in the test process.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func run(m *testing.M) int {
+	flag.Parse() // for testing.Verbose
+	redis.SetLogger(quietLogger{})
+	dir, err := os.MkdirTemp("", "edgeguard-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// Whatever happens to the tests, no edge outlives the run (Pdeathsig
+	// covers a crash of the test binary itself).
+	defer killAllEdges()
+
+	start := time.Now()
+	if edgeBin, err = buildEdge(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building the edge:", err)
+		return 1
+	}
+	built := time.Since(start)
+	if cluster, err = testenv.StartCluster(testenv.ClusterOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting redis cluster:", err)
+		return 1
+	}
+	defer cluster.Close()
+	if testing.Verbose() {
+		fmt.Fprintf(os.Stderr, "e2e: edge built in %s, cluster up in %s\n", built.Round(time.Millisecond), (time.Since(start) - built).Round(time.Millisecond))
+	}
+	return m.Run()
+}
+
+// buildEdge builds cmd/edge into dir. `go test` puts its own toolchain first
+// in PATH, so "go" is the one running the tests.
+func buildEdge(dir string) (string, error) {
+	if bin := os.Getenv("E2E_EDGE_BIN"); bin != "" { // TEMP during development
+		return bin, nil
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "edge")
+	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/edgeguard/edgeguard/cmd/edge")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// ---------------------------------------------------------------------------
+// Edge processes.
+
+var (
+	edgesMu sync.Mutex
+	edges   = map[*edgeProc]struct{}{}
+)
+
+func killAllEdges() {
+	edgesMu.Lock()
+	defer edgesMu.Unlock()
+	for e := range edges {
+		e.kill()
+	}
+}
+
+// syncBuffer collects a process's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// edgeProc is one running edge binary.
+type edgeProc struct {
+	Addr, Admin string // host:port of the public and the admin listener
+	cmd         *exec.Cmd
+	out         *syncBuffer // stderr (JSON log) and stdout
+	exited      chan struct{}
+}
+
+func (e *edgeProc) url(path string) string { return "http://" + e.Addr + path }
+
+func (e *edgeProc) alive() bool {
+	select {
+	case <-e.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (e *edgeProc) signal(sig syscall.Signal) {
+	if e.alive() {
+		_ = e.cmd.Process.Signal(sig)
+	}
+}
+
+// kill SIGKILLs the process group and reaps it.
+func (e *edgeProc) kill() {
+	if e.alive() {
+		_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	<-e.exited
+}
+
+// waitExit waits up to timeout for the process to exit by itself and
+// returns its exit code.
+func (e *edgeProc) waitExit(timeout time.Duration) (int, bool) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-e.exited:
+		return e.cmd.ProcessState.ExitCode(), true
+	case <-t.C:
+		return -1, false
+	}
+}
+
+// stop sends SIGTERM, waits up to timeout, then SIGKILLs. It returns the exit
+// code and whether the process exited by itself.
+func (e *edgeProc) stop(timeout time.Duration) (int, bool) {
+	e.signal(syscall.SIGTERM)
+	code, ok := e.waitExit(timeout)
+	if !ok {
+		e.kill()
+	}
+	return code, ok
+}
+
+// logTail returns the last lines of the edge's output, for failure messages.
+func (e *edgeProc) logTail(n int) string {
+	lines := strings.Split(strings.TrimRight(e.out.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// spawnEdge starts the edge binary with args as they are; the process is
+// stopped (SIGTERM, then SIGKILL) when the test ends.
+func spawnEdge(t *testing.T, args ...string) *edgeProc {
+	t.Helper()
+	e := &edgeProc{out: &syncBuffer{}, exited: make(chan struct{})}
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--listen":
+			e.Addr = args[i+1]
+		case "--admin":
+			e.Admin = args[i+1]
+		}
+	}
+	e.cmd = exec.Command(edgeBin, args...)
+	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
+	// Its own process group, and SIGKILL when the test binary dies, so no
+	// edge leaks even if a test panics.
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Only what the flags say: no EDGEGUARD_* from the developer's shell.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "EDGEGUARD_") {
+			e.cmd.Env = append(e.cmd.Env, kv)
+		}
+	}
+	require.NoError(t, e.cmd.Start())
+	go func() {
+		_ = e.cmd.Wait()
+		close(e.exited)
+	}()
+	edgesMu.Lock()
+	edges[e] = struct{}{}
+	edgesMu.Unlock()
+	t.Cleanup(func() {
+		if _, ok := e.stop(10 * time.Second); !ok {
+			t.Errorf("edge %s did not exit within 10s of SIGTERM", e.Addr)
+		}
+		edgesMu.Lock()
+		delete(edges, e)
+		edgesMu.Unlock()
+		if t.Failed() {
+			t.Logf("--- edge %s output (last 40 lines) ---\n%s", e.Addr, e.logTail(40))
+		}
+	})
+	return e
+}
+
+// startEdge starts an edge on fresh loopback ports with --drain-delay 0 and
+// args (a later flag wins, except --origin and --trusted-proxies, which
+// add up), and waits until /readyz answers 200. A port another process took
+// between picking and binding is retried with fresh ones.
+func startEdge(t *testing.T, args ...string) *edgeProc {
+	t.Helper()
+	const attempts = 4
+	for attempt := 1; ; attempt++ {
+		ports := freePorts(t, 2)
+		e := spawnEdge(t, append([]string{
+			"--listen", "127.0.0.1:" + strconv.Itoa(ports[0]),
+			"--admin", "127.0.0.1:" + strconv.Itoa(ports[1]),
+			"--drain-delay", "0",
+		}, args...)...)
+		err := waitReady(e, 20*time.Second)
+		if err == nil {
+			return e
+		}
+		if !e.alive() && attempt < attempts && strings.Contains(e.out.String(), "address already in use") {
+			continue
+		}
+		t.Fatalf("edge did not become ready: %v\n--- output ---\n%s", err, e.logTail(40))
+	}
+}
+
+// waitReady polls /readyz until it answers 200, the process exits or the
+// deadline passes.
+func waitReady(e *edgeProc, timeout time.Duration) error {
+	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(timeout)
+	var last error
+	for delay := 5 * time.Millisecond; time.Now().Before(deadline); delay = min(delay*2, 100*time.Millisecond) {
+		if !e.alive() {
+			return fmt.Errorf("process exited (%s)", e.cmd.ProcessState)
+		}
+		resp, err := c.Get("http://" + e.Admin + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("/readyz answered %d", resp.StatusCode)
+		}
+		last = err
+		time.Sleep(delay)
+	}
+	return fmt.Errorf("not ready after %s (last: %v)", timeout, last)
+}
+
+// freePorts picks n distinct free loopback ports (all listeners stay open
+// until every port is picked).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	return "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])
+}
+
+// writeRules writes a rules file into the test's temp dir.
+func writeRules(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+	return path
+}
+
+// ---------------------------------------------------------------------------
+// The origin and clients.
+
+// origin is an HTTP origin in the test process; every request waits delay
+// and answers 200 "ok".
+type origin struct {
+	URL     string
+	arrived atomic.Int64
+}
+
+func startOrigin(t *testing.T, delay time.Duration) *origin {
+	o := &origin{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.arrived.Add(1)
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "ok\n")
+	}))
+	t.Cleanup(srv.Close)
+	o.URL = srv.URL
+	return o
+}
+
+// newClient is an HTTP client keeping up to conns connections per edge.
+func newClient(t *testing.T, conns int) *http.Client {
+	tr := &http.Transport{
+		MaxIdleConns:        4 * conns,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 15 * time.Second}
+}
+
+// reply is one response, read in full.
+type reply struct {
+	code   int
+	header http.Header
+	body   []byte
+	err    error
+}
+
+// get sends GET url with header name/value pairs.
+func get(c *http.Client, url string, headers ...string) reply {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return reply{err: err}
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return reply{code: resp.StatusCode, header: resp.Header, body: body, err: err}
+}
+
+// ---------------------------------------------------------------------------
+// Metrics: the Prometheus text format the admin port serves.
+
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+func scrape(t *testing.T, e *edgeProc) []sample {
+	t.Helper()
+	s, err := scrapeErr(e)
+	require.NoError(t, err)
+	return s
+}
+
+func scrapeErr(e *edgeProc) ([]sample, error) {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + e.Admin + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics answered %d", resp.StatusCode)
+	}
+	return parseMetrics(string(body))
+}
+
+// parseMetrics reads the text exposition format: `name{k="v",...} value`.
+func parseMetrics(text string) ([]sample, error) {
+	var out []sample
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		s := sample{labels: map[string]string{}}
+		rest := line
+		if i := strings.IndexAny(line, "{ "); i < 0 {
+			return nil, fmt.Errorf("malformed metric line %q", line)
+		} else {
+			s.name, rest = line[:i], line[i:]
+		}
+		if rest[0] == '{' {
+			rest = rest[1:]
+			for {
+				rest = strings.TrimLeft(rest, ", ")
+				if strings.HasPrefix(rest, "}") {
+					rest = rest[1:]
+					break
+				}
+				eq := strings.Index(rest, `="`)
+				if eq < 0 {
+					return nil, fmt.Errorf("malformed labels in %q", line)
+				}
+				name := rest[:eq]
+				rest = rest[eq+2:]
+				var val strings.Builder
+				closed := false
+				for i := 0; i < len(rest); i++ {
+					switch c := rest[i]; {
+					case c == '\\' && i+1 < len(rest):
+						i++
+						switch rest[i] {
+						case 'n':
+							val.WriteByte('\n')
+						default:
+							val.WriteByte(rest[i])
+						}
+					case c == '"':
+						rest, closed = rest[i+1:], true
+					default:
+						val.WriteByte(c)
+					}
+					if closed {
+						break
+					}
+				}
+				if !closed {
+					return nil, fmt.Errorf("unterminated label value in %q", line)
+				}
+				s.labels[name] = val.String()
+			}
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("no value in %q", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("value of %q: %w", line, err)
+		}
+		s.value = v
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// sum adds up the samples of name whose labels include every pair of match
+// (given as name, value, name, value...).
+func sum(samples []sample, name string, match ...string) float64 {
+	total := 0.0
+next:
+	for _, s := range samples {
+		if s.name != name {
+			continue
+		}
+		for i := 0; i+1 < len(match); i += 2 {
+			if s.labels[match[i]] != match[i+1] {
+				continue next
+			}
+		}
+		total += s.value
+	}
+	return total
+}
+
+// Metric names the tests read.
+const (
+	mDecisions   = "edgeguard_edge_decisions_total"
+	mRequests    = "edgeguard_edge_requests_total"
+	mScriptCalls = "edgeguard_limiter_store_script_calls_total"
+	mCoalesced   = "edgeguard_limiter_coalesced_checks_total"
+	mFallback    = "edgeguard_limiter_fallback_total"
+	mBreaker     = "edgeguard_limiter_breaker_state"
+	mRefunds     = "edgeguard_limiter_refunds_total"
+)
+
+// ---------------------------------------------------------------------------
+// Redis helpers.
+
+// commandStats returns calls and failed_calls of one command from INFO
+// commandstats on addr (zeros when the command was never called).
+func commandStats(ctx context.Context, addr, command string) (calls, failed int64, err error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, DisableIdentity: true})
+	defer c.Close()
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	for line := range strings.Lines(info) {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		for kv := range strings.SplitSeq(v, ",") {
+			k, n, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				calls, err = strconv.ParseInt(n, 10, 64)
+			case "failed_calls":
+				failed, err = strconv.ParseInt(n, 10, 64)
+			}
+			if err != nil {
+				return 0, 0, fmt.Errorf("parsing %q: %w", line, err)
+			}
+		}
+	}
+	return calls, failed, nil
+}
+
+// onNode runs fn with a client for addr.
+func onNode(ctx context.Context, addr string, fn func(context.Context, *redis.Client) error) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, DisableIdentity: true})
+	defer c.Close()
+	if err := fn(ctx, c); err != nil {
+		return fmt.Errorf("%s: %w", addr, err)
+	}
+	return nil
+}
+
+var errTimeout = errors.New("timed out")
+
+// eventually polls cond every interval until it returns nil or timeout
+// passes, and returns the last error.
+func eventually(timeout, interval time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%w after %s: %w", errTimeout, timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}

@@ -1,0 +1,76 @@
+package region
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// Docs are a region's rule documents as stored, with their ModifyIndex (0
+// when absent) for check-and-set.
+type Docs struct {
+	Global, Region           []byte
+	GlobalIndex, RegionIndex uint64
+}
+
+// Effective parses both documents (an absent one is empty) and merges them:
+// the rule set the region runs.
+func (d Docs) Effective() (*rules.Document, error) {
+	parse := func(name string, data []byte) (*rules.Document, error) {
+		if len(bytes.TrimSpace(data)) == 0 {
+			return nil, nil
+		}
+		doc, err := rules.Parse(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s document: %w", name, err)
+		}
+		return doc, nil
+	}
+	g, err := parse("global", d.Global)
+	if err != nil {
+		return nil, err
+	}
+	r, err := parse("region", d.Region)
+	if err != nil {
+		return nil, err
+	}
+	return rules.Merge(g, r)
+}
+
+// ReadDocs reads a region's two rule documents from its datacenter.
+func (c *Client) ReadDocs(ctx context.Context, region string) (Docs, error) {
+	pairs, _, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return Docs{}, classify("reading rules of "+region, err)
+	}
+	return c.docsOf(pairs, region), nil
+}
+
+func (c *Client) docsOf(pairs api.KVPairs, region string) Docs {
+	var d Docs
+	for _, p := range pairs {
+		switch p.Key {
+		case c.layout.GlobalRules():
+			d.Global, d.GlobalIndex = p.Value, p.ModifyIndex
+		case c.layout.RegionRules(region):
+			d.Region, d.RegionIndex = p.Value, p.ModifyIndex
+		}
+	}
+	return d
+}
+
+// Get reads one key in a region: its value and ModifyIndex (0, nil when absent).
+func (c *Client) Get(ctx context.Context, region, key string) ([]byte, uint64, error) {
+	p, _, err := c.api.KV().Get(key, (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, 0, classify("reading "+key+" in "+region, err)
+	}
+	if p == nil {
+		return nil, 0, nil
+	}
+	return p.Value, p.ModifyIndex, nil
+}

@@ -1,0 +1,92 @@
+package region
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Kinds of documents a history entry records.
+const (
+	KindGlobalRules = "rules/global"
+	KindRegionRules = "rules/region"
+	KindShedder     = "shedder"
+)
+
+// Entry is one push, as kept in the region's history.
+type Entry struct {
+	Seq      string    `json:"seq"`
+	Kind     string    `json:"kind"`
+	Region   string    `json:"region"`
+	Key      string    `json:"key"`
+	Version  string    `json:"version"` // content hash of the pushed document
+	Author   string    `json:"author"`
+	Host     string    `json:"host"`
+	Time     time.Time `json:"time"`
+	Message  string    `json:"message,omitempty"`
+	Document string    `json:"document"` // what was written, so a rollback can restore it
+}
+
+// Push writes doc to key in region's datacenter if the key's ModifyIndex is
+// still casIndex (0: the key must not exist), and appends entry to the
+// region's history — both in one Consul transaction, so a push is recorded
+// exactly when it lands. A lost race returns ErrConflict.
+func (c *Client) Push(ctx context.Context, region, key string, doc []byte, casIndex uint64, e Entry) (Entry, error) {
+	e.Seq = strconv.FormatInt(time.Now().UnixNano(), 10)
+	e.Seq = strings.Repeat("0", max(0, 20-len(e.Seq))) + e.Seq // sorts as text
+	e.Region, e.Key, e.Document = region, key, string(doc)
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	entry, err := json.Marshal(e)
+	if err != nil {
+		return e, fmt.Errorf("encoding history entry: %w", err)
+	}
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: doc, Index: casIndex}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: c.layout.History(region) + e.Seq, Value: entry}},
+	}
+	ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+	if err != nil {
+		return e, classify("pushing "+key+" to "+region, err)
+	}
+	if !ok {
+		var why []string
+		if resp != nil {
+			for _, te := range resp.Errors {
+				why = append(why, te.What)
+			}
+		}
+		if len(why) > 0 && strings.Contains(strings.ToLower(strings.Join(why, "; ")), "permission denied") {
+			return e, fmt.Errorf("pushing %s to %s: %w", key, region, ErrPermissionDenied)
+		}
+		return e, fmt.Errorf("pushing %s to %s: %w (%s)", key, region, ErrConflict, strings.Join(why, "; "))
+	}
+	return e, nil
+}
+
+// History lists a region's entries, newest first; kind "" means every kind.
+func (c *Client) History(ctx context.Context, region, kind string) ([]Entry, error) {
+	pairs, _, err := c.api.KV().List(c.layout.History(region), (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+	if err != nil {
+		return nil, classify("reading history of "+region, err)
+	}
+	var out []Entry
+	for _, p := range pairs {
+		var e Entry
+		if err := json.Unmarshal(p.Value, &e); err != nil {
+			return nil, fmt.Errorf("history entry %s: %w", p.Key, err)
+		}
+		if kind == "" || e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(b.Seq, a.Seq) })
+	return out, nil
+}

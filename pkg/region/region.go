@@ -1,0 +1,107 @@
+// Package region is a deployment's regions as Consul sees them: where each
+// region's documents live in Consul KV, how an edge watches them, how an
+// operator pushes them (check-and-set plus a history entry, in one
+// transaction), and which edges run where (the catalog).
+//
+// Every region is a Consul datacenter of the same name, and Consul KV is not
+// replicated between datacenters, so each region's documents live in the
+// region's own datacenter, under a prefix (default "edgeguard/"):
+//
+//	rules/global              the global rule set (YAML, rules schema v1)
+//	rules/regions/<region>    the region's document: overrides rules by id,
+//	                          switches them off with disabled: true
+//	shedder/<region>          the region's load shedder settings (JSON)
+//	history/<region>/<seq>    one entry per push or rollback (JSON)
+//
+// One document per scope, so a push is atomic.
+package region
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// DefaultPrefix is where edgeguard's keys start.
+const DefaultPrefix = "edgeguard/"
+
+// Service is the name edges register under in the Consul catalog.
+const Service = "edgeguard-edge"
+
+// Layout names the keys under a prefix.
+type Layout struct{ Prefix string }
+
+// NewLayout normalizes prefix ("" is DefaultPrefix; a trailing / is added).
+func NewLayout(prefix string) Layout {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return Layout{Prefix: strings.TrimPrefix(prefix, "/")}
+}
+
+func (l Layout) Rules() string                    { return l.Prefix + "rules/" }
+func (l Layout) GlobalRules() string              { return l.Prefix + "rules/global" }
+func (l Layout) RegionRules(region string) string { return l.Prefix + "rules/regions/" + region }
+func (l Layout) Shedder(region string) string     { return l.Prefix + "shedder/" + region }
+func (l Layout) History(region string) string     { return l.Prefix + "history/" + region + "/" }
+
+// Errors callers act on (regionctl maps them to exit codes).
+var (
+	ErrConflict         = errors.New("conflict: the document changed since it was read (another push?)")
+	ErrPermissionDenied = errors.New("permission denied by Consul ACLs")
+	ErrUnreachable      = errors.New("consul unreachable")
+	ErrUnknownRegion    = errors.New("unknown region")
+	ErrNotFound         = errors.New("not found")
+)
+
+// classify turns a Consul client error into one of the named errors.
+func classify(doing string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se api.StatusError
+	switch {
+	case errors.As(err, &se) && se.Code == http.StatusForbidden,
+		strings.Contains(err.Error(), "Permission denied"), strings.Contains(err.Error(), "ACL not found"):
+		return fmt.Errorf("%s: %w: %v", doing, ErrPermissionDenied, err)
+	case strings.Contains(err.Error(), "No path to datacenter"):
+		return fmt.Errorf("%s: %w: %v", doing, ErrUnknownRegion, err)
+	case errors.As(err, &se):
+		return fmt.Errorf("%s: %w", doing, err)
+	}
+	return fmt.Errorf("%s: %w: %v", doing, ErrUnreachable, err)
+}
+
+// Client talks to one Consul agent; requests for another region travel to
+// that region's datacenter over Consul's WAN federation.
+type Client struct {
+	api    *api.Client
+	layout Layout
+}
+
+// NewClient builds a client; it does not contact Consul.
+func NewClient(cfg *api.Config, prefix string) (*Client, error) {
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("configuring consul client: %w", err)
+	}
+	return &Client{api: c, layout: NewLayout(prefix)}, nil
+}
+
+// Layout is the client's key layout.
+func (c *Client) Layout() Layout { return c.layout }
+
+// API is the underlying Consul client.
+func (c *Client) API() *api.Client { return c.api }
+
+// Regions lists the known regions (Consul datacenters).
+func (c *Client) Regions() ([]string, error) {
+	dcs, err := c.api.Catalog().Datacenters()
+	return dcs, classify("listing regions", err)
+}

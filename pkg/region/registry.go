@@ -1,0 +1,108 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Registration is one edge in the catalog.
+type Registration struct {
+	ID           string // unique per edge process
+	Region, PoP  string
+	Address      string // public address ("" = the agent's node address)
+	Port         int
+	RulesVersion string
+	// CheckURL is polled by the local agent (the edge's /readyz).
+	CheckURL      string
+	CheckInterval time.Duration
+}
+
+// Register adds or updates the edge in the local agent's catalog. Calling it
+// again with a new RulesVersion updates the service's meta.
+func (c *Client) Register(ctx context.Context, r Registration) error {
+	interval := r.CheckInterval
+	if interval <= 0 {
+		interval = 2 * time.Second
+	}
+	reg := &api.AgentServiceRegistration{
+		ID:      r.ID,
+		Name:    Service,
+		Address: r.Address,
+		Port:    r.Port,
+		Meta:    map[string]string{"region": r.Region, "pop": r.PoP, "rules_version": r.RulesVersion},
+		Check: &api.AgentServiceCheck{
+			CheckID:                        r.ID + ":readyz",
+			HTTP:                           r.CheckURL,
+			Interval:                       interval.String(),
+			Timeout:                        "2s",
+			DeregisterCriticalServiceAfter: "10m",
+		},
+	}
+	err := c.api.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{}.WithContext(ctx))
+	return classify("registering "+r.ID, err)
+}
+
+// Deregister removes the edge from the catalog.
+func (c *Client) Deregister(ctx context.Context, id string) error {
+	err := c.api.Agent().ServiceDeregisterOpts(id, (&api.QueryOptions{}).WithContext(ctx))
+	return classify("deregistering "+id, err)
+}
+
+// Edge is one registered edge as the catalog reports it.
+type Edge struct {
+	ID, Node, Address string
+	Region, PoP       string
+	RulesVersion      string
+	Healthy           bool
+}
+
+// Edges lists the edges registered in region's datacenter. index > 0 makes
+// it a blocking query that returns once the list changes (or after wait).
+func (c *Client) Edges(ctx context.Context, region string, index uint64, wait time.Duration) ([]Edge, uint64, error) {
+	q := (&api.QueryOptions{Datacenter: region, WaitIndex: index, WaitTime: wait}).WithContext(ctx)
+	entries, meta, err := c.api.Health().Service(Service, "", false, q)
+	if err != nil {
+		return nil, 0, classify("listing edges of "+region, err)
+	}
+	out := make([]Edge, 0, len(entries))
+	for _, e := range entries {
+		addr := e.Service.Address
+		if addr == "" {
+			addr = e.Node.Address
+		}
+		out = append(out, Edge{
+			ID:           e.Service.ID,
+			Node:         e.Node.Node,
+			Address:      net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
+			Region:       e.Service.Meta["region"],
+			PoP:          e.Service.Meta["pop"],
+			RulesVersion: e.Service.Meta["rules_version"],
+			Healthy:      e.Checks.AggregatedStatus() == api.HealthPassing,
+		})
+	}
+	return out, meta.LastIndex, nil
+}
+
+// Count is how many healthy edges a region and one of its PoPs run.
+func Count(edges []Edge, region, pop string) (inRegion, inPoP int) {
+	for _, e := range edges {
+		if !e.Healthy || e.Region != region {
+			continue
+		}
+		inRegion++
+		if e.PoP == pop {
+			inPoP++
+		}
+	}
+	return inRegion, inPoP
+}
+
+// String is for logs.
+func (e Edge) String() string {
+	return fmt.Sprintf("%s (%s/%s, rules %s, healthy %t)", e.ID, e.Region, e.PoP, e.RulesVersion, e.Healthy)
+}

@@ -1,0 +1,89 @@
+package region
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Backoff between failed blocking queries: from 100ms, doubling, to 10s.
+const (
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 10 * time.Second
+)
+
+// WatchRules calls fn with the region's rule documents now and after every
+// change, using Consul blocking queries (index-based) in the local
+// datacenter, until ctx is done. Errors are passed to onErr and retried with
+// backoff; fn runs only when the documents' content changed.
+func (c *Client) WatchRules(ctx context.Context, region string, fn func(Docs), onErr func(error)) {
+	var last *Docs
+	c.watch(ctx, c.layout.Rules(), onErr, func(pairs api.KVPairs) {
+		d := c.docsOf(pairs, region)
+		if last != nil && bytes.Equal(last.Global, d.Global) && bytes.Equal(last.Region, d.Region) {
+			return
+		}
+		last = &d
+		fn(d)
+	})
+}
+
+// WatchShedder calls fn with the region's shedder document (nil when absent)
+// now and after every change.
+func (c *Client) WatchShedder(ctx context.Context, region string, fn func([]byte), onErr func(error)) {
+	key := c.layout.Shedder(region)
+	var last []byte
+	first := true
+	c.watch(ctx, key, onErr, func(pairs api.KVPairs) {
+		var v []byte
+		for _, p := range pairs {
+			if p.Key == key {
+				v = p.Value
+			}
+		}
+		if !first && bytes.Equal(v, last) {
+			return
+		}
+		first, last = false, v
+		fn(v)
+	})
+}
+
+// watch runs blocking List queries on prefix.
+func (c *Client) watch(ctx context.Context, prefix string, onErr func(error), fn func(api.KVPairs)) {
+	var index uint64
+	wait := backoffMin
+	for ctx.Err() == nil {
+		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx)
+		pairs, meta, err := c.api.KV().List(prefix, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if onErr != nil {
+				onErr(classify("watching "+prefix, err))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, backoffMax)
+			continue
+		}
+		wait = backoffMin
+		// An index that goes backwards (a restarted agent, a snapshot
+		// restore) restarts the watch from scratch, as Consul advises.
+		if meta.LastIndex < index {
+			index = 0
+			continue
+		}
+		if meta.LastIndex == index {
+			continue // the wait timed out with no change
+		}
+		index = meta.LastIndex
+		fn(pairs)
+	}
+}
