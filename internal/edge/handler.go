@@ -52,7 +52,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
 	}
 	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
 	// derived context and races with Shutdown; the queue timeout bounds this.
-	release, err := e.workers.Acquire(context.Background())
+	release, err := e.workers.Acquire(context.Background(), tier)
 	if err != nil {
 		unavailable(ctx, "no worker free; retry later", 1)
 		return outcomeNoWorker

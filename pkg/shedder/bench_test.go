@@ -93,7 +93,7 @@ func BenchmarkWorkersAcquire(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					release, err := w.Acquire(ctx)
+					release, err := w.Acquire(ctx, TierRead)
 					if err != nil {
 						b.Error(err)
 						return

@@ -113,13 +113,13 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, 0.0, got["edgeguard_shedder_enabled"])
 
 	// Workers: busy/capacity read at scrape time, queue waits observed.
-	release, err := w.Acquire(context.Background())
+	release, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 	got = scrape(t, reg)
 	require.Equal(t, 1.0, got["edgeguard_shedder_workers_busy"])
 	require.Equal(t, 1.0, got["edgeguard_shedder_workers_capacity"])
 	require.Zero(t, got["edgeguard_shedder_queue_wait_seconds"], "immediate acquires are not queue waits")
-	_, err = w.Acquire(context.Background())
+	_, err = w.Acquire(context.Background(), TierRead)
 	require.ErrorIs(t, err, ErrQueueTimeout, "the attached workers follow queue settings from Update")
 	release()
 	got = scrape(t, reg)

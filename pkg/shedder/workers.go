@@ -20,9 +20,12 @@ var (
 )
 
 // Workers is the hard cap on requests the edge runs at once, with a short
-// bounded FIFO queue in front of it. It is the only protection critical
-// traffic is subject to, so it must hold under any load. A mutex (not a
-// channel semaphore) because the capacity changes live.
+// bounded queue in front of it. It is the only protection critical traffic is
+// subject to, so the queue is ordered by tier: a freed slot goes to the
+// highest tier waiting (first come first served within a tier), and a full
+// queue makes room for a higher tier by turning away its lowest-tier waiter.
+// So before the ramp has had time to shed, critical requests still get the
+// slots. A mutex (not a channel semaphore) because the capacity changes live.
 type Workers struct {
 	mu           sync.Mutex
 	capacity     int
@@ -34,8 +37,10 @@ type Workers struct {
 }
 
 type waiter struct {
-	ready   chan struct{} // closed when a slot is handed over
+	tier    Tier
+	ready   chan struct{} // closed when a slot is handed over or the waiter is evicted
 	granted bool          // guarded by Workers.mu; settles timeout races
+	evicted bool          // guarded by Workers.mu: turned away for a higher tier
 }
 
 // NewWorkers returns a cap of capacity slots with up to queueSize waiters,
@@ -52,11 +57,12 @@ func NewWorkers(capacity, queueSize int, queueTimeout time.Duration) *Workers {
 	return &Workers{capacity: capacity, queueSize: queueSize, queueTimeout: queueTimeout}
 }
 
-// Acquire takes a worker slot, waiting in the queue if all are busy. On
-// success the caller must call release once when the request is done;
-// further calls are no-ops so a deferred release is always safe. Errors:
-// ErrQueueFull, ErrQueueTimeout, or the context's error (wrapped).
-func (w *Workers) Acquire(ctx context.Context) (release func(), err error) {
+// Acquire takes a worker slot for a request of the given tier, waiting in the
+// queue if all are busy. On success the caller must call release once when
+// the request is done; further calls are no-ops so a deferred release is
+// always safe. Errors: ErrQueueFull (also when evicted for a higher tier),
+// ErrQueueTimeout, or the context's error (wrapped).
+func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err error) {
 	w.mu.Lock()
 	// Skipping ahead of waiters would starve them under steady load.
 	if w.busy < w.capacity && len(w.queue) == 0 {
@@ -64,15 +70,26 @@ func (w *Workers) Acquire(ctx context.Context) (release func(), err error) {
 		w.mu.Unlock()
 		return w.releaser(), nil
 	}
-	if len(w.queue) >= w.queueSize || w.queueTimeout <= 0 {
+	if w.queueTimeout <= 0 || w.queueSize == 0 {
 		w.mu.Unlock()
 		return nil, ErrQueueFull
+	}
+	if len(w.queue) >= w.queueSize {
+		low := w.lowestLocked()
+		if w.queue[low].tier >= tier {
+			w.mu.Unlock()
+			return nil, ErrQueueFull
+		}
+		ev := w.queue[low]
+		w.removeAt(low)
+		ev.evicted = true
+		close(ev.ready)
 	}
 	if err := ctx.Err(); err != nil {
 		w.mu.Unlock()
 		return nil, fmt.Errorf("shedder: waiting for a worker: %w", err)
 	}
-	wt := &waiter{ready: make(chan struct{})}
+	wt := &waiter{tier: tier, ready: make(chan struct{})}
 	w.queue = append(w.queue, wt)
 	timeout, obs := w.queueTimeout, w.waitObs
 	w.mu.Unlock()
@@ -83,6 +100,12 @@ func (w *Workers) Acquire(ctx context.Context) (release func(), err error) {
 	select {
 	case <-wt.ready:
 		observeWait(obs, start)
+		w.mu.Lock()
+		evicted := wt.evicted
+		w.mu.Unlock()
+		if evicted {
+			return nil, ErrQueueFull
+		}
 		return w.releaser(), nil
 	case <-timer.C:
 		err = ErrQueueTimeout
@@ -91,6 +114,11 @@ func (w *Workers) Acquire(ctx context.Context) (release func(), err error) {
 	}
 
 	w.mu.Lock()
+	if wt.evicted {
+		w.mu.Unlock()
+		observeWait(obs, start)
+		return nil, ErrQueueFull
+	}
 	if wt.granted {
 		// A slot was handed over as we gave up: it is ours now, and
 		// refusing it would leak it.
@@ -131,22 +159,43 @@ func (w *Workers) release() {
 	w.busy--
 }
 
-// grantLocked hands a slot (already counted in busy) to the oldest waiter.
+// grantLocked hands a slot (already counted in busy) to the oldest waiter of
+// the highest tier waiting.
 func (w *Workers) grantLocked() {
-	wt := w.queue[0]
-	copy(w.queue, w.queue[1:])
-	w.queue[len(w.queue)-1] = nil
-	w.queue = w.queue[:len(w.queue)-1]
+	best := 0
+	for i, q := range w.queue {
+		if q.tier > w.queue[best].tier {
+			best = i
+		}
+	}
+	wt := w.queue[best]
+	w.removeAt(best)
 	wt.granted = true
 	close(wt.ready)
+}
+
+// lowestLocked is the newest waiter of the lowest tier waiting: the one a
+// higher tier may turn away.
+func (w *Workers) lowestLocked() int {
+	low := len(w.queue) - 1
+	for i := len(w.queue) - 1; i >= 0; i-- {
+		if w.queue[i].tier < w.queue[low].tier {
+			low = i
+		}
+	}
+	return low
+}
+
+func (w *Workers) removeAt(i int) {
+	copy(w.queue[i:], w.queue[i+1:])
+	w.queue[len(w.queue)-1] = nil
+	w.queue = w.queue[:len(w.queue)-1]
 }
 
 func (w *Workers) removeLocked(wt *waiter) {
 	for i, q := range w.queue {
 		if q == wt {
-			copy(w.queue[i:], w.queue[i+1:])
-			w.queue[len(w.queue)-1] = nil
-			w.queue = w.queue[:len(w.queue)-1]
+			w.removeAt(i)
 			return
 		}
 	}

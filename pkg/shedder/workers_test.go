@@ -29,7 +29,7 @@ func TestWorkersCapUnderConcurrency(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				release, err := w.Acquire(context.Background())
+				release, err := w.Acquire(context.Background(), TierRead)
 				if err != nil {
 					failures.Add(1)
 					continue
@@ -61,12 +61,12 @@ func TestWorkersCapUnderConcurrency(t *testing.T) {
 
 func TestWorkersQueueFull(t *testing.T) {
 	w := NewWorkers(1, 1, 10*time.Second)
-	release, err := w.Acquire(context.Background())
+	release, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 
 	got := make(chan error, 1)
 	go func() {
-		r, err := w.Acquire(context.Background())
+		r, err := w.Acquire(context.Background(), TierRead)
 		if err == nil {
 			r()
 		}
@@ -74,7 +74,7 @@ func TestWorkersQueueFull(t *testing.T) {
 	}()
 	waitQueued(t, w, 1)
 
-	_, err = w.Acquire(context.Background())
+	_, err = w.Acquire(context.Background(), TierRead)
 	require.ErrorIs(t, err, ErrQueueFull)
 
 	release()
@@ -84,24 +84,24 @@ func TestWorkersQueueFull(t *testing.T) {
 
 func TestWorkersNoQueue(t *testing.T) {
 	w := NewWorkers(1, 0, 0)
-	release, err := w.Acquire(context.Background())
+	release, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
-	_, err = w.Acquire(context.Background())
+	_, err = w.Acquire(context.Background(), TierRead)
 	require.ErrorIs(t, err, ErrQueueFull)
 	release()
 	release() // idempotent
 	require.Equal(t, 0, w.Busy())
-	release, err = w.Acquire(context.Background())
+	release, err = w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 	release()
 }
 
 func TestWorkersQueueTimeout(t *testing.T) {
 	w := NewWorkers(1, 4, 5*time.Millisecond)
-	release, err := w.Acquire(context.Background())
+	release, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 	defer release()
-	_, err = w.Acquire(context.Background())
+	_, err = w.Acquire(context.Background(), TierRead)
 	require.ErrorIs(t, err, ErrQueueTimeout)
 	require.Equal(t, 0, w.Queued())
 	require.Equal(t, 1, w.Busy())
@@ -109,14 +109,14 @@ func TestWorkersQueueTimeout(t *testing.T) {
 
 func TestWorkersContextCancel(t *testing.T) {
 	w := NewWorkers(1, 4, time.Minute)
-	release, err := w.Acquire(context.Background())
+	release, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 	defer release()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() {
-		_, err := w.Acquire(ctx)
+		_, err := w.Acquire(ctx, TierRead)
 		got <- err
 	}()
 	waitQueued(t, w, 1)
@@ -124,25 +124,25 @@ func TestWorkersContextCancel(t *testing.T) {
 	require.ErrorIs(t, <-got, context.Canceled)
 	require.Equal(t, 0, w.Queued())
 
-	_, err = w.Acquire(ctx)
+	_, err = w.Acquire(ctx, TierRead)
 	require.ErrorIs(t, err, context.Canceled)
 }
 
 func TestWorkersReleaseFreesSlot(t *testing.T) {
 	w := NewWorkers(2, 0, 0)
-	r1, err := w.Acquire(context.Background())
+	r1, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
-	r2, err := w.Acquire(context.Background())
+	r2, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 	require.Equal(t, 2, w.Busy())
 	require.Equal(t, 1.0, w.Utilization())
-	_, err = w.Acquire(context.Background())
+	_, err = w.Acquire(context.Background(), TierRead)
 	require.ErrorIs(t, err, ErrQueueFull)
 	r1()
 	r1()
 	require.Equal(t, 1, w.Busy())
 	require.Equal(t, 0.5, w.Utilization())
-	r3, err := w.Acquire(context.Background())
+	r3, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 	r2()
 	r3()
@@ -151,12 +151,12 @@ func TestWorkersReleaseFreesSlot(t *testing.T) {
 
 func TestWorkersResize(t *testing.T) {
 	w := NewWorkers(1, 4, time.Minute)
-	r1, err := w.Acquire(context.Background())
+	r1, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 
 	got := make(chan func(), 2)
 	acquire := func() {
-		r, err := w.Acquire(context.Background())
+		r, err := w.Acquire(context.Background(), TierRead)
 		if err != nil {
 			r = nil
 		}
@@ -195,11 +195,11 @@ func TestWorkersSetQueue(t *testing.T) {
 	w := NewWorkers(1, 0, 0)
 	require.ErrorIs(t, w.SetQueue(-1, -1), ErrInvalidConfig)
 	require.NoError(t, w.SetQueue(1, time.Minute))
-	release, err := w.Acquire(context.Background())
+	release, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 	got := make(chan error, 1)
 	go func() {
-		r, err := w.Acquire(context.Background())
+		r, err := w.Acquire(context.Background(), TierRead)
 		if err == nil {
 			r()
 		}
@@ -213,4 +213,49 @@ func TestWorkersSetQueue(t *testing.T) {
 func TestNewWorkersPanicsOnNonsense(t *testing.T) {
 	require.Panics(t, func() { NewWorkers(0, 1, time.Second) })
 	require.Panics(t, func() { NewWorkers(1, -1, time.Second) })
+}
+
+// A full queue is ordered by tier: a freed slot goes to the highest tier
+// waiting, and a higher tier turns away the lowest-tier waiter.
+func TestWorkersPriorityQueue(t *testing.T) {
+	w := NewWorkers(1, 2, 5*time.Second)
+	hold, err := w.Acquire(context.Background(), TierRead)
+	require.NoError(t, err)
+
+	type result struct {
+		tier Tier
+		err  error
+	}
+	results := make(chan result, 4)
+	wait := func(tier Tier) {
+		release, err := w.Acquire(context.Background(), tier)
+		results <- result{tier, err}
+		if err == nil {
+			time.Sleep(10 * time.Millisecond)
+			release()
+		}
+	}
+	go wait(TierTest)
+	require.Eventually(t, func() bool { return w.Queued() == 1 }, time.Second, time.Millisecond)
+	go wait(TierWrite)
+	require.Eventually(t, func() bool { return w.Queued() == 2 }, time.Second, time.Millisecond)
+
+	// Queue full: a critical request turns the test waiter away.
+	go wait(TierCritical)
+	r := <-results
+	require.Equal(t, TierTest, r.tier)
+	require.ErrorIs(t, r.err, ErrQueueFull)
+	require.Eventually(t, func() bool { return w.Queued() == 2 }, time.Second, time.Millisecond)
+
+	// A read cannot turn away anything of its tier or above.
+	_, err = w.Acquire(context.Background(), TierRead)
+	require.ErrorIs(t, err, ErrQueueFull)
+
+	hold() // critical first, although write queued earlier
+	r = <-results
+	require.Equal(t, TierCritical, r.tier)
+	require.NoError(t, r.err)
+	r = <-results
+	require.Equal(t, TierWrite, r.tier)
+	require.NoError(t, r.err)
 }
