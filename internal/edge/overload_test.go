@@ -1,0 +1,178 @@
+package edge
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+)
+
+// TestOverloadShedsLowTiersFirst offers ~3× an origin's capacity in a mix of
+// tiers. The origin serves at most `capacity` requests at once, 20 ms each;
+// the edge runs as many workers. Critical traffic keeps ≥ 99% success, test
+// and read traffic is shed before write, and the shed level returns to rest
+// after the load stops.
+func TestOverloadShedsLowTiersFirst(t *testing.T) {
+	const (
+		capacity = 4
+		service  = 20 * time.Millisecond
+		// capacity / service = 200 req/s; offer 3×.
+		offered  = 600
+		overload = 5 * time.Second
+	)
+	originSlots := make(chan struct{}, capacity)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	origin := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		originSlots <- struct{}{}
+		time.Sleep(service)
+		<-originSlots
+		ctx.SetBodyString("ok")
+	}}
+	go func() { _ = origin.Serve(ln) }()
+	defer origin.Shutdown()
+
+	shedFile := filepath.Join(t.TempDir(), "shedder.json")
+	require.NoError(t, os.WriteFile(shedFile, []byte(`{"good": 0.7, "bad": 0.8, "start_after": "1s", "full_after": "2s",
+		"smoothing": "200ms", "share_window": "1s", "queue_size": 8, "queue_timeout": "50ms"}`), 0o600))
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) {
+		c.Origins = []string{"http://" + ln.Addr().String()}
+		c.Workers = capacity
+		c.Shedder = shedFile
+		require.NoError(t, (*prefixesFlag)(&c.TrustedProxies).Set("127.0.0.1"))
+	})
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}, Timeout: 5 * time.Second}
+	type result struct {
+		tier    string
+		code    int
+		latency time.Duration
+	}
+	send := func(tier string) result {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+r.Addr()+"/", nil)
+		req.Header.Set("X-Priority", tier)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return result{tier: tier, code: 0, latency: time.Since(start)}
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return result{tier: tier, code: resp.StatusCode, latency: time.Since(start)}
+	}
+	p99 := func(rs []result, tier string) time.Duration {
+		var ls []time.Duration
+		for _, x := range rs {
+			if x.tier == tier && x.code == 200 {
+				ls = append(ls, x.latency)
+			}
+		}
+		if len(ls) == 0 {
+			return 0
+		}
+		slices.Sort(ls)
+		return ls[len(ls)*99/100]
+	}
+	// run offers rate req/s for d, in a fixed tier mix, open loop.
+	mix := []string{"test", "test", "read", "read", "read", "read", "write", "write", "write", "critical"}
+	run := func(rate int, d time.Duration, tiers []string) []result {
+		var mu sync.Mutex
+		var out []result
+		var wg sync.WaitGroup
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		end := time.Now().Add(d)
+		for i := 0; time.Now().Before(end); i++ {
+			<-tick.C
+			wg.Add(1)
+			go func(tier string) {
+				defer wg.Done()
+				res := send(tier)
+				mu.Lock()
+				out = append(out, res)
+				mu.Unlock()
+			}(tiers[i%len(tiers)])
+		}
+		wg.Wait()
+		return out
+	}
+
+	run(40, 250*time.Millisecond, []string{"critical"}) // warm up connections
+	unloaded := run(40, 2*time.Second, []string{"critical"})
+	loaded := run(offered, overload, mix)
+
+	stats := map[string][2]int{} // tier → {ok, total}
+	for _, x := range loaded {
+		s := stats[x.tier]
+		s[1]++
+		if x.code == 200 {
+			s[0]++
+		} else {
+			require.Equal(t, 503, x.code, "overload answers 503, never anything else")
+		}
+		stats[x.tier] = s
+	}
+	rate := func(tier string) float64 { s := stats[tier]; return float64(s[0]) / float64(s[1]) }
+	shed := shedCounts(t, r)
+	t.Logf("success under 3x overload: critical %.1f%%, write %.1f%%, read %.1f%%, test %.1f%% (%d requests); shed by the ramp: %v",
+		100*rate("critical"), 100*rate("write"), 100*rate("read"), 100*rate("test"), len(loaded), shed)
+	t.Logf("critical p99: unloaded %s, under 3x overload %s (ratio %.2f)",
+		p99(unloaded, "critical"), p99(loaded, "critical"), float64(p99(loaded, "critical"))/float64(p99(unloaded, "critical")))
+
+	require.GreaterOrEqual(t, rate("critical"), 0.99)
+	require.Zero(t, shed["critical"], "critical is never shed by the ramp")
+	require.Positive(t, shed["test"])
+	require.Positive(t, shed["read"])
+	// Lowest first: test is cut at least as much as read, read more than write.
+	require.GreaterOrEqual(t, float64(shed["test"])/float64(stats["test"][1]), float64(shed["read"])/float64(stats["read"][1]))
+	require.Greater(t, float64(shed["read"])/float64(stats["read"][1]), float64(shed["write"])/float64(stats["write"][1]))
+	require.Greater(t, rate("write"), rate("read"))
+
+	// After the load, the level returns to rest within start_after+full_after.
+	require.Eventually(t, func() bool { return metricValue(t, r, "edgeguard_shedder_level") <= 0 }, 4*time.Second, 50*time.Millisecond)
+}
+
+// shedCounts reads edgeguard_shedder_shed_total by tier.
+func shedCounts(t *testing.T, r *running) map[string]int {
+	out := map[string]int{}
+	sc := bufio.NewScanner(strings.NewReader(scrape(t, r)))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "edgeguard_shedder_shed_total{") {
+			continue
+		}
+		i := strings.Index(line, `tier="`)
+		tier := line[i+6 : i+6+strings.Index(line[i+6:], `"`)]
+		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		require.NoError(t, err)
+		out[tier] = int(v)
+	}
+	return out
+}
+
+// metricValue is the value of an unlabelled (but for region/pop) metric.
+func metricValue(t *testing.T, r *running, name string) float64 {
+	sc := bufio.NewScanner(strings.NewReader(scrape(t, r)))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	require.Fail(t, fmt.Sprintf("metric %s not found", name))
+	return 0
+}
