@@ -23,8 +23,11 @@ lint:
 
 # Every package runs under the race detector: they all have concurrency
 # (stores, harness, shedder) or are cheap enough that it costs nothing.
+# The Consul agent the harness starts is the one scripts/install-consul.sh
+# built and cached (instant once cached; tools has just run it).
 test: tools lint
-	$(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+	consul=$$(./scripts/install-consul.sh) && \
+	EDGEGUARD_CONSUL="$$consul" $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
 
 # Benchmarks against real Redis (standalone and Cluster), started by the
 # harness; see BENCHMARKS.md for the figures and how to compare runs.

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
-# Redis (server, sentinel, cli, benchmark). Idempotent; safe to run every time.
+# Redis (server, sentinel, cli, benchmark) from apt, and Consul, built once
+# from its Go module by install-consul.sh and cached outside the repository.
+# Idempotent; safe to run every time.
 set -euo pipefail
 
 need=()
 for bin in redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
-if [ ${#need[@]} -eq 0 ]; then
-	exit 0
+if [ ${#need[@]} -gt 0 ]; then
+	# shellcheck disable=SC2207
+	need=($(printf '%s\n' "${need[@]}" | sort -u))
+	sudo=""
+	if [ "$(id -u)" -ne 0 ]; then
+		sudo="sudo"
+	fi
+	echo "tools: installing ${need[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	$sudo apt-get update -qq
+	$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-# shellcheck disable=SC2207
-need=($(printf '%s\n' "${need[@]}" | sort -u))
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-	sudo="sudo"
-fi
-echo "tools: installing ${need[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+
+# Prints the binary's path, which the Makefile passes to the tests as
+# EDGEGUARD_CONSUL; the harness also finds the cached binary by itself.
+"$(dirname "$0")/install-consul.sh" >/dev/null

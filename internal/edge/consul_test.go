@@ -1,0 +1,181 @@
+package edge
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+const tightGlobal = `
+version: 1
+rules:
+  - id: per-ip
+    key: [ip]
+    algorithm: fixed_window
+    limit: 2
+    window: 1h
+`
+
+// startConsulEdge starts an in-process edge of region whose rules come from
+// the Consul agent at addr.
+func startConsulEdge(t *testing.T, regionName, pop, addr, cache string) *running {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Origins = []string{testOrigin(t)}
+	cfg.DrainDelay = 0
+	cfg.Region, cfg.PoP = regionName, pop
+	cfg.Consul, cfg.RulesCache = addr, cache
+	e, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Edge: e, done: make(chan error, 1)}
+	go func() { r.done <- e.Run(ctx) }()
+	stopped := false
+	r.stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			r.stopErr = <-r.done
+		}
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+func regionClient(t *testing.T, c *testenv.Consul) *region.Client {
+	cfg := api.DefaultConfig()
+	cfg.Address = c.HTTPAddr()
+	rc, err := region.NewClient(cfg, "")
+	require.NoError(t, err)
+	return rc
+}
+
+// push writes a document with check-and-set, as regionctl does.
+func push(t *testing.T, rc *region.Client, regionName, key, doc string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, idx, err := rc.Get(ctx, regionName, key)
+	require.NoError(t, err)
+	_, err = rc.Push(ctx, regionName, key, []byte(doc), idx, region.Entry{Kind: region.KindGlobalRules, Author: "test", Message: "test push"})
+	require.NoError(t, err)
+}
+
+// waitVersion waits until r runs version want and returns how long after
+// since that was.
+func waitVersion(t *testing.T, r *running, want string, since time.Time) time.Duration {
+	t.Helper()
+	require.Eventually(t, func() bool { return r.rules.Load().Version() == want }, 10*time.Second, 10*time.Millisecond,
+		"edge %s/%s never ran version %s", r.cfg.Region, r.cfg.PoP, want)
+	return time.Since(since)
+}
+
+func effectiveVersion(t *testing.T, global, regional string) string {
+	parse := func(s string) *rules.Document {
+		if s == "" {
+			return nil
+		}
+		d, err := rules.Parse([]byte(s))
+		require.NoError(t, err)
+		return d
+	}
+	doc, err := rules.Merge(parse(global), parse(regional))
+	require.NoError(t, err)
+	return rules.Version(doc)
+}
+
+func TestRulesFromConsulAcrossRegions(t *testing.T) {
+	eu, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer eu.Close()
+	us, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "us-east"})
+	require.NoError(t, err)
+	defer us.Close()
+	require.NoError(t, eu.JoinWAN(us))
+	rc := regionClient(t, eu) // one agent writes both regions over the WAN
+	layout := rc.Layout()
+	cacheDir := t.TempDir()
+
+	a := startConsulEdge(t, "eu-west", "ams", eu.HTTPAddr(), filepath.Join(cacheDir, "a.yaml"))
+	a2 := startConsulEdge(t, "eu-west", "fra", eu.HTTPAddr(), filepath.Join(cacheDir, "a2.yaml"))
+	b := startConsulEdge(t, "us-east", "iad", us.HTTPAddr(), filepath.Join(cacheDir, "b.yaml"))
+
+	// A push to every region reaches every edge, live.
+	v1 := effectiveVersion(t, tightGlobal, "")
+	pushed := time.Now()
+	for _, dc := range []string{"eu-west", "us-east"} {
+		push(t, rc, dc, layout.GlobalRules(), tightGlobal)
+	}
+	for _, r := range []*running{a, a2, b} {
+		took := waitVersion(t, r, v1, pushed)
+		t.Logf("%s/%s converged on %s %s after the push began (regions are written one by one)", r.cfg.Region, r.cfg.PoP, v1, took.Round(time.Millisecond))
+		require.Equal(t, []int{200, 200, 429}, codes(t, r, 3, "/"))
+	}
+
+	// The catalog: both eu-west edges registered with the version they run,
+	// and they divide the fallback's limits between them.
+	require.Eventually(t, func() bool {
+		edges, _, err := rc.Edges(context.Background(), "eu-west", 0, 0)
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, e := range edges {
+			if e.Healthy && e.RulesVersion == v1 {
+				n++
+			}
+		}
+		return n == 2
+	}, 15*time.Second, 100*time.Millisecond, "both eu-west edges healthy on %s in the catalog", v1)
+	require.Eventually(t, func() bool { return a.nodesRegion.Load() == 2 && a.nodesPoP.Load() == 1 }, 10*time.Second, 50*time.Millisecond)
+
+	// A region document overrides the global one in its region only.
+	off := "version: 1\nrules:\n  - id: per-ip\n    disabled: true\n"
+	push(t, rc, "eu-west", layout.RegionRules("eu-west"), off)
+	waitVersion(t, a, effectiveVersion(t, tightGlobal, off), time.Now())
+	require.Equal(t, []int{200, 200, 200}, codes(t, a, 3, "/"))
+	require.Equal(t, []int{429}, codes(t, b, 1, "/"), "us-east still enforces")
+
+	// A hand-written invalid document is refused; the edge keeps its rules.
+	before := a.rules.Load().Version()
+	kv := rc.API().KV()
+	_, err = kv.Put(&api.KVPair{Key: layout.RegionRules("eu-west"), Value: []byte("version: 1\nrules:\n  - id: per-ip\n    limit: -5\n")}, &api.WriteOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return metricValue(t, a, "edgeguard_edge_rules_rejected_total") >= 1
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, before, a.rules.Load().Version())
+
+	// Shedder settings change live.
+	_, err = kv.Put(&api.KVPair{Key: layout.Shedder("eu-west"), Value: []byte(`{"good": 0.65, "bad": 0.85}`)}, &api.WriteOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.shed.Config().Good == 0.65 }, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, 0.7, b.shed.Config().Good, "other regions keep theirs")
+
+	// Consul down: the edges keep enforcing what they run.
+	require.NoError(t, us.Stop())
+	time.Sleep(300 * time.Millisecond) // let the watch notice
+	require.Equal(t, []int{429}, codes(t, b, 1, "/"))
+	resp, err := http.Get("http://" + b.AdminAddr() + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	// An edge restarted while Consul is down enforces the cached rules.
+	b.stop()
+	b2 := startConsulEdge(t, "us-east", "iad", us.HTTPAddr(), filepath.Join(cacheDir, "b.yaml"))
+	require.Equal(t, v1, b2.rules.Load().Version())
+	require.Equal(t, []int{200, 200, 429}, codes(t, b2, 3, "/"))
+}

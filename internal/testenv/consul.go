@@ -1,0 +1,554 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// consulVersion is the Consul release scripts/install-consul.sh builds and
+// caches; the harness falls back to that cached binary.
+const consulVersion = "1.21.0"
+
+// consulRequestTimeout bounds each request the harness itself makes, so a
+// wedged agent costs one short timeout per poll rather than the whole wait.
+const consulRequestTimeout = 5 * time.Second
+
+// ConsulOptions configures StartConsul.
+type ConsulOptions struct {
+	// Datacenter is the agent's datacenter: letters, digits, "_" and "-";
+	// Consul lowercases it. Default "dc1".
+	Datacenter string
+	// ACL enables ACLs with default_policy "deny"; ManagementToken is the
+	// initial management token.
+	ACL bool
+	// ManagementToken is the initial management token when ACL is set.
+	// Default a random UUID. Ignored without ACL.
+	ManagementToken string
+}
+
+// Consul is one `consul agent -dev`: a single server that is its own leader,
+// keeping everything in memory, on loopback ports picked for it alone
+// (HTTP, DNS, gRPC, gRPC TLS, Serf LAN, Serf WAN, server RPC), so packages
+// whose tests run in parallel never collide. Each agent is a datacenter of
+// its own; JoinWAN federates two of them.
+type Consul struct {
+	Datacenter      string // as in ConsulOptions, defaulted
+	ManagementToken string // "" without ACLs
+
+	d     *deployment
+	bin   string
+	conf  string // config file, kept for restarts
+	log   string
+	ports consulPorts
+	admin *api.Client // the harness's own client, with the management token
+
+	mu   sync.Mutex // serializes Stop and Start
+	proc *process   // the current agent process
+}
+
+// consulPorts are the agent's listeners, each on a distinct port.
+type consulPorts struct {
+	HTTP, DNS, GRPC, GRPCTLS, SerfLAN, SerfWAN, Server int
+}
+
+const numConsulPorts = 7
+
+// pickPorts returns numConsulPorts distinct free ports; tests replace it to
+// simulate a port grabbed by another process.
+type pickPorts func() ([]int, error)
+
+func defaultPickPorts() ([]int, error) { return freePorts(numConsulPorts) }
+
+// StartConsul starts a dev agent and returns once it has elected itself
+// leader and, with ACLs, once the management token is accepted. A port taken
+// between picking and binding is retried with fresh ports.
+func StartConsul(opts ConsulOptions) (*Consul, error) {
+	return startConsul(opts, defaultPickPorts)
+}
+
+func startConsul(opts ConsulOptions, pick pickPorts) (*Consul, error) {
+	if opts.Datacenter == "" {
+		opts.Datacenter = "dc1"
+	}
+	// Consul lowercases datacenter names; c.Datacenter is what the agent
+	// reports and what requests must name.
+	opts.Datacenter = strings.ToLower(opts.Datacenter)
+	if !opts.ACL {
+		opts.ManagementToken = ""
+	} else if opts.ManagementToken == "" {
+		opts.ManagementToken = newUUID()
+	}
+	bin, err := lookConsul()
+	if err != nil {
+		return nil, err
+	}
+	d, err := newDeployment("consul")
+	if err != nil {
+		return nil, fmt.Errorf("testenv: starting consul: %w", err)
+	}
+	c := &Consul{Datacenter: opts.Datacenter, ManagementToken: opts.ManagementToken, d: d, bin: bin}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := c.startFresh(ctx, opts, pick); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("testenv: starting consul (datacenter %s): %w", opts.Datacenter, err)
+	}
+	return c, nil
+}
+
+// startFresh picks ports, writes the config and starts the agent, retrying
+// with fresh ports when a listener could not bind.
+func (c *Consul) startFresh(ctx context.Context, opts ConsulOptions, pick pickPorts) error {
+	for attempt := 1; ; attempt++ {
+		ports, err := pick()
+		if err != nil {
+			return err
+		}
+		if len(ports) != numConsulPorts {
+			return fmt.Errorf("picked %d ports, want %d", len(ports), numConsulPorts)
+		}
+		c.ports = consulPorts{
+			HTTP: ports[0], DNS: ports[1], GRPC: ports[2], GRPCTLS: ports[3],
+			SerfLAN: ports[4], SerfWAN: ports[5], Server: ports[6],
+		}
+		// Files are named by HTTP port so a retry never appends to an
+		// earlier attempt's log.
+		base := filepath.Join(c.d.dir, fmt.Sprintf("consul-%d", c.ports.HTTP))
+		c.conf, c.log = base+".hcl", base+".log"
+		if err := os.WriteFile(c.conf, []byte(consulConfig(opts, c.ports)), 0o600); err != nil {
+			return fmt.Errorf("writing %s: %w", c.conf, err)
+		}
+		if c.admin, err = c.newClient(c.ManagementToken, consulRequestTimeout); err != nil {
+			return err
+		}
+		err = c.launch(ctx)
+		if err == nil {
+			return nil
+		}
+		if attempt < bindAttempts && errors.Is(err, errConsulPortBusy) {
+			continue
+		}
+		return err
+	}
+}
+
+// consulConfig renders the agent's HCL config. Everything binds and
+// advertises 127.0.0.1; -dev supplies the rest (server, bootstrap,
+// in-memory Raft, fast gossip).
+func consulConfig(opts ConsulOptions, p consulPorts) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "datacenter = %s\n", hclString(opts.Datacenter))
+	// Node names only need to be unique within a datacenter and its WAN
+	// pool (as node.dc); the HTTP port is unique on this host.
+	fmt.Fprintf(&b, "node_name = %s\n", hclString(fmt.Sprintf("testenv-%d", p.HTTP)))
+	b.WriteString(`bind_addr = "127.0.0.1"
+client_addr = "127.0.0.1"
+advertise_addr = "127.0.0.1"
+advertise_addr_wan = "127.0.0.1"
+log_level = "warn"
+disable_update_check = true
+disable_host_node_id = true
+`)
+	fmt.Fprintf(&b, `ports {
+  http = %d
+  https = -1
+  dns = %d
+  grpc = %d
+  grpc_tls = %d
+  serf_lan = %d
+  serf_wan = %d
+  server = %d
+}
+`, p.HTTP, p.DNS, p.GRPC, p.GRPCTLS, p.SerfLAN, p.SerfWAN, p.Server)
+	if opts.ACL {
+		// The agent token lets the agent register itself and sync
+		// coordinates instead of logging ACL denials every few seconds.
+		fmt.Fprintf(&b, `acl {
+  enabled = true
+  default_policy = "deny"
+  enable_token_persistence = false
+  tokens {
+    initial_management = %[1]s
+    agent = %[1]s
+  }
+}
+`, hclString(opts.ManagementToken))
+	}
+	return b.String()
+}
+
+// hclString quotes s for HCL, whose string escapes are a subset of Go's.
+func hclString(s string) string { return strconv.Quote(s) }
+
+// errConsulPortBusy marks an agent that exited because a listener's port
+// was taken.
+var errConsulPortBusy = errors.New("a port is in use")
+
+// launch runs the agent with c.conf and waits until it is ready. On failure
+// the process is gone and the error quotes the end of its log.
+func (c *Consul) launch(ctx context.Context) error {
+	p, err := c.spawnAgent()
+	if err != nil {
+		return err
+	}
+	err = c.waitReady(ctx, p)
+	if err == nil {
+		c.proc = p
+		return nil
+	}
+	exitedByItself := !p.alive()
+	p.kill()
+	tail := p.logTail()
+	if exitedByItself && strings.Contains(strings.ToLower(tail), "address already in use") {
+		err = fmt.Errorf("%w: %w", errConsulPortBusy, err)
+	}
+	return fmt.Errorf("agent on %s: %w\n--- last lines of %s ---\n%s", c.HTTPAddr(), err, p.logPath, tail)
+}
+
+func (c *Consul) spawnAgent() (*process, error) {
+	d := c.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, errors.New("consul agent is closed")
+	}
+	// Errors before the logger is set up go to stderr, so both streams go
+	// to the log, appended across restarts.
+	logFile, err := os.OpenFile(c.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", c.log, err)
+	}
+	defer logFile.Close()
+	fmt.Fprintf(logFile, "==> testenv: %s agent -dev -config-file=%s (%s)\n", c.bin, c.conf, time.Now().Format(time.RFC3339Nano))
+
+	p := &process{addr: c.HTTPAddr(), logPath: c.log, exited: make(chan struct{})}
+	p.cmd = exec.Command(c.bin, "agent", "-dev", "-config-file="+c.conf)
+	p.cmd.Dir = d.dir
+	p.cmd.Env = consulEnv(d.dir)
+	p.cmd.Stdout = logFile
+	p.cmd.Stderr = logFile
+	p.cmd.SysProcAttr = sysProcAttr()
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("running %s: %w", c.bin, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	d.procs = append(d.procs, p)
+	return p, nil
+}
+
+// consulEnv is the agent's environment: the test's, without the CONSUL_*
+// variables of a developer's shell, with temp files in the deployment dir.
+func consulEnv(dir string) []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "CONSUL_") || strings.HasPrefix(kv, "TMPDIR=")
+	})
+	return append(env, "TMPDIR="+dir)
+}
+
+// waitReady waits until the agent serves HTTP, has a Raft leader (itself)
+// and, with ACLs, accepts the management token, which happens only once
+// the new leader has bootstrapped its ACL state.
+func (c *Consul) waitReady(ctx context.Context, p *process) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	// An agent that exits (a port was taken, say) aborts the request in
+	// flight: when another process holds the HTTP port, that request would
+	// otherwise wait for a reply that never comes.
+	reqCtx, cancelReq := context.WithCancel(ctx)
+	defer cancelReq()
+	go func() {
+		select {
+		case <-p.exited:
+			cancelReq()
+		case <-reqCtx.Done():
+		}
+	}()
+	return poll(ctx, "consul at "+c.HTTPAddr()+" to be ready", func(context.Context) error {
+		err := c.ready(reqCtx)
+		if err != nil && !p.alive() {
+			return permanent(fmt.Errorf("process exited: %s", p.cmd.ProcessState))
+		}
+		return err
+	})
+}
+
+func (c *Consul) ready(ctx context.Context) error {
+	leader, err := c.admin.Status().LeaderWithQueryOptions(queryCtx(ctx))
+	if err != nil {
+		return err
+	}
+	if leader == "" {
+		return errors.New("no leader yet")
+	}
+	if c.ManagementToken == "" {
+		return nil
+	}
+	if _, _, err := c.admin.ACL().TokenReadSelf(queryCtx(ctx)); err != nil {
+		return fmt.Errorf("management token: %w", err)
+	}
+	return nil
+}
+
+// HTTPAddr returns the HTTP API address, "127.0.0.1:port".
+func (c *Consul) HTTPAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.HTTP))
+}
+
+// SerfWANAddr returns the Serf WAN address other datacenters join.
+func (c *Consul) SerfWANAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.SerfWAN))
+}
+
+// Client returns a github.com/hashicorp/consul/api client for this agent,
+// sending token ("" for none: the anonymous token when ACLs are enabled).
+// Unlike api.DefaultConfig it ignores the CONSUL_HTTP_* and
+// CONSUL_NAMESPACE/CONSUL_PARTITION variables of the developer's shell.
+func (c *Consul) Client(token string) (*api.Client, error) {
+	return c.newClient(token, 0)
+}
+
+// newClient returns a client whose requests time out after timeout (none
+// if 0: blocking queries may take minutes).
+func (c *Consul) newClient(token string, timeout time.Duration) (*api.Client, error) {
+	var transport http.RoundTripper = &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	ns, partition := os.Getenv(api.HTTPNamespaceEnvName), os.Getenv(api.HTTPPartitionEnvName)
+	if ns != "" || partition != "" {
+		transport = envScopeTransport{ns: ns, partition: partition, base: transport}
+	}
+	cl, err := api.NewClient(&api.Config{
+		// Address, Scheme and HttpClient set: no CONSUL_HTTP_ADDR,
+		// CONSUL_HTTP_SSL or CONSUL_CACERT.
+		Address:    c.HTTPAddr(),
+		Scheme:     "http",
+		HttpClient: &http.Client{Transport: transport, Timeout: timeout},
+		Token:      token,
+		// An explicit token file, empty, keeps NewClient from falling back
+		// to CONSUL_HTTP_TOKEN_FILE or CONSUL_HTTP_TOKEN when token is "".
+		TokenFile: os.DevNull,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("testenv: consul client for %s: %w", c.HTTPAddr(), err)
+	}
+	return cl, nil
+}
+
+// envScopeTransport drops the namespace and partition that api.NewClient
+// takes from CONSUL_NAMESPACE and CONSUL_PARTITION, which open-source
+// Consul rejects. Other values, set explicitly, go through.
+type envScopeTransport struct {
+	ns, partition string
+	base          http.RoundTripper
+}
+
+func (t envScopeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	q := req.URL.Query()
+	drop := func(param, envValue string) bool {
+		if envValue == "" || q.Get(param) != envValue {
+			return false
+		}
+		q.Del(param)
+		return true
+	}
+	if dropNS, dropPartition := drop("ns", t.ns), drop("partition", t.partition); dropNS || dropPartition {
+		req = req.Clone(req.Context())
+		req.URL.RawQuery = q.Encode()
+	}
+	return t.base.RoundTrip(req)
+}
+
+// JoinWAN federates c's and other's datacenters: c joins other's Serf WAN
+// address, then JoinWAN waits until each agent lists the other's datacenter
+// and forwards a request to it. A restarted agent has forgotten the join
+// (dev agents keep no Serf snapshot): join again after Start.
+func (c *Consul) JoinWAN(other *Consul) error {
+	if c.Datacenter == other.Datacenter {
+		return fmt.Errorf("testenv: joining consul WAN: both agents are in datacenter %s", c.Datacenter)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := c.admin.Agent().Join(other.SerfWANAddr(), true); err != nil {
+		return fmt.Errorf("testenv: joining %s to %s over WAN: %w", c.Datacenter, other.Datacenter, err)
+	}
+	for _, pair := range [][2]*Consul{{c, other}, {other, c}} {
+		from, to := pair[0], pair[1]
+		err := poll(ctx, fmt.Sprintf("datacenter %s to reach %s", from.Datacenter, to.Datacenter), func(ctx context.Context) error {
+			dcs, err := from.datacenters(ctx)
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(dcs, to.Datacenter) {
+				return fmt.Errorf("%s lists datacenters %v", from.HTTPAddr(), dcs)
+			}
+			// Listed is not yet routable: the router learns the remote
+			// servers a moment later. Status.Leader is forwarded to the
+			// remote datacenter and needs no ACL token there.
+			q := queryCtx(ctx)
+			q.Datacenter = to.Datacenter
+			leader, err := from.admin.Status().LeaderWithQueryOptions(q)
+			if err != nil {
+				return fmt.Errorf("forwarding to %s: %w", to.Datacenter, err)
+			}
+			if leader == "" {
+				return fmt.Errorf("%s reports no leader", to.Datacenter)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("testenv: joining %s and %s over WAN: %w", c.Datacenter, other.Datacenter, err)
+		}
+	}
+	return nil
+}
+
+// datacenters lists the datacenters the agent knows, like
+// Catalog().Datacenters but bounded by ctx.
+func (c *Consul) datacenters(ctx context.Context) ([]string, error) {
+	var dcs []string
+	_, err := c.admin.Raw().Query("/v1/catalog/datacenters", &dcs, queryCtx(ctx))
+	return dcs, err
+}
+
+// Stop stops the agent, SIGTERM then SIGKILL, and returns once it is gone.
+// Its config and ports are kept for Start. Stopping a stopped agent is a
+// no-op.
+func (c *Consul) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil || !c.proc.alive() {
+		return nil
+	}
+	c.proc.signal(syscall.SIGTERM)
+	select {
+	case <-c.proc.exited:
+	case <-time.After(termGrace):
+		c.proc.kill()
+	}
+	return nil
+}
+
+// Start restarts a stopped agent with the same config on the same ports and
+// returns once it is ready, as StartConsul does. A dev agent keeps nothing
+// on disk: the restarted agent has lost its KV data, the tokens made by
+// Token (not the management token, which is in its config) and its WAN
+// joins. Starting a running agent is a no-op. Start fails, rather than
+// moving, if another process took one of the ports meanwhile.
+func (c *Consul) Start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc != nil && c.proc.alive() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := c.launch(ctx); err != nil {
+		return fmt.Errorf("testenv: restarting consul (datacenter %s): %w", c.Datacenter, err)
+	}
+	return nil
+}
+
+// Close stops the agent and removes its files. It is idempotent.
+func (c *Consul) Close() error {
+	return c.d.Close()
+}
+
+// Token creates an ACL policy with the given HCL rules and a token linked
+// to it, and returns the token's SecretID, for example a read-only token
+// for `key_prefix "" { policy = "read" }`. It needs ACLs.
+func (c *Consul) Token(policyRules string) (string, error) {
+	if c.ManagementToken == "" {
+		return "", errors.New("testenv: creating consul token: ACLs are not enabled (ConsulOptions.ACL)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), consulRequestTimeout)
+	defer cancel()
+	name := "testenv-" + newUUID()
+	policy, _, err := c.admin.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: policyRules}, writeCtx(ctx))
+	if err != nil {
+		return "", fmt.Errorf("testenv: creating consul policy: %w", err)
+	}
+	token, _, err := c.admin.ACL().TokenCreate(&api.ACLToken{
+		Description: name,
+		Policies:    []*api.ACLTokenPolicyLink{{ID: policy.ID}},
+	}, writeCtx(ctx))
+	if err != nil {
+		return "", fmt.Errorf("testenv: creating consul token: %w", err)
+	}
+	return token.SecretID, nil
+}
+
+// queryCtx and writeCtx bound a harness request by ctx, on top of the
+// admin client's consulRequestTimeout.
+func queryCtx(ctx context.Context) *api.QueryOptions {
+	return (&api.QueryOptions{}).WithContext(ctx)
+}
+
+func writeCtx(ctx context.Context) *api.WriteOptions {
+	return (&api.WriteOptions{}).WithContext(ctx)
+}
+
+// lookConsul finds the agent binary: $EDGEGUARD_CONSUL, else consul in
+// PATH, else the binary scripts/install-consul.sh caches.
+func lookConsul() (string, error) {
+	const hint = `run "make tools", which builds and caches it`
+	if p := os.Getenv("EDGEGUARD_CONSUL"); p != "" {
+		path, err := exec.LookPath(p)
+		if err != nil {
+			return "", fmt.Errorf("testenv: EDGEGUARD_CONSUL=%s is not an executable (%s): %w", p, hint, err)
+		}
+		return path, nil
+	}
+	if path, err := exec.LookPath("consul"); err == nil {
+		return path, nil
+	}
+	cached, err := consulCachePath()
+	if err != nil {
+		return "", fmt.Errorf("testenv: consul not found: EDGEGUARD_CONSUL is unset, no consul in PATH, and %w (%s)", err, hint)
+	}
+	if _, err := exec.LookPath(cached); err != nil {
+		return "", fmt.Errorf("testenv: consul not found: EDGEGUARD_CONSUL is unset, no consul in PATH, no %s (%s)", cached, hint)
+	}
+	return cached, nil
+}
+
+// consulCachePath is where scripts/install-consul.sh puts the binary.
+func consulCachePath() (string, error) {
+	cache := os.Getenv("EDGEGUARD_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("locating the cache: %w", err)
+		}
+		cache = filepath.Join(home, ".cache", "edgeguard")
+	}
+	return filepath.Join(cache, "consul-"+consulVersion, "consul"), nil
+}
+
+// newUUID returns a random (version 4) UUID, the form Consul gives tokens.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
