@@ -43,9 +43,12 @@ func (d Docs) Effective() (*rules.Document, error) {
 
 // ReadDocs reads a region's two rule documents from its datacenter.
 func (c *Client) ReadDocs(ctx context.Context, region string) (Docs, error) {
-	pairs, _, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
+	pairs, meta, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
 		return Docs{}, classify("reading rules of "+region, err)
+	}
+	if err := filtered("reading rules of "+region, meta); err != nil {
+		return Docs{}, err
 	}
 	return c.docsOf(pairs, region), nil
 }

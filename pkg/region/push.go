@@ -73,9 +73,12 @@ func (c *Client) Push(ctx context.Context, region, key string, doc []byte, casIn
 
 // History lists a region's entries, newest first; kind "" means every kind.
 func (c *Client) History(ctx context.Context, region, kind string) ([]Entry, error) {
-	pairs, _, err := c.api.KV().List(c.layout.History(region), (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+	pairs, meta, err := c.api.KV().List(c.layout.History(region), (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 	if err != nil {
 		return nil, classify("reading history of "+region, err)
+	}
+	if err := filtered("reading history of "+region, meta); err != nil {
+		return nil, err
 	}
 	var out []Entry
 	for _, p := range pairs {

@@ -67,15 +67,26 @@ func classify(doing string, err error) error {
 	}
 	var se api.StatusError
 	switch {
+	case errors.Is(err, ErrPermissionDenied), errors.Is(err, ErrUnknownRegion), errors.Is(err, ErrUnreachable):
+		return err // already classified
 	case errors.As(err, &se) && se.Code == http.StatusForbidden,
 		strings.Contains(err.Error(), "Permission denied"), strings.Contains(err.Error(), "ACL not found"):
-		return fmt.Errorf("%s: %w: %v", doing, ErrPermissionDenied, err)
+		return fmt.Errorf("%s: %w: %w", doing, ErrPermissionDenied, err)
 	case strings.Contains(err.Error(), "No path to datacenter"):
-		return fmt.Errorf("%s: %w: %v", doing, ErrUnknownRegion, err)
+		return fmt.Errorf("%s: %w: %w", doing, ErrUnknownRegion, err)
 	case errors.As(err, &se):
 		return fmt.Errorf("%s: %w", doing, err)
 	}
-	return fmt.Errorf("%s: %w: %v", doing, ErrUnreachable, err)
+	return fmt.Errorf("%s: %w: %w", doing, ErrUnreachable, err)
+}
+
+// filtered turns Consul's silent ACL filtering of a read into an error: a
+// token that may not read the documents must not look like "no documents".
+func filtered(doing string, meta *api.QueryMeta) error {
+	if meta != nil && meta.ResultsFilteredByACLs {
+		return fmt.Errorf("%s: %w: results filtered by ACLs", doing, ErrPermissionDenied)
+	}
+	return nil
 }
 
 // Client talks to one Consul agent; requests for another region travel to

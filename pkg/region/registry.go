@@ -69,6 +69,9 @@ func (c *Client) Edges(ctx context.Context, region string, index uint64, wait ti
 	if err != nil {
 		return nil, 0, classify("listing edges of "+region, err)
 	}
+	if err := filtered("listing edges of "+region, meta); err != nil {
+		return nil, 0, err
+	}
 	out := make([]Edge, 0, len(entries))
 	for _, e := range entries {
 		addr := e.Service.Address

@@ -58,6 +58,9 @@ func (c *Client) watch(ctx context.Context, prefix string, onErr func(error), fn
 	for ctx.Err() == nil {
 		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx)
 		pairs, meta, err := c.api.KV().List(prefix, q)
+		if err == nil {
+			err = filtered("watching "+prefix, meta)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -65,6 +68,7 @@ func (c *Client) watch(ctx context.Context, prefix string, onErr func(error), fn
 			if onErr != nil {
 				onErr(classify("watching "+prefix, err))
 			}
+			index = 0
 			select {
 			case <-ctx.Done():
 				return

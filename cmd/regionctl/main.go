@@ -1,0 +1,15 @@
+// Command regionctl validates, diffs, pushes and rolls back edgeguard rules
+// and shedder settings in Consul KV, region by region, and shows which rules
+// each region's edges run. See `regionctl --help` for the commands and exit
+// codes.
+package main
+
+import (
+	"os"
+
+	"github.com/edgeguard/edgeguard/internal/regionctl"
+)
+
+func main() {
+	os.Exit(regionctl.Main(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}

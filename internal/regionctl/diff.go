@@ -1,0 +1,111 @@
+package regionctl
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// ruleDiff is the rule-level difference between two documents, by id.
+type ruleDiff struct {
+	Added   []string      `json:"added"`
+	Removed []string      `json:"removed"`
+	Changed []changedRule `json:"changed"`
+}
+
+type changedRule struct {
+	ID     string        `json:"id"`
+	Fields []fieldChange `json:"fields"`
+}
+
+type fieldChange struct {
+	Field string `json:"field"`
+	Old   string `json:"old"`
+	New   string `json:"new"`
+}
+
+func (d ruleDiff) empty() bool {
+	return len(d.Added) == 0 && len(d.Removed) == 0 && len(d.Changed) == 0
+}
+
+// ruleFields are the fields compared, in document order, as written in YAML.
+var ruleFields = []struct {
+	name string
+	get  func(rules.Rule) string
+}{
+	{"match.hosts", func(r rules.Rule) string { return list(r.Match.Hosts) }},
+	{"match.path_prefix", func(r rules.Rule) string { return list(r.Match.PathPrefix) }},
+	{"match.methods", func(r rules.Rule) string { return list(r.Match.Methods) }},
+	{"key", func(r rules.Rule) string { return list(r.Key) }},
+	{"algorithm", func(r rules.Rule) string { return string(r.Algorithm) }},
+	{"limit", func(r rules.Rule) string { return strconv.FormatInt(r.Limit, 10) }},
+	{"window", func(r rules.Rule) string { return r.Window.String() }},
+	{"burst", func(r rules.Rule) string { return strconv.FormatInt(r.Burst, 10) }},
+	{"cost", func(r rules.Rule) string { return strconv.FormatInt(r.Cost, 10) }},
+	{"min_interval", func(r rules.Rule) string { return r.MinInterval.String() }},
+	{"shadow", func(r rules.Rule) string { return strconv.FormatBool(r.Shadow) }},
+	{"scope", func(r rules.Rule) string { return string(r.Scope) }},
+	{"disabled", func(r rules.Rule) string { return strconv.FormatBool(r.Disabled) }},
+}
+
+func list(s []string) string { return "[" + strings.Join(s, ", ") + "]" }
+
+// diffRules compares two parsed (so normalized) documents; either may be nil.
+func diffRules(old, new *rules.Document) ruleDiff {
+	byID := func(d *rules.Document) map[string]rules.Rule {
+		m := map[string]rules.Rule{}
+		if d != nil {
+			for _, r := range d.Rules {
+				m[r.ID] = r
+			}
+		}
+		return m
+	}
+	o, n := byID(old), byID(new)
+	d := ruleDiff{Added: []string{}, Removed: []string{}, Changed: []changedRule{}}
+	for id, nr := range n {
+		or, ok := o[id]
+		if !ok {
+			d.Added = append(d.Added, id)
+			continue
+		}
+		var fields []fieldChange
+		for _, f := range ruleFields {
+			if ov, nv := f.get(or), f.get(nr); ov != nv {
+				fields = append(fields, fieldChange{Field: f.name, Old: ov, New: nv})
+			}
+		}
+		if len(fields) > 0 {
+			d.Changed = append(d.Changed, changedRule{ID: id, Fields: fields})
+		}
+	}
+	for id := range o {
+		if _, ok := n[id]; !ok {
+			d.Removed = append(d.Removed, id)
+		}
+	}
+	slices.Sort(d.Added)
+	slices.Sort(d.Removed)
+	slices.SortFunc(d.Changed, func(a, b changedRule) int { return strings.Compare(a.ID, b.ID) })
+	return d
+}
+
+func (d ruleDiff) print(w io.Writer) {
+	for _, id := range d.Added {
+		fmt.Fprintf(w, "+ added   rule %q\n", id)
+	}
+	for _, id := range d.Removed {
+		fmt.Fprintf(w, "- removed rule %q\n", id)
+	}
+	for _, c := range d.Changed {
+		parts := make([]string, len(c.Fields))
+		for i, f := range c.Fields {
+			parts[i] = fmt.Sprintf("%s %s -> %s", f.Field, f.Old, f.New)
+		}
+		fmt.Fprintf(w, "~ changed rule %q: %s\n", c.ID, strings.Join(parts, "; "))
+	}
+}

@@ -1,0 +1,206 @@
+package regionctl
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// problem is one thing wrong with a document or a setting.
+type problem struct {
+	Rule    string `json:"rule,omitempty"`
+	Index   *int   `json:"index,omitempty"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+func (p problem) String() string {
+	switch {
+	case p.Field == "":
+		return p.Message
+	case p.Index == nil:
+		return p.Field + ": " + p.Message
+	case p.Rule != "":
+		return fmt.Sprintf("rule %q: %s: %s", p.Rule, p.Field, p.Message)
+	default:
+		return fmt.Sprintf("rules[%d]: %s: %s", *p.Index, p.Field, p.Message)
+	}
+}
+
+// problemsOf lists every problem in a rules or shedder error: the
+// *rules.FieldError leaves when there are any, else one per line of text.
+func problemsOf(err error) []problem {
+	var fes []*rules.FieldError
+	collectFieldErrors(err, &fes)
+	var out []problem
+	if len(fes) > 0 {
+		for _, fe := range fes {
+			p := problem{Rule: fe.RuleID, Field: fe.Field, Message: fe.Msg}
+			if fe.Index >= 0 {
+				i := fe.Index
+				p.Index = &i
+			}
+			out = append(out, p)
+		}
+		return out
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		l = strings.TrimSpace(l)
+		if l == "" || (i == 0 && len(lines) > 1 && strings.HasSuffix(l, ":")) {
+			continue // a header such as "yaml: unmarshal errors:"
+		}
+		for _, prefix := range []string{"shedder: parse config: ", "invalid shedder config: "} {
+			l = strings.TrimPrefix(l, prefix)
+		}
+		out = append(out, problem{Message: l})
+	}
+	return out
+}
+
+func collectFieldErrors(err error, out *[]*rules.FieldError) {
+	if fe, ok := err.(*rules.FieldError); ok {
+		*out = append(*out, fe)
+		return
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			collectFieldErrors(e, out)
+		}
+	case interface{ Unwrap() error }:
+		if e := u.Unwrap(); e != nil {
+			collectFieldErrors(e, out)
+		}
+	}
+}
+
+// invalidDoc is a document that failed validation: its problems, printed
+// (or emitted as JSON) before the command exits with ExitInvalid.
+type invalidDoc struct {
+	What     string    `json:"document"`
+	Problems []problem `json:"problems"`
+}
+
+// reportInvalid prints the problems (text: stderr, one per line; json: an
+// object on stdout) and returns the error that exits with ExitInvalid.
+func (a *app) reportInvalid(what string, probs []problem, tail string) error {
+	head := fmt.Sprintf("%s: invalid (%s)%s", what, plural(len(probs), "problem"), tail)
+	if a.json() {
+		a.emitJSON(map[string]any{"valid": false, "document": what, "problems": probs,
+			"error": head, "exit_code": ExitInvalid, "reason": reasonOf(ExitInvalid)})
+	}
+	fmt.Fprintln(a.stderr, "regionctl: "+head+":")
+	for _, p := range probs {
+		fmt.Fprintln(a.stderr, "  "+p.String())
+	}
+	return reported(ExitInvalid, head)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// readRulesFile reads and parses a rules file; the error lists every
+// problem and exits with ExitInvalid.
+func (a *app) readRulesFile(path, tail string) ([]byte, *rules.Document, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading rules file: %w", err)
+	}
+	doc, err := rules.Parse(data)
+	if err != nil {
+		return nil, nil, a.reportInvalid(path, problemsOf(err), tail)
+	}
+	return data, doc, nil
+}
+
+// parseStored parses a stored document; nil when absent.
+func parseStored(data []byte) (*rules.Document, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
+	return rules.Parse(data)
+}
+
+// docVersion is rules.Version of a stored document ("" when absent,
+// "invalid" when it does not parse).
+func docVersion(data []byte) string {
+	doc, err := parseStored(data)
+	switch {
+	case err != nil:
+		return "invalid"
+	case doc == nil:
+		return ""
+	}
+	return rules.Version(doc)
+}
+
+// effectiveVersion is the version of a region's merged rules.
+func effectiveVersion(d region.Docs) (string, error) {
+	eff, err := d.Effective()
+	if err != nil {
+		return "", err
+	}
+	return rules.Version(eff), nil
+}
+
+// toYAML renders a document with two-space indentation.
+func toYAML(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// jsonable turns a YAML-tagged value into plain maps and lists, so JSON
+// output uses the same field names as the YAML documents.
+func jsonable(v any) any {
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var out any
+	if err := yaml.Unmarshal(data, &out); err != nil {
+		return nil
+	}
+	return out
+}
+
+// shortHash is the version of a shedder document: 12 hex characters of the
+// SHA-256 of its canonical JSON, like rules versions.
+func shortHash(data []byte) string {
+	var v any
+	if err := json.Unmarshal(data, &v); err == nil {
+		if canon, err := json.Marshal(v); err == nil {
+			data = canon
+		}
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])[:12]
+}
+
+// isInvalid reports whether err means an invalid document (ExitInvalid).
+func isInvalid(err error) bool {
+	var ce *codedError
+	return errors.As(err, &ce) && ce.code == ExitInvalid
+}

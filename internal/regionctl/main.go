@@ -1,0 +1,298 @@
+// Package regionctl is the logic of the regionctl command: it validates,
+// diffs, pushes and rolls back edgeguard rule documents and shedder settings
+// in Consul KV, region by region, and shows which rules each region's edges
+// run (from the Consul catalog).
+//
+// Main is the whole program, so tests run it in-process against real Consul
+// agents; cmd/regionctl only calls os.Exit(regionctl.Main(...)).
+package regionctl
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
+)
+
+// Exit codes, documented in usage and README.md.
+const (
+	ExitOK           = 0 // success (also: diff found differences, status with no edges)
+	ExitError        = 1 // any other failure
+	ExitUsage        = 2 // bad command line
+	ExitConflict     = 3 // check-and-set lost: the document changed since it was read
+	ExitInvalid      = 4 // invalid rules document or shedder settings; nothing was written
+	ExitDenied       = 5 // permission denied by Consul ACLs
+	ExitNotConverged = 6 // regions status: a healthy edge runs other rules than KV holds
+	ExitUnreachable  = 7 // Consul agent unreachable (or timed out)
+	ExitUnknown      = 8 // unknown region (no such Consul datacenter)
+)
+
+const usageText = `regionctl manages edgeguard rules and shedder settings in Consul, region by region.
+
+Usage:
+  regionctl [global flags] <command> [flags] [args]
+
+Rules (YAML, schema v1; each region is a Consul datacenter of the same name):
+  rules validate FILE                          check FILE offline, listing every error (rule id and field)
+  rules diff --region R [--global] FILE        rule-level diff of R's region (or global) document against FILE
+  rules push --region R [--global] FILE        write FILE as R's region (or global) document (check-and-set)
+  rules push --all FILE                        write FILE as the global document into every region, one by one
+  rules get --region R [--effective|--global|--document]
+                                               print the effective merged rules (default) or a stored document
+  rules history --region R [--limit N] [--kind K]
+                                               list pushes: seq, time, author, host, kind, version, message
+  rules rollback --region R [--global] [--to VERSION]
+                                               restore the previous (or the given) document from history
+
+Shedder settings (JSON):
+  shedder get --region R                       effective settings: stored JSON over the defaults
+  shedder set --region R [--reset] key=value…  change settings (validated, check-and-set)
+
+Regions:
+  regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
+                                               flagging edges that have not converged
+
+Push flags: --message TEXT, --author NAME (default $USER). Every push checks the
+document's ModifyIndex in the same Consul transaction that appends the history
+entry (author, host, time, message), so a concurrent push fails with a conflict.
+A push validates FILE and each region's resulting effective rules first and
+writes nothing if any is invalid. --all writes the regions one by one.
+"rules get" and "regions status" show effective versions (what edges report);
+"rules history" shows pushed document versions, which "rollback --to" takes.
+
+Global flags (before or after the command):
+  --consul ADDR      Consul HTTP address; https://host:8501 for TLS
+                     (default $CONSUL_HTTP_ADDR, else 127.0.0.1:8500)
+  --token TOKEN      ACL token (default $CONSUL_HTTP_TOKEN)
+  --ca-file, --cert-file, --key-file
+                     TLS files (default $CONSUL_CACERT, $CONSUL_CLIENT_CERT, $CONSUL_CLIENT_KEY)
+  --prefix PREFIX    KV prefix (default edgeguard/)
+  --output FORMAT    text or json (default text)
+  --timeout DUR      bound on each Consul request (default 10s)
+
+Exit codes:
+  0  success ("rules diff" exits 0 whether or not there are differences)
+  1  error
+  2  usage error
+  3  conflict: the document changed since it was read (another push won); re-run
+  4  invalid rules document or shedder settings; nothing was written
+  5  permission denied by Consul ACLs
+  6  not converged (regions status): a healthy edge runs other rules than KV holds
+  7  Consul unreachable
+  8  unknown region
+A multi-region command (push --all, status) whose regions failed for one reason
+exits with that reason's code, with 1 when reasons differ.
+`
+
+// Main runs regionctl with args (without the program name), reading the
+// environment through env, and returns the exit code.
+func Main(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	return (&app{}).run(args, env, stdout, stderr)
+}
+
+// app is one run of the program. Tests set its hooks.
+type app struct {
+	// beforeWrite, when set, runs after a region's documents were read and
+	// before they are written (tests use it to line up concurrent pushes).
+	beforeWrite func(region string)
+
+	g      globals
+	env    func(string) string
+	stdout *countingWriter
+	stderr io.Writer
+}
+
+// globals are the flags every command accepts.
+type globals struct {
+	consul, token             string
+	caFile, certFile, keyFile string
+	prefix, output            string
+	timeout                   time.Duration
+	defaultsFilled            bool
+}
+
+func (g *globals) fill(env func(string) string) {
+	if g.defaultsFilled {
+		return
+	}
+	g.defaultsFilled = true
+	g.consul = env("CONSUL_HTTP_ADDR")
+	if g.consul == "" {
+		g.consul = "127.0.0.1:8500"
+	}
+	if !strings.Contains(g.consul, "://") && isTrue(env("CONSUL_HTTP_SSL")) {
+		g.consul = "https://" + g.consul
+	}
+	g.token = env("CONSUL_HTTP_TOKEN")
+	g.caFile = env("CONSUL_CACERT")
+	g.certFile = env("CONSUL_CLIENT_CERT")
+	g.keyFile = env("CONSUL_CLIENT_KEY")
+	g.prefix = region.DefaultPrefix
+	g.output = "text"
+	g.timeout = 10 * time.Second
+}
+
+func isTrue(s string) bool {
+	switch strings.ToLower(s) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+// register adds the global flags to fs, with their current values as
+// defaults, so they work before and after the command name.
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.consul, "consul", g.consul, "Consul HTTP `address` (https://host:8501 for TLS)")
+	fs.StringVar(&g.token, "token", g.token, "Consul ACL `token`")
+	fs.StringVar(&g.caFile, "ca-file", g.caFile, "CA certificate `file` for TLS")
+	fs.StringVar(&g.certFile, "cert-file", g.certFile, "client certificate `file` for TLS")
+	fs.StringVar(&g.keyFile, "key-file", g.keyFile, "client key `file` for TLS")
+	fs.StringVar(&g.prefix, "prefix", g.prefix, "Consul KV `prefix`")
+	fs.StringVar(&g.output, "output", g.output, "output `format`: text or json")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "bound on each Consul request")
+}
+
+func (a *app) run(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	if env == nil {
+		env = os.Getenv
+	}
+	a.env, a.stdout, a.stderr = env, &countingWriter{w: stdout}, stderr
+	a.g.fill(env)
+
+	err := a.dispatch(args)
+	code := exitCode(err)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		msg := a.message(err)
+		if !errors.Is(err, errReported) {
+			fmt.Fprintln(stderr, "regionctl: "+msg)
+		}
+		if a.g.output == "json" && a.stdout.n == 0 {
+			a.emitJSON(map[string]any{"error": msg, "exit_code": code, "reason": reasonOf(code)})
+		}
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		code = ExitOK
+	}
+	return code
+}
+
+// commands are the leaves of the command tree; each prints its own usage
+// with --help.
+var commands = map[string]func(a *app, args []string) error{
+	"rules validate": (*app).rulesValidate,
+	"rules diff":     (*app).rulesDiff,
+	"rules push":     (*app).rulesPush,
+	"rules get":      (*app).rulesGet,
+	"rules history":  (*app).rulesHistory,
+	"rules rollback": (*app).rulesRollback,
+	"shedder get":    (*app).shedderGet,
+	"shedder set":    (*app).shedderSet,
+	"regions status": (*app).regionsStatus,
+}
+
+func (a *app) dispatch(args []string) error {
+	top := flag.NewFlagSet("regionctl", flag.ContinueOnError)
+	top.SetOutput(io.Discard)
+	a.g.register(top)
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(a.stdout, usageText)
+			return err
+		}
+		return usagef("%v (see regionctl --help)", err)
+	}
+	rest := top.Args()
+	if len(rest) == 0 {
+		fmt.Fprint(a.stderr, usageText)
+		return errReportedUsage
+	}
+	if rest[0] == "help" {
+		fmt.Fprint(a.stdout, usageText)
+		return nil
+	}
+	if len(rest) == 1 {
+		return usagef("%q needs a subcommand (see regionctl --help)", rest[0])
+	}
+	name := rest[0] + " " + rest[1]
+	if run, ok := commands[name]; ok {
+		return run(a, rest[2:])
+	}
+	return usagef("unknown command %q (see regionctl --help)", name)
+}
+
+// flags returns a flag set for a command, with the global flags on it.
+func (a *app) flags(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("regionctl "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	a.g.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(a.stdout, "Usage: regionctl %s %s\n\nFlags:\n", name, synopsis)
+		fs.SetOutput(a.stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+		fmt.Fprint(a.stdout, "\nSee regionctl --help for the exit codes.\n")
+	}
+	return fs
+}
+
+// parse parses flags interspersed with positional arguments and checks the
+// global flags' values.
+func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
+				return nil, err
+			}
+			return nil, usagef("%s: %v (see %s --help)", fs.Name(), err, fs.Name())
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	switch a.g.output {
+	case "text", "json":
+	default:
+		out := a.g.output
+		a.g.output = "text"
+		return nil, usagef("--output must be text or json, got %q", out)
+	}
+	if a.g.timeout <= 0 {
+		return nil, usagef("--timeout must be > 0, got %s", a.g.timeout)
+	}
+	return pos, nil
+}
+
+func (a *app) json() bool { return a.g.output == "json" }
+
+func (a *app) emitJSON(v any) {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func (a *app) printf(format string, args ...any) { fmt.Fprintf(a.stdout, format, args...) }
+
+// countingWriter tells whether anything was printed to stdout.
+type countingWriter struct {
+	w io.Writer
+	n int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += n
+	return n, err
+}

@@ -1,0 +1,330 @@
+package regionctl
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// oneByOne is said whenever a push targets several regions.
+const oneByOne = "Regions are written one by one, not in one transaction: " +
+	"if a region fails, the regions before it keep the new document and the ones after it are still written."
+
+// meta is who pushes, from where and why.
+type meta struct{ author, host, message string }
+
+func (a *app) metaFlags(fs *flag.FlagSet) *meta {
+	m := &meta{}
+	fs.StringVar(&m.message, "message", "", "history `message` for this push")
+	fs.StringVar(&m.author, "author", "", "history author (default $USER)")
+	return m
+}
+
+func (a *app) fillMeta(m *meta) {
+	if m.author == "" {
+		m.author = a.env("USER")
+	}
+	if m.author == "" {
+		m.author = "unknown"
+	}
+	if h, err := os.Hostname(); err == nil {
+		m.host = h
+	}
+}
+
+// pushResult is one region's outcome.
+type pushResult struct {
+	Region          string `json:"region"`
+	Document        string `json:"document"` // global, region or shedder
+	Key             string `json:"key"`
+	Status          string `json:"status"` // ok, unchanged, or the failure reason (conflict, invalid, ...)
+	DocumentVersion string `json:"document_version,omitempty"`
+	Version         string `json:"version,omitempty"`          // effective rules version after the push
+	PreviousVersion string `json:"previous_version,omitempty"` // effective rules version before
+	Seq             string `json:"seq,omitempty"`              // history entry
+	Error           string `json:"error,omitempty"`
+	ExitCode        int    `json:"exit_code"`
+}
+
+// plan is one region's push, read and checked but not yet written.
+type plan struct {
+	d          docFlags
+	key        string
+	data       []byte
+	docVersion string
+	index      uint64 // check-and-set index: the ModifyIndex just read
+	before     string // effective version now
+	after      string // effective version once written
+	unchanged  bool
+	err        error
+}
+
+// plan reads region d.region's documents and checks that writing data as
+// d's document leaves a valid effective rule set.
+func (s *session) plan(d docFlags, data []byte, docVersion string) plan {
+	p := plan{d: d, key: s.docKey(d), data: data, docVersion: docVersion}
+	docs, err := s.readDocs(d.region)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	cur, index := current(docs, d)
+	p.index = index
+	p.unchanged = bytes.Equal(cur, data)
+	if p.before, err = effectiveVersion(docs); err != nil {
+		p.before = "invalid"
+	}
+	if p.after, err = effectiveVersion(with(docs, d, data)); err != nil {
+		p.err = invalidf("the effective rules of %s would be invalid: %s", d.region, oneLine(err))
+	}
+	return p
+}
+
+// write pushes a plan (check-and-set on the index read by plan).
+func (s *session) write(p plan, m meta) pushResult {
+	res := pushResult{Region: p.d.region, Document: docName(p.d), Key: p.key,
+		DocumentVersion: p.docVersion, Version: p.after, PreviousVersion: p.before}
+	if p.err != nil {
+		return s.failed(res, p.err)
+	}
+	if p.unchanged {
+		res.Status = "unchanged"
+		return res
+	}
+	e, err := s.push(p.d.region, p.key, p.data, p.index, region.Entry{
+		Kind: p.d.kind(), Version: p.docVersion, Author: m.author, Host: m.host, Message: m.message,
+	})
+	if err != nil {
+		return s.failed(res, err)
+	}
+	res.Status, res.Seq = "ok", e.Seq
+	return res
+}
+
+func (s *session) failed(res pushResult, err error) pushResult {
+	res.ExitCode = exitCode(err)
+	res.Status = reasonOf(res.ExitCode)
+	res.Error = s.a.message(err)
+	if res.ExitCode == ExitConflict {
+		res.Error = fmt.Sprintf("%s; nothing was written to %s, re-run to retry", res.Error, res.Region)
+	}
+	res.Version = ""
+	return res
+}
+
+func docName(d docFlags) string {
+	if d.global {
+		return "global"
+	}
+	return "region"
+}
+
+// line is a result in text form.
+func (r pushResult) line(verb string) string {
+	switch r.Status {
+	case "ok":
+		return fmt.Sprintf("%s: ok: %s, document version %s; effective rules version %s -> %s",
+			r.Region, verb, r.DocumentVersion, dash(r.PreviousVersion), r.Version)
+	case "unchanged":
+		return fmt.Sprintf("%s: unchanged: the %s document already holds it; effective rules version %s",
+			r.Region, r.Document, r.Version)
+	}
+	return fmt.Sprintf("%s: %s: %s", r.Region, r.Status, r.Error)
+}
+
+// rules push (--region R [--global] | --all) FILE
+func (a *app) rulesPush(args []string) error {
+	fs := a.flags("rules push", "(--region R [--global] | --all) [--message M] [--author A] FILE")
+	var d docFlags
+	var all bool
+	d.register(fs)
+	fs.BoolVar(&all, "all", false, "write FILE as the global document into every region, one by one")
+	m := a.metaFlags(fs)
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) != 1:
+		return usagef("rules push takes one FILE")
+	case all && d.region != "":
+		return usagef("--all and --region exclude each other")
+	case !all && d.region == "":
+		return usagef("rules push needs --region R (or --all for the global document in every region)")
+	}
+	file := pos[0]
+	data, doc, err := a.readRulesFile(file, "; nothing was written")
+	if err != nil {
+		return err
+	}
+	a.fillMeta(m)
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+
+	var targets []docFlags
+	if all {
+		rs, err := s.allRegions()
+		if err != nil {
+			return err
+		}
+		if len(rs) == 0 {
+			return errors.New("consul lists no datacenters")
+		}
+		for _, r := range rs {
+			targets = append(targets, docFlags{region: r, global: true})
+		}
+	} else {
+		if err := s.checkRegion(d.region); err != nil {
+			return err
+		}
+		targets = []docFlags{d}
+	}
+	return a.pushAll(s, targets, data, rules.Version(doc), *m, file, all, "wrote "+file)
+}
+
+// pushAll plans every target, refuses everything when any target's
+// effective rules would be invalid, then writes the targets one by one.
+func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion string, m meta, file string, many bool, verb string) error {
+	plans := make([]plan, len(targets))
+	var invalid []pushResult
+	for i, t := range targets {
+		plans[i] = s.plan(t, data, docVersion)
+		if isInvalid(plans[i].err) {
+			invalid = append(invalid, s.write(plans[i], m)) // write refuses: p.err is set
+		}
+	}
+	if len(invalid) > 0 {
+		head := fmt.Sprintf("refusing to push %s: nothing was written", file)
+		if a.json() {
+			a.emitJSON(map[string]any{"file": file, "status": "invalid", "error": head, "results": invalid,
+				"exit_code": ExitInvalid, "reason": reasonOf(ExitInvalid)})
+		}
+		fmt.Fprintln(a.stderr, "regionctl: "+head+":")
+		for _, r := range invalid {
+			fmt.Fprintln(a.stderr, "  "+r.Error)
+		}
+		return reported(ExitInvalid, head)
+	}
+
+	if many && !a.json() {
+		names := make([]string, len(targets))
+		for i, t := range targets {
+			names[i] = t.region
+		}
+		a.printf("Pushing %s as the global document to %s (%s).\n%s\n",
+			file, plural(len(targets), "region"), strings.Join(names, ", "), oneByOne)
+	}
+	results := make([]pushResult, 0, len(plans))
+	codes := make([]int, 0, len(plans))
+	var failed []string
+	for _, p := range plans {
+		r := s.write(p, m)
+		results = append(results, r)
+		codes = append(codes, r.ExitCode)
+		if r.ExitCode != ExitOK {
+			failed = append(failed, r.Region+" ("+r.Status+")")
+		}
+		if !a.json() && (many || r.ExitCode == ExitOK) {
+			a.printf("%s\n", r.line(verb))
+		}
+	}
+	code := combine(codes)
+	if a.json() {
+		out := map[string]any{"file": file, "results": results, "exit_code": code, "reason": reasonOf(code)}
+		if many {
+			out["note"] = oneByOne
+		}
+		a.emitJSON(out)
+	}
+	switch {
+	case code == ExitOK:
+		if many && !a.json() {
+			a.printf("all %s done\n", plural(len(results), "region"))
+		}
+		return nil
+	case !many:
+		return &codedError{code: code, msg: results[0].Error}
+	}
+	head := fmt.Sprintf("%d of %s failed: %s", len(failed), plural(len(results), "region"), strings.Join(failed, ", "))
+	if !a.json() {
+		a.printf("%s\n", head)
+	}
+	return &codedError{code: code, msg: head}
+}
+
+// rules rollback --region R [--global] [--to VERSION]
+func (a *app) rulesRollback(args []string) error {
+	fs := a.flags("rules rollback", "--region R [--global] [--to VERSION] [--message M] [--author A]")
+	var d docFlags
+	var to string
+	d.register(fs)
+	fs.StringVar(&to, "to", "", "document `version` (or history seq) to restore; default: the previous one")
+	m := a.metaFlags(fs)
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("rules rollback takes no arguments, got %q", pos)
+	}
+	a.fillMeta(m)
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := s.checkRegion(d.region); err != nil {
+		return err
+	}
+	docs, err := s.readDocs(d.region)
+	if err != nil {
+		return err
+	}
+	cur, _ := current(docs, d)
+	key := s.docKey(d)
+	hist, err := s.history(d.region, d.kind())
+	if err != nil {
+		return err
+	}
+	var target *region.Entry
+	for i := range hist {
+		e := &hist[i]
+		if e.Key != key {
+			continue
+		}
+		if to != "" && (e.Version == to || e.Seq == to) || to == "" && e.Document != string(cur) {
+			target = e
+			break
+		}
+	}
+	if target == nil {
+		if to != "" {
+			return fmt.Errorf("no %s with version %q in the history of %s (see rules history --region %s)", d.what(), to, d.region, d.region)
+		}
+		return fmt.Errorf("no earlier version of the %s in its history: nothing to roll back to", d.what())
+	}
+	data := []byte(target.Document)
+	doc, err := rules.Parse(data)
+	if err != nil {
+		return invalidf("history entry %s holds an invalid document: %s", target.Seq, oneLine(err))
+	}
+	version := rules.Version(doc)
+	msg := "rollback to " + version
+	if m.message != "" {
+		msg += ": " + m.message
+	}
+	m.message = msg
+	verb := fmt.Sprintf("rolled the %s document back to %s (pushed %s by %s)",
+		docName(d), target.Seq, target.Time.UTC().Format(time.RFC3339), dash(target.Author))
+	return a.pushAll(s, []docFlags{d}, data, version, *m, "history entry "+target.Seq, false, verb)
+}

@@ -1,0 +1,333 @@
+package regionctl
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// rules validate FILE
+func (a *app) rulesValidate(args []string) error {
+	fs := a.flags("rules validate", "FILE")
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("rules validate takes one FILE")
+	}
+	_, doc, err := a.readRulesFile(pos[0], "")
+	if err != nil {
+		return err
+	}
+	v := rules.Version(doc)
+	if a.json() {
+		a.emitJSON(map[string]any{"valid": true, "document": pos[0], "rules": len(doc.Rules), "version": v})
+		return nil
+	}
+	a.printf("%s: valid, %s, version %s\n", pos[0], plural(len(doc.Rules), "rule"), v)
+	return nil
+}
+
+// docFlags are the flags that pick a region and one of its documents.
+type docFlags struct {
+	region string
+	global bool
+}
+
+func (d *docFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.region, "region", "", "region (Consul datacenter) `name`")
+	fs.BoolVar(&d.global, "global", false, "use the region's copy of the global document instead of the region document")
+}
+
+// what names a document for humans.
+func (d docFlags) what() string {
+	if d.global {
+		return "global document of " + d.region
+	}
+	return "region document of " + d.region
+}
+
+func (d docFlags) kind() string {
+	if d.global {
+		return region.KindGlobalRules
+	}
+	return region.KindRegionRules
+}
+
+func (s *session) docKey(d docFlags) string {
+	if d.global {
+		return s.layout.GlobalRules()
+	}
+	return s.layout.RegionRules(d.region)
+}
+
+// current is the stored document d names, with its ModifyIndex.
+func current(docs region.Docs, d docFlags) ([]byte, uint64) {
+	if d.global {
+		return docs.Global, docs.GlobalIndex
+	}
+	return docs.Region, docs.RegionIndex
+}
+
+// with returns docs with d's document replaced by data.
+func with(docs region.Docs, d docFlags, data []byte) region.Docs {
+	if d.global {
+		docs.Global = data
+	} else {
+		docs.Region = data
+	}
+	return docs
+}
+
+// rules get --region R [--effective|--global|--document]
+func (a *app) rulesGet(args []string) error {
+	fs := a.flags("rules get", "--region R [--effective|--global|--document]")
+	var r string
+	var effective, global, document bool
+	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	fs.BoolVar(&effective, "effective", false, "print the effective rules: global merged with the region document (default)")
+	fs.BoolVar(&global, "global", false, "print the region's copy of the global document as stored")
+	fs.BoolVar(&document, "document", false, "print the region document as stored")
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("rules get takes no arguments, got %q", pos)
+	}
+	if n := count(effective, global, document); n > 1 {
+		return usagef("--effective, --global and --document exclude each other")
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := s.checkRegion(r); err != nil {
+		return err
+	}
+	docs, err := s.readDocs(r)
+	if err != nil {
+		return err
+	}
+	if !global && !document {
+		eff, err := docs.Effective()
+		if err != nil {
+			return invalidf("the stored rules of %s are invalid: %s", r, oneLine(err))
+		}
+		v := rules.Version(eff)
+		if a.json() {
+			a.emitJSON(map[string]any{"region": r, "document": "effective", "version": v,
+				"global_index": docs.GlobalIndex, "region_index": docs.RegionIndex, "rules": jsonable(eff.Rules)})
+			return nil
+		}
+		out, err := toYAML(eff)
+		if err != nil {
+			return err
+		}
+		a.printf("# effective rules of %s (global document merged with the region document), version %s\n", r, v)
+		a.printf("%s", out)
+		return nil
+	}
+	d := docFlags{region: r, global: global}
+	key := s.docKey(d)
+	data, index := current(docs, d)
+	name := "region"
+	if global {
+		name = "global"
+	}
+	if a.json() {
+		out := map[string]any{"region": r, "document": name, "key": key, "present": len(data) > 0,
+			"modify_index": index, "version": docVersion(data), "content": string(data)}
+		if doc, err := parseStored(data); err == nil && doc != nil {
+			out["rules"] = jsonable(doc.Rules)
+		}
+		a.emitJSON(out)
+		return nil
+	}
+	if len(data) == 0 {
+		a.printf("# no %s (%s is absent)\n", d.what(), key)
+		return nil
+	}
+	a.printf("# %s (%s, ModifyIndex %d), version %s\n", d.what(), key, index, docVersion(data))
+	a.printf("%s", data)
+	if !strings.HasSuffix(string(data), "\n") {
+		a.printf("\n")
+	}
+	return nil
+}
+
+// rules history --region R [--limit N] [--kind K]
+func (a *app) rulesHistory(args []string) error {
+	fs := a.flags("rules history", "--region R [--limit N] [--kind rules|global|region|shedder|all]")
+	var r, kind string
+	var limit int
+	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	fs.IntVar(&limit, "limit", 20, "show at most `N` entries, newest first (0: all)")
+	fs.StringVar(&kind, "kind", "all", "which entries: rules (global and region), global, region, shedder or all")
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("rules history takes no arguments, got %q", pos)
+	}
+	if limit < 0 {
+		return usagef("--limit must be >= 0")
+	}
+	keep := map[string]func(string) bool{
+		"all":     func(string) bool { return true },
+		"rules":   func(k string) bool { return k == region.KindGlobalRules || k == region.KindRegionRules },
+		"global":  func(k string) bool { return k == region.KindGlobalRules },
+		"region":  func(k string) bool { return k == region.KindRegionRules },
+		"shedder": func(k string) bool { return k == region.KindShedder },
+	}[kind]
+	if keep == nil {
+		return usagef("--kind must be rules, global, region, shedder or all, got %q", kind)
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := s.checkRegion(r); err != nil {
+		return err
+	}
+	all, err := s.history(r, "")
+	if err != nil {
+		return err
+	}
+	entries := []region.Entry{}
+	for _, e := range all {
+		if keep(e.Kind) && (limit == 0 || len(entries) < limit) {
+			entries = append(entries, e)
+		}
+	}
+	if a.json() {
+		a.emitJSON(map[string]any{"region": r, "entries": entries})
+		return nil
+	}
+	if len(entries) == 0 {
+		a.printf("no history in %s\n", r)
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tAUTHOR\tHOST\tKIND\tVERSION\tMESSAGE")
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339),
+			dash(e.Author), dash(e.Host), e.Kind, dash(e.Version), dash(oneLine(fmt.Errorf("%s", e.Message))))
+	}
+	return tw.Flush()
+}
+
+// rules diff --region R [--global] FILE
+func (a *app) rulesDiff(args []string) error {
+	fs := a.flags("rules diff", "--region R [--global] FILE")
+	var d docFlags
+	d.register(fs)
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("rules diff takes one FILE")
+	}
+	file := pos[0]
+	data, doc, err := a.readRulesFile(file, "")
+	if err != nil {
+		return err
+	}
+	s, err := a.connect()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := s.checkRegion(d.region); err != nil {
+		return err
+	}
+	docs, err := s.readDocs(d.region)
+	if err != nil {
+		return err
+	}
+	stored, _ := current(docs, d)
+	old, err := parseStored(stored)
+	if err != nil {
+		return invalidf("the stored %s is invalid: %s", d.what(), oneLine(err))
+	}
+	diff := diffRules(old, doc)
+	before, errBefore := effectiveVersion(docs)
+	after, errAfter := effectiveVersion(with(docs, d, data))
+	if errBefore != nil {
+		before = "invalid"
+	}
+	if errAfter != nil {
+		after = "invalid"
+	}
+	if a.json() {
+		out := map[string]any{"region": d.region, "document": docName(d), "key": s.docKey(d), "file": file,
+			"identical": diff.empty(), "added": diff.Added, "removed": diff.Removed, "changed": diff.Changed,
+			"effective_version_before": before, "effective_version_after": after}
+		if errAfter != nil {
+			out["effective_error"] = oneLine(errAfter)
+		}
+		a.emitJSON(out)
+		return nil
+	}
+	if diff.empty() {
+		note := ""
+		if string(stored) != string(data) {
+			note = " (the texts differ only in formatting, comments or spelling)"
+		}
+		a.printf("no changes: %s has the same rules as the %s%s; effective version %s\n", file, d.what(), note, before)
+		return nil
+	}
+	a.printf("--- %s (%s)\n+++ %s\n", d.what(), s.docKey(d), file)
+	diff.print(a.stdout)
+	a.printf("effective rules version of %s: %s -> %s\n", d.region, dash(before), dash(after))
+	if errAfter != nil {
+		a.printf("warning: the effective rules would be invalid: %s\n", oneLine(errAfter))
+	}
+	return nil
+}
+
+func count(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine flattens a multi-line error into one line.
+func oneLine(err error) string {
+	var b strings.Builder
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		switch s := b.String(); {
+		case s == "":
+		case strings.HasSuffix(s, ":"):
+			b.WriteString(" ")
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(l)
+	}
+	return b.String()
+}

@@ -1,0 +1,72 @@
+package regionctl
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
+
+func TestShedder(t *testing.T) {
+	t.Parallel()
+	p := prefix(t)
+	r := run(t, "shedder", "get", "--prefix", p, "--region", "eu-west")
+	require.Equal(t, ExitOK, r.code, r)
+	assert.Contains(t, r.stdout, "defaults")
+	assert.Contains(t, r.stdout, "good=0.7\n")
+
+	r = run(t, "shedder", "set", "--prefix", p, "--region", "eu-west", "good=0.75", "start_after=10s", "--message", "calmer")
+	require.Equal(t, ExitOK, r.code, r)
+	assert.Contains(t, r.stdout, "eu-west: ok: shedder settings updated (good=0.75 start_after=10s)")
+
+	pair := kv(t, euWest, p+"shedder/eu-west")
+	require.NotNil(t, pair)
+	cfg, err := shedder.ParseConfig(pair.Value)
+	require.NoError(t, err, "%s", pair.Value)
+	assert.Equal(t, 0.75, cfg.Good)
+	assert.Equal(t, 10*time.Second, cfg.StartAfter)
+	assert.Equal(t, shedder.DefaultConfig().Bad, cfg.Bad)
+	assert.Nil(t, kv(t, usEast, p+"shedder/eu-west"))
+
+	r = run(t, "shedder", "get", "--prefix", p, "--region", "eu-west")
+	require.Equal(t, ExitOK, r.code, r)
+	assert.Contains(t, r.stdout, "good=0.75\n")
+	assert.Contains(t, r.stdout, "start_after=10s\n")
+	assert.Contains(t, r.stdout, "tiers.paths=/healthcheck:critical,/internal/synthetic:test\n")
+
+	r = run(t, "shedder", "get", "--prefix", p, "--region", "eu-west", "--output", "json")
+	require.Equal(t, ExitOK, r.code, r)
+	m := decodeJSON(t, r.stdout)
+	assert.Equal(t, true, m["stored"])
+	assert.Equal(t, 0.75, m["settings"].(map[string]any)["good"])
+	assert.Equal(t, "10s", m["settings"].(map[string]any)["start_after"])
+
+	// Every bad value is listed; nothing is written.
+	r = run(t, "shedder", "set", "--prefix", p, "--region", "eu-west", "good=2", "queue_size=-1", "colour=blue")
+	require.Equal(t, ExitInvalid, r.code, r)
+	assert.Contains(t, r.stderr, "shedder settings: invalid (3 problems); nothing was written")
+	assert.Contains(t, r.stderr, "colour: unknown setting")
+	r = run(t, "shedder", "set", "--prefix", p, "--region", "eu-west", "good=2", "queue_size=-1")
+	require.Equal(t, ExitInvalid, r.code, r)
+	assert.Contains(t, r.stderr, "good: must be in (0, 1), got 2")
+	assert.Contains(t, r.stderr, "queue_size: must be >= 0, got -1")
+	assert.Equal(t, pair.ModifyIndex, kv(t, euWest, p+"shedder/eu-west").ModifyIndex)
+
+	r = run(t, "shedder", "set", "--prefix", p, "--region", "eu-west", "good")
+	assert.Equal(t, ExitUsage, r.code, r)
+
+	// A history entry of kind shedder.
+	r = run(t, "rules", "history", "--prefix", p, "--region", "eu-west", "--kind", "shedder", "--output", "json")
+	require.Equal(t, ExitOK, r.code, r)
+	e := decodeJSON(t, r.stdout)["entries"].([]any)[0].(map[string]any)
+	assert.Equal(t, "shedder", e["kind"])
+	assert.Equal(t, "calmer", e["message"])
+
+	r = run(t, "shedder", "set", "--prefix", p, "--region", "eu-west", "--output", "json", "bad=0.9")
+	require.Equal(t, ExitOK, r.code, r)
+	res := decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
+	assert.Equal(t, "ok", res["status"])
+}
