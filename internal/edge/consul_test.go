@@ -1,17 +1,21 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/regionctl"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -52,6 +56,13 @@ func startConsulEdge(t *testing.T, regionName, pop, addr, cache string) *running
 	}
 	t.Cleanup(r.stop)
 	return r
+}
+
+// regionctlRun runs the operator CLI in-process.
+func regionctlRun(t *testing.T, args ...string) (string, int) {
+	var out bytes.Buffer
+	code := regionctl.Main(args, func(string) string { return "" }, &out, &out)
+	return out.String(), code
 }
 
 func regionClient(t *testing.T, c *testenv.Consul) *region.Client {
@@ -112,12 +123,14 @@ func TestRulesFromConsulAcrossRegions(t *testing.T) {
 	a2 := startConsulEdge(t, "eu-west", "fra", eu.HTTPAddr(), filepath.Join(cacheDir, "a2.yaml"))
 	b := startConsulEdge(t, "us-east", "iad", us.HTTPAddr(), filepath.Join(cacheDir, "b.yaml"))
 
-	// A push to every region reaches every edge, live.
+	// regionctl pushes to every region; every edge picks it up, live.
 	v1 := effectiveVersion(t, tightGlobal, "")
+	rulesFile := filepath.Join(t.TempDir(), "global.yaml")
+	require.NoError(t, os.WriteFile(rulesFile, []byte(tightGlobal), 0o600))
 	pushed := time.Now()
-	for _, dc := range []string{"eu-west", "us-east"} {
-		push(t, rc, dc, layout.GlobalRules(), tightGlobal)
-	}
+	out, code := regionctlRun(t, "--consul", eu.HTTPAddr(), "rules", "push", "--all", "--message", "tight per-ip", rulesFile)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "one by one")
 	for _, r := range []*running{a, a2, b} {
 		took := waitVersion(t, r, v1, pushed)
 		t.Logf("%s/%s converged on %s %s after the push began (regions are written one by one)", r.cfg.Region, r.cfg.PoP, v1, took.Round(time.Millisecond))
@@ -140,6 +153,10 @@ func TestRulesFromConsulAcrossRegions(t *testing.T) {
 		return n == 2
 	}, 15*time.Second, 100*time.Millisecond, "both eu-west edges healthy on %s in the catalog", v1)
 	require.Eventually(t, func() bool { return a.nodesRegion.Load() == 2 && a.nodesPoP.Load() == 1 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		out, code := regionctlRun(t, "--consul", eu.HTTPAddr(), "regions", "status")
+		return code == 0 && !strings.Contains(out, "NOT CONVERGED")
+	}, 15*time.Second, 200*time.Millisecond, "regionctl regions status sees every edge converged")
 
 	// A region document overrides the global one in its region only.
 	off := "version: 1\nrules:\n  - id: per-ip\n    disabled: true\n"
