@@ -79,9 +79,6 @@ func run(m *testing.M) int {
 // buildEdge builds cmd/edge into dir. `go test` puts its own toolchain first
 // in PATH, so "go" is the one running the tests.
 func buildEdge(dir string) (string, error) {
-	if bin := os.Getenv("E2E_EDGE_BIN"); bin != "" { // TEMP during development
-		return bin, nil
-	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		return "", err
