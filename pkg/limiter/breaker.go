@@ -31,6 +31,53 @@ func newBreaker(threshold int, cooldown time.Duration, onChange func(breakerStat
 	return &breaker{threshold: int32(threshold), cooldown: cooldown, onChange: onChange}
 }
 
+// breakers holds one breaker per shard, made on first use. Shards are store
+// nodes, so the set stays small.
+type breakers struct {
+	mu        sync.Mutex
+	m         map[string]*breaker
+	threshold int
+	cooldown  time.Duration
+	// onChange reports a shard's new state, how many are open, and the worst.
+	onChange func(shard string, s breakerState, open int, worst breakerState)
+}
+
+func newBreakers(threshold int, cooldown time.Duration, onChange func(string, breakerState, int, breakerState)) *breakers {
+	return &breakers{m: map[string]*breaker{}, threshold: threshold, cooldown: cooldown, onChange: onChange}
+}
+
+func (bs *breakers) get(shard string) *breaker {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b, ok := bs.m[shard]
+	if !ok {
+		b = newBreaker(bs.threshold, bs.cooldown, func(s breakerState) { bs.changed(shard, s) })
+		bs.m[shard] = b
+	}
+	return b
+}
+
+// changed runs under the shard's breaker lock; it reads the others' states
+// atomically and never takes their locks.
+func (bs *breakers) changed(shard string, s breakerState) {
+	bs.mu.Lock()
+	open, worst := 0, breakerClosed
+	for name, b := range bs.m {
+		st := breakerState(b.state.Load())
+		if name == shard {
+			st = s
+		}
+		if st != breakerClosed {
+			open++
+		}
+		worst = max(worst, st)
+	}
+	bs.mu.Unlock()
+	if bs.onChange != nil {
+		bs.onChange(shard, s, open, worst)
+	}
+}
+
 func (b *breaker) allow(now time.Time) bool {
 	if breakerState(b.state.Load()) == breakerClosed {
 		return true

@@ -131,7 +131,8 @@ type Limiter struct {
 	fallback *MemoryStore
 	cache    *overLimitCache
 	flights  *flights
-	breaker  *breaker
+	breakers *breakers
+	shardOf  func(Limit) string
 	metrics  *metrics
 	log      *slog.Logger
 	now      func() time.Time
@@ -160,12 +161,18 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		log:      log,
 		now:      time.Now,
 	}
-	l.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, func(s breakerState) {
-		m.breakerState.Set(float64(s))
-		if s == breakerOpen {
-			log.Warn("rate limit store failing, deciding locally", "store", cfg.StoreName, "fail_mode", cfg.FailMode)
-		} else if s == breakerClosed {
-			log.Info("rate limit store recovered", "store", cfg.StoreName)
+	l.shardOf = func(Limit) string { return "" }
+	if sh, ok := store.(Sharder); ok {
+		l.shardOf = sh.Shard
+	}
+	l.breakers = newBreakers(cfg.BreakerFailures, cfg.BreakerCooldown, func(shard string, s breakerState, open int, worst breakerState) {
+		m.breakerState.Set(float64(worst))
+		m.breakersOpen.Set(float64(open))
+		switch s {
+		case breakerOpen:
+			log.Warn("rate limit store failing, deciding locally", "store", cfg.StoreName, "shard", shard, "fail_mode", cfg.FailMode)
+		case breakerClosed:
+			log.Info("rate limit store recovered", "store", cfg.StoreName, "shard", shard)
 		}
 	})
 	return l, nil
@@ -324,48 +331,85 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome) err
 	return nil
 }
 
-// call asks the store, through the breaker, under the configured deadline.
-// errs has one entry per request; a nil ds means the breaker refused.
+// call asks the store, through the breakers, under the configured deadline.
+// errs has one entry per request: errBreakerOpen for requests whose shard's
+// breaker is open. Each shard (a Cluster master; the whole store otherwise)
+// has its own breaker, so one dead master does not send the keys of the
+// healthy ones to the fallback.
 func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error) {
 	errs := make([]error, len(reqs))
-	if !l.breaker.allow(l.now()) {
-		for i := range errs {
+	ds := make([]Decision, len(reqs))
+	shards := make([]*breaker, len(reqs))
+	send := make([]Request, 0, len(reqs))
+	sent := make([]int, 0, len(reqs))
+	now := l.now()
+	for i, r := range reqs {
+		shards[i] = l.breakers.get(l.shardOf(r.Limit))
+		if !shards[i].allow(now) {
 			errs[i] = errBreakerOpen
+			continue
 		}
-		return nil, errs
+		send = append(send, r)
+		sent = append(sent, i)
+	}
+	if len(send) == 0 {
+		return ds, errs
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	ds, err := l.store.Take(ctx, reqs)
-	l.metrics.storeCalls.Add(float64(len(reqs)))
-	outcome := "ok"
+	got, err := l.store.Take(ctx, send)
+	l.metrics.storeCalls.Add(float64(len(send)))
 	var te *TakeError
-	switch {
-	case err == nil:
-	case errors.As(err, &te):
-		copy(errs, te.Errs)
-		outcome = "error"
-	default:
-		for i := range errs {
+	for j, i := range sent {
+		switch {
+		case err == nil:
+		case errors.As(err, &te):
+			errs[i] = te.Errs[j]
+		default:
 			errs[i] = err
 		}
+		if j < len(got) {
+			ds[i] = got[j]
+		}
+	}
+	outcome := "ok"
+	if err != nil {
 		outcome = "error"
 	}
 	l.metrics.storeSeconds.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-	if outcome == "ok" {
-		l.breaker.success()
-	} else {
-		l.breaker.failure(l.now())
+	// A shard succeeded when none of its requests failed for a store reason
+	// (an invalid request says nothing about the store's health).
+	failed := map[*breaker]bool{}
+	for _, i := range sent {
+		failed[shards[i]] = failed[shards[i]] || (errs[i] != nil && !callerError(errs[i]))
+	}
+	for b, f := range failed {
+		if f {
+			b.failure(l.now())
+		} else {
+			b.success()
+		}
 	}
 	return ds, errs
 }
 
+// callerError is an error in the request itself, not the store's.
+func callerError(err error) bool {
+	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrUnknownAlgorithm)
+}
+
 var errBreakerOpen = errors.New("circuit breaker open")
+
+// Sharder is a store whose keys live on separate nodes that fail separately
+// (a Redis Cluster): Shard names the node that owns a limit's key.
+type Sharder interface {
+	Shard(Limit) string
+}
 
 // degrade decides a check the store could not, per the fail mode.
 func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
-	if errors.Is(cause, ErrInvalidLimit) || errors.Is(cause, ErrInvalidRequest) || errors.Is(cause, ErrUnknownAlgorithm) {
+	if callerError(cause) {
 		return Outcome{}, cause
 	}
 	reason := "error"

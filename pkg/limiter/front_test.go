@@ -295,7 +295,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 		decide()
 	}
 	require.EqualValues(t, 3, st.takes.Load(), "breaker open: no calls")
-	require.EqualValues(t, breakerOpen, l.breaker.state.Load())
+	require.EqualValues(t, breakerOpen, l.breakers.get("").state.Load())
 
 	clock.add(time.Second)
 	decide() // the probe fails: open again
@@ -306,7 +306,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	st.fail.Store(false)
 	clock.add(time.Second)
 	require.Equal(t, SourceStore, decide().Source, "probe succeeds")
-	require.EqualValues(t, breakerClosed, l.breaker.state.Load())
+	require.EqualValues(t, breakerClosed, l.breakers.get("").state.Load())
 	require.Equal(t, SourceStore, decide().Source)
 }
 
@@ -316,4 +316,64 @@ func testCounter(c prometheus.Counter) float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// shardedStore plays a Cluster: a limit's shard is the first byte of its key,
+// and shards listed in down fail.
+type shardedStore struct {
+	*MemoryStore
+	down  map[string]bool
+	calls map[string]int
+	mu    sync.Mutex
+}
+
+func (s *shardedStore) Shard(l Limit) string { return l.Key[:1] }
+
+func (s *shardedStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
+	ds, _ := s.MemoryStore.Take(ctx, reqs)
+	errs := make([]error, len(reqs))
+	failed := false
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range reqs {
+		s.calls[s.Shard(r.Limit)]++
+		if s.down[s.Shard(r.Limit)] {
+			errs[i], ds[i], failed = errDown, Decision{}, true
+		}
+	}
+	if failed {
+		return ds, &TakeError{Errs: errs}
+	}
+	return ds, nil
+}
+
+// One dead shard opens only its own breaker: keys on the healthy shards are
+// still decided by the store.
+func TestBreakerPerShard(t *testing.T) {
+	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)}
+	st := &shardedStore{MemoryStore: NewMemoryStore(WithClock(clock.now)), down: map[string]bool{"a": true}, calls: map[string]int{}}
+	l, err := New(st, Config{Timeout: time.Second, BreakerFailures: 3}, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	l.now = clock.now
+	onA, onB := lim("a-key", FixedWindow, 100, time.Minute), lim("b-key", FixedWindow, 100, time.Minute)
+	for range 10 {
+		v, err := l.Decide(context.Background(), []Check{{Limit: onA, Cost: 1}, {Limit: onB, Cost: 1}})
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		require.Equal(t, SourceFallback, v.Checks[0].Source)
+		require.Equal(t, SourceStore, v.Checks[1].Source, "the healthy shard keeps deciding exactly")
+	}
+	require.Equal(t, 3, st.calls["a"], "shard a's breaker opened after 3 failures")
+	require.Equal(t, 10, st.calls["b"])
+	require.EqualValues(t, breakerOpen, l.breakers.get("a").state.Load())
+	require.EqualValues(t, breakerClosed, l.breakers.get("b").state.Load())
+	require.EqualValues(t, 1, testGauge(l.metrics.breakersOpen))
+}
+
+func testGauge(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetGauge().GetValue()
 }

@@ -15,6 +15,7 @@ type metrics struct {
 	storeSeconds  *prometheus.HistogramVec
 	fallbacks     *prometheus.CounterVec
 	breakerState  prometheus.Gauge
+	breakersOpen  prometheus.Gauge
 	refunds       prometheus.Counter
 	refundErrors  prometheus.Counter
 }
@@ -48,7 +49,11 @@ func newMetrics(reg prometheus.Registerer, storeName string) (*metrics, error) {
 		}, []string{"reason"}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "edgeguard_limiter_breaker_state",
-			Help: "Store circuit breaker: 0 closed, 1 open, 2 half-open.",
+			Help: "Worst store circuit breaker state over the store's shards: 0 closed, 1 open, 2 half-open.",
+		}),
+		breakersOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgeguard_limiter_breakers_open",
+			Help: "Store shards (Cluster masters) whose breaker is not closed: their keys are decided locally.",
 		}),
 		refunds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_refunds_total",
@@ -72,7 +77,7 @@ func newMetrics(reg prometheus.Registerer, storeName string) (*metrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.refunds, m.refundErrors} {
+	for _, c := range []prometheus.Collector{checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.refunds, m.refundErrors} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
