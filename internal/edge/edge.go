@@ -171,12 +171,28 @@ func (e *Edge) ApplyRules(data []byte) error {
 
 func (e *Edge) applyDocument(doc *rules.Document) error {
 	snap, err := rules.Compile(doc, rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt)))
+	if err == nil {
+		err = e.checkAgainstConfig(snap)
+	}
 	if err != nil {
 		e.metrics.rulesErrors.Inc()
 		return err
 	}
 	e.SetRules(snap)
 	return nil
+}
+
+// checkAgainstConfig refuses rules that this edge's settings would break:
+// a concurrency slot must outlive the longest request, or a slot held by a
+// request still waiting on the origin would expire and admit one too many.
+func (e *Edge) checkAgainstConfig(snap *rules.Snapshot) error {
+	var errs []error
+	for _, r := range snap.Rules() {
+		if r.Algorithm == rules.Concurrency && r.Window <= e.cfg.OriginTimeout {
+			errs = append(errs, fmt.Errorf("rule %q: window: a concurrency slot's TTL (%s) must exceed --origin-timeout (%s)", r.ID, r.Window, e.cfg.OriginTimeout))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its

@@ -274,6 +274,16 @@ func TestInvalidRulesRefuseToStart(t *testing.T) {
 	require.ErrorContains(t, err, `rule "broken": limit`)
 }
 
+func TestConcurrencySlotMustOutliveOriginTimeout(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.OriginTimeout = 2 * time.Minute
+	cfg.Rules = filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(cfg.Rules, []byte(oneSlot), 0o600))
+	_, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, `rule "one-at-a-time": window: a concurrency slot's TTL (1m0s) must exceed --origin-timeout (2m0s)`)
+}
+
 func TestAdminEndpointsOnlyOnAdminPort(t *testing.T) {
 	r := startEdge(t, perIP, nil)
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/debug/rules": `"per-ip"`, "/metrics": "edgeguard_edge_ready", "/debug/pprof/": "goroutine"} {
