@@ -8,7 +8,7 @@
 # benchmark N times back to back and leave minutes between the two sides of a
 # ratio.
 #
-#   scripts/bench-redis.sh                 # 5 runs of everything (~15 min on 2 cores)
+#   scripts/bench-redis.sh                 # 6 runs (~3 min each on 2 cores)
 #   RUNS=3 BENCH='BenchmarkRedisTake/standalone' scripts/bench-redis.sh
 #   scripts/bench-redis.sh summarize out/run*.txt   # tables from earlier runs
 #
@@ -54,6 +54,7 @@ summarize() {
 	function flush() {
 		if (n == 0) return
 		med[key] = (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
+		lo[key] = x[1]; hi[key] = x[n]
 		runs[key] = n
 		n = 0
 	}
@@ -66,17 +67,19 @@ summarize() {
 	function kilo(v) { return v >= 1000 ? sprintf("%.0fk", v / 1000) : sprintf("%.0f", v) }
 	function f(b, m, fmt) { return ((b, m) in med) ? sprintf(fmt, med[b, m]) : "–" }
 	function r(b, m) { return ((b, m) in med) ? kilo(med[b, m]) : "–" }
+	# a within-run ratio: median, and the range over the runs
+	function q(b, m) { return ((b, m) in med) ? sprintf("%.2f (%.2f–%.2f)", med[b, m], lo[b, m], hi[b, m]) : "–" }
 	function label(b) { sub(/^[0-9]+:BenchmarkRedisTake\//, "", b); sub(/\//, " | ", b); return b }
 	END {
 		flush()
-		print "Decisions per second (median of " runs[order[1], "single:rate"] " runs; fractions and gains are medians of per-run ratios)"
+		print "Decisions per second: medians of " runs[order[1], "single:rate"] " runs. Fractions and gains: median (lowest–highest) of the ratio computed within each run."
 		print ""
 		print "| mode | algorithm | redis-benchmark | Go single | fraction | redis-benchmark -P16 | Go pipelined (16/Take) | fraction | Go pipelined ÷ single | redis-benchmark -P16 ÷ plain |"
 		print "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 		for (i = 1; i <= nb; i++) {
 			b = order[i]
-			printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label(b), r(b, "redis-benchmark:rate"), r(b, "single:rate"), f(b, "frac1", "%.2f"),
-				r(b, "redis-benchmark-P16:rate"), r(b, "pipelined:rate"), f(b, "frac16", "%.2f"), f(b, "gain", "%.2f×") " | " f(b, "rbgain", "%.2f×")
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(b), r(b, "redis-benchmark:rate"), r(b, "single:rate"), q(b, "frac1"),
+				r(b, "redis-benchmark-P16:rate"), r(b, "pipelined:rate"), q(b, "frac16"), q(b, "gain"), q(b, "rbgain")
 		}
 		print ""
 		print "Cost per decision: allocations, and CPU µs of the Redis servers (all nodes) and of the client"
@@ -90,7 +93,7 @@ summarize() {
 				f(b, "redis-benchmark:client", "%.1f"), f(b, "single:client", "%.1f"), f(b, "redis-benchmark-P16:client", "%.2f"), f(b, "pipelined:client", "%.2f")
 		}
 		print ""
-		print "Denied path (exhausted keys: the script reads and writes nothing)"
+		print "Denied path (exhausted keys: the scripts admit nothing, so they add nothing)"
 		print ""
 		print "| mode | algorithm | single-denied | ÷ single | pipelined-denied | ÷ pipelined | Redis µs single-denied | pipelined-denied |"
 		print "|---|---|---:|---:|---:|---:|---:|---:|"
@@ -108,15 +111,16 @@ if [[ "${1:-}" == summarize ]]; then
 	exit
 fi
 
-RUNS=${RUNS:-5}
-BENCH=${BENCH:-.}
+RUNS=${RUNS:-6} # benchstat gives a confidence interval from 6 samples on
+BENCH=${BENCH:-'^Benchmark(RedisTake|MemoryTake|Decide)$'}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 for i in $(seq "$RUNS"); do
 	echo "run $i of $RUNS -> $OUT/run$i.txt" >&2
 	go test -run '^$' -bench "$BENCH" -benchmem -count 1 -timeout 60m ./pkg/limiter/ >"$OUT/run$i.txt"
 done
-go run golang.org/x/perf/cmd/benchstat@latest "$OUT"/run*.txt
+cat "$OUT"/run*.txt >"$OUT/all.txt" # one sample per run for each benchmark
+go run golang.org/x/perf/cmd/benchstat@latest "$OUT/all.txt"
 echo
 summarize "$OUT"/run*.txt
 echo
