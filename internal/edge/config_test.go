@@ -45,6 +45,8 @@ func TestParseFlagsRejectsBadInput(t *testing.T) {
 		{[]string{"--trusted-proxies", "10.0.0.0/8,not-an-ip"}, nil, []string{`"not-an-ip" is not an address or CIDR`}},
 		{nil, map[string]string{"EDGEGUARD_REDIS_TIMEOUT": "soon"}, []string{"EDGEGUARD_REDIS_TIMEOUT"}},
 		{[]string{"--redis-mode", "cluster"}, nil, []string{"redis-mode: cluster needs --redis"}},
+		{[]string{"--redis-autopipeline"}, nil, []string{"redis-autopipeline: needs --redis"}},
+		{[]string{"--rules", "r.yaml", "--consul", "127.0.0.1:8500"}, nil, []string{"--rules and --consul are exclusive"}},
 		{[]string{"--workers", "0", "--redis-timeout", "0s", "--ipv6-prefix", "200"}, nil, []string{"workers: must be ≥ 1", "redis-timeout: must be > 0", "ipv6-prefix"}},
 		{[]string{"--admin", ":8080"}, nil, []string{"admin: must differ from listen"}},
 		{[]string{"stray"}, nil, []string{"unexpected arguments"}},
@@ -65,7 +67,8 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	_, err := ParseFlags([]string{"--help"}, env(nil), &out)
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, name := range []string{"listen", "admin", "origin", "redis", "redis-mode", "redis-timeout", "rules", "region", "pop",
-		"nodes-in-region", "trusted-proxies", "fail-mode", "origin-timeout", "drain-delay", "legacy-headers", "workers"} {
+		"nodes-in-region", "trusted-proxies", "fail-mode", "origin-timeout", "drain-delay", "legacy-headers", "workers",
+		"redis-autopipeline", "consul", "consul-token", "consul-prefix", "rules-cache"} {
 		require.Regexp(t, `(?m)^  -`+name+`( |$)`, out.String())
 	}
 	require.Contains(t, out.String(), "EDGEGUARD_REDIS_MODE")

@@ -260,7 +260,16 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 			return err
 		}
 		e.closers = append(e.closers, func() { _ = client.Close() })
-		rs, err := limiter.NewRedisStore(client, "")
+		var rc limiter.RedisClient = client
+		if e.cfg.RedisAutopipeline {
+			ap, stop, err := limiter.AutoPipelined(client)
+			if err != nil {
+				return err
+			}
+			e.closers = append(e.closers, func() { _ = stop() }) // closers run in reverse: before client.Close
+			rc = ap
+		}
+		rs, err := limiter.NewRedisStore(rc, "")
 		if err != nil {
 			return err
 		}

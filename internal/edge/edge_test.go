@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // slowArrived receives once per /slow request the test origin starts serving.
@@ -352,6 +355,28 @@ func TestFailModesWithRedisDown(t *testing.T) {
 				require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
 				require.Equal(t, problemReducedCapacity, p.Type)
 			}
+		})
+	}
+}
+
+// Against a real Redis, with and without go-redis's autopipelining, the
+// limit holds exactly and decisions are Redis's.
+func TestRedisStoreWithAndWithoutAutopipeline(t *testing.T) {
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
+	for _, ap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autopipeline=%t", ap), func(t *testing.T) {
+			r := startEdge(t, perIP, func(c *Config) {
+				c.Redis, c.RedisAutopipeline = rd.URL(), ap
+				c.RedisTimeout = time.Second
+				c.KeySalt = t.Name() // fresh keys per run
+			})
+			require.Equal(t, []int{200, 200, 200, 429, 429}, codes(t, r, 5, "/"))
+			m := scrape(t, r)
+			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="allowed",pop="local",reason="redis",region="local",rule="per-ip"} 3`)
+			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="denied",pop="local",reason="redis",region="local",rule="per-ip"} 1`)
+			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="denied",pop="local",reason="prefilter",region="local",rule="per-ip"} 1`)
 		})
 	}
 }

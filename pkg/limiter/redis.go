@@ -25,7 +25,9 @@ type RedisClient interface {
 }
 
 // RedisStore decides with the Lua scripts of package lua. All requests of one
-// Take travel in one pipeline: one round trip per Redis node.
+// Take travel in one pipeline: one round trip per Redis node. Over a client
+// from AutoPipelined, a Take of one request shares its pipeline with other
+// Takes'.
 type RedisStore struct {
 	client  RedisClient
 	prefix  string
@@ -232,17 +234,28 @@ func (s *RedisStore) run(ctx context.Context, calls []call, errs []error) []*red
 }
 
 func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd, want func(int) bool) {
-	pipe := s.client.Pipeline()
 	var sent []int
-	for i, c := range calls {
-		if errs[i] != nil || !want(i) {
-			continue
+	for i := range calls {
+		if errs[i] == nil && want(i) {
+			sent = append(sent, i)
 		}
-		cmds[i] = pipe.EvalSha(ctx, s.scripts[c.alg].sha, c.keys, c.args...)
-		sent = append(sent, i)
 	}
 	if len(sent) == 0 {
 		return
+	}
+	// A lone call may share a pipeline with other Takes' calls. Several
+	// calls keep a pipeline of their own: queued one by one, they could
+	// straddle two of the autopipeliner's batches, two round trips.
+	if ap, ok := s.client.(*autoPipelined); ok && len(sent) == 1 {
+		i := sent[0]
+		cmds[i] = s.submit(ctx, ap.ap, calls[i])
+		s.maybeReload(cmds[i : i+1])
+		return
+	}
+	pipe := s.client.Pipeline()
+	for _, i := range sent {
+		c := calls[i]
+		cmds[i] = pipe.EvalSha(ctx, s.scripts[c.alg].sha, c.keys, c.args...)
 	}
 	// Per-command errors are read from each command. A connection that fails
 	// before the pipeline is written (a wrong password fails the handshake)
@@ -255,6 +268,29 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 		}
 		s.maybeReload(cmds)
 	}
+}
+
+// submit runs c on an AutoPipeliner's deferred face, which sends the calls
+// that concurrent callers submit together, in one pipeline per node. The
+// batch runs on the AutoPipeliner's own context, so ctx bounds only the wait:
+// a call whose caller has given up still runs (and counts), as a call already
+// written to a connection does.
+func (s *RedisStore) submit(ctx context.Context, ap *redis.AutoPipeliner, c call) *redis.Cmd {
+	args := make([]any, 0, 3+len(c.keys)+len(c.args))
+	args = append(args, "evalsha", s.scripts[c.alg].sha, len(c.keys))
+	for _, k := range c.keys {
+		args = append(args, k)
+	}
+	cmd := redis.NewCmd(ctx, append(args, c.args...)...)
+	cmd.SetFirstKeyPos(3)
+	f := ap.Submit(ctx, cmd)
+	if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The batch may still fill cmd in at any moment: the caller reads
+		// a settled copy instead.
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+	}
+	return cmd
 }
 
 // stateReloader is a Cluster client: it routes by a slot map that it
