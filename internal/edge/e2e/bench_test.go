@@ -1,0 +1,815 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+)
+
+// The edge under wrk, as a process: throughput, latency and CPU of the edge
+// binary in front of an origin in the benchmark process, with limiting off,
+// each store, a denied flood and the shedder on and off. Run it with
+//
+//	go test -run '^$' -bench BenchmarkEdgeWrk -benchtime 1x ./internal/edge/e2e/
+//
+// Each sub-benchmark starts its own edge, warms it up with a 1 s wrk run and
+// measures one wrk run of a fixed duration; b.N is ignored, so -benchtime 1x
+// is the right setting (it runs each function exactly once; a -benchtime
+// duration longer than the wrk run would run the whole thing again). ns/op
+// is meaningless here and reported as 0. Repeat whole runs (scripts/
+// bench-edge.sh does) rather than -count N, which would run each
+// configuration N times back to back instead of interleaving them.
+//
+// Settings (environment):
+//
+//	EDGE_BENCH_DURATION  measured wrk run per configuration (default 8s)
+//	EDGE_BENCH_CONNS     wrk connections (default 64; 2 threads)
+//	EDGE_BENCH_PPROF_DIR when set, a CPU profile of the edge is taken during
+//	                     each measured run and written there as <case>.pprof
+//
+// The origin is a fasthttp server in the benchmark process, answering 200
+// "ok\n" at once: a separate process from the edge, so the edge's CPU
+// (read from /proc/<pid>/stat) is the edge's alone, and cheaper than the
+// edge's built-in demo origin (JSON marshalling, in the edge's process).
+//
+// Every configuration runs the same wrk Lua script, which formats each
+// request (so wrk costs the same everywhere) with an X-Forwarded-For the
+// edge trusts (--trusted-proxies 127.0.0.1 in every configuration): "vary"
+// gives each request a fresh client address (each wrk thread cycles through
+// 65,536), so every limiter check is a different key and nothing coalesces;
+// "fixed" sends one address. The limiting rule is one token_bucket keyed on
+// ip with limit and burst 1,000,000 per second: nothing is denied.
+//
+// The configurations (sub-benchmarks), in the order they run:
+//
+//	off                   no rules: the edge is a pure proxy
+//	memory                the rule, embedded memory store, vary
+//	standalone            the rule on a standalone redis-server started here, vary
+//	cluster               the rule on the shared Cluster (TestMain's), vary
+//	cluster-autopipeline  the same with --redis-autopipeline
+//	cluster-hotkey        the same rule on the Cluster, fixed: one key, coalesced
+//	denied-flood          one key over its limit (1 per hour), fixed: every
+//	                      measured request is a 429 from the over-limit cache
+//	shedder-off           off with a shedder file {"enabled": false} (shadow mode)
+//	shedder-on            off with a shedder file {"enabled": true}; nothing is shed
+//	ratios                no wrk run: the table of ratios within this run
+//
+// Redis configurations run with --redis-timeout 500ms, so that a slow call on
+// a starved machine is still a Redis decision; more than 0.1% of checks
+// decided by the fallback fail the benchmark.
+
+// wrkCase is one edge configuration under wrk.
+type wrkCase struct {
+	name    string
+	rules   string   // rules YAML; "" = no rules
+	store   string   // "" (memory), "standalone" or "cluster"
+	xff     string   // "vary" or "fixed"
+	shedder string   // shedder settings JSON; "" = no --shedder flag
+	flags   []string // more edge flags
+	status  int      // every measured response must have it
+}
+
+const (
+	benchRuleHigh = `
+version: 1
+rules:
+  - id: bench
+    key: [ip]
+    algorithm: token_bucket
+    limit: 1000000
+    window: 1s
+    burst: 1000000
+`
+	// One admission per hour: after the first request, the key is over its
+	// limit and the edge's over-limit cache answers for about an hour.
+	benchRuleDenied = `
+version: 1
+rules:
+  - id: bench
+    key: [ip]
+    algorithm: sliding_log
+    limit: 1
+    window: 1h
+`
+)
+
+var wrkCases = []wrkCase{
+	{name: "off", xff: "vary", status: 200},
+	{name: "memory", rules: benchRuleHigh, xff: "vary", status: 200},
+	{name: "standalone", rules: benchRuleHigh, store: "standalone", xff: "vary", status: 200},
+	{name: "cluster", rules: benchRuleHigh, store: "cluster", xff: "vary", status: 200},
+	{name: "cluster-autopipeline", rules: benchRuleHigh, store: "cluster", xff: "vary", flags: []string{"--redis-autopipeline"}, status: 200},
+	{name: "cluster-hotkey", rules: benchRuleHigh, store: "cluster", xff: "fixed", status: 200},
+	{name: "denied-flood", rules: benchRuleDenied, store: "cluster", xff: "fixed", status: 429},
+	{name: "shedder-off", xff: "vary", shedder: `{"enabled": false}`, status: 200},
+	{name: "shedder-on", xff: "vary", shedder: `{"enabled": true}`, status: 200},
+}
+
+// wrkRun is what one measured run gave.
+type wrkRun struct {
+	rps, p50, p99, p999 float64 // req/s; latencies in ms
+	requests            float64
+	cpuPer1000          float64 // edge CPU seconds per 1000 requests
+	scriptPerReq        float64 // edge-counted script calls per request (-1: no store)
+	evalPerReq          float64 // EVALSHA the Redis masters served per request (-1: no Redis)
+	redisCPUPer1000     float64 // Redis CPU seconds (all nodes) per 1000 requests (-1: no Redis)
+	callsInFlight       float64 // mean store calls in flight (Σ call time / wall)
+	coalescedFrac       float64 // checks that joined another request's call
+	prefilterFrac       float64 // decisions by the over-limit cache
+	fallbacks           float64
+	shed                float64
+	edgeCores           float64 // edge CPU seconds per second
+	wrkCores, selfCores float64 // wrk's, and the benchmark process's (the origin)
+	otherCores          float64 // machine busy time not of the edge, wrk, the origin or this run's Redis
+}
+
+func BenchmarkEdgeWrk(b *testing.B) {
+	if _, err := exec.LookPath("wrk"); err != nil {
+		b.Skip("wrk not installed")
+	}
+	dur := envDuration(b, "EDGE_BENCH_DURATION", 8*time.Second)
+	conns := envInt(b, "EDGE_BENCH_CONNS", 64)
+	script := filepath.Join(b.TempDir(), "bench.lua")
+	if err := os.WriteFile(script, []byte(wrkScript), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	org := startBenchOrigin(b, 0, 0)
+	var standalone *testenv.Standalone
+	defer func() {
+		if standalone != nil {
+			standalone.Close()
+		}
+	}()
+
+	results := map[string]wrkRun{}
+	for _, tc := range wrkCases {
+		b.Run(tc.name, func(b *testing.B) {
+			args := []string{"--origin", org, "--trusted-proxies", "127.0.0.1", "--log-level", "warn",
+				"--key-salt", testenv.KeyPrefix(b)}
+			var redisNodes, masters []string
+			switch tc.store {
+			case "standalone":
+				if standalone == nil {
+					var err error
+					if standalone, err = testenv.StartStandalone(testenv.StandaloneOptions{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				redisNodes, masters = []string{standalone.Addr}, []string{standalone.Addr}
+				args = append(args, "--redis", standalone.URL(), "--redis-timeout", "500ms")
+			case "cluster":
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				var err error
+				masters, err = cluster.Masters(ctx)
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+				redisNodes = cluster.Addrs()
+				args = append(args, "--redis", cluster.URL(), "--redis-mode", "cluster", "--redis-timeout", "500ms")
+			}
+			if tc.rules != "" {
+				args = append(args, "--rules", writeBenchFile(b, "rules.yaml", tc.rules))
+			}
+			if tc.shedder != "" {
+				args = append(args, "--shedder", writeBenchFile(b, "shedder.json", tc.shedder))
+			}
+			e := startBenchEdge(b, append(args, tc.flags...)...)
+			url := "http://" + e.Addr + "/"
+
+			// Warm up: connections to the origin and Redis, the slot map,
+			// and for the denied flood the key's one admission.
+			if _, err := runWrk(url, script, tc.xff, 2, conns, time.Second); err != nil {
+				b.Fatal(err)
+			}
+
+			before := mustScrape(b, e)
+			evalBefore := evalCalls(b, masters)
+			redisCPUBefore := redisCPU(b, redisNodes)
+			cpuBefore := procCPUSeconds(b, e.cmd.Process.Pid)
+			selfBefore := procCPUSeconds(b, os.Getpid())
+			busyBefore := machineBusySeconds(b)
+			profDone := profileEdge(b, e, tc.name, dur)
+			start := time.Now()
+			w, err := runWrk(url, script, tc.xff, 2, conns, dur)
+			wall := time.Since(start).Seconds()
+			cpu := procCPUSeconds(b, e.cmd.Process.Pid) - cpuBefore
+			self := procCPUSeconds(b, os.Getpid()) - selfBefore
+			busy := machineBusySeconds(b) - busyBefore
+			<-profDone
+			if err != nil {
+				b.Fatal(err)
+			}
+			after := mustScrape(b, e)
+			delta := func(name string, match ...string) float64 {
+				return sum(after, name, match...) - sum(before, name, match...)
+			}
+
+			// Every response the one expected: otherwise the numbers
+			// measure something else (errors, fallbacks, shedding).
+			if bad := w.errConnect + w.errRead + w.errWrite + w.errTimeout; bad > 0 {
+				b.Errorf("wrk socket errors: connect %d, read %d, write %d, timeout %d", w.errConnect, w.errRead, w.errWrite, w.errTimeout)
+			}
+			switch tc.status {
+			case 200:
+				if w.errStatus != 0 {
+					b.Errorf("%d of %d responses were not 2xx/3xx", w.errStatus, w.requests)
+				}
+			default:
+				if w.errStatus != w.requests {
+					b.Errorf("%d of %d responses were 4xx/5xx, want all %d", w.errStatus, w.requests, tc.status)
+				}
+			}
+			edgeReqs := delta(mRequests)
+			if want := map[int]string{200: "proxied", 429: "denied"}[tc.status]; delta(mRequests, "outcome", want) != edgeReqs {
+				b.Errorf("edge outcomes: %.0f of %.0f requests %s", delta(mRequests, "outcome", want), edgeReqs, want)
+			}
+
+			n := float64(w.requests)
+			r := wrkRun{
+				rps: float64(w.requests) / (float64(w.durationUs) / 1e6),
+				p50: float64(w.p50Us) / 1000, p99: float64(w.p99Us) / 1000, p999: float64(w.p999Us) / 1000,
+				requests:        n,
+				cpuPer1000:      cpu / n * 1000,
+				scriptPerReq:    -1,
+				evalPerReq:      -1,
+				redisCPUPer1000: -1,
+				fallbacks:       delta(mFallback),
+				shed:            delta("edgeguard_shedder_shed_total"),
+				edgeCores:       cpu / wall,
+				wrkCores:        w.cpu / wall,
+				selfCores:       self / wall,
+			}
+			redisSecs := 0.0
+			if decisions := delta(mDecisions); decisions > 0 {
+				r.scriptPerReq = delta(mScriptCalls) / n
+				r.coalescedFrac = delta(mCoalesced) / decisions
+				r.prefilterFrac = delta(mDecisions, "reason", "prefilter") / decisions
+				r.callsInFlight = delta("edgeguard_limiter_store_call_duration_seconds_sum") / wall
+			}
+			if len(masters) > 0 {
+				r.evalPerReq = float64(evalCalls(b, masters)-evalBefore) / n
+				redisSecs = redisCPU(b, redisNodes) - redisCPUBefore
+				r.redisCPUPer1000 = redisSecs / n * 1000
+			}
+			r.otherCores = max(0, busy-cpu-w.cpu-self-redisSecs) / wall
+			// A Redis call slower than --redis-timeout (500ms) falls back to
+			// the local store: a few are the machine stalling, more and the
+			// measure is not of the store any more.
+			if r.fallbacks > n/1000 {
+				b.Errorf("%.0f checks fell back to the local store: the measure is not of %s", r.fallbacks, tc.store)
+			} else if r.fallbacks > 0 {
+				b.Logf("%.0f checks (%.3f%%) fell back to the local store (calls slower than 500ms)", r.fallbacks, 100*r.fallbacks/n)
+			}
+			if r.shed > 0 {
+				b.Errorf("%.0f requests shed", r.shed)
+			}
+			results[tc.name] = r
+
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(r.rps, "req/s")
+			b.ReportMetric(r.p50, "p50-ms")
+			b.ReportMetric(r.p99, "p99-ms")
+			b.ReportMetric(r.cpuPer1000, "edge-cpu-s/1000req")
+			b.ReportMetric(r.edgeCores, "edge-cores")
+			b.ReportMetric(r.otherCores, "other-cores")
+			if r.scriptPerReq >= 0 {
+				b.ReportMetric(r.scriptPerReq, "script-calls/req")
+			}
+			if r.evalPerReq >= 0 {
+				b.ReportMetric(r.evalPerReq, "redis-evalsha/req")
+				b.ReportMetric(r.redisCPUPer1000, "redis-cpu-s/1000req")
+				b.ReportMetric(r.callsInFlight, "calls-in-flight")
+			}
+			b.Logf("| %s | %.0f | %.2f | %.2f | %.3f | %s | %s | %.1f%% | %.1f%% | edge %.2f, wrk %.2f, origin %.2f, others %.2f cores |", tc.name, r.rps, r.p50, r.p99, r.cpuPer1000,
+				optional(r.scriptPerReq, "%.3f"), optional(r.redisCPUPer1000, "%.3f"), 100*r.coalescedFrac, 100*r.prefilterFrac,
+				r.edgeCores, r.wrkCores, r.selfCores, r.otherCores)
+		})
+	}
+
+	// Ratios within this run (the configurations ran seconds apart on the
+	// same machine), as a last sub-benchmark so that its table is printed
+	// without -v.
+	b.Run("ratios", func(b *testing.B) {
+		off, ok := results["off"]
+		if !ok {
+			b.Skip("off did not run")
+		}
+		b.ReportMetric(0, "ns/op")
+		var tbl strings.Builder
+		tbl.WriteString("\n| configuration | req/s | ÷ off | p50 ms | p50 added | p99 ms | p99 added | edge CPU s / 1000 req | script calls / req | other load (cores) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, tc := range wrkCases {
+			r, ok := results[tc.name]
+			if !ok {
+				continue
+			}
+			base, baseName := off, "off"
+			if tc.name == "shedder-on" {
+				if so, ok := results["shedder-off"]; ok {
+					base, baseName = so, "shedder-off"
+				}
+			}
+			if tc.name != baseName {
+				b.ReportMetric(r.rps/base.rps, tc.name+"/"+baseName)
+			}
+			fmt.Fprintf(&tbl, "| %s | %.0f | %.3f | %.2f | %+.2f | %.2f | %+.2f | %.3f | %s | %.2f |\n", tc.name, r.rps, r.rps/base.rps,
+				r.p50, r.p50-base.p50, r.p99, r.p99-base.p99, r.cpuPer1000, optional(r.scriptPerReq, "%.3f"), r.otherCores)
+		}
+		tbl.WriteString("(shedder-on is compared with shedder-off, everything else with off)")
+		b.Logf("%s", tbl.String())
+	})
+}
+
+func optional(v float64, format string) string {
+	if v < 0 {
+		return "–"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// wrkScript formats every request, with X-Forwarded-For from the mode given
+// after "--": "vary" (a fresh address per request, 65,536 per thread) or
+// "fixed" (203.0.113.7). done() prints the figures on one line.
+const wrkScript = `
+local counter = 0
+function setup(thread)
+  counter = counter + 1
+  thread:set("tid", counter)
+end
+
+local mode = "vary"
+local n = 0
+function init(args)
+  if args[1] then mode = args[1] end
+end
+
+function request()
+  local ip = "203.0.113.7"
+  if mode == "vary" then
+    n = n + 1
+    ip = string.format("10.%d.%d.%d", tid % 256, math.floor(n / 256) % 256, n % 256)
+  end
+  return wrk.format(nil, nil, {["X-Forwarded-For"] = ip})
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("WRK requests=%d duration_us=%d connect=%d read=%d write=%d status=%d timeout=%d p50_us=%d p99_us=%d p999_us=%d\n",
+    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+end
+`
+
+type wrkResult struct {
+	cpu                                                  float64 // wrk's CPU seconds
+	requests, durationUs                                 int64
+	errConnect, errRead, errWrite, errStatus, errTimeout int64
+	p50Us, p99Us, p999Us                                 int64
+}
+
+// runWrk runs wrk with the script for d and parses its WRK line.
+func runWrk(url, script, mode string, threads, conns int, d time.Duration) (wrkResult, error) {
+	cmd := exec.Command("wrk", "-t"+strconv.Itoa(threads), "-c"+strconv.Itoa(conns), "-d"+strconv.Itoa(int(d/time.Second))+"s",
+		"--latency", "-s", script, url, "--", mode)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("wrk: %w\n%s", err, out)
+	}
+	var line string
+	for l := range strings.Lines(string(out)) {
+		if strings.HasPrefix(l, "WRK ") {
+			line = strings.TrimSpace(l)
+		}
+	}
+	if line == "" {
+		return wrkResult{}, fmt.Errorf("wrk printed no summary:\n%s", out)
+	}
+	var r wrkResult
+	fields := map[string]*int64{"requests": &r.requests, "duration_us": &r.durationUs, "connect": &r.errConnect, "read": &r.errRead,
+		"write": &r.errWrite, "status": &r.errStatus, "timeout": &r.errTimeout, "p50_us": &r.p50Us, "p99_us": &r.p99Us, "p999_us": &r.p999Us}
+	for f := range strings.FieldsSeq(strings.TrimPrefix(line, "WRK ")) {
+		k, v, _ := strings.Cut(f, "=")
+		p, ok := fields[k]
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return wrkResult{}, fmt.Errorf("wrk summary %q: %w", line, err)
+		}
+		*p = n
+	}
+	r.cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	if r.requests == 0 || r.durationUs == 0 {
+		return wrkResult{}, fmt.Errorf("wrk made no requests:\n%s", out)
+	}
+	return r, nil
+}
+
+// ---------------------------------------------------------------------------
+// Critical traffic under overload.
+
+// BenchmarkCriticalP99Overload measures what the shedder promises critical
+// traffic: its p99 latency under 3× overload against its p99 unloaded. An
+// edge process runs 4 workers in front of an origin (in the benchmark
+// process) that serves at most 4 requests at once, 20 ms each: 200 req/s.
+// Unloaded, 50 critical req/s for 4 s; overloaded, 600 req/s for 8 s in a
+// tier mix set by X-Priority from a trusted proxy (20% test, 40% read, 30%
+// write, 10% critical), open loop from a Go load generator. The shedder
+// settings are those of internal/edge's TestOverloadShedsLowTiersFirst (ramp
+// start_after 1s, full_after 2s, queue 8 × 50 ms). p99 is over the
+// successful critical requests; the loaded p99 is reported over the whole
+// overload and over its last 5 s (after the ramp has reached its level).
+// b.N is ignored: run it with -benchtime 1x.
+func BenchmarkCriticalP99Overload(b *testing.B) {
+	const (
+		capacity = 4
+		service  = 20 * time.Millisecond
+		offered  = 600 // 3 × capacity / service
+		overload = 8 * time.Second
+		ramp     = 3 * time.Second
+	)
+	org := startBenchOrigin(b, capacity, service)
+	shed := writeBenchFile(b, "shedder.json", `{"good": 0.7, "bad": 0.8, "start_after": "1s", "full_after": "2s",
+		"smoothing": "200ms", "share_window": "1s", "queue_size": 8, "queue_timeout": "50ms"}`)
+	e := startBenchEdge(b, "--origin", org, "--workers", strconv.Itoa(capacity), "--shedder", shed,
+		"--trusted-proxies", "127.0.0.1", "--log-level", "warn")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 1024}, Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+
+	type result struct {
+		tier    string
+		code    int
+		at      time.Duration // since the phase began
+		latency time.Duration
+	}
+	send := func(tier string, at time.Duration) result {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+e.Addr+"/", nil)
+		req.Header.Set("X-Priority", tier)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return result{tier: tier, at: at, latency: time.Since(start)}
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return result{tier: tier, code: resp.StatusCode, at: at, latency: time.Since(start)}
+	}
+	run := func(rate int, d time.Duration, tiers []string) []result {
+		var mu sync.Mutex
+		var out []result
+		var wg sync.WaitGroup
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		begin := time.Now()
+		for i := 0; time.Since(begin) < d; i++ {
+			<-tick.C
+			at := time.Since(begin)
+			wg.Go(func() {
+				res := send(tiers[i%len(tiers)], at)
+				mu.Lock()
+				out = append(out, res)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return out
+	}
+	pct := func(rs []result, from time.Duration, p float64) (time.Duration, int, int) {
+		var ls []time.Duration
+		total := 0
+		for _, x := range rs {
+			if x.tier != "critical" || x.at < from {
+				continue
+			}
+			total++
+			if x.code == 200 {
+				ls = append(ls, x.latency)
+			}
+		}
+		if len(ls) == 0 {
+			return 0, 0, total
+		}
+		slices.Sort(ls)
+		return ls[min(len(ls)-1, int(float64(len(ls))*p))], len(ls), total
+	}
+
+	run(50, 500*time.Millisecond, []string{"critical"}) // connections
+	unloaded := run(50, 4*time.Second, []string{"critical"})
+	mix := []string{"test", "test", "read", "read", "read", "read", "write", "write", "write", "critical"}
+	loaded := run(offered, overload, mix)
+
+	u50, _, _ := pct(unloaded, 0, 0.50)
+	u99, un, _ := pct(unloaded, 0, 0.99)
+	l50, _, _ := pct(loaded, 0, 0.50)
+	l99, ln, lt := pct(loaded, 0, 0.99)
+	s99, sn, _ := pct(loaded, ramp, 0.99)
+	codes := map[string]map[int]int{}
+	for _, x := range loaded {
+		if codes[x.tier] == nil {
+			codes[x.tier] = map[int]int{}
+		}
+		codes[x.tier][x.code]++
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ms(u99), "unloaded-p99-ms")
+	b.ReportMetric(ms(l99), "overload-p99-ms")
+	b.ReportMetric(ms(s99), "overload-steady-p99-ms")
+	b.ReportMetric(float64(l99)/float64(u99), "p99-ratio")
+	b.ReportMetric(float64(s99)/float64(u99), "steady-p99-ratio")
+	b.ReportMetric(float64(ln)/float64(max(lt, 1)), "critical-success")
+	b.Logf("critical: unloaded p50 %.1f ms p99 %.1f ms (%d requests); 3× overload p50 %.1f ms p99 %.1f ms (%d of %d succeeded), after the ramp p99 %.1f ms (%d); ratio %.2f (steady %.2f)",
+		ms(u50), ms(u99), un, ms(l50), ms(l99), ln, lt, ms(s99), sn, float64(l99)/float64(u99), float64(s99)/float64(u99))
+	b.Logf("status codes under overload by tier: %v", codes)
+	if ln < lt*99/100 {
+		b.Errorf("critical success %d of %d under overload, want ≥ 99%%", ln, lt)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Helpers for benchmarks (main_test.go's take a *testing.T).
+
+// startBenchOrigin serves 200 "ok\n" on a loopback port from the benchmark
+// process; with capacity > 0 at most capacity requests are served at once,
+// each taking service.
+func startBenchOrigin(tb testing.TB, capacity int, service time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var slots chan struct{}
+	if capacity > 0 {
+		slots = make(chan struct{}, capacity)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if slots != nil {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+		}
+		if service > 0 {
+			time.Sleep(service)
+		}
+		ctx.SetContentType("text/plain")
+		ctx.SetBodyString("ok\n")
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	tb.Cleanup(func() { _ = srv.Shutdown() })
+	return "http://" + ln.Addr().String()
+}
+
+// startBenchEdge is startEdge for any testing.TB: an edge on fresh loopback
+// ports with --drain-delay 0 and args, ready, stopped at cleanup.
+func startBenchEdge(tb testing.TB, args ...string) *edgeProc {
+	tb.Helper()
+	for attempt := 1; ; attempt++ {
+		ports := benchFreePorts(tb, 2)
+		e := &edgeProc{out: &syncBuffer{}, exited: make(chan struct{}),
+			Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Admin: "127.0.0.1:" + strconv.Itoa(ports[1])}
+		e.cmd = exec.Command(edgeBin, append([]string{"--listen", e.Addr, "--admin", e.Admin, "--drain-delay", "0"}, args...)...)
+		e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
+		e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "EDGEGUARD_") {
+				e.cmd.Env = append(e.cmd.Env, kv)
+			}
+		}
+		if err := e.cmd.Start(); err != nil {
+			tb.Fatal(err)
+		}
+		go func() {
+			_ = e.cmd.Wait()
+			close(e.exited)
+		}()
+		edgesMu.Lock()
+		edges[e] = struct{}{}
+		edgesMu.Unlock()
+		tb.Cleanup(func() {
+			if _, ok := e.stop(10 * time.Second); !ok {
+				tb.Errorf("edge %s did not exit within 10s of SIGTERM", e.Addr)
+			}
+			edgesMu.Lock()
+			delete(edges, e)
+			edgesMu.Unlock()
+			if tb.Failed() {
+				tb.Logf("--- edge %s output (last 40 lines) ---\n%s", e.Addr, e.logTail(40))
+			}
+		})
+		err := waitReady(e, 20*time.Second)
+		if err == nil {
+			return e
+		}
+		if !e.alive() && attempt < 4 && strings.Contains(e.out.String(), "address already in use") {
+			continue
+		}
+		tb.Fatalf("edge did not become ready: %v\n--- output ---\n%s", err, e.logTail(40))
+	}
+}
+
+// benchFreePorts is freePorts for any testing.TB.
+func benchFreePorts(tb testing.TB, n int) []int {
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+func writeBenchFile(tb testing.TB, name, content string) string {
+	path := filepath.Join(tb.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+func mustScrape(tb testing.TB, e *edgeProc) []sample {
+	s, err := scrapeErr(e)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// procCPUSeconds is utime+stime of pid (and of its reaped children, which
+// the edge has none of), from /proc/<pid>/stat.
+func procCPUSeconds(tb testing.TB, pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14, stime 15.
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, err1 := strconv.ParseFloat(f[14-3], 64)
+	stime, err2 := strconv.ParseFloat(f[15-3], 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("parsing /proc/%d/stat: %q", pid, s)
+	}
+	return (utime + stime) / clockTicks(tb)
+}
+
+// machineBusySeconds is the CPU time every core spent busy (not idle or
+// waiting for I/O) since boot, from /proc/stat.
+func machineBusySeconds(tb testing.TB) float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		tb.Fatalf("/proc/stat: %q", line)
+	}
+	busy := 0.0
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is already in user
+			continue
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			tb.Fatalf("/proc/stat: %q", line)
+		}
+		busy += x
+	}
+	return busy / clockTicks(tb)
+}
+
+var clockTicksOnce = sync.OnceValues(func() (float64, error) {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+})
+
+func clockTicks(tb testing.TB) float64 {
+	hz, err := clockTicksOnce()
+	if err != nil || hz <= 0 {
+		tb.Fatalf("getconf CLK_TCK: %v", err)
+	}
+	return hz
+}
+
+// evalCalls sums EVALSHA calls (INFO commandstats) over addrs.
+func evalCalls(tb testing.TB, addrs []string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var total int64
+	for _, a := range addrs {
+		calls, _, err := commandStats(ctx, a, "evalsha")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		total += calls
+	}
+	return total
+}
+
+// redisCPU sums used_cpu_user and used_cpu_sys (INFO cpu) over addrs.
+func redisCPU(tb testing.TB, addrs []string) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	total := 0.0
+	for _, a := range addrs {
+		err := onNode(ctx, a, func(ctx context.Context, c *redis.Client) error {
+			info, err := c.Info(ctx, "cpu").Result()
+			if err != nil {
+				return err
+			}
+			for line := range strings.Lines(info) {
+				k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+				if k == "used_cpu_user" || k == "used_cpu_sys" {
+					x, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						return err
+					}
+					total += x
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return total
+}
+
+// profileEdge takes a CPU profile of the edge during the measured run when
+// EDGE_BENCH_PPROF_DIR is set; the channel closes when it is written.
+func profileEdge(tb testing.TB, e *edgeProc, name string, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	dir := os.Getenv("EDGE_BENCH_PPROF_DIR")
+	if dir == "" {
+		close(done)
+		return done
+	}
+	secs := max(1, int((d-time.Second)/time.Second))
+	go func() {
+		defer close(done)
+		c := &http.Client{Timeout: time.Duration(secs+10) * time.Second}
+		resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.Admin, secs))
+		if err != nil {
+			tb.Errorf("profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+".pprof"), data, 0o644)
+		}
+		if err != nil {
+			tb.Errorf("profile: %v", err)
+		}
+	}()
+	return done
+}
+
+func envDuration(tb testing.TB, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Second {
+		tb.Fatalf("%s=%q: want a duration of at least 1s", name, v)
+	}
+	return d
+}
+
+func envInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 2 {
+		tb.Fatalf("%s=%q: want an integer ≥ 2", name, v)
+	}
+	return n
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Runs the edge's wrk benchmarks (internal/edge/e2e/bench_test.go) RUNS times,
+# each in a fresh process (fresh edge build, fresh Redis Cluster), and prints
+# the tables of BENCHMARKS.md: medians over the runs, with the smallest and
+# largest value in brackets. Ratios and added latencies are computed within
+# each run (every configuration against `off` a few seconds earlier, shedder-on
+# against shedder-off just before it), then their median is taken: on a
+# shared machine that is what can be compared. Whole runs are repeated rather
+# than -count N, which would run each configuration N times back to back.
+#
+#   scripts/bench-edge.sh                          # 3 runs (~2.5 min each on 2 cores)
+#   RUNS=5 DURATION=10s scripts/bench-edge.sh
+#   BENCH='BenchmarkEdgeWrk/(off|cluster|ratios)$' scripts/bench-edge.sh
+#   scripts/bench-edge.sh summarize out/run*.txt   # tables from earlier runs
+#
+# Needs wrk, redis-server and redis-cli. DURATION is each measured wrk run
+# (EDGE_BENCH_DURATION), CONNS its connections (EDGE_BENCH_CONNS, default 64).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+summarize() {
+	awk '
+	FNR == 1 { run++ }
+	/^Benchmark(EdgeWrk|CriticalP99Overload)/ {
+		name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
+		if (!(name in seen)) { seen[name] = 1; order[++nn] = name }
+		for (i = 3; i < NF; i += 2) v[run, name, $(i + 1)] = $i
+	}
+	function has(r, n, m) { return (r, n, m) in v }
+	function add(key, x) { cnt[key]++; val[key, cnt[key]] = x }
+	function median(key,   n, i, j, t, a) {
+		n = cnt[key]
+		if (n == 0) return ""
+		for (i = 1; i <= n; i++) a[i] = val[key, i]
+		for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+		lo[key] = a[1]; hi[key] = a[n]
+		return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	function show(key, fmt,   m) {
+		m = median(key)
+		if (m == "") return "–"
+		if (cnt[key] == 1) return sprintf(fmt, m)
+		return sprintf(fmt " (" fmt "–" fmt ")", m, lo[key], hi[key])
+	}
+	END {
+		for (r = 1; r <= run; r++) for (k = 1; k <= nn; k++) {
+			n = order[k]
+			if (n !~ /^EdgeWrk\// || n == "EdgeWrk/ratios" || !has(r, n, "req/s")) continue
+			base = (n == "EdgeWrk/shedder-on") ? "EdgeWrk/shedder-off" : "EdgeWrk/off"
+			add(n SUBSEP "rps", v[r, n, "req/s"])
+			add(n SUBSEP "p50", v[r, n, "p50-ms"])
+			add(n SUBSEP "p99", v[r, n, "p99-ms"])
+			add(n SUBSEP "cpu", v[r, n, "edge-cpu-s/1000req"] * 1000)
+			add(n SUBSEP "other", v[r, n, "other-cores"])
+			if (has(r, n, "script-calls/req")) add(n SUBSEP "script", v[r, n, "script-calls/req"])
+			if (has(r, n, "redis-evalsha/req")) add(n SUBSEP "eval", v[r, n, "redis-evalsha/req"])
+			if (has(r, n, "redis-cpu-s/1000req")) add(n SUBSEP "rcpu", v[r, n, "redis-cpu-s/1000req"] * 1000)
+			if (has(r, n, "calls-in-flight")) add(n SUBSEP "inflight", v[r, n, "calls-in-flight"])
+			if (has(r, base, "req/s") && n != base) {
+				add(n SUBSEP "ratio", v[r, n, "req/s"] / v[r, base, "req/s"])
+				add(n SUBSEP "d50", v[r, n, "p50-ms"] - v[r, base, "p50-ms"])
+				add(n SUBSEP "d99", v[r, n, "p99-ms"] - v[r, base, "p99-ms"])
+				add(n SUBSEP "dcpu", (v[r, n, "edge-cpu-s/1000req"] - v[r, base, "edge-cpu-s/1000req"]) * 1000)
+			}
+		}
+		print "Edge under wrk: median over " run " runs (smallest–largest); ratios and added figures are per-run differences from `off` (shedder-on: from shedder-off)"
+		print ""
+		print "| configuration | runs | req/s | ÷ base | p50 ms | p50 added | p99 ms | p99 added | edge CPU ms / 1000 req | added | other load (cores) |"
+		print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for (k = 1; k <= nn; k++) {
+			n = order[k]
+			if (n !~ /^EdgeWrk\// || cnt[n SUBSEP "rps"] == 0) continue
+			label = n; sub(/^EdgeWrk\//, "", label)
+			printf "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label, cnt[n SUBSEP "rps"], show(n SUBSEP "rps", "%.0f"), show(n SUBSEP "ratio", "%.2f"),
+				show(n SUBSEP "p50", "%.2f"), show(n SUBSEP "d50", "%+.2f"), show(n SUBSEP "p99", "%.1f"), show(n SUBSEP "d99", "%+.1f"),
+				show(n SUBSEP "cpu", "%.1f"), show(n SUBSEP "dcpu", "%+.1f"), show(n SUBSEP "other", "%.2f")
+		}
+		print ""
+		print "Limiter store traffic"
+		print ""
+		print "| configuration | script calls / req (edge) | EVALSHA / req (Redis masters) | Redis CPU ms / 1000 req (all nodes) | store calls in flight (mean) |"
+		print "|---|---:|---:|---:|---:|"
+		for (k = 1; k <= nn; k++) {
+			n = order[k]
+			if (n !~ /^EdgeWrk\// || cnt[n SUBSEP "script"] == 0) continue
+			label = n; sub(/^EdgeWrk\//, "", label)
+			printf "| %s | %s | %s | %s | %s |\n", label, show(n SUBSEP "script", "%.3f"), show(n SUBSEP "eval", "%.3f"),
+				show(n SUBSEP "rcpu", "%.1f"), show(n SUBSEP "inflight", "%.2f")
+		}
+		n = "CriticalP99Overload"
+		for (r = 1; r <= run; r++) if (has(r, n, "p99-ratio")) {
+			add("u99", v[r, n, "unloaded-p99-ms"]); add("l99", v[r, n, "overload-p99-ms"]); add("s99", v[r, n, "overload-steady-p99-ms"])
+			add("ratio", v[r, n, "p99-ratio"]); add("sratio", v[r, n, "steady-p99-ratio"]); add("ok", v[r, n, "critical-success"] * 100)
+		}
+		if (cnt["ratio"] > 0) {
+			print ""
+			print "Critical tier under 3× overload: median over " cnt["ratio"] " runs (smallest–largest)"
+			print ""
+			print "| unloaded p99 ms | 3× overload p99 ms | ratio | p99 ms after the ramp | ratio | critical success % |"
+			print "|---:|---:|---:|---:|---:|---:|"
+			printf "| %s | %s | %s | %s | %s | %s |\n", show("u99", "%.1f"), show("l99", "%.1f"), show("ratio", "%.2f"),
+				show("s99", "%.1f"), show("sratio", "%.2f"), show("ok", "%.1f")
+		}
+	}' "$@"
+}
+
+if [[ "${1:-}" == summarize ]]; then
+	shift
+	summarize "$@"
+	exit
+fi
+
+RUNS=${RUNS:-3}
+BENCH=${BENCH:-'BenchmarkEdgeWrk|BenchmarkCriticalP99Overload'}
+OUT=${OUT:-$(mktemp -d)}
+export EDGE_BENCH_DURATION=${DURATION:-8s} EDGE_BENCH_CONNS=${CONNS:-64}
+mkdir -p "$OUT"
+for i in $(seq "$RUNS"); do
+	echo "run $i of $RUNS -> $OUT/run$i.txt" >&2
+	# A failed configuration prints no result line: the others still count.
+	go test -run '^$' -bench "$BENCH" -benchtime 1x -count 1 -timeout 30m ./internal/edge/e2e/ >"$OUT/run$i.txt" ||
+		echo "run $i: some benchmarks failed (see $OUT/run$i.txt)" >&2
+done
+summarize "$OUT"/run*.txt
