@@ -355,8 +355,11 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 	if len(send) == 0 {
 		return ds, errs
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
-	defer cancel()
+	if _, local := l.store.(*MemoryStore); !local { // memory never blocks: no timer
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
+		defer cancel()
+	}
 	start := time.Now()
 	got, err := l.store.Take(ctx, send)
 	l.metrics.storeCalls.Add(float64(len(send)))

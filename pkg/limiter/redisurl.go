@@ -127,6 +127,10 @@ type autoPipelined struct {
 
 func (a *autoPipelined) Pipeline() redis.Pipeliner { return a.c.Pipeline() }
 
+func (a *autoPipelined) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return a.c.EvalSha(ctx, sha1, keys, args...)
+}
+
 func (a *autoPipelined) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
 	return a.c.ScriptLoad(ctx, script)
 }

@@ -142,7 +142,7 @@ type wrkRun struct {
 
 func BenchmarkEdgeWrk(b *testing.B) {
 	if _, err := exec.LookPath("wrk"); err != nil {
-		b.Skip("wrk not installed")
+		b.Fatal("wrk not installed: run make tools")
 	}
 	dur := envDuration(b, "EDGE_BENCH_DURATION", 8*time.Second)
 	conns := envInt(b, "EDGE_BENCH_CONNS", 64)
