@@ -191,7 +191,7 @@ func BenchmarkEdgeWrk(b *testing.B) {
 			if tc.shedder != "" {
 				args = append(args, "--shedder", writeBenchFile(b, "shedder.json", tc.shedder))
 			}
-			e := startBenchEdge(b, append(args, tc.flags...)...)
+			e := startEdge(b, append(args, tc.flags...)...)
 			url := "http://" + e.Addr + "/"
 
 			// Warm up: connections to the origin and Redis, the slot map,
@@ -450,7 +450,7 @@ func BenchmarkCriticalP99Overload(b *testing.B) {
 	org := startBenchOrigin(b, capacity, service)
 	shed := writeBenchFile(b, "shedder.json", `{"good": 0.7, "bad": 0.8, "start_after": "1s", "full_after": "2s",
 		"smoothing": "200ms", "share_window": "1s", "queue_size": 8, "queue_timeout": "50ms"}`)
-	e := startBenchEdge(b, "--origin", org, "--workers", strconv.Itoa(capacity), "--shedder", shed,
+	e := startEdge(b, "--origin", org, "--workers", strconv.Itoa(capacity), "--shedder", shed,
 		"--trusted-proxies", "127.0.0.1", "--log-level", "warn")
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 1024}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
@@ -574,68 +574,6 @@ func startBenchOrigin(tb testing.TB, capacity int, service time.Duration) string
 	go func() { _ = srv.Serve(ln) }()
 	tb.Cleanup(func() { _ = srv.Shutdown() })
 	return "http://" + ln.Addr().String()
-}
-
-// startBenchEdge is startEdge for any testing.TB: an edge on fresh loopback
-// ports with --drain-delay 0 and args, ready, stopped at cleanup.
-func startBenchEdge(tb testing.TB, args ...string) *edgeProc {
-	tb.Helper()
-	for attempt := 1; ; attempt++ {
-		ports := benchFreePorts(tb, 2)
-		e := &edgeProc{out: &syncBuffer{}, exited: make(chan struct{}),
-			Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Admin: "127.0.0.1:" + strconv.Itoa(ports[1])}
-		e.cmd = exec.Command(edgeBin, append([]string{"--listen", e.Addr, "--admin", e.Admin, "--drain-delay", "0"}, args...)...)
-		e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
-		e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "EDGEGUARD_") {
-				e.cmd.Env = append(e.cmd.Env, kv)
-			}
-		}
-		if err := e.cmd.Start(); err != nil {
-			tb.Fatal(err)
-		}
-		go func() {
-			_ = e.cmd.Wait()
-			close(e.exited)
-		}()
-		edgesMu.Lock()
-		edges[e] = struct{}{}
-		edgesMu.Unlock()
-		tb.Cleanup(func() {
-			if _, ok := e.stop(10 * time.Second); !ok {
-				tb.Errorf("edge %s did not exit within 10s of SIGTERM", e.Addr)
-			}
-			edgesMu.Lock()
-			delete(edges, e)
-			edgesMu.Unlock()
-			if tb.Failed() {
-				tb.Logf("--- edge %s output (last 40 lines) ---\n%s", e.Addr, e.logTail(40))
-			}
-		})
-		err := waitReady(e, 20*time.Second)
-		if err == nil {
-			return e
-		}
-		if !e.alive() && attempt < 4 && strings.Contains(e.out.String(), "address already in use") {
-			continue
-		}
-		tb.Fatalf("edge did not become ready: %v\n--- output ---\n%s", err, e.logTail(40))
-	}
-}
-
-// benchFreePorts is freePorts for any testing.TB.
-func benchFreePorts(tb testing.TB, n int) []int {
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 func writeBenchFile(tb testing.TB, name, content string) string {

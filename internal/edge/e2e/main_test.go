@@ -193,7 +193,7 @@ func (e *edgeProc) logTail(n int) string {
 
 // spawnEdge starts the edge binary with args as they are; the process is
 // stopped (SIGTERM, then SIGKILL) when the test ends.
-func spawnEdge(t *testing.T, args ...string) *edgeProc {
+func spawnEdge(t testing.TB, args ...string) *edgeProc {
 	t.Helper()
 	e := &edgeProc{out: &syncBuffer{}, exited: make(chan struct{})}
 	for i := 0; i+1 < len(args); i++ {
@@ -241,7 +241,7 @@ func spawnEdge(t *testing.T, args ...string) *edgeProc {
 // args (a later flag wins, except --origin and --trusted-proxies, which
 // add up), and waits until /readyz answers 200. A port another process took
 // between picking and binding is retried with fresh ones.
-func startEdge(t *testing.T, args ...string) *edgeProc {
+func startEdge(t testing.TB, args ...string) *edgeProc {
 	t.Helper()
 	const attempts = 4
 	for attempt := 1; ; attempt++ {
@@ -289,7 +289,7 @@ func waitReady(e *edgeProc, timeout time.Duration) error {
 
 // freePorts picks n distinct free loopback ports (all listeners stay open
 // until every port is picked).
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
 	for range n {
