@@ -99,6 +99,19 @@ func (s *session) allRegions() ([]string, error) {
 	return rs, nil
 }
 
+// connectRegion connects and checks that r is a known region.
+func (a *app) connectRegion(r string) (*session, error) {
+	s, err := a.connect()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkRegion(r); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
 // checkRegion refuses a region that is not a Consul datacenter, naming the
 // known ones.
 func (s *session) checkRegion(r string) error {

@@ -278,14 +278,11 @@ func (a *app) rulesRollback(args []string) error {
 		return usagef("rules rollback takes no arguments, got %q", pos)
 	}
 	a.fillMeta(m)
-	s, err := a.connect()
+	s, err := a.connectRegion(d.region)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.checkRegion(d.region); err != nil {
-		return err
-	}
 	docs, err := s.readDocs(d.region)
 	if err != nil {
 		return err

@@ -104,14 +104,11 @@ func (a *app) rulesGet(args []string) error {
 	if n := count(effective, global, document); n > 1 {
 		return usagef("--effective, --global and --document exclude each other")
 	}
-	s, err := a.connect()
+	s, err := a.connectRegion(r)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.checkRegion(r); err != nil {
-		return err
-	}
 	docs, err := s.readDocs(r)
 	if err != nil {
 		return err
@@ -191,14 +188,11 @@ func (a *app) rulesHistory(args []string) error {
 	if keep == nil {
 		return usagef("--kind must be rules, global, region, shedder or all, got %q", kind)
 	}
-	s, err := a.connect()
+	s, err := a.connectRegion(r)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.checkRegion(r); err != nil {
-		return err
-	}
 	all, err := s.history(r, "")
 	if err != nil {
 		return err
@@ -243,14 +237,11 @@ func (a *app) rulesDiff(args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := a.connect()
+	s, err := a.connectRegion(d.region)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.checkRegion(d.region); err != nil {
-		return err
-	}
 	docs, err := s.readDocs(d.region)
 	if err != nil {
 		return err

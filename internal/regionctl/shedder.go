@@ -40,14 +40,11 @@ func (a *app) shedderGet(args []string) error {
 	if len(pos) != 0 {
 		return usagef("shedder get takes no arguments, got %q", pos)
 	}
-	s, err := a.connect()
+	s, err := a.connectRegion(r)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.checkRegion(r); err != nil {
-		return err
-	}
 	key := s.layout.Shedder(r)
 	cfg, raw, index, err := s.storedShedder(r)
 	if err != nil {
@@ -139,14 +136,11 @@ func (a *app) shedderSet(args []string) error {
 		kv[k] = v
 	}
 	a.fillMeta(m)
-	s, err := a.connect()
+	s, err := a.connectRegion(r)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.checkRegion(r); err != nil {
-		return err
-	}
 	key := s.layout.Shedder(r)
 	cur, raw, index, err := s.storedShedder(r)
 	switch {

@@ -351,17 +351,7 @@ func (s *Sentinel) onLiveSentinel(ctx context.Context, fn func(context.Context, 
 }
 
 func newSentinelClient(addr string) *redis.SentinelClient {
-	return redis.NewSentinelClient(&redis.Options{
-		Addr:                  addr,
-		DialTimeout:           500 * time.Millisecond,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-		ContextTimeoutEnabled: true,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-		PoolSize:              1,
-		DisableIdentity:       true,
-	})
+	return redis.NewSentinelClient(quickOptions(addr))
 }
 
 func masterAddrByName(ctx context.Context, c *redis.SentinelClient, name string) (string, error) {

@@ -138,8 +138,11 @@ func poll(ctx context.Context, what string, check func(context.Context) error) e
 // newClient returns a client for one-off queries by the harness itself. It
 // never retries and honours ctx deadlines, so a dead node costs one short
 // timeout per poll instead of stalling the wait.
-func newClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
+func newClient(addr string) *redis.Client { return redis.NewClient(quickOptions(addr)) }
+
+// quickOptions are the harness clients' options (data nodes and sentinels).
+func quickOptions(addr string) *redis.Options {
+	return &redis.Options{
 		Addr:                  addr,
 		DialTimeout:           500 * time.Millisecond,
 		ReadTimeout:           time.Second,
@@ -149,7 +152,7 @@ func newClient(addr string) *redis.Client {
 		DialerRetries:         1,
 		PoolSize:              1,
 		DisableIdentity:       true,
-	})
+	}
 }
 
 // withClient runs fn with a short-lived client for addr.

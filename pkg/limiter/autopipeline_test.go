@@ -204,35 +204,7 @@ func TestAutoPipelinedDifferential(t *testing.T) {
 	red := redisStore(t, autoPipelined(t, clients[string(limiter.ModeStandalone)]))
 	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow, limiter.Concurrency} {
 		t.Run(alg.String(), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(7, uint64(alg)))
-			l := randomLimit(rng, alg)
-			l.Key = testenv.KeyPrefix(t)
-			mem := limiter.NewMemoryStore()
-			start := time.Now()
-			var jumped time.Duration
-			var memLeases, redLeases []limiter.Lease
-			for i := 0; i < 150; i++ {
-				jumped += time.Duration(rng.ExpFloat64() * float64(l.Window) / float64(l.Limit+1))
-				at := start.Add(time.Since(start) + jumped)
-				if len(memLeases) > 0 && rng.IntN(5) == 0 {
-					j := rng.IntN(len(memLeases))
-					n := rng.Int64N(memLeases[j].Units + 1)
-					mh, _ := memLeases[j].Split(n)
-					rh, _ := redLeases[j].Split(n)
-					require.NoError(t, mem.Refund(ctx(t), []limiter.Lease{mh}))
-					require.NoError(t, red.Refund(ctx(t), []limiter.Lease{rh}))
-					memLeases[j].Units, redLeases[j].Units = 0, 0
-					continue
-				}
-				req := limiter.Request{Limit: l, Cost: 1 + rng.Int64N(min(4, l.Capacity())), At: at}
-				md, err := mem.Take(ctx(t), []limiter.Request{req})
-				require.NoError(t, err)
-				rd, err := red.Take(ctx(t), []limiter.Request{req})
-				require.NoError(t, err)
-				require.Equal(t, view(md[0]), view(rd[0]), "step %d: %+v", i, req)
-				memLeases = append(memLeases, md[0].Lease)
-				redLeases = append(redLeases, rd[0].Lease)
-			}
+			differential(t, red, rand.New(rand.NewPCG(7, uint64(alg))), alg, 150)
 		})
 	}
 }

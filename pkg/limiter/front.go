@@ -274,8 +274,11 @@ func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
 		}
 		byStore[o.store] = append(byStore[o.store], o.Lease)
 		o.Lease.Units = 0 // given back once only
-		// The refund may let a cached denial fit sooner than it says.
-		l.cache.drop(o.Lease.Limit)
+		// The refund may let a cached denial fit sooner than it says
+		// (concurrency limits are never cached: releases skip this).
+		if o.Lease.Limit.Algorithm != Concurrency {
+			l.cache.drop(o.Lease.Limit)
+		}
 	}
 	for s, leases := range byStore {
 		ctx, cancel := context.WithTimeout(context.Background(), l.refundTimeout())
