@@ -183,12 +183,12 @@ func (e *Edge) applyDocument(doc *rules.Document) error {
 }
 
 // checkAgainstConfig refuses rules that this edge's settings would break:
-// a concurrency slot must outlive the longest request, or a slot held by a
+// a held unit (a concurrency slot) must outlive the longest request, or a slot held by a
 // request still waiting on the origin would expire and admit one too many.
 func (e *Edge) checkAgainstConfig(snap *rules.Snapshot) error {
 	var errs []error
 	for _, r := range snap.Rules() {
-		if r.Algorithm == rules.Concurrency && r.Window <= e.cfg.OriginTimeout {
+		if r.Algorithm.Spec().Held && r.Window <= e.cfg.OriginTimeout {
 			errs = append(errs, fmt.Errorf("rule %q: window: a concurrency slot's TTL (%s) must exceed --origin-timeout (%s)", r.ID, r.Window, e.cfg.OriginTimeout))
 		}
 	}
@@ -260,16 +260,16 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 			return err
 		}
 		e.closers = append(e.closers, func() { _ = client.Close() })
-		var rc limiter.RedisClient = client
+		conn := limiter.Conn(client)
 		if e.cfg.RedisAutopipeline {
 			ap, stop, err := limiter.AutoPipelined(client)
 			if err != nil {
 				return err
 			}
 			e.closers = append(e.closers, func() { _ = stop() }) // closers run in reverse: before client.Close
-			rc = ap
+			conn = ap
 		}
-		rs, err := limiter.NewRedisStore(rc, "")
+		rs, err := limiter.NewRedisStore(conn, "")
 		if err != nil {
 			return err
 		}

@@ -124,21 +124,17 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
 // check turns a matched rule into a limiter check.
 func (e *Edge) check(m rules.Match) limiter.Check {
 	r := m.Rule
-	alg, _ := limiter.ParseAlgorithm(string(r.Algorithm)) // validated with the rules
 	key, nodes := m.Key, e.nodesRegion.Load()
 	if r.Scope == rules.ScopePoP {
 		key, nodes = e.popKeyPrefix+key, e.nodesPoP.Load()
 	}
-	burst := int64(0)
-	if alg == limiter.TokenBucket {
-		burst = r.Burst
-	}
-	return limiter.Check{
-		Limit:  limiter.Limit{Key: key, Algorithm: alg, Limit: r.Limit, Window: r.Window, Burst: burst, MinInterval: r.MinInterval},
-		Cost:   r.Cost,
-		Shadow: r.Shadow,
-		Nodes:  int(nodes),
-	}
+	return limiter.Check{Limit: ruleLimit(r, key), Cost: r.Cost, Shadow: r.Shadow, Nodes: int(nodes)}
+}
+
+// ruleLimit is a compiled rule's limit on key: rules compile to the
+// limiter's own algorithms, so nothing is parsed per request.
+func ruleLimit(r *rules.CompiledRule, key string) limiter.Limit {
+	return limiter.Limit{Key: key, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst, MinInterval: r.MinInterval}
 }
 
 // record counts every rule's decision and returns the non-shadow rules as

@@ -48,7 +48,7 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 		policy.WriteString(strconv.Quote(a.rule.ID))
 		policy.WriteString(";q=")
 		policy.WriteString(strconv.FormatInt(quota(a.rule), 10))
-		if a.rule.Algorithm != rules.Concurrency {
+		if !a.rule.Algorithm.Spec().Held { // held units have no window
 			policy.WriteString(";w=")
 			policy.WriteString(strconv.FormatInt(seconds(a.rule.Window), 10))
 		}
@@ -79,14 +79,9 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 	}
 }
 
-// quota is q: the most units the rule admits in its window (a token
-// bucket's capacity, a concurrency rule's slots).
-func quota(r *rules.CompiledRule) int64 {
-	if r.Algorithm == rules.TokenBucket && r.Burst > 0 {
-		return r.Burst
-	}
-	return r.Limit
-}
+// quota is q: the most units the rule admits in its window (a bucket's
+// capacity, a concurrency rule's slots).
+func quota(r *rules.CompiledRule) int64 { return ruleLimit(r, "").Capacity() }
 
 type problem struct {
 	Type     string   `json:"type"`

@@ -22,7 +22,7 @@ import (
 var allModes = []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster, limiter.ModeSentinel}
 
 // autoPipelined is an autopipelined client over c, stopped with the test.
-func autoPipelined(t testing.TB, c redis.UniversalClient) limiter.RedisClient {
+func autoPipelined(t testing.TB, c redis.UniversalClient) limiter.RedisConn {
 	ap, stop, err := limiter.AutoPipelined(c)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stop() })
@@ -50,7 +50,7 @@ func TestAutoPipelinedAtomicity(t *testing.T) {
 			c, err := limiter.NewRedisClient(modeURL(mode), mode)
 			require.NoError(t, err)
 			t.Cleanup(func() { c.Close() })
-			stores[i] = redisStore(t, autoPipelined(t, c))
+			stores[i] = connStore(t, autoPipelined(t, c))
 		}
 		for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.FixedWindow} {
 			t.Run(string(mode)+"/"+alg.String(), func(t *testing.T) {
@@ -87,7 +87,7 @@ func TestAutoPipelinedNoScript(t *testing.T) {
 	for _, mode := range allModes {
 		t.Run(string(mode), func(t *testing.T) {
 			c := clients[string(mode)]
-			st := redisStore(t, autoPipelined(t, c))
+			st := connStore(t, autoPipelined(t, c))
 			p := testenv.KeyPrefix(t)
 			var reqs []limiter.Request
 			for i := range 32 {
@@ -138,7 +138,7 @@ func TestAutoPipelinedErrorsPerCall(t *testing.T) {
 	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster} {
 		t.Run(string(mode), func(t *testing.T) {
 			c := clients[string(mode)]
-			st := redisStore(t, autoPipelined(t, c))
+			st := connStore(t, autoPipelined(t, c))
 			p := testenv.KeyPrefix(t)
 			bad := limiter.Limit{Key: p + "bad", Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Minute}
 			require.NoError(t, c.LPush(ctx(t), st.Keys(bad)[0], "x").Err()) // WRONGTYPE for the script
@@ -181,7 +181,7 @@ func TestAutoPipelinedErrorsPerCall(t *testing.T) {
 // answers (as a call already written to a plain connection does).
 func TestAutoPipelinedDeadline(t *testing.T) {
 	c := clients[string(limiter.ModeStandalone)]
-	st := redisStore(t, autoPipelined(t, c))
+	st := connStore(t, autoPipelined(t, c))
 	require.NoError(t, st.Load(ctx(t)))
 	l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Hour}
 	pauser := redis.NewClient(&redis.Options{Addr: standalone.Addr})
@@ -201,7 +201,7 @@ func TestAutoPipelinedDeadline(t *testing.T) {
 // TestAutoPipelinedDifferential is TestDifferentialMemoryRedis's random
 // sequences, takes and refunds, through an autopipelined client.
 func TestAutoPipelinedDifferential(t *testing.T) {
-	red := redisStore(t, autoPipelined(t, clients[string(limiter.ModeStandalone)]))
+	red := connStore(t, autoPipelined(t, clients[string(limiter.ModeStandalone)]))
 	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow, limiter.Concurrency} {
 		t.Run(alg.String(), func(t *testing.T) {
 			differential(t, red, rand.New(rand.NewPCG(7, uint64(alg))), alg, 150)
@@ -232,7 +232,7 @@ func BenchmarkTakeConcurrency(b *testing.B) {
 	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster} {
 		b.Run(string(mode), func(b *testing.B) {
 			c := clients[string(mode)]
-			plain, ap := redisStore(b, c), redisStore(b, autoPipelined(b, c))
+			plain, ap := redisStore(b, c), connStore(b, autoPipelined(b, c))
 			require.NoError(b, plain.Load(context.Background()))
 			// Both variants at one concurrency, then the next: neighbours in
 			// time see the same machine.

@@ -22,8 +22,8 @@ func TestInvalidRequestsAreRefusedOneByOne(t *testing.T) {
 		want error
 		text string
 	}{
-		{"zero limit", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Limit = 0 }), Cost: 1}, limiter.ErrInvalidLimit, "limit must be"},
-		{"negative limit", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Limit = -3 }), Cost: 1}, limiter.ErrInvalidLimit, "limit must be"},
+		{"zero limit", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Limit = 0 }), Cost: 1}, limiter.ErrInvalidLimit, "limit: must be"},
+		{"negative limit", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Limit = -3 }), Cost: 1}, limiter.ErrInvalidLimit, "limit: must be"},
 		{"zero window", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Window = 0 }), Cost: 1}, limiter.ErrInvalidLimit, "window"},
 		{"negative window", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Window = -time.Second }), Cost: 1}, limiter.ErrInvalidLimit, "window"},
 		{"unknown algorithm", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Algorithm = 42 }), Cost: 1}, limiter.ErrUnknownAlgorithm, "algorithm(42)"},
@@ -54,12 +54,7 @@ func TestInvalidRequestsAreRefusedOneByOne(t *testing.T) {
 	}
 }
 
-func TestParseAlgorithmAndMode(t *testing.T) {
-	a, err := limiter.ParseAlgorithm("token_bucket")
-	require.NoError(t, err)
-	require.Equal(t, limiter.TokenBucket, a)
-	_, err = limiter.ParseAlgorithm("leaky_bucket")
-	require.ErrorIs(t, err, limiter.ErrUnknownAlgorithm)
+func TestParseMode(t *testing.T) {
 	m, err := limiter.ParseMode("")
 	require.NoError(t, err)
 	require.Equal(t, limiter.ModeStandalone, m)
@@ -89,7 +84,7 @@ func TestMalformedRedisURLs(t *testing.T) {
 			require.ErrorContains(t, err, c.text)
 		})
 	}
-	_, err := limiter.NewRedisStore(clients[string(limiter.ModeStandalone)], "bad{prefix")
+	_, err := limiter.NewRedisStore(limiter.Conn(clients[string(limiter.ModeStandalone)]), "bad{prefix")
 	require.ErrorContains(t, err, "brace")
 }
 
@@ -140,8 +135,10 @@ func TestUnavailableRedis(t *testing.T) {
 			require.Regexp(t, c.text, err.Error())
 			// The deadline is honoured, not go-redis's 3 s ReadTimeout.
 			require.Less(t, time.Since(start), 2*time.Second)
-			_, err = limiter.Decide(cx, st, []limiter.Request{{Limit: l, Cost: 1}})
-			require.Error(t, err)
+			lim, err := limiter.New(st, limiter.Config{Timeout: 100 * time.Millisecond, FailMode: limiter.FailClosed}, nil, nil)
+			require.NoError(t, err)
+			_, err = lim.Decide(cx, []limiter.Check{{Limit: l, Cost: 1}})
+			require.ErrorIs(t, err, limiter.ErrUnavailable)
 		})
 	}
 }

@@ -405,6 +405,8 @@ func BenchmarkDecide(b *testing.B) {
 					}
 					var next atomic.Uint64
 					var wrong atomic.Int64
+					lim, err := limiter.New(st, limiter.Config{Timeout: time.Minute, FailMode: limiter.FailClosed}, nil, nil)
+					require.NoError(b, err)
 					b.SetParallelism(benchParallelism)
 					b.ReportAllocs()
 					cpu := startCPU(b, s.nodes)
@@ -413,7 +415,7 @@ func BenchmarkDecide(b *testing.B) {
 						c := context.Background()
 						for pb.Next() {
 							i := next.Add(1)
-							res, err := limiter.Decide(c, st, []limiter.Request{
+							res, err := lim.Decide(c, []limiter.Check{
 								{Limit: clientLimits[i%uint64(len(clientLimits))], Cost: 1},
 								{Limit: tenants[i%uint64(len(tenants))], Cost: 1},
 							})

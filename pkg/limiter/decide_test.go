@@ -10,9 +10,26 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
+// decider is a Limiter over st that always asks it (no fallback within the
+// tests' generous deadline).
+func decider(t *testing.T, st limiter.Store) *limiter.Limiter {
+	l, err := limiter.New(st, limiter.Config{Timeout: 20 * time.Second, FailMode: limiter.FailClosed}, nil, nil)
+	require.NoError(t, err)
+	return l
+}
+
+func checks(reqs ...limiter.Request) []limiter.Check {
+	out := make([]limiter.Check, len(reqs))
+	for i, r := range reqs {
+		out[i] = limiter.Check{Limit: r.Limit, Cost: r.Cost}
+	}
+	return out
+}
+
 // A request denied by one of its limits must leave its other limits as they
 // were: the same history with and without the denied request ends in the same
-// answers.
+// answers. (The Limiter decides at the store's clock, so the probes compare
+// counts, not times.)
 func TestDecideRefundsOtherLimitsOnDenial(t *testing.T) {
 	others := []limiter.Limit{
 		{Algorithm: limiter.SlidingLog, Limit: 10, Window: 10 * s},
@@ -20,6 +37,7 @@ func TestDecideRefundsOtherLimitsOnDenial(t *testing.T) {
 		{Algorithm: limiter.TokenBucket, Limit: 10, Window: 10 * s, Burst: 8},
 		{Algorithm: limiter.FixedWindow, Limit: 10, Window: 10 * s},
 		{Algorithm: limiter.Concurrency, Limit: 10, Window: 10 * s},
+		{Algorithm: limiter.LeakyBucket, Limit: 10, Window: 10 * s, Burst: 8},
 	}
 	for _, st := range allStores(t) {
 		for _, other := range others {
@@ -28,27 +46,26 @@ func TestDecideRefundsOtherLimitsOnDenial(t *testing.T) {
 				withDenied, without := other, other
 				withDenied.Key, without.Key = p+"a1", p+"a2"
 				tight := limiter.Limit{Key: p + "b", Algorithm: limiter.FixedWindow, Limit: 1, Window: 10 * s}
-				at := t0.Add(2 * s)
-				take := func(l limiter.Limit, cost int64, at time.Time) limiter.Decision {
-					ds, err := st.store.Take(ctx(t), []limiter.Request{{Limit: l, Cost: cost, At: at}})
+				take := func(l limiter.Limit, cost int64) limiter.Decision {
+					ds, err := st.store.Take(ctx(t), []limiter.Request{{Limit: l, Cost: cost}})
 					require.NoError(t, err)
 					return ds[0]
 				}
-				take(withDenied, 3, at)
-				take(without, 3, at)
-				take(tight, 1, at)
+				take(withDenied, 3)
+				take(without, 3)
+				take(tight, 1)
 
-				res, err := limiter.Decide(ctx(t), st.store, []limiter.Request{
-					{Limit: withDenied, Cost: 2, At: at.Add(ms)},
-					{Limit: tight, Cost: 1, At: at.Add(ms)},
-				})
+				v, err := decider(t, st.store).Decide(ctx(t), checks(
+					limiter.Request{Limit: withDenied, Cost: 2},
+					limiter.Request{Limit: tight, Cost: 1},
+				))
 				require.NoError(t, err)
-				require.False(t, res.Allowed)
-				require.True(t, res.Decisions[0].Allowed, "the other limit admitted before the refund")
-				require.False(t, res.Decisions[1].Allowed)
+				require.False(t, v.Allowed)
+				require.True(t, v.Checks[0].Allowed, "the other limit admitted before the refund")
+				require.False(t, v.Checks[1].Allowed)
 
-				probe := at.Add(time.Second)
-				require.Equal(t, view(take(without, 10, probe)), view(take(withDenied, 10, probe)))
+				a, b := take(without, 10), take(withDenied, 10)
+				require.Equal(t, [2]int64{a.Admitted, a.Remaining}, [2]int64{b.Admitted, b.Remaining})
 			})
 		}
 	}
@@ -62,15 +79,16 @@ func TestDecideAllowsWhenAllAdmit(t *testing.T) {
 				{Limit: limiter.Limit{Key: p + "a", Algorithm: limiter.SlidingLog, Limit: 2, Window: 10 * s}, Cost: 1},
 				{Limit: limiter.Limit{Key: p + "b", Algorithm: limiter.TokenBucket, Limit: 2, Window: 10 * s}, Cost: 1},
 			}
+			l := decider(t, st.store)
 			for i := range 2 {
-				res, err := limiter.Decide(ctx(t), st.store, reqs)
+				v, err := l.Decide(ctx(t), checks(reqs...))
 				require.NoError(t, err)
-				require.True(t, res.Allowed)
-				require.EqualValues(t, 1-i, res.Decisions[0].Remaining)
+				require.True(t, v.Allowed)
+				require.EqualValues(t, 1-i, v.Checks[0].Remaining)
 			}
-			res, err := limiter.Decide(ctx(t), st.store, reqs)
+			v, err := l.Decide(ctx(t), checks(reqs...))
 			require.NoError(t, err)
-			require.False(t, res.Allowed)
+			require.False(t, v.Allowed)
 		})
 	}
 }

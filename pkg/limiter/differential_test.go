@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -19,8 +20,7 @@ import (
 // key whose TTL a simulated call set never expires in Redis before the memory
 // store would consider it gone.
 func TestDifferentialMemoryRedis(t *testing.T) {
-	algorithms := []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow, limiter.Concurrency}
-	for _, alg := range algorithms {
+	for _, alg := range limit.All() { // every registered algorithm
 		for seed := uint64(1); seed <= 4; seed++ {
 			t.Run(alg.String(), func(t *testing.T) {
 				red := redisStore(t, clients[string(limiter.ModeStandalone)])
@@ -82,13 +82,11 @@ func view(d limiter.Decision) decisionView {
 
 func randomLimit(rng *rand.Rand, alg limiter.Algorithm) limiter.Limit {
 	l := limiter.Limit{Algorithm: alg, Limit: 1 + rng.Int64N(20), Window: time.Duration(2000+rng.IntN(20000)) * time.Millisecond}
-	switch alg {
-	case limiter.TokenBucket:
+	if alg.Spec().Burst {
 		l.Burst = rng.Int64N(2 * l.Limit)
-	case limiter.SlidingLog:
-		if rng.IntN(2) == 0 {
-			l.MinInterval = time.Duration(rng.Int64N(int64(l.Window) / 4))
-		}
+	}
+	if alg.Spec().MinInterval && rng.IntN(2) == 0 {
+		l.MinInterval = time.Duration(rng.Int64N(int64(l.Window) / 4))
 	}
 	return l
 }

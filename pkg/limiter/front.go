@@ -132,7 +132,6 @@ type Limiter struct {
 	cache    *overLimitCache
 	flights  *flights
 	breakers *breakers
-	shardOf  func(Limit) string
 	metrics  *metrics
 	log      *slog.Logger
 	now      func() time.Time
@@ -160,10 +159,6 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		metrics:  m,
 		log:      log,
 		now:      time.Now,
-	}
-	l.shardOf = func(Limit) string { return "" }
-	if sh, ok := store.(Sharder); ok {
-		l.shardOf = sh.Shard
 	}
 	l.breakers = newBreakers(cfg.BreakerFailures, cfg.BreakerCooldown, func(shard string, s breakerState, open int, worst breakerState) {
 		m.breakerState.Set(float64(worst))
@@ -205,7 +200,7 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 	// 1. Over-limit cache: a denial known locally costs no call, and the
 	// request is refused before anything is counted.
 	for i, c := range checks {
-		if c.Shadow || c.Limit.Algorithm == Concurrency {
+		if c.Shadow || c.Limit.Algorithm.Spec().Held {
 			continue
 		}
 		if d, ok := l.cache.get(c.Limit, c.Cost, now); ok {
@@ -262,7 +257,7 @@ func (l *Limiter) Release(ctx context.Context, v Verdict) {
 	if !v.Allowed {
 		return
 	}
-	l.refund(v.Checks, func(o Outcome) bool { return o.Lease.Limit.Algorithm == Concurrency })
+	l.refund(v.Checks, func(o Outcome) bool { return o.Lease.Limit.Algorithm.Spec().Held })
 }
 
 func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
@@ -276,7 +271,7 @@ func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
 		o.Lease.Units = 0 // given back once only
 		// The refund may let a cached denial fit sooner than it says
 		// (concurrency limits are never cached: releases skip this).
-		if o.Lease.Limit.Algorithm != Concurrency {
+		if !o.Lease.Limit.Algorithm.Spec().Held {
 			l.cache.drop(o.Lease.Limit)
 		}
 	}
@@ -347,7 +342,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 	sent := make([]int, 0, len(reqs))
 	now := l.now()
 	for i, r := range reqs {
-		shards[i] = l.breakers.get(l.shardOf(r.Limit))
+		shards[i] = l.breakers.get(l.store.Shard(r.Limit))
 		if !shards[i].allow(now) {
 			errs[i] = errBreakerOpen
 			continue
@@ -358,7 +353,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 	if len(send) == 0 {
 		return ds, errs
 	}
-	if _, local := l.store.(*MemoryStore); !local { // memory never blocks: no timer
+	if l.store.Remote() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
 		defer cancel()
@@ -407,12 +402,6 @@ func callerError(err error) bool {
 
 var errBreakerOpen = errors.New("circuit breaker open")
 
-// Sharder is a store whose keys live on separate nodes that fail separately
-// (a Redis Cluster): Shard names the node that owns a limit's key.
-type Sharder interface {
-	Shard(Limit) string
-}
-
 // degrade decides a check the store could not, per the fail mode.
 func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	if callerError(cause) {
@@ -452,7 +441,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // the store would allow.
 // need is the cost the store computed the retry time for.
 func (l *Limiter) remember(c Check, d Decision, need int64, sent time.Time, gen uint64) {
-	if d.Allowed || c.Shadow || c.Limit.Algorithm == Concurrency || d.RetryAfter <= 0 {
+	if d.Allowed || c.Shadow || c.Limit.Algorithm.Spec().Held || d.RetryAfter <= 0 {
 		return
 	}
 	l.cache.put(c.Limit, need, d, sent, gen)

@@ -19,116 +19,33 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
-// Algorithm selects how a Limit counts.
-type Algorithm uint8
-
-// The algorithms. Their Redis state and semantics are described in lua/.
-const (
-	SlidingLog    Algorithm = iota + 1 // exact: at most Limit units in any Window
-	SlidingWindow                      // two counters, prev·(W−elapsed)/W + cur
-	TokenBucket                        // GCRA: Limit per Window, Burst capacity
-	FixedWindow                        // one counter per epoch-aligned window
-	Concurrency                        // in-flight units; Window is the stale-slot TTL
+// Limit, Algorithm and the algorithms are package limit's: one definition of
+// a valid limit, shared with rule validation, and one registry of algorithms.
+type (
+	Limit     = limit.Limit
+	Algorithm = limit.Algorithm
 )
 
-var algorithmNames = [...]string{
-	SlidingLog:    "sliding_log",
-	SlidingWindow: "sliding_window",
-	TokenBucket:   "token_bucket",
-	FixedWindow:   "fixed_window",
-	Concurrency:   "concurrency",
-}
-
-func (a Algorithm) String() string {
-	if a.valid() {
-		return algorithmNames[a]
-	}
-	return fmt.Sprintf("algorithm(%d)", a)
-}
-
-func (a Algorithm) valid() bool { return a >= SlidingLog && a <= Concurrency }
-
-// ParseAlgorithm maps a rule's algorithm name to an Algorithm.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for a, name := range algorithmNames {
-		if name != "" && name == s {
-			return Algorithm(a), nil
-		}
-	}
-	return 0, fmt.Errorf("%w: %q", ErrUnknownAlgorithm, s)
-}
+// The registered algorithms, for callers that name one.
+var (
+	SlidingLog    = limit.SlidingLog
+	SlidingWindow = limit.SlidingWindow
+	TokenBucket   = limit.TokenBucket
+	FixedWindow   = limit.FixedWindow
+	Concurrency   = limit.Concurrency
+	LeakyBucket   = limit.LeakyBucket
+)
 
 // Errors callers act on.
 var (
-	ErrUnknownAlgorithm = errors.New("unknown algorithm")
-	ErrInvalidLimit     = errors.New("invalid limit")
+	ErrUnknownAlgorithm = limit.ErrUnknownAlgorithm
+	ErrInvalidLimit     = limit.ErrInvalidLimit
 	ErrInvalidRequest   = errors.New("invalid request")
 )
-
-// maxExactWindowProduct keeps limit·window(ms) exact in a Lua double.
-const maxExactWindowProduct = 1 << 53
-
-// Limit is one counted thing: a key and the rule that governs it.
-type Limit struct {
-	// Key identifies what is counted (a rule id plus a hash of descriptor
-	// values). It becomes the Redis hash tag, so it must not contain braces.
-	Key       string
-	Algorithm Algorithm
-	// Limit is the quota: units per Window (rate for TokenBucket, slots for
-	// Concurrency).
-	Limit int64
-	// Window is the period of the quota, or a Concurrency slot's TTL, which
-	// must exceed the longest request.
-	Window time.Duration
-	// Burst is a TokenBucket's capacity; 0 means Limit.
-	Burst int64
-	// MinInterval is the least time between two SlidingLog admissions.
-	MinInterval time.Duration
-}
-
-// Capacity is the most units the limit can hold at once.
-func (l Limit) Capacity() int64 {
-	if l.Algorithm == TokenBucket && l.Burst > 0 {
-		return l.Burst
-	}
-	return l.Limit
-}
-
-// Validate reports every problem with l.
-func (l Limit) Validate() error {
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s", ErrInvalidLimit, fmt.Sprintf(format, args...)))
-	}
-	switch {
-	case l.Key == "":
-		bad("key is empty")
-	case len(l.Key) > 512:
-		bad("key is %d bytes, more than 512", len(l.Key))
-	case strings.ContainsAny(l.Key, "{}"):
-		bad("key %q contains a brace", l.Key)
-	}
-	if !l.Algorithm.valid() {
-		errs = append(errs, fmt.Errorf("%w: %s", ErrUnknownAlgorithm, l.Algorithm))
-	}
-	if l.Limit <= 0 || l.Limit > 1e9 {
-		bad("limit must be in 1..1e9 (got %d)", l.Limit)
-	}
-	if l.Window < time.Millisecond {
-		bad("window must be at least 1ms (got %s)", l.Window)
-	} else if l.Algorithm == SlidingWindow && l.Limit > 0 && l.Limit > maxExactWindowProduct/l.Window.Milliseconds() {
-		bad("limit × window in ms must stay below 2^53 for sliding_window (got %d × %d)", l.Limit, l.Window.Milliseconds())
-	}
-	if l.Burst < 0 || (l.Burst != 0 && l.Algorithm != TokenBucket) {
-		bad("burst must be ≥ 0 and is for token_bucket only (got %d on %s)", l.Burst, l.Algorithm)
-	}
-	if l.MinInterval < 0 || (l.MinInterval != 0 && l.Algorithm != SlidingLog) || (l.MinInterval > 0 && l.MinInterval >= l.Window) {
-		bad("min_interval must be ≥ 0, below the window, and is for sliding_log only (got %s on %s)", l.MinInterval, l.Algorithm)
-	}
-	return errors.Join(errs...)
-}
 
 // Request asks a store to take Cost units of a Limit.
 type Request struct {
@@ -215,6 +132,12 @@ func (l Lease) Split(n int64) (head, tail Lease) {
 type Store interface {
 	Take(ctx context.Context, reqs []Request) ([]Decision, error)
 	Refund(ctx context.Context, leases []Lease) error
+	// Shard names the node that owns a limit's keys, "" for a store on one
+	// node: the Limiter keeps one breaker per shard.
+	Shard(Limit) string
+	// Remote reports whether calls cross the network, and so get the
+	// Limiter's deadline (a memory store never blocks: no timer).
+	Remote() bool
 }
 
 // TakeError reports which requests of a Take could not be decided.
@@ -249,38 +172,4 @@ func (e *TakeError) Unwrap() []error {
 		}
 	}
 	return out
-}
-
-// Result is the answer for one client request with all its limits.
-type Result struct {
-	Allowed   bool
-	Decisions []Decision
-}
-
-// Decide takes every limit of one request and makes it all-or-nothing: if any
-// limit admits less than its cost, everything taken is given back (a second
-// call, made only on denials) and the request is denied. On a store error,
-// whatever was taken is given back too and the error is returned, so the
-// caller can decide elsewhere without having counted twice.
-func Decide(ctx context.Context, s Store, reqs []Request) (Result, error) {
-	ds, err := s.Take(ctx, reqs)
-	allowed := err == nil
-	for _, d := range ds {
-		allowed = allowed && d.Allowed
-	}
-	if allowed {
-		return Result{Allowed: true, Decisions: ds}, nil
-	}
-	leases := make([]Lease, 0, len(ds))
-	for _, d := range ds {
-		if d.Admitted > 0 {
-			leases = append(leases, d.Lease)
-		}
-	}
-	if len(leases) > 0 {
-		if rerr := s.Refund(ctx, leases); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("refunding: %w", rerr))
-		}
-	}
-	return Result{Decisions: ds}, err
 }

@@ -91,7 +91,11 @@ func allStores(t *testing.T) []namedStore {
 	return out
 }
 
-func redisStore(t testing.TB, c limiter.RedisClient) *limiter.RedisStore {
+func redisStore(t testing.TB, c redis.UniversalClient) *limiter.RedisStore {
+	return connStore(t, limiter.Conn(c))
+}
+
+func connStore(t testing.TB, c limiter.RedisConn) *limiter.RedisStore {
 	s, err := limiter.NewRedisStore(c, "")
 	require.NoError(t, err)
 	return s

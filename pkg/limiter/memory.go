@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 // MemoryStore runs the algorithms over process memory: the whole store of a
@@ -27,7 +29,7 @@ const memoryShards = 64
 
 type memoryShard struct {
 	mu   sync.Mutex
-	keys map[string]*state
+	keys map[string]*limit.State
 }
 
 // MemoryOption configures a MemoryStore.
@@ -48,7 +50,7 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 		o(s)
 	}
 	for i := range s.shards {
-		s.shards[i].keys = make(map[string]*state)
+		s.shards[i].keys = make(map[string]*limit.State)
 	}
 	return s
 }
@@ -82,9 +84,9 @@ func (s *MemoryStore) Take(_ context.Context, reqs []Request) ([]Decision, error
 			continue
 		}
 		a := s.args(r.Limit, r.At)
-		a.cost, a.need = r.Cost, r.need()
-		if r.Limit.Algorithm == SlidingLog || r.Limit.Algorithm == Concurrency {
-			a.id = s.ids.next()
+		a.Cost, a.Need = r.Cost, r.need()
+		if r.Limit.Algorithm.Spec().Members {
+			a.ID = s.ids.next()
 		}
 		out[i] = s.take(r, a)
 	}
@@ -102,59 +104,40 @@ func setErr(errs []error, n, i int, err error) []error {
 	return errs
 }
 
-func (s *MemoryStore) args(l Limit, at time.Time) args {
+func (s *MemoryStore) args(l Limit, at time.Time) limit.Args {
 	if at.IsZero() {
 		at = s.now()
 	}
-	a := args{now: at.UnixMicro(), limit: l.Limit, window: l.Window.Microseconds(), first: 1}
-	switch l.Algorithm {
-	case TokenBucket:
-		a.extra = l.Burst
-	case SlidingLog:
-		a.extra = l.MinInterval.Microseconds()
-	}
-	return a
+	return limit.ArgsFor(l, at.UnixMicro())
 }
 
-func (s *MemoryStore) take(r Request, a args) Decision {
+func (s *MemoryStore) take(r Request, a limit.Args) Decision {
 	key := memKey(r.Limit)
 	sh := &s.shards[maphash.String(s.seed, key)%memoryShards]
 	sh.mu.Lock()
 	st, present := sh.keys[key]
-	if present && a.now >= st.expires {
+	if present && st.Expired(a.Now) {
 		present = false
 	}
 	if !present {
-		st = &state{}
+		st = &limit.State{}
 	}
-	var o outcome
-	switch r.Limit.Algorithm {
-	case SlidingLog:
-		o = slidingLogTake(st, a)
-	case SlidingWindow:
-		o = slidingWindowTake(st, a, present)
-	case TokenBucket:
-		o = gcraTake(st, a, present)
-	case FixedWindow:
-		o = fixedWindowTake(st, a, present)
-	case Concurrency:
-		o = concurrencyTake(st, a)
-	}
-	if o.admitted > 0 {
-		s.store(sh, key, st, a.now)
+	o := r.Limit.Algorithm.Spec().Take(st, a, present)
+	if o.Admitted > 0 {
+		s.store(sh, key, st, a.Now)
 	}
 	sh.mu.Unlock()
-	return decision(r, a, o)
+	return decision(r, a.ID, o)
 }
 
 // store puts st under key, evicting to stay under the cap. Called locked.
-func (s *MemoryStore) store(sh *memoryShard, key string, st *state, now int64) {
+func (s *MemoryStore) store(sh *memoryShard, key string, st *limit.State, now int64) {
 	if _, ok := sh.keys[key]; !ok && len(sh.keys) >= s.perCap {
 		const scan = 8 // map order is random: a small sample finds expired keys
 		var victim string
 		i := 0
 		for k, v := range sh.keys {
-			if now >= v.expires {
+			if v.Expired(now) {
 				delete(sh.keys, k)
 				victim = ""
 				break
@@ -172,15 +155,15 @@ func (s *MemoryStore) store(sh *memoryShard, key string, st *state, now int64) {
 	sh.keys[key] = st
 }
 
-func decision(r Request, a args, o outcome) Decision {
+func decision(r Request, id string, o limit.Outcome) Decision {
 	return Decision{
-		Admitted:   o.admitted,
-		Allowed:    o.admitted == r.Cost,
+		Admitted:   o.Admitted,
+		Allowed:    o.Admitted == r.Cost,
 		Limit:      r.Limit.Limit,
-		Remaining:  o.remaining,
-		ResetAfter: time.Duration(o.resetMs) * time.Millisecond,
-		RetryAfter: time.Duration(o.retryMs) * time.Millisecond,
-		Lease:      Lease{Limit: r.Limit, id: a.id, first: 1, Units: o.admitted, state: o.state},
+		Remaining:  o.Remaining,
+		ResetAfter: time.Duration(o.ResetMs) * time.Millisecond,
+		RetryAfter: time.Duration(o.RetryMs) * time.Millisecond,
+		Lease:      Lease{Limit: r.Limit, id: id, first: 1, Units: o.Admitted, state: o.State},
 	}
 }
 
@@ -194,24 +177,13 @@ func (s *MemoryStore) Refund(_ context.Context, leases []Lease) error {
 			return err
 		}
 		a := s.args(l.Limit, time.Time{})
-		a.id, a.cost, a.state, a.first = l.id, l.Units, l.state, l.first
+		a.ID, a.Cost, a.State, a.First = l.id, l.Units, l.state, l.first
 		key := memKey(l.Limit)
 		sh := &s.shards[maphash.String(s.seed, key)%memoryShards]
 		sh.mu.Lock()
-		if st, ok := sh.keys[key]; ok && a.now < st.expires {
-			switch l.Limit.Algorithm {
-			case SlidingLog, Concurrency:
-				st.zrem(a)
-			case SlidingWindow:
-				slidingWindowRefund(st, a)
-			case FixedWindow:
-				if st.w == a.state {
-					st.n = max(0, st.n-a.cost)
-				}
-			case TokenBucket:
-				if !gcraRefund(st, a) {
-					delete(sh.keys, key)
-				}
+		if st, ok := sh.keys[key]; ok && !st.Expired(a.Now) {
+			if !l.Limit.Algorithm.Spec().Refund(st, a) {
+				delete(sh.keys, key)
 			}
 		}
 		sh.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/edgeguard/edgeguard/lua"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 // RedisClient is what RedisStore needs of a go-redis client; every
@@ -30,9 +31,10 @@ type RedisClient interface {
 // from AutoPipelined, a Take of one request shares its pipeline with other
 // Takes'.
 type RedisStore struct {
+	conn    RedisConn
 	client  RedisClient
 	prefix  string
-	scripts [Concurrency + 1]script
+	scripts []script // by Algorithm
 	ids     *idSource
 	loadMu  sync.Mutex
 }
@@ -47,27 +49,20 @@ var ErrNoScript = errors.New("limiter script not loaded")
 // DefaultKeyPrefix starts every key the store writes.
 const DefaultKeyPrefix = "eg:"
 
-var scriptNames = [...]string{
-	SlidingLog:    lua.SlidingLog,
-	SlidingWindow: lua.SlidingWindow,
-	TokenBucket:   lua.GCRA,
-	FixedWindow:   lua.FixedWindow,
-	Concurrency:   lua.Concurrency,
-}
-
-// NewRedisStore builds a store over client without contacting Redis: an edge
+// NewRedisStore builds a store over conn without contacting Redis: an edge
 // must start while Redis is down. Scripts load on first use (or Load).
 // keyPrefix "" means DefaultKeyPrefix.
-func NewRedisStore(client RedisClient, keyPrefix string) (*RedisStore, error) {
+func NewRedisStore(conn RedisConn, keyPrefix string) (*RedisStore, error) {
 	if keyPrefix == "" {
 		keyPrefix = DefaultKeyPrefix
 	}
 	if strings.ContainsAny(keyPrefix, "{}") {
 		return nil, fmt.Errorf("key prefix %q: braces would break the hash tag", keyPrefix)
 	}
-	s := &RedisStore{client: client, prefix: keyPrefix, ids: newIDSource()}
-	for a := SlidingLog; a <= Concurrency; a++ {
-		src, err := lua.Source(scriptNames[a])
+	algs := limit.All()
+	s := &RedisStore{conn: conn, client: conn.Client, prefix: keyPrefix, ids: newIDSource(), scripts: make([]script, len(algs)+1)}
+	for _, a := range algs {
+		src, err := lua.Source(a.Spec().Script)
 		if err != nil {
 			return nil, err
 		}
@@ -81,7 +76,7 @@ func NewRedisStore(client RedisClient, keyPrefix string) (*RedisStore, error) {
 func (s *RedisStore) Load(ctx context.Context) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
-	for a := SlidingLog; a <= Concurrency; a++ {
+	for _, a := range limit.All() {
 		sc := s.scripts[a]
 		sha, err := s.client.ScriptLoad(ctx, sc.src).Result()
 		if err != nil {
@@ -99,18 +94,12 @@ func (s *RedisStore) Load(ctx context.Context) error {
 // the name so a rule that changes algorithm never meets WRONGTYPE.
 func (s *RedisStore) Keys(l Limit) []string {
 	base := s.prefix + "{" + l.Key + "}:"
-	switch l.Algorithm {
-	case SlidingLog:
-		return []string{base + "sl"}
-	case SlidingWindow:
-		return []string{base + "sw:cur", base + "sw:prev"}
-	case TokenBucket:
-		return []string{base + "tb"}
-	case FixedWindow:
-		return []string{base + "fw"}
-	default:
-		return []string{base + "cc"}
+	suffixes := l.Algorithm.Spec().Keys
+	keys := make([]string, len(suffixes))
+	for i, k := range suffixes {
+		keys[i] = base + k
 	}
+	return keys
 }
 
 // call is one script invocation: its algorithm, keys and arguments.
@@ -125,17 +114,11 @@ func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, 
 	if !at.IsZero() {
 		now = at.UnixMicro()
 	}
-	var extra int64
-	switch l.Algorithm {
-	case TokenBucket:
-		extra = l.Burst
-	case SlidingLog:
-		extra = l.MinInterval.Microseconds()
-	}
+	a := limit.ArgsFor(l, now)
 	if id == "" {
 		id = "-"
 	}
-	return []any{mode, now, l.Limit, l.Window.Microseconds(), extra, id, units, aux, first}
+	return []any{mode, now, a.Limit, a.Window, a.Extra, id, units, aux, first}
 }
 
 // Take implements Store.
@@ -148,7 +131,7 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 		if errs[i] = r.Validate(); errs[i] != nil {
 			continue
 		}
-		if r.Limit.Algorithm == SlidingLog || r.Limit.Algorithm == Concurrency {
+		if r.Limit.Algorithm.Spec().Members {
 			ids[i] = s.ids.next()
 		}
 		calls[i] = call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, ids[i], r.Cost, r.need(), 1)}
@@ -169,7 +152,7 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 			failed = true
 			continue
 		}
-		out[i] = decision(r, args{id: ids[i]}, outcome{v[0], v[1], v[2], v[3], v[4]})
+		out[i] = decision(r, ids[i], limit.Outcome{Admitted: v[0], Remaining: v[1], ResetMs: v[2], RetryMs: v[3], State: v[4]})
 	}
 	if failed {
 		return out, &TakeError{Errs: errs}
@@ -247,9 +230,9 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 	// A lone call may share a pipeline with other Takes' calls. Several
 	// calls keep a pipeline of their own: queued one by one, they could
 	// straddle two of the autopipeliner's batches, two round trips.
-	if ap, ok := s.client.(*autoPipelined); ok && len(sent) == 1 {
+	if s.conn.Batch != nil && len(sent) == 1 {
 		i := sent[0]
-		cmds[i] = s.submit(ctx, ap.ap, calls[i])
+		cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
 		s.maybeReload(cmds[i : i+1])
 		return
 	}
@@ -306,15 +289,10 @@ func (s *RedisStore) submit(ctx context.Context, ap *redis.AutoPipeliner, c call
 	return cmd
 }
 
-// stateReloader is a Cluster client: it routes by a slot map that it
-// refreshes on MOVED, or once a minute. A crashed master answers no MOVED, so
-// on a connection error the store asks for a refresh (go-redis coalesces
-// them), and the slots' new master is found as soon as the replica is promoted.
-type stateReloader interface{ ReloadState(ctx context.Context) }
-
+// maybeReload asks a Cluster for its slot map again after a connection
+// error (go-redis coalesces the requests); see RedisConn.Reload.
 func (s *RedisStore) maybeReload(cmds []*redis.Cmd) {
-	r, ok := s.client.(stateReloader)
-	if !ok {
+	if s.conn.Reload == nil {
 		return
 	}
 	for _, c := range cmds {
@@ -323,7 +301,7 @@ func (s *RedisStore) maybeReload(cmds []*redis.Cmd) {
 		}
 		var rerr redis.Error
 		if !errors.As(c.Err(), &rerr) {
-			r.ReloadState(context.Background())
+			s.conn.Reload(context.Background())
 			return
 		}
 	}

@@ -83,11 +83,46 @@ func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 	return nil, err
 }
 
-// AutoPipelined returns a RedisClient over c (a client NewRedisClient built:
-// *redis.Client for standalone and Sentinel, *redis.ClusterClient) that hands
-// a Take's or Refund's lone script call to go-redis's AutoPipeliner, which
-// sends the calls of concurrent Takes together in one pipeline per node.
-// Several calls of one Take keep their own pipeline: one round trip per node.
+// RedisConn is what a RedisStore runs on: a client and the capabilities the
+// store uses, declared when the connection is built rather than discovered
+// from the client's type, so no wrapper can silently drop one.
+type RedisConn struct {
+	// Client runs the commands.
+	Client RedisClient
+	// Batch, when set, takes lone script calls: go-redis's AutoPipeliner
+	// sends the calls of concurrent Takes together, in one pipeline per node.
+	Batch *redis.AutoPipeliner
+	// Master names the Cluster master serving a key, so the limiter keeps a
+	// breaker per master; nil outside a Cluster.
+	Master func(ctx context.Context, key string) (string, error)
+	// Reload refreshes a Cluster's slot map after a connection error: a
+	// crashed master answers no MOVED, and the promoted replica is found as
+	// soon as the map is read again. nil outside a Cluster.
+	Reload func(ctx context.Context)
+}
+
+// Conn declares what a client NewRedisClient built offers the store: a
+// *redis.ClusterClient routes by slot (per-master breakers, slot map
+// reloads); standalone and Sentinel clients serve every key from one master.
+func Conn(c redis.UniversalClient) RedisConn {
+	conn := RedisConn{Client: c}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		conn.Master = func(ctx context.Context, key string) (string, error) {
+			node, err := cc.MasterForKey(ctx, key)
+			if err != nil {
+				return "", err
+			}
+			return node.Options().Addr, nil
+		}
+		conn.Reload = cc.ReloadState
+	}
+	return conn
+}
+
+// AutoPipelined is Conn(c) with lone script calls handed to go-redis's
+// AutoPipeliner, which sends the calls of concurrent Takes together in one
+// pipeline per node. Several calls of one Take keep their own pipeline: one
+// round trip per node.
 //
 // With a hundred or more Takes in flight per client it decides 1.2–1.8× as
 // many lone requests per second; a lone caller loses about a fifth of its
@@ -99,7 +134,7 @@ func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 //
 // The autopipeliner is c's deferred one, shared with any other user of c's
 // AsyncAutoPipeline. The func returned stops it; closing c stops it too.
-func AutoPipelined(c redis.UniversalClient) (RedisClient, func() error, error) {
+func AutoPipelined(c redis.UniversalClient) (RedisConn, func() error, error) {
 	o := redis.DefaultAutoPipelineOptions() // one batch in flight per shard: the deepest batches
 	o.MaxQueuedCommands = 1 << 14
 	var ap *redis.AutoPipeliner
@@ -110,44 +145,14 @@ func AutoPipelined(c redis.UniversalClient) (RedisClient, func() error, error) {
 	case *redis.ClusterClient:
 		ap, err = cc.AsyncAutoPipelineWithOptions(o)
 	default:
-		return nil, nil, fmt.Errorf("autopipelining needs a *redis.Client or *redis.ClusterClient, not %T", c)
+		return RedisConn{}, nil, fmt.Errorf("autopipelining needs a *redis.Client or *redis.ClusterClient, not %T", c)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("autopipelining: %w", err)
+		return RedisConn{}, nil, fmt.Errorf("autopipelining: %w", err)
 	}
-	return &autoPipelined{c: c, ap: ap}, ap.Close, nil
-}
-
-// autoPipelined is c, with lone script calls submitted to ap (see
-// RedisStore.exec).
-type autoPipelined struct {
-	c  redis.UniversalClient
-	ap *redis.AutoPipeliner
-}
-
-func (a *autoPipelined) Pipeline() redis.Pipeliner { return a.c.Pipeline() }
-
-func (a *autoPipelined) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return a.c.EvalSha(ctx, sha1, keys, args...)
-}
-
-func (a *autoPipelined) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return a.c.ScriptLoad(ctx, script)
-}
-
-// ReloadState keeps a Cluster's reload on connection errors (stateReloader).
-func (a *autoPipelined) ReloadState(ctx context.Context) {
-	if r, ok := a.c.(stateReloader); ok {
-		r.ReloadState(ctx)
-	}
-}
-
-// MasterForKey keeps the per-master breakers of a Cluster (Sharder).
-func (a *autoPipelined) MasterForKey(ctx context.Context, key string) (*redis.Client, error) {
-	if m, ok := a.c.(masterForKey); ok {
-		return m.MasterForKey(ctx, key)
-	}
-	return nil, fmt.Errorf("not a cluster client")
+	conn := Conn(c)
+	conn.Batch = ap
+	return conn, ap.Close, nil
 }
 
 func urlErr(raw string, err error) error {

@@ -74,6 +74,19 @@ func TestAlgorithmSemantics(t *testing.T) {
 			// six one-unit requests coalesced: the burst of 5 admits five.
 			{at: 100 * s, cost: 6, need: 1, admitted: 5, remaining: 0, reset: 5 * s, retry: 1 * s},
 		}},
+		{"leaky bucket capacity and leak", limiter.Limit{Algorithm: limiter.LeakyBucket, Limit: 10, Window: 10 * s, Burst: 5}, []step{
+			{at: 0, cost: 5, admitted: 5, remaining: 0, reset: 5 * s},
+			// 0.5 of 5 units leaked: a whole unit does not fit for another 0.5 s.
+			{at: 500 * ms, cost: 1, admitted: 0, remaining: 0, reset: 4500 * ms, retry: 500 * ms},
+			{at: 2 * s, cost: 3, admitted: 0, remaining: 2, reset: 3 * s, retry: 1 * s},
+			{at: 2 * s, cost: 3, need: 1, admitted: 2, remaining: 0, reset: 5 * s, retry: 1 * s},
+			{at: 2 * s, refund: 4},
+			{at: 2 * s, cost: 2, admitted: 2, remaining: 0, reset: 5 * s},
+			// six one-unit requests coalesced into an empty bucket: five fit.
+			{at: 100 * s, cost: 6, need: 1, admitted: 5, remaining: 0, reset: 5 * s, retry: 1 * s},
+			// the level drains at limit/window: 2.5 units after 2.5 s.
+			{at: 102500 * ms, cost: 3, need: 1, admitted: 2, remaining: 0, reset: 4500 * ms, retry: 500 * ms},
+		}},
 		{"concurrency slots", limiter.Limit{Algorithm: limiter.Concurrency, Limit: 2, Window: 30 * s}, []step{
 			{at: 0, cost: 1, admitted: 1, remaining: 1, reset: 30 * s},
 			{at: 1 * s, cost: 2, need: 1, admitted: 1, remaining: 0, reset: 29 * s, retry: 1 * s},

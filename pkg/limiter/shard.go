@@ -1,17 +1,6 @@
 package limiter
 
-import (
-	"context"
-
-	"github.com/redis/go-redis/v9"
-)
-
-// masterForKey is a Cluster client: it knows which master serves a key.
-type masterForKey interface {
-	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
-}
-
-var _ Sharder = (*RedisStore)(nil)
+import "context"
 
 // Shard names the Cluster master that owns a limit's keys ("" outside a
 // Cluster, or while the slot map is unknown): the Limiter keeps a breaker per
@@ -19,13 +8,21 @@ var _ Sharder = (*RedisStore)(nil)
 // a failover the slot maps to the promoted replica, a new shard with a
 // closed breaker.
 func (s *RedisStore) Shard(l Limit) string {
-	c, ok := s.client.(masterForKey)
-	if !ok {
+	if s.conn.Master == nil {
 		return ""
 	}
-	node, err := c.MasterForKey(context.Background(), s.Keys(l)[0])
+	addr, err := s.conn.Master(context.Background(), s.Keys(l)[0])
 	if err != nil {
 		return ""
 	}
-	return node.Options().Addr
+	return addr
 }
+
+// Remote implements Store: every call crosses the network.
+func (s *RedisStore) Remote() bool { return true }
+
+// Shard implements Store: one process holds every key.
+func (s *MemoryStore) Shard(Limit) string { return "" }
+
+// Remote implements Store: calls never wait on I/O.
+func (s *MemoryStore) Remote() bool { return false }

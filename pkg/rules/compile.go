@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 // CompiledRule is a validated, normalized rule ready for the limiter. The
@@ -14,11 +16,12 @@ import (
 // Match points into its Snapshot and must not be modified.
 type CompiledRule struct {
 	ID        string
-	Algorithm Algorithm
+	Algorithm limit.Algorithm
 	Limit     int64
 	Window    time.Duration
-	// Burst is the effective token_bucket capacity: the configured burst, or
-	// Limit when burst was 0. It is 0 for every other algorithm.
+	// Burst is the effective capacity of a bucket algorithm (limit.Spec's
+	// Burst): the configured burst, or Limit when burst was 0. It is 0 for
+	// every other algorithm.
 	Burst       int64
 	Cost        int64
 	MinInterval time.Duration
@@ -42,19 +45,19 @@ type CompiledRule struct {
 // MarshalJSON renders durations as strings for /debug/rules.
 func (r CompiledRule) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		ID           string    `json:"id"`
-		Algorithm    Algorithm `json:"algorithm"`
-		Limit        int64     `json:"limit"`
-		Window       string    `json:"window"`
-		Burst        int64     `json:"burst,omitempty"`
-		Cost         int64     `json:"cost"`
-		MinInterval  string    `json:"min_interval,omitempty"`
-		Shadow       bool      `json:"shadow"`
-		Scope        Scope     `json:"scope"`
-		Key          []string  `json:"key"`
-		Hosts        []string  `json:"hosts,omitempty"`
-		PathPrefixes []string  `json:"path_prefix,omitempty"`
-		Methods      []string  `json:"methods,omitempty"`
+		ID           string          `json:"id"`
+		Algorithm    limit.Algorithm `json:"algorithm"`
+		Limit        int64           `json:"limit"`
+		Window       string          `json:"window"`
+		Burst        int64           `json:"burst,omitempty"`
+		Cost         int64           `json:"cost"`
+		MinInterval  string          `json:"min_interval,omitempty"`
+		Shadow       bool            `json:"shadow"`
+		Scope        Scope           `json:"scope"`
+		Key          []string        `json:"key"`
+		Hosts        []string        `json:"hosts,omitempty"`
+		PathPrefixes []string        `json:"path_prefix,omitempty"`
+		Methods      []string        `json:"methods,omitempty"`
 	}{
 		ID: r.ID, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window.String(),
 		Burst: r.Burst, Cost: r.Cost, MinInterval: durationOrEmpty(r.MinInterval),
@@ -136,9 +139,10 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 
 // compileRule assumes r has been validated and normalized.
 func compileRule(r *Rule) CompiledRule {
+	l := r.limit()
 	c := CompiledRule{
 		ID:           r.ID,
-		Algorithm:    r.Algorithm,
+		Algorithm:    l.Algorithm,
 		Limit:        r.Limit,
 		Window:       r.Window.D(),
 		Cost:         r.Cost,
@@ -152,8 +156,8 @@ func compileRule(r *Rule) CompiledRule {
 		keyPrefix:    r.ID + ":",
 		methods:      cloneStrings(r.Match.Methods),
 	}
-	if r.Algorithm == TokenBucket {
-		c.Burst = r.capacity()
+	if l.Algorithm.Spec().Burst {
+		c.Burst = l.Capacity()
 	}
 	for _, h := range r.Match.Hosts {
 		if suffix, ok := strings.CutPrefix(h, "*"); ok {

@@ -45,30 +45,9 @@ type MatchSpec struct {
 	Methods    []string `yaml:"methods,omitempty"`
 }
 
-// Algorithm names a limiter implementation.
+// Algorithm is an algorithm's name as a document spells it; package limit's
+// registry says which names exist (limit.Names) and what they mean.
 type Algorithm string
-
-// Known algorithms.
-const (
-	SlidingLog    Algorithm = "sliding_log"
-	SlidingWindow Algorithm = "sliding_window"
-	TokenBucket   Algorithm = "token_bucket"
-	FixedWindow   Algorithm = "fixed_window"
-	Concurrency   Algorithm = "concurrency"
-)
-
-// Algorithms lists every known algorithm, in documentation order.
-func Algorithms() []Algorithm {
-	return []Algorithm{SlidingLog, SlidingWindow, TokenBucket, FixedWindow, Concurrency}
-}
-
-func (a Algorithm) valid() bool {
-	switch a {
-	case SlidingLog, SlidingWindow, TokenBucket, FixedWindow, Concurrency:
-		return true
-	}
-	return false
-}
 
 // Scope says where a rule's counters live.
 type Scope string

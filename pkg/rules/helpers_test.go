@@ -12,7 +12,7 @@ func validRule(id string) Rule {
 	return Rule{
 		ID:        id,
 		Key:       []string{"ip"},
-		Algorithm: SlidingLog,
+		Algorithm: "sliding_log",
 		Limit:     100,
 		Window:    Duration(time.Minute),
 		Cost:      1,

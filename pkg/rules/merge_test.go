@@ -30,7 +30,7 @@ rules:
 		ids[i] = r.ID
 	}
 	require.Equal(t, []string{"a-keep", "b-override", "d-region-only"}, ids, "sorted by id, disabled ones gone")
-	require.Equal(t, TokenBucket, got.Rules[1].Algorithm, "region replaces the whole rule")
+	require.EqualValues(t, "token_bucket", got.Rules[1].Algorithm, "region replaces the whole rule")
 	require.Equal(t, int64(50), got.Rules[1].Limit)
 	require.Equal(t, ScopePoP, got.Rules[1].Scope)
 	require.Equal(t, 1, got.Version)

@@ -39,7 +39,7 @@ func TestParseFullRule(t *testing.T) {
 			Methods:    []string{"GET", "POST"},
 		},
 		Key:         []string{"ip"},
-		Algorithm:   SlidingLog,
+		Algorithm:   "sliding_log",
 		Limit:       100,
 		Window:      Duration(time.Minute),
 		Cost:        2,
@@ -199,7 +199,7 @@ func TestExampleRulesFile(t *testing.T) {
 	for _, r := range doc.Rules {
 		algos[r.Algorithm] = true
 	}
-	require.True(t, algos[SlidingLog] && algos[TokenBucket] && algos[Concurrency], "example covers the main algorithms")
+	require.True(t, algos["sliding_log"] && algos["token_bucket"] && algos["concurrency"], "example covers the main algorithms")
 
 	s := mustCompile(t, doc)
 	require.Len(t, s.Rules(), len(doc.Rules))

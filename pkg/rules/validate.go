@@ -5,17 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
-// Bounds enforced by Validate.
-const (
-	MaxLimit          = 1_000_000_000
-	MaxWindow         = 24 * time.Hour
-	MinWindow         = time.Millisecond
-	MinConcurrencyTTL = time.Second // for concurrency, window is how long a leaked slot lives
-	maxIDLen          = 64
-)
+// maxIDLen bounds rule ids. A rule's quota fields are bounded by package
+// limit, the limiter's own definition of a limit it can decide.
+const maxIDLen = 64
 
 // Validate checks the document and reports every problem at once
 // (errors.Join of *FieldError). It also normalizes the document in place, so
@@ -60,62 +56,7 @@ func (r *Rule) validate(index int) []error {
 		return p.errs
 	}
 
-	algoOK := r.Algorithm.valid()
-	switch {
-	case r.Algorithm == "":
-		p.addf("algorithm", "required (one of %s)", algorithmList())
-	case !algoOK:
-		p.addf("algorithm", "unknown %q (want one of %s)", r.Algorithm, algorithmList())
-	}
-
-	limitOK := r.Limit > 0 && r.Limit <= MaxLimit
-	switch {
-	case r.Limit <= 0:
-		p.addf("limit", "must be > 0 (got %d)", r.Limit)
-	case r.Limit > MaxLimit:
-		p.addf("limit", "must be <= %d (got %d)", MaxLimit, r.Limit)
-	}
-
-	w := r.Window.D()
-	switch {
-	case w <= 0:
-		p.addf("window", "must be > 0 (got %s)", w)
-	case w > MaxWindow:
-		p.addf("window", "must be <= %s (got %s)", MaxWindow, w)
-	case w < MinWindow:
-		p.addf("window", "must be >= %s (got %s)", MinWindow, w)
-	case r.Algorithm == Concurrency && w < MinConcurrencyTTL:
-		p.addf("window", "must be >= %s for concurrency, where it is the stale-slot TTL (got %s)", MinConcurrencyTTL, w)
-	}
-
-	burstOK := true
-	switch {
-	case r.Burst < 0:
-		p.addf("burst", "must be >= 0 (got %d)", r.Burst)
-		burstOK = false
-	case r.Burst > MaxLimit:
-		p.addf("burst", "must be <= %d (got %d)", MaxLimit, r.Burst)
-		burstOK = false
-	case r.Burst != 0 && algoOK && r.Algorithm != TokenBucket:
-		p.addf("burst", "only valid for %s (algorithm is %s)", TokenBucket, r.Algorithm)
-	}
-
-	switch capacity := r.capacity(); {
-	case r.Cost < 1:
-		p.addf("cost", "must be >= 1 (got %d)", r.Cost)
-	case limitOK && burstOK && r.Cost > capacity:
-		p.addf("cost", "must be <= capacity %d (got %d): such a request could never be admitted", capacity, r.Cost)
-	}
-
-	mi := r.MinInterval.D()
-	switch {
-	case mi < 0:
-		p.addf("min_interval", "must be >= 0 (got %s)", mi)
-	case mi > 0 && algoOK && r.Algorithm != SlidingLog:
-		p.addf("min_interval", "only valid for %s (algorithm is %s)", SlidingLog, r.Algorithm)
-	case mi > 0 && w > 0 && mi >= w:
-		p.addf("min_interval", "must be < window %s (got %s)", w, mi)
-	}
+	r.validateLimit(p)
 
 	switch r.Scope {
 	case "":
@@ -130,12 +71,36 @@ func (r *Rule) validate(index int) []error {
 	return p.errs
 }
 
-// capacity is the most a single request may cost and still be admitted.
-func (r *Rule) capacity() int64 {
-	if r.Algorithm == TokenBucket && r.Burst > 0 {
-		return r.Burst
+// limit is the rule's quota as the limiter sees it (no key: keys are made
+// per request). An unknown algorithm is the zero Algorithm.
+func (r *Rule) limit() limit.Limit {
+	alg, _ := limit.Parse(string(r.Algorithm))
+	return limit.Limit{Algorithm: alg, Limit: r.Limit, Window: r.Window.D(), Burst: r.Burst, MinInterval: r.MinInterval.D()}
+}
+
+// validateLimit reports the quota fields' problems as the limiter defines
+// them (limit.Limit.Problems), by field: a rule that validates is one the
+// limiter can decide.
+func (r *Rule) validateLimit(p *problems) {
+	names := strings.Join(limit.Names(), ", ")
+	switch _, err := limit.Parse(string(r.Algorithm)); {
+	case r.Algorithm == "":
+		p.addf("algorithm", "required (one of %s)", names)
+	case err != nil:
+		p.addf("algorithm", "unknown %q (want one of %s)", r.Algorithm, names)
 	}
-	return r.Limit
+	l := r.limit()
+	quotaOK := true
+	for _, pr := range l.Problems() {
+		if pr.Field == "algorithm" {
+			continue // reported above, with the name as written
+		}
+		p.addf(pr.Field, "%s", pr.Msg)
+		quotaOK = quotaOK && pr.Field != "limit" && pr.Field != "burst"
+	}
+	if pr := l.CostProblem(r.Cost); pr != nil && (r.Cost < 1 || quotaOK && l.Algorithm.Valid()) {
+		p.addf(pr.Field, "%s", pr.Msg)
+	}
 }
 
 func (r *Rule) validateKey(p *problems) {
@@ -225,14 +190,6 @@ func validID(id string) bool {
 		}
 	}
 	return true
-}
-
-func algorithmList() string {
-	names := make([]string, 0, 5)
-	for _, a := range Algorithms() {
-		names = append(names, string(a))
-	}
-	return strings.Join(names, ", ")
 }
 
 func isAlnum(c byte) bool {

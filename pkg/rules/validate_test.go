@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 func TestValidateRuleErrors(t *testing.T) {
@@ -20,26 +22,35 @@ func TestValidateRuleErrors(t *testing.T) {
 		{"id with brace", func(r *Rule) { r.ID = "a{b}" }, `rule "a{b}": id: invalid`},
 		{"id with space", func(r *Rule) { r.ID = "a b" }, `rule "a b": id: invalid`},
 		{"id too long", func(r *Rule) { r.ID = strings.Repeat("a", 65) }, `rule "` + strings.Repeat("a", 65) + `": id: invalid`},
-		{"algorithm missing", func(r *Rule) { r.Algorithm = "" }, `rule "r": algorithm: required (one of sliding_log, sliding_window, token_bucket, fixed_window, concurrency)`},
-		{"algorithm unknown", func(r *Rule) { r.Algorithm = "leaky_bucket" }, `rule "r": algorithm: unknown "leaky_bucket"`},
+		{"algorithm missing", func(r *Rule) { r.Algorithm = "" }, `rule "r": algorithm: required (one of concurrency, fixed_window, leaky_bucket, sliding_log, sliding_window, token_bucket)`},
+		{"algorithm unknown", func(r *Rule) { r.Algorithm = "sliding_door" }, `rule "r": algorithm: unknown "sliding_door"`},
 		{"limit zero", func(r *Rule) { r.Limit = 0 }, `rule "r": limit: must be > 0 (got 0)`},
 		{"limit negative", func(r *Rule) { r.Limit = -5 }, `rule "r": limit: must be > 0 (got -5)`},
-		{"limit too big", func(r *Rule) { r.Limit = MaxLimit + 1 }, `rule "r": limit: must be <= 1000000000 (got 1000000001)`},
-		{"window zero", func(r *Rule) { r.Window = 0 }, `rule "r": window: must be > 0 (got 0s)`},
-		{"window negative", func(r *Rule) { r.Window = Duration(-time.Second) }, `rule "r": window: must be > 0 (got -1s)`},
+		{"limit too big", func(r *Rule) { r.Algorithm = "fixed_window"; r.Limit = limit.MaxLimit + 1 }, `rule "r": limit: must be <= 1000000000 for fixed_window (got 1000000001)`},
+		{"sliding log too big for Redis", func(r *Rule) { r.Limit = limit.MaxMembers + 1 }, `rule "r": limit: must be <= 100000 for sliding_log (got 100001): the log keeps one Redis member per admitted request`},
+		{"concurrency too big for Redis", func(r *Rule) { r.Algorithm = "concurrency"; r.Limit = limit.MaxMembers + 1 }, `rule "r": limit: must be <= 100000 for concurrency`},
+		{"sliding window overflows 2^53", func(r *Rule) {
+			r.Algorithm = "sliding_window"
+			r.Limit = 200_000_000
+			r.Window = Duration(24 * time.Hour)
+		}, `rule "r": limit: limit × window in ms must stay below 2^53 for sliding_window (got 200000000 × 86400000)`},
+		{"token bucket below 1µs per unit", func(r *Rule) { r.Algorithm = "token_bucket"; r.Limit = 2000; r.Window = Duration(time.Millisecond) }, `rule "r": limit: must be <= one per µs of window for token_bucket (got 2000 per 1ms)`},
+		{"window not whole ms", func(r *Rule) { r.Window = Duration(1500 * time.Microsecond) }, `rule "r": window: must be whole milliseconds (got 1.5ms)`},
+		{"window zero", func(r *Rule) { r.Window = 0 }, `rule "r": window: must be >= 1ms for sliding_log (got 0s)`},
+		{"window negative", func(r *Rule) { r.Window = Duration(-time.Second) }, `rule "r": window: must be >= 1ms for sliding_log (got -1s)`},
 		{"window too long", func(r *Rule) { r.Window = Duration(25 * time.Hour) }, `rule "r": window: must be <= 24h0m0s (got 25h0m0s)`},
-		{"window too short", func(r *Rule) { r.Window = Duration(time.Microsecond) }, `rule "r": window: must be >= 1ms (got 1µs)`},
-		{"concurrency ttl too short", func(r *Rule) { r.Algorithm = Concurrency; r.Window = Duration(500 * time.Millisecond) }, `rule "r": window: must be >= 1s for concurrency`},
-		{"burst negative", func(r *Rule) { r.Algorithm = TokenBucket; r.Burst = -1 }, `rule "r": burst: must be >= 0 (got -1)`},
-		{"burst too big", func(r *Rule) { r.Algorithm = TokenBucket; r.Burst = MaxLimit + 1 }, `rule "r": burst: must be <= 1000000000`},
-		{"burst on sliding_log", func(r *Rule) { r.Burst = 10 }, `rule "r": burst: only valid for token_bucket (algorithm is sliding_log)`},
-		{"burst on fixed_window", func(r *Rule) { r.Algorithm = FixedWindow; r.Burst = 10 }, `rule "r": burst: only valid for token_bucket (algorithm is fixed_window)`},
+		{"window too short", func(r *Rule) { r.Window = Duration(time.Microsecond) }, `rule "r": window: must be >= 1ms for sliding_log (got 1µs)`},
+		{"concurrency ttl too short", func(r *Rule) { r.Algorithm = "concurrency"; r.Window = Duration(500 * time.Millisecond) }, `rule "r": window: must be >= 1s for concurrency`},
+		{"burst negative", func(r *Rule) { r.Algorithm = "token_bucket"; r.Burst = -1 }, `rule "r": burst: must be >= 0 (got -1)`},
+		{"burst too big", func(r *Rule) { r.Algorithm = "token_bucket"; r.Burst = limit.MaxLimit + 1 }, `rule "r": burst: must be <= 1000000000`},
+		{"burst on sliding_log", func(r *Rule) { r.Burst = 10 }, `rule "r": burst: only valid for leaky_bucket, token_bucket (algorithm is sliding_log)`},
+		{"burst on fixed_window", func(r *Rule) { r.Algorithm = "fixed_window"; r.Burst = 10 }, `rule "r": burst: only valid for leaky_bucket, token_bucket (algorithm is fixed_window)`},
 		{"cost zero", func(r *Rule) { r.Cost = 0 }, `rule "r": cost: must be >= 1 (got 0)`},
 		{"cost negative", func(r *Rule) { r.Cost = -2 }, `rule "r": cost: must be >= 1 (got -2)`},
 		{"cost above limit", func(r *Rule) { r.Cost = 101 }, `rule "r": cost: must be <= capacity 100 (got 101)`},
-		{"cost above burst", func(r *Rule) { r.Algorithm = TokenBucket; r.Burst = 5; r.Cost = 6 }, `rule "r": cost: must be <= capacity 5 (got 6)`},
+		{"cost above burst", func(r *Rule) { r.Algorithm = "token_bucket"; r.Burst = 5; r.Cost = 6 }, `rule "r": cost: must be <= capacity 5 (got 6)`},
 		{"min_interval negative", func(r *Rule) { r.MinInterval = Duration(-time.Second) }, `rule "r": min_interval: must be >= 0 (got -1s)`},
-		{"min_interval on token_bucket", func(r *Rule) { r.Algorithm = TokenBucket; r.MinInterval = Duration(time.Second) }, `rule "r": min_interval: only valid for sliding_log (algorithm is token_bucket)`},
+		{"min_interval on token_bucket", func(r *Rule) { r.Algorithm = "token_bucket"; r.MinInterval = Duration(time.Second) }, `rule "r": min_interval: only valid for sliding_log (algorithm is token_bucket)`},
 		{"min_interval equals window", func(r *Rule) { r.MinInterval = r.Window }, `rule "r": min_interval: must be < window 1m0s (got 1m0s)`},
 		{"key missing", func(r *Rule) { r.Key = nil }, `rule "r": key: required: at least one of ip, host, method, path, header:<Name>, query:<name>`},
 		{"key unknown", func(r *Rule) { r.Key = []string{"ip", "cookie:sid"} }, `rule "r": key[1]: unknown descriptor "cookie:sid"`},
@@ -86,15 +97,17 @@ func TestValidateAcceptsEdgeCases(t *testing.T) {
 		name   string
 		mutate func(r *Rule)
 	}{
-		{"burst below limit", func(r *Rule) { r.Algorithm = TokenBucket; r.Burst = 5 }},
-		{"burst above limit", func(r *Rule) { r.Algorithm = TokenBucket; r.Burst = 500 }},
+		{"burst below limit", func(r *Rule) { r.Algorithm = "token_bucket"; r.Burst = 5 }},
+		{"burst above limit", func(r *Rule) { r.Algorithm = "token_bucket"; r.Burst = 500 }},
 		{"cost equals limit", func(r *Rule) { r.Cost = 100 }},
-		{"cost up to burst", func(r *Rule) { r.Algorithm = TokenBucket; r.Burst = 500; r.Cost = 500 }},
+		{"cost up to burst", func(r *Rule) { r.Algorithm = "token_bucket"; r.Burst = 500; r.Cost = 500 }},
 		{"min_interval below window", func(r *Rule) { r.MinInterval = Duration(time.Second) }},
 		{"window 24h", func(r *Rule) { r.Window = Duration(24 * time.Hour) }},
 		{"window 1ms", func(r *Rule) { r.Window = Duration(time.Millisecond) }},
-		{"concurrency 1s", func(r *Rule) { r.Algorithm = Concurrency; r.Window = Duration(time.Second) }},
-		{"limit max", func(r *Rule) { r.Limit = MaxLimit }},
+		{"concurrency 1s", func(r *Rule) { r.Algorithm = "concurrency"; r.Window = Duration(time.Second) }},
+		{"limit max", func(r *Rule) { r.Algorithm = "fixed_window"; r.Limit = limit.MaxLimit }},
+		{"sliding log at its member cap", func(r *Rule) { r.Limit = limit.MaxMembers }},
+		{"leaky bucket with burst", func(r *Rule) { r.Algorithm = "leaky_bucket"; r.Burst = 500; r.Cost = 500 }},
 		{"id charset", func(r *Rule) { r.ID = "A-z_0.9" }},
 		{"id 64 chars", func(r *Rule) { r.ID = strings.Repeat("x", 64) }},
 		{"composite key", func(r *Rule) {
@@ -152,7 +165,7 @@ func TestValidateReportsEverything(t *testing.T) {
 	for _, want := range []string{
 		"version: unsupported 3 (want 1)",
 		`rule "bad": limit: must be > 0`,
-		`rule "bad": window: must be > 0`,
+		`rule "bad": window: must be >= 1ms for sliding_log`,
 		`rule "bad": key[0]: unknown descriptor "nope"`,
 		`rule "bad": match.methods[0]:`,
 		"rules[1]: id: required",

@@ -66,8 +66,8 @@ func versionOfNormalized(d *Document) string {
 			Shadow:      r.Shadow,
 			Scope:       string(r.Scope),
 		}
-		if r.Algorithm == TokenBucket {
-			c.Capacity = r.capacity()
+		if l := r.limit(); l.Algorithm.Valid() && l.Algorithm.Spec().Burst {
+			c.Capacity = l.Capacity()
 		} else {
 			c.Capacity = r.Burst // 0 when valid; kept so invalid input still hashes distinctly
 		}

@@ -76,7 +76,7 @@ func TestVersionSensitiveToSemantics(t *testing.T) {
 		"key":             func(r *Rule) { r.Key = []string{"ip"} },
 		"key header name": func(r *Rule) { r.Key[1] = "header:X-Api-Token" },
 		"key order":       func(r *Rule) { r.Key[0], r.Key[1] = r.Key[1], r.Key[0] },
-		"algorithm":       func(r *Rule) { r.Algorithm = SlidingWindow },
+		"algorithm":       func(r *Rule) { r.Algorithm = "sliding_window" },
 		"limit":           func(r *Rule) { r.Limit = 101 },
 		"window":          func(r *Rule) { r.Window = Duration(59 * time.Second) },
 		"burst":           func(r *Rule) { r.Burst = 99 },

@@ -1,0 +1,41 @@
+-- Leaky bucket (as a meter, the shaping algorithm): KEYS[1] is a hash
+-- {l = level in units, t = when it was last leaked, µs}. The bucket leaks at
+-- limit/window units per µs and holds burst (extra) or limit; a request fits
+-- when level + cost ≤ capacity. Denials write nothing; a refund lowers the
+-- stored level.
+local key = KEYS[1]
+local rate = limit / window
+local cap = limit
+if extra > 0 then cap = extra end
+if mode == 'refund' then
+  -- Lower the stored level and leave its time: a refund never moves the
+  -- leak clock (the caller's clock may differ from the take's).
+  local stored = tonumber(redis.call('HGET', key, 'l'))
+  if stored then
+    stored = math.max(0, stored - cost)
+    if stored > 0 then redis.call('HSET', key, 'l', stored) else redis.call('DEL', key) end
+  end
+  return 0
+end
+local level = tonumber(redis.call('HGET', key, 'l'))
+local t = tonumber(redis.call('HGET', key, 't'))
+if level then
+  level = math.max(0, level - math.max(0, now - t) * rate)
+else
+  level = 0
+end
+local need = aux
+-- 1e-9 absorbs float error in the leaked level.
+local function fits() return math.floor(cap - level + 1e-9) end
+local admitted = math.max(0, math.min(cost, fits()))
+admitted = whole(admitted, need)
+if admitted > 0 then
+  level = level + admitted
+  redis.call('HSET', key, 'l', level, 't', now)
+  redis.call('PEXPIRE', key, math.max(1, ms(level / rate)))
+end
+local retry = 0
+if admitted < cost then
+  if need > cap then retry = level / rate else retry = (level + need - cap) / rate end
+end
+return {admitted, math.max(0, fits()), ms(level / rate), ms(retry), 0}

@@ -1,0 +1,40 @@
+package limit
+
+// FixedWindow is the cheapest: one counter per epoch-aligned window, so it
+// admits up to 2×Limit across a window boundary. Redis and memory: a hash
+// {w = window start ms, n = count}.
+var FixedWindow = register(&Spec{
+	Name:   "fixed_window",
+	Script: "fixed_window",
+	Keys:   []string{"fw"},
+	Take:   fixedWindowTake,
+	Refund: func(s *State, a Args) bool {
+		if s.w == a.State {
+			s.n = max(0, s.n-a.Cost)
+		}
+		return true
+	},
+})
+
+func fixedWindowTake(s *State, a Args, present bool) Outcome {
+	W := a.Window / 1000
+	nowms := a.Now / 1000
+	ws := windowStart(nowms, W)
+	var n int64
+	if present && s.w >= ws {
+		ws, n = s.w, s.n
+	}
+	admitted := max(0, min(a.Cost, a.Limit-n))
+	admitted = whole(admitted, a.Need)
+	if admitted > 0 {
+		n += admitted
+		s.w, s.n = ws, n
+		s.expires = (ws + W) * 1000
+	}
+	reset := ws + W - nowms
+	var retry int64
+	if admitted < a.Cost && (a.Need > a.Limit || n+a.Need > a.Limit) {
+		retry = reset
+	}
+	return Outcome{admitted, max(0, a.Limit-n), reset, retry, ws}
+}
