@@ -44,7 +44,7 @@ type State struct {
 	log     []member // ZSET algorithms: sorted by (score, name)
 	w, n    int64    // integers: a window start (ms) and count, a timestamp
 	pn, pe  int64    // more integers: sliding window's previous count and its expiry
-	f       float64  // a float: GCRA's TAT, the leaky bucket's level
+	f       float64  // a float (a TAT, a level): each algorithm says
 	expires int64    // µs; mirrors the Redis key's TTL: past it the key is absent
 }
 

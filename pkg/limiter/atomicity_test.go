@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -17,7 +18,7 @@ import (
 // the admitted total is exactly the limit: never more, and (with a generous
 // deadline and no errors) never less.
 func TestAtomicityAcrossNodes(t *testing.T) {
-	const nodes, goroutines, each, limit = 3, 200, 3, 500
+	const nodes, goroutines, each, quota = 3, 200, 3, 500
 	urls := map[limiter.Mode]string{
 		limiter.ModeStandalone: standalone.URL(),
 		limiter.ModeCluster:    cluster.URL(),
@@ -28,12 +29,12 @@ func TestAtomicityAcrossNodes(t *testing.T) {
 		limit      limiter.Limit
 		serverTime bool
 	}{
-		{"sliding_log server time", limiter.Limit{Algorithm: limiter.SlidingLog, Limit: limit, Window: time.Minute}, true},
-		{"sliding_log", limiter.Limit{Algorithm: limiter.SlidingLog, Limit: limit, Window: time.Minute}, false},
-		{"sliding_window", limiter.Limit{Algorithm: limiter.SlidingWindow, Limit: limit, Window: time.Minute}, false},
-		{"token_bucket", limiter.Limit{Algorithm: limiter.TokenBucket, Limit: limit, Window: time.Hour}, false},
-		{"fixed_window", limiter.Limit{Algorithm: limiter.FixedWindow, Limit: limit, Window: time.Minute}, false},
-		{"concurrency", limiter.Limit{Algorithm: limiter.Concurrency, Limit: limit, Window: time.Minute}, false},
+		{"sliding_log server time", limiter.Limit{Algorithm: limit.SlidingLog, Limit: quota, Window: time.Minute}, true},
+		{"sliding_log", limiter.Limit{Algorithm: limit.SlidingLog, Limit: quota, Window: time.Minute}, false},
+		{"sliding_window", limiter.Limit{Algorithm: limit.SlidingWindow, Limit: quota, Window: time.Minute}, false},
+		{"token_bucket", limiter.Limit{Algorithm: limit.TokenBucket, Limit: quota, Window: time.Hour}, false},
+		{"fixed_window", limiter.Limit{Algorithm: limit.FixedWindow, Limit: quota, Window: time.Minute}, false},
+		{"concurrency", limiter.Limit{Algorithm: limit.Concurrency, Limit: quota, Window: time.Minute}, false},
 	}
 	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster, limiter.ModeSentinel} {
 		stores := make([]*limiter.RedisStore, nodes)
@@ -74,7 +75,7 @@ func TestAtomicityAcrossNodes(t *testing.T) {
 				}
 				wg.Wait()
 				require.Zero(t, failed.Load(), "no call may fail under a generous deadline")
-				require.EqualValues(t, limit, admitted.Load(), "%d calls", nodes*goroutines*each)
+				require.EqualValues(t, quota, admitted.Load(), "%d calls", nodes*goroutines*each)
 			})
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -43,7 +44,7 @@ func modeURL(mode limiter.Mode) string {
 // clients: three nodes × 200 goroutines on one key, whose calls share the
 // autopipeliner's batches, admit exactly the limit.
 func TestAutoPipelinedAtomicity(t *testing.T) {
-	const nodes, goroutines, each, limit = 3, 200, 2, 500
+	const nodes, goroutines, each, quota = 3, 200, 2, 500
 	for _, mode := range allModes {
 		stores := make([]*limiter.RedisStore, nodes)
 		for i := range stores {
@@ -52,9 +53,9 @@ func TestAutoPipelinedAtomicity(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			stores[i] = connStore(t, autoPipelined(t, c))
 		}
-		for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.FixedWindow} {
+		for _, alg := range []limiter.Algorithm{limit.SlidingLog, limit.FixedWindow} {
 			t.Run(string(mode)+"/"+alg.String(), func(t *testing.T) {
-				l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: limit, Window: time.Minute}
+				l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: quota, Window: time.Minute}
 				var admitted, failed atomic.Int64
 				var wg sync.WaitGroup
 				for n := range nodes {
@@ -75,7 +76,7 @@ func TestAutoPipelinedAtomicity(t *testing.T) {
 				}
 				wg.Wait()
 				require.Zero(t, failed.Load())
-				require.EqualValues(t, limit, admitted.Load())
+				require.EqualValues(t, quota, admitted.Load())
 			})
 		}
 	}
@@ -91,7 +92,7 @@ func TestAutoPipelinedNoScript(t *testing.T) {
 			p := testenv.KeyPrefix(t)
 			var reqs []limiter.Request
 			for i := range 32 {
-				l := limiter.Limit{Key: p + strconv.Itoa(i), Algorithm: limiter.SlidingLog, Limit: 5, Window: time.Minute}
+				l := limiter.Limit{Key: p + strconv.Itoa(i), Algorithm: limit.SlidingLog, Limit: 5, Window: time.Minute}
 				reqs = append(reqs, limiter.Request{Limit: l, Cost: 1})
 			}
 			for round := int64(1); round <= 4; round++ {
@@ -140,7 +141,7 @@ func TestAutoPipelinedErrorsPerCall(t *testing.T) {
 			c := clients[string(mode)]
 			st := connStore(t, autoPipelined(t, c))
 			p := testenv.KeyPrefix(t)
-			bad := limiter.Limit{Key: p + "bad", Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Minute}
+			bad := limiter.Limit{Key: p + "bad", Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Minute}
 			require.NoError(t, c.LPush(ctx(t), st.Keys(bad)[0], "x").Err()) // WRONGTYPE for the script
 			var wg sync.WaitGroup
 			var good, wrong atomic.Int64
@@ -149,7 +150,7 @@ func TestAutoPipelinedErrorsPerCall(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for i := range 10 {
-						l := limiter.Limit{Key: p + strconv.Itoa(g*10+i), Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Minute}
+						l := limiter.Limit{Key: p + strconv.Itoa(g*10+i), Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Minute}
 						if g%8 == 0 {
 							l = bad
 						}
@@ -183,7 +184,7 @@ func TestAutoPipelinedDeadline(t *testing.T) {
 	c := clients[string(limiter.ModeStandalone)]
 	st := connStore(t, autoPipelined(t, c))
 	require.NoError(t, st.Load(ctx(t)))
-	l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Hour}
+	l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}
 	pauser := redis.NewClient(&redis.Options{Addr: standalone.Addr})
 	defer pauser.Close()
 	require.NoError(t, pauser.Do(ctx(t), "CLIENT", "PAUSE", 200, "ALL").Err())
@@ -202,7 +203,7 @@ func TestAutoPipelinedDeadline(t *testing.T) {
 // sequences, takes and refunds, through an autopipelined client.
 func TestAutoPipelinedDifferential(t *testing.T) {
 	red := connStore(t, autoPipelined(t, clients[string(limiter.ModeStandalone)]))
-	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow, limiter.Concurrency} {
+	for _, alg := range []limiter.Algorithm{limit.SlidingLog, limit.SlidingWindow, limit.TokenBucket, limit.FixedWindow, limit.Concurrency} {
 		t.Run(alg.String(), func(t *testing.T) {
 			differential(t, red, rand.New(rand.NewPCG(7, uint64(alg))), alg, 150)
 		})
@@ -226,7 +227,7 @@ func BenchmarkTakeConcurrency(b *testing.B) {
 	for i := range limits {
 		limits[i] = limiter.Limit{
 			Key:       prefix + strconv.FormatUint(uint64(i)*0x9e3779b97f4a7c15, 16),
-			Algorithm: limiter.FixedWindow, Limit: 1_000_000_000, Window: time.Minute,
+			Algorithm: limit.FixedWindow, Limit: 1_000_000_000, Window: time.Minute,
 		}
 	}
 	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster} {

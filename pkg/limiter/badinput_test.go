@@ -10,11 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
 func TestInvalidRequestsAreRefusedOneByOne(t *testing.T) {
-	good := limiter.Limit{Key: "k", Algorithm: limiter.SlidingLog, Limit: 5, Window: time.Second}
+	good := limiter.Limit{Key: "k", Algorithm: limit.SlidingLog, Limit: 5, Window: time.Second}
 	with := func(f func(*limiter.Limit)) limiter.Limit { l := good; f(&l); return l }
 	cases := []struct {
 		name string
@@ -34,7 +35,7 @@ func TestInvalidRequestsAreRefusedOneByOne(t *testing.T) {
 		{"zero cost", limiter.Request{Limit: good, Cost: 0}, limiter.ErrInvalidRequest, "cost"},
 		{"negative cost", limiter.Request{Limit: good, Cost: -1}, limiter.ErrInvalidRequest, "cost"},
 		{"negative need", limiter.Request{Limit: good, Cost: 1, Need: -1}, limiter.ErrInvalidRequest, "need"},
-		{"sliding window product", limiter.Request{Limit: limiter.Limit{Key: "k", Algorithm: limiter.SlidingWindow, Limit: 1e9, Window: 24 * time.Hour}, Cost: 1}, limiter.ErrInvalidLimit, "2^53"},
+		{"sliding window product", limiter.Request{Limit: limiter.Limit{Key: "k", Algorithm: limit.SlidingWindow, Limit: 1e9, Window: 24 * time.Hour}, Cost: 1}, limiter.ErrInvalidLimit, "2^53"},
 	}
 	stores := []namedStore{{"memory", limiter.NewMemoryStore()}, {"redis", redisStore(t, clients[string(limiter.ModeStandalone)])}}
 	for _, st := range stores {
@@ -128,7 +129,7 @@ func TestUnavailableRedis(t *testing.T) {
 			st := redisStore(t, client)
 			cx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
-			l := limiter.Limit{Key: "k", Algorithm: limiter.FixedWindow, Limit: 5, Window: time.Second}
+			l := limiter.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second}
 			start := time.Now()
 			_, err = st.Take(cx, []limiter.Request{{Limit: l, Cost: 1}})
 			require.Error(t, err)

@@ -43,6 +43,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/lua"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -62,17 +63,17 @@ const (
 )
 
 var benchAlgorithms = []limiter.Algorithm{
-	limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket, limiter.FixedWindow, limiter.Concurrency,
+	limit.SlidingLog, limit.SlidingWindow, limit.TokenBucket, limit.FixedWindow, limit.Concurrency,
 }
 
 // benchAlgName is the Go constant's name, as in the benchmark names.
 func benchAlgName(a limiter.Algorithm) string {
 	return map[limiter.Algorithm]string{
-		limiter.SlidingLog:    "SlidingLog",
-		limiter.SlidingWindow: "SlidingWindow",
-		limiter.TokenBucket:   "TokenBucket",
-		limiter.FixedWindow:   "FixedWindow",
-		limiter.Concurrency:   "Concurrency",
+		limit.SlidingLog:    "SlidingLog",
+		limit.SlidingWindow: "SlidingWindow",
+		limit.TokenBucket:   "TokenBucket",
+		limit.FixedWindow:   "FixedWindow",
+		limit.Concurrency:   "Concurrency",
 	}[a]
 }
 
@@ -183,7 +184,7 @@ func benchTakes(b *testing.B, st limiter.Store, nodes []string, limits []limiter
 				if d.Allowed != wantAllowed {
 					wrong.Add(1)
 				}
-				if d.Lease.Limit.Algorithm == limiter.Concurrency && d.Admitted > 0 {
+				if d.Lease.Limit.Algorithm == limit.Concurrency && d.Admitted > 0 {
 					leases = append(leases, d.Lease)
 				}
 			}
@@ -391,10 +392,10 @@ func BenchmarkDecide(b *testing.B) {
 					name = "denied"
 				}
 				b.Run(name, func(b *testing.B) {
-					clientLimits := benchLimits(b, admitting(limiter.FixedWindow), benchKeys)
-					tenant := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 1_000_000_000, Window: time.Second}
+					clientLimits := benchLimits(b, admitting(limit.FixedWindow), benchKeys)
+					tenant := limiter.Limit{Algorithm: limit.TokenBucket, Limit: 1_000_000_000, Window: time.Second}
 					if denied {
-						tenant = limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 1, Window: 24 * time.Hour}
+						tenant = limiter.Limit{Algorithm: limit.TokenBucket, Limit: 1, Window: 24 * time.Hour}
 					}
 					tenants := benchLimits(b, tenant, 100)
 					for i := range tenants {
@@ -442,11 +443,11 @@ func BenchmarkDecide(b *testing.B) {
 
 // benchScriptNames maps algorithms to package lua's script names.
 var benchScriptNames = map[limiter.Algorithm]string{
-	limiter.SlidingLog:    lua.SlidingLog,
-	limiter.SlidingWindow: lua.SlidingWindow,
-	limiter.TokenBucket:   lua.GCRA,
-	limiter.FixedWindow:   lua.FixedWindow,
-	limiter.Concurrency:   lua.Concurrency,
+	limit.SlidingLog:    lua.SlidingLog,
+	limit.SlidingWindow: lua.SlidingWindow,
+	limit.TokenBucket:   lua.GCRA,
+	limit.FixedWindow:   lua.FixedWindow,
+	limit.Concurrency:   lua.Concurrency,
 }
 
 // ceilingCommand is the EVALSHA that redis-benchmark sends: the store's own
@@ -464,15 +465,15 @@ func ceilingCommand(tb testing.TB, alg limiter.Algorithm) []string {
 	key := func(suffix string) string { return "eg:{tag}:__rand_int__:" + suffix }
 	var keys []string
 	switch alg {
-	case limiter.SlidingLog:
+	case limit.SlidingLog:
 		keys = []string{key("sl")}
-	case limiter.SlidingWindow:
+	case limit.SlidingWindow:
 		keys = []string{key("sw:cur"), key("sw:prev")}
-	case limiter.TokenBucket:
+	case limit.TokenBucket:
 		keys = []string{key("tb")}
-	case limiter.FixedWindow:
+	case limit.FixedWindow:
 		keys = []string{key("fw")}
-	case limiter.Concurrency:
+	case limit.Concurrency:
 		keys = []string{key("cc")}
 	}
 	l := admitting(alg)
@@ -576,15 +577,15 @@ func memoryCases() []memoryCase {
 		return out
 	}
 	return []memoryCase{
-		{name: "token_bucket", limit: limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 100, Window: w}, keys: 1000, takes: spread(1)},
-		{name: "fixed_window", limit: limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 100, Window: w}, keys: 1000, takes: spread(1)},
+		{name: "token_bucket", limit: limiter.Limit{Algorithm: limit.TokenBucket, Limit: 100, Window: w}, keys: 1000, takes: spread(1)},
+		{name: "fixed_window", limit: limiter.Limit{Algorithm: limit.FixedWindow, Limit: 100, Window: w}, keys: 1000, takes: spread(1)},
 		// A take in one window and one in the next: both keys exist.
-		{name: "sliding_window", limit: limiter.Limit{Algorithm: limiter.SlidingWindow, Limit: 100, Window: w}, keys: 1000, takes: []time.Duration{0, w}},
-		{name: "concurrency_10", limit: limiter.Limit{Algorithm: limiter.Concurrency, Limit: 10, Window: w}, keys: 1000, takes: spread(10), members: 10},
+		{name: "sliding_window", limit: limiter.Limit{Algorithm: limit.SlidingWindow, Limit: 100, Window: w}, keys: 1000, takes: []time.Duration{0, w}},
+		{name: "concurrency_10", limit: limiter.Limit{Algorithm: limit.Concurrency, Limit: 10, Window: w}, keys: 1000, takes: spread(10), members: 10},
 		// Full logs, each unit its own request (its own member id).
-		{name: "sliding_log_10", limit: limiter.Limit{Algorithm: limiter.SlidingLog, Limit: 10, Window: w}, keys: 500, takes: spread(10), members: 10},
-		{name: "sliding_log_100", limit: limiter.Limit{Algorithm: limiter.SlidingLog, Limit: 100, Window: w}, keys: 100, takes: spread(100), members: 100},
-		{name: "sliding_log_1000", limit: limiter.Limit{Algorithm: limiter.SlidingLog, Limit: 1000, Window: w}, keys: 10, takes: spread(1000), members: 1000},
+		{name: "sliding_log_10", limit: limiter.Limit{Algorithm: limit.SlidingLog, Limit: 10, Window: w}, keys: 500, takes: spread(10), members: 10},
+		{name: "sliding_log_100", limit: limiter.Limit{Algorithm: limit.SlidingLog, Limit: 100, Window: w}, keys: 100, takes: spread(100), members: 100},
+		{name: "sliding_log_1000", limit: limiter.Limit{Algorithm: limit.SlidingLog, Limit: 1000, Window: w}, keys: 10, takes: spread(1000), members: 1000},
 	}
 }
 

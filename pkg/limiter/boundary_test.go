@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -51,18 +52,18 @@ func boundaryStores(t *testing.T) []namedStore {
 // next gets 2× the limit within one window's length. This is documented
 // behaviour; the test pins it so a change to it is noticed.
 func TestFixedWindowAdmitsTwiceAcrossBoundary(t *testing.T) {
-	const limit = 50
+	const quota = 50
 	base := time.Now().Add(time.Hour).Truncate(time.Second)
 	var at []time.Time
-	for i := range 2 * limit {
+	for i := range 2 * quota {
 		at = append(at, base.Add(900*ms+time.Duration(i)*2*ms)) // 900ms..1098ms
 	}
 	for _, st := range boundaryStores(t) {
 		t.Run(st.name, func(t *testing.T) {
-			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limiter.FixedWindow, Limit: limit, Window: time.Second}
+			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.FixedWindow, Limit: quota, Window: time.Second}
 			admitted, _ := admitAt(t, st.store, l, at)
-			require.Len(t, admitted, 2*limit)
-			require.Equal(t, 2*limit, maxInWindow(admitted, time.Second))
+			require.Len(t, admitted, 2*quota)
+			require.Equal(t, 2*quota, maxInWindow(admitted, time.Second))
 		})
 	}
 }
@@ -71,20 +72,20 @@ func TestFixedWindowAdmitsTwiceAcrossBoundary(t *testing.T) {
 // of length W holds burst + limit (a full bucket at its start, limit more
 // refilled or leaked during it), which README states.
 func TestBucketsWorstWindowIsBurstPlusLimit(t *testing.T) {
-	const limit, burst = 20, 10
+	const quota, burst = 20, 10
 	base := time.Now().Add(time.Hour).Truncate(time.Second)
 	var at []time.Time
 	for i := range 3000 { // one request per ms for 3 windows
 		at = append(at, base.Add(time.Duration(i)*ms))
 	}
-	for _, alg := range []limiter.Algorithm{limiter.TokenBucket, limiter.LeakyBucket} {
+	for _, alg := range []limiter.Algorithm{limit.TokenBucket, limit.LeakyBucket} {
 		for _, st := range boundaryStores(t) {
 			t.Run(st.name+"/"+alg.String(), func(t *testing.T) {
-				l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: limit, Window: time.Second, Burst: burst}
+				l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: quota, Window: time.Second, Burst: burst}
 				admitted, _ := admitAt(t, st.store, l, at)
 				worst := maxInWindow(admitted, time.Second)
-				require.LessOrEqual(t, worst, burst+limit)
-				require.GreaterOrEqual(t, worst, burst+limit-1, "the pattern reaches the stated bound")
+				require.LessOrEqual(t, worst, burst+quota)
+				require.GreaterOrEqual(t, worst, burst+quota-1, "the pattern reaches the stated bound")
 			})
 		}
 	}
@@ -93,16 +94,16 @@ func TestBucketsWorstWindowIsBurstPlusLimit(t *testing.T) {
 // The sliding log is exact: under random overload, no window of its length
 // ever holds more than the limit.
 func TestSlidingLogNeverExceedsLimit(t *testing.T) {
-	const limit = 20
+	const quota = 20
 	window := time.Second
 	rng := rand.New(rand.NewPCG(7, 7))
-	at := poisson(rng, time.Now().Add(time.Hour), 3*limit, window, 5)
+	at := poisson(rng, time.Now().Add(time.Hour), 3*quota, window, 5)
 	for _, st := range boundaryStores(t) {
 		t.Run(st.name, func(t *testing.T) {
-			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limiter.SlidingLog, Limit: limit, Window: window}
+			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.SlidingLog, Limit: quota, Window: window}
 			admitted, _ := admitAt(t, st.store, l, at)
-			require.Equal(t, limit, maxInWindow(admitted, window))
-			require.GreaterOrEqual(t, len(admitted), 4*limit, "an exact log still admits a full quota per window")
+			require.Equal(t, quota, maxInWindow(admitted, window))
+			require.GreaterOrEqual(t, len(admitted), 4*quota, "an exact log still admits a full quota per window")
 		})
 	}
 }
@@ -125,14 +126,14 @@ func poisson(rng *rand.Rand, start time.Time, rate int, window time.Duration, n 
 // test reports the share of decisions that differ from an exact sliding log
 // fed the same admitted history.
 func TestSlidingWindowWorstCaseAndError(t *testing.T) {
-	const limit = 100
+	const quota = 100
 	window := time.Second
 	for _, st := range boundaryStores(t) {
 		t.Run(st.name+"/worst case", func(t *testing.T) {
-			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limiter.SlidingWindow, Limit: limit, Window: window}
+			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.SlidingWindow, Limit: quota, Window: window}
 			base := time.Now().Add(time.Hour).Truncate(time.Second)
 			var at []time.Time
-			for range limit { // the whole quota at the end of the previous window
+			for range quota { // the whole quota at the end of the previous window
 				at = append(at, base.Add(999*ms))
 			}
 			for i := range 2000 { // then a flood across the next window
@@ -140,9 +141,9 @@ func TestSlidingWindowWorstCaseAndError(t *testing.T) {
 			}
 			admitted, _ := admitAt(t, st.store, l, at)
 			worst := maxInWindow(admitted, window)
-			t.Logf("worst case: %d admitted within one window of length W (limit %d)", worst, limit)
-			require.Less(t, worst, 2*limit)
-			require.Greater(t, worst, limit+limit/2, "the adversarial pattern must reach the documented overshoot")
+			t.Logf("worst case: %d admitted within one window of length W (limit %d)", worst, quota)
+			require.Less(t, worst, 2*quota)
+			require.Greater(t, worst, quota+quota/2, "the adversarial pattern must reach the documented overshoot")
 		})
 	}
 	for _, load := range []float64{0.8, 0.9, 1.0, 1.2, 2} {
@@ -150,13 +151,13 @@ func TestSlidingWindowWorstCaseAndError(t *testing.T) {
 			t.Run(fmt.Sprintf("steady mix at %.1fx seed %d", load, seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 2))
 				st := limiter.NewMemoryStore()
-				l := limiter.Limit{Key: "steady", Algorithm: limiter.SlidingWindow, Limit: limit, Window: window}
-				at := poisson(rng, t0, int(load*limit), window, 60) // fixed start: the same figures every run
+				l := limiter.Limit{Key: "steady", Algorithm: limit.SlidingWindow, Limit: quota, Window: window}
+				at := poisson(rng, t0, int(load*quota), window, 60) // fixed start: the same figures every run
 				_, decided := admitAt(t, st, l, at)
 				wrongAllow, wrongDeny, over := 0, 0, 0
 				var history []time.Time
 				for i, a := range at {
-					exact := countAfter(history, a.Add(-window)) < limit
+					exact := countAfter(history, a.Add(-window)) < quota
 					switch {
 					case decided[i] && !exact:
 						wrongAllow++
@@ -165,14 +166,14 @@ func TestSlidingWindowWorstCaseAndError(t *testing.T) {
 					}
 					if decided[i] {
 						history = append(history, a)
-						over = max(over, countAfter(history, a.Add(-window))-limit)
+						over = max(over, countAfter(history, a.Add(-window))-quota)
 					}
 				}
 				pct := func(n int) float64 { return 100 * float64(n) / float64(len(at)) }
 				t.Logf("Poisson at %.1f× the limit, %d requests: wrongly allowed %.2f%%, wrongly denied %.2f%% (against an exact sliding log over the same admitted history); worst overshoot %d over a limit of %d",
-					load, len(at), pct(wrongAllow), pct(wrongDeny), over, limit)
+					load, len(at), pct(wrongAllow), pct(wrongDeny), over, quota)
 				require.Less(t, pct(wrongAllow), 15.0)
-				require.Less(t, over, limit/5)
+				require.Less(t, over, quota/5)
 			})
 		}
 	}

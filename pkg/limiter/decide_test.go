@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -32,12 +33,12 @@ func checks(reqs ...limiter.Request) []limiter.Check {
 // counts, not times.)
 func TestDecideRefundsOtherLimitsOnDenial(t *testing.T) {
 	others := []limiter.Limit{
-		{Algorithm: limiter.SlidingLog, Limit: 10, Window: 10 * s},
-		{Algorithm: limiter.SlidingWindow, Limit: 10, Window: 10 * s},
-		{Algorithm: limiter.TokenBucket, Limit: 10, Window: 10 * s, Burst: 8},
-		{Algorithm: limiter.FixedWindow, Limit: 10, Window: 10 * s},
-		{Algorithm: limiter.Concurrency, Limit: 10, Window: 10 * s},
-		{Algorithm: limiter.LeakyBucket, Limit: 10, Window: 10 * s, Burst: 8},
+		{Algorithm: limit.SlidingLog, Limit: 10, Window: 10 * s},
+		{Algorithm: limit.SlidingWindow, Limit: 10, Window: 10 * s},
+		{Algorithm: limit.TokenBucket, Limit: 10, Window: 10 * s, Burst: 8},
+		{Algorithm: limit.FixedWindow, Limit: 10, Window: 10 * s},
+		{Algorithm: limit.Concurrency, Limit: 10, Window: 10 * s},
+		{Algorithm: limit.LeakyBucket, Limit: 10, Window: 10 * s, Burst: 8},
 	}
 	for _, st := range allStores(t) {
 		for _, other := range others {
@@ -45,7 +46,7 @@ func TestDecideRefundsOtherLimitsOnDenial(t *testing.T) {
 				p := testenv.KeyPrefix(t)
 				withDenied, without := other, other
 				withDenied.Key, without.Key = p+"a1", p+"a2"
-				tight := limiter.Limit{Key: p + "b", Algorithm: limiter.FixedWindow, Limit: 1, Window: 10 * s}
+				tight := limiter.Limit{Key: p + "b", Algorithm: limit.FixedWindow, Limit: 1, Window: 10 * s}
 				take := func(l limiter.Limit, cost int64) limiter.Decision {
 					ds, err := st.store.Take(ctx(t), []limiter.Request{{Limit: l, Cost: cost}})
 					require.NoError(t, err)
@@ -76,8 +77,8 @@ func TestDecideAllowsWhenAllAdmit(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			p := testenv.KeyPrefix(t)
 			reqs := []limiter.Request{
-				{Limit: limiter.Limit{Key: p + "a", Algorithm: limiter.SlidingLog, Limit: 2, Window: 10 * s}, Cost: 1},
-				{Limit: limiter.Limit{Key: p + "b", Algorithm: limiter.TokenBucket, Limit: 2, Window: 10 * s}, Cost: 1},
+				{Limit: limiter.Limit{Key: p + "a", Algorithm: limit.SlidingLog, Limit: 2, Window: 10 * s}, Cost: 1},
+				{Limit: limiter.Limit{Key: p + "b", Algorithm: limit.TokenBucket, Limit: 2, Window: 10 * s}, Cost: 1},
 			}
 			l := decider(t, st.store)
 			for i := range 2 {
@@ -97,7 +98,7 @@ func TestDecideAllowsWhenAllAdmit(t *testing.T) {
 func TestLeaseSplitRefundsShares(t *testing.T) {
 	for _, st := range allStores(t) {
 		t.Run(st.name, func(t *testing.T) {
-			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limiter.SlidingLog, Limit: 10, Window: 10 * s}
+			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.SlidingLog, Limit: 10, Window: 10 * s}
 			ds, err := st.store.Take(ctx(t), []limiter.Request{{Limit: l, Cost: 6, At: t0}})
 			require.NoError(t, err)
 			first, rest := ds[0].Lease.Split(2)

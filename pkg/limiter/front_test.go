@@ -75,8 +75,8 @@ func lim(key string, alg Algorithm, n int64, w time.Duration) Limit {
 
 func TestLimiterAllOrNothing(t *testing.T) {
 	l, _, _ := newTestLimiter(t, Config{})
-	wide := lim("wide", SlidingLog, 10, time.Minute)
-	tight := lim("tight", FixedWindow, 1, time.Minute)
+	wide := lim("wide", limit.SlidingLog, 10, time.Minute)
+	tight := lim("tight", limit.FixedWindow, 1, time.Minute)
 	v, err := l.Decide(context.Background(), []Check{{Limit: wide, Cost: 1}, {Limit: tight, Cost: 1}})
 	require.NoError(t, err)
 	require.True(t, v.Allowed)
@@ -92,7 +92,7 @@ func TestLimiterAllOrNothing(t *testing.T) {
 
 func TestLimiterShadowNeverDenies(t *testing.T) {
 	l, _, _ := newTestLimiter(t, Config{})
-	shadow := lim("shadow", FixedWindow, 2, time.Minute)
+	shadow := lim("shadow", limit.FixedWindow, 2, time.Minute)
 	for i := range 4 {
 		v, err := l.Decide(context.Background(), []Check{{Limit: shadow, Cost: 1, Shadow: true}})
 		require.NoError(t, err)
@@ -104,7 +104,7 @@ func TestLimiterShadowNeverDenies(t *testing.T) {
 
 func TestLimiterReleasesConcurrencySlots(t *testing.T) {
 	l, _, _ := newTestLimiter(t, Config{})
-	c := lim("conc", Concurrency, 1, time.Minute)
+	c := lim("conc", limit.Concurrency, 1, time.Minute)
 	v, err := l.Decide(context.Background(), []Check{{Limit: c, Cost: 1}})
 	require.NoError(t, err)
 	require.True(t, v.Allowed)
@@ -124,7 +124,7 @@ func TestLimiterReleasesConcurrencySlots(t *testing.T) {
 
 func TestOverLimitCache(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{})
-	k := lim("hot", SlidingLog, 2, 10*time.Second)
+	k := lim("hot", limit.SlidingLog, 2, 10*time.Second)
 	decide := func(cost int64) Verdict {
 		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: cost}})
 		require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestOverLimitCacheIsBounded(t *testing.T) {
 	c := newOverLimitCache(640)
 	now := time.Now()
 	for i := range 10000 {
-		c.put(lim(string(rune('a'+i%26))+time.Duration(i).String(), FixedWindow, 1, time.Minute), 1, Decision{Limit: 1, RetryAfter: time.Minute}, now, 0)
+		c.put(lim(string(rune('a'+i%26))+time.Duration(i).String(), limit.FixedWindow, 1, time.Minute), 1, Decision{Limit: 1, RetryAfter: time.Minute}, now, 0)
 	}
 	require.LessOrEqual(t, c.len(), 640)
 	require.Greater(t, c.len(), 500)
@@ -206,7 +206,7 @@ func TestCoalescingOneCallPerBatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l, st, _ := newTestLimiter(t, Config{})
 			st.gate = make(chan struct{})
-			k := lim("flood", SlidingLog, tc.limit, time.Minute)
+			k := lim("flood", limit.SlidingLog, tc.limit, time.Minute)
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			first := make(chan struct{})
@@ -247,7 +247,7 @@ func TestCoalescingOneCallPerBatch(t *testing.T) {
 }
 
 func TestFallbackModes(t *testing.T) {
-	k := lim("k", FixedWindow, 10, time.Minute)
+	k := lim("k", limit.FixedWindow, 10, time.Minute)
 	t.Run("fallback divides the limit by nodes", func(t *testing.T) {
 		l, st, _ := newTestLimiter(t, Config{})
 		st.fail.Store(true)
@@ -278,14 +278,14 @@ func TestFallbackModes(t *testing.T) {
 	})
 	t.Run("invalid check is an error, not a fallback", func(t *testing.T) {
 		l, _, _ := newTestLimiter(t, Config{})
-		_, err := l.Decide(context.Background(), []Check{{Limit: lim("k", FixedWindow, 0, time.Minute), Cost: 1}})
+		_, err := l.Decide(context.Background(), []Check{{Limit: lim("k", limit.FixedWindow, 0, time.Minute), Cost: 1}})
 		require.ErrorIs(t, err, ErrInvalidLimit)
 	})
 }
 
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{BreakerFailures: 3, BreakerCooldown: time.Second})
-	k := lim("k", FixedWindow, 100, time.Minute)
+	k := lim("k", limit.FixedWindow, 100, time.Minute)
 	decide := func() Outcome {
 		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
 		require.NoError(t, err)
@@ -360,7 +360,7 @@ func TestBreakerPerShard(t *testing.T) {
 	l, err := New(st, Config{Timeout: time.Second, BreakerFailures: 3}, prometheus.NewRegistry(), nil)
 	require.NoError(t, err)
 	l.now = clock.now
-	onA, onB := lim("a-key", FixedWindow, 100, time.Minute), lim("b-key", FixedWindow, 100, time.Minute)
+	onA, onB := lim("a-key", limit.FixedWindow, 100, time.Minute), lim("b-key", limit.FixedWindow, 100, time.Minute)
 	for range 10 {
 		v, err := l.Decide(context.Background(), []Check{{Limit: onA, Cost: 1}, {Limit: onB, Cost: 1}})
 		require.NoError(t, err)

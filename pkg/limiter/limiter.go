@@ -30,16 +30,6 @@ type (
 	Algorithm = limit.Algorithm
 )
 
-// The registered algorithms, for callers that name one.
-var (
-	SlidingLog    = limit.SlidingLog
-	SlidingWindow = limit.SlidingWindow
-	TokenBucket   = limit.TokenBucket
-	FixedWindow   = limit.FixedWindow
-	Concurrency   = limit.Concurrency
-	LeakyBucket   = limit.LeakyBucket
-)
-
 // Errors callers act on.
 var (
 	ErrUnknownAlgorithm = limit.ErrUnknownAlgorithm

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -35,7 +36,7 @@ func TestNoScriptAfterFlush(t *testing.T) {
 			// Keys spread over every master of a Cluster, in one pipeline.
 			var reqs []limiter.Request
 			for i := range 12 {
-				l := limiter.Limit{Key: p + string(rune('a'+i)), Algorithm: limiter.SlidingLog, Limit: 5, Window: time.Minute}
+				l := limiter.Limit{Key: p + string(rune('a'+i)), Algorithm: limit.SlidingLog, Limit: 5, Window: time.Minute}
 				reqs = append(reqs, limiter.Request{Limit: l, Cost: 1})
 			}
 			for round := int64(1); round <= 5; round++ {
@@ -63,7 +64,7 @@ func TestNoScriptOnOneClusterNode(t *testing.T) {
 	p := testenv.KeyPrefix(t)
 	var reqs []limiter.Request
 	for i := range 12 {
-		reqs = append(reqs, limiter.Request{Limit: limiter.Limit{Key: p + string(rune('a'+i)), Algorithm: limiter.FixedWindow, Limit: 100, Window: time.Hour}, Cost: 1})
+		reqs = append(reqs, limiter.Request{Limit: limiter.Limit{Key: p + string(rune('a'+i)), Algorithm: limit.FixedWindow, Limit: 100, Window: time.Hour}, Cost: 1})
 	}
 	masters, err := cluster.Masters(ctx(t))
 	require.NoError(t, err)
@@ -88,7 +89,7 @@ func TestNoScriptAcrossSentinelFailover(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	st := redisStore(t, c)
-	l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limiter.SlidingLog, Limit: 30, Window: time.Hour}
+	l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.SlidingLog, Limit: 30, Window: time.Hour}
 
 	admitted := takeN(t, st, l, 10)
 	_, err = d.Failover(ctx(t))
@@ -109,7 +110,7 @@ func TestNoScriptAcrossClusterFailover(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	st := redisStore(t, c)
-	l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limiter.SlidingLog, Limit: 30, Window: time.Hour}
+	l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.SlidingLog, Limit: 30, Window: time.Hour}
 	admitted := takeN(t, st, l, 10)
 
 	master, err := d.MasterForKey(ctx(t), st.Keys(l)[0])
