@@ -20,9 +20,9 @@ import (
 func TestAtomicityAcrossNodes(t *testing.T) {
 	const nodes, goroutines, each, quota = 3, 200, 3, 500
 	urls := map[limiter.Mode]string{
-		limiter.ModeStandalone: standalone.URL(),
-		limiter.ModeCluster:    cluster.URL(),
-		limiter.ModeSentinel:   sentinel.URL(),
+		limiter.ModeStandalone: standaloneSrv().URL(),
+		limiter.ModeCluster:    clusterSrv().URL(),
+		limiter.ModeSentinel:   sentinelSrv().URL(),
 	}
 	cases := []struct {
 		name       string

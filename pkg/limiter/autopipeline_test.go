@@ -33,11 +33,11 @@ func autoPipelined(t testing.TB, c redis.UniversalClient) limiter.RedisConn {
 func modeURL(mode limiter.Mode) string {
 	switch mode {
 	case limiter.ModeCluster:
-		return cluster.URL()
+		return clusterSrv().URL()
 	case limiter.ModeSentinel:
-		return sentinel.URL()
+		return sentinelSrv().URL()
 	}
-	return standalone.URL()
+	return standaloneSrv().URL()
 }
 
 // TestAutoPipelinedAtomicity is TestAtomicityAcrossNodes over autopipelined
@@ -87,7 +87,7 @@ func TestAutoPipelinedAtomicity(t *testing.T) {
 func TestAutoPipelinedNoScript(t *testing.T) {
 	for _, mode := range allModes {
 		t.Run(string(mode), func(t *testing.T) {
-			c := clients[string(mode)]
+			c := client(mode)
 			st := connStore(t, autoPipelined(t, c))
 			p := testenv.KeyPrefix(t)
 			var reqs []limiter.Request
@@ -138,7 +138,7 @@ func assertNoError(t *testing.T, err error) bool {
 func TestAutoPipelinedErrorsPerCall(t *testing.T) {
 	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster} {
 		t.Run(string(mode), func(t *testing.T) {
-			c := clients[string(mode)]
+			c := client(mode)
 			st := connStore(t, autoPipelined(t, c))
 			p := testenv.KeyPrefix(t)
 			bad := limiter.Limit{Key: p + "bad", Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Minute}
@@ -181,11 +181,11 @@ func TestAutoPipelinedErrorsPerCall(t *testing.T) {
 // autopipeliner's own context, and the abandoned call still runs once Redis
 // answers (as a call already written to a plain connection does).
 func TestAutoPipelinedDeadline(t *testing.T) {
-	c := clients[string(limiter.ModeStandalone)]
+	c := client(limiter.ModeStandalone)
 	st := connStore(t, autoPipelined(t, c))
 	require.NoError(t, st.Load(ctx(t)))
 	l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}
-	pauser := redis.NewClient(&redis.Options{Addr: standalone.Addr})
+	pauser := redis.NewClient(&redis.Options{Addr: standaloneSrv().Addr})
 	defer pauser.Close()
 	require.NoError(t, pauser.Do(ctx(t), "CLIENT", "PAUSE", 200, "ALL").Err())
 	short, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
@@ -202,7 +202,7 @@ func TestAutoPipelinedDeadline(t *testing.T) {
 // TestAutoPipelinedDifferential is TestDifferentialMemoryRedis's random
 // sequences, takes and refunds, through an autopipelined client.
 func TestAutoPipelinedDifferential(t *testing.T) {
-	red := connStore(t, autoPipelined(t, clients[string(limiter.ModeStandalone)]))
+	red := connStore(t, autoPipelined(t, client(limiter.ModeStandalone)))
 	for _, alg := range []limiter.Algorithm{limit.SlidingLog, limit.SlidingWindow, limit.TokenBucket, limit.FixedWindow, limit.Concurrency} {
 		t.Run(alg.String(), func(t *testing.T) {
 			differential(t, red, rand.New(rand.NewPCG(7, uint64(alg))), alg, 150)
@@ -232,7 +232,7 @@ func BenchmarkTakeConcurrency(b *testing.B) {
 	}
 	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster} {
 		b.Run(string(mode), func(b *testing.B) {
-			c := clients[string(mode)]
+			c := client(mode)
 			plain, ap := redisStore(b, c), connStore(b, autoPipelined(b, c))
 			require.NoError(b, plain.Load(context.Background()))
 			// Both variants at one concurrency, then the next: neighbours in

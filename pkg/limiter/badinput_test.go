@@ -37,7 +37,7 @@ func TestInvalidRequestsAreRefusedOneByOne(t *testing.T) {
 		{"negative need", limiter.Request{Limit: good, Cost: 1, Need: -1}, limiter.ErrInvalidRequest, "need"},
 		{"sliding window product", limiter.Request{Limit: limiter.Limit{Key: "k", Algorithm: limit.SlidingWindow, Limit: 1e9, Window: 24 * time.Hour}, Cost: 1}, limiter.ErrInvalidLimit, "2^53"},
 	}
-	stores := []namedStore{{"memory", limiter.NewMemoryStore()}, {"redis", redisStore(t, clients[string(limiter.ModeStandalone)])}}
+	stores := []namedStore{{"memory", limiter.NewMemoryStore()}, {"redis", redisStore(t, client(limiter.ModeStandalone))}}
 	for _, st := range stores {
 		for _, c := range cases {
 			t.Run(st.name+"/"+c.name, func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestMalformedRedisURLs(t *testing.T) {
 			require.ErrorContains(t, err, c.text)
 		})
 	}
-	_, err := limiter.NewRedisStore(limiter.Conn(clients[string(limiter.ModeStandalone)]), "bad{prefix")
+	_, err := limiter.NewRedisStore(limiter.Conn(client(limiter.ModeStandalone)), "bad{prefix")
 	require.ErrorContains(t, err, "brace")
 }
 

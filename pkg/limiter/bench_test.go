@@ -237,9 +237,9 @@ func runStyle(b *testing.B, st limiter.Store, nodes []string, alg limiter.Algori
 // share the machine's cores with the client.
 func nodesOf(mode limiter.Mode) []string {
 	if mode == limiter.ModeCluster {
-		return cluster.Addrs()
+		return clusterSrv().Addrs()
 	}
-	return []string{standalone.Addr}
+	return []string{standaloneSrv().Addr}
 }
 
 // benchCPU measures the CPU time that a deployment's Redis servers and the
@@ -322,7 +322,7 @@ var (
 func BenchmarkRedisTake(b *testing.B) {
 	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster} {
 		b.Run(string(mode), func(b *testing.B) {
-			client := clients[string(mode)]
+			client := client(mode)
 			st := redisStore(b, client)
 			require.NoError(b, st.Load(context.Background()))
 			for _, alg := range benchAlgorithms {
@@ -380,8 +380,8 @@ func BenchmarkDecide(b *testing.B) {
 		nodes []string
 	}{
 		{"memory", func(*testing.B) limiter.Store { return limiter.NewMemoryStore() }, nil},
-		{"standalone", func(b *testing.B) limiter.Store { return redisStore(b, clients[string(limiter.ModeStandalone)]) }, nodesOf(limiter.ModeStandalone)},
-		{"cluster", func(b *testing.B) limiter.Store { return redisStore(b, clients[string(limiter.ModeCluster)]) }, nodesOf(limiter.ModeCluster)},
+		{"standalone", func(b *testing.B) limiter.Store { return redisStore(b, client(limiter.ModeStandalone)) }, nodesOf(limiter.ModeStandalone)},
+		{"cluster", func(b *testing.B) limiter.Store { return redisStore(b, client(limiter.ModeCluster)) }, nodesOf(limiter.ModeCluster)},
 	}
 	for _, s := range stores {
 		b.Run(s.name, func(b *testing.B) {
@@ -493,10 +493,10 @@ func benchRedisBenchmark(b *testing.B, mode limiter.Mode, alg limiter.Algorithm,
 	var addr string
 	var args []string
 	if mode == limiter.ModeCluster {
-		addr = cluster.Addrs()[0]
+		addr = clusterSrv().Addrs()[0]
 		args = append(args, "--cluster")
 	} else {
-		addr = standalone.Addr
+		addr = standaloneSrv().Addr
 	}
 	host, port, _ := strings.Cut(addr, ":")
 	args = append(args, "-h", host, "-p", port, "-n", strconv.Itoa(b.N), "-c", strconv.Itoa(benchCeilingClients),
@@ -539,7 +539,7 @@ func parseRedisBenchmarkCSV(out []byte) (float64, error) {
 // counted as a request and inflate the ceiling. This sends each once through
 // go-redis, after the store loaded its scripts as the benchmark does.
 func TestCeilingCommandsRun(t *testing.T) {
-	c := clients[string(limiter.ModeStandalone)]
+	c := client(limiter.ModeStandalone)
 	require.NoError(t, redisStore(t, c).Load(ctx(t)))
 	for _, alg := range benchAlgorithms {
 		cmd := ceilingCommand(t, alg)

@@ -43,7 +43,7 @@ func admitAt(t *testing.T, st limiter.Store, l limiter.Limit, at []time.Time) (a
 func boundaryStores(t *testing.T) []namedStore {
 	return []namedStore{
 		{"memory", limiter.NewMemoryStore()},
-		{"redis", redisStore(t, clients[string(limiter.ModeStandalone)])},
+		{"redis", redisStore(t, client(limiter.ModeStandalone))},
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 // validation, sliding_window 200000000/24h validated and every request was
 // then admitted unchecked, and a token bucket of 1e9 per ms never counted.
 func TestEveryValidLimitIsDecidable(t *testing.T) {
-	stores := []namedStore{{"memory", limiter.NewMemoryStore()}, {"redis", redisStore(t, clients[string(limiter.ModeStandalone)])}}
+	stores := []namedStore{{"memory", limiter.NewMemoryStore()}, {"redis", redisStore(t, client(limiter.ModeStandalone))}}
 	for _, alg := range limit.All() {
 		sp := alg.Spec()
 		for _, window := range []time.Duration{max(limit.MinWindow, sp.MinWindow), limit.MaxWindow} {

@@ -23,7 +23,7 @@ func TestDifferentialMemoryRedis(t *testing.T) {
 	for _, alg := range limit.All() { // every registered algorithm
 		for seed := uint64(1); seed <= 4; seed++ {
 			t.Run(alg.String(), func(t *testing.T) {
-				red := redisStore(t, clients[string(limiter.ModeStandalone)])
+				red := redisStore(t, client(limiter.ModeStandalone))
 				differential(t, red, rand.New(rand.NewPCG(seed, uint64(alg))), alg, 300)
 			})
 		}

@@ -146,20 +146,20 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(reg, cfg.StoreName)
-	if err != nil {
-		return nil, err
-	}
 	l := &Limiter{
 		cfg:      cfg,
 		store:    store,
 		fallback: NewMemoryStore(WithMaxKeys(cfg.FallbackKeys)),
 		cache:    newOverLimitCache(cfg.CacheSize),
 		flights:  newFlights(),
-		metrics:  m,
 		log:      log,
 		now:      time.Now,
 	}
+	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() })
+	if err != nil {
+		return nil, err
+	}
+	l.metrics = m
 	l.breakers = newBreakers(cfg.BreakerFailures, cfg.BreakerCooldown, func(shard string, s breakerState, open int, worst breakerState) {
 		m.breakerState.Set(float64(worst))
 		m.breakersOpen.Set(float64(open))

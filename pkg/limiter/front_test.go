@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -381,4 +382,40 @@ func testGauge(g prometheus.Gauge) float64 {
 		panic(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// The fallback's evictions are exported: a flood of random keys while the
+// store is down fills the capped fallback and the counter says so.
+func TestFallbackEvictionsExported(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	st := &countingStore{Store: NewMemoryStore()}
+	st.fail.Store(true)
+	l, err := New(st, Config{Timeout: time.Second, FallbackKeys: memoryShards, BreakerFailures: 1 << 30}, reg, nil)
+	require.NoError(t, err)
+	const keys = 500
+	for i := range keys {
+		v, err := l.Decide(context.Background(), []Check{{Limit: lim("k"+strconv.Itoa(i), limit.FixedWindow, 5, time.Minute), Cost: 1}})
+		require.NoError(t, err)
+		require.Equal(t, SourceFallback, v.Checks[0].Source)
+	}
+	evicted := gathered(t, reg, "edgeguard_limiter_fallback_evictions_total")
+	require.Equal(t, float64(l.fallback.Evicted()), evicted)
+	require.Greater(t, evicted, float64(keys-2*memoryShards), "one key per shard kept, the rest evicted")
+}
+
+// gathered reads one unlabelled metric's value from reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not exported", name)
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,18 +15,36 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
-// The deployments every test of the package shares (started once: a Cluster
-// takes seconds on two cores). Tests namespace their keys with KeyPrefix;
-// destructive failover tests start their own.
-var (
+// The deployments every test of the package shares, each started on first
+// use (a Cluster takes seconds on two cores; tests that need no Redis start
+// none). Tests namespace their keys with KeyPrefix; destructive failover tests
+// start their own.
+var shared struct {
+	mu         sync.Mutex
 	standalone *testenv.Standalone
 	cluster    *testenv.Cluster
 	sentinel   *testenv.Sentinel
-	clients    = map[string]redis.UniversalClient{}
-)
+	clients    map[limiter.Mode]redis.UniversalClient
+}
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	redis.SetLogger(quietLogger{})
+	code := m.Run()
+	shared.mu.Lock()
+	for _, c := range shared.clients {
+		_ = c.Close()
+	}
+	if shared.standalone != nil {
+		_ = shared.standalone.Close()
+	}
+	if shared.cluster != nil {
+		_ = shared.cluster.Close()
+	}
+	if shared.sentinel != nil {
+		_ = shared.sentinel.Close()
+	}
+	shared.mu.Unlock()
+	os.Exit(code)
 }
 
 // quietLogger drops go-redis's own log lines: tests that kill servers on
@@ -34,45 +53,65 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-func run(m *testing.M) int {
-	redis.SetLogger(quietLogger{})
-	var err error
-	defer func() {
-		for _, c := range clients {
-			_ = c.Close()
-		}
-		for _, d := range []interface{ Close() error }{standalone, cluster, sentinel} {
-			if d != nil {
-				_ = d.Close()
-			}
-		}
-	}()
-	if standalone, err = testenv.StartStandalone(testenv.StandaloneOptions{}); err != nil {
-		fmt.Fprintln(os.Stderr, "starting redis:", err)
-		return 1
+// must stops the test binary when a shared server cannot start: every test
+// after it would fail for the same reason.
+func must[T any](v T, err error, what string) T {
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting %s: %v\n", what, err)
+		os.Exit(1)
 	}
-	if cluster, err = testenv.StartCluster(testenv.ClusterOptions{}); err != nil {
-		standalone.Close()
-		fmt.Fprintln(os.Stderr, "starting redis cluster:", err)
-		return 1
+	return v
+}
+
+func standaloneSrv() *testenv.Standalone {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.standalone == nil {
+		s, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+		shared.standalone = must(s, err, "redis")
 	}
-	if sentinel, err = testenv.StartSentinel(testenv.SentinelOptions{}); err != nil {
-		fmt.Fprintln(os.Stderr, "starting redis sentinel:", err)
-		return 1
+	return shared.standalone
+}
+
+func clusterSrv() *testenv.Cluster {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.cluster == nil {
+		c, err := testenv.StartCluster(testenv.ClusterOptions{})
+		shared.cluster = must(c, err, "redis cluster")
 	}
-	for name, u := range map[limiter.Mode]string{
-		limiter.ModeStandalone: standalone.URL(),
-		limiter.ModeCluster:    cluster.URL(),
-		limiter.ModeSentinel:   sentinel.URL(),
-	} {
-		c, err := limiter.NewRedisClient(u, name)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "redis client:", err)
-			return 1
-		}
-		clients[string(name)] = c
+	return shared.cluster
+}
+
+func sentinelSrv() *testenv.Sentinel {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.sentinel == nil {
+		d, err := testenv.StartSentinel(testenv.SentinelOptions{})
+		shared.sentinel = must(d, err, "redis sentinel")
 	}
-	return m.Run()
+	return shared.sentinel
+}
+
+// client is the shared client of a mode's shared deployment.
+func client(mode limiter.Mode) redis.UniversalClient {
+	url := map[limiter.Mode]func() string{
+		limiter.ModeStandalone: func() string { return standaloneSrv().URL() },
+		limiter.ModeCluster:    func() string { return clusterSrv().URL() },
+		limiter.ModeSentinel:   func() string { return sentinelSrv().URL() },
+	}[mode]()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if c, ok := shared.clients[mode]; ok {
+		return c
+	}
+	c, err := limiter.NewRedisClient(url, mode)
+	must(c, err, "redis client")
+	if shared.clients == nil {
+		shared.clients = map[limiter.Mode]redis.UniversalClient{}
+	}
+	shared.clients[mode] = c
+	return c
 }
 
 // namedStore is one store under test.
@@ -86,7 +125,7 @@ type namedStore struct {
 func allStores(t *testing.T) []namedStore {
 	out := []namedStore{{"memory", limiter.NewMemoryStore()}}
 	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster, limiter.ModeSentinel} {
-		out = append(out, namedStore{string(mode), redisStore(t, clients[string(mode)])})
+		out = append(out, namedStore{string(mode), redisStore(t, client(mode))})
 	}
 	return out
 }

@@ -20,7 +20,9 @@ type metrics struct {
 	refundErrors  prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, storeName string) (*metrics, error) {
+// newMetrics builds the Limiter's metrics; evicted counts the live keys the
+// fallback store dropped to stay under its size cap.
+func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int64) (*metrics, error) {
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeguard_limiter_checks_total",
 		Help: "Rate-limit checks decided, by where they were decided (reason).",
@@ -76,8 +78,12 @@ func newMetrics(reg prometheus.Registerer, storeName string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
+	evictions := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "edgeguard_limiter_fallback_evictions_total",
+		Help: "Live keys the fallback store evicted to stay under its size cap (an evicted key forgets its count and errs towards admitting).",
+	}, func() float64 { return float64(evicted()) })
 	var errs []error
-	for _, c := range []prometheus.Collector{checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.refunds, m.refundErrors} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.refunds, m.refundErrors} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

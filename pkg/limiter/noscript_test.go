@@ -30,7 +30,7 @@ func takeN(t *testing.T, st limiter.Store, l limiter.Limit, n int) int64 {
 func TestNoScriptAfterFlush(t *testing.T) {
 	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster, limiter.ModeSentinel} {
 		t.Run(string(mode), func(t *testing.T) {
-			c := clients[string(mode)]
+			c := client(mode)
 			st := redisStore(t, c)
 			p := testenv.KeyPrefix(t)
 			// Keys spread over every master of a Cluster, in one pipeline.
@@ -58,7 +58,7 @@ func TestNoScriptAfterFlush(t *testing.T) {
 // Only the node that lost its scripts re-runs its commands: flush one Cluster
 // master and the calls on the others are not repeated.
 func TestNoScriptOnOneClusterNode(t *testing.T) {
-	c := clients[string(limiter.ModeCluster)].(*redis.ClusterClient)
+	c := client(limiter.ModeCluster).(*redis.ClusterClient)
 	st := redisStore(t, c)
 	require.NoError(t, st.Load(ctx(t)))
 	p := testenv.KeyPrefix(t)
@@ -66,7 +66,7 @@ func TestNoScriptOnOneClusterNode(t *testing.T) {
 	for i := range 12 {
 		reqs = append(reqs, limiter.Request{Limit: limiter.Limit{Key: p + string(rune('a'+i)), Algorithm: limit.FixedWindow, Limit: 100, Window: time.Hour}, Cost: 1})
 	}
-	masters, err := cluster.Masters(ctx(t))
+	masters, err := clusterSrv().Masters(ctx(t))
 	require.NoError(t, err)
 	one := redis.NewClient(&redis.Options{Addr: masters[0]})
 	defer one.Close()
