@@ -78,22 +78,24 @@ func (bs *breakers) changed(shard string, s breakerState) {
 	}
 }
 
-func (b *breaker) allow(now time.Time) bool {
+// allow says whether a call may go to the store, and whether it is the
+// half-open probe.
+func (b *breaker) allow(now time.Time) (ok, probe bool) {
 	if breakerState(b.state.Load()) == breakerClosed {
-		return true
+		return true, false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch breakerState(b.state.Load()) {
 	case breakerClosed:
-		return true
+		return true, false
 	case breakerOpen:
 		if now.Sub(b.openedAt) >= b.cooldown {
 			b.set(breakerHalfOpen) // exactly one probe
-			return true
+			return true, true
 		}
 	}
-	return false
+	return false, false
 }
 
 func (b *breaker) success() {

@@ -82,8 +82,10 @@ var ErrUnavailable = errors.New("rate limit store unavailable")
 type Config struct {
 	// StoreName labels decisions of the primary store in metrics ("redis").
 	StoreName string
-	// Timeout bounds one store round trip (default 5ms). Past it the check is
-	// decided by FailMode.
+	// Timeout bounds one store round trip (default 250ms). A slow store is
+	// waited for, so limits stay exact while it is merely slow; past the
+	// timeout the check is decided by FailMode and the call counts towards
+	// opening the breaker.
 	Timeout time.Duration
 	// FailMode is what to do when the store fails (default fallback).
 	FailMode FailMode
@@ -103,7 +105,7 @@ func (c Config) withDefaults() Config {
 		c.StoreName = "redis"
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = 5 * time.Millisecond
+		c.Timeout = DefaultTimeout
 	}
 	if c.FailMode == "" {
 		c.FailMode = FailFallback
@@ -123,12 +125,19 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// DefaultTimeout is the store deadline: far above a healthy call (well under
+// a millisecond) and above the 100 ms a loaded Redis may take, so slowness
+// alone never sends decisions to the fallback; a frozen store costs the
+// requests in flight during one deadline before the breaker opens.
+const DefaultTimeout = 250 * time.Millisecond
+
 // Limiter is what the edge calls: a store behind a local prefilter (over-limit
 // cache and per-key coalescing), a circuit breaker and a local fallback.
 type Limiter struct {
 	cfg      Config
 	store    Store
 	fallback *MemoryStore
+	ledger   *ledger
 	cache    *overLimitCache
 	flights  *flights
 	breakers *breakers
@@ -150,6 +159,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		cfg:      cfg,
 		store:    store,
 		fallback: NewMemoryStore(WithMaxKeys(cfg.FallbackKeys)),
+		ledger:   newLedger(cfg.CacheSize),
 		cache:    newOverLimitCache(cfg.CacheSize),
 		flights:  newFlights(),
 		log:      log,
@@ -268,6 +278,9 @@ func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
 			continue
 		}
 		byStore[o.store] = append(byStore[o.store], o.Lease)
+		if o.store == Store(l.fallback) {
+			l.ledger.paid(memKey(o.Lease.Limit), o.Lease.Units) // never counted by the store
+		}
 		o.Lease.Units = 0 // given back once only
 		// The refund may let a cached denial fit sooner than it says
 		// (concurrency limits are never cached: releases skip this).
@@ -339,13 +352,28 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 	ds := make([]Decision, len(reqs))
 	shards := make([]*breaker, len(reqs))
 	send := make([]Request, 0, len(reqs))
-	sent := make([]int, 0, len(reqs))
+	sent := make([]int, 0, len(reqs)) // index in reqs, or -1 for a replay
 	now := l.now()
 	for i, r := range reqs {
 		shards[i] = l.breakers.get(l.store.Shard(r.Limit))
-		if !shards[i].allow(now) {
+		ok, probe := shards[i].allow(now)
+		if !ok {
 			errs[i] = errBreakerOpen
 			continue
+		}
+		if probe {
+			// A Cluster master may have been replaced while the breaker
+			// was open: read the slot map again, so the keys re-home to
+			// the promoted replica (a new shard) instead of waiting for
+			// the periodic reload.
+			l.store.Refresh()
+		}
+		// What the fallback admitted while the store could not be asked
+		// goes first, in the same round trip: the store counts it before
+		// deciding anew.
+		if d := l.ledger.debt(memKey(r.Limit), r.Limit.Window, now); d > 0 && !r.Limit.Algorithm.Spec().Held {
+			send = append(send, Request{Limit: r.Limit, Cost: d, Need: 1})
+			sent = append(sent, -1)
 		}
 		send = append(send, r)
 		sent = append(sent, i)
@@ -362,16 +390,29 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 	got, err := l.store.Take(ctx, send)
 	l.metrics.storeCalls.Add(float64(len(send)))
 	var te *TakeError
+	answered := l.now()
 	for j, i := range sent {
+		var e error
 		switch {
 		case err == nil:
 		case errors.As(err, &te):
-			errs[i] = te.Errs[j]
+			e = te.Errs[j]
 		default:
-			errs[i] = err
+			e = err
 		}
+		if i < 0 {
+			if e == nil { // counted (or the store is full anyway)
+				l.ledger.paid(memKey(send[j].Limit), send[j].Cost)
+				l.metrics.replayed.Add(float64(send[j].Cost))
+			}
+			continue
+		}
+		errs[i] = e
 		if j < len(got) {
 			ds[i] = got[j]
+		}
+		if e == nil && !reqs[i].Limit.Algorithm.Spec().Held {
+			l.ledger.observe(memKey(reqs[i].Limit), ds[i].Remaining, answered)
 		}
 	}
 	outcome := "ok"
@@ -383,7 +424,9 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 	// (an invalid request says nothing about the store's health).
 	failed := map[*breaker]bool{}
 	for _, i := range sent {
-		failed[shards[i]] = failed[shards[i]] || (errs[i] != nil && !callerError(errs[i]))
+		if i >= 0 {
+			failed[shards[i]] = failed[shards[i]] || (errs[i] != nil && !callerError(errs[i]))
+		}
 	}
 	for b, f := range failed {
 		if f {
@@ -419,21 +462,38 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	case FailClosed:
 		return Outcome{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
+	// Each of the N nodes sharing the limit admits floor(limit/N) locally,
+	// so together they admit at most the limit. A limit below N leaves a
+	// node no share: it denies until the store answers again.
 	local := c.Limit
 	nodes := int64(max(c.Nodes, 1))
-	local.Limit = ceilDiv(local.Limit, nodes)
-	if local.Burst > 0 {
-		local.Burst = ceilDiv(local.Burst, nodes)
+	local.Limit = c.Limit.Limit / nodes
+	local.Burst = c.Limit.Burst / nodes
+	if local.Limit < 1 || (c.Limit.Burst > 0 && local.Burst < 1) {
+		l.metrics.record(SourceFallback, 1)
+		retry := max(l.cfg.BreakerCooldown, time.Second)
+		return Outcome{Decision: Decision{Limit: c.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Lease: Lease{Limit: local}}, Source: SourceFallback}, nil
+	}
+	key := memKey(c.Limit)
+	now := l.now()
+	if !local.Algorithm.Spec().Held {
+		// The store's last answer says how much of this window is used:
+		// take this node's share of that up front, once per outage.
+		if used := l.ledger.seedFor(key, local.Capacity(), nodes, c.Limit.Window, now); used > 0 {
+			_, _ = l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1}})
+		}
 	}
 	ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: c.Cost}})
 	if err != nil {
 		return Outcome{}, err
 	}
+	if ds[0].Admitted > 0 && !local.Algorithm.Spec().Held {
+		l.ledger.owe(key, ds[0].Admitted, now)
+	}
 	l.metrics.record(SourceFallback, 1)
 	return Outcome{Decision: ds[0], Source: SourceFallback, store: l.fallback}, nil
 }
 
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // remember caches a store's denial of a cacheable check: the key is denied
 // locally until the time a retry could fit, counted from when the call was

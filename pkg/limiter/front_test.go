@@ -20,7 +20,7 @@ import (
 // a gate, and can fail.
 type countingStore struct {
 	Store
-	takes, units, refunds atomic.Int64
+	calls, takes, units, refunds atomic.Int64
 	gate                  chan struct{} // when set, Take waits for a receive
 	fail                  atomic.Bool
 }
@@ -28,6 +28,7 @@ type countingStore struct {
 var errDown = errors.New("store down")
 
 func (s *countingStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
+	s.calls.Add(1)
 	s.takes.Add(int64(len(reqs)))
 	for _, r := range reqs {
 		s.units.Add(r.Cost)
@@ -261,7 +262,7 @@ func TestFallbackModes(t *testing.T) {
 				allowed++
 			}
 		}
-		require.Equal(t, 4, allowed, "ceil(10/3) locally")
+		require.Equal(t, 3, allowed, "floor(10/3) locally: three nodes together admit at most the limit")
 	})
 	t.Run("open admits", func(t *testing.T) {
 		l, st, _ := newTestLimiter(t, Config{FailMode: FailOpen})
@@ -296,18 +297,18 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	for range 3 {
 		require.Equal(t, SourceFallback, decide().Source)
 	}
-	require.EqualValues(t, 3, st.takes.Load())
+	require.EqualValues(t, 3, st.calls.Load())
 	for range 10 {
 		decide()
 	}
-	require.EqualValues(t, 3, st.takes.Load(), "breaker open: no calls")
+	require.EqualValues(t, 3, st.calls.Load(), "breaker open: no calls")
 	require.EqualValues(t, breakerOpen, l.breakers.get("").state.Load())
 
 	clock.add(time.Second)
 	decide() // the probe fails: open again
-	require.EqualValues(t, 4, st.takes.Load())
+	require.EqualValues(t, 4, st.calls.Load())
 	decide()
-	require.EqualValues(t, 4, st.takes.Load())
+	require.EqualValues(t, 4, st.calls.Load())
 
 	st.fail.Store(false)
 	clock.add(time.Second)
@@ -341,8 +342,12 @@ func (s *shardedStore) Take(ctx context.Context, reqs []Request) ([]Decision, er
 	failed := false
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	called := map[string]bool{}
 	for i, r := range reqs {
-		s.calls[s.Shard(r.Limit)]++
+		if sh := s.Shard(r.Limit); !called[sh] {
+			called[sh] = true
+			s.calls[sh]++ // one call per shard per Take, replays included
+		}
 		if s.down[s.Shard(r.Limit)] {
 			errs[i], ds[i], failed = errDown, Decision{}, true
 		}
@@ -418,4 +423,93 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("metric %s not exported", name)
 	return 0
+}
+
+// swappableStore is a store that can fail and can come back empty (a Redis
+// restarted without its data).
+type swappableStore struct {
+	mu sync.Mutex
+	*countingStore
+}
+
+func (s *swappableStore) restartEmpty(clock *fakeClock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.countingStore.Store = NewMemoryStore(WithClock(clock.now))
+}
+
+// What the fallback admitted while the store was down is replayed into the
+// store when it answers again, so a store that comes back empty still holds
+// the window to its limit.
+func TestFallbackAdmissionsReplayedOnRecovery(t *testing.T) {
+	for _, alg := range limit.All() {
+		if alg.Spec().Held {
+			continue // concurrency slots are released, not replayed
+		}
+		t.Run(alg.String(), func(t *testing.T) {
+			l, st, clock := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
+			k := lim("k", alg, 10, time.Hour)
+			decide := func() Outcome {
+				v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+				require.NoError(t, err)
+				return v.Checks[0]
+			}
+			st.fail.Store(true)
+			admitted := 0
+			for range 4 {
+				o := decide()
+				require.Equal(t, SourceFallback, o.Source, "witness: decided locally")
+				if o.Allowed {
+					admitted++
+				}
+			}
+			require.Equal(t, 4, admitted)
+			st.fail.Store(false)
+			(&swappableStore{countingStore: st}).restartEmpty(clock)
+			for range 20 {
+				o := decide()
+				require.NotEqual(t, SourceFallback, o.Source)
+				if o.Allowed {
+					admitted++
+				}
+			}
+			require.Equal(t, 10, admitted, "the window holds exactly the limit across the outage and an empty restart")
+			require.EqualValues(t, 4, testCounter(l.metrics.replayed))
+		})
+	}
+}
+
+// The fallback starts from the store's last answer: the window an outage
+// starts in holds at most the limit across the nodes sharing it.
+func TestFallbackSeededFromLastAnswer(t *testing.T) {
+	l, st, _ := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
+	k := lim("k", limit.SlidingLog, 10, time.Hour)
+	for range 6 { // the store admits 6: 4 remain for the region
+		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1, Nodes: 2}})
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+	}
+	st.fail.Store(true)
+	admitted := 0
+	for range 10 {
+		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1, Nodes: 2}})
+		require.NoError(t, err)
+		require.Equal(t, SourceFallback, v.Checks[0].Source)
+		if v.Allowed {
+			admitted++
+		}
+	}
+	require.Equal(t, 2, admitted, "this node's half of the 4 the store had left, not half of 10")
+}
+
+// A limit smaller than the nodes sharing it leaves a node no local share:
+// it denies, with a retry at the breaker's probe interval.
+func TestFallbackLimitBelowNodesDenies(t *testing.T) {
+	l, st, _ := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
+	st.fail.Store(true)
+	v, err := l.Decide(context.Background(), []Check{{Limit: lim("k", limit.FixedWindow, 2, time.Minute), Cost: 1, Nodes: 3}})
+	require.NoError(t, err)
+	require.False(t, v.Allowed)
+	require.Equal(t, SourceFallback, v.Checks[0].Source)
+	require.Equal(t, time.Second, v.Checks[0].RetryAfter)
 }

@@ -128,6 +128,10 @@ type Store interface {
 	// Remote reports whether calls cross the network, and so get the
 	// Limiter's deadline (a memory store never blocks: no timer).
 	Remote() bool
+	// Refresh asks the store to find again where keys live (a Cluster's
+	// slot map), before a breaker probe: a failed master's keys move to the
+	// promoted replica. It does not wait.
+	Refresh()
 }
 
 // TakeError reports which requests of a Take could not be decided.

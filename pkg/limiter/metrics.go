@@ -17,6 +17,7 @@ type metrics struct {
 	breakerState  prometheus.Gauge
 	breakersOpen  prometheus.Gauge
 	refunds       prometheus.Counter
+	replayed      prometheus.Counter
 	refundErrors  prometheus.Counter
 }
 
@@ -57,6 +58,10 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_breakers_open",
 			Help: "Store shards (Cluster masters) whose breaker is not closed: their keys are decided locally.",
 		}),
+		replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_replayed_units_total",
+			Help: "Units the local fallback admitted that were replayed into the store once it answered again.",
+		}),
 		refunds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_refunds_total",
 			Help: "Leases given back: other limit denied, unused coalesced units, released concurrency slots.",
@@ -83,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		Help: "Live keys the fallback store evicted to stay under its size cap (an evicted key forgets its count and errs towards admitting).",
 	}, func() float64 { return float64(evicted()) })
 	var errs []error
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.refunds, m.refundErrors} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.replayed, m.refunds, m.refundErrors} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -18,6 +18,16 @@ func (s *RedisStore) Shard(l Limit) string {
 	return addr
 }
 
+// Refresh implements Store: a Cluster reloads its slot map in the background.
+func (s *RedisStore) Refresh() {
+	if s.conn.Reload != nil {
+		s.conn.Reload(context.Background())
+	}
+}
+
+// Refresh implements Store: one process holds every key.
+func (s *MemoryStore) Refresh() {}
+
 // Remote implements Store: every call crosses the network.
 func (s *RedisStore) Remote() bool { return true }
 

@@ -1,0 +1,141 @@
+package limiter
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ledger keeps, per key, what the local fallback needs to stay within the
+// limit across a store outage, and what the store needs to hear when it
+// answers again:
+//
+//   - the remaining quota the store last reported (seen): when the key falls
+//     back, each of the N edges sharing it admits at most floor(remaining/N)
+//     of it, so the window the outage starts in holds at most the limit;
+//   - the units the fallback admitted that the store has not counted (debt):
+//     they ride along, as one extra request in the same round trip, with the
+//     key's next call once the store answers, so a store that comes back —
+//     empty or not — knows what was admitted while it was away.
+//
+// It is bounded like the over-limit cache: a flood of random keys evicts
+// entries (an evicted debt is forgotten: up to one edge's share of one key
+// admitted twice), never grows it.
+type ledger struct {
+	seed   maphash.Seed
+	perCap int
+	owing  atomic.Int64 // accounts with debt: calls skip the lookup while none is
+	shards [64]ledgerShard
+}
+
+type ledgerShard struct {
+	mu sync.Mutex
+	m  map[string]*account
+}
+
+type account struct {
+	remaining int64     // the store's last answer
+	seen      time.Time // when it was given
+	fallback  bool      // the fallback holds state seeded for this outage
+	debt      int64     // fallback admissions the store has not counted
+	last      time.Time // the latest of them
+}
+
+func newLedger(size int) *ledger {
+	lg := &ledger{seed: maphash.MakeSeed(), perCap: max(1, size/64)}
+	for i := range lg.shards {
+		lg.shards[i].m = make(map[string]*account)
+	}
+	return lg
+}
+
+// with runs fn on key's account, creating it when create is set.
+func (lg *ledger) with(key string, create bool, fn func(*account)) {
+	sh := &lg.shards[maphash.String(lg.seed, key)%uint64(len(lg.shards))]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	a, ok := sh.m[key]
+	if !ok {
+		if !create {
+			return
+		}
+		if len(sh.m) >= lg.perCap {
+			for k, v := range sh.m { // map order is random
+				if v.debt > 0 {
+					lg.owing.Add(-1)
+				}
+				delete(sh.m, k)
+				break
+			}
+		}
+		a = &account{}
+		sh.m[key] = a
+	}
+	fn(a)
+}
+
+// observe records the store's answer for a key: the store decides it again,
+// so the next outage seeds the fallback afresh.
+func (lg *ledger) observe(key string, remaining int64, now time.Time) {
+	lg.with(key, true, func(a *account) {
+		a.remaining, a.seen, a.fallback = remaining, now, false
+	})
+}
+
+// seedFor says how many of the fallback's local units (limit/N) to take up
+// front when the key first falls back: what the store's last answer says is
+// already used. It reports each call once per outage.
+func (lg *ledger) seedFor(key string, local int64, nodes int64, window time.Duration, now time.Time) int64 {
+	var used int64
+	lg.with(key, true, func(a *account) {
+		if a.fallback {
+			return
+		}
+		a.fallback = true
+		if a.seen.IsZero() || now.Sub(a.seen) >= window {
+			return
+		}
+		used = max(0, local-a.remaining/nodes)
+	})
+	return used
+}
+
+// owe adds units the fallback admitted.
+func (lg *ledger) owe(key string, units int64, now time.Time) {
+	lg.with(key, true, func(a *account) {
+		if a.debt == 0 && units > 0 {
+			lg.owing.Add(1)
+		}
+		a.debt += units
+		a.last = now
+	})
+}
+
+// debt returns the units to replay for key: those admitted within the last
+// window (older ones have left every algorithm's window).
+func (lg *ledger) debt(key string, window time.Duration, now time.Time) int64 {
+	if lg.owing.Load() == 0 {
+		return 0
+	}
+	var d int64
+	lg.with(key, false, func(a *account) {
+		if a.debt > 0 && now.Sub(a.last) >= window {
+			lg.settle(a, a.debt)
+		}
+		d = a.debt
+	})
+	return d
+}
+
+// paid removes replayed (or refunded) units from key's debt.
+func (lg *ledger) paid(key string, units int64) {
+	lg.with(key, false, func(a *account) { lg.settle(a, units) })
+}
+
+func (lg *ledger) settle(a *account, units int64) {
+	if a.debt > 0 && a.debt <= units {
+		lg.owing.Add(-1)
+	}
+	a.debt = max(0, a.debt-units)
+}
