@@ -494,7 +494,6 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	return Outcome{Decision: ds[0], Source: SourceFallback, store: l.fallback}, nil
 }
 
-
 // remember caches a store's denial of a cacheable check: the key is denied
 // locally until the time a retry could fit, counted from when the call was
 // sent (the store's clock read no earlier), so the cache never denies what

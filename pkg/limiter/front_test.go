@@ -21,8 +21,8 @@ import (
 type countingStore struct {
 	Store
 	calls, takes, units, refunds atomic.Int64
-	gate                  chan struct{} // when set, Take waits for a receive
-	fail                  atomic.Bool
+	gate                         chan struct{} // when set, Take waits for a receive
+	fail                         atomic.Bool
 }
 
 var errDown = errors.New("store down")
