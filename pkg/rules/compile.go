@@ -78,6 +78,7 @@ type Snapshot struct {
 	rules    []CompiledRule
 	v6Prefix int
 	salt     []byte
+	index    *ruleIndex // nil: Match scans every rule
 }
 
 // CompileOption tunes Compile.
@@ -131,6 +132,7 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 			s.rules = append(s.rules, compileRule(r))
 		}
 	}
+	s.index = newRuleIndex(s.rules)
 	return s, nil
 }
 
