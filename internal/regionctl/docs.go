@@ -136,8 +136,8 @@ func parseStored(data []byte) (*rules.Document, error) {
 	return rules.Parse(data)
 }
 
-// docVersion is rules.Version of a stored document ("" when absent,
-// "invalid" when it does not parse).
+// docVersion is rules.DocumentVersion of a stored document ("" when
+// absent, "invalid" when it does not parse): what history records for it.
 func docVersion(data []byte) string {
 	doc, err := parseStored(data)
 	switch {
@@ -146,7 +146,7 @@ func docVersion(data []byte) string {
 	case doc == nil:
 		return ""
 	}
-	return rules.Version(doc)
+	return rules.DocumentVersion(doc)
 }
 
 // effectiveVersion is the version of a region's merged rules.

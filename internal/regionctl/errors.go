@@ -34,7 +34,7 @@ func (e *codedError) Is(target error) bool { return target == errReported && e.r
 var errReported = errors.New("reported")
 
 // errReportedUsage is the usage text having been printed to stderr.
-var errReportedUsage = &codedError{code: ExitUsage, reported: true}
+var errReportedUsage = &codedError{code: ExitUsage, msg: "no command given (see regionctl --help)", reported: true}
 
 func usagef(format string, args ...any) error {
 	return &codedError{code: ExitUsage, msg: fmt.Sprintf(format, args...)}
@@ -112,6 +112,11 @@ func (a *app) message(err error) string {
 	var ce *codedError
 	if errors.As(err, &ce) && ce.msg != "" {
 		return ce.msg
+	}
+	var ru *region.RegionUnreachableError
+	if errors.As(err, &ru) {
+		return fmt.Sprintf("region %s unreachable: the Consul agent at %s answered, but could not reach the servers of %s: %s (while %s)",
+			ru.Region, a.g.consul, ru.Region, ru.Detail, ru.Doing)
 	}
 	if errors.Is(err, region.ErrUnreachable) {
 		doing, detail := split(err, region.ErrUnreachable)

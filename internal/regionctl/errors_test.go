@@ -170,3 +170,94 @@ func TestDiffRules(t *testing.T) {
 	assert.Empty(t, d.Added)
 	assert.Empty(t, d.Removed)
 }
+
+// README promises JSON on stdout for every command, errors included: a bad
+// command line too, with the usage text on stderr.
+func TestUsageErrorJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		usage     string // expected on stderr ("" for none)
+		errSubstr string
+	}{
+		{"unknown flag", []string{"--output", "json", "rules", "get", "--region", "eu-west", "--no-such-flag"},
+			"Usage: regionctl rules get", "flag provided but not defined: -no-such-flag"},
+		{"flag without its value", []string{"--output", "json", "rules", "rollback", "--region", "eu-west", "--to"},
+			"Usage: regionctl rules rollback", "flag needs an argument: -to"},
+		{"--output json after the bad flag", []string{"rules", "history", "--bogus", "--region", "eu-west", "--output=json"},
+			"Usage: regionctl rules history", "flag provided but not defined: -bogus"},
+		{"bad value", []string{"rules", "history", "--output", "json", "--limit", "many"},
+			"Usage: regionctl rules history", `invalid value "many" for flag -limit`},
+		{"no command", []string{"--output", "json"}, "Exit codes:", "no command given"},
+		{"unknown command", []string{"--output", "json", "rules", "frobnicate"}, "", `unknown command "rules frobnicate"`},
+		{"bad global flag", []string{"--output", "json", "--nope", "rules", "get"}, "", "flag provided but not defined: -nope"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, tc.args...)
+			require.Equal(t, ExitUsage, r.code, r)
+			m := decodeJSON(t, r.stdout)
+			assert.Equal(t, "usage", m["reason"], r)
+			assert.Equal(t, float64(ExitUsage), m["exit_code"], r)
+			assert.Contains(t, m["error"], tc.errSubstr, r)
+			if tc.usage != "" {
+				assert.Contains(t, r.stderr, tc.usage, r)
+			}
+		})
+	}
+
+	// --help is not an error: its usage goes to stdout, once.
+	r := run(t, "rules", "rollback", "--help")
+	require.Equal(t, ExitOK, r.code, r)
+	assert.Equal(t, 1, strings.Count(r.stdout, "Usage: regionctl rules rollback"), r)
+	assert.Empty(t, r.stderr)
+	// In text mode a bad flag prints the usage and the error to stderr.
+	r = run(t, "rules", "get", "--no-such-flag")
+	require.Equal(t, ExitUsage, r.code, r)
+	assert.Empty(t, r.stdout)
+	assert.Contains(t, r.stderr, "Usage: regionctl rules get")
+	assert.Contains(t, r.stderr, "regionctl: regionctl rules get: flag provided but not defined: -no-such-flag")
+}
+
+// With one region's Consul servers down, the other region's agent still
+// answers, with a 500 saying it could not forward the request: that region
+// is unreachable (exit 7), and the message says which one. Not parallel: it
+// stops us-east, and restarts and re-federates it before the parallel tests
+// run.
+func TestRegionUnreachableThroughAnotherAgent(t *testing.T) {
+	p := prefix(t)
+	require.Equal(t, ExitOK, run(t, "rules", "push", "--prefix", p, "--all", file(t, rulesV1)).code)
+	require.NoError(t, usEast.Stop())
+	t.Cleanup(func() {
+		require.NoError(t, usEast.Start())
+		require.NoError(t, euWest.JoinWAN(usEast))
+	})
+
+	r := run(t, "regions", "status", "--prefix", p)
+	assert.Equal(t, ExitUnreachable, r.code, r)
+	assert.Contains(t, r.stdout, "eu-west: expected rules version "+version(t, rulesV1), r)
+	assert.Contains(t, r.stdout, "us-east: error: region us-east unreachable: the Consul agent at "+euWest.HTTPAddr()+" answered, but could not reach the servers of us-east: ", r)
+	assert.Contains(t, r.stderr, "regionctl: status incomplete: us-east (unreachable)", r)
+
+	r = run(t, "regions", "status", "--prefix", p, "--output", "json")
+	assert.Equal(t, ExitUnreachable, r.code, r)
+	m := decodeJSON(t, r.stdout)
+	assert.Equal(t, "unreachable", m["reason"])
+	regions := m["regions"].([]any)
+	require.Len(t, regions, 2)
+	us := regions[1].(map[string]any)
+	assert.Equal(t, "us-east", us["region"])
+	assert.Equal(t, float64(ExitUnreachable), us["exit_code"])
+	assert.Contains(t, us["error"], "region us-east unreachable")
+
+	r = run(t, "rules", "push", "--prefix", p, "--all", file(t, rulesV2))
+	assert.Equal(t, ExitUnreachable, r.code, r)
+	assert.Contains(t, r.stdout, "eu-west: ok:", r)
+	assert.Contains(t, r.stdout, "us-east: unreachable: region us-east unreachable: ", r)
+	assert.Contains(t, r.stdout, "1 of 2 regions failed: us-east (unreachable)", r)
+
+	r = run(t, "rules", "get", "--prefix", p, "--region", "us-east")
+	assert.Equal(t, ExitUnreachable, r.code, r)
+	assert.True(t, strings.HasPrefix(r.stderr, "regionctl: region us-east unreachable: "), r)
+	assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %s", r.stderr)
+}

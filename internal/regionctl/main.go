@@ -8,6 +8,7 @@
 package regionctl
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -84,7 +85,7 @@ Exit codes:
   4  invalid rules document or shedder settings; nothing was written
   5  permission denied by Consul ACLs
   6  not converged (regions status): a healthy edge runs other rules than KV holds
-  7  Consul unreachable
+  7  Consul unreachable: the agent, or through it a region's servers
   8  unknown region
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.
@@ -102,10 +103,12 @@ type app struct {
 	// before they are written (tests use it to line up concurrent pushes).
 	beforeWrite func(region string)
 
-	g      globals
-	env    func(string) string
-	stdout *countingWriter
-	stderr io.Writer
+	g        globals
+	usage    bytes.Buffer // a command's usage text, as the flag package printed it
+	usageDue bool         // a bad command line: print usage to stderr
+	env      func(string) string
+	stdout   *countingWriter
+	stderr   io.Writer
 }
 
 // globals are the flags every command accepts.
@@ -168,10 +171,17 @@ func (a *app) run(args []string, env func(string) string, stdout, stderr io.Writ
 
 	err := a.dispatch(args)
 	code := exitCode(err)
+	if code == ExitUsage && a.g.output != "json" && wantsJSON(args) {
+		// The bad flag stopped parsing before --output json was reached.
+		a.g.output = "json"
+	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		msg := a.message(err)
 		if !errors.Is(err, errReported) {
 			fmt.Fprintln(stderr, "regionctl: "+msg)
+		}
+		if a.usageDue {
+			_, _ = stderr.Write(a.usage.Bytes())
 		}
 		if a.g.output == "json" && a.stdout.n == 0 {
 			a.emitJSON(map[string]any{"error": msg, "exit_code": code, "reason": reasonOf(code)})
@@ -181,6 +191,28 @@ func (a *app) run(args []string, env func(string) string, stdout, stderr io.Writ
 		code = ExitOK
 	}
 	return code
+}
+
+// wantsJSON reports whether the last --output on the command line asks for
+// JSON, for a usage error that stopped parsing before it.
+func wantsJSON(args []string) bool {
+	out := ""
+	for i, arg := range args {
+		if arg == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !strings.HasPrefix(arg, "-") || name != "output" {
+			continue
+		}
+		switch {
+		case hasValue:
+			out = value
+		case i+1 < len(args):
+			out = args[i+1]
+		}
+	}
+	return out == "json"
 }
 
 // commands are the leaves of the command tree; each prints its own usage
@@ -227,17 +259,21 @@ func (a *app) dispatch(args []string) error {
 	return usagef("unknown command %q (see regionctl --help)", name)
 }
 
-// flags returns a flag set for a command, with the global flags on it.
+// flags returns a flag set for a command, with the global flags on it. The
+// flag package prints the usage on --help and on a bad command line; it goes
+// to a buffer, which parse sends to stdout for --help and to stderr for an
+// error, so that stdout holds only the JSON error under --output json.
 func (a *app) flags(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("regionctl "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	a.g.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(a.stdout, "Usage: regionctl %s %s\n\nFlags:\n", name, synopsis)
-		fs.SetOutput(a.stdout)
+		a.usage.Reset()
+		fmt.Fprintf(&a.usage, "Usage: regionctl %s %s\n\nFlags:\n", name, synopsis)
+		fs.SetOutput(&a.usage)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
-		fmt.Fprint(a.stdout, "\nSee regionctl --help for the exit codes.\n")
+		fmt.Fprint(&a.usage, "\nSee regionctl --help for the exit codes.\n")
 	}
 	return fs
 }
@@ -249,9 +285,10 @@ func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
+				_, _ = a.stdout.Write(a.usage.Bytes())
 				return nil, err
 			}
+			a.usageDue = true // printed after the error line
 			return nil, usagef("%s: %v (see %s --help)", fs.Name(), err, fs.Name())
 		}
 		args = fs.Args()

@@ -189,7 +189,7 @@ func (a *app) rulesPush(args []string) error {
 		}
 		targets = []docFlags{d}
 	}
-	return a.pushAll(s, targets, data, rules.Version(doc), *m, file, all, "wrote "+file)
+	return a.pushAll(s, targets, data, rules.DocumentVersion(doc), *m, file, all, "wrote "+file)
 }
 
 // pushAll plans every target, refuses everything when any target's
@@ -315,7 +315,7 @@ func (a *app) rulesRollback(args []string) error {
 	if err != nil {
 		return invalidf("history entry %s holds an invalid document: %s", target.Seq, oneLine(err))
 	}
-	version := rules.Version(doc)
+	version := rules.DocumentVersion(doc)
 	msg := "rollback to " + version
 	if m.message != "" {
 		msg += ": " + m.message

@@ -25,7 +25,7 @@ func (a *app) rulesValidate(args []string) error {
 	if err != nil {
 		return err
 	}
-	v := rules.Version(doc)
+	v := rules.DocumentVersion(doc) // what a push records in history
 	if a.json() {
 		a.emitJSON(map[string]any{"valid": true, "document": pos[0], "rules": len(doc.Rules), "version": v})
 		return nil

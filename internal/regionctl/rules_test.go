@@ -375,3 +375,63 @@ func connectFor(t *testing.T, p string) (*session, error) {
 	a.g.prefix = p
 	return a.connect()
 }
+
+// Region documents that only switch global rules off all run no rules of
+// their own, yet each is a different document: history must tell them
+// apart, and rollback --to must restore the one asked for.
+func TestRollbackToDisablingDocument(t *testing.T) {
+	t.Parallel()
+	p := prefix(t)
+	global := `version: 1
+rules:
+  - {id: per-ip, key: [ip], algorithm: sliding_log, limit: 10, window: 10s}
+  - {id: burst, key: [ip], algorithm: token_bucket, limit: 100, window: 1s}
+`
+	offPerIP := "version: 1\nrules:\n  - {id: per-ip, disabled: true}\n"
+	offBurst := "version: 1\nrules:\n  - {id: burst, disabled: true}\n"
+	require.Equal(t, ExitOK, run(t, "rules", "push", "--prefix", p, "--region", "us-east", "--global", file(t, global)).code)
+	for _, doc := range []string{offPerIP, offBurst} {
+		r := run(t, "rules", "push", "--prefix", p, "--region", "us-east", file(t, doc))
+		require.Equal(t, ExitOK, r.code, r)
+	}
+
+	r := run(t, "rules", "history", "--prefix", p, "--region", "us-east", "--kind", "region", "--output", "json")
+	require.Equal(t, ExitOK, r.code, r)
+	entries := decodeJSON(t, r.stdout)["entries"].([]any)
+	require.Len(t, entries, 2)
+	newest, older := entries[0].(map[string]any), entries[1].(map[string]any)
+	require.Equal(t, offBurst, newest["document"])
+	require.Equal(t, offPerIP, older["document"])
+	require.NotEqual(t, newest["version"], older["version"], "two different documents share a version")
+
+	r = run(t, "rules", "rollback", "--prefix", p, "--region", "us-east", "--to", older["version"].(string), "--output", "json")
+	require.Equal(t, ExitOK, r.code, r)
+	res := decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
+	assert.Equal(t, "ok", res["status"], r)
+	assert.Equal(t, offPerIP, string(kv(t, usEast, p+"rules/regions/us-east").Value))
+	g, err := rules.Parse([]byte(global))
+	require.NoError(t, err)
+	eff, err := rules.Merge(g, mustParseRules(t, offPerIP))
+	require.NoError(t, err)
+	require.Len(t, eff.Rules, 1)
+	assert.Equal(t, "burst", eff.Rules[0].ID)
+	assert.Equal(t, rules.Version(eff), effective(t, p, "us-east"), "the edges run the restored rules")
+
+	// The stored document reports the version history gave it.
+	r = run(t, "rules", "get", "--prefix", p, "--region", "us-east", "--document", "--output", "json")
+	require.Equal(t, ExitOK, r.code, r)
+	assert.Equal(t, older["version"], decodeJSON(t, r.stdout)["version"])
+
+	// An empty region document is a third document, with its own version.
+	r = run(t, "rules", "push", "--prefix", p, "--region", "us-east", "--output", "json", file(t, "version: 1\n"))
+	require.Equal(t, ExitOK, r.code, r)
+	res = decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
+	assert.NotContains(t, []any{newest["version"], older["version"]}, res["document_version"])
+}
+
+func mustParseRules(t *testing.T, src string) *rules.Document {
+	t.Helper()
+	d, err := rules.Parse([]byte(src))
+	require.NoError(t, err)
+	return d
+}

@@ -45,7 +45,7 @@ func (d Docs) Effective() (*rules.Document, error) {
 func (c *Client) ReadDocs(ctx context.Context, region string) (Docs, error) {
 	pairs, meta, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
-		return Docs{}, classify("reading rules of "+region, err)
+		return Docs{}, classifyIn(region, "reading rules of "+region, err)
 	}
 	if err := filtered("reading rules of "+region, meta); err != nil {
 		return Docs{}, err
@@ -70,7 +70,7 @@ func (c *Client) docsOf(pairs api.KVPairs, region string) Docs {
 func (c *Client) Get(ctx context.Context, region, key string) ([]byte, uint64, error) {
 	p, _, err := c.api.KV().Get(key, (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
-		return nil, 0, classify("reading "+key+" in "+region, err)
+		return nil, 0, classifyIn(region, "reading "+key+" in "+region, err)
 	}
 	if p == nil {
 		return nil, 0, nil

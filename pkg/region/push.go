@@ -54,7 +54,7 @@ func (c *Client) Push(ctx context.Context, region, key string, doc []byte, casIn
 	}
 	ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 	if err != nil {
-		return e, classify("pushing "+key+" to "+region, err)
+		return e, classifyIn(region, "pushing "+key+" to "+region, err)
 	}
 	if !ok {
 		var why []string
@@ -75,7 +75,7 @@ func (c *Client) Push(ctx context.Context, region, key string, doc []byte, casIn
 func (c *Client) History(ctx context.Context, region, kind string) ([]Entry, error) {
 	pairs, meta, err := c.api.KV().List(c.layout.History(region), (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 	if err != nil {
-		return nil, classify("reading history of "+region, err)
+		return nil, classifyIn(region, "reading history of "+region, err)
 	}
 	if err := filtered("reading history of "+region, meta); err != nil {
 		return nil, err

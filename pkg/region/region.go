@@ -80,6 +80,52 @@ func classify(doing string, err error) error {
 	return fmt.Errorf("%s: %w: %w", doing, ErrUnreachable, err)
 }
 
+// RegionUnreachableError is a region's Consul servers out of reach of the
+// agent a request went through: that agent answered, but could not forward
+// the request to the region's datacenter (its servers down, no leader, the
+// WAN cut). It matches ErrUnreachable with errors.Is.
+type RegionUnreachableError struct {
+	Region string
+	Doing  string // what the request was for ("reading rules of us-east")
+	Detail string // the agent's answer
+}
+
+func (e *RegionUnreachableError) Error() string {
+	return fmt.Sprintf("%s: %v: the Consul servers of region %s did not answer the agent: %s", e.Doing, ErrUnreachable, e.Region, e.Detail)
+}
+
+func (e *RegionUnreachableError) Is(target error) bool { return target == ErrUnreachable }
+
+// forwardFailures are what a Consul agent answers (HTTP 500) when it cannot
+// get a request to a datacenter's servers, or those servers cannot serve it:
+// the connection pool's dial errors, no server known, no leader elected.
+var forwardFailures = []string{
+	"rpc error getting client",
+	"failed to get conn",
+	"connection refused",
+	"connection reset",
+	"i/o timeout",
+	"No known Consul servers",
+	"No cluster leader",
+	"rpc error making call: EOF",
+	"stream closed", // the connection dropped mid-call
+}
+
+// classifyIn is classify for a request to region's datacenter: an agent's
+// 500 saying it could not reach the region's servers is ErrUnreachable for
+// that region, not a generic error.
+func classifyIn(region, doing string, err error) error {
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == http.StatusInternalServerError {
+		for _, f := range forwardFailures {
+			if strings.Contains(se.Body, f) {
+				return &RegionUnreachableError{Region: region, Doing: doing, Detail: strings.TrimSpace(se.Body)}
+			}
+		}
+	}
+	return classify(doing, err)
+}
+
 // filtered turns Consul's silent ACL filtering of a read into an error: a
 // token that may not read the documents must not look like "no documents".
 func filtered(doing string, meta *api.QueryMeta) error {

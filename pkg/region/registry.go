@@ -67,7 +67,7 @@ func (c *Client) Edges(ctx context.Context, region string, index uint64, wait ti
 	q := (&api.QueryOptions{Datacenter: region, WaitIndex: index, WaitTime: wait}).WithContext(ctx)
 	entries, meta, err := c.api.Health().Service(Service, "", false, q)
 	if err != nil {
-		return nil, 0, classify("listing edges of "+region, err)
+		return nil, 0, classifyIn(region, "listing edges of "+region, err)
 	}
 	if err := filtered("listing edges of "+region, meta); err != nil {
 		return nil, 0, err

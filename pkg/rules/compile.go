@@ -81,6 +81,7 @@ type Snapshot struct {
 	rules    []CompiledRule
 	v6Prefix int
 	salt     []byte
+	index    *ruleIndex // nil: Match scans every rule
 }
 
 // CompileOption tunes Compile.
@@ -134,6 +135,7 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 			s.rules = append(s.rules, compileRule(r))
 		}
 	}
+	s.index = newRuleIndex(s.rules)
 	return s, nil
 }
 

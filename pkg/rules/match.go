@@ -46,6 +46,15 @@ func (s *Snapshot) Match(req *Request, dst []Match) []Match {
 	if s == nil || req == nil {
 		return dst
 	}
+	if s.index != nil {
+		return s.matchIndexed(req, dst)
+	}
+	return s.matchScan(req, dst)
+}
+
+// matchScan is Match by looking at every rule: the reference the index
+// (index.go) must agree with, rule for rule.
+func (s *Snapshot) matchScan(req *Request, dst []Match) []Match {
 	host := strings.TrimSuffix(req.Host, ".")
 	for i := range s.rules {
 		r := &s.rules[i]

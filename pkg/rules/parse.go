@@ -2,10 +2,15 @@ package rules
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -31,10 +36,15 @@ func Parse(data []byte) (*Document, error) {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
 
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
+	// One YAML parse: the tree is decoded as it is, and checked for unknown
+	// fields here (what Decoder.KnownFields does, which a yaml.Node cannot
+	// be asked for), rather than parsing the text a second time.
 	var doc Document
-	if err := dec.Decode(&doc); err != nil {
+	err = root.Decode(&doc)
+	if unknown := unknownFields(root, documentType, nil); len(unknown) > 0 {
+		err = mergeTypeErrors(err, unknown)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("rules: decode: %w", err)
 	}
 	defaultCost(root, &doc)
@@ -47,6 +57,13 @@ func Parse(data []byte) (*Document, error) {
 
 // parseTree returns the top-level mapping of the single document in data.
 func parseTree(data []byte) (*yaml.Node, error) {
+	if root := parseTreeParallel(data); root != nil {
+		return root, nil
+	}
+	return parseTreeSerial(data)
+}
+
+func parseTreeSerial(data []byte) (*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -107,6 +124,111 @@ func defaultCost(root *yaml.Node, doc *Document) {
 			doc.Rules[i].Cost = 1
 		}
 	}
+}
+
+var (
+	documentType  = reflect.TypeFor[Document]()
+	knownFieldsMu sync.Mutex
+	knownFieldsOf = map[reflect.Type]map[string]reflect.Type{}
+)
+
+// fieldsOf maps a struct type's YAML field names to their types.
+func fieldsOf(t reflect.Type) map[string]reflect.Type {
+	knownFieldsMu.Lock()
+	defer knownFieldsMu.Unlock()
+	if m, ok := knownFieldsOf[t]; ok {
+		return m
+	}
+	m := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case !f.IsExported() || name == "-":
+			continue
+		case name == "":
+			name = strings.ToLower(f.Name)
+		}
+		m[name] = f.Type
+	}
+	knownFieldsOf[t] = m
+	return m
+}
+
+// unknownFields lists, as yaml.v3's strict decoder words them, the mapping
+// keys in n that t (a struct type, or a slice of one) has no field for,
+// following aliases and merge keys as the decoder does.
+func unknownFields(n *yaml.Node, t reflect.Type, out []string) []string {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil {
+		return out
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		for _, c := range n.Content {
+			out = unknownFields(c, t.Elem(), out)
+		}
+		return out
+	case t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode:
+		return out
+	case reflect.PointerTo(t).Implements(yamlUnmarshaler):
+		return out // decodes itself
+	}
+	fields := fieldsOf(t)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
+			if v.Kind == yaml.SequenceNode {
+				for _, m := range v.Content {
+					out = unknownFields(m, t, out)
+				}
+			} else {
+				out = unknownFields(v, t, out)
+			}
+			continue
+		}
+		ft, ok := fields[k.Value]
+		if !ok {
+			out = append(out, fmt.Sprintf("line %d: field %s not found in type %s", k.Line, k.Value, t))
+			continue
+		}
+		out = unknownFields(v, ft, out)
+	}
+	return out
+}
+
+var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
+
+// mergeTypeErrors adds unknown-field errors to err (nil or a decode error),
+// in line order, as one *yaml.TypeError when err is one.
+func mergeTypeErrors(err error, unknown []string) error {
+	var te *yaml.TypeError
+	switch {
+	case err == nil:
+		te = &yaml.TypeError{}
+	case errors.As(err, &te):
+	default:
+		return err // a hard decode error says enough
+	}
+	all := append(slices.Clone(te.Errors), unknown...)
+	slices.SortStableFunc(all, func(a, b string) int { return cmp.Compare(lineOf(a), lineOf(b)) })
+	return &yaml.TypeError{Errors: all}
+}
+
+// lineOf is N in "line N: ..." (0 when absent).
+func lineOf(msg string) int {
+	rest, ok := strings.CutPrefix(msg, "line ")
+	if !ok {
+		return 0
+	}
+	num, _, _ := strings.Cut(rest, ":")
+	n, _ := strconv.Atoi(num)
+	return n
 }
 
 func mappingValue(m *yaml.Node, key string) *yaml.Node {

@@ -28,6 +28,20 @@ func Version(doc *Document) string {
 	return versionOfNormalized(d)
 }
 
+// DocumentVersion identifies doc as written, where Version identifies what it
+// does on its own: it is Version with the disabled rules counted too (each
+// by its id alone, the only field a disabled rule has). So a regional
+// document switching off "per-ip", one switching off "burst" and an empty
+// document, which all run no rules (one Version), have three document
+// versions, and history and "rollback --to" can tell them apart. For a
+// document without disabled rules the two are equal. Like Version, it does
+// not depend on formatting, field, rule or list order.
+func DocumentVersion(doc *Document) string {
+	d := doc.clone()
+	_ = d.Validate() // for its normalization
+	return canonicalVersion(d, true)
+}
+
 // canonicalRule fixes the field set and order that Version hashes. Adding a
 // field here changes every version, which is the point of a schema bump.
 type canonicalRule struct {
@@ -44,12 +58,21 @@ type canonicalRule struct {
 	MinInterval int64    `json:"min_interval_ns"`
 	Shadow      bool     `json:"shadow"`
 	Scope       string   `json:"scope"`
+	// Disabled is only ever set by DocumentVersion; omitempty keeps the
+	// encoding of active rules, and so every Version, as it was.
+	Disabled bool `json:"disabled,omitempty"`
 }
 
-func versionOfNormalized(d *Document) string {
+// versionOfNormalized is Version of an already normalized document.
+func versionOfNormalized(d *Document) string { return canonicalVersion(d, false) }
+
+func canonicalVersion(d *Document, withDisabled bool) string {
 	rules := make([]canonicalRule, 0, len(d.Rules))
 	for _, r := range d.Rules {
 		if r.Disabled {
+			if withDisabled {
+				rules = append(rules, canonicalRule{ID: r.ID, Disabled: true})
+			}
 			continue
 		}
 		c := canonicalRule{

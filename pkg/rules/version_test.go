@@ -2,6 +2,7 @@ package rules
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +129,60 @@ func TestSnapshotVersionMatchesVersion(t *testing.T) {
 	require.Equal(t, Version(nil), Version(&Document{Version: 1}))
 	var nilSnap *Snapshot
 	require.Equal(t, Version(nil), nilSnap.Version())
+}
+
+func TestDocumentVersionIdentifiesTheDocument(t *testing.T) {
+	offPerIP := "version: 1\nrules:\n  - {id: per-ip, disabled: true}\n"
+	offBurst := "version: 1\nrules:\n  - {id: burst, disabled: true}\n"
+	offBoth := "version: 1\nrules:\n  - {id: per-ip, disabled: true}\n  - {id: burst, disabled: true}\n"
+	empty := "version: 1\n"
+	emptyRules := "version: 1\nrules: []\n"
+
+	// What they do on their own is the same: nothing.
+	for _, src := range []string{offPerIP, offBurst, offBoth, emptyRules} {
+		require.Equal(t, Version(mustParse(t, empty)), Version(mustParse(t, src)), src)
+	}
+
+	distinct := map[string]string{
+		"per-ip off":           offPerIP,
+		"burst off":            offBurst,
+		"both off":             offBoth,
+		"empty":                empty,
+		"active rules":         versionBase,
+		"active plus disabled": versionBase + "  - {id: gone, disabled: true}\n",
+		"active rule off":      strings.Replace(versionBase, "  - id: other\n", "  - id: other\n    disabled: true\n", 1),
+	}
+	seen := map[string]string{}
+	for name, src := range distinct {
+		v := DocumentVersion(mustParse(t, src))
+		require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{12}$`), v)
+		if other, dup := seen[v]; dup {
+			t.Fatalf("%q and %q share document version %s", name, other, v)
+		}
+		seen[v] = name
+	}
+
+	same := map[string][2]string{
+		"empty, written two ways": {empty, emptyRules},
+		"disabled rules reordered": {offBoth,
+			"# reordered, other style\nrules:\n- disabled: true\n  id: burst\n- id: per-ip\n  disabled: true\nversion: 1\n"},
+		"active and disabled rules reordered": {versionBase + "  - {id: gone, disabled: true}\n",
+			"version: 1\nrules:\n  - {id: gone, disabled: true}\n" + strings.TrimPrefix(versionBase, "\nversion: 1\nrules:\n")},
+	}
+	for name, pair := range same {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, DocumentVersion(mustParse(t, pair[0])), DocumentVersion(mustParse(t, pair[1])))
+		})
+	}
+
+	t.Run("equals Version without disabled rules", func(t *testing.T) {
+		doc := mustParse(t, versionBase)
+		require.Equal(t, Version(doc), DocumentVersion(doc))
+		merged, err := Merge(doc, mustParse(t, offPerIP))
+		require.NoError(t, err)
+		require.Equal(t, Version(merged), DocumentVersion(merged), "a merged rule set has no disabled rules")
+	})
+	t.Run("nil is the empty document", func(t *testing.T) {
+		require.Equal(t, DocumentVersion(mustParse(t, empty)), DocumentVersion(nil))
+	})
 }

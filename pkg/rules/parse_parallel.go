@@ -1,0 +1,156 @@
+package rules
+
+import (
+	"bytes"
+	"runtime"
+	"sync"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// parallelMin is the document size from which parseTree splits the rules
+// list and parses the pieces concurrently: YAML parsing is most of what a
+// large rule set costs to load. A variable for tests.
+var parallelMin = 1 << 20
+
+// parseTreeParallel parses a large document whose rules are a block
+// sequence under a top-level "rules:" line in pieces, one per CPU, and joins
+// the trees. Each piece is parsed as "rules:" plus whole list items, after
+// as many blank lines as it is down the document, so node lines stay right.
+// It returns nil whenever the document is not of that shape or a piece does
+// not parse on its own (an alias to an anchor in another piece, an error):
+// the caller then parses the whole text, which gives the reference result
+// and every error message.
+func parseTreeParallel(data []byte) *yaml.Node {
+	n := runtime.GOMAXPROCS(0)
+	if len(data) < parallelMin || n < 2 {
+		return nil
+	}
+	// Find the "rules:" line, the item indentation and where the items end.
+	lines := lineStarts(data)
+	start := -1
+	for i := range lines {
+		if string(bytes.TrimRight(lineAt(data, lines, i), " \r")) == "rules:" {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		return nil
+	}
+	indent := -1
+	var items []int // line numbers (0-based) of item starts
+	for i := start + 1; i < len(lines); i++ {
+		l := lineAt(data, lines, i)
+		t := bytes.TrimLeft(l, " ")
+		if len(t) == 0 || t[0] == '#' || t[0] == '\r' {
+			continue
+		}
+		ind := len(l) - len(t)
+		if ind == 0 {
+			break // the next top-level key, or "---"
+		}
+		if indent < 0 {
+			indent = ind
+		}
+		if ind == indent && (bytes.HasPrefix(t, []byte("- ")) || bytes.Equal(bytes.TrimRight(t, " \r"), []byte("-"))) {
+			items = append(items, i)
+		}
+	}
+	if len(items) < 2*n {
+		return nil
+	}
+	// Piece k covers items[k*len/n] up to the next piece; the first piece
+	// also carries everything before the list, the last everything after it.
+	cuts := make([]int, 0, n+1)
+	for k := range n {
+		cuts = append(cuts, items[k*len(items)/n])
+	}
+	offset := func(line int) int {
+		if line >= len(lines) {
+			return len(data)
+		}
+		return lines[line]
+	}
+	pieces := make([][]byte, n)
+	for k := range n {
+		from, to := offset(cuts[k]), len(data)
+		if k+1 < n {
+			to = offset(cuts[k+1])
+		}
+		if k == 0 {
+			pieces[k] = data[:to]
+			continue
+		}
+		head := make([]byte, 0, cuts[k]+len("rules:\n")+to-from)
+		head = append(head, bytes.Repeat([]byte("\n"), cuts[k]-1)...)
+		head = append(head, "rules:\n"...)
+		pieces[k] = append(head, data[from:to]...)
+	}
+	roots := make([]*yaml.Node, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() {
+			if root, err := parseTreeSerial(pieces[k]); err == nil {
+				roots[k] = root
+			}
+		})
+	}
+	wg.Wait()
+	first := rulesOf(roots[0])
+	if first == nil {
+		return nil
+	}
+	for _, r := range roots[1:] {
+		seq := rulesOf(r)
+		if seq == nil || len(seq.Content) == 0 {
+			return nil
+		}
+		first.Content = append(first.Content, seq.Content...)
+		for i := 0; i+1 < len(r.Content); i += 2 {
+			if r.Content[i+1] != seq {
+				roots[0].Content = append(roots[0].Content, r.Content[i], r.Content[i+1])
+			}
+		}
+	}
+	return roots[0]
+}
+
+// rulesOf is the block sequence under root's one "rules" key (nil if none,
+// or not exactly one, or not a plain block sequence).
+func rulesOf(root *yaml.Node) *yaml.Node {
+	if root == nil || root.Kind != yaml.MappingNode {
+		return nil
+	}
+	var seq *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "rules" {
+			if seq != nil {
+				return nil
+			}
+			seq = root.Content[i+1]
+		}
+	}
+	if seq == nil || seq.Kind != yaml.SequenceNode || seq.Style&yaml.FlowStyle != 0 || seq.Anchor != "" {
+		return nil
+	}
+	return seq
+}
+
+func lineStarts(data []byte) []int {
+	starts := make([]int, 1, bytes.Count(data, []byte("\n"))+1)
+	for i, c := range data {
+		if c == '\n' && i+1 < len(data) {
+			starts = append(starts, i+1)
+		}
+	}
+	return starts
+}
+
+func lineAt(data []byte, starts []int, i int) []byte {
+	end := len(data)
+	if i+1 < len(starts) {
+		end = starts[i+1] - 1
+	}
+	return data[starts[i]:end]
+}
