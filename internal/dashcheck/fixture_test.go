@@ -59,6 +59,13 @@ rules:
     limit: 2
     window: 10m
     shadow: true
+  - id: hot-key
+    match:
+      path_prefix: ["/burst"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1000000
+    window: 10m
 `
 
 // A short ramp so overload sheds within seconds.
@@ -269,8 +276,15 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	t.Cleanup(func() { _ = exp.Close() })
 
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
+		switch r.URL.Path {
+		case "/slow":
 			time.Sleep(200 * time.Millisecond)
+		case "/broken":
+			// The connection drops without a response: an origin error.
+			if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				c.Close()
+			}
+			return
 		}
 		_, _ = io.WriteString(w, "ok")
 	}))
@@ -344,7 +358,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	countAt := countFrom.Add(countWindow)
 
 	// --- scenario: Redis paused (fallback, breaker) and rejected credentials ---
-	done = begin("redis paused: fallback, breaker open; WRONGPASS")
+	done = begin("failures: redis paused (fallback, breaker open), WRONGPASS, origin drops connections")
 	rc := redis.NewClient(&redis.Options{Addr: rd.Addr, Password: redisPassword})
 	t.Cleanup(func() { _ = rc.Close() })
 	require.NoError(t, rc.Do(context.Background(), "CLIENT", "PAUSE", "2500", "WRITE").Err())
@@ -357,8 +371,29 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	bad := redis.NewClient(&redis.Options{Addr: rd.Addr, Password: "wrong", MaxRetries: -1})
 	require.Error(t, bad.Ping(context.Background()).Err())
 	_ = bad.Close()
+	for i := range 3 {
+		require.Equal(t, http.StatusBadGateway, send(ams, "/broken", fmt.Sprintf("192.0.2.%d", i+1), ""))
+	}
 	waitPromAtLeast(t, p, `sum(edgeguard_limiter_fallback_total{pop="ams"})`, 1)
 	waitPromAtLeast(t, p, `sum(redis_errors_total{err="WRONGPASS"})`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_origin_errors_total{pop="ams"})`, 1)
+	done()
+
+	// --- scenario: a hot key. Redis holds writes for a moment, so the
+	// concurrent requests of one client queue behind the first one's call
+	// and travel with it (coalescing).
+	done = begin("hot key on fra: concurrent requests of one client coalesced")
+	require.NoError(t, rc.Do(context.Background(), "CLIENT", "PAUSE", "60", "WRITE").Err())
+	var hot sync.WaitGroup
+	for range 20 {
+		hot.Add(1)
+		go func() {
+			defer hot.Done()
+			send(fra, "/burst", "203.0.113.9", "")
+		}()
+	}
+	hot.Wait()
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_coalesced_checks_total{pop="fra"})`, 1)
 	done()
 
 	// --- scenario: overload (ramp shedding, worker cap, queueing) and a
@@ -432,23 +467,40 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	vars["__range"] = strconv.Itoa(int(runEnd.Sub(runStart).Seconds())+1) + "s"
 
 	// --- every panel query returns series, with its legend labels set ---
-	fedBy := func(m model.Matrix) string {
+	// fedBy names the scenarios during which (or one scrape after) some
+	// series of m moved off the value it started the run with, and whether
+	// any value was non-zero.
+	fedBy := func(m model.Matrix) (string, bool) {
+		var names []string
+		nonZero := false
 		for _, ph := range phases {
+			moved := false
 			for _, s := range m {
+				first := s.Values[0].Value
 				for _, v := range s.Values {
+					if v.Value != 0 && !math.IsNaN(float64(v.Value)) {
+						nonZero = true
+					}
 					at := v.Timestamp.Time()
-					if !at.Before(ph.start) && !at.After(ph.end.Add(2*scrapeInterval)) && v.Value != 0 && !math.IsNaN(float64(v.Value)) {
-						return ph.name
+					if !at.Before(ph.start) && !at.After(ph.end.Add(2*scrapeInterval)) && !v.Value.Equal(first) {
+						moved = true
 					}
 				}
 			}
+			if moved {
+				names = append(names, ph.name)
+			}
 		}
-		return "series present (all zero)"
+		if len(names) == 0 {
+			return "constant through the run", nonZero
+		}
+		return strings.Join(names, " | "), nonZero
 	}
 	var report []string
 	for _, b := range boards {
 		for _, panel := range b.Panels {
 			name := b.Title + " / " + panel.Title
+			panelNonZero := false
 			require.NotEmpty(t, panel.Description, name)
 			require.NotEmpty(t, panel.FieldConfig.Defaults.Unit, "%s: unit", name)
 			require.NotNil(t, panel.FieldConfig.Defaults.Thresholds, "%s: thresholds", name)
@@ -464,6 +516,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 					vec := v.(model.Vector)
 					for _, s := range vec {
 						series = append(series, s.Metric)
+						panelNonZero = panelNonZero || s.Value != 0
 					}
 					where = "instant at the end of the run"
 				} else {
@@ -473,7 +526,9 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 					for _, s := range m {
 						series = append(series, s.Metric)
 					}
-					where = fedBy(m)
+					var nonZero bool
+					where, nonZero = fedBy(m)
+					panelNonZero = panelNonZero || nonZero
 				}
 				require.NotEmpty(t, series, "%s: no series for %s", name, q)
 				for _, s := range series {
@@ -483,6 +538,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 				}
 				report = append(report, fmt.Sprintf("%s [%s]: %d series; fed by: %s", name, tg.RefID, len(series), where))
 			}
+			require.True(t, panelNonZero, "%s: every value was zero in every scenario", name)
 		}
 	}
 
