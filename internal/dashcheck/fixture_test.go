@@ -1,6 +1,7 @@
 package dashcheck
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	consulapi "github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/expfmt"
@@ -27,7 +29,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	regionctlcmd "github.com/edgeguard/edgeguard/internal/regionctl"
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -69,15 +73,20 @@ rules:
 `
 
 // A short ramp so overload sheds within seconds.
-const shedderJSON = `{"good": 0.5, "bad": 0.6, "start_after": "1s", "full_after": "3s", "smoothing": "100ms",
-  "share_window": "1s", "queue_size": 2, "queue_timeout": "30ms"}`
+var shedderSettings = []string{"good=0.5", "bad=0.6", "start_after=1s", "full_after=3s", "smoothing=100ms",
+	"share_window=1s", "queue_size=2", "queue_timeout=30ms"}
 
-const shedderChangedJSON = `{"good": 0.55, "bad": 0.6, "start_after": "1s", "full_after": "3s", "smoothing": "100ms",
-  "share_window": "1s", "queue_size": 2, "queue_timeout": "30ms"}`
+// regionctl runs the operator CLI in-process against the fixture's Consul.
+func regionctl(t *testing.T, consul string, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	code := regionctlcmd.Main(append([]string{"--consul", consul}, args...), func(string) string { return "" }, &out, &out)
+	require.Zero(t, code, "regionctl %v: %s", args, out.String())
+	return out.String()
+}
 
 type edgeProc struct {
 	pop, addr, admin string
-	rules, shedder   string
 	cmd              *exec.Cmd
 	out              *strings.Builder
 	mu               sync.Mutex
@@ -112,11 +121,11 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
-func startEdgeProc(t *testing.T, bin, pop, origin, redisURL string) *edgeProc {
+// startEdgeProc starts an edge of the region taking its rules and shedder
+// settings from the region's Consul datacenter, as deployed edges do.
+func startEdgeProc(t *testing.T, bin, pop, origin, redisURL, consul string) *edgeProc {
 	dir := t.TempDir()
-	e := &edgeProc{pop: pop, rules: filepath.Join(dir, "rules.yaml"), shedder: filepath.Join(dir, "shedder.json"), out: &strings.Builder{}}
-	require.NoError(t, os.WriteFile(e.rules, []byte(rulesYAML), 0o600))
-	require.NoError(t, os.WriteFile(e.shedder, []byte(shedderJSON), 0o600))
+	e := &edgeProc{pop: pop, out: &strings.Builder{}}
 	e.addr, e.admin = freePort(t), freePort(t)
 	e.cmd = exec.Command(bin,
 		"--listen", e.addr, "--admin", e.admin,
@@ -127,7 +136,7 @@ func startEdgeProc(t *testing.T, bin, pop, origin, redisURL string) *edgeProc {
 		// only the test's pause, not scheduling noise, sends checks to the
 		// fallback.
 		"--redis-timeout", "100ms",
-		"--rules", e.rules, "--shedder", e.shedder,
+		"--consul", consul, "--rules-cache", filepath.Join(dir, "rules-cache.json"),
 		"--workers", "4",
 		"--trusted-proxies", "127.0.0.1/32",
 		"--drain-delay", "0",
@@ -290,8 +299,19 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	}))
 	t.Cleanup(origin.Close)
 
-	ams := startEdgeProc(t, bin, "ams", origin.URL, rd.URL())
-	fra := startEdgeProc(t, bin, "fra", origin.URL, rd.URL())
+	consul, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: regionName})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = consul.Close() })
+	cc, err := consul.Client("")
+	require.NoError(t, err)
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(rulesFile, []byte(rulesYAML), 0o600))
+	regionctl(t, consul.HTTPAddr(), "rules", "push", "--region", regionName, rulesFile)
+	regionctl(t, consul.HTTPAddr(), append([]string{"shedder", "set", "--region", regionName}, shedderSettings...)...)
+	regionRulesKey := region.NewLayout("edgeguard/").RegionRules(regionName)
+
+	ams := startEdgeProc(t, bin, "ams", origin.URL, rd.URL(), consul.HTTPAddr())
+	fra := startEdgeProc(t, bin, "fra", origin.URL, rd.URL(), consul.HTTPAddr())
 
 	prom, err := testenv.StartPrometheus(testenv.PrometheusOptions{
 		ScrapeInterval: scrapeInterval,
@@ -342,12 +362,16 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	require.Equal(t, map[int]int{200: 5, 429: wantDenied}, sendN(t, ams, 5+wantDenied, "/api/y", "203.0.113.2", ""))
 	require.Equal(t, map[int]int{200: 2 + wantShadow}, sendN(t, ams, 2+wantShadow, "/shadow", "203.0.113.2", ""))
 	require.Equal(t, map[int]int{200: wantCritical}, sendN(t, ams, wantCritical, "/", "203.0.113.3", "critical"))
-	require.NoError(t, os.WriteFile(ams.rules, []byte("version: 1\nrules:\n  - id: broken\n    algorithm: nope\n"), 0o600))
+	// Invalid documents written straight into Consul (regionctl would
+	// refuse them): every edge refuses each and keeps its rules.
 	for i := range wantRejected {
-		require.NoError(t, ams.cmd.Process.Signal(syscall.SIGHUP))
+		doc := fmt.Sprintf("version: 1\nrules:\n  - id: broken-%d\n    algorithm: nope\n", i)
+		_, err := cc.KV().Put(&consulapi.KVPair{Key: regionRulesKey, Value: []byte(doc)}, nil)
+		require.NoError(t, err)
 		waitProm(t, p, `sum(edgeguard_edge_rules_rejected_total{pop="ams"})`, float64(i+1))
 	}
-	require.NoError(t, os.WriteFile(ams.rules, []byte(rulesYAML), 0o600))
+	_, err = cc.KV().Put(&consulapi.KVPair{Key: regionRulesKey, Value: []byte(rulesYAML)}, nil)
+	require.NoError(t, err)
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="per-client", decision="denied"})`, 2+wantDenied)
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="shadow-trial", decision="shadow_denied"})`, 1+wantShadow)
 	waitProm(t, p, `sum(edgeguard_edge_requests_total{pop="ams", tier="critical", outcome="proxied"})`, 1+wantCritical)
@@ -401,7 +425,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	// The overload sends critical traffic: it must fall after the counting
 	// window (a wall-clock window, so waiting for the clock is the signal).
 	require.True(t, assertEventually(time.Minute, func() bool { return time.Now().After(countAt.Add(scrapeInterval)) }))
-	done = begin("overload on fra: shed, no_worker, queue waits; shedder settings change")
+	done = begin("overload on fra: shed, no_worker, queue waits; regionctl shedder set good=0.55")
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	tiers := []string{"test", "read", "read", "write", "critical", ""}
@@ -423,12 +447,11 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	waitPromAtLeast(t, p, `sum(edgeguard_shedder_rejected_total{pop="fra", reason=~"queue_full|queue_timeout"})`, 1)
 	waitPromAtLeast(t, p, `sum(edgeguard_shedder_queue_wait_seconds_count{pop="fra"})`, 1)
 	setBefore := time.Now()
-	require.NoError(t, os.WriteFile(fra.shedder, []byte(shedderChangedJSON), 0o600))
-	require.NoError(t, fra.cmd.Process.Signal(syscall.SIGHUP))
-	changed, err := shedder.ParseConfig([]byte(shedderChangedJSON))
+	regionctl(t, consul.HTTPAddr(), "shedder", "set", "--region", regionName, "good=0.55")
+	current, err := shedder.ApplySettings(shedder.DefaultConfig(), settingsMap(append(shedderSettings, "good=0.55")))
 	require.NoError(t, err)
-	newVersion := shedder.SettingsVersion(changed)
-	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_shedder_settings_info{pop="fra", version=%q})`, newVersion), 1)
+	newVersion := shedder.SettingsVersion(current)
+	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_shedder_settings_info{version=%q})`, newVersion), 2)
 	setAfter := time.Now()
 	close(stop)
 	wg.Wait()
@@ -602,7 +625,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		pick(evalAt(findPanel("edgeguard-regions", "Consul watch errors and rejected documents").Targets[1].Expr), map[string]string{"pop": "ams"}), wantRejected)
 
 	// --- the annotation marks the settings change at the time it was made ---
-	var annotated bool
+	annotated := 0
 	for _, b := range boards {
 		for _, a := range b.Annotations.List {
 			require.True(t, a.UseValueForTime, "%s: %s", b.File, a.Name)
@@ -616,16 +639,15 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 				if string(s.Metric["version"]) != newVersion {
 					continue
 				}
-				require.Equal(t, model.LabelValue("fra"), s.Metric["pop"])
 				last := s.Values[len(s.Values)-1].Value
 				at := time.UnixMilli(int64(last))
 				require.False(t, at.Before(setBefore.Add(-time.Millisecond)) || at.After(setAfter), "annotation at %v, settings set between %v and %v", at, setBefore, setAfter)
-				report = append(report, fmt.Sprintf("ANNOTATION %s: version %s at %s (set between %s and %s)", a.Name, newVersion, at.Format(time.RFC3339Nano), setBefore.Format(time.RFC3339Nano), setAfter.Format(time.RFC3339Nano)))
-				annotated = true
+				report = append(report, fmt.Sprintf("ANNOTATION %s: %s version %s at %s (set between %s and %s)", a.Name, s.Metric["pop"], newVersion, at.Format(time.RFC3339Nano), setBefore.Format(time.RFC3339Nano), setAfter.Format(time.RFC3339Nano)))
+				annotated++
 			}
 		}
 	}
-	require.True(t, annotated, "no annotation for the settings change to %s", newVersion)
+	require.Equal(t, 2, annotated, "annotations for the settings change to %s, one per PoP", newVersion)
 
 	// --- every rule loads in Prometheus and every expression evaluates ---
 	rr, err := p.Rules(ctx, nil)
@@ -689,6 +711,15 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	for _, l := range report {
 		t.Log(l)
 	}
+}
+
+func settingsMap(kv []string) map[string]string {
+	m := map[string]string{}
+	for _, s := range kv {
+		k, v, _ := strings.Cut(s, "=")
+		m[k] = v
+	}
+	return m
 }
 
 func waitPromAtLeast(t *testing.T, p promv1.API, q string, min float64) {
