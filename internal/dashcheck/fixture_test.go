@@ -3,6 +3,7 @@ package dashcheck
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -330,6 +331,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	waitProm(t, p, `sum(redis_up)`, 1)
 
 	var phases []phase
+	var report []string
 	begin := func(name string) func() {
 		ph := phase{name: name, start: time.Now()}
 		return func() { ph.end = time.Now(); phases = append(phases, ph) }
@@ -456,6 +458,63 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	done()
+
+	// --- scenario: a recorded overload on ams under a slower ramp, replayed
+	// by regionctl shedder simulate ---
+	done = begin("recorded overload on ams (start_after=2s full_after=20s), replayed by regionctl shedder simulate")
+	regionctl(t, consul.HTTPAddr(), "shedder", "set", "--region", regionName, "start_after=2s", "full_after=20s", "smoothing=1s")
+	simSettings, err := shedder.ApplySettings(current, map[string]string{"start_after": "2s", "full_after": "20s", "smoothing": "1s"})
+	require.NoError(t, err)
+	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_shedder_settings_info{pop="ams", version=%q})`, shedder.SettingsVersion(simSettings)), 1)
+	waitProm(t, p, `count(edgeguard_shedder_level{pop="ams"} < -0.099)`, 1) // at rest: -start_after/full_after
+	simFrom := time.Now()
+	stop = make(chan struct{})
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				send(ams, "/slow", fmt.Sprintf("198.51.100.%d", i+101), tiers[i%len(tiers)])
+			}
+		}()
+	}
+	waitPromAtLeast(t, p, `max(edgeguard_shedder_level{pop="ams"})`, 0.25)
+	close(stop)
+	wg.Wait()
+	// Recovering: the level falls 1/full_after per second once idle.
+	waitProm(t, p, `count(edgeguard_shedder_level{pop="ams"} < 0.15)`, 1)
+	simTo := time.Now()
+	waitPromAtLeast(t, p, fmt.Sprintf(`max(timestamp(edgeguard_shedder_level{pop="ams"})) - %d`, simTo.Unix()), 1)
+	simulate := func(candidate ...string) simulation {
+		args := append([]string{"--consul", consul.HTTPAddr(), "--output", "json", "shedder", "simulate", "--region", regionName, "--pop", "ams",
+			"--from", simFrom.Format(time.RFC3339Nano), "--to", simTo.Format(time.RFC3339Nano), "--prometheus", prom.URL}, candidate...)
+		var out bytes.Buffer
+		code := regionctlcmd.Main(args, func(string) string { return "" }, &out, &out)
+		require.Zero(t, code, out.String())
+		var sim simulation
+		require.NoError(t, json.Unmarshal(out.Bytes(), &sim), out.String())
+		require.Len(t, sim.Edges, 1, out.String())
+		return sim
+	}
+	later := simulate("start_after=30s")
+	e := later.Edges[0]
+	require.True(t, e.Reproduced)
+	require.LessOrEqual(t, e.Deviation, 0.05)
+	require.Positive(t, sum(e.Recorded), "the recorded overload shed requests")
+	require.Positive(t, sum(e.Current.Shed), "the replay of the current settings sheds too")
+	require.Zero(t, sum(e.Candidate.Shed), "start_after=30s would have shed nothing in this overload")
+	require.LessOrEqual(t, e.Candidate.MaxLevel, 0.0)
+	faster := simulate("full_after=5s").Edges[0]
+	require.Greater(t, sum(faster.Candidate.Shed), sum(faster.Current.Shed), "a faster ramp sheds more")
+	report = append(report,
+		fmt.Sprintf("SIMULATE %s: %d samples, current settings reproduce the recorded level within %.4f; shed recorded %v, replayed %v; candidate start_after=30s sheds %v (peak level %.3f); candidate full_after=5s sheds %v (peak %.3f)",
+			e.Instance, e.Samples, e.Deviation, e.Recorded, e.Current.Shed, e.Candidate.Shed, e.Candidate.MaxLevel, faster.Candidate.Shed, faster.Candidate.MaxLevel))
+	done()
 	end := time.Now().Add(2 * scrapeInterval)
 	require.True(t, assertEventually(10*time.Second, func() bool { return time.Now().After(end) }))
 	runEnd := time.Now()
@@ -519,7 +578,6 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		}
 		return strings.Join(names, " | "), nonZero
 	}
-	var report []string
 	for _, b := range boards {
 		for _, panel := range b.Panels {
 			name := b.Title + " / " + panel.Title
@@ -711,6 +769,33 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	for _, l := range report {
 		t.Log(l)
 	}
+}
+
+// simulation is the JSON regionctl shedder simulate prints.
+type simulation struct {
+	Edges []struct {
+		Instance   string             `json:"instance"`
+		Samples    int                `json:"samples"`
+		Deviation  float64            `json:"max_level_deviation"`
+		Reproduced bool               `json:"reproduced"`
+		Recorded   map[string]float64 `json:"recorded_shed"`
+		Current    struct {
+			Shed     map[string]float64 `json:"shed"`
+			MaxLevel float64            `json:"max_level"`
+		} `json:"current"`
+		Candidate struct {
+			Shed     map[string]float64 `json:"shed"`
+			MaxLevel float64            `json:"max_level"`
+		} `json:"candidate"`
+	} `json:"edges"`
+}
+
+func sum(m map[string]float64) float64 {
+	var total float64
+	for _, v := range m {
+		total += v
+	}
+	return total
 }
 
 func settingsMap(kv []string) map[string]string {
