@@ -511,6 +511,14 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	require.LessOrEqual(t, e.Candidate.MaxLevel, 0.0)
 	faster := simulate("full_after=5s").Edges[0]
 	require.Greater(t, sum(faster.Candidate.Shed), sum(faster.Current.Shed), "a faster ramp sheds more")
+	// The text an operator reads (dashboards/README.md walks through it).
+	var text bytes.Buffer
+	code := regionctlcmd.Main([]string{"--consul", consul.HTTPAddr(), "shedder", "simulate", "--region", regionName, "--pop", "ams",
+		"--from", simFrom.Format(time.RFC3339Nano), "--to", simTo.Format(time.RFC3339Nano), "--prometheus", prom.URL, "good=0.6", "bad=0.9"},
+		func(string) string { return "" }, &text, &text)
+	require.Zero(t, code, text.String())
+	require.Contains(t, text.String(), "the current settings reproduce the recorded shed level")
+	t.Logf("regionctl shedder simulate ... good=0.6 bad=0.9:\n%s", text.String())
 	report = append(report,
 		fmt.Sprintf("SIMULATE %s: %d samples, current settings reproduce the recorded level within %.4f; shed recorded %v, replayed %v; candidate start_after=30s sheds %v (peak level %.3f); candidate full_after=5s sheds %v (peak %.3f)",
 			e.Instance, e.Samples, e.Deviation, e.Recorded, e.Current.Shed, e.Candidate.Shed, e.Candidate.MaxLevel, faster.Candidate.Shed, faster.Candidate.MaxLevel))

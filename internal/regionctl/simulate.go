@@ -410,15 +410,15 @@ func (a *app) printSimulation(rep simulateReport, current, candidate shedder.Con
 	a.printf("# candidate %s: %s\n", rep.Candidate, strings.Join(changes, " "))
 	for _, e := range rep.Edges {
 		a.printf("\nedge %s (%d samples)\n", e.Instance, e.Samples)
-		verdict := "reproduces"
+		verdict := "reproduce"
 		if !e.Reproduced {
-			verdict = "DOES NOT reproduce"
+			verdict = "DO NOT reproduce"
 		}
-		a.printf("  current settings %s the recorded shed level: max deviation %.3f (limit %.2f)\n", verdict, e.Deviation, reproduceWithin)
+		a.printf("  the current settings %s the recorded shed level: max deviation %.3f (limit %.2f)\n", verdict, e.Deviation, reproduceWithin)
 		if !e.Reproduced {
 			continue
 		}
-		a.printf("  %-8s %7s %9s %8s %10s %9s\n", "time", "util", "recorded", "current", "candidate", "cut-off")
+		a.printf("  %-8s %7s %9s %8s %10s %9s\n", "time", "util", "recorded", "current", "candidate", "cand. cut")
 		every := max(len(e.Current.Timeline)/20, 1)
 		for i := 0; i < len(e.Current.Timeline) && i < len(e.Candidate.Timeline); i += every {
 			c, d := e.Current.Timeline[i], e.Candidate.Timeline[i]
