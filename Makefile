@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build run test bench lint tools
+.PHONY: build run test bench lint tools dashboards dashboards-check
 
 build:
 	$(GO) build ./...
@@ -28,9 +28,20 @@ lint:
 # (stores, harness, shedder) or are cheap enough that it costs nothing.
 # The Consul agent the harness starts is the one scripts/install-consul.sh
 # built and cached (instant once cached; tools has just run it).
-test: tools lint
+test: tools lint dashboards-check
 	consul=$$(./scripts/install-consul.sh) && \
 	EDGEGUARD_CONSUL="$$consul" $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+
+# The Grafana boards are generated from dashboards/src (Grafana's foundation
+# SDK); `make dashboards` rewrites the JSON, the check fails when the
+# committed JSON is stale. Alert rules: syntax and unit tests (promtool).
+dashboards:
+	cd dashboards && npm ci --no-audit --no-fund --loglevel=error && npm run --silent generate
+
+dashboards-check:
+	cd dashboards && npm ci --no-audit --no-fund --loglevel=error && npm run --silent check
+	promtool check rules dashboards/alerts/edgeguard.rules.yml
+	promtool test rules dashboards/alerts/edgeguard.test.yml
 
 # Benchmarks against real Redis (standalone and Cluster), started by the
 # harness; see BENCHMARKS.md for the figures and how to compare runs.

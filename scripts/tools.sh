@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
-# Redis (server, sentinel, cli, benchmark) and wrk from apt, and Consul, built once
+# Redis (server, sentinel, cli, benchmark), wrk, Prometheus (with promtool)
+# and the Redis exporter from apt, and Consul, built once
 # from its Go module by install-consul.sh and cached outside the repository.
 # Idempotent; safe to run every time.
 set -euo pipefail
 
 need=()
-for bin in redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk; do
+for bin in redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

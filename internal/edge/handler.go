@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // scratch is a request's reusable buffers.
@@ -30,12 +31,13 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 // handle is the request path; see the package documentation for the steps.
 func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	outcome := e.serve(ctx, start)
-	e.metrics.requests.WithLabelValues(outcome).Inc()
+	tier := shedder.TierNone // until classified
+	outcome := e.serve(ctx, start, &tier)
+	e.metrics.requests.WithLabelValues(outcome, tier.String()).Inc()
 	e.metrics.duration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 }
 
-func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
+func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder.Tier) string {
 	peer := peerAddr(ctx.RemoteIP())
 	trusted := e.trusted.contains(peer)
 	header := func(name string) (string, bool) {
@@ -46,6 +48,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
 
 	// Shed: before any I/O, by priority tier.
 	tier := e.shed.Classify(b2s(ctx.Method()), path, header, trusted)
+	*tierOut = tier
 	if !e.shed.Admit(start, tier) {
 		unavailable(ctx, "the edge is shedding load; retry later", 1)
 		return outcomeShed

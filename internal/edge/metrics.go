@@ -4,13 +4,15 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // metrics are the edge's. Labels are bounded: rule ids come from the
 // operator's rules, every other label from a fixed set; never a client key,
 // address or raw host. region and pop are constant labels of the registry.
 type metrics struct {
-	requests     *prometheus.CounterVec   // outcome
+	requests     *prometheus.CounterVec   // outcome, tier
 	decisions    *prometheus.CounterVec   // rule, decision, reason
 	duration     *prometheus.HistogramVec // outcome
 	rulesInfo    *prometheus.GaugeVec     // version
@@ -34,8 +36,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_requests_total",
-			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed).",
-		}, []string{"outcome"}),
+			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed); and shedder tier (none: answered before classification).",
+		}, []string{"outcome", "tier"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_decisions_total",
 			Help: "Rule decisions by rule, decision (allowed, denied, shadow_denied) and reason (where decided).",
@@ -71,7 +73,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable} {
-		m.requests.WithLabelValues(o)
+		for _, t := range []shedder.Tier{shedder.TierTest, shedder.TierRead, shedder.TierWrite, shedder.TierCritical} {
+			m.requests.WithLabelValues(o, t.String())
+		}
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.ready, m.consulErrors} {

@@ -54,6 +54,8 @@ Rules (YAML, schema v1; each region is a Consul datacenter of the same name):
 Shedder settings (JSON):
   shedder get --region R                       effective settings: stored JSON over the defaults
   shedder set --region R [--reset] key=value…  change settings (validated, check-and-set)
+  shedder simulate --region R --pop P --from T1 --to T2 [--prometheus URL] [key=value…]
+                                               replay recorded utilization: current settings, then the candidate
 
 Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,

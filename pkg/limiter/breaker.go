@@ -40,6 +40,8 @@ type breakers struct {
 	cooldown  time.Duration
 	// onChange reports a shard's new state, how many are open, and the worst.
 	onChange func(shard string, s breakerState, open int, worst breakerState)
+	// onNew reports a shard seen for the first time (its breaker closed).
+	onNew func(shard string)
 }
 
 func newBreakers(threshold int, cooldown time.Duration, onChange func(string, breakerState, int, breakerState)) *breakers {
@@ -53,6 +55,9 @@ func (bs *breakers) get(shard string) *breaker {
 	if !ok {
 		b = newBreaker(bs.threshold, bs.cooldown, func(s breakerState) { bs.changed(shard, s) })
 		bs.m[shard] = b
+		if bs.onNew != nil {
+			bs.onNew(shard)
+		}
 	}
 	return b
 }

@@ -171,7 +171,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 	}
 	l.metrics = m
 	l.breakers = newBreakers(cfg.BreakerFailures, cfg.BreakerCooldown, func(shard string, s breakerState, open int, worst breakerState) {
-		m.breakerState.Set(float64(worst))
+		m.breakerState.WithLabelValues(shardLabel(shard)).Set(float64(s))
 		m.breakersOpen.Set(float64(open))
 		switch s {
 		case breakerOpen:
@@ -180,6 +180,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 			log.Info("rate limit store recovered", "store", cfg.StoreName, "shard", shard)
 		}
 	})
+	l.breakers.onNew = func(shard string) { m.breakerState.WithLabelValues(shardLabel(shard)).Set(float64(breakerClosed)) }
 	return l, nil
 }
 

@@ -14,7 +14,7 @@ type metrics struct {
 	storeCalls    prometheus.Counter
 	storeSeconds  *prometheus.HistogramVec
 	fallbacks     *prometheus.CounterVec
-	breakerState  prometheus.Gauge
+	breakerState  *prometheus.GaugeVec // shard
 	breakersOpen  prometheus.Gauge
 	refunds       prometheus.Counter
 	replayed      prometheus.Counter
@@ -50,10 +50,10 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_fallback_total",
 			Help: "Checks the store could not decide, by reason (error, breaker_open).",
 		}, []string{"reason"}),
-		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "edgeguard_limiter_breaker_state",
-			Help: "Worst store circuit breaker state over the store's shards: 0 closed, 1 open, 2 half-open.",
-		}),
+			Help: "Store circuit breaker state per shard (Cluster master address, or \"store\" for a single-master store): 0 closed, 1 open, 2 half-open.",
+		}, []string{"shard"}),
 		breakersOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "edgeguard_limiter_breakers_open",
 			Help: "Store shards (Cluster masters) whose breaker is not closed: their keys are decided locally.",
@@ -95,3 +95,13 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 }
 
 func (m *metrics) record(s Source, n int) { m.checks[s].Add(float64(n)) }
+
+// shardLabel names a breaker's shard: a Cluster master's address, or
+// "store" for the one breaker of a store that is not sharded (or whose
+// slot map is not known yet). Bounded by the number of masters.
+func shardLabel(shard string) string {
+	if shard == "" {
+		return "store"
+	}
+	return shard
+}

@@ -1,9 +1,14 @@
 package shedder
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -30,6 +35,16 @@ type metrics struct {
 
 	requests [numTiers]paddedCounter
 	shed     [numTiers]paddedCounter
+	// Worker-cap rejections, beside the ramp's sheds in rejected_total.
+	queueFull    [numTiers]paddedCounter
+	queueTimeout [numTiers]paddedCounter
+
+	// The settings in force: version (a hash of them) and when that
+	// version took effect, for dashboard annotations.
+	settingsMu      sync.Mutex
+	settingsVersion string
+	settingsInfo    *prometheus.GaugeVec
+	settingsLoaded  prometheus.Gauge
 
 	// workers is read at scrape time so the busy/capacity gauges cost the
 	// request path nothing.
@@ -69,6 +84,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	})
 	m.collectors = append(m.collectors, m.queueWait)
 
+	m.settingsInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: namespace + "settings_info",
+		Help: "The shedder settings version in force (value 1): a hash of the settings.",
+	}, []string{"version"})
+	m.settingsLoaded = gauge("settings_loaded_timestamp_seconds", "When the settings version in force took effect (Unix time).")
+	m.collectors = append(m.collectors, m.settingsInfo)
+
 	for t := Tier(0); t < numTiers; t++ {
 		req, shed := &m.requests[t], &m.shed[t]
 		labels := prometheus.Labels{"tier": t.String()}
@@ -80,6 +102,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Name: namespace + "shed_total", Help: "Requests shed by the ramp.", ConstLabels: labels,
 			}, func() float64 { return float64(shed.Load()) }),
 		)
+		for reason, c := range map[string]*paddedCounter{"ramp": shed, "queue_full": &m.queueFull[t], "queue_timeout": &m.queueTimeout[t]} {
+			m.collectors = append(m.collectors, prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        namespace + "rejected_total",
+				Help:        "Requests answered 503 by the shedder, by tier and reason: ramp (shed by the ramp), queue_full and queue_timeout (the worker cap).",
+				ConstLabels: prometheus.Labels{"tier": t.String(), "reason": reason},
+			}, func() float64 { return float64(c.Load()) }))
+		}
 	}
 
 	m.collectors = append(m.collectors,
@@ -124,8 +153,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// setConfig publishes the settings dashboards draw next to the ramp.
-func (m *metrics) setConfig(cfg Config) {
+// setConfig publishes the settings dashboards draw next to the ramp, and
+// their version; the load time moves only when the version changes, so a
+// re-applied identical document is not a settings change.
+func (m *metrics) setConfig(cfg Config, now time.Time) {
+	v := SettingsVersion(cfg)
+	m.settingsMu.Lock()
+	if v != m.settingsVersion {
+		m.settingsVersion = v
+		m.settingsInfo.Reset()
+		m.settingsInfo.WithLabelValues(v).Set(1)
+		m.settingsLoaded.Set(float64(now.UnixNano()) / 1e9)
+	}
+	m.settingsMu.Unlock()
 	m.thresholdG.Set(cfg.Good)
 	m.thresholdB.Set(cfg.Bad)
 	if cfg.Enabled {
@@ -133,4 +173,28 @@ func (m *metrics) setConfig(cfg Config) {
 	} else {
 		m.enabled.Set(0)
 	}
+}
+
+// countRejected counts a worker-cap rejection of tier by its error.
+func (m *metrics) countRejected(tier Tier, err error) {
+	if !tier.valid() {
+		tier = TierWrite
+	}
+	switch {
+	case errors.Is(err, ErrQueueFull):
+		m.queueFull[tier].Add(1)
+	case errors.Is(err, ErrQueueTimeout):
+		m.queueTimeout[tier].Add(1)
+	}
+}
+
+// SettingsVersion is a short hash of cfg's canonical JSON: equal settings
+// have equal versions on every edge, whatever document they came from.
+func SettingsVersion(cfg Config) string {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		panic("shedder: encoding settings failed: " + err.Error()) // plain values cannot fail
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])[:12]
 }

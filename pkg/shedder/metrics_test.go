@@ -22,6 +22,9 @@ var metricNames = []string{
 	"edgeguard_shedder_threshold",
 	"edgeguard_shedder_requests_total",
 	"edgeguard_shedder_shed_total",
+	"edgeguard_shedder_rejected_total",
+	"edgeguard_shedder_settings_info",
+	"edgeguard_shedder_settings_loaded_timestamp_seconds",
 	"edgeguard_shedder_queue_wait_seconds",
 	"edgeguard_shedder_workers_busy",
 	"edgeguard_shedder_workers_capacity",
@@ -103,6 +106,9 @@ func TestMetrics(t *testing.T) {
 	require.Positive(t, got["edgeguard_shedder_shed_total{tier=test}"])
 	require.Positive(t, got["edgeguard_shedder_shed_total{tier=read}"])
 	require.Zero(t, got["edgeguard_shedder_shed_total{tier=critical}"])
+	for _, tier := range []string{"test", "read", "critical"} {
+		require.Equal(t, got["edgeguard_shedder_shed_total{tier="+tier+"}"], got["edgeguard_shedder_rejected_total{reason=ramp,tier="+tier+"}"], "ramp rejections are the ramp's sheds")
+	}
 
 	cfg := s.Config()
 	cfg.Good, cfg.Enabled = 0.75, false
@@ -125,6 +131,88 @@ func TestMetrics(t *testing.T) {
 	got = scrape(t, reg)
 	require.Equal(t, 1.0, got["edgeguard_shedder_queue_wait_seconds"])
 	require.Equal(t, 0.0, got["edgeguard_shedder_workers_busy"])
+	require.Equal(t, 1.0, got["edgeguard_shedder_rejected_total{reason=queue_timeout,tier=read}"])
+	require.Zero(t, got["edgeguard_shedder_rejected_total{reason=queue_full,tier=read}"])
+}
+
+// Worker-cap refusals are counted by tier and reason beside the ramp's.
+func TestMetricsRejectedByWorkers(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	cfg := rawConfig()
+	cfg.QueueSize, cfg.QueueTimeout = 1, time.Hour
+	s, err := New(cfg, reg, seeded())
+	require.NoError(t, err)
+	w := NewWorkers(1, 0, 0)
+	s.AttachWorkers(w)
+
+	release, err := w.Acquire(context.Background(), TierCritical)
+	require.NoError(t, err)
+	// A read waits in the one queue place; a test request finds it full
+	// and a critical one turns the read away: two queue_full, by tier.
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := w.Acquire(context.Background(), TierRead)
+		readErr <- err
+	}()
+	require.Eventually(t, func() bool { return w.Queued() == 1 }, 5*time.Second, time.Millisecond)
+	_, err = w.Acquire(context.Background(), TierTest)
+	require.ErrorIs(t, err, ErrQueueFull)
+	critical := make(chan error, 1)
+	go func() {
+		rel, err := w.Acquire(context.Background(), TierCritical)
+		if err == nil {
+			rel()
+		}
+		critical <- err
+	}()
+	require.ErrorIs(t, <-readErr, ErrQueueFull, "evicted for a higher tier")
+	release()
+	require.NoError(t, <-critical)
+
+	got := scrape(t, reg)
+	for key, want := range map[string]float64{
+		"edgeguard_shedder_rejected_total{reason=queue_full,tier=test}":        1,
+		"edgeguard_shedder_rejected_total{reason=queue_full,tier=read}":        1,
+		"edgeguard_shedder_rejected_total{reason=queue_full,tier=critical}":    0,
+		"edgeguard_shedder_rejected_total{reason=queue_timeout,tier=critical}": 0,
+		"edgeguard_shedder_rejected_total{reason=ramp,tier=test}":              0,
+	} {
+		require.Equal(t, want, got[key], key)
+	}
+}
+
+// The settings version is a hash of the settings; its load time moves only
+// when the version does.
+func TestMetricsSettingsVersion(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	now := at(0)
+	s, err := New(rawConfig(), reg, WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	v0 := SettingsVersion(rawConfig())
+	require.Len(t, v0, 12)
+	got := scrape(t, reg)
+	require.Equal(t, 1.0, got["edgeguard_shedder_settings_info{version="+v0+"}"])
+	require.Equal(t, float64(at(0).Unix()), got["edgeguard_shedder_settings_loaded_timestamp_seconds"])
+
+	now = at(time.Minute)
+	require.NoError(t, s.Update(rawConfig()))
+	got = scrape(t, reg)
+	require.Equal(t, float64(at(0).Unix()), got["edgeguard_shedder_settings_loaded_timestamp_seconds"], "same settings: not a change")
+
+	cfg := rawConfig()
+	cfg.Good = 0.65
+	v1 := SettingsVersion(cfg)
+	require.NotEqual(t, v0, v1)
+	now = at(2 * time.Minute)
+	require.NoError(t, s.Update(cfg))
+	got = scrape(t, reg)
+	require.Equal(t, 1.0, got["edgeguard_shedder_settings_info{version="+v1+"}"])
+	require.NotContains(t, got, "edgeguard_shedder_settings_info{version="+v0+"}", "one version at a time")
+	require.Equal(t, float64(at(2*time.Minute).Unix()), got["edgeguard_shedder_settings_loaded_timestamp_seconds"])
+
+	cfg.Good = 2
+	require.Error(t, s.Update(cfg))
+	require.Contains(t, scrape(t, reg), "edgeguard_shedder_settings_info{version="+v1+"}", "a refused update changes nothing")
 }
 
 func TestMetricsRegistration(t *testing.T) {

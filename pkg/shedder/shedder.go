@@ -111,7 +111,7 @@ func New(cfg Config, reg prometheus.Registerer, opts ...Option) (*Shedder, error
 	s := &Shedder{cfg: cfg.Clone(), m: m, rand: o.rand, clock: o.clock}
 	s.level = s.cfg.floor()
 	s.cls.Store(cls)
-	s.m.setConfig(s.cfg)
+	s.m.setConfig(s.cfg, s.clock())
 	s.publishLocked()
 	return s, nil
 }
@@ -275,7 +275,7 @@ func (s *Shedder) Update(cfg Config) error {
 		// Validated above, so this cannot fail.
 		_ = s.workers.SetQueue(cfg.QueueSize, cfg.QueueTimeout)
 	}
-	s.m.setConfig(cfg)
+	s.m.setConfig(cfg, s.clock())
 	s.publishLocked()
 	return nil
 }
@@ -289,6 +289,7 @@ func (s *Shedder) AttachWorkers(w *Workers) {
 	s.workers = w
 	s.m.workers.Store(w)
 	w.setWaitObserver(s.m.queueWait)
+	w.setRejectCounter(s.m.countRejected)
 	_ = w.SetQueue(s.cfg.QueueSize, s.cfg.QueueTimeout)
 }
 

@@ -34,6 +34,7 @@ type Workers struct {
 	queueTimeout time.Duration
 	queue        []*waiter
 	waitObs      prometheus.Observer
+	onReject     func(Tier, error)
 }
 
 type waiter struct {
@@ -63,6 +64,19 @@ func NewWorkers(capacity, queueSize int, queueTimeout time.Duration) *Workers {
 // always safe. Errors: ErrQueueFull (also when evicted for a higher tier),
 // ErrQueueTimeout, or the context's error (wrapped).
 func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err error) {
+	release, err = w.acquire(ctx, tier)
+	if err != nil {
+		w.mu.Lock()
+		count := w.onReject
+		w.mu.Unlock()
+		if count != nil {
+			count(tier, err)
+		}
+	}
+	return release, err
+}
+
+func (w *Workers) acquire(ctx context.Context, tier Tier) (release func(), err error) {
 	w.mu.Lock()
 	// Skipping ahead of waiters would starve them under steady load.
 	if w.busy < w.capacity && len(w.queue) == 0 {
@@ -239,6 +253,13 @@ func (w *Workers) SetQueue(size int, timeout time.Duration) error {
 func (w *Workers) setWaitObserver(obs prometheus.Observer) {
 	w.mu.Lock()
 	w.waitObs = obs
+	w.mu.Unlock()
+}
+
+// setRejectCounter makes every refused Acquire call count(tier, err).
+func (w *Workers) setRejectCounter(count func(Tier, error)) {
+	w.mu.Lock()
+	w.onReject = count
 	w.mu.Unlock()
 }
 

@@ -1,0 +1,107 @@
+// Rate limits: decisions, where they were decided, the store and Redis.
+import * as dashboard from '@grafana/grafana-foundation-sdk/dashboard';
+import { board, green, orange, rate, red, redisSel, row, sel, statPanel, tablePanel, timeSeries, valueMap } from './common';
+
+export function rateLimitsBoard(): dashboard.Dashboard {
+  return board('edgeguard-ratelimits', 'edgeguard / Rate limits',
+    'Rate-limit decisions by rule, the local prefilter and coalescing, the Redis store with its breakers and fallback, and Redis itself (from the Redis exporter).',
+    ['limiter', 'redis'])
+    .withRow(row('Decisions'))
+    .withPanel(timeSeries({
+      title: 'Decisions by rule and outcome',
+      description: 'Rule decisions per second: allowed, denied (429) and shadow_denied (a shadow rule that would have denied). A rule whose shadow_denied rate is what you expect is ready to enforce: set shadow: false and push it with regionctl rules push.',
+      unit: 'reqps', min: 0,
+      thresholds: [green()],
+      targets: [{ expr: `sum by (rule, decision) (${rate('edgeguard_edge_decisions_total')})`, legend: '{{rule}} {{decision}}' }],
+    }))
+    .withPanel(tablePanel({
+      title: 'Top denied rules',
+      description: 'The ten rules that denied most requests over the dashboard\'s time range. A rule suddenly on top is either an attack (good) or a limit set too low after a push: check regionctl rules history --region R and roll back with regionctl rules rollback if needed.',
+      unit: 'short',
+      thresholds: [green(), orange(100), red(10000)],
+      targets: [{ expr: `topk(10, sum by (rule) (increase(edgeguard_edge_decisions_total{${sel}, decision="denied"}[$__range])))`, legend: '{{rule}}', instant: true }],
+    }))
+    .withPanel(timeSeries({
+      title: 'Decisions by where they were decided',
+      description: 'Checks by reason: the store (redis or memory), prefilter (over-limit cache: denied locally without a Redis call) or fallback (Redis failing: counted locally with limit / nodes). Fallback decisions are only roughly right: find out why Redis fails (breaker panel, Redis panels).',
+      unit: 'reqps', min: 0,
+      thresholds: [green()],
+      targets: [{ expr: `sum by (region, reason) (${rate('edgeguard_edge_decisions_total')})`, legend: '{{region}} {{reason}}' }],
+    }))
+    .withPanel(timeSeries({
+      title: 'Script calls per request',
+      description: 'Redis script calls sent per request that reached the limiter, per PoP. Above the number of rules a request matches means refunds or retries; well below 1 means the prefilter and coalescing save Redis work.',
+      unit: 'none', min: 0,
+      thresholds: [green(), orange(3), red(5)],
+      targets: [{
+        expr: `sum by (region, pop) (${rate('edgeguard_limiter_store_script_calls_total')}) / sum by (region, pop) (${rate('edgeguard_edge_requests_total', 'outcome=~"proxied|denied"')})`,
+        legend: '{{region}}/{{pop}}',
+      }],
+    }))
+    .withRow(row('Store, breakers and fallback'))
+    .withPanel(timeSeries({
+      title: 'Fallback by reason',
+      description: 'Checks the store could not decide, per PoP: error (call failed or timed out) or breaker_open (the shard\'s breaker stops calls). Sustained fallback means a Redis shard is down or too slow for --redis-timeout; the LimiterFallback alert fires.',
+      unit: 'reqps', min: 0,
+      thresholds: [green(), red(1)],
+      targets: [{ expr: `sum by (region, pop, reason) (${rate('edgeguard_limiter_fallback_total')})`, legend: '{{region}}/{{pop}} {{reason}}' }],
+    }))
+    .withPanel(statPanel({
+      title: 'Breaker state per shard',
+      description: 'Worst breaker state per Redis shard (Cluster master address, or "store" for a single master) over the selected edges: closed, open (keys of that shard decided locally) or half-open (probing). An open shard: check that master (Redis panels, redis-cli -h <shard> ping); after a Cluster failover the old master may stay open on edges until they restart.',
+      unit: 'none',
+      thresholds: [green(), red(1)],
+      mappings: valueMap({ '0': { text: 'closed', color: 'green' }, '1': { text: 'open', color: 'red' }, '2': { text: 'half-open', color: 'orange' } }),
+      targets: [{ expr: `max by (region, shard) (edgeguard_limiter_breaker_state{${sel}})`, legend: '{{region}} {{shard}}' }],
+      width: 12, height: 8,
+    }))
+    .withPanel(timeSeries({
+      title: 'Store call latency',
+      description: 'p50 and p99 of one store round trip (all keys of a request), by outcome. p99 close to --redis-timeout (default 5 ms) means calls are about to time out into the fallback: check Redis latency and load below.',
+      unit: 's', min: 0,
+      thresholds: [green(), orange(0.002), red(0.005)],
+      targets: [
+        { expr: `histogram_quantile(0.99, sum by (le, outcome) (${rate('edgeguard_limiter_store_call_duration_seconds_bucket')}))`, legend: 'p99 {{outcome}}' },
+        { expr: `histogram_quantile(0.5, sum by (le, outcome) (${rate('edgeguard_limiter_store_call_duration_seconds_bucket')}))`, legend: 'p50 {{outcome}}' },
+      ],
+    }))
+    .withPanel(timeSeries({
+      title: 'Prefilter and coalescing savings',
+      description: 'Checks answered without their own Redis call: prefilter hits (denied by the over-limit cache) and coalesced checks (joined another request\'s call for the same key). High values under a flood are the hot-key protection working.',
+      unit: 'reqps', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `sum by (region, pop) (${rate('edgeguard_limiter_prefilter_hits_total')})`, legend: 'prefilter {{region}}/{{pop}}' },
+        { expr: `sum by (region, pop) (${rate('edgeguard_limiter_coalesced_checks_total')})`, legend: 'coalesced {{region}}/{{pop}}' },
+      ],
+    }))
+    .withRow(row('Redis (exporter)'))
+    .withPanel(timeSeries({
+      title: 'Redis memory used',
+      description: 'Memory used per Redis node. Limit keys expire after their window, so steady growth means more distinct clients or longer windows; near maxmemory, Redis evicts or refuses writes and the edges fall back.',
+      unit: 'bytes', min: 0,
+      thresholds: [green(), orange(1 << 30), red(4 << 30)],
+      targets: [{ expr: `sum by (region, instance) (redis_memory_used_bytes{${redisSel}})`, legend: '{{region}} {{instance}}' }],
+      width: 8,
+    }))
+    .withPanel(timeSeries({
+      title: 'Redis operations',
+      description: 'Commands processed per second per Redis node. One node far above the others is a hot slot: look for a client flooding one key (prefilter panel).',
+      unit: 'ops', min: 0,
+      thresholds: [green()],
+      targets: [{ expr: `sum by (region, instance) (rate(redis_commands_processed_total{${redisSel}}[$__rate_interval]))`, legend: '{{region}} {{instance}}' }],
+      width: 8,
+    }))
+    .withPanel(timeSeries({
+      title: 'Redis script latency',
+      description: 'Mean server-side time of the limiter\'s script commands (EVALSHA/EVAL) per Redis node. It should stay far below --redis-timeout; if it grows, the node is saturated or a key is very large (sliding_log with a big limit).',
+      unit: 's', min: 0,
+      thresholds: [green(), orange(0.0005), red(0.002)],
+      targets: [{
+        expr: `sum by (region, instance) (rate(redis_commands_duration_seconds_total{${redisSel}, cmd=~"evalsha|eval"}[$__rate_interval])) / sum by (region, instance) (rate(redis_commands_total{${redisSel}, cmd=~"evalsha|eval"}[$__rate_interval]))`,
+        legend: '{{region}} {{instance}}',
+      }],
+      width: 8,
+    }))
+    .build();
+}

@@ -1,0 +1,128 @@
+// Shedder tuning: the board SREs choose good/bad/start_after/full_after on.
+import * as dashboard from '@grafana/grafana-foundation-sdk/dashboard';
+import * as prometheus from '@grafana/grafana-foundation-sdk/prometheus';
+import { board, datasource, green, orange, rate, red, row, sel, statPanel, tablePanel, timeSeries, valueMap } from './common';
+
+const byNode = 'region, pop, instance';
+const nodeLegend = '{{region}}/{{pop}} {{instance}}';
+
+export function shedderBoard(): dashboard.Dashboard {
+  // The load time (in ms) is the annotation's time, so the mark sits where
+  // the settings took effect, not at the next evaluation step.
+  const annotationExpr = `max by (region, pop, version) (edgeguard_shedder_settings_loaded_timestamp_seconds{${sel}} * on (instance, job) group_left (version) edgeguard_shedder_settings_info{${sel}}) * 1000`;
+  const settingsChange = new dashboard.AnnotationQueryBuilder()
+    .name('Shedder settings change')
+    .datasource(datasource)
+    .enable(true)
+    .iconColor('purple')
+    .target(new prometheus.DataqueryBuilder().refId('Anno').expr(annotationExpr))
+    .expr(annotationExpr)
+    .useValueForTime(true)
+    .titleFormat('shedder settings {{version}}')
+    .textFormat('{{region}}/{{pop}} loaded shedder settings version {{version}} (regionctl shedder get --region {{region}})')
+    .tagKeys('region,pop,version')
+    .step('15s');
+
+  return board('edgeguard-shedder', 'edgeguard / Shedder tuning',
+    'Worker-utilization load shedder: utilization against good/bad, the shed level S and its cut-off tier, offered and shed traffic per tier, the worker cap. Purple marks are shedder settings changes.',
+    ['shedder'])
+    .annotation(settingsChange)
+    .withRow(row('Ramp'))
+    .withPanel(timeSeries({
+      title: 'Utilization against good and bad',
+      description: 'Smoothed worker utilization (busy workers / capacity) per edge, with the ramp thresholds. Below good the shed level recovers; between good and bad it holds; from bad it climbs. Sustained utilization above bad with nothing shed yet means start_after is still running; utilization that never reaches good under real overload means the origin, not the workers, is the bottleneck: lower the worker capacity or good.',
+      unit: 'percentunit', min: 0, max: 1,
+      thresholds: [green(), orange(0.7), red(0.8)],
+      targets: [
+        { expr: `max by (${byNode}) (edgeguard_shedder_utilization{${sel}})`, legend: nodeLegend },
+        { expr: `max by (threshold) (edgeguard_shedder_threshold{${sel}})`, legend: 'threshold {{threshold}}' },
+      ],
+    }))
+    .withPanel(timeSeries({
+      title: 'Shed level S',
+      description: 'The shedder\'s integrated level per edge: at or below 0 nothing is shed, 1 sheds every sheddable tier. It rests at -start_after/full_after. A level that climbs on short bursts means start_after is too short; one that stays at 1 long after the load passed means full_after is too long. Try candidates with regionctl shedder simulate, apply with regionctl shedder set.',
+      unit: 'none', min: -1, max: 1,
+      thresholds: [green(), orange(0), red(0.5)],
+      targets: [{ expr: `max by (${byNode}) (edgeguard_shedder_level{${sel}})`, legend: nodeLegend }],
+    }))
+    .withPanel(statPanel({
+      title: 'Cut-off tier',
+      description: 'The highest tier losing requests on each edge (none, test, read, write; critical is never shed by the ramp). read or write being cut means users notice: check the critical success ratio and the origin\'s capacity.',
+      unit: 'none',
+      thresholds: [green(), orange(0), red(1)],
+      mappings: valueMap({ '-1': { text: 'none', color: 'green' }, '0': { text: 'test', color: 'yellow' }, '1': { text: 'read', color: 'orange' }, '2': { text: 'write', color: 'red' } }),
+      targets: [{ expr: `max by (${byNode}) (edgeguard_shedder_cutoff_tier{${sel}})`, legend: nodeLegend }],
+      width: 8,
+    }))
+    .withPanel(statPanel({
+      title: 'Critical-tier success ratio',
+      description: 'Share of critical-tier requests not answered 503 (shed, no worker, rate limiting unavailable) per PoP; 429s are policy, not capacity, and count as served. Below 99% the worker cap is too small for critical traffic alone or the queue timeout is too short: raise --workers or queue_timeout, and check the origin.',
+      unit: 'percentunit', min: 0, max: 1,
+      thresholds: [red(), orange(0.99), green(0.999)],
+      targets: [{
+        expr: `1 - (sum by (region, pop) (${rate('edgeguard_edge_requests_total', 'tier="critical", outcome=~"shed|no_worker|unavailable"')}) / sum by (region, pop) (${rate('edgeguard_edge_requests_total', 'tier="critical"')}))`,
+        legend: '{{region}}/{{pop}}',
+      }],
+      width: 8,
+    }))
+    .withPanel(tablePanel({
+      title: 'Shedder settings in force',
+      description: 'The shedder settings version (a hash of the settings) each edge runs. Edges of one region on different versions have not converged: run regionctl shedder get --region R and compare.',
+      unit: 'none',
+      thresholds: [green()],
+      targets: [
+        { expr: `max by (${byNode}, version) (edgeguard_shedder_settings_info{${sel}})`, legend: '{{version}}', instant: true },
+      ],
+      width: 8, height: 6,
+    }))
+    .withRow(row('Traffic per tier'))
+    .withPanel(timeSeries({
+      title: 'Offered traffic per tier',
+      description: 'Requests offered to the shedder per tier, before shedding. The cut-off falls over these shares (lowest tier first), so a large test/read share gives the ramp room before writes suffer.',
+      unit: 'reqps', min: 0,
+      thresholds: [green()],
+      targets: [{ expr: `sum by (region, tier) (${rate('edgeguard_shedder_requests_total')})`, legend: '{{region}} {{tier}}' }],
+    }))
+    .withPanel(timeSeries({
+      title: 'Rejected per tier and reason',
+      description: 'Requests answered 503 by the shedder per tier: ramp (shed level), queue_full and queue_timeout (the worker cap). Worker-cap rejections of critical traffic mean the cap, not the ramp, is limiting: the ramp reacts too slowly (shorten start_after) or the cap is too small.',
+      unit: 'reqps', min: 0,
+      thresholds: [green(), red(1)],
+      targets: [{ expr: `sum by (region, tier, reason) (${rate('edgeguard_shedder_rejected_total')}) > 0`, legend: '{{region}} {{tier}} {{reason}}' }],
+    }))
+    .withPanel(timeSeries({
+      title: 'Requests by tier and outcome',
+      description: 'Every request by its shedder tier and outcome (proxied, denied 429, shed 503, no_worker 503, unavailable 503). Shed and no_worker in the critical tier need action at once.',
+      unit: 'reqps', min: 0,
+      thresholds: [green()],
+      targets: [{ expr: `sum by (tier, outcome) (${rate('edgeguard_edge_requests_total')}) > 0`, legend: '{{tier}} {{outcome}}' }],
+      width: 24,
+    }))
+    .withRow(row('Workers'))
+    .withPanel(timeSeries({
+      title: 'Workers busy and capacity',
+      description: 'Worker slots in use against the hard cap per edge. Busy pinned at capacity means requests queue (see queue wait) and the ramp should be shedding; if it is not, utilization has not stayed above bad for start_after yet.',
+      unit: 'short', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `sum by (${byNode}) (edgeguard_shedder_workers_busy{${sel}})`, legend: 'busy ' + nodeLegend },
+        { expr: `sum by (${byNode}) (edgeguard_shedder_workers_capacity{${sel}})`, legend: 'capacity ' + nodeLegend },
+      ],
+    }))
+    .withPanel(timeSeries({
+      title: 'Queue wait p99',
+      description: 'p99 time requests waited for a worker slot, per PoP (only requests that had to queue). Close to queue_timeout means requests are timing out in the queue: shed earlier (lower bad or start_after) or add workers.',
+      unit: 's', min: 0,
+      thresholds: [green(), orange(0.025), red(0.05)],
+      targets: [{ expr: `histogram_quantile(0.99, sum by (le, region, pop) (${rate('edgeguard_shedder_queue_wait_seconds_bucket')}))`, legend: '{{region}}/{{pop}}' }],
+    }))
+    .withPanel(statPanel({
+      title: 'Shedding per PoP',
+      description: 'The highest shed level among each PoP\'s edges. Above 0 the PoP is turning sheddable traffic away; sustained for minutes, add capacity or move traffic (the SustainedShedding alert fires).',
+      unit: 'percentunit', min: 0, max: 1,
+      thresholds: [green(), orange(0.01), red(0.5)],
+      targets: [{ expr: `clamp_min(max by (region, pop) (edgeguard_shedder_level{${sel}}), 0)`, legend: '{{region}}/{{pop}}' }],
+      width: 24, height: 5,
+    }))
+    .build();
+}

@@ -1,0 +1,831 @@
+package dashcheck
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	regionctlcmd "github.com/edgeguard/edgeguard/internal/regionctl"
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
+
+// The fixture: one region ("dc-test") with two PoPs of one edge each,
+// started from the real binary with a real Redis, its exporter, and a real
+// Prometheus scraping them every second with the repository's rules loaded.
+const (
+	regionName     = "dc-test"
+	scrapeInterval = time.Second
+	redisPassword  = "dashcheck-secret"
+	// countWindow is the range the counted values are read over.
+	countWindow = 15 * time.Second
+)
+
+const rulesYAML = `version: 1
+rules:
+  - id: per-client
+    match:
+      path_prefix: ["/api"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 5
+    window: 10m
+  - id: shadow-trial
+    match:
+      path_prefix: ["/shadow"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 2
+    window: 10m
+    shadow: true
+  - id: hot-key
+    match:
+      path_prefix: ["/burst"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1000000
+    window: 10m
+`
+
+// A short ramp so overload sheds within seconds.
+var shedderSettings = []string{"good=0.5", "bad=0.6", "start_after=1s", "full_after=3s", "smoothing=100ms",
+	"share_window=1s", "queue_size=2", "queue_timeout=30ms"}
+
+// regionctl runs the operator CLI in-process against the fixture's Consul.
+func regionctl(t *testing.T, consul string, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	code := regionctlcmd.Main(append([]string{"--consul", consul}, args...), func(string) string { return "" }, &out, &out)
+	require.Zero(t, code, "regionctl %v: %s", args, out.String())
+	return out.String()
+}
+
+type edgeProc struct {
+	pop, addr, admin string
+	cmd              *exec.Cmd
+	out              *strings.Builder
+	mu               sync.Mutex
+}
+
+type phase struct {
+	name       string
+	start, end time.Time
+}
+
+func repoRoot(t *testing.T) string {
+	_, file, _, ok := runtime.Caller(0)
+	require.True(t, ok)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// startEdgeProc starts an edge of the region taking its rules and shedder
+// settings from the region's Consul datacenter, as deployed edges do.
+func startEdgeProc(t *testing.T, bin, pop, origin, redisURL, consul string) *edgeProc {
+	dir := t.TempDir()
+	e := &edgeProc{pop: pop, out: &strings.Builder{}}
+	e.addr, e.admin = freePort(t), freePort(t)
+	e.cmd = exec.Command(bin,
+		"--listen", e.addr, "--admin", e.admin,
+		"--region", regionName, "--pop", pop,
+		"--origin", origin,
+		"--redis", redisURL, "--key-salt", "dashcheck-"+pop,
+		// Loopback Redis on a loaded test machine: a generous deadline so
+		// only the test's pause, not scheduling noise, sends checks to the
+		// fallback.
+		"--redis-timeout", "100ms",
+		"--consul", consul, "--rules-cache", filepath.Join(dir, "rules-cache.json"),
+		"--workers", "4",
+		"--trusted-proxies", "127.0.0.1/32",
+		"--drain-delay", "0",
+	)
+	w := lockedWriter{&e.mu, e.out}
+	e.cmd.Stdout, e.cmd.Stderr = w, w
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, e.cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = e.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = e.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+		if t.Failed() {
+			e.mu.Lock()
+			t.Logf("--- edge %s output ---\n%s", pop, tail(e.out.String(), 30))
+			e.mu.Unlock()
+		}
+	})
+	c := &http.Client{Timeout: time.Second}
+	require.Eventually(t, func() bool {
+		resp, err := c.Get("http://" + e.admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "edge %s ready", pop)
+	return e
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
+
+// send makes one request through an edge as client ip (the edge trusts the
+// loopback peer's X-Forwarded-For) and returns the status code (0 on a
+// transport error).
+func send(e *edgeProc, path, ip, priority string) int {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+e.addr+path, nil)
+	req.Header.Set("X-Forwarded-For", ip)
+	if priority != "" {
+		req.Header.Set("X-Priority", priority)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func sendN(t *testing.T, e *edgeProc, n int, path, ip, priority string) map[int]int {
+	got := map[int]int{}
+	for range n {
+		got[send(e, path, ip, priority)]++
+	}
+	return got
+}
+
+// promValue is the value of an instant query returning one series.
+func promValue(ctx context.Context, p promv1.API, q string, at time.Time) (float64, error) {
+	v, _, _, err := p.Query(ctx, q, at)
+	if err != nil {
+		return 0, err
+	}
+	vec, ok := v.(model.Vector)
+	if !ok || len(vec) != 1 {
+		return 0, fmt.Errorf("%s: want one series, got %v", q, v)
+	}
+	return float64(vec[0].Value), nil
+}
+
+// waitProm polls until q returns one series of value want.
+func waitProm(t *testing.T, p promv1.API, q string, want float64) {
+	t.Helper()
+	var last error
+	ok := assertEventually(30*time.Second, func() bool {
+		v, err := promValue(context.Background(), p, q, time.Now())
+		if err != nil {
+			last = err
+			return false
+		}
+		last = fmt.Errorf("%s = %v, want %v", q, v, want)
+		return v == want
+	})
+	require.True(t, ok, "%v", last)
+}
+
+func assertEventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}
+
+func metricFamilies(t *testing.T, addr string) map[string]bool {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	out := map[string]bool{}
+	for name := range mfs {
+		out[name] = true
+	}
+	return out
+}
+
+func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
+	root := repoRoot(t)
+	boards, err := LoadBoards(filepath.Join(root, "dashboards"))
+	require.NoError(t, err)
+	rulesPath := filepath.Join(root, "dashboards", "alerts", "edgeguard.rules.yml")
+	rules, err := LoadRules(rulesPath)
+	require.NoError(t, err)
+
+	// --- fixture ---
+	bin := filepath.Join(t.TempDir(), "edge")
+	build := exec.Command("go", "build", "-o", bin, "github.com/edgeguard/edgeguard/cmd/edge")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building the edge: %s", out)
+
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{Password: redisPassword})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rd.Close() })
+	exp, err := testenv.StartRedisExporter(rd.Addr, redisPassword)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = exp.Close() })
+
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/slow":
+			time.Sleep(200 * time.Millisecond)
+		case "/broken":
+			// The connection drops without a response: an origin error.
+			if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				c.Close()
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(origin.Close)
+
+	consul, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: regionName})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = consul.Close() })
+	cc, err := consul.Client("")
+	require.NoError(t, err)
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(rulesFile, []byte(rulesYAML), 0o600))
+	regionctl(t, consul.HTTPAddr(), "rules", "push", "--region", regionName, rulesFile)
+	regionctl(t, consul.HTTPAddr(), append([]string{"shedder", "set", "--region", regionName}, shedderSettings...)...)
+	regionRulesKey := region.NewLayout("edgeguard/").RegionRules(regionName)
+
+	ams := startEdgeProc(t, bin, "ams", origin.URL, rd.URL(), consul.HTTPAddr())
+	fra := startEdgeProc(t, bin, "fra", origin.URL, rd.URL(), consul.HTTPAddr())
+
+	prom, err := testenv.StartPrometheus(testenv.PrometheusOptions{
+		ScrapeInterval: scrapeInterval,
+		Jobs: []testenv.ScrapeJob{
+			{Name: "edgeguard-edge", Targets: []string{ams.admin, fra.admin}},
+			{Name: "redis", Targets: []string{exp.Addr}, Labels: map[string]string{"region": regionName}},
+		},
+		RuleFiles: []string{rulesPath},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = prom.Close() })
+	pc, err := api.NewClient(api.Config{Address: prom.URL})
+	require.NoError(t, err)
+	p := promv1.NewAPI(pc)
+	waitProm(t, p, `sum(up{job="edgeguard-edge"})`, 2)
+	waitProm(t, p, `sum(redis_up)`, 1)
+
+	var phases []phase
+	var report []string
+	begin := func(name string) func() {
+		ph := phase{name: name, start: time.Now()}
+		return func() { ph.end = time.Now(); phases = append(phases, ph) }
+	}
+	runStart := time.Now()
+
+	// --- scenario: warm-up (allowed, denied, shadow, critical) ---
+	done := begin("warm-up: allowed, denied, shadow_denied, critical proxied")
+	// Two denials: the first decided by Redis, the second by the over-limit
+	// cache, so both denied series exist before the counted phase (a
+	// counter's first sample carries no increase).
+	require.Equal(t, map[int]int{200: 5, 429: 2}, sendN(t, ams, 7, "/api/x", "203.0.113.1", ""))
+	require.Equal(t, map[int]int{200: 3}, sendN(t, ams, 3, "/shadow", "203.0.113.1", ""))
+	require.Equal(t, map[int]int{200: 1}, sendN(t, ams, 1, "/", "203.0.113.1", "critical"))
+	waitProm(t, p, `count(edgeguard_edge_decisions_total{pop="ams", rule="per-client", decision="denied"})`, 2)
+	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="per-client", decision="denied"})`, 2)
+	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="shadow-trial", decision="shadow_denied"})`, 1)
+	waitProm(t, p, `sum(edgeguard_edge_requests_total{pop="ams", tier="critical", outcome="proxied"})`, 1)
+	done()
+
+	// --- scenario: counted (the values the panels must report) ---
+	done = begin("counted: 7 denied per-client, 4 shadow_denied, 10 critical proxied, 2 rejected documents")
+	t0 := time.Now()
+	const (
+		wantDenied   = 7
+		wantShadow   = 4
+		wantCritical = 10
+		wantRejected = 2
+	)
+	require.Equal(t, map[int]int{200: 5, 429: wantDenied}, sendN(t, ams, 5+wantDenied, "/api/y", "203.0.113.2", ""))
+	require.Equal(t, map[int]int{200: 2 + wantShadow}, sendN(t, ams, 2+wantShadow, "/shadow", "203.0.113.2", ""))
+	require.Equal(t, map[int]int{200: wantCritical}, sendN(t, ams, wantCritical, "/", "203.0.113.3", "critical"))
+	// Invalid documents written straight into Consul (regionctl would
+	// refuse them): every edge refuses each and keeps its rules.
+	for i := range wantRejected {
+		doc := fmt.Sprintf("version: 1\nrules:\n  - id: broken-%d\n    algorithm: nope\n", i)
+		_, err := cc.KV().Put(&consulapi.KVPair{Key: regionRulesKey, Value: []byte(doc)}, nil)
+		require.NoError(t, err)
+		waitProm(t, p, `sum(edgeguard_edge_rules_rejected_total{pop="ams"})`, float64(i+1))
+	}
+	_, err = cc.KV().Put(&consulapi.KVPair{Key: regionRulesKey, Value: []byte(rulesYAML)}, nil)
+	require.NoError(t, err)
+	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="per-client", decision="denied"})`, 2+wantDenied)
+	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="shadow-trial", decision="shadow_denied"})`, 1+wantShadow)
+	waitProm(t, p, `sum(edgeguard_edge_requests_total{pop="ams", tier="critical", outcome="proxied"})`, 1+wantCritical)
+	done()
+	// The counting window starts before the counted traffic (one flat
+	// sample in it) and ends before the overload adds critical traffic.
+	countFrom := t0.Add(-2 * scrapeInterval)
+	countAt := countFrom.Add(countWindow)
+
+	// --- scenario: Redis paused (fallback, breaker) and rejected credentials ---
+	done = begin("failures: redis paused (fallback, breaker open), WRONGPASS, origin drops connections")
+	rc := redis.NewClient(&redis.Options{Addr: rd.Addr, Password: redisPassword})
+	t.Cleanup(func() { _ = rc.Close() })
+	require.NoError(t, rc.Do(context.Background(), "CLIENT", "PAUSE", "2500", "WRITE").Err())
+	pauseEnd := time.Now().Add(2500 * time.Millisecond)
+	for i := 0; time.Now().Before(pauseEnd); i++ {
+		// A fresh client each time: decided by the fallback, never denied.
+		send(ams, "/api/z", fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), "")
+		time.Sleep(5 * time.Millisecond) // pacing, not waiting for anything
+	}
+	bad := redis.NewClient(&redis.Options{Addr: rd.Addr, Password: "wrong", MaxRetries: -1})
+	require.Error(t, bad.Ping(context.Background()).Err())
+	_ = bad.Close()
+	for i := range 3 {
+		require.Equal(t, http.StatusBadGateway, send(ams, "/broken", fmt.Sprintf("192.0.2.%d", i+1), ""))
+	}
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_fallback_total{pop="ams"})`, 1)
+	waitPromAtLeast(t, p, `sum(redis_errors_total{err="WRONGPASS"})`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_origin_errors_total{pop="ams"})`, 1)
+	done()
+
+	// --- scenario: a hot key. Redis holds writes for a moment, so the
+	// concurrent requests of one client queue behind the first one's call
+	// and travel with it (coalescing).
+	done = begin("hot key on fra: concurrent requests of one client coalesced")
+	require.NoError(t, rc.Do(context.Background(), "CLIENT", "PAUSE", "60", "WRITE").Err())
+	var hot sync.WaitGroup
+	for range 20 {
+		hot.Add(1)
+		go func() {
+			defer hot.Done()
+			send(fra, "/burst", "203.0.113.9", "")
+		}()
+	}
+	hot.Wait()
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_coalesced_checks_total{pop="fra"})`, 1)
+	done()
+
+	// --- scenario: overload (ramp shedding, worker cap, queueing) and a
+	// settings change ---
+	// The overload sends critical traffic: it must fall after the counting
+	// window (a wall-clock window, so waiting for the clock is the signal).
+	require.True(t, assertEventually(time.Minute, func() bool { return time.Now().After(countAt.Add(scrapeInterval)) }))
+	done = begin("overload on fra: shed, no_worker, queue waits; regionctl shedder set good=0.55")
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	tiers := []string{"test", "read", "read", "write", "critical", ""}
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				send(fra, "/slow", fmt.Sprintf("198.51.100.%d", i+1), tiers[i%len(tiers)])
+			}
+		}()
+	}
+	waitPromAtLeast(t, p, `sum(edgeguard_shedder_rejected_total{pop="fra", reason="ramp"})`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_shedder_rejected_total{pop="fra", reason=~"queue_full|queue_timeout"})`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_shedder_queue_wait_seconds_count{pop="fra"})`, 1)
+	setBefore := time.Now()
+	regionctl(t, consul.HTTPAddr(), "shedder", "set", "--region", regionName, "good=0.55")
+	current, err := shedder.ApplySettings(shedder.DefaultConfig(), settingsMap(append(shedderSettings, "good=0.55")))
+	require.NoError(t, err)
+	newVersion := shedder.SettingsVersion(current)
+	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_shedder_settings_info{version=%q})`, newVersion), 2)
+	setAfter := time.Now()
+	close(stop)
+	wg.Wait()
+	done()
+
+	// --- scenario: a recorded overload on ams under a slower ramp, replayed
+	// by regionctl shedder simulate ---
+	done = begin("recorded overload on ams (start_after=2s full_after=20s), replayed by regionctl shedder simulate")
+	regionctl(t, consul.HTTPAddr(), "shedder", "set", "--region", regionName, "start_after=2s", "full_after=20s", "smoothing=1s")
+	simSettings, err := shedder.ApplySettings(current, map[string]string{"start_after": "2s", "full_after": "20s", "smoothing": "1s"})
+	require.NoError(t, err)
+	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_shedder_settings_info{pop="ams", version=%q})`, shedder.SettingsVersion(simSettings)), 1)
+	waitProm(t, p, `count(edgeguard_shedder_level{pop="ams"} < -0.099)`, 1) // at rest: -start_after/full_after
+	simFrom := time.Now()
+	stop = make(chan struct{})
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				send(ams, "/slow", fmt.Sprintf("198.51.100.%d", i+101), tiers[i%len(tiers)])
+			}
+		}()
+	}
+	waitPromAtLeast(t, p, `max(edgeguard_shedder_level{pop="ams"})`, 0.25)
+	close(stop)
+	wg.Wait()
+	// Recovering: the level falls 1/full_after per second once idle.
+	waitProm(t, p, `count(edgeguard_shedder_level{pop="ams"} < 0.15)`, 1)
+	simTo := time.Now()
+	waitPromAtLeast(t, p, fmt.Sprintf(`max(timestamp(edgeguard_shedder_level{pop="ams"})) - %d`, simTo.Unix()), 1)
+	simulate := func(candidate ...string) simulation {
+		args := append([]string{"--consul", consul.HTTPAddr(), "--output", "json", "shedder", "simulate", "--region", regionName, "--pop", "ams",
+			"--from", simFrom.Format(time.RFC3339Nano), "--to", simTo.Format(time.RFC3339Nano), "--prometheus", prom.URL}, candidate...)
+		var out bytes.Buffer
+		code := regionctlcmd.Main(args, func(string) string { return "" }, &out, &out)
+		require.Zero(t, code, out.String())
+		var sim simulation
+		require.NoError(t, json.Unmarshal(out.Bytes(), &sim), out.String())
+		require.Len(t, sim.Edges, 1, out.String())
+		return sim
+	}
+	later := simulate("start_after=30s")
+	e := later.Edges[0]
+	require.True(t, e.Reproduced)
+	require.LessOrEqual(t, e.Deviation, 0.05)
+	require.Positive(t, sum(e.Recorded), "the recorded overload shed requests")
+	require.Positive(t, sum(e.Current.Shed), "the replay of the current settings sheds too")
+	require.Zero(t, sum(e.Candidate.Shed), "start_after=30s would have shed nothing in this overload")
+	require.LessOrEqual(t, e.Candidate.MaxLevel, 0.0)
+	faster := simulate("full_after=5s").Edges[0]
+	require.Greater(t, sum(faster.Candidate.Shed), sum(faster.Current.Shed), "a faster ramp sheds more")
+	// The text an operator reads (dashboards/README.md walks through it).
+	var text bytes.Buffer
+	code := regionctlcmd.Main([]string{"--consul", consul.HTTPAddr(), "shedder", "simulate", "--region", regionName, "--pop", "ams",
+		"--from", simFrom.Format(time.RFC3339Nano), "--to", simTo.Format(time.RFC3339Nano), "--prometheus", prom.URL, "good=0.6", "bad=0.9"},
+		func(string) string { return "" }, &text, &text)
+	require.Zero(t, code, text.String())
+	require.Contains(t, text.String(), "the current settings reproduce the recorded shed level")
+	t.Logf("regionctl shedder simulate ... good=0.6 bad=0.9:\n%s", text.String())
+	report = append(report,
+		fmt.Sprintf("SIMULATE %s: %d samples, current settings reproduce the recorded level within %.4f; shed recorded %v, replayed %v; candidate start_after=30s sheds %v (peak level %.3f); candidate full_after=5s sheds %v (peak %.3f)",
+			e.Instance, e.Samples, e.Deviation, e.Recorded, e.Current.Shed, e.Candidate.Shed, e.Candidate.MaxLevel, faster.Candidate.Shed, faster.Candidate.MaxLevel))
+	done()
+	end := time.Now().Add(2 * scrapeInterval)
+	require.True(t, assertEventually(10*time.Second, func() bool { return time.Now().After(end) }))
+	runEnd := time.Now()
+
+	// --- variables, as Grafana fills them from label_values ---
+	ctx := context.Background()
+	labelValues := func(label, match string) string {
+		vs, _, _, err := p.LabelValues(ctx, label, []string{match}, runStart, runEnd)
+		require.NoError(t, err)
+		require.NotEmpty(t, vs, "label_values(%s, %s)", match, label)
+		var ss []string
+		for _, v := range vs {
+			ss = append(ss, string(v))
+		}
+		return MultiValue(ss)
+	}
+	vars := map[string]string{"region": labelValues("region", "edgeguard_edge_ready")}
+	vars["pop"] = labelValues("pop", fmt.Sprintf(`edgeguard_edge_ready{region=~%q}`, vars["region"]))
+	vars["instance"] = labelValues("instance", fmt.Sprintf(`edgeguard_edge_ready{region=~%q, pop=~%q}`, vars["region"], vars["pop"]))
+	require.Equal(t, "(ams|fra)", vars["pop"])
+	for _, b := range boards {
+		for _, v := range b.Templating.List {
+			if v.Type == "query" {
+				require.Contains(t, v.Definition, "label_values(", "%s: variable %s", b.File, v.Name)
+				_, ok := vars[v.Name]
+				require.True(t, ok, "%s: variable %s is not filled by the check", b.File, v.Name)
+			}
+		}
+	}
+	vars["__rate_interval"] = (4 * scrapeInterval).String()
+	vars["__interval"] = scrapeInterval.String()
+	vars["__range"] = strconv.Itoa(int(runEnd.Sub(runStart).Seconds())+1) + "s"
+
+	// --- every panel query returns series, with its legend labels set ---
+	// fedBy names the scenarios during which (or one scrape after) some
+	// series of m moved off the value it started the run with, and whether
+	// any value was non-zero.
+	fedBy := func(m model.Matrix) (string, bool) {
+		var names []string
+		nonZero := false
+		for _, ph := range phases {
+			moved := false
+			for _, s := range m {
+				first := s.Values[0].Value
+				for _, v := range s.Values {
+					if v.Value != 0 && !math.IsNaN(float64(v.Value)) {
+						nonZero = true
+					}
+					at := v.Timestamp.Time()
+					if !at.Before(ph.start) && !at.After(ph.end.Add(2*scrapeInterval)) && !v.Value.Equal(first) {
+						moved = true
+					}
+				}
+			}
+			if moved {
+				names = append(names, ph.name)
+			}
+		}
+		if len(names) == 0 {
+			return "constant through the run", nonZero
+		}
+		return strings.Join(names, " | "), nonZero
+	}
+	for _, b := range boards {
+		for _, panel := range b.Panels {
+			name := b.Title + " / " + panel.Title
+			panelNonZero := false
+			require.NotEmpty(t, panel.Description, name)
+			require.NotEmpty(t, panel.FieldConfig.Defaults.Unit, "%s: unit", name)
+			require.NotNil(t, panel.FieldConfig.Defaults.Thresholds, "%s: thresholds", name)
+			require.NotEmpty(t, panel.Targets, name)
+			for _, tg := range panel.Targets {
+				q, err := Substitute(tg.Expr, vars)
+				require.NoError(t, err, name)
+				var series []model.Metric
+				where := ""
+				if tg.Instant {
+					v, _, _, err := p.Query(ctx, q, runEnd)
+					require.NoError(t, err, "%s: %s", name, q)
+					vec := v.(model.Vector)
+					for _, s := range vec {
+						series = append(series, s.Metric)
+						panelNonZero = panelNonZero || s.Value != 0
+					}
+					where = "instant at the end of the run"
+				} else {
+					v, _, _, err := p.QueryRange(ctx, q, promv1.Range{Start: runStart, End: runEnd, Step: scrapeInterval})
+					require.NoError(t, err, "%s: %s", name, q)
+					m := v.(model.Matrix)
+					for _, s := range m {
+						series = append(series, s.Metric)
+					}
+					var nonZero bool
+					where, nonZero = fedBy(m)
+					panelNonZero = panelNonZero || nonZero
+				}
+				require.NotEmpty(t, series, "%s: no series for %s", name, q)
+				for _, s := range series {
+					for _, l := range LegendLabels(tg.Legend) {
+						require.NotEmpty(t, s[model.LabelName(l)], "%s: series %v lacks label %s of its legend", name, s, l)
+					}
+				}
+				report = append(report, fmt.Sprintf("%s [%s]: %d series; fed by: %s", name, tg.RefID, len(series), where))
+			}
+			require.True(t, panelNonZero, "%s: every value was zero in every scenario", name)
+		}
+	}
+
+	// --- four values equal the counts the test drove ---
+	w := strconv.Itoa(int(countWindow.Seconds())) + "s"
+	wsec := countWindow.Seconds()
+	countVars := map[string]string{}
+	for k, v := range vars {
+		countVars[k] = v
+	}
+	countVars["__range"], countVars["__rate_interval"] = w, w
+	// increase/rate extrapolate a flat counter by at most the window over
+	// the sampled span: a window one scrape interval either side.
+	within := func(name string, got float64, want int) {
+		hi := float64(want) * wsec / (wsec - 2*scrapeInterval.Seconds())
+		require.True(t, got >= float64(want)-0.5 && got <= hi+0.5, "%s: got %v, want %d (up to %.2f)", name, got, want, hi)
+		report = append(report, fmt.Sprintf("VALUE %s = %.2f (drove %d)", name, got, want))
+	}
+	findPanel := func(uid, title string) Panel {
+		for _, b := range boards {
+			if b.UID != uid {
+				continue
+			}
+			for _, pn := range b.Panels {
+				if pn.Title == title {
+					return pn
+				}
+			}
+		}
+		t.Fatalf("no panel %s in %s", title, uid)
+		return Panel{}
+	}
+	evalAt := func(expr string) model.Vector {
+		q, err := Substitute(expr, countVars)
+		require.NoError(t, err)
+		v, _, _, err := p.Query(ctx, q, countAt)
+		require.NoError(t, err, q)
+		return v.(model.Vector)
+	}
+	pick := func(vec model.Vector, match map[string]string) float64 {
+		var found []float64
+	next:
+		for _, s := range vec {
+			for k, v := range match {
+				if string(s.Metric[model.LabelName(k)]) != v {
+					continue next
+				}
+			}
+			found = append(found, float64(s.Value))
+		}
+		require.Len(t, found, 1, "series %v in %v", match, vec)
+		return found[0]
+	}
+	within("Rate limits / Top denied rules {rule=per-client}",
+		pick(evalAt(findPanel("edgeguard-ratelimits", "Top denied rules").Targets[0].Expr), map[string]string{"rule": "per-client"}), wantDenied)
+	within("Rate limits / Decisions by rule and outcome {rule=shadow-trial, decision=shadow_denied} x window",
+		wsec*pick(evalAt(findPanel("edgeguard-ratelimits", "Decisions by rule and outcome").Targets[0].Expr), map[string]string{"rule": "shadow-trial", "decision": "shadow_denied"}), wantShadow)
+	within("Shedder tuning / Requests by tier and outcome {tier=critical, outcome=proxied} x window",
+		wsec*pick(evalAt(findPanel("edgeguard-shedder", "Requests by tier and outcome").Targets[0].Expr), map[string]string{"tier": "critical", "outcome": "proxied"}), wantCritical)
+	within("Regions / Consul watch errors and rejected documents [B] {pop=ams}",
+		pick(evalAt(findPanel("edgeguard-regions", "Consul watch errors and rejected documents").Targets[1].Expr), map[string]string{"pop": "ams"}), wantRejected)
+
+	// --- the annotation marks the settings change at the time it was made ---
+	annotated := 0
+	for _, b := range boards {
+		for _, a := range b.Annotations.List {
+			require.True(t, a.UseValueForTime, "%s: %s", b.File, a.Name)
+			require.NotNil(t, a.Target)
+			require.Equal(t, a.Expr, a.Target.Expr)
+			q, err := Substitute(a.Target.Expr, vars)
+			require.NoError(t, err)
+			v, _, _, err := p.QueryRange(ctx, q, promv1.Range{Start: runStart, End: runEnd, Step: scrapeInterval})
+			require.NoError(t, err, q)
+			for _, s := range v.(model.Matrix) {
+				if string(s.Metric["version"]) != newVersion {
+					continue
+				}
+				last := s.Values[len(s.Values)-1].Value
+				at := time.UnixMilli(int64(last))
+				require.False(t, at.Before(setBefore.Add(-time.Millisecond)) || at.After(setAfter), "annotation at %v, settings set between %v and %v", at, setBefore, setAfter)
+				report = append(report, fmt.Sprintf("ANNOTATION %s: %s version %s at %s (set between %s and %s)", a.Name, s.Metric["pop"], newVersion, at.Format(time.RFC3339Nano), setBefore.Format(time.RFC3339Nano), setAfter.Format(time.RFC3339Nano)))
+				annotated++
+			}
+		}
+	}
+	require.Equal(t, 2, annotated, "annotations for the settings change to %s, one per PoP", newVersion)
+
+	// --- every rule loads in Prometheus and every expression evaluates ---
+	rr, err := p.Rules(ctx, nil)
+	require.NoError(t, err)
+	loaded := 0
+	for _, g := range rr.Groups {
+		for _, r := range g.Rules {
+			switch r := r.(type) {
+			case promv1.AlertingRule:
+				require.EqualValues(t, promv1.RuleHealthGood, r.Health, "%s: %s", r.Name, r.LastError)
+			case promv1.RecordingRule:
+				require.EqualValues(t, promv1.RuleHealthGood, r.Health, "%s: %s", r.Name, r.LastError)
+			}
+			loaded++
+		}
+	}
+	require.Equal(t, len(rules), loaded)
+	for _, r := range rules {
+		v, _, _, err := p.Query(ctx, r.Expr, runEnd)
+		require.NoError(t, err, r.Name)
+		report = append(report, fmt.Sprintf("RULE %s: evaluated, %d series now", r.Name, len(v.(model.Vector))))
+	}
+
+	// --- every metric a board or rule reads is exported ---
+	edgeNames := metricFamilies(t, ams.admin)
+	for k := range metricFamilies(t, fra.admin) {
+		edgeNames[k] = true
+	}
+	redisNames := metricFamilies(t, exp.Addr)
+	var exprs []string
+	for _, b := range boards {
+		for _, pn := range b.Panels {
+			for _, tg := range pn.Targets {
+				exprs = append(exprs, tg.Expr)
+			}
+		}
+		for _, a := range b.Annotations.List {
+			exprs = append(exprs, a.Expr)
+		}
+	}
+	for _, r := range rules {
+		exprs = append(exprs, r.Expr)
+	}
+	used := map[string]bool{}
+	for _, e := range exprs {
+		for _, n := range MetricNames(e) {
+			used[n] = true
+		}
+	}
+	var names []string
+	for n := range used {
+		names = append(names, n)
+		if strings.HasPrefix(n, "redis_") {
+			require.True(t, redisNames[n], "%s is not exported by the Redis exporter", n)
+		} else {
+			require.True(t, edgeNames[n], "%s is not exported by the edge", n)
+		}
+	}
+	sort.Strings(names)
+	report = append(report, "METRICS used and exported: "+strings.Join(names, " "))
+	for _, l := range report {
+		t.Log(l)
+	}
+}
+
+// simulation is the JSON regionctl shedder simulate prints.
+type simulation struct {
+	Edges []struct {
+		Instance   string             `json:"instance"`
+		Samples    int                `json:"samples"`
+		Deviation  float64            `json:"max_level_deviation"`
+		Reproduced bool               `json:"reproduced"`
+		Recorded   map[string]float64 `json:"recorded_shed"`
+		Current    struct {
+			Shed     map[string]float64 `json:"shed"`
+			MaxLevel float64            `json:"max_level"`
+		} `json:"current"`
+		Candidate struct {
+			Shed     map[string]float64 `json:"shed"`
+			MaxLevel float64            `json:"max_level"`
+		} `json:"candidate"`
+	} `json:"edges"`
+}
+
+func sum(m map[string]float64) float64 {
+	var total float64
+	for _, v := range m {
+		total += v
+	}
+	return total
+}
+
+func settingsMap(kv []string) map[string]string {
+	m := map[string]string{}
+	for _, s := range kv {
+		k, v, _ := strings.Cut(s, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func waitPromAtLeast(t *testing.T, p promv1.API, q string, min float64) {
+	t.Helper()
+	var last error
+	ok := assertEventually(30*time.Second, func() bool {
+		v, err := promValue(context.Background(), p, q, time.Now())
+		if err != nil {
+			last = err
+			return false
+		}
+		last = fmt.Errorf("%s = %v, want >= %v", q, v, min)
+		return v >= min
+	})
+	require.True(t, ok, "%v", last)
+}

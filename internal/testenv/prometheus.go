@@ -1,0 +1,238 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ScrapeJob is one Prometheus scrape job over static targets.
+type ScrapeJob struct {
+	Name    string
+	Targets []string          // host:port, scraped at /metrics
+	Labels  map[string]string // attached to every series of the job's targets
+}
+
+// PrometheusOptions configures StartPrometheus.
+type PrometheusOptions struct {
+	// ScrapeInterval applies to every job (default 1s).
+	ScrapeInterval time.Duration
+	Jobs           []ScrapeJob
+	// RuleFiles are loaded as recording/alerting rules, evaluated every
+	// ScrapeInterval.
+	RuleFiles []string
+}
+
+// Prometheus is a prometheus server on loopback with its TSDB in a temp
+// dir.
+type Prometheus struct {
+	Addr string // "127.0.0.1:port"
+	URL  string // "http://127.0.0.1:port"
+
+	d    *deployment
+	proc *process
+}
+
+// StartPrometheus starts a Prometheus server scraping opts.Jobs and returns
+// once it is ready (/-/ready answers 200).
+func StartPrometheus(opts PrometheusOptions) (*Prometheus, error) {
+	bin, err := lookBin("prometheus")
+	if err != nil {
+		return nil, err
+	}
+	if opts.ScrapeInterval <= 0 {
+		opts.ScrapeInterval = time.Second
+	}
+	d, err := newDeployment("prometheus")
+	if err != nil {
+		return nil, fmt.Errorf("testenv: starting prometheus: %w", err)
+	}
+	// JSON is YAML: the config needs no YAML library.
+	type staticConfig struct {
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels,omitempty"`
+	}
+	type scrapeConfig struct {
+		JobName       string         `json:"job_name"`
+		StaticConfigs []staticConfig `json:"static_configs"`
+	}
+	cfg := struct {
+		Global struct {
+			ScrapeInterval     string `json:"scrape_interval"`
+			ScrapeTimeout      string `json:"scrape_timeout"`
+			EvaluationInterval string `json:"evaluation_interval"`
+		} `json:"global"`
+		RuleFiles     []string       `json:"rule_files,omitempty"`
+		ScrapeConfigs []scrapeConfig `json:"scrape_configs"`
+	}{RuleFiles: opts.RuleFiles}
+	cfg.Global.ScrapeInterval = opts.ScrapeInterval.String()
+	cfg.Global.ScrapeTimeout = opts.ScrapeInterval.String()
+	cfg.Global.EvaluationInterval = opts.ScrapeInterval.String()
+	for _, j := range opts.Jobs {
+		cfg.ScrapeConfigs = append(cfg.ScrapeConfigs, scrapeConfig{JobName: j.Name, StaticConfigs: []staticConfig{{Targets: j.Targets, Labels: j.Labels}}})
+	}
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("testenv: prometheus config: %w", err)
+	}
+	conf := filepath.Join(d.dir, "prometheus.yml")
+	if err := os.WriteFile(conf, data, 0o600); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("testenv: writing %s: %w", conf, err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		p, err := startPrometheus(d, bin, conf)
+		if err == nil {
+			err = waitHTTPReady(ctx, p, "http://"+p.addr+"/-/ready")
+			if err == nil {
+				return &Prometheus{Addr: p.addr, URL: "http://" + p.addr, d: d, proc: p}, nil
+			}
+			exited := !p.alive()
+			p.kill()
+			tail := p.logTail()
+			if attempt < bindAttempts && exited && strings.Contains(tail, "address already in use") {
+				continue
+			}
+			err = fmt.Errorf("%w\n--- last lines of %s ---\n%s", err, p.logPath, tail)
+		}
+		_ = d.Close()
+		return nil, fmt.Errorf("testenv: starting prometheus: %w", err)
+	}
+}
+
+func startPrometheus(d *deployment, bin, conf string) (*process, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	return d.startCommand("prometheus-"+strconv.Itoa(ports[0]), addr, bin,
+		"--config.file="+conf,
+		"--storage.tsdb.path="+filepath.Join(d.dir, "data-"+strconv.Itoa(ports[0])),
+		"--web.listen-address="+addr,
+		"--log.level=warn",
+	)
+}
+
+// Close stops Prometheus and removes its data. It is idempotent.
+func (p *Prometheus) Close() error { return p.d.Close() }
+
+// RedisExporter is a prometheus-redis-exporter serving one Redis node's
+// metrics on loopback.
+type RedisExporter struct {
+	Addr string // host:port of its /metrics
+
+	d *deployment
+}
+
+// StartRedisExporter starts prometheus-redis-exporter for the Redis at
+// redisAddr (password may be empty) and returns once it serves /metrics.
+func StartRedisExporter(redisAddr, password string) (*RedisExporter, error) {
+	bin, err := lookBin("prometheus-redis-exporter")
+	if err != nil {
+		return nil, err
+	}
+	d, err := newDeployment("redis-exporter")
+	if err != nil {
+		return nil, fmt.Errorf("testenv: starting redis exporter: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			_ = d.Close()
+			return nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		args := []string{"--redis.addr=redis://" + redisAddr, "--web.listen-address=" + addr}
+		if password != "" {
+			args = append(args, "--redis.password="+password)
+		}
+		p, err := d.startCommand("exporter-"+strconv.Itoa(ports[0]), addr, bin, args...)
+		if err == nil {
+			err = waitHTTPReady(ctx, p, "http://"+addr+"/metrics")
+			if err == nil {
+				return &RedisExporter{Addr: addr, d: d}, nil
+			}
+			exited := !p.alive()
+			p.kill()
+			tail := p.logTail()
+			if attempt < bindAttempts && exited && strings.Contains(tail, "address already in use") {
+				continue
+			}
+			err = fmt.Errorf("%w\n--- last lines of %s ---\n%s", err, p.logPath, tail)
+		}
+		_ = d.Close()
+		return nil, fmt.Errorf("testenv: starting redis exporter: %w", err)
+	}
+}
+
+// Close stops the exporter. It is idempotent.
+func (e *RedisExporter) Close() error { return e.d.Close() }
+
+// startCommand runs bin with args in d, both output streams to a log named
+// after name.
+func (d *deployment) startCommand(name, addr, bin string, args ...string) (*process, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, errors.New("deployment is closed")
+	}
+	p := &process{addr: addr, logPath: filepath.Join(d.dir, name+".log"), exited: make(chan struct{})}
+	logFile, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", p.logPath, err)
+	}
+	defer logFile.Close()
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Dir = d.dir
+	p.cmd.Stdout = logFile
+	p.cmd.Stderr = logFile
+	p.cmd.SysProcAttr = sysProcAttr()
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("running %s: %w", bin, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	d.procs = append(d.procs, p)
+	return p, nil
+}
+
+// waitHTTPReady polls url until it answers 200 or p exits.
+func waitHTTPReady(ctx context.Context, p *process, url string) error {
+	c := &http.Client{Timeout: time.Second}
+	return poll(ctx, url, func(ctx context.Context) error {
+		if !p.alive() {
+			return permanent(fmt.Errorf("process exited: %s", p.cmd.ProcessState))
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return permanent(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answered %d", url, resp.StatusCode)
+		}
+		return nil
+	})
+}
