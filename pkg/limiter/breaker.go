@@ -25,6 +25,7 @@ type breaker struct {
 	cooldown  time.Duration
 	openedAt  time.Time
 	onChange  func(breakerState)
+	used      atomic.Int64 // unix ns of the last get: shards that stop being used are forgotten
 }
 
 func newBreaker(threshold int, cooldown time.Duration, onChange func(breakerState)) *breaker {
@@ -40,17 +41,27 @@ type breakers struct {
 	cooldown  time.Duration
 	// onChange reports a shard's new state, how many are open, and the worst.
 	onChange func(shard string, s breakerState, open int, worst breakerState)
-	// onNew reports a shard seen for the first time (its breaker closed).
-	onNew func(shard string)
+	// onNew reports a shard seen for the first time (its breaker closed);
+	// onGone one forgotten because no key has mapped to it for a while (a
+	// failed Cluster master whose slots moved to the promoted replica).
+	onNew, onGone func(shard string)
+	swept         atomic.Int64 // unix ns of the last sweep
 }
+
+// forgetAfter is how long a shard no key maps to keeps its breaker.
+const forgetAfter = 10 * time.Second
 
 func newBreakers(threshold int, cooldown time.Duration, onChange func(string, breakerState, int, breakerState)) *breakers {
 	return &breakers{m: map[string]*breaker{}, threshold: threshold, cooldown: cooldown, onChange: onChange}
 }
 
 func (bs *breakers) get(shard string) *breaker {
+	now := time.Now().UnixNano()
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
+	if last := bs.swept.Load(); now-last > int64(forgetAfter) && bs.swept.CompareAndSwap(last, now) {
+		bs.sweep(now)
+	}
 	b, ok := bs.m[shard]
 	if !ok {
 		b = newBreaker(bs.threshold, bs.cooldown, func(s breakerState) { bs.changed(shard, s) })
@@ -59,7 +70,21 @@ func (bs *breakers) get(shard string) *breaker {
 			bs.onNew(shard)
 		}
 	}
+	b.used.Store(now)
 	return b
+}
+
+// sweep forgets shards no key has mapped to for forgetAfter, so a failed
+// master's open breaker does not linger in the metrics. Called locked.
+func (bs *breakers) sweep(now int64) {
+	for name, b := range bs.m {
+		if now-b.used.Load() > int64(forgetAfter) {
+			delete(bs.m, name)
+			if bs.onGone != nil {
+				bs.onGone(name)
+			}
+		}
+	}
 }
 
 // changed runs under the shard's breaker lock; it reads the others' states

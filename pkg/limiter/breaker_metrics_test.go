@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 // breakerStates reads edgeguard_limiter_breaker_state by shard.
@@ -41,8 +43,8 @@ func TestBreakerStateMetricPerShard(t *testing.T) {
 
 	decide := func() {
 		_, err := l.Decide(context.Background(), []Check{
-			{Limit: lim("a-key", FixedWindow, 100, time.Minute), Cost: 1},
-			{Limit: lim("b-key", FixedWindow, 100, time.Minute), Cost: 1},
+			{Limit: lim("a-key", limit.FixedWindow, 100, time.Minute), Cost: 1},
+			{Limit: lim("b-key", limit.FixedWindow, 100, time.Minute), Cost: 1},
 		})
 		require.NoError(t, err)
 	}
@@ -67,7 +69,7 @@ func TestBreakerStateMetricUnsharded(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	l, err := New(NewMemoryStore(), Config{Timeout: time.Second}, reg, nil)
 	require.NoError(t, err)
-	_, err = l.Decide(context.Background(), []Check{{Limit: lim("k", FixedWindow, 1, time.Minute), Cost: 1}})
+	_, err = l.Decide(context.Background(), []Check{{Limit: lim("k", limit.FixedWindow, 1, time.Minute), Cost: 1}})
 	require.NoError(t, err)
 	require.Equal(t, map[string]float64{"store": 0}, breakerStates(t, reg))
 }

@@ -181,6 +181,16 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		}
 	})
 	l.breakers.onNew = func(shard string) { m.breakerState.WithLabelValues(shardLabel(shard)).Set(float64(breakerClosed)) }
+	l.breakers.onGone = func(shard string) {
+		m.breakerState.DeleteLabelValues(shardLabel(shard))
+		open := 0
+		for _, b := range l.breakers.m { // called with the breakers locked
+			if breakerState(b.state.Load()) != breakerClosed {
+				open++
+			}
+		}
+		m.breakersOpen.Set(float64(open))
+	}
 	return l, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
@@ -512,4 +513,25 @@ func TestFallbackLimitBelowNodesDenies(t *testing.T) {
 	require.False(t, v.Allowed)
 	require.Equal(t, SourceFallback, v.Checks[0].Source)
 	require.Equal(t, time.Second, v.Checks[0].RetryAfter)
+}
+
+// A shard no key maps to any more (a failed master whose slots moved) is
+// forgotten: its open breaker leaves the metrics.
+func TestBreakerOfAGoneShardIsForgotten(t *testing.T) {
+	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)}
+	st := &shardedStore{MemoryStore: NewMemoryStore(WithClock(clock.now)), down: map[string]bool{"a": true}, calls: map[string]int{}}
+	l, err := New(st, Config{Timeout: time.Second, BreakerFailures: 1}, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	l.now = clock.now
+	_, err = l.Decide(context.Background(), []Check{{Limit: lim("a-key", limit.FixedWindow, 100, time.Minute), Cost: 1}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, testGauge(l.metrics.breakersOpen), "witness: shard a's breaker opened")
+	// The breakers sweep by the wall clock: age shard a's last use instead of sleeping.
+	l.breakers.m["a"].used.Store(time.Now().Add(-2 * forgetAfter).UnixNano())
+	l.breakers.swept.Store(time.Now().Add(-2 * forgetAfter).UnixNano())
+	_, err = l.Decide(context.Background(), []Check{{Limit: lim("b-key", limit.FixedWindow, 100, time.Minute), Cost: 1}})
+	require.NoError(t, err)
+	require.NotContains(t, l.breakers.m, "a")
+	require.EqualValues(t, 0, testGauge(l.metrics.breakersOpen))
+	require.Equal(t, 1, testutil.CollectAndCount(l.metrics.breakerState), "only shard b's series is left")
 }
