@@ -91,14 +91,14 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		return nil, err
 	}
 	origins := cfg.Origins
-	if len(origins) == 0 {
+	if cfg.DemoOrigin {
 		addr, stop, err := startDemoOrigin()
 		if err != nil {
 			return nil, fmt.Errorf("starting demo origin: %w", err)
 		}
 		e.closers = append(e.closers, stop)
 		origins = []string{"http://" + addr}
-		log.Warn("no --origin given: proxying to the built-in demo origin", "addr", addr)
+		log.Warn("--demo-origin: proxying to the built-in demo origin", "addr", addr)
 	}
 	ocfg := origin.DefaultConfig()
 	ocfg.URLs, ocfg.Timeout, ocfg.DialTimeout = origins, cfg.OriginTimeout, cfg.OriginDialTimeout
