@@ -74,6 +74,9 @@ type Config struct {
 	IPv6Prefix int
 	// LegacyHeaders adds X-RateLimit-Limit/-Remaining/-Reset for old clients.
 	LegacyHeaders bool
+	// AllowMethods passes methods the edge refuses by default (CONNECT,
+	// TRACE) on to the origin.
+	AllowMethods []string
 
 	// Origin timeouts.
 	OriginTimeout, OriginDialTimeout time.Duration
@@ -159,6 +162,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.DurationVar(&c.OriginDialTimeout, "origin-dial-timeout", c.OriginDialTimeout, "origin connect timeout")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header block; larger gets 431")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body; larger gets 413")
+	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "keep-alive idle timeout")
@@ -254,6 +258,11 @@ func (c Config) Validate() error {
 			bad("trusted-proxies: %s trusts every address, so any client could set its own identity (add --trust-all-proxies if that is meant)", p)
 		}
 	}
+	for _, m := range c.AllowMethods {
+		if refusedMethod([]byte(m)) != m {
+			bad("allow-methods: %q is not refused by default (only CONNECT and TRACE are)", m)
+		}
+	}
 	for name, d := range map[string]time.Duration{"redis-timeout": c.RedisTimeout, "origin-timeout": c.OriginTimeout, "origin-dial-timeout": c.OriginDialTimeout,
 		"read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout} {
 		if d <= 0 {
@@ -314,6 +323,19 @@ func (f *failFlag) Set(v string) error {
 	mode, err := limiter.ParseFailMode(v)
 	*f = failFlag(mode)
 	return err
+}
+
+// methodsFlag is a list of upper-cased method names.
+type methodsFlag []string
+
+func (m *methodsFlag) String() string { return strings.Join(*m, ",") }
+func (m *methodsFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.ToUpper(strings.TrimSpace(s)); s != "" {
+			*m = append(*m, s)
+		}
+	}
+	return nil
 }
 
 type prefixesFlag []netip.Prefix

@@ -84,16 +84,19 @@ func TestListFlagsReplaceEnvironment(t *testing.T) {
 	e := env(map[string]string{
 		"EDGEGUARD_TRUSTED_PROXIES": "192.168.0.0/16",
 		"EDGEGUARD_ORIGIN":          "http://env:1",
+		"EDGEGUARD_ALLOW_METHODS":   "TRACE",
 	})
-	cfg, err := ParseFlags([]string{"--trusted-proxies", "10.0.0.1", "--origin", "http://a:1", "--origin", "http://b:2"}, e, &bytes.Buffer{})
+	cfg, err := ParseFlags([]string{"--trusted-proxies", "10.0.0.1", "--origin", "http://a:1", "--origin", "http://b:2", "--allow-methods", "CONNECT"}, e, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}, cfg.TrustedProxies)
 	require.Equal(t, []string{"http://a:1", "http://b:2"}, cfg.Origins)
+	require.Equal(t, []string{"CONNECT"}, cfg.AllowMethods)
 
 	cfg, err = ParseFlags(nil, e, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, cfg.TrustedProxies)
 	require.Equal(t, []string{"http://env:1"}, cfg.Origins)
+	require.Equal(t, []string{"TRACE"}, cfg.AllowMethods)
 }
 
 func TestTrustedProxiesNormalizedAndCatchAllRefused(t *testing.T) {

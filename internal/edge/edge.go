@@ -32,6 +32,7 @@ type Edge struct {
 	reg          *prometheus.Registry
 	metrics      *metrics
 	trusted      trustedSet
+	allowMethods map[string]bool
 	popKeyPrefix string
 	storeName    string
 
@@ -64,6 +65,10 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		reg:          prometheus.NewRegistry(),
 		trusted:      trustedSet(cfg.TrustedProxies),
 		popKeyPrefix: "pop." + cfg.PoP + ".",
+		allowMethods: map[string]bool{},
+	}
+	for _, m := range cfg.AllowMethods {
+		e.allowMethods[m] = true
 	}
 	e.nodesRegion.Store(int64(cfg.NodesInRegion))
 	e.nodesPoP.Store(int64(cfg.NodesInPoP))

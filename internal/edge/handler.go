@@ -36,16 +36,21 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 }
 
 func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
+	if !e.screen(ctx) {
+		return outcomeRefused
+	}
 	peer := peerAddr(ctx.RemoteIP())
 	trusted := e.trusted.contains(peer)
-	header := func(name string) (string, bool) {
-		v := ctx.Request.Header.Peek(name)
-		return b2s(v), v != nil
-	}
+	headers := headerLookup{h: &ctx.Request.Header}
+	header := headers.get
 	path := rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
 
 	// Shed: before any I/O, by priority tier.
 	tier := e.shed.Classify(b2s(ctx.Method()), path, header, trusted)
+	if headers.repeated != "" {
+		refuseRepeated(ctx, headers.repeated)
+		return outcomeRefused
+	}
 	if !e.shed.Admit(start, tier) {
 		unavailable(ctx, "the edge is shedding load; retry later", 1)
 		return outcomeShed
@@ -88,6 +93,10 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
 		},
 	}
 	sc.matches = snap.Match(&req, sc.matches)
+	if headers.repeated != "" {
+		refuseRepeated(ctx, headers.repeated)
+		return outcomeRefused
+	}
 
 	// Limit.
 	var verdict limiter.Verdict

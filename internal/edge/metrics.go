@@ -28,13 +28,14 @@ const (
 	outcomeShed        = "shed"
 	outcomeNoWorker    = "no_worker"
 	outcomeUnavailable = "unavailable"
+	outcomeRefused     = "refused"
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_requests_total",
-			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed).",
+			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed), refused (400/405/505: a request the edge does not pass on).",
 		}, []string{"outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_decisions_total",
@@ -70,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "1 when the node serves (rules loaded, not draining).",
 		}),
 	}
-	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable} {
+	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused} {
 		m.requests.WithLabelValues(o)
 	}
 	var errs []error

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +81,118 @@ func requireProblem(t *testing.T, resp *http.Response, body []byte, status int) 
 	require.NoError(t, json.Unmarshal(body, &p), "%s", body)
 	require.Equal(t, status, p.Status)
 	return p
+}
+
+const apiHostOnce = `
+version: 1
+rules:
+  - id: api-host
+    match: {hosts: [api.example.com]}
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1
+    window: 1m
+`
+
+// An absolute-form request-target names the host (RFC 9112 §3.2.2): the
+// rules match it and the origin receives it, whatever Host says.
+func TestAbsoluteFormMatchesAndForwardsOneHost(t *testing.T) {
+	r := startEdgeArgs(t, apiHostOnce)
+	resp, body := raw(t, r.Addr(), "GET /x HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "api.example.com", echoed(t, body)["host"])
+
+	// The quota of api.example.com is spent; an absolute-form request for
+	// another host cannot reach api.example.com by naming it in Host.
+	resp, body = raw(t, r.Addr(), "GET http://other.test/x HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	require.Equal(t, 200, resp.StatusCode, "other.test has no rule")
+	require.Equal(t, "other.test", echoed(t, body)["host"], "the origin gets the host the rules matched")
+	require.Empty(t, resp.Header.Get("RateLimit-Policy"))
+
+	resp, _ = raw(t, r.Addr(), "GET http://api.example.com/x HTTP/1.1\r\nHost: other.test\r\n\r\n")
+	require.Equal(t, 429, resp.StatusCode, "the authority wins over Host")
+}
+
+const perAPIKey = `
+version: 1
+rules:
+  - id: per-key
+    key: ["header:X-Api-Key"]
+    algorithm: fixed_window
+    limit: 1
+    window: 1m
+`
+
+// A header the edge decides on (a rule key, a match, the priority) must
+// have one value: a repeated one is refused with 400 before anything is
+// counted or forwarded.
+func TestRepeatedDecisionHeaderRefused(t *testing.T) {
+	r := startEdgeArgs(t, perAPIKey)
+	resp, body := raw(t, r.Addr(), "GET / HTTP/1.1\r\nHost: a\r\nX-Api-Key: k1\r\n\r\n")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "k1", echoed(t, body)["keys"])
+	resp, _ = raw(t, r.Addr(), "GET / HTTP/1.1\r\nHost: a\r\nX-Api-Key: k1\r\n\r\n")
+	require.Equal(t, 429, resp.StatusCode)
+
+	for name, req := range map[string]string{
+		"first empty":      "GET / HTTP/1.1\r\nHost: a\r\nX-Api-Key:\r\nX-Api-Key: k1\r\n\r\n",
+		"two values":       "GET / HTTP/1.1\r\nHost: a\r\nX-Api-Key: k2\r\nx-api-key: k1\r\n\r\n",
+		"repeated same":    "GET / HTTP/1.1\r\nHost: a\r\nX-Api-Key: k1\r\nX-Api-Key: k1\r\n\r\n",
+		"repeated on post": "POST / HTTP/1.1\r\nHost: a\r\nX-Api-Key: k4\r\nX-Api-Key: k5\r\nContent-Length: 2\r\n\r\nhi",
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp, body := raw(t, r.Addr(), req)
+			p := requireProblem(t, resp, body, 400)
+			require.Contains(t, p.Detail, "repeated")
+		})
+	}
+	m := scrape(t, r)
+	require.Contains(t, m, `edgeguard_edge_requests_total{outcome="refused",pop="local",region="local"} 4`)
+
+	// The priority header counts only from a trusted proxy; from one, it
+	// too must not be repeated.
+	trusted := startEdgeArgs(t, perAPIKey, "--trusted-proxies", "127.0.0.1")
+	resp, body = raw(t, trusted.Addr(), "GET / HTTP/1.1\r\nHost: a\r\nX-Priority: critical\r\nX-Priority: test\r\nX-Api-Key: k3\r\n\r\n")
+	p := requireProblem(t, resp, body, 400)
+	require.Contains(t, p.Detail, "X-Priority")
+}
+
+// CONNECT and TRACE are refused with 405 unless --allow-methods names
+// them; HTTP versions other than 1.0 and 1.1 get 505.
+func TestMethodsAndVersionsRefused(t *testing.T) {
+	r := startEdgeArgs(t, "version: 1\nrules: []\n")
+	for _, c := range []struct {
+		req    string
+		status int
+	}{
+		{"CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com:443\r\n\r\n", 405},
+		{"TRACE / HTTP/1.1\r\nHost: a\r\n\r\n", 405},
+		{"trace / HTTP/1.1\r\nHost: a\r\n\r\n", 405},
+		{"GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505},
+		{"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505},
+		{"GET / HTTP/0.9\r\nHost: a\r\n\r\n", 505},
+	} {
+		t.Run(strings.Fields(c.req)[0]+" "+strings.Fields(c.req)[2], func(t *testing.T) {
+			resp, body := raw(t, r.Addr(), c.req)
+			requireProblem(t, resp, body, c.status)
+			if c.status == 405 {
+				require.NotEmpty(t, resp.Header.Get("Allow"))
+				require.NotContains(t, resp.Header.Get("Allow"), "TRACE")
+			}
+		})
+	}
+	for _, req := range []string{"GET / HTTP/1.0\r\nHost: a\r\n\r\n", "PROPFIND / HTTP/1.1\r\nHost: a\r\n\r\n"} {
+		resp, body := raw(t, r.Addr(), req)
+		require.Equal(t, 200, resp.StatusCode, req)
+		require.Equal(t, strings.Fields(req)[0], echoed(t, body)["method"])
+	}
+
+	allowed := startEdgeArgs(t, "version: 1\nrules: []\n", "--allow-methods", "TRACE")
+	resp, body := raw(t, allowed.Addr(), "TRACE / HTTP/1.1\r\nHost: a\r\n\r\n")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "TRACE", echoed(t, body)["method"])
+	resp, body = raw(t, allowed.Addr(), "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n")
+	requireProblem(t, resp, body, 405)
 }
 
 // A trusted proxy given in IPv4-mapped form is the IPv4 proxy.

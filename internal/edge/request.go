@@ -1,0 +1,96 @@
+package edge
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+)
+
+// refusedMethods are answered 405 unless --allow-methods names them:
+// CONNECT asks the edge to open a tunnel, TRACE echoes the request
+// (credentials included) back; neither belongs on a CDN origin by default.
+var refusedMethods = [...]string{fasthttp.MethodConnect, fasthttp.MethodTrace}
+
+// refusedMethod returns the refused method m names (case-insensitively,
+// as origins may read it), or "".
+func refusedMethod(m []byte) string {
+	for _, r := range refusedMethods {
+		if bytes.EqualFold(m, []byte(r)) {
+			return r
+		}
+	}
+	return ""
+}
+
+// allowHeader is the Allow field of a 405: what the edge passes on.
+const allowHeader = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+
+var (
+	http10 = []byte("HTTP/1.0")
+	http11 = []byte("HTTP/1.1")
+)
+
+// screen refuses what the edge must not pass on, before shedding or
+// counting: HTTP versions other than 1.0 and 1.1 (505) and refused methods
+// (405). It also makes an
+// absolute-form request-target's authority the request's Host (RFC 9112
+// §3.2.2), so the rules match and the origin receives one and the same
+// host. It reports whether the request may go on.
+func (e *Edge) screen(ctx *fasthttp.RequestCtx) bool {
+	if proto := ctx.Request.Header.Protocol(); !bytes.Equal(proto, http11) && !bytes.Equal(proto, http10) {
+		refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
+		return false
+	}
+	if m := refusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
+		refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
+		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
+		return false
+	}
+	// fasthttp takes the URI's host from an absolute-form target and keeps
+	// the Host field as sent; the origin client sends the Host field.
+	if host := ctx.URI().Host(); len(host) > 0 && !bytes.Equal(host, ctx.Request.Header.Host()) {
+		ctx.Request.Header.SetHostBytes(host)
+	}
+	return true
+}
+
+// headerLookup is the one way the rules and the shedder read request
+// headers. A header they ask about that appears more than once has no
+// single meaning (the origin would see every line, the edge one of them),
+// so it is recorded in repeated and reads as absent; the caller then
+// refuses the request.
+type headerLookup struct {
+	h        *fasthttp.RequestHeader
+	repeated string
+}
+
+func (l *headerLookup) get(name string) (string, bool) {
+	vs := l.h.PeekAll(name)
+	switch len(vs) {
+	case 0:
+		return "", false
+	case 1:
+		return b2s(vs[0]), true
+	}
+	if l.repeated == "" {
+		l.repeated = name
+	}
+	return "", false
+}
+
+// refuseRepeated answers 400 for a repeated decision header.
+func refuseRepeated(ctx *fasthttp.RequestCtx, name string) {
+	refuse(ctx, fasthttp.StatusBadRequest, "header "+name+" is repeated; the edge decides on it and needs exactly one")
+}
+
+// refuse answers status with a problem document (no Retry-After: asking
+// again will not help).
+func refuse(ctx *fasthttp.RequestCtx, status int, detail string) {
+	writeProblem(ctx, problem{
+		Type:   "about:blank",
+		Title:  fasthttp.StatusMessage(status),
+		Status: status,
+		Detail: detail,
+	}, 0)
+	ctx.Response.Header.Del(fasthttp.HeaderRetryAfter)
+}
