@@ -77,6 +77,12 @@ type Config struct {
 	// AllowMethods passes methods the edge refuses by default (CONNECT,
 	// TRACE) on to the origin.
 	AllowMethods []string
+	// MaxConnsPerIP caps the connections one socket peer address may hold
+	// open (IPv4 peers; a trusted proxy tier counts as its own addresses).
+	MaxConnsPerIP int
+	// OriginMaxConns caps connections to each origin; 0 sizes the pool to
+	// Workers, so every worker can hold one origin connection.
+	OriginMaxConns int
 
 	// Origin timeouts.
 	OriginTimeout, OriginDialTimeout time.Duration
@@ -117,6 +123,7 @@ func DefaultConfig() Config {
 		ConsulPrefix:      "edgeguard/",
 		Workers:           512 * runtime.GOMAXPROCS(0),
 		PrefilterSize:     100_000,
+		MaxConnsPerIP:     256,
 		LogLevel:          "info",
 	}
 }
@@ -161,7 +168,9 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.DurationVar(&c.OriginTimeout, "origin-timeout", c.OriginTimeout, "whole origin exchange; past it 504")
 	fs.DurationVar(&c.OriginDialTimeout, "origin-dial-timeout", c.OriginDialTimeout, "origin connect timeout")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header block; larger gets 431")
-	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body; larger gets 413")
+	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body (streamed to the origin, never held whole); larger gets 413")
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open connections one IPv4 socket peer may hold; 0 = no cap")
+	fs.IntVar(&c.OriginMaxConns, "origin-max-conns", c.OriginMaxConns, "connections to each origin; 0 = --workers; when they are all busy the edge answers 503")
 	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout")
@@ -278,7 +287,11 @@ func (c Config) Validate() error {
 			bad("%s: must be ≥ 1 (got %d)", name, n)
 		}
 	}
-
+	for name, n := range map[string]int{"max-conns-per-ip": c.MaxConnsPerIP, "origin-max-conns": c.OriginMaxConns} {
+		if n < 0 {
+			bad("%s: must be ≥ 0 (got %d)", name, n)
+		}
+	}
 	if c.IPv6Prefix < 1 || c.IPv6Prefix > 128 {
 		bad("ipv6-prefix: must be in 1..128 (got %d)", c.IPv6Prefix)
 	}

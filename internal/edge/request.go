@@ -2,6 +2,9 @@ package edge
 
 import (
 	"bytes"
+	"errors"
+	"net"
+	"strconv"
 
 	"github.com/valyala/fasthttp"
 )
@@ -31,8 +34,8 @@ var (
 )
 
 // screen refuses what the edge must not pass on, before shedding or
-// counting: HTTP versions other than 1.0 and 1.1 (505) and refused methods
-// (405). It also makes an
+// counting: HTTP versions other than 1.0 and 1.1 (505), refused methods
+// (405) and declared bodies above --max-body-bytes (413). It also makes an
 // absolute-form request-target's authority the request's Host (RFC 9112
 // §3.2.2), so the rules match and the origin receives one and the same
 // host. It reports whether the request may go on.
@@ -44,6 +47,10 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx) bool {
 	if m := refusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
 		refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
+		return false
+	}
+	if n := ctx.Request.Header.ContentLength(); n > e.cfg.MaxBodyBytes {
+		tooLarge(ctx, e.cfg.MaxBodyBytes)
 		return false
 	}
 	// fasthttp takes the URI's host from an absolute-form target and keeps
@@ -84,7 +91,8 @@ func refuseRepeated(ctx *fasthttp.RequestCtx, name string) {
 }
 
 // refuse answers status with a problem document (no Retry-After: asking
-// again will not help).
+// again will not help). handle closes the connection when the request's
+// body was left unread.
 func refuse(ctx *fasthttp.RequestCtx, status int, detail string) {
 	writeProblem(ctx, problem{
 		Type:   "about:blank",
@@ -93,4 +101,32 @@ func refuse(ctx *fasthttp.RequestCtx, status int, detail string) {
 		Detail: detail,
 	}, 0)
 	ctx.Response.Header.Del(fasthttp.HeaderRetryAfter)
+}
+
+func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
+	refuse(ctx, fasthttp.StatusRequestEntityTooLarge, "the request body exceeds "+strconv.Itoa(limit)+" bytes")
+	ctx.SetConnectionClose()
+}
+
+// hasUnreadBody reports whether the request carries a body stream the
+// handler may not have read to its end.
+func hasUnreadBody(ctx *fasthttp.RequestCtx) bool {
+	return ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() != 0
+}
+
+// serverError answers what fasthttp refuses before the handler runs
+// (Server.ErrorHandler), in the edge's problem format.
+func serverError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		refuse(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "the request header block is too large")
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		refuse(ctx, fasthttp.StatusRequestEntityTooLarge, "the request body is too large")
+	case errors.As(err, &ne) && ne.Timeout():
+		refuse(ctx, fasthttp.StatusRequestTimeout, "the request was not received in time")
+	default:
+		refuse(ctx, fasthttp.StatusBadRequest, "the request could not be parsed")
+	}
 }

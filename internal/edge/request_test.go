@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -195,10 +196,100 @@ func TestMethodsAndVersionsRefused(t *testing.T) {
 	requireProblem(t, resp, body, 405)
 }
 
+// A body larger than --max-body-bytes gets 413 problem+json, whether its
+// length is declared or it arrives in chunks.
+func TestOversizedBodyAnswers413(t *testing.T) {
+	r := startEdgeArgs(t, "version: 1\nrules: []\n", "--max-body-bytes", "10000")
+	t.Run("declared", func(t *testing.T) {
+		// The edge reads at most 8 KiB of a body before deciding.
+		resp, body := raw(t, r.Addr(), "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 20000000\r\n\r\n"+strings.Repeat("x", 8<<10))
+		requireProblem(t, resp, body, 413)
+		require.True(t, resp.Close, "Connection: close")
+	})
+	t.Run("chunked", func(t *testing.T) {
+		chunk := "1000\r\n" + strings.Repeat("y", 0x1000) + "\r\n"
+		resp, body := raw(t, r.Addr(), "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"+strings.Repeat(chunk, 3)+"0\r\n\r\n")
+		requireProblem(t, resp, body, 413)
+	})
+	t.Run("expect 100-continue", func(t *testing.T) {
+		resp, body := raw(t, r.Addr(), "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 20000000\r\nExpect: 100-continue\r\n\r\n")
+		requireProblem(t, resp, body, 413)
+	})
+	t.Run("within the limit", func(t *testing.T) {
+		resp, body := raw(t, r.Addr(), "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10000\r\n\r\n"+strings.Repeat("z", 10000))
+		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, "10000", echoed(t, body)["body"], "streamed to the origin in full")
+		chunk := "800\r\n" + strings.Repeat("y", 0x800) + "\r\n"
+		resp, body = raw(t, r.Addr(), "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"+strings.Repeat(chunk, 4)+"0\r\n\r\n")
+		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, "8192", echoed(t, body)["body"])
+	})
+}
+
+// A body the edge answers without reading (a 429 here) must not be read as
+// the next request on the connection: the edge closes it.
+func TestUnreadBodyClosesConnection(t *testing.T) {
+	r := startEdgeArgs(t, perIP)
+	c := dialRaw(t, r.Addr())
+	for range 3 {
+		resp, _ := c.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		require.Equal(t, 200, resp.StatusCode)
+	}
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n"
+	resp, _ := c.do(t, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: "+strconv.Itoa(len(smuggled))+"\r\n\r\n"+smuggled)
+	require.Equal(t, 429, resp.StatusCode)
+	require.True(t, resp.Close, "Connection: close")
+	n, err := c.r.Read(make([]byte, 1))
+	require.Zero(t, n, "nothing after the 429: the body was not taken for a request")
+	require.Error(t, err)
+}
+
 // A trusted proxy given in IPv4-mapped form is the IPv4 proxy.
 func TestTrustedProxyMappedForm(t *testing.T) {
 	r := startEdgeArgs(t, perIP, "--trusted-proxies", "::ffff:127.0.0.1/128")
 	resp, body := raw(t, r.Addr(), "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n")
 	require.Equal(t, 200, resp.StatusCode)
 	require.Equal(t, "203.0.113.7, 127.0.0.1", echoed(t, body)["xff"], "the proxy's hop is kept: it is trusted")
+}
+
+// One client address holds at most --max-conns-per-ip connections (256 by
+// default); further ones are answered 429 and closed at accept. Other
+// addresses, and trusted proxies, are not held back by it.
+func TestConnectionCapPerClient(t *testing.T) {
+	r := startEdgeArgs(t, "version: 1\nrules: []\n")
+	const limit = 256 // the default
+	var held []*rawConn
+	for range limit {
+		c := dialRaw(t, r.Addr())
+		resp, _ := c.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		require.Equal(t, 200, resp.StatusCode)
+		held = append(held, c)
+	}
+	resp, body := raw(t, r.Addr(), "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	require.Equal(t, 429, resp.StatusCode, "%s", body)
+	require.True(t, resp.Close)
+	require.Contains(t, scrape(t, r), `edgeguard_edge_connections_refused_total{pop="local",region="local"} 1`)
+
+	other := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second}
+	c, err := other.Dial("tcp", r.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	oc := &rawConn{Conn: c, r: bufio.NewReader(c)}
+	resp, _ = oc.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	require.Equal(t, 200, resp.StatusCode, "another client is not affected")
+
+	held[0].Close()
+	require.Eventually(t, func() bool {
+		c := dialRaw(t, r.Addr())
+		defer c.Close()
+		resp, _ := c.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		return resp.StatusCode == 200
+	}, 5*time.Second, 20*time.Millisecond, "a closed connection gives its slot back")
+
+	proxied := startEdgeArgs(t, "version: 1\nrules: []\n", "--max-conns-per-ip", "2", "--trusted-proxies", "127.0.0.1")
+	for range 3 {
+		c := dialRaw(t, proxied.Addr())
+		resp, _ := c.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		require.Equal(t, 200, resp.StatusCode, "a trusted proxy carries many clients")
+	}
 }
