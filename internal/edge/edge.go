@@ -135,6 +135,7 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		MaxRequestBodySize:           cfg.MaxBodyBytes,
 		ErrorHandler:                 serverError,
 		ExpectHandler:                e.expect,
+		CloseOnShutdown:              true,
 		ReadTimeout:                  cfg.ReadTimeout,
 		WriteTimeout:                 cfg.WriteTimeout,
 		IdleTimeout:                  cfg.IdleTimeout,

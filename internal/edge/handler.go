@@ -31,6 +31,10 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	outcome := e.serve(ctx, start)
+	if e.draining.Load() {
+		// Keep-alive clients leave now, not when the listener closes.
+		ctx.SetConnectionClose()
+	}
 	if outcome != outcomeProxied && hasUnreadBody(ctx) {
 		// The rest of an unread body must not be taken for a request.
 		ctx.SetConnectionClose()

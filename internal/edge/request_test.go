@@ -244,6 +244,31 @@ func TestUnreadBodyClosesConnection(t *testing.T) {
 	require.Error(t, err)
 }
 
+// While draining, every response carries Connection: close, so keep-alive
+// clients leave before the listener closes.
+func TestDrainTellsKeepAliveClientsToLeave(t *testing.T) {
+	r := startEdgeArgs(t, "version: 1\nrules: []\n", "--drain-delay", "2s")
+	c := dialRaw(t, r.Addr())
+	resp, _ := c.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	require.Equal(t, 200, resp.StatusCode)
+	require.False(t, resp.Close, "keep-alive before the drain")
+
+	go r.stop()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + r.AdminAddr() + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503
+	}, 5*time.Second, 5*time.Millisecond)
+	resp, _ = c.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	require.Equal(t, 200, resp.StatusCode, "still served during the drain delay")
+	require.True(t, resp.Close, "Connection: close")
+	_, err := c.r.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the edge closed the connection after answering")
+}
+
 // A trusted proxy given in IPv4-mapped form is the IPv4 proxy.
 func TestTrustedProxyMappedForm(t *testing.T) {
 	r := startEdgeArgs(t, perIP, "--trusted-proxies", "::ffff:127.0.0.1/128")
