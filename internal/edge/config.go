@@ -77,11 +77,13 @@ type Config struct {
 	// AllowMethods passes methods the edge refuses by default (CONNECT,
 	// TRACE) on to the origin.
 	AllowMethods []string
-	// MaxConnsPerIP caps the connections one socket peer address may hold
-	// open (IPv4 peers; a trusted proxy tier counts as its own addresses).
+	// MaxConnsPerIP caps the connections one socket peer may hold open:
+	// an IPv4 address, or an IPv6 client's IPv6Prefix network. Trusted
+	// proxies are exempt (they carry many clients); 0 turns the cap off.
 	MaxConnsPerIP int
 	// OriginMaxConns caps connections to each origin; 0 sizes the pool to
-	// Workers, so every worker can hold one origin connection.
+	// Workers (+1 for the health check), so every worker can hold one
+	// origin connection.
 	OriginMaxConns int
 
 	// Origin timeouts.
@@ -169,8 +171,8 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.DurationVar(&c.OriginDialTimeout, "origin-dial-timeout", c.OriginDialTimeout, "origin connect timeout")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header block; larger gets 431")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body (streamed to the origin, never held whole); larger gets 413")
-	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open connections one IPv4 socket peer may hold; 0 = no cap")
-	fs.IntVar(&c.OriginMaxConns, "origin-max-conns", c.OriginMaxConns, "connections to each origin; 0 = --workers; when they are all busy the edge answers 503")
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open connections one client socket address (an IPv6 client's --ipv6-prefix network) may hold; more are answered 429 at accept; trusted proxies are exempt; 0 = no cap")
+	fs.IntVar(&c.OriginMaxConns, "origin-max-conns", c.OriginMaxConns, "connections to each origin; 0 = --workers + 1 (every worker can hold one); when they are all busy the edge answers 503")
 	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout")

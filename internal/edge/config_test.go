@@ -53,6 +53,9 @@ func TestParseFlagsRejectsBadInput(t *testing.T) {
 		{[]string{"--workers", "0", "--redis-timeout", "0s", "--ipv6-prefix", "200"}, nil, []string{"workers: must be ≥ 1", "redis-timeout: must be > 0", "ipv6-prefix"}},
 		{[]string{"--admin", ":8080"}, nil, []string{"admin: must differ from listen"}},
 		{[]string{"stray"}, nil, []string{"unexpected arguments"}},
+		{[]string{"--allow-methods", "GET,trace"}, nil, []string{`allow-methods: "GET" is not refused by default`}},
+		{[]string{"--max-conns-per-ip", "-1", "--origin-max-conns", "-2"}, nil, []string{"max-conns-per-ip: must be ≥ 0", "origin-max-conns: must be ≥ 0"}},
+		{[]string{"--key-salt-file", "/nonexistent/salt"}, nil, []string{"key-salt-file"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -71,7 +74,8 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, name := range []string{"listen", "admin", "origin", "redis", "redis-mode", "redis-timeout", "rules", "region", "pop",
 		"nodes-in-region", "trusted-proxies", "fail-mode", "origin-timeout", "drain-delay", "legacy-headers", "workers",
-		"redis-autopipeline", "consul", "consul-token", "consul-prefix", "rules-cache"} {
+		"redis-autopipeline", "consul", "consul-token", "consul-prefix", "rules-cache", "demo-origin", "key-salt", "key-salt-file",
+		"trust-all-proxies", "allow-methods", "max-conns-per-ip", "origin-max-conns", "max-body-bytes"} {
 		require.Regexp(t, `(?m)^  -`+name+`( |$)`, out.String())
 	}
 	require.Contains(t, out.String(), "EDGEGUARD_REDIS_MODE")
