@@ -49,7 +49,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
 	}
 	peer := peerAddr(ctx.RemoteIP())
 	trusted := e.trusted.contains(peer)
-	headers := headerLookup{h: &ctx.Request.Header}
+	headers := headerLookup{h: &ctx.Request.Header, args: ctx.QueryArgs()}
 	header := headers.get
 	path := rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
 
@@ -95,10 +95,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time) string {
 		Path:     path,
 		ClientIP: client,
 		Header:   header,
-		Query: func(name string) (string, bool) {
-			v := ctx.QueryArgs().Peek(name)
-			return b2s(v), v != nil
-		},
+		Query:    headers.query,
 	}
 	sc.matches = snap.Match(&req, sc.matches)
 	if headers.repeated != "" {

@@ -62,17 +62,25 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx) bool {
 }
 
 // headerLookup is the one way the rules and the shedder read request
-// headers. A header they ask about that appears more than once has no
-// single meaning (the origin would see every line, the edge one of them),
-// so it is recorded in repeated and reads as absent; the caller then
-// refuses the request.
+// headers and query parameters. One they ask about that appears more than
+// once has no single meaning (the origin would see every value, the edge
+// one of them), so it is recorded in repeated and reads as absent; the
+// caller then refuses the request.
 type headerLookup struct {
 	h        *fasthttp.RequestHeader
-	repeated string
+	args     *fasthttp.Args
+	repeated string // "header X-Api-Key", "query parameter key"
 }
 
 func (l *headerLookup) get(name string) (string, bool) {
-	vs := l.h.PeekAll(name)
+	return l.one(l.h.PeekAll(name), "header ", name)
+}
+
+func (l *headerLookup) query(name string) (string, bool) {
+	return l.one(l.args.PeekMulti(name), "query parameter ", name)
+}
+
+func (l *headerLookup) one(vs [][]byte, kind, name string) (string, bool) {
 	switch len(vs) {
 	case 0:
 		return "", false
@@ -80,14 +88,14 @@ func (l *headerLookup) get(name string) (string, bool) {
 		return b2s(vs[0]), true
 	}
 	if l.repeated == "" {
-		l.repeated = name
+		l.repeated = kind + name
 	}
 	return "", false
 }
 
-// refuseRepeated answers 400 for a repeated decision header.
-func refuseRepeated(ctx *fasthttp.RequestCtx, name string) {
-	refuse(ctx, fasthttp.StatusBadRequest, "header "+name+" is repeated; the edge decides on it and needs exactly one")
+// refuseRepeated answers 400 for a repeated decision header or parameter.
+func refuseRepeated(ctx *fasthttp.RequestCtx, what string) {
+	refuse(ctx, fasthttp.StatusBadRequest, what+" is repeated; the edge decides on it and needs exactly one")
 }
 
 // refuse answers status with a problem document (no Retry-After: asking

@@ -150,11 +150,19 @@ func TestRepeatedDecisionHeaderRefused(t *testing.T) {
 	m := scrape(t, r)
 	require.Contains(t, m, `edgeguard_edge_requests_total{outcome="refused",pop="local",region="local"} 4`)
 
+	// A repeated query parameter a rule keys on, likewise.
+	byQuery := startEdgeArgs(t, "version: 1\nrules:\n  - id: per-token\n    key: [\"query:token\"]\n    algorithm: fixed_window\n    limit: 1\n    window: 1m\n")
+	resp, _ = raw(t, byQuery.Addr(), "GET /?token=a HTTP/1.1\r\nHost: a\r\n\r\n")
+	require.Equal(t, 200, resp.StatusCode)
+	resp, body = raw(t, byQuery.Addr(), "GET /?token=&token=a HTTP/1.1\r\nHost: a\r\n\r\n")
+	p := requireProblem(t, resp, body, 400)
+	require.Contains(t, p.Detail, "query parameter token")
+
 	// The priority header counts only from a trusted proxy; from one, it
 	// too must not be repeated.
 	trusted := startEdgeArgs(t, perAPIKey, "--trusted-proxies", "127.0.0.1")
 	resp, body = raw(t, trusted.Addr(), "GET / HTTP/1.1\r\nHost: a\r\nX-Priority: critical\r\nX-Priority: test\r\nX-Api-Key: k3\r\n\r\n")
-	p := requireProblem(t, resp, body, 400)
+	p = requireProblem(t, resp, body, 400)
 	require.Contains(t, p.Detail, "X-Priority")
 }
 
