@@ -319,6 +319,16 @@ func TestConnectionCapPerClient(t *testing.T) {
 		return resp.StatusCode == 200
 	}, 5*time.Second, 20*time.Millisecond, "a closed connection gives its slot back")
 
+	// IPv6 clients are counted by their --ipv6-prefix network (::1 is one).
+	v6 := startEdgeArgs(t, "version: 1\nrules: []\n", "--listen", "[::1]:0", "--max-conns-per-ip", "2")
+	for range 2 {
+		c := dialRaw(t, v6.Addr())
+		resp, _ := c.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		require.Equal(t, 200, resp.StatusCode)
+	}
+	resp, _ = raw(t, v6.Addr(), "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	require.Equal(t, 429, resp.StatusCode, "an IPv6 client is capped too")
+
 	proxied := startEdgeArgs(t, "version: 1\nrules: []\n", "--max-conns-per-ip", "2", "--trusted-proxies", "127.0.0.1")
 	for range 3 {
 		c := dialRaw(t, proxied.Addr())
