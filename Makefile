@@ -8,10 +8,11 @@ TIMEOUT ?= 12m
 build:
 	$(GO) build ./...
 
-# The edge on its own: embedded memory store, the example rules, a built-in
-# demo origin. Try: curl -i localhost:8080/ (RateLimit fields; 429 after 10).
+# The edge on its own: embedded memory store, the example rules, the built-in
+# demo origin (only ever on request: without --origin or --demo-origin the
+# edge refuses to start). Try: curl -i localhost:8080/ (429 after 10).
 run:
-	$(GO) run ./cmd/edge --rules examples/rules.yaml
+	$(GO) run ./cmd/edge --rules examples/rules.yaml --demo-origin
 
 tools:
 	./scripts/tools.sh

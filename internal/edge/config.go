@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -22,8 +23,10 @@ type Config struct {
 	// Admin is the admin address (metrics, health, readiness, rules, pprof).
 	// Bind it to a private interface in a deployment.
 	Admin string
-	// Origins are the origin URLs; none starts a built-in demo origin.
+	// Origins are the origin URLs. One is required unless DemoOrigin.
 	Origins []string
+	// DemoOrigin serves a built-in demo origin (make run); never in production.
+	DemoOrigin bool
 	// Redis is a go-redis URL; empty uses the embedded memory store.
 	Redis string
 	// RedisMode is standalone, cluster or sentinel.
@@ -55,15 +58,33 @@ type Config struct {
 	// NodesInRegion and NodesInPoP divide limits in the local fallback.
 	NodesInRegion, NodesInPoP int
 	// TrustedProxies are CIDRs whose X-Forwarded-For (and priority headers)
-	// are believed.
+	// are believed. IPv4-mapped IPv6 forms are read as IPv4.
 	TrustedProxies []netip.Prefix
-	// KeySalt is mixed into the hash of descriptor values in Redis keys. Every
-	// edge sharing a Redis must use the same salt.
+	// TrustAllProxies allows a catch-all range (0.0.0.0/0, ::/0) in
+	// TrustedProxies: every client could then choose its own identity.
+	TrustAllProxies bool
+	// KeySalt is mixed into the hash of descriptor values in Redis keys:
+	// without it, a hashed IPv4 address can be enumerated back. Required
+	// with Redis, and every edge sharing a Redis must use the same salt.
 	KeySalt string
+	// KeySaltFile holds the salt (one line); read at start, exclusive with
+	// KeySalt. It keeps the secret out of the process list.
+	KeySaltFile string
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by.
 	IPv6Prefix int
 	// LegacyHeaders adds X-RateLimit-Limit/-Remaining/-Reset for old clients.
 	LegacyHeaders bool
+	// AllowMethods passes methods the edge refuses by default (CONNECT,
+	// TRACE) on to the origin.
+	AllowMethods []string
+	// MaxConnsPerIP caps the connections one socket peer may hold open:
+	// an IPv4 address, or an IPv6 client's IPv6Prefix network. Trusted
+	// proxies are exempt (they carry many clients); 0 turns the cap off.
+	MaxConnsPerIP int
+	// OriginMaxConns caps connections to each origin; 0 sizes the pool to
+	// Workers (+1 for the health check), so every worker can hold one
+	// origin connection.
+	OriginMaxConns int
 
 	// Origin timeouts.
 	OriginTimeout, OriginDialTimeout time.Duration
@@ -78,7 +99,8 @@ type Config struct {
 	LogLevel                               string
 }
 
-// DefaultConfig is the single-node demo: memory store, demo origin.
+// DefaultConfig is a single node on the memory store; it still needs an
+// origin (or DemoOrigin).
 func DefaultConfig() Config {
 	return Config{
 		Listen:            ":8080",
@@ -103,6 +125,7 @@ func DefaultConfig() Config {
 		ConsulPrefix:      "edgeguard/",
 		Workers:           512 * runtime.GOMAXPROCS(0),
 		PrefilterSize:     100_000,
+		MaxConnsPerIP:     256,
 		LogLevel:          "info",
 	}
 }
@@ -118,7 +141,8 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	}
 	fs.StringVar(&c.Listen, "listen", c.Listen, "public listen address")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "admin listen address (/metrics, /healthz, /readyz, /debug/rules, /debug/pprof); keep it private")
-	fs.Var((*listFlag)(&c.Origins), "origin", "origin URL; repeat or comma-separate for several; none starts a built-in demo origin")
+	fs.Var((*listFlag)(&c.Origins), "origin", "origin URL; repeat or comma-separate for several; required unless --demo-origin")
+	fs.BoolVar(&c.DemoOrigin, "demo-origin", c.DemoOrigin, "proxy to a built-in demo origin on loopback (make run); never in production")
 	fs.StringVar(&c.Redis, "redis", c.Redis, "go-redis URL (redis://user:pass@h1:6379?addr=h2:6379, rediss:// for TLS, ?master_name= for Sentinel); empty = embedded memory store")
 	fs.Var((*modeFlag)(&c.RedisMode), "redis-mode", "standalone, cluster or sentinel")
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip")
@@ -137,14 +161,19 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&c.PoP, "pop", c.PoP, "PoP this node runs in")
 	fs.IntVar(&c.NodesInRegion, "nodes-in-region", c.NodesInRegion, "edge nodes in the region (the fallback enforces limit / this)")
 	fs.IntVar(&c.NodesInPoP, "nodes-in-pop", c.NodesInPoP, "edge nodes in the PoP (fallback divisor for scope: pop rules)")
-	fs.Var((*prefixesFlag)(&c.TrustedProxies), "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For and priority headers are trusted (comma-separated)")
-	fs.StringVar(&c.KeySalt, "key-salt", c.KeySalt, "salt of the descriptor hash in Redis keys (same on every edge of a region)")
+	fs.Var((*prefixesFlag)(&c.TrustedProxies), "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For and priority headers are trusted (comma-separated; a catch-all range needs --trust-all-proxies)")
+	fs.BoolVar(&c.TrustAllProxies, "trust-all-proxies", c.TrustAllProxies, "allow 0.0.0.0/0 or ::/0 in --trusted-proxies (every client could then pick its identity)")
+	fs.StringVar(&c.KeySalt, "key-salt", c.KeySalt, "salt of the descriptor hash in Redis keys, at least 16 characters; required with --redis, the same on every edge of a region")
+	fs.StringVar(&c.KeySaltFile, "key-salt-file", c.KeySaltFile, "file holding the key salt (instead of --key-salt)")
 	fs.IntVar(&c.IPv6Prefix, "ipv6-prefix", c.IPv6Prefix, "prefix length IPv6 clients are keyed by")
 	fs.BoolVar(&c.LegacyHeaders, "legacy-headers", c.LegacyHeaders, "also send X-RateLimit-Limit/-Remaining/-Reset")
 	fs.DurationVar(&c.OriginTimeout, "origin-timeout", c.OriginTimeout, "whole origin exchange; past it 504")
 	fs.DurationVar(&c.OriginDialTimeout, "origin-dial-timeout", c.OriginDialTimeout, "origin connect timeout")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header block; larger gets 431")
-	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body; larger gets 413")
+	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body (streamed to the origin, never held whole); larger gets 413")
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open connections one client socket address (an IPv6 client's --ipv6-prefix network) may hold; more are answered 429 at accept; trusted proxies are exempt; 0 = no cap")
+	fs.IntVar(&c.OriginMaxConns, "origin-max-conns", c.OriginMaxConns, "connections to each origin; 0 = --workers + 1 (every worker can hold one); when they are all busy the edge answers 503")
+	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "keep-alive idle timeout")
@@ -155,10 +184,18 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.IntVar(&c.PrefilterSize, "prefilter-size", c.PrefilterSize, "keys held by the local over-limit cache")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 
+	// The command line first; the environment fills only the flags it did
+	// not set. So a flag wins over its variable, list flags included (their
+	// values add up within the command line, never across the two).
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		env := EnvName(f.Name)
-		if v := getenv(env); v != "" {
+		if v := getenv(env); v != "" && !onCommandLine[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
 			}
@@ -167,11 +204,21 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if c.KeySaltFile != "" && c.KeySalt == "" {
+		salt, err := os.ReadFile(c.KeySaltFile)
+		if err != nil {
+			return c, fmt.Errorf("key-salt-file: %w", err)
+		}
+		c.KeySalt = strings.TrimRight(string(salt), "\r\n")
+		if c.KeySalt == "" {
+			return c, fmt.Errorf("key-salt-file: %s is empty", c.KeySaltFile)
+		}
+		c.KeySaltFile = "" // read: Validate sees the salt
+	} else if c.KeySaltFile != "" {
+		return c, errors.New("key-salt: --key-salt and --key-salt-file are exclusive")
 	}
 	return c, c.Validate()
 }
@@ -203,6 +250,30 @@ func (c Config) Validate() error {
 	if c.Redis == "" && c.RedisAutopipeline {
 		bad("redis-autopipeline: needs --redis")
 	}
+	switch {
+	case c.KeySaltFile != "":
+		bad("key-salt-file: not read (use ParseFlags)")
+	case c.Redis != "" && c.KeySalt == "":
+		bad("key-salt: required with --redis (--key-salt, EDGEGUARD_KEY_SALT or --key-salt-file; the same on every edge of the region)")
+	case c.KeySalt != "" && len(c.KeySalt) < minKeySalt:
+		bad("key-salt: must be at least %d characters (got %d)", minKeySalt, len(c.KeySalt))
+	}
+	switch {
+	case len(c.Origins) == 0 && !c.DemoOrigin:
+		bad("origin: required (--origin URL; --demo-origin for the built-in demo)")
+	case len(c.Origins) > 0 && c.DemoOrigin:
+		bad("origin: --origin and --demo-origin are exclusive")
+	}
+	for _, p := range c.TrustedProxies {
+		if p.Bits() == 0 && !c.TrustAllProxies {
+			bad("trusted-proxies: %s trusts every address, so any client could set its own identity (add --trust-all-proxies if that is meant)", p)
+		}
+	}
+	for _, m := range c.AllowMethods {
+		if refusedMethod([]byte(m)) != m {
+			bad("allow-methods: %q is not refused by default (only CONNECT and TRACE are)", m)
+		}
+	}
 	for name, d := range map[string]time.Duration{"redis-timeout": c.RedisTimeout, "origin-timeout": c.OriginTimeout, "origin-dial-timeout": c.OriginDialTimeout,
 		"read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout} {
 		if d <= 0 {
@@ -218,6 +289,11 @@ func (c Config) Validate() error {
 			bad("%s: must be ≥ 1 (got %d)", name, n)
 		}
 	}
+	for name, n := range map[string]int{"max-conns-per-ip": c.MaxConnsPerIP, "origin-max-conns": c.OriginMaxConns} {
+		if n < 0 {
+			bad("%s: must be ≥ 0 (got %d)", name, n)
+		}
+	}
 	if c.IPv6Prefix < 1 || c.IPv6Prefix > 128 {
 		bad("ipv6-prefix: must be in 1..128 (got %d)", c.IPv6Prefix)
 	}
@@ -229,6 +305,10 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// minKeySalt is the shortest salt accepted: short enough to type, long
+// enough that guessing it is no shortcut to enumerating addresses.
+const minKeySalt = 16
 
 type listFlag []string
 
@@ -260,6 +340,19 @@ func (f *failFlag) Set(v string) error {
 	return err
 }
 
+// methodsFlag is a list of upper-cased method names.
+type methodsFlag []string
+
+func (m *methodsFlag) String() string { return strings.Join(*m, ",") }
+func (m *methodsFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.ToUpper(strings.TrimSpace(s)); s != "" {
+			*m = append(*m, s)
+		}
+	}
+	return nil
+}
+
 type prefixesFlag []netip.Prefix
 
 func (p *prefixesFlag) String() string {
@@ -270,7 +363,9 @@ func (p *prefixesFlag) String() string {
 	return strings.Join(s, ",")
 }
 
-// Set accepts CIDRs and bare addresses (a /32 or /128).
+// Set accepts CIDRs and bare addresses (a /32 or /128). IPv4-mapped IPv6
+// forms (::ffff:10.0.0.1/128) become the IPv4 prefix they mean: peers are
+// compared unmapped, so the mapped form would never match.
 func (p *prefixesFlag) Set(v string) error {
 	var errs []error
 	for _, s := range strings.Split(v, ",") {
@@ -290,6 +385,13 @@ func (p *prefixesFlag) Set(v string) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%q is not a CIDR", s))
 			continue
+		}
+		if pr.Addr().Is4In6() {
+			if pr.Bits() < 96 {
+				errs = append(errs, fmt.Errorf("%q: an IPv4-mapped prefix must be /96 or longer", s))
+				continue
+			}
+			pr = netip.PrefixFrom(pr.Addr().Unmap(), pr.Bits()-96)
 		}
 		*p = append(*p, pr.Masked())
 	}

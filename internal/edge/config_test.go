@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"flag"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ func TestParseFlagsAndEnv(t *testing.T) {
 			"EDGEGUARD_LISTEN":        ":7777", // the flag wins
 			"EDGEGUARD_REDIS_TIMEOUT": "7ms",
 			"EDGEGUARD_FAIL_MODE":     "closed",
+			"EDGEGUARD_KEY_SALT":      "0123456789abcdef",
 		}), &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, ":9000", cfg.Listen)
@@ -50,6 +53,9 @@ func TestParseFlagsRejectsBadInput(t *testing.T) {
 		{[]string{"--workers", "0", "--redis-timeout", "0s", "--ipv6-prefix", "200"}, nil, []string{"workers: must be ≥ 1", "redis-timeout: must be > 0", "ipv6-prefix"}},
 		{[]string{"--admin", ":8080"}, nil, []string{"admin: must differ from listen"}},
 		{[]string{"stray"}, nil, []string{"unexpected arguments"}},
+		{[]string{"--allow-methods", "GET,trace"}, nil, []string{`allow-methods: "GET" is not refused by default`}},
+		{[]string{"--max-conns-per-ip", "-1", "--origin-max-conns", "-2"}, nil, []string{"max-conns-per-ip: must be ≥ 0", "origin-max-conns: must be ≥ 0"}},
+		{[]string{"--key-salt-file", "/nonexistent/salt"}, nil, []string{"key-salt-file"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -68,8 +74,99 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, name := range []string{"listen", "admin", "origin", "redis", "redis-mode", "redis-timeout", "rules", "region", "pop",
 		"nodes-in-region", "trusted-proxies", "fail-mode", "origin-timeout", "drain-delay", "legacy-headers", "workers",
-		"redis-autopipeline", "consul", "consul-token", "consul-prefix", "rules-cache"} {
+		"redis-autopipeline", "consul", "consul-token", "consul-prefix", "rules-cache", "demo-origin", "key-salt", "key-salt-file",
+		"trust-all-proxies", "allow-methods", "max-conns-per-ip", "origin-max-conns", "max-body-bytes"} {
 		require.Regexp(t, `(?m)^  -`+name+`( |$)`, out.String())
 	}
 	require.Contains(t, out.String(), "EDGEGUARD_REDIS_MODE")
+}
+
+// A list flag on the command line replaces the environment's value (the
+// flag wins, as for every other flag); repeated on the command line, it
+// adds up.
+func TestListFlagsReplaceEnvironment(t *testing.T) {
+	e := env(map[string]string{
+		"EDGEGUARD_TRUSTED_PROXIES": "192.168.0.0/16",
+		"EDGEGUARD_ORIGIN":          "http://env:1",
+		"EDGEGUARD_ALLOW_METHODS":   "TRACE",
+	})
+	cfg, err := ParseFlags([]string{"--trusted-proxies", "10.0.0.1", "--origin", "http://a:1", "--origin", "http://b:2", "--allow-methods", "CONNECT"}, e, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}, cfg.TrustedProxies)
+	require.Equal(t, []string{"http://a:1", "http://b:2"}, cfg.Origins)
+	require.Equal(t, []string{"CONNECT"}, cfg.AllowMethods)
+
+	cfg, err = ParseFlags(nil, e, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, cfg.TrustedProxies)
+	require.Equal(t, []string{"http://env:1"}, cfg.Origins)
+	require.Equal(t, []string{"TRACE"}, cfg.AllowMethods)
+}
+
+func TestTrustedProxiesNormalizedAndCatchAllRefused(t *testing.T) {
+	parse := func(args ...string) (Config, error) {
+		return ParseFlags(append([]string{"--demo-origin"}, args...), env(nil), &bytes.Buffer{})
+	}
+	for in, want := range map[string]string{
+		"::ffff:10.1.2.3/128": "10.1.2.3/32",
+		"::ffff:10.1.2.3":     "10.1.2.3/32",
+		"::ffff:10.0.0.0/104": "10.0.0.0/8",
+		"10.1.2.3/8":          "10.0.0.0/8",
+		"2001:db8::/32":       "2001:db8::/32",
+	} {
+		cfg, err := parse("--trusted-proxies", in)
+		require.NoError(t, err, in)
+		require.Equal(t, []netip.Prefix{netip.MustParsePrefix(want)}, cfg.TrustedProxies, in)
+	}
+	for _, in := range []string{"0.0.0.0/0", "::/0", "::ffff:0.0.0.0/96", "10.0.0.0/8,::/0"} {
+		_, err := parse("--trusted-proxies", in)
+		require.ErrorContains(t, err, "trusts every address", in)
+	}
+	cfg, err := parse("--trusted-proxies", "0.0.0.0/0", "--trust-all-proxies")
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, cfg.TrustedProxies)
+	_, err = parse("--trusted-proxies", "::ffff:1.2.3.4/90")
+	require.ErrorContains(t, err, "IPv4-mapped")
+}
+
+// The demo origin only on request: a node without --origin refuses to
+// start rather than serve the demo in production.
+func TestOriginOrDemoRequired(t *testing.T) {
+	_, err := ParseFlags(nil, env(nil), &bytes.Buffer{})
+	require.ErrorContains(t, err, "origin: required")
+	require.ErrorContains(t, err, "--demo-origin")
+	cfg, err := ParseFlags([]string{"--demo-origin"}, env(nil), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.True(t, cfg.DemoOrigin)
+	require.Empty(t, cfg.Origins)
+	_, err = ParseFlags([]string{"--demo-origin", "--origin", "http://o:1"}, env(nil), &bytes.Buffer{})
+	require.ErrorContains(t, err, "exclusive")
+}
+
+// With Redis, a salt is required: an unsalted hash of an IPv4 address can
+// be enumerated back.
+func TestKeySaltRequiredWithRedis(t *testing.T) {
+	base := []string{"--origin", "http://o:1", "--redis", "redis://127.0.0.1:6379"}
+	_, err := ParseFlags(base, env(nil), &bytes.Buffer{})
+	require.ErrorContains(t, err, "key-salt: required with --redis")
+	_, err = ParseFlags(append(base, "--key-salt", "short"), env(nil), &bytes.Buffer{})
+	require.ErrorContains(t, err, "at least 16")
+
+	cfg, err := ParseFlags(base, env(map[string]string{"EDGEGUARD_KEY_SALT": "0123456789abcdef-env"}), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "0123456789abcdef-env", cfg.KeySalt)
+
+	file := filepath.Join(t.TempDir(), "salt")
+	require.NoError(t, os.WriteFile(file, []byte("0123456789abcdef-file\n"), 0o600))
+	cfg, err = ParseFlags(append(base, "--key-salt-file", file), env(nil), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "0123456789abcdef-file", cfg.KeySalt, "read from the file, trailing newline dropped")
+
+	_, err = ParseFlags(append(base, "--key-salt-file", filepath.Join(t.TempDir(), "missing")), env(nil), &bytes.Buffer{})
+	require.ErrorContains(t, err, "key-salt-file")
+	_, err = ParseFlags(append(base, "--key-salt-file", file, "--key-salt", "0123456789abcdef"), env(nil), &bytes.Buffer{})
+	require.ErrorContains(t, err, "exclusive")
+
+	_, err = ParseFlags([]string{"--demo-origin"}, env(nil), &bytes.Buffer{})
+	require.NoError(t, err, "the memory store needs no salt")
 }

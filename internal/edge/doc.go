@@ -1,21 +1,30 @@
 // Package edge is the edge node: a fasthttp server that runs every request
 // through one pass, in this order:
 //
-//  1. Accept: bounded header and body sizes, read/write/idle timeouts.
-//  2. Shed: the request is classified into a priority tier and the
+//  1. Accept: at most --max-conns-per-ip connections per client address;
+//     bounded header size, read/write/idle timeouts. The handler runs once
+//     the header and at most 8 KiB of body are in: bodies are streamed,
+//     never buffered whole.
+//  2. Screen: HTTP/1.0 and 1.1 only (505), CONNECT and TRACE refused (405),
+//     declared bodies over the limit refused (413); an absolute-form
+//     target's authority becomes the Host. A header the next steps decide
+//     on that appears twice is refused (400) when it is read.
+//  3. Shed: the request is classified into a priority tier and the
 //     worker-utilization shedder may drop it (503); otherwise it takes a
 //     worker slot (waiting briefly in a bounded queue, or 503).
-//  3. Identify: the client address, from the socket or, only when the peer is
+//  4. Identify: the client address, from the socket or, only when the peer is
 //     a trusted proxy, from X-Forwarded-For (right-most untrusted hop).
-//  4. Match: the current rules snapshot returns every rule that applies, each
+//  5. Match: the current rules snapshot returns every rule that applies, each
 //     with its hashed key (pure code, no I/O).
-//  5. Limit: the limiter decides all of them — over-limit cache, per-key
+//  6. Limit: the limiter decides all of them — over-limit cache, per-key
 //     coalescing, one round trip per Redis node, local fallback when Redis
 //     fails. Denied → 429 with Retry-After, RateLimit fields and a
 //     problem+json body.
-//  6. Proxy: allowed traffic goes to the origin with the RateLimit fields
-//     added; concurrency slots are released when the handler returns.
-//  7. Record: Prometheus metrics with bounded labels.
+//  7. Proxy: allowed traffic goes to the origin, its body streamed, with the
+//     RateLimit fields added; concurrency slots are released when the
+//     handler returns. A response given without reading the body, and
+//     every response while draining, closes the connection.
+//  8. Record: Prometheus metrics with bounded labels.
 //
 // The admin server (metrics, health, readiness, rules, pprof) listens on its
 // own address; nothing admin is served on the public port.

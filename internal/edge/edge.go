@@ -32,6 +32,7 @@ type Edge struct {
 	reg          *prometheus.Registry
 	metrics      *metrics
 	trusted      trustedSet
+	allowMethods map[string]bool
 	popKeyPrefix string
 	storeName    string
 
@@ -64,6 +65,10 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		reg:          prometheus.NewRegistry(),
 		trusted:      trustedSet(cfg.TrustedProxies),
 		popKeyPrefix: "pop." + cfg.PoP + ".",
+		allowMethods: map[string]bool{},
+	}
+	for _, m := range cfg.AllowMethods {
+		e.allowMethods[m] = true
 	}
 	e.nodesRegion.Store(int64(cfg.NodesInRegion))
 	e.nodesPoP.Store(int64(cfg.NodesInPoP))
@@ -91,26 +96,46 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		return nil, err
 	}
 	origins := cfg.Origins
-	if len(origins) == 0 {
+	if cfg.DemoOrigin {
 		addr, stop, err := startDemoOrigin()
 		if err != nil {
 			return nil, fmt.Errorf("starting demo origin: %w", err)
 		}
 		e.closers = append(e.closers, stop)
 		origins = []string{"http://" + addr}
-		log.Warn("no --origin given: proxying to the built-in demo origin", "addr", addr)
+		log.Warn("--demo-origin: proxying to the built-in demo origin", "addr", addr)
 	}
 	ocfg := origin.DefaultConfig()
 	ocfg.URLs, ocfg.Timeout, ocfg.DialTimeout = origins, cfg.OriginTimeout, cfg.OriginDialTimeout
+	// Every worker can hold one origin connection (a retry on another
+	// origin comes after the first attempt's connection is back), and the
+	// active health check one more: a pool smaller than that would fail
+	// requests the edge admitted.
+	ocfg.MaxConnsPerHost = cfg.Workers + 1
+	if cfg.OriginMaxConns > 0 {
+		ocfg.MaxConnsPerHost = cfg.OriginMaxConns
+	}
+	ocfg.MaxRequestBodySize = cfg.MaxBodyBytes
 	if e.proxy, err = origin.New(ocfg, reg, log); err != nil {
 		return nil, fmt.Errorf("configuring origins: %w", err)
 	}
 	e.closers = append(e.closers, e.proxy.Close)
 	e.server = &fasthttp.Server{
-		Handler:                      e.handle,
-		Name:                         "edgeguard",
-		ReadBufferSize:               cfg.MaxHeaderBytes,
+		Handler:        e.handle,
+		Name:           "edgeguard",
+		ReadBufferSize: cfg.MaxHeaderBytes,
+		// Bodies are streamed: the handler runs once the header and at
+		// most 8 KiB of body are in, sheds and limits, and the proxy reads
+		// the rest while sending it to the origin. Buffering whole bodies
+		// let a client's declared Content-Length reserve memory it never
+		// sent. With streaming, fasthttp no longer enforces the size:
+		// screen refuses a declared length above it, the proxy a chunked
+		// body that grows past it.
+		StreamRequestBody:            true,
 		MaxRequestBodySize:           cfg.MaxBodyBytes,
+		ErrorHandler:                 serverError,
+		ExpectHandler:                e.expect,
+		CloseOnShutdown:              true,
 		ReadTimeout:                  cfg.ReadTimeout,
 		WriteTimeout:                 cfg.WriteTimeout,
 		IdleTimeout:                  cfg.IdleTimeout,
@@ -123,6 +148,11 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	if e.publicLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
+	e.publicLn = newConnCap(e.publicLn, cfg.MaxConnsPerIP, cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)
+	server := e.server
+	if err := e.metrics.openConns(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
 	if e.adminLn, err = net.Listen("tcp", cfg.Admin); err != nil {
 		return nil, fmt.Errorf("listening on %s (admin): %w", cfg.Admin, err)
 	}
@@ -133,6 +163,16 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	}
 	ok = true
 	return e, nil
+}
+
+// expect answers Expect: 100-continue: a declared body above the limit
+// gets its 413 before the client sends it.
+func (e *Edge) expect(ctx *fasthttp.RequestCtx) int {
+	if ctx.Request.Header.ContentLength() > e.cfg.MaxBodyBytes {
+		tooLarge(ctx, e.cfg.MaxBodyBytes)
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	return fasthttp.StatusContinue
 }
 
 // Addr and AdminAddr are the bound addresses (useful with port 0).

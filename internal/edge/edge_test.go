@@ -40,10 +40,18 @@ func testOrigin(t *testing.T) string {
 			time.Sleep(time.Duration(ms) * time.Millisecond)
 		}
 		ctx.SetContentType("application/json")
+		var keys []string
+		for _, v := range ctx.Request.Header.PeekAll("X-Api-Key") {
+			keys = append(keys, string(v))
+		}
 		body, _ := json.Marshal(map[string]string{
-			"path": string(ctx.Path()),
-			"xff":  string(ctx.Request.Header.Peek("X-Forwarded-For")),
-			"rid":  string(ctx.Request.Header.Peek("X-Request-ID")),
+			"path":   string(ctx.Path()),
+			"host":   string(ctx.Request.Header.Host()),
+			"xff":    string(ctx.Request.Header.Peek("X-Forwarded-For")),
+			"rid":    string(ctx.Request.Header.Peek("X-Request-ID")),
+			"keys":   strings.Join(keys, "|"),
+			"method": string(ctx.Method()),
+			"body":   strconv.Itoa(len(ctx.Request.Body())),
 		})
 		ctx.SetBody(body)
 	}}
@@ -271,6 +279,7 @@ func TestOversizedHeadersRejected(t *testing.T) {
 func TestInvalidRulesRefuseToStart(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.DemoOrigin = true
 	cfg.Rules = filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(cfg.Rules, []byte("version: 1\nrules:\n  - id: broken\n    key: [ip]\n    algorithm: sliding_log\n    limit: 0\n    window: 1m\n"), 0o600))
 	_, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -280,6 +289,7 @@ func TestInvalidRulesRefuseToStart(t *testing.T) {
 func TestConcurrencySlotMustOutliveOriginTimeout(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.DemoOrigin = true
 	cfg.OriginTimeout = 2 * time.Minute
 	cfg.Rules = filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(cfg.Rules, []byte(oneSlot), 0o600))
@@ -345,6 +355,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			r := startEdge(t, perIP, func(c *Config) {
 				c.Redis = dead
+				c.KeySalt = "a-salt-of-16-chars"
 				c.FailMode = limiterFailMode(t, mode)
 			})
 			resp := r.get(t, "/")

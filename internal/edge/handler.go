@@ -33,22 +33,35 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	tier := shedder.TierNone // until classified
 	outcome := e.serve(ctx, start, &tier)
+	if e.draining.Load() {
+		// Keep-alive clients leave now, not when the listener closes.
+		ctx.SetConnectionClose()
+	}
+	if outcome != outcomeProxied && hasUnreadBody(ctx) {
+		// The rest of an unread body must not be taken for a request.
+		ctx.SetConnectionClose()
+	}
 	e.metrics.requests.WithLabelValues(outcome, tier.String()).Inc()
 	e.metrics.duration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 }
 
 func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder.Tier) string {
+	if !e.screen(ctx) {
+		return outcomeRefused
+	}
 	peer := peerAddr(ctx.RemoteIP())
 	trusted := e.trusted.contains(peer)
-	header := func(name string) (string, bool) {
-		v := ctx.Request.Header.Peek(name)
-		return b2s(v), v != nil
-	}
+	headers := headerLookup{h: &ctx.Request.Header, args: ctx.QueryArgs()}
+	header := headers.get
 	path := rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
 
 	// Shed: before any I/O, by priority tier.
 	tier := e.shed.Classify(b2s(ctx.Method()), path, header, trusted)
 	*tierOut = tier
+	if headers.repeated != "" {
+		refuseRepeated(ctx, headers.repeated)
+		return outcomeRefused
+	}
 	if !e.shed.Admit(start, tier) {
 		unavailable(ctx, "the edge is shedding load; retry later", 1)
 		return outcomeShed
@@ -85,12 +98,13 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 		Path:     path,
 		ClientIP: client,
 		Header:   header,
-		Query: func(name string) (string, bool) {
-			v := ctx.QueryArgs().Peek(name)
-			return b2s(v), v != nil
-		},
+		Query:    headers.query,
 	}
 	sc.matches = snap.Match(&req, sc.matches)
+	if headers.repeated != "" {
+		refuseRepeated(ctx, headers.repeated)
+		return outcomeRefused
+	}
 
 	// Limit.
 	var verdict limiter.Verdict

@@ -21,6 +21,7 @@ type metrics struct {
 	limiterError prometheus.Counter
 	ready        prometheus.Gauge
 	consulErrors prometheus.Counter
+	connsRefused prometheus.Counter
 }
 
 // Request outcomes (the outcome label).
@@ -30,13 +31,14 @@ const (
 	outcomeShed        = "shed"
 	outcomeNoWorker    = "no_worker"
 	outcomeUnavailable = "unavailable"
+	outcomeRefused     = "refused"
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_requests_total",
-			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed); and shedder tier (none: answered before classification).",
+			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed), refused (400/405/413/505: a request the edge does not pass on); and shedder tier (none: answered before classification).",
 		}, []string{"outcome", "tier"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_decisions_total",
@@ -67,19 +69,32 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "edgeguard_edge_consul_errors_total",
 			Help: "Failed Consul watches and registrations (retried with backoff; the settings in force stay).",
 		}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_connections_refused_total",
+			Help: "Connections refused at accept because their peer address already held --max-conns-per-ip.",
+		}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "edgeguard_edge_ready",
 			Help: "1 when the node serves (rules loaded, not draining).",
 		}),
 	}
-	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable} {
+	m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
+	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused} {
 		for _, t := range []shedder.Tier{shedder.TierTest, shedder.TierRead, shedder.TierWrite, shedder.TierCritical} {
 			m.requests.WithLabelValues(o, t.String())
 		}
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.ready, m.consulErrors} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.ready, m.consulErrors, m.connsRefused} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
+}
+
+// openConns exports the public server's open connections (read at scrape).
+func (m *metrics) openConns(reg prometheus.Registerer, open func() float64) error {
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "edgeguard_edge_open_connections",
+		Help: "Client connections the public server holds open.",
+	}, open))
 }

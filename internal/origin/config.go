@@ -40,8 +40,13 @@ type Config struct {
 	// request, read the full response). Past it the client gets a 504.
 	Timeout time.Duration `yaml:"timeout"`
 	// MaxConnsPerHost caps connections to each origin. Requests beyond it
-	// fail at once with a 502 rather than queue behind a slow origin.
+	// fail at once with a 503 and Retry-After rather than queue behind a
+	// slow origin; size it to the requests the caller runs at once.
 	MaxConnsPerHost int `yaml:"max_conns_per_host"`
+	// MaxRequestBodySize caps a streamed client body (0 = no cap): past it
+	// the exchange stops and the client gets 413. A body with a declared
+	// length is the caller's to check before Serve.
+	MaxRequestBodySize int `yaml:"max_request_body_size"`
 	// MaxResponseBodySize caps a buffered origin response; larger ones are
 	// answered with a 502 so one huge object cannot exhaust the edge's memory.
 	MaxResponseBodySize int `yaml:"max_response_body_size"`
@@ -97,6 +102,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnsPerHost < 0 {
 		bad("max_conns_per_host", "must be >= 0 (0 means %d), got %d", DefaultMaxConnsPerHost, c.MaxConnsPerHost)
+	}
+	if c.MaxRequestBodySize < 0 {
+		bad("max_request_body_size", "must be >= 0 (0 means no limit), got %d", c.MaxRequestBodySize)
 	}
 	if c.MaxResponseBodySize < 0 {
 		bad("max_response_body_size", "must be >= 0 (0 means %d), got %d", DefaultMaxResponseBodySize, c.MaxResponseBodySize)

@@ -20,10 +20,17 @@ const (
 	reasonTimeout
 	reasonBodyTooLarge
 	reasonOther
+	// reasonNoFreeConns: every connection of the edge's pool to the origin
+	// is busy; says nothing about the origin's health.
+	reasonNoFreeConns
+	// reasonRequestTooLarge and reasonClientBody: the client's streamed
+	// body grew past the limit or broke off; not the origin's fault either.
+	reasonRequestTooLarge
+	reasonClientBody
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"", "connect", "timeout", "body_too_large", "other"}
+var reasonNames = [numReasons]string{"", "connect", "timeout", "body_too_large", "other", "no_free_conns", "request_body_too_large", "client_body"}
 
 func (r reason) String() string { return reasonNames[r] }
 
@@ -64,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: namespace + "errors_total",
-		Help: "Failed origin attempts by reason; a connect failure retried on another origin is counted too.",
+		Help: "Failed origin attempts by reason (connect, timeout, body_too_large: the response; other; no_free_conns: the edge's own pool was full, answered 503; request_body_too_large, client_body: the client's streamed body); a connect failure retried on another origin is counted too.",
 	}, []string{"reason"})
 	for r := reasonConnect; r < numReasons; r++ {
 		m.errors[r] = errs.WithLabelValues(r.String())

@@ -17,13 +17,18 @@ type problem struct {
 }
 
 type cannedProblem struct {
-	status int
-	body   []byte
+	status     int
+	retryAfter string // Retry-After, when the client should come back
+	body       []byte
 }
 
 func newProblem(status int, detail string) cannedProblem {
+	return newTypedProblem("about:blank", status, detail)
+}
+
+func newTypedProblem(typ string, status int, detail string) cannedProblem {
 	body, err := json.Marshal(problem{
-		Type:   "about:blank",
+		Type:   typ,
 		Title:  fasthttp.StatusMessage(status),
 		Status: status,
 		Detail: detail,
@@ -42,6 +47,16 @@ var (
 	problemTimeout  = newProblem(fasthttp.StatusGatewayTimeout, "The origin did not answer in time.")
 	problemTooLarge = newProblem(fasthttp.StatusBadGateway, "The origin response exceeded the size limit.")
 	problemOther    = newProblem(fasthttp.StatusBadGateway, "The origin request failed.")
+	// The edge's own connection pool is full: its capacity, not the
+	// origin's failure, so 503 with Retry-After like the shedder's.
+	problemNoFreeConns = func() cannedProblem {
+		p := newTypedProblem("https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",
+			fasthttp.StatusServiceUnavailable, "Every connection to the origin is busy; retry later.")
+		p.retryAfter = "1"
+		return p
+	}()
+	problemRequestTooLarge = newProblem(fasthttp.StatusRequestEntityTooLarge, "The request body exceeds the size limit.")
+	problemClientBody      = newProblem(fasthttp.StatusBadRequest, "The request body could not be read.")
 )
 
 func writeProblem(ctx *fasthttp.RequestCtx, p cannedProblem) {
@@ -50,5 +65,8 @@ func writeProblem(ctx *fasthttp.RequestCtx, p cannedProblem) {
 	// A shared cache in front of the edge must not keep serving a
 	// transient gateway error.
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+	if p.retryAfter != "" {
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, p.retryAfter)
+	}
 	ctx.SetBody(p.body)
 }

@@ -171,8 +171,9 @@ func (e *dialError) Is(target error) bool { return target == errDial }
 // exchange is the per-request scratch space, pooled so a proxied request
 // allocates nothing of its own in the steady state.
 type exchange struct {
-	req fasthttp.Request
-	buf []byte
+	req  fasthttp.Request
+	buf  []byte
+	body bodyReader
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
@@ -203,6 +204,15 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
 		err error
 		why reason
 	)
+	streamed := ctx.Request.IsBodyStream()
+	defer func() {
+		if streamed && !ex.body.eof {
+			// The client's body was not read to its end: its rest must not
+			// be taken for the next request on the connection.
+			ctx.SetConnectionClose()
+		}
+		ex.body = bodyReader{}
+	}()
 	for attempt := 0; attempt < 2; attempt++ {
 		next := p.pick(o)
 		if next == nil {
@@ -215,6 +225,13 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
 		}
 		err = o.client.DoDeadline(req, &ctx.Response, deadline)
 		why = classify(err)
+		if err != nil && ex.body.err != nil {
+			// The client's body failed the exchange, not the origin.
+			why = reasonClientBody
+			if errors.Is(ex.body.err, errRequestTooLarge) {
+				why = reasonRequestTooLarge
+			}
+		}
 		p.record(o, why, err, requestID)
 		if !errors.Is(err, errDial) || len(p.origins) == 1 {
 			break
@@ -238,6 +255,12 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
 		writeProblem(ctx, problemConnect)
 	case reasonBodyTooLarge:
 		writeProblem(ctx, problemTooLarge)
+	case reasonNoFreeConns:
+		writeProblem(ctx, problemNoFreeConns)
+	case reasonRequestTooLarge:
+		writeProblem(ctx, problemRequestTooLarge)
+	case reasonClientBody:
+		writeProblem(ctx, problemClientBody)
 	default:
 		writeProblem(ctx, problemOther)
 	}
@@ -252,7 +275,8 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, reques
 		// CopyTo leaves streams behind. Hide the server's stream behind a
 		// plain Reader: releasing our request must not close or recycle a
 		// stream the server still owns.
-		req.SetBodyStream(readerOnly{ctx.RequestBodyStream()}, ctx.Request.Header.ContentLength())
+		ex.body = bodyReader{r: ctx.RequestBodyStream(), left: p.cfg.MaxRequestBodySize, limited: p.cfg.MaxRequestBodySize > 0}
+		req.SetBodyStream(&ex.body, ctx.Request.Header.ContentLength())
 	}
 	// The Host header says where the request goes; the URI's host must not
 	// override it when the request line was in absolute form.
@@ -301,7 +325,46 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, reques
 
 const headerRequestID = "X-Request-ID"
 
-type readerOnly struct{ io.Reader }
+// errRequestTooLarge stops a streamed client body at MaxRequestBodySize.
+var errRequestTooLarge = errors.New("request body exceeds the size limit")
+
+// bodyReader is the client's body stream as the origin client reads it:
+// a plain Reader (releasing our request must not close or recycle a stream
+// the server still owns) that enforces the size limit and remembers
+// whether the body ended and how it failed.
+type bodyReader struct {
+	r       io.Reader
+	left    int
+	limited bool
+	eof     bool
+	err     error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.err != nil {
+		// Sticky: fasthttp's chunked writer sends the bytes of a read that
+		// also failed and reads again.
+		return 0, b.err
+	}
+	if b.limited && len(p) > b.left+1 {
+		p = p[:b.left+1] // one byte past the limit tells "too large" from "exactly"
+	}
+	n, err := b.r.Read(p)
+	if b.limited {
+		if n > b.left {
+			b.err = errRequestTooLarge
+			return b.left, b.err
+		}
+		b.left -= n
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		b.eof = true
+	case err != nil:
+		b.err = err
+	}
+	return n, err
+}
 
 // pick returns the least-loaded healthy origin other than skip, else the
 // origin other than skip that failed longest ago, else nil.
@@ -361,9 +424,11 @@ func classify(err error) reason {
 		return reasonConnect
 	case errors.As(err, &ne) && ne.Timeout():
 		return reasonTimeout
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		// Our own pool is full, which says nothing about the origin's
+		// health.
+		return reasonNoFreeConns
 	default:
-		// ErrNoFreeConns lands here: our own pool is full, which says
-		// nothing about the origin's health.
 		return reasonOther
 	}
 }

@@ -529,3 +529,77 @@ func TestFailureIsLoggedNotLeaked(t *testing.T) {
 	require.Contains(t, out, "rid-7")
 	require.Contains(t, out, fmt.Sprintf("reason=%s", reasonConnect))
 }
+
+// When every connection of the pool is busy, the edge itself is out of
+// capacity: 503 with Retry-After, counted, and the origin stays healthy.
+func TestPoolFullAnswers503(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 4)
+	o := startOrigin(t, func(ctx *fasthttp.RequestCtx) {
+		arrived <- struct{}{}
+		<-release
+		ctx.SetBodyString("slow")
+	})
+	cfg := DefaultConfig()
+	cfg.URLs = []string{o.url()}
+	cfg.HealthCheckInterval = 0
+	cfg.MaxConnsPerHost = 1
+	p := newProxy(t, cfg)
+	edge := startEdge(t, p, "203.0.113.7", "rid")
+
+	slow := make(chan int, 1)
+	go func() {
+		req := fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(req)
+		req.SetRequestURI("http://" + edge + "/slow")
+		resp := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseResponse(resp)
+		if err := edgeClient.DoTimeout(req, resp, 10*time.Second); err != nil {
+			slow <- 0
+			return
+		}
+		slow <- resp.StatusCode()
+	}()
+	<-arrived // the pool's one connection is taken
+	resp := get(t, edge, "/")
+	close(release)
+	require.Equal(t, fasthttp.StatusServiceUnavailable, resp.StatusCode())
+	require.Equal(t, "1", string(resp.Header.Peek("Retry-After")))
+	var pb problemBody
+	require.NoError(t, json.Unmarshal(resp.Body(), &pb))
+	require.Equal(t, "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity", pb.Type)
+	require.Equal(t, 200, <-slow)
+	require.Equal(t, 1.0, counterValue(t, p.metrics.errors[reasonNoFreeConns]))
+	require.Equal(t, 1, p.Healthy(), "a full pool says nothing about the origin")
+}
+
+// A streamed body that grows past MaxRequestBodySize stops the exchange
+// with 413; a client body that breaks off gets 400. Neither counts against
+// the origin's health, and the client connection is closed (the rest of
+// its body must not be read as a request).
+func TestStreamedRequestBodyLimit(t *testing.T) {
+	o := startOrigin(t, okHandler("ok"))
+	cfg := DefaultConfig()
+	cfg.URLs = []string{o.url()}
+	cfg.HealthCheckInterval = 0
+	cfg.UnhealthyAfter = 1
+	cfg.MaxRequestBodySize = 1000
+	p := newProxy(t, cfg)
+	edge := startEdge(t, p, "203.0.113.7", "rid", func(s *fasthttp.Server) { s.StreamRequestBody = true })
+
+	chunk := "200\n" + strings.Repeat("a", 0x200) + "\n"
+	resp := rawExchange(t, edge, "POST / HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\n"+strings.Repeat(chunk, 3)+"0\n\n")
+	require.Equal(t, fasthttp.StatusRequestEntityTooLarge, resp.StatusCode())
+	require.True(t, resp.ConnectionClose())
+	require.Equal(t, 1.0, counterValue(t, p.metrics.errors[reasonRequestTooLarge]))
+
+	resp = rawExchange(t, edge, "POST / HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\n"+strings.Repeat(chunk, 1)+"0\n\n")
+	require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "within the limit")
+	require.False(t, resp.ConnectionClose())
+
+	// A chunk size line that is not hex: the client's body is broken.
+	resp = rawExchange(t, edge, "POST / HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\n"+chunk+"zz\n\n")
+	require.Equal(t, fasthttp.StatusBadRequest, resp.StatusCode())
+	require.Equal(t, 1.0, counterValue(t, p.metrics.errors[reasonClientBody]))
+	require.Equal(t, 1, p.Healthy(), "the client's body is not the origin's failure")
+}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 const problemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
@@ -105,7 +107,7 @@ rules:
 func TestInvalidRulesFileRefusesToStart(t *testing.T) {
 	ports := freePorts(t, 2)
 	e := spawnEdge(t, "--listen", "127.0.0.1:"+strconv.Itoa(ports[0]), "--admin", "127.0.0.1:"+strconv.Itoa(ports[1]),
-		"--rules", writeRules(t, `
+		"--origin", "http://127.0.0.1:1", "--rules", writeRules(t, `
 version: 1
 rules:
   - id: fine
@@ -155,7 +157,8 @@ rules:
 	dead := "redis://" + closedAddr(t)
 	client := newClient(t, 1)
 	edge := func(t *testing.T, mode string, args ...string) *edgeProc {
-		return startEdge(t, append([]string{"--origin", org.URL, "--rules", rules, "--redis", dead, "--fail-mode", mode}, args...)...)
+		return startEdge(t, append([]string{"--origin", org.URL, "--rules", rules, "--redis", dead, "--fail-mode", mode,
+			"--key-salt", testenv.KeyPrefix(t)}, args...)...)
 	}
 
 	t.Run("closed answers 503", func(t *testing.T) {

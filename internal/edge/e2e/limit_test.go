@@ -212,12 +212,12 @@ rules:
     window: 1m
     burst: 100000
 `)
-	// No --origin: the edge proxies to its built-in demo origin, in its own
+	// --demo-origin: the edge proxies to its built-in demo origin, in its own
 	// process. An origin in the test process (which may run under -race, on
 	// two cores) would be the flood's bottleneck: requests would wait on it
 	// instead of arriving at the limiter, and the measure would be of the
 	// test process, not of coalescing.
-	e := startEdge(t, "--rules", rules,
+	e := startEdge(t, "--demo-origin", "--rules", rules,
 		"--redis", cluster.URL(), "--redis-mode", "cluster", "--redis-timeout", "500ms",
 		"--key-salt", testenv.KeyPrefix(t))
 	// One request first: the edge has its slot map and connections (script
