@@ -1,20 +1,19 @@
 package edge
 
 import (
-	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 )
@@ -147,32 +146,45 @@ func TestOverloadShedsLowTiersFirst(t *testing.T) {
 // shedCounts reads edgeguard_shedder_shed_total by tier.
 func shedCounts(t *testing.T, r *running) map[string]int {
 	out := map[string]int{}
-	sc := bufio.NewScanner(strings.NewReader(scrape(t, r)))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "edgeguard_shedder_shed_total{") {
-			continue
-		}
-		i := strings.Index(line, `tier="`)
-		tier := line[i+6 : i+6+strings.Index(line[i+6:], `"`)]
-		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		require.NoError(t, err)
-		out[tier] = int(v)
+	for _, tier := range []string{"test", "read", "write", "critical"} {
+		out[tier] = int(metricSum(t, r, "edgeguard_shedder_shed_total", "tier", tier))
 	}
 	return out
 }
 
 // metricValue is the value of an unlabelled (but for region/pop) metric.
 func metricValue(t *testing.T, r *running, name string) float64 {
-	sc := bufio.NewScanner(strings.NewReader(scrape(t, r)))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-			require.NoError(t, err)
-			return v
+	return metricSum(t, r, name)
+}
+
+// metricSum adds up the series of a metric whose labels match the given
+// name/value pairs, parsed with Prometheus's own text parser.
+func metricSum(t *testing.T, r *running, name string, match ...string) float64 {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(scrape(t, r)))
+	require.NoError(t, err)
+	mf, ok := mfs[name]
+	require.True(t, ok, "metric %s not exported", name)
+	var sum float64
+series:
+	for _, m := range mf.GetMetric() {
+		for i := 0; i+1 < len(match); i += 2 {
+			found := false
+			for _, l := range m.GetLabel() {
+				found = found || l.GetName() == match[i] && l.GetValue() == match[i+1]
+			}
+			if !found {
+				continue series
+			}
+		}
+		switch {
+		case m.GetCounter() != nil:
+			sum += m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			sum += m.GetGauge().GetValue()
+		case m.GetUntyped() != nil:
+			sum += m.GetUntyped().GetValue()
 		}
 	}
-	require.Fail(t, fmt.Sprintf("metric %s not found", name))
-	return 0
+	return sum
 }

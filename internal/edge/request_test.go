@@ -147,8 +147,7 @@ func TestRepeatedDecisionHeaderRefused(t *testing.T) {
 			require.Contains(t, p.Detail, "repeated")
 		})
 	}
-	m := scrape(t, r)
-	require.Contains(t, m, `edgeguard_edge_requests_total{outcome="refused",pop="local",region="local"} 4`)
+	require.EqualValues(t, 4, metricSum(t, r, "edgeguard_edge_requests_total", "outcome", "refused"))
 
 	// A repeated query parameter a rule keys on, likewise.
 	byQuery := startEdgeArgs(t, "version: 1\nrules:\n  - id: per-token\n    key: [\"query:token\"]\n    algorithm: fixed_window\n    limit: 1\n    window: 1m\n")
