@@ -16,14 +16,18 @@ state=$(cd "$state" && pwd)
 env_dir="$root/terraform/environments/local"
 export TF_DATA_DIR="$state/terraform"
 export TF_IN_AUTOMATION=1
-tf() { terraform -chdir="$env_dir" "$@"; }
+terraform=$("$root/scripts/install-terraform.sh")
+tf() { "$terraform" -chdir="$env_dir" "$@"; }
 vars=(-var "state_dir=$state" -var "bin_dir=$state/bin")
 
 case "${1:-}" in
 up)
 	# The Consul agent the stack runs (built and cached once).
+	# The Consul agent and the Prometheus (with Consul discovery) the stack
+	# runs, each built and cached once when the machine lacks one.
 	EDGEGUARD_CONSUL=$("$root/scripts/install-consul.sh")
-	export EDGEGUARD_CONSUL
+	EDGEGUARD_PROMETHEUS=$("$root/scripts/install-prometheus.sh")
+	export EDGEGUARD_CONSUL EDGEGUARD_PROMETHEUS
 	(cd "$root" && go build -o "$state/bin/" ./cmd/edge ./cmd/regionctl ./cmd/stackctl ./cmd/stackorigin)
 	tf init -input=false -backend-config="path=$state/terraform.tfstate" >/dev/null
 	tf apply -input=false -auto-approve "${vars[@]}"

@@ -2,11 +2,14 @@
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
 # Redis (server, sentinel, cli, benchmark) and wrk from apt, and Consul, built once
 # from its Go module by install-consul.sh and cached outside the repository.
+# The local stack (terraform/) also needs Prometheus and the Redis exporter
+# (apt), Terraform (install-terraform.sh: PATH, else built once from its Go
+# module) and a Prometheus with Consul discovery (install-prometheus.sh).
 # Idempotent; safe to run every time.
 set -euo pipefail
 
 need=()
-for bin in redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk; do
+for bin in redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -25,3 +28,6 @@ fi
 # Prints the binary's path, which the Makefile passes to the tests as
 # EDGEGUARD_CONSUL; the harness also finds the cached binary by itself.
 "$(dirname "$0")/install-consul.sh" >/dev/null
+# Built (once) only when missing; the stack scripts ask them for the paths.
+"$(dirname "$0")/install-terraform.sh" >/dev/null
+"$(dirname "$0")/install-prometheus.sh" >/dev/null

@@ -63,6 +63,9 @@ func edgeProc(s Spec, dir string) proc {
 	}
 	if e.Redis != "" {
 		args = append(args, "--redis", e.Redis, "--redis-mode", e.RedisMode)
+		if e.RedisTimeout != "" {
+			args = append(args, "--redis-timeout", e.RedisTimeout)
+		}
 	}
 	if e.Workers > 0 {
 		args = append(args, "--workers", strconv.Itoa(e.Workers))
@@ -134,7 +137,11 @@ func ensurePrometheus(ctx context.Context, s Spec, dir string) error {
 		return err
 	}
 	// scripts/install-prometheus.sh names one with Consul discovery.
+	// A reconcile without it keeps the binary the stack was started with.
 	bin := os.Getenv("EDGEGUARD_PROMETHEUS")
+	if data, err := os.ReadFile(filepath.Join(dir, "prometheus.pid")); bin == "" && err == nil {
+		_, bin = parsePidFile(data)
+	}
 	if bin == "" {
 		bin = "prometheus"
 	}

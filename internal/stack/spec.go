@@ -104,6 +104,7 @@ type EdgeSpec struct {
 	AdminPort     int      `json:"admin_port"`
 	Redis         string   `json:"redis"`
 	RedisMode     string   `json:"redis_mode"`
+	RedisTimeout  string   `json:"redis_timeout,omitempty"`
 	Consul        string   `json:"consul"` // host:port of the region's agent
 	Origin        string   `json:"origin"`
 	KeySalt       string   `json:"key_salt"`
@@ -115,12 +116,12 @@ type EdgeSpec struct {
 
 // PrometheusSpec is the stack's Prometheus.
 type PrometheusSpec struct {
-	Port           int               `json:"port"`
-	ScrapeInterval string            `json:"scrape_interval"`
-	Consuls        map[string]string `json:"consuls"`   // datacenter → HTTP host:port
+	Port           int                 `json:"port"`
+	ScrapeInterval string              `json:"scrape_interval"`
+	Consuls        map[string]string   `json:"consuls"`   // datacenter → HTTP host:port
 	Exporters      map[string][]string `json:"exporters"` // region → exporter host:port
-	Service        string            `json:"service"`
-	AdminPort      int               `json:"admin_port"`
+	Service        string              `json:"service"`
+	AdminPort      int                 `json:"admin_port"`
 }
 
 // ID names the component's directory in the state dir.

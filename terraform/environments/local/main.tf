@@ -31,6 +31,7 @@ module "region" {
   join_wan        = [for name, a in local.serfwan : a if name != each.key]
   key_salt        = coalesce(each.value.key_salt, "edgeguard-stack-${each.key}")
   origin          = each.value.origin
+  redis_timeout   = each.value.redis_timeout
   edge_workers    = each.value.edge_workers
   edge_extra_args = each.value.edge_extra_args
   runner          = local.runner

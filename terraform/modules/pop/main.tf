@@ -24,6 +24,7 @@ variable "settings" {
   type = object({
     redis           = string
     redis_mode      = string
+    redis_timeout   = string
     consul          = string
     origin          = string
     key_salt        = string
@@ -64,6 +65,7 @@ resource "terraform_data" "edge" {
         admin_port      = local.admin_port
         redis           = var.settings.redis
         redis_mode      = var.settings.redis_mode
+        redis_timeout   = var.settings.redis_timeout
         consul          = var.settings.consul
         origin          = var.settings.origin
         key_salt        = var.settings.key_salt

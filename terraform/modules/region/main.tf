@@ -47,6 +47,12 @@ variable "origin" {
   })
 }
 
+variable "redis_timeout" {
+  type        = string
+  description = "The edges' --redis-timeout. Every process of the stack shares one host (and, here, two cores with everything else), so a Redis round trip's tail is far above a real network's: the edge's 5 ms default would send a large share of healthy calls to the fallback."
+  default     = "50ms"
+}
+
 variable "edge_workers" {
   type    = number
   default = 0
@@ -131,6 +137,7 @@ module "pop" {
     # Consul and the origin.
     redis           = module.redis.ready != "" ? module.redis.url : ""
     redis_mode      = module.redis.mode
+    redis_timeout   = var.redis_timeout
     consul          = module.consul.ready != "" ? module.consul.http_addr : ""
     origin          = terraform_data.origin.id != "" ? "http://127.0.0.1:${local.origin_port}" : ""
     key_salt        = var.key_salt
