@@ -16,7 +16,7 @@ import (
 
 func main() {
 	outputs := flag.String("outputs", ".stack/outputs.json", "the stack's outputs.json")
-	only := flag.String("only", "1,2,3,4", "drills to run, comma-separated, in this order")
+	only := flag.String("only", "1,4,2,3", "drills to run, comma-separated, in this order (3 restarts a Consul server: last)")
 	root := flag.String("root", ".", "repository root (rules_file is relative to it)")
 	flag.Parse()
 	env, err := drills.NewEnv(*outputs, *root, os.Stderr)

@@ -29,7 +29,7 @@ func (e *Env) Drill3(ctx context.Context, down string) *Result {
 	return r
 }
 
-func (e *Env) drill3(ctx context.Context, down string, res *Result) error {
+func (e *Env) drill3(ctx context.Context, down string, res *Result) (err error) {
 	region, err := e.region(down)
 	if err != nil {
 		return err
@@ -104,25 +104,36 @@ func (e *Env) drill3(ctx context.Context, down string, res *Result) error {
 		return err
 	}
 	res.Times["push_all"] = time.Since(t0)
+	// The remaining outcomes are checked even when this one fails, so one
+	// run shows all of them.
+	var pushErrs []error
 	results, perr := parsePush(out)
 	if perr != nil {
 		return fmt.Errorf("push --all output: %w\n%s", perr, out)
 	}
 	if code != exitUnreachable {
-		return fmt.Errorf("push --all exited %d, want %d (unreachable):\n%s", code, exitUnreachable, out)
+		pushErrs = append(pushErrs, fmt.Errorf("push --all exited %d, want %d (unreachable)", code, exitUnreachable))
 	}
 	if got := results[down]; got.ExitCode != exitUnreachable {
-		return fmt.Errorf("push --all reported %s as %q (exit %d), want unreachable (exit 7):\n%s", down, got.Status, got.ExitCode, out)
+		pushErrs = append(pushErrs, fmt.Errorf("push --all reported %s as %q (exit %d: %s), want unreachable (exit 7)", down, got.Status, got.ExitCode, got.Error))
 	}
 	for name, pr := range results {
 		if name != down && pr.ExitCode != 0 {
-			return fmt.Errorf("push --all failed for %s: %s %s", name, pr.Status, pr.Error)
+			pushErrs = append(pushErrs, fmt.Errorf("push --all failed for %s: %s %s", name, pr.Status, pr.Error))
 		}
 	}
 	if len(results) != len(e.Out.Regions) {
-		return fmt.Errorf("push --all reported %d regions, want %d:\n%s", len(results), len(e.Out.Regions), out)
+		pushErrs = append(pushErrs, fmt.Errorf("push --all reported %d regions, want %d", len(results), len(e.Out.Regions)))
+	}
+	for name, pr := range results {
+		res.Counts["push_exit_"+name] = pr.ExitCode
 	}
 	res.Counts["push_exit"] = code
+	defer func() {
+		if len(pushErrs) > 0 {
+			err = errors.Join(append(pushErrs, err)...)
+		}
+	}()
 
 	// Outcome 4: Consul returns; after pushing again, the region converges
 	// and regions status exits 0.
