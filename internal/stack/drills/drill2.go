@@ -217,4 +217,3 @@ func (d *dnsTargets) get() []string {
 	defer d.mu.Unlock()
 	return slices.Clone(d.urls)
 }
-
