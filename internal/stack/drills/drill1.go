@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -139,7 +140,7 @@ func (e *Env) drill1(ctx context.Context, mode string, res *Result) error {
 	}
 
 	if n := l.failures(); n > 0 {
-		return fmt.Errorf("%d requests failed (5xx or transport errors), want 0", n)
+		return fmt.Errorf("%d requests failed (5xx or transport errors), want 0; first: %s", n, strings.Join(l.failureSamples(), " | "))
 	}
 	// Over-admission bound: the sliding log admits at most limit per
 	// window; each window touched by the fallback may admit one more quota

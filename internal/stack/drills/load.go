@@ -3,6 +3,7 @@ package drills
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ type load struct {
 	codes    map[int]int            // status → count (0 = transport error)
 	byClient map[string]map[int]int // client → status → count
 	fiveXX   []time.Duration        // when 5xx or errors happened, from start
+	samples  []string               // the first few 5xx bodies and errors
 	start    time.Time
 	next     atomic.Uint64
 	client   *http.Client
@@ -63,6 +65,7 @@ func (l *load) run(ctx context.Context) {
 func (l *load) one(clientIP string) {
 	targets := l.Targets()
 	code := 0
+	sample := "no target"
 	if len(targets) > 0 {
 		url := targets[int(l.next.Add(1))%len(targets)] + l.Path
 		req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -74,7 +77,13 @@ func (l *load) one(clientIP string) {
 			resp, err := l.client.Do(req)
 			if err == nil {
 				code = resp.StatusCode
+				if code >= 500 {
+					body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+					sample = fmt.Sprintf("%s: %d %s", url, code, body)
+				}
 				resp.Body.Close()
+			} else {
+				sample = err.Error()
 			}
 		}
 	}
@@ -84,6 +93,9 @@ func (l *load) one(clientIP string) {
 	l.byClient[clientIP][code]++
 	if code == 0 || code >= 500 {
 		l.fiveXX = append(l.fiveXX, time.Since(l.start))
+		if len(l.samples) < 3 {
+			l.samples = append(l.samples, fmt.Sprintf("at %s: %s", time.Since(l.start).Round(time.Millisecond), sample))
+		}
 	}
 }
 
@@ -128,6 +140,13 @@ func (l *load) failures() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.fiveXX)
+}
+
+// failureSamples are the first few failures, for the report.
+func (l *load) failureSamples() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.samples...)
 }
 
 // clientIPs returns n documentation-range client addresses, distinct per

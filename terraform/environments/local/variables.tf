@@ -32,7 +32,7 @@ variable "regions" {
       # Capacity-limited (8 workers × 20 ms = 400 req/s) so that taking
       # eu-west's traffic overloads it (drill 2).
       origin       = { workers = 8, service_time = "20ms", queue = 4096 }
-      edge_workers = 64
+      edge_workers = 128
     }
   }
   validation {

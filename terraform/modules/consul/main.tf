@@ -66,6 +66,9 @@ locals {
 }
 
 resource "terraform_data" "consul" {
+  # A changed spec replaces the component (stop, then start anew):
+  # an in-place update would run no provisioner.
+  triggers_replace = [jsonencode(local.spec)]
   input = {
     id        = "consul-${var.datacenter}"
     spec      = jsonencode(local.spec)

@@ -46,35 +46,39 @@ locals {
   port       = 8080
   admin_port = 9090
   edges      = { for e in var.edges : e.name => e }
+  specs = { for e in var.edges : e.name => {
+    kind = "edge"
+    bin  = var.runner.bin_dir
+    edge = {
+      name            = e.name
+      region          = var.region
+      pop             = var.pop
+      addr            = e.addr
+      port            = local.port
+      admin_port      = local.admin_port
+      redis           = var.settings.redis
+      redis_mode      = var.settings.redis_mode
+      redis_timeout   = var.settings.redis_timeout
+      consul          = var.settings.consul
+      origin          = var.settings.origin
+      key_salt        = var.settings.key_salt
+      nodes_in_region = var.settings.nodes_in_region
+      nodes_in_pop    = length(var.edges)
+      workers         = var.settings.workers
+      extra_args      = var.settings.extra_args
+    }
+  } }
 }
 
 resource "terraform_data" "edge" {
   for_each = local.edges
 
+  # A changed spec replaces the component (stop, then start anew):
+  # an in-place update would run no provisioner.
+  triggers_replace = [jsonencode(local.specs[each.key])]
   input = {
-    id = "edge-${each.key}"
-    spec = jsonencode({
-      kind = "edge"
-      bin  = var.runner.bin_dir
-      edge = {
-        name            = each.key
-        region          = var.region
-        pop             = var.pop
-        addr            = each.value.addr
-        port            = local.port
-        admin_port      = local.admin_port
-        redis           = var.settings.redis
-        redis_mode      = var.settings.redis_mode
-        redis_timeout   = var.settings.redis_timeout
-        consul          = var.settings.consul
-        origin          = var.settings.origin
-        key_salt        = var.settings.key_salt
-        nodes_in_region = var.settings.nodes_in_region
-        nodes_in_pop    = length(var.edges)
-        workers         = var.settings.workers
-        extra_args      = var.settings.extra_args
-      }
-    })
+    id        = "edge-${each.key}"
+    spec      = jsonencode(local.specs[each.key])
     stackctl  = var.runner.stackctl
     state_dir = var.runner.state_dir
   }

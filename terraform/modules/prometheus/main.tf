@@ -40,21 +40,28 @@ variable "runner" {
   })
 }
 
+locals {
+  spec = {
+    kind = "prometheus"
+    bin  = var.runner.bin_dir
+    prometheus = {
+      port            = var.port
+      scrape_interval = var.scrape_interval
+      consuls         = var.consuls
+      exporters       = var.exporters
+      service         = var.service
+      admin_port      = var.edge_admin_port
+    }
+  }
+}
+
 resource "terraform_data" "prometheus" {
+  # A changed spec replaces the component (stop, then start anew):
+  # an in-place update would run no provisioner.
+  triggers_replace = [jsonencode(local.spec)]
   input = {
-    id = "prometheus"
-    spec = jsonencode({
-      kind = "prometheus"
-      bin  = var.runner.bin_dir
-      prometheus = {
-        port            = var.port
-        scrape_interval = var.scrape_interval
-        consuls         = var.consuls
-        exporters       = var.exporters
-        service         = var.service
-        admin_port      = var.edge_admin_port
-      }
-    })
+    id        = "prometheus"
+    spec      = jsonencode(local.spec)
     stackctl  = var.runner.stackctl
     state_dir = var.runner.state_dir
   }

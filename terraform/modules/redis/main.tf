@@ -58,6 +58,9 @@ locals {
 }
 
 resource "terraform_data" "redis" {
+  # A changed spec replaces the component (stop, then start anew):
+  # an in-place update would run no provisioner.
+  triggers_replace = [jsonencode(local.spec)]
   input = {
     id        = "redis-${var.region}"
     spec      = jsonencode(local.spec)

@@ -95,20 +95,27 @@ module "consul" {
   runner       = var.runner
 }
 
+locals {
+  origin_spec = {
+    kind = "origin"
+    bin  = var.runner.bin_dir
+    origin = {
+      region       = var.name
+      port         = local.origin_port
+      workers      = var.origin.workers
+      service_time = var.origin.service_time
+      queue        = var.origin.queue
+    }
+  }
+}
+
 resource "terraform_data" "origin" {
+  # A changed spec replaces the component (stop, then start anew):
+  # an in-place update would run no provisioner.
+  triggers_replace = [jsonencode(local.origin_spec)]
   input = {
-    id = "origin-${var.name}"
-    spec = jsonencode({
-      kind = "origin"
-      bin  = var.runner.bin_dir
-      origin = {
-        region       = var.name
-        port         = local.origin_port
-        workers      = var.origin.workers
-        service_time = var.origin.service_time
-        queue        = var.origin.queue
-      }
-    })
+    id        = "origin-${var.name}"
+    spec      = jsonencode(local.origin_spec)
     stackctl  = var.runner.stackctl
     state_dir = var.runner.state_dir
   }
