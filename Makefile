@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build run test bench lint tools dashboards dashboards-check
+.PHONY: build run test bench lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test
 
 build:
 	$(GO) build ./...
@@ -32,6 +32,32 @@ lint:
 test: tools lint dashboards-check
 	consul=$$(./scripts/install-consul.sh) && \
 	EDGEGUARD_CONSUL="$$consul" $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+	$(MAKE) stack-test
+
+# The multi-region stack (terraform/README.md): Terraform applies
+# terraform/environments/local, whose provisioners run stackctl. Everything
+# it makes lives in $(STACK_STATE); stack-down removes it.
+STACK_STATE ?= .stack
+export STACK_STATE
+
+stack-up: tools
+	./scripts/stack.sh up
+
+stack-down:
+	./scripts/stack.sh down
+
+stack-outputs:
+	@./scripts/stack.sh outputs
+
+# The four region drills against the applied stack; prints a table.
+drills:
+	$(GO) run ./cmd/drills --outputs $(STACK_STATE)/outputs.json
+
+# Brings a stack of its own up (state in a temp dir), runs drills 1 and 3
+# and the DNS drain test, and takes it down: the build tag keeps this
+# package out of `go test ./...`, so it runs exactly once.
+stack-test: tools
+	$(GO) test -tags stack -count=1 -timeout 15m -v -run 'Test' ./internal/stack/drills/
 
 # The Grafana boards are generated from dashboards/src (Grafana's foundation
 # SDK); `make dashboards` rewrites the JSON, the check fails when the

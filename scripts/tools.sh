@@ -3,6 +3,9 @@
 # Redis (server, sentinel, cli, benchmark), wrk, Prometheus (with promtool)
 # and the Redis exporter from apt, and Consul, built once
 # from its Go module by install-consul.sh and cached outside the repository.
+# The local stack (terraform/) also needs Prometheus and the Redis exporter
+# (apt), Terraform (install-terraform.sh: PATH, else built once from its Go
+# module) and a Prometheus with Consul discovery (install-prometheus.sh).
 # Idempotent; safe to run every time.
 set -euo pipefail
 
@@ -26,3 +29,6 @@ fi
 # Prints the binary's path, which the Makefile passes to the tests as
 # EDGEGUARD_CONSUL; the harness also finds the cached binary by itself.
 "$(dirname "$0")/install-consul.sh" >/dev/null
+# Built (once) only when missing; the stack scripts ask them for the paths.
+"$(dirname "$0")/install-terraform.sh" >/dev/null
+"$(dirname "$0")/install-prometheus.sh" >/dev/null

@@ -64,6 +64,9 @@ func (e *Edge) startConsul() error {
 	advertise := ""
 	if e.cfg.Advertise != "" {
 		advertise, _, _ = strings.Cut(e.cfg.Advertise, ":")
+		// Edges sharing a host (and a port, each on its own address) must
+		// not share a service ID: the second would replace the first.
+		host = advertise
 	}
 	l := &consulLink{
 		e:         e,

@@ -312,6 +312,11 @@ func (c *Consul) HTTPAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.HTTP))
 }
 
+// DNSAddr returns the DNS interface's address, "127.0.0.1:port".
+func (c *Consul) DNSAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.DNS))
+}
+
 // SerfWANAddr returns the Serf WAN address other datacenters join.
 func (c *Consul) SerfWANAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.SerfWAN))
@@ -506,6 +511,10 @@ func queryCtx(ctx context.Context) *api.QueryOptions {
 func writeCtx(ctx context.Context) *api.WriteOptions {
 	return (&api.WriteOptions{}).WithContext(ctx)
 }
+
+// ConsulBinary finds the Consul agent the way the harness does:
+// $EDGEGUARD_CONSUL, else consul in PATH, else the cached build.
+func ConsulBinary() (string, error) { return lookConsul() }
 
 // lookConsul finds the agent binary: $EDGEGUARD_CONSUL, else consul in
 // PATH, else the binary scripts/install-consul.sh caches.

@@ -143,22 +143,7 @@ func (d *deployment) startProcess(s spec, ports []int) (*process, error) {
 		logPath: base + ".log",
 		exited:  make(chan struct{}),
 	}
-	conf := strings.Join([]string{
-		"port " + strconv.Itoa(ports[0]),
-		"bind 127.0.0.1",
-		"protected-mode no",
-		"daemonize no",
-		"dir " + quote(d.dir),
-		"logfile " + quote(p.logPath),
-		`save ""`,
-		"appendonly no",
-		// Masters otherwise wait up to 10 s for lagging replicas on SIGTERM.
-		"shutdown-on-sigterm now",
-		// The default 5 s delay, meant to batch replicas into one transfer,
-		// would dominate startup and rejoin times.
-		"repl-diskless-sync-delay 0",
-		s.config(ports),
-	}, "\n") + "\n"
+	conf := RedisBaseConfig(ports[0], d.dir, p.logPath) + s.config(ports) + "\n"
 	confPath := base + ".conf"
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", confPath, err)
@@ -246,6 +231,28 @@ wait:
 		return fmt.Errorf("removing %s: %w", d.dir, err)
 	}
 	return nil
+}
+
+// RedisBaseConfig is the part of a redis-server or sentinel config file
+// every server of the harness (and of the local stack) shares: loopback
+// only, no persistence, quick shutdown and replica sync. The caller appends
+// its own lines (cluster, replicaof, sentinel monitor, ...).
+func RedisBaseConfig(port int, dir, logPath string) string {
+	return strings.Join([]string{
+		"port " + strconv.Itoa(port),
+		"bind 127.0.0.1",
+		"protected-mode no",
+		"daemonize no",
+		"dir " + quote(dir),
+		"logfile " + quote(logPath),
+		`save ""`,
+		"appendonly no",
+		// Masters otherwise wait up to 10 s for lagging replicas on SIGTERM.
+		"shutdown-on-sigterm now",
+		// The default 5 s delay, meant to batch replicas into one transfer,
+		// would dominate startup and rejoin times.
+		"repl-diskless-sync-delay 0",
+	}, "\n") + "\n"
 }
 
 // freePorts asks the kernel for n distinct free loopback ports. All

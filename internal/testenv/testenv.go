@@ -60,6 +60,14 @@ func lookBin(name string) (string, error) {
 	return path, nil
 }
 
+// RedisBinary resolves a Redis tool (redis-server, redis-cli, ...) in PATH,
+// with an error that says how to install it.
+func RedisBinary(name string) (string, error) { return lookBin(name) }
+
+// SentinelCommand returns the binary and leading arguments that run a
+// sentinel (see sentinelCommand).
+func SentinelCommand() (bin string, args []string, err error) { return sentinelCommand() }
+
 // sentinelCommand returns the binary and leading arguments that run a
 // sentinel; some distributions ship only redis-server, which has a sentinel
 // mode of its own.

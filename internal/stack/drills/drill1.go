@@ -1,0 +1,308 @@
+package drills
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgeguard/edgeguard/internal/stack"
+)
+
+// The drill-exact rule of the stack's rules file: 20 per client per 2 s,
+// sliding log, on /drill.
+const (
+	drillLimit  = 20
+	drillWindow = 2 * time.Second
+	drillPath   = "/drill/exact"
+)
+
+// Drill1 kills a Redis master under steady load in the Cluster region and
+// in the Sentinel region, one after the other.
+func (e *Env) Drill1(ctx context.Context) []*Result {
+	var out []*Result
+	for _, mode := range []string{"cluster", "sentinel"} {
+		r := newResult("1 redis master killed (" + mode + ")")
+		r.Err = e.drill1(ctx, mode, r)
+		out = append(out, r)
+	}
+	return out
+}
+
+func (e *Env) drill1(ctx context.Context, mode string, res *Result) error {
+	name, region, err := e.regionOfMode(mode)
+	if err != nil {
+		return err
+	}
+	res.Drill += " " + name
+	edges := region.Edges()
+	var urls []string
+	for _, ed := range edges {
+		urls = append(urls, ed.URL)
+	}
+	// 12 clients over 3 masters: the killed master serves some of them
+	// unless every key missed it (odds (2/3)^12 < 1%).
+	l := &load{
+		Clients: clientIPs(fmt.Sprintf("10.%d.%d", rand.IntN(250)+1, rand.IntN(250)+1), 12),
+		Rate:    15, Path: drillPath, Priority: "read", Targets: staticTargets(urls),
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	done := make(chan struct{})
+	go func() { l.run(loadCtx); close(done) }()
+	start := time.Now()
+	// Steady state on Redis before the kill: the share of decisions the
+	// fallback makes anyway (Redis calls past --redis-timeout on a busy
+	// host) is the baseline.
+	s0, err := decisionSample(ctx, edges)
+	if err != nil {
+		stopLoad()
+		<-done
+		return err
+	}
+	time.Sleep(3 * time.Second)
+	s1, err := decisionSample(ctx, edges)
+	if err != nil {
+		stopLoad()
+		<-done
+		return err
+	}
+	baseline := s1.fallbackShare(s0)
+	threshold := max(0.2, 2*baseline)
+
+	// Event: SIGKILL the master, as a crash would.
+	killedAt := time.Now()
+	master, promoted, err := e.killMaster(ctx, name, region)
+	if err != nil {
+		stopLoad()
+		<-done
+		return err
+	}
+	// Witness: the process is gone and another node took over.
+	failover, err := waitFor(ctx, 30*time.Second, "a replica of "+master+" to be promoted", promoted)
+	if err != nil {
+		stopLoad()
+		<-done
+		return err
+	}
+	res.Times["failover"] = failover
+	res.note("killed master %s; promoted after %s; fallback share of decisions before the kill %.3f", master, failover.Round(time.Millisecond), baseline)
+
+	// Follow the share of decisions the fallback makes, per 250 ms, until
+	// it has been back at the baseline for 3 s: the edges are on Redis.
+	var firstFallback, lastFallback time.Time
+	prev := s1
+	fallbackDecisions := 0.0
+	quietSince := time.Now()
+	for time.Since(quietSince) < 3*time.Second && time.Since(killedAt) < 45*time.Second {
+		time.Sleep(250 * time.Millisecond)
+		cur, err := decisionSample(ctx, edges)
+		if err != nil {
+			continue
+		}
+		if cur.fallbackShare(prev) > threshold {
+			now := time.Now()
+			if firstFallback.IsZero() {
+				firstFallback = prev.at
+			}
+			lastFallback = now
+			quietSince = now
+		}
+		fallbackDecisions += cur.fallback - prev.fallback
+		prev = cur
+	}
+	stopLoad()
+	<-done
+	elapsed := time.Since(start)
+
+	for k, v := range l.summary() {
+		res.Counts[k] = v
+	}
+	res.Counts["fallback_decisions"] = int(fallbackDecisions)
+	if lastFallback.IsZero() {
+		// Witness of the limiter's side: the edges must have noticed.
+		return fmt.Errorf("the fallback never decided more than %.0f%% of the checks after the kill: the kill did not reach the request path", 100*threshold)
+	}
+	inFallback := lastFallback.Sub(killedAt)
+	res.Times["in_fallback"] = lastFallback.Sub(firstFallback)
+	res.Times["back_on_redis"] = inFallback
+	res.Times["run"] = elapsed
+	if time.Since(quietSince) < 3*time.Second {
+		return fmt.Errorf("still deciding from the fallback %s after the kill", time.Since(killedAt).Round(time.Second))
+	}
+
+	if n := l.failures(); n > 0 {
+		return fmt.Errorf("%d requests failed (5xx or transport errors), want 0; first: %s", n, strings.Join(l.failureSamples(), " | "))
+	}
+	// Over-admission bound: the sliding log admits at most limit per
+	// window; each window touched by the fallback may admit one more quota
+	// (limit / nodes on each of the region's nodes, rounded up).
+	windows := math.Ceil(elapsed.Seconds() / drillWindow.Seconds())
+	fbWindows := math.Ceil(inFallback.Seconds()/drillWindow.Seconds()) + 1
+	perNode := math.Ceil(float64(drillLimit) / float64(len(edges)))
+	bound := int(float64(drillLimit)*windows + perNode*float64(len(edges))*fbWindows)
+	worst := 0
+	for _, n := range l.admitted() {
+		worst = max(worst, n)
+	}
+	res.Counts["max_admitted_per_client"] = worst
+	res.Counts["admission_bound"] = bound
+	if worst > bound {
+		return fmt.Errorf("a client got %d requests admitted, over the bound %d", worst, bound)
+	}
+	if worst == 0 {
+		return errors.New("no request was admitted")
+	}
+	// The killed node comes back as a replica, as `make stack-up` would
+	// bring it back.
+	t0 := time.Now()
+	if err := e.reconcile(ctx); err != nil {
+		return fmt.Errorf("restoring the stack: %w", err)
+	}
+	res.Times["restore"] = time.Since(t0)
+	return nil
+}
+
+// killMaster SIGKILLs a master of the region's Redis and returns its
+// address and a check that holds once a replica has been promoted in its
+// place.
+func (e *Env) killMaster(ctx context.Context, name string, region stack.Region) (string, func(context.Context) error, error) {
+	id := "redis-" + name
+	switch region.Redis.Mode {
+	case "cluster":
+		var master, replica string
+		for _, n := range region.Redis.Nodes {
+			info, err := nodeInfo(ctx, n)
+			if err != nil {
+				return "", nil, err
+			}
+			if info["role"] == "slave" && master == "" {
+				replica = n
+				master = net.JoinHostPort(info["master_host"], info["master_port"])
+			}
+		}
+		if master == "" {
+			return "", nil, errors.New("no replica found in the cluster")
+		}
+		pid, err := e.killNode(id, master)
+		if err != nil {
+			return "", nil, err
+		}
+		return master, func(ctx context.Context) error {
+			if !gone(pid) {
+				return errors.New("killed node still running")
+			}
+			info, err := nodeInfo(ctx, replica)
+			if err != nil {
+				return err
+			}
+			if info["role"] != "master" {
+				return fmt.Errorf("replica %s is still a %s", replica, info["role"])
+			}
+			return nil
+		}, nil
+	case "sentinel":
+		master, err := sentinelMaster(ctx, region)
+		if err != nil {
+			return "", nil, err
+		}
+		pid, err := e.killNode(id, master)
+		if err != nil {
+			return "", nil, err
+		}
+		return master, func(ctx context.Context) error {
+			if !gone(pid) {
+				return errors.New("killed node still running")
+			}
+			now, err := sentinelMaster(ctx, region)
+			if err != nil {
+				return err
+			}
+			if now == master {
+				return fmt.Errorf("sentinels still name %s", master)
+			}
+			info, err := nodeInfo(ctx, now)
+			if err != nil {
+				return err
+			}
+			if info["role"] != "master" {
+				return fmt.Errorf("%s is not master yet", now)
+			}
+			return nil
+		}, nil
+	}
+	return "", nil, fmt.Errorf("unknown redis mode %q", region.Redis.Mode)
+}
+
+func (e *Env) killNode(id, addr string) (int, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	if _, err := strconv.Atoi(port); err != nil {
+		return 0, fmt.Errorf("bad node address %q", addr)
+	}
+	return e.signalProc(id, "node-"+port, syscall.SIGKILL)
+}
+
+func nodeInfo(ctx context.Context, addr string) (map[string]string, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return nil, fmt.Errorf("INFO on %s: %w", addr, err)
+	}
+	out := map[string]string{}
+	for _, line := range splitLines(s) {
+		if k, v, ok := cut(line, ':'); ok {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+func sentinelMaster(ctx context.Context, region stack.Region) (string, error) {
+	var errs []error
+	for _, s := range region.Redis.Seeds {
+		c := redis.NewSentinelClient(&redis.Options{Addr: s, DialTimeout: 500 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
+		m, err := c.GetMasterAddrByName(ctx, region.Redis.MasterName).Result()
+		c.Close()
+		if err == nil && len(m) == 2 {
+			return net.JoinHostPort(m[0], m[1]), nil
+		}
+		errs = append(errs, fmt.Errorf("sentinel %s: %v", s, err))
+	}
+	return "", errors.Join(errs...)
+}
+
+// decisions is a sample of the region's rule decisions by who made them.
+type decisions struct {
+	at              time.Time
+	redis, fallback float64
+}
+
+func decisionSample(ctx context.Context, edges []stack.Edge) (decisions, error) {
+	d := decisions{at: time.Now()}
+	var err error
+	if d.redis, err = sumOverEdges(ctx, edges, "edgeguard_edge_decisions_total", map[string]string{"reason": "redis"}); err != nil {
+		return d, err
+	}
+	d.fallback, err = sumOverEdges(ctx, edges, "edgeguard_edge_decisions_total", map[string]string{"reason": "fallback"})
+	return d, err
+}
+
+// fallbackShare is the fallback's share of the decisions since prev.
+func (d decisions) fallbackShare(prev decisions) float64 {
+	fb, rd := d.fallback-prev.fallback, d.redis-prev.redis
+	if fb+rd <= 0 {
+		return 0
+	}
+	return fb / (fb + rd)
+}

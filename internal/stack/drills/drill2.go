@@ -1,0 +1,219 @@
+package drills
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/edgeguard/edgeguard/internal/stack/resolver"
+)
+
+// dnsBound is how long a drained edge may stay in DNS answers: the Consul
+// check interval (2 s) + the prepared query's TTL (0 s) + 1 s.
+const dnsBound = 3 * time.Second
+
+// Drill2 drains every edge of from (SIGTERM) while clients follow DNS at
+// from's Consul: the answers move to to's edges within dnsBound, and to's
+// capacity-limited origin makes its edges shed the lower tiers while the
+// critical tier keeps ≥ 99.9% success.
+func (e *Env) Drill2(ctx context.Context, from, to string) *Result {
+	r := newResult(fmt.Sprintf("2 every %s edge drained", from))
+	r.Err = e.drill2(ctx, from, to, r)
+	return r
+}
+
+func (e *Env) drill2(ctx context.Context, from, to string, res *Result) error {
+	src, err := e.region(from)
+	if err != nil {
+		return err
+	}
+	dst, err := e.region(to)
+	if err != nil {
+		return err
+	}
+	dns, err := resolver.New(src.Consul.DNS)
+	if err != nil {
+		return err
+	}
+	var dstAddrs []netip.Addr
+	for _, ed := range dst.Edges() {
+		dstAddrs = append(dstAddrs, netip.MustParseAddr(ed.Addr))
+	}
+	// to's edges shed within seconds instead of the production ramp's
+	// minutes, so the drill stays short, and let the critical tier wait for
+	// a worker (the queue is ordered by tier) rather than time out at
+	// 50 ms while the ramp catches up; reset afterwards.
+	defer func() {
+		_, _, _ = e.regionctl(context.WithoutCancel(ctx), dst.Consul.HTTP, "shedder", "set", "--region", to, "--reset")
+	}()
+	if out, code, err := e.regionctl(ctx, dst.Consul.HTTP, "shedder", "set", "--region", to,
+		"start_after=1s", "full_after=5s", "smoothing=500ms", "queue_size=512", "queue_timeout=2s"); err != nil || code != 0 {
+		return fmt.Errorf("shedder set --region %s: exit %d %v\n%s", to, code, err, out)
+	}
+
+	// Clients follow DNS at from's Consul, re-resolving every 250 ms.
+	follow := &dnsTargets{dns: dns, query: e.Out.DNSQuery}
+	if err := follow.refresh(ctx); err != nil {
+		return err
+	}
+	go follow.loop(ctx)
+	prefix := fmt.Sprintf("10.%d", rand.IntN(250)+1)
+	critical := &load{Clients: clientIPs(prefix+".1", 4), Rate: 10, Path: "/checkout", Priority: "critical", Targets: follow.get}
+	read := &load{Clients: clientIPs(prefix+".2", 30), Rate: 16, Path: "/catalog", Priority: "read", Targets: follow.get}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var wg sync.WaitGroup
+	wg.Go(func() { critical.run(loadCtx) })
+	wg.Go(func() { read.run(loadCtx) })
+	time.Sleep(2 * time.Second)
+
+	// Event: drain every edge of from.
+	drainedAt := time.Now()
+	var pids []int
+	for _, ed := range src.Edges() {
+		pid, err := e.signalProc("edge-"+ed.Name, "edge", syscall.SIGTERM)
+		if err != nil {
+			stopLoad()
+			wg.Wait()
+			return err
+		}
+		pids = append(pids, pid)
+	}
+	defer func() {
+		if err := e.reconcile(context.WithoutCancel(ctx)); err != nil {
+			res.note("restoring the stack: %v", err)
+		}
+	}()
+	// Witness: they report draining.
+	for _, ed := range src.Edges() {
+		if _, err := waitFor(ctx, 2*time.Second, ed.Name+" to report draining", func(ctx context.Context) error {
+			if c := status(ctx, ed.Admin+"/readyz"); c != http.StatusServiceUnavailable {
+				return fmt.Errorf("/readyz %d", c)
+			}
+			return nil
+		}); err != nil {
+			stopLoad()
+			wg.Wait()
+			return err
+		}
+	}
+	// Outcome: DNS at from answers to's edges within the bound.
+	moved, err := waitFor(ctx, 15*time.Second, "DNS at "+from+" to answer "+to+"'s edges", func(ctx context.Context) error {
+		got, err := dns.Lookup(ctx, e.Out.DNSQuery)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(got, dstAddrs) {
+			return fmt.Errorf("answers %v", got)
+		}
+		return nil
+	})
+	moved = time.Since(drainedAt)
+	res.Times["dns_failover"] = moved
+	if err != nil {
+		stopLoad()
+		wg.Wait()
+		return err
+	}
+
+	// Overload to's origin for a while.
+	time.Sleep(20 * time.Second)
+	stopLoad()
+	wg.Wait()
+	for _, pid := range pids {
+		if !gone(pid) {
+			res.note("drained edge pid %d still running after the load", pid)
+		}
+	}
+
+	shed, err := sumOverEdges(ctx, dst.Edges(), "edgeguard_shedder_shed_total", nil)
+	if err != nil {
+		return err
+	}
+	rejected, err := sumOverEdges(ctx, dst.Edges(), "edgeguard_shedder_rejected_total", nil)
+	if err != nil {
+		return err
+	}
+	cs, rs := critical.summary(), read.summary()
+	for k, v := range cs {
+		res.Counts["critical_"+k] = v
+	}
+	for k, v := range rs {
+		res.Counts["read_"+k] = v
+	}
+	res.Counts["edge_shed"] = int(shed + rejected)
+
+	var errs []error
+	if moved > dnsBound {
+		errs = append(errs, fmt.Errorf("DNS moved to %s after %s, want ≤ %s", to, moved.Round(time.Millisecond), dnsBound))
+	}
+	// Witness of the overload: the lower tier was shed.
+	if rs["503"] == 0 || shed+rejected == 0 {
+		errs = append(errs, fmt.Errorf("no read request was shed (client 503s %d, edge shed counters %.0f): the origin was not overloaded", rs["503"], shed+rejected))
+	}
+	total := 0
+	for _, v := range cs {
+		total += v
+	}
+	if total == 0 {
+		errs = append(errs, errors.New("no critical request was sent"))
+	} else {
+		success := float64(cs["2xx"]) / float64(total)
+		res.Counts["critical_success_permille"] = int(success * 1000)
+		if success < 0.999 {
+			errs = append(errs, fmt.Errorf("critical success %.4f < 0.999 (%v)", success, cs))
+		}
+	}
+	if n := cs["errors"] + rs["errors"]; n > 0 {
+		errs = append(errs, fmt.Errorf("%d transport errors for clients following DNS", n))
+	}
+	return errors.Join(errs...)
+}
+
+// dnsTargets keeps the edges DNS answers, refreshed every 250 ms as a
+// client with a TTL-0 resolver would.
+type dnsTargets struct {
+	dns   *resolver.Resolver
+	query string
+	mu    sync.Mutex
+	urls  []string
+}
+
+func (d *dnsTargets) refresh(ctx context.Context) error {
+	addrs, err := d.dns.Lookup(ctx, d.query)
+	if err != nil {
+		return err
+	}
+	urls := make([]string, len(addrs))
+	for i, a := range addrs {
+		urls[i] = "http://" + a.String() + ":8080"
+	}
+	d.mu.Lock()
+	d.urls = urls
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *dnsTargets) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+			_ = d.refresh(ctx)
+		}
+	}
+}
+
+func (d *dnsTargets) get() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.urls)
+}

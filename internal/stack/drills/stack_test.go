@@ -1,0 +1,252 @@
+//go:build stack
+
+// These tests bring a stack of their own up with scripts/stack.sh (state in
+// a temp dir), run drills 1 and 3, a DNS drain test and a self-healing
+// test against it, and take it down, checking nothing is left. The build
+// tag keeps them out of `go test ./...`: `make stack-test` (part of `make
+// test`) runs them once.
+package drills
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/stack"
+	"github.com/edgeguard/edgeguard/internal/stack/resolver"
+)
+
+var (
+	env     *Env
+	root    string
+	results []*Result
+)
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	root = filepath.Clean(filepath.Join(wd, "..", "..", ".."))
+	state, err := os.MkdirTemp("", "edgeguard-stack-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(state)
+
+	start := time.Now()
+	out, err := stackScript(state, "up")
+	up := time.Since(start)
+	code := 1
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "stack up failed: %v\n%s\n", err, out)
+	} else {
+		fmt.Fprintf(os.Stderr, "stack up in %s\n", up.Round(time.Second))
+		env, err = NewEnv(filepath.Join(state, "outputs.json"), root, os.Stderr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		} else {
+			code = m.Run()
+		}
+	}
+	if len(results) > 0 {
+		_ = PrintTable(os.Stderr, results)
+	}
+
+	// Down, then nothing may be left: no process of the stack, no listener
+	// on its ports, no file.
+	t0 := time.Now()
+	if out, err := stackScript(state, "down"); err != nil {
+		fmt.Fprintf(os.Stderr, "stack down failed: %v\n%s\n", err, out)
+		return 1
+	}
+	if err := leftovers(state); err != nil {
+		fmt.Fprintln(os.Stderr, "stack down left something behind:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "stack down in %s; no process, port or file left (whole run %s)\n", time.Since(t0).Round(time.Second), time.Since(start).Round(time.Second))
+	return code
+}
+
+func stackScript(state, cmd string) (string, error) {
+	c := exec.Command(filepath.Join(root, "scripts", "stack.sh"), cmd)
+	c.Dir = root
+	c.Env = append(os.Environ(), "STACK_STATE="+state)
+	out, err := c.CombinedOutput()
+	return string(out), err
+}
+
+// leftovers reports the state dir, processes started from it and
+// listeners on the stack's addresses that survived stack-down.
+func leftovers(state string) error {
+	var errs []error
+	if _, err := os.Stat(state); err == nil {
+		errs = append(errs, fmt.Errorf("state dir %s still exists", state))
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(data), state) {
+			errs = append(errs, fmt.Errorf("process %s still runs: %s", filepath.Base(filepath.Dir(p)), strings.ReplaceAll(string(data), "\x00", " ")))
+		}
+	}
+	if env != nil {
+		var addrs []string
+		for _, r := range env.Out.Regions {
+			addrs = append(addrs, r.Redis.Nodes...)
+			addrs = append(addrs, r.Redis.Seeds...)
+			addrs = append(addrs, strings.TrimPrefix(r.Consul.HTTP, "http://"), strings.TrimPrefix(r.Origin, "http://"))
+			for _, e := range r.Edges() {
+				addrs = append(addrs, strings.TrimPrefix(e.URL, "http://"), strings.TrimPrefix(e.Admin, "http://"))
+			}
+		}
+		addrs = append(addrs, strings.TrimPrefix(env.Out.PrometheusURL, "http://"))
+		for _, a := range addrs {
+			if c, err := net.DialTimeout("tcp", a, 200*time.Millisecond); err == nil {
+				c.Close()
+				errs = append(errs, fmt.Errorf("%s still accepts connections", a))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func TestDrill1RedisMasterKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, r := range env.Drill1(ctx) {
+		results = append(results, r)
+		require.NoError(t, r.Err, r.Drill)
+	}
+}
+
+// A draining edge (SIGTERM → /readyz 503) leaves the answers of a real DNS
+// query within check interval (2 s) + TTL (0 s) + 1 s.
+func TestDrainingEdgeLeavesDNS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := "us-east"
+	region := env.Out.Regions[name]
+	res, err := resolver.New(region.Consul.DNS)
+	require.NoError(t, err)
+	edges := region.Edges()
+	require.GreaterOrEqual(t, len(edges), 2)
+	var all []netip.Addr
+	for _, e := range edges {
+		all = append(all, netip.MustParseAddr(e.Addr))
+	}
+	slices.SortFunc(all, func(a, b netip.Addr) int { return a.Compare(b) })
+	got, err := res.Lookup(ctx, env.Out.DNSQuery)
+	require.NoError(t, err)
+	require.Equal(t, all, got, "every healthy edge of %s answers", name)
+
+	drained := edges[len(edges)-1]
+	pid, err := env.signalProc("edge-"+drained.Name, "edge", syscall.SIGTERM)
+	require.NoError(t, err)
+	sent := time.Now()
+	// Witness: the edge is draining.
+	_, err = waitFor(ctx, 2*time.Second, drained.Name+" /readyz to report draining", func(ctx context.Context) error {
+		if c := status(ctx, drained.Admin+"/readyz"); c != http.StatusServiceUnavailable {
+			return fmt.Errorf("/readyz %d", c)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	took, err := waitFor(ctx, 10*time.Second, "DNS to drop "+drained.Addr, func(ctx context.Context) error {
+		got, err := res.Lookup(ctx, env.Out.DNSQuery)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(got, netip.MustParseAddr(drained.Addr)) {
+			return fmt.Errorf("still answers %v", got)
+		}
+		if len(got) != len(all)-1 {
+			return fmt.Errorf("answers %v", got)
+		}
+		return nil
+	})
+	took = time.Since(sent)
+	require.NoError(t, err)
+	r := newResult("dns drain (" + drained.Name + ")")
+	r.Times["left_dns"] = took
+	results = append(results, r)
+	require.LessOrEqual(t, took, 3*time.Second, "check interval 2s + TTL 0s + 1s")
+	_, err = waitFor(ctx, 20*time.Second, drained.Name+" to exit", func(context.Context) error {
+		if !gone(pid) {
+			return errors.New("still running")
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, env.reconcile(ctx))
+	got, err = res.Lookup(ctx, env.Out.DNSQuery)
+	require.NoError(t, err)
+	require.Equal(t, all, got, "the reconciled edge is back in DNS")
+}
+
+func TestDrill3ConsulDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	r := env.Drill3(ctx, "eu-west")
+	results = append(results, r)
+	require.NoError(t, r.Err)
+}
+
+// After an edge and a Redis node are killed, applying again (what `make
+// stack-up` does) brings everything back to ready.
+func TestReapplyHealsKilledEdgeAndRedisNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	region := env.Out.Regions["eu-west"]
+	edge := region.Edges()[0]
+	edgePid, err := env.signalProc("edge-"+edge.Name, "edge", syscall.SIGKILL)
+	require.NoError(t, err)
+	node := region.Redis.Nodes[len(region.Redis.Nodes)-1]
+	nodePid, err := env.killNode("redis-eu-west", node)
+	require.NoError(t, err)
+	// Witness: both are gone.
+	_, err = waitFor(ctx, 5*time.Second, "killed processes to exit", func(context.Context) error {
+		if !gone(edgePid) || !gone(nodePid) {
+			return errors.New("still running")
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 0, status(ctx, edge.Admin+"/healthz"))
+
+	t0 := time.Now()
+	out, err := stackScript(env.Out.StateDir, "up")
+	require.NoError(t, err, out)
+	r := newResult("self-healing re-apply")
+	r.Times["apply"] = time.Since(t0)
+	results = append(results, r)
+
+	require.Equal(t, http.StatusOK, status(ctx, edge.Admin+"/readyz"))
+	require.NoError(t, enforces(ctx, edge.URL))
+	info, err := nodeInfo(ctx, node)
+	require.NoError(t, err, "killed redis node is back")
+	require.Contains(t, []string{"master", "slave"}, info["role"])
+	st := stack.State{Dir: env.Out.StateDir}
+	comps, err := st.Status()
+	require.NoError(t, err)
+	for _, c := range comps {
+		require.Empty(t, c.Dead, "%s has dead processes", c.ID)
+	}
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Prints the path of a Terraform for the local stack (terraform/): the one in
+# PATH when it is recent enough, else one built once from its Go module and
+# cached outside the repository, like Consul (install-consul.sh):
+#   ${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}/terraform-<version>/terraform
+#
+# The version built is the newest whose module builds on its own: from 1.9
+# on, Terraform's state backends are nested modules that its module zip
+# leaves out and that the Go module proxy does not serve, so 1.13.x cannot
+# be built from the proxy. The stack needs >= 1.5 (terraform_data,
+# plantimestamp) and only the built-in provider.
+set -euo pipefail
+
+version="${TERRAFORM_VERSION:-1.8.5}"
+min_minor=5 # 1.5
+cache="${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}"
+bin="$cache/terraform-$version/terraform"
+
+if command -v terraform >/dev/null 2>&1; then
+	have=$(terraform version -json 2>/dev/null | sed -n 's/.*"terraform_version": *"\([0-9.]*\)".*/\1/p')
+	major=${have%%.*}
+	rest=${have#*.}
+	minor=${rest%%.*}
+	if [ "${major:-0}" -gt 1 ] || { [ "${major:-0}" -eq 1 ] && [ "${minor:-0}" -ge "$min_minor" ]; }; then
+		command -v terraform
+		exit 0
+	fi
+fi
+if [ -x "$bin" ] && "$bin" version >/dev/null 2>&1; then
+	echo "$bin"
+	exit 0
+fi
+
+echo "tools: building terraform $version from its Go module (once; a few minutes)" >&2
+work=$(mktemp -d)
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+mkdir -p "$work/bin" "$(dirname "$bin")"
+GOFLAGS=-mod=mod GOBIN="$work/bin" go install -trimpath "github.com/hashicorp/terraform@v$version"
+mv "$work/bin/terraform" "$bin"
+"$bin" version >&2
+echo "$bin"

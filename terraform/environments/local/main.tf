@@ -1,0 +1,65 @@
+# The local environment: every region on this host, over loopback, run by
+# stackctl (the repository's own program) through terraform_data
+# provisioners, so only Terraform's built-in provider is needed.
+#
+#   make stack-up / stack-down / stack-outputs wrap this directory.
+
+terraform {
+  required_version = ">= 1.4"
+  # The state lives in the stack's state dir: `terraform init
+  # -backend-config=path=$STACK_STATE/terraform.tfstate` (the Makefile does).
+  backend "local" {}
+}
+
+locals {
+  names   = sort(keys(var.regions))
+  index   = { for i, name in local.names : name => i + 1 }
+  rules   = abspath("${path.module}/${var.rules_file}")
+  runner  = { stackctl = "${var.bin_dir}/stackctl", bin_dir = var.bin_dir, state_dir = var.state_dir }
+  serfwan = { for name, i in local.index : name => "127.0.0.1:${8302 + (i - 1) * 10}" }
+}
+
+module "region" {
+  source   = "../../modules/region"
+  for_each = var.regions
+
+  name            = each.key
+  region_index    = local.index[each.key]
+  redis_mode      = each.value.redis_mode
+  pops            = each.value.pops
+  failover        = each.value.failover
+  join_wan        = [for name, a in local.serfwan : a if name != each.key]
+  key_salt        = coalesce(each.value.key_salt, "edgeguard-stack-${each.key}")
+  origin          = each.value.origin
+  redis_timeout   = each.value.redis_timeout
+  edge_workers    = each.value.edge_workers
+  edge_extra_args = each.value.edge_extra_args
+  runner          = local.runner
+}
+
+module "prometheus" {
+  source    = "../../modules/prometheus"
+  consuls   = { for name, r in module.region : name => r.consul_http_addr }
+  exporters = { for name, r in module.region : name => r.exporter_targets }
+  runner    = local.runner
+}
+
+# Re-run on every apply: restarts whatever died (Terraform cannot see a dead
+# process), pushes the rules with regionctl and returns only when every edge
+# is ready, passing its Consul check and running the pushed rules. No
+# destroy-time provisioner: replacing it must not stop anything.
+resource "terraform_data" "reconcile" {
+  triggers_replace = [plantimestamp()]
+  input = {
+    stackctl  = local.runner.stackctl
+    state_dir = var.state_dir
+    rules     = local.rules
+  }
+
+  provisioner "local-exec" {
+    command     = "\"$STACKCTL\" reconcile --rules \"$RULES\""
+    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, RULES = self.input.rules }
+  }
+
+  depends_on = [module.region, module.prometheus]
+}

@@ -1,0 +1,22 @@
+output "regions" {
+  description = "Per region: redis (mode, url, seeds, exporters), consul (datacenter, http, dns), origin, pops → edges (name, addr, url, admin), failover."
+  value       = { for name, r in module.region : name => r.value }
+}
+
+output "prometheus_url" {
+  value = module.prometheus.url
+}
+
+output "dns_query" {
+  description = "The Consul prepared query: <dns_query>.query.consul at a region's Consul DNS."
+  value       = "edge"
+}
+
+output "rules_file" {
+  description = "The rules document pushed with regionctl rules push --all, relative to the repository root."
+  value       = "terraform/environments/local/${var.rules_file}"
+}
+
+output "state_dir" {
+  value = var.state_dir
+}

@@ -1,0 +1,66 @@
+variable "regions" {
+  description = <<-EOT
+    Regions to run: name → Redis mode (cluster | sentinel), PoPs (name → edge
+    count), the datacenters DNS fails over to (explicit, in order), the
+    origin's capacity (workers × service time), and optionally the edges'
+    worker cap, extra edge flags and the region's key salt.
+  EOT
+  type = map(object({
+    redis_mode = string
+    pops       = map(number)
+    failover   = list(string)
+    origin = optional(object({
+      workers      = number
+      service_time = string
+      queue        = number
+    }), { workers = 64, service_time = "2ms", queue = 1024 })
+    redis_timeout   = optional(string, "50ms")
+    edge_workers    = optional(number, 0)
+    edge_extra_args = optional(list(string), [])
+    key_salt        = optional(string)
+  }))
+  default = {
+    "eu-west" = {
+      redis_mode = "cluster"
+      pops       = { ams = 2, fra = 1 }
+      failover   = ["us-east"]
+    }
+    "us-east" = {
+      redis_mode = "sentinel"
+      pops       = { iad = 2 }
+      failover   = ["eu-west"]
+      # Capacity-limited (8 workers × 20 ms = 400 req/s) so that taking
+      # eu-west's traffic overloads it (drill 2).
+      origin       = { workers = 8, service_time = "20ms", queue = 4096 }
+      edge_workers = 128
+    }
+  }
+  validation {
+    condition     = length(var.regions) >= 1 && length(var.regions) <= 9
+    error_message = "between 1 and 9 regions (the region index picks ports)."
+  }
+  validation {
+    condition     = alltrue([for r in values(var.regions) : contains(["cluster", "sentinel"], r.redis_mode)])
+    error_message = "redis_mode must be cluster or sentinel."
+  }
+  validation {
+    condition     = alltrue([for r in values(var.regions) : alltrue([for dc in r.failover : contains(keys(var.regions), dc)])])
+    error_message = "every failover datacenter must be one of the regions."
+  }
+}
+
+variable "state_dir" {
+  type        = string
+  description = "Absolute path of the stack's state directory (pids, ports, logs)."
+}
+
+variable "bin_dir" {
+  type        = string
+  description = "Absolute path of the directory holding edge, regionctl, stackctl and stackorigin."
+}
+
+variable "rules_file" {
+  type        = string
+  description = "Rules document pushed to every region, relative to this directory."
+  default     = "rules.yaml"
+}

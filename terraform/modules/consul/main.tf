@@ -1,0 +1,113 @@
+# One region's Consul datacenter: a single server keeping its data in the
+# state directory, WAN-joined to the other regions (retried, so a restarted
+# server rejoins by itself), with the prepared query that routes DNS to the
+# region's healthy edges and fails over along an explicit datacenter list.
+
+variable "datacenter" {
+  type        = string
+  description = "Datacenter name (the region's)."
+}
+
+variable "region_index" {
+  type        = number
+  description = "Region index from 1; picks the ports."
+}
+
+variable "join_wan" {
+  type        = list(string)
+  description = "Serf WAN addresses of the other datacenters."
+  default     = []
+}
+
+variable "failover" {
+  type        = list(string)
+  description = "Datacenters the prepared query fails over to, in order, when the region has no healthy edge."
+  default     = []
+}
+
+variable "query" {
+  type    = string
+  default = "edge"
+}
+
+variable "service" {
+  type    = string
+  default = "edgeguard-edge"
+}
+
+variable "runner" {
+  type = object({
+    stackctl  = string
+    bin_dir   = string
+    state_dir = string
+  })
+}
+
+locals {
+  off = (var.region_index - 1) * 10
+  ports = {
+    http     = 8500 + local.off
+    dns      = 8600 + local.off
+    server   = 8300 + local.off
+    serf_lan = 8301 + local.off
+    serf_wan = 8302 + local.off
+  }
+  spec = {
+    kind = "consul"
+    bin  = var.runner.bin_dir
+    consul = merge(local.ports, {
+      datacenter = var.datacenter
+      join_wan   = var.join_wan
+      failover   = var.failover
+      query      = var.query
+      service    = var.service
+    })
+  }
+}
+
+resource "terraform_data" "consul" {
+  # A changed spec replaces the component (stop, then start anew):
+  # an in-place update would run no provisioner.
+  triggers_replace = [jsonencode(local.spec)]
+  input = {
+    id        = "consul-${var.datacenter}"
+    spec      = jsonencode(local.spec)
+    stackctl  = var.runner.stackctl
+    state_dir = var.runner.state_dir
+  }
+
+  provisioner "local-exec" {
+    command     = "\"$STACKCTL\" up"
+    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, STACK_SPEC = self.input.spec }
+  }
+
+  provisioner "local-exec" {
+    when        = destroy
+    command     = "\"$STACKCTL\" down \"$ID\""
+    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, ID = self.input.id }
+  }
+}
+
+output "datacenter" {
+  value = var.datacenter
+}
+
+output "http" {
+  value = "http://127.0.0.1:${local.ports.http}"
+}
+
+output "http_addr" {
+  value = "127.0.0.1:${local.ports.http}"
+}
+
+output "dns" {
+  value = "127.0.0.1:${local.ports.dns}"
+}
+
+output "serf_wan" {
+  value = "127.0.0.1:${local.ports.serf_wan}"
+}
+
+output "ready" {
+  value = terraform_data.consul.id
+}

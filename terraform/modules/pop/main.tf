@@ -1,0 +1,106 @@
+# One PoP: its edge nodes, each on its own loopback address 127.0.R.E
+# (public :8080, admin :9090), registered in the region's Consul with a
+# /readyz check. The cloud counterpart is an autoscaling group behind an NLB
+# per PoP (see terraform/README.md).
+
+variable "region" {
+  type = string
+}
+
+variable "pop" {
+  type = string
+}
+
+variable "edges" {
+  description = "The PoP's edges: name and loopback address (the region module numbers them)."
+  type = list(object({
+    name = string
+    addr = string
+  }))
+}
+
+variable "settings" {
+  description = "What every edge of the region shares."
+  type = object({
+    redis           = string
+    redis_mode      = string
+    redis_timeout   = string
+    consul          = string
+    origin          = string
+    key_salt        = string
+    nodes_in_region = number
+    workers         = number
+    extra_args      = list(string)
+  })
+}
+
+variable "runner" {
+  type = object({
+    stackctl  = string
+    bin_dir   = string
+    state_dir = string
+  })
+}
+
+locals {
+  port       = 8080
+  admin_port = 9090
+  edges      = { for e in var.edges : e.name => e }
+  specs = { for e in var.edges : e.name => {
+    kind = "edge"
+    bin  = var.runner.bin_dir
+    edge = {
+      name            = e.name
+      region          = var.region
+      pop             = var.pop
+      addr            = e.addr
+      port            = local.port
+      admin_port      = local.admin_port
+      redis           = var.settings.redis
+      redis_mode      = var.settings.redis_mode
+      redis_timeout   = var.settings.redis_timeout
+      consul          = var.settings.consul
+      origin          = var.settings.origin
+      key_salt        = var.settings.key_salt
+      nodes_in_region = var.settings.nodes_in_region
+      nodes_in_pop    = length(var.edges)
+      workers         = var.settings.workers
+      extra_args      = var.settings.extra_args
+    }
+  } }
+}
+
+resource "terraform_data" "edge" {
+  for_each = local.edges
+
+  # A changed spec replaces the component (stop, then start anew):
+  # an in-place update would run no provisioner.
+  triggers_replace = [jsonencode(local.specs[each.key])]
+  input = {
+    id        = "edge-${each.key}"
+    spec      = jsonencode(local.specs[each.key])
+    stackctl  = var.runner.stackctl
+    state_dir = var.runner.state_dir
+  }
+
+  provisioner "local-exec" {
+    command     = "\"$STACKCTL\" up"
+    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, STACK_SPEC = self.input.spec }
+  }
+
+  provisioner "local-exec" {
+    when        = destroy
+    command     = "\"$STACKCTL\" down \"$ID\""
+    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, ID = self.input.id }
+  }
+}
+
+output "edges" {
+  value = [for e in var.edges : {
+    name  = e.name
+    addr  = e.addr
+    url   = "http://${e.addr}:${local.port}"
+    admin = "http://${e.addr}:${local.admin_port}"
+  }]
+  depends_on = [terraform_data.edge]
+}
