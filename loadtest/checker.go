@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/textproto"
 	"os"
-	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -320,7 +319,7 @@ type policySummary struct {
 func (c *Checker) Summary() (sobek.Value, error) {
 	s := checkerSummary{Stats: c.sc.c.Stats()}
 	c.sc.mu.Lock()
-	s.Findings = slices.Clone(c.sc.findings)
+	s.Findings = append([]accuracy.Finding{}, c.sc.findings...)
 	s.Finished = c.sc.finished
 	c.sc.mu.Unlock()
 	for _, p := range c.sc.c.Policies() {

@@ -30,6 +30,7 @@ type RootModule struct {
 	report      *serverstats.Report
 	series      map[string][]point
 	dns         map[string]dnsEntry
+	marks       map[string]time.Time
 }
 
 type point struct {
@@ -142,6 +143,12 @@ func (mi *ModuleInstance) Exports() modules.Exports {
 		"quantile":       mi.Quantile,
 		"slope":          mi.Slope,
 		"gauge":          mi.Gauge,
+		"mean":           mi.Mean,
+		"writeResult":    mi.WriteResult,
+		"print":          Print,
+		"mark":           mi.Mark,
+		"marks":          mi.Marks,
+		"run":            mi.Run,
 	}
 	return modules.Exports{Default: named, Named: named}
 }

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# A small stand-in for the multi-region stack, for trying the scenarios on
+# one machine without Terraform or Consul: two regions, each with its own
+# redis-server, its own origin (fixed workers x service time) and two edges
+# on their own loopback addresses 127.0.1RR.E (public :8080, admin :9090;
+# 127.0.101.1 is region 1's first edge, clear of the stack's 127.0.R.E),
+# trusting the load generator at 127.0.0.1.
+#
+#   loadtest/fixture.sh up     # prints the outputs file (stack output format)
+#   loadtest/fixture.sh down   # stops everything it started
+#
+# Regions: eu-west (PoPs ams, fra; origin 8 workers x 5 ms = 1600 req/s) and
+# us-east (PoPs iad, atl; origin 2 workers x 10 ms = 200 req/s, the one
+# overload.js drives past capacity). There is no Consul: the outputs carry
+# no DNS address, and the scenarios then spread clients over a region's
+# edges themselves. State: ${FIXTURE_STATE:-loadtest/results/fixture}.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+state="${FIXTURE_STATE:-$root/loadtest/results/fixture}"
+cmd="${1:-}"
+
+down() {
+	[ -d "$state/pids" ] || return 0
+	for f in "$state"/pids/*; do
+		[ -e "$f" ] || continue
+		pid=$(cat "$f")
+		kill "$pid" 2>/dev/null || true
+	done
+	for f in "$state"/pids/*; do
+		[ -e "$f" ] || continue
+		pid=$(cat "$f")
+		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$pid" 2>/dev/null || true
+		rm -f "$f"
+	done
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_http() { # url what
+	for _ in $(seq 100); do
+		curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "fixture: $2 not ready at $1 (logs in $state/logs)" >&2
+	return 1
+}
+
+start() { # name cmd...
+	local name=$1
+	shift
+	"$@" >"$state/logs/$name.log" 2>&1 &
+	echo $! >"$state/pids/$name"
+}
+
+case "$cmd" in
+down)
+	down
+	echo "fixture: stopped" >&2
+	;;
+up)
+	command -v redis-server >/dev/null || { echo "fixture: redis-server missing (make tools installs it)" >&2; exit 1; }
+	down
+	mkdir -p "$state/pids" "$state/logs" "$state/bin"
+	(cd "$root" && go build -o "$state/bin/edge" ./cmd/edge)
+	(cd "$root/loadtest" && go build -o "$state/bin/origin" ./fixture/origin)
+	rules="loadtest/fixture/rules.yaml"
+	json='{"regions":{"value":{'
+	sep=""
+	r=0
+	for spec in "eu-west:ams,fra:8:5ms" "us-east:iad,atl:2:10ms"; do
+		IFS=: read -r region pops oworkers oservice <<<"$spec"
+		r=$((r + 1))
+		rport=$(free_port)
+		start "redis-$region" redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no
+		oport=$(free_port)
+		start "origin-$region" "$state/bin/origin" --listen "127.0.0.1:$oport" --workers "$oworkers" --service-time "$oservice"
+		for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+		popjson=""
+		e=0
+		for pop in ${pops//,/ }; do
+			e=$((e + 1))
+			addr="127.0.$((100 + r)).$e"
+			name="$region-$pop-1"
+			start "edge-$name" "$state/bin/edge" --region "$region" --pop "$pop" \
+				--listen "$addr:8080" --admin "$addr:9090" \
+				--redis "redis://127.0.0.1:$rport" --key-salt "fixture-$region" \
+				--trusted-proxies 127.0.0.1/32 --origin "http://127.0.0.1:$oport" \
+				--rules "$root/$rules" --shedder "$root/loadtest/fixture/shedder.json" \
+				--nodes-in-region 2 --nodes-in-pop 1 --workers 64
+			[ -n "$popjson" ] && popjson+=","
+			popjson+="\"$pop\":{\"edges\":[{\"name\":\"$name\",\"addr\":\"$addr\",\"url\":\"http://$addr:8080\",\"admin\":\"http://$addr:9090\"}]}"
+		done
+		other="us-east"
+		[ "$region" = us-east ] && other="eu-west"
+		json+="$sep\"$region\":{\"redis\":{\"mode\":\"standalone\",\"url\":\"redis://127.0.0.1:$rport\"},"
+		json+="\"origin\":\"http://127.0.0.1:$oport\",\"origin_capacity_rps\":$(python3 -c "print(round($oworkers/($(echo "$oservice" | tr -d ms)/1000)))"),"
+		json+="\"pops\":{$popjson},\"failover\":[\"$other\"]}"
+		sep=","
+	done
+	json+='},"type":"object"},'
+	json+="\"rules_file\":{\"value\":\"$rules\",\"type\":\"string\"},"
+	json+="\"dns_query\":{\"value\":\"edge\",\"type\":\"string\"},"
+	json+="\"state_dir\":{\"value\":\"$state\",\"type\":\"string\"}}"
+	echo "$json" | python3 -m json.tool >"$state/outputs.json"
+	for f in "$state"/pids/*; do
+		kill -0 "$(cat "$f")" 2>/dev/null || { echo "fixture: $(basename "$f") exited (log: $state/logs/$(basename "$f").log)" >&2; down; exit 1; }
+	done
+	for r in 101 102; do
+		for e in 1 2; do
+			wait_http "http://127.0.$r.$e:9090/readyz" "edge 127.0.$r.$e" || { down; exit 1; }
+		done
+	done
+	echo "fixture: up; STACK_OUTPUTS=$state/outputs.json" >&2
+	echo "$state/outputs.json"
+	;;
+*)
+	echo "usage: $0 up|down" >&2
+	exit 2
+	;;
+esac
