@@ -8,9 +8,11 @@
 #
 #   loadtest/fixture.sh up     # prints the outputs file (stack output format)
 #   loadtest/fixture.sh down   # stops everything it started
+#   loadtest/fixture.sh kill-redis REGION    # drill: SIGKILL the region's Redis
+#   loadtest/fixture.sh start-redis REGION   # bring it back (empty) on its port
 #
 # Regions: eu-west (PoPs ams, fra; origin 8 workers x 5 ms = 1600 req/s) and
-# us-east (PoPs iad, atl; origin 2 workers x 10 ms = 200 req/s, the one
+# us-east (PoPs iad, atl; origin 2 workers x 20 ms = 100 req/s, the one
 # overload.js drives past capacity). There is no Consul: the outputs carry
 # no DNS address, and the scenarios then spread clients over a region's
 # edges themselves. State: ${FIXTURE_STATE:-loadtest/results/fixture}.
@@ -71,10 +73,11 @@ up)
 	json='{"regions":{"value":{'
 	sep=""
 	r=0
-	for spec in "eu-west:ams,fra:8:5ms" "us-east:iad,atl:2:10ms"; do
+	for spec in "eu-west:ams,fra:8:5ms" "us-east:iad,atl:2:20ms"; do
 		IFS=: read -r region pops oworkers oservice <<<"$spec"
 		r=$((r + 1))
 		rport=$(free_port)
+		echo "$rport" >"$state/redis-$region.port"
 		start "redis-$region" redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no
 		oport=$(free_port)
 		start "origin-$region" "$state/bin/origin" --listen "127.0.0.1:$oport" --workers "$oworkers" --service-time "$oservice"
@@ -117,8 +120,23 @@ up)
 	echo "fixture: up; STACK_OUTPUTS=$state/outputs.json" >&2
 	echo "$state/outputs.json"
 	;;
+kill-redis)
+	region="${2:?usage: $0 kill-redis REGION}"
+	pidf="$state/pids/redis-$region"
+	[ -f "$pidf" ] || { echo "fixture: no redis for $region" >&2; exit 1; }
+	kill -9 "$(cat "$pidf")"
+	rm -f "$pidf"
+	echo "fixture: killed redis of $region" >&2
+	;;
+start-redis)
+	region="${2:?usage: $0 start-redis REGION}"
+	rport=$(cat "$state/redis-$region.port")
+	start "redis-$region" redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no
+	for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+	echo "fixture: redis of $region back on $rport" >&2
+	;;
 *)
-	echo "usage: $0 up|down" >&2
+	echo "usage: $0 up|down|kill-redis REGION|start-redis REGION" >&2
 	exit 2
 	;;
 esac

@@ -117,20 +117,33 @@ type Finding struct {
 	Recv   time.Time         `json:"received"`
 	Tags   map[string]string `json:"tags,omitempty"`
 	Detail string            `json:"detail"`
+	// Evidence are the client's intervals the finding rests on: the
+	// admissions counted (over-admission), the possible admissions
+	// (false denial), the 429 whose promise was broken.
+	Evidence []Interval `json:"evidence,omitempty"`
+}
+
+// Interval is one request as the client saw it.
+type Interval struct {
+	Sent time.Time `json:"sent"`
+	Recv time.Time `json:"received"`
+	Kind string    `json:"kind"`
 }
 
 // Stats count what was checked, so a run that checked nothing is visible.
 type Stats struct {
-	Events         int64            `json:"events"`
-	Admissions     int64            `json:"admissions"`
-	Denials        int64            `json:"denials"`
-	Unknown        int64            `json:"unknown"`
-	Unattributed   int64            `json:"unattributed_denials"`
-	Late           int64            `json:"late_events"`
-	UnknownPolicy  int64            `json:"unknown_policies"`
-	Findings       map[string]int64 `json:"findings"`
-	CheckedCounts  int64            `json:"checked_count_decisions"`
-	CheckedPromise int64            `json:"checked_promise_denials"`
+	Events        int64            `json:"events"`
+	Admissions    int64            `json:"admissions"`
+	Denials       int64            `json:"denials"`
+	Unknown       int64            `json:"unknown"`
+	Unattributed  int64            `json:"unattributed_denials"`
+	Late          int64            `json:"late_events"`
+	UnknownPolicy int64            `json:"unknown_policies"`
+	Findings      map[string]int64 `json:"findings"`
+	CheckedCounts int64            `json:"checked_count_decisions"`
+	// PromisesTested counts requests sent after a 429's Retry-After with
+	// no admission in between: kept (admitted) plus broken (denied).
+	PromisesTested int64 `json:"promises_tested"`
 }
 
 type kind uint8
@@ -313,31 +326,36 @@ func (tl *timeline) evaluate(key timelineKey, settled time.Time, st *Stats, out 
 			break
 		}
 		e.done = true
-		found := func(kind, detail string) {
+		found := func(kind, detail string, evidence []Interval) {
 			out = append(out, Finding{Kind: kind, Policy: key.policy, Region: key.region, PoP: key.pop,
-				Client: key.client, Sent: e.sent, Recv: e.recv, Tags: e.tags, Detail: detail})
+				Client: key.client, Sent: e.sent, Recv: e.recv, Tags: e.tags, Detail: detail, Evidence: evidence})
 		}
 		switch e.kind {
 		case admitted:
+			if p.checksPromises() {
+				if _, ok := tl.promiseTested(i); ok {
+					st.PromisesTested++
+				}
+			}
 			if p.checksCounts() {
 				st.CheckedCounts++
-				if n, ok := tl.overAdmitted(i); ok {
-					found(OverAdmission, fmt.Sprintf("%d admissions inside one %s window of %s (q=%d)", n, p.Window, p.Algorithm, p.Quota))
+				if n, ev, ok := tl.overAdmitted(i); ok {
+					found(OverAdmission, fmt.Sprintf("%d admissions inside one %s window of %s (q=%d)", n, p.Window, p.Algorithm, p.Quota), ev)
 				}
 			}
 		case denied:
 			// A denial can be both: below quota and after a promise.
 			if p.checksCounts() && p.MinInterval == 0 {
 				st.CheckedCounts++
-				if n, ok := tl.falselyDenied(i); ok {
-					found(FalseDenial, fmt.Sprintf("denied with at most %d possible admissions in the window (q=%d)", n, p.Quota))
+				if n, ev, ok := tl.falselyDenied(i); ok {
+					found(FalseDenial, fmt.Sprintf("denied with at most %d possible admissions in the window (q=%d)", n, p.Quota), ev)
 				}
 			}
 			if p.checksPromises() {
-				st.CheckedPromise++
-				if prev, ok := tl.brokenPromise(i); ok {
+				if prev, ok := tl.promiseTested(i); ok {
+					st.PromisesTested++
 					found(BrokenPromise, fmt.Sprintf("sent %s after a 429 whose Retry-After was %s, no admission in between, denied again",
-						d(e.sent.Sub(prev.recv)), prev.retry))
+						d(e.sent.Sub(prev.recv)), prev.retry), []Interval{prev.interval()})
 				}
 			}
 		}
@@ -348,17 +366,18 @@ func (tl *timeline) evaluate(key timelineKey, settled time.Time, st *Stats, out 
 // overAdmitted: counting j = entries[i] as the newest admission, are there
 // more than q admissions whose intervals all fit in a span shorter than the
 // window (sliding_log), or inside j's fixed window?
-func (tl *timeline) overAdmitted(i int) (int64, bool) {
+func (tl *timeline) overAdmitted(i int) (int64, []Interval, bool) {
 	p, j := tl.policy, tl.entries[i]
 	lo, hi := j.recv.Add(-p.Window), time.Time{}
 	if p.Algorithm == FixedWindow {
 		lo = windowStart(j.sent, p.Window)
 		hi = lo.Add(p.Window)
 		if !j.recv.Before(hi) {
-			return 0, false // j straddles a boundary: it may count in either window
+			return 0, nil, false // j straddles a boundary: it may count in either window
 		}
 	}
 	var n int64
+	var ev []Interval
 	for k := i; k >= 0; k-- {
 		e := tl.entries[k]
 		if e.recv.Before(lo) || (p.Algorithm == SlidingLog && e.recv.Equal(lo)) {
@@ -373,49 +392,66 @@ func (tl *timeline) overAdmitted(i int) (int64, bool) {
 		}
 		if inside {
 			n++
+			ev = append(ev, e.interval())
 		}
 	}
-	return n, n > p.Quota
+	if n <= p.Quota {
+		return n, nil, false
+	}
+	slices.Reverse(ev)
+	return n, ev, true
+}
+
+func (e *entry) interval() Interval {
+	k := map[kind]string{admitted: "admitted", denied: "denied", unknown: "unknown"}[e.kind]
+	return Interval{Sent: e.sent, Recv: e.recv, Kind: k}
 }
 
 // falselyDenied: at most how many admissions could the server have counted
 // when it denied d = entries[i]? Every admission or unknown outcome whose
 // interval could overlap a window ending somewhere in d's interval.
-func (tl *timeline) falselyDenied(i int) (int64, bool) {
+func (tl *timeline) falselyDenied(i int) (int64, []Interval, bool) {
 	p, d := tl.policy, tl.entries[i]
-	possible := func(lo, hi time.Time) int64 { // intervals touching [lo, hi] and sent before d was answered
-		var n int64
+	possible := func(lo, hi time.Time) []Interval { // intervals touching [lo, hi] and sent before d was answered
+		var out []Interval
 		for _, e := range tl.entries {
 			if e.kind == denied || e.recv.Before(lo) || e.sent.After(hi) || e.sent.After(d.recv) {
 				continue
 			}
-			n++
+			out = append(out, e.interval())
 		}
-		return n
+		return out
 	}
-	var most int64
+	var most []Interval
 	if p.Algorithm == FixedWindow {
 		for ws := windowStart(d.sent, p.Window); !ws.After(d.recv); ws = ws.Add(p.Window) {
-			most = max(most, possible(ws, ws.Add(p.Window)))
+			if in := possible(ws, ws.Add(p.Window)); len(in) > len(most) {
+				most = in
+			}
 		}
 	} else {
 		// Windows (t−W, t] for t in [sent, recv]: their union is (sent−W, recv].
 		most = possible(d.sent.Add(-p.Window), d.recv)
 	}
-	return most, most < p.Quota
+	n := int64(len(most))
+	if n >= p.Quota {
+		return n, nil, false
+	}
+	return n, most, true
 }
 
-// brokenPromise: is there an earlier 429 p of this timeline whose
-// Retry-After had passed when d = entries[i] was sent, with no possible
-// admission between p's send and d's receipt?
-func (tl *timeline) brokenPromise(i int) (*entry, bool) {
+// promiseTested: is there an earlier 429 p of this timeline whose
+// Retry-After had passed when d = entries[i] was sent, with no other
+// possible admission between p's send and d's receipt? If d was denied,
+// p's promise is broken; if admitted, kept.
+func (tl *timeline) promiseTested(i int) (*entry, bool) {
 	d := tl.entries[i]
 	// The latest receipt of any possible admission sent before d was
 	// answered (entries are in receive order, so the first found from the
 	// end): a 429 sent after it had no admission between it and d.
 	var lastAdmit time.Time
 	for k := len(tl.entries) - 1; k >= 0; k-- {
-		if e := tl.entries[k]; e.kind != denied && !e.sent.After(d.recv) {
+		if e := tl.entries[k]; k != i && e.kind != denied && !e.sent.After(d.recv) {
 			lastAdmit = e.recv
 			break
 		}

@@ -160,6 +160,7 @@ func TestJitteredSteadyTraffic(t *testing.T) {
 		got, c := run([]Policy{q5}, jittered(r, "log", exact)...)
 		require.Empty(t, got, "seed %d: exactly the quota must not fire", seed)
 		require.Equal(t, int64(60), c.Stats().CheckedCounts)
+		require.Zero(t, c.Stats().PromisesTested, "no 429, no promise")
 
 		got, _ = run([]Policy{q5}, jittered(r, "log", over)...)
 		require.NotEmpty(t, got, "seed %d: 6 admissions in 950 ms must fire", seed)
@@ -167,6 +168,19 @@ func TestJitteredSteadyTraffic(t *testing.T) {
 			require.Equal(t, OverAdmission, f.Kind)
 		}
 	}
+}
+
+func TestPromisesTestedCountsKeptAndBroken(t *testing.T) {
+	_, c := run([]Policy{log3},
+		admit("log", 0, 5), admit("log", 1, 6), admit("log", 2, 7),
+		deny("log", 100, 105, time.Second), // promise: not before 1105
+		deny("log", 500, 505, time.Second), // too early: tests nothing (promise: 1505)
+		admit("log", 1200, 1210),           // after the first promise: kept
+		admit("log", 1300, 1310),           // an admission came in between: tests nothing
+	)
+	s := c.Stats()
+	require.Equal(t, int64(1), s.PromisesTested)
+	require.Zero(t, s.Findings[BrokenPromise])
 }
 
 func TestScopeAndRegionSplitTimelines(t *testing.T) {
@@ -248,4 +262,16 @@ func TestPruneKeepsMemoryBounded(t *testing.T) {
 	}
 	require.Empty(t, c.Flush(far))
 	require.Equal(t, int64(10000), c.Stats().CheckedCounts)
+}
+
+func TestFindingsCarryTheirEvidence(t *testing.T) {
+	got, _ := run([]Policy{log3},
+		admit("log", 0, 10), admit("log", 200, 230), admit("log", 500, 520), admit("log", 900, 950),
+		deny("log", 2000, 2010, time.Second),
+	)
+	require.Equal(t, []string{"over_admission/log", "false_denial/log"}, kinds(got))
+	require.Len(t, got[0].Evidence, 4)
+	require.Equal(t, ms(0), got[0].Evidence[0].Sent)
+	require.Equal(t, ms(950), got[0].Evidence[3].Recv)
+	require.Empty(t, got[1].Evidence, "nothing could count for the denial at 2 s")
 }

@@ -149,7 +149,7 @@ export function finish(name, data, checker, extra) {
     `  checker: ${acc.stats.events} responses, ${acc.stats.admissions} admissions, ${acc.stats.denials} denials; ` +
       `over-admission ${acc.stats.findings.over_admission}, false denials ${acc.stats.findings.false_denial}, ` +
       `broken retry promises ${acc.stats.findings.broken_promise} ` +
-      `(${acc.stats.checked_count_decisions} count decisions and ${acc.stats.checked_promise_denials} denials judged; ` +
+      `(${acc.stats.checked_count_decisions} count decisions judged, ${acc.stats.promises_tested} retry promises tested; ` +
       `${acc.stats.unknown} unknown, ${acc.stats.late_events} late)`,
   ];
   for (const p of acc.policies) {
