@@ -16,6 +16,7 @@
 # overload.js drives past capacity). There is no Consul: the outputs carry
 # no DNS address, and the scenarios then spread clients over a region's
 # edges themselves. State: ${FIXTURE_STATE:-loadtest/results/fixture}.
+# EDGE_FLAGS adds flags to every edge (e.g. EDGE_FLAGS='--redis-timeout 50ms').
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -93,7 +94,7 @@ up)
 				--redis "redis://127.0.0.1:$rport" --key-salt "fixture-$region" \
 				--trusted-proxies 127.0.0.1/32 --origin "http://127.0.0.1:$oport" \
 				--rules "$root/$rules" --shedder "$root/loadtest/fixture/shedder.json" \
-				--nodes-in-region 2 --nodes-in-pop 1 --workers 64
+				--nodes-in-region 2 --nodes-in-pop 1 --workers 64 ${EDGE_FLAGS:-}
 			[ -n "$popjson" ] && popjson+=","
 			popjson+="\"$pop\":{\"edges\":[{\"name\":\"$name\",\"addr\":\"$addr\",\"url\":\"http://$addr:8080\",\"admin\":\"http://$addr:9090\"}]}"
 		done
