@@ -312,6 +312,11 @@ func (c *Consul) HTTPAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.HTTP))
 }
 
+// DNSAddr returns the DNS server address (UDP and TCP), "127.0.0.1:port".
+func (c *Consul) DNSAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.DNS))
+}
+
 // SerfWANAddr returns the Serf WAN address other datacenters join.
 func (c *Consul) SerfWANAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.SerfWAN))
