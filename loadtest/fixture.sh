@@ -13,9 +13,13 @@
 #
 # Regions: eu-west (PoPs ams, fra; origin 8 workers x 5 ms = 1600 req/s) and
 # us-east (PoPs iad, atl; origin 2 workers x 20 ms = 100 req/s, the one
-# overload.js drives past capacity). There is no Consul: the outputs carry
-# no DNS address, and the scenarios then spread clients over a region's
-# edges themselves. State: ${FIXTURE_STATE:-loadtest/results/fixture}.
+# overload.js drives past capacity). Each region also gets a Consul dev
+# agent (datacenter = region) whose DNS answers the prepared query
+# edge.query.consul with the region's healthy edges (registered with a
+# /readyz check), so the scenarios route clients by DNS as on the stack; with
+# FIXTURE_CONSUL=0 (or no Consul binary) the outputs carry no DNS address and
+# the scenarios pick among a region's edges themselves.
+# State: ${FIXTURE_STATE:-loadtest/results/fixture}.
 # EDGE_FLAGS adds flags to every edge (e.g. EDGE_FLAGS='--redis-timeout 50ms').
 set -euo pipefail
 
@@ -83,6 +87,25 @@ up)
 		oport=$(free_port)
 		start "origin-$region" "$state/bin/origin" --listen "127.0.0.1:$oport" --workers "$oworkers" --service-time "$oservice"
 		for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+		consuljson=""
+		if [ "${FIXTURE_CONSUL:-1}" != 0 ] && consul=$("$root/scripts/install-consul.sh" 2>/dev/null); then
+			read -r chttp cdns cgrpc cgrpctls clan cwan cserver <<<"$(python3 -c '
+import socket
+ss=[socket.socket() for _ in range(7)]
+for s in ss: s.bind(("127.0.0.1",0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')"
+			start "consul-$region" "$consul" agent -dev -datacenter "$region" -node "fixture-$region" \
+				-bind 127.0.0.1 -client 127.0.0.1 -http-port "$chttp" -dns-port "$cdns" -grpc-port "$cgrpc" -grpc-tls-port "$cgrpctls" \
+				-serf-lan-port "$clan" -serf-wan-port "$cwan" -server-port "$cserver" -data-dir "$state/consul-$region"
+			wait_http "http://127.0.0.1:$chttp/v1/status/leader" "consul $region" || { down; exit 1; }
+			for _ in $(seq 100); do
+				[ "$(curl -fsS "http://127.0.0.1:$chttp/v1/status/leader" 2>/dev/null)" != '""' ] && break
+				sleep 0.1
+			done
+			curl -fsS -X POST "http://127.0.0.1:$chttp/v1/query" \
+				-d '{"Name":"edge","Service":{"Service":"edgeguard-edge","OnlyPassing":true}}' >/dev/null
+			consuljson="\"consul\":{\"datacenter\":\"$region\",\"http\":\"http://127.0.0.1:$chttp\",\"dns\":\"127.0.0.1:$cdns\"},"
+		fi
 		popjson=""
 		e=0
 		for pop in ${pops//,/ }; do
@@ -95,12 +118,17 @@ up)
 				--trusted-proxies 127.0.0.1/32 --origin "http://127.0.0.1:$oport" \
 				--rules "$root/$rules" --shedder "$root/loadtest/fixture/shedder.json" \
 				--nodes-in-region 2 --nodes-in-pop 1 --workers 64 ${EDGE_FLAGS:-}
+			if [ -n "$consuljson" ]; then
+				curl -fsS -X PUT "http://127.0.0.1:$chttp/v1/agent/service/register" -d "{\"ID\":\"$name\",\"Name\":\"edgeguard-edge\",
+					\"Address\":\"$addr\",\"Port\":8080,\"Meta\":{\"region\":\"$region\",\"pop\":\"$pop\"},
+					\"Check\":{\"HTTP\":\"http://$addr:9090/readyz\",\"Interval\":\"1s\"}}" >/dev/null
+			fi
 			[ -n "$popjson" ] && popjson+=","
 			popjson+="\"$pop\":{\"edges\":[{\"name\":\"$name\",\"addr\":\"$addr\",\"url\":\"http://$addr:8080\",\"admin\":\"http://$addr:9090\"}]}"
 		done
 		other="us-east"
 		[ "$region" = us-east ] && other="eu-west"
-		json+="$sep\"$region\":{\"redis\":{\"mode\":\"standalone\",\"url\":\"redis://127.0.0.1:$rport\"},"
+		json+="$sep\"$region\":{$consuljson\"redis\":{\"mode\":\"standalone\",\"url\":\"redis://127.0.0.1:$rport\"},"
 		json+="\"origin\":\"http://127.0.0.1:$oport\",\"origin_capacity_rps\":$(python3 -c "print(round($oworkers/($(echo "$oservice" | tr -d ms)/1000)))"),"
 		json+="\"pops\":{$popjson},\"failover\":[\"$other\"]}"
 		sep=","
@@ -116,6 +144,15 @@ up)
 	for r in 101 102; do
 		for e in 1 2; do
 			wait_http "http://127.0.$r.$e:9090/readyz" "edge 127.0.$r.$e" || { down; exit 1; }
+		done
+	done
+	# DNS serves an edge once its /readyz check passed: wait for all of them.
+	for url in $(python3 -c 'import json,sys
+for r in json.load(open(sys.argv[1]))["regions"]["value"].values():
+    if "consul" in r: print(r["consul"]["http"] + "/v1/query/edge/execute")' "$state/outputs.json"); do
+		for _ in $(seq 100); do
+			[ "$(curl -fsS "$url" 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["Nodes"]))' 2>/dev/null)" = 2 ] && break
+			sleep 0.1
 		done
 	done
 	echo "fixture: up; STACK_OUTPUTS=$state/outputs.json" >&2

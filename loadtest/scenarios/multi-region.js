@@ -87,5 +87,10 @@ export function teardown() {
 }
 
 export function handleSummary(data) {
-  return finish(SMOKE ? 'multi-region-smoke' : 'multi-region', data, checker, { regions: stack.regionNames, rate_per_region: RATE });
+  const routing = {};
+  for (const name of stack.regionNames) {
+    const r = stack.regions[name];
+    routing[name] = stack.useDNS && r.consul && r.consul.dns ? `DNS ${stack.dnsQuery}.query.consul at ${r.consul.dns}` : `outputs (${r.edges.length} edges)`;
+  }
+  return finish(SMOKE ? 'multi-region-smoke' : 'multi-region', data, checker, { routing, rate_per_region: RATE });
 }
