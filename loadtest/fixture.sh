@@ -19,12 +19,17 @@
 # /readyz check), so the scenarios route clients by DNS as on the stack; with
 # FIXTURE_CONSUL=0 (or no Consul binary) the outputs carry no DNS address and
 # the scenarios pick among a region's edges themselves.
+# A Prometheus (the binary $PROMETHEUS, else prometheus on PATH or in
+# ~/.cache/edgeguard) scrapes the edges and accepts k6's remote write; its
+# address is the outputs' prometheus_url. Without one, none is listed.
 # State: ${FIXTURE_STATE:-loadtest/results/fixture}.
-# EDGE_FLAGS adds flags to every edge (e.g. EDGE_FLAGS='--redis-timeout 50ms').
+# FIXTURE_BASE (100) moves the addresses, so two fixtures can run at once
+# (with distinct FIXTURE_STATE). EDGE_FLAGS adds flags to every edge (e.g. EDGE_FLAGS='--redis-timeout 50ms').
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 state="${FIXTURE_STATE:-$root/loadtest/results/fixture}"
+base="${FIXTURE_BASE:-100}" # edges on 127.0.<base+region>.<edge>
 cmd="${1:-}"
 
 down() {
@@ -110,7 +115,7 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')"
 		e=0
 		for pop in ${pops//,/ }; do
 			e=$((e + 1))
-			addr="127.0.$((100 + r)).$e"
+			addr="127.0.$((base + r)).$e"
 			name="$region-$pop-1"
 			start "edge-$name" "$state/bin/edge" --region "$region" --pop "$pop" \
 				--listen "$addr:8080" --admin "$addr:9090" \
@@ -134,6 +139,21 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')"
 		sep=","
 	done
 	json+='},"type":"object"},'
+	prom="${PROMETHEUS:-$(command -v prometheus || ls -d "${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}"/prometheus-*/prometheus 2>/dev/null | tail -1 || true)}"
+	if [ -n "$prom" ] && [ -x "$prom" ]; then
+		pport=$(free_port)
+		cat >"$state/prometheus.yml" <<YML
+global: {scrape_interval: 2s}
+scrape_configs:
+  - job_name: edges
+    static_configs:
+      - targets: ['127.0.$((base + 1)).1:9090', '127.0.$((base + 1)).2:9090', '127.0.$((base + 2)).1:9090', '127.0.$((base + 2)).2:9090']
+YML
+		start prometheus "$prom" --config.file "$state/prometheus.yml" --storage.tsdb.path "$state/prometheus" \
+			--web.listen-address "127.0.0.1:$pport" --web.enable-remote-write-receiver
+		wait_http "http://127.0.0.1:$pport/-/ready" prometheus || { down; exit 1; }
+		json+="\"prometheus_url\":{\"value\":\"http://127.0.0.1:$pport\",\"type\":\"string\"},"
+	fi
 	json+="\"rules_file\":{\"value\":\"$rules\",\"type\":\"string\"},"
 	json+="\"dns_query\":{\"value\":\"edge\",\"type\":\"string\"},"
 	json+="\"state_dir\":{\"value\":\"$state\",\"type\":\"string\"}}"
@@ -141,7 +161,7 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')"
 	for f in "$state"/pids/*; do
 		kill -0 "$(cat "$f")" 2>/dev/null || { echo "fixture: $(basename "$f") exited (log: $state/logs/$(basename "$f").log)" >&2; down; exit 1; }
 	done
-	for r in 101 102; do
+	for r in $((base + 1)) $((base + 2)); do
 		for e in 1 2; do
 			wait_http "http://127.0.$r.$e:9090/readyz" "edge 127.0.$r.$e" || { down; exit 1; }
 		done
