@@ -5,7 +5,8 @@
 #   ${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}/k6-<k6 version>-<extension hash>/k6
 # The hash covers the extension's sources and module files and the rules
 # package it imports, so any change to them builds a new binary; an
-# unchanged tree reuses the cached one. Prints the binary's path.
+# unchanged tree reuses the cached one; the three newest builds are kept.
+# Prints the binary's path.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,6 +60,8 @@ cp "$ext/go.sum" "$work/go.sum"
 	CGO_ENABLED=0 go build -trimpath -o "$bin.tmp" .
 )
 mv "$bin.tmp" "$bin"
+# Keep the three newest builds (other trees may use an older one).
+ls -dt "$cache"/k6-*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf
 "$bin" version >&2
 echo "k6: built in $(($(date +%s) - start)) s: $bin" >&2
 echo "$bin"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A small stand-in for the multi-region stack, for trying the scenarios on
-# one machine without Terraform or Consul: two regions, each with its own
+# one machine without Terraform: two regions, each with its own
 # redis-server, its own origin (fixed workers x service time) and two edges
-# on their own loopback addresses 127.0.1RR.E (public :8080, admin :9090;
-# 127.0.101.1 is region 1's first edge, clear of the stack's 127.0.R.E),
-# trusting the load generator at 127.0.0.1.
+# on their own loopback addresses 127.0.<100+R>.E (public :8080, admin
+# :9090; 127.0.101.1 is region 1's first edge, clear of the stack's
+# 127.0.R.E), trusting the load generator at 127.0.0.1.
 #
 #   loadtest/fixture.sh up     # prints the outputs file (stack output format)
 #   loadtest/fixture.sh down   # stops everything it started
@@ -22,9 +22,10 @@
 # A Prometheus (the binary $PROMETHEUS, else prometheus on PATH or in
 # ~/.cache/edgeguard) scrapes the edges and accepts k6's remote write; its
 # address is the outputs' prometheus_url. Without one, none is listed.
-# State: ${FIXTURE_STATE:-loadtest/results/fixture}.
-# FIXTURE_BASE (100) moves the addresses, so two fixtures can run at once
-# (with distinct FIXTURE_STATE). EDGE_FLAGS adds flags to every edge (e.g. EDGE_FLAGS='--redis-timeout 50ms').
+# State: ${FIXTURE_STATE:-loadtest/results/fixture}. FIXTURE_BASE (100)
+# moves the addresses, so two fixtures can run at once (with distinct
+# FIXTURE_STATE). EDGE_FLAGS adds flags to every edge (e.g.
+# EDGE_FLAGS='--redis-timeout 50ms').
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
