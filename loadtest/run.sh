@@ -29,6 +29,7 @@ if [ -z "$outputs" ]; then
 	fi
 fi
 case "$outputs" in /*) ;; *) outputs="$PWD/$outputs" ;; esac
+[ -f "$outputs" ] || { echo "loadtest: stack outputs $outputs: no such file" >&2; exit 1; }
 
 args=()
 prom=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get("prometheus_url"); v=v.get("value") if isinstance(v,dict) else v; print(v or "")' "$outputs")

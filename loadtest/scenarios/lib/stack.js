@@ -44,7 +44,7 @@ export function loadStack() {
     byAddr,
     allEdges: Object.values(byAddr),
     dnsQuery: out.dns_query || 'edge',
-    rulesFile: __ENV.RULES_FILE || (out.rules_file ? `${root}/${out.rules_file}`.replace(/^\.\/\//, '/') : ''),
+    rulesFile: __ENV.RULES_FILE || (!out.rules_file ? '' : out.rules_file.startsWith('/') ? out.rules_file : `${root}/${out.rules_file}`),
     prometheusURL: out.prometheus_url || '',
     useDNS: (__ENV.DNS || '1') !== '0',
   };
