@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build run test bench lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test
+.PHONY: build run test bench lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke
 
 build:
 	$(GO) build ./...
@@ -32,6 +32,7 @@ lint:
 test: tools lint dashboards-check
 	consul=$$(./scripts/install-consul.sh) && \
 	EDGEGUARD_CONSUL="$$consul" $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+	cd loadtest && $(GO) vet ./... && EDGEGUARD_CONSUL="$$(../scripts/install-consul.sh)" $(GO) test -race -count=1 ./...
 	$(MAKE) stack-test
 
 # The multi-region stack (terraform/README.md): Terraform applies
@@ -77,3 +78,20 @@ BENCHTIME  ?= 1s
 COUNT      ?= 1
 bench: tools
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) -timeout 30m ./...
+
+# k6 with the k6/x/edgeguard extension (loadtest/, its own Go module), built
+# the way xk6 does and cached in ~/.cache/edgeguard/k6-<version>-<hash>/.
+k6:
+	@./loadtest/build-k6.sh
+
+# One scenario against the running stack (make stack-up), e.g.
+#   make loadtest SCENARIO=overload
+# Results: loadtest/results/<scenario>-<time>.json. STACK_OUTPUTS=FILE runs
+# against other outputs (loadtest/fixture.sh up prints a small stand-in's).
+SCENARIO ?= multi-region
+loadtest:
+	./loadtest/run.sh $(SCENARIO)
+
+# The CI smoke: 20 s of multi-region.js with the correctness thresholds only.
+loadtest-smoke:
+	SMOKE=1 ./loadtest/run.sh multi-region

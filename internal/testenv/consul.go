@@ -312,7 +312,7 @@ func (c *Consul) HTTPAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.HTTP))
 }
 
-// DNSAddr returns the DNS interface's address, "127.0.0.1:port".
+// DNSAddr returns the DNS server address (UDP and TCP), "127.0.0.1:port".
 func (c *Consul) DNSAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ports.DNS))
 }

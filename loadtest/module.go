@@ -1,0 +1,160 @@
+package edgeguard
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"go.k6.io/k6/js/common"
+	"go.k6.io/k6/js/modules"
+	"go.k6.io/k6/metrics"
+
+	"github.com/edgeguard/edgeguard/loadtest/internal/population"
+	"github.com/edgeguard/edgeguard/loadtest/internal/serverstats"
+)
+
+// ImportPath is the name scripts import.
+const ImportPath = "k6/x/edgeguard"
+
+func init() {
+	modules.Register(ImportPath, New())
+}
+
+// RootModule is the process-wide part of the extension: one per k6 run,
+// shared by every VU.
+type RootModule struct {
+	mu          sync.Mutex
+	populations map[string]*population.Population // by options (JSON)
+	checkers    map[string]*sharedChecker         // by rules source
+	snapshots   map[string]*serverstats.Snapshot  // by name
+	report      *serverstats.Report
+	series      map[string][]point
+	dns         map[string]dnsEntry
+	marks       map[string]time.Time
+}
+
+type point struct {
+	t time.Time
+	v float64
+}
+
+type dnsEntry struct {
+	addrs   []string
+	expires time.Time
+}
+
+var (
+	_ modules.Module   = &RootModule{}
+	_ modules.Instance = &ModuleInstance{}
+)
+
+// New returns the root module.
+func New() *RootModule {
+	return &RootModule{
+		populations: map[string]*population.Population{},
+		checkers:    map[string]*sharedChecker{},
+		snapshots:   map[string]*serverstats.Snapshot{},
+		series:      map[string][]point{},
+		dns:         map[string]dnsEntry{},
+	}
+}
+
+// ModuleInstance is one VU's view of the extension.
+type ModuleInstance struct {
+	vu      modules.VU
+	root    *RootModule
+	metrics *instanceMetrics
+}
+
+type instanceMetrics struct {
+	malformed     *metrics.Metric
+	overAdmission *metrics.Metric
+	falseDenial   *metrics.Metric
+	brokenPromise *metrics.Metric
+	checked       *metrics.Metric
+	late          *metrics.Metric
+	mismatch      *metrics.Metric
+	server        *metrics.Metric
+}
+
+// Metric names (k6 metrics, so thresholds can be set on them).
+const (
+	MetricMalformed     = "edgeguard_ratelimit_malformed"
+	MetricOverAdmission = "edgeguard_over_admissions"
+	MetricFalseDenial   = "edgeguard_false_denials"
+	MetricBrokenPromise = "edgeguard_broken_retry_promises"
+	MetricChecked       = "edgeguard_checked_responses"
+	MetricLate          = "edgeguard_checker_late_events"
+	MetricMismatch      = "edgeguard_policy_mismatches"
+	MetricServer        = "edgeguard_server"
+)
+
+func newMetrics(reg *metrics.Registry) (*instanceMetrics, error) {
+	m := &instanceMetrics{}
+	for _, d := range []struct {
+		dst  **metrics.Metric
+		name string
+		typ  metrics.MetricType
+	}{
+		{&m.malformed, MetricMalformed, metrics.Counter},
+		{&m.overAdmission, MetricOverAdmission, metrics.Counter},
+		{&m.falseDenial, MetricFalseDenial, metrics.Counter},
+		{&m.brokenPromise, MetricBrokenPromise, metrics.Counter},
+		{&m.checked, MetricChecked, metrics.Counter},
+		{&m.late, MetricLate, metrics.Counter},
+		{&m.mismatch, MetricMismatch, metrics.Counter},
+		{&m.server, MetricServer, metrics.Gauge},
+	} {
+		mt, err := reg.NewMetric(d.name, d.typ)
+		if err != nil {
+			return nil, fmt.Errorf("registering metric %s: %w", d.name, err)
+		}
+		*d.dst = mt
+	}
+	return m, nil
+}
+
+// NewModuleInstance is called once per VU (in its init context).
+func (r *RootModule) NewModuleInstance(vu modules.VU) modules.Instance {
+	mi := &ModuleInstance{vu: vu, root: r}
+	if env := vu.InitEnv(); env != nil {
+		m, err := newMetrics(env.Registry)
+		if err != nil {
+			common.Throw(vu.Runtime(), err)
+		}
+		mi.metrics = m
+	}
+	return mi
+}
+
+// Exports lists what scripts can import.
+func (mi *ModuleInstance) Exports() modules.Exports {
+	named := map[string]any{
+		"parseRateLimit": mi.ParseRateLimit,
+		"population":     mi.Population,
+		"checker":        mi.Checker,
+		"now":            Now,
+		"resolve":        mi.Resolve,
+		"scrape":         mi.Scrape,
+		"serverDelta":    mi.ServerDelta,
+		"serverReport":   mi.ServerReport,
+		"scrapeValues":   mi.ScrapeValues,
+		"observe":        mi.Observe,
+		"quantile":       mi.Quantile,
+		"slope":          mi.Slope,
+		"gauge":          mi.Gauge,
+		"mean":           mi.Mean,
+		"writeResult":    mi.WriteResult,
+		"print":          Print,
+		"mark":           mi.Mark,
+		"marks":          mi.Marks,
+		"run":            mi.Run,
+	}
+	return modules.Exports{Default: named, Named: named}
+}
+
+// Now is the wall clock in milliseconds since the epoch with microsecond
+// precision (Date.now() has whole milliseconds only).
+func Now() float64 { return float64(time.Now().UnixMicro()) / 1000 }
+
+func fromMillis(ms float64) time.Time { return time.UnixMicro(int64(ms * 1000)) }

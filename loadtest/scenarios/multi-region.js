@@ -1,0 +1,96 @@
+// multi-region.js: one constant-arrival-rate scenario per region of the
+// stack; clients reach their region's edges through DNS (the region's
+// Consul DNS, edge.query.consul); a share of roaming clients also hit the
+// other regions, and the checker judges them per region (regional counters).
+//
+//   make loadtest SCENARIO=multi-region [RATE=40] [DURATION=2m] [CLIENTS=500]
+//   SMOKE=1: the CI smoke: 20 s, correctness thresholds only.
+import { check } from 'k6';
+import eg from 'k6/x/edgeguard';
+import { adminURLs, correctnessThresholds, finish, loadStack, pickEdge, rulesPath, send } from './lib/stack.js';
+
+const stack = loadStack();
+const SMOKE = __ENV.SMOKE === '1';
+const RATE = parseInt(__ENV.RATE || (SMOKE ? '25' : '40'), 10); // requests/s per region
+const DURATION = __ENV.DURATION || (SMOKE ? '20s' : '2m');
+const P99_MS = parseFloat(__ENV.P99_MS || '250');
+
+const checker = eg.checker({ rulesFile: rulesPath(stack), settle: '7s' });
+const population = eg.population({
+  size: parseInt(__ENV.CLIENTS || '500', 10),
+  seed: parseInt(__ENV.SEED || '1', 10),
+  distribution: 'zipf', zipfS: 1.2,
+  ipv6Share: 0.25, roamingShare: 0.1,
+});
+
+const scenarios = {};
+for (const region of stack.regionNames) {
+  scenarios[`traffic_${region.replace(/[^A-Za-z0-9_]/g, '_')}`] = {
+    executor: 'constant-arrival-rate',
+    rate: RATE, timeUnit: '1s', duration: DURATION,
+    preAllocatedVUs: Math.max(4, Math.ceil(RATE / 4)), maxVUs: Math.max(20, RATE * 2),
+    exec: 'traffic',
+    env: { HOME_REGION: region },
+    tags: { home_region: region },
+  };
+}
+
+const thresholds = correctnessThresholds();
+if (!SMOKE) {
+  // Latency only outside CI: a shared 2-core runner says nothing absolute.
+  thresholds['http_req_duration{expected_response:true}'] = [`p(99)<${P99_MS}`];
+}
+
+export const options = {
+  scenarios,
+  thresholds,
+  summaryTrendStats: ['avg', 'med', 'p(95)', 'p(99)', 'max'],
+  setupTimeout: '30s',
+  teardownTimeout: '60s',
+};
+
+// Non-roaming clients live in one home region (by id); roaming ones are
+// sent to any region. Each region's scenario draws until it has one of its
+// own or a roaming one.
+function homeOf(client) {
+  return stack.regionNames[client.id % stack.regionNames.length];
+}
+
+export function setup() {
+  eg.scrape('start', adminURLs(stack));
+  return { started: eg.now() };
+}
+
+export function traffic() {
+  const region = __ENV.HOME_REGION;
+  let client = population.pick();
+  for (let i = 0; i < 20 && !client.roaming && homeOf(client) !== region; i++) {
+    client = population.pick();
+  }
+  const edge = pickEdge(stack, region);
+  if (!edge) {
+    check(null, { 'DNS answered an edge': () => false });
+    return;
+  }
+  const roaming = client.roaming && homeOf(client) !== region;
+  const res = send(checker, client, edge, { tags: { roaming: String(roaming) } });
+  check(res, {
+    'answered 2xx or 429': (r) => (r.status >= 200 && r.status < 300) || r.status === 429,
+    'RateLimit fields present': (r) => r.status >= 500 || !!(r.headers['Ratelimit-Policy'] || r.headers['RateLimit-Policy']),
+  });
+}
+
+export function teardown() {
+  checker.finish();
+  eg.scrape('end', adminURLs(stack));
+  eg.serverDelta('start', 'end');
+}
+
+export function handleSummary(data) {
+  const routing = {};
+  for (const name of stack.regionNames) {
+    const r = stack.regions[name];
+    routing[name] = stack.useDNS && r.consul && r.consul.dns ? `DNS ${stack.dnsQuery}.query.consul at ${r.consul.dns}` : `outputs (${r.edges.length} edges)`;
+  }
+  return finish(SMOKE ? 'multi-region-smoke' : 'multi-region', data, checker, { routing, rate_per_region: RATE });
+}

@@ -1,0 +1,118 @@
+// overload.js: one PoP driven to ~3x its region's capacity with a
+// test/read/write/critical mix (X-Priority, trusted from the load
+// generator). Capacity is the origin's (fixed workers x service time), not
+// the load generator's, which shares the cores.
+//
+//   make loadtest SCENARIO=overload [REGION=us-east] [POP=iad] [CAPACITY=100] [FACTOR=3] [DURATION=2m]
+//
+// CAPACITY (requests/s) defaults to the region's origin_capacity_rps in the
+// outputs. Thresholds: critical success >= 99.9%; the lower tiers are shed
+// first (shed share test >= read >= write >= critical, and the test tier
+// was shed at all, or the PoP was never overloaded).
+import { check } from 'k6';
+import eg from 'k6/x/edgeguard';
+import { adminURLs, correctnessThresholds, finish, loadStack, rulesPath, send } from './lib/stack.js';
+
+const stack = loadStack();
+const REGION = __ENV.REGION || (stack.regions['us-east'] ? 'us-east' : stack.regionNames[0]);
+const region = stack.regions[REGION];
+if (!region) {
+  throw new Error(`REGION=${REGION}: not in the stack (have ${stack.regionNames.join(', ')})`);
+}
+const POP = __ENV.POP || region.edges[0].pop;
+const edges = region.edges.filter((e) => e.pop === POP);
+if (edges.length === 0) {
+  throw new Error(`POP=${POP}: no edges in ${REGION}`);
+}
+const CAPACITY = parseFloat(__ENV.CAPACITY || region.origin_capacity_rps || '0');
+if (!(CAPACITY > 0)) {
+  throw new Error(`set CAPACITY (requests/s the ${REGION} origin serves): the outputs carry no origin_capacity_rps`);
+}
+const FACTOR = parseFloat(__ENV.FACTOR || '3');
+const DURATION = __ENV.DURATION || '2m';
+// Shares of offered traffic per tier, lowest priority first.
+const MIX = { test: 0.1, read: 0.5, write: 0.3, critical: 0.1 };
+const TIERS = Object.keys(MIX);
+
+const checker = eg.checker({ rulesFile: rulesPath(stack), settle: '7s' });
+// Many uniform clients: the overload, not the rate limits, is under test.
+const population = eg.population({ size: 50000, seed: 3, distribution: 'uniform', ipv6Share: 0.25, roamingShare: 0 });
+
+const scenarios = {};
+for (const tier of TIERS) {
+  const rate = Math.max(1, Math.round(CAPACITY * FACTOR * MIX[tier]));
+  scenarios[`tier_${tier}`] = {
+    executor: 'constant-arrival-rate',
+    rate, timeUnit: '1s', duration: DURATION,
+    preAllocatedVUs: Math.max(5, Math.ceil(rate / 5)), maxVUs: Math.max(50, rate * 2),
+    exec: 'traffic', env: { TIER: tier }, tags: { tier },
+  };
+}
+
+const thresholds = Object.assign(correctnessThresholds(), {
+  // Shedding answers 503 by design: judged per tier below, not overall.
+  http_req_failed: [],
+  'http_req_failed{tier:critical}': ['rate<0.001'],
+  'http_req_failed{tier:write}': ['rate>=0'],
+  'http_req_failed{tier:read}': ['rate>=0'],
+  'http_req_failed{tier:test}': ['rate>=0'],
+  'edgeguard_server{figure:lower_tiers_shed_first}': ['value==1'],
+});
+
+export const options = {
+  scenarios,
+  thresholds,
+  summaryTrendStats: ['avg', 'med', 'p(95)', 'p(99)', 'max'],
+  teardownTimeout: '60s',
+};
+
+export function setup() {
+  eg.scrape('start', adminURLs(stack));
+  return { started: eg.now() };
+}
+
+export function traffic() {
+  const tier = __ENV.TIER;
+  const edge = edges[Math.floor(Math.random() * edges.length)];
+  const client = population.pick();
+  const res = send(checker, client, edge, {
+    method: tier === 'write' ? 'POST' : 'GET',
+    path: tier === 'write' ? '/orders' : '/catalog',
+    headers: { 'X-Priority': tier },
+    tags: { tier },
+  });
+  eg.observe(`shed:${tier}`, res.status === 503 ? 1 : 0);
+  eg.observe(`ok:${tier}`, res.status >= 200 && res.status < 400 ? 1 : 0);
+  check(res, { 'answered (not a transport error)': (r) => r.status !== 0 });
+}
+
+export function teardown() {
+  checker.finish();
+  const shed = {};
+  for (const tier of TIERS) {
+    shed[tier] = eg.mean(`shed:${tier}`, 0, 0) || 0;
+  }
+  const tol = 0.01; // sampling noise between two tiers that are both ~fully shed or ~untouched
+  let ordered = shed.test > 0;
+  for (let i = 1; i < TIERS.length; i++) {
+    ordered = ordered && shed[TIERS[i - 1]] + tol >= shed[TIERS[i]];
+  }
+  eg.gauge('lower_tiers_shed_first', ordered ? 1 : 0);
+  for (const tier of TIERS) {
+    eg.gauge(`shed_share_${tier}`, shed[tier]);
+  }
+  eg.scrape('end', adminURLs(stack));
+  eg.serverDelta('start', 'end');
+}
+
+export function handleSummary(data) {
+  const perTier = {};
+  for (const tier of TIERS) {
+    const m = data.metrics[`http_req_failed{tier:${tier}}`];
+    perTier[tier] = m ? `${(100 * (1 - m.values.rate)).toFixed(3)}% success` : 'n/a';
+  }
+  return finish('overload', data, checker, {
+    target: `${REGION}/${POP} (${edges.length} edge(s))`,
+    offered_rps: CAPACITY * FACTOR, capacity_rps: CAPACITY, tiers: perTier,
+  });
+}
