@@ -1,7 +1,6 @@
 package edgeguard
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/textproto"
@@ -15,6 +14,7 @@ import (
 	"github.com/grafana/sobek"
 
 	"github.com/edgeguard/edgeguard/loadtest/internal/accuracy"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
@@ -218,14 +218,10 @@ func (c *Checker) checkPolicy(name string, q, w int64, in recordInfo) {
 	r, ok := c.sc.rules[name]
 	want := ok
 	if ok {
-		switch r.Algorithm {
-		case rules.TokenBucket:
-			want = q == cmp.Or(r.Burst, r.Limit) && w == int64(r.Window.D()/time.Second)
-		case rules.Concurrency:
-			want = q == r.Limit
-		default:
-			want = q == r.Limit && w == int64(r.Window.D()/time.Second)
-		}
+		// What q and w mean comes from the algorithm registry, as on the edge.
+		alg, _ := limit.Parse(string(r.Algorithm))
+		l := limit.Limit{Algorithm: alg, Limit: r.Limit, Burst: r.Burst}
+		want = alg.Valid() && q == l.Capacity() && (alg.Spec().Held || w == int64(r.Window.D()/time.Second))
 	}
 	if !want {
 		_ = c.mi.push(c.mi.metrics.mismatch, 1, map[string]string{"region": in.Region, "policy": name})
