@@ -32,6 +32,8 @@ type Config struct {
 	// RedisMode is standalone, cluster or sentinel.
 	RedisMode limiter.Mode
 	// RedisTimeout bounds one Redis round trip; past it the fail mode decides.
+	// A slow Redis is waited for (limits stay exact); a frozen one costs the
+	// requests of one deadline before the breaker opens.
 	RedisTimeout time.Duration
 	// RedisAutopipeline sends concurrent requests' single-limit calls
 	// together (go-redis's AutoPipeliner): 1.2–1.8× the decisions per second
@@ -106,7 +108,7 @@ func DefaultConfig() Config {
 		Listen:            ":8080",
 		Admin:             "127.0.0.1:9090",
 		RedisMode:         limiter.ModeStandalone,
-		RedisTimeout:      5 * time.Millisecond,
+		RedisTimeout:      limiter.DefaultTimeout,
 		FailMode:          limiter.FailFallback,
 		Region:            "local",
 		PoP:               "local",
@@ -145,7 +147,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.BoolVar(&c.DemoOrigin, "demo-origin", c.DemoOrigin, "proxy to a built-in demo origin on loopback (make run); never in production")
 	fs.StringVar(&c.Redis, "redis", c.Redis, "go-redis URL (redis://user:pass@h1:6379?addr=h2:6379, rediss:// for TLS, ?master_name= for Sentinel); empty = embedded memory store")
 	fs.Var((*modeFlag)(&c.RedisMode), "redis-mode", "standalone, cluster or sentinel")
-	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip")
+	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip: a slower call is decided by --fail-mode and counts towards opening the breaker")
 	fs.BoolVar(&c.RedisAutopipeline, "redis-autopipeline", c.RedisAutopipeline, "send concurrent requests' single-limit Redis calls together in shared pipelines (go-redis AutoPipeliner); pays off from ~100 decisions in flight")
 	fs.Var((*failFlag)(&c.FailMode), "fail-mode", "when Redis cannot decide: fallback (local limit / nodes), open (admit) or closed (503)")
 	fs.StringVar(&c.Rules, "rules", c.Rules, "rules file (YAML, version 1); re-read on SIGHUP")
