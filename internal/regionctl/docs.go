@@ -85,13 +85,6 @@ func collectFieldErrors(err error, out *[]*rules.FieldError) {
 	}
 }
 
-// invalidDoc is a document that failed validation: its problems, printed
-// (or emitted as JSON) before the command exits with ExitInvalid.
-type invalidDoc struct {
-	What     string    `json:"document"`
-	Problems []problem `json:"problems"`
-}
-
 // reportInvalid prints the problems (text: stderr, one per line; json: an
 // object on stdout) and returns the error that exits with ExitInvalid.
 func (a *app) reportInvalid(what string, probs []problem, tail string) error {

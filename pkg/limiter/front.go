@@ -490,8 +490,15 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	if !local.Algorithm.Spec().Held {
 		// The store's last answer says how much of this window is used:
 		// take this node's share of that up front, once per outage.
+		// The share is owed to the store like the fallback's own
+		// admissions: a store that comes back empty relearns what it had
+		// counted; one that kept its data counts it twice, once, in this
+		// window only (clients get less, never more).
 		if used := l.ledger.seedFor(key, local.Capacity(), nodes, c.Limit.Window, now); used > 0 {
-			_, _ = l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1}})
+			ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1}})
+			if err == nil && ds[0].Admitted > 0 {
+				l.ledger.owe(key, ds[0].Admitted, now)
+			}
 		}
 	}
 	ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: c.Cost}})

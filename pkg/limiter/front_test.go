@@ -535,3 +535,38 @@ func TestBreakerOfAGoneShardIsForgotten(t *testing.T) {
 	require.EqualValues(t, 0, testGauge(l.metrics.breakersOpen))
 	require.Equal(t, 1, testutil.CollectAndCount(l.metrics.breakerState), "only shard b's series is left")
 }
+
+// An outage that starts mid-window and ends with the store restarted empty:
+// the nodes' seeded shares of what the store had counted are replayed with
+// their own admissions, so the window still holds the limit.
+func TestEmptyRestartMidWindowHoldsTheLimit(t *testing.T) {
+	l, st, clock := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
+	k := lim("k", limit.SlidingLog, 12, time.Hour)
+	admitted := 0
+	decide := func(want Source) {
+		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+		require.NoError(t, err)
+		if want == SourceFallback {
+			require.Equal(t, SourceFallback, v.Checks[0].Source)
+		} else {
+			require.NotEqual(t, SourceFallback, v.Checks[0].Source)
+		}
+		if v.Allowed {
+			admitted++
+		}
+	}
+	for range 4 {
+		decide(SourceStore)
+	}
+	st.fail.Store(true)
+	for range 20 {
+		decide(SourceFallback)
+	}
+	require.Equal(t, 12, admitted, "the store's 4, then the 8 it had left")
+	st.fail.Store(false)
+	(&swappableStore{countingStore: st}).restartEmpty(clock)
+	for range 20 {
+		decide(SourceStore)
+	}
+	require.Equal(t, 12, admitted, "the empty store relearned all 12")
+}
