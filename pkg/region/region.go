@@ -110,6 +110,10 @@ var forwardFailures = []string{
 	"i/o timeout",
 	"No known Consul servers",
 	"No cluster leader",
+	// Also what an agent says for a datacenter it knows but whose servers
+	// have all failed; callers check a region's name against the known
+	// datacenters first (regionctl does), so here it means unreachable.
+	"No path to datacenter",
 	"rpc error making call: EOF",
 	"stream closed", // the connection dropped mid-call
 }
