@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -215,4 +216,64 @@ func hits(t *testing.T, e *edge.Edge, host string, n int) []int {
 		codes = append(codes, resp.StatusCode)
 	}
 	return codes
+}
+
+// An edge's watch passes a document stored in parts whole or not at all: a
+// missing or altered part is reported and the caller keeps what it has,
+// until the part is back.
+func TestWatchLoadsWholeDocumentsOnly(t *testing.T) {
+	t.Parallel()
+	p := prefix(t)
+	doc := []byte(customerRules(3500, -1, 0))
+	require.Greater(t, len(doc), region.PartSize, "two parts at least")
+	cfg := api.DefaultConfig()
+	cfg.Address = euWest.HTTPAddr()
+	rc, err := region.NewClient(cfg, p)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = rc.Push(ctx, "eu-west", rc.Layout().GlobalRules(), doc, 0, region.Entry{Kind: region.KindGlobalRules, Version: "v"})
+	require.NoError(t, err)
+	m, err := region.ParseManifest(kv(t, euWest, p+"rules/global").Value)
+	require.NoError(t, err)
+	require.NotNil(t, m)
+
+	// Take the second part away, then alter it.
+	admin, err := euWest.Client(euWest.ManagementToken)
+	require.NoError(t, err)
+	key := m.Parts[1].Key
+	pair := kv(t, euWest, key)
+	_, err = admin.KV().Delete(key, nil)
+	require.NoError(t, err)
+
+	docs, errs := make(chan region.Docs, 10), make(chan error, 100)
+	go rc.WatchRules(ctx, "eu-west", func(d region.Docs) { docs <- d }, func(err error) { errs <- err })
+	waitErr := func(want string) {
+		t.Helper()
+		for {
+			select {
+			case err := <-errs:
+				if strings.Contains(err.Error(), want) {
+					return
+				}
+			case d := <-docs:
+				t.Fatalf("a document went through with a part %s: %d bytes", want, len(d.Global))
+			case <-ctx.Done():
+				t.Fatalf("no error saying %q", want)
+			}
+		}
+	}
+	waitErr("is missing")
+	_, err = admin.KV().Put(&api.KVPair{Key: key, Value: append([]byte("#"), pair.Value[1:]...)}, nil)
+	require.NoError(t, err)
+	waitErr("does not match its hash")
+
+	_, err = admin.KV().Put(&api.KVPair{Key: key, Value: pair.Value}, nil)
+	require.NoError(t, err)
+	select {
+	case d := <-docs:
+		require.Equal(t, doc, d.Global)
+	case <-ctx.Done():
+		t.Fatal("the whole document never came")
+	}
 }
