@@ -70,6 +70,9 @@ func (a *app) connect() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.onPart != nil {
+		c.OnPart(a.onPart)
+	}
 	transport := cfg.Transport
 	return &session{a: a, c: c, layout: c.Layout(), close: func() { closeIdle(transport) }}, nil
 }
@@ -204,4 +207,25 @@ func (s *session) push(r, key string, doc []byte, casIndex uint64, e region.Entr
 	defer cancel()
 	out, err := s.c.Push(ctx, r, key, doc, casIndex, e)
 	return out, need(err, fmt.Sprintf("key write on %s and %s in %s", key, s.layout.History(r), r))
+}
+
+// resolve reads the document a stored value or history entry names (itself,
+// or the parts of a manifest).
+func (s *session) resolve(r string, value []byte) ([]byte, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	data, err := s.c.Resolve(ctx, r, value)
+	return data, need(err, fmt.Sprintf("key read on %s in %s", s.layout.Parts(), r))
+}
+
+// collectParts deletes r's stored parts that no manifest names (left by
+// interrupted pushes); a failure is a warning, not a failed push.
+func (s *session) collectParts(r string) (int, string) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	n, err := s.c.CollectParts(ctx, r)
+	if err != nil {
+		return n, "collecting unreferenced parts: " + s.a.message(err)
+	}
+	return n, ""
 }

@@ -114,7 +114,7 @@ func (a *app) readRulesFile(path, tail string) ([]byte, *rules.Document, error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading rules file: %w", err)
 	}
-	doc, err := rules.Parse(data)
+	doc, err := a.parseRules(data)
 	if err != nil {
 		return nil, nil, a.reportInvalid(path, problemsOf(err), tail)
 	}
@@ -142,9 +142,53 @@ func docVersion(data []byte) string {
 	return rules.DocumentVersion(doc)
 }
 
+// parsedDoc is one rules.Parse result.
+type parsedDoc struct {
+	doc *rules.Document
+	err error
+}
+
+// parseRules is rules.Parse, done once per distinct text in a run: a push
+// reads, plans and checks the same document several times, and a large one
+// takes a while to parse. Parsed documents are not modified (Merge and
+// Version work on copies).
+func (a *app) parseRules(data []byte) (*rules.Document, error) {
+	key := sha256.Sum256(data)
+	if p, ok := a.parsed[key]; ok {
+		return p.doc, p.err
+	}
+	doc, err := rules.Parse(data)
+	if a.parsed == nil {
+		a.parsed = map[[sha256.Size]byte]parsedDoc{}
+	}
+	a.parsed[key] = parsedDoc{doc, err}
+	return doc, err
+}
+
+// parseStoredOnce is parseStored through parseRules.
+func (a *app) parseStoredOnce(data []byte) (*rules.Document, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
+	return a.parseRules(data)
+}
+
+// effective is region.Docs.Effective through parseRules.
+func (a *app) effective(d region.Docs) (*rules.Document, error) {
+	g, err := a.parseStoredOnce(d.Global)
+	if err != nil {
+		return nil, fmt.Errorf("global document: %w", err)
+	}
+	r, err := a.parseStoredOnce(d.Region)
+	if err != nil {
+		return nil, fmt.Errorf("region document: %w", err)
+	}
+	return rules.Merge(g, r)
+}
+
 // effectiveVersion is the version of a region's merged rules.
-func effectiveVersion(d region.Docs) (string, error) {
-	eff, err := d.Effective()
+func (a *app) effectiveVersion(d region.Docs) (string, error) {
+	eff, err := a.effective(d)
 	if err != nil {
 		return "", err
 	}

@@ -9,6 +9,7 @@ package regionctl
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -66,6 +67,7 @@ document's ModifyIndex in the same Consul transaction that appends the history
 entry (author, host, time, message), so a concurrent push fails with a conflict.
 A push validates FILE and each region's resulting effective rules first and
 writes nothing if any is invalid. --all writes the regions one by one.
+A document over 192 KiB is stored in parts with a manifest (see README.md).
 "rules get" and "regions status" show effective versions (what edges report);
 "rules history" shows pushed document versions, which "rollback --to" takes.
 
@@ -104,6 +106,10 @@ type app struct {
 	// beforeWrite, when set, runs after a region's documents were read and
 	// before they are written (tests use it to line up concurrent pushes).
 	beforeWrite func(region string)
+	// onPart, when set, runs before each part of a document stored in
+	// parts is written; an error interrupts the push there.
+	onPart func(region string, i, n int) error
+	parsed map[[sha256.Size]byte]parsedDoc // parseRules' results
 
 	g        globals
 	usage    bytes.Buffer // a command's usage text, as the flag package printed it

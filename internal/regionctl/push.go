@@ -49,6 +49,8 @@ type pushResult struct {
 	Version         string `json:"version,omitempty"`          // effective rules version after the push
 	PreviousVersion string `json:"previous_version,omitempty"` // effective rules version before
 	Seq             string `json:"seq,omitempty"`              // history entry
+	PartsCollected  int    `json:"parts_collected,omitempty"`  // unreferenced parts deleted after the push
+	Warning         string `json:"warning,omitempty"`
 	Error           string `json:"error,omitempty"`
 	ExitCode        int    `json:"exit_code"`
 }
@@ -63,7 +65,10 @@ type plan struct {
 	before     string // effective version now
 	after      string // effective version once written
 	unchanged  bool
-	err        error
+	// storedInParts: the document being replaced is stored in parts, so
+	// the push may leave parts for CollectParts.
+	storedInParts bool
+	err           error
 }
 
 // plan reads region d.region's documents and checks that writing data as
@@ -78,10 +83,11 @@ func (s *session) plan(d docFlags, data []byte, docVersion string) plan {
 	cur, index := current(docs, d)
 	p.index = index
 	p.unchanged = bytes.Equal(cur, data)
-	if p.before, err = effectiveVersion(docs); err != nil {
+	p.storedInParts = len(cur) > region.InlineMax
+	if p.before, err = s.a.effectiveVersion(docs); err != nil {
 		p.before = "invalid"
 	}
-	if p.after, err = effectiveVersion(with(docs, d, data)); err != nil {
+	if p.after, err = s.a.effectiveVersion(with(docs, d, data)); err != nil {
 		p.err = invalidf("the effective rules of %s would be invalid: %s", d.region, oneLine(err))
 	}
 	return p
@@ -105,6 +111,9 @@ func (s *session) write(p plan, m meta) pushResult {
 		return s.failed(res, err)
 	}
 	res.Status, res.Seq = "ok", e.Seq
+	if len(p.data) > region.InlineMax || p.storedInParts {
+		res.PartsCollected, res.Warning = s.collectParts(p.d.region)
+	}
 	return res
 }
 
@@ -130,8 +139,15 @@ func docName(d docFlags) string {
 func (r pushResult) line(verb string) string {
 	switch r.Status {
 	case "ok":
-		return fmt.Sprintf("%s: ok: %s, document version %s; effective rules version %s -> %s",
+		line := fmt.Sprintf("%s: ok: %s, document version %s; effective rules version %s -> %s",
 			r.Region, verb, r.DocumentVersion, dash(r.PreviousVersion), r.Version)
+		if r.PartsCollected > 0 {
+			line += fmt.Sprintf("; deleted %s no manifest names", plural(r.PartsCollected, "stored part"))
+		}
+		if r.Warning != "" {
+			line += "; warning: " + r.Warning
+		}
+		return line
 	case "unchanged":
 		return fmt.Sprintf("%s: unchanged: the %s document already holds it; effective rules version %s",
 			r.Region, r.Document, r.Version)
@@ -299,7 +315,7 @@ func (a *app) rulesRollback(args []string) error {
 		if e.Key != key {
 			continue
 		}
-		if to != "" && (e.Version == to || e.Seq == to) || to == "" && e.Document != string(cur) {
+		if to != "" && (e.Version == to || e.Seq == to) || to == "" && !region.SameDocument(e.Document, cur) {
 			target = e
 			break
 		}
@@ -310,8 +326,11 @@ func (a *app) rulesRollback(args []string) error {
 		}
 		return fmt.Errorf("no earlier version of the %s in its history: nothing to roll back to", d.what())
 	}
-	data := []byte(target.Document)
-	doc, err := rules.Parse(data)
+	data, err := s.resolve(d.region, []byte(target.Document))
+	if err != nil {
+		return fmt.Errorf("history entry %s: %w", target.Seq, err)
+	}
+	doc, err := a.parseRules(data)
 	if err != nil {
 		return invalidf("history entry %s holds an invalid document: %s", target.Seq, oneLine(err))
 	}

@@ -114,7 +114,7 @@ func (a *app) rulesGet(args []string) error {
 		return err
 	}
 	if !global && !document {
-		eff, err := docs.Effective()
+		eff, err := a.effective(docs)
 		if err != nil {
 			return invalidf("the stored rules of %s are invalid: %s", r, oneLine(err))
 		}
@@ -247,13 +247,13 @@ func (a *app) rulesDiff(args []string) error {
 		return err
 	}
 	stored, _ := current(docs, d)
-	old, err := parseStored(stored)
+	old, err := a.parseStoredOnce(stored)
 	if err != nil {
 		return invalidf("the stored %s is invalid: %s", d.what(), oneLine(err))
 	}
 	diff := diffRules(old, doc)
-	before, errBefore := effectiveVersion(docs)
-	after, errAfter := effectiveVersion(with(docs, d, data))
+	before, errBefore := a.effectiveVersion(docs)
+	after, errAfter := a.effectiveVersion(with(docs, d, data))
 	if errBefore != nil {
 		before = "invalid"
 	}

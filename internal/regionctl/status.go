@@ -116,7 +116,7 @@ func (s *session) status(r string) regionStatus {
 	if err != nil {
 		return fail(err)
 	}
-	expected, effErr := effectiveVersion(docs)
+	expected, effErr := s.a.effectiveVersion(docs)
 	st.ExpectedVersion = expected
 	edges, err := s.edges(r)
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
-// Docs are a region's rule documents as stored, with their ModifyIndex (0
-// when absent) for check-and-set.
+// Docs are a region's rule documents (whole, also when stored in parts),
+// with their keys' ModifyIndex (0 when absent) for check-and-set.
 type Docs struct {
 	Global, Region           []byte
 	GlobalIndex, RegionIndex uint64
@@ -41,7 +41,8 @@ func (d Docs) Effective() (*rules.Document, error) {
 	return rules.Merge(g, r)
 }
 
-// ReadDocs reads a region's two rule documents from its datacenter.
+// ReadDocs reads a region's two rule documents from its datacenter; a
+// document stored in parts is read whole.
 func (c *Client) ReadDocs(ctx context.Context, region string) (Docs, error) {
 	pairs, meta, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
@@ -50,7 +51,7 @@ func (c *Client) ReadDocs(ctx context.Context, region string) (Docs, error) {
 	if err := filtered("reading rules of "+region, meta); err != nil {
 		return Docs{}, err
 	}
-	return c.docsOf(pairs, region), nil
+	return c.resolveDocs(ctx, region, c.docsOf(pairs, region))
 }
 
 func (c *Client) docsOf(pairs api.KVPairs, region string) Docs {

@@ -37,10 +37,27 @@ type Entry struct {
 // still casIndex (0: the key must not exist), and appends entry to the
 // region's history — both in one Consul transaction, so a push is recorded
 // exactly when it lands. A lost race returns ErrConflict.
+//
+// A rules document over InlineMax is stored in parts (see parts.go): the
+// parts are written first, and the transaction then writes the manifest
+// instead of the document, recorded as such in the history entry, and also
+// checks that every part is still as written.
 func (c *Client) Push(ctx context.Context, region, key string, doc []byte, casIndex uint64, e Entry) (Entry, error) {
+	value := doc
+	var ops api.TxnOps
+	if len(doc) > InlineMax && e.Kind != KindShedder {
+		m, checks, err := c.pushParts(ctx, region, doc, e.Version)
+		if err != nil {
+			return e, err
+		}
+		if value, err = json.Marshal(m); err != nil {
+			return e, fmt.Errorf("encoding rules manifest: %w", err)
+		}
+		ops = checks
+	}
 	e.Seq = strconv.FormatInt(time.Now().UnixNano(), 10)
 	e.Seq = strings.Repeat("0", max(0, 20-len(e.Seq))) + e.Seq // sorts as text
-	e.Region, e.Key, e.Document = region, key, string(doc)
+	e.Region, e.Key, e.Document = region, key, string(value)
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
@@ -48,10 +65,10 @@ func (c *Client) Push(ctx context.Context, region, key string, doc []byte, casIn
 	if err != nil {
 		return e, fmt.Errorf("encoding history entry: %w", err)
 	}
-	ops := api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: doc, Index: casIndex}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: c.layout.History(region) + e.Seq, Value: entry}},
-	}
+	ops = append(ops,
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: value, Index: casIndex}},
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: c.layout.History(region) + e.Seq, Value: entry}},
+	)
 	ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 	if err != nil {
 		return e, classifyIn(region, "pushing "+key+" to "+region, err)

@@ -12,6 +12,8 @@
 //	                          switches them off with disabled: true
 //	shedder/<region>          the region's load shedder settings (JSON)
 //	history/<region>/<seq>    one entry per push or rollback (JSON)
+//	parts/<sha256>            a piece of a rules document too large for one
+//	                          value; its key then holds a manifest (parts.go)
 //
 // One document per scope, so a push is atomic.
 package region
@@ -50,6 +52,7 @@ func (l Layout) GlobalRules() string              { return l.Prefix + "rules/glo
 func (l Layout) RegionRules(region string) string { return l.Prefix + "rules/regions/" + region }
 func (l Layout) Shedder(region string) string     { return l.Prefix + "shedder/" + region }
 func (l Layout) History(region string) string     { return l.Prefix + "history/" + region + "/" }
+func (l Layout) Parts() string                    { return l.Prefix + "parts/" }
 
 // Errors callers act on (regionctl maps them to exit codes).
 var (
@@ -107,6 +110,10 @@ var forwardFailures = []string{
 	"i/o timeout",
 	"No known Consul servers",
 	"No cluster leader",
+	// Also what an agent says for a datacenter it knows but whose servers
+	// have all failed; callers check a region's name against the known
+	// datacenters first (regionctl does), so here it means unreachable.
+	"No path to datacenter",
 	"rpc error making call: EOF",
 	"stream closed", // the connection dropped mid-call
 }
@@ -140,6 +147,7 @@ func filtered(doing string, meta *api.QueryMeta) error {
 type Client struct {
 	api    *api.Client
 	layout Layout
+	onPart func(region string, i, n int) error
 }
 
 // NewClient builds a client; it does not contact Consul.

@@ -17,16 +17,24 @@ const (
 // WatchRules calls fn with the region's rule documents now and after every
 // change, using Consul blocking queries (index-based) in the local
 // datacenter, until ctx is done. Errors are passed to onErr and retried with
-// backoff; fn runs only when the documents' content changed.
+// backoff; fn runs only when the documents' content changed. A document
+// stored in parts is passed whole, or not at all: when a part cannot be read
+// or does not match its hash, fn is not called (the caller keeps what it
+// has) and the read is retried.
 func (c *Client) WatchRules(ctx context.Context, region string, fn func(Docs), onErr func(error)) {
 	var last *Docs
-	c.watch(ctx, c.layout.Rules(), onErr, func(pairs api.KVPairs) {
+	c.watch(ctx, c.layout.Rules(), onErr, func(pairs api.KVPairs) error {
 		d := c.docsOf(pairs, region)
 		if last != nil && bytes.Equal(last.Global, d.Global) && bytes.Equal(last.Region, d.Region) {
-			return
+			return nil
 		}
-		last = &d
-		fn(d)
+		whole, err := c.resolveDocs(ctx, region, d)
+		if err != nil {
+			return err
+		}
+		last = &d // as stored: a manifest is compared, not its parts
+		fn(whole)
+		return nil
 	})
 }
 
@@ -36,7 +44,7 @@ func (c *Client) WatchShedder(ctx context.Context, region string, fn func([]byte
 	key := c.layout.Shedder(region)
 	var last []byte
 	first := true
-	c.watch(ctx, key, onErr, func(pairs api.KVPairs) {
+	c.watch(ctx, key, onErr, func(pairs api.KVPairs) error {
 		var v []byte
 		for _, p := range pairs {
 			if p.Key == key {
@@ -44,15 +52,17 @@ func (c *Client) WatchShedder(ctx context.Context, region string, fn func([]byte
 			}
 		}
 		if !first && bytes.Equal(v, last) {
-			return
+			return nil
 		}
 		first, last = false, v
 		fn(v)
+		return nil
 	})
 }
 
-// watch runs blocking List queries on prefix.
-func (c *Client) watch(ctx context.Context, prefix string, onErr func(error), fn func(api.KVPairs)) {
+// watch runs blocking List queries on prefix. An error from fn counts as a
+// failed query: reported, then retried with backoff from a fresh read.
+func (c *Client) watch(ctx context.Context, prefix string, onErr func(error), fn func(api.KVPairs) error) {
 	var index uint64
 	wait := backoffMin
 	for ctx.Err() == nil {
@@ -62,11 +72,23 @@ func (c *Client) watch(ctx context.Context, prefix string, onErr func(error), fn
 			err = filtered("watching "+prefix, meta)
 		}
 		if err != nil {
+			err = classify("watching "+prefix, err)
+		} else if meta.LastIndex != index && meta.LastIndex >= index {
+			if err = fn(pairs); err == nil {
+				index = meta.LastIndex
+			}
+		} else if meta.LastIndex < index {
+			// An index that goes backwards (a restarted agent, a snapshot
+			// restore) restarts the watch from scratch, as Consul advises.
+			index = 0
+			continue
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if onErr != nil {
-				onErr(classify("watching "+prefix, err))
+				onErr(err)
 			}
 			index = 0
 			select {
@@ -78,16 +100,5 @@ func (c *Client) watch(ctx context.Context, prefix string, onErr func(error), fn
 			continue
 		}
 		wait = backoffMin
-		// An index that goes backwards (a restarted agent, a snapshot
-		// restore) restarts the watch from scratch, as Consul advises.
-		if meta.LastIndex < index {
-			index = 0
-			continue
-		}
-		if meta.LastIndex == index {
-			continue // the wait timed out with no change
-		}
-		index = meta.LastIndex
-		fn(pairs)
 	}
 }

@@ -2,7 +2,10 @@ package rules
 
 import (
 	"bytes"
+	"cmp"
+	"errors"
 	"runtime"
+	"slices"
 	"sync"
 
 	"go.yaml.in/yaml/v3"
@@ -153,4 +156,72 @@ func lineAt(data []byte, starts []int, i int) []byte {
 		end = starts[i+1] - 1
 	}
 	return data[starts[i]:end]
+}
+
+// parallelRules is the rule count from which decodeTree decodes the rules
+// in one piece per CPU. A variable for tests.
+var parallelRules = 4096
+
+// decodeTree is root.Decode(doc) followed by defaultCost, with the rules of
+// a large document decoded in one piece per CPU. The pieces are nodes of
+// the one tree, so aliases and merge keys resolve as in one decode.
+func decodeTree(root *yaml.Node, doc *Document) error {
+	seq := rulesOf(root)
+	n := runtime.GOMAXPROCS(0)
+	if seq == nil || n < 2 || len(seq.Content) < parallelRules {
+		if err := root.Decode(doc); err != nil {
+			return err
+		}
+		defaultCost(root, doc)
+		return nil
+	}
+	// Everything but the rules, then the rules piece by piece.
+	head := *root
+	head.Content = slices.Clone(root.Content)
+	for i := 1; i < len(head.Content); i += 2 {
+		if head.Content[i] == seq {
+			head.Content[i] = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		}
+	}
+	headErr := head.Decode(doc)
+	rules := make([][]Rule, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() {
+			piece := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: seq.Content[k*len(seq.Content)/n : (k+1)*len(seq.Content)/n]}
+			if errs[k] = piece.Decode(&rules[k]); errs[k] != nil {
+				return
+			}
+			var costs []struct {
+				Cost *int64 `yaml:"cost"`
+			}
+			if piece.Decode(&costs) != nil || len(costs) != len(rules[k]) {
+				return // the strict decode succeeded; this cannot really happen
+			}
+			for i, c := range costs {
+				if c.Cost == nil {
+					rules[k][i].Cost = 1
+				}
+			}
+		})
+	}
+	wg.Wait()
+	doc.Rules = slices.Concat(rules...)
+	var msgs []string
+	for _, err := range append([]error{headErr}, errs...) {
+		var te *yaml.TypeError
+		switch {
+		case err == nil:
+		case errors.As(err, &te):
+			msgs = append(msgs, te.Errors...)
+		default:
+			return err
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(msgs, func(a, b string) int { return cmp.Compare(lineOf(a), lineOf(b)) })
+	return &yaml.TypeError{Errors: msgs}
 }

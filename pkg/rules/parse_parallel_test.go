@@ -32,8 +32,8 @@ func blockItem(i int) string {
 // The pieces parsed concurrently must join into what one parse gives, and
 // anything a piece cannot parse alone must fall back to one parse.
 func TestParseParallelEqualsSerial(t *testing.T) {
-	defer func(was int) { parallelMin = was }(parallelMin)
-	parallelMin = 16 << 10
+	defer func(was, rules int) { parallelMin, parallelRules = was, rules }(parallelMin, parallelRules)
+	parallelMin, parallelRules = 16<<10, 64
 	prev := runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))) // the split needs two CPUs
 	defer runtime.GOMAXPROCS(prev)
 	n := 600
@@ -68,7 +68,15 @@ func TestParseParallelEqualsSerial(t *testing.T) {
 				_, err := Parse(data)
 				if serialErr != nil {
 					require.Error(t, err)
+					return
 				}
+				// The rules can still be decoded in pieces of the one tree,
+				// aliases across pieces included.
+				var want, got Document
+				require.NoError(t, serial.Decode(&want))
+				defaultCost(serial, &want)
+				require.NoError(t, decodeTree(serial, &got))
+				require.Equal(t, want, got)
 				return
 			}
 			require.NoError(t, serialErr)
@@ -76,6 +84,17 @@ func TestParseParallelEqualsSerial(t *testing.T) {
 			errA, errB := root.Decode(&a), serial.Decode(&b)
 			require.Equal(t, errB, errA)
 			require.Equal(t, b, a)
+			// Decoding the rules in pieces gives the same document (costs
+			// defaulted) and the same errors.
+			var c Document
+			errC := decodeTree(root, &c)
+			if errB != nil {
+				require.ElementsMatch(t, errB.(*yaml.TypeError).Errors, errC.(*yaml.TypeError).Errors)
+				return // Parse returns no document then
+			}
+			defaultCost(serial, &b)
+			require.NoError(t, errC)
+			require.Equal(t, b, c)
 			require.Equal(t, unknownFields(serial, documentType, nil), unknownFields(root, documentType, nil))
 			require.Equal(t, lastLine(serial), lastLine(root), "node lines as in the whole text")
 		})

@@ -1,0 +1,268 @@
+package region
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// A rules document larger than one Consul value (kv_max_value_size, 512 KiB
+// by default) is stored in parts: each part under <prefix>parts/<sha256>,
+// and in the document's own key a manifest naming them in order, with their
+// hashes. A push writes the parts first, then the manifest in the same
+// check-and-set transaction as always, which also checks that every part is
+// still there as written; so a watcher that sees a manifest finds all its
+// parts, and a push interrupted between parts leaves the old manifest, and
+// what the edges run, untouched. Parts are named by content, so a part that
+// did not change between versions is stored once.
+//
+// Parts stay as long as a manifest names them: the current documents or any
+// history entry (so rollback can restore any pushed version). CollectParts
+// deletes the others: those of pushes interrupted before their manifest.
+const (
+	// InlineMax is the largest document stored as one value. The push
+	// transaction carries it twice (the key and the history entry), and a
+	// transaction is bounded by txn_max_req_len, 512 KiB by default.
+	InlineMax = 192 << 10
+	// PartSize is the most a part holds. Parts are written in a transaction
+	// (for their ModifyIndex), where values travel base64-encoded: 4/3 of
+	// this stays under 512 KiB with room for the rest of the request.
+	PartSize = 352 << 10
+	// MaxParts bounds a document to what one transaction can check: a
+	// Consul transaction takes 64 operations, two of which write the
+	// manifest and the history entry.
+	MaxParts = 62
+
+	manifestKind = "edgeguard-rules-parts/v1"
+)
+
+// Manifest is what the document's key holds when the document is stored in
+// parts.
+type Manifest struct {
+	Kind    string `json:"kind"`    // manifestKind
+	Version string `json:"version"` // the document's version, as history records it
+	Size    int    `json:"size"`    // of the whole document
+	SHA256  string `json:"sha256"`  // of the whole document
+	Parts   []Part `json:"parts"`
+}
+
+// Part is one stored piece of a document.
+type Part struct {
+	Key    string `json:"key"`
+	Size   int    `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// ParseManifest returns the manifest stored in value, or nil when value is
+// a document itself.
+func ParseManifest(value []byte) (*Manifest, error) {
+	if !bytes.HasPrefix(value, []byte(`{"kind":"`+manifestKind+`"`)) {
+		return nil, nil
+	}
+	var m Manifest
+	if err := json.Unmarshal(value, &m); err != nil {
+		return nil, fmt.Errorf("decoding rules manifest: %w", err)
+	}
+	if len(m.Parts) == 0 || len(m.Parts) > MaxParts {
+		return nil, fmt.Errorf("decoding rules manifest: %d parts (want 1-%d)", len(m.Parts), MaxParts)
+	}
+	return &m, nil
+}
+
+// SameDocument reports whether stored (a key's value or a history entry's
+// document: a document or a manifest) holds doc.
+func SameDocument(stored string, doc []byte) bool {
+	m, err := ParseManifest([]byte(stored))
+	if err != nil || m == nil {
+		return err == nil && stored == string(doc)
+	}
+	sum := sha256.Sum256(doc)
+	return m.Size == len(doc) && m.SHA256 == hex.EncodeToString(sum[:])
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// splitParts cuts doc into parts of at most PartSize bytes, at line ends
+// where it can (so a part is readable on its own), and names them.
+func (l Layout) splitParts(doc []byte) (Manifest, [][]byte) {
+	m := Manifest{Kind: manifestKind, Size: len(doc), SHA256: sha256Hex(doc)}
+	var chunks [][]byte
+	for rest := doc; len(rest) > 0; {
+		n := min(len(rest), PartSize)
+		if n < len(rest) {
+			if i := bytes.LastIndexByte(rest[:n], '\n'); i > 0 {
+				n = i + 1
+			}
+		}
+		chunk := rest[:n]
+		rest = rest[n:]
+		sum := sha256Hex(chunk)
+		m.Parts = append(m.Parts, Part{Key: l.Parts() + sum, Size: len(chunk), SHA256: sum})
+		chunks = append(chunks, chunk)
+	}
+	return m, chunks
+}
+
+// pushParts writes doc's parts to region and returns the manifest and the
+// transaction operations that check every part is still as written. onPart
+// (when set) runs before each part; its error stops the push.
+func (c *Client) pushParts(ctx context.Context, region string, doc []byte, version string) (Manifest, api.TxnOps, error) {
+	m, chunks := c.layout.splitParts(doc)
+	m.Version = version
+	if len(m.Parts) > MaxParts {
+		return m, nil, fmt.Errorf("pushing rules to %s: the document is %d bytes, %d parts of at most %d bytes; at most %d parts fit one transaction",
+			region, len(doc), len(m.Parts), PartSize, MaxParts)
+	}
+	written := map[string]uint64{}
+	for i, p := range m.Parts {
+		if c.onPart != nil {
+			if err := c.onPart(region, i, len(m.Parts)); err != nil {
+				return m, nil, fmt.Errorf("pushing rules to %s: part %d of %d: %w", region, i+1, len(m.Parts), err)
+			}
+		}
+		if _, done := written[p.Key]; done {
+			continue
+		}
+		ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: p.Key, Value: chunks[i]}}}
+		ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+		if err != nil {
+			return m, nil, classifyIn(region, fmt.Sprintf("pushing rules part %d of %d to %s", i+1, len(m.Parts), region), err)
+		}
+		if !ok || len(resp.Results) != 1 || resp.Results[0].KV == nil {
+			return m, nil, fmt.Errorf("pushing rules part %d of %d to %s: %s", i+1, len(m.Parts), region, txnErrors(resp))
+		}
+		written[p.Key] = resp.Results[0].KV.ModifyIndex
+	}
+	var checks api.TxnOps
+	for _, key := range slices.Sorted(maps.Keys(written)) {
+		checks = append(checks, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: written[key]}})
+	}
+	return m, checks, nil
+}
+
+func txnErrors(resp *api.TxnResponse) string {
+	if resp == nil {
+		return "no response"
+	}
+	var why []string
+	for _, te := range resp.Errors {
+		why = append(why, te.What)
+	}
+	return strings.Join(why, "; ")
+}
+
+// Resolve returns the document stored in value: value itself, or, for a
+// manifest, its parts read from region and checked against their hashes.
+// A missing or altered part is an error: the caller keeps what it has.
+func (c *Client) Resolve(ctx context.Context, region string, value []byte) ([]byte, error) {
+	m, err := ParseManifest(value)
+	if err != nil || m == nil {
+		return value, err
+	}
+	doc := make([]byte, 0, m.Size)
+	for i, p := range m.Parts {
+		pair, _, err := c.api.KV().Get(p.Key, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+		if err != nil {
+			return nil, classifyIn(region, fmt.Sprintf("reading rules part %d of %d in %s", i+1, len(m.Parts), region), err)
+		}
+		if pair == nil {
+			return nil, fmt.Errorf("reading rules part %d of %d in %s: %s is missing", i+1, len(m.Parts), region, p.Key)
+		}
+		if len(pair.Value) != p.Size || sha256Hex(pair.Value) != p.SHA256 {
+			return nil, fmt.Errorf("reading rules part %d of %d in %s: %s does not match its hash", i+1, len(m.Parts), region, p.Key)
+		}
+		doc = append(doc, pair.Value...)
+	}
+	if len(doc) != m.Size || sha256Hex(doc) != m.SHA256 {
+		return nil, fmt.Errorf("reading rules in %s: the parts do not add up to the document the manifest names", region)
+	}
+	return doc, nil
+}
+
+// resolveDocs turns manifests in d into the documents they name.
+func (c *Client) resolveDocs(ctx context.Context, region string, d Docs) (Docs, error) {
+	var err error
+	if d.Global, err = c.Resolve(ctx, region, d.Global); err != nil {
+		return d, fmt.Errorf("global document: %w", err)
+	}
+	if d.Region, err = c.Resolve(ctx, region, d.Region); err != nil {
+		return d, fmt.Errorf("region document: %w", err)
+	}
+	return d, nil
+}
+
+// OnPart sets a function called before each part of a document stored in
+// parts is written (i from 0 to n-1): for progress, and for tests, which
+// interrupt a push there by returning an error.
+func (c *Client) OnPart(f func(region string, i, n int) error) { c.onPart = f }
+
+// CollectParts deletes region's parts that no manifest names, neither the
+// current documents' nor any history entry's, and returns how many. These
+// are left by pushes interrupted before their manifest: no edge can be
+// reading them. A push racing with it loses nothing: its manifest
+// transaction checks its parts and fails as a conflict if one went.
+func (c *Client) CollectParts(ctx context.Context, region string) (int, error) {
+	keys, _, err := c.api.KV().Keys(c.layout.Parts(), "", (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+	if err != nil {
+		return 0, classifyIn(region, "listing rules parts in "+region, err)
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	named := map[string]bool{}
+	name := func(value []byte) error {
+		m, err := ParseManifest(value)
+		if m != nil {
+			for _, p := range m.Parts {
+				named[p.Key] = true
+			}
+		}
+		return err
+	}
+	pairs, _, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return 0, classifyIn(region, "reading rules of "+region, err)
+	}
+	for _, p := range pairs {
+		if err := name(p.Value); err != nil {
+			return 0, fmt.Errorf("collecting rules parts in %s: %s: %w", region, p.Key, err)
+		}
+	}
+	history, err := c.History(ctx, region, "")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range history {
+		if err := name([]byte(e.Document)); err != nil {
+			return 0, fmt.Errorf("collecting rules parts in %s: history entry %s: %w", region, e.Seq, err)
+		}
+	}
+	var ops api.TxnOps
+	for _, k := range keys {
+		if !named[k] {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
+		}
+	}
+	for batch := range slices.Chunk(ops, 64) {
+		ok, resp, _, err := c.api.Txn().Txn(batch, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+		if err != nil {
+			return 0, classifyIn(region, "deleting rules parts in "+region, err)
+		}
+		if !ok {
+			return 0, errors.New("deleting rules parts in " + region + ": " + txnErrors(resp))
+		}
+	}
+	return len(ops), nil
+}
