@@ -132,7 +132,7 @@ func startEdgeProc(t *testing.T, bin, pop, origin, redisURL, consul string) *edg
 		"--listen", e.addr, "--admin", e.admin,
 		"--region", regionName, "--pop", pop,
 		"--origin", origin,
-		"--redis", redisURL, "--key-salt", "dashcheck-"+pop,
+		"--redis", redisURL, "--key-salt", "dashcheck-region-salt", // one salt per region, as deployed
 		// Loopback Redis on a loaded test machine: a generous deadline so
 		// only the test's pause, not scheduling noise, sends checks to the
 		// fallback.

@@ -175,6 +175,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		m.breakersOpen.Set(float64(open))
 		switch s {
 		case breakerOpen:
+			m.breakerOpens.Inc()
 			log.Warn("rate limit store failing, deciding locally", "store", cfg.StoreName, "shard", shard, "fail_mode", cfg.FailMode)
 		case breakerClosed:
 			log.Info("rate limit store recovered", "store", cfg.StoreName, "shard", shard)
@@ -368,16 +369,16 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 	for i, r := range reqs {
 		shards[i] = l.breakers.get(l.store.Shard(r.Limit))
 		ok, probe := shards[i].allow(now)
+		if probe {
+			// The probe is the limiter's own, in the background: no
+			// client waits on a store that may still be frozen, and this
+			// request is decided locally like the others while it runs.
+			l.probe(shards[i], r.Limit)
+			ok = false
+		}
 		if !ok {
 			errs[i] = errBreakerOpen
 			continue
-		}
-		if probe {
-			// A Cluster master may have been replaced while the breaker
-			// was open: read the slot map again, so the keys re-home to
-			// the promoted replica (a new shard) instead of waiting for
-			// the periodic reload.
-			l.store.Refresh()
 		}
 		// What the fallback admitted while the store could not be asked
 		// goes first, in the same round trip: the store counts it before
@@ -447,6 +448,24 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 		}
 	}
 	return ds, errs
+}
+
+// probe asks whether the shard holding lim's key answers again, without
+// counting anything. A Cluster master may have been replaced while the
+// breaker was open: the slot map is read again first, so keys re-home to
+// the promoted replica (a new shard with its own, closed breaker) instead of
+// waiting for the periodic reload.
+func (l *Limiter) probe(b *breaker, lim Limit) {
+	l.store.Refresh()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+		defer cancel()
+		if err := l.store.Probe(ctx, lim); err != nil {
+			b.failure(l.now())
+			return
+		}
+		b.success()
+	}()
 }
 
 // callerError is an error in the request itself, not the store's.

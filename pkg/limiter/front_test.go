@@ -21,9 +21,9 @@ import (
 // a gate, and can fail.
 type countingStore struct {
 	Store
-	calls, takes, units, refunds atomic.Int64
-	gate                         chan struct{} // when set, Take waits for a receive
-	fail                         atomic.Bool
+	calls, takes, units, refunds, probes atomic.Int64
+	gate                                 chan struct{} // when set, Take waits for a receive
+	fail                                 atomic.Bool
 }
 
 var errDown = errors.New("store down")
@@ -41,6 +41,14 @@ func (s *countingStore) Take(ctx context.Context, reqs []Request) ([]Decision, e
 		return make([]Decision, len(reqs)), errDown
 	}
 	return s.Store.Take(ctx, reqs)
+}
+
+func (s *countingStore) Probe(ctx context.Context, l Limit) error {
+	s.probes.Add(1)
+	if s.fail.Load() {
+		return errDown
+	}
+	return s.Store.Probe(ctx, l)
 }
 
 func (s *countingStore) Refund(ctx context.Context, leases []Lease) error {
@@ -305,16 +313,21 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	require.EqualValues(t, 3, st.calls.Load(), "breaker open: no calls")
 	require.EqualValues(t, breakerOpen, l.breakers.get("").state.Load())
 
+	state := func() breakerState { return breakerState(l.breakers.get("").state.Load()) }
 	clock.add(time.Second)
-	decide() // the probe fails: open again
-	require.EqualValues(t, 4, st.calls.Load())
+	// The probe runs in the background; the request that triggered it is
+	// decided locally like the others.
+	require.Equal(t, SourceFallback, decide().Source)
+	require.Eventually(t, func() bool { return st.probes.Load() == 1 && state() == breakerOpen }, 5*time.Second, time.Millisecond, "the probe fails: open again")
 	decide()
-	require.EqualValues(t, 4, st.calls.Load())
+	require.EqualValues(t, 3, st.calls.Load(), "probes count nothing")
+	require.EqualValues(t, 1, st.probes.Load(), "one probe per cooldown")
 
 	st.fail.Store(false)
 	clock.add(time.Second)
-	require.Equal(t, SourceStore, decide().Source, "probe succeeds")
-	require.EqualValues(t, breakerClosed, l.breakers.get("").state.Load())
+	require.Equal(t, SourceFallback, decide().Source)
+	require.Eventually(t, func() bool { return state() == breakerClosed }, 5*time.Second, time.Millisecond, "the probe succeeds")
+	require.Equal(t, SourceStore, decide().Source)
 	require.Equal(t, SourceStore, decide().Source)
 }
 
@@ -336,6 +349,15 @@ type shardedStore struct {
 }
 
 func (s *shardedStore) Shard(l Limit) string { return l.Key[:1] }
+
+func (s *shardedStore) Probe(_ context.Context, l Limit) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down[s.Shard(l)] {
+		return errDown
+	}
+	return nil
+}
 
 func (s *shardedStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
 	ds, _ := s.MemoryStore.Take(ctx, reqs)

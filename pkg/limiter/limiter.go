@@ -132,6 +132,9 @@ type Store interface {
 	// slot map), before a breaker probe: a failed master's keys move to the
 	// promoted replica. It does not wait.
 	Refresh()
+	// Probe reports whether the node holding a limit's keys answers,
+	// counting nothing: a breaker's half-open probe.
+	Probe(ctx context.Context, l Limit) error
 }
 
 // TakeError reports which requests of a Take could not be decided.

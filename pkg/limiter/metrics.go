@@ -16,6 +16,7 @@ type metrics struct {
 	fallbacks     *prometheus.CounterVec
 	breakerState  *prometheus.GaugeVec // shard
 	breakersOpen  prometheus.Gauge
+	breakerOpens  prometheus.Counter
 	refunds       prometheus.Counter
 	replayed      prometheus.Counter
 	refundErrors  prometheus.Counter
@@ -58,6 +59,10 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_breakers_open",
 			Help: "Store shards (Cluster masters) whose breaker is not closed: their keys are decided locally.",
 		}),
+		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_breaker_opens_total",
+			Help: "Times a shard's breaker opened (its keys went to the fallback): a slow store must not flap it.",
+		}),
 		replayed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_replayed_units_total",
 			Help: "Units the local fallback admitted that were replayed into the store once it answered again.",
@@ -88,7 +93,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		Help: "Live keys the fallback store evicted to stay under its size cap (an evicted key forgets its count and errs towards admitting).",
 	}, func() float64 { return float64(evicted()) })
 	var errs []error
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.replayed, m.refunds, m.refundErrors} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -1,6 +1,11 @@
 package limiter
 
-import "context"
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Shard names the Cluster master that owns a limit's keys ("" outside a
 // Cluster, or while the slot map is unknown): the Limiter keeps a breaker per
@@ -24,6 +29,22 @@ func (s *RedisStore) Refresh() {
 		s.conn.Reload(context.Background())
 	}
 }
+
+// Probe implements Store: a read-only EXISTS on a key in the limit's hash
+// slot, so it reaches the master that serves the limit's keys.
+func (s *RedisStore) Probe(ctx context.Context, l Limit) error {
+	pipe := s.client.Pipeline()
+	pipe.Exists(ctx, s.prefix+"{"+l.Key+"}:probe")
+	_, err := pipe.Exec(ctx)
+	var rerr redis.Error
+	if err != nil && s.conn.Reload != nil && !errors.As(err, &rerr) {
+		s.conn.Reload(context.Background())
+	}
+	return err
+}
+
+// Probe implements Store: memory always answers.
+func (s *MemoryStore) Probe(context.Context, Limit) error { return nil }
 
 // Refresh implements Store: one process holds every key.
 func (s *MemoryStore) Refresh() {}

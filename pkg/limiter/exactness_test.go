@@ -1,0 +1,326 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+)
+
+// edgeLimiter is one edge's limiter as the edge builds it: its own client,
+// the default Config (deadline, breaker), its own metrics.
+type edgeLimiter struct {
+	*limiter.Limiter
+	store *limiter.RedisStore
+	reg   *prometheus.Registry
+}
+
+func newEdgeLimiters(t *testing.T, n int, url string, mode limiter.Mode) []edgeLimiter {
+	out := make([]edgeLimiter, n)
+	for i := range out {
+		c, err := limiter.NewRedisClient(url, mode)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		st := connStore(t, limiter.Conn(c))
+		reg := prometheus.NewRegistry()
+		l, err := limiter.New(st, limiter.Config{}, reg, nil) // the defaults
+		require.NoError(t, err)
+		out[i] = edgeLimiter{l, st, reg}
+	}
+	return out
+}
+
+// metric sums a metric's series in reg whose labels include match.
+func metric(t *testing.T, reg *prometheus.Registry, name string, match ...string) float64 {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(match); i += 2 {
+				ok := false
+				for _, l := range m.GetLabel() {
+					ok = ok || l.GetName() == match[i] && l.GetValue() == match[i+1]
+				}
+				if !ok {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// slowCalls counts store calls slower than 6.4 ms (a bucket bound above the
+// old 5 ms deadline).
+func slowCalls(t *testing.T, reg *prometheus.Registry) uint64 {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() != "edgeguard_limiter_store_call_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			fast := uint64(0)
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() <= 0.0064 {
+					fast = b.GetCumulativeCount()
+				}
+			}
+			n += h.GetSampleCount() - fast
+		}
+	}
+	return n
+}
+
+// burnCPU keeps every core busy until the returned func is called: one
+// busy shell loop per core, outside this process, so the edges, Redis and
+// the load compete for CPU as on a loaded host.
+func burnCPU(t *testing.T) (stop func()) {
+	var procs []*exec.Cmd
+	for range runtime.NumCPU() {
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		require.NoError(t, c.Start())
+		procs = append(procs, c)
+	}
+	return func() {
+		for _, c := range procs {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+}
+
+// Goal: a Redis that is merely slow keeps limits exact at the default
+// settings. Three edges' limiters (own clients, default deadline and
+// breaker) share one key on the Cluster while its master is frozen for
+// 60 ms out of every 100 ms and every core is kept busy: the client gets
+// exactly the limit, nothing is decided by the fallback, and the breaker
+// does not flap. Witnesses: freeze bursts happened and calls past the old
+// 5 ms deadline were observed.
+func TestSlowStoreStaysExact(t *testing.T) {
+	cl := clusterSrv()
+	for _, alg := range []limit.Algorithm{limit.SlidingLog, limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const quota, edges, perEdge = 300, 3, 20
+			window := 2 * time.Minute
+			if alg == limit.TokenBucket {
+				window = 24 * time.Hour // no refill within the test
+			}
+			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: quota, Window: window}
+			lims := newEdgeLimiters(t, edges, cl.URL(), limiter.ModeCluster)
+			master, err := cl.MasterForKey(ctx(t), lims[0].store.Keys(l)[0])
+			require.NoError(t, err)
+			for _, e := range lims { // a running edge has its connections and slot map
+				_, err := e.Decide(ctx(t), []limiter.Check{{Limit: limiter.Limit{Key: l.Key + "-warm", Algorithm: alg, Limit: 1, Window: time.Minute}, Cost: 1}})
+				require.NoError(t, err)
+			}
+
+			stop := make(chan struct{})
+			var bursts atomic.Int64
+			var stressed sync.WaitGroup
+			stressed.Add(1)
+			go func() { // the stress: the pattern itself is timed
+				defer stressed.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					require.NoError(t, cl.FreezeNode(master))
+					time.Sleep(60 * time.Millisecond)
+					require.NoError(t, cl.ThawNode(master))
+					bursts.Add(1)
+					time.Sleep(40 * time.Millisecond)
+				}
+			}()
+			unburn := burnCPU(t)
+			defer func() {
+				unburn()
+				close(stop)
+				stressed.Wait()
+				require.NoError(t, cl.ThawNode(master))
+			}()
+
+			var admitted, decided, slowAdmits atomic.Int64
+			deadline := time.Now().Add(2 * time.Second)
+			var wg sync.WaitGroup
+			for e := range lims {
+				for range perEdge {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for time.Now().Before(deadline) {
+							start := time.Now()
+							v, err := lims[e].Decide(context.Background(), []limiter.Check{{Limit: l, Cost: 1, Nodes: edges}})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							decided.Add(1)
+							if v.Allowed {
+								admitted.Add(1)
+								if time.Since(start) > 10*time.Millisecond {
+									slowAdmits.Add(1)
+								}
+							}
+							// A client's pace: ~600 requests/s in all, so the
+							// quota runs out over half a second of stress.
+							time.Sleep(100 * time.Millisecond)
+						}
+					}()
+				}
+			}
+			wg.Wait()
+
+			var slow uint64
+			var fallback, opens float64
+			for _, e := range lims {
+				slow += slowCalls(t, e.reg)
+				fallback += metric(t, e.reg, "edgeguard_limiter_checks_total", "reason", "fallback")
+				opens += metric(t, e.reg, "edgeguard_limiter_breaker_opens_total")
+			}
+			t.Logf("%s: %d freeze bursts, %d decisions, %d store calls slower than 6.4 ms, %d admissions slower than 10 ms, %v fallback decisions, %v breaker opens, %d admitted of %d",
+				alg, bursts.Load(), decided.Load(), slow, slowAdmits.Load(), fallback, opens, admitted.Load(), quota)
+			require.GreaterOrEqual(t, bursts.Load(), int64(5), "witness: the master was frozen repeatedly")
+			require.Positive(t, slow, "witness: calls past the old 5 ms deadline")
+			require.Positive(t, slowAdmits.Load(), "witness: admissions were decided while Redis was slow")
+			require.Greater(t, decided.Load(), int64(quota), "the load exceeded the limit")
+			require.Zero(t, fallback, "slowness alone sent nothing to the fallback")
+			require.LessOrEqual(t, opens, 2.0, "the breaker does not flap on a slow store")
+			require.EqualValues(t, quota, admitted.Load(), "exactly the limit")
+		})
+	}
+}
+
+// Goals: a frozen Redis is available (the fallback decides within a second,
+// only the requests of the first deadline wait it out), an outage is bounded
+// (the region's edges admit at most the limit per window, counting what Redis
+// had admitted before it froze), and so is recovery (the window straddling
+// it holds at most limit + ceil(limit/N)), whether Redis comes back with its
+// data or empty.
+func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
+	for _, empty := range []bool{false, true} {
+		t.Run(fmt.Sprintf("back empty=%v", empty), func(t *testing.T) {
+			srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+			require.NoError(t, err)
+			t.Cleanup(func() { srv.Thaw(); _ = srv.Close() })
+			const quota, edges, before = 60, 3, 30
+			const freeze = 10 * time.Second
+			lims := newEdgeLimiters(t, edges, srv.URL(), limiter.ModeStandalone)
+			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.SlidingLog, Limit: quota, Window: time.Minute}
+
+			type result struct {
+				sent, took time.Duration // since the freeze
+				source     limiter.Source
+				allowed    bool
+			}
+			var mu sync.Mutex
+			var results []result
+			var frozeAt time.Time
+			decide := func(e int) {
+				start := time.Now()
+				v, err := lims[e].Decide(context.Background(), []limiter.Check{{Limit: l, Cost: 1, Nodes: edges}})
+				require.NoError(t, err)
+				mu.Lock()
+				results = append(results, result{start.Sub(frozeAt), time.Since(start), v.Checks[0].Source, v.Allowed})
+				mu.Unlock()
+			}
+			frozeAt = time.Now().Add(time.Hour) // "before the freeze" for phase A
+			for i := range before {
+				decide(i % edges)
+			}
+			require.Len(t, results, before)
+			for _, r := range results {
+				require.True(t, r.allowed)
+				require.Equal(t, limiter.SourceStore, r.source)
+			}
+
+			// Phase B: frozen. 4 clients per edge, one request every 20 ms each.
+			srv.Freeze()
+			frozeAt = time.Now()
+			run := func(until time.Duration) {
+				var wg sync.WaitGroup
+				for e := range edges {
+					for range 4 {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for time.Since(frozeAt) < until {
+								decide(e)
+								time.Sleep(20 * time.Millisecond) // the clients' pace
+							}
+						}()
+					}
+				}
+				wg.Wait()
+			}
+			run(freeze)
+			// Phase C: back, with its data or (FLUSHALL before any probe:
+			// probes come a second after the breakers opened) empty.
+			srv.Thaw()
+			thawedAt := time.Since(frozeAt)
+			if empty {
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+				require.NoError(t, c.FlushAll(ctx(t)).Err())
+				_ = c.Close()
+			}
+			run(thawedAt + 4*time.Second)
+
+			var waited, lateWait, duringFreeze, total, storeAfter int
+			for _, r := range results[before:] {
+				if r.allowed {
+					total++
+				}
+				switch {
+				case r.sent < thawedAt:
+					if r.allowed {
+						duringFreeze++
+					}
+					if r.took >= limiter.DefaultTimeout {
+						waited++
+						if r.sent > time.Second {
+							lateWait++
+						}
+					}
+				case r.source == limiter.SourceStore || r.source == limiter.SourcePrefilter:
+					storeAfter++
+				}
+			}
+			var fallback, replayed float64
+			for _, e := range lims {
+				fallback += metric(t, e.reg, "edgeguard_limiter_checks_total", "reason", "fallback")
+				replayed += metric(t, e.reg, "edgeguard_limiter_replayed_units_total")
+			}
+			t.Logf("frozen %s: %d requests, %d waited the full %s deadline, %d admitted while frozen, %d in the window in all (limit %d), %v fallback decisions, %v units replayed, %d decided by Redis after the thaw",
+				freeze, len(results)-before, waited, limiter.DefaultTimeout, duringFreeze, before+total, quota, fallback, replayed, storeAfter)
+			require.Positive(t, fallback, "witness: the fallback decided")
+			require.Positive(t, storeAfter, "witness: Redis decided again after the thaw")
+			require.Positive(t, replayed, "witness: the fallback's admissions were replayed")
+			require.Zero(t, lateWait, "from a second after the freeze on, no request waits for Redis (probes run in the background)")
+			require.LessOrEqual(t, waited, edges*4*3, "only requests sent before the breakers opened wait the deadline out: at most three per client")
+			require.LessOrEqual(t, before+duringFreeze, quota, "outage: at most the limit in the window, Redis's own admissions included")
+			require.LessOrEqual(t, before+total, quota+(quota+edges-1)/edges, "recovery: at most limit + ceil(limit/N)")
+		})
+	}
+}
