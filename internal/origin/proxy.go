@@ -197,13 +197,6 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
 		exchangePool.Put(ex)
 	}()
 	req := &ex.req
-	p.prepare(ctx, ex, clientIP, requestID)
-
-	var (
-		o   *origin
-		err error
-		why reason
-	)
 	streamed := ctx.Request.IsBodyStream()
 	defer func() {
 		if streamed && !ex.body.eof {
@@ -213,6 +206,16 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
 		}
 		ex.body = bodyReader{}
 	}()
+	if !p.prepare(ctx, ex, clientIP, requestID) {
+		p.metrics.errors[reasonClientBody].Inc()
+		return
+	}
+
+	var (
+		o   *origin
+		err error
+		why reason
+	)
 	for attempt := 0; attempt < 2; attempt++ {
 		next := p.pick(o)
 		if next == nil {
@@ -267,8 +270,14 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
 	outcome.Observe(time.Since(start).Seconds())
 }
 
-// prepare fills ex.req with the upstream copy of the client request.
-func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, requestID string) {
+// prefetchedBody is how much of a streamed body fasthttp's server has
+// read before the handler runs: a declared body this small is in memory.
+const prefetchedBody = 8 << 10
+
+// prepare fills ex.req with the upstream copy of the client request. It
+// reports false when the client's body could not be read (the problem is
+// written).
+func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, requestID string) bool {
 	req := &ex.req
 	ctx.Request.CopyTo(req)
 	if ctx.Request.IsBodyStream() {
@@ -276,7 +285,19 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, reques
 		// plain Reader: releasing our request must not close or recycle a
 		// stream the server still owns.
 		ex.body = bodyReader{r: ctx.RequestBodyStream(), left: p.cfg.MaxRequestBodySize, limited: p.cfg.MaxRequestBodySize > 0}
-		req.SetBodyStream(&ex.body, ctx.Request.Header.ContentLength())
+		if n := ctx.Request.Header.ContentLength(); n >= 0 && n <= prefetchedBody {
+			// Already in memory: send it as a plain body, which the
+			// client resends when a pooled connection turns out closed
+			// (a stream, once read, cannot be).
+			req.ResetBody() // CopyTo may have copied the prefetched part
+			if _, err := io.CopyN(req.BodyWriter(), &ex.body, int64(n)); err != nil {
+				writeProblem(ctx, problemClientBody)
+				return false
+			}
+			ex.body.eof = true
+		} else {
+			req.SetBodyStream(&ex.body, n)
+		}
 	}
 	// The Host header says where the request goes; the URI's host must not
 	// override it when the request line was in absolute form.
@@ -321,6 +342,7 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, reques
 	if requestID != "" {
 		req.Header.Set(headerRequestID, requestID)
 	}
+	return true
 }
 
 const headerRequestID = "X-Request-ID"

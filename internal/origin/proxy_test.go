@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -602,4 +603,47 @@ func TestStreamedRequestBodyLimit(t *testing.T) {
 	require.Equal(t, fasthttp.StatusBadRequest, resp.StatusCode())
 	require.Equal(t, 1.0, counterValue(t, p.metrics.errors[reasonClientBody]))
 	require.Equal(t, 1, p.Healthy(), "the client's body is not the origin's failure")
+}
+
+// A small streamed body (one the server has already read in full) goes to
+// the origin as a plain body, so the client may resend it when a pooled
+// connection turns out closed, as it does for a bodyless request.
+func TestSmallStreamedBodyResentOnStaleConnection(t *testing.T) {
+	closed := make(chan struct{}, 16)
+	var mu sync.Mutex
+	var bodies []string
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	origin := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			mu.Lock()
+			bodies = append(bodies, string(ctx.PostBody()))
+			mu.Unlock()
+			ctx.SetBodyString("ok")
+		},
+		// Closes a kept-alive connection quickly, behind the pool's back.
+		IdleTimeout: 50 * time.Millisecond,
+		ConnState: func(_ net.Conn, s fasthttp.ConnState) {
+			if s == fasthttp.StateClosed {
+				closed <- struct{}{}
+			}
+		},
+	}
+	go origin.Serve(ln) //nolint:errcheck // returns when stopped
+	t.Cleanup(func() { _ = origin.Shutdown() })
+
+	cfg := DefaultConfig()
+	cfg.URLs = []string{"http://" + ln.Addr().String()}
+	cfg.HealthCheckInterval = 0
+	p := newProxy(t, cfg)
+	edge := startEdge(t, p, "203.0.113.7", "rid", func(s *fasthttp.Server) { s.StreamRequestBody = true })
+
+	resp := rawExchange(t, edge, "PUT /a HTTP/1.1\nHost: x\nContent-Length: 5\n\nfirst")
+	require.Equal(t, fasthttp.StatusOK, resp.StatusCode())
+	<-closed // the origin dropped the pooled connection
+	resp = rawExchange(t, edge, "PUT /b HTTP/1.1\nHost: x\nContent-Length: 6\n\nsecond")
+	require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), "%s", resp.Body())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"first", "second"}, bodies)
 }
