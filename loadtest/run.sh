@@ -42,4 +42,5 @@ fi
 
 cd "$root"
 export STACK_OUTPUTS="$outputs" EDGEGUARD_ROOT="$root"
-exec "$k6" run --quiet "${args[@]}" "$@" "$script"
+# The REST API on a free port: runs side by side must not fight over 6565.
+exec "$k6" run --quiet --address "${K6_ADDRESS:-127.0.0.1:0}" "${args[@]}" "$@" "$script"
