@@ -133,14 +133,19 @@ func (e *Env) drill2(ctx context.Context, from, to string, res *Result) error {
 		}
 	}
 
-	shed, err := sumOverEdges(ctx, dst.Edges(), "edgeguard_shedder_shed_total", nil)
+	// edgeguard_shedder_rejected_total{tier,reason} counts every turned
+	// away request (ramp, queue_full, queue_timeout); older edges export
+	// only the ramp's edgeguard_shedder_shed_total.
+	shed, err := sumOverEdges(ctx, dst.Edges(), "edgeguard_shedder_rejected_total", nil)
 	if err != nil {
 		return err
 	}
-	rejected, err := sumOverEdges(ctx, dst.Edges(), "edgeguard_shedder_rejected_total", nil)
-	if err != nil {
-		return err
+	if shed == 0 {
+		if shed, err = sumOverEdges(ctx, dst.Edges(), "edgeguard_shedder_shed_total", nil); err != nil {
+			return err
+		}
 	}
+	rejected := 0.0
 	cs, rs := critical.summary(), read.summary()
 	for k, v := range cs {
 		res.Counts["critical_"+k] = v
