@@ -17,7 +17,8 @@ cache="${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}"
 bin="$cache/terraform-$version/terraform"
 
 if command -v terraform >/dev/null 2>&1; then
-	have=$(terraform version -json 2>/dev/null | sed -n 's/.*"terraform_version": *"\([0-9.]*\)".*/\1/p')
+	# "1.11.4", or "1.8.5-dev" for a build from the module.
+	have=$(terraform version -json 2>/dev/null | sed -n 's/.*"terraform_version": *"\([0-9][0-9.]*\).*/\1/p')
 	major=${have%%.*}
 	rest=${have#*.}
 	minor=${rest%%.*}

@@ -91,7 +91,7 @@ func runningAs(pid int, bin string) int {
 	return 0
 }
 
-// start launches the daemon detached (its own session, so it survives
+// start launches the daemon detached (setsid, so it survives
 // stackctl and Terraform), appending to its log, and records its pid.
 func (p proc) start() (int, error) {
 	if err := os.MkdirAll(p.dir, 0o755); err != nil {

@@ -104,6 +104,14 @@ func (st State) Reconcile(ctx context.Context, opts ReconcileOptions) error {
 	for _, s := range specs {
 		byKind[s.Kind] = append(byKind[s.Kind], s)
 	}
+	// What is dead now is what this reconcile brings back: say so.
+	if comps, err := st.Status(); err == nil {
+		for _, c := range comps {
+			if len(c.Dead) > 0 {
+				fmt.Fprintf(logw, "stackctl: %s: restarting %s\n", c.ID, strings.Join(c.Dead, ", "))
+			}
+		}
+	}
 	step := func(kind string) error {
 		start := time.Now()
 		var (

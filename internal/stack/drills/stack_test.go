@@ -51,6 +51,15 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(state)
 
+	// The stack's ports are fixed: a stack already running (make stack-up)
+	// would collide with this one.
+	for _, a := range []string{"127.0.0.1:8500", "127.0.1.1:8080", "127.0.0.1:9091"} {
+		if c, err := net.DialTimeout("tcp", a, 200*time.Millisecond); err == nil {
+			c.Close()
+			fmt.Fprintf(os.Stderr, "%s is taken: a stack is already running here (make stack-down first)\n", a)
+			return 1
+		}
+	}
 	start := time.Now()
 	out, err := stackScript(state, "up")
 	up := time.Since(start)

@@ -44,6 +44,10 @@ variable "regions" {
     error_message = "redis_mode must be cluster or sentinel."
   }
   validation {
+    condition     = alltrue([for r in values(var.regions) : r.key_salt == null ? true : length(r.key_salt) >= 16])
+    error_message = "a key_salt must be at least 16 characters (the edge refuses shorter ones)."
+  }
+  validation {
     condition     = alltrue([for r in values(var.regions) : alltrue([for dc in r.failover : contains(keys(var.regions), dc)])])
     error_message = "every failover datacenter must be one of the regions."
   }
