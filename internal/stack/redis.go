@@ -317,12 +317,3 @@ func sentinelDataHealthy(ctx context.Context, ports []int) error {
 	}
 	return nil
 }
-
-// stopRedis stops exporters, sentinels and nodes.
-func stopRedis(r redisDeployment) {
-	procs, _ := filepath.Glob(filepath.Join(r.dir, "*.pid"))
-	for _, pidFile := range procs {
-		name := strings.TrimSuffix(filepath.Base(pidFile), ".pid")
-		stopByPidFile(r.dir, name)
-	}
-}

@@ -105,7 +105,7 @@ func (e *Env) drill2(ctx context.Context, from, to string, res *Result) error {
 		}
 	}
 	// Outcome: DNS at from answers to's edges within the bound.
-	moved, err := waitFor(ctx, 15*time.Second, "DNS at "+from+" to answer "+to+"'s edges", func(ctx context.Context) error {
+	_, err = waitFor(ctx, 15*time.Second, "DNS at "+from+" to answer "+to+"'s edges", func(ctx context.Context) error {
 		got, err := dns.Lookup(ctx, e.Out.DNSQuery)
 		if err != nil {
 			return err
@@ -115,7 +115,7 @@ func (e *Env) drill2(ctx context.Context, from, to string, res *Result) error {
 		}
 		return nil
 	})
-	moved = time.Since(drainedAt)
+	moved := time.Since(drainedAt)
 	res.Times["dns_failover"] = moved
 	if err != nil {
 		stopLoad()

@@ -52,7 +52,7 @@ func (e *Env) drill4(ctx context.Context, n int, res *Result) error {
 			)
 			for _, ed := range e.Out.Regions[name].Edges() {
 				wg.Go(func() {
-					took, err := waitFor(ctx, 10*time.Second, "edge "+ed.Name+" to run "+want, func(ctx context.Context) error {
+					_, err := waitFor(ctx, 10*time.Second, "edge "+ed.Name+" to run "+want, func(ctx context.Context) error {
 						v, err := rulesVersion(ctx, ed.Admin)
 						if err != nil {
 							return err
@@ -62,7 +62,7 @@ func (e *Env) drill4(ctx context.Context, n int, res *Result) error {
 						}
 						return nil
 					})
-					took = time.Since(pushed)
+					took := time.Since(pushed)
 					mu.Lock()
 					defer mu.Unlock()
 					all = append(all, took)

@@ -57,10 +57,6 @@ func NewEnv(outputsPath, root string, log io.Writer) (*Env, error) {
 	return &Env{Out: out, Root: root, Log: log}, nil
 }
 
-func (e *Env) logf(format string, args ...any) {
-	fmt.Fprintf(e.Log, "drills: "+format+"\n", args...)
-}
-
 func (e *Env) bin(name string) string { return filepath.Join(e.Out.StateDir, "bin", name) }
 
 // RulesFile is the absolute path of the rules document the stack pushes.

@@ -26,6 +26,7 @@ type load struct {
 	mu       sync.Mutex
 	codes    map[int]int            // status → count (0 = transport error)
 	byClient map[string]map[int]int // client → status → count
+	admits   map[string][]interval  // client → admitted requests' send→receive
 	fiveXX   []time.Duration        // when 5xx or errors happened, from start
 	samples  []string               // the first few 5xx bodies and errors
 	start    time.Time
@@ -36,6 +37,7 @@ type load struct {
 func (l *load) run(ctx context.Context) {
 	l.codes = map[int]int{}
 	l.byClient = map[string]map[int]int{}
+	l.admits = map[string][]interval{}
 	l.start = time.Now()
 	l.client = &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
 		MaxIdleConnsPerHost: 64, IdleConnTimeout: 10 * time.Second,
@@ -63,6 +65,7 @@ func (l *load) run(ctx context.Context) {
 }
 
 func (l *load) one(clientIP string) {
+	sent := time.Now()
 	targets := l.Targets()
 	code := 0
 	sample := "no target"
@@ -91,12 +94,39 @@ func (l *load) one(clientIP string) {
 	defer l.mu.Unlock()
 	l.codes[code]++
 	l.byClient[clientIP][code]++
+	if code >= 200 && code < 300 {
+		l.admits[clientIP] = append(l.admits[clientIP], interval{sent, time.Now()})
+	}
 	if code == 0 || code >= 500 {
 		l.fiveXX = append(l.fiveXX, time.Since(l.start))
 		if len(l.samples) < 3 {
 			l.samples = append(l.samples, fmt.Sprintf("at %s: %s", time.Since(l.start).Round(time.Millisecond), sample))
 		}
 	}
+}
+
+// interval is one request from send to receive.
+type interval struct{ sent, recv time.Time }
+
+// maxInWindow is the most admissions of one client whose whole send→receive
+// intervals fall inside one window of length w (client-side times are
+// jittery: intervals, not points).
+func (l *load) maxInWindow(w time.Duration) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	best := 0
+	for _, as := range l.admits {
+		for _, a := range as {
+			n := 0
+			for _, b := range as {
+				if !b.sent.Before(a.sent) && !b.recv.After(a.sent.Add(w)) {
+					n++
+				}
+			}
+			best = max(best, n)
+		}
+	}
+	return best
 }
 
 // summary returns counts by class: 2xx, 429, 5xx, errors.
@@ -122,19 +152,6 @@ func (l *load) summary() map[string]int {
 }
 
 // admitted returns each client's 2xx count.
-func (l *load) admitted() map[string]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := map[string]int{}
-	for c, codes := range l.byClient {
-		for code, n := range codes {
-			if code >= 200 && code < 300 {
-				out[c] += n
-			}
-		}
-	}
-	return out
-}
 
 func (l *load) failures() int {
 	l.mu.Lock()

@@ -178,7 +178,7 @@ func TestDrainingEdgeLeavesDNS(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	took, err := waitFor(ctx, 10*time.Second, "DNS to drop "+drained.Addr, func(ctx context.Context) error {
+	_, err = waitFor(ctx, 10*time.Second, "DNS to drop "+drained.Addr, func(ctx context.Context) error {
 		got, err := res.Lookup(ctx, env.Out.DNSQuery)
 		if err != nil {
 			return err
@@ -191,7 +191,7 @@ func TestDrainingEdgeLeavesDNS(t *testing.T) {
 		}
 		return nil
 	})
-	took = time.Since(sent)
+	took := time.Since(sent)
 	require.NoError(t, err)
 	r := newResult("dns drain (" + drained.Name + ")")
 	r.Times["left_dns"] = took

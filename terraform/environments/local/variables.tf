@@ -14,7 +14,7 @@ variable "regions" {
       service_time = string
       queue        = number
     }), { workers = 64, service_time = "2ms", queue = 1024 })
-    redis_timeout   = optional(string, "50ms")
+    redis_timeout   = optional(string, "")
     edge_workers    = optional(number, 0)
     edge_extra_args = optional(list(string), [])
     key_salt        = optional(string)

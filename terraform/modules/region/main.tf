@@ -49,8 +49,8 @@ variable "origin" {
 
 variable "redis_timeout" {
   type        = string
-  description = "The edges' --redis-timeout. Every process of the stack shares one host (and, here, two cores with everything else), so a Redis round trip's tail is far above a real network's: the edge's 5 ms default would send a large share of healthy calls to the fallback."
-  default     = "50ms"
+  description = "The edges' --redis-timeout; empty keeps the edge's default (250 ms)."
+  default     = ""
 }
 
 variable "edge_workers" {
