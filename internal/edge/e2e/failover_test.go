@@ -178,7 +178,7 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 
 	org := startOrigin(t, 0)
 	e := startEdge(t, "--origin", org.URL, "--rules", writeRules(t, steadyRules),
-		"--redis", c.URL(), "--redis-mode", "cluster", "--redis-timeout", "50ms",
+		"--redis", c.URL(), "--redis-mode", "cluster",
 		"--trusted-proxies", "127.0.0.1", "--key-salt", testenv.KeyPrefix(t))
 
 	ips := clientIPs(32)
@@ -245,7 +245,7 @@ func TestSentinelMasterKilledUnderLoad(t *testing.T) {
 
 	org := startOrigin(t, 0)
 	e := startEdge(t, "--origin", org.URL, "--rules", writeRules(t, steadyRules),
-		"--redis", s.URL(), "--redis-mode", "sentinel", "--redis-timeout", "50ms",
+		"--redis", s.URL(), "--redis-mode", "sentinel",
 		"--trusted-proxies", "127.0.0.1", "--key-salt", testenv.KeyPrefix(t))
 
 	ips := clientIPs(8)

@@ -132,7 +132,7 @@ rules:
     window: 1m
 `, limit))
 	args := []string{"--origin", org.URL, "--rules", rules,
-		"--redis", cluster.URL(), "--redis-mode", "cluster", "--redis-timeout", "500ms",
+		"--redis", cluster.URL(), "--redis-mode", "cluster",
 		"--trusted-proxies", "127.0.0.1", "--key-salt", testenv.KeyPrefix(t), "--nodes-in-region", "3"}
 	var es []*edgeProc
 	for range 3 {
@@ -218,7 +218,7 @@ rules:
 	// instead of arriving at the limiter, and the measure would be of the
 	// test process, not of coalescing.
 	e := startEdge(t, "--demo-origin", "--rules", rules,
-		"--redis", cluster.URL(), "--redis-mode", "cluster", "--redis-timeout", "500ms",
+		"--redis", cluster.URL(), "--redis-mode", "cluster",
 		"--key-salt", testenv.KeyPrefix(t))
 	// One request first: the edge has its slot map and connections (script
 	// loading happened at start).
