@@ -34,7 +34,7 @@ type checkerOptions struct {
 	// FixedWindow turns the fixed_window checks on; they need the load
 	// generator and Redis to share a clock (a loopback stack).
 	FixedWindow *bool `json:"fixedWindow"`
-	// Findings caps the findings kept for the summary.
+	// Findings caps the findings of each kind kept for the summary.
 	Findings int `json:"findings"`
 }
 
@@ -48,6 +48,7 @@ type sharedChecker struct {
 
 	mu       sync.Mutex
 	findings []accuracy.Finding
+	kept     map[string]int               // findings kept per kind
 	combos   map[string]map[string]string // tag sets seen, for the zero samples at finish
 	finished bool
 }
@@ -61,7 +62,7 @@ type Checker struct {
 // Checker is checker(opts) for scripts. Every VU asking for the same rules
 // shares one checker.
 func (mi *ModuleInstance) Checker(v sobek.Value) (*Checker, error) {
-	o := checkerOptions{APIKeyHeader: "X-API-Key", Settle: "10s", Findings: 100}
+	o := checkerOptions{APIKeyHeader: "X-API-Key", Settle: "10s", Findings: 50}
 	if v == nil || sobek.IsUndefined(v) || sobek.IsNull(v) {
 		return nil, fmt.Errorf("checker: want options with rulesFile or rules")
 	}
@@ -112,7 +113,7 @@ func newSharedChecker(o checkerOptions) (*sharedChecker, error) {
 	fixed := o.FixedWindow == nil || *o.FixedWindow
 	pols, byID := Policies(doc, o.APIKeyHeader, fixed)
 	return &sharedChecker{c: accuracy.New(pols), rules: byID, settle: settle, keep: o.Findings,
-		combos: map[string]map[string]string{}}, nil
+		combos: map[string]map[string]string{}, kept: map[string]int{}}, nil
 }
 
 // Policies turns a rules document into the checker's policies.
@@ -248,7 +249,8 @@ func (c *Checker) emit(fs []accuracy.Finding) {
 	}
 	c.sc.mu.Lock()
 	for _, f := range fs {
-		if len(c.sc.findings) < c.sc.keep {
+		if c.sc.kept[f.Kind] < c.sc.keep {
+			c.sc.kept[f.Kind]++
 			c.sc.findings = append(c.sc.findings, f)
 		}
 	}

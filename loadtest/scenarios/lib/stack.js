@@ -167,8 +167,12 @@ export function finish(name, data, checker, extra) {
   for (const [k, v] of Object.entries(extra || {})) {
     lines.push(`  ${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}`);
   }
-  for (const f of acc.findings.slice(0, 5)) {
-    lines.push(`  finding: ${f.kind} ${f.policy} ${f.region}${f.pop ? '/' + f.pop : ''} client ${f.client}: ${f.detail}`);
+  for (const kind of ['over_admission', 'false_denial', 'broken_promise']) {
+    const f = acc.findings.find((x) => x.kind === kind);
+    if (f) {
+      const tags = Object.entries(f.tags || {}).map(([k, v]) => `${k}=${v}`).join(' ');
+      lines.push(`  first ${kind}: ${f.policy} ${f.region}${f.pop ? '/' + f.pop : ''} client ${f.client} ${tags}: ${f.detail}`);
+    }
   }
   eg.print(lines.join('\n'));
   return null;
