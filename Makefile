@@ -54,10 +54,12 @@ stack-outputs:
 drills:
 	$(GO) run ./cmd/drills --outputs $(STACK_STATE)/outputs.json
 
-# Brings a stack of its own up (state in a temp dir), runs drills 1 and 3
-# and the DNS drain test, and takes it down: the build tag keeps this
-# package out of `go test ./...`, so it runs exactly once.
-stack-test: tools
+# Brings a stack of its own up (state in a temp dir), runs the k6 smoke
+# (multi-region.js, 20 s, correctness thresholds), drills 1 and 3, the DNS
+# drain and self-healing tests, and takes it down: the build tag keeps this
+# package out of `go test ./...`, so it runs exactly once. k6 is built first
+# (cached by k6 version and the extension's content).
+stack-test: tools k6
 	$(GO) test -tags stack -count=1 -timeout 15m -v -run 'Test' ./internal/stack/drills/
 
 # The Grafana boards are generated from dashboards/src (Grafana's foundation

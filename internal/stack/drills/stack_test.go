@@ -1,7 +1,7 @@
 //go:build stack
 
 // These tests bring a stack of their own up with scripts/stack.sh (state in
-// a temp dir), run drills 1 and 3, a DNS drain test and a self-healing
+// a temp dir), run the k6 smoke, drills 1 and 3, a DNS drain test and a self-healing
 // test against it, and take it down, checking nothing is left. The build
 // tag keeps them out of `go test ./...`: `make stack-test` (part of `make
 // test`) runs them once.
@@ -32,6 +32,7 @@ import (
 var (
 	env     *Env
 	root    string
+	outputs string // the stack's outputs.json
 	results []*Result
 )
 
@@ -68,7 +69,8 @@ func runMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "stack up failed: %v\n%s\n", err, out)
 	} else {
 		fmt.Fprintf(os.Stderr, "stack up in %s\n", up.Round(time.Second))
-		env, err = NewEnv(filepath.Join(state, "outputs.json"), root, os.Stderr)
+		outputs = filepath.Join(state, "outputs.json")
+		env, err = NewEnv(outputs, root, os.Stderr)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		} else {
@@ -135,6 +137,24 @@ func leftovers(state string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// The load-test kit's CI smoke on the same stack: 20 s of
+// loadtest/scenarios/multi-region.js through both regions' DNS, with the
+// correctness thresholds only (over-admission, false denials, broken retry
+// promises, malformed fields, errors). k6 comes from make k6's cache.
+func TestLoadtestSmoke(t *testing.T) {
+	c := exec.Command(filepath.Join(root, "loadtest", "run.sh"), "multi-region")
+	c.Dir = root
+	c.Env = append(os.Environ(), "SMOKE=1", "STACK_OUTPUTS="+outputs)
+	out, err := c.CombinedOutput()
+	t.Logf("k6 multi-region smoke:\n%s", tail(string(out), 60))
+	require.NoError(t, err, "the smoke's thresholds failed (k6 exits non-zero)")
+}
+
+func tail(s string, lines int) string {
+	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(ls[max(0, len(ls)-lines):], "\n")
 }
 
 func TestDrill1RedisMasterKilled(t *testing.T) {
