@@ -33,10 +33,13 @@ type Region struct {
 		HTTP       string `json:"http"`
 		DNS        string `json:"dns"`
 	} `json:"consul"`
-	Origin   string         `json:"origin"`
-	PoPs     map[string]PoP `json:"pops"`
-	Failover []string       `json:"failover"`
-	KeySalt  string         `json:"key_salt"`
+	Origin string `json:"origin"`
+	// OriginCapacityRPS is what the origin serves at most (workers /
+	// service time).
+	OriginCapacityRPS float64        `json:"origin_capacity_rps"`
+	PoPs              map[string]PoP `json:"pops"`
+	Failover          []string       `json:"failover"`
+	KeySalt           string         `json:"key_salt"`
 }
 
 // PoP is one PoP of a Region.

@@ -45,6 +45,10 @@ variable "origin" {
     service_time = string
     queue        = number
   })
+  validation {
+    condition     = can(regex("^[1-9][0-9]*ms$", var.origin.service_time))
+    error_message = "origin.service_time must be whole milliseconds, e.g. \"20ms\"."
+  }
 }
 
 variable "redis_timeout" {
@@ -171,10 +175,13 @@ output "value" {
       http       = module.consul.http
       dns        = module.consul.dns
     }
-    origin   = "http://127.0.0.1:${local.origin_port}"
-    pops     = { for pop, m in module.pop : pop => { edges = m.edges } }
-    failover = var.failover
-    key_salt = var.key_salt
+    origin = "http://127.0.0.1:${local.origin_port}"
+    # What the origin serves at most (workers / service time): the
+    # overload scenario drives a PoP to a multiple of it.
+    origin_capacity_rps = floor(var.origin.workers * 1000 / tonumber(trimsuffix(var.origin.service_time, "ms")))
+    pops                = { for pop, m in module.pop : pop => { edges = m.edges } }
+    failover            = var.failover
+    key_salt            = var.key_salt
   }
 }
 
