@@ -40,11 +40,7 @@ func Parse(data []byte) (*Document, error) {
 	// fields here (what Decoder.KnownFields does, which a yaml.Node cannot
 	// be asked for), rather than parsing the text a second time.
 	var doc Document
-	err = decodeTree(root, &doc)
-	if unknown := unknownFields(root, documentType, nil); len(unknown) > 0 {
-		err = mergeTypeErrors(err, unknown)
-	}
-	if err != nil {
+	if err := decodeTree(root, &doc); err != nil {
 		return nil, fmt.Errorf("rules: decode: %w", err)
 	}
 

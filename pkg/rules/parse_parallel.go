@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -162,54 +163,56 @@ func lineAt(data []byte, starts []int, i int) []byte {
 // in one piece per CPU. A variable for tests.
 var parallelRules = 4096
 
-// decodeTree is root.Decode(doc) followed by defaultCost, with the rules of
-// a large document decoded in one piece per CPU. The pieces are nodes of
-// the one tree, so aliases and merge keys resolve as in one decode.
+// decodeTree decodes root into doc as yaml.v3's strict decoder would, cost
+// defaulted (see defaultCost): the rules by hand where they are of the plain
+// shape (parse_fast.go), the rest by yaml.v3, with the unknown fields found
+// on the tree (unknownFields). The rules of a large document are decoded in
+// one piece per CPU; the pieces are nodes of the one tree, so aliases and
+// merge keys resolve as in one decode.
 func decodeTree(root *yaml.Node, doc *Document) error {
-	seq := rulesOf(root)
-	n := runtime.GOMAXPROCS(0)
-	if seq == nil || n < 2 || len(seq.Content) < parallelRules {
-		if err := root.Decode(doc); err != nil {
-			return err
+	seq, ok := fastHead(root, doc)
+	if !ok {
+		// Not a plain top level: all of it by yaml.v3.
+		err := root.Decode(doc)
+		if unknown := unknownFields(root, documentType, nil); len(unknown) > 0 {
+			err = mergeTypeErrors(err, unknown)
 		}
-		defaultCost(root, doc)
+		if err == nil {
+			defaultCost(root, doc)
+		}
+		return err
+	}
+	if seq == nil {
 		return nil
 	}
-	// Everything but the rules, then the rules piece by piece.
-	head := *root
-	head.Content = slices.Clone(root.Content)
-	for i := 1; i < len(head.Content); i += 2 {
-		if head.Content[i] == seq {
-			head.Content[i] = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		}
+	n := runtime.GOMAXPROCS(0)
+	if len(seq.Content) < parallelRules {
+		n = 1
 	}
-	headErr := head.Decode(doc)
 	rules := make([][]Rule, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for k := range n {
-		wg.Go(func() {
-			piece := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: seq.Content[k*len(seq.Content)/n : (k+1)*len(seq.Content)/n]}
-			if errs[k] = piece.Decode(&rules[k]); errs[k] != nil {
-				return
-			}
-			var costs []struct {
-				Cost *int64 `yaml:"cost"`
-			}
-			if piece.Decode(&costs) != nil || len(costs) != len(rules[k]) {
-				return // the strict decode succeeded; this cannot really happen
-			}
-			for i, c := range costs {
-				if c.Cost == nil {
-					rules[k][i].Cost = 1
-				}
-			}
-		})
+	decode := func(k int) {
+		items := seq.Content[k*len(seq.Content)/n : (k+1)*len(seq.Content)/n]
+		var ok bool
+		if rules[k], ok = fastRules(items); !ok {
+			rules[k], errs[k] = decodeRules(items)
+		}
 	}
-	wg.Wait()
+	if n == 1 {
+		decode(0)
+	} else {
+		var wg sync.WaitGroup
+		for k := range n {
+			wg.Go(func() { decode(k) })
+		}
+		wg.Wait()
+	}
 	doc.Rules = slices.Concat(rules...)
+	if doc.Rules == nil {
+		doc.Rules = []Rule{} // an empty list, as yaml.v3 decodes it
+	}
 	var msgs []string
-	for _, err := range append([]error{headErr}, errs...) {
+	for _, err := range errs {
 		var te *yaml.TypeError
 		switch {
 		case err == nil:
@@ -224,4 +227,32 @@ func decodeTree(root *yaml.Node, doc *Document) error {
 	}
 	slices.SortStableFunc(msgs, func(a, b string) int { return cmp.Compare(lineOf(a), lineOf(b)) })
 	return &yaml.TypeError{Errors: msgs}
+}
+
+var rulesType = reflect.TypeFor[[]Rule]()
+
+// decodeRules decodes rule nodes by yaml.v3, unknown fields included, with
+// omitted costs defaulted.
+func decodeRules(items []*yaml.Node) ([]Rule, error) {
+	piece := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: items}
+	var rules []Rule
+	err := piece.Decode(&rules)
+	if unknown := unknownFields(piece, rulesType, nil); len(unknown) > 0 {
+		err = mergeTypeErrors(err, unknown)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var costs []struct {
+		Cost *int64 `yaml:"cost"`
+	}
+	if piece.Decode(&costs) != nil || len(costs) != len(rules) {
+		return rules, nil // the strict decode succeeded; this cannot really happen
+	}
+	for i, c := range costs {
+		if c.Cost == nil {
+			rules[i].Cost = 1
+		}
+	}
+	return rules, nil
 }
