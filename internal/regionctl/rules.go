@@ -224,6 +224,7 @@ func (a *app) rulesHistory(args []string) error {
 			return err
 		}
 	}
+	a.printf("\n")
 	a.printRetention(r, len(all), pruning)
 	return nil
 }
