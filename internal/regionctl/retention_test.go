@@ -119,10 +119,10 @@ func TestPrunedPartsCollectedAfterConvergence(t *testing.T) {
 
 	// An edge still runs something else.
 	fakeEdge(t, euWest, "edge-retention-1", "ams", "0123456789ab", api.HealthPassing)
-	res := pushBig(1)
+	pushBig(1)
 	m1 := manifest()
 	require.GreaterOrEqual(t, len(m1.Parts), 2)
-	res = pushBig(2)
+	res := pushBig(2)
 	m2 := manifest()
 	assert.Equal(t, float64(1), res["history_pruned"])
 	assert.Nil(t, res["parts_collected"], res)

@@ -145,14 +145,14 @@ func TestFastDecodeMixedPieces(t *testing.T) {
 	prev := runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
 	defer runtime.GOMAXPROCS(prev)
 	defer func(was int) { parallelRules = was }(parallelRules)
-	parallelRules = 64
+	parallelRules = 32
 	for name, odd := range map[string]string{
 		"hex limit":     "  - {id: odd, key: [ip], algorithm: fixed_window, limit: 0x20, window: 1s}\n",
 		"unknown field": "  - {id: odd, key: [ip], colour: red}\n",
 		"bad duration":  "  - {id: odd, key: [ip], window: 10}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			src := bigRules("version: 1\nrules:\n", odd, 300, flowItem) + bigRules("", "", 300, func(i int) string { return flowItem(i + 1000) })
+			src := bigRules("version: 1\nrules:\n", odd, 100, flowItem) + bigRules("", "", 100, func(i int) string { return flowItem(i + 1000) })
 			root, err := parseTree([]byte(src))
 			require.NoError(t, err)
 			want, wantErrs := referenceDecode(t, src)
@@ -162,13 +162,13 @@ func TestFastDecodeMixedPieces(t *testing.T) {
 				var te *yaml.TypeError
 				require.True(t, errors.As(err, &te), "%v", err)
 				require.Equal(t, wantErrs, te.Errors)
-				require.Contains(t, fmt.Sprint(te.Errors), "line 303")
+				require.Contains(t, fmt.Sprint(te.Errors), "line 103")
 				return
 			}
 			require.NoError(t, err)
 			require.Equal(t, *want, got)
-			require.Len(t, got.Rules, 601)
-			require.True(t, strings.HasPrefix(got.Rules[300].ID, "odd"))
+			require.Len(t, got.Rules, 201)
+			require.True(t, strings.HasPrefix(got.Rules[100].ID, "odd"))
 		})
 	}
 }

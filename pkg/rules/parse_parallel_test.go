@@ -111,10 +111,10 @@ func lastLine(root *yaml.Node) int {
 // goes the whole way.
 func TestParsePiecesEqualsWhole(t *testing.T) {
 	defer func(was, size int) { parallelMin, pieceSize = was, size }(parallelMin, pieceSize)
-	parallelMin, pieceSize = 16<<10, 4<<10
+	parallelMin, pieceSize = 8<<10, 2<<10
 	prev := runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
 	defer runtime.GOMAXPROCS(prev)
-	n := 600
+	n := 200
 	for _, tc := range []struct {
 		name   string
 		src    string
