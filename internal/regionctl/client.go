@@ -229,3 +229,31 @@ func (s *session) collectParts(r string) (int, string) {
 	}
 	return n, ""
 }
+
+// pruneHistory applies the history retention to r (keep < 1: none).
+func (s *session) pruneHistory(r string, keep int) ([]region.Entry, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	pruned, err := s.c.PruneHistory(ctx, r, keep)
+	return pruned, need(err, fmt.Sprintf("key read and write on %s in %s", s.layout.History(r), r))
+}
+
+// unnamedParts counts r's stored parts that no manifest names; a failure is
+// a warning.
+func (s *session) unnamedParts(r string) (int, string) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	keys, err := s.c.UnnamedParts(ctx, r)
+	if err != nil {
+		return 0, "listing unreferenced parts: " + s.a.message(err)
+	}
+	return len(keys), ""
+}
+
+// historyPruning reads what history retention did in r.
+func (s *session) historyPruning(r string) (region.Pruning, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	p, err := s.c.HistoryPruning(ctx, r)
+	return p, need(err, fmt.Sprintf("key read on %s in %s", s.layout.HistoryPruned(r), r))
+}

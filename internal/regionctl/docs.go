@@ -241,3 +241,11 @@ func isInvalid(err error) bool {
 	var ce *codedError
 	return errors.As(err, &ce) && ce.code == ExitInvalid
 }
+
+// entries is plural for "entry" (kind: "" or "history ").
+func entries(n int, kind string) string {
+	if n == 1 {
+		return "1 " + kind + "entry"
+	}
+	return fmt.Sprintf("%d %sentries", n, kind)
+}

@@ -48,7 +48,8 @@ Rules (YAML, schema v1; each region is a Consul datacenter of the same name):
   rules get --region R [--effective|--global|--document]
                                                print the effective merged rules (default) or a stored document
   rules history --region R [--limit N] [--kind K]
-                                               list pushes: seq, time, author, host, kind, version, message
+                                               list pushes: seq, time, author, host, kind, version, message;
+                                               then the history retention and what it pruned
   rules rollback --region R [--global] [--to VERSION]
                                                restore the previous (or the given) document from history
 
@@ -62,12 +63,16 @@ Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
                                                flagging edges that have not converged
 
-Push flags: --message TEXT, --author NAME (default $USER). Every push checks the
+Push flags: --message TEXT, --author NAME (default $USER), --keep-history N
+(default 50: after the push, keep the newest N history entries of each document
+in the region, delete older ones; 0 keeps all). Every push checks the
 document's ModifyIndex in the same Consul transaction that appends the history
 entry (author, host, time, message), so a concurrent push fails with a conflict.
 A push validates FILE and each region's resulting effective rules first and
 writes nothing if any is invalid. --all writes the regions one by one.
-A document over 192 KiB is stored in parts with a manifest (see README.md).
+A document over 192 KiB is stored in parts with a manifest (see README.md); parts
+no manifest names any more are deleted by a push once the region's edges have
+converged, and kept until then.
 "rules get" and "regions status" show effective versions (what edges report);
 "rules history" shows pushed document versions, which "rollback --to" takes.
 

@@ -17,17 +17,25 @@ import (
 const oneByOne = "Regions are written one by one, not in one transaction: " +
 	"if a region fails, the regions before it keep the new document and the ones after it are still written."
 
-// meta is who pushes, from where and why.
-type meta struct{ author, host, message string }
+// meta is who pushes, from where and why, and how much history to keep.
+type meta struct {
+	author, host, message string
+	keep                  int
+}
 
 func (a *app) metaFlags(fs *flag.FlagSet) *meta {
 	m := &meta{}
 	fs.StringVar(&m.message, "message", "", "history `message` for this push")
 	fs.StringVar(&m.author, "author", "", "history author (default $USER)")
+	fs.IntVar(&m.keep, "keep-history", region.DefaultKeepHistory,
+		"after the push, keep the newest `N` history entries of each document in the region and delete older ones (0: keep all)")
 	return m
 }
 
-func (a *app) fillMeta(m *meta) {
+func (a *app) fillMeta(m *meta) error {
+	if m.keep < 0 {
+		return usagef("--keep-history must be >= 0 (0 keeps all), got %d", m.keep)
+	}
 	if m.author == "" {
 		m.author = a.env("USER")
 	}
@@ -37,6 +45,7 @@ func (a *app) fillMeta(m *meta) {
 	if h, err := os.Hostname(); err == nil {
 		m.host = h
 	}
+	return nil
 }
 
 // pushResult is one region's outcome.
@@ -49,7 +58,9 @@ type pushResult struct {
 	Version         string `json:"version,omitempty"`          // effective rules version after the push
 	PreviousVersion string `json:"previous_version,omitempty"` // effective rules version before
 	Seq             string `json:"seq,omitempty"`              // history entry
+	HistoryPruned   int    `json:"history_pruned,omitempty"`   // history entries deleted by --keep-history
 	PartsCollected  int    `json:"parts_collected,omitempty"`  // unreferenced parts deleted after the push
+	PartsPending    int    `json:"parts_pending,omitempty"`    // unreferenced parts kept until the edges converge
 	Warning         string `json:"warning,omitempty"`
 	Error           string `json:"error,omitempty"`
 	ExitCode        int    `json:"exit_code"`
@@ -68,7 +79,11 @@ type plan struct {
 	// storedInParts: the document being replaced is stored in parts, so
 	// the push may leave parts for CollectParts.
 	storedInParts bool
-	err           error
+	// converged: every healthy edge of the region ran the effective rules
+	// KV held when the push was planned, so none is still loading an older
+	// version's parts (see collect).
+	converged bool
+	err       error
 }
 
 // plan reads region d.region's documents and checks that writing data as
@@ -90,7 +105,27 @@ func (s *session) plan(d docFlags, data []byte, docVersion string) plan {
 	if p.after, err = s.a.effectiveVersion(with(docs, d, data)); err != nil {
 		p.err = invalidf("the effective rules of %s would be invalid: %s", d.region, oneLine(err))
 	}
+	p.converged = p.err == nil && s.convergedOn(d.region, p.before)
 	return p
+}
+
+// convergedOn reports whether every healthy edge of region r runs version
+// (true when none is registered). An error listing the edges counts as not
+// converged: it only delays collecting parts.
+func (s *session) convergedOn(r, version string) bool {
+	if version == "invalid" {
+		return false
+	}
+	edges, err := s.edges(r)
+	if err != nil {
+		return false
+	}
+	for _, e := range edges {
+		if e.Healthy && e.Region == r && e.RulesVersion != version {
+			return false
+		}
+	}
+	return true
 }
 
 // write pushes a plan (check-and-set on the index read by plan).
@@ -111,10 +146,36 @@ func (s *session) write(p plan, m meta) pushResult {
 		return s.failed(res, err)
 	}
 	res.Status, res.Seq = "ok", e.Seq
-	if len(p.data) > region.InlineMax || p.storedInParts {
-		res.PartsCollected, res.Warning = s.collectParts(p.d.region)
-	}
+	s.afterPush(&res, m, len(p.data) > region.InlineMax || p.storedInParts, p.converged)
 	return res
+}
+
+// afterPush applies the history retention (--keep-history) to the region
+// and, where parts may have lost their last manifest (a document in parts
+// written or replaced, history entries pruned), deletes the parts no
+// manifest names: only when the region's edges had converged on what the
+// push replaced, since an edge still loading it might be reading them.
+// Otherwise they stay, counted as pending, for a later push to collect.
+// Failures here are warnings: the push itself has landed.
+func (s *session) afterPush(res *pushResult, m meta, parts, converged bool) {
+	var warnings []string
+	pruned, err := s.pruneHistory(res.Region, m.keep)
+	res.HistoryPruned = len(pruned)
+	if err != nil {
+		warnings = append(warnings, "pruning history: "+s.a.message(err))
+	}
+	if parts || len(pruned) > 0 {
+		var warn string
+		if converged {
+			res.PartsCollected, warn = s.collectParts(res.Region)
+		} else {
+			res.PartsPending, warn = s.unnamedParts(res.Region)
+		}
+		if warn != "" {
+			warnings = append(warnings, warn)
+		}
+	}
+	res.Warning = strings.Join(warnings, "; ")
 }
 
 func (s *session) failed(res pushResult, err error) pushResult {
@@ -141,8 +202,15 @@ func (r pushResult) line(verb string) string {
 	case "ok":
 		line := fmt.Sprintf("%s: ok: %s, document version %s; effective rules version %s -> %s",
 			r.Region, verb, r.DocumentVersion, dash(r.PreviousVersion), r.Version)
+		if r.HistoryPruned > 0 {
+			line += fmt.Sprintf("; pruned %s (keeping the newest of each document)", entries(r.HistoryPruned, "history "))
+		}
 		if r.PartsCollected > 0 {
 			line += fmt.Sprintf("; deleted %s no manifest names", plural(r.PartsCollected, "stored part"))
+		}
+		if r.PartsPending > 0 {
+			line += fmt.Sprintf("; %s no manifest names kept until the edges of %s converge (a later push deletes them)",
+				plural(r.PartsPending, "stored part"), r.Region)
 		}
 		if r.Warning != "" {
 			line += "; warning: " + r.Warning
@@ -180,7 +248,9 @@ func (a *app) rulesPush(args []string) error {
 	if err != nil {
 		return err
 	}
-	a.fillMeta(m)
+	if err := a.fillMeta(m); err != nil {
+		return err
+	}
 	s, err := a.connect()
 	if err != nil {
 		return err
@@ -293,7 +363,9 @@ func (a *app) rulesRollback(args []string) error {
 	if len(pos) != 0 {
 		return usagef("rules rollback takes no arguments, got %q", pos)
 	}
-	a.fillMeta(m)
+	if err := a.fillMeta(m); err != nil {
+		return err
+	}
 	s, err := a.connectRegion(d.region)
 	if err != nil {
 		return err

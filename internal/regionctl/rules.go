@@ -203,21 +203,69 @@ func (a *app) rulesHistory(args []string) error {
 			entries = append(entries, e)
 		}
 	}
+	pruning, err := s.historyPruning(r)
+	if err != nil {
+		return err
+	}
 	if a.json() {
-		a.emitJSON(map[string]any{"region": r, "entries": entries})
+		a.emitJSON(map[string]any{"region": r, "entries": entries, "stored": len(all), "retention": retentionJSON(pruning)})
 		return nil
 	}
 	if len(entries) == 0 {
 		a.printf("no history in %s\n", r)
-		return nil
+	} else {
+		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tTIME\tAUTHOR\tHOST\tKIND\tVERSION\tMESSAGE")
+		for _, e := range entries {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339),
+				dash(e.Author), dash(e.Host), e.Kind, dash(e.Version), dash(oneLine(fmt.Errorf("%s", e.Message))))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
+	a.printf("\n")
+	a.printRetention(r, len(all), pruning)
+	return nil
+}
+
+// retentionJSON is the history retention of a region for --output json.
+func retentionJSON(p region.Pruning) map[string]any {
+	out := map[string]any{"keep": p.Keep, "pruned_total": p.Total, "recently_pruned": p.Recent}
+	if p.Keep == 0 {
+		out["keep"] = region.DefaultKeepHistory
+		out["note"] = "no push has pruned yet: pushes keep the newest " + fmt.Sprint(region.DefaultKeepHistory) + " entries of each document unless --keep-history says otherwise"
+	} else {
+		out["last_pruned"] = p.Time
+	}
+	if p.Recent == nil {
+		out["recently_pruned"] = []region.Entry{}
+	}
+	return out
+}
+
+// printRetention says how much history the region keeps and what was
+// pruned.
+func (a *app) printRetention(r string, stored int, p region.Pruning) {
+	if p.Keep == 0 {
+		a.printf("%s: %s stored; nothing pruned yet (pushes keep the newest %d entries of each document, --keep-history)\n",
+			r, entries(stored, "history "), region.DefaultKeepHistory)
+		return
+	}
+	a.printf("%s: %s stored; the last push (%s) kept the newest %d of each document (--keep-history); %s pruned in all\n",
+		r, entries(stored, "history "), p.Time.UTC().Format(time.RFC3339), p.Keep, entries(p.Total, ""))
+	if len(p.Recent) == 0 {
+		return
+	}
+	a.printf("most recently pruned:\n")
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tTIME\tAUTHOR\tHOST\tKIND\tVERSION\tMESSAGE")
-	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339),
-			dash(e.Author), dash(e.Host), e.Kind, dash(e.Version), dash(oneLine(fmt.Errorf("%s", e.Message))))
+	for _, e := range p.Recent[:min(len(p.Recent), 10)] {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339), dash(e.Author), e.Kind, dash(e.Version))
 	}
-	return tw.Flush()
+	_ = tw.Flush()
+	if n := len(p.Recent) - 10; n > 0 {
+		a.printf("  … and %d more (see --output json)\n", n)
+	}
 }
 
 // rules diff --region R [--global] FILE

@@ -120,9 +120,11 @@ func TestPushAllGetHistory(t *testing.T) {
 	r = run(t, "rules", "history", "--prefix", p, "--region", "us-east")
 	require.Equal(t, ExitOK, r.code, r)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	require.Len(t, lines, 2, r)
+	require.Len(t, lines, 4, r)
 	assert.Regexp(t, `^SEQ\s+TIME\s+AUTHOR\s+HOST\s+KIND\s+VERSION\s+MESSAGE$`, lines[0])
 	assert.Regexp(t, `^\d{20}\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+alice\s+`+host+`\s+rules/global\s+`+version+`\s+first rules$`, lines[1])
+	assert.Empty(t, lines[2])
+	assert.Regexp(t, `^us-east: 1 history entry stored; the last push \(.*\) kept the newest 50 of each document \(--keep-history\); 0 entries pruned in all$`, lines[3])
 
 	r = run(t, "rules", "history", "--prefix", p, "--region", "eu-west", "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)

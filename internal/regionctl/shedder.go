@@ -135,7 +135,9 @@ func (a *app) shedderSet(args []string) error {
 		}
 		kv[k] = v
 	}
-	a.fillMeta(m)
+	if err := a.fillMeta(m); err != nil {
+		return err
+	}
 	s, err := a.connectRegion(r)
 	if err != nil {
 		return err
@@ -180,6 +182,7 @@ func (a *app) shedderSet(args []string) error {
 			res = s.failed(res, err)
 		} else {
 			res.Status, res.Seq = "ok", e.Seq
+			s.afterPush(&res, *m, false, false)
 		}
 	}
 	if a.json() {
@@ -192,7 +195,17 @@ func (a *app) shedderSet(args []string) error {
 	if !a.json() {
 		switch res.Status {
 		case "ok":
-			a.printf("%s: ok: shedder settings updated (%s), version %s -> %s\n", r, changed, dash(res.PreviousVersion), version)
+			a.printf("%s: ok: shedder settings updated (%s), version %s -> %s", r, changed, dash(res.PreviousVersion), version)
+			if res.HistoryPruned > 0 {
+				a.printf("; pruned %s", entries(res.HistoryPruned, "history "))
+			}
+			if res.PartsPending > 0 {
+				a.printf("; %s no manifest names kept until the edges of %s converge", plural(res.PartsPending, "stored part"), r)
+			}
+			if res.Warning != "" {
+				a.printf("; warning: %s", res.Warning)
+			}
+			a.printf("\n")
 		default:
 			a.printf("%s: unchanged: the shedder settings already hold %s\n", r, changed)
 		}

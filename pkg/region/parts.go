@@ -26,8 +26,13 @@ import (
 // did not change between versions is stored once.
 //
 // Parts stay as long as a manifest names them: the current documents or any
-// history entry (so rollback can restore any pushed version). CollectParts
-// deletes the others: those of pushes interrupted before their manifest.
+// history entry kept (so rollback can restore any version history holds).
+// CollectParts deletes the others: those of pushes interrupted before their
+// manifest, and those of versions whose history entries were pruned
+// (PruneHistory). regionctl collects only once the region's edges have
+// converged on what KV holds, so no edge is still reading parts it deletes;
+// and were one to, it would find a part missing, keep the rules it runs and
+// read the manifest again (Resolve never returns a mix of versions).
 const (
 	// InlineMax is the largest document stored as one value. The push
 	// transaction carries it twice (the key and the history entry), and a
@@ -209,17 +214,40 @@ func (c *Client) resolveDocs(ctx context.Context, region string, d Docs) (Docs, 
 func (c *Client) OnPart(f func(region string, i, n int) error) { c.onPart = f }
 
 // CollectParts deletes region's parts that no manifest names, neither the
-// current documents' nor any history entry's, and returns how many. These
-// are left by pushes interrupted before their manifest: no edge can be
-// reading them. A push racing with it loses nothing: its manifest
+// current documents' nor any history entry's, and returns how many: parts
+// of pushes interrupted before their manifest and of versions whose history
+// entries were pruned. A push racing with it loses nothing: its manifest
 // transaction checks its parts and fails as a conflict if one went.
 func (c *Client) CollectParts(ctx context.Context, region string) (int, error) {
+	unnamed, err := c.UnnamedParts(ctx, region)
+	if err != nil {
+		return 0, err
+	}
+	var ops api.TxnOps
+	for _, k := range unnamed {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
+	}
+	for batch := range slices.Chunk(ops, 64) {
+		ok, resp, _, err := c.api.Txn().Txn(batch, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+		if err != nil {
+			return 0, classifyIn(region, "deleting rules parts in "+region, err)
+		}
+		if !ok {
+			return 0, errors.New("deleting rules parts in " + region + ": " + txnErrors(resp))
+		}
+	}
+	return len(ops), nil
+}
+
+// UnnamedParts lists region's parts that no manifest names, neither the
+// current documents' nor any history entry's: what CollectParts deletes.
+func (c *Client) UnnamedParts(ctx context.Context, region string) ([]string, error) {
 	keys, _, err := c.api.KV().Keys(c.layout.Parts(), "", (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 	if err != nil {
-		return 0, classifyIn(region, "listing rules parts in "+region, err)
+		return nil, classifyIn(region, "listing rules parts in "+region, err)
 	}
 	if len(keys) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	named := map[string]bool{}
 	name := func(value []byte) error {
@@ -233,36 +261,27 @@ func (c *Client) CollectParts(ctx context.Context, region string) (int, error) {
 	}
 	pairs, _, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
-		return 0, classifyIn(region, "reading rules of "+region, err)
+		return nil, classifyIn(region, "reading rules of "+region, err)
 	}
 	for _, p := range pairs {
 		if err := name(p.Value); err != nil {
-			return 0, fmt.Errorf("collecting rules parts in %s: %s: %w", region, p.Key, err)
+			return nil, fmt.Errorf("collecting rules parts in %s: %s: %w", region, p.Key, err)
 		}
 	}
 	history, err := c.History(ctx, region, "")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for _, e := range history {
 		if err := name([]byte(e.Document)); err != nil {
-			return 0, fmt.Errorf("collecting rules parts in %s: history entry %s: %w", region, e.Seq, err)
+			return nil, fmt.Errorf("collecting rules parts in %s: history entry %s: %w", region, e.Seq, err)
 		}
 	}
-	var ops api.TxnOps
+	var unnamed []string
 	for _, k := range keys {
 		if !named[k] {
-			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
+			unnamed = append(unnamed, k)
 		}
 	}
-	for batch := range slices.Chunk(ops, 64) {
-		ok, resp, _, err := c.api.Txn().Txn(batch, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
-		if err != nil {
-			return 0, classifyIn(region, "deleting rules parts in "+region, err)
-		}
-		if !ok {
-			return 0, errors.New("deleting rules parts in " + region + ": " + txnErrors(resp))
-		}
-	}
-	return len(ops), nil
+	return unnamed, nil
 }

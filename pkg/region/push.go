@@ -99,6 +99,9 @@ func (c *Client) History(ctx context.Context, region, kind string) ([]Entry, err
 	}
 	var out []Entry
 	for _, p := range pairs {
+		if !isHistoryEntry(p.Key, c.layout.History(region)) {
+			continue // the pruning record
+		}
 		var e Entry
 		if err := json.Unmarshal(p.Value, &e); err != nil {
 			return nil, fmt.Errorf("history entry %s: %w", p.Key, err)

@@ -11,7 +11,9 @@
 //	rules/regions/<region>    the region's document: overrides rules by id,
 //	                          switches them off with disabled: true
 //	shedder/<region>          the region's load shedder settings (JSON)
-//	history/<region>/<seq>    one entry per push or rollback (JSON)
+//	history/<region>/<seq>    one entry per push or rollback (JSON); pushes
+//	                          keep the newest N of each document
+//	history/<region>/pruned   what that retention deleted (retention.go)
 //	parts/<sha256>            a piece of a rules document too large for one
 //	                          value; its key then holds a manifest (parts.go)
 //
@@ -53,6 +55,10 @@ func (l Layout) RegionRules(region string) string { return l.Prefix + "rules/reg
 func (l Layout) Shedder(region string) string     { return l.Prefix + "shedder/" + region }
 func (l Layout) History(region string) string     { return l.Prefix + "history/" + region + "/" }
 func (l Layout) Parts() string                    { return l.Prefix + "parts/" }
+
+// HistoryPruned holds the region's Pruning record, next to the entries
+// (whose names are all digits) so the same ACL rules cover it.
+func (l Layout) HistoryPruned(region string) string { return l.History(region) + "pruned" }
 
 // Errors callers act on (regionctl maps them to exit codes).
 var (

@@ -3,16 +3,34 @@ package region
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 )
 
-// Backoff between failed blocking queries: from 100ms, doubling, to 10s.
+// Backoff between failed blocking queries: from 100ms, doubling, to 10s,
+// each wait jittered (see jittered).
 const (
 	backoffMin = 100 * time.Millisecond
 	backoffMax = 10 * time.Second
 )
+
+// jittered is the wait for a backoff step of base, given r drawn uniformly
+// from [0, 1): somewhere between half of base and base. Without it, edges
+// that lost Consul together (an agent restart, a fleet restart, a network
+// blip) would retry in lock-step, every step doubling together, and land on
+// the recovering agent all at once each time; with it their retries spread
+// over half of each step, and never come sooner than half of it.
+func jittered(base time.Duration, r float64) time.Duration {
+	r = min(max(r, 0), 1)
+	return base/2 + time.Duration(r*float64(base/2))
+}
+
+// nextBackoff is the backoff step after base: doubled, up to backoffMax.
+func nextBackoff(base time.Duration) time.Duration {
+	return min(2*base, backoffMax)
+}
 
 // WatchRules calls fn with the region's rule documents now and after every
 // change, using Consul blocking queries (index-based) in the local
@@ -94,9 +112,9 @@ func (c *Client) watch(ctx context.Context, prefix string, onErr func(error), fn
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(wait):
+			case <-time.After(jittered(wait, rand.Float64())):
 			}
-			wait = min(2*wait, backoffMax)
+			wait = nextBackoff(wait)
 			continue
 		}
 		wait = backoffMin

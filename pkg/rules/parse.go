@@ -26,6 +26,21 @@ var (
 // duplicate keys, bad durations and every validation problem are reported;
 // the returned document is normalized (see Validate).
 func Parse(data []byte) (*Document, error) {
+	doc := parsePieces(data) // a large plain document, in pieces
+	if doc == nil {
+		var err error
+		if doc, err = parseWhole(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := doc.Validate(); err != nil {
+		return nil, fmt.Errorf("rules: invalid document:\n%w", err)
+	}
+	return doc, nil
+}
+
+// parseWhole parses and decodes data as one tree.
+func parseWhole(data []byte) (*Document, error) {
 	root, err := parseTree(data)
 	if err != nil {
 		return nil, err
@@ -40,16 +55,8 @@ func Parse(data []byte) (*Document, error) {
 	// fields here (what Decoder.KnownFields does, which a yaml.Node cannot
 	// be asked for), rather than parsing the text a second time.
 	var doc Document
-	err = decodeTree(root, &doc)
-	if unknown := unknownFields(root, documentType, nil); len(unknown) > 0 {
-		err = mergeTypeErrors(err, unknown)
-	}
-	if err != nil {
+	if err := decodeTree(root, &doc); err != nil {
 		return nil, fmt.Errorf("rules: decode: %w", err)
-	}
-
-	if err := doc.Validate(); err != nil {
-		return nil, fmt.Errorf("rules: invalid document:\n%w", err)
 	}
 	return &doc, nil
 }
@@ -63,7 +70,11 @@ func parseTree(data []byte) (*yaml.Node, error) {
 }
 
 func parseTreeSerial(data []byte) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
+	return parseTreeReader(bytes.NewReader(data))
+}
+
+func parseTreeReader(r io.Reader) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(r)
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {

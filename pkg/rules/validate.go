@@ -82,12 +82,11 @@ func (r *Rule) limit() limit.Limit {
 // them (limit.Limit.Problems), by field: a rule that validates is one the
 // limiter can decide.
 func (r *Rule) validateLimit(p *problems) {
-	names := strings.Join(limit.Names(), ", ")
 	switch _, err := limit.Parse(string(r.Algorithm)); {
 	case r.Algorithm == "":
-		p.addf("algorithm", "required (one of %s)", names)
+		p.addf("algorithm", "required (one of %s)", strings.Join(limit.Names(), ", "))
 	case err != nil:
-		p.addf("algorithm", "unknown %q (want one of %s)", r.Algorithm, names)
+		p.addf("algorithm", "unknown %q (want one of %s)", r.Algorithm, strings.Join(limit.Names(), ", "))
 	}
 	l := r.limit()
 	quotaOK := true
@@ -108,20 +107,21 @@ func (r *Rule) validateKey(p *problems) {
 		p.addf("key", "required: at least one of %s", descriptorList)
 		return
 	}
-	seen := make(map[string]int, len(r.Key))
+	var seen []string // a rule has a few descriptors: a scan beats a map
 	for i, raw := range r.Key {
-		field := fmt.Sprintf("key[%d]", i)
 		d, err := parseDescriptor(raw)
 		if err != nil {
-			p.addf(field, "%v", err)
+			p.addf(fmt.Sprintf("key[%d]", i), "%v", err)
+			seen = append(seen, "")
 			continue
 		}
 		canon := d.String()
-		if j, dup := seen[canon]; dup {
-			p.addf(field, "duplicate %q (same as key[%d])", canon, j)
+		if j := slices.Index(seen, canon); j >= 0 {
+			p.addf(fmt.Sprintf("key[%d]", i), "duplicate %q (same as key[%d])", canon, j)
+			seen = append(seen, "")
 			continue
 		}
-		seen[canon] = i
+		seen = append(seen, canon)
 		r.Key[i] = canon
 	}
 }
@@ -139,21 +139,56 @@ func (r *Rule) validateMatch(p *problems) {
 // normalizeList rewrites each entry with norm and reports invalid entries and
 // entries that collapse into the same normalized value.
 func normalizeList(p *problems, field string, list []string, norm func(string) (string, error)) {
-	seen := make(map[string]int, len(list))
+	if len(list) == 0 {
+		return
+	}
+	var seen map[string]int // only for lists long enough to need it
 	for i, raw := range list {
-		f := fmt.Sprintf("%s[%d]", field, i)
 		v, err := norm(raw)
 		if err != nil {
-			p.addf(f, "%v", err)
+			p.addf(fmt.Sprintf("%s[%d]", field, i), "%v", err)
 			continue
 		}
-		if j, dup := seen[v]; dup {
-			p.addf(f, "duplicate %q (same as [%d] after normalization)", v, j)
+		j := -1
+		switch {
+		case len(list) > 8:
+			if seen == nil {
+				seen = make(map[string]int, len(list))
+			}
+			if k, dup := seen[v]; dup {
+				j = k
+			} else {
+				seen[v] = i
+			}
+		default:
+			for k := range i {
+				if list[k] == v && !failed(p, field, k) {
+					j = k
+					break
+				}
+			}
+		}
+		if j >= 0 {
+			p.addf(fmt.Sprintf("%s[%d]", field, i), "duplicate %q (same as [%d] after normalization)", v, j)
 			continue
 		}
-		seen[v] = i
 		list[i] = v
 	}
+}
+
+// failed reports whether entry k of field was reported invalid (its text
+// left as written, so it must not count as a duplicate's original).
+func failed(p *problems, field string, k int) bool {
+	if len(p.errs) == 0 {
+		return false
+	}
+	name := fmt.Sprintf("%s[%d]", field, k)
+	for _, e := range p.errs {
+		if fe, ok := e.(*FieldError); ok && fe.Field == name {
+			return true
+		}
+	}
+	return false
 }
 
 func normalizePrefix(raw string) (string, error) {

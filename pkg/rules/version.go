@@ -42,8 +42,14 @@ func DocumentVersion(doc *Document) string {
 	return canonicalVersion(d, true)
 }
 
-// canonicalRule fixes the field set and order that Version hashes. Adding a
-// field here changes every version, which is the point of a schema bump.
+// canonicalRule fixes the field set and order that Version hashes: the JSON
+// encoding of this struct, as encoding/json writes it, with every string of
+// the four lists Go-quoted first (strconv.Quote: path prefixes and query
+// names may hold bytes that are not UTF-8, which encoding/json would fold
+// into U+FFFD and so make different rules hash alike). appendJSON writes those
+// bytes without reflection; TestVersionEncodingLikeJSON holds it to
+// encoding/json. Adding a field here changes every version, which is the
+// point of a schema bump.
 type canonicalRule struct {
 	ID          string   `json:"id"`
 	Hosts       []string `json:"hosts"`
@@ -67,6 +73,32 @@ type canonicalRule struct {
 func versionOfNormalized(d *Document) string { return canonicalVersion(d, false) }
 
 func canonicalVersion(d *Document, withDisabled bool) string {
+	rules := canonicalRules(d, withDisabled)
+	h := sha256.New()
+	buf := make([]byte, 0, 64<<10)
+	buf = append(buf, `{"schema":`...)
+	buf = strconv.AppendInt(buf, SchemaVersion, 10)
+	buf = append(buf, `,"rules":[`...)
+	var scratch []byte
+	for i := range rules {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf, scratch = rules[i].appendJSON(buf, scratch)
+		if len(buf) > 32<<10 {
+			h.Write(buf)
+			buf = buf[:0]
+		}
+	}
+	buf = append(buf, "]}"...)
+	h.Write(buf)
+	return hex.EncodeToString(h.Sum(nil))[:versionLen]
+}
+
+// canonicalRules are the rules Version hashes, sorted by id (stable, so an
+// invalid document with a repeated id still hashes one way). The lists hold
+// the strings as written in the document; they are quoted as encoded.
+func canonicalRules(d *Document, withDisabled bool) []canonicalRule {
 	rules := make([]canonicalRule, 0, len(d.Rules))
 	for _, r := range d.Rules {
 		if r.Disabled {
@@ -77,10 +109,10 @@ func canonicalVersion(d *Document, withDisabled bool) string {
 		}
 		c := canonicalRule{
 			ID:          r.ID,
-			Hosts:       quoteAll(r.Match.Hosts),
-			PathPrefix:  quoteAll(r.Match.PathPrefix),
-			Methods:     quoteAll(r.Match.Methods),
-			Key:         quoteAll(r.Key),
+			Hosts:       nonNil(r.Match.Hosts),
+			PathPrefix:  nonNil(r.Match.PathPrefix),
+			Methods:     nonNil(r.Match.Methods),
+			Key:         nonNil(r.Key),
 			Algorithm:   string(r.Algorithm),
 			Limit:       r.Limit,
 			WindowNS:    int64(r.Window),
@@ -96,25 +128,94 @@ func canonicalVersion(d *Document, withDisabled bool) string {
 		}
 		rules = append(rules, c)
 	}
-	slices.SortStableFunc(rules, func(a, b canonicalRule) int { return cmp.Compare(a.ID, b.ID) })
-	data, err := json.Marshal(struct {
-		Schema int             `json:"schema"`
-		Rules  []canonicalRule `json:"rules"`
-	}{SchemaVersion, rules})
-	if err != nil {
-		panic("rules: canonical encoding failed: " + err.Error()) // plain strings and ints cannot fail
+	if !slices.IsSortedFunc(rules, func(a, b canonicalRule) int { return cmp.Compare(a.ID, b.ID) }) {
+		// Sort positions, not the structs: far fewer bytes to move.
+		order := make([]int32, len(rules))
+		for i := range order {
+			order[i] = int32(i)
+		}
+		slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(rules[a].ID, rules[b].ID) })
+		sorted := make([]canonicalRule, len(rules))
+		for i, j := range order {
+			sorted[i] = rules[j]
+		}
+		rules = sorted
 	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])[:versionLen]
+	return rules
 }
 
-// quoteAll Go-quotes each string: path prefixes and query names may hold
-// bytes that are not UTF-8, which encoding/json would fold into U+FFFD and so
-// make different rules hash alike.
-func quoteAll(s []string) []string {
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[i] = strconv.Quote(v)
+// nonNil is s, or an empty list for nil: active rules encode their lists
+// as arrays, never null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
 	}
-	return out
+	return s
+}
+
+// appendJSON appends c as encoding/json encodes it (with the list strings
+// quoted); scratch is reused for quoting.
+func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
+	buf = append(buf, `{"id":`...)
+	buf = appendJSONString(buf, c.ID)
+	for _, l := range []struct {
+		name string
+		list []string
+	}{{`,"hosts":`, c.Hosts}, {`,"path_prefix":`, c.PathPrefix}, {`,"methods":`, c.Methods}, {`,"key":`, c.Key}} {
+		buf = append(buf, l.name...)
+		if l.list == nil {
+			buf = append(buf, "null"...)
+			continue
+		}
+		buf = append(buf, '[')
+		for i, v := range l.list {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			scratch = strconv.AppendQuote(scratch[:0], v)
+			buf = appendJSONString(buf, string(scratch))
+		}
+		buf = append(buf, ']')
+	}
+	buf = append(buf, `,"algorithm":`...)
+	buf = appendJSONString(buf, c.Algorithm)
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{`,"limit":`, c.Limit}, {`,"window_ns":`, c.WindowNS}, {`,"capacity":`, c.Capacity}, {`,"cost":`, c.Cost}, {`,"min_interval_ns":`, c.MinInterval}} {
+		buf = append(buf, f.name...)
+		buf = strconv.AppendInt(buf, f.v, 10)
+	}
+	buf = append(buf, `,"shadow":`...)
+	buf = strconv.AppendBool(buf, c.Shadow)
+	buf = append(buf, `,"scope":`...)
+	buf = appendJSONString(buf, c.Scope)
+	if c.Disabled {
+		buf = append(buf, `,"disabled":true`...)
+	}
+	return append(buf, '}'), scratch
+}
+
+// appendJSONString appends s as encoding/json encodes a string: printable
+// ASCII other than < > & (which it escapes for HTML) needs only " and \
+// escaped; anything else is left to encoding/json itself.
+func appendJSONString(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			enc, err := json.Marshal(s)
+			if err != nil {
+				panic("rules: encoding a string failed: " + err.Error()) // a string cannot fail
+			}
+			return append(buf, enc...)
+		}
+	}
+	buf = append(buf, '"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			buf = append(buf, '\\', c)
+		} else {
+			buf = append(buf, c)
+		}
+	}
+	return append(buf, '"')
 }
