@@ -17,6 +17,9 @@ import { adminURLs, finish, loadStack, pickEdge, rulesPath, send } from './lib/s
 
 const stack = loadStack();
 const RATE = parseInt(__ENV.RATE || '30', 10);
+// The stack's exact rule by default (sliding_log 20 per client per 2 s), so
+// over-admission during the failover has decisions to be judged on.
+const REQ_PATH = __ENV.REQ_PATH || '/drill/exact';
 const DURATION = __ENV.DURATION || '75s';
 const DRILL_CMD = __ENV.DRILL_CMD || '';
 const RECOVER_CMD = __ENV.RECOVER_CMD || '';
@@ -105,7 +108,7 @@ export function traffic() {
     check(null, { 'DNS answered an edge': () => false }, { phase: p });
     return;
   }
-  const res = send(checker, client, edge, { tags: { phase: p }, checkTags: { phase: p } });
+  const res = send(checker, client, edge, { path: REQ_PATH, tags: { phase: p }, checkTags: { phase: p } });
   check(res, { 'answered 2xx or 429': (r) => (r.status >= 200 && r.status < 300) || r.status === 429 }, { phase: p });
 }
 

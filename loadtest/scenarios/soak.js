@@ -77,7 +77,7 @@ export function traffic() {
     check(null, { 'DNS answered an edge': () => false });
     return;
   }
-  const res = send(checker, client, edge);
+  const res = send(checker, client, edge, { path: __ENV.REQ_PATH || '/drill/exact' });
   if (res.status !== 0 && res.status < 500) {
     eg.observe('latency', res.timings.duration);
   }

@@ -69,7 +69,14 @@ func TestEveryValidLimitIsDecidable(t *testing.T) {
 							// The state counts: remaining falls with every unit.
 							// The buckets' float state may read one lower
 							// than exact, never higher (README).
-							require.Less(t, d.Remaining, remaining, "take %d", i)
+							if i == 2 && ds[0].ResetAfter <= 5*time.Millisecond {
+								// The first take's state lasts a few ms of
+								// Redis's own clock (a bucket refilling a
+								// unit per µs): it may be gone by the second.
+								require.LessOrEqual(t, d.Remaining, remaining, "take %d", i)
+							} else {
+								require.Less(t, d.Remaining, remaining, "take %d", i)
+							}
 							require.GreaterOrEqual(t, d.Remaining, capacity-i-1, "take %d", i)
 							remaining = d.Remaining
 						}
