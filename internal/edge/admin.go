@@ -19,15 +19,11 @@ func (e *Edge) adminHandler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if e.draining.Load() {
-			http.Error(w, "draining", http.StatusServiceUnavailable)
-			return
-		}
-		if e.rules.Load() == nil {
-			http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
+		code, body := e.readiness()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(body + "\n"))
 	})
 	mux.HandleFunc("GET /debug/rules", func(w http.ResponseWriter, _ *http.Request) {
 		snap := e.rules.Load()

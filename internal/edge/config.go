@@ -149,7 +149,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.Var((*modeFlag)(&c.RedisMode), "redis-mode", "standalone, cluster or sentinel")
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip: a slower call is decided by --fail-mode and counts towards opening the breaker")
 	fs.BoolVar(&c.RedisAutopipeline, "redis-autopipeline", c.RedisAutopipeline, "send concurrent requests' single-limit Redis calls together in shared pipelines (go-redis AutoPipeliner); pays off from ~100 decisions in flight")
-	fs.Var((*failFlag)(&c.FailMode), "fail-mode", "when Redis cannot decide: fallback (local limit / nodes), open (admit) or closed (503)")
+	fs.Var((*failFlag)(&c.FailMode), "fail-mode", "when Redis cannot decide: fallback (local limit / nodes), open (admit) or closed (503; /readyz then answers 503 too)")
 	fs.StringVar(&c.Rules, "rules", c.Rules, "rules file (YAML, version 1); re-read on SIGHUP")
 	fs.StringVar(&c.Consul, "consul", c.Consul, "local Consul agent (host:port, or https://host:port); rules, shedder settings and registration come from it; empty = no Consul")
 	fs.StringVar(&c.ConsulToken, "consul-token", c.ConsulToken, "Consul ACL token")

@@ -46,6 +46,7 @@ type Edge struct {
 	shed                  *shedder.Shedder
 	workers               *shedder.Workers
 	draining              atomic.Bool
+	serving               atomic.Bool
 
 	publicLn, adminLn net.Listener
 	server            *fasthttp.Server
@@ -151,6 +152,9 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	e.publicLn = newConnCap(e.publicLn, cfg.MaxConnsPerIP, cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)
 	server := e.server
 	if err := e.metrics.openConns(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	if err := e.metrics.readyGauge(reg, e.readyValue); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	if e.adminLn, err = net.Listen("tcp", cfg.Admin); err != nil {
@@ -289,6 +293,7 @@ func (e *Edge) SetRules(snap *rules.Snapshot) {
 func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 	lcfg := limiter.Config{Timeout: e.cfg.RedisTimeout, FailMode: e.cfg.FailMode, CacheSize: e.cfg.PrefilterSize}
 	var store limiter.Store
+	var loadErr error
 	if e.cfg.Redis == "" {
 		store = limiter.NewMemoryStore()
 		lcfg.StoreName = "memory"
@@ -314,9 +319,10 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 			return err
 		}
 		lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if err := rs.Load(lctx); err != nil {
+		loadErr = rs.Load(lctx)
+		if loadErr != nil {
 			// AP: start anyway; scripts load on first use once Redis answers.
-			e.log.Warn("redis not reachable at start; deciding locally until it is", "err", err)
+			e.log.Warn("redis not reachable at start; deciding locally until it is", "err", loadErr)
 		}
 		cancel()
 		store, lcfg.StoreName = rs, "redis"
@@ -325,6 +331,7 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 	if err != nil {
 		return err
 	}
+	l.StoreFailed(loadErr) // readiness knows before the first request
 	e.limiter, e.storeName = l, lcfg.StoreName
 	return nil
 }
@@ -371,7 +378,7 @@ func (e *Edge) Run(ctx context.Context) error {
 			e.reloadFiles()
 		}
 	}()
-	e.metrics.ready.Set(1)
+	e.serving.Store(true)
 	e.log.Info("edge serving", "listen", e.Addr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
 
 	select {
@@ -380,7 +387,6 @@ func (e *Edge) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	e.draining.Store(true)
-	e.metrics.ready.Set(0)
 	if e.consul != nil {
 		e.consul.deregister()
 	}

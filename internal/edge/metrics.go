@@ -19,7 +19,6 @@ type metrics struct {
 	rulesLoaded  prometheus.Gauge
 	rulesErrors  prometheus.Counter
 	limiterError prometheus.Counter
-	ready        prometheus.Gauge
 	consulErrors prometheus.Counter
 	connsRefused prometheus.Counter
 }
@@ -73,10 +72,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "edgeguard_edge_connections_refused_total",
 			Help: "Connections refused at accept because their peer address already held --max-conns-per-ip.",
 		}),
-		ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "edgeguard_edge_ready",
-			Help: "1 when the node serves (rules loaded, not draining).",
-		}),
 	}
 	m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused} {
@@ -85,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.ready, m.consulErrors, m.connsRefused} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.connsRefused} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
@@ -97,4 +92,12 @@ func (m *metrics) openConns(reg prometheus.Registerer, open func() float64) erro
 		Name: "edgeguard_edge_open_connections",
 		Help: "Client connections the public server holds open.",
 	}, open))
+}
+
+// readyGauge exports what /readyz answers (read at scrape).
+func (m *metrics) readyGauge(reg prometheus.Registerer, ready func() float64) error {
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "edgeguard_edge_ready",
+		Help: "1 when /readyz answers 200: serving, rules loaded, not draining, and the rate limit store decides or the fail mode still serves (degraded: see edgeguard_limiter_degraded).",
+	}, ready))
 }

@@ -26,6 +26,9 @@ type breaker struct {
 	openedAt  time.Time
 	onChange  func(breakerState)
 	used      atomic.Int64 // unix ns of the last get: shards that stop being used are forgotten
+	// probeLimit is a limit of the shard that failed: readiness checks
+	// probe with it when no request comes to do so.
+	probeLimit atomic.Pointer[Limit]
 }
 
 func newBreaker(threshold int, cooldown time.Duration, onChange func(breakerState)) *breaker {

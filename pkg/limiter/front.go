@@ -142,6 +142,7 @@ type Limiter struct {
 	flights  *flights
 	breakers *breakers
 	metrics  *metrics
+	health   health
 	log      *slog.Logger
 	now      func() time.Time
 }
@@ -165,7 +166,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		log:      log,
 		now:      time.Now,
 	}
-	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() })
+	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health)
 	if err != nil {
 		return nil, err
 	}
@@ -435,9 +436,15 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 	// A shard succeeded when none of its requests failed for a store reason
 	// (an invalid request says nothing about the store's health).
 	failed := map[*breaker]bool{}
+	var storeErr error
 	for _, i := range sent {
 		if i >= 0 {
-			failed[shards[i]] = failed[shards[i]] || (errs[i] != nil && !callerError(errs[i]))
+			f := errs[i] != nil && !callerError(errs[i])
+			failed[shards[i]] = failed[shards[i]] || f
+			if f {
+				storeErr = cmpErr(storeErr, errs[i])
+				shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes
+			}
 		}
 	}
 	for b, f := range failed {
@@ -447,6 +454,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 			b.success()
 		}
 	}
+	l.observe(storeErr, l.now())
 	return ds, errs
 }
 
@@ -457,10 +465,15 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 // waiting for the periodic reload.
 func (l *Limiter) probe(b *breaker, lim Limit) {
 	l.store.Refresh()
+	if l.store.Remote() {
+		l.metrics.refreshes.Inc()
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 		defer cancel()
-		if err := l.store.Probe(ctx, lim); err != nil {
+		err := l.store.Probe(ctx, lim)
+		l.observe(err, l.now())
+		if err != nil {
 			b.failure(l.now())
 			return
 		}

@@ -20,11 +20,15 @@ type metrics struct {
 	refunds       prometheus.Counter
 	replayed      prometheus.Counter
 	refundErrors  prometheus.Counter
+	storeErrors   *prometheus.CounterVec // class
+	refreshes     prometheus.Counter
+	degraded      []prometheus.Collector // one gauge per reason
 }
 
 // newMetrics builds the Limiter's metrics; evicted counts the live keys the
 // fallback store dropped to stay under its size cap.
-func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int64) (*metrics, error) {
+// health is read at scrape time for edgeguard_limiter_degraded.
+func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int64, health func() Health) (*metrics, error) {
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeguard_limiter_checks_total",
 		Help: "Rate-limit checks decided, by where they were decided (reason).",
@@ -75,6 +79,27 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_refund_errors_total",
 			Help: "Refund calls that failed (units stay counted until their window passes).",
 		}),
+		refreshes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_store_refreshes_total",
+			Help: "Breaker probes that first had the store find its nodes again (a Cluster's slot map), so a failed master's keys re-home to the promoted replica without waiting for the periodic reload.",
+		}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_store_errors_total",
+			Help: "Failed store calls and probes by class: timeout, unreachable, credentials (WRONGPASS/NOAUTH/NOPERM: a misconfiguration, alerted on), error.",
+		}, []string{"class"}),
+	}
+	for _, r := range reasons {
+		m.storeErrors.WithLabelValues(r)
+		m.degraded = append(m.degraded, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "edgeguard_limiter_degraded",
+			Help:        "1 while the store fails for this reason (timeout, unreachable, credentials, error) and checks are decided by the fail mode; what /readyz reports as degraded.",
+			ConstLabels: prometheus.Labels{"reason": r},
+		}, func() float64 {
+			if h := health(); h.State != Healthy && h.Reason == r {
+				return 1
+			}
+			return 0
+		}))
 	}
 	for s := range m.checks {
 		name := Source(s).String()
@@ -93,7 +118,10 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		Help: "Live keys the fallback store evicted to stay under its size cap (an evicted key forgets its count and errs towards admitting).",
 	}, func() float64 { return float64(evicted()) })
 	var errs []error
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.storeErrors, m.refreshes} {
+		errs = append(errs, reg.Register(c))
+	}
+	for _, c := range m.degraded {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -162,7 +162,8 @@ rules:
 	}
 
 	t.Run("closed answers 503", func(t *testing.T) {
-		e := edge(t, "closed")
+		e := startUnreadyEdge(t, "--origin", org.URL, "--rules", rules, "--redis", dead, "--fail-mode", "closed",
+			"--key-salt", testenv.KeyPrefix(t))
 		for range 3 {
 			r := get(client, e.url("/"))
 			require.NoError(t, r.err)

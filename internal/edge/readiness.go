@@ -1,0 +1,68 @@
+package edge
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+)
+
+// readiness is what /readyz answers, for DNS health checks and load
+// balancers: 503 when this node should get no traffic (draining, no rules,
+// or a fail-closed store that cannot decide), 200 otherwise — with a body
+// that says "degraded" and why while the store fails and the fail mode
+// still serves (the fallback enforces limit/N per node).
+func (e *Edge) readiness() (int, string) {
+	if e.draining.Load() {
+		return http.StatusServiceUnavailable, "draining"
+	}
+	if e.rules.Load() == nil {
+		return http.StatusServiceUnavailable, "no rules loaded"
+	}
+	h := e.limiter.Health()
+	switch h.State {
+	case limiter.Degraded:
+		return http.StatusOK, "degraded: " + describeHealth(h, e.storeName)
+	case limiter.Unavailable:
+		return http.StatusServiceUnavailable, "unavailable: " + describeHealth(h, e.storeName)
+	}
+	return http.StatusOK, "ready"
+}
+
+func (e *Edge) readyValue() float64 {
+	if code, _ := e.readiness(); code == http.StatusOK && e.serving.Load() {
+		return 1
+	}
+	return 0
+}
+
+var healthWhy = map[string]string{
+	limiter.ReasonTimeout:     "does not answer within --redis-timeout",
+	limiter.ReasonUnreachable: "is unreachable",
+	limiter.ReasonCredentials: "rejects our credentials (fix the --redis URL or the ACL)",
+	limiter.ReasonError:       "answers with errors",
+}
+
+var failModeDoes = map[limiter.FailMode]string{
+	limiter.FailFallback: "checks are decided locally, limit/N per node",
+	limiter.FailOpen:     "checks are not enforced (fail-mode open)",
+	limiter.FailClosed:   "checks are refused with 503 (fail-mode closed)",
+}
+
+// describeHealth is one line: reason=<class>, what it means, since when,
+// what the fail mode does, and the last error.
+func describeHealth(h limiter.Health, store string) string {
+	s := fmt.Sprintf("reason=%s: %s store %s", h.Reason, store, healthWhy[h.Reason])
+	if !h.Since.IsZero() {
+		s += fmt.Sprintf(" since %s (%s)", h.Since.UTC().Format(time.RFC3339), time.Since(h.Since).Round(time.Second))
+	}
+	if h.OpenShards > 0 {
+		s += fmt.Sprintf("; %d shard(s) with an open breaker", h.OpenShards)
+	}
+	s += "; " + failModeDoes[h.FailMode]
+	if h.Detail != "" {
+		s += "; last error: " + h.Detail
+	}
+	return s
+}
