@@ -94,11 +94,12 @@ type Config struct {
 	MaxHeaderBytes, MaxBodyBytes           int
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	DrainDelay, ShutdownTimeout            time.Duration
-	Workers, QueueSize                     int
-	QueueTimeout                           time.Duration
-	Shedder                                string // shedder settings file (JSON); empty = defaults
-	PrefilterSize                          int
-	LogLevel                               string
+	// Workers caps the requests served at once; the queue in front of it
+	// (queue_size, queue_timeout) comes from the shedder settings.
+	Workers       int
+	Shedder       string // shedder settings file (JSON); empty = defaults
+	PrefilterSize int
+	LogLevel      string
 }
 
 // DefaultConfig is a single node on the memory store; it still needs an

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -46,10 +47,13 @@ func consulConfig(c Config) *api.Config {
 // Consul is unreachable or holds an invalid document — and prepares the
 // watches that Run starts.
 func (e *Edge) startConsul() error {
-	client, err := region.NewClient(consulConfig(e.cfg), e.cfg.ConsulPrefix)
+	ccfg := consulConfig(e.cfg)
+	client, err := region.NewClient(ccfg, e.cfg.ConsulPrefix)
 	if err != nil {
 		return err
 	}
+	// The agent's keep-alive connections (and their goroutines) go with the edge.
+	e.closers = append(e.closers, ccfg.Transport.CloseIdleConnections)
 	cache := e.cfg.RulesCache
 	if cache == "" {
 		dir, err := os.UserCacheDir()
@@ -167,25 +171,32 @@ func (l *consulLink) rulesChanged(string) {
 	}
 }
 
-// run watches and registers until ctx is done.
+// run watches and registers until ctx is done, and returns once every
+// goroutine it started has.
 func (l *consulLink) run(ctx context.Context) {
 	e := l.e
 	onErr := func(err error) {
 		e.metrics.consulErrors.Inc()
 		e.log.Warn("consul watch failed; keeping the settings in force", "err", err)
 	}
-	go l.client.WatchRules(ctx, e.cfg.Region, func(d region.Docs) {
-		if err := l.applyDocs(d); err != nil {
-			e.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
-		}
-	}, onErr)
-	go l.client.WatchShedder(ctx, e.cfg.Region, func(data []byte) {
-		if err := l.applyShedder(data); err != nil {
-			e.metrics.rulesErrors.Inc()
-			e.log.Error("shedder settings from consul refused; keeping the settings in force", "err", err)
-		}
-	}, onErr)
-	go l.countEdges(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		l.client.WatchRules(ctx, e.cfg.Region, func(d region.Docs) {
+			if err := l.applyDocs(d); err != nil {
+				e.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
+			}
+		}, onErr)
+	})
+	wg.Go(func() {
+		l.client.WatchShedder(ctx, e.cfg.Region, func(data []byte) {
+			if err := l.applyShedder(data); err != nil {
+				e.metrics.rulesErrors.Inc()
+				e.log.Error("shedder settings from consul refused; keeping the settings in force", "err", err)
+			}
+		}, onErr)
+	})
+	wg.Go(func() { l.countEdges(ctx) })
 	l.register(ctx)
 }
 

@@ -182,8 +182,12 @@ func TestRulesFromConsulAcrossRegions(t *testing.T) {
 	require.Equal(t, 0.7, b.shed.Config().Good, "other regions keep theirs")
 
 	// Consul down: the edges keep enforcing what they run.
+	// The witness that it noticed: its watches report the failure.
+	failed := metricValue(t, b, "edgeguard_edge_consul_errors_total")
 	require.NoError(t, us.Stop())
-	time.Sleep(300 * time.Millisecond) // let the watch notice
+	require.Eventually(t, func() bool { return metricValue(t, b, "edgeguard_edge_consul_errors_total") > failed },
+		10*time.Second, 20*time.Millisecond, "the edge notices consul is gone")
+	require.Equal(t, v1, b.rules.Load().Version())
 	require.Equal(t, []int{429}, codes(t, b, 1, "/"))
 	resp, err := http.Get("http://" + b.AdminAddr() + "/readyz")
 	require.NoError(t, err)

@@ -25,6 +25,10 @@ func startDemoOrigin() (addr string, stop func(), err error) {
 		})
 		ctx.SetBody(append(body, '\n'))
 	}}
-	go func() { _ = srv.Serve(ln) }()
-	return ln.Addr().String(), func() { _ = srv.Shutdown() }, nil
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return ln.Addr().String(), func() { _ = srv.Shutdown(); <-done }, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -353,52 +354,86 @@ func (e *Edge) buildShedder(reg prometheus.Registerer) error {
 
 // Run serves until ctx is done, then shuts down gracefully: /readyz turns
 // 503 at once, the drain delay lets load balancers notice, the listener
-// closes, and in-flight requests finish (within ShutdownTimeout).
+// closes, and in-flight requests finish (within ShutdownTimeout). Run owns
+// every goroutine it starts: none is left when it returns.
 func (e *Edge) Run(ctx context.Context) error {
 	defer e.close()
+	var wg sync.WaitGroup
+	// Stopped last, in reverse order of their defers: the sampler keeps
+	// shedding while the edge drains.
 	samplerCtx, stopSampler := context.WithCancel(context.Background())
+	defer wg.Wait()
 	defer stopSampler()
-	go func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) }()
+	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
 
 	errc := make(chan error, 2)
-	go func() { errc <- e.server.Serve(e.publicLn) }()
-	go func() {
+	wg.Go(func() {
+		if err := e.server.Serve(e.publicLn); err != nil {
+			errc <- fmt.Errorf("public server: %w", err)
+		}
+	})
+	wg.Go(func() {
 		if err := e.admin.Serve(e.adminLn); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("admin server: %w", err)
 		}
-	}()
+	})
+	var consulWG sync.WaitGroup
+	consulCtx, stopConsul := context.WithCancel(context.Background())
+	defer consulWG.Wait()
+	defer stopConsul()
 	if e.consul != nil {
-		go e.consul.run(samplerCtx)
+		consulWG.Go(func() { e.consul.run(consulCtx) })
 	}
+	// signal.Stop never closes hup, so the reload loop ends on its own
+	// channel.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	go func() {
-		for range hup {
-			e.reloadFiles()
-		}
-	}()
+	stopReload := make(chan struct{})
+	defer close(stopReload)
+	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
 	e.serving.Store(true)
 	e.log.Info("edge serving", "listen", e.Addr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
 
+	var serveErr error
 	select {
-	case err := <-errc:
-		return err
+	case serveErr = <-errc:
+		e.log.Error("server failed; shutting down", "err", serveErr)
 	case <-ctx.Done():
 	}
 	e.draining.Store(true)
 	if e.consul != nil {
+		// Stopped first, so a rules change while draining cannot register
+		// the edge again after it left the catalog.
+		stopConsul()
+		consulWG.Wait()
 		e.consul.deregister()
 	}
-	e.log.Info("draining", "delay", e.cfg.DrainDelay)
-	time.Sleep(e.cfg.DrainDelay)
+	if serveErr == nil {
+		e.log.Info("draining", "delay", e.cfg.DrainDelay)
+		time.Sleep(e.cfg.DrainDelay)
+	}
 	// A fresh context: the one that asked us to stop is already done.
 	sctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
 	defer cancel()
 	err := e.server.ShutdownWithContext(sctx)
-	_ = e.admin.Shutdown(sctx)
+	if aerr := e.admin.Shutdown(sctx); aerr != nil && err == nil {
+		err = fmt.Errorf("shutting down the admin server: %w", aerr)
+	}
 	e.log.Info("edge stopped", "err", err)
-	return err
+	return errors.Join(serveErr, err)
+}
+
+// reloadOnSignal re-reads the files on every signal until stop is closed.
+func (e *Edge) reloadOnSignal(sig <-chan os.Signal, stop <-chan struct{}) {
+	for {
+		select {
+		case <-sig:
+			e.reloadFiles()
+		case <-stop:
+			return
+		}
+	}
 }
 
 func (e *Edge) close() {

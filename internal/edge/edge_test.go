@@ -319,6 +319,9 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 		err  error
 	}
 	inflight := make(chan result, 1)
+	for len(slowArrived) > 0 {
+		<-slowArrived
+	}
 	go func() {
 		resp, err := http.Get("http://" + r.Addr() + "/slow?ms=400")
 		if err != nil {
@@ -328,7 +331,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 		resp.Body.Close()
 		inflight <- result{code: resp.StatusCode}
 	}()
-	time.Sleep(50 * time.Millisecond) // let it reach the origin
+	<-slowArrived // it reached the origin
 	stopped := make(chan struct{})
 	go func() { r.stop(); close(stopped) }()
 	require.Eventually(t, func() bool {

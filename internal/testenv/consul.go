@@ -72,7 +72,7 @@ const numConsulPorts = 7
 // simulate a port grabbed by another process.
 type pickPorts func() ([]int, error)
 
-func defaultPickPorts() ([]int, error) { return freePorts(numConsulPorts) }
+func defaultPickPorts() ([]int, error) { return FreePorts(numConsulPorts) }
 
 // StartConsul starts a dev agent and returns once it has elected itself
 // leader and, with ACLs, once the management token is accepted. A port taken
@@ -236,20 +236,15 @@ func (c *Consul) spawnAgent() (*process, error) {
 	defer logFile.Close()
 	fmt.Fprintf(logFile, "==> testenv: %s agent -dev -config-file=%s (%s)\n", c.bin, c.conf, time.Now().Format(time.RFC3339Nano))
 
-	p := &process{addr: c.HTTPAddr(), logPath: c.log, exited: make(chan struct{})}
-	p.cmd = exec.Command(c.bin, "agent", "-dev", "-config-file="+c.conf)
-	p.cmd.Dir = d.dir
-	p.cmd.Env = consulEnv(d.dir)
-	p.cmd.Stdout = logFile
-	p.cmd.Stderr = logFile
-	p.cmd.SysProcAttr = sysProcAttr()
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("running %s: %w", c.bin, err)
+	p := &process{addr: c.HTTPAddr(), logPath: c.log}
+	cmd := exec.Command(c.bin, "agent", "-dev", "-config-file="+c.conf)
+	cmd.Dir = d.dir
+	cmd.Env = consulEnv(d.dir)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if p.Proc, err = StartProc(cmd); err != nil {
+		return nil, err
 	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.exited)
-	}()
 	d.procs = append(d.procs, p)
 	return p, nil
 }
@@ -276,7 +271,7 @@ func (c *Consul) waitReady(ctx context.Context, p *process) error {
 	defer cancelReq()
 	go func() {
 		select {
-		case <-p.exited:
+		case <-p.Exited():
 			cancelReq()
 		case <-reqCtx.Done():
 		}
@@ -284,7 +279,7 @@ func (c *Consul) waitReady(ctx context.Context, p *process) error {
 	return poll(ctx, "consul at "+c.HTTPAddr()+" to be ready", func(context.Context) error {
 		err := c.ready(reqCtx)
 		if err != nil && !p.alive() {
-			return permanent(fmt.Errorf("process exited: %s", p.cmd.ProcessState))
+			return permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
 		}
 		return err
 	})
@@ -446,7 +441,7 @@ func (c *Consul) Stop() error {
 	}
 	c.proc.signal(syscall.SIGTERM)
 	select {
-	case <-c.proc.exited:
+	case <-c.proc.Exited():
 	case <-time.After(termGrace):
 		c.proc.kill()
 	}

@@ -250,11 +250,11 @@ func TestConsulRetriesBusyPort(t *testing.T) {
 	defer busy.Close()
 
 	// The first attempt's HTTP port is taken, as if another process had
-	// grabbed it after freePorts released it.
+	// grabbed it after FreePorts released it.
 	attempts := 0
 	c, err := startConsul(ConsulOptions{}, func() ([]int, error) {
 		attempts++
-		ports, err := freePorts(numConsulPorts)
+		ports, err := FreePorts(numConsulPorts)
 		if attempts == 1 && err == nil {
 			ports[0] = busy.Addr().(*net.TCPAddr).Port
 		}

@@ -22,7 +22,7 @@ const (
 	// SIGKILL; with persistence off they need only milliseconds.
 	termGrace = time.Second
 	// bindAttempts bounds retries when another process grabs a port between
-	// freePorts releasing it and the server binding it.
+	// FreePorts releasing it and the server binding it.
 	bindAttempts = 4
 	logTailLines = 25
 )
@@ -44,15 +44,35 @@ func newDeployment(kind string) (*deployment, error) {
 	return &deployment{dir: dir}, nil
 }
 
-// process is one running redis-server or sentinel.
-type process struct {
-	addr    string
-	logPath string
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed once cmd.Wait has returned
+// Proc is a child process the harness supervises: it runs in its own
+// process group (so whatever it forks goes down with it), the kernel
+// SIGKILLs it if the test binary dies (Linux), and it is reaped in the
+// background, so Exited tells when it is gone and its ports are free.
+type Proc struct {
+	Cmd    *exec.Cmd
+	exited chan struct{} // closed once Cmd.Wait has returned
 }
 
-func (p *process) alive() bool {
+// StartProc starts cmd under supervision. cmd must not be started yet; its
+// SysProcAttr is the harness's.
+func StartProc(cmd *exec.Cmd) (*Proc, error) {
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("running %s: %w", cmd.Path, err)
+	}
+	p := &Proc{Cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// Exited is closed once the process has exited and been reaped.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
+// Alive reports whether the process has not exited yet.
+func (p *Proc) Alive() bool {
 	select {
 	case <-p.exited:
 		return false
@@ -61,20 +81,55 @@ func (p *process) alive() bool {
 	}
 }
 
-// signal signals the whole process group, so children Redis forks (for
-// diskless replication, say) go down with it.
-func (p *process) signal(sig syscall.Signal) {
-	if p.alive() {
-		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+// Signal signals the whole process group, so children the process forks
+// (Redis for diskless replication, say) get it too.
+func (p *Proc) Signal(sig syscall.Signal) {
+	if p.Alive() {
+		_ = syscall.Kill(-p.Cmd.Process.Pid, sig)
 	}
 }
 
-// kill SIGKILLs the process and waits until it is reaped, so its port is
-// closed when kill returns.
-func (p *process) kill() {
-	p.signal(syscall.SIGKILL)
+// Kill SIGKILLs the process group and waits until the process is reaped, so
+// its ports are closed when Kill returns.
+func (p *Proc) Kill() {
+	p.Signal(syscall.SIGKILL)
 	<-p.exited
 }
+
+// WaitExit waits up to timeout for the process to exit by itself and
+// returns its exit code.
+func (p *Proc) WaitExit(timeout time.Duration) (code int, exited bool) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return p.Cmd.ProcessState.ExitCode(), true
+	case <-t.C:
+		return -1, false
+	}
+}
+
+// Stop sends SIGTERM, waits up to timeout, then SIGKILLs. It returns the
+// exit code and whether the process exited by itself.
+func (p *Proc) Stop(timeout time.Duration) (code int, exited bool) {
+	p.Signal(syscall.SIGTERM)
+	code, exited = p.WaitExit(timeout)
+	if !exited {
+		p.Kill()
+	}
+	return code, exited
+}
+
+// process is one running server of a deployment, with its log file.
+type process struct {
+	*Proc
+	addr    string
+	logPath string
+}
+
+func (p *process) alive() bool               { return p.Alive() }
+func (p *process) signal(sig syscall.Signal) { p.Signal(sig) }
+func (p *process) kill()                     { p.Kill() }
 
 // logTail returns the last lines of the process log, which is where Redis
 // explains why it refused to start.
@@ -106,7 +161,7 @@ type spec struct {
 // on the host, so a bind failure is retried with fresh ports.
 func (d *deployment) spawn(ctx context.Context, s spec) (*process, error) {
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(1 + s.extraPorts)
+		ports, err := FreePorts(1 + s.extraPorts)
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +196,6 @@ func (d *deployment) startProcess(s spec, ports []int) (*process, error) {
 	p := &process{
 		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
 		logPath: base + ".log",
-		exited:  make(chan struct{}),
 	}
 	conf := RedisBaseConfig(ports[0], d.dir, p.logPath) + s.config(ports) + "\n"
 	confPath := base + ".conf"
@@ -157,18 +211,13 @@ func (d *deployment) startProcess(s spec, ports []int) (*process, error) {
 	}
 	defer logFile.Close()
 
-	p.cmd = exec.Command(s.bin, append([]string{confPath}, s.args...)...)
-	p.cmd.Dir = d.dir
-	p.cmd.Stdout = logFile
-	p.cmd.Stderr = logFile
-	p.cmd.SysProcAttr = sysProcAttr()
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("running %s: %w", s.bin, err)
+	cmd := exec.Command(s.bin, append([]string{confPath}, s.args...)...)
+	cmd.Dir = d.dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if p.Proc, err = StartProc(cmd); err != nil {
+		return nil, err
 	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.exited)
-	}()
 	d.procs = append(d.procs, p)
 	return p, nil
 }
@@ -182,7 +231,7 @@ func waitServing(ctx context.Context, p *process) error {
 	defer c.Close()
 	return poll(ctx, p.addr+" to serve", func(ctx context.Context) error {
 		if !p.alive() {
-			return permanent(fmt.Errorf("process exited: %s", p.cmd.ProcessState))
+			return permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
 		}
 		// A plain dial first: go-redis logs every failed dial, which would
 		// litter test output while the server is still starting.
@@ -255,10 +304,10 @@ func RedisBaseConfig(port int, dir, logPath string) string {
 	}, "\n") + "\n"
 }
 
-// freePorts asks the kernel for n distinct free loopback ports. All
+// FreePorts asks the kernel for n distinct free loopback ports. All
 // listeners stay open until every port is picked, so the same port is never
 // returned twice.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -114,7 +114,7 @@ func StartPrometheus(opts PrometheusOptions) (*Prometheus, error) {
 }
 
 func startPrometheus(d *deployment, bin, conf string) (*process, error) {
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func StartRedisExporter(redisAddr, password string) (*RedisExporter, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(1)
+		ports, err := FreePorts(1)
 		if err != nil {
 			_ = d.Close()
 			return nil, err
@@ -192,24 +192,19 @@ func (d *deployment) startCommand(name, addr, bin string, args ...string) (*proc
 	if d.closed {
 		return nil, errors.New("deployment is closed")
 	}
-	p := &process{addr: addr, logPath: filepath.Join(d.dir, name+".log"), exited: make(chan struct{})}
+	p := &process{addr: addr, logPath: filepath.Join(d.dir, name+".log")}
 	logFile, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", p.logPath, err)
 	}
 	defer logFile.Close()
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Dir = d.dir
-	p.cmd.Stdout = logFile
-	p.cmd.Stderr = logFile
-	p.cmd.SysProcAttr = sysProcAttr()
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("running %s: %w", bin, err)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = d.dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if p.Proc, err = StartProc(cmd); err != nil {
+		return nil, err
 	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.exited)
-	}()
 	d.procs = append(d.procs, p)
 	return p, nil
 }
@@ -219,7 +214,7 @@ func waitHTTPReady(ctx context.Context, p *process, url string) error {
 	c := &http.Client{Timeout: time.Second}
 	return poll(ctx, url, func(ctx context.Context) error {
 		if !p.alive() {
-			return permanent(fmt.Errorf("process exited: %s", p.cmd.ProcessState))
+			return permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {

@@ -53,7 +53,7 @@ func TestSpawnRetriesBusyPort(t *testing.T) {
 	require.NoError(t, err)
 
 	// The first attempt is pointed at a taken port, as if another process
-	// had grabbed the one freePorts picked.
+	// had grabbed the one FreePorts picked.
 	attempts := 0
 	p, err := d.spawn(t.Context(), spec{name: "redis", bin: bin, config: func([]int) string {
 		attempts++

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/leakcheck"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
@@ -44,6 +45,14 @@ func TestMain(m *testing.M) {
 		_ = shared.sentinel.Close()
 	}
 	shared.mu.Unlock()
+	// Every client and server is closed: nothing the limiter started may
+	// still run.
+	if code == 0 {
+		if err := leakcheck.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

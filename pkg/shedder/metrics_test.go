@@ -154,7 +154,7 @@ func TestMetricsRejectedByWorkers(t *testing.T) {
 		_, err := w.Acquire(context.Background(), TierRead)
 		readErr <- err
 	}()
-	require.Eventually(t, func() bool { return w.Queued() == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return w.queued() == 1 }, 5*time.Second, time.Millisecond)
 	_, err = w.Acquire(context.Background(), TierTest)
 	require.ErrorIs(t, err, ErrQueueFull)
 	critical := make(chan error, 1)

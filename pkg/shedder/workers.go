@@ -25,7 +25,8 @@ var (
 // highest tier waiting (first come first served within a tier), and a full
 // queue makes room for a higher tier by turning away its lowest-tier waiter.
 // So before the ramp has had time to shed, critical requests still get the
-// slots. A mutex (not a channel semaphore) because the capacity changes live.
+// slots. A mutex (not a channel semaphore) because the queue is ordered and
+// its settings change live.
 type Workers struct {
 	mu           sync.Mutex
 	capacity     int
@@ -47,7 +48,7 @@ type waiter struct {
 // NewWorkers returns a cap of capacity slots with up to queueSize waiters,
 // each waiting at most queueTimeout. It panics on capacity < 1 or negative
 // queue settings, like make does on a negative size: those are programming
-// errors; live changes go through Resize and SetQueue, which return errors.
+// errors; live queue changes go through SetQueue, which returns errors.
 func NewWorkers(capacity, queueSize int, queueTimeout time.Duration) *Workers {
 	if capacity < 1 {
 		panic(fmt.Sprintf("shedder: NewWorkers: capacity must be >= 1, got %d", capacity))
@@ -164,9 +165,7 @@ func (w *Workers) releaser() func() {
 func (w *Workers) release() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	// After a shrink busy may exceed capacity: then the slot is retired
-	// rather than handed on.
-	if w.busy <= w.capacity && len(w.queue) > 0 {
+	if len(w.queue) > 0 {
 		w.grantLocked()
 		return
 	}
@@ -215,22 +214,6 @@ func (w *Workers) removeLocked(wt *waiter) {
 	}
 }
 
-// Resize changes the cap live. Growing admits waiters at once; shrinking
-// lets running requests finish and retires their slots as they release.
-func (w *Workers) Resize(capacity int) error {
-	if capacity < 1 {
-		return fmt.Errorf("%w: workers capacity must be >= 1, got %d", ErrInvalidConfig, capacity)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.capacity = capacity
-	for w.busy < w.capacity && len(w.queue) > 0 {
-		w.busy++
-		w.grantLocked()
-	}
-	return nil
-}
-
 // SetQueue changes the queue bound and timeout live. Requests already
 // queued keep the timeout they started with.
 func (w *Workers) SetQueue(size int, timeout time.Duration) error {
@@ -270,22 +253,21 @@ func (w *Workers) Busy() int {
 	return w.busy
 }
 
-// Queued returns the requests waiting for a slot.
-func (w *Workers) Queued() int {
+// queued returns the requests waiting for a slot (tests wait on it).
+func (w *Workers) queued() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.queue)
 }
 
-// Capacity returns the current cap.
+// Capacity returns the cap.
 func (w *Workers) Capacity() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.capacity
 }
 
-// Utilization is busy/capacity, the shedder's input. It can exceed 1
-// briefly after a shrink; the ramp clamps it.
+// Utilization is busy/capacity, the shedder's input.
 func (w *Workers) Utilization() float64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()

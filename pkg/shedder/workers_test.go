@@ -15,7 +15,7 @@ import (
 // event under test, so polling it is deterministic, unlike sleeping.
 func waitQueued(t *testing.T, w *Workers, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return w.Queued() == n }, 5*time.Second, 100*time.Microsecond)
+	require.Eventually(t, func() bool { return w.queued() == n }, 5*time.Second, 100*time.Microsecond)
 }
 
 func TestWorkersCapUnderConcurrency(t *testing.T) {
@@ -56,7 +56,7 @@ func TestWorkersCapUnderConcurrency(t *testing.T) {
 	require.Zero(t, failures.Load())
 	require.LessOrEqual(t, peak.Load(), int64(capacity))
 	require.Equal(t, 0, w.Busy())
-	require.Equal(t, 0, w.Queued())
+	require.Equal(t, 0, w.queued())
 }
 
 func TestWorkersQueueFull(t *testing.T) {
@@ -103,7 +103,7 @@ func TestWorkersQueueTimeout(t *testing.T) {
 	defer release()
 	_, err = w.Acquire(context.Background(), TierRead)
 	require.ErrorIs(t, err, ErrQueueTimeout)
-	require.Equal(t, 0, w.Queued())
+	require.Equal(t, 0, w.queued())
 	require.Equal(t, 1, w.Busy())
 }
 
@@ -122,7 +122,7 @@ func TestWorkersContextCancel(t *testing.T) {
 	waitQueued(t, w, 1)
 	cancel()
 	require.ErrorIs(t, <-got, context.Canceled)
-	require.Equal(t, 0, w.Queued())
+	require.Equal(t, 0, w.queued())
 
 	_, err = w.Acquire(ctx, TierRead)
 	require.ErrorIs(t, err, context.Canceled)
@@ -147,48 +147,6 @@ func TestWorkersReleaseFreesSlot(t *testing.T) {
 	r2()
 	r3()
 	require.Equal(t, 0, w.Busy())
-}
-
-func TestWorkersResize(t *testing.T) {
-	w := NewWorkers(1, 4, time.Minute)
-	r1, err := w.Acquire(context.Background(), TierRead)
-	require.NoError(t, err)
-
-	got := make(chan func(), 2)
-	acquire := func() {
-		r, err := w.Acquire(context.Background(), TierRead)
-		if err != nil {
-			r = nil
-		}
-		got <- r
-	}
-	go acquire()
-	waitQueued(t, w, 1)
-
-	// Growing admits the waiter at once.
-	require.NoError(t, w.Resize(2))
-	r2 := <-got
-	require.NotNil(t, r2)
-	require.Equal(t, 2, w.Busy())
-	require.Equal(t, 2, w.Capacity())
-
-	// Shrinking retires slots as they are released.
-	require.NoError(t, w.Resize(1))
-	require.Equal(t, 2.0, w.Utilization())
-	go acquire()
-	waitQueued(t, w, 1)
-	r1()
-	require.Equal(t, 1, w.Busy(), "the slot is retired, not handed on")
-	require.Equal(t, 1, w.Queued())
-	r2()
-	r3 := <-got
-	require.NotNil(t, r3)
-	require.Equal(t, 1, w.Busy())
-	r3()
-	require.Equal(t, 0, w.Busy())
-
-	require.ErrorIs(t, w.Resize(0), ErrInvalidConfig)
-	require.Equal(t, 1, w.Capacity())
 }
 
 func TestWorkersSetQueue(t *testing.T) {
@@ -236,16 +194,16 @@ func TestWorkersPriorityQueue(t *testing.T) {
 		}
 	}
 	go wait(TierTest)
-	require.Eventually(t, func() bool { return w.Queued() == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return w.queued() == 1 }, time.Second, time.Millisecond)
 	go wait(TierWrite)
-	require.Eventually(t, func() bool { return w.Queued() == 2 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return w.queued() == 2 }, time.Second, time.Millisecond)
 
 	// Queue full: a critical request turns the test waiter away.
 	go wait(TierCritical)
 	r := <-results
 	require.Equal(t, TierTest, r.tier)
 	require.ErrorIs(t, r.err, ErrQueueFull)
-	require.Eventually(t, func() bool { return w.Queued() == 2 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return w.queued() == 2 }, time.Second, time.Millisecond)
 
 	// A read cannot turn away anything of its tier or above.
 	_, err = w.Acquire(context.Background(), TierRead)

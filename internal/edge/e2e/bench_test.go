@@ -203,14 +203,14 @@ func BenchmarkEdgeWrk(b *testing.B) {
 			before := mustScrape(b, e)
 			evalBefore := evalCalls(b, masters)
 			redisCPUBefore := redisCPU(b, redisNodes)
-			cpuBefore := procCPUSeconds(b, e.cmd.Process.Pid)
+			cpuBefore := procCPUSeconds(b, e.Cmd.Process.Pid)
 			selfBefore := procCPUSeconds(b, os.Getpid())
 			busyBefore := machineBusySeconds(b)
 			profDone := profileEdge(b, e, tc.name, dur)
 			start := time.Now()
 			w, err := runWrk(url, script, tc.xff, 2, conns, dur)
 			wall := time.Since(start).Seconds()
-			cpu := procCPUSeconds(b, e.cmd.Process.Pid) - cpuBefore
+			cpu := procCPUSeconds(b, e.Cmd.Process.Pid) - cpuBefore
 			self := procCPUSeconds(b, os.Getpid()) - selfBefore
 			busy := machineBusySeconds(b) - busyBefore
 			<-profDone
@@ -584,7 +584,7 @@ func writeBenchFile(tb testing.TB, name, content string) string {
 	return path
 }
 
-func mustScrape(tb testing.TB, e *edgeProc) []sample {
+func mustScrape(tb testing.TB, e *edgeProc) metrics {
 	s, err := scrapeErr(e)
 	if err != nil {
 		tb.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,17 +55,21 @@ func burnCPU(t *testing.T) (stop func()) {
 
 // slowStoreCalls counts an edge's store calls slower than 6.4 ms (the
 // histogram bucket above the old 5 ms deadline).
-func slowStoreCalls(m []sample) float64 {
-	fast := 0.0
-	for _, s := range m {
-		if s.name != mStoreSeconds+"_bucket" {
-			continue
-		}
-		if le, err := strconv.ParseFloat(s.labels["le"], 64); err == nil && le <= 0.0064+1e-9 {
-			fast = max(fast, s.value)
+func slowStoreCalls(m metrics) float64 {
+	var slow float64
+	if mf := m[mStoreSeconds]; mf != nil {
+		for _, s := range mf.GetMetric() {
+			h := s.GetHistogram()
+			fast := uint64(0)
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() <= 0.0064+1e-9 {
+					fast = b.GetCumulativeCount()
+				}
+			}
+			slow += float64(h.GetSampleCount() - fast)
 		}
 	}
-	return sum(m, mStoreSeconds+"_count") - fast
+	return slow
 }
 
 // startThreeEdges starts three edges on store url in mode, at the defaults.

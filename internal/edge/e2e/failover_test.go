@@ -116,7 +116,7 @@ func clientIPs(n int) []string {
 // decisionsBy is the edge's rule decisions by reason (redis, fallback, ...).
 type decisionsBy struct{ redis, fallback, fallbackTotal, breakerOpen, breaker float64 }
 
-func decisionsOf(m []sample) decisionsBy {
+func decisionsOf(m metrics) decisionsBy {
 	return decisionsBy{
 		redis:         sum(m, mDecisions, "reason", "redis"),
 		fallback:      sum(m, mDecisions, "reason", "fallback"),

@@ -88,7 +88,7 @@ func TestDeclaredBodiesCostNoMemory(t *testing.T) {
 	}
 	edgeAddr, err := net.ResolveTCPAddr("tcp", e.Addr)
 	require.NoError(t, err)
-	pid := e.cmd.Process.Pid
+	pid := e.Cmd.Process.Pid
 	idle := rssBytes(t, pid)
 
 	var conns []net.Conn
@@ -216,7 +216,7 @@ func TestStartRefusals(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ports := freePorts(t, 2)
 			e := spawnEdge(t, append([]string{"--listen", "127.0.0.1:" + strconv.Itoa(ports[0]), "--admin", "127.0.0.1:" + strconv.Itoa(ports[1])}, c.args...)...)
-			code, exited := e.waitExit(20 * time.Second)
+			code, exited := e.WaitExit(20 * time.Second)
 			require.True(t, exited, "the edge must not start")
 			require.Equal(t, 2, code)
 			require.Contains(t, e.out.String(), c.want)

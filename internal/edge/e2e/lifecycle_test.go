@@ -57,7 +57,7 @@ rules:
 	}))
 
 	sigterm := time.Now()
-	e.signal(syscall.SIGTERM)
+	e.Signal(syscall.SIGTERM)
 	admin := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var draining time.Time
 	require.NoError(t, eventually(2*time.Second, 2*time.Millisecond, func() error {
@@ -95,7 +95,7 @@ rules:
 	// originTime: it was in flight when the drain delay ended, the listener
 	// closed and the server's shutdown began.
 	require.Greater(t, last.Sub(sigterm), drainDelay, "a request outlived the drain delay")
-	code, exited := e.waitExit(10 * time.Second)
+	code, exited := e.WaitExit(10 * time.Second)
 	require.True(t, exited, "the edge did not exit within 10s of SIGTERM")
 	require.Zero(t, code, "exit code")
 	t.Logf("after SIGTERM: /readyz 503 at %s, in-flight responses from %s to %s, exit 0 at %s",
@@ -121,7 +121,7 @@ rules:
     limit: 0
     window: 1m
 `))
-	code, exited := e.waitExit(15 * time.Second)
+	code, exited := e.WaitExit(15 * time.Second)
 	require.True(t, exited, "an edge with an invalid rules file must not keep running")
 	require.NotZero(t, code)
 	// The log is JSON lines: the message is in the err field, unescaped.

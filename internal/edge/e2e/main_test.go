@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,10 +16,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -103,7 +104,7 @@ func killAllEdges() {
 	edgesMu.Lock()
 	defer edgesMu.Unlock()
 	for e := range edges {
-		e.kill()
+		e.Kill()
 	}
 }
 
@@ -125,62 +126,14 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// edgeProc is one running edge binary.
+// edgeProc is one running edge binary, supervised by the harness.
 type edgeProc struct {
-	Addr, Admin string // host:port of the public and the admin listener
-	cmd         *exec.Cmd
+	*testenv.Proc
+	Addr, Admin string      // host:port of the public and the admin listener
 	out         *syncBuffer // stderr (JSON log) and stdout
-	exited      chan struct{}
 }
 
 func (e *edgeProc) url(path string) string { return "http://" + e.Addr + path }
-
-func (e *edgeProc) alive() bool {
-	select {
-	case <-e.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func (e *edgeProc) signal(sig syscall.Signal) {
-	if e.alive() {
-		_ = e.cmd.Process.Signal(sig)
-	}
-}
-
-// kill SIGKILLs the process group and reaps it.
-func (e *edgeProc) kill() {
-	if e.alive() {
-		_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
-	}
-	<-e.exited
-}
-
-// waitExit waits up to timeout for the process to exit by itself and
-// returns its exit code.
-func (e *edgeProc) waitExit(timeout time.Duration) (int, bool) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-e.exited:
-		return e.cmd.ProcessState.ExitCode(), true
-	case <-t.C:
-		return -1, false
-	}
-}
-
-// stop sends SIGTERM, waits up to timeout, then SIGKILLs. It returns the exit
-// code and whether the process exited by itself.
-func (e *edgeProc) stop(timeout time.Duration) (int, bool) {
-	e.signal(syscall.SIGTERM)
-	code, ok := e.waitExit(timeout)
-	if !ok {
-		e.kill()
-	}
-	return code, ok
-}
 
 // logTail returns the last lines of the edge's output, for failure messages.
 func (e *edgeProc) logTail(n int) string {
@@ -195,7 +148,7 @@ func (e *edgeProc) logTail(n int) string {
 // stopped (SIGTERM, then SIGKILL) when the test ends.
 func spawnEdge(t testing.TB, args ...string) *edgeProc {
 	t.Helper()
-	e := &edgeProc{out: &syncBuffer{}, exited: make(chan struct{})}
+	e := &edgeProc{out: &syncBuffer{}}
 	for i := 0; i+1 < len(args); i++ {
 		switch args[i] {
 		case "--listen":
@@ -204,27 +157,24 @@ func spawnEdge(t testing.TB, args ...string) *edgeProc {
 			e.Admin = args[i+1]
 		}
 	}
-	e.cmd = exec.Command(edgeBin, args...)
-	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
-	// Its own process group, and SIGKILL when the test binary dies, so no
-	// edge leaks even if a test panics.
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd := exec.Command(edgeBin, args...)
+	cmd.Stdout, cmd.Stderr = e.out, e.out
 	// Only what the flags say: no EDGEGUARD_* from the developer's shell.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "EDGEGUARD_") {
-			e.cmd.Env = append(e.cmd.Env, kv)
+			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	require.NoError(t, e.cmd.Start())
-	go func() {
-		_ = e.cmd.Wait()
-		close(e.exited)
-	}()
+	// Its own process group, and SIGKILL when the test binary dies, so no
+	// edge leaks even if a test panics.
+	var err error
+	e.Proc, err = testenv.StartProc(cmd)
+	require.NoError(t, err)
 	edgesMu.Lock()
 	edges[e] = struct{}{}
 	edgesMu.Unlock()
 	t.Cleanup(func() {
-		if _, ok := e.stop(10 * time.Second); !ok {
+		if _, ok := e.Stop(10 * time.Second); !ok {
 			t.Errorf("edge %s did not exit within 10s of SIGTERM", e.Addr)
 		}
 		edgesMu.Lock()
@@ -255,7 +205,7 @@ func startEdge(t testing.TB, args ...string) *edgeProc {
 		if err == nil {
 			return e
 		}
-		if !e.alive() && attempt < attempts && strings.Contains(e.out.String(), "address already in use") {
+		if !e.Alive() && attempt < attempts && strings.Contains(e.out.String(), "address already in use") {
 			continue
 		}
 		t.Fatalf("edge did not become ready: %v\n--- output ---\n%s", err, e.logTail(40))
@@ -269,8 +219,8 @@ func waitReady(e *edgeProc, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for delay := 5 * time.Millisecond; time.Now().Before(deadline); delay = min(delay*2, 100*time.Millisecond) {
-		if !e.alive() {
-			return fmt.Errorf("process exited (%s)", e.cmd.ProcessState)
+		if !e.Alive() {
+			return fmt.Errorf("process exited (%s)", e.Cmd.ProcessState)
 		}
 		resp, err := c.Get("http://" + e.Admin + "/readyz")
 		if err == nil {
@@ -287,17 +237,11 @@ func waitReady(e *edgeProc, timeout time.Duration) error {
 	return fmt.Errorf("not ready after %s (last: %v)", timeout, last)
 }
 
-// freePorts picks n distinct free loopback ports (all listeners stay open
-// until every port is picked).
+// freePorts picks n distinct free loopback ports.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
+	ports, err := testenv.FreePorts(n)
+	require.NoError(t, err)
 	return ports
 }
 
@@ -380,121 +324,78 @@ func get(c *http.Client, url string, headers ...string) reply {
 // ---------------------------------------------------------------------------
 // Metrics: the Prometheus text format the admin port serves.
 
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
+// metrics is one scrape, by family name.
+type metrics map[string]*dto.MetricFamily
 
-func scrape(t *testing.T, e *edgeProc) []sample {
+func scrape(t *testing.T, e *edgeProc) metrics {
 	t.Helper()
-	s, err := scrapeErr(e)
+	m, err := scrapeErr(e)
 	require.NoError(t, err)
-	return s
+	return m
 }
 
-func scrapeErr(e *edgeProc) ([]sample, error) {
+func scrapeErr(e *edgeProc) (metrics, error) {
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := c.Get("http://" + e.Admin + "/metrics")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("/metrics answered %d", resp.StatusCode)
 	}
-	return parseMetrics(string(body))
-}
-
-// parseMetrics reads the text exposition format: `name{k="v",...} value`.
-func parseMetrics(text string) ([]sample, error) {
-	var out []sample
-	for line := range strings.Lines(text) {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s := sample{labels: map[string]string{}}
-		rest := line
-		if i := strings.IndexAny(line, "{ "); i < 0 {
-			return nil, fmt.Errorf("malformed metric line %q", line)
-		} else {
-			s.name, rest = line[:i], line[i:]
-		}
-		if rest[0] == '{' {
-			rest = rest[1:]
-			for {
-				rest = strings.TrimLeft(rest, ", ")
-				if strings.HasPrefix(rest, "}") {
-					rest = rest[1:]
-					break
-				}
-				eq := strings.Index(rest, `="`)
-				if eq < 0 {
-					return nil, fmt.Errorf("malformed labels in %q", line)
-				}
-				name := rest[:eq]
-				rest = rest[eq+2:]
-				var val strings.Builder
-				closed := false
-				for i := 0; i < len(rest); i++ {
-					switch c := rest[i]; {
-					case c == '\\' && i+1 < len(rest):
-						i++
-						switch rest[i] {
-						case 'n':
-							val.WriteByte('\n')
-						default:
-							val.WriteByte(rest[i])
-						}
-					case c == '"':
-						rest, closed = rest[i+1:], true
-					default:
-						val.WriteByte(c)
-					}
-					if closed {
-						break
-					}
-				}
-				if !closed {
-					return nil, fmt.Errorf("unterminated label value in %q", line)
-				}
-				s.labels[name] = val.String()
-			}
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return nil, fmt.Errorf("no value in %q", line)
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("value of %q: %w", line, err)
-		}
-		s.value = v
-		out = append(out, s)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parsing /metrics: %w", err)
 	}
-	return out, nil
+	return mfs, nil
 }
 
-// sum adds up the samples of name whose labels include every pair of match
-// (given as name, value, name, value...).
-func sum(samples []sample, name string, match ...string) float64 {
+// sum adds up the series of name whose labels include every pair of match
+// (given as name, value, name, value...). A histogram or summary counts its
+// observations; name_sum and name_count read its sum and count as the text
+// format names them.
+func sum(m metrics, name string, match ...string) float64 {
 	total := 0.0
+	mf, wantSum := m[name], false
+	if mf == nil {
+		if base, ok := strings.CutSuffix(name, "_sum"); ok {
+			mf, wantSum = m[base], true
+		} else if base, ok := strings.CutSuffix(name, "_count"); ok {
+			mf = m[base]
+		}
+	}
+	if mf == nil {
+		return 0
+	}
 next:
-	for _, s := range samples {
-		if s.name != name {
-			continue
+	for _, s := range mf.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range s.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
 		for i := 0; i+1 < len(match); i += 2 {
-			if s.labels[match[i]] != match[i+1] {
+			if labels[match[i]] != match[i+1] {
 				continue next
 			}
 		}
-		total += s.value
+		switch {
+		case s.Counter != nil:
+			total += s.GetCounter().GetValue()
+		case s.Gauge != nil:
+			total += s.GetGauge().GetValue()
+		case s.Untyped != nil:
+			total += s.GetUntyped().GetValue()
+		case s.Histogram != nil && wantSum:
+			total += s.GetHistogram().GetSampleSum()
+		case s.Histogram != nil:
+			total += float64(s.GetHistogram().GetSampleCount())
+		case s.Summary != nil && wantSum:
+			total += s.GetSummary().GetSampleSum()
+		case s.Summary != nil:
+			total += float64(s.GetSummary().GetSampleCount())
+		}
 	}
 	return total
 }

@@ -27,7 +27,7 @@ func startUnreadyEdge(t *testing.T, args ...string) *edgeProc {
 	}, args...)...)
 	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	require.NoError(t, eventually(20*time.Second, 10*time.Millisecond, func() error {
-		if !e.alive() {
+		if !e.Alive() {
 			return fmt.Errorf("process exited: %s", e.logTail(20))
 		}
 		resp, err := c.Get("http://" + e.Admin + "/readyz")
