@@ -334,6 +334,7 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 	}
 	l.StoreFailed(loadErr) // readiness knows before the first request
 	e.limiter, e.storeName = l, lcfg.StoreName
+	e.closers = append(e.closers, l.Close) // before the Redis client closes (closers run in reverse)
 	return nil
 }
 

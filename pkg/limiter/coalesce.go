@@ -88,7 +88,8 @@ func (f *flights) join(c Check) (*batch, *item, joined) {
 }
 
 // done ends the call in flight for c's key; the batch that queued behind it,
-// if any, is sent at once (and keeps the key in flight).
+// if any, is handed to send (which must not block) and keeps the key in
+// flight.
 func (f *flights) done(key string, send func(*batch)) {
 	sh := f.shard(key)
 	sh.mu.Lock()
@@ -100,9 +101,12 @@ func (f *flights) done(key string, send func(*batch)) {
 	}
 	sh.mu.Unlock()
 	if b != nil {
-		go send(b)
+		send(b)
 	}
 }
+
+// sendLater sends a batch in the background, tracked by Close.
+func (l *Limiter) sendLater(b *batch) { l.bg.Go(func() { l.sendBatch(b) }) }
 
 // sendBatch makes one call for a batch and settles its items.
 func (l *Limiter) sendBatch(b *batch) {
@@ -118,7 +122,7 @@ func (l *Limiter) sendBatch(b *batch) {
 		l.split(b, ds[0], need, sent, gen)
 	}
 	close(b.done)
-	l.flights.done(b.key, l.sendBatch)
+	l.flights.done(b.key, l.sendLater)
 }
 
 // split shares a batch's admitted units first-come first-served, gives back

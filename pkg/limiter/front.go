@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,7 +146,12 @@ type Limiter struct {
 	health   health
 	log      *slog.Logger
 	now      func() time.Time
+	bg       sync.WaitGroup // background work: probes, batches sent after their leader
 }
+
+// Close waits for the limiter's background work (breaker probes, coalesced
+// batches in flight) to end; each is bounded by the store deadline.
+func (l *Limiter) Close() { l.bg.Wait() }
 
 // New builds a Limiter over store. reg may be nil.
 func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Limiter, error) {
@@ -342,7 +348,7 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome) err
 		}
 		// The key's next batch, if any request joined meanwhile, goes now.
 		if !p.alone {
-			l.flights.done(memKey(p.check.Limit), l.sendBatch)
+			l.flights.done(memKey(p.check.Limit), l.sendLater)
 		}
 	}
 	for _, j := range failed {
@@ -468,7 +474,7 @@ func (l *Limiter) probe(b *breaker, lim Limit) {
 	if l.store.Remote() {
 		l.metrics.refreshes.Inc()
 	}
-	go func() {
+	l.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 		defer cancel()
 		err := l.store.Probe(ctx, lim)
@@ -478,7 +484,7 @@ func (l *Limiter) probe(b *breaker, lim Limit) {
 			return
 		}
 		b.success()
-	}()
+	})
 }
 
 // callerError is an error in the request itself, not the store's.

@@ -199,12 +199,12 @@ func (l *Limiter) kick(now time.Time) int {
 		return open
 	}
 	h.checked.Store(now.UnixNano())
-	go func() {
+	l.bg.Go(func() {
 		defer h.checking.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 		defer cancel()
 		l.observe(l.store.Probe(ctx, Limit{Key: "readyz"}), l.now())
-	}()
+	})
 	return open
 }
 
