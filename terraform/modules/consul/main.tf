@@ -65,27 +65,11 @@ locals {
   }
 }
 
-resource "terraform_data" "consul" {
-  # A changed spec replaces the component (stop, then start anew):
-  # an in-place update would run no provisioner.
-  triggers_replace = [jsonencode(local.spec)]
-  input = {
-    id        = "consul-${var.datacenter}"
-    spec      = jsonencode(local.spec)
-    stackctl  = var.runner.stackctl
-    state_dir = var.runner.state_dir
-  }
-
-  provisioner "local-exec" {
-    command     = "\"$STACKCTL\" up"
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, STACK_SPEC = self.input.spec }
-  }
-
-  provisioner "local-exec" {
-    when        = destroy
-    command     = "\"$STACKCTL\" down \"$ID\""
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, ID = self.input.id }
-  }
+module "process" {
+  source = "../component"
+  id     = "consul-${var.datacenter}"
+  spec   = local.spec
+  runner = var.runner
 }
 
 output "datacenter" {
@@ -109,5 +93,5 @@ output "serf_wan" {
 }
 
 output "ready" {
-  value = terraform_data.consul.id
+  value = module.process.id
 }

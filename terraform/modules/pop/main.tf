@@ -70,29 +70,13 @@ locals {
   } }
 }
 
-resource "terraform_data" "edge" {
+module "edge" {
   for_each = local.edges
 
-  # A changed spec replaces the component (stop, then start anew):
-  # an in-place update would run no provisioner.
-  triggers_replace = [jsonencode(local.specs[each.key])]
-  input = {
-    id        = "edge-${each.key}"
-    spec      = jsonencode(local.specs[each.key])
-    stackctl  = var.runner.stackctl
-    state_dir = var.runner.state_dir
-  }
-
-  provisioner "local-exec" {
-    command     = "\"$STACKCTL\" up"
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, STACK_SPEC = self.input.spec }
-  }
-
-  provisioner "local-exec" {
-    when        = destroy
-    command     = "\"$STACKCTL\" down \"$ID\""
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, ID = self.input.id }
-  }
+  source = "../component"
+  id     = "edge-${each.key}"
+  spec   = local.specs[each.key]
+  runner = var.runner
 }
 
 output "edges" {
@@ -102,5 +86,5 @@ output "edges" {
     url   = "http://${e.addr}:${local.port}"
     admin = "http://${e.addr}:${local.admin_port}"
   }]
-  depends_on = [terraform_data.edge]
+  depends_on = [module.edge]
 }

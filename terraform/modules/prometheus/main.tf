@@ -55,27 +55,11 @@ locals {
   }
 }
 
-resource "terraform_data" "prometheus" {
-  # A changed spec replaces the component (stop, then start anew):
-  # an in-place update would run no provisioner.
-  triggers_replace = [jsonencode(local.spec)]
-  input = {
-    id        = "prometheus"
-    spec      = jsonencode(local.spec)
-    stackctl  = var.runner.stackctl
-    state_dir = var.runner.state_dir
-  }
-
-  provisioner "local-exec" {
-    command     = "\"$STACKCTL\" up"
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, STACK_SPEC = self.input.spec }
-  }
-
-  provisioner "local-exec" {
-    when        = destroy
-    command     = "\"$STACKCTL\" down \"$ID\""
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, ID = self.input.id }
-  }
+module "process" {
+  source = "../component"
+  id     = "prometheus"
+  spec   = local.spec
+  runner = var.runner
 }
 
 output "url" {
@@ -83,5 +67,5 @@ output "url" {
 }
 
 output "ready" {
-  value = terraform_data.prometheus.id
+  value = module.process.id
 }

@@ -57,27 +57,11 @@ locals {
   }
 }
 
-resource "terraform_data" "redis" {
-  # A changed spec replaces the component (stop, then start anew):
-  # an in-place update would run no provisioner.
-  triggers_replace = [jsonencode(local.spec)]
-  input = {
-    id        = "redis-${var.region}"
-    spec      = jsonencode(local.spec)
-    stackctl  = var.runner.stackctl
-    state_dir = var.runner.state_dir
-  }
-
-  provisioner "local-exec" {
-    command     = "\"$STACKCTL\" up"
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, STACK_SPEC = self.input.spec }
-  }
-
-  provisioner "local-exec" {
-    when        = destroy
-    command     = "\"$STACKCTL\" down \"$ID\""
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, ID = self.input.id }
-  }
+module "process" {
+  source = "../component"
+  id     = "redis-${var.region}"
+  spec   = local.spec
+  runner = var.runner
 }
 
 output "mode" {
@@ -113,5 +97,5 @@ output "master_name" {
 
 output "ready" {
   description = "Depends on the running deployment."
-  value       = terraform_data.redis.id
+  value       = module.process.id
 }

@@ -113,27 +113,11 @@ locals {
   }
 }
 
-resource "terraform_data" "origin" {
-  # A changed spec replaces the component (stop, then start anew):
-  # an in-place update would run no provisioner.
-  triggers_replace = [jsonencode(local.origin_spec)]
-  input = {
-    id        = "origin-${var.name}"
-    spec      = jsonencode(local.origin_spec)
-    stackctl  = var.runner.stackctl
-    state_dir = var.runner.state_dir
-  }
-
-  provisioner "local-exec" {
-    command     = "\"$STACKCTL\" up"
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, STACK_SPEC = self.input.spec }
-  }
-
-  provisioner "local-exec" {
-    when        = destroy
-    command     = "\"$STACKCTL\" down \"$ID\""
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, ID = self.input.id }
-  }
+module "origin" {
+  source = "../component"
+  id     = "origin-${var.name}"
+  spec   = local.origin_spec
+  runner = var.runner
 }
 
 module "pop" {
@@ -150,7 +134,7 @@ module "pop" {
     redis_mode      = module.redis.mode
     redis_timeout   = var.redis_timeout
     consul          = module.consul.ready != "" ? module.consul.http_addr : ""
-    origin          = terraform_data.origin.id != "" ? "http://127.0.0.1:${local.origin_port}" : ""
+    origin          = module.origin.id != "" ? "http://127.0.0.1:${local.origin_port}" : ""
     key_salt        = var.key_salt
     nodes_in_region = length(local.flat)
     workers         = var.edge_workers
