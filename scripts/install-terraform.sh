@@ -10,6 +10,9 @@
 # be built from the proxy. The stack needs >= 1.5 (terraform_data,
 # plantimestamp) and only the built-in provider.
 set -euo pipefail
+# Without a CLI config file Terraform warns on every command; an empty one
+# says the same (no provider mirrors: the stack only uses the built-in one).
+[ -n "${TF_CLI_CONFIG_FILE:-}" ] || [ -f "$HOME/.terraformrc" ] || export TF_CLI_CONFIG_FILE=/dev/null
 
 version="${TERRAFORM_VERSION:-1.8.5}"
 min_minor=5 # 1.5

@@ -8,6 +8,9 @@
 #   scripts/stack.sh down      destroy, stop anything left, remove the state directory
 #   scripts/stack.sh outputs   terraform output -json
 set -euo pipefail
+# Without a CLI config file Terraform warns on every command; an empty one
+# says the same (no provider mirrors: the stack only uses the built-in one).
+[ -n "${TF_CLI_CONFIG_FILE:-}" ] || [ -f "$HOME/.terraformrc" ] || export TF_CLI_CONFIG_FILE=/dev/null
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 state="${STACK_STATE:-$root/.stack}"
@@ -17,9 +20,6 @@ env_dir="$root/terraform/environments/local"
 export TF_DATA_DIR="$state/terraform"
 export TF_IN_AUTOMATION=1
 terraform=$("$root/scripts/install-terraform.sh")
-# Without a CLI config file Terraform warns on every command; an empty one
-# says the same (no provider mirrors: the stack only uses the built-in one).
-[ -n "${TF_CLI_CONFIG_FILE:-}" ] || [ -f "$HOME/.terraformrc" ] || export TF_CLI_CONFIG_FILE=/dev/null
 tf() { "$terraform" -chdir="$env_dir" "$@"; }
 vars=(-var "state_dir=$state" -var "bin_dir=$state/bin")
 
