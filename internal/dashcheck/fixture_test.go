@@ -553,6 +553,8 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	vars["instance"] = labelValues("instance", fmt.Sprintf(`edgeguard_edge_ready{region=~%q, pop=~%q}`, vars["region"], vars["pop"]))
 	require.Equal(t, "(ams|fra)", vars["pop"])
 	for _, b := range boards {
+		require.Equal(t, "datasource", b.Templating.List[0].Name, "%s: first variable", b.File)
+		require.Equal(t, "datasource", b.Templating.List[0].Type, "%s: first variable", b.File)
 		for _, v := range b.Templating.List {
 			if v.Type == "query" {
 				require.Contains(t, v.Definition, "label_values(", "%s: variable %s", b.File, v.Name)
@@ -632,6 +634,9 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 				for _, s := range series {
 					for _, l := range LegendLabels(tg.Legend) {
 						require.NotEmpty(t, s[model.LabelName(l)], "%s: series %v lacks label %s of its legend", name, s, l)
+					}
+					for _, l := range GroupBy(tg.Expr) {
+						require.NotEmpty(t, s[model.LabelName(l)], "%s: series %v lacks group-by label %s", name, s, l)
 					}
 				}
 				report = append(report, fmt.Sprintf("%s [%s]: %d series; fed by: %s", name, tg.RefID, len(series), where))
@@ -769,6 +774,11 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		v, _, _, err := p.QueryRange(ctx, r.Expr, promv1.Range{Start: from, End: to, Step: scrapeInterval})
 		require.NoError(t, err, r.Name)
 		n := len(v.(model.Matrix))
+		for _, s := range v.(model.Matrix) {
+			for _, l := range GroupBy(r.Expr) {
+				require.NotEmpty(t, s.Metric[model.LabelName(l)], "%s: series %v lacks group-by label %s", r.Name, s.Metric, l)
+			}
+		}
 		switch {
 		case firesIn[r.Name] != "":
 			require.NotZero(t, n, "%s: the condition its scenario drove never held: %s", r.Name, r.Expr)
