@@ -24,6 +24,11 @@ if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	$sudo apt-get update -qq
 	$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	# Debian starts the Prometheus and exporter services on :9090 and :9121,
+	# ports the edges and the stack use; the tests start their own.
+	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+		$sudo systemctl disable --now prometheus prometheus-redis-exporter >/dev/null 2>&1 || true
+	fi
 fi
 
 # Prints the binary's path, which the Makefile passes to the tests as

@@ -74,7 +74,7 @@ type Board struct {
 	} `json:"templating"`
 }
 
-// LoadBoards reads every *.json board in dir.
+// LoadBoards reads every board in dir: each <uid>.json file.
 func LoadBoards(dir string) ([]Board, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
@@ -82,7 +82,8 @@ func LoadBoards(dir string) ([]Board, error) {
 	}
 	var boards []Board
 	for _, f := range files {
-		if strings.HasPrefix(filepath.Base(f), "package") {
+		switch filepath.Base(f) {
+		case "package.json", "package-lock.json", "tsconfig.json": // the generator's, not boards
 			continue
 		}
 		data, err := os.ReadFile(f)
@@ -94,6 +95,9 @@ func LoadBoards(dir string) ([]Board, error) {
 			return nil, fmt.Errorf("parsing board %s: %w", f, err)
 		}
 		b.File = filepath.Base(f)
+		if b.UID == "" || b.UID+".json" != b.File {
+			return nil, fmt.Errorf("board %s: its uid %q must name the file", b.File, b.UID)
+		}
 		b.Panels = slices.DeleteFunc(b.Panels, func(p Panel) bool { return p.Type == "row" })
 		boards = append(boards, b)
 	}
@@ -198,3 +202,23 @@ func MetricNames(expr string) []string {
 }
 
 var metricRe = regexp.MustCompile(`\b(?:edgeguard|redis)_[a-z_]+\b`)
+
+// GroupBy lists the labels of expr's first "by (...)" clause, the outermost
+// aggregation in the boards' and rules' style, without "le" (which
+// histogram_quantile consumes): every series the expression returns must
+// carry them.
+func GroupBy(expr string) []string {
+	m := byRe.FindStringSubmatch(expr)
+	if m == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(m[1], ",") {
+		if l = strings.TrimSpace(l); l != "" && l != "le" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+var byRe = regexp.MustCompile(`\bby\s*\(([^)]*)\)`)

@@ -523,8 +523,17 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		fmt.Sprintf("SIMULATE %s: %d samples, current settings reproduce the recorded level within %.4f; shed recorded %v, replayed %v; candidate start_after=30s sheds %v (peak level %.3f); candidate full_after=5s sheds %v (peak %.3f)",
 			e.Instance, e.Samples, e.Deviation, e.Recorded, e.Current.Shed, e.Candidate.Shed, e.Candidate.MaxLevel, faster.Candidate.Shed, faster.Candidate.MaxLevel))
 	done()
-	end := time.Now().Add(2 * scrapeInterval)
-	require.True(t, assertEventually(10*time.Second, func() bool { return time.Now().After(end) }))
+	// --- scenario: Consul unreachable. The edges count failed watches and
+	// keep enforcing the rules they have.
+	done = begin("consul stopped: watch errors; rules still enforced")
+	require.NoError(t, consul.Stop())
+	waitPromAtLeast(t, p, `min(edgeguard_edge_consul_errors_total)`, 1)
+	require.Equal(t, http.StatusTooManyRequests, send(ams, "/api/y", "203.0.113.2", ""), "the last good rules stay in force")
+	done()
+
+	// Both edges' last state is in Prometheus: a scrape of each after now.
+	lastScene := time.Now()
+	waitProm(t, p, fmt.Sprintf(`count(timestamp(edgeguard_edge_ready) > %d)`, lastScene.Unix()+1), 2)
 	runEnd := time.Now()
 
 	// --- variables, as Grafana fills them from label_values ---
@@ -544,6 +553,8 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	vars["instance"] = labelValues("instance", fmt.Sprintf(`edgeguard_edge_ready{region=~%q, pop=~%q}`, vars["region"], vars["pop"]))
 	require.Equal(t, "(ams|fra)", vars["pop"])
 	for _, b := range boards {
+		require.Equal(t, "datasource", b.Templating.List[0].Name, "%s: first variable", b.File)
+		require.Equal(t, "datasource", b.Templating.List[0].Type, "%s: first variable", b.File)
 		for _, v := range b.Templating.List {
 			if v.Type == "query" {
 				require.Contains(t, v.Definition, "label_values(", "%s: variable %s", b.File, v.Name)
@@ -623,6 +634,9 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 				for _, s := range series {
 					for _, l := range LegendLabels(tg.Legend) {
 						require.NotEmpty(t, s[model.LabelName(l)], "%s: series %v lacks label %s of its legend", name, s, l)
+					}
+					for _, l := range GroupBy(tg.Expr) {
+						require.NotEmpty(t, s[model.LabelName(l)], "%s: series %v lacks group-by label %s", name, s, l)
 					}
 				}
 				report = append(report, fmt.Sprintf("%s [%s]: %d series; fed by: %s", name, tg.RefID, len(series), where))
@@ -731,10 +745,47 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		}
 	}
 	require.Equal(t, len(rules), loaded)
+	// Alert expressions (before their `for`) on the real data: those whose
+	// condition a scenario drove return series during it, those no scenario
+	// drove return nothing all run long.
+	firesIn := map[string]string{
+		"EdgeguardRulesDocumentRejected":    "counted:",
+		"EdgeguardLimiterFallback":          "failures:",
+		"EdgeguardLimiterBreakerOpen":       "failures:",
+		"EdgeguardRedisCredentialsRejected": "failures:",
+		"EdgeguardSustainedShedding":        "overload on fra",
+		"EdgeguardConsulUnreachable":        "consul stopped",
+	}
+	quiet := map[string]bool{"EdgeguardRulesNotConverged": true, "EdgeguardDenialSpike": true, "EdgeguardOriginErrors": true}
 	for _, r := range rules {
-		v, _, _, err := p.Query(ctx, r.Expr, runEnd)
+		if !r.Alert {
+			v, _, _, err := p.Query(ctx, r.Expr, runEnd)
+			require.NoError(t, err, r.Name)
+			report = append(report, fmt.Sprintf("RULE %s: evaluated, %d series at the end", r.Name, len(v.(model.Vector))))
+			continue
+		}
+		from, to, expect := runStart, runEnd, "(not asserted)"
+		if name, ok := firesIn[r.Name]; ok {
+			ph := phaseNamed(t, phases, name)
+			from, to, expect = ph.start, ph.end.Add(5*scrapeInterval), "fires in: "+ph.name
+		} else if quiet[r.Name] {
+			expect = "quiet all run"
+		}
+		v, _, _, err := p.QueryRange(ctx, r.Expr, promv1.Range{Start: from, End: to, Step: scrapeInterval})
 		require.NoError(t, err, r.Name)
-		report = append(report, fmt.Sprintf("RULE %s: evaluated, %d series now", r.Name, len(v.(model.Vector))))
+		n := len(v.(model.Matrix))
+		for _, s := range v.(model.Matrix) {
+			for _, l := range GroupBy(r.Expr) {
+				require.NotEmpty(t, s.Metric[model.LabelName(l)], "%s: series %v lacks group-by label %s", r.Name, s.Metric, l)
+			}
+		}
+		switch {
+		case firesIn[r.Name] != "":
+			require.NotZero(t, n, "%s: the condition its scenario drove never held: %s", r.Name, r.Expr)
+		case quiet[r.Name]:
+			require.Zero(t, n, "%s: held though no scenario drove it: %v", r.Name, v)
+		}
+		report = append(report, fmt.Sprintf("ALERT %s: %d series; %s", r.Name, n, expect))
 	}
 
 	// --- every metric a board or rule reads is exported ---
@@ -804,6 +855,16 @@ func sum(m map[string]float64) float64 {
 		total += v
 	}
 	return total
+}
+
+func phaseNamed(t *testing.T, phases []phase, prefix string) phase {
+	for _, ph := range phases {
+		if strings.HasPrefix(ph.name, prefix) {
+			return ph
+		}
+	}
+	t.Fatalf("no scenario %q", prefix)
+	return phase{}
 }
 
 func settingsMap(kv []string) map[string]string {

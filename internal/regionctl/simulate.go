@@ -113,8 +113,12 @@ func (a *app) shedderSimulate(args []string) error {
 	for _, rec := range recs {
 		cur := replay(current, rec)
 		cand := replay(candidate, rec)
-		er := edgeReport{Instance: rec.instance, Samples: len(rec.util), Deviation: cur.deviation,
+		er := edgeReport{Instance: rec.instance, Samples: len(rec.util),
 			Reproduced: cur.deviation <= reproduceWithin, Recorded: rec.shedTotals(), Current: cur, Candidate: cand}
+		if !math.IsInf(cur.deviation, 0) {
+			d := cur.deviation
+			er.Deviation = &d
+		}
 		if !er.Reproduced {
 			failed = true
 		}
@@ -145,7 +149,7 @@ type simulateReport struct {
 type edgeReport struct {
 	Instance   string             `json:"instance"`
 	Samples    int                `json:"samples"`
-	Deviation  float64            `json:"max_level_deviation"`
+	Deviation  *float64           `json:"max_level_deviation"` // null: no recorded level to compare with
 	Reproduced bool               `json:"reproduced"`
 	Recorded   map[string]float64 `json:"recorded_shed"`
 	Current    replayResult       `json:"current"`
@@ -205,7 +209,7 @@ type replayResult struct {
 type timelinePoint struct {
 	T        time.Time `json:"t"`
 	Util     float64   `json:"utilization"`
-	Recorded float64   `json:"recorded_level"`
+	Recorded *float64  `json:"recorded_level"` // null where no level was recorded
 	Level    float64   `json:"level"`
 	Cutoff   string    `json:"cutoff_tier"`
 }
@@ -219,8 +223,10 @@ func replay(cfg shedder.Config, rec recording) replayResult {
 	cfg.Smoothing = 0
 	res := replayResult{Shed: map[string]float64{}, Offered: map[string]float64{}, MaxLevel: math.Inf(-1)}
 	if len(rec.util) == 0 {
+		res.deviation, res.MaxLevel = math.Inf(1), 0
 		return res
 	}
+	matched := 0
 	sh, err := shedder.New(cfg, nil, shedder.WithRandSource(rand.New(rand.NewPCG(1, 2))))
 	if err != nil { // cfg was validated by ApplySettings
 		panic(err)
@@ -246,13 +252,13 @@ func replay(cfg shedder.Config, rec recording) replayResult {
 		if sampleAt == nil {
 			return
 		}
-		rl, ok := recorded[sampleAt.t.UnixMilli()]
-		if ok {
+		pt := timelinePoint{T: t, Util: u, Level: lv, Cutoff: sh.CutoffTier().String()}
+		if rl, ok := recorded[sampleAt.t.UnixMilli()]; ok {
 			res.deviation = max(res.deviation, math.Abs(lv-rl))
-		} else {
-			rl = math.NaN()
+			pt.Recorded = &rl
+			matched++
 		}
-		res.Timeline = append(res.Timeline, timelinePoint{T: t, Util: u, Recorded: rl, Level: lv, Cutoff: sh.CutoffTier().String()})
+		res.Timeline = append(res.Timeline, pt)
 	}
 	first := rec.util[0]
 	observe(first.t, first.v, &first)
@@ -297,6 +303,9 @@ func replay(cfg shedder.Config, rec recording) replayResult {
 				}
 			}
 		}
+	}
+	if matched == 0 {
+		res.deviation = math.Inf(1) // nothing to compare with: not reproduced
 	}
 	return res
 }
@@ -414,7 +423,11 @@ func (a *app) printSimulation(rep simulateReport, current, candidate shedder.Con
 		if !e.Reproduced {
 			verdict = "DO NOT reproduce"
 		}
-		a.printf("  the current settings %s the recorded shed level: max deviation %.3f (limit %.2f)\n", verdict, e.Deviation, reproduceWithin)
+		if e.Deviation == nil {
+			a.printf("  no recorded shed level in the window to compare the replay with\n")
+			continue
+		}
+		a.printf("  the current settings %s the recorded shed level: max deviation %.3f (limit %.2f)\n", verdict, *e.Deviation, reproduceWithin)
 		if !e.Reproduced {
 			continue
 		}
@@ -422,7 +435,11 @@ func (a *app) printSimulation(rep simulateReport, current, candidate shedder.Con
 		every := max(len(e.Current.Timeline)/20, 1)
 		for i := 0; i < len(e.Current.Timeline) && i < len(e.Candidate.Timeline); i += every {
 			c, d := e.Current.Timeline[i], e.Candidate.Timeline[i]
-			a.printf("  %-8s %7.2f %9.3f %8.3f %10.3f %9s\n", c.T.Format("15:04:05"), c.Util, c.Recorded, c.Level, d.Level, d.Cutoff)
+			recorded := "-"
+			if c.Recorded != nil {
+				recorded = fmt.Sprintf("%.3f", *c.Recorded)
+			}
+			a.printf("  %-8s %7.2f %9s %8.3f %10.3f %9s\n", c.T.Format("15:04:05"), c.Util, recorded, c.Level, d.Level, d.Cutoff)
 		}
 		a.printf("  %-9s %9s %9s %9s %10s\n", "tier", "offered", "recorded", "current", "candidate")
 		for _, tier := range tierNames {

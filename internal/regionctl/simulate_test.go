@@ -2,6 +2,7 @@ package regionctl
 
 import (
 	"bytes"
+	"math"
 	"testing"
 	"time"
 
@@ -39,6 +40,10 @@ func TestReplayFollowsTheRamp(t *testing.T) {
 	// A different start_after reproduces nothing of this recording.
 	cfg.StartAfter = 10 * time.Second
 	require.Greater(t, replay(cfg, rec).deviation, 0.05)
+
+	// Without a recorded level there is nothing to reproduce.
+	rec.level = nil
+	require.True(t, math.IsInf(replay(cfg, rec).deviation, 1))
 }
 
 func TestSimulateRejectsBadInput(t *testing.T) {
