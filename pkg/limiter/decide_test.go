@@ -32,13 +32,16 @@ func checks(reqs ...limiter.Request) []limiter.Check {
 // answers. (The Limiter decides at the store's clock, so the probes compare
 // counts, not times.)
 func TestDecideRefundsOtherLimitsOnDenial(t *testing.T) {
+	// Hour-long windows: the Limiter decides at the store's real clock, and
+	// a window boundary or a refill between the two histories' calls would
+	// make them differ for another reason than a missing refund.
 	others := []limiter.Limit{
-		{Algorithm: limit.SlidingLog, Limit: 10, Window: 10 * s},
-		{Algorithm: limit.SlidingWindow, Limit: 10, Window: 10 * s},
-		{Algorithm: limit.TokenBucket, Limit: 10, Window: 10 * s, Burst: 8},
-		{Algorithm: limit.FixedWindow, Limit: 10, Window: 10 * s},
-		{Algorithm: limit.Concurrency, Limit: 10, Window: 10 * s},
-		{Algorithm: limit.LeakyBucket, Limit: 10, Window: 10 * s, Burst: 8},
+		{Algorithm: limit.SlidingLog, Limit: 10, Window: time.Hour},
+		{Algorithm: limit.SlidingWindow, Limit: 10, Window: time.Hour},
+		{Algorithm: limit.TokenBucket, Limit: 10, Window: time.Hour, Burst: 8},
+		{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour},
+		{Algorithm: limit.Concurrency, Limit: 10, Window: time.Hour},
+		{Algorithm: limit.LeakyBucket, Limit: 10, Window: time.Hour, Burst: 8},
 	}
 	for _, st := range allStores(t) {
 		for _, other := range others {
@@ -46,7 +49,7 @@ func TestDecideRefundsOtherLimitsOnDenial(t *testing.T) {
 				p := testenv.KeyPrefix(t)
 				withDenied, without := other, other
 				withDenied.Key, without.Key = p+"a1", p+"a2"
-				tight := limiter.Limit{Key: p + "b", Algorithm: limit.FixedWindow, Limit: 1, Window: 10 * s}
+				tight := limiter.Limit{Key: p + "b", Algorithm: limit.SlidingLog, Limit: 1, Window: time.Hour}
 				take := func(l limiter.Limit, cost int64) limiter.Decision {
 					ds, err := st.store.Take(ctx(t), []limiter.Request{{Limit: l, Cost: cost}})
 					require.NoError(t, err)
@@ -77,8 +80,8 @@ func TestDecideAllowsWhenAllAdmit(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			p := testenv.KeyPrefix(t)
 			reqs := []limiter.Request{
-				{Limit: limiter.Limit{Key: p + "a", Algorithm: limit.SlidingLog, Limit: 2, Window: 10 * s}, Cost: 1},
-				{Limit: limiter.Limit{Key: p + "b", Algorithm: limit.TokenBucket, Limit: 2, Window: 10 * s}, Cost: 1},
+				{Limit: limiter.Limit{Key: p + "a", Algorithm: limit.SlidingLog, Limit: 2, Window: time.Hour}, Cost: 1},
+				{Limit: limiter.Limit{Key: p + "b", Algorithm: limit.TokenBucket, Limit: 2, Window: time.Hour}, Cost: 1},
 			}
 			l := decider(t, st.store)
 			for i := range 2 {
