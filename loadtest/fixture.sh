@@ -79,7 +79,7 @@ up)
 	down
 	mkdir -p "$state/pids" "$state/logs" "$state/bin"
 	(cd "$root" && go build -o "$state/bin/edge" ./cmd/edge)
-	(cd "$root/loadtest" && go build -o "$state/bin/origin" ./fixture/origin)
+	(cd "$root" && go build -o "$state/bin/origin" ./cmd/stackorigin) # the stack's origin: workers x service time
 	rules="loadtest/fixture/rules.yaml"
 	json='{"regions":{"value":{'
 	sep=""
@@ -91,7 +91,7 @@ up)
 		echo "$rport" >"$state/redis-$region.port"
 		start "redis-$region" redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no
 		oport=$(free_port)
-		start "origin-$region" "$state/bin/origin" --listen "127.0.0.1:$oport" --workers "$oworkers" --service-time "$oservice"
+		start "origin-$region" "$state/bin/origin" --listen "127.0.0.1:$oport" --workers "$oworkers" --service-time "$oservice" --queue 100000
 		for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
 		consuljson=""
 		if [ "${FIXTURE_CONSUL:-1}" != 0 ] && consul=$("$root/scripts/install-consul.sh" 2>/dev/null); then
@@ -120,7 +120,7 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')"
 			name="$region-$pop-1"
 			start "edge-$name" "$state/bin/edge" --region "$region" --pop "$pop" \
 				--listen "$addr:8080" --admin "$addr:9090" \
-				--redis "redis://127.0.0.1:$rport" --key-salt "fixture-$region" \
+				--redis "redis://127.0.0.1:$rport" --key-salt "fixture-salt-$region" \
 				--trusted-proxies 127.0.0.1/32 --origin "http://127.0.0.1:$oport" \
 				--rules "$root/$rules" --shedder "$root/loadtest/fixture/shedder.json" \
 				--nodes-in-region 2 --nodes-in-pop 1 --workers 64 ${EDGE_FLAGS:-}
