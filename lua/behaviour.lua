@@ -26,7 +26,7 @@ if now == 0 then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function num(i) return tonumber(ARGV[i]) end
-local maxscan = 128 -- behaviour.maxScan
+local maxscan = 64 -- behaviour.maxScan
 
 local k = KEYS[1]
 local s = redis.call('HMGET', k, 'h', 'ec', 'ep', 'b', 'bc', 'bp', 'fp', 'ft', 'rr', 'ru', 'lv', 'ls', 'q')

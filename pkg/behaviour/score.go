@@ -34,7 +34,7 @@ func AllLevels() []Level { return []Level{Normal, Elevated, Suspicious, Blocked}
 // maxScan is the most distinct routes a half-horizon's sketch takes: past
 // it the scan signal is saturated for any sensible scale, and the sketch's
 // memory stays small (lua/behaviour.lua stops adding there too).
-const maxScan = 128
+const maxScan = 64
 
 // Params is a validated section in the units the scorer and the Redis
 // script work in (milliseconds, points). The script gets the same numbers

@@ -25,9 +25,9 @@ type Obs struct {
 }
 
 // localRoutes is how many distinct routes a half-horizon keeps in process
-// memory: an edge's own view, bounded so a flood of scanners cannot grow
-// it (the region's sketch in Redis counts up to maxScan).
-const localRoutes = 64
+// memory, as many as the region's sketch in Redis takes: bounded, so a
+// flood of scanners cannot grow an edge's memory.
+const localRoutes = maxScan
 
 // State is one client's signals and level in process memory: the model of
 // lua/behaviour.lua, which keeps the same state region-wide in Redis
