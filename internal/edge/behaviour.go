@@ -207,14 +207,20 @@ func (b *behaviourLayer) tier(r *bhRequest, t shedder.Tier) shedder.Tier {
 	return t
 }
 
-// opted reports whether any matched rule opted in, and the smallest quota
-// among those that did (the burst signal's scale).
-func opted(ms []rules.Match) (bool, int64) {
+// opted reports whether any matched rule opted in, and the burst signal's
+// scale: the least that the opted-in rules admit within the burst window
+// (a rule's quota, times the windows that fit in the burst window when
+// its window is shorter).
+func opted(ms []rules.Match, burst time.Duration) (bool, int64) {
 	var q int64
 	ok := false
 	for _, m := range ms {
 		if m.Rule.Behaviour {
-			if v := quota(m.Rule); !ok || v < q {
+			v := quota(m.Rule)
+			if w := m.Rule.Window; !m.Rule.Algorithm.Spec().Held && w > 0 && w < burst {
+				v *= int64((burst + w - 1) / w)
+			}
+			if !ok || v < q {
 				q = v
 			}
 			ok = true
@@ -227,8 +233,11 @@ func opted(ms []rules.Match) (bool, int64) {
 // it returns the rider to attach to the limit checks (nil: none) and
 // whether the request is blocked. ctx is the limiter's context.
 func (b *behaviourLayer) apply(r *bhRequest, ms []rules.Match, checks []limiter.Check) (obs behaviour.Obs, early bool, blocked bool) {
-	ok, q := opted(ms)
-	if r.cfg == nil || !ok {
+	if r.cfg == nil {
+		return obs, false, false
+	}
+	ok, q := opted(ms, r.cfg.settings.BurstWindow.D())
+	if !ok {
 		r.cfg = nil // nothing further for this request
 		return obs, false, false
 	}

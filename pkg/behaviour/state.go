@@ -14,8 +14,9 @@ type Obs struct {
 	Early int64
 	// RetryMs > 0: a 429 told the client to wait this long from now.
 	RetryMs int64
-	// Q is the quota (q) of the tightest rule the requests opted in by:
-	// the burst signal's scale. 0: no burst signal.
+	// Q is the most the client's opted-in rules admit within the burst
+	// window (the tightest rule's quota, times the windows that fit in
+	// the burst window): the burst signal's scale. 0: keep the last.
 	Q int64
 	// Routes are hashes of the normalized paths requested.
 	Routes []uint64
