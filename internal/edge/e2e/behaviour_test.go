@@ -155,6 +155,7 @@ rules:
 	var blockedAt int
 	var last reply
 	quota := 0
+	start := time.Now()
 	for i := range 200 {
 		last = get(c, es[i%3].url("/api/orders?page="+strconv.Itoa(i)), "X-Forwarded-For", ip)
 		require.NoError(t, last.err)
@@ -177,6 +178,16 @@ rules:
 	d := clientState(t, es[(blockedAt-1)%3], ip)
 	require.Equal(t, "blocked", d.Client.Level)
 	require.Positive(t, d.Client.Region.Denial, "requests before Retry-After counted")
+	// The 429s and the requests the over-limit cache denied reached Redis
+	// in flushes, each edge at most one per 100 ms.
+	elapsed := time.Since(start)
+	var flushed float64
+	for _, e := range es {
+		f := sum(scrape(t, e), "edgeguard_behaviour_flushes_total")
+		require.LessOrEqual(t, f, float64(elapsed/(100*time.Millisecond))+1)
+		flushed += f
+	}
+	require.Positive(t, flushed)
 
 	// The client now obeys Retry-After (the behaviour under test is what
 	// happens after that wait), then comes back.
