@@ -28,7 +28,7 @@ func (l Level) String() string {
 	return "level(" + strconv.Itoa(int(l)) + ")"
 }
 
-// Levels lists every level, lowest first.
+// AllLevels lists every level, lowest first.
 func AllLevels() []Level { return []Level{Normal, Elevated, Suspicious, Blocked} }
 
 // maxScan is the most distinct routes a half-horizon's sketch takes: past
