@@ -19,6 +19,9 @@ const (
 	GCRA          = "gcra"
 	FixedWindow   = "fixed_window"
 	Concurrency   = "concurrency"
+	// Behaviour is the behaviour layer's script (no prelude: not a limiter
+	// algorithm); read it with Plain.
+	Behaviour = "behaviour"
 )
 
 // Source returns the complete script for an algorithm: prelude plus body.
@@ -32,4 +35,13 @@ func Source(name string) (string, error) {
 		return "", fmt.Errorf("reading script %q: %w", name, err)
 	}
 	return string(prelude) + "\n" + string(body), nil
+}
+
+// Plain returns a script without the prelude.
+func Plain(name string) (string, error) {
+	body, err := files.ReadFile(name + ".lua")
+	if err != nil {
+		return "", fmt.Errorf("reading script %q: %w", name, err)
+	}
+	return string(body), nil
 }

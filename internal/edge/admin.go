@@ -42,6 +42,7 @@ func (e *Edge) adminHandler() http.Handler {
 			Rules    []rules.CompiledRule `json:"rules"`
 		}{snap.Version(), loaded, e.cfg.Region, e.cfg.PoP, snap.Rules()})
 	})
+	mux.HandleFunc("GET /debug/clients", e.bh.debugClients)
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)

@@ -9,15 +9,20 @@
 //     declared bodies over the limit refused (413); an absolute-form
 //     target's authority becomes the Host. A header the next steps decide
 //     on that appears twice is refused (400) when it is read.
-//  3. Shed: the request is classified into a priority tier and the
-//     worker-utilization shedder may drop it (503); otherwise it takes a
-//     worker slot (waiting briefly in a bounded queue, or 503).
-//  4. Identify: the client address, from the socket or, only when the peer is
-//     a trusted proxy, from X-Forwarded-For (right-most untrusted hop).
+//  3. Identify: the client address, from the socket or, only when the peer is
+//     a trusted proxy, from X-Forwarded-For (right-most untrusted hop); with
+//     a behaviour section in the rules, the client's identity and risk level
+//     (behaviour.go).
+//  4. Shed: the request is classified into a priority tier (a client whose
+//     level says so is put in the lowest) and the worker-utilization shedder
+//     may drop it (503); otherwise it takes a worker slot (waiting briefly in
+//     a bounded queue, or 503).
 //  5. Match: the current rules snapshot returns every rule that applies, each
 //     with its hashed key (pure code, no I/O).
-//  6. Limit: the limiter decides all of them — over-limit cache, per-key
-//     coalescing, one round trip per Redis node, local fallback when Redis
+//  6. Limit: the client's level applies (opted-in rules' limits multiplied,
+//     or a blocked client answered 429), then the limiter decides every rule
+//     — over-limit cache, per-key coalescing, one round trip per Redis node
+//     (the behaviour signal update riding in it), local fallback when Redis
 //     fails. Denied → 429 with Retry-After, RateLimit fields and a
 //     problem+json body.
 //  7. Proxy: allowed traffic goes to the origin, its body streamed, with the

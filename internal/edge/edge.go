@@ -42,6 +42,8 @@ type Edge struct {
 	consul                *consulLink
 	rulesAt               atomic.Pointer[time.Time]
 	limiter               *limiter.Limiter
+	redisStore            *limiter.RedisStore // nil with the memory store
+	bh                    *behaviourLayer
 	closers               []func()
 	proxy                 *origin.Proxy
 	shed                  *shedder.Shedder
@@ -96,6 +98,12 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	}
 	if err := e.buildShedder(reg); err != nil {
 		return nil, err
+	}
+	if e.bh, err = newBehaviourLayer(cfg, e.redisStore, reg, log); err != nil {
+		return nil, fmt.Errorf("building the behaviour layer: %w", err)
+	}
+	if snap := e.rules.Load(); snap != nil {
+		e.bh.rulesChanged(snap)
 	}
 	origins := cfg.Origins
 	if cfg.DemoOrigin {
@@ -280,6 +288,9 @@ func (e *Edge) SetRules(snap *rules.Snapshot) {
 	if e.limiter != nil {
 		e.limiter.Flush()
 	}
+	if e.bh != nil {
+		e.bh.rulesChanged(snap)
+	}
 	if old != nil {
 		e.metrics.rulesInfo.DeleteLabelValues(old.Version())
 	}
@@ -326,7 +337,7 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 			e.log.Warn("redis not reachable at start; deciding locally until it is", "err", loadErr)
 		}
 		cancel()
-		store, lcfg.StoreName = rs, "redis"
+		store, lcfg.StoreName, e.redisStore = rs, "redis", rs
 	}
 	l, err := limiter.New(store, lcfg, reg, e.log)
 	if err != nil {
@@ -366,6 +377,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stopSampler()
 	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
+	wg.Go(func() { e.bh.run(samplerCtx) })
 
 	errc := make(chan error, 2)
 	wg.Go(func() {

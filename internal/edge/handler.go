@@ -55,8 +55,17 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 	header := headers.get
 	path := rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
 
+	// Identify.
+	if !trusted {
+		// A client's own X-Forwarded-For proves nothing and must not reach
+		// the origin as if a proxy had written it.
+		ctx.Request.Header.Del("X-Forwarded-For")
+	}
+	client := clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
+	bh := e.bh.begin(ctx, client, &headers, path) // the client's behaviour level (behaviour.go)
+
 	// Shed: before any I/O, by priority tier.
-	tier := e.shed.Classify(b2s(ctx.Method()), path, header, trusted)
+	tier := e.bh.tier(&bh, e.shed.Classify(b2s(ctx.Method()), path, header, trusted))
 	*tierOut = tier
 	if headers.repeated != "" {
 		refuseRepeated(ctx, headers.repeated)
@@ -74,14 +83,6 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 		return outcomeNoWorker
 	}
 	defer release()
-
-	// Identify.
-	if !trusted {
-		// A client's own X-Forwarded-For proves nothing and must not reach
-		// the origin as if a proxy had written it.
-		ctx.Request.Header.Del("X-Forwarded-For")
-	}
-	client := clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
 
 	// Match.
 	sc := scratchPool.Get().(*scratch)
@@ -112,7 +113,18 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 		for _, m := range sc.matches {
 			sc.checks = append(sc.checks, e.check(m))
 		}
-		verdict, err = e.limiter.Decide(context.Background(), sc.checks) // bounded by --redis-timeout
+		lctx := context.Background()
+		obs, early, block := e.bh.apply(&bh, sc.matches, sc.checks)
+		if block {
+			blocked(ctx, bh.cfg.params.Cooldown())
+			return outcomeDenied
+		}
+		rider := e.bh.rider(&bh, obs)
+		if rider != nil {
+			lctx = limiter.WithRider(lctx, rider)
+		}
+		verdict, err = e.limiter.Decide(lctx, sc.checks) // bounded by --redis-timeout
+		e.bh.done(&bh, obs, early, rider, verdict)
 		switch {
 		case errors.Is(err, limiter.ErrUnavailable):
 			unavailable(ctx, "rate limiting is unavailable; retry later", 1)

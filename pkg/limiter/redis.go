@@ -227,6 +227,10 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 	if len(sent) == 0 {
 		return
 	}
+	if r := riding(ctx); r != nil {
+		s.execRiding(ctx, r, calls, cmds, sent) // rider.go
+		return
+	}
 	// A lone call may share a pipeline with other Takes' calls. Several
 	// calls keep a pipeline of their own: queued one by one, they could
 	// straddle two of the autopipeliner's batches, two round trips.

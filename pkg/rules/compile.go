@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgeguard/edgeguard/pkg/behaviour"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
@@ -27,6 +28,8 @@ type CompiledRule struct {
 	MinInterval time.Duration
 	Shadow      bool
 	Scope       Scope
+	// Behaviour: the rule opted into the behaviour layer.
+	Behaviour bool
 	// Key, Hosts, PathPrefixes and Methods are the normalized match and key
 	// definitions, for display.
 	Key          []string
@@ -54,6 +57,7 @@ func (r CompiledRule) MarshalJSON() ([]byte, error) {
 		MinInterval  string          `json:"min_interval,omitempty"`
 		Shadow       bool            `json:"shadow"`
 		Scope        Scope           `json:"scope"`
+		Behaviour    bool            `json:"behaviour,omitempty"`
 		Key          []string        `json:"key"`
 		Hosts        []string        `json:"hosts,omitempty"`
 		PathPrefixes []string        `json:"path_prefix,omitempty"`
@@ -61,7 +65,7 @@ func (r CompiledRule) MarshalJSON() ([]byte, error) {
 	}{
 		ID: r.ID, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window.String(),
 		Burst: r.Burst, Cost: r.Cost, MinInterval: durationOrEmpty(r.MinInterval),
-		Shadow: r.Shadow, Scope: r.Scope, Key: r.Key,
+		Shadow: r.Shadow, Scope: r.Scope, Behaviour: r.Behaviour, Key: r.Key,
 		Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Methods: r.Methods,
 	})
 }
@@ -82,6 +86,7 @@ type Snapshot struct {
 	v6Prefix int
 	salt     []byte
 	index    *ruleIndex // nil: Match scans every rule
+	bh       *behaviour.Settings
 }
 
 // CompileOption tunes Compile.
@@ -129,6 +134,7 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 		rules:    make([]CompiledRule, 0, len(d.Rules)),
 		v6Prefix: cfg.v6Prefix,
 		salt:     cfg.salt,
+		bh:       d.Behaviour,
 	}
 	for i := range d.Rules {
 		if r := &d.Rules[i]; !r.Disabled {
@@ -151,6 +157,7 @@ func compileRule(r *Rule) CompiledRule {
 		MinInterval:  r.MinInterval.D(),
 		Shadow:       r.Shadow,
 		Scope:        r.Scope,
+		Behaviour:    r.Behaviour,
 		Key:          cloneStrings(r.Key),
 		Hosts:        cloneStrings(r.Match.Hosts),
 		PathPrefixes: cloneStrings(r.Match.PathPrefix),
@@ -184,6 +191,15 @@ func (s *Snapshot) Version() string {
 		return Version(nil)
 	}
 	return s.version
+}
+
+// Behaviour is the validated behaviour section (defaults filled in), nil
+// when the rules have none. It must not be modified.
+func (s *Snapshot) Behaviour() *behaviour.Settings {
+	if s == nil {
+		return nil
+	}
+	return s.bh
 }
 
 // IPv6Prefix is the prefix length the "ip" descriptor groups IPv6 clients by.

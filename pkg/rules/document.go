@@ -1,5 +1,7 @@
 package rules
 
+import "github.com/edgeguard/edgeguard/pkg/behaviour"
+
 // SchemaVersion is the only document version this package understands.
 const SchemaVersion = 1
 
@@ -7,6 +9,9 @@ const SchemaVersion = 1
 type Document struct {
 	Version int    `yaml:"version"`
 	Rules   []Rule `yaml:"rules"`
+	// Behaviour switches on the behaviour layer (package behaviour owns
+	// the section and its validation); nil: off.
+	Behaviour *behaviour.Settings `yaml:"behaviour,omitempty"`
 }
 
 // Rule is one rate-limit rule as written by an operator. Parse and Validate
@@ -30,6 +35,9 @@ type Rule struct {
 	// Disabled, in a regional document, switches off the global rule with the
 	// same ID. A disabled rule is only checked for a valid ID.
 	Disabled bool `yaml:"disabled,omitempty"`
+	// Behaviour opts the rule into the behaviour layer: its limit follows
+	// the client's risk level.
+	Behaviour bool `yaml:"behaviour,omitempty"`
 }
 
 // MatchSpec selects the requests a rule applies to. Every list is optional;
@@ -63,7 +71,7 @@ func (d *Document) clone() *Document {
 	if d == nil {
 		return &Document{Version: SchemaVersion}
 	}
-	out := &Document{Version: d.Version, Rules: make([]Rule, len(d.Rules))}
+	out := &Document{Version: d.Version, Rules: make([]Rule, len(d.Rules)), Behaviour: d.Behaviour.Clone()}
 	for i, r := range d.Rules {
 		out.Rules[i] = r.clone()
 	}

@@ -40,7 +40,12 @@ func Merge(global, region *Document) (*Document, error) {
 		}
 		byID[rule.ID] = rule
 	}
-	return &Document{Version: SchemaVersion, Rules: sortedRules(byID)}, nil
+	// A region's behaviour section replaces the global one as a whole.
+	bh := g.Behaviour
+	if r.Behaviour != nil {
+		bh = r.Behaviour
+	}
+	return &Document{Version: SchemaVersion, Rules: sortedRules(byID), Behaviour: bh}, nil
 }
 
 func sortedRules(byID map[string]Rule) []Rule {

@@ -27,6 +27,11 @@ func (d *Document) Validate() error {
 	if d.Version != SchemaVersion {
 		errs = append(errs, &FieldError{Index: -1, Field: "version", Msg: fmt.Sprintf("unsupported %d (want %d)", d.Version, SchemaVersion)})
 	}
+	if d.Behaviour != nil {
+		for _, p := range d.Behaviour.Validate() {
+			errs = append(errs, &FieldError{Index: -1, Field: p.Field, Msg: p.Msg})
+		}
+	}
 	seen := make(map[string]int, len(d.Rules))
 	for i := range d.Rules {
 		r := &d.Rules[i]

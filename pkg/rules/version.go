@@ -67,6 +67,8 @@ type canonicalRule struct {
 	// Disabled is only ever set by DocumentVersion; omitempty keeps the
 	// encoding of active rules, and so every Version, as it was.
 	Disabled bool `json:"disabled,omitempty"`
+	// Behaviour (opted in), likewise only written when set.
+	Behaviour bool `json:"behaviour,omitempty"`
 }
 
 // versionOfNormalized is Version of an already normalized document.
@@ -90,7 +92,14 @@ func canonicalVersion(d *Document, withDisabled bool) string {
 			buf = buf[:0]
 		}
 	}
-	buf = append(buf, "]}"...)
+	buf = append(buf, ']')
+	if d.Behaviour != nil {
+		// Only documents with the section hash it: every other
+		// version stays as it was.
+		bh, _ := json.Marshal(d.Behaviour) // plain values: cannot fail
+		buf = append(append(buf, `,"behaviour":`...), bh...)
+	}
+	buf = append(buf, '}')
 	h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil))[:versionLen]
 }
@@ -120,6 +129,7 @@ func canonicalRules(d *Document, withDisabled bool) []canonicalRule {
 			MinInterval: int64(r.MinInterval),
 			Shadow:      r.Shadow,
 			Scope:       string(r.Scope),
+			Behaviour:   r.Behaviour,
 		}
 		if l := r.limit(); l.Algorithm.Valid() && l.Algorithm.Spec().Burst {
 			c.Capacity = l.Capacity()
@@ -192,6 +202,9 @@ func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
 	buf = appendJSONString(buf, c.Scope)
 	if c.Disabled {
 		buf = append(buf, `,"disabled":true`...)
+	}
+	if c.Behaviour {
+		buf = append(buf, `,"behaviour":true`...)
 	}
 	return append(buf, '}'), scratch
 }

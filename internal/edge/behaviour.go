@@ -1,0 +1,533 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/lua"
+	"github.com/edgeguard/edgeguard/pkg/behaviour"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
+
+// The behaviour layer on the request path (package behaviour has the
+// model). For a request of a client:
+//
+//  1. before shedding, the client's identity (the API key an opted-in rule
+//     counts by, else its address, an IPv6 client's /64; hashed with the key
+//     salt) and its level: the higher of this edge's own view and the
+//     region's reading from Redis as of the client's previous round trip
+//     (one round trip of lag: the signal keys and the limit keys live in
+//     different Cluster slots, and the update rides with the limit checks);
+//  2. in enforce mode, a level's policy: the shedder's lowest tier, the
+//     opted-in rules' limits multiplied, or a 429 of type
+//     abnormal-usage-detected with Retry-After = the cool-down;
+//  3. the request's signal update rides in the pipeline of the request's
+//     limit checks (limiter.Rider); one that could not (denied by the
+//     over-limit cache, decided locally, blocked) and every 429 given are
+//     flushed in one pipeline at most every flushEvery.
+//
+// Requests matching no opted-in rule are not observed; the level's shedder
+// tier applies to all of a client's requests.
+
+const problemAbnormalUsage = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
+
+// flushEvery bounds how often an edge sends what did not ride.
+const flushEvery = 100 * time.Millisecond
+
+// maxFlush caps one flush; the rest goes with the next.
+const maxFlush = 10_000
+
+// bhConfig is the layer's configuration of one rules snapshot.
+type bhConfig struct {
+	mode     behaviour.Mode
+	settings *behaviour.Settings
+	params   behaviour.Params
+	args     behaviour.ScriptArgs
+	headers  []string // API-key headers and query parameters opted-in rules count by
+	queries  []string
+}
+
+type behaviourLayer struct {
+	cfg     atomic.Pointer[bhConfig] // nil: off
+	tracker *behaviour.Tracker
+	store   *limiter.RedisStore // nil: no Redis, this edge's view only
+	script  *limiter.RiderScript
+	salt    []byte
+	hasher  behaviour.Hasher
+	v6      int
+	timeout time.Duration
+	log     *slog.Logger
+	m       *bhMetrics
+	reload  atomic.Bool // a reply met NOSCRIPT: the flusher loads the script
+}
+
+func newBehaviourLayer(cfg Config, store *limiter.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*behaviourLayer, error) {
+	src, err := lua.Plain(lua.Behaviour)
+	if err != nil {
+		return nil, err
+	}
+	b := &behaviourLayer{
+		store: store, script: limiter.NewRiderScript(src), salt: []byte(cfg.KeySalt),
+		hasher: behaviour.NewHasher([]byte(cfg.KeySalt)), v6: cfg.IPv6Prefix, timeout: cfg.RedisTimeout, log: log,
+	}
+	if b.m, err = newBehaviourMetrics(reg, func() float64 {
+		if t := b.tracker; t != nil {
+			return float64(t.Len())
+		}
+		return 0
+	}); err != nil {
+		return nil, err
+	}
+	def := behaviour.DefaultSettings()
+	b.tracker = behaviour.NewTracker(behaviour.ParamsOf(&def), 0, b.m.evicted.Inc, b.m.dropped.Inc)
+	b.m.localOnly.Set(1)
+	return b, nil
+}
+
+// rulesChanged takes the behaviour section of new rules: live, like the
+// rest of the rules.
+func (b *behaviourLayer) rulesChanged(snap *rules.Snapshot) {
+	s := snap.Behaviour()
+	if s == nil || s.Mode == behaviour.ModeOff {
+		if b.cfg.Swap(nil) != nil {
+			b.log.Info("behaviour layer off")
+		}
+		return
+	}
+	c := &bhConfig{mode: s.Mode, settings: s, params: behaviour.ParamsOf(s)}
+	c.args = behaviour.NewScriptArgs(&c.params)
+	opted := 0
+	for _, r := range snap.Rules() {
+		if !r.Behaviour {
+			continue
+		}
+		opted++
+		for _, k := range r.Key {
+			if name, ok := strings.CutPrefix(k, "header:"); ok && !contains(c.headers, name) {
+				c.headers = append(c.headers, name)
+			}
+			if name, ok := strings.CutPrefix(k, "query:"); ok && !contains(c.queries, name) {
+				c.queries = append(c.queries, name)
+			}
+		}
+	}
+	b.tracker.SetParams(c.params)
+	b.cfg.Store(c)
+	if opted == 0 {
+		b.log.Warn("behaviour section present but no rule opts in (behaviour: true): levels are computed for no request", "mode", s.Mode)
+		return
+	}
+	b.log.Info("behaviour layer on", "mode", s.Mode, "rules", opted, "horizon", s.Horizon.D(), "cooldown", s.Cooldown.D())
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// bhRequest is one request's part in the layer.
+type bhRequest struct {
+	cfg   *bhConfig
+	id    string
+	level behaviour.Level
+	route [1]uint64
+	fp    uint64
+}
+
+// begin identifies the client and judges its level (step 1); nil cfg: off.
+func (b *behaviourLayer) begin(ctx *fasthttp.RequestCtx, client netip.Addr, h *headerLookup, path string) bhRequest {
+	c := b.cfg.Load()
+	if c == nil {
+		return bhRequest{}
+	}
+	r := bhRequest{cfg: c}
+	for _, name := range c.headers {
+		if v, ok := h.get(name); ok && v != "" {
+			r.id = behaviour.Identity(b.salt, behaviour.KindAPIKey, v)
+			break
+		}
+	}
+	for _, name := range c.queries {
+		if r.id != "" {
+			break
+		}
+		if v, ok := h.query(name); ok && v != "" {
+			r.id = behaviour.Identity(b.salt, behaviour.KindAPIKey, v)
+		}
+	}
+	if r.id == "" {
+		key := rules.ClientKey(client, b.v6)
+		if key == "" {
+			return bhRequest{}
+		}
+		r.id = behaviour.Identity(b.salt, behaviour.KindIP, key)
+	}
+	lv, was := b.tracker.Judge(r.id, time.Now().UnixMilli())
+	r.level = lv
+	if lv != was {
+		b.m.changes.WithLabelValues(was.String(), lv.String(), string(c.mode)).Inc()
+		b.log.Info("client level changed", "client", r.id, "from", was.String(), "to", lv.String(), "mode", string(c.mode))
+	}
+	r.route[0] = b.hasher.Route(path)
+	var body []byte
+	if !ctx.Request.IsBodyStream() {
+		if bb := ctx.Request.Body(); len(bb) <= behaviour.MaxBodyFingerprint {
+			body = bb
+		}
+	}
+	r.fp = b.hasher.Fingerprint(b2s(ctx.Method()), path, b2s(ctx.URI().QueryString()), body)
+	return r
+}
+
+// enforcing reports whether the request's level acts.
+func (r *bhRequest) enforcing() bool { return r.cfg != nil && r.cfg.mode == behaviour.ModeEnforce }
+
+// tier demotes a client whose level says so to the shedder's lowest tier.
+func (b *behaviourLayer) tier(r *bhRequest, t shedder.Tier) shedder.Tier {
+	if r.enforcing() && r.cfg.settings.Policy(r.level).LowestTier && t != shedder.TierTest {
+		b.m.actions.WithLabelValues("lowest_tier").Inc()
+		return shedder.TierTest
+	}
+	return t
+}
+
+// opted reports whether any matched rule opted in, and the burst signal's
+// scale: the least that the opted-in rules admit within the burst window
+// (a rule's quota, times the windows that fit in the burst window when
+// its window is shorter).
+func opted(ms []rules.Match, burst time.Duration) (bool, int64) {
+	var q int64
+	ok := false
+	for _, m := range ms {
+		if m.Rule.Behaviour {
+			v := quota(m.Rule)
+			if w := m.Rule.Window; !m.Rule.Algorithm.Spec().Held && w > 0 && w < burst {
+				v *= int64((burst + w - 1) / w)
+			}
+			if !ok || v < q {
+				q = v
+			}
+			ok = true
+		}
+	}
+	return ok, q
+}
+
+// apply observes the request and applies its level to the checks (step 2);
+// it returns the rider to attach to the limit checks (nil: none) and
+// whether the request is blocked. ctx is the limiter's context.
+func (b *behaviourLayer) apply(r *bhRequest, ms []rules.Match, checks []limiter.Check) (obs behaviour.Obs, early bool, blocked bool) {
+	if r.cfg == nil {
+		return obs, false, false
+	}
+	ok, q := opted(ms, r.cfg.settings.BurstWindow.D())
+	if !ok {
+		r.cfg = nil // nothing further for this request
+		return obs, false, false
+	}
+	b.m.requests.WithLabelValues(r.level.String(), string(r.cfg.mode)).Inc()
+	obs = behaviour.Obs{N: 1, Judge: 1, Q: q, Routes: r.route[:], FP: r.fp}
+	pol := r.cfg.settings.Policy(r.level)
+	now := time.Now().UnixMilli()
+	if r.enforcing() && pol.Block {
+		obs.RetryMs = r.cfg.params.CooldownMs
+		early = b.tracker.Observe(r.id, obs, now)
+		b.pend(r, obs, early, now)
+		b.m.actions.WithLabelValues("blocked").Inc()
+		return obs, early, true
+	}
+	early = b.tracker.Observe(r.id, obs, now)
+	if r.enforcing() && pol.LimitFactor < 1 {
+		tightened := false
+		for i, m := range ms {
+			if m.Rule.Behaviour {
+				checks[i].Limit = scaled(checks[i].Limit, pol.LimitFactor)
+				tightened = true
+			}
+		}
+		if tightened {
+			b.m.actions.WithLabelValues("tightened").Inc()
+		}
+	}
+	return obs, early, false
+}
+
+// scaled is l with its limit and burst multiplied by f (at least 1).
+func scaled(l limiter.Limit, f float64) limiter.Limit {
+	l.Limit = max(1, int64(float64(l.Limit)*f))
+	if l.Burst > 0 {
+		l.Burst = max(1, int64(float64(l.Burst)*f))
+	}
+	return l
+}
+
+// rider is the request's signal update, to ride with its limit checks;
+// nil without Redis.
+func (b *behaviourLayer) rider(r *bhRequest, obs behaviour.Obs) *limiter.Rider {
+	if b.store == nil || r.cfg == nil {
+		return nil
+	}
+	id := r.id
+	return &limiter.Rider{
+		Script: b.script,
+		Keys:   behaviour.Keys(limiter.DefaultKeyPrefix, id),
+		Args:   r.cfg.args.Args(obs, 0),
+		Reply:  func(cmd *redis.Cmd) { b.reply(id, cmd, "ride") },
+	}
+}
+
+// done settles the request after the limit checks (step 3): an update that
+// did not ride goes to the next flush, and so does a 429.
+func (b *behaviourLayer) done(r *bhRequest, obs behaviour.Obs, early bool, rd *limiter.Rider, v limiter.Verdict) {
+	if r.cfg == nil {
+		return
+	}
+	now := time.Now().UnixMilli()
+	if rd == nil || !rd.Sent() {
+		b.pend(r, obs, early, now)
+	}
+	if v.Allowed || len(v.Checks) == 0 { // admitted, or the limiter failed
+		return
+	}
+	var retry time.Duration
+	for _, o := range v.Checks {
+		if !o.Allowed && o.Source != limiter.SourceSkipped {
+			retry = max(retry, o.RetryAfter)
+		}
+	}
+	retryMs := max(seconds(retry), 1) * 1000 // as Retry-After says it
+	deny := behaviour.Obs{RetryMs: retryMs}
+	b.tracker.Observe(r.id, deny, now)
+	if b.store != nil {
+		b.tracker.Pend(r.id, deny, now)
+	}
+}
+
+// pend queues requests that did not reach Redis, judged by this edge.
+func (b *behaviourLayer) pend(r *bhRequest, obs behaviour.Obs, early bool, now int64) {
+	if b.store == nil {
+		return
+	}
+	obs.Judge, obs.FP, obs.Early = 0, 0, 0
+	if early {
+		obs.Early = obs.N
+	}
+	b.tracker.Pend(r.id, obs, now)
+}
+
+// reply takes the region's reading of a client from a script reply.
+func (b *behaviourLayer) reply(id string, cmd *redis.Cmd, path string) {
+	vals, err := cmd.Int64Slice()
+	var v behaviour.Verdict
+	if err == nil {
+		v, err = behaviour.ParseReply(vals)
+	}
+	if err != nil {
+		b.m.updates.WithLabelValues(path, "error").Inc()
+		b.m.localOnly.Set(1)
+		if limiter.IsNoScript(err) {
+			b.reload.Store(true)
+		}
+		return
+	}
+	b.m.updates.WithLabelValues(path, "ok").Inc()
+	b.m.localOnly.Set(0)
+	b.tracker.Remote(id, v, time.Now().UnixMilli(), 1000)
+}
+
+// loadScript loads the script on every node (at start, and after a reply
+// met NOSCRIPT: a node restarted or failed over).
+func (b *behaviourLayer) loadScript() {
+	ctx, cancel := context.WithTimeout(context.Background(), max(b.timeout, time.Second))
+	defer cancel()
+	if err := b.script.Load(ctx, b.store.Client()); err != nil {
+		b.log.Warn("behaviour script not loaded; levels come from this edge's view until it is", "err", err)
+		b.reload.Store(true)
+	}
+}
+
+// run flushes what did not ride every flushEvery until ctx is done.
+func (b *behaviourLayer) run(ctx context.Context) {
+	if b.store == nil {
+		return
+	}
+	b.loadScript()
+	t := time.NewTicker(flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if b.reload.Swap(false) {
+				b.loadScript()
+			}
+			b.flush()
+		}
+	}
+}
+
+func (b *behaviourLayer) flush() {
+	c := b.cfg.Load()
+	items := b.tracker.Drain()
+	if c == nil || len(items) == 0 {
+		return
+	}
+	for len(items) > 0 {
+		n := min(len(items), maxFlush)
+		riders := make([]*limiter.Rider, n)
+		for i, it := range items[:n] {
+			id := it.ID
+			riders[i] = &limiter.Rider{
+				Script: b.script, Keys: behaviour.Keys(limiter.DefaultKeyPrefix, id),
+				Args:  c.args.Args(it.Obs, 0),
+				Reply: func(cmd *redis.Cmd) { b.reply(id, cmd, "flush") },
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(b.timeout, 100*time.Millisecond))
+		_ = b.store.RunRiders(ctx, riders) // each reply says how it went
+		cancel()
+		b.m.flushes.Inc()
+		items = items[n:]
+	}
+}
+
+// blocked answers a blocked client: 429, Retry-After the cool-down. The
+// level itself is never disclosed.
+func blocked(ctx *fasthttp.RequestCtx, cooldown time.Duration) {
+	writeProblem(ctx, problem{
+		Type:   problemAbnormalUsage,
+		Title:  "Too Many Requests",
+		Status: fasthttp.StatusTooManyRequests,
+		Detail: "abnormal usage detected; retry after the time in Retry-After",
+	}, seconds(cooldown))
+}
+
+// debugClients serves /debug/clients?key=ID (the hashed identity logs
+// show), or ?ip=ADDR or ?api_key=KEY, which it hashes the same way.
+func (b *behaviourLayer) debugClients(w http.ResponseWriter, req *http.Request) {
+	q := req.URL.Query()
+	id := q.Get("key")
+	switch {
+	case id != "":
+	case q.Get("api_key") != "":
+		id = behaviour.Identity(b.salt, behaviour.KindAPIKey, q.Get("api_key"))
+	case q.Get("ip") != "":
+		a, err := netip.ParseAddr(q.Get("ip"))
+		if err != nil {
+			http.Error(w, "ip: not an address", http.StatusBadRequest)
+			return
+		}
+		id = behaviour.Identity(b.salt, behaviour.KindIP, rules.ClientKey(a, b.v6))
+	default:
+		http.Error(w, "want ?key=<client id>, ?ip=<address> or ?api_key=<key>", http.StatusBadRequest)
+		return
+	}
+	mode := string(behaviour.ModeOff)
+	if c := b.cfg.Load(); c != nil {
+		mode = string(c.mode)
+	}
+	cl, ok := b.tracker.Lookup(id, time.Now().UnixMilli())
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if !ok {
+		w.WriteHeader(http.StatusNotFound)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(struct {
+		Mode   string            `json:"mode"`
+		Known  bool              `json:"known"`
+		Client *behaviour.Client `json:"client,omitempty"`
+	}{mode, ok, clientOrNil(cl, ok)})
+}
+
+func clientOrNil(c behaviour.Client, ok bool) *behaviour.Client {
+	if !ok {
+		return nil
+	}
+	return &c
+}
+
+type bhMetrics struct {
+	changes   *prometheus.CounterVec // from, to, mode
+	requests  *prometheus.CounterVec // level, mode
+	actions   *prometheus.CounterVec // action
+	updates   *prometheus.CounterVec // path, result
+	flushes   prometheus.Counter
+	localOnly prometheus.Gauge
+	evicted   prometheus.Counter
+	dropped   prometheus.Counter
+}
+
+func newBehaviourMetrics(reg prometheus.Registerer, clients func() float64) (*bhMetrics, error) {
+	m := &bhMetrics{
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_behaviour_level_changes_total",
+			Help: "Changes of the level this edge judges a client's requests by, by from and to level and mode (shadow changes count too).",
+		}, []string{"from", "to", "mode"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_behaviour_requests_total",
+			Help: "Requests of opted-in rules, by the client's level and the mode.",
+		}, []string{"level", "mode"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_behaviour_actions_total",
+			Help: "Requests a level acted on in enforce mode: tightened (limits multiplied), lowest_tier (shedder tier), blocked (429 abnormal-usage-detected).",
+		}, []string{"action"}),
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_behaviour_updates_total",
+			Help: "Signal updates sent to Redis, by path (ride: in a limit check's pipeline; flush: batched every 100 ms) and result (ok, error).",
+		}, []string{"path", "result"}),
+		flushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_behaviour_flushes_total",
+			Help: "Pipelines of signal updates that could not ride with a limit check.",
+		}),
+		localOnly: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgeguard_behaviour_local_only",
+			Help: "1 while levels come from this edge's own view only (no Redis, or its last signal update failed); 0 while the region's readings arrive.",
+		}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_behaviour_evicted_total",
+			Help: "Clients this edge forgot to stay within its memory bound.",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_behaviour_dropped_updates_total",
+			Help: "Signal updates dropped because too many waited for one flush.",
+		}),
+	}
+	cs := []prometheus.Collector{m.changes, m.requests, m.actions, m.updates, m.flushes, m.localOnly, m.evicted, m.dropped,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "edgeguard_behaviour_clients",
+			Help: "Clients this edge keeps signals of.",
+		}, clients)}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range []string{"tightened", "lowest_tier", "blocked"} {
+		m.actions.WithLabelValues(a)
+	}
+	for _, p := range []string{"ride", "flush"} {
+		for _, r := range []string{"ok", "error"} {
+			m.updates.WithLabelValues(p, r)
+		}
+	}
+	return m, nil
+}

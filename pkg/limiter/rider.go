@@ -1,0 +1,152 @@
+package limiter
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Rider is a script call that travels in the pipeline a Take already
+// sends, so that it costs no round trip of its own: the behaviour layer's
+// signal update rides with a request's limit checks. The Take does not
+// wait for it longer than for its own calls and never acts on its reply;
+// Reply gets the command once its batch has run (possibly on another
+// goroutine, possibly after Decide returned). A Take carries at most one
+// rider, once: Sent reports whether it left, so the caller can send what did
+// not (a check denied by the over-limit cache, joined to another request's
+// call, or decided without the store) some other way.
+type Rider struct {
+	Script *RiderScript
+	Keys   []string
+	Args   []any
+	Reply  func(*redis.Cmd)
+	sent   atomic.Bool
+}
+
+// RiderScript is a script riders run (EVALSHA). A rider that meets NOSCRIPT
+// is not retried: its Reply sees the error, and Load puts the script back.
+type RiderScript struct {
+	src, sha string
+}
+
+// NewRiderScript prepares src.
+func NewRiderScript(src string) *RiderScript {
+	sum := sha1.Sum([]byte(src))
+	return &RiderScript{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// Load loads the script on every node.
+func (s *RiderScript) Load(ctx context.Context, c RedisClient) error {
+	return c.ScriptLoad(ctx, s.src).Err()
+}
+
+// IsNoScript reports whether err says the script is not loaded.
+func IsNoScript(err error) bool { return isNoScript(err) }
+
+// Sent reports whether the rider left with a Take.
+func (r *Rider) Sent() bool { return r.sent.Load() }
+
+type riderKey struct{}
+
+// WithRider attaches r to the Take that ctx is given to (Limiter.Decide
+// passes its context on).
+func WithRider(ctx context.Context, r *Rider) context.Context {
+	return context.WithValue(ctx, riderKey{}, r)
+}
+
+// riding returns ctx's rider the first time it is asked for.
+func riding(ctx context.Context) *Rider {
+	r, _ := ctx.Value(riderKey{}).(*Rider)
+	if r == nil || !r.sent.CompareAndSwap(false, true) {
+		return nil
+	}
+	return r
+}
+
+func (s *RedisStore) riderCmd(ctx context.Context, r *Rider) *redis.Cmd {
+	args := make([]any, 0, 3+len(r.Keys)+len(r.Args))
+	args = append(args, "evalsha", r.Script.sha, len(r.Keys))
+	for _, k := range r.Keys {
+		args = append(args, k)
+	}
+	cmd := redis.NewCmd(ctx, append(args, r.Args...)...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// execRiding is exec for sent calls with a rider: the rider joins their
+// pipeline. A lone call over an autopipeliner submits the rider just before
+// it, so both go in the same batch (one pipeline per node).
+func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmds []*redis.Cmd, sent []int) {
+	rc := s.riderCmd(ctx, r)
+	if s.conn.Batch != nil && len(sent) == 1 {
+		f := s.conn.Batch.Submit(ctx, rc)
+		i := sent[0]
+		cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
+		s.maybeReload(cmds[i : i+1])
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := f.WaitContext(done); err == nil || !errors.Is(err, context.Canceled) {
+			r.Reply(rc)
+			return
+		}
+		// Its batch is still running (the rider's slot sits on another
+		// node): its reply is read when it lands, not waited for.
+		go func() {
+			_ = f.Wait()
+			r.Reply(rc)
+		}()
+		return
+	}
+	pipe := s.client.Pipeline()
+	_ = pipe.Process(ctx, rc)
+	for _, i := range sent {
+		c := calls[i]
+		cmds[i] = pipe.EvalSha(ctx, s.scripts[c.alg].sha, c.keys, c.args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		for _, i := range sent {
+			if cmds[i].Err() == nil && cmds[i].Val() == nil {
+				cmds[i].SetErr(err)
+			}
+		}
+		if rc.Err() == nil && rc.Val() == nil {
+			rc.SetErr(err)
+		}
+		s.maybeReload(cmds)
+	}
+	r.Reply(rc)
+}
+
+// RunRiders sends riders on their own, in one pipeline (one round trip per
+// node), and hands each its reply: what could not ride with a Take.
+func (s *RedisStore) RunRiders(ctx context.Context, rs []*Rider) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(rs))
+	for i, r := range rs {
+		r.sent.Store(true)
+		cmds[i] = s.riderCmd(ctx, r)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, err := pipe.Exec(ctx)
+	for i, r := range rs {
+		if err != nil && cmds[i].Err() == nil && cmds[i].Val() == nil {
+			cmds[i].SetErr(err)
+		}
+		r.Reply(cmds[i])
+	}
+	if err != nil {
+		s.maybeReload(cmds)
+	}
+	return err
+}
+
+// Client is the client the store runs on (to load a rider's script).
+func (s *RedisStore) Client() RedisClient { return s.client }
