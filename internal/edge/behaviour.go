@@ -15,7 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/lua"
-	"github.com/edgeguard/edgeguard/pkg/behaviour"
+	"github.com/edgeguard/edgeguard/pkg/behavior"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -51,21 +51,21 @@ const maxFlush = 10_000
 
 // bhConfig is the layer's configuration of one rules snapshot.
 type bhConfig struct {
-	mode     behaviour.Mode
-	settings *behaviour.Settings
-	params   behaviour.Params
-	args     behaviour.ScriptArgs
+	mode     behavior.Mode
+	settings *behavior.Settings
+	params   behavior.Params
+	args     behavior.ScriptArgs
 	headers  []string // API-key headers and query parameters opted-in rules count by
 	queries  []string
 }
 
 type behaviourLayer struct {
 	cfg     atomic.Pointer[bhConfig] // nil: off
-	tracker *behaviour.Tracker
+	tracker *behavior.Tracker
 	store   *limiter.RedisStore // nil: no Redis, this edge's view only
 	script  *limiter.RiderScript
 	salt    []byte
-	hasher  behaviour.Hasher
+	hasher  behavior.Hasher
 	v6      int
 	timeout time.Duration
 	log     *slog.Logger
@@ -80,7 +80,7 @@ func newBehaviourLayer(cfg Config, store *limiter.RedisStore, reg prometheus.Reg
 	}
 	b := &behaviourLayer{
 		store: store, script: limiter.NewRiderScript(src), salt: []byte(cfg.KeySalt),
-		hasher: behaviour.NewHasher([]byte(cfg.KeySalt)), v6: cfg.IPv6Prefix, timeout: cfg.RedisTimeout, log: log,
+		hasher: behavior.NewHasher([]byte(cfg.KeySalt)), v6: cfg.IPv6Prefix, timeout: cfg.RedisTimeout, log: log,
 	}
 	if b.m, err = newBehaviourMetrics(reg, func() float64 {
 		if t := b.tracker; t != nil {
@@ -90,8 +90,8 @@ func newBehaviourLayer(cfg Config, store *limiter.RedisStore, reg prometheus.Reg
 	}); err != nil {
 		return nil, err
 	}
-	def := behaviour.DefaultSettings()
-	b.tracker = behaviour.NewTracker(behaviour.ParamsOf(&def), 0, b.m.evicted.Inc, b.m.dropped.Inc)
+	def := behavior.DefaultSettings()
+	b.tracker = behavior.NewTracker(behavior.ParamsOf(&def), 0, b.m.evicted.Inc, b.m.dropped.Inc)
 	b.m.localOnly.Set(1)
 	return b, nil
 }
@@ -100,14 +100,14 @@ func newBehaviourLayer(cfg Config, store *limiter.RedisStore, reg prometheus.Reg
 // rest of the rules.
 func (b *behaviourLayer) rulesChanged(snap *rules.Snapshot) {
 	s := snap.Behaviour()
-	if s == nil || s.Mode == behaviour.ModeOff {
+	if s == nil || s.Mode == behavior.ModeOff {
 		if b.cfg.Swap(nil) != nil {
 			b.log.Info("behaviour layer off")
 		}
 		return
 	}
-	c := &bhConfig{mode: s.Mode, settings: s, params: behaviour.ParamsOf(s)}
-	c.args = behaviour.NewScriptArgs(&c.params)
+	c := &bhConfig{mode: s.Mode, settings: s, params: behavior.ParamsOf(s)}
+	c.args = behavior.NewScriptArgs(&c.params)
 	opted := 0
 	for _, r := range snap.Rules() {
 		if !r.Behaviour {
@@ -145,7 +145,7 @@ func contains(s []string, v string) bool {
 type bhRequest struct {
 	cfg   *bhConfig
 	id    string
-	level behaviour.Level
+	level behavior.Level
 	route [1]uint64
 	fp    uint64
 }
@@ -159,7 +159,7 @@ func (b *behaviourLayer) begin(ctx *fasthttp.RequestCtx, client netip.Addr, h *h
 	r := bhRequest{cfg: c}
 	for _, name := range c.headers {
 		if v, ok := h.get(name); ok && v != "" {
-			r.id = behaviour.Identity(b.salt, behaviour.KindAPIKey, v)
+			r.id = behavior.Identity(b.salt, behavior.KindAPIKey, v)
 			break
 		}
 	}
@@ -168,7 +168,7 @@ func (b *behaviourLayer) begin(ctx *fasthttp.RequestCtx, client netip.Addr, h *h
 			break
 		}
 		if v, ok := h.query(name); ok && v != "" {
-			r.id = behaviour.Identity(b.salt, behaviour.KindAPIKey, v)
+			r.id = behavior.Identity(b.salt, behavior.KindAPIKey, v)
 		}
 	}
 	if r.id == "" {
@@ -176,7 +176,7 @@ func (b *behaviourLayer) begin(ctx *fasthttp.RequestCtx, client netip.Addr, h *h
 		if key == "" {
 			return bhRequest{}
 		}
-		r.id = behaviour.Identity(b.salt, behaviour.KindIP, key)
+		r.id = behavior.Identity(b.salt, behavior.KindIP, key)
 	}
 	lv, was := b.tracker.Judge(r.id, time.Now().UnixMilli())
 	r.level = lv
@@ -187,7 +187,7 @@ func (b *behaviourLayer) begin(ctx *fasthttp.RequestCtx, client netip.Addr, h *h
 	r.route[0] = b.hasher.Route(path)
 	var body []byte
 	if !ctx.Request.IsBodyStream() {
-		if bb := ctx.Request.Body(); len(bb) <= behaviour.MaxBodyFingerprint {
+		if bb := ctx.Request.Body(); len(bb) <= behavior.MaxBodyFingerprint {
 			body = bb
 		}
 	}
@@ -196,7 +196,7 @@ func (b *behaviourLayer) begin(ctx *fasthttp.RequestCtx, client netip.Addr, h *h
 }
 
 // enforcing reports whether the request's level acts.
-func (r *bhRequest) enforcing() bool { return r.cfg != nil && r.cfg.mode == behaviour.ModeEnforce }
+func (r *bhRequest) enforcing() bool { return r.cfg != nil && r.cfg.mode == behavior.ModeEnforce }
 
 // tier demotes a client whose level says so to the shedder's lowest tier.
 func (b *behaviourLayer) tier(r *bhRequest, t shedder.Tier) shedder.Tier {
@@ -232,7 +232,7 @@ func opted(ms []rules.Match, burst time.Duration) (bool, int64) {
 // apply observes the request and applies its level to the checks (step 2);
 // it returns the rider to attach to the limit checks (nil: none) and
 // whether the request is blocked. ctx is the limiter's context.
-func (b *behaviourLayer) apply(r *bhRequest, ms []rules.Match, checks []limiter.Check) (obs behaviour.Obs, early bool, blocked bool) {
+func (b *behaviourLayer) apply(r *bhRequest, ms []rules.Match, checks []limiter.Check) (obs behavior.Obs, early bool, blocked bool) {
 	if r.cfg == nil {
 		return obs, false, false
 	}
@@ -242,7 +242,7 @@ func (b *behaviourLayer) apply(r *bhRequest, ms []rules.Match, checks []limiter.
 		return obs, false, false
 	}
 	b.m.requests.WithLabelValues(r.level.String(), string(r.cfg.mode)).Inc()
-	obs = behaviour.Obs{N: 1, Judge: 1, Q: q, Routes: r.route[:], FP: r.fp}
+	obs = behavior.Obs{N: 1, Judge: 1, Q: q, Routes: r.route[:], FP: r.fp}
 	pol := r.cfg.settings.Policy(r.level)
 	now := time.Now().UnixMilli()
 	if r.enforcing() && pol.Block {
@@ -279,14 +279,14 @@ func scaled(l limiter.Limit, f float64) limiter.Limit {
 
 // rider is the request's signal update, to ride with its limit checks;
 // nil without Redis.
-func (b *behaviourLayer) rider(r *bhRequest, obs behaviour.Obs) *limiter.Rider {
+func (b *behaviourLayer) rider(r *bhRequest, obs behavior.Obs) *limiter.Rider {
 	if b.store == nil || r.cfg == nil {
 		return nil
 	}
 	id := r.id
 	return &limiter.Rider{
 		Script: b.script,
-		Keys:   behaviour.Keys(limiter.DefaultKeyPrefix, id),
+		Keys:   behavior.Keys(limiter.DefaultKeyPrefix, id),
 		Args:   r.cfg.args.Args(obs, 0),
 		Reply:  func(cmd *redis.Cmd) { b.reply(id, cmd, "ride") },
 	}
@@ -294,7 +294,7 @@ func (b *behaviourLayer) rider(r *bhRequest, obs behaviour.Obs) *limiter.Rider {
 
 // done settles the request after the limit checks (step 3): an update that
 // did not ride goes to the next flush, and so does a 429.
-func (b *behaviourLayer) done(r *bhRequest, obs behaviour.Obs, early bool, rd *limiter.Rider, v limiter.Verdict) {
+func (b *behaviourLayer) done(r *bhRequest, obs behavior.Obs, early bool, rd *limiter.Rider, v limiter.Verdict) {
 	if r.cfg == nil {
 		return
 	}
@@ -312,7 +312,7 @@ func (b *behaviourLayer) done(r *bhRequest, obs behaviour.Obs, early bool, rd *l
 		}
 	}
 	retryMs := max(seconds(retry), 1) * 1000 // as Retry-After says it
-	deny := behaviour.Obs{RetryMs: retryMs}
+	deny := behavior.Obs{RetryMs: retryMs}
 	b.tracker.Observe(r.id, deny, now)
 	if b.store != nil {
 		b.tracker.Pend(r.id, deny, now)
@@ -320,7 +320,7 @@ func (b *behaviourLayer) done(r *bhRequest, obs behaviour.Obs, early bool, rd *l
 }
 
 // pend queues requests that did not reach Redis, judged by this edge.
-func (b *behaviourLayer) pend(r *bhRequest, obs behaviour.Obs, early bool, now int64) {
+func (b *behaviourLayer) pend(r *bhRequest, obs behavior.Obs, early bool, now int64) {
 	if b.store == nil {
 		return
 	}
@@ -334,9 +334,9 @@ func (b *behaviourLayer) pend(r *bhRequest, obs behaviour.Obs, early bool, now i
 // reply takes the region's reading of a client from a script reply.
 func (b *behaviourLayer) reply(id string, cmd *redis.Cmd, path string) {
 	vals, err := cmd.Int64Slice()
-	var v behaviour.Verdict
+	var v behavior.Verdict
 	if err == nil {
-		v, err = behaviour.ParseReply(vals)
+		v, err = behavior.ParseReply(vals)
 	}
 	if err != nil {
 		b.m.updates.WithLabelValues(path, "error").Inc()
@@ -395,7 +395,7 @@ func (b *behaviourLayer) flush() {
 		for i, it := range items[:n] {
 			id := it.ID
 			riders[i] = &limiter.Rider{
-				Script: b.script, Keys: behaviour.Keys(limiter.DefaultKeyPrefix, id),
+				Script: b.script, Keys: behavior.Keys(limiter.DefaultKeyPrefix, id),
 				Args:  c.args.Args(it.Obs, 0),
 				Reply: func(cmd *redis.Cmd) { b.reply(id, cmd, "flush") },
 			}
@@ -427,19 +427,19 @@ func (b *behaviourLayer) debugClients(w http.ResponseWriter, req *http.Request) 
 	switch {
 	case id != "":
 	case q.Get("api_key") != "":
-		id = behaviour.Identity(b.salt, behaviour.KindAPIKey, q.Get("api_key"))
+		id = behavior.Identity(b.salt, behavior.KindAPIKey, q.Get("api_key"))
 	case q.Get("ip") != "":
 		a, err := netip.ParseAddr(q.Get("ip"))
 		if err != nil {
 			http.Error(w, "ip: not an address", http.StatusBadRequest)
 			return
 		}
-		id = behaviour.Identity(b.salt, behaviour.KindIP, rules.ClientKey(a, b.v6))
+		id = behavior.Identity(b.salt, behavior.KindIP, rules.ClientKey(a, b.v6))
 	default:
 		http.Error(w, "want ?key=<client id>, ?ip=<address> or ?api_key=<key>", http.StatusBadRequest)
 		return
 	}
-	mode := string(behaviour.ModeOff)
+	mode := string(behavior.ModeOff)
 	if c := b.cfg.Load(); c != nil {
 		mode = string(c.mode)
 	}
@@ -454,11 +454,11 @@ func (b *behaviourLayer) debugClients(w http.ResponseWriter, req *http.Request) 
 	_ = enc.Encode(struct {
 		Mode   string            `json:"mode"`
 		Known  bool              `json:"known"`
-		Client *behaviour.Client `json:"client,omitempty"`
+		Client *behavior.Client `json:"client,omitempty"`
 	}{mode, ok, clientOrNil(cl, ok)})
 }
 
-func clientOrNil(c behaviour.Client, ok bool) *behaviour.Client {
+func clientOrNil(c behavior.Client, ok bool) *behavior.Client {
 	if !ok {
 		return nil
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgeguard/edgeguard/pkg/behaviour"
+	"github.com/edgeguard/edgeguard/pkg/behavior"
 )
 
 // The behaviour section is checked with the rest of the document: every bad
@@ -69,14 +69,14 @@ func TestBehaviourSectionCompileMergeVersion(t *testing.T) {
 	// keeps the global's.
 	m, err := Merge(parse(shadow), parse(opted))
 	require.NoError(t, err)
-	require.Equal(t, behaviour.ModeShadow, m.Behaviour.Mode)
+	require.Equal(t, behavior.ModeShadow, m.Behaviour.Mode)
 	m, err = Merge(parse(shadow), parse(enforce))
 	require.NoError(t, err)
-	require.Equal(t, behaviour.ModeEnforce, m.Behaviour.Mode)
+	require.Equal(t, behavior.ModeEnforce, m.Behaviour.Mode)
 
 	s, err := Compile(m)
 	require.NoError(t, err)
-	require.Equal(t, behaviour.ModeEnforce, s.Behaviour().Mode)
+	require.Equal(t, behavior.ModeEnforce, s.Behaviour().Mode)
 	require.Equal(t, float64(1), *s.Behaviour().Weights.Scan, "defaults filled in")
 	s, err = Compile(parse(opted))
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestBehaviourExample(t *testing.T) {
 	require.NoError(t, err)
 	doc, err := Parse(data)
 	require.NoError(t, err)
-	require.Equal(t, behaviour.ModeShadow, doc.Behaviour.Mode)
+	require.Equal(t, behavior.ModeShadow, doc.Behaviour.Mode)
 	opted := 0
 	for _, r := range doc.Rules {
 		if r.Behaviour {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/edgeguard/edgeguard/pkg/behaviour"
+	"github.com/edgeguard/edgeguard/pkg/behavior"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
@@ -86,7 +86,7 @@ type Snapshot struct {
 	v6Prefix int
 	salt     []byte
 	index    *ruleIndex // nil: Match scans every rule
-	bh       *behaviour.Settings
+	bh       *behavior.Settings
 }
 
 // CompileOption tunes Compile.
@@ -195,7 +195,7 @@ func (s *Snapshot) Version() string {
 
 // Behaviour is the validated behaviour section (defaults filled in), nil
 // when the rules have none. It must not be modified.
-func (s *Snapshot) Behaviour() *behaviour.Settings {
+func (s *Snapshot) Behaviour() *behavior.Settings {
 	if s == nil {
 		return nil
 	}

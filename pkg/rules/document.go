@@ -1,6 +1,6 @@
 package rules
 
-import "github.com/edgeguard/edgeguard/pkg/behaviour"
+import "github.com/edgeguard/edgeguard/pkg/behavior"
 
 // SchemaVersion is the only document version this package understands.
 const SchemaVersion = 1
@@ -11,7 +11,7 @@ type Document struct {
 	Rules   []Rule `yaml:"rules"`
 	// Behaviour switches on the behaviour layer (package behaviour owns
 	// the section and its validation); nil: off.
-	Behaviour *behaviour.Settings `yaml:"behaviour,omitempty"`
+	Behaviour *behavior.Settings `yaml:"behaviour,omitempty"`
 }
 
 // Rule is one rate-limit rule as written by an operator. Parse and Validate

@@ -1,4 +1,4 @@
-package behaviour_test
+package behavior_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/lua"
-	"github.com/edgeguard/edgeguard/pkg/behaviour"
+	"github.com/edgeguard/edgeguard/pkg/behavior"
 )
 
 // One standalone Redis for the package's tests, started on first use.
@@ -46,11 +46,11 @@ func client(t testing.TB) *redis.Client {
 	return srv.c
 }
 
-func params(t testing.TB) (behaviour.Params, behaviour.ScriptArgs) {
-	s := behaviour.DefaultSettings()
+func params(t testing.TB) (behavior.Params, behavior.ScriptArgs) {
+	s := behavior.DefaultSettings()
 	require.Empty(t, s.Validate())
-	p := behaviour.ParamsOf(&s)
-	return p, behaviour.NewScriptArgs(&p)
+	p := behavior.ParamsOf(&s)
+	return p, behavior.NewScriptArgs(&p)
 }
 
 var script = func() *redis.Script {
@@ -62,11 +62,11 @@ var script = func() *redis.Script {
 }()
 
 // runScript applies o to id's state in Redis at now (ms).
-func runScript(t testing.TB, c redis.Cmdable, args behaviour.ScriptArgs, keys []string, o behaviour.Obs, now int64) behaviour.Verdict {
+func runScript(t testing.TB, c redis.Cmdable, args behavior.ScriptArgs, keys []string, o behavior.Obs, now int64) behavior.Verdict {
 	t.Helper()
 	vals, err := script.Run(context.Background(), c, keys, args.Args(o, now)...).Int64Slice()
 	require.NoError(t, err)
-	v, err := behaviour.ParseReply(vals)
+	v, err := behavior.ParseReply(vals)
 	require.NoError(t, err)
 	return v
 }
@@ -78,12 +78,12 @@ func runScript(t testing.TB, c redis.Cmdable, args behaviour.ScriptArgs, keys []
 func TestScriptMatchesModel(t *testing.T) {
 	c := client(t)
 	p, args := params(t)
-	h := behaviour.NewHasher([]byte("differential-salt"))
+	h := behavior.NewHasher([]byte("differential-salt"))
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 99))
-			keys := behaviour.Keys(testenv.KeyPrefix(t), fmt.Sprintf("diff-%d", seed))
-			var s behaviour.State
+			keys := behavior.Keys(testenv.KeyPrefix(t), fmt.Sprintf("diff-%d", seed))
+			var s behavior.State
 			now := int64(1_700_000_000_000) + r.Int64N(60_000)
 			exact, differ := 0, 0
 			for step := range 400 {
@@ -93,20 +93,20 @@ func TestScriptMatchesModel(t *testing.T) {
 				default:
 					now += r.Int64N(1500)
 				}
-				var o behaviour.Obs
+				var o behavior.Obs
 				switch x := r.IntN(100); {
 				case x < 50: // an ordinary request over a few routes
-					o = behaviour.Obs{N: 1, Judge: 1, Q: 50, Routes: []uint64{h.Route(fmt.Sprintf("/r/%d", r.IntN(12)))}, FP: h.Fingerprint("GET", fmt.Sprintf("/r/%d", r.IntN(12)), "", nil)}
+					o = behavior.Obs{N: 1, Judge: 1, Q: 50, Routes: []uint64{h.Route(fmt.Sprintf("/r/%d", r.IntN(12)))}, FP: h.Fingerprint("GET", fmt.Sprintf("/r/%d", r.IntN(12)), "", nil)}
 				case x < 65: // a scan
 					path := fmt.Sprintf("/s/%d/%d", step, r.IntN(1000))
-					o = behaviour.Obs{N: 1, Judge: 1, Q: 50, Routes: []uint64{h.Route(path)}, FP: h.Fingerprint("GET", path, "", nil)}
+					o = behavior.Obs{N: 1, Judge: 1, Q: 50, Routes: []uint64{h.Route(path)}, FP: h.Fingerprint("GET", path, "", nil)}
 				case x < 80: // a replay
-					o = behaviour.Obs{N: 1, Judge: 1, Q: 50, Routes: []uint64{h.Route("/login")}, FP: h.Fingerprint("POST", "/login", "", []byte("u=a&p=b"))}
+					o = behavior.Obs{N: 1, Judge: 1, Q: 50, Routes: []uint64{h.Route("/login")}, FP: h.Fingerprint("POST", "/login", "", []byte("u=a&p=b"))}
 				case x < 88: // a 429
-					o = behaviour.Obs{RetryMs: 1000 * (1 + r.Int64N(20))}
+					o = behavior.Obs{RetryMs: 1000 * (1 + r.Int64N(20))}
 				default: // a batch an edge judged
 					n := 1 + r.Int64N(30)
-					o = behaviour.Obs{N: n, Early: r.Int64N(n + 1), Q: 50, Routes: []uint64{h.Route("/b/1"), h.Route("/b/2")}}
+					o = behavior.Obs{N: n, Early: r.Int64N(n + 1), Q: 50, Routes: []uint64{h.Route("/b/1"), h.Route("/b/2")}}
 				}
 				want := s.Observe(&p, o, now)
 				got := runScript(t, c, args, keys, o, now)
@@ -138,7 +138,7 @@ func TestScriptMatchesModel(t *testing.T) {
 func TestScriptMemory(t *testing.T) {
 	c := client(t)
 	p, args := params(t)
-	h := behaviour.NewHasher([]byte("memory-salt"))
+	h := behavior.NewHasher([]byte("memory-salt"))
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -150,11 +150,11 @@ func TestScriptMemory(t *testing.T) {
 		{"replay: one request 120 times", func(int) string { return "/login" }, 120},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			keys := behaviour.Keys("eg:", behaviour.Identity([]byte(testenv.KeyPrefix(t)), behaviour.KindIP, tc.name))
+			keys := behavior.Keys("eg:", behavior.Identity([]byte(testenv.KeyPrefix(t)), behavior.KindIP, tc.name))
 			now := int64(1_700_000_000_000)
 			for i := range tc.n {
 				path := tc.route(i)
-				o := behaviour.Obs{N: 1, Judge: 1, Q: 100, Routes: []uint64{h.Route(path)}, FP: h.Fingerprint("GET", path, "", nil)}
+				o := behavior.Obs{N: 1, Judge: 1, Q: 100, Routes: []uint64{h.Route(path)}, FP: h.Fingerprint("GET", path, "", nil)}
 				runScript(t, c, args, keys, o, now+int64(i)*(p.HorizonMs/int64(tc.n))/2)
 			}
 			total := int64(0)

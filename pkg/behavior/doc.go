@@ -17,4 +17,4 @@
 // The package does no I/O: lua/behaviour.lua keeps the same State
 // region-wide in Redis (ScriptArgs, Keys, ParseReply; the tests hold the two
 // together), and Tracker is an edge's bounded view of its clients.
-package behaviour
+package behavior

@@ -1,4 +1,4 @@
-package behaviour
+package behavior
 
 import (
 	"crypto/sha256"

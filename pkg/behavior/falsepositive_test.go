@@ -1,4 +1,4 @@
-package behaviour_test
+package behavior_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
-	"github.com/edgeguard/edgeguard/pkg/behaviour"
+	"github.com/edgeguard/edgeguard/pkg/behavior"
 )
 
 // benignClient is one simulated client: its own request sequence.
@@ -88,8 +88,8 @@ func benignMix(seed uint64) []benignClient {
 	return out
 }
 
-func (c benignClient) obs(h behaviour.Hasher, i int) behaviour.Obs {
-	return behaviour.Obs{N: 1, Judge: 1, Q: benignQuota, Routes: []uint64{h.Route(c.paths[i])}, FP: h.Fingerprint("GET", c.paths[i], c.query[i], nil)}
+func (c benignClient) obs(h behavior.Hasher, i int) behavior.Obs {
+	return behavior.Obs{N: 1, Judge: 1, Q: benignQuota, Routes: []uint64{h.Route(c.paths[i])}, FP: h.Fingerprint("GET", c.paths[i], c.query[i], nil)}
 }
 
 // TestBenignClientsStayNormal is the false-positive test, with the default
@@ -101,19 +101,19 @@ func (c benignClient) obs(h behaviour.Hasher, i int) behaviour.Obs {
 // request by request at the same times, and must stay normal there too.
 func TestBenignClientsStayNormal(t *testing.T) {
 	p, args := params(t)
-	h := behaviour.NewHasher([]byte("benign-salt"))
+	h := behavior.NewHasher([]byte("benign-salt"))
 	mix := benignMix(1)
 	above, requests := 0, 0
 	var worst int64
-	var peak behaviour.Raw
+	var peak behavior.Raw
 	for _, c := range mix {
-		var s behaviour.State
+		var s behavior.State
 		flagged := false
 		for i := range c.times {
 			v := s.Observe(&p, c.obs(h, i), c.times[i])
 			worst = max(worst, v.Score)
-			peak = behaviour.Raw{Burst: max(peak.Burst, v.Raw.Burst), Replay: max(peak.Replay, v.Raw.Replay), Scan: max(peak.Scan, v.Raw.Scan), Denial: max(peak.Denial, v.Raw.Denial)}
-			flagged = flagged || v.Level > behaviour.Normal
+			peak = behavior.Raw{Burst: max(peak.Burst, v.Raw.Burst), Replay: max(peak.Replay, v.Raw.Replay), Scan: max(peak.Scan, v.Raw.Scan), Denial: max(peak.Denial, v.Raw.Denial)}
+			flagged = flagged || v.Level > behavior.Normal
 		}
 		requests += len(c.times)
 		if flagged {
@@ -129,7 +129,7 @@ func TestBenignClientsStayNormal(t *testing.T) {
 	require.NoError(t, script.Load(ctx, c).Err())
 	aboveRedis, sent := 0, 0
 	for _, bc := range mix[:200] {
-		keys := behaviour.Keys(prefix, fmt.Sprint(bc.rank))
+		keys := behavior.Keys(prefix, fmt.Sprint(bc.rank))
 		pipe := c.Pipeline()
 		cmds := make([]*redis.Cmd, len(bc.times))
 		for i := range bc.times {
@@ -141,9 +141,9 @@ func TestBenignClientsStayNormal(t *testing.T) {
 		for _, cmd := range cmds {
 			vals, err := cmd.Int64Slice()
 			require.NoError(t, err)
-			v, err := behaviour.ParseReply(vals)
+			v, err := behavior.ParseReply(vals)
 			require.NoError(t, err)
-			flagged = flagged || v.Level > behaviour.Normal
+			flagged = flagged || v.Level > behavior.Normal
 		}
 		sent += len(bc.times)
 		if flagged {
