@@ -366,7 +366,9 @@ func randomYAML(rng *rand.Rand) []byte {
 		}
 		return lb.String()
 	}
-	host := func() string { return str(fmt.Sprintf("site%d.example.com", rng.IntN(1000)), "\"*.cdn.example\"", "API.example.com") }
+	host := func() string {
+		return str(fmt.Sprintf("site%d.example.com", rng.IntN(1000)), "\"*.cdn.example\"", "API.example.com")
+	}
 	prefix := func() string { return str("/api", "/login", "/v1/users", "/") }
 	method := func() string { return str("GET", "post", "PUT") }
 	desc := func() string { return str("ip", "host", "path", "\"header:X-API-Key\"", "\"query:q\"") }
