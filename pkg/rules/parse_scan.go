@@ -160,6 +160,12 @@ func (s *scanner) rules(rest []byte) ([]Rule, bool) {
 	}
 	s.advance()
 	var out []Rule
+	if !s.eof && isDash(s.text) {
+		// As many rules as lines start an item at this column, about: a
+		// large document's rules are not copied over and over as they grow.
+		item := append(append([]byte{'\n'}, bytes.Repeat([]byte{' '}, s.col)...), '-', ' ')
+		out = make([]Rule, 0, 1+bytes.Count(s.data[s.next:], item))
+	}
 	ok := s.blockSeq(0, func(seq, col int, item []byte) bool {
 		out = append(out, Rule{})
 		r := &out[len(out)-1]

@@ -172,6 +172,14 @@ func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
 			if i > 0 {
 				buf = append(buf, ',')
 			}
+			if plainASCII(v) {
+				// strconv.Quote leaves v as it is and encoding/json
+				// escapes the two quotes it adds.
+				buf = append(buf, `"\"`...)
+				buf = append(buf, v...)
+				buf = append(buf, `\""`...)
+				continue
+			}
 			scratch = strconv.AppendQuote(scratch[:0], v)
 			buf = appendJSONString(buf, string(scratch))
 		}
@@ -194,6 +202,18 @@ func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
 		buf = append(buf, `,"disabled":true`...)
 	}
 	return append(buf, '}'), scratch
+}
+
+// plainASCII reports whether s is printable ASCII that neither
+// strconv.Quote nor encoding/json escapes.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // appendJSONString appends s as encoding/json encodes a string: printable
