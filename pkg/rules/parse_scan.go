@@ -667,7 +667,7 @@ func quoted(b []byte, flow bool) ([]byte, []byte, bool) {
 // u with at least one such letter ("1m", "250ms", "1h30m"): no int base,
 // float or timestamp has those letters and no '-'. Other values starting
 // with a digit, a sign or a dot are left to yaml.v3.
-func plainIsString(v []byte) bool {
+func plainIsString[S ~string | ~[]byte](v S) bool {
 	if len(v) == 0 {
 		return false
 	}
@@ -676,8 +676,8 @@ func plainIsString(v []byte) bool {
 		return false
 	case '0' <= c && c <= '9':
 		letter := false
-		for _, c := range v {
-			switch c {
+		for i := 0; i < len(v); i++ {
+			switch v[i] {
 			case 'h', 'm', 's', 'n', 'u':
 				letter = true
 			case '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '.':
