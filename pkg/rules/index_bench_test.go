@@ -132,6 +132,36 @@ func BenchmarkCompileHostRules(b *testing.B) {
 	}
 }
 
+// BenchmarkReloadHostRules is what an edge does with a new rule set from
+// Consul (region.Docs.Effective, then Edge.applyDocument and the rules
+// cache): parse, merge (with no region document), compile, and write the
+// merged document as YAML.
+func BenchmarkReloadHostRules(b *testing.B) {
+	for _, n := range hostRuleCounts {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			data := hostRulesYAML(n)
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				doc, err := Parse(data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				merged, err := Merge(doc, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err = Compile(merged); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := Marshal(merged); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // BenchmarkMatchDuringReload measures what a reload costs the requests
 // running meanwhile: one goroutine matches against the current snapshot
 // (an atomic pointer, as the edge holds it) while another parses and
