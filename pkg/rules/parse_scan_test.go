@@ -225,10 +225,7 @@ func TestScanLikeYAML(t *testing.T) {
 func TestScanRandomLikeYAML(t *testing.T) {
 	seed := uint64(17)
 	rng := rand.New(rand.NewPCG(seed, seed))
-	n := 3000
-	if testing.Short() {
-		n = 500
-	}
+	n := randomDocs
 	var scanned, declined, yamlOK int
 	for i := range n {
 		src := randomYAML(rng)
