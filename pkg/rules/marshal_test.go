@@ -58,7 +58,9 @@ func TestMarshalLikeYAML(t *testing.T) {
 		})
 	}
 
-	rule := func(id string) Rule { return Rule{ID: id, Key: []string{"ip"}, Algorithm: "fixed_window", Limit: 5, Window: Duration(time.Second)} }
+	rule := func(id string) Rule {
+		return Rule{ID: id, Key: []string{"ip"}, Algorithm: "fixed_window", Limit: 5, Window: Duration(time.Second)}
+	}
 	for _, tc := range []struct {
 		name string
 		doc  *Document
