@@ -121,7 +121,7 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 		return nil, fmt.Errorf("rules: compile: nil document")
 	}
 	d := doc.clone()
-	if err := d.Validate(); err != nil {
+	if err := d.validate(true); err != nil {
 		return nil, fmt.Errorf("rules: compile: invalid document:\n%w", err)
 	}
 	s := &Snapshot{

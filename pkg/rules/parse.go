@@ -36,7 +36,7 @@ func Parse(data []byte) (*Document, error) {
 			return nil, err
 		}
 	}
-	if err := doc.Validate(); err != nil {
+	if err := doc.validate(true); err != nil {
 		return nil, fmt.Errorf("rules: invalid document:\n%w", err)
 	}
 	return doc, nil

@@ -24,7 +24,7 @@ const versionLen = 12
 // document still gets a version, but it is only meaningful for valid ones.
 func Version(doc *Document) string {
 	d := doc.clone()
-	_ = d.Validate() // for its normalization
+	_ = d.validate(true) // for its normalization
 	return versionOfNormalized(d)
 }
 
@@ -38,7 +38,7 @@ func Version(doc *Document) string {
 // not depend on formatting, field, rule or list order.
 func DocumentVersion(doc *Document) string {
 	d := doc.clone()
-	_ = d.Validate() // for its normalization
+	_ = d.validate(true) // for its normalization
 	return canonicalVersion(d, true)
 }
 
