@@ -195,32 +195,22 @@ func (a *app) effectiveVersion(d region.Docs) (string, error) {
 	return rules.Version(eff), nil
 }
 
-// toYAML renders a document with two-space indentation.
-func toYAML(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
-// jsonable turns a YAML-tagged value into plain maps and lists, so JSON
-// output uses the same field names as the YAML documents.
-func jsonable(v any) any {
-	data, err := yaml.Marshal(v)
+// jsonable turns rules into plain maps and lists, so JSON output uses the
+// same field names as the YAML documents. The rules are written by
+// rules.Marshal (yaml.v3's encoder takes tens of seconds over 100,000 rules)
+// and read back by yaml.v3.
+func jsonable(rs []rules.Rule) any {
+	data, err := rules.Marshal(&rules.Document{Rules: rs})
 	if err != nil {
 		return nil
 	}
-	var out any
+	var out struct {
+		Rules any `yaml:"rules"`
+	}
 	if err := yaml.Unmarshal(data, &out); err != nil {
 		return nil
 	}
-	return out
+	return out.Rules
 }
 
 // shortHash is the version of a shedder document: 12 hex characters of the

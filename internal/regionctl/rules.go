@@ -124,7 +124,7 @@ func (a *app) rulesGet(args []string) error {
 				"global_index": docs.GlobalIndex, "region_index": docs.RegionIndex, "rules": jsonable(eff.Rules)})
 			return nil
 		}
-		out, err := toYAML(eff)
+		out, err := rules.Marshal(eff)
 		if err != nil {
 			return err
 		}

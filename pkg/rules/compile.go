@@ -126,7 +126,7 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 		return nil, fmt.Errorf("rules: compile: nil document")
 	}
 	d := doc.clone()
-	if err := d.Validate(); err != nil {
+	if err := d.validate(true); err != nil {
 		return nil, fmt.Errorf("rules: compile: invalid document:\n%w", err)
 	}
 	s := &Snapshot{
@@ -145,7 +145,10 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 	return s, nil
 }
 
-// compileRule assumes r has been validated and normalized.
+// compileRule assumes r has been validated and normalized. r belongs to
+// Compile's own copy of the document, dropped once compiled, so the compiled
+// rule keeps r's lists instead of copying them: a compiled rule is read-only
+// (Snapshot.Rules hands out copies).
 func compileRule(r *Rule) CompiledRule {
 	l := r.limit()
 	c := CompiledRule{
@@ -158,31 +161,45 @@ func compileRule(r *Rule) CompiledRule {
 		Shadow:       r.Shadow,
 		Scope:        r.Scope,
 		Behaviour:    r.Behaviour,
-		Key:          cloneStrings(r.Key),
-		Hosts:        cloneStrings(r.Match.Hosts),
-		PathPrefixes: cloneStrings(r.Match.PathPrefix),
-		Methods:      cloneStrings(r.Match.Methods),
+		Key:          nilIfEmpty(r.Key),
+		Hosts:        nilIfEmpty(r.Match.Hosts),
+		PathPrefixes: nilIfEmpty(r.Match.PathPrefix),
+		Methods:      nilIfEmpty(r.Match.Methods),
 		keyPrefix:    r.ID + ":",
-		methods:      cloneStrings(r.Match.Methods),
+		methods:      nilIfEmpty(r.Match.Methods),
+		exactHosts:   nilIfEmpty(r.Match.Hosts),
 	}
 	if l.Algorithm.Spec().Burst {
 		c.Burst = l.Capacity()
 	}
-	for _, h := range r.Match.Hosts {
-		if suffix, ok := strings.CutPrefix(h, "*"); ok {
-			c.hostSuffix = append(c.hostSuffix, suffix)
-		} else {
-			c.exactHosts = append(c.exactHosts, h)
+	if slices.ContainsFunc(r.Match.Hosts, func(h string) bool { return strings.HasPrefix(h, "*") }) {
+		c.exactHosts = nil
+		for _, h := range r.Match.Hosts {
+			if suffix, ok := strings.CutPrefix(h, "*"); ok {
+				c.hostSuffix = append(c.hostSuffix, suffix)
+			} else {
+				c.exactHosts = append(c.exactHosts, h)
+			}
 		}
 	}
 	if !slices.Contains(r.Match.PathPrefix, "/") {
-		c.prefixes = cloneStrings(r.Match.PathPrefix)
+		c.prefixes = nilIfEmpty(r.Match.PathPrefix)
 	}
-	for _, k := range r.Key {
-		d, _ := parseDescriptor(k) // validated already
-		c.descriptors = append(c.descriptors, d)
+	if len(r.Key) > 0 {
+		c.descriptors = make([]descriptor, len(r.Key))
+		for i, k := range r.Key {
+			c.descriptors[i], _ = parseDescriptor(k) // validated already
+		}
 	}
 	return c
+}
+
+// nilIfEmpty is s, or nil when it is empty (what copying it gave).
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 // Version is the content version of the compiled rule set; see Version.

@@ -18,7 +18,7 @@ func normalizeHostPattern(raw string) (string, error) {
 	if strings.HasPrefix(name, "[") && strings.HasSuffix(name, "]") {
 		name = name[1 : len(name)-1]
 	}
-	if addr, err := netip.ParseAddr(name); err == nil {
+	if addr, ok := parseIP(name); ok {
 		switch {
 		case wildcard:
 			return "", fmt.Errorf("%q: a wildcard cannot apply to an IP address", raw)
@@ -35,6 +35,17 @@ func normalizeHostPattern(raw string) (string, error) {
 		return "*." + name, nil
 	}
 	return name, nil
+}
+
+// parseIP is netip.ParseAddr, not tried on what it cannot take: a name
+// with neither a colon (IPv6) nor only digits and dots (IPv4). Most hosts
+// are names, and trying them as addresses costs an error each.
+func parseIP(name string) (netip.Addr, bool) {
+	if strings.IndexByte(name, ':') < 0 && strings.Trim(name, "0123456789.") != "" {
+		return netip.Addr{}, false
+	}
+	addr, err := netip.ParseAddr(name)
+	return addr, err == nil
 }
 
 func checkHostname(name string) error {

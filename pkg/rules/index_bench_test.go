@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // hostRulesYAML is a CDN-shaped document: one rule per customer host
@@ -130,6 +132,71 @@ func BenchmarkCompileHostRules(b *testing.B) {
 			_, _ = doc, s
 		})
 	}
+}
+
+// BenchmarkReloadHostRules is what an edge does with a new rule set from
+// Consul (region.Docs.Effective, then Edge.applyDocument and the rules
+// cache): parse, merge (with no region document), compile, and write the
+// merged document as YAML.
+func BenchmarkReloadHostRules(b *testing.B) {
+	for _, n := range hostRuleCounts {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			data := hostRulesYAML(n)
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				doc, err := Parse(data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				merged, err := Merge(doc, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err = Compile(merged); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := Marshal(merged); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkMarshalHostRules writes a merged rule set as YAML (the edge's
+// rules cache, regionctl rules get) with Marshal and with yaml.v3's
+// encoder, which Marshal replaces where it can.
+func BenchmarkMarshalHostRules(b *testing.B) {
+	for _, n := range hostRuleCounts {
+		doc, err := Merge(compileHostRulesDoc(b, n), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("rules=%d/Marshal", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Marshal(doc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("rules=%d/yaml.v3", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := yaml.Marshal(doc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func compileHostRulesDoc(b *testing.B, n int) *Document {
+	b.Helper()
+	doc, err := Parse(hostRulesYAML(n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return doc
 }
 
 // BenchmarkMatchDuringReload measures what a reload costs the requests

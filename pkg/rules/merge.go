@@ -17,10 +17,10 @@ import (
 func Merge(global, region *Document) (*Document, error) {
 	g, r := global.clone(), region.clone()
 	var errs []error
-	if err := g.Validate(); err != nil {
+	if err := g.validate(true); err != nil {
 		errs = append(errs, fmt.Errorf("global document:\n%w", err))
 	}
-	if err := r.Validate(); err != nil {
+	if err := r.validate(true); err != nil {
 		errs = append(errs, fmt.Errorf("region document:\n%w", err))
 	}
 	if len(errs) > 0 {

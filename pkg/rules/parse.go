@@ -26,14 +26,17 @@ var (
 // duplicate keys, bad durations and every validation problem are reported;
 // the returned document is normalized (see Validate).
 func Parse(data []byte) (*Document, error) {
-	doc := parsePieces(data) // a large plain document, in pieces
+	doc := scanDocument(data) // the subset rule sets are written in
+	if doc == nil {
+		doc = parsePieces(data) // a large plain document, in pieces
+	}
 	if doc == nil {
 		var err error
 		if doc, err = parseWhole(data); err != nil {
 			return nil, err
 		}
 	}
-	if err := doc.Validate(); err != nil {
+	if err := doc.validate(true); err != nil {
 		return nil, fmt.Errorf("rules: invalid document:\n%w", err)
 	}
 	return doc, nil

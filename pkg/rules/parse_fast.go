@@ -44,6 +44,7 @@ const (
 	fShadow
 	fScope
 	fDisabled
+	fBehaviour
 )
 
 func fastRule(n *yaml.Node, r *Rule) bool {
@@ -91,6 +92,8 @@ func fastRule(n *yaml.Node, r *Rule) bool {
 			r.Scope = Scope(s)
 		case "disabled":
 			ok = once(fDisabled) && fastBool(v, &r.Disabled)
+		case "behaviour":
+			ok = once(fBehaviour) && fastBool(v, &r.Behaviour)
 		}
 		if !ok {
 			return false

@@ -54,7 +54,7 @@ func TestFastDecodeLikeYAML(t *testing.T) {
 		{"tagged string", rule(", scope: !!str pop"), true},
 		{"empty lists", rule(", match: {hosts: [], path_prefix: [], methods: []}"), true},
 		{"empty match", rule(", match: {}"), true},
-		{"every field", rule(", burst: 7, cost: 0, min_interval: 250ms, shadow: true, scope: pop, disabled: false"), true},
+		{"every field", rule(", burst: 7, cost: 0, min_interval: 250ms, shadow: true, scope: pop, disabled: false, behaviour: true"), true},
 		{"negative and large numbers", rule(", burst: -3, cost: 999999999999999999"), true},
 		{"no rules", "version: 1\n", true},
 		{"empty rules", "version: 1\nrules: []\n", true},

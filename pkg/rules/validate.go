@@ -3,8 +3,10 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
@@ -19,7 +21,13 @@ const maxIDLen = 64
 // hosts lower-case, path prefixes passed through NormalizePath, header names
 // canonical, empty scope set to region, and match lists sorted. Validating an
 // already valid document again changes nothing.
-func (d *Document) Validate() error {
+func (d *Document) Validate() error { return d.validate(false) }
+
+// validate is Validate, in one piece per CPU for a large document when
+// parallel is set: only for documents whose rules share no lists (a copy
+// made by clone, a document just decoded), since validating normalizes
+// the lists in place.
+func (d *Document) validate(parallel bool) error {
 	if d == nil {
 		return errors.New("rules: nil document")
 	}
@@ -32,21 +40,55 @@ func (d *Document) Validate() error {
 			errs = append(errs, &FieldError{Index: -1, Field: p.Field, Msg: p.Msg})
 		}
 	}
+	// Repeated ids first (validating a rule does not change its id), so
+	// the rules can be validated in pieces and every problem still comes
+	// in rule order.
 	seen := make(map[string]int, len(d.Rules))
+	var dups map[int]int // rule -> the earlier rule with its id
 	for i := range d.Rules {
-		r := &d.Rules[i]
-		errs = append(errs, r.validate(i)...)
-		if r.ID == "" {
+		id := d.Rules[i].ID
+		if id == "" {
 			continue
 		}
-		if j, dup := seen[r.ID]; dup {
-			errs = append(errs, &FieldError{RuleID: r.ID, Index: i, Field: "id", Msg: fmt.Sprintf("duplicate (also rules[%d])", j)})
+		if j, dup := seen[id]; dup {
+			if dups == nil {
+				dups = map[int]int{}
+			}
+			dups[i] = j
 			continue
 		}
-		seen[r.ID] = i
+		seen[id] = i
+	}
+	validate := func(from, to int) []error {
+		var errs []error
+		for i := from; i < to; i++ {
+			r := &d.Rules[i]
+			errs = append(errs, r.validate(i)...)
+			if j, dup := dups[i]; dup {
+				errs = append(errs, &FieldError{RuleID: r.ID, Index: i, Field: "id", Msg: fmt.Sprintf("duplicate (also rules[%d])", j)})
+			}
+		}
+		return errs
+	}
+	n := runtime.GOMAXPROCS(0)
+	if !parallel || len(d.Rules) < parallelValidate || n < 2 {
+		return errors.Join(append(errs, validate(0, len(d.Rules))...)...)
+	}
+	pieces := make([][]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() { pieces[k] = validate(k*len(d.Rules)/n, (k+1)*len(d.Rules)/n) })
+	}
+	wg.Wait()
+	for _, p := range pieces {
+		errs = append(errs, p...)
 	}
 	return errors.Join(errs...)
 }
+
+// parallelValidate is the rule count from which Validate checks the rules
+// in one piece per CPU. A variable for tests.
+var parallelValidate = 4096
 
 func (r *Rule) validate(index int) []error {
 	p := &problems{id: r.ID, index: index}

@@ -2,6 +2,8 @@ package rules
 
 import (
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -191,4 +193,35 @@ func TestValidateNil(t *testing.T) {
 
 func TestValidateEmptyRuleList(t *testing.T) {
 	require.NoError(t, (&Document{Version: 1}).Validate())
+}
+
+// A large document validated in pieces gives what one piece gives: the
+// same problems in the same order (duplicate ids included), the same
+// normalized rules.
+func TestValidateInPiecesLikeWhole(t *testing.T) {
+	defer func(was int) { parallelValidate = was }(parallelValidate)
+	parallelValidate = 16
+	prev := runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
+	defer runtime.GOMAXPROCS(prev)
+	var b strings.Builder
+	b.WriteString("version: 1\nrules:\n")
+	for i := range 300 {
+		switch i % 37 {
+		case 5:
+			fmt.Fprintf(&b, "  - {id: dup, key: [ip], algorithm: fixed_window, limit: 5, window: 1s}\n")
+		case 11:
+			fmt.Fprintf(&b, "  - {id: r%d, key: [cookie], algorithm: fixed_window, limit: 0, window: 1s}\n", i)
+		default:
+			fmt.Fprintf(&b, "  - {id: r%d, match: {hosts: [Site%d.Example.com], methods: [get]}, key: [ip], algorithm: fixed_window, limit: 5, window: 1s}\n", i, i)
+		}
+	}
+	whole, err := parseWhole([]byte(b.String()))
+	require.NoError(t, err)
+	pieces := whole.clone()
+	wantErr := whole.validate(false)
+	gotErr := pieces.validate(true)
+	require.Error(t, wantErr)
+	require.Equal(t, wantErr.Error(), gotErr.Error())
+	require.Contains(t, gotErr.Error(), `rule "dup": id: duplicate (also rules[5])`)
+	require.Equal(t, whole, pieces)
 }

@@ -24,7 +24,7 @@ const versionLen = 12
 // document still gets a version, but it is only meaningful for valid ones.
 func Version(doc *Document) string {
 	d := doc.clone()
-	_ = d.Validate() // for its normalization
+	_ = d.validate(true) // for its normalization
 	return versionOfNormalized(d)
 }
 
@@ -38,7 +38,7 @@ func Version(doc *Document) string {
 // not depend on formatting, field, rule or list order.
 func DocumentVersion(doc *Document) string {
 	d := doc.clone()
-	_ = d.Validate() // for its normalization
+	_ = d.validate(true) // for its normalization
 	return canonicalVersion(d, true)
 }
 
@@ -182,6 +182,14 @@ func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
 			if i > 0 {
 				buf = append(buf, ',')
 			}
+			if plainASCII(v) {
+				// strconv.Quote leaves v as it is and encoding/json
+				// escapes the two quotes it adds.
+				buf = append(buf, `"\"`...)
+				buf = append(buf, v...)
+				buf = append(buf, `\""`...)
+				continue
+			}
 			scratch = strconv.AppendQuote(scratch[:0], v)
 			buf = appendJSONString(buf, string(scratch))
 		}
@@ -207,6 +215,18 @@ func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
 		buf = append(buf, `,"behaviour":true`...)
 	}
 	return append(buf, '}'), scratch
+}
+
+// plainASCII reports whether s is printable ASCII that neither
+// strconv.Quote nor encoding/json escapes.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // appendJSONString appends s as encoding/json encodes a string: printable

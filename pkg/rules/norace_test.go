@@ -1,0 +1,6 @@
+//go:build !race
+
+package rules
+
+// randomDocs: see race_test.go.
+const randomDocs = 3000
