@@ -8,7 +8,16 @@
 // CAPACITY (requests/s) defaults to the region's origin_capacity_rps in the
 // outputs. Thresholds: critical success >= 99.9%; the lower tiers are shed
 // first (shed share test >= read >= write >= critical, and the test tier
-// was shed at all, or the PoP was never overloaded).
+// was shed at all, or the PoP was never overloaded); the load generator
+// offered the whole load (no dropped iterations).
+//
+// The generator must not be what saturates (it shares the cores): under
+// overload a request waits for the origin's queue, and a critical one also
+// for a worker (up to the edges' critical_queue_timeout, 2 s), so each
+// tier's VUs are pre-allocated for rate x its typical latency under
+// overload (LATENCY, 0.5 s; LATENCY_CRITICAL, 1.5 s) and may grow to
+// rate x REQUEST_TIMEOUT (5 s): a VU is busy at most one request timeout
+// per iteration, so the scenario cannot run out of VUs.
 import { check } from 'k6';
 import eg from 'k6/x/edgeguard';
 import { adminURLs, correctnessThresholds, finish, loadStack, rulesPath, send } from './lib/stack.js';
@@ -38,13 +47,26 @@ const checker = eg.checker({ rulesFile: rulesPath(stack), settle: '7s' });
 // Many uniform clients: the overload, not the rate limits, is under test.
 const population = eg.population({ size: 50000, seed: 3, distribution: 'uniform', ipv6Share: 0.25, roamingShare: 0 });
 
+const seconds = (name, def) => {
+  const v = __ENV[name] || def;
+  const m = /^(\d+(?:\.\d+)?)(ms|s)$/.exec(v);
+  if (!m || !(parseFloat(m[1]) > 0)) {
+    throw new Error(`${name}=${v}: want a positive duration like 500ms or 5s`);
+  }
+  return parseFloat(m[1]) * (m[2] === 'ms' ? 0.001 : 1);
+};
+const TIMEOUT = seconds('REQUEST_TIMEOUT', '5s');
+const LATENCY = { test: seconds('LATENCY', '500ms'), critical: seconds('LATENCY_CRITICAL', '1500ms') };
+LATENCY.read = LATENCY.write = LATENCY.test;
+
 const scenarios = {};
 for (const tier of TIERS) {
   const rate = Math.max(1, Math.round(CAPACITY * FACTOR * MIX[tier]));
+  const preAllocatedVUs = Math.max(5, Math.ceil(rate * LATENCY[tier]));
   scenarios[`tier_${tier}`] = {
     executor: 'constant-arrival-rate',
     rate, timeUnit: '1s', duration: DURATION,
-    preAllocatedVUs: Math.max(5, Math.ceil(rate / 5)), maxVUs: Math.max(50, rate * 2),
+    preAllocatedVUs, maxVUs: Math.max(preAllocatedVUs, Math.ceil(rate * (TIMEOUT + 0.1))),
     exec: 'traffic', env: { TIER: tier }, tags: { tier },
   };
 }
@@ -57,6 +79,8 @@ const thresholds = Object.assign(correctnessThresholds(), {
   'http_req_failed{tier:read}': ['rate>=0'],
   'http_req_failed{tier:test}': ['rate>=0'],
   'edgeguard_server{figure:lower_tiers_shed_first}': ['value==1'],
+  // The whole load was offered: the generator kept up.
+  dropped_iterations: ['count==0'],
 });
 
 export const options = {
