@@ -9,13 +9,13 @@
 // outputs. Thresholds: critical success >= 99.9%; the lower tiers are shed
 // first (shed share test >= read >= write >= critical, and the test tier
 // was shed at all, or the PoP was never overloaded); the load generator
-// offered the whole load (no dropped iterations).
+// offered the load (under 1% of the planned requests dropped).
 //
 // The generator must not be what saturates (it shares the cores): under
 // overload a request waits for the origin's queue, and a critical one also
 // for a worker (up to the edges' critical_queue_timeout, 2 s), so each
 // tier's VUs are pre-allocated for rate x its typical latency under
-// overload (LATENCY, 0.5 s; LATENCY_CRITICAL, 1.5 s) and may grow to
+// overload (LATENCY, 1 s; LATENCY_CRITICAL, 2 s) and may grow to
 // rate x REQUEST_TIMEOUT (5 s): a VU is busy at most one request timeout
 // per iteration, so the scenario cannot run out of VUs.
 import { check } from 'k6';
@@ -49,19 +49,21 @@ const population = eg.population({ size: 50000, seed: 3, distribution: 'uniform'
 
 const seconds = (name, def) => {
   const v = __ENV[name] || def;
-  const m = /^(\d+(?:\.\d+)?)(ms|s)$/.exec(v);
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m)$/.exec(v);
   if (!m || !(parseFloat(m[1]) > 0)) {
-    throw new Error(`${name}=${v}: want a positive duration like 500ms or 5s`);
+    throw new Error(`${name}=${v}: want a positive duration like 500ms, 5s or 2m`);
   }
-  return parseFloat(m[1]) * (m[2] === 'ms' ? 0.001 : 1);
+  return parseFloat(m[1]) * { ms: 0.001, s: 1, m: 60 }[m[2]];
 };
 const TIMEOUT = seconds('REQUEST_TIMEOUT', '5s');
-const LATENCY = { test: seconds('LATENCY', '500ms'), critical: seconds('LATENCY_CRITICAL', '1500ms') };
+const LATENCY = { test: seconds('LATENCY', '1s'), critical: seconds('LATENCY_CRITICAL', '2s') };
 LATENCY.read = LATENCY.write = LATENCY.test;
 
 const scenarios = {};
+let PLANNED = 0;
 for (const tier of TIERS) {
   const rate = Math.max(1, Math.round(CAPACITY * FACTOR * MIX[tier]));
+  PLANNED += rate * seconds('DURATION', DURATION);
   const preAllocatedVUs = Math.max(5, Math.ceil(rate * LATENCY[tier]));
   scenarios[`tier_${tier}`] = {
     executor: 'constant-arrival-rate',
@@ -79,8 +81,9 @@ const thresholds = Object.assign(correctnessThresholds(), {
   'http_req_failed{tier:read}': ['rate>=0'],
   'http_req_failed{tier:test}': ['rate>=0'],
   'edgeguard_server{figure:lower_tiers_shed_first}': ['value==1'],
-  // The whole load was offered: the generator kept up.
-  dropped_iterations: ['count==0'],
+  // The generator offered the load: at most 1% of the planned requests
+  // were dropped for want of a free VU.
+  dropped_iterations: [`count<${Math.max(1, Math.ceil(0.01 * PLANNED))}`],
 });
 
 export const options = {
