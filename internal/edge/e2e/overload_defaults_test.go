@@ -15,16 +15,16 @@ import (
 	"github.com/edgeguard/edgeguard/internal/stack/originsim"
 )
 
-// TestOverloadKeepsCriticalAtDefaults is the stack's us-east PoP in small:
-// two edge processes at the default shedder settings (the ramp sheds
+// TestOverloadKeepsCriticalAtDefaults is a region of the stack in small:
+// three edge processes at the default shedder settings (the ramp sheds
 // nothing for its first 28 s, so the worker cap and its queue are all that
 // stand between the overload and critical traffic) with the stack's worker
 // cap (128) in front of one origin of 8 workers × 20 ms (400 req/s, the
 // stack's origin program), offered 3× that in a test/read/write/critical
-// mix. The origin serves in arrival order, across both edges: a slot of one
+// mix. The origin serves in arrival order, across the edges: a slot of one
 // edge frees when the origin reaches that edge's requests, so one edge can
 // go tens of milliseconds without a free slot while the origin works
-// through the other edge's. Critical requests must still succeed
+// through the others'. Critical requests must still succeed
 // (≥ 99.9%), the lower tiers take the rejections, lowest first, and the
 // highest of them still gets through.
 func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
@@ -35,13 +35,14 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 		offered       = 3 * capacity
 		overload      = 20 * time.Second
 		edgeWorkers   = 128 // the stack's us-east edges
+		edgeCount     = 3   // a region's worth sharing the origin: eu-west's
 	)
 	reg := prometheus.NewRegistry()
 	origin := httptest.NewServer(originsim.Handler(originsim.Config{Workers: originWorkers, ServiceTime: service, Queue: 4096}, reg))
 	defer origin.Close()
 
 	var edges []*edgeProc
-	for range 2 {
+	for range edgeCount {
 		edges = append(edges, startEdge(t, "--origin", origin.URL, "--workers", strconv.Itoa(edgeWorkers),
 			"--trusted-proxies", "127.0.0.1", "--log-level", "warn"))
 	}
