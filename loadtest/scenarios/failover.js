@@ -12,13 +12,14 @@
 // errors and checker findings before / during / after.
 //
 //   make loadtest SCENARIO=failover [DRILL=kill-master|drain] [DRILL_REGION=…] [RECOVER=restore|none] \
-//        [DRILL_AT=20s] [RECOVER_AFTER=15s] [DURING=15s] [DURATION=75s] [RATE=30]
+//        [DRILL_AT=20s] [RECOVER_AFTER=15s] [DURING=15s] [DURATION=75s] [RATE=30] [SETTLE_TIMEOUT=3m]
 //   make loadtest SCENARIO=failover DRILL_CMD='…' [RECOVER_CMD='…']
 //
 // "during" runs from the drill's start to the end of the recovery, or, with
 // none, to DURING after the drill command returned (a Redis failover the
 // stack heals by itself). Thresholds hold before and after; during is
-// reported (the fallback is approximate by design).
+// reported (the fallback is approximate by design). Setup first waits (up to
+// SETTLE_TIMEOUT) until no edge is still shedding from an earlier overload.
 import { check, sleep } from 'k6';
 import eg from 'k6/x/edgeguard';
 import { adminURLs, finish, loadStack, pickEdge, rulesPath, send } from './lib/stack.js';
@@ -106,10 +107,13 @@ for (const [phase, strict] of [['before', true], ['during', false], ['after', tr
   }
 }
 
+const SETTLE_TIMEOUT = seconds(__ENV.SETTLE_TIMEOUT || '3m');
+
 export const options = {
   scenarios,
   thresholds,
   summaryTrendStats: ['avg', 'med', 'p(95)', 'p(99)', 'max'],
+  setupTimeout: `${Math.ceil(SETTLE_TIMEOUT) + 60}s`,
   teardownTimeout: '60s',
 };
 
@@ -128,7 +132,23 @@ function homeOf(client) {
   return stack.regionNames[client.id % stack.regionNames.length];
 }
 
+// An edge still shedding from an earlier overload (the ramp recovers over
+// minutes) would fail requests before the drill; setup waits for every
+// edge's shed level to be back at or below zero.
+function shedding() {
+  const levels = eg.scrapeValues(adminURLs(stack), 'edgeguard_shedder_level');
+  return Object.keys(levels).filter((u) => levels[u] > 0).map((u) => `${u} ${levels[u].toFixed(2)}`);
+}
+
 export function setup() {
+  const deadline = Date.now() + SETTLE_TIMEOUT * 1000;
+  for (let busy = shedding(); busy.length > 0; busy = shedding()) {
+    if (Date.now() > deadline) {
+      throw new Error(`edges still shedding after ${SETTLE_TIMEOUT} s (level > 0): ${busy.join(', ')}`);
+    }
+    console.warn(`waiting for edges to stop shedding: ${busy.join(', ')}`);
+    sleep(5);
+  }
   eg.scrape('start', adminURLs(stack));
 }
 

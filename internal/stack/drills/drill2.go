@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/stack"
 	"github.com/edgeguard/edgeguard/internal/stack/resolver"
 )
 
@@ -50,6 +51,12 @@ func (e *Env) drill2(ctx context.Context, from, to string, res *Result) error {
 	// in this drill's 20 s, so the worker cap and its queue (ordered by
 	// tier; critical requests wait up to critical_queue_timeout in places
 	// of their own) are what keep the critical tier served.
+
+	// The shed counters are cumulative: what this drill shed is the rise.
+	shedBefore, err := shedOver(ctx, dst)
+	if err != nil {
+		return err
+	}
 
 	// Clients follow DNS at from's Consul, re-resolving every 250 ms.
 	follow := &dnsTargets{dns: dns, query: e.Out.DNSQuery}
@@ -126,18 +133,11 @@ func (e *Env) drill2(ctx context.Context, from, to string, res *Result) error {
 		}
 	}
 
-	// edgeguard_shedder_rejected_total{tier,reason} counts every turned
-	// away request (ramp, queue_full, queue_timeout); older edges export
-	// only the ramp's edgeguard_shedder_shed_total.
-	shed, err := sumOverEdges(ctx, dst.Edges(), "edgeguard_shedder_rejected_total", nil)
+	shedAfter, err := shedOver(ctx, dst)
 	if err != nil {
 		return err
 	}
-	if shed == 0 {
-		if shed, err = sumOverEdges(ctx, dst.Edges(), "edgeguard_shedder_shed_total", nil); err != nil {
-			return err
-		}
-	}
+	shed := shedAfter - shedBefore
 	cs, rs := critical.summary(), read.summary()
 	for k, v := range cs {
 		res.Counts["critical_"+k] = v
@@ -213,4 +213,10 @@ func (d *dnsTargets) get() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.urls)
+}
+
+// shedOver sums edgeguard_shedder_rejected_total{tier,reason} (every request
+// turned away: ramp, queue_full, queue_timeout) over the region's edges.
+func shedOver(ctx context.Context, r stack.Region) (float64, error) {
+	return sumOverEdges(ctx, r.Edges(), "edgeguard_shedder_rejected_total", nil)
 }
