@@ -59,10 +59,11 @@ type waiter struct {
 	evicted bool          // guarded by Workers.mu: turned away for a higher tier
 }
 
-// NewWorkers returns a cap of capacity slots with up to queueSize waiters,
-// each waiting at most queueTimeout (critical ones too, until
-// SetCriticalTimeout or a Shedder's settings say otherwise). It panics on capacity < 1 or negative
-// queue settings, like make does on a negative size: those are programming
+// NewWorkers returns a cap of capacity slots with up to queueSize waiters
+// of the sheddable tiers (and capacity critical ones), each waiting at most
+// queueTimeout (critical ones too, until SetCriticalTimeout or a Shedder's
+// settings say otherwise). It panics on capacity < 1 or negative queue
+// settings, like make does on a negative size: those are programming
 // errors; live queue changes go through SetQueue, which returns errors.
 func NewWorkers(capacity, queueSize int, queueTimeout time.Duration) *Workers {
 	if capacity < 1 {
