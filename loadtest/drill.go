@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os/exec"
 	"time"
 )
@@ -23,6 +24,26 @@ func (mi *ModuleInstance) Mark(name string) float64 {
 	}
 	mi.root.marks[name] = now
 	return float64(now.UnixMicro()) / 1000
+}
+
+// MarkAt is markAt(name, ms): record that an event happened at ms (a now()
+// reading, or a time a drill tool reported), first mark of a name winning
+// as with mark.
+func (mi *ModuleInstance) MarkAt(name string, ms float64) (float64, error) {
+	if name == "" || math.IsNaN(ms) || math.IsInf(ms, 0) || ms <= 0 {
+		return 0, fmt.Errorf("markAt: want a name and a time in ms since the epoch, got %q, %v", name, ms)
+	}
+	at := fromMillis(ms)
+	mi.root.mu.Lock()
+	defer mi.root.mu.Unlock()
+	if mi.root.marks == nil {
+		mi.root.marks = map[string]time.Time{}
+	}
+	if t, ok := mi.root.marks[name]; ok {
+		return float64(t.UnixMicro()) / 1000, nil
+	}
+	mi.root.marks[name] = at
+	return ms, nil
 }
 
 // Marks is marks(): every mark so far, name → now() reading.

@@ -147,6 +147,7 @@ func (mi *ModuleInstance) Exports() modules.Exports {
 		"writeResult":    mi.WriteResult,
 		"print":          Print,
 		"mark":           mi.Mark,
+		"markAt":         mi.MarkAt,
 		"marks":          mi.Marks,
 		"run":            mi.Run,
 	}

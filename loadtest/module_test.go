@@ -131,3 +131,20 @@ func TestPopulationThroughTheModule(t *testing.T) {
 	_, err := a.rt.VU.Runtime().RunString(`eg.population({ size: 10, sede: 1 })`)
 	require.ErrorContains(t, err, `unknown field "sede"`, "a misspelt option is an error, not ignored")
 }
+
+// Marks are shared by every VU; the first of a name wins, whether taken
+// now (mark) or at a time a drill tool reported (markAt).
+func TestMarksThroughTheModule(t *testing.T) {
+	root := New()
+	a := newVU(t, root, 1, initCode)
+	b := newVU(t, root, 2, initCode)
+	a.run(t, `eg.markAt('drill_witnessed', 1700000000123.5)`)
+	require.Equal(t, 1700000000123.5, b.run(t, `eg.markAt('drill_witnessed', 1800000000000)`).ToFloat(), "the first mark of a name wins")
+	require.Equal(t, 1700000000123.5, b.run(t, `eg.marks().drill_witnessed`).ToFloat())
+	started := a.run(t, `eg.mark('drill_start')`).ToFloat()
+	require.Equal(t, started, b.run(t, `eg.marks().drill_start`).ToFloat())
+	for _, bad := range []string{`eg.markAt('', 1)`, `eg.markAt('x', 0)`, `eg.markAt('x', NaN)`} {
+		_, err := b.rt.VU.Runtime().RunString(bad)
+		require.ErrorContains(t, err, "markAt: want a name and a time", bad)
+	}
+}

@@ -40,6 +40,13 @@ if [ -n "$prom" ] && [ "${PROMETHEUS_RW:-1}" != 0 ]; then
 	args+=(-o experimental-prometheus-rw --tag "testid=$scenario-$(date +%s)")
 fi
 
+# failover.js runs the stack's own drill tooling unless DRILL_CMD replaces it.
+if [ "$scenario" = failover ] && [ -z "${DRILL_CMD:-}" ]; then
+	mkdir -p "$root/loadtest/results/bin"
+	(cd "$root" && "${GO:-go}" build -o loadtest/results/bin/drills ./cmd/drills)
+	export EDGEGUARD_DRILLS="$root/loadtest/results/bin/drills"
+fi
+
 cd "$root"
 export STACK_OUTPUTS="$outputs" EDGEGUARD_ROOT="$root"
 # The REST API on a free port: runs side by side must not fight over 6565.

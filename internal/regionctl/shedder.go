@@ -92,6 +92,7 @@ func settings(cfg shedder.Config) [][2]string {
 		"smoothing":              cfg.Smoothing.String(),
 		"share_window":           cfg.ShareWindow.String(),
 		"queue_timeout":          cfg.QueueTimeout.String(),
+		"critical_queue_timeout": cfg.CriticalQueueTimeout.String(),
 		"queue_size":             strconv.Itoa(cfg.QueueSize),
 		"tiers.priority_header":  cfg.Tiers.PriorityHeader,
 		"tiers.test_mode_header": cfg.Tiers.TestModeHeader,

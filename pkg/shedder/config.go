@@ -40,10 +40,27 @@ type Config struct {
 	// ShareWindow is the half-life over which offered traffic per tier is
 	// averaged to decide where the cut-off falls.
 	ShareWindow time.Duration `json:"share_window" yaml:"share_window"`
-	// QueueTimeout bounds how long a request waits for a worker slot.
+	// QueueTimeout bounds how long a request of a sheddable tier (test,
+	// read, write) waits for a worker slot: past it the request is answered
+	// 503 at once, which its client can retry, and the ramp cuts these
+	// tiers anyway.
 	QueueTimeout time.Duration `json:"queue_timeout" yaml:"queue_timeout"`
-	// QueueSize bounds how many requests may wait for a worker slot; 0
-	// rejects as soon as every worker is busy.
+	// CriticalQueueTimeout bounds how long a critical request waits for a
+	// worker slot; a critical request waits the longer of it and
+	// queue_timeout (so 0 means queue_timeout). Freed slots go to critical
+	// requests first, but when every worker is held by requests waiting on
+	// an overloaded origin, the next slot frees only when the origin, which
+	// serves every edge's requests in arrival order, reaches one of this
+	// edge's: tens to hundreds of milliseconds under overload, more with
+	// more edges per origin. Critical traffic has no better answer than that
+	// slot, so it should wait about as long as the origin takes to answer
+	// under overload. At most as many critical requests as there are
+	// workers wait at once.
+	CriticalQueueTimeout time.Duration `json:"critical_queue_timeout" yaml:"critical_queue_timeout"`
+	// QueueSize bounds how many requests of the sheddable tiers may wait for
+	// a worker slot (critical requests have as many places of their own as
+	// there are workers); 0 rejects every tier as soon as every worker is
+	// busy.
 	QueueSize int `json:"queue_size" yaml:"queue_size"`
 	// Tiers says how requests are classified.
 	Tiers TierConfig `json:"tiers" yaml:"tiers"`
@@ -90,7 +107,10 @@ func DefaultConfig() Config {
 		Smoothing:    time.Second,
 		ShareWindow:  10 * time.Second,
 		QueueTimeout: 50 * time.Millisecond,
-		QueueSize:    64,
+		// Above the stack's origin queueing at 3x overload (two edges of
+		// 128 workers on a 400 req/s origin: about 0.65 s).
+		CriticalQueueTimeout: 2 * time.Second,
+		QueueSize:            64,
 		Tiers: TierConfig{
 			PriorityHeader: "X-Priority",
 			TestModeHeader: "X-Test-Mode",
@@ -154,6 +174,9 @@ func (c Config) Validate() error {
 		bad("queue_timeout", "must be >= 0, got %v", c.QueueTimeout)
 	} else if c.QueueSize > 0 && c.QueueTimeout == 0 {
 		bad("queue_timeout", "must be > 0 when queue_size > 0")
+	}
+	if c.CriticalQueueTimeout < 0 {
+		bad("critical_queue_timeout", "must be >= 0 (critical requests wait the longer of it and queue_timeout), got %v", c.CriticalQueueTimeout)
 	}
 
 	t := c.Tiers
@@ -239,21 +262,23 @@ type configAlias Config
 // encoding/json) and reuses every other field's tag from Config.
 type configWire struct {
 	*configAlias
-	StartAfter   jsonDuration `json:"start_after"`
-	FullAfter    jsonDuration `json:"full_after"`
-	Smoothing    jsonDuration `json:"smoothing"`
-	ShareWindow  jsonDuration `json:"share_window"`
-	QueueTimeout jsonDuration `json:"queue_timeout"`
+	StartAfter           jsonDuration `json:"start_after"`
+	FullAfter            jsonDuration `json:"full_after"`
+	Smoothing            jsonDuration `json:"smoothing"`
+	ShareWindow          jsonDuration `json:"share_window"`
+	QueueTimeout         jsonDuration `json:"queue_timeout"`
+	CriticalQueueTimeout jsonDuration `json:"critical_queue_timeout"`
 }
 
 func (c *Config) wire() *configWire {
 	return &configWire{
-		configAlias:  (*configAlias)(c),
-		StartAfter:   jsonDuration(c.StartAfter),
-		FullAfter:    jsonDuration(c.FullAfter),
-		Smoothing:    jsonDuration(c.Smoothing),
-		ShareWindow:  jsonDuration(c.ShareWindow),
-		QueueTimeout: jsonDuration(c.QueueTimeout),
+		configAlias:          (*configAlias)(c),
+		StartAfter:           jsonDuration(c.StartAfter),
+		FullAfter:            jsonDuration(c.FullAfter),
+		Smoothing:            jsonDuration(c.Smoothing),
+		ShareWindow:          jsonDuration(c.ShareWindow),
+		QueueTimeout:         jsonDuration(c.QueueTimeout),
+		CriticalQueueTimeout: jsonDuration(c.CriticalQueueTimeout),
 	}
 }
 
@@ -278,6 +303,7 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 	next.Smoothing = time.Duration(w.Smoothing)
 	next.ShareWindow = time.Duration(w.ShareWindow)
 	next.QueueTimeout = time.Duration(w.QueueTimeout)
+	next.CriticalQueueTimeout = time.Duration(w.CriticalQueueTimeout)
 	*c = next
 	return nil
 }
@@ -303,7 +329,7 @@ func ParseConfig(data []byte) (Config, error) {
 // SettingKeys lists the keys ApplySettings accepts, for CLI help.
 var SettingKeys = []string{
 	"enabled", "good", "bad", "start_after", "full_after", "smoothing",
-	"share_window", "queue_timeout", "queue_size",
+	"share_window", "queue_timeout", "critical_queue_timeout", "queue_size",
 	"tiers.priority_header", "tiers.test_mode_header", "tiers.api_key_header",
 	"tiers.paths", "tiers.api_keys", "tiers.read_methods",
 }
@@ -375,6 +401,8 @@ func applySetting(c *Config, key, val string) error {
 		return dur(&c.ShareWindow)
 	case "queue_timeout":
 		return dur(&c.QueueTimeout)
+	case "critical_queue_timeout":
+		return dur(&c.CriticalQueueTimeout)
 	case "queue_size":
 		n, err := strconv.Atoi(val)
 		if err != nil {

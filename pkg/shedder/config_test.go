@@ -40,6 +40,9 @@ func TestValidate(t *testing.T) {
 		}, []string{"start_after: must be > 0", "full_after: must be > 0", "smoothing: must be >= 0", "share_window: must be > 0"}},
 		{"queue", func(c *Config) { c.QueueSize = -1; c.QueueTimeout = -1 }, []string{"queue_size", "queue_timeout: must be >= 0"}},
 		{"queue without timeout", func(c *Config) { c.QueueTimeout = 0 }, []string{"queue_timeout: must be > 0 when queue_size > 0"}},
+		{"critical waits the queue timeout", func(c *Config) { c.CriticalQueueTimeout = 0 }, nil},
+		{"critical below the queue timeout", func(c *Config) { c.CriticalQueueTimeout = time.Millisecond }, nil},
+		{"negative critical wait", func(c *Config) { c.CriticalQueueTimeout = -time.Second }, []string{"critical_queue_timeout: must be >= 0"}},
 		{"headers", func(c *Config) { c.Tiers.PriorityHeader = "X Priority"; c.Tiers.TestModeHeader = "a:b" }, []string{"tiers.priority_header", "tiers.test_mode_header"}},
 		{"rules", func(c *Config) {
 			c.Tiers.Paths = []PrefixRule{{Prefix: "x", Tier: TierRead}, {Prefix: "/ok", Tier: Tier(7)}}
@@ -103,6 +106,7 @@ func TestParseConfig(t *testing.T) {
 		data, err := json.Marshal(DefaultConfig())
 		require.NoError(t, err)
 		require.Contains(t, string(data), `"start_after":"28s"`)
+		require.Contains(t, string(data), `"critical_queue_timeout":"2s"`)
 		require.Contains(t, string(data), `"tier":"critical"`)
 		cfg, err := ParseConfig(data)
 		require.NoError(t, err)
@@ -153,7 +157,7 @@ func TestApplySettings(t *testing.T) {
 		}},
 		{name: "all scalars", kv: map[string]string{
 			"enabled": "false", "bad": "0.9", "full_after": "1m", "smoothing": "0s", "share_window": "5s",
-			"queue_timeout": "10ms", "queue_size": "8", "tiers.priority_header": "X-Class",
+			"queue_timeout": "10ms", "critical_queue_timeout": "500ms", "queue_size": "8", "tiers.priority_header": "X-Class",
 			"tiers.test_mode_header": "", "tiers.api_key_header": "Authorization",
 		}, check: func(t *testing.T, c Config) {
 			require.False(t, c.Enabled)
@@ -162,6 +166,7 @@ func TestApplySettings(t *testing.T) {
 			require.Zero(t, c.Smoothing)
 			require.Equal(t, 5*time.Second, c.ShareWindow)
 			require.Equal(t, 10*time.Millisecond, c.QueueTimeout)
+			require.Equal(t, 500*time.Millisecond, c.CriticalQueueTimeout)
 			require.Equal(t, 8, c.QueueSize)
 			require.Equal(t, "X-Class", c.Tiers.PriorityHeader)
 			require.Empty(t, c.Tiers.TestModeHeader)

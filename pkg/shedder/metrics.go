@@ -31,7 +31,7 @@ type metrics struct {
 	thresholdG  prometheus.Gauge
 	thresholdB  prometheus.Gauge
 	enabled     prometheus.Gauge
-	queueWait   prometheus.Histogram
+	queueWait   *prometheus.HistogramVec
 
 	requests [numTiers]paddedCounter
 	shed     [numTiers]paddedCounter
@@ -77,11 +77,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.thresholdB = thresholds.WithLabelValues("bad")
 	m.collectors = append(m.collectors, thresholds)
 
-	m.queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+	m.queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    namespace + "queue_wait_seconds",
-		Help:    "Time requests spent queued for a worker slot (only requests that had to queue).",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
-	})
+		Help:    "Time requests spent queued for a worker slot, by tier (only requests that had to queue).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"tier"})
+	for t := range Tier(numTiers) {
+		m.queueWait.WithLabelValues(t.String()) // every tier's series exists from the start
+	}
 	m.collectors = append(m.collectors, m.queueWait)
 
 	m.settingsInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -173,6 +176,11 @@ func (m *metrics) setConfig(cfg Config, now time.Time) {
 	} else {
 		m.enabled.Set(0)
 	}
+}
+
+// queueWaitOf is the queue wait histogram of tier.
+func (m *metrics) queueWaitOf(tier Tier) prometheus.Observer {
+	return m.queueWait.WithLabelValues(tier.String())
 }
 
 // countRejected counts a worker-cap rejection of tier by its error.

@@ -124,12 +124,13 @@ func TestMetrics(t *testing.T) {
 	got = scrape(t, reg)
 	require.Equal(t, 1.0, got["edgeguard_shedder_workers_busy"])
 	require.Equal(t, 1.0, got["edgeguard_shedder_workers_capacity"])
-	require.Zero(t, got["edgeguard_shedder_queue_wait_seconds"], "immediate acquires are not queue waits")
+	require.Zero(t, got["edgeguard_shedder_queue_wait_seconds{tier=read}"], "immediate acquires are not queue waits")
 	_, err = w.Acquire(context.Background(), TierRead)
 	require.ErrorIs(t, err, ErrQueueTimeout, "the attached workers follow queue settings from Update")
 	release()
 	got = scrape(t, reg)
-	require.Equal(t, 1.0, got["edgeguard_shedder_queue_wait_seconds"])
+	require.Equal(t, 1.0, got["edgeguard_shedder_queue_wait_seconds{tier=read}"])
+	require.Zero(t, got["edgeguard_shedder_queue_wait_seconds{tier=critical}"], "waits are counted by the waiter's tier")
 	require.Equal(t, 0.0, got["edgeguard_shedder_workers_busy"])
 	require.Equal(t, 1.0, got["edgeguard_shedder_rejected_total{reason=queue_timeout,tier=read}"])
 	require.Zero(t, got["edgeguard_shedder_rejected_total{reason=queue_full,tier=read}"])
@@ -148,7 +149,7 @@ func TestMetricsRejectedByWorkers(t *testing.T) {
 	release, err := w.Acquire(context.Background(), TierCritical)
 	require.NoError(t, err)
 	// A read waits in the one queue place; a test request finds it full
-	// and a critical one turns the read away: two queue_full, by tier.
+	// and a write turns the read away: two queue_full, by tier.
 	readErr := make(chan error, 1)
 	go func() {
 		_, err := w.Acquire(context.Background(), TierRead)
@@ -157,17 +158,17 @@ func TestMetricsRejectedByWorkers(t *testing.T) {
 	require.Eventually(t, func() bool { return w.queued() == 1 }, 5*time.Second, time.Millisecond)
 	_, err = w.Acquire(context.Background(), TierTest)
 	require.ErrorIs(t, err, ErrQueueFull)
-	critical := make(chan error, 1)
+	write := make(chan error, 1)
 	go func() {
-		rel, err := w.Acquire(context.Background(), TierCritical)
+		rel, err := w.Acquire(context.Background(), TierWrite)
 		if err == nil {
 			rel()
 		}
-		critical <- err
+		write <- err
 	}()
 	require.ErrorIs(t, <-readErr, ErrQueueFull, "evicted for a higher tier")
 	release()
-	require.NoError(t, <-critical)
+	require.NoError(t, <-write)
 
 	got := scrape(t, reg)
 	for key, want := range map[string]float64{

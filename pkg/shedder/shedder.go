@@ -272,8 +272,9 @@ func (s *Shedder) Update(cfg Config) error {
 	s.level = clamp(s.level, cfg.floor(), 1)
 	s.cls.Store(cls)
 	if s.workers != nil {
-		// Validated above, so this cannot fail.
+		// Validated above, so these cannot fail.
 		_ = s.workers.SetQueue(cfg.QueueSize, cfg.QueueTimeout)
+		_ = s.workers.SetCriticalTimeout(cfg.CriticalQueueTimeout)
 	}
 	s.m.setConfig(cfg, s.clock())
 	s.publishLocked()
@@ -281,16 +282,18 @@ func (s *Shedder) Update(cfg Config) error {
 }
 
 // AttachWorkers wires w into the shedder's metrics (busy, capacity, queue
-// wait) and makes it follow queue_size and queue_timeout from this and
-// every later config; its current queue settings are overwritten.
+// wait) and makes it follow queue_size, queue_timeout and
+// critical_queue_timeout from this and every later config; its current
+// queue settings are overwritten.
 func (s *Shedder) AttachWorkers(w *Workers) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.workers = w
 	s.m.workers.Store(w)
-	w.setWaitObserver(s.m.queueWait)
+	w.setWaitObserver(s.m.queueWaitOf)
 	w.setRejectCounter(s.m.countRejected)
 	_ = w.SetQueue(s.cfg.QueueSize, s.cfg.QueueTimeout)
+	_ = w.SetCriticalTimeout(s.cfg.CriticalQueueTimeout)
 }
 
 // Run samples utilization every interval (e.g. Workers.Utilization) into

@@ -22,20 +22,34 @@ var (
 // Workers is the hard cap on requests the edge runs at once, with a short
 // bounded queue in front of it. It is the only protection critical traffic is
 // subject to, so the queue is ordered by tier: a freed slot goes to the
-// highest tier waiting (first come first served within a tier), and a full
-// queue makes room for a higher tier by turning away its lowest-tier waiter.
-// So before the ramp has had time to shed, critical requests still get the
-// slots. A mutex (not a channel semaphore) because the queue is ordered and
-// its settings change live.
+// highest tier waiting (first come first served within a tier). So before
+// the ramp has had time to shed, critical requests still get the slots.
+//
+// The sheddable tiers (test, read, write) share queue_size places, and a
+// full queue makes room for a higher of them by turning away its lowest-tier
+// waiter; they wait at most the queue timeout. Critical requests wait in
+// places of their own, as many as the workers (so the node holds at most
+// twice its cap of critical requests), up to their own, longer bound.
+// When the workers are held by requests waiting on an overloaded origin
+// shared with other edges, a slot frees only when the origin reaches one of
+// this edge's requests, and that gap is set by the origin's queue, not by
+// this edge: a critical request given the sheddable tiers' short timeout, or
+// a place among them, would be refused while the next slot is already
+// promised to it.
+//
+// A mutex (not a channel semaphore) because the queue is ordered and its
+// settings change live.
 type Workers struct {
-	mu           sync.Mutex
-	capacity     int
-	busy         int
-	queueSize    int
-	queueTimeout time.Duration
-	queue        []*waiter
-	waitObs      prometheus.Observer
-	onReject     func(Tier, error)
+	mu              sync.Mutex
+	capacity        int
+	busy            int
+	queueSize       int
+	queueTimeout    time.Duration
+	criticalTimeout time.Duration // 0: queueTimeout
+	queue           []*waiter
+	criticalWaiting int // critical waiters in queue
+	waitObs         [numTiers]prometheus.Observer
+	onReject        func(Tier, error)
 }
 
 type waiter struct {
@@ -45,9 +59,11 @@ type waiter struct {
 	evicted bool          // guarded by Workers.mu: turned away for a higher tier
 }
 
-// NewWorkers returns a cap of capacity slots with up to queueSize waiters,
-// each waiting at most queueTimeout. It panics on capacity < 1 or negative
-// queue settings, like make does on a negative size: those are programming
+// NewWorkers returns a cap of capacity slots with up to queueSize waiters
+// of the sheddable tiers (and capacity critical ones), each waiting at most
+// queueTimeout (critical ones too, until SetCriticalTimeout or a Shedder's
+// settings say otherwise). It panics on capacity < 1 or negative queue
+// settings, like make does on a negative size: those are programming
 // errors; live queue changes go through SetQueue, which returns errors.
 func NewWorkers(capacity, queueSize int, queueTimeout time.Duration) *Workers {
 	if capacity < 1 {
@@ -62,7 +78,8 @@ func NewWorkers(capacity, queueSize int, queueTimeout time.Duration) *Workers {
 // Acquire takes a worker slot for a request of the given tier, waiting in the
 // queue if all are busy. On success the caller must call release once when
 // the request is done; further calls are no-ops so a deferred release is
-// always safe. Errors: ErrQueueFull (also when evicted for a higher tier),
+// always safe. An out-of-range tier is treated as write. Errors:
+// ErrQueueFull (also when evicted for a higher tier),
 // ErrQueueTimeout, or the context's error (wrapped).
 func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err error) {
 	release, err = w.acquire(ctx, tier)
@@ -78,6 +95,9 @@ func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err e
 }
 
 func (w *Workers) acquire(ctx context.Context, tier Tier) (release func(), err error) {
+	if !tier.valid() {
+		tier = TierWrite // as Shedder.Admit classes it
+	}
 	w.mu.Lock()
 	// Skipping ahead of waiters would starve them under steady load.
 	if w.busy < w.capacity && len(w.queue) == 0 {
@@ -89,7 +109,16 @@ func (w *Workers) acquire(ctx context.Context, tier Tier) (release func(), err e
 		w.mu.Unlock()
 		return nil, ErrQueueFull
 	}
-	if len(w.queue) >= w.queueSize {
+	switch {
+	case tier == TierCritical:
+		// Places of their own, as many as the workers: a burst of critical
+		// requests (after a stall, say) must not find them taken by the
+		// tiers shed before it.
+		if w.criticalWaiting >= w.capacity {
+			w.mu.Unlock()
+			return nil, ErrQueueFull
+		}
+	case len(w.queue)-w.criticalWaiting >= w.queueSize:
 		low := w.lowestLocked()
 		if w.queue[low].tier >= tier {
 			w.mu.Unlock()
@@ -106,7 +135,12 @@ func (w *Workers) acquire(ctx context.Context, tier Tier) (release func(), err e
 	}
 	wt := &waiter{tier: tier, ready: make(chan struct{})}
 	w.queue = append(w.queue, wt)
-	timeout, obs := w.queueTimeout, w.waitObs
+	timeout := w.queueTimeout
+	if tier == TierCritical {
+		w.criticalWaiting++
+		timeout = max(timeout, w.criticalTimeout)
+	}
+	obs := w.waitObs[tier]
 	w.mu.Unlock()
 
 	start := time.Now()
@@ -188,7 +222,8 @@ func (w *Workers) grantLocked() {
 }
 
 // lowestLocked is the newest waiter of the lowest tier waiting: the one a
-// higher tier may turn away.
+// higher sheddable tier may turn away when the sheddable places are full
+// (so it is never a critical waiter).
 func (w *Workers) lowestLocked() int {
 	low := len(w.queue) - 1
 	for i := len(w.queue) - 1; i >= 0; i-- {
@@ -200,6 +235,9 @@ func (w *Workers) lowestLocked() int {
 }
 
 func (w *Workers) removeAt(i int) {
+	if w.queue[i].tier == TierCritical {
+		w.criticalWaiting--
+	}
 	copy(w.queue[i:], w.queue[i+1:])
 	w.queue[len(w.queue)-1] = nil
 	w.queue = w.queue[:len(w.queue)-1]
@@ -214,8 +252,8 @@ func (w *Workers) removeLocked(wt *waiter) {
 	}
 }
 
-// SetQueue changes the queue bound and timeout live. Requests already
-// queued keep the timeout they started with.
+// SetQueue changes the queue bound and the sheddable tiers' timeout live.
+// Requests already queued keep the timeout they started with.
 func (w *Workers) SetQueue(size int, timeout time.Duration) error {
 	var errs []error
 	if size < 0 {
@@ -233,9 +271,26 @@ func (w *Workers) SetQueue(size int, timeout time.Duration) error {
 	return nil
 }
 
-func (w *Workers) setWaitObserver(obs prometheus.Observer) {
+// SetCriticalTimeout changes how long critical requests may wait for a
+// slot, live: they wait the longer of it and the queue timeout (0: the
+// queue timeout, like every tier). Requests already queued keep the
+// timeout they started with.
+func (w *Workers) SetCriticalTimeout(timeout time.Duration) error {
+	if timeout < 0 {
+		return fmt.Errorf("%w: critical_queue_timeout: must be >= 0, got %v", ErrInvalidConfig, timeout)
+	}
 	w.mu.Lock()
-	w.waitObs = obs
+	w.criticalTimeout = timeout
+	w.mu.Unlock()
+	return nil
+}
+
+// setWaitObserver makes every queued request's wait observed on obs(tier).
+func (w *Workers) setWaitObserver(obs func(Tier) prometheus.Observer) {
+	w.mu.Lock()
+	for t := range Tier(numTiers) {
+		w.waitObs[t] = obs(t)
+	}
 	w.mu.Unlock()
 }
 

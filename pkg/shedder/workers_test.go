@@ -173,8 +173,9 @@ func TestNewWorkersPanicsOnNonsense(t *testing.T) {
 	require.Panics(t, func() { NewWorkers(1, -1, time.Second) })
 }
 
-// A full queue is ordered by tier: a freed slot goes to the highest tier
-// waiting, and a higher tier turns away the lowest-tier waiter.
+// The queue is ordered by tier: a freed slot goes to the highest tier
+// waiting; a full queue turns away its lowest-tier waiter for a higher
+// sheddable tier; critical requests wait in places of their own.
 func TestWorkersPriorityQueue(t *testing.T) {
 	w := NewWorkers(1, 2, 5*time.Second)
 	hold, err := w.Acquire(context.Background(), TierRead)
@@ -194,26 +195,155 @@ func TestWorkersPriorityQueue(t *testing.T) {
 		}
 	}
 	go wait(TierTest)
-	require.Eventually(t, func() bool { return w.queued() == 1 }, time.Second, time.Millisecond)
+	waitQueued(t, w, 1)
 	go wait(TierWrite)
-	require.Eventually(t, func() bool { return w.queued() == 2 }, time.Second, time.Millisecond)
+	waitQueued(t, w, 2)
 
-	// Queue full: a critical request turns the test waiter away.
+	// The sheddable places are full; a critical request takes its own and
+	// turns nobody away.
 	go wait(TierCritical)
+	waitQueued(t, w, 3)
+	select {
+	case r := <-results:
+		t.Fatalf("a waiter answered when critical joined the queue: %v %v", r.tier, r.err)
+	default:
+	}
+
+	// A read turns the test waiter away.
+	go wait(TierRead)
 	r := <-results
 	require.Equal(t, TierTest, r.tier)
 	require.ErrorIs(t, r.err, ErrQueueFull)
-	require.Eventually(t, func() bool { return w.queued() == 2 }, time.Second, time.Millisecond)
+	waitQueued(t, w, 3)
 
-	// A read cannot turn away anything of its tier or above.
-	_, err = w.Acquire(context.Background(), TierRead)
+	// A test request cannot turn away anything of its tier or above.
+	_, err = w.Acquire(context.Background(), TierTest)
 	require.ErrorIs(t, err, ErrQueueFull)
 
-	hold() // critical first, although write queued earlier
-	r = <-results
-	require.Equal(t, TierCritical, r.tier)
-	require.NoError(t, r.err)
-	r = <-results
-	require.Equal(t, TierWrite, r.tier)
-	require.NoError(t, r.err)
+	hold() // critical first, although write and read queued earlier
+	for _, want := range []Tier{TierCritical, TierWrite, TierRead} {
+		r = <-results
+		require.Equal(t, want, r.tier)
+		require.NoError(t, r.err)
+	}
+}
+
+// Critical places are as many as the workers, apart from queue_size.
+func TestWorkersCriticalPlaces(t *testing.T) {
+	w := NewWorkers(2, 1, time.Minute)
+	var holds []func()
+	for range 2 {
+		release, err := w.Acquire(context.Background(), TierRead)
+		require.NoError(t, err)
+		holds = append(holds, release)
+	}
+	// Two critical waiters fill their places; the read still finds the
+	// sheddable one.
+	errs := make(chan error, 3)
+	for i, tier := range []Tier{TierCritical, TierCritical, TierRead} {
+		go func() {
+			release, err := w.Acquire(context.Background(), tier)
+			if err == nil {
+				release()
+			}
+			errs <- err
+		}()
+		waitQueued(t, w, i+1)
+	}
+	_, err := w.Acquire(context.Background(), TierCritical)
+	require.ErrorIs(t, err, ErrQueueFull, "a third critical waiter finds its places (2 workers) taken")
+	for _, release := range holds {
+		release()
+	}
+	for range 3 {
+		require.NoError(t, <-errs)
+	}
+	require.Equal(t, 0, w.Busy())
+}
+
+// Critical requests wait their own, longer bound: a read queued beside a
+// critical request times out at the queue timeout while the critical one
+// keeps waiting and gets the next slot.
+func TestWorkersCriticalWaitsLonger(t *testing.T) {
+	w := NewWorkers(1, 4, 5*time.Millisecond)
+	require.NoError(t, w.SetCriticalTimeout(time.Minute))
+	require.ErrorIs(t, w.SetCriticalTimeout(-1), ErrInvalidConfig)
+	hold, err := w.Acquire(context.Background(), TierRead)
+	require.NoError(t, err)
+
+	critical := make(chan error, 1)
+	go func() {
+		release, err := w.Acquire(context.Background(), TierCritical)
+		if err == nil {
+			release()
+		}
+		critical <- err
+	}()
+	waitQueued(t, w, 1)
+	for _, tier := range []Tier{TierTest, TierRead, TierWrite} {
+		_, err = w.Acquire(context.Background(), tier)
+		require.ErrorIs(t, err, ErrQueueTimeout, "%s waits queue_timeout", tier)
+	}
+	require.Equal(t, 1, w.queued(), "the critical request outwaited them")
+	select {
+	case err := <-critical:
+		t.Fatalf("critical request answered before a slot freed: %v", err)
+	default:
+	}
+	hold()
+	require.NoError(t, <-critical)
+	require.Equal(t, 0, w.Busy())
+}
+
+// Without a critical bound (or a shorter one) critical requests wait the
+// queue timeout like every tier.
+func TestWorkersCriticalWaitsAtLeastQueueTimeout(t *testing.T) {
+	for _, critical := range []time.Duration{0, time.Millisecond} {
+		t.Run(critical.String(), func(t *testing.T) {
+			w := NewWorkers(1, 4, 20*time.Millisecond)
+			require.NoError(t, w.SetCriticalTimeout(critical))
+			hold, err := w.Acquire(context.Background(), TierRead)
+			require.NoError(t, err)
+			defer hold()
+			start := time.Now()
+			_, err = w.Acquire(context.Background(), TierCritical)
+			require.ErrorIs(t, err, ErrQueueTimeout)
+			require.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
+		})
+	}
+}
+
+// A Shedder's settings drive the attached workers' critical bound, live.
+func TestShedderSetsCriticalTimeout(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.QueueSize, cfg.QueueTimeout, cfg.CriticalQueueTimeout = 4, time.Millisecond, time.Minute
+	s, err := New(cfg, nil)
+	require.NoError(t, err)
+	w := NewWorkers(1, 0, 0)
+	s.AttachWorkers(w)
+	hold, err := w.Acquire(context.Background(), TierRead)
+	require.NoError(t, err)
+
+	critical := make(chan error, 1)
+	go func() {
+		release, err := w.Acquire(context.Background(), TierCritical)
+		if err == nil {
+			release()
+		}
+		critical <- err
+	}()
+	waitQueued(t, w, 1)
+	_, err = w.Acquire(context.Background(), TierWrite)
+	require.ErrorIs(t, err, ErrQueueTimeout)
+	require.Equal(t, 1, w.queued(), "critical waits critical_queue_timeout from AttachWorkers")
+	hold()
+	require.NoError(t, <-critical)
+
+	cfg.CriticalQueueTimeout = 0
+	require.NoError(t, s.Update(cfg))
+	hold, err = w.Acquire(context.Background(), TierRead)
+	require.NoError(t, err)
+	defer hold()
+	_, err = w.Acquire(context.Background(), TierCritical)
+	require.ErrorIs(t, err, ErrQueueTimeout, "Update set it back to queue_timeout")
 }

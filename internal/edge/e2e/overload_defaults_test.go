@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/stack/originsim"
+)
+
+// TestOverloadKeepsCriticalAtDefaults is a region of the stack in small:
+// three edge processes at the default shedder settings (the ramp sheds
+// nothing for its first 28 s, so the worker cap and its queue are all that
+// stand between the overload and critical traffic) with the stack's worker
+// cap (128) in front of one origin of 8 workers × 20 ms (400 req/s, the
+// stack's origin program), offered 3× that in a test/read/write/critical
+// mix. The origin serves in arrival order, across the edges: a slot of one
+// edge frees when the origin reaches that edge's requests, so one edge can
+// go tens of milliseconds without a free slot while the origin works
+// through the others'. Critical requests must still succeed
+// (≥ 99.9%), the lower tiers take the rejections, lowest first, and the
+// highest of them still gets through.
+func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
+	const (
+		originWorkers = 8
+		service       = 20 * time.Millisecond
+		capacity      = originWorkers * int(time.Second/service) // 400 req/s
+		offered       = 3 * capacity
+		overload      = 20 * time.Second
+		edgeWorkers   = 128 // the stack's us-east edges
+		edgeCount     = 3   // a region's worth sharing the origin: eu-west's
+	)
+	reg := prometheus.NewRegistry()
+	origin := httptest.NewServer(originsim.Handler(originsim.Config{Workers: originWorkers, ServiceTime: service, Queue: 4096}, reg))
+	defer origin.Close()
+
+	var edges []*edgeProc
+	for range edgeCount {
+		edges = append(edges, startEdge(t, "--origin", origin.URL, "--workers", strconv.Itoa(edgeWorkers),
+			"--trusted-proxies", "127.0.0.1", "--log-level", "warn"))
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2048}, Timeout: 15 * time.Second}
+	defer client.CloseIdleConnections()
+
+	type result struct {
+		tier string
+		code int
+		at   time.Duration
+	}
+	// 10% test, 50% read, 30% write, 10% critical, as overload.js sends.
+	mix := []string{"test", "read", "read", "read", "read", "read", "write", "write", "write", "critical"}
+	var (
+		mu  sync.Mutex
+		out []result
+		wg  sync.WaitGroup
+	)
+	begin := time.Now()
+	for i := 0; ; i++ {
+		at := time.Duration(i) * time.Second / time.Duration(offered)
+		if at >= overload {
+			break
+		}
+		time.Sleep(time.Until(begin.Add(at)))
+		tier, e := mix[i%len(mix)], edges[(i/len(mix))%len(edges)]
+		wg.Go(func() {
+			method := http.MethodGet
+			if tier == "write" {
+				method = http.MethodPost
+			}
+			req, _ := http.NewRequest(method, e.url("/orders"), nil)
+			req.Header.Set("X-Priority", tier)
+			code := 0
+			if resp, err := client.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				code = resp.StatusCode
+			}
+			mu.Lock()
+			out = append(out, result{tier: tier, code: code, at: at})
+			mu.Unlock()
+		})
+	}
+	sent := time.Since(begin)
+	wg.Wait()
+
+	codes := map[string]map[int]int{}
+	failedAt := map[string][]string{} // tier → when its failures were sent
+	for _, r := range out {
+		if codes[r.tier] == nil {
+			codes[r.tier] = map[int]int{}
+		}
+		codes[r.tier][r.code]++
+		if r.code != http.StatusOK && r.tier == "critical" && len(failedAt[r.tier]) < 20 {
+			failedAt[r.tier] = append(failedAt[r.tier], r.at.Round(time.Millisecond).String())
+		}
+	}
+	success := func(tier string) float64 {
+		n := 0
+		for _, c := range codes[tier] {
+			n += c
+		}
+		return float64(codes[tier][http.StatusOK]) / float64(max(n, 1))
+	}
+	rejected := map[string]float64{}
+	var criticalWaits, criticalLongWaits float64 // queued; queued past the sheddable tiers' 50 ms
+	for _, e := range edges {
+		m := scrape(t, e)
+		for _, tier := range []string{"test", "read", "write", "critical"} {
+			for _, reason := range []string{"ramp", "queue_full", "queue_timeout"} {
+				rejected[tier+"/"+reason] += sum(m, "edgeguard_shedder_rejected_total", "tier", tier, "reason", reason)
+			}
+		}
+		n, within := histogramCount(m, "edgeguard_shedder_queue_wait_seconds", "critical", 0.05)
+		criticalWaits += n
+		criticalLongWaits += n - within
+	}
+	served := counterValue(t, reg, "edgeguard_originsim_requests_total", "outcome", "served")
+	t.Logf("%d requests sent in %s at %d/s; success: critical %.2f%%, write %.2f%%, read %.2f%%, test %.2f%%; codes %v",
+		len(out), sent.Round(time.Millisecond), offered, 100*success("critical"), 100*success("write"), 100*success("read"), 100*success("test"), codes)
+	t.Logf("edge rejections by tier/reason: %v; critical requests queued %.0f, of which %.0f waited > 50 ms; origin served %.0f (%.0f/s of %d/s)",
+		rejected, criticalWaits, criticalLongWaits, served, served/sent.Seconds(), capacity)
+
+	for tier, cs := range codes {
+		for code := range cs {
+			require.Contains(t, []int{http.StatusOK, http.StatusServiceUnavailable}, code, "tier %s: overload answers 200 or 503, never anything else", tier)
+		}
+	}
+	require.GreaterOrEqual(t, success("critical"), 0.999, "critical success (failures sent at %v)", failedAt["critical"])
+	// Witness of the overload: the lower tiers lost most of their requests.
+	require.Less(t, success("read"), 0.5)
+	// Lowest first (1 point of slack for two tiers both almost fully cut).
+	require.LessOrEqual(t, success("test"), success("read")+0.01)
+	require.Less(t, success("read"), success("write"))
+	require.Less(t, success("write"), success("critical"))
+	// Critical traffic is served without starving the rest: the highest
+	// sheddable tier still gets through. (What the origin served is only
+	// logged: its 20 ms sleeps run long on a loaded machine, 217/s of 400
+	// at a load average of 20.)
+	require.Greater(t, success("write"), 0.05)
+}
+
+// histogramCount returns the sample count of the histogram name's series
+// for tier, and how many of them were at most le.
+func histogramCount(m metrics, name, tier string, le float64) (total, within float64) {
+	mf := m[name]
+	if mf == nil {
+		return 0, 0
+	}
+	for _, s := range mf.GetMetric() {
+		match := false
+		for _, l := range s.GetLabel() {
+			match = match || l.GetName() == "tier" && l.GetValue() == tier
+		}
+		if !match || s.GetHistogram() == nil {
+			continue
+		}
+		h := s.GetHistogram()
+		total += float64(h.GetSampleCount())
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == le {
+				within += float64(b.GetCumulativeCount())
+			}
+		}
+	}
+	return total, within
+}
+
+// counterValue reads one counter of an in-process registry by label.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{%s=%q} in the registry", name, label, value)
+	return 0
+}
