@@ -56,7 +56,7 @@ export function shedderBoard(): dashboard.Dashboard {
     }))
     .withPanel(statPanel({
       title: 'Critical-tier success ratio',
-      description: 'Share of critical-tier requests not answered 503 (shed, no worker, rate limiting unavailable) per PoP; 429s are policy, not capacity, and count as served. Below 99% the worker cap is too small for critical traffic alone or the queue timeout is too short: raise --workers or queue_timeout, and check the origin.',
+      description: 'Share of critical-tier requests not answered 503 (shed, no worker, rate limiting unavailable) per PoP; 429s are policy, not capacity, and count as served. Below 99% the worker cap is too small for critical traffic alone or critical requests time out waiting for a worker: raise --workers or critical_queue_timeout (critical requests wait up to it, 2 s by default, in queue places of their own), and check the origin.',
       unit: 'percentunit', min: 0, max: 1,
       thresholds: [red(), orange(0.99), green(0.999)],
       targets: [{
@@ -111,10 +111,10 @@ export function shedderBoard(): dashboard.Dashboard {
     }))
     .withPanel(timeSeries({
       title: 'Queue wait p99',
-      description: 'p99 time requests waited for a worker slot, per PoP (only requests that had to queue). Close to queue_timeout means requests are timing out in the queue: shed earlier (lower bad or start_after) or add workers.',
+      description: 'p99 time requests waited for a worker slot, per PoP and tier (only requests that had to queue). Lower tiers wait up to queue_timeout (50 ms by default), critical requests up to critical_queue_timeout (2 s): a tier close to its timeout is timing out in the queue: shed earlier (lower bad or start_after) or add workers.',
       unit: 's', min: 0,
       thresholds: [green(), orange(0.025), red(0.05)],
-      targets: [{ expr: `histogram_quantile(0.99, sum by (le, region, pop) (${rate('edgeguard_shedder_queue_wait_seconds_bucket')}))`, legend: '{{region}}/{{pop}}' }],
+      targets: [{ expr: `histogram_quantile(0.99, sum by (le, region, pop, tier) (${rate('edgeguard_shedder_queue_wait_seconds_bucket')}))`, legend: '{{region}}/{{pop}} {{tier}}' }],
     }))
     .withPanel(statPanel({
       title: 'Shedding per PoP',
