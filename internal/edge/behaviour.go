@@ -452,8 +452,8 @@ func (b *behaviourLayer) debugClients(w http.ResponseWriter, req *http.Request) 
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(struct {
-		Mode   string            `json:"mode"`
-		Known  bool              `json:"known"`
+		Mode   string           `json:"mode"`
+		Known  bool             `json:"known"`
 		Client *behavior.Client `json:"client,omitempty"`
 	}{mode, ok, clientOrNil(cl, ok)})
 }
