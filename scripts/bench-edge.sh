@@ -111,7 +111,7 @@ if [[ "${1:-}" == summarize ]]; then
 fi
 
 RUNS=${RUNS:-3}
-BENCH=${BENCH:-'BenchmarkEdgeWrk|BenchmarkCriticalP99Overload'}
+BENCH=${BENCH:-'BenchmarkEdgeWrk|BenchmarkCriticalP99Overload|BenchmarkRedisScriptCost'}
 OUT=${OUT:-$(mktemp -d)}
 export EDGE_BENCH_DURATION=${DURATION:-8s} EDGE_BENCH_CONNS=${CONNS:-64}
 mkdir -p "$OUT"
