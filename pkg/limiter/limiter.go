@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgeguard/edgeguard/pkg/limit"
@@ -76,6 +78,38 @@ func (r Request) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// valid reports every problem with r, as Validate does, but checks a limit's
+// shape (everything but its key) once: requests come from a few compiled
+// rules, and a store is asked about the same shapes over and over. Up to
+// maxValidShapes shapes are remembered; past that every request is
+// validated in full.
+func (r Request) valid() error {
+	l := r.Limit
+	if r.Cost < 1 || r.Need < 0 || l.Key == "" || len(l.Key) > limit.MaxKeyLen || strings.ContainsAny(l.Key, "{}") {
+		return r.Validate()
+	}
+	sh := l
+	sh.Key = ""
+	if _, ok := validShapes.Load(sh); ok {
+		return nil
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if validShapesN.Add(1) <= maxValidShapes {
+		validShapes.Store(sh, struct{}{})
+	}
+	return nil
+}
+
+// validShapes holds limits (without their keys) known to be valid.
+var (
+	validShapes  sync.Map
+	validShapesN atomic.Int64
+)
+
+const maxValidShapes = 4096
 
 // Decision is a store's answer to one Request.
 type Decision struct {
