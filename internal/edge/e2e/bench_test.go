@@ -966,7 +966,8 @@ func openLoop(addr string, rate float64, d time.Duration) (openLoopRun, error) {
 //
 // Script and counter alternate in 1 s slices, three of each, so both see the
 // same machine; Redis CPU is used_cpu_user + used_cpu_sys (INFO cpu) over
-// each slice. Concurrency's decisions include their release (a second
+// each slice. empty-script is the floor: a script that returns at once,
+// called with a fixed window's key and arguments. Concurrency's decisions include their release (a second
 // script call), as at the edge. Reported: Redis µs per decision for both and
 // their ratio. b.N is ignored: run it with -benchtime 1x.
 func BenchmarkRedisScriptCost(b *testing.B) {
@@ -991,12 +992,22 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 		slice      = time.Second
 		rounds     = 3
 	)
+	// The floor: a script that does nothing, called with a fixed window's
+	// key and arguments: what EVALSHA itself costs before any work.
+	floorSHA, err := c.ScriptLoad(ctx, "return 0").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, style := range []struct {
 		name  string
 		batch int
 	}{{"single", 1}, {"batched", 16}} {
-		for _, alg := range limit.All() {
-			b.Run(alg.String()+"/"+style.name, func(b *testing.B) {
+		for _, alg := range append(limit.All(), 0) {
+			name := alg.String()
+			if alg == 0 {
+				name, alg = "empty-script", limit.FixedWindow
+			}
+			b.Run(name+"/"+style.name, func(b *testing.B) {
 				lim := limiter.Limit{Algorithm: alg, Limit: 1_000_000, Window: time.Second}
 				if sp := alg.Spec(); sp.MaxLimit > 0 {
 					lim.Limit = sp.MaxLimit
@@ -1009,6 +1020,15 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 					counters[i] = st.Keys(limits[i])[0] + "c" // one byte longer than the script's
 				}
 				held := alg.Spec().Held
+				empty := func(i int) error {
+					p := c.Pipeline()
+					for j := range style.batch {
+						l := limits[(i+j)%keys]
+						p.EvalSha(ctx, floorSHA, st.Keys(l), "take", 0, l.Limit, l.Window.Microseconds(), 0, 1, 1)
+					}
+					_, err := p.Exec(ctx)
+					return err
+				}
 				script := func(i int) error {
 					reqs := make([]limiter.Request, style.batch)
 					for j := range reqs {
@@ -1040,9 +1060,13 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 					_, err := p.Exec(ctx)
 					return err
 				}
+				run := script
+				if name == "empty-script" {
+					run = empty
+				}
 				var cpu, decisions [2]float64
 				for range rounds {
-					for k, f := range []func(int) error{script, plain} {
+					for k, f := range []func(int) error{run, plain} {
 						secs, n, err := driveRedis(b, srv.Addr, goroutines, slice, style.batch, f)
 						if err != nil {
 							b.Fatal(err)
