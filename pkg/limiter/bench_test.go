@@ -769,7 +769,7 @@ func BenchmarkDecideLone(b *testing.B) {
 			require.NoError(b, st.Load(context.Background()))
 			lim, err := limiter.New(st, limiter.Config{}, nil, nil)
 			require.NoError(b, err)
-			limits := benchLimits(b, limiter.Limit{Algorithm: limit.TokenBucket, Limit: 1_000_000_000, Window: time.Second}, benchKeys)
+			limits := benchLimits(b, limiter.Limit{Algorithm: limit.TokenBucket, Limit: 1_000_000, Window: time.Second}, benchKeys)
 			checks := []limiter.Check{{Cost: 1}}
 			c := context.Background()
 			b.ReportAllocs()

@@ -263,7 +263,7 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 		p.alone = how == alone
 		leads = append(leads, p)
 	}
-	if err := l.lead(ctx, leads, v.Checks); err != nil {
+	if err := l.lead(ctx, leads, v.Checks, now); err != nil {
 		// Joined checks are settled by their batches regardless; wait so
 		// that what they took is given back.
 		l.awaitJoined(joined, v.Checks)
@@ -333,8 +333,9 @@ func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
 // and a lost refund under-admits until the window passes.
 func (l *Limiter) refundTimeout() time.Duration { return max(10*l.cfg.Timeout, 100*time.Millisecond) }
 
-// lead sends the leading checks in one Take (one round trip per node).
-func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome) error {
+// lead sends the leading checks in one Take (one round trip per node); now
+// is when Decide began, no later than the call is sent.
+func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now time.Time) error {
 	if len(leads) == 0 {
 		return nil
 	}
@@ -345,8 +346,8 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome) err
 		keys[j] = p.key
 	}
 	gen := l.cache.generation()
-	sent := l.now()
-	ds, errs := l.call(ctx, reqs, keys)
+	sent := now
+	ds, errs := l.call(ctx, reqs, keys, sent)
 	var failed []int
 	for j, p := range leads {
 		if errs[j] == nil {
@@ -375,14 +376,24 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome) err
 // errs has one entry per request: errBreakerOpen for requests whose shard's
 // breaker is open. Each shard (a Cluster master; the whole store otherwise)
 // has its own breaker, so one dead master does not send the keys of the
-// healthy ones to the fallback. keys are the requests' memKeys.
-func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string) ([]Decision, []error) {
-	errs := make([]error, len(reqs))
-	ds := make([]Decision, len(reqs))
-	shards := make([]*breaker, len(reqs))
-	send := make([]Request, 0, len(reqs))
-	sent := make([]int, 0, len(reqs)) // index in reqs, or -1 for a replay
-	now := l.now()
+// healthy ones to the fallback. keys are the requests' memKeys; now is no
+// later than the call is sent.
+func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time) ([]Decision, []error) {
+	var errs []error
+	var ds []Decision
+	var shards []*breaker
+	var send []Request
+	var sent []int      // index in reqs, or -1 for a replay
+	if len(reqs) == 1 { // most requests carry one limit: one allocation
+		b := new(oneCall)
+		errs, ds, shards, send, sent = b.errs[:], b.ds[:], b.shards[:], b.send[:0], b.sent[:0]
+	} else {
+		errs = make([]error, len(reqs))
+		ds = make([]Decision, len(reqs))
+		shards = make([]*breaker, len(reqs))
+		send = make([]Request, 0, len(reqs))
+		sent = make([]int, 0, len(reqs))
+	}
 	for i, r := range reqs {
 		shards[i] = l.breakers.get(l.store.Shard(r.Limit))
 		ok, probe := shards[i].allow(now)
@@ -488,6 +499,16 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string) ([]De
 	}
 	l.observe(storeErr, l.now())
 	return ds, errs
+}
+
+// oneCall holds call's working slices for a single request (and a replay
+// of what the fallback admitted for it).
+type oneCall struct {
+	errs   [1]error
+	ds     [1]Decision
+	shards [1]*breaker
+	send   [2]Request
+	sent   [2]int
 }
 
 // probe asks whether the shard holding lim's key answers again, without

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,25 +92,34 @@ func (r Request) valid() error {
 	}
 	sh := l
 	sh.Key = ""
-	if _, ok := validShapes.Load(sh); ok {
+	known := validShapes.Load()
+	if known != nil && slices.Contains(*known, sh) {
 		return nil
 	}
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	if validShapesN.Add(1) <= maxValidShapes {
-		validShapes.Store(sh, struct{}{})
+	validShapesMu.Lock()
+	defer validShapesMu.Unlock()
+	if known = validShapes.Load(); known == nil || len(*known) < maxValidShapes && !slices.Contains(*known, sh) {
+		var next []Limit
+		if known != nil {
+			next = append(next, *known...)
+		}
+		next = append(next, sh)
+		validShapes.Store(&next)
 	}
 	return nil
 }
 
-// validShapes holds limits (without their keys) known to be valid.
+// validShapes holds limits (without their keys) known to be valid: a short
+// list, copied on write, that requests read without a lock.
 var (
-	validShapes  sync.Map
-	validShapesN atomic.Int64
+	validShapes   atomic.Pointer[[]Limit]
+	validShapesMu sync.Mutex
 )
 
-const maxValidShapes = 4096
+const maxValidShapes = 64
 
 // Decision is a store's answer to one Request.
 type Decision struct {
