@@ -236,15 +236,16 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 	}
 	if len(sent) == 1 {
 		i := sent[0]
-		// A lone call shares a pipeline with other Takes' calls when others
-		// are in flight; with none, it goes at once: batching could only
-		// add the autopipeliner's hand-off to its latency. Several calls
-		// keep a pipeline of their own: queued one by one, they could
-		// straddle two of the autopipeliner's batches, two round trips.
+		// A lone call shares a pipeline with other Takes' calls once more
+		// than loneDirect are in flight; with fewer, it goes at once: a
+		// batch waits for the one ahead of it, a round trip that a lightly
+		// loaded edge need not pay (BENCHMARKS.md). Several calls keep a
+		// pipeline of their own: queued one by one, they could straddle two
+		// of the autopipeliner's batches, two round trips.
 		if s.conn.Batch != nil {
 			n := s.lone.Add(1)
 			defer s.lone.Add(-1)
-			if n > 1 {
+			if n > loneDirect {
 				cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
 				s.maybeReload(cmds[i : i+1])
 				return
@@ -277,6 +278,15 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 		s.maybeReload(cmds)
 	}
 }
+
+// loneDirect is how many lone calls go straight to a connection at once
+// before the next ones are batched. With one batch in flight per node, a
+// batched call waits for the batch ahead: at half the saturating rate,
+// batching every call that found another in flight added over a millisecond
+// to the median request, sending up to four at once a fraction of one, for
+// the same CPU per decision at saturation, where some thirty calls are in
+// flight (BENCHMARKS.md).
+const loneDirect = 4
 
 // submit runs c on an AutoPipeliner's deferred face, which sends the calls
 // that concurrent callers submit together, in one pipeline per node. The
