@@ -20,8 +20,7 @@ end
 local need = aux
 if not tat or tat < now then tat = now end
 -- 1e-9 absorbs float error in (tau - lead) / T, which is exact in real numbers.
-local function fits() return math.floor((tau - (tat - now)) / T + 1e-9) end
-local admitted = math.max(0, math.min(cost, fits()))
+local admitted = math.max(0, math.min(cost, math.floor((tau - (tat - now)) / T + 1e-9)))
 admitted = whole(admitted, need)
 if admitted > 0 then
   tat = tat + admitted * T
@@ -31,4 +30,4 @@ local retry = 0
 if admitted < cost then
   if need > cap then retry = tat - now else retry = tat + need * T - tau - now end
 end
-return {admitted, math.max(0, fits()), ms(tat - now), ms(retry), 0}
+return {admitted, math.max(0, math.floor((tau - (tat - now)) / T + 1e-9)), ms(tat - now), ms(retry), 0}

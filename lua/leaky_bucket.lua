@@ -17,8 +17,8 @@ if mode == 'refund' then
   end
   return 0
 end
-local level = tonumber(redis.call('HGET', key, 'l'))
-local t = tonumber(redis.call('HGET', key, 't'))
+local h = redis.call('HMGET', key, 'l', 't')
+local level, t = tonumber(h[1]), tonumber(h[2])
 if level then
   level = math.max(0, level - math.max(0, now - t) * rate)
 else

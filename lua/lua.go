@@ -1,6 +1,7 @@
 // Package lua embeds the limiter's Redis scripts, one per algorithm. Each
-// script is the shared prelude (argument parsing, TIME, helpers) followed by
-// the algorithm's body; the limiter loads them with SCRIPT LOAD and runs them
+// script is the shared prelude (argument parsing, TIME, helpers), the member
+// helpers for the algorithms that keep one ZSET member per unit, and the
+// algorithm's body; the limiter loads them with SCRIPT LOAD and runs them
 // with EVALSHA.
 package lua
 
@@ -34,7 +35,15 @@ func Source(name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reading script %q: %w", name, err)
 	}
-	return string(prelude) + "\n" + string(body), nil
+	src := string(prelude) + "\n"
+	if name == SlidingLog || name == Concurrency { // one member per unit
+		members, err := files.ReadFile("members.lua")
+		if err != nil {
+			return "", fmt.Errorf("reading members helpers: %w", err)
+		}
+		src += string(members) + "\n"
+	}
+	return src + string(body), nil
 }
 
 // Plain returns a script without the prelude.

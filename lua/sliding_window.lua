@@ -6,9 +6,11 @@ local cur, prev = KEYS[1], KEYS[2]
 local W = math.floor(window / 1000)
 local nowms = math.floor(now / 1000)
 local ws = nowms - math.fmod(nowms, W)
-local cw = tonumber(redis.call('HGET', cur, 'w'))
-local cn = tonumber(redis.call('HGET', cur, 'n')) or 0
-local pn = tonumber(redis.call('GET', prev)) or 0
+local h = redis.call('HMGET', cur, 'w', 'n')
+local cw = tonumber(h[1])
+local cn = tonumber(h[2]) or 0
+local stored = tonumber(redis.call('GET', prev))
+local pn = stored or 0
 if mode == 'refund' then
   if cw == aux then
     redis.call('HSET', cur, 'n', math.max(0, cn - cost))
@@ -36,12 +38,18 @@ local admitted = math.max(0, math.min(cost, fits(cn)))
 admitted = whole(admitted, need)
 if admitted > 0 then
   cn = cn + admitted
-  redis.call('HSET', cur, 'w', ws, 'n', cn)
-  redis.call('PEXPIRE', cur, ws + 2 * W - nowms)
-  if pn > 0 then
-    redis.call('SET', prev, pn, 'PX', ws + W - nowms)
+  if cw == ws then
+    -- The window's first admission set both TTLs and the previous count;
+    -- every later one would set the same.
+    redis.call('HSET', cur, 'n', cn)
   else
-    redis.call('DEL', prev)
+    redis.call('HSET', cur, 'w', ws, 'n', cn)
+    redis.call('PEXPIRE', cur, ws + 2 * W - nowms)
+    if pn > 0 then
+      redis.call('SET', prev, pn, 'PX', ws + W - nowms)
+    elseif stored then
+      redis.call('DEL', prev)
+    end
   end
 end
 local reset = 0

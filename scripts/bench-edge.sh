@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 summarize() {
 	awk '
 	FNR == 1 { run++ }
-	/^Benchmark(EdgeWrk|CriticalP99Overload)/ {
+	/^Benchmark(EdgeWrk|CriticalP99Overload|RedisScriptCost)/ {
 		name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
 		if (!(name in seen)) { seen[name] = 1; order[++nn] = name }
 		for (i = 3; i < NF; i += 2) v[run, name, $(i + 1)] = $i
@@ -56,6 +56,22 @@ summarize() {
 			if (has(r, n, "redis-evalsha/req")) add(n SUBSEP "eval", v[r, n, "redis-evalsha/req"])
 			if (has(r, n, "redis-cpu-s/1000req")) add(n SUBSEP "rcpu", v[r, n, "redis-cpu-s/1000req"] * 1000)
 			if (has(r, n, "calls-in-flight")) add(n SUBSEP "inflight", v[r, n, "calls-in-flight"])
+			if (has(r, n, "hot-master-cpu-s/1000req")) add(n SUBSEP "hotcpu", v[r, n, "hot-master-cpu-s/1000req"] * 1000)
+			if (has(r, n, "hot-master-evalsha/req")) add(n SUBSEP "hoteval", v[r, n, "hot-master-evalsha/req"])
+			if (has(r, n, "edge-syscr/req")) add(n SUBSEP "sys", sprintf("%.2f", v[r, n, "edge-syscr/req"]) + 0)
+			if (has(r, n, "edge-syscw/req")) add(n SUBSEP "sysw", sprintf("%.2f", v[r, n, "edge-syscw/req"]) + 0)
+			if (has(r, n, "fallbacks/run")) { fb[n] += v[r, n, "fallbacks/run"]; if (v[r, n, "fallbacks/run"] > 0) fbruns[n]++ }
+			if (has(r, n, "ol-rate")) {
+				add(n SUBSEP "olrate", v[r, n, "ol-rate"])
+				add(n SUBSEP "oloff50", v[r, n, "ol-off-p50-ms"]); add(n SUBSEP "olon50", v[r, n, "ol-p50-ms"])
+				add(n SUBSEP "oloff99", v[r, n, "ol-off-p99-ms"]); add(n SUBSEP "olon99", v[r, n, "ol-p99-ms"])
+				add(n SUBSEP "old50", v[r, n, "ol-p50-ms"] - v[r, n, "ol-off-p50-ms"])
+				add(n SUBSEP "old99", v[r, n, "ol-p99-ms"] - v[r, n, "ol-off-p99-ms"])
+				add(n SUBSEP "olfail", v[r, n, "ol-failed"] * 100)
+			}
+			if (has(r, n, "script-calls/req") && has(r, base, "req/s") && n != base)
+				add(n SUBSEP "lratio", (v[r, n, "edge-cpu-s/1000req"] - v[r, base, "edge-cpu-s/1000req"]) / v[r, base, "edge-cpu-s/1000req"])
+			if (has(r, n "-plain", "req/s")) add(n SUBSEP "apgain", v[r, n, "req/s"] / v[r, n "-plain", "req/s"])
 			if (has(r, base, "req/s") && n != base) {
 				add(n SUBSEP "ratio", v[r, n, "req/s"] / v[r, base, "req/s"])
 				add(n SUBSEP "d50", v[r, n, "p50-ms"] - v[r, base, "p50-ms"])
@@ -76,16 +92,60 @@ summarize() {
 				show(n SUBSEP "cpu", "%.1f"), show(n SUBSEP "dcpu", "%+.1f"), show(n SUBSEP "other", "%.2f")
 		}
 		print ""
+		print "Per decision: the limiter CPU of the edge (edge CPU per request minus that of off in the same run) ÷ the edge CPU per request of off; read and write system calls of the edge per request (/proc/PID/io); fallback decisions summed over the runs"
+		print ""
+		print "| configuration | limiter CPU ÷ request CPU | syscalls read / req | syscalls write / req | fallbacks (runs with any) | req/s ÷ same with --redis-autopipeline=false |"
+		print "|---|---:|---:|---:|---:|---:|"
+		for (k = 1; k <= nn; k++) {
+			n = order[k]
+			if (n !~ /^EdgeWrk\// || cnt[n SUBSEP "rps"] == 0) continue
+			label = n; sub(/^EdgeWrk\//, "", label)
+			printf "| %s | %s | %s | %s | %d (%d) | %s |\n", label, show(n SUBSEP "lratio", "%.2f"), show(n SUBSEP "sys", "%.2f"), show(n SUBSEP "sysw", "%.2f"),
+				fb[n], fbruns[n], show(n SUBSEP "apgain", "%.2f")
+		}
+		print ""
+		print "Open loop at half the rate wrk reached on the limited edge (same run): the limited edge and a limiting-off edge one after the other"
+		print ""
+		print "| configuration | rate req/s | p50 off ms | p50 on ms | p50 added | p99 off ms | p99 on ms | p99 added | failed % |"
+		print "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for (k = 1; k <= nn; k++) {
+			n = order[k]
+			if (cnt[n SUBSEP "olrate"] == 0) continue
+			label = n; sub(/^EdgeWrk\//, "", label)
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label, show(n SUBSEP "olrate", "%.0f"), show(n SUBSEP "oloff50", "%.2f"), show(n SUBSEP "olon50", "%.2f"),
+				show(n SUBSEP "old50", "%+.2f"), show(n SUBSEP "oloff99", "%.1f"), show(n SUBSEP "olon99", "%.1f"), show(n SUBSEP "old99", "%+.1f"), show(n SUBSEP "olfail", "%.2f")
+		}
+		print ""
 		print "Limiter store traffic"
 		print ""
-		print "| configuration | script calls / req (edge) | EVALSHA / req (Redis masters) | Redis CPU ms / 1000 req (all nodes) | store calls in flight (mean) |"
-		print "|---|---:|---:|---:|---:|"
+		print "| configuration | script calls / req (edge) | EVALSHA / req (Redis masters) | Redis CPU ms / 1000 req (all nodes) | store calls in flight (mean) | busiest master: EVALSHA / req | busiest master: CPU ms / 1000 req |"
+		print "|---|---:|---:|---:|---:|---:|---:|"
 		for (k = 1; k <= nn; k++) {
 			n = order[k]
 			if (n !~ /^EdgeWrk\// || cnt[n SUBSEP "script"] == 0) continue
 			label = n; sub(/^EdgeWrk\//, "", label)
-			printf "| %s | %s | %s | %s | %s |\n", label, show(n SUBSEP "script", "%.3f"), show(n SUBSEP "eval", "%.3f"),
-				show(n SUBSEP "rcpu", "%.1f"), show(n SUBSEP "inflight", "%.2f")
+			printf "| %s | %s | %s | %s | %s | %s | %s |\n", label, show(n SUBSEP "script", "%.3f"), show(n SUBSEP "eval", "%.3f"),
+				show(n SUBSEP "rcpu", "%.1f"), show(n SUBSEP "inflight", "%.2f"), show(n SUBSEP "hoteval", "%.3f"), show(n SUBSEP "hotcpu", "%.2f")
+		}
+		ns = 0
+		for (r = 1; r <= run; r++) for (k = 1; k <= nn; k++) {
+			n = order[k]
+			if (n !~ /^RedisScriptCost\// || !has(r, n, "script/incr-expire")) continue
+			add(n SUBSEP "sus", v[r, n, "script-redis-µs/decision"]); add(n SUBSEP "ius", v[r, n, "incr-expire-redis-µs/decision"])
+			add(n SUBSEP "sratio", v[r, n, "script/incr-expire"]); ns++
+		}
+		if (ns > 0) {
+			print ""
+			print "Redis CPU per decision: each script against INCRBY+EXPIRE of the same number of keys (ratio within each run)"
+			print ""
+			print "| algorithm / style | script µs | INCRBY+EXPIRE µs | ratio |"
+			print "|---|---:|---:|---:|"
+			for (k = 1; k <= nn; k++) {
+				n = order[k]
+				if (cnt[n SUBSEP "sratio"] == 0) continue
+				label = n; sub(/^RedisScriptCost\//, "", label)
+				printf "| %s | %s | %s | %s |\n", label, show(n SUBSEP "sus", "%.1f"), show(n SUBSEP "ius", "%.1f"), show(n SUBSEP "sratio", "%.2f")
+			}
 		}
 		n = "CriticalP99Overload"
 		for (r = 1; r <= run; r++) if (has(r, n, "p99-ratio")) {
@@ -111,7 +171,7 @@ if [[ "${1:-}" == summarize ]]; then
 fi
 
 RUNS=${RUNS:-3}
-BENCH=${BENCH:-'BenchmarkEdgeWrk|BenchmarkCriticalP99Overload'}
+BENCH=${BENCH:-'BenchmarkEdgeWrk|BenchmarkCriticalP99Overload|BenchmarkRedisScriptCost'}
 OUT=${OUT:-$(mktemp -d)}
 export EDGE_BENCH_DURATION=${DURATION:-8s} EDGE_BENCH_CONNS=${CONNS:-64}
 mkdir -p "$OUT"

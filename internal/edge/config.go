@@ -35,9 +35,10 @@ type Config struct {
 	// A slow Redis is waited for (limits stay exact); a frozen one costs the
 	// requests of one deadline before the breaker opens.
 	RedisTimeout time.Duration
-	// RedisAutopipeline sends concurrent requests' single-limit calls
-	// together (go-redis's AutoPipeliner): 1.2–1.8× the decisions per second
-	// from ~100 in flight, a fifth less for a lone caller (BENCHMARKS.md).
+	// RedisAutopipeline (on by default) sends concurrent requests'
+	// single-limit calls together (go-redis's AutoPipeliner): a call that
+	// finds others in flight joins their next shared pipeline, a lone call
+	// goes at once (BENCHMARKS.md). It has no effect without Redis.
 	RedisAutopipeline bool
 	// FailMode is what happens when Redis cannot decide: fallback (local
 	// memory store with limit / nodes), open (admit) or closed (503).
@@ -110,6 +111,7 @@ func DefaultConfig() Config {
 		Admin:             "127.0.0.1:9090",
 		RedisMode:         limiter.ModeStandalone,
 		RedisTimeout:      limiter.DefaultTimeout,
+		RedisAutopipeline: true,
 		FailMode:          limiter.FailFallback,
 		Region:            "local",
 		PoP:               "local",
@@ -149,7 +151,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&c.Redis, "redis", c.Redis, "go-redis URL (redis://user:pass@h1:6379?addr=h2:6379, rediss:// for TLS, ?master_name= for Sentinel); empty = embedded memory store")
 	fs.Var((*modeFlag)(&c.RedisMode), "redis-mode", "standalone, cluster or sentinel")
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip: a slower call is decided by --fail-mode and counts towards opening the breaker")
-	fs.BoolVar(&c.RedisAutopipeline, "redis-autopipeline", c.RedisAutopipeline, "send concurrent requests' single-limit Redis calls together in shared pipelines (go-redis AutoPipeliner); pays off from ~100 decisions in flight")
+	fs.BoolVar(&c.RedisAutopipeline, "redis-autopipeline", c.RedisAutopipeline, "send concurrent requests' single-limit Redis calls together in shared pipelines (go-redis AutoPipeliner; a call with none other in flight goes at once); =false sends each request's calls on their own")
 	fs.Var((*failFlag)(&c.FailMode), "fail-mode", "when Redis cannot decide: fallback (local limit / nodes), open (admit) or closed (503; /readyz then answers 503 too)")
 	fs.StringVar(&c.Rules, "rules", c.Rules, "rules file (YAML, version 1); re-read on SIGHUP")
 	fs.StringVar(&c.Consul, "consul", c.Consul, "local Consul agent (host:port, or https://host:port); rules, shedder settings and registration come from it; empty = no Consul")
@@ -210,6 +212,10 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	// On by default, so only a request for it can be refused.
+	if asked := onCommandLine["redis-autopipeline"] || getenv(EnvName("redis-autopipeline")) != ""; asked && c.RedisAutopipeline && c.Redis == "" {
+		return c, errors.New("redis-autopipeline: needs --redis")
+	}
 	if c.KeySaltFile != "" && c.KeySalt == "" {
 		salt, err := os.ReadFile(c.KeySaltFile)
 		if err != nil {
@@ -249,9 +255,6 @@ func (c Config) Validate() error {
 	}
 	if c.Redis == "" && c.RedisMode != limiter.ModeStandalone {
 		bad("redis-mode: %s needs --redis", c.RedisMode)
-	}
-	if c.Redis == "" && c.RedisAutopipeline {
-		bad("redis-autopipeline: needs --redis")
 	}
 	switch {
 	case c.KeySaltFile != "":

@@ -170,3 +170,23 @@ func TestKeySaltRequiredWithRedis(t *testing.T) {
 	_, err = ParseFlags([]string{"--demo-origin"}, env(nil), &bytes.Buffer{})
 	require.NoError(t, err, "the memory store needs no salt")
 }
+
+// Batching is on by default; it can be turned off, and asked for without
+// Redis (flag or variable) it is refused rather than ignored.
+func TestRedisAutopipelineDefault(t *testing.T) {
+	cfg, err := ParseFlags([]string{"--demo-origin"}, env(nil), &bytes.Buffer{})
+	require.NoError(t, err, "the default needs no Redis")
+	require.True(t, cfg.RedisAutopipeline)
+	withRedis := []string{"--redis", "redis://h:6379", "--key-salt", "0123456789abcdef", "--demo-origin"}
+	cfg, err = ParseFlags(withRedis, env(nil), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.True(t, cfg.RedisAutopipeline)
+	cfg, err = ParseFlags(append(withRedis, "--redis-autopipeline=false"), env(nil), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.False(t, cfg.RedisAutopipeline)
+	cfg, err = ParseFlags(withRedis, env(map[string]string{"EDGEGUARD_REDIS_AUTOPIPELINE": "false"}), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.False(t, cfg.RedisAutopipeline)
+	_, err = ParseFlags([]string{"--demo-origin"}, env(map[string]string{"EDGEGUARD_REDIS_AUTOPIPELINE": "true"}), &bytes.Buffer{})
+	require.ErrorContains(t, err, "redis-autopipeline: needs --redis")
+}

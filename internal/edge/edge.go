@@ -283,6 +283,7 @@ func (e *Edge) loadShedder() error {
 // with the one they started with.
 func (e *Edge) SetRules(snap *rules.Snapshot) {
 	old := e.rules.Swap(snap)
+	forgetPolicies() // the old snapshot's rules
 	now := time.Now()
 	e.rulesAt.Store(&now)
 	if e.limiter != nil {

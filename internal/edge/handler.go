@@ -41,8 +41,8 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 		// The rest of an unread body must not be taken for a request.
 		ctx.SetConnectionClose()
 	}
-	e.metrics.requests.WithLabelValues(outcome, tier.String()).Inc()
-	e.metrics.duration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	e.metrics.request(outcome, tier).Inc()
+	e.metrics.durationOf(outcome).Observe(time.Since(start).Seconds())
 }
 
 func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder.Tier) string {
@@ -184,7 +184,7 @@ func (e *Edge) record(ms []rules.Match, v limiter.Verdict, dst []applied) []appl
 			decision = "denied"
 		}
 		if o.Source != limiter.SourceSkipped {
-			e.metrics.decisions.WithLabelValues(m.Rule.ID, decision, e.reason(o.Source)).Inc()
+			e.metrics.decision(m.Rule.ID, decision, e.reason(o.Source)).Inc()
 		}
 		if !m.Rule.Shadow {
 			dst = append(dst, applied{rule: m.Rule, out: o, skipped: o.Source == limiter.SourceSkipped})

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -12,6 +13,12 @@ import (
 // operator's rules, every other label from a fixed set; never a client key,
 // address or raw host. region and pop are constant labels of the registry.
 type metrics struct {
+	// The per-request series, looked up once: requests are made for every
+	// outcome and tier up front (a read-only map), durations and decisions
+	// on first use.
+	byRequest    map[requestKey]prometheus.Counter
+	byDuration   sync.Map                 // outcome → prometheus.Observer
+	byDecision   sync.Map                 // decisionKey → prometheus.Counter
 	requests     *prometheus.CounterVec   // outcome, tier
 	decisions    *prometheus.CounterVec   // rule, decision, reason
 	duration     *prometheus.HistogramVec // outcome
@@ -73,10 +80,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Connections refused at accept because their peer address already held --max-conns-per-ip.",
 		}),
 	}
-	m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
+	m.byRequest = map[requestKey]prometheus.Counter{}
+	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused} {
 		for _, t := range []shedder.Tier{shedder.TierTest, shedder.TierRead, shedder.TierWrite, shedder.TierCritical} {
-			m.requests.WithLabelValues(o, t.String())
+			m.byRequest[requestKey{o, t}] = m.requests.WithLabelValues(o, t.String())
 		}
 	}
 	var errs []error
@@ -84,6 +92,43 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
+}
+
+type requestKey struct {
+	outcome string
+	tier    shedder.Tier
+}
+
+type decisionKey struct{ rule, decision, reason string }
+
+// request is the requests counter of an outcome and tier.
+func (m *metrics) request(outcome string, tier shedder.Tier) prometheus.Counter {
+	if c, ok := m.byRequest[requestKey{outcome, tier}]; ok {
+		return c
+	}
+	return m.requests.WithLabelValues(outcome, tier.String())
+}
+
+// durationOf is the duration histogram of an outcome; it is made on first
+// use (an outcome's series appears once a request has it, as before).
+func (m *metrics) durationOf(outcome string) prometheus.Observer {
+	if o, ok := m.byDuration.Load(outcome); ok {
+		return o.(prometheus.Observer)
+	}
+	o := m.duration.WithLabelValues(outcome)
+	m.byDuration.Store(outcome, o)
+	return o
+}
+
+// decision is the decisions counter of a rule, decision and reason.
+func (m *metrics) decision(rule, decision, reason string) prometheus.Counter {
+	k := decisionKey{rule, decision, reason}
+	if c, ok := m.byDecision.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.decisions.WithLabelValues(rule, decision, reason)
+	m.byDecision.Store(k, c)
+	return c
 }
 
 // openConns exports the public server's open connections (read at scrape).

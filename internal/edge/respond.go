@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
-	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -39,37 +40,40 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 	if len(as) == 0 {
 		return
 	}
-	var policy, state strings.Builder
+	var buf [256]byte
+	state := buf[:0]
 	tightest := -1
 	for i, a := range as {
-		if i > 0 {
-			policy.WriteString(", ")
-		}
-		policy.WriteString(strconv.Quote(a.rule.ID))
-		policy.WriteString(";q=")
-		policy.WriteString(strconv.FormatInt(quota(a.rule), 10))
-		if !a.rule.Algorithm.Spec().Held { // held units have no window
-			policy.WriteString(";w=")
-			policy.WriteString(strconv.FormatInt(seconds(a.rule.Window), 10))
-		}
 		if a.skipped {
 			continue
 		}
-		if state.Len() > 0 {
-			state.WriteString(", ")
+		if len(state) > 0 {
+			state = append(state, ", "...)
 		}
-		state.WriteString(strconv.Quote(a.rule.ID))
-		state.WriteString(";r=")
-		state.WriteString(strconv.FormatInt(a.out.Remaining, 10))
-		state.WriteString(";t=")
-		state.WriteString(strconv.FormatInt(seconds(a.out.ResetAfter), 10))
+		state = append(state, policyOf(a.rule).id...)
+		state = append(state, ";r="...)
+		state = strconv.AppendInt(state, a.out.Remaining, 10)
+		state = append(state, ";t="...)
+		state = strconv.AppendInt(state, seconds(a.out.ResetAfter), 10)
 		if tightest < 0 || a.out.Remaining < as[tightest].out.Remaining {
 			tightest = i
 		}
 	}
-	h.Set("RateLimit-Policy", policy.String())
-	if state.Len() > 0 {
-		h.Set("RateLimit", state.String())
+	if len(as) == 1 {
+		h.Set("RateLimit-Policy", policyOf(as[0].rule).item)
+	} else {
+		var pbuf [256]byte
+		policy := pbuf[:0]
+		for i, a := range as {
+			if i > 0 {
+				policy = append(policy, ", "...)
+			}
+			policy = append(policy, policyOf(a.rule).item...)
+		}
+		h.SetBytesV("RateLimit-Policy", policy)
+	}
+	if len(state) > 0 {
+		h.SetBytesV("RateLimit", state)
 	}
 	if legacy && tightest >= 0 {
 		t := as[tightest]
@@ -82,6 +86,42 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 // quota is q: the most units the rule admits in its window (a bucket's
 // capacity, a concurrency rule's slots).
 func quota(r *rules.CompiledRule) int64 { return ruleLimit(r, "").Capacity() }
+
+// rulePolicy is what a rule writes into the RateLimit fields whatever the
+// request: its quoted id and its RateLimit-Policy item.
+type rulePolicy struct{ id, item string }
+
+// policies caches each compiled rule's rulePolicy: a compiled rule never
+// changes, so its item is built once, not per response. Rules reloads
+// forget them (forgetPolicies); so does growing past maxPolicies.
+var (
+	policies  sync.Map // *rules.CompiledRule → rulePolicy
+	policiesN atomic.Int64
+)
+
+const maxPolicies = 1 << 16
+
+func policyOf(r *rules.CompiledRule) rulePolicy {
+	if p, ok := policies.Load(r); ok {
+		return p.(rulePolicy)
+	}
+	id := strconv.Quote(r.ID)
+	item := id + ";q=" + strconv.FormatInt(quota(r), 10)
+	if !r.Algorithm.Spec().Held { // held units have no window
+		item += ";w=" + strconv.FormatInt(seconds(r.Window), 10)
+	}
+	p := rulePolicy{id: id, item: item}
+	if policiesN.Add(1) > maxPolicies {
+		forgetPolicies()
+	}
+	policies.Store(r, p)
+	return p
+}
+
+func forgetPolicies() {
+	policies.Clear()
+	policiesN.Store(0)
+}
 
 type problem struct {
 	Type     string   `json:"type"`

@@ -179,7 +179,10 @@ func TestAutoPipelinedErrorsPerCall(t *testing.T) {
 
 // The caller's deadline bounds a Take even though the batch runs on the
 // autopipeliner's own context, and the abandoned call still runs once Redis
-// answers (as a call already written to a plain connection does).
+// answers (as a call already written to a plain connection does). The first
+// few lone calls in flight go straight to connections, so the Take under
+// test is sent while that many others are in flight: it joins the
+// autopipeliner's batch.
 func TestAutoPipelinedDeadline(t *testing.T) {
 	c := client(limiter.ModeStandalone)
 	st := connStore(t, autoPipelined(t, c))
@@ -188,12 +191,28 @@ func TestAutoPipelinedDeadline(t *testing.T) {
 	pauser := redis.NewClient(&redis.Options{Addr: standaloneSrv().Addr})
 	defer pauser.Close()
 	require.NoError(t, pauser.Do(ctx(t), "CLIENT", "PAUSE", 200, "ALL").Err())
+	// The calls in flight: they hold the direct path until the pause ends.
+	otherDone := make(chan error, limiter.LoneDirect)
+	for i := range limiter.LoneDirect {
+		other := l
+		other.Key += "-other" + strconv.Itoa(i)
+		go func() {
+			_, err := st.Take(ctx(t), []limiter.Request{{Limit: other, Cost: 1}})
+			otherDone <- err
+		}()
+	}
+	for deadline := time.Now().Add(2 * time.Second); st.LoneInFlight() < limiter.LoneDirect; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "the other calls are in flight")
+	}
 	short, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	_, err := st.Take(short, []limiter.Request{{Limit: l, Cost: 1}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(start), 150*time.Millisecond, "the deadline, not the pause, ended the wait")
+	for range limiter.LoneDirect {
+		require.NoError(t, <-otherDone)
+	}
 	ds, err := st.Take(ctx(t), []limiter.Request{{Limit: l, Cost: 1}})
 	require.NoError(t, err)
 	require.EqualValues(t, 8, ds[0].Remaining, "the abandoned call ran too")

@@ -452,7 +452,8 @@ var benchScriptNames = map[limiter.Algorithm]string{
 
 // ceilingCommand is the EVALSHA that redis-benchmark sends: the store's own
 // script with the arguments of an admitting take (prelude.lua's order: mode,
-// now = 0 for Redis TIME, limit, window µs, extra, id, cost, need, first).
+// now = 0 for Redis TIME, limit, window µs, extra, cost, need, and for the
+// member algorithms id and first).
 // Keys and ids are drawn from 10,000 values (-r), as the Go benchmarks' keys
 // are. redis-benchmark draws every __rand_int__ on its own, so a sliding
 // window's two keys are two unrelated keys of the same slot ({tag} is the
@@ -478,8 +479,12 @@ func ceilingCommand(tb testing.TB, alg limiter.Algorithm) []string {
 	}
 	l := admitting(alg)
 	cmd := append([]string{"EVALSHA", hex.EncodeToString(sum[:]), strconv.Itoa(len(keys))}, keys...)
-	return append(cmd, "take", "0", strconv.FormatInt(l.Limit, 10), strconv.FormatInt(l.Window.Microseconds(), 10),
-		"0", "__rand_int__", "1", "1", "1")
+	cmd = append(cmd, "take", "0", strconv.FormatInt(l.Limit, 10), strconv.FormatInt(l.Window.Microseconds(), 10),
+		"0", "1", "1")
+	if alg.Spec().Members { // the member id and the first member's index
+		cmd = append(cmd, "__rand_int__", "1")
+	}
+	return cmd
 }
 
 // benchRedisBenchmark runs redis-benchmark for b.N script calls against the
@@ -748,4 +753,39 @@ func flatMap(t *testing.T, v any) map[string]any {
 		t.Fatalf("unexpected MEMORY STATS reply %T", v)
 	}
 	return out
+}
+
+// BenchmarkDecideLone is a lone caller: one goroutine deciding one
+// single-limit request after another (a token bucket per client, 10,000
+// keys, a quota no key reaches) through a Limiter over the Redis connection
+// the edge builds at its default flags (defaultConn). Its ns/op and
+// allocs/op are what batching by default must not make worse:
+//
+//	go test -run '^$' -bench BenchmarkDecideLone -benchmem -count 10 ./pkg/limiter/
+func BenchmarkDecideLone(b *testing.B) {
+	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster} {
+		b.Run(string(mode), func(b *testing.B) {
+			st := connStore(b, defaultConn(b, client(mode)))
+			require.NoError(b, st.Load(context.Background()))
+			lim, err := limiter.New(st, limiter.Config{}, nil, nil)
+			require.NoError(b, err)
+			limits := benchLimits(b, limiter.Limit{Algorithm: limit.TokenBucket, Limit: 1_000_000, Window: time.Second}, benchKeys)
+			checks := []limiter.Check{{Cost: 1}}
+			c := context.Background()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				checks[0].Limit = limits[i%len(limits)]
+				v, err := lim.Decide(c, checks)
+				if err != nil || !v.Allowed || v.Checks[0].Source != limiter.SourceStore {
+					b.Fatalf("decision %d: %+v, %v", i, v, err)
+				}
+			}
+		})
+	}
+}
+
+// defaultConn is the connection the edge builds at its default flags
+// (--redis-autopipeline on).
+func defaultConn(tb testing.TB, c redis.UniversalClient) limiter.RedisConn {
+	return autoPipelined(tb, c)
 }

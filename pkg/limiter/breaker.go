@@ -38,7 +38,7 @@ func newBreaker(threshold int, cooldown time.Duration, onChange func(breakerStat
 // breakers holds one breaker per shard, made on first use. Shards are store
 // nodes, so the set stays small.
 type breakers struct {
-	mu        sync.Mutex
+	mu        sync.RWMutex
 	m         map[string]*breaker
 	threshold int
 	cooldown  time.Duration
@@ -60,20 +60,28 @@ func newBreakers(threshold int, cooldown time.Duration, onChange func(string, br
 
 func (bs *breakers) get(shard string) *breaker {
 	now := time.Now().UnixNano()
-	bs.mu.Lock()
-	defer bs.mu.Unlock()
 	if last := bs.swept.Load(); now-last > int64(forgetAfter) && bs.swept.CompareAndSwap(last, now) {
+		bs.mu.Lock()
 		bs.sweep(now)
+		bs.mu.Unlock()
 	}
+	bs.mu.RLock()
 	b, ok := bs.m[shard]
+	bs.mu.RUnlock()
 	if !ok {
-		b = newBreaker(bs.threshold, bs.cooldown, func(s breakerState) { bs.changed(shard, s) })
-		bs.m[shard] = b
-		if bs.onNew != nil {
-			bs.onNew(shard)
+		bs.mu.Lock()
+		if b, ok = bs.m[shard]; !ok {
+			b = newBreaker(bs.threshold, bs.cooldown, func(s breakerState) { bs.changed(shard, s) })
+			bs.m[shard] = b
+			if bs.onNew != nil {
+				bs.onNew(shard)
+			}
 		}
+		bs.mu.Unlock()
 	}
-	b.used.Store(now)
+	if b.used.Load() < now {
+		b.used.Store(now)
+	}
 	return b
 }
 

@@ -64,9 +64,8 @@ const (
 )
 
 // join queues c behind the call in flight for its key (follow), or marks the
-// key in flight (lead).
-func (f *flights) join(c Check) (*batch, *item, joined) {
-	key := memKey(c.Limit)
+// key in flight (lead); key is memKey(c.Limit).
+func (f *flights) join(c Check, key string) (*batch, *item, joined) {
 	sh := f.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -113,7 +112,7 @@ func (l *Limiter) sendBatch(b *batch) {
 	sum, need := int64(len(b.items))*b.cost, b.cost
 	gen := l.cache.generation()
 	sent := l.now()
-	ds, errs := l.call(context.Background(), []Request{{Limit: b.limit, Cost: sum, Need: need}})
+	ds, errs := l.call(context.Background(), []Request{{Limit: b.limit, Cost: sum, Need: need}}, []string{b.key}, sent)
 	if errs[0] != nil {
 		for _, it := range b.items {
 			it.err = errs[0]

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -146,6 +148,7 @@ type Limiter struct {
 	health   health
 	log      *slog.Logger
 	now      func() time.Time
+	deadline sharedDeadline
 	bg       sync.WaitGroup // background work: probes, batches sent after their leader
 }
 
@@ -171,6 +174,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		flights:  newFlights(),
 		log:      log,
 		now:      time.Now,
+		deadline: sharedDeadline{timeout: cfg.Timeout},
 	}
 	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health)
 	if err != nil {
@@ -210,6 +214,7 @@ func (l *Limiter) Flush() { l.cache.flush() }
 type pending struct {
 	i     int
 	check Check
+	key   string // memKey(check.Limit)
 	item  *item  // set when it joined another request's call
 	b     *batch // the batch it joined
 	alone bool   // leads a call outside the key's flight
@@ -220,11 +225,14 @@ type pending struct {
 func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 	v := Verdict{Allowed: true, Checks: make([]Outcome, len(checks))}
 	now := l.now()
+	var keyBuf [4]string
+	keys := keyBuf[:0]
 	for i, c := range checks {
-		if err := (Request{Limit: c.Limit, Cost: c.Cost}).Validate(); err != nil {
+		if err := (Request{Limit: c.Limit, Cost: c.Cost}).valid(); err != nil {
 			return Verdict{}, fmt.Errorf("check %d: %w", i, err)
 		}
 		v.Checks[i] = Outcome{Decision: Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceSkipped}
+		keys = append(keys, memKey(c.Limit))
 	}
 	// 1. Over-limit cache: a denial known locally costs no call, and the
 	// request is refused before anything is counted.
@@ -232,7 +240,7 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 		if c.Shadow || c.Limit.Algorithm.Spec().Held {
 			continue
 		}
-		if d, ok := l.cache.get(c.Limit, c.Cost, now); ok {
+		if d, ok := l.cache.get(keys[i], c.Limit, c.Cost, now); ok {
 			v.Checks[i] = Outcome{Decision: d, Source: SourcePrefilter}
 			v.Allowed = false
 			l.metrics.prefilterHits.Inc()
@@ -244,8 +252,8 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 	// next call for that key; the others lead, in one pipeline.
 	var leads, joined []pending
 	for i, c := range checks {
-		p := pending{i: i, check: c}
-		b, it, how := l.flights.join(c)
+		p := pending{i: i, check: c, key: keys[i]}
+		b, it, how := l.flights.join(c, keys[i])
 		if how == follow {
 			p.b, p.item = b, it
 			joined = append(joined, p)
@@ -255,7 +263,7 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 		p.alone = how == alone
 		leads = append(leads, p)
 	}
-	if err := l.lead(ctx, leads, v.Checks); err != nil {
+	if err := l.lead(ctx, leads, v.Checks, now); err != nil {
 		// Joined checks are settled by their batches regardless; wait so
 		// that what they took is given back.
 		l.awaitJoined(joined, v.Checks)
@@ -325,18 +333,21 @@ func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
 // and a lost refund under-admits until the window passes.
 func (l *Limiter) refundTimeout() time.Duration { return max(10*l.cfg.Timeout, 100*time.Millisecond) }
 
-// lead sends the leading checks in one Take (one round trip per node).
-func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome) error {
+// lead sends the leading checks in one Take (one round trip per node); now
+// is when Decide began, no later than the call is sent.
+func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now time.Time) error {
 	if len(leads) == 0 {
 		return nil
 	}
 	reqs := make([]Request, len(leads))
+	keys := make([]string, len(leads))
 	for j, p := range leads {
 		reqs[j] = Request{Limit: p.check.Limit, Cost: p.check.Cost}
+		keys[j] = p.key
 	}
 	gen := l.cache.generation()
-	sent := l.now()
-	ds, errs := l.call(ctx, reqs)
+	sent := now
+	ds, errs := l.call(ctx, reqs, keys, sent)
 	var failed []int
 	for j, p := range leads {
 		if errs[j] == nil {
@@ -348,7 +359,7 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome) err
 		}
 		// The key's next batch, if any request joined meanwhile, goes now.
 		if !p.alone {
-			l.flights.done(memKey(p.check.Limit), l.sendLater)
+			l.flights.done(p.key, l.sendLater)
 		}
 	}
 	for _, j := range failed {
@@ -365,14 +376,24 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome) err
 // errs has one entry per request: errBreakerOpen for requests whose shard's
 // breaker is open. Each shard (a Cluster master; the whole store otherwise)
 // has its own breaker, so one dead master does not send the keys of the
-// healthy ones to the fallback.
-func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error) {
-	errs := make([]error, len(reqs))
-	ds := make([]Decision, len(reqs))
-	shards := make([]*breaker, len(reqs))
-	send := make([]Request, 0, len(reqs))
-	sent := make([]int, 0, len(reqs)) // index in reqs, or -1 for a replay
-	now := l.now()
+// healthy ones to the fallback. keys are the requests' memKeys; now is no
+// later than the call is sent.
+func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time) ([]Decision, []error) {
+	var errs []error
+	var ds []Decision
+	var shards []*breaker
+	var send []Request
+	var sent []int      // index in reqs, or -1 for a replay
+	if len(reqs) == 1 { // most requests carry one limit: one allocation
+		b := new(oneCall)
+		errs, ds, shards, send, sent = b.errs[:], b.ds[:], b.shards[:], b.send[:0], b.sent[:0]
+	} else {
+		errs = make([]error, len(reqs))
+		ds = make([]Decision, len(reqs))
+		shards = make([]*breaker, len(reqs))
+		send = make([]Request, 0, len(reqs))
+		sent = make([]int, 0, len(reqs))
+	}
 	for i, r := range reqs {
 		shards[i] = l.breakers.get(l.store.Shard(r.Limit))
 		ok, probe := shards[i].allow(now)
@@ -390,7 +411,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 		// What the fallback admitted while the store could not be asked
 		// goes first, in the same round trip: the store counts it before
 		// deciding anew.
-		if d := l.ledger.debt(memKey(r.Limit), r.Limit.Window, now); d > 0 && !r.Limit.Algorithm.Spec().Held {
+		if d := l.ledger.debt(keys[i], r.Limit.Window, now); d > 0 && !r.Limit.Algorithm.Spec().Held {
 			send = append(send, Request{Limit: r.Limit, Cost: d, Need: 1})
 			sent = append(sent, -1)
 		}
@@ -401,9 +422,13 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 		return ds, errs
 	}
 	if l.store.Remote() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
-		defer cancel()
+		if ctx == context.Background() {
+			ctx = l.deadline.get()
+		} else {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
+			defer cancel()
+		}
 	}
 	start := time.Now()
 	got, err := l.store.Take(ctx, send)
@@ -431,37 +456,59 @@ func (l *Limiter) call(ctx context.Context, reqs []Request) ([]Decision, []error
 			ds[i] = got[j]
 		}
 		if e == nil && !reqs[i].Limit.Algorithm.Spec().Held {
-			l.ledger.observe(memKey(reqs[i].Limit), ds[i].Remaining, answered)
+			l.ledger.observe(keys[i], ds[i].Remaining, answered)
 		}
 	}
-	outcome := "ok"
+	storeSeconds := l.metrics.storeOK
 	if err != nil {
-		outcome = "error"
+		storeSeconds = l.metrics.storeError
 	}
-	l.metrics.storeSeconds.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	storeSeconds.Observe(time.Since(start).Seconds())
 	// A shard succeeded when none of its requests failed for a store reason
-	// (an invalid request says nothing about the store's health).
-	failed := map[*breaker]bool{}
+	// (an invalid request says nothing about the store's health). Requests
+	// are few and so are their shards: a list, not a map.
+	type shardResult struct {
+		b      *breaker
+		failed bool
+	}
+	var resBuf [4]shardResult
+	results := resBuf[:0]
 	var storeErr error
 	for _, i := range sent {
-		if i >= 0 {
-			f := errs[i] != nil && !callerError(errs[i])
-			failed[shards[i]] = failed[shards[i]] || f
-			if f {
-				storeErr = cmpErr(storeErr, errs[i])
-				shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes
-			}
+		if i < 0 {
+			continue
+		}
+		f := errs[i] != nil && !callerError(errs[i])
+		if f {
+			storeErr = cmpErr(storeErr, errs[i])
+			shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes
+		}
+		k := slices.IndexFunc(results, func(r shardResult) bool { return r.b == shards[i] })
+		if k < 0 {
+			results = append(results, shardResult{shards[i], f})
+		} else {
+			results[k].failed = results[k].failed || f
 		}
 	}
-	for b, f := range failed {
-		if f {
-			b.failure(l.now())
+	for _, r := range results {
+		if r.failed {
+			r.b.failure(l.now())
 		} else {
-			b.success()
+			r.b.success()
 		}
 	}
 	l.observe(storeErr, l.now())
 	return ds, errs
+}
+
+// oneCall holds call's working slices for a single request (and a replay
+// of what the fallback admitted for it).
+type oneCall struct {
+	errs   [1]error
+	ds     [1]Decision
+	shards [1]*breaker
+	send   [2]Request
+	sent   [2]int
 }
 
 // probe asks whether the shard holding lim's key answers again, without
@@ -585,4 +632,31 @@ func cmpErr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// sharedDeadline hands the calls that start within the same millisecond
+// (a sixteenth of Timeout, if that is shorter) one context with the store
+// deadline: a timer per millisecond instead of one per call. A call's
+// deadline is then at most that share shorter than Timeout.
+type sharedDeadline struct {
+	timeout time.Duration
+	cur     atomic.Pointer[deadlineCtx]
+}
+
+type deadlineCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc // never called early: the timer ends it
+	from   int64              // unix ns it was made
+}
+
+func (d *sharedDeadline) get() context.Context {
+	now := time.Now()
+	n := now.UnixNano()
+	share := min(int64(time.Millisecond), int64(d.timeout/16))
+	if c := d.cur.Load(); c != nil && n >= c.from && n-c.from < share {
+		return c.ctx
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(d.timeout))
+	d.cur.Store(&deadlineCtx{ctx: ctx, cancel: cancel, from: n})
+	return ctx
 }

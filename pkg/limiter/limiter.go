@@ -17,7 +17,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgeguard/edgeguard/pkg/limit"
@@ -76,6 +79,47 @@ func (r Request) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// valid reports every problem with r, as Validate does, but checks a limit's
+// shape (everything but its key) once: requests come from a few compiled
+// rules, and a store is asked about the same shapes over and over. Up to
+// maxValidShapes shapes are remembered; past that every request is
+// validated in full.
+func (r Request) valid() error {
+	l := r.Limit
+	if r.Cost < 1 || r.Need < 0 || l.Key == "" || len(l.Key) > limit.MaxKeyLen || strings.ContainsAny(l.Key, "{}") {
+		return r.Validate()
+	}
+	sh := l
+	sh.Key = ""
+	known := validShapes.Load()
+	if known != nil && slices.Contains(*known, sh) {
+		return nil
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	validShapesMu.Lock()
+	defer validShapesMu.Unlock()
+	if known = validShapes.Load(); known == nil || len(*known) < maxValidShapes && !slices.Contains(*known, sh) {
+		var next []Limit
+		if known != nil {
+			next = append(next, *known...)
+		}
+		next = append(next, sh)
+		validShapes.Store(&next)
+	}
+	return nil
+}
+
+// validShapes holds limits (without their keys) known to be valid: a short
+// list, copied on write, that requests read without a lock.
+var (
+	validShapes   atomic.Pointer[[]Limit]
+	validShapesMu sync.Mutex
+)
+
+const maxValidShapes = 64
 
 // Decision is a store's answer to one Request.
 type Decision struct {

@@ -79,7 +79,7 @@ func (s *MemoryStore) Take(_ context.Context, reqs []Request) ([]Decision, error
 	out := make([]Decision, len(reqs))
 	var errs []error
 	for i, r := range reqs {
-		if err := r.Validate(); err != nil {
+		if err := r.valid(); err != nil {
 			errs = setErr(errs, len(reqs), i, err)
 			continue
 		}

@@ -13,6 +13,8 @@ type metrics struct {
 	coalesced     prometheus.Counter
 	storeCalls    prometheus.Counter
 	storeSeconds  *prometheus.HistogramVec
+	storeOK       prometheus.Observer // storeSeconds' children, looked up once
+	storeError    prometheus.Observer
 	fallbacks     *prometheus.CounterVec
 	breakerState  *prometheus.GaugeVec // shard
 	breakersOpen  prometheus.Gauge
@@ -108,6 +110,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		}
 		m.checks[s] = checks.WithLabelValues(name)
 	}
+	m.storeOK, m.storeError = m.storeSeconds.WithLabelValues("ok"), m.storeSeconds.WithLabelValues("error")
 	m.fallbacks.WithLabelValues("error")
 	m.fallbacks.WithLabelValues("breaker_open")
 	if reg == nil {

@@ -47,8 +47,8 @@ func (c *overLimitCache) generation() uint64 { return c.gen.Load() }
 
 // get returns a local denial for a check of cost, if one is known: only for a
 // cost at least the one the cached retry time was computed for.
-func (c *overLimitCache) get(l Limit, cost int64, now time.Time) (Decision, bool) {
-	key := memKey(l)
+// key is memKey(l).
+func (c *overLimitCache) get(key string, l Limit, cost int64, now time.Time) (Decision, bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e, ok := sh.m[key]

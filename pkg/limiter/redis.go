@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,7 @@ type RedisStore struct {
 	scripts []script // by Algorithm
 	ids     *idSource
 	loadMu  sync.Mutex
+	lone    atomic.Int64 // lone calls in flight (with conn.Batch)
 }
 
 type script struct{ src, sha string }
@@ -109,6 +111,8 @@ type call struct {
 	args []any
 }
 
+// argv is a script call's ARGV (prelude.lua's order): the member id and the
+// first member's index only for the algorithms that keep members.
 func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, aux, first int64) []any {
 	var now int64
 	if !at.IsZero() {
@@ -118,7 +122,10 @@ func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, 
 	if id == "" {
 		id = "-"
 	}
-	return []any{mode, now, a.Limit, a.Window, a.Extra, id, units, aux, first}
+	if !l.Algorithm.Spec().Members {
+		return []any{mode, now, a.Limit, a.Window, a.Extra, units, aux}
+	}
+	return []any{mode, now, a.Limit, a.Window, a.Extra, units, aux, id, first}
 }
 
 // Take implements Store.
@@ -128,7 +135,7 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 	calls := make([]call, len(reqs))
 	ids := make([]string, len(reqs))
 	for i, r := range reqs {
-		if errs[i] = r.Validate(); errs[i] != nil {
+		if errs[i] = r.valid(); errs[i] != nil {
 			continue
 		}
 		if r.Limit.Algorithm.Spec().Members {
@@ -231,20 +238,26 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 		s.execRiding(ctx, r, calls, cmds, sent) // rider.go
 		return
 	}
-	// A lone call may share a pipeline with other Takes' calls. Several
-	// calls keep a pipeline of their own: queued one by one, they could
-	// straddle two of the autopipeliner's batches, two round trips.
-	if s.conn.Batch != nil && len(sent) == 1 {
-		i := sent[0]
-		cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
-		s.maybeReload(cmds[i : i+1])
-		return
-	}
-	// A lone call goes as a plain command: a Cluster client's pipeline
-	// starts a goroutine per node even for one command, a fifth of an
-	// edge's CPU in the profile (BENCHMARKS.md).
 	if len(sent) == 1 {
 		i := sent[0]
+		// A lone call shares a pipeline with other Takes' calls once more
+		// than loneDirect are in flight; with fewer, it goes at once: a
+		// batch waits for the one ahead of it, a round trip that a lightly
+		// loaded edge need not pay (BENCHMARKS.md). Several calls keep a
+		// pipeline of their own: queued one by one, they could straddle two
+		// of the autopipeliner's batches, two round trips.
+		if s.conn.Batch != nil {
+			n := s.lone.Add(1)
+			defer s.lone.Add(-1)
+			if n > loneDirect {
+				cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
+				s.maybeReload(cmds[i : i+1])
+				return
+			}
+		}
+		// A plain command: a Cluster client's pipeline starts a goroutine
+		// per node even for one command, a fifth of an edge's CPU in the
+		// profile (BENCHMARKS.md).
 		c := calls[i]
 		cmds[i] = s.client.EvalSha(ctx, s.scripts[c.alg].sha, c.keys, c.args...)
 		if cmds[i].Err() != nil {
@@ -269,6 +282,15 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 		s.maybeReload(cmds)
 	}
 }
+
+// loneDirect is how many lone calls go straight to a connection at once
+// before the next ones are batched. With one batch in flight per node, a
+// batched call waits for the batch ahead: at half the saturating rate,
+// batching every call that found another in flight added over a millisecond
+// to the median request, sending up to four at once a fraction of one, for
+// the same CPU per decision at saturation, where some thirty calls are in
+// flight (BENCHMARKS.md).
+const loneDirect = 4
 
 // submit runs c on an AutoPipeliner's deferred face, which sends the calls
 // that concurrent callers submit together, in one pipeline per node. The

@@ -18,8 +18,9 @@ const problemAbnormalUsage = "https://iana.org/assignments/http-problem-types#ab
 
 // behaviourEdges starts 3 edges on the shared Cluster with rules (a
 // behaviour section and opted-in rules), trusting the test as a proxy so
-// X-Forwarded-For picks the client. The third edge sends its Redis calls
-// through the autopipeliner, so signal updates ride both ways.
+// X-Forwarded-For picks the client. The first two edges batch their Redis
+// calls (the default), the third sends plain pipelines
+// (--redis-autopipeline=false), so signal updates ride both ways.
 func behaviourEdges(t *testing.T, rules string) []*edgeProc {
 	t.Helper()
 	org := startOrigin(t, 0)
@@ -30,7 +31,7 @@ func behaviourEdges(t *testing.T, rules string) []*edgeProc {
 	return []*edgeProc{
 		startEdge(t, args...),
 		startEdge(t, args...),
-		startEdge(t, append(args, "--redis-autopipeline")...),
+		startEdge(t, append(args, "--redis-autopipeline=false")...),
 	}
 }
 
