@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/edgeguard/edgeguard/pkg/behavior"
 )
 
 // scanDocument decodes a rules document written in the subset of YAML that
@@ -14,7 +16,8 @@ import (
 // directly is several times cheaper.
 //
 // The subset: a top-level block mapping at column 0 with "version" and
-// "rules" once each; rules as a block sequence (at the key's column or
+// "rules" once each, and at most one "behaviour" section (a few lines,
+// decoded by yaml.v3: see section); rules as a block sequence (at the key's column or
 // deeper) or a one-line flow sequence; each rule a block mapping starting
 // on its "- " line or a one-line flow mapping; the rule's known fields once
 // each, "match" again a block or one-line flow mapping, lists block
@@ -38,7 +41,7 @@ func scanDocument(data []byte) *Document {
 		s.advance()
 	}
 	doc := &Document{}
-	var version, rules bool
+	var version, rules, behaviour bool
 	for !s.bad {
 		if s.eof {
 			break
@@ -63,6 +66,11 @@ func scanDocument(data []byte) *Document {
 			if doc.Rules, ok = s.rules(rest); !ok {
 				return nil
 			}
+		case key == "behaviour" && !behaviour:
+			behaviour = true
+			if doc.Behaviour, ok = s.section(); !ok {
+				return nil
+			}
 		default:
 			return nil
 		}
@@ -73,12 +81,40 @@ func scanDocument(data []byte) *Document {
 	return doc
 }
 
+// section decodes the behaviour section, the top-level key on the current
+// line and the lines below it up to the next top-level key, with yaml.v3
+// (strictly, as the general path does): a few lines however many rules
+// follow, so a rule set with a behaviour section keeps the scanner's speed.
+// A section yaml.v3 refuses is declined, and the general path reports it.
+func (s *scanner) section() (*behavior.Settings, bool) {
+	from := s.at
+	for s.advance(); !s.eof && s.col > 0; s.advance() {
+	}
+	to := len(s.data)
+	if !s.eof {
+		to = s.at
+	}
+	if s.bad {
+		return nil, false
+	}
+	root, err := parseTreeSerial(s.data[from:to])
+	if err != nil {
+		return nil, s.fail()
+	}
+	var part Document
+	if err := decodeTree(root, &part); err != nil || part.Behaviour == nil {
+		return nil, s.fail()
+	}
+	return part.Behaviour, true
+}
+
 // scanner walks a document line by line. The current line's content starts
 // at column col and is text (comment included, line break excluded);
 // blank and comment-only lines are skipped. At the end eof is set and col
 // is -1, below every block.
 type scanner struct {
 	data []byte
+	at   int // offset of the current line
 	next int // offset of the line after the current one
 	col  int
 	text []byte
@@ -93,6 +129,7 @@ type scanner struct {
 // advance moves to the next line with content.
 func (s *scanner) advance() {
 	for s.next < len(s.data) {
+		start := s.next
 		rest := s.data[s.next:]
 		line := rest
 		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
@@ -115,7 +152,7 @@ func (s *scanner) advance() {
 			}
 			continue
 		}
-		s.col, s.text = i, line[i:]
+		s.at, s.col, s.text = start, i, line[i:]
 		return
 	}
 	s.eof, s.col, s.text = true, -1, nil
