@@ -57,6 +57,7 @@ type bhConfig struct {
 	args     behavior.ScriptArgs
 	headers  []string // API-key headers and query parameters opted-in rules count by
 	queries  []string
+	requests []prometheus.Counter // edgeguard_behaviour_requests_total by level, in this mode
 }
 
 type behaviourLayer struct {
@@ -108,6 +109,9 @@ func (b *behaviourLayer) rulesChanged(snap *rules.Snapshot) {
 	}
 	c := &bhConfig{mode: s.Mode, settings: s, params: behavior.ParamsOf(s)}
 	c.args = behavior.NewScriptArgs(&c.params)
+	for _, lv := range behavior.AllLevels() {
+		c.requests = append(c.requests, b.m.requests.WithLabelValues(lv.String(), string(c.mode)))
+	}
 	opted := 0
 	for _, r := range snap.Rules() {
 		if !r.Behaviour {
@@ -146,12 +150,12 @@ type bhRequest struct {
 	cfg   *bhConfig
 	id    string
 	level behavior.Level
+	path  string
 	route [1]uint64
-	fp    uint64
 }
 
 // begin identifies the client and judges its level (step 1); nil cfg: off.
-func (b *behaviourLayer) begin(ctx *fasthttp.RequestCtx, client netip.Addr, h *headerLookup, path string) bhRequest {
+func (b *behaviourLayer) begin(client netip.Addr, h *headerLookup, path string) bhRequest {
 	c := b.cfg.Load()
 	if c == nil {
 		return bhRequest{}
@@ -184,14 +188,7 @@ func (b *behaviourLayer) begin(ctx *fasthttp.RequestCtx, client netip.Addr, h *h
 		b.m.changes.WithLabelValues(was.String(), lv.String(), string(c.mode)).Inc()
 		b.log.Info("client level changed", "client", r.id, "from", was.String(), "to", lv.String(), "mode", string(c.mode))
 	}
-	r.route[0] = b.hasher.Route(path)
-	var body []byte
-	if !ctx.Request.IsBodyStream() {
-		if bb := ctx.Request.Body(); len(bb) <= behavior.MaxBodyFingerprint {
-			body = bb
-		}
-	}
-	r.fp = b.hasher.Fingerprint(b2s(ctx.Method()), path, b2s(ctx.URI().QueryString()), body)
+	r.path = path
 	return r
 }
 
@@ -230,9 +227,8 @@ func opted(ms []rules.Match, burst time.Duration) (bool, int64) {
 }
 
 // apply observes the request and applies its level to the checks (step 2);
-// it returns the rider to attach to the limit checks (nil: none) and
-// whether the request is blocked. ctx is the limiter's context.
-func (b *behaviourLayer) apply(r *bhRequest, ms []rules.Match, checks []limiter.Check) (obs behavior.Obs, early bool, blocked bool) {
+// it returns the observation and whether the request is blocked.
+func (b *behaviourLayer) apply(ctx *fasthttp.RequestCtx, r *bhRequest, ms []rules.Match, checks []limiter.Check) (obs behavior.Obs, early bool, blocked bool) {
 	if r.cfg == nil {
 		return obs, false, false
 	}
@@ -241,8 +237,16 @@ func (b *behaviourLayer) apply(r *bhRequest, ms []rules.Match, checks []limiter.
 		r.cfg = nil // nothing further for this request
 		return obs, false, false
 	}
-	b.m.requests.WithLabelValues(r.level.String(), string(r.cfg.mode)).Inc()
-	obs = behavior.Obs{N: 1, Judge: 1, Q: q, Routes: r.route[:], FP: r.fp}
+	r.cfg.requests[r.level].Inc()
+	r.route[0] = b.hasher.Route(r.path)
+	var body []byte
+	if !ctx.Request.IsBodyStream() {
+		if bb := ctx.Request.Body(); len(bb) <= behavior.MaxBodyFingerprint {
+			body = bb
+		}
+	}
+	fp := b.hasher.Fingerprint(b2s(ctx.Method()), r.path, b2s(ctx.URI().QueryString()), body)
+	obs = behavior.Obs{N: 1, Judge: 1, Q: q, Routes: r.route[:], FP: fp}
 	pol := r.cfg.settings.Policy(r.level)
 	now := time.Now().UnixMilli()
 	if r.enforcing() && pol.Block {
@@ -283,12 +287,16 @@ func (b *behaviourLayer) rider(r *bhRequest, obs behavior.Obs) *limiter.Rider {
 	if b.store == nil || r.cfg == nil {
 		return nil
 	}
-	id := r.id
+	return b.newRider(r.cfg, r.id, obs, viaRide)
+}
+
+// newRider is client id's signal update obs, its reply read as sent via.
+func (b *behaviourLayer) newRider(c *bhConfig, id string, obs behavior.Obs, via int) *limiter.Rider {
 	return &limiter.Rider{
 		Script: b.script,
 		Keys:   behavior.Keys(limiter.DefaultKeyPrefix, id),
-		Args:   r.cfg.args.Args(obs, 0),
-		Reply:  func(cmd *redis.Cmd) { b.reply(id, cmd, "ride") },
+		Args:   c.args.Args(obs, 0),
+		Reply:  func(cmd *redis.Cmd) { b.reply(id, cmd, via) },
 	}
 }
 
@@ -331,22 +339,28 @@ func (b *behaviourLayer) pend(r *bhRequest, obs behavior.Obs, early bool, now in
 	b.tracker.Pend(r.id, obs, now)
 }
 
+// How a signal update went: with a limit check (ride) or in a flush.
+const (
+	viaRide = iota
+	viaFlush
+)
+
 // reply takes the region's reading of a client from a script reply.
-func (b *behaviourLayer) reply(id string, cmd *redis.Cmd, path string) {
+func (b *behaviourLayer) reply(id string, cmd *redis.Cmd, via int) {
 	vals, err := cmd.Int64Slice()
 	var v behavior.Verdict
 	if err == nil {
 		v, err = behavior.ParseReply(vals)
 	}
 	if err != nil {
-		b.m.updates.WithLabelValues(path, "error").Inc()
+		b.m.updated[via][1].Inc()
 		b.m.localOnly.Set(1)
 		if limiter.IsNoScript(err) {
 			b.reload.Store(true)
 		}
 		return
 	}
-	b.m.updates.WithLabelValues(path, "ok").Inc()
+	b.m.updated[via][0].Inc()
 	b.m.localOnly.Set(0)
 	b.tracker.Remote(id, v, time.Now().UnixMilli(), 1000)
 }
@@ -393,12 +407,7 @@ func (b *behaviourLayer) flush() {
 		n := min(len(items), maxFlush)
 		riders := make([]*limiter.Rider, n)
 		for i, it := range items[:n] {
-			id := it.ID
-			riders[i] = &limiter.Rider{
-				Script: b.script, Keys: behavior.Keys(limiter.DefaultKeyPrefix, id),
-				Args:  c.args.Args(it.Obs, 0),
-				Reply: func(cmd *redis.Cmd) { b.reply(id, cmd, "flush") },
-			}
+			riders[i] = b.newRider(c, it.ID, it.Obs, viaFlush)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(b.timeout, 100*time.Millisecond))
 		_ = b.store.RunRiders(ctx, riders) // each reply says how it went
@@ -466,10 +475,11 @@ func clientOrNil(c behavior.Client, ok bool) *behavior.Client {
 }
 
 type bhMetrics struct {
-	changes   *prometheus.CounterVec // from, to, mode
-	requests  *prometheus.CounterVec // level, mode
-	actions   *prometheus.CounterVec // action
-	updates   *prometheus.CounterVec // path, result
+	changes   *prometheus.CounterVec   // from, to, mode
+	requests  *prometheus.CounterVec   // level, mode
+	actions   *prometheus.CounterVec   // action
+	updates   *prometheus.CounterVec   // path, result
+	updated   [2][2]prometheus.Counter // updates by via (ride, flush) and result (ok, error)
 	flushes   prometheus.Counter
 	localOnly prometheus.Gauge
 	evicted   prometheus.Counter
@@ -524,9 +534,9 @@ func newBehaviourMetrics(reg prometheus.Registerer, clients func() float64) (*bh
 	for _, a := range []string{"tightened", "lowest_tier", "blocked"} {
 		m.actions.WithLabelValues(a)
 	}
-	for _, p := range []string{"ride", "flush"} {
-		for _, r := range []string{"ok", "error"} {
-			m.updates.WithLabelValues(p, r)
+	for i, p := range []string{"ride", "flush"} {
+		for j, r := range []string{"ok", "error"} {
+			m.updated[i][j] = m.updates.WithLabelValues(p, r)
 		}
 	}
 	return m, nil

@@ -62,7 +62,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 		ctx.Request.Header.Del("X-Forwarded-For")
 	}
 	client := clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
-	bh := e.bh.begin(ctx, client, &headers, path) // the client's behaviour level (behaviour.go)
+	bh := e.bh.begin(client, &headers, path) // the client's behaviour level (behaviour.go)
 
 	// Shed: before any I/O, by priority tier.
 	tier := e.bh.tier(&bh, e.shed.Classify(b2s(ctx.Method()), path, header, trusted))
@@ -114,7 +114,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 			sc.checks = append(sc.checks, e.check(m))
 		}
 		lctx := context.Background()
-		obs, early, block := e.bh.apply(&bh, sc.matches, sc.checks)
+		obs, early, block := e.bh.apply(ctx, &bh, sc.matches, sc.checks)
 		if block {
 			blocked(ctx, bh.cfg.params.Cooldown())
 			return outcomeDenied
