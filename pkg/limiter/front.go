@@ -422,9 +422,12 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 		return ds, errs
 	}
 	if l.store.Remote() {
-		if ctx == context.Background() {
+		switch {
+		case ctx == context.Background():
 			ctx = l.deadline.get()
-		} else {
+		case ctx.Done() == nil: // values only (a rider): they travel with the shared deadline
+			ctx = withValues{l.deadline.get(), ctx}
+		default:
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
 			defer cancel()
@@ -633,6 +636,16 @@ func cmpErr(a, b error) error {
 	}
 	return b
 }
+
+// withValues is a deadline context with the values of another, which
+// never ends: the shared deadline for a call whose context only carries
+// values.
+type withValues struct {
+	context.Context
+	values context.Context
+}
+
+func (c withValues) Value(key any) any { return c.values.Value(key) }
 
 // sharedDeadline hands the calls that start within the same millisecond
 // (a sixteenth of Timeout, if that is shorter) one context with the store

@@ -88,9 +88,7 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 		i := sent[0]
 		cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
 		s.maybeReload(cmds[i : i+1])
-		done, cancel := context.WithCancel(context.Background())
-		cancel()
-		if err := f.WaitContext(done); err == nil || !errors.Is(err, context.Canceled) {
+		if err := f.WaitContext(ended); err == nil || !errors.Is(err, context.Canceled) {
 			r.Reply(rc)
 			return
 		}
@@ -121,6 +119,14 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 	}
 	r.Reply(rc)
 }
+
+// ended is a context that has ended: waiting on it only asks whether a
+// reply is in.
+var ended = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // RunRiders sends riders on their own, in one pipeline (one round trip per
 // node), and hands each its reply: what could not ride with a Take.
