@@ -22,7 +22,7 @@
 // SETTLE_TIMEOUT) until no edge is still shedding from an earlier overload.
 import { check, sleep } from 'k6';
 import eg from 'k6/x/edgeguard';
-import { adminURLs, finish, loadStack, pickEdge, rulesPath, send } from './lib/stack.js';
+import { adminURLs, finish, loadStack, pickClient, pickEdge, rulesPath, send } from './lib/stack.js';
 
 const stack = loadStack();
 const RATE = parseInt(__ENV.RATE || '30', 10);
@@ -128,10 +128,6 @@ function phase() {
   return m.drill_end && eg.now() >= m.drill_end + DURING * 1000 ? 'after' : 'during';
 }
 
-function homeOf(client) {
-  return stack.regionNames[client.id % stack.regionNames.length];
-}
-
 // An edge still shedding from an earlier overload (the ramp recovers over
 // minutes) would fail requests before the drill; setup waits for every
 // edge's shed level to be back at or below zero.
@@ -154,10 +150,7 @@ export function setup() {
 
 export function traffic() {
   const region = __ENV.HOME_REGION;
-  let client = population.pick();
-  for (let i = 0; i < 20 && !client.roaming && homeOf(client) !== region; i++) {
-    client = population.pick();
-  }
+  const client = pickClient(stack, population, region);
   const p = phase();
   const edge = pickEdge(stack, region);
   if (!edge) {

@@ -7,7 +7,7 @@
 //   SMOKE=1: the CI smoke: 20 s, correctness thresholds only.
 import { check } from 'k6';
 import eg from 'k6/x/edgeguard';
-import { adminURLs, correctnessThresholds, finish, loadStack, pickEdge, rulesPath, send } from './lib/stack.js';
+import { adminURLs, correctnessThresholds, finish, homeOf, loadStack, pickClient, pickEdge, rulesPath, send } from './lib/stack.js';
 
 const stack = loadStack();
 const SMOKE = __ENV.SMOKE === '1';
@@ -53,13 +53,6 @@ export const options = {
   teardownTimeout: '60s',
 };
 
-// Non-roaming clients live in one home region (by id); roaming ones are
-// sent to any region. Each region's scenario draws until it has one of its
-// own or a roaming one.
-function homeOf(client) {
-  return stack.regionNames[client.id % stack.regionNames.length];
-}
-
 export function setup() {
   eg.scrape('start', adminURLs(stack));
   return { started: eg.now() };
@@ -67,16 +60,13 @@ export function setup() {
 
 export function traffic() {
   const region = __ENV.HOME_REGION;
-  let client = population.pick();
-  for (let i = 0; i < 20 && !client.roaming && homeOf(client) !== region; i++) {
-    client = population.pick();
-  }
+  const client = pickClient(stack, population, region);
   const edge = pickEdge(stack, region);
   if (!edge) {
     check(null, { 'DNS answered an edge': () => false });
     return;
   }
-  const roaming = client.roaming && homeOf(client) !== region;
+  const roaming = client.roaming && homeOf(stack, client) !== region;
   const res = send(checker, client, edge, { path: REQ_PATH, tags: { roaming: String(roaming) } });
   check(res, {
     'answered 2xx or 429': (r) => (r.status >= 200 && r.status < 300) || r.status === 429,

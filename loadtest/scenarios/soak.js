@@ -10,7 +10,7 @@
 // warm-up; p99(last 5 min) <= 1.5 x p99(first 5 min).
 import { check, sleep } from 'k6';
 import eg from 'k6/x/edgeguard';
-import { adminURLs, correctnessThresholds, finish, loadStack, pickEdge, rulesPath, send } from './lib/stack.js';
+import { adminURLs, correctnessThresholds, finish, loadStack, pickClient, pickEdge, rulesPath, send } from './lib/stack.js';
 
 const stack = loadStack();
 const RATE = parseInt(__ENV.RATE || '30', 10);
@@ -57,10 +57,6 @@ export const options = {
   teardownTimeout: '120s',
 };
 
-function homeOf(client) {
-  return stack.regionNames[client.id % stack.regionNames.length];
-}
-
 export function setup() {
   eg.scrape('start', adminURLs(stack));
   return { started: eg.now() };
@@ -68,10 +64,7 @@ export function setup() {
 
 export function traffic() {
   const region = __ENV.HOME_REGION;
-  let client = population.pick();
-  for (let i = 0; i < 20 && !client.roaming && homeOf(client) !== region; i++) {
-    client = population.pick();
-  }
+  const client = pickClient(stack, population, region);
   const edge = pickEdge(stack, region);
   if (!edge) {
     check(null, { 'DNS answered an edge': () => false });

@@ -58,6 +58,21 @@ export function rulesPath(stack) {
   return stack.rulesFile;
 }
 
+// homeOf is a non-roaming client's one home region (by id).
+export function homeOf(stack, client) {
+  return stack.regionNames[client.id % stack.regionNames.length];
+}
+
+// pickClient draws a client of region's scenario from population: one whose
+// home is region, or a roaming one (which is sent to any region).
+export function pickClient(stack, population, region) {
+  let client = population.pick();
+  for (let i = 0; i < 20 && !client.roaming && homeOf(stack, client) !== region; i++) {
+    client = population.pick();
+  }
+  return client;
+}
+
 // pickEdge follows DNS like a client would: the region's Consul DNS answers
 // edge.query.consul with its healthy edges (or, failing over, another
 // region's). Without a DNS address (or with DNS=0) it picks among the
