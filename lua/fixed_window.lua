@@ -1,37 +1,43 @@
--- Fixed window: KEYS[1] is a hash {w = window start ms, n = count}; windows are
--- aligned to the epoch. Cheapest, and admits up to 2×limit across a boundary
+-- Fixed window: KEYS[1] is a hash with one field per window, named by the
+-- window's start (ms; windows are aligned to the epoch), holding the units
+-- admitted in it. Cheapest, and admits up to 2×limit across a boundary
 -- (limit at the end of one window, limit at the start of the next).
--- The TTL ends the window: it is set when a window's first unit is admitted
--- and stays (every later admission of the window would set the same time).
+-- A take adds its cost first (one HINCRBY: the read and the write of an
+-- admitted request in one call) and gives back what it did not admit, so a
+-- denial leaves the count as it found it. The TTL ends the window: it is set
+-- when a window's first unit is admitted, and a field left from the window
+-- before (the key outlived its window by a rounding) goes with the key.
 local key = KEYS[1]
 local W = math.floor(window / 1000)
 local nowms = math.floor(now / 1000)
 local ws = nowms - math.fmod(nowms, W)
-local h = redis.call('HMGET', key, 'w', 'n')
-local w = tonumber(h[1])
 if mode == 'refund' then
-  if w == aux then
-    redis.call('HSET', key, 'n', math.max(0, tonumber(h[2]) - cost))
+  local n = tonumber(redis.call('HGET', key, aux))
+  if n then
+    redis.call('HSET', key, aux, math.max(0, n - cost))
   end
   return 0
 end
-local n = 0
-if w and w >= ws then
-  ws = w
-  n = tonumber(h[2])
-end
 local need = aux
+local n
+if cost > 0 then
+  n = redis.call('HINCRBY', key, ws, cost) - cost
+else
+  n = tonumber(redis.call('HGET', key, ws)) or 0
+end
 local admitted = math.max(0, math.min(cost, limit - n))
 admitted = whole(admitted, need)
-if admitted > 0 then
-  n = n + admitted
-  if w == ws then
-    redis.call('HSET', key, 'n', n)
+if admitted < cost then
+  if n + admitted == 0 then
+    redis.call('HDEL', key, ws)
   else
-    redis.call('HSET', key, 'w', ws, 'n', n)
-    redis.call('PEXPIRE', key, math.max(1, ws + W - nowms))
+    redis.call('HINCRBY', key, ws, admitted - cost)
   end
 end
+if admitted > 0 and n == 0 then
+  redis.call('PEXPIRE', key, math.max(1, ws + W - nowms))
+end
+n = n + admitted
 local reset = ws + W - nowms
 local retry = 0
 if admitted < cost and (need > limit or n + need > limit) then retry = reset end

@@ -8,6 +8,8 @@ package lua
 import (
 	"embed"
 	"fmt"
+	"regexp"
+	"strings"
 )
 
 //go:embed *.lua
@@ -25,8 +27,25 @@ const (
 	Behaviour = "behaviour"
 )
 
-// Source returns the complete script for an algorithm: prelude plus body.
+// Source returns the complete script for an algorithm: the clock, the
+// prelude and the algorithm's body.
 func Source(name string) (string, error) {
+	body, err := algorithm(name)
+	if err != nil {
+		return "", err
+	}
+	return clock + body, nil
+}
+
+// clock reads Redis's clock (prelude.lua calls it when ARGV[2] is 0).
+const clock = `local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+`
+
+// algorithm is an algorithm's prelude and body, without the clock.
+func algorithm(name string) (string, error) {
 	prelude, err := files.ReadFile("prelude.lua")
 	if err != nil {
 		return "", fmt.Errorf("reading prelude: %w", err)
@@ -45,6 +64,79 @@ func Source(name string) (string, error) {
 	}
 	return src + string(body), nil
 }
+
+// Alg describes an algorithm to Batch: its code in the batch's ARGV, its
+// script's name, and how many keys and arguments one call of it takes.
+type Alg struct {
+	Code       int
+	Name       string
+	Keys, Args int
+}
+
+var (
+	argvRef = regexp.MustCompile(`\bARGV\[(\d+)\]`)
+	keysRef = regexp.MustCompile(`\bKEYS\[(\d+)\]`)
+)
+
+// Batch returns the script that runs many decisions in one call. Every
+// algorithm's script runs unchanged as a function, its KEYS and ARGV read
+// from its place in the batch's ARGV, one call after another, on one reading
+// of Redis's clock. The keys travel in ARGV, so they may sit in any slot of
+// the node (allow-cross-slot-keys): the caller groups calls by the master
+// that serves them.
+//
+// ARGV: 1 the number of calls; then per call: its algorithm's code, its
+// keys, its arguments (as many as the Alg says). The reply has one element
+// per call: what the algorithm's script returns, or an error. A call whose
+// keys the node does not serve (a slot moving) fails with "non local key"
+// at its first redis.call, before it writes.
+func Batch(algs []Alg) (string, error) {
+	var b strings.Builder
+	b.WriteString("#!lua flags=allow-cross-slot-keys\n")
+	b.WriteString(batchClock)
+	for _, a := range algs {
+		body, err := algorithm(a.Name)
+		if err != nil {
+			return "", err
+		}
+		body = argvRef.ReplaceAllString(body, "ARGV[ab + $1]")
+		body = keysRef.ReplaceAllString(body, "ARGV[kb + $1]")
+		fmt.Fprintf(&b, "run[%d] = function(kb, ab)\n%s\nend\nwidth[%d] = {%d, %d}\n", a.Code, body, a.Code, a.Keys, a.Keys+a.Args)
+	}
+	b.WriteString(batchLoop)
+	return b.String(), nil
+}
+
+// batchClock reads Redis's clock once per batch.
+const batchClock = `local now_once
+local function server_now()
+  if not now_once then
+    local t = redis.call('TIME')
+    now_once = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return now_once
+end
+local run, width = {}, {}
+`
+
+const batchLoop = `local out = {}
+local p = 2
+for i = 1, tonumber(ARGV[1]) do
+  local code = tonumber(ARGV[p])
+  local f, w = run[code], width[code]
+  if not f then
+    return redis.error_reply('ERR edgeguard: unknown algorithm in batch')
+  end
+  local ok, r = pcall(f, p, p + w[1])
+  p = p + 1 + w[2]
+  if ok or (type(r) == 'table' and r.err) then
+    out[i] = r
+  else
+    out[i] = redis.error_reply(tostring(r))
+  end
+end
+return out
+`
 
 // Plain returns a script without the prelude.
 func Plain(name string) (string, error) {

@@ -27,8 +27,7 @@ if not (now and limit and window and extra and cost and aux) or limit <= 0 or wi
   return redis.error_reply('ERR edgeguard: bad script arguments')
 end
 if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = server_now()
 end
 
 -- Units are admitted in whole requests: `need` is one request's cost, so a

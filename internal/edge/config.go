@@ -35,10 +35,11 @@ type Config struct {
 	// A slow Redis is waited for (limits stay exact); a frozen one costs the
 	// requests of one deadline before the breaker opens.
 	RedisTimeout time.Duration
-	// RedisAutopipeline (on by default) sends concurrent requests'
-	// single-limit calls together (go-redis's AutoPipeliner): a call that
-	// finds others in flight joins their next shared pipeline, a lone call
-	// goes at once (BENCHMARKS.md). It has no effect without Redis.
+	// RedisAutopipeline (on by default) batches concurrent requests'
+	// single-limit calls: a call that finds its Redis master busy waits and
+	// leaves with the others as one call of the batch script, a lone call
+	// goes at once (pkg/limiter lanes, BENCHMARKS.md). It has no effect
+	// without Redis.
 	RedisAutopipeline bool
 	// FailMode is what happens when Redis cannot decide: fallback (local
 	// memory store with limit / nodes), open (admit) or closed (503).
@@ -151,7 +152,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&c.Redis, "redis", c.Redis, "go-redis URL (redis://user:pass@h1:6379?addr=h2:6379, rediss:// for TLS, ?master_name= for Sentinel); empty = embedded memory store")
 	fs.Var((*modeFlag)(&c.RedisMode), "redis-mode", "standalone, cluster or sentinel")
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip: a slower call is decided by --fail-mode and counts towards opening the breaker")
-	fs.BoolVar(&c.RedisAutopipeline, "redis-autopipeline", c.RedisAutopipeline, "send concurrent requests' single-limit Redis calls together in shared pipelines (go-redis AutoPipeliner; a call with none other in flight goes at once); =false sends each request's calls on their own")
+	fs.BoolVar(&c.RedisAutopipeline, "redis-autopipeline", c.RedisAutopipeline, "batch concurrent requests' single-limit Redis calls (one script call per batch and Redis master; a call that finds its master idle goes at once); =false sends each request's calls on their own")
 	fs.Var((*failFlag)(&c.FailMode), "fail-mode", "when Redis cannot decide: fallback (local limit / nodes), open (admit) or closed (503; /readyz then answers 503 too)")
 	fs.StringVar(&c.Rules, "rules", c.Rules, "rules file (YAML, version 1); re-read on SIGHUP")
 	fs.StringVar(&c.Consul, "consul", c.Consul, "local Consul agent (host:port, or https://host:port); rules, shedder settings and registration come from it; empty = no Consul")

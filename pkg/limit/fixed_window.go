@@ -1,8 +1,8 @@
 package limit
 
 // FixedWindow is the cheapest: one counter per epoch-aligned window, so it
-// admits up to 2×Limit across a window boundary. Redis and memory: a hash
-// {w = window start ms, n = count}.
+// admits up to 2×Limit across a window boundary. Redis: a hash whose field
+// is the window's start (ms) and value its count; memory: the same pair.
 var FixedWindow = register(&Spec{
 	Name:   "fixed_window",
 	Script: "fixed_window",

@@ -1,8 +1,41 @@
 package limiter
 
-// LoneInFlight is how many lone calls the store has in flight (tests wait
-// for one before sending a call that must join the autopipeliner's batch).
-func (s *RedisStore) LoneInFlight() int64 { return s.lone.Load() }
+import "context"
 
-// LoneDirect is how many lone calls go straight to a connection at once.
+// LoneInFlight is how many lone calls and batches the store has in flight
+// (tests wait for some before sending a call that must wait for a batch).
+func (s *RedisStore) LoneInFlight() int64 {
+	s.lanes.mu.RLock()
+	defer s.lanes.mu.RUnlock()
+	var n int64
+	for _, l := range s.lanes.by {
+		l.mu.Lock()
+		n += int64(l.inflight)
+		l.mu.Unlock()
+	}
+	return n
+}
+
+// LoneDirect is how many lone calls of a lane go straight to a connection at once.
 const LoneDirect = loneDirect
+
+// LaneBatches is how many batch calls the store's lanes sent and how many
+// lone calls those carried.
+func (s *RedisStore) LaneBatches() (batches, calls int64) {
+	return s.lanes.batches.Load(), s.lanes.batched.Load()
+}
+
+// TakeBatched sends reqs' takes as one call of the batch script on the
+// master client given (how a lane sends its queue) and returns each take's
+// reply or error.
+func (s *RedisStore) TakeBatched(ctx context.Context, master RedisClient, reqs []Request) ([][]int64, []error) {
+	cs := make([]call, len(reqs))
+	for i, r := range reqs {
+		cs[i] = call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, s.ids.next(), r.Cost, r.need(), 1)}
+	}
+	out, errs := make([][]int64, len(reqs)), make([]error, len(reqs))
+	for i, cmd := range s.batched(ctx, master, cs) {
+		out[i], errs[i] = cmd.Int64Slice()
+	}
+	return out, errs
+}

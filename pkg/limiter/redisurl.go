@@ -89,9 +89,14 @@ func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 type RedisConn struct {
 	// Client runs the commands.
 	Client RedisClient
-	// Batch, when set, takes lone script calls: go-redis's AutoPipeliner
-	// sends the calls of concurrent Takes together, in one pipeline per node.
+	// Batch, when set, batches lone script calls: the store's lanes send
+	// the decisions of concurrent Takes waiting for the same master as one
+	// call of the batch script, and a behaviour rider travels with its
+	// Take through go-redis's AutoPipeliner.
 	Batch *redis.AutoPipeliner
+	// Node is the client of the Cluster master serving a key (a lane's
+	// batch goes to it by name); nil outside a Cluster.
+	Node func(ctx context.Context, key string) (*redis.Client, error)
 	// Master names the Cluster master serving a key, so the limiter keeps a
 	// breaker per master; nil outside a Cluster.
 	Master func(ctx context.Context, key string) (string, error)
@@ -115,25 +120,21 @@ func Conn(c redis.UniversalClient) RedisConn {
 			return node.Options().Addr, nil
 		}
 		conn.Reload = cc.ReloadState
+		conn.Node = cc.MasterForKey
 	}
 	return conn
 }
 
-// AutoPipelined is Conn(c) with lone script calls handed to go-redis's
-// AutoPipeliner, which sends the calls of concurrent Takes together in one
-// pipeline per node. Several calls of one Take keep their own pipeline: one
-// round trip per node.
+// AutoPipelined is Conn(c) with lone script calls batched: the store's
+// lanes (lanes.go) send the calls of concurrent Takes waiting for the same
+// master as one call of the batch script, and a behaviour rider travels
+// with its Take through go-redis's AutoPipeliner (c's deferred one, shared
+// with any other user of c's AsyncAutoPipeline). Several calls of one Take
+// keep one round trip per node. A batched call still runs once its
+// caller's deadline has passed (the deadline ends only the wait), as a call
+// already written to a plain connection does.
 //
-// With a hundred or more Takes in flight per client it decides 1.2–1.8× as
-// many lone requests per second; a lone caller loses about a fifth of its
-// rate, some 10 µs per call (BENCHMARKS.md, "Pipelining concurrent requests
-// together"). A call still runs once its caller's deadline has passed (the
-// batch runs on the autopipeliner's context, the deadline ends only the
-// wait), as a call already written to a plain connection does; at most 16384
-// calls wait, beyond that they fail at once.
-//
-// The autopipeliner is c's deferred one, shared with any other user of c's
-// AsyncAutoPipeline. The func returned stops it; closing c stops it too.
+// The func returned stops the autopipeliner; closing c stops it too.
 func AutoPipelined(c redis.UniversalClient) (RedisConn, func() error, error) {
 	o := redis.DefaultAutoPipelineOptions() // one batch in flight per shard: the deepest batches
 	o.MaxQueuedCommands = 1 << 14

@@ -1,0 +1,143 @@
+package limiter_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+)
+
+// Concurrent lone Takes over a batching connection leave in shared batch
+// calls, and every algorithm decides in a batch what it decides alone: 96
+// callers, one fresh key each and one key they all share, on every
+// deployment.
+func TestLanesBatchLoneTakes(t *testing.T) {
+	const callers, shared = 96, 40
+	for _, mode := range allModes {
+		for _, alg := range limit.All() {
+			t.Run(string(mode)+"/"+alg.String(), func(t *testing.T) {
+				st := connStore(t, autoPipelined(t, client(mode)))
+				require.NoError(t, st.Load(ctx(t)))
+				p := testenv.KeyPrefix(t)
+				one := limiter.Limit{Key: p + "shared", Algorithm: alg, Limit: shared, Window: time.Minute}
+				before, _ := st.LaneBatches()
+				var mu sync.Mutex
+				var admitted int64
+				var wg sync.WaitGroup
+				for i := range callers {
+					wg.Go(func() {
+						own := one
+						own.Key, own.Limit = p+strconv.Itoa(i), 3
+						for _, l := range []limiter.Limit{own, one, own} {
+							ds, err := st.Take(ctx(t), []limiter.Request{{Limit: l, Cost: 1}})
+							if !assertNoError(t, err) {
+								return
+							}
+							if l.Key == one.Key {
+								mu.Lock()
+								admitted += ds[0].Admitted
+								mu.Unlock()
+							} else if !ds[0].Allowed {
+								t.Errorf("%s: own key denied: %+v", l.Key, ds[0])
+							}
+						}
+						ds, err := st.Take(ctx(t), []limiter.Request{{Limit: own, Cost: 1}})
+						if assertNoError(t, err) && (!ds[0].Allowed || ds[0].Remaining != 0) {
+							t.Errorf("%s: third take: %+v, want admitted with 0 remaining", own.Key, ds[0])
+						}
+					})
+				}
+				wg.Wait()
+				require.EqualValues(t, shared, admitted, "the shared key admits exactly its limit")
+				after, _ := st.LaneBatches()
+				require.Greater(t, after, before, "some takes left in batches")
+			})
+		}
+	}
+}
+
+// A batch sent to a master whose slot is moving: the take whose key has
+// already left for the importing master wrote nothing where it was sent and
+// is decided there, through the routed call's ASK redirection; the rest of
+// the batch is decided on the master it was sent to.
+func TestLanesBatchFollowsMovingSlot(t *testing.T) {
+	cl, err := testenv.StartCluster(testenv.ClusterOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	c, err := limiter.NewRedisClient(cl.URL(), limiter.ModeCluster)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	cc := c.(*redis.ClusterClient)
+	st := connStore(t, autoPipelined(t, c))
+	require.NoError(t, st.Load(ctx(t)))
+
+	p := testenv.KeyPrefix(t)
+	moving := limiter.Limit{Key: p + "moving", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
+	key := st.Keys(moving)[0]
+	src, err := cc.MasterForKey(ctx(t), key)
+	require.NoError(t, err)
+	// Takes on keys the same master serves and keeps.
+	var reqs []limiter.Request
+	for i := 0; len(reqs) < 5; i++ {
+		l := limiter.Limit{Key: p + strconv.Itoa(i), Algorithm: limit.TokenBucket, Limit: 5, Window: time.Minute}
+		if m, err := cc.MasterForKey(ctx(t), st.Keys(l)[0]); err == nil && m.Options().Addr == src.Options().Addr {
+			reqs = append(reqs, limiter.Request{Limit: l, Cost: 1})
+		}
+	}
+	reqs = append(reqs[:2], append([]limiter.Request{{Limit: moving, Cost: 1}}, reqs[2:]...)...)
+
+	masters, err := cl.Masters(ctx(t))
+	require.NoError(t, err)
+	var dstAddr string
+	for _, m := range masters {
+		if m != src.Options().Addr {
+			dstAddr = m
+			break
+		}
+	}
+	dst := redis.NewClient(&redis.Options{Addr: dstAddr})
+	t.Cleanup(func() { _ = dst.Close() })
+	slot, err := src.ClusterKeySlot(ctx(t), key).Result()
+	require.NoError(t, err)
+	srcID, err := src.Do(ctx(t), "CLUSTER", "MYID").Text()
+	require.NoError(t, err)
+	dstID, err := dst.Do(ctx(t), "CLUSTER", "MYID").Text()
+	require.NoError(t, err)
+	require.NoError(t, dst.Do(ctx(t), "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	require.NoError(t, src.Do(ctx(t), "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	t.Cleanup(func() {
+		for _, n := range []*redis.Client{src, dst} {
+			_ = n.Do(context.Background(), "CLUSTER", "SETSLOT", slot, "STABLE").Err()
+		}
+	})
+
+	out, errs := st.TakeBatched(ctx(t), src, reqs)
+	for i, r := range reqs {
+		require.NoError(t, errs[i], r.Limit.Key)
+		require.Equal(t, []int64{1, 4}, out[i][:2], "%s: admitted 1, 4 remaining", r.Limit.Key)
+	}
+	n, err := src.ClusterCountKeysInSlot(ctx(t), int(slot)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing written on the master the slot is leaving")
+	conn := dst.Conn()
+	defer conn.Close()
+	var exists, del *redis.IntCmd
+	_, err = conn.Pipelined(ctx(t), func(p redis.Pipeliner) error {
+		p.Do(ctx(t), "ASKING")
+		exists = p.Exists(ctx(t), key)
+		p.Do(ctx(t), "ASKING")
+		del = p.Del(ctx(t), key)
+		return nil
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, exists.Val(), "the moving take was decided on the importing master")
+	require.EqualValues(t, 1, del.Val())
+}
