@@ -2,6 +2,8 @@ package limiter_test
 
 import (
 	"context"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -140,4 +142,31 @@ func TestLanesBatchFollowsMovingSlot(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, exists.Val(), "the moving take was decided on the importing master")
 	require.EqualValues(t, 1, del.Val())
+}
+
+// pairStore sends every Take with a second request on a key of its own, so
+// a standalone store sends it as one call of the batch script.
+type pairStore struct {
+	*limiter.RedisStore
+	filler limiter.Limit
+}
+
+func (p pairStore) Take(ctx context.Context, reqs []limiter.Request) ([]limiter.Decision, error) {
+	ds, err := p.RedisStore.Take(ctx, append(slices.Clone(reqs), limiter.Request{Limit: p.filler, Cost: 1}))
+	if err != nil {
+		return nil, err
+	}
+	return ds[:len(reqs)], nil
+}
+
+// TestDifferentialMemoryRedis's random sequences through the batch script:
+// every algorithm decides in a batch exactly what its Go twin decides.
+func TestBatchScriptDifferential(t *testing.T) {
+	red := redisStore(t, client(limiter.ModeStandalone))
+	for _, alg := range limit.All() {
+		t.Run(alg.String(), func(t *testing.T) {
+			filler := limiter.Limit{Key: testenv.KeyPrefix(t) + "filler", Algorithm: limit.FixedWindow, Limit: 1_000_000, Window: time.Hour}
+			differential(t, pairStore{red, filler}, rand.New(rand.NewPCG(11, uint64(alg))), alg, 150)
+		})
+	}
 }

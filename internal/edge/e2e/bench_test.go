@@ -961,13 +961,15 @@ func openLoop(addr string, rate float64, d time.Duration) (openLoopRun, error) {
 //	                     script through RedisStore.Take over a plain client
 //	                     (a lone EVALSHA), the counter as a 2-command pipeline
 //	<algorithm>/batched  the same goroutines, 16 decisions per round trip:
-//	                     a Take of 16 requests (one pipeline), against a
+//	                     a Take of 16 requests (one call of the batch script,
+//	                     as a lane at the edge sends its queue), against a
 //	                     pipeline of 16 INCRBY+EXPIRE pairs
 //
 // Script and counter alternate in 1 s slices, three of each, so both see the
 // same machine; Redis CPU is used_cpu_user + used_cpu_sys (INFO cpu) over
 // each slice. empty-script is the floor: a script that returns at once,
-// called with a fixed window's key and arguments. Concurrency's decisions include their release (a second
+// called with a fixed window's key and arguments, one EVALSHA per decision
+// (16 in a pipeline for batched). Concurrency's decisions include their release (a second
 // script call), as at the edge. Reported: Redis µs per decision for both and
 // their ratio. b.N is ignored: run it with -benchtime 1x.
 func BenchmarkRedisScriptCost(b *testing.B) {
