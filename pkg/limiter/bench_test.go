@@ -82,8 +82,14 @@ func benchAlgName(a limiter.Algorithm) string {
 // window keeps the sliding log's and the concurrency set's members (and so
 // Redis's memory) bounded over a long run; the work per call does not depend
 // on the window.
+// The algorithms that keep one member per unit take their largest valid
+// quota.
 func admitting(alg limiter.Algorithm) limiter.Limit {
-	return limiter.Limit{Algorithm: alg, Limit: 1_000_000, Window: time.Second}
+	l := limiter.Limit{Algorithm: alg, Limit: 1_000_000, Window: time.Second}
+	if m := alg.Spec().MaxLimit; m > 0 && l.Limit > m {
+		l.Limit = m
+	}
+	return l
 }
 
 // denying is the shape of a denied-path benchmark's limits: a quota of one
@@ -393,7 +399,7 @@ func BenchmarkDecide(b *testing.B) {
 				}
 				b.Run(name, func(b *testing.B) {
 					clientLimits := benchLimits(b, admitting(limit.FixedWindow), benchKeys)
-					tenant := limiter.Limit{Algorithm: limit.TokenBucket, Limit: 1_000_000_000, Window: time.Second}
+					tenant := limiter.Limit{Algorithm: limit.TokenBucket, Limit: 1_000_000, Window: time.Second} // the largest valid rate
 					if denied {
 						tenant = limiter.Limit{Algorithm: limit.TokenBucket, Limit: 1, Window: 24 * time.Hour}
 					}
