@@ -39,3 +39,24 @@ func (s *RedisStore) TakeBatched(ctx context.Context, master RedisClient, reqs [
 	}
 	return out, errs
 }
+
+// SetMaxLaneQueue changes how many calls a lane queues; the returned func
+// restores it.
+func SetMaxLaneQueue(n int) func() {
+	old := maxLaneQueue
+	maxLaneQueue = n
+	return func() { maxLaneQueue = old }
+}
+
+// LaneQueued is how many calls wait in the store's lanes.
+func (s *RedisStore) LaneQueued() int {
+	s.lanes.mu.RLock()
+	defer s.lanes.mu.RUnlock()
+	n := 0
+	for _, l := range s.lanes.by {
+		l.mu.Lock()
+		n += len(l.queue)
+		l.mu.Unlock()
+	}
+	return n
+}

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -46,6 +47,15 @@ type waiter struct {
 // maxLaneBatch bounds one batch (the rest waits for the next).
 const maxLaneBatch = 128
 
+// maxLaneQueue bounds a lane's queue: while Redis is slow the queue could
+// otherwise grow with every request until the breaker opens; past it a
+// call fails at once (the limiter's fallback decides it), as go-redis's
+// AutoPipeliner fails a call past its queue.
+var maxLaneQueue = 1 << 14
+
+// ErrLaneFull means a call found its Redis master's queue full.
+var ErrLaneFull = errors.New("limiter: too many calls waiting for one Redis master")
+
 // lane returns the lane of the master serving key.
 func (ls *lanes) lane(ctx context.Context, key string) *lane {
 	addr, client := "", ls.s.client
@@ -82,6 +92,12 @@ func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 		l.mu.Unlock()
 		cmd := l.s.direct(ctx, c)
 		l.next()
+		return cmd
+	}
+	if len(l.queue) >= maxLaneQueue {
+		l.mu.Unlock()
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(ErrLaneFull)
 		return cmd
 	}
 	w := &waiter{ctx: ctx, c: c, done: make(chan struct{})}

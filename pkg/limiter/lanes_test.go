@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -168,5 +169,47 @@ func TestBatchScriptDifferential(t *testing.T) {
 			filler := limiter.Limit{Key: testenv.KeyPrefix(t) + "filler", Algorithm: limit.FixedWindow, Limit: 1_000_000, Window: time.Hour}
 			differential(t, pairStore{red, filler}, rand.New(rand.NewPCG(11, uint64(alg))), alg, 150)
 		})
+	}
+}
+
+// While Redis does not answer, a lane queues a bounded number of calls; the
+// next fails at once (the limiter's fallback decides it) instead of growing
+// the queue, and the queued ones are decided once Redis answers.
+func TestLaneQueueIsBounded(t *testing.T) {
+	defer limiter.SetMaxLaneQueue(3)()
+	st := connStore(t, autoPipelined(t, client(limiter.ModeStandalone)))
+	require.NoError(t, st.Load(ctx(t)))
+	p := testenv.KeyPrefix(t)
+	pauser := redis.NewClient(&redis.Options{Addr: standaloneSrv().Addr})
+	defer pauser.Close()
+	require.NoError(t, pauser.Do(ctx(t), "CLIENT", "PAUSE", 300, "ALL").Err())
+	take := func(i int) error {
+		l := limiter.Limit{Key: p + strconv.Itoa(i), Algorithm: limit.FixedWindow, Limit: 10, Window: time.Minute}
+		ds, err := st.Take(ctx(t), []limiter.Request{{Limit: l, Cost: 1}})
+		if err == nil && ds[0].Remaining != 9 {
+			err = fmt.Errorf("take %d: %+v", i, ds[0])
+		}
+		return err
+	}
+	done := make(chan error, limiter.LoneDirect+3)
+	waitFor := func(what string, ok func() bool) {
+		for deadline := time.Now().Add(2 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), what)
+		}
+	}
+	for i := range limiter.LoneDirect {
+		go func() { done <- take(i) }()
+	}
+	waitFor("the lane's places are taken", func() bool { return st.LoneInFlight() == limiter.LoneDirect })
+	for i := range 3 {
+		go func() { done <- take(limiter.LoneDirect + i) }()
+	}
+	waitFor("three calls queue", func() bool { return st.LaneQueued() == 3 })
+	start := time.Now()
+	err := take(99)
+	require.ErrorIs(t, err, limiter.ErrLaneFull)
+	require.Less(t, time.Since(start), 100*time.Millisecond, "the full queue fails the call at once")
+	for range limiter.LoneDirect + 3 {
+		require.NoError(t, <-done)
 	}
 }
