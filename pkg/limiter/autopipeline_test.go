@@ -177,12 +177,11 @@ func TestAutoPipelinedErrorsPerCall(t *testing.T) {
 	}
 }
 
-// The caller's deadline bounds a Take even though the batch runs on the
-// autopipeliner's own context, and the abandoned call still runs once Redis
-// answers (as a call already written to a plain connection does). The first
-// few lone calls in flight go straight to connections, so the Take under
-// test is sent while that many others are in flight: it joins the
-// autopipeliner's batch.
+// The caller's deadline bounds a Take even though a batch is not bound by
+// its callers' deadlines, and the abandoned call still runs once Redis
+// answers (as a call already written to a plain connection does). The
+// lane's places are taken by calls in flight, so the Take under test
+// queues for the lane's next batch.
 func TestAutoPipelinedDeadline(t *testing.T) {
 	c := client(limiter.ModeStandalone)
 	st := connStore(t, autoPipelined(t, c))
@@ -212,6 +211,11 @@ func TestAutoPipelinedDeadline(t *testing.T) {
 	require.Less(t, time.Since(start), 150*time.Millisecond, "the deadline, not the pause, ended the wait")
 	for range limiter.LoneDirect {
 		require.NoError(t, <-otherDone)
+	}
+	// The abandoned call leaves in a batch once a place frees: wait until
+	// nothing is in flight.
+	for deadline := time.Now().Add(2 * time.Second); st.LoneInFlight() > 0; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "the abandoned call's batch ends")
 	}
 	ds, err := st.Take(ctx(t), []limiter.Request{{Limit: l, Cost: 1}})
 	require.NoError(t, err)
