@@ -250,7 +250,9 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 	}
 	// 2. Per-key coalescing: checks whose key has a call in flight join the
 	// next call for that key; the others lead, in one pipeline.
-	var leads, joined []pending
+	var leadBuf [2]pending
+	leads := leadBuf[:0]
+	var joined []pending
 	for i, c := range checks {
 		p := pending{i: i, check: c, key: keys[i]}
 		b, it, how := l.flights.join(c, keys[i])
@@ -436,14 +438,14 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	start := time.Now()
 	got, err := l.store.Take(ctx, send)
 	l.metrics.storeCalls.Add(float64(len(send)))
-	var te *TakeError
+	perCall := takeErrs(err)
 	answered := l.now()
 	for j, i := range sent {
 		var e error
 		switch {
 		case err == nil:
-		case errors.As(err, &te):
-			e = te.Errs[j]
+		case perCall != nil:
+			e = perCall[j]
 		default:
 			e = err
 		}
@@ -672,4 +674,16 @@ func (d *sharedDeadline) get() context.Context {
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(d.timeout))
 	d.cur.Store(&deadlineCtx{ctx: ctx, cancel: cancel, from: n})
 	return ctx
+}
+
+// takeErrs is a TakeError's per-request errors (nil for any other error).
+func takeErrs(err error) []error {
+	if err == nil {
+		return nil
+	}
+	var te *TakeError
+	if errors.As(err, &te) {
+		return te.Errs
+	}
+	return nil
 }

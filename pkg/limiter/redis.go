@@ -126,6 +126,15 @@ func (s *RedisStore) Keys(l Limit) []string {
 	return keys
 }
 
+// takeOne is the state of a Take of one request, allocated at once.
+type takeOne struct {
+	out   [1]Decision
+	errs  [1]error
+	calls [1]call
+	ids   [1]string
+	cmds  [1]*redis.Cmd
+}
+
 // call is one script invocation: its algorithm, keys and arguments.
 type call struct {
 	alg  Algorithm
@@ -152,10 +161,20 @@ func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, 
 
 // Take implements Store.
 func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
-	out := make([]Decision, len(reqs))
-	errs := make([]error, len(reqs))
-	calls := make([]call, len(reqs))
-	ids := make([]string, len(reqs))
+	var (
+		out   []Decision
+		errs  []error
+		calls []call
+		ids   []string
+		cmds  []*redis.Cmd
+	)
+	if len(reqs) == 1 { // most Takes: one allocation for their state
+		one := new(takeOne)
+		out, errs, calls, ids, cmds = one.out[:], one.errs[:], one.calls[:], one.ids[:], one.cmds[:]
+	} else {
+		out, errs, calls, ids = make([]Decision, len(reqs)), make([]error, len(reqs)), make([]call, len(reqs)), make([]string, len(reqs))
+		cmds = make([]*redis.Cmd, len(reqs))
+	}
 	for i, r := range reqs {
 		if errs[i] = r.valid(); errs[i] != nil {
 			continue
@@ -165,7 +184,7 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 		}
 		calls[i] = call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, ids[i], r.Cost, r.need(), 1)}
 	}
-	cmds := s.run(ctx, calls, errs)
+	s.run(ctx, calls, errs, cmds)
 	failed := false
 	for i, r := range reqs {
 		if errs[i] != nil {
@@ -202,7 +221,8 @@ func (s *RedisStore) Refund(ctx context.Context, leases []Lease) error {
 		calls = append(calls, call{l.Limit.Algorithm, s.Keys(l.Limit), s.argv("refund", l.Limit, time.Time{}, l.id, l.Units, l.state, l.first)})
 	}
 	errs := make([]error, len(calls))
-	cmds := s.run(ctx, calls, errs)
+	cmds := make([]*redis.Cmd, len(calls))
+	s.run(ctx, calls, errs, cmds)
 	for i := range calls {
 		if errs[i] == nil {
 			errs[i] = cmds[i].Err()
@@ -214,12 +234,12 @@ func (s *RedisStore) Refund(ctx context.Context, leases []Lease) error {
 	return errors.Join(errs...)
 }
 
-// run sends calls (skipping those with an error already) in one pipeline.
+// run sends calls (skipping those with an error already) in one pipeline,
+// filling cmds.
 // Script caches vanish when a node restarts or fails over, so commands that
 // meet NOSCRIPT are run again after loading the scripts — only those: the
 // others have already counted.
-func (s *RedisStore) run(ctx context.Context, calls []call, errs []error) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
+func (s *RedisStore) run(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd) {
 	s.exec(ctx, calls, errs, cmds, func(int) bool { return true })
 	retry := func(i int) bool { return cmds[i] != nil && isNoScript(cmds[i].Err()) }
 	again := false
@@ -227,7 +247,7 @@ func (s *RedisStore) run(ctx context.Context, calls []call, errs []error) []*red
 		again = again || retry(i)
 	}
 	if !again {
-		return cmds
+		return
 	}
 	if err := s.Load(ctx); err != nil {
 		for i := range cmds {
@@ -235,7 +255,7 @@ func (s *RedisStore) run(ctx context.Context, calls []call, errs []error) []*red
 				errs[i] = fmt.Errorf("%w: %w", ErrNoScript, err)
 			}
 		}
-		return cmds
+		return
 	}
 	s.exec(ctx, calls, errs, cmds, retry)
 	for i := range cmds {
@@ -243,7 +263,6 @@ func (s *RedisStore) run(ctx context.Context, calls []call, errs []error) []*red
 			errs[i] = fmt.Errorf("%w after reload: %w", ErrNoScript, cmds[i].Err())
 		}
 	}
-	return cmds
 }
 
 func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd, want func(int) bool) {
