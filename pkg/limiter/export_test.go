@@ -31,7 +31,7 @@ func (s *RedisStore) LaneBatches() (batches, calls int64) {
 func (s *RedisStore) TakeBatched(ctx context.Context, master RedisClient, reqs []Request) ([][]int64, []error) {
 	cs := make([]call, len(reqs))
 	for i, r := range reqs {
-		cs[i] = call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, s.ids.next(), r.Cost, r.need(), 1)}
+		cs[i] = s.takeCall(r, s.ids.next())
 	}
 	out, errs := make([][]int64, len(reqs)), make([]error, len(reqs))
 	for i, cmd := range s.batched(ctx, master, cs) {

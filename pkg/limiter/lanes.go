@@ -91,14 +91,14 @@ func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 		l.inflight++
 		l.mu.Unlock()
 		cmd := l.s.direct(ctx, c)
-		l.next()
+		if ws := l.next(); ws != nil {
+			go l.drain(ws)
+		}
 		return cmd
 	}
 	if len(l.queue) >= maxLaneQueue {
 		l.mu.Unlock()
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ErrLaneFull)
-		return cmd
+		return failedCmd(ctx, ErrLaneFull)
 	}
 	w := &waiter{ctx: ctx, c: c, done: make(chan struct{})}
 	l.queue = append(l.queue, w)
@@ -107,28 +107,19 @@ func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 	case <-w.done:
 		return w.cmd
 	case <-ctx.Done():
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
-		return cmd
+		return failedCmd(ctx, ctx.Err())
 	}
 }
 
-// next frees an in-flight place: the queue, if any, leaves as one batch on
-// a goroutine that keeps the place while batches are waiting.
-func (l *lane) next() {
+// next is what the in-flight place just freed does: the next batch from
+// the queue, or nil when nothing waits (and the place is given up).
+func (l *lane) next() []*waiter {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if len(l.queue) == 0 {
 		l.inflight--
-		l.mu.Unlock()
-		return
+		return nil
 	}
-	ws := l.take()
-	l.mu.Unlock()
-	go l.drain(ws)
-}
-
-// take removes the next batch from the queue; l.mu is held.
-func (l *lane) take() []*waiter {
 	n := min(len(l.queue), maxLaneBatch)
 	ws := l.queue[:n:n]
 	if n == len(l.queue) {
@@ -139,17 +130,10 @@ func (l *lane) take() []*waiter {
 	return ws
 }
 
+// drain sends batches on the place it holds while any are waiting.
 func (l *lane) drain(ws []*waiter) {
-	for {
+	for ; ws != nil; ws = l.next() {
 		l.send(ws)
-		l.mu.Lock()
-		if len(l.queue) == 0 {
-			l.inflight--
-			l.mu.Unlock()
-			return
-		}
-		ws = l.take()
-		l.mu.Unlock()
 	}
 }
 
@@ -202,31 +186,28 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 		}
 	}
 	cmds := make([]*redis.Cmd, len(cs))
-	if err := cmd.Err(); err != nil {
+	out, ok := cmd.Val().([]any)
+	err := cmd.Err()
+	if err == nil && (!ok || len(out) != len(cs)) {
+		err = fmt.Errorf("batch script: %d replies for %d calls", len(out), len(cs))
+	}
+	if err != nil {
 		for i := range cmds {
-			cmds[i] = redis.NewCmd(ctx)
-			cmds[i].SetErr(err)
+			cmds[i] = failedCmd(ctx, err)
 		}
-		s.maybeReload(cmds[:1])
+		s.maybeReload([]*redis.Cmd{cmd})
 		return cmds
 	}
-	out, ok := cmd.Val().([]any)
 	for i, c := range cs {
-		if !ok || len(out) != len(cs) {
-			cmds[i] = redis.NewCmd(ctx)
-			cmds[i].SetErr(fmt.Errorf("batch script: %d replies for %d calls", len(out), len(cs)))
-			continue
-		}
-		if err, isErr := out[i].(error); isErr && strings.Contains(err.Error(), "non local key") {
+		switch err, isErr := out[i].(error); {
+		case isErr && strings.Contains(err.Error(), "non local key"):
 			// Its slot is moving: it wrote nothing, and the routed
 			// plain call follows the slot.
 			cmds[i] = s.direct(ctx, c)
-			continue
-		}
-		cmds[i] = redis.NewCmd(ctx)
-		if err, isErr := out[i].(error); isErr {
-			cmds[i].SetErr(err)
-		} else {
+		case isErr:
+			cmds[i] = failedCmd(ctx, err)
+		default:
+			cmds[i] = redis.NewCmd(ctx)
 			cmds[i].SetVal(out[i])
 		}
 	}

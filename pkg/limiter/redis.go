@@ -75,10 +75,7 @@ func NewRedisStore(conn RedisConn, keyPrefix string) (*RedisStore, error) {
 	var batch []lua.Alg
 	for _, a := range algs {
 		sp := a.Spec()
-		n := 7 // argv's arguments
-		if sp.Members {
-			n = 9
-		}
+		n := len(s.argv("take", Limit{Algorithm: a}, time.Time{}, "", 0, 0, 0)) // as many as every call
 		batch = append(batch, lua.Alg{Code: int(a), Name: sp.Script, Keys: len(sp.Keys), Args: n})
 	}
 	src, err := lua.Batch(batch)
@@ -159,6 +156,11 @@ func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, 
 	return []any{mode, now, a.Limit, a.Window, a.Extra, units, aux, id, first}
 }
 
+// takeCall is the script call that takes r; id names its members.
+func (s *RedisStore) takeCall(r Request, id string) call {
+	return call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, id, r.Cost, r.need(), 1)}
+}
+
 // Take implements Store.
 func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
 	var (
@@ -182,7 +184,7 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 		if r.Limit.Algorithm.Spec().Members {
 			ids[i] = s.ids.next()
 		}
-		calls[i] = call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, ids[i], r.Cost, r.need(), 1)}
+		calls[i] = s.takeCall(r, ids[i])
 	}
 	s.run(ctx, calls, errs, cmds)
 	failed := false
@@ -340,20 +342,33 @@ const loneDirect = 2
 // a call whose caller has given up still runs (and counts), as a call already
 // written to a connection does.
 func (s *RedisStore) submit(ctx context.Context, ap *redis.AutoPipeliner, c call) *redis.Cmd {
-	args := make([]any, 0, 3+len(c.keys)+len(c.args))
-	args = append(args, "evalsha", s.scripts[c.alg].sha, len(c.keys))
-	for _, k := range c.keys {
-		args = append(args, k)
-	}
-	cmd := redis.NewCmd(ctx, append(args, c.args...)...)
-	cmd.SetFirstKeyPos(3)
+	cmd := evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
 	f := ap.Submit(ctx, cmd)
 	if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The batch may still fill cmd in at any moment: the caller reads
 		// a settled copy instead.
-		cmd = redis.NewCmd(ctx)
-		cmd.SetErr(err)
+		return failedCmd(ctx, err)
 	}
+	return cmd
+}
+
+// evalShaCmd is an EVALSHA command for an autopipeliner or a pipeline's
+// Process, routed by its first key.
+func evalShaCmd(ctx context.Context, sha string, keys []string, argv []any) *redis.Cmd {
+	args := make([]any, 0, 3+len(keys)+len(argv))
+	args = append(args, "evalsha", sha, len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	cmd := redis.NewCmd(ctx, append(args, argv...)...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// failedCmd is a command that failed with err without being sent.
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
 	return cmd
 }
 

@@ -68,14 +68,7 @@ func riding(ctx context.Context) *Rider {
 }
 
 func (s *RedisStore) riderCmd(ctx context.Context, r *Rider) *redis.Cmd {
-	args := make([]any, 0, 3+len(r.Keys)+len(r.Args))
-	args = append(args, "evalsha", r.Script.sha, len(r.Keys))
-	for _, k := range r.Keys {
-		args = append(args, k)
-	}
-	cmd := redis.NewCmd(ctx, append(args, r.Args...)...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
+	return evalShaCmd(ctx, r.Script.sha, r.Keys, r.Args)
 }
 
 // execRiding is exec for sent calls with a rider: the rider joins their

@@ -64,14 +64,7 @@ func TestWorkersQueueFull(t *testing.T) {
 	release, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 
-	got := make(chan error, 1)
-	go func() {
-		r, err := w.Acquire(context.Background(), TierRead)
-		if err == nil {
-			r()
-		}
-		got <- err
-	}()
+	got := acquireLater(w, TierRead)
 	waitQueued(t, w, 1)
 
 	_, err = w.Acquire(context.Background(), TierRead)
@@ -155,14 +148,7 @@ func TestWorkersSetQueue(t *testing.T) {
 	require.NoError(t, w.SetQueue(1, time.Minute))
 	release, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		r, err := w.Acquire(context.Background(), TierRead)
-		if err == nil {
-			r()
-		}
-		got <- err
-	}()
+	got := acquireLater(w, TierRead)
 	waitQueued(t, w, 1)
 	release()
 	require.NoError(t, <-got)
@@ -271,14 +257,7 @@ func TestWorkersCriticalWaitsLonger(t *testing.T) {
 	hold, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 
-	critical := make(chan error, 1)
-	go func() {
-		release, err := w.Acquire(context.Background(), TierCritical)
-		if err == nil {
-			release()
-		}
-		critical <- err
-	}()
+	critical := acquireLater(w, TierCritical)
 	waitQueued(t, w, 1)
 	for _, tier := range []Tier{TierTest, TierRead, TierWrite} {
 		_, err = w.Acquire(context.Background(), tier)
@@ -324,14 +303,7 @@ func TestShedderSetsCriticalTimeout(t *testing.T) {
 	hold, err := w.Acquire(context.Background(), TierRead)
 	require.NoError(t, err)
 
-	critical := make(chan error, 1)
-	go func() {
-		release, err := w.Acquire(context.Background(), TierCritical)
-		if err == nil {
-			release()
-		}
-		critical <- err
-	}()
+	critical := acquireLater(w, TierCritical)
 	waitQueued(t, w, 1)
 	_, err = w.Acquire(context.Background(), TierWrite)
 	require.ErrorIs(t, err, ErrQueueTimeout)
@@ -346,4 +318,18 @@ func TestShedderSetsCriticalTimeout(t *testing.T) {
 	defer hold()
 	_, err = w.Acquire(context.Background(), TierCritical)
 	require.ErrorIs(t, err, ErrQueueTimeout, "Update set it back to queue_timeout")
+}
+
+// acquireLater takes a slot of tier on a goroutine (it queues while the
+// workers are busy), gives it back at once, and reports Acquire's error.
+func acquireLater(w *Workers, tier Tier) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		release, err := w.Acquire(context.Background(), tier)
+		if err == nil {
+			release()
+		}
+		got <- err
+	}()
+	return got
 }
