@@ -118,9 +118,9 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')"
 			e=$((e + 1))
 			addr="127.0.$((base + r)).$e"
 			name="$region-$pop-1"
-			start "edge-$name" "$state/bin/edge" --region "$region" --pop "$pop" \
+			EDGEGUARD_KEY_SALT="fixture-salt-$region" start "edge-$name" "$state/bin/edge" --region "$region" --pop "$pop" \
 				--listen "$addr:8080" --admin "$addr:9090" \
-				--redis "redis://127.0.0.1:$rport" --key-salt "fixture-salt-$region" \
+				--redis "redis://127.0.0.1:$rport" \
 				--trusted-proxies 127.0.0.1/32 --origin "http://127.0.0.1:$oport" \
 				--rules "$root/$rules" --shedder "$root/loadtest/fixture/shedder.json" \
 				--nodes-in-region 2 --nodes-in-pop 1 --workers 64 ${EDGE_FLAGS:-}

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
@@ -11,7 +12,11 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
-// adminHandler serves the admin port: never the public one.
+// adminHandler serves the admin port: never the public one. /metrics,
+// /healthz and /readyz are open (scrapers and load balancers); /debug
+// shows rules, client states and profiles, so it needs the admin token,
+// and /debug/pprof also --pprof. There is no /debug/pprof/cmdline: no
+// secret is on the command line, but nothing there needs to be shown.
 func (e *Edge) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{Registry: e.reg}))
@@ -25,7 +30,9 @@ func (e *Edge) adminHandler() http.Handler {
 		w.WriteHeader(code)
 		_, _ = w.Write([]byte(body + "\n"))
 	})
-	mux.HandleFunc("GET /debug/rules", func(w http.ResponseWriter, _ *http.Request) {
+	debug := http.NewServeMux()
+	mux.Handle("/debug/", e.adminAuth(debug))
+	debug.HandleFunc("GET /debug/rules", func(w http.ResponseWriter, _ *http.Request) {
 		snap := e.rules.Load()
 		var loaded time.Time
 		if at := e.rulesAt.Load(); at != nil {
@@ -42,11 +49,31 @@ func (e *Edge) adminHandler() http.Handler {
 			Rules    []rules.CompiledRule `json:"rules"`
 		}{snap.Version(), loaded, e.cfg.Region, e.cfg.PoP, snap.Rules()})
 	})
-	mux.HandleFunc("GET /debug/clients", e.bh.debugClients)
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	debug.HandleFunc("GET /debug/clients", e.bh.debugClients)
+	if e.cfg.Pprof {
+		debug.HandleFunc("GET /debug/pprof/", pprof.Index)
+		debug.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		debug.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		debug.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
+}
+
+// adminAuth lets a request through when it carries the admin token
+// (Authorization: Bearer TOKEN, compared in constant time).
+func (e *Edge) adminAuth(next http.Handler) http.Handler {
+	want := []byte("Bearer " + e.cfg.AdminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		if e.cfg.AdminToken == "" {
+			http.Error(w, "the /debug endpoints are off: start the edge with an admin token (EDGEGUARD_ADMIN_TOKEN or --admin-token-file)", http.StatusForbidden)
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="edgeguard admin"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -24,9 +24,10 @@ import (
 // The behaviour layer on the request path (package behaviour has the
 // model). For a request of a client:
 //
-//  1. before shedding, the client's identity (the API key an opted-in rule
-//     counts by, else its address, an IPv6 client's /64; hashed with the key
-//     salt) and its level: the higher of this edge's own view and the
+//  1. before shedding, the client's identity (its address, an IPv6
+//     client's /64; with identity: upstream_key and a trusted peer, the API
+//     key an opted-in rule counts by; hashed with the key salt) and its
+//     level: the higher of this edge's own view and the
 //     region's reading from Redis as of the client's previous round trip
 //     (one round trip of lag: the signal keys and the limit keys live in
 //     different Cluster slots, and the update rides with the limit checks);
@@ -155,20 +156,26 @@ type bhRequest struct {
 }
 
 // begin identifies the client and judges its level (step 1); nil cfg: off.
-func (b *behaviourLayer) begin(client netip.Addr, h *headerLookup, path string) bhRequest {
+// A key is the identity only when the settings say keys are authenticated
+// upstream and the request comes from a trusted peer (trust.go).
+func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup, path string) bhRequest {
 	c := b.cfg.Load()
 	if c == nil {
 		return bhRequest{}
 	}
 	r := bhRequest{cfg: c}
+	byKey := trusted && c.settings.Identity == behavior.IdentityUpstreamKey
 	for _, name := range c.headers {
+		if !byKey {
+			break
+		}
 		if v, ok := h.get(name); ok && v != "" {
 			r.id = behavior.Identity(b.salt, behavior.KindAPIKey, v)
 			break
 		}
 	}
 	for _, name := range c.queries {
-		if r.id != "" {
+		if r.id != "" || !byKey {
 			break
 		}
 		if v, ok := h.query(name); ok && v != "" {

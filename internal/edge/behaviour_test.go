@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -37,16 +38,11 @@ func behaviourRules(mode string) string {
 // debugMode is the mode /debug/clients reports.
 func debugMode(t *testing.T, r *running) string {
 	t.Helper()
-	resp, err := httpGet("http://" + r.AdminAddr() + "/debug/clients?ip=192.0.2.1")
-	require.NoError(t, err)
+	code, resp := adminGet(t, r, "/debug/clients?ip=192.0.2.1", "Bearer "+testAdminToken)
+	require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code, "an unknown client is 404, with the mode: %s", resp)
 	var d struct{ Mode string }
-	require.NoError(t, json.Unmarshal(resp, &d))
+	require.NoError(t, json.Unmarshal([]byte(resp), &d))
 	return d.Mode
-}
-
-func httpGet(url string) ([]byte, error) {
-	_, body, err := fasthttp.GetTimeout(nil, url, 5*time.Second)
-	return body, err
 }
 
 // The behaviour section arrives through Consul like the rest of the rules

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -27,8 +28,12 @@ type Config struct {
 	Origins []string
 	// DemoOrigin serves a built-in demo origin (make run); never in production.
 	DemoOrigin bool
-	// Redis is a go-redis URL; empty uses the embedded memory store.
+	// Redis is a go-redis URL; empty uses the embedded memory store. A
+	// password goes in REDIS_PASSWORD or --redis-password-file (or in the
+	// URL given through EDGEGUARD_REDIS), never on the command line.
 	Redis string
+	// RedisPasswordFile holds the Redis password (one line).
+	RedisPasswordFile string
 	// RedisMode is standalone, cluster or sentinel.
 	RedisMode limiter.Mode
 	// RedisTimeout bounds one Redis round trip; past it the fail mode decides.
@@ -48,8 +53,11 @@ type Config struct {
 	Rules string
 	// Consul is the local Consul agent's address ("" = no Consul). With it,
 	// rules and shedder settings come from Consul KV and change live, and the
-	// edge registers itself in the catalog.
+	// edge registers itself in the catalog. The ACL token comes from
+	// EDGEGUARD_CONSUL_TOKEN, --consul-token-file, or Consul's own
+	// CONSUL_HTTP_TOKEN / CONSUL_HTTP_TOKEN_FILE; never the command line.
 	Consul, ConsulToken, ConsulPrefix   string
+	ConsulTokenFile                     string
 	ConsulCAFile, ConsulCert, ConsulKey string
 	// RulesCache keeps the last good rules from Consul, so a restart while
 	// Consul is unreachable still enforces them.
@@ -74,6 +82,12 @@ type Config struct {
 	// KeySaltFile holds the salt (one line); read at start, exclusive with
 	// KeySalt. It keeps the secret out of the process list.
 	KeySaltFile string
+	// AdminToken guards the admin port's /debug endpoints (Authorization:
+	// Bearer TOKEN); without one they answer 403. From EDGEGUARD_ADMIN_TOKEN
+	// or AdminTokenFile.
+	AdminToken, AdminTokenFile string
+	// Pprof serves /debug/pprof on the admin port (behind the token).
+	Pprof bool
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by.
 	IPv6Prefix int
 	// LegacyHeaders adds X-RateLimit-Limit/-Remaining/-Reset for old clients.
@@ -81,6 +95,13 @@ type Config struct {
 	// AllowMethods passes methods the edge refuses by default (CONNECT,
 	// TRACE) on to the origin.
 	AllowMethods []string
+	// DefaultHost is the Host given to a request that has none (HTTP/1.0
+	// allows that); empty answers such a request 400.
+	DefaultHost string
+	// AllowUnderscoresInHeaders passes header names with an underscore on
+	// (nginx's underscores_in_headers); by default they are dropped, since
+	// CGI-style origins read X_Api_Key as X-Api-Key.
+	AllowUnderscoresInHeaders bool
 	// MaxConnsPerIP caps the connections one socket peer may hold open:
 	// an IPv4 address, or an IPv6 client's IPv6Prefix network. Trusted
 	// proxies are exempt (they carry many clients); 0 turns the cap off.
@@ -150,13 +171,15 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.Var((*listFlag)(&c.Origins), "origin", "origin URL; repeat or comma-separate for several; required unless --demo-origin")
 	fs.BoolVar(&c.DemoOrigin, "demo-origin", c.DemoOrigin, "proxy to a built-in demo origin on loopback (make run); never in production")
 	fs.StringVar(&c.Redis, "redis", c.Redis, "go-redis URL (redis://user:pass@h1:6379?addr=h2:6379, rediss:// for TLS, ?master_name= for Sentinel); empty = embedded memory store")
+	fs.StringVar(&c.RedisPasswordFile, "redis-password-file", c.RedisPasswordFile, "file holding the Redis password (or REDIS_PASSWORD); a password on the command line is refused")
 	fs.Var((*modeFlag)(&c.RedisMode), "redis-mode", "standalone, cluster or sentinel")
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip: a slower call is decided by --fail-mode and counts towards opening the breaker")
 	fs.BoolVar(&c.RedisAutopipeline, "redis-autopipeline", c.RedisAutopipeline, "batch concurrent requests' single-limit Redis calls (one script call per batch and Redis master; a call that finds its master idle goes at once); =false sends each request's calls on their own")
 	fs.Var((*failFlag)(&c.FailMode), "fail-mode", "when Redis cannot decide: fallback (local limit / nodes), open (admit) or closed (503; /readyz then answers 503 too)")
 	fs.StringVar(&c.Rules, "rules", c.Rules, "rules file (YAML, version 1); re-read on SIGHUP")
 	fs.StringVar(&c.Consul, "consul", c.Consul, "local Consul agent (host:port, or https://host:port); rules, shedder settings and registration come from it; empty = no Consul")
-	fs.StringVar(&c.ConsulToken, "consul-token", c.ConsulToken, "Consul ACL token")
+	fs.StringVar(&c.ConsulToken, "consul-token", c.ConsulToken, "Consul ACL token: environment only (EDGEGUARD_CONSUL_TOKEN, or Consul's CONSUL_HTTP_TOKEN)")
+	fs.StringVar(&c.ConsulTokenFile, "consul-token-file", c.ConsulTokenFile, "file holding the Consul ACL token (or CONSUL_HTTP_TOKEN_FILE)")
 	fs.StringVar(&c.ConsulPrefix, "consul-prefix", c.ConsulPrefix, "Consul KV prefix of edgeguard's documents")
 	fs.StringVar(&c.ConsulCAFile, "consul-ca-file", c.ConsulCAFile, "CA bundle to verify Consul's TLS certificate")
 	fs.StringVar(&c.ConsulCert, "consul-cert-file", c.ConsulCert, "client certificate for Consul TLS")
@@ -169,7 +192,7 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.IntVar(&c.NodesInPoP, "nodes-in-pop", c.NodesInPoP, "edge nodes in the PoP (fallback divisor for scope: pop rules)")
 	fs.Var((*prefixesFlag)(&c.TrustedProxies), "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For and priority headers are trusted (comma-separated; a catch-all range needs --trust-all-proxies)")
 	fs.BoolVar(&c.TrustAllProxies, "trust-all-proxies", c.TrustAllProxies, "allow 0.0.0.0/0 or ::/0 in --trusted-proxies (every client could then pick its identity)")
-	fs.StringVar(&c.KeySalt, "key-salt", c.KeySalt, "salt of the descriptor hash in Redis keys, at least 16 characters; required with --redis, the same on every edge of a region")
+	fs.StringVar(&c.KeySalt, "key-salt", c.KeySalt, "salt of the descriptor hash in Redis keys, at least 16 characters; required with --redis, the same on every edge of a region: environment only (EDGEGUARD_KEY_SALT) or --key-salt-file")
 	fs.StringVar(&c.KeySaltFile, "key-salt-file", c.KeySaltFile, "file holding the key salt (instead of --key-salt)")
 	fs.IntVar(&c.IPv6Prefix, "ipv6-prefix", c.IPv6Prefix, "prefix length IPv6 clients are keyed by")
 	fs.BoolVar(&c.LegacyHeaders, "legacy-headers", c.LegacyHeaders, "also send X-RateLimit-Limit/-Remaining/-Reset")
@@ -179,6 +202,8 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body (streamed to the origin, never held whole); larger gets 413")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open connections one client socket address (an IPv6 client's --ipv6-prefix network) may hold; more are answered 429 at accept; trusted proxies are exempt; 0 = no cap")
 	fs.IntVar(&c.OriginMaxConns, "origin-max-conns", c.OriginMaxConns, "connections to each origin; 0 = --workers + 1 (every worker can hold one); when they are all busy the edge answers 503")
+	fs.StringVar(&c.DefaultHost, "default-host", c.DefaultHost, "Host given to a request that has none (HTTP/1.0); empty = such a request is answered 400")
+	fs.BoolVar(&c.AllowUnderscoresInHeaders, "allow-underscores-in-headers", c.AllowUnderscoresInHeaders, "pass header names with an underscore to the origin (dropped by default: CGI-style origins read X_Api_Key as X-Api-Key)")
 	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout")
@@ -189,6 +214,9 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&c.Shedder, "shedder", c.Shedder, "load shedder settings file (JSON: good, bad, start_after, full_after, tiers, queue_size, queue_timeout, …); re-read on SIGHUP; empty = defaults")
 	fs.IntVar(&c.PrefilterSize, "prefilter-size", c.PrefilterSize, "keys held by the local over-limit cache")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.AdminToken, "admin-token", c.AdminToken, "bearer token of the admin port's /debug endpoints: environment only (EDGEGUARD_ADMIN_TOKEN) or --admin-token-file; none = /debug answers 403")
+	fs.StringVar(&c.AdminTokenFile, "admin-token-file", c.AdminTokenFile, "file holding the admin token")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof on the admin port (needs the admin token)")
 
 	// The command line first; the environment fills only the flags it did
 	// not set. So a flag wins over its variable, list flags included (their
@@ -217,20 +245,102 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	if asked := onCommandLine["redis-autopipeline"] || getenv(EnvName("redis-autopipeline")) != ""; asked && c.RedisAutopipeline && c.Redis == "" {
 		return c, errors.New("redis-autopipeline: needs --redis")
 	}
-	if c.KeySaltFile != "" && c.KeySalt == "" {
-		salt, err := os.ReadFile(c.KeySaltFile)
-		if err != nil {
-			return c, fmt.Errorf("key-salt-file: %w", err)
-		}
-		c.KeySalt = strings.TrimRight(string(salt), "\r\n")
-		if c.KeySalt == "" {
-			return c, fmt.Errorf("key-salt-file: %s is empty", c.KeySaltFile)
-		}
-		c.KeySaltFile = "" // read: Validate sees the salt
-	} else if c.KeySaltFile != "" {
-		return c, errors.New("key-salt: --key-salt and --key-salt-file are exclusive")
+	if err := c.readSecrets(onCommandLine, getenv); err != nil {
+		return c, err
 	}
 	return c, c.Validate()
+}
+
+// secretFlags may not be given on the command line: every local user can
+// read a process's arguments (ps, /proc/PID/cmdline).
+var secretFlags = []string{"key-salt", "consul-token", "admin-token"}
+
+// readSecrets reads the secrets from their files and the variables their
+// ecosystems use, and refuses any on the command line.
+func (c *Config) readSecrets(onCommandLine map[string]bool, getenv func(string) string) error {
+	var errs []error
+	for _, name := range secretFlags {
+		if onCommandLine[name] {
+			errs = append(errs, fmt.Errorf("%s: a secret on the command line is visible to every local user (ps); use %s or --%s-file", name, EnvName(name), name))
+		}
+	}
+	if onCommandLine["redis"] && redisURLHasPassword(c.Redis) {
+		errs = append(errs, errors.New("redis: a password in --redis is visible to every local user (ps); use REDIS_PASSWORD, --redis-password-file, or the URL in EDGEGUARD_REDIS"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	read := func(dst *string, file *string, name string) {
+		if *file == "" {
+			return
+		}
+		if *dst != "" {
+			errs = append(errs, fmt.Errorf("%s: %s and --%s-file are exclusive", name, EnvName(name), name))
+			return
+		}
+		v, err := readSecretFile(*file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s-file: %w", name, err))
+			return
+		}
+		*dst, *file = v, "" // read: Validate sees the value
+	}
+	read(&c.KeySalt, &c.KeySaltFile, "key-salt")
+	read(&c.ConsulToken, &c.ConsulTokenFile, "consul-token")
+	read(&c.AdminToken, &c.AdminTokenFile, "admin-token")
+	password := getenv("REDIS_PASSWORD")
+	read(&password, &c.RedisPasswordFile, "redis-password")
+	if password != "" {
+		if c.Redis == "" {
+			errs = append(errs, errors.New("redis-password: given without --redis"))
+		} else if u, err := redisURLWithPassword(c.Redis, password); err != nil {
+			errs = append(errs, err)
+		} else {
+			c.Redis = u
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readSecretFile reads a one-line secret; the trailing newline is dropped.
+func readSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimRight(string(b), "\r\n")
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return v, nil
+}
+
+// redisURLHasPassword reports whether a go-redis URL carries a password
+// (user info, or Sentinel's password / sentinel_password parameters).
+func redisURLHasPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false // Validate reports it
+	}
+	if _, ok := u.User.Password(); ok {
+		return true
+	}
+	q := u.Query()
+	return q.Get("password") != "" || q.Get("sentinel_password") != ""
+}
+
+// redisURLWithPassword puts password in the URL's user info (the data
+// nodes' password; go-redis reads it there in every mode).
+func redisURLWithPassword(raw, password string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("redis: %w", err)
+	}
+	if _, ok := u.User.Password(); ok {
+		return "", errors.New("redis-password: the URL already has a password")
+	}
+	u.User = url.UserPassword(u.User.Username(), password)
+	return u.String(), nil
 }
 
 // EnvName is the environment variable of a flag: EDGEGUARD_REDIS_MODE.
@@ -258,8 +368,8 @@ func (c Config) Validate() error {
 		bad("redis-mode: %s needs --redis", c.RedisMode)
 	}
 	switch {
-	case c.KeySaltFile != "":
-		bad("key-salt-file: not read (use ParseFlags)")
+	case c.KeySaltFile != "" || c.AdminTokenFile != "" || c.ConsulTokenFile != "" || c.RedisPasswordFile != "":
+		bad("secret files: not read (use ParseFlags)")
 	case c.Redis != "" && c.KeySalt == "":
 		bad("key-salt: required with --redis (--key-salt, EDGEGUARD_KEY_SALT or --key-salt-file; the same on every edge of the region)")
 	case c.KeySalt != "" && len(c.KeySalt) < minKeySalt:
@@ -275,6 +385,9 @@ func (c Config) Validate() error {
 		if p.Bits() == 0 && !c.TrustAllProxies {
 			bad("trusted-proxies: %s trusts every address, so any client could set its own identity (add --trust-all-proxies if that is meant)", p)
 		}
+	}
+	if c.DefaultHost != "" && !usableHost([]byte(c.DefaultHost)) {
+		bad("default-host: %q is not a host name or address", c.DefaultHost)
 	}
 	for _, m := range c.AllowMethods {
 		if refusedMethod([]byte(m)) != m {

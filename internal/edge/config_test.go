@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,7 +150,7 @@ func TestKeySaltRequiredWithRedis(t *testing.T) {
 	base := []string{"--origin", "http://o:1", "--redis", "redis://127.0.0.1:6379"}
 	_, err := ParseFlags(base, env(nil), &bytes.Buffer{})
 	require.ErrorContains(t, err, "key-salt: required with --redis")
-	_, err = ParseFlags(append(base, "--key-salt", "short"), env(nil), &bytes.Buffer{})
+	_, err = ParseFlags(base, env(map[string]string{"EDGEGUARD_KEY_SALT": "short"}), &bytes.Buffer{})
 	require.ErrorContains(t, err, "at least 16")
 
 	cfg, err := ParseFlags(base, env(map[string]string{"EDGEGUARD_KEY_SALT": "0123456789abcdef-env"}), &bytes.Buffer{})
@@ -164,7 +165,7 @@ func TestKeySaltRequiredWithRedis(t *testing.T) {
 
 	_, err = ParseFlags(append(base, "--key-salt-file", filepath.Join(t.TempDir(), "missing")), env(nil), &bytes.Buffer{})
 	require.ErrorContains(t, err, "key-salt-file")
-	_, err = ParseFlags(append(base, "--key-salt-file", file, "--key-salt", "0123456789abcdef"), env(nil), &bytes.Buffer{})
+	_, err = ParseFlags(append(base, "--key-salt-file", file), env(map[string]string{"EDGEGUARD_KEY_SALT": "0123456789abcdef"}), &bytes.Buffer{})
 	require.ErrorContains(t, err, "exclusive")
 
 	_, err = ParseFlags([]string{"--demo-origin"}, env(nil), &bytes.Buffer{})
@@ -177,16 +178,61 @@ func TestRedisAutopipelineDefault(t *testing.T) {
 	cfg, err := ParseFlags([]string{"--demo-origin"}, env(nil), &bytes.Buffer{})
 	require.NoError(t, err, "the default needs no Redis")
 	require.True(t, cfg.RedisAutopipeline)
-	withRedis := []string{"--redis", "redis://h:6379", "--key-salt", "0123456789abcdef", "--demo-origin"}
-	cfg, err = ParseFlags(withRedis, env(nil), &bytes.Buffer{})
+	withRedis := []string{"--redis", "redis://h:6379", "--demo-origin"}
+	salt := map[string]string{"EDGEGUARD_KEY_SALT": "0123456789abcdef"}
+	cfg, err = ParseFlags(withRedis, env(salt), &bytes.Buffer{})
 	require.NoError(t, err)
 	require.True(t, cfg.RedisAutopipeline)
-	cfg, err = ParseFlags(append(withRedis, "--redis-autopipeline=false"), env(nil), &bytes.Buffer{})
+	cfg, err = ParseFlags(append(withRedis, "--redis-autopipeline=false"), env(salt), &bytes.Buffer{})
 	require.NoError(t, err)
 	require.False(t, cfg.RedisAutopipeline)
-	cfg, err = ParseFlags(withRedis, env(map[string]string{"EDGEGUARD_REDIS_AUTOPIPELINE": "false"}), &bytes.Buffer{})
+	cfg, err = ParseFlags(withRedis, env(map[string]string{"EDGEGUARD_REDIS_AUTOPIPELINE": "false", "EDGEGUARD_KEY_SALT": "0123456789abcdef"}), &bytes.Buffer{})
 	require.NoError(t, err)
 	require.False(t, cfg.RedisAutopipeline)
 	_, err = ParseFlags([]string{"--demo-origin"}, env(map[string]string{"EDGEGUARD_REDIS_AUTOPIPELINE": "true"}), &bytes.Buffer{})
 	require.ErrorContains(t, err, "redis-autopipeline: needs --redis")
+}
+
+// Secrets never come from the command line (every local user can read a
+// process's arguments): each is refused there and read from its variable or
+// file instead.
+func TestSecretsNotOnTheCommandLine(t *testing.T) {
+	base := []string{"--demo-origin"}
+	for _, args := range [][]string{
+		{"--key-salt", "0123456789abcdef"},
+		{"--consul-token", "s3cr3t"},
+		{"--admin-token", "s3cr3t"},
+		{"--redis", "redis://:s3cr3t@127.0.0.1:6379"},
+		{"--redis", "redis://127.0.0.1:26379?master_name=m&sentinel_password=s3cr3t", "--redis-mode", "sentinel"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			_, err := ParseFlags(append(base, args...), env(map[string]string{"EDGEGUARD_KEY_SALT": "0123456789abcdef"}), &bytes.Buffer{})
+			require.ErrorContains(t, err, "visible to every local user")
+		})
+	}
+
+	dir := t.TempDir()
+	write := func(name, v string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(v+"\n"), 0o600))
+		return p
+	}
+	cfg, err := ParseFlags(append(base, "--redis", "redis://127.0.0.1:6379", "--key-salt-file", write("salt", "0123456789abcdef"),
+		"--admin-token-file", write("admin", "adm1n"), "--consul-token-file", write("consul", "c0nsul")),
+		env(map[string]string{"REDIS_PASSWORD": "p@ss word"}), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "0123456789abcdef", cfg.KeySalt)
+	require.Equal(t, "adm1n", cfg.AdminToken)
+	require.Equal(t, "c0nsul", cfg.ConsulToken)
+	u, err := url.Parse(cfg.Redis)
+	require.NoError(t, err)
+	pw, _ := u.User.Password()
+	require.Equal(t, "p@ss word", pw, "REDIS_PASSWORD goes into the URL go-redis reads")
+
+	cfg, err = ParseFlags(base, env(map[string]string{"EDGEGUARD_ADMIN_TOKEN": "from-env", "EDGEGUARD_REDIS": "redis://:pw@127.0.0.1:6379", "EDGEGUARD_KEY_SALT": "0123456789abcdef"}), &bytes.Buffer{})
+	require.NoError(t, err, "the environment is the place for them")
+	require.Equal(t, "from-env", cfg.AdminToken)
+
+	_, err = ParseFlags(append(base, "--redis-password-file", write("pw", "x")), env(nil), &bytes.Buffer{})
+	require.ErrorContains(t, err, "without --redis")
 }

@@ -91,3 +91,6 @@ func (c *cappedConn) Close() error {
 	c.once.Do(func() { c.l.release(c.key) })
 	return err
 }
+
+// NetConn is the accepted connection under the cap's bookkeeping.
+func (c *cappedConn) NetConn() net.Conn { return c.Conn }

@@ -38,7 +38,10 @@ func consulConfig(c Config) *api.Config {
 		cfg.Scheme, addr = "https", rest
 	}
 	cfg.Address = strings.TrimPrefix(addr, "http://")
-	cfg.Token = c.ConsulToken
+	if c.ConsulToken != "" {
+		// Otherwise the api's defaults stand: CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE.
+		cfg.Token = c.ConsulToken
+	}
 	cfg.TLSConfig = api.TLSConfig{CAFile: c.ConsulCAFile, CertFile: c.ConsulCert, KeyFile: c.ConsulKey}
 	return cfg
 }

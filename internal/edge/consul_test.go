@@ -40,6 +40,7 @@ func startConsulEdge(t *testing.T, regionName, pop, addr, cache string) *running
 	cfg.Origins = []string{testOrigin(t)}
 	cfg.DrainDelay = 0
 	cfg.Region, cfg.PoP = regionName, pop
+	cfg.AdminToken = testAdminToken
 	cfg.Consul, cfg.RulesCache = addr, cache
 	e, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)

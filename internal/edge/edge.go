@@ -33,6 +33,7 @@ type Edge struct {
 	reg          *prometheus.Registry
 	metrics      *metrics
 	trusted      trustedSet
+	headerScreen headerScreen
 	allowMethods map[string]bool
 	popKeyPrefix string
 	storeName    string
@@ -68,6 +69,7 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		log:          log,
 		reg:          prometheus.NewRegistry(),
 		trusted:      trustedSet(cfg.TrustedProxies),
+		headerScreen: headerScreen{allowUnderscores: cfg.AllowUnderscoresInHeaders},
 		popKeyPrefix: "pop." + cfg.PoP + ".",
 		allowMethods: map[string]bool{},
 	}

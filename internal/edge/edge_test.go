@@ -73,6 +73,7 @@ func startEdge(t *testing.T, rulesYAML string, mutate func(*Config)) *running {
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{testOrigin(t)}
 	cfg.DrainDelay = 0
+	cfg.AdminToken = testAdminToken
 	cfg.Rules = filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(cfg.Rules, []byte(rulesYAML), 0o600))
 	if mutate != nil {
@@ -297,19 +298,65 @@ func TestConcurrencySlotMustOutliveOriginTimeout(t *testing.T) {
 	require.ErrorContains(t, err, `rule "one-at-a-time": window: a concurrency slot's TTL (1m0s) must exceed --origin-timeout (2m0s)`)
 }
 
+// testAdminToken is the admin token of the tests' edges.
+const testAdminToken = "test-admin-token"
+
+// adminGet is GET path on the admin port with the given Authorization.
+func adminGet(t *testing.T, r *running, path, auth string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+r.AdminAddr()+path, nil)
+	require.NoError(t, err)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b)
+}
+
 func TestAdminEndpointsOnlyOnAdminPort(t *testing.T) {
-	r := startEdge(t, perIP, nil)
+	r := startEdge(t, perIP, func(c *Config) { c.Pprof = true })
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/debug/rules": `"per-ip"`, "/metrics": "edgeguard_edge_ready", "/debug/pprof/": "goroutine"} {
-		resp, err := http.Get("http://" + r.AdminAddr() + path)
-		require.NoError(t, err)
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.Equal(t, 200, resp.StatusCode, path)
-		require.Contains(t, string(b), want, path)
+		code, b := adminGet(t, r, path, "Bearer "+testAdminToken)
+		require.Equal(t, 200, code, path)
+		require.Contains(t, b, want, path)
 	}
 	resp := r.get(t, "/metrics")
 	b, _ := io.ReadAll(resp.Body)
 	require.NotContains(t, string(b), "edgeguard_", "the public port proxies /metrics to the origin")
+}
+
+// The admin port is safe to expose inside a PoP: /debug needs the token
+// (none configured: off), pprof is off unless asked for, and the command
+// line is never served.
+func TestAdminDebugNeedsToken(t *testing.T) {
+	r := startEdge(t, perIP, nil)
+	for _, path := range []string{"/debug/rules", "/debug/clients?api_key=k", "/debug/pprof/"} {
+		code, _ := adminGet(t, r, path, "")
+		require.Equal(t, http.StatusUnauthorized, code, path)
+		code, _ = adminGet(t, r, path, "Bearer wrong-"+testAdminToken)
+		require.Equal(t, http.StatusUnauthorized, code, path)
+	}
+	code, _ := adminGet(t, r, "/debug/rules", "Bearer "+testAdminToken)
+	require.Equal(t, http.StatusOK, code)
+	code, _ = adminGet(t, r, "/debug/pprof/", "Bearer "+testAdminToken)
+	require.Equal(t, http.StatusNotFound, code, "pprof is off by default")
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		code, _ = adminGet(t, r, path, "")
+		require.Equal(t, http.StatusOK, code, "%s stays open for scrapers and load balancers", path)
+	}
+
+	noToken := startEdge(t, perIP, func(c *Config) { c.AdminToken, c.Pprof = "", true })
+	for _, path := range []string{"/debug/rules", "/debug/pprof/cmdline", "/debug/pprof/"} {
+		code, body := adminGet(t, noToken, path, "Bearer ")
+		require.Equal(t, http.StatusForbidden, code, path)
+		require.Contains(t, body, "EDGEGUARD_ADMIN_TOKEN")
+	}
+	withPprof := startEdge(t, perIP, func(c *Config) { c.Pprof = true })
+	code, _ = adminGet(t, withPprof, "/debug/pprof/cmdline", "Bearer "+testAdminToken)
+	require.Equal(t, http.StatusNotFound, code, "the command line is never served")
 }
 
 func TestGracefulShutdownFinishesInFlight(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -46,23 +47,21 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 }
 
 func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder.Tier) string {
-	if !e.screen(ctx) {
-		return outcomeRefused
-	}
+	// Screen: what the edge never passes on, and what this peer may not send
+	// (trust.go); from here on the rules, the shedder and the origin see one
+	// and the same request.
 	peer := peerAddr(ctx.RemoteIP())
 	trusted := e.trusted.contains(peer)
+	if !e.screen(ctx, trusted) {
+		return outcomeRefused
+	}
 	headers := headerLookup{h: &ctx.Request.Header, args: ctx.QueryArgs()}
 	header := headers.get
 	path := rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
 
 	// Identify.
-	if !trusted {
-		// A client's own X-Forwarded-For proves nothing and must not reach
-		// the origin as if a proxy had written it.
-		ctx.Request.Header.Del("X-Forwarded-For")
-	}
 	client := clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
-	bh := e.bh.begin(client, &headers, path) // the client's behaviour level (behaviour.go)
+	bh := e.bh.begin(client, trusted, &headers, path) // the client's behaviour level (behaviour.go)
 
 	// Shed: before any I/O, by priority tier.
 	tier := e.bh.tier(&bh, e.shed.Classify(b2s(ctx.Method()), path, header, trusted))
@@ -76,9 +75,15 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 		return outcomeShed
 	}
 	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
-	// derived context and races with Shutdown; the queue timeout bounds this.
-	release, err := e.workers.Acquire(context.Background(), tier)
-	if err != nil {
+	// derived context and races with Shutdown; the queue timeout bounds
+	// this, and a waiter whose client left gives up its place.
+	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return clientGone(ctx.Conn()) })
+	switch {
+	case errors.Is(err, shedder.ErrGone):
+		ctx.SetConnectionClose()
+		unavailable(ctx, "the client left while waiting", 1)
+		return outcomeAbandoned
+	case err != nil:
 		unavailable(ctx, "no worker free; retry later", 1)
 		return outcomeNoWorker
 	}
@@ -145,7 +150,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 	}
 
 	// Proxy.
-	e.proxy.Serve(ctx, peer.String(), e.requestID(ctx, trusted))
+	e.proxy.Serve(ctx, origin.Hop{Peer: peer.String(), Trusted: trusted, RequestID: e.requestID(ctx, trusted)})
 	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
 	return outcomeProxied
 }

@@ -38,13 +38,14 @@ const (
 	outcomeNoWorker    = "no_worker"
 	outcomeUnavailable = "unavailable"
 	outcomeRefused     = "refused"
+	outcomeAbandoned   = "abandoned"
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_requests_total",
-			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed), refused (400/405/413/505: a request the edge does not pass on); and shedder tier (none: answered before classification).",
+			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed), refused (400/405/413/505: a request the edge does not pass on), abandoned (its client left while it waited for a worker: never proxied); and shedder tier (none: answered before classification).",
 		}, []string{"outcome", "tier"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_decisions_total",
@@ -82,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
-	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused} {
+	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned} {
 		for _, t := range []shedder.Tier{shedder.TierTest, shedder.TierRead, shedder.TierWrite, shedder.TierCritical} {
 			m.byRequest[requestKey{o, t}] = m.requests.WithLabelValues(o, t.String())
 		}

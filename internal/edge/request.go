@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/netip"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -35,11 +36,14 @@ var (
 
 // screen refuses what the edge must not pass on, before shedding or
 // counting: HTTP versions other than 1.0 and 1.1 (505), refused methods
-// (405) and declared bodies above --max-body-bytes (413). It also makes an
-// absolute-form request-target's authority the request's Host (RFC 9112
+// (405), declared bodies above --max-body-bytes (413) and a request with no
+// usable Host (400, or --default-host when set: an HTTP/1.0 request may
+// omit it, and host rules must not be skipped by leaving it out). It makes
+// an absolute-form request-target's authority the request's Host (RFC 9112
 // §3.2.2), so the rules match and the origin receives one and the same
-// host. It reports whether the request may go on.
-func (e *Edge) screen(ctx *fasthttp.RequestCtx) bool {
+// host, and drops the fields this peer may not send (trust.go). It reports
+// whether the request may go on.
+func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) bool {
 	if proto := ctx.Request.Header.Protocol(); !bytes.Equal(proto, http11) && !bytes.Equal(proto, http10) {
 		refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
 		return false
@@ -57,6 +61,65 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx) bool {
 	// the Host field as sent; the origin client sends the Host field.
 	if host := ctx.URI().Host(); len(host) > 0 && !bytes.Equal(host, ctx.Request.Header.Host()) {
 		ctx.Request.Header.SetHostBytes(host)
+	}
+	if host := ctx.Request.Header.Host(); len(host) == 0 && e.cfg.DefaultHost != "" {
+		ctx.Request.Header.SetHost(e.cfg.DefaultHost)
+	} else if !usableHost(host) {
+		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
+		return false
+	}
+	e.headerScreen.apply(&ctx.Request.Header, trusted)
+	return true
+}
+
+// usableHost reports whether h can name a site: a DNS name or an IP
+// literal, with an optional port, at most 255 bytes. Anything else would
+// match no host rule (an empty host skips them all) while an origin might
+// still route it.
+func usableHost(h []byte) bool {
+	if len(h) == 0 || len(h) > 255 {
+		return false
+	}
+	name := h
+	if h[0] == '[' {
+		end := bytes.IndexByte(h, ']')
+		if end < 0 {
+			return false
+		}
+		if _, err := netip.ParseAddr(string(h[1:end])); err != nil {
+			return false
+		}
+		name, h = nil, h[end+1:]
+		if len(h) > 0 && h[0] != ':' {
+			return false
+		}
+	} else if i := bytes.IndexByte(h, ':'); i >= 0 {
+		name, h = h[:i], h[i:]
+	} else {
+		h = nil
+	}
+	if len(h) > 0 { // ":port"
+		if len(h) < 2 || len(h) > 6 {
+			return false
+		}
+		for _, c := range h[1:] {
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+	}
+	if name == nil {
+		return true
+	}
+	if len(name) == 0 || len(bytes.Trim(name, ".")) == 0 {
+		return false
+	}
+	for _, c := range name {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
+		default:
+			return false
+		}
 	}
 	return true
 }

@@ -42,7 +42,7 @@ func BenchmarkServe(b *testing.B) {
 		var ctx fasthttp.RequestCtx
 		ctx.Init(&req, remote, nil)
 		for pb.Next() {
-			p.Serve(&ctx, "203.0.113.7", "0123456789abcdef")
+			p.Serve(&ctx, Hop{Peer: "203.0.113.7", RequestID: "0123456789abcdef"})
 			if ctx.Response.StatusCode() != fasthttp.StatusOK {
 				b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
 			}

@@ -143,7 +143,7 @@ func startEdge(t *testing.T, p *Proxy, clientIP, requestID string, tune ...func(
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	s := &fasthttp.Server{
-		Handler:         func(ctx *fasthttp.RequestCtx) { p.Serve(ctx, clientIP, requestID) },
+		Handler:         func(ctx *fasthttp.RequestCtx) { p.Serve(ctx, Hop{Peer: clientIP, RequestID: requestID}) },
 		CloseOnShutdown: true,
 	}
 	for _, f := range tune {

@@ -10,10 +10,12 @@
 // active check.
 //
 // One Serve call:
-//  1. copies the client request, strips hop-by-hop headers (the fixed list
-//     and every header named in Connection, plus Expect, which the edge's
-//     server has already answered) and sets X-Forwarded-For,
-//     X-Forwarded-Proto, X-Forwarded-Host and X-Request-ID;
+//  1. copies the client request (its request line as received, path and
+//     query byte for byte), strips hop-by-hop headers (the fixed list and
+//     every header named in Connection, plus Expect, which the edge's
+//     server has already answered) and adds its hop: X-Forwarded-For,
+//     Forwarded, X-Forwarded-Proto and -Host (a trusted peer's kept,
+//     anyone else's written from the connection) and X-Request-ID;
 //  2. picks the least-loaded healthy origin; when none is healthy it still
 //     tries the one that failed longest ago, since the health view may be
 //     stale and a try costs at most one dial, where refusing would turn a
@@ -36,6 +38,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -178,16 +182,26 @@ type exchange struct {
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
 
+// Hop is what the edge adds to the request as one more proxy on its way.
+type Hop struct {
+	// Peer is the socket peer's address: appended to X-Forwarded-For and
+	// written as Forwarded's for= (empty: neither gets a hop).
+	Peer string
+	// Trusted says the peer is a trusted proxy: its own forwarding fields
+	// (X-Forwarded-Proto and -Host, earlier Forwarded and X-Forwarded-For
+	// hops) are kept. The caller removes an untrusted peer's before Serve,
+	// and Serve writes -Proto and -Host from the connection instead.
+	Trusted bool
+	// RequestID, when not empty, replaces X-Request-ID.
+	RequestID string
+}
+
 // Serve forwards ctx.Request to an origin and writes the origin's response
 // (or a 502/504 problem) into ctx.Response, replacing whatever was there:
-// the caller adds its own response headers after Serve returns.
-//
-// clientIP is appended to the X-Forwarded-For chain the request carries
-// (several X-Forwarded-For lines are joined first); the caller decides
-// trust and must delete X-Forwarded-For before calling Serve when the
-// request did not come from a trusted proxy. An empty clientIP leaves the
-// chain as is. requestID, when not empty, replaces X-Request-ID.
-func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
+// the caller adds its own response headers after Serve returns. The
+// request line reaches the origin as the client sent it: the path and the
+// query string byte for byte.
+func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 	start := time.Now()
 	deadline := start.Add(p.cfg.Timeout)
 
@@ -206,7 +220,7 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
 		}
 		ex.body = bodyReader{}
 	}()
-	if !p.prepare(ctx, ex, clientIP, requestID) {
+	if !p.prepare(ctx, ex, hop) {
 		p.metrics.errors[reasonClientBody].Inc()
 		return
 	}
@@ -235,7 +249,7 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, clientIP, requestID string) {
 				why = reasonRequestTooLarge
 			}
 		}
-		p.record(o, why, err, requestID)
+		p.record(o, why, err, hop.RequestID)
 		if !errors.Is(err, errDial) || len(p.origins) == 1 {
 			break
 		}
@@ -277,9 +291,15 @@ const prefetchedBody = 8 << 10
 // prepare fills ex.req with the upstream copy of the client request. It
 // reports false when the client's body could not be read (the problem is
 // written).
-func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, requestID string) bool {
+func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, hop Hop) bool {
 	req := &ex.req
 	ctx.Request.CopyTo(req)
+	// The query string as received: a URI whose arguments were parsed (the
+	// rules read query parameters) would otherwise be written back from
+	// them, re-encoded (%7e → ~, "a b" → a+b, empty pairs dropped), which
+	// breaks signed URLs. The path goes as received too (the origin
+	// clients' DisablePathNormalizing).
+	req.URI().SetQueryStringBytes(ctx.URI().QueryString())
 	if ctx.Request.IsBodyStream() {
 		// CopyTo leaves streams behind. Hide the server's stream behind a
 		// plain Reader: releasing our request must not close or recycle a
@@ -310,18 +330,12 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, reques
 	// the body; passing it on would only make the origin send a 100 too.
 	req.Header.Del(fasthttp.HeaderExpect)
 
-	ex.buf = ex.buf[:0]
-	for _, v := range req.Header.PeekAll(fasthttp.HeaderXForwardedFor) {
+	ex.buf = joinLines(ex.buf[:0], req.Header.PeekAll(fasthttp.HeaderXForwardedFor))
+	if hop.Peer != "" {
 		if len(ex.buf) > 0 {
 			ex.buf = append(ex.buf, ", "...)
 		}
-		ex.buf = append(ex.buf, v...)
-	}
-	if clientIP != "" {
-		if len(ex.buf) > 0 {
-			ex.buf = append(ex.buf, ", "...)
-		}
-		ex.buf = append(ex.buf, clientIP...)
+		ex.buf = append(ex.buf, hop.Peer...)
 	}
 	// Del then set: Set only replaces the first of several lines.
 	req.Header.Del(fasthttp.HeaderXForwardedFor)
@@ -329,23 +343,93 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, clientIP, reques
 		req.Header.SetBytesV(fasthttp.HeaderXForwardedFor, ex.buf)
 	}
 
+	proto := "http"
 	if ctx.IsTLS() {
-		req.Header.Set(fasthttp.HeaderXForwardedProto, "https")
-	} else {
-		req.Header.Set(fasthttp.HeaderXForwardedProto, "http")
+		proto = "https"
 	}
-	if host := ctx.Host(); len(host) > 0 {
-		req.Header.SetBytesV(fasthttp.HeaderXForwardedHost, host)
-	} else {
-		req.Header.Del(fasthttp.HeaderXForwardedHost)
+	if !hop.Trusted || len(req.Header.Peek(fasthttp.HeaderXForwardedProto)) == 0 {
+		req.Header.Set(fasthttp.HeaderXForwardedProto, proto)
 	}
-	if requestID != "" {
-		req.Header.Set(headerRequestID, requestID)
+	host := ctx.Host()
+	if !hop.Trusted || len(req.Header.Peek(fasthttp.HeaderXForwardedHost)) == 0 {
+		if len(host) > 0 {
+			req.Header.SetBytesV(fasthttp.HeaderXForwardedHost, host)
+		} else {
+			req.Header.Del(fasthttp.HeaderXForwardedHost)
+		}
+	}
+	// RFC 7239: the earlier hops a trusted peer wrote, then ours.
+	ex.buf = joinLines(ex.buf[:0], req.Header.PeekAll(headerForwarded))
+	if hop.Peer != "" {
+		if len(ex.buf) > 0 {
+			ex.buf = append(ex.buf, ", "...)
+		}
+		ex.buf = appendForwarded(ex.buf, hop.Peer, proto, host)
+	}
+	req.Header.Del(headerForwarded)
+	if len(ex.buf) > 0 {
+		req.Header.SetBytesV(headerForwarded, ex.buf)
+	}
+	if hop.RequestID != "" {
+		req.Header.Set(headerRequestID, hop.RequestID)
 	}
 	return true
 }
 
-const headerRequestID = "X-Request-ID"
+const (
+	headerRequestID = "X-Request-ID"
+	headerForwarded = "Forwarded"
+)
+
+// joinLines appends a field's lines to dst as one comma-separated list.
+func joinLines(dst []byte, lines [][]byte) []byte {
+	for _, v := range lines {
+		if len(dst) > 0 {
+			dst = append(dst, ", "...)
+		}
+		dst = append(dst, v...)
+	}
+	return dst
+}
+
+// appendForwarded appends one RFC 7239 element: for= the peer (an IPv6
+// address bracketed and quoted), proto=, and host= when there is one
+// (quoted when it is not a token, as host:port is not).
+func appendForwarded(dst []byte, peer, proto string, host []byte) []byte {
+	dst = append(dst, "for="...)
+	if strings.IndexByte(peer, ':') >= 0 {
+		dst = append(dst, `"[`...)
+		dst = append(dst, peer...)
+		dst = append(dst, `]"`...)
+	} else {
+		dst = append(dst, peer...)
+	}
+	dst = append(dst, ";proto="...)
+	dst = append(dst, proto...)
+	if len(host) > 0 {
+		dst = append(dst, ";host="...)
+		if isToken(host) {
+			dst = append(dst, host...)
+		} else {
+			dst = strconv.AppendQuote(dst, string(host))
+		}
+	}
+	return dst
+}
+
+// isToken reports whether b is an RFC 9110 token (Forwarded's unquoted
+// value form).
+func isToken(b []byte) bool {
+	for _, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return len(b) > 0
+}
 
 // errRequestTooLarge stops a streamed client body at MaxRequestBodySize.
 var errRequestTooLarge = errors.New("request body exceeds the size limit")

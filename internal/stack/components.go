@@ -52,7 +52,6 @@ func edgeProc(s Spec, dir string) proc {
 		"--consul", e.Consul,
 		"--rules-cache", filepath.Join(dir, "rules-cache.yaml"),
 		"--origin", e.Origin,
-		"--key-salt", e.KeySalt,
 		"--trusted-proxies", "127.0.0.1/32",
 		"--nodes-in-region", strconv.Itoa(max(e.NodesInRegion, 1)),
 		"--nodes-in-pop", strconv.Itoa(max(e.NodesInPoP, 1)),
@@ -71,7 +70,8 @@ func edgeProc(s Spec, dir string) proc {
 		args = append(args, "--workers", strconv.Itoa(e.Workers))
 	}
 	args = append(args, e.ExtraArgs...)
-	return proc{name: "edge", dir: dir, bin: filepath.Join(s.Bin, "edge"), args: args}
+	// The salt is a secret: the edge takes it from its environment only.
+	return proc{name: "edge", dir: dir, bin: filepath.Join(s.Bin, "edge"), args: args, env: []string{"EDGEGUARD_KEY_SALT=" + e.KeySalt}}
 }
 
 // ensureEdge starts the edge unless it runs and waits until it is alive;

@@ -18,6 +18,15 @@ const (
 	ModeEnforce Mode = "enforce" // levels tighten limits, demote to the shedder's lowest tier and block
 )
 
+// IdentityKind is what a client's score follows.
+type IdentityKind string
+
+// The identity kinds.
+const (
+	IdentityAddress     IdentityKind = "address"
+	IdentityUpstreamKey IdentityKind = "upstream_key"
+)
+
 // Settings is the rules document's behaviour section. Every field may be
 // omitted; Normalize fills in the defaults (DefaultSettings), and Validate
 // reports every bad value by field.
@@ -25,6 +34,15 @@ type Settings struct {
 	// Mode is off, shadow (the default: start here and watch the levels)
 	// or enforce.
 	Mode Mode `yaml:"mode,omitempty" json:"mode,omitempty"`
+	// Identity is what a client's score follows: address (the default: the
+	// client address, an IPv6 client's prefix, which a client cannot
+	// cheaply change or borrow) or upstream_key (the API key an opted-in
+	// rule counts by, but only on requests from a trusted proxy, which is
+	// then taken to have authenticated it; other requests still follow
+	// their address). A key the edge did not see authenticated is never an
+	// identity: a scanner would rotate it to stay unscored, or send a
+	// victim's key to get the victim blocked.
+	Identity IdentityKind `yaml:"identity,omitempty" json:"identity,omitempty"`
 	// Horizon is how far back the signals look (default 60s). It is kept
 	// as two halves: a signal counts the current and the previous half, so
 	// between Horizon/2 and Horizon of history.
@@ -153,6 +171,7 @@ func ptr[T any](v T) *T { return &v }
 func DefaultSettings() Settings {
 	return Settings{
 		Mode:        ModeShadow,
+		Identity:    IdentityAddress,
 		Horizon:     Duration(60 * time.Second),
 		BurstWindow: Duration(5 * time.Second),
 		Cooldown:    Duration(60 * time.Second),
@@ -217,6 +236,9 @@ func (s *Settings) Normalize() {
 	d := DefaultSettings()
 	if s.Mode == "" {
 		s.Mode = d.Mode
+	}
+	if s.Identity == "" {
+		s.Identity = d.Identity
 	}
 	if s.Horizon == 0 {
 		s.Horizon = d.Horizon
@@ -309,6 +331,11 @@ func (s *Settings) Validate() []Problem {
 	case ModeOff, ModeShadow, ModeEnforce:
 	default:
 		add("mode", "unknown %q (want off, shadow or enforce)", s.Mode)
+	}
+	switch s.Identity {
+	case IdentityAddress, IdentityUpstreamKey:
+	default:
+		add("identity", "unknown %q (want address, or upstream_key for keys a trusted proxy authenticated)", s.Identity)
 	}
 	dur := func(field string, d Duration, lo, hi time.Duration) {
 		if d.D() < lo || d.D() > hi {

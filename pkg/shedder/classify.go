@@ -38,9 +38,10 @@ func NewClassifier(cfg TierConfig) (*Classifier, error) {
 // Classify returns the request's tier. header looks a header up by name
 // (case-insensitively, as fasthttp's Peek does) and reports whether it is
 // present. trusted says the request came from a proxy allowed to set the
-// priority and test-mode headers; from anyone else those headers are
-// ignored, so a client cannot promote itself to critical. path should be
-// the path without query, though a query is tolerated.
+// priority and test-mode headers and to match trusted_only path rules;
+// from anyone else those are ignored, and an untrusted request is never
+// critical, whatever the settings say. path should be the path without
+// query, though a query is tolerated.
 //
 // Order: trusted test-mode header, trusted priority header, path prefix,
 // API-key prefix, method. Test mode comes first because synthetic traffic
@@ -61,7 +62,7 @@ func (c *Classifier) Classify(method, path string, header func(string) (string, 
 		}
 	}
 	for _, r := range c.paths {
-		if pathHasPrefix(path, r.Prefix) {
+		if (trusted || !r.TrustedOnly && r.Tier != TierCritical) && pathHasPrefix(path, r.Prefix) {
 			return r.Tier
 		}
 	}
@@ -69,7 +70,7 @@ func (c *Classifier) Classify(method, path string, header func(string) (string, 
 		if key, ok := header(c.apiKeyHeader); ok {
 			key = stripBearer(strings.TrimSpace(key))
 			for _, r := range c.apiKeys {
-				if strings.HasPrefix(key, r.Prefix) {
+				if r.Tier != TierCritical && strings.HasPrefix(key, r.Prefix) {
 					return r.Tier
 				}
 			}

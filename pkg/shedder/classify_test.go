@@ -52,12 +52,15 @@ func TestClassify(t *testing.T) {
 		{"test mode beats claimed critical", "GET", "/a", headers("X-Test-Mode", "1", "X-Priority", "critical"), true, TierTest},
 		{"trusted priority beats path", "GET", "/healthcheck", headers("X-Priority", "test"), true, TierTest},
 
-		{"healthcheck path is critical", "GET", "/healthcheck", noHeaders, false, TierCritical},
-		{"healthcheck subpath", "POST", "/healthcheck/deep", noHeaders, false, TierCritical},
-		{"healthcheck with query", "GET", "/healthcheck?x=1", noHeaders, false, TierCritical},
-		{"prefix matches whole segments only", "GET", "/healthcheckx", noHeaders, false, TierRead},
+		{"healthcheck path is critical from a trusted peer", "GET", "/healthcheck", noHeaders, true, TierCritical},
+		{"healthcheck subpath", "POST", "/healthcheck/deep", noHeaders, true, TierCritical},
+		{"healthcheck with query", "GET", "/healthcheck?x=1", noHeaders, true, TierCritical},
+		{"untrusted healthcheck is not critical", "GET", "/healthcheck/x", noHeaders, false, TierRead},
+		{"untrusted healthcheck write", "POST", "/healthcheck", noHeaders, false, TierWrite},
+		{"prefix matches whole segments only", "GET", "/healthcheckx", noHeaders, true, TierRead},
 		{"synthetic path is test", "POST", "/internal/synthetic/probe", noHeaders, false, TierTest},
-		{"path beats api key", "GET", "/healthcheck", headers("X-Api-Key", "test_abc"), false, TierCritical},
+		{"path beats api key", "GET", "/healthcheck", headers("X-Api-Key", "test_abc"), true, TierCritical},
+		{"untrusted healthcheck falls through to the api key", "GET", "/healthcheck", headers("X-Api-Key", "test_abc"), false, TierTest},
 
 		{"test api key", "POST", "/a", headers("X-Api-Key", "test_abc"), false, TierTest},
 		{"bearer test api key", "POST", "/a", headers("X-Api-Key", "Bearer test_abc"), false, TierTest},
@@ -74,7 +77,7 @@ func TestClassifierConfigurable(t *testing.T) {
 	cfg := TierConfig{
 		PriorityHeader: "X-Edge-Class",
 		APIKeyHeader:   "Authorization",
-		Paths:          []PrefixRule{{Prefix: "/static/", Tier: TierTest}, {Prefix: "/static/important", Tier: TierCritical}},
+		Paths:          []PrefixRule{{Prefix: "/static/", Tier: TierTest}, {Prefix: "/static/important", Tier: TierCritical, TrustedOnly: true}},
 		APIKeys:        []PrefixRule{{Prefix: "bot_", Tier: TierTest}, {Prefix: "pay_", Tier: TierWrite}},
 		ReadMethods:    []string{"GET"},
 	}

@@ -81,6 +81,8 @@ type TierConfig struct {
 	APIKeyHeader string `json:"api_key_header" yaml:"api_key_header"`
 	// Paths are path-prefix rules, first match wins. A prefix matches whole
 	// segments: "/healthcheck" matches "/healthcheck/x", not "/healthcheckx".
+	// A rule granting critical must be trusted_only: any client can choose
+	// its path.
 	Paths []PrefixRule `json:"paths" yaml:"paths"`
 	// APIKeys are API-key prefix rules, first match wins. They may not grant
 	// critical: the key is not authenticated when we classify.
@@ -93,7 +95,31 @@ type TierConfig struct {
 type PrefixRule struct {
 	Prefix string `json:"prefix" yaml:"prefix"`
 	Tier   Tier   `json:"tier" yaml:"tier"`
+	// TrustedOnly applies the rule only to requests from trusted peers
+	// (--trusted-proxies); others fall through to the next rules. Required
+	// for a path rule that grants critical.
+	TrustedOnly bool `json:"trusted_only,omitempty" yaml:"trusted_only,omitempty"`
 }
+
+// UnmarshalJSON decodes a rule from scratch: encoding/json decodes a list
+// into the elements already there, so a rule listed over the defaults
+// would otherwise keep fields (trusted_only) it does not mention.
+func (r *PrefixRule) UnmarshalJSON(data []byte) error {
+	type plain PrefixRule
+	var p plain
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return err
+	}
+	*r = PrefixRule(p)
+	return nil
+}
+
+// MaxCriticalQueueTimeout bounds critical_queue_timeout: a worker slot
+// waited for longer than this serves a client that has most likely given
+// up, while the edge holds the request (and its connection) all along.
+const MaxCriticalQueueTimeout = 10 * time.Second
 
 // DefaultConfig returns Stripe's published ramp (0.7/0.8, 28 s, 120 s) and
 // the edge's default classification.
@@ -116,7 +142,7 @@ func DefaultConfig() Config {
 			TestModeHeader: "X-Test-Mode",
 			APIKeyHeader:   "X-Api-Key",
 			Paths: []PrefixRule{
-				{Prefix: "/healthcheck", Tier: TierCritical},
+				{Prefix: "/healthcheck", Tier: TierCritical, TrustedOnly: true},
 				{Prefix: "/internal/synthetic", Tier: TierTest},
 			},
 			APIKeys:     []PrefixRule{{Prefix: "test_", Tier: TierTest}},
@@ -175,8 +201,11 @@ func (c Config) Validate() error {
 	} else if c.QueueSize > 0 && c.QueueTimeout == 0 {
 		bad("queue_timeout", "must be > 0 when queue_size > 0")
 	}
-	if c.CriticalQueueTimeout < 0 {
-		bad("critical_queue_timeout", "must be >= 0 (critical requests wait the longer of it and queue_timeout), got %v", c.CriticalQueueTimeout)
+	if c.CriticalQueueTimeout < 0 || c.CriticalQueueTimeout > MaxCriticalQueueTimeout {
+		bad("critical_queue_timeout", "must be in [0, %v] (critical requests wait the longer of it and queue_timeout), got %v", MaxCriticalQueueTimeout, c.CriticalQueueTimeout)
+	}
+	if c.QueueTimeout > MaxCriticalQueueTimeout {
+		bad("queue_timeout", "must be at most %v, got %v", MaxCriticalQueueTimeout, c.QueueTimeout)
 	}
 
 	t := c.Tiers
@@ -194,8 +223,11 @@ func (c Config) Validate() error {
 		if !strings.HasPrefix(r.Prefix, "/") {
 			bad(field+".prefix", "must start with '/', got %q", r.Prefix)
 		}
-		if !r.Tier.valid() {
+		switch {
+		case !r.Tier.valid():
 			bad(field+".tier", "unknown tier %s", r.Tier)
+		case r.Tier == TierCritical && !r.TrustedOnly:
+			bad(field+".tier", "critical needs trusted_only: true (prefix:critical:trusted in a setting): any client chooses its path, so an untrusted client could make itself critical and never be shed")
 		}
 	}
 	for i, r := range t.APIKeys {
@@ -208,6 +240,9 @@ func (c Config) Validate() error {
 			bad(field+".tier", "unknown tier %s", r.Tier)
 		case r.Tier == TierCritical:
 			bad(field+".tier", "critical is not allowed: an unauthenticated key prefix would let any client skip shedding")
+		}
+		if r.TrustedOnly {
+			bad(field+".trusted_only", "not supported for api_keys (only for paths)")
 		}
 	}
 	for i, m := range t.ReadMethods {
@@ -336,7 +371,8 @@ var SettingKeys = []string{
 
 // ApplySettings returns cfg with key=value settings applied, as typed by an
 // operator (`shedder set good=0.75 start_after=10s`). Lists are
-// comma-separated: tiers.paths=/healthcheck:critical,/internal/synthetic:test
+// comma-separated: tiers.paths=/healthcheck:critical:trusted,/internal/synthetic:test
+// (":trusted" marks a rule trusted_only)
 // and tiers.read_methods=GET,HEAD; an empty value clears a list. Every bad
 // key or value is reported at once, then the result is validated; on error
 // cfg is returned unchanged.
@@ -446,20 +482,22 @@ func splitList(val string) []string {
 	return parts
 }
 
-// parseRules reads "prefix:tier,prefix:tier". The last ':' separates the
-// tier so prefixes may themselves contain colons.
+// parseRules reads "prefix:tier,prefix:tier[:trusted]". The last ':'
+// separates the tier (or ":trusted" after it) so prefixes may themselves
+// contain colons.
 func parseRules(val string) ([]PrefixRule, error) {
 	var rules []PrefixRule
 	for _, item := range splitList(val) {
-		i := strings.LastIndexByte(item, ':')
+		rest, trusted := strings.CutSuffix(item, ":trusted")
+		i := strings.LastIndexByte(rest, ':')
 		if i < 0 {
-			return nil, fmt.Errorf("rule %q: want prefix:tier", item)
+			return nil, fmt.Errorf("rule %q: want prefix:tier or prefix:tier:trusted", item)
 		}
-		tier, err := ParseTier(item[i+1:])
+		tier, err := ParseTier(rest[i+1:])
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", item, err)
 		}
-		rules = append(rules, PrefixRule{Prefix: item[:i], Tier: tier})
+		rules = append(rules, PrefixRule{Prefix: rest[:i], Tier: tier, TrustedOnly: trusted})
 	}
 	return rules, nil
 }

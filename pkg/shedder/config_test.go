@@ -42,7 +42,7 @@ func TestValidate(t *testing.T) {
 		{"queue without timeout", func(c *Config) { c.QueueTimeout = 0 }, []string{"queue_timeout: must be > 0 when queue_size > 0"}},
 		{"critical waits the queue timeout", func(c *Config) { c.CriticalQueueTimeout = 0 }, nil},
 		{"critical below the queue timeout", func(c *Config) { c.CriticalQueueTimeout = time.Millisecond }, nil},
-		{"negative critical wait", func(c *Config) { c.CriticalQueueTimeout = -time.Second }, []string{"critical_queue_timeout: must be >= 0"}},
+		{"negative critical wait", func(c *Config) { c.CriticalQueueTimeout = -time.Second }, []string{"critical_queue_timeout: must be in [0, 10s]"}},
 		{"headers", func(c *Config) { c.Tiers.PriorityHeader = "X Priority"; c.Tiers.TestModeHeader = "a:b" }, []string{"tiers.priority_header", "tiers.test_mode_header"}},
 		{"rules", func(c *Config) {
 			c.Tiers.Paths = []PrefixRule{{Prefix: "x", Tier: TierRead}, {Prefix: "/ok", Tier: Tier(7)}}
@@ -73,13 +73,23 @@ func TestValidate(t *testing.T) {
 
 func TestParseConfig(t *testing.T) {
 	t.Run("overlay on defaults", func(t *testing.T) {
-		cfg, err := ParseConfig([]byte(`{"good": 0.6, "start_after": "10s", "tiers": {"paths": [{"prefix": "/hc", "tier": "critical"}]}}`))
+		cfg, err := ParseConfig([]byte(`{"good": 0.6, "start_after": "10s", "tiers": {"paths": [{"prefix": "/hc", "tier": "critical", "trusted_only": true}]}}`))
 		require.NoError(t, err)
 		want := DefaultConfig()
 		want.Good = 0.6
 		want.StartAfter = 10 * time.Second
-		want.Tiers.Paths = []PrefixRule{{Prefix: "/hc", Tier: TierCritical}}
+		want.Tiers.Paths = []PrefixRule{{Prefix: "/hc", Tier: TierCritical, TrustedOnly: true}}
 		require.Equal(t, want, cfg)
+	})
+	t.Run("a listed rule does not inherit the default rule's fields", func(t *testing.T) {
+		// The default paths' first rule is trusted_only; a document's first
+		// rule that does not say so must not become trusted_only by
+		// being decoded over it (nor be accepted as critical).
+		_, err := ParseConfig([]byte(`{"tiers": {"paths": [{"prefix": "/hc", "tier": "critical"}]}}`))
+		require.ErrorContains(t, err, "critical needs trusted_only: true")
+		cfg, err := ParseConfig([]byte(`{"tiers": {"paths": [{"prefix": "/x", "tier": "read"}]}}`))
+		require.NoError(t, err)
+		require.Equal(t, []PrefixRule{{Prefix: "/x", Tier: TierRead}}, cfg.Tiers.Paths)
 	})
 	t.Run("empty object is defaults", func(t *testing.T) {
 		cfg, err := ParseConfig([]byte(`{}`))
@@ -173,12 +183,12 @@ func TestApplySettings(t *testing.T) {
 			require.Equal(t, "Authorization", c.Tiers.APIKeyHeader)
 		}},
 		{name: "lists", kv: map[string]string{
-			"tiers.paths":        "/hc:critical, /syn:test",
+			"tiers.paths":        "/hc:critical:trusted, /syn:test",
 			"tiers.api_keys":     "test_:test",
 			"tiers.read_methods": "GET,HEAD",
 		}, check: func(t *testing.T, c Config) {
-			require.Equal(t, []PrefixRule{{"/hc", TierCritical}, {"/syn", TierTest}}, c.Tiers.Paths)
-			require.Equal(t, []PrefixRule{{"test_", TierTest}}, c.Tiers.APIKeys)
+			require.Equal(t, []PrefixRule{{Prefix: "/hc", Tier: TierCritical, TrustedOnly: true}, {Prefix: "/syn", Tier: TierTest}}, c.Tiers.Paths)
+			require.Equal(t, []PrefixRule{{Prefix: "test_", Tier: TierTest}}, c.Tiers.APIKeys)
 			require.Equal(t, []string{"GET", "HEAD"}, c.Tiers.ReadMethods)
 		}},
 		{name: "clear a list", kv: map[string]string{"tiers.paths": ""}, check: func(t *testing.T, c Config) {
@@ -188,6 +198,10 @@ func TestApplySettings(t *testing.T) {
 			wantErr: []string{"goood: unknown setting", "bad: strconv.ParseFloat", "start_after: time: missing unit", "tiers.paths: rule \"/x\""}},
 		{name: "valid values, invalid result", kv: map[string]string{"good": "0.9"},
 			wantErr: []string{"bad: must be greater than good"}},
+		{name: "a critical path any client could choose", kv: map[string]string{"tiers.paths": "/hc:critical"},
+			wantErr: []string{"tiers.paths[0].tier: critical needs trusted_only: true", "untrusted client could make itself critical"}},
+		{name: "critical queue timeout bounded", kv: map[string]string{"critical_queue_timeout": "8760h"},
+			wantErr: []string{"critical_queue_timeout: must be in [0, 10s]"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -140,7 +140,7 @@ func TestMetrics(t *testing.T) {
 func TestMetricsRejectedByWorkers(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	cfg := rawConfig()
-	cfg.QueueSize, cfg.QueueTimeout = 1, time.Hour
+	cfg.QueueSize, cfg.QueueTimeout = 1, MaxCriticalQueueTimeout
 	s, err := New(cfg, reg, seeded())
 	require.NoError(t, err)
 	w := NewWorkers(1, 0, 0)

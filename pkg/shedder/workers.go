@@ -17,7 +17,13 @@ var (
 	ErrQueueFull = errors.New("shedder: worker queue full")
 	// ErrQueueTimeout: the request waited queue_timeout without a slot.
 	ErrQueueTimeout = errors.New("shedder: timed out waiting for a worker")
+	// ErrGone: the request's client went away while it waited; it left
+	// the queue (or gave back the slot it had just been granted).
+	ErrGone = errors.New("shedder: the client left while waiting for a worker")
 )
+
+// goneEvery is how often a waiter asks whether its client is still there.
+const goneEvery = 50 * time.Millisecond
 
 // Workers is the hard cap on requests the edge runs at once, with a short
 // bounded queue in front of it. It is the only protection critical traffic is
@@ -82,7 +88,17 @@ func NewWorkers(capacity, queueSize int, queueTimeout time.Duration) *Workers {
 // ErrQueueFull (also when evicted for a higher tier),
 // ErrQueueTimeout, or the context's error (wrapped).
 func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err error) {
-	release, err = w.acquire(ctx, tier)
+	return w.AcquireUnless(ctx, tier, nil)
+}
+
+// AcquireUnless is Acquire for a request whose client may leave: while it
+// waits in the queue, gone is asked every 50 ms (and once more when a slot
+// is granted after a wait), and a true answer ends the wait with ErrGone,
+// so a slot never goes to a request nobody will read the answer of. gone
+// must be cheap and safe to call from the waiting goroutine; nil never
+// leaves. A slot taken without waiting does not ask.
+func (w *Workers) AcquireUnless(ctx context.Context, tier Tier, gone func() bool) (release func(), err error) {
+	release, err = w.acquire(ctx, tier, gone)
 	if err != nil {
 		w.mu.Lock()
 		count := w.onReject
@@ -94,7 +110,7 @@ func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err e
 	return release, err
 }
 
-func (w *Workers) acquire(ctx context.Context, tier Tier) (release func(), err error) {
+func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (release func(), err error) {
 	if !tier.valid() {
 		tier = TierWrite // as Shedder.Admit classes it
 	}
@@ -146,20 +162,41 @@ func (w *Workers) acquire(ctx context.Context, tier Tier) (release func(), err e
 	start := time.Now()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	select {
-	case <-wt.ready:
-		observeWait(obs, start)
-		w.mu.Lock()
-		evicted := wt.evicted
-		w.mu.Unlock()
-		if evicted {
-			return nil, ErrQueueFull
+	var poll <-chan time.Time
+	if gone != nil {
+		t := time.NewTicker(goneEvery)
+		defer t.Stop()
+		poll = t.C
+	}
+wait:
+	for {
+		select {
+		case <-wt.ready:
+			observeWait(obs, start)
+			w.mu.Lock()
+			evicted := wt.evicted
+			w.mu.Unlock()
+			if evicted {
+				return nil, ErrQueueFull
+			}
+			release := w.releaser()
+			if gone != nil && gone() {
+				release()
+				return nil, ErrGone
+			}
+			return release, nil
+		case <-poll:
+			if gone() {
+				err = ErrGone
+				break wait
+			}
+		case <-timer.C:
+			err = ErrQueueTimeout
+			break wait
+		case <-ctx.Done():
+			err = fmt.Errorf("shedder: waiting for a worker: %w", ctx.Err())
+			break wait
 		}
-		return w.releaser(), nil
-	case <-timer.C:
-		err = ErrQueueTimeout
-	case <-ctx.Done():
-		err = fmt.Errorf("shedder: waiting for a worker: %w", ctx.Err())
 	}
 
 	w.mu.Lock()
@@ -173,6 +210,10 @@ func (w *Workers) acquire(ctx context.Context, tier Tier) (release func(), err e
 		// refusing it would leak it.
 		w.mu.Unlock()
 		observeWait(obs, start)
+		if err == ErrGone {
+			w.releaser()() // nobody to serve: the next waiter gets it
+			return nil, ErrGone
+		}
 		return w.releaser(), nil
 	}
 	w.removeLocked(wt)

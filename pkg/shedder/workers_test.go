@@ -295,7 +295,7 @@ func TestWorkersCriticalWaitsAtLeastQueueTimeout(t *testing.T) {
 // A Shedder's settings drive the attached workers' critical bound, live.
 func TestShedderSetsCriticalTimeout(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.QueueSize, cfg.QueueTimeout, cfg.CriticalQueueTimeout = 4, time.Millisecond, time.Minute
+	cfg.QueueSize, cfg.QueueTimeout, cfg.CriticalQueueTimeout = 4, time.Millisecond, MaxCriticalQueueTimeout
 	s, err := New(cfg, nil)
 	require.NoError(t, err)
 	w := NewWorkers(1, 0, 0)
@@ -332,4 +332,51 @@ func acquireLater(w *Workers, tier Tier) <-chan error {
 		got <- err
 	}()
 	return got
+}
+
+// A waiter whose client has gone leaves the queue and never gets a slot;
+// one granted a slot just as its client left gives the slot back.
+func TestAcquireUnlessClientGone(t *testing.T) {
+	t.Run("leaves the queue", func(t *testing.T) {
+		w := NewWorkers(1, 4, MaxCriticalQueueTimeout)
+		hold, err := w.Acquire(context.Background(), TierRead)
+		require.NoError(t, err)
+		defer hold()
+		var left atomic.Bool
+		got := make(chan error, 1)
+		go func() {
+			release, err := w.AcquireUnless(context.Background(), TierCritical, left.Load)
+			if err == nil {
+				release()
+			}
+			got <- err
+		}()
+		waitQueued(t, w, 1)
+		left.Store(true)
+		require.ErrorIs(t, <-got, ErrGone)
+		require.Equal(t, 0, w.queued())
+	})
+	t.Run("no slot is lost to a gone waiter", func(t *testing.T) {
+		w := NewWorkers(1, 4, MaxCriticalQueueTimeout)
+		hold, err := w.Acquire(context.Background(), TierRead)
+		require.NoError(t, err)
+		var left atomic.Bool
+		left.Store(true) // seen at a poll or at the grant, whichever comes first: either way no slot is lost
+		gone := func() bool { return left.Load() }
+		got := make(chan error, 1)
+		go func() {
+			_, err := w.AcquireUnless(context.Background(), TierCritical, gone)
+			got <- err
+		}()
+		waitQueued(t, w, 1)
+		next := acquireLater(w, TierRead)
+		waitQueued(t, w, 2)
+		hold()
+		require.ErrorIs(t, <-got, ErrGone)
+		require.NoError(t, <-next, "the slot the gone waiter gave back")
+		// Every slot is free again.
+		r, err := w.Acquire(context.Background(), TierRead)
+		require.NoError(t, err)
+		r()
+	})
 }

@@ -65,7 +65,7 @@ type debugClient struct {
 
 func clientState(t *testing.T, e *edgeProc, ip string) debugClient {
 	t.Helper()
-	r := get(&http.Client{Timeout: 5 * time.Second}, "http://"+e.Admin+"/debug/clients?ip="+ip)
+	r := get(&http.Client{Timeout: 5 * time.Second}, "http://"+e.Admin+"/debug/clients?ip="+ip, "Authorization", "Bearer "+adminToken)
 	require.NoError(t, r.err)
 	var d debugClient
 	require.NoError(t, json.Unmarshal(r.body, &d), "%s", r.body)

@@ -191,6 +191,9 @@ func BenchmarkEdgeWrk(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			args := []string{"--origin", org, "--trusted-proxies", "127.0.0.1", "--log-level", "warn",
 				"--key-salt", testenv.KeyPrefix(b)}
+			if os.Getenv("EDGE_BENCH_PPROF_DIR") != "" {
+				args = append(args, "--pprof")
+			}
 			var redisNodes, masters []string
 			switch tc.store {
 			case "standalone":
@@ -777,7 +780,13 @@ func profileEdge(tb testing.TB, e *edgeProc, name string, d time.Duration) <-cha
 	go func() {
 		defer close(done)
 		c := &http.Client{Timeout: time.Duration(secs+10) * time.Second}
-		resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.Admin, secs))
+		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.Admin, secs), nil)
+		if err != nil {
+			tb.Errorf("profile: %v", err)
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := c.Do(req)
 		if err != nil {
 			tb.Errorf("profile: %v", err)
 			return

@@ -157,6 +157,16 @@ func spawnEdge(t testing.TB, args ...string) *edgeProc {
 			e.Admin = args[i+1]
 		}
 	}
+	// Secrets travel in the environment, as the edge requires: a
+	// --key-salt among args is passed as EDGEGUARD_KEY_SALT.
+	var secrets []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--key-salt" && i+1 < len(args) {
+			secrets = append(secrets, "EDGEGUARD_KEY_SALT="+args[i+1])
+			args = append(args[:i:i], args[i+2:]...)
+			i--
+		}
+	}
 	cmd := exec.Command(edgeBin, args...)
 	cmd.Stdout, cmd.Stderr = e.out, e.out
 	// Only what the flags say: no EDGEGUARD_* from the developer's shell.
@@ -165,6 +175,7 @@ func spawnEdge(t testing.TB, args ...string) *edgeProc {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, append(secrets, "EDGEGUARD_ADMIN_TOKEN="+adminToken)...)
 	// Its own process group, and SIGKILL when the test binary dies, so no
 	// edge leaks even if a test panics.
 	var err error
@@ -186,6 +197,9 @@ func spawnEdge(t testing.TB, args ...string) *edgeProc {
 	})
 	return e
 }
+
+// adminToken is every test edge's admin token (its /debug endpoints).
+const adminToken = "e2e-admin-token"
 
 // startEdge starts an edge on fresh loopback ports with --drain-delay 0 and
 // args (a later flag wins, except --origin and --trusted-proxies, which

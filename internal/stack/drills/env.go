@@ -223,24 +223,24 @@ func sumOverEdges(ctx context.Context, edges []stack.Edge, name string, labels m
 	return total, nil
 }
 
-// rulesVersion is the version an edge reports on /debug/rules.
+// rulesVersion is the rules version an edge exports
+// (edgeguard_edge_rules_info{version}: /metrics is open, /debug needs the
+// admin token).
 func rulesVersion(ctx context.Context, admin string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+"/debug/rules", nil)
+	fams, err := metrics(ctx, admin+"/metrics")
 	if err != nil {
 		return "", err
 	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return "", err
+	if f, ok := fams["edgeguard_edge_rules_info"]; ok {
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "version" && m.GetGauge().GetValue() == 1 {
+					return lp.GetValue(), nil
+				}
+			}
+		}
 	}
-	defer resp.Body.Close()
-	var v struct {
-		Version string `json:"version"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return "", fmt.Errorf("decoding %s/debug/rules: %w", admin, err)
-	}
-	return v.Version, nil
+	return "", fmt.Errorf("%s/metrics: no edgeguard_edge_rules_info", admin)
 }
 
 // status returns the HTTP status of GET url (0 when unreachable).
