@@ -52,6 +52,10 @@ type Edge struct {
 	draining              atomic.Bool
 	serving               atomic.Bool
 
+	// seen, when set (tests), is told what the rules saw of each request
+	// about to be proxied, and its request id.
+	seen func(ctx *fasthttp.RequestCtx, req *rules.Request, requestID string)
+
 	publicLn, adminLn net.Listener
 	server            *fasthttp.Server
 	admin             *http.Server

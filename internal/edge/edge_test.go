@@ -44,14 +44,22 @@ func testOrigin(t *testing.T) string {
 		for _, v := range ctx.Request.Header.PeekAll("X-Api-Key") {
 			keys = append(keys, string(v))
 		}
+		var all strings.Builder
+		for k, v := range ctx.Request.Header.All() {
+			all.WriteString(string(k) + ": " + string(v) + "\n")
+		}
 		body, _ := json.Marshal(map[string]string{
-			"path":   string(ctx.Path()),
-			"host":   string(ctx.Request.Header.Host()),
-			"xff":    string(ctx.Request.Header.Peek("X-Forwarded-For")),
-			"rid":    string(ctx.Request.Header.Peek("X-Request-ID")),
-			"keys":   strings.Join(keys, "|"),
-			"method": string(ctx.Method()),
-			"body":   strconv.Itoa(len(ctx.Request.Body())),
+			"uri":     string(ctx.Request.Header.RequestURI()),
+			"headers": all.String(),
+			"fwd":     string(ctx.Request.Header.Peek("Forwarded")),
+			"proto":   string(ctx.Request.Header.Peek("X-Forwarded-Proto")),
+			"path":    string(ctx.Path()),
+			"host":    string(ctx.Request.Header.Host()),
+			"xff":     string(ctx.Request.Header.Peek("X-Forwarded-For")),
+			"rid":     string(ctx.Request.Header.Peek("X-Request-ID")),
+			"keys":    strings.Join(keys, "|"),
+			"method":  string(ctx.Method()),
+			"body":    strconv.Itoa(len(ctx.Request.Body())),
 		})
 		ctx.SetBody(body)
 	}}

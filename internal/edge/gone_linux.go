@@ -1,16 +1,20 @@
 package edge
 
-import "syscall"
+import (
+	"syscall"
 
-// peekClosed peeks one byte without waiting: 0 bytes read is the peer's
-// FIN; data or "would block" mean it is still there.
+	"golang.org/x/sys/unix"
+)
+
+// peekClosed asks the kernel, without waiting or reading, whether the peer
+// has closed its side (POLLRDHUP: its FIN arrived, even behind bytes not
+// read yet) or the connection failed.
 func peekClosed(raw syscall.RawConn) bool {
-	var buf [1]byte
 	closed := false
-	err := raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		closed = n == 0 && err == nil || err == syscall.ECONNRESET
-		return true // never wait for readiness
+	err := raw.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		n, err := unix.Poll(fds, 0)
+		closed = err == nil && n > 0 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
 	})
 	return closed || err != nil
 }

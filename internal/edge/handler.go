@@ -99,7 +99,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 	}()
 	snap := e.rules.Load()
 	req := rules.Request{
-		Host:     rules.NormalizeHost(b2s(ctx.Host())),
+		Host:     rules.NormalizeHost(b2s(ctx.Request.Header.Host())), // the one the origin gets (screen)
 		Method:   b2s(ctx.Method()),
 		Path:     path,
 		ClientIP: client,
@@ -150,7 +150,11 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 	}
 
 	// Proxy.
-	e.proxy.Serve(ctx, origin.Hop{Peer: peer.String(), Trusted: trusted, RequestID: e.requestID(ctx, trusted)})
+	hop := origin.Hop{Peer: peer.String(), Trusted: trusted, RequestID: e.requestID(ctx, trusted)}
+	if e.seen != nil {
+		e.seen(ctx, &req, hop.RequestID)
+	}
+	e.proxy.Serve(ctx, hop)
 	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
 	return outcomeProxied
 }

@@ -57,6 +57,13 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) bool {
 		tooLarge(ctx, e.cfg.MaxBodyBytes)
 		return false
 	}
+	// A Host or an absolute-form target with user info ("u:p@host") would
+	// reach the origin as an Authorization field (fasthttp's client writes
+	// one from a URI's user): no such request goes on.
+	if uri := ctx.URI(); len(uri.Username()) > 0 || len(uri.Password()) > 0 || bytes.IndexByte(ctx.Request.Header.Host(), '@') >= 0 {
+		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host (user info is not allowed)")
+		return false
+	}
 	// fasthttp takes the URI's host from an absolute-form target and keeps
 	// the Host field as sent; the origin client sends the Host field.
 	if host := ctx.URI().Host(); len(host) > 0 && !bytes.Equal(host, ctx.Request.Header.Host()) {

@@ -350,7 +350,7 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, hop Hop) bool {
 	if !hop.Trusted || len(req.Header.Peek(fasthttp.HeaderXForwardedProto)) == 0 {
 		req.Header.Set(fasthttp.HeaderXForwardedProto, proto)
 	}
-	host := ctx.Host()
+	host := ctx.Request.Header.Host() // what the origin gets as Host
 	if !hop.Trusted || len(req.Header.Peek(fasthttp.HeaderXForwardedHost)) == 0 {
 		if len(host) > 0 {
 			req.Header.SetBytesV(fasthttp.HeaderXForwardedHost, host)

@@ -57,7 +57,10 @@ func (c *overLimitCache) get(key string, l Limit, cost int64, now time.Time) (De
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || cost < e.need {
+	// A denial at a lower limit says nothing about a check with a higher
+	// one: the behaviour layer tightens one client's limit on a key that
+	// another client, at the full limit, may still use.
+	if !ok || cost < e.need || l.Limit > e.limit {
 		return Decision{}, false
 	}
 	retry := roundUpMs(e.until.Sub(now))

@@ -350,6 +350,9 @@ func (w *Workers) Busy() int {
 }
 
 // queued returns the requests waiting for a slot (tests wait on it).
+// Queued is how many requests wait for a slot now.
+func (w *Workers) Queued() int { return w.queued() }
+
 func (w *Workers) queued() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

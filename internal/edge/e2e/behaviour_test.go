@@ -222,3 +222,59 @@ func TestReplayDetected(t *testing.T) {
 	require.Equal(t, "normal", br.Client.Level, "%+v", br)
 	require.Zero(t, br.Client.Region.Replay)
 }
+
+const keyedScanRules = `
+version: 1
+behaviour:
+  mode: enforce
+rules:
+  - {id: per-key, key: ["header:X-Api-Key"], algorithm: sliding_log, limit: 1000, window: 1m, behaviour: true}
+`
+
+// TestRotatingKeysDoNotHideAScanner: a scanner that sends a fresh API key
+// with every request is still scored, by its address: a key the edge did
+// not see authenticated is not an identity.
+func TestRotatingKeysDoNotHideAScanner(t *testing.T) {
+	es := behaviourEdges(t, keyedScanRules)
+	c := newClient(t, 2)
+	const ip = "198.51.100.30"
+	first := 0
+	for i := range 200 {
+		r := get(c, es[i%3].url(fmt.Sprintf("/scan/%d", i)), "X-Forwarded-For", ip, "X-Api-Key", fmt.Sprintf("rotated-%d", i))
+		require.NoError(t, r.err)
+		if r.code == http.StatusOK && remaining(r) < 100 {
+			first = i + 1
+			break
+		}
+	}
+	t.Logf("a key-rotating scanner tightened (limit 1000 → 100) from request %d", first)
+	require.NotZero(t, first, "rotating keys kept the scanner unscored")
+	d := clientState(t, es[(first-1)%3], ip)
+	require.Equal(t, "suspicious", d.Client.Level)
+}
+
+// TestBorrowedKeyDoesNotBlockItsOwner: a scanner sending a victim's API key
+// until it is blocked never gets the victim, who calls from elsewhere with
+// the same key, answered abnormal-usage-detected.
+func TestBorrowedKeyDoesNotBlockItsOwner(t *testing.T) {
+	es := behaviourEdges(t, keyedScanRules)
+	c := newClient(t, 2)
+	const scanner, victim, key = "198.51.100.31", "203.0.113.31", "victims-key"
+	blocked := false
+	for i := range 600 { // scanning, then hammering through its 429s
+		r := get(c, es[i%3].url(fmt.Sprintf("/scan/%d", i)), "X-Forwarded-For", scanner, "X-Api-Key", key)
+		require.NoError(t, r.err)
+		var p problem
+		if r.code == http.StatusTooManyRequests && json.Unmarshal(r.body, &p) == nil && p.Type == problemAbnormalUsage {
+			blocked = true
+			break
+		}
+	}
+	require.True(t, blocked, "the scanner was never blocked")
+	for i := range 6 {
+		r := get(c, es[i%3].url("/api/orders"), "X-Forwarded-For", victim, "X-Api-Key", key)
+		require.NoError(t, r.err)
+		require.Equal(t, http.StatusOK, r.code, "the key's owner got %d: %s", r.code, r.body)
+	}
+	require.Equal(t, "blocked", clientState(t, es[0], scanner).Client.Level)
+}
