@@ -80,6 +80,9 @@ func settings(cfg shedder.Config) [][2]string {
 		parts := make([]string, len(rs))
 		for i, r := range rs {
 			parts[i] = r.Prefix + ":" + r.Tier.String()
+			if r.TrustedOnly {
+				parts[i] += ":trusted"
+			}
 		}
 		return strings.Join(parts, ",")
 	}
@@ -111,7 +114,7 @@ func settings(cfg shedder.Config) [][2]string {
 // shedder set --region R [--reset] key=value...
 func (a *app) shedderSet(args []string) error {
 	fs := a.flags("shedder set", "--region R [--reset] [--message M] [--author A] key=value...\n\nKeys: "+
-		strings.Join(shedder.SettingKeys, ", ")+"\nLists are comma-separated (tiers.paths=/healthcheck:critical,/internal/synthetic:test); an empty value clears a list.")
+		strings.Join(shedder.SettingKeys, ", ")+"\nLists are comma-separated (tiers.paths=/healthcheck:critical:trusted,/internal/synthetic:test; ':trusted' applies a rule to trusted proxies only, and a critical rule needs it); an empty value clears a list.")
 	var r string
 	var reset bool
 	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")

@@ -35,7 +35,7 @@ func TestShedder(t *testing.T) {
 	require.Equal(t, ExitOK, r.code, r)
 	assert.Contains(t, r.stdout, "good=0.75\n")
 	assert.Contains(t, r.stdout, "start_after=10s\n")
-	assert.Contains(t, r.stdout, "tiers.paths=/healthcheck:critical,/internal/synthetic:test\n")
+	assert.Contains(t, r.stdout, "tiers.paths=/healthcheck:critical:trusted,/internal/synthetic:test\n")
 
 	r = run(t, "shedder", "get", "--prefix", p, "--region", "eu-west", "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)
