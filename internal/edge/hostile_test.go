@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -240,3 +243,23 @@ func TestRequestLineReachesOriginByteForByte(t *testing.T) {
 }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// Shedder settings that would let anyone be critical, or hold critical
+// waiters for a year, are refused at start and on reload, saying why.
+func TestShedderSettingsThatHelpAttackersRefused(t *testing.T) {
+	for name, doc := range map[string]string{
+		"critical path any client chooses": `{"tiers": {"paths": [{"prefix": "/healthcheck", "tier": "critical"}]}}`,
+		"critical waits a year":            `{"critical_queue_timeout": "8760h"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+			cfg.DemoOrigin = true
+			cfg.Shedder = filepath.Join(t.TempDir(), "shedder.json")
+			require.NoError(t, os.WriteFile(cfg.Shedder, []byte(doc), 0o600))
+			_, err := New(cfg, slog.New(slog.DiscardHandler))
+			require.Error(t, err)
+			require.Regexp(t, "critical needs trusted_only|critical_queue_timeout: must be in", err.Error())
+		})
+	}
+}
