@@ -10,12 +10,18 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
+	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge"
 )
 
 func main() {
+	if slices.Contains(os.Args[1:], "--version") || slices.Contains(os.Args[1:], "-version") {
+		fmt.Println("edge", buildinfo.Get())
+		return
+	}
 	cfg, err := edge.ParseFlags(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return

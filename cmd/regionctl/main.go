@@ -5,11 +5,18 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"slices"
 
+	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/regionctl"
 )
 
 func main() {
+	if slices.Contains(os.Args[1:2], "--version") || slices.Contains(os.Args[1:2], "version") {
+		fmt.Println("regionctl", buildinfo.Get())
+		return
+	}
 	os.Exit(regionctl.Main(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }

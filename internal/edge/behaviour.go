@@ -73,6 +73,8 @@ type behaviourLayer struct {
 	log     *slog.Logger
 	m       *bhMetrics
 	reload  atomic.Bool // a reply met NOSCRIPT: the flusher loads the script
+	// loadWarn keeps a Redis outage from logging a failed load every flush.
+	loadWarn everyLog
 }
 
 func newBehaviourLayer(cfg Config, store *limiter.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*behaviourLayer, error) {
@@ -378,7 +380,9 @@ func (b *behaviourLayer) loadScript() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(b.timeout, time.Second))
 	defer cancel()
 	if err := b.script.Load(ctx, b.store.Client()); err != nil {
-		b.log.Warn("behaviour script not loaded; levels come from this edge's view until it is", "err", err)
+		if ok, suppressed := b.loadWarn.allow(time.Now()); ok {
+			b.log.Warn("behaviour script not loaded; levels come from this edge's view until it is", "err", err, "suppressed", suppressed)
+		}
 		b.reload.Store(true)
 	}
 }
@@ -388,7 +392,7 @@ func (b *behaviourLayer) run(ctx context.Context) {
 	if b.store == nil {
 		return
 	}
-	b.loadScript()
+	b.reload.Store(true) // loaded while the layer is on: a rules document without a behaviour section needs no script
 	t := time.NewTicker(flushEvery)
 	defer t.Stop()
 	for {
@@ -396,7 +400,7 @@ func (b *behaviourLayer) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if b.reload.Swap(false) {
+			if b.cfg.Load() != nil && b.reload.Swap(false) {
 				b.loadScript()
 			}
 			b.flush()

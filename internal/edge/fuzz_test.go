@@ -3,8 +3,8 @@ package edge
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -35,7 +35,6 @@ type requestRecorder struct {
 	seen map[string]seenRequest
 	got  map[string]gotRequest
 }
-
 
 const fuzzRules = `
 version: 1
