@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -88,6 +89,15 @@ type Config struct {
 	AdminToken, AdminTokenFile string
 	// Pprof serves /debug/pprof on the admin port (behind the token).
 	Pprof bool
+	// AccessLog is the access log's file ("-" = standard output, "" = off):
+	// one line per request, written off the request path, reopened on
+	// SIGHUP and SIGUSR1 (log rotation).
+	AccessLog string
+	// AccessLogFormat is json or logfmt.
+	AccessLogFormat string
+	// AccessLogSample is the share of proxied requests logged (0..1);
+	// every request the edge answered itself (denied, shed, refused) is.
+	AccessLogSample float64
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by.
 	IPv6Prefix int
 	// LegacyHeaders adds X-RateLimit-Limit/-Remaining/-Reset for old clients.
@@ -154,6 +164,8 @@ func DefaultConfig() Config {
 		PrefilterSize:     100_000,
 		MaxConnsPerIP:     256,
 		LogLevel:          "info",
+		AccessLogFormat:   "json",
+		AccessLogSample:   1,
 	}
 }
 
@@ -217,6 +229,9 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&c.AdminToken, "admin-token", c.AdminToken, "bearer token of the admin port's /debug endpoints: environment only (EDGEGUARD_ADMIN_TOKEN) or --admin-token-file; none = /debug answers 403")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", c.AdminTokenFile, "file holding the admin token")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof on the admin port (needs the admin token)")
+	fs.StringVar(&c.AccessLog, "access-log", c.AccessLog, "access log file, one line per request (- = standard output; empty = off); reopened on SIGHUP and SIGUSR1")
+	fs.StringVar(&c.AccessLogFormat, "access-log-format", c.AccessLogFormat, "access log format: json or logfmt")
+	fs.Float64Var(&c.AccessLogSample, "access-log-sample", c.AccessLogSample, "share of proxied requests logged, 0..1 (denied, shed and refused requests always are)")
 
 	// The command line first; the environment fills only the flags it did
 	// not set. So a flag wins over its variable, list flags included (their
@@ -385,6 +400,12 @@ func (c Config) Validate() error {
 		if p.Bits() == 0 && !c.TrustAllProxies {
 			bad("trusted-proxies: %s trusts every address, so any client could set its own identity (add --trust-all-proxies if that is meant)", p)
 		}
+	}
+	if _, err := accesslog.ParseFormat(c.AccessLogFormat); err != nil {
+		bad("access-log-format: %v", err)
+	}
+	if !(c.AccessLogSample >= 0 && c.AccessLogSample <= 1) {
+		bad("access-log-sample: must be in [0, 1] (got %v)", c.AccessLogSample)
 	}
 	if c.DefaultHost != "" && !usableHost([]byte(c.DefaultHost)) {
 		bad("default-host: %q is not a host name or address", c.DefaultHost)

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -51,6 +52,9 @@ type Edge struct {
 	workers               *shedder.Workers
 	draining              atomic.Bool
 	serving               atomic.Bool
+
+	access     *accesslog.Log // nil: off
+	accessWarn everyLog
 
 	// seen, when set (tests), is told what the rules saw of each request
 	// about to be proxied, and its request id.
@@ -110,6 +114,9 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	}
 	if snap := e.rules.Load(); snap != nil {
 		e.bh.rulesChanged(snap)
+	}
+	if err := e.openAccessLog(); err != nil {
+		return nil, err
 	}
 	origins := cfg.Origins
 	if cfg.DemoOrigin {
@@ -407,7 +414,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	// signal.Stop never closes hup, so the reload loop ends on its own
 	// channel.
 	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	signal.Notify(hup, syscall.SIGHUP, syscall.SIGUSR1)
 	defer signal.Stop(hup)
 	stopReload := make(chan struct{})
 	defer close(stopReload)
@@ -444,12 +451,18 @@ func (e *Edge) Run(ctx context.Context) error {
 	return errors.Join(serveErr, err)
 }
 
-// reloadOnSignal re-reads the files on every signal until stop is closed.
+// reloadOnSignal re-reads the files on every SIGHUP and reopens the access
+// log on SIGHUP and SIGUSR1, until stop is closed.
 func (e *Edge) reloadOnSignal(sig <-chan os.Signal, stop <-chan struct{}) {
 	for {
 		select {
-		case <-sig:
-			e.reloadFiles()
+		case s := <-sig:
+			if err := e.access.Reopen(); err != nil {
+				e.log.Error("access log not reopened; writing to the old file", "err", err)
+			}
+			if s == syscall.SIGHUP {
+				e.reloadFiles()
+			}
 		case <-stop:
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net/netip"
 	"sync"
 	"time"
 	"unsafe"
@@ -17,14 +18,28 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
-// scratch is a request's reusable buffers.
+// scratch is a request's state and reusable buffers: what serve found out,
+// for the metrics and the access log handle writes after it.
 type scratch struct {
-	matches []rules.Match
-	checks  []limiter.Check
-	applied []applied
+	matches  []rules.Match
+	checks   []limiter.Check
+	applied  []applied
+	all      []applied     // every rule's outcome, shadow ones too (access log)
+	tier     shedder.Tier  // TierNone until classified
+	id       string        // the request id, once proxied
+	upstream time.Duration // time at the origin
+	client   netip.Addr
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+func (sc *scratch) reset() {
+	clear(sc.matches)
+	clear(sc.applied)
+	clear(sc.all)
+	sc.matches, sc.checks, sc.applied, sc.all = sc.matches[:0], sc.checks[:0], sc.applied[:0], sc.all[:0]
+	sc.tier, sc.id, sc.upstream, sc.client = shedder.TierNone, "", 0, netip.Addr{}
+}
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{tier: shedder.TierNone} }}
 
 // b2s views bytes as a string for lookups that do not keep it.
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
@@ -32,8 +47,12 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 // handle is the request path; see the package documentation for the steps.
 func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	tier := shedder.TierNone // until classified
-	outcome := e.serve(ctx, start, &tier)
+	sc := scratchPool.Get().(*scratch)
+	defer func() {
+		sc.reset()
+		scratchPool.Put(sc)
+	}()
+	outcome := e.serve(ctx, start, sc)
 	if e.draining.Load() {
 		// Keep-alive clients leave now, not when the listener closes.
 		ctx.SetConnectionClose()
@@ -42,11 +61,13 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 		// The rest of an unread body must not be taken for a request.
 		ctx.SetConnectionClose()
 	}
-	e.metrics.request(outcome, tier).Inc()
-	e.metrics.durationOf(outcome).Observe(time.Since(start).Seconds())
+	total := time.Since(start)
+	e.metrics.request(outcome, sc.tier).Inc()
+	e.metrics.durationOf(outcome).Observe(total.Seconds())
+	e.logAccess(ctx, start, total, outcome, sc)
 }
 
-func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder.Tier) string {
+func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) string {
 	// Screen: what the edge never passes on, and what this peer may not send
 	// (trust.go); from here on the rules, the shedder and the origin see one
 	// and the same request.
@@ -61,11 +82,12 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 
 	// Identify.
 	client := clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
+	sc.client = client
 	bh := e.bh.begin(client, trusted, &headers, path) // the client's behaviour level (behaviour.go)
 
 	// Shed: before any I/O, by priority tier.
 	tier := e.bh.tier(&bh, e.shed.Classify(b2s(ctx.Method()), path, header, trusted))
-	*tierOut = tier
+	sc.tier = tier
 	if headers.repeated != "" {
 		refuseRepeated(ctx, headers.repeated)
 		return outcomeRefused
@@ -90,13 +112,6 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 	defer release()
 
 	// Match.
-	sc := scratchPool.Get().(*scratch)
-	defer func() {
-		clear(sc.matches)
-		clear(sc.applied)
-		sc.matches, sc.checks, sc.applied = sc.matches[:0], sc.checks[:0], sc.applied[:0]
-		scratchPool.Put(sc)
-	}()
 	snap := e.rules.Load()
 	req := rules.Request{
 		Host:     rules.NormalizeHost(b2s(ctx.Request.Header.Host())), // the one the origin gets (screen)
@@ -141,7 +156,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 			e.log.Error("limiter refused checks", "err", err)
 			verdict = limiter.Verdict{Allowed: true}
 		}
-		sc.applied = e.record(sc.matches, verdict, sc.applied)
+		sc.applied, sc.all = e.record(sc.matches, verdict, sc.applied, sc.all, e.access != nil)
 		if !verdict.Allowed {
 			deny(ctx, sc.applied, e.cfg.LegacyHeaders)
 			return outcomeDenied
@@ -154,7 +169,10 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, tierOut *shedder
 	if e.seen != nil {
 		e.seen(ctx, &req, hop.RequestID)
 	}
+	sc.id = hop.RequestID
+	upstream := time.Now()
 	e.proxy.Serve(ctx, hop)
+	sc.upstream = time.Since(upstream)
 	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
 	return outcomeProxied
 }
@@ -176,8 +194,8 @@ func ruleLimit(r *rules.CompiledRule, key string) limiter.Limit {
 }
 
 // record counts every rule's decision and returns the non-shadow rules as
-// clients see them.
-func (e *Edge) record(ms []rules.Match, v limiter.Verdict, dst []applied) []applied {
+// clients see them, and, when all is wanted, every rule's outcome.
+func (e *Edge) record(ms []rules.Match, v limiter.Verdict, dst, all []applied, wantAll bool) ([]applied, []applied) {
 	for i, m := range ms {
 		if i >= len(v.Checks) { // the limiter failed: admitted unchecked
 			break
@@ -195,11 +213,15 @@ func (e *Edge) record(ms []rules.Match, v limiter.Verdict, dst []applied) []appl
 		if o.Source != limiter.SourceSkipped {
 			e.metrics.decision(m.Rule.ID, decision, e.reason(o.Source)).Inc()
 		}
+		a := applied{rule: m.Rule, out: o, skipped: o.Source == limiter.SourceSkipped}
 		if !m.Rule.Shadow {
-			dst = append(dst, applied{rule: m.Rule, out: o, skipped: o.Source == limiter.SourceSkipped})
+			dst = append(dst, a)
+		}
+		if wantAll {
+			all = append(all, a)
 		}
 	}
-	return dst
+	return dst, all
 }
 
 func (e *Edge) reason(s limiter.Source) string {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
@@ -101,6 +102,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
+}
+
+// accessLog exports the access log's written and dropped lines.
+func (m *metrics) accessLog(reg prometheus.Registerer, l *accesslog.Log) error {
+	return errors.Join(
+		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "edgeguard_edge_access_log_lines_total",
+			Help: "Access-log lines written.",
+		}, func() float64 { return float64(l.Written()) })),
+		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "edgeguard_edge_access_log_dropped_total",
+			Help: "Access-log lines dropped because the writer could not keep up (its queue holds 8,192 lines); requests are never held back for the log.",
+		}, func() float64 { return float64(l.Dropped()) })),
+	)
 }
 
 type requestKey struct {

@@ -1,0 +1,104 @@
+package edge
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/accesslog"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+)
+
+// logAccess writes the request's access-log line (step 8, Record): every
+// request the edge did not proxy (denied, shed, refused, abandoned,
+// unavailable) and a --access-log-sample share of the proxied ones.
+func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.Duration, outcome string, sc *scratch) {
+	if e.access == nil || outcome == outcomeProxied && e.cfg.AccessLogSample < 1 && rand.Float64() >= e.cfg.AccessLogSample {
+		return
+	}
+	id := sc.id
+	if id == "" {
+		id = e.requestID(ctx, false) // a line of its own to grep for
+	}
+	line := e.access.Begin(start).
+		Str("id", id).
+		Str("client", clientString(sc)).
+		Bytes("host", ctx.Request.Header.Host()).
+		Bytes("method", ctx.Method()).
+		Bytes("path", ctx.Request.URI().PathOriginal()).
+		Int("status", int64(ctx.Response.StatusCode())).
+		Str("outcome", outcome).
+		Str("decision", decisionOf(outcome, sc)).
+		Str("tier", sc.tier.String())
+	var ids [8]string
+	rules := ids[:0]
+	source := ""
+	for _, a := range sc.all {
+		if a.skipped {
+			continue
+		}
+		rules = append(rules, a.rule.ID)
+		if source == "" || !a.out.Allowed {
+			source = e.reason(a.out.Source)
+		}
+	}
+	line.List("rules", rules).Str("source", source)
+	if outcome == outcomeShed || outcome == outcomeNoWorker || outcome == outcomeAbandoned {
+		line.Str("shed_reason", outcome)
+	}
+	line.Dur("upstream_seconds", sc.upstream).
+		Dur("total_seconds", total).
+		Int("bytes_in", int64(max(ctx.Request.Header.ContentLength(), 0))).
+		Int("bytes_out", int64(len(ctx.Response.Body())))
+	e.access.Send(line)
+}
+
+func clientString(sc *scratch) string {
+	if !sc.client.IsValid() {
+		return ""
+	}
+	return sc.client.String()
+}
+
+// decisionOf is the access log's decision: allowed, denied (a rule),
+// shadow (a shadow rule would have denied), or what else happened.
+func decisionOf(outcome string, sc *scratch) string {
+	switch outcome {
+	case outcomeDenied:
+		return "denied"
+	case outcomeProxied:
+		for _, a := range sc.all {
+			if a.rule.Shadow && !a.out.Allowed && a.out.Source != limiter.SourceSkipped {
+				return "shadow"
+			}
+		}
+		return "allowed"
+	}
+	return outcome
+}
+
+// openAccessLog opens --access-log, if any.
+func (e *Edge) openAccessLog() error {
+	if e.cfg.AccessLog == "" {
+		return nil
+	}
+	format, err := accesslog.ParseFormat(e.cfg.AccessLogFormat)
+	if err != nil {
+		return err
+	}
+	l, err := accesslog.Open(e.cfg.AccessLog, format, func(err error) {
+		if ok, suppressed := e.accessWarn.allow(time.Now()); ok {
+			e.log.Warn("access log write failed", "err", err, "suppressed", suppressed)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	e.access = l
+	e.closers = append(e.closers, l.Close)
+	if err := e.metrics.accessLog(e.reg, l); err != nil {
+		return err
+	}
+	return nil
+}
