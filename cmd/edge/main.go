@@ -22,7 +22,10 @@ func main() {
 		fmt.Println("edge", buildinfo.Get())
 		return
 	}
-	cfg, err := edge.ParseFlags(os.Args[1:], os.Getenv, os.Stderr)
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		os.Exit(edge.Check(os.Args[2:], os.Environ(), os.Stdout, os.Stderr))
+	}
+	cfg, err := edge.ParseArgs(os.Args[1:], os.Environ(), os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}

@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"net/url"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +22,8 @@ import (
 // every flag can also be set as EDGEGUARD_<NAME> (dashes become underscores):
 // --redis-mode is EDGEGUARD_REDIS_MODE. A flag on the command line wins.
 type Config struct {
+	// ConfigFile is the YAML file the other settings were read from, if any.
+	ConfigFile string
 	// Listen is the public address.
 	Listen string
 	// Admin is the admin address (metrics, health, readiness, rules, pprof).
@@ -169,15 +173,33 @@ func DefaultConfig() Config {
 	}
 }
 
-// ParseFlags reads args and the environment (getenv) over the defaults.
+// ParseArgs reads the command line, the environment (every EDGEGUARD_
+// variable must name a setting) and the --config file over the defaults.
+func ParseArgs(args, environ []string, usage io.Writer) (Config, error) {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return parse(args, func(k string) string { return env[k] }, environ, usage)
+}
+
+// ParseFlags reads args, the environment (getenv) and the --config file
+// over the defaults; variables that name no setting are not looked for.
 func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+	return parse(args, getenv, nil, usage)
+}
+
+func parse(args []string, getenv func(string) string, environ []string, usage io.Writer) (Config, error) {
 	c := DefaultConfig()
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.Usage = func() {
-		fmt.Fprintf(usage, "Usage: edge [flags]\n\nEvery flag can also be set in the environment as EDGEGUARD_<NAME>\n(--redis-mode is EDGEGUARD_REDIS_MODE); a flag on the command line wins.\n\n")
+		fmt.Fprintf(usage, "Usage: edge [flags]\n       edge check [flags]   validate the config, --rules and --shedder files offline\n       edge --version\n\nEvery flag can also be set in the environment as EDGEGUARD_<NAME>\n(--redis-mode is EDGEGUARD_REDIS_MODE) and in the --config file by its name\n(redis-mode: cluster); the command line wins over the environment, which wins\nover the file.\n\n")
 		fs.PrintDefaults()
 	}
+	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "config file (YAML): any flag by its name, e.g. redis-timeout: 50ms; the command line and EDGEGUARD_ variables win over it")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "public listen address")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "admin listen address (/metrics, /healthz, /readyz, /debug/rules, /debug/pprof); keep it private")
 	fs.Var((*listFlag)(&c.Origins), "origin", "origin URL; repeat or comma-separate for several; required unless --demo-origin")
@@ -241,12 +263,19 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	}
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	if environ != nil {
+		if err := checkEnviron(fs, environ); err != nil {
+			return c, err
+		}
+	}
 	var errs []error
+	setElsewhere := maps.Clone(onCommandLine)
 	fs.VisitAll(func(f *flag.Flag) {
 		env := EnvName(f.Name)
 		if v := getenv(env); v != "" && !onCommandLine[f.Name] {
+			setElsewhere[f.Name] = true
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+				errs = append(errs, fmt.Errorf("%s: %w", env, setError(f, v, err)))
 			}
 		}
 	})
@@ -256,14 +285,27 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	// On by default, so only a request for it can be refused.
-	if asked := onCommandLine["redis-autopipeline"] || getenv(EnvName("redis-autopipeline")) != ""; asked && c.RedisAutopipeline && c.Redis == "" {
-		return c, errors.New("redis-autopipeline: needs --redis")
+	// Every problem at once: the file's, the secrets', then the values'.
+	if c.ConfigFile != "" {
+		errs = append(errs, applyConfigFile(fs, c.ConfigFile, setElsewhere))
 	}
-	if err := c.readSecrets(onCommandLine, getenv); err != nil {
-		return c, err
+	errs = append(errs, c.readSecrets(onCommandLine, getenv))
+	if err := errors.Join(errs...); err != nil {
+		return c, errors.Join(err, c.Validate())
 	}
 	return c, c.Validate()
+}
+
+// setError says what a flag wanted instead of the flag package's bare
+// "parse error".
+func setError(f *flag.Flag, v string, err error) error {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return fmt.Errorf("want true or false, got %q", v)
+	}
+	if errors.Is(err, strconv.ErrSyntax) || errors.Is(err, strconv.ErrRange) || strings.Contains(err.Error(), "parse error") {
+		return fmt.Errorf("invalid value %q for %s (default %s)", v, f.Name, f.DefValue)
+	}
+	return err
 }
 
 // secretFlags may not be given on the command line: every local user can

@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"flag"
+	"io"
 	"net/netip"
 	"net/url"
 	"os"
@@ -49,7 +50,6 @@ func TestParseFlagsRejectsBadInput(t *testing.T) {
 		{[]string{"--trusted-proxies", "10.0.0.0/8,not-an-ip"}, nil, []string{`"not-an-ip" is not an address or CIDR`}},
 		{nil, map[string]string{"EDGEGUARD_REDIS_TIMEOUT": "soon"}, []string{"EDGEGUARD_REDIS_TIMEOUT"}},
 		{[]string{"--redis-mode", "cluster"}, nil, []string{"redis-mode: cluster needs --redis"}},
-		{[]string{"--redis-autopipeline"}, nil, []string{"redis-autopipeline: needs --redis"}},
 		{[]string{"--rules", "r.yaml", "--consul", "127.0.0.1:8500"}, nil, []string{"--rules and --consul are exclusive"}},
 		{[]string{"--workers", "0", "--redis-timeout", "0s", "--ipv6-prefix", "200"}, nil, []string{"workers: must be ≥ 1", "redis-timeout: must be > 0", "ipv6-prefix"}},
 		{[]string{"--admin", ":8080"}, nil, []string{"admin: must differ from listen"}},
@@ -190,7 +190,7 @@ func TestRedisAutopipelineDefault(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, cfg.RedisAutopipeline)
 	_, err = ParseFlags([]string{"--demo-origin"}, env(map[string]string{"EDGEGUARD_REDIS_AUTOPIPELINE": "true"}), &bytes.Buffer{})
-	require.ErrorContains(t, err, "redis-autopipeline: needs --redis")
+	require.NoError(t, err, "a setting given its default value never errors")
 }
 
 // Secrets never come from the command line (every local user can read a
@@ -235,4 +235,70 @@ func TestSecretsNotOnTheCommandLine(t *testing.T) {
 
 	_, err = ParseFlags(append(base, "--redis-password-file", write("pw", "x")), env(nil), &bytes.Buffer{})
 	require.ErrorContains(t, err, "without --redis")
+}
+
+// The config file holds any flag by its name; the command line wins over
+// the environment, which wins over the file, which wins over the default.
+func TestConfigFilePrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("demo-origin: true\nredis-timeout: 50ms\ntrusted-proxies: [10.0.0.0/8, 192.0.2.1]\nworkers: 7\n"), 0o600))
+	args := []string{"--config", file}
+	cfg, err := ParseFlags(args, env(nil), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 50*time.Millisecond, cfg.RedisTimeout, "the file over the default")
+	require.Equal(t, 7, cfg.Workers)
+	require.Len(t, cfg.TrustedProxies, 2, "a YAML list")
+	require.Equal(t, DefaultConfig().IdleTimeout, cfg.IdleTimeout, "what the file omits keeps its default")
+
+	cfg, err = ParseFlags(args, env(map[string]string{"EDGEGUARD_REDIS_TIMEOUT": "70ms"}), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 70*time.Millisecond, cfg.RedisTimeout, "the environment over the file")
+
+	cfg, err = ParseFlags(append(args, "--redis-timeout", "90ms"), env(map[string]string{"EDGEGUARD_REDIS_TIMEOUT": "70ms"}), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 90*time.Millisecond, cfg.RedisTimeout, "the command line over both")
+
+	cfg, err = ParseFlags(nil, env(map[string]string{"EDGEGUARD_CONFIG": file}), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 7, cfg.Workers, "the file named in the environment")
+}
+
+// Unknown keys and misspelled variables are refused with the nearest name,
+// every problem at once.
+func TestConfigRefusesUnknownNames(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("demo-origin: true\nredis-timout: 50ms\nworkers: -3\nlisten: {a: b}\n"), 0o600))
+	_, err := ParseFlags([]string{"--config", file}, env(nil), &bytes.Buffer{})
+	require.ErrorContains(t, err, "line 2: redis-timout: unknown setting (did you mean redis-timeout?)")
+	require.ErrorContains(t, err, "line 4: listen: want a value or a list of values")
+	require.ErrorContains(t, err, "workers: must be ≥ 1 (got -3)")
+
+	_, err = ParseArgs([]string{"--demo-origin"}, []string{"EDGEGUARD_REDIS_TIMOUT=1s", "EDGEGUARD_CACHE=/x", "PATH=/bin"}, &bytes.Buffer{})
+	require.EqualError(t, err, "EDGEGUARD_REDIS_TIMOUT: no such setting (did you mean EDGEGUARD_REDIS_TIMEOUT?)")
+	_, err = ParseArgs(nil, []string{"EDGEGUARD_DEMO_ORIGIN=yes"}, &bytes.Buffer{})
+	require.EqualError(t, err, `EDGEGUARD_DEMO_ORIGIN: want true or false, got "yes"`)
+}
+
+// edge check validates the settings, the rules and the shedder settings
+// offline and reports every problem in one pass.
+func TestCheckCommand(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+	good := []string{"--demo-origin", "--rules", write("rules.yaml", perIP), "--shedder", write("shedder.yaml", "good: 0.6\n")}
+	var out bytes.Buffer
+	require.Equal(t, 0, Check(good, nil, &out, io.Discard), out.String())
+	require.Contains(t, out.String(), "ok: ")
+
+	out.Reset()
+	bad := []string{"--origin-timeout", "0s", "--demo-origin",
+		"--rules", write("bad-rules.yaml", "version: 1\nrules:\n  - {id: a, key: [ip], algorithm: fixed_window, limit: -1, window: 1m}\n"),
+		"--shedder", write("bad-shedder.yaml", "goood: 0.5\n")}
+	require.Equal(t, 1, Check(bad, nil, &out, io.Discard))
+	for _, want := range []string{"origin-timeout: must be > 0", `rule "a": limit: must be > 0`, `unknown field "goood"`} {
+		require.Contains(t, out.String(), want)
+	}
 }

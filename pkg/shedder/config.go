@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // ErrInvalidConfig is wrapped by every configuration problem so callers can
@@ -343,9 +345,25 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// ParseConfig strictly parses a JSON config over DefaultConfig (absent
-// fields keep their default) and validates the result.
+// ParseConfig strictly parses a YAML or JSON config over DefaultConfig
+// (absent fields keep their default) and validates the result.
 func ParseConfig(data []byte) (Config, error) {
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
+		// YAML, like the rules: read as JSON from here, so both spellings
+		// meet the same strict decoder.
+		var v any
+		if err := yaml.Unmarshal(data, &v); err != nil {
+			return Config{}, fmt.Errorf("shedder: parse config: %w", err)
+		}
+		if v == nil {
+			v = map[string]any{}
+		}
+		js, err := json.Marshal(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("shedder: parse config: %w", err)
+		}
+		data = js
+	}
 	cfg := DefaultConfig()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -226,3 +226,18 @@ func TestApplySettings(t *testing.T) {
 		require.False(t, strings.Contains(k, " "), k)
 	}
 }
+
+// Shedder settings may be written in YAML like the rules, held to the same
+// strict reading as JSON.
+func TestParseConfigYAML(t *testing.T) {
+	cfg, err := ParseConfig([]byte("good: 0.6\nstart_after: 10s\ntiers:\n  paths:\n    - {prefix: /hc, tier: critical, trusted_only: true}\n"))
+	require.NoError(t, err)
+	require.Equal(t, 0.6, cfg.Good)
+	require.Equal(t, 10*time.Second, cfg.StartAfter)
+	require.Equal(t, []PrefixRule{{Prefix: "/hc", Tier: TierCritical, TrustedOnly: true}}, cfg.Tiers.Paths)
+	_, err = ParseConfig([]byte("goood: 0.6\n"))
+	require.ErrorContains(t, err, `unknown field "goood"`)
+	cfg, err = ParseConfig([]byte("# nothing set\n"))
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), cfg)
+}

@@ -1,0 +1,74 @@
+package edge
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/edgeguard/edgeguard/pkg/rules"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
+
+// Check is `edge check [flags]`: it validates offline, without binding a
+// port or contacting Redis or Consul, everything the flags name — the
+// settings (command line, environment, --config), the --rules file
+// against them, the --shedder file — and prints every problem in one pass.
+// It returns the exit code: 0 all valid, 1 problems found, 2 usage.
+func Check(args, environ []string, stdout, stderr io.Writer) int {
+	cfg, err := ParseArgs(args, environ, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var problems []error
+	// Settings problems (an origin missing, a bad duration) are problems
+	// to report, not a reason to stop: the files are still checked.
+	if err != nil {
+		problems = append(problems, fmt.Errorf("settings: %w", err))
+	}
+	if cfg.Rules != "" {
+		problems = append(problems, checkRules(cfg))
+	}
+	if cfg.Shedder != "" {
+		data, err := os.ReadFile(cfg.Shedder)
+		if err == nil {
+			_, err = shedder.ParseConfig(data)
+		}
+		if err != nil {
+			problems = append(problems, fmt.Errorf("shedder %s: %w", cfg.Shedder, err))
+		}
+	}
+	if err := errors.Join(problems...); err != nil {
+		fmt.Fprintln(stdout, err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "ok: settings", nameOr(cfg.ConfigFile, "(flags and environment)"), "rules", nameOr(cfg.Rules, "(none)"), "shedder", nameOr(cfg.Shedder, "(defaults)"))
+	return 0
+}
+
+func checkRules(cfg Config) error {
+	data, err := os.ReadFile(cfg.Rules)
+	if err != nil {
+		return fmt.Errorf("rules: %w", err)
+	}
+	doc, err := rules.Parse(data)
+	if err != nil {
+		return fmt.Errorf("rules %s: %w", cfg.Rules, err)
+	}
+	snap, err := rules.Compile(doc, rules.WithIPv6Prefix(cfg.IPv6Prefix), rules.WithKeySalt([]byte(cfg.KeySalt)))
+	if err == nil {
+		err = (&Edge{cfg: cfg}).checkAgainstConfig(snap)
+	}
+	if err != nil {
+		return fmt.Errorf("rules %s: %w", cfg.Rules, err)
+	}
+	return nil
+}
+
+func nameOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
