@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build run test bench lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke
+.PHONY: build package package-check run test bench lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -12,6 +12,20 @@ LDFLAGS := -s -w -X github.com/edgeguard/edgeguard/internal/buildinfo.version=$(
 BUILDVCS := $(shell git rev-parse --git-dir >/dev/null 2>&1 && echo true || echo false)
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=$(BUILDVCS) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/edge ./cmd/regionctl
+
+# Debian packages of both binaries (nfpm, built from its module and cached),
+# into dist/; package-check inspects them and starts the unit's command.
+NFPM ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.41.1
+ARCH ?= $(shell $(GO) env GOARCH)
+# A Debian version starts with a digit: v1.2.3 → 1.2.3, an untagged tree → 0.0.0~git<describe>.
+DEB_VERSION := $(shell echo '$(patsubst v%,%,$(VERSION))' | sed -E '/^[0-9]+\./!s/^/0.0.0~git/')
+package: build
+	rm -rf dist && mkdir -p dist
+	VERSION=$(DEB_VERSION) ARCH=$(ARCH) $(GO) run $(NFPM) package --config packaging/nfpm-edge.yaml --packager deb --target dist/
+	VERSION=$(DEB_VERSION) ARCH=$(ARCH) $(GO) run $(NFPM) package --config packaging/nfpm-regionctl.yaml --packager deb --target dist/
+
+package-check: package
+	./scripts/check-package.sh
 
 # The edge on its own: embedded memory store, the example rules, the built-in
 # demo origin (only ever on request: without --origin or --demo-origin the
@@ -40,6 +54,7 @@ test: tools lint dashboards-check
 	consul=$$(./scripts/install-consul.sh) && \
 	EDGEGUARD_CONSUL="$$consul" $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
 	cd loadtest && $(GO) vet ./... && EDGEGUARD_CONSUL="$$(../scripts/install-consul.sh)" $(GO) test -race -count=1 ./...
+	$(MAKE) package-check
 	$(MAKE) stack-test
 
 # The multi-region stack (terraform/README.md): Terraform applies

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 need=()
-for bin in redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter; do
+for bin in file:file curl:curl redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

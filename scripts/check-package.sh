@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Checks the packages make package built, as far as this machine allows:
+# their contents and control data, the unit's hardening, the packaged
+# config against `edge check`, and the unit's command started from the
+# unpacked tree (no systemd needed) until /readyz answers. It also checks
+# the container recipe names a static build on a minimal base.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deb=$(ls dist/edgeguard-edge_*.deb)
+ctl=$(ls dist/edgeguard-regionctl_*.deb)
+fail() { echo "check-package: $*" >&2; exit 1; }
+
+contents=$(dpkg-deb -c "$deb")
+for f in ./usr/bin/edgeguard-edge ./lib/systemd/system/edgeguard-edge.service ./etc/edgeguard/edge.yaml ./etc/edgeguard/edge.env ./etc/edgeguard/rules.yaml ./usr/share/doc/edgeguard-edge/copyright; do
+	grep -q " $f\$" <<<"$contents" || fail "$deb lacks $f"
+done
+grep -q -- "-rw-r----- .* ./etc/edgeguard/edge.env$" <<<"$contents" || fail "edge.env must be 0640"
+ctl_contents=$(dpkg-deb -c "$ctl")
+grep -q " ./usr/bin/regionctl\$" <<<"$ctl_contents" || fail "$ctl lacks /usr/bin/regionctl"
+conffiles=$(dpkg-deb -I "$deb" conffiles)
+for f in /etc/edgeguard/edge.yaml /etc/edgeguard/edge.env /etc/edgeguard/rules.yaml; do
+	grep -qx "$f" <<<"$conffiles" || fail "$f is not a conffile (an upgrade would overwrite it)"
+done
+preinst=$(dpkg-deb -I "$deb" preinst)
+grep -q "useradd --system" <<<"$preinst" || fail "preinst does not create the edgeguard user"
+
+tree=$(mktemp -d)
+trap 'kill "${pid:-}" 2>/dev/null || true; rm -rf "$tree"' EXIT
+dpkg-deb -x "$deb" "$tree"
+unit="$tree/lib/systemd/system/edgeguard-edge.service"
+for want in "User=edgeguard" "NoNewPrivileges=yes" "ProtectSystem=strict" "CapabilityBoundingSet=CAP_NET_BIND_SERVICE" "AmbientCapabilities=CAP_NET_BIND_SERVICE" "ExecReload=/bin/kill -HUP \$MAINPID" "EnvironmentFile=-/etc/edgeguard/edge.env"; do
+	grep -qxF "$want" "$unit" || fail "unit lacks $want"
+done
+bin="$tree/usr/bin/edgeguard-edge"
+[[ "$(file "$bin")" == *"statically linked"* ]] || fail "the edge binary is not static"
+[[ "$("$bin" --version)" == "edge "* ]] || fail "--version"
+
+# The unit's command, with the packaged config (paths moved into the tree,
+# an origin and loopback ports given, as an operator's edit would).
+cfg="$tree/etc/edgeguard/edge.yaml"
+sed -i -e "s|^origin: \[\]|origin: [http://127.0.0.1:9]|" -e "s|^listen: .*|listen: 127.0.0.1:0|" \
+	-e "s|^admin: .*|admin: 127.0.0.1:18391|" -e "s|/etc/edgeguard/|$tree/etc/edgeguard/|" \
+	-e "s|/var/lib/edgeguard/|$tree/|" -e "s|/var/log/edgeguard/|$tree/|" "$cfg"
+"$bin" check --config "$cfg" || fail "edge check refused the packaged config"
+exec_start=$(sed -n 's|^ExecStart=/usr/bin/edgeguard-edge ||p' "$unit")
+[ "$exec_start" = "--config /etc/edgeguard/edge.yaml" ] || fail "unexpected ExecStart: $exec_start"
+"$bin" --config "$cfg" >"$tree/edge.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+	curl -fsS http://127.0.0.1:18391/readyz >/dev/null 2>&1 && break
+	kill -0 "$pid" 2>/dev/null || { cat "$tree/edge.log"; fail "the unit's command exited"; }
+	sleep 0.1
+done
+metrics=$(curl -fsS http://127.0.0.1:18391/metrics)
+grep -q '^edgeguard_build_info{' <<<"$metrics" || fail "no build info metric"
+kill -TERM "$pid"
+wait "$pid" || fail "the edge did not stop cleanly on SIGTERM"
+pid=
+
+c=packaging/Containerfile
+grep -q "^FROM gcr.io/distroless/static" "$c" || fail "$c: not a minimal static base"
+grep -q "CGO_ENABLED=0" "$c" || fail "$c: the binary is not static"
+grep -q "^USER nonroot" "$c" || fail "$c: runs as root"
+echo "check-package: ok ($(basename "$deb"), $(basename "$ctl"))"
