@@ -102,6 +102,12 @@ type Config struct {
 	// AccessLogSample is the share of proxied requests logged (0..1);
 	// every request the edge answered itself (denied, shed, refused) is.
 	AccessLogSample float64
+	// OTLPEndpoint is the OTLP/HTTP traces URL (http://collector:4318/v1/traces);
+	// empty = no tracing.
+	OTLPEndpoint string
+	// TraceSampleRatio is the share of requests traced that arrive without
+	// a sampled trace context from a trusted peer (0..1).
+	TraceSampleRatio float64
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by.
 	IPv6Prefix int
 	// LegacyHeaders adds X-RateLimit-Limit/-Remaining/-Reset for old clients.
@@ -170,6 +176,7 @@ func DefaultConfig() Config {
 		LogLevel:          "info",
 		AccessLogFormat:   "json",
 		AccessLogSample:   1,
+		TraceSampleRatio:  0.01,
 	}
 }
 
@@ -253,6 +260,8 @@ func parse(args []string, getenv func(string) string, environ []string, usage io
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof on the admin port (needs the admin token)")
 	fs.StringVar(&c.AccessLog, "access-log", c.AccessLog, "access log file, one line per request (- = standard output; empty = off); reopened on SIGHUP and SIGUSR1")
 	fs.StringVar(&c.AccessLogFormat, "access-log-format", c.AccessLogFormat, "access log format: json or logfmt")
+	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "OpenTelemetry traces over OTLP/HTTP to this URL (http://collector:4318/v1/traces); empty = no tracing")
+	fs.Float64Var(&c.TraceSampleRatio, "trace-sample-ratio", c.TraceSampleRatio, "share of requests traced, 0..1 (a trusted peer's sampled trace context is always followed)")
 	fs.Float64Var(&c.AccessLogSample, "access-log-sample", c.AccessLogSample, "share of proxied requests logged, 0..1 (denied, shed and refused requests always are)")
 
 	// The command line first; the environment fills only the flags it did
@@ -445,6 +454,14 @@ func (c Config) Validate() error {
 	}
 	if _, err := accesslog.ParseFormat(c.AccessLogFormat); err != nil {
 		bad("access-log-format: %v", err)
+	}
+	if !(c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1) {
+		bad("trace-sample-ratio: must be in [0, 1] (got %v)", c.TraceSampleRatio)
+	}
+	if c.OTLPEndpoint != "" {
+		if u, err := url.Parse(c.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("otlp-endpoint: want an http(s) URL such as http://127.0.0.1:4318/v1/traces (got %q)", c.OTLPEndpoint)
+		}
 	}
 	if !(c.AccessLogSample >= 0 && c.AccessLogSample <= 1) {
 		bad("access-log-sample: must be in [0, 1] (got %v)", c.AccessLogSample)

@@ -54,6 +54,7 @@ type Edge struct {
 	serving               atomic.Bool
 
 	access     *accesslog.Log // nil: off
+	tracing    *tracing       // nil: off
 	accessWarn everyLog
 
 	// seen, when set (tests), is told what the rules saw of each request
@@ -116,6 +117,9 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		e.bh.rulesChanged(snap)
 	}
 	if err := e.openAccessLog(); err != nil {
+		return nil, err
+	}
+	if err := e.startTracing(); err != nil {
 		return nil, err
 	}
 	origins := cfg.Origins

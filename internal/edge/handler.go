@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -29,6 +30,8 @@ type scratch struct {
 	id       string        // the request id, once proxied
 	upstream time.Duration // time at the origin
 	client   netip.Addr
+	trace    context.Context // the request span's context; nil without tracing
+	span     trace.Span
 }
 
 func (sc *scratch) reset() {
@@ -37,6 +40,7 @@ func (sc *scratch) reset() {
 	clear(sc.all)
 	sc.matches, sc.checks, sc.applied, sc.all = sc.matches[:0], sc.checks[:0], sc.applied[:0], sc.all[:0]
 	sc.tier, sc.id, sc.upstream, sc.client = shedder.TierNone, "", 0, netip.Addr{}
+	sc.trace, sc.span = nil, nil
 }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{tier: shedder.TierNone} }}
@@ -65,6 +69,9 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 	e.metrics.request(outcome, sc.tier).Inc()
 	e.metrics.durationOf(outcome).Observe(total.Seconds())
 	e.logAccess(ctx, start, total, outcome, sc)
+	if sc.span != nil {
+		endRequestSpan(sc.span, ctx, outcome, sc)
+	}
 }
 
 func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) string {
@@ -73,6 +80,9 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 	// and the same request.
 	peer := peerAddr(ctx.RemoteIP())
 	trusted := e.trusted.contains(peer)
+	if e.tracing != nil {
+		sc.trace, sc.span = e.tracing.begin(ctx, trusted)
+	}
 	if !e.screen(ctx, trusted) {
 		return outcomeRefused
 	}
@@ -99,7 +109,9 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
 	// derived context and races with Shutdown; the queue timeout bounds
 	// this, and a waiter whose client left gives up its place.
+	_, wait := e.tracing.child(sc.trace, "shedder.wait")
 	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return clientGone(ctx.Conn()) })
+	wait.End()
 	switch {
 	case errors.Is(err, shedder.ErrGone):
 		ctx.SetConnectionClose()
@@ -143,7 +155,9 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 		if rider != nil {
 			lctx = limiter.WithRider(lctx, rider)
 		}
+		_, decide := e.tracing.child(sc.trace, "limiter.decide")
 		verdict, err = e.limiter.Decide(lctx, sc.checks) // bounded by --redis-timeout
+		decide.End()
 		e.bh.done(&bh, obs, early, rider, verdict)
 		switch {
 		case errors.Is(err, limiter.ErrUnavailable):
@@ -170,9 +184,12 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 		e.seen(ctx, &req, hop.RequestID)
 	}
 	sc.id = hop.RequestID
+	octx, ospan := e.tracing.child(sc.trace, "origin.request")
+	e.tracing.inject(octx, &ctx.Request.Header)
 	upstream := time.Now()
 	e.proxy.Serve(ctx, hop)
 	sc.upstream = time.Since(upstream)
+	ospan.End()
 	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
 	return outcomeProxied
 }
