@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -153,11 +152,4 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
-}
-
-// isYAMLNotJSON reports whether data is not a JSON object (so a shedder
-// settings file may be written as YAML, like the rules).
-func isYAMLNotJSON(data []byte) bool {
-	t := bytes.TrimSpace(data)
-	return len(t) == 0 || t[0] != '{'
 }
