@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/edgeguard/edgeguard/pkg/suggest"
 )
 
 // The config file (--config FILE, YAML) holds any flag by its name:
@@ -121,35 +123,8 @@ func checkEnviron(fs *flag.FlagSet, environ []string) error {
 
 // didYouMean names the candidate nearest to s, when one is near enough.
 func didYouMean(s string, candidates []string) string {
-	best, bestD := "", 1<<30
-	for _, c := range candidates {
-		if d := editDistance(strings.ToLower(s), strings.ToLower(c)); d < bestD {
-			best, bestD = c, d
-		}
+	if best := suggest.Nearest(s, candidates); best != "" {
+		return fmt.Sprintf(" (did you mean %s?)", best)
 	}
-	if best == "" || bestD > max(2, len(s)/3) {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %s?)", best)
-}
-
-// editDistance is Levenshtein's distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return ""
 }

@@ -139,6 +139,11 @@ func (a *app) shedderSet(args []string) error {
 		}
 		kv[k] = v
 	}
+	// Typos and unreadable values before anything is fetched: they do not
+	// depend on the stored settings.
+	if err := shedder.CheckSettings(kv); err != nil {
+		return usagef("shedder set: %v", err)
+	}
 	if err := a.fillMeta(m); err != nil {
 		return err
 	}

@@ -70,3 +70,13 @@ func TestShedder(t *testing.T) {
 	res := decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
 	assert.Equal(t, "ok", res["status"])
 }
+
+// A typo in a setting is reported before Consul is contacted (here it is
+// not even reachable), with the setting meant.
+func TestShedderSetChecksKeysFirst(t *testing.T) {
+	r := runApp(t, &app{}, func(string) string { return "" }, "--consul", "127.0.0.1:1", "shedder", "set", "--region", "eu-west", "goodd=0.5", "bad=high")
+	require.Equal(t, ExitUsage, r.code, r)
+	require.Contains(t, r.stderr, "goodd: unknown setting (did you mean good?)")
+	require.Contains(t, r.stderr, `bad: strconv.ParseFloat: parsing "high"`)
+	require.NotContains(t, r.stderr, "unreachable")
+}

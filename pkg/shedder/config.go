@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/edgeguard/edgeguard/pkg/suggest"
 )
 
 // ErrInvalidConfig is wrapped by every configuration problem so callers can
@@ -417,6 +419,25 @@ func ApplySettings(cfg Config, kv map[string]string) (Config, error) {
 	return next, nil
 }
 
+// CheckSettings reports every unknown key and unreadable value of kv, without
+// validating the result (which depends on the settings they apply to): an
+// operator's typo is caught before anything is fetched or stored.
+func CheckSettings(kv map[string]string) error {
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var errs []error
+	for _, k := range keys {
+		scratch := DefaultConfig()
+		if err := applySetting(&scratch, k, strings.TrimSpace(kv[k])); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, k, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func applySetting(c *Config, key, val string) error {
 	dur := func(dst *time.Duration) error {
 		d, err := time.ParseDuration(val)
@@ -484,6 +505,9 @@ func applySetting(c *Config, key, val string) error {
 	case "tiers.read_methods":
 		c.Tiers.ReadMethods = splitList(val)
 	default:
+		if near := suggest.Nearest(key, SettingKeys); near != "" {
+			return fmt.Errorf("unknown setting (did you mean %s?)", near)
+		}
 		return fmt.Errorf("unknown setting (known: %s)", strings.Join(SettingKeys, ", "))
 	}
 	return nil
