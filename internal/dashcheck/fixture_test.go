@@ -132,7 +132,6 @@ func startEdgeProc(t *testing.T, bin, pop, origin, redisURL, consul string) *edg
 		"--listen", e.addr, "--admin", e.admin,
 		"--region", regionName, "--pop", pop,
 		"--origin", origin,
-		"--redis", redisURL,
 		// Loopback Redis on a loaded test machine: a generous deadline so
 		// only the test's pause, not scheduling noise, sends checks to the
 		// fallback.
@@ -142,7 +141,9 @@ func startEdgeProc(t *testing.T, bin, pop, origin, redisURL, consul string) *edg
 		"--trusted-proxies", "127.0.0.1/32",
 		"--drain-delay", "0",
 	)
-	e.cmd.Env = append(os.Environ(), "EDGEGUARD_KEY_SALT=dashcheck-region-salt") // one salt per region, as deployed; a secret: environment only
+	// Secrets in the environment, as the edge requires: the region's salt
+	// (one per region, as deployed) and the Redis URL, which carries a password.
+	e.cmd.Env = append(os.Environ(), "EDGEGUARD_KEY_SALT=dashcheck-region-salt", "EDGEGUARD_REDIS="+redisURL)
 	w := lockedWriter{&e.mu, e.out}
 	e.cmd.Stdout, e.cmd.Stderr = w, w
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

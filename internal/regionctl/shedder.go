@@ -141,8 +141,10 @@ func (a *app) shedderSet(args []string) error {
 	}
 	// Typos and unreadable values before anything is fetched: they do not
 	// depend on the stored settings.
-	if err := shedder.CheckSettings(kv); err != nil {
-		return usagef("shedder set: %v", err)
+	if shedder.CheckSettings(kv) != nil {
+		def := shedder.DefaultConfig()
+		_, all := shedder.ApplySettings(def, kv) // the rest of the values' problems too, in one pass
+		return a.reportInvalid("shedder settings", settingProblems(def, kv, all), "; nothing was written")
 	}
 	if err := a.fillMeta(m); err != nil {
 		return err

@@ -75,7 +75,7 @@ func TestShedder(t *testing.T) {
 // not even reachable), with the setting meant.
 func TestShedderSetChecksKeysFirst(t *testing.T) {
 	r := runApp(t, &app{}, func(string) string { return "" }, "--consul", "127.0.0.1:1", "shedder", "set", "--region", "eu-west", "goodd=0.5", "bad=high")
-	require.Equal(t, ExitUsage, r.code, r)
+	require.Equal(t, ExitInvalid, r.code, r)
 	require.Contains(t, r.stderr, "goodd: unknown setting (did you mean good?)")
 	require.Contains(t, r.stderr, `bad: strconv.ParseFloat: parsing "high"`)
 	require.NotContains(t, r.stderr, "unreachable")
