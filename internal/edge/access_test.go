@@ -2,6 +2,7 @@ package edge
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,5 +102,19 @@ func TestAccessLogSamplesAllowedOnly(t *testing.T) {
 	require.Len(t, lines, 2)
 	for _, l := range lines {
 		require.Equal(t, "denied", l.Decision)
+	}
+}
+
+// The RateLimit fields go out spelled as the draft and the README spell
+// them (HTTP field names are case-insensitive, but people and some clients
+// compare them as written).
+func TestRateLimitFieldCasing(t *testing.T) {
+	r := startEdge(t, perIP, func(c *Config) { c.LegacyHeaders = true })
+	c := dialRaw(t, r.Addr())
+	_, err := c.Write([]byte("GET /x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n"))
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(c)
+	for _, f := range []string{"\r\nRateLimit-Policy: ", "\r\nRateLimit: ", "\r\nX-RateLimit-Limit: ", "\r\nX-RateLimit-Remaining: ", "\r\nX-RateLimit-Reset: "} {
+		require.Contains(t, string(raw), f)
 	}
 }

@@ -59,8 +59,14 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 			tightest = i
 		}
 	}
+	// The fields in the casing the draft (and the README) spells, which
+	// fasthttp's Set would turn into Ratelimit-Policy: any the origin sent
+	// go first (Del matches case-insensitively), ours are set as spelled.
+	for _, k := range rateLimitFields {
+		h.DelBytes(k)
+	}
 	if len(as) == 1 {
-		h.Set("RateLimit-Policy", policyOf(as[0].rule).item)
+		h.SetCanonical(fieldPolicy, []byte(policyOf(as[0].rule).item))
 	} else {
 		var pbuf [256]byte
 		policy := pbuf[:0]
@@ -70,18 +76,28 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 			}
 			policy = append(policy, policyOf(a.rule).item...)
 		}
-		h.SetBytesV("RateLimit-Policy", policy)
+		h.SetCanonical(fieldPolicy, policy)
 	}
 	if len(state) > 0 {
-		h.SetBytesV("RateLimit", state)
+		h.SetCanonical(fieldState, state)
 	}
 	if legacy && tightest >= 0 {
 		t := as[tightest]
-		h.Set("X-RateLimit-Limit", strconv.FormatInt(quota(t.rule), 10))
-		h.Set("X-RateLimit-Remaining", strconv.FormatInt(t.out.Remaining, 10))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds(t.out.ResetAfter), 10))
+		var num [20]byte
+		h.SetCanonical(fieldLegacyLimit, strconv.AppendInt(num[:0], quota(t.rule), 10))
+		h.SetCanonical(fieldLegacyRemaining, strconv.AppendInt(num[:0], t.out.Remaining, 10))
+		h.SetCanonical(fieldLegacyReset, strconv.AppendInt(num[:0], seconds(t.out.ResetAfter), 10))
 	}
 }
+
+var (
+	fieldPolicy          = []byte("RateLimit-Policy")
+	fieldState           = []byte("RateLimit")
+	fieldLegacyLimit     = []byte("X-RateLimit-Limit")
+	fieldLegacyRemaining = []byte("X-RateLimit-Remaining")
+	fieldLegacyReset     = []byte("X-RateLimit-Reset")
+	rateLimitFields      = [][]byte{fieldPolicy, fieldState, fieldLegacyLimit, fieldLegacyRemaining, fieldLegacyReset}
+)
 
 // quota is q: the most units the rule admits in its window (a bucket's
 // capacity, a concurrency rule's slots).
