@@ -262,7 +262,9 @@ func TestConsulRetriesBusyPort(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	assert.Equal(t, 2, attempts)
+	// At least one retry: a later attempt's free ports can also be taken by
+	// a test running beside this one, and are retried the same way.
+	assert.GreaterOrEqual(t, attempts, 2)
 	assert.NotEqual(t, busy.Addr().String(), c.HTTPAddr())
 	_, err = consulClient(t, c, "").Status().Leader()
 	assert.NoError(t, err)
