@@ -198,8 +198,10 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 	return parse(args, getenv, nil, usage)
 }
 
-func parse(args []string, getenv func(string) string, environ []string, usage io.Writer) (Config, error) {
-	c := DefaultConfig()
+// newFlagSet declares every setting of c as a flag: the one list of the
+// edge's settings (flags, EDGEGUARD_ variables, config keys, the reference
+// table).
+func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.Usage = func() {
@@ -264,6 +266,12 @@ func parse(args []string, getenv func(string) string, environ []string, usage io
 	fs.Float64Var(&c.TraceSampleRatio, "trace-sample-ratio", c.TraceSampleRatio, "share of requests traced, 0..1 (a trusted peer's sampled trace context is always followed)")
 	fs.Float64Var(&c.AccessLogSample, "access-log-sample", c.AccessLogSample, "share of proxied requests logged, 0..1 (denied, shed and refused requests always are)")
 
+	return fs
+}
+
+func parse(args []string, getenv func(string) string, environ []string, usage io.Writer) (Config, error) {
+	c := DefaultConfig()
+	fs := newFlagSet(&c, usage)
 	// The command line first; the environment fills only the flags it did
 	// not set. So a flag wins over its variable, list flags included (their
 	// values add up within the command line, never across the two).

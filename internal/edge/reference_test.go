@@ -1,0 +1,104 @@
+package edge
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+)
+
+// updateReference rewrites docs/reference instead of comparing with it:
+// go test ./internal/edge -run TestReferenceDocs -update-reference
+var updateReference = flag.Bool("update-reference", false, "rewrite docs/reference/*.md")
+
+// The reference tables are generated from the edge itself — every flag of
+// its flag set, every metric its registry exports (with Redis, so the
+// store's series are there too) — and the committed copies must match.
+func TestReferenceDocs(t *testing.T) {
+	r, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer r.Close()
+	e := startEdge(t, perIP, func(c *Config) {
+		c.Redis, c.KeySalt = r.URL(), "reference-docs-salt"
+		c.AccessLog = filepath.Join(t.TempDir(), "access.log")
+	})
+	// Every series family appears once a request has been through.
+	codes(t, e, 4, "/x")
+
+	docs := map[string]string{
+		"flags.md":   flagsReference(),
+		"metrics.md": metricsReference(t, e),
+	}
+	dir := filepath.Join("..", "..", "docs", "reference")
+	for name, want := range docs {
+		path := filepath.Join(dir, name)
+		if *updateReference {
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+			require.NoError(t, os.WriteFile(path, []byte(want), 0o644))
+			continue
+		}
+		got, err := os.ReadFile(path)
+		require.NoError(t, err, "docs/reference/%s missing: go test ./internal/edge -run TestReferenceDocs -update-reference", name)
+		require.Equal(t, want, string(got), "docs/reference/%s is stale: go test ./internal/edge -run TestReferenceDocs -update-reference", name)
+	}
+}
+
+func flagsReference() string {
+	var b strings.Builder
+	b.WriteString("# Edge settings\n\nGenerated from the edge's flags (`go test ./internal/edge -run TestReferenceDocs -update-reference`).\n" +
+		"Each is a flag (`--name`), an environment variable (`EDGEGUARD_NAME`) and a key of the `--config` file (`name:`);\n" +
+		"the command line wins over the environment, which wins over the file. Secrets are refused on the command line.\n\n" +
+		"| flag | variable | default | meaning |\n|---|---|---|---|\n")
+	c := DefaultConfig()
+	fs := newFlagSet(&c, io.Discard)
+	fs.VisitAll(func(f *flag.Flag) {
+		def := f.DefValue
+		if f.Name == "workers" {
+			def = "512 × cores"
+		}
+		if def != "" {
+			def = "`" + def + "`"
+		}
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, EnvName(f.Name), def, strings.ReplaceAll(f.Usage, "|", "\\|"))
+	})
+	return b.String()
+}
+
+func metricsReference(t *testing.T, e *running) string {
+	fams, err := e.reg.Gather()
+	require.NoError(t, err)
+	sort.Slice(fams, func(i, j int) bool { return fams[i].GetName() < fams[j].GetName() })
+	var b strings.Builder
+	b.WriteString("# Metrics\n\nGenerated from an edge's registry (`go test ./internal/edge -run TestReferenceDocs -update-reference`).\n" +
+		"Every series also carries `region` and `pop`. Go runtime (`go_*`) and process (`process_*`) metrics are the client library's.\n\n" +
+		"| metric | type | labels | meaning |\n|---|---|---|---|\n")
+	for _, f := range fams {
+		name := f.GetName()
+		if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
+			continue
+		}
+		labels := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "region" && l.GetName() != "pop" {
+					labels[l.GetName()] = true
+				}
+			}
+		}
+		var ls []string
+		for l := range labels {
+			ls = append(ls, "`"+l+"`")
+		}
+		sort.Strings(ls)
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, strings.ToLower(f.GetType().String()), strings.Join(ls, ", "), strings.ReplaceAll(f.GetHelp(), "|", "\\|"))
+	}
+	return b.String()
+}
