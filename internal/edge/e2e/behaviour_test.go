@@ -261,7 +261,7 @@ func TestBorrowedKeyDoesNotBlockItsOwner(t *testing.T) {
 	c := newClient(t, 2)
 	const scanner, victim, key = "198.51.100.31", "203.0.113.31", "victims-key"
 	blocked := false
-	var judge *edgeProc // the edge that blocked it
+	var judge *edgeProc  // the edge that blocked it
 	for i := range 600 { // scanning, then hammering through its 429s
 		r := get(c, es[i%3].url(fmt.Sprintf("/scan/%d", i)), "X-Forwarded-For", scanner, "X-Api-Key", key)
 		require.NoError(t, r.err)
