@@ -392,7 +392,13 @@ func (b *behaviourLayer) run(ctx context.Context) {
 	if b.store == nil {
 		return
 	}
-	b.reload.Store(true) // loaded while the layer is on: a rules document without a behaviour section needs no script
+	// Loaded while the layer is on: a rules document without a behaviour
+	// section needs no script (and a Redis outage then logs nothing about it).
+	if b.cfg.Load() != nil {
+		b.loadScript()
+	} else {
+		b.reload.Store(true)
+	}
 	t := time.NewTicker(flushEvery)
 	defer t.Stop()
 	for {
