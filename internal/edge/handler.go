@@ -175,7 +175,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 			deny(ctx, sc.applied, e.cfg.LegacyHeaders)
 			return outcomeDenied
 		}
-		defer e.limiter.Release(context.Background(), verdict)
+		defer e.limiter.ReleaseAsync(verdict) // never holds the response back
 	}
 
 	// Proxy.

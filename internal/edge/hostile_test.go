@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // The attacks of a hostile client, each tried against a running edge over
@@ -262,4 +264,67 @@ func TestShedderSettingsThatHelpAttackersRefused(t *testing.T) {
 			require.Regexp(t, "critical needs trusted_only|critical_queue_timeout: must be in", err.Error())
 		})
 	}
+}
+
+const oneSlotPerIP = `
+version: 1
+rules:
+  - id: one-at-a-time
+    key: [ip]
+    algorithm: concurrency
+    limit: 1
+    window: 1m
+`
+
+// A concurrency slot's release never holds the response back, even with
+// Redis frozen (the response used to wait for the release call's whole
+// timeout), and the slot is free again once Redis is back.
+func TestReleaseNeverDelaysTheResponse(t *testing.T) {
+	redis, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer redis.Close()
+	thawed := false
+	defer func() {
+		if !thawed {
+			redis.Thaw()
+		}
+	}()
+	r := startEdge(t, oneSlotPerIP, func(c *Config) {
+		c.Redis, c.KeySalt = redis.URL(), "release-test-salt-0123"
+		// A release call may wait 10 × this (10 s) for a frozen Redis.
+		c.RedisTimeout = time.Second
+	})
+	for len(slowArrived) > 0 {
+		<-slowArrived
+	}
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Get("http://" + r.Addr() + "/slow?ms=300")
+		if err != nil {
+			done <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-slowArrived // at the origin, its slot taken
+	redis.Freeze()
+	select {
+	case code := <-done:
+		require.Equal(t, http.StatusOK, code)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the response waited for the release of its slot")
+	}
+	redis.Thaw()
+	thawed = true
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + r.Addr() + "/after")
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 15*time.Second, 50*time.Millisecond, "the slot was given back once Redis answered")
 }

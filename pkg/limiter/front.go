@@ -149,7 +149,9 @@ type Limiter struct {
 	log      *slog.Logger
 	now      func() time.Time
 	deadline sharedDeadline
-	bg       sync.WaitGroup // background work: probes, batches sent after their leader
+	bg       sync.WaitGroup // background work: probes, batches sent after their leader, releases
+	// releasing bounds the releases under way in the background.
+	releasing chan struct{}
 }
 
 // Close waits for the limiter's background work (breaker probes, coalesced
@@ -166,15 +168,16 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		log = slog.New(slog.DiscardHandler)
 	}
 	l := &Limiter{
-		cfg:      cfg,
-		store:    store,
-		fallback: NewMemoryStore(WithMaxKeys(cfg.FallbackKeys)),
-		ledger:   newLedger(cfg.CacheSize),
-		cache:    newOverLimitCache(cfg.CacheSize),
-		flights:  newFlights(),
-		log:      log,
-		now:      time.Now,
-		deadline: sharedDeadline{timeout: cfg.Timeout},
+		cfg:       cfg,
+		store:     store,
+		fallback:  NewMemoryStore(WithMaxKeys(cfg.FallbackKeys)),
+		ledger:    newLedger(cfg.CacheSize),
+		cache:     newOverLimitCache(cfg.CacheSize),
+		flights:   newFlights(),
+		log:       log,
+		now:       time.Now,
+		deadline:  sharedDeadline{timeout: cfg.Timeout},
+		releasing: make(chan struct{}, maxReleasing),
 	}
 	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health)
 	if err != nil {
@@ -300,11 +303,22 @@ func (l *Limiter) Release(ctx context.Context, v Verdict) {
 }
 
 func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
-	byStore := map[Store][]Lease{}
+	for s, leases := range l.takeBack(outs, want) {
+		l.giveBack(s, leases)
+	}
+}
+
+// takeBack marks the wanted outcomes' leases given back (once only) and
+// does the local bookkeeping; it returns what each store must be told.
+func (l *Limiter) takeBack(outs []Outcome, want func(Outcome) bool) map[Store][]Lease {
+	var byStore map[Store][]Lease
 	for i := range outs {
 		o := &outs[i]
 		if o.store == nil || o.Lease.Units <= 0 || !want(*o) {
 			continue
+		}
+		if byStore == nil {
+			byStore = map[Store][]Lease{}
 		}
 		byStore[o.store] = append(byStore[o.store], o.Lease)
 		if o.store == Store(l.fallback) {
@@ -317,18 +331,22 @@ func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
 			l.cache.drop(o.Lease.Limit)
 		}
 	}
-	for s, leases := range byStore {
-		ctx, cancel := context.WithTimeout(context.Background(), l.refundTimeout())
-		err := s.Refund(ctx, leases)
-		cancel()
-		l.metrics.refunds.Add(float64(len(leases)))
-		if err != nil {
-			// The units stay counted until their window passes: a client
-			// gets slightly less than its quota, never more.
-			l.metrics.refundErrors.Inc()
-			l.log.Warn("refund failed", "leases", len(leases), "err", err)
-		}
+	return byStore
+}
+
+// giveBack tells s the leases are given back, once.
+func (l *Limiter) giveBack(s Store, leases []Lease) error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.refundTimeout())
+	err := s.Refund(ctx, leases)
+	cancel()
+	l.metrics.refunds.Add(float64(len(leases)))
+	if err != nil {
+		// The units stay counted until their window passes: a client
+		// gets slightly less than its quota, never more.
+		l.metrics.refundErrors.Inc()
+		l.log.Warn("refund failed", "leases", len(leases), "err", err)
 	}
+	return err
 }
 
 // refundTimeout gives refunds more room than decisions: nobody waits on them

@@ -22,9 +22,12 @@ type metrics struct {
 	refunds       prometheus.Counter
 	replayed      prometheus.Counter
 	refundErrors  prometheus.Counter
-	storeErrors   *prometheus.CounterVec // class
-	refreshes     prometheus.Counter
-	degraded      []prometheus.Collector // one gauge per reason
+	// releaseRetries and releasesDropped: ReleaseAsync's tries after a
+	// failure, and releases past its bound.
+	releaseRetries, releasesDropped prometheus.Counter
+	storeErrors                     *prometheus.CounterVec // class
+	refreshes                       prometheus.Counter
+	degraded                        []prometheus.Collector // one gauge per reason
 }
 
 // newMetrics builds the Limiter's metrics; evicted counts the live keys the
@@ -81,6 +84,14 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_refund_errors_total",
 			Help: "Refund calls that failed (units stay counted until their window passes).",
 		}),
+		releaseRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_release_retries_total",
+			Help: "Concurrency-slot releases tried again after a failure (in the background, for up to 10 s; the response never waits).",
+		}),
+		releasesDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_releases_dropped_total",
+			Help: "Concurrency-slot releases not sent because 4,096 were already under way; those slots expire with their TTL.",
+		}),
 		refreshes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_store_refreshes_total",
 			Help: "Breaker probes that first had the store find its nodes again (a Cluster's slot map), so a failed master's keys re-home to the promoted replica without waiting for the periodic reload.",
@@ -121,7 +132,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		Help: "Live keys the fallback store evicted to stay under its size cap (an evicted key forgets its count and errs towards admitting).",
 	}, func() float64 { return float64(evicted()) })
 	var errs []error
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.storeErrors, m.refreshes} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range m.degraded {

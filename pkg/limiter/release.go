@@ -1,0 +1,63 @@
+package limiter
+
+import (
+	"time"
+)
+
+// Releases in the background: a response must never wait for Redis to
+// hear that its concurrency slot is free (with Redis paused, a response
+// whose origin took 500 ms used to leave after the full refund timeout),
+// and a release that fails must not leave the slot held until its TTL
+// when Redis comes back a moment later.
+
+const (
+	// maxReleasing bounds the releases retried at once; past it a release
+	// is dropped (counted) and its slot expires with its TTL.
+	maxReleasing = 4096
+	// releaseRetryFor bounds how long a failed release is retried.
+	releaseRetryFor = 10 * time.Second
+	// releaseBackoff is the first wait between tries; it doubles up to a
+	// second.
+	releaseBackoff = 50 * time.Millisecond
+)
+
+// ReleaseAsync gives back a request's concurrency slots without waiting:
+// the local bookkeeping is done at once, the store is told in the
+// background, and a failed try is retried with backoff for up to 10 s
+// (edgeguard_limiter_release_retries_total), so a Redis blip does not hold
+// the slot until its TTL. Close waits for releases under way.
+func (l *Limiter) ReleaseAsync(v Verdict) {
+	if !v.Allowed {
+		return
+	}
+	byStore := l.takeBack(v.Checks, func(o Outcome) bool { return o.Lease.Limit.Algorithm.Spec().Held })
+	if len(byStore) == 0 {
+		return
+	}
+	select {
+	case l.releasing <- struct{}{}:
+	default:
+		l.metrics.releasesDropped.Inc()
+		return
+	}
+	l.bg.Go(func() {
+		defer func() { <-l.releasing }()
+		for s, leases := range byStore {
+			l.releaseWithRetry(s, leases)
+		}
+	})
+}
+
+func (l *Limiter) releaseWithRetry(s Store, leases []Lease) {
+	deadline := time.Now().Add(releaseRetryFor)
+	wait := releaseBackoff
+	for {
+		err := l.giveBack(s, leases)
+		if err == nil || callerError(err) || !time.Now().Add(wait).Before(deadline) {
+			return
+		}
+		l.metrics.releaseRetries.Inc()
+		time.Sleep(wait) // a background retry's backoff, not a test's wait
+		wait = min(2*wait, time.Second)
+	}
+}
