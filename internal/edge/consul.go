@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -90,11 +91,15 @@ func (e *Edge) startConsul() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	docs, err := client.ReadDocs(ctx, e.cfg.Region)
-	if err == nil {
-		err = l.applyDocs(docs)
-	}
+	err = region.Recover(func() error {
+		docs, err := client.ReadDocs(ctx, e.cfg.Region)
+		if err == nil {
+			err = l.applyDocs(docs)
+		}
+		return err
+	})
 	if err != nil {
+		l.countPanic(err)
 		e.log.Warn("no valid rules from consul at start; enforcing the cached rules", "err", err, "cache", cache)
 		if cerr := l.loadCache(); cerr != nil {
 			e.log.Error("no cached rules either: nothing is limited and /readyz stays 503 until consul answers", "err", cerr)
@@ -176,8 +181,16 @@ func (l *consulLink) rulesChanged(string) {
 func (l *consulLink) run(ctx context.Context) {
 	e := l.e
 	onErr := func(err error) {
-		e.metrics.consulErrors.Inc()
-		e.log.Warn("consul watch failed; keeping the settings in force", "err", err)
+		var refused *region.RefusedError
+		switch {
+		case l.countPanic(err):
+		case errors.As(err, &refused):
+			e.metrics.rulesErrors.Inc()
+			e.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
+		default:
+			e.metrics.consulErrors.Inc()
+			e.log.Warn("consul watch failed; keeping the settings in force", "err", err)
+		}
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -196,8 +209,36 @@ func (l *consulLink) run(ctx context.Context) {
 			}
 		}, onErr)
 	})
-	wg.Go(func() { l.countEdges(ctx) })
-	l.register(ctx)
+	wg.Go(func() { l.guard(ctx, "counting edges", l.countEdges) })
+	l.guard(ctx, "registering", l.register)
+}
+
+// countPanic logs and counts err when it is a recovered panic, and says
+// whether it was.
+func (l *consulLink) countPanic(err error) bool {
+	var p *region.PanicError
+	if !errors.As(err, &p) {
+		return false
+	}
+	l.e.metrics.consulPanics.Inc()
+	l.e.log.Error("panic in the consul watchers recovered; keeping the settings in force", "err", err, "stack", string(p.Stack))
+	return true
+}
+
+// guard runs loop until ctx is done; a panic in it is recovered, logged,
+// counted, and the loop started again after a pause.
+func (l *consulLink) guard(ctx context.Context, what string, loop func(context.Context)) {
+	for ctx.Err() == nil {
+		err := region.Recover(func() error { loop(ctx); return nil })
+		if !l.countPanic(err) {
+			return
+		}
+		l.e.log.Warn("consul loop restarting after a panic", "loop", what)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // applyShedder applies the region's shedder document; none means the

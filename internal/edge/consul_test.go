@@ -200,3 +200,48 @@ func TestRulesFromConsulAcrossRegions(t *testing.T) {
 	require.Equal(t, v1, b2.rules.Load().Version())
 	require.Equal(t, []int{200, 200, 429}, codes(t, b2, 3, "/"))
 }
+
+// badManifest is the document of issue 24: a rules manifest whose size is
+// -1, which once panicked the parts reader (makeslice) in every edge of the
+// region and again at every restart.
+const badManifest = `{"kind":"edgeguard-rules-parts/v1","version":"0123456789ab","size": -1,` +
+	`"sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",` +
+	`"parts":[{"key":"edgeguard/parts/e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","size":10,` +
+	`"sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}]}`
+
+// A bad manifest in Consul is refused: the running edge keeps its rules and
+// keeps serving, and an edge restarted with that document in Consul starts
+// with the rules cached on disk.
+func TestBadManifestKeepsRules(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rc := regionClient(t, c)
+	cache := filepath.Join(t.TempDir(), "rules.yaml")
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), tightGlobal)
+	v1 := effectiveVersion(t, tightGlobal, "")
+
+	a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), cache)
+	waitVersion(t, a, v1, time.Now())
+	require.Equal(t, []int{200, 200, 429}, codes(t, a, 3, "/"))
+
+	_, err = rc.API().KV().Put(&api.KVPair{Key: rc.Layout().GlobalRules(), Value: []byte(badManifest)}, &api.WriteOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return metricValue(t, a, "edgeguard_edge_rules_rejected_total") >= 1
+	}, 10*time.Second, 20*time.Millisecond, "the bad manifest is refused")
+	require.Equal(t, v1, a.rules.Load().Version())
+	require.Equal(t, []int{429}, codes(t, a, 1, "/"), "the rules in force stay")
+	require.Zero(t, metricValue(t, a, "edgeguard_edge_consul_panics_total"))
+	a.stop()
+	require.NoError(t, a.stopErr)
+
+	// A restart reads the same document at start: refused, the cache serves.
+	b := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), cache)
+	require.Equal(t, v1, b.rules.Load().Version())
+	require.Equal(t, []int{200, 200, 429}, codes(t, b, 3, "/"))
+	resp, err := http.Get("http://" + b.AdminAddr() + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+}

@@ -67,20 +67,79 @@ type Part struct {
 	SHA256 string `json:"sha256"`
 }
 
+// MaxDocument bounds a document stored in parts: what MaxParts parts of
+// PartSize hold. A manifest naming more is refused before anything is
+// allocated for it.
+const MaxDocument = MaxParts * PartSize
+
+// ErrInvalidManifest is a manifest that cannot name a document: a size, a
+// part count or a hash out of range, a part outside the parts prefix, sizes
+// that do not add up. Such a document is refused as it stands (reading it
+// again cannot help); the rules in force stay.
+var ErrInvalidManifest = errors.New("invalid rules manifest")
+
 // ParseManifest returns the manifest stored in value, or nil when value is
-// a document itself.
+// a document itself. Every size, count and hash is checked here, so a
+// manifest it returns can be read without trusting anything in it.
 func ParseManifest(value []byte) (*Manifest, error) {
 	if !bytes.HasPrefix(value, []byte(`{"kind":"`+manifestKind+`"`)) {
 		return nil, nil
 	}
 	var m Manifest
 	if err := json.Unmarshal(value, &m); err != nil {
-		return nil, fmt.Errorf("decoding rules manifest: %w", err)
+		return nil, fmt.Errorf("decoding rules manifest: %w: %w", ErrInvalidManifest, err)
 	}
-	if len(m.Parts) == 0 || len(m.Parts) > MaxParts {
-		return nil, fmt.Errorf("decoding rules manifest: %d parts (want 1-%d)", len(m.Parts), MaxParts)
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("decoding rules manifest: %w: %w", ErrInvalidManifest, err)
 	}
 	return &m, nil
+}
+
+// validate reports everything wrong with m at once.
+func (m *Manifest) validate() error {
+	var errs []error
+	if m.Kind != manifestKind {
+		errs = append(errs, fmt.Errorf("kind %q (want %q)", m.Kind, manifestKind))
+	}
+	if len(m.Parts) == 0 || len(m.Parts) > MaxParts {
+		errs = append(errs, fmt.Errorf("%d parts (want 1-%d)", len(m.Parts), MaxParts))
+	}
+	if m.Size < 1 || m.Size > MaxDocument {
+		errs = append(errs, fmt.Errorf("size %d (want 1-%d)", m.Size, MaxDocument))
+	}
+	if !isSHA256Hex(m.SHA256) {
+		errs = append(errs, fmt.Errorf("sha256 %.80q is not 64 lowercase hex digits", m.SHA256))
+	}
+	total := 0
+	for i, p := range m.Parts[:min(len(m.Parts), MaxParts)] {
+		if p.Size < 1 || p.Size > PartSize {
+			errs = append(errs, fmt.Errorf("part %d: size %d (want 1-%d)", i+1, p.Size, PartSize))
+		} else {
+			total += p.Size
+		}
+		if !isSHA256Hex(p.SHA256) {
+			errs = append(errs, fmt.Errorf("part %d: sha256 %.80q is not 64 lowercase hex digits", i+1, p.SHA256))
+		}
+		if !strings.HasSuffix(p.Key, "parts/"+p.SHA256) {
+			errs = append(errs, fmt.Errorf("part %d: key %.200q is not parts/<its sha256>", i+1, p.Key))
+		}
+	}
+	if len(errs) == 0 && total != m.Size {
+		errs = append(errs, fmt.Errorf("the parts add up to %d bytes, the manifest says %d", total, m.Size))
+	}
+	return errors.Join(errs...)
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != sha256.Size*2 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // SameDocument reports whether stored (a key's value or a history entry's
@@ -176,7 +235,12 @@ func (c *Client) Resolve(ctx context.Context, region string, value []byte) ([]by
 	if err != nil || m == nil {
 		return value, err
 	}
-	doc := make([]byte, 0, m.Size)
+	for i, p := range m.Parts {
+		if !strings.HasPrefix(p.Key, c.layout.Parts()) {
+			return nil, fmt.Errorf("reading rules in %s: %w: part %d: key %q is outside %s", region, ErrInvalidManifest, i+1, p.Key, c.layout.Parts())
+		}
+	}
+	doc := make([]byte, 0, m.Size) // bounded by ParseManifest
 	for i, p := range m.Parts {
 		pair, _, err := c.api.KV().Get(p.Key, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 		if err != nil {
