@@ -231,6 +231,23 @@ func txnErrors(resp *api.TxnResponse) string {
 // manifest, its parts read from region and checked against their hashes.
 // A missing or altered part is an error: the caller keeps what it has.
 func (c *Client) Resolve(ctx context.Context, region string, value []byte) ([]byte, error) {
+	return c.resolve(region, value, func(i, n int, key string) ([]byte, error) {
+		pair, _, err := c.api.KV().Get(key, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+		if err != nil {
+			return nil, classifyIn(region, fmt.Sprintf("reading rules part %d of %d in %s", i+1, n, region), err)
+		}
+		if pair == nil {
+			return nil, nil
+		}
+		return pair.Value, nil
+	})
+}
+
+// getPart reads part i of n, stored under key: nil, nil when it is absent.
+type getPart func(i, n int, key string) ([]byte, error)
+
+// resolve is Resolve reading parts with get.
+func (c *Client) resolve(region string, value []byte, get getPart) ([]byte, error) {
 	m, err := ParseManifest(value)
 	if err != nil || m == nil {
 		return value, err
@@ -242,17 +259,17 @@ func (c *Client) Resolve(ctx context.Context, region string, value []byte) ([]by
 	}
 	doc := make([]byte, 0, m.Size) // bounded by ParseManifest
 	for i, p := range m.Parts {
-		pair, _, err := c.api.KV().Get(p.Key, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+		v, err := get(i, len(m.Parts), p.Key)
 		if err != nil {
-			return nil, classifyIn(region, fmt.Sprintf("reading rules part %d of %d in %s", i+1, len(m.Parts), region), err)
+			return nil, err
 		}
-		if pair == nil {
+		if v == nil {
 			return nil, fmt.Errorf("reading rules part %d of %d in %s: %s is missing", i+1, len(m.Parts), region, p.Key)
 		}
-		if len(pair.Value) != p.Size || sha256Hex(pair.Value) != p.SHA256 {
+		if len(v) != p.Size || sha256Hex(v) != p.SHA256 {
 			return nil, fmt.Errorf("reading rules part %d of %d in %s: %s does not match its hash", i+1, len(m.Parts), region, p.Key)
 		}
-		doc = append(doc, pair.Value...)
+		doc = append(doc, v...)
 	}
 	if len(doc) != m.Size || sha256Hex(doc) != m.SHA256 {
 		return nil, fmt.Errorf("reading rules in %s: the parts do not add up to the document the manifest names", region)
