@@ -297,38 +297,76 @@ func (c *Client) OnPart(f func(region string, i, n int) error) { c.onPart = f }
 // CollectParts deletes region's parts that no manifest names, neither the
 // current documents' nor any history entry's, and returns how many: parts
 // of pushes interrupted before their manifest and of versions whose history
-// entries were pruned. A push racing with it loses nothing: its manifest
-// transaction checks its parts and fails as a conflict if one went.
+// entries were pruned.
+//
+// Collecting never removes a part a committed manifest names: every
+// deletion travels in a transaction that also checks the rules documents
+// are still as read (their ModifyIndex, or still absent), so a push that
+// commits a manifest between the read and the deletion fails the
+// transaction, and the parts are read again (up to three times, then
+// ErrConflict: the parts stay for a later collection). A push racing with
+// it the other way loses nothing either: its manifest transaction checks
+// its parts and fails as a conflict if one went.
 func (c *Client) CollectParts(ctx context.Context, region string) (int, error) {
-	unnamed, err := c.UnnamedParts(ctx, region)
-	if err != nil {
+	var err error
+	for range 3 {
+		var n int
+		if n, err = c.collectParts(ctx, region); !errors.Is(err, ErrConflict) {
+			return n, err
+		}
+	}
+	return 0, err
+}
+
+func (c *Client) collectParts(ctx context.Context, region string) (int, error) {
+	unnamed, checks, err := c.unnamedParts(ctx, region)
+	if err != nil || len(unnamed) == 0 {
 		return 0, err
 	}
-	var ops api.TxnOps
+	if c.beforeCollect != nil {
+		c.beforeCollect()
+	}
+	var deletes api.TxnOps
 	for _, k := range unnamed {
-		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
+		deletes = append(deletes, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
 	}
-	for batch := range slices.Chunk(ops, 64) {
-		ok, resp, _, err := c.api.Txn().Txn(batch, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+	n := 0
+	for batch := range slices.Chunk(deletes, maxTxnOps-len(checks)) {
+		ops := append(slices.Clip(checks), batch...)
+		ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 		if err != nil {
-			return 0, classifyIn(region, "deleting rules parts in "+region, err)
+			return n, classifyIn(region, "deleting rules parts in "+region, err)
 		}
-		if !ok {
-			return 0, errors.New("deleting rules parts in " + region + ": " + txnErrors(resp))
+		if why := txnErrors(resp); !ok && strings.Contains(strings.ToLower(why), "permission denied") {
+			return n, fmt.Errorf("deleting rules parts in %s: %w (%s)", region, ErrPermissionDenied, why)
+		} else if !ok {
+			return n, fmt.Errorf("deleting rules parts in %s: %w (%s)", region, ErrConflict, why)
 		}
+		n += len(batch)
 	}
-	return len(ops), nil
+	return n, nil
 }
+
+// maxTxnOps is the most operations a Consul transaction takes.
+const maxTxnOps = 64
 
 // UnnamedParts lists region's parts that no manifest names, neither the
 // current documents' nor any history entry's: what CollectParts deletes.
 func (c *Client) UnnamedParts(ctx context.Context, region string) ([]string, error) {
+	unnamed, _, err := c.unnamedParts(ctx, region)
+	return unnamed, err
+}
+
+// unnamedParts is UnnamedParts, with the transaction operations that check
+// the rules documents are still as they were read: a deletion of those
+// parts is safe only together with them.
+func (c *Client) unnamedParts(ctx context.Context, region string) ([]string, api.TxnOps, error) {
 	keys, _, err := c.api.KV().Keys(c.layout.Parts(), "", (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 	if err != nil {
-		return nil, classifyIn(region, "listing rules parts in "+region, err)
+		return nil, nil, classifyIn(region, "listing rules parts in "+region, err)
 	}
 	if len(keys) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	named := map[string]bool{}
 	name := func(value []byte) error {
@@ -340,22 +378,36 @@ func (c *Client) UnnamedParts(ctx context.Context, region string) ([]string, err
 		}
 		return err
 	}
+	// Read after the parts were listed: a part written before the listing
+	// whose manifest commits after this read fails the checks below.
 	pairs, _, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
-		return nil, classifyIn(region, "reading rules of "+region, err)
+		return nil, nil, classifyIn(region, "reading rules of "+region, err)
 	}
+	var checks api.TxnOps
+	present := map[string]bool{}
 	for _, p := range pairs {
 		if err := name(p.Value); err != nil {
-			return nil, fmt.Errorf("collecting rules parts in %s: %s: %w", region, p.Key, err)
+			return nil, nil, fmt.Errorf("collecting rules parts in %s: %s: %w", region, p.Key, err)
 		}
+		present[p.Key] = true
+		checks = append(checks, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: p.Key, Index: p.ModifyIndex}})
+	}
+	for _, k := range []string{c.layout.GlobalRules(), c.layout.RegionRules(region)} {
+		if !present[k] {
+			checks = append(checks, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: k}})
+		}
+	}
+	if len(checks) >= maxTxnOps {
+		return nil, nil, fmt.Errorf("collecting rules parts in %s: %d rules documents, more than one transaction can check", region, len(pairs))
 	}
 	history, err := c.History(ctx, region, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, e := range history {
 		if err := name([]byte(e.Document)); err != nil {
-			return nil, fmt.Errorf("collecting rules parts in %s: history entry %s: %w", region, e.Seq, err)
+			return nil, nil, fmt.Errorf("collecting rules parts in %s: history entry %s: %w", region, e.Seq, err)
 		}
 	}
 	var unnamed []string
@@ -364,5 +416,5 @@ func (c *Client) UnnamedParts(ctx context.Context, region string) ([]string, err
 			unnamed = append(unnamed, k)
 		}
 	}
-	return unnamed, nil
+	return unnamed, checks, nil
 }

@@ -154,6 +154,9 @@ type Client struct {
 	api    *api.Client
 	layout Layout
 	onPart func(region string, i, n int) error
+	// beforeCollect (tests) runs between CollectParts' read and its
+	// deletion: where a concurrent push commits in the race it guards.
+	beforeCollect func()
 }
 
 // NewClient builds a client; it does not contact Consul.
