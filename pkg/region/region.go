@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -157,6 +158,8 @@ type Client struct {
 	// beforeCollect (tests) runs between CollectParts' read and its
 	// deletion: where a concurrent push commits in the race it guards.
 	beforeCollect func()
+	// now (tests) is the pusher's clock; nil is time.Now.
+	now func() time.Time
 }
 
 // NewClient builds a client; it does not contact Consul.
