@@ -57,11 +57,10 @@ func (e *Edge) startConsul() error {
 	e.closers = append(e.closers, ccfg.Transport.CloseIdleConnections)
 	cache := e.cfg.RulesCache
 	if cache == "" {
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			dir = os.TempDir()
+		var err error
+		if cache, err = defaultRulesCache(e.cfg.Region, os.Getenv, os.UserCacheDir); err != nil {
+			e.log.Warn("no directory for the rules cache: a restart while consul is unreachable enforces nothing; set --rules-cache", "err", err)
 		}
-		cache = filepath.Join(dir, "edgeguard", "rules-"+e.cfg.Region+".yaml")
 	}
 	host, _ := os.Hostname()
 	_, port, _ := net.SplitHostPort(e.Addr())
@@ -108,6 +107,52 @@ func (e *Edge) startConsul() error {
 	return nil
 }
 
+// stateDir is the system-wide state directory tried after $STATE_DIRECTORY.
+var stateDir = "/var/lib/edgeguard"
+
+// defaultRulesCache is where the last good rules are kept when
+// --rules-cache is not set, the first that applies of:
+//
+//  1. $STATE_DIRECTORY (the first of its paths): systemd sets it for a unit
+//     with StateDirectory=edgeguard;
+//  2. /var/lib/edgeguard, when the edge may write there;
+//  3. the user cache dir (os.UserCacheDir: $XDG_CACHE_HOME or ~/.cache),
+//     under edgeguard/.
+//
+// The file is rules-<region>.yaml. Never the temporary directory: anyone
+// may write there and a reboot empties it, so a restarted edge would run
+// what someone else left, or nothing. With none of them, there is no cache
+// (an error says so).
+func defaultRulesCache(region string, getenv func(string) string, userCache func() (string, error)) (string, error) {
+	name := "rules-" + region + ".yaml"
+	if dirs := getenv("STATE_DIRECTORY"); dirs != "" {
+		dir, _, _ := strings.Cut(dirs, ":")
+		return filepath.Join(dir, name), nil
+	}
+	if writableDir(stateDir) {
+		return filepath.Join(stateDir, name), nil
+	}
+	dir, err := userCache()
+	if err != nil {
+		return "", fmt.Errorf("finding the rules cache: no $STATE_DIRECTORY, %s not writable, no user cache dir: %w", stateDir, err)
+	}
+	return filepath.Join(dir, "edgeguard", name), nil
+}
+
+// writableDir reports whether dir exists, or can be made, and takes files.
+func writableDir(dir string) bool {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return false
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return true
+}
+
 // localAddr turns a wildcard bind address into one the local agent can dial.
 func localAddr(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
@@ -132,6 +177,9 @@ func (l *consulLink) applyDocs(docs region.Docs) error {
 	if err != nil {
 		return fmt.Errorf("rules from consul refused: %w", err)
 	}
+	if l.cachePath == "" {
+		return nil
+	}
 	data, err := rules.Marshal(doc) // yaml.Marshal takes tens of seconds over 100,000 rules
 	if err == nil {
 		err = writeFileAtomic(l.cachePath, data)
@@ -143,6 +191,9 @@ func (l *consulLink) applyDocs(docs region.Docs) error {
 }
 
 func (l *consulLink) loadCache() error {
+	if l.cachePath == "" {
+		return errors.New("no rules cache")
+	}
 	data, err := os.ReadFile(l.cachePath)
 	if err != nil {
 		return err

@@ -245,3 +245,70 @@ func TestBadManifestKeepsRules(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
 }
+
+// Without --rules-cache the last good rules go to the service's state
+// directory, else /var/lib/edgeguard, else the user cache dir: never the
+// temporary directory.
+func TestRulesCacheDefault(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rc := regionClient(t, c)
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), tightGlobal)
+	v1 := effectiveVersion(t, tightGlobal, "")
+
+	notADir := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(notADir, nil, 0o600))
+	for _, tc := range []struct {
+		name                     string
+		stateDirectory, stateDir string // "" unset; stateDir "-" not writable
+		userCache                bool
+		want                     string // under which dir ("state", "varlib", "cache", "" none)
+	}{
+		{"systemd's state directory", "state", "-", true, "state"},
+		{"/var/lib/edgeguard when writable", "", "varlib", true, "varlib"},
+		{"the user cache dir", "", "-", true, "cache"},
+		{"no cache rather than the temporary directory", "", "-", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dirs := map[string]string{"state": t.TempDir(), "varlib": t.TempDir(), "cache": t.TempDir()}
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp)
+			t.Setenv("STATE_DIRECTORY", "")
+			if tc.stateDirectory != "" {
+				t.Setenv("STATE_DIRECTORY", dirs[tc.stateDirectory]+":"+t.TempDir())
+			}
+			saved := stateDir
+			t.Cleanup(func() { stateDir = saved })
+			stateDir = filepath.Join(notADir, "edgeguard")
+			if tc.stateDir == "varlib" {
+				stateDir = dirs["varlib"]
+			}
+			t.Setenv("HOME", "")
+			t.Setenv("XDG_CACHE_HOME", "")
+			if tc.userCache {
+				t.Setenv("XDG_CACHE_HOME", dirs["cache"])
+			}
+
+			a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), "")
+			waitVersion(t, a, v1, time.Now())
+			a.stop()
+			want := map[string]string{
+				"state":  filepath.Join(dirs["state"], "rules-eu-west.yaml"),
+				"varlib": filepath.Join(dirs["varlib"], "rules-eu-west.yaml"),
+				"cache":  filepath.Join(dirs["cache"], "edgeguard", "rules-eu-west.yaml"),
+			}
+			for name, path := range want {
+				_, err := os.Stat(path)
+				if name == tc.want {
+					require.NoError(t, err, "the rules are cached in %s", path)
+				} else {
+					require.ErrorIs(t, err, os.ErrNotExist, "nothing cached in %s", path)
+				}
+			}
+			left, err := os.ReadDir(tmp)
+			require.NoError(t, err)
+			require.Empty(t, left, "nothing cached in the temporary directory")
+		})
+	}
+}
