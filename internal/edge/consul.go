@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -59,11 +60,10 @@ func (e *Edge) startConsul() error {
 	e.closers = append(e.closers, ccfg.Transport.CloseIdleConnections)
 	cache := e.cfg.RulesCache
 	if cache == "" {
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			dir = os.TempDir()
+		var err error
+		if cache, err = defaultRulesCache(e.cfg.Region, os.Getenv, os.UserCacheDir); err != nil {
+			e.log.Warn("no directory for the rules cache: a restart while consul is unreachable enforces nothing; set --rules-cache", "err", err)
 		}
-		cache = filepath.Join(dir, "edgeguard", "rules-"+e.cfg.Region+".yaml")
 	}
 	host, _ := os.Hostname()
 	_, port, _ := net.SplitHostPort(e.Addr())
@@ -93,17 +93,67 @@ func (e *Edge) startConsul() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	docs, err := client.ReadDocs(ctx, e.cfg.Region)
-	if err == nil {
-		err = l.applyDocs(docs)
-	}
+	err = region.Recover(func() error {
+		docs, err := client.ReadDocs(ctx, e.cfg.Region)
+		if err == nil {
+			err = l.applyDocs(docs)
+		}
+		return err
+	})
 	if err != nil {
+		l.countPanic(err)
 		e.log.Warn("no valid rules from consul at start; enforcing the cached rules", "err", err, "cache", cache)
 		if cerr := l.loadCache(); cerr != nil {
 			e.log.Error("no cached rules either: nothing is limited and /readyz stays 503 until consul answers", "err", cerr)
 		}
 	}
 	return nil
+}
+
+// stateDir is the system-wide state directory tried after $STATE_DIRECTORY.
+var stateDir = "/var/lib/edgeguard"
+
+// defaultRulesCache is where the last good rules are kept when
+// --rules-cache is not set, the first that applies of:
+//
+//  1. $STATE_DIRECTORY (the first of its paths): systemd sets it for a unit
+//     with StateDirectory=edgeguard;
+//  2. /var/lib/edgeguard, when the edge may write there;
+//  3. the user cache dir (os.UserCacheDir: $XDG_CACHE_HOME or ~/.cache),
+//     under edgeguard/.
+//
+// The file is rules-<region>.yaml. Never the temporary directory: anyone
+// may write there and a reboot empties it, so a restarted edge would run
+// what someone else left, or nothing. With none of them, there is no cache
+// (an error says so).
+func defaultRulesCache(region string, getenv func(string) string, userCache func() (string, error)) (string, error) {
+	name := "rules-" + region + ".yaml"
+	if dirs := getenv("STATE_DIRECTORY"); dirs != "" {
+		dir, _, _ := strings.Cut(dirs, ":")
+		return filepath.Join(dir, name), nil
+	}
+	if writableDir(stateDir) {
+		return filepath.Join(stateDir, name), nil
+	}
+	dir, err := userCache()
+	if err != nil {
+		return "", fmt.Errorf("finding the rules cache: no $STATE_DIRECTORY, %s not writable, no user cache dir: %w", stateDir, err)
+	}
+	return filepath.Join(dir, "edgeguard", name), nil
+}
+
+// writableDir reports whether dir exists, or can be made, and takes files.
+func writableDir(dir string) bool {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return false
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return true
 }
 
 // localAddr turns a wildcard bind address into one the local agent can dial.
@@ -130,6 +180,9 @@ func (l *consulLink) applyDocs(docs region.Docs) error {
 	if err != nil {
 		return fmt.Errorf("rules from consul refused: %w", err)
 	}
+	if l.cachePath == "" {
+		return nil
+	}
 	data, err := rules.Marshal(doc) // yaml.Marshal takes tens of seconds over 100,000 rules
 	if err == nil {
 		err = writeFileAtomic(l.cachePath, data)
@@ -141,6 +194,9 @@ func (l *consulLink) applyDocs(docs region.Docs) error {
 }
 
 func (l *consulLink) loadCache() error {
+	if l.cachePath == "" {
+		return errors.New("no rules cache")
+	}
 	data, err := os.ReadFile(l.cachePath)
 	if err != nil {
 		return err
@@ -179,8 +235,16 @@ func (l *consulLink) rulesChanged(string) {
 func (l *consulLink) run(ctx context.Context) {
 	e := l.e
 	onErr := func(err error) {
-		e.metrics.consulErrors.Inc()
-		e.log.Warn("consul watch failed; keeping the settings in force", "err", err)
+		var refused *region.RefusedError
+		switch {
+		case l.countPanic(err):
+		case errors.As(err, &refused):
+			e.metrics.rulesErrors.Inc()
+			e.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
+		default:
+			e.metrics.consulErrors.Inc()
+			e.log.Warn("consul watch failed; keeping the settings in force", "err", err)
+		}
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -199,8 +263,36 @@ func (l *consulLink) run(ctx context.Context) {
 			}
 		}, onErr)
 	})
-	wg.Go(func() { l.countEdges(ctx) })
-	l.register(ctx)
+	wg.Go(func() { l.guard(ctx, "counting edges", l.countEdges) })
+	l.guard(ctx, "registering", l.register)
+}
+
+// countPanic logs and counts err when it is a recovered panic, and says
+// whether it was.
+func (l *consulLink) countPanic(err error) bool {
+	var p *region.PanicError
+	if !errors.As(err, &p) {
+		return false
+	}
+	l.e.metrics.consulPanics.Inc()
+	l.e.log.Error("panic in the consul watchers recovered; keeping the settings in force", "err", err, "stack", string(p.Stack))
+	return true
+}
+
+// guard runs loop until ctx is done; a panic in it is recovered, logged,
+// counted, and the loop started again after a pause.
+func (l *consulLink) guard(ctx context.Context, what string, loop func(context.Context)) {
+	for ctx.Err() == nil {
+		err := region.Recover(func() error { loop(ctx); return nil })
+		if !l.countPanic(err) {
+			return
+		}
+		l.e.log.Warn("consul loop restarting after a panic", "loop", what)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // applyShedder applies the region's shedder document; none means the

@@ -201,3 +201,115 @@ func TestRulesFromConsulAcrossRegions(t *testing.T) {
 	require.Equal(t, v1, b2.rules.Load().Version())
 	require.Equal(t, []int{200, 200, 429}, codes(t, b2, 3, "/"))
 }
+
+// badManifest is the document of issue 24: a rules manifest whose size is
+// -1, which once panicked the parts reader (makeslice) in every edge of the
+// region and again at every restart.
+const badManifest = `{"kind":"edgeguard-rules-parts/v1","version":"0123456789ab","size": -1,` +
+	`"sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",` +
+	`"parts":[{"key":"edgeguard/parts/e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","size":10,` +
+	`"sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}]}`
+
+// A bad manifest in Consul is refused: the running edge keeps its rules and
+// keeps serving, and an edge restarted with that document in Consul starts
+// with the rules cached on disk.
+func TestBadManifestKeepsRules(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rc := regionClient(t, c)
+	cache := filepath.Join(t.TempDir(), "rules.yaml")
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), tightGlobal)
+	v1 := effectiveVersion(t, tightGlobal, "")
+
+	a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), cache)
+	waitVersion(t, a, v1, time.Now())
+	require.Equal(t, []int{200, 200, 429}, codes(t, a, 3, "/"))
+
+	_, err = rc.API().KV().Put(&api.KVPair{Key: rc.Layout().GlobalRules(), Value: []byte(badManifest)}, &api.WriteOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return metricValue(t, a, "edgeguard_edge_rules_rejected_total") >= 1
+	}, 10*time.Second, 20*time.Millisecond, "the bad manifest is refused")
+	require.Equal(t, v1, a.rules.Load().Version())
+	require.Equal(t, []int{429}, codes(t, a, 1, "/"), "the rules in force stay")
+	require.Zero(t, metricValue(t, a, "edgeguard_edge_consul_panics_total"))
+	a.stop()
+	require.NoError(t, a.stopErr)
+
+	// A restart reads the same document at start: refused, the cache serves.
+	b := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), cache)
+	require.Equal(t, v1, b.rules.Load().Version())
+	require.Equal(t, []int{200, 200, 429}, codes(t, b, 3, "/"))
+	resp, err := http.Get("http://" + b.AdminAddr() + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+}
+
+// Without --rules-cache the last good rules go to the service's state
+// directory, else /var/lib/edgeguard, else the user cache dir: never the
+// temporary directory.
+func TestRulesCacheDefault(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rc := regionClient(t, c)
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), tightGlobal)
+	v1 := effectiveVersion(t, tightGlobal, "")
+
+	notADir := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(notADir, nil, 0o600))
+	for _, tc := range []struct {
+		name                     string
+		stateDirectory, stateDir string // "" unset; stateDir "-" not writable
+		userCache                bool
+		want                     string // under which dir ("state", "varlib", "cache", "" none)
+	}{
+		{"systemd's state directory", "state", "-", true, "state"},
+		{"/var/lib/edgeguard when writable", "", "varlib", true, "varlib"},
+		{"the user cache dir", "", "-", true, "cache"},
+		{"no cache rather than the temporary directory", "", "-", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dirs := map[string]string{"state": t.TempDir(), "varlib": t.TempDir(), "cache": t.TempDir()}
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp)
+			t.Setenv("STATE_DIRECTORY", "")
+			if tc.stateDirectory != "" {
+				t.Setenv("STATE_DIRECTORY", dirs[tc.stateDirectory]+":"+t.TempDir())
+			}
+			saved := stateDir
+			t.Cleanup(func() { stateDir = saved })
+			stateDir = filepath.Join(notADir, "edgeguard")
+			if tc.stateDir == "varlib" {
+				stateDir = dirs["varlib"]
+			}
+			t.Setenv("HOME", "")
+			t.Setenv("XDG_CACHE_HOME", "")
+			if tc.userCache {
+				t.Setenv("XDG_CACHE_HOME", dirs["cache"])
+			}
+
+			a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), "")
+			waitVersion(t, a, v1, time.Now())
+			a.stop()
+			want := map[string]string{
+				"state":  filepath.Join(dirs["state"], "rules-eu-west.yaml"),
+				"varlib": filepath.Join(dirs["varlib"], "rules-eu-west.yaml"),
+				"cache":  filepath.Join(dirs["cache"], "edgeguard", "rules-eu-west.yaml"),
+			}
+			for name, path := range want {
+				_, err := os.Stat(path)
+				if name == tc.want {
+					require.NoError(t, err, "the rules are cached in %s", path)
+				} else {
+					require.ErrorIs(t, err, os.ErrNotExist, "nothing cached in %s", path)
+				}
+			}
+			left, err := os.ReadDir(tmp)
+			require.NoError(t, err)
+			require.Empty(t, left, "nothing cached in the temporary directory")
+		})
+	}
+}

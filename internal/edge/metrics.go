@@ -29,6 +29,7 @@ type metrics struct {
 	rulesErrors  prometheus.Counter
 	limiterError prometheus.Counter
 	consulErrors prometheus.Counter
+	consulPanics prometheus.Counter
 	connsRefused prometheus.Counter
 }
 
@@ -78,6 +79,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "edgeguard_edge_consul_errors_total",
 			Help: "Failed Consul watches and registrations (retried with backoff; the settings in force stay).",
 		}),
+		consulPanics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_consul_panics_total",
+			Help: "Panics recovered in the Consul watchers (a bug: see logs; the settings in force stay, the watch goes on).",
+		}),
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_edge_connections_refused_total",
 			Help: "Connections refused at accept because their peer address already held --max-conns-per-ip.",
@@ -98,7 +103,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	})
 	build.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.connsRefused, build} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, build} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -67,20 +67,79 @@ type Part struct {
 	SHA256 string `json:"sha256"`
 }
 
+// MaxDocument bounds a document stored in parts: what MaxParts parts of
+// PartSize hold. A manifest naming more is refused before anything is
+// allocated for it.
+const MaxDocument = MaxParts * PartSize
+
+// ErrInvalidManifest is a manifest that cannot name a document: a size, a
+// part count or a hash out of range, a part outside the parts prefix, sizes
+// that do not add up. Such a document is refused as it stands (reading it
+// again cannot help); the rules in force stay.
+var ErrInvalidManifest = errors.New("invalid rules manifest")
+
 // ParseManifest returns the manifest stored in value, or nil when value is
-// a document itself.
+// a document itself. Every size, count and hash is checked here, so a
+// manifest it returns can be read without trusting anything in it.
 func ParseManifest(value []byte) (*Manifest, error) {
 	if !bytes.HasPrefix(value, []byte(`{"kind":"`+manifestKind+`"`)) {
 		return nil, nil
 	}
 	var m Manifest
 	if err := json.Unmarshal(value, &m); err != nil {
-		return nil, fmt.Errorf("decoding rules manifest: %w", err)
+		return nil, fmt.Errorf("decoding rules manifest: %w: %w", ErrInvalidManifest, err)
 	}
-	if len(m.Parts) == 0 || len(m.Parts) > MaxParts {
-		return nil, fmt.Errorf("decoding rules manifest: %d parts (want 1-%d)", len(m.Parts), MaxParts)
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("decoding rules manifest: %w: %w", ErrInvalidManifest, err)
 	}
 	return &m, nil
+}
+
+// validate reports everything wrong with m at once.
+func (m *Manifest) validate() error {
+	var errs []error
+	if m.Kind != manifestKind {
+		errs = append(errs, fmt.Errorf("kind %q (want %q)", m.Kind, manifestKind))
+	}
+	if len(m.Parts) == 0 || len(m.Parts) > MaxParts {
+		errs = append(errs, fmt.Errorf("%d parts (want 1-%d)", len(m.Parts), MaxParts))
+	}
+	if m.Size < 1 || m.Size > MaxDocument {
+		errs = append(errs, fmt.Errorf("size %d (want 1-%d)", m.Size, MaxDocument))
+	}
+	if !isSHA256Hex(m.SHA256) {
+		errs = append(errs, fmt.Errorf("sha256 %.80q is not 64 lowercase hex digits", m.SHA256))
+	}
+	total := 0
+	for i, p := range m.Parts[:min(len(m.Parts), MaxParts)] {
+		if p.Size < 1 || p.Size > PartSize {
+			errs = append(errs, fmt.Errorf("part %d: size %d (want 1-%d)", i+1, p.Size, PartSize))
+		} else {
+			total += p.Size
+		}
+		if !isSHA256Hex(p.SHA256) {
+			errs = append(errs, fmt.Errorf("part %d: sha256 %.80q is not 64 lowercase hex digits", i+1, p.SHA256))
+		}
+		if !strings.HasSuffix(p.Key, "parts/"+p.SHA256) {
+			errs = append(errs, fmt.Errorf("part %d: key %.200q is not parts/<its sha256>", i+1, p.Key))
+		}
+	}
+	if len(errs) == 0 && total != m.Size {
+		errs = append(errs, fmt.Errorf("the parts add up to %d bytes, the manifest says %d", total, m.Size))
+	}
+	return errors.Join(errs...)
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != sha256.Size*2 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // SameDocument reports whether stored (a key's value or a history entry's
@@ -172,23 +231,45 @@ func txnErrors(resp *api.TxnResponse) string {
 // manifest, its parts read from region and checked against their hashes.
 // A missing or altered part is an error: the caller keeps what it has.
 func (c *Client) Resolve(ctx context.Context, region string, value []byte) ([]byte, error) {
+	return c.resolve(region, value, func(i, n int, key string) ([]byte, error) {
+		pair, _, err := c.api.KV().Get(key, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+		if err != nil {
+			return nil, classifyIn(region, fmt.Sprintf("reading rules part %d of %d in %s", i+1, n, region), err)
+		}
+		if pair == nil {
+			return nil, nil
+		}
+		return pair.Value, nil
+	})
+}
+
+// getPart reads part i of n, stored under key: nil, nil when it is absent.
+type getPart func(i, n int, key string) ([]byte, error)
+
+// resolve is Resolve reading parts with get.
+func (c *Client) resolve(region string, value []byte, get getPart) ([]byte, error) {
 	m, err := ParseManifest(value)
 	if err != nil || m == nil {
 		return value, err
 	}
-	doc := make([]byte, 0, m.Size)
 	for i, p := range m.Parts {
-		pair, _, err := c.api.KV().Get(p.Key, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
-		if err != nil {
-			return nil, classifyIn(region, fmt.Sprintf("reading rules part %d of %d in %s", i+1, len(m.Parts), region), err)
+		if !strings.HasPrefix(p.Key, c.layout.Parts()) {
+			return nil, fmt.Errorf("reading rules in %s: %w: part %d: key %q is outside %s", region, ErrInvalidManifest, i+1, p.Key, c.layout.Parts())
 		}
-		if pair == nil {
+	}
+	doc := make([]byte, 0, m.Size) // bounded by ParseManifest
+	for i, p := range m.Parts {
+		v, err := get(i, len(m.Parts), p.Key)
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
 			return nil, fmt.Errorf("reading rules part %d of %d in %s: %s is missing", i+1, len(m.Parts), region, p.Key)
 		}
-		if len(pair.Value) != p.Size || sha256Hex(pair.Value) != p.SHA256 {
+		if len(v) != p.Size || sha256Hex(v) != p.SHA256 {
 			return nil, fmt.Errorf("reading rules part %d of %d in %s: %s does not match its hash", i+1, len(m.Parts), region, p.Key)
 		}
-		doc = append(doc, pair.Value...)
+		doc = append(doc, v...)
 	}
 	if len(doc) != m.Size || sha256Hex(doc) != m.SHA256 {
 		return nil, fmt.Errorf("reading rules in %s: the parts do not add up to the document the manifest names", region)
@@ -216,38 +297,76 @@ func (c *Client) OnPart(f func(region string, i, n int) error) { c.onPart = f }
 // CollectParts deletes region's parts that no manifest names, neither the
 // current documents' nor any history entry's, and returns how many: parts
 // of pushes interrupted before their manifest and of versions whose history
-// entries were pruned. A push racing with it loses nothing: its manifest
-// transaction checks its parts and fails as a conflict if one went.
+// entries were pruned.
+//
+// Collecting never removes a part a committed manifest names: every
+// deletion travels in a transaction that also checks the rules documents
+// are still as read (their ModifyIndex, or still absent), so a push that
+// commits a manifest between the read and the deletion fails the
+// transaction, and the parts are read again (up to three times, then
+// ErrConflict: the parts stay for a later collection). A push racing with
+// it the other way loses nothing either: its manifest transaction checks
+// its parts and fails as a conflict if one went.
 func (c *Client) CollectParts(ctx context.Context, region string) (int, error) {
-	unnamed, err := c.UnnamedParts(ctx, region)
-	if err != nil {
+	var err error
+	for range 3 {
+		var n int
+		if n, err = c.collectParts(ctx, region); !errors.Is(err, ErrConflict) {
+			return n, err
+		}
+	}
+	return 0, err
+}
+
+func (c *Client) collectParts(ctx context.Context, region string) (int, error) {
+	unnamed, checks, err := c.unnamedParts(ctx, region)
+	if err != nil || len(unnamed) == 0 {
 		return 0, err
 	}
-	var ops api.TxnOps
+	if c.beforeCollect != nil {
+		c.beforeCollect()
+	}
+	var deletes api.TxnOps
 	for _, k := range unnamed {
-		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
+		deletes = append(deletes, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
 	}
-	for batch := range slices.Chunk(ops, 64) {
-		ok, resp, _, err := c.api.Txn().Txn(batch, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+	n := 0
+	for batch := range slices.Chunk(deletes, maxTxnOps-len(checks)) {
+		ops := append(slices.Clip(checks), batch...)
+		ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 		if err != nil {
-			return 0, classifyIn(region, "deleting rules parts in "+region, err)
+			return n, classifyIn(region, "deleting rules parts in "+region, err)
 		}
-		if !ok {
-			return 0, errors.New("deleting rules parts in " + region + ": " + txnErrors(resp))
+		if why := txnErrors(resp); !ok && strings.Contains(strings.ToLower(why), "permission denied") {
+			return n, fmt.Errorf("deleting rules parts in %s: %w (%s)", region, ErrPermissionDenied, why)
+		} else if !ok {
+			return n, fmt.Errorf("deleting rules parts in %s: %w (%s)", region, ErrConflict, why)
 		}
+		n += len(batch)
 	}
-	return len(ops), nil
+	return n, nil
 }
+
+// maxTxnOps is the most operations a Consul transaction takes.
+const maxTxnOps = 64
 
 // UnnamedParts lists region's parts that no manifest names, neither the
 // current documents' nor any history entry's: what CollectParts deletes.
 func (c *Client) UnnamedParts(ctx context.Context, region string) ([]string, error) {
+	unnamed, _, err := c.unnamedParts(ctx, region)
+	return unnamed, err
+}
+
+// unnamedParts is UnnamedParts, with the transaction operations that check
+// the rules documents are still as they were read: a deletion of those
+// parts is safe only together with them.
+func (c *Client) unnamedParts(ctx context.Context, region string) ([]string, api.TxnOps, error) {
 	keys, _, err := c.api.KV().Keys(c.layout.Parts(), "", (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
 	if err != nil {
-		return nil, classifyIn(region, "listing rules parts in "+region, err)
+		return nil, nil, classifyIn(region, "listing rules parts in "+region, err)
 	}
 	if len(keys) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	named := map[string]bool{}
 	name := func(value []byte) error {
@@ -259,22 +378,36 @@ func (c *Client) UnnamedParts(ctx context.Context, region string) ([]string, err
 		}
 		return err
 	}
+	// Read after the parts were listed: a part written before the listing
+	// whose manifest commits after this read fails the checks below.
 	pairs, _, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
-		return nil, classifyIn(region, "reading rules of "+region, err)
+		return nil, nil, classifyIn(region, "reading rules of "+region, err)
 	}
+	var checks api.TxnOps
+	present := map[string]bool{}
 	for _, p := range pairs {
 		if err := name(p.Value); err != nil {
-			return nil, fmt.Errorf("collecting rules parts in %s: %s: %w", region, p.Key, err)
+			return nil, nil, fmt.Errorf("collecting rules parts in %s: %s: %w", region, p.Key, err)
 		}
+		present[p.Key] = true
+		checks = append(checks, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: p.Key, Index: p.ModifyIndex}})
+	}
+	for _, k := range []string{c.layout.GlobalRules(), c.layout.RegionRules(region)} {
+		if !present[k] {
+			checks = append(checks, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: k}})
+		}
+	}
+	if len(checks) >= maxTxnOps {
+		return nil, nil, fmt.Errorf("collecting rules parts in %s: %d rules documents, more than one transaction can check", region, len(pairs))
 	}
 	history, err := c.History(ctx, region, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, e := range history {
 		if err := name([]byte(e.Document)); err != nil {
-			return nil, fmt.Errorf("collecting rules parts in %s: history entry %s: %w", region, e.Seq, err)
+			return nil, nil, fmt.Errorf("collecting rules parts in %s: history entry %s: %w", region, e.Seq, err)
 		}
 	}
 	var unnamed []string
@@ -283,5 +416,5 @@ func (c *Client) UnnamedParts(ctx context.Context, region string) ([]string, err
 			unnamed = append(unnamed, k)
 		}
 	}
-	return unnamed, nil
+	return unnamed, checks, nil
 }

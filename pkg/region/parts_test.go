@@ -50,3 +50,37 @@ func TestSplitParts(t *testing.T) {
 	_, err = ParseManifest([]byte(`{"kind":"edgeguard-rules-parts/v1",`))
 	require.Error(t, err)
 }
+
+// Manifests that cannot name a document are refused before anything is
+// allocated for them, with ErrInvalidManifest.
+func TestParseManifestBounds(t *testing.T) {
+	h := strings.Repeat("ab", 32)
+	part := func(size int) string {
+		return fmt.Sprintf(`{"key":"edgeguard/parts/%s","size":%d,"sha256":"%s"}`, h, size, h)
+	}
+	manifest := func(size int, parts ...string) string {
+		return fmt.Sprintf(`{"kind":"edgeguard-rules-parts/v1","version":"v","size":%d,"sha256":"%s","parts":[%s]}`, size, h, strings.Join(parts, ","))
+	}
+	for _, tc := range []struct{ name, value string }{
+		{"size -1 (issue 24)", manifest(-1, part(10))},
+		{"size 0", manifest(0, part(10))},
+		{"size beyond MaxDocument", manifest(MaxDocument+1, part(10))},
+		{"size beyond int", `{"kind":"edgeguard-rules-parts/v1","size":1e30,"sha256":"` + h + `","parts":[` + part(10) + `]}`},
+		{"part size -1", manifest(10, part(-1))},
+		{"part size beyond PartSize", manifest(PartSize+1, part(PartSize+1))},
+		{"sizes do not add up", manifest(11, part(10))},
+		{"too many parts", manifest(10*(MaxParts+1), strings.Split(strings.Repeat(part(10)+"|", MaxParts+1), "|")[:MaxParts+1]...)},
+		{"bad document hash", strings.Replace(manifest(10, part(10)), `"sha256":"`+h+`","parts"`, `"sha256":"zz","parts"`, 1)},
+		{"bad part hash", fmt.Sprintf(`{"kind":"edgeguard-rules-parts/v1","size":10,"sha256":"%s","parts":[{"key":"edgeguard/parts/x","size":10,"sha256":"x"}]}`, h)},
+		{"part key not named by its hash", fmt.Sprintf(`{"kind":"edgeguard-rules-parts/v1","size":10,"sha256":"%s","parts":[{"key":"edgeguard/secret","size":10,"sha256":"%s"}]}`, h, h)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := ParseManifest([]byte(tc.value))
+			require.ErrorIs(t, err, ErrInvalidManifest)
+			require.Nil(t, m)
+		})
+	}
+	m, err := ParseManifest([]byte(manifest(20, part(10), part(10))))
+	require.NoError(t, err)
+	require.Len(t, m.Parts, 2)
+}

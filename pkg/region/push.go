@@ -1,6 +1,7 @@
 package region
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,6 +32,10 @@ type Entry struct {
 	Time     time.Time `json:"time"`
 	Message  string    `json:"message,omitempty"`
 	Document string    `json:"document"` // what was written, so a rollback can restore it
+	// Index is the ModifyIndex of the entry's key, set when history is
+	// read: what orders entries. Seq names the key and Time is the
+	// pusher's clock; neither orders pushes from hosts whose clocks differ.
+	Index uint64 `json:"index,omitempty"`
 }
 
 // Push writes doc to key in region's datacenter if the key's ModifyIndex is
@@ -55,11 +60,15 @@ func (c *Client) Push(ctx context.Context, region, key string, doc []byte, casIn
 		}
 		ops = checks
 	}
-	e.Seq = strconv.FormatInt(time.Now().UnixNano(), 10)
-	e.Seq = strings.Repeat("0", max(0, 20-len(e.Seq))) + e.Seq // sorts as text
-	e.Region, e.Key, e.Document = region, key, string(value)
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
+	e.Seq = strconv.FormatInt(now().UnixNano(), 10)
+	e.Seq = strings.Repeat("0", max(0, 20-len(e.Seq))) + e.Seq // a name, not an order
+	e.Region, e.Key, e.Document, e.Index = region, key, string(value), 0
 	if e.Time.IsZero() {
-		e.Time = time.Now().UTC()
+		e.Time = now().UTC()
 	}
 	entry, err := json.Marshal(e)
 	if err != nil {
@@ -67,6 +76,8 @@ func (c *Client) Push(ctx context.Context, region, key string, doc []byte, casIn
 	}
 	ops = append(ops,
 		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: value, Index: casIndex}},
+		// Never overwrite another push's entry (two clocks giving one name).
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: c.layout.History(region) + e.Seq}},
 		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: c.layout.History(region) + e.Seq, Value: entry}},
 	)
 	ok, resp, _, err := c.api.Txn().Txn(ops, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
@@ -107,9 +118,14 @@ func (c *Client) History(ctx context.Context, region, kind string) ([]Entry, err
 			return nil, fmt.Errorf("history entry %s: %w", p.Key, err)
 		}
 		if kind == "" || e.Kind == kind {
+			e.Index = p.ModifyIndex
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(b.Seq, a.Seq) })
+	// Newest first by Consul's index: the order the pushes landed in,
+	// whatever the pushers' clocks said.
+	slices.SortFunc(out, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(b.Index, a.Index), strings.Compare(b.Seq, a.Seq))
+	})
 	return out, nil
 }

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -154,6 +155,11 @@ type Client struct {
 	api    *api.Client
 	layout Layout
 	onPart func(region string, i, n int) error
+	// beforeCollect (tests) runs between CollectParts' read and its
+	// deletion: where a concurrent push commits in the race it guards.
+	beforeCollect func()
+	// now (tests) is the pusher's clock; nil is time.Now.
+	now func() time.Time
 }
 
 // NewClient builds a client; it does not contact Consul.

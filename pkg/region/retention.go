@@ -87,7 +87,9 @@ func (c *Client) PruneHistory(ctx context.Context, region string, keep int) ([]E
 	rec.Keep, rec.Time = keep, time.Now().UTC()
 	rec.Total += len(pruned)
 	rec.Recent = append(slices.Clone(pruned), rec.Recent...)
-	slices.SortStableFunc(rec.Recent, func(a, b Entry) int { return cmp.Compare(b.Seq, a.Seq) })
+	// Newest first by index; records from before entries carried one
+	// (index 0) keep their order after them.
+	slices.SortStableFunc(rec.Recent, func(a, b Entry) int { return cmp.Compare(b.Index, a.Index) })
 	rec.Recent = rec.Recent[:min(len(rec.Recent), maxRecentPruned)]
 	data, err := json.Marshal(rec)
 	if err != nil {

@@ -3,7 +3,10 @@ package region
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -47,6 +50,12 @@ func (c *Client) WatchRules(ctx context.Context, region string, fn func(Docs), o
 			return nil
 		}
 		whole, err := c.resolveDocs(ctx, region, d)
+		if errors.Is(err, ErrInvalidManifest) {
+			// Refused as it stands: reading it again cannot help, so it
+			// is not retried; the next change of the documents is read.
+			last = &d
+			return &RefusedError{Err: err}
+		}
 		if err != nil {
 			return err
 		}
@@ -78,22 +87,67 @@ func (c *Client) WatchShedder(ctx context.Context, region string, fn func([]byte
 	})
 }
 
+// RefusedError is a document a watch read and refused as it stands (an
+// invalid manifest): reported to onErr once, not retried; the watch goes on
+// with the next change.
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return "document refused: " + e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// PanicError is a panic recovered in a watch (reading a document, or the
+// caller's function): reported to onErr, then the watch retries with
+// backoff from a fresh read, as after a failed query.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("recovered panic: %v", e.Value) }
+
+// Recover runs f, turning a panic in it into a *PanicError.
+func Recover(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return f()
+}
+
 // watch runs blocking List queries on prefix. An error from fn counts as a
-// failed query: reported, then retried with backoff from a fresh read.
+// failed query: reported, then retried with backoff from a fresh read; a
+// RefusedError is reported and the watch goes on; a panic in the query or
+// in fn is a PanicError, retried like an error.
 func (c *Client) watch(ctx context.Context, prefix string, onErr func(error), fn func(api.KVPairs) error) {
 	var index uint64
 	wait := backoffMin
 	for ctx.Err() == nil {
-		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx)
-		pairs, meta, err := c.api.KV().List(prefix, q)
+		var pairs api.KVPairs
+		var meta *api.QueryMeta
+		err := Recover(func() (err error) {
+			q := (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx)
+			pairs, meta, err = c.api.KV().List(prefix, q)
+			return err
+		})
 		if err == nil {
 			err = filtered("watching "+prefix, meta)
 		}
+		var refused *RefusedError
 		if err != nil {
-			err = classify("watching "+prefix, err)
+			if !errors.As(err, new(*PanicError)) {
+				err = classify("watching "+prefix, err)
+			}
 		} else if meta.LastIndex != index && meta.LastIndex >= index {
-			if err = fn(pairs); err == nil {
+			err = Recover(func() error { return fn(pairs) })
+			if err == nil || errors.As(err, &refused) {
 				index = meta.LastIndex
+			}
+			if refused != nil {
+				if onErr != nil {
+					onErr(err)
+				}
+				err = nil
 			}
 		} else if meta.LastIndex < index {
 			// An index that goes backwards (a restarted agent, a snapshot
