@@ -501,6 +501,12 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 		if i < 0 {
 			continue
 		}
+		// A full lane is back-pressure from this edge's own queue, not a
+		// sign the store fails: it neither trips a breaker nor counts as a
+		// success (the call was not sent).
+		if errors.Is(errs[i], ErrLaneFull) {
+			continue
+		}
 		f := errs[i] != nil && !callerError(errs[i])
 		if f {
 			storeErr = cmpErr(storeErr, errs[i])
@@ -570,8 +576,11 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 		return Outcome{}, cause
 	}
 	reason := "error"
-	if errors.Is(cause, errBreakerOpen) {
+	switch {
+	case errors.Is(cause, errBreakerOpen):
 		reason = "breaker_open"
+	case errors.Is(cause, ErrLaneFull):
+		reason = "lane_full"
 	}
 	l.metrics.fallbacks.WithLabelValues(reason).Inc()
 	switch l.cfg.FailMode {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -212,4 +213,53 @@ func TestLaneQueueIsBounded(t *testing.T) {
 	for range limiter.LoneDirect + 3 {
 		require.NoError(t, <-done)
 	}
+}
+
+// A full lane is this edge's own back-pressure, not a failing store: with
+// a healthy Redis, calls turned away by a full queue are decided by the
+// fallback (reason lane_full) and never open the breaker.
+func TestFullLaneIsNotAStoreFailure(t *testing.T) {
+	defer limiter.SetMaxLaneQueue(1)()
+	st := connStore(t, autoPipelined(t, client(limiter.ModeStandalone)))
+	require.NoError(t, st.Load(ctx(t)))
+	reg := prometheus.NewRegistry()
+	l, err := limiter.New(st, limiter.Config{Timeout: time.Second, BreakerFailures: 1}, reg, nil)
+	require.NoError(t, err)
+	defer l.Close()
+	p := testenv.KeyPrefix(t)
+	var wg sync.WaitGroup
+	for i := range 400 {
+		wg.Go(func() {
+			lim := limiter.Limit{Key: p + strconv.Itoa(i%40), Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Minute}
+			_, _ = l.Decide(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}})
+		})
+	}
+	wg.Wait()
+	get := func(name, label, value string) float64 {
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			sum := 0.0
+			for _, m := range f.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if label == "" || lp.GetName() == label && lp.GetValue() == value {
+						sum += m.GetCounter().GetValue()
+						break
+					}
+				}
+				if label == "" && len(m.GetLabel()) == 0 {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+			return sum
+		}
+		return 0
+	}
+	require.Zero(t, get("edgeguard_limiter_breaker_opens_total", "", ""), "back-pressure opened the breaker")
+	require.Positive(t, get("edgeguard_limiter_fallback_total", "reason", "lane_full"), "the queue bound of 1 turned calls away")
+	require.Zero(t, get("edgeguard_limiter_fallback_total", "reason", "breaker_open"))
+	require.Zero(t, get("edgeguard_limiter_store_errors_total", "class", "unreachable"))
 }

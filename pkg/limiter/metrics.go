@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		}, []string{"outcome"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_fallback_total",
-			Help: "Checks the store could not decide, by reason (error, breaker_open).",
+			Help: "Checks the store could not decide, by reason: error, breaker_open, lane_full (this edge already had 16,384 calls waiting for the Redis master: back-pressure, never counted against the store).",
 		}, []string{"reason"}),
 		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "edgeguard_limiter_breaker_state",
@@ -124,6 +124,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 	m.storeOK, m.storeError = m.storeSeconds.WithLabelValues("ok"), m.storeSeconds.WithLabelValues("error")
 	m.fallbacks.WithLabelValues("error")
 	m.fallbacks.WithLabelValues("breaker_open")
+	m.fallbacks.WithLabelValues("lane_full")
 	if reg == nil {
 		return m, nil
 	}
