@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -350,6 +351,10 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 		}
 		lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		loadErr = rs.Load(lctx)
+		if errors.Is(loadErr, limiter.ErrRedisTooOld) {
+			cancel()
+			return fmt.Errorf("redis at %s: %w", redactURL(e.cfg.Redis), loadErr)
+		}
 		if loadErr != nil {
 			// AP: start anyway; scripts load on first use once Redis answers.
 			e.log.Warn("redis not reachable at start; deciding locally until it is", "err", loadErr)
@@ -483,6 +488,16 @@ func (e *Edge) close() {
 			_ = ln.Close()
 		}
 	}
+}
+
+// redactURL drops a URL's password (and query) for messages.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.RawQuery = ""
+	return u.Redacted()
 }
 
 // fasthttpLogger routes fasthttp's own messages (bad requests, timeouts) to slog.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,46 @@ var _ Store = (*RedisStore)(nil)
 
 // ErrNoScript means a script was still missing after it was loaded again.
 var ErrNoScript = errors.New("limiter script not loaded")
+
+// ErrRedisTooOld: the server is older than Redis 7.0, which the batch
+// script needs (its allow-cross-slot-keys flag, Redis 7's script flags).
+// The edge refuses to start rather than decide every multi-limit request
+// in the fallback.
+var ErrRedisTooOld = errors.New("redis 7.0 or later is required")
+
+// checkVersion asks the server (in a Cluster, one of its nodes) its
+// version: below 7, ErrRedisTooOld.
+func checkVersion(ctx context.Context, c RedisClient) error {
+	cmd := redis.NewStringCmd(ctx, "info", "server")
+	if err := c.Process(ctx, cmd); err != nil {
+		return fmt.Errorf("asking the redis version: %w", err)
+	}
+	v, major, ok := redisVersion(cmd.Val())
+	if !ok {
+		return nil // a server that does not say (a proxy, say): the script load decides
+	}
+	if major < 7 {
+		return fmt.Errorf("%w (the server runs %s)", ErrRedisTooOld, v)
+	}
+	return nil
+}
+
+// redisVersion reads redis_version from INFO server.
+func redisVersion(info string) (version string, major int, ok bool) {
+	for _, line := range strings.Split(info, "\n") {
+		v, found := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
+		if !found {
+			continue
+		}
+		m, _, _ := strings.Cut(v, ".")
+		n, err := strconv.Atoi(m)
+		if err != nil {
+			return v, 0, false
+		}
+		return v, n, true
+	}
+	return "", 0, false
+}
 
 // DefaultKeyPrefix starts every key the store writes.
 const DefaultKeyPrefix = "eg:"
@@ -92,6 +133,9 @@ func NewRedisStore(conn RedisConn, keyPrefix string) (*RedisStore, error) {
 func (s *RedisStore) Load(ctx context.Context) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
+	if err := checkVersion(ctx, s.client); err != nil {
+		return err
+	}
 	load := func(name string, sc script) error {
 		sha, err := s.client.ScriptLoad(ctx, sc.src).Result()
 		if err != nil {
