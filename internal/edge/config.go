@@ -227,7 +227,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.ConsulCAFile, "consul-ca-file", c.ConsulCAFile, "CA bundle to verify Consul's TLS certificate")
 	fs.StringVar(&c.ConsulCert, "consul-cert-file", c.ConsulCert, "client certificate for Consul TLS")
 	fs.StringVar(&c.ConsulKey, "consul-key-file", c.ConsulKey, "client key for Consul TLS")
-	fs.StringVar(&c.RulesCache, "rules-cache", c.RulesCache, "file keeping the last good rules from Consul (default: the user cache dir)")
+	fs.StringVar(&c.RulesCache, "rules-cache", c.RulesCache, "file keeping the last good rules from Consul (default: rules-<region>.yaml in $STATE_DIRECTORY, else /var/lib/edgeguard when writable, else the user cache dir under edgeguard/; never the temporary directory)")
 	fs.StringVar(&c.Advertise, "advertise", c.Advertise, "public address registered in Consul (default: the agent's node address, --listen port)")
 	fs.StringVar(&c.Region, "region", c.Region, "region this node runs in (its Consul datacenter)")
 	fs.StringVar(&c.PoP, "pop", c.PoP, "PoP this node runs in")
