@@ -608,12 +608,22 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 		// The store's last answer says how much of this window is used:
 		// take this node's share of that up front, once per outage.
 		// The share is owed to the store like the fallback's own
-		// admissions: a store that comes back empty relearns what it had
-		// counted; one that kept its data counts it twice, once, in this
-		// window only (clients get less, never more).
-		if used := l.ledger.seedFor(key, local.Capacity(), nodes, c.Limit.Window, now); used > 0 {
-			ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1}})
-			if err == nil && ds[0].Admitted > 0 {
+		// admissions, once per key and window: a store that comes back
+		// empty relearns what it had counted; one that kept its data
+		// counts it twice, once (clients get less, never more). A second
+		// outage in the same window seeds again but owes nothing more:
+		// owing again at every flap would count the share over and over
+		// until the window was used up.
+		used, owed, fresh, at := l.ledger.seedFor(key, local.Capacity(), nodes, c.Limit.Window, now)
+		if fresh {
+			l.fallback.forget(local) // an earlier outage's count: in the store's answer now
+		}
+		if used > 0 {
+			// Seeded as of the store's answer, not now: a min_interval
+			// counts from the client's last real request, and the seed
+			// must not take the place of the request being decided.
+			ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1, At: at}})
+			if err == nil && ds[0].Admitted > 0 && owed {
 				l.ledger.owe(key, ds[0].Admitted, now)
 			}
 		}

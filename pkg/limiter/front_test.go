@@ -592,3 +592,46 @@ func TestEmptyRestartMidWindowHoldsTheLimit(t *testing.T) {
 	}
 	require.Equal(t, 12, admitted, "the empty store relearned all 12")
 }
+
+// Redis flapping within one window (it comes back with its data each time)
+// must not use the quota up: the seeded share of what the store had counted
+// is owed to it once per window, not again at every outage. (Before, two
+// flaps after 43 requests left a limit of 100 exhausted.)
+func TestFlapsOweTheSeedOncePerWindow(t *testing.T) {
+	l, st, _ := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
+	k := lim("k", limit.FixedWindow, 100, 10*time.Minute)
+	decide := func(want Source) bool {
+		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+		require.NoError(t, err)
+		if want == SourceFallback {
+			require.Equal(t, SourceFallback, v.Checks[0].Source)
+		} else {
+			require.NotEqual(t, SourceFallback, v.Checks[0].Source)
+		}
+		return v.Allowed
+	}
+	real := 0
+	for range 43 {
+		require.True(t, decide(SourceStore))
+		real++
+	}
+	for flap := range 5 {
+		st.fail.Store(true)
+		require.True(t, decide(SourceFallback), "flap %d: the fallback admits", flap)
+		real++
+		st.fail.Store(false)
+		require.True(t, decide(SourceStore), "flap %d: the quota is not used up by replays", flap)
+		real++
+	}
+	// 53 real requests and one seeded share of 43 counted: 4 left.
+	for range 4 {
+		require.True(t, decide(SourceStore))
+		real++
+	}
+	require.False(t, decide(SourceStore), "the limit still holds")
+	// What the store counts: the real requests plus one seeded share at most.
+	ds, err := st.Store.Take(context.Background(), []Request{{Limit: k, Cost: 1, Need: 1}})
+	require.NoError(t, err)
+	counted := k.Limit - ds[0].Remaining - 1
+	require.LessOrEqual(t, counted, int64(real+43), "counted %d for %d real requests", counted, real)
+}

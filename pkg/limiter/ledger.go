@@ -38,6 +38,7 @@ type account struct {
 	remaining int64     // the store's last answer
 	seen      time.Time // when it was given
 	fallback  bool      // the fallback holds state seeded for this outage
+	seedOwed  time.Time // when a seeded share was last owed to the store
 	debt      int64     // fallback admissions the store has not counted
 	last      time.Time // the latest of them
 }
@@ -85,20 +86,26 @@ func (lg *ledger) observe(key string, remaining int64, now time.Time) {
 
 // seedFor says how many of the fallback's local units (limit/N) to take up
 // front when the key first falls back: what the store's last answer says is
-// already used. It reports each call once per outage.
-func (lg *ledger) seedFor(key string, local int64, nodes int64, window time.Duration, now time.Time) int64 {
-	var used int64
+// already used, as of when it said so (at). It reports each call once per
+// outage (fresh: the fallback's state of an earlier outage is superseded by
+// the store's newer answer), and whether the seeded units are owed to the
+// store: at most once per key and window.
+func (lg *ledger) seedFor(key string, local int64, nodes int64, window time.Duration, now time.Time) (used int64, owed, fresh bool, at time.Time) {
 	lg.with(key, true, func(a *account) {
 		if a.fallback {
 			return
 		}
-		a.fallback = true
+		a.fallback, fresh = true, true
 		if a.seen.IsZero() || now.Sub(a.seen) >= window {
 			return
 		}
+		at = a.seen
 		used = max(0, local-a.remaining/nodes)
+		if used > 0 && (a.seedOwed.IsZero() || now.Sub(a.seedOwed) >= window) {
+			a.seedOwed, owed = now, true
+		}
 	})
-	return used
+	return used, owed, fresh, at
 }
 
 // owe adds units the fallback admitted.

@@ -130,6 +130,16 @@ func (s *MemoryStore) take(r Request, a limit.Args) Decision {
 	return decision(r, a.ID, o)
 }
 
+// forget drops l's state: the fallback's count from an earlier outage,
+// which the store's newer answer has taken in.
+func (s *MemoryStore) forget(l Limit) {
+	key := memKey(l)
+	sh := &s.shards[maphash.String(s.seed, key)%memoryShards]
+	sh.mu.Lock()
+	delete(sh.keys, key)
+	sh.mu.Unlock()
+}
+
 // store puts st under key, evicting to stay under the cap. Called locked.
 func (s *MemoryStore) store(sh *memoryShard, key string, st *limit.State, now int64) {
 	if _, ok := sh.keys[key]; !ok && len(sh.keys) >= s.perCap {
