@@ -28,6 +28,7 @@ type metrics struct {
 	limiterError prometheus.Counter
 	consulErrors prometheus.Counter
 	connsRefused prometheus.Counter
+	tls          *tlsMetrics // TLS and the PROXY protocol (tls.go)
 }
 
 // Request outcomes (the outcome label).
@@ -81,6 +82,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Connections refused at accept because their peer address already held --max-conns-per-ip.",
 		}),
 	}
+	m.tls = newTLSMetrics()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned} {
@@ -90,6 +92,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.connsRefused} {
+		errs = append(errs, reg.Register(c))
+	}
+	for _, c := range m.tls.collectors() {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
