@@ -20,29 +20,34 @@ import (
 // still reads through it), so the edge counts at its listener.
 type connCap struct {
 	net.Listener
+	*connCounts
+	// refusal is written to a refused connection; nil under TLS, where
+	// plain text would be garbage to the client.
+	refusal []byte
+}
+
+// connCounts are the open connections by client, shared by the public
+// listeners (plain and TLS): a client's share is for both together.
+type connCounts struct {
 	max     int
 	v6Bits  int
 	trusted trustedSet
 	refused prometheus.Counter
 
-	// refusal is written to a refused connection; nil under TLS, where
-	// plain text would be garbage to the client.
-	refusal []byte
-
 	mu   sync.Mutex
 	open map[netip.Addr]int
 }
 
-func newConnCap(ln net.Listener, max, v6Bits int, trusted trustedSet, refused prometheus.Counter) *connCap {
-	return &connCap{Listener: ln, max: max, v6Bits: v6Bits, trusted: trusted, refused: refused, open: map[netip.Addr]int{}, refusal: []byte(tooManyConns)}
+func newConnCounts(max, v6Bits int, trusted trustedSet, refused prometheus.Counter) *connCounts {
+	return &connCounts{max: max, v6Bits: v6Bits, trusted: trusted, refused: refused, open: map[netip.Addr]int{}}
 }
 
-// capped caps ln's connections per client address unless max is 0.
-func capped(ln net.Listener, c *connCap) net.Listener {
-	if c.max <= 0 {
+// capped caps ln's connections per client address unless the cap is 0.
+func capped(ln net.Listener, counts *connCounts, refusal []byte) net.Listener {
+	if counts.max <= 0 {
 		return ln
 	}
-	return c
+	return &connCap{Listener: ln, connCounts: counts, refusal: refusal}
 }
 
 // tooManyConns is written to a refused connection before it is closed.
@@ -81,7 +86,7 @@ func (l *connCap) Accept() (net.Conn, error) {
 
 // admit takes a slot for addr's client: counted is false for a trusted
 // proxy (or an address that does not parse), ok false when it is full.
-func (l *connCap) admit(addr net.Addr) (key netip.Addr, counted, ok bool) {
+func (l *connCounts) admit(addr net.Addr) (key netip.Addr, counted, ok bool) {
 	ap, err := netip.ParseAddrPort(addr.String())
 	if err != nil || l.trusted.contains(ap.Addr()) {
 		return netip.Addr{}, false, true
@@ -111,7 +116,7 @@ func (l *connCap) refuse(c net.Conn) {
 	_ = c.Close()
 }
 
-func (l *connCap) release(key netip.Addr) {
+func (l *connCounts) release(key netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open[key]--; l.open[key] <= 0 {

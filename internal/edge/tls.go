@@ -252,9 +252,10 @@ func (e *Edge) acceptStack(ln net.Listener, refusal []byte) net.Listener {
 	if len(e.cfg.ProxyProtocolFrom) > 0 {
 		ln = newProxyListener(ln, trustedSet(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.metrics.tls.proxyRefused, e.log)
 	}
-	c := newConnCap(ln, e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)
-	c.refusal = refusal
-	return capped(ln, c)
+	if e.connCounts == nil {
+		e.connCounts = newConnCounts(e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)
+	}
+	return capped(ln, e.connCounts, refusal)
 }
 
 // TLSAddr is the bound TLS address ("" without --listen-tls).
