@@ -43,6 +43,7 @@ type Store struct {
 	wild   map[string][]*entry // "example.com" → the certificates of *.example.com
 	def    *entry
 	groups map[string]*group // base path → what was read from it
+	held   int               // groups with a certificate
 }
 
 // entry is one certificate: its PEM bytes and, once used, its parsed form.
@@ -88,13 +89,7 @@ type Report struct {
 func (s *Store) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	n := 0
-	for _, g := range s.groups {
-		if g.entry != nil {
-			n++
-		}
-	}
-	return n
+	return s.held
 }
 
 // Scan reads the sources whose files changed (size or modification time)
@@ -158,7 +153,9 @@ func (s *Store) Scan() (Report, error) {
 		s.mu.Lock()
 		if g != nil && g.entry != nil {
 			s.unindex(g.entry)
+			s.held--
 		}
+		s.held++
 		s.groups[base] = &group{stamp: stamp, entry: e}
 		if base == defaultKey {
 			s.def = e
@@ -177,6 +174,7 @@ func (s *Store) Scan() (Report, error) {
 		if g.entry == nil {
 			continue
 		}
+		s.held--
 		if base == defaultKey {
 			s.def = nil
 		} else {

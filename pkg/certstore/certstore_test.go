@@ -132,12 +132,14 @@ func TestScanReloadsRefusesAndRemoves(t *testing.T) {
 	s := New(dir, "")
 	rep := scan(t, s)
 	require.Equal(t, []string{filepath.Join(dir, "a")}, rep.Loaded)
+	require.Equal(t, 1, s.Len())
 	require.Equal(t, Report{}, scan(t, s), "nothing changed, nothing read")
 
 	second := ca.Issue(t, "ecdsa", "a.example.com")
 	write(t, dir, "a.pem", second.Bundle())
 	rep = scan(t, s)
 	require.Len(t, rep.Loaded, 1)
+	require.Equal(t, 1, s.Len(), "replaced, not added")
 	c, _ := s.Certificate(tls13("a.example.com"))
 	require.Equal(t, second.Serial, serialOf(t, c), "the rotated certificate is served")
 
@@ -202,6 +204,7 @@ func load(b *testing.B, certs [][]byte) *Store {
 		e, err := newEntry(fmt.Sprint(i), data, false, now)
 		require.NoError(b, err)
 		s.groups[e.source] = &group{entry: e}
+		s.held++
 		s.index(e)
 	}
 	return s
