@@ -60,6 +60,7 @@ type Edge struct {
 	publicLn, adminLn net.Listener
 	tlsLn             net.Listener     // nil without --listen-tls
 	certs             *certstore.Store // nil without --listen-tls
+	tickets           *ticketKeys      // nil without --tls-ticket-keys
 	connCounts        *connCounts      // the public listeners' per-client cap
 	server            *fasthttp.Server
 	admin             *http.Server

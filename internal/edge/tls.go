@@ -223,6 +223,9 @@ func (e *Edge) watchCerts(ctx context.Context) {
 			return
 		case <-t.C:
 			_ = e.scanCerts()
+			if e.tickets != nil {
+				_ = e.loadTicketKeys()
+			}
 		}
 	}
 }
@@ -242,7 +245,14 @@ func (e *Edge) listenTLS() error {
 		return fmt.Errorf("listening on %s (TLS): %w", e.cfg.ListenTLS, err)
 	}
 	e.tlsLn = ln // closed by close() from here on
-	e.tlsLn = &tlsListener{Listener: e.acceptStack(ln, nil), config: newTLSConfig(e.certs), m: e.metrics.tls, timeout: e.cfg.ReadTimeout, log: e.log}
+	config := newTLSConfig(e.certs)
+	if e.cfg.TLSTicketKeys != "" {
+		e.tickets = &ticketKeys{path: e.cfg.TLSTicketKeys, config: config}
+		if err := e.loadTicketKeys(); err != nil {
+			return fmt.Errorf("tls-ticket-keys: %w", err)
+		}
+	}
+	e.tlsLn = &tlsListener{Listener: e.acceptStack(ln, nil), config: config, m: e.metrics.tls, timeout: e.cfg.ReadTimeout, log: e.log}
 	return nil
 }
 

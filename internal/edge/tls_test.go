@@ -376,3 +376,54 @@ func TestProxyProtocol(t *testing.T) {
 		require.Contains(t, logs.String(), "without a PROXY header refused")
 	})
 }
+
+// Two edges reading one ticket-key file resume each other's sessions; an
+// edge with its own keys does not. A rotation (a new first key, the old one
+// kept) still resumes the old tickets.
+func TestTLSTicketKeysShared(t *testing.T) {
+	site := newTLSSite(t)
+	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
+	keys := filepath.Join(t.TempDir(), "tickets")
+	const k1 = "0000000000000000000000000000000000000000000000000000000000000001"
+	const k2 = "0000000000000000000000000000000000000000000000000000000000000002"
+	require.NoError(t, os.WriteFile(keys, []byte("# PoP ams\n"+k1+"\n"), 0o600))
+	shared := func(c *Config) { c.TLSTicketKeys = keys }
+	a, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", shared)
+	b, logs := startTLSEdge(t, site, "version: 1\nrules: []\n", shared)
+	own, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", nil)
+
+	// connect completes a handshake and one request (a TLS 1.3 ticket
+	// arrives after the handshake) and says whether it resumed.
+	connect := func(r *running, cache tls.ClientSessionCache, version uint16) bool {
+		c, err := site.dialTLS(r, "shop.example.com", func(c *tls.Config) { c.ClientSessionCache, c.MaxVersion = cache, version })
+		require.NoError(t, err)
+		defer c.Close()
+		resp, _ := tlsGet(t, c, bufio.NewReader(c), "shop.example.com", "/")
+		require.Equal(t, 200, resp.StatusCode)
+		return c.ConnectionState().DidResume
+	}
+	for _, version := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
+		t.Run(tls.VersionName(version), func(t *testing.T) {
+			cache := tls.NewLRUClientSessionCache(4)
+			require.False(t, connect(a, cache, version))
+			require.True(t, connect(b, cache, version), "a ticket from edge a resumes on edge b")
+			cache = tls.NewLRUClientSessionCache(4)
+			require.False(t, connect(a, cache, version))
+			require.False(t, connect(own, cache, version), "an edge with its own keys cannot read the ticket")
+		})
+	}
+
+	// Rotation: k2 encrypts from now on, k1 still decrypts.
+	c := tls.NewLRUClientSessionCache(4)
+	require.False(t, connect(a, c, tls.VersionTLS13))
+	writeAtomically(t, keys, []byte(k2+"\n"+k1+"\n"))
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), "session ticket keys loaded") == 2 }, 3*time.Second, 20*time.Millisecond)
+	require.True(t, connect(b, c, tls.VersionTLS13), "a ticket under the previous key resumes")
+
+	// An invalid file is refused and the keys in force stay.
+	writeAtomically(t, keys, []byte("not hex\n"))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "session ticket keys refused") }, 3*time.Second, 20*time.Millisecond)
+	c = tls.NewLRUClientSessionCache(4)
+	require.False(t, connect(b, c, tls.VersionTLS13))
+	require.True(t, connect(b, c, tls.VersionTLS13))
+}
