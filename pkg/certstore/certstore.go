@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,7 +97,8 @@ func (s *Store) Len() int {
 // since the last Scan. A source that fails to validate is refused and the
 // certificate it would replace stays in service; a source whose files are
 // gone is removed. An error is returned only when the directory cannot be
-// listed (everything held stays).
+// listed (everything held stays). Scans must not overlap: one goroutine
+// polls.
 func (s *Store) Scan() (Report, error) {
 	stamps := map[string][]string{} // base path → its files
 	if s.dir != "" {
@@ -118,19 +120,21 @@ func (s *Store) Scan() (Report, error) {
 		stamps[defaultKey] = []string{s.defaultFile}
 	}
 	var rep Report
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(stamps))
+	var buf []byte
 	for base, files := range stamps {
 		seen[base] = true
-		stamp, err := stampOf(files)
+		var err error
+		buf, err = appendStamp(buf[:0], files)
 		if err != nil {
-			stamp = "error:" + err.Error()
+			buf = append(append(buf[:0], "error:"...), err.Error()...)
 		}
-		s.mu.RLock()
+		// Scan is the only writer: it reads the groups without the lock.
 		g := s.groups[base]
-		s.mu.RUnlock()
-		if g != nil && g.stamp == stamp {
-			continue
+		if g != nil && g.stamp == string(buf) {
+			continue // compared without a copy
 		}
+		stamp := string(buf)
 		source := base
 		if base == defaultKey {
 			source = s.defaultFile
@@ -191,17 +195,25 @@ func (s *Store) Scan() (Report, error) {
 // defaultKey is the default certificate's group: no base path looks so.
 const defaultKey = "\x00default"
 
-func stampOf(files []string) (string, error) {
-	slices.Sort(files)
-	var b strings.Builder
+// appendStamp appends what identifies the files' contents cheaply: their
+// names, sizes and modification times.
+func appendStamp(b []byte, files []string) ([]byte, error) {
+	if len(files) > 1 {
+		slices.Sort(files)
+	}
 	for _, f := range files {
 		fi, err := os.Stat(f) // follows symlinks (Kubernetes secret volumes)
 		if err != nil {
-			return "", err
+			return b, err
 		}
-		fmt.Fprintf(&b, "%s:%d:%d;", filepath.Base(f), fi.Size(), fi.ModTime().UnixNano())
+		b = append(b, filepath.Base(f)...)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, fi.Size(), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, fi.ModTime().UnixNano(), 10)
+		b = append(b, ';')
 	}
-	return b.String(), nil
+	return b, nil
 }
 
 func readEntry(source string, files []string, isDefault bool) (*entry, error) {
