@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -213,18 +214,46 @@ func (e *Edge) scanCerts() error {
 	return nil
 }
 
-// watchCerts polls the certificate files until ctx is done.
+// certFullScan is how often every certificate file is checked even
+// without a notification (a missed or overflowed inotify event, a network
+// file system).
+const certFullScan = 30 * time.Second
+
+// watchCerts keeps the certificates and ticket keys current until ctx is
+// done. On Linux the directories are watched (inotify) and read at the
+// next tick after a change, so an idle poll costs nothing however many
+// certificates there are; elsewhere, or if the watch fails, every file is
+// checked every tick.
 func (e *Edge) watchCerts(ctx context.Context) {
+	var dirs []string
+	if e.cfg.TLSCertDir != "" {
+		dirs = append(dirs, e.cfg.TLSCertDir)
+	}
+	if e.cfg.TLSDefaultCert != "" {
+		dirs = append(dirs, filepath.Dir(e.cfg.TLSDefaultCert))
+	}
+	events, stop, err := watchDirs(dirs)
+	if err != nil {
+		e.log.Warn("certificate directories not watched; checking every file every second", "err", err)
+	} else {
+		defer stop()
+	}
 	t := time.NewTicker(certPoll)
 	defer t.Stop()
+	pending, last := false, time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			_ = e.scanCerts()
+		case <-events: // nil without a watch: never ready
+			pending = true
+		case now := <-t.C:
+			if events == nil || pending || now.Sub(last) >= certFullScan {
+				pending, last = false, now
+				_ = e.scanCerts()
+			}
 			if e.tickets != nil {
-				_ = e.loadTicketKeys()
+				_ = e.loadTicketKeys() // one stat
 			}
 		}
 	}
