@@ -317,6 +317,7 @@ func TestProxyProtocol(t *testing.T) {
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, logs := startTLSEdge(t, site, perIP, func(c *Config) {
 		c.ProxyProtocolFrom = []netip.Prefix{mustPrefix("127.0.0.2/32")}
+		c.TrustedProxies = trustedSet{mustPrefix("192.0.2.0/24")}
 		c.MaxConnsPerIP = 2
 	})
 
@@ -351,6 +352,14 @@ func TestProxyProtocol(t *testing.T) {
 			require.Equal(t, 200, resp.StatusCode)
 		})
 	}
+
+	t.Run("the client a PROXY header names is trusted only in --trusted-proxies", func(t *testing.T) {
+		c := dialFrom(t, "127.0.0.2", r.Addr())
+		proxyHeader(t, c, 2, "192.0.2.10")
+		resp, body := c.do(t, "GET / HTTP/1.1\r\nHost: shop.example.com\r\nX-Forwarded-For: 198.51.100.50\r\n\r\n")
+		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, "198.51.100.50, 192.0.2.10", echoed(t, body)["xff"], "a trusted proxy behind the balancer: its hop kept")
+	})
 
 	t.Run("a PROXY header from anyone else is refused", func(t *testing.T) {
 		before := metricSum(t, r, "edgeguard_edge_proxy_protocol_refused_total", "reason", "untrusted_source")
