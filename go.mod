@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/hashicorp/consul/api v1.34.5
+	github.com/pires/go-proxyproto v0.15.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

@@ -26,6 +26,25 @@ type Config struct {
 	ConfigFile string
 	// Listen is the public address.
 	Listen string
+	// ListenTLS is the public TLS address (empty: no TLS listener). It
+	// serves the same handler as Listen, with certificates chosen by SNI
+	// from TLSCertDir and TLSDefaultCert, reloaded when the files change.
+	ListenTLS string
+	// TLSCertDir holds the certificates (NAME.pem with chain and key, or
+	// NAME.crt + NAME.key), named by their leaves' DNS SANs.
+	TLSCertDir string
+	// TLSDefaultCert is a PEM file (chain and key) for unknown names and
+	// clients without SNI; without it such a handshake fails.
+	TLSDefaultCert string
+	// TLSTicketKeys is a file of session-ticket keys (one per line, 64 hex
+	// digits; the first encrypts, all decrypt), shared by a PoP's edges so
+	// a client resumes on any of them; re-read when it changes. Empty:
+	// each edge makes and rotates its own.
+	TLSTicketKeys string
+	// ProxyProtocolFrom are the L4 balancers' CIDRs: a connection from one
+	// must start with a PROXY protocol header (v1 or v2), which then names
+	// the client; from anyone else a PROXY header is refused.
+	ProxyProtocolFrom []netip.Prefix
 	// Admin is the admin address (metrics, health, readiness, rules, pprof).
 	// Bind it to a private interface in a deployment.
 	Admin string
@@ -210,6 +229,11 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	}
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "config file (YAML): any flag by its name, e.g. redis-timeout: 50ms; the command line and EDGEGUARD_ variables win over it")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "public listen address")
+	fs.StringVar(&c.ListenTLS, "listen-tls", c.ListenTLS, "public TLS listen address (TLS 1.2 and 1.3, HTTP/1.1); empty = no TLS listener")
+	fs.StringVar(&c.TLSCertDir, "tls-cert-dir", c.TLSCertDir, "directory of certificates for --listen-tls (NAME.pem with chain and key, or NAME.crt + NAME.key), chosen by SNI, re-read within 2 s of a change")
+	fs.StringVar(&c.TLSDefaultCert, "tls-default-cert", c.TLSDefaultCert, "PEM file (chain and key) served to unknown names and clients without SNI; none = such handshakes fail")
+	fs.StringVar(&c.TLSTicketKeys, "tls-ticket-keys", c.TLSTicketKeys, "file of TLS session-ticket keys, one per line (64 hex digits: openssl rand -hex 32); the first encrypts, all decrypt; the same file on every edge of a PoP lets clients resume on any; re-read on change")
+	fs.Var((*prefixesFlag)(&c.ProxyProtocolFrom), "proxy-protocol-from", "CIDRs of L4 balancers that send a PROXY protocol header (v1/v2) on every connection; from anyone else a PROXY header is refused")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "admin listen address (/metrics, /healthz, /readyz, /debug/rules, /debug/pprof); keep it private")
 	fs.Var((*listFlag)(&c.Origins), "origin", "origin URL; repeat or comma-separate for several; required unless --demo-origin")
 	fs.BoolVar(&c.DemoOrigin, "demo-origin", c.DemoOrigin, "proxy to a built-in demo origin on loopback (make run); never in production")
@@ -434,6 +458,17 @@ func (c Config) Validate() error {
 	}
 	if c.Admin == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		bad("admin: must differ from listen (nothing admin on the public port)")
+	}
+	switch {
+	case c.ListenTLS != "" && c.TLSCertDir == "" && c.TLSDefaultCert == "":
+		bad("listen-tls: needs --tls-cert-dir or --tls-default-cert")
+	case c.ListenTLS == "" && (c.TLSCertDir != "" || c.TLSDefaultCert != "" || c.TLSTicketKeys != ""):
+		bad("tls-cert-dir, tls-default-cert, tls-ticket-keys: given without --listen-tls")
+	}
+	for _, p := range c.ProxyProtocolFrom {
+		if p.Bits() == 0 {
+			bad("proxy-protocol-from: %s would require a PROXY header from every client; name the balancers' addresses", p)
+		}
 	}
 	if c.Consul != "" && c.Rules != "" {
 		bad("rules: --rules and --consul are exclusive (rules come from one place)")

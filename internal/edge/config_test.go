@@ -76,7 +76,8 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	for _, name := range []string{"listen", "admin", "origin", "redis", "redis-mode", "redis-timeout", "rules", "region", "pop",
 		"nodes-in-region", "trusted-proxies", "fail-mode", "origin-timeout", "drain-delay", "legacy-headers", "workers",
 		"redis-autopipeline", "consul", "consul-token", "consul-prefix", "rules-cache", "demo-origin", "key-salt", "key-salt-file",
-		"trust-all-proxies", "allow-methods", "max-conns-per-ip", "origin-max-conns", "max-body-bytes"} {
+		"trust-all-proxies", "allow-methods", "max-conns-per-ip", "origin-max-conns", "max-body-bytes",
+		"listen-tls", "tls-cert-dir", "tls-default-cert", "tls-ticket-keys", "proxy-protocol-from"} {
 		require.Regexp(t, `(?m)^  -`+name+`( |$)`, out.String())
 	}
 	require.Contains(t, out.String(), "EDGEGUARD_REDIS_MODE")
@@ -301,4 +302,23 @@ func TestCheckCommand(t *testing.T) {
 	for _, want := range []string{"origin-timeout: must be > 0", `rule "a": limit: must be > 0`, `unknown field "goood"`} {
 		require.Contains(t, out.String(), want)
 	}
+}
+
+func TestTLSFlagsValidated(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen-tls", ":8443"}, "listen-tls: needs --tls-cert-dir"},
+		{[]string{"--tls-cert-dir", "/etc/edgeguard/certs"}, "given without --listen-tls"},
+		{[]string{"--proxy-protocol-from", "0.0.0.0/0"}, "proxy-protocol-from: 0.0.0.0/0"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, err := ParseFlags(append([]string{"--demo-origin"}, tc.args...), env(nil), io.Discard)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	c, err := ParseFlags([]string{"--demo-origin", "--listen-tls", ":8443", "--tls-cert-dir", "/certs", "--proxy-protocol-from", "10.1.0.0/16,::ffff:10.2.0.1"}, env(nil), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("10.2.0.1/32")}, c.ProxyProtocolFrom)
 }

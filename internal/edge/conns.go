@@ -1,9 +1,11 @@
 package edge
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +20,15 @@ import (
 // still reads through it), so the edge counts at its listener.
 type connCap struct {
 	net.Listener
+	*connCounts
+	// refusal is written to a refused connection; nil under TLS, where
+	// plain text would be garbage to the client.
+	refusal []byte
+}
+
+// connCounts are the open connections by client, shared by the public
+// listeners (plain and TLS): a client's share is for both together.
+type connCounts struct {
 	max     int
 	v6Bits  int
 	trusted trustedSet
@@ -27,15 +38,24 @@ type connCap struct {
 	open map[netip.Addr]int
 }
 
-func newConnCap(ln net.Listener, max, v6Bits int, trusted trustedSet, refused prometheus.Counter) net.Listener {
-	if max <= 0 {
+func newConnCounts(max, v6Bits int, trusted trustedSet, refused prometheus.Counter) *connCounts {
+	return &connCounts{max: max, v6Bits: v6Bits, trusted: trusted, refused: refused, open: map[netip.Addr]int{}}
+}
+
+// capped caps ln's connections per client address unless the cap is 0.
+func capped(ln net.Listener, counts *connCounts, refusal []byte) net.Listener {
+	if counts.max <= 0 {
 		return ln
 	}
-	return &connCap{Listener: ln, max: max, v6Bits: v6Bits, trusted: trusted, refused: refused, open: map[netip.Addr]int{}}
+	return &connCap{Listener: ln, connCounts: counts, refusal: refusal}
 }
 
 // tooManyConns is written to a refused connection before it is closed.
 const tooManyConns = "HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 38\r\nRetry-After: 1\r\n\r\ntoo many connections from your address"
+
+// errTooManyConns ends a connection refused once its PROXY header named a
+// client that already holds its share.
+var errTooManyConns = errors.New("too many connections from this client address")
 
 func (l *connCap) Accept() (net.Conn, error) {
 	for {
@@ -43,34 +63,60 @@ func (l *connCap) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
-		if err != nil || l.trusted.contains(ap.Addr()) {
-			return c, nil
+		socket := c.RemoteAddr
+		if pc, ok := c.(*proxiedConn); ok {
+			if pc.balancer {
+				// The client is known once the PROXY header is read, in
+				// the connection's own goroutine, never the accept loop.
+				return &lateCappedConn{proxiedConn: pc, l: l}, nil
+			}
+			socket = pc.socketAddr // RemoteAddr would wait for the first bytes
 		}
-		key := ap.Addr().Unmap()
-		if key.Is6() {
-			key = netip.PrefixFrom(key, l.v6Bits).Masked().Addr()
-		}
-		l.mu.Lock()
-		full := l.open[key] >= l.max
-		if !full {
-			l.open[key]++
-		}
-		l.mu.Unlock()
-		if full {
-			l.refused.Inc()
-			// A short write to a fresh socket fits its buffer; the
-			// deadline keeps a stuck peer from holding the accept loop.
-			_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = c.Write([]byte(tooManyConns))
-			_ = c.Close()
+		key, counted, ok := l.admit(socket())
+		if !ok {
+			l.refuse(c)
 			continue
+		}
+		if !counted {
+			return c, nil
 		}
 		return &cappedConn{Conn: c, l: l, key: key}, nil
 	}
 }
 
-func (l *connCap) release(key netip.Addr) {
+// admit takes a slot for addr's client: counted is false for a trusted
+// proxy (or an address that does not parse), ok false when it is full.
+func (l *connCounts) admit(addr net.Addr) (key netip.Addr, counted, ok bool) {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil || l.trusted.contains(ap.Addr()) {
+		return netip.Addr{}, false, true
+	}
+	key = ap.Addr().Unmap()
+	if key.Is6() {
+		key = netip.PrefixFrom(key, l.v6Bits).Masked().Addr()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[key] >= l.max {
+		return key, false, false
+	}
+	l.open[key]++
+	return key, true, true
+}
+
+// refuse tells a refused client why (on a plain listener) and closes.
+func (l *connCap) refuse(c net.Conn) {
+	l.refused.Inc()
+	if l.refusal != nil {
+		// A short write to a fresh socket fits its buffer; the
+		// deadline keeps a stuck peer from holding the accept loop.
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = c.Write(l.refusal)
+	}
+	_ = c.Close()
+}
+
+func (l *connCounts) release(key netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open[key]--; l.open[key] <= 0 {
@@ -94,3 +140,61 @@ func (c *cappedConn) Close() error {
 
 // NetConn is the accepted connection under the cap's bookkeeping.
 func (c *cappedConn) NetConn() net.Conn { return c.Conn }
+
+// lateCappedConn is a balancer's connection: its client, named by the
+// PROXY header, takes a slot on the first Read.
+type lateCappedConn struct {
+	*proxiedConn
+	l       *connCap
+	checked atomic.Bool
+
+	mu              sync.Mutex
+	counted, closed bool
+	key             netip.Addr
+}
+
+func (c *lateCappedConn) Read(b []byte) (int, error) {
+	if !c.checked.Load() {
+		if err := c.admit(); err != nil {
+			return 0, err
+		}
+	}
+	return c.proxiedConn.Read(b)
+}
+
+func (c *lateCappedConn) admit() error {
+	defer c.checked.Store(true)
+	if c.proxiedConn.ProxyHeader() == nil {
+		return nil // no usable header: the Read that follows says why
+	}
+	key, counted, ok := c.l.admit(c.proxiedConn.RemoteAddr())
+	if !ok {
+		c.l.refused.Inc()
+		if c.l.refusal != nil {
+			_ = c.proxiedConn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = c.proxiedConn.Write(c.l.refusal)
+		}
+		return errTooManyConns
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		if counted {
+			c.l.release(key)
+		}
+		return net.ErrClosed
+	}
+	c.counted, c.key = counted, key
+	return nil
+}
+
+func (c *lateCappedConn) Close() error {
+	err := c.proxiedConn.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed && c.counted {
+		c.l.release(c.key)
+	}
+	c.closed = true
+	return err
+}

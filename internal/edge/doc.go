@@ -1,7 +1,10 @@
 // Package edge is the edge node: a fasthttp server that runs every request
 // through one pass, in this order:
 //
-//  1. Accept: at most --max-conns-per-ip connections per client address;
+//  1. Accept: plain HTTP on --listen, TLS on --listen-tls (certificates by
+//     SNI, reloaded from files: tls.go, pkg/certstore); a PROXY header only
+//     from --proxy-protocol-from balancers (proxyproto.go); at most
+//     --max-conns-per-ip connections per client address;
 //     bounded header size, read/write/idle timeouts. The handler runs once
 //     the header and at most 8 KiB of body are in: bodies are streamed,
 //     never buffered whole.

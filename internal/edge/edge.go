@@ -23,6 +23,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/origin"
+	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -63,6 +64,10 @@ type Edge struct {
 	seen func(ctx *fasthttp.RequestCtx, req *rules.Request, requestID string)
 
 	publicLn, adminLn net.Listener
+	tlsLn             net.Listener     // nil without --listen-tls
+	certs             *certstore.Store // nil without --listen-tls
+	tickets           *ticketKeys      // nil without --tls-ticket-keys
+	connCounts        *connCounts      // the public listeners' per-client cap
 	server            *fasthttp.Server
 	admin             *http.Server
 }
@@ -176,7 +181,12 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	if e.publicLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
-	e.publicLn = newConnCap(e.publicLn, cfg.MaxConnsPerIP, cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)
+	e.publicLn = e.acceptStack(e.publicLn, []byte(tooManyConns))
+	if cfg.ListenTLS != "" {
+		if err := e.listenTLS(); err != nil {
+			return nil, err
+		}
+	}
 	server := e.server
 	if err := e.metrics.openConns(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
@@ -402,12 +412,20 @@ func (e *Edge) Run(ctx context.Context) error {
 	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
 	wg.Go(func() { e.bh.run(samplerCtx) })
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	wg.Go(func() {
 		if err := e.server.Serve(e.publicLn); err != nil {
 			errc <- fmt.Errorf("public server: %w", err)
 		}
 	})
+	if e.tlsLn != nil {
+		wg.Go(func() {
+			if err := e.server.Serve(e.tlsLn); err != nil {
+				errc <- fmt.Errorf("public TLS server: %w", err)
+			}
+		})
+		wg.Go(func() { e.watchCerts(samplerCtx) })
+	}
 	wg.Go(func() {
 		if err := e.admin.Serve(e.adminLn); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("admin server: %w", err)
@@ -429,7 +447,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer close(stopReload)
 	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
 	e.serving.Store(true)
-	e.log.Info("edge serving", "listen", e.Addr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
+	e.log.Info("edge serving", "listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
 
 	var serveErr error
 	select {
@@ -483,7 +501,7 @@ func (e *Edge) close() {
 		e.closers[i]()
 	}
 	e.closers = nil
-	for _, ln := range []net.Listener{e.publicLn, e.adminLn} {
+	for _, ln := range []net.Listener{e.publicLn, e.tlsLn, e.adminLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}

@@ -31,6 +31,7 @@ type metrics struct {
 	consulErrors prometheus.Counter
 	consulPanics prometheus.Counter
 	connsRefused prometheus.Counter
+	tls          *tlsMetrics // TLS and the PROXY protocol (tls.go)
 }
 
 // Request outcomes (the outcome label).
@@ -88,6 +89,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Connections refused at accept because their peer address already held --max-conns-per-ip.",
 		}),
 	}
+	m.tls = newTLSMetrics()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned} {
@@ -104,6 +106,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	build.Set(1)
 	var errs []error
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, build} {
+		errs = append(errs, reg.Register(c))
+	}
+	for _, c := range m.tls.collectors() {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

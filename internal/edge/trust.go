@@ -10,7 +10,9 @@ import (
 
 // The trust model, decided here and nowhere else.
 //
-// A peer is trusted when its socket address is in --trusted-proxies. Only a
+// A peer is trusted when its socket address is in --trusted-proxies (for a
+// connection from a --proxy-protocol-from balancer, the peer is the client
+// its PROXY header names, trusted by the same rule). Only a
 // trusted peer may tell the edge who the client is (X-Forwarded-For), which
 // tier a request belongs to (the priority and test-mode headers, and path
 // rules marked trusted_only), which request id it carries, and how the

@@ -1,0 +1,306 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeguard/edgeguard/pkg/certstore"
+)
+
+// TLS termination on --listen-tls: TLS 1.2 and 1.3, AEAD suites only for
+// 1.2, HTTP/1.1 by ALPN (h2 is not offered), no 0-RTT (crypto/tls has
+// none). The listener is the edge's own (fasthttp's ServeTLS clones the
+// config), so the session-ticket keys stay the edge's to set. Certificates
+// come from a certstore, re-scanned every certPoll: a changed file is
+// served from the next handshake on, connections already open keep theirs.
+
+// certPoll is how often the certificate files are checked for changes.
+const certPoll = time.Second
+
+// tlsMetrics are the edge's edgeguard_tls_* series.
+type tlsMetrics struct {
+	handshakes   *prometheus.CounterVec // result
+	resumptions  prometheus.Counter
+	reloads      prometheus.Counter
+	refusedFiles prometheus.Counter
+	certificates prometheus.Gauge
+	proxyRefused *prometheus.CounterVec // reason
+}
+
+// Handshake results (the result label).
+const (
+	handshakeOK         = "ok"
+	handshakeNoCert     = "no_cert"
+	handshakeBadVersion = "bad_version"
+	handshakeOther      = "other"
+)
+
+func newTLSMetrics() *tlsMetrics {
+	m := &tlsMetrics{
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_tls_handshakes_total",
+			Help: "TLS handshakes on --listen-tls by result: ok, no_cert (no certificate for the name and no default), bad_version (client below TLS 1.2), other.",
+		}, []string{"result"}),
+		resumptions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_tls_resumptions_total",
+			Help: "Successful TLS handshakes that resumed a session (a session ticket).",
+		}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_tls_certificate_reloads_total",
+			Help: "Certificates loaded or replaced from files (at start and on change).",
+		}),
+		refusedFiles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_tls_certificate_files_refused_total",
+			Help: "Certificate files refused as invalid (the certificate they would replace stays).",
+		}),
+		certificates: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgeguard_tls_certificates",
+			Help: "Certificates held (the default included).",
+		}),
+		proxyRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_edge_proxy_protocol_refused_total",
+			Help: "Connections refused under the PROXY protocol policy: missing_header (a --proxy-protocol-from balancer sent none), untrusted_source (a PROXY header from anyone else), invalid_header.",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{handshakeOK, handshakeNoCert, handshakeBadVersion, handshakeOther} {
+		m.handshakes.WithLabelValues(r)
+	}
+	for _, r := range []string{"missing_header", "untrusted_source", "invalid_header"} {
+		m.proxyRefused.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *tlsMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused}
+}
+
+// tlsCipherSuites are TLS 1.2's ECDHE AEAD suites (TLS 1.3's are all AEAD
+// and not configurable).
+var tlsCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// newTLSConfig serves the store's certificates.
+func newTLSConfig(certs *certstore.Store) *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: tlsCipherSuites,
+		NextProtos:   []string{"http/1.1"},
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if !slices.ContainsFunc(hello.SupportedVersions, func(v uint16) bool { return v >= tls.VersionTLS12 }) {
+				if c, ok := hello.Conn.(*handshakeConn); ok {
+					c.badVersion = true
+				}
+			}
+			return nil, nil // this config
+		},
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			c, err := certs.Certificate(hello)
+			if c == nil && err == nil {
+				if hc, ok := hello.Conn.(*handshakeConn); ok {
+					hc.noCert = true
+				}
+			}
+			return c, err // nil, nil: crypto/tls answers unrecognized_name
+		},
+	}
+}
+
+// tlsListener terminates TLS over the (capped, PROXY-aware) listener.
+type tlsListener struct {
+	net.Listener
+	config  *tls.Config
+	m       *tlsMetrics
+	timeout time.Duration // bounds the handshake's writes
+	log     *slog.Logger
+}
+
+func (l *tlsListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	hc := &handshakeConn{Conn: c}
+	return &serverTLSConn{Conn: tls.Server(hc, l.config), hc: hc, l: l}, nil
+}
+
+// handshakeConn is the connection under TLS; the handshake's callbacks
+// note on it why a handshake failed.
+type handshakeConn struct {
+	net.Conn
+	noCert, badVersion bool
+}
+
+// serverTLSConn counts its handshake, run on the first Read (fasthttp's
+// read deadline bounds it). It embeds *tls.Conn, so fasthttp sees a TLS
+// connection (ctx.IsTLS, ctx.TLSConnectionState) and the proxy writes
+// X-Forwarded-Proto: https.
+type serverTLSConn struct {
+	*tls.Conn
+	hc   *handshakeConn
+	l    *tlsListener
+	done bool
+}
+
+func (c *serverTLSConn) Read(b []byte) (int, error) {
+	if !c.done {
+		c.done = true
+		if err := c.handshake(); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *serverTLSConn) handshake() error {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.l.timeout))
+	err := c.Conn.HandshakeContext(context.Background())
+	_ = c.Conn.SetWriteDeadline(time.Time{})
+	m := c.l.m
+	switch {
+	case err == nil:
+		m.handshakes.WithLabelValues(handshakeOK).Inc()
+		if c.Conn.ConnectionState().DidResume {
+			m.resumptions.Inc()
+		}
+		return nil
+	case c.hc.noCert:
+		m.handshakes.WithLabelValues(handshakeNoCert).Inc()
+	case c.hc.badVersion:
+		m.handshakes.WithLabelValues(handshakeBadVersion).Inc()
+	default:
+		m.handshakes.WithLabelValues(handshakeOther).Inc()
+	}
+	c.l.log.Debug("TLS handshake failed", "peer", c.Conn.RemoteAddr().String(), "err", err)
+	return err
+}
+
+// scanCerts re-reads changed certificate files, logging and counting what
+// changed; an invalid file is named with its reason.
+func (e *Edge) scanCerts() error {
+	rep, err := e.certs.Scan()
+	if err != nil {
+		e.metrics.tls.refusedFiles.Inc()
+		e.log.Error("certificate directory unreadable; keeping the certificates in force", "dir", e.cfg.TLSCertDir, "err", err)
+		return err
+	}
+	for _, r := range rep.Refused {
+		e.metrics.tls.refusedFiles.Inc()
+		e.log.Error("certificate refused; keeping the one in force (if any)", "file", r.Source, "reason", r.Err)
+	}
+	for _, f := range rep.Loaded {
+		e.metrics.tls.reloads.Inc()
+		e.log.Info("certificate loaded", "file", f)
+	}
+	for _, f := range rep.Removed {
+		e.log.Info("certificate removed (its files are gone)", "file", f)
+	}
+	e.metrics.tls.certificates.Set(float64(e.certs.Len()))
+	return nil
+}
+
+// certFullScan is how often every certificate file is checked even
+// without a notification (a missed or overflowed inotify event, a network
+// file system).
+const certFullScan = 30 * time.Second
+
+// watchCerts keeps the certificates and ticket keys current until ctx is
+// done. On Linux the directories are watched (inotify) and read at the
+// next tick after a change, so an idle poll costs nothing however many
+// certificates there are; elsewhere, or if the watch fails, every file is
+// checked every tick.
+func (e *Edge) watchCerts(ctx context.Context) {
+	var dirs []string
+	if e.cfg.TLSCertDir != "" {
+		dirs = append(dirs, e.cfg.TLSCertDir)
+	}
+	if e.cfg.TLSDefaultCert != "" {
+		dirs = append(dirs, filepath.Dir(e.cfg.TLSDefaultCert))
+	}
+	events, stop, err := watchDirs(dirs)
+	if err != nil {
+		e.log.Warn("certificate directories not watched; checking every file every second", "err", err)
+	} else {
+		defer stop()
+	}
+	t := time.NewTicker(certPoll)
+	defer t.Stop()
+	pending, last := false, time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-events: // nil without a watch: never ready
+			pending = true
+		case now := <-t.C:
+			if events == nil || pending || now.Sub(last) >= certFullScan {
+				pending, last = false, now
+				_ = e.scanCerts()
+			}
+			if e.tickets != nil {
+				_ = e.loadTicketKeys() // one stat
+			}
+		}
+	}
+}
+
+// listenTLS builds the TLS listener: TCP, then the PROXY protocol policy,
+// the per-client cap, and TLS.
+func (e *Edge) listenTLS() error {
+	e.certs = certstore.New(e.cfg.TLSCertDir, e.cfg.TLSDefaultCert)
+	if err := e.scanCerts(); err != nil {
+		return err
+	}
+	if e.certs.Len() == 0 {
+		return errors.New("listen-tls: no valid certificate in --tls-cert-dir or --tls-default-cert")
+	}
+	ln, err := net.Listen("tcp", e.cfg.ListenTLS)
+	if err != nil {
+		return fmt.Errorf("listening on %s (TLS): %w", e.cfg.ListenTLS, err)
+	}
+	e.tlsLn = ln // closed by close() from here on
+	config := newTLSConfig(e.certs)
+	if e.cfg.TLSTicketKeys != "" {
+		e.tickets = &ticketKeys{path: e.cfg.TLSTicketKeys, config: config}
+		if err := e.loadTicketKeys(); err != nil {
+			return fmt.Errorf("tls-ticket-keys: %w", err)
+		}
+	}
+	e.tlsLn = &tlsListener{Listener: e.acceptStack(ln, nil), config: config, m: e.metrics.tls, timeout: e.cfg.ReadTimeout, log: e.log}
+	return nil
+}
+
+// acceptStack puts the PROXY protocol policy and the per-client cap over a
+// public listener; refusal is what a refused connection is told.
+func (e *Edge) acceptStack(ln net.Listener, refusal []byte) net.Listener {
+	if len(e.cfg.ProxyProtocolFrom) > 0 {
+		ln = newProxyListener(ln, trustedSet(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.metrics.tls.proxyRefused, e.log)
+	}
+	if e.connCounts == nil {
+		e.connCounts = newConnCounts(e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)
+	}
+	return capped(ln, e.connCounts, refusal)
+}
+
+// TLSAddr is the bound TLS address ("" without --listen-tls).
+func (e *Edge) TLSAddr() string {
+	if e.tlsLn == nil {
+		return ""
+	}
+	return e.tlsLn.Addr().String()
+}

@@ -1,0 +1,357 @@
+// Package certstore holds the TLS certificates an edge serves, chosen by
+// SNI, read from a directory of PEM files and re-read when they change.
+//
+// A certificate is a group of files with one base name in the directory:
+// NAME.pem holding the chain and the key, or NAME.crt (or NAME.pem) with
+// the chain and NAME.key with the key. Its names are the leaf's DNS SANs; a
+// wildcard *.example.com answers for one label under example.com. Lookup
+// is two map reads (the exact name, then the wildcard of its parent
+// domain), whatever the number of certificates.
+//
+// Certificates are validated when read (chain, key matching the leaf, not
+// expired) but kept as the PEM bytes read: the parsed form is built on the
+// first handshake that needs it. So a store of 100,000 certificates costs
+// about their PEM size, not their parsed size.
+package certstore
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxFileBytes bounds one certificate file: a chain and a key are a few KiB.
+const maxFileBytes = 1 << 20
+
+// Store is safe for concurrent use: lookups run on every handshake while
+// Scan replaces what changed.
+type Store struct {
+	dir, defaultFile string
+
+	mu     sync.RWMutex
+	exact  map[string][]*entry // lower-case DNS name → certificates, preferred first
+	wild   map[string][]*entry // "example.com" → the certificates of *.example.com
+	def    *entry
+	groups map[string]*group // base path → what was read from it
+	held   int               // groups with a certificate
+}
+
+// entry is one certificate: its PEM bytes and, once used, its parsed form.
+type entry struct {
+	source    string
+	pem       []byte
+	names     []string
+	rank      uint8 // ECDSA before RSA: smaller, and cheaper to sign with
+	notBefore int64
+	parsed    atomic.Pointer[tls.Certificate]
+}
+
+// group is the files of one base name as last seen, and the certificate
+// they hold (nil when refused and nothing was loaded before).
+type group struct {
+	stamp string
+	entry *entry
+}
+
+// New is a store over dir (may be empty) and an optional default
+// certificate file (chain and key) for unknown names and clients without
+// SNI. Nothing is read until Scan.
+func New(dir, defaultFile string) *Store {
+	return &Store{
+		dir: dir, defaultFile: defaultFile,
+		exact: map[string][]*entry{}, wild: map[string][]*entry{}, groups: map[string]*group{},
+	}
+}
+
+// Refusal is a certificate source left out, and why.
+type Refusal struct {
+	Source string
+	Err    error
+}
+
+// Report says what one Scan changed.
+type Report struct {
+	Loaded, Removed []string
+	Refused         []Refusal
+}
+
+// Len is the number of certificates held (the default included).
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.held
+}
+
+// Scan reads the sources whose files changed (size or modification time)
+// since the last Scan. A source that fails to validate is refused and the
+// certificate it would replace stays in service; a source whose files are
+// gone is removed. An error is returned only when the directory cannot be
+// listed (everything held stays). Scans must not overlap: one goroutine
+// polls.
+func (s *Store) Scan() (Report, error) {
+	stamps := map[string][]string{} // base path → its files
+	if s.dir != "" {
+		des, err := os.ReadDir(s.dir)
+		if err != nil {
+			return Report{}, fmt.Errorf("reading certificate directory: %w", err)
+		}
+		for _, de := range des {
+			name := de.Name()
+			ext := strings.ToLower(filepath.Ext(name))
+			if strings.HasPrefix(name, ".") || (ext != ".pem" && ext != ".crt" && ext != ".key") {
+				continue
+			}
+			base := filepath.Join(s.dir, strings.TrimSuffix(name, filepath.Ext(name)))
+			stamps[base] = append(stamps[base], filepath.Join(s.dir, name))
+		}
+	}
+	if s.defaultFile != "" {
+		stamps[defaultKey] = []string{s.defaultFile}
+	}
+	var rep Report
+	seen := make(map[string]bool, len(stamps))
+	var buf []byte
+	for base, files := range stamps {
+		seen[base] = true
+		var err error
+		buf, err = appendStamp(buf[:0], files)
+		if err != nil {
+			buf = append(append(buf[:0], "error:"...), err.Error()...)
+		}
+		// Scan is the only writer: it reads the groups without the lock.
+		g := s.groups[base]
+		if g != nil && g.stamp == string(buf) {
+			continue // compared without a copy
+		}
+		stamp := string(buf)
+		source := base
+		if base == defaultKey {
+			source = s.defaultFile
+		}
+		var e *entry
+		if err == nil {
+			e, err = readEntry(source, files, base == defaultKey)
+		}
+		if err != nil {
+			rep.Refused = append(rep.Refused, Refusal{Source: source, Err: err})
+			s.mu.Lock()
+			if g == nil {
+				s.groups[base] = &group{stamp: stamp}
+			} else {
+				g.stamp = stamp // keep its entry, retry once the files change again
+			}
+			s.mu.Unlock()
+			continue
+		}
+		s.mu.Lock()
+		if g != nil && g.entry != nil {
+			s.unindex(g.entry)
+			s.held--
+		}
+		s.held++
+		s.groups[base] = &group{stamp: stamp, entry: e}
+		if base == defaultKey {
+			s.def = e
+		} else {
+			s.index(e)
+		}
+		s.mu.Unlock()
+		rep.Loaded = append(rep.Loaded, source)
+	}
+	s.mu.Lock()
+	for base, g := range s.groups {
+		if seen[base] {
+			continue
+		}
+		delete(s.groups, base)
+		if g.entry == nil {
+			continue
+		}
+		s.held--
+		if base == defaultKey {
+			s.def = nil
+		} else {
+			s.unindex(g.entry)
+		}
+		rep.Removed = append(rep.Removed, g.entry.source)
+	}
+	s.mu.Unlock()
+	slices.Sort(rep.Loaded)
+	slices.Sort(rep.Removed)
+	return rep, nil
+}
+
+// defaultKey is the default certificate's group: no base path looks so.
+const defaultKey = "\x00default"
+
+// appendStamp appends what identifies the files' contents cheaply: their
+// names, sizes and modification times.
+func appendStamp(b []byte, files []string) ([]byte, error) {
+	if len(files) > 1 {
+		slices.Sort(files)
+	}
+	for _, f := range files {
+		fi, err := os.Stat(f) // follows symlinks (Kubernetes secret volumes)
+		if err != nil {
+			return b, err
+		}
+		b = append(b, filepath.Base(f)...)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, fi.Size(), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, fi.ModTime().UnixNano(), 10)
+		b = append(b, ';')
+	}
+	return b, nil
+}
+
+func readEntry(source string, files []string, isDefault bool) (*entry, error) {
+	var data []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > maxFileBytes {
+			return nil, fmt.Errorf("%s: larger than %d bytes", f, maxFileBytes)
+		}
+		data = append(data, b...)
+		data = append(data, '\n')
+	}
+	return newEntry(source, data, isDefault, time.Now())
+}
+
+// newEntry validates a chain and key and keeps their bytes.
+func newEntry(source string, data []byte, isDefault bool, now time.Time) (*entry, error) {
+	cert, err := tls.X509KeyPair(data, data)
+	if err != nil {
+		return nil, err
+	}
+	leaf := cert.Leaf
+	if now.After(leaf.NotAfter) {
+		return nil, fmt.Errorf("certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	e := &entry{source: source, pem: bytes.Clone(data), notBefore: leaf.NotBefore.Unix(), rank: 1}
+	switch cert.PrivateKey.(type) {
+	case *ecdsa.PrivateKey:
+		e.rank = 0
+	case *rsa.PrivateKey:
+		e.rank = 2
+	}
+	for _, n := range leaf.DNSNames {
+		n = strings.ToLower(strings.TrimSuffix(n, "."))
+		if n != "" && !slices.Contains(e.names, n) {
+			e.names = append(e.names, n)
+		}
+	}
+	if len(e.names) == 0 && !isDefault {
+		return nil, errors.New("the leaf certificate names no DNS name (subject alternative names)")
+	}
+	return e, nil
+}
+
+// index and unindex need s.mu held for writing.
+func (s *Store) index(e *entry) {
+	for _, n := range e.names {
+		m, key := s.slot(n)
+		list := append(m[key], e)
+		slices.SortStableFunc(list, func(a, b *entry) int {
+			if a.rank != b.rank {
+				return int(a.rank) - int(b.rank)
+			}
+			return int(b.notBefore - a.notBefore) // the newest first
+		})
+		m[key] = list
+	}
+}
+
+func (s *Store) unindex(e *entry) {
+	for _, n := range e.names {
+		m, key := s.slot(n)
+		list := slices.DeleteFunc(m[key], func(x *entry) bool { return x == e })
+		if len(list) == 0 {
+			delete(m, key)
+		} else {
+			m[key] = list
+		}
+	}
+}
+
+func (s *Store) slot(name string) (map[string][]*entry, string) {
+	if parent, ok := strings.CutPrefix(name, "*."); ok {
+		return s.wild, parent
+	}
+	return s.exact, name
+}
+
+// Certificate is the certificate for a handshake: the server name's own,
+// else its parent domain's wildcard, else the default. Among several (ECDSA
+// and RSA for one name) it picks the first the client supports. It returns
+// nil, nil when nothing matches: crypto/tls then fails the handshake with an
+// unrecognized_name alert.
+func (s *Store) Certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
+	s.mu.RLock()
+	var list []*entry
+	if name != "" {
+		list = s.exact[name]
+		if len(list) == 0 {
+			if i := strings.IndexByte(name, '.'); i > 0 {
+				list = s.wild[name[i+1:]]
+			}
+		}
+	}
+	def := s.def
+	s.mu.RUnlock()
+	if len(list) == 0 {
+		if def == nil {
+			return nil, nil
+		}
+		return def.certificate()
+	}
+	if len(list) == 1 {
+		return list[0].certificate()
+	}
+	var first *tls.Certificate
+	for _, e := range list {
+		c, err := e.certificate()
+		if err != nil {
+			continue
+		}
+		if hello.SupportsCertificate(c) == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = c
+		}
+	}
+	if first == nil {
+		return nil, fmt.Errorf("certificates for %q fail to parse", name)
+	}
+	return first, nil // the handshake says what the client lacks
+}
+
+// certificate parses the entry on first use; concurrent first uses may
+// both parse, one result stays.
+func (e *entry) certificate() (*tls.Certificate, error) {
+	if c := e.parsed.Load(); c != nil {
+		return c, nil
+	}
+	c, err := tls.X509KeyPair(e.pem, e.pem)
+	if err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", e.source, err)
+	}
+	e.parsed.Store(&c)
+	return &c, nil
+}
