@@ -114,15 +114,95 @@ func startCluster(t *testing.T) *deployment {
 				ClusterStateReloadInterval: 5 * time.Second,
 			})
 		},
-		direct:  direct,
-		masters: c.Masters,
+		direct:   direct,
+		masters:  c.Masters,
+		failover: clusterFailover(c),
 	}
+}
+
+// clusterFailover freezes the master serving key (SIGSTOP) past the
+// cluster's node timeout, so its replica is promoted while it is paused,
+// then thaws it (it rejoins as a replica) and waits for a healthy cluster.
+func clusterFailover(c *testenv.Cluster) func(ctx context.Context, key string, pause time.Duration) error {
+	return func(ctx context.Context, key string, pause time.Duration) error {
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		if err := c.FreezeNode(m); err != nil {
+			return err
+		}
+		timer(ctx, pause)
+		if err := c.ThawNode(m); err != nil {
+			return err
+		}
+		return c.WaitHealthy(ctx)
+	}
+}
+
+var (
+	sentinelOnce sync.Once
+	sentinel     *testenv.Sentinel
+	sentinelErr  error
+)
+
+func sentinelDeployment(t *testing.T, s *testenv.Sentinel) *deployment {
+	direct := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs()})
+	t.Cleanup(func() { _ = direct.Close() })
+	return &deployment{
+		name: "sentinel",
+		client: func(n *faults.Net) redis.UniversalClient {
+			return redis.NewFailoverClient(&redis.FailoverOptions{
+				MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs(), Dialer: n.Dial,
+				ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+			})
+		},
+		direct: direct,
+		masters: func(ctx context.Context) ([]string, error) {
+			m, err := s.MasterAddr(ctx)
+			return []string{m}, err
+		},
+		failover: func(ctx context.Context, _ string, pause time.Duration) error {
+			m, err := s.MasterAddr(ctx)
+			if err != nil {
+				return err
+			}
+			cl := redis.NewClient(&redis.Options{Addr: m})
+			err = cl.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "WRITE").Err()
+			_ = cl.Close()
+			if err != nil {
+				return fmt.Errorf("pausing %s: %w", m, err)
+			}
+			_, err = s.Failover(ctx)
+			return err
+		},
+	}
+}
+
+// startSentinel shares one Sentinel group among the cells that leave its
+// master in place; a failover cell gets a group of its own.
+func startSentinel(t *testing.T) *deployment {
+	sentinelOnce.Do(func() {
+		sentinel, sentinelErr = testenv.StartSentinel(testenv.SentinelOptions{DownAfter: 5 * time.Second})
+	})
+	require.NoError(t, sentinelErr)
+	return sentinelDeployment(t, sentinel)
+}
+
+func startOwnSentinel(t *testing.T) *deployment {
+	s, err := testenv.StartSentinel(testenv.SentinelOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return sentinelDeployment(t, s)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if cluster != nil {
 		_ = cluster.Close()
+	}
+	if sentinel != nil {
+		_ = sentinel.Close()
 	}
 	os.Exit(code)
 }
@@ -187,6 +267,9 @@ var allFaults = []fault{
 	toxic("black hole", "timeout", "upstream", 1500*time.Millisecond, map[string]any{"timeout": 0}),
 	toxic("slow close", "slow_close", "downstream", 1500*time.Millisecond, map[string]any{"delay": 1000}),
 	{name: "pause 1s", apply: func(ctx context.Context, c *cell) error { return pauseFor(ctx, c, time.Second) }},
+	{name: "failover in pause", apply: func(ctx context.Context, c *cell) error {
+		return c.dep.failover(ctx, c.edges[0].store.Keys(c.heavy)[0], 2500*time.Millisecond)
+	}},
 	{name: "5 flaps", apply: func(ctx context.Context, c *cell) error {
 		for range 5 {
 			for _, e := range c.edges {
@@ -587,8 +670,11 @@ func quick() []matrixCell {
 
 func full() []matrixCell {
 	var cs []matrixCell
-	for _, d := range []string{"standalone", "cluster"} {
+	for _, d := range []string{"standalone", "sentinel", "cluster"} {
 		for _, f := range allFaults {
+			if f.name == "failover in pause" && d == "standalone" {
+				continue // nothing to fail over to
+			}
 			for _, a := range limit.Names() {
 				cs = append(cs, matrixCell{d, f.name, a})
 			}
@@ -602,7 +688,7 @@ func TestFaultMatrix(t *testing.T) {
 	if os.Getenv("EDGEGUARD_FAULTS") == "full" {
 		plan = full()
 	}
-	deps := map[string]func(*testing.T) *deployment{"standalone": startStandalone, "cluster": startCluster}
+	deps := map[string]func(*testing.T) *deployment{"standalone": startStandalone, "sentinel": startSentinel, "cluster": startCluster}
 	t.Run("cells", func(t *testing.T) {
 		for _, mc := range plan {
 			name := mc.deployment + "/" + mc.fault + "/" + mc.algorithm
@@ -614,7 +700,11 @@ func TestFaultMatrix(t *testing.T) {
 					// in parallel and a pause stays in its cell.
 					t.Parallel()
 				}
-				runCell(t, deps[mc.deployment](t), faultNamed(mc.fault), alg)
+				dep := deps[mc.deployment]
+				if mc.deployment == "sentinel" && mc.fault == "failover in pause" {
+					dep = startOwnSentinel
+				}
+				runCell(t, dep(t), faultNamed(mc.fault), alg)
 			})
 		}
 	})
