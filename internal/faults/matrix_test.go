@@ -31,6 +31,7 @@ import (
 //   - admitted ≤ limit + ceil(limit/nodes) per key and window (more only
 //     for what the window's own arithmetic allows: a bucket's refill, a
 //     fixed window's boundary);
+//   - the clients, who keep asking, get the limit (no lost quota);
 //   - Redis never counts more than the clients were admitted (no invented
 //     quota: an abandoned call or a replay counted twice shows here);
 //   - a client under its limit is denied only by a fallback during the
@@ -136,7 +137,18 @@ func clusterFailover(c *testenv.Cluster) func(ctx context.Context, key string, p
 		if err := c.ThawNode(m); err != nil {
 			return err
 		}
-		return c.WaitHealthy(ctx)
+		if err := c.WaitHealthy(ctx); err != nil {
+			return err
+		}
+		// The witness: the key is served by the promoted replica.
+		now, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		if now == m {
+			return fmt.Errorf("no failover: %s still serves %s after a %v freeze", m, key, pause)
+		}
+		return nil
 	}
 }
 
@@ -340,6 +352,7 @@ type result struct {
 	fault, deployment, algorithm string
 	admitted, bound              int64
 	overAdmission                int64
+	lost                         int64 // limit − admitted; -1: not measured (concurrency)
 	invented                     int64 // Redis's count − admitted; math.MinInt64: not countable
 	falseDenials                 int64
 	leaked                       int64 // -1: not a concurrency limit
@@ -500,6 +513,12 @@ func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result
 	}
 	r.bound = bound(c.heavy, start, end)
 	r.overAdmission = max(0, r.admitted-c.heavy.Limit)
+	r.lost = -1
+	if !held {
+		// The heavy clients ask far more than the limit after the fault
+		// too: whatever the limit says and the clients never got is lost.
+		r.lost = max(0, c.heavy.Limit-r.admitted)
+	}
 	r.falseDenials = light.falseDenials.Load()
 	r.errors = heavy.errors.Load() + light.errors.Load()
 	for _, tl := range []*tally{&heavy, &light} {
@@ -526,14 +545,15 @@ func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result
 		r.invented = count - heavy.admitted.Load()
 	}
 
-	r.failed = r.admitted > r.bound || r.falseDenials > 0 || r.errors > 0 || r.leaked > 0 || (r.invented != math.MinInt64 && r.invented > 0)
+	r.failed = r.admitted > r.bound || r.lost > 0 || r.falseDenials > 0 || r.errors > 0 || r.leaked > 0 || (r.invented != math.MinInt64 && r.invented > 0)
 	resultsMu.Lock()
 	results = append(results, r)
 	resultsMu.Unlock()
 
-	t.Logf("%s × %s × %s: admitted %d (bound %d), Redis−admitted %s, false denials %d, leaked %s, fallback %.1fs, errors %d",
-		r.fault, r.deployment, r.algorithm, r.admitted, r.bound, fmtInvented(r.invented), r.falseDenials, fmtLeaked(r.leaked), r.fallbackSeconds, r.errors)
+	t.Logf("%s × %s × %s: admitted %d (bound %d), lost %s, Redis−admitted %s, false denials %d, leaked %s, fallback %.1fs, errors %d",
+		r.fault, r.deployment, r.algorithm, r.admitted, r.bound, fmtCount(r.lost), fmtInvented(r.invented), r.falseDenials, fmtCount(r.leaked), r.fallbackSeconds, r.errors)
 	require.LessOrEqual(t, r.admitted, r.bound, "over-admission: admitted beyond limit + ceil(limit/N) in one window")
+	require.LessOrEqual(t, r.lost, int64(0), "lost quota: the clients got less than the limit though they kept asking")
 	if r.invented != math.MinInt64 {
 		require.LessOrEqual(t, r.invented, int64(0), "Redis counts more than the clients were admitted (invented quota)")
 	}
@@ -623,7 +643,8 @@ func fmtInvented(v int64) string {
 	return strconv.FormatInt(v, 10)
 }
 
-func fmtLeaked(v int64) string {
+// fmtCount renders a count, "–" where it is not measured (-1).
+func fmtCount(v int64) string {
 	if v < 0 {
 		return "–"
 	}
@@ -633,16 +654,16 @@ func fmtLeaked(v int64) string {
 // table renders the results as the README's markdown table.
 func table(rs []result) string {
 	var b strings.Builder
-	b.WriteString("| fault | deployment | algorithm | admitted / bound | over-admission | Redis − admitted | false denials | leaked slots | fallback s | errors | |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | deployment | algorithm | admitted / bound | over-admission | lost quota | Redis − admitted | false denials | leaked slots | fallback s | errors | |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		mark := "ok"
 		if r.failed {
 			mark = "**FAIL**"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d / %d | %d | %s | %d | %s | %.1f | %d | %s |\n",
-			r.fault, r.deployment, r.algorithm, r.admitted, r.bound, r.overAdmission, fmtInvented(r.invented),
-			r.falseDenials, fmtLeaked(r.leaked), r.fallbackSeconds, r.errors, mark)
+		fmt.Fprintf(&b, "| %s | %s | %s | %d / %d | %d | %s | %s | %d | %s | %.1f | %d | %s |\n",
+			r.fault, r.deployment, r.algorithm, r.admitted, r.bound, r.overAdmission, fmtCount(r.lost), fmtInvented(r.invented),
+			r.falseDenials, fmtCount(r.leaked), r.fallbackSeconds, r.errors, mark)
 	}
 	return b.String()
 }
