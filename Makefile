@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test bench lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke
+.PHONY: build package package-check run test faults bench lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -56,6 +56,18 @@ test: tools lint dashboards-check
 	cd loadtest && $(GO) vet ./... && EDGEGUARD_CONSUL="$$(../scripts/install-consul.sh)" $(GO) test -race -count=1 ./...
 	$(MAKE) package-check
 	$(MAKE) stack-test
+
+# The full fault matrix of internal/faults (`make test` runs its quick
+# subset): every fault × deployment (standalone, Sentinel, Cluster) ×
+# algorithm through toxiproxy on loopback, bounded by FAULTS_TIMEOUT; prints
+# the table (markdown, for README's guarantees) even when cells fail.
+FAULTS_TIMEOUT ?= 40m
+faults: tools
+	@table=$$(mktemp) && \
+	EDGEGUARD_FAULTS=full EDGEGUARD_FAULTS_TABLE="$$table" \
+		$(GO) test -count=1 -timeout $(FAULTS_TIMEOUT) -run '^TestFaultMatrix$$' ./internal/faults/; \
+	rc=$$?; echo; echo "fault matrix, $$(date -u +%F), commit $$(git rev-parse --short HEAD 2>/dev/null):"; \
+	cat "$$table"; rm -f "$$table"; exit $$rc
 
 # The multi-region stack (terraform/README.md): Terraform applies
 # terraform/environments/local, whose provisioners run stackctl. Everything

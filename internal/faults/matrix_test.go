@@ -1,0 +1,758 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/faults"
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+)
+
+// The fault matrix (issue 24): each fault against each deployment and each
+// algorithm, with nodes edges (limiter.Limiter at the edge's defaults, Redis
+// autopipelining on) each reaching Redis through its own proxy. A cell runs
+// its clients for warm + the fault + recovery and asserts, from the
+// clients' tallies and Redis's own state:
+//
+//   - admitted ≤ limit + ceil(limit/nodes) per key and window (more only
+//     for what the window's own arithmetic allows: a bucket's refill, a
+//     fixed window's boundary);
+//   - the clients, who keep asking, get the limit (no lost quota);
+//   - Redis never counts more than the clients were admitted (no invented
+//     quota: an abandoned call or a replay counted twice shows here);
+//   - a client under its limit is denied only by a fallback during the
+//     fault and its one fallback window after (no false denials);
+//   - 0 concurrency slots held once every request ended and released;
+//   - the edge serves throughout: Decide never fails (no 5xx of its own).
+//
+// `go test` runs the quick subset; EDGEGUARD_FAULTS=full runs every cell
+// (make faults), and EDGEGUARD_FAULTS_TABLE=file writes the table there.
+
+const (
+	nodes    = 3
+	warm     = 600 * time.Millisecond
+	recovery = 2500 * time.Millisecond
+	// grace is the one fallback window after a fault ends: the breaker's
+	// cooldown (1 s) and a deadline (250 ms) before a probe closes it,
+	// with room for a loaded machine.
+	grace = 1500 * time.Millisecond
+	// heavyLimit is the limit of the key driven past it; lightLimit the
+	// limit of the key whose client stays far under it.
+	heavyLimit, lightLimit = 60, 400
+	ccLimit, ccLight       = 6, 50
+	window                 = time.Hour
+)
+
+// deployment is a Redis deployment as the cells see it.
+type deployment struct {
+	name string
+	// client builds an edge's client, dialing through n.
+	client func(n *faults.Net) redis.UniversalClient
+	// direct is a client that bypasses every proxy (state, pauses).
+	direct redis.UniversalClient
+	// masters lists the masters' addresses (CLIENT PAUSE goes to each).
+	masters func(ctx context.Context) ([]string, error)
+	// failover promotes a replica of key's master while it is paused; nil
+	// where there is none.
+	failover func(ctx context.Context, key string, pause time.Duration) error
+}
+
+// clientOptions are NewRedisClient's: deadlines honoured, no retries, one
+// dial attempt.
+func standaloneClient(addr string, n *faults.Net) redis.UniversalClient {
+	return redis.NewClient(&redis.Options{Addr: addr, Dialer: n.Dial, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+}
+
+func startStandalone(t *testing.T) *deployment {
+	s, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+	return &deployment{
+		name:    "standalone",
+		client:  func(n *faults.Net) redis.UniversalClient { return standaloneClient(s.Addr, n) },
+		direct:  direct,
+		masters: func(context.Context) ([]string, error) { return []string{s.Addr}, nil },
+	}
+}
+
+var (
+	clusterOnce sync.Once
+	cluster     *testenv.Cluster
+	clusterErr  error
+)
+
+func sharedCluster(t *testing.T) *testenv.Cluster {
+	clusterOnce.Do(func() { cluster, clusterErr = testenv.StartCluster(testenv.ClusterOptions{}) })
+	require.NoError(t, clusterErr)
+	return cluster
+}
+
+func startCluster(t *testing.T) *deployment {
+	c := sharedCluster(t)
+	direct := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = direct.Close() })
+	return &deployment{
+		name: "cluster",
+		client: func(n *faults.Net) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{
+				Addrs: c.Addrs(), Dialer: n.Dial, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+				ClusterStateReloadInterval: 5 * time.Second,
+			})
+		},
+		direct:   direct,
+		masters:  c.Masters,
+		failover: clusterFailover(c),
+	}
+}
+
+// clusterFailover freezes the master serving key (SIGSTOP) past the
+// cluster's node timeout, so its replica is promoted while it is paused,
+// then thaws it (it rejoins as a replica) and waits for a healthy cluster.
+func clusterFailover(c *testenv.Cluster) func(ctx context.Context, key string, pause time.Duration) error {
+	return func(ctx context.Context, key string, pause time.Duration) error {
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		if err := c.FreezeNode(m); err != nil {
+			return err
+		}
+		timer(ctx, pause)
+		if err := c.ThawNode(m); err != nil {
+			return err
+		}
+		if err := c.WaitHealthy(ctx); err != nil {
+			return err
+		}
+		// The witness: the key is served by the promoted replica.
+		now, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		if now == m {
+			return fmt.Errorf("no failover: %s still serves %s after a %v freeze", m, key, pause)
+		}
+		return nil
+	}
+}
+
+var (
+	sentinelOnce sync.Once
+	sentinel     *testenv.Sentinel
+	sentinelErr  error
+)
+
+func sentinelDeployment(t *testing.T, s *testenv.Sentinel) *deployment {
+	direct := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs()})
+	t.Cleanup(func() { _ = direct.Close() })
+	return &deployment{
+		name: "sentinel",
+		client: func(n *faults.Net) redis.UniversalClient {
+			return redis.NewFailoverClient(&redis.FailoverOptions{
+				MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs(), Dialer: n.Dial,
+				ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+			})
+		},
+		direct: direct,
+		masters: func(ctx context.Context) ([]string, error) {
+			m, err := s.MasterAddr(ctx)
+			return []string{m}, err
+		},
+		failover: func(ctx context.Context, _ string, pause time.Duration) error {
+			m, err := s.MasterAddr(ctx)
+			if err != nil {
+				return err
+			}
+			cl := redis.NewClient(&redis.Options{Addr: m})
+			err = cl.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "WRITE").Err()
+			_ = cl.Close()
+			if err != nil {
+				return fmt.Errorf("pausing %s: %w", m, err)
+			}
+			_, err = s.Failover(ctx)
+			return err
+		},
+	}
+}
+
+// startSentinel shares one Sentinel group among the cells that leave its
+// master in place; a failover cell gets a group of its own.
+func startSentinel(t *testing.T) *deployment {
+	sentinelOnce.Do(func() {
+		sentinel, sentinelErr = testenv.StartSentinel(testenv.SentinelOptions{DownAfter: 5 * time.Second})
+	})
+	require.NoError(t, sentinelErr)
+	return sentinelDeployment(t, sentinel)
+}
+
+func startOwnSentinel(t *testing.T) *deployment {
+	s, err := testenv.StartSentinel(testenv.SentinelOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return sentinelDeployment(t, s)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cluster != nil {
+		_ = cluster.Close()
+	}
+	if sentinel != nil {
+		_ = sentinel.Close()
+	}
+	os.Exit(code)
+}
+
+// fault is one row of the matrix: apply starts it and returns when it has
+// run its course and been undone.
+type fault struct {
+	name  string
+	apply func(ctx context.Context, c *cell) error
+}
+
+func toxic(name string, typ, stream string, hold time.Duration, attrs map[string]any) fault {
+	return fault{name: name, apply: func(ctx context.Context, c *cell) error {
+		for _, e := range c.edges {
+			if err := e.net.Add(faults.Toxic{Name: typ, Type: typ, Stream: stream, Attributes: attrs}); err != nil {
+				return err
+			}
+		}
+		timer(ctx, hold)
+		for _, e := range c.edges {
+			e.net.Clear()
+		}
+		return nil
+	}}
+}
+
+// timer waits d (a fault's duration) or until ctx ends.
+func timer(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// pauseFor pauses every master (CLIENT PAUSE ALL) for d: connections stay
+// open and commands wait, past the limiter's deadline.
+func pauseFor(ctx context.Context, c *cell, d time.Duration) error {
+	ms, err := c.dep.masters(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		cl := redis.NewClient(&redis.Options{Addr: m})
+		err := cl.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
+		_ = cl.Close()
+		if err != nil {
+			return fmt.Errorf("pausing %s: %w", m, err)
+		}
+	}
+	timer(ctx, d)
+	return nil
+}
+
+var allFaults = []fault{
+	toxic("latency 1ms", "latency", "downstream", 1500*time.Millisecond, map[string]any{"latency": 1}),
+	toxic("latency 50ms", "latency", "downstream", 1500*time.Millisecond, map[string]any{"latency": 50}),
+	toxic("latency 300ms", "latency", "downstream", 1500*time.Millisecond, map[string]any{"latency": 300}),
+	toxic("bandwidth 1KB/s", "bandwidth", "downstream", 1500*time.Millisecond, map[string]any{"rate": 1}),
+	toxic("reset", "reset_peer", "upstream", 1500*time.Millisecond, map[string]any{"timeout": 0}),
+	toxic("black hole", "timeout", "upstream", 1500*time.Millisecond, map[string]any{"timeout": 0}),
+	toxic("slow close", "slow_close", "downstream", 1500*time.Millisecond, map[string]any{"delay": 1000}),
+	{name: "pause 1s", apply: func(ctx context.Context, c *cell) error { return pauseFor(ctx, c, time.Second) }},
+	{name: "failover in pause", apply: func(ctx context.Context, c *cell) error {
+		return c.dep.failover(ctx, c.edges[0].store.Keys(c.heavy)[0], 2500*time.Millisecond)
+	}},
+	{name: "5 flaps", apply: func(ctx context.Context, c *cell) error {
+		for range 5 {
+			for _, e := range c.edges {
+				e.net.Cut()
+			}
+			timer(ctx, 300*time.Millisecond)
+			for _, e := range c.edges {
+				if err := e.net.Restore(); err != nil {
+					return err
+				}
+			}
+			timer(ctx, 300*time.Millisecond)
+		}
+		return nil
+	}},
+}
+
+func faultNamed(name string) fault {
+	for _, f := range allFaults {
+		if f.name == name {
+			return f
+		}
+	}
+	panic("no fault " + name)
+}
+
+// edge is one limiter with its own way to Redis.
+type edge struct {
+	net    *faults.Net
+	client redis.UniversalClient
+	lim    *limiter.Limiter
+	store  *limiter.RedisStore
+	close  func()
+}
+
+func newEdge(t *testing.T, dep *deployment) *edge {
+	n := faults.NewNet()
+	client := dep.client(n)
+	conn, stop, err := limiter.AutoPipelined(client)
+	require.NoError(t, err)
+	store, err := limiter.NewRedisStore(conn, "")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, store.Load(ctx))
+	lim, err := limiter.New(store, limiter.Config{}, nil, nil)
+	require.NoError(t, err)
+	return &edge{net: n, client: client, lim: lim, store: store, close: func() {
+		lim.Close()
+		_ = stop()
+		_ = client.Close()
+		n.Close()
+	}}
+}
+
+// cell is one run: a fault against a deployment and an algorithm.
+type cell struct {
+	fault fault
+	dep   *deployment
+	alg   limit.Algorithm
+	edges []*edge
+	heavy limit.Limit
+	light limit.Limit
+}
+
+// result is one row of the table.
+type result struct {
+	fault, deployment, algorithm string
+	admitted, bound              int64
+	overAdmission                int64
+	lost                         int64 // limit − admitted; -1: not measured (concurrency)
+	invented                     int64 // Redis's count − admitted; math.MinInt64: not countable
+	falseDenials                 int64
+	leaked                       int64 // -1: not a concurrency limit
+	fallbackSeconds              float64
+	errors                       int64
+	failed                       bool
+}
+
+var (
+	resultsMu sync.Mutex
+	results   []result
+)
+
+// tally is what the clients saw.
+type tally struct {
+	admitted, errors, falseDenials atomic.Int64
+	inflight, maxInflight          atomic.Int64
+	mu                             sync.Mutex
+	firstFallback, lastFallback    time.Time
+}
+
+func (tl *tally) fallback(at time.Time) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.firstFallback.IsZero() || at.Before(tl.firstFallback) {
+		tl.firstFallback = at
+	}
+	if at.After(tl.lastFallback) {
+		tl.lastFallback = at
+	}
+}
+
+func usedFallback(v limiter.Verdict) bool {
+	return slices.ContainsFunc(v.Checks, func(o limiter.Outcome) bool { return o.Source == limiter.SourceFallback })
+}
+
+func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result {
+	t.Helper()
+	prefix := strings.TrimSuffix(testenv.KeyPrefix(t), ":")
+	c := &cell{fault: f, dep: dep, alg: alg}
+	held := alg.Spec().Held
+	c.heavy = limit.Limit{Key: prefix + ".heavy", Algorithm: alg, Limit: heavyLimit, Window: window}
+	c.light = limit.Limit{Key: prefix + ".light", Algorithm: alg, Limit: lightLimit, Window: window}
+	if held {
+		c.heavy.Limit, c.light.Limit = ccLimit, ccLight
+	}
+	if alg.Spec().MinInterval {
+		// The light client's requests are ≥ 100 ms apart: a min_interval
+		// of 20 ms never denies it.
+		c.light.MinInterval = 20 * time.Millisecond
+	}
+	for range nodes {
+		e := newEdge(t, dep)
+		t.Cleanup(e.close)
+		c.edges = append(c.edges, e)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var heavy, light tally
+	stop := make(chan struct{})
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
+	var faultEnd atomic.Int64 // unix nanos, 0 while the fault runs
+	start := time.Now()
+	var clients sync.WaitGroup
+	// Heavy clients: two per edge, one request every 100 ms (60/s in all,
+	// the limit in a second); on a concurrency limit each holds its slot
+	// 50 ms and tries again 20 ms after a denial.
+	for _, e := range c.edges {
+		for range 2 {
+			clients.Go(func() {
+				for !stopped() {
+					checks := []limiter.Check{{Limit: c.heavy, Cost: 1, Nodes: nodes}}
+					v, err := e.lim.Decide(ctx, checks)
+					switch {
+					case err != nil:
+						heavy.errors.Add(1)
+					case v.Allowed:
+						heavy.admitted.Add(1)
+						if held {
+							n := heavy.inflight.Add(1)
+							for {
+								m := heavy.maxInflight.Load()
+								if n <= m || heavy.maxInflight.CompareAndSwap(m, n) {
+									break
+								}
+							}
+							timer(ctx, 50*time.Millisecond)
+							heavy.inflight.Add(-1)
+							e.lim.Release(ctx, v)
+							continue
+						}
+					}
+					if err == nil && usedFallback(v) {
+						heavy.fallback(time.Now())
+					}
+					if held {
+						timer(ctx, 20*time.Millisecond)
+					} else {
+						timer(ctx, 100*time.Millisecond)
+					}
+				}
+			})
+		}
+	}
+	// The light client: one request every 100 ms, round robin over the
+	// edges, far under its limit (on a concurrency limit it releases at
+	// once).
+	clients.Go(func() {
+		for i := 0; !stopped(); i++ {
+			e := c.edges[i%len(c.edges)]
+			at := time.Now()
+			v, err := e.lim.Decide(ctx, []limiter.Check{{Limit: c.light, Cost: 1, Nodes: nodes}})
+			switch {
+			case err != nil:
+				light.errors.Add(1)
+			case v.Allowed:
+				light.admitted.Add(1)
+				e.lim.Release(ctx, v)
+			default:
+				end := faultEnd.Load()
+				excused := usedFallback(v) && (end == 0 || at.Before(time.Unix(0, end).Add(grace)))
+				if !excused {
+					light.falseDenials.Add(1)
+					t.Logf("light client denied at +%v by %v (fault ended: %v)", at.Sub(start).Round(time.Millisecond), v.Checks[0].Source, end != 0)
+				}
+			}
+			if err == nil && usedFallback(v) {
+				light.fallback(time.Now())
+			}
+			timer(ctx, 100*time.Millisecond)
+		}
+	})
+
+	timer(ctx, warm)
+	faultErr := f.apply(ctx, c)
+	faultEnd.Store(time.Now().UnixNano())
+	timer(ctx, recovery)
+	close(stop)
+	clients.Wait()
+	end := time.Now()
+	for _, e := range c.edges {
+		e.lim.Close()
+	}
+	require.NoError(t, faultErr, "applying the fault")
+
+	r := result{fault: f.name, deployment: dep.name, algorithm: alg.String(), leaked: -1, invented: math.MinInt64}
+	r.admitted = heavy.admitted.Load()
+	if held {
+		r.admitted = heavy.maxInflight.Load()
+	}
+	r.bound = bound(c.heavy, start, end)
+	r.overAdmission = max(0, r.admitted-c.heavy.Limit)
+	r.lost = -1
+	if !held {
+		// The heavy clients ask far more than the limit after the fault
+		// too: whatever the limit says and the clients never got is lost.
+		r.lost = max(0, c.heavy.Limit-r.admitted)
+	}
+	r.falseDenials = light.falseDenials.Load()
+	r.errors = heavy.errors.Load() + light.errors.Load()
+	for _, tl := range []*tally{&heavy, &light} {
+		if !tl.firstFallback.IsZero() {
+			r.fallbackSeconds = max(r.fallbackSeconds, tl.lastFallback.Sub(tl.firstFallback).Seconds())
+		}
+	}
+
+	st := c.edges[0].store
+	if held {
+		// Every request ended and released: no member may stay. Releases
+		// are synchronous; the wait covers a replay still in flight.
+		keys := append(st.Keys(c.heavy), st.Keys(c.light)...)
+		inUse := func() (n int64, err error) {
+			for _, k := range keys {
+				v, zerr := dep.direct.ZCard(context.Background(), k).Result()
+				n, err = n+v, errors.Join(err, zerr)
+			}
+			return n, err
+		}
+		var n int64
+		var err error
+		waitFor(func() bool { n, err = inUse(); return err == nil && n == 0 }, 3*time.Second)
+		if err != nil {
+			// No answer yet (a Cluster between failovers): wait for one.
+			waitFor(func() bool { n, err = inUse(); return err == nil }, 20*time.Second)
+		}
+		require.NoError(t, err, "reading the concurrency ZSETs")
+		r.leaked = n
+	} else if l := c.heavy; l.Algorithm.String() != "token_bucket" && l.Algorithm.String() != "leaky_bucket" {
+		// A Cluster on a starved machine may be between failovers
+		// (CLUSTERDOWN) for a while: the state is read once it answers.
+		var count int64
+		var err error
+		waitFor(func() bool {
+			count, err = redisCount(dep.direct, st, l)
+			return err == nil
+		}, 20*time.Second)
+		require.NoError(t, err, "reading Redis's count")
+		r.invented = count - heavy.admitted.Load()
+	}
+
+	r.failed = r.admitted > r.bound || r.lost > 0 || r.falseDenials > 0 || r.errors > 0 || r.leaked > 0 || (r.invented != math.MinInt64 && r.invented > 0)
+	resultsMu.Lock()
+	results = append(results, r)
+	resultsMu.Unlock()
+
+	t.Logf("%s × %s × %s: admitted %d (bound %d), lost %s, Redis−admitted %s, false denials %d, leaked %s, fallback %.1fs, errors %d",
+		r.fault, r.deployment, r.algorithm, r.admitted, r.bound, fmtCount(r.lost), fmtInvented(r.invented), r.falseDenials, fmtCount(r.leaked), r.fallbackSeconds, r.errors)
+	require.LessOrEqual(t, r.admitted, r.bound, "over-admission: admitted beyond limit + ceil(limit/N) in one window")
+	require.LessOrEqual(t, r.lost, int64(0), "lost quota: the clients got less than the limit though they kept asking")
+	if r.invented != math.MinInt64 {
+		require.LessOrEqual(t, r.invented, int64(0), "Redis counts more than the clients were admitted (invented quota)")
+	}
+	require.Zero(t, r.falseDenials, "a client under its limit was denied outside the fallback window")
+	if held {
+		require.Zero(t, r.leaked, "concurrency slots still held after every request ended")
+	}
+	require.Zero(t, r.errors, "Decide failed: the edge would have answered 5xx")
+	return r
+}
+
+// waitFor polls cond every 20 ms until it holds or d passes.
+func waitFor(cond func() bool, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// bound is the most a key may admit between start and end: limit +
+// ceil(limit/N) per window, plus what the algorithm itself refills in the
+// time (buckets) or allows across a window boundary (fixed and sliding
+// windows start afresh).
+func bound(l limit.Limit, start, end time.Time) int64 {
+	b := l.Limit + (l.Limit+nodes-1)/nodes
+	if l.Algorithm.Spec().Held {
+		return b
+	}
+	elapsed := end.Sub(start)
+	b += int64(math.Ceil(float64(l.Limit) * elapsed.Seconds() / l.Window.Seconds()))
+	if start.Truncate(l.Window) != end.Truncate(l.Window) {
+		b += l.Limit
+	}
+	return b
+}
+
+// redisCount reads what Redis holds as admitted for l, where the state is a
+// count: the fixed window's per-window fields, the sliding window's two
+// counters, the sliding log's members. Buckets hold a time, not a count.
+func redisCount(rc redis.UniversalClient, st *limiter.RedisStore, l limit.Limit) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	keys := st.Keys(l)
+	switch l.Algorithm.String() {
+	case "fixed_window":
+		vals, err := rc.HGetAll(ctx, keys[0]).Result()
+		if err != nil {
+			return 0, err
+		}
+		var n int64
+		for _, v := range vals { // one field per window start
+			x, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			n += x
+		}
+		return n, nil
+	case "sliding_window":
+		cur, err := rc.HGet(ctx, keys[0], "n").Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, err
+		}
+		prev, err := rc.Get(ctx, keys[1]).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, err
+		}
+		return cur + prev, nil
+	case "sliding_log":
+		return rc.ZCard(ctx, keys[0]).Result()
+	}
+	return 0, fmt.Errorf("%s keeps no count", l.Algorithm)
+}
+
+func fmtInvented(v int64) string {
+	if v == math.MinInt64 {
+		return "–"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// fmtCount renders a count, "–" where it is not measured (-1).
+func fmtCount(v int64) string {
+	if v < 0 {
+		return "–"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// table renders the results as the README's markdown table.
+func table(rs []result) string {
+	var b strings.Builder
+	b.WriteString("| fault | deployment | algorithm | admitted / bound | over-admission | lost quota | Redis − admitted | false denials | leaked slots | fallback s | errors | |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		mark := "ok"
+		if r.failed {
+			mark = "**FAIL**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d / %d | %d | %s | %s | %d | %s | %.1f | %d | %s |\n",
+			r.fault, r.deployment, r.algorithm, r.admitted, r.bound, r.overAdmission, fmtCount(r.lost), fmtInvented(r.invented),
+			r.falseDenials, fmtCount(r.leaked), r.fallbackSeconds, r.errors, mark)
+	}
+	return b.String()
+}
+
+// matrixCell names one cell of a plan.
+type matrixCell struct {
+	deployment string
+	fault      string
+	algorithm  string
+}
+
+// quick is the subset `go test` runs: every algorithm on standalone under
+// the faults that reach the fallback in three different ways, and the
+// Cluster under a pause.
+func quick() []matrixCell {
+	var cs []matrixCell
+	for _, f := range []string{"pause 1s", "reset", "latency 50ms"} {
+		for _, a := range limit.Names() {
+			cs = append(cs, matrixCell{"standalone", f, a})
+		}
+	}
+	cs = append(cs, matrixCell{"cluster", "pause 1s", "fixed_window"}, matrixCell{"cluster", "reset", "concurrency"})
+	return cs
+}
+
+func full() []matrixCell {
+	var cs []matrixCell
+	for _, d := range []string{"standalone", "sentinel", "cluster"} {
+		for _, f := range allFaults {
+			if f.name == "failover in pause" && d == "standalone" {
+				continue // nothing to fail over to
+			}
+			for _, a := range limit.Names() {
+				cs = append(cs, matrixCell{d, f.name, a})
+			}
+		}
+	}
+	return cs
+}
+
+func TestFaultMatrix(t *testing.T) {
+	plan := quick()
+	if os.Getenv("EDGEGUARD_FAULTS") == "full" {
+		plan = full()
+	}
+	deps := map[string]func(*testing.T) *deployment{"standalone": startStandalone, "sentinel": startSentinel, "cluster": startCluster}
+	t.Run("cells", func(t *testing.T) {
+		for _, mc := range plan {
+			name := mc.deployment + "/" + mc.fault + "/" + mc.algorithm
+			t.Run(name, func(t *testing.T) {
+				alg, err := limit.Parse(mc.algorithm)
+				require.NoError(t, err)
+				if mc.deployment == "standalone" {
+					// Every standalone cell has its own server: cells run
+					// in parallel and a pause stays in its cell.
+					t.Parallel()
+				}
+				dep := deps[mc.deployment]
+				if mc.deployment == "sentinel" && mc.fault == "failover in pause" {
+					dep = startOwnSentinel
+				}
+				runCell(t, dep(t), faultNamed(mc.fault), alg)
+			})
+		}
+	})
+	resultsMu.Lock()
+	rs := slices.Clone(results)
+	resultsMu.Unlock()
+	slices.SortFunc(rs, func(a, b result) int {
+		return strings.Compare(a.deployment+a.fault+a.algorithm, b.deployment+b.fault+b.algorithm)
+	})
+	tab := table(rs)
+	t.Logf("fault matrix (%d cells):\n%s", len(rs), tab)
+	if path := os.Getenv("EDGEGUARD_FAULTS_TABLE"); path != "" {
+		require.NoError(t, os.WriteFile(path, []byte(tab), 0o644))
+	}
+}
