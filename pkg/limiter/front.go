@@ -431,8 +431,17 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 		// What the fallback admitted while the store could not be asked
 		// goes first, in the same round trip: the store counts it before
 		// deciding anew.
+		// Replayed units are counted, not spaced: their min_interval is
+		// dropped, and with a min_interval they go after the request, which
+		// a replay recorded "now" would otherwise deny.
 		if d := l.ledger.debt(keys[i], r.Limit.Window, now); d > 0 && !r.Limit.Algorithm.Spec().Held {
-			send = append(send, Request{Limit: r.Limit, Cost: d, Need: 1})
+			replay := Request{Limit: r.Limit, Cost: d, Need: 1}
+			replay.Limit.MinInterval = 0
+			if r.Limit.MinInterval > 0 {
+				send, sent = append(send, r, replay), append(sent, i, -1)
+				continue
+			}
+			send = append(send, replay)
 			sent = append(sent, -1)
 		}
 		send = append(send, r)

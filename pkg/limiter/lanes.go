@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,8 +83,10 @@ func (ls *lanes) lane(ctx context.Context, key string) *lane {
 }
 
 // do runs one lone call on the lane: at once while fewer than loneDirect are
-// in flight, else in the next batch. ctx bounds the wait; a call already in
-// a batch still runs (and counts) once its caller has given up, as a call
+// in flight, else in the next batch. ctx bounds the wait: a caller that
+// gives up while its call is still queued takes the call out, so it is
+// never sent (the fallback decides it instead, and Redis must not count it
+// too); a call already in a batch still runs (and counts), as a call
 // written to a connection does.
 func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 	l.mu.Lock()
@@ -107,6 +110,11 @@ func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 	case <-w.done:
 		return w.cmd
 	case <-ctx.Done():
+		l.mu.Lock()
+		if i := slices.Index(l.queue, w); i >= 0 {
+			l.queue = slices.Delete(l.queue, i, i+1)
+		}
+		l.mu.Unlock()
 		return failedCmd(ctx, ctx.Err())
 	}
 }
@@ -116,16 +124,36 @@ func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 func (l *lane) next() []*waiter {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.nextLocked()
+}
+
+func (l *lane) nextLocked() []*waiter {
 	if len(l.queue) == 0 {
 		l.inflight--
 		return nil
 	}
 	n := min(len(l.queue), maxLaneBatch)
-	ws := l.queue[:n:n]
+	ws := slices.Clone(l.queue[:n])
 	if n == len(l.queue) {
 		l.queue = nil
 	} else {
-		l.queue = l.queue[n:]
+		l.queue = slices.Clone(l.queue[n:])
+	}
+	// A caller that gave up just now is not sent either.
+	ws = slices.DeleteFunc(ws, func(w *waiter) bool {
+		if w.ctx.Err() != nil {
+			w.cmd = failedCmd(w.ctx, w.ctx.Err())
+			close(w.done)
+			return true
+		}
+		return false
+	})
+	if len(ws) == 0 {
+		if len(l.queue) == 0 {
+			l.inflight--
+			return nil
+		}
+		return l.nextLocked()
 	}
 	return ws
 }
