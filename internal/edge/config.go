@@ -480,7 +480,7 @@ func (c Config) Validate() error {
 	case c.KeySaltFile != "" || c.AdminTokenFile != "" || c.ConsulTokenFile != "" || c.RedisPasswordFile != "":
 		bad("secret files: not read (use ParseFlags)")
 	case c.Redis != "" && c.KeySalt == "":
-		bad("key-salt: required with --redis (--key-salt, EDGEGUARD_KEY_SALT or --key-salt-file; the same on every edge of the region)")
+		bad("key-salt: required with --redis (EDGEGUARD_KEY_SALT or --key-salt-file; the same on every edge of the region)")
 	case c.KeySalt != "" && len(c.KeySalt) < minKeySalt:
 		bad("key-salt: must be at least %d characters (got %d)", minKeySalt, len(c.KeySalt))
 	}
