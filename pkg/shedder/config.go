@@ -398,19 +398,7 @@ var SettingKeys = []string{
 // cfg is returned unchanged.
 func ApplySettings(cfg Config, kv map[string]string) (Config, error) {
 	next := cfg.Clone()
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-
-	var errs []error
-	for _, k := range keys {
-		if err := applySetting(&next, k, strings.TrimSpace(kv[k])); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, k, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := applyAll(func() *Config { return &next }, kv); err != nil {
 		return cfg, err
 	}
 	if err := next.Validate(); err != nil {
@@ -423,6 +411,12 @@ func ApplySettings(cfg Config, kv map[string]string) (Config, error) {
 // validating the result (which depends on the settings they apply to): an
 // operator's typo is caught before anything is fetched or stored.
 func CheckSettings(kv map[string]string) error {
+	return applyAll(func() *Config { c := DefaultConfig(); return &c }, kv)
+}
+
+// applyAll applies each setting of kv, in key order, to the config target
+// gives for it, and reports every bad key or value.
+func applyAll(target func() *Config, kv map[string]string) error {
 	keys := make([]string, 0, len(kv))
 	for k := range kv {
 		keys = append(keys, k)
@@ -430,8 +424,7 @@ func CheckSettings(kv map[string]string) error {
 	sort.Strings(keys)
 	var errs []error
 	for _, k := range keys {
-		scratch := DefaultConfig()
-		if err := applySetting(&scratch, k, strings.TrimSpace(kv[k])); err != nil {
+		if err := applySetting(target(), k, strings.TrimSpace(kv[k])); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, k, err))
 		}
 	}
