@@ -122,6 +122,15 @@ func (l *Log) run(w io.WriteCloser) {
 				l.errs(err)
 			}
 		case reply := <-l.reopen:
+			// Lines sent before Reopen was called belong to the old file:
+			// they are queued already, and select may pick either channel.
+			for n := len(l.queue); n > 0; n-- {
+				line, ok := <-l.queue
+				if !ok {
+					break
+				}
+				write(line)
+			}
 			err := bw.Flush()
 			nw, oerr := l.open()
 			if oerr != nil {
