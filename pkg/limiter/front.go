@@ -149,6 +149,7 @@ type Limiter struct {
 	log      *slog.Logger
 	now      func() time.Time
 	deadline sharedDeadline
+	late     sharedDeadline // lateTimeout, for store calls on their own goroutine
 	bg       sync.WaitGroup // background work: probes, batches sent after their leader, releases
 	// releasing bounds the releases under way in the background.
 	releasing chan struct{}
@@ -179,6 +180,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		deadline:  sharedDeadline{timeout: cfg.Timeout},
 		releasing: make(chan struct{}, maxReleasing),
 	}
+	l.late = sharedDeadline{timeout: l.lateTimeout()}
 	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health)
 	if err != nil {
 		return nil, err
@@ -434,7 +436,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 		// Replayed units are counted, not spaced: their min_interval is
 		// dropped, and with a min_interval they go after the request, which
 		// a replay recorded "now" would otherwise deny.
-		if d := l.ledger.debt(keys[i], r.Limit.Window, now); d > 0 && !r.Limit.Algorithm.Spec().Held {
+		if d := l.ledger.lend(keys[i], r.Limit.Window, now); d > 0 && !r.Limit.Algorithm.Spec().Held {
 			replay := Request{Limit: r.Limit, Cost: d, Need: 1}
 			replay.Limit.MinInterval = 0
 			if r.Limit.MinInterval > 0 {
@@ -450,20 +452,8 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	if len(send) == 0 {
 		return ds, errs
 	}
-	if l.store.Remote() {
-		switch {
-		case ctx == context.Background():
-			ctx = l.deadline.get()
-		case ctx.Done() == nil: // values only (a rider): they travel with the shared deadline
-			ctx = withValues{l.deadline.get(), ctx}
-		default:
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
-			defer cancel()
-		}
-	}
 	start := time.Now()
-	got, err := l.store.Take(ctx, send)
+	got, err := l.take(ctx, send, sent, keys, now)
 	l.metrics.storeCalls.Add(float64(len(send)))
 	perCall := takeErrs(err)
 	answered := l.now()
@@ -477,9 +467,8 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 			e = err
 		}
 		if i < 0 {
-			if e == nil { // counted (or the store is full anyway)
-				l.ledger.paid(memKey(send[j].Limit), send[j].Cost)
-				l.metrics.replayed.Add(float64(send[j].Cost))
+			if !errors.Is(e, errGaveUp) { // else the call settles it when it ends
+				l.settleReplay(send[j], e, now)
 			}
 			continue
 		}
@@ -537,6 +526,139 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	}
 	l.observe(storeErr, l.now())
 	return ds, errs
+}
+
+// take asks the store for send under the store deadline. A remote call
+// runs on a goroutine of its own, bound by lateTimeout rather than by the
+// deadline: the caller waits until the deadline only, and a call it gives
+// up on is settled when its answer comes — what it took is given back and
+// its replay paid — instead of being cut off once written (Redis would
+// still run it, and count what the caller's fallback decided too). A call
+// still queued in a lane when its caller gives up is taken out and never
+// sent. sent maps send to the caller's requests (-1: a replay).
+func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []string, now time.Time) ([]Decision, error) {
+	if !l.store.Remote() {
+		return l.store.Take(ctx, send)
+	}
+	wait := ctx
+	switch {
+	case ctx == context.Background():
+		wait = l.deadline.get()
+	case ctx.Done() == nil: // values only (a rider): they travel with the shared deadline
+		wait = withValues{l.deadline.get(), ctx}
+	default:
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
+		defer cancel()
+	}
+	r := &run{done: make(chan struct{})}
+	runCtx := runContext{Context: l.late.get(), values: ctx, wait: wait}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		got, err := l.store.Take(runCtx, send)
+		r.got, r.err = got, err
+		if r.state.CompareAndSwap(running, answered) {
+			close(r.done)
+			return
+		}
+		l.settleLate(send, sent, got, err, now)
+	}()
+	select {
+	case <-r.done:
+		return r.got, r.err
+	case <-wait.Done():
+		if r.state.CompareAndSwap(running, abandoned) {
+			return nil, fmt.Errorf("%w: %w", errGaveUp, wait.Err())
+		}
+		<-r.done // answered just now
+		return r.got, r.err
+	}
+}
+
+// errGaveUp is a store call its caller stopped waiting for at the deadline.
+var errGaveUp = errors.New("store deadline passed")
+
+// run is one store call on its own goroutine.
+type run struct {
+	state atomic.Int32 // running, answered or abandoned
+	done  chan struct{}
+	got   []Decision
+	err   error
+}
+
+const (
+	running int32 = iota
+	answered
+	abandoned
+)
+
+// runContext is a store call's context: its own deadline (lateTimeout),
+// the caller's values, and the caller's deadline as the moment it stops
+// waiting (lanes take a call still queued then out of their queue).
+type runContext struct {
+	context.Context
+	values, wait context.Context
+}
+
+type waitKey struct{}
+
+func (c runContext) Value(key any) any {
+	if key == (waitKey{}) {
+		return c.wait
+	}
+	return c.values.Value(key)
+}
+
+// waitOf is the context whose end means the caller stopped waiting for a
+// call made under ctx: ctx itself unless the limiter runs the call on its own.
+func waitOf(ctx context.Context) context.Context {
+	if w, ok := ctx.Value(waitKey{}).(context.Context); ok {
+		return w
+	}
+	return ctx
+}
+
+// lateTimeout bounds a store call its caller gave up on: long enough for a
+// paused or slow store to answer, so what the call took is given back; a
+// call still unanswered then may have counted (clients get less, never more).
+func (l *Limiter) lateTimeout() time.Duration { return l.refundTimeout() }
+
+// settleLate is what a store call whose caller gave up leaves behind once
+// answered: the units its requests took go back to the store (the caller's
+// fallback decided them) and its replays are settled.
+func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err error, now time.Time) {
+	perCall := takeErrs(err)
+	var leases []Lease
+	for j := range send {
+		e := err
+		if perCall != nil {
+			e = perCall[j]
+		}
+		if sent[j] < 0 {
+			l.settleReplay(send[j], e, now)
+			continue
+		}
+		if e == nil && j < len(got) && got[j].Lease.Units > 0 {
+			leases = append(leases, got[j].Lease)
+		}
+	}
+	l.metrics.lateCalls.Inc()
+	if len(leases) > 0 {
+		l.metrics.lateGivenBack.Add(float64(len(leases)))
+		_ = l.giveBack(l.store, leases)
+	}
+}
+
+// settleReplay records how a replay of the fallback's admissions ended:
+// counted, or owed again (a replay that failed may still have counted: the
+// store then counts it twice, and clients get less, never more).
+func (l *Limiter) settleReplay(r Request, err error, now time.Time) {
+	if err == nil {
+		l.metrics.replayed.Add(float64(r.Cost))
+		return
+	}
+	l.ledger.owe(memKey(r.Limit), r.Cost, now)
 }
 
 // oneCall holds call's working slices for a single request (and a replay

@@ -39,7 +39,8 @@ type lane struct {
 
 // waiter is a queued call; its command is set, then done is closed.
 type waiter struct {
-	ctx  context.Context
+	ctx  context.Context // the call's
+	wait context.Context // its caller's wait (waitOf)
 	c    call
 	cmd  *redis.Cmd
 	done chan struct{}
@@ -83,11 +84,13 @@ func (ls *lanes) lane(ctx context.Context, key string) *lane {
 }
 
 // do runs one lone call on the lane: at once while fewer than loneDirect are
-// in flight, else in the next batch. ctx bounds the wait: a caller that
-// gives up while its call is still queued takes the call out, so it is
-// never sent (the fallback decides it instead, and Redis must not count it
-// too); a call already in a batch still runs (and counts), as a call
-// written to a connection does.
+// in flight, else in the next batch. A caller that stops waiting (waitOf)
+// while its call is still queued takes the call out, so it is never sent
+// (the fallback decides it instead, and Redis must not count it too). A
+// call already in a batch runs: under a Limiter, do then waits for the
+// batch's answer (the limiter gives back what the call took); under a plain
+// context it returns at once, and the call still counts, as a call written
+// to a connection does.
 func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 	l.mu.Lock()
 	if l.inflight < loneDirect && len(l.queue) == 0 {
@@ -103,19 +106,28 @@ func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 		l.mu.Unlock()
 		return failedCmd(ctx, ErrLaneFull)
 	}
-	w := &waiter{ctx: ctx, c: c, done: make(chan struct{})}
+	w := &waiter{ctx: ctx, wait: waitOf(ctx), c: c, done: make(chan struct{})}
 	l.queue = append(l.queue, w)
 	l.mu.Unlock()
 	select {
 	case <-w.done:
 		return w.cmd
-	case <-ctx.Done():
+	case <-w.wait.Done():
 		l.mu.Lock()
-		if i := slices.Index(l.queue, w); i >= 0 {
+		i := slices.Index(l.queue, w)
+		if i >= 0 {
 			l.queue = slices.Delete(l.queue, i, i+1)
 		}
 		l.mu.Unlock()
-		return failedCmd(ctx, ctx.Err())
+		if i >= 0 || w.wait == ctx {
+			return failedCmd(ctx, w.wait.Err())
+		}
+		select { // in a batch: its answer says what the call took
+		case <-w.done:
+			return w.cmd
+		case <-ctx.Done():
+			return failedCmd(ctx, ctx.Err())
+		}
 	}
 }
 
@@ -141,8 +153,8 @@ func (l *lane) nextLocked() []*waiter {
 	}
 	// A caller that gave up just now is not sent either.
 	ws = slices.DeleteFunc(ws, func(w *waiter) bool {
-		if w.ctx.Err() != nil {
-			w.cmd = failedCmd(w.ctx, w.ctx.Err())
+		if w.wait.Err() != nil {
+			w.cmd = failedCmd(w.ctx, w.wait.Err())
 			close(w.done)
 			return true
 		}
@@ -204,13 +216,13 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 		args = append(args, c.args...)
 	}
 	cmd := redis.NewCmd(ctx, args...)
-	_ = client.Process(ctx, cmd)
+	_ = client.Process(ctx, once{cmd})
 	if isNoScript(cmd.Err()) {
 		if err := s.Load(ctx); err != nil {
 			cmd.SetErr(fmt.Errorf("%w: %w", ErrNoScript, err))
 		} else {
 			cmd = redis.NewCmd(ctx, args...)
-			_ = client.Process(ctx, cmd)
+			_ = client.Process(ctx, once{cmd})
 		}
 	}
 	cmds := make([]*redis.Cmd, len(cs))
@@ -246,8 +258,8 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 // starts a goroutine per node even for one command, a fifth of an edge's
 // CPU in the profile (BENCHMARKS.md).
 func (s *RedisStore) direct(ctx context.Context, c call) *redis.Cmd {
-	cmd := s.client.EvalSha(ctx, s.scripts[c.alg].sha, c.keys, c.args...)
-	if cmd.Err() != nil {
+	cmd := evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
+	if s.client.Process(ctx, once{cmd}) != nil {
 		s.maybeReload([]*redis.Cmd{cmd})
 	}
 	return cmd

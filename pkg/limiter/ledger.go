@@ -119,9 +119,11 @@ func (lg *ledger) owe(key string, units int64, now time.Time) {
 	})
 }
 
-// debt returns the units to replay for key: those admitted within the last
-// window (older ones have left every algorithm's window).
-func (lg *ledger) debt(key string, window time.Duration, now time.Time) int64 {
+// lend takes key's debt out to be replayed: the units admitted within the
+// last window (older ones have left every algorithm's window). A replay in
+// flight is not replayed again by another call; one that fails is owed
+// again.
+func (lg *ledger) lend(key string, window time.Duration, now time.Time) int64 {
 	if lg.owing.Load() == 0 {
 		return 0
 	}
@@ -131,6 +133,7 @@ func (lg *ledger) debt(key string, window time.Duration, now time.Time) int64 {
 			lg.settle(a, a.debt)
 		}
 		d = a.debt
+		lg.settle(a, d)
 	})
 	return d
 }

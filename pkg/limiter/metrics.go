@@ -27,7 +27,10 @@ type metrics struct {
 	releaseRetries, releasesDropped prometheus.Counter
 	storeErrors                     *prometheus.CounterVec // class
 	refreshes                       prometheus.Counter
-	degraded                        []prometheus.Collector // one gauge per reason
+	// lateCalls and lateGivenBack: store calls answered after their
+	// caller gave up, and the leases they took that were given back.
+	lateCalls, lateGivenBack prometheus.Counter
+	degraded                 []prometheus.Collector // one gauge per reason
 }
 
 // newMetrics builds the Limiter's metrics; evicted counts the live keys the
@@ -96,6 +99,14 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_store_refreshes_total",
 			Help: "Breaker probes that first had the store find its nodes again (a Cluster's slot map), so a failed master's keys re-home to the promoted replica without waiting for the periodic reload.",
 		}),
+		lateCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_late_calls_total",
+			Help: "Store calls answered after their caller stopped waiting at the store deadline (the fallback decided those checks): settled in the background.",
+		}),
+		lateGivenBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_late_given_back_total",
+			Help: "Leases taken by late store calls and given back, so the store counts only what clients were admitted.",
+		}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_store_errors_total",
 			Help: "Failed store calls and probes by class: timeout, unreachable, credentials (WRONGPASS/NOAUTH/NOPERM: a misconfiguration, alerted on), error.",
@@ -133,7 +144,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		Help: "Live keys the fallback store evicted to stay under its size cap (an evicted key forgets its count and errs towards admitting).",
 	}, func() float64 { return float64(evicted()) })
 	var errs []error
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range m.degraded {

@@ -24,7 +24,6 @@ import (
 type RedisClient interface {
 	Pipeline() redis.Pipeliner
 	Process(ctx context.Context, cmd redis.Cmder) error
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
 	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
 }
 
@@ -354,7 +353,8 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 	pipe := s.client.Pipeline()
 	for _, i := range sent {
 		c := calls[i]
-		cmds[i] = pipe.EvalSha(ctx, s.scripts[c.alg].sha, c.keys, c.args...)
+		cmds[i] = evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
+		_ = pipe.Process(ctx, once{cmds[i]})
 	}
 	// Per-command errors are read from each command. A connection that fails
 	// before the pipeline is written (a wrong password fails the handshake)
@@ -387,7 +387,7 @@ const loneDirect = 2
 // written to a connection does.
 func (s *RedisStore) submit(ctx context.Context, ap *redis.AutoPipeliner, c call) *redis.Cmd {
 	cmd := evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
-	f := ap.Submit(ctx, cmd)
+	f := ap.Submit(ctx, once{cmd})
 	if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The batch may still fill cmd in at any moment: the caller reads
 		// a settled copy instead.
@@ -396,8 +396,18 @@ func (s *RedisStore) submit(ctx context.Context, ap *redis.AutoPipeliner, c call
 	return cmd
 }
 
+// once marks a script call that go-redis must not send again after a
+// connection error: the call may have run, and a second run would count it
+// twice. go-redis's Cluster client retries such errors by itself (up to
+// MaxRedirects, whatever MaxRetries says); MOVED and ASK are still
+// followed, since a redirected call did not run. The caller sees the error
+// and its fallback decides.
+type once struct{ *redis.Cmd }
+
+func (once) NoRetry() bool { return true }
+
 // evalShaCmd is an EVALSHA command for an autopipeliner or a pipeline's
-// Process, routed by its first key.
+// Process, routed by its first key; send it as once{cmd}.
 func evalShaCmd(ctx context.Context, sha string, keys []string, argv []any) *redis.Cmd {
 	args := make([]any, 0, 3+len(keys)+len(argv))
 	args = append(args, "evalsha", sha, len(keys))

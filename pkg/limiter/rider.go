@@ -77,7 +77,7 @@ func (s *RedisStore) riderCmd(ctx context.Context, r *Rider) *redis.Cmd {
 func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmds []*redis.Cmd, sent []int) {
 	rc := s.riderCmd(ctx, r)
 	if s.conn.Batch != nil && len(sent) == 1 {
-		f := s.conn.Batch.Submit(ctx, rc)
+		f := s.conn.Batch.Submit(ctx, once{rc})
 		i := sent[0]
 		cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
 		s.maybeReload(cmds[i : i+1])
@@ -94,10 +94,11 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 		return
 	}
 	pipe := s.client.Pipeline()
-	_ = pipe.Process(ctx, rc)
+	_ = pipe.Process(ctx, once{rc})
 	for _, i := range sent {
 		c := calls[i]
-		cmds[i] = pipe.EvalSha(ctx, s.scripts[c.alg].sha, c.keys, c.args...)
+		cmds[i] = evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
+		_ = pipe.Process(ctx, once{cmds[i]})
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		for _, i := range sent {
@@ -132,7 +133,7 @@ func (s *RedisStore) RunRiders(ctx context.Context, rs []*Rider) error {
 	for i, r := range rs {
 		r.sent.Store(true)
 		cmds[i] = s.riderCmd(ctx, r)
-		_ = pipe.Process(ctx, cmds[i])
+		_ = pipe.Process(ctx, once{cmds[i]})
 	}
 	_, err := pipe.Exec(ctx)
 	for i, r := range rs {

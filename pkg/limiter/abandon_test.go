@@ -1,0 +1,218 @@
+package limiter_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+)
+
+// A call written to Redis before its caller gave up still runs once Redis
+// answers, while the caller's fallback decided the request too. The limiter
+// waits for such a call in the background and gives back what it took, so
+// Redis ends up counting only what clients were admitted. Two faults hold
+// the calls past the limiter's deadline: replies that come back late (the
+// call ran, its answer is slow), and Redis paused with calls written to a
+// connection or queued in a lane's batch; for a counted limit and a held
+// one, over a plain and an autopipelined connection.
+func TestAbandonedCallIsGivenBack(t *testing.T) {
+	for _, fault := range []string{"late replies", "pause"} {
+		for _, auto := range []bool{false, true} {
+			for _, alg := range []limiter.Algorithm{limit.FixedWindow, limit.SlidingLog, limit.Concurrency} {
+				name := fault + "/" + map[bool]string{false: "plain", true: "autopipeline"}[auto] + "/" + alg.String()
+				t.Run(name, func(t *testing.T) { abandon(t, fault, auto, alg) })
+			}
+		}
+	}
+}
+
+func abandon(t *testing.T, fault string, auto bool, alg limiter.Algorithm) {
+	slow := &slowReplies{}
+	o := &redis.Options{Addr: standaloneSrv().Addr, ContextTimeoutEnabled: true, MaxRetries: -1, Dialer: slow.dial}
+	c := redis.NewClient(o)
+	defer c.Close()
+	conn := limiter.Conn(c)
+	if auto {
+		conn = autoPipelined(t, c)
+	}
+	st := connStore(t, conn)
+	require.NoError(t, st.Load(ctx(t)))
+	l, err := limiter.New(st, limiter.Config{Timeout: 50 * time.Millisecond, BreakerFailures: 1000}, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	p := testenv.KeyPrefix(t)
+	// Six keys, so that the lane's places fill and later calls wait in
+	// its queue for a batch.
+	lims := make([]limiter.Limit, 6)
+	for i := range lims {
+		lims[i] = limiter.Limit{Key: p + string(rune('a'+i)), Algorithm: alg, Limit: 5, Window: time.Hour}
+	}
+	switch fault {
+	case "late replies":
+		slow.delay.Store(int64(250 * time.Millisecond))
+	case "pause":
+		pauser := redis.NewClient(&redis.Options{Addr: standaloneSrv().Addr})
+		defer pauser.Close()
+		require.NoError(t, pauser.Do(ctx(t), "CLIENT", "PAUSE", 250, "ALL").Err())
+	}
+	var wg sync.WaitGroup
+	var fellBack atomic.Int64
+	for _, lim := range lims {
+		wg.Go(func() {
+			v, err := l.Decide(context.Background(), []limiter.Check{{Limit: lim, Cost: 1, Nodes: 1}})
+			if err == nil && v.Checks[0].Source == limiter.SourceFallback {
+				fellBack.Add(1)
+			}
+			// A held slot is released as the edge does once the
+			// response is sent.
+			l.Release(context.Background(), v)
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, len(lims), fellBack.Load(), "every call outlived the deadline")
+	slow.delay.Store(0)
+	// The calls end once Redis answers; Close waits for them.
+	l.Close()
+	for _, lim := range lims {
+		// Redis counts nothing of the abandoned calls: a fresh take sees
+		// the whole limit but its own unit (for a held limit: no slot
+		// still taken).
+		ds, err := st.Take(ctx(t), []limiter.Request{{Limit: lim, Cost: 1}})
+		require.NoError(t, err)
+		require.EqualValues(t, 4, ds[0].Remaining, "%s: Redis still counts an abandoned call", lim.Key)
+	}
+}
+
+// slowReplies is a dialer whose connections hand over Redis's replies late
+// while delay is set: the calls run, their answers arrive after the deadline.
+type slowReplies struct{ delay atomic.Int64 }
+
+func (d *slowReplies) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &slowConn{Conn: c, d: d}, nil
+}
+
+type slowConn struct {
+	net.Conn
+	d        *slowReplies
+	deadline atomic.Int64 // unix ns of the read deadline, 0 = none
+}
+
+func (c *slowConn) SetReadDeadline(t time.Time) error {
+	c.deadline.Store(0)
+	if !t.IsZero() {
+		c.deadline.Store(t.UnixNano())
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *slowConn) SetDeadline(t time.Time) error {
+	_ = c.SetReadDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *slowConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if d := c.d.delay.Load(); d > 0 && n > 0 {
+		time.Sleep(time.Duration(d)) // the fault: the reply is on its way
+		if dl := c.deadline.Load(); dl != 0 && time.Now().UnixNano() > dl {
+			// The reply came too late for the reader's deadline: what
+			// the connection would have said.
+			return 0, os.ErrDeadlineExceeded
+		}
+	}
+	return n, err
+}
+
+// cutAfterReply is a dialer whose armed connection lets the next script
+// call reach Redis, reads Redis's reply, and then fails as a connection
+// reset after the write would: the call ran, its caller never learns it.
+type cutAfterReply struct {
+	armed atomic.Bool
+	cuts  atomic.Int64
+}
+
+func (d *cutAfterReply) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &cutConn{Conn: c, d: d}, nil
+}
+
+type cutConn struct {
+	net.Conn
+	d      *cutAfterReply
+	script bool
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	if c.d.armed.Load() && strings.Contains(strings.ToLower(string(b)), "evalsha") {
+		c.script = c.d.armed.CompareAndSwap(true, false)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *cutConn) Read(b []byte) (int, error) {
+	if !c.script {
+		return c.Conn.Read(b)
+	}
+	// The reply proves the script ran; it is thrown away.
+	if _, err := c.Conn.Read(b); err != nil {
+		return 0, err
+	}
+	c.d.cuts.Add(1)
+	_ = c.Conn.Close()
+	return 0, io.ErrUnexpectedEOF
+}
+
+// A script call whose reply is lost may have run: sending it again would
+// count it twice. go-redis's Cluster client retries a command after a
+// connection error on its own (MaxRedirects, separate from MaxRetries);
+// the store's script calls are marked not to be retried, so the caller sees
+// the error (and falls back) and Redis counts the call once.
+func TestScriptCallNotRetriedAfterLostReply(t *testing.T) {
+	cl := clusterSrv()
+	for _, auto := range []bool{false, true} {
+		name := map[bool]string{false: "plain", true: "autopipeline"}[auto]
+		t.Run(name, func(t *testing.T) {
+			d := &cutAfterReply{}
+			o, err := redis.ParseClusterURL(cl.URL())
+			require.NoError(t, err)
+			o.ContextTimeoutEnabled, o.MaxRetries, o.Dialer = true, -1, d.dial
+			c := redis.NewClusterClient(o)
+			defer c.Close()
+			conn := limiter.Conn(c)
+			if auto {
+				conn = autoPipelined(t, c)
+			}
+			st := connStore(t, conn)
+			require.NoError(t, st.Load(ctx(t)))
+			lim := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}
+			_, err = st.Take(ctx(t), []limiter.Request{{Limit: lim, Cost: 1}})
+			require.NoError(t, err)
+			d.armed.Store(true)
+			_, err = st.Take(ctx(t), []limiter.Request{{Limit: lim, Cost: 1}})
+			require.EqualValues(t, 1, d.cuts.Load(), "the reply was cut")
+			require.Error(t, err, "a call whose reply was lost is an error, not a retry")
+			ds, err := st.Take(ctx(t), []limiter.Request{{Limit: lim, Cost: 1}})
+			require.NoError(t, err)
+			require.EqualValues(t, 7, ds[0].Remaining, "three takes ran, each once")
+		})
+	}
+}
