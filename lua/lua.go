@@ -87,7 +87,14 @@ var (
 //
 // ARGV: 1 the number of calls; then per call: its algorithm's code, its
 // keys, its arguments (as many as the Alg says). The reply has one element
-// per call: what the algorithm's script returns, or an error. A call whose
+// per call: what the algorithm's script returns, or an error.
+//
+// A negative code is a restore of that algorithm: its take's cost is the
+// most it may take and its need the remaining the store reported when last
+// seen, at the take's time; the call first reads the remaining (a take of
+// nothing) and takes only what is missing since, so a store that kept its
+// state takes nothing, and one that lost it counts again what it had (as
+// often as it is restored: a second restore finds nothing missing). A call whose
 // keys the node does not serve (a slot moving) fails with "non local key"
 // at its first redis.call, before it writes.
 func Batch(algs []Alg) (string, error) {
@@ -123,11 +130,28 @@ const batchLoop = `local out = {}
 local p = 2
 for i = 1, tonumber(ARGV[1]) do
   local code = tonumber(ARGV[p])
+  local restore = code < 0
+  if restore then code = -code end
   local f, w = run[code], width[code]
   if not f then
     return redis.error_reply('ERR edgeguard: unknown algorithm in batch')
   end
-  local ok, r = pcall(f, p, p + w[1])
+  local ab = p + w[1]
+  local ok, r
+  if restore then
+    local most, seen = tonumber(ARGV[ab + 6]), tonumber(ARGV[ab + 7])
+    ARGV[ab + 6], ARGV[ab + 7] = '0', '1'
+    ok, r = pcall(f, p, ab)
+    if ok and type(r) == 'table' then
+      local missing = math.min(most, r[2] - seen)
+      if missing > 0 then
+        ARGV[ab + 6] = tostring(missing)
+        ok, r = pcall(f, p, ab)
+      end
+    end
+  else
+    ok, r = pcall(f, p, ab)
+  end
   p = p + 1 + w[2]
   if ok or (type(r) == 'table' and r.err) then
     out[i] = r

@@ -692,16 +692,13 @@ type matrixCell struct {
 }
 
 // quick is the subset `go test` runs: every algorithm on standalone under
-// connections reset (the fallback, replays, retried releases) and 50 ms of
-// latency (slow, not down: exact), and the Cluster under a reset. A pause
-// past the deadline is in the full matrix only: a call already written to
-// Redis when its caller gave up still counts once Redis resumes (the caller's
-// fallback decided it too), so those cells can lose up to a few calls per
-// edge of quota — the known open part of the faults work, shown by make
-// faults.
+// connections reset (the fallback, replays, restores, retried releases),
+// 50 ms of latency (slow, not down: exact) and a pause past the deadline
+// (calls written before their callers gave up: given back once Redis
+// answers), and the Cluster under a reset.
 func quick() []matrixCell {
 	var cs []matrixCell
-	for _, f := range []string{"reset", "latency 50ms"} {
+	for _, f := range []string{"reset", "latency 50ms", "pause 1s"} {
 		for _, a := range limit.Names() {
 			cs = append(cs, matrixCell{"standalone", f, a})
 		}

@@ -216,3 +216,41 @@ func TestScriptCallNotRetriedAfterLostReply(t *testing.T) {
 		})
 	}
 }
+
+// A restore asks a store to count at least what it reported before an
+// outage: a store that kept its state takes nothing, an emptied one takes
+// what is missing, and a second restore takes nothing. Every store, every
+// algorithm that counts (a held limit gives its slots back instead).
+func TestRestoreTakesOnlyWhatIsMissing(t *testing.T) {
+	at := time.Now()
+	for _, s := range allStores(t) {
+		for _, alg := range limit.All() {
+			if alg.Spec().Held {
+				continue
+			}
+			t.Run(s.name+"/"+alg.String(), func(t *testing.T) {
+				l := limiter.Limit{Key: testenv.KeyPrefix(t) + "kept", Algorithm: alg, Limit: 60, Window: time.Hour}
+				take := func(l limiter.Limit, r limiter.Request) limiter.Decision {
+					r.Limit, r.At = l, at
+					ds, err := s.store.Take(ctx(t), []limiter.Request{r})
+					require.NoError(t, err)
+					return ds[0]
+				}
+				seen := take(l, limiter.Request{Cost: 25}).Remaining
+				require.EqualValues(t, 35, seen)
+				restore := limiter.Request{Cost: l.Capacity() - seen, Restore: true, Remaining: seen}
+				for i := range 2 {
+					d := take(l, restore)
+					require.Zero(t, d.Admitted, "restore %d of a store that kept its count", i)
+				}
+				require.EqualValues(t, seen-1, take(l, limiter.Request{Cost: 1}).Remaining, "nothing counted twice")
+
+				empty := l
+				empty.Key = testenv.KeyPrefix(t) + "empty" // a store that lost the key
+				require.EqualValues(t, 25, take(empty, restore).Admitted, "the emptied store relearns what it had")
+				require.Zero(t, take(empty, restore).Admitted, "a second restore takes nothing")
+				require.EqualValues(t, seen-1, take(empty, limiter.Request{Cost: 1}).Remaining)
+			})
+		}
+	}
+}

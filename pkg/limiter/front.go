@@ -430,21 +430,35 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 			errs[i] = errBreakerOpen
 			continue
 		}
-		// What the fallback admitted while the store could not be asked
-		// goes first, in the same round trip: the store counts it before
-		// deciding anew.
+		// What the store is owed goes with the request: first the restore
+		// of its answer before an outage (the store runs it before the
+		// rest), then what the fallback admitted while the store could not
+		// be asked, so the store counts both before deciding anew.
 		// Replayed units are counted, not spaced: their min_interval is
 		// dropped, and with a min_interval they go after the request, which
-		// a replay recorded "now" would otherwise deny.
-		if d := l.ledger.lend(keys[i], r.Limit.Window, now); d > 0 && !r.Limit.Algorithm.Spec().Held {
+		// a replay recorded "now" would otherwise deny. Held limits (slots)
+		// owe nothing: a slot is given back, not replayed.
+		if r.Limit.Algorithm.Spec().Held {
+			send = append(send, r)
+			sent = append(sent, i)
+			continue
+		}
+		if rem, at, ok := l.ledger.lendRestore(keys[i]); ok {
+			rs := Request{Limit: r.Limit, Cost: r.Limit.Capacity() - rem, Restore: true, Remaining: rem, At: at}
+			rs.Limit.MinInterval = 0
+			if rs.Cost > 0 {
+				send, sent = append(send, rs), append(sent, restoring)
+			}
+		}
+		if d := l.ledger.lend(keys[i], r.Limit.Window, now); d > 0 {
 			replay := Request{Limit: r.Limit, Cost: d, Need: 1}
 			replay.Limit.MinInterval = 0
 			if r.Limit.MinInterval > 0 {
-				send, sent = append(send, r, replay), append(sent, i, -1)
+				send, sent = append(send, r, replay), append(sent, i, replaying)
 				continue
 			}
 			send = append(send, replay)
-			sent = append(sent, -1)
+			sent = append(sent, replaying)
 		}
 		send = append(send, r)
 		sent = append(sent, i)
@@ -468,7 +482,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 		}
 		if i < 0 {
 			if !errors.Is(e, errGaveUp) { // else the call settles it when it ends
-				l.settleReplay(send[j], e, now)
+				l.settleOwed(send[j], i, e, now)
 			}
 			continue
 		}
@@ -636,7 +650,7 @@ func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err err
 			e = perCall[j]
 		}
 		if sent[j] < 0 {
-			l.settleReplay(send[j], e, now)
+			l.settleOwed(send[j], sent[j], e, now)
 			continue
 		}
 		if e == nil && j < len(got) && got[j].Lease.Units > 0 {
@@ -650,15 +664,27 @@ func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err err
 	}
 }
 
-// settleReplay records how a replay of the fallback's admissions ended:
-// counted, or owed again (a replay that failed may still have counted: the
-// store then counts it twice, and clients get less, never more).
-func (l *Limiter) settleReplay(r Request, err error, now time.Time) {
-	if err == nil {
+// A call's requests that are not a caller's (call's sent): what the store
+// is owed.
+const (
+	replaying = -1 // the fallback's admissions
+	restoring = -2 // the store's last answer before an outage
+)
+
+// settleOwed records how a replay of the fallback's admissions or a restore
+// ended: done, or owed again (a replay that failed may still have counted:
+// the store then counts it twice, and clients get less, never more).
+func (l *Limiter) settleOwed(r Request, kind int, err error, now time.Time) {
+	switch {
+	case err == nil && kind == replaying:
 		l.metrics.replayed.Add(float64(r.Cost))
-		return
+	case err == nil:
+		l.metrics.restores.Inc()
+	case kind == replaying:
+		l.ledger.owe(memKey(r.Limit), r.Cost, now)
+	default:
+		l.ledger.oweRestore(memKey(r.Limit))
 	}
-	l.ledger.owe(memKey(r.Limit), r.Cost, now)
 }
 
 // oneCall holds call's working slices for a single request (and a replay
@@ -738,14 +764,12 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	if !local.Algorithm.Spec().Held {
 		// The store's last answer says how much of this window is used:
 		// take this node's share of that up front, once per outage.
-		// The share is owed to the store like the fallback's own
-		// admissions, once per key and window: a store that comes back
-		// empty relearns what it had counted; one that kept its data
-		// counts it twice, once (clients get less, never more). A second
-		// outage in the same window seeds again but owes nothing more:
-		// owing again at every flap would count the share over and over
-		// until the window was used up.
-		used, owed, fresh, at := l.ledger.seedFor(key, local.Capacity(), nodes, c.Limit.Window, now)
+		// The answer itself is owed back to the store as a restore, sent
+		// first once it answers again: a store that comes back empty
+		// relearns what it had counted, one that kept its state takes
+		// nothing (replaying the share as units would count it twice, and
+		// at every flap again).
+		used, fresh, at := l.ledger.seedFor(key, local.Capacity(), nodes, c.Limit.Window, now)
 		if fresh {
 			l.fallback.forget(local) // an earlier outage's count: in the store's answer now
 		}
@@ -753,10 +777,7 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 			// Seeded as of the store's answer, not now: a min_interval
 			// counts from the client's last real request, and the seed
 			// must not take the place of the request being decided.
-			ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1, At: at}})
-			if err == nil && ds[0].Admitted > 0 && owed {
-				l.ledger.owe(key, ds[0].Admitted, now)
-			}
+			_, _ = l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1, At: at}})
 		}
 	}
 	ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: c.Cost}})

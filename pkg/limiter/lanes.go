@@ -209,7 +209,11 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 	args := make([]any, 0, 4+len(cs)*10)
 	args = append(args, "evalsha", s.batch.sha, 0, len(cs))
 	for _, c := range cs {
-		args = append(args, int(c.alg))
+		if c.restore {
+			args = append(args, -int(c.alg))
+		} else {
+			args = append(args, int(c.alg))
+		}
 		for _, k := range c.keys {
 			args = append(args, k)
 		}

@@ -17,7 +17,11 @@ import (
 //   - the units the fallback admitted that the store has not counted (debt):
 //     they ride along, as one extra request in the same round trip, with the
 //     key's next call once the store answers, so a store that comes back —
-//     empty or not — knows what was admitted while it was away.
+//     empty or not — knows what was admitted while it was away;
+//   - whether the store's last answer is owed back as a restore (restore):
+//     the fallback took its share of that answer's count up front, and the
+//     store is asked to count at least what it had then — nothing when it
+//     kept its state, everything when it came back empty.
 //
 // It is bounded like the over-limit cache: a flood of random keys evicts
 // entries (an evicted debt is forgotten: up to one edge's share of one key
@@ -25,7 +29,7 @@ import (
 type ledger struct {
 	seed   maphash.Seed
 	perCap int
-	owing  atomic.Int64 // accounts with debt: calls skip the lookup while none is
+	owing  atomic.Int64 // debts and restores owed: calls skip the lookup while none is
 	shards [64]ledgerShard
 }
 
@@ -38,7 +42,7 @@ type account struct {
 	remaining int64     // the store's last answer
 	seen      time.Time // when it was given
 	fallback  bool      // the fallback holds state seeded for this outage
-	seedOwed  time.Time // when a seeded share was last owed to the store
+	restore   bool      // the store's last answer is owed back as a restore
 	debt      int64     // fallback admissions the store has not counted
 	last      time.Time // the latest of them
 }
@@ -66,6 +70,9 @@ func (lg *ledger) with(key string, create bool, fn func(*account)) {
 				if v.debt > 0 {
 					lg.owing.Add(-1)
 				}
+				if v.restore {
+					lg.owing.Add(-1)
+				}
 				delete(sh.m, k)
 				break
 			}
@@ -88,9 +95,9 @@ func (lg *ledger) observe(key string, remaining int64, now time.Time) {
 // front when the key first falls back: what the store's last answer says is
 // already used, as of when it said so (at). It reports each call once per
 // outage (fresh: the fallback's state of an earlier outage is superseded by
-// the store's newer answer), and whether the seeded units are owed to the
-// store: at most once per key and window.
-func (lg *ledger) seedFor(key string, local int64, nodes int64, window time.Duration, now time.Time) (used int64, owed, fresh bool, at time.Time) {
+// the store's newer answer). A seeded outage owes the store a restore of
+// that answer (lendRestore).
+func (lg *ledger) seedFor(key string, local int64, nodes int64, window time.Duration, now time.Time) (used int64, fresh bool, at time.Time) {
 	lg.with(key, true, func(a *account) {
 		if a.fallback {
 			return
@@ -101,11 +108,39 @@ func (lg *ledger) seedFor(key string, local int64, nodes int64, window time.Dura
 		}
 		at = a.seen
 		used = max(0, local-a.remaining/nodes)
-		if used > 0 && (a.seedOwed.IsZero() || now.Sub(a.seedOwed) >= window) {
-			a.seedOwed, owed = now, true
+		if used > 0 {
+			a.restore = true
+			lg.owing.Add(1)
 		}
 	})
-	return used, owed, fresh, at
+	return used, fresh, at
+}
+
+// lendRestore takes key's owed restore out to be sent: the remaining the
+// store last reported and when. One that fails is owed again (oweRestore).
+func (lg *ledger) lendRestore(key string) (remaining int64, at time.Time, ok bool) {
+	if lg.owing.Load() == 0 {
+		return 0, time.Time{}, false
+	}
+	lg.with(key, false, func(a *account) {
+		if a.restore {
+			a.restore, ok = false, true
+			lg.owing.Add(-1)
+			remaining, at = a.remaining, a.seen
+		}
+	})
+	return remaining, at, ok
+}
+
+// oweRestore owes key's restore again (of the store's latest answer: the
+// same one, unless the store answered since).
+func (lg *ledger) oweRestore(key string) {
+	lg.with(key, false, func(a *account) {
+		if !a.restore {
+			a.restore = true
+			lg.owing.Add(1)
+		}
+	})
 }
 
 // owe adds units the fallback admitted.

@@ -56,6 +56,12 @@ type Request struct {
 	// At is the decision time; zero means the store's clock (Redis TIME).
 	// Tests pass explicit times.
 	At time.Time
+	// Restore makes the request a restore: the store had reported Remaining
+	// at At, and takes, as of At, what is missing since (at most Cost units)
+	// — nothing when it kept its state, what it had counted when it lost
+	// it. Restoring twice takes nothing the second time.
+	Restore   bool
+	Remaining int64
 }
 
 func (r Request) need() int64 {

@@ -88,6 +88,15 @@ func (s *MemoryStore) Take(_ context.Context, reqs []Request) ([]Decision, error
 		if r.Limit.Algorithm.Spec().Members {
 			a.ID = s.ids.next()
 		}
+		if r.Restore { // as the batch script does: read, then take what is missing
+			a.Cost, a.Need = 0, 1
+			out[i] = s.take(r, a)
+			if missing := min(r.Cost, out[i].Remaining-r.Remaining); missing > 0 {
+				a.Cost = missing
+				out[i] = s.take(r, a)
+			}
+			continue
+		}
 		out[i] = s.take(r, a)
 	}
 	if errs != nil {

@@ -177,9 +177,10 @@ type takeOne struct {
 
 // call is one script invocation: its algorithm, keys and arguments.
 type call struct {
-	alg  Algorithm
-	keys []string
-	args []any
+	alg     Algorithm
+	keys    []string
+	args    []any
+	restore bool // a Request.Restore: only the batch script runs it
 }
 
 // argv is a script call's ARGV (prelude.lua's order): the member id and the
@@ -201,7 +202,10 @@ func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, 
 
 // takeCall is the script call that takes r; id names its members.
 func (s *RedisStore) takeCall(r Request, id string) call {
-	return call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, id, r.Cost, r.need(), 1)}
+	if r.Restore {
+		return call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, id, r.Cost, r.Remaining, 1), true}
+	}
+	return call{alg: r.Limit.Algorithm, keys: s.Keys(r.Limit), args: s.argv("take", r.Limit, r.At, id, r.Cost, r.need(), 1)}
 }
 
 // Take implements Store.
@@ -228,6 +232,14 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 			ids[i] = s.ids.next()
 		}
 		calls[i] = s.takeCall(r, ids[i])
+	}
+	// Restores go first, each as a call of the batch script on its key's
+	// master (rare: once per key after an outage), so the requests after
+	// them find the state restored.
+	for i, c := range calls {
+		if errs[i] == nil && c.restore {
+			cmds[i] = s.restoreCmd(ctx, c)
+		}
 	}
 	s.run(ctx, calls, errs, cmds)
 	failed := false
@@ -263,7 +275,7 @@ func (s *RedisStore) Refund(ctx context.Context, leases []Lease) error {
 		if err := l.Limit.Validate(); err != nil {
 			return err
 		}
-		calls = append(calls, call{l.Limit.Algorithm, s.Keys(l.Limit), s.argv("refund", l.Limit, time.Time{}, l.id, l.Units, l.state, l.first)})
+		calls = append(calls, call{alg: l.Limit.Algorithm, keys: s.Keys(l.Limit), args: s.argv("refund", l.Limit, time.Time{}, l.id, l.Units, l.state, l.first)})
 	}
 	errs := make([]error, len(calls))
 	cmds := make([]*redis.Cmd, len(calls))
@@ -310,10 +322,23 @@ func (s *RedisStore) run(ctx context.Context, calls []call, errs []error, cmds [
 	}
 }
 
+// restoreCmd runs a restore on the master serving its key.
+func (s *RedisStore) restoreCmd(ctx context.Context, c call) *redis.Cmd {
+	client := s.client
+	if s.conn.Node != nil {
+		node, err := s.conn.Node(ctx, c.keys[0])
+		if err != nil {
+			return failedCmd(ctx, err)
+		}
+		client = node
+	}
+	return s.batched(ctx, client, []call{c})[0]
+}
+
 func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd, want func(int) bool) {
 	var sent []int
 	for i := range calls {
-		if errs[i] == nil && want(i) {
+		if errs[i] == nil && !calls[i].restore && want(i) {
 			sent = append(sent, i)
 		}
 	}
