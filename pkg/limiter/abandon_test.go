@@ -254,3 +254,31 @@ func TestRestoreTakesOnlyWhatIsMissing(t *testing.T) {
 		}
 	}
 }
+
+// A take whose reply is lost to a connection cut may have run: for a
+// concurrency slot (or a sliding-log unit) it added members Redis keeps
+// until their TTL, while the caller's fallback decided the request. Their
+// ids are known, so the limiter removes them in the background whether the
+// take ran or not: the slot is free again once the request ends.
+func TestLostReplyDoesNotLeakASlot(t *testing.T) {
+	d := &cutAfterReply{}
+	c := redis.NewClient(&redis.Options{Addr: standaloneSrv().Addr, ContextTimeoutEnabled: true, MaxRetries: -1, Dialer: d.dial})
+	defer c.Close()
+	st := connStore(t, limiter.Conn(c))
+	require.NoError(t, st.Load(ctx(t)))
+	reg := prometheus.NewRegistry()
+	l, err := limiter.New(st, limiter.Config{}, reg, nil)
+	require.NoError(t, err)
+	lim := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.Concurrency, Limit: 1, Window: time.Minute}
+	d.armed.Store(true)
+	v, err := l.Decide(context.Background(), []limiter.Check{{Limit: lim, Cost: 1, Nodes: 1}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, d.cuts.Load(), "the reply was cut")
+	require.Equal(t, limiter.SourceFallback, v.Checks[0].Source, "the caller fell back")
+	l.ReleaseAsync(v)
+	l.Close() // waits for the background give-back
+	require.Equal(t, 1.0, metric(t, reg, "edgeguard_limiter_unsure_takes_total"))
+	n, err := client(limiter.ModeStandalone).ZCard(ctx(t), st.Keys(lim)[0]).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no slot left held in Redis")
+}

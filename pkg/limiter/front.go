@@ -471,6 +471,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	l.metrics.storeCalls.Add(float64(len(send)))
 	perCall := takeErrs(err)
 	answered := l.now()
+	l.giveBackUnsureOf(got, err)
 	for j, i := range sent {
 		var e error
 		switch {
@@ -590,6 +591,23 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []s
 	}
 }
 
+// giveBackUnsureOf removes what the failed takes of a call whose replies
+// were lost may have added (Decision.Unsure).
+func (l *Limiter) giveBackUnsureOf(got []Decision, err error) {
+	if err == nil {
+		return
+	}
+	var leases []Lease
+	for _, d := range got {
+		if d.Unsure && d.Lease.Units > 0 {
+			leases = append(leases, d.Lease)
+		}
+	}
+	if len(leases) > 0 {
+		l.giveBackUnsure(leases)
+	}
+}
+
 // errGaveUp is a store call its caller stopped waiting for at the deadline.
 var errGaveUp = errors.New("store deadline passed")
 
@@ -642,6 +660,7 @@ func (l *Limiter) lateTimeout() time.Duration { return l.refundTimeout() }
 // answered: the units its requests took go back to the store (the caller's
 // fallback decided them) and its replays are settled.
 func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err error, now time.Time) {
+	l.giveBackUnsureOf(got, err)
 	perCall := takeErrs(err)
 	var leases []Lease
 	for j := range send {

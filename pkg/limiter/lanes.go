@@ -49,6 +49,27 @@ type waiter struct {
 // maxLaneBatch bounds one batch (the rest waits for the next).
 const maxLaneBatch = 128
 
+// maxBatchWork bounds the ZSET members one batch may add (a sliding log or
+// concurrency take adds one per unit; a limit holds at most
+// limit.MaxMembers): a script blocks Redis while it runs, and past
+// busy-reply-threshold (5 s by default) Redis answers every other client
+// BUSY. A call over the bound goes in a batch of its own.
+const maxBatchWork = 10_000
+
+// batchCut is how many of n calls, from the first, one batch carries: at
+// least one, at most maxLaneBatch, and no more work than maxBatchWork.
+func batchCut(n int, work func(i int) int64) int {
+	k, sum := 0, int64(0)
+	for k < n && k < maxLaneBatch {
+		if k > 0 && sum+work(k) > maxBatchWork {
+			break
+		}
+		sum += work(k)
+		k++
+	}
+	return k
+}
+
 // maxLaneQueue bounds a lane's queue: while Redis is slow the queue could
 // otherwise grow with every request until the breaker opens; past it a
 // call fails at once (the limiter's fallback decides it), as go-redis's
@@ -144,7 +165,7 @@ func (l *lane) nextLocked() []*waiter {
 		l.inflight--
 		return nil
 	}
-	n := min(len(l.queue), maxLaneBatch)
+	n := batchCut(len(l.queue), func(i int) int64 { return l.queue[i].c.work })
 	ws := slices.Clone(l.queue[:n])
 	if n == len(l.queue) {
 		l.queue = nil
@@ -206,6 +227,9 @@ func (l *lane) send(ws []*waiter) {
 // vanish when a node restarts or fails over: a batch that meets NOSCRIPT
 // ran nothing, and is sent again after loading the scripts.
 func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call) []*redis.Cmd {
+	if n := batchCut(len(cs), func(i int) int64 { return cs[i].work }); n < len(cs) { // one batch after another
+		return append(s.batched(ctx, client, cs[:n]), s.batched(ctx, client, cs[n:])...)
+	}
 	args := make([]any, 0, 4+len(cs)*10)
 	args = append(args, "evalsha", s.batch.sha, 0, len(cs))
 	for _, c := range cs {

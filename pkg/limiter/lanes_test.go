@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -262,4 +263,40 @@ func TestFullLaneIsNotAStoreFailure(t *testing.T) {
 	require.Positive(t, get("edgeguard_limiter_fallback_total", "reason", "lane_full"), "the queue bound of 1 turned calls away")
 	require.Zero(t, get("edgeguard_limiter_fallback_total", "reason", "breaker_open"))
 	require.Zero(t, get("edgeguard_limiter_store_errors_total", "class", "unreachable"))
+}
+
+// A script blocks Redis while it runs: a batch that added hundreds of
+// thousands of ZSET members would hold every other client past Redis's
+// busy threshold (BUSY). Batches are bounded by the members they may add as
+// well as by their number of calls: eight sliding-log takes of 5,000 units
+// go as four calls of the batch script, not one, and each is decided as
+// alone.
+func TestBatchesAreBoundedByWork(t *testing.T) {
+	c := client(limiter.ModeStandalone)
+	st := redisStore(t, c)
+	require.NoError(t, st.Load(ctx(t)))
+	p := testenv.KeyPrefix(t)
+	reqs := make([]limiter.Request, 8)
+	for i := range reqs {
+		reqs[i] = limiter.Request{Limit: limiter.Limit{Key: p + strconv.Itoa(i), Algorithm: limit.SlidingLog, Limit: 100_000, Window: time.Minute}, Cost: 5_000}
+	}
+	calls := func() int64 {
+		info, err := c.Info(ctx(t), "commandstats").Result()
+		require.NoError(t, err)
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				require.NoError(t, err)
+				return n
+			}
+		}
+		return 0
+	}
+	before := calls()
+	out, errs := st.TakeBatched(ctx(t), c, reqs)
+	require.EqualValues(t, 4, calls()-before, "two takes of 5,000 members per call of the batch script")
+	for i := range reqs {
+		require.NoError(t, errs[i])
+		require.EqualValues(t, 5_000, out[i][0], "take %d admitted whole", i)
+	}
 }

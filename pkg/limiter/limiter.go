@@ -143,6 +143,10 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Lease is what Refund gives back.
 	Lease Lease
+	// Unsure marks a failed take whose reply was lost after it was sent: it
+	// may have run, and Lease names the members it would have added
+	// (member-keeping algorithms only), to be removed whether it ran or not.
+	Unsure bool
 }
 
 // Lease identifies the units a Decision took, so that they can be given back

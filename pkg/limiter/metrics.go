@@ -30,7 +30,7 @@ type metrics struct {
 	// lateCalls and lateGivenBack: store calls answered after their
 	// caller gave up, and the leases they took that were given back.
 	lateCalls, lateGivenBack prometheus.Counter
-	restores                 prometheus.Counter
+	restores, unsure         prometheus.Counter
 	degraded                 []prometheus.Collector // one gauge per reason
 }
 
@@ -104,6 +104,10 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_restores_total",
 			Help: "Keys whose store answer before an outage was restored once the store answered again (a store that kept its state takes nothing).",
 		}),
+		unsure: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_unsure_takes_total",
+			Help: "Sliding-log and concurrency takes whose reply was lost after they were sent (a connection cut): the members they may have added are removed by id in the background, as releases are.",
+		}),
 		lateCalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_late_calls_total",
 			Help: "Store calls answered after their caller stopped waiting at the store deadline (the fallback decided those checks): settled in the background.",
@@ -149,7 +153,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		Help: "Live keys the fallback store evicted to stay under its size cap (an evicted key forgets its count and errs towards admitting).",
 	}, func() float64 { return float64(evicted()) })
 	var errs []error
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range m.degraded {

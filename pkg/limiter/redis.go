@@ -180,7 +180,8 @@ type call struct {
 	alg     Algorithm
 	keys    []string
 	args    []any
-	restore bool // a Request.Restore: only the batch script runs it
+	restore bool  // a Request.Restore: only the batch script runs it
+	work    int64 // what it may write: the units of a member-keeping take, else 1
 }
 
 // argv is a script call's ARGV (prelude.lua's order): the member id and the
@@ -202,10 +203,16 @@ func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, 
 
 // takeCall is the script call that takes r; id names its members.
 func (s *RedisStore) takeCall(r Request, id string) call {
-	if r.Restore {
-		return call{r.Limit.Algorithm, s.Keys(r.Limit), s.argv("take", r.Limit, r.At, id, r.Cost, r.Remaining, 1), true}
+	c := call{alg: r.Limit.Algorithm, keys: s.Keys(r.Limit), restore: r.Restore, work: 1}
+	if r.Limit.Algorithm.Spec().Members {
+		c.work = r.Cost // one ZSET member per unit
 	}
-	return call{alg: r.Limit.Algorithm, keys: s.Keys(r.Limit), args: s.argv("take", r.Limit, r.At, id, r.Cost, r.need(), 1)}
+	if r.Restore {
+		c.args = s.argv("take", r.Limit, r.At, id, r.Cost, r.Remaining, 1)
+	} else {
+		c.args = s.argv("take", r.Limit, r.At, id, r.Cost, r.need(), 1)
+	}
+	return c
 }
 
 // Take implements Store.
@@ -253,6 +260,12 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 			err = fmt.Errorf("script returned %d values, want 5", len(v))
 		}
 		if err != nil {
+			if errs[i] == nil && r.Limit.Algorithm.Spec().Members && !r.Restore && maybeRan(err) {
+				// The reply was lost, not the call: it may have added
+				// its members. Their ids are known, so the caller can
+				// remove them whether or not it ran (Decision.Unsure).
+				out[i] = Decision{Unsure: true, Lease: Lease{Limit: r.Limit, id: ids[i], first: 1, Units: r.Cost}}
+			}
 			errs[i] = fmt.Errorf("taking %s: %w", r.Limit.Algorithm, err)
 			failed = true
 			continue

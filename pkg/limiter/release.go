@@ -1,7 +1,13 @@
 package limiter
 
 import (
+	"context"
+	"errors"
+	"net"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Releases in the background: a response must never wait for Redis to
@@ -60,4 +66,40 @@ func (l *Limiter) releaseWithRetry(s Store, leases []Lease) {
 		time.Sleep(wait) // a background retry's backoff, not a test's wait
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// giveBackUnsure gives back, in the background and retried like a release,
+// the members a take may have added though its reply was lost (see
+// RedisStore.Take): removing members by their id is harmless when the take
+// never ran.
+func (l *Limiter) giveBackUnsure(leases []Lease) {
+	select {
+	case l.releasing <- struct{}{}:
+	default:
+		l.metrics.releasesDropped.Inc()
+		return
+	}
+	l.metrics.unsure.Add(float64(len(leases)))
+	l.bg.Go(func() {
+		defer func() { <-l.releasing }()
+		l.releaseWithRetry(l.store, leases)
+	})
+}
+
+// maybeRan reports whether a call that failed with err may still have run
+// in Redis: its connection failed after it was written. A reply from Redis
+// (a script error, NOSCRIPT, BUSY), a call never sent (a full lane, a
+// caller that left while it was queued, a failed dial, an exhausted pool)
+// ran nothing.
+func maybeRan(err error) bool {
+	var rerr redis.Error
+	if err == nil || errors.As(err, &rerr) || errors.Is(err, ErrLaneFull) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !strings.Contains(err.Error(), "connection pool timeout")
 }
