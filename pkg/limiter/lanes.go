@@ -76,6 +76,9 @@ func batchCut(n int, work func(i int) int64) int {
 // AutoPipeliner fails a call past its queue.
 var maxLaneQueue = 1 << 14
 
+// errNotSent is a call taken out of its lane's queue before it was sent.
+var errNotSent = errors.New("left the queue unsent")
+
 // ErrLaneFull means a call found its Redis master's queue full.
 var ErrLaneFull = errors.New("limiter: too many calls waiting for one Redis master")
 
@@ -141,7 +144,7 @@ func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 		}
 		l.mu.Unlock()
 		if i >= 0 || w.wait == ctx {
-			return failedCmd(ctx, w.wait.Err())
+			return failedCmd(ctx, fmt.Errorf("%w: %w", errNotSent, w.wait.Err()))
 		}
 		select { // in a batch: its answer says what the call took
 		case <-w.done:
@@ -175,7 +178,7 @@ func (l *lane) nextLocked() []*waiter {
 	// A caller that gave up just now is not sent either.
 	ws = slices.DeleteFunc(ws, func(w *waiter) bool {
 		if w.wait.Err() != nil {
-			w.cmd = failedCmd(w.ctx, w.wait.Err())
+			w.cmd = failedCmd(w.ctx, fmt.Errorf("%w: %w", errNotSent, w.wait.Err()))
 			close(w.done)
 			return true
 		}

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"context"
 	"errors"
 	"net"
 	"strings"
@@ -87,14 +86,13 @@ func (l *Limiter) giveBackUnsure(leases []Lease) {
 }
 
 // maybeRan reports whether a call that failed with err may still have run
-// in Redis: its connection failed after it was written. A reply from Redis
-// (a script error, NOSCRIPT, BUSY), a call never sent (a full lane, a
-// caller that left while it was queued, a failed dial, an exhausted pool)
-// ran nothing.
+// in Redis: its connection failed, or its deadline passed, after it may have
+// been written. A reply from Redis (a script error, NOSCRIPT, BUSY), a call
+// never sent (a full lane, a caller that left while it was queued, a failed
+// dial, an exhausted pool) ran nothing.
 func maybeRan(err error) bool {
 	var rerr redis.Error
-	if err == nil || errors.As(err, &rerr) || errors.Is(err, ErrLaneFull) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.As(err, &rerr) || errors.Is(err, ErrLaneFull) || errors.Is(err, errNotSent) {
 		return false
 	}
 	var op *net.OpError
