@@ -20,6 +20,8 @@ type FieldError struct {
 	// kind is the named error this problem is an instance of (ErrEmpty,
 	// ErrMultipleDocuments, ErrUnsupportedVersion), for errors.Is.
 	kind error
+	// syntax marks a YAML syntax error, whose line parseTree corrects.
+	syntax bool
 }
 
 // Unwrap returns the named error the problem is an instance of, if any.

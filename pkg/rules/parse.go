@@ -70,14 +70,26 @@ func decodeDocument(root *yaml.Node) (*Document, []*FieldError) {
 // parseTree returns the top-level mapping of the single document in data.
 // Its errors are *FieldError, with the line where there is one.
 func parseTree(data []byte) (*yaml.Node, error) {
-	invalid := func(fe *FieldError) error { return fmt.Errorf("rules: invalid document:\n%w", fe) }
+	root, fe := parseYAML(data)
+	if fe == nil {
+		return root, nil
+	}
+	if fe.syntax && fe.Line > 0 {
+		fe.Line = problemLine(data, fe)
+	}
+	return nil, fmt.Errorf("rules: invalid document:\n%w", fe)
+}
+
+// parseYAML is parseTree with yaml.v3's lines in syntax errors, which are
+// often not the line with the mistake (see problemLine).
+func parseYAML(data []byte) (*yaml.Node, *FieldError) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, invalid(&FieldError{Index: -1, Msg: ErrEmpty.Error(), kind: ErrEmpty})
+			return nil, &FieldError{Index: -1, Msg: ErrEmpty.Error(), kind: ErrEmpty}
 		}
-		return nil, invalid(syntaxError(err))
+		return nil, syntaxError(err)
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
@@ -85,19 +97,19 @@ func parseTree(data []byte) (*yaml.Node, error) {
 	case err != nil:
 		fe := syntaxError(err)
 		fe.Msg, fe.kind = ErrMultipleDocuments.Error()+"; the next one has "+fe.Msg, ErrMultipleDocuments
-		return nil, invalid(fe)
+		return nil, fe
 	default:
-		return nil, invalid(&FieldError{Index: -1, Msg: ErrMultipleDocuments.Error(), Line: extra.Line, kind: ErrMultipleDocuments})
+		return nil, &FieldError{Index: -1, Msg: ErrMultipleDocuments.Error(), Line: extra.Line, kind: ErrMultipleDocuments}
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
 	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return nil, invalid(&FieldError{Index: -1, Msg: ErrEmpty.Error(), Line: root.Line, kind: ErrEmpty})
+		return nil, &FieldError{Index: -1, Msg: ErrEmpty.Error(), Line: root.Line, kind: ErrEmpty}
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, invalid(&FieldError{Index: -1, Line: root.Line, Msg: "the top level must be a mapping with version and rules, got " + describeNode(root)})
+		return nil, &FieldError{Index: -1, Line: root.Line, Msg: "the top level must be a mapping with version and rules, got " + describeNode(root)}
 	}
 	return root, nil
 }
@@ -107,13 +119,44 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // syntaxError is a yaml.v3 parse error as a FieldError with its line.
 func syntaxError(err error) *FieldError {
 	msg := err.Error()
-	fe := &FieldError{Index: -1}
+	fe := &FieldError{Index: -1, syntax: true}
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		fe.Line, _ = strconv.Atoi(m[1])
 		msg = m[2]
 	}
 	fe.Msg = "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")
 	return fe
+}
+
+// problemLine finds the line of a syntax error. yaml.v3 names the line
+// where the construct it was reading began, counted from 0 for parser
+// errors ("line 3" for an unclosed "[" on line 4; for a mis-indented key
+// on line 5, the line of the list it broke). The mistake is on the first
+// line at which the text stops parsing with that same message: it is
+// searched from yaml.v3's line on, a few lines at most, each try a parse
+// of the text up to that line (only for documents that do not parse).
+func problemLine(data []byte, fe *FieldError) int {
+	const maxTries = 20
+	start := 0 // offset of line fe.Line
+	for line := 1; line < fe.Line; line++ {
+		i := bytes.IndexByte(data[start:], '\n')
+		if i < 0 {
+			return fe.Line
+		}
+		start += i + 1
+	}
+	end := start
+	for line := fe.Line; line < fe.Line+maxTries && end < len(data); line++ {
+		if i := bytes.IndexByte(data[end:], '\n'); i >= 0 {
+			end += i + 1
+		} else {
+			end = len(data)
+		}
+		if _, got := parseYAML(data[:end]); got != nil && got.syntax && got.Msg == fe.Msg {
+			return line
+		}
+	}
+	return fe.Line
 }
 
 // checkVersion requires version: SchemaVersion, before the strict decode:

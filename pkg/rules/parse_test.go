@@ -211,3 +211,25 @@ func TestParseErrorsAreFieldErrors(t *testing.T) {
 	require.True(t, errors.As(err, &fe))
 	require.Equal(t, "a", fe.RuleID)
 }
+
+// A YAML syntax error names the line with the mistake, not the line (often
+// one too low) that yaml.v3 names.
+func TestSyntaxErrorLines(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"unclosed flow list", "version: 1\nrules:\n  - id: a\n    key: [ip\n    algorithm: x\n", "line 4: YAML syntax: did not find expected ',' or ']'"},
+		{"unclosed flow mapping", "version: 1\nrules:\n  - id: a\n    key: {ip\n", "line 4: YAML syntax: did not find expected ',' or '}'"},
+		{"key indented too little", "version: 1\nrules:\n  - id: a\n    key: [ip]\n   algorithm: x\n", "line 5: YAML syntax: did not find expected '-' indicator"},
+		{"tab", "version: 1\nrules:\n  - id: a\n\tkey: [ip]\n", "line 4: YAML syntax: found a tab character that violates indentation"},
+		{"unclosed quote", "version: 1\nrules:\n  - id: \"a\n", "line 3: YAML syntax: found unexpected end of stream"},
+		{"colon in a plain value", "version: 1\nrules:\n  - id: a\n    key: [ip]\n  - id: b: c\n", "line 5: YAML syntax: mapping values are not allowed in this context"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.src))
+			require.EqualError(t, err, "rules: invalid document:\n"+tc.want)
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe)
+		})
+	}
+}
