@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -108,16 +107,12 @@ func FieldValue(r Rule, name string) string {
 	return fmt.Sprint(v.Interface())
 }
 
-// isLeaf reports whether t is decoded from a scalar although it is a struct
-// or pointer (none are today; a type implementing yaml.Unmarshaler is).
+// isLeaf reports whether t reads itself (implements yaml.Unmarshaler).
 func isLeaf(t reflect.Type) bool {
 	return reflect.PointerTo(t).Implements(yamlUnmarshaler)
 }
 
-var (
-	yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
-	durationType    = reflect.TypeFor[Duration]()
-)
+var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
 
 // decoder collects the problems of one decode.
 type decoder struct {
@@ -223,13 +218,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value) {
 		}
 		return // "field:" with no value says nothing: the default stays
 	}
-	if t == durationType {
-		d.duration(n, v)
-		return
-	}
 	if isLeaf(t) {
-		// A type of another package that reads itself (the behaviour
-		// section's durations): its own message, at its own line.
+		// A type that reads itself (Duration, the behaviour section's
+		// durations): its own message, at its own line.
 		if err := v.Addr().Interface().(yaml.Unmarshaler).UnmarshalYAML(n); err != nil {
 			for _, msg := range typeErrors(err) {
 				d.problem(n, d.field(), "%s", msg)
@@ -393,28 +384,8 @@ func firstKey(n *yaml.Node, name string) *yaml.Node {
 	return n
 }
 
-func (d *decoder) duration(n *yaml.Node, v reflect.Value) {
-	if n.Kind != yaml.ScalarNode {
-		d.problem(n, d.field(), "want a duration such as \"1m\" or \"250ms\", got %s", describeNode(n))
-		return
-	}
-	x, err := time.ParseDuration(n.Value)
-	if err != nil {
-		hint := ""
-		if _, numErr := strconv.ParseFloat(n.Value, 64); numErr == nil {
-			hint = " (a number needs a unit: s, ms, m, h)"
-		}
-		d.problem(n, d.field(), "want a duration such as \"1m\" or \"250ms\", got %q%s", n.Value, hint)
-		return
-	}
-	v.SetInt(int64(x))
-}
-
 // describe names what a value of type t is written as, for messages.
 func describe(t reflect.Type) string {
-	if t == durationType {
-		return `a duration such as "1m"`
-	}
 	switch t.Kind() {
 	case reflect.Pointer:
 		return describe(t.Elem())
