@@ -118,6 +118,10 @@ var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
 type decoder struct {
 	errs []*FieldError
 	path []step // see step
+	// merged counts the mappings merged into the current rule, so that
+	// merge keys merging merge keys cannot make a few lines decode for
+	// ever.
+	merged int
 	// said holds what was reported at which node, so a node decoded twice
 	// (an anchored rule merged into another) is reported once.
 	said map[saidKey]bool
@@ -151,6 +155,10 @@ func (d *decoder) rules(items []*yaml.Node, out []Rule) {
 	for i, n := range items {
 		from := len(d.errs)
 		out[i] = defaultRule
+		d.merged = 0
+		if r := resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.Tag == "!!null" {
+			d.problem(r, "", "want a rule, got an empty entry") // yaml.v3 drops it
+		}
 		d.decode(n, reflect.ValueOf(&out[i]).Elem())
 		id := out[i].ID
 		if !validID(id) {
@@ -163,8 +171,12 @@ func (d *decoder) rules(items []*yaml.Node, out []Rule) {
 }
 
 // maxMergeDepth bounds merge keys within merge keys: a mapping that merges
-// itself through an alias would otherwise never end.
-const maxMergeDepth = 16
+// itself through an alias would otherwise never end. maxMerged bounds the
+// mappings merged into one rule (or into the rest of the document).
+const (
+	maxMergeDepth = 16
+	maxMerged     = 1000
+)
 
 // resolve follows aliases to the node they name.
 func resolve(n *yaml.Node) *yaml.Node {
@@ -179,8 +191,11 @@ func resolve(n *yaml.Node) *yaml.Node {
 // and turns it into text ("match.hosts[1]") only when there is a problem.
 type step struct {
 	name  string
-	index int
+	index int // for a list entry, whose name is listEntry
 }
+
+// listEntry names the steps into a list: no field is called that.
+const listEntry = "[]"
 
 func (d *decoder) push(name string, index int) { d.path = append(d.path, step{name, index}) }
 func (d *decoder) pop()                        { d.path = d.path[:len(d.path)-1] }
@@ -190,7 +205,7 @@ func (d *decoder) field() string {
 	var b strings.Builder
 	for _, s := range d.path {
 		switch {
-		case s.name == "":
+		case s.name == listEntry:
 			b.WriteString("[" + strconv.Itoa(s.index) + "]")
 		case b.Len() > 0:
 			b.WriteString("." + s.name)
@@ -202,7 +217,7 @@ func (d *decoder) field() string {
 }
 
 // inList reports whether the current value is a list entry.
-func (d *decoder) inList() bool { return len(d.path) > 0 && d.path[len(d.path)-1].name == "" }
+func (d *decoder) inList() bool { return len(d.path) > 0 && d.path[len(d.path)-1].name == listEntry }
 
 // decode sets v (addressable) from n.
 func (d *decoder) decode(n *yaml.Node, v reflect.Value) {
@@ -248,7 +263,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value) {
 			d.rules(n.Content, s.Interface().([]Rule))
 		} else {
 			for i, c := range n.Content {
-				d.push("", i)
+				d.push(listEntry, i)
 				d.decode(c, s.Index(i))
 				d.pop()
 			}
@@ -327,8 +342,9 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, depth int, seen *uint64
 			merges = append(merges, val)
 			continue
 		}
-		if k.Kind != yaml.ScalarNode {
-			d.problem(k, d.field(), "a key must be a plain name, got %s", describeNode(k))
+		if k.Kind != yaml.ScalarNode || k.Tag == "!!null" {
+			// yaml.v3 skips an empty key and what it maps to; it is a mistake.
+			d.problem(k, d.field(), "a key must be a field name, got %s", describeNode(k))
 			continue
 		}
 		j, ok := fs.byName[k.Value]
@@ -355,8 +371,8 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, depth int, seen *uint64
 	// Merged mappings fill the fields left; the first one listed wins.
 	for _, m := range merges {
 		m = resolve(m)
-		if depth >= maxMergeDepth {
-			d.problem(m, d.field(), "merge keys nested too deep")
+		if d.merged++; depth >= maxMergeDepth || d.merged > maxMerged {
+			d.problem(m, d.field(), "merge keys (<<) nested too deep")
 			return
 		}
 		items := []*yaml.Node{m}
@@ -419,6 +435,9 @@ func describeNode(n *yaml.Node) string {
 	case yaml.SequenceNode:
 		return "a list"
 	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing"
+		}
 		v := n.Value
 		if len(v) > 40 {
 			v = v[:40] + "..."
