@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -32,27 +31,14 @@ func (d ruleDiff) empty() bool {
 	return len(d.Added) == 0 && len(d.Removed) == 0 && len(d.Changed) == 0
 }
 
-// ruleFields are the fields compared, in document order, as written in YAML.
-var ruleFields = []struct {
-	name string
-	get  func(rules.Rule) string
-}{
-	{"match.hosts", func(r rules.Rule) string { return list(r.Match.Hosts) }},
-	{"match.path_prefix", func(r rules.Rule) string { return list(r.Match.PathPrefix) }},
-	{"match.methods", func(r rules.Rule) string { return list(r.Match.Methods) }},
-	{"key", func(r rules.Rule) string { return list(r.Key) }},
-	{"algorithm", func(r rules.Rule) string { return string(r.Algorithm) }},
-	{"limit", func(r rules.Rule) string { return strconv.FormatInt(r.Limit, 10) }},
-	{"window", func(r rules.Rule) string { return r.Window.String() }},
-	{"burst", func(r rules.Rule) string { return strconv.FormatInt(r.Burst, 10) }},
-	{"cost", func(r rules.Rule) string { return strconv.FormatInt(r.Cost, 10) }},
-	{"min_interval", func(r rules.Rule) string { return r.MinInterval.String() }},
-	{"shadow", func(r rules.Rule) string { return strconv.FormatBool(r.Shadow) }},
-	{"scope", func(r rules.Rule) string { return string(r.Scope) }},
-	{"disabled", func(r rules.Rule) string { return strconv.FormatBool(r.Disabled) }},
+// exit is the exit code of a diff: ExitOK when the rules are the same,
+// ExitDiffers when they are not (already printed: nothing more to say).
+func (d ruleDiff) exit() error {
+	if d.empty() {
+		return nil
+	}
+	return reported(ExitDiffers, "the rules differ")
 }
-
-func list(s []string) string { return "[" + strings.Join(s, ", ") + "]" }
 
 // diffRules compares two parsed (so normalized) documents; either may be nil.
 func diffRules(old, new *rules.Document) ruleDiff {
@@ -74,9 +60,12 @@ func diffRules(old, new *rules.Document) ruleDiff {
 			continue
 		}
 		var fields []fieldChange
-		for _, f := range ruleFields {
-			if ov, nv := f.get(or), f.get(nr); ov != nv {
-				fields = append(fields, fieldChange{Field: f.name, Old: ov, New: nv})
+		for _, f := range rules.FieldNames() {
+			if f == "id" {
+				continue // the rules are paired by id
+			}
+			if ov, nv := rules.FieldValue(or, f), rules.FieldValue(nr, f); ov != nv {
+				fields = append(fields, fieldChange{Field: f, Old: ov, New: nv})
 			}
 		}
 		if len(fields) > 0 {

@@ -18,6 +18,8 @@ import (
 
 // problem is one thing wrong with a document or a setting.
 type problem struct {
+	File    string `json:"file,omitempty"`
+	Line    int    `json:"line,omitempty"`
 	Rule    string `json:"rule,omitempty"`
 	Index   *int   `json:"index,omitempty"`
 	Field   string `json:"field,omitempty"`
@@ -25,16 +27,27 @@ type problem struct {
 }
 
 func (p problem) String() string {
+	where := ""
 	switch {
-	case p.Field == "":
-		return p.Message
-	case p.Index == nil:
-		return p.Field + ": " + p.Message
-	case p.Rule != "":
-		return fmt.Sprintf("rule %q: %s: %s", p.Rule, p.Field, p.Message)
-	default:
-		return fmt.Sprintf("rules[%d]: %s: %s", *p.Index, p.Field, p.Message)
+	case p.File != "" && p.Line > 0:
+		where = fmt.Sprintf("%s:%d: ", p.File, p.Line)
+	case p.File != "":
+		where = p.File + ": "
 	}
+	switch {
+	case p.Field == "" && p.Index == nil:
+		return where + p.Message
+	case p.Index == nil:
+		return where + p.Field + ": " + p.Message
+	}
+	what := fmt.Sprintf("rules[%d]", *p.Index)
+	if p.Rule != "" {
+		what = fmt.Sprintf("rule %q", p.Rule)
+	}
+	if p.Field == "" {
+		return where + what + ": " + p.Message
+	}
+	return where + what + ": " + p.Field + ": " + p.Message
 }
 
 // problemsOf lists every problem in a rules or shedder error: the
@@ -45,7 +58,7 @@ func problemsOf(err error) []problem {
 	var out []problem
 	if len(fes) > 0 {
 		for _, fe := range fes {
-			p := problem{Rule: fe.RuleID, Field: fe.Field, Message: fe.Msg}
+			p := problem{Line: fe.Line, Rule: fe.RuleID, Field: fe.Field, Message: fe.Msg}
 			if fe.Index >= 0 {
 				i := fe.Index
 				p.Index = &i
@@ -95,7 +108,11 @@ func (a *app) reportInvalid(what string, probs []problem, tail string) error {
 	}
 	fmt.Fprintln(a.stderr, "regionctl: "+head+":")
 	for _, p := range probs {
-		fmt.Fprintln(a.stderr, "  "+p.String())
+		indent := "  "
+		if p.File != "" {
+			indent = "" // "FILE:LINE: ..." at the start of the line, as compilers write it
+		}
+		fmt.Fprintln(a.stderr, indent+p.String())
 	}
 	return reported(ExitInvalid, head)
 }
@@ -116,9 +133,18 @@ func (a *app) readRulesFile(path, tail string) ([]byte, *rules.Document, error) 
 	}
 	doc, err := a.parseRules(data)
 	if err != nil {
-		return nil, nil, a.reportInvalid(path, problemsOf(err), tail)
+		return nil, nil, a.reportInvalid(path, fileProblems(path, err), tail)
 	}
 	return data, doc, nil
+}
+
+// fileProblems is problemsOf(err), each problem naming file.
+func fileProblems(file string, err error) []problem {
+	probs := problemsOf(err)
+	for i := range probs {
+		probs[i].File = file
+	}
+	return probs
 }
 
 // parseStored parses a stored document; nil when absent.

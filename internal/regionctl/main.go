@@ -24,7 +24,7 @@ import (
 
 // Exit codes, documented in usage and README.md.
 const (
-	ExitOK           = 0 // success (also: diff found differences, status with no edges)
+	ExitOK           = 0 // success (also: status with no edges)
 	ExitError        = 1 // any other failure
 	ExitUsage        = 2 // bad command line
 	ExitConflict     = 3 // check-and-set lost: the document changed since it was read
@@ -33,6 +33,7 @@ const (
 	ExitNotConverged = 6 // regions status: a healthy edge runs other rules than KV holds
 	ExitUnreachable  = 7 // Consul agent unreachable (or timed out)
 	ExitUnknown      = 8 // unknown region (no such Consul datacenter)
+	ExitDiffers      = 9 // rules diff: the rules differ
 )
 
 const usageText = `regionctl manages edgeguard rules and shedder settings in Consul, region by region.
@@ -41,8 +42,9 @@ Usage:
   regionctl [global flags] <command> [flags] [args]
 
 Rules (YAML, schema v1; each region is a Consul datacenter of the same name):
-  rules validate FILE                          check FILE offline, listing every error (rule id and field)
+  rules validate FILE...                       check files offline, listing every problem as FILE:LINE
   rules diff --region R [--global] FILE        rule-level diff of R's region (or global) document against FILE
+  rules diff OLD NEW                           rule-level diff of two files, offline
   rules push --region R [--global] FILE        write FILE as R's region (or global) document (check-and-set)
   rules push --all FILE                        write FILE as the global document into every region, one by one
   rules get --region R [--effective|--global|--document]
@@ -87,7 +89,7 @@ Global flags (before or after the command):
   --timeout DUR      bound on each Consul request (default 10s)
 
 Exit codes:
-  0  success ("rules diff" exits 0 whether or not there are differences)
+  0  success ("rules diff": the rules are the same)
   1  error
   2  usage error
   3  conflict: the document changed since it was read (another push won); re-run
@@ -96,6 +98,7 @@ Exit codes:
   6  not converged (regions status): a healthy edge runs other rules than KV holds
   7  Consul unreachable: the agent, or through it a region's servers
   8  unknown region
+  9  rules diff: the rules differ
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.
 `

@@ -3,6 +3,7 @@ package regionctl
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,27 +12,79 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
-// rules validate FILE
+// rules validate FILE...
 func (a *app) rulesValidate(args []string) error {
-	fs := a.flags("rules validate", "FILE")
+	fs := a.flags("rules validate", "FILE...")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usagef("rules validate takes one FILE")
+	if len(pos) == 0 {
+		return usagef("rules validate takes one or more FILEs")
 	}
-	_, doc, err := a.readRulesFile(pos[0], "")
-	if err != nil {
-		return err
+	results := make([]map[string]any, len(pos))
+	codes := make([]int, len(pos))
+	for i, f := range pos {
+		results[i], codes[i] = a.validateFile(f)
 	}
-	v := rules.DocumentVersion(doc) // what a push records in history
+	code := combine(codes)
 	if a.json() {
-		a.emitJSON(map[string]any{"valid": true, "document": pos[0], "rules": len(doc.Rules), "version": v})
+		if len(results) == 1 {
+			a.emitJSON(results[0])
+		} else {
+			out := map[string]any{"valid": code == ExitOK, "documents": results}
+			if code != ExitOK {
+				out["exit_code"], out["reason"] = code, reasonOf(code)
+			}
+			a.emitJSON(out)
+		}
+	}
+	if code == ExitOK {
 		return nil
 	}
-	a.printf("%s: valid, %s, version %s\n", pos[0], plural(len(doc.Rules), "rule"), v)
-	return nil
+	bad := 0
+	for _, c := range codes {
+		if c != ExitOK {
+			bad++
+		}
+	}
+	msg := fmt.Sprintf("%d of %s not valid", bad, plural(len(pos), "file"))
+	if len(pos) == 1 {
+		return reported(code, msg) // the file's own lines said it
+	}
+	return &codedError{code: code, msg: msg}
+}
+
+// validateFile checks one file: its JSON result and exit code. Text goes
+// out at once: the valid line on stdout, the problems (or why the file
+// could not be read) on stderr.
+func (a *app) validateFile(path string) (map[string]any, int) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := fmt.Sprintf("reading rules file: %v", err)
+		if !a.json() {
+			fmt.Fprintln(a.stderr, "regionctl: "+msg)
+		}
+		return map[string]any{"valid": false, "document": path, "error": msg, "exit_code": ExitError, "reason": reasonOf(ExitError)}, ExitError
+	}
+	doc, err := a.parseRules(data)
+	if err != nil {
+		probs := fileProblems(path, err)
+		head := fmt.Sprintf("%s: invalid (%s)", path, plural(len(probs), "problem"))
+		if !a.json() {
+			fmt.Fprintln(a.stderr, "regionctl: "+head+":")
+			for _, p := range probs {
+				fmt.Fprintln(a.stderr, p.String())
+			}
+		}
+		return map[string]any{"valid": false, "document": path, "problems": probs,
+			"error": head, "exit_code": ExitInvalid, "reason": reasonOf(ExitInvalid)}, ExitInvalid
+	}
+	v := rules.DocumentVersion(doc) // what a push records in history
+	if !a.json() {
+		a.printf("%s: valid, %s, version %s\n", path, plural(len(doc.Rules), "rule"), v)
+	}
+	return map[string]any{"valid": true, "document": path, "rules": len(doc.Rules), "version": v}, ExitOK
 }
 
 // docFlags are the flags that pick a region and one of its documents.
@@ -270,15 +323,20 @@ func (a *app) printRetention(r string, stored int, p region.Pruning) {
 
 // rules diff --region R [--global] FILE
 func (a *app) rulesDiff(args []string) error {
-	fs := a.flags("rules diff", "--region R [--global] FILE")
+	fs := a.flags("rules diff", "--region R [--global] FILE | OLD NEW")
 	var d docFlags
 	d.register(fs)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usagef("rules diff takes one FILE")
+	switch {
+	case len(pos) == 2 && d.region == "" && !d.global:
+		return a.diffFiles(pos[0], pos[1])
+	case len(pos) == 2:
+		return usagef("rules diff OLD NEW compares two files and takes no --region or --global")
+	case len(pos) != 1:
+		return usagef("rules diff takes FILE (with --region) or two FILEs")
 	}
 	file := pos[0]
 	data, doc, err := a.readRulesFile(file, "")
@@ -316,7 +374,7 @@ func (a *app) rulesDiff(args []string) error {
 			out["effective_error"] = oneLine(errAfter)
 		}
 		a.emitJSON(out)
-		return nil
+		return diff.exit()
 	}
 	if diff.empty() {
 		note := ""
@@ -332,7 +390,39 @@ func (a *app) rulesDiff(args []string) error {
 	if errAfter != nil {
 		a.printf("warning: the effective rules would be invalid: %s\n", oneLine(errAfter))
 	}
-	return nil
+	return diff.exit()
+}
+
+// diffFiles is "rules diff OLD NEW": two files, no Consul.
+func (a *app) diffFiles(oldFile, newFile string) error {
+	oldData, old, err := a.readRulesFile(oldFile, "")
+	if err != nil {
+		return err
+	}
+	newData, doc, err := a.readRulesFile(newFile, "")
+	if err != nil {
+		return err
+	}
+	diff := diffRules(old, doc)
+	vOld, vNew := rules.DocumentVersion(old), rules.DocumentVersion(doc)
+	if a.json() {
+		a.emitJSON(map[string]any{"old": oldFile, "new": newFile, "identical": diff.empty(),
+			"added": diff.Added, "removed": diff.Removed, "changed": diff.Changed,
+			"version_old": vOld, "version_new": vNew})
+		return diff.exit()
+	}
+	if diff.empty() {
+		note := ""
+		if string(oldData) != string(newData) {
+			note = " (the texts differ only in formatting, comments or spelling)"
+		}
+		a.printf("no changes: %s has the same rules as %s%s; version %s\n", newFile, oldFile, note, vNew)
+		return nil
+	}
+	a.printf("--- %s\n+++ %s\n", oldFile, newFile)
+	diff.print(a.stdout)
+	a.printf("version: %s -> %s\n", vOld, vNew)
+	return diff.exit()
 }
 
 func count(bs ...bool) int {

@@ -34,9 +34,9 @@ rules:
 	r := run(t, "rules", "validate", bad)
 	require.Equal(t, ExitInvalid, r.code, r)
 	assert.Contains(t, r.stderr, bad+": invalid (3 problems)")
-	assert.Contains(t, r.stderr, `rule "per-ip": limit: must be > 0`)
-	assert.Contains(t, r.stderr, `rule "api": algorithm: unknown "leaky"`)
-	assert.Contains(t, r.stderr, `rule "api": scope: unknown "planet"`)
+	assert.Contains(t, r.stderr, "\n"+bad+`:6: rule "per-ip": limit: must be > 0`)
+	assert.Contains(t, r.stderr, "\n"+bad+`:10: rule "api": algorithm: unknown "leaky"`)
+	assert.Contains(t, r.stderr, "\n"+bad+`:13: rule "api": scope: unknown "planet"`)
 
 	r = run(t, "rules", "validate", "--output", "json", bad)
 	require.Equal(t, ExitInvalid, r.code, r)
@@ -44,7 +44,7 @@ rules:
 	assert.Equal(t, false, m["valid"])
 	probs := m["problems"].([]any)
 	require.Len(t, probs, 3)
-	assert.Equal(t, map[string]any{"rule": "per-ip", "index": float64(0), "field": "limit", "message": "must be > 0 (got 0)"}, probs[0])
+	assert.Equal(t, map[string]any{"file": bad, "line": float64(6), "rule": "per-ip", "index": float64(0), "field": "limit", "message": "must be > 0 (got 0)"}, probs[0])
 
 	// A decode error (unknown field) is reported too.
 	r = run(t, "rules", "validate", file(t, "version: 1\nrules:\n  - id: x\n    limt: 3\n"))
@@ -283,7 +283,8 @@ func TestDiff(t *testing.T) {
 	require.Equal(t, ExitOK, run(t, "rules", "push", "--prefix", p, "--region", "eu-west", file(t, rulesV1)).code)
 
 	r := run(t, "rules", "diff", "--prefix", p, "--region", "eu-west", file(t, rulesV2))
-	require.Equal(t, ExitOK, r.code, r)
+	require.Equal(t, ExitDiffers, r.code, r)
+	assert.Empty(t, r.stderr)
 	v1, v2 := version(t, rulesV1), version(t, rulesV2)
 	assert.Contains(t, r.stdout, `+ added   rule "api-key"`)
 	assert.Contains(t, r.stdout, `- removed rule "admin"`)
@@ -291,7 +292,7 @@ func TestDiff(t *testing.T) {
 	assert.Contains(t, r.stdout, "effective rules version of eu-west: "+v1+" -> "+v2)
 
 	r = run(t, "rules", "diff", "--prefix", p, "--region", "eu-west", "--output", "json", file(t, rulesV2))
-	require.Equal(t, ExitOK, r.code, r)
+	require.Equal(t, ExitDiffers, r.code, r)
 	m := decodeJSON(t, r.stdout)
 	assert.Equal(t, []any{"api-key"}, m["added"])
 	assert.Equal(t, []any{"admin"}, m["removed"])
@@ -308,7 +309,7 @@ func TestDiff(t *testing.T) {
 
 	// The global document is absent: everything is added.
 	r = run(t, "rules", "diff", "--prefix", p, "--region", "eu-west", "--global", file(t, rulesV3))
-	require.Equal(t, ExitOK, r.code, r)
+	require.Equal(t, ExitDiffers, r.code, r)
 	assert.Contains(t, r.stdout, `+ added   rule "per-ip"`)
 }
 

@@ -43,7 +43,7 @@ rules:
 	_, err = Parse([]byte("version: 1\nbehaviour: {mode: shadow, horizon: 60}\nrules: []\n"))
 	require.ErrorContains(t, err, `invalid duration "60"`)
 	_, err = Parse([]byte("version: 1\nbehaviour: {mode: shadow, wieghts: {}}\nrules: []\n"))
-	require.ErrorContains(t, err, "field wieghts not found")
+	require.ErrorContains(t, err, "behaviour.wieghts: unknown field (did you mean weights?)")
 	_, err = Parse([]byte("version: 1\nrules:\n  - {id: a, key: [ip], algorithm: sliding_log, limit: 1, window: 1m, behaviour: maybe}\n"))
 	require.Error(t, err)
 }

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -20,14 +21,19 @@ func (d Duration) String() string { return time.Duration(d).String() }
 
 // UnmarshalYAML accepts a scalar Go duration string. Errors are returned as
 // *yaml.TypeError so the decoder keeps going and reports them together with
-// unknown fields and other type errors.
+// the document's other problems.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	const want = `want a duration such as "1m" or "250ms"`
 	if n.Kind != yaml.ScalarNode {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: duration must be a string like \"1m\" or \"250ms\"", n.Line)}}
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s, got %s", n.Line, want, describeNode(n))}}
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: invalid duration %q (want e.g. \"1m\", \"250ms\"): %v", n.Line, n.Value, err)}}
+		hint := ""
+		if _, numErr := strconv.ParseFloat(n.Value, 64); numErr == nil {
+			hint = " (a number needs a unit: s, ms, m, h)"
+		}
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s, got %q%s", n.Line, want, n.Value, hint)}}
 	}
 	*d = Duration(v)
 	return nil

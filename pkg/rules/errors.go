@@ -1,25 +1,48 @@
 package rules
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
-// FieldError is one validation problem. Validate joins all of them with
-// errors.Join; use errors.As to pick them apart (e.g. in the CLI).
+// FieldError is one problem with a document: a field that does not decode
+// (unknown, repeated, of the wrong kind) or does not validate. Parse and
+// Validate join all of them with errors.Join; use errors.As to pick them
+// apart (e.g. in the CLI).
 type FieldError struct {
 	RuleID string // empty when the rule has no usable id
 	Index  int    // position in Document.Rules; -1 for document-level problems
-	Field  string // e.g. "limit", "match.hosts[1]", "key[0]"
+	Field  string // e.g. "limit", "match.hosts[1]", "key[0]"; empty for the rule or document as a whole
 	Msg    string
+	// Line is where the problem is in the document text (1-based); 0 when
+	// unknown (a document built in Go, or a YAML error without a line).
+	Line int
+	// kind is the named error this problem is an instance of (ErrEmpty,
+	// ErrMultipleDocuments, ErrUnsupportedVersion), for errors.Is.
+	kind error
+	// syntax marks a YAML syntax error, whose line parseTree corrects.
+	syntax bool
 }
 
+// Unwrap returns the named error the problem is an instance of, if any.
+func (e *FieldError) Unwrap() error { return e.kind }
+
 func (e *FieldError) Error() string {
+	s := ""
+	if e.Line > 0 {
+		s = "line " + strconv.Itoa(e.Line) + ": "
+	}
 	switch {
 	case e.Index < 0:
-		return e.Field + ": " + e.Msg
 	case e.RuleID != "":
-		return fmt.Sprintf("rule %q: %s: %s", e.RuleID, e.Field, e.Msg)
+		s += fmt.Sprintf("rule %q: ", e.RuleID)
 	default:
-		return fmt.Sprintf("rules[%d]: %s: %s", e.Index, e.Field, e.Msg)
+		s += fmt.Sprintf("rules[%d]: ", e.Index)
 	}
+	if e.Field != "" {
+		s += e.Field + ": "
+	}
+	return s + e.Msg
 }
 
 // problems collects FieldErrors for one rule.

@@ -1,204 +1,159 @@
 package rules
 
 import (
-	"bytes"
-	"maps"
+	"encoding"
+	"encoding/base64"
 	"reflect"
-	"slices"
 	"strconv"
-
-	"go.yaml.in/yaml/v3"
+	"strings"
+	"unicode/utf8"
 )
 
-// Marshal writes doc as YAML: the bytes yaml.v3's encoder writes with a
-// two-space indentation, every field in struct order and empty ones left
-// out. It writes them itself when every string in doc is one yaml.v3
-// writes plain (or, for a wildcard host, in single quotes), which is what
-// validated documents hold, and leaves doc to yaml.v3 otherwise: the
-// encoder takes tens of seconds over 100,000 rules, this a few tens of
-// milliseconds. Its output is in the subset Parse reads without yaml.v3
-// (scanDocument). TestMarshalLikeYAML holds it to yaml.v3's bytes.
+// Marshal writes doc as YAML, walking the same field table Parse decodes by
+// (the yaml tags: every field in struct order, empty ones left out), in
+// block style with a two-space indent, as yaml.v3's encoder lays it out.
+// Strings are written plain when they can be read back only as the same
+// string, and double-quoted (JSON's quoting, which YAML reads) otherwise.
+// yaml.v3's encoder takes seconds and gigabytes over 100,000 rules; this
+// takes tens of milliseconds, and what it writes Parses back to doc.
 func Marshal(doc *Document) ([]byte, error) {
-	if doc != nil {
-		if out, ok := appendDocument(make([]byte, 0, 64+len(doc.Rules)*160), doc); ok {
-			return out, nil
-		}
+	if doc == nil {
+		doc = &Document{}
 	}
-	var b bytes.Buffer
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(doc); err != nil {
-		return nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
+	w := &writer{b: make([]byte, 0, 64+len(doc.Rules)*160)}
+	w.fields(reflect.ValueOf(doc).Elem(), 0, "")
+	return w.b, nil
 }
 
-// marshalFields are the YAML fields appendDocument writes, per type. A
-// field added to one of these types and not taught to appendDocument sends
-// every document to yaml.v3, so it is never left out.
-var marshalFields = map[reflect.Type][]string{
-	documentType:                 {"version", "rules", "behaviour"},
-	reflect.TypeFor[Rule]():      {"id", "match", "key", "algorithm", "limit", "window", "burst", "cost", "min_interval", "shadow", "scope", "disabled", "behaviour"},
-	reflect.TypeFor[MatchSpec](): {"hosts", "path_prefix", "methods"},
+type writer struct{ b []byte }
+
+var textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+
+// fields writes the fields of struct v at column indent; the first one
+// follows first ("- " for a list item) instead of the indentation.
+func (w *writer) fields(v reflect.Value, indent int, first string) {
+	pad := strings.Repeat(" ", indent)
+	lead := first
+	if lead == "" {
+		lead = pad
+	}
+	t := v.Type()
+	for _, f := range fieldsOf(t).list {
+		fv := v.Field(f.index)
+		if empty(fv) && strings.Contains(t.Field(f.index).Tag.Get("yaml"), "omitempty") {
+			continue
+		}
+		w.b = append(w.b, lead...)
+		lead = pad
+		w.b = append(w.b, f.name...)
+		w.b = append(w.b, ':')
+		w.value(fv, indent)
+	}
 }
 
-// marshalKnowsAll reports whether the types have exactly marshalFields.
-var marshalKnowsAll = func() bool {
-	for t, want := range marshalFields {
-		got := slices.Sorted(maps.Keys(fieldsOf(t)))
-		if !slices.Equal(got, slices.Sorted(slices.Values(want))) {
-			return false
+// value writes v after "name:" of a field at column indent.
+func (w *writer) value(v reflect.Value, indent int) {
+	for v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Type().Implements(textMarshaler) {
+		text, _ := v.Interface().(encoding.TextMarshaler).MarshalText() // durations: never fails
+		w.b = append(w.b, ' ')
+		w.b = append(w.b, text...)
+		w.b = append(w.b, '\n')
+		return
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		if empty(v) { // a section given with nothing in it is not absent
+			w.b = append(w.b, " {}\n"...)
+			return
 		}
-	}
-	return true
-}()
-
-func appendDocument(b []byte, d *Document) ([]byte, bool) {
-	if d == nil || !marshalKnowsAll || d.Behaviour != nil { // the behaviour section goes to yaml.v3
-		return nil, false
-	}
-	b = append(b, "version: "...)
-	b = strconv.AppendInt(b, int64(d.Version), 10)
-	if len(d.Rules) == 0 {
-		return append(b, "\nrules: []\n"...), true
-	}
-	b = append(b, "\nrules:\n"...)
-	for i := range d.Rules {
-		var ok bool
-		if b, ok = appendRule(b, &d.Rules[i]); !ok {
-			return nil, false
+		w.b = append(w.b, '\n')
+		w.fields(v, indent+2, "")
+	case reflect.Slice:
+		if v.Len() == 0 {
+			w.b = append(w.b, " []\n"...)
+			return
 		}
-	}
-	return b, true
-}
-
-// appendRule writes one item of the rules list; the first field follows
-// "  - ", the others are at column 4.
-func appendRule(b []byte, r *Rule) ([]byte, bool) {
-	const indent = "    "
-	ok := true
-	b = append(b, "  - id: "...)
-	b, ok = appendScalar(b, r.ID)
-	b = append(b, '\n')
-	m := &r.Match
-	if len(m.Hosts) > 0 || len(m.PathPrefix) > 0 || len(m.Methods) > 0 {
-		b = append(b, indent+"match:\n"...)
-		for _, l := range []struct {
-			name string
-			list []string
-		}{{"hosts", m.Hosts}, {"path_prefix", m.PathPrefix}, {"methods", m.Methods}} {
-			if len(l.list) > 0 && ok {
-				b = append(b, indent+"  "...)
-				b = append(b, l.name...)
-				b = append(b, ":\n"...)
-				b, ok = appendList(b, indent+"    - ", l.list)
+		w.b = append(w.b, '\n')
+		pad := strings.Repeat(" ", indent+2)
+		for i := range v.Len() {
+			if e := v.Index(i); e.Kind() == reflect.Struct {
+				w.fields(e, indent+4, pad+"- ")
+			} else {
+				w.b = append(w.b, pad+"- "...)
+				w.scalar(e)
 			}
 		}
-	}
-	if len(r.Key) > 0 && ok {
-		b = append(b, indent+"key:\n"...)
-		b, ok = appendList(b, indent+"  - ", r.Key)
-	}
-	str := func(name, v string) {
-		if v != "" && ok {
-			b = append(b, indent...)
-			b = append(b, name...)
-			b = append(b, ": "...)
-			b, ok = appendScalar(b, v)
-			b = append(b, '\n')
-		}
-	}
-	num := func(name string, v int64) {
-		if v != 0 {
-			b = append(b, indent...)
-			b = append(b, name...)
-			b = append(b, ": "...)
-			b = strconv.AppendInt(b, v, 10)
-			b = append(b, '\n')
-		}
-	}
-	flag := func(name string, v bool) {
-		if v {
-			b = append(b, indent...)
-			b = append(b, name...)
-			b = append(b, ": true\n"...)
-		}
-	}
-	dur := func(name string, d Duration) {
-		if d != 0 {
-			str(name, d.String())
-		}
-	}
-	str("algorithm", string(r.Algorithm))
-	num("limit", r.Limit)
-	dur("window", r.Window)
-	num("burst", r.Burst)
-	num("cost", r.Cost)
-	dur("min_interval", r.MinInterval)
-	flag("shadow", r.Shadow)
-	str("scope", string(r.Scope))
-	flag("disabled", r.Disabled)
-	flag("behaviour", r.Behaviour)
-	return b, ok
-}
-
-func appendList(b []byte, lead string, list []string) ([]byte, bool) {
-	ok := true
-	for _, v := range list {
-		b = append(b, lead...)
-		if b, ok = appendScalar(b, v); !ok {
-			return b, false
-		}
-		b = append(b, '\n')
-	}
-	return b, true
-}
-
-// appendScalar writes v as yaml.v3 writes a string in block context, for
-// the strings whose spelling this is sure of: those it writes plain (see
-// plainSafe) and a wildcard host ("*." and a plain-safe name), which it
-// single-quotes because '*' would start an alias. It reports false for
-// any other string.
-func appendScalar(b []byte, v string) ([]byte, bool) {
-	switch {
-	case plainSafe(v):
-		return append(b, v...), true
-	case len(v) > 2 && v[0] == '*' && v[1] == '.' && plainSafe(v[2:]) && v[2] != '-':
-		b = append(b, '\'')
-		b = append(b, v...)
-		return append(b, '\''), true
-	}
-	return b, false
-}
-
-// plainSafe reports whether yaml.v3 writes v as a plain scalar for
-// certain: letters, digits and "_./-:" only, starting with a letter, a
-// digit, '_' or '/' and not ending in ':' (so no indicator, no ": ", no
-// " #", no document marker), resolving to a string when read back
-// (plainIsString, which also rules out base-60 floats) and not a YAML 1.1
-// bool ("yes", "off", ...), which yaml.v3 quotes.
-func plainSafe(v string) bool {
-	if v == "" || v[len(v)-1] == ':' {
-		return false
-	}
-	switch c := v[0]; {
-	case isAlnum(c), c == '_', c == '/':
 	default:
+		w.b = append(w.b, ' ')
+		w.scalar(v)
+	}
+}
+
+func (w *writer) scalar(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		w.b = appendString(w.b, v.String())
+	case reflect.Int, reflect.Int64:
+		w.b = strconv.AppendInt(w.b, v.Int(), 10)
+	case reflect.Float64:
+		w.b = strconv.AppendFloat(w.b, v.Float(), 'g', -1, 64)
+	case reflect.Bool:
+		w.b = strconv.AppendBool(w.b, v.Bool())
+	}
+	w.b = append(w.b, '\n')
+}
+
+// empty is what omitempty leaves out: a zero value, an empty list, a
+// struct whose fields are all empty.
+func empty(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Slice:
+		return v.Len() == 0
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if !empty(v.Field(i)) {
+				return false
+			}
+		}
+		return true
+	}
+	return v.IsZero()
+}
+
+// appendString writes s plain when YAML reads it back as that string for
+// certain (letters, digits and "_./-:", starting with a letter, '_' or '/',
+// not ending in ':', not a word YAML reads as a bool or null),
+// double-quoted otherwise (Go's escapes are YAML's too), and as !!binary
+// when it is not UTF-8, which YAML text cannot hold.
+func appendString(b []byte, s string) []byte {
+	switch {
+	case plainSafe(s):
+		return append(b, s...)
+	case !utf8.ValidString(s):
+		b = append(b, "!!binary "...)
+		return base64.StdEncoding.AppendEncode(b, []byte(s))
+	}
+	return strconv.AppendQuote(b, s)
+}
+
+func plainSafe(s string) bool {
+	if s == "" || s[len(s)-1] == ':' {
 		return false
 	}
-	for i := 0; i < len(v); i++ {
-		switch c := v[i]; {
-		case isAlnum(c), c == '_', c == '.', c == '/', c == '-', c == ':':
-		default:
+	if c := s[0]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '/') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isAlnum(c) && strings.IndexByte("_./-:", c) < 0 {
 			return false
 		}
 	}
-	switch v {
-	case "y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF":
+	switch strings.ToLower(s) {
+	case "y", "yes", "n", "no", "on", "off", "true", "false", "null":
 		return false
 	}
-	return plainIsString(v)
+	return true
 }

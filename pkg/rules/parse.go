@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -22,239 +22,243 @@ var (
 	ErrUnsupportedVersion = errors.New("unsupported document version")
 )
 
-// Parse decodes one rules document strictly and validates it. Unknown fields,
-// duplicate keys, bad durations and every validation problem are reported;
-// the returned document is normalized (see Validate).
+// Parse reads one rules document: yaml.v3 parses the text into a node tree,
+// the tree is decoded strictly into a Document (decode.go), and the
+// Document is validated. Every problem is reported at once, each a
+// *FieldError with its line: YAML syntax, unknown or repeated fields (with
+// the nearest valid name), values of the wrong kind, and every validation
+// problem. The returned document is normalized (see Validate).
 func Parse(data []byte) (*Document, error) {
-	doc := scanDocument(data) // the subset rule sets are written in
-	if doc == nil {
-		doc = parsePieces(data) // a large plain document, in pieces
-	}
-	if doc == nil {
-		var err error
-		if doc, err = parseWhole(data); err != nil {
-			return nil, err
-		}
-	}
-	if err := doc.validate(true); err != nil {
-		return nil, fmt.Errorf("rules: invalid document:\n%w", err)
-	}
-	return doc, nil
-}
-
-// parseWhole parses and decodes data as one tree.
-func parseWhole(data []byte) (*Document, error) {
-	root, err := parseTree(data)
+	doc, decodeErrs, err := decodeText(data)
 	if err != nil {
 		return nil, err
 	}
-	// Check the version before the strict decode: a newer schema would
-	// otherwise surface as a confusing pile of unknown-field errors.
-	if err := checkVersion(root); err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
+	errs := decodeErrs
+	var root *yaml.Node // to find the lines of validation problems
+	for _, fe := range fieldErrors(doc.validate(true)) {
+		if coveredBy(fe, decodeErrs) {
+			continue
+		}
+		if root == nil {
+			if root, err = parseTree(data); err != nil {
+				return nil, err // cannot be: it parsed before
+			}
+		}
+		fe.Line = locate(root, fe)
+		errs = append(errs, fe)
 	}
+	if len(errs) == 0 {
+		return doc, nil
+	}
+	slices.SortStableFunc(errs, func(a, b *FieldError) int { return cmp.Compare(a.Line, b.Line) })
+	joined := make([]error, len(errs))
+	for i, e := range errs {
+		joined[i] = e
+	}
+	return nil, fmt.Errorf("rules: invalid document:\n%w", errors.Join(joined...))
+}
 
-	// One YAML parse: the tree is decoded as it is, and checked for unknown
-	// fields here (what Decoder.KnownFields does, which a yaml.Node cannot
-	// be asked for), rather than parsing the text a second time.
-	var doc Document
-	if err := decodeTree(root, &doc); err != nil {
-		return nil, fmt.Errorf("rules: decode: %w", err)
-	}
-	return &doc, nil
+// decodeDocument decodes the tree strictly: the document (every field that
+// decoded) and the problems.
+func decodeDocument(root *yaml.Node) (*Document, []*FieldError) {
+	doc := &Document{}
+	var d decoder
+	d.decode(root, reflect.ValueOf(doc).Elem())
+	return doc, d.errs
 }
 
 // parseTree returns the top-level mapping of the single document in data.
+// Its errors are *FieldError, with the line where there is one.
 func parseTree(data []byte) (*yaml.Node, error) {
-	if root := parseTreeParallel(data); root != nil {
+	root, fe := parseYAML(data)
+	if fe == nil {
 		return root, nil
 	}
-	return parseTreeSerial(data)
+	if fe.syntax && fe.Line > 0 {
+		fe.Line = problemLine(data, fe)
+	}
+	return nil, fmt.Errorf("rules: invalid document:\n%w", fe)
 }
 
-func parseTreeSerial(data []byte) (*yaml.Node, error) {
-	return parseTreeReader(bytes.NewReader(data))
-}
-
-func parseTreeReader(r io.Reader) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(r)
+// parseYAML is parseTree with yaml.v3's lines in syntax errors, which are
+// often not the line with the mistake (see problemLine).
+func parseYAML(data []byte) (*yaml.Node, *FieldError) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("rules: %w", ErrEmpty)
+			return nil, &FieldError{Index: -1, Msg: ErrEmpty.Error(), kind: ErrEmpty}
 		}
-		return nil, fmt.Errorf("rules: decode: %w", err)
+		return nil, syntaxError(err)
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		return nil, fmt.Errorf("rules: %w: %w", ErrMultipleDocuments, err)
+		fe := syntaxError(err)
+		fe.Msg, fe.kind = ErrMultipleDocuments.Error()+"; the next one has "+fe.Msg, ErrMultipleDocuments
+		return nil, fe
 	default:
-		return nil, fmt.Errorf("rules: %w", ErrMultipleDocuments)
+		return nil, &FieldError{Index: -1, Msg: ErrMultipleDocuments.Error(), Line: extra.Line, kind: ErrMultipleDocuments}
 	}
-
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
 	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return nil, fmt.Errorf("rules: %w", ErrEmpty)
+		return nil, &FieldError{Index: -1, Msg: ErrEmpty.Error(), Line: root.Line, kind: ErrEmpty}
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("rules: line %d: top level must be a mapping with version and rules", root.Line)
+		return nil, &FieldError{Index: -1, Line: root.Line, Msg: "the top level must be a mapping with version and rules, got " + describeNode(root)}
 	}
 	return root, nil
 }
 
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError is a yaml.v3 parse error as a FieldError with its line.
+func syntaxError(err error) *FieldError {
+	msg := err.Error()
+	fe := &FieldError{Index: -1, syntax: true}
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		fe.Line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	}
+	fe.Msg = "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")
+	return fe
+}
+
+// problemLine finds the line of a syntax error. yaml.v3 names the line
+// where the construct it was reading began, counted from 0 for parser
+// errors ("line 3" for an unclosed "[" on line 4; for a mis-indented key
+// on line 5, the line of the list it broke). The mistake is on the first
+// line at which the text stops parsing with that same message: it is
+// searched from yaml.v3's line on, a few lines at most, each try a parse
+// of the text up to that line (only for documents that do not parse).
+func problemLine(data []byte, fe *FieldError) int {
+	const maxTries = 20
+	start := 0 // offset of line fe.Line
+	for line := 1; line < fe.Line; line++ {
+		i := bytes.IndexByte(data[start:], '\n')
+		if i < 0 {
+			return fe.Line
+		}
+		start += i + 1
+	}
+	end := start
+	for line := fe.Line; line < fe.Line+maxTries && end < len(data); line++ {
+		if i := bytes.IndexByte(data[end:], '\n'); i >= 0 {
+			end += i + 1
+		} else {
+			end = len(data)
+		}
+		if _, got := parseYAML(data[:end]); got != nil && got.syntax && got.Msg == fe.Msg {
+			return line
+		}
+	}
+	return fe.Line
+}
+
+// checkVersion requires version: SchemaVersion, before the strict decode:
+// a newer schema would otherwise surface as a confusing pile of
+// unknown-field errors.
 func checkVersion(root *yaml.Node) error {
-	v := mappingValue(root, "version")
+	fe := &FieldError{Index: -1, Field: "version", Line: root.Line, kind: ErrUnsupportedVersion}
+	v := resolve(mappingValue(root, "version"))
 	if v == nil {
-		return fmt.Errorf("%w: version is required (want %d)", ErrUnsupportedVersion, SchemaVersion)
+		fe.Msg = fmt.Sprintf("required (want %d)", SchemaVersion)
+		return fmt.Errorf("rules: invalid document:\n%w", fe)
 	}
 	n, err := strconv.Atoi(v.Value)
 	if v.Kind != yaml.ScalarNode || err != nil || n != SchemaVersion {
-		return fmt.Errorf("%w: line %d: version %q (want %d)", ErrUnsupportedVersion, v.Line, v.Value, SchemaVersion)
+		fe.Line, fe.Msg = v.Line, fmt.Sprintf("unsupported document version %s (want %d)", describeNode(v), SchemaVersion)
+		return fmt.Errorf("rules: invalid document:\n%w", fe)
 	}
 	return nil
 }
 
-// defaultCost sets Cost to 1 for rules that omit it. After the strict decode
-// an omitted cost and "cost: 0" look the same and only the latter is a
-// mistake, so a second, lenient decode of the tree tells them apart (through
-// anchors and merge keys too).
-func defaultCost(root *yaml.Node, doc *Document) {
-	var costs struct {
-		Rules []struct {
-			Cost *int64 `yaml:"cost"`
-		} `yaml:"rules"`
-	}
-	if err := root.Decode(&costs); err != nil || len(costs.Rules) != len(doc.Rules) {
-		return // the strict decode already succeeded; this cannot really happen
-	}
-	for i, c := range costs.Rules {
-		if c.Cost == nil {
-			doc.Rules[i].Cost = 1
-		}
-	}
-}
-
-var (
-	documentType  = reflect.TypeFor[Document]()
-	knownFieldsMu sync.Mutex
-	knownFieldsOf = map[reflect.Type]map[string]reflect.Type{}
-)
-
-// fieldsOf maps a struct type's YAML field names to their types.
-func fieldsOf(t reflect.Type) map[string]reflect.Type {
-	knownFieldsMu.Lock()
-	defer knownFieldsMu.Unlock()
-	if m, ok := knownFieldsOf[t]; ok {
-		return m
-	}
-	m := map[string]reflect.Type{}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		switch {
-		case !f.IsExported() || name == "-":
-			continue
-		case name == "":
-			name = strings.ToLower(f.Name)
-		}
-		m[name] = f.Type
-	}
-	knownFieldsOf[t] = m
-	return m
-}
-
-// unknownFields lists, as yaml.v3's strict decoder words them, the mapping
-// keys in n that t (a struct type, or a slice of one) has no field for,
-// following aliases and merge keys as the decoder does.
-func unknownFields(n *yaml.Node, t reflect.Type, out []string) []string {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n == nil {
-		return out
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch {
-	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
-		for _, c := range n.Content {
-			out = unknownFields(c, t.Elem(), out)
-		}
-		return out
-	case t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode:
-		return out
-	case reflect.PointerTo(t).Implements(yamlUnmarshaler):
-		return out // decodes itself
-	}
-	fields := fieldsOf(t)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
-			if v.Kind == yaml.SequenceNode {
-				for _, m := range v.Content {
-					out = unknownFields(m, t, out)
-				}
-			} else {
-				out = unknownFields(v, t, out)
+// fieldErrors are the *FieldError leaves of err (nil, one, or joined).
+func fieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *FieldError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
 			}
-			continue
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
 		}
-		ft, ok := fields[k.Value]
-		if !ok {
-			out = append(out, fmt.Sprintf("line %d: field %s not found in type %s", k.Line, k.Value, t))
-			continue
-		}
-		out = unknownFields(v, ft, out)
 	}
+	walk(err)
 	return out
 }
 
-var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
-
-// mergeTypeErrors adds unknown-field errors to err (nil or a decode error),
-// in line order, as one *yaml.TypeError when err is one.
-func mergeTypeErrors(err error, unknown []string) error {
-	var te *yaml.TypeError
-	switch {
-	case err == nil:
-		te = &yaml.TypeError{}
-	case errors.As(err, &te):
-	default:
-		return err // a hard decode error says enough
+// coveredBy reports whether a decode problem already speaks of fe's field
+// (or of a field containing it, or of one inside it): a value that did not
+// decode is left zero, and "must be > 0" would only repeat "want an
+// integer".
+func coveredBy(fe *FieldError, decoded []*FieldError) bool {
+	for _, d := range decoded {
+		if d.Index != fe.Index {
+			continue
+		}
+		if d.Field == "" || within(fe.Field, d.Field) || within(d.Field, fe.Field) {
+			return true
+		}
 	}
-	all := append(slices.Clone(te.Errors), unknown...)
-	slices.SortStableFunc(all, func(a, b string) int { return cmp.Compare(lineOf(a), lineOf(b)) })
-	return &yaml.TypeError{Errors: all}
+	return false
 }
 
-// lineOf is N in "line N: ..." (0 when absent).
-func lineOf(msg string) int {
-	rest, ok := strings.CutPrefix(msg, "line ")
-	if !ok {
-		return 0
-	}
-	num, _, _ := strings.Cut(rest, ":")
-	n, _ := strconv.Atoi(num)
-	return n
+// within reports whether field is path or inside it ("match.hosts[1]" is
+// within "match.hosts" and "match").
+func within(field, path string) bool {
+	rest, ok := strings.CutPrefix(field, path)
+	return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
 }
 
+// locate finds the line of fe's field in the tree: the deepest node its
+// path reaches (the rule itself for a field it does not write).
+func locate(root *yaml.Node, fe *FieldError) int {
+	n := root
+	if fe.Index >= 0 {
+		rules := resolve(mappingValue(root, "rules"))
+		if rules == nil || rules.Kind != yaml.SequenceNode || fe.Index >= len(rules.Content) {
+			return root.Line
+		}
+		n = resolve(rules.Content[fe.Index])
+	}
+	for part := range strings.SplitSeq(fe.Field, ".") {
+		name, idx, _ := strings.Cut(part, "[")
+		next := resolve(mappingValue(n, name))
+		if next == nil {
+			break
+		}
+		n = next
+		if idx != "" {
+			i, err := strconv.Atoi(strings.TrimSuffix(idx, "]"))
+			if err != nil || n.Kind != yaml.SequenceNode || i >= len(n.Content) {
+				break
+			}
+			n = resolve(n.Content[i])
+		}
+	}
+	return n.Line
+}
+
+// mappingValue is the value of key in mapping m (nil if m is no mapping or
+// has no such key).
 func mappingValue(m *yaml.Node, key string) *yaml.Node {
 	if m == nil || m.Kind != yaml.MappingNode {
 		return nil
 	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
-			v := m.Content[i+1]
-			if v.Kind == yaml.AliasNode && v.Alias != nil {
-				v = v.Alias
-			}
-			return v
+			return m.Content[i+1]
 		}
 	}
 	return nil

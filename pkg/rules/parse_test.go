@@ -88,34 +88,34 @@ func TestParseErrors(t *testing.T) {
 		{name: "null document", src: "---\n", is: ErrEmpty},
 		{name: "multiple documents", src: "version: 1\nrules: []\n---\nversion: 1\nrules: []\n", is: ErrMultipleDocuments},
 		{name: "not a mapping", src: "- a\n- b\n", want: []string{"top level must be a mapping"}},
-		{name: "missing version", src: "rules: []\n", is: ErrUnsupportedVersion, want: []string{"version is required"}},
+		{name: "missing version", src: "rules: []\n", is: ErrUnsupportedVersion, want: []string{"line 1: version: required (want 1)"}},
 		{name: "version 2", src: "version: 2\nrules: []\n", is: ErrUnsupportedVersion, want: []string{`version "2" (want 1)`}},
 		{name: "version string", src: "version: one\nrules: []\n", is: ErrUnsupportedVersion},
-		{name: "syntax error", src: "version: 1\nrules: [\n", want: []string{"rules: decode"}},
+		{name: "syntax error", src: "version: 1\nrules: [\n", want: []string{"line 2: YAML syntax: "}},
 		{
 			name: "unknown top-level field",
 			src:  "version: 1\nrulez: []\n",
-			want: []string{"line 2: field rulez not found"},
+			want: []string{"line 2: rulez: unknown field (did you mean rules?)"},
 		},
 		{
 			name: "unknown rule field",
 			src:  "version: 1\nrules:\n  - id: a\n    key: [ip]\n    algorithm: sliding_log\n    limit: 1\n    window: 1s\n    windw: 2s\n",
-			want: []string{"line 8: field windw not found"},
+			want: []string{`line 8: rule "a": windw: unknown field (did you mean window?)`},
 		},
 		{
 			name: "unknown match field",
 			src:  "version: 1\nrules:\n  - id: a\n    match: {host: [x]}\n",
-			want: []string{"line 4: field host not found"},
+			want: []string{`line 4: rule "a": match.host: unknown field (did you mean hosts?)`},
 		},
 		{
 			name: "unknown fields and bad duration reported together",
 			src:  "version: 1\nrules:\n  - id: a\n    foo: 1\n    window: 10\n    bar: 2\n",
-			want: []string{"line 4: field foo not found", `line 5: invalid duration "10"`, "missing unit", "line 6: field bar not found"},
+			want: []string{`line 4: rule "a": foo: unknown field`, `line 5: rule "a": window: want a duration such as "1m" or "250ms", got "10" (a number needs a unit`, `line 6: rule "a": bar: unknown field`},
 		},
 		{
 			name: "duplicate key",
 			src:  "version: 1\nrules:\n  - id: a\n    id: b\n",
-			want: []string{`"id" already defined`},
+			want: []string{`line 4: rule "a": id: repeated (first at line 3)`},
 		},
 		{
 			name: "wrong type",
@@ -158,11 +158,11 @@ func TestParseDurations(t *testing.T) {
 		{in: "250ms", want: 250 * time.Millisecond},
 		{in: "1h30m", want: 90 * time.Minute},
 		{in: `"2s"`, want: 2 * time.Second},
-		{in: "60", err: `invalid duration "60"`},
-		{in: "1 minute", err: `invalid duration "1 minute"`},
-		{in: "abc", err: `invalid duration "abc"`},
-		{in: "[1m]", err: "duration must be a string"},
-		{in: "{a: 1}", err: "duration must be a string"},
+		{in: "60", err: `got "60" (a number needs a unit`},
+		{in: "1 minute", err: `got "1 minute"`},
+		{in: "abc", err: `got "abc"`},
+		{in: "[1m]", err: `want a duration such as "1m" or "250ms", got a list`},
+		{in: "{a: 1}", err: `want a duration such as "1m" or "250ms", got a mapping`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
@@ -210,4 +210,26 @@ func TestParseErrorsAreFieldErrors(t *testing.T) {
 	var fe *FieldError
 	require.True(t, errors.As(err, &fe))
 	require.Equal(t, "a", fe.RuleID)
+}
+
+// A YAML syntax error names the line with the mistake, not the line (often
+// one too low) that yaml.v3 names.
+func TestSyntaxErrorLines(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"unclosed flow list", "version: 1\nrules:\n  - id: a\n    key: [ip\n    algorithm: x\n", "line 4: YAML syntax: did not find expected ',' or ']'"},
+		{"unclosed flow mapping", "version: 1\nrules:\n  - id: a\n    key: {ip\n", "line 4: YAML syntax: did not find expected ',' or '}'"},
+		{"key indented too little", "version: 1\nrules:\n  - id: a\n    key: [ip]\n   algorithm: x\n", "line 5: YAML syntax: did not find expected '-' indicator"},
+		{"tab", "version: 1\nrules:\n  - id: a\n\tkey: [ip]\n", "line 4: YAML syntax: found a tab character that violates indentation"},
+		{"unclosed quote", "version: 1\nrules:\n  - id: \"a\n", "line 3: YAML syntax: found unexpected end of stream"},
+		{"colon in a plain value", "version: 1\nrules:\n  - id: a\n    key: [ip]\n  - id: b: c\n", "line 5: YAML syntax: mapping values are not allowed in this context"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.src))
+			require.EqualError(t, err, "rules: invalid document:\n"+tc.want)
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe)
+		})
+	}
 }

@@ -215,8 +215,10 @@ func TestValidateInPiecesLikeWhole(t *testing.T) {
 			fmt.Fprintf(&b, "  - {id: r%d, match: {hosts: [Site%d.Example.com], methods: [get]}, key: [ip], algorithm: fixed_window, limit: 5, window: 1s}\n", i, i)
 		}
 	}
-	whole, err := parseWhole([]byte(b.String()))
+	root, err := parseTree([]byte(b.String()))
 	require.NoError(t, err)
+	whole, errs := decodeDocument(root)
+	require.Empty(t, errs)
 	pieces := whole.clone()
 	wantErr := whole.validate(false)
 	gotErr := pieces.validate(true)

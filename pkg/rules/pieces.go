@@ -1,0 +1,240 @@
+package rules
+
+import (
+	"bytes"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// A large document is parsed and decoded in pieces of whole rules, one
+// worker per CPU: yaml.v3's node tree of 100,000 rules is hundreds of
+// megabytes, most of the cost of a load, and a piece's tree is garbage as
+// soon as its rules are decoded. The pieces go through the same parser and
+// the same decoder as a whole document; only the text each parse sees is
+// shorter. A piece is "rules:" and the list items of one stretch of the
+// list, after as many blank lines as it is down the document, so node
+// lines stay right. When a piece does not parse on its own (an alias to an
+// anchor in another piece, a syntax error, anything but a plain block list
+// under one top-level "rules:"), the document is parsed as one piece, which
+// gives the reference result and every error message.
+
+// pieceSize is about how much text one piece holds. A variable for tests.
+var pieceSize = 512 << 10
+
+// cut is one piece of a document's text: bytes [from, to), starting at
+// line (0-based). The first piece starts at 0 and carries everything before
+// the rules list, the last everything after it.
+type cut struct{ from, to, line int }
+
+// decodeText parses and decodes data: the document and its decode
+// problems, or the error that leaves no document to decode (YAML syntax,
+// empty, several documents, unsupported version).
+func decodeText(data []byte) (*Document, []*FieldError, error) {
+	if cuts := splitRules(data, len(data)/pieceSize); cuts != nil {
+		if doc, errs, ok := decodePieces(data, cuts); ok {
+			return doc, errs, nil
+		}
+	}
+	root, err := parseTree(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkVersion(root); err != nil {
+		return nil, nil, err
+	}
+	doc, errs := decodeDocument(root)
+	return doc, errs, nil
+}
+
+// piece is what a worker made of one piece.
+type piece struct {
+	rules []Rule
+	errs  []*FieldError
+	head  []*yaml.Node // the top-level keys and values besides "rules"
+	key   *yaml.Node   // the "rules" key, in the first piece
+}
+
+// decodePieces decodes data cut at cuts, or reports false when a piece
+// does not parse on its own.
+func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
+	pieces := make([]piece, len(cuts))
+	var next atomic.Int64
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(cuts)) {
+		wg.Go(func() {
+			for !failed.Load() {
+				k := int(next.Add(1) - 1)
+				if k >= len(cuts) {
+					return
+				}
+				if !decodePiece(data, cuts[k], k == 0, &pieces[k]) {
+					failed.Store(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() {
+		return nil, nil, false
+	}
+	// The top level: every key but the rules, and one empty "rules" in
+	// place of the list, decoded as in a whole document.
+	head := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: 1, Column: 1}
+	for _, p := range pieces {
+		if p.key != nil {
+			head.Content = append(head.Content, p.key, &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: p.key.Line})
+		}
+		head.Content = append(head.Content, p.head...)
+	}
+	if checkVersion(head) != nil {
+		return nil, nil, false // the whole parse says why
+	}
+	doc, errs := decodeDocument(head)
+	offset := 0
+	for _, p := range pieces {
+		for _, e := range p.errs {
+			e.Index += offset
+		}
+		errs = append(errs, p.errs...)
+		offset += len(p.rules)
+	}
+	rules := make([][]Rule, len(pieces))
+	for i, p := range pieces {
+		rules[i] = p.rules
+	}
+	doc.Rules = slices.Concat(rules...)
+	return doc, errs, true
+}
+
+// decodePiece parses and decodes one piece into p.
+func decodePiece(data []byte, c cut, first bool, p *piece) bool {
+	text := data[c.from:c.to]
+	if !first {
+		head := make([]byte, 0, c.line+len("rules:\n")+len(text))
+		head = append(head, bytes.Repeat([]byte("\n"), c.line-1)...)
+		head = append(head, "rules:\n"...)
+		text = append(head, text...)
+	}
+	root, err := parseTree(text)
+	if err != nil {
+		return false
+	}
+	key, seq := rulesOf(root)
+	if seq == nil || len(seq.Content) == 0 {
+		return false
+	}
+	var d decoder
+	p.rules = make([]Rule, len(seq.Content))
+	d.rules(seq.Content, p.rules)
+	p.errs = d.errs
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i] != key {
+			p.head = append(p.head, root.Content[i], root.Content[i+1])
+		}
+	}
+	if first {
+		p.key = key
+	}
+	return true
+}
+
+// splitRules cuts a document whose rules are a block sequence under a
+// top-level "rules:" line into count pieces of whole list items, or returns
+// nil when count is below 2, the document is not of that shape or has
+// fewer than two items per piece.
+func splitRules(data []byte, count int) []cut {
+	if count < 2 {
+		return nil
+	}
+	lines := lineStarts(data)
+	start := -1
+	for i := range lines {
+		if string(bytes.TrimRight(lineAt(data, lines, i), " \r")) == "rules:" {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		return nil
+	}
+	// The item lines: "- " at the indentation of the first, up to the
+	// next line at column 0 (the next top-level key, or "---").
+	indent := -1
+	var items []int // line numbers (0-based) of item starts
+	for i := start + 1; i < len(lines); i++ {
+		l := lineAt(data, lines, i)
+		t := bytes.TrimLeft(l, " ")
+		if len(t) == 0 || t[0] == '#' || t[0] == '\r' {
+			continue
+		}
+		ind := len(l) - len(t)
+		if ind == 0 {
+			break
+		}
+		if indent < 0 {
+			indent = ind
+		}
+		if ind == indent && (bytes.HasPrefix(t, []byte("- ")) || bytes.Equal(bytes.TrimRight(t, " \r"), []byte("-"))) {
+			items = append(items, i)
+		}
+	}
+	if len(items) < 2*count {
+		return nil
+	}
+	offset := func(line int) int {
+		if line >= len(lines) {
+			return len(data)
+		}
+		return lines[line]
+	}
+	cuts := make([]cut, count)
+	for k := range count {
+		line := items[k*len(items)/count]
+		cuts[k] = cut{from: offset(line), to: len(data), line: line}
+		if k > 0 {
+			cuts[k-1].to = cuts[k].from
+		}
+	}
+	cuts[0].from, cuts[0].line = 0, 0
+	return cuts
+}
+
+// rulesOf is root's one "rules" key and its value, a block sequence (nils
+// if root has no such key, or more than one, or another value).
+func rulesOf(root *yaml.Node) (key, seq *yaml.Node) {
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "rules" {
+			if key != nil {
+				return nil, nil
+			}
+			key, seq = root.Content[i], root.Content[i+1]
+		}
+	}
+	if seq == nil || seq.Kind != yaml.SequenceNode || seq.Style&yaml.FlowStyle != 0 || seq.Anchor != "" {
+		return nil, nil
+	}
+	return key, seq
+}
+
+func lineStarts(data []byte) []int {
+	starts := make([]int, 1, bytes.Count(data, []byte("\n"))+1)
+	for i, c := range data {
+		if c == '\n' && i+1 < len(data) {
+			starts = append(starts, i+1)
+		}
+	}
+	return starts
+}
+
+func lineAt(data []byte, starts []int, i int) []byte {
+	end := len(data)
+	if i+1 < len(starts) {
+		end = starts[i+1] - 1
+	}
+	return data[starts[i]:end]
+}
