@@ -41,6 +41,10 @@ type Config struct {
 	// a client resumes on any of them; re-read when it changes. Empty:
 	// each edge makes and rotates its own.
 	TLSTicketKeys string
+	// H2MaxStreams is HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS on
+	// ListenTLS: the streams one connection may have open at once. 0
+	// offers HTTP/1.1 only.
+	H2MaxStreams int
 	// ProxyProtocolFrom are the L4 balancers' CIDRs: a connection from one
 	// must start with a PROXY protocol header (v1 or v2), which then names
 	// the client; from anyone else a PROXY header is refused.
@@ -192,6 +196,7 @@ func DefaultConfig() Config {
 		Workers:           512 * runtime.GOMAXPROCS(0),
 		PrefilterSize:     100_000,
 		MaxConnsPerIP:     256,
+		H2MaxStreams:      100,
 		LogLevel:          "info",
 		AccessLogFormat:   "json",
 		AccessLogSample:   1,
@@ -229,9 +234,10 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	}
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "config file (YAML): any flag by its name, e.g. redis-timeout: 50ms; the command line and EDGEGUARD_ variables win over it")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "public listen address")
-	fs.StringVar(&c.ListenTLS, "listen-tls", c.ListenTLS, "public TLS listen address (TLS 1.2 and 1.3, HTTP/1.1); empty = no TLS listener")
+	fs.StringVar(&c.ListenTLS, "listen-tls", c.ListenTLS, "public TLS listen address (TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1); empty = no TLS listener")
 	fs.StringVar(&c.TLSCertDir, "tls-cert-dir", c.TLSCertDir, "directory of certificates for --listen-tls (NAME.pem with chain and key, or NAME.crt + NAME.key), chosen by SNI, re-read within 2 s of a change")
 	fs.StringVar(&c.TLSDefaultCert, "tls-default-cert", c.TLSDefaultCert, "PEM file (chain and key) served to unknown names and clients without SNI; none = such handshakes fail")
+	fs.IntVar(&c.H2MaxStreams, "h2-max-concurrent-streams", c.H2MaxStreams, "HTTP/2 on --listen-tls (ALPN h2): streams one connection may have open at once; 0 = HTTP/1.1 only")
 	fs.StringVar(&c.TLSTicketKeys, "tls-ticket-keys", c.TLSTicketKeys, "file of TLS session-ticket keys, one per line (64 hex digits: openssl rand -hex 32); the first encrypts, all decrypt; the same file on every edge of a PoP lets clients resume on any; re-read on change")
 	fs.Var((*prefixesFlag)(&c.ProxyProtocolFrom), "proxy-protocol-from", "CIDRs of L4 balancers that send a PROXY protocol header (v1/v2) on every connection; from anyone else a PROXY header is refused")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "admin listen address (/metrics, /healthz, /readyz, /debug/rules, /debug/pprof); keep it private")
@@ -464,6 +470,9 @@ func (c Config) Validate() error {
 		bad("listen-tls: needs --tls-cert-dir or --tls-default-cert")
 	case c.ListenTLS == "" && (c.TLSCertDir != "" || c.TLSDefaultCert != "" || c.TLSTicketKeys != ""):
 		bad("tls-cert-dir, tls-default-cert, tls-ticket-keys: given without --listen-tls")
+	}
+	if c.H2MaxStreams < 0 || c.H2MaxStreams > 10000 {
+		bad("h2-max-concurrent-streams: between 0 (no HTTP/2) and 10000")
 	}
 	for _, p := range c.ProxyProtocolFrom {
 		if p.Bits() == 0 {

@@ -17,7 +17,7 @@ import (
 )
 
 // TLS termination on --listen-tls: TLS 1.2 and 1.3, AEAD suites only for
-// 1.2, HTTP/1.1 by ALPN (h2 is not offered), no 0-RTT (crypto/tls has
+// 1.2, HTTP/2 and HTTP/1.1 by ALPN (h2.go), no 0-RTT (crypto/tls has
 // none). The listener is the edge's own (fasthttp's ServeTLS clones the
 // config), so the session-ticket keys stay the edge's to set. Certificates
 // come from a certstore, re-scanned every certPoll: a changed file is
@@ -34,6 +34,7 @@ type tlsMetrics struct {
 	refusedFiles prometheus.Counter
 	certificates prometheus.Gauge
 	proxyRefused *prometheus.CounterVec // reason
+	alpn         *prometheus.CounterVec // protocol
 }
 
 // Handshake results (the result label).
@@ -71,6 +72,13 @@ func newTLSMetrics() *tlsMetrics {
 			Help: "Connections refused under the PROXY protocol policy: missing_header (a --proxy-protocol-from balancer sent none), untrusted_source (a PROXY header from anyone else), invalid_header.",
 		}, []string{"reason"}),
 	}
+	m.alpn = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgeguard_tls_connections_total",
+		Help: "Successful TLS handshakes by the protocol chosen by ALPN: h2, http/1.1, or none (a client that offered neither; served HTTP/1.1).",
+	}, []string{"protocol"})
+	for _, p := range []string{"h2", "http/1.1", "none"} {
+		m.alpn.WithLabelValues(p)
+	}
 	for _, r := range []string{handshakeOK, handshakeNoCert, handshakeBadVersion, handshakeOther} {
 		m.handshakes.WithLabelValues(r)
 	}
@@ -81,7 +89,7 @@ func newTLSMetrics() *tlsMetrics {
 }
 
 func (m *tlsMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused}
+	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused, m.alpn}
 }
 
 // tlsCipherSuites are TLS 1.2's ECDHE AEAD suites (TLS 1.3's are all AEAD
@@ -95,12 +103,16 @@ var tlsCipherSuites = []uint16{
 	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
-// newTLSConfig serves the store's certificates.
-func newTLSConfig(certs *certstore.Store) *tls.Config {
+// newTLSConfig serves the store's certificates, offering h2 when h2 is set.
+func newTLSConfig(certs *certstore.Store, h2 bool) *tls.Config {
+	protos := []string{"http/1.1"}
+	if h2 {
+		protos = []string{"h2", "http/1.1"}
+	}
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		CipherSuites: tlsCipherSuites,
-		NextProtos:   []string{"http/1.1"},
+		NextProtos:   protos,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			if !slices.ContainsFunc(hello.SupportedVersions, func(v uint16) bool { return v >= tls.VersionTLS12 }) {
 				if c, ok := hello.Conn.(*handshakeConn); ok {
@@ -146,23 +158,31 @@ type handshakeConn struct {
 	noCert, badVersion bool
 }
 
-// serverTLSConn counts its handshake, run on the first Read (fasthttp's
-// read deadline bounds it). It embeds *tls.Conn, so fasthttp sees a TLS
-// connection (ctx.IsTLS, ctx.TLSConnectionState) and the proxy writes
-// X-Forwarded-Proto: https.
+// serverTLSConn counts its handshake, run by fasthttp before it picks the
+// protocol (or on the first Read), under fasthttp's deadlines. It embeds
+// *tls.Conn, so fasthttp sees a TLS connection (ctx.IsTLS,
+// ctx.TLSConnectionState) and the proxy writes X-Forwarded-Proto: https.
 type serverTLSConn struct {
 	*tls.Conn
 	hc   *handshakeConn
 	l    *tlsListener
 	done bool
+	err  error // the handshake's
+}
+
+// Handshake runs the handshake once, counted; later calls return its
+// result.
+func (c *serverTLSConn) Handshake() error {
+	if !c.done {
+		c.done = true
+		c.err = c.handshake()
+	}
+	return c.err
 }
 
 func (c *serverTLSConn) Read(b []byte) (int, error) {
-	if !c.done {
-		c.done = true
-		if err := c.handshake(); err != nil {
-			return 0, err
-		}
+	if err := c.Handshake(); err != nil {
+		return 0, err
 	}
 	return c.Conn.Read(b)
 }
@@ -175,9 +195,15 @@ func (c *serverTLSConn) handshake() error {
 	switch {
 	case err == nil:
 		m.handshakes.WithLabelValues(handshakeOK).Inc()
-		if c.Conn.ConnectionState().DidResume {
+		st := c.Conn.ConnectionState()
+		if st.DidResume {
 			m.resumptions.Inc()
 		}
+		proto := st.NegotiatedProtocol
+		if proto == "" {
+			proto = "none"
+		}
+		m.alpn.WithLabelValues(proto).Inc()
 		return nil
 	case c.hc.noCert:
 		m.handshakes.WithLabelValues(handshakeNoCert).Inc()
@@ -274,7 +300,11 @@ func (e *Edge) listenTLS() error {
 		return fmt.Errorf("listening on %s (TLS): %w", e.cfg.ListenTLS, err)
 	}
 	e.tlsLn = ln // closed by close() from here on
-	config := newTLSConfig(e.certs)
+	config := newTLSConfig(e.certs, e.cfg.H2MaxStreams > 0)
+	if e.cfg.H2MaxStreams > 0 {
+		e.h2 = e.newH2Server()
+		e.server.NextProto("h2", e.h2.serveConn)
+	}
 	if e.cfg.TLSTicketKeys != "" {
 		e.tickets = &ticketKeys{path: e.cfg.TLSTicketKeys, config: config}
 		if err := e.loadTicketKeys(); err != nil {
