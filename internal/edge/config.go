@@ -466,8 +466,8 @@ func (c Config) Validate() error {
 		bad("admin: must differ from listen (nothing admin on the public port)")
 	}
 	switch {
-	case c.ListenTLS != "" && c.TLSCertDir == "" && c.TLSDefaultCert == "":
-		bad("listen-tls: needs --tls-cert-dir or --tls-default-cert")
+	case c.ListenTLS != "" && c.TLSCertDir == "" && c.TLSDefaultCert == "" && c.Consul == "":
+		bad("listen-tls: needs --tls-cert-dir, --tls-default-cert or --consul (certificates in Consul KV)")
 	case c.ListenTLS == "" && (c.TLSCertDir != "" || c.TLSDefaultCert != "" || c.TLSTicketKeys != ""):
 		bad("tls-cert-dir, tls-default-cert, tls-ticket-keys: given without --listen-tls")
 	}

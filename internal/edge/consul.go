@@ -93,6 +93,9 @@ func (e *Edge) startConsul() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if e.certs != nil {
+		e.readConsulCerts(ctx, client)
+	}
 	err = region.Recover(func() error {
 		docs, err := client.ReadDocs(ctx, e.cfg.Region)
 		if err == nil {
@@ -263,6 +266,9 @@ func (l *consulLink) run(ctx context.Context) {
 			}
 		}, onErr)
 	})
+	if e.certs != nil {
+		wg.Go(func() { l.client.WatchCerts(ctx, e.cfg.Region, e.applyConsulCerts, onErr) })
+	}
 	wg.Go(func() { l.guard(ctx, "counting edges", l.countEdges) })
 	l.guard(ctx, "registering", l.register)
 }

@@ -9,11 +9,13 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgeguard/edgeguard/pkg/certstore"
+	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
 // TLS termination on --listen-tls: TLS 1.2 and 1.3, AEAD suites only for
@@ -240,6 +242,48 @@ func (e *Edge) scanCerts() error {
 	return nil
 }
 
+// readConsulCerts reads the region's certificates from Consul once, at
+// start, so the edge serves them from its first handshake; the watch
+// (consul.go) follows their changes.
+func (e *Edge) readConsulCerts(ctx context.Context, client *region.Client) {
+	certs, err := client.Certs(ctx, e.cfg.Region)
+	if err != nil {
+		e.log.Warn("certificates in consul not read at start; serving the others until consul answers", "err", err)
+		return
+	}
+	m := make(map[string][]byte, len(certs))
+	for _, c := range certs {
+		m[c.Name] = c.PEM
+	}
+	e.applyConsulCerts(m)
+}
+
+// applyConsulCerts makes certs the certificates from Consul, logging and
+// counting what changed; an invalid one is named with its reason and the
+// one in force stays.
+func (e *Edge) applyConsulCerts(certs map[string][]byte) {
+	rep := e.certs.Replace("consul", certs)
+	for _, r := range rep.Refused {
+		e.metrics.tls.refusedFiles.Inc()
+		e.log.Error("certificate from consul refused; keeping the one in force (if any)", "key", e.consulCertKey(r.Source), "reason", r.Err)
+	}
+	for _, s := range rep.Loaded {
+		e.metrics.tls.reloads.Inc()
+		e.log.Info("certificate loaded", "key", e.consulCertKey(s))
+	}
+	for _, s := range rep.Removed {
+		e.log.Info("certificate removed (its key is gone)", "key", e.consulCertKey(s))
+	}
+	e.metrics.tls.certificates.Set(float64(e.certs.Len()))
+}
+
+// consulCertKey is the Consul key of a certificate the store names
+// "consul:NAME".
+func (e *Edge) consulCertKey(source string) string {
+	name := strings.TrimPrefix(source, "consul:")
+	return region.NewLayout(e.cfg.ConsulPrefix).Certs(e.cfg.Region) + name
+}
+
 // certFullScan is how often every certificate file is checked even
 // without a notification (a missed or overflowed inotify event, a network
 // file system).
@@ -292,7 +336,7 @@ func (e *Edge) listenTLS() error {
 	if err := e.scanCerts(); err != nil {
 		return err
 	}
-	if e.certs.Len() == 0 {
+	if e.certs.Len() == 0 && e.cfg.Consul == "" {
 		return errors.New("listen-tls: no valid certificate in --tls-cert-dir or --tls-default-cert")
 	}
 	ln, err := net.Listen("tcp", e.cfg.ListenTLS)

@@ -16,6 +16,7 @@
 //	history/<region>/pruned   what that retention deleted (retention.go)
 //	parts/<sha256>            a piece of a rules document too large for one
 //	                          value; its key then holds a manifest (parts.go)
+//	certs/<region>/<name>     a TLS certificate the region's edges serve (certs.go)
 //
 // One document per scope, so a push is atomic.
 package region
