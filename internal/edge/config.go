@@ -41,6 +41,11 @@ type Config struct {
 	// a client resumes on any of them; re-read when it changes. Empty:
 	// each edge makes and rotates its own.
 	TLSTicketKeys string
+	// TLSTicketRotation is how often the region's session-ticket keys in
+	// Consul are rotated (with --consul and --listen-tls, without
+	// TLSTicketKeys): one edge of the region rotates them, every edge
+	// follows. 0: the edges never rotate them (an operator does).
+	TLSTicketRotation time.Duration
 	// H2MaxStreams is HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS on
 	// ListenTLS: the streams one connection may have open at once. 0
 	// offers HTTP/1.1 only.
@@ -197,6 +202,7 @@ func DefaultConfig() Config {
 		PrefilterSize:     100_000,
 		MaxConnsPerIP:     256,
 		H2MaxStreams:      100,
+		TLSTicketRotation: 24 * time.Hour,
 		LogLevel:          "info",
 		AccessLogFormat:   "json",
 		AccessLogSample:   1,
@@ -238,6 +244,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.TLSCertDir, "tls-cert-dir", c.TLSCertDir, "directory of certificates for --listen-tls (NAME.pem with chain and key, or NAME.crt + NAME.key), chosen by SNI, re-read within 2 s of a change")
 	fs.StringVar(&c.TLSDefaultCert, "tls-default-cert", c.TLSDefaultCert, "PEM file (chain and key) served to unknown names and clients without SNI; none = such handshakes fail")
 	fs.IntVar(&c.H2MaxStreams, "h2-max-concurrent-streams", c.H2MaxStreams, "HTTP/2 on --listen-tls (ALPN h2): streams one connection may have open at once; 0 = HTTP/1.1 only")
+	fs.DurationVar(&c.TLSTicketRotation, "tls-ticket-rotation", c.TLSTicketRotation, "with --consul and --listen-tls (and no --tls-ticket-keys): how often one edge of the region rotates the region's session-ticket keys in Consul (the previous two still decrypt); 0 = the edges never rotate them")
 	fs.StringVar(&c.TLSTicketKeys, "tls-ticket-keys", c.TLSTicketKeys, "file of TLS session-ticket keys, one per line (64 hex digits: openssl rand -hex 32); the first encrypts, all decrypt; the same file on every edge of a PoP lets clients resume on any; re-read on change")
 	fs.Var((*prefixesFlag)(&c.ProxyProtocolFrom), "proxy-protocol-from", "CIDRs of L4 balancers that send a PROXY protocol header (v1/v2) on every connection; from anyone else a PROXY header is refused")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "admin listen address (/metrics, /healthz, /readyz, /debug/rules, /debug/pprof); keep it private")
@@ -470,6 +477,9 @@ func (c Config) Validate() error {
 		bad("listen-tls: needs --tls-cert-dir, --tls-default-cert or --consul (certificates in Consul KV)")
 	case c.ListenTLS == "" && (c.TLSCertDir != "" || c.TLSDefaultCert != "" || c.TLSTicketKeys != ""):
 		bad("tls-cert-dir, tls-default-cert, tls-ticket-keys: given without --listen-tls")
+	}
+	if c.TLSTicketRotation != 0 && c.TLSTicketRotation < time.Minute {
+		bad("tls-ticket-rotation: at least 1m (or 0: never)")
 	}
 	if c.H2MaxStreams < 0 || c.H2MaxStreams > 10000 {
 		bad("h2-max-concurrent-streams: between 0 (no HTTP/2) and 10000")

@@ -96,6 +96,9 @@ func (e *Edge) startConsul() error {
 	if e.certs != nil {
 		e.readConsulCerts(ctx, client)
 	}
+	if e.consulTickets() {
+		e.readConsulTicketKeys(ctx, client)
+	}
 	err = region.Recover(func() error {
 		docs, err := client.ReadDocs(ctx, e.cfg.Region)
 		if err == nil {
@@ -268,6 +271,12 @@ func (l *consulLink) run(ctx context.Context) {
 	})
 	if e.certs != nil {
 		wg.Go(func() { l.client.WatchCerts(ctx, e.cfg.Region, e.applyConsulCerts, onErr) })
+	}
+	if e.consulTickets() {
+		wg.Go(func() { l.client.WatchTicketKeys(ctx, e.cfg.Region, e.applyConsulTicketKeys, onErr) })
+		if e.cfg.TLSTicketRotation > 0 {
+			wg.Go(func() { l.guard(ctx, "rotating session ticket keys", l.rotateTicketKeys) })
+		}
 	}
 	wg.Go(func() { l.guard(ctx, "counting edges", l.countEdges) })
 	l.guard(ctx, "registering", l.register)

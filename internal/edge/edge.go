@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,6 +68,7 @@ type Edge struct {
 	tlsLn             net.Listener     // nil without --listen-tls
 	certs             *certstore.Store // nil without --listen-tls
 	tickets           *ticketKeys      // nil without --tls-ticket-keys
+	tlsConfig         *tls.Config      // nil without --listen-tls
 	h2                *h2Server        // nil without h2 on --listen-tls
 	connCounts        *connCounts      // the public listeners' per-client cap
 	server            *fasthttp.Server

@@ -37,6 +37,7 @@ type tlsMetrics struct {
 	certificates prometheus.Gauge
 	proxyRefused *prometheus.CounterVec // reason
 	alpn         *prometheus.CounterVec // protocol
+	ticketsAt    prometheus.Gauge
 }
 
 // Handshake results (the result label).
@@ -78,6 +79,10 @@ func newTLSMetrics() *tlsMetrics {
 		Name: "edgeguard_tls_connections_total",
 		Help: "Successful TLS handshakes by the protocol chosen by ALPN: h2, http/1.1, or none (a client that offered neither; served HTTP/1.1).",
 	}, []string{"protocol"})
+	m.ticketsAt = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "edgeguard_tls_ticket_keys_rotated_timestamp_seconds",
+		Help: "When the session-ticket keys in force, the region's from Consul, were last rotated (Unix time); 0 with keys of the edge's own or from --tls-ticket-keys.",
+	})
 	for _, p := range []string{"h2", "http/1.1", "none"} {
 		m.alpn.WithLabelValues(p)
 	}
@@ -91,7 +96,7 @@ func newTLSMetrics() *tlsMetrics {
 }
 
 func (m *tlsMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused, m.alpn}
+	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused, m.alpn, m.ticketsAt}
 }
 
 // tlsCipherSuites are TLS 1.2's ECDHE AEAD suites (TLS 1.3's are all AEAD
@@ -345,6 +350,7 @@ func (e *Edge) listenTLS() error {
 	}
 	e.tlsLn = ln // closed by close() from here on
 	config := newTLSConfig(e.certs, e.cfg.H2MaxStreams > 0)
+	e.tlsConfig = config
 	if e.cfg.H2MaxStreams > 0 {
 		e.h2 = e.newH2Server()
 		e.server.NextProto("h2", e.h2.serveConn)

@@ -17,6 +17,7 @@
 //	parts/<sha256>            a piece of a rules document too large for one
 //	                          value; its key then holds a manifest (parts.go)
 //	certs/<region>/<name>     a TLS certificate the region's edges serve (certs.go)
+//	ticket-keys/<region>      the region's TLS session-ticket keys (tickets.go)
 //
 // One document per scope, so a push is atomic.
 package region
