@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgeguard/edgeguard/pkg/certstore"
+	"github.com/edgeguard/edgeguard/pkg/ja4"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -121,11 +122,14 @@ func newTLSConfig(certs *certstore.Store, h2 bool) *tls.Config {
 		CipherSuites: tlsCipherSuites,
 		NextProtos:   protos,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if !slices.ContainsFunc(hello.SupportedVersions, func(v uint16) bool { return v >= tls.VersionTLS12 }) {
-				if c, ok := hello.Conn.(*handshakeConn); ok {
-					c.badVersion = true
-				}
+			c, ok := hello.Conn.(*handshakeConn)
+			if !ok {
+				return nil, nil
 			}
+			if !slices.ContainsFunc(hello.SupportedVersions, func(v uint16) bool { return v >= tls.VersionTLS12 }) {
+				c.badVersion = true
+			}
+			c.ja4 = fingerprint(hello)
 			return nil, nil // this config
 		},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -163,6 +167,36 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 type handshakeConn struct {
 	net.Conn
 	noCert, badVersion bool
+	ja4                string // the ClientHello's JA4 fingerprint
+}
+
+// fingerprint is a ClientHello's JA4 (crypto/tls hands over the extension
+// types since Go 1.24: no need to parse the hello again).
+func fingerprint(hello *tls.ClientHelloInfo) string {
+	sigs := make([]uint16, len(hello.SignatureSchemes))
+	for i, s := range hello.SignatureSchemes {
+		sigs[i] = uint16(s)
+	}
+	return ja4.Fingerprint(ja4.Hello{
+		Versions:            hello.SupportedVersions,
+		CipherSuites:        hello.CipherSuites,
+		Extensions:          hello.Extensions,
+		SignatureAlgorithms: sigs,
+		ALPN:                hello.SupportedProtos,
+		SNI:                 hello.ServerName != "",
+	})
+}
+
+// ja4Of is the JA4 fingerprint of the TLS client on c ("" for plain
+// HTTP).
+func ja4Of(c net.Conn) string {
+	switch c := c.(type) {
+	case *serverTLSConn:
+		return c.hc.ja4
+	case *h2StreamConn:
+		return ja4Of(c.Conn)
+	}
+	return ""
 }
 
 // serverTLSConn counts its handshake, run by fasthttp before it picks the
