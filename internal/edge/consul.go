@@ -99,6 +99,11 @@ func (e *Edge) startConsul() error {
 	if e.consulTickets() {
 		e.readConsulTicketKeys(ctx, client)
 	}
+	if len(e.cfg.ACMEDomains) > 0 {
+		if err := e.startACME(client); err != nil {
+			return fmt.Errorf("starting ACME: %w", err)
+		}
+	}
 	err = region.Recover(func() error {
 		docs, err := client.ReadDocs(ctx, e.cfg.Region)
 		if err == nil {

@@ -69,6 +69,7 @@ type Edge struct {
 	certs             *certstore.Store // nil without --listen-tls
 	tickets           *ticketKeys      // nil without --tls-ticket-keys
 	tlsConfig         *tls.Config      // nil without --listen-tls
+	acme              *acmeState       // nil without --acme-domains
 	h2                *h2Server        // nil without h2 on --listen-tls
 	connCounts        *connCounts      // the public listeners' per-client cap
 	server            *fasthttp.Server

@@ -39,6 +39,7 @@ type tlsMetrics struct {
 	proxyRefused *prometheus.CounterVec // reason
 	alpn         *prometheus.CounterVec // protocol
 	ticketsAt    prometheus.Gauge
+	acme         *prometheus.CounterVec // event
 }
 
 // Handshake results (the result label).
@@ -84,6 +85,13 @@ func newTLSMetrics() *tlsMetrics {
 		Name: "edgeguard_tls_ticket_keys_rotated_timestamp_seconds",
 		Help: "When the session-ticket keys in force, the region's from Consul, were last rotated (Unix time); 0 with keys of the edge's own or from --tls-ticket-keys.",
 	})
+	m.acme = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgeguard_tls_acme_events_total",
+		Help: "ACME certificate events on this edge: cert_obtained (issued or renewed by this edge), cert_failed (an attempt failed; retried).",
+	}, []string{"event"})
+	for _, ev := range []string{"cert_obtained", "cert_failed"} {
+		m.acme.WithLabelValues(ev)
+	}
 	for _, p := range []string{"h2", "http/1.1", "none"} {
 		m.alpn.WithLabelValues(p)
 	}
@@ -97,7 +105,7 @@ func newTLSMetrics() *tlsMetrics {
 }
 
 func (m *tlsMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused, m.alpn, m.ticketsAt}
+	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused, m.alpn, m.ticketsAt, m.acme}
 }
 
 // tlsCipherSuites are TLS 1.2's ECDHE AEAD suites (TLS 1.3's are all AEAD
@@ -111,11 +119,19 @@ var tlsCipherSuites = []uint16{
 	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
-// newTLSConfig serves the store's certificates, offering h2 when h2 is set.
-func newTLSConfig(certs *certstore.Store, h2 bool) *tls.Config {
+// acmeCerts answers a handshake for ACME (a challenge, or a managed name's
+// certificate); ok false leaves it to the certificate store.
+type acmeCerts func(hello *tls.ClientHelloInfo) (c *tls.Certificate, ok bool, err error)
+
+// newTLSConfig serves the store's certificates, offering h2 when h2 is
+// set, and ACME's first when acme is not nil.
+func newTLSConfig(certs *certstore.Store, h2 bool, acme acmeCerts) *tls.Config {
 	protos := []string{"http/1.1"}
 	if h2 {
 		protos = []string{"h2", "http/1.1"}
+	}
+	if acme != nil {
+		protos = append(protos, acmeTLSALPN)
 	}
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
@@ -133,6 +149,11 @@ func newTLSConfig(certs *certstore.Store, h2 bool) *tls.Config {
 			return nil, nil // this config
 		},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if acme != nil {
+				if c, ok, err := acme(hello); ok {
+					return c, err
+				}
+			}
 			c, err := certs.Certificate(hello)
 			if c == nil && err == nil {
 				if hc, ok := hello.Conn.(*handshakeConn); ok {
@@ -383,7 +404,17 @@ func (e *Edge) listenTLS() error {
 		return fmt.Errorf("listening on %s (TLS): %w", e.cfg.ListenTLS, err)
 	}
 	e.tlsLn = ln // closed by close() from here on
-	config := newTLSConfig(e.certs, e.cfg.H2MaxStreams > 0)
+	var acme acmeCerts
+	if len(e.cfg.ACMEDomains) > 0 {
+		// e.acme is set by startConsul, before Run serves a handshake.
+		acme = func(hello *tls.ClientHelloInfo) (*tls.Certificate, bool, error) {
+			if e.acme == nil {
+				return nil, false, nil
+			}
+			return e.acme.certificate(hello)
+		}
+	}
+	config := newTLSConfig(e.certs, e.cfg.H2MaxStreams > 0, acme)
 	e.tlsConfig = config
 	if e.cfg.H2MaxStreams > 0 {
 		e.h2 = e.newH2Server()
