@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test faults bench lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke
+.PHONY: build package package-check run test faults bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -114,6 +114,12 @@ BENCHTIME  ?= 1s
 COUNT      ?= 1
 bench: tools
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) -timeout 30m ./...
+
+# TLS termination against Debian's nginx on the same certificate (handshakes,
+# resumed handshakes, keep-alive HTTP/1.1 and HTTP/2), alternated rounds;
+# ROUNDS and DURATION as in scripts/bench-tls.sh. Not part of make test.
+bench-tls:
+	./scripts/bench-tls.sh
 
 # k6 with the k6/x/edgeguard extension (loadtest/, its own Go module), built
 # the way xk6 does and cached in ~/.cache/edgeguard/k6-<version>-<hash>/.

@@ -2,7 +2,8 @@
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
 # Redis (server, sentinel, cli, benchmark), wrk, Prometheus (with promtool)
 # and the Redis exporter from apt, and Consul, built once
-# from its Go module by install-consul.sh and cached outside the repository.
+# from its Go module by install-consul.sh and cached outside the repository,
+# as is Pebble, the ACME test server (install-pebble.sh, about 20 s once).
 # The local stack (terraform/) also needs Prometheus and the Redis exporter
 # (apt), Terraform (install-terraform.sh: PATH, else built once from its Go
 # module) and a Prometheus with Consul discovery (install-prometheus.sh).
@@ -34,6 +35,7 @@ fi
 # Prints the binary's path, which the Makefile passes to the tests as
 # EDGEGUARD_CONSUL; the harness also finds the cached binary by itself.
 "$(dirname "$0")/install-consul.sh" >/dev/null
+"$(dirname "$0")/install-pebble.sh" >/dev/null
 # Built (once) only when missing; the stack scripts ask them for the paths.
 "$(dirname "$0")/install-terraform.sh" >/dev/null
 "$(dirname "$0")/install-prometheus.sh" >/dev/null

@@ -44,6 +44,9 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 		}
 	}
 	line.List("rules", rules).Str("source", source)
+	if fp := ja4Of(ctx.Conn()); fp != "" {
+		line.Str("ja4", fp)
+	}
 	if outcome == outcomeShed || outcome == outcomeNoWorker || outcome == outcomeAbandoned {
 		line.Str("shed_reason", outcome)
 	}

@@ -41,6 +41,29 @@ type Config struct {
 	// a client resumes on any of them; re-read when it changes. Empty:
 	// each edge makes and rotates its own.
 	TLSTicketKeys string
+	// TLSTicketRotation is how often the region's session-ticket keys in
+	// Consul are rotated (with --consul and --listen-tls, without
+	// TLSTicketKeys): one edge of the region rotates them, every edge
+	// follows. 0: the edges never rotate them (an operator does).
+	TLSTicketRotation time.Duration
+	// ACMEDomains are names whose certificates the edges of the region
+	// obtain and renew from ACMECA (TLS-ALPN-01 on ListenTLS), with the
+	// ACME state shared in Consul KV: needs --consul.
+	ACMEDomains []string
+	// ACMEEmail is the ACME account's contact address.
+	ACMEEmail string
+	// ACMECA is the ACME directory URL.
+	ACMECA string
+	// ACMECARoot is a PEM file of roots to trust for ACMECA's HTTPS (a
+	// private or test CA); empty: the system's.
+	ACMECARoot string
+	// acmeRenewCheck (tests) is how often certmagic looks for
+	// certificates to renew; 0: its default.
+	acmeRenewCheck time.Duration
+	// H2MaxStreams is HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS on
+	// ListenTLS: the streams one connection may have open at once. 0
+	// offers HTTP/1.1 only.
+	H2MaxStreams int
 	// ProxyProtocolFrom are the L4 balancers' CIDRs: a connection from one
 	// must start with a PROXY protocol header (v1 or v2), which then names
 	// the client; from anyone else a PROXY header is refused.
@@ -192,6 +215,9 @@ func DefaultConfig() Config {
 		Workers:           512 * runtime.GOMAXPROCS(0),
 		PrefilterSize:     100_000,
 		MaxConnsPerIP:     256,
+		H2MaxStreams:      100,
+		TLSTicketRotation: 24 * time.Hour,
+		ACMECA:            "https://acme-v02.api.letsencrypt.org/directory",
 		LogLevel:          "info",
 		AccessLogFormat:   "json",
 		AccessLogSample:   1,
@@ -229,9 +255,15 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	}
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "config file (YAML): any flag by its name, e.g. redis-timeout: 50ms; the command line and EDGEGUARD_ variables win over it")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "public listen address")
-	fs.StringVar(&c.ListenTLS, "listen-tls", c.ListenTLS, "public TLS listen address (TLS 1.2 and 1.3, HTTP/1.1); empty = no TLS listener")
+	fs.StringVar(&c.ListenTLS, "listen-tls", c.ListenTLS, "public TLS listen address (TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1); empty = no TLS listener")
 	fs.StringVar(&c.TLSCertDir, "tls-cert-dir", c.TLSCertDir, "directory of certificates for --listen-tls (NAME.pem with chain and key, or NAME.crt + NAME.key), chosen by SNI, re-read within 2 s of a change")
 	fs.StringVar(&c.TLSDefaultCert, "tls-default-cert", c.TLSDefaultCert, "PEM file (chain and key) served to unknown names and clients without SNI; none = such handshakes fail")
+	fs.IntVar(&c.H2MaxStreams, "h2-max-concurrent-streams", c.H2MaxStreams, "HTTP/2 on --listen-tls (ALPN h2): streams one connection may have open at once; 0 = HTTP/1.1 only")
+	fs.DurationVar(&c.TLSTicketRotation, "tls-ticket-rotation", c.TLSTicketRotation, "with --consul and --listen-tls (and no --tls-ticket-keys): how often one edge of the region rotates the region's session-ticket keys in Consul (the previous two still decrypt); 0 = the edges never rotate them")
+	fs.Var((*listFlag)(&c.ACMEDomains), "acme-domains", "names whose certificates the region's edges obtain and renew by ACME (TLS-ALPN-01 on --listen-tls; state shared in Consul, needs --consul); comma-separate or repeat")
+	fs.StringVar(&c.ACMEEmail, "acme-email", c.ACMEEmail, "ACME account contact address")
+	fs.StringVar(&c.ACMECA, "acme-ca", c.ACMECA, "ACME directory URL")
+	fs.StringVar(&c.ACMECARoot, "acme-ca-root", c.ACMECARoot, "PEM file of roots to trust for the ACME server's HTTPS (a private or test CA); empty = the system's")
 	fs.StringVar(&c.TLSTicketKeys, "tls-ticket-keys", c.TLSTicketKeys, "file of TLS session-ticket keys, one per line (64 hex digits: openssl rand -hex 32); the first encrypts, all decrypt; the same file on every edge of a PoP lets clients resume on any; re-read on change")
 	fs.Var((*prefixesFlag)(&c.ProxyProtocolFrom), "proxy-protocol-from", "CIDRs of L4 balancers that send a PROXY protocol header (v1/v2) on every connection; from anyone else a PROXY header is refused")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "admin listen address (/metrics, /healthz, /readyz, /debug/rules, /debug/pprof); keep it private")
@@ -460,10 +492,24 @@ func (c Config) Validate() error {
 		bad("admin: must differ from listen (nothing admin on the public port)")
 	}
 	switch {
-	case c.ListenTLS != "" && c.TLSCertDir == "" && c.TLSDefaultCert == "":
-		bad("listen-tls: needs --tls-cert-dir or --tls-default-cert")
+	case c.ListenTLS != "" && c.TLSCertDir == "" && c.TLSDefaultCert == "" && c.Consul == "":
+		bad("listen-tls: needs --tls-cert-dir, --tls-default-cert or --consul (certificates in Consul KV)")
 	case c.ListenTLS == "" && (c.TLSCertDir != "" || c.TLSDefaultCert != "" || c.TLSTicketKeys != ""):
 		bad("tls-cert-dir, tls-default-cert, tls-ticket-keys: given without --listen-tls")
+	}
+	if len(c.ACMEDomains) > 0 && (c.ListenTLS == "" || c.Consul == "") {
+		bad("acme-domains: needs --listen-tls (challenges are answered there) and --consul (the region's edges share the ACME state)")
+	}
+	for _, d := range c.ACMEDomains {
+		if !usableHost([]byte(d)) || strings.Contains(d, ":") || strings.HasPrefix(d, "*") {
+			bad("acme-domains: %q is not a DNS name (wildcards need DNS-01, not offered)", d)
+		}
+	}
+	if c.TLSTicketRotation != 0 && c.TLSTicketRotation < time.Minute {
+		bad("tls-ticket-rotation: at least 1m (or 0: never)")
+	}
+	if c.H2MaxStreams < 0 || c.H2MaxStreams > 10000 {
+		bad("h2-max-concurrent-streams: between 0 (no HTTP/2) and 10000")
 	}
 	for _, p := range c.ProxyProtocolFrom {
 		if p.Bits() == 0 {

@@ -93,6 +93,17 @@ func (e *Edge) startConsul() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if e.certs != nil {
+		e.readConsulCerts(ctx, client)
+	}
+	if e.consulTickets() {
+		e.readConsulTicketKeys(ctx, client)
+	}
+	if len(e.cfg.ACMEDomains) > 0 {
+		if err := e.startACME(client); err != nil {
+			return fmt.Errorf("starting ACME: %w", err)
+		}
+	}
 	err = region.Recover(func() error {
 		docs, err := client.ReadDocs(ctx, e.cfg.Region)
 		if err == nil {
@@ -263,6 +274,15 @@ func (l *consulLink) run(ctx context.Context) {
 			}
 		}, onErr)
 	})
+	if e.certs != nil {
+		wg.Go(func() { l.client.WatchCerts(ctx, e.cfg.Region, e.applyConsulCerts, onErr) })
+	}
+	if e.consulTickets() {
+		wg.Go(func() { l.client.WatchTicketKeys(ctx, e.cfg.Region, e.applyConsulTicketKeys, onErr) })
+		if e.cfg.TLSTicketRotation > 0 {
+			wg.Go(func() { l.guard(ctx, "rotating session ticket keys", l.rotateTicketKeys) })
+		}
+	}
 	wg.Go(func() { l.guard(ctx, "counting edges", l.countEdges) })
 	l.guard(ctx, "registering", l.register)
 }

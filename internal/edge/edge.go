@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,6 +68,9 @@ type Edge struct {
 	tlsLn             net.Listener     // nil without --listen-tls
 	certs             *certstore.Store // nil without --listen-tls
 	tickets           *ticketKeys      // nil without --tls-ticket-keys
+	tlsConfig         *tls.Config      // nil without --listen-tls
+	acme              *acmeState       // nil without --acme-domains
+	h2                *h2Server        // nil without h2 on --listen-tls
 	connCounts        *connCounts      // the public listeners' per-client cap
 	server            *fasthttp.Server
 	admin             *http.Server
@@ -412,7 +416,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
 	wg.Go(func() { e.bh.run(samplerCtx) })
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	wg.Go(func() {
 		if err := e.server.Serve(e.publicLn); err != nil {
 			errc <- fmt.Errorf("public server: %w", err)
@@ -425,6 +429,13 @@ func (e *Edge) Run(ctx context.Context) error {
 			}
 		})
 		wg.Go(func() { e.watchCerts(samplerCtx) })
+	}
+	if e.h2 != nil {
+		wg.Go(func() {
+			if err := e.h2.serve(); err != nil {
+				errc <- fmt.Errorf("public HTTP/2 server: %w", err)
+			}
+		})
 	}
 	wg.Go(func() {
 		if err := e.admin.Serve(e.adminLn); !errors.Is(err, http.ErrServerClosed) {
@@ -470,9 +481,20 @@ func (e *Edge) Run(ctx context.Context) error {
 	// A fresh context: the one that asked us to stop is already done.
 	sctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
 	defer cancel()
+	// The HTTP/2 connections drain at the same time: each server waits
+	// for its own.
+	h2done := make(chan error, 1)
+	if e.h2 != nil {
+		go func() { h2done <- e.h2.shutdown(sctx) }()
+	} else {
+		h2done <- nil
+	}
 	err := e.server.ShutdownWithContext(sctx)
 	if aerr := e.admin.Shutdown(sctx); aerr != nil && err == nil {
 		err = fmt.Errorf("shutting down the admin server: %w", aerr)
+	}
+	if herr := <-h2done; herr != nil && err == nil {
+		err = fmt.Errorf("shutting down the HTTP/2 server: %w", herr)
 	}
 	e.log.Info("edge stopped", "err", err)
 	return errors.Join(serveErr, err)

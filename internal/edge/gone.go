@@ -12,6 +12,9 @@ import (
 // pipelined next request stay where fasthttp will read them. A connection
 // it cannot look into is taken as still there.
 func clientGone(c net.Conn) bool {
+	if s, ok := c.(interface{ gone() bool }); ok { // an HTTP/2 stream
+		return s.gone()
+	}
 	for {
 		u, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {

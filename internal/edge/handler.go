@@ -132,6 +132,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 		ClientIP: client,
 		Header:   header,
 		Query:    headers.query,
+		JA4:      ja4Of(ctx.Conn()),
 	}
 	sc.matches = snap.Match(&req, sc.matches)
 	if headers.repeated != "" {

@@ -32,6 +32,7 @@ type metrics struct {
 	consulPanics prometheus.Counter
 	connsRefused prometheus.Counter
 	tls          *tlsMetrics // TLS and the PROXY protocol (tls.go)
+	h2           *h2Metrics  // HTTP/2 (h2.go)
 }
 
 // Request outcomes (the outcome label).
@@ -90,6 +91,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	m.tls = newTLSMetrics()
+	m.h2 = newH2Metrics()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned} {
@@ -108,7 +110,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, build} {
 		errs = append(errs, reg.Register(c))
 	}
-	for _, c := range m.tls.collectors() {
+	for _, c := range append(m.tls.collectors(), m.h2.floods) {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

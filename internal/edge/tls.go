@@ -9,15 +9,18 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgeguard/edgeguard/pkg/certstore"
+	"github.com/edgeguard/edgeguard/pkg/ja4"
+	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
 // TLS termination on --listen-tls: TLS 1.2 and 1.3, AEAD suites only for
-// 1.2, HTTP/1.1 by ALPN (h2 is not offered), no 0-RTT (crypto/tls has
+// 1.2, HTTP/2 and HTTP/1.1 by ALPN (h2.go), no 0-RTT (crypto/tls has
 // none). The listener is the edge's own (fasthttp's ServeTLS clones the
 // config), so the session-ticket keys stay the edge's to set. Certificates
 // come from a certstore, re-scanned every certPoll: a changed file is
@@ -34,6 +37,9 @@ type tlsMetrics struct {
 	refusedFiles prometheus.Counter
 	certificates prometheus.Gauge
 	proxyRefused *prometheus.CounterVec // reason
+	alpn         *prometheus.CounterVec // protocol
+	ticketsAt    prometheus.Gauge
+	acme         *prometheus.CounterVec // event
 }
 
 // Handshake results (the result label).
@@ -71,6 +77,24 @@ func newTLSMetrics() *tlsMetrics {
 			Help: "Connections refused under the PROXY protocol policy: missing_header (a --proxy-protocol-from balancer sent none), untrusted_source (a PROXY header from anyone else), invalid_header.",
 		}, []string{"reason"}),
 	}
+	m.alpn = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgeguard_tls_connections_total",
+		Help: "Successful TLS handshakes by the protocol chosen by ALPN: h2, http/1.1, or none (a client that offered neither; served HTTP/1.1).",
+	}, []string{"protocol"})
+	m.ticketsAt = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "edgeguard_tls_ticket_keys_rotated_timestamp_seconds",
+		Help: "When the session-ticket keys in force, the region's from Consul, were last rotated (Unix time); 0 with keys of the edge's own or from --tls-ticket-keys.",
+	})
+	m.acme = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgeguard_tls_acme_events_total",
+		Help: "ACME certificate events on this edge: cert_obtained (issued or renewed by this edge), cert_failed (an attempt failed; retried).",
+	}, []string{"event"})
+	for _, ev := range []string{"cert_obtained", "cert_failed"} {
+		m.acme.WithLabelValues(ev)
+	}
+	for _, p := range []string{"h2", "http/1.1", "none"} {
+		m.alpn.WithLabelValues(p)
+	}
 	for _, r := range []string{handshakeOK, handshakeNoCert, handshakeBadVersion, handshakeOther} {
 		m.handshakes.WithLabelValues(r)
 	}
@@ -81,7 +105,7 @@ func newTLSMetrics() *tlsMetrics {
 }
 
 func (m *tlsMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused}
+	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused, m.alpn, m.ticketsAt, m.acme}
 }
 
 // tlsCipherSuites are TLS 1.2's ECDHE AEAD suites (TLS 1.3's are all AEAD
@@ -95,21 +119,41 @@ var tlsCipherSuites = []uint16{
 	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
-// newTLSConfig serves the store's certificates.
-func newTLSConfig(certs *certstore.Store) *tls.Config {
+// acmeCerts answers a handshake for ACME (a challenge, or a managed name's
+// certificate); ok false leaves it to the certificate store.
+type acmeCerts func(hello *tls.ClientHelloInfo) (c *tls.Certificate, ok bool, err error)
+
+// newTLSConfig serves the store's certificates, offering h2 when h2 is
+// set, and ACME's first when acme is not nil.
+func newTLSConfig(certs *certstore.Store, h2 bool, acme acmeCerts) *tls.Config {
+	protos := []string{"http/1.1"}
+	if h2 {
+		protos = []string{"h2", "http/1.1"}
+	}
+	if acme != nil {
+		protos = append(protos, acmeTLSALPN)
+	}
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		CipherSuites: tlsCipherSuites,
-		NextProtos:   []string{"http/1.1"},
+		NextProtos:   protos,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if !slices.ContainsFunc(hello.SupportedVersions, func(v uint16) bool { return v >= tls.VersionTLS12 }) {
-				if c, ok := hello.Conn.(*handshakeConn); ok {
-					c.badVersion = true
-				}
+			c, ok := hello.Conn.(*handshakeConn)
+			if !ok {
+				return nil, nil
 			}
+			if !slices.ContainsFunc(hello.SupportedVersions, func(v uint16) bool { return v >= tls.VersionTLS12 }) {
+				c.badVersion = true
+			}
+			c.ja4 = fingerprint(hello)
 			return nil, nil // this config
 		},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if acme != nil {
+				if c, ok, err := acme(hello); ok {
+					return c, err
+				}
+			}
 			c, err := certs.Certificate(hello)
 			if c == nil && err == nil {
 				if hc, ok := hello.Conn.(*handshakeConn); ok {
@@ -144,25 +188,63 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 type handshakeConn struct {
 	net.Conn
 	noCert, badVersion bool
+	ja4                string // the ClientHello's JA4 fingerprint
 }
 
-// serverTLSConn counts its handshake, run on the first Read (fasthttp's
-// read deadline bounds it). It embeds *tls.Conn, so fasthttp sees a TLS
-// connection (ctx.IsTLS, ctx.TLSConnectionState) and the proxy writes
-// X-Forwarded-Proto: https.
+// fingerprint is a ClientHello's JA4 (crypto/tls hands over the extension
+// types since Go 1.24: no need to parse the hello again).
+func fingerprint(hello *tls.ClientHelloInfo) string {
+	sigs := make([]uint16, len(hello.SignatureSchemes))
+	for i, s := range hello.SignatureSchemes {
+		sigs[i] = uint16(s)
+	}
+	return ja4.Fingerprint(ja4.Hello{
+		Versions:            hello.SupportedVersions,
+		CipherSuites:        hello.CipherSuites,
+		Extensions:          hello.Extensions,
+		SignatureAlgorithms: sigs,
+		ALPN:                hello.SupportedProtos,
+		SNI:                 hello.ServerName != "",
+	})
+}
+
+// ja4Of is the JA4 fingerprint of the TLS client on c ("" for plain
+// HTTP).
+func ja4Of(c net.Conn) string {
+	switch c := c.(type) {
+	case *serverTLSConn:
+		return c.hc.ja4
+	case *h2StreamConn:
+		return ja4Of(c.Conn)
+	}
+	return ""
+}
+
+// serverTLSConn counts its handshake, run by fasthttp before it picks the
+// protocol (or on the first Read), under fasthttp's deadlines. It embeds
+// *tls.Conn, so fasthttp sees a TLS connection (ctx.IsTLS,
+// ctx.TLSConnectionState) and the proxy writes X-Forwarded-Proto: https.
 type serverTLSConn struct {
 	*tls.Conn
 	hc   *handshakeConn
 	l    *tlsListener
 	done bool
+	err  error // the handshake's
+}
+
+// Handshake runs the handshake once, counted; later calls return its
+// result.
+func (c *serverTLSConn) Handshake() error {
+	if !c.done {
+		c.done = true
+		c.err = c.handshake()
+	}
+	return c.err
 }
 
 func (c *serverTLSConn) Read(b []byte) (int, error) {
-	if !c.done {
-		c.done = true
-		if err := c.handshake(); err != nil {
-			return 0, err
-		}
+	if err := c.Handshake(); err != nil {
+		return 0, err
 	}
 	return c.Conn.Read(b)
 }
@@ -175,9 +257,15 @@ func (c *serverTLSConn) handshake() error {
 	switch {
 	case err == nil:
 		m.handshakes.WithLabelValues(handshakeOK).Inc()
-		if c.Conn.ConnectionState().DidResume {
+		st := c.Conn.ConnectionState()
+		if st.DidResume {
 			m.resumptions.Inc()
 		}
+		proto := st.NegotiatedProtocol
+		if proto == "" {
+			proto = "none"
+		}
+		m.alpn.WithLabelValues(proto).Inc()
 		return nil
 	case c.hc.noCert:
 		m.handshakes.WithLabelValues(handshakeNoCert).Inc()
@@ -212,6 +300,48 @@ func (e *Edge) scanCerts() error {
 	}
 	e.metrics.tls.certificates.Set(float64(e.certs.Len()))
 	return nil
+}
+
+// readConsulCerts reads the region's certificates from Consul once, at
+// start, so the edge serves them from its first handshake; the watch
+// (consul.go) follows their changes.
+func (e *Edge) readConsulCerts(ctx context.Context, client *region.Client) {
+	certs, err := client.Certs(ctx, e.cfg.Region)
+	if err != nil {
+		e.log.Warn("certificates in consul not read at start; serving the others until consul answers", "err", err)
+		return
+	}
+	m := make(map[string][]byte, len(certs))
+	for _, c := range certs {
+		m[c.Name] = c.PEM
+	}
+	e.applyConsulCerts(m)
+}
+
+// applyConsulCerts makes certs the certificates from Consul, logging and
+// counting what changed; an invalid one is named with its reason and the
+// one in force stays.
+func (e *Edge) applyConsulCerts(certs map[string][]byte) {
+	rep := e.certs.Replace("consul", certs)
+	for _, r := range rep.Refused {
+		e.metrics.tls.refusedFiles.Inc()
+		e.log.Error("certificate from consul refused; keeping the one in force (if any)", "key", e.consulCertKey(r.Source), "reason", r.Err)
+	}
+	for _, s := range rep.Loaded {
+		e.metrics.tls.reloads.Inc()
+		e.log.Info("certificate loaded", "key", e.consulCertKey(s))
+	}
+	for _, s := range rep.Removed {
+		e.log.Info("certificate removed (its key is gone)", "key", e.consulCertKey(s))
+	}
+	e.metrics.tls.certificates.Set(float64(e.certs.Len()))
+}
+
+// consulCertKey is the Consul key of a certificate the store names
+// "consul:NAME".
+func (e *Edge) consulCertKey(source string) string {
+	name := strings.TrimPrefix(source, "consul:")
+	return region.NewLayout(e.cfg.ConsulPrefix).Certs(e.cfg.Region) + name
 }
 
 // certFullScan is how often every certificate file is checked even
@@ -266,7 +396,7 @@ func (e *Edge) listenTLS() error {
 	if err := e.scanCerts(); err != nil {
 		return err
 	}
-	if e.certs.Len() == 0 {
+	if e.certs.Len() == 0 && e.cfg.Consul == "" {
 		return errors.New("listen-tls: no valid certificate in --tls-cert-dir or --tls-default-cert")
 	}
 	ln, err := net.Listen("tcp", e.cfg.ListenTLS)
@@ -274,7 +404,22 @@ func (e *Edge) listenTLS() error {
 		return fmt.Errorf("listening on %s (TLS): %w", e.cfg.ListenTLS, err)
 	}
 	e.tlsLn = ln // closed by close() from here on
-	config := newTLSConfig(e.certs)
+	var acme acmeCerts
+	if len(e.cfg.ACMEDomains) > 0 {
+		// e.acme is set by startConsul, before Run serves a handshake.
+		acme = func(hello *tls.ClientHelloInfo) (*tls.Certificate, bool, error) {
+			if e.acme == nil {
+				return nil, false, nil
+			}
+			return e.acme.certificate(hello)
+		}
+	}
+	config := newTLSConfig(e.certs, e.cfg.H2MaxStreams > 0, acme)
+	e.tlsConfig = config
+	if e.cfg.H2MaxStreams > 0 {
+		e.h2 = e.newH2Server()
+		e.server.NextProto("h2", e.h2.serveConn)
+	}
 	if e.cfg.TLSTicketKeys != "" {
 		e.tickets = &ticketKeys{path: e.cfg.TLSTicketKeys, config: config}
 		if err := e.loadTicketKeys(); err != nil {

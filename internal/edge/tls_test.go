@@ -49,7 +49,7 @@ func writeAtomically(t *testing.T, path string, data []byte) {
 
 // dialTLS completes a handshake with the edge's TLS listener.
 func (s *tlsSite) dialTLS(r *running, name string, mutate func(*tls.Config)) (*tls.Conn, error) {
-	cfg := &tls.Config{ServerName: name, RootCAs: s.ca.Pool, NextProtos: []string{"h2", "http/1.1"}}
+	cfg := &tls.Config{ServerName: name, RootCAs: s.ca.Pool, NextProtos: []string{"http/1.1"}}
 	if mutate != nil {
 		mutate(cfg)
 	}
@@ -116,7 +116,7 @@ func TestTLSCertificateBySNI(t *testing.T) {
 			require.NoError(t, err)
 			defer c.Close()
 			require.Equal(t, tc.want, leafSerial(c))
-			require.Equal(t, "http/1.1", c.ConnectionState().NegotiatedProtocol, "h2 is not offered yet")
+			require.Equal(t, "http/1.1", c.ConnectionState().NegotiatedProtocol)
 		})
 	}
 

@@ -36,7 +36,7 @@ const (
 	ExitDiffers      = 9 // rules diff: the rules differ
 )
 
-const usageText = `regionctl manages edgeguard rules and shedder settings in Consul, region by region.
+const usageText = `regionctl manages edgeguard rules, shedder settings and TLS certificates in Consul, region by region.
 
 Usage:
   regionctl [global flags] <command> [flags] [args]
@@ -60,6 +60,11 @@ Shedder settings (JSON):
   shedder set --region R [--reset] key=value…  change settings (validated, check-and-set)
   shedder simulate --region R --pop P --from T1 --to T2 [--prometheus URL] [key=value…]
                                                replay recorded utilization: current settings, then the candidate
+
+TLS certificates (chain and key, PEM; one key per certificate, served by the region's edges):
+  certs put --region R NAME FILE               validate FILE and write it as certificate NAME
+  certs list --region R                        names, DNS names, expiry; invalid ones flagged
+  certs rm --region R NAME                     delete certificate NAME
 
 Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
@@ -243,6 +248,9 @@ var commands = map[string]func(a *app, args []string) error{
 	"shedder get":    (*app).shedderGet,
 	"shedder set":    (*app).shedderSet,
 	"regions status": (*app).regionsStatus,
+	"certs put":      (*app).certsPut,
+	"certs list":     (*app).certsList,
+	"certs rm":       (*app).certsRm,
 }
 
 func (a *app) dispatch(args []string) error {

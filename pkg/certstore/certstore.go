@@ -8,6 +8,9 @@
 // is two map reads (the exact name, then the wildcard of its parent
 // domain), whatever the number of certificates.
 //
+// Other sources (Consul KV) hand the store their certificates whole with
+// Replace; they sit beside the directory's, under the same rules.
+//
 // Certificates are validated when read (chain, key matching the leaf, not
 // expired) but kept as the PEM bytes read: the parsed form is built on the
 // first handshake that needs it. So a store of 100,000 certificates costs
@@ -18,6 +21,7 @@ import (
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -38,6 +42,10 @@ const maxFileBytes = 1 << 20
 // Scan replaces what changed.
 type Store struct {
 	dir, defaultFile string
+
+	// wmu orders the writers (Scan, Replace): holding it, a writer reads
+	// the groups without mu.
+	wmu sync.Mutex
 
 	mu     sync.RWMutex
 	exact  map[string][]*entry // lower-case DNS name → certificates, preferred first
@@ -60,8 +68,9 @@ type entry struct {
 // group is the files of one base name as last seen, and the certificate
 // they hold (nil when refused and nothing was loaded before).
 type group struct {
-	stamp string
-	entry *entry
+	stamp    string
+	entry    *entry
+	external bool // from Replace, not the directory
 }
 
 // New is a store over dir (may be empty) and an optional default
@@ -97,9 +106,10 @@ func (s *Store) Len() int {
 // since the last Scan. A source that fails to validate is refused and the
 // certificate it would replace stays in service; a source whose files are
 // gone is removed. An error is returned only when the directory cannot be
-// listed (everything held stays). Scans must not overlap: one goroutine
-// polls.
+// listed (everything held stays).
 func (s *Store) Scan() (Report, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	stamps := map[string][]string{} // base path → its files
 	if s.dir != "" {
 		des, err := os.ReadDir(s.dir)
@@ -129,7 +139,7 @@ func (s *Store) Scan() (Report, error) {
 		if err != nil {
 			buf = append(append(buf[:0], "error:"...), err.Error()...)
 		}
-		// Scan is the only writer: it reads the groups without the lock.
+		// Writers hold wmu: the groups are read without the lock.
 		g := s.groups[base]
 		if g != nil && g.stamp == string(buf) {
 			continue // compared without a copy
@@ -171,7 +181,7 @@ func (s *Store) Scan() (Report, error) {
 	}
 	s.mu.Lock()
 	for base, g := range s.groups {
-		if seen[base] {
+		if seen[base] || g.external {
 			continue
 		}
 		delete(s.groups, base)
@@ -190,6 +200,85 @@ func (s *Store) Scan() (Report, error) {
 	slices.Sort(rep.Loaded)
 	slices.Sort(rep.Removed)
 	return rep, nil
+}
+
+// Replace makes certs (name → chain and key, PEM) the certificates of
+// source (as "consul"), next to the directory's: a new or changed one is
+// validated and served from the next handshake, an invalid one refused
+// (the one it would replace stays), one no longer in certs removed.
+// Reported sources are "source:name".
+func (s *Store) Replace(source string, certs map[string][]byte) Report {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	var rep Report
+	prefix := "\x00" + source + ":" // no path starts so
+	now := time.Now()
+	for name, data := range certs {
+		base := prefix + name
+		sum := sha256.Sum256(data)
+		stamp := string(sum[:])
+		g := s.groups[base]
+		if g != nil && g.stamp == stamp {
+			continue
+		}
+		id := source + ":" + name
+		e, err := newEntry(id, data, false, now)
+		s.mu.Lock()
+		switch {
+		case err != nil:
+			rep.Refused = append(rep.Refused, Refusal{Source: id, Err: err})
+			if g == nil {
+				s.groups[base] = &group{stamp: stamp, external: true}
+			} else {
+				g.stamp = stamp
+			}
+		default:
+			if g != nil && g.entry != nil {
+				s.unindex(g.entry)
+				s.held--
+			}
+			s.held++
+			s.groups[base] = &group{stamp: stamp, entry: e, external: true}
+			s.index(e)
+			rep.Loaded = append(rep.Loaded, id)
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	for base, g := range s.groups {
+		name, ok := strings.CutPrefix(base, prefix)
+		if !ok {
+			continue
+		}
+		if _, keep := certs[name]; keep {
+			continue
+		}
+		delete(s.groups, base)
+		if g.entry != nil {
+			s.held--
+			s.unindex(g.entry)
+			rep.Removed = append(rep.Removed, g.entry.source)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(rep.Loaded)
+	slices.Sort(rep.Removed)
+	slices.SortFunc(rep.Refused, func(a, b Refusal) int { return strings.Compare(a.Source, b.Source) })
+	return rep
+}
+
+// Check validates a certificate (chain and key, PEM) as the store would,
+// and returns the DNS names it answers for and when it expires.
+func Check(data []byte) (names []string, notAfter time.Time, err error) {
+	e, err := newEntry("", data, false, time.Now())
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	c, err := e.certificate()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return e.names, c.Leaf.NotAfter, nil
 }
 
 // defaultKey is the default certificate's group: no base path looks so.

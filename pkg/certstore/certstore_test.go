@@ -283,3 +283,64 @@ func BenchmarkScanUnchanged(b *testing.B) {
 		}
 	}
 }
+
+func TestReplaceBesideTheDirectory(t *testing.T) {
+	ca := testenv.NewCA(t)
+	dir := t.TempDir()
+	fromDir := ca.Issue(t, "ecdsa", "shop.example.com")
+	write(t, dir, "shop.pem", fromDir.Bundle())
+	s := New(dir, "")
+	scan(t, s)
+
+	api := ca.Issue(t, "ecdsa", "api.example.com")
+	rep := s.Replace("consul", map[string][]byte{"api": api.Bundle()})
+	require.Equal(t, []string{"consul:api"}, rep.Loaded)
+	require.Equal(t, 2, s.Len())
+	c, err := s.Certificate(tls13("api.example.com"))
+	require.NoError(t, err)
+	require.Equal(t, api.Serial, serialOf(t, c))
+
+	// A directory scan leaves the other source's certificates alone.
+	require.Empty(t, scan(t, s).Removed)
+	require.Equal(t, 2, s.Len())
+
+	// Unchanged: nothing to do.
+	require.Equal(t, Report{}, s.Replace("consul", map[string][]byte{"api": api.Bundle()}))
+
+	// Rotated: the new one is served.
+	api2 := ca.Issue(t, "ecdsa", "api.example.com")
+	require.Equal(t, []string{"consul:api"}, s.Replace("consul", map[string][]byte{"api": api2.Bundle()}).Loaded)
+	c, err = s.Certificate(tls13("api.example.com"))
+	require.NoError(t, err)
+	require.Equal(t, api2.Serial, serialOf(t, c))
+
+	// Invalid: refused, the one in force stays.
+	rep = s.Replace("consul", map[string][]byte{"api": []byte("not a certificate")})
+	require.Len(t, rep.Refused, 1)
+	require.Equal(t, "consul:api", rep.Refused[0].Source)
+	c, err = s.Certificate(tls13("api.example.com"))
+	require.NoError(t, err)
+	require.Equal(t, api2.Serial, serialOf(t, c))
+
+	// Gone from the source: removed; the directory's stays.
+	rep = s.Replace("consul", map[string][]byte{})
+	require.Equal(t, []string{"consul:api"}, rep.Removed)
+	require.Equal(t, 1, s.Len())
+	c, err = s.Certificate(tls13("api.example.com"))
+	require.NoError(t, err)
+	require.Nil(t, c)
+	c, err = s.Certificate(tls13("shop.example.com"))
+	require.NoError(t, err)
+	require.Equal(t, fromDir.Serial, serialOf(t, c))
+}
+
+func TestCheck(t *testing.T) {
+	ca := testenv.NewCA(t)
+	l := ca.Issue(t, "rsa", "a.example.com", "*.b.example.com")
+	names, notAfter, err := Check(l.Bundle())
+	require.NoError(t, err)
+	require.Equal(t, []string{"a.example.com", "*.b.example.com"}, names)
+	require.True(t, notAfter.After(time.Now()))
+	_, _, err = Check(l.CertPEM)
+	require.Error(t, err, "no key")
+}

@@ -16,6 +16,10 @@
 //	history/<region>/pruned   what that retention deleted (retention.go)
 //	parts/<sha256>            a piece of a rules document too large for one
 //	                          value; its key then holds a manifest (parts.go)
+//	certs/<region>/<name>     a TLS certificate the region's edges serve (certs.go)
+//	ticket-keys/<region>      the region's TLS session-ticket keys (tickets.go)
+//	acme/<region>/…           the region's ACME account, certificates and locks
+//	                          (certmagic's storage, internal/acmestore)
 //
 // One document per scope, so a push is atomic.
 package region
@@ -56,6 +60,7 @@ func (l Layout) RegionRules(region string) string { return l.Prefix + "rules/reg
 func (l Layout) Shedder(region string) string     { return l.Prefix + "shedder/" + region }
 func (l Layout) History(region string) string     { return l.Prefix + "history/" + region + "/" }
 func (l Layout) Parts() string                    { return l.Prefix + "parts/" }
+func (l Layout) ACME(region string) string        { return l.Prefix + "acme/" + region + "/" }
 
 // HistoryPruned holds the region's Pruning record, next to the entries
 // (whose names are all digits) so the same ACL rules cover it.

@@ -15,9 +15,10 @@ const (
 	descPath
 	descHeader
 	descQuery
+	descJA4
 )
 
-const descriptorList = "ip, host, method, path, header:<Name>, query:<name>"
+const descriptorList = "ip, host, method, path, header:<Name>, query:<name>, ja4"
 
 // descriptor is one parsed element of Rule.Key.
 type descriptor struct {
@@ -39,6 +40,8 @@ func (d descriptor) String() string {
 		return "header:" + d.name
 	case descQuery:
 		return "query:" + d.name
+	case descJA4:
+		return "ja4"
 	}
 	return "invalid"
 }
@@ -55,6 +58,8 @@ func parseDescriptor(s string) (descriptor, error) {
 		return descriptor{kind: descHost}, nil
 	case "method":
 		return descriptor{kind: descMethod}, nil
+	case "ja4":
+		return descriptor{kind: descJA4}, nil
 	case "path":
 		return descriptor{kind: descPath}, nil
 	}

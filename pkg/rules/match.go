@@ -20,6 +20,9 @@ type Request struct {
 	Header func(name string) (string, bool)
 	// Query looks up a decoded query parameter by exact name. nil means none.
 	Query func(name string) (string, bool)
+	// JA4 is the TLS client's JA4 fingerprint; "" over plain HTTP (a rule
+	// keyed by ja4 then does not apply).
+	JA4 string
 }
 
 // Match is one rule that applies to a request, with the counter key the
@@ -132,6 +135,8 @@ func (s *Snapshot) key(r *CompiledRule, req *Request) (string, bool) {
 			b = append(b, req.Method...)
 		case descPath:
 			b = append(b, req.Path...)
+		case descJA4:
+			b = append(b, req.JA4...)
 		case descHeader, descQuery:
 			get := req.Header
 			if d.kind == descQuery {

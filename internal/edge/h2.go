@@ -1,0 +1,374 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+)
+
+// HTTP/2 on --listen-tls (ALPN h2), served by net/http's HTTP/2 server. Each
+// stream runs the edge's one request path (handle) on a fasthttp request
+// built from the stream's, so the screen, the trust model, shedding,
+// limits, the access log and the metrics are HTTP/1.1's: the :authority is
+// the request's Host, forwarding fields from an untrusted peer are dropped,
+// and the origin gets the request as HTTP/1.1 with X-Forwarded-Proto https.
+//
+// What one connection may cost is bounded:
+//   - streams at once: --h2-max-concurrent-streams (SETTINGS), and each
+//     stream's handler takes one of the edge's workers like any request;
+//   - the header list: --max-header-bytes (SETTINGS_MAX_HEADER_LIST_SIZE;
+//     a larger one is answered 431);
+//   - rapid reset (CVE-2023-44487): net/http starts at most
+//     max-concurrent-streams handlers and ends a connection whose queue of
+//     unstarted ones passes four times that (ENHANCE_YOUR_CALM); on top of
+//     it, the edge closes a connection that resets more than
+//     h2ResetBurst streams in a burst or h2ResetRate a second over time;
+//   - PING, SETTINGS and PRIORITY floods: more than h2ControlBurst in a
+//     burst or h2ControlRate a second over time close the connection (net/http
+//     itself caps the acknowledgements it queues for a client that does
+//     not read them).
+
+// Per-connection budgets of frames a client sends (token buckets). A
+// browser that leaves a page resets its streams at once; it never resets
+// hundreds a second for long, nor pings more than a few times.
+const (
+	h2ResetBurst   = 200
+	h2ResetRate    = 100 // per second
+	h2ControlBurst = 100
+	h2ControlRate  = 10 // per second
+)
+
+// errH2Flood ends a connection that spent a frame budget.
+var errH2Flood = errors.New("http2: frame flood")
+
+// h2Metrics are the edge's HTTP/2 series.
+type h2Metrics struct {
+	floods *prometheus.CounterVec // frame
+}
+
+func newH2Metrics() *h2Metrics {
+	m := &h2Metrics{floods: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgeguard_tls_h2_floods_total",
+		Help: "HTTP/2 connections closed for a flood: rst_stream (rapid reset beyond the edge's budget), early_resets (net/http's queue of unstarted handlers full), control (PING, SETTINGS or PRIORITY frames beyond the budget).",
+	}, []string{"frame"})}
+	for _, f := range []string{"rst_stream", "early_resets", "control"} {
+		m.floods.WithLabelValues(f)
+	}
+	return m
+}
+
+// h2Server serves the h2 connections of the TLS listener: fasthttp hands
+// each (decrypted, metered) to net/http's HTTP/2 server through a listener
+// of its own, and waits until it is done with it.
+type h2Server struct {
+	e  *Edge
+	hs *http.Server // its Shutdown sends every connection a GOAWAY
+	ln *connQueue
+	m  *h2Metrics
+}
+
+func (e *Edge) newH2Server() *h2Server {
+	h := &h2Server{e: e, m: e.metrics.h2, ln: newConnQueue(e.tlsLn.Addr())}
+	// TLS is the edge's: net/http sees the decrypted stream, which starts
+	// with the HTTP/2 preface.
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	h.hs = &http.Server{
+		Handler:        http.HandlerFunc(h.serveStream),
+		Protocols:      &protos,
+		MaxHeaderBytes: e.cfg.MaxHeaderBytes,
+		// A stream's request body must arrive within this (fasthttp's
+		// ReadTimeout for HTTP/1.1).
+		ReadTimeout: e.cfg.ReadTimeout,
+		IdleTimeout: e.cfg.IdleTimeout,
+		ErrorLog:    slog.NewLogLogger(e.log.Handler(), slog.LevelDebug),
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: e.cfg.H2MaxStreams,
+			// A write that makes no progress for this long ends the
+			// connection (a client that stopped reading).
+			WriteByteTimeout: e.cfg.WriteTimeout,
+			CountError: func(errType string) {
+				if errType == "too_many_early_resets" {
+					h.m.floods.WithLabelValues("early_resets").Inc()
+				}
+			},
+		},
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, h2ConnKey{}, c)
+		},
+	}
+	return h
+}
+
+// h2ConnKey carries a connection's *h2MeteredConn in its streams' contexts.
+type h2ConnKey struct{}
+
+// serve runs net/http's server until shutdown.
+func (h *h2Server) serve() error {
+	if err := h.hs.Serve(h.ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// serveConn serves one h2 connection (fasthttp's NextProto handler) until
+// net/http closes it.
+func (h *h2Server) serveConn(c net.Conn) error {
+	tc, ok := c.(*serverTLSConn)
+	if !ok {
+		return errors.New("http2: not a TLS connection")
+	}
+	now := time.Now()
+	mc := &h2MeteredConn{
+		Conn: tc, state: tc.ConnectionState(), m: h.m, preface: len(http2Preface), closed: make(chan struct{}),
+		resets:  tokenBucket{tokens: h2ResetBurst, burst: h2ResetBurst, rate: h2ResetRate, last: now},
+		control: tokenBucket{tokens: h2ControlBurst, burst: h2ControlBurst, rate: h2ControlRate, last: now},
+	}
+	select {
+	case h.ln.conns <- mc:
+	case <-h.ln.done:
+		return tc.Close()
+	}
+	<-mc.closed
+	return nil
+}
+
+// http2Preface starts every HTTP/2 client connection (RFC 9113 §3.4).
+const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// shutdown asks every h2 connection to finish its streams and close
+// (GOAWAY), and waits for them until ctx is done.
+func (h *h2Server) shutdown(ctx context.Context) error {
+	return h.hs.Shutdown(ctx)
+}
+
+// connQueue is a listener of the connections fasthttp hands over.
+type connQueue struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newConnQueue(addr net.Addr) *connQueue {
+	return &connQueue{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.conns:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return q.addr }
+
+// h2Hop are the fields no HTTP/2 message carries on to an HTTP/1.1 hop.
+var h2Hop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
+}
+
+// serveStream runs one stream through the request path.
+func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
+	mc, _ := r.Context().Value(h2ConnKey{}).(*h2MeteredConn)
+	if mc == nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Init2(&h2StreamConn{Conn: mc.Conn, state: &mc.state, ctx: r.Context()}, fasthttpLogger{h.e.log}, false)
+	req := &ctx.Request
+	req.Header.SetMethod(r.Method)
+	req.SetRequestURI(r.RequestURI)
+	// The hop to the origin is HTTP/1.1 (the screen passes it like any
+	// HTTP/1.1 request).
+	req.Header.SetProtocolBytes(http11)
+	req.Header.SetHost(r.Host) // :authority (or a Host field without one)
+	for k, vs := range r.Header {
+		if h2Hop[k] || k == "Host" {
+			continue
+		}
+		if k == "Cookie" && len(vs) > 1 {
+			// HTTP/2 splits cookies into fields; HTTP/1.1 has one (RFC 9113 §8.2.3).
+			req.Header.Add(k, strings.Join(vs, "; "))
+			continue
+		}
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	switch {
+	case r.ContentLength > 0:
+		req.SetBodyStream(r.Body, int(r.ContentLength))
+	case r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody:
+		req.SetBodyStream(r.Body, -1)
+	}
+
+	h.e.handle(ctx)
+
+	resp := &ctx.Response
+	out := w.Header()
+	for k, v := range resp.Header.All() {
+		name := string(k)
+		if h2Hop[http.CanonicalHeaderKey(name)] {
+			continue
+		}
+		out.Add(name, string(v))
+	}
+	if !resp.IsBodyStream() {
+		n := len(resp.Body())
+		if r.Method == http.MethodHead && resp.Header.ContentLength() >= 0 {
+			n = resp.Header.ContentLength()
+		}
+		out.Set("Content-Length", itoa(n))
+	}
+	w.WriteHeader(resp.StatusCode())
+	if r.Method != http.MethodHead {
+		_ = resp.BodyWriteTo(w)
+	}
+	req.Reset() // closes the request body stream
+	resp.Reset()
+}
+
+func itoa(n int) string { return string(fasthttp.AppendUint(nil, n)) }
+
+// h2StreamConn is the connection a stream's fasthttp request sees: the TLS
+// connection's addresses and state (so the origin hop says https), and
+// "gone" once the client reset the stream or left.
+type h2StreamConn struct {
+	net.Conn
+	state *tls.ConnectionState
+	ctx   context.Context
+}
+
+func (c *h2StreamConn) Handshake() error                     { return nil }
+func (c *h2StreamConn) ConnectionState() tls.ConnectionState { return *c.state }
+
+// Read and Write are never called: the stream's body and response travel
+// through net/http.
+func (c *h2StreamConn) Read([]byte) (int, error) {
+	return 0, errors.New("http2 stream: no direct read")
+}
+func (c *h2StreamConn) Write([]byte) (int, error) {
+	return 0, errors.New("http2 stream: no direct write")
+}
+func (c *h2StreamConn) Close() error { return nil }
+
+// gone reports whether the client reset the stream or the connection ended.
+func (c *h2StreamConn) gone() bool { return c.ctx.Err() != nil }
+
+// h2MeteredConn is an h2 connection as net/http sees it: the decrypted
+// stream (net.Conn only: net/http must not take it for TLS and look for
+// ALPN again). It counts the frames the client sends (net/http reads them
+// from one goroutine) and fails the read that spends a budget, which ends
+// the connection.
+type h2MeteredConn struct {
+	net.Conn        // the *serverTLSConn
+	state           tls.ConnectionState
+	closed          chan struct{}
+	closeOnce       sync.Once
+	m               *h2Metrics
+	preface         int // bytes of the client preface still to pass
+	hdr             [9]byte
+	hn              int // bytes of hdr read
+	skip            int // payload bytes still to pass
+	resets, control tokenBucket
+	err             error
+}
+
+func (c *h2MeteredConn) Read(b []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.Conn.Read(b)
+	if ferr := c.scan(b[:n]); ferr != nil {
+		c.err = ferr
+		return 0, ferr
+	}
+	return n, err
+}
+
+// Close closes the connection and tells serveConn that net/http is done.
+func (c *h2MeteredConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(func() { close(c.closed) })
+	return err
+}
+
+// HTTP/2 frame types and the ACK flag the meter looks at (RFC 9113 §6).
+const (
+	h2FramePriority  = 0x2
+	h2FrameRSTStream = 0x3
+	h2FrameSettings  = 0x4
+	h2FramePing      = 0x6
+	h2FlagAck        = 0x1
+)
+
+// scan follows the frame headers in p.
+func (c *h2MeteredConn) scan(p []byte) error {
+	for len(p) > 0 {
+		switch {
+		case c.preface > 0:
+			k := min(c.preface, len(p))
+			c.preface, p = c.preface-k, p[k:]
+			continue
+		case c.skip > 0:
+			k := min(c.skip, len(p))
+			c.skip, p = c.skip-k, p[k:]
+			continue
+		}
+		k := copy(c.hdr[c.hn:], p)
+		c.hn, p = c.hn+k, p[k:]
+		if c.hn < len(c.hdr) {
+			return nil
+		}
+		c.hn = 0
+		c.skip = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
+		switch typ, flags := c.hdr[3], c.hdr[4]; {
+		case typ == h2FrameRSTStream:
+			if !c.resets.take(time.Now()) {
+				c.m.floods.WithLabelValues("rst_stream").Inc()
+				return errH2Flood
+			}
+		case typ == h2FramePing && flags&h2FlagAck == 0, typ == h2FrameSettings && flags&h2FlagAck == 0, typ == h2FramePriority:
+			if !c.control.take(time.Now()) {
+				c.m.floods.WithLabelValues("control").Inc()
+				return errH2Flood
+			}
+		}
+	}
+	return nil
+}
+
+// tokenBucket allows burst events at once and rate a second over time.
+type tokenBucket struct {
+	tokens, burst, rate float64
+	last                time.Time
+}
+
+func (b *tokenBucket) take(now time.Time) bool {
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}

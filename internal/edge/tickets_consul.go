@@ -1,0 +1,92 @@
+package edge
+
+import (
+	"context"
+	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
+)
+
+// Session-ticket keys from Consul (ticket-keys/<region>, see pkg/region):
+// with --consul and --listen-tls, and no --tls-ticket-keys file, every edge
+// of the region encrypts its tickets with the region's first key and
+// decrypts with all of them, so a client resumes on any edge of the region.
+// Every --tls-ticket-rotation one edge rotates them: each edge checks at
+// ticketRotationCheck, and a check-and-set on the value read lets exactly
+// one write a rotation that is due (the others find it done). Until the
+// keys exist each edge uses its own (crypto/tls's default).
+
+// ticketRotationCheck is how often an edge looks whether a rotation is due.
+const ticketRotationCheck = time.Minute
+
+// consulTickets says whether the session-ticket keys come from Consul.
+func (e *Edge) consulTickets() bool {
+	return e.tlsConfig != nil && e.tickets == nil && e.cfg.Consul != ""
+}
+
+// readConsulTicketKeys applies the region's keys once, at start.
+func (e *Edge) readConsulTicketKeys(ctx context.Context, client *region.Client) {
+	t, index, err := client.ReadTicketKeys(ctx, e.cfg.Region)
+	switch {
+	case err != nil:
+		e.log.Warn("session ticket keys in consul not read at start; this edge's own keys until consul answers", "err", err)
+	case index != 0:
+		e.setTicketKeys(t)
+	}
+}
+
+// applyConsulTicketKeys applies the stored document (nil: none yet). An
+// invalid one is refused and the keys in force stay.
+func (e *Edge) applyConsulTicketKeys(data []byte) {
+	if data == nil {
+		e.log.Info("no session ticket keys in consul yet; this edge's own keys until there are", "key", region.NewLayout(e.cfg.ConsulPrefix).TicketKeys(e.cfg.Region))
+		return
+	}
+	t, err := region.ParseTicketKeys(data)
+	if err != nil {
+		e.metrics.tls.refusedFiles.Inc()
+		e.log.Error("session ticket keys from consul refused; keeping the keys in force", "key", region.NewLayout(e.cfg.ConsulPrefix).TicketKeys(e.cfg.Region), "reason", err)
+		return
+	}
+	e.setTicketKeys(t)
+}
+
+func (e *Edge) setTicketKeys(t region.TicketKeys) {
+	e.tlsConfig.SetSessionTicketKeys(t.Keys)
+	e.metrics.tls.ticketsAt.Set(float64(t.Rotated.Unix()))
+	e.log.Info("session ticket keys loaded from consul", "keys", len(t.Keys), "rotated", t.Rotated)
+}
+
+// rotateTicketKeys rotates the region's keys when due, until ctx is done.
+func (l *consulLink) rotateTicketKeys(ctx context.Context) {
+	t := time.NewTicker(ticketRotationCheck)
+	defer t.Stop()
+	for {
+		l.rotateIfDue(ctx, time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// rotateIfDue rotates the keys if the last rotation is at least
+// --tls-ticket-rotation before now; it reports whether this edge did.
+func (l *consulLink) rotateIfDue(ctx context.Context, now time.Time) bool {
+	e := l.e
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	done, err := l.client.RotateTicketKeys(cctx, e.cfg.Region, e.cfg.TLSTicketRotation, now)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.metrics.consulErrors.Inc()
+			e.log.Warn("session ticket keys not rotated; trying again later", "err", err)
+		}
+		return false
+	}
+	if done {
+		e.log.Info("session ticket keys rotated", "region", e.cfg.Region, "every", e.cfg.TLSTicketRotation)
+	}
+	return done
+}
