@@ -30,11 +30,21 @@ export function rateLimitsBoard(): dashboard.Dashboard {
     }))
     .withPanel(timeSeries({
       title: 'Script calls per request',
-      description: 'Redis script calls sent per request that reached the limiter, per PoP. Above the number of rules a request matches means refunds or retries; well below 1 means the prefilter and coalescing save Redis work.',
+      description: 'Redis script commands (edgeguard_limiter_store_calls_total: a batch is one) sent per request that reached the limiter, per PoP. Above the number of rules a request matches means refunds or retries; well below 1 means the prefilter, coalescing and batching save Redis work.',
       unit: 'none', min: 0,
       thresholds: [green(), orange(3), red(5)],
       targets: [{
-        expr: `sum by (region, pop) (${rate('edgeguard_limiter_store_script_calls_total')}) / sum by (region, pop) (${rate('edgeguard_edge_requests_total', 'outcome=~"proxied|denied"')})`,
+        expr: `sum by (region, pop) (${rate('edgeguard_limiter_store_calls_total')}) / sum by (region, pop) (${rate('edgeguard_edge_requests_total', 'outcome=~"proxied|denied"')})`,
+        legend: '{{region}}/{{pop}}',
+      }],
+    }))
+    .withPanel(timeSeries({
+      title: 'Decisions per script call',
+      description: 'Decisions carried per Redis script command, per PoP: 1 when every decision goes alone, more when concurrent checks leave as one call of the batch script. It rises with load (batches form while calls are in flight) and costs Redis less per decision.',
+      unit: 'none', min: 0,
+      thresholds: [green()],
+      targets: [{
+        expr: `sum by (region, pop) (${rate('edgeguard_limiter_store_call_decisions_total')}) / sum by (region, pop) (${rate('edgeguard_limiter_store_calls_total')})`,
         legend: '{{region}}/{{pop}}',
       }],
     }))

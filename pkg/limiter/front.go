@@ -179,7 +179,8 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		deadline:  sharedDeadline{timeout: cfg.Timeout},
 		releasing: make(chan struct{}, maxReleasing),
 	}
-	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health)
+	snd, _ := store.(sender)
+	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health, snd)
 	if err != nil {
 		return nil, err
 	}
@@ -464,7 +465,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	}
 	start := time.Now()
 	got, err := l.store.Take(ctx, send)
-	l.metrics.storeCalls.Add(float64(len(send)))
+	l.metrics.storeDecided.Add(float64(len(send)))
 	perCall := takeErrs(err)
 	answered := l.now()
 	for j, i := range sent {

@@ -99,6 +99,7 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 		c := calls[i]
 		cmds[i] = pipe.EvalSha(ctx, s.scripts[c.alg].sha, c.keys, c.args...)
 	}
+	s.sent.add(len(sent), len(sent))
 	if _, err := pipe.Exec(ctx); err != nil {
 		for _, i := range sent {
 			if cmds[i].Err() == nil && cmds[i].Val() == nil {
