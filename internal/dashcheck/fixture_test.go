@@ -319,7 +319,12 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	prom, err := testenv.StartPrometheus(testenv.PrometheusOptions{
 		ScrapeInterval: scrapeInterval,
 		Jobs: []testenv.ScrapeJob{
-			{Name: "edgeguard-edge", Targets: []string{ams.admin, fra.admin}},
+			// region and pop are target labels, as the stack's Consul
+			// discovery attaches them from the service meta.
+			{Name: "edgeguard-edge", Targets: []string{ams.admin, fra.admin}, TargetLabels: map[string]map[string]string{
+				ams.admin: {"region": regionName, "pop": "ams"},
+				fra.admin: {"region": regionName, "pop": "fra"},
+			}},
 			{Name: "redis", Targets: []string{exp.Addr}, Labels: map[string]string{"region": regionName}},
 		},
 		RuleFiles: []string{rulesPath},

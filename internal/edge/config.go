@@ -89,8 +89,14 @@ type Config struct {
 	// Advertise is the public address registered in the catalog ("" = the
 	// agent's node address and the --listen port).
 	Advertise string
-	// Region and PoP name where this node runs (metrics labels, pop scope).
+	// Region and PoP name where this node runs (Consul service meta, pop
+	// scope).
 	Region, PoP string
+	// MetricsRegionLabels adds region and pop to every series this edge
+	// exports. Off by default: Prometheus attaches them as target labels
+	// from the Consul service meta (docs/deployment.md), and a series that
+	// carries them too would see them renamed exported_region/exported_pop.
+	MetricsRegionLabels bool
 	// NodesInRegion and NodesInPoP divide limits in the local fallback.
 	NodesInRegion, NodesInPoP int
 	// TrustedProxies are CIDRs whose X-Forwarded-For (and priority headers)
@@ -255,6 +261,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Advertise, "advertise", c.Advertise, "public address registered in Consul (default: the agent's node address, --listen port)")
 	fs.StringVar(&c.Region, "region", c.Region, "region this node runs in (its Consul datacenter)")
 	fs.StringVar(&c.PoP, "pop", c.PoP, "PoP this node runs in")
+	fs.BoolVar(&c.MetricsRegionLabels, "metrics-region-labels", c.MetricsRegionLabels, "add region and pop labels to every exported series (for a Prometheus that cannot attach them as target labels from the Consul service meta)")
 	fs.IntVar(&c.NodesInRegion, "nodes-in-region", c.NodesInRegion, "edge nodes in the region (the fallback enforces limit / this)")
 	fs.IntVar(&c.NodesInPoP, "nodes-in-pop", c.NodesInPoP, "edge nodes in the PoP (fallback divisor for scope: pop rules)")
 	fs.Var((*prefixesFlag)(&c.TrustedProxies), "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For and priority headers are trusted (comma-separated; a catch-all range needs --trust-all-proxies)")

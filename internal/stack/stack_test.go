@@ -96,6 +96,10 @@ func TestPrometheusConfigDiscoversEdgesThroughEveryConsul(t *testing.T) {
 		`server: "127.0.0.1:8500"`, `datacenter: "eu-west"`,
 		`server: "127.0.0.1:8510"`, `datacenter: "us-east"`,
 		`replacement: "${1}:9090"`,
+		// region and pop are target labels from the service meta (the
+		// edges no longer export them).
+		"source_labels: [__meta_consul_service_metadata_region]\n        target_label: region\n",
+		"source_labels: [__meta_consul_service_metadata_pop]\n        target_label: pop\n",
 		`targets: ["127.0.0.1:9121"]`,
 	} {
 		require.Contains(t, cfg, want)

@@ -1,0 +1,46 @@
+package edge
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const oneRule = `
+version: 1
+rules:
+  - id: per-ip
+    key: [ip]
+    algorithm: fixed_window
+    limit: 10
+    window: 1m
+`
+
+// region and pop are target labels by default (Prometheus attaches them
+// from the Consul service meta); --metrics-region-labels puts them on every
+// edgeguard series for a Prometheus that cannot.
+func TestRegionLabelsOptIn(t *testing.T) {
+	labelled := regexp.MustCompile(`(?m)^edgeguard_\w+\{[^}]*\b(region|pop)=`)
+	edgeguard := regexp.MustCompile(`(?m)^edgeguard_\w+`)
+	for _, tc := range []struct {
+		name string
+		on   bool
+	}{{"default", false}, {"opted-in", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startEdge(t, oneRule, func(c *Config) {
+				c.Region, c.PoP, c.MetricsRegionLabels = "eu-west", "ams", tc.on
+			})
+			require.Equal(t, 200, r.get(t, "/").StatusCode)
+			m := scrape(t, r)
+			series := edgeguard.FindAllString(m, -1)
+			require.NotEmpty(t, series)
+			if !tc.on {
+				require.Empty(t, labelled.FindAllString(m, -1), "no series carries region or pop")
+				return
+			}
+			require.Len(t, labelled.FindAllString(m, -1), len(series), "every edgeguard series carries region and pop")
+			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="allowed",pop="ams",reason="memory",region="eu-west",rule="per-ip"} 1`)
+		})
+	}
+}
