@@ -9,14 +9,14 @@ export function rateLimitsBoard(): dashboard.Dashboard {
     .withRow(row('Decisions'))
     .withPanel(timeSeries({
       title: 'Decisions by rule and outcome',
-      description: 'Rule decisions per second: allowed, denied (429) and shadow_denied (a shadow rule that would have denied). A rule whose shadow_denied rate is what you expect is ready to enforce: set shadow: false and push it with regionctl rules push.',
+      description: 'Rule decisions per second: allowed, denied (429) and shadow_denied (a shadow rule that would have denied). A rule whose shadow_denied rate is what you expect is ready to enforce: set shadow: false and push it with regionctl rules push. Only rules with metrics: true have a line of their own; every other rule is counted under _other.',
       unit: 'reqps', min: 0,
       thresholds: [green()],
       targets: [{ expr: `sum by (rule, decision) (${rate('edgeguard_edge_decisions_total')})`, legend: '{{rule}} {{decision}}' }],
     }))
     .withPanel(tablePanel({
       title: 'Top denied rules',
-      description: 'The ten rules that denied most requests over the dashboard\'s time range. A rule suddenly on top is either an attack (good) or a limit set too low after a push: check regionctl rules history --region R and roll back with regionctl rules rollback if needed.',
+      description: 'The ten rules that denied most requests over the dashboard\'s time range. A rule suddenly on top is either an attack (good) or a limit set too low after a push: check regionctl rules history --region R and roll back with regionctl rules rollback if needed. _other holds the rules without metrics: true (opt a rule in to see it here).',
       unit: 'short',
       thresholds: [green(), orange(100), red(10000)],
       targets: [{ expr: `topk(10, sum by (rule) (increase(edgeguard_edge_decisions_total{${sel}, decision="denied"}[$__range])))`, legend: '{{rule}}', instant: true }],

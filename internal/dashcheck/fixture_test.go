@@ -56,6 +56,7 @@ rules:
     algorithm: fixed_window
     limit: 5
     window: 10m
+    metrics: true
   - id: shadow-trial
     match:
       path_prefix: ["/shadow"]
@@ -64,6 +65,7 @@ rules:
     limit: 2
     window: 10m
     shadow: true
+    metrics: true
   - id: hot-key
     match:
       path_prefix: ["/burst"]

@@ -129,6 +129,7 @@ rules:
     algorithm: sliding_log
     limit: 3
     window: 1m
+    metrics: true
 `
 
 func TestDeniedResponseFields(t *testing.T) {
@@ -220,6 +221,7 @@ rules:
     limit: 1
     window: 1m
     shadow: true
+    metrics: true
 `, nil)
 	for range 3 {
 		resp := r.get(t, "/")

@@ -41,7 +41,7 @@ func Marshal(doc *Document) ([]byte, error) {
 // every document to yaml.v3, so it is never left out.
 var marshalFields = map[reflect.Type][]string{
 	documentType:                 {"version", "rules", "behaviour"},
-	reflect.TypeFor[Rule]():      {"id", "match", "key", "algorithm", "limit", "window", "burst", "cost", "min_interval", "shadow", "scope", "disabled", "behaviour"},
+	reflect.TypeFor[Rule]():      {"id", "match", "key", "algorithm", "limit", "window", "burst", "cost", "min_interval", "shadow", "scope", "disabled", "behaviour", "metrics"},
 	reflect.TypeFor[MatchSpec](): {"hosts", "path_prefix", "methods"},
 }
 
@@ -142,6 +142,7 @@ func appendRule(b []byte, r *Rule) ([]byte, bool) {
 	str("scope", string(r.Scope))
 	flag("disabled", r.Disabled)
 	flag("behaviour", r.Behaviour)
+	flag("metrics", r.Metrics)
 	return b, ok
 }
 

@@ -45,6 +45,7 @@ const (
 	fScope
 	fDisabled
 	fBehaviour
+	fMetrics
 )
 
 func fastRule(n *yaml.Node, r *Rule) bool {
@@ -94,6 +95,8 @@ func fastRule(n *yaml.Node, r *Rule) bool {
 			ok = once(fDisabled) && fastBool(v, &r.Disabled)
 		case "behaviour":
 			ok = once(fBehaviour) && fastBool(v, &r.Behaviour)
+		case "metrics":
+			ok = once(fMetrics) && fastBool(v, &r.Metrics)
 		}
 		if !ok {
 			return false

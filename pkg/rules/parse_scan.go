@@ -306,6 +306,8 @@ func ruleBit(key string) int {
 		return fDisabled
 	case "behaviour":
 		return fBehaviour
+	case "metrics":
+		return fMetrics
 	}
 	return 0
 }
@@ -424,6 +426,8 @@ func (s *scanner) ruleValue(r *Rule, bit int, b []byte, flow bool) ([]byte, bool
 		r.Disabled, b, ok = plainBool(b, flow)
 	case fBehaviour:
 		r.Behaviour, b, ok = plainBool(b, flow)
+	case fMetrics:
+		r.Metrics, b, ok = plainBool(b, flow)
 	}
 	return b, ok
 }
@@ -786,6 +790,8 @@ func knownKey(b []byte) string {
 		return "disabled"
 	case "behaviour":
 		return "behaviour"
+	case "metrics":
+		return "metrics"
 	case "version":
 		return "version"
 	case "rules":
