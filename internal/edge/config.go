@@ -175,7 +175,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen:            ":8080",
-		Admin:             "127.0.0.1:9090",
+		Admin:             "127.0.0.1:18391",
 		RedisMode:         limiter.ModeStandalone,
 		RedisTimeout:      limiter.DefaultTimeout,
 		RedisAutopipeline: true,
