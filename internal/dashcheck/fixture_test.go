@@ -765,7 +765,8 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		"EdgeguardSustainedShedding":        "overload on fra",
 		"EdgeguardConsulUnreachable":        "consul stopped",
 	}
-	quiet := map[string]bool{"EdgeguardRulesNotConverged": true, "EdgeguardDenialSpike": true, "EdgeguardOriginErrors": true}
+	quiet := map[string]bool{"EdgeguardRulesNotConverged": true, "EdgeguardDenialSpike": true, "EdgeguardOriginErrors": true,
+		"EdgeguardEdgeDown": true, "EdgeguardEdgesAbsent": true, "EdgeguardMetricAbsent": true}
 	for _, r := range rules {
 		if !r.Alert {
 			v, _, _, err := p.Query(ctx, r.Expr, runEnd)
