@@ -34,8 +34,11 @@ func TestReferenceDocs(t *testing.T) {
 	codes(t, e, 4, "/x")
 
 	docs := map[string]string{
-		"flags.md":   flagsReference(),
-		"metrics.md": metricsReference(t, e),
+		"flags.md":     flagsReference(),
+		"metrics.md":   metricsReference(t, e),
+		"rules.md":     rulesReference(t),
+		"shedder.md":   shedderReference(t),
+		"regionctl.md": regionctlReference(t),
 	}
 	dir := filepath.Join("..", "..", "docs", "reference")
 	for name, want := range docs {
