@@ -307,6 +307,9 @@ func parse(args []string, getenv func(string) string, environ []string, usage io
 	// not set. So a flag wins over its variable, list flags included (their
 	// values add up within the command line, never across the two).
 	if err := fs.Parse(args); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			err = usageError{err}
+		}
 		return c, err
 	}
 	onCommandLine := map[string]bool{}
@@ -364,8 +367,10 @@ var secretFlags = []string{"key-salt", "consul-token", "admin-token"}
 // ecosystems use, and refuses any on the command line.
 func (c *Config) readSecrets(onCommandLine map[string]bool, getenv func(string) string) error {
 	var errs []error
+	given := map[string]string{"key-salt": c.KeySalt, "consul-token": c.ConsulToken, "admin-token": c.AdminToken}
 	for _, name := range secretFlags {
-		if onCommandLine[name] {
+		// An empty value reveals nothing: it is the default, and accepted.
+		if onCommandLine[name] && given[name] != "" {
 			errs = append(errs, fmt.Errorf("%s: a secret on the command line is visible to every local user (ps); use %s or --%s-file", name, EnvName(name), name))
 		}
 	}
