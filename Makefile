@@ -60,7 +60,7 @@ test: tools lint dashboards-check
 # The full fault matrix of internal/faults (`make test` runs its quick
 # subset): every fault × deployment (standalone, Sentinel, Cluster) ×
 # algorithm through toxiproxy on loopback, bounded by FAULTS_TIMEOUT; prints
-# the table (markdown, for README's guarantees) even when cells fail.
+# the table (markdown, for docs/guarantees.md) even when cells fail.
 FAULTS_TIMEOUT ?= 40m
 faults: tools
 	@table=$$(mktemp) && \

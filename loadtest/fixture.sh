@@ -3,7 +3,7 @@
 # one machine without Terraform: two regions, each with its own
 # redis-server, its own origin (fixed workers x service time) and two edges
 # on their own loopback addresses 127.0.<100+R>.E (public :8080, admin
-# :9090; 127.0.101.1 is region 1's first edge, clear of the stack's
+# :18391; 127.0.101.1 is region 1's first edge, clear of the stack's
 # 127.0.R.E), trusting the load generator at 127.0.0.1.
 #
 #   loadtest/fixture.sh up     # prints the outputs file (stack output format)
@@ -119,7 +119,7 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')"
 			addr="127.0.$((base + r)).$e"
 			name="$region-$pop-1"
 			EDGEGUARD_KEY_SALT="fixture-salt-$region" start "edge-$name" "$state/bin/edge" --region "$region" --pop "$pop" \
-				--listen "$addr:8080" --admin "$addr:9090" \
+				--listen "$addr:8080" --admin "$addr:18391" \
 				--redis "redis://127.0.0.1:$rport" \
 				--trusted-proxies 127.0.0.1/32 --origin "http://127.0.0.1:$oport" \
 				--rules "$root/$rules" --shedder "$root/loadtest/fixture/shedder.json" \
@@ -127,10 +127,10 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')"
 			if [ -n "$consuljson" ]; then
 				curl -fsS -X PUT "http://127.0.0.1:$chttp/v1/agent/service/register" -d "{\"ID\":\"$name\",\"Name\":\"edgeguard-edge\",
 					\"Address\":\"$addr\",\"Port\":8080,\"Meta\":{\"region\":\"$region\",\"pop\":\"$pop\"},
-					\"Check\":{\"HTTP\":\"http://$addr:9090/readyz\",\"Interval\":\"1s\"}}" >/dev/null
+					\"Check\":{\"HTTP\":\"http://$addr:18391/readyz\",\"Interval\":\"1s\"}}" >/dev/null
 			fi
 			[ -n "$popjson" ] && popjson+=","
-			popjson+="\"$pop\":{\"edges\":[{\"name\":\"$name\",\"addr\":\"$addr\",\"url\":\"http://$addr:8080\",\"admin\":\"http://$addr:9090\"}]}"
+			popjson+="\"$pop\":{\"edges\":[{\"name\":\"$name\",\"addr\":\"$addr\",\"url\":\"http://$addr:8080\",\"admin\":\"http://$addr:18391\"}]}"
 		done
 		other="us-east"
 		[ "$region" = us-east ] && other="eu-west"
@@ -148,7 +148,7 @@ global: {scrape_interval: 2s}
 scrape_configs:
   - job_name: edges
     static_configs:
-      - targets: ['127.0.$((base + 1)).1:9090', '127.0.$((base + 1)).2:9090', '127.0.$((base + 2)).1:9090', '127.0.$((base + 2)).2:9090']
+      - targets: ['127.0.$((base + 1)).1:18391', '127.0.$((base + 1)).2:18391', '127.0.$((base + 2)).1:18391', '127.0.$((base + 2)).2:18391']
 YML
 		start prometheus "$prom" --config.file "$state/prometheus.yml" --storage.tsdb.path "$state/prometheus" \
 			--web.listen-address "127.0.0.1:$pport" --web.enable-remote-write-receiver
@@ -164,7 +164,7 @@ YML
 	done
 	for r in $((base + 1)) $((base + 2)); do
 		for e in 1 2; do
-			wait_http "http://127.0.$r.$e:9090/readyz" "edge 127.0.$r.$e" || { down; exit 1; }
+			wait_http "http://127.0.$r.$e:18391/readyz" "edge 127.0.$r.$e" || { down; exit 1; }
 		done
 	done
 	# DNS serves an edge once its /readyz check passed: wait for all of them.

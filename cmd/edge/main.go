@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -25,13 +23,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check" {
 		os.Exit(edge.Check(os.Args[2:], os.Environ(), os.Stdout, os.Stderr))
 	}
-	cfg, err := edge.ParseArgs(os.Args[1:], os.Environ(), os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "edge:", err)
-		os.Exit(2)
+	cfg, code, ok := edge.ParseCommandLine(os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	if !ok {
+		os.Exit(code)
 	}
 	log := edge.NewLogger(os.Stderr, cfg.LogLevel)
 	e, err := edge.New(cfg, log)

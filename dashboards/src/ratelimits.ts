@@ -9,14 +9,14 @@ export function rateLimitsBoard(): dashboard.Dashboard {
     .withRow(row('Decisions'))
     .withPanel(timeSeries({
       title: 'Decisions by rule and outcome',
-      description: 'Rule decisions per second: allowed, denied (429) and shadow_denied (a shadow rule that would have denied). A rule whose shadow_denied rate is what you expect is ready to enforce: set shadow: false and push it with regionctl rules push.',
+      description: 'Rule decisions per second: allowed, denied (429) and shadow_denied (a shadow rule that would have denied). A rule whose shadow_denied rate is what you expect is ready to enforce: set shadow: false and push it with regionctl rules push. Only rules with metrics: true have a line of their own; every other rule is counted under _other.',
       unit: 'reqps', min: 0,
       thresholds: [green()],
       targets: [{ expr: `sum by (rule, decision) (${rate('edgeguard_edge_decisions_total')})`, legend: '{{rule}} {{decision}}' }],
     }))
     .withPanel(tablePanel({
       title: 'Top denied rules',
-      description: 'The ten rules that denied most requests over the dashboard\'s time range. A rule suddenly on top is either an attack (good) or a limit set too low after a push: check regionctl rules history --region R and roll back with regionctl rules rollback if needed.',
+      description: 'The ten rules that denied most requests over the dashboard\'s time range. A rule suddenly on top is either an attack (good) or a limit set too low after a push: check regionctl rules history --region R and roll back with regionctl rules rollback if needed. _other holds the rules without metrics: true (opt a rule in to see it here).',
       unit: 'short',
       thresholds: [green(), orange(100), red(10000)],
       targets: [{ expr: `topk(10, sum by (rule) (increase(edgeguard_edge_decisions_total{${sel}, decision="denied"}[$__range])))`, legend: '{{rule}}', instant: true }],
@@ -30,11 +30,21 @@ export function rateLimitsBoard(): dashboard.Dashboard {
     }))
     .withPanel(timeSeries({
       title: 'Script calls per request',
-      description: 'Redis script calls sent per request that reached the limiter, per PoP. Above the number of rules a request matches means refunds or retries; well below 1 means the prefilter and coalescing save Redis work.',
+      description: 'Redis script commands (edgeguard_limiter_store_calls_total: a batch is one) sent per request that reached the limiter, per PoP. Above the number of rules a request matches means refunds or retries; well below 1 means the prefilter, coalescing and batching save Redis work.',
       unit: 'none', min: 0,
       thresholds: [green(), orange(3), red(5)],
       targets: [{
-        expr: `sum by (region, pop) (${rate('edgeguard_limiter_store_script_calls_total')}) / sum by (region, pop) (${rate('edgeguard_edge_requests_total', 'outcome=~"proxied|denied"')})`,
+        expr: `sum by (region, pop) (${rate('edgeguard_limiter_store_calls_total')}) / sum by (region, pop) (${rate('edgeguard_edge_requests_total', 'outcome=~"proxied|denied"')})`,
+        legend: '{{region}}/{{pop}}',
+      }],
+    }))
+    .withPanel(timeSeries({
+      title: 'Decisions per script call',
+      description: 'Decisions carried per Redis script command, per PoP: 1 when every decision goes alone, more when concurrent checks leave as one call of the batch script. It rises with load (batches form while calls are in flight) and costs Redis less per decision.',
+      unit: 'none', min: 0,
+      thresholds: [green()],
+      targets: [{
+        expr: `sum by (region, pop) (${rate('edgeguard_limiter_store_call_decisions_total')}) / sum by (region, pop) (${rate('edgeguard_limiter_store_calls_total')})`,
         legend: '{{region}}/{{pop}}',
       }],
     }))

@@ -112,6 +112,8 @@ type Rule struct {
 	Name  string // record or alert name
 	Alert bool
 	Expr  string
+	// Labels and Annotations are an alert's.
+	Labels, Annotations map[string]string
 }
 
 // LoadRules reads a Prometheus rule file.
@@ -123,9 +125,11 @@ func LoadRules(path string) ([]Rule, error) {
 	var doc struct {
 		Groups []struct {
 			Rules []struct {
-				Record string `yaml:"record"`
-				Alert  string `yaml:"alert"`
-				Expr   string `yaml:"expr"`
+				Record      string            `yaml:"record"`
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
 			} `yaml:"rules"`
 		} `yaml:"groups"`
 	}
@@ -135,7 +139,7 @@ func LoadRules(path string) ([]Rule, error) {
 	var out []Rule
 	for _, g := range doc.Groups {
 		for _, r := range g.Rules {
-			out = append(out, Rule{Name: r.Record + r.Alert, Alert: r.Alert != "", Expr: r.Expr})
+			out = append(out, Rule{Name: r.Record + r.Alert, Alert: r.Alert != "", Expr: r.Expr, Labels: r.Labels, Annotations: r.Annotations})
 		}
 	}
 	return out, nil

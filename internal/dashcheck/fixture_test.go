@@ -56,6 +56,7 @@ rules:
     algorithm: fixed_window
     limit: 5
     window: 10m
+    metrics: true
   - id: shadow-trial
     match:
       path_prefix: ["/shadow"]
@@ -64,6 +65,7 @@ rules:
     limit: 2
     window: 10m
     shadow: true
+    metrics: true
   - id: hot-key
     match:
       path_prefix: ["/burst"]
@@ -319,7 +321,12 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	prom, err := testenv.StartPrometheus(testenv.PrometheusOptions{
 		ScrapeInterval: scrapeInterval,
 		Jobs: []testenv.ScrapeJob{
-			{Name: "edgeguard-edge", Targets: []string{ams.admin, fra.admin}},
+			// region and pop are target labels, as the stack's Consul
+			// discovery attaches them from the service meta.
+			{Name: "edgeguard-edge", Targets: []string{ams.admin, fra.admin}, TargetLabels: map[string]map[string]string{
+				ams.admin: {"region": regionName, "pop": "ams"},
+				fra.admin: {"region": regionName, "pop": "fra"},
+			}},
 			{Name: "redis", Targets: []string{exp.Addr}, Labels: map[string]string{"region": regionName}},
 		},
 		RuleFiles: []string{rulesPath},
@@ -758,7 +765,8 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		"EdgeguardSustainedShedding":        "overload on fra",
 		"EdgeguardConsulUnreachable":        "consul stopped",
 	}
-	quiet := map[string]bool{"EdgeguardRulesNotConverged": true, "EdgeguardDenialSpike": true, "EdgeguardOriginErrors": true}
+	quiet := map[string]bool{"EdgeguardRulesNotConverged": true, "EdgeguardDenialSpike": true, "EdgeguardOriginErrors": true,
+		"EdgeguardEdgeDown": true, "EdgeguardEdgesAbsent": true, "EdgeguardMetricAbsent": true}
 	for _, r := range rules {
 		if !r.Alert {
 			v, _, _, err := p.Query(ctx, r.Expr, runEnd)

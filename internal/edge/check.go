@@ -1,8 +1,8 @@
 package edge
 
 import (
+	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,9 +17,10 @@ import (
 // against them, the --shedder file — and prints every problem in one pass.
 // It returns the exit code: 0 all valid, 1 problems found, 2 usage.
 func Check(args, environ []string, stdout, stderr io.Writer) int {
-	cfg, err := ParseArgs(args, environ, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	var usage bytes.Buffer
+	cfg, err := ParseArgs(args, environ, &usage)
+	if code, done := commandLineError(err, "edge check", &usage, stdout, stderr); done {
+		return code
 	}
 	var problems []error
 	// Settings problems (an origin missing, a bad duration) are problems

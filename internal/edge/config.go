@@ -112,8 +112,14 @@ type Config struct {
 	// Advertise is the public address registered in the catalog ("" = the
 	// agent's node address and the --listen port).
 	Advertise string
-	// Region and PoP name where this node runs (metrics labels, pop scope).
+	// Region and PoP name where this node runs (Consul service meta, pop
+	// scope).
 	Region, PoP string
+	// MetricsRegionLabels adds region and pop to every series this edge
+	// exports. Off by default: Prometheus attaches them as target labels
+	// from the Consul service meta (docs/deployment.md), and a series that
+	// carries them too would see them renamed exported_region/exported_pop.
+	MetricsRegionLabels bool
 	// NodesInRegion and NodesInPoP divide limits in the local fallback.
 	NodesInRegion, NodesInPoP int
 	// TrustedProxies are CIDRs whose X-Forwarded-For (and priority headers)
@@ -192,7 +198,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen:            ":8080",
-		Admin:             "127.0.0.1:9090",
+		Admin:             "127.0.0.1:18391",
 		RedisMode:         limiter.ModeStandalone,
 		RedisTimeout:      limiter.DefaultTimeout,
 		RedisAutopipeline: true,
@@ -287,6 +293,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Advertise, "advertise", c.Advertise, "public address registered in Consul (default: the agent's node address, --listen port)")
 	fs.StringVar(&c.Region, "region", c.Region, "region this node runs in (its Consul datacenter)")
 	fs.StringVar(&c.PoP, "pop", c.PoP, "PoP this node runs in")
+	fs.BoolVar(&c.MetricsRegionLabels, "metrics-region-labels", c.MetricsRegionLabels, "add region and pop labels to every exported series (for a Prometheus that cannot attach them as target labels from the Consul service meta)")
 	fs.IntVar(&c.NodesInRegion, "nodes-in-region", c.NodesInRegion, "edge nodes in the region (the fallback enforces limit / this)")
 	fs.IntVar(&c.NodesInPoP, "nodes-in-pop", c.NodesInPoP, "edge nodes in the PoP (fallback divisor for scope: pop rules)")
 	fs.Var((*prefixesFlag)(&c.TrustedProxies), "trusted-proxies", "CIDRs of proxies whose X-Forwarded-For and priority headers are trusted (comma-separated; a catch-all range needs --trust-all-proxies)")
@@ -332,6 +339,9 @@ func parse(args []string, getenv func(string) string, environ []string, usage io
 	// not set. So a flag wins over its variable, list flags included (their
 	// values add up within the command line, never across the two).
 	if err := fs.Parse(args); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			err = usageError{err}
+		}
 		return c, err
 	}
 	onCommandLine := map[string]bool{}
@@ -389,8 +399,10 @@ var secretFlags = []string{"key-salt", "consul-token", "admin-token"}
 // ecosystems use, and refuses any on the command line.
 func (c *Config) readSecrets(onCommandLine map[string]bool, getenv func(string) string) error {
 	var errs []error
+	given := map[string]string{"key-salt": c.KeySalt, "consul-token": c.ConsulToken, "admin-token": c.AdminToken}
 	for _, name := range secretFlags {
-		if onCommandLine[name] {
+		// An empty value reveals nothing: it is the default, and accepted.
+		if onCommandLine[name] && given[name] != "" {
 			errs = append(errs, fmt.Errorf("%s: a secret on the command line is visible to every local user (ps); use %s or --%s-file", name, EnvName(name), name))
 		}
 	}

@@ -173,8 +173,8 @@ func TestKeySaltRequiredWithRedis(t *testing.T) {
 	require.NoError(t, err, "the memory store needs no salt")
 }
 
-// Batching is on by default; it can be turned off, and asked for without
-// Redis (flag or variable) it is refused rather than ignored.
+// Batching is on by default and can be turned off; asked for without Redis
+// (its default value, as a flag or a variable) it is no error.
 func TestRedisAutopipelineDefault(t *testing.T) {
 	cfg, err := ParseFlags([]string{"--demo-origin"}, env(nil), &bytes.Buffer{})
 	require.NoError(t, err, "the default needs no Redis")

@@ -103,7 +103,12 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 			e.close()
 		}
 	}()
-	reg := prometheus.WrapRegistererWith(prometheus.Labels{"region": cfg.Region, "pop": cfg.PoP}, e.reg)
+	// region and pop are target labels, attached by Prometheus from the
+	// Consul service meta; the edge adds them itself only when asked.
+	var reg prometheus.Registerer = e.reg
+	if cfg.MetricsRegionLabels {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": cfg.Region, "pop": cfg.PoP}, e.reg)
+	}
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error
 	if e.metrics, err = newMetrics(reg); err != nil {

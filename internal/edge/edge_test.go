@@ -129,6 +129,7 @@ rules:
     algorithm: sliding_log
     limit: 3
     window: 1m
+    metrics: true
 `
 
 func TestDeniedResponseFields(t *testing.T) {
@@ -220,6 +221,7 @@ rules:
     limit: 1
     window: 1m
     shadow: true
+    metrics: true
 `, nil)
 	for range 3 {
 		resp := r.get(t, "/")
@@ -227,8 +229,8 @@ rules:
 		require.Empty(t, resp.Header.Get("RateLimit-Policy"), "shadow rules never appear in headers")
 	}
 	m := scrape(t, r)
-	require.Contains(t, m, `edgeguard_edge_decisions_total{decision="allowed",pop="local",reason="memory",region="local",rule="trial"} 1`)
-	require.Contains(t, m, `edgeguard_edge_decisions_total{decision="shadow_denied",pop="local",reason="memory",region="local",rule="trial"} 2`)
+	require.Contains(t, m, `edgeguard_edge_decisions_total{decision="allowed",reason="memory",rule="trial"} 1`)
+	require.Contains(t, m, `edgeguard_edge_decisions_total{decision="shadow_denied",reason="memory",rule="trial"} 2`)
 }
 
 func scrape(t *testing.T, r *running) string {
@@ -443,9 +445,9 @@ func TestRedisStoreWithAndWithoutAutopipeline(t *testing.T) {
 			})
 			require.Equal(t, []int{200, 200, 200, 429, 429}, codes(t, r, 5, "/"))
 			m := scrape(t, r)
-			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="allowed",pop="local",reason="redis",region="local",rule="per-ip"} 3`)
-			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="denied",pop="local",reason="redis",region="local",rule="per-ip"} 1`)
-			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="denied",pop="local",reason="prefilter",region="local",rule="per-ip"} 1`)
+			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="allowed",reason="redis",rule="per-ip"} 3`)
+			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="denied",reason="redis",rule="per-ip"} 1`)
+			require.Contains(t, m, `edgeguard_edge_decisions_total{decision="denied",reason="prefilter",rule="per-ip"} 1`)
 		})
 	}
 }

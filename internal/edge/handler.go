@@ -229,7 +229,7 @@ func (e *Edge) record(ms []rules.Match, v limiter.Verdict, dst, all []applied, w
 			decision = "denied"
 		}
 		if o.Source != limiter.SourceSkipped {
-			e.metrics.decision(m.Rule.ID, decision, e.reason(o.Source)).Inc()
+			e.metrics.decision(ruleLabel(m.Rule), decision, e.reason(o.Source)).Inc()
 		}
 		a := applied{rule: m.Rule, out: o, skipped: o.Source == limiter.SourceSkipped}
 		if !m.Rule.Shadow {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
+	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -54,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"outcome", "tier"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_decisions_total",
-			Help: "Rule decisions by rule, decision (allowed, denied, shadow_denied) and reason (where decided).",
+			Help: "Rule decisions by rule (its ID for a rule with metrics: true, else _other), decision (allowed, denied, shadow_denied) and reason (where decided).",
 		}, []string{"rule", "decision", "reason"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "edgeguard_edge_request_duration_seconds",
@@ -154,6 +155,19 @@ func (m *metrics) durationOf(outcome string) prometheus.Observer {
 	o := m.duration.WithLabelValues(outcome)
 	m.byDuration.Store(outcome, o)
 	return o
+}
+
+// otherRules is the rule label of every rule without metrics: true.
+const otherRules = "_other"
+
+// ruleLabel is a rule's value of the rule label: its ID when the rule opted
+// in (metrics: true), else "_other", so the series stay bounded however many
+// rules a document holds.
+func ruleLabel(r *rules.CompiledRule) string {
+	if r.Metrics {
+		return r.ID
+	}
+	return otherRules
 }
 
 // decision is the decisions counter of a rule, decision and reason.

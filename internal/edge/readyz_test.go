@@ -89,7 +89,7 @@ func deadRedis(t *testing.T) string {
 	return "redis://" + addr
 }
 
-// TestReadiness walks the README's readiness table, one row per subtest,
+// TestReadiness walks the readiness table of docs/clients.md, one row per subtest,
 // with real HTTP against an edge on a real Redis (or a closed port), at the
 // default flags but for the store URL and the fail mode. Draining after a
 // real SIGTERM is in e2e (TestGracefulShutdownLosesNoInFlightRequest and

@@ -34,8 +34,11 @@ func TestReferenceDocs(t *testing.T) {
 	codes(t, e, 4, "/x")
 
 	docs := map[string]string{
-		"flags.md":   flagsReference(),
-		"metrics.md": metricsReference(t, e),
+		"flags.md":     flagsReference(),
+		"metrics.md":   metricsReference(t, e),
+		"rules.md":     rulesReference(t),
+		"shedder.md":   shedderReference(t),
+		"regionctl.md": regionctlReference(t),
 	}
 	dir := filepath.Join("..", "..", "docs", "reference")
 	for name, want := range docs {
@@ -78,7 +81,8 @@ func metricsReference(t *testing.T, e *running) string {
 	sort.Slice(fams, func(i, j int) bool { return fams[i].GetName() < fams[j].GetName() })
 	var b strings.Builder
 	b.WriteString("# Metrics\n\nGenerated from an edge's registry (`go test ./internal/edge -run TestReferenceDocs -update-reference`).\n" +
-		"Every series also carries `region` and `pop`. Go runtime (`go_*`) and process (`process_*`) metrics are the client library's.\n\n" +
+		"`region` and `pop` are target labels: Prometheus attaches them to every series from the edge's Consul service meta " +
+		"(`--metrics-region-labels` makes the edge add them itself). Go runtime (`go_*`) and process (`process_*`) metrics are the client library's.\n\n" +
 		"| metric | type | labels | meaning |\n|---|---|---|---|\n")
 	for _, f := range fams {
 		name := f.GetName()

@@ -77,7 +77,7 @@ document's ModifyIndex in the same Consul transaction that appends the history
 entry (author, host, time, message), so a concurrent push fails with a conflict.
 A push validates FILE and each region's resulting effective rules first and
 writes nothing if any is invalid. --all writes the regions one by one.
-A document over 192 KiB is stored in parts with a manifest (see README.md); parts
+A document over 192 KiB is stored in parts with a manifest (see docs/regionctl.md); parts
 no manifest names any more are deleted by a push once the region's edges have
 converged, and kept until then.
 "rules get" and "regions status" show effective versions (what edges report);

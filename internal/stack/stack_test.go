@@ -40,7 +40,7 @@ func TestProcEnsureStop(t *testing.T) {
 }
 
 func TestParseSpec(t *testing.T) {
-	edge := `{"kind":"edge","bin":"/b","edge":{"name":"eu-west-ams-1","region":"eu-west","pop":"ams","addr":"127.0.1.1","port":8080,"admin_port":9090,"consul":"127.0.0.1:8500","origin":"http://127.0.0.1:18080","key_salt":"s"}}`
+	edge := `{"kind":"edge","bin":"/b","edge":{"name":"eu-west-ams-1","region":"eu-west","pop":"ams","addr":"127.0.1.1","port":8080,"admin_port":18391,"consul":"127.0.0.1:8500","origin":"http://127.0.0.1:18080","key_salt":"s"}}`
 	for name, tc := range map[string]struct {
 		spec, err string
 	}{
@@ -87,7 +87,7 @@ func TestSpecsInDependencyOrder(t *testing.T) {
 
 func TestPrometheusConfigDiscoversEdgesThroughEveryConsul(t *testing.T) {
 	cfg := prometheusConfig(PrometheusSpec{
-		Port: 9091, ScrapeInterval: "1s", Service: "edgeguard-edge", AdminPort: 9090,
+		Port: 9091, ScrapeInterval: "1s", Service: "edgeguard-edge", AdminPort: 18391,
 		Consuls:   map[string]string{"us-east": "127.0.0.1:8510", "eu-west": "127.0.0.1:8500"},
 		Exporters: map[string][]string{"eu-west": {"127.0.0.1:9121"}},
 	})
@@ -95,7 +95,11 @@ func TestPrometheusConfigDiscoversEdgesThroughEveryConsul(t *testing.T) {
 		"consul_sd_configs:",
 		`server: "127.0.0.1:8500"`, `datacenter: "eu-west"`,
 		`server: "127.0.0.1:8510"`, `datacenter: "us-east"`,
-		`replacement: "${1}:9090"`,
+		`replacement: "${1}:18391"`,
+		// region and pop are target labels from the service meta (the
+		// edges no longer export them).
+		"source_labels: [__meta_consul_service_metadata_region]\n        target_label: region\n",
+		"source_labels: [__meta_consul_service_metadata_pop]\n        target_label: pop\n",
 		`targets: ["127.0.0.1:9121"]`,
 	} {
 		require.Contains(t, cfg, want)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,9 @@ type ScrapeJob struct {
 	Name    string
 	Targets []string          // host:port, scraped at /metrics
 	Labels  map[string]string // attached to every series of the job's targets
+	// TargetLabels adds labels to one target's series (by target), as
+	// relabeling from service discovery does (an edge's region and pop).
+	TargetLabels map[string]map[string]string
 }
 
 // PrometheusOptions configures StartPrometheus.
@@ -78,7 +82,22 @@ func StartPrometheus(opts PrometheusOptions) (*Prometheus, error) {
 	cfg.Global.ScrapeTimeout = opts.ScrapeInterval.String()
 	cfg.Global.EvaluationInterval = opts.ScrapeInterval.String()
 	for _, j := range opts.Jobs {
-		cfg.ScrapeConfigs = append(cfg.ScrapeConfigs, scrapeConfig{JobName: j.Name, StaticConfigs: []staticConfig{{Targets: j.Targets, Labels: j.Labels}}})
+		sc := scrapeConfig{JobName: j.Name}
+		if len(j.TargetLabels) == 0 {
+			sc.StaticConfigs = []staticConfig{{Targets: j.Targets, Labels: j.Labels}}
+		}
+		for _, target := range j.Targets {
+			if len(j.TargetLabels) == 0 {
+				break
+			}
+			labels := maps.Clone(j.Labels)
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			maps.Copy(labels, j.TargetLabels[target])
+			sc.StaticConfigs = append(sc.StaticConfigs, staticConfig{Targets: []string{target}, Labels: labels})
+		}
+		cfg.ScrapeConfigs = append(cfg.ScrapeConfigs, sc)
 	}
 	data, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {

@@ -20,7 +20,8 @@ func TestPrometheusScrapesRedisExporter(t *testing.T) {
 	exp, err := StartRedisExporter(rd.Addr, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = exp.Close() })
-	prom, err := StartPrometheus(PrometheusOptions{Jobs: []ScrapeJob{{Name: "redis", Targets: []string{exp.Addr}, Labels: map[string]string{"region": "r1"}}}})
+	prom, err := StartPrometheus(PrometheusOptions{Jobs: []ScrapeJob{{Name: "redis", Targets: []string{exp.Addr}, Labels: map[string]string{"region": "r1"},
+		TargetLabels: map[string]map[string]string{exp.Addr: {"pop": "p1"}}}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = prom.Close() })
 
@@ -28,7 +29,7 @@ func TestPrometheusScrapesRedisExporter(t *testing.T) {
 	require.NoError(t, err)
 	p := promv1.NewAPI(c)
 	require.Eventually(t, func() bool {
-		v, _, _, err := p.Query(context.Background(), `redis_up{job="redis", region="r1"}`, time.Now())
+		v, _, _, err := p.Query(context.Background(), `redis_up{job="redis", region="r1", pop="p1"}`, time.Now())
 		vec, ok := v.(model.Vector)
 		return err == nil && ok && len(vec) == 1 && vec[0].Value == 1
 	}, 20*time.Second, 100*time.Millisecond)

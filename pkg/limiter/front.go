@@ -181,7 +181,8 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		releasing: make(chan struct{}, maxReleasing),
 	}
 	l.late = sharedDeadline{timeout: l.lateTimeout()}
-	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health)
+	snd, _ := store.(sender)
+	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health, snd)
 	if err != nil {
 		return nil, err
 	}
@@ -468,7 +469,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	}
 	start := time.Now()
 	got, err := l.take(ctx, send, sent, keys, now)
-	l.metrics.storeCalls.Add(float64(len(send)))
+	l.metrics.storeDecided.Add(float64(len(send)))
 	perCall := takeErrs(err)
 	answered := l.now()
 	l.giveBackUnsureOf(got, err)

@@ -247,12 +247,14 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 		args = append(args, c.args...)
 	}
 	cmd := redis.NewCmd(ctx, args...)
+	s.sent.add(1, len(cs))
 	_ = client.Process(ctx, once{cmd})
 	if isNoScript(cmd.Err()) {
 		if err := s.Load(ctx); err != nil {
 			cmd.SetErr(fmt.Errorf("%w: %w", ErrNoScript, err))
 		} else {
 			cmd = redis.NewCmd(ctx, args...)
+			s.sent.add(1, len(cs))
 			_ = client.Process(ctx, once{cmd})
 		}
 	}
@@ -289,6 +291,7 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 // starts a goroutine per node even for one command, a fifth of an edge's
 // CPU in the profile (BENCHMARKS.md).
 func (s *RedisStore) direct(ctx context.Context, c call) *redis.Cmd {
+	s.sent.add(1, 1)
 	cmd := evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
 	if s.client.Process(ctx, once{cmd}) != nil {
 		s.maybeReload([]*redis.Cmd{cmd})

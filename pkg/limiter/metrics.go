@@ -11,7 +11,7 @@ type metrics struct {
 	checks        [SourceSkipped + 1]prometheus.Counter
 	prefilterHits prometheus.Counter
 	coalesced     prometheus.Counter
-	storeCalls    prometheus.Counter
+	storeDecided  prometheus.Counter // decisions asked of the store
 	storeSeconds  *prometheus.HistogramVec
 	storeOK       prometheus.Observer // storeSeconds' children, looked up once
 	storeError    prometheus.Observer
@@ -34,10 +34,17 @@ type metrics struct {
 	degraded                 []prometheus.Collector // one gauge per reason
 }
 
+// sender is a store that sends script commands to a server and counts them
+// (RedisStore).
+type sender interface {
+	Sent() (commands, calls int64)
+}
+
 // newMetrics builds the Limiter's metrics; evicted counts the live keys the
 // fallback store dropped to stay under its size cap.
-// health is read at scrape time for edgeguard_limiter_degraded.
-func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int64, health func() Health) (*metrics, error) {
+// health is read at scrape time for edgeguard_limiter_degraded; sent, when
+// not nil, for the store's command counts.
+func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int64, health func() Health, sent sender) (*metrics, error) {
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeguard_limiter_checks_total",
 		Help: "Rate-limit checks decided, by where they were decided (reason).",
@@ -51,9 +58,9 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_coalesced_checks_total",
 			Help: "Checks that joined another request's call for the same key.",
 		}),
-		storeCalls: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_store_script_calls_total",
-			Help: "Script calls sent to the store for decisions (one per key per call).",
+		storeDecided: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_store_decisions_total",
+			Help: "Decisions asked of the store: one per key of a check sent to it, units replayed from the fallback included (however they were batched into commands: see edgeguard_limiter_store_calls_total).",
 		}),
 		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "edgeguard_limiter_store_call_duration_seconds",
@@ -153,7 +160,18 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		Help: "Live keys the fallback store evicted to stay under its size cap (an evicted key forgets its count and errs towards admitting).",
 	}, func() float64 { return float64(evicted()) })
 	var errs []error
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeCalls, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure} {
+	if sent != nil {
+		errs = append(errs,
+			reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "edgeguard_limiter_store_calls_total",
+				Help: "Script commands sent to Redis to take or refund units: a batch of decisions is one command, a pipeline of n is n. Decisions per call: the rate of edgeguard_limiter_store_call_decisions_total over this one.",
+			}, func() float64 { c, _ := sent.Sent(); return float64(c) })),
+			reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "edgeguard_limiter_store_call_decisions_total",
+				Help: "Script calls (one per key taken or refunded) carried by the commands of edgeguard_limiter_store_calls_total; many per command when batched.",
+			}, func() float64 { _, d := sent.Sent(); return float64(d) })))
+	}
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range m.degraded {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,6 +41,23 @@ type RedisStore struct {
 	batch   script // lua.Batch: many lone calls in one
 	lanes   lanes
 	loadMu  sync.Mutex
+	sent    sentCounts
+}
+
+// sentCounts counts the script commands the store sends to Redis (takes
+// and refunds) and the script calls they carry: a batch is one command
+// carrying many, a pipeline of n is n commands of one each.
+type sentCounts struct{ commands, calls atomic.Int64 }
+
+func (c *sentCounts) add(commands, calls int) {
+	c.commands.Add(int64(commands))
+	c.calls.Add(int64(calls))
+}
+
+// Sent reports the script commands the store has sent to Redis and the
+// script calls (one per key taken or refunded) they carried.
+func (s *RedisStore) Sent() (commands, calls int64) {
+	return s.sent.commands.Load(), s.sent.calls.Load()
 }
 
 type script struct{ src, sha string }
@@ -394,6 +412,7 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 		cmds[i] = evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
 		_ = pipe.Process(ctx, once{cmds[i]})
 	}
+	s.sent.add(len(sent), len(sent))
 	// Per-command errors are read from each command. A connection that fails
 	// before the pipeline is written (a wrong password fails the handshake)
 	// leaves its commands without reply or error: give them Exec's error.
@@ -425,6 +444,7 @@ const loneDirect = 2
 // written to a connection does.
 func (s *RedisStore) submit(ctx context.Context, ap *redis.AutoPipeliner, c call) *redis.Cmd {
 	cmd := evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
+	s.sent.add(1, 1)
 	f := ap.Submit(ctx, once{cmd})
 	if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The batch may still fill cmd in at any moment: the caller reads

@@ -100,6 +100,7 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 		cmds[i] = evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
 		_ = pipe.Process(ctx, once{cmds[i]})
 	}
+	s.sent.add(len(sent), len(sent))
 	if _, err := pipe.Exec(ctx); err != nil {
 		for _, i := range sent {
 			if cmds[i].Err() == nil && cmds[i].Val() == nil {

@@ -30,6 +30,8 @@ type CompiledRule struct {
 	Scope       Scope
 	// Behaviour: the rule opted into the behaviour layer.
 	Behaviour bool
+	// Metrics: the rule has its own rule label in metrics.
+	Metrics bool
 	// Key, Hosts, PathPrefixes and Methods are the normalized match and key
 	// definitions, for display.
 	Key          []string
@@ -58,6 +60,7 @@ func (r CompiledRule) MarshalJSON() ([]byte, error) {
 		Shadow       bool            `json:"shadow"`
 		Scope        Scope           `json:"scope"`
 		Behaviour    bool            `json:"behaviour,omitempty"`
+		Metrics      bool            `json:"metrics,omitempty"`
 		Key          []string        `json:"key"`
 		Hosts        []string        `json:"hosts,omitempty"`
 		PathPrefixes []string        `json:"path_prefix,omitempty"`
@@ -65,7 +68,7 @@ func (r CompiledRule) MarshalJSON() ([]byte, error) {
 	}{
 		ID: r.ID, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window.String(),
 		Burst: r.Burst, Cost: r.Cost, MinInterval: durationOrEmpty(r.MinInterval),
-		Shadow: r.Shadow, Scope: r.Scope, Behaviour: r.Behaviour, Key: r.Key,
+		Shadow: r.Shadow, Scope: r.Scope, Behaviour: r.Behaviour, Metrics: r.Metrics, Key: r.Key,
 		Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Methods: r.Methods,
 	})
 }
@@ -161,6 +164,7 @@ func compileRule(r *Rule) CompiledRule {
 		Shadow:       r.Shadow,
 		Scope:        r.Scope,
 		Behaviour:    r.Behaviour,
+		Metrics:      r.Metrics,
 		Key:          nilIfEmpty(r.Key),
 		Hosts:        nilIfEmpty(r.Match.Hosts),
 		PathPrefixes: nilIfEmpty(r.Match.PathPrefix),

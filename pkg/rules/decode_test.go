@@ -90,7 +90,7 @@ func TestDecodeLikeYAML(t *testing.T) {
 		{"quoted strings", "version: 1\nrules:\n  - {id: \"a\", key: ['ip'], algorithm: \"sliding_log\", limit: 5, window: \"1s\", match: {methods: [\"get\"]}}\n", true},
 		{"empty lists", rule(", match: {hosts: [], path_prefix: [], methods: []}"), true},
 		{"empty match", rule(", match: {}"), true},
-		{"every field", rule(", burst: 7, cost: 0, min_interval: 250ms, shadow: true, scope: pop, disabled: false, behaviour: true"), true},
+		{"every field", rule(", burst: 7, cost: 0, min_interval: 250ms, shadow: true, scope: pop, disabled: false, behaviour: true, metrics: true"), true},
 		{"negative and large numbers", rule(", burst: -3, cost: 999999999999999999"), true},
 		{"zero", rule(", burst: 0, cost: -0"), true},
 		{"no rules", "version: 1\n", true},

@@ -38,6 +38,10 @@ type Rule struct {
 	// Behaviour opts the rule into the behaviour layer: its limit follows
 	// the client's risk level.
 	Behaviour bool `yaml:"behaviour,omitempty"`
+	// Metrics gives the rule its own rule label in the edge's metrics;
+	// the decisions of the others are counted under rule="_other", so a
+	// document of 100,000 rules costs a few series, not 100,000 per metric.
+	Metrics bool `yaml:"metrics,omitempty"`
 }
 
 // MatchSpec selects the requests a rule applies to. Every list is optional;

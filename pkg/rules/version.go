@@ -69,6 +69,8 @@ type canonicalRule struct {
 	Disabled bool `json:"disabled,omitempty"`
 	// Behaviour (opted in), likewise only written when set.
 	Behaviour bool `json:"behaviour,omitempty"`
+	// Metrics (its own rule label), likewise.
+	Metrics bool `json:"metrics,omitempty"`
 }
 
 // versionOfNormalized is Version of an already normalized document.
@@ -130,6 +132,7 @@ func canonicalRules(d *Document, withDisabled bool) []canonicalRule {
 			Shadow:      r.Shadow,
 			Scope:       string(r.Scope),
 			Behaviour:   r.Behaviour,
+			Metrics:     r.Metrics,
 		}
 		if l := r.limit(); l.Algorithm.Valid() && l.Algorithm.Spec().Burst {
 			c.Capacity = l.Capacity()
@@ -213,6 +216,9 @@ func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
 	}
 	if c.Behaviour {
 		buf = append(buf, `,"behaviour":true`...)
+	}
+	if c.Metrics {
+		buf = append(buf, `,"metrics":true`...)
 	}
 	return append(buf, '}'), scratch
 }

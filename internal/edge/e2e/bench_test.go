@@ -297,7 +297,7 @@ func BenchmarkEdgeWrk(b *testing.B) {
 			}
 			redisSecs := 0.0
 			if decisions := delta(mDecisions); decisions > 0 {
-				r.scriptPerReq = delta(mScriptCalls) / n
+				r.scriptPerReq = delta(mStoreDecisions) / n
 				r.coalescedFrac = delta(mCoalesced) / decisions
 				r.prefilterFrac = delta(mDecisions, "reason", "prefilter") / decisions
 				r.callsInFlight = delta("edgeguard_limiter_store_call_duration_seconds_sum") / wall

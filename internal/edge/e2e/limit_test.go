@@ -252,11 +252,11 @@ rules:
 		failedCalls += failed
 	}
 	after := scrape(t, e)
-	edgeCalls := int64(sum(after, mScriptCalls) - sum(before, mScriptCalls))
+	edgeCalls := int64(sum(after, mStoreDecisions) - sum(before, mStoreDecisions))
 	refunds := int64(sum(after, mRefunds) - sum(before, mRefunds))
 	coalesced := int64(sum(after, mCoalesced) - sum(before, mCoalesced))
 	byRedis := int64(sum(after, mDecisions, "reason", "redis", "decision", "allowed") - sum(before, mDecisions, "reason", "redis", "decision", "allowed"))
-	t.Logf("%d requests over %d connections in %s: %d EVALSHA on the masters (%d failed), edge counted %d script calls, %d refunds, %d coalesced checks; requests/call = %.1f",
+	t.Logf("%d requests over %d connections in %s: %d EVALSHA on the masters (%d failed), edge asked the store for %d decisions, %d refunds, %d coalesced checks; requests/call = %.1f",
 		requests, conns, elapsed.Round(time.Millisecond), redisCalls, failedCalls, edgeCalls, refunds, coalesced, float64(requests)/float64(max(redisCalls, 1)))
 
 	require.EqualValues(t, requests, byRedis, "every request decided (and admitted) by Redis")
@@ -274,6 +274,8 @@ rules:
 	// scripts were loaded at start, before CONFIG RESETSTAT).
 	require.GreaterOrEqual(t, redisCalls, edgeCalls, "Redis saw every call the edge counted")
 	require.LessOrEqual(t, redisCalls, edgeCalls+refunds+failedCalls, "Redis saw nothing the edge did not send")
+	storeCalls := int64(sum(after, mStoreCalls) - sum(before, mStoreCalls))
+	require.Equal(t, redisCalls, storeCalls, "%s counts the EVALSHA commands Redis served", mStoreCalls)
 	// Without coalescing every request is a call (4000). With it, one call
 	// per key is in flight at a time and the next carries every request that
 	// queued meanwhile; a request that finds no call in flight leads one of

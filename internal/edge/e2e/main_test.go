@@ -416,13 +416,14 @@ next:
 
 // Metric names the tests read.
 const (
-	mDecisions   = "edgeguard_edge_decisions_total"
-	mRequests    = "edgeguard_edge_requests_total"
-	mScriptCalls = "edgeguard_limiter_store_script_calls_total"
-	mCoalesced   = "edgeguard_limiter_coalesced_checks_total"
-	mFallback    = "edgeguard_limiter_fallback_total"
-	mBreaker     = "edgeguard_limiter_breaker_state"
-	mRefunds     = "edgeguard_limiter_refunds_total"
+	mDecisions      = "edgeguard_edge_decisions_total"
+	mRequests       = "edgeguard_edge_requests_total"
+	mStoreDecisions = "edgeguard_limiter_store_decisions_total"
+	mStoreCalls     = "edgeguard_limiter_store_calls_total"
+	mCoalesced      = "edgeguard_limiter_coalesced_checks_total"
+	mFallback       = "edgeguard_limiter_fallback_total"
+	mBreaker        = "edgeguard_limiter_breaker_state"
+	mRefunds        = "edgeguard_limiter_refunds_total"
 )
 
 // ---------------------------------------------------------------------------

@@ -145,7 +145,7 @@ func DefaultFigures() []Figure {
 		{Name: "decisions", Metric: "edgeguard_edge_decisions_total", By: []string{"decision", "reason"}},
 		{Name: "fallback", Metric: "edgeguard_limiter_fallback_total", By: []string{"reason"}},
 		{Name: "limiter_checks", Metric: "edgeguard_limiter_checks_total", By: []string{"reason"}},
-		{Name: "script_calls", Metric: "edgeguard_limiter_store_script_calls_total"},
+		{Name: "script_calls", Metric: "edgeguard_limiter_store_calls_total"},
 		{Name: "coalesced_checks", Metric: "edgeguard_limiter_coalesced_checks_total"},
 		{Name: "prefilter_hits", Metric: "edgeguard_limiter_prefilter_hits_total"},
 		{Name: "limiter_errors", Metric: "edgeguard_edge_limiter_errors_total"},
@@ -162,7 +162,7 @@ type Report struct {
 	// Missing lists figures no target exported, so an absent figure is
 	// told from a zero one.
 	Missing []string `json:"missing,omitempty"`
-	// ScriptCallsPerRequest is Redis script calls per request the edges
+	// ScriptCallsPerRequest is Redis script commands (a batch is one) per request the edges
 	// handled (0 when they handled none).
 	ScriptCallsPerRequest float64 `json:"script_calls_per_request"`
 	// Resets lists targets where a counter went down (a restarted edge);

@@ -23,7 +23,7 @@ func newEdge(t *testing.T, pop string) *edge {
 	labels := prometheus.Labels{"region": "eu-west", "pop": pop}
 	e := &edge{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgeguard_edge_requests_total", Help: "h", ConstLabels: labels}, []string{"outcome"}),
-		calls:    prometheus.NewCounter(prometheus.CounterOpts{Name: "edgeguard_limiter_store_script_calls_total", Help: "h", ConstLabels: labels}),
+		calls:    prometheus.NewCounter(prometheus.CounterOpts{Name: "edgeguard_limiter_store_calls_total", Help: "h", ConstLabels: labels}),
 	}
 	reg.MustRegister(e.requests, e.calls)
 	e.srv = httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

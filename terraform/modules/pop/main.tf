@@ -1,5 +1,5 @@
 # One PoP: its edge nodes, each on its own loopback address 127.0.R.E
-# (public :8080, admin :9090), registered in the region's Consul with a
+# (public :8080, admin :18391), registered in the region's Consul with a
 # /readyz check. The cloud counterpart is an autoscaling group behind an NLB
 # per PoP (see terraform/README.md).
 
@@ -44,7 +44,7 @@ variable "runner" {
 
 locals {
   port       = 8080
-  admin_port = 9090
+  admin_port = 18391
   edges      = { for e in var.edges : e.name => e }
   specs = { for e in var.edges : e.name => {
     kind = "edge"

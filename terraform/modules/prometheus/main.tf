@@ -29,7 +29,7 @@ variable "service" {
 
 variable "edge_admin_port" {
   type    = number
-  default = 9090
+  default = 18391
 }
 
 variable "runner" {
