@@ -256,9 +256,7 @@ func TestTLSCertificateReload(t *testing.T) {
 
 func TestTLSWithCurl(t *testing.T) {
 	curl, err := exec.LookPath("curl")
-	if err != nil {
-		t.Skip("curl not installed")
-	}
+	require.NoError(t, err, "curl is installed by scripts/tools.sh (make tools)")
 	site := newTLSSite(t)
 	site.put(t, "www-ecdsa.pem", "ecdsa", "www.example.com")
 	site.put(t, "www-rsa.pem", "rsa", "www.example.com")

@@ -100,11 +100,16 @@ func abandon(t *testing.T, fault string, auto bool, alg limiter.Algorithm) {
 type slowReplies struct{ delay atomic.Int64 }
 
 func (d *slowReplies) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return dialWrapped(ctx, network, addr, func(c net.Conn) net.Conn { return &slowConn{Conn: c, d: d} })
+}
+
+// dialWrapped dials addr and hands the connection to wrap (a fault's conn).
+func dialWrapped(ctx context.Context, network, addr string, wrap func(net.Conn) net.Conn) (net.Conn, error) {
 	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &slowConn{Conn: c, d: d}, nil
+	return wrap(c), nil
 }
 
 type slowConn struct {
@@ -148,11 +153,7 @@ type cutAfterReply struct {
 }
 
 func (d *cutAfterReply) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &cutConn{Conn: c, d: d}, nil
+	return dialWrapped(ctx, network, addr, func(c net.Conn) net.Conn { return &cutConn{Conn: c, d: d} })
 }
 
 type cutConn struct {

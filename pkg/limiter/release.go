@@ -3,7 +3,6 @@ package limiter
 import (
 	"errors"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,18 +38,28 @@ func (l *Limiter) ReleaseAsync(v Verdict) {
 	if len(byStore) == 0 {
 		return
 	}
-	select {
-	case l.releasing <- struct{}{}:
-	default:
-		l.metrics.releasesDropped.Inc()
-		return
-	}
-	l.bg.Go(func() {
-		defer func() { <-l.releasing }()
+	l.releaseInBackground(func() {
 		for s, leases := range byStore {
 			l.releaseWithRetry(s, leases)
 		}
 	})
+}
+
+// releaseInBackground runs release on the limiter's background work, at most
+// maxReleasing at once; past that it is dropped (counted) and its units
+// expire with their TTL.
+func (l *Limiter) releaseInBackground(release func()) bool {
+	select {
+	case l.releasing <- struct{}{}:
+	default:
+		l.metrics.releasesDropped.Inc()
+		return false
+	}
+	l.bg.Go(func() {
+		defer func() { <-l.releasing }()
+		release()
+	})
+	return true
 }
 
 func (l *Limiter) releaseWithRetry(s Store, leases []Lease) {
@@ -72,17 +81,9 @@ func (l *Limiter) releaseWithRetry(s Store, leases []Lease) {
 // RedisStore.Take): removing members by their id is harmless when the take
 // never ran.
 func (l *Limiter) giveBackUnsure(leases []Lease) {
-	select {
-	case l.releasing <- struct{}{}:
-	default:
-		l.metrics.releasesDropped.Inc()
-		return
+	if l.releaseInBackground(func() { l.releaseWithRetry(l.store, leases) }) {
+		l.metrics.unsure.Add(float64(len(leases)))
 	}
-	l.metrics.unsure.Add(float64(len(leases)))
-	l.bg.Go(func() {
-		defer func() { <-l.releasing }()
-		l.releaseWithRetry(l.store, leases)
-	})
 }
 
 // maybeRan reports whether a call that failed with err may still have run
@@ -96,8 +97,5 @@ func maybeRan(err error) bool {
 		return false
 	}
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return false
-	}
-	return !strings.Contains(err.Error(), "connection pool timeout")
+	return !errors.Is(err, redis.ErrPoolTimeout) && !(errors.As(err, &op) && op.Op == "dial")
 }
