@@ -32,17 +32,7 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 		Str("decision", decisionOf(outcome, sc)).
 		Str("tier", sc.tier.String())
 	var ids [8]string
-	rules := ids[:0]
-	source := ""
-	for _, a := range sc.all {
-		if a.skipped {
-			continue
-		}
-		rules = append(rules, a.rule.ID)
-		if source == "" || !a.out.Allowed {
-			source = e.reason(a.out.Source)
-		}
-	}
+	rules, source := e.decidedBy(sc, ids[:0])
 	line.List("rules", rules).Str("source", source)
 	if fp := ja4Of(ctx.Conn()); fp != "" {
 		line.Str("ja4", fp)
@@ -55,6 +45,23 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 		Int("bytes_in", int64(max(ctx.Request.Header.ContentLength(), 0))).
 		Int("bytes_out", int64(len(ctx.Response.Body())))
 	e.access.Send(line)
+}
+
+// decidedBy is what the access log and the request's span say decided a
+// request: the ids of the rules that applied (appended to buf) and where the
+// deciding answer came from (the first denial's source, else the first's).
+func (e *Edge) decidedBy(sc *scratch, buf []string) (rules []string, source string) {
+	rules = buf
+	for _, a := range sc.all {
+		if a.skipped {
+			continue
+		}
+		rules = append(rules, a.rule.ID)
+		if source == "" || !a.out.Allowed {
+			source = e.reason(a.out.Source)
+		}
+	}
+	return rules, source
 }
 
 func clientString(sc *scratch) string {

@@ -70,7 +70,7 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 	e.metrics.durationOf(outcome).Observe(total.Seconds())
 	e.logAccess(ctx, start, total, outcome, sc)
 	if sc.span != nil {
-		endRequestSpan(sc.span, ctx, outcome, sc)
+		e.endRequestSpan(sc.span, ctx, outcome, sc)
 	}
 }
 
@@ -171,7 +171,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 			e.log.Error("limiter refused checks", "err", err)
 			verdict = limiter.Verdict{Allowed: true}
 		}
-		sc.applied, sc.all = e.record(sc.matches, verdict, sc.applied, sc.all, e.access != nil)
+		sc.applied, sc.all = e.record(sc.matches, verdict, sc.applied, sc.all, e.access != nil || sc.span != nil)
 		if !verdict.Allowed {
 			deny(ctx, sc.applied, e.cfg.LegacyHeaders)
 			return outcomeDenied

@@ -101,12 +101,17 @@ func (t *tracing) inject(ctx context.Context, req *fasthttp.RequestHeader) {
 	t.prop.Inject(ctx, headerCarrier{req})
 }
 
-// end closes the request's span with what happened.
-func endRequestSpan(span trace.Span, ctx *fasthttp.RequestCtx, outcome string, sc *scratch) {
+// endRequestSpan closes the request's span with what happened: the same
+// outcome, decision, rules and limiter source as the access-log line.
+func (e *Edge) endRequestSpan(span trace.Span, ctx *fasthttp.RequestCtx, outcome string, sc *scratch) {
 	status := ctx.Response.StatusCode()
+	rules, source := e.decidedBy(sc, nil)
 	span.SetAttributes(
 		attribute.Int("http.response.status_code", status),
 		attribute.String("edgeguard.outcome", outcome),
+		attribute.String("edgeguard.decision", decisionOf(outcome, sc)),
+		attribute.StringSlice("edgeguard.rules", rules),
+		attribute.String("edgeguard.limiter.source", source),
 		attribute.String("edgeguard.tier", sc.tier.String()),
 		attribute.String("client.address", clientString(sc)),
 	)

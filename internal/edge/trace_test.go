@@ -127,4 +127,9 @@ func TestTracing(t *testing.T) {
 		return denied != nil
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, "/deny", attr(denied, "url.path"))
+	// It says which rule denied it and where the answer came from, as the
+	// access-log line does.
+	require.Equal(t, "denied", attr(denied, "edgeguard.decision"))
+	require.Contains(t, attr(denied, "edgeguard.rules"), `"per-ip"`)
+	require.Contains(t, []string{"memory", "prefilter"}, attr(denied, "edgeguard.limiter.source"))
 }
