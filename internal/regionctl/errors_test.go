@@ -217,6 +217,7 @@ func TestUsageErrorJSON(t *testing.T) {
 	assert.Empty(t, r.stdout)
 	assert.Contains(t, r.stderr, "Usage: regionctl rules get")
 	assert.Contains(t, r.stderr, "regionctl: regionctl rules get: flag provided but not defined: -no-such-flag")
+	assert.Equal(t, 2, strings.Count(r.stderr, "\n"), "the error and the synopsis, not every flag: %s", r.stderr)
 }
 
 // With one region's Consul servers down, the other region's agent still

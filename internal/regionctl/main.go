@@ -202,7 +202,10 @@ func (a *app) run(args []string, env func(string) string, stdout, stderr io.Writ
 			fmt.Fprintln(stderr, "regionctl: "+msg)
 		}
 		if a.usageDue {
-			_, _ = stderr.Write(a.usage.Bytes())
+			// The synopsis only: the flags are one --help away, and the
+			// error line must not scroll out of sight under them.
+			synopsis, _, _ := bytes.Cut(a.usage.Bytes(), []byte("\n"))
+			fmt.Fprintf(stderr, "%s\n", synopsis)
 		}
 		if a.g.output == "json" && a.stdout.n == 0 {
 			a.emitJSON(map[string]any{"error": msg, "exit_code": code, "reason": reasonOf(code)})
