@@ -69,6 +69,11 @@ func edgeProc(s Spec, dir string) proc {
 	if e.Workers > 0 {
 		args = append(args, "--workers", strconv.Itoa(e.Workers))
 	}
+	if e.TLSPort > 0 {
+		// Certificates from the region's Consul KV (reconcile puts the
+		// stack's there before the edges start).
+		args = append(args, "--listen-tls", net.JoinHostPort(e.Addr, strconv.Itoa(e.TLSPort)))
+	}
 	args = append(args, e.ExtraArgs...)
 	// The salt is a secret: the edge takes it from its environment only.
 	return proc{name: "edge", dir: dir, bin: filepath.Join(s.Bin, "edge"), args: args, env: []string{"EDGEGUARD_KEY_SALT=" + e.KeySalt}}

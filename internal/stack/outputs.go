@@ -16,6 +16,10 @@ type Outputs struct {
 	DNSQuery      string            `json:"dns_query"`
 	RulesFile     string            `json:"rules_file"`
 	StateDir      string            `json:"state_dir"`
+	TLS           struct {
+		Name   string `json:"name"`
+		CAFile string `json:"ca_file"`
+	} `json:"tls"`
 }
 
 // Region is one region of Outputs.
@@ -52,6 +56,7 @@ type Edge struct {
 	Name  string `json:"name"`
 	Addr  string `json:"addr"`
 	URL   string `json:"url"`
+	TLS   string `json:"tls"` // host:port of HTTPS for TLS.Name
 	Admin string `json:"admin"`
 }
 
@@ -102,12 +107,12 @@ func ParseOutputs(data []byte) (Outputs, error) {
 // PrintEndpoints writes a human summary of o.
 func PrintEndpoints(w io.Writer, o Outputs) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "REGION\tPOP\tEDGE\tURL\tADMIN\n")
+	fmt.Fprintf(tw, "REGION\tPOP\tEDGE\tURL\tHTTPS\tADMIN\n")
 	for _, name := range sortedKeys(o.Regions) {
 		r := o.Regions[name]
 		for _, pop := range sortedKeys(r.PoPs) {
 			for _, e := range r.PoPs[pop].Edges {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, pop, e.Name, e.URL, e.Admin)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, pop, e.Name, e.URL, e.TLS, e.Admin)
 			}
 		}
 	}
@@ -117,5 +122,8 @@ func PrintEndpoints(w io.Writer, o Outputs) error {
 		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\t%s\n", name, r.Redis.Mode, r.Redis.URL, r.Consul.HTTP, r.Consul.DNS, r.Origin)
 	}
 	fmt.Fprintf(tw, "\nprometheus: %s   dns: dig @127.0.0.1 -p <port> %s.query.consul   rules: %s   state: %s\n", o.PrometheusURL, o.DNSQuery, o.RulesFile, o.StateDir)
+	if o.TLS.Name != "" {
+		fmt.Fprintf(tw, "https: curl --cacert %s --resolve %s:PORT:ADDR https://%s:PORT/ (HTTPS column: ADDR:PORT)\n", o.TLS.CAFile, o.TLS.Name, o.TLS.Name)
+	}
 	return tw.Flush()
 }

@@ -101,6 +101,7 @@ type EdgeSpec struct {
 	PoP           string   `json:"pop"`
 	Addr          string   `json:"addr"` // 127.0.R.E
 	Port          int      `json:"port"`
+	TLSPort       int      `json:"tls_port,omitempty"` // HTTPS (h2, http/1.1) with the stack's certificate from Consul
 	AdminPort     int      `json:"admin_port"`
 	Redis         string   `json:"redis"`
 	RedisMode     string   `json:"redis_mode"`

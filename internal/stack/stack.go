@@ -155,10 +155,16 @@ func (st State) Reconcile(ctx context.Context, opts ReconcileOptions) error {
 		}
 		fmt.Fprintf(logw, "stackctl: rules pushed:\n%s", out)
 	}
+	if err := st.putTLS(ctx, specs, servers, logw); err != nil {
+		return err
+	}
 	if err := step(KindEdge); err != nil {
 		return err
 	}
 	if err := waitEdgesReady(ctx, byKind[KindEdge], servers); err != nil {
+		return err
+	}
+	if err := st.waitEdgesTLS(ctx, byKind[KindEdge]); err != nil {
 		return err
 	}
 	fmt.Fprintf(logw, "stackctl: %d edge(s) ready, registered and converged\n", len(byKind[KindEdge]))

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -125,7 +126,7 @@ func leftovers(state string) error {
 			addrs = append(addrs, r.Redis.Seeds...)
 			addrs = append(addrs, strings.TrimPrefix(r.Consul.HTTP, "http://"), strings.TrimPrefix(r.Origin, "http://"))
 			for _, e := range r.Edges() {
-				addrs = append(addrs, strings.TrimPrefix(e.URL, "http://"), strings.TrimPrefix(e.Admin, "http://"))
+				addrs = append(addrs, strings.TrimPrefix(e.URL, "http://"), e.TLS, strings.TrimPrefix(e.Admin, "http://"))
 			}
 		}
 		addrs = append(addrs, strings.TrimPrefix(env.Out.PrometheusURL, "http://"))
@@ -137,6 +138,82 @@ func leftovers(state string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Every edge serves HTTPS for the stack's name with the certificate the
+// stack put into its region's Consul KV (no file on the edges), over HTTP/2
+// and HTTP/1.1, and the region's rules apply there as over plain HTTP: a
+// burst of one client over one HTTP/2 connection past drill-exact's 20 in
+// 2 s is denied with the same fields.
+func TestEveryEdgeServesTLS(t *testing.T) {
+	st := stack.State{Dir: env.Out.StateDir}
+	cfg, err := st.TLSClientConfig()
+	require.NoError(t, err)
+	require.Equal(t, stack.TLSName, env.Out.TLS.Name)
+	clients := 0
+	for _, name := range slices.Sorted(maps.Keys(env.Out.Regions)) {
+		for _, e := range env.Out.Regions[name].Edges() {
+			for _, h2 := range []bool{true, false} {
+				c := cfg.Clone()
+				if !h2 {
+					c.NextProtos = []string{"http/1.1"}
+				}
+				tr := &http.Transport{
+					TLSClientConfig:   c,
+					ForceAttemptHTTP2: h2,
+					DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+						return (&net.Dialer{}).DialContext(ctx, network, e.TLS)
+					},
+				}
+				cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+				path := fmt.Sprintf("https://%s/drill/tls-%s-%v", stack.TLSName, e.Name, h2)
+				// A client of its own (the stack trusts loopback's
+				// forwarding fields), so drill-exact starts from zero.
+				clients++
+				client := fmt.Sprintf("198.18.%d.%d", clients/250, clients%250+1)
+				get := func() (*http.Response, error) {
+					req, err := http.NewRequest(http.MethodGet, path, nil)
+					if err != nil {
+						return nil, err
+					}
+					req.Header.Set("X-Forwarded-For", client)
+					return cl.Do(req)
+				}
+				resp, err := get()
+				require.NoError(t, err, e.Name)
+				_ = resp.Body.Close()
+				require.Equal(t, http.StatusOK, resp.StatusCode, e.Name)
+				require.Equal(t, h2, resp.ProtoMajor == 2, "%s: protocol %s", e.Name, resp.Proto)
+				require.Contains(t, resp.Header.Get("RateLimit-Policy"), `"drill-exact";q=20;w=2`, e.Name)
+				if h2 {
+					// 30 at once on the same connection: at least 10 over.
+					codes := make(chan int, 30)
+					for range 30 {
+						go func() {
+							r, err := get()
+							if err != nil {
+								codes <- 0
+								return
+							}
+							_ = r.Body.Close()
+							if r.StatusCode == http.StatusTooManyRequests && r.Header.Get("Retry-After") == "" {
+								codes <- -1
+								return
+							}
+							codes <- r.StatusCode
+						}()
+					}
+					got := map[int]int{}
+					for range 30 {
+						got[<-codes]++
+					}
+					require.GreaterOrEqual(t, got[http.StatusTooManyRequests], 10, "%s: %v", e.Name, got)
+					require.Zero(t, got[0]+got[-1], "%s: errors or 429 without Retry-After: %v", e.Name, got)
+				}
+				tr.CloseIdleConnections()
+			}
+		}
+	}
 }
 
 // The load-test kit's CI smoke on the same stack: 20 s of

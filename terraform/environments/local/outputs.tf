@@ -1,5 +1,5 @@
 output "regions" {
-  description = "Per region: redis (mode, url, seeds, exporters), consul (datacenter, http, dns), origin, pops → edges (name, addr, url, admin), failover."
+  description = "Per region: redis (mode, url, seeds, exporters), consul (datacenter, http, dns), origin, pops → edges (name, addr, url, tls, admin), failover."
   value       = { for name, r in module.region : name => r.value }
 }
 
@@ -15,6 +15,14 @@ output "dns_query" {
 output "rules_file" {
   description = "The rules document pushed with regionctl rules push --all, relative to the repository root."
   value       = "terraform/environments/local/${var.rules_file}"
+}
+
+output "tls" {
+  description = "The edges' HTTPS: the name their certificate is for (and its subdomains) and the CA that issued it (STATE/tls/ca.pem)."
+  value = {
+    name    = "edge.local"
+    ca_file = "${var.state_dir}/tls/ca.pem"
+  }
 }
 
 output "state_dir" {

@@ -1,5 +1,6 @@
 # One PoP: its edge nodes, each on its own loopback address 127.0.R.E
-# (public :8080, admin :18391), registered in the region's Consul with a
+# (public :8080, HTTPS :8443 with the stack's certificate for edge.local from
+# Consul KV, admin :18391), registered in the region's Consul with a
 # /readyz check. The cloud counterpart is an autoscaling group behind an NLB
 # per PoP (see terraform/README.md).
 
@@ -44,6 +45,7 @@ variable "runner" {
 
 locals {
   port       = 8080
+  tls_port   = 8443
   admin_port = 18391
   edges      = { for e in var.edges : e.name => e }
   specs = { for e in var.edges : e.name => {
@@ -55,6 +57,7 @@ locals {
       pop             = var.pop
       addr            = e.addr
       port            = local.port
+      tls_port        = local.tls_port
       admin_port      = local.admin_port
       redis           = var.settings.redis
       redis_mode      = var.settings.redis_mode
@@ -84,6 +87,7 @@ output "edges" {
     name  = e.name
     addr  = e.addr
     url   = "http://${e.addr}:${local.port}"
+    tls   = "${e.addr}:${local.tls_port}"
     admin = "http://${e.addr}:${local.admin_port}"
   }]
   depends_on = [module.edge]
