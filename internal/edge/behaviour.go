@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -159,13 +160,19 @@ type bhRequest struct {
 
 // begin identifies the client and judges its level (step 1); nil cfg: off.
 // A key is the identity only when the settings say keys are authenticated
-// upstream and the request comes from a trusted peer (trust.go).
-func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup, path string) bhRequest {
+// upstream and the request comes from a trusted peer (trust.go); a TLS
+// fingerprint only when they say ja4 and the connection has one.
+func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup, path string, conn net.Conn) bhRequest {
 	c := b.cfg.Load()
 	if c == nil {
 		return bhRequest{}
 	}
 	r := bhRequest{cfg: c}
+	if c.settings.Identity == behavior.IdentityJA4 {
+		if fp := ja4Of(conn); fp != "" {
+			r.id = behavior.Identity(b.salt, behavior.KindJA4, fp)
+		}
+	}
 	byKey := trusted && c.settings.Identity == behavior.IdentityUpstreamKey
 	for _, name := range c.headers {
 		if !byKey {
@@ -446,7 +453,8 @@ func blocked(ctx *fasthttp.RequestCtx, cooldown time.Duration) {
 }
 
 // debugClients serves /debug/clients?key=ID (the hashed identity logs
-// show), or ?ip=ADDR or ?api_key=KEY, which it hashes the same way.
+// show), or ?ip=ADDR, ?api_key=KEY or ?ja4=FINGERPRINT, which it hashes the
+// same way.
 func (b *behaviourLayer) debugClients(w http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	id := q.Get("key")
@@ -454,6 +462,8 @@ func (b *behaviourLayer) debugClients(w http.ResponseWriter, req *http.Request) 
 	case id != "":
 	case q.Get("api_key") != "":
 		id = behavior.Identity(b.salt, behavior.KindAPIKey, q.Get("api_key"))
+	case q.Get("ja4") != "":
+		id = behavior.Identity(b.salt, behavior.KindJA4, q.Get("ja4"))
 	case q.Get("ip") != "":
 		a, err := netip.ParseAddr(q.Get("ip"))
 		if err != nil {
@@ -462,7 +472,7 @@ func (b *behaviourLayer) debugClients(w http.ResponseWriter, req *http.Request) 
 		}
 		id = behavior.Identity(b.salt, behavior.KindIP, rules.ClientKey(a, b.v6))
 	default:
-		http.Error(w, "want ?key=<client id>, ?ip=<address> or ?api_key=<key>", http.StatusBadRequest)
+		http.Error(w, "want ?key=<client id>, ?ip=<address>, ?api_key=<key> or ?ja4=<fingerprint>", http.StatusBadRequest)
 		return
 	}
 	mode := string(behavior.ModeOff)

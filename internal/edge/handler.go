@@ -93,7 +93,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 	// Identify.
 	client := clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
 	sc.client = client
-	bh := e.bh.begin(client, trusted, &headers, path) // the client's behaviour level (behaviour.go)
+	bh := e.bh.begin(client, trusted, &headers, path, ctx.Conn()) // the client's behaviour level (behaviour.go)
 
 	// Shed: before any I/O, by priority tier.
 	tier := e.bh.tier(&bh, e.shed.Classify(b2s(ctx.Method()), path, header, trusted))

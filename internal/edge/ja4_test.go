@@ -1,12 +1,17 @@
 package edge
 
 import (
+	"context"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,4 +88,49 @@ func TestJA4RuleKey(t *testing.T) {
 	}
 	require.Nil(t, lines[6]["ja4"], "no ja4 over plain HTTP")
 	t.Logf("Go: %s, curl: %s", goFP, curlFP)
+}
+
+// With identity: ja4 a scanner keeps one behaviour score while it rotates
+// its address (a new source address per connection); by address, the same
+// scan spreads over 80 identities and never scores. A client with another
+// TLS stack is not affected.
+func TestBehaviourFollowsJA4AcrossAddresses(t *testing.T) {
+	site := newTLSSite(t)
+	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
+	doc := func(identity string) string {
+		return "version: 1\nbehaviour:\n  mode: enforce\n  identity: " + identity + "\n" + `rules:
+  - {id: per-ip, key: [ip], algorithm: fixed_window, limit: 1000000000, window: 1h, behaviour: true}
+`
+	}
+	// scan sends one request per route, each on a new connection from
+	// its own address, and returns the request from which the client was
+	// suspicious (its limit a tenth: 1e9 × 0.1), 0 if never.
+	scan := func(r *running, routes int, maxVersion uint16) int {
+		for i := range routes {
+			src := fmt.Sprintf("127.0.%d.%d", 10+i/200, 1+i%200)
+			c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+				TLSClientConfig:   &tls.Config{RootCAs: site.ca.Pool, MaxVersion: maxVersion},
+				DisableKeepAlives: true,
+				DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+					d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+					return d.DialContext(ctx, "tcp", r.TLSAddr())
+				},
+			}}
+			resp, _ := h2Get(t, c, fmt.Sprintf("https://shop.example.com/scan-%x/%d", maxVersion, i))
+			m := remainingRE.FindStringSubmatch(resp.Header.Get("RateLimit"))
+			require.NotNil(t, m, resp.Header.Get("RateLimit"))
+			if n, _ := strconv.ParseInt(m[1], 10, 64); n < 100_000_000 {
+				return i + 1
+			}
+		}
+		return 0
+	}
+	byJA4, _ := startTLSEdge(t, site, doc("ja4"), nil)
+	require.Equal(t, 49, scan(byJA4, 80, tls.VersionTLS13), "suspicious from the 48th distinct route, the request after")
+	// Another TLS stack (here: TLS 1.2 at most, another fingerprint)
+	// starts clean, from the very same addresses.
+	require.Equal(t, 0, scan(byJA4, 10, tls.VersionTLS12))
+
+	byAddress, _ := startTLSEdge(t, site, doc("address"), nil)
+	require.Equal(t, 0, scan(byAddress, 80, tls.VersionTLS13), "by address, 80 one-request clients")
 }

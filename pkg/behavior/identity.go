@@ -5,10 +5,12 @@ import (
 	"encoding/base64"
 )
 
-// Identity kinds: the API key a rule counts by, or the client address.
+// Identity kinds: the API key a rule counts by, the client address, or its
+// TLS stack's JA4 fingerprint.
 const (
 	KindAPIKey byte = 'k'
 	KindIP     byte = 'i'
+	KindJA4    byte = 'j'
 )
 
 // Identity names a client in Redis, logs and /debug/clients: 22 base64url

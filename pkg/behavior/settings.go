@@ -25,6 +25,7 @@ type IdentityKind string
 const (
 	IdentityAddress     IdentityKind = "address"
 	IdentityUpstreamKey IdentityKind = "upstream_key"
+	IdentityJA4         IdentityKind = "ja4"
 )
 
 // Settings is the rules document's behaviour section. Every field may be
@@ -41,7 +42,12 @@ type Settings struct {
 	// then taken to have authenticated it; other requests still follow
 	// their address). A key the edge did not see authenticated is never an
 	// identity: a scanner would rotate it to stay unscored, or send a
-	// victim's key to get the victim blocked.
+	// victim's key to get the victim blocked. ja4: the JA4 fingerprint of
+	// the client's TLS stack, so a client that rotates addresses keeps one
+	// score (requests without TLS follow their address). Every client of
+	// the same TLS stack shares that score: it suits traffic from few,
+	// distinct stacks (an API whose callers use its SDKs, bots with their
+	// own stacks), not browsers, which share a handful of fingerprints.
 	Identity IdentityKind `yaml:"identity,omitempty" json:"identity,omitempty"`
 	// Horizon is how far back the signals look (default 60s). It is kept
 	// as two halves: a signal counts the current and the previous half, so
@@ -333,9 +339,9 @@ func (s *Settings) Validate() []Problem {
 		add("mode", "unknown %q (want off, shadow or enforce)", s.Mode)
 	}
 	switch s.Identity {
-	case IdentityAddress, IdentityUpstreamKey:
+	case IdentityAddress, IdentityUpstreamKey, IdentityJA4:
 	default:
-		add("identity", "unknown %q (want address, or upstream_key for keys a trusted proxy authenticated)", s.Identity)
+		add("identity", "unknown %q (want address, upstream_key for keys a trusted proxy authenticated, or ja4 for the TLS fingerprint)", s.Identity)
 	}
 	dur := func(field string, d Duration, lo, hi time.Duration) {
 		if d.D() < lo || d.D() > hi {
