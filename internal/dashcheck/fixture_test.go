@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	regionctlcmd "github.com/edgeguard/edgeguard/internal/regionctl"
@@ -230,28 +231,11 @@ func promValue(ctx context.Context, p promv1.API, q string, at time.Time) (float
 // waitProm polls until q returns one series of value want.
 func waitProm(t *testing.T, p promv1.API, q string, want float64) {
 	t.Helper()
-	var last error
-	ok := assertEventually(30*time.Second, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		v, err := promValue(context.Background(), p, q, time.Now())
-		if err != nil {
-			last = err
-			return false
-		}
-		last = fmt.Errorf("%s = %v, want %v", q, v, want)
-		return v == want
-	})
-	require.True(t, ok, "%v", last)
-}
-
-func assertEventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return false
+		require.NoError(c, err)
+		require.Equal(c, want, v, q)
+	}, 30*time.Second, 100*time.Millisecond)
 }
 
 func metricFamilies(t *testing.T, addr string) map[string]bool {
@@ -435,7 +419,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	// settings change ---
 	// The overload sends critical traffic: it must fall after the counting
 	// window (a wall-clock window, so waiting for the clock is the signal).
-	require.True(t, assertEventually(time.Minute, func() bool { return time.Now().After(countAt.Add(scrapeInterval)) }))
+	time.Sleep(time.Until(countAt.Add(scrapeInterval))) // a wall-clock boundary, not an event
 	done = begin("overload on fra: shed, no_worker, queue waits; regionctl shedder set good=0.55")
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -892,15 +876,9 @@ func settingsMap(kv []string) map[string]string {
 
 func waitPromAtLeast(t *testing.T, p promv1.API, q string, min float64) {
 	t.Helper()
-	var last error
-	ok := assertEventually(30*time.Second, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		v, err := promValue(context.Background(), p, q, time.Now())
-		if err != nil {
-			last = err
-			return false
-		}
-		last = fmt.Errorf("%s = %v, want >= %v", q, v, min)
-		return v >= min
-	})
-	require.True(t, ok, "%v", last)
+		require.NoError(c, err)
+		require.GreaterOrEqual(c, v, min, q)
+	}, 30*time.Second, 100*time.Millisecond)
 }

@@ -195,9 +195,7 @@ func TestLaneQueueIsBounded(t *testing.T) {
 	}
 	done := make(chan error, limiter.LoneDirect+3)
 	waitFor := func(what string, ok func() bool) {
-		for deadline := time.Now().Add(2 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-			require.True(t, time.Now().Before(deadline), what)
-		}
+		require.Eventually(t, ok, 2*time.Second, time.Millisecond, what)
 	}
 	for i := range limiter.LoneDirect {
 		go func() { done <- take(i) }()
