@@ -1,0 +1,112 @@
+package lua
+
+import (
+	"context"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+)
+
+func redisClient(t *testing.T) *redis.Client {
+	t.Helper()
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rd.Close() })
+	c := redis.NewClient(&redis.Options{Addr: rd.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// algorithms lists the embedded algorithm scripts (every .lua file but the
+// shared parts and the behaviour script).
+func algorithms(t *testing.T) []string {
+	entries, err := files.ReadDir(".")
+	require.NoError(t, err)
+	var out []string
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), path.Ext(e.Name()))
+		if name != "prelude" && name != "members" && name != Behaviour {
+			out = append(out, name)
+		}
+	}
+	require.GreaterOrEqual(t, len(out), 6)
+	return out
+}
+
+// Every script Redis is given compiles there: each algorithm's, the batch
+// of all of them, and the behaviour script.
+func TestEveryScriptLoads(t *testing.T) {
+	c := redisClient(t)
+	ctx := context.Background()
+	var algs []Alg
+	for i, name := range algorithms(t) {
+		src, err := Source(name)
+		require.NoError(t, err, name)
+		require.NoError(t, c.ScriptLoad(ctx, src).Err(), name)
+		algs = append(algs, Alg{Code: i + 1, Name: name, Keys: 1, Args: 9})
+	}
+	batch, err := Batch(algs)
+	require.NoError(t, err)
+	require.NoError(t, c.ScriptLoad(ctx, batch).Err())
+	bh, err := Plain(Behaviour)
+	require.NoError(t, err)
+	require.NoError(t, c.ScriptLoad(ctx, bh).Err())
+
+	_, err = Source("nope")
+	require.ErrorContains(t, err, `"nope"`)
+	_, err = Batch([]Alg{{Code: 1, Name: "nope"}})
+	require.Error(t, err)
+}
+
+// A call with missing or malformed arguments is refused before it touches
+// the key, with the scripts' own error.
+func TestBadArgumentsRefused(t *testing.T) {
+	c := redisClient(t)
+	ctx := context.Background()
+	for _, name := range algorithms(t) {
+		src, err := Source(name)
+		require.NoError(t, err)
+		for _, argv := range [][]any{
+			{},
+			{"take", "0", "x", "1000000", "0", "1", "1", "id", "1"},   // limit not a number
+			{"take", "0", "10", "-5", "0", "1", "1", "id", "1"},       // window <= 0
+			{"take", "0", "10", "1000000", "0", "-1", "1", "id", "1"}, // cost < 0
+		} {
+			err := c.Eval(ctx, src, []string{"{k}:" + name}, argv...).Err()
+			require.ErrorContains(t, err, "edgeguard: bad script arguments", "%s %v", name, argv)
+		}
+		n, err := c.Exists(ctx, "{k}:"+name).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "%s: a refused call wrote nothing", name)
+	}
+}
+
+// The fixed window's script on its own: at an explicit time (µs), limit 2 in
+// a 1 s window, 250 ms into it: two admitted, the third told to come back
+// when the window ends (whole ms, never early), and a denial leaves the count.
+func TestFixedWindowScript(t *testing.T) {
+	c := redisClient(t)
+	ctx := context.Background()
+	src, err := Source(FixedWindow)
+	require.NoError(t, err)
+	takeAt := func(nowUs string) []int64 {
+		r, err := c.Eval(ctx, src, []string{"{k}:fw"}, "take", nowUs, "2", "1000000", "0", "1", "1", "id", "1").Int64Slice()
+		require.NoError(t, err)
+		require.Len(t, r, 5, "{admitted, remaining, reset_ms, retry_ms, state}")
+		return r
+	}
+	// The window starts at 10,000,000 ms; state is its start.
+	require.Equal(t, []int64{1, 1, 750, 0, 10000000}, takeAt("10000250000"))
+	require.Equal(t, []int64{1, 0, 750, 0, 10000000}, takeAt("10000250100"))
+	require.Equal(t, []int64{0, 0, 750, 750, 10000000}, takeAt("10000250200"))
+	require.Equal(t, []int64{0, 0, 750, 750, 10000000}, takeAt("10000250900"), "from the whole ms before now: never early")
+	require.Equal(t, []int64{0, 0, 749, 749, 10000000}, takeAt("10000251000"))
+	count, err := c.HGet(ctx, "{k}:fw", "10000000").Int64()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, count, "the denials gave back what they added")
+}
