@@ -3,9 +3,10 @@
 # main package importing go.k6.io/k6/cmd and the extension, built with
 # `go build`), and caches the binary outside the repository:
 #   ${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}/k6-<k6 version>-<extension hash>/k6
-# The hash covers the extension's sources and module files and the rules
-# package it imports, so any change to them builds a new binary; an
-# unchanged tree reuses the cached one; the three newest builds are kept.
+# The hash covers the extension's sources and module files and every
+# package of this repository it compiles in (go list -deps), so any change
+# to them builds a new binary; an unchanged tree reuses the cached one; the
+# three newest builds are kept.
 # Prints the binary's path.
 set -euo pipefail
 
@@ -15,7 +16,9 @@ k6_version=$(cd "$ext" && go list -m -f '{{.Version}}' go.k6.io/k6)
 hash=$(cd "$root" && {
 	find loadtest -path loadtest/scenarios -prune -o -path loadtest/results -prune -o \
 		\( \( -name '*.go' ! -name '*_test.go' \) -o -name go.mod -o -name go.sum \) -print
-	find pkg/rules -name '*.go' ! -name '*_test.go' -print
+	# The repository's packages the extension imports, however deep.
+	(cd loadtest && go list -deps -f '{{if .Module}}{{if eq .Module.Path "github.com/edgeguard/edgeguard"}}{{.Dir}}{{end}}{{end}}' .) |
+		sed "s|^$root/||" | while read -r d; do find "$d" -maxdepth 1 -name '*.go' ! -name '*_test.go' -print; done
 	echo go.mod go.sum
 } | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
 cache="${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}"
