@@ -4,7 +4,9 @@
 # state, pids, configs, logs, outputs.json — in the state directory:
 #   STACK_STATE (default .stack at the repository root).
 #
-#   scripts/stack.sh up        build, init, apply (reconciles a running stack), write outputs.json, print endpoints
+#   scripts/stack.sh up        build, init, apply, reconcile (restart what died, push the rules, wait for
+#                              every edge), write outputs.json, print endpoints
+#   scripts/stack.sh plan      terraform plan -detailed-exitcode (0: nothing to change)
 #   scripts/stack.sh down      destroy, stop anything left, remove the state directory
 #   scripts/stack.sh outputs   terraform output -json
 set -euo pipefail
@@ -34,6 +36,7 @@ up)
 	(cd "$root" && go build -o "$state/bin/" ./cmd/edge ./cmd/regionctl ./cmd/stackctl ./cmd/stackorigin)
 	tf init -input=false -backend-config="path=$state/terraform.tfstate" >/dev/null
 	tf apply -input=false -auto-approve "${vars[@]}"
+	"$state/bin/stackctl" --state "$state" reconcile --rules "$root/$(tf output -raw rules_file)"
 	tf output -json >"$state/outputs.json.tmp"
 	mv "$state/outputs.json.tmp" "$state/outputs.json"
 	"$state/bin/stackctl" --state "$state" endpoints --outputs "$state/outputs.json"
@@ -51,8 +54,11 @@ down)
 outputs)
 	tf output -json
 	;;
+plan)
+	tf plan -input=false -detailed-exitcode "${vars[@]}"
+	;;
 *)
-	echo "usage: $0 up|down|outputs" >&2
+	echo "usage: $0 up|down|outputs|plan" >&2
 	exit 2
 	;;
 esac

@@ -140,6 +140,18 @@ func leftovers(state string) error {
 	return errors.Join(errs...)
 }
 
+// Terraform's plan after an apply is empty: nothing in the configuration
+// changes by itself (reconcile runs beside Terraform, not as a resource
+// replaced on every apply).
+func TestPlanAfterApplyIsEmpty(t *testing.T) {
+	c := exec.Command(filepath.Join(root, "scripts", "stack.sh"), "plan")
+	c.Dir = root
+	c.Env = append(os.Environ(), "STACK_STATE="+env.Out.StateDir)
+	out, err := c.CombinedOutput()
+	require.NoError(t, err, "terraform plan -detailed-exitcode: 2 means changes:\n%s", tail(string(out), 40))
+	require.Contains(t, string(out), "No changes.")
+}
+
 // Every edge serves HTTPS for the stack's name with the certificate the
 // stack put into its region's Consul KV (no file on the edges), over HTTP/2
 // and HTTP/1.1, and the region's rules apply there as over plain HTTP: a

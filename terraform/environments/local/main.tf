@@ -14,7 +14,6 @@ terraform {
 locals {
   names   = sort(keys(var.regions))
   index   = { for i, name in local.names : name => i + 1 }
-  rules   = abspath("${path.module}/${var.rules_file}")
   runner  = { stackctl = "${var.bin_dir}/stackctl", bin_dir = var.bin_dir, state_dir = var.state_dir }
   serfwan = { for name, i in local.index : name => "127.0.0.1:${8302 + (i - 1) * 10}" }
 }
@@ -44,22 +43,7 @@ module "prometheus" {
   runner    = local.runner
 }
 
-# Re-run on every apply: restarts whatever died (Terraform cannot see a dead
-# process), pushes the rules with regionctl and returns only when every edge
-# is ready, passing its Consul check and running the pushed rules. No
-# destroy-time provisioner: replacing it must not stop anything.
-resource "terraform_data" "reconcile" {
-  triggers_replace = [plantimestamp()]
-  input = {
-    stackctl  = local.runner.stackctl
-    state_dir = var.state_dir
-    rules     = local.rules
-  }
-
-  provisioner "local-exec" {
-    command     = "\"$STACKCTL\" reconcile --rules \"$RULES\""
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, RULES = self.input.rules }
-  }
-
-  depends_on = [module.region, module.prometheus]
-}
+# What Terraform cannot see (a process that died) is not Terraform's to
+# fix: scripts/stack.sh runs `stackctl reconcile --rules <rules_file>` after
+# every apply (it restarts whatever died, pushes the rules and waits for
+# every edge), so a plan after an apply is empty.
