@@ -13,7 +13,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
 // consulServer is one region's Consul: a single server (bootstrap_expect 1)
@@ -74,7 +74,7 @@ func (c consulServer) client() (*api.Client, error) {
 // ensureConsul starts the server unless it runs, waits for its leader and
 // writes the prepared query.
 func ensureConsul(ctx context.Context, c consulServer) error {
-	bin, err := testenv.ConsulBinary()
+	bin, err := servers.Consul()
 	if err != nil {
 		return err
 	}

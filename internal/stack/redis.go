@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
 // redisDeployment is a region's Redis as processes in dir.
@@ -56,7 +56,7 @@ func writeConf(path, content string) error {
 // and returns once the deployment is healthy again (every node up, slots or
 // master served, replicas linked).
 func ensureRedis(ctx context.Context, r redisDeployment) error {
-	server, err := testenv.RedisBinary("redis-server")
+	server, err := servers.Lookup("redis-server")
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func startNodes(ctx context.Context, r redisDeployment, bin string, extra func(p
 	var procs []proc
 	for _, port := range r.spec.Ports {
 		p := r.nodeProc(bin, port)
-		conf := testenv.RedisBaseConfig(port, r.dir, p.logPath()+".redis") + extra(port) + "\n"
+		conf := servers.RedisBaseConfig(port, r.dir, p.logPath()+".redis") + extra(port) + "\n"
 		if err := writeConf(p.args[0], conf); err != nil {
 			return err
 		}
@@ -162,7 +162,7 @@ func ensureCluster(ctx context.Context, r redisDeployment, bin string) error {
 	}
 	created := filepath.Join(r.dir, "cluster-created")
 	if _, err := os.Stat(created); err != nil {
-		cli, err := testenv.RedisBinary("redis-cli")
+		cli, err := servers.Lookup("redis-cli")
 		if err != nil {
 			return err
 		}
@@ -236,7 +236,7 @@ func ensureSentinel(ctx context.Context, r redisDeployment, bin string) error {
 	if err != nil {
 		return err
 	}
-	sbin, sargs, err := testenv.SentinelCommand()
+	sbin, sargs, err := servers.Sentinel()
 	if err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func ensureSentinel(ctx context.Context, r redisDeployment, bin string) error {
 	name := r.spec.MasterName
 	for _, port := range r.spec.SentinelPorts {
 		p := r.sentinelProc(sbin, sargs, port)
-		conf := testenv.RedisBaseConfig(port, r.dir, p.logPath()+".redis") + strings.Join([]string{
+		conf := servers.RedisBaseConfig(port, r.dir, p.logPath()+".redis") + strings.Join([]string{
 			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2", name, master),
 			fmt.Sprintf("sentinel down-after-milliseconds %s 1000", name),
 			fmt.Sprintf("sentinel failover-timeout %s 5000", name),

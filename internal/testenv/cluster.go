@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
 const (
@@ -41,11 +43,11 @@ func StartCluster(opts ClusterOptions) (*Cluster, error) {
 	if opts.NodeTimeout <= 0 {
 		opts.NodeTimeout = time.Second
 	}
-	bin, err := lookBin("redis-server")
+	bin, err := servers.Lookup("redis-server")
 	if err != nil {
 		return nil, err
 	}
-	cli, err := lookBin("redis-cli")
+	cli, err := servers.Lookup("redis-cli")
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +78,7 @@ func (c *Cluster) start(opts ClusterOptions, bin, cli string) error {
 				return strings.Join([]string{
 					"cluster-enabled yes",
 					"cluster-port " + strconv.Itoa(ports[1]),
-					"cluster-config-file " + quote(filepath.Join(c.d.dir, fmt.Sprintf("nodes-%d.conf", ports[0]))),
+					"cluster-config-file " + servers.Quote(filepath.Join(c.d.dir, fmt.Sprintf("nodes-%d.conf", ports[0]))),
 					"cluster-node-timeout " + strconv.FormatInt(opts.NodeTimeout.Milliseconds(), 10),
 					// Replicas that lost their master a while ago must still
 					// be promotable, or failover tests would depend on timing.

@@ -18,11 +18,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-)
 
-// consulVersion is the Consul release scripts/install-consul.sh builds and
-// caches; the harness falls back to that cached binary.
-const consulVersion = "1.21.0"
+	"github.com/edgeguard/edgeguard/internal/servers"
+)
 
 // consulRequestTimeout bounds each request the harness itself makes, so a
 // wedged agent costs one short timeout per poll rather than the whole wait.
@@ -93,7 +91,7 @@ func startConsul(opts ConsulOptions, pick pickPorts) (*Consul, error) {
 	} else if opts.ManagementToken == "" {
 		opts.ManagementToken = newUUID()
 	}
-	bin, err := lookConsul()
+	bin, err := servers.Consul()
 	if err != nil {
 		return nil, err
 	}
@@ -505,47 +503,6 @@ func queryCtx(ctx context.Context) *api.QueryOptions {
 
 func writeCtx(ctx context.Context) *api.WriteOptions {
 	return (&api.WriteOptions{}).WithContext(ctx)
-}
-
-// ConsulBinary finds the Consul agent the way the harness does:
-// $EDGEGUARD_CONSUL, else consul in PATH, else the cached build.
-func ConsulBinary() (string, error) { return lookConsul() }
-
-// lookConsul finds the agent binary: $EDGEGUARD_CONSUL, else consul in
-// PATH, else the binary scripts/install-consul.sh caches.
-func lookConsul() (string, error) {
-	const hint = `run "make tools", which builds and caches it`
-	if p := os.Getenv("EDGEGUARD_CONSUL"); p != "" {
-		path, err := exec.LookPath(p)
-		if err != nil {
-			return "", fmt.Errorf("testenv: EDGEGUARD_CONSUL=%s is not an executable (%s): %w", p, hint, err)
-		}
-		return path, nil
-	}
-	if path, err := exec.LookPath("consul"); err == nil {
-		return path, nil
-	}
-	cached, err := consulCachePath()
-	if err != nil {
-		return "", fmt.Errorf("testenv: consul not found: EDGEGUARD_CONSUL is unset, no consul in PATH, and %w (%s)", err, hint)
-	}
-	if _, err := exec.LookPath(cached); err != nil {
-		return "", fmt.Errorf("testenv: consul not found: EDGEGUARD_CONSUL is unset, no consul in PATH, no %s (%s)", cached, hint)
-	}
-	return cached, nil
-}
-
-// consulCachePath is where scripts/install-consul.sh puts the binary.
-func consulCachePath() (string, error) {
-	cache := os.Getenv("EDGEGUARD_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("locating the cache: %w", err)
-		}
-		cache = filepath.Join(home, ".cache", "edgeguard")
-	}
-	return filepath.Join(cache, "consul-"+consulVersion, "consul"), nil
 }
 
 // newUUID returns a random (version 4) UUID, the form Consul gives tokens.

@@ -3,7 +3,6 @@ package testenv
 import (
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -277,48 +276,6 @@ func TestConsulStartFailureReportsLog(t *testing.T) {
 	t.Log(err)
 	assert.Contains(t, err.Error(), "last lines of", "error should quote the agent log")
 	assert.Contains(t, err.Error(), "lowercase alphanumeric", "the log explains the refusal")
-}
-
-func TestLookConsul(t *testing.T) {
-	// t.Setenv rules out t.Parallel.
-	fake := func(dir string) string {
-		path := filepath.Join(dir, "consul")
-		require.NoError(t, os.MkdirAll(dir, 0o755))
-		require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755))
-		return path
-	}
-	cache := t.TempDir()
-	t.Setenv("EDGEGUARD_CACHE", cache)
-	t.Setenv("PATH", t.TempDir())
-
-	t.Setenv("EDGEGUARD_CONSUL", "")
-	_, err := lookConsul()
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "make tools")
-	assert.Contains(t, err.Error(), filepath.Join(cache, "consul-"+consulVersion, "consul"))
-
-	cached := fake(filepath.Join(cache, "consul-"+consulVersion))
-	got, err := lookConsul()
-	require.NoError(t, err)
-	assert.Equal(t, cached, got, "the cache is the last resort")
-
-	inPath := t.TempDir()
-	t.Setenv("PATH", inPath)
-	onPath := fake(inPath)
-	got, err = lookConsul()
-	require.NoError(t, err)
-	assert.Equal(t, onPath, got, "PATH comes before the cache")
-
-	explicit := fake(t.TempDir())
-	t.Setenv("EDGEGUARD_CONSUL", explicit)
-	got, err = lookConsul()
-	require.NoError(t, err)
-	assert.Equal(t, explicit, got, "EDGEGUARD_CONSUL comes first")
-
-	t.Setenv("EDGEGUARD_CONSUL", filepath.Join(t.TempDir(), "missing"))
-	_, err = lookConsul()
-	require.Error(t, err, "a wrong EDGEGUARD_CONSUL is an error, not a reason to look elsewhere")
-	assert.Contains(t, err.Error(), "make tools")
 }
 
 func TestConsulConfigPortsDistinct(t *testing.T) {

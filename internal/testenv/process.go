@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
 const (
@@ -197,7 +199,7 @@ func (d *deployment) startProcess(s spec, ports []int) (*process, error) {
 		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
 		logPath: base + ".log",
 	}
-	conf := RedisBaseConfig(ports[0], d.dir, p.logPath) + s.config(ports) + "\n"
+	conf := servers.RedisBaseConfig(ports[0], d.dir, p.logPath) + s.config(ports) + "\n"
 	confPath := base + ".conf"
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", confPath, err)
@@ -282,28 +284,6 @@ wait:
 	return nil
 }
 
-// RedisBaseConfig is the part of a redis-server or sentinel config file
-// every server of the harness (and of the local stack) shares: loopback
-// only, no persistence, quick shutdown and replica sync. The caller appends
-// its own lines (cluster, replicaof, sentinel monitor, ...).
-func RedisBaseConfig(port int, dir, logPath string) string {
-	return strings.Join([]string{
-		"port " + strconv.Itoa(port),
-		"bind 127.0.0.1",
-		"protected-mode no",
-		"daemonize no",
-		"dir " + quote(dir),
-		"logfile " + quote(logPath),
-		`save ""`,
-		"appendonly no",
-		// Masters otherwise wait up to 10 s for lagging replicas on SIGTERM.
-		"shutdown-on-sigterm now",
-		// The default 5 s delay, meant to batch replicas into one transfer,
-		// would dominate startup and rejoin times.
-		"repl-diskless-sync-delay 0",
-	}, "\n") + "\n"
-}
-
 // FreePorts asks the kernel for n distinct free loopback ports. All
 // listeners stay open until every port is picked, so the same port is never
 // returned twice.
@@ -318,9 +298,4 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// quote renders s as a double-quoted Redis config argument.
-func quote(s string) string {
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }

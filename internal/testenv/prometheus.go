@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
 // ScrapeJob is one Prometheus scrape job over static targets.
@@ -49,7 +51,7 @@ type Prometheus struct {
 // StartPrometheus starts a Prometheus server scraping opts.Jobs and returns
 // once it is ready (/-/ready answers 200).
 func StartPrometheus(opts PrometheusOptions) (*Prometheus, error) {
-	bin, err := lookBin("prometheus")
+	bin, err := servers.Lookup("prometheus")
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +162,7 @@ type RedisExporter struct {
 // StartRedisExporter starts prometheus-redis-exporter for the Redis at
 // redisAddr (password may be empty) and returns once it serves /metrics.
 func StartRedisExporter(redisAddr, password string) (*RedisExporter, error) {
-	bin, err := lookBin("prometheus-redis-exporter")
+	bin, err := servers.Lookup("prometheus-redis-exporter")
 	if err != nil {
 		return nil, err
 	}

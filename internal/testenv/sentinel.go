@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
 const (
@@ -51,11 +53,11 @@ func StartSentinel(opts SentinelOptions) (*Sentinel, error) {
 	if opts.FailoverTimeout <= 0 {
 		opts.FailoverTimeout = 5 * time.Second
 	}
-	serverBin, err := lookBin("redis-server")
+	serverBin, err := servers.Lookup("redis-server")
 	if err != nil {
 		return nil, err
 	}
-	sentinelBin, sentinelArgs, err := sentinelCommand()
+	sentinelBin, sentinelArgs, err := servers.Sentinel()
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+
+	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
 // StandaloneOptions configures StartStandalone.
@@ -23,7 +25,7 @@ type Standalone struct {
 
 // StartStandalone starts one redis-server and returns once it serves.
 func StartStandalone(opts StandaloneOptions) (*Standalone, error) {
-	bin, err := lookBin("redis-server")
+	bin, err := servers.Lookup("redis-server")
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +43,7 @@ func StartStandalone(opts StandaloneOptions) (*Standalone, error) {
 			if opts.Password == "" {
 				return ""
 			}
-			return "requirepass " + quote(opts.Password)
+			return "requirepass " + servers.Quote(opts.Password)
 		},
 	})
 	if err != nil {

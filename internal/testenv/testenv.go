@@ -37,7 +37,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -49,38 +48,6 @@ import (
 // deadline; a healthy deployment converges in a few seconds, so hitting it
 // means something is broken rather than slow.
 const startTimeout = 30 * time.Second
-
-// lookBin resolves a Redis binary. Tests depend on the tools being
-// installed, so the error tells the developer how to get them.
-func lookBin(name string) (string, error) {
-	path, err := exec.LookPath(name)
-	if err != nil {
-		return "", fmt.Errorf("testenv: %s not found in PATH (run \"make tools\"): %w", name, err)
-	}
-	return path, nil
-}
-
-// RedisBinary resolves a Redis tool (redis-server, redis-cli, ...) in PATH,
-// with an error that says how to install it.
-func RedisBinary(name string) (string, error) { return lookBin(name) }
-
-// SentinelCommand returns the binary and leading arguments that run a
-// sentinel (see sentinelCommand).
-func SentinelCommand() (bin string, args []string, err error) { return sentinelCommand() }
-
-// sentinelCommand returns the binary and leading arguments that run a
-// sentinel; some distributions ship only redis-server, which has a sentinel
-// mode of its own.
-func sentinelCommand() (bin string, args []string, err error) {
-	if bin, err := exec.LookPath("redis-sentinel"); err == nil {
-		return bin, nil, nil
-	}
-	bin, err = lookBin("redis-server")
-	if err != nil {
-		return "", nil, err
-	}
-	return bin, []string{"--sentinel"}, nil
-}
 
 // KeyPrefix returns a key prefix unique to tb, ending in ":", for tests that
 // share a deployment. It is at most 64 bytes, contains only [A-Za-z0-9_.-]

@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
 func TestKeyPrefix(t *testing.T) {
@@ -31,7 +33,7 @@ func TestKeyPrefix(t *testing.T) {
 
 func TestStartFailureReportsLog(t *testing.T) {
 	t.Parallel()
-	bin, err := lookBin("redis-server")
+	bin, err := servers.Lookup("redis-server")
 	require.NoError(t, err)
 	d, err := newDeployment("broken")
 	require.NoError(t, err)
@@ -44,7 +46,7 @@ func TestStartFailureReportsLog(t *testing.T) {
 
 func TestSpawnRetriesBusyPort(t *testing.T) {
 	t.Parallel()
-	bin, err := lookBin("redis-server")
+	bin, err := servers.Lookup("redis-server")
 	require.NoError(t, err)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
