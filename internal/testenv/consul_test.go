@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,8 +33,8 @@ func consulClient(t *testing.T, c *Consul, token string) *api.Client {
 func TestConsulKV(t *testing.T) {
 	t.Parallel()
 	c := startConsulT(t, ConsulOptions{})
-	assert.Equal(t, "dc1", c.Datacenter)
-	assert.Empty(t, c.ManagementToken)
+	require.Equal(t, "dc1", c.Datacenter)
+	require.Empty(t, c.ManagementToken)
 	kv := consulClient(t, c, "").KV()
 	key := KeyPrefix(t) + "rules"
 
@@ -44,10 +43,10 @@ func TestConsulKV(t *testing.T) {
 	got, _, err := kv.Get(key, nil)
 	require.NoError(t, err)
 	require.NotNil(t, got)
-	assert.Equal(t, "v1", string(got.Value))
+	require.Equal(t, "v1", string(got.Value))
 
 	_, err = c.Token(`key_prefix "" { policy = "read" }`)
-	assert.ErrorContains(t, err, "ACLs are not enabled")
+	require.ErrorContains(t, err, "ACLs are not enabled")
 
 	assertClosed(t, c.Close, c.d, c.HTTPAddr())
 }
@@ -66,7 +65,7 @@ func startConsulPair(t *testing.T, a, b ConsulOptions) (*Consul, *Consul) {
 		}()
 	}
 	for range agents {
-		assert.NoError(t, <-errs)
+		require.NoError(t, <-errs)
 	}
 	for _, c := range agents {
 		if c != nil {
@@ -88,7 +87,7 @@ func TestConsulWANForwarding(t *testing.T) {
 	for _, c := range []*Consul{east, west} {
 		dcs, err := consulClient(t, c, "").Catalog().Datacenters()
 		require.NoError(t, err)
-		assert.ElementsMatch(t, []string{"east", "west"}, dcs)
+		require.ElementsMatch(t, []string{"east", "west"}, dcs)
 	}
 
 	// Written through east, addressed to west: the write is forwarded over
@@ -100,12 +99,12 @@ func TestConsulWANForwarding(t *testing.T) {
 	got, _, err := westKV.Get(key, &api.QueryOptions{})
 	require.NoError(t, err)
 	require.NotNil(t, got, "key written for west through east is missing on west")
-	assert.Equal(t, "from-east", string(got.Value))
+	require.Equal(t, "from-east", string(got.Value))
 	got, _, err = eastKV.Get(key, nil)
 	require.NoError(t, err)
-	assert.Nil(t, got, "the write must not land in east")
+	require.Nil(t, got, "the write must not land in east")
 
-	assert.Error(t, east.JoinWAN(east), "an agent cannot join its own datacenter")
+	require.Error(t, east.JoinWAN(east), "an agent cannot join its own datacenter")
 }
 
 // Without ACL replication every datacenter is its own primary: a forwarded
@@ -121,14 +120,14 @@ func TestConsulWANWithACLs(t *testing.T) {
 	got, _, err := consulClient(t, west, west.ManagementToken).KV().Get(key, nil)
 	require.NoError(t, err)
 	require.NotNil(t, got)
-	assert.Equal(t, "v1", string(got.Value))
+	require.Equal(t, "v1", string(got.Value))
 
 	_, err = eastKV.Put(&api.KVPair{Key: key, Value: []byte("v2")}, &api.WriteOptions{Datacenter: "west", Token: east.ManagementToken})
 	require.Error(t, err, "east's token means nothing in west")
 	statusErr, ok := errors.AsType[api.StatusError](err)
 	require.True(t, ok, "want an api.StatusError, got %T: %v", err, err)
-	assert.Equal(t, 403, statusErr.Code)
-	assert.Contains(t, statusErr.Body, "ACL not found")
+	require.Equal(t, 403, statusErr.Code)
+	require.Contains(t, statusErr.Body, "ACL not found")
 }
 
 // The agents and clients ignore the CONSUL_* variables a developer may have
@@ -172,31 +171,31 @@ func TestConsulACL(t *testing.T) {
 	got, _, err := roKV.Get(key, nil)
 	require.NoError(t, err)
 	require.NotNil(t, got)
-	assert.Equal(t, "v1", string(got.Value))
+	require.Equal(t, "v1", string(got.Value))
 	_, err = roKV.Put(&api.KVPair{Key: key, Value: []byte("v2")}, nil)
 	requirePermissionDenied(t, err)
 
 	// default_policy deny: no token, no access.
 	got, _, err = consulClient(t, c, "").KV().Get(key, nil)
 	if err == nil {
-		assert.Nil(t, got, "the anonymous token must not read keys")
+		require.Nil(t, got, "the anonymous token must not read keys")
 	}
 	_, err = consulClient(t, c, "").KV().Put(&api.KVPair{Key: key, Value: []byte("v3")}, nil)
 	requirePermissionDenied(t, err)
 
 	got, _, err = mgmt.Get(key, nil)
 	require.NoError(t, err)
-	assert.Equal(t, "v1", string(got.Value))
+	require.Equal(t, "v1", string(got.Value))
 }
 
 func TestConsulACLOwnManagementToken(t *testing.T) {
 	t.Parallel()
 	const token = "3f5a9d4e-8a0b-4c1d-9e2f-000000000001"
 	c := startConsulT(t, ConsulOptions{Datacenter: "edge-1", ACL: true, ManagementToken: token})
-	assert.Equal(t, token, c.ManagementToken)
+	require.Equal(t, token, c.ManagementToken)
 	self, _, err := consulClient(t, c, token).ACL().TokenReadSelf(nil)
 	require.NoError(t, err)
-	assert.Equal(t, token, self.SecretID)
+	require.Equal(t, token, self.SecretID)
 }
 
 func requirePermissionDenied(t *testing.T, err error) {
@@ -204,8 +203,8 @@ func requirePermissionDenied(t *testing.T, err error) {
 	require.Error(t, err)
 	statusErr, ok := errors.AsType[api.StatusError](err)
 	require.True(t, ok, "want an api.StatusError, got %T: %v", err, err)
-	assert.Equal(t, 403, statusErr.Code)
-	assert.Contains(t, statusErr.Body, "Permission denied")
+	require.Equal(t, 403, statusErr.Code)
+	require.Contains(t, statusErr.Body, "Permission denied")
 }
 
 func TestConsulStopStart(t *testing.T) {
@@ -230,16 +229,16 @@ func TestConsulStopStart(t *testing.T) {
 	require.NoError(t, c.Start())
 	t.Logf("restart took %v", time.Since(start))
 	require.NoError(t, c.Start(), "starting a running agent is a no-op")
-	assert.Equal(t, addr, c.HTTPAddr())
+	require.Equal(t, addr, c.HTTPAddr())
 	// The same client works again; dev agents keep no data across restarts.
 	got, _, err := kv.Get(key, nil)
 	require.NoError(t, err)
-	assert.Nil(t, got, "dev agents start empty")
+	require.Nil(t, got, "dev agents start empty")
 	_, err = kv.Put(&api.KVPair{Key: key, Value: []byte("v2")}, nil)
 	require.NoError(t, err)
 
 	assertClosed(t, c.Close, c.d, addr)
-	assert.Error(t, c.Start(), "a closed agent cannot be restarted")
+	require.Error(t, c.Start(), "a closed agent cannot be restarted")
 }
 
 func TestConsulRetriesBusyPort(t *testing.T) {
@@ -263,10 +262,10 @@ func TestConsulRetriesBusyPort(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	// At least one retry: a later attempt's free ports can also be taken by
 	// a test running beside this one, and are retried the same way.
-	assert.GreaterOrEqual(t, attempts, 2)
-	assert.NotEqual(t, busy.Addr().String(), c.HTTPAddr())
+	require.GreaterOrEqual(t, attempts, 2)
+	require.NotEqual(t, busy.Addr().String(), c.HTTPAddr())
 	_, err = consulClient(t, c, "").Status().Leader()
-	assert.NoError(t, err)
+	require.NoError(t, err)
 }
 
 func TestConsulStartFailureReportsLog(t *testing.T) {
@@ -274,17 +273,17 @@ func TestConsulStartFailureReportsLog(t *testing.T) {
 	_, err := StartConsul(ConsulOptions{Datacenter: "Not A Valid DC!"})
 	require.Error(t, err)
 	t.Log(err)
-	assert.Contains(t, err.Error(), "last lines of", "error should quote the agent log")
-	assert.Contains(t, err.Error(), "lowercase alphanumeric", "the log explains the refusal")
+	require.Contains(t, err.Error(), "last lines of", "error should quote the agent log")
+	require.Contains(t, err.Error(), "lowercase alphanumeric", "the log explains the refusal")
 }
 
 func TestConsulConfigPortsDistinct(t *testing.T) {
 	p := consulPorts{HTTP: 1, DNS: 2, GRPC: 3, GRPCTLS: 4, SerfLAN: 5, SerfWAN: 6, Server: 7}
 	conf := consulConfig(ConsulOptions{Datacenter: "dc1", ACL: true, ManagementToken: `t"o`}, p)
 	for i, name := range []string{"http", "dns", "grpc", "grpc_tls", "serf_lan", "serf_wan", "server"} {
-		assert.Contains(t, conf, "  "+name+" = "+strconv.Itoa(i+1)+"\n")
+		require.Contains(t, conf, "  "+name+" = "+strconv.Itoa(i+1)+"\n")
 	}
-	assert.Contains(t, conf, `initial_management = "t\"o"`)
-	assert.Contains(t, conf, `default_policy = "deny"`)
-	assert.NotContains(t, consulConfig(ConsulOptions{Datacenter: "dc1"}, p), "acl")
+	require.Contains(t, conf, `initial_management = "t\"o"`)
+	require.Contains(t, conf, `default_policy = "deny"`)
+	require.NotContains(t, consulConfig(ConsulOptions{Datacenter: "dc1"}, p), "acl")
 }

@@ -63,8 +63,8 @@ func TestBreakerStateMetricPerShard(t *testing.T) {
 	st.mu.Unlock()
 	clock.add(time.Second)
 	decide()
-	require.Eventually(t, func() bool {
-		return assert.ObjectsAreEqual(map[string]float64{"a": 0, "b": 0}, breakerStates(t, reg))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.Equal(c, map[string]float64{"a": 0, "b": 0}, breakerStates(t, reg))
 	}, 5*time.Second, time.Millisecond)
 }
 
