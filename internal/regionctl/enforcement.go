@@ -2,9 +2,13 @@ package regionctl
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -179,6 +183,10 @@ type switchChange struct {
 	VersionBefore string `json:"version_before"`
 	Version       string `json:"version"`
 	Unchanged     bool   `json:"unchanged"`
+	// Traffic is the region's decisions now, requests/s by decision over
+	// the last 5 minutes (--prometheus): what the switch would act on.
+	Traffic     map[string]float64 `json:"traffic,omitempty"`
+	TrafficNote string             `json:"traffic_note,omitempty"`
 }
 
 func (c switchChange) print(w io.Writer) {
@@ -187,6 +195,19 @@ func (c switchChange) print(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "%s: the enforcement switch (%s): %s -> %s; version %s -> %s\n", c.Region, c.Key, c.Before, c.After, c.VersionBefore, c.Version)
+	switch {
+	case c.Traffic != nil:
+		var parts []string
+		for _, dec := range slices.Sorted(maps.Keys(c.Traffic)) {
+			parts = append(parts, fmt.Sprintf("%s %.3g/s", dec, c.Traffic[dec]))
+		}
+		if len(parts) == 0 {
+			parts = []string{"no decisions"}
+		}
+		fmt.Fprintf(w, "  traffic of %s (%s): %s\n", c.Region, c.TrafficNote, strings.Join(parts, ", "))
+	case c.TrafficNote != "":
+		fmt.Fprintf(w, "  traffic: %s\n", c.TrafficNote)
+	}
 }
 
 // pushEnforcement writes en as region r's switch: --expect-version against
@@ -204,6 +225,21 @@ func (a *app) pushEnforcement(s *session, r string, en region.Enforcement, m met
 	data := en.Marshal()
 	c := switchChange{Region: r, Key: s.layout.Enforcement(r), Before: before, After: en.String(),
 		VersionBefore: curVersion, Version: en.Version(), Unchanged: bytes.Equal(raw, data)}
+	if !c.Unchanged && (sf.dryRun || !sf.yes && a.isTerminal != nil && a.isTerminal()) {
+		if sf.prometheus == "" {
+			c.TrafficNote = "no --prometheus (or $PROMETHEUS_URL): traffic not shown"
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), a.g.timeout)
+			rates, err := decisionRates(ctx, sf.prometheus, fmt.Sprintf(`sum by (decision) (rate(edgeguard_edge_decisions_total{region=%q}[5m]))`, r))
+			cancel()
+			if err != nil {
+				c.TrafficNote = "traffic unavailable: " + oneLine(err)
+			} else {
+				c.Traffic, c.TrafficNote = map[string]float64{}, "requests/s per decision over the last 5m, every rule"
+				maps.Copy(c.Traffic, rates[""])
+			}
+		}
+	}
 	if sf.expect != "" && sf.expect != curVersion {
 		return &codedError{code: ExitConflict, msg: fmt.Sprintf(
 			"refusing to push: the enforcement switch of %s is version %s (%s), not %s; nothing was written", r, curVersion, before, sf.expect)}

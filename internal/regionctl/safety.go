@@ -32,7 +32,7 @@ func (a *app) safetyFlags(fs *flag.FlagSet) *safety {
 	fs.BoolVar(&sf.dryRun, "dry-run", false, "show what would change (rules, versions, the affected rules' traffic) and write nothing")
 	fs.BoolVar(&sf.yes, "yes", false, "do not ask for confirmation on a terminal")
 	fs.StringVar(&sf.expect, "expect-version", "", "refuse (exit 3) unless the document in force is `version` V (its document version, as rules history shows it, or the effective version, as rules get and rules diff show it)")
-	fs.StringVar(&sf.prometheus, "prometheus", a.env("PROMETHEUS_URL"), "Prometheus `URL` scraping the edges, for the affected rules' traffic in --dry-run and the confirmation (default $PROMETHEUS_URL; none: no traffic shown)")
+	fs.StringVar(&sf.prometheus, "prometheus", a.env("PROMETHEUS_URL"), "Prometheus `URL` scraping the edges: --dry-run and the confirmation show the current traffic (of the affected rules; of the whole region for a switch) (default $PROMETHEUS_URL; none: no traffic shown)")
 	return sf
 }
 
@@ -186,16 +186,21 @@ func (i indent) Write(p []byte) (int, error) {
 // ruleTraffic asks Prometheus for the decisions of rules ids in region over
 // the last 5 minutes, in requests per second by decision.
 func ruleTraffic(ctx context.Context, promURL, region string, ids []string) (map[string]map[string]float64, error) {
-	c, err := api.NewClient(api.Config{Address: promURL})
-	if err != nil {
-		return nil, fmt.Errorf("prometheus client: %w", err)
-	}
 	quoted := make([]string, len(ids))
 	for i, id := range ids {
 		quoted[i] = regexp.QuoteMeta(id)
 	}
-	q := fmt.Sprintf(`sum by (rule, decision) (rate(edgeguard_edge_decisions_total{region=%q, rule=~%q}[5m]))`,
-		region, strings.Join(quoted, "|"))
+	return decisionRates(ctx, promURL, fmt.Sprintf(`sum by (rule, decision) (rate(edgeguard_edge_decisions_total{region=%q, rule=~%q}[5m]))`,
+		region, strings.Join(quoted, "|")))
+}
+
+// decisionRates runs an instant query whose series carry rule and decision
+// labels (rule may be absent) and returns rule → decision → value.
+func decisionRates(ctx context.Context, promURL, q string) (map[string]map[string]float64, error) {
+	c, err := api.NewClient(api.Config{Address: promURL})
+	if err != nil {
+		return nil, fmt.Errorf("prometheus client: %w", err)
+	}
 	v, _, _, err := promv1.NewAPI(c).Query(ctx, q, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("querying prometheus (%s): %w", q, err)

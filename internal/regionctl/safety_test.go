@@ -130,6 +130,13 @@ func TestPushDryRun(t *testing.T) {
 	assert.Equal(t, v2, ch["document_version"])
 	assert.Positive(t, ch["traffic"].(map[string]any)["per-ip"].(map[string]any)["allowed"])
 
+	// The enforcement switch's dry run shows the region's decisions.
+	r = runApp(t, &app{}, testEnv("PROMETHEUS_URL", prom.URL), "enforcement", "set", "--prefix", p, "--region", "eu-west", "--dry-run", "shadow")
+	require.Equal(t, ExitOK, r.code, r)
+	assert.Contains(t, r.stdout, "enforce -> shadow")
+	assert.Regexp(t, `traffic of eu-west \(requests/s per decision over the last 5m, every rule\): allowed [0-9.e+]+/s, denied [0-9.e+]+/s`, r.stdout)
+	assert.Nil(t, kv(t, euWest, p+"enforcement/eu-west"), "nothing was written")
+
 	// No Prometheus: the change without traffic.
 	r = run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--dry-run", file(t, rulesV2))
 	require.Equal(t, ExitOK, r.code, r)
