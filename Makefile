@@ -84,12 +84,12 @@ stack-down:
 stack-outputs:
 	@./scripts/stack.sh outputs
 
-# The four region drills against the applied stack; prints a table.
+# The region drills against the applied stack; prints a table.
 drills:
 	$(GO) run ./cmd/drills --outputs $(STACK_STATE)/outputs.json
 
 # Brings a stack of its own up (state in a temp dir), runs the k6 smoke
-# (multi-region.js, 20 s, correctness thresholds), drills 1 and 3, the DNS
+# (multi-region.js, 20 s, correctness thresholds), drills 1, 3 and 5, the DNS
 # drain and self-healing tests, and takes it down: the build tag keeps this
 # package out of `go test ./...`, so it runs exactly once. k6 is built first
 # (cached by k6 version and the extension's content).

@@ -44,8 +44,38 @@ export function variables(): cog.Builder<dashboard.VariableModel>[] {
   ];
 }
 
+// Push marks on every board: when the edges of a region loaded new rules or
+// a new enforcement switch (regionctl rules push / enforcement set, or a
+// rollback). The load time (in ms) is the mark's time, so it sits where the
+// change took effect, not at the next evaluation step.
+function pushAnnotation(name: string, color: string, expr: string, title: string, text: string, tags: string): dashboard.AnnotationQueryBuilder {
+  return new dashboard.AnnotationQueryBuilder()
+    .name(name)
+    .datasource(datasource)
+    .enable(true)
+    .iconColor(color)
+    .target(new prometheus.DataqueryBuilder().refId('Anno').expr(expr))
+    .expr(expr)
+    .useValueForTime(true)
+    .titleFormat(title)
+    .textFormat(text)
+    .tagKeys(tags)
+    .step('15s');
+}
+
+export function pushAnnotations(): dashboard.AnnotationQueryBuilder[] {
+  return [
+    pushAnnotation('Rules push', 'blue',
+      `max by (region, version) (edgeguard_edge_rules_loaded_timestamp_seconds{${sel}} * on (instance, job) group_left (version) edgeguard_edge_rules_info{${sel}}) * 1000`,
+      'rules {{version}}', '{{region}} loaded rules version {{version}} (regionctl rules history --region {{region}})', 'region,version'),
+    pushAnnotation('Enforcement switch', 'orange',
+      `max by (region, mode, version) (edgeguard_edge_enforcement_loaded_timestamp_seconds{${sel}} * on (instance, job) group_left (mode, version) edgeguard_edge_enforcement_info{${sel}}) * 1000`,
+      'enforcement {{mode}} {{version}}', '{{region}} switched enforcement to {{mode}}, version {{version}} (regionctl enforcement get --region {{region}})', 'region,mode,version'),
+  ];
+}
+
 export function board(uid: string, title: string, description: string, tags: string[]): dashboard.DashboardBuilder {
-  return new dashboard.DashboardBuilder(title)
+  const b = new dashboard.DashboardBuilder(title)
     .uid(uid)
     .description(description)
     .tags(['edgeguard', ...tags])
@@ -56,6 +86,8 @@ export function board(uid: string, title: string, description: string, tags: str
     .timezone('browser')
     .variables(variables())
     .link(new dashboard.DashboardLinkBuilder('edgeguard').type(dashboard.DashboardLinkType.Dashboards).tags(['edgeguard']).asDropdown(true).includeVars(true).keepTime(true));
+  for (const a of pushAnnotations()) b.annotation(a);
+  return b;
 }
 
 export interface Target {

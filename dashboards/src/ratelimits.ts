@@ -14,6 +14,16 @@ export function rateLimitsBoard(): dashboard.Dashboard {
       thresholds: [green()],
       targets: [{ expr: `sum by (rule, decision) (${rate('edgeguard_edge_decisions_total')})`, legend: '{{rule}} {{decision}}' }],
     }))
+    .withPanel(timeSeries({
+      title: 'Shadow share of rule checks',
+      description: 'Share of rule checks that only count (shadow: a rule with shadow: true, or a key the region\'s enforcement switch leaves out), per region, with the share of keys the switch enforces. A region switched to shadow (regionctl enforcement set --region R shadow) shows 100 % shadow; enforce --percent P brings the shadow share down towards the shadow rules\' own share as P rises. A shadow share that does not follow a switch means edges still run the old switch: see the orange marks and regionctl enforcement get.',
+      unit: 'percentunit', min: 0, max: 1,
+      thresholds: [green()],
+      targets: [
+        { expr: `sum by (region) (${rate('edgeguard_edge_rule_checks_total', 'mode="shadow"')}) / sum by (region) (${rate('edgeguard_edge_rule_checks_total')})`, legend: '{{region}} shadow share' },
+        { expr: `min by (region) (edgeguard_edge_enforced_keys_ratio{${sel}})`, legend: '{{region}} keys enforced by the switch' },
+      ],
+    }))
     .withPanel(tablePanel({
       title: 'Top denied rules',
       description: 'The ten rules that denied most requests over the dashboard\'s time range. A rule suddenly on top is either an attack (good) or a limit set too low after a push: check regionctl rules history --region R and roll back with regionctl rules rollback if needed. _other holds the rules without metrics: true (opt a rule in to see it here).',

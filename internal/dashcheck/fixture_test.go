@@ -448,6 +448,13 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	newVersion := shedder.SettingsVersion(current)
 	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_shedder_settings_info{version=%q})`, newVersion), 2)
 	setAfter := time.Now()
+	// The enforcement switch, pushed while the overload runs: every board
+	// marks it too.
+	switchBefore := time.Now()
+	regionctl(t, consul.HTTPAddr(), "enforcement", "set", "--region", regionName, "enforce", "--percent", "50")
+	switchVersion := region.Enforcement{Mode: region.ModeEnforce, Percent: 50}.Version()
+	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_edge_enforcement_info{version=%q})`, switchVersion), 2)
+	switchAfter := time.Now()
 	close(stop)
 	wg.Wait()
 	done()
@@ -701,8 +708,10 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	within("Regions / Consul watch errors and rejected documents [B] {pop=ams}",
 		pick(evalAt(findPanel("edgeguard-regions", "Consul watch errors and rejected documents").Targets[1].Expr), map[string]string{"pop": "ams"}), wantRejected)
 
-	// --- the annotation marks the settings change at the time it was made ---
-	annotated := 0
+	// --- the annotations mark the settings change and the enforcement
+	// switch at the time each was made ---
+	marks := map[string][2]time.Time{newVersion: {setBefore, setAfter}, switchVersion: {switchBefore, switchAfter}}
+	annotated := map[string]int{}
 	for _, b := range boards {
 		for _, a := range b.Annotations.List {
 			require.True(t, a.UseValueForTime, "%s: %s", b.File, a.Name)
@@ -713,18 +722,22 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 			v, _, _, err := p.QueryRange(ctx, q, promv1.Range{Start: runStart, End: runEnd, Step: scrapeInterval})
 			require.NoError(t, err, q)
 			for _, s := range v.(model.Matrix) {
-				if string(s.Metric["version"]) != newVersion {
+				version := string(s.Metric["version"])
+				window, ok := marks[version]
+				if !ok {
 					continue
 				}
+				setBefore, setAfter := window[0], window[1]
 				last := s.Values[len(s.Values)-1].Value
 				at := time.UnixMilli(int64(last))
-				require.False(t, at.Before(setBefore.Add(-time.Millisecond)) || at.After(setAfter), "annotation at %v, settings set between %v and %v", at, setBefore, setAfter)
-				report = append(report, fmt.Sprintf("ANNOTATION %s: %s version %s at %s (set between %s and %s)", a.Name, s.Metric["pop"], newVersion, at.Format(time.RFC3339Nano), setBefore.Format(time.RFC3339Nano), setAfter.Format(time.RFC3339Nano)))
-				annotated++
+				require.False(t, at.Before(setBefore.Add(-time.Millisecond)) || at.After(setAfter), "annotation at %v, set between %v and %v", at, setBefore, setAfter)
+				report = append(report, fmt.Sprintf("ANNOTATION %s: %s%s version %s at %s (set between %s and %s)", b.File, a.Name, s.Metric["pop"], version, at.Format(time.RFC3339Nano), setBefore.Format(time.RFC3339Nano), setAfter.Format(time.RFC3339Nano)))
+				annotated[version]++
 			}
 		}
 	}
-	require.Equal(t, 2, annotated, "annotations for the settings change to %s, one per PoP", newVersion)
+	require.Equal(t, 2, annotated[newVersion], "annotations for the settings change to %s, one per PoP", newVersion)
+	require.Equal(t, len(boards), annotated[switchVersion], "one annotation for the enforcement switch %s on every board (max over the region)", switchVersion)
 
 	// --- every rule loads in Prometheus and every expression evaluates ---
 	rr, err := p.Rules(ctx, nil)

@@ -79,7 +79,7 @@ func decisionOf(outcome string, sc *scratch) string {
 		return "denied"
 	case outcomeProxied:
 		for _, a := range sc.all {
-			if a.rule.Shadow && !a.out.Allowed && a.out.Source != limiter.SourceSkipped {
+			if a.shadow && !a.out.Allowed && a.out.Source != limiter.SourceSkipped {
 				return "shadow"
 			}
 		}

@@ -104,6 +104,13 @@ func (e *Edge) startConsul() error {
 			return fmt.Errorf("starting ACME: %w", err)
 		}
 	}
+	// The switch before the first request: an edge restarted while its
+	// region runs in shadow must not enforce until the watch starts.
+	if data, _, err := client.Get(ctx, e.cfg.Region, client.Layout().Enforcement(e.cfg.Region)); err == nil {
+		if err := l.applyEnforcement(data); err != nil {
+			e.log.Error("enforcement switch from consul refused; enforcing every key", "err", err)
+		}
+	}
 	err = region.Recover(func() error {
 		docs, err := client.ReadDocs(ctx, e.cfg.Region)
 		if err == nil {
@@ -263,6 +270,14 @@ func (l *consulLink) run(ctx context.Context) {
 		l.client.WatchRules(ctx, e.cfg.Region, func(d region.Docs) {
 			if err := l.applyDocs(d); err != nil {
 				e.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
+			}
+		}, onErr)
+	})
+	wg.Go(func() {
+		l.client.WatchEnforcement(ctx, e.cfg.Region, func(data []byte) {
+			if err := l.applyEnforcement(data); err != nil {
+				e.metrics.rulesErrors.Inc()
+				e.log.Error("enforcement switch from consul refused; keeping the switch in force", "err", err)
 			}
 		}, onErr)
 	})

@@ -43,7 +43,8 @@ type Edge struct {
 	storeName    string
 
 	rules                 atomic.Pointer[rules.Snapshot]
-	nodesRegion, nodesPoP atomic.Int64 // fallback divisors: flags, then the catalog
+	enforce               atomic.Pointer[enforcement] // nil: enforce every key
+	nodesRegion, nodesPoP atomic.Int64                // fallback divisors: flags, then the catalog
 	consul                *consulLink
 	rulesAt               atomic.Pointer[time.Time]
 	limiter               *limiter.Limiter

@@ -171,7 +171,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 			e.log.Error("limiter refused checks", "err", err)
 			verdict = limiter.Verdict{Allowed: true}
 		}
-		sc.applied, sc.all = e.record(sc.matches, verdict, sc.applied, sc.all, e.access != nil || sc.span != nil)
+		sc.applied, sc.all = e.record(sc.matches, sc.checks, verdict, sc.applied, sc.all, e.access != nil || sc.span != nil)
 		if !verdict.Allowed {
 			deny(ctx, sc.applied, e.cfg.LegacyHeaders)
 			return outcomeDenied
@@ -202,7 +202,13 @@ func (e *Edge) check(m rules.Match) limiter.Check {
 	if r.Scope == rules.ScopePoP {
 		key, nodes = e.popKeyPrefix+key, e.nodesPoP.Load()
 	}
-	return limiter.Check{Limit: ruleLimit(r, key), Cost: r.Cost, Shadow: r.Shadow, Nodes: int(nodes)}
+	shadow := e.shadowed(r, m.Key)
+	if shadow {
+		e.metrics.enforce.shadow.Inc()
+	} else {
+		e.metrics.enforce.enforced.Inc()
+	}
+	return limiter.Check{Limit: ruleLimit(r, key), Cost: r.Cost, Shadow: shadow, Nodes: int(nodes)}
 }
 
 // ruleLimit is a compiled rule's limit on key: rules compile to the
@@ -211,18 +217,19 @@ func ruleLimit(r *rules.CompiledRule, key string) limiter.Limit {
 	return limiter.Limit{Key: key, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst, MinInterval: r.MinInterval}
 }
 
-// record counts every rule's decision and returns the non-shadow rules as
-// clients see them, and, when all is wanted, every rule's outcome.
-func (e *Edge) record(ms []rules.Match, v limiter.Verdict, dst, all []applied, wantAll bool) ([]applied, []applied) {
+// record counts every rule's decision and returns the non-shadow checks
+// (checks[i] is ms[i]'s) as clients see them, and, when all is wanted, every
+// rule's outcome.
+func (e *Edge) record(ms []rules.Match, checks []limiter.Check, v limiter.Verdict, dst, all []applied, wantAll bool) ([]applied, []applied) {
 	for i, m := range ms {
 		if i >= len(v.Checks) { // the limiter failed: admitted unchecked
 			break
 		}
-		o := v.Checks[i]
+		o, shadow := v.Checks[i], checks[i].Shadow
 		decision := "allowed"
 		switch {
 		case o.Source == limiter.SourceSkipped:
-		case !o.Allowed && m.Rule.Shadow:
+		case !o.Allowed && shadow:
 			decision = "shadow_denied"
 			e.log.Info("shadow rule would deny", "rule", m.Rule.ID, "retry_after", o.RetryAfter)
 		case !o.Allowed:
@@ -231,8 +238,8 @@ func (e *Edge) record(ms []rules.Match, v limiter.Verdict, dst, all []applied, w
 		if o.Source != limiter.SourceSkipped {
 			e.metrics.decision(ruleLabel(m.Rule), decision, e.reason(o.Source)).Inc()
 		}
-		a := applied{rule: m.Rule, out: o, skipped: o.Source == limiter.SourceSkipped}
-		if !m.Rule.Shadow {
+		a := applied{rule: m.Rule, out: o, skipped: o.Source == limiter.SourceSkipped, shadow: shadow}
+		if !shadow {
 			dst = append(dst, a)
 		}
 		if wantAll {

@@ -34,6 +34,7 @@ type metrics struct {
 	connsRefused prometheus.Counter
 	tls          *tlsMetrics // TLS and the PROXY protocol (tls.go)
 	h2           *h2Metrics  // HTTP/2 (h2.go)
+	enforce      *enforcementMetrics
 }
 
 // Request outcomes (the outcome label).
@@ -93,6 +94,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.tls = newTLSMetrics()
 	m.h2 = newH2Metrics()
+	m.enforce = newEnforcementMetrics()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned} {
@@ -111,7 +113,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, build} {
 		errs = append(errs, reg.Register(c))
 	}
-	for _, c := range append(m.tls.collectors(), m.h2.floods) {
+	for _, c := range append(append(m.tls.collectors(), m.h2.floods), m.enforce.collectors()...) {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

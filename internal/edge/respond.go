@@ -25,6 +25,7 @@ type applied struct {
 	rule    *rules.CompiledRule
 	out     limiter.Outcome
 	skipped bool // not evaluated: another rule had already denied
+	shadow  bool // counted only: a shadow rule, or the enforcement switch
 }
 
 // seconds rounds a duration up to whole seconds: a client told to wait never

@@ -1,6 +1,7 @@
 package regionctl
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -37,7 +38,7 @@ func (d ruleDiff) exit() error {
 	if d.empty() {
 		return nil
 	}
-	return reported(ExitDiffers, "the rules differ")
+	return errDiffers
 }
 
 // diffRules compares two parsed (so normalized) documents; either may be nil.
@@ -97,4 +98,23 @@ func (d ruleDiff) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "~ changed rule %q: %s\n", c.ID, strings.Join(parts, "; "))
 	}
+}
+
+// errDiffers is what a diff returns when the rules differ.
+var errDiffers = reported(ExitDiffers, "the rules differ")
+
+// rulesDiffCoded is rulesDiff with diff(1)'s exit codes: 1 means the rules
+// differ, so the general error, 1 elsewhere, becomes ExitDiffError.
+func (a *app) rulesDiffCoded(args []string) error {
+	err := a.rulesDiff(args)
+	if err == nil || err == errDiffers || exitCode(err) != ExitError {
+		return err
+	}
+	var ce *codedError
+	if errors.As(err, &ce) {
+		c := *ce
+		c.code = ExitDiffError
+		return &c
+	}
+	return &codedError{code: ExitDiffError, err: err, msg: a.message(err)}
 }

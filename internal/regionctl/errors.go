@@ -103,8 +103,6 @@ func reasonOf(code int) string {
 		return "unreachable"
 	case ExitUnknown:
 		return "unknown_region"
-	case ExitDiffers:
-		return "differs"
 	}
 	return "error"
 }

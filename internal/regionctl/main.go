@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -33,7 +35,11 @@ const (
 	ExitNotConverged = 6 // regions status: a healthy edge runs other rules than KV holds
 	ExitUnreachable  = 7 // Consul agent unreachable (or timed out)
 	ExitUnknown      = 8 // unknown region (no such Consul datacenter)
-	ExitDiffers      = 9 // rules diff: the rules differ
+	// rules diff follows diff(1) and terraform plan -detailed-exitcode:
+	// 0 same, 1 different, 2 and up trouble. Its errors keep the codes
+	// above, except the general one, which is 10 there instead of 1.
+	ExitDiffers   = 1  // rules diff: the rules differ
+	ExitDiffError = 10 // rules diff: an error other commands exit 1 for
 )
 
 const usageText = `regionctl manages edgeguard rules, shedder settings and TLS certificates in Consul, region by region.
@@ -61,6 +67,14 @@ Shedder settings (JSON):
   shedder simulate --region R --pop P --from T1 --to T2 [--prometheus URL] [key=value…]
                                                replay recorded utilization: current settings, then the candidate
 
+Enforcement switch (JSON; region-wide, read by every edge of the region at once):
+  enforcement get --region R                   the switch in force: enforce, shadow or enforce P%, and its version
+  enforcement set --region R shadow            every rule of R counts and denies nothing
+  enforcement set --region R enforce [--percent P]
+                                               every rule denies, for all keys or for P % of each rule's keys
+  enforcement rollback --region R [--to VERSION]
+                                               restore the previous (or the given) switch from history
+
 TLS certificates (chain and key, PEM; one key per certificate, served by the region's edges):
   certs put --region R NAME FILE               validate FILE and write it as certificate NAME
   certs list --region R                        names, DNS names, expiry; invalid ones flagged
@@ -70,7 +84,13 @@ Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
                                                flagging edges that have not converged
 
-Push flags: --message TEXT, --author NAME (default $USER), --keep-history N
+Push flags (rules push, rules rollback, enforcement set, enforcement rollback):
+--dry-run shows what would change (rules added, removed, changed; versions; the
+affected rules' requests/s by decision from --prometheus URL or $PROMETHEUS_URL)
+and writes nothing; --expect-version V refuses (exit 3) unless the document in
+force is version V, in the same check-and-set as the write; on a terminal the
+push shows the change and asks, --yes skips the question (never asked without
+a terminal). Also --message TEXT, --author NAME (default $USER), --keep-history N
 (default 50: after the push, keep the newest N history entries of each document
 in the region, delete older ones; 0 keeps all). Every push checks the
 document's ModifyIndex in the same Consul transaction that appends the history
@@ -95,7 +115,7 @@ Global flags (before or after the command):
 
 Exit codes:
   0  success ("rules diff": the rules are the same)
-  1  error
+  1  error ("rules diff": the rules differ)
   2  usage error
   3  conflict: the document changed since it was read (another push won); re-run
   4  invalid rules document or shedder settings; nothing was written
@@ -103,7 +123,8 @@ Exit codes:
   6  not converged (regions status): a healthy edge runs other rules than KV holds
   7  Consul unreachable: the agent, or through it a region's servers
   8  unknown region
-  9  rules diff: the rules differ
+  10 rules diff: any other error (other commands exit 1 for it), so that
+     rules diff exits 0 same, 1 different, 2 and up trouble, like diff(1)
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.
 `
@@ -111,7 +132,8 @@ exits with that reason's code, with 1 when reasons differ.
 // Main runs regionctl with args (without the program name), reading the
 // environment through env, and returns the exit code.
 func Main(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	return (&app{}).run(args, env, stdout, stderr)
+	a := &app{stdin: os.Stdin, isTerminal: func() bool { return term.IsTerminal(int(os.Stdin.Fd())) }}
+	return a.run(args, env, stdout, stderr)
 }
 
 // app is one run of the program. Tests set its hooks.
@@ -123,6 +145,10 @@ type app struct {
 	// parts is written; an error interrupts the push there.
 	onPart func(region string, i, n int) error
 	parsed map[[sha256.Size]byte]parsedDoc // parseRules' results
+	// stdin answers the confirmation a push asks for when isTerminal
+	// says stdin is a terminal (nil: never).
+	stdin      io.Reader
+	isTerminal func() bool
 
 	g        globals
 	usage    bytes.Buffer // a command's usage text, as the flag package printed it
@@ -243,7 +269,7 @@ func wantsJSON(args []string) bool {
 // with --help.
 var commands = map[string]func(a *app, args []string) error{
 	"rules validate": (*app).rulesValidate,
-	"rules diff":     (*app).rulesDiff,
+	"rules diff":     (*app).rulesDiffCoded,
 	"rules push":     (*app).rulesPush,
 	"rules get":      (*app).rulesGet,
 	"rules history":  (*app).rulesHistory,

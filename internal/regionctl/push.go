@@ -73,6 +73,8 @@ type plan struct {
 	data       []byte
 	docVersion string
 	index      uint64 // check-and-set index: the ModifyIndex just read
+	cur        []byte // the document now (whole)
+	curVersion string // its document version ("" when absent)
 	before     string // effective version now
 	after      string // effective version once written
 	unchanged  bool
@@ -88,15 +90,15 @@ type plan struct {
 
 // plan reads region d.region's documents and checks that writing data as
 // d's document leaves a valid effective rule set.
-func (s *session) plan(d docFlags, data []byte, docVersion string) plan {
-	p := plan{d: d, key: s.docKey(d), data: data, docVersion: docVersion}
+func (s *session) plan(d docFlags, data []byte, version string) plan {
+	p := plan{d: d, key: s.docKey(d), data: data, docVersion: version}
 	docs, err := s.readDocs(d.region)
 	if err != nil {
 		p.err = err
 		return p
 	}
 	cur, index := current(docs, d)
-	p.index = index
+	p.index, p.cur, p.curVersion = index, cur, docVersion(cur)
 	p.unchanged = bytes.Equal(cur, data)
 	p.storedInParts = len(cur) > region.InlineMax
 	if p.before, err = s.a.effectiveVersion(docs); err != nil {
@@ -225,12 +227,13 @@ func (r pushResult) line(verb string) string {
 
 // rules push (--region R [--global] | --all) FILE
 func (a *app) rulesPush(args []string) error {
-	fs := a.flags("rules push", "(--region R [--global] | --all) [--message M] [--author A] FILE")
+	fs := a.flags("rules push", "(--region R [--global] | --all) [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] FILE")
 	var d docFlags
 	var all bool
 	d.register(fs)
 	fs.BoolVar(&all, "all", false, "write FILE as the global document into every region, one by one")
 	m := a.metaFlags(fs)
+	sf := a.safetyFlags(fs)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -275,12 +278,12 @@ func (a *app) rulesPush(args []string) error {
 		}
 		targets = []docFlags{d}
 	}
-	return a.pushAll(s, targets, data, rules.DocumentVersion(doc), *m, file, all, "wrote "+file)
+	return a.pushAll(s, targets, data, rules.DocumentVersion(doc), *m, sf, file, all, "wrote "+file)
 }
 
 // pushAll plans every target, refuses everything when any target's
 // effective rules would be invalid, then writes the targets one by one.
-func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion string, m meta, file string, many bool, verb string) error {
+func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion string, m meta, sf *safety, file string, many bool, verb string) error {
 	plans := make([]plan, len(targets))
 	var invalid []pushResult
 	for i, t := range targets {
@@ -300,6 +303,9 @@ func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion st
 			fmt.Fprintln(a.stderr, "  "+r.Error)
 		}
 		return reported(ExitInvalid, head)
+	}
+	if err := a.guard(s, plans, sf, file); err != nil || sf.dryRun {
+		return err
 	}
 
 	if many && !a.json() {
@@ -350,12 +356,13 @@ func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion st
 
 // rules rollback --region R [--global] [--to VERSION]
 func (a *app) rulesRollback(args []string) error {
-	fs := a.flags("rules rollback", "--region R [--global] [--to VERSION] [--message M] [--author A]")
+	fs := a.flags("rules rollback", "--region R [--global] [--to VERSION] [--message M] [--author A] [--expect-version V] [--dry-run] [--yes]")
 	var d docFlags
 	var to string
 	d.register(fs)
 	fs.StringVar(&to, "to", "", "document `version` (or history seq) to restore; default: the previous one")
 	m := a.metaFlags(fs)
+	sf := a.safetyFlags(fs)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -414,5 +421,5 @@ func (a *app) rulesRollback(args []string) error {
 	m.message = msg
 	verb := fmt.Sprintf("rolled the %s document back to %s (pushed %s by %s)",
 		docName(d), target.Seq, target.Time.UTC().Format(time.RFC3339), dash(target.Author))
-	return a.pushAll(s, []docFlags{d}, data, version, *m, "history entry "+target.Seq, false, verb)
+	return a.pushAll(s, []docFlags{d}, data, version, *m, sf, "history entry "+target.Seq, false, verb)
 }

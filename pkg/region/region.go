@@ -11,6 +11,8 @@
 //	rules/regions/<region>    the region's document: overrides rules by id,
 //	                          switches them off with disabled: true
 //	shedder/<region>          the region's load shedder settings (JSON)
+//	enforcement/<region>      the region's enforcement switch: enforce, shadow,
+//	                          or enforce a percentage of keys (JSON, enforcement.go)
 //	history/<region>/<seq>    one entry per push or rollback (JSON); pushes
 //	                          keep the newest N of each document
 //	history/<region>/pruned   what that retention deleted (retention.go)

@@ -246,6 +246,18 @@ func tail(s string, lines int) string {
 	return strings.Join(ls[max(0, len(ls)-lines):], "\n")
 }
 
+// The region-wide enforcement switch takes effect on every edge of the
+// region within 1 s of the push, p99 over 20 pushes per region.
+func TestDrill5EnforcementSwitch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := env.Drill5(ctx, 20)
+	results = append(results, r)
+	require.NoError(t, r.Err, r.Drill)
+	t.Logf("%s: %d pushes, %d edge switches; p50 %s, p99 %s, max %s", r.Drill, r.Counts["pushes"], r.Counts["edge_switches"],
+		r.Times["p50"], r.Times["p99"], r.Times["max"])
+}
+
 func TestDrill1RedisMasterKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -1,0 +1,131 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+const perUser = `
+version: 1
+rules:
+  - id: per-user
+    key: ["header:X-User"]
+    algorithm: fixed_window
+    limit: 1
+    window: 1h
+`
+
+// The region's enforcement switch, pushed through Consul, turns every edge
+// of the region to shadow and back, and a percentage enforces the same keys
+// on every edge: which ones follows region.Bucket of the limit key.
+func TestEnforcementSwitchFromConsul(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rc := regionClient(t, c)
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), perUser)
+	v := effectiveVersion(t, perUser, "")
+	dir := t.TempDir()
+	a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), filepath.Join(dir, "a.yaml"))
+	b := startConsulEdge(t, "eu-west", "fra", c.HTTPAddr(), filepath.Join(dir, "b.yaml"))
+	waitVersion(t, a, v, time.Now())
+	waitVersion(t, b, v, time.Now())
+
+	setSwitch := func(doc string) {
+		t.Helper()
+		en, err := region.ParseEnforcement([]byte(doc))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		key := rc.Layout().Enforcement("eu-west")
+		_, idx, err := rc.Get(ctx, "eu-west", key)
+		require.NoError(t, err)
+		_, err = rc.Push(ctx, "eu-west", key, []byte(doc), idx, region.Entry{Kind: region.KindEnforcement, Author: "test"})
+		require.NoError(t, err)
+		for _, r := range []*running{a, b} {
+			require.Eventually(t, func() bool {
+				got := r.enforce.Load()
+				return got != nil && got.version == en.Version()
+			}, 10*time.Second, 5*time.Millisecond, "%s runs switch %s", r.cfg.PoP, en)
+		}
+	}
+	// denied sends each user twice to r and returns the users whose second
+	// request was refused.
+	round := 0
+	denied := func(r *running, users int) map[int]bool {
+		t.Helper()
+		round++
+		out := map[int]bool{}
+		for u := range users {
+			got := codes(t, r, 2, "/", "X-User", fmt.Sprintf("round%d-user%d", round, u))
+			require.Equal(t, 200, got[0])
+			if got[1] == 429 {
+				out[u] = true
+			}
+		}
+		return out
+	}
+
+	require.Len(t, denied(a, 5), 5, "no switch: every key enforced")
+
+	setSwitch(`{"mode":"shadow"}`)
+	shadowBefore := metricSum(t, a, "edgeguard_edge_rule_checks_total", "mode", "shadow")
+	require.Empty(t, denied(a, 5), "shadow: nothing denied")
+	require.Empty(t, denied(b, 5))
+	require.Equal(t, shadowBefore+10, metricSum(t, a, "edgeguard_edge_rule_checks_total", "mode", "shadow"))
+	require.Equal(t, 1.0, metricSum(t, a, "edgeguard_edge_enforcement_info", "mode", "shadow"))
+	require.Equal(t, 0.0, metricValue(t, a, "edgeguard_edge_enforced_keys_ratio"))
+	require.GreaterOrEqual(t, metricSum(t, a, "edgeguard_edge_decisions_total", "decision", "shadow_denied"), 5.0)
+
+	setSwitch(`{"mode":"enforce","percent":50}`)
+	require.Equal(t, 0.5, metricValue(t, a, "edgeguard_edge_enforced_keys_ratio"))
+	const users = 60
+	round++ // both edges see the same users
+	onA, onB := map[int]bool{}, map[int]bool{}
+	want := map[int]bool{}
+	snap := a.rules.Load()
+	for u := range users {
+		user := fmt.Sprintf("round%d-user%d", round, u)
+		for r, set := range map[*running]map[int]bool{a: onA, b: onB} {
+			if got := codes(t, r, 2, "/", "X-User", user); got[1] == 429 {
+				set[u] = true
+			}
+		}
+		req := rules.Request{Host: "x", Method: "GET", Path: "/", Header: func(name string) (string, bool) {
+			if name == "X-User" {
+				return user, true
+			}
+			return "", false
+		}}
+		ms := snap.Match(&req, nil)
+		require.Len(t, ms, 1)
+		if region.Bucket(ms[0].Key) < region.Buckets/2 {
+			want[u] = true
+		}
+	}
+	require.Equal(t, want, onA, "the enforced keys are those whose bucket is under the threshold")
+	require.Equal(t, onA, onB, "every edge enforces the same keys")
+	require.InDelta(t, users/2, len(onA), users/4, "about half")
+
+	setSwitch(`{"mode":"enforce"}`)
+	require.Len(t, denied(b, 5), 5, "enforced again")
+	require.Equal(t, 1.0, metricValue(t, b, "edgeguard_edge_enforced_keys_ratio"))
+
+	// A switch that does not parse is refused: the one in force stays.
+	rejected := metricValue(t, a, "edgeguard_edge_rules_rejected_total")
+	_, err = rc.API().KV().Put(&api.KVPair{Key: rc.Layout().Enforcement("eu-west"), Value: []byte(`{"mode":"off"}`)}, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return metricValue(t, a, "edgeguard_edge_rules_rejected_total") > rejected },
+		10*time.Second, 5*time.Millisecond)
+	require.Equal(t, region.ModeEnforce, a.enforce.Load().Mode)
+}
