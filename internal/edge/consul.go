@@ -105,11 +105,14 @@ func (e *Edge) startConsul() error {
 		}
 	}
 	// The switch before the first request: an edge restarted while its
-	// region runs in shadow must not enforce until the watch starts.
+	// region runs in shadow must not enforce until the watch starts — nor
+	// while Consul is unreachable: then the cached switch applies.
 	if data, _, err := client.Get(ctx, e.cfg.Region, client.Layout().Enforcement(e.cfg.Region)); err == nil {
 		if err := l.applyEnforcement(data); err != nil {
 			e.log.Error("enforcement switch from consul refused; enforcing every key", "err", err)
 		}
+	} else if cerr := l.loadEnforcementCache(); cerr != nil {
+		e.log.Warn("no enforcement switch from consul nor from the cache: enforcing every key", "err", err, "cache_err", cerr)
 	}
 	err = region.Recover(func() error {
 		docs, err := client.ReadDocs(ctx, e.cfg.Region)

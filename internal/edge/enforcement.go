@@ -1,6 +1,9 @@
 package edge
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,12 +39,45 @@ func (e *Edge) shadowed(r *rules.CompiledRule, key string) bool {
 	return region.Bucket(key) >= en.threshold
 }
 
-// applyEnforcement applies the region's enforcement document (nil when
-// absent: enforce everything).
+// applyEnforcement applies the region's enforcement document from Consul
+// (nil when absent: enforce everything) and keeps it beside the rules cache,
+// so an edge restarted while Consul is unreachable runs the same switch.
 func (l *consulLink) applyEnforcement(data []byte) error {
 	en, err := region.ParseEnforcement(data)
 	if err != nil {
 		return err
+	}
+	l.e.setEnforcement(en)
+	if path := l.enforcementCache(); path != "" {
+		if err := writeFileAtomic(path, data); err != nil {
+			l.e.log.Warn("could not cache the enforcement switch", "path", path, "err", err)
+		}
+	}
+	return nil
+}
+
+// enforcementCache is the switch's file beside the rules cache ("" without
+// one).
+func (l *consulLink) enforcementCache() string {
+	if l.cachePath == "" {
+		return ""
+	}
+	return l.cachePath + ".enforcement"
+}
+
+// loadEnforcementCache applies the cached switch.
+func (l *consulLink) loadEnforcementCache() error {
+	path := l.enforcementCache()
+	if path == "" {
+		return errors.New("no rules cache")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	en, err := region.ParseEnforcement(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	l.e.setEnforcement(en)
 	return nil

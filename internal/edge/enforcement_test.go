@@ -129,3 +129,35 @@ func TestEnforcementSwitchFromConsul(t *testing.T) {
 		10*time.Second, 5*time.Millisecond)
 	require.Equal(t, region.ModeEnforce, a.enforce.Load().Mode)
 }
+
+// The switch is kept beside the rules cache: an edge restarted while Consul
+// is unreachable runs its region in shadow as before, instead of enforcing
+// every key.
+func TestEnforcementSwitchSurvivesARestartWithoutConsul(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rc := regionClient(t, c)
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), perUser)
+	key := rc.Layout().Enforcement("eu-west")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = rc.Push(ctx, "eu-west", key, []byte(`{"mode":"shadow"}`), 0, region.Entry{Kind: region.KindEnforcement, Author: "test"})
+	require.NoError(t, err)
+	cache := filepath.Join(t.TempDir(), "rules.yaml")
+	first := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), cache)
+	waitVersion(t, first, effectiveVersion(t, perUser, ""), time.Now())
+	require.Eventually(t, func() bool {
+		en := first.enforce.Load()
+		return en != nil && en.Mode == region.ModeShadow
+	}, 10*time.Second, 5*time.Millisecond)
+	first.stop()
+	require.NoError(t, c.Stop())
+
+	again := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), cache)
+	require.Eventually(t, func() bool { return again.rules.Load() != nil && again.rules.Load().Version() != "" }, 10*time.Second, 5*time.Millisecond)
+	en := again.enforce.Load()
+	require.NotNil(t, en, "the cached switch applies before the first request")
+	require.Equal(t, region.ModeShadow, en.Mode)
+	require.Equal(t, 200, codes(t, again, 2, "/", "X-User", "someone")[1], "shadow: counted, not denied")
+}
