@@ -19,8 +19,11 @@ type AdaptiveConfig struct {
 	// on): low enough not to flood a cold origin, it grows by about its
 	// square root per window while latency stays at minRTT.
 	InitialLimit int `json:"initial_limit" yaml:"initial_limit"`
-	// MinLimit and MaxLimit bound the learned limit.
+	// MinLimit is the lowest the learned limit goes. Still slow with the
+	// limit under twice this, the origin itself has become slower, and its
+	// latency there becomes the new minRTT.
 	MinLimit int `json:"min_limit" yaml:"min_limit"`
+	// MaxLimit is the highest the learned limit goes.
 	MaxLimit int `json:"max_limit" yaml:"max_limit"`
 	// Window is how often the limit moves, from the median latency of the
 	// window's origin responses (a window with fewer than 8 waits for more).
@@ -43,9 +46,14 @@ type AdaptiveConfig struct {
 
 // TierShares is a fraction of the limit per tier.
 type TierShares struct {
-	Test     float64 `json:"test" yaml:"test"`
-	Read     float64 `json:"read" yaml:"read"`
-	Write    float64 `json:"write" yaml:"write"`
+	// Test is kept for test traffic (default 0: it only gets what is left).
+	Test float64 `json:"test" yaml:"test"`
+	// Read is kept for reads; the tiers below cannot use it.
+	Read float64 `json:"read" yaml:"read"`
+	// Write is kept for writes; the tiers below cannot use it.
+	Write float64 `json:"write" yaml:"write"`
+	// Critical is kept for critical requests, which the limit never
+	// refuses: it is the part of the limit the other tiers leave to them.
 	Critical float64 `json:"critical" yaml:"critical"`
 }
 
