@@ -171,10 +171,16 @@ func TestAdaptiveAgainstTodaysShedder(t *testing.T) {
 		}
 	})
 
+	// Every side is measured and logged before anything is asserted, so a
+	// failing run still shows both.
+	var checks []func()
 	for k, s := range sides {
 		rs := loaded[k]
-		var critLost, bad int
+		var critLost, crit, bad int
 		for _, r := range rs {
+			if r.tier == "critical" {
+				crit++
+			}
 			switch {
 			case r.code == 200:
 			case r.code == 503 && r.notProcessed:
@@ -222,22 +228,31 @@ func TestAdaptiveAgainstTodaysShedder(t *testing.T) {
 		mean, sd := meanStdDev(ratios)
 		base := p99(unloaded[k], 0, time.Hour)
 		p99a, p99b := p99(rs, phase-3*time.Second, phase), p99(rs, 2*phase-3*time.Second, 2*phase)
-		t.Logf("%s: goodput/capacity %.0f%% at full capacity, %.0f%% after it halves; admitted p99 %v and %v (unloaded %v: %.1f× and %.1f×); rejection ratio after the halving %.2f ± %.2f (per 500 ms); critical lost %d; other failures %d; %d requests",
-			s.name, 100*g1, 100*g2, p99a, p99b, base, float64(p99a)/float64(base), float64(p99b)/float64(base), mean, sd, critLost, bad, len(rs))
+		t.Logf("%s: goodput/capacity %.0f%% at full capacity, %.0f%% after it halves; admitted p99 %v and %v (unloaded %v: %.1f× and %.1f×); rejection ratio after the halving %.2f ± %.2f (per 500 ms); critical lost %d of %d; other failures %d; %d requests",
+			s.name, 100*g1, 100*g2, p99a, p99b, base, float64(p99a)/float64(base), float64(p99b)/float64(base), mean, sd, critLost, crit, bad, len(rs))
 		if m, err := scrapeErr(s.edge); err == nil && s.name == "adaptive" {
 			t.Logf("adaptive: learned limit %.1f, gradient %.2f, minRTT %.1f ms",
 				sum(m, "edgeguard_shedder_adaptive_limit"), sum(m, "edgeguard_shedder_adaptive_gradient"), 1000*sum(m, "edgeguard_shedder_adaptive_min_rtt_seconds"))
 		}
 
-		// Loose bounds: the machine is shared and noisy.
-		require.Zero(t, bad, "%s: every failure is a retry-safe 503 (Retry-After, EdgeGuard-Not-Processed)", s.name)
-		require.Zero(t, critLost, "%s: critical traffic is not shed", s.name)
-		require.Greater(t, mean, 0.3, "%s: 3× overload is shed", s.name)
-		require.GreaterOrEqual(t, g1, 0.6, "%s: goodput at full capacity", s.name)
-		require.GreaterOrEqual(t, g2, 0.6, "%s: goodput after the halving", s.name)
-		if s.name == "adaptive" {
+		// Loose bounds: the machine is shared and noisy. Today's shedder is
+		// the baseline; its bounds only say the run was a fair one.
+		checks = append(checks, func() {
+			require.Zero(t, bad, "%s: every failure is a retry-safe 503 (Retry-After, EdgeGuard-Not-Processed)", s.name)
+			require.Greater(t, mean, 0.3, "%s: 3× overload is shed", s.name)
+			if s.name != "adaptive" {
+				require.LessOrEqual(t, float64(critLost), 0.01*float64(crit), "%s: critical success ≥ 99%%", s.name)
+				require.GreaterOrEqual(t, min(g1, g2), 0.4, "%s: goodput", s.name)
+				return
+			}
+			require.Zero(t, critLost, "adaptive: critical traffic is never refused")
+			require.GreaterOrEqual(t, g1, 0.6, "adaptive: goodput at full capacity")
+			require.GreaterOrEqual(t, g2, 0.6, "adaptive: goodput after the halving")
 			require.Less(t, p99b, 6*base+100*time.Millisecond, "adaptive: admitted latency stays near the unloaded")
-		}
+		})
+	}
+	for _, check := range checks {
+		check()
 	}
 }
 
