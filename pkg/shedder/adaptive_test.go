@@ -259,3 +259,39 @@ func TestAdaptiveIdleDoesNotGrow(t *testing.T) {
 	require.Equal(t, 5*time.Millisecond, st.MinRTT)
 	require.InDelta(t, 1.25, st.Gradient, 0.001)
 }
+
+// TestShedderAdaptiveFollowsSettings: the limit is opt-in, follows live
+// updates, and learns without refusing in shadow mode.
+func TestShedderAdaptiveFollowsSettings(t *testing.T) {
+	cfg := rawConfig()
+	cfg.Adaptive.InitialLimit, cfg.Adaptive.MinLimit = 4, 1
+	s := newShedder(t, cfg)
+	now := time.Unix(0, 0)
+	for range 10 {
+		require.True(t, s.AcquireOrigin(now, TierRead), "off by default")
+	}
+	for range 10 {
+		s.ReleaseOrigin(now, TierRead, 0, false)
+	}
+
+	cfg.Adaptive.Enabled = true
+	require.NoError(t, s.Update(cfg))
+	require.True(t, s.Adaptive().State().Enabled)
+	n := 0
+	for s.AcquireOrigin(now, TierRead) {
+		n++
+	}
+	// A limit of 4 less the unused shares above read: write 0.4, critical 1.
+	require.Equal(t, 3, n)
+	require.True(t, s.AcquireOrigin(now, TierCritical), "critical is never refused")
+
+	cfg.Enabled = false // shadow mode
+	require.NoError(t, s.Update(cfg))
+	require.False(t, s.Adaptive().State().Enabled)
+	require.True(t, s.AcquireOrigin(now, TierRead))
+
+	bad := cfg
+	bad.Adaptive.Shares.Read = 2
+	require.ErrorIs(t, s.Update(bad), ErrInvalidConfig)
+	require.Equal(t, cfg.Adaptive, s.Config().Adaptive, "a refused update keeps the settings in force")
+}
