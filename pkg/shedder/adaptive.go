@@ -86,13 +86,11 @@ func NewAdaptive(cfg AdaptiveConfig) *Adaptive {
 }
 
 // setConfig switches to cfg live; the learned limit and minRTT are kept,
-// clamped to the new bounds, so a settings push does not relearn.
+// clamped to the new bounds, so a settings push does not relearn, and
+// switching the limit on enforces what it learned while off.
 func (a *Adaptive) setConfig(cfg AdaptiveConfig) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.cfg.Enabled && cfg.Enabled {
-		a.limit = float64(cfg.InitialLimit)
-	}
 	a.cfg = cfg
 	a.limit = clamp(a.limit, float64(cfg.MinLimit), float64(cfg.MaxLimit))
 }

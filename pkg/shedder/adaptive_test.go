@@ -295,3 +295,17 @@ func TestShedderAdaptiveFollowsSettings(t *testing.T) {
 	require.ErrorIs(t, s.Update(bad), ErrInvalidConfig)
 	require.Equal(t, cfg.Adaptive, s.Config().Adaptive, "a refused update keeps the settings in force")
 }
+
+// TestAdaptiveKeepsWhatItLearnedWhenSwitchedOn: the limit learned in
+// shadow is the one enforced when the limit is switched on.
+func TestAdaptiveKeepsWhatItLearnedWhenSwitchedOn(t *testing.T) {
+	cfg := DefaultAdaptiveConfig() // off
+	a := NewAdaptive(cfg)
+	// 1,500 req/s to an origin of 2,000: about 30 in flight, no queue.
+	simulate(t, a, []phase{{d: 5 * time.Second, servers: 40, service: 20 * time.Millisecond, offered: 1500, measured: time.Second}})
+	learned := a.State().Limit
+	require.Greater(t, learned, 30.0, "the limit is learned while off")
+	cfg.Enabled = true
+	a.setConfig(cfg)
+	require.Equal(t, learned, a.State().Limit)
+}
