@@ -42,6 +42,7 @@ type Adaptive struct {
 	mu       sync.Mutex
 	cfg      AdaptiveConfig
 	limit    float64
+	learned  bool // a window has moved the limit
 	gradient float64
 	inflight [numTiers]int
 	total    int
@@ -87,10 +88,14 @@ func NewAdaptive(cfg AdaptiveConfig) *Adaptive {
 
 // setConfig switches to cfg live; the learned limit and minRTT are kept,
 // clamped to the new bounds, so a settings push does not relearn, and
-// switching the limit on enforces what it learned while off.
+// switching the limit on enforces what it learned while off. Until a window
+// has moved the limit, it starts from the new initial_limit.
 func (a *Adaptive) setConfig(cfg AdaptiveConfig) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if !a.learned {
+		a.limit = float64(cfg.InitialLimit)
+	}
 	a.cfg = cfg
 	a.limit = clamp(a.limit, float64(cfg.MinLimit), float64(cfg.MaxLimit))
 }
@@ -235,6 +240,7 @@ func (a *Adaptive) updateLimitLocked(now time.Time, sample time.Duration) {
 	cfg := &a.cfg
 	g := clamp(float64(a.minRTT)*(1+cfg.Buffer)/float64(sample), 0.5, 2)
 	a.gradient = g
+	a.learned = true
 	next := a.limit*g + math.Sqrt(a.limit*g)
 	if next > a.limit && float64(a.winMaxTotal) < a.limit/2 {
 		// Application-limited: the traffic never came near the limit, so

@@ -15,10 +15,10 @@ type AdaptiveConfig struct {
 	// processed). Off, the limit is still learned and exported, so it can
 	// be watched before it is trusted.
 	Enabled bool `json:"enabled" yaml:"enabled"`
-	// InitialLimit is where the limit starts when the edge starts (it is
-	// learned from then on, also while Enabled is off): low enough not to
-	// flood a cold origin, it grows by about its square root per window
-	// while latency stays at minRTT.
+	// InitialLimit is where the limit starts, until the first window with
+	// enough origin responses (it is learned from then on, also while
+	// Enabled is off): low enough not to flood a cold origin, it grows by
+	// about its square root per window while latency stays at minRTT.
 	InitialLimit int `json:"initial_limit" yaml:"initial_limit"`
 	// MinLimit is the lowest the learned limit goes. Still slow with the
 	// limit under twice this, the origin itself has become slower, and its

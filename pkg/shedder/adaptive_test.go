@@ -305,7 +305,12 @@ func TestAdaptiveKeepsWhatItLearnedWhenSwitchedOn(t *testing.T) {
 	simulate(t, a, []phase{{d: 5 * time.Second, servers: 40, service: 20 * time.Millisecond, offered: 1500, measured: time.Second}})
 	learned := a.State().Limit
 	require.Greater(t, learned, 30.0, "the limit is learned while off")
-	cfg.Enabled = true
+	cfg.Enabled, cfg.InitialLimit = true, 10
 	a.setConfig(cfg)
 	require.Equal(t, learned, a.State().Limit)
+
+	// Before anything is learned, a new initial_limit applies.
+	fresh := NewAdaptive(DefaultAdaptiveConfig())
+	fresh.setConfig(cfg)
+	require.Equal(t, 10.0, fresh.State().Limit)
 }
