@@ -3,6 +3,7 @@ package edge
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -46,4 +47,18 @@ func TestAdaptiveLimitRefusesBeforeTheOrigin(t *testing.T) {
 
 	require.Equal(t, http.StatusOK, <-first)
 	require.Zero(t, r.shed.Adaptive().State().InFlight[shedder.TierRead], "the slot is given back")
+}
+
+// Only the edge says a request was not processed: an origin's 503 with the
+// same header reaches the client without it.
+func TestOriginCannotClaimNotProcessed(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(notProcessed, "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer origin.Close()
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) { c.Origins = []string{origin.URL} })
+	resp := r.get(t, "/")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Empty(t, resp.Header.Get(notProcessed))
 }
