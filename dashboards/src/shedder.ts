@@ -124,5 +124,43 @@ export function shedderBoard(): dashboard.Dashboard {
       targets: [{ expr: `clamp_min(max by (region, pop) (edgeguard_shedder_level{${sel}}), 0)`, legend: '{{region}}/{{pop}}' }],
       width: 24, height: 5,
     }))
+    .withRow(row('Adaptive origin limit'))
+    .withPanel(timeSeries({
+      title: 'Learned limit and origin requests in flight',
+      description: 'The adaptive concurrency limit each edge learned from its origin\'s latency, against its origin requests in flight. It is learned even with adaptive.enabled off (adaptive_enabled 0), so it can be watched before it is trusted. A limit falling while traffic is steady means the origin is slowing down.',
+      unit: 'short', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `max by (${byNode}) (edgeguard_shedder_adaptive_limit{${sel}})`, legend: 'limit ' + nodeLegend },
+        { expr: `sum by (${byNode}) (edgeguard_shedder_adaptive_in_flight{${sel}})`, legend: 'in flight ' + nodeLegend },
+      ],
+    }))
+    .withPanel(timeSeries({
+      title: 'Gradient and origin latency',
+      description: 'gradient = minRTT·(1+buffer) / sampleRTT, clamped to [0.5, 2]: below 1 the origin queues (or got slower at the same concurrency) and the limit shrinks; at or above 1 it grows while traffic uses it. minRTT is the no-queue latency learned from live traffic; sampleRTT the last window\'s median.',
+      unit: 'none', min: 0,
+      thresholds: [red(), orange(0.8), green(1)],
+      targets: [
+        { expr: `min by (${byNode}) (edgeguard_shedder_adaptive_gradient{${sel}})`, legend: 'gradient ' + nodeLegend },
+        { expr: `max by (${byNode}) (edgeguard_shedder_adaptive_sample_rtt_seconds{${sel}}) / max by (${byNode}) (edgeguard_shedder_adaptive_min_rtt_seconds{${sel}} > 0)`, legend: 'sampleRTT/minRTT ' + nodeLegend },
+      ],
+    }))
+    .withPanel(timeSeries({
+      title: 'Guaranteed share and in flight per tier',
+      description: 'Each tier\'s guaranteed share of the learned limit (adaptive.shares × limit, in requests) against its origin requests in flight. A tier is never refused under its share; the tiers below cannot use it. Critical is never refused by the limit, only counted.',
+      unit: 'short', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `sum by (tier) (edgeguard_shedder_adaptive_share{${sel}})`, legend: 'share {{tier}}' },
+        { expr: `sum by (tier) (edgeguard_shedder_adaptive_in_flight{${sel}})`, legend: 'in flight {{tier}}' },
+      ],
+    }))
+    .withPanel(timeSeries({
+      title: 'Runtime lag',
+      description: 'The edge\'s own lag per sample: the sampler tick\'s lateness, the scheduler\'s p99 latency and the longest GC pause. With runtime_lag_bad set, lag/runtime_lag_bad drives the ramp like utilization: a CPU-starved or GC-bound edge sheds while its workers look idle.',
+      unit: 's', min: 0,
+      thresholds: [green(), orange(0.05), red(0.1)],
+      targets: [{ expr: `max by (${byNode}) (edgeguard_shedder_runtime_lag_seconds{${sel}})`, legend: nodeLegend }],
+    }))
     .build();
 }

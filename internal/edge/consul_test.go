@@ -177,10 +177,13 @@ func TestRulesFromConsulAcrossRegions(t *testing.T) {
 	require.Equal(t, before, a.rules.Load().Version())
 
 	// Shedder settings change live.
-	_, err = kv.Put(&api.KVPair{Key: layout.Shedder("eu-west"), Value: []byte(`{"good": 0.65, "bad": 0.85}`)}, &api.WriteOptions{Datacenter: "eu-west"})
+	_, err = kv.Put(&api.KVPair{Key: layout.Shedder("eu-west"), Value: []byte(`{"good": 0.65, "bad": 0.85, "adaptive": {"enabled": true, "max_limit": 300}}`)}, &api.WriteOptions{Datacenter: "eu-west"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return a.shed.Config().Good == 0.65 }, 5*time.Second, 20*time.Millisecond)
+	require.True(t, a.shed.Adaptive().State().Enabled, "the adaptive origin limit is switched on live")
+	require.Equal(t, 300, a.shed.Config().Adaptive.MaxLimit)
 	require.Equal(t, 0.7, b.shed.Config().Good, "other regions keep theirs")
+	require.False(t, b.shed.Adaptive().State().Enabled)
 
 	// Consul down: the edges keep enforcing what they run.
 	// The witness that it noticed: its watches report the failure.

@@ -422,6 +422,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			require.Equal(t, want, resp.StatusCode)
 			if want == 503 {
 				require.NotEmpty(t, resp.Header.Get("Retry-After"))
+				require.Equal(t, "1", resp.Header.Get(notProcessed), "refused before the origin: safe to retry")
 				var p problem
 				require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
 				require.Equal(t, problemReducedCapacity, p.Type)

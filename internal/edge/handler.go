@@ -122,6 +122,16 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 		return outcomeNoWorker
 	}
 	defer release()
+	// Adaptive origin limit (off unless the shedder settings enable it):
+	// learned from the origin's latency, released when the exchange ends.
+	// Taken before the limiter so a refusal costs no Redis call; the slot
+	// is held through the decision, a millisecond against the origin's
+	// tens.
+	if !e.shed.AcquireOrigin(start, tier) {
+		unavailable(ctx, "the origin is at its learned concurrency limit; retry later", 1)
+		return outcomeShed
+	}
+	defer func() { e.shed.ReleaseOrigin(time.Now(), tier, sc.upstream, originAnswered(ctx, sc)) }()
 
 	// Match.
 	snap := e.rules.Load()
@@ -190,9 +200,18 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 	upstream := time.Now()
 	e.proxy.Serve(ctx, hop)
 	sc.upstream = time.Since(upstream)
+	ctx.Response.Header.Del(notProcessed) // the edge's word, never the origin's
 	ospan.End()
 	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
 	return outcomeProxied
+}
+
+// originAnswered says whether the exchange measured the origin's latency:
+// it was proxied and did not fail for want of a connection (502, 503 from
+// the proxy), which would read as a fast answer.
+func originAnswered(ctx *fasthttp.RequestCtx, sc *scratch) bool {
+	code := ctx.Response.StatusCode()
+	return sc.upstream > 0 && code != fasthttp.StatusBadGateway && code != fasthttp.StatusServiceUnavailable
 }
 
 // check turns a matched rule into a limiter check.

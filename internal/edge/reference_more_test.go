@@ -204,6 +204,11 @@ func shedderReference(t *testing.T) string {
 	require.NoError(t, json.Unmarshal(defaults["tiers"], &tiers))
 	section("Classification (`tiers`)", "TierConfig", reflect.TypeFor[shedder.TierConfig](), tiers, "tiers.")
 	section("Prefix rules (`tiers.paths`, `tiers.api_keys` items)", "PrefixRule", reflect.TypeFor[shedder.PrefixRule](), nil, "")
+	var adaptive, shares map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(defaults["adaptive"], &adaptive))
+	require.NoError(t, json.Unmarshal(adaptive["shares"], &shares))
+	section("Adaptive origin limit (`adaptive`)", "AdaptiveConfig", reflect.TypeFor[shedder.AdaptiveConfig](), adaptive, "adaptive.")
+	section("Guaranteed shares (`adaptive.shares`)", "TierShares", reflect.TypeFor[shedder.TierShares](), shares, "adaptive.shares.")
 	return b.String()
 }
 

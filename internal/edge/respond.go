@@ -178,7 +178,15 @@ func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
 	setRateLimitFields(&ctx.Response.Header, as, legacy)
 }
 
-// unavailable answers 503: shed, no worker free, or Redis down in fail-closed.
+// notProcessed marks a response the edge gave before any origin work: the
+// request had no effect anywhere, so retrying it is safe even when it is
+// not idempotent (a client cannot tell that from a bare 503, which an
+// origin may also send after doing part of the work).
+const notProcessed = "EdgeGuard-Not-Processed"
+
+// unavailable answers 503: shed, no worker free, over the adaptive origin
+// limit, or Redis down in fail-closed; always before the origin saw the
+// request.
 func unavailable(ctx *fasthttp.RequestCtx, detail string, retryAfter int64) {
 	writeProblem(ctx, problem{
 		Type:   problemReducedCapacity,
@@ -186,4 +194,5 @@ func unavailable(ctx *fasthttp.RequestCtx, detail string, retryAfter int64) {
 		Status: fasthttp.StatusServiceUnavailable,
 		Detail: detail,
 	}, retryAfter)
+	ctx.Response.Header.Set(notProcessed, "1")
 }

@@ -80,3 +80,32 @@ func TestShedderSetChecksKeysFirst(t *testing.T) {
 	require.Contains(t, r.stderr, `bad: strconv.ParseFloat: parsing "high"`)
 	require.NotContains(t, r.stderr, "unreachable")
 }
+
+func TestShedderAdaptiveSettings(t *testing.T) {
+	t.Parallel()
+	p := prefix(t)
+	r := run(t, "shedder", "set", "--prefix", p, "--region", "eu-west",
+		"adaptive.enabled=true", "adaptive.shares.critical=0.4", "adaptive.window=50ms", "runtime_lag_bad=100ms")
+	require.Equal(t, ExitOK, r.code, r)
+
+	pair := kv(t, euWest, p+"shedder/eu-west")
+	require.NotNil(t, pair)
+	cfg, err := shedder.ParseConfig(pair.Value)
+	require.NoError(t, err, "%s", pair.Value)
+	assert.True(t, cfg.Adaptive.Enabled)
+	assert.Equal(t, 0.4, cfg.Adaptive.Shares.Critical)
+	assert.Equal(t, 50*time.Millisecond, cfg.Adaptive.Window)
+	assert.Equal(t, 100*time.Millisecond, cfg.RuntimeLagBad)
+
+	r = run(t, "shedder", "get", "--prefix", p, "--region", "eu-west")
+	require.Equal(t, ExitOK, r.code, r)
+	for _, line := range []string{"adaptive.enabled=true\n", "adaptive.shares.critical=0.4\n", "adaptive.window=50ms\n", "runtime_lag_bad=100ms\n", "adaptive.min_rtt_window=30s\n"} {
+		assert.Contains(t, r.stdout, line)
+	}
+
+	// The shares are checked together: nothing is written.
+	r = run(t, "shedder", "set", "--prefix", p, "--region", "eu-west", "adaptive.shares.read=0.8")
+	require.Equal(t, ExitInvalid, r.code, r)
+	assert.Contains(t, r.stderr, "adaptive.shares: must sum to at most 1")
+	assert.Equal(t, pair.ModifyIndex, kv(t, euWest, p+"shedder/eu-west").ModifyIndex)
+}

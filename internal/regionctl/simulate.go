@@ -36,7 +36,9 @@ func init() { commands["shedder simulate"] = (*app).shedderSimulate }
 // It reads the utilization each edge of the PoP recorded in Prometheus and
 // replays it through pkg/shedder's own ramp: first with the region's
 // current settings, which must reproduce the recorded shed level, then
-// with the current settings changed by the key=value candidates.
+// with the current settings changed by the key=value candidates. Where the
+// edges recorded their origin latency, the same offered traffic also goes
+// through the adaptive origin limit (open loop: see replayOrigin).
 func (a *app) shedderSimulate(args []string) error {
 	fs := a.flags("shedder simulate", "--region R --pop P --from T1 --to T2 [--prometheus URL] [key=value…]")
 	var r, pop, from, to, promURL string
@@ -171,6 +173,10 @@ type recording struct {
 	level    []sample
 	offered  [4][]sample // counters per tier
 	shed     [4][]sample
+	// The adaptive origin limit's record (learned even while it is off):
+	// each window's median origin latency, and the limit it learned.
+	sampleRTT     []sample
+	adaptiveLimit []sample
 }
 
 func (rec recording) shedTotals() map[string]float64 {
@@ -204,6 +210,23 @@ type replayResult struct {
 	FirstShed  *time.Time         `json:"first_shed,omitempty"`
 	LastShed   *time.Time         `json:"last_shed,omitempty"`
 	Timeline   []timelinePoint    `json:"timeline"`
+	// Adaptive is the adaptive origin limit's replay; absent when the
+	// window holds no recorded origin latency.
+	Adaptive *adaptiveReplay `json:"adaptive,omitempty"`
+}
+
+// adaptiveReplay is what the adaptive limit would have learned and refused.
+// The replay is open loop: each admitted request takes the origin latency
+// recorded at its time, whatever the limit, so it shows how the settings
+// read the recorded latency, not how the origin would have answered a
+// different load.
+type adaptiveReplay struct {
+	Enabled    bool               `json:"enabled"`
+	MinLimit   float64            `json:"min_limit"`
+	MaxLimit   float64            `json:"max_limit"`
+	FinalLimit float64            `json:"final_limit"`
+	Recorded   *float64           `json:"recorded_final_limit"` // null where no limit was recorded
+	Refused    map[string]float64 `json:"refused"`
 }
 
 type timelinePoint struct {
@@ -212,6 +235,7 @@ type timelinePoint struct {
 	Recorded *float64  `json:"recorded_level"` // null where no level was recorded
 	Level    float64   `json:"level"`
 	Cutoff   string    `json:"cutoff_tier"`
+	Limit    *float64  `json:"adaptive_limit,omitempty"`
 }
 
 // replay feeds rec through a real Shedder with cfg. The recorded
@@ -243,6 +267,15 @@ func replay(cfg shedder.Config, rec recording) replayResult {
 		}
 	}
 	var carry [4]float64
+	origin := newReplayOrigin(sh, rec)
+	if origin != nil {
+		res.Adaptive = &adaptiveReplay{Enabled: cfg.Adaptive.Enabled && cfg.Enabled, Refused: map[string]float64{},
+			MinLimit: math.Inf(1), MaxLimit: math.Inf(-1)}
+		if n := len(rec.adaptiveLimit); n > 0 {
+			v := rec.adaptiveLimit[n-1].v
+			res.Adaptive.Recorded = &v
+		}
+	}
 	observe := func(t time.Time, u float64, sampleAt *sample) {
 		sh.ObserveUtilization(t, u)
 		lv := sh.Level()
@@ -253,6 +286,10 @@ func replay(cfg shedder.Config, rec recording) replayResult {
 			return
 		}
 		pt := timelinePoint{T: t, Util: u, Level: lv, Cutoff: sh.CutoffTier().String()}
+		if origin != nil {
+			l := sh.Adaptive().State().Limit
+			pt.Limit = &l
+		}
 		if rl, ok := recorded[sampleAt.t.UnixMilli()]; ok {
 			res.deviation = max(res.deviation, math.Abs(lv-rl))
 			pt.Recorded = &rl
@@ -287,6 +324,9 @@ func replay(cfg shedder.Config, rec recording) replayResult {
 			} else {
 				observe(t, u, nil)
 			}
+			if origin != nil {
+				origin.complete(t)
+			}
 			for tier := range perStep {
 				carry[tier] += perStep[tier]
 				for carry[tier] >= 1 {
@@ -299,8 +339,18 @@ func replay(cfg shedder.Config, rec recording) replayResult {
 						}
 						at := t
 						res.LastShed = &at
+						continue
+					}
+					if origin != nil && !origin.send(t, shedder.Tier(tier)) {
+						res.Adaptive.Refused[tierNames[tier]]++
 					}
 				}
+			}
+			if origin != nil {
+				l := sh.Adaptive().State().Limit
+				res.Adaptive.MinLimit = min(res.Adaptive.MinLimit, l)
+				res.Adaptive.MaxLimit = max(res.Adaptive.MaxLimit, l)
+				res.Adaptive.FinalLimit = l
 			}
 		}
 	}
@@ -308,6 +358,69 @@ func replay(cfg shedder.Config, rec recording) replayResult {
 		res.deviation = math.Inf(1) // nothing to compare with: not reproduced
 	}
 	return res
+}
+
+// replayOrigin answers each request the adaptive limit admits after the
+// origin latency recorded at the time it was sent.
+type replayOrigin struct {
+	sh      *shedder.Shedder
+	rtt     []sample
+	pending []replayExchange // ordered by end: latencies change slowly, so appends are nearly ordered
+}
+
+type replayExchange struct {
+	end  time.Time
+	rtt  time.Duration
+	tier shedder.Tier
+}
+
+// newReplayOrigin returns nil when rec holds no origin latency.
+func newReplayOrigin(sh *shedder.Shedder, rec recording) *replayOrigin {
+	var rtt []sample
+	for _, s := range rec.sampleRTT {
+		if s.v > 0 {
+			rtt = append(rtt, s)
+		}
+	}
+	if len(rtt) == 0 {
+		return nil
+	}
+	return &replayOrigin{sh: sh, rtt: rtt}
+}
+
+// latencyAt is the last latency recorded at or before t (the first one
+// before it).
+func (o *replayOrigin) latencyAt(t time.Time) time.Duration {
+	i := sort.Search(len(o.rtt), func(i int) bool { return o.rtt[i].t.After(t) })
+	if i > 0 {
+		i--
+	}
+	return time.Duration(o.rtt[i].v * float64(time.Second))
+}
+
+// send offers a request of tier at t to the limit; false: refused.
+func (o *replayOrigin) send(t time.Time, tier shedder.Tier) bool {
+	if !o.sh.AcquireOrigin(t, tier) {
+		return false
+	}
+	rtt := o.latencyAt(t)
+	x := replayExchange{end: t.Add(rtt), rtt: rtt, tier: tier}
+	i := sort.Search(len(o.pending), func(i int) bool { return o.pending[i].end.After(x.end) })
+	o.pending = append(o.pending, replayExchange{})
+	copy(o.pending[i+1:], o.pending[i:])
+	o.pending[i] = x
+	return true
+}
+
+// complete ends every exchange due by t.
+func (o *replayOrigin) complete(t time.Time) {
+	n := 0
+	for n < len(o.pending) && !o.pending[n].end.After(t) {
+		x := o.pending[n]
+		o.sh.ReleaseOrigin(x.end, x.tier, x.rtt, true)
+		n++
+	}
+	o.pending = o.pending[n:]
 }
 
 // fetchRecordings reads the raw samples of every edge of region/pop over
@@ -367,6 +480,21 @@ func fetchRecordings(ctx context.Context, promURL, region, pop string, from, to 
 	}
 	for _, c := range []struct {
 		metric string
+		dst    func(*recording) *[]sample
+	}{
+		{"edgeguard_shedder_adaptive_sample_rtt_seconds", func(r *recording) *[]sample { return &r.sampleRTT }},
+		{"edgeguard_shedder_adaptive_limit", func(r *recording) *[]sample { return &r.adaptiveLimit }},
+	} {
+		m, err := query(c.metric)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range m {
+			*c.dst(get(string(s.Metric["instance"]))) = samples(s)
+		}
+	}
+	for _, c := range []struct {
+		metric string
 		dst    func(*recording) *[4][]sample
 	}{
 		{"edgeguard_shedder_requests_total", func(r *recording) *[4][]sample { return &r.offered }},
@@ -409,7 +537,7 @@ func parseTime(s string) (time.Time, error) {
 }
 
 func (a *app) printSimulation(rep simulateReport, current, candidate shedder.Config) {
-	a.printf("# replaying %s/%s from %s to %s through the shedder's ramp\n", rep.Region, rep.PoP, rep.From.Format(time.RFC3339), rep.To.Format(time.RFC3339))
+	a.printf("# replaying %s/%s from %s to %s through the shedder's ramp (and the adaptive origin limit where origin latency was recorded)\n", rep.Region, rep.PoP, rep.From.Format(time.RFC3339), rep.To.Format(time.RFC3339))
 	a.printf("# current settings %s: good=%v bad=%v start_after=%s full_after=%s\n", rep.Current, current.Good, current.Bad, current.StartAfter, current.FullAfter)
 	var changes []string
 	for k, v := range rep.Changes {
@@ -444,6 +572,21 @@ func (a *app) printSimulation(rep simulateReport, current, candidate shedder.Con
 		a.printf("  %-9s %9s %9s %9s %10s\n", "tier", "offered", "recorded", "current", "candidate")
 		for _, tier := range tierNames {
 			a.printf("  %-9s %9.0f %9.0f %9.0f %10.0f\n", tier, e.Current.Offered[tier], e.Recorded[tier], e.Current.Shed[tier], e.Candidate.Shed[tier])
+		}
+		if c, d := e.Current.Adaptive, e.Candidate.Adaptive; c != nil && d != nil {
+			recorded := "-"
+			if c.Recorded != nil {
+				recorded = fmt.Sprintf("%.1f", *c.Recorded)
+			}
+			a.printf("  adaptive origin limit, replayed on the recorded origin latency (open loop): recorded %s at the end\n", recorded)
+			a.printf("  %-9s %8s %7s %7s %7s %s\n", "settings", "enforced", "min", "max", "final", "refused (test/read/write/critical)")
+			for _, x := range []struct {
+				name string
+				r    *adaptiveReplay
+			}{{"current", c}, {"candidate", d}} {
+				a.printf("  %-9s %8v %7.1f %7.1f %7.1f %.0f/%.0f/%.0f/%.0f\n", x.name, x.r.Enabled, x.r.MinLimit, x.r.MaxLimit, x.r.FinalLimit,
+					x.r.Refused["test"], x.r.Refused["read"], x.r.Refused["write"], x.r.Refused["critical"])
+			}
 		}
 		if e.Candidate.FirstShed != nil {
 			a.printf("  candidate sheds from %s to %s, peak level %.3f at %s\n", e.Candidate.FirstShed.Format("15:04:05"), e.Candidate.LastShed.Format("15:04:05"), e.Candidate.MaxLevel, e.Candidate.MaxLevelAt.Format("15:04:05"))

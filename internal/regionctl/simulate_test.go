@@ -46,6 +46,45 @@ func TestReplayFollowsTheRamp(t *testing.T) {
 	require.True(t, math.IsInf(replay(cfg, rec).deviation, 1))
 }
 
+// The adaptive origin limit is replayed on the recorded origin latency:
+// learned in either case, refusing only when the settings enable it, never
+// critical, and pulled down when the latency rises.
+func TestReplayAdaptiveLimit(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	var rec recording
+	for i := 0; i <= 20; i++ {
+		at := t0.Add(time.Duration(i) * time.Second)
+		rec.util = append(rec.util, sample{at, 0.3})
+		rec.offered[shedder.TierRead] = append(rec.offered[shedder.TierRead], sample{at, float64(1800 * i)})
+		rec.offered[shedder.TierCritical] = append(rec.offered[shedder.TierCritical], sample{at, float64(200 * i)})
+		rtt := 0.020
+		if i > 10 {
+			rtt = 0.080 // the origin queues: 4× its no-queue latency
+		}
+		rec.sampleRTT = append(rec.sampleRTT, sample{at, rtt})
+		rec.adaptiveLimit = append(rec.adaptiveLimit, sample{at, 42})
+	}
+	cfg := shedder.DefaultConfig()
+	off := replay(cfg, rec)
+	require.NotNil(t, off.Adaptive)
+	require.False(t, off.Adaptive.Enabled)
+	require.Zero(t, off.Adaptive.Refused["read"], "learned, never enforced")
+	require.Equal(t, 42.0, *off.Adaptive.Recorded)
+	require.Greater(t, off.Adaptive.MaxLimit, float64(cfg.Adaptive.InitialLimit), "2000 req/s at 20 ms needs about 40 in flight: the limit grows")
+
+	cfg.Adaptive.Enabled = true
+	on := replay(cfg, rec)
+	t.Logf("enforced: limit %.1f..%.1f, final %.1f, refused %v; learned only: limit %.1f..%.1f", on.Adaptive.MinLimit, on.Adaptive.MaxLimit, on.Adaptive.FinalLimit, on.Adaptive.Refused, off.Adaptive.MinLimit, off.Adaptive.MaxLimit)
+	require.True(t, on.Adaptive.Enabled)
+	require.Positive(t, on.Adaptive.Refused["read"])
+	require.Zero(t, on.Adaptive.Refused["critical"])
+	require.Less(t, on.Adaptive.MinLimit, on.Adaptive.MaxLimit/2, "the latency rise pulls the limit down")
+
+	// No recorded latency: nothing to replay.
+	rec.sampleRTT = nil
+	require.Nil(t, replay(cfg, rec).Adaptive)
+}
+
 func TestSimulateRejectsBadInput(t *testing.T) {
 	for name, tc := range map[string]struct {
 		args []string

@@ -68,6 +68,15 @@ type Config struct {
 	QueueSize int `json:"queue_size" yaml:"queue_size"`
 	// Tiers says how requests are classified.
 	Tiers TierConfig `json:"tiers" yaml:"tiers"`
+	// Adaptive is the adaptive concurrency limit on origin requests,
+	// learned from their latency (off by default).
+	Adaptive AdaptiveConfig `json:"adaptive" yaml:"adaptive"`
+	// RuntimeLagBad is the edge's own scheduling delay (a ticker's lateness,
+	// the runtime's scheduler latencies and GC pauses) that counts as full
+	// utilization for the ramp: a host starved of CPU, or stalled in GC,
+	// sheds even while its workers look idle. 0 (the default) leaves the
+	// ramp to worker utilization alone.
+	RuntimeLagBad time.Duration `json:"runtime_lag_bad" yaml:"runtime_lag_bad"`
 }
 
 // TierConfig drives the Classifier. Rules apply in this order: trusted
@@ -152,6 +161,7 @@ func DefaultConfig() Config {
 			APIKeys:     []PrefixRule{{Prefix: "test_", Tier: TierTest}},
 			ReadMethods: []string{"GET", "HEAD", "OPTIONS"},
 		},
+		Adaptive: DefaultAdaptiveConfig(),
 	}
 }
 
@@ -210,6 +220,11 @@ func (c Config) Validate() error {
 	}
 	if c.QueueTimeout > MaxCriticalQueueTimeout {
 		bad("queue_timeout", "must be at most %v, got %v", MaxCriticalQueueTimeout, c.QueueTimeout)
+	}
+
+	c.Adaptive.validate(bad)
+	if c.RuntimeLagBad < 0 || (c.RuntimeLagBad > 0 && c.RuntimeLagBad < time.Millisecond) {
+		bad("runtime_lag_bad", "must be 0 (off) or >= 1ms, got %v", c.RuntimeLagBad)
 	}
 
 	t := c.Tiers
@@ -307,6 +322,7 @@ type configWire struct {
 	ShareWindow          jsonDuration `json:"share_window"`
 	QueueTimeout         jsonDuration `json:"queue_timeout"`
 	CriticalQueueTimeout jsonDuration `json:"critical_queue_timeout"`
+	RuntimeLagBad        jsonDuration `json:"runtime_lag_bad"`
 }
 
 func (c *Config) wire() *configWire {
@@ -318,6 +334,7 @@ func (c *Config) wire() *configWire {
 		ShareWindow:          jsonDuration(c.ShareWindow),
 		QueueTimeout:         jsonDuration(c.QueueTimeout),
 		CriticalQueueTimeout: jsonDuration(c.CriticalQueueTimeout),
+		RuntimeLagBad:        jsonDuration(c.RuntimeLagBad),
 	}
 }
 
@@ -343,6 +360,7 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 	next.ShareWindow = time.Duration(w.ShareWindow)
 	next.QueueTimeout = time.Duration(w.QueueTimeout)
 	next.CriticalQueueTimeout = time.Duration(w.CriticalQueueTimeout)
+	next.RuntimeLagBad = time.Duration(w.RuntimeLagBad)
 	*c = next
 	return nil
 }
@@ -387,6 +405,11 @@ var SettingKeys = []string{
 	"share_window", "queue_timeout", "critical_queue_timeout", "queue_size",
 	"tiers.priority_header", "tiers.test_mode_header", "tiers.api_key_header",
 	"tiers.paths", "tiers.api_keys", "tiers.read_methods",
+	"runtime_lag_bad", "adaptive.enabled", "adaptive.initial_limit",
+	"adaptive.min_limit", "adaptive.max_limit", "adaptive.window",
+	"adaptive.min_rtt_window", "adaptive.buffer", "adaptive.smoothing",
+	"adaptive.shares.test", "adaptive.shares.read", "adaptive.shares.write",
+	"adaptive.shares.critical",
 }
 
 // ApplySettings returns cfg with key=value settings applied, as typed by an
@@ -497,6 +520,38 @@ func applySetting(c *Config, key, val string) error {
 		c.Tiers.APIKeys = rules
 	case "tiers.read_methods":
 		c.Tiers.ReadMethods = splitList(val)
+	case "runtime_lag_bad":
+		return dur(&c.RuntimeLagBad)
+	case "adaptive.enabled":
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return err
+		}
+		c.Adaptive.Enabled = b
+	case "adaptive.initial_limit", "adaptive.min_limit", "adaptive.max_limit":
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			return err
+		}
+		*map[string]*int{
+			"adaptive.initial_limit": &c.Adaptive.InitialLimit,
+			"adaptive.min_limit":     &c.Adaptive.MinLimit,
+			"adaptive.max_limit":     &c.Adaptive.MaxLimit,
+		}[key] = n
+	case "adaptive.window":
+		return dur(&c.Adaptive.Window)
+	case "adaptive.min_rtt_window":
+		return dur(&c.Adaptive.MinRTTWindow)
+	case "adaptive.buffer":
+		return float(&c.Adaptive.Buffer)
+	case "adaptive.smoothing":
+		return float(&c.Adaptive.Smoothing)
+	case "adaptive.shares.test", "adaptive.shares.read", "adaptive.shares.write", "adaptive.shares.critical":
+		t, err := ParseTier(strings.TrimPrefix(key, "adaptive.shares."))
+		if err != nil {
+			return err
+		}
+		return float(c.Adaptive.Shares.ptr(t))
 	default:
 		if near := suggest.Nearest(key, SettingKeys); near != "" {
 			return fmt.Errorf("unknown setting (did you mean %s?)", near)

@@ -241,3 +241,41 @@ func TestParseConfigYAML(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, DefaultConfig(), cfg)
 }
+
+func TestAdaptiveSettings(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"runtime_lag_bad": "150ms", "adaptive": {"enabled": true, "window": "50ms", "shares": {"critical": 0.5}}}`))
+	require.NoError(t, err)
+	require.True(t, cfg.Adaptive.Enabled)
+	require.Equal(t, 50*time.Millisecond, cfg.Adaptive.Window)
+	require.Equal(t, 150*time.Millisecond, cfg.RuntimeLagBad)
+	require.Equal(t, 0.5, cfg.Adaptive.Shares.Critical)
+	require.Equal(t, DefaultAdaptiveConfig().Shares.Write, cfg.Adaptive.Shares.Write, "unmentioned fields keep their default")
+	require.Equal(t, DefaultAdaptiveConfig().MinRTTWindow, cfg.Adaptive.MinRTTWindow)
+
+	// Round trip: durations as strings, the same config back.
+	data, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"window":"50ms"`)
+	back, err := ParseConfig(data)
+	require.NoError(t, err)
+	require.Equal(t, cfg, back)
+
+	_, err = ParseConfig([]byte(`{"adaptive": {"windw": "50ms"}}`))
+	require.ErrorContains(t, err, "windw")
+
+	_, err = ParseConfig([]byte(`{"adaptive": {"min_limit": 0, "smoothing": 2, "shares": {"read": 0.6, "critical": 0.6}}}`))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	for _, field := range []string{"adaptive.min_limit", "adaptive.smoothing", "adaptive.shares"} {
+		require.ErrorContains(t, err, field)
+	}
+
+	next, err := ApplySettings(DefaultConfig(), map[string]string{
+		"adaptive.enabled": "true", "adaptive.max_limit": "500", "adaptive.shares.critical": "0.4", "runtime_lag_bad": "100ms",
+	})
+	require.NoError(t, err)
+	require.True(t, next.Adaptive.Enabled)
+	require.Equal(t, 500, next.Adaptive.MaxLimit)
+	require.Equal(t, 0.4, next.Adaptive.Shares.Critical)
+	require.Equal(t, 100*time.Millisecond, next.RuntimeLagBad)
+	require.ErrorContains(t, CheckSettings(map[string]string{"adaptive.enabeld": "true"}), "did you mean adaptive.enabled")
+}

@@ -48,7 +48,9 @@ type metrics struct {
 
 	// workers is read at scrape time so the busy/capacity gauges cost the
 	// request path nothing.
-	workers atomic.Pointer[Workers]
+	workers  atomic.Pointer[Workers]
+	adaptive atomic.Pointer[Adaptive]
+	lag      prometheus.Gauge
 
 	collectors []prometheus.Collector
 }
@@ -108,11 +110,51 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for reason, c := range map[string]*paddedCounter{"ramp": shed, "queue_full": &m.queueFull[t], "queue_timeout": &m.queueTimeout[t]} {
 			m.collectors = append(m.collectors, prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name:        namespace + "rejected_total",
-				Help:        "Requests answered 503 by the shedder, by tier and reason: ramp (shed by the ramp), queue_full and queue_timeout (the worker cap).",
+				Help:        rejectedHelp,
 				ConstLabels: prometheus.Labels{"tier": t.String(), "reason": reason},
 			}, func() float64 { return float64(c.Load()) }))
 		}
+		m.collectors = append(m.collectors,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        namespace + "rejected_total",
+				Help:        rejectedHelp,
+				ConstLabels: prometheus.Labels{"tier": t.String(), "reason": "adaptive"},
+			}, func() float64 { return float64(m.adaptiveState().Rejected[t]) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name:        namespace + "adaptive_share",
+				Help:        "Each tier's guaranteed share of the adaptive limit, in requests.",
+				ConstLabels: labels,
+			}, func() float64 { return m.adaptiveState().Share[t] }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name:        namespace + "adaptive_in_flight",
+				Help:        "Origin requests in flight under the adaptive limit, by tier.",
+				ConstLabels: labels,
+			}, func() float64 { return float64(m.adaptiveState().InFlight[t]) }),
+		)
 	}
+	m.lag = gauge("runtime_lag_seconds", "The edge runtime's lag at the last sample: the largest of the sampler's tick lateness, the scheduler's p99 latency and the longest GC pause since the previous sample.")
+	m.collectors = append(m.collectors,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: namespace + "adaptive_limit", Help: "The adaptive concurrency limit on origin requests, learned from their latency.",
+		}, func() float64 { return m.adaptiveState().Limit }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: namespace + "adaptive_gradient", Help: "The adaptive limit's last gradient, minRTT·(1+buffer)/sampleRTT clamped to [0.5, 2]: below 1 the origin is queueing.",
+		}, func() float64 { return m.adaptiveState().Gradient }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: namespace + "adaptive_min_rtt_seconds", Help: "The origin's no-queue latency (minRTT) the adaptive limit compares against.",
+		}, func() float64 { return m.adaptiveState().MinRTT.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: namespace + "adaptive_sample_rtt_seconds", Help: "The median origin latency of the adaptive limit's last window.",
+		}, func() float64 { return m.adaptiveState().SampleRTT.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: namespace + "adaptive_enabled", Help: "1 when the adaptive limit refuses requests, 0 when it only learns.",
+		}, func() float64 {
+			if m.adaptiveState().Enabled {
+				return 1
+			}
+			return 0
+		}),
+	)
 
 	m.collectors = append(m.collectors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -176,6 +218,16 @@ func (m *metrics) setConfig(cfg Config, now time.Time) {
 	} else {
 		m.enabled.Set(0)
 	}
+}
+
+const rejectedHelp = "Requests answered 503 by the shedder, by tier and reason: ramp (shed by the ramp), queue_full and queue_timeout (the worker cap), adaptive (the adaptive origin limit)."
+
+// adaptiveState is read at scrape time.
+func (m *metrics) adaptiveState() AdaptiveState {
+	if a := m.adaptive.Load(); a != nil {
+		return a.State()
+	}
+	return AdaptiveState{}
 }
 
 // queueWaitOf is the queue wait histogram of tier.

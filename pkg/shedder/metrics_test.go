@@ -29,6 +29,14 @@ var metricNames = []string{
 	"edgeguard_shedder_workers_busy",
 	"edgeguard_shedder_workers_capacity",
 	"edgeguard_shedder_enabled",
+	"edgeguard_shedder_runtime_lag_seconds",
+	"edgeguard_shedder_adaptive_enabled",
+	"edgeguard_shedder_adaptive_gradient",
+	"edgeguard_shedder_adaptive_in_flight",
+	"edgeguard_shedder_adaptive_limit",
+	"edgeguard_shedder_adaptive_min_rtt_seconds",
+	"edgeguard_shedder_adaptive_sample_rtt_seconds",
+	"edgeguard_shedder_adaptive_share",
 }
 
 // scrape returns every sample as "name{label=value,...}" -> value; for

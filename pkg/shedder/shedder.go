@@ -82,6 +82,9 @@ type Shedder struct {
 	weights [numTiers]float64 // decayed offered-request counts per tier
 	seen    [numTiers]uint64  // request counters at the last observation
 	workers *Workers
+	lag     time.Duration // the last runtime lag observed (ObserveLag)
+
+	adaptive *Adaptive
 
 	dec   atomic.Pointer[decision]
 	cls   atomic.Pointer[Classifier]
@@ -109,6 +112,8 @@ func New(cfg Config, reg prometheus.Registerer, opts ...Option) (*Shedder, error
 		return nil, err
 	}
 	s := &Shedder{cfg: cfg.Clone(), m: m, rand: o.rand, clock: o.clock}
+	s.adaptive = NewAdaptive(cfg.adaptive())
+	m.adaptive.Store(s.adaptive)
 	s.level = s.cfg.floor()
 	s.cls.Store(cls)
 	s.m.setConfig(s.cfg, s.clock())
@@ -149,6 +154,11 @@ func (s *Shedder) ObserveUtilization(now time.Time, u float64) {
 	u = max(u, 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if bad := s.cfg.RuntimeLagBad; bad > 0 {
+		// Lag the workers cannot show (CPU starvation, GC pauses) counts
+		// as utilization: lag_bad or more is a saturated node.
+		u = max(u, min(s.lag.Seconds()/bad.Seconds(), 1))
+	}
 
 	var dt float64
 	if s.started {
@@ -271,6 +281,7 @@ func (s *Shedder) Update(cfg Config) error {
 	}
 	s.level = clamp(s.level, cfg.floor(), 1)
 	s.cls.Store(cls)
+	s.adaptive.setConfig(cfg.adaptive())
 	if s.workers != nil {
 		// Validated above, so these cannot fail.
 		_ = s.workers.SetQueue(cfg.QueueSize, cfg.QueueTimeout)
@@ -297,23 +308,52 @@ func (s *Shedder) AttachWorkers(w *Workers) {
 }
 
 // Run samples utilization every interval (e.g. Workers.Utilization) into
-// ObserveUtilization, stamped by the Shedder's clock, until ctx ends.
+// ObserveUtilization, stamped by the Shedder's clock, until ctx ends. Each
+// tick also measures the runtime's lag (see LagProbe) into ObserveLag.
 func (s *Shedder) Run(ctx context.Context, interval time.Duration, sample func() float64) error {
 	if interval <= 0 {
 		return fmt.Errorf("%w: sampler interval must be > 0, got %v", ErrInvalidConfig, interval)
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	probe := NewLagProbe()
 	s.ObserveUtilization(s.clock(), sample())
 	for {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("shedder: sampler stopped: %w", ctx.Err())
-		case <-t.C:
+		case tick := <-t.C:
+			s.ObserveLag(probe.Measure(tick, time.Now()))
 			s.ObserveUtilization(s.clock(), sample())
 		}
 	}
 }
+
+// ObserveLag records the runtime's lag (scheduling delay, GC pauses) for
+// the next ObserveUtilization: with runtime_lag_bad set, the ramp acts on
+// the larger of worker utilization and lag/runtime_lag_bad.
+func (s *Shedder) ObserveLag(lag time.Duration) {
+	s.mu.Lock()
+	s.lag = max(lag, 0)
+	s.mu.Unlock()
+	s.m.lag.Set(lag.Seconds())
+}
+
+// AcquireOrigin asks the adaptive limit for an origin slot for a request of
+// tier at now; see Adaptive.Acquire. With the adaptive limit off, or in
+// shadow mode, it always admits (and still learns).
+func (s *Shedder) AcquireOrigin(now time.Time, tier Tier) bool {
+	return s.adaptive.Acquire(now, tier)
+}
+
+// ReleaseOrigin ends an exchange AcquireOrigin admitted; see
+// Adaptive.Release.
+func (s *Shedder) ReleaseOrigin(now time.Time, tier Tier, rtt time.Duration, sample bool) {
+	s.adaptive.Release(now, tier, rtt, sample)
+}
+
+// Adaptive returns the adaptive concurrency controller (never nil).
+func (s *Shedder) Adaptive() *Adaptive { return s.adaptive }
 
 // Classify classifies with the live configuration's rules; see
 // Classifier.Classify.
