@@ -38,6 +38,18 @@ func (l *Limiter) ReleaseAsync(v Verdict) {
 	if len(byStore) == 0 {
 		return
 	}
+	// Process memory (the embedded store, the fallback) is told at once:
+	// no I/O to wait for, and a client's next request must find its slot
+	// free (a background release could still be pending when it arrives).
+	for s, leases := range byStore {
+		if _, local := s.(*MemoryStore); local {
+			_ = l.giveBack(s, leases)
+			delete(byStore, s)
+		}
+	}
+	if len(byStore) == 0 {
+		return
+	}
 	l.releaseInBackground(func() {
 		for s, leases := range byStore {
 			l.releaseWithRetry(s, leases)
