@@ -352,3 +352,27 @@ func TestConformanceErrors(t *testing.T) {
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	require.ErrorContains(t, err, "rate limit descriptor list must not be empty")
 }
+
+// TestConformanceQuotaMode: quota descriptors make the request over the
+// limit only when every one of them is over.
+func TestConformanceQuotaMode(t *testing.T) {
+	doc := `domain: d
+descriptors:
+  - key: q1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: q2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+	each(t, doc, rls.Options{}, func(t *testing.T, s *service) {
+		q1, q2 := desc("q1", "a"), desc("q2", "a")
+		require.Equal(t, ok, s.ask(t, "d", q1, q2).OverallCode)
+		r := s.ask(t, "d", q1, q2)
+		require.Equal(t, over, r.Statuses[0].Code)
+		require.Equal(t, ok, r.OverallCode, "one quota left")
+		r = s.ask(t, "d", q1, q2)
+		require.Equal(t, over, r.Statuses[1].Code)
+		require.Equal(t, over, r.OverallCode, "every quota over")
+	})
+}
