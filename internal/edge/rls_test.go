@@ -28,7 +28,8 @@ descriptors:
 // TestRLSListener: --rls-listen serves Envoy's rate limit service over TLS
 // from the edge's limiter, with health and reflection; SIGHUP's reload
 // keeps the configuration in force when the new one is invalid; a client
-// without a certificate is refused when --rls-client-ca asks for one.
+// without a certificate is refused when --rls-client-ca asks for one, a
+// client with one its CA signed is served.
 func TestRLSListener(t *testing.T) {
 	ca := testenv.NewCA(t)
 	leaf := ca.Issue(t, "ecdsa", "localhost")
@@ -95,8 +96,19 @@ func TestRLSListener(t *testing.T) {
 	mconn, err := grpc.NewClient(m.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost"})))
 	require.NoError(t, err)
 	defer mconn.Close()
-	_, err = pb.NewRateLimitServiceClient(mconn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u1"}}}}})
+	one := &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u1"}}}}}
+	_, err = pb.NewRateLimitServiceClient(mconn).ShouldRateLimit(ctx, one)
 	require.Error(t, err)
+	// With one its CA signed, calls get through.
+	cl := ca.IssueClient(t, "envoy")
+	pair, err := tls.X509KeyPair(cl.CertPEM, cl.KeyPEM)
+	require.NoError(t, err)
+	cconn, err := grpc.NewClient(m.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost", Certificates: []tls.Certificate{pair}})))
+	require.NoError(t, err)
+	defer cconn.Close()
+	resp, err := pb.NewRateLimitServiceClient(cconn).ShouldRateLimit(ctx, one)
+	require.NoError(t, err)
+	require.Equal(t, pb.RateLimitResponse_OK, resp.OverallCode)
 }
 
 func TestRLSConfigValidation(t *testing.T) {

@@ -53,9 +53,10 @@ func (s *service) askN(t *testing.T, domain string, hits uint32, ds ...*rlv3.Rat
 	return r
 }
 
-// each runs f against standalone Redis and a Redis Cluster.
+// each runs f against standalone Redis, a Redis Cluster and the memory
+// store (the fallback's).
 func each(t *testing.T, doc string, opts rls.Options, f func(t *testing.T, s *service)) {
-	for _, name := range []string{"standalone", "cluster"} {
+	for _, name := range []string{"standalone", "cluster", "memory"} {
 		t.Run(name, func(t *testing.T) {
 			s := newService(t, setup{store: stores(t)[name](t), doc: doc, opts: opts})
 			f(t, s)

@@ -140,7 +140,8 @@ func newService(t *testing.T, s setup) *service {
 }
 
 // stores are the deployments each conformance test runs on: standalone
-// Redis and a Redis Cluster, each test with its own key prefix.
+// Redis and a Redis Cluster, each test with its own key prefix, and the
+// memory store the fallback decides with.
 func stores(t *testing.T) map[string]func(t *testing.T) limiter.Store {
 	mk := func(mode limiter.Mode) func(t *testing.T) limiter.Store {
 		return func(t *testing.T) limiter.Store {
@@ -151,6 +152,8 @@ func stores(t *testing.T) map[string]func(t *testing.T) limiter.Store {
 		}
 	}
 	return map[string]func(t *testing.T) limiter.Store{
+		// The fallback's store: the answers when Redis cannot be asked.
+		"memory":     func(*testing.T) limiter.Store { return limiter.NewMemoryStore() },
 		"standalone": mk(limiter.ModeStandalone),
 		"cluster":    mk(limiter.ModeCluster),
 	}
