@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,4 +120,19 @@ func TestRLSConfigValidation(t *testing.T) {
 	require.ErrorContains(t, err, "rls-config-dir: required with --rls-listen")
 	require.ErrorContains(t, err, "rls-headers: want draft, legacy or off")
 	require.ErrorContains(t, err, "rls-tls-cert and rls-tls-key: both or neither")
+}
+
+// TestCheckRLSConfigDir: edge check reports every problem of the rate
+// limit service's documents, by file, line, descriptor and field.
+func TestCheckRLSConfigDir(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(rlsDoc), 0o600))
+	var out, errOut strings.Builder
+	args := []string{"--demo-origin", "--rls-listen", "127.0.0.1:0", "--rls-config-dir", dir}
+	require.Equal(t, 0, Check(args, nil, &out, &errOut), out.String()+errOut.String())
+	bad := filepath.Join(dir, "b.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: hours, requests_per_unit: 1}\n"), 0o600))
+	out.Reset()
+	require.Equal(t, 1, Check(args, nil, &out, &errOut))
+	require.Contains(t, out.String(), bad+`:4: descriptor other.k: rate_limit.unit: invalid unit "hours"`)
 }

@@ -55,7 +55,7 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-func redisClient(t *testing.T, mode limiter.Mode) redis.UniversalClient {
+func redisClient(t testing.TB, mode limiter.Mode) redis.UniversalClient {
 	t.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
@@ -107,7 +107,7 @@ type setup struct {
 	doc     string
 }
 
-func newService(t *testing.T, s setup) *service {
+func newService(t testing.TB, s setup) *service {
 	t.Helper()
 	l, err := limiter.New(s.store, limiter.Config{StoreName: "redis", Timeout: s.timeout}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)

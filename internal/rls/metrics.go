@@ -15,6 +15,10 @@ type metrics struct {
 	overrides    *prometheus.CounterVec
 	globalShadow prometheus.Counter
 	configLoads  *prometheus.CounterVec
+
+	// The children the hot path uses, looked up once.
+	okCalls, overCalls, errorCalls           prometheus.Counter
+	ok, over, shadowOver, unlimited, noLimit prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,12 +49,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Rate limit service configuration loads, by outcome (ok, error: the previous configuration stays).",
 		}, []string{"outcome"}),
 	}
-	for _, c := range []string{"ok", "over_limit", "error"} {
-		m.requests.WithLabelValues(c)
-	}
-	for _, r := range []string{"ok", "over_limit", "shadow_over_limit", "unlimited", "no_limit"} {
-		m.descriptors.WithLabelValues(r)
-	}
+	m.okCalls, m.overCalls, m.errorCalls = m.requests.WithLabelValues("ok"), m.requests.WithLabelValues("over_limit"), m.requests.WithLabelValues("error")
+	d := m.descriptors.WithLabelValues
+	m.ok, m.over, m.shadowOver, m.unlimited, m.noLimit = d("ok"), d("over_limit"), d("shadow_over_limit"), d("unlimited"), d("no_limit")
 	for _, o := range []string{"applied", "ignored"} {
 		m.overrides.WithLabelValues(o)
 	}

@@ -141,11 +141,14 @@ type item struct {
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.shouldRateLimit(ctx, req)
-	code := "error"
-	if err == nil {
-		code = strings.ToLower(resp.OverallCode.String())
+	switch {
+	case err != nil:
+		s.metrics.errorCalls.Inc()
+	case resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT:
+		s.metrics.overCalls.Inc()
+	default:
+		s.metrics.okCalls.Inc()
 	}
-	s.metrics.requests.WithLabelValues(code).Inc()
 	s.metrics.duration.Observe(time.Since(start).Seconds())
 	return resp, err
 }
@@ -161,8 +164,13 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	if cfg == nil {
 		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded")
 	}
-	items := make([]item, len(req.Descriptors))
-	replaced := map[string]bool{}
+	var itemBuf [4]item
+	items := itemBuf[:0]
+	if n := len(req.Descriptors); n > len(itemBuf) {
+		items = make([]item, 0, n)
+	}
+	items = items[:len(req.Descriptors)]
+	var replaced map[string]bool
 	var trusted, asked bool
 	var entryBuf [4]rlsconfig.Entry
 	for i, d := range req.Descriptors {
@@ -193,6 +201,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		it.lim = it.match.Limit
 		if it.lim != nil {
 			for _, r := range it.lim.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
 				replaced[r] = true
 			}
 		}
@@ -208,11 +219,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			fallthrough
 		case l == nil:
 			it.st = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
-			s.metrics.descriptors.WithLabelValues("no_limit").Inc()
+			s.metrics.noLimit.Inc()
 			continue
 		case l.Unlimited:
 			it.st = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-			s.metrics.descriptors.WithLabelValues("unlimited").Inc()
+			s.metrics.unlimited.Inc()
 			continue
 		}
 		it.applied = true
@@ -270,11 +281,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		switch {
 		case it.lim.Shadow && over:
 			it.st.Code = pb.RateLimitResponse_OK
-			s.metrics.descriptors.WithLabelValues("shadow_over_limit").Inc()
+			s.metrics.shadowOver.Inc()
 		case over:
-			s.metrics.descriptors.WithLabelValues("over_limit").Inc()
+			s.metrics.over.Inc()
 		default:
-			s.metrics.descriptors.WithLabelValues("ok").Inc()
+			s.metrics.ok.Inc()
 		}
 		switch {
 		case it.lim.Shadow:
@@ -373,26 +384,31 @@ func overrideLimit(domain string, d *rlv3.RateLimitDescriptor, o *rlv3.RateLimit
 // and the limit's algorithm and window, hashed so that any value (braces,
 // any length) makes a valid limiter key.
 func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, shared []string, l *rlsconfig.Limit) string {
-	h := sha256.New()
-	var num [16]byte
+	var buf [512]byte
+	b := buf[:0]
 	write := func(s string) {
-		h.Write(strconv.AppendInt(num[:0], int64(len(s)), 10))
-		h.Write([]byte{':'})
-		h.Write([]byte(s))
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(b, ':')
+		b = append(b, s...)
 	}
 	write(domain)
 	for i, e := range entries {
 		write(e.GetKey())
 		if i < len(shared) && shared[i] != "" {
-			write("*" + shared[i])
+			b = append(b, '*')
+			write(shared[i])
 			continue
 		}
-		write("=" + e.GetValue())
+		b = append(b, '=')
+		write(e.GetValue())
 	}
 	write(l.Algorithm.String())
-	write(strconv.FormatInt(l.Window.Milliseconds(), 10))
-	var sum [sha256.Size]byte
-	return "rls:" + hex.EncodeToString(h.Sum(sum[:0])[:16])
+	b = strconv.AppendInt(b, l.Window.Milliseconds(), 10)
+	sum := sha256.Sum256(b)
+	var out [4 + 32]byte
+	copy(out[:], "rls:")
+	hex.Encode(out[4:], sum[:16])
+	return string(out[:])
 }
 
 // headers are the RateLimit fields for the response.
