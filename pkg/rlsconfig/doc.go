@@ -25,8 +25,8 @@
 // Everything the reference accepts is read: rate_limit (unit,
 // requests_per_unit, unlimited, name, replaces), shadow_mode, quota_mode,
 // share_threshold, detailed_metric and value_to_metric (both accepted; the
-// metrics keep bounded labels, so they change nothing). metadata is refused:
-// response dynamic metadata is not served.
+// metrics keep bounded labels, so they change nothing), and metadata
+// (accepted and ignored: response dynamic metadata is not served).
 //
 // Extensions (edgeguard only; the reference refuses them as unknown keys),
 // inside rate_limit:

@@ -344,9 +344,14 @@ func (p *parser) descriptor(n *yaml.Node, parent, field string) Descriptor {
 		case "value_to_metric":
 			d.ValueToMetric = p.boolean(v, parent, field+"."+k)
 		case "metadata":
-			p.add(v.Line, parent, field+".metadata", "not supported: edgeguard does not return response dynamic metadata")
+			// Accepted and ignored: it only feeds response dynamic
+			// metadata, which the reference sends only when asked
+			// (RESPONSE_DYNAMIC_METADATA) and edgeguard does not send.
+			if v.Kind != yaml.MappingNode {
+				p.add(v.Line, parent, field+".metadata", "want a mapping, got %s", kindName(v))
+			}
 		default:
-			p.add(v.Line, parent, field+"."+k, "unknown key (want key, value, rate_limit, descriptors, shadow_mode, quota_mode, share_threshold, detailed_metric, value_to_metric)")
+			p.add(v.Line, parent, field+"."+k, "unknown key (want key, value, rate_limit, descriptors, shadow_mode, quota_mode, share_threshold, detailed_metric, value_to_metric, metadata)")
 		}
 	})
 	path := pathOf(parent, d.Key, d.Value)
@@ -491,7 +496,7 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 	var out []string
 	for i, c := range n.Content {
 		f := fmt.Sprintf("rate_limit.replaces[%d]", i)
-		name := ""
+		name, before := "", len(p.errs)
 		p.mapping(c, path, f, func(k string, v *yaml.Node) {
 			if k != "name" {
 				p.add(v.Line, path, f+"."+k, "unknown key (want name)")
@@ -500,7 +505,9 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 			name = p.str(v, path, f+".name")
 		})
 		if name == "" {
-			p.add(c.Line, path, f+".name", "required and not empty")
+			if len(p.errs) == before {
+				p.add(c.Line, path, f+".name", "required and not empty")
+			}
 			continue
 		}
 		out = append(out, name)

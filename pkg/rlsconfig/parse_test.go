@@ -29,11 +29,11 @@ descriptors:
   - key: a
     rate_limits: {unit: second}
 `, []string{"f.yaml:4: descriptor d: descriptors[0].rate_limits: unknown key"}},
-		{"metadata refused", `domain: d
+		{"metadata not a mapping", `domain: d
 descriptors:
   - key: a
-    metadata: {x: 1}
-`, []string{"f.yaml:4: descriptor d: descriptors[0].metadata: not supported"}},
+    metadata: [x]
+`, []string{"f.yaml:4: descriptor d: descriptors[0].metadata: want a mapping, got a list"}},
 		{"bad unit, nested path", `domain: api
 descriptors:
   - key: tenant
@@ -181,6 +181,8 @@ descriptors:
     detailed_metric: true
     value_to_metric: true
     share_threshold: true
+    metadata:
+      hint: {nested: [1, 2]}
     rate_limit:
       name: n
       replaces:
