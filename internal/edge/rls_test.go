@@ -23,7 +23,7 @@ import (
 const rlsDoc = `domain: edge
 descriptors:
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: hour, requests_per_unit: 2}
 `
 
 // TestRLSListener: --rls-listen serves Envoy's rate limit service over TLS
@@ -82,7 +82,7 @@ func TestRLSListener(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n"), 0o600))
 	r.reloadFiles()
 	require.EqualValues(t, 2, ask().Statuses[0].CurrentLimit.RequestsPerUnit)
-	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 9}\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 9}\n"), 0o600))
 	r.reloadFiles()
 	require.EqualValues(t, 9, ask().Statuses[0].CurrentLimit.RequestsPerUnit)
 
