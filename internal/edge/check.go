@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
@@ -14,7 +15,7 @@ import (
 // Check is `edge check [flags]`: it validates offline, without binding a
 // port or contacting Redis or Consul, everything the flags name — the
 // settings (command line, environment, --config), the --rules file
-// against them, the --shedder file — and prints every problem in one pass.
+// against them, the --shedder file, the --rls-config-dir documents — and prints every problem in one pass.
 // It returns the exit code: 0 all valid, 1 problems found, 2 usage.
 func Check(args, environ []string, stdout, stderr io.Writer) int {
 	var usage bytes.Buffer
@@ -38,6 +39,11 @@ func Check(args, environ []string, stdout, stderr io.Writer) int {
 		}
 		if err != nil {
 			problems = append(problems, fmt.Errorf("shedder %s: %w", cfg.Shedder, err))
+		}
+	}
+	if cfg.RLS.ConfigDir != "" {
+		if _, err := rlsconfig.LoadDir(cfg.RLS.ConfigDir, cfg.RLS.MergeDomains); err != nil {
+			problems = append(problems, fmt.Errorf("rls-config-dir %s: %w", cfg.RLS.ConfigDir, err))
 		}
 	}
 	if err := errors.Join(problems...); err != nil {

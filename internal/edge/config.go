@@ -191,6 +191,8 @@ type Config struct {
 	Shedder       string // shedder settings file (JSON); empty = defaults
 	PrefilterSize int
 	LogLevel      string
+	// RLS is Envoy's rate limit service (rls.go).
+	RLS RLSConfig
 }
 
 // DefaultConfig is a single node on the memory store; it still needs an
@@ -328,6 +330,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "OpenTelemetry traces over OTLP/HTTP to this URL (http://collector:4318/v1/traces); empty = no tracing")
 	fs.Float64Var(&c.TraceSampleRatio, "trace-sample-ratio", c.TraceSampleRatio, "share of requests traced, 0..1 (a trusted peer's sampled trace context is always followed)")
 	fs.Float64Var(&c.AccessLogSample, "access-log-sample", c.AccessLogSample, "share of proxied requests logged, 0..1 (denied, shed and refused requests always are)")
+	c.RLS.flags(fs)
 
 	return fs
 }
@@ -604,6 +607,7 @@ func (c Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("log-level: %v", err)
 	}
+	errs = append(errs, c.RLS.problems()...)
 	return errors.Join(errs...)
 }
 

@@ -75,6 +75,7 @@ type Edge struct {
 	connCounts        *connCounts      // the public listeners' per-client cap
 	server            *fasthttp.Server
 	admin             *http.Server
+	rls               *rlsService // nil without --rls-listen
 }
 
 // New builds an edge from cfg: it loads the rules (refusing to start on an
@@ -121,6 +122,9 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		}
 	}
 	if err := e.buildLimiter(reg); err != nil {
+		return nil, err
+	}
+	if err := e.buildRLS(reg); err != nil {
 		return nil, err
 	}
 	if err := e.buildShedder(reg); err != nil {
@@ -289,6 +293,7 @@ func (e *Edge) checkAgainstConfig(snap *rules.Snapshot) error {
 // reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
 func (e *Edge) reloadFiles() {
+	e.reloadRLS()
 	if e.cfg.Rules != "" {
 		if err := e.loadRules(); err != nil {
 			e.log.Error("rules reload refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
@@ -422,7 +427,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
 	wg.Go(func() { e.bh.run(samplerCtx) })
 
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	wg.Go(func() {
 		if err := e.server.Serve(e.publicLn); err != nil {
 			errc <- fmt.Errorf("public server: %w", err)
@@ -440,6 +445,13 @@ func (e *Edge) Run(ctx context.Context) error {
 		wg.Go(func() {
 			if err := e.h2.serve(); err != nil {
 				errc <- fmt.Errorf("public HTTP/2 server: %w", err)
+			}
+		})
+	}
+	if e.rls != nil {
+		wg.Go(func() {
+			if err := e.rls.grpc.Serve(e.rls.ln); err != nil {
+				errc <- fmt.Errorf("rate limit service: %w", err)
 			}
 		})
 	}
@@ -473,6 +485,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	e.draining.Store(true)
+	if e.rls != nil {
+		e.rls.grpc.SetServing(false) // health checks see the drain at once
+	}
 	if e.consul != nil {
 		// Stopped first, so a rules change while draining cannot register
 		// the edge again after it left the catalog.
@@ -495,6 +510,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	} else {
 		h2done <- nil
 	}
+	e.stopRLS(sctx) // health NOT_SERVING at once, then calls in flight finish
 	err := e.server.ShutdownWithContext(sctx)
 	if aerr := e.admin.Shutdown(sctx); aerr != nil && err == nil {
 		err = fmt.Errorf("shutting down the admin server: %w", aerr)

@@ -29,6 +29,8 @@ func TestReferenceDocs(t *testing.T) {
 	e := startEdge(t, perIP, func(c *Config) {
 		c.Redis, c.KeySalt = r.URL(), "reference-docs-salt"
 		c.AccessLog = filepath.Join(t.TempDir(), "access.log")
+		c.RLS.Listen, c.RLS.ConfigDir = "127.0.0.1:0", t.TempDir() // the rate limit service's series too
+		require.NoError(t, os.WriteFile(filepath.Join(c.RLS.ConfigDir, "rls.yaml"), []byte(rlsDoc), 0o600))
 	})
 	// Every series family appears once a request has been through.
 	codes(t, e, 4, "/x")

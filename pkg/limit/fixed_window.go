@@ -1,5 +1,7 @@
 package limit
 
+import "time"
+
 // FixedWindow is the cheapest: one counter per epoch-aligned window, so it
 // admits up to 2×Limit across a window boundary. Redis: a hash whose field
 // is the window's start (ms) and value its count; memory: the same pair.
@@ -7,7 +9,9 @@ var FixedWindow = register(&Spec{
 	Name:   "fixed_window",
 	Script: "fixed_window",
 	Keys:   []string{"fw"},
-	Take:   fixedWindowTake,
+	// A year of 366 days: Envoy's longest unit, with a leap day to spare.
+	MaxWindow: 366 * 24 * time.Hour,
+	Take:      fixedWindowTake,
 	Refund: func(s *State, a Args) bool {
 		if s.w == a.State {
 			s.n = max(0, s.n-a.Cost)

@@ -99,11 +99,12 @@ func (l Limit) Problems() []Problem {
 	}
 	minWindow := max(MinWindow, sp.MinWindow)
 	w := l.Window
+	maxWindow := max(MaxWindow, sp.MaxWindow)
 	switch {
 	case w < minWindow:
 		add("window", "must be >= %s for %s (got %s)%s", minWindow, sp.Name, w, sp.MinWindowWhy)
-	case w > MaxWindow:
-		add("window", "must be <= %s (got %s)", MaxWindow, w)
+	case w > maxWindow:
+		add("window", "must be <= %s (got %s)", maxWindow, w)
 	case w%time.Millisecond != 0:
 		add("window", "must be whole milliseconds (got %s)", w)
 	}

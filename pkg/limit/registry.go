@@ -34,6 +34,10 @@ type Spec struct {
 	MaxLimit                  int64
 	MaxLimitWhy, MinWindowWhy string
 	MinWindow                 time.Duration
+	// MaxWindow widens the shared MaxWindow: a fixed window's state is one
+	// counter whatever its length, so it can count per week, month or year
+	// (the units of Envoy's rate limit service).
+	MaxWindow time.Duration
 	// Check reports algorithm-specific problems of an otherwise valid limit.
 	Check func(Limit) []Problem
 

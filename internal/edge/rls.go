@@ -1,0 +1,143 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/edgeguard/edgeguard/internal/rls"
+)
+
+// RLSConfig is the rate limit service listener: Envoy's global rate limit
+// filter asks it over gRPC (envoy.service.ratelimit.v3), and it answers
+// from this edge's limiter (same Redis, fallback, breakers and metrics)
+// with envoyproxy/ratelimit's configuration files (docs/envoy.md).
+type RLSConfig struct {
+	// Listen is the gRPC address; empty: no rate limit service.
+	Listen string
+	// ConfigDir holds envoyproxy/ratelimit's YAML documents (every .yaml
+	// and .yml under it), re-read on SIGHUP; an invalid set keeps the
+	// previous one.
+	ConfigDir string
+	// MergeDomains merges documents of one domain instead of refusing them.
+	MergeDomains bool
+	// OverrideFrom are the CIDRs of callers whose descriptor limit
+	// overrides are applied; from anyone else they are ignored.
+	OverrideFrom []netip.Prefix
+	// Headers is draft, legacy or off.
+	Headers string
+	// Shadow answers OK whatever the limits say, still counting.
+	Shadow bool
+	// TLSCert and TLSKey serve the listener over TLS; with ClientCA,
+	// clients must present a certificate that CA signed (mTLS).
+	TLSCert, TLSKey, ClientCA string
+}
+
+func (c *RLSConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "rls-listen", c.Listen, "gRPC address of Envoy's rate limit service (envoy.service.ratelimit.v3) over this edge's limiter; empty = off")
+	fs.StringVar(&c.ConfigDir, "rls-config-dir", c.ConfigDir, "directory of envoyproxy/ratelimit YAML documents for --rls-listen (every .yaml/.yml under it); re-read on SIGHUP")
+	fs.BoolVar(&c.MergeDomains, "rls-merge-domains", c.MergeDomains, "merge rate limit service documents of one domain instead of refusing them (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
+	fs.Var((*prefixesFlag)(&c.OverrideFrom), "rls-override-from", "CIDRs of rate limit service callers whose descriptor limit overrides apply; others' are ignored")
+	fs.StringVar(&c.Headers, "rls-headers", c.Headers, "header fields the rate limit service returns: draft (RateLimit-Policy and RateLimit), legacy (RateLimit-Limit/-Remaining/-Reset) or off")
+	fs.BoolVar(&c.Shadow, "rls-shadow", c.Shadow, "rate limit service answers OK whatever the limits say, still counting (envoyproxy/ratelimit's SHADOW_MODE)")
+	fs.StringVar(&c.TLSCert, "rls-tls-cert", c.TLSCert, "PEM certificate (chain) of the rate limit service's TLS; empty = plaintext gRPC")
+	fs.StringVar(&c.TLSKey, "rls-tls-key", c.TLSKey, "PEM key of --rls-tls-cert")
+	fs.StringVar(&c.ClientCA, "rls-client-ca", c.ClientCA, "PEM CA bundle: rate limit service clients must present a certificate it signed (mTLS)")
+}
+
+func (c RLSConfig) problems() []error {
+	var errs []error
+	if c.Listen == "" {
+		return nil
+	}
+	if c.ConfigDir == "" {
+		errs = append(errs, errors.New("rls-config-dir: required with --rls-listen"))
+	}
+	if _, err := rls.ParseHeaders(c.Headers); err != nil {
+		errs = append(errs, fmt.Errorf("rls-headers: %w", err))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("rls-tls-cert and rls-tls-key: both or neither"))
+	}
+	if c.ClientCA != "" && c.TLSCert == "" {
+		errs = append(errs, errors.New("rls-client-ca: needs --rls-tls-cert and --rls-tls-key"))
+	}
+	return errs
+}
+
+// rlsService is the edge's rate limit service, when --rls-listen is set.
+type rlsService struct {
+	srv  *rls.Server
+	grpc *rls.GRPC
+	ln   net.Listener
+}
+
+// buildRLS loads the configuration (refusing to start on an invalid one)
+// and binds the listener.
+func (e *Edge) buildRLS(reg prometheus.Registerer) error {
+	c := e.cfg.RLS
+	if c.Listen == "" {
+		return nil
+	}
+	headers, _ := rls.ParseHeaders(c.Headers) // validated
+	srv, err := rls.New(rls.Options{
+		Limiter:       e.limiter,
+		Nodes:         func() int { return int(e.nodesRegion.Load()) },
+		TrustOverride: rls.TrustFrom(c.OverrideFrom),
+		Shadow:        c.Shadow,
+		Headers:       headers,
+	}, reg, e.log)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	if err := srv.Reload(c.ConfigDir, c.MergeDomains); err != nil {
+		return fmt.Errorf("loading the rate limit service configuration: %w", err)
+	}
+	var creds credentials.TransportCredentials
+	if c.TLSCert != "" {
+		tc, err := rls.TLSConfig(c.TLSCert, c.TLSKey, c.ClientCA)
+		if err != nil {
+			return err
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s (rate limit service): %w", c.Listen, err)
+	}
+	e.rls = &rlsService{srv: srv, grpc: rls.NewGRPC(srv, creds), ln: ln}
+	e.closers = append(e.closers, func() { _ = ln.Close() })
+	e.log.Info("rate limit service configured", "domains", len(srv.Config().Domains()), "dir", c.ConfigDir)
+	return nil
+}
+
+// RLSAddr is the rate limit service's bound address ("" when off).
+func (e *Edge) RLSAddr() string {
+	if e.rls == nil {
+		return ""
+	}
+	return e.rls.ln.Addr().String()
+}
+
+func (e *Edge) reloadRLS() {
+	if e.rls == nil {
+		return
+	}
+	if err := e.rls.srv.Reload(e.cfg.RLS.ConfigDir, e.cfg.RLS.MergeDomains); err != nil {
+		e.log.Error("rate limit service configuration reload refused; keeping the one in force", "err", err)
+		return
+	}
+	e.log.Info("rate limit service configuration reloaded", "domains", len(e.rls.srv.Config().Domains()))
+}
+
+func (e *Edge) stopRLS(ctx context.Context) {
+	if e.rls != nil {
+		e.rls.grpc.Stop(ctx)
+	}
+}

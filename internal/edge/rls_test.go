@@ -1,0 +1,138 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+)
+
+const rlsDoc = `domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`
+
+// TestRLSListener: --rls-listen serves Envoy's rate limit service over TLS
+// from the edge's limiter, with health and reflection; SIGHUP's reload
+// keeps the configuration in force when the new one is invalid; a client
+// without a certificate is refused when --rls-client-ca asks for one, a
+// client with one its CA signed is served.
+func TestRLSListener(t *testing.T) {
+	ca := testenv.NewCA(t)
+	leaf := ca.Issue(t, "ecdsa", "localhost")
+	dir := t.TempDir()
+	certFile, keyFile, caFile := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(certFile, leaf.CertPEM, 0o600))
+	require.NoError(t, os.WriteFile(keyFile, leaf.KeyPEM, 0o600))
+	require.NoError(t, os.WriteFile(caFile, ca.PEM, 0o600))
+	confDir := filepath.Join(dir, "config")
+	require.NoError(t, os.MkdirAll(confDir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte(rlsDoc), 0o600))
+
+	r := startEdge(t, perIP, func(c *Config) {
+		c.RLS = RLSConfig{Listen: "127.0.0.1:0", ConfigDir: confDir, TLSCert: certFile, TLSKey: keyFile}
+	})
+	conn, err := grpc.NewClient(r.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost"})))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+
+	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	require.NoError(t, err)
+	require.NoError(t, refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
+	lr, err := refl.Recv()
+	require.NoError(t, err)
+	var names []string
+	for _, s := range lr.GetListServicesResponse().GetService() {
+		names = append(names, s.Name)
+	}
+	require.Contains(t, names, "envoy.service.ratelimit.v3.RateLimitService")
+	require.NoError(t, refl.CloseSend())
+
+	client := pb.NewRateLimitServiceClient(conn)
+	ask := func() *pb.RateLimitResponse {
+		resp, err := client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u1"}}}}})
+		require.NoError(t, err)
+		return resp
+	}
+	require.Equal(t, pb.RateLimitResponse_OK, ask().OverallCode)
+	require.Equal(t, pb.RateLimitResponse_OK, ask().OverallCode)
+	require.Equal(t, pb.RateLimitResponse_OVER_LIMIT, ask().OverallCode)
+
+	// An invalid document is refused on reload; the one in force stays.
+	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n"), 0o600))
+	r.reloadFiles()
+	require.EqualValues(t, 2, ask().Statuses[0].CurrentLimit.RequestsPerUnit)
+	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 9}\n"), 0o600))
+	r.reloadFiles()
+	require.EqualValues(t, 9, ask().Statuses[0].CurrentLimit.RequestsPerUnit)
+
+	metrics := scrape(t, r)
+	require.Contains(t, metrics, `edgeguard_rls_requests_total{code="over_limit"} 2`)
+	require.Contains(t, metrics, `edgeguard_rls_config_loads_total{outcome="error"} 1`)
+
+	// Mutual TLS: without a client certificate, no call gets through.
+	m := startEdge(t, perIP, func(c *Config) {
+		c.RLS = RLSConfig{Listen: "127.0.0.1:0", ConfigDir: confDir, TLSCert: certFile, TLSKey: keyFile, ClientCA: caFile}
+	})
+	mconn, err := grpc.NewClient(m.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost"})))
+	require.NoError(t, err)
+	defer mconn.Close()
+	one := &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u1"}}}}}
+	_, err = pb.NewRateLimitServiceClient(mconn).ShouldRateLimit(ctx, one)
+	require.Error(t, err)
+	// With one its CA signed, calls get through.
+	cl := ca.IssueClient(t, "envoy")
+	pair, err := tls.X509KeyPair(cl.CertPEM, cl.KeyPEM)
+	require.NoError(t, err)
+	cconn, err := grpc.NewClient(m.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost", Certificates: []tls.Certificate{pair}})))
+	require.NoError(t, err)
+	defer cconn.Close()
+	resp, err := pb.NewRateLimitServiceClient(cconn).ShouldRateLimit(ctx, one)
+	require.NoError(t, err)
+	require.Equal(t, pb.RateLimitResponse_OK, resp.OverallCode)
+}
+
+func TestRLSConfigValidation(t *testing.T) {
+	c := DefaultConfig()
+	c.DemoOrigin = true
+	c.RLS = RLSConfig{Listen: ":8081", Headers: "fancy", TLSCert: "c.pem", ClientCA: "ca.pem"}
+	err := c.Validate()
+	require.ErrorContains(t, err, "rls-config-dir: required with --rls-listen")
+	require.ErrorContains(t, err, "rls-headers: want draft, legacy or off")
+	require.ErrorContains(t, err, "rls-tls-cert and rls-tls-key: both or neither")
+}
+
+// TestCheckRLSConfigDir: edge check reports every problem of the rate
+// limit service's documents, by file, line, descriptor and field.
+func TestCheckRLSConfigDir(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(rlsDoc), 0o600))
+	var out, errOut strings.Builder
+	args := []string{"--demo-origin", "--rls-listen", "127.0.0.1:0", "--rls-config-dir", dir}
+	require.Equal(t, 0, Check(args, nil, &out, &errOut), out.String()+errOut.String())
+	bad := filepath.Join(dir, "b.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: hours, requests_per_unit: 1}\n"), 0o600))
+	out.Reset()
+	require.Equal(t, 1, Check(args, nil, &out, &errOut))
+	require.Contains(t, out.String(), bad+`:4: descriptor other.k: rate_limit.unit: invalid unit "hours"`)
+}

@@ -1,0 +1,74 @@
+package rls_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/rls"
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+)
+
+// TestRedisDownEveryDecisionWithinTheDeadline: with Redis frozen (the
+// worst case: connections open, no answer) and then killed, every call is
+// answered within the client's deadline, by the limiter's bounded
+// fallback, which still enforces the limit.
+func TestRedisDownEveryDecisionWithinTheDeadline(t *testing.T) {
+	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	client, err := limiter.NewRedisClient(srv.URL(), limiter.ModeStandalone)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := limiter.NewRedisStore(limiter.Conn(client), "")
+	require.NoError(t, err)
+	const deadline = time.Second
+	s := newService(t, setup{store: store, timeout: 100 * time.Millisecond, opts: rls.Options{}, doc: `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`})
+	call := func(value string) (*pb.RateLimitResponse, time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		start := time.Now()
+		r, err := s.client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", value)}})
+		require.NoError(t, err, "answered within the deadline")
+		return r, time.Since(start)
+	}
+	r, _ := call("warm")
+	require.Equal(t, ok, r.OverallCode)
+
+	srv.Freeze()
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			srv.Thaw()
+		}
+	})
+	var slowest time.Duration
+	for phase, value := range []string{"frozen", "killed"} {
+		if phase == 1 {
+			srv.Thaw()
+			thawed = true
+			require.NoError(t, srv.Close())
+		}
+		for i := range 8 {
+			r, took := call(value)
+			slowest = max(slowest, took)
+			if i < 5 {
+				require.Equal(t, ok, r.OverallCode, "%s call %d", value, i)
+				require.EqualValues(t, 4-i, r.Statuses[0].LimitRemaining, "%s call %d: the fallback counts", value, i)
+			} else {
+				require.Equal(t, over, r.OverallCode, "%s call %d: the fallback enforces the limit", value, i)
+			}
+		}
+	}
+	require.Less(t, slowest, deadline)
+	t.Logf("slowest answer with Redis down: %s", slowest)
+}

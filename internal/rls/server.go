@@ -1,0 +1,487 @@
+// Package rls serves Envoy's rate limit service API
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) from
+// edgeguard's limiter, with envoyproxy/ratelimit's configuration
+// (package rlsconfig).
+//
+// One call, in order:
+//
+//  1. Check the request (a domain and at least one descriptor, else
+//     InvalidArgument) and take the current configuration snapshot.
+//  2. Match each descriptor (rlsconfig.Config.Lookup), or take its limit
+//     override when the caller is trusted to send one.
+//  3. Drop limits another matched limit replaces; answer unlimited and
+//     unmatched descriptors OK without counting.
+//  4. Count the rest in one limiter decision (one Redis round trip per node;
+//     the limiter's fallback answers when Redis cannot). Descriptors are
+//     counted independently, as the reference counts them: one over its
+//     limit does not undo what the others took.
+//  5. Answer a status per descriptor, in order, the overall code, and the
+//     RateLimit header fields for Envoy to add to the response.
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
+)
+
+// Decider decides a request's checks: *limiter.Limiter.
+type Decider interface {
+	Decide(ctx context.Context, checks []limiter.Check) (limiter.Verdict, error)
+}
+
+// Headers is which header fields the service asks Envoy to add.
+type Headers string
+
+// The header modes.
+const (
+	// HeadersDraft: RateLimit-Policy and RateLimit (IETF
+	// httpapi-ratelimit-headers), one item per applied limit.
+	HeadersDraft Headers = "draft"
+	// HeadersLegacy: the reference's RateLimit-Limit, RateLimit-Remaining
+	// and RateLimit-Reset, for the limit closest to (or over) its quota.
+	HeadersLegacy Headers = "legacy"
+	// HeadersOff adds none, as the reference by default.
+	HeadersOff Headers = "off"
+)
+
+// ParseHeaders reads a header mode; "" is draft.
+func ParseHeaders(s string) (Headers, error) {
+	switch h := Headers(s); h {
+	case "":
+		return HeadersDraft, nil
+	case HeadersDraft, HeadersLegacy, HeadersOff:
+		return h, nil
+	}
+	return "", errors.New("want draft, legacy or off")
+}
+
+// Options build a Server.
+type Options struct {
+	Limiter Decider
+	// Nodes is how many nodes share the region's limits: the fallback's
+	// share when Redis cannot be asked. 0 means 1.
+	Nodes func() int
+	// TrustOverride reports whether the caller may override a
+	// descriptor's limit (the request's descriptor limit field); nil
+	// trusts nobody: an override from an untrusted caller is ignored and
+	// the configured limit applies.
+	TrustOverride func(ctx context.Context) bool
+	// Shadow answers OK whatever the limits say (the reference's
+	// SHADOW_MODE), still counting.
+	Shadow  bool
+	Headers Headers
+	// Now is the clock for answers decided without the limiter (tests).
+	Now func() time.Time
+}
+
+// Server implements pb.RateLimitServiceServer.
+type Server struct {
+	pb.UnimplementedRateLimitServiceServer
+	opt     Options
+	config  atomic.Pointer[rlsconfig.Config]
+	metrics *metrics
+	log     *slog.Logger
+}
+
+var _ pb.RateLimitServiceServer = (*Server)(nil)
+
+// New builds a Server; it answers errors until SetConfig gives it a
+// configuration.
+func New(opt Options, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
+	if opt.Headers == "" {
+		opt.Headers = HeadersDraft
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{opt: opt, metrics: m, log: log}, nil
+}
+
+// SetConfig swaps the configuration every later call uses.
+func (s *Server) SetConfig(c *rlsconfig.Config) { s.config.Store(c) }
+
+// Config is the configuration in use (nil before the first SetConfig).
+func (s *Server) Config() *rlsconfig.Config { return s.config.Load() }
+
+// item is one descriptor on its way through a call.
+type item struct {
+	lim     *rlsconfig.Limit
+	match   rlsconfig.Match
+	cost    uint64
+	check   int // index in checks, -1 when not counted
+	st      *pb.RateLimitResponse_DescriptorStatus
+	applied bool // a limit was enforced (or shadowed) for it
+}
+
+// ShouldRateLimit implements the service.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.shouldRateLimit(ctx, req)
+	switch {
+	case err != nil:
+		s.metrics.errorCalls.Inc()
+	case resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT:
+		s.metrics.overCalls.Inc()
+	default:
+		s.metrics.okCalls.Inc()
+	}
+	s.metrics.duration.Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	cfg := s.config.Load()
+	if cfg == nil {
+		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded")
+	}
+	var itemBuf [4]item
+	items := itemBuf[:0]
+	if n := len(req.Descriptors); n > len(itemBuf) {
+		items = make([]item, 0, n)
+	}
+	items = items[:len(req.Descriptors)]
+	var replaced map[string]bool
+	var trusted, asked bool
+	var entryBuf [4]rlsconfig.Entry
+	for i, d := range req.Descriptors {
+		it := &items[i]
+		it.check = -1
+		it.cost = uint64(max(1, req.HitsAddend))
+		if h := d.GetHitsAddend(); h != nil {
+			// 0 would mean "look without counting", which the limiter
+			// cannot do: it counts as 1 (docs/envoy.md).
+			it.cost = max(1, h.GetValue())
+		}
+		if o := d.GetLimit(); o != nil {
+			if !asked {
+				trusted, asked = s.opt.TrustOverride != nil && s.opt.TrustOverride(ctx), true
+			}
+			if trusted {
+				it.lim = overrideLimit(req.Domain, d, o)
+				s.metrics.overrides.WithLabelValues("applied").Inc()
+				continue
+			}
+			s.metrics.overrides.WithLabelValues("ignored").Inc()
+		}
+		entries := entryBuf[:0]
+		for _, e := range d.GetEntries() {
+			entries = append(entries, rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		it.match = cfg.Lookup(req.Domain, entries)
+		it.lim = it.match.Limit
+		if it.lim != nil {
+			for _, r := range it.lim.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				replaced[r] = true
+			}
+		}
+	}
+	now := s.opt.Now()
+	var checks []limiter.Check
+	for i := range items {
+		it := &items[i]
+		l := it.lim
+		switch {
+		case l != nil && l.Name != "" && replaced[l.Name]:
+			it.lim = nil
+			fallthrough
+		case l == nil:
+			it.st = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+			s.metrics.noLimit.Inc()
+			continue
+		case l.Unlimited:
+			it.st = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			s.metrics.unlimited.Inc()
+			continue
+		}
+		it.applied = true
+		ll := limit.Limit{Algorithm: l.Algorithm, Limit: int64(l.RequestsPerUnit), Window: l.Window, Burst: l.Burst}
+		if l.RequestsPerUnit == 0 || it.cost > uint64(ll.Capacity()) {
+			// Never admissible (a quota of 0 denies all, as in the
+			// reference): answered here, nothing to count.
+			it.st = s.status(l, false, 0, windowReset(l, now))
+			continue
+		}
+		ll.Key = counterKey(req.Domain, req.Descriptors[i].GetEntries(), it.match.Shared, l)
+		it.check = len(checks)
+		checks = append(checks, limiter.Check{Limit: ll, Cost: int64(it.cost), Shadow: true, Nodes: s.nodes()})
+	}
+	if len(checks) == 1 {
+		// Alone, a check may deny for real: a denial is then cached and
+		// the next ones cost no Redis call. Several are counted as shadow
+		// checks so that one denying does not undo the others.
+		for i := range items {
+			if items[i].check == 0 {
+				checks[0].Shadow = items[i].lim.Shadow
+			}
+		}
+	}
+	if len(checks) > 0 {
+		v, err := s.opt.Limiter.Decide(ctx, checks)
+		if err != nil {
+			s.log.Warn("rate limit decision failed", "domain", req.Domain, "err", err)
+			if errors.Is(err, limiter.ErrUnavailable) {
+				return nil, status.Error(codes.Unavailable, "rate limit store unavailable")
+			}
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return nil, status.Error(codes.Internal, "rate limit decision failed")
+		}
+		for i := range items {
+			it := &items[i]
+			if it.check < 0 {
+				continue
+			}
+			o := v.Checks[it.check]
+			it.st = s.status(it.lim, o.Allowed, o.Remaining, o.ResetAfter)
+		}
+	}
+	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(items))}
+	quota, quotaOver := 0, 0
+	for i := range items {
+		it := &items[i]
+		resp.Statuses[i] = it.st
+		if !it.applied {
+			continue
+		}
+		over := it.st.Code == pb.RateLimitResponse_OVER_LIMIT
+		switch {
+		case it.lim.Shadow && over:
+			it.st.Code = pb.RateLimitResponse_OK
+			s.metrics.shadowOver.Inc()
+		case over:
+			s.metrics.over.Inc()
+		default:
+			s.metrics.ok.Inc()
+		}
+		switch {
+		case it.lim.Shadow:
+		case it.lim.Quota:
+			quota++
+			if over {
+				quotaOver++
+			}
+		case over:
+			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if quota > 0 && quota == quotaOver {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
+	resp.ResponseHeadersToAdd = s.headers(items)
+	if s.opt.Shadow && resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		resp.OverallCode = pb.RateLimitResponse_OK
+		s.metrics.globalShadow.Inc()
+	}
+	return resp, nil
+}
+
+func (s *Server) nodes() int {
+	if s.opt.Nodes == nil {
+		return 1
+	}
+	return max(1, s.opt.Nodes())
+}
+
+// status is one descriptor's answer.
+func (s *Server) status(l *rlsconfig.Limit, allowed bool, remaining int64, reset time.Duration) *pb.RateLimitResponse_DescriptorStatus {
+	st := &pb.RateLimitResponse_DescriptorStatus{
+		Code:               pb.RateLimitResponse_OK,
+		CurrentLimit:       &pb.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: pbUnit(l.Unit)},
+		LimitRemaining:     uint32(min(max(remaining, 0), math.MaxUint32)),
+		DurationUntilReset: durationpb.New(max(reset, 0)),
+	}
+	if !allowed {
+		st.Code = pb.RateLimitResponse_OVER_LIMIT
+		st.LimitRemaining = 0
+	}
+	return st
+}
+
+// windowReset is when an epoch-aligned window of l ends (the reference's
+// reset for every limit; the limiter's for fixed windows).
+func windowReset(l *rlsconfig.Limit, now time.Time) time.Duration {
+	w := l.Window.Milliseconds()
+	if w <= 0 {
+		return 0
+	}
+	ms := now.UnixMilli()
+	return time.Duration(w-ms%w) * time.Millisecond
+}
+
+var units = map[rlsconfig.Unit]pb.RateLimitResponse_RateLimit_Unit{
+	rlsconfig.Second: pb.RateLimitResponse_RateLimit_SECOND,
+	rlsconfig.Minute: pb.RateLimitResponse_RateLimit_MINUTE,
+	rlsconfig.Hour:   pb.RateLimitResponse_RateLimit_HOUR,
+	rlsconfig.Day:    pb.RateLimitResponse_RateLimit_DAY,
+	rlsconfig.Week:   pb.RateLimitResponse_RateLimit_WEEK,
+	rlsconfig.Month:  pb.RateLimitResponse_RateLimit_MONTH,
+	rlsconfig.Year:   pb.RateLimitResponse_RateLimit_YEAR,
+}
+
+// pbUnit is the API's unit; a window set by the extension has none
+// (UNKNOWN: the window is in the RateLimit-Policy header's w).
+func pbUnit(u rlsconfig.Unit) pb.RateLimitResponse_RateLimit_Unit { return units[u] }
+
+func overrideLimit(domain string, d *rlv3.RateLimitDescriptor, o *rlv3.RateLimitDescriptor_RateLimitOverride) *rlsconfig.Limit {
+	u := rlsconfig.UnitNone
+	for k, v := range units {
+		if int32(v) == int32(o.GetUnit()) {
+			u = k
+		}
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range d.GetEntries() {
+		b.WriteString("." + e.GetKey())
+		if e.GetValue() != "" {
+			b.WriteString("_" + e.GetValue())
+		}
+	}
+	l := &rlsconfig.Limit{Path: b.String(), RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u, Algorithm: limit.FixedWindow, Window: u.Duration()}
+	if u == rlsconfig.UnitNone {
+		// An override without a known unit can never be admitted.
+		l.RequestsPerUnit = 0
+	}
+	return l
+}
+
+// counterKey names the counter of one descriptor: its domain, entries
+// (the shared pattern in place of a value for share_threshold wildcards)
+// and the limit's algorithm and window, hashed so that any value (braces,
+// any length) makes a valid limiter key.
+func counterKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, shared []string, l *rlsconfig.Limit) string {
+	var buf [512]byte
+	b := buf[:0]
+	write := func(s string) {
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(b, ':')
+		b = append(b, s...)
+	}
+	write(domain)
+	for i, e := range entries {
+		write(e.GetKey())
+		if i < len(shared) && shared[i] != "" {
+			b = append(b, '*')
+			write(shared[i])
+			continue
+		}
+		b = append(b, '=')
+		write(e.GetValue())
+	}
+	write(l.Algorithm.String())
+	b = strconv.AppendInt(b, l.Window.Milliseconds(), 10)
+	sum := sha256.Sum256(b)
+	var out [4 + 32]byte
+	copy(out[:], "rls:")
+	hex.Encode(out[4:], sum[:16])
+	return string(out[:])
+}
+
+// headers are the RateLimit fields for the response.
+func (s *Server) headers(items []item) []*core.HeaderValue {
+	switch s.opt.Headers {
+	case HeadersOff:
+		return nil
+	case HeadersLegacy:
+		// The reference: the descriptor over its limit (the last one), else
+		// the one with the least remaining.
+		var pick *item
+		for i := range items {
+			it := &items[i]
+			if !it.applied {
+				continue
+			}
+			if it.st.Code == pb.RateLimitResponse_OVER_LIMIT && !it.lim.Shadow || pick == nil || pick.st.Code != pb.RateLimitResponse_OVER_LIMIT && it.st.LimitRemaining < pick.st.LimitRemaining {
+				pick = it
+			}
+		}
+		if pick == nil {
+			return nil
+		}
+		return []*core.HeaderValue{
+			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(pick.lim.RequestsPerUnit), 10)},
+			{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(pick.st.LimitRemaining), 10)},
+			{Key: "RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(pick.st.DurationUntilReset.AsDuration()), 10)},
+		}
+	}
+	var policy, state strings.Builder
+	for i := range items {
+		it := &items[i]
+		if !it.applied || it.lim.Shadow {
+			continue
+		}
+		name := it.lim.Name
+		if name == "" {
+			name = it.lim.Path
+		}
+		if policy.Len() > 0 {
+			policy.WriteString(", ")
+			state.WriteString(", ")
+		}
+		q := sfString(name)
+		policy.WriteString(q + ";q=" + strconv.FormatUint(uint64(it.lim.RequestsPerUnit), 10) + ";w=" + strconv.FormatInt(ceilSeconds(it.lim.Window), 10))
+		state.WriteString(q + ";r=" + strconv.FormatUint(uint64(it.st.LimitRemaining), 10) + ";t=" + strconv.FormatInt(ceilSeconds(it.st.DurationUntilReset.AsDuration()), 10))
+	}
+	if policy.Len() == 0 {
+		return nil
+	}
+	return []*core.HeaderValue{{Key: "RateLimit-Policy", Value: policy.String()}, {Key: "RateLimit", Value: state.String()}}
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// sfString quotes s as a structured-field string (RFC 8941): printable
+// ASCII only, with '"' and '\' escaped; anything else becomes '_'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('_')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
