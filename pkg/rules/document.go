@@ -1,6 +1,11 @@
 package rules
 
-import "github.com/edgeguard/edgeguard/pkg/behavior"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/edgeguard/edgeguard/pkg/behavior"
+)
 
 // SchemaVersion is the only document version this package understands.
 const SchemaVersion = 1
@@ -42,6 +47,68 @@ type Rule struct {
 	// the decisions of the others are counted under rule="_other", so a
 	// document of 100,000 rules costs a few series, not 100,000 per metric.
 	Metrics bool `yaml:"metrics,omitempty"`
+	// Bypass lists requests the rule never counts nor denies (an operator's
+	// allowlist); the edge records them with the decision "bypass".
+	Bypass Bypass `yaml:"bypass,omitempty"`
+	// Overrides give single key values their own limit (and burst), the
+	// rule's other parameters kept: a partner's API key, a NATed office.
+	// Looking one up costs the same for 10 entries as for 100,000.
+	Overrides Overrides `yaml:"overrides,omitempty"`
+	// LimitHeader names a request header whose value, from a trusted peer
+	// only, replaces the limit for that request (a filter in front of the
+	// edge that knows the client's plan). From anyone else it is ignored.
+	LimitHeader string `yaml:"limit_header,omitempty"`
+	// Penalty keeps a key that this rule denied denied for this long,
+	// however slowly it then sends (a mitigation timeout, a penalty box),
+	// in every edge of the region. 0: no penalty.
+	Penalty Duration `yaml:"penalty,omitempty"`
+}
+
+// Bypass selects requests a rule leaves alone. Each list is optional and
+// any one entry that matches is enough.
+type Bypass struct {
+	// CIDRs are client networks ("192.0.2.0/24", "2001:db8::/32") or single
+	// addresses; the client is the one the trust model names.
+	CIDRs []string `yaml:"cidrs,omitempty" json:"cidrs,omitempty"`
+	// Hosts are exact host names or "*.example.com", as in match.hosts.
+	Hosts []string `yaml:"hosts,omitempty" json:"hosts,omitempty"`
+	// PathPrefix entries match on segment boundaries, as in match.path_prefix.
+	PathPrefix []string `yaml:"path_prefix,omitempty" json:"path_prefix,omitempty"`
+	// APIKeyHeader names the header whose value is hashed (SHA-256) and
+	// compared with APIKeySHA256. The document holds hashes only, never a key.
+	APIKeyHeader string   `yaml:"api_key_header,omitempty" json:"api_key_header,omitempty"`
+	APIKeySHA256 []string `yaml:"api_key_sha256,omitempty" json:"api_key_sha256,omitempty"`
+}
+
+// Override is one key value's own limit. Key lists one value per
+// descriptor of the rule's key, in the same order ("192.0.2.7" for ip, the
+// header's value for header:X-User), written as the request sends it.
+type Override struct {
+	Key   []string `yaml:"key"`
+	Limit int64    `yaml:"limit"`
+	// Burst is the token_bucket capacity for this key; 0: same as Limit.
+	Burst int64 `yaml:"burst,omitempty"`
+}
+
+// Overrides is a rule's list of overrides.
+type Overrides []Override
+
+// String summarizes the list for "rules diff": a long list is not printed.
+func (o Overrides) String() string {
+	if len(o) == 0 {
+		return "[]"
+	}
+	if len(o) > 3 {
+		return fmt.Sprintf("[%d overrides]", len(o))
+	}
+	parts := make([]string, len(o))
+	for i, x := range o {
+		parts[i] = fmt.Sprintf("[%s]=%d", strings.Join(x.Key, ", "), x.Limit)
+		if x.Burst != 0 {
+			parts[i] += fmt.Sprintf("/%d", x.Burst)
+		}
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
 }
 
 // MatchSpec selects the requests a rule applies to. Every list is optional;
@@ -87,6 +154,18 @@ func (r Rule) clone() Rule {
 	r.Match.Hosts = cloneStrings(r.Match.Hosts)
 	r.Match.PathPrefix = cloneStrings(r.Match.PathPrefix)
 	r.Match.Methods = cloneStrings(r.Match.Methods)
+	r.Bypass.CIDRs = cloneStrings(r.Bypass.CIDRs)
+	r.Bypass.Hosts = cloneStrings(r.Bypass.Hosts)
+	r.Bypass.PathPrefix = cloneStrings(r.Bypass.PathPrefix)
+	r.Bypass.APIKeySHA256 = cloneStrings(r.Bypass.APIKeySHA256)
+	if r.Overrides != nil {
+		o := make(Overrides, len(r.Overrides))
+		for i, x := range r.Overrides {
+			x.Key = cloneStrings(x.Key)
+			o[i] = x
+		}
+		r.Overrides = o
+	}
 	return r
 }
 
