@@ -43,7 +43,18 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 			source = e.reason(a.out.Source)
 		}
 	}
+	if sc.penalised {
+		source = "penalty"
+	}
 	line.List("rules", rules).Str("source", source)
+	if len(sc.bypassed) > 0 {
+		var bids [8]string
+		by := bids[:0]
+		for _, r := range sc.bypassed {
+			by = append(by, r.ID)
+		}
+		line.List("bypassed", by)
+	}
 	if fp := ja4Of(ctx.Conn()); fp != "" {
 		line.Str("ja4", fp)
 	}
@@ -71,6 +82,9 @@ func decisionOf(outcome string, sc *scratch) string {
 	case outcomeDenied:
 		return "denied"
 	case outcomeProxied:
+		if len(sc.all) == 0 && len(sc.bypassed) > 0 {
+			return "bypass" // every rule that applied let it pass
+		}
 		for _, a := range sc.all {
 			if a.rule.Shadow && !a.out.Allowed && a.out.Source != limiter.SourceSkipped {
 				return "shadow"

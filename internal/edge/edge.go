@@ -48,6 +48,7 @@ type Edge struct {
 	rulesAt               atomic.Pointer[time.Time]
 	limiter               *limiter.Limiter
 	redisStore            *limiter.RedisStore // nil with the memory store
+	penalties             *limiter.PenaltyBox // the rules' penalties (escapes.go)
 	bh                    *behaviourLayer
 	closers               []func()
 	proxy                 *origin.Proxy
@@ -345,6 +346,7 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 	var store limiter.Store
 	var loadErr error
 	if e.cfg.Redis == "" {
+		e.penalties = limiter.NewPenaltyBox(nil, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
 		store = limiter.NewMemoryStore()
 		lcfg.StoreName = "memory"
 		e.log.Info("no --redis given: counting in this process only (embedded memory store)")
@@ -355,6 +357,7 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 			return err
 		}
 		e.closers = append(e.closers, func() { _ = client.Close() })
+		e.penalties = limiter.NewPenaltyBox(client, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
 		conn := limiter.Conn(client)
 		if e.cfg.RedisAutopipeline {
 			ap, stop, err := limiter.AutoPipelined(client)

@@ -23,6 +23,7 @@ import (
 // for the metrics and the access log handle writes after it.
 type scratch struct {
 	matches  []rules.Match
+	bypassed []*rules.CompiledRule // rules whose bypass named the request
 	checks   []limiter.Check
 	applied  []applied
 	all      []applied     // every rule's outcome, shadow ones too (access log)
@@ -32,13 +33,17 @@ type scratch struct {
 	client   netip.Addr
 	trace    context.Context // the request span's context; nil without tracing
 	span     trace.Span
+	// penalised: denied by a penalty (escapes.go), not counted.
+	penalised bool
 }
 
 func (sc *scratch) reset() {
 	clear(sc.matches)
 	clear(sc.applied)
 	clear(sc.all)
+	clear(sc.bypassed)
 	sc.matches, sc.checks, sc.applied, sc.all = sc.matches[:0], sc.checks[:0], sc.applied[:0], sc.all[:0]
+	sc.bypassed, sc.penalised = sc.bypassed[:0], false
 	sc.tier, sc.id, sc.upstream, sc.client = shedder.TierNone, "", 0, netip.Addr{}
 	sc.trace, sc.span = nil, nil
 }
@@ -139,12 +144,20 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 		refuseRepeated(ctx, headers.repeated)
 		return outcomeRefused
 	}
+	sc.matches, sc.bypassed = e.dropBypassed(sc.matches, sc.bypassed)
 
 	// Limit.
 	var verdict limiter.Verdict
 	if len(sc.matches) > 0 {
 		for _, m := range sc.matches {
-			sc.checks = append(sc.checks, e.check(m))
+			sc.checks = append(sc.checks, e.check(m, trusted, header))
+		}
+		if headers.repeated != "" { // a limit header sent twice
+			refuseRepeated(ctx, headers.repeated)
+			return outcomeRefused
+		}
+		if e.penalised(ctx, sc) {
+			return outcomeDenied
 		}
 		lctx := context.Background()
 		obs, early, block := e.bh.apply(ctx, &bh, sc.matches, sc.checks)
@@ -171,6 +184,9 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 			e.log.Error("limiter refused checks", "err", err)
 			verdict = limiter.Verdict{Allowed: true}
 		}
+		if !verdict.Allowed {
+			e.startPenalties(sc.matches, sc.checks, &verdict)
+		}
 		sc.applied, sc.all = e.record(sc.matches, verdict, sc.applied, sc.all, e.access != nil)
 		if !verdict.Allowed {
 			deny(ctx, sc.applied, e.cfg.LegacyHeaders)
@@ -195,14 +211,15 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 	return outcomeProxied
 }
 
-// check turns a matched rule into a limiter check.
-func (e *Edge) check(m rules.Match) limiter.Check {
+// check turns a matched rule into a limiter check, with the key's own
+// limit if it has one (escapes.go).
+func (e *Edge) check(m rules.Match, trusted bool, header func(string) (string, bool)) limiter.Check {
 	r := m.Rule
 	key, nodes := m.Key, e.nodesRegion.Load()
 	if r.Scope == rules.ScopePoP {
 		key, nodes = e.popKeyPrefix+key, e.nodesPoP.Load()
 	}
-	return limiter.Check{Limit: ruleLimit(r, key), Cost: r.Cost, Shadow: r.Shadow, Nodes: int(nodes)}
+	return limiter.Check{Limit: e.limitOf(m, key, trusted, header), Cost: r.Cost, Shadow: r.Shadow, Nodes: int(nodes)}
 }
 
 // ruleLimit is a compiled rule's limit on key: rules compile to the
