@@ -49,6 +49,7 @@ type Edge struct {
 	limiter               *limiter.Limiter
 	redisStore            *limiter.RedisStore // nil with the memory store
 	penalties             *limiter.PenaltyBox // the rules' penalties (escapes.go)
+	counter               *responseCounter    // counts by the response (response.go)
 	bh                    *behaviourLayer
 	closers               []func()
 	proxy                 *origin.Proxy
@@ -391,6 +392,8 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 	l.StoreFailed(loadErr) // readiness knows before the first request
 	e.limiter, e.storeName = l, lcfg.StoreName
 	e.closers = append(e.closers, l.Close) // before the Redis client closes (closers run in reverse)
+	e.counter = newResponseCounter()
+	e.closers = append(e.closers, e.counter.wait) // before the limiter closes
 	return nil
 }
 

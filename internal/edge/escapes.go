@@ -84,6 +84,9 @@ const maxPenaltyKeys = 8
 // penalised denies the request when a penalty rule's key is serving a
 // penalty: 429 with Retry-After until its end, nothing counted. It reports
 // whether it answered.
+//
+// The response-aware rules' blocks (response.go) are looked up in the same
+// round trip: at indexes len(sc.matches) and on, in sc.after's order.
 func (e *Edge) penalised(ctx *fasthttp.RequestCtx, sc *scratch) bool {
 	var keysBuf [maxPenaltyKeys]string
 	var atBuf [maxPenaltyKeys]int
@@ -91,6 +94,11 @@ func (e *Edge) penalised(ctx *fasthttp.RequestCtx, sc *scratch) bool {
 	for i, m := range sc.matches {
 		if m.Rule.Penalty > 0 && !m.Rule.Shadow {
 			keys, at = append(keys, sc.checks[i].Limit.Key), append(at, i)
+		}
+	}
+	for i, m := range sc.after {
+		if !m.Rule.Shadow {
+			keys, at = append(keys, blockKey(sc.afterChecks[i].Limit.Key)), append(at, len(sc.matches)+i)
 		}
 	}
 	if len(keys) == 0 {
@@ -111,23 +119,34 @@ func (e *Edge) penalised(ctx *fasthttp.RequestCtx, sc *scratch) bool {
 	if longest == 0 {
 		return false
 	}
+	all := func(i int) (rules.Match, limiter.Check) {
+		if i < len(sc.matches) {
+			return sc.matches[i], sc.checks[i]
+		}
+		return sc.after[i-len(sc.matches)], sc.afterChecks[i-len(sc.matches)]
+	}
 	for j, i := range at {
 		if left[j] > 0 {
 			sc.penalised = true
-			r := sc.matches[i].Rule
-			e.metrics.decision(ruleLabel(r), "denied", "penalty").Inc()
-			e.metrics.escape(ruleLabel(r), escapePenalised).Inc()
+			m, _ := all(i)
+			escape, reason := escapePenalised, "penalty"
+			if i >= len(sc.matches) {
+				escape, reason = escapeResponseBlocked, "response"
+			}
+			e.metrics.decision(ruleLabel(m.Rule), "denied", reason).Inc()
+			e.metrics.escape(ruleLabel(m.Rule), escape).Inc()
 		}
 	}
 	// What clients see: the penalised rules deny until their penalty
 	// ends; the others were not asked.
 	j := 0
-	for i, m := range sc.matches {
+	for i := range len(sc.matches) + len(sc.after) {
+		m, c := all(i)
 		a := applied{rule: m.Rule, skipped: true}
 		if j < len(at) && at[j] == i {
 			if d := left[j]; d > 0 {
 				a.skipped = false
-				a.out.Limit, a.out.RetryAfter, a.out.ResetAfter = sc.checks[i].Limit.Capacity(), d, d
+				a.out.Limit, a.out.RetryAfter, a.out.ResetAfter = c.Limit.Capacity(), d, d
 			}
 			j++
 		}

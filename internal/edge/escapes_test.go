@@ -213,6 +213,130 @@ func escapeCount(t *testing.T, r *running, rule, escape string) float64 {
 	return metricSum(t, r, "edgeguard_edge_escapes_total", "rule", rule, "escape", escape)
 }
 
+// TestCountByResponse: rules that count only what the origin's response
+// says, against a real Redis.
+func TestCountByResponse(t *testing.T) {
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
+
+	// waitCounted waits until n responses have been counted (the count is
+	// sent after the response, on its own goroutine).
+	waitCounted := func(t *testing.T, r *running, rule string, n float64) {
+		t.Helper()
+		require.Eventually(t, func() bool { return escapeCount(t, r, rule, "response_counted") >= n },
+			10*time.Second, 5*time.Millisecond, "%v responses counted", n)
+	}
+
+	t.Run("only 401s count: credential stuffing", func(t *testing.T) {
+		r := startEdge(t, `
+version: 1
+rules:
+  - id: stuffing
+    key: [ip]
+    algorithm: sliding_window
+    limit: 5
+    window: 1m
+    metrics: true
+    count_if: {status: [401]}
+`, withRedis(rd, testenv.KeyPrefix(t)))
+		require.Equal(t, repeatInt(200, 20), codes(t, r, 20, "/status?code=200"), "successes are not counted")
+		for i := range 6 {
+			require.Equal(t, []int{401}, codes(t, r, 1, "/status?code=401"), "attempt %d reaches the origin", i)
+			waitCounted(t, r, "stuffing", float64(i+1))
+		}
+		// The sixth 401 did not fit: the key is blocked until a unit
+		// frees, for every request of the client.
+		resp := r.get(t, "/status?code=200")
+		require.Equal(t, 429, resp.StatusCode)
+		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		require.True(t, retry > 1 && retry <= 60, "Retry-After %d: until the window frees a unit", retry)
+		require.Equal(t, 1.0, escapeCount(t, r, "stuffing", "response_blocked"))
+		require.Equal(t, 5.0, metricSum(t, r, "edgeguard_edge_decisions_total", "rule", "stuffing", "decision", "allowed"))
+	})
+
+	t.Run("a credential-stuffing flood overshoots by what is in flight", func(t *testing.T) {
+		r := startEdge(t, `
+version: 1
+rules:
+  - id: stuffing
+    key: [ip]
+    algorithm: sliding_window
+    limit: 20
+    window: 1m
+    metrics: true
+    count_if: {status: [401, 403]}
+`, withRedis(rd, testenv.KeyPrefix(t)))
+		var mu sync.Mutex
+		got := map[int]int{}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 50 {
+					resp, err := http.Get("http://" + r.Addr() + "/status?code=401")
+					if err != nil {
+						panic(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					mu.Lock()
+					got[resp.StatusCode]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("400 attempts, 8 at a time, limit 20: %d reached the origin (overshoot %d), %d denied", got[401], got[401]-20, got[429])
+		require.Equal(t, 400, got[401]+got[429])
+		require.GreaterOrEqual(t, got[401], 20)
+		// Overshoot: the requests in flight when the count crossed, and
+		// those sent before that count's reply set the block; bounded here
+		// with a wide margin for a loaded machine.
+		require.Less(t, got[401], 20+8*10)
+	})
+
+	t.Run("cost from a response header, bounded", func(t *testing.T) {
+		r := startEdge(t, `
+version: 1
+rules:
+  - id: complexity
+    key: [header:X-User]
+    algorithm: fixed_window
+    limit: 10
+    window: 1m
+    metrics: true
+    cost_header: X-Cost
+`, withRedis(rd, testenv.KeyPrefix(t)))
+		for i, c := range []string{"4", "4"} {
+			require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "a"))
+			waitCounted(t, r, "complexity", float64(i+1))
+		}
+		// 8 of 10 taken: a cost of 4 does not fit, and blocks the key.
+		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=4", "X-User", "a"))
+		waitCounted(t, r, "complexity", 3)
+		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200&cost=1", "X-User", "a"))
+
+		// A huge cost is charged max_cost (the capacity: 10), and blocks;
+		// garbage is charged the rule's cost (1). Each is an error.
+		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=99999999999999999999999", "X-User", "huge"))
+		waitCounted(t, r, "complexity", 4)
+		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=1", "X-User", "huge"))
+		waitCounted(t, r, "complexity", 5)
+		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200", "X-User", "huge"), "10 of 10 taken by one response")
+		for i, c := range []string{"-5", "NaN", "1e3"} {
+			require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "garbage"))
+			waitCounted(t, r, "complexity", float64(6+i))
+		}
+		require.Equal(t, 4.0, escapeCount(t, r, "complexity", "cost_header_error"))
+		// 3 units taken by the 3 bad headers, 7 left: 7 responses fit, the
+		// next one (already served when it is counted) does not and blocks.
+		require.Equal(t, repeatInt(200, 8), codes(t, r, 8, "/status?code=200", "X-User", "garbage"))
+		waitCounted(t, r, "complexity", 16)
+		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200", "X-User", "garbage"))
+	})
+}
+
 func repeatInt(v, n int) []int {
 	out := make([]int, n)
 	for i := range out {

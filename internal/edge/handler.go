@@ -24,15 +24,18 @@ import (
 type scratch struct {
 	matches  []rules.Match
 	bypassed []*rules.CompiledRule // rules whose bypass named the request
+	after    []rules.Match         // rules that count by the response (response.go)
 	checks   []limiter.Check
-	applied  []applied
-	all      []applied     // every rule's outcome, shadow ones too (access log)
-	tier     shedder.Tier  // TierNone until classified
-	id       string        // the request id, once proxied
-	upstream time.Duration // time at the origin
-	client   netip.Addr
-	trace    context.Context // the request span's context; nil without tracing
-	span     trace.Span
+	// afterChecks are after's checks, cost still the rule's.
+	afterChecks []limiter.Check
+	applied     []applied
+	all         []applied     // every rule's outcome, shadow ones too (access log)
+	tier        shedder.Tier  // TierNone until classified
+	id          string        // the request id, once proxied
+	upstream    time.Duration // time at the origin
+	client      netip.Addr
+	trace       context.Context // the request span's context; nil without tracing
+	span        trace.Span
 	// penalised: denied by a penalty (escapes.go), not counted.
 	penalised bool
 }
@@ -42,6 +45,9 @@ func (sc *scratch) reset() {
 	clear(sc.applied)
 	clear(sc.all)
 	clear(sc.bypassed)
+	clear(sc.after)
+	clear(sc.afterChecks)
+	sc.after, sc.afterChecks = sc.after[:0], sc.afterChecks[:0]
 	sc.matches, sc.checks, sc.applied, sc.all = sc.matches[:0], sc.checks[:0], sc.applied[:0], sc.all[:0]
 	sc.bypassed, sc.penalised = sc.bypassed[:0], false
 	sc.tier, sc.id, sc.upstream, sc.client = shedder.TierNone, "", 0, netip.Addr{}
@@ -145,20 +151,24 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 		return outcomeRefused
 	}
 	sc.matches, sc.bypassed = e.dropBypassed(sc.matches, sc.bypassed)
+	sc.matches, sc.after = splitAfter(sc.matches, sc.after)
 
 	// Limit.
 	var verdict limiter.Verdict
+	for _, m := range sc.after {
+		sc.afterChecks = append(sc.afterChecks, e.check(m, trusted, header))
+	}
+	for _, m := range sc.matches {
+		sc.checks = append(sc.checks, e.check(m, trusted, header))
+	}
+	if headers.repeated != "" { // a limit header sent twice
+		refuseRepeated(ctx, headers.repeated)
+		return outcomeRefused
+	}
+	if (len(sc.matches) > 0 || len(sc.after) > 0) && e.penalised(ctx, sc) {
+		return outcomeDenied
+	}
 	if len(sc.matches) > 0 {
-		for _, m := range sc.matches {
-			sc.checks = append(sc.checks, e.check(m, trusted, header))
-		}
-		if headers.repeated != "" { // a limit header sent twice
-			refuseRepeated(ctx, headers.repeated)
-			return outcomeRefused
-		}
-		if e.penalised(ctx, sc) {
-			return outcomeDenied
-		}
 		lctx := context.Background()
 		obs, early, block := e.bh.apply(ctx, &bh, sc.matches, sc.checks)
 		if block {
@@ -208,6 +218,9 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 	sc.upstream = time.Since(upstream)
 	ospan.End()
 	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
+	if len(sc.after) > 0 {
+		e.countResponse(ctx, sc) // after the response is ready; never holds it back
+	}
 	return outcomeProxied
 }
 

@@ -27,6 +27,7 @@ type metrics struct {
 	decisions     *prometheus.CounterVec // rule, decision, reason
 	escapes       *prometheus.CounterVec // rule, escape
 	penaltyErrors prometheus.Counter
+	countsDropped prometheus.Counter
 	duration      *prometheus.HistogramVec // outcome
 	rulesInfo     *prometheus.GaugeVec     // version
 	rulesLoaded   prometheus.Gauge
@@ -62,8 +63,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"rule", "decision", "reason"}),
 		escapes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_escapes_total",
-			Help: "Requests an operator's escape applied to, by rule (as in decisions) and escape: bypass (not counted), override (the key's own limit), limit_header (a trusted peer's limit), limit_header_ignored (sent by an untrusted peer, or invalid), penalised (denied by a penalty, not counted), penalty_start (a denial that started a penalty).",
+			Help: "Requests an operator's escape applied to, by rule (as in decisions) and escape: bypass (not counted), override (the key's own limit), limit_header (a trusted peer's limit), limit_header_ignored (sent by an untrusted peer, or invalid), penalised (denied by a penalty, not counted), penalty_start (a denial that started a penalty), response_counted (a response counted by a count_if or cost_header rule), response_blocked (denied: the key is over such a rule's limit), cost_header_error (a cost header that was not a valid cost, or above max_cost: bounded).",
 		}, []string{"rule", "escape"}),
+		countsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_response_counts_dropped_total",
+			Help: "Responses a count_if or cost_header rule should have counted but did not: 4,096 counts were already waiting for Redis.",
+		}),
 		penaltyErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_edge_penalty_errors_total",
 			Help: "Penalty lookups and starts that Redis did not answer in time (the request went on as though its key served no penalty).",
@@ -111,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			m.byRequest[requestKey{o, t}] = m.requests.WithLabelValues(o, t.String())
 		}
 	}
-	for _, esc := range []string{escapeBypass, escapeOverride, escapeLimitHeader, escapeHeaderIgnored, escapePenalised, escapePenaltyStart} {
+	for _, esc := range []string{escapeBypass, escapeOverride, escapeLimitHeader, escapeHeaderIgnored, escapePenalised, escapePenaltyStart, escapeResponseCounted, escapeResponseBlocked, escapeCostHeaderError} {
 		m.escape(otherRules, esc) // every escape's series exists from the start
 	}
 	bi := buildinfo.Get()
@@ -122,7 +127,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	})
 	build.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.escapes, m.penaltyErrors, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, build} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.escapes, m.penaltyErrors, m.countsDropped, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, build} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range append(m.tls.collectors(), m.h2.floods) {

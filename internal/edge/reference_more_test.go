@@ -141,6 +141,7 @@ func rulesReference(t *testing.T) string {
 		{"Match (`match:`)", "MatchSpec", reflect.TypeFor[rules.MatchSpec]()},
 		{"Bypass (`bypass:`, see [escapes](../escapes.md))", "Bypass", reflect.TypeFor[rules.Bypass]()},
 		{"Override (`overrides:` items)", "Override", reflect.TypeFor[rules.Override]()},
+		{"Count by the response (`count_if:`)", "CountIf", reflect.TypeFor[rules.CountIf]()},
 	} {
 		docs := fieldDocs(t, dir, tc.typ)
 		fmt.Fprintf(&b, "## %s\n\n| field | type | meaning |\n|---|---|---|\n", tc.title)

@@ -46,10 +46,14 @@ type CompiledRule struct {
 	LimitHeader string
 	// Penalty is how long a key this rule denied stays denied (0: none).
 	Penalty time.Duration
+	// CountIf and CostHeader: the rule counts after the response.
+	CountIf    CountIf
+	CostHeader string
 
 	keyPrefix string              // "<id>:"
 	bypass    *bypassSet          // nil: nothing bypasses
 	overrides map[string]override // by Match.Key
+	response  *responseMatch      // nil: counts before the request
 
 	exactHosts  []string
 	hostSuffix  []string // ".example.com" for "*.example.com"
@@ -80,12 +84,15 @@ func (r CompiledRule) MarshalJSON() ([]byte, error) {
 		Overrides    int             `json:"overrides,omitempty"`
 		LimitHeader  string          `json:"limit_header,omitempty"`
 		Penalty      string          `json:"penalty,omitempty"`
+		CountIf      *CountIf        `json:"count_if,omitempty"`
+		CostHeader   string          `json:"cost_header,omitempty"`
 	}{
 		ID: r.ID, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window.String(),
 		Burst: r.Burst, Cost: r.Cost, MinInterval: durationOrEmpty(r.MinInterval),
 		Shadow: r.Shadow, Scope: r.Scope, Behaviour: r.Behaviour, Metrics: r.Metrics, Key: r.Key,
 		Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Methods: r.Methods,
 		Bypass: bypassOrNil(r.Bypass), Overrides: r.Overrides, LimitHeader: r.LimitHeader, Penalty: durationOrEmpty(r.Penalty),
+		CountIf: countIfOrNil(r.CountIf), CostHeader: r.CostHeader,
 	})
 }
 
@@ -201,10 +208,13 @@ func compileRule(r *Rule) CompiledRule {
 		LimitHeader:  r.LimitHeader,
 		Penalty:      r.Penalty.D(),
 		bypass:       compileBypass(&r.Bypass),
+		CountIf:      r.CountIf,
+		CostHeader:   r.CostHeader,
 	}
 	if l.Algorithm.Spec().Burst {
 		c.Burst = l.Capacity()
 	}
+	c.response = compileResponse(r, l.Capacity())
 	if slices.ContainsFunc(r.Match.Hosts, func(h string) bool { return strings.HasPrefix(h, "*") }) {
 		c.exactHosts = nil
 		for _, h := range r.Match.Hosts {
@@ -272,6 +282,7 @@ func (s *Snapshot) Rules() []CompiledRule {
 		r.PathPrefixes = cloneStrings(r.PathPrefixes)
 		r.Methods = cloneStrings(r.Methods)
 		r.Bypass = r.Bypass.clone()
+		r.CountIf.Status = cloneStrings(r.CountIf.Status)
 		out[i] = r
 	}
 	return out

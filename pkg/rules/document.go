@@ -1,7 +1,9 @@
 package rules
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/edgeguard/edgeguard/pkg/behavior"
@@ -62,6 +64,28 @@ type Rule struct {
 	// however slowly it then sends (a mitigation timeout, a penalty box),
 	// in every edge of the region. 0: no penalty.
 	Penalty Duration `yaml:"penalty,omitempty"`
+	// CountIf makes the rule count by the response: only requests whose
+	// response matches are counted, after the response, and the next
+	// request of a key over the limit is denied (a 401/403 limit against
+	// credential stuffing, a 5xx limit to spare a failing origin).
+	CountIf CountIf `yaml:"count_if,omitempty"`
+	// CostHeader names an origin response header that says what the
+	// request cost (a query's complexity); the rule then counts after the
+	// response. Missing: the rule's cost.
+	CostHeader string `yaml:"cost_header,omitempty"`
+	// MaxCost bounds what cost_header may charge one request (default: the
+	// rule's limit, or its burst for a bucket); a larger value is charged
+	// max_cost and counted as an error.
+	MaxCost int64 `yaml:"max_cost,omitempty"`
+}
+
+// CountIf selects the responses a rule counts. Both lists optional; a
+// response matching either is counted.
+type CountIf struct {
+	// Status lists codes ("401") and classes ("5xx").
+	Status []string `yaml:"status,omitempty" json:"status,omitempty"`
+	// Header counts responses that carry this header (whatever its value).
+	Header string `yaml:"header,omitempty" json:"header,omitempty"`
 }
 
 // Bypass selects requests a rule leaves alone. Each list is optional and
@@ -75,8 +99,10 @@ type Bypass struct {
 	// PathPrefix entries match on segment boundaries, as in match.path_prefix.
 	PathPrefix []string `yaml:"path_prefix,omitempty" json:"path_prefix,omitempty"`
 	// APIKeyHeader names the header whose value is hashed (SHA-256) and
-	// compared with APIKeySHA256. The document holds hashes only, never a key.
-	APIKeyHeader string   `yaml:"api_key_header,omitempty" json:"api_key_header,omitempty"`
+	// compared with api_key_sha256.
+	APIKeyHeader string `yaml:"api_key_header,omitempty" json:"api_key_header,omitempty"`
+	// APIKeySHA256 are the SHA-256 digests (64 hex digits) of the API keys
+	// that bypass: the document holds hashes only, never a key.
 	APIKeySHA256 []string `yaml:"api_key_sha256,omitempty" json:"api_key_sha256,omitempty"`
 }
 
@@ -84,8 +110,10 @@ type Bypass struct {
 // descriptor of the rule's key, in the same order ("192.0.2.7" for ip, the
 // header's value for header:X-User), written as the request sends it.
 type Override struct {
-	Key   []string `yaml:"key"`
-	Limit int64    `yaml:"limit"`
+	// Key is the key's values, one per descriptor of the rule's key.
+	Key []string `yaml:"key"`
+	// Limit is this key's limit (the rule's window and algorithm kept).
+	Limit int64 `yaml:"limit"`
 	// Burst is the token_bucket capacity for this key; 0: same as Limit.
 	Burst int64 `yaml:"burst,omitempty"`
 }
@@ -93,22 +121,23 @@ type Override struct {
 // Overrides is a rule's list of overrides.
 type Overrides []Override
 
-// String summarizes the list for "rules diff": a long list is not printed.
+// String is the list for "rules diff": a long list is summarized by its
+// length and a digest of its entries (in any order), so two lists that
+// differ never print alike.
 func (o Overrides) String() string {
-	if len(o) == 0 {
-		return "[]"
-	}
-	if len(o) > 3 {
-		return fmt.Sprintf("[%d overrides]", len(o))
-	}
 	parts := make([]string, len(o))
 	for i, x := range o {
-		parts[i] = fmt.Sprintf("[%s]=%d", strings.Join(x.Key, ", "), x.Limit)
+		parts[i] = fmt.Sprintf("%q=%d", x.Key, x.Limit)
 		if x.Burst != 0 {
 			parts[i] += fmt.Sprintf("/%d", x.Burst)
 		}
 	}
-	return "[" + strings.Join(parts, "; ") + "]"
+	if len(o) <= 3 {
+		return "[" + strings.Join(parts, "; ") + "]"
+	}
+	slices.Sort(parts)
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\n")))
+	return fmt.Sprintf("[%d overrides, digest %x]", len(o), sum[:6])
 }
 
 // MatchSpec selects the requests a rule applies to. Every list is optional;
@@ -158,6 +187,7 @@ func (r Rule) clone() Rule {
 	r.Bypass.Hosts = cloneStrings(r.Bypass.Hosts)
 	r.Bypass.PathPrefix = cloneStrings(r.Bypass.PathPrefix)
 	r.Bypass.APIKeySHA256 = cloneStrings(r.Bypass.APIKeySHA256)
+	r.CountIf.Status = cloneStrings(r.CountIf.Status)
 	if r.Overrides != nil {
 		o := make(Overrides, len(r.Overrides))
 		for i, x := range r.Overrides {

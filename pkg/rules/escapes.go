@@ -3,9 +3,11 @@ package rules
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +30,7 @@ const apiKeyHashLen = 64
 
 func (r *Rule) validateEscapes(p *problems) {
 	r.validateBypass(p)
+	r.validateResponse(p)
 	r.validateOverrides(p)
 	if r.LimitHeader != "" {
 		if !isToken(r.LimitHeader) {
@@ -348,4 +351,151 @@ func (r *CompiledRule) limitFor(lim, burst int64) limit.Limit {
 		l.Limit, l.Burst = lim, burst
 	}
 	return l
+}
+
+// AfterResponse reports whether the rule counts after the response
+// (count_if or cost_header): it is never asked before the request, and a
+// key over its limit is denied from the next request on.
+func (r *Rule) AfterResponse() bool {
+	return len(r.CountIf.Status) > 0 || r.CountIf.Header != "" || r.CostHeader != ""
+}
+
+func (r *Rule) validateResponse(p *problems) {
+	if !r.AfterResponse() {
+		if r.MaxCost != 0 {
+			p.addf("max_cost", "only with cost_header")
+		}
+		return
+	}
+	normalizeList(p, "count_if.status", r.CountIf.Status, normalizeStatus)
+	slices.Sort(r.CountIf.Status)
+	for _, h := range []struct {
+		field string
+		v     *string
+	}{{"count_if.header", &r.CountIf.Header}, {"cost_header", &r.CostHeader}} {
+		if *h.v == "" {
+			continue
+		}
+		if !isToken(*h.v) {
+			p.addf(h.field, "%q: want a header name (an HTTP token)", *h.v)
+			continue
+		}
+		*h.v = canonicalHeader(*h.v)
+	}
+	l := r.limit()
+	if l.Algorithm.Valid() && l.Algorithm.Spec().Held {
+		p.addf("count_if", "a %s rule holds a slot for the request's life; it cannot count after the response", r.Algorithm)
+	}
+	switch capacity := l.Capacity(); {
+	case r.MaxCost < 0:
+		p.addf("max_cost", "must be > 0 (got %d)", r.MaxCost)
+	case r.MaxCost > 0 && r.CostHeader == "":
+		p.addf("max_cost", "only with cost_header")
+	case r.MaxCost > 0 && capacity > 0 && r.MaxCost > capacity:
+		p.addf("max_cost", "must be <= the rule's capacity %d (got %d): a larger cost could never be admitted", capacity, r.MaxCost)
+	}
+}
+
+// normalizeStatus takes a status code (100-599) or class ("5xx").
+func normalizeStatus(raw string) (string, error) {
+	s := strings.ToLower(raw)
+	if len(s) == 3 && s[0] >= '1' && s[0] <= '5' {
+		if s[1:] == "xx" {
+			return s, nil
+		}
+		if s[1] >= '0' && s[1] <= '9' && s[2] >= '0' && s[2] <= '9' {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("%q: want a status code (401) or class (5xx) from 1xx to 5xx", raw)
+}
+
+// responseMatch is a rule's count_if and cost_header, ready for responses.
+type responseMatch struct {
+	classes    [6]bool // by status / 100
+	codes      []int
+	header     string
+	costHeader string
+	maxCost    int64
+	cost       int64
+}
+
+func compileResponse(r *Rule, capacity int64) *responseMatch {
+	if !r.AfterResponse() {
+		return nil
+	}
+	m := &responseMatch{header: r.CountIf.Header, costHeader: r.CostHeader, maxCost: r.MaxCost, cost: r.Cost}
+	if m.maxCost == 0 {
+		m.maxCost = capacity
+	}
+	for _, s := range r.CountIf.Status {
+		if s[1:] == "xx" {
+			m.classes[s[0]-'0'] = true
+			continue
+		}
+		n, _ := strconv.Atoi(s)
+		m.codes = append(m.codes, n)
+	}
+	return m
+}
+
+// AfterResponse reports whether the rule counts after the response (see
+// Rule.AfterResponse).
+func (r *CompiledRule) AfterResponse() bool { return r.response != nil }
+
+// CostProblem says why a cost header's value was not taken as it was.
+type CostProblem uint8
+
+// The cost header's problems.
+const (
+	CostOK       CostProblem = iota
+	CostInvalid              // not a non-negative integer: the rule's cost was charged
+	CostTooLarge             // above max_cost: max_cost was charged
+)
+
+// ResponseCost is what the response costs the rule's key: 0 when the rule
+// does not count it. status is the response's code, header looks up a
+// response header. A cost header that is not a non-negative decimal
+// integer charges the rule's cost; one above max_cost charges max_cost;
+// both are reported.
+func (r *CompiledRule) ResponseCost(status int, header func(string) (string, bool)) (int64, CostProblem) {
+	m := r.response
+	if m == nil {
+		return 0, CostOK
+	}
+	counted := len(r.CountIf.Status) == 0 && m.header == "" // cost_header alone: every response
+	if !counted && status >= 100 && status < 600 && m.classes[status/100] {
+		counted = true
+	}
+	if !counted && slices.Contains(m.codes, status) {
+		counted = true
+	}
+	if !counted && m.header != "" {
+		_, counted = header(m.header)
+	}
+	if !counted {
+		return 0, CostOK
+	}
+	if m.costHeader == "" {
+		return m.cost, CostOK
+	}
+	v, ok := header(m.costHeader)
+	if !ok {
+		return m.cost, CostOK
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	switch {
+	case err != nil && errors.Is(err, strconv.ErrRange), err == nil && n > uint64(m.maxCost):
+		return m.maxCost, CostTooLarge
+	case err != nil:
+		return m.cost, CostInvalid
+	}
+	return int64(n), CostOK
+}
+
+func countIfOrNil(c CountIf) *CountIf {
+	if len(c.Status) == 0 && c.Header == "" {
+		return nil
+	}
+	return &c
 }

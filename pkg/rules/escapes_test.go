@@ -221,6 +221,108 @@ func BenchmarkOverrideLookup(b *testing.B) {
 }
 
 func ExampleOverrides_String() {
-	fmt.Println(Overrides{{Key: []string{"192.0.2.1"}, Limit: 100}})
-	// Output: [[192.0.2.1]=100]
+	fmt.Println(Overrides{{Key: []string{"192.0.2.1", "alice"}, Limit: 100}, {Key: []string{"192.0.2.2", "bob"}, Limit: 5, Burst: 9}})
+	// Output: [["192.0.2.1" "alice"]=100; ["192.0.2.2" "bob"]=5/9]
+}
+
+// TestOverridesDiffer: "rules diff" tells two long lists apart by their
+// printed value, and not two orders of one list.
+func TestOverridesDiffer(t *testing.T) {
+	a, b := overridesDoc(1000).Rules[0], overridesDoc(1000).Rules[0]
+	require.Equal(t, FieldValue(a, "overrides"), FieldValue(b, "overrides"))
+	b.Overrides[500].Limit++
+	require.NotEqual(t, FieldValue(a, "overrides"), FieldValue(b, "overrides"))
+	b.Overrides[500].Limit--
+	b.Overrides[0], b.Overrides[999] = b.Overrides[999], b.Overrides[0]
+	require.Equal(t, FieldValue(a, "overrides"), FieldValue(b, "overrides"))
+	require.Contains(t, FieldNames(), "bypass.cidrs")
+	require.Contains(t, FieldNames(), "count_if.status")
+}
+
+func TestResponseCost(t *testing.T) {
+	doc := mustParse(t, `version: 1
+rules:
+  - id: stuffing
+    key: [ip]
+    algorithm: sliding_window
+    limit: 5
+    window: 1m
+    count_if: {status: [401, 403, 5XX], header: x-count-me}
+  - id: complexity
+    key: [ip]
+    algorithm: token_bucket
+    limit: 100
+    window: 1s
+    cost_header: x-cost
+    max_cost: 50
+  - id: plain
+    key: [ip]
+    algorithm: fixed_window
+    limit: 5
+    window: 1m
+`)
+	s := mustCompile(t, doc)
+	rs := map[string]*CompiledRule{}
+	for _, m := range s.Match(&Request{Host: "a", Method: "GET", Path: "/", ClientIP: netip.MustParseAddr("192.0.2.1")}, nil) {
+		rs[m.Rule.ID] = m.Rule
+	}
+	require.True(t, rs["stuffing"].AfterResponse())
+	require.True(t, rs["complexity"].AfterResponse())
+	require.False(t, rs["plain"].AfterResponse())
+	hdr := func(kv ...string) func(string) (string, bool) {
+		return func(name string) (string, bool) {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == name {
+					return kv[i+1], true
+				}
+			}
+			return "", false
+		}
+	}
+	for _, tc := range []struct {
+		rule    string
+		status  int
+		header  func(string) (string, bool)
+		cost    int64
+		problem CostProblem
+	}{
+		{"stuffing", 200, hdr(), 0, CostOK},
+		{"stuffing", 401, hdr(), 1, CostOK},
+		{"stuffing", 403, hdr(), 1, CostOK},
+		{"stuffing", 404, hdr(), 0, CostOK},
+		{"stuffing", 503, hdr(), 1, CostOK},
+		{"stuffing", 200, hdr("X-Count-Me", ""), 1, CostOK},
+		{"complexity", 200, hdr(), 1, CostOK},
+		{"complexity", 200, hdr("X-Cost", "7"), 7, CostOK},
+		{"complexity", 200, hdr("X-Cost", "0"), 0, CostOK},
+		{"complexity", 200, hdr("X-Cost", "51"), 50, CostTooLarge},
+		{"complexity", 200, hdr("X-Cost", "99999999999999999999999"), 50, CostTooLarge},
+		{"complexity", 200, hdr("X-Cost", "-3"), 1, CostInvalid},
+		{"complexity", 200, hdr("X-Cost", "NaN"), 1, CostInvalid},
+		{"complexity", 200, hdr("X-Cost", "2.5"), 1, CostInvalid},
+	} {
+		cost, problem := rs[tc.rule].ResponseCost(tc.status, tc.header)
+		require.Equal(t, tc.cost, cost, "%s %d", tc.rule, tc.status)
+		require.Equal(t, tc.problem, problem, "%s %d", tc.rule, tc.status)
+	}
+
+	_, err := Parse([]byte(`version: 1
+rules:
+  - id: bad
+    key: [ip]
+    algorithm: concurrency
+    limit: 5
+    window: 1m
+    count_if: {status: [200, 6xx, abc]}
+    max_cost: 9
+`))
+	require.Error(t, err)
+	for _, want := range []string{
+		`line 8: rule "bad": count_if.status[1]: "6xx": want a status code`,
+		`line 8: rule "bad": count_if.status[2]: "abc"`,
+		`rule "bad": count_if: a concurrency rule holds a slot`,
+		`line 9: rule "bad": max_cost: only with cost_header`,
+	} {
+		require.Contains(t, err.Error(), want)
+	}
 }

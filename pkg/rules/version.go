@@ -82,6 +82,9 @@ type canonicalEscapes struct {
 	Overrides   []canonicalOverride `json:"overrides"`
 	LimitHeader string              `json:"limit_header"`
 	PenaltyNS   int64               `json:"penalty_ns"`
+	CountIf     CountIf             `json:"count_if"`
+	CostHeader  string              `json:"cost_header"`
+	MaxCost     int64               `json:"max_cost"`
 }
 
 type canonicalOverride struct {
@@ -93,7 +96,8 @@ type canonicalOverride struct {
 // escapesOf is r's canonicalEscapes, nil when it has none (its version
 // is then what it was before escapes existed).
 func escapesOf(r *Rule) *canonicalEscapes {
-	if r.Bypass.empty() && r.Bypass.APIKeyHeader == "" && len(r.Overrides) == 0 && r.LimitHeader == "" && r.Penalty == 0 {
+	if r.Bypass.empty() && r.Bypass.APIKeyHeader == "" && len(r.Overrides) == 0 && r.LimitHeader == "" && r.Penalty == 0 &&
+		!r.AfterResponse() && r.MaxCost == 0 {
 		return nil
 	}
 	quote := func(l []string) []string {
@@ -112,6 +116,9 @@ func escapesOf(r *Rule) *canonicalEscapes {
 		Overrides:   make([]canonicalOverride, len(r.Overrides)),
 		LimitHeader: strconv.Quote(r.LimitHeader),
 		PenaltyNS:   int64(r.Penalty),
+		CountIf:     CountIf{Status: quote(r.CountIf.Status), Header: strconv.Quote(r.CountIf.Header)},
+		CostHeader:  strconv.Quote(r.CostHeader),
+		MaxCost:     r.MaxCost,
 	}
 	for i, o := range r.Overrides {
 		key := make([]string, len(o.Key))
