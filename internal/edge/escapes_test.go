@@ -251,7 +251,9 @@ rules:
 		require.Equal(t, 429, resp.StatusCode)
 		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 		require.NoError(t, err)
-		require.True(t, retry > 1 && retry <= 60, "Retry-After %d: until the window frees a unit", retry)
+		// A sliding window frees a unit as the previous window's count
+		// decays: up to two windows after the counts were made.
+		require.True(t, retry > 1 && retry <= 120, "Retry-After %d: until the window frees a unit", retry)
 		require.Equal(t, 1.0, escapeCount(t, r, "stuffing", "response_blocked"))
 		require.Equal(t, 5.0, metricSum(t, r, "edgeguard_edge_decisions_total", "rule", "stuffing", "decision", "allowed"))
 	})

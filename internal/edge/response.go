@@ -124,7 +124,8 @@ func (e *Edge) countOne(a afterCount) {
 		decision = "denied"
 	}
 	e.metrics.decision(label, decision, e.reason(o.Source)).Inc()
-	e.metrics.escape(label, escapeResponseCounted).Inc()
+	// Counted once the count, and the block it may set, are done.
+	defer e.metrics.escape(label, escapeResponseCounted).Inc()
 	if o.Allowed || a.rule.Shadow || o.Source == limiter.SourceOpen {
 		return
 	}
