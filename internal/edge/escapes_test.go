@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
@@ -337,6 +339,59 @@ rules:
 		waitCounted(t, r, "complexity", 16)
 		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200", "X-User", "garbage"))
 	})
+}
+
+// commandCalls is how many times Redis ran each of cmds (INFO commandstats).
+func commandCalls(t *testing.T, c *redis.Client, cmds ...string) []int {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	out := make([]int, len(cmds))
+	for i, cmd := range cmds {
+		_, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		out[i], err = strconv.Atoi(n)
+		require.NoError(t, err)
+	}
+	return out
+}
+
+// TestPenaltyRedisCost measures what a penalty rule asks of Redis: one
+// PTTL per request while the key is free, nothing while this edge knows
+// it is penalised, one SET per penalty started.
+func TestPenaltyRedisCost(t *testing.T) {
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
+	opts, err := redis.ParseURL(rd.URL())
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	defer c.Close()
+	r := startEdge(t, `
+version: 1
+rules:
+  - id: login
+    key: [ip]
+    algorithm: fixed_window
+    limit: 50
+    window: 1m
+    penalty: 1m
+`, withRedis(rd, testenv.KeyPrefix(t)))
+	before := commandCalls(t, c, "pttl", "set")
+	require.Equal(t, repeatInt(200, 50), codes(t, r, 50, "/"))
+	free := commandCalls(t, c, "pttl", "set")
+	require.Equal(t, []int{429, 429}, codes(t, r, 2, "/"), "the 51st starts the penalty, the 52nd serves it")
+	started := commandCalls(t, c, "pttl", "set")
+	require.Equal(t, repeatInt(429, 100), codes(t, r, 100, "/"))
+	served := commandCalls(t, c, "pttl", "set")
+	t.Logf("PTTL, SET: 50 free requests %d, %d; the trip %d, %d; 100 penalised %d, %d",
+		free[0]-before[0], free[1]-before[1], started[0]-free[0], started[1]-free[1], served[0]-started[0], served[1]-started[1])
+	require.Equal(t, 50, free[0]-before[0], "one PTTL per request of a free key")
+	require.Equal(t, 1, started[0]-free[0], "the tripping request looked first; the next one is known here")
+	require.Equal(t, 1, started[1]-free[1], "one SET per penalty started")
+	require.Equal(t, 0, served[0]-started[0], "a penalised flood costs Redis nothing")
 }
 
 func repeatInt(v, n int) []int {
