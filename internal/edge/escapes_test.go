@@ -341,6 +341,49 @@ rules:
 	})
 }
 
+// TestEscapesThroughConsul: escapes pushed to a region's Consul reach a
+// running edge (validated, swapped live) and apply against Redis; a push
+// that drops the bypass limits the same traffic.
+func TestEscapesThroughConsul(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
+	rc := regionClient(t, c)
+	doc := func(bypass string) string {
+		return `
+version: 1
+rules:
+  - id: per-ip
+    key: [ip]
+    algorithm: fixed_window
+    limit: 2
+    window: 1m
+    penalty: 1m
+    metrics: true` + bypass + "\n"
+	}
+	withBypass := doc(`
+    bypass:
+      cidrs: [127.0.0.0/8]`)
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), withBypass)
+	r := startEdge(t, "version: 1\nrules: []\n", withRedis(rd, testenv.KeyPrefix(t), func(cfg *Config) {
+		cfg.Rules, cfg.Consul, cfg.RulesCache = "", c.HTTPAddr(), filepath.Join(t.TempDir(), "cache.yaml")
+		cfg.Region, cfg.PoP = "eu-west", "ams"
+	}))
+	waitVersion(t, r, effectiveVersion(t, withBypass, ""), time.Now())
+	require.Equal(t, repeatInt(200, 20), codes(t, r, 20, "/"), "loopback is allowlisted")
+	require.Equal(t, 20.0, escapeCount(t, r, "per-ip", "bypass"))
+
+	without := doc("")
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), without)
+	waitVersion(t, r, effectiveVersion(t, without, ""), time.Now())
+	require.Equal(t, []int{200, 200, 429, 429}, codes(t, r, 4, "/"), "limited, then penalised")
+	require.Equal(t, 1.0, escapeCount(t, r, "per-ip", "penalty_start"))
+	require.Equal(t, 1.0, escapeCount(t, r, "per-ip", "penalised"))
+}
+
 // commandCalls is how many times Redis ran each of cmds (INFO commandstats).
 func commandCalls(t *testing.T, c *redis.Client, cmds ...string) []int {
 	info, err := c.Info(context.Background(), "commandstats").Result()
