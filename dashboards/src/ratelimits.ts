@@ -58,6 +58,25 @@ export function rateLimitsBoard(): dashboard.Dashboard {
         legend: '{{region}}/{{pop}}',
       }],
     }))
+    .withRow(row('Escapes'))
+    .withPanel(timeSeries({
+      title: 'Escapes by rule',
+      description: 'Requests an operator\'s escape applied to, per second, by rule and escape (docs/escapes.md): bypass (allowlisted: not counted), override (the key\'s own limit), limit_header (a trusted peer set the limit), penalised (denied by a penalty), penalty_start (a denial that started one), response_counted and response_blocked (count_if / cost_header rules). A bypass rate that jumps means an allowlisted network or key is flooding: it is never limited, so check who it is.',
+      unit: 'reqps', min: 0,
+      thresholds: [green()],
+      targets: [{ expr: `sum by (rule, escape) (${rate('edgeguard_edge_escapes_total', 'escape!~"limit_header_ignored|cost_header_error"')})`, legend: '{{rule}} {{escape}}' }],
+    }))
+    .withPanel(timeSeries({
+      title: 'Escapes refused and failing',
+      description: 'limit_header_ignored: a limit header from an untrusted client (someone trying to raise their own limit) or not a valid limit; cost_header_error: an origin cost header that was garbage or above max_cost (bounded); penalty errors: penalty or block lookups Redis did not answer (requests went on unpenalised); dropped counts: responses a count_if rule could not count because 4,096 counts were waiting for Redis.',
+      unit: 'reqps', min: 0,
+      thresholds: [green(), orange(1)],
+      targets: [
+        { expr: `sum by (region, rule, escape) (${rate('edgeguard_edge_escapes_total', 'escape=~"limit_header_ignored|cost_header_error"')})`, legend: '{{region}} {{rule}} {{escape}}' },
+        { expr: `sum by (region) (${rate('edgeguard_edge_penalty_errors_total')})`, legend: '{{region}} penalty errors' },
+        { expr: `sum by (region) (${rate('edgeguard_edge_response_counts_dropped_total')})`, legend: '{{region}} dropped counts' },
+      ],
+    }))
     .withRow(row('Store, breakers and fallback'))
     .withPanel(timeSeries({
       title: 'Fallback by reason',

@@ -67,6 +67,17 @@ rules:
     window: 10m
     shadow: true
     metrics: true
+  - id: escapes
+    match:
+      path_prefix: ["/escape"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1000000
+    window: 10m
+    metrics: true
+    limit_header: X-Edge-Limit
+    bypass:
+      path_prefix: ["/escape/open"]
   - id: hot-key
     match:
       path_prefix: ["/burst"]
@@ -207,6 +218,27 @@ func send(e *edgeProc, path, ip, priority string) int {
 	return resp.StatusCode
 }
 
+// sendEscapes sends n bypassed requests and n with an invalid limit header
+// (both counted by edgeguard_edge_escapes_total) and returns the statuses.
+func sendEscapes(e *edgeProc, n int, ip string) map[int]int {
+	got := map[int]int{}
+	for range n {
+		got[send(e, "/escape/open", ip, "")]++
+		req, _ := http.NewRequest(http.MethodGet, "http://"+e.addr+"/escape", nil)
+		req.Header.Set("X-Forwarded-For", ip)
+		req.Header.Set("X-Edge-Limit", "NaN")
+		resp, err := client.Do(req)
+		if err != nil {
+			got[0]++
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		got[resp.StatusCode]++
+	}
+	return got
+}
+
 func sendN(t *testing.T, e *edgeProc, n int, path, ip, priority string) map[int]int {
 	got := map[int]int{}
 	for range n {
@@ -339,6 +371,8 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	require.Equal(t, map[int]int{200: 5, 429: 2}, sendN(t, ams, 7, "/api/x", "203.0.113.1", ""))
 	require.Equal(t, map[int]int{200: 3}, sendN(t, ams, 3, "/shadow", "203.0.113.1", ""))
 	require.Equal(t, map[int]int{200: 1}, sendN(t, ams, 1, "/", "203.0.113.1", "critical"))
+	require.Equal(t, map[int]int{200: 2}, sendEscapes(ams, 1, "203.0.113.1"))
+	waitProm(t, p, `sum(edgeguard_edge_escapes_total{pop="ams", rule="escapes", escape="bypass"})`, 1)
 	waitProm(t, p, `count(edgeguard_edge_decisions_total{pop="ams", rule="per-client", decision="denied"})`, 2)
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="per-client", decision="denied"})`, 2)
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="shadow-trial", decision="shadow_denied"})`, 1)
@@ -346,17 +380,19 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	done()
 
 	// --- scenario: counted (the values the panels must report) ---
-	done = begin("counted: 7 denied per-client, 4 shadow_denied, 10 critical proxied, 2 rejected documents")
+	done = begin("counted: 7 denied per-client, 4 shadow_denied, 10 critical proxied, 2 rejected documents, 6 bypassed")
 	t0 := time.Now()
 	const (
 		wantDenied   = 7
 		wantShadow   = 4
 		wantCritical = 10
 		wantRejected = 2
+		wantBypass   = 6
 	)
 	require.Equal(t, map[int]int{200: 5, 429: wantDenied}, sendN(t, ams, 5+wantDenied, "/api/y", "203.0.113.2", ""))
 	require.Equal(t, map[int]int{200: 2 + wantShadow}, sendN(t, ams, 2+wantShadow, "/shadow", "203.0.113.2", ""))
 	require.Equal(t, map[int]int{200: wantCritical}, sendN(t, ams, wantCritical, "/", "203.0.113.3", "critical"))
+	require.Equal(t, map[int]int{200: 2 * wantBypass}, sendEscapes(ams, wantBypass, "203.0.113.3"))
 	// Invalid documents written straight into Consul (regionctl would
 	// refuse them): every edge refuses each and keeps its rules.
 	for i := range wantRejected {
@@ -369,6 +405,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	require.NoError(t, err)
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="per-client", decision="denied"})`, 2+wantDenied)
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="shadow-trial", decision="shadow_denied"})`, 1+wantShadow)
+	waitProm(t, p, `sum(edgeguard_edge_escapes_total{pop="ams", rule="escapes", escape="bypass"})`, 1+wantBypass)
 	waitProm(t, p, `sum(edgeguard_edge_requests_total{pop="ams", tier="critical", outcome="proxied"})`, 1+wantCritical)
 	done()
 	// The counting window starts before the counted traffic (one flat
@@ -703,6 +740,8 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		pick(evalAt(findPanel("edgeguard-ratelimits", "Top denied rules").Targets[0].Expr), map[string]string{"rule": "per-client"}), wantDenied)
 	within("Rate limits / Decisions by rule and outcome {rule=shadow-trial, decision=shadow_denied} x window",
 		wsec*pick(evalAt(findPanel("edgeguard-ratelimits", "Decisions by rule and outcome").Targets[0].Expr), map[string]string{"rule": "shadow-trial", "decision": "shadow_denied"}), wantShadow)
+	within("Rate limits / Escapes by rule {rule=escapes, escape=bypass} x window",
+		wsec*pick(evalAt(findPanel("edgeguard-ratelimits", "Escapes by rule").Targets[0].Expr), map[string]string{"rule": "escapes", "escape": "bypass"}), wantBypass)
 	within("Shedder tuning / Requests by tier and outcome {tier=critical, outcome=proxied} x window",
 		wsec*pick(evalAt(findPanel("edgeguard-shedder", "Requests by tier and outcome").Targets[0].Expr), map[string]string{"tier": "critical", "outcome": "proxied"}), wantCritical)
 	within("Regions / Consul watch errors and rejected documents [B] {pop=ams}",

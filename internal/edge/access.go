@@ -34,6 +34,14 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 	var ids [8]string
 	rules, source := e.decidedBy(sc, ids[:0])
 	line.List("rules", rules).Str("source", source)
+	if len(sc.bypassed) > 0 {
+		var bids [8]string
+		by := bids[:0]
+		for _, r := range sc.bypassed {
+			by = append(by, r.ID)
+		}
+		line.List("bypassed", by)
+	}
 	if fp := ja4Of(ctx.Conn()); fp != "" {
 		line.Str("ja4", fp)
 	}
@@ -61,6 +69,9 @@ func (e *Edge) decidedBy(sc *scratch, buf []string) (rules []string, source stri
 			source = e.reason(a.out.Source)
 		}
 	}
+	if sc.penalised {
+		source = "penalty"
+	}
 	return rules, source
 }
 
@@ -78,6 +89,9 @@ func decisionOf(outcome string, sc *scratch) string {
 	case outcomeDenied:
 		return "denied"
 	case outcomeProxied:
+		if len(sc.all) == 0 && len(sc.bypassed) > 0 {
+			return "bypass" // every rule that applied let it pass
+		}
 		for _, a := range sc.all {
 			if a.shadow && !a.out.Allowed && a.out.Source != limiter.SourceSkipped {
 				return "shadow"

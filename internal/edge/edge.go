@@ -49,6 +49,8 @@ type Edge struct {
 	rulesAt               atomic.Pointer[time.Time]
 	limiter               *limiter.Limiter
 	redisStore            *limiter.RedisStore // nil with the memory store
+	penalties             *limiter.PenaltyBox // the rules' penalties (escapes.go)
+	counter               *responseCounter    // counts by the response (response.go)
 	bh                    *behaviourLayer
 	closers               []func()
 	proxy                 *origin.Proxy
@@ -351,6 +353,7 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 	var store limiter.Store
 	var loadErr error
 	if e.cfg.Redis == "" {
+		e.penalties = limiter.NewPenaltyBox(nil, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
 		store = limiter.NewMemoryStore()
 		lcfg.StoreName = "memory"
 		e.log.Info("no --redis given: counting in this process only (embedded memory store)")
@@ -361,6 +364,7 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 			return err
 		}
 		e.closers = append(e.closers, func() { _ = client.Close() })
+		e.penalties = limiter.NewPenaltyBox(client, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
 		conn := limiter.Conn(client)
 		if e.cfg.RedisAutopipeline {
 			ap, stop, err := limiter.AutoPipelined(client)
@@ -394,6 +398,8 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 	l.StoreFailed(loadErr) // readiness knows before the first request
 	e.limiter, e.storeName = l, lcfg.StoreName
 	e.closers = append(e.closers, l.Close) // before the Redis client closes (closers run in reverse)
+	e.counter = newResponseCounter()
+	e.closers = append(e.closers, e.counter.wait) // before the limiter closes
 	return nil
 }
 

@@ -39,6 +39,14 @@ func testOrigin(t *testing.T) string {
 			ms, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("ms")))
 			time.Sleep(time.Duration(ms) * time.Millisecond)
 		}
+		if string(ctx.Path()) == "/status" { // /status?code=401&cost=3: that status, an X-Cost header
+			code, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("code")))
+			ctx.SetStatusCode(code)
+			if c := ctx.QueryArgs().Peek("cost"); c != nil {
+				ctx.Response.Header.SetBytesV("X-Cost", c)
+			}
+			return
+		}
 		ctx.SetContentType("application/json")
 		var keys []string
 		for _, v := range ctx.Request.Header.PeekAll("X-Api-Key") {

@@ -23,22 +23,33 @@ import (
 // for the metrics and the access log handle writes after it.
 type scratch struct {
 	matches  []rules.Match
+	bypassed []*rules.CompiledRule // rules whose bypass named the request
+	after    []rules.Match         // rules that count by the response (response.go)
 	checks   []limiter.Check
-	applied  []applied
-	all      []applied     // every rule's outcome, shadow ones too (access log)
-	tier     shedder.Tier  // TierNone until classified
-	id       string        // the request id, once proxied
-	upstream time.Duration // time at the origin
-	client   netip.Addr
-	trace    context.Context // the request span's context; nil without tracing
-	span     trace.Span
+	// afterChecks are after's checks, cost still the rule's.
+	afterChecks []limiter.Check
+	applied     []applied
+	all         []applied     // every rule's outcome, shadow ones too (access log)
+	tier        shedder.Tier  // TierNone until classified
+	id          string        // the request id, once proxied
+	upstream    time.Duration // time at the origin
+	client      netip.Addr
+	trace       context.Context // the request span's context; nil without tracing
+	span        trace.Span
+	// penalised: denied by a penalty (escapes.go), not counted.
+	penalised bool
 }
 
 func (sc *scratch) reset() {
 	clear(sc.matches)
 	clear(sc.applied)
 	clear(sc.all)
+	clear(sc.bypassed)
+	clear(sc.after)
+	clear(sc.afterChecks)
+	sc.after, sc.afterChecks = sc.after[:0], sc.afterChecks[:0]
 	sc.matches, sc.checks, sc.applied, sc.all = sc.matches[:0], sc.checks[:0], sc.applied[:0], sc.all[:0]
+	sc.bypassed, sc.penalised = sc.bypassed[:0], false
 	sc.tier, sc.id, sc.upstream, sc.client = shedder.TierNone, "", 0, netip.Addr{}
 	sc.trace, sc.span = nil, nil
 }
@@ -149,13 +160,25 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 		refuseRepeated(ctx, headers.repeated)
 		return outcomeRefused
 	}
+	sc.matches, sc.bypassed = e.dropBypassed(sc.matches, sc.bypassed)
+	sc.matches, sc.after = splitAfter(sc.matches, sc.after)
 
 	// Limit.
 	var verdict limiter.Verdict
+	for _, m := range sc.after {
+		sc.afterChecks = append(sc.afterChecks, e.check(m, trusted, header))
+	}
+	for _, m := range sc.matches {
+		sc.checks = append(sc.checks, e.check(m, trusted, header))
+	}
+	if headers.repeated != "" { // a limit header sent twice
+		refuseRepeated(ctx, headers.repeated)
+		return outcomeRefused
+	}
+	if (len(sc.matches) > 0 || len(sc.after) > 0) && e.penalised(ctx, sc) {
+		return outcomeDenied
+	}
 	if len(sc.matches) > 0 {
-		for _, m := range sc.matches {
-			sc.checks = append(sc.checks, e.check(m))
-		}
 		lctx := context.Background()
 		obs, early, block := e.bh.apply(ctx, &bh, sc.matches, sc.checks)
 		if block {
@@ -181,6 +204,9 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 			e.log.Error("limiter refused checks", "err", err)
 			verdict = limiter.Verdict{Allowed: true}
 		}
+		if !verdict.Allowed {
+			e.startPenalties(sc.matches, sc.checks, &verdict)
+		}
 		sc.applied, sc.all = e.record(sc.matches, sc.checks, verdict, sc.applied, sc.all, e.access != nil || sc.span != nil)
 		if !verdict.Allowed {
 			deny(ctx, sc.applied, e.cfg.LegacyHeaders)
@@ -203,6 +229,9 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx, start time.Time, sc *scratch) str
 	ctx.Response.Header.Del(notProcessed) // the edge's word, never the origin's
 	ospan.End()
 	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
+	if len(sc.after) > 0 {
+		e.countResponse(ctx, sc) // after the response is ready; never holds it back
+	}
 	return outcomeProxied
 }
 
@@ -214,8 +243,10 @@ func originAnswered(ctx *fasthttp.RequestCtx, sc *scratch) bool {
 	return sc.upstream > 0 && code != fasthttp.StatusBadGateway && code != fasthttp.StatusServiceUnavailable
 }
 
-// check turns a matched rule into a limiter check.
-func (e *Edge) check(m rules.Match) limiter.Check {
+// check turns a matched rule into a limiter check, with the key's own
+// limit if it has one (escapes.go), enforced or shadow as the rule and the
+// region's switch say (enforcement.go).
+func (e *Edge) check(m rules.Match, trusted bool, header func(string) (string, bool)) limiter.Check {
 	r := m.Rule
 	key, nodes := m.Key, e.nodesRegion.Load()
 	if r.Scope == rules.ScopePoP {
@@ -227,7 +258,7 @@ func (e *Edge) check(m rules.Match) limiter.Check {
 	} else {
 		e.metrics.enforce.enforced.Inc()
 	}
-	return limiter.Check{Limit: ruleLimit(r, key), Cost: r.Cost, Shadow: shadow, Nodes: int(nodes)}
+	return limiter.Check{Limit: e.limitOf(m, key, trusted, header), Cost: r.Cost, Shadow: shadow, Nodes: int(nodes)}
 }
 
 // ruleLimit is a compiled rule's limit on key: rules compile to the

@@ -19,22 +19,26 @@ type metrics struct {
 	// The per-request series, looked up once: requests are made for every
 	// outcome and tier up front (a read-only map), durations and decisions
 	// on first use.
-	byRequest    map[requestKey]prometheus.Counter
-	byDuration   sync.Map                 // outcome → prometheus.Observer
-	byDecision   sync.Map                 // decisionKey → prometheus.Counter
-	requests     *prometheus.CounterVec   // outcome, tier
-	decisions    *prometheus.CounterVec   // rule, decision, reason
-	duration     *prometheus.HistogramVec // outcome
-	rulesInfo    *prometheus.GaugeVec     // version
-	rulesLoaded  prometheus.Gauge
-	rulesErrors  prometheus.Counter
-	limiterError prometheus.Counter
-	consulErrors prometheus.Counter
-	consulPanics prometheus.Counter
-	connsRefused prometheus.Counter
-	tls          *tlsMetrics // TLS and the PROXY protocol (tls.go)
-	h2           *h2Metrics  // HTTP/2 (h2.go)
-	enforce      *enforcementMetrics
+	byRequest     map[requestKey]prometheus.Counter
+	byDuration    sync.Map               // outcome → prometheus.Observer
+	byDecision    sync.Map               // decisionKey → prometheus.Counter
+	byEscape      sync.Map               // escapeKey → prometheus.Counter
+	requests      *prometheus.CounterVec // outcome, tier
+	decisions     *prometheus.CounterVec // rule, decision, reason
+	escapes       *prometheus.CounterVec // rule, escape
+	penaltyErrors prometheus.Counter
+	countsDropped prometheus.Counter
+	duration      *prometheus.HistogramVec // outcome
+	rulesInfo     *prometheus.GaugeVec     // version
+	rulesLoaded   prometheus.Gauge
+	rulesErrors   prometheus.Counter
+	limiterError  prometheus.Counter
+	consulErrors  prometheus.Counter
+	consulPanics  prometheus.Counter
+	connsRefused  prometheus.Counter
+	tls           *tlsMetrics // TLS and the PROXY protocol (tls.go)
+	h2            *h2Metrics  // HTTP/2 (h2.go)
+	enforce       *enforcementMetrics
 }
 
 // Request outcomes (the outcome label).
@@ -56,8 +60,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"outcome", "tier"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_decisions_total",
-			Help: "Rule decisions by rule (its ID for a rule with metrics: true, else _other), decision (allowed, denied, shadow_denied) and reason (where decided).",
+			Help: "Rule decisions by rule (its ID for a rule with metrics: true, else _other), decision (allowed, denied, shadow_denied, bypass) and reason (where decided: the store, prefilter, fallback, open; penalty for a key serving a penalty; rules for a bypass).",
 		}, []string{"rule", "decision", "reason"}),
+		escapes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_edge_escapes_total",
+			Help: "Requests an operator's escape applied to, by rule (as in decisions) and escape: bypass (not counted), override (the key's own limit), limit_header (a trusted peer's limit), limit_header_ignored (sent by an untrusted peer, or invalid), penalised (denied by a penalty, not counted), penalty_start (a denial that started a penalty), response_counted (a response counted by a count_if or cost_header rule), response_blocked (denied: the key is over such a rule's limit), cost_header_error (a cost header that was not a valid cost, or above max_cost: bounded).",
+		}, []string{"rule", "escape"}),
+		countsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_response_counts_dropped_total",
+			Help: "Responses a count_if or cost_header rule should have counted but did not: 4,096 counts were already waiting for Redis.",
+		}),
+		penaltyErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_penalty_errors_total",
+			Help: "Penalty lookups and starts that Redis did not answer in time (the request went on as though its key served no penalty).",
+		}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "edgeguard_edge_request_duration_seconds",
 			Help:    "Time from request start to response ready, by outcome.",
@@ -102,6 +118,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			m.byRequest[requestKey{o, t}] = m.requests.WithLabelValues(o, t.String())
 		}
 	}
+	for _, esc := range []string{escapeBypass, escapeOverride, escapeLimitHeader, escapeHeaderIgnored, escapePenalised, escapePenaltyStart, escapeResponseCounted, escapeResponseBlocked, escapeCostHeaderError} {
+		m.escape(otherRules, esc) // every escape's series exists from the start
+	}
 	bi := buildinfo.Get()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "edgeguard_build_info",
@@ -110,7 +129,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	})
 	build.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, build} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.escapes, m.penaltyErrors, m.countsDropped, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, build} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range append(append(m.tls.collectors(), m.h2.floods), m.enforce.collectors()...) {
@@ -139,6 +158,19 @@ type requestKey struct {
 }
 
 type decisionKey struct{ rule, decision, reason string }
+
+type escapeKey struct{ rule, escape string }
+
+// escape is the escapes counter of a rule and escape.
+func (m *metrics) escape(rule, escape string) prometheus.Counter {
+	k := escapeKey{rule, escape}
+	if c, ok := m.byEscape.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.escapes.WithLabelValues(rule, escape)
+	m.byEscape.Store(k, c)
+	return c
+}
 
 // request is the requests counter of an outcome and tier.
 func (m *metrics) request(outcome string, tier shedder.Tier) prometheus.Counter {

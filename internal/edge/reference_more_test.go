@@ -139,12 +139,18 @@ func rulesReference(t *testing.T) string {
 	}{
 		{"Rule (`rules:` items)", "Rule", reflect.TypeFor[rules.Rule]()},
 		{"Match (`match:`)", "MatchSpec", reflect.TypeFor[rules.MatchSpec]()},
+		{"Bypass (`bypass:`, see [escapes](../escapes.md))", "Bypass", reflect.TypeFor[rules.Bypass]()},
+		{"Override (`overrides:` items)", "Override", reflect.TypeFor[rules.Override]()},
+		{"Count by the response (`count_if:`)", "CountIf", reflect.TypeFor[rules.CountIf]()},
 	} {
 		docs := fieldDocs(t, dir, tc.typ)
 		fmt.Fprintf(&b, "## %s\n\n| field | type | meaning |\n|---|---|---|\n", tc.title)
 		names, types := yamlFields(tc.rt)
 		for i, n := range names {
-			d := ruleFieldsExtra[n] // where the Go comment speaks to Go callers
+			d := ""
+			if tc.typ == "Rule" || tc.typ == "MatchSpec" {
+				d = ruleFieldsExtra[n] // where the Go comment speaks to Go callers
+			}
 			if d == "" {
 				d = docs[n]
 			}

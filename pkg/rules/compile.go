@@ -38,8 +38,23 @@ type CompiledRule struct {
 	Hosts        []string
 	PathPrefixes []string
 	Methods      []string
+	// Bypass is the normalized bypass section, for display.
+	Bypass Bypass
+	// Overrides is how many key values have their own limit.
+	Overrides int
+	// LimitHeader is the header a trusted peer may set the limit by ("": none).
+	LimitHeader string
+	// Penalty is how long a key this rule denied stays denied (0: none).
+	Penalty time.Duration
+	// CountIf and CostHeader: the rule counts after the response.
+	CountIf    CountIf
+	CostHeader string
 
-	keyPrefix   string // "<id>:"
+	keyPrefix string              // "<id>:"
+	bypass    *bypassSet          // nil: nothing bypasses
+	overrides map[string]override // by Match.Key
+	response  *responseMatch      // nil: counts before the request
+
 	exactHosts  []string
 	hostSuffix  []string // ".example.com" for "*.example.com"
 	prefixes    []string // nil when "/" is among them: any path
@@ -65,11 +80,19 @@ func (r CompiledRule) MarshalJSON() ([]byte, error) {
 		Hosts        []string        `json:"hosts,omitempty"`
 		PathPrefixes []string        `json:"path_prefix,omitempty"`
 		Methods      []string        `json:"methods,omitempty"`
+		Bypass       *Bypass         `json:"bypass,omitempty"`
+		Overrides    int             `json:"overrides,omitempty"`
+		LimitHeader  string          `json:"limit_header,omitempty"`
+		Penalty      string          `json:"penalty,omitempty"`
+		CountIf      *CountIf        `json:"count_if,omitempty"`
+		CostHeader   string          `json:"cost_header,omitempty"`
 	}{
 		ID: r.ID, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window.String(),
 		Burst: r.Burst, Cost: r.Cost, MinInterval: durationOrEmpty(r.MinInterval),
 		Shadow: r.Shadow, Scope: r.Scope, Behaviour: r.Behaviour, Metrics: r.Metrics, Key: r.Key,
 		Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Methods: r.Methods,
+		Bypass: bypassOrNil(r.Bypass), Overrides: r.Overrides, LimitHeader: r.LimitHeader, Penalty: durationOrEmpty(r.Penalty),
+		CountIf: countIfOrNil(r.CountIf), CostHeader: r.CostHeader,
 	})
 }
 
@@ -139,10 +162,18 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 		salt:     cfg.salt,
 		bh:       d.Behaviour,
 	}
+	var withOverrides [][2]int // compiled rule, document rule
 	for i := range d.Rules {
 		if r := &d.Rules[i]; !r.Disabled {
+			if len(r.Overrides) > 0 {
+				withOverrides = append(withOverrides, [2]int{len(s.rules), i})
+			}
 			s.rules = append(s.rules, compileRule(r))
 		}
+	}
+	for _, at := range withOverrides {
+		c := &s.rules[at[0]]
+		c.overrides = s.compileOverrides(c, d.Rules[at[1]].Overrides)
 	}
 	s.index = newRuleIndex(s.rules)
 	return s, nil
@@ -172,10 +203,18 @@ func compileRule(r *Rule) CompiledRule {
 		keyPrefix:    r.ID + ":",
 		methods:      nilIfEmpty(r.Match.Methods),
 		exactHosts:   nilIfEmpty(r.Match.Hosts),
+		Bypass:       r.Bypass,
+		Overrides:    len(r.Overrides),
+		LimitHeader:  r.LimitHeader,
+		Penalty:      r.Penalty.D(),
+		bypass:       compileBypass(&r.Bypass),
+		CountIf:      r.CountIf,
+		CostHeader:   r.CostHeader,
 	}
 	if l.Algorithm.Spec().Burst {
 		c.Burst = l.Capacity()
 	}
+	c.response = compileResponse(r, l.Capacity())
 	if slices.ContainsFunc(r.Match.Hosts, func(h string) bool { return strings.HasPrefix(h, "*") }) {
 		c.exactHosts = nil
 		for _, h := range r.Match.Hosts {
@@ -242,6 +281,8 @@ func (s *Snapshot) Rules() []CompiledRule {
 		r.Hosts = cloneStrings(r.Hosts)
 		r.PathPrefixes = cloneStrings(r.PathPrefixes)
 		r.Methods = cloneStrings(r.Methods)
+		r.Bypass = r.Bypass.clone()
+		r.CountIf.Status = cloneStrings(r.CountIf.Status)
 		out[i] = r
 	}
 	return out

@@ -417,6 +417,9 @@ func describe(t reflect.Type) string {
 		if t.Elem() == ruleType {
 			return "a list of rules"
 		}
+		if t.Elem().Kind() == reflect.Struct {
+			return "a list of mappings (" + strings.Join(fieldsOf(t.Elem()).names, ", ") + ")"
+		}
 		return "a list of " + strings.TrimPrefix(strings.TrimPrefix(describe(t.Elem()), "a "), "an ") + "s"
 	case reflect.Struct:
 		if t == ruleType {

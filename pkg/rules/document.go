@@ -1,6 +1,13 @@
 package rules
 
-import "github.com/edgeguard/edgeguard/pkg/behavior"
+import (
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/edgeguard/edgeguard/pkg/behavior"
+)
 
 // SchemaVersion is the only document version this package understands.
 const SchemaVersion = 1
@@ -42,6 +49,95 @@ type Rule struct {
 	// the decisions of the others are counted under rule="_other", so a
 	// document of 100,000 rules costs a few series, not 100,000 per metric.
 	Metrics bool `yaml:"metrics,omitempty"`
+	// Bypass lists requests the rule never counts nor denies (an operator's
+	// allowlist); the edge records them with the decision "bypass".
+	Bypass Bypass `yaml:"bypass,omitempty"`
+	// Overrides give single key values their own limit (and burst), the
+	// rule's other parameters kept: a partner's API key, a NATed office.
+	// Looking one up costs the same for 10 entries as for 100,000.
+	Overrides Overrides `yaml:"overrides,omitempty"`
+	// LimitHeader names a request header whose value, from a trusted peer
+	// only, replaces the limit for that request (a filter in front of the
+	// edge that knows the client's plan). From anyone else it is ignored.
+	LimitHeader string `yaml:"limit_header,omitempty"`
+	// Penalty keeps a key that this rule denied denied for this long,
+	// however slowly it then sends (a mitigation timeout, a penalty box),
+	// in every edge of the region. 0: no penalty.
+	Penalty Duration `yaml:"penalty,omitempty"`
+	// CountIf makes the rule count by the response: only requests whose
+	// response matches are counted, after the response, and the next
+	// request of a key over the limit is denied (a 401/403 limit against
+	// credential stuffing, a 5xx limit to spare a failing origin).
+	CountIf CountIf `yaml:"count_if,omitempty"`
+	// CostHeader names an origin response header that says what the
+	// request cost (a query's complexity); the rule then counts after the
+	// response. Missing: the rule's cost.
+	CostHeader string `yaml:"cost_header,omitempty"`
+	// MaxCost bounds what cost_header may charge one request (default: the
+	// rule's limit, or its burst for a bucket); a larger value is charged
+	// max_cost and counted as an error.
+	MaxCost int64 `yaml:"max_cost,omitempty"`
+}
+
+// CountIf selects the responses a rule counts. Both lists optional; a
+// response matching either is counted.
+type CountIf struct {
+	// Status lists codes ("401") and classes ("5xx").
+	Status []string `yaml:"status,omitempty" json:"status,omitempty"`
+	// Header counts responses that carry this header (whatever its value).
+	Header string `yaml:"header,omitempty" json:"header,omitempty"`
+}
+
+// Bypass selects requests a rule leaves alone. Each list is optional and
+// any one entry that matches is enough.
+type Bypass struct {
+	// CIDRs are client networks ("192.0.2.0/24", "2001:db8::/32") or single
+	// addresses; the client is the one the trust model names.
+	CIDRs []string `yaml:"cidrs,omitempty" json:"cidrs,omitempty"`
+	// Hosts are exact host names or "*.example.com", as in match.hosts.
+	Hosts []string `yaml:"hosts,omitempty" json:"hosts,omitempty"`
+	// PathPrefix entries match on segment boundaries, as in match.path_prefix.
+	PathPrefix []string `yaml:"path_prefix,omitempty" json:"path_prefix,omitempty"`
+	// APIKeyHeader names the header whose value is hashed (SHA-256) and
+	// compared with api_key_sha256.
+	APIKeyHeader string `yaml:"api_key_header,omitempty" json:"api_key_header,omitempty"`
+	// APIKeySHA256 are the SHA-256 digests (64 hex digits) of the API keys
+	// that bypass: the document holds hashes only, never a key.
+	APIKeySHA256 []string `yaml:"api_key_sha256,omitempty" json:"api_key_sha256,omitempty"`
+}
+
+// Override is one key value's own limit. Key lists one value per
+// descriptor of the rule's key, in the same order ("192.0.2.7" for ip, the
+// header's value for header:X-User), written as the request sends it.
+type Override struct {
+	// Key is the key's values, one per descriptor of the rule's key.
+	Key []string `yaml:"key"`
+	// Limit is this key's limit (the rule's window and algorithm kept).
+	Limit int64 `yaml:"limit"`
+	// Burst is the token_bucket capacity for this key; 0: same as Limit.
+	Burst int64 `yaml:"burst,omitempty"`
+}
+
+// Overrides is a rule's list of overrides.
+type Overrides []Override
+
+// String is the list for "rules diff": a long list is summarized by its
+// length and a digest of its entries (in any order), so two lists that
+// differ never print alike.
+func (o Overrides) String() string {
+	parts := make([]string, len(o))
+	for i, x := range o {
+		parts[i] = fmt.Sprintf("%q=%d", x.Key, x.Limit)
+		if x.Burst != 0 {
+			parts[i] += fmt.Sprintf("/%d", x.Burst)
+		}
+	}
+	if len(o) <= 3 {
+		return "[" + strings.Join(parts, "; ") + "]"
+	}
+	slices.Sort(parts)
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\n")))
+	return fmt.Sprintf("[%d overrides, digest %x]", len(o), sum[:6])
 }
 
 // MatchSpec selects the requests a rule applies to. Every list is optional;
@@ -87,6 +183,19 @@ func (r Rule) clone() Rule {
 	r.Match.Hosts = cloneStrings(r.Match.Hosts)
 	r.Match.PathPrefix = cloneStrings(r.Match.PathPrefix)
 	r.Match.Methods = cloneStrings(r.Match.Methods)
+	r.Bypass.CIDRs = cloneStrings(r.Bypass.CIDRs)
+	r.Bypass.Hosts = cloneStrings(r.Bypass.Hosts)
+	r.Bypass.PathPrefix = cloneStrings(r.Bypass.PathPrefix)
+	r.Bypass.APIKeySHA256 = cloneStrings(r.Bypass.APIKeySHA256)
+	r.CountIf.Status = cloneStrings(r.CountIf.Status)
+	if r.Overrides != nil {
+		o := make(Overrides, len(r.Overrides))
+		for i, x := range r.Overrides {
+			x.Key = cloneStrings(x.Key)
+			o[i] = x
+		}
+		r.Overrides = o
+	}
 	return r
 }
 

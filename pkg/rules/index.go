@@ -111,9 +111,7 @@ func (s *Snapshot) matchIndexed(req *Request, dst []Match) []Match {
 		if !r.matchMethod(req.Method) || !r.matchHost(host) || !r.matchPath(req.Path) {
 			continue
 		}
-		if key, ok := s.key(r, req); ok {
-			dst = append(dst, Match{Rule: r, Key: key})
-		}
+		dst = s.appendMatch(dst, r, req, host)
 	}
 	return dst
 }

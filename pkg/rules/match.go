@@ -34,6 +34,28 @@ type Match struct {
 	// API keys never appear in it, and it contains no '{', '}' or ':' beyond
 	// the separator, so the limiter can add its own prefix or hash tag.
 	Key string
+	// Bypass: the request is one the rule's bypass section names. Key is
+	// empty: the rule neither counts nor denies it.
+	Bypass bool
+	// Limit and Burst are the key's override (overrides): its own limit
+	// and, for a bucket, capacity. 0: the rule's own.
+	Limit, Burst int64
+}
+
+// appendMatch appends what rule r, which applies to req, makes of it.
+func (s *Snapshot) appendMatch(dst []Match, r *CompiledRule, req *Request, host string) []Match {
+	if r.bypass != nil && r.bypass.matches(req, host) {
+		return append(dst, Match{Rule: r, Bypass: true})
+	}
+	key, ok := s.key(r, req)
+	if !ok {
+		return dst
+	}
+	m := Match{Rule: r, Key: key}
+	if o, ok := r.overrides[key]; ok {
+		m.Limit, m.Burst = o.limit, o.burst
+	}
+	return append(dst, m)
 }
 
 // keyHashBytes is how much of the SHA-256 digest goes into a key: 128 bits
@@ -43,7 +65,8 @@ const keyHashBytes = 16
 // Match appends every rule that applies to req to dst and returns it. Rules
 // whose key needs a value the request lacks (missing or empty header or query
 // parameter, invalid client IP, empty host) are skipped: they cannot be
-// counted. Reusing dst across requests avoids allocating the slice; each
+// counted. A rule whose bypass names the request is returned with Bypass
+// set and no key. Reusing dst across requests avoids allocating the slice; each
 // match still allocates its key string.
 func (s *Snapshot) Match(req *Request, dst []Match) []Match {
 	if s == nil || req == nil {
@@ -64,9 +87,7 @@ func (s *Snapshot) matchScan(req *Request, dst []Match) []Match {
 		if !r.matchMethod(req.Method) || !r.matchHost(host) || !r.matchPath(req.Path) {
 			continue
 		}
-		if key, ok := s.key(r, req); ok {
-			dst = append(dst, Match{Rule: r, Key: key})
-		}
+		dst = s.appendMatch(dst, r, req, host)
 	}
 	return dst
 }

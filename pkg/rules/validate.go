@@ -115,6 +115,7 @@ func (r *Rule) validate(index int) []error {
 
 	r.validateKey(p)
 	r.validateMatch(p)
+	r.validateEscapes(p)
 	return p.errs
 }
 

@@ -71,6 +71,66 @@ type canonicalRule struct {
 	Behaviour bool `json:"behaviour,omitempty"`
 	// Metrics (its own rule label), likewise.
 	Metrics bool `json:"metrics,omitempty"`
+	// Escapes (bypass, overrides, limit header, penalty), likewise.
+	Escapes *canonicalEscapes `json:"escapes,omitempty"`
+}
+
+// canonicalEscapes are a rule's escapes as Version hashes them: lists
+// sorted, strings Go-quoted like the other lists, overrides by key.
+type canonicalEscapes struct {
+	Bypass      Bypass              `json:"bypass"`
+	Overrides   []canonicalOverride `json:"overrides"`
+	LimitHeader string              `json:"limit_header"`
+	PenaltyNS   int64               `json:"penalty_ns"`
+	CountIf     CountIf             `json:"count_if"`
+	CostHeader  string              `json:"cost_header"`
+	MaxCost     int64               `json:"max_cost"`
+}
+
+type canonicalOverride struct {
+	Key   []string `json:"key"`
+	Limit int64    `json:"limit"`
+	Burst int64    `json:"burst"`
+}
+
+// escapesOf is r's canonicalEscapes, nil when it has none (its version
+// is then what it was before escapes existed).
+func escapesOf(r *Rule) *canonicalEscapes {
+	if r.Bypass.empty() && r.Bypass.APIKeyHeader == "" && len(r.Overrides) == 0 && r.LimitHeader == "" && r.Penalty == 0 &&
+		!r.AfterResponse() && r.MaxCost == 0 {
+		return nil
+	}
+	quote := func(l []string) []string {
+		out := make([]string, len(l))
+		for i, v := range l {
+			out[i] = strconv.Quote(v)
+		}
+		slices.Sort(out)
+		return out
+	}
+	e := &canonicalEscapes{
+		Bypass: Bypass{
+			CIDRs: quote(r.Bypass.CIDRs), Hosts: quote(r.Bypass.Hosts), PathPrefix: quote(r.Bypass.PathPrefix),
+			APIKeyHeader: strconv.Quote(r.Bypass.APIKeyHeader), APIKeySHA256: quote(r.Bypass.APIKeySHA256),
+		},
+		Overrides:   make([]canonicalOverride, len(r.Overrides)),
+		LimitHeader: strconv.Quote(r.LimitHeader),
+		PenaltyNS:   int64(r.Penalty),
+		CountIf:     CountIf{Status: quote(r.CountIf.Status), Header: strconv.Quote(r.CountIf.Header)},
+		CostHeader:  strconv.Quote(r.CostHeader),
+		MaxCost:     r.MaxCost,
+	}
+	for i, o := range r.Overrides {
+		key := make([]string, len(o.Key))
+		for j, v := range o.Key {
+			key[j] = strconv.Quote(v)
+		}
+		e.Overrides[i] = canonicalOverride{Key: key, Limit: o.Limit, Burst: o.Burst}
+	}
+	slices.SortFunc(e.Overrides, func(a, b canonicalOverride) int {
+		return cmp.Or(slices.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit), cmp.Compare(a.Burst, b.Burst))
+	})
+	return e
 }
 
 // versionOfNormalized is Version of an already normalized document.
@@ -133,6 +193,7 @@ func canonicalRules(d *Document, withDisabled bool) []canonicalRule {
 			Scope:       string(r.Scope),
 			Behaviour:   r.Behaviour,
 			Metrics:     r.Metrics,
+			Escapes:     escapesOf(&r),
 		}
 		if l := r.limit(); l.Algorithm.Valid() && l.Algorithm.Spec().Burst {
 			c.Capacity = l.Capacity()
@@ -219,6 +280,10 @@ func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
 	}
 	if c.Metrics {
 		buf = append(buf, `,"metrics":true`...)
+	}
+	if c.Escapes != nil {
+		e, _ := json.Marshal(c.Escapes) // strings and ints: cannot fail
+		buf = append(append(buf, `,"escapes":`...), e...)
 	}
 	return append(buf, '}'), scratch
 }

@@ -1,0 +1,470 @@
+package edge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+)
+
+// trust127 makes the test client (127.0.0.1) a trusted proxy.
+func trust127(t *testing.T) func(*Config) {
+	return func(c *Config) { require.NoError(t, (*prefixesFlag)(&c.TrustedProxies).Set("127.0.0.1")) }
+}
+
+// withRedis points an edge at rd with keys of its own (salt).
+func withRedis(rd *testenv.Standalone, salt string, more ...func(*Config)) func(*Config) {
+	return func(c *Config) {
+		c.Redis, c.RedisTimeout, c.KeySalt = rd.URL(), time.Second, salt
+		for _, f := range more {
+			f(c)
+		}
+	}
+}
+
+// flood sends n requests from 8 goroutines and counts the statuses.
+func flood(t *testing.T, r *running, n int, headers ...string) map[int]int {
+	var mu sync.Mutex
+	got := map[int]int{}
+	var wg sync.WaitGroup
+	next := make(chan struct{}, n)
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	for range 8 {
+		wg.Go(func() {
+			for range next {
+				req, err := http.NewRequest(http.MethodGet, "http://"+r.Addr()+"/", nil)
+				if err != nil {
+					panic(err)
+				}
+				for i := 0; i+1 < len(headers); i += 2 {
+					req.Header.Set(headers[i], headers[i+1])
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					panic(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				got[resp.StatusCode]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return got
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestEscapes runs each escape against one real Redis.
+func TestEscapes(t *testing.T) {
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
+
+	bypassRules := `
+version: 1
+rules:
+  - id: per-ip
+    key: [ip]
+    algorithm: sliding_window
+    limit: 3
+    window: 1m
+    metrics: true
+    bypass:
+      cidrs: [10.1.0.0/16]
+      api_key_header: X-Api-Key
+      api_key_sha256: [` + sha256Hex("partner-key") + `]
+`
+	t.Run("bypass CIDR under a flood", func(t *testing.T) {
+		r := startEdge(t, bypassRules, withRedis(rd, testenv.KeyPrefix(t), trust127(t)))
+		got := flood(t, r, 300, "X-Forwarded-For", "10.1.2.3")
+		require.Equal(t, map[int]int{200: 300}, got, "the allowlisted network is never limited")
+		got = flood(t, r, 50, "X-Forwarded-For", "192.0.2.9")
+		require.Equal(t, map[int]int{200: 3, 429: 47}, got, "its neighbour is")
+		require.Equal(t, 300.0, metricSum(t, r, "edgeguard_edge_decisions_total", "rule", "per-ip", "decision", "bypass"))
+		require.Equal(t, 300.0, escapeCount(t, r, "per-ip", "bypass"))
+	})
+	t.Run("a spoofed forwarding header bypasses nothing", func(t *testing.T) {
+		r := startEdge(t, bypassRules, withRedis(rd, testenv.KeyPrefix(t))) // 127.0.0.1 untrusted
+		got := flood(t, r, 20, "X-Forwarded-For", "10.1.2.3")
+		require.Equal(t, map[int]int{200: 3, 429: 17}, got)
+		require.Zero(t, escapeCount(t, r, "per-ip", "bypass"))
+	})
+	t.Run("bypass by API key hash", func(t *testing.T) {
+		r := startEdge(t, bypassRules, withRedis(rd, testenv.KeyPrefix(t)))
+		require.Equal(t, []int{200, 200, 200, 200, 200}, codes(t, r, 5, "/", "X-Api-Key", "partner-key"))
+		// The hash is not a key: sending it is sending some other key.
+		require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/", "X-Api-Key", sha256Hex("partner-key")))
+	})
+
+	t.Run("override of 1 of 100,000 keys", func(t *testing.T) {
+		var doc strings.Builder
+		doc.WriteString("version: 1\nrules:\n  - id: per-user\n    key: [header:X-User]\n    algorithm: token_bucket\n    limit: 2\n    window: 1m\n    metrics: true\n    overrides:\n")
+		for i := range 100_000 {
+			fmt.Fprintf(&doc, "      - {key: [u%d], limit: %d}\n", i, 10+i%7)
+		}
+		r := startEdge(t, doc.String(), withRedis(rd, testenv.KeyPrefix(t)))
+		own := 10 + 54321%7
+		got := codes(t, r, own+1, "/", "X-User", "u54321")
+		require.Equal(t, append(repeatInt(200, own), 429), got, "u54321 has its own limit")
+		require.Equal(t, []int{200, 200, 429}, codes(t, r, 3, "/", "X-User", "stranger"), "no override: the rule's limit")
+		require.Equal(t, float64(own+1), escapeCount(t, r, "per-user", "override"))
+	})
+
+	t.Run("limit header only from trusted peers", func(t *testing.T) {
+		rulesYAML := `
+version: 1
+rules:
+  - id: plan
+    key: [header:X-User]
+    algorithm: fixed_window
+    limit: 2
+    window: 1m
+    metrics: true
+    limit_header: X-Edge-Limit
+`
+		trusted := startEdge(t, rulesYAML, withRedis(rd, testenv.KeyPrefix(t), trust127(t)))
+		require.Equal(t, []int{200, 200, 200, 200, 200, 429}, codes(t, trusted, 6, "/", "X-User", "a", "X-Edge-Limit", "5"))
+		// Garbage is ignored (the rule's limit holds) and counted.
+		for _, v := range []string{"-5", "NaN", "1e9", "99999999999999999999"} {
+			require.Equal(t, []int{200, 200, 429}, codes(t, trusted, 3, "/", "X-User", "bad"+v, "X-Edge-Limit", v), v)
+		}
+		require.Equal(t, 12.0, escapeCount(t, trusted, "plan", "limit_header_ignored"))
+
+		untrusted := startEdge(t, rulesYAML, withRedis(rd, testenv.KeyPrefix(t)))
+		require.Equal(t, []int{200, 200, 429}, codes(t, untrusted, 3, "/", "X-User", "a", "X-Edge-Limit", "1000"), "a client cannot raise its own limit")
+		require.Equal(t, 3.0, escapeCount(t, untrusted, "plan", "limit_header_ignored"))
+		require.Zero(t, escapeCount(t, untrusted, "plan", "limit_header"))
+	})
+
+	t.Run("penalty outlives the window, region-wide", func(t *testing.T) {
+		rulesYAML := `
+version: 1
+rules:
+  - id: login
+    key: [ip]
+    algorithm: fixed_window
+    limit: 2
+    window: 1s
+    metrics: true
+    penalty: 3s
+`
+		salt := testenv.KeyPrefix(t)
+		a := startEdge(t, rulesYAML, withRedis(rd, salt))
+		b := startEdge(t, rulesYAML, withRedis(rd, salt)) // another edge of the region
+		var tripped time.Time
+		for tripped.IsZero() {
+			resp := a.get(t, "/")
+			_, _ = io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode == 429 {
+				tripped = time.Now()
+				require.Equal(t, "3", resp.Header.Get("Retry-After"), "the penalty, not the window, says when")
+			}
+		}
+		// The other edge denies too, before counting, with the time left.
+		resp := b.get(t, "/")
+		require.Equal(t, 429, resp.StatusCode)
+		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		require.True(t, retry >= 1 && retry <= 3, "Retry-After %d", retry)
+		require.Equal(t, 1.0, metricSum(t, b, "edgeguard_edge_decisions_total", "rule", "login", "decision", "denied", "reason", "penalty"))
+
+		// Keep knocking, slowly (well under the rule's rate): denied until
+		// the penalty ends, however many windows pass.
+		var freed time.Time
+		for freed.IsZero() {
+			resp := a.get(t, "/")
+			_, _ = io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode == 200 {
+				freed = time.Now()
+				continue
+			}
+			require.Less(t, time.Since(tripped), 20*time.Second, "the penalty never ended")
+			time.Sleep(250 * time.Millisecond) // the client's pace, not a wait for a signal
+		}
+		require.GreaterOrEqual(t, freed.Sub(tripped), 2900*time.Millisecond, "denied for the whole penalty, 3 windows of the rule")
+		require.GreaterOrEqual(t, escapeCount(t, a, "login", "penalised"), 5.0)
+		require.Equal(t, 1.0, escapeCount(t, a, "login", "penalty_start"))
+	})
+}
+
+// escapeCount is edgeguard_edge_escapes_total of a rule and escape.
+func escapeCount(t *testing.T, r *running, rule, escape string) float64 {
+	return metricSum(t, r, "edgeguard_edge_escapes_total", "rule", rule, "escape", escape)
+}
+
+// TestCountByResponse: rules that count only what the origin's response
+// says, against a real Redis.
+func TestCountByResponse(t *testing.T) {
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
+
+	// waitCounted waits until n responses have been counted (the count is
+	// sent after the response, on its own goroutine).
+	waitCounted := func(t *testing.T, r *running, rule string, n float64) {
+		t.Helper()
+		require.Eventually(t, func() bool { return escapeCount(t, r, rule, "response_counted") >= n },
+			10*time.Second, 5*time.Millisecond, "%v responses counted", n)
+	}
+
+	t.Run("only 401s count: credential stuffing", func(t *testing.T) {
+		r := startEdge(t, `
+version: 1
+rules:
+  - id: stuffing
+    key: [ip]
+    algorithm: sliding_window
+    limit: 5
+    window: 1m
+    metrics: true
+    count_if: {status: [401]}
+`, withRedis(rd, testenv.KeyPrefix(t)))
+		require.Equal(t, repeatInt(200, 20), codes(t, r, 20, "/status?code=200"), "successes are not counted")
+		for i := range 6 {
+			require.Equal(t, []int{401}, codes(t, r, 1, "/status?code=401"), "attempt %d reaches the origin", i)
+			waitCounted(t, r, "stuffing", float64(i+1))
+		}
+		// The sixth 401 did not fit: the key is blocked until a unit
+		// frees, for every request of the client.
+		resp := r.get(t, "/status?code=200")
+		require.Equal(t, 429, resp.StatusCode)
+		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		// A sliding window frees a unit as the previous window's count
+		// decays: up to two windows after the counts were made.
+		require.True(t, retry > 1 && retry <= 120, "Retry-After %d: until the window frees a unit", retry)
+		require.Equal(t, 1.0, escapeCount(t, r, "stuffing", "response_blocked"))
+		require.Equal(t, 5.0, metricSum(t, r, "edgeguard_edge_decisions_total", "rule", "stuffing", "decision", "allowed"))
+	})
+
+	t.Run("a credential-stuffing flood overshoots by what is in flight", func(t *testing.T) {
+		r := startEdge(t, `
+version: 1
+rules:
+  - id: stuffing
+    key: [ip]
+    algorithm: sliding_window
+    limit: 20
+    window: 1m
+    metrics: true
+    count_if: {status: [401, 403]}
+`, withRedis(rd, testenv.KeyPrefix(t)))
+		var mu sync.Mutex
+		got := map[int]int{}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 50 {
+					resp, err := http.Get("http://" + r.Addr() + "/status?code=401")
+					if err != nil {
+						panic(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					mu.Lock()
+					got[resp.StatusCode]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("400 attempts, 8 at a time, limit 20: %d reached the origin (overshoot %d), %d denied", got[401], got[401]-20, got[429])
+		require.Equal(t, 400, got[401]+got[429])
+		require.GreaterOrEqual(t, got[401], 20)
+		// Overshoot: the requests in flight when the count crossed, and
+		// those sent before that count's reply set the block; bounded here
+		// with a wide margin for a loaded machine.
+		require.Less(t, got[401], 20+8*10)
+	})
+
+	t.Run("cost from a response header, bounded", func(t *testing.T) {
+		r := startEdge(t, `
+version: 1
+rules:
+  - id: complexity
+    key: [header:X-User]
+    algorithm: fixed_window
+    limit: 10
+    window: 1m
+    metrics: true
+    cost_header: X-Cost
+`, withRedis(rd, testenv.KeyPrefix(t)))
+		for i, c := range []string{"4", "4"} {
+			require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "a"))
+			waitCounted(t, r, "complexity", float64(i+1))
+		}
+		// 8 of 10 taken: a cost of 4 does not fit, and blocks the key.
+		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=4", "X-User", "a"))
+		waitCounted(t, r, "complexity", 3)
+		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200&cost=1", "X-User", "a"))
+
+		// A huge cost is charged max_cost (the capacity: 10), and blocks;
+		// garbage is charged the rule's cost (1). Each is an error.
+		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=99999999999999999999999", "X-User", "huge"))
+		waitCounted(t, r, "complexity", 4)
+		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=1", "X-User", "huge"))
+		waitCounted(t, r, "complexity", 5)
+		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200", "X-User", "huge"), "10 of 10 taken by one response")
+		for i, c := range []string{"-5", "NaN", "1e3"} {
+			require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "garbage"))
+			waitCounted(t, r, "complexity", float64(6+i))
+		}
+		require.Equal(t, 4.0, escapeCount(t, r, "complexity", "cost_header_error"))
+		// 3 units taken by the 3 bad headers, 7 left: 7 responses fit, the
+		// next one (already served when it is counted) does not and blocks.
+		require.Equal(t, repeatInt(200, 8), codes(t, r, 8, "/status?code=200", "X-User", "garbage"))
+		waitCounted(t, r, "complexity", 16)
+		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200", "X-User", "garbage"))
+	})
+}
+
+// TestEscapesThroughConsul: escapes pushed to a region's Consul reach a
+// running edge (validated, swapped live) and apply against Redis; a push
+// that drops the bypass limits the same traffic.
+func TestEscapesThroughConsul(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
+	rc := regionClient(t, c)
+	doc := func(bypass string) string {
+		return `
+version: 1
+rules:
+  - id: per-ip
+    key: [ip]
+    algorithm: fixed_window
+    limit: 2
+    window: 1m
+    penalty: 1m
+    metrics: true` + bypass + "\n"
+	}
+	withBypass := doc(`
+    bypass:
+      cidrs: [127.0.0.0/8]`)
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), withBypass)
+	r := startEdge(t, "version: 1\nrules: []\n", withRedis(rd, testenv.KeyPrefix(t), func(cfg *Config) {
+		cfg.Rules, cfg.Consul, cfg.RulesCache = "", c.HTTPAddr(), filepath.Join(t.TempDir(), "cache.yaml")
+		cfg.Region, cfg.PoP = "eu-west", "ams"
+	}))
+	waitVersion(t, r, effectiveVersion(t, withBypass, ""), time.Now())
+	require.Equal(t, repeatInt(200, 20), codes(t, r, 20, "/"), "loopback is allowlisted")
+	require.Equal(t, 20.0, escapeCount(t, r, "per-ip", "bypass"))
+
+	without := doc("")
+	push(t, rc, "eu-west", rc.Layout().GlobalRules(), without)
+	waitVersion(t, r, effectiveVersion(t, without, ""), time.Now())
+	require.Equal(t, []int{200, 200, 429, 429}, codes(t, r, 4, "/"), "limited, then penalised")
+	require.Equal(t, 1.0, escapeCount(t, r, "per-ip", "penalty_start"))
+	require.Equal(t, 1.0, escapeCount(t, r, "per-ip", "penalised"))
+}
+
+// commandCalls is how many times Redis ran each of cmds (INFO commandstats).
+func commandCalls(t *testing.T, c *redis.Client, cmds ...string) []int {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	out := make([]int, len(cmds))
+	for i, cmd := range cmds {
+		_, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		out[i], err = strconv.Atoi(n)
+		require.NoError(t, err)
+	}
+	return out
+}
+
+// TestPenaltyRedisCost measures what a penalty rule asks of Redis: one
+// PTTL per request while the key is free, nothing while this edge knows
+// it is penalised, one SET per penalty started.
+func TestPenaltyRedisCost(t *testing.T) {
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
+	opts, err := redis.ParseURL(rd.URL())
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	defer c.Close()
+	r := startEdge(t, `
+version: 1
+rules:
+  - id: login
+    key: [ip]
+    algorithm: fixed_window
+    limit: 50
+    window: 1m
+    penalty: 1m
+`, withRedis(rd, testenv.KeyPrefix(t)))
+	before := commandCalls(t, c, "pttl", "set")
+	require.Equal(t, repeatInt(200, 50), codes(t, r, 50, "/"))
+	free := commandCalls(t, c, "pttl", "set")
+	require.Equal(t, []int{429, 429}, codes(t, r, 2, "/"), "the 51st starts the penalty, the 52nd serves it")
+	started := commandCalls(t, c, "pttl", "set")
+	require.Equal(t, repeatInt(429, 100), codes(t, r, 100, "/"))
+	served := commandCalls(t, c, "pttl", "set")
+	t.Logf("PTTL, SET: 50 free requests %d, %d; the trip %d, %d; 100 penalised %d, %d",
+		free[0]-before[0], free[1]-before[1], started[0]-free[0], started[1]-free[1], served[0]-started[0], served[1]-started[1])
+	require.Equal(t, 50, free[0]-before[0], "one PTTL per request of a free key")
+	require.Equal(t, 1, started[0]-free[0], "the tripping request looked first; the next one is known here")
+	require.Equal(t, 1, started[1]-free[1], "one SET per penalty started")
+	require.Equal(t, 0, served[0]-started[0], "a penalised flood costs Redis nothing")
+}
+
+func repeatInt(v, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// TestBypassAccessLog: the access log says a request was bypassed.
+func TestBypassAccessLog(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	r := startEdge(t, `
+version: 1
+rules:
+  - id: per-ip
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1
+    window: 1m
+    bypass:
+      path_prefix: [/healthz]
+`, func(c *Config) { c.AccessLog, c.AccessLogSample = logPath, 1 })
+	require.Equal(t, []int{200, 200}, codes(t, r, 2, "/healthz"))
+	r.stop()
+	b, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 2)
+	require.Contains(t, lines[0], `"decision":"bypass"`)
+	require.Contains(t, lines[0], `"bypassed":["per-ip"]`)
+}
