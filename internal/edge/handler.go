@@ -202,7 +202,7 @@ func (e *Edge) check(m rules.Match) limiter.Check {
 	if r.Scope == rules.ScopePoP {
 		key, nodes = e.popKeyPrefix+key, e.nodesPoP.Load()
 	}
-	return limiter.Check{Limit: ruleLimit(r, key), Cost: r.Cost, Shadow: r.Shadow, Nodes: int(nodes)}
+	return limiter.Check{Limit: ruleLimit(r, key), Cost: r.Cost, Shadow: r.Shadow, Nodes: int(nodes), Tolerance: r.Tolerance}
 }
 
 // ruleLimit is a compiled rule's limit on key: rules compile to the

@@ -7,7 +7,9 @@ var FixedWindow = register(&Spec{
 	Name:   "fixed_window",
 	Script: "fixed_window",
 	Keys:   []string{"fw"},
-	Take:   fixedWindowTake,
+	// Leasable: a window's carved units expire with it.
+	Leasable: true,
+	Take:     fixedWindowTake,
 	Refund: func(s *State, a Args) bool {
 		if s.w == a.State {
 			s.n = max(0, s.n-a.Cost)

@@ -42,6 +42,14 @@ type Rule struct {
 	// the decisions of the others are counted under rule="_other", so a
 	// document of 100,000 rules costs a few series, not 100,000 per metric.
 	Metrics bool `yaml:"metrics,omitempty"`
+	// Accuracy is exact (the default: every decision asks Redis) or leased:
+	// each edge decides locally from an allowance it carves from Redis in
+	// batches, so the region admits at most limit × (1 + tolerance) per
+	// window (fixed_window and token_bucket; docs/guarantees.md).
+	Accuracy Accuracy `yaml:"accuracy,omitempty"`
+	// Tolerance is a leased rule's bound on over-admission, as a share of
+	// the limit (default 0.05 when leased; 0.001 to 0.5).
+	Tolerance float64 `yaml:"tolerance,omitempty"`
 }
 
 // MatchSpec selects the requests a rule applies to. Every list is optional;
@@ -63,6 +71,17 @@ type Algorithm string
 
 // Scope says where a rule's counters live.
 type Scope string
+
+// Accuracy says how exactly a rule is counted.
+type Accuracy string
+
+// Known accuracies. Exact is the default (written as nothing).
+const (
+	AccuracyExact  Accuracy = "exact"
+	AccuracyLeased Accuracy = "leased"
+	// DefaultTolerance is a leased rule's tolerance when none is given.
+	DefaultTolerance = 0.05
+)
 
 // Known scopes. Region is the default.
 const (

@@ -71,6 +71,9 @@ type canonicalRule struct {
 	Behaviour bool `json:"behaviour,omitempty"`
 	// Metrics (its own rule label), likewise.
 	Metrics bool `json:"metrics,omitempty"`
+	// Accuracy and Tolerance, likewise only written for a leased rule.
+	Accuracy  string  `json:"accuracy,omitempty"`
+	Tolerance float64 `json:"tolerance,omitempty"`
 }
 
 // versionOfNormalized is Version of an already normalized document.
@@ -133,6 +136,8 @@ func canonicalRules(d *Document, withDisabled bool) []canonicalRule {
 			Scope:       string(r.Scope),
 			Behaviour:   r.Behaviour,
 			Metrics:     r.Metrics,
+			Accuracy:    string(r.Accuracy),
+			Tolerance:   r.Tolerance,
 		}
 		if l := r.limit(); l.Algorithm.Valid() && l.Algorithm.Spec().Burst {
 			c.Capacity = l.Capacity()
@@ -220,6 +225,14 @@ func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
 	if c.Metrics {
 		buf = append(buf, `,"metrics":true`...)
 	}
+	if c.Accuracy != "" {
+		buf = append(buf, `,"accuracy":`...)
+		buf = appendJSONString(buf, c.Accuracy)
+	}
+	if c.Tolerance != 0 {
+		buf = append(buf, `,"tolerance":`...)
+		buf = appendJSONFloat(buf, c.Tolerance)
+	}
 	return append(buf, '}'), scratch
 }
 
@@ -257,4 +270,15 @@ func appendJSONString(buf []byte, s string) []byte {
 		}
 	}
 	return append(buf, '"')
+}
+
+// appendJSONFloat appends f as encoding/json encodes it; a value JSON
+// cannot hold (NaN, ±Inf: only in a document that fails validation) is
+// written as a string, so that it still hashes distinctly.
+func appendJSONFloat(buf []byte, f float64) []byte {
+	enc, err := json.Marshal(f)
+	if err != nil {
+		return appendJSONString(buf, strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return append(buf, enc...)
 }

@@ -1,0 +1,196 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
+)
+
+func leased(l Limit, tol float64, nodes int) []Check {
+	return []Check{{Limit: l, Cost: 1, Nodes: nodes, Tolerance: tol}}
+}
+
+func held(l *Limiter, lm Limit) *allowance {
+	l.allowances.mu.Lock()
+	defer l.allowances.mu.Unlock()
+	return l.allowances.m[memKey(lm)]
+}
+
+func TestLeaseRefusesWhatCannotBeLeased(t *testing.T) {
+	l, _, _ := newTestLimiter(t, Config{})
+	t.Cleanup(l.Close)
+	for _, c := range []Check{
+		{Limit: lim("log", limit.SlidingLog, 10, time.Minute), Cost: 1, Tolerance: 0.05},
+		{Limit: lim("conc", limit.Concurrency, 10, time.Minute), Cost: 1, Tolerance: 0.05},
+		{Limit: lim("fw", limit.FixedWindow, 10, time.Minute), Cost: 1, Tolerance: 0.6},
+		{Limit: lim("fw", limit.FixedWindow, 10, time.Minute), Cost: 1, Tolerance: -0.1},
+	} {
+		_, err := l.Decide(context.Background(), []Check{c})
+		require.ErrorIs(t, err, ErrInvalidRequest, "%s tolerance %g", c.Limit.Algorithm, c.Tolerance)
+	}
+}
+
+// TestLeaseSizeAdapts: a busy key's batches double up to
+// floor(limit × tolerance / nodes), a quiet key's halve back.
+func TestLeaseSizeAdapts(t *testing.T) {
+	l, st, clock := newTestLimiter(t, Config{})
+	t.Cleanup(l.Close)
+	k := lim("busy", limit.FixedWindow, 6000, time.Hour) // period 1 s; most = 6000 × 0.05 / 3 = 100
+	for range 1000 {
+		v, err := l.Decide(context.Background(), leased(k, 0.05, 3))
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+	}
+	a := held(l, k)
+	require.EqualValues(t, 100, a.size, "a busy key's batch grows to its cap")
+	require.Less(t, st.calls.Load(), int64(20), "1000 decisions, batches of up to 101")
+	require.LessOrEqual(t, a.units, int64(100), "an edge holds at most the cap")
+	// Quiet: one request every 3 s, longer than two periods.
+	for range 10 {
+		clock.add(3 * time.Second)
+		for {
+			v, err := l.Decide(context.Background(), leased(k, 0.05, 3))
+			require.NoError(t, err)
+			require.True(t, v.Allowed)
+			if v.Checks[0].Source == SourceStore {
+				break // drained down to a carve
+			}
+		}
+	}
+	require.EqualValues(t, 1, a.size, "a quiet key's batch shrinks back")
+}
+
+// TestLeaseAllOrNothing: a leased check's unit goes back to the edge's
+// allowance when another check of the request denies, without a call.
+func TestLeaseAllOrNothing(t *testing.T) {
+	l, st, _ := newTestLimiter(t, Config{})
+	t.Cleanup(l.Close)
+	k := lim("leased", limit.FixedWindow, 1000, time.Hour)
+	tight := lim("tight", limit.FixedWindow, 1, time.Hour)
+	checks := []Check{{Limit: k, Cost: 1, Tolerance: 0.05}, {Limit: tight, Cost: 1}}
+	v, err := l.Decide(context.Background(), checks)
+	require.NoError(t, err)
+	require.True(t, v.Allowed)
+	units := held(l, k).units
+	refunds := st.refunds.Load()
+	v, err = l.Decide(context.Background(), checks)
+	require.NoError(t, err)
+	require.False(t, v.Allowed)
+	require.Equal(t, units, held(l, k).units, "the leased unit is back")
+	require.Equal(t, refunds, st.refunds.Load(), "and the store was not told")
+}
+
+// TestLeaseEndsWithItsWindow: fixed_window units carved in one window are
+// never spent in the next.
+func TestLeaseEndsWithItsWindow(t *testing.T) {
+	l, st, clock := newTestLimiter(t, Config{})
+	t.Cleanup(l.Close)
+	k := lim("edge-of-window", limit.FixedWindow, 10, time.Second)
+	// The fake clock starts on a whole second: move to the window's end.
+	clock.add(900 * time.Millisecond)
+	for range 6 { // quick succession: batches of 1+1, 1+2, then 1+4 (4 left)
+		v, err := l.Decide(context.Background(), leased(k, 0.5, 1))
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+	}
+	require.EqualValues(t, 4, held(l, k).units)
+	calls := st.calls.Load()
+	clock.add(100 * time.Millisecond) // the next window
+	v, err := l.Decide(context.Background(), leased(k, 0.5, 1))
+	require.NoError(t, err)
+	require.True(t, v.Allowed)
+	require.Equal(t, calls+1, st.calls.Load(), "the old window's units expired: a new carve")
+	// The new window holds only what was carved in it (limit 10 + 5).
+	admitted := int64(1)
+	for {
+		v, err := l.Decide(context.Background(), leased(k, 0.5, 1))
+		require.NoError(t, err)
+		if !v.Allowed {
+			break
+		}
+		admitted++
+	}
+	require.EqualValues(t, 15, admitted)
+}
+
+// TestLeaseIdleReturn: an edge that stops using a key gives its allowance
+// back to the window it came from.
+func TestLeaseIdleReturn(t *testing.T) {
+	l, st, clock := newTestLimiter(t, Config{})
+	t.Cleanup(l.Close)
+	k := lim("idle", limit.FixedWindow, 100, time.Hour)
+	for range 11 { // batches of 1+1, 1+2, 1+4, then 1+8 (8 left)
+		_, err := l.Decide(context.Background(), leased(k, 0.2, 1))
+		require.NoError(t, err)
+	}
+	a := held(l, k)
+	kept := a.units
+	require.EqualValues(t, 8, kept)
+	l.ReturnIdle(clock.now()) // not idle yet
+	require.Equal(t, kept, a.units)
+	clock.add(3 * time.Second) // two periods of 1 s
+	l.ReturnIdle(clock.now())
+	require.Zero(t, a.units)
+	// The store counts only the 11 spent: 120 - 11 fit.
+	ds, err := st.Store.Take(context.Background(), []Request{{Limit: carveLimit(Check{Limit: k, Tolerance: 0.2}), Cost: 1000, Need: 1}})
+	require.NoError(t, err)
+	require.EqualValues(t, 120, carveLimit(Check{Limit: k, Tolerance: 0.2}).Limit)
+	require.EqualValues(t, 109, ds[0].Admitted)
+}
+
+// TestLeaseFallbackBound: two edges share a key; the store fails
+// mid-window. What they hold is spent, then the fallback's limit / nodes
+// applies to the carving limit L' = limit × (1 + tolerance), seeded with
+// what each edge last heard the store had counted: the exact checks'
+// bound, L' + ceil(L'/N), holds (docs/guarantees.md).
+func TestLeaseFallbackBound(t *testing.T) {
+	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)}
+	st := &countingStore{Store: NewMemoryStore(WithClock(clock.now))}
+	var edges []*Limiter
+	for range 2 {
+		l, err := New(st, Config{Timeout: time.Second}, prometheus.NewRegistry(), nil)
+		require.NoError(t, err)
+		l.now = clock.now
+		l.fallback = NewMemoryStore(WithClock(clock.now))
+		t.Cleanup(l.Close)
+		edges = append(edges, l)
+	}
+	k := lim("outage", limit.FixedWindow, 100, time.Hour) // carving limit 110
+	var admitted int64
+	for i := range 40 {
+		v, err := edges[i%2].Decide(context.Background(), leased(k, 0.1, 2))
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		admitted++
+	}
+	st.fail.Store(true)
+	sources := map[Source]int{}
+	for i := range 400 {
+		v, err := edges[i%2].Decide(context.Background(), leased(k, 0.1, 2))
+		require.NoError(t, err)
+		if v.Allowed {
+			admitted++
+			sources[v.Checks[0].Source]++
+		}
+	}
+	t.Logf("admitted %d in the window; during the outage by source: %v", admitted, sources)
+	require.LessOrEqual(t, admitted, int64(110+55))
+	require.Positive(t, sources[SourceFallback], "the fallback decided once the allowance was spent")
+	require.GreaterOrEqual(t, admitted, int64(90), "the fallback still admits its share")
+}
+
+// TestLeaseFailClosed: with the store down and nothing held, a leased
+// check follows the fail mode like an exact one.
+func TestLeaseFailClosed(t *testing.T) {
+	l, st, _ := newTestLimiter(t, Config{FailMode: FailClosed})
+	t.Cleanup(l.Close)
+	st.fail.Store(true)
+	_, err := l.Decide(context.Background(), leased(lim("closed", limit.TokenBucket, 100, time.Second), 0.1, 1))
+	require.True(t, errors.Is(err, ErrUnavailable), "%v", err)
+}
