@@ -16,15 +16,27 @@ func leased(l Limit, tol float64, nodes int) []Check {
 	return []Check{{Limit: l, Cost: 1, Nodes: nodes, Tolerance: tol}}
 }
 
-func held(l *Limiter, lm Limit) *allowance {
+// held is what l holds of lm's key: units and the next batch's size.
+func held(l *Limiter, lm Limit) (units, size int64) {
 	l.allowances.mu.Lock()
-	defer l.allowances.mu.Unlock()
-	return l.allowances.m[memKey(lm)]
+	a := l.allowances.m[memKey(lm)]
+	l.allowances.mu.Unlock()
+	if a == nil {
+		return 0, 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.units, a.size
 }
+
+// noSweep keeps l's background sweep from starting: these tests walk a
+// fake clock and call ReturnIdle themselves.
+func noSweep(l *Limiter) { l.allowances.start.Do(func() {}) }
 
 func TestLeaseRefusesWhatCannotBeLeased(t *testing.T) {
 	l, _, _ := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
+	noSweep(l)
 	for _, c := range []Check{
 		{Limit: lim("log", limit.SlidingLog, 10, time.Minute), Cost: 1, Tolerance: 0.05},
 		{Limit: lim("conc", limit.Concurrency, 10, time.Minute), Cost: 1, Tolerance: 0.05},
@@ -41,16 +53,17 @@ func TestLeaseRefusesWhatCannotBeLeased(t *testing.T) {
 func TestLeaseSizeAdapts(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
+	noSweep(l)
 	k := lim("busy", limit.FixedWindow, 6000, time.Hour) // period 1 s; most = 6000 × 0.05 / 3 = 100
 	for range 1000 {
 		v, err := l.Decide(context.Background(), leased(k, 0.05, 3))
 		require.NoError(t, err)
 		require.True(t, v.Allowed)
 	}
-	a := held(l, k)
-	require.EqualValues(t, 100, a.size, "a busy key's batch grows to its cap")
+	units, size := held(l, k)
+	require.EqualValues(t, 100, size, "a busy key's batch grows to its cap")
 	require.Less(t, st.calls.Load(), int64(20), "1000 decisions, batches of up to 101")
-	require.LessOrEqual(t, a.units, int64(100), "an edge holds at most the cap")
+	require.LessOrEqual(t, units, int64(100), "an edge holds at most the cap")
 	// Quiet: one request every 3 s, longer than two periods.
 	for range 10 {
 		clock.add(3 * time.Second)
@@ -63,7 +76,8 @@ func TestLeaseSizeAdapts(t *testing.T) {
 			}
 		}
 	}
-	require.EqualValues(t, 1, a.size, "a quiet key's batch shrinks back")
+	_, size = held(l, k)
+	require.EqualValues(t, 1, size, "a quiet key's batch shrinks back")
 }
 
 // TestLeaseAllOrNothing: a leased check's unit goes back to the edge's
@@ -71,18 +85,20 @@ func TestLeaseSizeAdapts(t *testing.T) {
 func TestLeaseAllOrNothing(t *testing.T) {
 	l, st, _ := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
+	noSweep(l)
 	k := lim("leased", limit.FixedWindow, 1000, time.Hour)
 	tight := lim("tight", limit.FixedWindow, 1, time.Hour)
 	checks := []Check{{Limit: k, Cost: 1, Tolerance: 0.05}, {Limit: tight, Cost: 1}}
 	v, err := l.Decide(context.Background(), checks)
 	require.NoError(t, err)
 	require.True(t, v.Allowed)
-	units := held(l, k).units
+	units, _ := held(l, k)
 	refunds := st.refunds.Load()
 	v, err = l.Decide(context.Background(), checks)
 	require.NoError(t, err)
 	require.False(t, v.Allowed)
-	require.Equal(t, units, held(l, k).units, "the leased unit is back")
+	after, _ := held(l, k)
+	require.Equal(t, units, after, "the leased unit is back")
 	require.Equal(t, refunds, st.refunds.Load(), "and the store was not told")
 }
 
@@ -91,6 +107,7 @@ func TestLeaseAllOrNothing(t *testing.T) {
 func TestLeaseEndsWithItsWindow(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
+	noSweep(l)
 	k := lim("edge-of-window", limit.FixedWindow, 10, time.Second)
 	// The fake clock starts on a whole second: move to the window's end.
 	clock.add(900 * time.Millisecond)
@@ -99,7 +116,8 @@ func TestLeaseEndsWithItsWindow(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, v.Allowed)
 	}
-	require.EqualValues(t, 4, held(l, k).units)
+	units, _ := held(l, k)
+	require.EqualValues(t, 4, units)
 	calls := st.calls.Load()
 	clock.add(100 * time.Millisecond) // the next window
 	v, err := l.Decide(context.Background(), leased(k, 0.5, 1))
@@ -124,19 +142,21 @@ func TestLeaseEndsWithItsWindow(t *testing.T) {
 func TestLeaseIdleReturn(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
+	noSweep(l)
 	k := lim("idle", limit.FixedWindow, 100, time.Hour)
 	for range 11 { // batches of 1+1, 1+2, 1+4, then 1+8 (8 left)
 		_, err := l.Decide(context.Background(), leased(k, 0.2, 1))
 		require.NoError(t, err)
 	}
-	a := held(l, k)
-	kept := a.units
+	kept, _ := held(l, k)
 	require.EqualValues(t, 8, kept)
 	l.ReturnIdle(clock.now()) // not idle yet
-	require.Equal(t, kept, a.units)
+	units, _ := held(l, k)
+	require.Equal(t, kept, units)
 	clock.add(3 * time.Second) // two periods of 1 s
 	l.ReturnIdle(clock.now())
-	require.Zero(t, a.units)
+	units, _ = held(l, k)
+	require.Zero(t, units)
 	// The store counts only the 11 spent: 120 - 11 fit.
 	ds, err := st.Store.Take(context.Background(), []Request{{Limit: carveLimit(Check{Limit: k, Tolerance: 0.2}), Cost: 1000, Need: 1}})
 	require.NoError(t, err)
@@ -159,6 +179,7 @@ func TestLeaseFallbackBound(t *testing.T) {
 		l.now = clock.now
 		l.fallback = NewMemoryStore(WithClock(clock.now))
 		t.Cleanup(l.Close)
+		noSweep(l)
 		edges = append(edges, l)
 	}
 	k := lim("outage", limit.FixedWindow, 100, time.Hour) // carving limit 110
@@ -190,6 +211,7 @@ func TestLeaseFallbackBound(t *testing.T) {
 func TestLeaseFailClosed(t *testing.T) {
 	l, st, _ := newTestLimiter(t, Config{FailMode: FailClosed})
 	t.Cleanup(l.Close)
+	noSweep(l)
 	st.fail.Store(true)
 	_, err := l.Decide(context.Background(), leased(lim("closed", limit.TokenBucket, 100, time.Second), 0.1, 1))
 	require.True(t, errors.Is(err, ErrUnavailable), "%v", err)
