@@ -257,7 +257,9 @@ func TestLeasedCallsPerDecision(t *testing.T) {
 		for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.TokenBucket} {
 			t.Run(string(mode)+"/"+alg.String(), func(t *testing.T) {
 				es := startEdges(t, mode, edges)
-				l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: 1_000_000, Window: time.Second}
+				// A 10 s window: a token bucket's allowance is then held up
+				// to 0.5 s, so batches grow even on a slow, loaded machine.
+				l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: 1_000_000, Window: 10 * time.Second}
 				before := scriptCalls(es)
 				var denied atomic.Int64
 				var wg sync.WaitGroup
