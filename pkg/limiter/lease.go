@@ -119,6 +119,10 @@ type allowance struct {
 	left  int64     // the store's remaining at the last carve
 	size  int64     // the next batch beyond the request's cost
 	terms leaseTerms
+	// lim is the check's limit the units were carved for: a check of the
+	// same key with another limit (the behaviour layer tightens one
+	// client's) starts afresh rather than spend what a larger one carved.
+	lim Limit
 	// carved and used: the last carve, the last spend.
 	carved, used time.Time
 }
@@ -198,8 +202,9 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 	c := p.check
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.expires.IsZero() && !now.Before(a.expires) {
+	if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
 		a.drop()
+		a.lim = c.Limit
 	}
 	source := SourceLease
 	if a.units < c.Cost {

@@ -102,6 +102,28 @@ func TestLeaseAllOrNothing(t *testing.T) {
 	require.Equal(t, refunds, st.refunds.Load(), "and the store was not told")
 }
 
+// TestLeaseFollowsTheCheckLimit: a check of the same key with a lower
+// limit (the behaviour layer tightening a client) does not spend what the
+// higher limit carved.
+func TestLeaseFollowsTheCheckLimit(t *testing.T) {
+	l, _, _ := newTestLimiter(t, Config{})
+	t.Cleanup(l.Close)
+	noSweep(l)
+	full := lim("client", limit.FixedWindow, 100, time.Hour)
+	for range 20 {
+		v, err := l.Decide(context.Background(), leased(full, 0.1, 1))
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+	}
+	units, _ := held(l, full)
+	require.Positive(t, units)
+	tight := full
+	tight.Limit = 10 // carving limit 11, already used up by the 20
+	v, err := l.Decide(context.Background(), leased(tight, 0.1, 1))
+	require.NoError(t, err)
+	require.False(t, v.Allowed, "the tightened limit is over: the held units are not spent")
+}
+
 // TestLeaseEndsWithItsWindow: fixed_window units carved in one window are
 // never spent in the next.
 func TestLeaseEndsWithItsWindow(t *testing.T) {
