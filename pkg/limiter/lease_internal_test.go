@@ -238,3 +238,25 @@ func TestLeaseFailClosed(t *testing.T) {
 	_, err := l.Decide(context.Background(), leased(lim("closed", limit.TokenBucket, 100, time.Second), 0.1, 1))
 	require.True(t, errors.Is(err, ErrUnavailable), "%v", err)
 }
+
+// TestLeaseTableFull: past its size the edge holds no allowance for new
+// keys; their checks are decided exactly, against the rule's own limit.
+func TestLeaseTableFull(t *testing.T) {
+	l, st, _ := newTestLimiter(t, Config{CacheSize: 1})
+	t.Cleanup(l.Close)
+	noSweep(l)
+	first := lim("first", limit.FixedWindow, 100, time.Hour)
+	v, err := l.Decide(context.Background(), leased(first, 0.1, 1))
+	require.NoError(t, err)
+	require.True(t, v.Allowed)
+	second := lim("second", limit.FixedWindow, 3, time.Hour)
+	calls := st.calls.Load()
+	for i := range 5 {
+		v, err := l.Decide(context.Background(), leased(second, 0.5, 1))
+		require.NoError(t, err)
+		require.Equal(t, i < 3, v.Allowed, "request %d: exact, at the rule's own limit", i)
+	}
+	require.Equal(t, calls+4, st.calls.Load(), "one call per decision up to the first denial, then the cache")
+	units, _ := held(l, second)
+	require.Zero(t, units)
+}
