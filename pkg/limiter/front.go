@@ -25,8 +25,9 @@ type Check struct {
 	Nodes int
 	// Tolerance > 0 leases the check (fixed_window and token_bucket only):
 	// the edge decides from an allowance carved from the store in batches,
-	// admitting at most limit × (1 + Tolerance) per window together with
-	// every other edge (lease.go). In [limit.MinTolerance, limit.MaxTolerance].
+	// and together with every other edge admits at most (1 + Tolerance)
+	// times the exact bound per window (lease.go). In
+	// [limit.MinTolerance, limit.MaxTolerance].
 	Tolerance float64
 }
 

@@ -28,12 +28,14 @@ import (
 //     a client asking for no more than the limit is not denied because its
 //     quota sits on another edge. Unspent allowance goes back to the window
 //     when the edge stops using the key, and when the limiter closes.
-//   - token_bucket carves tokens at the rule's own rate and capacity, and an
-//     allowance is spent within H = tolerance × window of its carving, so
-//     any window admits at most the exact bound (capacity + limit) plus
-//     limit × tolerance. Unspent tokens expire with H; they are not given
-//     back (a GCRA state that has since caught up with the clock would
-//     credit them twice).
+//   - token_bucket carves tokens at the rule's own rate from a capacity
+//     grown the same way, capacity + floor(capacity × tolerance) (the extra
+//     pays for tokens held unspent, as above), and an allowance is spent
+//     within H = tolerance × window of its carving, so any window admits at
+//     most (capacity + limit) × (1 + tolerance): the exact bound grown by the
+//     tolerance. Unspent tokens expire with H; they are not given back (a
+//     GCRA state that has since caught up with the clock would credit them
+//     twice).
 //   - The store unreachable: what the edge holds is spent first (the store
 //     counted it), then the check is decided like an exact one (fail mode;
 //     the fallback enforces the carving limit / nodes).
@@ -61,11 +63,16 @@ func (c Check) leaseProblem() error {
 	return nil
 }
 
-// carveLimit is the limit allowances of c are carved from.
+// carveLimit is the limit allowances of c are carved from: the quota
+// (fixed_window) or the capacity (token_bucket) grown by the tolerance.
 func carveLimit(c Check) Limit {
 	l := c.Limit
-	if l.Algorithm == limit.FixedWindow {
-		l.Limit = min(limit.MaxLimit, l.Limit+int64(math.Floor(float64(l.Limit)*c.Tolerance)))
+	grow := func(n int64) int64 { return min(limit.MaxLimit, n+int64(math.Floor(float64(n)*c.Tolerance))) }
+	switch l.Algorithm {
+	case limit.FixedWindow:
+		l.Limit = grow(l.Limit)
+	case limit.TokenBucket:
+		l.Burst = grow(l.Capacity())
 	}
 	return l
 }

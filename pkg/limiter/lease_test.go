@@ -117,8 +117,9 @@ func TestLeasedFixedWindowFlood(t *testing.T) {
 
 // TestLeasedTokenBucketFlood floods a token bucket from three edges for a
 // bounded time: over the run of length D they admit at most the exact bound
-// (capacity + rate × D) plus rate × tolerance × window (an allowance is
-// spent within tolerance × window of its carving).
+// (capacity + rate × D) with the capacity grown by the tolerance, plus
+// rate × tolerance × window (an allowance is spent within tolerance × window
+// of its carving).
 func TestLeasedTokenBucketFlood(t *testing.T) {
 	const (
 		rate    = 400 // per second
@@ -155,7 +156,7 @@ func TestLeasedTokenBucketFlood(t *testing.T) {
 			}
 			wg.Wait()
 			d := time.Since(start)
-			bound := burst + rate*(d.Seconds()+tol)
+			bound := math.Floor(burst*(1+tol)) + rate*(d.Seconds()+tol)
 			t.Logf("admitted %d of %d in %s; bound %.0f (exact bound %.0f)", admitted.Load(), decided.Load(), d, bound, burst+rate*d.Seconds())
 			require.LessOrEqual(t, float64(admitted.Load()), bound+1)
 			require.GreaterOrEqual(t, admitted.Load(), int64(burst), "a flood gets at least the burst")
@@ -199,6 +200,43 @@ func TestLeasedUnderLimitClient(t *testing.T) {
 				t.Logf("denied %d of %d under-limit requests", denied.Load(), quota/3*3)
 				require.LessOrEqual(t, denied.Load(), int64(quota/100))
 			})
+		})
+	}
+}
+
+// TestLeasedTokenBucketUnderLimitClient spends a bucket's whole capacity
+// (the rate is negligible: 2000 per hour), each request on a random one of
+// three edges: at most 1% may be denied (none should: the capacity carved
+// from is grown by what the edges may hold unspent).
+func TestLeasedTokenBucketUnderLimitClient(t *testing.T) {
+	const (
+		capacity = 2000
+		edges    = 3
+	)
+	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster} {
+		t.Run(string(mode), func(t *testing.T) {
+			es := startEdges(t, mode, edges)
+			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.TokenBucket, Limit: capacity, Window: time.Hour}
+			var denied atomic.Int64
+			var wg sync.WaitGroup
+			for w := range 2 {
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(uint64(w), 2))
+					for range capacity / 2 {
+						v, err := es[r.IntN(edges)].lim.Decide(context.Background(), leasedCheck(l, 0.05, edges))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if !v.Allowed {
+							denied.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("denied %d of %d requests within the capacity", denied.Load(), capacity)
+			require.LessOrEqual(t, denied.Load(), int64(capacity/100))
 		})
 	}
 }

@@ -44,8 +44,9 @@ type Rule struct {
 	Metrics bool `yaml:"metrics,omitempty"`
 	// Accuracy is exact (the default: every decision asks Redis) or leased:
 	// each edge decides locally from an allowance it carves from Redis in
-	// batches, so the region admits at most limit × (1 + tolerance) per
-	// window (fixed_window and token_bucket; docs/guarantees.md).
+	// batches, so the region admits at most (1 + tolerance) times what the
+	// exact rule would per window (fixed_window and token_bucket;
+	// docs/guarantees.md).
 	Accuracy Accuracy `yaml:"accuracy,omitempty"`
 	// Tolerance is a leased rule's bound on over-admission, as a share of
 	// the limit (default 0.05 when leased; 0.001 to 0.5).
