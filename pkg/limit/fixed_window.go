@@ -11,7 +11,9 @@ var FixedWindow = register(&Spec{
 	Keys:   []string{"fw"},
 	// A year of 366 days: Envoy's longest unit, with a leap day to spare.
 	MaxWindow: 366 * 24 * time.Hour,
-	Take:      fixedWindowTake,
+	// Leasable: a window's carved units expire with it.
+	Leasable: true,
+	Take:     fixedWindowTake,
 	Refund: func(s *State, a Args) bool {
 		if s.w == a.State {
 			s.n = max(0, s.n-a.Cost)

@@ -31,6 +31,10 @@ const (
 	MaxMembers = 100_000
 	// MaxKeyLen bounds a key: it becomes part of every Redis key name.
 	MaxKeyLen = 512
+	// MinTolerance and MaxTolerance bound a leased limit's tolerance: the
+	// share of the limit its edges may admit beyond it per window.
+	MinTolerance = 0.001
+	MaxTolerance = 0.5
 )
 
 // Errors callers act on.

@@ -46,15 +46,16 @@ func TestProblemsNameTheField(t *testing.T) {
 		l    limit.Limit
 		want []string
 	}{
-		"no algorithm":            {limit.Limit{Key: "k", Limit: 1, Window: time.Second}, []string{"algorithm"}},
-		"zero limit":              {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Window: time.Second}, []string{"limit"}},
-		"log too big":             {limit.Limit{Key: "k", Algorithm: limit.SlidingLog, Limit: limit.MaxMembers + 1, Window: time.Second}, []string{"limit"}},
-		"window too short":        {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Microsecond}, []string{"window"}},
-		"window too long":         {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: 25 * time.Hour}, []string{"window"}},
-		"window not whole ms":     {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: 1500 * time.Microsecond}, []string{"window"}},
-		"burst where none":        {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second, Burst: 5}, []string{"burst"}},
-		"min_interval where none": {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second, MinInterval: time.Millisecond}, []string{"min_interval"}},
-		"several at once":         {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Window: time.Microsecond, Burst: -1}, []string{"limit", "window", "burst"}},
+		"no algorithm":             {limit.Limit{Key: "k", Limit: 1, Window: time.Second}, []string{"algorithm"}},
+		"zero limit":               {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Window: time.Second}, []string{"limit"}},
+		"log too big":              {limit.Limit{Key: "k", Algorithm: limit.SlidingLog, Limit: limit.MaxMembers + 1, Window: time.Second}, []string{"limit"}},
+		"window too short":         {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Microsecond}, []string{"window"}},
+		"window too long":          {limit.Limit{Key: "k", Algorithm: limit.SlidingWindow, Limit: 1, Window: 25 * time.Hour}, []string{"window"}},
+		"fixed window past a year": {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: 367 * 24 * time.Hour}, []string{"window"}},
+		"window not whole ms":      {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: 1500 * time.Microsecond}, []string{"window"}},
+		"burst where none":         {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second, Burst: 5}, []string{"burst"}},
+		"min_interval where none":  {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second, MinInterval: time.Millisecond}, []string{"min_interval"}},
+		"several at once":          {limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Window: time.Microsecond, Burst: -1}, []string{"limit", "window", "burst"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.Equal(t, tc.want, fields(tc.l))

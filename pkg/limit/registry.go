@@ -25,6 +25,11 @@ type Spec struct {
 	// Members: the Redis state keeps one member per admitted unit, so each
 	// call carries a unique id and MaxLimit bounds the key's size.
 	Members bool
+	// Leasable: units may be carved ahead in batches and spent by an edge
+	// on its own (the limiter's leased checks): a take with need 1 admits
+	// up to a batch atomically, and when a carved unit is spent later
+	// than carved the error stays bounded (package limiter, lease.go).
+	Leasable bool
 	// Held: units are held while a request runs and released when its
 	// response ends (concurrency). Never cached as over limit; the
 	// RateLimit-Policy item has no window.
@@ -94,6 +99,9 @@ func All() []Algorithm {
 	}
 	return out
 }
+
+// LeasableNames lists the names of the algorithms that can be leased.
+func LeasableNames() []string { return namesWith(func(s *Spec) bool { return s.Leasable }) }
 
 // Names lists the algorithms' names, in registration order.
 func Names() []string { return namesWith(func(*Spec) bool { return true }) }

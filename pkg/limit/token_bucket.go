@@ -12,6 +12,8 @@ var TokenBucket = register(&Spec{
 	Script: "gcra",
 	Keys:   []string{"tb"},
 	Burst:  true,
+	// Leasable: carved tokens are spent within tolerance × window.
+	Leasable: true,
 	Check: func(l Limit) []Problem {
 		// The TAT is a double near 2^51 µs: an emission interval below
 		// 1 µs would vanish when added to it and nothing would count.

@@ -23,6 +23,12 @@ type Check struct {
 	// asked, the local fallback enforces Limit/Nodes (the two-layer design's
 	// local counter). 0 means 1.
 	Nodes int
+	// Tolerance > 0 leases the check (fixed_window and token_bucket only):
+	// the edge decides from an allowance carved from the store in batches,
+	// and together with every other edge admits at most (1 + Tolerance)
+	// times the exact bound per window (lease.go). In
+	// [limit.MinTolerance, limit.MaxTolerance].
+	Tolerance float64
 }
 
 // Source says where a check was decided.
@@ -35,9 +41,11 @@ const (
 	SourceFallback                // the local fallback: the store failed or its breaker is open
 	SourceOpen                    // fail-open: the store failed and nothing was enforced
 	SourceSkipped                 // not evaluated: another limit had already denied
+	SourceLease                   // a leased check, from the edge's allowance without a call
+	numSources
 )
 
-var sourceNames = [...]string{"store", "prefilter", "fallback", "open", "skipped"}
+var sourceNames = [numSources]string{"store", "prefilter", "fallback", "open", "skipped", "lease"}
 
 func (s Source) String() string { return sourceNames[s] }
 
@@ -46,6 +54,10 @@ type Outcome struct {
 	Decision
 	Source Source
 	store  Store // holds the lease, for refunds and releases
+	// allow holds the units of a leased check, put back on a refund
+	// unless dropped since (epoch).
+	allow *allowance
+	epoch uint64
 }
 
 // Verdict is the answer for one client request.
@@ -143,21 +155,27 @@ type Limiter struct {
 	ledger   *ledger
 	cache    *overLimitCache
 	flights  *flights
-	breakers *breakers
-	metrics  *metrics
-	health   health
-	log      *slog.Logger
-	now      func() time.Time
-	deadline sharedDeadline
-	late     sharedDeadline // lateTimeout, for store calls on their own goroutine
-	bg       sync.WaitGroup // background work: probes, batches sent after their leader, releases
+	// allowances are the leased checks' local allowances (lease.go).
+	allowances *allowances
+	breakers   *breakers
+	metrics    *metrics
+	health     health
+	log        *slog.Logger
+	now        func() time.Time
+	deadline   sharedDeadline
+	late       sharedDeadline // lateTimeout, for store calls on their own goroutine
+	bg         sync.WaitGroup // background work: probes, batches sent after their leader, releases
 	// releasing bounds the releases under way in the background.
 	releasing chan struct{}
 }
 
-// Close waits for the limiter's background work (breaker probes, coalesced
+// Close gives back the allowance of leased checks the edge holds, then
+// waits for the limiter's background work (breaker probes, coalesced
 // batches in flight) to end; each is bounded by the store deadline.
-func (l *Limiter) Close() { l.bg.Wait() }
+func (l *Limiter) Close() {
+	l.closeAllowances()
+	l.bg.Wait()
+}
 
 // New builds a Limiter over store. reg may be nil.
 func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Limiter, error) {
@@ -169,16 +187,17 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		log = slog.New(slog.DiscardHandler)
 	}
 	l := &Limiter{
-		cfg:       cfg,
-		store:     store,
-		fallback:  NewMemoryStore(WithMaxKeys(cfg.FallbackKeys)),
-		ledger:    newLedger(cfg.CacheSize),
-		cache:     newOverLimitCache(cfg.CacheSize),
-		flights:   newFlights(),
-		log:       log,
-		now:       time.Now,
-		deadline:  sharedDeadline{timeout: cfg.Timeout},
-		releasing: make(chan struct{}, maxReleasing),
+		cfg:        cfg,
+		store:      store,
+		fallback:   NewMemoryStore(WithMaxKeys(cfg.FallbackKeys)),
+		ledger:     newLedger(cfg.CacheSize),
+		cache:      newOverLimitCache(cfg.CacheSize),
+		flights:    newFlights(),
+		allowances: newAllowances(cfg.CacheSize),
+		log:        log,
+		now:        time.Now,
+		deadline:   sharedDeadline{timeout: cfg.Timeout},
+		releasing:  make(chan struct{}, maxReleasing),
 	}
 	l.late = sharedDeadline{timeout: l.lateTimeout()}
 	snd, _ := store.(sender)
@@ -237,6 +256,9 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 		if err := (Request{Limit: c.Limit, Cost: c.Cost}).valid(); err != nil {
 			return Verdict{}, fmt.Errorf("check %d: %w", i, err)
 		}
+		if err := c.leaseProblem(); err != nil {
+			return Verdict{}, fmt.Errorf("check %d: %w", i, err)
+		}
 		v.Checks[i] = Outcome{Decision: Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceSkipped}
 		keys = append(keys, memKey(c.Limit))
 	}
@@ -258,9 +280,13 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 	// next call for that key; the others lead, in one pipeline.
 	var leadBuf [2]pending
 	leads := leadBuf[:0]
-	var joined []pending
+	var joined, leased []pending
 	for i, c := range checks {
 		p := pending{i: i, check: c, key: keys[i]}
+		if c.Tolerance > 0 {
+			leased = append(leased, p)
+			continue
+		}
 		b, it, how := l.flights.join(c, keys[i])
 		if how == follow {
 			p.b, p.item = b, it
@@ -271,7 +297,11 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 		p.alone = how == alone
 		leads = append(leads, p)
 	}
-	if err := l.lead(ctx, leads, v.Checks, now); err != nil {
+	err := l.lead(ctx, leads, v.Checks, now)
+	if err == nil {
+		err = l.decideLeased(ctx, leased, v.Checks, now)
+	}
+	if err != nil {
 		// Joined checks are settled by their batches regardless; wait so
 		// that what they took is given back.
 		l.awaitJoined(joined, v.Checks)
@@ -317,6 +347,11 @@ func (l *Limiter) takeBack(outs []Outcome, want func(Outcome) bool) map[Store][]
 	var byStore map[Store][]Lease
 	for i := range outs {
 		o := &outs[i]
+		if o.allow != nil && o.Lease.Units > 0 && want(*o) {
+			o.allow.putBack(o.Lease.Units, o.epoch) // never told to the store
+			o.Lease.Units = 0
+			continue
+		}
 		if o.store == nil || o.Lease.Units <= 0 || !want(*o) {
 			continue
 		}

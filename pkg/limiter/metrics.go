@@ -8,7 +8,7 @@ import (
 
 // metrics are the Limiter's; labels are bounded (reason, outcome), never a key.
 type metrics struct {
-	checks        [SourceSkipped + 1]prometheus.Counter
+	checks        [numSources]prometheus.Counter
 	prefilterHits prometheus.Counter
 	coalesced     prometheus.Counter
 	storeDecided  prometheus.Counter // decisions asked of the store
@@ -31,7 +31,10 @@ type metrics struct {
 	// caller gave up, and the leases they took that were given back.
 	lateCalls, lateGivenBack prometheus.Counter
 	restores, unsure         prometheus.Counter
-	degraded                 []prometheus.Collector // one gauge per reason
+	// leaseCarves, leaseCarved, leaseReturned: leased checks' carving
+	// calls, the units they carved, the units given back unspent.
+	leaseCarves, leaseCarved, leaseReturned prometheus.Counter
+	degraded                                []prometheus.Collector // one gauge per reason
 }
 
 // sender is a store that sends script commands to a server and counts them
@@ -111,6 +114,18 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_restores_total",
 			Help: "Keys whose store answer before an outage was restored once the store answered again (a store that kept its state takes nothing).",
 		}),
+		leaseCarves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_lease_carves_total",
+			Help: "Store calls that carved allowance for leased checks (one per batch; the checks decided from the batch make no call).",
+		}),
+		leaseCarved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_lease_carved_units_total",
+			Help: "Units carved from the store for leased checks.",
+		}),
+		leaseReturned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_lease_returned_units_total",
+			Help: "Units of leased allowance given back unspent (an idle key, a closing limiter).",
+		}),
 		unsure: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_unsure_takes_total",
 			Help: "Sliding-log and concurrency takes whose reply was lost after they were sent (a connection cut): the members they may have added are removed by id in the background, as releases are.",
@@ -171,7 +186,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 				Help: "Script calls (one per key taken or refunded) carried by the commands of edgeguard_limiter_store_calls_total; many per command when batched.",
 			}, func() float64 { _, d := sent.Sent(); return float64(d) })))
 	}
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure, m.leaseCarves, m.leaseCarved, m.leaseReturned} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range m.degraded {

@@ -32,6 +32,9 @@ type CompiledRule struct {
 	Behaviour bool
 	// Metrics: the rule has its own rule label in metrics.
 	Metrics bool
+	// Tolerance > 0: the rule is leased (accuracy: leased) with this
+	// tolerance; 0: exact.
+	Tolerance float64
 	// Key, Hosts, PathPrefixes and Methods are the normalized match and key
 	// definitions, for display.
 	Key          []string
@@ -76,6 +79,7 @@ func (r CompiledRule) MarshalJSON() ([]byte, error) {
 		Scope        Scope           `json:"scope"`
 		Behaviour    bool            `json:"behaviour,omitempty"`
 		Metrics      bool            `json:"metrics,omitempty"`
+		Tolerance    float64         `json:"tolerance,omitempty"`
 		Key          []string        `json:"key"`
 		Hosts        []string        `json:"hosts,omitempty"`
 		PathPrefixes []string        `json:"path_prefix,omitempty"`
@@ -89,7 +93,7 @@ func (r CompiledRule) MarshalJSON() ([]byte, error) {
 	}{
 		ID: r.ID, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window.String(),
 		Burst: r.Burst, Cost: r.Cost, MinInterval: durationOrEmpty(r.MinInterval),
-		Shadow: r.Shadow, Scope: r.Scope, Behaviour: r.Behaviour, Metrics: r.Metrics, Key: r.Key,
+		Shadow: r.Shadow, Scope: r.Scope, Behaviour: r.Behaviour, Metrics: r.Metrics, Tolerance: r.Tolerance, Key: r.Key,
 		Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Methods: r.Methods,
 		Bypass: bypassOrNil(r.Bypass), Overrides: r.Overrides, LimitHeader: r.LimitHeader, Penalty: durationOrEmpty(r.Penalty),
 		CountIf: countIfOrNil(r.CountIf), CostHeader: r.CostHeader,
@@ -196,6 +200,7 @@ func compileRule(r *Rule) CompiledRule {
 		Scope:        r.Scope,
 		Behaviour:    r.Behaviour,
 		Metrics:      r.Metrics,
+		Tolerance:    r.Tolerance,
 		Key:          nilIfEmpty(r.Key),
 		Hosts:        nilIfEmpty(r.Match.Hosts),
 		PathPrefixes: nilIfEmpty(r.Match.PathPrefix),

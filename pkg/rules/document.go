@@ -77,6 +77,15 @@ type Rule struct {
 	// rule's limit, or its burst for a bucket); a larger value is charged
 	// max_cost and counted as an error.
 	MaxCost int64 `yaml:"max_cost,omitempty"`
+	// Accuracy is exact (the default: every decision asks Redis) or leased:
+	// each edge decides locally from an allowance it carves from Redis in
+	// batches, so the region admits at most (1 + tolerance) times what the
+	// exact rule would per window (fixed_window and token_bucket;
+	// docs/guarantees.md).
+	Accuracy Accuracy `yaml:"accuracy,omitempty"`
+	// Tolerance is a leased rule's bound on over-admission, as a share of
+	// the limit (default 0.05 when leased; 0.001 to 0.5).
+	Tolerance float64 `yaml:"tolerance,omitempty"`
 }
 
 // CountIf selects the responses a rule counts. Both lists optional; a
@@ -159,6 +168,17 @@ type Algorithm string
 
 // Scope says where a rule's counters live.
 type Scope string
+
+// Accuracy says how exactly a rule is counted.
+type Accuracy string
+
+// Known accuracies. Exact is the default (written as nothing).
+const (
+	AccuracyExact  Accuracy = "exact"
+	AccuracyLeased Accuracy = "leased"
+	// DefaultTolerance is a leased rule's tolerance when none is given.
+	DefaultTolerance = 0.05
+)
 
 // Known scopes. Region is the default.
 const (

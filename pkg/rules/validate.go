@@ -113,6 +113,7 @@ func (r *Rule) validate(index int) []error {
 		p.addf("scope", "unknown %q (want %s or %s)", r.Scope, ScopeRegion, ScopePoP)
 	}
 
+	r.validateAccuracy(p)
 	r.validateKey(p)
 	r.validateMatch(p)
 	r.validateEscapes(p)
@@ -147,6 +148,32 @@ func (r *Rule) validateLimit(p *problems) {
 	}
 	if pr := l.CostProblem(r.Cost); pr != nil && (r.Cost < 1 || quotaOK && l.Algorithm.Valid()) {
 		p.addf(pr.Field, "%s", pr.Msg)
+	}
+}
+
+// validateAccuracy normalizes exact to "" (the default) and gives a leased
+// rule its default tolerance.
+func (r *Rule) validateAccuracy(p *problems) {
+	switch r.Accuracy {
+	case "", AccuracyExact:
+		r.Accuracy = ""
+		if r.Tolerance != 0 {
+			p.addf("tolerance", "only valid with accuracy: %s", AccuracyLeased)
+		}
+		return
+	case AccuracyLeased:
+	default:
+		p.addf("accuracy", "unknown %q (want %s or %s)", r.Accuracy, AccuracyExact, AccuracyLeased)
+		return
+	}
+	if r.Tolerance == 0 {
+		r.Tolerance = DefaultTolerance
+	}
+	if !(r.Tolerance >= limit.MinTolerance && r.Tolerance <= limit.MaxTolerance) {
+		p.addf("tolerance", "must be in [%g, %g] (got %g)", limit.MinTolerance, limit.MaxTolerance, r.Tolerance)
+	}
+	if sp := r.limit().Algorithm.Spec(); sp != nil && !sp.Leasable {
+		p.addf("accuracy", "%s cannot be leased (want one of %s)", sp.Name, strings.Join(limit.LeasableNames(), ", "))
 	}
 }
 

@@ -73,6 +73,9 @@ type canonicalRule struct {
 	Metrics bool `json:"metrics,omitempty"`
 	// Escapes (bypass, overrides, limit header, penalty), likewise.
 	Escapes *canonicalEscapes `json:"escapes,omitempty"`
+	// Accuracy and Tolerance, likewise only written for a leased rule.
+	Accuracy  string  `json:"accuracy,omitempty"`
+	Tolerance float64 `json:"tolerance,omitempty"`
 }
 
 // canonicalEscapes are a rule's escapes as Version hashes them: lists
@@ -194,6 +197,8 @@ func canonicalRules(d *Document, withDisabled bool) []canonicalRule {
 			Behaviour:   r.Behaviour,
 			Metrics:     r.Metrics,
 			Escapes:     escapesOf(&r),
+			Accuracy:    string(r.Accuracy),
+			Tolerance:   r.Tolerance,
 		}
 		if l := r.limit(); l.Algorithm.Valid() && l.Algorithm.Spec().Burst {
 			c.Capacity = l.Capacity()
@@ -285,6 +290,14 @@ func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
 		e, _ := json.Marshal(c.Escapes) // strings and ints: cannot fail
 		buf = append(append(buf, `,"escapes":`...), e...)
 	}
+	if c.Accuracy != "" {
+		buf = append(buf, `,"accuracy":`...)
+		buf = appendJSONString(buf, c.Accuracy)
+	}
+	if c.Tolerance != 0 {
+		buf = append(buf, `,"tolerance":`...)
+		buf = appendJSONFloat(buf, c.Tolerance)
+	}
 	return append(buf, '}'), scratch
 }
 
@@ -322,4 +335,15 @@ func appendJSONString(buf []byte, s string) []byte {
 		}
 	}
 	return append(buf, '"')
+}
+
+// appendJSONFloat appends f as encoding/json encodes it; a value JSON
+// cannot hold (NaN, ±Inf: only in a document that fails validation) is
+// written as a string, so that it still hashes distinctly.
+func appendJSONFloat(buf []byte, f float64) []byte {
+	enc, err := json.Marshal(f)
+	if err != nil {
+		return appendJSONString(buf, strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return append(buf, enc...)
 }

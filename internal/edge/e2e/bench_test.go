@@ -70,6 +70,10 @@ import (
 //	cluster               the rule on the shared Cluster (TestMain's), vary
 //	cluster-plain         the same with --redis-autopipeline=false
 //	cluster-hotkey        the same rule on the Cluster, fixed: one key, coalesced
+//	standalone-leased     the rule keyed on host (one key: a tenant's quota)
+//	                      with accuracy: leased, tolerance 0.05, vary: the
+//	                      edge decides from allowances carved in batches
+//	cluster-leased        the same on the Cluster
 //	denied-flood          one key over its limit (1 per hour), fixed: every
 //	                      measured request is a 429 from the over-limit cache
 //	shedder-off           off with a shedder file {"enabled": false} (shadow mode)
@@ -117,6 +121,20 @@ rules:
     window: 1s
     burst: 1000000
 `
+	// The high rule keyed on host, leased: every request spends from
+	// the edge's allowance of one key.
+	benchRuleLeased = `
+version: 1
+rules:
+  - id: bench
+    key: [host]
+    algorithm: token_bucket
+    limit: 1000000
+    window: 1s
+    burst: 1000000
+    accuracy: leased
+    tolerance: 0.05
+`
 	// One admission per hour: after the first request, the key is over its
 	// limit and the edge's over-limit cache answers for about an hour.
 	benchRuleDenied = `
@@ -138,6 +156,8 @@ var wrkCases = []wrkCase{
 	{name: "cluster", rules: benchRuleHigh, store: "cluster", xff: "vary", status: 200, openLoop: true},
 	{name: "cluster-plain", rules: benchRuleHigh, store: "cluster", xff: "vary", flags: []string{"--redis-autopipeline=false"}, status: 200},
 	{name: "cluster-hotkey", rules: benchRuleHigh, store: "cluster", xff: "fixed", status: 200},
+	{name: "standalone-leased", rules: benchRuleLeased, store: "standalone", xff: "vary", status: 200},
+	{name: "cluster-leased", rules: benchRuleLeased, store: "cluster", xff: "vary", status: 200},
 	{name: "denied-flood", rules: benchRuleDenied, store: "cluster", xff: "fixed", status: 429},
 	{name: "shedder-off", xff: "vary", shedder: `{"enabled": false}`, status: 200},
 	{name: "shedder-on", xff: "vary", shedder: `{"enabled": true}`, status: 200},

@@ -1,0 +1,414 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
+)
+
+// Leased checks (Check.Tolerance > 0): the edge decides locally from an
+// allowance it carves from the store in batches, instead of asking the store
+// for every request. docs/guarantees.md ("Leased rules") states the
+// invariant; in short:
+//
+//   - Carving is the algorithm's own atomic take with need 1: the script
+//     admits up to the batch asked for, never more than fits, so what all
+//     edges together hold and spend is bounded by what the store admitted,
+//     whatever the number of edges or the attack rate.
+//   - fixed_window carves from the quota grown by the tolerance,
+//     limit + floor(limit × tolerance): an allowance is spent only within the
+//     window it was carved in (it expires before the window ends), so at most
+//     that many are admitted per window. The extra pays for the allowance
+//     other edges hold unspent: an edge holds at most
+//     floor(limit × tolerance / nodes) beyond the request it carves for, so
+//     a client asking for no more than the limit is not denied because its
+//     quota sits on another edge. Unspent allowance goes back to the window
+//     when the edge stops using the key, and when the limiter closes.
+//   - token_bucket carves tokens at the rule's own rate from a capacity
+//     grown the same way, capacity + floor(capacity × tolerance) (the extra
+//     pays for tokens held unspent, as above), and an allowance is spent
+//     within H = tolerance × window of its carving, so any window admits at
+//     most (capacity + limit) × (1 + tolerance): the exact bound grown by the
+//     tolerance. Unspent tokens expire with H; they are not given back (a
+//     GCRA state that has since caught up with the clock would credit them
+//     twice).
+//   - The store unreachable: what the edge holds is spent first (the store
+//     counted it), then the check is decided like an exact one (fail mode;
+//     the fallback enforces the carving limit / nodes).
+//
+// The sliding log and the sliding window counter are not leased: a unit
+// carved now and spent later would be counted at the carving time, which
+// for the log moves when it ages out (and min_interval could not be kept),
+// and for the counter weighs it into the wrong window; neither is proved
+// here. Concurrency holds a slot per request in flight, not a rate: there is
+// nothing to spend ahead. leaky_bucket is not leased either (not tested).
+
+// Leasable reports whether checks on an algorithm may be leased.
+func Leasable(a Algorithm) bool { sp := a.Spec(); return sp != nil && sp.Leasable }
+
+// leaseProblem reports why c cannot be leased; nil for an exact check.
+func (c Check) leaseProblem() error {
+	switch {
+	case c.Tolerance == 0:
+		return nil
+	case !Leasable(c.Limit.Algorithm):
+		return fmt.Errorf("%w: %s cannot be leased (fixed_window and token_bucket can)", ErrInvalidRequest, c.Limit.Algorithm)
+	case !(c.Tolerance >= limit.MinTolerance && c.Tolerance <= limit.MaxTolerance):
+		return fmt.Errorf("%w: tolerance must be in [%g, %g] (got %g)", ErrInvalidRequest, limit.MinTolerance, limit.MaxTolerance, c.Tolerance)
+	}
+	return nil
+}
+
+// carveLimit is the limit allowances of c are carved from: the quota
+// (fixed_window) or the capacity (token_bucket) grown by the tolerance.
+func carveLimit(c Check) Limit {
+	l := c.Limit
+	grow := func(n int64) int64 { return min(limit.MaxLimit, n+int64(math.Floor(float64(n)*c.Tolerance))) }
+	switch l.Algorithm {
+	case limit.FixedWindow:
+		l.Limit = grow(l.Limit)
+	case limit.TokenBucket:
+		l.Burst = grow(l.Capacity())
+	}
+	return l
+}
+
+// leaseTerms are how one check's allowances are sized and kept.
+type leaseTerms struct {
+	// hold bounds how long a carved unit may be spent (token_bucket: H);
+	// fixed_window units expire with their window instead.
+	hold time.Duration
+	// period is how long one batch should last: the adaptive size aims at
+	// one carve per period for the key's rate on this edge.
+	period time.Duration
+	// most is the largest batch carved beyond the request's own cost.
+	most int64
+}
+
+func termsOf(c Check) leaseTerms {
+	w := c.Limit.Window
+	hold := w
+	if c.Limit.Algorithm == limit.TokenBucket {
+		hold = max(time.Millisecond, time.Duration(float64(w)*c.Tolerance).Truncate(time.Millisecond))
+	}
+	nodes := int64(max(c.Nodes, 1))
+	return leaseTerms{
+		hold:   hold,
+		period: min(max(hold/4, minLeasePeriod), maxLeasePeriod),
+		most:   max(1, int64(math.Floor(float64(c.Limit.Capacity())*c.Tolerance))/nodes),
+	}
+}
+
+const (
+	minLeasePeriod = 5 * time.Millisecond
+	maxLeasePeriod = time.Second
+	// sweepEvery is how often idle allowances are looked for.
+	sweepEvery = 100 * time.Millisecond
+)
+
+// allowance is what one edge holds of one key.
+type allowance struct {
+	mu    sync.Mutex
+	units int64 // carved, not yet spent
+	// expires: units may be spent before it only (local clock, measured
+	// from before the carving call was sent, so never later than the
+	// store's own end of the window or hold).
+	expires time.Time
+	// epoch changes whenever units are dropped or given back: a refund of
+	// units spent in an earlier epoch is not put back.
+	epoch uint64
+	from  Lease     // the store's lease of the units (fixed_window: its window)
+	reset time.Time // when the store said the key is back to full
+	left  int64     // the store's remaining at the last carve
+	size  int64     // the next batch beyond the request's cost
+	terms leaseTerms
+	// lim is the check's limit the units were carved for: a check of the
+	// same key with another limit (the behaviour layer tightens one
+	// client's) starts afresh rather than spend what a larger one carved.
+	lim Limit
+	// carved and used: the last carve, the last spend.
+	carved, used time.Time
+}
+
+// allowances holds the edge's allowances, bounded: past max keys, checks
+// of new keys are decided exactly.
+type allowances struct {
+	mu            sync.Mutex
+	m             map[string]*allowance
+	max           int
+	start, closed sync.Once
+	stop          chan struct{}
+}
+
+func newAllowances(size int) *allowances {
+	return &allowances{m: map[string]*allowance{}, max: size, stop: make(chan struct{})}
+}
+
+func (as *allowances) get(key string) *allowance {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	a, ok := as.m[key]
+	if !ok {
+		if len(as.m) >= as.max {
+			return nil
+		}
+		a = &allowance{}
+		as.m[key] = a
+	}
+	return a
+}
+
+// decideLeased answers leased checks from the edge's allowances, carving a
+// new batch when one runs short. now is when Decide began.
+func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Outcome, now time.Time) error {
+	for _, p := range leased {
+		a := l.allowances.get(p.key)
+		if a == nil {
+			// The table is full: decide this check exactly, against the
+			// rule's own limit on the same key (stricter than carving).
+			o, err := l.exact(ctx, p, now)
+			if err != nil {
+				return err
+			}
+			outs[p.i] = o
+			continue
+		}
+		l.allowances.start.Do(func() {
+			select {
+			case <-l.allowances.stop: // closed
+			default:
+				l.bg.Go(l.sweep)
+			}
+		})
+		o, err := l.spend(ctx, a, p, now)
+		if err != nil {
+			return err
+		}
+		outs[p.i] = o
+	}
+	return nil
+}
+
+// exact decides one leased check as an exact one.
+func (l *Limiter) exact(ctx context.Context, p pending, now time.Time) (Outcome, error) {
+	p.check.Tolerance = 0
+	outs := make([]Outcome, p.i+1)
+	p.alone = true
+	if err := l.lead(ctx, []pending{p}, outs, now); err != nil {
+		return Outcome{}, err
+	}
+	return outs[p.i], nil
+}
+
+// spend takes the check's cost from a, carving first when a holds too little.
+func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.Time) (Outcome, error) {
+	c := p.check
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
+		a.drop()
+		a.lim = c.Limit
+	}
+	source := SourceLease
+	if a.units < c.Cost {
+		a.terms = termsOf(c)
+		a.grow(now)
+		want := c.Cost - a.units + a.size
+		carve := carveLimit(c)
+		gen := l.cache.generation()
+		ds, errs := l.call(ctx, []Request{{Limit: carve, Cost: want, Need: 1}}, []string{p.key}, now)
+		if errs[0] != nil {
+			// What a held is spent (the store counted it); past it the
+			// check is decided like an exact one, on the carving limit.
+			o, err := l.degrade(Check{Limit: carve, Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, errs[0])
+			o.Decision.Limit = c.Limit.Limit
+			return o, err
+		}
+		d := ds[0]
+		a.carved = now
+		a.left, a.reset = d.Remaining, now.Add(d.ResetAfter)
+		if d.Admitted > 0 {
+			if d.Lease.state != a.from.state {
+				// Another window (fixed_window): the old one's units end
+				// with it, and so do refunds of units spent from them.
+				a.drop()
+			}
+			expires := now.Add(a.terms.hold)
+			if c.Limit.Algorithm == limit.FixedWindow {
+				// The script's reset is whole milliseconds, rounded up.
+				expires = now.Add(d.ResetAfter - time.Millisecond)
+			}
+			if a.units == 0 || expires.Before(a.expires) {
+				// Units left from an earlier batch keep their own end:
+				// the batches end together, at the earlier one.
+				a.expires = expires
+			}
+			a.units += d.Admitted
+			a.from = d.Lease
+		}
+		l.metrics.leaseCarves.Inc()
+		l.metrics.leaseCarved.Add(float64(d.Admitted))
+		source = SourceStore
+		if a.units < c.Cost {
+			l.metrics.record(SourceStore, 1)
+			d.Limit = c.Limit.Limit
+			d.Remaining = min(c.Limit.Limit, a.units)
+			d.Admitted, d.Allowed = 0, false
+			d.Lease = Lease{Limit: carve}
+			l.remember(c, d, 1, now, gen)
+			return Outcome{Decision: d, Source: SourceStore}, nil
+		}
+	}
+	a.units -= c.Cost
+	a.used = now
+	l.metrics.record(source, 1)
+	return Outcome{
+		Decision: Decision{
+			Admitted:   c.Cost,
+			Allowed:    true,
+			Limit:      c.Limit.Limit,
+			Remaining:  min(c.Limit.Limit, a.left+a.units),
+			ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
+			Lease:      Lease{Limit: c.Limit, Units: c.Cost},
+		},
+		Source: source,
+		allow:  a,
+		epoch:  a.epoch,
+	}, nil
+}
+
+// grow sizes the next batch from how soon the last one ran out: twice as
+// large when it lasted less than half a period, half when more than two,
+// so a quiet edge holds little and a busy one calls about once a period.
+func (a *allowance) grow(now time.Time) {
+	gap := now.Sub(a.carved)
+	switch {
+	case a.carved.IsZero() || a.size < 1:
+		a.size = 1
+	case gap < a.terms.period/2:
+		a.size *= 2
+	case gap > 2*a.terms.period:
+		a.size /= 2
+	}
+	a.size = min(max(a.size, 1), a.terms.most)
+}
+
+// drop forgets the units a holds (expired, or given back): a refund of a
+// unit spent before is not put back either.
+func (a *allowance) drop() {
+	a.units = 0
+	a.expires = time.Time{}
+	a.epoch++
+}
+
+// putBack returns units a request took but did not use (another check of
+// the request denied), unless they were dropped meanwhile.
+func (a *allowance) putBack(units int64, epoch uint64) {
+	a.mu.Lock()
+	if a.epoch == epoch {
+		a.units += units
+	}
+	a.mu.Unlock()
+}
+
+// sweep gives back idle allowances until the limiter closes.
+func (l *Limiter) sweep() {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.allowances.stop:
+			return
+		case <-t.C:
+			l.ReturnIdle(l.now())
+		}
+	}
+}
+
+// ReturnIdle gives back what the edge holds of keys it has not used for two
+// periods (fixed_window: to the window they were carved from; token_bucket
+// allowances expire instead) and forgets those keys, so a quiet key costs
+// nothing and the next batch starts small. The limiter calls it every
+// 100 ms once a leased check was decided.
+func (l *Limiter) ReturnIdle(now time.Time) {
+	l.returnWhere(now, func(a *allowance) (give, forget bool) {
+		last := a.used
+		if a.carved.After(last) {
+			last = a.carved
+		}
+		idle := now.Sub(last) >= 2*a.terms.period
+		return idle || !a.expires.IsZero() && !now.Before(a.expires), idle
+	})
+}
+
+// returnAll gives back everything the edge holds (Close).
+func (l *Limiter) returnAll() {
+	l.returnWhere(l.now(), func(*allowance) (bool, bool) { return true, true })
+}
+
+func (l *Limiter) returnWhere(now time.Time, pick func(*allowance) (give, forget bool)) {
+	as := l.allowances
+	as.mu.Lock()
+	keys := make([]string, 0, len(as.m))
+	all := make([]*allowance, 0, len(as.m))
+	for k, a := range as.m {
+		keys, all = append(keys, k), append(all, a)
+	}
+	as.mu.Unlock()
+	var back []Lease
+	var gone []string
+	for i, a := range all {
+		if !a.mu.TryLock() { // carving: in use
+			continue
+		}
+		give, forget := pick(a)
+		if give && a.units > 0 {
+			if a.from.Limit.Algorithm == limit.FixedWindow && now.Before(a.expires) {
+				ls := a.from
+				ls.Units = a.units
+				back = append(back, ls)
+			}
+			a.drop()
+			a.size = 1 // the key went quiet here: start small again
+		}
+		if forget && a.units == 0 {
+			gone = append(gone, keys[i])
+		}
+		a.mu.Unlock()
+	}
+	if len(gone) > 0 {
+		as.mu.Lock()
+		for _, k := range gone {
+			if a := as.m[k]; a != nil && a.mu.TryLock() {
+				if a.units == 0 {
+					delete(as.m, k)
+				}
+				a.mu.Unlock()
+			}
+		}
+		as.mu.Unlock()
+	}
+	if len(back) == 0 {
+		return
+	}
+	var units int64
+	for _, ls := range back {
+		units += ls.Units
+	}
+	l.metrics.leaseReturned.Add(float64(units))
+	if err := l.giveBack(l.store, back); err != nil {
+		l.log.Warn("giving back leased allowance failed", "keys", len(back), "err", err)
+	}
+}
+
+// closeAllowances stops the sweep and gives back what the edge holds.
+func (l *Limiter) closeAllowances() {
+	l.allowances.closed.Do(func() {
+		close(l.allowances.stop)
+		l.returnAll()
+	})
+}
