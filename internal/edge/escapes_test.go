@@ -437,6 +437,47 @@ rules:
 	require.Equal(t, 0, served[0]-started[0], "a penalised flood costs Redis nothing")
 }
 
+// What counting by the response costs Redis, from Redis's own command
+// counts: one PTTL per request (is the key blocked?), and one script call
+// per counted response (fewer when concurrent counts share a batch);
+// responses that do not match cost no script call.
+func TestCountByResponseRedisCost(t *testing.T) {
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
+	opts, err := redis.ParseURL(rd.URL())
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	defer c.Close()
+	r := startEdge(t, `
+version: 1
+rules:
+  - id: stuffing
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1000
+    window: 1m
+    metrics: true
+    count_if: {status: [401]}
+`, withRedis(rd, testenv.KeyPrefix(t)))
+	cmds := []string{"pttl", "evalsha", "eval"}
+	before := commandCalls(t, c, cmds...)
+	require.Equal(t, repeatInt(200, 50), codes(t, r, 50, "/status?code=200"))
+	ok := commandCalls(t, c, cmds...)
+	require.Equal(t, repeatInt(401, 20), codes(t, r, 20, "/status?code=401"))
+	require.Eventually(t, func() bool { return escapeCount(t, r, "stuffing", "response_counted") >= 20 },
+		10*time.Second, 5*time.Millisecond)
+	counted := commandCalls(t, c, cmds...)
+	scripts := func(a, b []int) int { return b[1] - a[1] + b[2] - a[2] }
+	t.Logf("per request: 50 uncounted → %d PTTL, %d script calls; 20 counted → %d PTTL, %d script calls",
+		ok[0]-before[0], scripts(before, ok), counted[0]-ok[0], scripts(ok, counted))
+	require.Equal(t, 50, ok[0]-before[0], "one PTTL per request")
+	require.Zero(t, scripts(before, ok), "an uncounted response costs no script call")
+	require.Equal(t, 20, counted[0]-ok[0])
+	require.LessOrEqual(t, scripts(ok, counted), 20+1, "at most one script call per counted response (a NOSCRIPT load aside)")
+	require.Positive(t, scripts(ok, counted))
+}
+
 func repeatInt(v, n int) []int {
 	out := make([]int, n)
 	for i := range out {
