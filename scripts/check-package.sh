@@ -23,6 +23,8 @@ for f in /etc/edgeguard/edge.yaml /etc/edgeguard/edge.env /etc/edgeguard/rules.y
 done
 preinst=$(dpkg-deb -I "$deb" preinst)
 grep -q "useradd --system" <<<"$preinst" || fail "preinst does not create the edgeguard user"
+postrm=$(dpkg-deb -I "$deb" postrm)
+grep -q 'rm -rf /var/lib/edgeguard /var/log/edgeguard' <<<"$postrm" || fail "postrm does not remove the edge's state and logs on purge"
 
 tree=$(mktemp -d)
 trap 'kill "${pid:-}" 2>/dev/null || true; rm -rf "$tree"' EXIT
