@@ -360,6 +360,23 @@ func TestConformanceErrors(t *testing.T) {
 	_, err = s.client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "d"})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	require.ErrorContains(t, err, "rate limit descriptor list must not be empty")
+	// A caller asking for more work than any Envoy sends is refused before
+	// anything is counted.
+	many := make([]*rlv3.RateLimitDescriptor, rls.MaxDescriptors+1)
+	for i := range many {
+		many[i] = desc("a", "b")
+	}
+	_, err = s.client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "d", Descriptors: many})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.ErrorContains(t, err, "at most 256")
+	wide := &rlv3.RateLimitDescriptor{}
+	for range rls.MaxEntries + 1 {
+		wide.Entries = append(wide.Entries, &rlv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+	}
+	_, err = s.client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{wide}})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = s.client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "d", Descriptors: many[:rls.MaxDescriptors]})
+	require.NoError(t, err, "at the bound")
 }
 
 // TestConformanceQuotaMode: quota descriptors make the request over the

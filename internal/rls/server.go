@@ -153,12 +153,30 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	return resp, err
 }
 
+// MaxDescriptors and MaxEntries bound one ShouldRateLimit call (more is
+// InvalidArgument).
+const (
+	MaxDescriptors = 256
+	MaxEntries     = 64
+)
+
 func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
 	if len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	// Bounds on one call's work: Envoy sends a descriptor per rate limit
+	// action that applies, each of a few entries; a caller sending
+	// thousands asks for a batch no decision needs.
+	if n := len(req.Descriptors); n > MaxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors in one request: at most %d", n, MaxDescriptors)
+	}
+	for _, d := range req.Descriptors {
+		if n := len(d.GetEntries()); n > MaxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "a descriptor of %d entries: at most %d", n, MaxEntries)
+		}
 	}
 	cfg := s.config.Load()
 	if cfg == nil {
