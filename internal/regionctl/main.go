@@ -80,6 +80,12 @@ TLS certificates (chain and key, PEM; one key per certificate, served by the reg
   certs list --region R                        names, DNS names, expiry; invalid ones flagged
   certs rm --region R NAME                     delete certificate NAME
 
+Rate limit service (envoyproxy/ratelimit YAML, one domain per document; see docs/envoy.md):
+  rls validate [--merge-domains] FILE|DIR...   check documents offline, alone and together, listing every
+                                               problem as FILE:LINE; a DIR stands for its .yaml/.yml files
+  rls diff [--merge-domains] OLD NEW           limit-level diff of two files or directories, offline
+                                               (exit codes as rules diff)
+
 Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
                                                flagging edges that have not converged
@@ -280,6 +286,8 @@ var commands = map[string]func(a *app, args []string) error{
 	"certs put":      (*app).certsPut,
 	"certs list":     (*app).certsList,
 	"certs rm":       (*app).certsRm,
+	"rls validate":   (*app).rlsValidate,
+	"rls diff":       (*app).rlsDiff,
 }
 
 func (a *app) dispatch(args []string) error {
