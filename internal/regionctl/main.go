@@ -85,6 +85,9 @@ Rate limit service (envoyproxy/ratelimit YAML, one domain per document; see docs
                                                problem as FILE:LINE; a DIR stands for its .yaml/.yml files
   rls diff [--merge-domains] OLD NEW           limit-level diff of two files or directories, offline
                                                (exit codes as rules diff)
+  rls push --region R [--merge-domains] FILE|DIR...
+                                               write each FILE as rls/R/<base name> in one transaction
+                                               (check-and-set, history); validated with R's other documents first
 
 Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
@@ -129,8 +132,8 @@ Exit codes:
   6  not converged (regions status): a healthy edge runs other rules than KV holds
   7  Consul unreachable: the agent, or through it a region's servers
   8  unknown region
-  10 rules diff: any other error (other commands exit 1 for it), so that
-     rules diff exits 0 same, 1 different, 2 and up trouble, like diff(1)
+  10 rules diff and rls diff: any other error (other commands exit 1 for it),
+     so that they exit 0 same, 1 different, 2 and up trouble, like diff(1)
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.
 `
@@ -288,6 +291,7 @@ var commands = map[string]func(a *app, args []string) error{
 	"certs rm":       (*app).certsRm,
 	"rls validate":   (*app).rlsValidate,
 	"rls diff":       (*app).rlsDiff,
+	"rls push":       (*app).rlsPush,
 }
 
 func (a *app) dispatch(args []string) error {

@@ -3,8 +3,10 @@ package regionctl
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -133,4 +135,78 @@ descriptors:
 	assert.Equal(t, ExitDiffError, r.code, r)
 	r = runOffline(t, "rls", "diff", old)
 	assert.Equal(t, ExitUsage, r.code, r)
+}
+
+// TestRLSPush: a push writes the documents (pushed to us-east through
+// eu-west's agent, over the WAN) with a history entry each; an identical
+// push changes nothing; a document invalid alone or with the region's
+// others is refused before anything is written; a dry run writes nothing;
+// a document changed between the read and the write loses the
+// check-and-set.
+func TestRLSPush(t *testing.T) {
+	t.Parallel()
+	p := prefix(t)
+	dir := rlsDir(t, map[string]string{"api.yaml": rlsAPI})
+	api1 := filepath.Join(dir, "api.yaml")
+	key := p + "rls/us-east/api.yaml"
+
+	r := run(t, "rls", "push", "--prefix", p, "--region", "us-east", "--message", "first limits", api1)
+	require.Equal(t, ExitOK, r.code, r)
+	assert.Contains(t, r.stdout, "+ added   domain api\n")
+	assert.Contains(t, r.stdout, "+ added   limit api.remote_address: 10/second, fixed_window\n")
+	assert.Contains(t, r.stdout, "us-east: ok: wrote "+key+" (version ")
+	require.Equal(t, rlsAPI, string(kv(t, usEast, key).Value))
+
+	h := run(t, "--output", "json", "rules", "history", "--prefix", p, "--region", "us-east", "--kind", "rls")
+	require.Equal(t, ExitOK, h.code, h)
+	entries := decodeJSON(t, h.stdout)["entries"].([]any)
+	require.Len(t, entries, 1)
+	e := entries[0].(map[string]any)
+	assert.Equal(t, "rls", e["kind"])
+	assert.Equal(t, key, e["key"])
+	assert.Equal(t, "tester", e["author"])
+	assert.Equal(t, "first limits", e["message"])
+
+	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", api1)
+	require.Equal(t, ExitOK, r.code, r)
+	assert.Equal(t, "us-east: unchanged: the region already holds these documents\n", r.stdout)
+
+	// Valid alone, invalid with the stored api.yaml: one domain twice.
+	more := filepath.Join(rlsDir(t, map[string]string{"more.yaml": "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"}), "more.yaml")
+	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", more)
+	require.Equal(t, ExitInvalid, r.code, r)
+	assert.Contains(t, r.stderr, p+`rls/us-east/more.yaml: domain: domain "api" already declared in `+key)
+	assert.Contains(t, r.stderr, "nothing was written")
+	assert.Nil(t, kv(t, usEast, p+"rls/us-east/more.yaml"))
+	// Invalid alone: the file's lines, and Consul is not even asked.
+	bad := filepath.Join(rlsDir(t, map[string]string{"bad.yaml": "domain: web\ndescriptors:\n  - key: k\n    rate_limit: {unit: hours, requests_per_unit: 1}\n"}), "bad.yaml")
+	r = runOffline(t, "rls", "push", "--prefix", p, "--region", "us-east", bad)
+	require.Equal(t, ExitInvalid, r.code, r)
+	assert.Contains(t, r.stderr, bad+`:4: descriptor web.k: rate_limit.unit: invalid unit "hours"`)
+
+	changed := filepath.Join(rlsDir(t, map[string]string{"api.yaml": strings.Replace(rlsAPI, "10", "20", 1)}), "api.yaml")
+	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", "--dry-run", changed)
+	require.Equal(t, ExitOK, r.code, r)
+	assert.Contains(t, r.stdout, "~ changed limit api.remote_address: rate 10/second -> 20/second\n")
+	assert.Contains(t, r.stdout, "dry run: nothing was written\n")
+	require.Equal(t, rlsAPI, string(kv(t, usEast, key).Value))
+
+	// Someone else writes between the read and the write: conflict.
+	other := &app{beforeWrite: func(string) {
+		c, err := usEast.Client(usEast.ManagementToken)
+		require.NoError(t, err)
+		_, err = c.KV().Put(&api.KVPair{Key: key, Value: []byte(rlsAPI + "# edited\n")}, nil)
+		require.NoError(t, err)
+	}}
+	r = runApp(t, other, testEnv(), "rls", "push", "--prefix", p, "--region", "us-east", changed)
+	require.Equal(t, ExitConflict, r.code, r)
+	require.Equal(t, rlsAPI+"# edited\n", string(kv(t, usEast, key).Value))
+
+	// Read again, it goes through; retention keeps the newest entry.
+	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", "--keep-history", "1", changed)
+	require.Equal(t, ExitOK, r.code, r)
+	require.Equal(t, strings.Replace(rlsAPI, "10", "20", 1), string(kv(t, usEast, key).Value))
+	h = run(t, "--output", "json", "rules", "history", "--prefix", p, "--region", "us-east", "--kind", "rls")
+	require.Equal(t, ExitOK, h.code, h)
+	require.Len(t, decodeJSON(t, h.stdout)["entries"].([]any), 1)
 }
