@@ -607,7 +607,7 @@ func (c Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("log-level: %v", err)
 	}
-	errs = append(errs, c.RLS.problems()...)
+	errs = append(errs, c.RLS.problems(c.Consul != "")...)
 	return errors.Join(errs...)
 }
 

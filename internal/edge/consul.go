@@ -292,6 +292,12 @@ func (l *consulLink) run(ctx context.Context) {
 			}
 		}, onErr)
 	})
+	if e.rlsFromConsul() {
+		prefix := l.client.Layout().RLS(e.cfg.Region)
+		wg.Go(func() {
+			l.client.WatchRLS(ctx, e.cfg.Region, func(docs map[string][]byte) { e.applyConsulRLS(prefix, docs) }, onErr)
+		})
+	}
 	if e.certs != nil {
 		wg.Go(func() { l.client.WatchCerts(ctx, e.cfg.Region, e.applyConsulCerts, onErr) })
 	}

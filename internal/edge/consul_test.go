@@ -32,8 +32,8 @@ rules:
 `
 
 // startConsulEdge starts an in-process edge of region whose rules come from
-// the Consul agent at addr.
-func startConsulEdge(t *testing.T, regionName, pop, addr, cache string) *running {
+// the Consul agent at addr; opts change its configuration further.
+func startConsulEdge(t *testing.T, regionName, pop, addr, cache string, opts ...func(*Config)) *running {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
@@ -42,6 +42,9 @@ func startConsulEdge(t *testing.T, regionName, pop, addr, cache string) *running
 	cfg.Region, cfg.PoP = regionName, pop
 	cfg.AdminToken = testAdminToken
 	cfg.Consul, cfg.RulesCache = addr, cache
+	for _, o := range opts {
+		o(&cfg)
+	}
 	e, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/edgeguard/edgeguard/internal/rls"
+	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
 // RLSConfig is the rate limit service listener: Envoy's global rate limit
@@ -23,7 +24,8 @@ type RLSConfig struct {
 	Listen string
 	// ConfigDir holds envoyproxy/ratelimit's YAML documents (every .yaml
 	// and .yml under it), re-read on SIGHUP; an invalid set keeps the
-	// previous one.
+	// previous one. Empty, with --consul: the documents are the region's
+	// rls/<region>/ keys in Consul KV, watched.
 	ConfigDir string
 	// MergeDomains merges documents of one domain instead of refusing them.
 	MergeDomains bool
@@ -41,7 +43,7 @@ type RLSConfig struct {
 
 func (c *RLSConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "rls-listen", c.Listen, "gRPC address of Envoy's rate limit service (envoy.service.ratelimit.v3) over this edge's limiter; empty = off")
-	fs.StringVar(&c.ConfigDir, "rls-config-dir", c.ConfigDir, "directory of envoyproxy/ratelimit YAML documents for --rls-listen (every .yaml/.yml under it); re-read on SIGHUP")
+	fs.StringVar(&c.ConfigDir, "rls-config-dir", c.ConfigDir, "directory of envoyproxy/ratelimit YAML documents for --rls-listen (every .yaml/.yml under it); re-read on SIGHUP; empty with --consul: the region's rls/<region>/ documents in Consul KV, watched")
 	fs.BoolVar(&c.MergeDomains, "rls-merge-domains", c.MergeDomains, "merge rate limit service documents of one domain instead of refusing them (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
 	fs.Var((*prefixesFlag)(&c.OverrideFrom), "rls-override-from", "CIDRs of rate limit service callers whose descriptor limit overrides apply; others' are ignored")
 	fs.StringVar(&c.Headers, "rls-headers", c.Headers, "header fields the rate limit service returns: draft (RateLimit-Policy and RateLimit), legacy (RateLimit-Limit/-Remaining/-Reset) or off")
@@ -51,13 +53,15 @@ func (c *RLSConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientCA, "rls-client-ca", c.ClientCA, "PEM CA bundle: rate limit service clients must present a certificate it signed (mTLS)")
 }
 
-func (c RLSConfig) problems() []error {
+// problems lists the settings' problems; consul says whether --consul is
+// set (then the documents may come from Consul instead of a directory).
+func (c RLSConfig) problems(consul bool) []error {
 	var errs []error
 	if c.Listen == "" {
 		return nil
 	}
-	if c.ConfigDir == "" {
-		errs = append(errs, errors.New("rls-config-dir: required with --rls-listen"))
+	if c.ConfigDir == "" && !consul {
+		errs = append(errs, errors.New("rls-config-dir: required with --rls-listen (or --consul, to read the documents from Consul KV)"))
 	}
 	if _, err := rls.ParseHeaders(c.Headers); err != nil {
 		errs = append(errs, fmt.Errorf("rls-headers: %w", err))
@@ -96,9 +100,11 @@ func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	if err := srv.Reload(c.ConfigDir, c.MergeDomains); err != nil {
-		return fmt.Errorf("loading the rate limit service configuration: %w", err)
-	}
+	if c.ConfigDir != "" {
+		if err := srv.Reload(c.ConfigDir, c.MergeDomains); err != nil {
+			return fmt.Errorf("loading the rate limit service configuration: %w", err)
+		}
+	} // else Consul's documents, once watched: until then calls are UNAVAILABLE
 	var creds credentials.TransportCredentials
 	if c.TLSCert != "" {
 		tc, err := rls.TLSConfig(c.TLSCert, c.TLSKey, c.ClientCA)
@@ -113,7 +119,11 @@ func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 	}
 	e.rls = &rlsService{srv: srv, grpc: rls.NewGRPC(srv, creds), ln: ln}
 	e.closers = append(e.closers, func() { _ = ln.Close() })
-	e.log.Info("rate limit service configured", "domains", len(srv.Config().Domains()), "dir", c.ConfigDir)
+	if c.ConfigDir != "" {
+		e.log.Info("rate limit service configured", "domains", len(srv.Config().Domains()), "dir", c.ConfigDir)
+	} else {
+		e.log.Info("rate limit service configured; documents from consul", "prefix", region.NewLayout(e.cfg.ConsulPrefix).RLS(e.cfg.Region))
+	}
 	return nil
 }
 
@@ -126,14 +136,43 @@ func (e *Edge) RLSAddr() string {
 }
 
 func (e *Edge) reloadRLS() {
-	if e.rls == nil {
-		return
+	if e.rls == nil || e.cfg.RLS.ConfigDir == "" {
+		return // none, or watched in Consul
 	}
 	if err := e.rls.srv.Reload(e.cfg.RLS.ConfigDir, e.cfg.RLS.MergeDomains); err != nil {
 		e.log.Error("rate limit service configuration reload refused; keeping the one in force", "err", err)
 		return
 	}
 	e.log.Info("rate limit service configuration reloaded", "domains", len(e.rls.srv.Config().Domains()))
+}
+
+// rlsFromConsul says whether the rate limit service's documents come from
+// Consul: --rls-listen and --consul without --rls-config-dir (a directory
+// wins over Consul).
+func (e *Edge) rlsFromConsul() bool { return e.rls != nil && e.cfg.RLS.ConfigDir == "" }
+
+// applyConsulRLS loads the region's rate limit service documents from
+// Consul (by key); an invalid set is refused, logged and counted
+// (edgeguard_rls_config_loads_total{outcome="error"}), and the
+// configuration in force stays.
+func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
+	byKey := make(map[string][]byte, len(docs))
+	for name, d := range docs {
+		byKey[prefix+name] = d
+	}
+	if err := e.rls.srv.LoadDocuments(byKey, e.cfg.RLS.MergeDomains); err != nil {
+		e.log.Error("rate limit service documents from consul refused; keeping the configuration in force", "err", err, "prefix", prefix)
+		return
+	}
+	// SERVING from the first configuration on, unless draining: checked
+	// again after, so a drain that began in between wins.
+	if !e.draining.Load() {
+		e.rls.grpc.SetServing(true)
+		if e.draining.Load() {
+			e.rls.grpc.SetServing(false)
+		}
+	}
+	e.log.Info("rate limit service documents from consul loaded", "documents", len(docs), "domains", len(e.rls.srv.Config().Domains()))
 }
 
 func (e *Edge) stopRLS(ctx context.Context) {

@@ -117,7 +117,7 @@ func TestRLSConfigValidation(t *testing.T) {
 	c.DemoOrigin = true
 	c.RLS = RLSConfig{Listen: ":8081", Headers: "fancy", TLSCert: "c.pem", ClientCA: "ca.pem"}
 	err := c.Validate()
-	require.ErrorContains(t, err, "rls-config-dir: required with --rls-listen")
+	require.ErrorContains(t, err, "rls-config-dir: required with --rls-listen (or --consul")
 	require.ErrorContains(t, err, "rls-headers: want draft, legacy or off")
 	require.ErrorContains(t, err, "rls-tls-cert and rls-tls-key: both or neither")
 }

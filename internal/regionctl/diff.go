@@ -106,8 +106,13 @@ var errDiffers = reported(ExitDiffers, "the rules differ")
 // rulesDiffCoded is rulesDiff with diff(1)'s exit codes: 1 means the rules
 // differ, so the general error, 1 elsewhere, becomes ExitDiffError.
 func (a *app) rulesDiffCoded(args []string) error {
-	err := a.rulesDiff(args)
-	if err == nil || err == errDiffers || exitCode(err) != ExitError {
+	return diffCoded(a, a.rulesDiff(args), errDiffers)
+}
+
+// diffCoded turns a diff's general error (exit 1 elsewhere) into
+// ExitDiffError, leaving differs (exit 1 there) and the other codes alone.
+func diffCoded(a *app, err, differs error) error {
+	if err == nil || err == differs || exitCode(err) != ExitError {
 		return err
 	}
 	var ce *codedError

@@ -80,6 +80,15 @@ TLS certificates (chain and key, PEM; one key per certificate, served by the reg
   certs list --region R                        names, DNS names, expiry; invalid ones flagged
   certs rm --region R NAME                     delete certificate NAME
 
+Rate limit service (envoyproxy/ratelimit YAML, one domain per document; see docs/envoy.md):
+  rls validate [--merge-domains] FILE|DIR...   check documents offline, alone and together, listing every
+                                               problem as FILE:LINE; a DIR stands for its .yaml/.yml files
+  rls diff [--merge-domains] OLD NEW           limit-level diff of two files or directories, offline
+                                               (exit codes as rules diff)
+  rls push --region R [--merge-domains] FILE|DIR...
+                                               write each FILE as rls/R/<base name> in one transaction
+                                               (check-and-set, history); validated with R's other documents first
+
 Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
                                                flagging edges that have not converged
@@ -123,8 +132,8 @@ Exit codes:
   6  not converged (regions status): a healthy edge runs other rules than KV holds
   7  Consul unreachable: the agent, or through it a region's servers
   8  unknown region
-  10 rules diff: any other error (other commands exit 1 for it), so that
-     rules diff exits 0 same, 1 different, 2 and up trouble, like diff(1)
+  10 rules diff and rls diff: any other error (other commands exit 1 for it),
+     so that they exit 0 same, 1 different, 2 and up trouble, like diff(1)
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.
 `
@@ -280,6 +289,9 @@ var commands = map[string]func(a *app, args []string) error{
 	"certs put":      (*app).certsPut,
 	"certs list":     (*app).certsList,
 	"certs rm":       (*app).certsRm,
+	"rls validate":   (*app).rlsValidate,
+	"rls diff":       (*app).rlsDiff,
+	"rls push":       (*app).rlsPush,
 }
 
 func (a *app) dispatch(args []string) error {

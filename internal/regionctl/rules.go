@@ -215,12 +215,12 @@ func (a *app) rulesGet(args []string) error {
 
 // rules history --region R [--limit N] [--kind K]
 func (a *app) rulesHistory(args []string) error {
-	fs := a.flags("rules history", "--region R [--limit N] [--kind rules|global|region|shedder|enforcement|all]")
+	fs := a.flags("rules history", "--region R [--limit N] [--kind rules|global|region|shedder|enforcement|rls|all]")
 	var r, kind string
 	var limit int
 	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
 	fs.IntVar(&limit, "limit", 20, "show at most `N` entries, newest first (0: all)")
-	fs.StringVar(&kind, "kind", "all", "which entries: rules (global and region), global, region, shedder, enforcement or all")
+	fs.StringVar(&kind, "kind", "all", "which entries: rules (global and region), global, region, shedder, enforcement, rls (rate limit service documents) or all")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -238,9 +238,10 @@ func (a *app) rulesHistory(args []string) error {
 		"region":      func(k string) bool { return k == region.KindRegionRules },
 		"shedder":     func(k string) bool { return k == region.KindShedder },
 		"enforcement": func(k string) bool { return k == region.KindEnforcement },
+		"rls":         func(k string) bool { return k == region.KindRLS },
 	}[kind]
 	if keep == nil {
-		return usagef("--kind must be rules, global, region, shedder, enforcement or all, got %q", kind)
+		return usagef("--kind must be rules, global, region, shedder, enforcement, rls or all, got %q", kind)
 	}
 	s, err := a.connectRegion(r)
 	if err != nil {

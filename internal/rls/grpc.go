@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"sort"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -136,6 +137,45 @@ func TrustFrom(prefixes []netip.Prefix) func(ctx context.Context) bool {
 func (s *Server) Reload(dir string, merge bool) error {
 	c, err := rlsconfig.LoadDir(dir, merge)
 	if err != nil {
+		s.metrics.configLoads.WithLabelValues("error").Inc()
+		return err
+	}
+	s.SetConfig(c)
+	s.metrics.configLoads.WithLabelValues("ok").Inc()
+	return nil
+}
+
+// LoadDocuments compiles documents given by name (a Consul key, say: it
+// names the document in errors), in name order, and swaps them in; on any
+// error the configuration in use stays and the error lists every problem.
+// No document at all is an error too, as an empty directory is for Reload.
+func (s *Server) LoadDocuments(docs map[string][]byte, merge bool) error {
+	if len(docs) == 0 {
+		s.metrics.configLoads.WithLabelValues("error").Inc()
+		return errors.New("no rate limit service document")
+	}
+	names := make([]string, 0, len(docs))
+	for n := range docs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parsed []*rlsconfig.Document
+	var errs []error
+	for _, n := range names {
+		d, err := rlsconfig.Parse(n, docs[n])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		parsed = append(parsed, d)
+	}
+	var c *rlsconfig.Config
+	if len(errs) == 0 {
+		var err error
+		c, err = rlsconfig.Compile(parsed, merge)
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		s.metrics.configLoads.WithLabelValues("error").Inc()
 		return err
 	}

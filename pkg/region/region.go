@@ -19,6 +19,8 @@
 //	parts/<sha256>            a piece of a rules document too large for one
 //	                          value; its key then holds a manifest (parts.go)
 //	certs/<region>/<name>     a TLS certificate the region's edges serve (certs.go)
+//	rls/<region>/<name>       a rate limit service document: envoyproxy/ratelimit
+//	                          YAML, one domain (rls.go)
 //	ticket-keys/<region>      the region's TLS session-ticket keys (tickets.go)
 //	acme/<region>/…           the region's ACME account, certificates and locks
 //	                          (certmagic's storage, internal/acmestore)

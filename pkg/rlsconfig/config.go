@@ -23,6 +23,8 @@ type Limit struct {
 	Unlimited bool
 	Shadow    bool
 	Quota     bool
+	// Share: every value matching the wildcard shares one counter.
+	Share bool
 	// RequestsPerUnit and Unit as the document says them (Unit is UnitNone
 	// when the window extension set the period).
 	RequestsPerUnit uint32
@@ -126,7 +128,7 @@ func load(into *node, file, parent string, ds []Descriptor) []error {
 			into.exact[k] = n
 		}
 		if r := d.RateLimit; r != nil {
-			l := &Limit{Path: path, Name: r.Name, Replaces: r.Replaces, Unlimited: r.Unlimited, Shadow: d.ShadowMode, Quota: d.QuotaMode, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Window, Burst: r.Burst, Algorithm: limit.FixedWindow}
+			l := &Limit{Path: path, Name: r.Name, Replaces: r.Replaces, Unlimited: r.Unlimited, Shadow: d.ShadowMode, Share: d.ShareThreshold, Quota: d.QuotaMode, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Window, Burst: r.Burst, Algorithm: limit.FixedWindow}
 			if r.Algorithm != "" {
 				l.Algorithm, _ = limit.Parse(r.Algorithm) // validated by Parse
 			}
@@ -147,6 +149,31 @@ func (c *Config) Domains() []string {
 		out = append(out, d)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// Limits lists every limit of the configuration, sorted by path.
+func (c *Config) Limits() []Limit {
+	var out []Limit
+	var walk func(n *node)
+	walk = func(n *node) {
+		if n.limit != nil {
+			out = append(out, *n.limit)
+		}
+		for _, m := range n.exact {
+			walk(m)
+		}
+		for _, m := range n.any {
+			walk(m)
+		}
+		for _, w := range n.wild {
+			walk(w.n)
+		}
+	}
+	for _, n := range c.domains {
+		walk(n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }
 

@@ -23,9 +23,10 @@ func LoadDir(dir string, merge bool) (*Config, error) {
 	return Compile(docs, merge)
 }
 
-// ReadDir parses every document under dir, reporting every problem of
-// every file at once.
-func ReadDir(dir string) ([]*Document, error) {
+// Files lists the documents under dir as ReadDir reads them: every .yaml
+// and .yml file, subdirectories included, hidden entries skipped, in
+// lexical order. A directory without any is an error.
+func Files(dir string) ([]string, error) {
 	var files []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -50,6 +51,16 @@ func ReadDir(dir string) ([]*Document, error) {
 		return nil, fmt.Errorf("reading rate limit configuration: no .yaml or .yml file under %s", dir)
 	}
 	sort.Strings(files)
+	return files, nil
+}
+
+// ReadDir parses every document under dir, reporting every problem of
+// every file at once.
+func ReadDir(dir string) ([]*Document, error) {
+	files, err := Files(dir)
+	if err != nil {
+		return nil, err
+	}
 	var docs []*Document
 	var errs []error
 	for _, f := range files {
