@@ -114,6 +114,15 @@ func (e *Edge) startConsul() error {
 	} else if cerr := l.loadEnforcementCache(); cerr != nil {
 		e.log.Warn("no enforcement switch from consul nor from the cache: enforcing every key", "err", err, "cache_err", cerr)
 	}
+	// The rate limit service's documents likewise: the watch reads them
+	// once Consul answers; until then, the cached ones.
+	if e.rlsFromConsul() {
+		if _, err := client.ReadRLS(ctx, e.cfg.Region); err != nil {
+			if cerr := e.loadRLSCache(client.Layout().RLS(e.cfg.Region)); cerr != nil {
+				e.log.Warn("no rate limit service documents from consul nor from the cache: answering UNAVAILABLE until consul does", "err", err, "cache_err", cerr)
+			}
+		}
+	}
 	err = region.Recover(func() error {
 		docs, err := client.ReadDocs(ctx, e.cfg.Region)
 		if err == nil {

@@ -2,11 +2,13 @@ package edge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/credentials"
@@ -173,6 +175,43 @@ func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
 		}
 	}
 	e.log.Info("rate limit service documents from consul loaded", "documents", len(docs), "domains", len(e.rls.srv.Config().Domains()))
+	if path := e.rlsCache(); path != "" {
+		data, err := json.Marshal(docs)
+		if err == nil {
+			err = writeFileAtomic(path, data)
+		}
+		if err != nil {
+			e.log.Warn("could not cache the rate limit service documents", "path", path, "err", err)
+		}
+	}
+}
+
+// rlsCache is the file beside the rules cache keeping the last documents
+// from Consul that loaded ("" without a rules cache).
+func (e *Edge) rlsCache() string {
+	if e.consul == nil || e.consul.cachePath == "" {
+		return ""
+	}
+	return e.consul.cachePath + ".rls.json"
+}
+
+// loadRLSCache serves the cached documents: an edge started while Consul
+// is unreachable answers with what its region last pushed.
+func (e *Edge) loadRLSCache(prefix string) error {
+	path := e.rlsCache()
+	if path == "" {
+		return errors.New("no rules cache")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var docs map[string][]byte
+	if err := json.Unmarshal(data, &docs); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	e.applyConsulRLS(prefix, docs)
+	return nil
 }
 
 func (e *Edge) stopRLS(ctx context.Context) {

@@ -107,4 +107,19 @@ func TestRLSFromConsul(t *testing.T) {
 		return metricSum(t, r, "edgeguard_rls_config_loads_total", "outcome", "error") == before+1
 	}, 15*time.Second, 10*time.Millisecond)
 	require.EqualValues(t, 9, limitOf("probe"))
+
+	// Restarted while Consul is unreachable, the edge serves the documents
+	// it last loaded (kept beside the rules cache), not UNAVAILABLE.
+	r.stop()
+	require.NoError(t, c.Stop())
+	again := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), filepath.Join(dir, "rules.yaml"), func(cfg *Config) {
+		cfg.RLS = RLSConfig{Listen: "127.0.0.1:0"}
+	})
+	conn2, err := grpc.NewClient(again.RLSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn2.Close()
+	resp, err := pb.NewRateLimitServiceClient(conn2).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "after-restart"}}}}})
+	require.NoError(t, err, "the cached documents answer before Consul does")
+	require.EqualValues(t, 9, resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit())
 }
