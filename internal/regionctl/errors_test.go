@@ -8,7 +8,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -28,20 +27,20 @@ func TestUnreachable(t *testing.T) {
 		{"shedder", "set", "--region", "eu-west", "good=0.75"},
 	} {
 		r := run(t, append([]string{"--consul", addr}, args...)...)
-		assert.Equal(t, ExitUnreachable, r.code, r)
-		assert.Contains(t, r.stderr, "regionctl: consul unreachable at "+addr+": ")
-		assert.Contains(t, r.stderr, "connection refused")
-		assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %s", r.stderr)
+		require.Equal(t, ExitUnreachable, r.code, r)
+		require.Contains(t, r.stderr, "regionctl: consul unreachable at "+addr+": ")
+		require.Contains(t, r.stderr, "connection refused")
+		require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %s", r.stderr)
 	}
 
 	// From the environment, with JSON output.
 	var out, errOut strings.Builder
 	code := (&app{}).run([]string{"rules", "history", "--region", "eu-west", "--output", "json"},
 		testEnv("CONSUL_HTTP_ADDR", addr), &out, &errOut)
-	assert.Equal(t, ExitUnreachable, code)
+	require.Equal(t, ExitUnreachable, code)
 	m := decodeJSON(t, out.String())
-	assert.Equal(t, "unreachable", m["reason"])
-	assert.Equal(t, float64(ExitUnreachable), m["exit_code"])
+	require.Equal(t, "unreachable", m["reason"])
+	require.Equal(t, float64(ExitUnreachable), m["exit_code"])
 }
 
 func TestUnknownRegion(t *testing.T) {
@@ -57,8 +56,8 @@ func TestUnknownRegion(t *testing.T) {
 		{"regions", "status", "--region", "nowhere"},
 	} {
 		r := run(t, append([]string{"--prefix", p}, args...)...)
-		assert.Equal(t, ExitUnknown, r.code, r)
-		assert.Contains(t, r.stderr, `regionctl: unknown region "nowhere": no Consul datacenter of that name (known: eu-west, us-east)`)
+		require.Equal(t, ExitUnknown, r.code, r)
+		require.Contains(t, r.stderr, `regionctl: unknown region "nowhere": no Consul datacenter of that name (known: eu-west, us-east)`)
 	}
 }
 
@@ -78,17 +77,17 @@ func TestPermissionDenied(t *testing.T) {
 	require.Equal(t, ExitOK, r.code, r)
 
 	r = runApp(t, &app{}, env(readOnly), "rules", "push", "--prefix", p, "--region", "ap-south", file(t, rulesV2))
-	assert.Equal(t, ExitDenied, r.code, r)
-	assert.Contains(t, r.stderr, "regionctl: permission denied by Consul ACLs (the token lacks key write on "+p+"rules/regions/ap-south and "+p+"history/ap-south/ in ap-south)")
+	require.Equal(t, ExitDenied, r.code, r)
+	require.Contains(t, r.stderr, "regionctl: permission denied by Consul ACLs (the token lacks key write on "+p+"rules/regions/ap-south and "+p+"history/ap-south/ in ap-south)")
 
 	r = runApp(t, &app{}, env(readOnly), "shedder", "set", "--prefix", p, "--region", "ap-south", "good=0.75")
-	assert.Equal(t, ExitDenied, r.code, r)
-	assert.Contains(t, r.stderr, "permission denied")
+	require.Equal(t, ExitDenied, r.code, r)
+	require.Contains(t, r.stderr, "permission denied")
 
 	// The anonymous token may not even read; --token overrides the env.
 	r = runApp(t, &app{}, env(readOnly), "rules", "get", "--token", "", "--prefix", p, "--region", "ap-south")
-	assert.Equal(t, ExitDenied, r.code, r)
-	assert.Contains(t, r.stderr, "regionctl: permission denied by Consul ACLs (the token lacks key read on "+p+"rules/global in ap-south)")
+	require.Equal(t, ExitDenied, r.code, r)
+	require.Contains(t, r.stderr, "regionctl: permission denied by Consul ACLs (the token lacks key read on "+p+"rules/global in ap-south)")
 
 	// The catalog filters what a token may not read, silently: regionctl
 	// notices and says so rather than reporting no edges.
@@ -105,28 +104,28 @@ func TestPermissionDenied(t *testing.T) {
 		return strings.Contains(r.stdout, "acl-edge")
 	}, 10*time.Second, 50*time.Millisecond)
 	r = runApp(t, &app{}, env(readOnly), "regions", "status", "--prefix", p)
-	assert.Equal(t, ExitDenied, r.code, r)
-	assert.Contains(t, r.stdout, "ap-south: error: permission denied by Consul ACLs (the token lacks service read on edgeguard-edge and node read in ap-south)")
+	require.Equal(t, ExitDenied, r.code, r)
+	require.Contains(t, r.stdout, "ap-south: error: permission denied by Consul ACLs (the token lacks service read on edgeguard-edge and node read in ap-south)")
 
 	r = runApp(t, &app{}, env(readOnly), "rules", "push", "--prefix", p, "--region", "ap-south", "--output", "json", file(t, rulesV2))
-	assert.Equal(t, ExitDenied, r.code, r)
-	assert.Equal(t, "permission_denied", decodeJSON(t, r.stdout)["reason"])
+	require.Equal(t, ExitDenied, r.code, r)
+	require.Equal(t, "permission_denied", decodeJSON(t, r.stdout)["reason"])
 }
 
 func TestUsage(t *testing.T) {
 	t.Parallel()
 	r := run(t)
-	assert.Equal(t, ExitUsage, r.code, r)
-	assert.Contains(t, r.stderr, "Exit codes:")
+	require.Equal(t, ExitUsage, r.code, r)
+	require.Contains(t, r.stderr, "Exit codes:")
 
 	r = run(t, "--help")
-	assert.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "6  not converged")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Contains(t, r.stdout, "6  not converged")
 
 	r = run(t, "rules", "push", "--help")
-	assert.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "Usage: regionctl rules push")
-	assert.Contains(t, r.stdout, "-message")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Contains(t, r.stdout, "Usage: regionctl rules push")
+	require.Contains(t, r.stdout, "-message")
 
 	for _, args := range [][]string{
 		{"rules"},
@@ -141,34 +140,34 @@ func TestUsage(t *testing.T) {
 		{"rules", "get"},
 	} {
 		r := run(t, args...)
-		assert.Equal(t, ExitUsage, r.code, "%v: %s", args, r)
-		assert.True(t, strings.HasPrefix(r.stderr, "regionctl: "), "%v: %s", args, r)
+		require.Equal(t, ExitUsage, r.code, "%v: %s", args, r)
+		require.True(t, strings.HasPrefix(r.stderr, "regionctl: "), "%v: %s", args, r)
 	}
 }
 
 func TestCombine(t *testing.T) {
-	assert.Equal(t, ExitOK, combine(nil))
-	assert.Equal(t, ExitOK, combine([]int{0, 0}))
-	assert.Equal(t, ExitConflict, combine([]int{0, 3, 3}))
-	assert.Equal(t, ExitError, combine([]int{3, 0, 7}))
+	require.Equal(t, ExitOK, combine(nil))
+	require.Equal(t, ExitOK, combine([]int{0, 0}))
+	require.Equal(t, ExitConflict, combine([]int{0, 3, 3}))
+	require.Equal(t, ExitError, combine([]int{3, 0, 7}))
 }
 
 func TestDiffRules(t *testing.T) {
 	d := diffRules(nil, nil)
-	assert.True(t, d.empty())
+	require.True(t, d.empty())
 	old, err := parseStored([]byte(rulesV1))
 	require.NoError(t, err)
 	d = diffRules(old, old)
-	assert.True(t, d.empty())
+	require.True(t, d.empty())
 	n, err := parseStored([]byte(strings.Replace(rulesV1, "path_prefix: [\"/admin\"]", "path_prefix: [\"/admin\", \"/ops\"]\n      methods: [get]", 1)))
 	require.NoError(t, err)
 	d = diffRules(old, n)
-	assert.Equal(t, []changedRule{{ID: "admin", Fields: []fieldChange{
+	require.Equal(t, []changedRule{{ID: "admin", Fields: []fieldChange{
 		{Field: "match.path_prefix", Old: "[/admin]", New: "[/admin, /ops]"},
 		{Field: "match.methods", Old: "[]", New: "[GET]"},
 	}}}, d.Changed)
-	assert.Empty(t, d.Added)
-	assert.Empty(t, d.Removed)
+	require.Empty(t, d.Added)
+	require.Empty(t, d.Removed)
 }
 
 // README promises JSON on stdout for every command, errors included: a bad
@@ -197,11 +196,11 @@ func TestUsageErrorJSON(t *testing.T) {
 			r := run(t, tc.args...)
 			require.Equal(t, ExitUsage, r.code, r)
 			m := decodeJSON(t, r.stdout)
-			assert.Equal(t, "usage", m["reason"], r)
-			assert.Equal(t, float64(ExitUsage), m["exit_code"], r)
-			assert.Contains(t, m["error"], tc.errSubstr, r)
+			require.Equal(t, "usage", m["reason"], r)
+			require.Equal(t, float64(ExitUsage), m["exit_code"], r)
+			require.Contains(t, m["error"], tc.errSubstr, r)
 			if tc.usage != "" {
-				assert.Contains(t, r.stderr, tc.usage, r)
+				require.Contains(t, r.stderr, tc.usage, r)
 			}
 		})
 	}
@@ -209,15 +208,15 @@ func TestUsageErrorJSON(t *testing.T) {
 	// --help is not an error: its usage goes to stdout, once.
 	r := run(t, "rules", "rollback", "--help")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Equal(t, 1, strings.Count(r.stdout, "Usage: regionctl rules rollback"), r)
-	assert.Empty(t, r.stderr)
+	require.Equal(t, 1, strings.Count(r.stdout, "Usage: regionctl rules rollback"), r)
+	require.Empty(t, r.stderr)
 	// In text mode a bad flag prints the usage and the error to stderr.
 	r = run(t, "rules", "get", "--no-such-flag")
 	require.Equal(t, ExitUsage, r.code, r)
-	assert.Empty(t, r.stdout)
-	assert.Contains(t, r.stderr, "Usage: regionctl rules get")
-	assert.Contains(t, r.stderr, "regionctl: regionctl rules get: flag provided but not defined: -no-such-flag")
-	assert.Equal(t, 2, strings.Count(r.stderr, "\n"), "the error and the synopsis, not every flag: %s", r.stderr)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, "Usage: regionctl rules get")
+	require.Contains(t, r.stderr, "regionctl: regionctl rules get: flag provided but not defined: -no-such-flag")
+	require.Equal(t, 2, strings.Count(r.stderr, "\n"), "the error and the synopsis, not every flag: %s", r.stderr)
 }
 
 // With one region's Consul servers down, the other region's agent still
@@ -235,30 +234,30 @@ func TestRegionUnreachableThroughAnotherAgent(t *testing.T) {
 	})
 
 	r := run(t, "regions", "status", "--prefix", p)
-	assert.Equal(t, ExitUnreachable, r.code, r)
-	assert.Contains(t, r.stdout, "eu-west: expected rules version "+version(t, rulesV1), r)
-	assert.Contains(t, r.stdout, "us-east: error: region us-east unreachable: the Consul agent at "+euWest.HTTPAddr()+" answered, but could not reach the servers of us-east: ", r)
-	assert.Contains(t, r.stderr, "regionctl: status incomplete: us-east (unreachable)", r)
+	require.Equal(t, ExitUnreachable, r.code, r)
+	require.Contains(t, r.stdout, "eu-west: expected rules version "+version(t, rulesV1), r)
+	require.Contains(t, r.stdout, "us-east: error: region us-east unreachable: the Consul agent at "+euWest.HTTPAddr()+" answered, but could not reach the servers of us-east: ", r)
+	require.Contains(t, r.stderr, "regionctl: status incomplete: us-east (unreachable)", r)
 
 	r = run(t, "regions", "status", "--prefix", p, "--output", "json")
-	assert.Equal(t, ExitUnreachable, r.code, r)
+	require.Equal(t, ExitUnreachable, r.code, r)
 	m := decodeJSON(t, r.stdout)
-	assert.Equal(t, "unreachable", m["reason"])
+	require.Equal(t, "unreachable", m["reason"])
 	regions := m["regions"].([]any)
 	require.Len(t, regions, 2)
 	us := regions[1].(map[string]any)
-	assert.Equal(t, "us-east", us["region"])
-	assert.Equal(t, float64(ExitUnreachable), us["exit_code"])
-	assert.Contains(t, us["error"], "region us-east unreachable")
+	require.Equal(t, "us-east", us["region"])
+	require.Equal(t, float64(ExitUnreachable), us["exit_code"])
+	require.Contains(t, us["error"], "region us-east unreachable")
 
 	r = run(t, "rules", "push", "--prefix", p, "--all", file(t, rulesV2))
-	assert.Equal(t, ExitUnreachable, r.code, r)
-	assert.Contains(t, r.stdout, "eu-west: ok:", r)
-	assert.Contains(t, r.stdout, "us-east: unreachable: region us-east unreachable: ", r)
-	assert.Contains(t, r.stdout, "1 of 2 regions failed: us-east (unreachable)", r)
+	require.Equal(t, ExitUnreachable, r.code, r)
+	require.Contains(t, r.stdout, "eu-west: ok:", r)
+	require.Contains(t, r.stdout, "us-east: unreachable: region us-east unreachable: ", r)
+	require.Contains(t, r.stdout, "1 of 2 regions failed: us-east (unreachable)", r)
 
 	r = run(t, "rules", "get", "--prefix", p, "--region", "us-east")
-	assert.Equal(t, ExitUnreachable, r.code, r)
-	assert.True(t, strings.HasPrefix(r.stderr, "regionctl: region us-east unreachable: "), r)
-	assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %s", r.stderr)
+	require.Equal(t, ExitUnreachable, r.code, r)
+	require.True(t, strings.HasPrefix(r.stderr, "regionctl: region us-east unreachable: "), r)
+	require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %s", r.stderr)
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,7 +44,7 @@ rules:
 	syntax := file(t, "version: 1\nrules:\n  - id: a\n    key: [ip\n    algorithm: x\n")
 	r := runOffline(t, "rules", "validate", good, bad, syntax)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stdout, good+": valid, 2 rules, version ")
+	require.Contains(t, r.stdout, good+": valid, 2 rules, version ")
 	for _, want := range []string{
 		bad + `:4: rule "per-ip": key: want a list of strings, got "ip"`,
 		bad + `:6: rule "per-ip": limit: want an integer, got "lots"`,
@@ -55,32 +54,32 @@ rules:
 		bad + `:14: rule "per-ip": cost: must be >= 1 (got 0)`,
 		syntax + `:4: YAML syntax: did not find expected ',' or ']'`,
 	} {
-		assert.Contains(t, r.stderr, "\n"+want+"\n")
+		require.Contains(t, r.stderr, "\n"+want+"\n")
 	}
-	assert.Contains(t, r.stderr, bad+": invalid (6 problems)")
-	assert.Contains(t, r.stderr, syntax+": invalid (1 problem)")
-	assert.NotRegexp(t, goType, r.stderr)
-	assert.Contains(t, r.stderr, "regionctl: 2 of 3 files not valid\n")
+	require.Contains(t, r.stderr, bad+": invalid (6 problems)")
+	require.Contains(t, r.stderr, syntax+": invalid (1 problem)")
+	require.NotRegexp(t, goType, r.stderr)
+	require.Contains(t, r.stderr, "regionctl: 2 of 3 files not valid\n")
 
 	r = runOffline(t, "rules", "validate", "--output", "json", good, bad)
 	require.Equal(t, ExitInvalid, r.code, r)
 	m := decodeJSON(t, r.stdout)
-	assert.Equal(t, false, m["valid"])
-	assert.Equal(t, float64(ExitInvalid), m["exit_code"])
+	require.Equal(t, false, m["valid"])
+	require.Equal(t, float64(ExitInvalid), m["exit_code"])
 	docs := m["documents"].([]any)
 	require.Len(t, docs, 2)
-	assert.Equal(t, true, docs[0].(map[string]any)["valid"])
+	require.Equal(t, true, docs[0].(map[string]any)["valid"])
 	probs := docs[1].(map[string]any)["problems"].([]any)
 	require.Len(t, probs, 6)
-	assert.Equal(t, map[string]any{"file": bad, "line": float64(8), "rule": "per-ip", "index": float64(0), "field": "windw",
+	require.Equal(t, map[string]any{"file": bad, "line": float64(8), "rule": "per-ip", "index": float64(0), "field": "windw",
 		"message": "unknown field (did you mean window?)"}, probs[3])
 
 	r = runOffline(t, "rules", "validate", good, file(t, rulesV2))
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Equal(t, 2, strings.Count(r.stdout, ": valid, "))
+	require.Equal(t, 2, strings.Count(r.stdout, ": valid, "))
 
 	r = runOffline(t, "rules", "validate")
-	assert.Equal(t, ExitUsage, r.code, r)
+	require.Equal(t, ExitUsage, r.code, r)
 }
 
 func TestDiffTwoFilesOffline(t *testing.T) {
@@ -88,37 +87,37 @@ func TestDiffTwoFilesOffline(t *testing.T) {
 	v1, v2 := file(t, rulesV1), file(t, rulesV2)
 	r := runOffline(t, "rules", "diff", v1, v2)
 	require.Equal(t, ExitDiffers, r.code, r)
-	assert.Empty(t, r.stderr)
-	assert.Contains(t, r.stdout, "--- "+v1+"\n+++ "+v2+"\n")
-	assert.Contains(t, r.stdout, `+ added   rule "api-key"`)
-	assert.Contains(t, r.stdout, `- removed rule "admin"`)
-	assert.Contains(t, r.stdout, `~ changed rule "per-ip": limit 10 -> 20; window 10s -> 1m0s`)
+	require.Empty(t, r.stderr)
+	require.Contains(t, r.stdout, "--- "+v1+"\n+++ "+v2+"\n")
+	require.Contains(t, r.stdout, `+ added   rule "api-key"`)
+	require.Contains(t, r.stdout, `- removed rule "admin"`)
+	require.Contains(t, r.stdout, `~ changed rule "per-ip": limit 10 -> 20; window 10s -> 1m0s`)
 
 	r = runOffline(t, "rules", "diff", "--output", "json", v1, v2)
 	require.Equal(t, ExitDiffers, r.code, r)
 	m := decodeJSON(t, r.stdout)
-	assert.Equal(t, false, m["identical"])
-	assert.Equal(t, []any{"api-key"}, m["added"])
+	require.Equal(t, false, m["identical"])
+	require.Equal(t, []any{"api-key"}, m["added"])
 
 	// A field only the rule table knows of (behaviour) is compared too.
 	optIn := file(t, strings.Replace(rulesV1, "    limit: 10\n", "    limit: 10\n    behaviour: true\n", 1))
 	r = runOffline(t, "rules", "diff", v1, optIn)
 	require.Equal(t, ExitDiffers, r.code, r)
-	assert.Contains(t, r.stdout, `~ changed rule "per-ip": behaviour false -> true`)
+	require.Contains(t, r.stdout, `~ changed rule "per-ip": behaviour false -> true`)
 
 	// Same rules, other spelling: exit 0.
 	respelled := file(t, strings.Replace(rulesV1, "limit: 30", "limit: 30 # admins are few", 1))
 	r = runOffline(t, "rules", "diff", v1, respelled)
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "no changes")
-	assert.Contains(t, r.stdout, "differ only in formatting")
+	require.Contains(t, r.stdout, "no changes")
+	require.Contains(t, r.stdout, "differ only in formatting")
 
 	// An invalid file: every problem, exit 4, no diff.
 	bad := file(t, "version: 1\nrules:\n  - {id: a, limit: 0}\n")
 	r = runOffline(t, "rules", "diff", v1, bad)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, bad+`:3: rule "a": algorithm: required`)
+	require.Contains(t, r.stderr, bad+`:3: rule "a": algorithm: required`)
 
 	r = runOffline(t, "rules", "diff", "--region", "eu-west", v1, v2)
-	assert.Equal(t, ExitUsage, r.code, r)
+	require.Equal(t, ExitUsage, r.code, r)
 }

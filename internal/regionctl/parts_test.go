@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/edge"
@@ -61,8 +60,8 @@ func TestPushLargeDocumentInParts(t *testing.T) {
 	m1, err := region.ParseManifest(stored.Value)
 	require.NoError(t, err)
 	require.NotNil(t, m1, "not a manifest: %.200s", stored.Value)
-	assert.Equal(t, v1Version, m1.Version)
-	assert.Equal(t, len(v1), m1.Size)
+	require.Equal(t, v1Version, m1.Version)
+	require.Equal(t, len(v1), m1.Size)
 	require.GreaterOrEqual(t, len(m1.Parts), (len(v1)+region.PartSize-1)/region.PartSize)
 	require.LessOrEqual(t, len(m1.Parts), (len(v1)+region.PartSize-1)/region.PartSize+1)
 	for _, part := range m1.Parts {
@@ -88,7 +87,7 @@ func TestPushLargeDocumentInParts(t *testing.T) {
 	}}
 	r = runApp(t, a, testEnv(), "rules", "push", "--prefix", p, "--region", "eu-west", "--global", file(t, v2))
 	require.Equal(t, ExitError, r.code, r)
-	assert.Contains(t, r.stderr, fmt.Sprintf("part %d of %d: interrupted", len(m1.Parts), len(m1.Parts)))
+	require.Contains(t, r.stderr, fmt.Sprintf("part %d of %d: interrupted", len(m1.Parts), len(m1.Parts)))
 	after := kv(t, euWest, p+"rules/global")
 	require.Equal(t, stored.ModifyIndex, after.ModifyIndex, "the manifest was not touched")
 	// Customer 42 is still at v1's limit of 1 (v2 would admit a second).
@@ -101,7 +100,7 @@ func TestPushLargeDocumentInParts(t *testing.T) {
 	r = run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--global", "--output", "json", file(t, v3))
 	require.Equal(t, ExitOK, r.code, r)
 	res = decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
-	assert.Greater(t, res["parts_collected"], float64(0), r)
+	require.Greater(t, res["parts_collected"], float64(0), r)
 	m3, err := region.ParseManifest(kv(t, euWest, p+"rules/global").Value)
 	require.NoError(t, err)
 	named := map[string]bool{}
@@ -109,9 +108,9 @@ func TestPushLargeDocumentInParts(t *testing.T) {
 		named[part.Key] = true
 	}
 	left := partKeys(t, p)
-	assert.Len(t, left, len(named), "exactly the parts of v1 (in history) and v3 remain")
+	require.Len(t, left, len(named), "exactly the parts of v1 (in history) and v3 remain")
 	for _, k := range left {
-		assert.True(t, named[k], k)
+		require.True(t, named[k], k)
 	}
 	phase("pushed v3")
 	waitConverged(t, p, res["version"].(string))
@@ -122,10 +121,10 @@ func TestPushLargeDocumentInParts(t *testing.T) {
 	r = run(t, "rules", "rollback", "--prefix", p, "--region", "eu-west", "--global", "--to", v1Version, "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)
 	res = decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
-	assert.Equal(t, v1Effective, res["version"])
+	require.Equal(t, v1Effective, res["version"])
 	back, err := region.ParseManifest(kv(t, euWest, p+"rules/global").Value)
 	require.NoError(t, err)
-	assert.Equal(t, m1.Parts, back.Parts, "the same parts, stored once")
+	require.Equal(t, m1.Parts, back.Parts, "the same parts, stored once")
 	phase("rolled back")
 }
 
@@ -140,9 +139,9 @@ func TestValidateLargeDocument(t *testing.T) {
 	r := run(t, "rules", "validate", f)
 	t.Logf("rules validate of %d rules: %v", largeRules, time.Since(start))
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, f+": invalid (2 problems)")
-	assert.Contains(t, r.stderr, `rule "cust-003777": limit: must be > 0 (got 0)`)
-	assert.Contains(t, r.stderr, `rule "cust-001234": match.hosts`)
+	require.Contains(t, r.stderr, f+": invalid (2 problems)")
+	require.Contains(t, r.stderr, `rule "cust-003777": limit: must be > 0 (got 0)`)
+	require.Contains(t, r.stderr, `rule "cust-001234": match.hosts`)
 }
 
 func partKeys(t *testing.T, p string) []string {

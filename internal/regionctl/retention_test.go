@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -33,8 +32,8 @@ func TestHistoryRetention(t *testing.T) {
 	var versions []string
 	for i, want := range []float64{0, 0, 1, 1} {
 		res := push(i+1, 2)
-		assert.Equal(t, "ok", res["status"])
-		assert.Equal(t, want, num(res["history_pruned"]), "push %d", i+1)
+		require.Equal(t, "ok", res["status"])
+		require.Equal(t, want, num(res["history_pruned"]), "push %d", i+1)
 		seqs = append(seqs, res["seq"].(string))
 		versions = append(versions, res["document_version"].(string))
 	}
@@ -42,49 +41,49 @@ func TestHistoryRetention(t *testing.T) {
 	// prunes no rules entry.
 	r := run(t, "shedder", "set", "--prefix", p, "--region", "eu-west", "--keep-history", "2", "good=0.71")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.NotContains(t, r.stdout, "pruned")
+	require.NotContains(t, r.stdout, "pruned")
 
 	r = run(t, "rules", "history", "--prefix", p, "--region", "eu-west")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "eu-west: 3 history entries stored; the last push (")
-	assert.Contains(t, r.stdout, "kept the newest 2 of each document (--keep-history); 2 entries pruned in all")
-	assert.Regexp(t, `most recently pruned:\n  `+seqs[1]+`\s.*rules/region\s+`+versions[1]+`\n  `+seqs[0]+`\s`, r.stdout)
+	require.Contains(t, r.stdout, "eu-west: 3 history entries stored; the last push (")
+	require.Contains(t, r.stdout, "kept the newest 2 of each document (--keep-history); 2 entries pruned in all")
+	require.Regexp(t, `most recently pruned:\n  `+seqs[1]+`\s.*rules/region\s+`+versions[1]+`\n  `+seqs[0]+`\s`, r.stdout)
 
 	r = run(t, "rules", "history", "--prefix", p, "--region", "eu-west", "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)
 	h := decodeJSON(t, r.stdout)
-	assert.Equal(t, float64(3), h["stored"])
+	require.Equal(t, float64(3), h["stored"])
 	ret := h["retention"].(map[string]any)
-	assert.Equal(t, float64(2), ret["keep"])
-	assert.Equal(t, float64(2), ret["pruned_total"])
+	require.Equal(t, float64(2), ret["keep"])
+	require.Equal(t, float64(2), ret["pruned_total"])
 	var pruned []string
 	for _, e := range ret["recently_pruned"].([]any) {
 		pruned = append(pruned, e.(map[string]any)["seq"].(string))
 	}
-	assert.Equal(t, []string{seqs[1], seqs[0]}, pruned)
+	require.Equal(t, []string{seqs[1], seqs[0]}, pruned)
 	var kept []string
 	for _, e := range h["entries"].([]any) {
 		if e.(map[string]any)["kind"] == region.KindRegionRules {
 			kept = append(kept, e.(map[string]any)["seq"].(string))
 		}
 	}
-	assert.Equal(t, []string{seqs[3], seqs[2]}, kept)
+	require.Equal(t, []string{seqs[3], seqs[2]}, kept)
 
 	// A pruned version is gone from rollback; a kept one is there.
 	r = run(t, "rules", "rollback", "--prefix", p, "--region", "eu-west", "--to", versions[0])
-	assert.Equal(t, ExitError, r.code, r)
-	assert.Contains(t, r.stderr, "no region document of eu-west with version")
+	require.Equal(t, ExitError, r.code, r)
+	require.Contains(t, r.stderr, "no region document of eu-west with version")
 	r = run(t, "rules", "rollback", "--prefix", p, "--region", "eu-west", "--keep-history", "0")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "rolled the region document back to "+seqs[2])
+	require.Contains(t, r.stdout, "rolled the region document back to "+seqs[2])
 
 	// --keep-history 0 keeps everything; a negative one is refused.
 	r = run(t, "rules", "history", "--prefix", p, "--region", "eu-west", "--kind", "region", "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Len(t, decodeJSON(t, r.stdout)["entries"], 3)
+	require.Len(t, decodeJSON(t, r.stdout)["entries"], 3)
 	r = run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--keep-history", "-1", file(t, customerRules(3, 0, 9)))
-	assert.Equal(t, ExitUsage, r.code, r)
-	assert.Contains(t, r.stderr, "--keep-history must be >= 0")
+	require.Equal(t, ExitUsage, r.code, r)
+	require.Contains(t, r.stderr, "--keep-history must be >= 0")
 }
 
 // Parts whose last manifest went with a pruned history entry are deleted
@@ -124,12 +123,12 @@ func TestPrunedPartsCollectedAfterConvergence(t *testing.T) {
 	require.GreaterOrEqual(t, len(m1.Parts), 2)
 	res := pushBig(2)
 	m2 := manifest()
-	assert.Equal(t, float64(1), res["history_pruned"])
-	assert.Nil(t, res["parts_collected"], res)
+	require.Equal(t, float64(1), res["history_pruned"])
+	require.Nil(t, res["parts_collected"], res)
 	onlyV1 := len(keys(m1, m2)) - len(keys(m2))
 	require.Positive(t, onlyV1, "v1 and v2 differ in a part")
-	assert.Equal(t, float64(onlyV1), res["parts_pending"], res)
-	assert.Equal(t, keys(m1, m2), partKeys(t, p), "v1's parts stay while the edges have not converged")
+	require.Equal(t, float64(onlyV1), res["parts_pending"], res)
+	require.Equal(t, keys(m1, m2), partKeys(t, p), "v1's parts stay while the edges have not converged")
 
 	// Once every edge runs v2, the next push deletes what no manifest names.
 	v2 := res["version"].(string)
@@ -137,14 +136,14 @@ func TestPrunedPartsCollectedAfterConvergence(t *testing.T) {
 	waitStatus(t, p, func(r result) bool { return r.code == ExitOK }, "--region", "eu-west")
 	res = pushBig(3)
 	m3 := manifest()
-	assert.Equal(t, float64(len(keys(m1, m2, m3))-len(keys(m3))), res["parts_collected"], res)
-	assert.Nil(t, res["parts_pending"], res)
-	assert.Equal(t, keys(m3), partKeys(t, p), "only the parts of the one version history keeps")
+	require.Equal(t, float64(len(keys(m1, m2, m3))-len(keys(m3))), res["parts_collected"], res)
+	require.Nil(t, res["parts_pending"], res)
+	require.Equal(t, keys(m3), partKeys(t, p), "only the parts of the one version history keeps")
 
 	// And the document still reads whole.
 	r := run(t, "rules", "get", "--prefix", p, "--region", "eu-west", "--global")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "shop-003499.example.net")
+	require.Contains(t, r.stdout, "shop-003499.example.net")
 }
 
 // num is a JSON number that omitempty may have left out.

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,43 +48,43 @@ descriptors:
 `}), "bad.yaml")
 	r := runOffline(t, "rls", "validate", good, bad)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stdout, filepath.Join(good, "config/api.yaml")+": valid, domain api, 2 descriptors\n")
+	require.Contains(t, r.stdout, filepath.Join(good, "config/api.yaml")+": valid, domain api, 2 descriptors\n")
 	for _, want := range []string{
 		bad + `:5: descriptor web.remote_address: rate_limit.unit: invalid unit "fortnight"`,
 		bad + `:6: descriptor web.remote_address: rate_limit.requests_per_unit: want a whole number`,
 		bad + `:7: descriptor web: descriptors[1].kee: unknown key`,
 		bad + `:7: descriptor web: descriptors[1].key: required and not empty`,
 	} {
-		assert.Contains(t, r.stderr, "\n"+want)
+		require.Contains(t, r.stderr, "\n"+want)
 	}
-	assert.Contains(t, r.stderr, bad+": invalid (4 problems)")
-	assert.Contains(t, r.stderr, "regionctl: 1 of 2 files not valid\n")
-	assert.NotContains(t, r.stderr, ".hidden", "hidden entries are skipped, as the edge skips them")
+	require.Contains(t, r.stderr, bad+": invalid (4 problems)")
+	require.Contains(t, r.stderr, "regionctl: 1 of 2 files not valid\n")
+	require.NotContains(t, r.stderr, ".hidden", "hidden entries are skipped, as the edge skips them")
 
 	// Valid alone, invalid together: one domain twice, unless merged.
 	other := filepath.Join(rlsDir(t, map[string]string{"more.yaml": "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"}), "more.yaml")
 	r = runOffline(t, "rls", "validate", good, other)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, other+`: domain: domain "api" already declared in `+filepath.Join(good, "config/api.yaml"))
+	require.Contains(t, r.stderr, other+`: domain: domain "api" already declared in `+filepath.Join(good, "config/api.yaml"))
 	r = runOffline(t, "rls", "validate", "--merge-domains", good, other)
 	require.Equal(t, ExitOK, r.code, r)
 
 	r = runOffline(t, "rls", "validate", "--output", "json", good, bad)
 	require.Equal(t, ExitInvalid, r.code, r)
 	m := decodeJSON(t, r.stdout)
-	assert.Equal(t, false, m["valid"])
+	require.Equal(t, false, m["valid"])
 	docs := m["documents"].([]any)
 	require.Len(t, docs, 2)
-	assert.Equal(t, "api", docs[0].(map[string]any)["domain"])
+	require.Equal(t, "api", docs[0].(map[string]any)["domain"])
 	probs := docs[1].(map[string]any)["problems"].([]any)
 	require.Len(t, probs, 4)
-	assert.Equal(t, map[string]any{"file": bad, "line": float64(5), "descriptor": "web.remote_address",
+	require.Equal(t, map[string]any{"file": bad, "line": float64(5), "descriptor": "web.remote_address",
 		"field": "rate_limit.unit", "message": `invalid unit "fortnight" (want second, minute, hour, day, week, month or year)`}, probs[0])
 
 	r = runOffline(t, "rls", "validate", filepath.Join(good, "missing.yaml"))
-	assert.Equal(t, ExitError, r.code, r)
+	require.Equal(t, ExitError, r.code, r)
 	r = runOffline(t, "rls", "validate")
-	assert.Equal(t, ExitUsage, r.code, r)
+	require.Equal(t, ExitUsage, r.code, r)
 }
 
 func TestRLSDiffExitCodes(t *testing.T) {
@@ -108,33 +107,33 @@ descriptors:
 
 	r := runOffline(t, "rls", "diff", old, same)
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "no changes: "+same+" has the same limits as "+old+" (2 limits)\n")
+	require.Contains(t, r.stdout, "no changes: "+same+" has the same limits as "+old+" (2 limits)\n")
 
 	r = runOffline(t, "rls", "diff", old, changed)
 	require.Equal(t, ExitDiffers, r.code, r)
-	assert.Equal(t, "--- "+old+"\n+++ "+changed+"\n"+
+	require.Equal(t, "--- "+old+"\n+++ "+changed+"\n"+
 		"+ added   domain web\n"+
 		"+ added   limit api.path_/signup: 5/minute, fixed_window\n"+
 		"- removed limit api.path_/login: 5/minute, fixed_window\n"+
 		"~ changed limit api.remote_address: rate 10/second -> 20/second; shadow_mode false -> true\n", r.stdout)
-	assert.Empty(t, r.stderr)
+	require.Empty(t, r.stderr)
 
 	r = runOffline(t, "rls", "diff", "--output", "json", old, changed)
 	require.Equal(t, ExitDiffers, r.code, r)
 	m := decodeJSON(t, r.stdout)
-	assert.Equal(t, false, m["identical"])
-	assert.Equal(t, []any{"web"}, m["domains_added"])
-	assert.Equal(t, []any{"api.path_/signup"}, m["added"])
+	require.Equal(t, false, m["identical"])
+	require.Equal(t, []any{"web"}, m["domains_added"])
+	require.Equal(t, []any{"api.path_/signup"}, m["added"])
 
 	// Trouble is 2 and up: invalid 4, the general error 10 (not 1).
 	bad := rlsDir(t, map[string]string{"api.yaml": "domain: api\ndescriptors:\n  - key: x\n    rate_limit: {unit: second}\n"})
 	r = runOffline(t, "rls", "diff", old, bad)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, filepath.Join(bad, "api.yaml")+":4: descriptor api.x: rate_limit")
+	require.Contains(t, r.stderr, filepath.Join(bad, "api.yaml")+":4: descriptor api.x: rate_limit")
 	r = runOffline(t, "rls", "diff", old, filepath.Join(old, "missing"))
-	assert.Equal(t, ExitDiffError, r.code, r)
+	require.Equal(t, ExitDiffError, r.code, r)
 	r = runOffline(t, "rls", "diff", old)
-	assert.Equal(t, ExitUsage, r.code, r)
+	require.Equal(t, ExitUsage, r.code, r)
 }
 
 // TestRLSPush: a push writes the documents (pushed to us-east through
@@ -152,9 +151,9 @@ func TestRLSPush(t *testing.T) {
 
 	r := run(t, "rls", "push", "--prefix", p, "--region", "us-east", "--message", "first limits", api1)
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "+ added   domain api\n")
-	assert.Contains(t, r.stdout, "+ added   limit api.remote_address: 10/second, fixed_window\n")
-	assert.Contains(t, r.stdout, "us-east: ok: wrote "+key+" (version ")
+	require.Contains(t, r.stdout, "+ added   domain api\n")
+	require.Contains(t, r.stdout, "+ added   limit api.remote_address: 10/second, fixed_window\n")
+	require.Contains(t, r.stdout, "us-east: ok: wrote "+key+" (version ")
 	require.Equal(t, rlsAPI, string(kv(t, usEast, key).Value))
 
 	h := run(t, "--output", "json", "rules", "history", "--prefix", p, "--region", "us-east", "--kind", "rls")
@@ -162,33 +161,33 @@ func TestRLSPush(t *testing.T) {
 	entries := decodeJSON(t, h.stdout)["entries"].([]any)
 	require.Len(t, entries, 1)
 	e := entries[0].(map[string]any)
-	assert.Equal(t, "rls", e["kind"])
-	assert.Equal(t, key, e["key"])
-	assert.Equal(t, "tester", e["author"])
-	assert.Equal(t, "first limits", e["message"])
+	require.Equal(t, "rls", e["kind"])
+	require.Equal(t, key, e["key"])
+	require.Equal(t, "tester", e["author"])
+	require.Equal(t, "first limits", e["message"])
 
 	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", api1)
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Equal(t, "us-east: unchanged: the region already holds these documents\n", r.stdout)
+	require.Equal(t, "us-east: unchanged: the region already holds these documents\n", r.stdout)
 
 	// Valid alone, invalid with the stored api.yaml: one domain twice.
 	more := filepath.Join(rlsDir(t, map[string]string{"more.yaml": "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"}), "more.yaml")
 	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", more)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, p+`rls/us-east/more.yaml: domain: domain "api" already declared in `+key)
-	assert.Contains(t, r.stderr, "nothing was written")
-	assert.Nil(t, kv(t, usEast, p+"rls/us-east/more.yaml"))
+	require.Contains(t, r.stderr, p+`rls/us-east/more.yaml: domain: domain "api" already declared in `+key)
+	require.Contains(t, r.stderr, "nothing was written")
+	require.Nil(t, kv(t, usEast, p+"rls/us-east/more.yaml"))
 	// Invalid alone: the file's lines, and Consul is not even asked.
 	bad := filepath.Join(rlsDir(t, map[string]string{"bad.yaml": "domain: web\ndescriptors:\n  - key: k\n    rate_limit: {unit: hours, requests_per_unit: 1}\n"}), "bad.yaml")
 	r = runOffline(t, "rls", "push", "--prefix", p, "--region", "us-east", bad)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, bad+`:4: descriptor web.k: rate_limit.unit: invalid unit "hours"`)
+	require.Contains(t, r.stderr, bad+`:4: descriptor web.k: rate_limit.unit: invalid unit "hours"`)
 
 	changed := filepath.Join(rlsDir(t, map[string]string{"api.yaml": strings.Replace(rlsAPI, "10", "20", 1)}), "api.yaml")
 	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", "--dry-run", changed)
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "~ changed limit api.remote_address: rate 10/second -> 20/second\n")
-	assert.Contains(t, r.stdout, "dry run: nothing was written\n")
+	require.Contains(t, r.stdout, "~ changed limit api.remote_address: rate 10/second -> 20/second\n")
+	require.Contains(t, r.stdout, "dry run: nothing was written\n")
 	require.Equal(t, rlsAPI, string(kv(t, usEast, key).Value))
 
 	// Someone else writes between the read and the write: conflict.

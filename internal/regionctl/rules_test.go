@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -33,38 +32,38 @@ rules:
 `)
 	r := run(t, "rules", "validate", bad)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, bad+": invalid (3 problems)")
-	assert.Contains(t, r.stderr, "\n"+bad+`:6: rule "per-ip": limit: must be > 0`)
-	assert.Contains(t, r.stderr, "\n"+bad+`:10: rule "api": algorithm: unknown "leaky"`)
-	assert.Contains(t, r.stderr, "\n"+bad+`:13: rule "api": scope: unknown "planet"`)
+	require.Contains(t, r.stderr, bad+": invalid (3 problems)")
+	require.Contains(t, r.stderr, "\n"+bad+`:6: rule "per-ip": limit: must be > 0`)
+	require.Contains(t, r.stderr, "\n"+bad+`:10: rule "api": algorithm: unknown "leaky"`)
+	require.Contains(t, r.stderr, "\n"+bad+`:13: rule "api": scope: unknown "planet"`)
 
 	r = run(t, "rules", "validate", "--output", "json", bad)
 	require.Equal(t, ExitInvalid, r.code, r)
 	m := decodeJSON(t, r.stdout)
-	assert.Equal(t, false, m["valid"])
+	require.Equal(t, false, m["valid"])
 	probs := m["problems"].([]any)
 	require.Len(t, probs, 3)
-	assert.Equal(t, map[string]any{"file": bad, "line": float64(6), "rule": "per-ip", "index": float64(0), "field": "limit", "message": "must be > 0 (got 0)"}, probs[0])
+	require.Equal(t, map[string]any{"file": bad, "line": float64(6), "rule": "per-ip", "index": float64(0), "field": "limit", "message": "must be > 0 (got 0)"}, probs[0])
 
 	// A decode error (unknown field) is reported too.
 	r = run(t, "rules", "validate", file(t, "version: 1\nrules:\n  - id: x\n    limt: 3\n"))
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, "limt")
+	require.Contains(t, r.stderr, "limt")
 
 	good := file(t, rulesV1)
 	r = run(t, "rules", "validate", good)
 	require.Equal(t, ExitOK, r.code, r)
 	doc, err := rules.Parse([]byte(rulesV1))
 	require.NoError(t, err)
-	assert.Equal(t, good+": valid, 2 rules, version "+rules.Version(doc)+"\n", r.stdout)
+	require.Equal(t, good+": valid, 2 rules, version "+rules.Version(doc)+"\n", r.stdout)
 
 	r = run(t, "rules", "validate", "--output", "json", good)
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Equal(t, rules.Version(doc), decodeJSON(t, r.stdout)["version"])
+	require.Equal(t, rules.Version(doc), decodeJSON(t, r.stdout)["version"])
 
 	r = run(t, "rules", "validate", "/nonexistent/rules.yaml")
-	assert.Equal(t, ExitError, r.code, r)
-	assert.Contains(t, r.stderr, "no such file")
+	require.Equal(t, ExitError, r.code, r)
+	require.Contains(t, r.stderr, "no such file")
 }
 
 func TestPushAllGetHistory(t *testing.T) {
@@ -73,10 +72,10 @@ func TestPushAllGetHistory(t *testing.T) {
 	f := file(t, rulesV1)
 	r := run(t, "rules", "push", "--prefix", p, "--all", "--author", "alice", "--message", "first rules", f)
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "Regions are written one by one")
-	assert.Contains(t, r.stdout, "eu-west: ok:")
-	assert.Contains(t, r.stdout, "us-east: ok:")
-	assert.Contains(t, r.stdout, "all 2 regions done")
+	require.Contains(t, r.stdout, "Regions are written one by one")
+	require.Contains(t, r.stdout, "eu-west: ok:")
+	require.Contains(t, r.stdout, "us-east: ok:")
+	require.Contains(t, r.stdout, "all 2 regions done")
 
 	// Each region's own datacenter holds the global document.
 	for _, c := range []string{"eu-west", "us-east"} {
@@ -86,8 +85,8 @@ func TestPushAllGetHistory(t *testing.T) {
 		}
 		pair := kv(t, agent, p+"rules/global")
 		require.NotNil(t, pair, c)
-		assert.Equal(t, rulesV1, string(pair.Value), c)
-		assert.Nil(t, kv(t, agent, p+"rules/regions/"+c), c)
+		require.Equal(t, rulesV1, string(pair.Value), c)
+		require.Nil(t, kv(t, agent, p+"rules/regions/"+c), c)
 	}
 	doc, err := rules.Parse([]byte(rulesV1))
 	require.NoError(t, err)
@@ -95,58 +94,58 @@ func TestPushAllGetHistory(t *testing.T) {
 
 	r = run(t, "rules", "get", "--prefix", p, "--region", "us-east")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "version "+version)
-	assert.Contains(t, r.stdout, "id: per-ip")
-	assert.Contains(t, r.stdout, "id: admin")
+	require.Contains(t, r.stdout, "version "+version)
+	require.Contains(t, r.stdout, "id: per-ip")
+	require.Contains(t, r.stdout, "id: admin")
 
 	r = run(t, "rules", "get", "--prefix", p, "--region", "us-east", "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)
 	m := decodeJSON(t, r.stdout)
-	assert.Equal(t, version, m["version"])
+	require.Equal(t, version, m["version"])
 	ids := []string{}
 	for _, rule := range m["rules"].([]any) {
 		ids = append(ids, rule.(map[string]any)["id"].(string))
 	}
-	assert.Equal(t, []string{"admin", "per-ip"}, ids)
+	require.Equal(t, []string{"admin", "per-ip"}, ids)
 
 	r = run(t, "rules", "get", "--prefix", p, "--region", "eu-west", "--global")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, rulesV1)
+	require.Contains(t, r.stdout, rulesV1)
 	r = run(t, "rules", "get", "--prefix", p, "--region", "eu-west", "--document")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "no region document of eu-west")
+	require.Contains(t, r.stdout, "no region document of eu-west")
 
 	host, _ := os.Hostname()
 	r = run(t, "rules", "history", "--prefix", p, "--region", "us-east")
 	require.Equal(t, ExitOK, r.code, r)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 4, r)
-	assert.Regexp(t, `^SEQ\s+TIME\s+AUTHOR\s+HOST\s+KIND\s+VERSION\s+MESSAGE$`, lines[0])
-	assert.Regexp(t, `^\d{20}\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+alice\s+`+host+`\s+rules/global\s+`+version+`\s+first rules$`, lines[1])
-	assert.Empty(t, lines[2])
-	assert.Regexp(t, `^us-east: 1 history entry stored; the last push \(.*\) kept the newest 50 of each document \(--keep-history\); 0 entries pruned in all$`, lines[3])
+	require.Regexp(t, `^SEQ\s+TIME\s+AUTHOR\s+HOST\s+KIND\s+VERSION\s+MESSAGE$`, lines[0])
+	require.Regexp(t, `^\d{20}\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+alice\s+`+host+`\s+rules/global\s+`+version+`\s+first rules$`, lines[1])
+	require.Empty(t, lines[2])
+	require.Regexp(t, `^us-east: 1 history entry stored; the last push \(.*\) kept the newest 50 of each document \(--keep-history\); 0 entries pruned in all$`, lines[3])
 
 	r = run(t, "rules", "history", "--prefix", p, "--region", "eu-west", "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)
 	entries := decodeJSON(t, r.stdout)["entries"].([]any)
 	require.Len(t, entries, 1)
 	e := entries[0].(map[string]any)
-	assert.Equal(t, "alice", e["author"])
-	assert.Equal(t, host, e["host"])
-	assert.Equal(t, "first rules", e["message"])
-	assert.Equal(t, version, e["version"])
+	require.Equal(t, "alice", e["author"])
+	require.Equal(t, host, e["host"])
+	require.Equal(t, "first rules", e["message"])
+	require.Equal(t, version, e["version"])
 	ts, err := time.Parse(time.RFC3339Nano, e["time"].(string))
 	require.NoError(t, err)
-	assert.WithinDuration(t, time.Now(), ts, time.Minute)
+	require.WithinDuration(t, time.Now(), ts, time.Minute)
 
 	// Pushing the same file again changes nothing and records nothing.
 	r = run(t, "rules", "push", "--prefix", p, "--all", "--output", "json", f)
 	require.Equal(t, ExitOK, r.code, r)
 	m = decodeJSON(t, r.stdout)
-	assert.Contains(t, m["note"], "one by one")
+	require.Contains(t, m["note"], "one by one")
 	for _, res := range m["results"].([]any) {
-		assert.Equal(t, "unchanged", res.(map[string]any)["status"])
-		assert.Equal(t, version, res.(map[string]any)["version"])
+		require.Equal(t, "unchanged", res.(map[string]any)["status"])
+		require.Equal(t, version, res.(map[string]any)["version"])
 	}
 	r = run(t, "rules", "history", "--prefix", p, "--region", "eu-west", "--output", "json")
 	require.Len(t, decodeJSON(t, r.stdout)["entries"].([]any), 1)
@@ -160,11 +159,11 @@ func TestPushRegionDocument(t *testing.T) {
 	r := run(t, "rules", "push", "--prefix", p, "--region", "us-east", "--output", "json", file(t, overlay))
 	require.Equal(t, ExitOK, r.code, r)
 	res := decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
-	assert.Equal(t, "ok", res["status"])
-	assert.Equal(t, "region", res["document"])
+	require.Equal(t, "ok", res["status"])
+	require.Equal(t, "region", res["document"])
 
-	assert.Equal(t, overlay, string(kv(t, usEast, p+"rules/regions/us-east").Value))
-	assert.Nil(t, kv(t, euWest, p+"rules/regions/us-east"), "region documents stay in their region")
+	require.Equal(t, overlay, string(kv(t, usEast, p+"rules/regions/us-east").Value))
+	require.Nil(t, kv(t, euWest, p+"rules/regions/us-east"), "region documents stay in their region")
 
 	g, err := rules.Parse([]byte(rulesV1))
 	require.NoError(t, err)
@@ -172,11 +171,11 @@ func TestPushRegionDocument(t *testing.T) {
 	require.NoError(t, err)
 	eff, err := rules.Merge(g, o)
 	require.NoError(t, err)
-	assert.Equal(t, rules.Version(eff), res["version"])
-	assert.Equal(t, rules.Version(g), res["previous_version"])
+	require.Equal(t, rules.Version(eff), res["version"])
+	require.Equal(t, rules.Version(g), res["previous_version"])
 	r = run(t, "rules", "get", "--prefix", p, "--region", "us-east")
-	assert.Contains(t, r.stdout, "version "+rules.Version(eff))
-	assert.NotContains(t, r.stdout, "id: admin")
+	require.Contains(t, r.stdout, "version "+rules.Version(eff))
+	require.NotContains(t, r.stdout, "id: admin")
 }
 
 func TestInvalidPushWritesNothing(t *testing.T) {
@@ -188,17 +187,17 @@ func TestInvalidPushWritesNothing(t *testing.T) {
 	bad := file(t, strings.Replace(rulesV2, "limit: 300", "limit: -1", 1))
 	r := run(t, "rules", "push", "--prefix", p, "--all", bad)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, ": invalid (1 problem); nothing was written")
-	assert.Contains(t, r.stderr, `rule "api-key": limit: must be > 0`)
-	assert.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, ": invalid (1 problem); nothing was written")
+	require.Contains(t, r.stderr, `rule "api-key": limit: must be > 0`)
+	require.Empty(t, r.stdout)
 
 	r = run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--output", "json", bad)
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Equal(t, float64(ExitInvalid), decodeJSON(t, r.stdout)["exit_code"])
+	require.Equal(t, float64(ExitInvalid), decodeJSON(t, r.stdout)["exit_code"])
 
 	after := kv(t, euWest, p+"rules/global")
-	assert.Equal(t, before.ModifyIndex, after.ModifyIndex)
-	assert.Equal(t, before.Value, after.Value)
+	require.Equal(t, before.ModifyIndex, after.ModifyIndex)
+	require.Equal(t, before.Value, after.Value)
 
 	// A valid file whose merge with the region's stored (invalid) document
 	// is invalid is refused in every region before any is written.
@@ -208,12 +207,12 @@ func TestInvalidPushWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	r = run(t, "rules", "push", "--prefix", p, "--all", file(t, rulesV2))
 	require.Equal(t, ExitInvalid, r.code, r)
-	assert.Contains(t, r.stderr, "refusing to push")
-	assert.Contains(t, r.stderr, "the effective rules of us-east would be invalid")
-	assert.Equal(t, before.ModifyIndex, kv(t, euWest, p+"rules/global").ModifyIndex)
-	assert.Equal(t, rulesV1, string(kv(t, usEast, p+"rules/global").Value))
+	require.Contains(t, r.stderr, "refusing to push")
+	require.Contains(t, r.stderr, "the effective rules of us-east would be invalid")
+	require.Equal(t, before.ModifyIndex, kv(t, euWest, p+"rules/global").ModifyIndex)
+	require.Equal(t, rulesV1, string(kv(t, usEast, p+"rules/global").Value))
 	r = run(t, "rules", "history", "--prefix", p, "--region", "eu-west", "--output", "json")
-	assert.Len(t, decodeJSON(t, r.stdout)["entries"].([]any), 1)
+	require.Len(t, decodeJSON(t, r.stdout)["entries"].([]any), 1)
 }
 
 func TestConcurrentPushConflict(t *testing.T) {
@@ -255,15 +254,15 @@ func TestConcurrentPushConflict(t *testing.T) {
 	if loser.code == ExitOK {
 		loser, winner = results[1], 0
 	}
-	assert.Contains(t, loser.stderr, "regionctl: pushing "+p+"rules/regions/eu-west to eu-west: conflict")
-	assert.Contains(t, loser.stderr, "re-run to retry")
+	require.Contains(t, loser.stderr, "regionctl: pushing "+p+"rules/regions/eu-west to eu-west: conflict")
+	require.Contains(t, loser.stderr, "re-run to retry")
 	want, err := os.ReadFile(files[winner])
 	require.NoError(t, err)
-	assert.Equal(t, string(want), string(kv(t, euWest, p+"rules/regions/eu-west").Value))
+	require.Equal(t, string(want), string(kv(t, euWest, p+"rules/regions/eu-west").Value))
 
 	// Exactly one history entry per landed push.
 	r := run(t, "rules", "history", "--prefix", p, "--region", "eu-west", "--output", "json")
-	assert.Len(t, decodeJSON(t, r.stdout)["entries"].([]any), 2)
+	require.Len(t, decodeJSON(t, r.stdout)["entries"].([]any), 2)
 
 	// The same through the push machinery with an explicitly stale index.
 	s, err := connectFor(t, p)
@@ -273,8 +272,8 @@ func TestConcurrentPushConflict(t *testing.T) {
 	require.NoError(t, pl.err)
 	pl.index--
 	res := s.write(pl, meta{author: "t"})
-	assert.Equal(t, "conflict", res.Status)
-	assert.Equal(t, ExitConflict, res.ExitCode)
+	require.Equal(t, "conflict", res.Status)
+	require.Equal(t, ExitConflict, res.ExitCode)
 }
 
 func TestDiff(t *testing.T) {
@@ -284,33 +283,33 @@ func TestDiff(t *testing.T) {
 
 	r := run(t, "rules", "diff", "--prefix", p, "--region", "eu-west", file(t, rulesV2))
 	require.Equal(t, ExitDiffers, r.code, r)
-	assert.Empty(t, r.stderr)
+	require.Empty(t, r.stderr)
 	v1, v2 := version(t, rulesV1), version(t, rulesV2)
-	assert.Contains(t, r.stdout, `+ added   rule "api-key"`)
-	assert.Contains(t, r.stdout, `- removed rule "admin"`)
-	assert.Contains(t, r.stdout, `~ changed rule "per-ip": limit 10 -> 20; window 10s -> 1m0s`)
-	assert.Contains(t, r.stdout, "effective rules version of eu-west: "+v1+" -> "+v2)
+	require.Contains(t, r.stdout, `+ added   rule "api-key"`)
+	require.Contains(t, r.stdout, `- removed rule "admin"`)
+	require.Contains(t, r.stdout, `~ changed rule "per-ip": limit 10 -> 20; window 10s -> 1m0s`)
+	require.Contains(t, r.stdout, "effective rules version of eu-west: "+v1+" -> "+v2)
 
 	r = run(t, "rules", "diff", "--prefix", p, "--region", "eu-west", "--output", "json", file(t, rulesV2))
 	require.Equal(t, ExitDiffers, r.code, r)
 	m := decodeJSON(t, r.stdout)
-	assert.Equal(t, []any{"api-key"}, m["added"])
-	assert.Equal(t, []any{"admin"}, m["removed"])
-	assert.Equal(t, "per-ip", m["changed"].([]any)[0].(map[string]any)["id"])
-	assert.Equal(t, v1, m["effective_version_before"])
-	assert.Equal(t, v2, m["effective_version_after"])
+	require.Equal(t, []any{"api-key"}, m["added"])
+	require.Equal(t, []any{"admin"}, m["removed"])
+	require.Equal(t, "per-ip", m["changed"].([]any)[0].(map[string]any)["id"])
+	require.Equal(t, v1, m["effective_version_before"])
+	require.Equal(t, v2, m["effective_version_after"])
 
 	// Same rules, other spelling: no changes, exit 0.
 	respelled := strings.Replace(rulesV1, "limit: 30", "limit: 30 # admins are few", 1)
 	r = run(t, "rules", "diff", "--prefix", p, "--region", "eu-west", file(t, respelled))
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "no changes")
-	assert.Contains(t, r.stdout, "differ only in formatting")
+	require.Contains(t, r.stdout, "no changes")
+	require.Contains(t, r.stdout, "differ only in formatting")
 
 	// The global document is absent: everything is added.
 	r = run(t, "rules", "diff", "--prefix", p, "--region", "eu-west", "--global", file(t, rulesV3))
 	require.Equal(t, ExitDiffers, r.code, r)
-	assert.Contains(t, r.stdout, `+ added   rule "per-ip"`)
+	require.Contains(t, r.stdout, `+ added   rule "per-ip"`)
 }
 
 func version(t *testing.T, doc string) string {
@@ -332,7 +331,7 @@ func TestRollback(t *testing.T) {
 	p := prefix(t)
 	r := run(t, "rules", "rollback", "--prefix", p, "--region", "us-east")
 	require.Equal(t, ExitError, r.code, r)
-	assert.Contains(t, r.stderr, "no earlier version of the region document of us-east")
+	require.Contains(t, r.stderr, "no earlier version of the region document of us-east")
 
 	for _, doc := range []string{rulesV1, rulesV2} {
 		require.Equal(t, ExitOK, run(t, "rules", "push", "--prefix", p, "--region", "us-east", file(t, doc)).code)
@@ -341,33 +340,33 @@ func TestRollback(t *testing.T) {
 
 	r = run(t, "rules", "rollback", "--prefix", p, "--region", "us-east", "--author", "bob")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "us-east: ok: rolled the region document back to")
-	assert.Equal(t, version(t, rulesV1), effective(t, p, "us-east"))
-	assert.Equal(t, rulesV1, string(kv(t, usEast, p+"rules/regions/us-east").Value))
+	require.Contains(t, r.stdout, "us-east: ok: rolled the region document back to")
+	require.Equal(t, version(t, rulesV1), effective(t, p, "us-east"))
+	require.Equal(t, rulesV1, string(kv(t, usEast, p+"rules/regions/us-east").Value))
 
 	r = run(t, "rules", "history", "--prefix", p, "--region", "us-east", "--output", "json")
 	e := decodeJSON(t, r.stdout)["entries"].([]any)[0].(map[string]any)
-	assert.Equal(t, "rollback to "+version(t, rulesV1), e["message"])
-	assert.Equal(t, "bob", e["author"])
-	assert.Equal(t, region.KindRegionRules, e["kind"])
+	require.Equal(t, "rollback to "+version(t, rulesV1), e["message"])
+	require.Equal(t, "bob", e["author"])
+	require.Equal(t, region.KindRegionRules, e["kind"])
 
 	// --to a version further back.
 	require.Equal(t, ExitOK, run(t, "rules", "push", "--prefix", p, "--region", "us-east", file(t, rulesV3)).code)
 	r = run(t, "rules", "rollback", "--prefix", p, "--region", "us-east", "--to", version(t, rulesV2), "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)
 	res := decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
-	assert.Equal(t, version(t, rulesV2), res["version"])
-	assert.Equal(t, version(t, rulesV3), res["previous_version"])
-	assert.Equal(t, version(t, rulesV2), effective(t, p, "us-east"))
+	require.Equal(t, version(t, rulesV2), res["version"])
+	require.Equal(t, version(t, rulesV3), res["previous_version"])
+	require.Equal(t, version(t, rulesV2), effective(t, p, "us-east"))
 
 	r = run(t, "rules", "rollback", "--prefix", p, "--region", "us-east", "--to", "000000000000")
 	require.Equal(t, ExitError, r.code, r)
-	assert.Contains(t, r.stderr, `no region document of us-east with version "000000000000"`)
+	require.Contains(t, r.stderr, `no region document of us-east with version "000000000000"`)
 
 	// The global document has its own history.
 	r = run(t, "rules", "rollback", "--prefix", p, "--region", "us-east", "--global")
 	require.Equal(t, ExitError, r.code, r)
-	assert.Contains(t, r.stderr, "no earlier version of the global document of us-east")
+	require.Contains(t, r.stderr, "no earlier version of the global document of us-east")
 }
 
 // connectFor is a session as a command would open it, on prefix p.
@@ -410,26 +409,26 @@ rules:
 	r = run(t, "rules", "rollback", "--prefix", p, "--region", "us-east", "--to", older["version"].(string), "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)
 	res := decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
-	assert.Equal(t, "ok", res["status"], r)
-	assert.Equal(t, offPerIP, string(kv(t, usEast, p+"rules/regions/us-east").Value))
+	require.Equal(t, "ok", res["status"], r)
+	require.Equal(t, offPerIP, string(kv(t, usEast, p+"rules/regions/us-east").Value))
 	g, err := rules.Parse([]byte(global))
 	require.NoError(t, err)
 	eff, err := rules.Merge(g, mustParseRules(t, offPerIP))
 	require.NoError(t, err)
 	require.Len(t, eff.Rules, 1)
-	assert.Equal(t, "burst", eff.Rules[0].ID)
-	assert.Equal(t, rules.Version(eff), effective(t, p, "us-east"), "the edges run the restored rules")
+	require.Equal(t, "burst", eff.Rules[0].ID)
+	require.Equal(t, rules.Version(eff), effective(t, p, "us-east"), "the edges run the restored rules")
 
 	// The stored document reports the version history gave it.
 	r = run(t, "rules", "get", "--prefix", p, "--region", "us-east", "--document", "--output", "json")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Equal(t, older["version"], decodeJSON(t, r.stdout)["version"])
+	require.Equal(t, older["version"], decodeJSON(t, r.stdout)["version"])
 
 	// An empty region document is a third document, with its own version.
 	r = run(t, "rules", "push", "--prefix", p, "--region", "us-east", "--output", "json", file(t, "version: 1\n"))
 	require.Equal(t, ExitOK, r.code, r)
 	res = decodeJSON(t, r.stdout)["results"].([]any)[0].(map[string]any)
-	assert.NotContains(t, []any{newest["version"], older["version"]}, res["document_version"])
+	require.NotContains(t, []any{newest["version"], older["version"]}, res["document_version"])
 }
 
 func mustParseRules(t *testing.T, src string) *rules.Document {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
@@ -39,10 +38,10 @@ func TestDiffExitCodes(t *testing.T) {
 			r := run(t, append([]string{"rules", "diff", "--prefix", p}, tc.args...)...)
 			require.Equal(t, tc.want, r.code, r)
 			if tc.want >= 2 {
-				assert.NotEmpty(t, r.stderr)
+				require.NotEmpty(t, r.stderr)
 				j := run(t, append([]string{"rules", "diff", "--prefix", p, "--output", "json"}, tc.args...)...)
 				require.Equal(t, tc.want, j.code, j)
-				assert.EqualValues(t, tc.want, decodeJSON(t, j.stdout)["exit_code"])
+				require.EqualValues(t, tc.want, decodeJSON(t, j.stdout)["exit_code"])
 			}
 		})
 	}
@@ -61,10 +60,10 @@ func TestPushExpectVersion(t *testing.T) {
 
 	r := run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--expect-version", "0123456789ab", file(t, rulesV2))
 	require.Equal(t, ExitConflict, r.code, r)
-	assert.Contains(t, r.stderr, "eu-west: the region document of eu-west is document version "+v1)
-	assert.Contains(t, r.stderr, "nothing was written")
+	require.Contains(t, r.stderr, "eu-west: the region document of eu-west is document version "+v1)
+	require.Contains(t, r.stderr, "nothing was written")
 	g := run(t, "--output", "json", "rules", "get", "--prefix", p, "--region", "eu-west")
-	assert.Equal(t, v1, decodeJSON(t, g.stdout)["version"], "still v1")
+	require.Equal(t, v1, decodeJSON(t, g.stdout)["version"], "still v1")
 
 	r = run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--expect-version", v1, "--message", "raise per-ip", file(t, rulesV2))
 	require.Equal(t, ExitOK, r.code, r)
@@ -76,13 +75,13 @@ func TestPushExpectVersion(t *testing.T) {
 	h := run(t, "--output", "json", "rules", "history", "--prefix", p, "--region", "eu-west")
 	require.Equal(t, ExitOK, h.code, h)
 	first := decodeJSON(t, h.stdout)["entries"].([]any)[0].(map[string]any)
-	assert.Equal(t, "raise per-ip", first["message"])
-	assert.Equal(t, "tester", first["author"])
+	require.Equal(t, "raise per-ip", first["message"])
+	require.Equal(t, "tester", first["author"])
 
 	// --all: one stale region refuses them all.
 	r = run(t, "rules", "push", "--prefix", p, "--all", "--expect-version", v1, file(t, rulesV3))
 	require.Equal(t, ExitConflict, r.code, r)
-	assert.Nil(t, kv(t, usEast, p+"rules/global"), "nothing written to us-east either")
+	require.Nil(t, kv(t, usEast, p+"rules/global"), "nothing written to us-east either")
 }
 
 // --dry-run prints the change and the affected rules' traffic from a real
@@ -115,32 +114,32 @@ func TestPushDryRun(t *testing.T) {
 		r = runApp(t, &app{}, testEnv("PROMETHEUS_URL", prom.URL), "rules", "push", "--prefix", p, "--region", "eu-west", "--dry-run", file(t, rulesV2))
 		return r.code == ExitOK && strings.Contains(r.stdout, "per-ip: allowed ")
 	}, 20*time.Second, 200*time.Millisecond, "the dry run shows per-ip's traffic: %s", r)
-	assert.Contains(t, r.stdout, "eu-west: the region document ("+p+"rules/regions/eu-west): document version "+v1+" -> "+v2)
-	assert.Contains(t, r.stdout, `+ added   rule "api-key"`)
-	assert.Contains(t, r.stdout, `- removed rule "admin"`)
-	assert.Contains(t, r.stdout, "denied ")
-	assert.Contains(t, r.stdout, "admin: no series")
-	assert.Contains(t, r.stdout, "dry run: nothing was written")
+	require.Contains(t, r.stdout, "eu-west: the region document ("+p+"rules/regions/eu-west): document version "+v1+" -> "+v2)
+	require.Contains(t, r.stdout, `+ added   rule "api-key"`)
+	require.Contains(t, r.stdout, `- removed rule "admin"`)
+	require.Contains(t, r.stdout, "denied ")
+	require.Contains(t, r.stdout, "admin: no series")
+	require.Contains(t, r.stdout, "dry run: nothing was written")
 	g := run(t, "--output", "json", "rules", "get", "--prefix", p, "--region", "eu-west")
-	assert.Equal(t, v1, decodeJSON(t, g.stdout)["version"], "nothing was written")
+	require.Equal(t, v1, decodeJSON(t, g.stdout)["version"], "nothing was written")
 
 	j := runApp(t, &app{}, testEnv("PROMETHEUS_URL", prom.URL), "--output", "json", "rules", "push", "--prefix", p, "--region", "eu-west", "--dry-run", file(t, rulesV2))
 	require.Equal(t, ExitOK, j.code, j)
 	ch := decodeJSON(t, j.stdout)["changes"].([]any)[0].(map[string]any)
-	assert.Equal(t, v2, ch["document_version"])
-	assert.Positive(t, ch["traffic"].(map[string]any)["per-ip"].(map[string]any)["allowed"])
+	require.Equal(t, v2, ch["document_version"])
+	require.Positive(t, ch["traffic"].(map[string]any)["per-ip"].(map[string]any)["allowed"])
 
 	// The enforcement switch's dry run shows the region's decisions.
 	r = runApp(t, &app{}, testEnv("PROMETHEUS_URL", prom.URL), "enforcement", "set", "--prefix", p, "--region", "eu-west", "--dry-run", "shadow")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "enforce -> shadow")
-	assert.Regexp(t, `traffic of eu-west \(requests/s per decision over the last 5m, every rule\): allowed [0-9.e+]+/s, denied [0-9.e+]+/s`, r.stdout)
-	assert.Nil(t, kv(t, euWest, p+"enforcement/eu-west"), "nothing was written")
+	require.Contains(t, r.stdout, "enforce -> shadow")
+	require.Regexp(t, `traffic of eu-west \(requests/s per decision over the last 5m, every rule\): allowed [0-9.e+]+/s, denied [0-9.e+]+/s`, r.stdout)
+	require.Nil(t, kv(t, euWest, p+"enforcement/eu-west"), "nothing was written")
 
 	// No Prometheus: the change without traffic.
 	r = run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--dry-run", file(t, rulesV2))
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "traffic not shown")
+	require.Contains(t, r.stdout, "traffic not shown")
 }
 
 // On a terminal a push asks; only y or yes goes ahead, --yes skips the
@@ -157,23 +156,23 @@ func TestPushConfirmation(t *testing.T) {
 	}
 	r := push(tty("n\n"))
 	require.Equal(t, ExitError, r.code, r)
-	assert.Contains(t, r.stderr, `+ added   rule "per-ip"`)
-	assert.Contains(t, r.stderr, "Push ")
-	assert.Contains(t, r.stderr, "not confirmed: nothing was written")
-	assert.Nil(t, kv(t, euWest, p+"rules/regions/eu-west"))
+	require.Contains(t, r.stderr, `+ added   rule "per-ip"`)
+	require.Contains(t, r.stderr, "Push ")
+	require.Contains(t, r.stderr, "not confirmed: nothing was written")
+	require.Nil(t, kv(t, euWest, p+"rules/regions/eu-west"))
 
 	r = push(tty("")) // stdin closed
 	require.Equal(t, ExitError, r.code, r)
-	assert.Contains(t, r.stderr, "no answer")
+	require.Contains(t, r.stderr, "no answer")
 
 	r = push(tty("yes\n"))
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "ok: wrote")
+	require.Contains(t, r.stdout, "ok: wrote")
 
 	// --yes on a terminal: no question (an unanswered one would refuse).
 	r = runApp(t, tty(""), testEnv(), "rules", "push", "--prefix", p, "--region", "eu-west", "--global", "--yes", file(t, rulesV1))
 	require.Equal(t, ExitOK, r.code, r)
-	assert.NotContains(t, r.stderr, "Push ")
+	require.NotContains(t, r.stderr, "Push ")
 
 	// No terminal (the app Main builds when stdin is a pipe): no question.
 	r = runApp(t, &app{stdin: strings.NewReader(""), isTerminal: func() bool { return false }}, testEnv(),
@@ -182,10 +181,10 @@ func TestPushConfirmation(t *testing.T) {
 	r = runApp(t, &app{stdin: strings.NewReader(""), isTerminal: func() bool { return false }}, testEnv(),
 		"rules", "push", "--prefix", p, "--region", "eu-west", file(t, rulesV2))
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Empty(t, r.stderr)
+	require.Empty(t, r.stderr)
 	r = runApp(t, tty("y\n"), testEnv(), "rules", "rollback", "--prefix", p, "--region", "eu-west", "--expect-version", version(t, rulesV2))
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stderr, "document version "+version(t, rulesV2)+" -> "+v1)
+	require.Contains(t, r.stderr, "document version "+version(t, rulesV2)+" -> "+v1)
 }
 
 // The enforcement switch: set, dry run, expect-version, history with the
@@ -199,28 +198,28 @@ func TestEnforcementCommands(t *testing.T) {
 	r := en("get")
 	require.Equal(t, ExitOK, r.code, r)
 	def := region.DefaultEnforcement().Version()
-	assert.Contains(t, r.stdout, "eu-west: enforce (version "+def+"; "+p+"enforcement/eu-west is absent: the default)")
+	require.Contains(t, r.stdout, "eu-west: enforce (version "+def+"; "+p+"enforcement/eu-west is absent: the default)")
 
 	shadow := region.Enforcement{Mode: region.ModeShadow, Percent: 100}
 	r = en("set", "shadow", "--dry-run")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "enforce -> shadow; version "+def+" -> "+shadow.Version())
-	assert.Nil(t, kv(t, euWest, p+"enforcement/eu-west"))
+	require.Contains(t, r.stdout, "enforce -> shadow; version "+def+" -> "+shadow.Version())
+	require.Nil(t, kv(t, euWest, p+"enforcement/eu-west"))
 
 	r = en("set", "shadow", "--expect-version", "0123456789ab")
 	require.Equal(t, ExitConflict, r.code, r)
 	r = en("set", "shadow", "--expect-version", def, "--message", "new rules in shadow first")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.JSONEq(t, `{"mode":"shadow"}`, string(kv(t, euWest, p+"enforcement/eu-west").Value))
+	require.JSONEq(t, `{"mode":"shadow"}`, string(kv(t, euWest, p+"enforcement/eu-west").Value))
 
 	ten := region.Enforcement{Mode: region.ModeEnforce, Percent: 10}
 	r = en("set", "enforce", "--percent", "10")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "shadow -> enforce 10%")
+	require.Contains(t, r.stdout, "shadow -> enforce 10%")
 	j := run(t, "--output", "json", "enforcement", "get", "--prefix", p, "--region", "eu-west")
 	m := decodeJSON(t, j.stdout)
-	assert.Equal(t, ten.Version(), m["version"])
-	assert.EqualValues(t, 10, m["percent"])
+	require.Equal(t, ten.Version(), m["version"])
+	require.EqualValues(t, 10, m["percent"])
 
 	for _, bad := range [][]string{{"set", "off"}, {"set", "shadow", "--percent", "5"}, {"set", "enforce", "--percent", "101"}, {"set"}} {
 		r = en(bad...)
@@ -231,17 +230,17 @@ func TestEnforcementCommands(t *testing.T) {
 	require.Equal(t, ExitOK, h.code, h)
 	entries := decodeJSON(t, h.stdout)["entries"].([]any)
 	require.Len(t, entries, 2)
-	assert.Equal(t, "new rules in shadow first", entries[1].(map[string]any)["message"])
-	assert.Equal(t, "tester", entries[1].(map[string]any)["author"])
+	require.Equal(t, "new rules in shadow first", entries[1].(map[string]any)["message"])
+	require.Equal(t, "tester", entries[1].(map[string]any)["author"])
 
 	r = en("rollback")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "enforce 10% -> shadow")
+	require.Contains(t, r.stdout, "enforce 10% -> shadow")
 	r = en("rollback", "--to", ten.Version())
 	require.Equal(t, ExitOK, r.code, r)
 	j = run(t, "--output", "json", "enforcement", "get", "--prefix", p, "--region", "eu-west")
-	assert.Equal(t, ten.Version(), decodeJSON(t, j.stdout)["version"])
+	require.Equal(t, ten.Version(), decodeJSON(t, j.stdout)["version"])
 	r = en("set", "enforce", "--percent", "10")
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "unchanged")
+	require.Contains(t, r.stdout, "unchanged")
 }

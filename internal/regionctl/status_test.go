@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
@@ -47,7 +46,7 @@ func TestRegionsStatus(t *testing.T) {
 	// No edges yet: trivially converged.
 	r := run(t, "regions", "status", "--prefix", p)
 	require.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "eu-west: expected rules version "+want+"; no edges registered")
+	require.Contains(t, r.stdout, "eu-west: expected rules version "+want+"; no edges registered")
 
 	fakeEdge(t, euWest, "edge-ams-1", "ams", want, api.HealthPassing)
 	fakeEdge(t, euWest, "edge-fra-1", "fra", "0123456789ab", api.HealthPassing)
@@ -57,43 +56,43 @@ func TestRegionsStatus(t *testing.T) {
 	r = waitStatus(t, p, func(r result) bool {
 		return strings.Contains(r.stdout, "2 edges healthy of 3 edges") && strings.Contains(r.stdout, "us-east: expected rules version "+want+"; 1 edge healthy of 1 edge")
 	})
-	assert.Equal(t, ExitNotConverged, r.code, r)
-	assert.Regexp(t, `eu-west: expected rules version `+want+`; 2 edges healthy of 3 edges, 1 NOT CONVERGED`, r.stdout)
-	assert.Contains(t, r.stdout, "  pop ams: 1 healthy of 1\n")
-	assert.Contains(t, r.stdout, "  pop fra: 1 healthy of 2\n")
-	assert.Regexp(t, `edge-ams-1\s+127.0.0.1:8080\s+healthy\s+rules `+want+`\s+converged`, r.stdout)
-	assert.Regexp(t, `edge-fra-1\s+127.0.0.1:8080\s+healthy\s+rules 0123456789ab\s+NOT CONVERGED`, r.stdout)
-	assert.Regexp(t, `edge-fra-2\s+127.0.0.1:8080\s+UNHEALTHY\s+rules 0123456789ab\s+unhealthy, not converged`, r.stdout)
-	assert.Contains(t, r.stderr, "regionctl: NOT CONVERGED: eu-west (1 edge)")
+	require.Equal(t, ExitNotConverged, r.code, r)
+	require.Regexp(t, `eu-west: expected rules version `+want+`; 2 edges healthy of 3 edges, 1 NOT CONVERGED`, r.stdout)
+	require.Contains(t, r.stdout, "  pop ams: 1 healthy of 1\n")
+	require.Contains(t, r.stdout, "  pop fra: 1 healthy of 2\n")
+	require.Regexp(t, `edge-ams-1\s+127.0.0.1:8080\s+healthy\s+rules `+want+`\s+converged`, r.stdout)
+	require.Regexp(t, `edge-fra-1\s+127.0.0.1:8080\s+healthy\s+rules 0123456789ab\s+NOT CONVERGED`, r.stdout)
+	require.Regexp(t, `edge-fra-2\s+127.0.0.1:8080\s+UNHEALTHY\s+rules 0123456789ab\s+unhealthy, not converged`, r.stdout)
+	require.Contains(t, r.stderr, "regionctl: NOT CONVERGED: eu-west (1 edge)")
 
 	// One region only: us-east is converged.
 	r = run(t, "regions", "status", "--prefix", p, "--region", "us-east")
-	assert.Equal(t, ExitOK, r.code, r)
-	assert.Contains(t, r.stdout, "all regions converged")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Contains(t, r.stdout, "all regions converged")
 
 	r = run(t, "regions", "status", "--prefix", p, "--output", "json")
-	assert.Equal(t, ExitNotConverged, r.code, r)
+	require.Equal(t, ExitNotConverged, r.code, r)
 	m := decodeJSON(t, r.stdout)
-	assert.Equal(t, false, m["converged"])
+	require.Equal(t, false, m["converged"])
 	regions := m["regions"].([]any)
 	require.Len(t, regions, 2)
 	eu := regions[0].(map[string]any)
-	assert.Equal(t, "eu-west", eu["region"])
-	assert.Equal(t, want, eu["expected_version"])
-	assert.Equal(t, float64(1), eu["not_converged"])
+	require.Equal(t, "eu-west", eu["region"])
+	require.Equal(t, want, eu["expected_version"])
+	require.Equal(t, float64(1), eu["not_converged"])
 
 	// The lagging edge catches up (the edge re-registers with new meta);
 	// the unhealthy one does not count.
 	fakeEdge(t, euWest, "edge-fra-1", "fra", want, api.HealthPassing)
 	r = waitStatus(t, p, func(r result) bool { return r.code == ExitOK })
-	assert.Contains(t, r.stdout, "eu-west: expected rules version "+want+"; 2 edges healthy of 3 edges, converged")
-	assert.Contains(t, r.stdout, "all regions converged")
+	require.Contains(t, r.stdout, "eu-west: expected rules version "+want+"; 2 edges healthy of 3 edges, converged")
+	require.Contains(t, r.stdout, "all regions converged")
 
 	// A new push: every edge is behind until it reports the new version.
 	require.Equal(t, ExitOK, run(t, "rules", "push", "--prefix", p, "--region", "us-east", file(t, rulesV3)).code)
 	r = run(t, "regions", "status", "--prefix", p, "--region", "us-east")
-	assert.Equal(t, ExitNotConverged, r.code, r)
+	require.Equal(t, ExitNotConverged, r.code, r)
 	now := effective(t, p, "us-east")
 	require.NotEqual(t, want, now)
-	assert.Contains(t, r.stdout, "us-east: expected rules version "+now+"; 1 edge healthy of 1 edge, 1 NOT CONVERGED")
+	require.Contains(t, r.stdout, "us-east: expected rules version "+now+"; 1 edge healthy of 1 edge, 1 NOT CONVERGED")
 }
