@@ -58,11 +58,16 @@ func (l *consulLink) applyEnforcement(data []byte) error {
 
 // enforcementCache is the switch's file beside the rules cache ("" without
 // one).
-func (l *consulLink) enforcementCache() string {
-	if l.cachePath == "" {
+func (l *consulLink) enforcementCache() string { return l.beside(".enforcement") }
+
+// beside names a file kept next to the rules cache, for what else from
+// Consul an edge restarted without Consul must still run ("" without a
+// rules cache).
+func (l *consulLink) beside(suffix string) string {
+	if l == nil || l.cachePath == "" {
 		return ""
 	}
-	return l.cachePath + ".enforcement"
+	return l.cachePath + suffix
 }
 
 // loadEnforcementCache applies the cached switch.

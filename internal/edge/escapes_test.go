@@ -385,6 +385,20 @@ rules:
 }
 
 // commandCalls is how many times Redis ran each of cmds (INFO commandstats).
+// countedRedis starts a Redis of the test's own, and a client to read its
+// command counts (commandCalls) with.
+func countedRedis(t *testing.T) (*testenv.Standalone, *redis.Client) {
+	t.Helper()
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rd.Close() })
+	opts, err := redis.ParseURL(rd.URL())
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return rd, c
+}
+
 func commandCalls(t *testing.T, c *redis.Client, cmds ...string) []int {
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	require.NoError(t, err)
@@ -405,13 +419,7 @@ func commandCalls(t *testing.T, c *redis.Client, cmds ...string) []int {
 // PTTL per request while the key is free, nothing while this edge knows
 // it is penalised, one SET per penalty started.
 func TestPenaltyRedisCost(t *testing.T) {
-	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-	require.NoError(t, err)
-	defer rd.Close()
-	opts, err := redis.ParseURL(rd.URL())
-	require.NoError(t, err)
-	c := redis.NewClient(opts)
-	defer c.Close()
+	rd, c := countedRedis(t)
 	r := startEdge(t, `
 version: 1
 rules:
@@ -442,13 +450,7 @@ rules:
 // per counted response (fewer when concurrent counts share a batch);
 // responses that do not match cost no script call.
 func TestCountByResponseRedisCost(t *testing.T) {
-	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-	require.NoError(t, err)
-	defer rd.Close()
-	opts, err := redis.ParseURL(rd.URL())
-	require.NoError(t, err)
-	c := redis.NewClient(opts)
-	defer c.Close()
+	rd, c := countedRedis(t)
 	r := startEdge(t, `
 version: 1
 rules:

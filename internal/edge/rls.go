@@ -188,12 +188,7 @@ func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
 
 // rlsCache is the file beside the rules cache keeping the last documents
 // from Consul that loaded ("" without a rules cache).
-func (e *Edge) rlsCache() string {
-	if e.consul == nil || e.consul.cachePath == "" {
-		return ""
-	}
-	return e.consul.cachePath + ".rls.json"
-}
+func (e *Edge) rlsCache() string { return e.consul.beside(".rls.json") }
 
 // loadRLSCache serves the cached documents: an edge started while Consul
 // is unreachable answers with what its region last pushed.

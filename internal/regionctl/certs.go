@@ -15,7 +15,7 @@ import (
 func (a *app) certsPut(args []string) error {
 	fs := a.flags("certs put", "--region R NAME FILE")
 	var r string
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func (a *app) certsPut(args []string) error {
 func (a *app) certsList(args []string) error {
 	fs := a.flags("certs list", "--region R")
 	var r string
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -114,7 +114,7 @@ func (a *app) certsList(args []string) error {
 func (a *app) certsRm(args []string) error {
 	fs := a.flags("certs rm", "--region R NAME")
 	var r string
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err

@@ -38,7 +38,7 @@ func (s *session) storedEnforcement(r string) (en region.Enforcement, raw []byte
 func (a *app) enforcementGet(args []string) error {
 	fs := a.flags("enforcement get", "--region R")
 	var r string
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -81,7 +81,7 @@ func (a *app) enforcementSet(args []string) error {
 		"with --percent P, for P % of each rule's keys (chosen by a stable hash of the key, the same on every edge).")
 	var r string
 	var percent float64
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	fs.Float64Var(&percent, "percent", 100, "with enforce: the `share` of keys enforced, 0 to 100 in steps of 0.01")
 	m := a.metaFlags(fs)
 	sf := a.safetyFlags(fs)
@@ -116,7 +116,7 @@ func (a *app) enforcementSet(args []string) error {
 func (a *app) enforcementRollback(args []string) error {
 	fs := a.flags("enforcement rollback", "--region R [--to VERSION] [--message M] [--author A] [--expect-version V] [--dry-run] [--yes]")
 	var r, to string
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	fs.StringVar(&to, "to", "", "switch `version` (or history seq) to restore; default: the previous one")
 	m := a.metaFlags(fs)
 	sf := a.safetyFlags(fs)

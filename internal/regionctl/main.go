@@ -343,6 +343,11 @@ func (a *app) flags(name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
+// regionVar is the --region flag of the commands that act on one region.
+func regionVar(fs *flag.FlagSet, r *string) {
+	fs.StringVar(r, "region", "", "region (Consul datacenter) `name`")
+}
+
 // parse parses flags interspersed with positional arguments and checks the
 // global flags' values.
 func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {

@@ -418,7 +418,7 @@ func (a *app) rlsPush(args []string) error {
 		"documents as they would be after the push, are validated first; nothing is written if any is invalid.\n"+
 		"All FILEs are written in one transaction, each checked against the index read (check-and-set).")
 	var r string
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	merge := fs.Bool("merge-domains", false, "documents of one domain are merged, as the edges' --rls-merge-domains does (else refused)")
 	m := a.metaFlags(fs)
 	var dryRun, yes bool

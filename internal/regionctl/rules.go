@@ -94,7 +94,7 @@ type docFlags struct {
 }
 
 func (d *docFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.region, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &d.region)
 	fs.BoolVar(&d.global, "global", false, "use the region's copy of the global document instead of the region document")
 }
 
@@ -143,7 +143,7 @@ func (a *app) rulesGet(args []string) error {
 	fs := a.flags("rules get", "--region R [--effective|--global|--document]")
 	var r string
 	var effective, global, document bool
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	fs.BoolVar(&effective, "effective", false, "print the effective rules: global merged with the region document (default)")
 	fs.BoolVar(&global, "global", false, "print the region's copy of the global document as stored")
 	fs.BoolVar(&document, "document", false, "print the region document as stored")
@@ -218,7 +218,7 @@ func (a *app) rulesHistory(args []string) error {
 	fs := a.flags("rules history", "--region R [--limit N] [--kind rules|global|region|shedder|enforcement|rls|all]")
 	var r, kind string
 	var limit int
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	fs.IntVar(&limit, "limit", 20, "show at most `N` entries, newest first (0: all)")
 	fs.StringVar(&kind, "kind", "all", "which entries: rules (global and region), global, region, shedder, enforcement, rls (rate limit service documents) or all")
 	pos, err := a.parse(fs, args)

@@ -32,7 +32,7 @@ func (s *session) storedShedder(r string) (cfg shedder.Config, raw []byte, index
 func (a *app) shedderGet(args []string) error {
 	fs := a.flags("shedder get", "--region R")
 	var r string
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -130,7 +130,7 @@ func (a *app) shedderSet(args []string) error {
 		strings.Join(shedder.SettingKeys, ", ")+"\nLists are comma-separated (tiers.paths=/healthcheck:critical:trusted,/internal/synthetic:test; ':trusted' applies a rule to trusted proxies only, and a critical rule needs it); an empty value clears a list.")
 	var r string
 	var reset bool
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	fs.BoolVar(&reset, "reset", false, "apply the settings to the defaults instead of the stored settings")
 	m := a.metaFlags(fs)
 	pos, err := a.parse(fs, args)

@@ -42,7 +42,7 @@ func init() { commands["shedder simulate"] = (*app).shedderSimulate }
 func (a *app) shedderSimulate(args []string) error {
 	fs := a.flags("shedder simulate", "--region R --pop P --from T1 --to T2 [--prometheus URL] [key=value…]")
 	var r, pop, from, to, promURL string
-	fs.StringVar(&r, "region", "", "region (Consul datacenter) `name`")
+	regionVar(fs, &r)
 	fs.StringVar(&pop, "pop", "", "PoP `name` whose edges to replay")
 	fs.StringVar(&from, "from", "", "start of the window: RFC 3339 time or Unix seconds; pick a moment the PoP was not shedding")
 	fs.StringVar(&to, "to", "", "end of the window: RFC 3339 time or Unix seconds")
