@@ -83,17 +83,20 @@ const REGIONCTL = __ENV.REGIONCTL || `${unwrap(rawOutputs.state_dir)}/bin/region
 const population = eg.population({ size: 50000, seed: 5, distribution: 'uniform', ipv6Share: 0.25, roamingShare: 0 });
 const criticalLost = new Counter('shed_bench_critical_lost');
 
-// Each tier's VUs cover rate x REQUEST_TIMEOUT, so none runs out: a VU is
-// busy at most one timeout per iteration.
+// Every VU is initialized before the start (VU_SECONDS, 1.5, x the rate:
+// enough for a mean latency of 1.5 s): a k6 initializing VUs mid-run on
+// two loaded cores stops sending while it does. An arrival with no VU free
+// is a dropped iteration, reported with the figures.
+const VU_SECONDS = num('VU_SECONDS', '1.5');
 const scenarios = {};
 for (const tier of TIERS) {
   for (const [phase, factor, start, duration] of [['unloaded', UNLOADED_FACTOR, 0, UNLOADED], ['overload', FACTOR, UNLOADED, STEP + HALVED]]) {
     const rate = Math.max(1, Math.round(CAPACITY * factor * MIX[tier]));
-    const preAllocatedVUs = Math.max(5, Math.ceil(rate * (phase === 'unloaded' ? 0.2 : 2)));
+    const vus = Math.max(5, Math.ceil(rate * (phase === 'unloaded' ? 0.5 : VU_SECONDS)));
     scenarios[`${phase}_${tier}`] = {
       executor: 'constant-arrival-rate',
       rate, timeUnit: '1s', startTime: `${start}s`, duration: `${duration}s`,
-      preAllocatedVUs, maxVUs: Math.max(preAllocatedVUs, Math.ceil(rate * 5.1)),
+      preAllocatedVUs: vus, maxVUs: vus,
       exec: 'traffic', env: { TIER: tier }, tags: { tier },
     };
   }
