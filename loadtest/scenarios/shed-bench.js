@@ -21,14 +21,15 @@
 // no worker or abandoned, over all their requests). Per 10 s window: mean
 // goodput / capacity, and the rejection ratio's mean and standard deviation
 // over its ten 1 s windows. Per phase: p99 of admitted requests (200s) after
-// the first 5 s, against the unloaded p99; critical requests lost (anything
-// but a 200); the seconds from the step (and from the halving) to the first
-// 1 s window with goodput >= 90% of capacity, and the share of windows from
-// 5 s on at >= 90%. The figures go to the results file (extra.figures) and
-// are printed; thresholds judge only what must hold in every mode: no
-// critical request lost, and the edges reported MODE.
+// the first 5 s, as k6 and as the edges measured it, against the unloaded
+// p99; critical requests lost (anything but a 200) and refused by the
+// edges; the seconds from the step (and from the halving) to the first 1 s
+// window with goodput >= 90% of capacity, and the share of windows from 5 s
+// on at >= 90%. The figures go to shed-bench-RUN-figures.json and are
+// printed; thresholds judge only what must hold in every mode: no critical
+// request lost, and the edges reported MODE. SCALE (1) runs the origin at
+// that share of its workers.
 import http from 'k6/http';
-import exec from 'k6/execution';
 import { sleep } from 'k6';
 import { Counter } from 'k6/metrics';
 import eg from 'k6/x/edgeguard';
