@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test faults bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke
+.PHONY: build package package-check run test faults bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -87,6 +87,13 @@ stack-outputs:
 # The region drills against the applied stack; prints a table.
 drills:
 	$(GO) run ./cmd/drills --outputs $(STACK_STATE)/outputs.json
+
+# The shedder against a 3x step and an origin whose capacity halves, on the
+# applied stack (make stack-up): today's shedder and the adaptive origin
+# limit alternated, ROUNDS (3) runs each, ~90 s a run; prints the table
+# (scripts/shed-bench.sh, loadtest/scenarios/shed-bench.js). Not in test.
+shed-bench: k6
+	ROUNDS=$(or $(ROUNDS),3) ./scripts/shed-bench.sh
 
 # Brings a stack of its own up (state in a temp dir), runs the k6 smoke
 # (multi-region.js, 20 s, correctness thresholds), drills 1, 3 and 5, the DNS

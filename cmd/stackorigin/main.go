@@ -1,6 +1,8 @@
-// Command stackorigin is the local stack's origin for one region: fixed
-// workers × fixed service time, so its capacity is known (see package
-// originsim).
+// Command stackorigin is the local stack's origin for one region: workers ×
+// service time, so its capacity is known; PUT /capacity changes both while
+// it serves (see package originsim), e.g.
+//
+//	curl -X PUT -d '{"workers": 4}' http://127.0.0.1:18081/capacity
 package main
 
 import (
