@@ -9,8 +9,15 @@
 # ROUNDS rounds; it prints every measurement, then per metric the median
 # of the edge/nginx ratios within rounds.
 #
+# The floor, in the same rounds: keep-alive requests/s of a Go TLS server
+# with none of the edge's work (scripts/tlsfloor: crypto/tls, fasthttp for
+# HTTP/1.1, net/http for HTTP/2, answering "ok" itself) against nginx
+# answering "ok" itself (return 200) on the same certificate; FLOOR=0
+# leaves it out.
+#
 #   scripts/bench-tls.sh                      # 3 rounds, 5 s per measurement
 #   ROUNDS=5 DURATION=10 scripts/bench-tls.sh
+#   EDGE_BIN=/path/to/edge scripts/bench-tls.sh   # a binary built elsewhere (another commit)
 #
 # Needs nginx (nginx-light), wrk, h2load (nghttp2-client) and openssl.
 set -euo pipefail
@@ -22,6 +29,7 @@ PAR="${PAR:-4}"           # parallel s_time clients
 CONNS="${CONNS:-64}"      # wrk connections
 H2CONNS="${H2CONNS:-16}"  # h2load connections
 H2STREAMS="${H2STREAMS:-10}"
+FLOOR="${FLOOR:-1}"
 
 for b in nginx wrk h2load openssl; do
 	command -v "$b" >/dev/null || { echo "bench-tls: $b is missing (apt-get install nginx-light wrk nghttp2-client openssl)" >&2; exit 1; }
@@ -37,7 +45,7 @@ cleanup() {
 trap cleanup EXIT
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ORIGIN=$(port) NGINX_TLS=$(port) EDGE=$(port) EDGE_TLS=$(port) EDGE_ADMIN=$(port)
+ORIGIN=$(port) NGINX_TLS=$(port) EDGE=$(port) EDGE_TLS=$(port) EDGE_ADMIN=$(port) NGINX_200=$(port) GO_200=$(port)
 NAME=bench.example.com
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=$NAME" \
@@ -72,6 +80,13 @@ http {
 			proxy_set_header X-Forwarded-For \$remote_addr;
 		}
 	}
+	server {
+		listen 127.0.0.1:$NGINX_200 ssl http2;
+		ssl_certificate $work/cert.pem;
+		ssl_certificate_key $work/key.pem;
+		keepalive_requests 1000000;
+		location / { return 200 "ok\n"; }
+	}
 }
 EOF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' &
@@ -82,14 +97,25 @@ version: 1
 rules:
   - {id: per-ip, key: [ip], algorithm: fixed_window, limit: 1000000000, window: 1m}
 EOF
-go build -o "$work/edge" ./cmd/edge
-"$work/edge" --listen "127.0.0.1:$EDGE" --listen-tls "127.0.0.1:$EDGE_TLS" --tls-default-cert "$work/certs/bench.pem" \
+edge_bin="${EDGE_BIN:-}"
+if [ -z "$edge_bin" ]; then
+	go build -o "$work/edge" ./cmd/edge
+	edge_bin="$work/edge"
+fi
+"$edge_bin" --listen "127.0.0.1:$EDGE" --listen-tls "127.0.0.1:$EDGE_TLS" --tls-default-cert "$work/certs/bench.pem" \
 	--default-host "$NAME" \
 	--admin "127.0.0.1:$EDGE_ADMIN" --origin "http://127.0.0.1:$ORIGIN" --rules "$work/rules.yaml" \
 	--max-conns-per-ip 0 --drain-delay 0s --log-level warn &
 pids+=($!)
+ready=("$NGINX_TLS" "$EDGE_TLS")
+if [ "$FLOOR" = 1 ]; then
+	go build -o "$work/tlsfloor" ./scripts/tlsfloor
+	"$work/tlsfloor" -listen "127.0.0.1:$GO_200" -cert "$work/cert.pem" -key "$work/key.pem" &
+	pids+=($!)
+	ready+=("$NGINX_200" "$GO_200")
+fi
 
-for p in "$NGINX_TLS" "$EDGE_TLS"; do
+for p in "${ready[@]}"; do
 	for _ in $(seq 100); do
 		curl -sk --resolve "$NAME:$p:127.0.0.1" -o /dev/null "https://$NAME:$p/" && break
 		sleep 0.1
@@ -133,26 +159,45 @@ for r in $(seq "$ROUNDS"); do
 		line="$r $s $(measure "$s" "$p")"
 		echo "$line" | tee -a "$results"
 	done
+	[ "$FLOOR" = 1 ] || continue
+	if [ $((r % 2)) -eq 1 ]; then order="go-200 nginx-200"; else order="nginx-200 go-200"; fi
+	for s in $order; do
+		p=$GO_200
+		[ "$s" = nginx-200 ] && p=$NGINX_200
+		line="$r $s - - $(wrk_rps "$p") $(h2_rps "$p")"
+		echo "$line" | tee -a "$results"
+	done
 done
 
 echo
 echo "# the edge's own count: resumed handshakes of all successful ones"
 curl -s "http://127.0.0.1:$EDGE_ADMIN/metrics" | awk '/^edgeguard_tls_handshakes_total.*result="ok"/ { ok = $2 } /^edgeguard_tls_resumptions_total/ { res = $2 } END { printf "%d of %d\n", res, ok }'
 
-echo
-echo "# edge/nginx ratio, median over rounds (min–max); absolute medians"
-awk '
+# ratios A B FIRST-METRIC: per metric from FIRST-METRIC on, the median over
+# rounds of A/B, its range, and the absolute medians.
+ratios() {
+	awk -v a="$1" -v b="$2" -v first="$3" '
 { v[$1, $2, 1] = $3; v[$1, $2, 2] = $4; v[$1, $2, 3] = $5; v[$1, $2, 4] = $6; if ($1 > n) n = $1 }
-function med(a, k,   i, j, t) {
-	for (i = 2; i <= k; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-	return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
+function med(x, k,   i, j, t) {
+	for (i = 2; i <= k; i++) { t = x[i]; for (j = i - 1; j >= 1 && x[j] > t; j--) x[j + 1] = x[j]; x[j + 1] = t }
+	return (k % 2) ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2
 }
 END {
 	split("full-handshakes/s resumed-handshakes/s h1-keepalive-req/s h2-req/s", name, " ")
-	for (m = 1; m <= 4; m++) {
+	for (m = first; m <= 4; m++) {
 		delete q; delete e; delete g
-		for (r = 1; r <= n; r++) { q[r] = (v[r, "nginx", m] > 0) ? v[r, "edge", m] / v[r, "nginx", m] : 0; e[r] = v[r, "edge", m]; g[r] = v[r, "nginx", m] }
+		for (r = 1; r <= n; r++) { q[r] = (v[r, b, m] > 0) ? v[r, a, m] / v[r, b, m] : 0; e[r] = v[r, a, m]; g[r] = v[r, b, m] }
 		lo = q[1]; hi = q[1]; for (r = 2; r <= n; r++) { if (q[r] < lo) lo = q[r]; if (q[r] > hi) hi = q[r] }
-		printf "%-22s %.2f (%.2f–%.2f)   edge %d   nginx %d\n", name[m], med(q, n), lo, hi, med(e, n), med(g, n)
+		printf "%-22s %.2f (%.2f–%.2f)   %s %d   %s %d\n", name[m], med(q, n), lo, hi, a, med(e, n), b, med(g, n)
 	}
 }' "$results"
+}
+
+echo
+echo "# edge/nginx ratio, median over rounds (min–max); absolute medians"
+ratios edge nginx 1
+if [ "$FLOOR" = 1 ]; then
+	echo
+	echo "# the floor: go-200/nginx-200 ratio (both answer \"ok\" themselves), median over rounds (min–max)"
+	ratios go-200 nginx-200 3
+fi

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -185,6 +184,18 @@ var h2Hop = map[string]bool{
 	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
 }
 
+// h2Stream is a stream's fasthttp side. Streams reuse them (h2Streams), so
+// the request and the response keep their buffers from one stream to the
+// next and building them copies bytes without allocating; a stream takes
+// one for its handler's run and gives it back before the handler returns.
+type h2Stream struct {
+	ctx  fasthttp.RequestCtx
+	conn h2StreamConn
+	buf  []byte // scratch: a joined Cookie field, then the response's fields
+}
+
+var h2Streams = sync.Pool{New: func() any { return new(h2Stream) }}
+
 // serveStream runs one stream through the request path.
 func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	mc, _ := r.Context().Value(h2ConnKey{}).(*h2MeteredConn)
@@ -192,8 +203,10 @@ func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)
 		return
 	}
-	ctx := new(fasthttp.RequestCtx)
-	ctx.Init2(&h2StreamConn{Conn: mc.Conn, state: &mc.state, ctx: r.Context()}, fasthttpLogger{h.e.log}, false)
+	st := h2Streams.Get().(*h2Stream)
+	st.conn = h2StreamConn{Conn: mc.Conn, state: &mc.state, ctx: r.Context()}
+	ctx := &st.ctx
+	ctx.Init2(&st.conn, fasthttpLogger{h.e.log}, false)
 	req := &ctx.Request
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.RequestURI)
@@ -207,7 +220,11 @@ func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		}
 		if k == "Cookie" && len(vs) > 1 {
 			// HTTP/2 splits cookies into fields; HTTP/1.1 has one (RFC 9113 §8.2.3).
-			req.Header.Add(k, strings.Join(vs, "; "))
+			st.buf = append(st.buf[:0], vs[0]...)
+			for _, v := range vs[1:] {
+				st.buf = append(append(st.buf, "; "...), v...)
+			}
+			req.Header.AddBytesV(k, st.buf)
 			continue
 		}
 		for _, v := range vs {
@@ -224,30 +241,61 @@ func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	h.e.handle(ctx)
 
 	resp := &ctx.Response
-	out := w.Header()
-	for k, v := range resp.Header.All() {
-		name := string(k)
-		if h2Hop[http.CanonicalHeaderKey(name)] {
-			continue
-		}
-		out.Add(name, string(v))
-	}
-	if !resp.IsBodyStream() {
-		n := len(resp.Body())
-		if r.Method == http.MethodHead && resp.Header.ContentLength() >= 0 {
-			n = resp.Header.ContentLength()
-		}
-		out.Set("Content-Length", itoa(n))
-	}
-	w.WriteHeader(resp.StatusCode())
+	h.writeHeader(w, st, r.Method)
 	if r.Method != http.MethodHead {
 		_ = resp.BodyWriteTo(w)
 	}
 	req.Reset() // closes the request body stream
 	resp.Reset()
+	st.conn = h2StreamConn{}
+	h2Streams.Put(st) // not on a panic: a stream in an unknown state is not reused
 }
 
-func itoa(n int) string { return string(fasthttp.AppendUint(nil, n)) }
+// writeHeader hands the response's status and fields to net/http.
+// net/http encodes the fields after the handler may have returned, so
+// they cannot point into the stream's reused buffers: the names and values
+// are copied into one string (one allocation for all of them, where a
+// string per name and per value would be two per field).
+func (h *h2Server) writeHeader(w http.ResponseWriter, st *h2Stream, method string) {
+	resp := &st.ctx.Response
+	b, n := st.buf[:0], 0
+	for k, v := range resp.Header.All() {
+		b = append(append(b, k...), v...)
+		n++
+	}
+	contentLength := -1
+	if !resp.IsBodyStream() {
+		contentLength = len(resp.Body())
+		if method == http.MethodHead && resp.Header.ContentLength() >= 0 {
+			contentLength = resp.Header.ContentLength()
+		}
+		b = fasthttp.AppendUint(b, contentLength)
+	}
+	st.buf = b
+	all := string(b)
+	vals := make([]string, n+1) // and Content-Length
+	out := w.Header()
+	i, off := 0, 0
+	for k, v := range resp.Header.All() {
+		name := http.CanonicalHeaderKey(all[off : off+len(k)]) // no copy when it is canonical already
+		off += len(k)
+		vals[i] = all[off : off+len(v)]
+		off += len(v)
+		if !h2Hop[name] {
+			if vs, ok := out[name]; ok {
+				out[name] = append(vs, vals[i])
+			} else {
+				out[name] = vals[i : i+1 : i+1]
+			}
+		}
+		i++
+	}
+	if contentLength >= 0 {
+		vals[n] = all[off:]
+		out["Content-Length"] = vals[n:]
+	}
+	w.WriteHeader(resp.StatusCode())
+}
 
 // h2StreamConn is the connection a stream's fasthttp request sees: the TLS
 // connection's addresses and state (so the origin hop says https), and

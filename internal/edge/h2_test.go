@@ -382,3 +382,58 @@ func TestH2GracefulShutdown(t *testing.T) {
 	require.True(t, closed)
 	require.Equal(t, http2.ErrCodeNo, code, "a GOAWAY, not a dropped connection")
 }
+
+// Streams reuse their fasthttp request and response (h2Streams): streams
+// running at once on one connection each get their own request through and
+// their own response back, fields included.
+func TestH2ConcurrentStreamsKeepTheirOwnRequests(t *testing.T) {
+	site := newTLSSite(t)
+	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", nil)
+	c := h2Client(site, r)
+	resp, _ := h2Get(t, c, "https://shop.example.com/") // the connection, before the streams race to dial their own
+	require.Equal(t, 200, resp.StatusCode)
+
+	const workers, each = 4, 25
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		go func() {
+			for i := range each {
+				path := "/w" + strconv.Itoa(w) + "/" + strconv.Itoa(i)
+				cookie := "a=" + strconv.Itoa(w) + "; b=" + strconv.Itoa(i)
+				req, err := http.NewRequest(http.MethodGet, "https://shop.example.com"+path, nil)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				req.Header.Add("Cookie", "a="+strconv.Itoa(w))
+				req.Header.Add("Cookie", "b="+strconv.Itoa(i))
+				resp, err := c.Do(req)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				switch {
+				case err != nil:
+					errs <- err
+				case resp.StatusCode != 200:
+					errs <- errors.New(path + ": status " + resp.Status)
+				case resp.Header.Get("Content-Length") != strconv.Itoa(len(body)):
+					errs <- errors.New(path + ": Content-Length " + resp.Header.Get("Content-Length") + " for " + strconv.Itoa(len(body)) + " bytes")
+				case !bytes.Contains(body, []byte(`"uri":"`+path+`"`)):
+					errs <- errors.New(path + ": another stream's request: " + string(body))
+				case !bytes.Contains(body, []byte("Cookie: "+cookie)) || bytes.Count(body, []byte("Cookie:")) != 1:
+					errs <- errors.New(path + ": cookies not " + cookie + ": " + string(body))
+				default:
+					errs <- nil
+				}
+			}
+		}()
+	}
+	for range workers * each {
+		require.NoError(t, <-errs)
+	}
+	require.Equal(t, float64(1), metricSum(t, r, "edgeguard_tls_connections_total", "protocol", "h2"), "one connection for all streams")
+}
