@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,18 +60,36 @@ func StartPebble(t testing.TB, opts PebbleOptions) *Pebble {
 			t.Fatalf("testenv: %s not found: run scripts/install-pebble.sh (make tools) or set EDGEGUARD_PEBBLE", b)
 		}
 	}
-	ports, err := FreePorts(4)
-	require.NoError(t, err)
-	acmePort, mgmtPort, dnsPort, chalMgmtPort := ports[0], ports[1], ports[2], ports[3]
 	work := t.TempDir()
-
 	// The directory's own HTTPS certificate.
 	ca := NewCA(t)
 	leaf := ca.Issue(t, "ecdsa", "localhost")
-	p := &Pebble{DirectoryURL: fmt.Sprintf("https://localhost:%d/dir", acmePort), RootFile: filepath.Join(work, "root.pem")}
-	require.NoError(t, os.WriteFile(p.RootFile, ca.PEM, 0o600))
+	rootFile := filepath.Join(work, "root.pem")
+	require.NoError(t, os.WriteFile(rootFile, ca.PEM, 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(work, "cert.pem"), leaf.CertPEM, 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(work, "key.pem"), leaf.KeyPEM, 0o600))
+	// Picking free ports and binding them later races with every other
+	// process on the host: a bind failure is retried with fresh ports.
+	for attempt := 1; ; attempt++ {
+		p, busy := startPebbleOn(t, work, pebble, challtest, opts, ca)
+		if p != nil {
+			p.RootFile = rootFile
+			return p
+		}
+		if !busy || attempt == bindAttempts {
+			t.Fatalf("testenv: pebble did not start (attempt %d; logs above)", attempt)
+		}
+	}
+}
+
+// startPebbleOn starts Pebble and its DNS on fresh ports and waits until
+// both answer. It returns nil when they did not, with busy set when one
+// exited because another process had taken its port.
+func startPebbleOn(t testing.TB, work, pebble, challtest string, opts PebbleOptions, ca *CA) (p *Pebble, busy bool) {
+	t.Helper()
+	ports, err := FreePorts(4)
+	require.NoError(t, err)
+	acmePort, mgmtPort, dnsPort, chalMgmtPort := ports[0], ports[1], ports[2], ports[3]
 	validity := opts.Validity
 	if validity == 0 {
 		validity = 90 * 24 * time.Hour
@@ -90,15 +109,21 @@ func StartPebble(t testing.TB, opts PebbleOptions) *Pebble {
 	}}
 	data, err := json.Marshal(cfg)
 	require.NoError(t, err)
-	cfgFile := filepath.Join(work, "pebble.json")
+	cfgFile := filepath.Join(work, fmt.Sprintf("pebble-%d.json", acmePort))
 	require.NoError(t, os.WriteFile(cfgFile, data, 0o600))
 
+	type started struct {
+		proc *Proc
+		log  string
+	}
+	var procs []started
 	start := func(cmd *exec.Cmd, name string) {
-		log, err := os.Create(filepath.Join(work, name+".log"))
+		log, err := os.Create(filepath.Join(work, fmt.Sprintf("%s-%d.log", name, acmePort)))
 		require.NoError(t, err)
 		cmd.Stdout, cmd.Stderr, cmd.Dir = log, log, work
 		proc, err := StartProc(cmd)
 		require.NoError(t, err)
+		procs = append(procs, started{proc, log.Name()})
 		t.Cleanup(func() {
 			proc.Stop(5 * time.Second)
 			_ = log.Close()
@@ -114,21 +139,44 @@ func StartPebble(t testing.TB, opts PebbleOptions) *Pebble {
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0")
 	start(cmd, "pebble")
 
-	// Ready once both answer.
+	// Ready once both answer; over as soon as one of them has exited.
+	p = &Pebble{DirectoryURL: fmt.Sprintf("https://localhost:%d/dir", acmePort)}
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}}
 	defer client.CloseIdleConnections()
-	require.Eventually(t, func() bool {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(chalMgmtPort), time.Second)
-		if err != nil {
-			return false
+	exited := false
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, s := range procs {
+			exited = exited || !s.proc.Alive()
 		}
-		_ = c.Close()
-		resp, err := client.Get(p.DirectoryURL)
-		if err != nil {
-			return false
+		if exited {
+			break
 		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 20*time.Second, 50*time.Millisecond, "pebble did not answer")
-	return p
+		if pebbleAnswers(client, chalMgmtPort, p.DirectoryURL) {
+			return p, false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, s := range procs {
+		s.proc.Stop(5 * time.Second)
+		out, _ := os.ReadFile(s.log)
+		busy = busy || strings.Contains(strings.ToLower(string(out)), "address already in use")
+	}
+	return nil, exited && busy
+}
+
+// pebbleAnswers reports whether the challenge server's management port
+// accepts and the ACME directory answers 200.
+func pebbleAnswers(client *http.Client, chalMgmtPort int, directory string) bool {
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(chalMgmtPort), time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	resp, err := client.Get(directory)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
