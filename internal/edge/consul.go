@@ -99,6 +99,7 @@ func (e *Edge) startConsul() error {
 			ID:          fmt.Sprintf("rls-%s-%s-%s-%s", e.cfg.Region, e.cfg.PoP, host, rlsPort),
 			Region:      e.cfg.Region,
 			PoP:         e.cfg.PoP,
+			Edge:        l.reg.ID,
 			Address:     advertise,
 			Port:        rlsPortNum,
 			MetricsPort: adminPortNum,

@@ -92,7 +92,7 @@ func TestRLSFromConsul(t *testing.T) {
 		return e != nil && e.Checks.AggregatedStatus() == api.HealthCritical
 	}, 15*time.Second, 50*time.Millisecond, "registered, critical without documents")
 	entry := rlsEntry()
-	require.Equal(t, map[string]string{"region": "eu-west", "pop": "ams", "metrics_port": portOf(t, r.AdminAddr())}, entry.Service.Meta)
+	require.Equal(t, map[string]string{"region": "eu-west", "pop": "ams", "edge": edgeID(t, catalog), "metrics_port": portOf(t, r.AdminAddr())}, entry.Service.Meta)
 	require.Equal(t, portOf(t, r.RLSAddr()), fmt.Sprint(entry.Service.Port))
 
 	write(rlsDoc) // user: 2 per hour
@@ -155,4 +155,13 @@ func portOf(t *testing.T, addr string) string {
 	_, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
 	return port
+}
+
+// edgeID is the ID of the one edge registered in the catalog.
+func edgeID(t *testing.T, c *api.Client) string {
+	t.Helper()
+	entries, _, err := c.Health().Service("edgeguard-edge", "", false, nil)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	return entries[0].Service.ID
 }

@@ -53,6 +53,9 @@ type RLSRegistration struct {
 	Region, PoP string
 	Address     string // public address ("" = the agent's node address)
 	Port        int
+	// Edge is the ID of the edge's own registration (meta edge): its
+	// metrics and the service's are one target's.
+	Edge string
 	// MetricsPort is the edge's admin port, on Address: the service's
 	// metrics are the edge's /metrics (meta metrics_port, for discovery).
 	MetricsPort int
@@ -77,7 +80,7 @@ func (c *Client) RegisterRLS(ctx context.Context, r RLSRegistration) error {
 		Name:    RLSService,
 		Address: r.Address,
 		Port:    r.Port,
-		Meta:    map[string]string{"region": r.Region, "pop": r.PoP, "metrics_port": strconv.Itoa(r.MetricsPort)},
+		Meta:    map[string]string{"region": r.Region, "pop": r.PoP, "edge": r.Edge, "metrics_port": strconv.Itoa(r.MetricsPort)},
 		Check: &api.AgentServiceCheck{
 			CheckID:    r.ID + ":grpc",
 			GRPC:       r.CheckAddr + "/envoy.service.ratelimit.v3.RateLimitService",
