@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -36,7 +37,14 @@ func startRLSEdge(t *testing.T) string {
 	var log bytes.Buffer
 	cmd := exec.Command(bin, "--listen", freeAddr(t), "--admin", freeAddr(t), "--rules", "../examples/rules.yaml", "--demo-origin",
 		"--rls-listen", rls, "--rls-config-dir", conf, "--drain-delay", "0")
-	cmd.Env = append(os.Environ(), "EDGEGUARD_KEY_SALT=k6-extension-test-salt")
+	// The edge reads EDGEGUARD_<FLAG> from its environment: none of the
+	// test's own (EDGEGUARD_CONSUL names the harness's Consul binary).
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "EDGEGUARD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "EDGEGUARD_KEY_SALT=k6-extension-test-salt")
 	cmd.Stdout, cmd.Stderr = &log, &log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
