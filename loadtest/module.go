@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"go.k6.io/k6/js/common"
 	"go.k6.io/k6/js/modules"
 	"go.k6.io/k6/metrics"
@@ -64,6 +66,7 @@ type ModuleInstance struct {
 	vu      modules.VU
 	root    *RootModule
 	metrics *instanceMetrics
+	rls     map[string]*grpc.ClientConn // rls(): this VU's connection per target
 }
 
 type instanceMetrics struct {
@@ -75,6 +78,8 @@ type instanceMetrics struct {
 	late          *metrics.Metric
 	mismatch      *metrics.Metric
 	server        *metrics.Metric
+	rlsCalls      *metrics.Metric
+	rlsDuration   *metrics.Metric
 }
 
 // Metric names (k6 metrics, so thresholds can be set on them).
@@ -87,6 +92,8 @@ const (
 	MetricLate          = "edgeguard_checker_late_events"
 	MetricMismatch      = "edgeguard_policy_mismatches"
 	MetricServer        = "edgeguard_server"
+	MetricRLSCalls      = "edgeguard_rls_calls"
+	MetricRLSDuration   = "edgeguard_rls_call_duration"
 )
 
 func newMetrics(reg *metrics.Registry) (*instanceMetrics, error) {
@@ -95,17 +102,20 @@ func newMetrics(reg *metrics.Registry) (*instanceMetrics, error) {
 		dst  **metrics.Metric
 		name string
 		typ  metrics.MetricType
+		vt   []metrics.ValueType
 	}{
-		{&m.malformed, MetricMalformed, metrics.Counter},
-		{&m.overAdmission, MetricOverAdmission, metrics.Counter},
-		{&m.falseDenial, MetricFalseDenial, metrics.Counter},
-		{&m.brokenPromise, MetricBrokenPromise, metrics.Counter},
-		{&m.checked, MetricChecked, metrics.Counter},
-		{&m.late, MetricLate, metrics.Counter},
-		{&m.mismatch, MetricMismatch, metrics.Counter},
-		{&m.server, MetricServer, metrics.Gauge},
+		{&m.malformed, MetricMalformed, metrics.Counter, nil},
+		{&m.overAdmission, MetricOverAdmission, metrics.Counter, nil},
+		{&m.falseDenial, MetricFalseDenial, metrics.Counter, nil},
+		{&m.brokenPromise, MetricBrokenPromise, metrics.Counter, nil},
+		{&m.checked, MetricChecked, metrics.Counter, nil},
+		{&m.late, MetricLate, metrics.Counter, nil},
+		{&m.mismatch, MetricMismatch, metrics.Counter, nil},
+		{&m.server, MetricServer, metrics.Gauge, nil},
+		{&m.rlsCalls, MetricRLSCalls, metrics.Counter, nil},
+		{&m.rlsDuration, MetricRLSDuration, metrics.Trend, []metrics.ValueType{metrics.Time}},
 	} {
-		mt, err := reg.NewMetric(d.name, d.typ)
+		mt, err := reg.NewMetric(d.name, d.typ, d.vt...)
 		if err != nil {
 			return nil, fmt.Errorf("registering metric %s: %w", d.name, err)
 		}
@@ -150,6 +160,7 @@ func (mi *ModuleInstance) Exports() modules.Exports {
 		"markAt":         mi.MarkAt,
 		"marks":          mi.Marks,
 		"run":            mi.Run,
+		"rls":            mi.RLS,
 	}
 	return modules.Exports{Default: named, Named: named}
 }

@@ -4,7 +4,7 @@ import { board, green, orange, rate, red, redisSel, row, sel, statPanel, tablePa
 
 export function rateLimitsBoard(): dashboard.Dashboard {
   return board('edgeguard-ratelimits', 'edgeguard / Rate limits',
-    'Rate-limit decisions by rule, the local prefilter and coalescing, the Redis store with its breakers and fallback, and Redis itself (from the Redis exporter).',
+    'Rate-limit decisions by rule, the local prefilter and coalescing, the Redis store with its breakers and fallback, Envoy\'s rate limit service, and Redis itself (from the Redis exporter).',
     ['limiter', 'redis'])
     .withRow(row('Decisions'))
     .withPanel(timeSeries({
@@ -113,6 +113,34 @@ export function rateLimitsBoard(): dashboard.Dashboard {
         { expr: `sum by (region, pop) (${rate('edgeguard_limiter_prefilter_hits_total')})`, legend: 'prefilter {{region}}/{{pop}}' },
         { expr: `sum by (region, pop) (${rate('edgeguard_limiter_coalesced_checks_total')})`, legend: 'coalesced {{region}}/{{pop}}' },
       ],
+    }))
+    .withRow(row('Envoy rate limit service'))
+    .withPanel(timeSeries({
+      title: 'Rate limit service calls by code',
+      description: 'ShouldRateLimit calls per second from Envoy (--rls-listen, docs/envoy.md), by overall code: ok, over_limit (Envoy answers 429) or error (the call failed: a malformed request, no document loaded yet, or the store unavailable under --fail-mode closed; Envoy then applies its failure_mode_deny). Errors on every edge of a region: check that it has documents (regionctl rls get --region R) and the edges\' logs.',
+      unit: 'reqps', min: 0,
+      thresholds: [green()],
+      targets: [{ expr: `sum by (region, code) (${rate('edgeguard_rls_requests_total')})`, legend: '{{region}} {{code}}' }],
+      width: 8,
+    }))
+    .withPanel(timeSeries({
+      title: 'Rate limit service descriptors by result',
+      description: 'Descriptors answered per second, by result: ok, over_limit, shadow_over_limit (over, answered OK: shadow_mode in the document or --rls-shadow), unlimited (the document says unlimited) and no_limit (no descriptor of the document matches: not limited). A rising no_limit share means Envoy sends descriptors the region\'s documents do not know: compare Envoy\'s rate_limits actions with regionctl rls get --region R.',
+      unit: 'reqps', min: 0,
+      thresholds: [green()],
+      targets: [{ expr: `sum by (region, result) (${rate('edgeguard_rls_descriptors_total')})`, legend: '{{region}} {{result}}' }],
+      width: 8,
+    }))
+    .withPanel(timeSeries({
+      title: 'Rate limit service latency',
+      description: 'p50 and p99 of answering one ShouldRateLimit call, the limiter\'s decision included, per region. Envoy waits for it on every request its filter covers: keep p99 well below the filter\'s timeout (20 ms by default). A p99 that follows the store call latency above is Redis; one that does not is the edge itself (CPU).',
+      unit: 's', min: 0,
+      thresholds: [green(), orange(0.005), red(0.02)],
+      targets: [
+        { expr: `histogram_quantile(0.99, sum by (le, region) (${rate('edgeguard_rls_request_duration_seconds_bucket')}))`, legend: 'p99 {{region}}' },
+        { expr: `histogram_quantile(0.5, sum by (le, region) (${rate('edgeguard_rls_request_duration_seconds_bucket')}))`, legend: 'p50 {{region}}' },
+      ],
+      width: 8,
     }))
     .withRow(row('Redis (exporter)'))
     .withPanel(timeSeries({

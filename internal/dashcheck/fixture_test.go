@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
@@ -30,6 +32,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	regionctlcmd "github.com/edgeguard/edgeguard/internal/regionctl"
 	"github.com/edgeguard/edgeguard/internal/testenv"
@@ -102,6 +106,7 @@ func regionctl(t *testing.T, consul string, args ...string) string {
 
 type edgeProc struct {
 	pop, addr, admin string
+	rls              string // Envoy's rate limit service (gRPC)
 	cmd              *exec.Cmd
 	out              *strings.Builder
 	mu               sync.Mutex
@@ -141,9 +146,10 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 func startEdgeProc(t *testing.T, bin, pop, origin, redisURL, consul string) *edgeProc {
 	dir := t.TempDir()
 	e := &edgeProc{pop: pop, out: &strings.Builder{}}
-	e.addr, e.admin = freePort(t), freePort(t)
+	e.addr, e.admin, e.rls = freePort(t), freePort(t), freePort(t)
 	e.cmd = exec.Command(bin,
 		"--listen", e.addr, "--admin", e.admin,
+		"--rls-listen", e.rls,
 		"--region", regionName, "--pop", pop,
 		"--origin", origin,
 		// Loopback Redis on a loaded test machine: a generous deadline so
@@ -188,6 +194,33 @@ func startEdgeProc(t *testing.T, bin, pop, origin, redisURL, consul string) *edg
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 20*time.Millisecond, "edge %s ready", pop)
 	return e
+}
+
+// rlsYAML is the region's rate limit service document: 2 calls per user
+// and hour.
+const rlsYAML = `domain: dashcheck
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`
+
+// askRLS makes n ShouldRateLimit calls for user through e's rate limit
+// service and returns their overall codes.
+func askRLS(t *testing.T, e *edgeProc, user string, n int) []string {
+	t.Helper()
+	conn, err := grpc.NewClient(e.rls, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var codes []string
+	for range n {
+		resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "dashcheck",
+			Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}}})
+		require.NoError(t, err)
+		codes = append(codes, resp.OverallCode.String())
+	}
+	return codes
 }
 
 func tail(s string, n int) string {
@@ -330,6 +363,9 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	regionctl(t, consul.HTTPAddr(), "rules", "push", "--region", regionName, rulesFile)
 	regionctl(t, consul.HTTPAddr(), append([]string{"shedder", "set", "--region", regionName}, shedderSettings...)...)
 	regionRulesKey := region.NewLayout("edgeguard/").RegionRules(regionName)
+	rlsFile := filepath.Join(t.TempDir(), "envoy.yaml")
+	require.NoError(t, os.WriteFile(rlsFile, []byte(rlsYAML), 0o600))
+	regionctl(t, consul.HTTPAddr(), "rls", "push", "--region", regionName, "--yes", rlsFile)
 
 	ams := startEdgeProc(t, bin, "ams", origin.URL, rd.URL(), consul.HTTPAddr())
 	fra := startEdgeProc(t, bin, "fra", origin.URL, rd.URL(), consul.HTTPAddr())
@@ -377,6 +413,9 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="per-client", decision="denied"})`, 2)
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="shadow-trial", decision="shadow_denied"})`, 1)
 	waitProm(t, p, `sum(edgeguard_edge_requests_total{pop="ams", tier="critical", outcome="proxied"})`, 1)
+	// Envoy's rate limit service: two calls within the limit, one over.
+	require.Equal(t, []string{"OK", "OK", "OVER_LIMIT"}, askRLS(t, ams, "client-1", 3))
+	waitProm(t, p, `sum(edgeguard_rls_requests_total{pop="ams", code="over_limit"})`, 1)
 	done()
 
 	// --- scenario: counted (the values the panels must report) ---

@@ -29,7 +29,8 @@ type consulLink struct {
 	client    *region.Client
 	cachePath string
 	reg       region.Registration
-	changed   chan struct{} // the rules version changed: re-register
+	rlsReg    *region.RLSRegistration // with --rls-listen: its own service
+	changed   chan struct{}           // the rules version changed: re-register
 }
 
 func consulConfig(c Config) *api.Config {
@@ -88,6 +89,23 @@ func (e *Edge) startConsul() error {
 			Port:     portNum,
 			CheckURL: "http://" + localAddr(e.AdminAddr()) + "/readyz",
 		},
+	}
+	if e.rls != nil {
+		_, rlsPort, _ := net.SplitHostPort(e.RLSAddr())
+		rlsPortNum, _ := strconv.Atoi(rlsPort)
+		_, adminPort, _ := net.SplitHostPort(e.AdminAddr())
+		adminPortNum, _ := strconv.Atoi(adminPort)
+		l.rlsReg = &region.RLSRegistration{
+			ID:          fmt.Sprintf("rls-%s-%s-%s-%s", e.cfg.Region, e.cfg.PoP, host, rlsPort),
+			Region:      e.cfg.Region,
+			PoP:         e.cfg.PoP,
+			Edge:        l.reg.ID,
+			Address:     advertise,
+			Port:        rlsPortNum,
+			MetricsPort: adminPortNum,
+			CheckAddr:   localAddr(e.RLSAddr()),
+			TLS:         e.cfg.RLS.TLSCert != "",
+		}
 	}
 	e.consul = l
 
@@ -383,6 +401,9 @@ func (l *consulLink) register(ctx context.Context) {
 		l.reg.RulesVersion = l.e.rules.Load().Version()
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := l.client.Register(rctx, l.reg)
+		if err == nil && l.rlsReg != nil {
+			err = l.client.RegisterRLS(rctx, *l.rlsReg)
+		}
 		cancel()
 		if err != nil {
 			l.e.metrics.consulErrors.Inc()
@@ -397,6 +418,11 @@ func (l *consulLink) deregister() {
 	defer cancel()
 	if err := l.client.Deregister(ctx, l.reg.ID); err != nil {
 		l.e.log.Warn("deregistering from consul failed", "err", err)
+	}
+	if l.rlsReg != nil {
+		if err := l.client.Deregister(ctx, l.rlsReg.ID); err != nil {
+			l.e.log.Warn("deregistering the rate limit service from consul failed", "err", err)
+		}
 	}
 }
 

@@ -175,6 +175,9 @@ func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
 		}
 	}
 	e.log.Info("rate limit service documents from consul loaded", "documents", len(docs), "domains", len(e.rls.srv.Config().Domains()))
+	// Registered again: a service left critical (no documents) long
+	// enough for the agent to drop it comes back with its first ones.
+	e.consul.rulesChanged("")
 	if path := e.rlsCache(); path != "" {
 		data, err := json.Marshal(docs)
 		if err == nil {

@@ -2,6 +2,8 @@ package edge
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,12 +75,35 @@ func TestRLSFromConsul(t *testing.T) {
 		return h.Status
 	}
 	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, health())
+	// Its own service in the catalog, beside the edge's, with a gRPC check
+	// that fails while it has no document.
+	catalog, err := c.Client(c.ManagementToken)
+	require.NoError(t, err)
+	rlsEntry := func() *api.ServiceEntry {
+		entries, _, err := catalog.Health().Service("edgeguard-rls", "", false, nil)
+		require.NoError(t, err)
+		if len(entries) != 1 {
+			return nil
+		}
+		return entries[0]
+	}
+	require.Eventually(t, func() bool {
+		e := rlsEntry()
+		return e != nil && e.Checks.AggregatedStatus() == api.HealthCritical
+	}, 15*time.Second, 50*time.Millisecond, "registered, critical without documents")
+	entry := rlsEntry()
+	require.Equal(t, map[string]string{"region": "eu-west", "pop": "ams", "edge": edgeID(t, catalog), "metrics_port": portOf(t, r.AdminAddr())}, entry.Service.Meta)
+	require.Equal(t, portOf(t, r.RLSAddr()), fmt.Sprint(entry.Service.Port))
 
 	write(rlsDoc) // user: 2 per hour
 	out, code := regionctlRun(t, "--consul", c.HTTPAddr(), "rls", "push", "--region", "eu-west", "--yes", doc)
 	require.Equal(t, 0, code, out)
 	require.Eventually(t, func() bool { return limitOf("probe") == 2 }, 15*time.Second, 10*time.Millisecond)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, health())
+	require.Eventually(t, func() bool {
+		e := rlsEntry()
+		return e != nil && e.Checks.AggregatedStatus() == api.HealthPassing
+	}, 15*time.Second, 50*time.Millisecond, "the agent's gRPC check passes once the service has documents")
 	for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
 		resp, err := ask("u1")
 		require.NoError(t, err)
@@ -111,6 +136,7 @@ func TestRLSFromConsul(t *testing.T) {
 	// Restarted while Consul is unreachable, the edge serves the documents
 	// it last loaded (kept beside the rules cache), not UNAVAILABLE.
 	r.stop()
+	require.Nil(t, rlsEntry(), "a stopped edge leaves the catalog with its rate limit service")
 	require.NoError(t, c.Stop())
 	again := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), filepath.Join(dir, "rules.yaml"), func(cfg *Config) {
 		cfg.RLS = RLSConfig{Listen: "127.0.0.1:0"}
@@ -122,4 +148,20 @@ func TestRLSFromConsul(t *testing.T) {
 		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "after-restart"}}}}})
 	require.NoError(t, err, "the cached documents answer before Consul does")
 	require.EqualValues(t, 9, resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit())
+}
+
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	return port
+}
+
+// edgeID is the ID of the one edge registered in the catalog.
+func edgeID(t *testing.T, c *api.Client) string {
+	t.Helper()
+	entries, _, err := c.Health().Service("edgeguard-edge", "", false, nil)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	return entries[0].Service.ID
 }

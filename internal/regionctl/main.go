@@ -85,9 +85,14 @@ Rate limit service (envoyproxy/ratelimit YAML, one domain per document; see docs
                                                problem as FILE:LINE; a DIR stands for its .yaml/.yml files
   rls diff [--merge-domains] OLD NEW           limit-level diff of two files or directories, offline
                                                (exit codes as rules diff)
-  rls push --region R [--merge-domains] FILE|DIR...
+  rls push (--region R | --all) [--merge-domains] FILE|DIR...
                                                write each FILE as rls/R/<base name> in one transaction
-                                               (check-and-set, history); validated with R's other documents first
+                                               (check-and-set, history); validated with R's other documents first;
+                                               --all: every region, one by one, all checked first
+  rls get --region R [NAME]                    print R's documents (or one) with key, ModifyIndex and version
+  rls rm (--region R | --all) NAME...          remove documents (check-and-set, history); the rest validated first
+  rls rollback --region R [--to VERSION] NAME  restore a document from history: the previous version (a removed
+                                               one comes back), or the given version or history seq
 
 Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
@@ -292,6 +297,9 @@ var commands = map[string]func(a *app, args []string) error{
 	"rls validate":   (*app).rlsValidate,
 	"rls diff":       (*app).rlsDiff,
 	"rls push":       (*app).rlsPush,
+	"rls rm":         (*app).rlsRm,
+	"rls rollback":   (*app).rlsRollback,
+	"rls get":        (*app).rlsGet,
 }
 
 func (a *app) dispatch(args []string) error {

@@ -1,20 +1,16 @@
 package regionctl
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 )
 
@@ -409,176 +405,4 @@ func (a *app) rlsDiffFiles(args []string) error {
 func rlsVersion(doc []byte) string {
 	sum := sha256.Sum256(doc)
 	return hex.EncodeToString(sum[:])[:12]
-}
-
-// rls push --region R [--merge-domains] FILE|DIR...
-func (a *app) rlsPush(args []string) error {
-	fs := a.flags("rls push", "--region R [--merge-domains] [--message M] [--author A] [--keep-history N] [--dry-run] [--yes] FILE|DIR...\n\n"+
-		"Writes each FILE as rls/R/<its base name>; the region's other documents stay. Each FILE, then the region's\n"+
-		"documents as they would be after the push, are validated first; nothing is written if any is invalid.\n"+
-		"All FILEs are written in one transaction, each checked against the index read (check-and-set).")
-	var r string
-	regionVar(fs, &r)
-	merge := fs.Bool("merge-domains", false, "documents of one domain are merged, as the edges' --rls-merge-domains does (else refused)")
-	m := a.metaFlags(fs)
-	var dryRun, yes bool
-	fs.BoolVar(&dryRun, "dry-run", false, "show what would change and write nothing")
-	fs.BoolVar(&yes, "yes", false, "do not ask for confirmation on a terminal")
-	pos, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) == 0 {
-		return usagef("rls push takes one or more FILEs or DIRs")
-	}
-	if err := a.fillMeta(m); err != nil {
-		return err
-	}
-	files, err := rlsFiles(pos)
-	if err != nil {
-		return err
-	}
-	names := map[string]string{} // name → file
-	for _, f := range files {
-		n := filepath.Base(f)
-		if prev, dup := names[n]; dup {
-			return usagef("%s and %s would both be written as %s", prev, f, n)
-		}
-		names[n] = f
-	}
-	set := a.readRLS(files, true)
-	if set.code != ExitOK {
-		if a.json() {
-			a.emitJSON(map[string]any{"valid": false, "documents": set.results, "exit_code": set.code, "reason": reasonOf(set.code)})
-		}
-		return reported(set.code, fmt.Sprintf("%d of %s not valid; nothing was written", set.bad, plural(len(files), "file")))
-	}
-	s, err := a.connectRegion(r)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	ctx, cancel := s.ctx()
-	stored, err := s.c.ReadRLS(ctx, r)
-	cancel()
-	if err != nil {
-		return need(err, fmt.Sprintf("key read on %s in %s", s.layout.RLS(r), r))
-	}
-	// Before and after, as the region's edges would load them: each
-	// document named by its key.
-	compile := func(docs map[string][]byte) (*rlsconfig.Config, error) {
-		var parsed []*rlsconfig.Document
-		var errs []error
-		for _, name := range slices.Sorted(maps.Keys(docs)) {
-			d, err := rlsconfig.Parse(s.layout.RLSDoc(r, name), docs[name])
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			parsed = append(parsed, d)
-		}
-		if len(errs) > 0 {
-			return nil, errors.Join(errs...)
-		}
-		return rlsconfig.Compile(parsed, *merge)
-	}
-	after := maps.Clone(stored.Docs)
-	var writes []region.RLSWrite
-	for _, n := range slices.Sorted(maps.Keys(names)) {
-		data, err := os.ReadFile(names[n])
-		if err != nil {
-			return fmt.Errorf("reading rate limit configuration: %w", err)
-		}
-		after[n] = data
-		if old, ok := stored.Docs[n]; ok && bytes.Equal(old, data) {
-			continue
-		}
-		writes = append(writes, region.RLSWrite{Name: n, Doc: data, Index: stored.Index[n],
-			Entry: region.Entry{Version: rlsVersion(data), Author: m.author, Host: m.host, Message: m.message}})
-	}
-	newC, err := compile(after)
-	if err != nil {
-		probs := rlsProblems(err)
-		head := fmt.Sprintf("the documents of %s after the push: invalid (%s); nothing was written", r, plural(len(probs), "problem"))
-		if a.json() {
-			a.emitJSON(map[string]any{"valid": false, "region": r, "problems": probs, "error": head,
-				"exit_code": ExitInvalid, "reason": reasonOf(ExitInvalid)})
-		}
-		fmt.Fprintln(a.stderr, "regionctl: "+head+":")
-		for _, p := range probs {
-			fmt.Fprintln(a.stderr, p.String())
-		}
-		return reported(ExitInvalid, head)
-	}
-	oldC, oldErr := compile(stored.Docs)
-	if oldErr != nil {
-		oldC, _ = rlsconfig.Compile(nil, false) // shown against nothing
-	}
-	d := diffLimits(oldC, newC)
-	show := func(w io.Writer) {
-		if oldErr != nil {
-			fmt.Fprintf(w, "%s: the stored documents are invalid (edges keep what they run); the diff is against none\n", r)
-		}
-		for _, wr := range writes {
-			fmt.Fprintf(w, "%s: write %s (version %s)\n", r, s.layout.RLSDoc(r, wr.Name), wr.Entry.Version)
-		}
-		d.print(w, oldC, newC)
-	}
-	res := map[string]any{"region": r, "written": []string{}, "unchanged": len(writes) == 0,
-		"domains_added": d.DomainsAdded, "domains_removed": d.DomainsRemoved,
-		"added": d.Added, "removed": d.Removed, "changed": d.Changed}
-	switch {
-	case len(writes) == 0:
-		if a.json() {
-			a.emitJSON(res)
-		} else {
-			a.printf("%s: unchanged: the region already holds these documents\n", r)
-		}
-		return nil
-	case dryRun:
-		res["dry_run"] = true
-		if a.json() {
-			a.emitJSON(res)
-		} else {
-			show(a.stdout)
-			a.printf("dry run: nothing was written\n")
-		}
-		return nil
-	}
-	if !yes {
-		if err := a.confirm(show, fmt.Sprintf("Write %s to %s?", plural(len(writes), "rate limit service document"), r)); err != nil {
-			return err
-		}
-	}
-	if a.beforeWrite != nil {
-		a.beforeWrite(r)
-	}
-	ctx, cancel = s.ctx()
-	entries, err := s.c.PushRLS(ctx, r, writes)
-	cancel()
-	if err != nil {
-		return need(err, fmt.Sprintf("key write on %s and %s in %s", s.layout.RLS(r), s.layout.History(r), r))
-	}
-	var written []string
-	for _, e := range entries {
-		written = append(written, e.Key)
-	}
-	res["written"] = written
-	// Retention, as after every push: a failure is a warning, the
-	// documents are written.
-	pruned, perr := s.pruneHistory(r, m.keep)
-	res["history_pruned"] = len(pruned)
-	if perr != nil {
-		res["warning"] = "applying history retention: " + a.message(perr)
-		fmt.Fprintf(a.stderr, "regionctl: warning: %s: applying history retention: %s\n", r, a.message(perr))
-	}
-	if a.json() {
-		a.emitJSON(res)
-		return nil
-	}
-	show(a.stdout)
-	for _, e := range entries {
-		a.printf("%s: ok: wrote %s (version %s, history %s)\n", r, e.Key, e.Version, e.Seq)
-	}
-	return nil
 }

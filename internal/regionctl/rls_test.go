@@ -209,3 +209,132 @@ func TestRLSPush(t *testing.T) {
 	require.Equal(t, ExitOK, h.code, h)
 	require.Len(t, decodeJSON(t, h.stdout)["entries"].([]any), 1)
 }
+
+// rls get shows what a region holds; rls rm removes a document (history
+// entry, the others validated without it); rls rollback brings it back,
+// then goes back to the state before, and takes --to; each step is what
+// the region holds afterwards.
+func TestRLSGetRmRollback(t *testing.T) {
+	t.Parallel()
+	p := prefix(t)
+	web := "domain: web\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 30}\n"
+	dir := rlsDir(t, map[string]string{"api.yaml": rlsAPI, "web.yaml": web})
+	apiKey, webKey := p+"rls/us-east/api.yaml", p+"rls/us-east/web.yaml"
+
+	r := run(t, "rls", "get", "--prefix", p, "--region", "us-east")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Equal(t, "# no rate limit service documents in us-east ("+p+"rls/us-east/ is empty)\n", r.stdout)
+
+	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", "--message", "first", dir)
+	require.Equal(t, ExitOK, r.code, r)
+	r = run(t, "rls", "get", "--prefix", p, "--region", "us-east")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Contains(t, r.stdout, "# "+apiKey+" (ModifyIndex ")
+	require.Contains(t, r.stdout, "), version "+rlsVersion([]byte(rlsAPI))+"\n"+rlsAPI)
+	require.Contains(t, r.stdout, "), version "+rlsVersion([]byte(web))+"\n"+web)
+	r = run(t, "--output", "json", "rls", "get", "--prefix", p, "--region", "us-east", "web.yaml")
+	require.Equal(t, ExitOK, r.code, r)
+	docs := decodeJSON(t, r.stdout)["documents"].([]any)
+	require.Len(t, docs, 1)
+	require.Equal(t, "web", docs[0].(map[string]any)["domain"])
+	require.Equal(t, web, docs[0].(map[string]any)["content"])
+	r = run(t, "rls", "get", "--prefix", p, "--region", "us-east", "nope.yaml")
+	require.Equal(t, ExitError, r.code, r)
+	require.Contains(t, r.stderr, "us-east holds no rate limit service document nope.yaml (api.yaml, web.yaml)")
+
+	// rm: a name not there is refused, nothing written.
+	r = run(t, "rls", "rm", "--prefix", p, "--region", "us-east", "web.yaml", "nope.yaml")
+	require.Equal(t, ExitError, r.code, r)
+	require.NotNil(t, kv(t, usEast, webKey))
+	r = run(t, "rls", "rm", "--prefix", p, "--region", "us-east", "--dry-run", "web.yaml")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Contains(t, r.stdout, "us-east: remove "+webKey+"\n- removed domain web\n- removed limit web.user: 30/minute")
+	require.NotNil(t, kv(t, usEast, webKey))
+	r = run(t, "rls", "rm", "--prefix", p, "--region", "us-east", "--message", "web retired", "web.yaml")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Contains(t, r.stdout, "us-east: ok: removed "+webKey+" (history ")
+	require.Nil(t, kv(t, usEast, webKey))
+	require.Equal(t, rlsAPI, string(kv(t, usEast, apiKey).Value), "the other documents stay")
+
+	h := run(t, "--output", "json", "rules", "history", "--prefix", p, "--region", "us-east", "--kind", "rls")
+	require.Equal(t, ExitOK, h.code, h)
+	entries := decodeJSON(t, h.stdout)["entries"].([]any)
+	require.Len(t, entries, 3)
+	rm := entries[0].(map[string]any)
+	require.Equal(t, webKey, rm["key"])
+	require.Equal(t, "web retired", rm["message"])
+	require.Empty(t, rm["document"])
+
+	// rollback: the removed document comes back...
+	r = run(t, "rls", "rollback", "--prefix", p, "--region", "us-east", "web.yaml")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Contains(t, r.stdout, "+ added   domain web\n")
+	require.Equal(t, web, string(kv(t, usEast, webKey).Value))
+	h = run(t, "--output", "json", "rules", "history", "--prefix", p, "--region", "us-east", "--kind", "rls", "--limit", "1")
+	require.Equal(t, ExitOK, h.code, h)
+	back := decodeJSON(t, h.stdout)["entries"].([]any)[0].(map[string]any)
+	require.Contains(t, back["message"], "rollback to version "+rlsVersion([]byte(web))+" (history ")
+	// ...rolling back again restores the state before it: absent.
+	r = run(t, "rls", "rollback", "--prefix", p, "--region", "us-east", "web.yaml")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Contains(t, r.stdout, "- removed domain web\n")
+	require.Nil(t, kv(t, usEast, webKey))
+	// --to a version; an unknown one is an error.
+	r = run(t, "rls", "rollback", "--prefix", p, "--region", "us-east", "--to", rlsVersion([]byte(web)), "web.yaml")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Equal(t, web, string(kv(t, usEast, webKey).Value))
+	r = run(t, "rls", "rollback", "--prefix", p, "--region", "us-east", "--to", "0123456789ab", "web.yaml")
+	require.Equal(t, ExitError, r.code, r)
+	require.Contains(t, r.stderr, `no version "0123456789ab" of `+webKey)
+
+	// A rollback that would leave the region invalid is refused: api.yaml
+	// replaced by a document of domain web collides with web.yaml.
+	clash := filepath.Join(rlsDir(t, map[string]string{"api.yaml": web}), "api.yaml")
+	r = run(t, "rls", "rm", "--prefix", p, "--region", "us-east", "web.yaml")
+	require.Equal(t, ExitOK, r.code, r)
+	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", clash)
+	require.Equal(t, ExitOK, r.code, r)
+	r = run(t, "rls", "rollback", "--prefix", p, "--region", "us-east", "web.yaml")
+	require.Equal(t, ExitInvalid, r.code, r)
+	require.Contains(t, r.stderr, "the documents of us-east after rls rollback: invalid")
+	require.Nil(t, kv(t, usEast, webKey))
+}
+
+// rls push --all writes the documents into every region, one by one, after
+// checking every region: one region that would be left invalid stops all.
+func TestRLSPushAll(t *testing.T) {
+	t.Parallel()
+	p := prefix(t)
+	api1 := filepath.Join(rlsDir(t, map[string]string{"api.yaml": rlsAPI}), "api.yaml")
+	r := run(t, "rls", "push", "--prefix", p, "--region", "eu-west", "--all", api1)
+	require.Equal(t, ExitUsage, r.code, r)
+
+	// us-east holds another document of domain api: pushing api.yaml
+	// everywhere would leave it invalid, so nothing is written anywhere.
+	other := filepath.Join(rlsDir(t, map[string]string{"other.yaml": "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"}), "other.yaml")
+	r = run(t, "rls", "push", "--prefix", p, "--region", "us-east", other)
+	require.Equal(t, ExitOK, r.code, r)
+	r = run(t, "rls", "push", "--prefix", p, "--all", api1)
+	require.Equal(t, ExitInvalid, r.code, r)
+	require.Contains(t, r.stderr, "the documents of us-east after rls push: invalid")
+	require.Contains(t, r.stderr, "1 of 2 regions would be left invalid; nothing was written")
+	require.Nil(t, kv(t, euWest, p+"rls/eu-west/api.yaml"))
+
+	r = run(t, "rls", "rm", "--prefix", p, "--region", "us-east", "other.yaml")
+	require.Equal(t, ExitOK, r.code, r)
+	r = run(t, "--output", "json", "rls", "push", "--prefix", p, "--all", "--message", "everywhere", api1)
+	require.Equal(t, ExitOK, r.code, r)
+	results := decodeJSON(t, r.stdout)["results"].([]any)
+	require.Len(t, results, 2)
+	for i, dc := range []string{"eu-west", "us-east"} {
+		res := results[i].(map[string]any)
+		require.Equal(t, dc, res["region"])
+		require.Equal(t, []any{p + "rls/" + dc + "/api.yaml"}, res["written"])
+	}
+	require.Equal(t, rlsAPI, string(kv(t, euWest, p+"rls/eu-west/api.yaml").Value))
+	require.Equal(t, rlsAPI, string(kv(t, usEast, p+"rls/us-east/api.yaml").Value))
+
+	r = run(t, "rls", "push", "--prefix", p, "--all", api1)
+	require.Equal(t, ExitOK, r.code, r)
+	require.Equal(t, "eu-west: unchanged: the region already holds these documents\nus-east: unchanged: the region already holds these documents\n", r.stdout)
+}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
 func originProc(s Spec, dir string) proc {
@@ -74,6 +76,11 @@ func edgeProc(s Spec, dir string) proc {
 		// stack's there before the edges start).
 		args = append(args, "--listen-tls", net.JoinHostPort(e.Addr, strconv.Itoa(e.TLSPort)))
 	}
+	if e.RLSPort > 0 {
+		// Its documents are the region's rls/ keys in Consul (regionctl
+		// rls push); the edge registers it as a service of its own.
+		args = append(args, "--rls-listen", net.JoinHostPort(e.Addr, strconv.Itoa(e.RLSPort)))
+	}
 	args = append(args, e.ExtraArgs...)
 	// The salt is a secret: the edge takes it from its environment only.
 	return proc{name: "edge", dir: dir, bin: filepath.Join(s.Bin, "edge"), args: args, env: []string{"EDGEGUARD_KEY_SALT=" + e.KeySalt}}
@@ -104,13 +111,45 @@ func prometheusProc(dir, bin string, s Spec) proc {
 
 // prometheusConfig scrapes every edge's admin /metrics, found through each
 // region's Consul (consul_sd_configs), every redis exporter and itself.
+// The edges' rate limit services are a job of their own, found as their
+// own Consul service: the same /metrics (the service's metrics_port meta),
+// keeping only the service's series, which the edge job leaves out — so
+// each series is stored once and `up` tells of each service. Its instance
+// is its edge's (meta edge), so the boards' edge selector covers both.
 func prometheusConfig(p PrometheusSpec) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "global:\n  scrape_interval: %s\n  evaluation_interval: %s\n  scrape_timeout: %s\nscrape_configs:\n", p.ScrapeInterval, p.ScrapeInterval, p.ScrapeInterval)
-	fmt.Fprintf(&b, "  - job_name: edgeguard-edge\n    consul_sd_configs:\n")
-	for _, dc := range sortedKeys(p.Consuls) {
-		fmt.Fprintf(&b, "      - server: %q\n        datacenter: %q\n        services: [%q]\n        refresh_interval: 5s\n", p.Consuls[dc], dc, p.Service)
+	sd := func(service string) {
+		fmt.Fprintf(&b, "    consul_sd_configs:\n")
+		for _, dc := range sortedKeys(p.Consuls) {
+			fmt.Fprintf(&b, "      - server: %q\n        datacenter: %q\n        services: [%q]\n        refresh_interval: 5s\n", p.Consuls[dc], dc, service)
+		}
 	}
+	const rlsSeries = "edgeguard_rls_.+"
+	fmt.Fprintf(&b, "  - job_name: %s\n", region.RLSService)
+	sd(region.RLSService)
+	fmt.Fprintf(&b, `    relabel_configs:
+      - source_labels: [__meta_consul_service_address, __meta_consul_service_metadata_metrics_port]
+        separator: ":"
+        target_label: __address__
+      - source_labels: [__meta_consul_service_metadata_region]
+        target_label: region
+      - source_labels: [__meta_consul_service_metadata_pop]
+        target_label: pop
+      - source_labels: [__meta_consul_service_metadata_edge]
+        target_label: instance
+    metric_relabel_configs:
+      - source_labels: [__name__]
+        regex: %q
+        action: keep
+`, rlsSeries)
+	fmt.Fprintf(&b, "  - job_name: edgeguard-edge\n")
+	sd(p.Service)
+	fmt.Fprintf(&b, `    metric_relabel_configs:
+      - source_labels: [__name__]
+        regex: %q
+        action: drop
+`, rlsSeries)
 	fmt.Fprintf(&b, `    relabel_configs:
       - source_labels: [__meta_consul_service_address]
         target_label: __address__

@@ -58,6 +58,7 @@ type Edge struct {
 	URL   string `json:"url"`
 	TLS   string `json:"tls"` // host:port of HTTPS for TLS.Name
 	Admin string `json:"admin"`
+	RLS   string `json:"rls"` // host:port of the rate limit service (gRPC)
 }
 
 // Edges lists the region's edges, PoPs in name order.
@@ -107,12 +108,12 @@ func ParseOutputs(data []byte) (Outputs, error) {
 // PrintEndpoints writes a human summary of o.
 func PrintEndpoints(w io.Writer, o Outputs) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "REGION\tPOP\tEDGE\tURL\tHTTPS\tADMIN\n")
+	fmt.Fprintf(tw, "REGION\tPOP\tEDGE\tURL\tHTTPS\tADMIN\tRLS (gRPC)\n")
 	for _, name := range sortedKeys(o.Regions) {
 		r := o.Regions[name]
 		for _, pop := range sortedKeys(r.PoPs) {
 			for _, e := range r.PoPs[pop].Edges {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, pop, e.Name, e.URL, e.TLS, e.Admin)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, pop, e.Name, e.URL, e.TLS, e.Admin, e.RLS)
 			}
 		}
 	}

@@ -103,6 +103,7 @@ type EdgeSpec struct {
 	Port          int      `json:"port"`
 	TLSPort       int      `json:"tls_port,omitempty"` // HTTPS (h2, http/1.1) with the stack's certificate from Consul
 	AdminPort     int      `json:"admin_port"`
+	RLSPort       int      `json:"rls_port,omitempty"` // Envoy's rate limit service (gRPC), documents from the region's Consul
 	Redis         string   `json:"redis"`
 	RedisMode     string   `json:"redis_mode"`
 	RedisTimeout  string   `json:"redis_timeout,omitempty"`

@@ -101,6 +101,15 @@ func TestPrometheusConfigDiscoversEdgesThroughEveryConsul(t *testing.T) {
 		"source_labels: [__meta_consul_service_metadata_region]\n        target_label: region\n",
 		"source_labels: [__meta_consul_service_metadata_pop]\n        target_label: pop\n",
 		`targets: ["127.0.0.1:9121"]`,
+		// The rate limit services: their own job, found as their own
+		// service, scraped at the metrics port their meta names, keeping
+		// only their series (which the edge job drops).
+		"job_name: edgeguard-rls\n    consul_sd_configs:\n",
+		`services: ["edgeguard-rls"]`,
+		"source_labels: [__meta_consul_service_address, __meta_consul_service_metadata_metrics_port]\n        separator: \":\"\n        target_label: __address__\n",
+		"source_labels: [__meta_consul_service_metadata_edge]\n        target_label: instance\n",
+		"regex: \"edgeguard_rls_.+\"\n        action: keep\n",
+		"regex: \"edgeguard_rls_.+\"\n        action: drop\n",
 	} {
 		require.Contains(t, cfg, want)
 	}

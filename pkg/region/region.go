@@ -44,6 +44,11 @@ const DefaultPrefix = "edgeguard/"
 // Service is the name edges register under in the Consul catalog.
 const Service = "edgeguard-edge"
 
+// RLSService is the name an edge's rate limit service (Envoy's gRPC API,
+// --rls-listen) registers under: a service of its own, with a gRPC health
+// check, so Envoy's clusters and Prometheus find it apart from the edges.
+const RLSService = "edgeguard-rls"
+
 // Layout names the keys under a prefix.
 type Layout struct{ Prefix string }
 

@@ -47,6 +47,56 @@ func (c *Client) Register(ctx context.Context, r Registration) error {
 	return classify("registering "+r.ID, err)
 }
 
+// RLSRegistration is one edge's rate limit service in the catalog.
+type RLSRegistration struct {
+	ID          string // unique per edge process
+	Region, PoP string
+	Address     string // public address ("" = the agent's node address)
+	Port        int
+	// Edge is the ID of the edge's own registration (meta edge): its
+	// metrics and the service's are one target's.
+	Edge string
+	// MetricsPort is the edge's admin port, on Address: the service's
+	// metrics are the edge's /metrics (meta metrics_port, for discovery).
+	MetricsPort int
+	// CheckAddr is the host:port the local agent's gRPC health check
+	// dials (grpc.health.v1, the rate limit service by name); TLS says
+	// whether it speaks TLS there.
+	CheckAddr     string
+	TLS           bool
+	CheckInterval time.Duration
+}
+
+// RegisterRLS adds or updates an edge's rate limit service in the local
+// agent's catalog. Its check passes while the service answers SERVING: it
+// has documents and is not draining.
+func (c *Client) RegisterRLS(ctx context.Context, r RLSRegistration) error {
+	interval := r.CheckInterval
+	if interval <= 0 {
+		interval = 2 * time.Second
+	}
+	reg := &api.AgentServiceRegistration{
+		ID:      r.ID,
+		Name:    RLSService,
+		Address: r.Address,
+		Port:    r.Port,
+		Meta:    map[string]string{"region": r.Region, "pop": r.PoP, "edge": r.Edge, "metrics_port": strconv.Itoa(r.MetricsPort)},
+		Check: &api.AgentServiceCheck{
+			CheckID:    r.ID + ":grpc",
+			GRPC:       r.CheckAddr + "/envoy.service.ratelimit.v3.RateLimitService",
+			GRPCUseTLS: r.TLS,
+			// The check asks whether the service answers, not who it is:
+			// the agent holds no CA of the service's.
+			TLSSkipVerify:                  r.TLS,
+			Interval:                       interval.String(),
+			Timeout:                        "2s",
+			DeregisterCriticalServiceAfter: "10m",
+		},
+	}
+	err := c.api.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{}.WithContext(ctx))
+	return classify("registering "+r.ID, err)
+}
+
 // Deregister removes the edge from the catalog.
 func (c *Client) Deregister(ctx context.Context, id string) error {
 	err := c.api.Agent().ServiceDeregisterOpts(id, (&api.QueryOptions{}).WithContext(ctx))

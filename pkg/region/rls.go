@@ -75,12 +75,15 @@ func (c *Client) WatchRLS(ctx context.Context, region string, fn func(map[string
 
 // RLSWrite is one document of a PushRLS: its name, content, the
 // ModifyIndex it must still have (0: it must not exist) and its history
-// entry (Kind, Version, Author, Host, Message).
+// entry (Kind, Version, Author, Host, Message). Delete removes the
+// document instead (Index: the one it must still have); its history entry
+// holds no document.
 type RLSWrite struct {
-	Name  string
-	Doc   []byte
-	Index uint64
-	Entry Entry
+	Name   string
+	Doc    []byte
+	Delete bool
+	Index  uint64
+	Entry  Entry
 }
 
 // PushRLS writes rate limit service documents to a region in one Consul
@@ -108,8 +111,12 @@ func (c *Client) PushRLS(ctx context.Context, region string, writes []RLSWrite) 
 			return nil, fmt.Errorf("encoding history entry: %w", err)
 		}
 		entries[i] = e
+		write := &api.KVTxnOp{Verb: api.KVCAS, Key: e.Key, Value: w.Doc, Index: w.Index}
+		if w.Delete {
+			write = &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: e.Key, Index: w.Index}
+		}
 		ops = append(ops,
-			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: e.Key, Value: w.Doc, Index: w.Index}},
+			&api.TxnOp{KV: write},
 			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: c.layout.History(region) + e.Seq}},
 			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: c.layout.History(region) + e.Seq, Value: entry}},
 		)

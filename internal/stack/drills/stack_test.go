@@ -126,7 +126,7 @@ func leftovers(state string) error {
 			addrs = append(addrs, r.Redis.Seeds...)
 			addrs = append(addrs, strings.TrimPrefix(r.Consul.HTTP, "http://"), strings.TrimPrefix(r.Origin, "http://"))
 			for _, e := range r.Edges() {
-				addrs = append(addrs, strings.TrimPrefix(e.URL, "http://"), e.TLS, strings.TrimPrefix(e.Admin, "http://"))
+				addrs = append(addrs, strings.TrimPrefix(e.URL, "http://"), e.TLS, strings.TrimPrefix(e.Admin, "http://"), e.RLS)
 			}
 		}
 		addrs = append(addrs, strings.TrimPrefix(env.Out.PrometheusURL, "http://"))

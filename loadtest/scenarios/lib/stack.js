@@ -46,6 +46,7 @@ export function loadStack() {
     dnsQuery: out.dns_query || 'edge',
     rulesFile: __ENV.RULES_FILE || (!out.rules_file ? '' : out.rules_file.startsWith('/') ? out.rules_file : `${root}/${out.rules_file}`),
     prometheusURL: out.prometheus_url || '',
+    stateDir: out.state_dir || '',
     useDNS: (__ENV.DNS || '1') !== '0',
   };
 }

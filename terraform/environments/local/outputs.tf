@@ -1,5 +1,5 @@
 output "regions" {
-  description = "Per region: redis (mode, url, seeds, exporters), consul (datacenter, http, dns), origin, pops → edges (name, addr, url, tls, admin), failover."
+  description = "Per region: redis (mode, url, seeds, exporters), consul (datacenter, http, dns), origin, pops → edges (name, addr, url, tls, admin, rls), failover."
   value       = { for name, r in module.region : name => r.value }
 }
 

@@ -1,7 +1,9 @@
 # One PoP: its edge nodes, each on its own loopback address 127.0.R.E
 # (public :8080, HTTPS :8443 with the stack's certificate for edge.local from
-# Consul KV, admin :18391), registered in the region's Consul with a
-# /readyz check. The cloud counterpart is an autoscaling group behind an NLB
+# Consul KV, admin :18391, Envoy's rate limit service :8081 over gRPC with
+# the region's rls/ documents from Consul KV), registered in the region's
+# Consul with a /readyz check — and the rate limit service as a service of
+# its own (edgeguard-rls) with a gRPC health check. The cloud counterpart is an autoscaling group behind an NLB
 # per PoP (see terraform/README.md).
 
 variable "region" {
@@ -47,6 +49,7 @@ locals {
   port       = 8080
   tls_port   = 8443
   admin_port = 18391
+  rls_port   = 8081
   edges      = { for e in var.edges : e.name => e }
   specs = { for e in var.edges : e.name => {
     kind = "edge"
@@ -59,6 +62,7 @@ locals {
       port            = local.port
       tls_port        = local.tls_port
       admin_port      = local.admin_port
+      rls_port        = local.rls_port
       redis           = var.settings.redis
       redis_mode      = var.settings.redis_mode
       redis_timeout   = var.settings.redis_timeout
@@ -89,6 +93,7 @@ output "edges" {
     url   = "http://${e.addr}:${local.port}"
     tls   = "${e.addr}:${local.tls_port}"
     admin = "http://${e.addr}:${local.admin_port}"
+    rls   = "${e.addr}:${local.rls_port}"
   }]
   depends_on = [module.edge]
 }
