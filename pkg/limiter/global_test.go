@@ -43,7 +43,7 @@ type gEdge struct {
 // edges: the home region's over the shared standalone Redis, the away
 // region's over their own, leasing from the home's Redis through wan (one
 // link between the regions: every away edge dials the home through it).
-func twoRegions(t *testing.T, wan *faults.Net, perRegion int, timeout time.Duration) (edges []gEdge) {
+func twoRegions(t testing.TB, wan *faults.Net, perRegion int, timeout time.Duration) (edges []gEdge) {
 	t.Helper()
 	away, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 	require.NoError(t, err)
@@ -83,7 +83,7 @@ func twoRegions(t *testing.T, wan *faults.Net, perRegion int, timeout time.Durat
 }
 
 // wanLink is a link between regions: 80–140 ms round trips.
-func wanLink(t *testing.T) *faults.Net {
+func wanLink(t testing.TB) *faults.Net {
 	n := faults.NewNet()
 	t.Cleanup(n.Close)
 	for _, stream := range []string{"upstream", "downstream"} {
@@ -93,7 +93,7 @@ func wanLink(t *testing.T) *faults.Net {
 }
 
 // homedKey is a key of the test homed in homeRegion.
-func homedKey(t *testing.T, suffix string) string {
+func homedKey(t testing.TB, suffix string) string {
 	for i := range 1000 {
 		k := fmt.Sprintf("%s%s-%d", testenv.KeyPrefix(t), suffix, i)
 		if limiter.Home(regionNames, k) == homeRegion {
