@@ -58,6 +58,10 @@ type GlobalConfig struct {
 	// regions (default 100,000); checks of further keys are decided from
 	// the static share.
 	TableSize int
+	// OnChange, if set, is called when a home region becomes unreachable
+	// or reachable again (Unreachable says which are), on the goroutine
+	// that noticed: it must not block.
+	OnChange func()
 }
 
 func (c GlobalConfig) withDefaults() GlobalConfig {
@@ -518,6 +522,9 @@ func (g *Global) markDown(h *home, err error) {
 	if h.down.CompareAndSwap(false, true) {
 		g.m.unreachable.WithLabelValues(h.name).Set(1)
 		g.log.Warn("global rules: home region unreachable, deciding its keys from the static share", "region", h.name, "err", err)
+		if g.cfg.OnChange != nil {
+			g.cfg.OnChange()
+		}
 	}
 }
 
@@ -525,6 +532,9 @@ func (g *Global) markUp(h *home) {
 	if h.down.CompareAndSwap(true, false) {
 		g.m.unreachable.WithLabelValues(h.name).Set(0)
 		g.log.Info("global rules: home region reachable again, settling debts", "region", h.name)
+		if g.cfg.OnChange != nil {
+			g.cfg.OnChange()
+		}
 	}
 }
 
