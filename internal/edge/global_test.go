@@ -1,8 +1,9 @@
 package edge
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,10 +49,14 @@ func TestGlobalRuleAcrossRegions(t *testing.T) {
 	}
 	rc := regionClient(t, eu)
 	cat := region.Catalog{Regions: []region.CatalogRegion{{Name: "eu-west", Redis: redisOf["eu-west"].URL()}, {Name: "us-east", Redis: redisOf["us-east"].URL()}}}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	catFile := filepath.Join(t.TempDir(), "catalog.json")
+	data, err := json.Marshal(cat)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(catFile, data, 0o600))
+	out, code := regionctlRun(t, "--consul", eu.HTTPAddr(), "catalog", "push", catFile)
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "eu-west: region catalog written (2 regions)\nus-east: region catalog written (2 regions)\n", out)
 	for _, name := range cat.Names() {
-		require.NoError(t, rc.PutCatalog(ctx, name, cat))
 		push(t, rc, name, rc.Layout().GlobalRules(), globalPlan)
 	}
 	cacheDir := t.TempDir()

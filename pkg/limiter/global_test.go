@@ -336,3 +336,25 @@ func TestGlobalPartitionAndHeal(t *testing.T) {
 		require.GreaterOrEqual(t, total, int64(quota*0.95), "debts charged twice")
 	})
 }
+
+// Home is the same for every caller, whatever the order of the names, and
+// spreads keys over the regions; removing a region moves only its keys.
+func TestGlobalHome(t *testing.T) {
+	three := []string{"ap-south", "eu-west", "us-east"}
+	count := map[string]int{}
+	moved := 0
+	for i := range 3000 {
+		k := fmt.Sprintf("tenant-%d", i)
+		h := limiter.Home(three, k)
+		require.Equal(t, h, limiter.Home([]string{"us-east", "ap-south", "eu-west"}, k))
+		count[h]++
+		if h2 := limiter.Home([]string{"eu-west", "us-east"}, k); h2 != h {
+			require.Equal(t, "ap-south", h, "a key not homed in the removed region moved")
+			moved++
+		}
+	}
+	for _, n := range three {
+		require.InDelta(t, 1000, count[n], 150, "keys homed in %s", n)
+	}
+	require.Equal(t, count["ap-south"], moved)
+}
