@@ -311,6 +311,9 @@ func (l *consulLink) run(ctx context.Context) {
 			}
 		}, onErr)
 	})
+	if e.global != nil {
+		wg.Go(func() { e.global.watch(ctx, l.client, onErr) })
+	}
 	wg.Go(func() {
 		l.client.WatchShedder(ctx, e.cfg.Region, func(data []byte) {
 			if err := l.applyShedder(data); err != nil {
@@ -399,6 +402,7 @@ func (l *consulLink) register(ctx context.Context) {
 		case <-retry.C:
 		}
 		l.reg.RulesVersion = l.e.rules.Load().Version()
+		l.reg.GlobalShare = l.e.global.unreachable()
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := l.client.Register(rctx, l.reg)
 		if err == nil && l.rlsReg != nil {

@@ -46,6 +46,7 @@ type Edge struct {
 	enforce               atomic.Pointer[enforcement] // nil: enforce every key
 	nodesRegion, nodesPoP atomic.Int64                // fallback divisors: flags, then the catalog
 	consul                *consulLink
+	global                *globalRegions // scope: global rules (global.go)
 	rulesAt               atomic.Pointer[time.Time]
 	limiter               *limiter.Limiter
 	redisStore            *limiter.RedisStore // nil with the memory store
@@ -124,6 +125,9 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		}
 	}
 	if err := e.buildLimiter(reg); err != nil {
+		return nil, err
+	}
+	if err := e.buildGlobal(reg); err != nil {
 		return nil, err
 	}
 	if err := e.buildRLS(reg); err != nil {

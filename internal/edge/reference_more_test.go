@@ -113,7 +113,7 @@ var ruleFieldsExtra = map[string]string{
 	"burst":        "token_bucket and leaky_bucket: the bucket's capacity (default: limit).",
 	"min_interval": "sliding_log only: the least time between two admissions of one key, within the limit.",
 	"shadow":       "Count, log and export decisions, never deny: a rule being tried out.",
-	"scope":        "Where counters live: `region` (default: the region's Redis, shared by its PoPs) or `pop` (per PoP).",
+	"scope":        "Where counters live: `region` (default: the region's Redis, shared by its PoPs), `pop` (per PoP) or `global` (one quota across regions, leased from the key's home region; fixed_window only; docs/guarantees.md).",
 	"hosts":        "Exact host names, or `*.example.com` for any subdomain (not the apex).",
 	"methods":      "HTTP methods (upper case).",
 }

@@ -97,6 +97,8 @@ Rate limit service (envoyproxy/ratelimit YAML, one domain per document; see docs
 Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
                                                flagging edges that have not converged
+  catalog push FILE                            write the region catalog (JSON: each region's name and Redis,
+                                               for scope: global rules) into every region it lists
 
 Push flags (rules push, rules rollback, enforcement set, enforcement rollback):
 --dry-run shows what would change (rules added, removed, changed; versions; the
@@ -300,6 +302,9 @@ var commands = map[string]func(a *app, args []string) error{
 	"rls rm":         (*app).rlsRm,
 	"rls rollback":   (*app).rlsRollback,
 	"rls get":        (*app).rlsGet,
+
+	// Global rules' region catalog.
+	"catalog push": (*app).catalogPush,
 }
 
 func (a *app) dispatch(args []string) error {

@@ -20,6 +20,9 @@ type edgeStatus struct {
 	RulesVersion string `json:"rules_version"`
 	Converged    bool   `json:"converged"`
 	State        string `json:"state"` // converged, not_converged, unhealthy
+	// GlobalShare: home regions the edge cannot reach; it decides their
+	// global rules' keys from the static share.
+	GlobalShare []string `json:"global_share,omitempty"`
 }
 
 type popStatus struct {
@@ -40,6 +43,10 @@ type regionStatus struct {
 	PoPs            []popStatus `json:"pops"`
 	Error           string      `json:"error,omitempty"`
 	ExitCode        int         `json:"exit_code"`
+
+	// GlobalShare counts the healthy edges deciding some global rules
+	// from the static share (a home region unreachable).
+	GlobalShare int `json:"global_share"`
 }
 
 // regions status [--region R]
@@ -127,7 +134,10 @@ func (s *session) status(r string) regionStatus {
 	})
 	for _, e := range edges {
 		es := edgeStatus{ID: e.ID, Node: e.Node, Address: e.Address, Region: e.Region, PoP: e.PoP,
-			Healthy: e.Healthy, RulesVersion: e.RulesVersion}
+			Healthy: e.Healthy, RulesVersion: e.RulesVersion, GlobalShare: e.GlobalShare}
+		if e.Healthy && len(e.GlobalShare) > 0 {
+			st.GlobalShare++
+		}
 		es.Converged = effErr == nil && e.RulesVersion == expected
 		switch {
 		case !e.Healthy:
@@ -185,6 +195,9 @@ func (a *app) printStatus(out []regionStatus) {
 			summary += ", converged"
 		}
 		fmt.Fprintf(tw, "%s: expected rules version %s; %s\n", st.Region, dash(st.ExpectedVersion), summary)
+		if st.GlobalShare > 0 {
+			fmt.Fprintf(tw, "  global rules: %s deciding from the static share (home region unreachable)\n", plural(st.GlobalShare, "edge"))
+		}
 		for _, p := range st.PoPs {
 			fmt.Fprintf(tw, "  pop %s: %d healthy of %d\n", dash(p.PoP), p.Healthy, p.Edges)
 			for _, e := range p.EdgeList {
@@ -198,6 +211,9 @@ func (a *app) printStatus(out []regionStatus) {
 				}
 				if e.Region != "" && e.Region != st.Region {
 					state += " (registered for region " + e.Region + ")"
+				}
+				if len(e.GlobalShare) > 0 {
+					state += ", global share for " + strings.Join(e.GlobalShare, ",")
 				}
 				fmt.Fprintf(tw, "    %s\t%s\t%s\trules %s\t%s\n", e.ID, e.Address, health, dash(e.RulesVersion), state)
 			}

@@ -29,6 +29,10 @@ type Check struct {
 	// times the exact bound per window (lease.go). In
 	// [limit.MinTolerance, limit.MaxTolerance].
 	Tolerance float64
+	// Global counts the check once across every region (fixed_window, with
+	// a Tolerance): its key's home region holds the count and the others
+	// lease from it in the background (global.go).
+	Global bool
 }
 
 // Source says where a check was decided.
@@ -167,6 +171,8 @@ type Limiter struct {
 	bg         sync.WaitGroup // background work: probes, batches sent after their leader, releases
 	// releasing bounds the releases under way in the background.
 	releasing chan struct{}
+	// global decides Global checks (global.go); nil: as leased ones.
+	global atomic.Pointer[Global]
 }
 
 // Close gives back the allowance of leased checks the edge holds, then
@@ -256,7 +262,7 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 		if err := (Request{Limit: c.Limit, Cost: c.Cost}).valid(); err != nil {
 			return Verdict{}, fmt.Errorf("check %d: %w", i, err)
 		}
-		if err := c.leaseProblem(); err != nil {
+		if err := errors.Join(c.leaseProblem(), c.globalProblem()); err != nil {
 			return Verdict{}, fmt.Errorf("check %d: %w", i, err)
 		}
 		v.Checks[i] = Outcome{Decision: Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceSkipped}
@@ -280,9 +286,13 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 	// next call for that key; the others lead, in one pipeline.
 	var leadBuf [2]pending
 	leads := leadBuf[:0]
-	var joined, leased []pending
+	var joined, leased, global []pending
 	for i, c := range checks {
 		p := pending{i: i, check: c, key: keys[i]}
+		if c.Global {
+			global = append(global, p)
+			continue
+		}
 		if c.Tolerance > 0 {
 			leased = append(leased, p)
 			continue
@@ -300,6 +310,9 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 	err := l.lead(ctx, leads, v.Checks, now)
 	if err == nil {
 		err = l.decideLeased(ctx, leased, v.Checks, now)
+	}
+	if err == nil && len(global) > 0 {
+		err = l.decideGlobal(ctx, global, v.Checks, now)
 	}
 	if err != nil {
 		// Joined checks are settled by their batches regardless; wait so

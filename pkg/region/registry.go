@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -17,6 +18,9 @@ type Registration struct {
 	Address      string // public address ("" = the agent's node address)
 	Port         int
 	RulesVersion string
+	// GlobalShare lists the home regions the edge cannot reach: their
+	// global rules' keys are decided from the static share.
+	GlobalShare []string
 	// CheckURL is polled by the local agent (the edge's /readyz).
 	CheckURL      string
 	CheckInterval time.Duration
@@ -34,7 +38,7 @@ func (c *Client) Register(ctx context.Context, r Registration) error {
 		Name:    Service,
 		Address: r.Address,
 		Port:    r.Port,
-		Meta:    map[string]string{"region": r.Region, "pop": r.PoP, "rules_version": r.RulesVersion},
+		Meta:    map[string]string{"region": r.Region, "pop": r.PoP, "rules_version": r.RulesVersion, "global_share": strings.Join(r.GlobalShare, ",")},
 		Check: &api.AgentServiceCheck{
 			CheckID:                        r.ID + ":readyz",
 			HTTP:                           r.CheckURL,
@@ -109,6 +113,8 @@ type Edge struct {
 	Region, PoP       string
 	RulesVersion      string
 	Healthy           bool
+	// GlobalShare: the home regions the edge reported unreachable.
+	GlobalShare []string
 }
 
 // Edges lists the edges registered in region's datacenter. index > 0 makes
@@ -136,9 +142,17 @@ func (c *Client) Edges(ctx context.Context, region string, index uint64, wait ti
 			PoP:          e.Service.Meta["pop"],
 			RulesVersion: e.Service.Meta["rules_version"],
 			Healthy:      e.Checks.AggregatedStatus() == api.HealthPassing,
+			GlobalShare:  splitList(e.Service.Meta["global_share"]),
 		})
 	}
 	return out, meta.LastIndex, nil
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 // Count is how many healthy edges a region and one of its PoPs run.

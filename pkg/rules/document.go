@@ -180,10 +180,14 @@ const (
 	DefaultTolerance = 0.05
 )
 
-// Known scopes. Region is the default.
+// Known scopes. Region is the default. A global rule counts one quota
+// across every region: each key has a home region whose Redis holds its
+// count, and the other regions lease allowances from it in batches
+// (docs/guarantees.md, "Global rules"); it is leased by nature.
 const (
 	ScopeRegion Scope = "region"
 	ScopePoP    Scope = "pop"
+	ScopeGlobal Scope = "global"
 )
 
 // clone returns a deep copy so normalization never touches the caller's data.

@@ -109,8 +109,10 @@ func (r *Rule) validate(index int) []error {
 	case "":
 		r.Scope = ScopeRegion
 	case ScopeRegion, ScopePoP:
+	case ScopeGlobal:
+		r.validateGlobal(p)
 	default:
-		p.addf("scope", "unknown %q (want %s or %s)", r.Scope, ScopeRegion, ScopePoP)
+		p.addf("scope", "unknown %q (want %s, %s or %s)", r.Scope, ScopeRegion, ScopePoP, ScopeGlobal)
 	}
 
 	r.validateAccuracy(p)
@@ -174,6 +176,26 @@ func (r *Rule) validateAccuracy(p *problems) {
 	}
 	if sp := r.limit().Algorithm.Spec(); sp != nil && !sp.Leasable {
 		p.addf("accuracy", "%s cannot be leased (want one of %s)", sp.Name, strings.Join(limit.LeasableNames(), ", "))
+	}
+}
+
+// validateGlobal makes a global rule leased (its default tolerance follows)
+// and refuses what cannot hold a global rule's bound: an exact global rule
+// would put the link between regions on every request, only fixed_window is
+// proved across regions, and a rule counted after the response counts in
+// the edge's own region only.
+func (r *Rule) validateGlobal(p *problems) {
+	switch r.Accuracy {
+	case "":
+		r.Accuracy = AccuracyLeased
+	case AccuracyExact:
+		p.addf("accuracy", "scope: %s is leased from the key's home region; accuracy: %s would wait on another region for every request", ScopeGlobal, AccuracyExact)
+	}
+	if alg, err := limit.Parse(string(r.Algorithm)); err == nil && alg != limit.FixedWindow {
+		p.addf("scope", "%s is only for %s rules (got %s)", ScopeGlobal, limit.FixedWindow, alg)
+	}
+	if len(r.CountIf.Status) > 0 || r.CountIf.Header != "" || r.CostHeader != "" {
+		p.addf("scope", "%s cannot count after the response (count_if, cost_header count in the edge's region only)", ScopeGlobal)
 	}
 }
 

@@ -77,7 +77,7 @@ func TestValidateRuleErrors(t *testing.T) {
 		{"method bad token", func(r *Rule) { r.Match.Methods = []string{"GE T"} }, `rule "r": match.methods[0]: "GE T" is not a valid HTTP method token`},
 		{"method empty", func(r *Rule) { r.Match.Methods = []string{""} }, `rule "r": match.methods[0]: "" is not a valid HTTP method token`},
 		{"method duplicate", func(r *Rule) { r.Match.Methods = []string{"get", "GET"} }, `rule "r": match.methods[1]: duplicate "GET"`},
-		{"scope unknown", func(r *Rule) { r.Scope = "global" }, `rule "r": scope: unknown "global" (want region or pop)`},
+		{"scope unknown", func(r *Rule) { r.Scope = "world" }, `rule "r": scope: unknown "world" (want region, pop or global)`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,710 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
+)
+
+// Global checks (Check.Global): one quota counted across every region.
+// docs/guarantees.md ("Global rules") states the invariant; in short:
+//
+//   - Each key has a home region, a rendezvous hash of the key over the
+//     regions of the catalog (Home). The home's Redis holds the key's count
+//     and nothing else does: every edge of every region is one holder that
+//     carves allowance from it with the leased checks' own carve (the
+//     algorithm's atomic take, need 1) and gives idle allowance back with
+//     its refund. No second protocol.
+//   - The home region's edges are leased edges of an ordinary leased check
+//     on their own Redis (lease.go). The other regions' edges carve across
+//     the link between regions, in the background only: a request is
+//     decided from what the edge holds, from a small overdraft the next
+//     carve pays for, or, when the home is unreachable, from the region's
+//     static share floor(limit / regions), counted exactly in the region's
+//     own Redis. A request never waits on another region.
+//   - While the home answers, every unit admitted was carved from the
+//     carve quota L + ⌊L·t/2⌋ or is overdraft, at most ⌊L·t/2⌋ unpaid over
+//     all edges: admitted per window ≤ L·(1 + t). Cut off from the home, a
+//     region admits at most its share beyond that.
+//   - What a region admitted from its share, and overdraft, is debt: the
+//     next carve from the home pays it first (when the home comes back, the
+//     sweep carves for every key in debt), once, within the window the
+//     debt was made in; a debt is dropped when its window ends, since the
+//     next window owes nothing for it.
+//
+// Only fixed_window is global (rules refuse the others): a unit carved is
+// spent within the window it was carved in, which is what makes the
+// overdraft and the share debts land in the right window.
+
+// GlobalConfig tunes a Global. Zero values take the defaults.
+type GlobalConfig struct {
+	// Timeout bounds one call to another region's store (default 1 s).
+	// Calls run in the background: it bounds how long a partition may go
+	// unnoticed (the edge spends its allowance and overdraft meanwhile,
+	// then denies), never a request.
+	Timeout time.Duration
+	// TableSize caps the keys whose allowance the edge holds from other
+	// regions (default 100,000); checks of further keys are decided from
+	// the static share.
+	TableSize int
+	// OnChange, if set, is called when a home region becomes unreachable
+	// or reachable again (Unreachable says which are), on the goroutine
+	// that noticed: it must not block.
+	OnChange func()
+}
+
+func (c GlobalConfig) withDefaults() GlobalConfig {
+	if c.Timeout <= 0 {
+		c.Timeout = time.Second
+	}
+	if c.TableSize <= 0 {
+		c.TableSize = 100_000
+	}
+	return c
+}
+
+// Regions is the deployment as one edge sees it: its region, every
+// region's name (the domain of the home hash) and the other regions'
+// stores. Every edge of every region must be given the same Names (one
+// catalog), or two regions may count a key at two homes.
+type Regions struct {
+	Local string
+	Names []string
+	// Stores are the other regions' stores, by name: a key homed in
+	// Local is counted by the limiter's own store.
+	Stores map[string]Store
+}
+
+// Home is key's home region among names: rendezvous hashing, so a region
+// joining or leaving moves only the keys it wins or held.
+func Home(names []string, key string) string {
+	var best string
+	var top uint64
+	for _, n := range names {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(n))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(key))
+		if s := mix(h.Sum64()); best == "" || s > top || s == top && n < best {
+			best, top = n, s
+		}
+	}
+	return best
+}
+
+// mix is splitmix64's finalizer: FNV's high bits alone vary too little
+// between keys that differ in their last bytes.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Global holds what an edge leases from other regions for global checks.
+// One per edge, shared by its Limiter (SetGlobal); Update gives it the
+// regions, again whenever the catalog changes.
+type Global struct {
+	cfg   GlobalConfig
+	log   *slog.Logger
+	now   func() time.Time
+	m     *globalMetrics
+	state atomic.Pointer[globalState]
+
+	mu    sync.Mutex
+	table map[string]*away
+
+	start, closed sync.Once
+	stop          chan struct{}
+	bg            sync.WaitGroup
+}
+
+type globalState struct {
+	local string
+	names []string
+	homes map[string]*home // the other regions
+}
+
+// home is another region, as a home of keys.
+type home struct {
+	name string
+	// lim asks the region's store under the Global's deadline; its
+	// breaker never opens (down is this region's breaker).
+	lim     *Limiter
+	down    atomic.Bool
+	probing atomic.Bool
+}
+
+// away is an edge's allowance of a key homed in another region.
+type away struct {
+	allowance
+	home  string
+	check Check // the carving check (key, limit, tolerance, holders)
+	// debt is what the edge admitted that no carve paid for yet:
+	// overdraft, and decisions from the share while the home was
+	// unreachable. It is dropped at debtUntil (its window's end).
+	debt      int64
+	debtUntil time.Time
+	refilling bool
+	// exhausted: the home had nothing left; no carve, no overdraft until.
+	exhausted time.Time
+}
+
+// NewGlobal builds a Global with no other region yet (every key homed
+// here). reg may be nil.
+func NewGlobal(cfg GlobalConfig, reg prometheus.Registerer, log *slog.Logger) (*Global, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newGlobalMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	g := &Global{cfg: cfg.withDefaults(), log: log, now: time.Now, m: m, table: map[string]*away{}, stop: make(chan struct{})}
+	g.state.Store(&globalState{})
+	return g, nil
+}
+
+// Update gives the Global the deployment's regions. Allowance held from a
+// region whose entry changed is given back first (its keys may have
+// another home now). The stores stay the caller's to close, after Update
+// returns.
+func (g *Global) Update(r Regions) error {
+	names := slices.Clone(r.Names)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if r.Local == "" || !slices.Contains(names, r.Local) {
+		return fmt.Errorf("global regions: this edge's region %q is not among %q", r.Local, names)
+	}
+	st := &globalState{local: r.Local, names: names, homes: map[string]*home{}}
+	var errs []error
+	for _, n := range names {
+		if n == r.Local {
+			continue
+		}
+		s := r.Stores[n]
+		if s == nil {
+			errs = append(errs, fmt.Errorf("global regions: no store for region %q", n))
+			continue
+		}
+		lim, err := New(s, Config{StoreName: "global", Timeout: g.cfg.Timeout, BreakerFailures: math.MaxInt32}, nil, g.log)
+		if err != nil {
+			return err
+		}
+		st.homes[n] = &home{name: n, lim: lim}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	old := g.state.Swap(st)
+	g.returnWhere(old, func(*away) bool { return true })
+	for _, h := range old.homes {
+		h.lim.Close()
+		g.m.unreachable.DeleteLabelValues(h.name)
+	}
+	for _, h := range st.homes {
+		g.m.unreachable.WithLabelValues(h.name).Set(0)
+	}
+	g.start.Do(func() {
+		select {
+		case <-g.stop:
+		default:
+			g.bg.Go(g.sweep)
+		}
+	})
+	return nil
+}
+
+// Unreachable lists the regions this edge cannot reach as homes: their
+// keys are decided from the static share until they answer again.
+func (g *Global) Unreachable() []string {
+	var out []string
+	for n, h := range g.state.Load().homes {
+		if h.down.Load() {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Close stops the sweep, gives back what the edge holds and waits for the
+// calls under way.
+func (g *Global) Close() {
+	g.closed.Do(func() {
+		close(g.stop)
+		g.start.Do(func() {}) // no sweep after this
+		g.bg.Wait()
+		st := g.state.Load()
+		g.returnWhere(st, func(*away) bool { return true })
+		g.bg.Wait()
+		for _, h := range st.homes {
+			h.lim.Close()
+		}
+	})
+}
+
+// running reports whether background work may start.
+func (g *Global) running() bool {
+	select {
+	case <-g.stop:
+		return false
+	default:
+		return true
+	}
+}
+
+// SetGlobal makes the limiter decide global checks with g (nil: a global
+// check is decided as a leased check of this region).
+func (l *Limiter) SetGlobal(g *Global) { l.global.Store(g) }
+
+// globalProblem reports why c cannot be a global check.
+func (c Check) globalProblem() error {
+	switch {
+	case !c.Global:
+		return nil
+	case c.Tolerance == 0:
+		return fmt.Errorf("%w: a global check is leased: it needs a tolerance", ErrInvalidRequest)
+	case c.Limit.Algorithm != limit.FixedWindow:
+		return fmt.Errorf("%w: %s cannot be global (fixed_window can)", ErrInvalidRequest, c.Limit.Algorithm)
+	}
+	return nil
+}
+
+// carving is the check every holder of a global key carves with: the key
+// in its own namespace, half the tolerance for allowance held unspent (the
+// other half is the overdraft's), every edge of every region a holder.
+func carving(c Check, regions int) Check {
+	c.Limit.Key = "g:" + c.Limit.Key
+	c.Tolerance /= 2
+	c.Nodes = max(c.Nodes, 1) * max(regions, 1)
+	return c
+}
+
+// overdraft is what one edge outside the key's home may admit before a
+// carve pays for it: ⌊L·t/2⌋ shared by the edges of the other regions.
+func overdraft(orig Check, regions int) int64 {
+	others := int64(max(orig.Nodes, 1)) * int64(max(regions-1, 1))
+	return int64(math.Floor(float64(orig.Limit.Limit)*orig.Tolerance/2)) / others
+}
+
+// decideGlobal answers global checks; now is when Decide began.
+func (l *Limiter) decideGlobal(ctx context.Context, ps []pending, outs []Outcome, now time.Time) error {
+	g := l.global.Load()
+	for _, p := range ps {
+		orig := p.check
+		st := &globalState{}
+		if g != nil {
+			st = g.state.Load()
+		}
+		c := carving(orig, len(st.names))
+		p.check, p.key = c, memKey(c.Limit)
+		h := Home(st.names, orig.Limit.Key)
+		if g == nil || h == st.local || h == "" {
+			// Homed here: a leased check on this region's store, with
+			// its denials cached as a leased check's are.
+			if !c.Shadow {
+				if d, ok := l.cache.get(p.key, c.Limit, c.Cost, now); ok {
+					d.Limit = orig.Limit.Limit
+					outs[p.i] = Outcome{Decision: d, Source: SourcePrefilter}
+					l.metrics.prefilterHits.Inc()
+					l.metrics.record(SourcePrefilter, 1)
+					g.count(st.local, "home")
+					continue
+				}
+			}
+			if err := l.decideLeased(ctx, []pending{p}, outs, now); err != nil {
+				return err
+			}
+			g.count(st.local, "home")
+			continue
+		}
+		o, err := l.spendAway(ctx, g, st, st.homes[h], orig, p, now)
+		if err != nil {
+			return err
+		}
+		outs[p.i] = o
+	}
+	return nil
+}
+
+// count records a global decision (g may be nil: no regions known).
+func (g *Global) count(home, from string) {
+	if g != nil {
+		g.m.decisions.WithLabelValues(home, from).Inc()
+	}
+}
+
+// get returns key's allowance, nil when the table is full.
+func (g *Global) get(key string, h *home, c Check) *away {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	a, ok := g.table[key]
+	if !ok {
+		if len(g.table) >= g.cfg.TableSize {
+			return nil
+		}
+		a = &away{home: h.name, check: c}
+		g.table[key] = a
+	}
+	return a
+}
+
+// spendAway decides a check homed in another region without waiting on it.
+func (l *Limiter) spendAway(ctx context.Context, g *Global, st *globalState, h *home, orig Check, p pending, now time.Time) (Outcome, error) {
+	c := p.check
+	a := g.get(p.key, h, c)
+	if a == nil {
+		return l.fromShare(ctx, g, st, h, nil, orig, p, now)
+	}
+	a.mu.Lock()
+	if a.home != h.name || !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
+		a.drop()
+		a.lim, a.home = c.Limit, h.name
+	}
+	a.check = c
+	if !a.debtUntil.IsZero() && !now.Before(a.debtUntil) {
+		a.debt, a.debtUntil = 0, time.Time{}
+	}
+	up := !h.down.Load()
+	if a.units >= c.Cost {
+		a.units -= c.Cost
+		a.used = now
+		if up && !a.refilling && a.units <= a.size/2 && !now.Before(a.exhausted) {
+			g.refill(h, a, p.key, now) // ahead of need: the next requests find units
+		}
+		o := Outcome{
+			Decision: Decision{
+				Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit,
+				Remaining:  min(orig.Limit.Limit, a.left+a.units),
+				ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
+				Lease:      Lease{Limit: c.Limit, Units: c.Cost},
+			},
+			Source: SourceLease, allow: &a.allowance, epoch: a.epoch,
+		}
+		a.mu.Unlock()
+		l.metrics.record(SourceLease, 1)
+		g.count(h.name, "allowance")
+		return o, nil
+	}
+	if !up {
+		a.mu.Unlock()
+		return l.fromShare(ctx, g, st, h, a, orig, p, now)
+	}
+	defer a.mu.Unlock()
+	l.metrics.record(SourceLease, 1)
+	if now.Before(a.exhausted) {
+		g.count(h.name, "denied")
+		retry := roundUpMs(a.exhausted.Sub(now))
+		return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceLease}, nil
+	}
+	if !a.refilling {
+		g.refill(h, a, p.key, now)
+	}
+	if a.debt+c.Cost <= overdraft(orig, len(st.names)) {
+		a.debt += c.Cost
+		if a.debtUntil.IsZero() {
+			a.debtUntil = now.Add(c.Limit.Window)
+		}
+		a.used = now
+		g.count(h.name, "overdraft")
+		return Outcome{Decision: Decision{Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit, Remaining: 0, ResetAfter: max(0, roundUpMs(a.reset.Sub(now)))}, Source: SourceLease}, nil
+	}
+	// Out of allowance and overdraft, a carve under way: deny for about
+	// the time a carve takes.
+	g.count(h.name, "denied")
+	retry := max(time.Second, g.cfg.Timeout)
+	return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceLease}, nil
+}
+
+// fromShare decides a check whose home is unreachable from this region's
+// static share, floor(limit / regions), counted exactly in this region's
+// own store (its fail mode applies if that fails too). What it admits is
+// debt, paid to the home once it answers again.
+func (l *Limiter) fromShare(ctx context.Context, g *Global, st *globalState, h *home, a *away, orig Check, p pending, now time.Time) (Outcome, error) {
+	sl := orig.Limit
+	sl.Key = "s:" + orig.Limit.Key
+	sl.Limit = orig.Limit.Limit / int64(max(len(st.names), 1))
+	g.count(h.name, "share")
+	if sl.Limit < 1 {
+		l.metrics.record(SourceStore, 1)
+		retry := max(time.Second, g.cfg.Timeout)
+		return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceStore}, nil
+	}
+	sc := Check{Limit: sl, Cost: orig.Cost, Shadow: orig.Shadow, Nodes: orig.Nodes}
+	o, err := l.exact(ctx, pending{i: p.i, check: sc, key: memKey(sl)}, now)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if a != nil && o.Admitted > 0 {
+		a.mu.Lock()
+		a.debt += o.Admitted
+		if until := now.Add(o.ResetAfter); until.After(a.debtUntil) {
+			a.debtUntil = until
+		}
+		a.used = now
+		a.mu.Unlock()
+	}
+	o.Decision.Limit = orig.Limit.Limit
+	return o, nil
+}
+
+// refill carves for a in the background: its debt first, then the next
+// batch. Called with a locked.
+func (g *Global) refill(h *home, a *away, key string, now time.Time) {
+	if !g.running() {
+		return
+	}
+	c := a.check
+	a.refilling = true
+	a.terms = termsOf(c)
+	a.grow(now)
+	want := a.size + a.debt
+	req := Request{Limit: carveLimit(c), Cost: want, Need: 1}
+	g.bg.Go(func() {
+		sent := g.now()
+		ds, errs := h.lim.call(context.Background(), []Request{req}, []string{key}, sent)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.refilling = false
+		if err := errs[0]; err != nil {
+			g.m.calls.WithLabelValues(h.name, "error").Inc()
+			g.markDown(h, err)
+			return
+		}
+		g.m.calls.WithLabelValues(h.name, "ok").Inc()
+		g.markUp(h)
+		d := ds[0]
+		a.carved = sent
+		a.left, a.reset = d.Remaining, sent.Add(d.ResetAfter)
+		g.m.carved.WithLabelValues(h.name).Add(float64(d.Admitted))
+		if d.Admitted == 0 {
+			a.exhausted = sent.Add(d.RetryAfter)
+			return
+		}
+		if d.Lease.state != a.from.state {
+			a.drop() // another window: the old one's units end with it
+		}
+		n := d.Admitted
+		pay := min(n, a.debt)
+		a.debt -= pay
+		n -= pay
+		if a.debt == 0 {
+			a.debtUntil = time.Time{}
+		}
+		g.m.settled.WithLabelValues(h.name).Add(float64(pay))
+		if n > 0 {
+			// The script's reset is whole milliseconds, rounded up; the
+			// units end before the window does, whatever the link's delay.
+			expires := sent.Add(d.ResetAfter - time.Millisecond)
+			if a.units == 0 || expires.Before(a.expires) {
+				a.expires = expires
+			}
+			a.units += n
+			a.from = d.Lease
+		}
+	})
+}
+
+func (g *Global) markDown(h *home, err error) {
+	if h.down.CompareAndSwap(false, true) {
+		g.m.unreachable.WithLabelValues(h.name).Set(1)
+		g.log.Warn("global rules: home region unreachable, deciding its keys from the static share", "region", h.name, "err", err)
+		if g.cfg.OnChange != nil {
+			g.cfg.OnChange()
+		}
+	}
+}
+
+func (g *Global) markUp(h *home) {
+	if h.down.CompareAndSwap(true, false) {
+		g.m.unreachable.WithLabelValues(h.name).Set(0)
+		g.log.Info("global rules: home region reachable again, settling debts", "region", h.name)
+		if g.cfg.OnChange != nil {
+			g.cfg.OnChange()
+		}
+	}
+}
+
+// sweep, every 100 ms until Close: probes unreachable homes, settles
+// debts with reachable ones, gives idle allowance back and updates the
+// gauges.
+func (g *Global) sweep() {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			g.Sweep(g.now())
+		}
+	}
+}
+
+// Sweep does one round of the background work at now.
+func (g *Global) Sweep(now time.Time) {
+	st := g.state.Load()
+	for _, h := range st.homes {
+		if h.down.Load() && h.probing.CompareAndSwap(false, true) && g.running() {
+			g.bg.Go(func() {
+				defer h.probing.Store(false)
+				ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
+				defer cancel()
+				if h.lim.store.Probe(ctx, Limit{Key: "g:probe", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second}) == nil {
+					g.markUp(h)
+				}
+			})
+		}
+	}
+	outstanding, debt := map[string]int64{}, map[string]int64{}
+	g.returnWhere(st, func(a *away) bool {
+		h := st.homes[a.home]
+		if h == nil {
+			return true
+		}
+		if !a.debtUntil.IsZero() && !now.Before(a.debtUntil) {
+			a.debt, a.debtUntil = 0, time.Time{}
+		}
+		if a.debt > 0 && !a.refilling && !h.down.Load() && !now.Before(a.exhausted) {
+			g.refill(h, a, memKey(a.check.Limit), now) // settles the debt
+		}
+		last := a.used
+		if a.carved.After(last) {
+			last = a.carved
+		}
+		give := now.Sub(last) >= 2*a.terms.period || !a.expires.IsZero() && !now.Before(a.expires)
+		if !give {
+			outstanding[a.home] += a.units
+		}
+		debt[a.home] += a.debt
+		return give
+	})
+	for _, h := range st.homes {
+		g.m.outstanding.WithLabelValues(h.name).Set(float64(outstanding[h.name]))
+		g.m.debt.WithLabelValues(h.name).Set(float64(debt[h.name]))
+	}
+}
+
+// returnWhere gives back the units of the allowances pick chooses (to
+// their window at the home, while it lasts) and forgets allowances with
+// nothing left: no units, no debt, no carve under way.
+func (g *Global) returnWhere(st *globalState, pick func(*away) bool) {
+	now := g.now()
+	g.mu.Lock()
+	keys := make([]string, 0, len(g.table))
+	all := make([]*away, 0, len(g.table))
+	for k, a := range g.table {
+		keys, all = append(keys, k), append(all, a)
+	}
+	g.mu.Unlock()
+	back := map[*home][]Lease{}
+	var gone []string
+	for i, a := range all {
+		if !a.mu.TryLock() {
+			continue
+		}
+		if pick(a) && a.units > 0 {
+			if h := st.homes[a.home]; h != nil && now.Before(a.expires) && !h.down.Load() {
+				ls := a.from
+				ls.Units = a.units
+				back[h] = append(back[h], ls)
+			}
+			a.drop()
+			a.size = 1
+		}
+		if a.units == 0 && a.debt == 0 && !a.refilling {
+			gone = append(gone, keys[i])
+		}
+		a.mu.Unlock()
+	}
+	if len(gone) > 0 {
+		g.mu.Lock()
+		for _, k := range gone {
+			if a := g.table[k]; a != nil && a.mu.TryLock() {
+				if a.units == 0 && a.debt == 0 && !a.refilling {
+					delete(g.table, k)
+				}
+				a.mu.Unlock()
+			}
+		}
+		g.mu.Unlock()
+	}
+	for h, leases := range back {
+		var units int64
+		for _, ls := range leases {
+			units += ls.Units
+		}
+		g.m.returned.WithLabelValues(h.name).Add(float64(units))
+		if err := h.lim.giveBack(h.lim.store, leases); err != nil {
+			g.log.Warn("global rules: giving back allowance failed", "region", h.name, "keys", len(leases), "err", err)
+		}
+	}
+}
+
+// globalMetrics are the Global's, labelled by home region (the catalog's
+// names: bounded).
+type globalMetrics struct {
+	decisions                 *prometheus.CounterVec // home, from
+	calls                     *prometheus.CounterVec // home, result
+	carved, returned, settled *prometheus.CounterVec // home
+	outstanding, debt         *prometheus.GaugeVec   // home
+	unreachable               *prometheus.GaugeVec   // home
+}
+
+func newGlobalMetrics(reg prometheus.Registerer) (*globalMetrics, error) {
+	m := &globalMetrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_global_decisions_total",
+			Help: "Global-rule checks by the key's home region and what decided them: home (the key is homed in this region: a leased check on its own Redis), allowance (units leased from the home), overdraft (admitted ahead of the next lease, paid by it), share (the home unreachable: this region's static share, floor(limit / regions)), denied.",
+		}, []string{"home", "from"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_global_lease_calls_total",
+			Help: "Calls to another region's Redis leasing allowance for global rules (in the background, never on a request's path), by home region and result (ok, error).",
+		}, []string{"home", "result"}),
+		carved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_global_leased_units_total",
+			Help: "Units leased from another region's Redis for global rules (debts paid included).",
+		}, []string{"home"}),
+		returned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_global_returned_units_total",
+			Help: "Units of global-rule allowance given back unspent to their home region.",
+		}, []string{"home"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_global_settled_units_total",
+			Help: "Debt paid to a home region: units admitted on overdraft or from the static share, charged to the home by a later lease.",
+		}, []string{"home"}),
+		outstanding: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgeguard_limiter_global_outstanding_units",
+			Help: "Units this edge holds leased from each home region, unspent.",
+		}, []string{"home"}),
+		debt: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgeguard_limiter_global_debt_units",
+			Help: "Units this edge admitted for keys of each home region that no lease has paid yet (overdraft, static share).",
+		}, []string{"home"}),
+		unreachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgeguard_limiter_global_fallback_share",
+			Help: "1 while a home region is unreachable from this edge and its keys are decided from the static share floor(limit / regions); 0 otherwise.",
+		}, []string{"home"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{m.decisions, m.calls, m.carved, m.returned, m.settled, m.outstanding, m.debt, m.unreachable} {
+		errs = append(errs, reg.Register(c))
+	}
+	return m, errors.Join(errs...)
+}
