@@ -36,7 +36,8 @@ up)
 	(cd "$root" && go build -o "$state/bin/" ./cmd/edge ./cmd/regionctl ./cmd/stackctl ./cmd/stackorigin)
 	tf init -input=false -backend-config="path=$state/terraform.tfstate" >/dev/null
 	tf apply -input=false -auto-approve "${vars[@]}"
-	"$state/bin/stackctl" --state "$state" reconcile --rules "$root/$(tf output -raw rules_file)"
+	rules_file="$root/$(tf output -raw rules_file)"
+	"$state/bin/stackctl" --state "$state" reconcile --rules "$rules_file" --rls "$(dirname "$rules_file")/rls"
 	tf output -json >"$state/outputs.json.tmp"
 	mv "$state/outputs.json.tmp" "$state/outputs.json"
 	"$state/bin/stackctl" --state "$state" endpoints --outputs "$state/outputs.json"

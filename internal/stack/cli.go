@@ -18,8 +18,9 @@ terraform/README.md). The state dir (--state, else $STACK_STATE) keeps each
 component's spec, pids, configs and logs.
 
   up                 bring up the component described by $STACK_SPEC (JSON), or back up
-  reconcile --rules FILE
-                     restart whatever died, push FILE to every region, wait until every edge is ready
+  reconcile --rules FILE [--rls FILE|DIR]
+                     restart whatever died, push FILE (and the rate limit service's documents) to
+                     every region, wait until every edge is ready
   down ID            stop component ID and remove its files
   down --all         stop every component in the state dir
   endpoints [--outputs FILE]
@@ -93,16 +94,20 @@ func run(ctx context.Context, st State, args []string, getenv func(string) strin
 		fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		rules := fs.String("rules", "", "rules document pushed to every region")
+		rls := fs.String("rls", "", "rate limit service documents (a file or a directory of them) pushed to every region")
 		if err := fs.Parse(rest); err != nil || fs.NArg() != 0 {
-			return usageError("reconcile: [--rules FILE]")
+			return usageError("reconcile: [--rules FILE] [--rls FILE|DIR]")
 		}
-		if *rules != "" {
-			if _, err := os.Stat(*rules); err != nil {
-				return fmt.Errorf("rules file: %w", err)
+		for what, path := range map[string]string{"rules file": *rules, "rate limit service documents": *rls} {
+			if path == "" {
+				continue
+			}
+			if _, err := os.Stat(path); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
 			}
 		}
 		start := time.Now()
-		if err := st.Reconcile(ctx, ReconcileOptions{RulesFile: *rules, Log: stdout}); err != nil {
+		if err := st.Reconcile(ctx, ReconcileOptions{RulesFile: *rules, RLSPath: *rls, Log: stdout}); err != nil {
 			return fmt.Errorf("reconciling: %w", err)
 		}
 		fmt.Fprintf(stdout, "stackctl: reconciled in %s\n", time.Since(start).Round(time.Millisecond))

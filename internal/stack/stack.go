@@ -84,6 +84,10 @@ func (st State) DownAll() error {
 type ReconcileOptions struct {
 	// RulesFile is pushed as the global document to every region.
 	RulesFile string
+	// RLSPath (a file or a directory) holds the rate limit service's
+	// documents, pushed to every region, so the edges' rate limit service
+	// answers (and passes its health check) from the start.
+	RLSPath string
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -144,16 +148,23 @@ func (st State) Reconcile(ctx context.Context, opts ReconcileOptions) error {
 	if err := waitWAN(ctx, servers); err != nil {
 		return err
 	}
+	bin := "" // where the stack's binaries are (regionctl beside the edge)
+	for _, s := range specs {
+		bin = s.Bin
+	}
 	if opts.RulesFile != "" && len(servers) > 0 {
-		bin := ""
-		for _, s := range specs {
-			bin = s.Bin
-		}
 		out, err := regionctl(ctx, filepath.Join(bin, "regionctl"), servers[0].httpAddr(), "rules", "push", "--all", "--author", "stackctl", "--message", "stack reconcile", opts.RulesFile)
 		if err != nil {
 			return fmt.Errorf("pushing %s: %w\n%s", opts.RulesFile, err, out)
 		}
 		fmt.Fprintf(logw, "stackctl: rules pushed:\n%s", out)
+	}
+	if opts.RLSPath != "" && len(servers) > 0 {
+		out, err := regionctl(ctx, filepath.Join(bin, "regionctl"), servers[0].httpAddr(), "rls", "push", "--all", "--yes", "--author", "stackctl", "--message", "stack reconcile", opts.RLSPath)
+		if err != nil {
+			return fmt.Errorf("pushing %s: %w\n%s", opts.RLSPath, err, out)
+		}
+		fmt.Fprintf(logw, "stackctl: rate limit service documents pushed:\n%s", out)
 	}
 	if err := st.putTLS(ctx, specs, servers, logw); err != nil {
 		return err

@@ -39,7 +39,12 @@ func TestRateLimitServiceInTheStack(t *testing.T) {
 	var all []string // every edge's service ID prefix, for Prometheus
 	for _, name := range slices.Sorted(maps.Keys(env.Out.Regions)) {
 		r := env.Out.Regions[name]
-		out, code, err := env.regionctl(ctx, r.Consul.HTTP, "rls", "push", "--region", name, "--yes", "--message", "stack test", doc)
+		// Bringing the stack up pushed its own document, so the service
+		// answered (and passed its check) before anyone ran regionctl.
+		out, code, err := env.regionctl(ctx, r.Consul.HTTP, "rls", "get", "--region", name, "stack")
+		require.NoError(t, err)
+		require.Equal(t, 0, code, "the stack's rate limit service document is not in %s: %s", name, out)
+		out, code, err = env.regionctl(ctx, r.Consul.HTTP, "rls", "push", "--region", name, "--yes", "--message", "stack test", doc)
 		require.NoError(t, err)
 		require.Equal(t, 0, code, out)
 
