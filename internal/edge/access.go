@@ -10,7 +10,7 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
-// logAccess writes the request's access-log line (step 8, Record): every
+// logAccess writes the request's access-log line (step 11, Record): every
 // request the edge did not proxy (denied, shed, refused, abandoned,
 // unavailable) and a --access-log-sample share of the proxied ones.
 func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.Duration, outcome string, sc *scratch) {

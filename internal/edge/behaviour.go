@@ -167,36 +167,9 @@ func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup,
 	if c == nil {
 		return bhRequest{}
 	}
-	r := bhRequest{cfg: c}
-	if c.settings.Identity == behavior.IdentityJA4 {
-		if fp := ja4Of(conn); fp != "" {
-			r.id = behavior.Identity(b.salt, behavior.KindJA4, fp)
-		}
-	}
-	byKey := trusted && c.settings.Identity == behavior.IdentityUpstreamKey
-	for _, name := range c.headers {
-		if !byKey {
-			break
-		}
-		if v, ok := h.get(name); ok && v != "" {
-			r.id = behavior.Identity(b.salt, behavior.KindAPIKey, v)
-			break
-		}
-	}
-	for _, name := range c.queries {
-		if r.id != "" || !byKey {
-			break
-		}
-		if v, ok := h.query(name); ok && v != "" {
-			r.id = behavior.Identity(b.salt, behavior.KindAPIKey, v)
-		}
-	}
+	r := bhRequest{cfg: c, id: b.identity(c, client, trusted, h, conn)}
 	if r.id == "" {
-		key := rules.ClientKey(client, b.v6)
-		if key == "" {
-			return bhRequest{}
-		}
-		r.id = behavior.Identity(b.salt, behavior.KindIP, key)
+		return bhRequest{}
 	}
 	lv, was := b.tracker.Judge(r.id, time.Now().UnixMilli())
 	r.level = lv
@@ -206,6 +179,44 @@ func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup,
 	}
 	r.path = path
 	return r
+}
+
+// identity is the client's hashed identity: its TLS fingerprint, its API
+// key or its address, as the settings say; "" when it has none.
+func (b *behaviourLayer) identity(c *bhConfig, client netip.Addr, trusted bool, h *headerLookup, conn net.Conn) string {
+	id := ""
+	if c.settings.Identity == behavior.IdentityJA4 {
+		if fp := ja4Of(conn); fp != "" {
+			id = behavior.Identity(b.salt, behavior.KindJA4, fp)
+		}
+	}
+	if trusted && c.settings.Identity == behavior.IdentityUpstreamKey {
+		if key := upstreamKey(c, h); key != "" {
+			id = behavior.Identity(b.salt, behavior.KindAPIKey, key)
+		}
+	}
+	if id == "" {
+		if key := rules.ClientKey(client, b.v6); key != "" {
+			id = behavior.Identity(b.salt, behavior.KindIP, key)
+		}
+	}
+	return id
+}
+
+// upstreamKey is the first API key the opted-in rules count by that the
+// request carries: headers first, then query parameters.
+func upstreamKey(c *bhConfig, h *headerLookup) string {
+	for _, name := range c.headers {
+		if v, ok := h.get(name); ok && v != "" {
+			return v
+		}
+	}
+	for _, name := range c.queries {
+		if v, ok := h.query(name); ok && v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // enforcing reports whether the request's level acts.
@@ -317,8 +328,9 @@ func (b *behaviourLayer) newRider(c *bhConfig, id string, obs behavior.Obs, via 
 }
 
 // done settles the request after the limit checks (step 3): an update that
-// did not ride goes to the next flush, and so does a 429.
-func (b *behaviourLayer) done(r *bhRequest, obs behavior.Obs, early bool, rd *limiter.Rider, v limiter.Verdict) {
+// did not ride goes to the next flush, and so does a 429 of the limiter
+// (denied, its longest Retry-After retry).
+func (b *behaviourLayer) done(r *bhRequest, obs behavior.Obs, early bool, rd *limiter.Rider, denied bool, retry time.Duration) {
 	if r.cfg == nil {
 		return
 	}
@@ -326,14 +338,8 @@ func (b *behaviourLayer) done(r *bhRequest, obs behavior.Obs, early bool, rd *li
 	if rd == nil || !rd.Sent() {
 		b.pend(r, obs, early, now)
 	}
-	if v.Allowed || len(v.Checks) == 0 { // admitted, or the limiter failed
+	if !denied { // admitted, or the limiter failed
 		return
-	}
-	var retry time.Duration
-	for _, o := range v.Checks {
-		if !o.Allowed && o.Source != limiter.SourceSkipped {
-			retry = max(retry, o.RetryAfter)
-		}
 	}
 	retryMs := max(seconds(retry), 1) * 1000 // as Retry-After says it
 	deny := behavior.Obs{RetryMs: retryMs}

@@ -3,9 +3,6 @@ package edge
 import (
 	"context"
 	"strconv"
-	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -75,88 +72,6 @@ func (e *Edge) limitOf(m rules.Match, key string, trusted bool, header func(stri
 	}
 	e.metrics.escape(ruleLabel(r), escapeLimitHeader).Inc()
 	return asked
-}
-
-// maxPenaltyKeys bounds the penalty keys one request asks about on the
-// stack; more rules with a penalty than that allocate.
-const maxPenaltyKeys = 8
-
-// penalised denies the request when a penalty rule's key is serving a
-// penalty: 429 with Retry-After until its end, nothing counted. It reports
-// whether it answered.
-//
-// The response-aware rules' blocks (response.go) are looked up in the same
-// round trip: at indexes len(sc.matches) and on, in sc.after's order.
-func (e *Edge) penalised(ctx *fasthttp.RequestCtx, sc *scratch) bool {
-	var keysBuf [maxPenaltyKeys]string
-	var atBuf [maxPenaltyKeys]int
-	keys, at := keysBuf[:0], atBuf[:0]
-	for i, m := range sc.matches {
-		if m.Rule.Penalty > 0 && !sc.checks[i].Shadow {
-			keys, at = append(keys, sc.checks[i].Limit.Key), append(at, i)
-		}
-	}
-	for i := range sc.after {
-		if !sc.afterChecks[i].Shadow {
-			keys, at = append(keys, blockKey(sc.afterChecks[i].Limit.Key)), append(at, len(sc.matches)+i)
-		}
-	}
-	if len(keys) == 0 {
-		return false
-	}
-	var leftBuf [maxPenaltyKeys]time.Duration
-	left := leftBuf[:0]
-	for range keys {
-		left = append(left, 0)
-	}
-	if err := e.penalties.Check(context.Background(), keys, left); err != nil {
-		e.metrics.penaltyErrors.Inc()
-	}
-	longest := time.Duration(0)
-	for _, d := range left {
-		longest = max(longest, d)
-	}
-	if longest == 0 {
-		return false
-	}
-	all := func(i int) (rules.Match, limiter.Check) {
-		if i < len(sc.matches) {
-			return sc.matches[i], sc.checks[i]
-		}
-		return sc.after[i-len(sc.matches)], sc.afterChecks[i-len(sc.matches)]
-	}
-	for j, i := range at {
-		if left[j] > 0 {
-			sc.penalised = true
-			m, _ := all(i)
-			escape, reason := escapePenalised, "penalty"
-			if i >= len(sc.matches) {
-				escape, reason = escapeResponseBlocked, "response"
-			}
-			e.metrics.decision(ruleLabel(m.Rule), "denied", reason).Inc()
-			e.metrics.escape(ruleLabel(m.Rule), escape).Inc()
-		}
-	}
-	// What clients see: the penalised rules deny until their penalty
-	// ends; the others were not asked.
-	j := 0
-	for i := range len(sc.matches) + len(sc.after) {
-		m, c := all(i)
-		a := applied{rule: m.Rule, skipped: true, shadow: c.Shadow}
-		if j < len(at) && at[j] == i {
-			if d := left[j]; d > 0 {
-				a.skipped = false
-				a.out.Limit, a.out.RetryAfter, a.out.ResetAfter = c.Limit.Capacity(), d, d
-			}
-			j++
-		}
-		if !c.Shadow {
-			sc.applied = append(sc.applied, a)
-		}
-		sc.all = append(sc.all, a)
-	}
-	deny(ctx, sc.applied, e.cfg.LegacyHeaders)
-	return true
 }
 
 // startPenalties penalises the keys whose penalty rule denied this request,

@@ -1,135 +1,16 @@
 package edge
 
 import (
-	"bytes"
 	"errors"
 	"net"
-	"net/netip"
 	"strconv"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 )
 
-// refusedMethods are answered 405 unless --allow-methods names them:
-// CONNECT asks the edge to open a tunnel, TRACE echoes the request
-// (credentials included) back; neither belongs on a CDN origin by default.
-var refusedMethods = [...]string{fasthttp.MethodConnect, fasthttp.MethodTrace}
-
-// refusedMethod returns the refused method m names (case-insensitively,
-// as origins may read it), or "".
-func refusedMethod(m []byte) string {
-	for _, r := range refusedMethods {
-		if bytes.EqualFold(m, []byte(r)) {
-			return r
-		}
-	}
-	return ""
-}
-
-// allowHeader is the Allow field of a 405: what the edge passes on.
-const allowHeader = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
-
-var (
-	http10 = []byte("HTTP/1.0")
-	http11 = []byte("HTTP/1.1")
-)
-
-// screen refuses what the edge must not pass on, before shedding or
-// counting: HTTP versions other than 1.0 and 1.1 (505), refused methods
-// (405), declared bodies above --max-body-bytes (413) and a request with no
-// usable Host (400, or --default-host when set: an HTTP/1.0 request may
-// omit it, and host rules must not be skipped by leaving it out). It makes
-// an absolute-form request-target's authority the request's Host (RFC 9112
-// §3.2.2), so the rules match and the origin receives one and the same
-// host, and drops the fields this peer may not send (trust.go). It reports
-// whether the request may go on.
-func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) bool {
-	if proto := ctx.Request.Header.Protocol(); !bytes.Equal(proto, http11) && !bytes.Equal(proto, http10) {
-		refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
-		return false
-	}
-	if m := refusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
-		refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
-		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
-		return false
-	}
-	if n := ctx.Request.Header.ContentLength(); n > e.cfg.MaxBodyBytes {
-		tooLarge(ctx, e.cfg.MaxBodyBytes)
-		return false
-	}
-	// A Host or an absolute-form target with user info ("u:p@host") would
-	// reach the origin as an Authorization field (fasthttp's client writes
-	// one from a URI's user): no such request goes on.
-	if uri := ctx.URI(); len(uri.Username()) > 0 || len(uri.Password()) > 0 || bytes.IndexByte(ctx.Request.Header.Host(), '@') >= 0 {
-		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host (user info is not allowed)")
-		return false
-	}
-	// fasthttp takes the URI's host from an absolute-form target and keeps
-	// the Host field as sent; the origin client sends the Host field.
-	if host := ctx.URI().Host(); len(host) > 0 && !bytes.Equal(host, ctx.Request.Header.Host()) {
-		ctx.Request.Header.SetHostBytes(host)
-	}
-	if host := ctx.Request.Header.Host(); len(host) == 0 && e.cfg.DefaultHost != "" {
-		ctx.Request.Header.SetHost(e.cfg.DefaultHost)
-	} else if !usableHost(host) {
-		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
-		return false
-	}
-	e.headerScreen.apply(&ctx.Request.Header, trusted)
-	return true
-}
-
-// usableHost reports whether h can name a site: a DNS name or an IP
-// literal, with an optional port, at most 255 bytes. Anything else would
-// match no host rule (an empty host skips them all) while an origin might
-// still route it.
-func usableHost(h []byte) bool {
-	if len(h) == 0 || len(h) > 255 {
-		return false
-	}
-	name := h
-	if h[0] == '[' {
-		end := bytes.IndexByte(h, ']')
-		if end < 0 {
-			return false
-		}
-		if _, err := netip.ParseAddr(string(h[1:end])); err != nil {
-			return false
-		}
-		name, h = nil, h[end+1:]
-		if len(h) > 0 && h[0] != ':' {
-			return false
-		}
-	} else if i := bytes.IndexByte(h, ':'); i >= 0 {
-		name, h = h[:i], h[i:]
-	} else {
-		h = nil
-	}
-	if len(h) > 0 { // ":port"
-		if len(h) < 2 || len(h) > 6 {
-			return false
-		}
-		for _, c := range h[1:] {
-			if c < '0' || c > '9' {
-				return false
-			}
-		}
-	}
-	if name == nil {
-		return true
-	}
-	if len(name) == 0 || len(bytes.Trim(name, ".")) == 0 {
-		return false
-	}
-	for _, c := range name {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
-		default:
-			return false
-		}
-	}
-	return true
-}
+// b2s views bytes as a string for lookups that do not keep it.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // headerLookup is the one way the rules and the shedder read request
 // headers and query parameters. One they ask about that appears more than
@@ -169,8 +50,8 @@ func refuseRepeated(ctx *fasthttp.RequestCtx, what string) {
 }
 
 // refuse answers status with a problem document (no Retry-After: asking
-// again will not help). handle closes the connection when the request's
-// body was left unread.
+// again will not help). The record stage closes the connection when the
+// request's body was left unread.
 func refuse(ctx *fasthttp.RequestCtx, status int, detail string) {
 	writeProblem(ctx, problem{
 		Type:   "about:blank",

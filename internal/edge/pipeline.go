@@ -1,0 +1,131 @@
+package edge
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
+
+// stage is one concern of the request path. It either answers the request
+// itself and returns the outcome (refused, shed, denied…), or passes it on
+// with e.next(sc) and returns what the rest made of it; what it holds for
+// the rest of the request (a worker slot, a concurrency slot) it gives back
+// when next returns.
+type stage func(e *Edge, sc *scratch) string
+
+// pipeline is the request path, in order (doc.go has the steps; each
+// stage lives in the file named after it). Record comes first because it
+// wraps the others: it writes the metrics and the access log when they
+// return.
+var pipeline []stage
+
+func init() {
+	pipeline = []stage{
+		(*Edge).recordStage,    // stage_record.go
+		(*Edge).screenStage,    // stage_screen.go
+		(*Edge).identifyStage,  // stage_identify.go
+		(*Edge).shedStage,      // stage_shed.go
+		(*Edge).matchStage,     // stage_match.go
+		(*Edge).checksStage,    // stage_checks.go
+		(*Edge).penaltyStage,   // stage_penalty.go
+		(*Edge).behaviourStage, // stage_behaviour.go
+		(*Edge).limitStage,     // stage_limit.go
+		(*Edge).proxyStage,     // stage_proxy.go
+	}
+}
+
+// handle runs a request through the pipeline: fasthttp's handler for
+// HTTP/1.x, and the HTTP/2 server's for each stream (h2.go).
+func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
+	sc := scratchPool.Get().(*scratch)
+	defer func() {
+		sc.reset()
+		scratchPool.Put(sc)
+	}()
+	sc.ctx = ctx
+	e.next(sc)
+}
+
+// next runs the request's next stage. A header or query parameter a stage
+// decided on that was sent more than once (headerLookup) ends the request
+// before the next stage: the one place that check is made.
+func (e *Edge) next(sc *scratch) string {
+	if sc.headers.repeated != "" {
+		refuseRepeated(sc.ctx, sc.headers.repeated)
+		return outcomeRefused
+	}
+	s := pipeline[sc.stage]
+	sc.stage++
+	return s(e, sc)
+}
+
+// scratch is a request's state and reusable buffers: what the stages
+// found out, for the ones after them and for the record.
+type scratch struct {
+	ctx     *fasthttp.RequestCtx
+	stage   int       // the next stage's index in pipeline
+	start   time.Time // when the request reached the pipeline
+	peer    netip.Addr
+	trusted bool // the peer is a trusted proxy (trust.go)
+	headers headerLookup
+	header  func(string) (string, bool) // headers.get, bound once per scratch
+	query   func(string) (string, bool) // headers.query, likewise
+	path    string                      // normalized
+	bh      bhRequest                   // the client's part in the behaviour layer
+	req     rules.Request               // what the rules see
+
+	matches  []rules.Match
+	bypassed []*rules.CompiledRule // rules whose bypass named the request
+	after    []rules.Match         // rules that count by the response (response.go)
+	checks   []limiter.Check
+	// afterChecks are after's checks, cost still the rule's.
+	afterChecks []limiter.Check
+	rider       *limiter.Rider // the behaviour layer's update, riding with checks
+	// limitDenied: the limiter denied; denyRetry is the longest
+	// Retry-After of its denials, before penalties lengthen it.
+	limitDenied bool
+	denyRetry   time.Duration
+	applied     []applied
+	all         []applied     // every rule's outcome, shadow ones too (access log)
+	tier        shedder.Tier  // TierNone until classified
+	id          string        // the request id, once proxied
+	upstream    time.Duration // time at the origin
+	client      netip.Addr
+	trace       context.Context // the request span's context; nil without tracing
+	span        trace.Span
+	// penalised: denied by a penalty (escapes.go), not counted.
+	penalised bool
+}
+
+func newScratch() any {
+	sc := &scratch{tier: shedder.TierNone}
+	sc.header, sc.query = sc.headers.get, sc.headers.query
+	return sc
+}
+
+func (sc *scratch) reset() {
+	clear(sc.matches)
+	clear(sc.applied)
+	clear(sc.all)
+	clear(sc.bypassed)
+	clear(sc.after)
+	clear(sc.afterChecks)
+	sc.after, sc.afterChecks = sc.after[:0], sc.afterChecks[:0]
+	sc.matches, sc.checks, sc.applied, sc.all = sc.matches[:0], sc.checks[:0], sc.applied[:0], sc.all[:0]
+	sc.bypassed, sc.penalised = sc.bypassed[:0], false
+	sc.tier, sc.id, sc.upstream, sc.client = shedder.TierNone, "", 0, netip.Addr{}
+	sc.trace, sc.span = nil, nil
+	sc.ctx, sc.stage, sc.start, sc.peer, sc.trusted, sc.path = nil, 0, time.Time{}, netip.Addr{}, false, ""
+	sc.headers = headerLookup{}
+	sc.bh, sc.req, sc.rider, sc.limitDenied, sc.denyRetry = bhRequest{}, rules.Request{}, nil, false, 0
+}
+
+var scratchPool = sync.Pool{New: newScratch}

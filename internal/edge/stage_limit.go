@@ -1,0 +1,106 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// limitStage has the limiter decide every check (step 9, Limit): over-limit
+// cache, per-key coalescing, one round trip per Redis node (the behaviour
+// layer's update riding in it), local fallback when Redis fails. A denial
+// by a penalty rule starts its penalty (escapes.go); denied → 429 with
+// Retry-After, RateLimit fields and a problem+json body. Concurrency slots
+// are released when the rest of the pipeline returns.
+func (e *Edge) limitStage(sc *scratch) string {
+	if len(sc.matches) == 0 {
+		return e.next(sc)
+	}
+	ctx, lctx := sc.ctx, context.Background()
+	if sc.rider != nil {
+		lctx = limiter.WithRider(lctx, sc.rider)
+	}
+	_, decide := e.tracing.child(sc.trace, "limiter.decide")
+	verdict, err := e.limiter.Decide(lctx, sc.checks) // bounded by --redis-timeout
+	decide.End()
+	sc.limitDenied, sc.denyRetry = limiterDenial(verdict)
+	switch {
+	case errors.Is(err, limiter.ErrUnavailable):
+		unavailable(ctx, "rate limiting is unavailable; retry later", 1)
+		return outcomeUnavailable
+	case err != nil:
+		// A check the limiter refuses is a bug (rules are validated);
+		// never a wall of errors for clients.
+		e.metrics.limiterError.Inc()
+		e.log.Error("limiter refused checks", "err", err)
+		verdict = limiter.Verdict{Allowed: true}
+	}
+	if !verdict.Allowed {
+		e.startPenalties(sc.matches, sc.checks, &verdict)
+	}
+	sc.applied, sc.all = e.record(sc.matches, sc.checks, verdict, sc.applied, sc.all, e.access != nil || sc.span != nil)
+	if !verdict.Allowed {
+		deny(ctx, sc.applied, e.cfg.LegacyHeaders)
+		return outcomeDenied
+	}
+	defer e.limiter.ReleaseAsync(verdict) // never holds the response back
+	return e.next(sc)
+}
+
+// limiterDenial says whether the limiter itself denied (not a failed
+// decision, which has no checks), and the longest Retry-After of its
+// denials, before penalties lengthen them.
+func limiterDenial(v limiter.Verdict) (bool, time.Duration) {
+	if v.Allowed || len(v.Checks) == 0 {
+		return false, 0
+	}
+	var retry time.Duration
+	for _, o := range v.Checks {
+		if !o.Allowed && o.Source != limiter.SourceSkipped {
+			retry = max(retry, o.RetryAfter)
+		}
+	}
+	return true, retry
+}
+
+// record counts every rule's decision and returns the non-shadow checks
+// (checks[i] is ms[i]'s) as clients see them, and, when all is wanted, every
+// rule's outcome.
+func (e *Edge) record(ms []rules.Match, checks []limiter.Check, v limiter.Verdict, dst, all []applied, wantAll bool) ([]applied, []applied) {
+	for i, m := range ms {
+		if i >= len(v.Checks) { // the limiter failed: admitted unchecked
+			break
+		}
+		o, shadow := v.Checks[i], checks[i].Shadow
+		decision := "allowed"
+		switch {
+		case o.Source == limiter.SourceSkipped:
+		case !o.Allowed && shadow:
+			decision = "shadow_denied"
+			e.log.Info("shadow rule would deny", "rule", m.Rule.ID, "retry_after", o.RetryAfter)
+		case !o.Allowed:
+			decision = "denied"
+		}
+		if o.Source != limiter.SourceSkipped {
+			e.metrics.decision(ruleLabel(m.Rule), decision, e.reason(o.Source)).Inc()
+		}
+		a := applied{rule: m.Rule, out: o, skipped: o.Source == limiter.SourceSkipped, shadow: shadow}
+		if !shadow {
+			dst = append(dst, a)
+		}
+		if wantAll {
+			all = append(all, a)
+		}
+	}
+	return dst, all
+}
+
+func (e *Edge) reason(s limiter.Source) string {
+	if s == limiter.SourceStore {
+		return e.storeName
+	}
+	return s.String()
+}

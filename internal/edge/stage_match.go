@@ -1,0 +1,24 @@
+package edge
+
+import (
+	"github.com/edgeguard/edgeguard/pkg/rules"
+)
+
+// matchStage asks the current rules snapshot for every rule that applies,
+// each with its key (step 5, Match: pure code, no I/O). What the rules see
+// is what the origin receives: the host the screen settled on, the method,
+// the normalized path.
+func (e *Edge) matchStage(sc *scratch) string {
+	ctx := sc.ctx
+	sc.req = rules.Request{
+		Host:     rules.NormalizeHost(b2s(ctx.Request.Header.Host())), // the one the origin gets (screen)
+		Method:   b2s(ctx.Method()),
+		Path:     sc.path,
+		ClientIP: sc.client,
+		Header:   sc.header,
+		Query:    sc.query,
+		JA4:      ja4Of(ctx.Conn()),
+	}
+	sc.matches = e.rules.Load().Match(&sc.req, sc.matches)
+	return e.next(sc)
+}

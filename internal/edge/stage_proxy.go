@@ -1,0 +1,58 @@
+package edge
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/origin"
+)
+
+// proxyStage sends the request to the origin (step 10, Proxy), its body
+// streamed, and adds the RateLimit fields to the origin's response; a rule
+// that counts by the response counts it once the response is ready
+// (response.go). It is the last stage: it never calls next.
+func (e *Edge) proxyStage(sc *scratch) string {
+	ctx := sc.ctx
+	hop := origin.Hop{Peer: sc.peer.String(), Trusted: sc.trusted, RequestID: e.requestID(ctx, sc.trusted)}
+	if e.seen != nil {
+		e.seen(ctx, &sc.req, hop.RequestID)
+	}
+	sc.id = hop.RequestID
+	octx, ospan := e.tracing.child(sc.trace, "origin.request")
+	e.tracing.inject(octx, &ctx.Request.Header)
+	upstream := time.Now()
+	e.proxy.Serve(ctx, hop)
+	sc.upstream = time.Since(upstream)
+	ctx.Response.Header.Del(notProcessed) // the edge's word, never the origin's
+	ospan.End()
+	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
+	if len(sc.after) > 0 {
+		e.countResponse(ctx, sc) // after the response is ready; never holds it back
+	}
+	return outcomeProxied
+}
+
+// requestID keeps a trusted proxy's well-formed X-Request-ID, or makes one.
+func (e *Edge) requestID(ctx *fasthttp.RequestCtx, trusted bool) string {
+	if id := ctx.Request.Header.Peek("X-Request-ID"); trusted && validRequestID(id) {
+		return string(id)
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func validRequestID(id []byte) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,59 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
+
+// shedStage decides whether the edge takes the request on (step 4, Shed),
+// before any I/O, by its priority tier: the worker-utilization shedder may
+// drop it (503); otherwise it takes a worker slot (waiting briefly in a
+// bounded queue, or 503) and, with the adaptive origin limit on, an origin
+// slot. Both are held until the rest of the pipeline returns.
+func (e *Edge) shedStage(sc *scratch) string {
+	ctx, tier := sc.ctx, sc.tier
+	if !e.shed.Admit(sc.start, tier) {
+		unavailable(ctx, "the edge is shedding load; retry later", 1)
+		return outcomeShed
+	}
+	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
+	// derived context and races with Shutdown; the queue timeout bounds
+	// this, and a waiter whose client left gives up its place.
+	_, wait := e.tracing.child(sc.trace, "shedder.wait")
+	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return clientGone(ctx.Conn()) })
+	wait.End()
+	switch {
+	case errors.Is(err, shedder.ErrGone):
+		ctx.SetConnectionClose()
+		unavailable(ctx, "the client left while waiting", 1)
+		return outcomeAbandoned
+	case err != nil:
+		unavailable(ctx, "no worker free; retry later", 1)
+		return outcomeNoWorker
+	}
+	defer release()
+	// Adaptive origin limit (off unless the shedder settings enable it):
+	// learned from the origin's latency, released when the exchange ends.
+	// Taken before the limiter so a refusal costs no Redis call; the slot
+	// is held through the decision, a millisecond against the origin's
+	// tens.
+	if !e.shed.AcquireOrigin(sc.start, tier) {
+		unavailable(ctx, "the origin is at its learned concurrency limit; retry later", 1)
+		return outcomeShed
+	}
+	defer func() { e.shed.ReleaseOrigin(time.Now(), tier, sc.upstream, originAnswered(ctx, sc)) }()
+	return e.next(sc)
+}
+
+// originAnswered says whether the exchange measured the origin's latency:
+// it was proxied and did not fail for want of a connection (502, 503 from
+// the proxy), which would read as a fast answer.
+func originAnswered(ctx *fasthttp.RequestCtx, sc *scratch) bool {
+	code := ctx.Response.StatusCode()
+	return sc.upstream > 0 && code != fasthttp.StatusBadGateway && code != fasthttp.StatusServiceUnavailable
+}
