@@ -38,7 +38,7 @@ func (e *Edge) check(m rules.Match, trusted bool, header func(string) (string, b
 	} else {
 		e.metrics.enforce.enforced.Inc()
 	}
-	return limiter.Check{Limit: e.limitOf(m, key, trusted, header), Cost: r.Cost, Shadow: shadow, Nodes: int(nodes), Tolerance: r.Tolerance}
+	return limiter.Check{Limit: e.limitOf(m, key, trusted, header), Cost: r.Cost, Shadow: shadow, Nodes: int(nodes), Tolerance: r.Tolerance, Global: r.Scope == rules.ScopeGlobal}
 }
 
 // ruleLimit is a compiled rule's limit on key: rules compile to the
