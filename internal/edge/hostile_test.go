@@ -180,7 +180,7 @@ func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
 	for name := range spoofable {
 		fmt.Fprintf(&spoof, "%s: 6.6.6.6\r\n", name)
 	}
-	spoof.WriteString("X_Api_Key: smuggled\r\nX-Forwarded_For: 6.6.6.6\r\n")
+	spoof.WriteString("X_Api_Key: smuggled\r\nX-Forwarded_For: 6.6.6.6\r\nX-Priority: critical\r\nX-Test-Mode: 0\r\n")
 	req := "GET /p?q=1 HTTP/1.1\r\nHost: site.example\r\n" + spoof.String() + "\r\n"
 
 	resp, body := dialFrom(t, "127.0.0.1", r.Addr()).do(t, req)
@@ -196,6 +196,8 @@ func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
 	}
 	require.NotContains(t, headers, "6.6.6.6")
 	require.NotContains(t, headers, "_", "header names with underscores are dropped")
+	require.NotContains(t, headers, "x-priority", "an untrusted priority claim reached the origin")
+	require.NotContains(t, headers, "x-test-mode", "an untrusted test-mode claim reached the origin")
 	require.Equal(t, "127.0.0.1", got["xff"])
 	require.Equal(t, "http", got["proto"])
 	require.Equal(t, "for=127.0.0.1;proto=http;host=site.example", got["fwd"])
@@ -207,6 +209,9 @@ func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
 	require.Equal(t, "https", got["proto"], "a trusted proxy's scheme is kept")
 	require.Equal(t, "for=203.0.113.9;proto=https, for=127.0.0.2;proto=http;host=site.example", got["fwd"])
 	require.Contains(t, got["headers"], "X-Real-Ip: 203.0.113.9")
+	resp, body = dialFrom(t, "127.0.0.2", r.Addr()).do(t, "GET /p HTTP/1.1\r\nHost: site.example\r\nX-Priority: critical\r\n\r\n")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, echoed(t, body)["headers"], "X-Priority: critical", "a trusted proxy's priority is passed on")
 
 	u := startEdge(t, perIP, func(c *Config) { c.AllowUnderscoresInHeaders = true })
 	resp, body = raw(t, u.Addr(), "GET /p HTTP/1.1\r\nHost: site.example\r\nX_Api_Key: k\r\n\r\n")

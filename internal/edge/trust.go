@@ -6,6 +6,8 @@ import (
 	"net/netip"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // The trust model, decided here and nowhere else.
@@ -27,7 +29,10 @@ import (
 //   - the critical tier cannot be reached by any path, header or key
 //     (shedder settings refuse a critical rule that untrusted requests
 //     could match);
-//   - behaviour identity is the address, never a key the client chose.
+//   - behaviour identity is the address, never a key the client chose;
+//   - the shedder's priority and test-mode headers are removed after
+//     classification (dropTierHeaders), so what the origin or a further
+//     edge trusting this one receives is never the client's own claim.
 //
 // From every peer, header names with an underscore are dropped unless
 // --allow-underscores-in-headers (CGI, WSGI and Rack origins read
@@ -174,4 +179,17 @@ func (s headerScreen) keep(k []byte, trusted bool) bool {
 	}
 	_, bad := spoofable[string(lower[:len(k)])]
 	return !bad
+}
+
+// dropTierHeaders removes the priority and test-mode fields (the live
+// shedder settings name them) from an untrusted peer's request: this edge
+// ignored them, and passing them on would let a client promote itself at a
+// further edge that trusts this one (a shield tier, say).
+func dropTierHeaders(h *fasthttp.RequestHeader, cls *shedder.Classifier) {
+	priority, testMode := cls.TrustedHeaders()
+	for _, name := range [2]string{priority, testMode} {
+		if name != "" {
+			h.Del(name)
+		}
+	}
 }

@@ -84,6 +84,14 @@ func (c *Classifier) Classify(method, path string, header func(string) (string, 
 	return TierWrite
 }
 
+// TrustedHeaders names the request fields only a trusted peer may set: the
+// priority and test-mode headers (empty when switched off). The edge
+// removes them from anyone else's requests, so an origin, or another edge
+// that trusts this one, never takes a client's own claim for this edge's.
+func (c *Classifier) TrustedHeaders() (priority, testMode string) {
+	return c.priorityHeader, c.testModeHeader
+}
+
 // lookupTier is ParseTier without building an error for junk header
 // values, which arrive per request.
 func lookupTier(v string) (Tier, bool) {
