@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -143,6 +144,7 @@ const (
 type ackedReleases struct {
 	mu   sync.Mutex
 	list []ackedRelease
+	n    atomic.Int64 // len(list), read without the lock on the request path
 }
 
 type ackedRelease struct {
@@ -180,7 +182,7 @@ func (l *Limiter) ackedBy(s Store, leases []Lease, masters []string) {
 	}
 	now := time.Now()
 	var moved []Lease
-	l.acked.mu.Lock()
+	keep := make([]ackedRelease, 0, len(leases))
 	for i, ls := range leases {
 		if masters[i] == "" || !ls.Limit.Algorithm.Spec().Held {
 			continue
@@ -189,8 +191,10 @@ func (l *Limiter) ackedBy(s Store, leases []Lease, masters []string) {
 			moved = append(moved, ls)
 			continue
 		}
-		l.acked.list = append(l.acked.list, ackedRelease{s: s, lease: ls, master: masters[i], at: now})
+		keep = append(keep, ackedRelease{s: s, lease: ls, master: masters[i], at: now})
 	}
+	l.acked.mu.Lock()
+	l.acked.list = append(l.acked.list, keep...)
 	l.acked.pruneLocked(now)
 	l.acked.mu.Unlock()
 	if len(moved) > 0 {
@@ -208,15 +212,14 @@ func (a *ackedReleases) pruneLocked(now time.Time) {
 	if i > 0 {
 		a.list = append(a.list[:0], a.list[i:]...)
 	}
+	a.n.Store(int64(len(a.list)))
 }
 
 // resendMoved sends again, in the background, the kept releases whose key
-// another master serves now.
+// another master serves now. It runs on the request path (a breaker's
+// callbacks) and takes no lock there.
 func (l *Limiter) resendMoved() {
-	l.acked.mu.Lock()
-	empty := len(l.acked.list) == 0
-	l.acked.mu.Unlock()
-	if empty {
+	if l.acked.n.Load() == 0 {
 		return
 	}
 	l.releaseInBackground(func() {
@@ -234,6 +237,7 @@ func (l *Limiter) resendMoved() {
 		}
 		clear(l.acked.list[len(kept):])
 		l.acked.list = kept
+		l.acked.n.Store(int64(len(kept)))
 		l.acked.mu.Unlock()
 		for s, leases := range moved {
 			l.metrics.releasesResent.Add(float64(len(leases)))
