@@ -28,8 +28,9 @@ import (
 // than the true offset (the reply was read before it arrived), so the
 // mapped deadline is never later than the caller's: a call that runs ran
 // before its caller gave up. The estimate with the shortest round trip of
-// the last clockKeep is kept (a slow link makes a loose bound, which would
-// refuse calls early), refreshed every clockRefresh in the background, and
+// the last clockKeep is kept, and none slower than clockMaxRTT (a slow
+// reading makes a loose bound, which would refuse calls early),
+// refreshed every clockRefresh in the background, and
 // clockSkew is taken off for what clocks drift between readings and for
 // the difference between a Cluster's nodes' clocks (one node's TIME stands
 // for all; NTP keeps them within a few milliseconds). A node whose clock is
@@ -44,12 +45,18 @@ const (
 	clockKeep    = 30 * time.Second
 	clockStale   = time.Minute
 	clockSkew    = 5 * time.Millisecond
+	// clockMaxRTT bounds the round trip of a reading that is used: a
+	// reading's bound is as loose as its round trip, and a loose one
+	// refuses calls that run that much before their deadline (a loaded
+	// edge or Redis, a slow link). Slower readings are dropped.
+	clockMaxRTT = 20 * time.Millisecond
 )
 
 // redisClock is the store's estimate of Redis's clock.
 type redisClock struct {
 	est       atomic.Pointer[clockEstimate]
 	measuring atomic.Bool
+	tried     atomic.Int64 // unix ns of the last background reading
 }
 
 type clockEstimate struct {
@@ -72,6 +79,9 @@ func (rc *redisClock) measure(ctx context.Context, c RedisClient) error {
 	}
 	got := time.Now()
 	e := &clockEstimate{offset: cmd.Val().Sub(got), rtt: got.Sub(sent), at: got}
+	if e.rtt > clockMaxRTT {
+		return nil
+	}
 	for {
 		cur := rc.est.Load()
 		if cur != nil && e.rtt > cur.rtt && got.Sub(cur.at) < clockKeep {
@@ -98,8 +108,13 @@ func (rc *redisClock) latest(deadline time.Time, c RedisClient) int64 {
 	return max(deadline.Add(e.offset-clockSkew).UnixMicro(), 1)
 }
 
-// refresh measures in the background, one reading at a time.
+// refresh measures in the background, one reading at a time and at most
+// one a second.
 func (rc *redisClock) refresh(c RedisClient) {
+	now := time.Now().UnixNano()
+	if last := rc.tried.Load(); now-last < int64(time.Second) || !rc.tried.CompareAndSwap(last, now) {
+		return
+	}
 	if !rc.measuring.CompareAndSwap(false, true) {
 		return
 	}
