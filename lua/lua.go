@@ -142,7 +142,7 @@ for i = 1, tonumber(ARGV[1]) do
     local most, seen = tonumber(ARGV[ab + 6]), tonumber(ARGV[ab + 7])
     ARGV[ab + 6], ARGV[ab + 7] = '0', '1'
     ok, r = pcall(f, p, ab)
-    if ok and type(r) == 'table' then
+    if ok and type(r) == 'table' and not r.err then
       local missing = math.min(most, r[2] - seen)
       if missing > 0 then
         ARGV[ab + 6] = tostring(missing)

@@ -1,6 +1,10 @@
 -- Shared prelude of every edgeguard limiter script (lua.Source prepends it).
 --
--- ARGV: 1 mode ("take" | "refund"), 2 now in µs (0 = Redis server TIME),
+-- ARGV: 1 mode ("take" | "refund"), 2 now in µs (0 = Redis server TIME;
+--       below 0: Redis server TIME, and the latest TIME at which the call
+--       may still run is -now: past it the caller has stopped waiting, and
+--       the call refuses with "edgeguard: past the caller's deadline"
+--       before it reads or writes anything),
 --       3 limit, 4 window in µs, 5 extra (burst for GCRA and the leaky
 --       bucket, min_interval µs for the sliding log),
 --       6 take: cost | refund: units, 7 take: need (one request's cost: units
@@ -26,8 +30,12 @@ local aux = tonumber(ARGV[7])
 if not (now and limit and window and extra and cost and aux) or limit <= 0 or window <= 0 or cost < 0 then
   return redis.error_reply('ERR edgeguard: bad script arguments')
 end
-if now == 0 then
+if now <= 0 then
+  local latest = -now
   now = server_now()
+  if latest > 0 and now > latest then
+    return redis.error_reply("ERR edgeguard: past the caller's deadline")
+  end
 end
 
 -- Units are admitted in whole requests: `need` is one request's cost, so a

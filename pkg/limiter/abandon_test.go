@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/faults"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -282,4 +283,59 @@ func TestLostReplyDoesNotLeakASlot(t *testing.T) {
 	n, err := client(limiter.ModeStandalone).ZCard(ctx(t), st.Keys(lim)[0]).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "no slot left held in Redis")
+}
+
+// A call that reaches Redis after its caller stopped waiting (the link
+// delays what the edge sends) refuses to run there: it carries its caller's
+// deadline on Redis's clock. Run, it would record the request at the late
+// time Redis ran it, and until its give-back a sliding log's min_interval
+// would deny the client's next request, well spaced though it was. The
+// caller's fallback decided the request; Redis counts nothing and nothing is
+// left to give back. Plain and autopipelined (a lane's call), a sliding log
+// with a min_interval and a concurrency slot.
+func TestLateCallRefusedPastDeadline(t *testing.T) {
+	for _, auto := range []bool{false, true} {
+		for _, alg := range []limiter.Algorithm{limit.SlidingLog, limit.Concurrency} {
+			name := map[bool]string{false: "plain", true: "autopipeline"}[auto] + "/" + alg.String()
+			t.Run(name, func(t *testing.T) { lateCall(t, auto, alg) })
+		}
+	}
+}
+
+func lateCall(t *testing.T, auto bool, alg limiter.Algorithm) {
+	n := faults.NewNet()
+	defer n.Close()
+	c := redis.NewClient(&redis.Options{Addr: standaloneSrv().Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, Dialer: n.Dial})
+	defer c.Close()
+	conn := limiter.Conn(c)
+	if auto {
+		conn = autoPipelined(t, c)
+	}
+	st := connStore(t, conn)
+	require.NoError(t, st.Load(ctx(t))) // also reads Redis's clock
+	reg := prometheus.NewRegistry()
+	l, err := limiter.New(st, limiter.Config{Timeout: 50 * time.Millisecond, BreakerFailures: 1000}, reg, nil)
+	require.NoError(t, err)
+	lim := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: 5, Window: time.Hour}
+	if alg.Spec().MinInterval {
+		lim.MinInterval = 100 * time.Millisecond
+	}
+	// What the edge sends reaches Redis 300 ms late, far past the deadline.
+	require.NoError(t, n.Add(faults.Toxic{Name: "late", Type: "latency", Stream: "upstream", Attributes: map[string]any{"latency": 300}}))
+	v, err := l.Decide(context.Background(), []limiter.Check{{Limit: lim, Cost: 1, Nodes: 1}})
+	require.NoError(t, err)
+	require.Equal(t, limiter.SourceFallback, v.Checks[0].Source, "the call outlived the deadline")
+	l.Release(context.Background(), v)
+	l.Close() // waits for the late call's answer
+	n.Clear()
+	require.Equal(t, 1.0, metric(t, reg, "edgeguard_limiter_late_calls_total"), "the call was answered late")
+	require.Zero(t, metric(t, reg, "edgeguard_limiter_late_given_back_total"), "the late call took nothing: it did not run")
+	m, err := client(limiter.ModeStandalone).ZCard(ctx(t), st.Keys(lim)[0]).Result()
+	require.NoError(t, err)
+	require.Zero(t, m, "Redis holds nothing of the late call")
+	// A call in time still runs (the deadline is on Redis's clock, not
+	// before it).
+	ds, err := st.Take(ctx(t), []limiter.Request{{Limit: lim, Cost: 1}})
+	require.NoError(t, err)
+	require.True(t, ds[0].Allowed)
 }

@@ -173,6 +173,9 @@ type Limiter struct {
 	releasing chan struct{}
 	// global decides Global checks (global.go); nil: as leased ones.
 	global atomic.Pointer[Global]
+	// acked are the releases Cluster masters acknowledged lately, sent
+	// again if a failover moves their keys (release.go).
+	acked ackedReleases
 }
 
 // Close gives back the allowance of leased checks the edge holds, then
@@ -221,9 +224,13 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 			log.Warn("rate limit store failing, deciding locally", "store", cfg.StoreName, "shard", shard, "fail_mode", cfg.FailMode)
 		case breakerClosed:
 			log.Info("rate limit store recovered", "store", cfg.StoreName, "shard", shard)
+			l.resendMoved()
 		}
 	})
-	l.breakers.onNew = func(shard string) { m.breakerState.WithLabelValues(shardLabel(shard)).Set(float64(breakerClosed)) }
+	l.breakers.onNew = func(shard string) {
+		m.breakerState.WithLabelValues(shardLabel(shard)).Set(float64(breakerClosed))
+		l.resendMoved() // a master not seen before: maybe a promoted replica
+	}
 	l.breakers.onGone = func(shard string) {
 		m.breakerState.DeleteLabelValues(shardLabel(shard))
 		open := 0

@@ -25,8 +25,11 @@ type metrics struct {
 	// releaseRetries and releasesDropped: ReleaseAsync's tries after a
 	// failure, and releases past its bound.
 	releaseRetries, releasesDropped prometheus.Counter
-	storeErrors                     *prometheus.CounterVec // class
-	refreshes                       prometheus.Counter
+	// releasesResent: acknowledged releases sent again after their
+	// master was failed over (release.go).
+	releasesResent prometheus.Counter
+	storeErrors    *prometheus.CounterVec // class
+	refreshes      prometheus.Counter
 	// lateCalls and lateGivenBack: store calls answered after their
 	// caller gave up, and the leases they took that were given back.
 	lateCalls, lateGivenBack prometheus.Counter
@@ -105,6 +108,10 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		releasesDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_releases_dropped_total",
 			Help: "Concurrency-slot releases not sent because 4,096 were already under way; those slots expire with their TTL.",
+		}),
+		releasesResent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_limiter_releases_resent_total",
+			Help: "Concurrency-slot releases a Cluster master acknowledged, sent again once a failover moved their key to another master (the acknowledged write may not have reached the promoted replica).",
 		}),
 		refreshes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_store_refreshes_total",
@@ -186,7 +193,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 				Help: "Script calls (one per key taken or refunded) carried by the commands of edgeguard_limiter_store_calls_total; many per command when batched.",
 			}, func() float64 { _, d := sent.Sent(); return float64(d) })))
 	}
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure, m.leaseCarves, m.leaseCarved, m.leaseReturned} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.releasesResent, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure, m.leaseCarves, m.leaseCarved, m.leaseReturned} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range m.degraded {

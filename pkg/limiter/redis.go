@@ -42,6 +42,7 @@ type RedisStore struct {
 	lanes   lanes
 	loadMu  sync.Mutex
 	sent    sentCounts
+	clock   redisClock // Redis's clock, for takes' deadlines (redisclock.go)
 }
 
 // sentCounts counts the script commands the store sends to Redis (takes
@@ -168,7 +169,12 @@ func (s *RedisStore) Load(ctx context.Context) error {
 			return err
 		}
 	}
-	return load("batch", s.batch)
+	if err := load("batch", s.batch); err != nil {
+		return err
+	}
+	// Without it takes carry no deadline until the background reading.
+	_ = s.clock.measure(ctx, s.client)
+	return nil
 }
 
 // Keys returns the Redis keys that hold a limit's state. All share the hash
@@ -249,6 +255,12 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 		out, errs, calls, ids = make([]Decision, len(reqs)), make([]error, len(reqs)), make([]call, len(reqs)), make([]string, len(reqs))
 		cmds = make([]*redis.Cmd, len(reqs))
 	}
+	// A take decided on Redis's clock runs no later than its caller's
+	// deadline (redisclock.go); a restore runs at its own time.
+	var latest int64
+	if d, ok := waitOf(ctx).Deadline(); ok {
+		latest = s.clock.latest(d, s.client)
+	}
 	for i, r := range reqs {
 		if errs[i] = r.valid(); errs[i] != nil {
 			continue
@@ -257,6 +269,9 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 			ids[i] = s.ids.next()
 		}
 		calls[i] = s.takeCall(r, ids[i])
+		if r.At.IsZero() && !r.Restore {
+			calls[i].args = withLatest(calls[i].args, latest)
+		}
 	}
 	// Restores go first, each as a call of the batch script on its key's
 	// master (rare: once per key after an outage), so the requests after
@@ -283,6 +298,9 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 				// its members. Their ids are known, so the caller can
 				// remove them whether or not it ran (Decision.Unsure).
 				out[i] = Decision{Unsure: true, Lease: Lease{Limit: r.Limit, id: ids[i], first: 1, Units: r.Cost}}
+			}
+			if pastDeadline(err) {
+				err = fmt.Errorf("%w: %w", errPastDeadline, err)
 			}
 			errs[i] = fmt.Errorf("taking %s: %w", r.Limit.Algorithm, err)
 			failed = true
