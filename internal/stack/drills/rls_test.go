@@ -41,7 +41,7 @@ func TestRateLimitServiceInTheStack(t *testing.T) {
 		r := env.Out.Regions[name]
 		// Bringing the stack up pushed its own document, so the service
 		// answered (and passed its check) before anyone ran regionctl.
-		out, code, err := env.regionctl(ctx, r.Consul.HTTP, "rls", "get", "--region", name, "stack")
+		out, code, err := env.regionctl(ctx, r.Consul.HTTP, "rls", "get", "--region", name, "stack.yaml")
 		require.NoError(t, err)
 		require.Equal(t, 0, code, "the stack's rate limit service document is not in %s: %s", name, out)
 		out, code, err = env.regionctl(ctx, r.Consul.HTTP, "rls", "push", "--region", name, "--yes", "--message", "stack test", doc)
