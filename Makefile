@@ -96,7 +96,7 @@ shed-bench: k6
 	ROUNDS=$(or $(ROUNDS),3) ./scripts/shed-bench.sh
 
 # Brings a stack of its own up (state in a temp dir), runs the k6 smoke
-# (multi-region.js, 20 s, correctness thresholds), drills 1, 3 and 5, the DNS
+# (multi-region.js, 20 s, correctness thresholds), drills 1, 3, 5 and 6, the DNS
 # drain and self-healing tests, and takes it down: the build tag keeps this
 # package out of `go test ./...`, so it runs exactly once. k6 is built first
 # (cached by k6 version and the extension's content).

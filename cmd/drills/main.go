@@ -24,7 +24,7 @@ import (
 
 func main() {
 	outputs := flag.String("outputs", ".stack/outputs.json", "the stack's outputs.json")
-	only := flag.String("only", "1,4,5,2,3", "drills to run, comma-separated, in this order (3 restarts a Consul server: last)")
+	only := flag.String("only", "1,4,5,6,2,3", "drills to run, comma-separated, in this order (3 restarts a Consul server: last)")
 	root := flag.String("root", ".", "repository root (rules_file is relative to it)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: drills [flags] [kill-master [REGION] | drain REGION | restore]\n")

@@ -65,6 +65,10 @@ func (n *Net) Dial(ctx context.Context, network, addr string) (net.Conn, error) 
 	return d.DialContext(ctx, network, listen)
 }
 
+// Listen returns the address that reaches addr through its proxy, for a
+// client in another process (one that cannot take Dial as its dialer).
+func (n *Net) Listen(addr string) (string, error) { return n.proxy(addr) }
+
 // proxy returns the listen address of addr's proxy, starting it with the
 // Net's current toxics if it is new.
 func (n *Net) proxy(addr string) (string, error) {

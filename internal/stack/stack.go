@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
 // Up saves spec and brings its component up (or back up).
@@ -93,7 +95,8 @@ type ReconcileOptions struct {
 }
 
 // Reconcile brings every saved component back to running and healthy, in
-// dependency order, pushes the rules and returns once every edge is ready,
+// dependency order, pushes the rules and the region catalog (every region's
+// Redis, from the edges' specs) and returns once every edge is ready,
 // registered as passing and runs the pushed rules.
 func (st State) Reconcile(ctx context.Context, opts ReconcileOptions) error {
 	logw := opts.Log
@@ -166,6 +169,14 @@ func (st State) Reconcile(ctx context.Context, opts ReconcileOptions) error {
 		}
 		fmt.Fprintf(logw, "stackctl: rate limit service documents pushed:\n%s", out)
 	}
+	// The region catalog before the edges start (running edges watch it
+	// and pick it up), so global rules have their homes from the start.
+	var cat region.Catalog
+	if len(byKind[KindEdge]) > 0 && len(servers) > 0 {
+		if cat, err = st.pushCatalog(ctx, bin, servers[0].httpAddr(), byKind[KindEdge], logw); err != nil {
+			return err
+		}
+	}
 	if err := st.putTLS(ctx, specs, servers, logw); err != nil {
 		return err
 	}
@@ -173,6 +184,9 @@ func (st State) Reconcile(ctx context.Context, opts ReconcileOptions) error {
 		return err
 	}
 	if err := waitEdgesReady(ctx, byKind[KindEdge], servers); err != nil {
+		return err
+	}
+	if err := waitEdgesCatalog(ctx, byKind[KindEdge], cat); err != nil {
 		return err
 	}
 	if err := st.waitEdgesTLS(ctx, byKind[KindEdge]); err != nil {

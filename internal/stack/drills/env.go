@@ -13,6 +13,9 @@
 //  4. Rules pushed 5 times: every edge converges within 2 s each time.
 //  5. The enforcement switch pushed 20 times per region: every edge of the
 //     region runs it within 1 s of the push (p99).
+//  6. The global rule (scope: global) over both regions: roaming clients
+//     get one quota, L·(1+t) at most; the Sentinel region cut off from the
+//     other decides from the static share, then heals and pays its debts.
 package drills
 
 import (

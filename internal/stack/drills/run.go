@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Run runs the drills named in which ("1".."5"), in that order.
+// Run runs the drills named in which ("1".."6"), in that order.
 func (e *Env) Run(ctx context.Context, which []string) ([]*Result, error) {
 	var out []*Result
 	for _, w := range which {
@@ -21,8 +21,10 @@ func (e *Env) Run(ctx context.Context, which []string) ([]*Result, error) {
 			out = append(out, e.Drill4(ctx, 5))
 		case "5":
 			out = append(out, e.Drill5(ctx, 20))
+		case "6":
+			out = append(out, e.Drill6(ctx))
 		default:
-			return nil, fmt.Errorf("unknown drill %q (1, 2, 3, 4 or 5)", w)
+			return nil, fmt.Errorf("unknown drill %q (1 to 6)", w)
 		}
 	}
 	return out, nil

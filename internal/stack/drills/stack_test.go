@@ -1,7 +1,7 @@
 //go:build stack
 
 // These tests bring a stack of their own up with scripts/stack.sh (state in
-// a temp dir), run the k6 smoke, drills 1 and 3, a DNS drain test and a self-healing
+// a temp dir), run the k6 smoke, drills 1, 3, 5 and 6, a DNS drain test and a self-healing
 // test against it, and take it down, checking nothing is left. The build
 // tag keeps them out of `go test ./...`: `make stack-test` (part of `make
 // test`) runs them once.
@@ -256,6 +256,19 @@ func TestDrill5EnforcementSwitch(t *testing.T) {
 	require.NoError(t, r.Err, r.Drill)
 	t.Logf("%s: %d pushes, %d edge switches; p50 %s, p99 %s, max %s", r.Drill, r.Counts["pushes"], r.Counts["edge_switches"],
 		r.Times["p50"], r.Times["p99"], r.Times["max"])
+}
+
+// A global rule over both regions: one quota for roaming clients, an
+// under-limit client (almost) never denied, a partition decided from the
+// static share within its bound, and its debts paid once on the heal.
+func TestDrill6GlobalRule(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	r := env.Drill6(ctx)
+	results = append(results, r)
+	require.NoError(t, r.Err, r.Drill)
+	t.Logf("%s in %s: %v %v", r.Drill, time.Since(start).Round(time.Second), r.Counts, r.Times)
 }
 
 func TestDrill1RedisMasterKilled(t *testing.T) {

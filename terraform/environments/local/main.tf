@@ -28,7 +28,7 @@ module "region" {
   pops            = each.value.pops
   failover        = each.value.failover
   join_wan        = [for name, a in local.serfwan : a if name != each.key]
-  key_salt        = coalesce(each.value.key_salt, "edgeguard-stack-${each.key}")
+  key_salt        = coalesce(each.value.key_salt, var.key_salt)
   origin          = each.value.origin
   redis_timeout   = each.value.redis_timeout
   edge_workers    = each.value.edge_workers

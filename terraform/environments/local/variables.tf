@@ -68,3 +68,13 @@ variable "rules_file" {
   description = "Rules document pushed to every region, relative to this directory."
   default     = "rules.yaml"
 }
+
+variable "key_salt" {
+  type        = string
+  description = "The edges' key salt, one for every region: a global rule's key, and so its home region, must be the same everywhere (a region's own key_salt overrides it)."
+  default     = "edgeguard-stack-key-salt"
+  validation {
+    condition     = length(var.key_salt) >= 16
+    error_message = "key_salt must be at least 16 characters (the edge refuses shorter ones)."
+  }
+}
