@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -122,4 +124,21 @@ func TestCompiledRuleJSONPinned(t *testing.T) {
 		}
 	}
 	require.Equal(t, want, got)
+}
+
+// Every problem of a document, found wherever errors.Join put it, printed
+// after the file it is in.
+func TestFieldErrorsLocated(t *testing.T) {
+	_, err := Parse([]byte("version: 1\nrules:\n  - {id: a, key: [ip], algorithm: fixed_window, limit: -1, window: 1m}\n  - {key: [ip], algorithm: fixed_window, limit: 1, window: 1m}\n"))
+	require.Error(t, err)
+	var got []string
+	for _, fe := range FieldErrors(fmt.Errorf("loading: %w", err)) {
+		got = append(got, fe.Located("rules.yaml"))
+	}
+	require.Equal(t, []string{
+		`rules.yaml:3: rule "a": limit: must be > 0 (got -1)`,
+		`rules.yaml:4: rules[1]: id: required`,
+	}, got)
+	require.Equal(t, "rules.yaml: rule \"b\": limit: x", (&FieldError{RuleID: "b", Field: "limit", Msg: "x"}).Located("rules.yaml"))
+	require.Empty(t, FieldErrors(errors.New("not a rules problem")))
 }
