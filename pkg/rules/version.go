@@ -79,7 +79,7 @@ type hashField struct {
 // hashFields is the version encoding of a rule, built from the field table.
 var hashFields = sync.OnceValue(func() []hashField {
 	var out []hashField
-	var esc *hashField
+	esc := -1 // the "escapes" object's position in out
 	for _, f := range fieldsOf(ruleType).list {
 		sf := ruleType.Field(f.index)
 		opts := strings.Split(sf.Tag.Get("hash"), ",")
@@ -94,11 +94,11 @@ var hashFields = sync.OnceValue(func() []hashField {
 		case slices.Contains(opts, "capacity"):
 			h.key, h.capacity = `,"capacity":`, true
 		case slices.Contains(opts, "escapes"):
-			if esc == nil {
+			if esc < 0 {
+				esc = len(out)
 				out = append(out, hashField{key: `,"escapes":`})
-				esc = &out[len(out)-1]
 			}
-			esc.escapes = append(esc.escapes, h)
+			out[esc].escapes = append(out[esc].escapes, h)
 			continue
 		}
 		out = append(out, h)
