@@ -61,17 +61,40 @@ func checkRules(cfg Config) error {
 	}
 	doc, err := rules.Parse(data)
 	if err != nil {
-		return fmt.Errorf("rules %s: %w", cfg.Rules, err)
+		return located(cfg.Rules, err)
 	}
 	snap, err := rules.Compile(doc, rules.WithIPv6Prefix(cfg.IPv6Prefix), rules.WithKeySalt([]byte(cfg.KeySalt)))
-	if err == nil {
-		err = (&Edge{cfg: cfg}).checkAgainstConfig(snap)
-	}
 	if err != nil {
+		return located(cfg.Rules, err)
+	}
+	if err := (&Edge{cfg: cfg}).checkAgainstConfig(snap); err != nil {
 		return fmt.Errorf("rules %s: %w", cfg.Rules, err)
 	}
 	return nil
 }
+
+// located is the problems of the rules file in err, one per line as pkg/rules
+// words them after the file ("FILE:LINE: rule "ID": FIELD: message"), as
+// "regionctl rules validate" prints them.
+func located(file string, err error) error {
+	fes := rules.FieldErrors(err)
+	if len(fes) == 0 {
+		return fmt.Errorf("rules %s: %w", file, err)
+	}
+	errs := make([]error, len(fes))
+	for i, fe := range fes {
+		errs[i] = locatedError{file, fe}
+	}
+	return errors.Join(errs...)
+}
+
+type locatedError struct {
+	file string
+	fe   *rules.FieldError
+}
+
+func (e locatedError) Error() string { return e.fe.Located(e.file) }
+func (e locatedError) Unwrap() error { return e.fe }
 
 func nameOr(s, def string) string {
 	if s == "" {

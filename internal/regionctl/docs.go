@@ -53,8 +53,7 @@ func (p problem) String() string {
 // problemsOf lists every problem in a rules or shedder error: the
 // *rules.FieldError leaves when there are any, else one per line of text.
 func problemsOf(err error) []problem {
-	var fes []*rules.FieldError
-	collectFieldErrors(err, &fes)
+	fes := rules.FieldErrors(err)
 	var out []problem
 	if len(fes) > 0 {
 		for _, fe := range fes {
@@ -79,23 +78,6 @@ func problemsOf(err error) []problem {
 		out = append(out, problem{Message: l})
 	}
 	return out
-}
-
-func collectFieldErrors(err error, out *[]*rules.FieldError) {
-	if fe, ok := err.(*rules.FieldError); ok {
-		*out = append(*out, fe)
-		return
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			collectFieldErrors(e, out)
-		}
-	case interface{ Unwrap() error }:
-		if e := u.Unwrap(); e != nil {
-			collectFieldErrors(e, out)
-		}
-	}
 }
 
 // reportInvalid prints the problems (text: stderr, one per line; json: an

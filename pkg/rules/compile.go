@@ -3,8 +3,10 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/edgeguard/edgeguard/pkg/behavior"
@@ -12,22 +14,23 @@ import (
 )
 
 // CompiledRule is a validated, normalized rule ready for the limiter. The
-// exported fields describe it (for the limiter and /debug/rules); the
+// exported fields describe it (for the limiter and /debug/rules, named as
+// the Rule fields of the same Go name; see MarshalJSON); the
 // unexported ones are precomputed for Match. A *CompiledRule returned by
 // Match points into its Snapshot and must not be modified.
 type CompiledRule struct {
-	ID        string
-	Algorithm limit.Algorithm
-	Limit     int64
-	Window    time.Duration
+	ID        string          `debug:"always"`
+	Algorithm limit.Algorithm `debug:"always"`
+	Limit     int64           `debug:"always"`
+	Window    time.Duration   `debug:"always"`
 	// Burst is the effective capacity of a bucket algorithm (limit.Spec's
 	// Burst): the configured burst, or Limit when burst was 0. It is 0 for
 	// every other algorithm.
 	Burst       int64
-	Cost        int64
+	Cost        int64 `debug:"always"`
 	MinInterval time.Duration
-	Shadow      bool
-	Scope       Scope
+	Shadow      bool  `debug:"always"`
+	Scope       Scope `debug:"always"`
 	// Behaviour: the rule opted into the behaviour layer.
 	Behaviour bool
 	// Metrics: the rule has its own rule label in metrics.
@@ -35,12 +38,12 @@ type CompiledRule struct {
 	// Tolerance > 0: the rule is leased (accuracy: leased) with this
 	// tolerance; 0: exact.
 	Tolerance float64
-	// Key, Hosts, PathPrefixes and Methods are the normalized match and key
+	// Key, Hosts, PathPrefix and Methods are the normalized match and key
 	// definitions, for display.
-	Key          []string
-	Hosts        []string
-	PathPrefixes []string
-	Methods      []string
+	Key        []string `debug:"always"`
+	Hosts      []string
+	PathPrefix []string
+	Methods    []string
 	// Bypass is the normalized bypass section, for display.
 	Bypass Bypass
 	// Overrides is how many key values have their own limit.
@@ -65,46 +68,96 @@ type CompiledRule struct {
 	descriptors []descriptor
 }
 
-// MarshalJSON renders durations as strings for /debug/rules.
+// MarshalJSON renders the rule for /debug/rules: its exported fields in
+// order, each under the yaml name of the Rule field of the same Go name
+// (for Hosts, PathPrefix and Methods, of the inline match section),
+// durations as strings, sections as objects of their yaml fields; a field
+// is left out when empty unless tagged debug:"always".
 func (r CompiledRule) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		ID           string          `json:"id"`
-		Algorithm    limit.Algorithm `json:"algorithm"`
-		Limit        int64           `json:"limit"`
-		Window       string          `json:"window"`
-		Burst        int64           `json:"burst,omitempty"`
-		Cost         int64           `json:"cost"`
-		MinInterval  string          `json:"min_interval,omitempty"`
-		Shadow       bool            `json:"shadow"`
-		Scope        Scope           `json:"scope"`
-		Behaviour    bool            `json:"behaviour,omitempty"`
-		Metrics      bool            `json:"metrics,omitempty"`
-		Tolerance    float64         `json:"tolerance,omitempty"`
-		Key          []string        `json:"key"`
-		Hosts        []string        `json:"hosts,omitempty"`
-		PathPrefixes []string        `json:"path_prefix,omitempty"`
-		Methods      []string        `json:"methods,omitempty"`
-		Bypass       *Bypass         `json:"bypass,omitempty"`
-		Overrides    int             `json:"overrides,omitempty"`
-		LimitHeader  string          `json:"limit_header,omitempty"`
-		Penalty      string          `json:"penalty,omitempty"`
-		CountIf      *CountIf        `json:"count_if,omitempty"`
-		CostHeader   string          `json:"cost_header,omitempty"`
-	}{
-		ID: r.ID, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window.String(),
-		Burst: r.Burst, Cost: r.Cost, MinInterval: durationOrEmpty(r.MinInterval),
-		Shadow: r.Shadow, Scope: r.Scope, Behaviour: r.Behaviour, Metrics: r.Metrics, Tolerance: r.Tolerance, Key: r.Key,
-		Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Methods: r.Methods,
-		Bypass: bypassOrNil(r.Bypass), Overrides: r.Overrides, LimitHeader: r.LimitHeader, Penalty: durationOrEmpty(r.Penalty),
-		CountIf: countIfOrNil(r.CountIf), CostHeader: r.CostHeader,
-	})
+	v := reflect.ValueOf(r)
+	b := []byte{'{'}
+	for _, f := range debugFields() {
+		fv := v.Field(f.index)
+		if !f.always && empty(fv) {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, f.name)
+		b = append(b, ':')
+		var err error
+		if b, err = appendDebugValue(b, fv); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
 }
 
-func durationOrEmpty(d time.Duration) string {
-	if d == 0 {
-		return ""
+type debugField struct {
+	name   string
+	index  int
+	always bool
+}
+
+// debugFields are the exported fields of CompiledRule with their yaml
+// names, from the rule field table.
+var debugFields = sync.OnceValue(func() []debugField {
+	names := map[string]string{} // Go name -> yaml name
+	for _, f := range fieldsOf(ruleType).list {
+		sf := ruleType.Field(f.index)
+		names[sf.Name] = f.name
+		if slices.Contains(strings.Split(sf.Tag.Get("hash"), ","), "inline") {
+			for _, g := range fieldsOf(sf.Type).list {
+				names[sf.Type.Field(g.index).Name] = g.name
+			}
+		}
 	}
-	return d.String()
+	t := reflect.TypeFor[CompiledRule]()
+	var out []debugField
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		name, ok := names[sf.Name]
+		if !ok {
+			panic("rules: CompiledRule." + sf.Name + " has no Rule field of that name")
+		}
+		out = append(out, debugField{name: name, index: i, always: sf.Tag.Get("debug") == "always"})
+	}
+	return out
+})
+
+var timeDurationType = reflect.TypeFor[time.Duration]()
+
+func appendDebugValue(b []byte, v reflect.Value) ([]byte, error) {
+	switch {
+	case v.Type() == timeDurationType:
+		return appendJSONString(b, time.Duration(v.Int()).String()), nil
+	case v.Kind() == reflect.Struct: // a section
+		b = append(b, '{')
+		first := true
+		for _, g := range fieldsOf(v.Type()).list {
+			gv := v.Field(g.index)
+			if empty(gv) && strings.Contains(v.Type().Field(g.index).Tag.Get("yaml"), "omitempty") {
+				continue
+			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = appendJSONString(b, g.name)
+			b = append(b, ':')
+			var err error
+			if b, err = appendDebugValue(b, gv); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	}
+	enc, err := json.Marshal(v.Interface())
+	return append(b, enc...), err
 }
 
 // Snapshot is a compiled rule set. It is never modified after Compile, so one
@@ -190,31 +243,31 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 func compileRule(r *Rule) CompiledRule {
 	l := r.limit()
 	c := CompiledRule{
-		ID:           r.ID,
-		Algorithm:    l.Algorithm,
-		Limit:        r.Limit,
-		Window:       r.Window.D(),
-		Cost:         r.Cost,
-		MinInterval:  r.MinInterval.D(),
-		Shadow:       r.Shadow,
-		Scope:        r.Scope,
-		Behaviour:    r.Behaviour,
-		Metrics:      r.Metrics,
-		Tolerance:    r.Tolerance,
-		Key:          nilIfEmpty(r.Key),
-		Hosts:        nilIfEmpty(r.Match.Hosts),
-		PathPrefixes: nilIfEmpty(r.Match.PathPrefix),
-		Methods:      nilIfEmpty(r.Match.Methods),
-		keyPrefix:    r.ID + ":",
-		methods:      nilIfEmpty(r.Match.Methods),
-		exactHosts:   nilIfEmpty(r.Match.Hosts),
-		Bypass:       r.Bypass,
-		Overrides:    len(r.Overrides),
-		LimitHeader:  r.LimitHeader,
-		Penalty:      r.Penalty.D(),
-		bypass:       compileBypass(&r.Bypass),
-		CountIf:      r.CountIf,
-		CostHeader:   r.CostHeader,
+		ID:          r.ID,
+		Algorithm:   l.Algorithm,
+		Limit:       r.Limit,
+		Window:      r.Window.D(),
+		Cost:        r.Cost,
+		MinInterval: r.MinInterval.D(),
+		Shadow:      r.Shadow,
+		Scope:       r.Scope,
+		Behaviour:   r.Behaviour,
+		Metrics:     r.Metrics,
+		Tolerance:   r.Tolerance,
+		Key:         nilIfEmpty(r.Key),
+		Hosts:       nilIfEmpty(r.Match.Hosts),
+		PathPrefix:  nilIfEmpty(r.Match.PathPrefix),
+		Methods:     nilIfEmpty(r.Match.Methods),
+		keyPrefix:   r.ID + ":",
+		methods:     nilIfEmpty(r.Match.Methods),
+		exactHosts:  nilIfEmpty(r.Match.Hosts),
+		Bypass:      r.Bypass,
+		Overrides:   len(r.Overrides),
+		LimitHeader: r.LimitHeader,
+		Penalty:     r.Penalty.D(),
+		bypass:      compileBypass(&r.Bypass),
+		CountIf:     r.CountIf,
+		CostHeader:  r.CostHeader,
 	}
 	if l.Algorithm.Spec().Burst {
 		c.Burst = l.Capacity()
@@ -284,7 +337,7 @@ func (s *Snapshot) Rules() []CompiledRule {
 	for i, r := range s.rules {
 		r.Key = cloneStrings(r.Key)
 		r.Hosts = cloneStrings(r.Hosts)
-		r.PathPrefixes = cloneStrings(r.PathPrefixes)
+		r.PathPrefix = cloneStrings(r.PathPrefix)
 		r.Methods = cloneStrings(r.Methods)
 		r.Bypass = r.Bypass.clone()
 		r.CountIf.Status = cloneStrings(r.CountIf.Status)

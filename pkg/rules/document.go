@@ -23,22 +23,25 @@ type Document struct {
 
 // Rule is one rate-limit rule as written by an operator. Parse and Validate
 // normalize it in place (see Validate); CompiledRule is the form the edge uses.
+// The yaml tags are the one list of its fields: Parse decodes, Marshal
+// writes, "rules diff" compares and Version hashes by them (the hash tags
+// say how Version writes a field; see version.go).
 type Rule struct {
-	ID        string    `yaml:"id"`
-	Match     MatchSpec `yaml:"match,omitempty"`
-	Key       []string  `yaml:"key,omitempty"`
-	Algorithm Algorithm `yaml:"algorithm,omitempty"`
-	Limit     int64     `yaml:"limit,omitempty"`
-	Window    Duration  `yaml:"window,omitempty"`
+	ID        string    `yaml:"id" hash:"always"`
+	Match     MatchSpec `yaml:"match,omitempty" hash:"always,inline"`
+	Key       []string  `yaml:"key,omitempty" hash:"always"`
+	Algorithm Algorithm `yaml:"algorithm,omitempty" hash:"always"`
+	Limit     int64     `yaml:"limit,omitempty" hash:"always"`
+	Window    Duration  `yaml:"window,omitempty" hash:"always"`
 	// Burst is the token_bucket capacity; 0 means "same as Limit".
-	Burst int64 `yaml:"burst,omitempty"`
+	Burst int64 `yaml:"burst,omitempty" hash:"always,capacity"`
 	// Cost is what one request consumes. Parse turns an omitted cost into 1,
 	// so an explicit 0 can still be rejected; Go callers building a Rule by
 	// hand must set it.
-	Cost        int64    `yaml:"cost,omitempty"`
-	MinInterval Duration `yaml:"min_interval,omitempty"`
-	Shadow      bool     `yaml:"shadow,omitempty"`
-	Scope       Scope    `yaml:"scope,omitempty"`
+	Cost        int64    `yaml:"cost,omitempty" hash:"always"`
+	MinInterval Duration `yaml:"min_interval,omitempty" hash:"always"`
+	Shadow      bool     `yaml:"shadow,omitempty" hash:"always"`
+	Scope       Scope    `yaml:"scope,omitempty" hash:"always"`
 	// Disabled, in a regional document, switches off the global rule with the
 	// same ID. A disabled rule is only checked for a valid ID.
 	Disabled bool `yaml:"disabled,omitempty"`
@@ -51,32 +54,32 @@ type Rule struct {
 	Metrics bool `yaml:"metrics,omitempty"`
 	// Bypass lists requests the rule never counts nor denies (an operator's
 	// allowlist); the edge records them with the decision "bypass".
-	Bypass Bypass `yaml:"bypass,omitempty"`
+	Bypass Bypass `yaml:"bypass,omitempty" hash:"escapes"`
 	// Overrides give single key values their own limit (and burst), the
 	// rule's other parameters kept: a partner's API key, a NATed office.
 	// Looking one up costs the same for 10 entries as for 100,000.
-	Overrides Overrides `yaml:"overrides,omitempty"`
+	Overrides Overrides `yaml:"overrides,omitempty" hash:"escapes"`
 	// LimitHeader names a request header whose value, from a trusted peer
 	// only, replaces the limit for that request (a filter in front of the
 	// edge that knows the client's plan). From anyone else it is ignored.
-	LimitHeader string `yaml:"limit_header,omitempty"`
+	LimitHeader string `yaml:"limit_header,omitempty" hash:"escapes"`
 	// Penalty keeps a key that this rule denied denied for this long,
 	// however slowly it then sends (a mitigation timeout, a penalty box),
 	// in every edge of the region. 0: no penalty.
-	Penalty Duration `yaml:"penalty,omitempty"`
+	Penalty Duration `yaml:"penalty,omitempty" hash:"escapes"`
 	// CountIf makes the rule count by the response: only requests whose
 	// response matches are counted, after the response, and the next
 	// request of a key over the limit is denied (a 401/403 limit against
 	// credential stuffing, a 5xx limit to spare a failing origin).
-	CountIf CountIf `yaml:"count_if,omitempty"`
+	CountIf CountIf `yaml:"count_if,omitempty" hash:"escapes"`
 	// CostHeader names an origin response header that says what the
 	// request cost (a query's complexity); the rule then counts after the
 	// response. Missing: the rule's cost.
-	CostHeader string `yaml:"cost_header,omitempty"`
+	CostHeader string `yaml:"cost_header,omitempty" hash:"escapes"`
 	// MaxCost bounds what cost_header may charge one request (default: the
 	// rule's limit, or its burst for a bucket); a larger value is charged
 	// max_cost and counted as an error.
-	MaxCost int64 `yaml:"max_cost,omitempty"`
+	MaxCost int64 `yaml:"max_cost,omitempty" hash:"escapes"`
 	// Accuracy is exact (the default: every decision asks Redis) or leased:
 	// each edge decides locally from an allowance it carves from Redis in
 	// batches, so the region admits at most (1 + tolerance) times what the

@@ -32,17 +32,60 @@ func (e *FieldError) Error() string {
 	if e.Line > 0 {
 		s = "line " + strconv.Itoa(e.Line) + ": "
 	}
+	return s + e.problem()
+}
+
+// Located is the problem as compilers print one, after the file that
+// holds the document: "FILE:LINE: rule "ID": FIELD: message" ("FILE: ..."
+// when the line is unknown), the form "regionctl rules validate" and
+// "edge check" print.
+func (e *FieldError) Located(file string) string {
+	if e.Line > 0 {
+		return file + ":" + strconv.Itoa(e.Line) + ": " + e.problem()
+	}
+	return file + ": " + e.problem()
+}
+
+// problem is the error without its line.
+func (e *FieldError) problem() string {
+	s := ""
 	switch {
 	case e.Index < 0:
 	case e.RuleID != "":
-		s += fmt.Sprintf("rule %q: ", e.RuleID)
+		s = fmt.Sprintf("rule %q: ", e.RuleID)
 	default:
-		s += fmt.Sprintf("rules[%d]: ", e.Index)
+		s = fmt.Sprintf("rules[%d]: ", e.Index)
 	}
 	if e.Field != "" {
 		s += e.Field + ": "
 	}
 	return s + e.Msg
+}
+
+// FieldErrors returns the *FieldError problems err holds (Parse, Validate
+// and Compile join them with errors.Join), in order; none when err holds
+// none.
+func FieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(err error) {
+		if fe, ok := err.(*FieldError); ok {
+			out = append(out, fe)
+			return
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			if e := u.Unwrap(); e != nil {
+				walk(e)
+			}
+		}
+	}
+	walk(err)
+	return out
 }
 
 // problems collects FieldErrors for one rule.

@@ -206,13 +206,6 @@ func (b Bypass) empty() bool {
 	return len(b.CIDRs) == 0 && len(b.Hosts) == 0 && len(b.PathPrefix) == 0 && len(b.APIKeySHA256) == 0
 }
 
-func bypassOrNil(b Bypass) *Bypass {
-	if b.empty() {
-		return nil
-	}
-	return &b
-}
-
 // bypassSet is a rule's bypass section, ready for requests.
 type bypassSet struct {
 	nets       []netip.Prefix
@@ -491,11 +484,4 @@ func (r *CompiledRule) ResponseCost(status int, header func(string) (string, boo
 		return m.cost, CostInvalid
 	}
 	return int64(n), CostOK
-}
-
-func countIfOrNil(c CountIf) *CountIf {
-	if len(c.Status) == 0 && c.Header == "" {
-		return nil
-	}
-	return &c
 }

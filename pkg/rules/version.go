@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 )
 
 // versionLen is how many hex characters of the digest Version keeps: enough
@@ -42,116 +45,100 @@ func DocumentVersion(doc *Document) string {
 	return canonicalVersion(d, true)
 }
 
-// canonicalRule fixes the field set and order that Version hashes: the JSON
-// encoding of this struct, as encoding/json writes it, with every string of
-// the four lists Go-quoted first (strconv.Quote: path prefixes and query
-// names may hold bytes that are not UTF-8, which encoding/json would fold
-// into U+FFFD and so make different rules hash alike). appendJSON writes those
-// bytes without reflection; TestVersionEncodingLikeJSON holds it to
-// encoding/json. Adding a field here changes every version, which is the
-// point of a schema bump.
-type canonicalRule struct {
-	ID          string   `json:"id"`
-	Hosts       []string `json:"hosts"`
-	PathPrefix  []string `json:"path_prefix"`
-	Methods     []string `json:"methods"`
-	Key         []string `json:"key"`
-	Algorithm   string   `json:"algorithm"`
-	Limit       int64    `json:"limit"`
-	WindowNS    int64    `json:"window_ns"`
-	Capacity    int64    `json:"capacity"`
-	Cost        int64    `json:"cost"`
-	MinInterval int64    `json:"min_interval_ns"`
-	Shadow      bool     `json:"shadow"`
-	Scope       string   `json:"scope"`
-	// Disabled is only ever set by DocumentVersion; omitempty keeps the
-	// encoding of active rules, and so every Version, as it was.
-	Disabled bool `json:"disabled,omitempty"`
-	// Behaviour (opted in), likewise only written when set.
-	Behaviour bool `json:"behaviour,omitempty"`
-	// Metrics (its own rule label), likewise.
-	Metrics bool `json:"metrics,omitempty"`
-	// Escapes (bypass, overrides, limit header, penalty), likewise.
-	Escapes *canonicalEscapes `json:"escapes,omitempty"`
-	// Accuracy and Tolerance, likewise only written for a leased rule.
-	Accuracy  string  `json:"accuracy,omitempty"`
-	Tolerance float64 `json:"tolerance,omitempty"`
+// The version encoding is a JSON object per rule, written from the rule
+// field table (the yaml tags of Rule), in its order: each field by its yaml
+// name, durations as integer nanoseconds under name+"_ns". The hash struct
+// tag says where a field departs from that:
+//
+//   - always: written even when empty. Only the fields of the first schema
+//     have it; every later field is written only when set, so that adding
+//     one leaves the version of every existing document as it was.
+//   - inline: a section whose fields are written as the rule's own (match).
+//   - capacity: written as "capacity", the effective capacity of a bucket
+//     (burst 0 and burst == limit hash alike).
+//   - escapes: written inside one "escapes" object, present when any of
+//     its fields is set, where every field is written, every string
+//     Go-quoted, the lists of a section sorted and left out when empty, and
+//     list entries (overrides) sorted.
+//
+// Strings of lists are Go-quoted (strconv.Quote: path prefixes and query
+// names may hold bytes that are not UTF-8, which JSON would fold into
+// U+FFFD and so make different rules hash alike). TestVersionEncodingLikeJSON
+// holds the encoding to encoding/json over a struct spelling the fields out,
+// and TestVersionPinned holds the versions of known documents.
+
+// hashField is one field of the version encoding.
+type hashField struct {
+	key      string // `,"name":`
+	index    []int  // in Rule
+	always   bool
+	capacity bool
+	escapes  []hashField // the "escapes" object: its fields
 }
 
-// canonicalEscapes are a rule's escapes as Version hashes them: lists
-// sorted, strings Go-quoted like the other lists, overrides by key.
-type canonicalEscapes struct {
-	Bypass      Bypass              `json:"bypass"`
-	Overrides   []canonicalOverride `json:"overrides"`
-	LimitHeader string              `json:"limit_header"`
-	PenaltyNS   int64               `json:"penalty_ns"`
-	CountIf     CountIf             `json:"count_if"`
-	CostHeader  string              `json:"cost_header"`
-	MaxCost     int64               `json:"max_cost"`
-}
-
-type canonicalOverride struct {
-	Key   []string `json:"key"`
-	Limit int64    `json:"limit"`
-	Burst int64    `json:"burst"`
-}
-
-// escapesOf is r's canonicalEscapes, nil when it has none (its version
-// is then what it was before escapes existed).
-func escapesOf(r *Rule) *canonicalEscapes {
-	if r.Bypass.empty() && r.Bypass.APIKeyHeader == "" && len(r.Overrides) == 0 && r.LimitHeader == "" && r.Penalty == 0 &&
-		!r.AfterResponse() && r.MaxCost == 0 {
-		return nil
-	}
-	quote := func(l []string) []string {
-		out := make([]string, len(l))
-		for i, v := range l {
-			out[i] = strconv.Quote(v)
+// hashFields is the version encoding of a rule, built from the field table.
+var hashFields = sync.OnceValue(func() []hashField {
+	var out []hashField
+	esc := -1 // the "escapes" object's position in out
+	for _, f := range fieldsOf(ruleType).list {
+		sf := ruleType.Field(f.index)
+		opts := strings.Split(sf.Tag.Get("hash"), ",")
+		h := hashField{key: `,"` + hashName(f.name, sf.Type) + `":`, index: sf.Index, always: slices.Contains(opts, "always")}
+		switch {
+		case slices.Contains(opts, "inline"):
+			for _, g := range fieldsOf(sf.Type).list {
+				gf := sf.Type.Field(g.index)
+				out = append(out, hashField{key: `,"` + hashName(g.name, gf.Type) + `":`, index: []int{f.index, g.index}, always: h.always})
+			}
+			continue
+		case slices.Contains(opts, "capacity"):
+			h.key, h.capacity = `,"capacity":`, true
+		case slices.Contains(opts, "escapes"):
+			if esc < 0 {
+				esc = len(out)
+				out = append(out, hashField{key: `,"escapes":`})
+			}
+			out[esc].escapes = append(out[esc].escapes, h)
+			continue
 		}
-		slices.Sort(out)
-		return out
+		out = append(out, h)
 	}
-	e := &canonicalEscapes{
-		Bypass: Bypass{
-			CIDRs: quote(r.Bypass.CIDRs), Hosts: quote(r.Bypass.Hosts), PathPrefix: quote(r.Bypass.PathPrefix),
-			APIKeyHeader: strconv.Quote(r.Bypass.APIKeyHeader), APIKeySHA256: quote(r.Bypass.APIKeySHA256),
-		},
-		Overrides:   make([]canonicalOverride, len(r.Overrides)),
-		LimitHeader: strconv.Quote(r.LimitHeader),
-		PenaltyNS:   int64(r.Penalty),
-		CountIf:     CountIf{Status: quote(r.CountIf.Status), Header: strconv.Quote(r.CountIf.Header)},
-		CostHeader:  strconv.Quote(r.CostHeader),
-		MaxCost:     r.MaxCost,
+	out[0].key = out[0].key[1:] // the first field follows "{"
+	return out
+})
+
+var durationType = reflect.TypeFor[Duration]()
+
+// hashName is the name a field is hashed under: durations in nanoseconds.
+func hashName(name string, t reflect.Type) string {
+	if t == durationType {
+		return name + "_ns"
 	}
-	for i, o := range r.Overrides {
-		key := make([]string, len(o.Key))
-		for j, v := range o.Key {
-			key[j] = strconv.Quote(v)
-		}
-		e.Overrides[i] = canonicalOverride{Key: key, Limit: o.Limit, Burst: o.Burst}
-	}
-	slices.SortFunc(e.Overrides, func(a, b canonicalOverride) int {
-		return cmp.Or(slices.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit), cmp.Compare(a.Burst, b.Burst))
-	})
-	return e
+	return name
 }
 
 // versionOfNormalized is Version of an already normalized document.
 func versionOfNormalized(d *Document) string { return canonicalVersion(d, false) }
 
 func canonicalVersion(d *Document, withDisabled bool) string {
-	rules := canonicalRules(d, withDisabled)
+	rules := hashedRules(d, withDisabled)
 	h := sha256.New()
 	buf := make([]byte, 0, 64<<10)
 	buf = append(buf, `{"schema":`...)
 	buf = strconv.AppendInt(buf, SchemaVersion, 10)
 	buf = append(buf, `,"rules":[`...)
 	var scratch []byte
-	for i := range rules {
+	fields := hashFields()
+	for i, r := range rules {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf, scratch = rules[i].appendJSON(buf, scratch)
+		if r.Disabled {
+			// A disabled rule is its id alone; its other fields hash
+			// empty (lists as null).
+			r = &Rule{ID: r.ID, Disabled: true}
+		}
+		buf, scratch = appendRuleJSON(buf, scratch, fields, r)
 		if len(buf) > 32<<10 {
 			h.Write(buf)
 			buf = buf[:0]
@@ -169,136 +156,199 @@ func canonicalVersion(d *Document, withDisabled bool) string {
 	return hex.EncodeToString(h.Sum(nil))[:versionLen]
 }
 
-// canonicalRules are the rules Version hashes, sorted by id (stable, so an
-// invalid document with a repeated id still hashes one way). The lists hold
-// the strings as written in the document; they are quoted as encoded.
-func canonicalRules(d *Document, withDisabled bool) []canonicalRule {
-	rules := make([]canonicalRule, 0, len(d.Rules))
-	for _, r := range d.Rules {
-		if r.Disabled {
-			if withDisabled {
-				rules = append(rules, canonicalRule{ID: r.ID, Disabled: true})
-			}
-			continue
+// hashedRules are the rules Version hashes, sorted by id (stable, so an
+// invalid document with a repeated id still hashes one way).
+func hashedRules(d *Document, withDisabled bool) []*Rule {
+	rules := make([]*Rule, 0, len(d.Rules))
+	for i := range d.Rules {
+		if !d.Rules[i].Disabled || withDisabled {
+			rules = append(rules, &d.Rules[i])
 		}
-		c := canonicalRule{
-			ID:          r.ID,
-			Hosts:       nonNil(r.Match.Hosts),
-			PathPrefix:  nonNil(r.Match.PathPrefix),
-			Methods:     nonNil(r.Match.Methods),
-			Key:         nonNil(r.Key),
-			Algorithm:   string(r.Algorithm),
-			Limit:       r.Limit,
-			WindowNS:    int64(r.Window),
-			Cost:        r.Cost,
-			MinInterval: int64(r.MinInterval),
-			Shadow:      r.Shadow,
-			Scope:       string(r.Scope),
-			Behaviour:   r.Behaviour,
-			Metrics:     r.Metrics,
-			Escapes:     escapesOf(&r),
-			Accuracy:    string(r.Accuracy),
-			Tolerance:   r.Tolerance,
-		}
-		if l := r.limit(); l.Algorithm.Valid() && l.Algorithm.Spec().Burst {
-			c.Capacity = l.Capacity()
-		} else {
-			c.Capacity = r.Burst // 0 when valid; kept so invalid input still hashes distinctly
-		}
-		rules = append(rules, c)
 	}
-	if !slices.IsSortedFunc(rules, func(a, b canonicalRule) int { return cmp.Compare(a.ID, b.ID) }) {
-		// Sort positions, not the structs: far fewer bytes to move.
-		order := make([]int32, len(rules))
-		for i := range order {
-			order[i] = int32(i)
-		}
-		slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(rules[a].ID, rules[b].ID) })
-		sorted := make([]canonicalRule, len(rules))
-		for i, j := range order {
-			sorted[i] = rules[j]
-		}
-		rules = sorted
-	}
+	slices.SortStableFunc(rules, func(a, b *Rule) int { return cmp.Compare(a.ID, b.ID) })
 	return rules
 }
 
-// nonNil is s, or an empty list for nil: active rules encode their lists
-// as arrays, never null.
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
-// appendJSON appends c as encoding/json encodes it (with the list strings
-// quoted); scratch is reused for quoting.
-func (c *canonicalRule) appendJSON(buf, scratch []byte) ([]byte, []byte) {
-	buf = append(buf, `{"id":`...)
-	buf = appendJSONString(buf, c.ID)
-	for _, l := range []struct {
-		name string
-		list []string
-	}{{`,"hosts":`, c.Hosts}, {`,"path_prefix":`, c.PathPrefix}, {`,"methods":`, c.Methods}, {`,"key":`, c.Key}} {
-		buf = append(buf, l.name...)
-		if l.list == nil {
-			buf = append(buf, "null"...)
+// appendRuleJSON appends the version encoding of r; scratch is reused for
+// quoting.
+func appendRuleJSON(buf, scratch []byte, fields []hashField, r *Rule) ([]byte, []byte) {
+	v := reflect.ValueOf(r).Elem()
+	buf = append(buf, '{')
+	for i := range fields {
+		f := &fields[i]
+		switch {
+		case f.escapes != nil:
+			buf, scratch = appendEscapes(buf, scratch, f, v)
+			continue
+		case f.capacity:
+			buf = append(buf, f.key...)
+			c := r.Burst // 0 when valid; kept so invalid input still hashes distinctly
+			if l := r.limit(); l.Algorithm.Valid() && l.Algorithm.Spec().Burst {
+				c = l.Capacity()
+			}
+			buf = strconv.AppendInt(buf, c, 10)
 			continue
 		}
-		buf = append(buf, '[')
-		for i, v := range l.list {
-			if i > 0 {
-				buf = append(buf, ',')
-			}
-			if plainASCII(v) {
-				// strconv.Quote leaves v as it is and encoding/json
-				// escapes the two quotes it adds.
-				buf = append(buf, `"\"`...)
-				buf = append(buf, v...)
-				buf = append(buf, `\""`...)
+		fv := v.FieldByIndex(f.index)
+		if !f.always && empty(fv) {
+			continue
+		}
+		buf = append(buf, f.key...)
+		switch fv.Kind() {
+		case reflect.String:
+			buf = appendJSONString(buf, fv.String())
+		case reflect.Slice:
+			if fv.IsNil() && r.Disabled {
+				buf = append(buf, "null"...)
 				continue
 			}
-			scratch = strconv.AppendQuote(scratch[:0], v)
-			buf = appendJSONString(buf, string(scratch))
+			buf, scratch = appendQuotedList(buf, scratch, fv)
+		case reflect.Int64:
+			buf = strconv.AppendInt(buf, fv.Int(), 10)
+		case reflect.Bool:
+			buf = strconv.AppendBool(buf, fv.Bool())
+		case reflect.Float64:
+			buf = appendJSONFloat(buf, fv.Float())
+		default:
+			panic("rules: no version encoding for field " + f.key + " of kind " + fv.Kind().String())
 		}
-		buf = append(buf, ']')
-	}
-	buf = append(buf, `,"algorithm":`...)
-	buf = appendJSONString(buf, c.Algorithm)
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{{`,"limit":`, c.Limit}, {`,"window_ns":`, c.WindowNS}, {`,"capacity":`, c.Capacity}, {`,"cost":`, c.Cost}, {`,"min_interval_ns":`, c.MinInterval}} {
-		buf = append(buf, f.name...)
-		buf = strconv.AppendInt(buf, f.v, 10)
-	}
-	buf = append(buf, `,"shadow":`...)
-	buf = strconv.AppendBool(buf, c.Shadow)
-	buf = append(buf, `,"scope":`...)
-	buf = appendJSONString(buf, c.Scope)
-	if c.Disabled {
-		buf = append(buf, `,"disabled":true`...)
-	}
-	if c.Behaviour {
-		buf = append(buf, `,"behaviour":true`...)
-	}
-	if c.Metrics {
-		buf = append(buf, `,"metrics":true`...)
-	}
-	if c.Escapes != nil {
-		e, _ := json.Marshal(c.Escapes) // strings and ints: cannot fail
-		buf = append(append(buf, `,"escapes":`...), e...)
-	}
-	if c.Accuracy != "" {
-		buf = append(buf, `,"accuracy":`...)
-		buf = appendJSONString(buf, c.Accuracy)
-	}
-	if c.Tolerance != 0 {
-		buf = append(buf, `,"tolerance":`...)
-		buf = appendJSONFloat(buf, c.Tolerance)
 	}
 	return append(buf, '}'), scratch
+}
+
+// appendQuotedList appends the []string l as a JSON list of Go-quoted
+// strings (read through reflect: converting it to a []string allocates).
+func appendQuotedList(buf, scratch []byte, l reflect.Value) ([]byte, []byte) {
+	buf = append(buf, '[')
+	for i := range l.Len() {
+		s := l.Index(i).String()
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		if plainASCII(s) {
+			// strconv.Quote leaves s as it is and JSON escapes
+			// the two quotes it adds.
+			buf = append(buf, `"\"`...)
+			buf = append(buf, s...)
+			buf = append(buf, `\""`...)
+			continue
+		}
+		scratch = strconv.AppendQuote(scratch[:0], s)
+		buf = appendJSONString(buf, string(scratch))
+	}
+	return append(buf, ']'), scratch
+}
+
+// appendEscapes appends the "escapes" object of rule v, if any of its
+// fields is set.
+func appendEscapes(buf, scratch []byte, f *hashField, v reflect.Value) ([]byte, []byte) {
+	set := false
+	for _, e := range f.escapes {
+		set = set || !empty(v.FieldByIndex(e.index))
+	}
+	if !set {
+		return buf, scratch
+	}
+	buf = append(buf, f.key...)
+	buf = append(buf, '{')
+	for i, e := range f.escapes {
+		key := e.key
+		if i == 0 {
+			key = key[1:]
+		}
+		buf = append(buf, key...)
+		buf = appendSectionValue(buf, v.FieldByIndex(e.index), true)
+	}
+	return append(buf, '}'), scratch
+}
+
+// appendSectionValue appends v as the escapes object holds it: strings
+// Go-quoted, lists of strings Go-quoted and, when sorted is set (a
+// section's lists are sets; an override's key is positional), sorted;
+// sections as objects without their empty lists; lists of entries sorted.
+func appendSectionValue(buf []byte, v reflect.Value, sorted bool) []byte {
+	switch v.Kind() {
+	case reflect.String:
+		return appendJSONString(buf, strconv.Quote(v.String()))
+	case reflect.Int64:
+		return strconv.AppendInt(buf, v.Int(), 10)
+	case reflect.Struct: // a section
+		buf = append(buf, '{')
+		first := true
+		for _, g := range fieldsOf(v.Type()).list {
+			gv := v.Field(g.index)
+			if gv.Kind() == reflect.Slice && gv.Len() == 0 {
+				continue
+			}
+			if !first {
+				buf = append(buf, ',')
+			}
+			first = false
+			buf = appendJSONString(buf, g.name)
+			buf = append(buf, ':')
+			buf = appendSectionValue(buf, gv, sorted)
+		}
+		return append(buf, '}')
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.String {
+			l := quoteAll(v.Interface().([]string))
+			if sorted {
+				slices.Sort(l)
+			}
+			enc, _ := json.Marshal(l) // strings: cannot fail
+			return append(buf, enc...)
+		}
+		return appendEntries(buf, v)
+	}
+	panic("rules: no version encoding for a section value of kind " + v.Kind().String())
+}
+
+// appendEntries appends a list of entries (overrides): each with every
+// field, lists in their order, the entries sorted field by field.
+func appendEntries(buf []byte, v reflect.Value) []byte {
+	order := make([]int, v.Len())
+	for i := range order {
+		order[i] = i
+	}
+	fields := fieldsOf(v.Type().Elem()).list
+	slices.SortFunc(order, func(a, b int) int {
+		for _, g := range fields {
+			x, y := v.Index(a).Field(g.index), v.Index(b).Field(g.index)
+			var c int
+			if x.Kind() == reflect.Slice {
+				c = slices.Compare(quoteAll(x.Interface().([]string)), quoteAll(y.Interface().([]string)))
+			} else {
+				c = cmp.Compare(x.Int(), y.Int())
+			}
+			if c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	buf = append(buf, '[')
+	for i, j := range order {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		e := v.Index(j)
+		for k, g := range fields {
+			buf = append(buf, "{,"[min(k, 1)])
+			buf = appendJSONString(buf, g.name)
+			buf = append(buf, ':')
+			buf = appendSectionValue(buf, e.Field(g.index), false)
+		}
+		buf = append(buf, '}')
+	}
+	return append(buf, ']')
+}
+
+func quoteAll(l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }
 
 // plainASCII reports whether s is printable ASCII that neither
