@@ -15,10 +15,6 @@ func (e *Edge) identifyStage(sc *scratch) string {
 	sc.path = rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
 	sc.client = clientAddr(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
 	sc.bh = e.bh.begin(sc.client, sc.trusted, &sc.headers, sc.path, ctx.Conn())
-	cls := e.shed.Classifier()
-	sc.tier = e.bh.tier(&sc.bh, cls.Classify(b2s(ctx.Method()), sc.path, sc.header, sc.trusted))
-	if !sc.trusted {
-		dropTierHeaders(&ctx.Request.Header, cls)
-	}
+	sc.tier = e.bh.tier(&sc.bh, e.shed.Classify(b2s(ctx.Method()), sc.path, sc.header, sc.trusted))
 	return e.next(sc)
 }

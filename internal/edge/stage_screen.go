@@ -89,7 +89,9 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) bool {
 		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
 		return false
 	}
-	e.headerScreen.apply(&ctx.Request.Header, trusted)
+	var tier [2]string
+	tier[0], tier[1] = e.shed.Classifier().TrustedHeaders()
+	e.headerScreen.apply(&ctx.Request.Header, trusted, tier)
 	return true
 }
 

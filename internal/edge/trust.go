@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // The trust model, decided here and nowhere else.
@@ -30,9 +29,10 @@ import (
 //     (shedder settings refuse a critical rule that untrusted requests
 //     could match);
 //   - behaviour identity is the address, never a key the client chose;
-//   - the shedder's priority and test-mode headers are removed after
-//     classification (dropTierHeaders), so what the origin or a further
-//     edge trusting this one receives is never the client's own claim.
+//   - the shedder's priority and test-mode headers (the names the live
+//     settings give) are removed with the spoofable fields, so what the
+//     origin or a further edge trusting this one receives is never the
+//     client's own claim.
 //
 // From every peer, header names with an underscore are dropped unless
 // --allow-underscores-in-headers (CGI, WSGI and Rack origins read
@@ -137,12 +137,17 @@ type headerScreen struct {
 
 // apply removes what the peer may not send and reports how many fields it
 // removed.
-func (s headerScreen) apply(h *fasthttp.RequestHeader, trusted bool) int {
+//
+// tier names the shedder's priority and test-mode headers (the live
+// classifier's; empty names are off): this edge ignores an untrusted
+// peer's, and passing them on would let a client promote itself at a
+// further edge that trusts this one (a shield tier, say).
+func (s headerScreen) apply(h *fasthttp.RequestHeader, trusted bool, tier [2]string) int {
 	var drop [8][]byte // names to delete, copied: deleting moves the header's own bytes
 	var more [][]byte
 	n := 0
 	for k := range h.All() {
-		if s.keep(k, trusted) {
+		if s.keep(k, trusted, tier) {
 			continue
 		}
 		name := append([]byte(nil), k...)
@@ -163,11 +168,19 @@ func (s headerScreen) apply(h *fasthttp.RequestHeader, trusted bool) int {
 }
 
 // keep reports whether the field named k may reach the rules and the origin.
-func (s headerScreen) keep(k []byte, trusted bool) bool {
+func (s headerScreen) keep(k []byte, trusted bool, tier [2]string) bool {
 	if !s.allowUnderscores && bytes.IndexByte(k, '_') >= 0 {
 		return false
 	}
-	if trusted || len(k) > maxSpoofable {
+	if trusted {
+		return true
+	}
+	for _, name := range tier {
+		if name != "" && len(k) == len(name) && strings.EqualFold(b2s(k), name) {
+			return false
+		}
+	}
+	if len(k) > maxSpoofable {
 		return true
 	}
 	var lower [maxSpoofable]byte
@@ -179,17 +192,4 @@ func (s headerScreen) keep(k []byte, trusted bool) bool {
 	}
 	_, bad := spoofable[string(lower[:len(k)])]
 	return !bad
-}
-
-// dropTierHeaders removes the priority and test-mode fields (the live
-// shedder settings name them) from an untrusted peer's request: this edge
-// ignored them, and passing them on would let a client promote itself at a
-// further edge that trusts this one (a shield tier, say).
-func dropTierHeaders(h *fasthttp.RequestHeader, cls *shedder.Classifier) {
-	priority, testMode := cls.TrustedHeaders()
-	for _, name := range [2]string{priority, testMode} {
-		if name != "" {
-			h.Del(name)
-		}
-	}
 }
