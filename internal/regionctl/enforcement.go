@@ -144,17 +144,7 @@ func (a *app) enforcementRollback(args []string) error {
 		return err
 	}
 	key := s.layout.Enforcement(r)
-	var target *region.Entry
-	for i := range hist {
-		e := &hist[i]
-		if e.Key != key {
-			continue
-		}
-		if to != "" && (e.Version == to || e.Seq == to) || to == "" && e.Document != string(raw) {
-			target = e
-			break
-		}
-	}
+	target := rollbackTarget(hist, key, to, func(doc string) bool { return doc == string(raw) })
 	if target == nil {
 		if to != "" {
 			return fmt.Errorf("no enforcement switch with version %q in the history of %s (see rules history --region %s --kind enforcement)", to, r, r)

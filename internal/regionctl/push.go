@@ -388,17 +388,7 @@ func (a *app) rulesRollback(args []string) error {
 	if err != nil {
 		return err
 	}
-	var target *region.Entry
-	for i := range hist {
-		e := &hist[i]
-		if e.Key != key {
-			continue
-		}
-		if to != "" && (e.Version == to || e.Seq == to) || to == "" && !region.SameDocument(e.Document, cur) {
-			target = e
-			break
-		}
-	}
+	target := rollbackTarget(hist, key, to, func(doc string) bool { return region.SameDocument(doc, cur) })
 	if target == nil {
 		if to != "" {
 			return fmt.Errorf("no %s with version %q in the history of %s (see rules history --region %s)", d.what(), to, d.region, d.region)
@@ -422,4 +412,20 @@ func (a *app) rulesRollback(args []string) error {
 	verb := fmt.Sprintf("rolled the %s document back to %s (pushed %s by %s)",
 		docName(d), target.Seq, target.Time.UTC().Format(time.RFC3339), dash(target.Author))
 	return a.pushAll(s, []docFlags{d}, data, version, *m, sf, "history entry "+target.Seq, false, verb)
+}
+
+// rollbackTarget is the history entry of key a rollback restores: the one
+// named by to (a version or a history seq), or with no to the newest whose
+// document differs from what is stored (isCurrent). Nil: none.
+func rollbackTarget(hist []region.Entry, key, to string, isCurrent func(doc string) bool) *region.Entry {
+	for i := range hist {
+		e := &hist[i]
+		if e.Key != key {
+			continue
+		}
+		if to != "" && (e.Version == to || e.Seq == to) || to == "" && !isCurrent(e.Document) {
+			return e
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package regionctl
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -125,7 +126,8 @@ func (p rlsPlan) result() map[string]any {
 
 // applyRLS plans ch in every region of targets and writes it. what names
 // the change in messages ("rls push", say).
-func (a *app) applyRLS(s *session, targets []string, ch rlsChange, merge bool, m meta, dryRun, yes bool, what string) error {
+func (a *app) applyRLS(s *session, targets []string, ch rlsChange, w *rlsWrite, what string) error {
+	merge, m, dryRun, yes := w.merge, *w.meta, w.dryRun, w.yes
 	plans := make([]rlsPlan, len(targets))
 	var invalid []map[string]any
 	for i, r := range targets {
@@ -310,24 +312,18 @@ func (a *app) rlsPush(args []string) error {
 	var all bool
 	regionVar(fs, &r)
 	fs.BoolVar(&all, "all", false, "write the FILEs into every region, one by one")
-	merge := fs.Bool("merge-domains", false, "documents of one domain are merged, as the edges' --rls-merge-domains does (else refused)")
-	m := a.metaFlags(fs)
-	var dryRun, yes bool
-	fs.BoolVar(&dryRun, "dry-run", false, "show what would change and write nothing")
-	fs.BoolVar(&yes, "yes", false, "do not ask for confirmation on a terminal")
+	w := a.rlsWriteFlags(fs)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(pos) == 0:
+	if len(pos) == 0 {
 		return usagef("rls push takes one or more FILEs or DIRs")
-	case all && r != "":
-		return usagef("--all and --region exclude each other")
-	case !all && r == "":
-		return usagef("rls push needs --region R (or --all for every region)")
 	}
-	if err := a.fillMeta(m); err != nil {
+	if err := regionOrAll("rls push", r, all); err != nil {
+		return err
+	}
+	if err := a.fillMeta(w.meta); err != nil {
 		return err
 	}
 	files, err := rlsFiles(pos)
@@ -364,7 +360,7 @@ func (a *app) rlsPush(args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.applyRLS(s, targets, ch, *merge, *m, dryRun, yes, "rls push")
+	return a.applyRLS(s, targets, ch, w, "rls push")
 }
 
 // rls rm (--region R | --all) [--merge-domains] NAME...
@@ -376,29 +372,23 @@ func (a *app) rlsRm(args []string) error {
 	var all bool
 	regionVar(fs, &r)
 	fs.BoolVar(&all, "all", false, "remove the NAMEs from every region, one by one (each region must hold them)")
-	merge := fs.Bool("merge-domains", false, "documents of one domain are merged, as the edges' --rls-merge-domains does (else refused)")
-	m := a.metaFlags(fs)
-	var dryRun, yes bool
-	fs.BoolVar(&dryRun, "dry-run", false, "show what would change and write nothing")
-	fs.BoolVar(&yes, "yes", false, "do not ask for confirmation on a terminal")
+	w := a.rlsWriteFlags(fs)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(pos) == 0:
+	if len(pos) == 0 {
 		return usagef("rls rm takes one or more document NAMEs (see rls get)")
-	case all && r != "":
-		return usagef("--all and --region exclude each other")
-	case !all && r == "":
-		return usagef("rls rm needs --region R (or --all for every region)")
+	}
+	if err := regionOrAll("rls rm", r, all); err != nil {
+		return err
 	}
 	for _, n := range pos {
 		if n == "" || strings.Contains(n, "/") {
 			return usagef("%q is not a document name (the part of the key after rls/R/)", n)
 		}
 	}
-	if err := a.fillMeta(m); err != nil {
+	if err := a.fillMeta(w.meta); err != nil {
 		return err
 	}
 	s, err := a.connect()
@@ -410,7 +400,7 @@ func (a *app) rlsRm(args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.applyRLS(s, targets, rlsChange{remove: slices.Compact(slices.Sorted(slices.Values(pos)))}, *merge, *m, dryRun, yes, "rls rm")
+	return a.applyRLS(s, targets, rlsChange{remove: slices.Compact(slices.Sorted(slices.Values(pos)))}, w, "rls rm")
 }
 
 // rls rollback --region R [--to VERSION] NAME
@@ -421,11 +411,7 @@ func (a *app) rlsRollback(args []string) error {
 	var r, to string
 	regionVar(fs, &r)
 	fs.StringVar(&to, "to", "", "document `version` (or history seq) to restore; default: the previous one")
-	merge := fs.Bool("merge-domains", false, "documents of one domain are merged, as the edges' --rls-merge-domains does (else refused)")
-	m := a.metaFlags(fs)
-	var dryRun, yes bool
-	fs.BoolVar(&dryRun, "dry-run", false, "show what would change and write nothing")
-	fs.BoolVar(&yes, "yes", false, "do not ask for confirmation on a terminal")
+	w := a.rlsWriteFlags(fs)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -434,7 +420,7 @@ func (a *app) rlsRollback(args []string) error {
 		return usagef("rls rollback takes one document NAME")
 	}
 	name := pos[0]
-	if err := a.fillMeta(m); err != nil {
+	if err := a.fillMeta(w.meta); err != nil {
 		return err
 	}
 	s, err := a.connectRegion(r)
@@ -451,17 +437,7 @@ func (a *app) rlsRollback(args []string) error {
 		return err
 	}
 	key := s.layout.RLSDoc(r, name)
-	var target *region.Entry
-	for i := range hist {
-		e := &hist[i]
-		if e.Key != key {
-			continue
-		}
-		if to != "" && (e.Version == to || e.Seq == to) || to == "" && e.Document != string(cur) {
-			target = e
-			break
-		}
-	}
+	target := rollbackTarget(hist, key, to, func(doc string) bool { return doc == string(cur) })
 	if target == nil {
 		if to != "" {
 			return fmt.Errorf("no version %q of %s in the history of %s (see rules history --region %s --kind rls)", to, key, r, r)
@@ -474,11 +450,11 @@ func (a *app) rlsRollback(args []string) error {
 		ch, restored = rlsChange{remove: []string{name}}, "absent"
 	}
 	msg := fmt.Sprintf("rollback to %s (history %s, pushed %s by %s)", restored, target.Seq, target.Time.UTC().Format(time.RFC3339), dash(target.Author))
-	if m.message != "" {
-		msg += ": " + m.message
+	if w.meta.message != "" {
+		msg += ": " + w.meta.message
 	}
-	m.message = msg
-	return a.applyRLS(s, []string{r}, ch, *merge, *m, dryRun, yes, "rls rollback")
+	w.meta.message = msg
+	return a.applyRLS(s, []string{r}, ch, w, "rls rollback")
 }
 
 // rls get --region R [NAME]
@@ -537,6 +513,32 @@ func (a *app) rlsGet(args []string) error {
 		if !strings.HasSuffix(string(data), "\n") {
 			a.printf("\n")
 		}
+	}
+	return nil
+}
+
+// rlsWrite are the flags of every rls command that writes.
+type rlsWrite struct {
+	merge, dryRun, yes bool
+	meta               *meta
+}
+
+func (a *app) rlsWriteFlags(fs *flag.FlagSet) *rlsWrite {
+	w := &rlsWrite{}
+	fs.BoolVar(&w.merge, "merge-domains", false, "documents of one domain are merged, as the edges' --rls-merge-domains does (else refused)")
+	w.meta = a.metaFlags(fs)
+	fs.BoolVar(&w.dryRun, "dry-run", false, "show what would change and write nothing")
+	fs.BoolVar(&w.yes, "yes", false, "do not ask for confirmation on a terminal")
+	return w
+}
+
+// regionOrAll checks that cmd got exactly one of --region R and --all.
+func regionOrAll(cmd, r string, all bool) error {
+	switch {
+	case all && r != "":
+		return usagef("--all and --region exclude each other")
+	case !all && r == "":
+		return usagef("%s needs --region R (or --all for every region)", cmd)
 	}
 	return nil
 }
