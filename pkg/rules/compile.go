@@ -333,15 +333,10 @@ func (s *Snapshot) Rules() []CompiledRule {
 	if s == nil {
 		return nil
 	}
-	out := make([]CompiledRule, len(s.rules))
-	for i, r := range s.rules {
-		r.Key = cloneStrings(r.Key)
-		r.Hosts = cloneStrings(r.Hosts)
-		r.PathPrefix = cloneStrings(r.PathPrefix)
-		r.Methods = cloneStrings(r.Methods)
-		r.Bypass = r.Bypass.clone()
-		r.CountIf.Status = cloneStrings(r.CountIf.Status)
-		out[i] = r
+	out := slices.Clone(s.rules)
+	lists := deepCopies(reflect.TypeFor[CompiledRule]())
+	for i := range out {
+		copyLists(reflect.ValueOf(&out[i]).Elem(), lists)
 	}
 	return out
 }

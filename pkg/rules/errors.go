@@ -54,7 +54,7 @@ func (e *FieldError) problem() string {
 	case e.RuleID != "":
 		s = fmt.Sprintf("rule %q: ", e.RuleID)
 	default:
-		s = fmt.Sprintf("rules[%d]: ", e.Index)
+		s = fmt.Sprintf("%s[%d]: ", rulesField(), e.Index)
 	}
 	if e.Field != "" {
 		s += e.Field + ": "
@@ -90,6 +90,7 @@ func FieldErrors(err error) []*FieldError {
 
 // problems collects FieldErrors for one rule.
 type problems struct {
+	rule  *Rule
 	id    string
 	index int
 	errs  []error

@@ -34,7 +34,7 @@ func (r *Rule) validateEscapes(p *problems) {
 	r.validateOverrides(p)
 	if r.LimitHeader != "" {
 		if !isToken(r.LimitHeader) {
-			p.addf("limit_header", "%q: want a header name (an HTTP token)", r.LimitHeader)
+			p.addf(r.name(&r.LimitHeader), "%q: want a header name (an HTTP token)", r.LimitHeader)
 		} else {
 			r.LimitHeader = canonicalHeader(r.LimitHeader)
 		}
@@ -42,30 +42,31 @@ func (r *Rule) validateEscapes(p *problems) {
 	switch d := r.Penalty.D(); {
 	case d == 0:
 	case d < MinPenalty || d > MaxPenalty:
-		p.addf("penalty", "must be between %s and %s (got %s)", MinPenalty, MaxPenalty, d)
+		p.addf(r.name(&r.Penalty), "must be between %s and %s (got %s)", MinPenalty, MaxPenalty, d)
 	case d%time.Second != 0:
-		p.addf("penalty", "must be whole seconds, as Retry-After is (got %s)", d)
+		p.addf(r.name(&r.Penalty), "must be whole seconds, as Retry-After is (got %s)", d)
 	case r.Shadow:
-		p.addf("penalty", "a shadow rule never denies, so it cannot penalise")
+		p.addf(r.name(&r.Penalty), "a shadow rule never denies, so it cannot penalise")
 	}
 }
 
 func (r *Rule) validateBypass(p *problems) {
 	b := &r.Bypass
-	normalizeList(p, "bypass.cidrs", b.CIDRs, normalizeCIDR)
-	normalizeList(p, "bypass.hosts", b.Hosts, normalizeHostPattern)
-	normalizeList(p, "bypass.path_prefix", b.PathPrefix, normalizePrefix)
-	normalizeList(p, "bypass.api_key_sha256", b.APIKeySHA256, normalizeKeyHash)
+	normalizeList(p, &b.CIDRs, normalizeCIDR)
+	normalizeList(p, &b.Hosts, normalizeHostPattern)
+	normalizeList(p, &b.PathPrefix, normalizePrefix)
+	normalizeList(p, &b.APIKeySHA256, normalizeKeyHash)
+	// A message names the other field as the section spells it.
 	switch {
 	case b.APIKeyHeader != "" && !isToken(b.APIKeyHeader):
-		p.addf("bypass.api_key_header", "%q: want a header name (an HTTP token)", b.APIKeyHeader)
+		p.addf(r.name(&b.APIKeyHeader), "%q: want a header name (an HTTP token)", b.APIKeyHeader)
 	case b.APIKeyHeader != "":
 		b.APIKeyHeader = canonicalHeader(b.APIKeyHeader)
 		if len(b.APIKeySHA256) == 0 {
-			p.addf("bypass.api_key_header", "needs api_key_sha256: the hashes of the keys that bypass")
+			p.addf(r.name(&b.APIKeyHeader), "needs %s: the hashes of the keys that bypass", nameIn(b, &b.APIKeySHA256))
 		}
 	case len(b.APIKeySHA256) > 0:
-		p.addf("bypass.api_key_sha256", "needs api_key_header: the header that carries the key")
+		p.addf(r.name(&b.APIKeySHA256), "needs %s: the header that carries the key", nameIn(b, &b.APIKeyHeader))
 	}
 	for _, l := range [][]string{b.CIDRs, b.Hosts, b.PathPrefix, b.APIKeySHA256} {
 		slices.Sort(l)
@@ -129,15 +130,16 @@ func (r *Rule) validateOverrides(p *problems) {
 	var sb strings.Builder
 	for i := range r.Overrides {
 		o := &r.Overrides[i]
-		field := fmt.Sprintf("overrides[%d]", i)
+		field := fmt.Sprintf("%s[%d]", r.name(&r.Overrides), i)
+		key := field + "." + nameIn(o, &o.Key)
 		if len(o.Key) != len(descs) {
-			p.addf(field+".key", "want %d value(s), one per descriptor of key %v (got %d)", len(descs), r.Key, len(o.Key))
+			p.addf(key, "want %d value(s), one per descriptor of %s %v (got %d)", len(descs), r.name(&r.Key), r.Key, len(o.Key))
 		} else {
 			ok := true
 			for j, v := range o.Key {
 				nv, err := normalizeKeyValue(descs[j], v)
 				if err != nil {
-					p.addf(fmt.Sprintf("%s.key[%d]", field, j), "%v", err)
+					p.addf(fmt.Sprintf("%s[%d]", key, j), "%v", err)
 					ok = false
 					continue
 				}
@@ -149,7 +151,7 @@ func (r *Rule) validateOverrides(p *problems) {
 					fmt.Fprintf(&sb, "%d:%s", len(v), v)
 				}
 				if j, dup := seen[sb.String()]; dup {
-					p.addf(field+".key", "duplicate (same as overrides[%d] after normalization)", j)
+					p.addf(key, "duplicate (same as %s[%d] after normalization)", r.name(&r.Overrides), j)
 				} else {
 					seen[sb.String()] = i
 				}
@@ -158,8 +160,11 @@ func (r *Rule) validateOverrides(p *problems) {
 		l := base
 		l.Limit, l.Burst = o.Limit, o.Burst
 		for _, pr := range l.Problems() {
-			if pr.Field == "limit" || pr.Field == "burst" {
-				p.addf(field+"."+pr.Field, "%s", pr.Msg)
+			switch r.limitField(pr.Field) {
+			case &r.Limit:
+				p.addf(field+"."+nameIn(o, &o.Limit), "%s", pr.Msg)
+			case &r.Burst:
+				p.addf(field+"."+nameIn(o, &o.Burst), "%s", pr.Msg)
 			}
 		}
 	}
@@ -192,14 +197,6 @@ func normalizeKeyValue(d descriptor, v string) (string, error) {
 		return NormalizePath(v), nil
 	}
 	return v, nil
-}
-
-func (b Bypass) clone() Bypass {
-	b.CIDRs = cloneStrings(b.CIDRs)
-	b.Hosts = cloneStrings(b.Hosts)
-	b.PathPrefix = cloneStrings(b.PathPrefix)
-	b.APIKeySHA256 = cloneStrings(b.APIKeySHA256)
-	return b
 }
 
 func (b Bypass) empty() bool {
@@ -356,36 +353,33 @@ func (r *Rule) AfterResponse() bool {
 func (r *Rule) validateResponse(p *problems) {
 	if !r.AfterResponse() {
 		if r.MaxCost != 0 {
-			p.addf("max_cost", "only with cost_header")
+			p.addf(r.name(&r.MaxCost), "only with %s", r.name(&r.CostHeader))
 		}
 		return
 	}
-	normalizeList(p, "count_if.status", r.CountIf.Status, normalizeStatus)
+	normalizeList(p, &r.CountIf.Status, normalizeStatus)
 	slices.Sort(r.CountIf.Status)
-	for _, h := range []struct {
-		field string
-		v     *string
-	}{{"count_if.header", &r.CountIf.Header}, {"cost_header", &r.CostHeader}} {
-		if *h.v == "" {
+	for _, h := range []*string{&r.CountIf.Header, &r.CostHeader} {
+		if *h == "" {
 			continue
 		}
-		if !isToken(*h.v) {
-			p.addf(h.field, "%q: want a header name (an HTTP token)", *h.v)
+		if !isToken(*h) {
+			p.addf(r.name(h), "%q: want a header name (an HTTP token)", *h)
 			continue
 		}
-		*h.v = canonicalHeader(*h.v)
+		*h = canonicalHeader(*h)
 	}
 	l := r.limit()
 	if l.Algorithm.Valid() && l.Algorithm.Spec().Held {
-		p.addf("count_if", "a %s rule holds a slot for the request's life; it cannot count after the response", r.Algorithm)
+		p.addf(r.name(&r.CountIf), "a %s rule holds a slot for the request's life; it cannot count after the response", r.Algorithm)
 	}
 	switch capacity := l.Capacity(); {
 	case r.MaxCost < 0:
-		p.addf("max_cost", "must be > 0 (got %d)", r.MaxCost)
+		p.addf(r.name(&r.MaxCost), "must be > 0 (got %d)", r.MaxCost)
 	case r.MaxCost > 0 && r.CostHeader == "":
-		p.addf("max_cost", "only with cost_header")
+		p.addf(r.name(&r.MaxCost), "only with %s", r.name(&r.CostHeader))
 	case r.MaxCost > 0 && capacity > 0 && r.MaxCost > capacity:
-		p.addf("max_cost", "must be <= the rule's capacity %d (got %d): a larger cost could never be admitted", capacity, r.MaxCost)
+		p.addf(r.name(&r.MaxCost), "must be <= the rule's capacity %d (got %d): a larger cost could never be admitted", capacity, r.MaxCost)
 	}
 }
 

@@ -163,8 +163,8 @@ func problemLine(data []byte, fe *FieldError) int {
 // a newer schema would otherwise surface as a confusing pile of
 // unknown-field errors.
 func checkVersion(root *yaml.Node) error {
-	fe := &FieldError{Index: -1, Field: "version", Line: root.Line, kind: ErrUnsupportedVersion}
-	v := resolve(mappingValue(root, "version"))
+	fe := &FieldError{Index: -1, Field: versionField(), Line: root.Line, kind: ErrUnsupportedVersion}
+	v := resolve(mappingValue(root, fe.Field))
 	if v == nil {
 		fe.Msg = fmt.Sprintf("required (want %d)", SchemaVersion)
 		return fmt.Errorf("rules: invalid document:\n%w", fe)
@@ -226,7 +226,7 @@ func within(field, path string) bool {
 func locate(root *yaml.Node, fe *FieldError) int {
 	n := root
 	if fe.Index >= 0 {
-		rules := resolve(mappingValue(root, "rules"))
+		rules := resolve(mappingValue(root, rulesField()))
 		if rules == nil || rules.Kind != yaml.SequenceNode || fe.Index >= len(rules.Content) {
 			return root.Line
 		}

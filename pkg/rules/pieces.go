@@ -115,9 +115,9 @@ func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
 func decodePiece(data []byte, c cut, first bool, p *piece) bool {
 	text := data[c.from:c.to]
 	if !first {
-		head := make([]byte, 0, c.line+len("rules:\n")+len(text))
+		head := make([]byte, 0, c.line+len(rulesField())+2+len(text))
 		head = append(head, bytes.Repeat([]byte("\n"), c.line-1)...)
-		head = append(head, "rules:\n"...)
+		head = append(append(head, rulesField()...), ":\n"...)
 		text = append(head, text...)
 	}
 	root, err := parseTree(text)
@@ -152,9 +152,9 @@ func splitRules(data []byte, count int) []cut {
 		return nil
 	}
 	lines := lineStarts(data)
-	start := -1
+	start, key := -1, rulesField()+":"
 	for i := range lines {
-		if string(bytes.TrimRight(lineAt(data, lines, i), " \r")) == "rules:" {
+		if string(bytes.TrimRight(lineAt(data, lines, i), " \r")) == key {
 			start = i
 			break
 		}
@@ -208,7 +208,7 @@ func splitRules(data []byte, count int) []cut {
 // if root has no such key, or more than one, or another value).
 func rulesOf(root *yaml.Node) (key, seq *yaml.Node) {
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		if root.Content[i].Value == "rules" {
+		if root.Content[i].Value == rulesField() {
 			if key != nil {
 				return nil, nil
 			}

@@ -33,7 +33,7 @@ func (d *Document) validate(parallel bool) error {
 	}
 	var errs []error
 	if d.Version != SchemaVersion {
-		errs = append(errs, &FieldError{Index: -1, Field: "version", Msg: fmt.Sprintf("unsupported %d (want %d)", d.Version, SchemaVersion)})
+		errs = append(errs, &FieldError{Index: -1, Field: versionField(), Msg: fmt.Sprintf("unsupported %d (want %d)", d.Version, SchemaVersion)})
 	}
 	if d.Behaviour != nil {
 		for _, p := range d.Behaviour.Validate() {
@@ -65,7 +65,7 @@ func (d *Document) validate(parallel bool) error {
 			r := &d.Rules[i]
 			errs = append(errs, r.validate(i)...)
 			if j, dup := dups[i]; dup {
-				errs = append(errs, &FieldError{RuleID: r.ID, Index: i, Field: "id", Msg: fmt.Sprintf("duplicate (also rules[%d])", j)})
+				errs = append(errs, &FieldError{RuleID: r.ID, Index: i, Field: r.name(&r.ID), Msg: fmt.Sprintf("duplicate (also %s[%d])", rulesField(), j)})
 			}
 		}
 		return errs
@@ -91,12 +91,12 @@ func (d *Document) validate(parallel bool) error {
 var parallelValidate = 4096
 
 func (r *Rule) validate(index int) []error {
-	p := &problems{id: r.ID, index: index}
+	p := &problems{rule: r, id: r.ID, index: index}
 	switch {
 	case r.ID == "":
-		p.addf("id", "required")
+		p.addf(r.name(&r.ID), "required")
 	case !validID(r.ID):
-		p.addf("id", "invalid %q: want 1-%d characters from A-Z a-z 0-9 _ . - (ids become part of Redis keys)", r.ID, maxIDLen)
+		p.addf(r.name(&r.ID), "invalid %q: want 1-%d characters from A-Z a-z 0-9 _ . - (ids become part of Redis keys)", r.ID, maxIDLen)
 	}
 	if r.Disabled {
 		// A disabled rule only names what it switches off.
@@ -112,7 +112,7 @@ func (r *Rule) validate(index int) []error {
 	case ScopeGlobal:
 		r.validateGlobal(p)
 	default:
-		p.addf("scope", "unknown %q (want %s, %s or %s)", r.Scope, ScopeRegion, ScopePoP, ScopeGlobal)
+		p.addf(r.name(&r.Scope), "unknown %q (want %s, %s or %s)", r.Scope, ScopeRegion, ScopePoP, ScopeGlobal)
 	}
 
 	r.validateAccuracy(p)
@@ -135,22 +135,44 @@ func (r *Rule) limit() limit.Limit {
 func (r *Rule) validateLimit(p *problems) {
 	switch _, err := limit.Parse(string(r.Algorithm)); {
 	case r.Algorithm == "":
-		p.addf("algorithm", "required (one of %s)", strings.Join(limit.Names(), ", "))
+		p.addf(r.name(&r.Algorithm), "required (one of %s)", strings.Join(limit.Names(), ", "))
 	case err != nil:
-		p.addf("algorithm", "unknown %q (want one of %s)", r.Algorithm, strings.Join(limit.Names(), ", "))
+		p.addf(r.name(&r.Algorithm), "unknown %q (want one of %s)", r.Algorithm, strings.Join(limit.Names(), ", "))
 	}
 	l := r.limit()
 	quotaOK := true
 	for _, pr := range l.Problems() {
-		if pr.Field == "algorithm" {
+		f := r.limitField(pr.Field)
+		if f == &r.Algorithm {
 			continue // reported above, with the name as written
 		}
-		p.addf(pr.Field, "%s", pr.Msg)
-		quotaOK = quotaOK && pr.Field != "limit" && pr.Field != "burst"
+		p.addf(r.name(f), "%s", pr.Msg)
+		quotaOK = quotaOK && f != &r.Limit && f != &r.Burst
 	}
 	if pr := l.CostProblem(r.Cost); pr != nil && (r.Cost < 1 || quotaOK && l.Algorithm.Valid()) {
-		p.addf(pr.Field, "%s", pr.Msg)
+		p.addf(r.name(r.limitField(pr.Field)), "%s", pr.Msg)
 	}
+}
+
+// limitField is the field of r that a limit.Problem's Field names: package
+// limit speaks of a limit's parts by the words of the first rule schema,
+// and this is the one place that maps its words onto the field table.
+func (r *Rule) limitField(word string) any {
+	switch word {
+	case "algorithm":
+		return &r.Algorithm
+	case "limit":
+		return &r.Limit
+	case "window":
+		return &r.Window
+	case "burst":
+		return &r.Burst
+	case "min_interval":
+		return &r.MinInterval
+	case "cost":
+		return &r.Cost
+	}
+	panic("rules: package limit names an unknown field " + word)
 }
 
 // validateAccuracy normalizes exact to "" (the default) and gives a leased
@@ -160,22 +182,22 @@ func (r *Rule) validateAccuracy(p *problems) {
 	case "", AccuracyExact:
 		r.Accuracy = ""
 		if r.Tolerance != 0 {
-			p.addf("tolerance", "only valid with accuracy: %s", AccuracyLeased)
+			p.addf(r.name(&r.Tolerance), "only valid with %s: %s", r.name(&r.Accuracy), AccuracyLeased)
 		}
 		return
 	case AccuracyLeased:
 	default:
-		p.addf("accuracy", "unknown %q (want %s or %s)", r.Accuracy, AccuracyExact, AccuracyLeased)
+		p.addf(r.name(&r.Accuracy), "unknown %q (want %s or %s)", r.Accuracy, AccuracyExact, AccuracyLeased)
 		return
 	}
 	if r.Tolerance == 0 {
 		r.Tolerance = DefaultTolerance
 	}
 	if !(r.Tolerance >= limit.MinTolerance && r.Tolerance <= limit.MaxTolerance) {
-		p.addf("tolerance", "must be in [%g, %g] (got %g)", limit.MinTolerance, limit.MaxTolerance, r.Tolerance)
+		p.addf(r.name(&r.Tolerance), "must be in [%g, %g] (got %g)", limit.MinTolerance, limit.MaxTolerance, r.Tolerance)
 	}
 	if sp := r.limit().Algorithm.Spec(); sp != nil && !sp.Leasable {
-		p.addf("accuracy", "%s cannot be leased (want one of %s)", sp.Name, strings.Join(limit.LeasableNames(), ", "))
+		p.addf(r.name(&r.Accuracy), "%s cannot be leased (want one of %s)", sp.Name, strings.Join(limit.LeasableNames(), ", "))
 	}
 }
 
@@ -189,32 +211,32 @@ func (r *Rule) validateGlobal(p *problems) {
 	case "":
 		r.Accuracy = AccuracyLeased
 	case AccuracyExact:
-		p.addf("accuracy", "scope: %s is leased from the key's home region; accuracy: %s would wait on another region for every request", ScopeGlobal, AccuracyExact)
+		p.addf(r.name(&r.Accuracy), "%s: %s is leased from the key's home region; %s: %s would wait on another region for every request", r.name(&r.Scope), ScopeGlobal, r.name(&r.Accuracy), AccuracyExact)
 	}
 	if alg, err := limit.Parse(string(r.Algorithm)); err == nil && alg != limit.FixedWindow {
-		p.addf("scope", "%s is only for %s rules (got %s)", ScopeGlobal, limit.FixedWindow, alg)
+		p.addf(r.name(&r.Scope), "%s is only for %s rules (got %s)", ScopeGlobal, limit.FixedWindow, alg)
 	}
-	if len(r.CountIf.Status) > 0 || r.CountIf.Header != "" || r.CostHeader != "" {
-		p.addf("scope", "%s cannot count after the response (count_if, cost_header count in the edge's region only)", ScopeGlobal)
+	if r.AfterResponse() {
+		p.addf(r.name(&r.Scope), "%s cannot count after the response (%s, %s count in the edge's region only)", ScopeGlobal, r.name(&r.CountIf), r.name(&r.CostHeader))
 	}
 }
 
 func (r *Rule) validateKey(p *problems) {
 	if len(r.Key) == 0 {
-		p.addf("key", "required: at least one of %s", descriptorList)
+		p.addf(r.name(&r.Key), "required: at least one of %s", descriptorList)
 		return
 	}
 	var seen []string // a rule has a few descriptors: a scan beats a map
 	for i, raw := range r.Key {
 		d, err := parseDescriptor(raw)
 		if err != nil {
-			p.addf(fmt.Sprintf("key[%d]", i), "%v", err)
+			p.addf(fmt.Sprintf("%s[%d]", r.name(&r.Key), i), "%v", err)
 			seen = append(seen, "")
 			continue
 		}
 		canon := d.String()
 		if j := slices.Index(seen, canon); j >= 0 {
-			p.addf(fmt.Sprintf("key[%d]", i), "duplicate %q (same as key[%d])", canon, j)
+			p.addf(fmt.Sprintf("%s[%d]", r.name(&r.Key), i), "duplicate %q (same as %s[%d])", canon, r.name(&r.Key), j)
 			seen = append(seen, "")
 			continue
 		}
@@ -225,17 +247,19 @@ func (r *Rule) validateKey(p *problems) {
 
 func (r *Rule) validateMatch(p *problems) {
 	m := &r.Match
-	normalizeList(p, "match.hosts", m.Hosts, normalizeHostPattern)
-	normalizeList(p, "match.path_prefix", m.PathPrefix, normalizePrefix)
-	normalizeList(p, "match.methods", m.Methods, normalizeMethod)
+	normalizeList(p, &m.Hosts, normalizeHostPattern)
+	normalizeList(p, &m.PathPrefix, normalizePrefix)
+	normalizeList(p, &m.Methods, normalizeMethod)
 	slices.Sort(m.Hosts)
 	slices.Sort(m.PathPrefix)
 	slices.Sort(m.Methods)
 }
 
-// normalizeList rewrites each entry with norm and reports invalid entries and
-// entries that collapse into the same normalized value.
-func normalizeList(p *problems, field string, list []string, norm func(string) (string, error)) {
+// normalizeList rewrites each entry of the list field (of p's rule) with
+// norm and reports invalid entries and entries that collapse into the same
+// normalized value.
+func normalizeList(p *problems, field *[]string, norm func(string) (string, error)) {
+	list := *field
 	if len(list) == 0 {
 		return
 	}
@@ -243,7 +267,7 @@ func normalizeList(p *problems, field string, list []string, norm func(string) (
 	for i, raw := range list {
 		v, err := norm(raw)
 		if err != nil {
-			p.addf(fmt.Sprintf("%s[%d]", field, i), "%v", err)
+			p.addf(fmt.Sprintf("%s[%d]", p.rule.name(field), i), "%v", err)
 			continue
 		}
 		j := -1
@@ -266,7 +290,7 @@ func normalizeList(p *problems, field string, list []string, norm func(string) (
 			}
 		}
 		if j >= 0 {
-			p.addf(fmt.Sprintf("%s[%d]", field, i), "duplicate %q (same as [%d] after normalization)", v, j)
+			p.addf(fmt.Sprintf("%s[%d]", p.rule.name(field), i), "duplicate %q (same as [%d] after normalization)", v, j)
 			continue
 		}
 		list[i] = v
@@ -275,11 +299,11 @@ func normalizeList(p *problems, field string, list []string, norm func(string) (
 
 // failed reports whether entry k of field was reported invalid (its text
 // left as written, so it must not count as a duplicate's original).
-func failed(p *problems, field string, k int) bool {
+func failed(p *problems, field *[]string, k int) bool {
 	if len(p.errs) == 0 {
 		return false
 	}
-	name := fmt.Sprintf("%s[%d]", field, k)
+	name := fmt.Sprintf("%s[%d]", p.rule.name(field), k)
 	for _, e := range p.errs {
 		if fe, ok := e.(*FieldError); ok && fe.Field == name {
 			return true

@@ -1,0 +1,151 @@
+package rules
+
+import (
+	"reflect"
+	"sync"
+)
+
+// Validation and copying go by the field table too (decode.go's fieldsOf,
+// the yaml tags): a message names a field by where it is in the rule
+// (r.name(&r.Penalty) is "penalty", r.name(&r.Match.Hosts) is
+// "match.hosts"), never by a word of its own, and a rule is copied by
+// walking its type, so renaming or adding a field needs no other edit.
+
+// fieldAt is a field of a struct by its place: offset from the struct's
+// start and type (a section and its first field share the offset).
+type fieldAt struct {
+	offset uintptr
+	typ    reflect.Type
+}
+
+var fieldPaths sync.Map // reflect.Type -> map[fieldAt]string
+
+// pathsOf maps each field of struct type t, and each field of its
+// sections, to its yaml path ("match", "match.hosts").
+func pathsOf(t reflect.Type) map[fieldAt]string {
+	if m, ok := fieldPaths.Load(t); ok {
+		return m.(map[fieldAt]string)
+	}
+	m := map[fieldAt]string{}
+	var walk func(t reflect.Type, base uintptr, prefix string)
+	walk = func(t reflect.Type, base uintptr, prefix string) {
+		for _, f := range fieldsOf(t).list {
+			sf := t.Field(f.index)
+			m[fieldAt{base + sf.Offset, sf.Type}] = prefix + f.name
+			if sf.Type.Kind() == reflect.Struct && !isLeaf(sf.Type) {
+				walk(sf.Type, base+sf.Offset, prefix+f.name+".")
+			}
+		}
+	}
+	walk(t, 0, "")
+	fieldPaths.Store(t, m)
+	return m
+}
+
+// nameIn is the yaml path, from the field table, of the field that p
+// points to within the struct s points to.
+func nameIn(s, p any) string {
+	sv, pv := reflect.ValueOf(s), reflect.ValueOf(p)
+	name, ok := pathsOf(sv.Type().Elem())[fieldAt{pv.Pointer() - sv.Pointer(), pv.Type().Elem()}]
+	if !ok {
+		panic("rules: " + pv.Type().String() + " is no field of " + sv.Type().String())
+	}
+	return name
+}
+
+// name is the yaml path of the field of r that p points to.
+func (r *Rule) name(p any) string { return nameIn(r, p) }
+
+// docField is the yaml name of a field of Document ("rules", "version").
+func docField(field func(d *Document) any) string {
+	var d Document
+	return nameIn(&d, field(&d))
+}
+
+var (
+	rulesField   = sync.OnceValue(func() string { return docField(func(d *Document) any { return &d.Rules }) })
+	versionField = sync.OnceValue(func() string { return docField(func(d *Document) any { return &d.Version }) })
+)
+
+// clone returns a deep copy so normalization never touches the caller's data.
+func (d *Document) clone() *Document {
+	if d == nil {
+		return &Document{Version: SchemaVersion}
+	}
+	out := &Document{Version: d.Version, Rules: make([]Rule, len(d.Rules)), Behaviour: d.Behaviour.Clone()}
+	for i := range d.Rules {
+		out.Rules[i] = d.Rules[i].clone()
+	}
+	return out
+}
+
+// clone is a deep copy of r: every list, and every list within a list's
+// entries, found by walking Rule's type once (deepCopies).
+func (r Rule) clone() Rule {
+	copyLists(reflect.ValueOf(&r).Elem(), deepCopies(ruleType))
+	return r
+}
+
+// listAt is a list field to copy (index within its struct) and, when its
+// entries are structs, the lists within them.
+type listAt struct {
+	index []int
+	elems []listAt
+}
+
+var copyTables sync.Map // reflect.Type -> []listAt
+
+// deepCopies lists the lists of struct type t's exported fields, at any
+// depth: what a deep copy must copy besides the struct itself (unexported
+// fields are this package's own, shared read-only). A map, pointer or
+// interface field (which a rule has none of) panics, so that a field a copy
+// could not follow is found by the first test that clones a rule.
+func deepCopies(t reflect.Type) []listAt {
+	if l, ok := copyTables.Load(t); ok {
+		return l.([]listAt)
+	}
+	var out []listAt
+	for i := range t.NumField() {
+		if !t.Field(i).IsExported() {
+			continue
+		}
+		ft := t.Field(i).Type
+		switch ft.Kind() {
+		case reflect.Struct:
+			for _, l := range deepCopies(ft) {
+				out = append(out, listAt{index: append([]int{i}, l.index...), elems: l.elems})
+			}
+		case reflect.Slice:
+			l := listAt{index: []int{i}}
+			switch et := ft.Elem(); et.Kind() {
+			case reflect.Struct:
+				l.elems = deepCopies(et)
+			case reflect.Slice, reflect.Map, reflect.Pointer, reflect.Interface:
+				panic("rules: cannot copy the entries of " + t.String() + "." + t.Field(i).Name)
+			}
+			out = append(out, l)
+		case reflect.Map, reflect.Pointer, reflect.Interface, reflect.Func, reflect.Chan, reflect.UnsafePointer:
+			panic("rules: cannot copy " + t.String() + "." + t.Field(i).Name)
+		}
+	}
+	copyTables.Store(t, out)
+	return out
+}
+
+// copyLists gives struct v (addressable) copies of the lists at ls.
+func copyLists(v reflect.Value, ls []listAt) {
+	for _, l := range ls {
+		f := v.FieldByIndex(l.index)
+		if f.Len() == 0 {
+			continue // nothing to share
+		}
+		c := reflect.MakeSlice(f.Type(), f.Len(), f.Len())
+		reflect.Copy(c, f)
+		if l.elems != nil {
+			for i := range c.Len() {
+				copyLists(c.Index(i), l.elems)
+			}
+		}
+		f.Set(c)
+	}
+}
