@@ -225,7 +225,8 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 			if len(r.Overrides) > 0 {
 				withOverrides = append(withOverrides, [2]int{len(s.rules), i})
 			}
-			s.rules = append(s.rules, compileRule(r))
+			s.rules = s.rules[:len(s.rules)+1] // compiled in place: a rule is large
+			compileRule(&s.rules[len(s.rules)-1], r)
 		}
 	}
 	for _, at := range withOverrides {
@@ -240,9 +241,9 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 // Compile's own copy of the document, dropped once compiled, so the compiled
 // rule keeps r's lists instead of copying them: a compiled rule is read-only
 // (Snapshot.Rules hands out copies).
-func compileRule(r *Rule) CompiledRule {
+func compileRule(c *CompiledRule, r *Rule) {
 	l := r.limit()
-	c := CompiledRule{
+	*c = CompiledRule{
 		ID:          r.ID,
 		Algorithm:   l.Algorithm,
 		Limit:       r.Limit,
@@ -292,7 +293,6 @@ func compileRule(r *Rule) CompiledRule {
 			c.descriptors[i], _ = parseDescriptor(k) // validated already
 		}
 	}
-	return c
 }
 
 // nilIfEmpty is s, or nil when it is empty (what copying it gave).

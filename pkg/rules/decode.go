@@ -21,9 +21,11 @@ import (
 // Every problem is collected (not only the first) with the line it is on,
 // worded for the operator: "want an integer", never a Go type name.
 
-// defaultRule is what a rule holds before its fields are decoded: an
-// omitted cost is 1, while "cost: 0" is still decoded, and refused.
-var defaultRule = Rule{Cost: 1}
+// setDefaults gives a zero rule what it holds before its fields are
+// decoded: an omitted cost is 1, while "cost: 0" is still decoded, and
+// refused. (Setting the field, not copying a whole default rule, spares a
+// large document a copy of every rule.)
+func setDefaults(r *Rule) { r.Cost = 1 }
 
 var ruleType = reflect.TypeFor[Rule]()
 
@@ -109,8 +111,15 @@ func FieldValue(r Rule, name string) string {
 
 // isLeaf reports whether t reads itself (implements yaml.Unmarshaler).
 func isLeaf(t reflect.Type) bool {
-	return reflect.PointerTo(t).Implements(yamlUnmarshaler)
+	if l, ok := leaves.Load(t); ok { // asked for every value decoded
+		return l.(bool)
+	}
+	l := reflect.PointerTo(t).Implements(yamlUnmarshaler)
+	leaves.Store(t, l)
+	return l
 }
+
+var leaves sync.Map // reflect.Type -> bool
 
 var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
 
@@ -145,8 +154,8 @@ func (d *decoder) problem(n *yaml.Node, field, format string, args ...any) {
 	}
 }
 
-// rules decodes the items of the rules list into out, each from
-// defaultRule; the problems of item i name rule i (by its id, when it has a
+// rules decodes the items of the rules list into out (zero rules), each
+// from setDefaults; the problems of item i name rule i (by its id, when it has a
 // usable one).
 func (d *decoder) rules(items []*yaml.Node, out []Rule) {
 	outer := d.path
@@ -154,7 +163,7 @@ func (d *decoder) rules(items []*yaml.Node, out []Rule) {
 	d.path = nil // fields are named within their rule
 	for i, n := range items {
 		from := len(d.errs)
-		out[i] = defaultRule
+		setDefaults(&out[i])
 		d.merged = 0
 		if r := resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.Tag == "!!null" {
 			d.problem(r, "", "want a rule, got an empty entry") // yaml.v3 drops it

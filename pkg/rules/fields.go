@@ -2,6 +2,7 @@ package rules
 
 import (
 	"reflect"
+	"slices"
 	"sync"
 )
 
@@ -67,23 +68,19 @@ var (
 	versionField = sync.OnceValue(func() string { return docField(func(d *Document) any { return &d.Version }) })
 )
 
-// clone returns a deep copy so normalization never touches the caller's data.
+// clone returns a deep copy so normalization never touches the caller's
+// data: the rules, then every list in them, and every list within a list's
+// entries, found by walking Rule's type once (deepCopies).
 func (d *Document) clone() *Document {
 	if d == nil {
 		return &Document{Version: SchemaVersion}
 	}
-	out := &Document{Version: d.Version, Rules: make([]Rule, len(d.Rules)), Behaviour: d.Behaviour.Clone()}
-	for i := range d.Rules {
-		out.Rules[i] = d.Rules[i].clone()
+	out := &Document{Version: d.Version, Rules: slices.Clone(d.Rules), Behaviour: d.Behaviour.Clone()}
+	lists := deepCopies(ruleType)
+	for i := range out.Rules {
+		copyLists(reflect.ValueOf(&out.Rules[i]).Elem(), lists)
 	}
 	return out
-}
-
-// clone is a deep copy of r: every list, and every list within a list's
-// entries, found by walking Rule's type once (deepCopies).
-func (r Rule) clone() Rule {
-	copyLists(reflect.ValueOf(&r).Elem(), deepCopies(ruleType))
-	return r
 }
 
 // listAt is a list field to copy (index within its struct) and, when its
@@ -138,6 +135,10 @@ func copyLists(v reflect.Value, ls []listAt) {
 		f := v.FieldByIndex(l.index)
 		if f.Len() == 0 {
 			continue // nothing to share
+		}
+		if p, ok := f.Addr().Interface().(*[]string); ok {
+			*p = slices.Clone(*p) // most lists: without reflect's allocations
+			continue
 		}
 		c := reflect.MakeSlice(f.Type(), f.Len(), f.Len())
 		reflect.Copy(c, f)

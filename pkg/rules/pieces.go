@@ -3,7 +3,6 @@ package rules
 import (
 	"bytes"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -26,9 +25,10 @@ import (
 var pieceSize = 512 << 10
 
 // cut is one piece of a document's text: bytes [from, to), starting at
-// line (0-based). The first piece starts at 0 and carries everything before
-// the rules list, the last everything after it.
-type cut struct{ from, to, line int }
+// line (0-based), holding the list items [first, first+items). The first
+// piece starts at 0 and carries everything before the rules list, the last
+// everything after it.
+type cut struct{ from, to, line, first, items int }
 
 // decodeText parses and decodes data: the document and its decode
 // problems, or the error that leaves no document to decode (YAML syntax,
@@ -50,18 +50,20 @@ func decodeText(data []byte) (*Document, []*FieldError, error) {
 	return doc, errs, nil
 }
 
-// piece is what a worker made of one piece.
+// piece is what a worker made of one piece; its rules are decoded in
+// place, into the document's list.
 type piece struct {
-	rules []Rule
-	errs  []*FieldError
-	head  []*yaml.Node // the top-level keys and values besides "rules"
-	key   *yaml.Node   // the "rules" key, in the first piece
+	errs []*FieldError
+	head []*yaml.Node // the top-level keys and values besides "rules"
+	key  *yaml.Node   // the "rules" key, in the first piece
 }
 
 // decodePieces decodes data cut at cuts, or reports false when a piece
 // does not parse on its own.
 func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
 	pieces := make([]piece, len(cuts))
+	last := cuts[len(cuts)-1]
+	rules := make([]Rule, last.first+last.items)
 	var next atomic.Int64
 	var failed atomic.Bool
 	var wg sync.WaitGroup
@@ -72,7 +74,8 @@ func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
 				if k >= len(cuts) {
 					return
 				}
-				if !decodePiece(data, cuts[k], k == 0, &pieces[k]) {
+				c := cuts[k]
+				if !decodePiece(data, c, rules[c.first:c.first+c.items], &pieces[k]) {
 					failed.Store(true)
 				}
 			}
@@ -95,25 +98,21 @@ func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
 		return nil, nil, false // the whole parse says why
 	}
 	doc, errs := decodeDocument(head)
-	offset := 0
-	for _, p := range pieces {
+	for k, p := range pieces {
 		for _, e := range p.errs {
-			e.Index += offset
+			e.Index += cuts[k].first
 		}
 		errs = append(errs, p.errs...)
-		offset += len(p.rules)
 	}
-	rules := make([][]Rule, len(pieces))
-	for i, p := range pieces {
-		rules[i] = p.rules
-	}
-	doc.Rules = slices.Concat(rules...)
+	doc.Rules = rules
 	return doc, errs, true
 }
 
-// decodePiece parses and decodes one piece into p.
-func decodePiece(data []byte, c cut, first bool, p *piece) bool {
+// decodePiece parses and decodes one piece into out (its rules, zero) and
+// p, or reports false when the piece's list does not hold c.items rules.
+func decodePiece(data []byte, c cut, out []Rule, p *piece) bool {
 	text := data[c.from:c.to]
+	first := c.from == 0
 	if !first {
 		head := make([]byte, 0, c.line+len(rulesField())+2+len(text))
 		head = append(head, bytes.Repeat([]byte("\n"), c.line-1)...)
@@ -125,12 +124,11 @@ func decodePiece(data []byte, c cut, first bool, p *piece) bool {
 		return false
 	}
 	key, seq := rulesOf(root)
-	if seq == nil || len(seq.Content) == 0 {
+	if seq == nil || len(seq.Content) != c.items {
 		return false
 	}
 	var d decoder
-	p.rules = make([]Rule, len(seq.Content))
-	d.rules(seq.Content, p.rules)
+	d.rules(seq.Content, out)
 	p.errs = d.errs
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		if root.Content[i] != key {
@@ -194,8 +192,9 @@ func splitRules(data []byte, count int) []cut {
 	}
 	cuts := make([]cut, count)
 	for k := range count {
-		line := items[k*len(items)/count]
-		cuts[k] = cut{from: offset(line), to: len(data), line: line}
+		first := k * len(items) / count
+		line := items[first]
+		cuts[k] = cut{from: offset(line), to: len(data), line: line, first: first, items: (k+1)*len(items)/count - first}
 		if k > 0 {
 			cuts[k-1].to = cuts[k].from
 		}
