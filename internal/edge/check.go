@@ -59,11 +59,7 @@ func checkRules(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("rules: %w", err)
 	}
-	doc, err := rules.Parse(data)
-	if err != nil {
-		return located(cfg.Rules, err)
-	}
-	snap, err := rules.Compile(doc, rules.WithIPv6Prefix(cfg.IPv6Prefix), rules.WithKeySalt([]byte(cfg.KeySalt)))
+	snap, err := rules.Load(data, (&Edge{cfg: cfg}).compileOptions()...)
 	if err != nil {
 		return located(cfg.Rules, err)
 	}

@@ -262,16 +262,18 @@ func (e *Edge) loadRules() error {
 // An invalid document is refused (counted, and the error names the rule and
 // field); the rules in force stay.
 func (e *Edge) ApplyRules(data []byte) error {
-	doc, err := rules.Parse(data)
-	if err != nil {
-		e.metrics.rulesErrors.Inc()
-		return err
-	}
-	return e.applyDocument(doc)
+	return e.applySnapshot(rules.Load(data, e.compileOptions()...))
 }
 
 func (e *Edge) applyDocument(doc *rules.Document) error {
-	snap, err := rules.Compile(doc, rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt)))
+	return e.applySnapshot(rules.Compile(doc, e.compileOptions()...))
+}
+
+func (e *Edge) compileOptions() []rules.CompileOption {
+	return []rules.CompileOption{rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt))}
+}
+
+func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
 	if err == nil {
 		err = e.checkAgainstConfig(snap)
 	}

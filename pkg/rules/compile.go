@@ -198,12 +198,9 @@ func WithKeySalt(salt []byte) CompileOption {
 // Snapshot. Disabled rules are left out; the others keep document order,
 // which is id order for the output of Merge.
 func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
-	cfg := compileConfig{v6Prefix: DefaultIPv6Prefix}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.v6Prefix < 1 || cfg.v6Prefix > 128 {
-		return nil, fmt.Errorf("rules: compile: IPv6 prefix must be 1-128 bits (got %d)", cfg.v6Prefix)
+	cfg, err := compileOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if doc == nil {
 		return nil, fmt.Errorf("rules: compile: nil document")
@@ -212,6 +209,38 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 	if err := d.validate(true); err != nil {
 		return nil, fmt.Errorf("rules: compile: invalid document:\n%w", err)
 	}
+	return compile(d, cfg), nil
+}
+
+// Load is Parse and then Compile, without the copy Compile validates: the
+// document Parse returns is validated and normalized already, and no one
+// else holds it. A reload of a large document costs that much less.
+func Load(data []byte, opts ...CompileOption) (*Snapshot, error) {
+	doc, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := compileOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return compile(doc, cfg), nil
+}
+
+func compileOptions(opts []CompileOption) (compileConfig, error) {
+	cfg := compileConfig{v6Prefix: DefaultIPv6Prefix}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.v6Prefix < 1 || cfg.v6Prefix > 128 {
+		return cfg, fmt.Errorf("rules: compile: IPv6 prefix must be 1-128 bits (got %d)", cfg.v6Prefix)
+	}
+	return cfg, nil
+}
+
+// compile builds the Snapshot of d, a validated and normalized document
+// that is Compile's own: the compiled rules keep its lists.
+func compile(d *Document, cfg compileConfig) *Snapshot {
 	s := &Snapshot{
 		version:  versionOfNormalized(d),
 		rules:    make([]CompiledRule, 0, len(d.Rules)),
@@ -234,11 +263,11 @@ func Compile(doc *Document, opts ...CompileOption) (*Snapshot, error) {
 		c.overrides = s.compileOverrides(c, d.Rules[at[1]].Overrides)
 	}
 	s.index = newRuleIndex(s.rules)
-	return s, nil
+	return s
 }
 
 // compileRule assumes r has been validated and normalized. r belongs to
-// Compile's own copy of the document, dropped once compiled, so the compiled
+// Compile's own document, dropped once compiled, so the compiled
 // rule keeps r's lists instead of copying them: a compiled rule is read-only
 // (Snapshot.Rules hands out copies).
 func compileRule(c *CompiledRule, r *Rule) {

@@ -134,6 +134,25 @@ func BenchmarkCompileHostRules(b *testing.B) {
 	}
 }
 
+// BenchmarkLoadHostRules is what the edge does with a rules file: Load,
+// which is BenchmarkCompileHostRules without Compile's copy and second
+// validation of the parsed document.
+func BenchmarkLoadHostRules(b *testing.B) {
+	for _, n := range hostRuleCounts {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			data := hostRulesYAML(n)
+			b.SetBytes(int64(len(data)))
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				if _, err := Load(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // BenchmarkReloadHostRules is what an edge does with a new rule set from
 // Consul (region.Docs.Effective, then Edge.applyDocument and the rules
 // cache): parse, merge (with no region document), compile, and write the
