@@ -89,6 +89,22 @@ rules:
     algorithm: fixed_window
     limit: 1000000
     window: 10m
+  - id: leased
+    match:
+      path_prefix: ["/leased"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1000
+    window: 4s
+    accuracy: leased
+  - id: global
+    match:
+      path_prefix: ["/global"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1000
+    window: 4s
+    scope: global
 `
 
 // A short ramp so overload sheds within seconds.
@@ -367,6 +383,17 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	require.NoError(t, os.WriteFile(rlsFile, []byte(rlsYAML), 0o600))
 	regionctl(t, consul.HTTPAddr(), "rls", "push", "--region", regionName, "--yes", rlsFile)
 
+	// A second region's Redis, named in the region catalog, homes about
+	// half of the global rule's keys: the edges lease those from it.
+	// (regionctl catalog push wants every region's datacenter; dc-away
+	// has none here, so the document goes straight into dc-test's KV.)
+	away, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = away.Close() })
+	catalog := fmt.Sprintf(`{"regions": [{"name": %q, "redis": "redis://%s"}, {"name": "dc-away", "redis": %q}]}`, regionName, rd.Addr, away.URL())
+	_, err = cc.KV().Put(&consulapi.KVPair{Key: region.NewLayout("edgeguard/").Catalog(), Value: []byte(catalog)}, nil)
+	require.NoError(t, err)
+
 	ams := startEdgeProc(t, bin, "ams", origin.URL, rd.URL(), consul.HTTPAddr())
 	fra := startEdgeProc(t, bin, "fra", origin.URL, rd.URL(), consul.HTTPAddr())
 
@@ -489,6 +516,44 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	}
 	hot.Wait()
 	waitPromAtLeast(t, p, `sum(edgeguard_limiter_coalesced_checks_total{pop="fra"})`, 1)
+	done()
+
+	// --- scenario: leased and global rules. Clients of both edges lease
+	// (the global rule's keys homed in dc-away across "regions"), go idle
+	// (allowance given back), then dc-away's Redis stops answering: its
+	// keys are decided from the static share, and the debts are settled
+	// once it answers again.
+	done = begin("leased and global rules: leases, dc-away's Redis paused (static share), debts settled")
+	for i := range 20 {
+		for _, e := range []*edgeProc{ams, fra} {
+			for range 10 {
+				send(e, "/leased", fmt.Sprintf("198.18.0.%d", i+1), "")
+				send(e, "/global", fmt.Sprintf("198.18.1.%d", i+1), "")
+			}
+		}
+	}
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_lease_carves_total)`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_global_leased_units_total{home="dc-away"})`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_lease_returned_units_total)`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_global_returned_units_total{home="dc-away"})`, 1)
+	ac := redis.NewClient(&redis.Options{Addr: away.Addr})
+	t.Cleanup(func() { _ = ac.Close() })
+	require.NoError(t, ac.Do(context.Background(), "CLIENT", "PAUSE", "5000", "ALL").Err())
+	pauseEnd = time.Now().Add(5 * time.Second)
+	for i := 0; time.Now().Before(pauseEnd); i++ {
+		// Fresh clients: each check needs a lease, which hangs, then the
+		// home is unreachable and the share decides.
+		for _, e := range []*edgeProc{ams, fra} {
+			send(e, "/global", fmt.Sprintf("198.18.%d.%d", 2+i/250, 1+i%250), "")
+		}
+		time.Sleep(20 * time.Millisecond) // pacing, not waiting for anything
+	}
+	require.NoError(t, ac.Do(context.Background(), "CLIENT", "UNPAUSE").Err())
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_global_decisions_total{home="dc-away", from="share"})`, 1)
+	waitPromAtLeast(t, p, `max_over_time(sum(edgeguard_limiter_global_fallback_share{home="dc-away"})[1m:1s])`, 1)
+	waitPromAtLeast(t, p, `max_over_time(sum(edgeguard_limiter_global_debt_units{home="dc-away"})[1m:1s])`, 1)
+	waitProm(t, p, `sum(edgeguard_limiter_global_fallback_share{home="dc-away"})`, 0)
+	waitProm(t, p, `sum(edgeguard_limiter_global_debt_units{home="dc-away"})`, 0)
 	done()
 
 	// --- scenario: overload (ramp shedding, worker cap, queueing) and a
