@@ -142,6 +142,18 @@ export function rateLimitsBoard(): dashboard.Dashboard {
       ],
       width: 8,
     }))
+    .withPanel(timeSeries({
+      title: 'Leased rules: carves and units',
+      description: 'Rules with accuracy: leased. Carves per second (one store call per batch; the checks decided from a batch make no call), units carved from the store, and units given back unspent (idle keys). Few carves for many decisions is the point of leasing; returned close to carved means the batches outsize the traffic.',
+      unit: 'short', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `sum by (region) (${rate('edgeguard_limiter_lease_carves_total')})`, legend: 'carves/s {{region}}' },
+        { expr: `sum by (region) (${rate('edgeguard_limiter_lease_carved_units_total')})`, legend: 'carved units/s {{region}}' },
+        { expr: `sum by (region) (${rate('edgeguard_limiter_lease_returned_units_total')})`, legend: 'returned units/s {{region}}' },
+      ],
+      width: 24,
+    }))
     .withRow(row('Redis (exporter)'))
     .withPanel(timeSeries({
       title: 'Redis memory used',

@@ -56,6 +56,49 @@ export function regionsBoard(): dashboard.Dashboard {
       thresholds: [green(), orange(0.25), red(1)],
       targets: [{ expr: `histogram_quantile(0.99, sum by (le, region, pop) (${rate('edgeguard_edge_request_duration_seconds_bucket', 'outcome="proxied"')}))`, legend: '{{region}}/{{pop}}' }],
     }))
+    .withRow(row('Global rules (scope: global)'))
+    .withPanel(timeSeries({
+      title: 'Global lease calls per home region',
+      description: 'Calls this region\'s edges make to another region\'s Redis to lease allowance for global rules, per home region and result. They run in the background, never on a request\'s path. Errors mean the link to that home is failing: its keys go to the static share (next panels). About one call per key per lease period on a busy edge; none while the edges hold enough.',
+      unit: 'reqps', min: 0,
+      thresholds: [green(), red(1)],
+      targets: [{ expr: `sum by (region, home, result) (${rate('edgeguard_limiter_global_lease_calls_total')})`, legend: '{{region}} → {{home}} {{result}}' }],
+      width: 8,
+    }))
+    .withPanel(timeSeries({
+      title: 'Global units leased, returned and settled',
+      description: 'Units per second of global-rule allowance this region leased from each home region, gave back unspent (idle keys), and settled (debts paid: what it admitted on overdraft or from the static share, charged to the home by a later lease). Settled spikes after a partition heals; returned close to leased means the batches are too large for the traffic.',
+      unit: 'short', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `sum by (region, home) (${rate('edgeguard_limiter_global_leased_units_total')})`, legend: 'leased {{region}} → {{home}}' },
+        { expr: `sum by (region, home) (${rate('edgeguard_limiter_global_returned_units_total')})`, legend: 'returned {{region}} → {{home}}' },
+        { expr: `sum by (region, home) (${rate('edgeguard_limiter_global_settled_units_total')})`, legend: 'settled {{region}} → {{home}}' },
+      ],
+      width: 8,
+    }))
+    .withPanel(timeSeries({
+      title: 'Global allowance outstanding and debt',
+      description: 'Units this region\'s edges hold leased from each home region, unspent (outstanding), and units they admitted that no lease has paid yet (debt: overdraft, static share). Debt that stays above zero after a partition heals is not being settled: check the lease calls\' errors.',
+      unit: 'short', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `sum by (region, home) (edgeguard_limiter_global_outstanding_units{${sel}})`, legend: 'outstanding {{region}} → {{home}}' },
+        { expr: `sum by (region, home) (edgeguard_limiter_global_debt_units{${sel}})`, legend: 'debt {{region}} → {{home}}' },
+      ],
+      width: 8,
+    }))
+    .withPanel(timeSeries({
+      title: 'Global rules on the static share',
+      description: 'Edges of each region deciding a home region\'s keys from the static share floor(limit / regions) because that home is unreachable (partition, its Redis down), and checks per second so decided. The window may then admit up to L·(1+t) plus each cut-off region\'s share (docs/guarantees.md); regionctl regions status --region R names the edges. Back to 0 when the link heals; the debts are then settled.',
+      unit: 'short', min: 0,
+      thresholds: [green(), red(1)],
+      targets: [
+        { expr: `sum by (region, home) (edgeguard_limiter_global_fallback_share{${sel}})`, legend: 'edges on the share {{region}} → {{home}}' },
+        { expr: `sum by (region, home) (${rate('edgeguard_limiter_global_decisions_total', 'from="share"')})`, legend: 'checks/s from the share {{region}} → {{home}}' },
+      ],
+      width: 24,
+    }))
     .withRow(row('Origins'))
     .withPanel(statPanel({
       title: 'Healthy origins',

@@ -89,7 +89,32 @@ rules:
     algorithm: fixed_window
     limit: 1000000
     window: 10m
+  - id: leased
+    match:
+      path_prefix: ["/leased"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1000
+    window: 4s
+    accuracy: leased
+  - id: global
+    match:
+      path_prefix: ["/global"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 1000
+    window: 4s
+    scope: global
 `
+
+// What the counted scenario drives, and the panels must report.
+const (
+	wantDenied   = 7
+	wantShadow   = 4
+	wantCritical = 10
+	wantRejected = 2
+	wantBypass   = 6
+)
 
 // A short ramp so overload sheds within seconds.
 var shedderSettings = []string{"good=0.5", "bad=0.6", "start_after=1s", "full_after=3s", "smoothing=100ms",
@@ -367,6 +392,17 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	require.NoError(t, os.WriteFile(rlsFile, []byte(rlsYAML), 0o600))
 	regionctl(t, consul.HTTPAddr(), "rls", "push", "--region", regionName, "--yes", rlsFile)
 
+	// A second region's Redis, named in the region catalog, homes about
+	// half of the global rule's keys: the edges lease those from it.
+	// (regionctl catalog push wants every region's datacenter; dc-away
+	// has none here, so the document goes straight into dc-test's KV.)
+	away, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = away.Close() })
+	catalog := fmt.Sprintf(`{"regions": [{"name": %q, "redis": "redis://%s"}, {"name": "dc-away", "redis": %q}]}`, regionName, rd.Addr, away.URL())
+	_, err = cc.KV().Put(&consulapi.KVPair{Key: region.NewLayout("edgeguard/").Catalog(), Value: []byte(catalog)}, nil)
+	require.NoError(t, err)
+
 	ams := startEdgeProc(t, bin, "ams", origin.URL, rd.URL(), consul.HTTPAddr())
 	fra := startEdgeProc(t, bin, "fra", origin.URL, rd.URL(), consul.HTTPAddr())
 
@@ -421,13 +457,6 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	// --- scenario: counted (the values the panels must report) ---
 	done = begin("counted: 7 denied per-client, 4 shadow_denied, 10 critical proxied, 2 rejected documents, 6 bypassed")
 	t0 := time.Now()
-	const (
-		wantDenied   = 7
-		wantShadow   = 4
-		wantCritical = 10
-		wantRejected = 2
-		wantBypass   = 6
-	)
 	require.Equal(t, map[int]int{200: 5, 429: wantDenied}, sendN(t, ams, 5+wantDenied, "/api/y", "203.0.113.2", ""))
 	require.Equal(t, map[int]int{200: 2 + wantShadow}, sendN(t, ams, 2+wantShadow, "/shadow", "203.0.113.2", ""))
 	require.Equal(t, map[int]int{200: wantCritical}, sendN(t, ams, wantCritical, "/", "203.0.113.3", "critical"))
@@ -489,6 +518,49 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	}
 	hot.Wait()
 	waitPromAtLeast(t, p, `sum(edgeguard_limiter_coalesced_checks_total{pop="fra"})`, 1)
+	done()
+
+	// --- scenario: leased and global rules. Clients of both edges lease
+	// (the global rule's keys homed in dc-away across "regions"), go idle
+	// (allowance given back), then dc-away's Redis stops answering: its
+	// keys are decided from the static share, and the debts are settled
+	// once it answers again.
+	done = begin("leased and global rules: leases, dc-away's Redis paused (static share), debts settled")
+	for i := range 20 {
+		for _, e := range []*edgeProc{ams, fra} {
+			// Batches double (1, 2, 4, … units): a key's requests end
+			// with units held, to be given back, unless their number
+			// happens to spend the last batch; so the counts vary.
+			for range 2 + i%5 {
+				send(e, "/leased", fmt.Sprintf("198.18.0.%d", i+1), "")
+			}
+			for range 10 {
+				send(e, "/global", fmt.Sprintf("198.18.1.%d", i+1), "")
+			}
+		}
+	}
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_lease_carves_total)`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_global_leased_units_total{home="dc-away"})`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_lease_returned_units_total)`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_global_returned_units_total{home="dc-away"})`, 1)
+	ac := redis.NewClient(&redis.Options{Addr: away.Addr})
+	t.Cleanup(func() { _ = ac.Close() })
+	require.NoError(t, ac.Do(context.Background(), "CLIENT", "PAUSE", "5000", "ALL").Err())
+	pauseEnd = time.Now().Add(5 * time.Second)
+	for i := 0; time.Now().Before(pauseEnd); i++ {
+		// Fresh clients: each check needs a lease, which hangs, then the
+		// home is unreachable and the share decides.
+		for _, e := range []*edgeProc{ams, fra} {
+			send(e, "/global", fmt.Sprintf("198.18.%d.%d", 2+i/250, 1+i%250), "")
+		}
+		time.Sleep(20 * time.Millisecond) // pacing, not waiting for anything
+	}
+	require.NoError(t, ac.Do(context.Background(), "CLIENT", "UNPAUSE").Err())
+	waitPromAtLeast(t, p, `sum(edgeguard_limiter_global_decisions_total{home="dc-away", from="share"})`, 1)
+	waitPromAtLeast(t, p, `max_over_time(sum(edgeguard_limiter_global_fallback_share{home="dc-away"})[1m:1s])`, 1)
+	waitPromAtLeast(t, p, `max_over_time(sum(edgeguard_limiter_global_debt_units{home="dc-away"})[1m:1s])`, 1)
+	waitProm(t, p, `sum(edgeguard_limiter_global_fallback_share{home="dc-away"})`, 0)
+	waitProm(t, p, `sum(edgeguard_limiter_global_debt_units{home="dc-away"})`, 0)
 	done()
 
 	// --- scenario: overload (ramp shedding, worker cap, queueing) and a
@@ -647,14 +719,43 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	vars["__interval"] = scrapeInterval.String()
 	vars["__range"] = strconv.Itoa(int(runEnd.Sub(runStart).Seconds())+1) + "s"
 
-	// --- every panel query returns series, with its legend labels set ---
+	ck := &checks{boards: boards, rules: rules, p: p, phases: phases, vars: vars, start: runStart, end: runEnd}
+	marks := map[string][2]time.Time{newVersion: {setBefore, setAfter}, switchVersion: {switchBefore, switchAfter}}
+	t.Run("panels", ck.panels)
+	t.Run("counted values", func(t *testing.T) { ck.counted(t, countAt) })
+	t.Run("annotations", func(t *testing.T) { ck.annotations(t, marks, newVersion, switchVersion) })
+	t.Run("alerts", ck.alerts)
+	t.Run("exported", func(t *testing.T) { ck.exported(t, []string{ams.admin, fra.admin}, exp.Addr) })
+	for _, l := range append(report, ck.report...) {
+		t.Log(l)
+	}
+}
+
+// checks is what the scenarios leave for the checks: the boards and
+// rules, Prometheus, the scenarios' phases and the run's span, the
+// dashboards' variables as Grafana fills them; report collects what each
+// check found.
+type checks struct {
+	boards     []Board
+	rules      []Rule
+	p          promv1.API
+	phases     []phase
+	vars       map[string]string
+	start, end time.Time
+	report     []string
+}
+
+// panels: every panel query returns series, with its legend labels set,
+// and some value that is not zero.
+func (ck *checks) panels(t *testing.T) {
+	ctx := context.Background()
 	// fedBy names the scenarios during which (or one scrape after) some
 	// series of m moved off the value it started the run with, and whether
 	// any value was non-zero.
 	fedBy := func(m model.Matrix) (string, bool) {
 		var names []string
 		nonZero := false
-		for _, ph := range phases {
+		for _, ph := range ck.phases {
 			moved := false
 			for _, s := range m {
 				first := s.Values[0].Value
@@ -677,7 +778,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		}
 		return strings.Join(names, " | "), nonZero
 	}
-	for _, b := range boards {
+	for _, b := range ck.boards {
 		for _, panel := range b.Panels {
 			name := b.Title + " / " + panel.Title
 			panelNonZero := false
@@ -686,12 +787,12 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 			require.NotNil(t, panel.FieldConfig.Defaults.Thresholds, "%s: thresholds", name)
 			require.NotEmpty(t, panel.Targets, name)
 			for _, tg := range panel.Targets {
-				q, err := Substitute(tg.Expr, vars)
+				q, err := Substitute(tg.Expr, ck.vars)
 				require.NoError(t, err, name)
 				var series []model.Metric
 				where := ""
 				if tg.Instant {
-					v, _, _, err := p.Query(ctx, q, runEnd)
+					v, _, _, err := ck.p.Query(ctx, q, ck.end)
 					require.NoError(t, err, "%s: %s", name, q)
 					vec := v.(model.Vector)
 					for _, s := range vec {
@@ -700,7 +801,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 					}
 					where = "instant at the end of the run"
 				} else {
-					v, _, _, err := p.QueryRange(ctx, q, promv1.Range{Start: runStart, End: runEnd, Step: scrapeInterval})
+					v, _, _, err := ck.p.QueryRange(ctx, q, promv1.Range{Start: ck.start, End: ck.end, Step: scrapeInterval})
 					require.NoError(t, err, "%s: %s", name, q)
 					m := v.(model.Matrix)
 					for _, s := range m {
@@ -719,17 +820,22 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 						require.NotEmpty(t, s[model.LabelName(l)], "%s: series %v lacks group-by label %s", name, s, l)
 					}
 				}
-				report = append(report, fmt.Sprintf("%s [%s]: %d series; fed by: %s", name, tg.RefID, len(series), where))
+				ck.report = append(ck.report, fmt.Sprintf("%s [%s]: %d series; fed by: %s", name, tg.RefID, len(series), where))
 			}
 			require.True(t, panelNonZero, "%s: every value was zero in every scenario", name)
 		}
 	}
 
-	// --- four values equal the counts the test drove ---
+}
+
+// counted: the values some panels report equal the counts the test
+// drove, read over countWindow ending at countAt.
+func (ck *checks) counted(t *testing.T, countAt time.Time) {
+	ctx := context.Background()
 	w := strconv.Itoa(int(countWindow.Seconds())) + "s"
 	wsec := countWindow.Seconds()
 	countVars := map[string]string{}
-	for k, v := range vars {
+	for k, v := range ck.vars {
 		countVars[k] = v
 	}
 	countVars["__range"], countVars["__rate_interval"] = w, w
@@ -738,10 +844,10 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	within := func(name string, got float64, want int) {
 		hi := float64(want) * wsec / (wsec - 2*scrapeInterval.Seconds())
 		require.True(t, got >= float64(want)-0.5 && got <= hi+0.5, "%s: got %v, want %d (up to %.2f)", name, got, want, hi)
-		report = append(report, fmt.Sprintf("VALUE %s = %.2f (drove %d)", name, got, want))
+		ck.report = append(ck.report, fmt.Sprintf("VALUE %s = %.2f (drove %d)", name, got, want))
 	}
 	findPanel := func(uid, title string) Panel {
-		for _, b := range boards {
+		for _, b := range ck.boards {
 			if b.UID != uid {
 				continue
 			}
@@ -757,7 +863,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	evalAt := func(expr string) model.Vector {
 		q, err := Substitute(expr, countVars)
 		require.NoError(t, err)
-		v, _, _, err := p.Query(ctx, q, countAt)
+		v, _, _, err := ck.p.Query(ctx, q, countAt)
 		require.NoError(t, err, q)
 		return v.(model.Vector)
 	}
@@ -786,18 +892,21 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	within("Regions / Consul watch errors and rejected documents [B] {pop=ams}",
 		pick(evalAt(findPanel("edgeguard-regions", "Consul watch errors and rejected documents").Targets[1].Expr), map[string]string{"pop": "ams"}), wantRejected)
 
-	// --- the annotations mark the settings change and the enforcement
-	// switch at the time each was made ---
-	marks := map[string][2]time.Time{newVersion: {setBefore, setAfter}, switchVersion: {switchBefore, switchAfter}}
+}
+
+// annotations: the settings change and the enforcement switch are
+// marked at the time each was made (marks: version → made between).
+func (ck *checks) annotations(t *testing.T, marks map[string][2]time.Time, newVersion, switchVersion string) {
+	ctx := context.Background()
 	annotated := map[string]int{}
-	for _, b := range boards {
+	for _, b := range ck.boards {
 		for _, a := range b.Annotations.List {
 			require.True(t, a.UseValueForTime, "%s: %s", b.File, a.Name)
 			require.NotNil(t, a.Target)
 			require.Equal(t, a.Expr, a.Target.Expr)
-			q, err := Substitute(a.Target.Expr, vars)
+			q, err := Substitute(a.Target.Expr, ck.vars)
 			require.NoError(t, err)
-			v, _, _, err := p.QueryRange(ctx, q, promv1.Range{Start: runStart, End: runEnd, Step: scrapeInterval})
+			v, _, _, err := ck.p.QueryRange(ctx, q, promv1.Range{Start: ck.start, End: ck.end, Step: scrapeInterval})
 			require.NoError(t, err, q)
 			for _, s := range v.(model.Matrix) {
 				version := string(s.Metric["version"])
@@ -809,16 +918,22 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 				last := s.Values[len(s.Values)-1].Value
 				at := time.UnixMilli(int64(last))
 				require.False(t, at.Before(setBefore.Add(-time.Millisecond)) || at.After(setAfter), "annotation at %v, set between %v and %v", at, setBefore, setAfter)
-				report = append(report, fmt.Sprintf("ANNOTATION %s: %s%s version %s at %s (set between %s and %s)", b.File, a.Name, s.Metric["pop"], version, at.Format(time.RFC3339Nano), setBefore.Format(time.RFC3339Nano), setAfter.Format(time.RFC3339Nano)))
+				ck.report = append(ck.report, fmt.Sprintf("ANNOTATION %s: %s%s version %s at %s (set between %s and %s)", b.File, a.Name, s.Metric["pop"], version, at.Format(time.RFC3339Nano), setBefore.Format(time.RFC3339Nano), setAfter.Format(time.RFC3339Nano)))
 				annotated[version]++
 			}
 		}
 	}
 	require.Equal(t, 2, annotated[newVersion], "annotations for the settings change to %s, one per PoP", newVersion)
-	require.Equal(t, len(boards), annotated[switchVersion], "one annotation for the enforcement switch %s on every board (max over the region)", switchVersion)
+	require.Equal(t, len(ck.boards), annotated[switchVersion], "one annotation for the enforcement switch %s on every board (max over the region)", switchVersion)
 
-	// --- every rule loads in Prometheus and every expression evaluates ---
-	rr, err := p.Rules(ctx, nil)
+}
+
+// alerts: every rule loads in Prometheus and every expression
+// evaluates; alerts hold during the scenario that drives them and only
+// then.
+func (ck *checks) alerts(t *testing.T) {
+	ctx := context.Background()
+	rr, err := ck.p.Rules(ctx, nil)
 	require.NoError(t, err)
 	loaded := 0
 	for _, g := range rr.Groups {
@@ -832,7 +947,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 			loaded++
 		}
 	}
-	require.Equal(t, len(rules), loaded)
+	require.Equal(t, len(ck.rules), loaded)
 	// Alert expressions (before their `for`) on the real data: those whose
 	// condition a scenario drove return series during it, those no scenario
 	// drove return nothing all run long.
@@ -846,21 +961,21 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	}
 	quiet := map[string]bool{"EdgeguardRulesNotConverged": true, "EdgeguardDenialSpike": true, "EdgeguardOriginErrors": true,
 		"EdgeguardEdgeDown": true, "EdgeguardEdgesAbsent": true, "EdgeguardMetricAbsent": true}
-	for _, r := range rules {
+	for _, r := range ck.rules {
 		if !r.Alert {
-			v, _, _, err := p.Query(ctx, r.Expr, runEnd)
+			v, _, _, err := ck.p.Query(ctx, r.Expr, ck.end)
 			require.NoError(t, err, r.Name)
-			report = append(report, fmt.Sprintf("RULE %s: evaluated, %d series at the end", r.Name, len(v.(model.Vector))))
+			ck.report = append(ck.report, fmt.Sprintf("RULE %s: evaluated, %d series at the end", r.Name, len(v.(model.Vector))))
 			continue
 		}
-		from, to, expect := runStart, runEnd, "(not asserted)"
+		from, to, expect := ck.start, ck.end, "(not asserted)"
 		if name, ok := firesIn[r.Name]; ok {
-			ph := phaseNamed(t, phases, name)
+			ph := phaseNamed(t, ck.phases, name)
 			from, to, expect = ph.start, ph.end.Add(5*scrapeInterval), "fires in: "+ph.name
 		} else if quiet[r.Name] {
 			expect = "quiet all run"
 		}
-		v, _, _, err := p.QueryRange(ctx, r.Expr, promv1.Range{Start: from, End: to, Step: scrapeInterval})
+		v, _, _, err := ck.p.QueryRange(ctx, r.Expr, promv1.Range{Start: from, End: to, Step: scrapeInterval})
 		require.NoError(t, err, r.Name)
 		n := len(v.(model.Matrix))
 		for _, s := range v.(model.Matrix) {
@@ -874,17 +989,23 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		case quiet[r.Name]:
 			require.Zero(t, n, "%s: held though no scenario drove it: %v", r.Name, v)
 		}
-		report = append(report, fmt.Sprintf("ALERT %s: %d series; %s", r.Name, n, expect))
+		ck.report = append(ck.report, fmt.Sprintf("ALERT %s: %d series; %s", r.Name, n, expect))
 	}
 
-	// --- every metric a board or rule reads is exported ---
-	edgeNames := metricFamilies(t, ams.admin)
-	for k := range metricFamilies(t, fra.admin) {
-		edgeNames[k] = true
+}
+
+// exported: every metric a board or rule reads is exported, by the
+// edges at edges or the Redis exporter.
+func (ck *checks) exported(t *testing.T, edges []string, exporter string) {
+	edgeNames := map[string]bool{}
+	for _, a := range edges {
+		for k := range metricFamilies(t, a) {
+			edgeNames[k] = true
+		}
 	}
-	redisNames := metricFamilies(t, exp.Addr)
+	redisNames := metricFamilies(t, exporter)
 	var exprs []string
-	for _, b := range boards {
+	for _, b := range ck.boards {
 		for _, pn := range b.Panels {
 			for _, tg := range pn.Targets {
 				exprs = append(exprs, tg.Expr)
@@ -894,7 +1015,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 			exprs = append(exprs, a.Expr)
 		}
 	}
-	for _, r := range rules {
+	for _, r := range ck.rules {
 		exprs = append(exprs, r.Expr)
 	}
 	used := map[string]bool{}
@@ -913,10 +1034,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	report = append(report, "METRICS used and exported: "+strings.Join(names, " "))
-	for _, l := range report {
-		t.Log(l)
-	}
+	ck.report = append(ck.report, "METRICS used and exported: "+strings.Join(names, " "))
 }
 
 // simulation is the JSON regionctl shedder simulate prints.

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -26,7 +27,7 @@ func TestReferenceDocs(t *testing.T) {
 	r, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 	require.NoError(t, err)
 	defer r.Close()
-	e := startEdge(t, perIP, func(c *Config) {
+	e := startEdge(t, referenceRules, func(c *Config) {
 		c.Redis, c.KeySalt = r.URL(), "reference-docs-salt"
 		c.AccessLog = filepath.Join(t.TempDir(), "access.log")
 		c.RLS.Listen, c.RLS.ConfigDir = "127.0.0.1:0", t.TempDir() // the rate limit service's series too
@@ -34,6 +35,7 @@ func TestReferenceDocs(t *testing.T) {
 	})
 	// Every series family appears once a request has been through.
 	codes(t, e, 4, "/x")
+	globalSeries(t, e, r.URL())
 
 	docs := map[string]string{
 		"flags.md":     flagsReference(),
@@ -54,6 +56,58 @@ func TestReferenceDocs(t *testing.T) {
 		require.NoError(t, err, "docs/reference/%s missing: go test ./internal/edge -run TestReferenceDocs -update-reference", name)
 		require.Equal(t, want, string(got), "docs/reference/%s is stale: go test ./internal/edge -run TestReferenceDocs -update-reference", name)
 	}
+}
+
+// referenceRules is perIP on /x, and a global rule on /g.
+const referenceRules = `
+version: 1
+rules:
+  - id: per-ip
+    match:
+      path_prefix: ["/x"]
+    key: [ip]
+    algorithm: sliding_log
+    limit: 3
+    window: 1m
+    metrics: true
+  - id: global
+    match:
+      path_prefix: ["/g"]
+    key: ["header:X-Client"]
+    algorithm: fixed_window
+    limit: 100
+    window: 2s
+    scope: global
+`
+
+// globalSeries makes the global rules' series appear: they exist once the
+// region catalog names another region (here on the same Redis), and each
+// moves when a key homed there is leased (with an overdraft the lease
+// pays) and its idle allowance is given back.
+func globalSeries(t *testing.T, e *running, redisURL string) {
+	cat := fmt.Sprintf(`{"regions": [{"name": %q, "redis": %q}, {"name": "reference-away", "redis": %q}]}`, e.cfg.Region, redisURL, redisURL)
+	require.NoError(t, e.global.apply([]byte(cat)))
+	want := []string{"decisions_total", "lease_calls_total", "leased_units_total", "returned_units_total",
+		"settled_units_total", "outstanding_units", "debt_units", "fallback_share"}
+	client := 0
+	var missing []string
+	require.Eventually(t, func() bool {
+		client++
+		codes(t, e, 3, "/g", "X-Client", fmt.Sprintf("client-%d", client))
+		fams, err := e.reg.Gather()
+		require.NoError(t, err)
+		have := map[string]bool{}
+		for _, f := range fams {
+			have[f.GetName()] = len(f.GetMetric()) > 0
+		}
+		missing = missing[:0]
+		for _, w := range want {
+			if !have["edgeguard_limiter_global_"+w] {
+				missing = append(missing, w)
+			}
+		}
+		return len(missing) == 0
+	}, 20*time.Second, 100*time.Millisecond, "every global rule series: missing %v", &missing)
 }
 
 func flagsReference() string {

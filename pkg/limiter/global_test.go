@@ -44,19 +44,31 @@ type gEdge struct {
 // region's over their own, leasing from the home's Redis through wan (one
 // link between the regions: every away edge dials the home through it).
 func twoRegions(t testing.TB, wan *faults.Net, perRegion int, timeout time.Duration) (edges []gEdge) {
+	return twoRegionsHome(t, wan, perRegion, timeout, standaloneHome)
+}
+
+// homeRedis returns a client of the home region's Redis, dialing with
+// dial (nil: directly), closed when t ends.
+type homeRedis func(t testing.TB, dial func(context.Context, string, string) (net.Conn, error)) redis.UniversalClient
+
+// standaloneHome is the shared standalone Redis.
+func standaloneHome(t testing.TB, dial func(context.Context, string, string) (net.Conn, error)) redis.UniversalClient {
+	c := redis.NewClient(&redis.Options{Addr: standaloneSrv().Addr, Dialer: dial, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// twoRegionsHome is twoRegions with the home region's Redis given by
+// home.
+func twoRegionsHome(t testing.TB, wan *faults.Net, perRegion int, timeout time.Duration, home homeRedis) (edges []gEdge) {
 	t.Helper()
 	away, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = away.Close() })
-	homeAddr := standaloneSrv().Addr
-	newClient := func(addr string, dial func(context.Context, string, string) (net.Conn, error)) redis.UniversalClient {
-		c := redis.NewClient(&redis.Options{Addr: addr, Dialer: dial, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	homeDirect := newClient(homeAddr, nil)
-	awayDirect := newClient(away.Addr, nil)
-	homeOverWAN := newClient(homeAddr, wan.Dial)
+	awayDirect := redis.NewClient(&redis.Options{Addr: away.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = awayDirect.Close() })
+	homeDirect := home(t, nil)
+	homeOverWAN := home(t, wan.Dial)
 	for _, region := range regionNames {
 		for range perRegion {
 			local := homeDirect
@@ -267,7 +279,11 @@ func TestGlobalUnderLimitClient(t *testing.T) {
 // region's share; once healed, what the share admitted is charged to the
 // home exactly once, so the window's total falls back within the
 // connected bound.
-func TestGlobalPartitionAndHeal(t *testing.T) {
+func TestGlobalPartitionAndHeal(t *testing.T) { partitionAndHeal(t, standaloneHome) }
+
+// partitionAndHeal is TestGlobalPartitionAndHeal with the home region's
+// Redis given by home.
+func partitionAndHeal(t *testing.T, home homeRedis) {
 	const (
 		quota = 2000
 		tol   = 0.05
@@ -275,7 +291,7 @@ func TestGlobalPartitionAndHeal(t *testing.T) {
 		share = quota / 2
 	)
 	wan := wanLink(t)
-	edges := twoRegions(t, wan, nodes, 2*time.Second)
+	edges := twoRegionsHome(t, wan, nodes, 2*time.Second, home)
 	awayEdges := inRegion(edges, awayRegion)
 	inOneWindow(t, time.Hour, func(suffix string) {
 		l := limiter.Limit{Key: homedKey(t, suffix), Algorithm: limit.FixedWindow, Limit: quota, Window: time.Hour}

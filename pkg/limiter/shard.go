@@ -16,7 +16,12 @@ func (s *RedisStore) Shard(l Limit) string {
 	if s.conn.Master == nil {
 		return ""
 	}
-	addr, err := s.conn.Master(context.Background(), s.Keys(l)[0])
+	// The slot map loads on first use: bounded, or a Cluster out of reach
+	// (another region's, behind a black-holed link) holds the call, and
+	// the lease waiting on it, forever instead of failing it.
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	defer cancel()
+	addr, err := s.conn.Master(ctx, s.Keys(l)[0])
 	if err != nil {
 		return ""
 	}

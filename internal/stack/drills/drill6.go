@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,20 +32,35 @@ import (
 // on /global.
 const globalRuleID = "drill-global"
 
-// Drill6 runs the stack's global rule (scope: global) over both regions:
-// roaming clients flooding every edge of both regions get one quota,
-// L·(1+t) at most; a client under its limit alternating regions is
-// (almost) never denied; then the Sentinel region's Redis is cut off from
-// the other region (that region's catalog points the home at a proxy run
-// here, which then black-holes), the cut-off region decides from its
-// static share (metric and regions status), the window admits at most
-// L·(1+t) plus that share; the link heals and the share's debts are paid
-// once.
+// Drill6 runs the stack's global rule (scope: global) over both regions,
+// the Cluster region reaching the Sentinel region's Redis over a WAN-like
+// link (a proxy run here adding 40–74 ms each way, 80–148 ms round trip,
+// which that region's catalog points the home at). First the Cluster
+// region joins the link (witness: cut off once, its edges decide from the
+// static share, then settle over the link). Then the link is cut
+// (black-holed): the cut-off region decides from its static share (metric
+// and regions status), the window admits at most L·(1+t) plus that share;
+// the link heals and the share's debts are paid once. Then roaming clients
+// flooding every edge of both regions get one quota, L·(1+t) at most, and
+// the global rule's request p99 stays within a margin of a region rule's
+// on the same edges; a client under its limit alternating regions is
+// (almost) never denied. Keys homed in the Cluster region reach it without
+// the link (a Cluster's clients follow the slot map to the nodes' own
+// addresses).
 func (e *Env) Drill6(ctx context.Context) *Result {
 	r := newResult("6 global rule across regions")
 	r.Err = e.drill6(ctx, r)
 	return r
 }
+
+// wanToxics make the link between regions WAN-like: 57 ± 17 ms each way.
+var wanToxics = []faults.Toxic{
+	{Name: "wan-up", Type: "latency", Stream: "upstream", Attributes: map[string]any{"latency": 57, "jitter": 17}},
+	{Name: "wan-down", Type: "latency", Stream: "downstream", Attributes: map[string]any{"latency": 57, "jitter": 17}},
+}
+
+// blackHole holds every byte sent over the link, answering nothing.
+var blackHole = faults.Toxic{Name: "partition", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}
 
 // globalDrill is what the drill knows of the stack and its rule.
 type globalDrill struct {
@@ -54,6 +71,10 @@ type globalDrill struct {
 	edges  []stack.Edge // both regions, interleaved
 	region map[string]string
 	runID  string
+	// home is the Sentinel region, whose keys the other region (away)
+	// reaches over link.
+	home, away string
+	link       *faults.Net
 }
 
 func (e *Env) drill6(ctx context.Context, res *Result) error {
@@ -74,52 +95,78 @@ func (e *Env) drill6(ctx context.Context, res *Result) error {
 		}
 	}
 
-	// The Sentinel region is the home the partition cuts off (below); the
-	// roaming key is homed in the other region, so that what its flood
-	// leaves unpaid (overdraft beyond an exhausted window, paid by no
-	// carve until the window ends) is not owed to the partition's home.
-	sentinel, _, err := e.regionOfMode("sentinel")
-	if err != nil {
+	// 1. The link: the Sentinel region's Redis, as the other region's
+	// catalog names it, is a proxy with the WAN's latency.
+	restored := false
+	defer func() {
+		if !restored {
+			_ = e.pushStackCatalog(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := g.joinWAN(ctx, res); err != nil {
 		return err
 	}
-	other := g.names[0]
-	if other == sentinel {
-		other = g.names[1]
+	defer g.link.Close()
+
+	// 2. Partition and heal.
+	if err := g.partition(ctx, res, bound); err != nil {
+		return err
 	}
 
-	// 1. Roaming clients: 8 at a time, round-robin over every edge of both
-	// regions, 3 × L requests of one key.
-	key, err := g.clientHomed("roam", other)
+	// 3. Roaming clients: 8 at a time, round-robin over every edge of both
+	// regions, 3 × L requests of one key homed across the link; as many
+	// requests of a region rule (api-key, a key per 16 requests: none
+	// denied) on the same edges at the same time, for the latencies.
+	key, err := g.clientHomed("roam", g.home)
 	if err != nil {
 		return err
 	}
-	tally, err := g.drive(ctx, key, g.edges, 8, 3*int(L), nil)
-	if err != nil {
+	var (
+		wg             sync.WaitGroup
+		roam, regional *tally
+		gerr, rerr     error
+	)
+	wg.Go(func() { roam, gerr = g.drive(ctx, key, g.edges, 8, 3*int(L), nil) })
+	wg.Go(func() {
+		regional, rerr = g.send(ctx, func(i int) target {
+			return target{path: "/api", header: "X-API-Key", value: fmt.Sprintf("api-%s-%d", g.runID, i%16), ip: fmt.Sprintf("198.51.100.%d", 101+i%8)}
+		}, g.edges, 8, 3*int(L), nil)
+	})
+	wg.Wait()
+	if err := errors.Join(gerr, rerr); err != nil {
 		return err
 	}
-	res.Counts["roaming_admitted"] = tally.admitted()
+	res.Counts["roaming_admitted"] = roam.admitted()
 	res.Counts["roaming_bound"] = bound
-	fmt.Fprintf(e.Log, "drill 6: roaming: %s (limit %d, bound %d)\n", tally, L, bound)
-	if tally.admitted() > bound {
-		return fmt.Errorf("roaming clients: %d admitted over both regions, above L·(1+t) = %d (%s)", tally.admitted(), bound, tally)
+	fmt.Fprintf(e.Log, "drill 6: roaming: %s (limit %d, bound %d)\n", roam, L, bound)
+	if roam.admitted() > bound {
+		return fmt.Errorf("roaming clients: %d admitted over both regions, above L·(1+t) = %d (%s)", roam.admitted(), bound, roam)
 	}
-	if float64(tally.admitted()) < float64(L)*(1-t) {
-		return fmt.Errorf("roaming clients: %d admitted, quota stranded (limit %d)", tally.admitted(), L)
+	if float64(roam.admitted()) < float64(L)*(1-t) {
+		return fmt.Errorf("roaming clients: %d admitted, quota stranded (limit %d)", roam.admitted(), L)
 	}
-	for reg, n := range tally.byRegion() {
+	for reg, n := range roam.byRegion() {
 		if n == 0 {
-			return fmt.Errorf("roaming clients: nothing admitted in %s: not spread over both regions (%s)", reg, tally)
+			return fmt.Errorf("roaming clients: nothing admitted in %s: not spread over both regions (%s)", reg, roam)
 		}
 	}
-	if err := g.homeCounted(ctx, key, tally.admitted(), int(math.Floor(float64(L)*t/2))); err != nil {
+	if err := g.homeCounted(ctx, key, roam.admitted(), int(math.Floor(float64(L)*t/2))); err != nil {
+		return err
+	}
+	if err := g.compareLatency(res, roam, regional); err != nil {
 		return err
 	}
 
-	// 2. One client under its limit (0.9 × L over about 5 s), alternating
-	// regions request by request.
-	key = "steady-" + g.runID
+	// 4. One client under its limit (0.9 × L over about 15 s), alternating
+	// regions request by request, homed across the link: its quota would
+	// last 16.7 s, well above 2·RTT/t (5.9 s at the link's 148 ms worst
+	// round trip), so the lease keeps ahead of it (docs/guarantees.md).
+	key, err = g.clientHomed("steady", g.home)
+	if err != nil {
+		return err
+	}
 	n := int(float64(L) * 0.9)
-	pace := 5 * time.Second / time.Duration(n)
+	pace := 15 * time.Second / time.Duration(n)
 	steady, err := g.drive(ctx, key, g.edges, 1, n, time.NewTicker(pace))
 	if err != nil {
 		return err
@@ -132,8 +179,160 @@ func (e *Env) drill6(ctx context.Context, res *Result) error {
 		return fmt.Errorf("under-limit client: %d of %d requests after the first second denied (more than 1 %%)", lateDenied, late)
 	}
 
-	// 3. Partition and heal.
-	return g.partition(ctx, res, bound)
+	// Restore: the stack's catalog in the cut-off region again.
+	restored = true
+	return e.pushStackCatalog(ctx)
+}
+
+// compareLatency checks that a global rule's admitted requests are about
+// as fast as a region rule's on the edges of the region leasing across
+// the link: what an edge decides from its allowance or overdraft never
+// waits on the link. A request that did wait would take a round trip of
+// the link, 80 ms at least: the p99s may differ by the larger of 40 ms
+// and half the region rule's p99 (the machine's noise), not more. The
+// home region's and both regions' p99s are reported, not asserted: there
+// the global rule is a leased check on the region's own Redis, whose
+// carves for the one flooded key queue behind each other, link or not.
+func (g *globalDrill) compareLatency(res *Result, global, regional *tally) error {
+	for _, reg := range []string{g.away, g.home, ""} {
+		gp, gn := global.p99(reg)
+		rp, rn := regional.p99(reg)
+		where := reg
+		if where == "" {
+			where = "both regions"
+		}
+		fmt.Fprintf(g.e.Log, "drill 6: p99 of admitted requests on %s: global rule %s (%d), region rule %s (%d)\n", where, gp.Round(100*time.Microsecond), gn, rp.Round(100*time.Microsecond), rn)
+		if reg != g.away {
+			continue
+		}
+		res.Times["p99_global_"+reg], res.Times["p99_region_"+reg] = gp, rp
+		if gn < 20 || rn < 20 {
+			return fmt.Errorf("latency on %s: %d and %d admitted requests, too few for a p99", where, gn, rn)
+		}
+		if margin := max(40*time.Millisecond, rp/2); gp > rp+margin {
+			return fmt.Errorf("latency on %s: global rule p99 %s above the region rule's %s + %s", where, gp, rp, margin)
+		}
+	}
+	return nil
+}
+
+// joinWAN starts the link to the home's Sentinel master and points the
+// away region's catalog at it, then waits for every edge of the away
+// region to reach the home through it: the link starts cut, so that an
+// edge still on the direct address cannot pass for one on the link; each
+// edge, asked for a key of the home, marks the home unreachable (which
+// only the link can make it do), then the link carries, with the WAN's
+// latency, and every edge is back on the home with no debt.
+func (g *globalDrill) joinWAN(ctx context.Context, res *Result) error {
+	e := g.e
+	home, homeRegion, err := e.regionOfMode("sentinel")
+	if err != nil {
+		return err
+	}
+	g.home = home
+	for _, name := range g.names {
+		if name != home {
+			g.away = name
+			break
+		}
+	}
+	master, err := sentinelMaster(ctx, homeRegion)
+	if err != nil {
+		return err
+	}
+	g.link = faults.NewNet()
+	proxied, err := g.link.Listen(master)
+	if err != nil {
+		g.link.Close()
+		return err
+	}
+	for _, tx := range append(wanToxics, blackHole) {
+		if err := g.link.Add(tx); err != nil {
+			g.link.Close()
+			return err
+		}
+	}
+	cat, err := e.stackCatalog()
+	if err != nil {
+		g.link.Close()
+		return err
+	}
+	for i, r := range cat.Regions {
+		if r.Name == home {
+			cat.Regions[i] = region.CatalogRegion{Name: home, Redis: "redis://" + proxied, RedisMode: "standalone"}
+		}
+	}
+	rc, err := region.NewClient(&api.Config{Address: strings.TrimPrefix(e.Out.Regions[g.away].Consul.HTTP, "http://")}, "")
+	if err != nil {
+		g.link.Close()
+		return err
+	}
+	start := time.Now()
+	if err := rc.PutCatalog(ctx, g.away, cat); err != nil {
+		g.link.Close()
+		return err
+	}
+	probe, err := g.clientHomed("probe", home)
+	if err != nil {
+		g.link.Close()
+		return err
+	}
+	if err := g.cutOff(ctx, probe, nil); err != nil {
+		g.link.Close()
+		return err
+	}
+	if err := g.heal(ctx); err != nil {
+		g.link.Close()
+		return err
+	}
+	res.Times["wan_joined"] = time.Since(start)
+	fmt.Fprintf(e.Log, "drill 6: %s reaches %s's Redis over the link (%s)\n", g.away, home, res.Times["wan_joined"].Round(time.Millisecond))
+	return nil
+}
+
+// cutOff waits until every edge of the away region, asked for client (a
+// key of the home), decides the home's keys from the static share; the
+// replies go to all when it is set.
+func (g *globalDrill) cutOff(ctx context.Context, client string, all *tally) error {
+	return eachEdge(ctx, g.e.Out.Regions[g.away].Edges(), 20*time.Second, "deciding "+g.home+"'s keys from the static share", func(ctx context.Context, ed stack.Edge) error {
+		code, _, err := get(ctx, ed.URL, globalTarget(client, "198.51.100.200"))
+		if err != nil {
+			return err
+		}
+		if all != nil {
+			all.replies = append(all.replies, reply{region: g.away, status: code})
+		}
+		v, err := sumGlobal(ctx, []stack.Edge{ed}, "edgeguard_limiter_global_fallback_share", g.home)
+		if err == nil && v != 1 {
+			err = fmt.Errorf("fallback_share %v", v)
+		}
+		return err
+	})
+}
+
+// heal lifts the black hole (the WAN's latency stays) and waits until
+// every edge of the away region is back on the home with no debt.
+func (g *globalDrill) heal(ctx context.Context) error {
+	g.link.Clear()
+	for _, tx := range wanToxics {
+		if err := g.link.Add(tx); err != nil {
+			return err
+		}
+	}
+	return eachEdge(ctx, g.e.Out.Regions[g.away].Edges(), 20*time.Second, "back on "+g.home+" with no debt", func(ctx context.Context, ed stack.Edge) error {
+		fs, err := sumGlobal(ctx, []stack.Edge{ed}, "edgeguard_limiter_global_fallback_share", g.home)
+		if err != nil {
+			return err
+		}
+		debt, err := sumGlobal(ctx, []stack.Edge{ed}, "edgeguard_limiter_global_debt_units", g.home)
+		if err != nil {
+			return err
+		}
+		if fs != 0 || debt != 0 {
+			return fmt.Errorf("fallback_share %v, debt %v", fs, debt)
+		}
+		return nil
+	})
 }
 
 func (e *Env) newGlobalDrill() (*globalDrill, error) {
@@ -200,8 +399,8 @@ func (g *globalDrill) key(client string) (string, error) {
 	return "", fmt.Errorf("rule %s does not match a request of %s", globalRuleID, client)
 }
 
-// home is the client key's home region.
-func (g *globalDrill) home(client string) (string, error) {
+// homeOf is the client key's home region.
+func (g *globalDrill) homeOf(client string) (string, error) {
 	k, err := g.key(client)
 	if err != nil {
 		return "", err
@@ -213,7 +412,7 @@ func (g *globalDrill) home(client string) (string, error) {
 func (g *globalDrill) clientHomed(prefix, region string) (string, error) {
 	for i := range 1000 {
 		c := fmt.Sprintf("%s-%s-%d", prefix, g.runID, i)
-		if h, err := g.home(c); err != nil {
+		if h, err := g.homeOf(c); err != nil {
 			return "", err
 		} else if h == region {
 			return c, nil
@@ -225,6 +424,7 @@ func (g *globalDrill) clientHomed(prefix, region string) (string, error) {
 // reply is one request's outcome.
 type reply struct {
 	at     time.Duration // since the phase started
+	took   time.Duration // sent to answered
 	region string
 	status int
 }
@@ -275,13 +475,43 @@ func (t *tally) String() string {
 	return fmt.Sprintf("%d sent, %d admitted %v, statuses %v", len(t.replies), t.admitted(), t.byRegion(), codes)
 }
 
+// p99 is the 99th percentile of the admitted replies' latencies on
+// region's edges (every edge when region is ""), and how many there were.
+func (t *tally) p99(region string) (time.Duration, int) {
+	var took []time.Duration
+	for _, r := range t.replies {
+		if r.status == http.StatusOK && (region == "" || r.region == region) {
+			took = append(took, r.took)
+		}
+	}
+	if len(took) == 0 {
+		return 0, 0
+	}
+	slices.Sort(took)
+	return took[(len(took)*99+99)/100-1], len(took)
+}
+
 var globalClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 
+// target is one request: a path, the header naming the rule's key and
+// the client address (X-Forwarded-For; the edges trust loopback).
+type target struct{ path, header, value, ip string }
+
+func globalTarget(client, ip string) target {
+	return target{path: "/global", header: "X-Client", value: client, ip: ip}
+}
+
 // drive sends n requests of client over edges, round-robin, from
-// workers at a time (each at tick's pace when tick is set). A status other
-// than 200 and 429 is an error: the tally would not say what the limiter
-// decided.
+// workers at a time (each at tick's pace when tick is set).
 func (g *globalDrill) drive(ctx context.Context, client string, edges []stack.Edge, workers, n int, tick *time.Ticker) (*tally, error) {
+	return g.send(ctx, func(i int) target { return globalTarget(client, fmt.Sprintf("198.51.100.%d", 1+i%workers)) }, edges, workers, n, tick)
+}
+
+// send sends the n requests of to over edges, round-robin, from workers
+// at a time (each at tick's pace when tick is set). A status other than
+// 200 and 429 is an error: the tally would not say what the limiter
+// decided.
+func (g *globalDrill) send(ctx context.Context, to func(i int) target, edges []stack.Edge, workers, n int, tick *time.Ticker) (*tally, error) {
 	if tick != nil {
 		defer tick.Stop()
 	}
@@ -293,7 +523,7 @@ func (g *globalDrill) drive(ctx context.Context, client string, edges []stack.Ed
 		wg    sync.WaitGroup
 		start = time.Now()
 	)
-	for w := range workers {
+	for range workers {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
@@ -304,12 +534,13 @@ func (g *globalDrill) drive(ctx context.Context, client string, edges []stack.Ed
 					<-tick.C
 				}
 				ed := edges[i%len(edges)]
-				code, err := getGlobal(ctx, ed.URL, client, fmt.Sprintf("198.51.100.%d", 1+w))
+				sent := time.Since(start)
+				code, took, err := get(ctx, ed.URL, to(i))
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", ed.Name, err))
 				} else {
-					out.replies = append(out.replies, reply{at: time.Since(start), region: g.region[ed.URL], status: code})
+					out.replies = append(out.replies, reply{at: sent, took: took, region: g.region[ed.URL], status: code})
 				}
 				mu.Unlock()
 			}
@@ -322,22 +553,29 @@ func (g *globalDrill) drive(ctx context.Context, client string, edges []stack.Ed
 	return &out, nil
 }
 
-func getGlobal(ctx context.Context, url, client, ip string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/global", nil)
+// get sends one request to the edge at url and times it.
+func get(ctx context.Context, url string, to target) (int, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+to.path, nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	req.Header.Set("X-Client", client)
-	req.Header.Set("X-Forwarded-For", ip)
+	req.Header.Set(to.header, to.value)
+	req.Header.Set("X-Forwarded-For", to.ip)
+	start := time.Now()
 	resp, err := globalClient.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	took := time.Since(start)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
-		return resp.StatusCode, fmt.Errorf("GET /global: %s", resp.Status)
+	if err != nil {
+		return resp.StatusCode, took, fmt.Errorf("GET %s: %w", to.path, err)
 	}
-	return resp.StatusCode, nil
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+		return resp.StatusCode, took, fmt.Errorf("GET %s: %s", to.path, resp.Status)
+	}
+	return resp.StatusCode, took, nil
 }
 
 // homeCount reads the client's count in the current window from its
@@ -423,64 +661,10 @@ func (g *globalDrill) partition(ctx context.Context, res *Result, bound int) err
 	e := g.e
 	L := g.rule.Limit
 	share := int(L) / len(g.names)
-	// The home: the Sentinel region, whose master is one address a proxy
-	// can stand in front of (a Cluster's clients follow its slot map).
-	home, homeRegion, err := e.regionOfMode("sentinel")
-	if err != nil {
-		return err
-	}
-	away := ""
-	for _, name := range g.names {
-		if name != home {
-			away = name
-			break
-		}
-	}
+	home, away := g.home, g.away
 	awayEdges := e.Out.Regions[away].Edges()
 	client, err := g.clientHomed("cut", home)
 	if err != nil {
-		return err
-	}
-	// Debts of the earlier phases paid before this one's are measured.
-	if err := eachEdge(ctx, awayEdges, 15*time.Second, "debt to "+home+" paid", func(ctx context.Context, ed stack.Edge) error {
-		v, err := sumGlobal(ctx, []stack.Edge{ed}, "edgeguard_limiter_global_debt_units", home)
-		if err == nil && v != 0 {
-			err = fmt.Errorf("debt %v", v)
-		}
-		return err
-	}); err != nil {
-		return err
-	}
-	master, err := sentinelMaster(ctx, homeRegion)
-	if err != nil {
-		return err
-	}
-	link := faults.NewNet()
-	defer link.Close()
-	proxied, err := link.Listen(master)
-	if err != nil {
-		return err
-	}
-	cat, err := e.stackCatalog()
-	if err != nil {
-		return err
-	}
-	for i, r := range cat.Regions {
-		if r.Name == home {
-			cat.Regions[i] = region.CatalogRegion{Name: home, Redis: "redis://" + proxied, RedisMode: "standalone"}
-		}
-	}
-	rc, err := region.NewClient(&api.Config{Address: strings.TrimPrefix(e.Out.Regions[away].Consul.HTTP, "http://")}, "")
-	if err != nil {
-		return err
-	}
-	restored := false
-	defer func() {
-		if !restored {
-			_ = e.pushStackCatalog(context.WithoutCancel(ctx))
-		}
-	}()
-	if err := rc.PutCatalog(ctx, away, cat); err != nil {
 		return err
 	}
 	before := map[string]float64{}
@@ -494,26 +678,14 @@ func (g *globalDrill) partition(ctx context.Context, res *Result, bound int) err
 	}
 
 	// Event: the link black-holes (every byte held, nothing answered).
-	if err := link.Add(faults.Toxic{Name: "partition", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}); err != nil {
+	if err := g.link.Add(blackHole); err != nil {
 		return err
 	}
 	cutAt := time.Now()
 	var all tally
 	// Witness: each cut-off edge, asked for the key (its carve hangs
-	// until the deadline), marks the home unreachable — which it can only
-	// do through the proxy, so it also runs the proxied catalog.
-	if err := eachEdge(ctx, awayEdges, 20*time.Second, "deciding "+home+"'s keys from the static share", func(ctx context.Context, ed stack.Edge) error {
-		code, err := getGlobal(ctx, ed.URL, client, "198.51.100.200")
-		if err != nil {
-			return err
-		}
-		all.replies = append(all.replies, reply{region: away, status: code})
-		v, err := sumGlobal(ctx, []stack.Edge{ed}, "edgeguard_limiter_global_fallback_share", home)
-		if err == nil && v != 1 {
-			err = fmt.Errorf("fallback_share %v", v)
-		}
-		return err
-	}); err != nil {
+	// until the deadline), marks the home unreachable.
+	if err := g.cutOff(ctx, client, &all); err != nil {
 		return err
 	}
 	res.Times["partition_noticed"] = time.Since(cutAt)
@@ -573,24 +745,11 @@ func (g *globalDrill) partition(ctx context.Context, res *Result, bound int) err
 		return fmt.Errorf("partitioned: %s admitted %d, above its share %d + the overdraft %d", away, awayAdmitted, share, overdraft)
 	}
 
-	// Heal: the link carries again; every cut-off edge finds the home,
-	// pays its debts (share and overdraft) once.
-	link.Clear()
+	// Heal: the link carries again (with the WAN's latency); every
+	// cut-off edge finds the home, pays its debts (share and overdraft)
+	// once.
 	healAt := time.Now()
-	if err := eachEdge(ctx, awayEdges, 20*time.Second, "back on "+home+" with no debt", func(ctx context.Context, ed stack.Edge) error {
-		fs, err := sumGlobal(ctx, []stack.Edge{ed}, "edgeguard_limiter_global_fallback_share", home)
-		if err != nil {
-			return err
-		}
-		debt, err := sumGlobal(ctx, []stack.Edge{ed}, "edgeguard_limiter_global_debt_units", home)
-		if err != nil {
-			return err
-		}
-		if fs != 0 || debt != 0 {
-			return fmt.Errorf("fallback_share %v, debt %v", fs, debt)
-		}
-		return nil
-	}); err != nil {
+	if err := g.heal(ctx); err != nil {
 		return err
 	}
 	res.Times["healed"] = time.Since(healAt)
@@ -614,10 +773,7 @@ func (g *globalDrill) partition(ctx context.Context, res *Result, bound int) err
 	if err := g.homeCounted(ctx, client, all.admitted(), int(math.Floor(float64(L)*g.rule.Tolerance/2))); err != nil {
 		return err
 	}
-
-	// Restore: the stack's catalog in the cut-off region again.
-	restored = true
-	return e.pushStackCatalog(ctx)
+	return nil
 }
 
 // stackCatalog is the region catalog stackctl reconcile pushed.
