@@ -202,7 +202,7 @@ rules:
 				continue
 			}
 			require.Less(t, time.Since(tripped), 20*time.Second, "the penalty never ended")
-			time.Sleep(250 * time.Millisecond) // the client's pace, not a wait for a signal
+			time.Sleep(250 * time.Millisecond) // kept: the client's pace, not a wait for a signal
 		}
 		require.GreaterOrEqual(t, freed.Sub(tripped), 2900*time.Millisecond, "denied for the whole penalty, 3 windows of the rule")
 		require.GreaterOrEqual(t, escapeCount(t, a, "login", "penalised"), 5.0)

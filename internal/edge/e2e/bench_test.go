@@ -655,7 +655,7 @@ func startBenchOrigin(tb testing.TB, capacity int, service time.Duration) string
 			defer func() { <-slots }()
 		}
 		if service > 0 {
-			time.Sleep(service)
+			time.Sleep(service) // kept: the origin's service time is the subject
 		}
 		ctx.SetContentType("text/plain")
 		ctx.SetBodyString("ok\n")
@@ -943,7 +943,7 @@ func openLoop(addr string, rate float64, d time.Duration) (openLoopRun, error) {
 	for i := range n {
 		at := start.Add(time.Duration(i) * interval)
 		if w := time.Until(at); w > 0 {
-			time.Sleep(w)
+			time.Sleep(w) // kept: an open loop sends each request when it is due
 		}
 		wg.Go(func() {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()

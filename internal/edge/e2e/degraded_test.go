@@ -126,12 +126,12 @@ rules:
 			for _, m := range masters {
 				_ = cluster.FreezeNode(m)
 			}
-			time.Sleep(60 * time.Millisecond)
+			time.Sleep(60 * time.Millisecond) // kept: the length of the freeze is the stress
 			for _, m := range masters {
 				_ = cluster.ThawNode(m)
 			}
 			bursts.Add(1)
-			time.Sleep(40 * time.Millisecond)
+			time.Sleep(40 * time.Millisecond) // kept: the thawed gap between freezes
 		}
 	})
 	unburn := burnCPU(t)
@@ -148,9 +148,8 @@ rules:
 		}
 	}
 	t.Cleanup(thaw)
-	for bursts.Load() < 2 {
-		time.Sleep(10 * time.Millisecond) // the bursts are under way before the load
-	}
+	require.Eventually(t, func() bool { return bursts.Load() >= 2 }, 10*time.Second, 5*time.Millisecond,
+		"the bursts are under way before the load")
 
 	var ok, denied, bad atomic.Int64
 	var firstBad atomic.Pointer[string]
@@ -176,7 +175,7 @@ rules:
 					msg := fmt.Sprintf("status %d err %v body %q", r.code, r.err, r.body)
 					firstBad.CompareAndSwap(nil, &msg)
 				}
-				time.Sleep(40 * time.Millisecond) // a client's pace, so the load spans many bursts
+				time.Sleep(40 * time.Millisecond) // kept: a client's pace, so the load spans many bursts
 			}
 		})
 	}
@@ -247,7 +246,7 @@ func startSpread(t *testing.T, es []*edgeProc, ips []string, workers int, pace, 
 					msg := fmt.Sprintf("%s: status %d err %v body %q", time.Now().Format("15:04:05.000"), r.code, r.err, r.body)
 					s.firstBad.CompareAndSwap(nil, &msg)
 				}
-				time.Sleep(pace)
+				time.Sleep(pace) // kept: the clients' pace is the load's shape
 			}
 		})
 	}
