@@ -113,8 +113,44 @@ rules:
 	}
 
 	// The stress: every master frozen in 60 ms bursts, every core busy.
+	bursts, thaw := freezeInBursts(t, masters)
+	require.Eventually(t, func() bool { return bursts.Load() >= 2 }, 10*time.Second, 5*time.Millisecond,
+		"the bursts are under way before the load")
+
+	start := time.Now()
+	b0 := bursts.Load()
+	ok, denied, bad, firstBad := pacedLoad(client, es, requests, workers)
+	took := time.Since(start)
+	during := bursts.Load() - b0
+	thaw()
+
+	var slow, fallback, fallbackTotal, opens, byRedis float64
+	for _, e := range es {
+		m := scrape(t, e)
+		slow += slowStoreCalls(m)
+		fallback += sum(m, mDecisions, "reason", "fallback")
+		fallbackTotal += sum(m, mFallback)
+		opens += sum(m, mOpens)
+		byRedis += sum(m, mDecisions, "reason", "redis")
+	}
+	t.Logf("%d requests over 3 edges in %s with %d freeze bursts of every master and %d busy loops: %d admitted, %d denied; store calls slower than 6.4 ms: %.0f; decisions by redis %.0f, by fallback %.0f; breaker opens %.0f",
+		requests, took.Round(time.Millisecond), during, runtime.NumCPU(), ok, denied, slow, byRedis, fallback, opens)
+	require.GreaterOrEqual(t, during, int64(3), "witness: the masters were frozen repeatedly during the load")
+	require.Positive(t, slow, "witness: store calls past the old 5 ms deadline")
+	require.Zero(t, bad, "failed requests: %v", firstBad)
+	require.Zero(t, fallback, "slowness alone sent nothing to the fallback")
+	require.Zero(t, fallbackTotal)
+	require.LessOrEqual(t, opens, 2.0, "the breaker does not flap on a slow store")
+	require.EqualValues(t, limit, ok, "exactly the limit")
+	require.EqualValues(t, requests-limit, denied)
+}
+
+// freezeInBursts freezes every master for 60 ms of every 100 ms and keeps
+// every core busy until thaw (also called when the test ends); bursts
+// counts the freezes done.
+func freezeInBursts(t *testing.T, masters []string) (bursts *atomic.Int64, thaw func()) {
+	bursts = &atomic.Int64{}
 	stop := make(chan struct{})
-	var bursts atomic.Int64
 	var stressed sync.WaitGroup
 	stressed.Go(func() {
 		for {
@@ -135,7 +171,7 @@ rules:
 		}
 	})
 	unburn := burnCPU(t)
-	thaw := func() {
+	thaw = func() {
 		unburn()
 		select {
 		case <-stop:
@@ -148,14 +184,17 @@ rules:
 		}
 	}
 	t.Cleanup(thaw)
-	require.Eventually(t, func() bool { return bursts.Load() >= 2 }, 10*time.Second, 5*time.Millisecond,
-		"the bursts are under way before the load")
+	return bursts, thaw
+}
 
-	var ok, denied, bad atomic.Int64
-	var firstBad atomic.Pointer[string]
+// pacedLoad sends requests from one client address, round-robin over the
+// edges, from workers clients each pausing 40 ms between requests, and
+// counts the answers: admitted, denied, and anything else (bad, the first
+// of them described).
+func pacedLoad(client *http.Client, es []*edgeProc, requests, workers int) (ok, denied, bad int64, firstBad string) {
+	var nOK, nDenied, nBad atomic.Int64
+	var first atomic.Pointer[string]
 	var next atomic.Int64
-	start := time.Now()
-	b0 := bursts.Load()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -164,45 +203,26 @@ rules:
 				if i >= requests {
 					return
 				}
-				r := get(client, es[i%3].url("/"), "X-Forwarded-For", "198.51.100.77")
+				r := get(client, es[i%len(es)].url("/"), "X-Forwarded-For", "198.51.100.77")
 				switch {
 				case r.err == nil && r.code == http.StatusOK:
-					ok.Add(1)
+					nOK.Add(1)
 				case r.err == nil && r.code == http.StatusTooManyRequests:
-					denied.Add(1)
+					nDenied.Add(1)
 				default:
-					bad.Add(1)
+					nBad.Add(1)
 					msg := fmt.Sprintf("status %d err %v body %q", r.code, r.err, r.body)
-					firstBad.CompareAndSwap(nil, &msg)
+					first.CompareAndSwap(nil, &msg)
 				}
 				time.Sleep(40 * time.Millisecond) // kept: a client's pace, so the load spans many bursts
 			}
 		})
 	}
 	wg.Wait()
-	took := time.Since(start)
-	during := bursts.Load() - b0
-	thaw()
-
-	var slow, fallback, fallbackTotal, opens, byRedis float64
-	for _, e := range es {
-		m := scrape(t, e)
-		slow += slowStoreCalls(m)
-		fallback += sum(m, mDecisions, "reason", "fallback")
-		fallbackTotal += sum(m, mFallback)
-		opens += sum(m, mOpens)
-		byRedis += sum(m, mDecisions, "reason", "redis")
+	if p := first.Load(); p != nil {
+		firstBad = *p
 	}
-	t.Logf("%d requests over 3 edges in %s with %d freeze bursts of every master and %d busy loops: %d admitted, %d denied; store calls slower than 6.4 ms: %.0f; decisions by redis %.0f, by fallback %.0f; breaker opens %.0f",
-		requests, took.Round(time.Millisecond), during, runtime.NumCPU(), ok.Load(), denied.Load(), slow, byRedis, fallback, opens)
-	require.GreaterOrEqual(t, during, int64(3), "witness: the masters were frozen repeatedly during the load")
-	require.Positive(t, slow, "witness: store calls past the old 5 ms deadline")
-	require.Zero(t, bad.Load(), "failed requests: %v", firstBad.Load())
-	require.Zero(t, fallback, "slowness alone sent nothing to the fallback")
-	require.Zero(t, fallbackTotal)
-	require.LessOrEqual(t, opens, 2.0, "the breaker does not flap on a slow store")
-	require.EqualValues(t, limit, ok.Load(), "exactly the limit")
-	require.EqualValues(t, requests-limit, denied.Load())
+	return nOK.Load(), nDenied.Load(), nBad.Load(), firstBad
 }
 
 // spread is a steady load from one client address, round-robin over edges.
