@@ -1066,65 +1066,14 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 				name, alg = "empty-script", limit.FixedWindow
 			}
 			b.Run(name+"/"+style.name, func(b *testing.B) {
-				lim := limiter.Limit{Algorithm: alg, Limit: 1_000_000, Window: time.Second}
-				if sp := alg.Spec(); sp.MaxLimit > 0 {
-					lim.Limit = sp.MaxLimit
-				}
-				limits := make([]limiter.Limit, keys)
-				counters := make([]string, keys)
-				for i := range limits {
-					limits[i] = lim
-					limits[i].Key = fmt.Sprintf("bench:%016x", uint64(i)*0x9e3779b97f4a7c15)
-					counters[i] = st.Keys(limits[i])[0] + "c" // one byte longer than the script's
-				}
-				held := alg.Spec().Held
-				empty := func(i int) error {
-					p := c.Pipeline()
-					for j := range style.batch {
-						l := limits[(i+j)%keys]
-						p.EvalSha(ctx, floorSHA, st.Keys(l), "take", 0, l.Limit, l.Window.Microseconds(), 0, 1, 1)
-					}
-					_, err := p.Exec(ctx)
-					return err
-				}
-				script := func(i int) error {
-					reqs := make([]limiter.Request, style.batch)
-					for j := range reqs {
-						reqs[j] = limiter.Request{Limit: limits[(i+j)%keys], Cost: 1}
-					}
-					ds, err := st.Take(ctx, reqs)
-					if err != nil {
-						return err
-					}
-					var leases []limiter.Lease
-					for _, d := range ds {
-						if !d.Allowed {
-							return fmt.Errorf("denied: %+v", d)
-						}
-						leases = append(leases, d.Lease)
-					}
-					if held {
-						return st.Refund(ctx, leases)
-					}
-					return nil
-				}
-				plain := func(i int) error {
-					p := c.Pipeline()
-					for j := range style.batch {
-						k := counters[(i+j)%keys]
-						p.IncrBy(ctx, k, 1)
-						p.Expire(ctx, k, time.Second)
-					}
-					_, err := p.Exec(ctx)
-					return err
-				}
-				run := script
+				load := newScriptCostLoad(c, st, floorSHA, alg, style.batch, keys)
+				run := load.script
 				if name == "empty-script" {
-					run = empty
+					run = load.empty
 				}
 				var cpu, decisions [2]float64
 				for range rounds {
-					for k, f := range []func(int) error{run, plain} {
+					for k, f := range []func(int) error{run, load.plain} {
 						secs, n, err := driveRedis(b, srv.Addr, goroutines, slice, style.batch, f)
 						if err != nil {
 							b.Fatal(err)
@@ -1142,6 +1091,85 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 			})
 		}
 	}
+}
+
+// scriptCostLoad is one case of BenchmarkRedisScriptCost: keys limits of
+// one algorithm, the counters beside them, and the three workloads, each a
+// call of batch decisions starting at key i.
+type scriptCostLoad struct {
+	c        *redis.Client
+	st       *limiter.RedisStore
+	floorSHA string
+	batch    int
+	limits   []limiter.Limit
+	counters []string
+	held     bool
+}
+
+func newScriptCostLoad(c *redis.Client, st *limiter.RedisStore, floorSHA string, alg limit.Algorithm, batch, keys int) *scriptCostLoad {
+	lim := limiter.Limit{Algorithm: alg, Limit: 1_000_000, Window: time.Second}
+	if sp := alg.Spec(); sp.MaxLimit > 0 {
+		lim.Limit = sp.MaxLimit
+	}
+	l := &scriptCostLoad{c: c, st: st, floorSHA: floorSHA, batch: batch, held: alg.Spec().Held,
+		limits: make([]limiter.Limit, keys), counters: make([]string, keys)}
+	for i := range l.limits {
+		l.limits[i] = lim
+		l.limits[i].Key = fmt.Sprintf("bench:%016x", uint64(i)*0x9e3779b97f4a7c15)
+		l.counters[i] = st.Keys(l.limits[i])[0] + "c" // one byte longer than the script's
+	}
+	return l
+}
+
+// empty calls the script that does nothing with a fixed window's keys and
+// arguments: the floor.
+func (l *scriptCostLoad) empty(i int) error {
+	ctx := context.Background()
+	p := l.c.Pipeline()
+	for j := range l.batch {
+		lim := l.limits[(i+j)%len(l.limits)]
+		p.EvalSha(ctx, l.floorSHA, l.st.Keys(lim), "take", 0, lim.Limit, lim.Window.Microseconds(), 0, 1, 1)
+	}
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// script takes one unit of each limit through the store, and releases it
+// again on a held (concurrency) limit, as the edge does.
+func (l *scriptCostLoad) script(i int) error {
+	ctx := context.Background()
+	reqs := make([]limiter.Request, l.batch)
+	for j := range reqs {
+		reqs[j] = limiter.Request{Limit: l.limits[(i+j)%len(l.limits)], Cost: 1}
+	}
+	ds, err := l.st.Take(ctx, reqs)
+	if err != nil {
+		return err
+	}
+	var leases []limiter.Lease
+	for _, d := range ds {
+		if !d.Allowed {
+			return fmt.Errorf("denied: %+v", d)
+		}
+		leases = append(leases, d.Lease)
+	}
+	if l.held {
+		return l.st.Refund(ctx, leases)
+	}
+	return nil
+}
+
+// plain is the baseline: INCRBY and EXPIRE on a counter beside each key.
+func (l *scriptCostLoad) plain(i int) error {
+	ctx := context.Background()
+	p := l.c.Pipeline()
+	for j := range l.batch {
+		k := l.counters[(i+j)%len(l.counters)]
+		p.IncrBy(ctx, k, 1)
+		p.Expire(ctx, k, time.Second)
+	}
+	_, err := p.Exec(ctx)
+	return err
 }
 
 // driveRedis runs f from goroutines for d (each call makes per decisions,
