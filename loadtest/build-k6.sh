@@ -2,25 +2,59 @@
 # Builds k6 with the k6/x/edgeguard extension the way xk6 does (a generated
 # main package importing go.k6.io/k6/cmd and the extension, built with
 # `go build`), and caches the binary outside the repository:
-#   ${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}/k6-<k6 version>-<extension hash>/k6
-# The hash covers the extension's sources and module files and every
-# package of this repository it compiles in (go list -deps), so any change
-# to them builds a new binary; an unchanged tree reuses the cached one; the
-# three newest builds are kept.
+#   ${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}/k6-<k6 version>-<key>/k6
+# The key is a hash of every file of this repository the build compiles:
+# the source and embedded files of each package of the extension's module
+# and of the edge's module (reached through the replace directive) that
+# `go list -deps` lists for the build's settings, both modules' go.mod and
+# go.sum, and the Go version. Any change to them builds a new binary; an
+# unchanged tree reuses the cached one; the three newest builds are kept.
 # Prints the binary's path.
+#   --key    prints the cache directory's name (k6-<version>-<key>) instead
+#   --files  prints the files the key covers instead
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 ext="$root/loadtest"
 k6_version=$(cd "$ext" && go list -m -f '{{.Version}}' go.k6.io/k6)
-hash=$(cd "$root" && {
-	find loadtest -path loadtest/scenarios -prune -o -path loadtest/results -prune -o \
-		\( \( -name '*.go' ! -name '*_test.go' \) -o -name go.mod -o -name go.sum \) -print
-	# The repository's packages the extension imports, however deep.
-	(cd loadtest && go list -deps -f '{{if .Module}}{{if eq .Module.Path "github.com/edgeguard/edgeguard"}}{{.Dir}}{{end}}{{end}}' .) |
-		sed "s|^$root/||" | while read -r d; do find "$d" -maxdepth 1 -name '*.go' ! -name '*_test.go' -print; done
-	echo go.mod go.sum
-} | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+# The files the build compiles from the two modules, relative to the root.
+# An error from go list stops the script: a key that silently left packages
+# out would reuse a stale binary.
+pkgfiles='{{if .Module}}{{if or (eq .Module.Path "github.com/edgeguard/edgeguard") (eq .Module.Path "github.com/edgeguard/edgeguard/loadtest")}}{{$d := .Dir}}'
+for list in GoFiles CgoFiles CFiles HFiles SFiles SysoFiles EmbedFiles; do
+	pkgfiles+="{{range .$list}}{{\$d}}/{{.}}{{\"\\n\"}}{{end}}"
+done
+pkgfiles+='{{end}}{{end}}'
+compiled=$(cd "$ext" && CGO_ENABLED=0 go list -deps -f "$pkgfiles" .)
+files=$(
+	{
+		printf '%s\n' "$compiled" | sed -n "s|^$root/||p"
+		printf '%s\n' go.mod go.sum loadtest/go.mod loadtest/go.sum
+	} | LC_ALL=C sort -u
+)
+if ! grep -qx 'loadtest/module.go' <<<"$files"; then
+	echo "k6: go list did not list the extension's own files" >&2
+	exit 1
+fi
+case "${1:-}" in
+--files)
+	printf '%s\n' "$files"
+	exit 0
+	;;
+esac
+hash=$(
+	cd "$root"
+	{
+		go env GOVERSION
+		xargs sha256sum <<<"$files"
+	} | sha256sum | cut -c1-16
+)
+case "${1:-}" in
+--key)
+	echo "k6-$k6_version-$hash"
+	exit 0
+	;;
+esac
 cache="${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}"
 dir="$cache/k6-$k6_version-$hash"
 bin="$dir/k6"

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 func redisClient(t *testing.T) *redis.Client {
@@ -61,6 +62,26 @@ func TestEveryScriptLoads(t *testing.T) {
 	require.ErrorContains(t, err, `"nope"`)
 	_, err = Batch([]Alg{{Code: 1, Name: "nope"}})
 	require.Error(t, err)
+}
+
+// Every algorithm of the registry has its script embedded here, every
+// embedded algorithm script belongs to an algorithm, and each name this
+// package exports reads a script.
+func TestScriptsMatchTheRegistry(t *testing.T) {
+	var named []string
+	for _, a := range limit.All() {
+		named = append(named, a.Spec().Script)
+	}
+	require.ElementsMatch(t, named, algorithms(t))
+	for _, name := range []string{SlidingLog, SlidingWindow, GCRA, FixedWindow, Concurrency} {
+		require.Contains(t, named, name)
+		src, err := Source(name)
+		require.NoError(t, err, name)
+		require.Contains(t, src, "server_now", "%s: the clock is part of the script", name)
+	}
+	bh, err := Plain(Behaviour)
+	require.NoError(t, err)
+	require.NotEmpty(t, bh)
 }
 
 // A call with missing or malformed arguments is refused before it touches

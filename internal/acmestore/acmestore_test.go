@@ -69,7 +69,7 @@ func TestStorageOverConsul(t *testing.T) {
 			if n > most.Load() {
 				most.Store(n)
 			}
-			time.Sleep(50 * time.Millisecond) // hold it while the others try
+			time.Sleep(50 * time.Millisecond) // kept: a hold the others' attempts overlap; their Lock has no hook to wait on
 			holders.Add(-1)
 			errs <- st.Unlock(ctx, "issue_cert_a.example")
 		})

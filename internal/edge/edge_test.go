@@ -37,7 +37,7 @@ func testOrigin(t *testing.T) string {
 			default:
 			}
 			ms, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("ms")))
-			time.Sleep(time.Duration(ms) * time.Millisecond)
+			time.Sleep(time.Duration(ms) * time.Millisecond) // kept: the origin's service time is the subject
 		}
 		if string(ctx.Path()) == "/status" { // /status?code=401&cost=3: that status, an X-Cost header
 			code, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("code")))

@@ -77,13 +77,9 @@ func sha256Hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// TestEscapes runs each escape against one real Redis.
-func TestEscapes(t *testing.T) {
-	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-	require.NoError(t, err)
-	defer rd.Close()
-
-	bypassRules := `
+// bypassRules limits per IP and lets a network and a partner's API key
+// through.
+var bypassRules = `
 version: 1
 rules:
   - id: per-ip
@@ -97,44 +93,70 @@ rules:
       api_key_header: X-Api-Key
       api_key_sha256: [` + sha256Hex("partner-key") + `]
 `
-	t.Run("bypass CIDR under a flood", func(t *testing.T) {
-		r := startEdge(t, bypassRules, withRedis(rd, testenv.KeyPrefix(t), trust127(t)))
-		got := flood(t, r, 300, "X-Forwarded-For", "10.1.2.3")
-		require.Equal(t, map[int]int{200: 300}, got, "the allowlisted network is never limited")
-		got = flood(t, r, 50, "X-Forwarded-For", "192.0.2.9")
-		require.Equal(t, map[int]int{200: 3, 429: 47}, got, "its neighbour is")
-		require.Equal(t, 300.0, metricSum(t, r, "edgeguard_edge_decisions_total", "rule", "per-ip", "decision", "bypass"))
-		require.Equal(t, 300.0, escapeCount(t, r, "per-ip", "bypass"))
-	})
-	t.Run("a spoofed forwarding header bypasses nothing", func(t *testing.T) {
-		r := startEdge(t, bypassRules, withRedis(rd, testenv.KeyPrefix(t))) // 127.0.0.1 untrusted
-		got := flood(t, r, 20, "X-Forwarded-For", "10.1.2.3")
-		require.Equal(t, map[int]int{200: 3, 429: 17}, got)
-		require.Zero(t, escapeCount(t, r, "per-ip", "bypass"))
-	})
-	t.Run("bypass by API key hash", func(t *testing.T) {
-		r := startEdge(t, bypassRules, withRedis(rd, testenv.KeyPrefix(t)))
-		require.Equal(t, []int{200, 200, 200, 200, 200}, codes(t, r, 5, "/", "X-Api-Key", "partner-key"))
-		// The hash is not a key: sending it is sending some other key.
-		require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/", "X-Api-Key", sha256Hex("partner-key")))
-	})
 
-	t.Run("override of 1 of 100,000 keys", func(t *testing.T) {
-		var doc strings.Builder
-		doc.WriteString("version: 1\nrules:\n  - id: per-user\n    key: [header:X-User]\n    algorithm: token_bucket\n    limit: 2\n    window: 1m\n    metrics: true\n    overrides:\n")
-		for i := range 100_000 {
-			fmt.Fprintf(&doc, "      - {key: [u%d], limit: %d}\n", i, 10+i%7)
-		}
-		r := startEdge(t, doc.String(), withRedis(rd, testenv.KeyPrefix(t)))
-		own := 10 + 54321%7
-		got := codes(t, r, own+1, "/", "X-User", "u54321")
-		require.Equal(t, append(repeatInt(200, own), 429), got, "u54321 has its own limit")
-		require.Equal(t, []int{200, 200, 429}, codes(t, r, 3, "/", "X-User", "stranger"), "no override: the rule's limit")
-		require.Equal(t, float64(own+1), escapeCount(t, r, "per-user", "override"))
-	})
+// TestEscapes runs each escape against one real Redis.
+func TestEscapes(t *testing.T) {
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	defer rd.Close()
 
-	t.Run("limit header only from trusted peers", func(t *testing.T) {
-		rulesYAML := `
+	t.Run("bypass CIDR under a flood", func(t *testing.T) { escapesBypassCIDR(t, rd) })
+	t.Run("a spoofed forwarding header bypasses nothing", func(t *testing.T) { escapesSpoofedHeader(t, rd) })
+	t.Run("bypass by API key hash", func(t *testing.T) { escapesBypassAPIKey(t, rd) })
+	t.Run("override of 1 of 100,000 keys", func(t *testing.T) { escapesOverride(t, rd) })
+	t.Run("limit header only from trusted peers", func(t *testing.T) { escapesLimitHeader(t, rd) })
+	t.Run("penalty outlives the window, region-wide", func(t *testing.T) { escapesPenalty(t, rd) })
+}
+
+// escapesBypassCIDR: a flood from the allowlisted network is never
+// limited; its neighbour is.
+func escapesBypassCIDR(t *testing.T, rd *testenv.Standalone) {
+	r := startEdge(t, bypassRules, withRedis(rd, testenv.KeyPrefix(t), trust127(t)))
+	got := flood(t, r, 300, "X-Forwarded-For", "10.1.2.3")
+	require.Equal(t, map[int]int{200: 300}, got, "the allowlisted network is never limited")
+	got = flood(t, r, 50, "X-Forwarded-For", "192.0.2.9")
+	require.Equal(t, map[int]int{200: 3, 429: 47}, got, "its neighbour is")
+	require.Equal(t, 300.0, metricSum(t, r, "edgeguard_edge_decisions_total", "rule", "per-ip", "decision", "bypass"))
+	require.Equal(t, 300.0, escapeCount(t, r, "per-ip", "bypass"))
+}
+
+// escapesSpoofedHeader: from an untrusted peer, a forwarding header naming
+// the allowlisted network bypasses nothing.
+func escapesSpoofedHeader(t *testing.T, rd *testenv.Standalone) {
+	r := startEdge(t, bypassRules, withRedis(rd, testenv.KeyPrefix(t))) // 127.0.0.1 untrusted
+	got := flood(t, r, 20, "X-Forwarded-For", "10.1.2.3")
+	require.Equal(t, map[int]int{200: 3, 429: 17}, got)
+	require.Zero(t, escapeCount(t, r, "per-ip", "bypass"))
+}
+
+// escapesBypassAPIKey: the partner's key bypasses; its hash does not.
+func escapesBypassAPIKey(t *testing.T, rd *testenv.Standalone) {
+	r := startEdge(t, bypassRules, withRedis(rd, testenv.KeyPrefix(t)))
+	require.Equal(t, []int{200, 200, 200, 200, 200}, codes(t, r, 5, "/", "X-Api-Key", "partner-key"))
+	// The hash is not a key: sending it is sending some other key.
+	require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/", "X-Api-Key", sha256Hex("partner-key")))
+}
+
+// escapesOverride: one key of 100,000 overrides has its own limit; a key
+// without one has the rule's.
+func escapesOverride(t *testing.T, rd *testenv.Standalone) {
+	var doc strings.Builder
+	doc.WriteString("version: 1\nrules:\n  - id: per-user\n    key: [header:X-User]\n    algorithm: token_bucket\n    limit: 2\n    window: 1m\n    metrics: true\n    overrides:\n")
+	for i := range 100_000 {
+		fmt.Fprintf(&doc, "      - {key: [u%d], limit: %d}\n", i, 10+i%7)
+	}
+	r := startEdge(t, doc.String(), withRedis(rd, testenv.KeyPrefix(t)))
+	own := 10 + 54321%7
+	got := codes(t, r, own+1, "/", "X-User", "u54321")
+	require.Equal(t, append(repeatInt(200, own), 429), got, "u54321 has its own limit")
+	require.Equal(t, []int{200, 200, 429}, codes(t, r, 3, "/", "X-User", "stranger"), "no override: the rule's limit")
+	require.Equal(t, float64(own+1), escapeCount(t, r, "per-user", "override"))
+}
+
+// escapesLimitHeader: the limit header applies only from trusted peers;
+// garbage in it is ignored and counted.
+func escapesLimitHeader(t *testing.T, rd *testenv.Standalone) {
+	rulesYAML := `
 version: 1
 rules:
   - id: plan
@@ -145,22 +167,24 @@ rules:
     metrics: true
     limit_header: X-Edge-Limit
 `
-		trusted := startEdge(t, rulesYAML, withRedis(rd, testenv.KeyPrefix(t), trust127(t)))
-		require.Equal(t, []int{200, 200, 200, 200, 200, 429}, codes(t, trusted, 6, "/", "X-User", "a", "X-Edge-Limit", "5"))
-		// Garbage is ignored (the rule's limit holds) and counted.
-		for _, v := range []string{"-5", "NaN", "1e9", "99999999999999999999"} {
-			require.Equal(t, []int{200, 200, 429}, codes(t, trusted, 3, "/", "X-User", "bad"+v, "X-Edge-Limit", v), v)
-		}
-		require.Equal(t, 12.0, escapeCount(t, trusted, "plan", "limit_header_ignored"))
+	trusted := startEdge(t, rulesYAML, withRedis(rd, testenv.KeyPrefix(t), trust127(t)))
+	require.Equal(t, []int{200, 200, 200, 200, 200, 429}, codes(t, trusted, 6, "/", "X-User", "a", "X-Edge-Limit", "5"))
+	// Garbage is ignored (the rule's limit holds) and counted.
+	for _, v := range []string{"-5", "NaN", "1e9", "99999999999999999999"} {
+		require.Equal(t, []int{200, 200, 429}, codes(t, trusted, 3, "/", "X-User", "bad"+v, "X-Edge-Limit", v), v)
+	}
+	require.Equal(t, 12.0, escapeCount(t, trusted, "plan", "limit_header_ignored"))
 
-		untrusted := startEdge(t, rulesYAML, withRedis(rd, testenv.KeyPrefix(t)))
-		require.Equal(t, []int{200, 200, 429}, codes(t, untrusted, 3, "/", "X-User", "a", "X-Edge-Limit", "1000"), "a client cannot raise its own limit")
-		require.Equal(t, 3.0, escapeCount(t, untrusted, "plan", "limit_header_ignored"))
-		require.Zero(t, escapeCount(t, untrusted, "plan", "limit_header"))
-	})
+	untrusted := startEdge(t, rulesYAML, withRedis(rd, testenv.KeyPrefix(t)))
+	require.Equal(t, []int{200, 200, 429}, codes(t, untrusted, 3, "/", "X-User", "a", "X-Edge-Limit", "1000"), "a client cannot raise its own limit")
+	require.Equal(t, 3.0, escapeCount(t, untrusted, "plan", "limit_header_ignored"))
+	require.Zero(t, escapeCount(t, untrusted, "plan", "limit_header"))
+}
 
-	t.Run("penalty outlives the window, region-wide", func(t *testing.T) {
-		rulesYAML := `
+// escapesPenalty: a penalty outlives the rule's window, on every edge of
+// the region.
+func escapesPenalty(t *testing.T, rd *testenv.Standalone) {
+	rulesYAML := `
 version: 1
 rules:
   - id: login
@@ -171,43 +195,42 @@ rules:
     metrics: true
     penalty: 3s
 `
-		salt := testenv.KeyPrefix(t)
-		a := startEdge(t, rulesYAML, withRedis(rd, salt))
-		b := startEdge(t, rulesYAML, withRedis(rd, salt)) // another edge of the region
-		var tripped time.Time
-		for tripped.IsZero() {
-			resp := a.get(t, "/")
-			_, _ = io.Copy(io.Discard, resp.Body)
-			if resp.StatusCode == 429 {
-				tripped = time.Now()
-				require.Equal(t, "3", resp.Header.Get("Retry-After"), "the penalty, not the window, says when")
-			}
+	salt := testenv.KeyPrefix(t)
+	a := startEdge(t, rulesYAML, withRedis(rd, salt))
+	b := startEdge(t, rulesYAML, withRedis(rd, salt)) // another edge of the region
+	var tripped time.Time
+	for tripped.IsZero() {
+		resp := a.get(t, "/")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode == 429 {
+			tripped = time.Now()
+			require.Equal(t, "3", resp.Header.Get("Retry-After"), "the penalty, not the window, says when")
 		}
-		// The other edge denies too, before counting, with the time left.
-		resp := b.get(t, "/")
-		require.Equal(t, 429, resp.StatusCode)
-		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-		require.NoError(t, err)
-		require.True(t, retry >= 1 && retry <= 3, "Retry-After %d", retry)
-		require.Equal(t, 1.0, metricSum(t, b, "edgeguard_edge_decisions_total", "rule", "login", "decision", "denied", "reason", "penalty"))
+	}
+	// The other edge denies too, before counting, with the time left.
+	resp := b.get(t, "/")
+	require.Equal(t, 429, resp.StatusCode)
+	retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.True(t, retry >= 1 && retry <= 3, "Retry-After %d", retry)
+	require.Equal(t, 1.0, metricSum(t, b, "edgeguard_edge_decisions_total", "rule", "login", "decision", "denied", "reason", "penalty"))
 
-		// Keep knocking, slowly (well under the rule's rate): denied until
-		// the penalty ends, however many windows pass.
-		var freed time.Time
-		for freed.IsZero() {
-			resp := a.get(t, "/")
-			_, _ = io.Copy(io.Discard, resp.Body)
-			if resp.StatusCode == 200 {
-				freed = time.Now()
-				continue
-			}
-			require.Less(t, time.Since(tripped), 20*time.Second, "the penalty never ended")
-			time.Sleep(250 * time.Millisecond) // the client's pace, not a wait for a signal
+	// Keep knocking, slowly (well under the rule's rate): denied until
+	// the penalty ends, however many windows pass.
+	var freed time.Time
+	for freed.IsZero() {
+		resp := a.get(t, "/")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode == 200 {
+			freed = time.Now()
+			continue
 		}
-		require.GreaterOrEqual(t, freed.Sub(tripped), 2900*time.Millisecond, "denied for the whole penalty, 3 windows of the rule")
-		require.GreaterOrEqual(t, escapeCount(t, a, "login", "penalised"), 5.0)
-		require.Equal(t, 1.0, escapeCount(t, a, "login", "penalty_start"))
-	})
+		require.Less(t, time.Since(tripped), 20*time.Second, "the penalty never ended")
+		time.Sleep(250 * time.Millisecond) // kept: the client's pace, not a wait for a signal
+	}
+	require.GreaterOrEqual(t, freed.Sub(tripped), 2900*time.Millisecond, "denied for the whole penalty, 3 windows of the rule")
+	require.GreaterOrEqual(t, escapeCount(t, a, "login", "penalised"), 5.0)
+	require.Equal(t, 1.0, escapeCount(t, a, "login", "penalty_start"))
 }
 
 // escapeCount is edgeguard_edge_escapes_total of a rule and escape.
@@ -222,16 +245,23 @@ func TestCountByResponse(t *testing.T) {
 	require.NoError(t, err)
 	defer rd.Close()
 
-	// waitCounted waits until n responses have been counted (the count is
-	// sent after the response, on its own goroutine).
-	waitCounted := func(t *testing.T, r *running, rule string, n float64) {
-		t.Helper()
-		require.Eventually(t, func() bool { return escapeCount(t, r, rule, "response_counted") >= n },
-			10*time.Second, 5*time.Millisecond, "%v responses counted", n)
-	}
+	t.Run("only 401s count: credential stuffing", func(t *testing.T) { countOnly401s(t, rd) })
+	t.Run("a credential-stuffing flood overshoots by what is in flight", func(t *testing.T) { countFloodOvershoot(t, rd) })
+	t.Run("cost from a response header, bounded", func(t *testing.T) { countCostHeader(t, rd) })
+}
 
-	t.Run("only 401s count: credential stuffing", func(t *testing.T) {
-		r := startEdge(t, `
+// waitCounted waits until n responses have been counted (the count is
+// sent after the response, on its own goroutine).
+func waitCounted(t *testing.T, r *running, rule string, n float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return escapeCount(t, r, rule, "response_counted") >= n },
+		10*time.Second, 5*time.Millisecond, "%v responses counted", n)
+}
+
+// countOnly401s: only 401s count (credential stuffing); once they are
+// over the limit, every request of the client is denied.
+func countOnly401s(t *testing.T, rd *testenv.Standalone) {
+	r := startEdge(t, `
 version: 1
 rules:
   - id: stuffing
@@ -242,26 +272,28 @@ rules:
     metrics: true
     count_if: {status: [401]}
 `, withRedis(rd, testenv.KeyPrefix(t)))
-		require.Equal(t, repeatInt(200, 20), codes(t, r, 20, "/status?code=200"), "successes are not counted")
-		for i := range 6 {
-			require.Equal(t, []int{401}, codes(t, r, 1, "/status?code=401"), "attempt %d reaches the origin", i)
-			waitCounted(t, r, "stuffing", float64(i+1))
-		}
-		// The sixth 401 did not fit: the key is blocked until a unit
-		// frees, for every request of the client.
-		resp := r.get(t, "/status?code=200")
-		require.Equal(t, 429, resp.StatusCode)
-		retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-		require.NoError(t, err)
-		// A sliding window frees a unit as the previous window's count
-		// decays: up to two windows after the counts were made.
-		require.True(t, retry > 1 && retry <= 120, "Retry-After %d: until the window frees a unit", retry)
-		require.Equal(t, 1.0, escapeCount(t, r, "stuffing", "response_blocked"))
-		require.Equal(t, 5.0, metricSum(t, r, "edgeguard_edge_decisions_total", "rule", "stuffing", "decision", "allowed"))
-	})
+	require.Equal(t, repeatInt(200, 20), codes(t, r, 20, "/status?code=200"), "successes are not counted")
+	for i := range 6 {
+		require.Equal(t, []int{401}, codes(t, r, 1, "/status?code=401"), "attempt %d reaches the origin", i)
+		waitCounted(t, r, "stuffing", float64(i+1))
+	}
+	// The sixth 401 did not fit: the key is blocked until a unit
+	// frees, for every request of the client.
+	resp := r.get(t, "/status?code=200")
+	require.Equal(t, 429, resp.StatusCode)
+	retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	// A sliding window frees a unit as the previous window's count
+	// decays: up to two windows after the counts were made.
+	require.True(t, retry > 1 && retry <= 120, "Retry-After %d: until the window frees a unit", retry)
+	require.Equal(t, 1.0, escapeCount(t, r, "stuffing", "response_blocked"))
+	require.Equal(t, 5.0, metricSum(t, r, "edgeguard_edge_decisions_total", "rule", "stuffing", "decision", "allowed"))
+}
 
-	t.Run("a credential-stuffing flood overshoots by what is in flight", func(t *testing.T) {
-		r := startEdge(t, `
+// countFloodOvershoot: a credential-stuffing flood overshoots the limit by
+// what is in flight, and no more.
+func countFloodOvershoot(t *testing.T, rd *testenv.Standalone) {
+	r := startEdge(t, `
 version: 1
 rules:
   - id: stuffing
@@ -272,36 +304,38 @@ rules:
     metrics: true
     count_if: {status: [401, 403]}
 `, withRedis(rd, testenv.KeyPrefix(t)))
-		var mu sync.Mutex
-		got := map[int]int{}
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for range 50 {
-					resp, err := http.Get("http://" + r.Addr() + "/status?code=401")
-					if err != nil {
-						panic(err)
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					mu.Lock()
-					got[resp.StatusCode]++
-					mu.Unlock()
+	var mu sync.Mutex
+	got := map[int]int{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				resp, err := http.Get("http://" + r.Addr() + "/status?code=401")
+				if err != nil {
+					panic(err)
 				}
-			})
-		}
-		wg.Wait()
-		t.Logf("400 attempts, 8 at a time, limit 20: %d reached the origin (overshoot %d), %d denied", got[401], got[401]-20, got[429])
-		require.Equal(t, 400, got[401]+got[429])
-		require.GreaterOrEqual(t, got[401], 20)
-		// Overshoot: the requests in flight when the count crossed, and
-		// those sent before that count's reply set the block; bounded here
-		// with a wide margin for a loaded machine.
-		require.Less(t, got[401], 20+8*10)
-	})
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				got[resp.StatusCode]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("400 attempts, 8 at a time, limit 20: %d reached the origin (overshoot %d), %d denied", got[401], got[401]-20, got[429])
+	require.Equal(t, 400, got[401]+got[429])
+	require.GreaterOrEqual(t, got[401], 20)
+	// Overshoot: the requests in flight when the count crossed, and
+	// those sent before that count's reply set the block; bounded here
+	// with a wide margin for a loaded machine.
+	require.Less(t, got[401], 20+8*10)
+}
 
-	t.Run("cost from a response header, bounded", func(t *testing.T) {
-		r := startEdge(t, `
+// countCostHeader: the cost comes from a response header, bounded by the
+// capacity; garbage costs the rule's cost.
+func countCostHeader(t *testing.T, rd *testenv.Standalone) {
+	r := startEdge(t, `
 version: 1
 rules:
   - id: complexity
@@ -312,33 +346,32 @@ rules:
     metrics: true
     cost_header: X-Cost
 `, withRedis(rd, testenv.KeyPrefix(t)))
-		for i, c := range []string{"4", "4"} {
-			require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "a"))
-			waitCounted(t, r, "complexity", float64(i+1))
-		}
-		// 8 of 10 taken: a cost of 4 does not fit, and blocks the key.
-		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=4", "X-User", "a"))
-		waitCounted(t, r, "complexity", 3)
-		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200&cost=1", "X-User", "a"))
+	for i, c := range []string{"4", "4"} {
+		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "a"))
+		waitCounted(t, r, "complexity", float64(i+1))
+	}
+	// 8 of 10 taken: a cost of 4 does not fit, and blocks the key.
+	require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=4", "X-User", "a"))
+	waitCounted(t, r, "complexity", 3)
+	require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200&cost=1", "X-User", "a"))
 
-		// A huge cost is charged max_cost (the capacity: 10), and blocks;
-		// garbage is charged the rule's cost (1). Each is an error.
-		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=99999999999999999999999", "X-User", "huge"))
-		waitCounted(t, r, "complexity", 4)
-		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=1", "X-User", "huge"))
-		waitCounted(t, r, "complexity", 5)
-		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200", "X-User", "huge"), "10 of 10 taken by one response")
-		for i, c := range []string{"-5", "NaN", "1e3"} {
-			require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "garbage"))
-			waitCounted(t, r, "complexity", float64(6+i))
-		}
-		require.Equal(t, 4.0, escapeCount(t, r, "complexity", "cost_header_error"))
-		// 3 units taken by the 3 bad headers, 7 left: 7 responses fit, the
-		// next one (already served when it is counted) does not and blocks.
-		require.Equal(t, repeatInt(200, 8), codes(t, r, 8, "/status?code=200", "X-User", "garbage"))
-		waitCounted(t, r, "complexity", 16)
-		require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200", "X-User", "garbage"))
-	})
+	// A huge cost is charged max_cost (the capacity: 10), and blocks;
+	// garbage is charged the rule's cost (1). Each is an error.
+	require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=99999999999999999999999", "X-User", "huge"))
+	waitCounted(t, r, "complexity", 4)
+	require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost=1", "X-User", "huge"))
+	waitCounted(t, r, "complexity", 5)
+	require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200", "X-User", "huge"), "10 of 10 taken by one response")
+	for i, c := range []string{"-5", "NaN", "1e3"} {
+		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "garbage"))
+		waitCounted(t, r, "complexity", float64(6+i))
+	}
+	require.Equal(t, 4.0, escapeCount(t, r, "complexity", "cost_header_error"))
+	// 3 units taken by the 3 bad headers, 7 left: 7 responses fit, the
+	// next one (already served when it is counted) does not and blocks.
+	require.Equal(t, repeatInt(200, 8), codes(t, r, 8, "/status?code=200", "X-User", "garbage"))
+	waitCounted(t, r, "complexity", 16)
+	require.Equal(t, []int{429}, codes(t, r, 1, "/status?code=200", "X-User", "garbage"))
 }
 
 // TestEscapesThroughConsul: escapes pushed to a region's Consul reach a

@@ -98,119 +98,135 @@ func TestReadiness(t *testing.T) {
 	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rd.Close() })
-	withRedis := func(url string, mode limiter.FailMode) func(*Config) {
-		return func(c *Config) {
-			c.Redis, c.FailMode, c.KeySalt = url, mode, testenv.KeyPrefix(t)
-		}
+
+	t.Run("serving, Redis healthy: 200", func(t *testing.T) { readyHealthy(t, rd.URL()) })
+	t.Run("fail-mode fallback, Redis down: 200 degraded", func(t *testing.T) { readyFallbackDown(t) })
+	t.Run("fail-mode fallback, Redis slow: 200 degraded, then ready", func(t *testing.T) { readyFallbackSlow(t) })
+	t.Run("fail-mode closed, Redis unreachable: 503", func(t *testing.T) { readyClosedUnreachable(t) })
+	t.Run("fail-mode closed, Redis frozen: 503, then ready", func(t *testing.T) { readyClosedFrozen(t) })
+	t.Run("Redis rejects our credentials: 200 degraded, logged, metric", func(t *testing.T) { readyWrongCredentials(t) })
+}
+
+// readyRedis points an edge at the Redis at url, with fail mode mode and
+// keys salted with salt.
+func readyRedis(url string, mode limiter.FailMode, salt string) func(*Config) {
+	return func(c *Config) {
+		c.Redis, c.FailMode, c.KeySalt = url, mode, salt
 	}
+}
 
-	t.Run("serving, Redis healthy: 200", func(t *testing.T) {
-		r := startEdge(t, perIP, withRedis(rd.URL(), limiter.FailFallback))
-		require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"))
-		require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
-		require.Equal(t, 1.0, metricValue(t, r, "edgeguard_edge_ready"))
-		require.Zero(t, metricSum(t, r, "edgeguard_limiter_degraded"))
-		require.Equal(t, 3.0, metricSum(t, r, "edgeguard_edge_decisions_total", "reason", "redis", "decision", "allowed"))
-	})
+// readyHealthy: serving, with Redis healthy: 200 and ready.
+func readyHealthy(t *testing.T, redisURL string) {
+	r := startEdge(t, perIP, readyRedis(redisURL, limiter.FailFallback, testenv.KeyPrefix(t)))
+	require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"))
+	require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
+	require.Equal(t, 1.0, metricValue(t, r, "edgeguard_edge_ready"))
+	require.Zero(t, metricSum(t, r, "edgeguard_limiter_degraded"))
+	require.Equal(t, 3.0, metricSum(t, r, "edgeguard_edge_decisions_total", "reason", "redis", "decision", "allowed"))
+}
 
-	t.Run("fail-mode fallback, Redis down: 200 degraded", func(t *testing.T) {
-		r := startEdge(t, perIP, withRedis(deadRedis(t), limiter.FailFallback))
-		// Known before any request: the script load at start failed.
-		rz := getReadyz(t, r)
-		require.Equal(t, 200, rz.code)
-		require.True(t, strings.HasPrefix(rz.body, "degraded: reason=unreachable"), rz.body)
-		require.Contains(t, rz.body, "decided locally")
-		require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"), "still enforcing, locally")
-		require.Equal(t, 200, getReadyz(t, r).code)
-		require.Equal(t, 1.0, metricSum(t, r, "edgeguard_limiter_degraded", "reason", "unreachable"))
-		require.Equal(t, 1.0, metricValue(t, r, "edgeguard_edge_ready"))
-	})
+// readyFallbackDown: fail-mode fallback, Redis down: 200 degraded.
+func readyFallbackDown(t *testing.T) {
+	r := startEdge(t, perIP, readyRedis(deadRedis(t), limiter.FailFallback, testenv.KeyPrefix(t)))
+	// Known before any request: the script load at start failed.
+	rz := getReadyz(t, r)
+	require.Equal(t, 200, rz.code)
+	require.True(t, strings.HasPrefix(rz.body, "degraded: reason=unreachable"), rz.body)
+	require.Contains(t, rz.body, "decided locally")
+	require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"), "still enforcing, locally")
+	require.Equal(t, 200, getReadyz(t, r).code)
+	require.Equal(t, 1.0, metricSum(t, r, "edgeguard_limiter_degraded", "reason", "unreachable"))
+	require.Equal(t, 1.0, metricValue(t, r, "edgeguard_edge_ready"))
+}
 
-	t.Run("fail-mode fallback, Redis slow: 200 degraded, then ready", func(t *testing.T) {
-		frozen, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = frozen.Close() })
-		r := startEdge(t, perIP, withRedis(frozen.URL(), limiter.FailFallback))
-		require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
-		frozen.Freeze()
-		thawed := false
-		t.Cleanup(func() {
-			if !thawed {
-				frozen.Thaw()
-			}
-		})
-		// Past the deadline (250 ms) the checks are decided locally.
-		require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"))
-		rz := getReadyz(t, r)
-		require.Equal(t, 200, rz.code)
-		require.True(t, strings.HasPrefix(rz.body, "degraded: reason=timeout"), rz.body)
-		require.Equal(t, 1.0, metricSum(t, r, "edgeguard_limiter_degraded", "reason", "timeout"))
-		// Each of the 4 requests timed out; a health probe that ran inside
-		// the freeze (a slow host stretches it) counts one more.
-		require.GreaterOrEqual(t, metricSum(t, r, "edgeguard_limiter_store_errors_total", "class", "timeout"), 4.0)
-		// Redis answers again; no request comes, readiness finds out.
-		frozen.Thaw()
-		thawed = true
-		waitReadyz(t, r, "ready once Redis answers", func(rz readyz) bool { return rz == readyz{200, "ready\n"} })
-		require.Zero(t, metricSum(t, r, "edgeguard_limiter_degraded"))
+// readyFallbackSlow: fail-mode fallback, Redis slow: 200 degraded, then ready.
+func readyFallbackSlow(t *testing.T) {
+	frozen, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = frozen.Close() })
+	r := startEdge(t, perIP, readyRedis(frozen.URL(), limiter.FailFallback, testenv.KeyPrefix(t)))
+	require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
+	frozen.Freeze()
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			frozen.Thaw()
+		}
 	})
+	// Past the deadline (250 ms) the checks are decided locally.
+	require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"))
+	rz := getReadyz(t, r)
+	require.Equal(t, 200, rz.code)
+	require.True(t, strings.HasPrefix(rz.body, "degraded: reason=timeout"), rz.body)
+	require.Equal(t, 1.0, metricSum(t, r, "edgeguard_limiter_degraded", "reason", "timeout"))
+	// Each of the 4 requests timed out; a health probe that ran inside
+	// the freeze (a slow host stretches it) counts one more.
+	require.GreaterOrEqual(t, metricSum(t, r, "edgeguard_limiter_store_errors_total", "class", "timeout"), 4.0)
+	// Redis answers again; no request comes, readiness finds out.
+	frozen.Thaw()
+	thawed = true
+	waitReadyz(t, r, "ready once Redis answers", func(rz readyz) bool { return rz == readyz{200, "ready\n"} })
+	require.Zero(t, metricSum(t, r, "edgeguard_limiter_degraded"))
+}
 
-	t.Run("fail-mode closed, Redis unreachable: 503", func(t *testing.T) {
-		r := startEdge(t, perIP, withRedis(deadRedis(t), limiter.FailClosed))
-		rz := getReadyz(t, r)
-		require.Equal(t, 503, rz.code, rz.body)
-		require.True(t, strings.HasPrefix(rz.body, "unavailable: reason=unreachable"), rz.body)
-		require.Equal(t, []int{503, 503}, codes(t, r, 2, "/"), "what /readyz announced")
-		require.Equal(t, 503, getReadyz(t, r).code)
-		require.Zero(t, metricValue(t, r, "edgeguard_edge_ready"))
-	})
+// readyClosedUnreachable: fail-mode closed, Redis unreachable: 503.
+func readyClosedUnreachable(t *testing.T) {
+	r := startEdge(t, perIP, readyRedis(deadRedis(t), limiter.FailClosed, testenv.KeyPrefix(t)))
+	rz := getReadyz(t, r)
+	require.Equal(t, 503, rz.code, rz.body)
+	require.True(t, strings.HasPrefix(rz.body, "unavailable: reason=unreachable"), rz.body)
+	require.Equal(t, []int{503, 503}, codes(t, r, 2, "/"), "what /readyz announced")
+	require.Equal(t, 503, getReadyz(t, r).code)
+	require.Zero(t, metricValue(t, r, "edgeguard_edge_ready"))
+}
 
-	t.Run("fail-mode closed, Redis frozen: 503, then ready", func(t *testing.T) {
-		frozen, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = frozen.Close() })
-		r := startEdge(t, perIP, withRedis(frozen.URL(), limiter.FailClosed))
-		require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
-		frozen.Freeze()
-		thawed := false
-		t.Cleanup(func() {
-			if !thawed {
-				frozen.Thaw()
-			}
-		})
-		require.Equal(t, []int{503, 503, 503, 503, 503, 503}, codes(t, r, 6, "/"))
-		rz := getReadyz(t, r)
-		require.Equal(t, 503, rz.code, rz.body)
-		require.True(t, strings.HasPrefix(rz.body, "unavailable: reason=timeout"), rz.body)
-		require.Contains(t, rz.body, "1 shard(s) with an open breaker")
-		require.Zero(t, metricValue(t, r, "edgeguard_edge_ready"))
-		// No traffic reaches a node its load balancer took out: readiness
-		// itself probes, and the node comes back once Redis answers.
-		frozen.Thaw()
-		thawed = true
-		waitReadyz(t, r, "ready once Redis answers", func(rz readyz) bool { return rz == readyz{200, "ready\n"} })
-		// (The timed-out calls may have counted in Redis once it resumed:
-		// the quota left is not asserted, only who decides.)
-		before := metricSum(t, r, "edgeguard_limiter_checks_total", "reason", "redis")
-		codes(t, r, 1, "/")
-		require.Equal(t, before+1, metricSum(t, r, "edgeguard_limiter_checks_total", "reason", "redis"), "Redis decides again")
+// readyClosedFrozen: fail-mode closed, Redis frozen: 503, then ready.
+func readyClosedFrozen(t *testing.T) {
+	frozen, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = frozen.Close() })
+	r := startEdge(t, perIP, readyRedis(frozen.URL(), limiter.FailClosed, testenv.KeyPrefix(t)))
+	require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
+	frozen.Freeze()
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			frozen.Thaw()
+		}
 	})
+	require.Equal(t, []int{503, 503, 503, 503, 503, 503}, codes(t, r, 6, "/"))
+	rz := getReadyz(t, r)
+	require.Equal(t, 503, rz.code, rz.body)
+	require.True(t, strings.HasPrefix(rz.body, "unavailable: reason=timeout"), rz.body)
+	require.Contains(t, rz.body, "1 shard(s) with an open breaker")
+	require.Zero(t, metricValue(t, r, "edgeguard_edge_ready"))
+	// No traffic reaches a node its load balancer took out: readiness
+	// itself probes, and the node comes back once Redis answers.
+	frozen.Thaw()
+	thawed = true
+	waitReadyz(t, r, "ready once Redis answers", func(rz readyz) bool { return rz == readyz{200, "ready\n"} })
+	// (The timed-out calls may have counted in Redis once it resumed:
+	// the quota left is not asserted, only who decides.)
+	before := metricSum(t, r, "edgeguard_limiter_checks_total", "reason", "redis")
+	codes(t, r, 1, "/")
+	require.Equal(t, before+1, metricSum(t, r, "edgeguard_limiter_checks_total", "reason", "redis"), "Redis decides again")
+}
 
-	t.Run("Redis rejects our credentials: 200 degraded, logged, metric", func(t *testing.T) {
-		locked, err := testenv.StartStandalone(testenv.StandaloneOptions{Password: "the-right-one"})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = locked.Close() })
-		wrong := (&url.URL{Scheme: "redis", Host: locked.Addr, User: url.UserPassword("", "a-wrong-one")}).String()
-		r, logs := startLoggedEdge(t, perIP, withRedis(wrong, limiter.FailFallback))
-		rz := getReadyz(t, r)
-		require.Equal(t, 200, rz.code)
-		require.True(t, strings.HasPrefix(rz.body, "degraded: reason=credentials"), rz.body)
-		require.Contains(t, rz.body, "WRONGPASS")
-		require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"), "enforced locally meanwhile")
-		require.Equal(t, 1.0, metricSum(t, r, "edgeguard_limiter_degraded", "reason", "credentials"))
-		require.Positive(t, metricSum(t, r, "edgeguard_limiter_store_errors_total", "class", "credentials"), "what the alert watches")
-		require.Contains(t, logs.String(), "level=ERROR msg=\"rate limit store rejects our credentials")
-	})
+// readyWrongCredentials: Redis rejects our credentials: 200 degraded, logged, metric.
+func readyWrongCredentials(t *testing.T) {
+	locked, err := testenv.StartStandalone(testenv.StandaloneOptions{Password: "the-right-one"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locked.Close() })
+	wrong := (&url.URL{Scheme: "redis", Host: locked.Addr, User: url.UserPassword("", "a-wrong-one")}).String()
+	r, logs := startLoggedEdge(t, perIP, readyRedis(wrong, limiter.FailFallback, testenv.KeyPrefix(t)))
+	rz := getReadyz(t, r)
+	require.Equal(t, 200, rz.code)
+	require.True(t, strings.HasPrefix(rz.body, "degraded: reason=credentials"), rz.body)
+	require.Contains(t, rz.body, "WRONGPASS")
+	require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"), "enforced locally meanwhile")
+	require.Equal(t, 1.0, metricSum(t, r, "edgeguard_limiter_degraded", "reason", "credentials"))
+	require.Positive(t, metricSum(t, r, "edgeguard_limiter_store_errors_total", "class", "credentials"), "what the alert watches")
+	require.Contains(t, logs.String(), "level=ERROR msg=\"rate limit store rejects our credentials")
 }
 
 // TestReadinessWithoutRules: an edge whose rules come from Consul, which

@@ -392,108 +392,22 @@ func usedFallback(v limiter.Verdict) bool {
 
 func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result {
 	t.Helper()
-	prefix := strings.TrimSuffix(testenv.KeyPrefix(t), ":")
-	c := &cell{fault: f, dep: dep, alg: alg}
+	c := newCell(t, dep, f, alg)
 	held := alg.Spec().Held
-	c.heavy = limit.Limit{Key: prefix + ".heavy", Algorithm: alg, Limit: heavyLimit, Window: window}
-	c.light = limit.Limit{Key: prefix + ".light", Algorithm: alg, Limit: lightLimit, Window: window}
-	if held {
-		c.heavy.Limit, c.light.Limit = ccLimit, ccLight
-	}
-	if alg.Spec().MinInterval {
-		// The light client's requests are ≥ 100 ms apart: a min_interval
-		// of 20 ms never denies it.
-		c.light.MinInterval = 20 * time.Millisecond
-	}
-	for range nodes {
-		e := newEdge(t, dep)
-		t.Cleanup(e.close)
-		c.edges = append(c.edges, e)
-	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var heavy, light tally
 	stop := make(chan struct{})
-	stopped := func() bool {
-		select {
-		case <-stop:
-			return true
-		default:
-			return false
-		}
-	}
 	var faultEnd atomic.Int64 // unix nanos, 0 while the fault runs
 	start := time.Now()
 	var clients sync.WaitGroup
-	// Heavy clients: two per edge, one request every 100 ms (60/s in all,
-	// the limit in a second); on a concurrency limit each holds its slot
-	// 50 ms and tries again 20 ms after a denial.
 	for _, e := range c.edges {
 		for range 2 {
-			clients.Go(func() {
-				for !stopped() {
-					checks := []limiter.Check{{Limit: c.heavy, Cost: 1, Nodes: nodes}}
-					v, err := e.lim.Decide(ctx, checks)
-					switch {
-					case err != nil:
-						heavy.errors.Add(1)
-					case v.Allowed:
-						heavy.admitted.Add(1)
-						if held {
-							n := heavy.inflight.Add(1)
-							for {
-								m := heavy.maxInflight.Load()
-								if n <= m || heavy.maxInflight.CompareAndSwap(m, n) {
-									break
-								}
-							}
-							timer(ctx, 50*time.Millisecond)
-							heavy.inflight.Add(-1)
-							e.lim.ReleaseAsync(v) // as the edge releases: retried in the background
-							continue
-						}
-					}
-					if err == nil && usedFallback(v) {
-						heavy.fallback(time.Now())
-					}
-					if held {
-						timer(ctx, 20*time.Millisecond)
-					} else {
-						timer(ctx, 100*time.Millisecond)
-					}
-				}
-			})
+			clients.Go(func() { c.heavyClient(ctx, e, &heavy, stop) })
 		}
 	}
-	// The light client: one request every 100 ms, round robin over the
-	// edges, far under its limit (on a concurrency limit it releases at
-	// once).
-	clients.Go(func() {
-		for i := 0; !stopped(); i++ {
-			e := c.edges[i%len(c.edges)]
-			at := time.Now()
-			v, err := e.lim.Decide(ctx, []limiter.Check{{Limit: c.light, Cost: 1, Nodes: nodes}})
-			switch {
-			case err != nil:
-				light.errors.Add(1)
-			case v.Allowed:
-				light.admitted.Add(1)
-				e.lim.ReleaseAsync(v)
-			default:
-				end := faultEnd.Load()
-				excused := usedFallback(v) && (end == 0 || at.Before(time.Unix(0, end).Add(grace)))
-				if !excused {
-					light.falseDenials.Add(1)
-					t.Logf("light client denied at +%v by %v (fault ended: %v)", at.Sub(start).Round(time.Millisecond), v.Checks[0].Source, end != 0)
-				}
-			}
-			if err == nil && usedFallback(v) {
-				light.fallback(time.Now())
-			}
-			timer(ctx, 100*time.Millisecond)
-		}
-	})
+	clients.Go(func() { c.lightClient(ctx, t, &light, stop, &faultEnd, start) })
 
 	timer(ctx, warm)
 	faultErr := f.apply(ctx, c)
@@ -507,62 +421,12 @@ func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result
 	}
 	require.NoError(t, faultErr, "applying the fault")
 
-	r := result{fault: f.name, deployment: dep.name, algorithm: alg.String(), leaked: -1, invented: math.MinInt64}
-	r.admitted = heavy.admitted.Load()
+	r := c.result(start, end, &heavy, &light)
 	if held {
-		r.admitted = heavy.maxInflight.Load()
-	}
-	r.bound = bound(c.heavy, start, end)
-	r.overAdmission = max(0, r.admitted-c.heavy.Limit)
-	r.lost = -1
-	if !held {
-		// The heavy clients ask far more than the limit after the fault
-		// too: whatever the limit says and the clients never got is lost.
-		r.lost = max(0, c.heavy.Limit-r.admitted)
-	}
-	r.falseDenials = light.falseDenials.Load()
-	r.errors = heavy.errors.Load() + light.errors.Load()
-	for _, tl := range []*tally{&heavy, &light} {
-		if !tl.firstFallback.IsZero() {
-			r.fallbackSeconds = max(r.fallbackSeconds, tl.lastFallback.Sub(tl.firstFallback).Seconds())
-		}
-	}
-
-	st := c.edges[0].store
-	if held {
-		// Every request ended and released: no member may stay. Releases
-		// are retried in the background for up to 10 s; the wait covers
-		// them and a replay still in flight.
-		keys := append(st.Keys(c.heavy), st.Keys(c.light)...)
-		inUse := func() (n int64, err error) {
-			for _, k := range keys {
-				v, zerr := dep.direct.ZCard(context.Background(), k).Result()
-				n, err = n+v, errors.Join(err, zerr)
-			}
-			return n, err
-		}
-		var n int64
-		var err error
-		waitFor(func() bool { n, err = inUse(); return err == nil && n == 0 }, 12*time.Second)
-		if err != nil {
-			// No answer yet (a Cluster between failovers): wait for one.
-			waitFor(func() bool { n, err = inUse(); return err == nil }, 20*time.Second)
-		}
-		require.NoError(t, err, "reading the concurrency ZSETs")
-		r.leaked = n
+		r.leaked = c.leaked(t)
 	} else if l := c.heavy; l.Algorithm.String() != "token_bucket" && l.Algorithm.String() != "leaky_bucket" {
-		// A Cluster on a starved machine may be between failovers
-		// (CLUSTERDOWN) for a while: the state is read once it answers.
-		var count int64
-		var err error
-		waitFor(func() bool {
-			count, err = redisCount(dep.direct, st, l)
-			return err == nil
-		}, 20*time.Second)
-		require.NoError(t, err, "reading Redis's count")
-		r.invented = count - heavy.admitted.Load()
+		r.invented = c.redisCount(t) - heavy.admitted.Load()
 	}
-
 	r.failed = r.admitted > r.bound || r.lost > 0 || r.falseDenials > 0 || r.errors > 0 || r.leaked > 0 || (r.invented != math.MinInt64 && r.invented > 0)
 	resultsMu.Lock()
 	results = append(results, r)
@@ -583,7 +447,175 @@ func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result
 	return r
 }
 
-// waitFor polls cond every 20 ms until it holds or d passes.
+// newCell builds the cell's limits and its edges.
+func newCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) *cell {
+	t.Helper()
+	prefix := strings.TrimSuffix(testenv.KeyPrefix(t), ":")
+	c := &cell{fault: f, dep: dep, alg: alg}
+	c.heavy = limit.Limit{Key: prefix + ".heavy", Algorithm: alg, Limit: heavyLimit, Window: window}
+	c.light = limit.Limit{Key: prefix + ".light", Algorithm: alg, Limit: lightLimit, Window: window}
+	if alg.Spec().Held {
+		c.heavy.Limit, c.light.Limit = ccLimit, ccLight
+	}
+	if alg.Spec().MinInterval {
+		// The light client's requests are ≥ 100 ms apart: a min_interval
+		// of 20 ms never denies it.
+		c.light.MinInterval = 20 * time.Millisecond
+	}
+	for range nodes {
+		e := newEdge(t, dep)
+		t.Cleanup(e.close)
+		c.edges = append(c.edges, e)
+	}
+	return c
+}
+
+// stopped reports whether stop is closed.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// heavyClient asks through e until stop: one request every 100 ms (two per
+// edge: 60/s in all, the limit in a second); on a concurrency limit it
+// holds its slot 50 ms and tries again 20 ms after a denial.
+func (c *cell) heavyClient(ctx context.Context, e *edge, heavy *tally, stop <-chan struct{}) {
+	held := c.alg.Spec().Held
+	for !stopped(stop) {
+		checks := []limiter.Check{{Limit: c.heavy, Cost: 1, Nodes: nodes}}
+		v, err := e.lim.Decide(ctx, checks)
+		switch {
+		case err != nil:
+			heavy.errors.Add(1)
+		case v.Allowed:
+			heavy.admitted.Add(1)
+			if held {
+				n := heavy.inflight.Add(1)
+				for {
+					m := heavy.maxInflight.Load()
+					if n <= m || heavy.maxInflight.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				timer(ctx, 50*time.Millisecond)
+				heavy.inflight.Add(-1)
+				e.lim.ReleaseAsync(v) // as the edge releases: retried in the background
+				continue
+			}
+		}
+		if err == nil && usedFallback(v) {
+			heavy.fallback(time.Now())
+		}
+		if held {
+			timer(ctx, 20*time.Millisecond)
+		} else {
+			timer(ctx, 100*time.Millisecond)
+		}
+	}
+}
+
+// lightClient asks until stop: one request every 100 ms, round robin over
+// the edges, far under its limit (on a concurrency limit it releases at
+// once). A denial is false unless the fallback decided it while the fault
+// ran or within grace of its end.
+func (c *cell) lightClient(ctx context.Context, t *testing.T, light *tally, stop <-chan struct{}, faultEnd *atomic.Int64, start time.Time) {
+	for i := 0; !stopped(stop); i++ {
+		e := c.edges[i%len(c.edges)]
+		at := time.Now()
+		v, err := e.lim.Decide(ctx, []limiter.Check{{Limit: c.light, Cost: 1, Nodes: nodes}})
+		switch {
+		case err != nil:
+			light.errors.Add(1)
+		case v.Allowed:
+			light.admitted.Add(1)
+			e.lim.ReleaseAsync(v)
+		default:
+			end := faultEnd.Load()
+			excused := usedFallback(v) && (end == 0 || at.Before(time.Unix(0, end).Add(grace)))
+			if !excused {
+				light.falseDenials.Add(1)
+				t.Logf("light client denied at +%v by %v (fault ended: %v)", at.Sub(start).Round(time.Millisecond), v.Checks[0].Source, end != 0)
+			}
+		}
+		if err == nil && usedFallback(v) {
+			light.fallback(time.Now())
+		}
+		timer(ctx, 100*time.Millisecond)
+	}
+}
+
+// result is the row of what the clients saw between start and end.
+func (c *cell) result(start, end time.Time, heavy, light *tally) result {
+	held := c.alg.Spec().Held
+	r := result{fault: c.fault.name, deployment: c.dep.name, algorithm: c.alg.String(), leaked: -1, invented: math.MinInt64}
+	r.admitted = heavy.admitted.Load()
+	if held {
+		r.admitted = heavy.maxInflight.Load()
+	}
+	r.bound = bound(c.heavy, start, end)
+	r.overAdmission = max(0, r.admitted-c.heavy.Limit)
+	r.lost = -1
+	if !held {
+		// The heavy clients ask far more than the limit after the fault
+		// too: whatever the limit says and the clients never got is lost.
+		r.lost = max(0, c.heavy.Limit-r.admitted)
+	}
+	r.falseDenials = light.falseDenials.Load()
+	r.errors = heavy.errors.Load() + light.errors.Load()
+	for _, tl := range []*tally{heavy, light} {
+		if !tl.firstFallback.IsZero() {
+			r.fallbackSeconds = max(r.fallbackSeconds, tl.lastFallback.Sub(tl.firstFallback).Seconds())
+		}
+	}
+	return r
+}
+
+// leaked is how many concurrency slots Redis still holds once every
+// request ended and released. Releases are retried in the background for
+// up to 10 s; the wait covers them and a replay still in flight.
+func (c *cell) leaked(t *testing.T) int64 {
+	st := c.edges[0].store
+	keys := append(st.Keys(c.heavy), st.Keys(c.light)...)
+	inUse := func() (n int64, err error) {
+		for _, k := range keys {
+			v, zerr := c.dep.direct.ZCard(context.Background(), k).Result()
+			n, err = n+v, errors.Join(err, zerr)
+		}
+		return n, err
+	}
+	var n int64
+	var err error
+	waitFor(func() bool { n, err = inUse(); return err == nil && n == 0 }, 12*time.Second)
+	if err != nil {
+		// No answer yet (a Cluster between failovers): wait for one.
+		waitFor(func() bool { n, err = inUse(); return err == nil }, 20*time.Second)
+	}
+	require.NoError(t, err, "reading the concurrency ZSETs")
+	return n
+}
+
+// redisCount is what Redis counts for the heavy limit. A Cluster on a
+// starved machine may be between failovers (CLUSTERDOWN) for a while: the
+// state is read once it answers.
+func (c *cell) redisCount(t *testing.T) int64 {
+	var count int64
+	var err error
+	waitFor(func() bool {
+		count, err = redisCount(c.dep.direct, c.edges[0].store, c.heavy)
+		return err == nil
+	}, 20*time.Second)
+	require.NoError(t, err, "reading Redis's count")
+	return count
+}
+
+// waitFor polls cond every 20 ms until it holds or d passes. Unlike
+// require.Eventually it does not fail the test: what is left when d passes
+// (slots still held, a count not read) is a figure the matrix's table
+// records, and the cell fails on it afterwards.
 func waitFor(cond func() bool, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
@@ -593,7 +625,7 @@ func waitFor(cond func() bool, d time.Duration) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // kept: the poll's interval; Redis's state sends no event
 	}
 }
 

@@ -72,14 +72,16 @@ func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 }
 
 func TestMetrics(t *testing.T) {
+	release := make(chan struct{})
 	ok := startOrigin(t, func(ctx *fasthttp.RequestCtx) {
 		switch string(ctx.Path()) {
 		case "/missing":
 			ctx.SetStatusCode(fasthttp.StatusNotFound)
 		case "/slow":
-			time.Sleep(time.Second)
+			<-release // an origin that answers only after the edge gave up
 		}
 	})
+	t.Cleanup(func() { close(release) }) // runs before the origin stops (last in, first out)
 	reg := prometheus.NewPedanticRegistry()
 	cfg := DefaultConfig()
 	cfg.URLs = []string{ok.url(), "http://" + closedAddr(t)}

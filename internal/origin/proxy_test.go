@@ -290,10 +290,13 @@ func TestServeFailures(t *testing.T) {
 		{
 			name: "slow origin times out near the deadline",
 			origin: func(t *testing.T) string {
-				return startOrigin(t, func(ctx *fasthttp.RequestCtx) {
-					time.Sleep(2 * time.Second)
+				release := make(chan struct{})
+				o := startOrigin(t, func(ctx *fasthttp.RequestCtx) {
+					<-release // an origin that answers only after the deadline
 					ctx.SetBodyString("late")
-				}).url()
+				})
+				t.Cleanup(func() { close(release) }) // runs before the origin stops (last in, first out)
+				return o.url()
 			},
 			timeout:    200 * time.Millisecond,
 			wantStatus: fasthttp.StatusGatewayTimeout,
@@ -500,6 +503,8 @@ func TestHealthCheck(t *testing.T) {
 	p.Close()
 	p.Close() // idempotent
 	n = o.checks()
+	// Kept: an absence is seen only over a span of the real clock; five
+	// intervals in which a surviving checker would have checked again.
 	time.Sleep(5 * cfg.HealthCheckInterval)
 	require.Equal(t, n, o.checks(), "no checks after Close")
 	for _, r := range o.requests() {

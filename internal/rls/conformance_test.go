@@ -290,7 +290,7 @@ func TestConformanceUnitsAndBoundaries(t *testing.T) {
 		reset := r.Statuses[0].DurationUntilReset.AsDuration()
 		require.Positive(t, reset)
 		require.LessOrEqual(t, reset, time.Second)
-		time.Sleep(reset + 20*time.Millisecond) // the window the service announced ends
+		time.Sleep(reset + 20*time.Millisecond) // kept: the window ends on the clock, no event marks it
 		r = s.ask(t, "d", desc("per", "second"))
 		require.Equal(t, ok, r.OverallCode, "a new window")
 		require.EqualValues(t, 1, r.Statuses[0].LimitRemaining)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkAccessLogWrk measures what the access log costs in throughput:
@@ -78,16 +80,15 @@ func BenchmarkAccessLogWrk(b *testing.B) {
 	}
 	// The writer is asynchronous: wait until it has caught up.
 	var lines, dropped float64
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		after := mustScrape(b, on)
+	require.Eventually(b, func() bool {
+		after, err := scrapeErr(on)
+		if err != nil {
+			return false
+		}
 		lines = sum(after, "edgeguard_edge_access_log_lines_total") - sum(before, "edgeguard_edge_access_log_lines_total")
 		dropped = sum(after, "edgeguard_edge_access_log_dropped_total") - sum(before, "edgeguard_edge_access_log_dropped_total")
-		if lines+dropped >= requestsOn || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return lines+dropped >= requestsOn
+	}, 10*time.Second, 100*time.Millisecond, "the access log never caught up with the %.0f requests", requestsOn)
 	if dropped > 0 {
 		b.Fatalf("the access log dropped %.0f of %.0f lines: the figures would understate its cost", dropped, requestsOn)
 	}

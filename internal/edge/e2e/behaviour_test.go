@@ -169,7 +169,7 @@ rules:
 			}
 			quota++
 		}
-		time.Sleep(20 * time.Millisecond) // a client looping at ~50 requests/s, whatever it is told
+		time.Sleep(20 * time.Millisecond) // kept: a client looping at ~50 requests/s, whatever it is told
 	}
 	t.Logf("blocked at request %d, after %d quota-exceeded answers", blockedAt, quota)
 	require.NotZero(t, blockedAt, "never blocked")
@@ -192,7 +192,7 @@ rules:
 
 	// The client now obeys Retry-After (the behaviour under test is what
 	// happens after that wait), then comes back.
-	time.Sleep(6 * time.Second) // Retry-After said 5
+	time.Sleep(6 * time.Second) // kept: Retry-After said 5; the cool-down runs on the clock
 	r := get(c, es[0].url("/api/orders"), "X-Forwarded-For", ip)
 	require.NoError(t, r.err)
 	require.Equal(t, http.StatusOK, r.code, "%s", r.body)

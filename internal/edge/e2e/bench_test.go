@@ -214,34 +214,7 @@ func BenchmarkEdgeWrk(b *testing.B) {
 			if os.Getenv("EDGE_BENCH_PPROF_DIR") != "" {
 				args = append(args, "--pprof")
 			}
-			var redisNodes, masters []string
-			switch tc.store {
-			case "standalone":
-				if standalone == nil {
-					var err error
-					if standalone, err = testenv.StartStandalone(testenv.StandaloneOptions{}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				redisNodes, masters = []string{standalone.Addr}, []string{standalone.Addr}
-				args = append(args, "--redis", standalone.URL())
-			case "cluster":
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				var err error
-				masters, err = cluster.Masters(ctx)
-				cancel()
-				if err != nil {
-					b.Fatal(err)
-				}
-				redisNodes = cluster.Addrs()
-				args = append(args, "--redis", cluster.URL(), "--redis-mode", "cluster")
-			}
-			if tc.rules != "" {
-				args = append(args, "--rules", writeBenchFile(b, "rules.yaml", tc.rules))
-			}
-			if tc.shedder != "" {
-				args = append(args, "--shedder", writeBenchFile(b, "shedder.json", tc.shedder))
-			}
+			args, redisNodes, masters := wrkStoreArgs(b, tc, args, &standalone)
 			e := startEdge(b, append(args, tc.flags...)...)
 			url := "http://" + e.Addr + "/"
 
@@ -250,180 +223,234 @@ func BenchmarkEdgeWrk(b *testing.B) {
 			if _, err := runWrk(url, script, tc.xff, 2, conns, time.Second); err != nil {
 				b.Fatal(err)
 			}
-
-			before := mustScrape(b, e)
-			evalBefore := evalCalls(b, masters)
-			redisCPUBefore := redisCPU(b, redisNodes)
-			mastersBefore := perNode(b, masters)
-			ioBefore := procIO(b, e.Cmd.Process.Pid)
-			cpuBefore := procCPUSeconds(b, e.Cmd.Process.Pid)
-			selfBefore := procCPUSeconds(b, os.Getpid())
-			busyBefore := machineBusySeconds(b)
-			profDone := profileEdge(b, e, tc.name, dur)
-			start := time.Now()
-			w, err := runWrk(url, script, tc.xff, 2, conns, dur)
-			wall := time.Since(start).Seconds()
-			cpu := procCPUSeconds(b, e.Cmd.Process.Pid) - cpuBefore
-			ioAfter := procIO(b, e.Cmd.Process.Pid)
-			self := procCPUSeconds(b, os.Getpid()) - selfBefore
-			busy := machineBusySeconds(b) - busyBefore
-			<-profDone
-			if err != nil {
-				b.Fatal(err)
-			}
-			after := mustScrape(b, e)
-			delta := func(name string, match ...string) float64 {
-				return sum(after, name, match...) - sum(before, name, match...)
-			}
-
-			// Every response the one expected: otherwise the numbers
-			// measure something else (errors, fallbacks, shedding).
-			if bad := w.errConnect + w.errRead + w.errWrite + w.errTimeout; bad > 0 {
-				b.Errorf("wrk socket errors: connect %d, read %d, write %d, timeout %d", w.errConnect, w.errRead, w.errWrite, w.errTimeout)
-			}
-			switch tc.status {
-			case 200:
-				if w.errStatus != 0 {
-					b.Errorf("%d of %d responses were not 2xx/3xx", w.errStatus, w.requests)
-				}
-			default:
-				if w.errStatus != w.requests {
-					b.Errorf("%d of %d responses were 4xx/5xx, want all %d", w.errStatus, w.requests, tc.status)
-				}
-			}
-			edgeReqs := delta(mRequests)
-			if want := map[int]string{200: "proxied", 429: "denied"}[tc.status]; delta(mRequests, "outcome", want) != edgeReqs {
-				b.Errorf("edge outcomes: %.0f of %.0f requests %s", delta(mRequests, "outcome", want), edgeReqs, want)
-			}
-
-			n := float64(w.requests)
-			r := wrkRun{
-				rps: float64(w.requests) / (float64(w.durationUs) / 1e6),
-				p50: float64(w.p50Us) / 1000, p99: float64(w.p99Us) / 1000, p999: float64(w.p999Us) / 1000,
-				requests:            n,
-				cpuPer1000:          cpu / n * 1000,
-				scriptPerReq:        -1,
-				evalPerReq:          -1,
-				redisCPUPer1000:     -1,
-				fallbacks:           delta(mFallback),
-				shed:                delta("edgeguard_shedder_shed_total"),
-				syscr:               float64(ioAfter.syscr-ioBefore.syscr) / n,
-				syscw:               float64(ioAfter.syscw-ioBefore.syscw) / n,
-				hotMasterCPUPer1000: -1,
-				hotMasterEvalPerReq: -1,
-				edgeCores:           cpu / wall,
-				wrkCores:            w.cpu / wall,
-				selfCores:           self / wall,
-			}
-			redisSecs := 0.0
-			if decisions := delta(mDecisions); decisions > 0 {
-				r.scriptPerReq = delta(mStoreDecisions) / n
-				r.coalescedFrac = delta(mCoalesced) / decisions
-				r.prefilterFrac = delta(mDecisions, "reason", "prefilter") / decisions
-				r.callsInFlight = delta("edgeguard_limiter_store_call_duration_seconds_sum") / wall
-			}
-			if len(masters) > 0 {
-				r.evalPerReq = float64(evalCalls(b, masters)-evalBefore) / n
-				redisSecs = redisCPU(b, redisNodes) - redisCPUBefore
-				r.redisCPUPer1000 = redisSecs / n * 1000
-				for a, now := range perNode(b, masters) {
-					r.hotMasterCPUPer1000 = max(r.hotMasterCPUPer1000, (now.cpu-mastersBefore[a].cpu)/n*1000)
-					r.hotMasterEvalPerReq = max(r.hotMasterEvalPerReq, float64(now.evalsha-mastersBefore[a].evalsha)/n)
-				}
-			}
-			r.otherCores = max(0, busy-cpu-w.cpu-self-redisSecs) / wall
-			if tc.openLoop {
-				rate := r.rps / 2
-				offRun, onRun := openLoopPair(b, offEdge, e, rate, dur)
-				r.olRate = rate
-				r.olOff, r.olOn = offRun, onRun
-				final := mustScrape(b, e)
-				r.fallbacks += sum(final, mFallback) - sum(after, mFallback)
-			}
-			// A Redis call slower than --redis-timeout falls back to the
-			// local store: a few are the machine stalling, more and the
-			// measure is not of the store any more.
-			// They are reported (fallbacks/run), not failed: the summary
-			// says which runs had any.
-			if r.fallbacks > 0 {
-				b.Logf("%.0f checks (%.3f%%) fell back to the local store (calls slower than --redis-timeout)", r.fallbacks, 100*r.fallbacks/n)
-			}
-			if r.shed > 0 {
-				b.Errorf("%.0f requests shed", r.shed)
-			}
+			r := measureWrk(b, tc, e, offEdge, url, script, conns, dur, redisNodes, masters)
 			results[tc.name] = r
-
-			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(r.rps, "req/s")
-			b.ReportMetric(r.p50, "p50-ms")
-			b.ReportMetric(r.p99, "p99-ms")
-			b.ReportMetric(r.cpuPer1000, "edge-cpu-s/1000req")
-			b.ReportMetric(r.edgeCores, "edge-cores")
-			b.ReportMetric(r.otherCores, "other-cores")
-			b.ReportMetric(r.syscr, "edge-syscr/req")
-			b.ReportMetric(r.syscw, "edge-syscw/req")
-			b.ReportMetric(r.fallbacks, "fallbacks/run")
-			if tc.openLoop {
-				b.ReportMetric(r.olRate, "ol-rate")
-				b.ReportMetric(r.olOff.p50, "ol-off-p50-ms")
-				b.ReportMetric(r.olOff.p99, "ol-off-p99-ms")
-				b.ReportMetric(r.olOn.p50, "ol-p50-ms")
-				b.ReportMetric(r.olOn.p99, "ol-p99-ms")
-				b.ReportMetric(r.olOff.failed+r.olOn.failed, "ol-failed")
-				b.Logf("open loop at %.0f req/s: off p50 %.3f p99 %.3f ms (%.0f req/s sent); %s p50 %.3f p99 %.3f ms (%.0f req/s sent)",
-					r.olRate, r.olOff.p50, r.olOff.p99, r.olOff.sentRate, tc.name, r.olOn.p50, r.olOn.p99, r.olOn.sentRate)
-			}
-			if r.scriptPerReq >= 0 {
-				b.ReportMetric(r.scriptPerReq, "script-calls/req")
-			}
-			if r.evalPerReq >= 0 {
-				b.ReportMetric(r.evalPerReq, "redis-evalsha/req")
-				b.ReportMetric(r.redisCPUPer1000, "redis-cpu-s/1000req")
-				b.ReportMetric(r.callsInFlight, "calls-in-flight")
-				b.ReportMetric(r.hotMasterCPUPer1000, "hot-master-cpu-s/1000req")
-				b.ReportMetric(r.hotMasterEvalPerReq, "hot-master-evalsha/req")
-			}
-			b.Logf("| %s | %.0f | %.2f | %.2f | %.3f | %s | %s | %.1f%% | %.1f%% | edge %.2f, wrk %.2f, origin %.2f, others %.2f cores |", tc.name, r.rps, r.p50, r.p99, r.cpuPer1000,
-				optional(r.scriptPerReq, "%.3f"), optional(r.redisCPUPer1000, "%.3f"), 100*r.coalescedFrac, 100*r.prefilterFrac,
-				r.edgeCores, r.wrkCores, r.selfCores, r.otherCores)
+			reportWrk(b, tc, r)
 		})
 	}
 
 	// Ratios within this run (the configurations ran seconds apart on the
 	// same machine), as a last sub-benchmark so that its table is printed
 	// without -v.
-	b.Run("ratios", func(b *testing.B) {
-		off, ok := results["off"]
+	b.Run("ratios", func(b *testing.B) { reportWrkRatios(b, results) })
+}
+
+// wrkStoreArgs adds the case's store, rules and shedder to the edge's
+// arguments, and returns the Redis nodes and masters to measure (none
+// without Redis). The standalone Redis is started once, by the first case
+// that needs it.
+func wrkStoreArgs(b *testing.B, tc wrkCase, args []string, standalone **testenv.Standalone) (_ []string, redisNodes, masters []string) {
+	switch tc.store {
+	case "standalone":
+		if *standalone == nil {
+			var err error
+			if *standalone, err = testenv.StartStandalone(testenv.StandaloneOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		redisNodes, masters = []string{(*standalone).Addr}, []string{(*standalone).Addr}
+		args = append(args, "--redis", (*standalone).URL())
+	case "cluster":
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		masters, err = cluster.Masters(ctx)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		redisNodes = cluster.Addrs()
+		args = append(args, "--redis", cluster.URL(), "--redis-mode", "cluster")
+	}
+	if tc.rules != "" {
+		args = append(args, "--rules", writeBenchFile(b, "rules.yaml", tc.rules))
+	}
+	if tc.shedder != "" {
+		args = append(args, "--shedder", writeBenchFile(b, "shedder.json", tc.shedder))
+	}
+	return args, redisNodes, masters
+}
+
+// measureWrk runs wrk against e for dur and reads what the run cost the
+// edge, Redis and the machine; the open-loop cases then compare e with
+// offEdge at half the rate wrk reached.
+func measureWrk(b *testing.B, tc wrkCase, e, offEdge *edgeProc, url, script string, conns int, dur time.Duration, redisNodes, masters []string) wrkRun {
+	before := mustScrape(b, e)
+	evalBefore := evalCalls(b, masters)
+	redisCPUBefore := redisCPU(b, redisNodes)
+	mastersBefore := perNode(b, masters)
+	ioBefore := procIO(b, e.Cmd.Process.Pid)
+	cpuBefore := procCPUSeconds(b, e.Cmd.Process.Pid)
+	selfBefore := procCPUSeconds(b, os.Getpid())
+	busyBefore := machineBusySeconds(b)
+	profDone := profileEdge(b, e, tc.name, dur)
+	start := time.Now()
+	w, err := runWrk(url, script, tc.xff, 2, conns, dur)
+	wall := time.Since(start).Seconds()
+	cpu := procCPUSeconds(b, e.Cmd.Process.Pid) - cpuBefore
+	ioAfter := procIO(b, e.Cmd.Process.Pid)
+	self := procCPUSeconds(b, os.Getpid()) - selfBefore
+	busy := machineBusySeconds(b) - busyBefore
+	<-profDone
+	if err != nil {
+		b.Fatal(err)
+	}
+	after := mustScrape(b, e)
+	delta := func(name string, match ...string) float64 {
+		return sum(after, name, match...) - sum(before, name, match...)
+	}
+	checkWrkResponses(b, tc, w, delta)
+
+	n := float64(w.requests)
+	r := wrkRun{
+		rps: float64(w.requests) / (float64(w.durationUs) / 1e6),
+		p50: float64(w.p50Us) / 1000, p99: float64(w.p99Us) / 1000, p999: float64(w.p999Us) / 1000,
+		requests:            n,
+		cpuPer1000:          cpu / n * 1000,
+		scriptPerReq:        -1,
+		evalPerReq:          -1,
+		redisCPUPer1000:     -1,
+		fallbacks:           delta(mFallback),
+		shed:                delta("edgeguard_shedder_shed_total"),
+		syscr:               float64(ioAfter.syscr-ioBefore.syscr) / n,
+		syscw:               float64(ioAfter.syscw-ioBefore.syscw) / n,
+		hotMasterCPUPer1000: -1,
+		hotMasterEvalPerReq: -1,
+		edgeCores:           cpu / wall,
+		wrkCores:            w.cpu / wall,
+		selfCores:           self / wall,
+	}
+	redisSecs := 0.0
+	if decisions := delta(mDecisions); decisions > 0 {
+		r.scriptPerReq = delta(mStoreDecisions) / n
+		r.coalescedFrac = delta(mCoalesced) / decisions
+		r.prefilterFrac = delta(mDecisions, "reason", "prefilter") / decisions
+		r.callsInFlight = delta("edgeguard_limiter_store_call_duration_seconds_sum") / wall
+	}
+	if len(masters) > 0 {
+		r.evalPerReq = float64(evalCalls(b, masters)-evalBefore) / n
+		redisSecs = redisCPU(b, redisNodes) - redisCPUBefore
+		r.redisCPUPer1000 = redisSecs / n * 1000
+		for a, now := range perNode(b, masters) {
+			r.hotMasterCPUPer1000 = max(r.hotMasterCPUPer1000, (now.cpu-mastersBefore[a].cpu)/n*1000)
+			r.hotMasterEvalPerReq = max(r.hotMasterEvalPerReq, float64(now.evalsha-mastersBefore[a].evalsha)/n)
+		}
+	}
+	r.otherCores = max(0, busy-cpu-w.cpu-self-redisSecs) / wall
+	if tc.openLoop {
+		rate := r.rps / 2
+		offRun, onRun := openLoopPair(b, offEdge, e, rate, dur)
+		r.olRate = rate
+		r.olOff, r.olOn = offRun, onRun
+		final := mustScrape(b, e)
+		r.fallbacks += sum(final, mFallback) - sum(after, mFallback)
+	}
+	// A Redis call slower than --redis-timeout falls back to the
+	// local store: a few are the machine stalling, more and the
+	// measure is not of the store any more.
+	// They are reported (fallbacks/run), not failed: the summary
+	// says which runs had any.
+	if r.fallbacks > 0 {
+		b.Logf("%.0f checks (%.3f%%) fell back to the local store (calls slower than --redis-timeout)", r.fallbacks, 100*r.fallbacks/n)
+	}
+	if r.shed > 0 {
+		b.Errorf("%.0f requests shed", r.shed)
+	}
+	return r
+}
+
+// checkWrkResponses fails the case unless every response was the one
+// expected: otherwise the numbers measure something else (errors,
+// fallbacks, shedding). delta is a metric's change over the run.
+func checkWrkResponses(b *testing.B, tc wrkCase, w wrkResult, delta func(name string, match ...string) float64) {
+	if bad := w.errConnect + w.errRead + w.errWrite + w.errTimeout; bad > 0 {
+		b.Errorf("wrk socket errors: connect %d, read %d, write %d, timeout %d", w.errConnect, w.errRead, w.errWrite, w.errTimeout)
+	}
+	switch tc.status {
+	case 200:
+		if w.errStatus != 0 {
+			b.Errorf("%d of %d responses were not 2xx/3xx", w.errStatus, w.requests)
+		}
+	default:
+		if w.errStatus != w.requests {
+			b.Errorf("%d of %d responses were 4xx/5xx, want all %d", w.errStatus, w.requests, tc.status)
+		}
+	}
+	edgeReqs := delta(mRequests)
+	if want := map[int]string{200: "proxied", 429: "denied"}[tc.status]; delta(mRequests, "outcome", want) != edgeReqs {
+		b.Errorf("edge outcomes: %.0f of %.0f requests %s", delta(mRequests, "outcome", want), edgeReqs, want)
+	}
+}
+
+// reportWrk reports one case's figures.
+func reportWrk(b *testing.B, tc wrkCase, r wrkRun) {
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(r.rps, "req/s")
+	b.ReportMetric(r.p50, "p50-ms")
+	b.ReportMetric(r.p99, "p99-ms")
+	b.ReportMetric(r.cpuPer1000, "edge-cpu-s/1000req")
+	b.ReportMetric(r.edgeCores, "edge-cores")
+	b.ReportMetric(r.otherCores, "other-cores")
+	b.ReportMetric(r.syscr, "edge-syscr/req")
+	b.ReportMetric(r.syscw, "edge-syscw/req")
+	b.ReportMetric(r.fallbacks, "fallbacks/run")
+	if tc.openLoop {
+		b.ReportMetric(r.olRate, "ol-rate")
+		b.ReportMetric(r.olOff.p50, "ol-off-p50-ms")
+		b.ReportMetric(r.olOff.p99, "ol-off-p99-ms")
+		b.ReportMetric(r.olOn.p50, "ol-p50-ms")
+		b.ReportMetric(r.olOn.p99, "ol-p99-ms")
+		b.ReportMetric(r.olOff.failed+r.olOn.failed, "ol-failed")
+		b.Logf("open loop at %.0f req/s: off p50 %.3f p99 %.3f ms (%.0f req/s sent); %s p50 %.3f p99 %.3f ms (%.0f req/s sent)",
+			r.olRate, r.olOff.p50, r.olOff.p99, r.olOff.sentRate, tc.name, r.olOn.p50, r.olOn.p99, r.olOn.sentRate)
+	}
+	if r.scriptPerReq >= 0 {
+		b.ReportMetric(r.scriptPerReq, "script-calls/req")
+	}
+	if r.evalPerReq >= 0 {
+		b.ReportMetric(r.evalPerReq, "redis-evalsha/req")
+		b.ReportMetric(r.redisCPUPer1000, "redis-cpu-s/1000req")
+		b.ReportMetric(r.callsInFlight, "calls-in-flight")
+		b.ReportMetric(r.hotMasterCPUPer1000, "hot-master-cpu-s/1000req")
+		b.ReportMetric(r.hotMasterEvalPerReq, "hot-master-evalsha/req")
+	}
+	b.Logf("| %s | %.0f | %.2f | %.2f | %.3f | %s | %s | %.1f%% | %.1f%% | edge %.2f, wrk %.2f, origin %.2f, others %.2f cores |", tc.name, r.rps, r.p50, r.p99, r.cpuPer1000,
+		optional(r.scriptPerReq, "%.3f"), optional(r.redisCPUPer1000, "%.3f"), 100*r.coalescedFrac, 100*r.prefilterFrac,
+		r.edgeCores, r.wrkCores, r.selfCores, r.otherCores)
+}
+
+// reportWrkRatios reports each case against its baseline (off, or
+// shedder-off for shedder-on) and prints the table.
+func reportWrkRatios(b *testing.B, results map[string]wrkRun) {
+	off, ok := results["off"]
+	if !ok {
+		b.Skip("off did not run")
+	}
+	b.ReportMetric(0, "ns/op")
+	var tbl strings.Builder
+	tbl.WriteString("\n| configuration | req/s | ÷ off | p50 ms | p50 added | p99 ms | p99 added | edge CPU s / 1000 req | limiter CPU ÷ request CPU | syscalls r+w / req | script calls / req | fallbacks | other load (cores) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, tc := range wrkCases {
+		r, ok := results[tc.name]
 		if !ok {
-			b.Skip("off did not run")
+			continue
 		}
-		b.ReportMetric(0, "ns/op")
-		var tbl strings.Builder
-		tbl.WriteString("\n| configuration | req/s | ÷ off | p50 ms | p50 added | p99 ms | p99 added | edge CPU s / 1000 req | limiter CPU ÷ request CPU | syscalls r+w / req | script calls / req | fallbacks | other load (cores) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, tc := range wrkCases {
-			r, ok := results[tc.name]
-			if !ok {
-				continue
+		base, baseName := off, "off"
+		if tc.name == "shedder-on" {
+			if so, ok := results["shedder-off"]; ok {
+				base, baseName = so, "shedder-off"
 			}
-			base, baseName := off, "off"
-			if tc.name == "shedder-on" {
-				if so, ok := results["shedder-off"]; ok {
-					base, baseName = so, "shedder-off"
-				}
-			}
-			if tc.name != baseName {
-				b.ReportMetric(r.rps/base.rps, tc.name+"/"+baseName)
-			}
-			if tc.name != baseName && r.scriptPerReq >= 0 {
-				b.ReportMetric((r.cpuPer1000-base.cpuPer1000)/base.cpuPer1000, tc.name+"/limiter-cpu-ratio")
-			}
-			fmt.Fprintf(&tbl, "| %s | %.0f | %.3f | %.2f | %+.2f | %.2f | %+.2f | %.3f | %.2f | %.2f + %.2f | %s | %.0f | %.2f |\n", tc.name, r.rps, r.rps/base.rps,
-				r.p50, r.p50-base.p50, r.p99, r.p99-base.p99, r.cpuPer1000, (r.cpuPer1000-base.cpuPer1000)/base.cpuPer1000, r.syscr, r.syscw,
-				optional(r.scriptPerReq, "%.3f"), r.fallbacks, r.otherCores)
 		}
-		tbl.WriteString("(shedder-on is compared with shedder-off, everything else with off)")
-		b.Logf("%s", tbl.String())
-	})
+		if tc.name != baseName {
+			b.ReportMetric(r.rps/base.rps, tc.name+"/"+baseName)
+		}
+		if tc.name != baseName && r.scriptPerReq >= 0 {
+			b.ReportMetric((r.cpuPer1000-base.cpuPer1000)/base.cpuPer1000, tc.name+"/limiter-cpu-ratio")
+		}
+		fmt.Fprintf(&tbl, "| %s | %.0f | %.3f | %.2f | %+.2f | %.2f | %+.2f | %.3f | %.2f | %.2f + %.2f | %s | %.0f | %.2f |\n", tc.name, r.rps, r.rps/base.rps,
+			r.p50, r.p50-base.p50, r.p99, r.p99-base.p99, r.cpuPer1000, (r.cpuPer1000-base.cpuPer1000)/base.cpuPer1000, r.syscr, r.syscw,
+			optional(r.scriptPerReq, "%.3f"), r.fallbacks, r.otherCores)
+	}
+	tbl.WriteString("(shedder-on is compared with shedder-off, everything else with off)")
+	b.Logf("%s", tbl.String())
 }
 
 func optional(v float64, format string) string {
@@ -655,7 +682,7 @@ func startBenchOrigin(tb testing.TB, capacity int, service time.Duration) string
 			defer func() { <-slots }()
 		}
 		if service > 0 {
-			time.Sleep(service)
+			time.Sleep(service) // kept: the origin's service time is the subject
 		}
 		ctx.SetContentType("text/plain")
 		ctx.SetBodyString("ok\n")
@@ -943,7 +970,7 @@ func openLoop(addr string, rate float64, d time.Duration) (openLoopRun, error) {
 	for i := range n {
 		at := start.Add(time.Duration(i) * interval)
 		if w := time.Until(at); w > 0 {
-			time.Sleep(w)
+			time.Sleep(w) // kept: an open loop sends each request when it is due
 		}
 		wg.Go(func() {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
@@ -1039,65 +1066,14 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 				name, alg = "empty-script", limit.FixedWindow
 			}
 			b.Run(name+"/"+style.name, func(b *testing.B) {
-				lim := limiter.Limit{Algorithm: alg, Limit: 1_000_000, Window: time.Second}
-				if sp := alg.Spec(); sp.MaxLimit > 0 {
-					lim.Limit = sp.MaxLimit
-				}
-				limits := make([]limiter.Limit, keys)
-				counters := make([]string, keys)
-				for i := range limits {
-					limits[i] = lim
-					limits[i].Key = fmt.Sprintf("bench:%016x", uint64(i)*0x9e3779b97f4a7c15)
-					counters[i] = st.Keys(limits[i])[0] + "c" // one byte longer than the script's
-				}
-				held := alg.Spec().Held
-				empty := func(i int) error {
-					p := c.Pipeline()
-					for j := range style.batch {
-						l := limits[(i+j)%keys]
-						p.EvalSha(ctx, floorSHA, st.Keys(l), "take", 0, l.Limit, l.Window.Microseconds(), 0, 1, 1)
-					}
-					_, err := p.Exec(ctx)
-					return err
-				}
-				script := func(i int) error {
-					reqs := make([]limiter.Request, style.batch)
-					for j := range reqs {
-						reqs[j] = limiter.Request{Limit: limits[(i+j)%keys], Cost: 1}
-					}
-					ds, err := st.Take(ctx, reqs)
-					if err != nil {
-						return err
-					}
-					var leases []limiter.Lease
-					for _, d := range ds {
-						if !d.Allowed {
-							return fmt.Errorf("denied: %+v", d)
-						}
-						leases = append(leases, d.Lease)
-					}
-					if held {
-						return st.Refund(ctx, leases)
-					}
-					return nil
-				}
-				plain := func(i int) error {
-					p := c.Pipeline()
-					for j := range style.batch {
-						k := counters[(i+j)%keys]
-						p.IncrBy(ctx, k, 1)
-						p.Expire(ctx, k, time.Second)
-					}
-					_, err := p.Exec(ctx)
-					return err
-				}
-				run := script
+				load := newScriptCostLoad(c, st, floorSHA, alg, style.batch, keys)
+				run := load.script
 				if name == "empty-script" {
-					run = empty
+					run = load.empty
 				}
 				var cpu, decisions [2]float64
 				for range rounds {
-					for k, f := range []func(int) error{run, plain} {
+					for k, f := range []func(int) error{run, load.plain} {
 						secs, n, err := driveRedis(b, srv.Addr, goroutines, slice, style.batch, f)
 						if err != nil {
 							b.Fatal(err)
@@ -1115,6 +1091,85 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 			})
 		}
 	}
+}
+
+// scriptCostLoad is one case of BenchmarkRedisScriptCost: keys limits of
+// one algorithm, the counters beside them, and the three workloads, each a
+// call of batch decisions starting at key i.
+type scriptCostLoad struct {
+	c        *redis.Client
+	st       *limiter.RedisStore
+	floorSHA string
+	batch    int
+	limits   []limiter.Limit
+	counters []string
+	held     bool
+}
+
+func newScriptCostLoad(c *redis.Client, st *limiter.RedisStore, floorSHA string, alg limit.Algorithm, batch, keys int) *scriptCostLoad {
+	lim := limiter.Limit{Algorithm: alg, Limit: 1_000_000, Window: time.Second}
+	if sp := alg.Spec(); sp.MaxLimit > 0 {
+		lim.Limit = sp.MaxLimit
+	}
+	l := &scriptCostLoad{c: c, st: st, floorSHA: floorSHA, batch: batch, held: alg.Spec().Held,
+		limits: make([]limiter.Limit, keys), counters: make([]string, keys)}
+	for i := range l.limits {
+		l.limits[i] = lim
+		l.limits[i].Key = fmt.Sprintf("bench:%016x", uint64(i)*0x9e3779b97f4a7c15)
+		l.counters[i] = st.Keys(l.limits[i])[0] + "c" // one byte longer than the script's
+	}
+	return l
+}
+
+// empty calls the script that does nothing with a fixed window's keys and
+// arguments: the floor.
+func (l *scriptCostLoad) empty(i int) error {
+	ctx := context.Background()
+	p := l.c.Pipeline()
+	for j := range l.batch {
+		lim := l.limits[(i+j)%len(l.limits)]
+		p.EvalSha(ctx, l.floorSHA, l.st.Keys(lim), "take", 0, lim.Limit, lim.Window.Microseconds(), 0, 1, 1)
+	}
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// script takes one unit of each limit through the store, and releases it
+// again on a held (concurrency) limit, as the edge does.
+func (l *scriptCostLoad) script(i int) error {
+	ctx := context.Background()
+	reqs := make([]limiter.Request, l.batch)
+	for j := range reqs {
+		reqs[j] = limiter.Request{Limit: l.limits[(i+j)%len(l.limits)], Cost: 1}
+	}
+	ds, err := l.st.Take(ctx, reqs)
+	if err != nil {
+		return err
+	}
+	var leases []limiter.Lease
+	for _, d := range ds {
+		if !d.Allowed {
+			return fmt.Errorf("denied: %+v", d)
+		}
+		leases = append(leases, d.Lease)
+	}
+	if l.held {
+		return l.st.Refund(ctx, leases)
+	}
+	return nil
+}
+
+// plain is the baseline: INCRBY and EXPIRE on a counter beside each key.
+func (l *scriptCostLoad) plain(i int) error {
+	ctx := context.Background()
+	p := l.c.Pipeline()
+	for j := range l.batch {
+		k := l.counters[(i+j)%len(l.counters)]
+		p.IncrBy(ctx, k, 1)
+		p.Expire(ctx, k, time.Second)
+	}
+	_, err := p.Exec(ctx)
+	return err
 }
 
 // driveRedis runs f from goroutines for d (each call makes per decisions,

@@ -113,74 +113,13 @@ rules:
 	}
 
 	// The stress: every master frozen in 60 ms bursts, every core busy.
-	stop := make(chan struct{})
-	var bursts atomic.Int64
-	var stressed sync.WaitGroup
-	stressed.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for _, m := range masters {
-				_ = cluster.FreezeNode(m)
-			}
-			time.Sleep(60 * time.Millisecond)
-			for _, m := range masters {
-				_ = cluster.ThawNode(m)
-			}
-			bursts.Add(1)
-			time.Sleep(40 * time.Millisecond)
-		}
-	})
-	unburn := burnCPU(t)
-	thaw := func() {
-		unburn()
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		stressed.Wait()
-		for _, m := range masters {
-			require.NoError(t, cluster.ThawNode(m))
-		}
-	}
-	t.Cleanup(thaw)
-	for bursts.Load() < 2 {
-		time.Sleep(10 * time.Millisecond) // the bursts are under way before the load
-	}
+	bursts, thaw := freezeInBursts(t, masters)
+	require.Eventually(t, func() bool { return bursts.Load() >= 2 }, 10*time.Second, 5*time.Millisecond,
+		"the bursts are under way before the load")
 
-	var ok, denied, bad atomic.Int64
-	var firstBad atomic.Pointer[string]
-	var next atomic.Int64
 	start := time.Now()
 	b0 := bursts.Load()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= requests {
-					return
-				}
-				r := get(client, es[i%3].url("/"), "X-Forwarded-For", "198.51.100.77")
-				switch {
-				case r.err == nil && r.code == http.StatusOK:
-					ok.Add(1)
-				case r.err == nil && r.code == http.StatusTooManyRequests:
-					denied.Add(1)
-				default:
-					bad.Add(1)
-					msg := fmt.Sprintf("status %d err %v body %q", r.code, r.err, r.body)
-					firstBad.CompareAndSwap(nil, &msg)
-				}
-				time.Sleep(40 * time.Millisecond) // a client's pace, so the load spans many bursts
-			}
-		})
-	}
-	wg.Wait()
+	ok, denied, bad, firstBad := pacedLoad(client, es, requests, workers)
 	took := time.Since(start)
 	during := bursts.Load() - b0
 	thaw()
@@ -195,15 +134,95 @@ rules:
 		byRedis += sum(m, mDecisions, "reason", "redis")
 	}
 	t.Logf("%d requests over 3 edges in %s with %d freeze bursts of every master and %d busy loops: %d admitted, %d denied; store calls slower than 6.4 ms: %.0f; decisions by redis %.0f, by fallback %.0f; breaker opens %.0f",
-		requests, took.Round(time.Millisecond), during, runtime.NumCPU(), ok.Load(), denied.Load(), slow, byRedis, fallback, opens)
+		requests, took.Round(time.Millisecond), during, runtime.NumCPU(), ok, denied, slow, byRedis, fallback, opens)
 	require.GreaterOrEqual(t, during, int64(3), "witness: the masters were frozen repeatedly during the load")
 	require.Positive(t, slow, "witness: store calls past the old 5 ms deadline")
-	require.Zero(t, bad.Load(), "failed requests: %v", firstBad.Load())
+	require.Zero(t, bad, "failed requests: %v", firstBad)
 	require.Zero(t, fallback, "slowness alone sent nothing to the fallback")
 	require.Zero(t, fallbackTotal)
 	require.LessOrEqual(t, opens, 2.0, "the breaker does not flap on a slow store")
-	require.EqualValues(t, limit, ok.Load(), "exactly the limit")
-	require.EqualValues(t, requests-limit, denied.Load())
+	require.EqualValues(t, limit, ok, "exactly the limit")
+	require.EqualValues(t, requests-limit, denied)
+}
+
+// freezeInBursts freezes every master for 60 ms of every 100 ms and keeps
+// every core busy until thaw (also called when the test ends); bursts
+// counts the freezes done.
+func freezeInBursts(t *testing.T, masters []string) (bursts *atomic.Int64, thaw func()) {
+	bursts = &atomic.Int64{}
+	stop := make(chan struct{})
+	var stressed sync.WaitGroup
+	stressed.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, m := range masters {
+				_ = cluster.FreezeNode(m)
+			}
+			time.Sleep(60 * time.Millisecond) // kept: the length of the freeze is the stress
+			for _, m := range masters {
+				_ = cluster.ThawNode(m)
+			}
+			bursts.Add(1)
+			time.Sleep(40 * time.Millisecond) // kept: the thawed gap between freezes
+		}
+	})
+	unburn := burnCPU(t)
+	thaw = func() {
+		unburn()
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		stressed.Wait()
+		for _, m := range masters {
+			require.NoError(t, cluster.ThawNode(m))
+		}
+	}
+	t.Cleanup(thaw)
+	return bursts, thaw
+}
+
+// pacedLoad sends requests from one client address, round-robin over the
+// edges, from workers clients each pausing 40 ms between requests, and
+// counts the answers: admitted, denied, and anything else (bad, the first
+// of them described).
+func pacedLoad(client *http.Client, es []*edgeProc, requests, workers int) (ok, denied, bad int64, firstBad string) {
+	var nOK, nDenied, nBad atomic.Int64
+	var first atomic.Pointer[string]
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= requests {
+					return
+				}
+				r := get(client, es[i%len(es)].url("/"), "X-Forwarded-For", "198.51.100.77")
+				switch {
+				case r.err == nil && r.code == http.StatusOK:
+					nOK.Add(1)
+				case r.err == nil && r.code == http.StatusTooManyRequests:
+					nDenied.Add(1)
+				default:
+					nBad.Add(1)
+					msg := fmt.Sprintf("status %d err %v body %q", r.code, r.err, r.body)
+					first.CompareAndSwap(nil, &msg)
+				}
+				time.Sleep(40 * time.Millisecond) // kept: a client's pace, so the load spans many bursts
+			}
+		})
+	}
+	wg.Wait()
+	if p := first.Load(); p != nil {
+		firstBad = *p
+	}
+	return nOK.Load(), nDenied.Load(), nBad.Load(), firstBad
 }
 
 // spread is a steady load from one client address, round-robin over edges.
@@ -247,7 +266,7 @@ func startSpread(t *testing.T, es []*edgeProc, ips []string, workers int, pace, 
 					msg := fmt.Sprintf("%s: status %d err %v body %q", time.Now().Format("15:04:05.000"), r.code, r.err, r.body)
 					s.firstBad.CompareAndSwap(nil, &msg)
 				}
-				time.Sleep(pace)
+				time.Sleep(pace) // kept: the clients' pace is the load's shape
 			}
 		})
 	}

@@ -67,7 +67,7 @@ func startLoad(t *testing.T, e *edgeProc, ips []string, workers int, maxDur time
 				r := get(client, e.url("/"), "X-Forwarded-For", ip)
 				l.record(r)
 				l.sent.Add(1)
-				time.Sleep(time.Millisecond) // pacing, not synchronization
+				time.Sleep(time.Millisecond) // kept: the clients' pace, not a wait for a signal
 			}
 		})
 	}
