@@ -5,16 +5,22 @@
 # figures as median (smallest–largest) over its runs. Each run's figures
 # stay in loadtest/results/shed-bench-<stamp>-r<N>-<mode>-*.json.
 #
-#   scripts/shed-bench.sh            ROUNDS (3), SCALE (0.5), REGION, FACTOR, UNLOADED, STEP, HALVED
+#   scripts/shed-bench.sh            ROUNDS (3), SCALE (0.5), SLOWDOWN (2), SETTINGS
+#                                    (adaptive.min_limit=2), REGION, FACTOR, UNLOADED,
+#                                    STEP, HALVED, REQUEST_TIMEOUT, VU_SECONDS
 #
-# It leaves the region's shedder at adaptive.enabled=false (the default)
-# and its origin at the capacity it found.
+# SCALE and SLOWDOWN run the origin at 4 of its 8 workers and twice its
+# service time (100 req/s, 300 at 3x: what one k6 sends on time on two
+# shared cores); SETTINGS go to the region's shedder with each mode
+# (min_limit 2: the halved origin's 2 workers, split between the edges).
+# It leaves the region's shedder at adaptive.enabled=false (the default),
+# with SETTINGS applied, and its origin at the capacity it found.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds="${ROUNDS:-3}"
 stamp=$(date -u +%Y%m%dT%H%M%S)
-args=(-e "SCALE=${SCALE:-0.5}")
-for v in REGION FACTOR UNLOADED_FACTOR UNLOADED STEP HALVED; do
+args=(-e "SCALE=${SCALE:-0.5}" -e "SLOWDOWN=${SLOWDOWN:-2}" -e "SETTINGS=${SETTINGS-adaptive.min_limit=2}")
+for v in REGION FACTOR UNLOADED_FACTOR UNLOADED STEP HALVED REQUEST_TIMEOUT VU_SECONDS; do
 	[ -z "${!v:-}" ] || args+=(-e "$v=${!v}")
 done
 # The generator shares the cores with the stack: no remote write.
@@ -112,5 +118,14 @@ for m in ("today", "adaptive"):
     missed = sum(f.get("windows_missed", 0) for f in by[m])
     refused = sum(f.get("critical_refused_by_edges") or 0 for f in by[m])
     print(f"{m}: critical lost {lost:.0f} of {sent:.0f} (k6: not a 200, timeouts included), refused by the edges {refused:.0f}; k6 sent {cell(sentall, lambda x: f'{x:.0f}')} req/s, dropped {dropped:.0f} iterations; {missed} sampler window(s) missed")
+    causes = {}
+    for f in by[m]:
+        for tier, cs in f["k6"].get("not_ok", {}).items():
+            for c, v in cs.items():
+                causes.setdefault(tier, {}).setdefault(c, 0)
+                causes[tier][c] += v
+    if causes:
+        print(f"{m}: not a 200, by tier and cause (all runs): " + "; ".join(
+            f"{tier} " + ", ".join(f"{c} {v:.0f}" for c, v in cs.items() if v) for tier, cs in causes.items() if any(cs.values())))
 PY
 exit $rc

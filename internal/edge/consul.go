@@ -455,5 +455,6 @@ func (l *consulLink) countEdges(ctx context.Context) {
 		inRegion, inPoP := region.Count(edges, l.e.cfg.Region, l.e.cfg.PoP)
 		l.e.nodesRegion.Store(int64(max(inRegion, 1)))
 		l.e.nodesPoP.Store(int64(max(inPoP, 1)))
+		l.e.shed.SetEdges(inRegion)
 	}
 }

@@ -415,6 +415,7 @@ func (e *Edge) buildShedder(reg prometheus.Registerer) error {
 		return err
 	}
 	e.shed = s
+	s.SetEdges(int(e.nodesRegion.Load())) // the edges sharing the origin split adaptive.min_limit
 	def := shedder.DefaultConfig()
 	e.workers = shedder.NewWorkers(e.cfg.Workers, def.QueueSize, def.QueueTimeout)
 	s.AttachWorkers(e.workers)

@@ -113,8 +113,8 @@ func (a *app) shedderSimulate(args []string) error {
 		Current: settingsVersionOf(current), Candidate: settingsVersionOf(candidate), Changes: kv}
 	failed := false
 	for _, rec := range recs {
-		cur := replay(current, rec)
-		cand := replay(candidate, rec)
+		cur := replay(current, rec, len(recs))
+		cand := replay(candidate, rec, len(recs))
 		er := edgeReport{Instance: rec.instance, Samples: len(rec.util),
 			Reproduced: cur.deviation <= reproduceWithin, Recorded: rec.shedTotals(), Current: cur, Candidate: cand}
 		if !math.IsInf(cur.deviation, 0) {
@@ -242,8 +242,9 @@ type timelinePoint struct {
 // utilization is already smoothed, so the replay does not smooth again; it
 // is interpolated linearly between samples at the edge's sampling step, and
 // each tier's recorded offered requests are admitted evenly over each
-// interval, so the cut-off works on the recorded tier shares.
-func replay(cfg shedder.Config, rec recording) replayResult {
+// interval, so the cut-off works on the recorded tier shares. edges is how
+// many edges the replay holds: they split adaptive.min_limit.
+func replay(cfg shedder.Config, rec recording, edges int) replayResult {
 	cfg.Smoothing = 0
 	res := replayResult{Shed: map[string]float64{}, Offered: map[string]float64{}, MaxLevel: math.Inf(-1)}
 	if len(rec.util) == 0 {
@@ -255,6 +256,7 @@ func replay(cfg shedder.Config, rec recording) replayResult {
 	if err != nil { // cfg was validated by ApplySettings
 		panic(err)
 	}
+	sh.SetEdges(edges) // the replayed edges split adaptive.min_limit, as the edges did
 	recorded := map[int64]float64{}
 	for _, s := range rec.level {
 		recorded[s.t.UnixMilli()] = s.v

@@ -27,7 +27,7 @@ func TestReplayFollowsTheRamp(t *testing.T) {
 		rec.offered[shedder.TierTest] = append(rec.offered[shedder.TierTest], sample{at, float64(100 * i)})
 		rec.offered[shedder.TierRead] = append(rec.offered[shedder.TierRead], sample{at, float64(100 * i)})
 	}
-	res := replay(cfg, rec)
+	res := replay(cfg, rec, 1)
 	require.Less(t, res.deviation, 1e-9, "the replay is the ramp itself")
 	require.InDelta(t, 1.0, res.MaxLevel, 1e-9)
 	require.Equal(t, 3000.0, res.Offered["test"])
@@ -39,11 +39,11 @@ func TestReplayFollowsTheRamp(t *testing.T) {
 
 	// A different start_after reproduces nothing of this recording.
 	cfg.StartAfter = 10 * time.Second
-	require.Greater(t, replay(cfg, rec).deviation, 0.05)
+	require.Greater(t, replay(cfg, rec, 1).deviation, 0.05)
 
 	// Without a recorded level there is nothing to reproduce.
 	rec.level = nil
-	require.True(t, math.IsInf(replay(cfg, rec).deviation, 1))
+	require.True(t, math.IsInf(replay(cfg, rec, 1).deviation, 1))
 }
 
 // The adaptive origin limit is replayed on the recorded origin latency:
@@ -65,7 +65,7 @@ func TestReplayAdaptiveLimit(t *testing.T) {
 		rec.adaptiveLimit = append(rec.adaptiveLimit, sample{at, 42})
 	}
 	cfg := shedder.DefaultConfig()
-	off := replay(cfg, rec)
+	off := replay(cfg, rec, 1)
 	require.NotNil(t, off.Adaptive)
 	require.False(t, off.Adaptive.Enabled)
 	require.Zero(t, off.Adaptive.Refused["read"], "learned, never enforced")
@@ -73,7 +73,7 @@ func TestReplayAdaptiveLimit(t *testing.T) {
 	require.Greater(t, off.Adaptive.MaxLimit, float64(cfg.Adaptive.InitialLimit), "2000 req/s at 20 ms needs about 40 in flight: the limit grows")
 
 	cfg.Adaptive.Enabled = true
-	on := replay(cfg, rec)
+	on := replay(cfg, rec, 1)
 	t.Logf("enforced: limit %.1f..%.1f, final %.1f, refused %v; learned only: limit %.1f..%.1f", on.Adaptive.MinLimit, on.Adaptive.MaxLimit, on.Adaptive.FinalLimit, on.Adaptive.Refused, off.Adaptive.MinLimit, off.Adaptive.MaxLimit)
 	require.True(t, on.Adaptive.Enabled)
 	require.Positive(t, on.Adaptive.Refused["read"])
@@ -82,7 +82,7 @@ func TestReplayAdaptiveLimit(t *testing.T) {
 
 	// No recorded latency: nothing to replay.
 	rec.sampleRTT = nil
-	require.Nil(t, replay(cfg, rec).Adaptive)
+	require.Nil(t, replay(cfg, rec, 1).Adaptive)
 }
 
 func TestSimulateRejectsBadInput(t *testing.T) {

@@ -28,7 +28,20 @@
 // on at >= 90%. The figures go to shed-bench-RUN-figures.json and are
 // printed; thresholds judge only what must hold in every mode: no critical
 // request lost, and the edges reported MODE. SCALE (1) runs the origin at
-// that share of its workers.
+// that share of its workers, SLOWDOWN (1) at that multiple of its service
+// time (SCALE=0.5 SLOWDOWN=2: 4 workers x 40 ms, 100 req/s, so 3x is 300
+// req/s: what one k6 keeps up with on two shared cores).
+//
+// The generator: REQUEST_TIMEOUT (2s) bounds a request, and a request cut
+// short by it counts as lost (not admitted); every arrival has a VU
+// initialized before the start (VU_SECONDS, the timeout plus 0.5 s, x the
+// rate), so an arrival finds no VU free only when requests pile up past the
+// timeout, and k6 counts it as a dropped iteration. Response bodies are
+// discarded. Every request that is not a 200 is counted by tier and cause:
+// timeout (k6's own), k6 (another client error: connection refused,
+// reset), refused (a 503 with EdgeGuard-Not-Processed: the edge turned it
+// away before the origin), origin (a 5xx without it: the origin or the
+// proxy failed), other (any other status).
 import http from 'k6/http';
 import { sleep } from 'k6';
 import { Counter } from 'k6/metrics';
@@ -58,10 +71,12 @@ const num = (name, def) => {
   }
   return v;
 };
-// SCALE runs the origin at that share of its workers (the generator shares
-// the cores with the stack: 0.5 halves what it must send).
+// SCALE runs the origin at that share of its workers and SLOWDOWN at that
+// multiple of its service time (the generator shares the cores with the
+// stack: 0.5 and 2 send a quarter as much).
 const SCALE = num('SCALE', '1');
-const CAPACITY = FULL_CAPACITY * SCALE;
+const SLOWDOWN = num('SLOWDOWN', '1');
+const CAPACITY = (FULL_CAPACITY * SCALE) / SLOWDOWN;
 const FACTOR = num('FACTOR', '3');
 const UNLOADED_FACTOR = num('UNLOADED_FACTOR', '0.5');
 const UNLOADED = num('UNLOADED', '15');
@@ -69,7 +84,18 @@ const STEP = num('STEP', '30');
 const HALVED = num('HALVED', '30');
 const SETTLE = 5; // seconds after a change before the p99 and the share of good windows count
 const TOTAL = UNLOADED + STEP + HALVED;
-const TIMEOUT = __ENV.REQUEST_TIMEOUT || '5s';
+const TIMEOUT = __ENV.REQUEST_TIMEOUT || '2s';
+const TIMEOUT_S = (() => {
+  const m = /^(\d+(?:\.\d+)?)(ms|s)$/.exec(TIMEOUT);
+  if (!m) {
+    throw new Error(`REQUEST_TIMEOUT=${TIMEOUT}: want a duration like 2s or 1500ms`);
+  }
+  return parseFloat(m[1]) / (m[2] === 'ms' ? 1000 : 1);
+})();
+const CAUSES = ['timeout', 'k6', 'refused', 'origin', 'other'];
+// SETTINGS: more shedder settings (key=value, space-separated) that setup
+// pushes with the mode, the same in both modes.
+const SETTINGS = (__ENV.SETTINGS || '').split(/\s+/).filter((kv) => kv !== '');
 const MIX = { test: 0.1, read: 0.5, write: 0.3, critical: 0.1 };
 const TIERS = Object.keys(MIX);
 // RUN names this run's two result files: shed-bench-RUN-figures.json (the
@@ -83,17 +109,19 @@ const REGIONCTL = __ENV.REGIONCTL || `${unwrap(rawOutputs.state_dir)}/bin/region
 
 const population = eg.population({ size: 50000, seed: 5, distribution: 'uniform', ipv6Share: 0.25, roamingShare: 0 });
 const criticalLost = new Counter('shed_bench_critical_lost');
+const notOK = new Counter('shed_bench_not_ok');
 
-// Every VU is initialized before the start (VU_SECONDS, 1.5, x the rate:
-// enough for a mean latency of 1.5 s): a k6 initializing VUs mid-run on
-// two loaded cores stops sending while it does. An arrival with no VU free
-// is a dropped iteration, reported with the figures.
-const VU_SECONDS = num('VU_SECONDS', '1.5');
+// Every VU is initialized before the start (VU_SECONDS, the timeout plus
+// 0.5 s, x the rate: enough for every request to run into its timeout): a
+// k6 initializing VUs mid-run on two loaded cores stops sending while it
+// does. An arrival with no VU free is a dropped iteration, reported with
+// the figures.
+const VU_SECONDS = num('VU_SECONDS', String(TIMEOUT_S + 0.5));
 const scenarios = {};
 for (const tier of TIERS) {
   for (const [phase, factor, start, duration] of [['unloaded', UNLOADED_FACTOR, 0, UNLOADED], ['overload', FACTOR, UNLOADED, STEP + HALVED]]) {
     const rate = Math.max(1, Math.round(CAPACITY * factor * MIX[tier]));
-    const vus = Math.max(5, Math.ceil(rate * (phase === 'unloaded' ? 0.5 : VU_SECONDS)));
+    const vus = Math.max(5, Math.ceil(rate * VU_SECONDS));
     scenarios[`${phase}_${tier}`] = {
       executor: 'constant-arrival-rate',
       rate, timeUnit: '1s', startTime: `${start}s`, duration: `${duration}s`,
@@ -106,13 +134,25 @@ scenarios.sampler = {
   executor: 'per-vu-iterations', vus: 1, iterations: 1, maxDuration: `${TOTAL + 60}s`, exec: 'sample',
 };
 
+const thresholds = {
+  shed_bench_critical_lost: ['count==0'],
+  'edgeguard_server{figure:mode_applied}': ['value==1'],
+  'http_req_failed{tier:critical}': ['rate>=0'],
+};
+// Always true: they make k6 keep each tier's and cause's count for the summary.
+for (const tier of TIERS) {
+  for (const cause of CAUSES) {
+    thresholds[`shed_bench_not_ok{tier:${tier},cause:${cause}}`] = ['count>=0'];
+  }
+}
+
 export const options = {
   scenarios,
-  thresholds: {
-    shed_bench_critical_lost: ['count==0'],
-    'edgeguard_server{figure:mode_applied}': ['value==1'],
-    'http_req_failed{tier:critical}': ['rate>=0'],
-  },
+  thresholds,
+  discardResponseBodies: true,
+  // Fewer tags on k6's own samples: less work per request for a generator
+  // that shares two cores with the stack.
+  systemTags: ['status', 'method', 'name', 'scenario', 'error_code', 'expected_response'],
   summaryTrendStats: ['avg', 'med', 'p(99)', 'max'],
   setupTimeout: '60s',
   teardownTimeout: '30s',
@@ -131,7 +171,7 @@ function samples(text, name) {
 }
 
 function getText(url) {
-  const res = http.get(url, { tags: { name: 'scrape' }, timeout: '3s', responseCallback: http.expectedStatuses(200) });
+  const res = http.get(url, { tags: { name: 'scrape' }, timeout: '3s', responseType: 'text', responseCallback: http.expectedStatuses(200) });
   if (res.status !== 200) {
     throw new Error(`GET ${url}: ${res.status} ${res.error || ''}`);
   }
@@ -152,9 +192,10 @@ export function setup() {
   if (workers < 2 || Math.abs(workers / cap.workers - SCALE) > 1e-9) {
     throw new Error(`SCALE=${SCALE}: the origin's ${cap.workers} workers scale to ${cap.workers * SCALE}, want a whole number ≥ 2`);
   }
-  setWorkers(workers);
+  const service = `${(parseDuration(cap.service_time) * SLOWDOWN * 1000).toFixed(3)}ms`;
+  setCapacity({ workers, service_time: service });
   const consul = region.consul.http.replace(/^https?:\/\//, '');
-  const r = eg.run('mode', [REGIONCTL, '--consul', consul, 'shedder', 'set', '--region', REGION, `adaptive.enabled=${MODE === 'adaptive'}`]);
+  const r = eg.run('mode', [REGIONCTL, '--consul', consul, 'shedder', 'set', '--region', REGION, ...SETTINGS, `adaptive.enabled=${MODE === 'adaptive'}`]);
   if (r.code !== 0) {
     throw new Error(`regionctl shedder set: exit ${r.code}: ${r.output}`);
   }
@@ -171,14 +212,27 @@ export function setup() {
   if (!applied) {
     throw new Error(`the edges of ${REGION} did not report adaptive.enabled=${MODE === 'adaptive'} within 30 s`);
   }
-  return { original: cap.workers, workers };
+  return { original: cap.workers, originalService: cap.service_time, workers };
+}
+
+// parseDuration reads a Go duration of one unit (the origin's 20ms), in s.
+function parseDuration(d) {
+  const m = /^(\d+(?:\.\d+)?)(ns|µs|us|ms|s)$/.exec(d);
+  if (!m) {
+    throw new Error(`the origin's service time ${d}: not a duration of one unit`);
+  }
+  return parseFloat(m[1]) * { ns: 1e-9, µs: 1e-6, us: 1e-6, ms: 1e-3, s: 1 }[m[2]];
+}
+
+function setCapacity(c) {
+  const res = http.put(`${ORIGIN}/capacity`, JSON.stringify(c), { tags: { name: 'capacity' }, responseType: 'text' });
+  if (res.status !== 200) {
+    throw new Error(`setting the origin's capacity to ${JSON.stringify(c)}: ${res.status} ${res.body}`);
+  }
 }
 
 function setWorkers(n) {
-  const res = http.put(`${ORIGIN}/capacity`, JSON.stringify({ workers: n }), { tags: { name: 'capacity' } });
-  if (res.status !== 200) {
-    throw new Error(`setting the origin's workers to ${n}: ${res.status} ${res.body}`);
-  }
+  setCapacity({ workers: n });
 }
 
 export function traffic() {
@@ -193,9 +247,23 @@ export function traffic() {
   });
   if (res.status === 200) {
     eg.observe('admitted_ms', res.timings.duration);
-  } else if (tier === 'critical') {
+    return;
+  }
+  if (tier === 'critical') {
     criticalLost.add(1);
   }
+  notOK.add(1, { tier, cause: cause(res) });
+}
+
+// cause names why a request got no 200 (see the head of this file).
+function cause(res) {
+  if (res.status === 0) {
+    return res.error_code === 1050 ? 'timeout' : 'k6';
+  }
+  if (res.status === 503 && res.headers['Edgeguard-Not-Processed']) {
+    return 'refused';
+  }
+  return res.status >= 500 ? 'origin' : 'other';
 }
 
 // The edges' requests: all, those they turned away before the origin, and
@@ -288,7 +356,12 @@ export function sample(data) {
     if (wait > 0) {
       sleep(wait);
     }
-    const cur = read();
+    // A sampler stalled past the next window (k6 starved of CPU) skips
+    // this one, so the next window spans the stall, instead of reading
+    // back to back and recording windows a few ms long in which nothing
+    // moved.
+    const late = k < TOTAL && eg.now() > start + (k + 1) * 1000;
+    const cur = late ? null : read();
     if (k === UNLOADED + STEP) {
       setWorkers(Math.floor(data.workers / 2));
       halvedAt = eg.mark('halve');
@@ -417,7 +490,7 @@ function render(o) {
 }
 
 export function teardown(data) {
-  setWorkers(data.original);
+  setCapacity({ workers: data.original, service_time: data.originalService });
 }
 
 export function handleSummary(data) {
@@ -430,11 +503,15 @@ export function handleSummary(data) {
     dropped_iterations: m('dropped_iterations', 'count'),
     critical_lost: m('shed_bench_critical_lost', 'count'),
     critical_sent: crit ? crit.values.passes + crit.values.fails : 0,
+    // Requests without a 200, by tier and cause.
+    not_ok: Object.fromEntries(TIERS.map((tier) => [tier, Object.fromEntries(CAUSES.map((c) => [c, m(`shed_bench_not_ok{tier:${tier},cause:${c}}`, 'count') || 0]))])),
+    vus_max: m('vus_max', 'max'),
     mode_applied: m('edgeguard_server{figure:mode_applied}', 'value') === 1,
   };
   eg.writeResult(`shed-bench-${RUN}-k6.json`, JSON.stringify(counts, null, 1));
   eg.print(`shed-bench ${MODE}: ${counts.requests} requests (${f(counts.requests_per_s, 0)}/s), ` +
-    `dropped iterations ${counts.dropped_iterations}, critical lost ${counts.critical_lost} of ${counts.critical_sent}`);
+    `dropped iterations ${counts.dropped_iterations}, critical lost ${counts.critical_lost} of ${counts.critical_sent}; ` +
+    `not a 200, by tier and cause: ${JSON.stringify(counts.not_ok)}`);
   // The figures above stand for k6's own summary (a failed threshold still
   // fails the run).
   return {};

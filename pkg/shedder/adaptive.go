@@ -17,11 +17,12 @@ import (
 // the window (sampleRTT) and moves the limit L by the gradient
 //
 //	g = clamp(minRTT·(1+buffer) / sampleRTT, 0.5, 2)
-//	L' = L·g + √(L·g)
+//	L' = L·g + √(L·g)   if g ≥ 1
+//	L' = L·g            otherwise
 //
 // smoothed by smoothing: latency above the no-queue latency (minRTT) plus
-// the buffer shrinks the limit; latency at it grows the limit by about its
-// square root per window, and only while traffic uses at least half of it
+// the buffer shrinks the limit; latency within it grows the limit by about
+// its square root per window, and only while traffic uses at least half of it
 // (an idle edge learns nothing about the origin's capacity). minRTT is the
 // smallest of the windows' 10th-percentile latencies over min_rtt_window,
 // measured from live traffic: unlike Envoy's filter, which drops the limit
@@ -29,7 +30,14 @@ import (
 // refresh it. An origin whose latency inflates at constant concurrency
 // (fewer cores, a slow dependency) shows as a gradient below 1 and a
 // shrinking limit before the origin's queues time out; if it is still slow
-// with the limit under twice min_limit, its latency there becomes the new minRTT.
+// with the limit at its floor, its latency there becomes the new minRTT.
+//
+// The edges of a region share their origin, and each learns its own limit
+// from the same latency: min_limit is the floor for all of them together,
+// so each edge's floor is min_limit divided by the edges sharing the
+// origin (SetEdges), rounded up. Otherwise N edges would hold N·min_limit
+// requests at an origin that serves fewer at once, and queue behind it by
+// construction.
 //
 // Each tier has a guaranteed share of L, kept free for it: the tiers below
 // it cannot use it, so tiers keep their order, and no tier is held below
@@ -39,13 +47,17 @@ import (
 //
 // Methods take the time as an argument; the controller has no clock.
 type Adaptive struct {
-	mu       sync.Mutex
-	cfg      AdaptiveConfig
-	limit    float64
-	learned  bool // a window has moved the limit
-	gradient float64
-	inflight [numTiers]int
-	total    int
+	mu      sync.Mutex
+	cfg     AdaptiveConfig
+	limit   float64
+	edges   int  // edges sharing the origin (≥ 1): they split min_limit
+	learned bool // a window has moved the limit
+	// slowAtFloor counts the windows in a row with the limit at its floor
+	// and the latency above minRTT·(1+buffer).
+	slowAtFloor int
+	gradient    float64
+	inflight    [numTiers]int
+	total       int
 
 	winStart    time.Time
 	winSamples  []time.Duration // bounded by maxWindowSamples
@@ -69,6 +81,10 @@ const maxWindowSamples = 1024
 // extended until it has them.
 const minWindowSamples = 8
 
+// slowWindowsAtFloor is how many windows in a row the latency must stay
+// high with the limit at its floor before it is taken as the new minRTT.
+const slowWindowsAtFloor = 3
+
 // minRTTBuckets splits min_rtt_window so the minimum slides in steps of a
 // sixteenth of it rather than resetting all at once.
 const minRTTBuckets = 16
@@ -81,7 +97,7 @@ type rttBucket struct {
 // NewAdaptive returns a controller at cfg.InitialLimit. cfg must be valid
 // (Config.Validate checks it).
 func NewAdaptive(cfg AdaptiveConfig) *Adaptive {
-	a := &Adaptive{cfg: cfg, limit: float64(cfg.InitialLimit), gradient: 1}
+	a := &Adaptive{cfg: cfg, limit: float64(cfg.InitialLimit), gradient: 1, edges: 1}
 	a.winSamples = make([]time.Duration, 0, 64)
 	return a
 }
@@ -97,7 +113,23 @@ func (a *Adaptive) setConfig(cfg AdaptiveConfig) {
 		a.limit = float64(cfg.InitialLimit)
 	}
 	a.cfg = cfg
-	a.limit = clamp(a.limit, float64(cfg.MinLimit), float64(cfg.MaxLimit))
+	a.limit = clamp(a.limit, a.floorLocked(), float64(cfg.MaxLimit))
+}
+
+// SetEdges says how many edges share the origin (the edges registered for
+// the region, this one included); they split min_limit between them. Less
+// than 1 counts as 1.
+func (a *Adaptive) SetEdges(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.edges = max(n, 1)
+	a.limit = clamp(a.limit, a.floorLocked(), float64(a.cfg.MaxLimit))
+}
+
+// floorLocked is this edge's part of min_limit: min_limit / edges,
+// rounded up, at least 1.
+func (a *Adaptive) floorLocked() float64 {
+	return float64(max((a.cfg.MinLimit+a.edges-1)/a.edges, 1))
 }
 
 // Acquire asks for an origin slot for a request of tier at now. It returns
@@ -125,14 +157,16 @@ func (a *Adaptive) Acquire(now time.Time, tier Tier) bool {
 // admitLocked applies the guaranteed shares. Critical requests are never
 // refused here (as the ramp never sheds them; the worker cap bounds them),
 // but they count in the total, so the other tiers have what they leave.
-// A lower tier is admitted under its own share, or while the total plus
+// A lower tier is admitted within its own share (whole requests: a share
+// of 0.4 requests guarantees none, or a small limit would be exceeded by
+// one request of every tier), or while the total plus
 // the unused shares of the tiers above it stays under the limit: a share
 // nobody uses is kept for its tier, not lent to the tiers below. That
 // costs no throughput, because the limit is learned from latency: while
 // reserved slots sit idle the origin does not queue, and the limit grows
 // until the traffic that is there fills the origin.
 func (a *Adaptive) admitLocked(tier Tier) bool {
-	if tier == TierCritical || float64(a.inflight[tier]) < a.cfg.Shares.of(tier)*a.limit {
+	if tier == TierCritical || float64(a.inflight[tier]+1) <= a.cfg.Shares.of(tier)*a.limit {
 		return true
 	}
 	used := float64(a.total)
@@ -241,29 +275,46 @@ func (a *Adaptive) updateLimitLocked(now time.Time, sample time.Duration) {
 	g := clamp(float64(a.minRTT)*(1+cfg.Buffer)/float64(sample), 0.5, 2)
 	a.gradient = g
 	a.learned = true
-	next := a.limit*g + math.Sqrt(a.limit*g)
+	next := a.limit * g
+	if g >= 1 {
+		// Headroom only while there is no queue: added at every step (as
+		// Envoy's filter does), √L would hold a small limit where the
+		// latency is twice minRTT (L·g + √(L·g) = L at g ≈ 0.6 for L = 4).
+		next += math.Sqrt(next)
+	}
 	if next > a.limit && float64(a.winMaxTotal) < a.limit/2 {
 		// Application-limited: the traffic never came near the limit, so
 		// low latency says nothing about a higher one.
 		next = a.limit
 	}
 	a.limit += cfg.Smoothing * (next - a.limit)
-	a.limit = clamp(a.limit, float64(cfg.MinLimit), float64(cfg.MaxLimit))
-	if g < 1 && a.limit < 2*float64(cfg.MinLimit) {
-		// Still slow near the floor, where a handful of requests cannot
-		// queue at any sane origin: the origin itself got slower (a
-		// deploy, a slow dependency, fewer cores). Its latency now is the
-		// new no-queue latency; waiting out min_rtt_window instead would
-		// hold the limit at the floor all that time.
+	floor := a.floorLocked()
+	a.limit = clamp(a.limit, floor, float64(cfg.MaxLimit))
+	if g >= 1 || a.limit > floor {
+		a.slowAtFloor = 0
+	} else if a.slowAtFloor++; a.slowAtFloor >= slowWindowsAtFloor {
+		// Still slow at the floor for a few windows (the queue built
+		// while the limit was higher has drained by then: these windows'
+		// responses were sent at the floor), where no more are in flight
+		// than an origin sized at least to min_limit serves at once: the
+		// origin itself got slower (a deploy, a slow dependency, fewer
+		// cores). Its latency now is the new no-queue latency; waiting
+		// out min_rtt_window instead would hold the limit at the floor
+		// all that time. (Above the floor, a slow window may be the
+		// edges' own queue: taking it as minRTT would ratchet minRTT up.)
 		a.buckets = [minRTTBuckets]rttBucket{}
 		a.observeMinLocked(now, a.sampleLow)
+		a.slowAtFloor = 0
 	}
 }
 
 // AdaptiveState is a snapshot for metrics, CLIs and tests.
 type AdaptiveState struct {
-	Enabled   bool
-	Limit     float64
+	Enabled bool
+	Limit   float64
+	// Floor is the lowest Limit goes on this edge: min_limit over the
+	// edges sharing the origin.
+	Floor     float64
 	Gradient  float64
 	MinRTT    time.Duration
 	SampleRTT time.Duration
@@ -278,7 +329,7 @@ func (a *Adaptive) State() AdaptiveState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := AdaptiveState{
-		Enabled: a.cfg.Enabled, Limit: a.limit, Gradient: a.gradient,
+		Enabled: a.cfg.Enabled, Limit: a.limit, Floor: a.floorLocked(), Gradient: a.gradient,
 		MinRTT: a.minRTT, SampleRTT: a.sample, InFlight: a.inflight, Rejected: a.rejected,
 	}
 	for t := range Tier(numTiers) {

@@ -20,9 +20,14 @@ type AdaptiveConfig struct {
 	// Enabled is off): low enough not to flood a cold origin, it grows by
 	// about its square root per window while latency stays at minRTT.
 	InitialLimit int `json:"initial_limit" yaml:"initial_limit"`
-	// MinLimit is the lowest the learned limit goes. Still slow with the
-	// limit under twice this, the origin itself has become slower, and its
-	// latency there becomes the new minRTT.
+	// MinLimit is the lowest the learned limits of the region's edges go
+	// together: each edge's floor is this divided by the edges registered
+	// for the region (--nodes-in-region until the Consul catalog says),
+	// rounded up, at least 1. Keep it at most the origin's smallest
+	// concurrency, or the edges queue requests there by construction.
+	// Still slow for 3 windows with its limit at its floor, an edge takes
+	// the origin itself to have become slower, and its latency there
+	// becomes the new minRTT.
 	MinLimit int `json:"min_limit" yaml:"min_limit"`
 	// MaxLimit is the highest the learned limit goes.
 	MaxLimit int `json:"max_limit" yaml:"max_limit"`

@@ -48,6 +48,7 @@ func later(a, b time.Time) time.Time {
 type completion struct {
 	at, sent time.Time
 	tier     Tier
+	edge     *Adaptive
 }
 
 type completions []completion
@@ -77,12 +78,19 @@ type phaseResult struct {
 	capacity    float64 // servers / service
 	p99         time.Duration
 	rejected    [numTiers]int
-	limitMean   float64
+	limitMean   float64 // of the edges' limits summed
 	limitStdDev float64
 }
 
 // simulate drives a through the phases with evenly spaced arrivals.
 func simulate(t *testing.T, a *Adaptive, phases []phase) []phaseResult {
+	t.Helper()
+	return simulateEdges(t, []*Adaptive{a}, phases)
+}
+
+// simulateEdges drives edges that share one origin through the phases,
+// the arrivals dealt to them in turn, each edge getting every tier.
+func simulateEdges(t *testing.T, edges []*Adaptive, phases []phase) []phaseResult {
 	t.Helper()
 	now := time.Unix(1_700_000_000, 0)
 	o := &simOrigin{}
@@ -112,7 +120,7 @@ func simulate(t *testing.T, a *Adaptive, phases []phase) []phaseResult {
 			// Completions due before the next arrival go first.
 			for len(pending) > 0 && !pending[0].at.After(now) {
 				c := heap.Pop(&pending).(completion)
-				a.Release(c.at, c.tier, c.at.Sub(c.sent), true)
+				c.edge.Release(c.at, c.tier, c.at.Sub(c.sent), true)
 				if !c.at.Before(from) && c.at.Before(end) {
 					done++
 					lat = append(lat, c.at.Sub(c.sent))
@@ -125,14 +133,19 @@ func simulate(t *testing.T, a *Adaptive, phases []phase) []phaseResult {
 			case 1, 2, 3:
 				tier = TierWrite
 			}
+			a := edges[(n+n/10)%len(edges)] // every tier to every edge
 			n++
 			if a.Acquire(now, tier) {
-				heap.Push(&pending, completion{at: o.admit(now), sent: now, tier: tier})
+				heap.Push(&pending, completion{at: o.admit(now), sent: now, tier: tier, edge: a})
 			} else if !now.Before(from) {
 				r.rejected[tier]++
 			}
 			if !now.Before(from) {
-				limits = append(limits, a.State().Limit)
+				var sum float64
+				for _, e := range edges {
+					sum += e.State().Limit
+				}
+				limits = append(limits, sum)
 			}
 			now = now.Add(gap)
 		}
@@ -199,6 +212,52 @@ func TestAdaptiveConvergesOnChangingCapacity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAdaptiveEdgesSplitTheFloor: two edges in front of an origin of 4
+// servers × 20 ms, offered 3× its capacity, which then drops to 2 servers
+// (the stack benchmark's origin), with min_limit 2. Each edge alone would
+// keep min_limit in flight, 4 against 2 servers, queueing by construction
+// (and, slow at its floor, take the queue for the origin's latency); told
+// that they are two, each keeps its half of the floor, and the admitted
+// p99 stays within 2× the service time with the origin ≥ 90% busy.
+func TestAdaptiveEdgesSplitTheFloor(t *testing.T) {
+	const service = 20 * time.Millisecond
+	phases := []phase{
+		{d: 10 * time.Second, servers: 4, service: service, offered: 3 * 200, measured: 5 * time.Second},
+		{d: 10 * time.Second, servers: 2, offered: 3 * 200, measured: 5 * time.Second},
+	}
+	cfg := adaptiveOn()
+	cfg.MinLimit = 2 // the halved origin's concurrency
+	run := func(told int) ([]phaseResult, []*Adaptive) {
+		edges := []*Adaptive{NewAdaptive(cfg), NewAdaptive(cfg)}
+		for _, e := range edges {
+			e.SetEdges(told)
+			require.Equal(t, float64(2/told), e.State().Floor)
+		}
+		res := simulateEdges(t, edges, phases)
+		for i, r := range res {
+			t.Logf("told %d edges, phase %d: capacity %.0f/s goodput %.0f/s (%.1f%%), p99 %v, limits %.1f±%.1f, rejected %v",
+				told, i, r.capacity, r.goodput, 100*r.goodput/r.capacity, r.p99, r.limitMean, r.limitStdDev, r.rejected)
+		}
+		return res, edges
+	}
+	split, edges := run(2)
+	for i, r := range split {
+		require.GreaterOrEqual(t, r.goodput, 0.9*r.capacity, "phase %d goodput", i)
+		require.LessOrEqual(t, r.p99, 2*service, "phase %d p99", i)
+		require.Zero(t, r.rejected[TierCritical], "phase %d critical rejected", i)
+	}
+	alone, _ := run(1)
+	require.Greater(t, alone[1].p99, 3*service, "each edge at the whole floor queues at the halved origin")
+
+	// The count is live: the other edge leaving raises this one's floor
+	// to the whole min_limit at once, and the limit with it.
+	a := edges[0]
+	require.Less(t, a.State().Limit, 2.0, "at its half of the floor after the halving")
+	a.SetEdges(0) // under 1 counts as 1
+	require.Equal(t, 2.0, a.State().Floor)
+	require.Equal(t, 2.0, a.State().Limit)
 }
 
 // TestAdaptiveShares fills a fixed limit of 20 (shares: read 1, write 2,

@@ -138,6 +138,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: namespace + "adaptive_limit", Help: "The adaptive concurrency limit on origin requests, learned from their latency.",
 		}, func() float64 { return m.adaptiveState().Limit }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: namespace + "adaptive_floor", Help: "The lowest this edge's adaptive limit goes: adaptive.min_limit divided by the edges sharing the origin (the region's registered edges), rounded up.",
+		}, func() float64 { return m.adaptiveState().Floor }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: namespace + "adaptive_gradient", Help: "The adaptive limit's last gradient, minRTT·(1+buffer)/sampleRTT clamped to [0.5, 2]: below 1 the origin is queueing.",
 		}, func() float64 { return m.adaptiveState().Gradient }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

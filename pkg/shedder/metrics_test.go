@@ -31,6 +31,7 @@ var metricNames = []string{
 	"edgeguard_shedder_enabled",
 	"edgeguard_shedder_runtime_lag_seconds",
 	"edgeguard_shedder_adaptive_enabled",
+	"edgeguard_shedder_adaptive_floor",
 	"edgeguard_shedder_adaptive_gradient",
 	"edgeguard_shedder_adaptive_in_flight",
 	"edgeguard_shedder_adaptive_limit",

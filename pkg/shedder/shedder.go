@@ -352,6 +352,9 @@ func (s *Shedder) ReleaseOrigin(now time.Time, tier Tier, rtt time.Duration, sam
 	s.adaptive.Release(now, tier, rtt, sample)
 }
 
+// SetEdges says how many edges share the origin; see Adaptive.SetEdges.
+func (s *Shedder) SetEdges(n int) { s.adaptive.SetEdges(n) }
+
 // Adaptive returns the adaptive concurrency controller (never nil).
 func (s *Shedder) Adaptive() *Adaptive { return s.adaptive }
 
