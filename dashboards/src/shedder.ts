@@ -127,12 +127,13 @@ export function shedderBoard(): dashboard.Dashboard {
     .withRow(row('Adaptive origin limit'))
     .withPanel(timeSeries({
       title: 'Learned limit and origin requests in flight',
-      description: 'The adaptive concurrency limit each edge learned from its origin\'s latency, against its origin requests in flight. It is learned even with adaptive.enabled off (adaptive_enabled 0), so it can be watched before it is trusted. A limit falling while traffic is steady means the origin is slowing down.',
+      description: 'The adaptive concurrency limit each edge learned from its origin\'s latency, against its origin requests in flight. It is learned even with adaptive.enabled off (adaptive_enabled 0), so it can be watched before it is trusted. A limit falling while traffic is steady means the origin is slowing down. The floor is the lowest it goes: adaptive.min_limit split between the region\'s edges.',
       unit: 'short', min: 0,
       thresholds: [green()],
       targets: [
         { expr: `max by (${byNode}) (edgeguard_shedder_adaptive_limit{${sel}})`, legend: 'limit ' + nodeLegend },
         { expr: `sum by (${byNode}) (edgeguard_shedder_adaptive_in_flight{${sel}})`, legend: 'in flight ' + nodeLegend },
+        { expr: `max by (${byNode}) (edgeguard_shedder_adaptive_floor{${sel}})`, legend: 'floor ' + nodeLegend },
       ],
     }))
     .withPanel(timeSeries({
