@@ -141,7 +141,11 @@ func Policies(doc *rules.Document, apiKeyHeader string, fixedWindow bool) ([]acc
 			Name: r.ID, Algorithm: algo, Quota: r.Limit / cost, Window: r.Window.D(),
 			PerPoP: r.Scope == rules.ScopePoP, ClientKeyed: clientKeyed,
 			MinInterval: r.MinInterval.D(), Shadow: r.Shadow,
+			Global: r.Scope == rules.ScopeGlobal,
 		})
+		if r.Accuracy == rules.AccuracyLeased {
+			out[len(out)-1].Tolerance = r.Tolerance
+		}
 	}
 	return out, byID
 }

@@ -21,10 +21,18 @@
 // Only exact algorithms keyed on the client alone are checked for over-
 // admission and false denials; broken promises are checked for every
 // client-keyed algorithm except concurrency.
+//
+// Leased rules (accuracy: leased) are held to their own bound: more than
+// ⌊q·(1+tolerance)⌋ admissions in one window is over-admission, and a
+// denial with fewer than q possible admissions is still a false denial (the
+// design allows a few; Stats counts how many decisions were checked, so the
+// rate can be stated). Global rules (scope: global) count one timeline per
+// client across every region, since their quota is one for all regions.
 package accuracy
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -65,6 +73,20 @@ type Policy struct {
 	// then not checked.
 	MinInterval time.Duration
 	Shadow      bool
+	// Tolerance is a leased rule's bound on over-admission as a share of
+	// the quota (0 for exact rules).
+	Tolerance float64
+	// Global is true for scope: global (one count across every region).
+	Global bool
+}
+
+// Bound is the most admissions one window may hold: the quota, or a leased
+// rule's ⌊quota·(1+tolerance)⌋.
+func (p *Policy) Bound() int64 {
+	if p.Tolerance <= 0 {
+		return p.Quota
+	}
+	return int64(math.Floor(float64(p.Quota) * (1 + p.Tolerance)))
 }
 
 func (p *Policy) checksCounts() bool {
@@ -263,7 +285,10 @@ func (c *Checker) add(ev Event, name string, k kind) {
 		return
 	}
 	key := timelineKey{policy: name, region: ev.Region, client: ev.Client}
-	if p.PerPoP {
+	switch {
+	case p.Global:
+		key.region = "" // one quota for every region
+	case p.PerPoP:
 		key.pop = ev.PoP
 	}
 	tl := c.timelines[key]
@@ -340,7 +365,7 @@ func (tl *timeline) evaluate(key timelineKey, settled time.Time, st *Stats, out 
 			if p.checksCounts() {
 				st.CheckedCounts++
 				if n, ev, ok := tl.overAdmitted(i); ok {
-					found(OverAdmission, fmt.Sprintf("%d admissions inside one %s window of %s (q=%d)", n, p.Window, p.Algorithm, p.Quota), ev)
+					found(OverAdmission, fmt.Sprintf("%d admissions inside one %s window of %s (q=%d, bound %d)", n, p.Window, p.Algorithm, p.Quota, p.Bound()), ev)
 				}
 			}
 		case denied:
@@ -395,7 +420,7 @@ func (tl *timeline) overAdmitted(i int) (int64, []Interval, bool) {
 			ev = append(ev, e.interval())
 		}
 	}
-	if n <= p.Quota {
+	if n <= p.Bound() {
 		return n, nil, false
 	}
 	slices.Reverse(ev)

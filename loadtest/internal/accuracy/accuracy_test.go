@@ -275,3 +275,56 @@ func TestFindingsCarryTheirEvidence(t *testing.T) {
 	require.Equal(t, ms(950), got[0].Evidence[3].Recv)
 	require.Empty(t, got[1].Evidence, "nothing could count for the denial at 2 s")
 }
+
+func in(region string, ev Event) Event {
+	ev.Region = region
+	return ev
+}
+
+// A leased rule is held to ⌊q·(1+t)⌋, not q; a global rule's admissions
+// count across regions, a region rule's in each region alone.
+func TestLeasedAndGlobalBounds(t *testing.T) {
+	leased := Policy{Name: "leased", Algorithm: FixedWindow, Quota: 10, Window: 10 * time.Second, ClientKeyed: true, Tolerance: 0.2}
+	global := leased
+	global.Name, global.Global = "global", true
+	region := leased
+	region.Name = "region"
+	require.EqualValues(t, 12, leased.Bound())
+	require.EqualValues(t, fw2.Quota, fw2.Bound(), "an exact rule's bound is its quota")
+
+	admissions := func(policy string, n int, regions ...string) []Event {
+		var out []Event
+		for i := range n {
+			out = append(out, in(regions[i%len(regions)], admit(policy, float64(10*i), float64(10*i+5))))
+		}
+		return out
+	}
+	t.Run("leased within its tolerance", func(t *testing.T) {
+		fs, c := run([]Policy{leased}, admissions("leased", 12, "eu-west")...)
+		require.Empty(t, kinds(fs))
+		require.EqualValues(t, 12, c.Stats().CheckedCounts)
+	})
+	t.Run("leased past its tolerance", func(t *testing.T) {
+		fs, _ := run([]Policy{leased}, admissions("leased", 13, "eu-west")...)
+		require.Equal(t, []string{"over_admission/leased"}, kinds(fs))
+		require.Contains(t, fs[0].Detail, "bound 12")
+	})
+	t.Run("global counts across regions", func(t *testing.T) {
+		fs, _ := run([]Policy{global}, admissions("global", 13, "eu-west", "us-east")...)
+		require.Equal(t, []string{"over_admission/global"}, kinds(fs))
+	})
+	t.Run("region rule counts each region alone", func(t *testing.T) {
+		fs, _ := run([]Policy{region}, admissions("region", 13, "eu-west", "us-east")...)
+		require.Empty(t, kinds(fs))
+	})
+	t.Run("global false denial sees every region's admissions", func(t *testing.T) {
+		evs := admissions("global", 9, "eu-west", "us-east")
+		evs = append(evs, in("us-east", deny("global", 200, 205, time.Second)))
+		fs, _ := run([]Policy{global}, evs...)
+		require.Equal(t, []string{"false_denial/global"}, kinds(fs))
+		evs = admissions("global", 10, "eu-west", "us-east")
+		evs = append(evs, in("us-east", deny("global", 200, 205, time.Second)))
+		fs, _ = run([]Policy{global}, evs...)
+		require.Empty(t, kinds(fs))
+	})
+}
