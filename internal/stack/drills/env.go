@@ -29,7 +29,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +37,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/stack"
 )
 
@@ -143,10 +143,9 @@ func (e *Env) signalProc(id, name string, sig syscall.Signal) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading pid of %s/%s: %w", id, name, err)
 	}
-	pidText, _, _ := strings.Cut(strings.TrimSpace(string(data)), " ")
-	pid, err := strconv.Atoi(pidText)
-	if err != nil {
-		return 0, fmt.Errorf("pid of %s/%s: %w", id, name, err)
+	pid, _ := proc.ParsePidFile(data)
+	if pid <= 0 {
+		return 0, fmt.Errorf("pid of %s/%s: no pid in %q", id, name, data)
 	}
 	if err := syscall.Kill(pid, sig); err != nil {
 		return 0, fmt.Errorf("signalling %s/%s (pid %d): %w", id, name, pid, err)
@@ -155,17 +154,7 @@ func (e *Env) signalProc(id, name string, sig syscall.Signal) (int, error) {
 }
 
 // gone reports whether pid has exited (or is a zombie).
-func gone(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return true
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i > 0 && len(stat) > i+2 && stat[i+2] == 'Z'
-}
+func gone(pid int) bool { return proc.Gone(pid) }
 
 // metrics fetches and parses one /metrics page.
 func metrics(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
@@ -270,17 +259,10 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last error
-	for {
-		if last = cond(ctx); last == nil {
-			return time.Since(start), nil
-		}
-		select {
-		case <-ctx.Done():
-			return time.Since(start), fmt.Errorf("%s: not within %s (last: %w)", what, timeout, last)
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := proc.PollEvery(ctx, 50*time.Millisecond, what, cond); err != nil {
+		return time.Since(start), fmt.Errorf("not within %s: %w", timeout, err)
 	}
+	return time.Since(start), nil
 }
 
 func splitLines(s string) []string {
