@@ -38,7 +38,7 @@ func (c consulServer) httpAddr() string { return addr(c.spec.HTTP) }
 // server finds the other datacenters again by itself.
 func (c consulServer) config() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "datacenter = %q\nnode_name = %q\ndata_dir = %q\n", c.spec.Datacenter, "consul-"+c.spec.Datacenter, filepath.Join(c.dir, "data"))
+	fmt.Fprintf(&b, "datacenter = %q\nnode_name = %q\ndata_dir = %q\n", c.spec.Datacenter, ConsulID(c.spec.Datacenter), filepath.Join(c.dir, "data"))
 	b.WriteString(`server = true
 bootstrap_expect = 1
 bind_addr = "127.0.0.1"

@@ -121,3 +121,20 @@ func TestParseOutputs(t *testing.T) {
 	_, err = ParseOutputs([]byte(`{}`))
 	require.Error(t, err)
 }
+
+// The topology file is what Terraform loads: every region fails over to
+// regions that exist, and the ports the stack's tests probe are set.
+func TestReadTopology(t *testing.T) {
+	topo, err := ReadTopology(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(topo.Regions), 2, "the drills need two regions")
+	for name, r := range topo.Regions {
+		require.Contains(t, []string{"cluster", "sentinel"}, r.RedisMode, name)
+		require.NotEmpty(t, r.PoPs, name)
+		for _, f := range r.Failover {
+			require.Contains(t, topo.Regions, f, "%s fails over to a region of the stack", name)
+		}
+	}
+	require.NotZero(t, topo.Ports.Edge.Admin)
+	require.NotZero(t, topo.Ports.RegionStride)
+}

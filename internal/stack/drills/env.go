@@ -6,10 +6,12 @@
 //
 //  1. A Redis master killed under steady load, in the Cluster and in the
 //     Sentinel region.
-//  2. Every edge of eu-west drained: DNS fails over to us-east, whose
-//     capacity-limited origin makes its edges shed the lower tiers.
-//  3. eu-west's Consul down: edges keep enforcing (also across a restart),
-//     regionctl reports eu-west unreachable, and converges when it returns.
+//  2. Every edge of a region drained (the first, by name, that fails over):
+//     DNS fails over to the next, whose capacity-limited origin makes its
+//     edges shed the lower tiers.
+//  3. A region's Consul down (the first region by name): edges keep
+//     enforcing (also across a restart), regionctl reports the region
+//     unreachable, and converges when it returns.
 //  4. Rules pushed 5 times: every edge converges within 2 s each time.
 //  5. The enforcement switch pushed 20 times per region: every edge of the
 //     region runs it within 1 s of the push (p99).

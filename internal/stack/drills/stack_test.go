@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,7 +56,16 @@ func runMain(m *testing.M) int {
 
 	// The stack's ports are fixed: a stack already running (make stack-up)
 	// would collide with this one.
-	for _, a := range []string{"127.0.0.1:8500", "127.0.1.1:8080", "127.0.0.1:9091"} {
+	topo, err := stack.ReadTopology(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, a := range []string{
+		net.JoinHostPort("127.0.0.1", strconv.Itoa(topo.Ports.Consul.HTTP)),
+		net.JoinHostPort("127.0.1.1", strconv.Itoa(topo.Ports.Edge.HTTP)),
+		net.JoinHostPort("127.0.0.1", strconv.Itoa(topo.Ports.Prometheus)),
+	} {
 		if c, err := net.DialTimeout("tcp", a, 200*time.Millisecond); err == nil {
 			c.Close()
 			fmt.Fprintf(os.Stderr, "%s is taken: a stack is already running here (make stack-down first)\n", a)
@@ -285,7 +295,8 @@ func TestDrill1RedisMasterKilled(t *testing.T) {
 func TestDrainingEdgeLeavesDNS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	name := "us-east"
+	_, name, err := env.FailoverPair()
+	require.NoError(t, err)
 	region := env.Out.Regions[name]
 	res, err := resolver.New(region.Consul.DNS)
 	require.NoError(t, err)
@@ -301,7 +312,7 @@ func TestDrainingEdgeLeavesDNS(t *testing.T) {
 	require.Equal(t, all, got, "every healthy edge of %s answers", name)
 
 	drained := edges[len(edges)-1]
-	pid, err := env.signalProc("edge-"+drained.Name, "edge", syscall.SIGTERM)
+	pid, err := env.signalProc(stack.EdgeID(drained.Name), "edge", syscall.SIGTERM)
 	require.NoError(t, err)
 	sent := time.Now()
 	// Witness: the edge is draining.
@@ -347,7 +358,7 @@ func TestDrainingEdgeLeavesDNS(t *testing.T) {
 func TestDrill3ConsulDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	r := env.Drill3(ctx, "eu-west")
+	r := env.Drill3(ctx, sortedNames(env.Out.Regions)[0])
 	results = append(results, r)
 	require.NoError(t, r.Err)
 }
@@ -357,12 +368,13 @@ func TestDrill3ConsulDown(t *testing.T) {
 func TestReapplyHealsKilledEdgeAndRedisNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	region := env.Out.Regions["eu-west"]
+	name, region, err := env.regionOfMode("cluster")
+	require.NoError(t, err)
 	edge := region.Edges()[0]
-	edgePid, err := env.signalProc("edge-"+edge.Name, "edge", syscall.SIGKILL)
+	edgePid, err := env.signalProc(stack.EdgeID(edge.Name), "edge", syscall.SIGKILL)
 	require.NoError(t, err)
 	node := region.Redis.Nodes[len(region.Redis.Nodes)-1]
-	nodePid, err := env.killNode("redis-eu-west", node)
+	nodePid, err := env.killNode(stack.RedisID(name), node)
 	require.NoError(t, err)
 	// Witness: both are gone.
 	_, err = waitFor(ctx, 5*time.Second, "killed processes to exit", func(context.Context) error {
