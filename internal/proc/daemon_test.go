@@ -97,4 +97,6 @@ func TestTail(t *testing.T) {
 	got := Tail(path)
 	require.Len(t, strings.Split(got, "\n"), TailLines)
 	require.Contains(t, Tail(filepath.Join(t.TempDir(), "missing.log")), "reading")
+	require.Equal(t, "b\nc", LastLines("a\nb\nc\n", 2))
+	require.Equal(t, "a", LastLines("a", 5))
 }

@@ -16,11 +16,13 @@ func Tail(path string) string {
 	if err != nil {
 		return fmt.Sprintf("(reading %s: %v)", path, err)
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > TailLines {
-		lines = lines[len(lines)-TailLines:]
-	}
-	return strings.Join(lines, "\n")
+	return LastLines(string(data), TailLines)
+}
+
+// LastLines returns the last n lines of s (a command's output, say).
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // WithTail appends the end of the log at path to err.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/stack"
 	"github.com/edgeguard/edgeguard/internal/stack/resolver"
 )
@@ -158,7 +159,7 @@ func TestPlanAfterApplyIsEmpty(t *testing.T) {
 	c.Dir = root
 	c.Env = append(os.Environ(), "STACK_STATE="+env.Out.StateDir)
 	out, err := c.CombinedOutput()
-	require.NoError(t, err, "terraform plan -detailed-exitcode: 2 means changes:\n%s", tail(string(out), 40))
+	require.NoError(t, err, "terraform plan -detailed-exitcode: 2 means changes:\n%s", proc.LastLines(string(out), 40))
 	require.Contains(t, string(out), "No changes.")
 }
 
@@ -247,13 +248,8 @@ func TestLoadtestSmoke(t *testing.T) {
 	c.Dir = root
 	c.Env = append(os.Environ(), "SMOKE=1", "STACK_OUTPUTS="+outputs)
 	out, err := c.CombinedOutput()
-	t.Logf("k6 multi-region smoke:\n%s", tail(string(out), 60))
+	t.Logf("k6 multi-region smoke:\n%s", proc.LastLines(string(out), 60))
 	require.NoError(t, err, "the smoke's thresholds failed (k6 exits non-zero)")
-}
-
-func tail(s string, lines int) string {
-	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(ls[max(0, len(ls)-lines):], "\n")
 }
 
 // The region-wide enforcement switch takes effect on every edge of the
