@@ -7,15 +7,16 @@
 # The version built is the newest whose module builds on its own: from 1.9
 # on, Terraform's state backends are nested modules that its module zip
 # leaves out and that the Go module proxy does not serve, so 1.13.x cannot
-# be built from the proxy. The stack needs >= 1.5 (terraform_data,
-# plantimestamp) and only the built-in provider.
+# be built from the proxy. The stack needs >= 1.4 (terraform_data; the
+# required_version in terraform/environments/local/main.tf) and only the
+# built-in provider.
 set -euo pipefail
 # Without a CLI config file Terraform warns on every command; an empty one
 # says the same (no provider mirrors: the stack only uses the built-in one).
 [ -n "${TF_CLI_CONFIG_FILE:-}" ] || [ -f "$HOME/.terraformrc" ] || export TF_CLI_CONFIG_FILE=/dev/null
 
 version="${TERRAFORM_VERSION:-1.8.5}"
-min_minor=5 # 1.5
+min_minor=4 # 1.4
 cache="${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}"
 bin="$cache/terraform-$version/terraform"
 

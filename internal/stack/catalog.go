@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -86,7 +87,7 @@ func waitEdgesCatalog(ctx context.Context, edges []Spec, cat region.Catalog) err
 		if len(want) == 0 {
 			continue
 		}
-		err := poll(ctx, "edge "+s.Edge.Name+" to load the region catalog", func(ctx context.Context) error {
+		err := proc.Poll(ctx, "edge "+s.Edge.Name+" to load the region catalog", func(ctx context.Context) error {
 			body, err := httpGet(ctx, s.Edge.AdminURL()+"/metrics")
 			if err != nil {
 				return err

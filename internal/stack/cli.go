@@ -21,6 +21,7 @@ component's spec, pids, configs and logs.
   reconcile --rules FILE [--rls FILE|DIR]
                      restart whatever died, push FILE (and the rate limit service's documents) to
                      every region, wait until every edge is ready
+  down               stop the component described by $STACK_SPEC and remove its files
   down ID            stop component ID and remove its files
   down --all         stop every component in the state dir
   endpoints [--outputs FILE]
@@ -118,8 +119,16 @@ func run(ctx context.Context, st State, args []string, getenv func(string) strin
 			return st.DownAll()
 		case len(rest) == 1:
 			return st.Down(rest[0])
+		case len(rest) == 0 && getenv("STACK_SPEC") != "":
+			// Terraform's destroy-time provisioner: the component is named
+			// from its spec, as up named it.
+			s, err := ParseSpec([]byte(getenv("STACK_SPEC")))
+			if err != nil {
+				return err
+			}
+			return st.Down(s.ID())
 		}
-		return usageError("down: ID or --all")
+		return usageError("down: ID, --all or $STACK_SPEC")
 	case "endpoints":
 		fs := flag.NewFlagSet("endpoints", flag.ContinueOnError)
 		fs.SetOutput(stderr)

@@ -10,12 +10,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
-func originProc(s Spec, dir string) proc {
+func originProc(s Spec, dir string) proc.Daemon {
 	o := s.Origin
-	return proc{name: "origin", dir: dir, bin: filepath.Join(s.Bin, "stackorigin"), args: []string{
+	return proc.Daemon{Name: "origin", Dir: dir, Bin: filepath.Join(s.Bin, "stackorigin"), Args: []string{
 		"--listen", addr(o.Port),
 		"--workers", strconv.Itoa(o.Workers),
 		"--service-time", o.ServiceTime,
@@ -25,10 +26,10 @@ func originProc(s Spec, dir string) proc {
 
 func ensureOrigin(ctx context.Context, s Spec, dir string) error {
 	p := originProc(s, dir)
-	if _, err := p.ensure(); err != nil {
+	if _, err := p.Ensure(); err != nil {
 		return err
 	}
-	return waitAlive(ctx, p, "origin of "+s.Origin.Region, func(ctx context.Context) error {
+	return p.WaitAlive(ctx, "origin of "+s.Origin.Region, func(ctx context.Context) error {
 		return httpOK(ctx, "http://"+addr(s.Origin.Port)+"/healthz")
 	})
 }
@@ -43,7 +44,7 @@ func (e EdgeSpec) AdminURL() string {
 	return "http://" + net.JoinHostPort(e.Addr, strconv.Itoa(e.AdminPort))
 }
 
-func edgeProc(s Spec, dir string) proc {
+func edgeProc(s Spec, dir string) proc.Daemon {
 	e := s.Edge
 	listen := net.JoinHostPort(e.Addr, strconv.Itoa(e.Port))
 	args := []string{
@@ -83,23 +84,23 @@ func edgeProc(s Spec, dir string) proc {
 	}
 	args = append(args, e.ExtraArgs...)
 	// The salt is a secret: the edge takes it from its environment only.
-	return proc{name: "edge", dir: dir, bin: filepath.Join(s.Bin, "edge"), args: args, env: []string{"EDGEGUARD_KEY_SALT=" + e.KeySalt}}
+	return proc.Daemon{Name: "edge", Dir: dir, Bin: filepath.Join(s.Bin, "edge"), Args: args, Env: []string{"EDGEGUARD_KEY_SALT=" + e.KeySalt}}
 }
 
 // ensureEdge starts the edge unless it runs and waits until it is alive;
 // reconcile waits for it to be ready (rules loaded, registered).
 func ensureEdge(ctx context.Context, s Spec, dir string) error {
 	p := edgeProc(s, dir)
-	if _, err := p.ensure(); err != nil {
+	if _, err := p.Ensure(); err != nil {
 		return err
 	}
-	return waitAlive(ctx, p, "edge "+s.Edge.Name, func(ctx context.Context) error {
+	return p.WaitAlive(ctx, "edge "+s.Edge.Name, func(ctx context.Context) error {
 		return httpOK(ctx, s.Edge.AdminURL()+"/healthz")
 	})
 }
 
-func prometheusProc(dir, bin string, s Spec) proc {
-	return proc{name: "prometheus", dir: dir, bin: bin, args: []string{
+func prometheusProc(dir, bin string, s Spec) proc.Daemon {
+	return proc.Daemon{Name: "prometheus", Dir: dir, Bin: bin, Args: []string{
 		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
 		"--storage.tsdb.retention.time=1d",
@@ -184,7 +185,7 @@ func ensurePrometheus(ctx context.Context, s Spec, dir string) error {
 	// A reconcile without it keeps the binary the stack was started with.
 	bin := os.Getenv("EDGEGUARD_PROMETHEUS")
 	if data, err := os.ReadFile(filepath.Join(dir, "prometheus.pid")); bin == "" && err == nil {
-		_, bin = parsePidFile(data)
+		_, bin = proc.ParsePidFile(data)
 	}
 	if bin == "" {
 		bin = "prometheus"
@@ -194,10 +195,10 @@ func ensurePrometheus(ctx context.Context, s Spec, dir string) error {
 		return fmt.Errorf("prometheus not found (run \"make tools\"; scripts/install-prometheus.sh names one): %w", err)
 	}
 	p := prometheusProc(dir, bin, s)
-	if _, err := p.ensure(); err != nil {
+	if _, err := p.Ensure(); err != nil {
 		return err
 	}
-	return waitAlive(ctx, p, "prometheus", func(ctx context.Context) error {
+	return p.WaitAlive(ctx, "prometheus", func(ctx context.Context) error {
 		return httpOK(ctx, "http://"+addr(s.Prometheus.Port)+"/-/ready")
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
@@ -24,10 +25,10 @@ type consulServer struct {
 	dir  string
 }
 
-func (c consulServer) proc(bin string) proc {
-	return proc{name: "consul", dir: c.dir, bin: bin,
-		args: []string{"agent", "-config-file=" + filepath.Join(c.dir, "consul.hcl")},
-		env:  []string{"TMPDIR=" + c.dir}}
+func (c consulServer) daemon(bin string) proc.Daemon {
+	return proc.Daemon{Name: "consul", Dir: c.dir, Bin: bin,
+		Args: []string{"agent", "-config-file=" + filepath.Join(c.dir, "consul.hcl")},
+		Env:  []string{"TMPDIR=" + c.dir}}
 }
 
 func (c consulServer) httpAddr() string { return addr(c.spec.HTTP) }
@@ -37,7 +38,7 @@ func (c consulServer) httpAddr() string { return addr(c.spec.HTTP) }
 // server finds the other datacenters again by itself.
 func (c consulServer) config() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "datacenter = %q\nnode_name = %q\ndata_dir = %q\n", c.spec.Datacenter, "consul-"+c.spec.Datacenter, filepath.Join(c.dir, "data"))
+	fmt.Fprintf(&b, "datacenter = %q\nnode_name = %q\ndata_dir = %q\n", c.spec.Datacenter, ConsulID(c.spec.Datacenter), filepath.Join(c.dir, "data"))
 	b.WriteString(`server = true
 bootstrap_expect = 1
 bind_addr = "127.0.0.1"
@@ -84,15 +85,15 @@ func ensureConsul(ctx context.Context, c consulServer) error {
 	if err := os.WriteFile(filepath.Join(c.dir, "consul.hcl"), []byte(c.config()), 0o644); err != nil {
 		return err
 	}
-	p := c.proc(bin)
-	if _, err := p.ensure(); err != nil {
+	p := c.daemon(bin)
+	if _, err := p.Ensure(); err != nil {
 		return err
 	}
 	cl, err := c.client()
 	if err != nil {
 		return err
 	}
-	err = waitAlive(ctx, p, "consul "+c.spec.Datacenter+" to elect a leader", func(ctx context.Context) error {
+	err = p.WaitAlive(ctx, "consul "+c.spec.Datacenter+" to elect a leader", func(ctx context.Context) error {
 		leader, err := cl.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
 			return err
@@ -107,7 +108,7 @@ func ensureConsul(ctx context.Context, c consulServer) error {
 	if err != nil {
 		return fmt.Errorf("consul %s: %w", c.spec.Datacenter, err)
 	}
-	return poll(ctx, "prepared query in "+c.spec.Datacenter, func(ctx context.Context) error {
+	return proc.Poll(ctx, "prepared query in "+c.spec.Datacenter, func(ctx context.Context) error {
 		return upsertQuery(ctx, cl, c.spec)
 	})
 }
@@ -152,7 +153,7 @@ func waitWAN(ctx context.Context, servers []consulServer) error {
 		if err != nil {
 			return err
 		}
-		err = poll(ctx, "consul "+s.spec.Datacenter+" to reach every datacenter over WAN", func(ctx context.Context) error {
+		err = proc.Poll(ctx, "consul "+s.spec.Datacenter+" to reach every datacenter over WAN", func(ctx context.Context) error {
 			known, err := cl.Catalog().Datacenters()
 			if err != nil {
 				return err

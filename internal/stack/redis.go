@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
@@ -26,18 +27,18 @@ type redisDeployment struct {
 func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 // nodeProc is the redis-server on port.
-func (r redisDeployment) nodeProc(bin string, port int) proc {
+func (r redisDeployment) nodeProc(bin string, port int) proc.Daemon {
 	name := fmt.Sprintf("node-%d", port)
-	return proc{name: name, dir: r.dir, bin: bin, args: []string{filepath.Join(r.dir, name+".conf")}}
+	return proc.Daemon{Name: name, Dir: r.dir, Bin: bin, Args: []string{filepath.Join(r.dir, name+".conf")}}
 }
 
-func (r redisDeployment) sentinelProc(bin string, args []string, port int) proc {
+func (r redisDeployment) sentinelProc(bin string, args []string, port int) proc.Daemon {
 	name := fmt.Sprintf("sentinel-%d", port)
-	return proc{name: name, dir: r.dir, bin: bin, args: append([]string{filepath.Join(r.dir, name+".conf")}, args...)}
+	return proc.Daemon{Name: name, Dir: r.dir, Bin: bin, Args: append([]string{filepath.Join(r.dir, name+".conf")}, args...)}
 }
 
-func (r redisDeployment) exporterProc(bin string, i int) proc {
-	return proc{name: fmt.Sprintf("exporter-%d", r.spec.ExporterPorts[i]), dir: r.dir, bin: bin, args: []string{
+func (r redisDeployment) exporterProc(bin string, i int) proc.Daemon {
+	return proc.Daemon{Name: fmt.Sprintf("exporter-%d", r.spec.ExporterPorts[i]), Dir: r.dir, Bin: bin, Args: []string{
 		"-redis.addr=redis://" + addr(r.spec.Ports[i]),
 		"-web.listen-address=" + addr(r.spec.ExporterPorts[i]),
 	}}
@@ -84,10 +85,10 @@ func ensureExporters(ctx context.Context, r redisDeployment) error {
 	}
 	for i := range r.spec.Ports {
 		p := r.exporterProc(bin, i)
-		if _, err := p.ensure(); err != nil {
+		if _, err := p.Ensure(); err != nil {
 			return err
 		}
-		err := waitAlive(ctx, p, "redis exporter on "+addr(r.spec.ExporterPorts[i]), func(ctx context.Context) error {
+		err := p.WaitAlive(ctx, "redis exporter on "+addr(r.spec.ExporterPorts[i]), func(ctx context.Context) error {
 			return httpOK(ctx, "http://"+addr(r.spec.ExporterPorts[i])+"/metrics")
 		})
 		if err != nil {
@@ -100,21 +101,21 @@ func ensureExporters(ctx context.Context, r redisDeployment) error {
 // startNodes starts each dead node (with its own config, written on first
 // start) and waits until all answer PING.
 func startNodes(ctx context.Context, r redisDeployment, bin string, extra func(port int) string) error {
-	var procs []proc
+	var procs []proc.Daemon
 	for _, port := range r.spec.Ports {
 		p := r.nodeProc(bin, port)
-		conf := servers.RedisBaseConfig(port, r.dir, p.logPath()+".redis") + extra(port) + "\n"
-		if err := writeConf(p.args[0], conf); err != nil {
+		conf := servers.RedisBaseConfig(port, r.dir, p.LogPath()+".redis") + extra(port) + "\n"
+		if err := writeConf(p.Args[0], conf); err != nil {
 			return err
 		}
-		if _, err := p.ensure(); err != nil {
+		if _, err := p.Ensure(); err != nil {
 			return err
 		}
 		procs = append(procs, p)
 	}
 	for i, p := range procs {
 		a := addr(r.spec.Ports[i])
-		if err := waitAlive(ctx, p, "redis "+a, func(ctx context.Context) error { return ping(ctx, a) }); err != nil {
+		if err := p.WaitAlive(ctx, "redis "+a, func(ctx context.Context) error { return ping(ctx, a) }); err != nil {
 			return err
 		}
 	}
@@ -178,7 +179,7 @@ func ensureCluster(ctx context.Context, r redisDeployment, bin string) error {
 			return err
 		}
 	}
-	return poll(ctx, "cluster of "+r.spec.Region+" to be healthy", func(ctx context.Context) error {
+	return proc.Poll(ctx, "cluster of "+r.spec.Region+" to be healthy", func(ctx context.Context) error {
 		return clusterHealthy(ctx, r.spec.Ports)
 	})
 }
@@ -242,29 +243,29 @@ func ensureSentinel(ctx context.Context, r redisDeployment, bin string) error {
 	}
 	// The first start waits for the replica so the sentinels learn it from
 	// the master's INFO right away.
-	if err := poll(ctx, "replica to link", func(ctx context.Context) error { return sentinelDataHealthy(ctx, r.spec.Ports) }); err != nil {
+	if err := proc.Poll(ctx, "replica to link", func(ctx context.Context) error { return sentinelDataHealthy(ctx, r.spec.Ports) }); err != nil {
 		return err
 	}
 	name := r.spec.MasterName
 	for _, port := range r.spec.SentinelPorts {
 		p := r.sentinelProc(sbin, sargs, port)
-		conf := servers.RedisBaseConfig(port, r.dir, p.logPath()+".redis") + strings.Join([]string{
+		conf := servers.RedisBaseConfig(port, r.dir, p.LogPath()+".redis") + strings.Join([]string{
 			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2", name, master),
 			fmt.Sprintf("sentinel down-after-milliseconds %s 1000", name),
 			fmt.Sprintf("sentinel failover-timeout %s 5000", name),
 			fmt.Sprintf("sentinel parallel-syncs %s 1", name),
 		}, "\n") + "\n"
-		if err := writeConf(p.args[0], conf); err != nil {
+		if err := writeConf(p.Args[0], conf); err != nil {
 			return err
 		}
-		if _, err := p.ensure(); err != nil {
+		if _, err := p.Ensure(); err != nil {
 			return err
 		}
-		if err := waitAlive(ctx, p, "sentinel "+addr(port), func(ctx context.Context) error { return ping(ctx, addr(port)) }); err != nil {
+		if err := p.WaitAlive(ctx, "sentinel "+addr(port), func(ctx context.Context) error { return ping(ctx, addr(port)) }); err != nil {
 			return err
 		}
 	}
-	return poll(ctx, "sentinel group of "+r.spec.Region+" to be healthy", func(ctx context.Context) error {
+	return proc.Poll(ctx, "sentinel group of "+r.spec.Region+" to be healthy", func(ctx context.Context) error {
 		if err := sentinelDataHealthy(ctx, r.spec.Ports); err != nil {
 			return err
 		}

@@ -96,7 +96,7 @@ type OriginSpec struct {
 
 // EdgeSpec is one edge node.
 type EdgeSpec struct {
-	Name          string   `json:"name"` // eu-west-ams-1
+	Name          string   `json:"name"` // <region>-<pop>-<n>
 	Region        string   `json:"region"`
 	PoP           string   `json:"pop"`
 	Addr          string   `json:"addr"` // 127.0.R.E
@@ -126,19 +126,30 @@ type PrometheusSpec struct {
 	AdminPort      int                 `json:"admin_port"`
 }
 
+// The ids of components, their directories in the state dir. These are
+// their only spellings: Terraform hands stackctl the spec (up and down alike)
+// and the drills name what they kill or bring back with these.
+func RedisID(region string) string  { return KindRedis + "-" + region }
+func ConsulID(dc string) string     { return KindConsul + "-" + dc }
+func OriginID(region string) string { return KindOrigin + "-" + region }
+func EdgeID(name string) string     { return KindEdge + "-" + name }
+
+// PrometheusID is the stack's one Prometheus.
+const PrometheusID = KindPrometheus
+
 // ID names the component's directory in the state dir.
 func (s Spec) ID() string {
 	switch s.Kind {
 	case KindRedis:
-		return "redis-" + s.Redis.Region
+		return RedisID(s.Redis.Region)
 	case KindConsul:
-		return "consul-" + s.Consul.Datacenter
+		return ConsulID(s.Consul.Datacenter)
 	case KindOrigin:
-		return "origin-" + s.Origin.Region
+		return OriginID(s.Origin.Region)
 	case KindEdge:
-		return "edge-" + s.Edge.Name
+		return EdgeID(s.Edge.Name)
 	case KindPrometheus:
-		return "prometheus"
+		return PrometheusID
 	}
 	return ""
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -58,7 +59,7 @@ func (st State) Down(id string) error {
 	}
 	var wg sync.WaitGroup
 	for _, pidFile := range pids {
-		wg.Go(func() { stopByPidFile(dir, strings.TrimSuffix(filepath.Base(pidFile), ".pid")) })
+		wg.Go(func() { proc.StopPidFile(dir, strings.TrimSuffix(filepath.Base(pidFile), ".pid"), 5*time.Second) })
 	}
 	wg.Wait()
 	if err := os.RemoveAll(dir); err != nil {
@@ -212,7 +213,7 @@ func waitEdgesReady(ctx context.Context, edges []Spec, servers []consulServer) e
 	want := map[string][]string{} // region → edge addresses
 	for _, s := range edges {
 		want[s.Edge.Region] = append(want[s.Edge.Region], s.Edge.Addr)
-		err := poll(ctx, "edge "+s.Edge.Name+" to be ready", func(ctx context.Context) error {
+		err := proc.Poll(ctx, "edge "+s.Edge.Name+" to be ready", func(ctx context.Context) error {
 			return httpOK(ctx, s.Edge.AdminURL()+"/readyz")
 		})
 		if err != nil {
@@ -225,7 +226,7 @@ func waitEdgesReady(ctx context.Context, edges []Spec, servers []consulServer) e
 			return err
 		}
 		dc := srv.spec.Datacenter
-		err = poll(ctx, "edges of "+dc+" to pass their checks and converge", func(ctx context.Context) error {
+		err = proc.Poll(ctx, "edges of "+dc+" to pass their checks and converge", func(ctx context.Context) error {
 			entries, _, err := cl.Health().Service(srv.spec.Service, "", true, (&api.QueryOptions{}).WithContext(ctx))
 			if err != nil {
 				return err
@@ -275,8 +276,8 @@ func (st State) Status() ([]Component, error) {
 		for _, f := range pids {
 			name := strings.TrimSuffix(filepath.Base(f), ".pid")
 			data, _ := os.ReadFile(f)
-			pid, bin := parsePidFile(data)
-			if pid > 0 && runningAs(pid, bin) != 0 {
+			pid, bin := proc.ParsePidFile(data)
+			if pid > 0 && proc.RunningAs(pid, bin) != 0 {
 				c.Running = append(c.Running, name)
 			} else {
 				c.Dead = append(c.Dead, name)

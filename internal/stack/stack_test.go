@@ -7,37 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-func TestProcEnsureStop(t *testing.T) {
-	sleep, err := exec.LookPath("sleep")
-	require.NoError(t, err)
-	p := proc{name: "sleeper", dir: t.TempDir(), bin: sleep, args: []string{"60"}}
-	require.Zero(t, p.pid(), "nothing runs before start")
-
-	started, err := p.ensure()
-	require.NoError(t, err)
-	require.True(t, started)
-	pid := p.pid()
-	require.NotZero(t, pid)
-
-	started, err = p.ensure()
-	require.NoError(t, err)
-	require.False(t, started, "a running daemon is not started twice")
-	require.Equal(t, pid, p.pid())
-
-	// A pid file naming another program's process does not count as ours.
-	other := proc{name: "sleeper", dir: p.dir, bin: "/bin/true"}
-	require.Zero(t, other.pid())
-
-	p.stop(2 * time.Second)
-	require.Eventually(t, func() bool { return runningAs(pid, sleep) == 0 }, 5*time.Second, 20*time.Millisecond)
-	_, err = os.Stat(p.pidPath())
-	require.True(t, os.IsNotExist(err), "pid file removed")
-}
 
 func TestParseSpec(t *testing.T) {
 	edge := `{"kind":"edge","bin":"/b","edge":{"name":"eu-west-ams-1","region":"eu-west","pop":"ams","addr":"127.0.1.1","port":8080,"admin_port":18391,"consul":"127.0.0.1:8500","origin":"http://127.0.0.1:18080","key_salt":"s"}}`
@@ -148,4 +120,21 @@ func TestParseOutputs(t *testing.T) {
 
 	_, err = ParseOutputs([]byte(`{}`))
 	require.Error(t, err)
+}
+
+// The topology file is what Terraform loads: every region fails over to
+// regions that exist, and the ports the stack's tests probe are set.
+func TestReadTopology(t *testing.T) {
+	topo, err := ReadTopology(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(topo.Regions), 2, "the drills need two regions")
+	for name, r := range topo.Regions {
+		require.Contains(t, []string{"cluster", "sentinel"}, r.RedisMode, name)
+		require.NotEmpty(t, r.PoPs, name)
+		for _, f := range r.Failover {
+			require.Contains(t, topo.Regions, f, "%s fails over to a region of the stack", name)
+		}
+	}
+	require.NotZero(t, topo.Ports.Edge.Admin)
+	require.NotZero(t, topo.Ports.RegionStride)
 }

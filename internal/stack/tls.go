@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/edgeguard/edgeguard/internal/proc"
 )
 
 // The stack's edges serve TLS for TLSName (and its subdomains) with a
@@ -162,7 +164,7 @@ func (st State) waitEdgesTLS(ctx context.Context, edges []Spec) error {
 				return err
 			}
 		}
-		if err := poll(ctx, "edge "+s.Edge.Name+" to serve TLS", func(ctx context.Context) error {
+		if err := proc.Poll(ctx, "edge "+s.Edge.Name+" to serve TLS", func(ctx context.Context) error {
 			return tlsReady(ctx, cfg, *s.Edge)
 		}); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
@@ -95,14 +96,14 @@ func (c *Cluster) start(opts ClusterOptions, bin, cli string) error {
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	cmd := exec.CommandContext(ctx, cli, args...)
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = proc.SysProcAttr()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("running redis-cli --cluster create: %w\n%s", err, out)
 	}
 
 	// redis-cli returns once the nodes agree on config epochs; slot and
 	// replica gossip reaches every node a few seconds later.
-	return poll(ctx, "cluster to converge", func(ctx context.Context) error {
+	return proc.Poll(ctx, "cluster to converge", func(ctx context.Context) error {
 		return c.check(ctx, true)
 	})
 }
@@ -181,7 +182,7 @@ func (c *Cluster) KillNode(addr string) error {
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	err := poll(ctx, "cluster to be healthy", func(ctx context.Context) error {
+	err := proc.Poll(ctx, "cluster to be healthy", func(ctx context.Context) error {
 		return c.check(ctx, false)
 	})
 	if err != nil {
@@ -215,7 +216,7 @@ func (c *Cluster) KillMasterAndWaitFailover(ctx context.Context, addr string) (s
 	}
 
 	var newMaster string
-	err = poll(ctx, "failover of "+addr, func(ctx context.Context) error {
+	err = proc.Poll(ctx, "failover of "+addr, func(ctx context.Context) error {
 		nodes, err := c.liveView(ctx)
 		if err != nil {
 			return err

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
@@ -274,10 +275,10 @@ func (c *Consul) waitReady(ctx context.Context, p *process) error {
 		case <-reqCtx.Done():
 		}
 	}()
-	return poll(ctx, "consul at "+c.HTTPAddr()+" to be ready", func(context.Context) error {
+	return proc.Poll(ctx, "consul at "+c.HTTPAddr()+" to be ready", func(context.Context) error {
 		err := c.ready(reqCtx)
 		if err != nil && !p.alive() {
-			return permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
+			return proc.Permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
 		}
 		return err
 	})
@@ -391,7 +392,7 @@ func (c *Consul) JoinWAN(other *Consul) error {
 	}
 	for _, pair := range [][2]*Consul{{c, other}, {other, c}} {
 		from, to := pair[0], pair[1]
-		err := poll(ctx, fmt.Sprintf("datacenter %s to reach %s", from.Datacenter, to.Datacenter), func(ctx context.Context) error {
+		err := proc.Poll(ctx, fmt.Sprintf("datacenter %s to reach %s", from.Datacenter, to.Datacenter), func(ctx context.Context) error {
 			dcs, err := from.datacenters(ctx)
 			if err != nil {
 				return err

@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/proc"
 )
 
 // pebbleVersion is the build scripts/install-pebble.sh caches.
@@ -121,11 +125,11 @@ func startPebbleOn(t testing.TB, work, pebble, challtest string, opts PebbleOpti
 		log, err := os.Create(filepath.Join(work, fmt.Sprintf("%s-%d.log", name, acmePort)))
 		require.NoError(t, err)
 		cmd.Stdout, cmd.Stderr, cmd.Dir = log, log, work
-		proc, err := StartProc(cmd)
+		pr, err := proc.Start(cmd)
 		require.NoError(t, err)
-		procs = append(procs, started{proc, log.Name()})
+		procs = append(procs, started{pr, log.Name()})
 		t.Cleanup(func() {
-			proc.Stop(5 * time.Second)
+			pr.Stop(5 * time.Second)
 			_ = log.Close()
 			if t.Failed() {
 				out, _ := os.ReadFile(log.Name())
@@ -144,18 +148,22 @@ func startPebbleOn(t testing.TB, work, pebble, challtest string, opts PebbleOpti
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}}
 	defer client.CloseIdleConnections()
 	exited := false
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = proc.Poll(ctx, "pebble to answer", func(context.Context) error {
 		for _, s := range procs {
-			exited = exited || !s.proc.Alive()
+			if !s.proc.Alive() {
+				exited = true
+				return proc.Permanent(errors.New("exited"))
+			}
 		}
-		if exited {
-			break
+		if !pebbleAnswers(client, chalMgmtPort, p.DirectoryURL) {
+			return errors.New("not answering")
 		}
-		if pebbleAnswers(client, chalMgmtPort, p.DirectoryURL) {
-			return p, false
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if err == nil {
+		return p, false
 	}
 	for _, s := range procs {
 		s.proc.Stop(5 * time.Second)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
@@ -26,7 +27,6 @@ const (
 	// bindAttempts bounds retries when another process grabs a port between
 	// FreePorts releasing it and the server binding it.
 	bindAttempts = 4
-	logTailLines = 25
 )
 
 // deployment owns a temp dir and the processes started in it.
@@ -46,81 +46,12 @@ func newDeployment(kind string) (*deployment, error) {
 	return &deployment{dir: dir}, nil
 }
 
-// Proc is a child process the harness supervises: it runs in its own
-// process group (so whatever it forks goes down with it), the kernel
-// SIGKILLs it if the test binary dies (Linux), and it is reaped in the
-// background, so Exited tells when it is gone and its ports are free.
-type Proc struct {
-	Cmd    *exec.Cmd
-	exited chan struct{} // closed once Cmd.Wait has returned
-}
+// Proc is a supervised child process (see package proc); the edge's
+// end-to-end tests start theirs through StartProc too.
+type Proc = proc.Proc
 
-// StartProc starts cmd under supervision. cmd must not be started yet; its
-// SysProcAttr is the harness's.
-func StartProc(cmd *exec.Cmd) (*Proc, error) {
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("running %s: %w", cmd.Path, err)
-	}
-	p := &Proc{Cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// Exited is closed once the process has exited and been reaped.
-func (p *Proc) Exited() <-chan struct{} { return p.exited }
-
-// Alive reports whether the process has not exited yet.
-func (p *Proc) Alive() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// Signal signals the whole process group, so children the process forks
-// (Redis for diskless replication, say) get it too.
-func (p *Proc) Signal(sig syscall.Signal) {
-	if p.Alive() {
-		_ = syscall.Kill(-p.Cmd.Process.Pid, sig)
-	}
-}
-
-// Kill SIGKILLs the process group and waits until the process is reaped, so
-// its ports are closed when Kill returns.
-func (p *Proc) Kill() {
-	p.Signal(syscall.SIGKILL)
-	<-p.exited
-}
-
-// WaitExit waits up to timeout for the process to exit by itself and
-// returns its exit code.
-func (p *Proc) WaitExit(timeout time.Duration) (code int, exited bool) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-p.exited:
-		return p.Cmd.ProcessState.ExitCode(), true
-	case <-t.C:
-		return -1, false
-	}
-}
-
-// Stop sends SIGTERM, waits up to timeout, then SIGKILLs. It returns the
-// exit code and whether the process exited by itself.
-func (p *Proc) Stop(timeout time.Duration) (code int, exited bool) {
-	p.Signal(syscall.SIGTERM)
-	code, exited = p.WaitExit(timeout)
-	if !exited {
-		p.Kill()
-	}
-	return code, exited
-}
+// StartProc starts cmd under supervision (proc.Start).
+func StartProc(cmd *exec.Cmd) (*Proc, error) { return proc.Start(cmd) }
 
 // process is one running server of a deployment, with its log file.
 type process struct {
@@ -135,17 +66,7 @@ func (p *process) kill()                     { p.Kill() }
 
 // logTail returns the last lines of the process log, which is where Redis
 // explains why it refused to start.
-func (p *process) logTail() string {
-	data, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return fmt.Sprintf("(reading %s: %v)", p.logPath, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > logTailLines {
-		lines = lines[len(lines)-logTailLines:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (p *process) logTail() string { return proc.Tail(p.logPath) }
 
 // spec describes a server to spawn.
 type spec struct {
@@ -231,9 +152,9 @@ func waitServing(ctx context.Context, p *process) error {
 	defer cancel()
 	c := newClient(p.addr)
 	defer c.Close()
-	return poll(ctx, p.addr+" to serve", func(ctx context.Context) error {
+	return proc.Poll(ctx, p.addr+" to serve", func(ctx context.Context) error {
 		if !p.alive() {
-			return permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
+			return proc.Permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
 		}
 		// A plain dial first: go-redis logs every failed dial, which would
 		// litter test output while the server is still starting.
@@ -270,7 +191,7 @@ func (d *deployment) Close() error {
 wait:
 	for _, p := range procs {
 		select {
-		case <-p.exited:
+		case <-p.Exited():
 		case <-grace:
 			break wait
 		}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
@@ -233,13 +234,13 @@ func (d *deployment) startCommand(name, addr, bin string, args ...string) (*proc
 // waitHTTPReady polls url until it answers 200 or p exits.
 func waitHTTPReady(ctx context.Context, p *process, url string) error {
 	c := &http.Client{Timeout: time.Second}
-	return poll(ctx, url, func(ctx context.Context) error {
+	return proc.Poll(ctx, url, func(ctx context.Context) error {
 		if !p.alive() {
-			return permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
+			return proc.Permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			return permanent(err)
+			return proc.Permanent(err)
 		}
 		resp, err := c.Do(req)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
@@ -123,7 +124,7 @@ func (s *Sentinel) start(opts SentinelOptions, serverBin, sentinelBin string, se
 	}
 
 	// Sentinels find each other through hello messages published every 2s.
-	return poll(ctx, "sentinels to discover the deployment", func(ctx context.Context) error {
+	return proc.Poll(ctx, "sentinels to discover the deployment", func(ctx context.Context) error {
 		return s.checkSentinels(ctx, master.addr, []string{replica.addr})
 	})
 }
@@ -244,7 +245,7 @@ func (s *Sentinel) demote(ctx context.Context, old, newMaster string) error {
 // different times, and clients may ask any of them.
 func (s *Sentinel) waitNewMaster(ctx context.Context, old string) (string, error) {
 	var newMaster string
-	err := poll(ctx, "sentinels to promote a new master", func(ctx context.Context) error {
+	err := proc.Poll(ctx, "sentinels to promote a new master", func(ctx context.Context) error {
 		newMaster = ""
 		for _, p := range s.sentinels {
 			if !p.alive() {
@@ -264,7 +265,7 @@ func (s *Sentinel) waitNewMaster(ctx context.Context, old string) (string, error
 			newMaster = addr
 		}
 		if newMaster == "" {
-			return permanent(errors.New("no live sentinels"))
+			return proc.Permanent(errors.New("no live sentinels"))
 		}
 		return withClient(ctx, newMaster, func(ctx context.Context, c *redis.Client) error {
 			role, err := roleOf(ctx, c)

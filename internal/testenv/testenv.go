@@ -42,6 +42,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/edgeguard/edgeguard/internal/proc"
 )
 
 // startTimeout bounds each Start* call and every wait whose ctx has no
@@ -76,38 +78,6 @@ func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFun
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, startTimeout)
-}
-
-// permanentError tells poll that waiting longer cannot help.
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
-
-func permanent(err error) error { return &permanentError{err} }
-
-// poll runs check until it returns nil, backing off from 20 ms to 250 ms:
-// short enough that startup and failover waits add little latency, long
-// enough not to hammer servers that are busy electing a new master.
-func poll(ctx context.Context, what string, check func(context.Context) error) error {
-	delay := 20 * time.Millisecond
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		if perr, ok := errors.AsType[*permanentError](err); ok {
-			return fmt.Errorf("waiting for %s: %w", what, perr.err)
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("waiting for %s: %w (last error: %w)", what, ctx.Err(), err)
-		case <-t.C:
-		}
-		delay = min(delay*3/2, 250*time.Millisecond)
-	}
 }
 
 // newClient returns a client for one-off queries by the harness itself. It
@@ -152,7 +122,7 @@ func infoField(info, key string) string {
 // survives it.
 func waitReplicaLinked(ctx context.Context, addr, master string) error {
 	_, masterPort, _ := net.SplitHostPort(master)
-	return poll(ctx, "replica "+addr+" to sync with "+master, func(ctx context.Context) error {
+	return proc.Poll(ctx, "replica "+addr+" to sync with "+master, func(ctx context.Context) error {
 		return withClient(ctx, addr, func(ctx context.Context, c *redis.Client) error {
 			info, err := c.Info(ctx, "replication").Result()
 			if err != nil {

@@ -168,7 +168,7 @@ func (e *Env) drill1(ctx context.Context, mode string, res *Result) error {
 // address and a check that holds once a replica has been promoted in its
 // place.
 func (e *Env) killMaster(ctx context.Context, name string, region stack.Region) (string, func(context.Context) error, error) {
-	id := "redis-" + name
+	id := stack.RedisID(name)
 	switch region.Redis.Mode {
 	case "cluster":
 		var master, replica string

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"sync"
 	"syscall"
@@ -59,7 +61,15 @@ func (e *Env) drill2(ctx context.Context, from, to string, res *Result) error {
 	}
 
 	// Clients follow DNS at from's Consul, re-resolving every 250 ms.
-	follow := &dnsTargets{dns: dns, query: e.Out.DNSQuery}
+	edges := src.Edges()
+	if len(edges) == 0 {
+		return fmt.Errorf("region %s has no edges", from)
+	}
+	port, err := edgePort(edges[0])
+	if err != nil {
+		return err
+	}
+	follow := &dnsTargets{dns: dns, query: e.Out.DNSQuery, port: port}
 	if err := follow.refresh(ctx); err != nil {
 		return err
 	}
@@ -78,7 +88,7 @@ func (e *Env) drill2(ctx context.Context, from, to string, res *Result) error {
 	drainedAt := time.Now()
 	var pids []int
 	for _, ed := range src.Edges() {
-		pid, err := e.signalProc("edge-"+ed.Name, "edge", syscall.SIGTERM)
+		pid, err := e.signalProc(stack.EdgeID(ed.Name), "edge", syscall.SIGTERM)
 		if err != nil {
 			stopLoad()
 			wg.Wait()
@@ -179,8 +189,19 @@ func (e *Env) drill2(ctx context.Context, from, to string, res *Result) error {
 type dnsTargets struct {
 	dns   *resolver.Resolver
 	query string
+	port  string // the edges' public port (DNS answers addresses only)
 	mu    sync.Mutex
 	urls  []string
+}
+
+// edgePort is the public port of ed (every edge listens on the same one,
+// each on its own address).
+func edgePort(ed stack.Edge) (string, error) {
+	u, err := url.Parse(ed.URL)
+	if err != nil || u.Port() == "" {
+		return "", fmt.Errorf("edge %s: no port in its url %q", ed.Name, ed.URL)
+	}
+	return u.Port(), nil
 }
 
 func (d *dnsTargets) refresh(ctx context.Context) error {
@@ -190,7 +211,7 @@ func (d *dnsTargets) refresh(ctx context.Context) error {
 	}
 	urls := make([]string, len(addrs))
 	for i, a := range addrs {
-		urls[i] = "http://" + a.String() + ":8080"
+		urls[i] = "http://" + net.JoinHostPort(a.String(), d.port)
 	}
 	d.mu.Lock()
 	d.urls = urls

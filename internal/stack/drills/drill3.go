@@ -46,7 +46,7 @@ func (e *Env) drill3(ctx context.Context, down string, res *Result) (err error) 
 	}
 	otherConsul := e.Out.Regions[other].Consul.HTTP
 	edges := region.Edges()
-	consulID := "consul-" + down
+	consulID := stack.ConsulID(down)
 
 	// Event: the region's Consul server dies.
 	pid, err := e.signalProc(consulID, "consul", syscall.SIGKILL)
@@ -205,7 +205,7 @@ func enforces(ctx context.Context, base string) error {
 // restartEdge stops an edge (SIGTERM, drain) and brings it back with its
 // saved spec, as stackctl would.
 func (e *Env) restartEdge(ctx context.Context, ed stack.Edge) error {
-	id := "edge-" + ed.Name
+	id := stack.EdgeID(ed.Name)
 	pid, err := e.signalProc(id, "edge", syscall.SIGTERM)
 	if err != nil {
 		return err

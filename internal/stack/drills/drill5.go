@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -114,22 +115,14 @@ func (e *Env) drill5(ctx context.Context, n int, res *Result) error {
 func (e *Env) waitSwitch(ctx context.Context, admin, want string, start time.Time) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var last error
-	for {
+	err := proc.PollEvery(ctx, 10*time.Millisecond, "switch "+want+" at "+admin, func(ctx context.Context) error {
 		v, err := switchVersion(ctx, admin)
-		if err == nil && v == want {
-			return time.Since(start), nil
+		if err == nil && v != want {
+			err = fmt.Errorf("runs %s", v)
 		}
-		last = err
-		if err == nil {
-			last = fmt.Errorf("runs %s", v)
-		}
-		select {
-		case <-ctx.Done():
-			return time.Since(start), fmt.Errorf("not on switch %s within 10s (last: %w)", want, last)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return err
+	})
+	return time.Since(start), err
 }
 
 // switchVersion is the enforcement switch an edge exports

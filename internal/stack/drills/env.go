@@ -6,10 +6,12 @@
 //
 //  1. A Redis master killed under steady load, in the Cluster and in the
 //     Sentinel region.
-//  2. Every edge of eu-west drained: DNS fails over to us-east, whose
-//     capacity-limited origin makes its edges shed the lower tiers.
-//  3. eu-west's Consul down: edges keep enforcing (also across a restart),
-//     regionctl reports eu-west unreachable, and converges when it returns.
+//  2. Every edge of a region drained (the first, by name, that fails over):
+//     DNS fails over to the next, whose capacity-limited origin makes its
+//     edges shed the lower tiers.
+//  3. A region's Consul down (the first region by name): edges keep
+//     enforcing (also across a restart), regionctl reports the region
+//     unreachable, and converges when it returns.
 //  4. Rules pushed 5 times: every edge converges within 2 s each time.
 //  5. The enforcement switch pushed 20 times per region: every edge of the
 //     region runs it within 1 s of the push (p99).
@@ -29,7 +31,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +39,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/stack"
 )
 
@@ -143,10 +145,9 @@ func (e *Env) signalProc(id, name string, sig syscall.Signal) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading pid of %s/%s: %w", id, name, err)
 	}
-	pidText, _, _ := strings.Cut(strings.TrimSpace(string(data)), " ")
-	pid, err := strconv.Atoi(pidText)
-	if err != nil {
-		return 0, fmt.Errorf("pid of %s/%s: %w", id, name, err)
+	pid, _ := proc.ParsePidFile(data)
+	if pid <= 0 {
+		return 0, fmt.Errorf("pid of %s/%s: no pid in %q", id, name, data)
 	}
 	if err := syscall.Kill(pid, sig); err != nil {
 		return 0, fmt.Errorf("signalling %s/%s (pid %d): %w", id, name, pid, err)
@@ -155,17 +156,7 @@ func (e *Env) signalProc(id, name string, sig syscall.Signal) (int, error) {
 }
 
 // gone reports whether pid has exited (or is a zombie).
-func gone(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return true
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i > 0 && len(stat) > i+2 && stat[i+2] == 'Z'
-}
+func gone(pid int) bool { return proc.Gone(pid) }
 
 // metrics fetches and parses one /metrics page.
 func metrics(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
@@ -270,17 +261,10 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last error
-	for {
-		if last = cond(ctx); last == nil {
-			return time.Since(start), nil
-		}
-		select {
-		case <-ctx.Done():
-			return time.Since(start), fmt.Errorf("%s: not within %s (last: %w)", what, timeout, last)
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := proc.PollEvery(ctx, 50*time.Millisecond, what, cond); err != nil {
+		return time.Since(start), fmt.Errorf("not within %s: %w", timeout, err)
 	}
+	return time.Since(start), nil
 }
 
 func splitLines(s string) []string {

@@ -79,7 +79,7 @@ func (e *Env) DrainRegion(ctx context.Context, region string) (Event, error) {
 	ev := Event{Event: "drain", Region: region, Started: time.Now()}
 	var names []string
 	for _, ed := range r.Edges() {
-		if _, err := e.signalProc("edge-"+ed.Name, "edge", syscall.SIGTERM); err != nil {
+		if _, err := e.signalProc(stack.EdgeID(ed.Name), "edge", syscall.SIGTERM); err != nil {
 			return ev, err
 		}
 		names = append(names, ed.Name)

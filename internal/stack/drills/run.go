@@ -14,9 +14,14 @@ func (e *Env) Run(ctx context.Context, which []string) ([]*Result, error) {
 		case "1":
 			out = append(out, e.Drill1(ctx)...)
 		case "2":
-			out = append(out, e.Drill2(ctx, "eu-west", "us-east"))
+			from, to, err := e.FailoverPair()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e.Drill2(ctx, from, to))
 		case "3":
-			out = append(out, e.Drill3(ctx, "eu-west"))
+			names := sortedNames(e.Out.Regions)
+			out = append(out, e.Drill3(ctx, names[0]))
 		case "4":
 			out = append(out, e.Drill4(ctx, 5))
 		case "5":
@@ -28,4 +33,15 @@ func (e *Env) Run(ctx context.Context, which []string) ([]*Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// FailoverPair is the first region (by name) whose DNS fails over to
+// another, and that other region: drill 2 drains the first.
+func (e *Env) FailoverPair() (from, to string, err error) {
+	for _, name := range sortedNames(e.Out.Regions) {
+		if f := e.Out.Regions[name].Failover; len(f) > 0 && f[0] != name {
+			return name, f[0], nil
+		}
+	}
+	return "", "", fmt.Errorf("no region of the stack fails over to another")
 }

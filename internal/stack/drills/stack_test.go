@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/stack"
 	"github.com/edgeguard/edgeguard/internal/stack/resolver"
 )
@@ -55,7 +57,16 @@ func runMain(m *testing.M) int {
 
 	// The stack's ports are fixed: a stack already running (make stack-up)
 	// would collide with this one.
-	for _, a := range []string{"127.0.0.1:8500", "127.0.1.1:8080", "127.0.0.1:9091"} {
+	topo, err := stack.ReadTopology(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, a := range []string{
+		net.JoinHostPort("127.0.0.1", strconv.Itoa(topo.Ports.Consul.HTTP)),
+		net.JoinHostPort("127.0.1.1", strconv.Itoa(topo.Ports.Edge.HTTP)),
+		net.JoinHostPort("127.0.0.1", strconv.Itoa(topo.Ports.Prometheus)),
+	} {
 		if c, err := net.DialTimeout("tcp", a, 200*time.Millisecond); err == nil {
 			c.Close()
 			fmt.Fprintf(os.Stderr, "%s is taken: a stack is already running here (make stack-down first)\n", a)
@@ -148,7 +159,7 @@ func TestPlanAfterApplyIsEmpty(t *testing.T) {
 	c.Dir = root
 	c.Env = append(os.Environ(), "STACK_STATE="+env.Out.StateDir)
 	out, err := c.CombinedOutput()
-	require.NoError(t, err, "terraform plan -detailed-exitcode: 2 means changes:\n%s", tail(string(out), 40))
+	require.NoError(t, err, "terraform plan -detailed-exitcode: 2 means changes:\n%s", proc.LastLines(string(out), 40))
 	require.Contains(t, string(out), "No changes.")
 }
 
@@ -237,13 +248,8 @@ func TestLoadtestSmoke(t *testing.T) {
 	c.Dir = root
 	c.Env = append(os.Environ(), "SMOKE=1", "STACK_OUTPUTS="+outputs)
 	out, err := c.CombinedOutput()
-	t.Logf("k6 multi-region smoke:\n%s", tail(string(out), 60))
+	t.Logf("k6 multi-region smoke:\n%s", proc.LastLines(string(out), 60))
 	require.NoError(t, err, "the smoke's thresholds failed (k6 exits non-zero)")
-}
-
-func tail(s string, lines int) string {
-	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(ls[max(0, len(ls)-lines):], "\n")
 }
 
 // The region-wide enforcement switch takes effect on every edge of the
@@ -285,7 +291,8 @@ func TestDrill1RedisMasterKilled(t *testing.T) {
 func TestDrainingEdgeLeavesDNS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	name := "us-east"
+	_, name, err := env.FailoverPair()
+	require.NoError(t, err)
 	region := env.Out.Regions[name]
 	res, err := resolver.New(region.Consul.DNS)
 	require.NoError(t, err)
@@ -301,7 +308,7 @@ func TestDrainingEdgeLeavesDNS(t *testing.T) {
 	require.Equal(t, all, got, "every healthy edge of %s answers", name)
 
 	drained := edges[len(edges)-1]
-	pid, err := env.signalProc("edge-"+drained.Name, "edge", syscall.SIGTERM)
+	pid, err := env.signalProc(stack.EdgeID(drained.Name), "edge", syscall.SIGTERM)
 	require.NoError(t, err)
 	sent := time.Now()
 	// Witness: the edge is draining.
@@ -347,7 +354,7 @@ func TestDrainingEdgeLeavesDNS(t *testing.T) {
 func TestDrill3ConsulDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	r := env.Drill3(ctx, "eu-west")
+	r := env.Drill3(ctx, sortedNames(env.Out.Regions)[0])
 	results = append(results, r)
 	require.NoError(t, r.Err)
 }
@@ -357,12 +364,13 @@ func TestDrill3ConsulDown(t *testing.T) {
 func TestReapplyHealsKilledEdgeAndRedisNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	region := env.Out.Regions["eu-west"]
+	name, region, err := env.regionOfMode("cluster")
+	require.NoError(t, err)
 	edge := region.Edges()[0]
-	edgePid, err := env.signalProc("edge-"+edge.Name, "edge", syscall.SIGKILL)
+	edgePid, err := env.signalProc(stack.EdgeID(edge.Name), "edge", syscall.SIGKILL)
 	require.NoError(t, err)
 	node := region.Redis.Nodes[len(region.Redis.Nodes)-1]
-	nodePid, err := env.killNode("redis-eu-west", node)
+	nodePid, err := env.killNode(stack.RedisID(name), node)
 	require.NoError(t, err)
 	// Witness: both are gone.
 	_, err = waitFor(ctx, 5*time.Second, "killed processes to exit", func(context.Context) error {

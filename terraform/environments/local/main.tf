@@ -15,7 +15,7 @@ locals {
   names   = sort(keys(var.regions))
   index   = { for i, name in local.names : name => i + 1 }
   runner  = { stackctl = "${var.bin_dir}/stackctl", bin_dir = var.bin_dir, state_dir = var.state_dir }
-  serfwan = { for name, i in local.index : name => "127.0.0.1:${8302 + (i - 1) * 10}" }
+  serfwan = { for name, i in local.index : name => "127.0.0.1:${var.ports.consul.serf_wan + (i - 1) * var.ports.region_stride}" }
 }
 
 module "region" {
@@ -33,14 +33,17 @@ module "region" {
   redis_timeout   = each.value.redis_timeout
   edge_workers    = each.value.edge_workers
   edge_extra_args = each.value.edge_extra_args
+  ports           = var.ports
   runner          = local.runner
 }
 
 module "prometheus" {
-  source    = "../../modules/prometheus"
-  consuls   = { for name, r in module.region : name => r.consul_http_addr }
-  exporters = { for name, r in module.region : name => r.exporter_targets }
-  runner    = local.runner
+  source          = "../../modules/prometheus"
+  port            = var.ports.prometheus
+  edge_admin_port = var.ports.edge.admin
+  consuls         = { for name, r in module.region : name => r.consul_http_addr }
+  exporters       = { for name, r in module.region : name => r.exporter_targets }
+  runner          = local.runner
 }
 
 # What Terraform cannot see (a process that died) is not Terraform's to

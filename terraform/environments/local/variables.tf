@@ -1,3 +1,9 @@
+# The stack's topology — regions, PoPs, edge counts and every port — is
+# topology.auto.tfvars.json, which Terraform loads by itself and which the
+# load-test fixture (loadtest/fixture.sh) reads too: nothing here repeats it.
+# Its us-east origin is capacity-limited (8 workers × 20 ms = 400 req/s) so
+# that taking eu-west's traffic overloads it (drill 2).
+
 variable "regions" {
   description = <<-EOT
     Regions to run: name → Redis mode (cluster | sentinel), PoPs (name → edge
@@ -19,22 +25,6 @@ variable "regions" {
     edge_extra_args = optional(list(string), [])
     key_salt        = optional(string)
   }))
-  default = {
-    "eu-west" = {
-      redis_mode = "cluster"
-      pops       = { ams = 2, fra = 1 }
-      failover   = ["us-east"]
-    }
-    "us-east" = {
-      redis_mode = "sentinel"
-      pops       = { iad = 2 }
-      failover   = ["eu-west"]
-      # Capacity-limited (8 workers × 20 ms = 400 req/s) so that taking
-      # eu-west's traffic overloads it (drill 2).
-      origin       = { workers = 8, service_time = "20ms", queue = 4096 }
-      edge_workers = 128
-    }
-  }
   validation {
     condition     = length(var.regions) >= 1 && length(var.regions) <= 9
     error_message = "between 1 and 9 regions (the region index picks ports)."
@@ -51,6 +41,26 @@ variable "regions" {
     condition     = alltrue([for r in values(var.regions) : alltrue([for dc in r.failover : contains(keys(var.regions), dc)])])
     error_message = "every failover datacenter must be one of the regions."
   }
+}
+
+variable "ports" {
+  description = <<-EOT
+    The stack's ports. Every edge has its own address 127.0.R.E (R: the
+    region's index from 1, in name order) and listens on the edge ports. Per
+    region R: Redis nodes redis + 100·R + 1…, sentinels, exporters and the
+    Consul ports at their base + region_stride·(R−1), the origin at
+    origin + R − 1; one Prometheus.
+  EOT
+  type = object({
+    edge           = object({ http = number, https = number, admin = number, rls = number })
+    consul         = object({ http = number, dns = number, server = number, serf_lan = number, serf_wan = number })
+    redis          = number
+    sentinel       = number
+    redis_exporter = number
+    origin         = number
+    prometheus     = number
+    region_stride  = number
+  })
 }
 
 variable "state_dir" {

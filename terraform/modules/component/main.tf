@@ -1,13 +1,10 @@
 # One process of the local stack, run by stackctl: `stackctl up` with the
-# component's spec (JSON) when created, `stackctl down ID` when destroyed.
+# component's spec (JSON) when created, `stackctl down` with the same spec
+# when destroyed (stackctl names the component from its spec: no id is
+# spelled here).
 # A changed spec replaces the component (stop, then start anew): an in-place
 # update would run no provisioner. Every other module runs its processes
 # through this one.
-
-variable "id" {
-  type        = string
-  description = "The component's id in the state directory (e.g. consul-eu-west)."
-}
 
 variable "spec" {
   type        = any
@@ -25,7 +22,6 @@ variable "runner" {
 resource "terraform_data" "this" {
   triggers_replace = [jsonencode(var.spec)]
   input = {
-    id        = var.id
     spec      = jsonencode(var.spec)
     stackctl  = var.runner.stackctl
     state_dir = var.runner.state_dir
@@ -38,8 +34,8 @@ resource "terraform_data" "this" {
 
   provisioner "local-exec" {
     when        = destroy
-    command     = "\"$STACKCTL\" down \"$ID\""
-    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, ID = self.input.id }
+    command     = "\"$STACKCTL\" down"
+    environment = { STACKCTL = self.input.stackctl, STACK_STATE = self.input.state_dir, STACK_SPEC = self.input.spec }
   }
 }
 

@@ -8,9 +8,14 @@ variable "datacenter" {
   description = "Datacenter name (the region's)."
 }
 
-variable "region_index" {
-  type        = number
-  description = "Region index from 1; picks the ports."
+variable "ports" {
+  type = object({
+    http     = number
+    dns      = number
+    server   = number
+    serf_lan = number
+    serf_wan = number
+  })
 }
 
 variable "join_wan" {
@@ -44,14 +49,7 @@ variable "runner" {
 }
 
 locals {
-  off = (var.region_index - 1) * 10
-  ports = {
-    http     = 8500 + local.off
-    dns      = 8600 + local.off
-    server   = 8300 + local.off
-    serf_lan = 8301 + local.off
-    serf_wan = 8302 + local.off
-  }
+  ports = var.ports
   spec = {
     kind = "consul"
     bin  = var.runner.bin_dir
@@ -67,7 +65,6 @@ locals {
 
 module "process" {
   source = "../component"
-  id     = "consul-${var.datacenter}"
   spec   = local.spec
   runner = var.runner
 }

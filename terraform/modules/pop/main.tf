@@ -1,7 +1,7 @@
 # One PoP: its edge nodes, each on its own loopback address 127.0.R.E
-# (public :8080, HTTPS :8443 with the stack's certificate for edge.local from
-# Consul KV, admin :18391, Envoy's rate limit service :8081 over gRPC with
-# the region's rls/ documents from Consul KV), registered in the region's
+# (public, HTTPS with the stack's certificate for edge.local from Consul KV,
+# admin, and Envoy's rate limit service over gRPC with the region's rls/
+# documents from Consul KV: the ports variable), registered in the region's
 # Consul with a /readyz check — and the rate limit service as a service of
 # its own (edgeguard-rls) with a gRPC health check. The cloud counterpart is an autoscaling group behind an NLB
 # per PoP (see terraform/README.md).
@@ -37,6 +37,11 @@ variable "settings" {
   })
 }
 
+variable "ports" {
+  description = "Every edge's ports (on its own address)."
+  type        = object({ http = number, https = number, admin = number, rls = number })
+}
+
 variable "runner" {
   type = object({
     stackctl  = string
@@ -46,10 +51,10 @@ variable "runner" {
 }
 
 locals {
-  port       = 8080
-  tls_port   = 8443
-  admin_port = 18391
-  rls_port   = 8081
+  port       = var.ports.http
+  tls_port   = var.ports.https
+  admin_port = var.ports.admin
+  rls_port   = var.ports.rls
   edges      = { for e in var.edges : e.name => e }
   specs = { for e in var.edges : e.name => {
     kind = "edge"
@@ -81,7 +86,6 @@ module "edge" {
   for_each = local.edges
 
   source = "../component"
-  id     = "edge-${each.key}"
   spec   = local.specs[each.key]
   runner = var.runner
 }

@@ -3,8 +3,7 @@
 # 1 s scrape interval, and the remote-write receiver on for k6.
 
 variable "port" {
-  type    = number
-  default = 9091
+  type = number
 }
 
 variable "scrape_interval" {
@@ -28,8 +27,7 @@ variable "service" {
 }
 
 variable "edge_admin_port" {
-  type    = number
-  default = 18391
+  type = number
 }
 
 variable "runner" {
@@ -57,7 +55,6 @@ locals {
 
 module "process" {
   source = "../component"
-  id     = "prometheus"
   spec   = local.spec
   runner = var.runner
 }

@@ -1,16 +1,20 @@
 # One region's Redis: a Cluster (3 masters + 3 replicas) or a Sentinel group
 # (master + replica, 3 sentinels), with a prometheus-redis-exporter per node.
-# Ports are fixed from the region index (below 32768); the cloud counterpart
-# is an ElastiCache replication group (see terraform/README.md).
+# Its ports come from the region (the stack's topology file); the cloud
+# counterpart is an ElastiCache replication group (see terraform/README.md).
 
 variable "region" {
   type        = string
   description = "Region name."
 }
 
-variable "region_index" {
-  type        = number
-  description = "Region index from 1; picks the ports."
+variable "ports" {
+  type = object({
+    first    = number
+    sentinel = number
+    exporter = number
+  })
+  description = "The first data node's, sentinel's and exporter's port; the others follow."
 }
 
 variable "mode" {
@@ -32,10 +36,9 @@ variable "runner" {
 }
 
 locals {
-  base           = 7000 + var.region_index * 100
-  ports          = var.mode == "cluster" ? [for i in range(1, 7) : local.base + i] : [local.base + 1, local.base + 2]
-  sentinel_ports = var.mode == "sentinel" ? [for i in range(3) : 26379 + (var.region_index - 1) * 10 + i] : []
-  exporter_ports = [for i in range(length(local.ports)) : 9121 + (var.region_index - 1) * 10 + i]
+  ports          = [for i in range(var.mode == "cluster" ? 6 : 2) : var.ports.first + i]
+  sentinel_ports = var.mode == "sentinel" ? [for i in range(3) : var.ports.sentinel + i] : []
+  exporter_ports = [for i in range(length(local.ports)) : var.ports.exporter + i]
   master_name    = "${var.region}-master"
   seeds          = [for p in(var.mode == "cluster" ? local.ports : local.sentinel_ports) : "127.0.0.1:${p}"]
   url = var.mode == "cluster" ? (
@@ -59,7 +62,6 @@ locals {
 
 module "process" {
   source = "../component"
-  id     = "redis-${var.region}"
   spec   = local.spec
   runner = var.runner
 }

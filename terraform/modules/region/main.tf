@@ -67,6 +67,20 @@ variable "edge_extra_args" {
   default = []
 }
 
+variable "ports" {
+  description = "The stack's ports (the environment's ports variable); the region offsets them by its index."
+  type = object({
+    edge           = object({ http = number, https = number, admin = number, rls = number })
+    consul         = object({ http = number, dns = number, server = number, serf_lan = number, serf_wan = number })
+    redis          = number
+    sentinel       = number
+    redis_exporter = number
+    origin         = number
+    prometheus     = number
+    region_stride  = number
+  })
+}
+
 variable "runner" {
   type = object({
     stackctl  = string
@@ -79,24 +93,29 @@ locals {
   # Edges are numbered across the region's PoPs in name order: E in 127.0.R.E.
   flat        = flatten([for pop in sort(keys(var.pops)) : [for i in range(var.pops[pop]) : { pop = pop, name = "${var.name}-${pop}-${i + 1}" }]])
   numbered    = [for i, e in local.flat : merge(e, { addr = "127.0.${var.region_index}.${i + 1}" })]
-  origin_port = 18080 + var.region_index - 1
+  offset      = (var.region_index - 1) * var.ports.region_stride
+  origin_port = var.ports.origin + var.region_index - 1
 }
 
 module "redis" {
-  source       = "../redis"
-  region       = var.name
-  region_index = var.region_index
-  mode         = var.redis_mode
-  runner       = var.runner
+  source = "../redis"
+  region = var.name
+  mode   = var.redis_mode
+  ports = {
+    first    = var.ports.redis + var.region_index * 100 + 1
+    sentinel = var.ports.sentinel + local.offset
+    exporter = var.ports.redis_exporter + local.offset
+  }
+  runner = var.runner
 }
 
 module "consul" {
-  source       = "../consul"
-  datacenter   = var.name
-  region_index = var.region_index
-  join_wan     = var.join_wan
-  failover     = var.failover
-  runner       = var.runner
+  source     = "../consul"
+  datacenter = var.name
+  ports      = { for k, p in var.ports.consul : k => p + local.offset }
+  join_wan   = var.join_wan
+  failover   = var.failover
+  runner     = var.runner
 }
 
 locals {
@@ -115,7 +134,6 @@ locals {
 
 module "origin" {
   source = "../component"
-  id     = "origin-${var.name}"
   spec   = local.origin_spec
   runner = var.runner
 }
@@ -140,6 +158,7 @@ module "pop" {
     workers         = var.edge_workers
     extra_args      = var.edge_extra_args
   }
+  ports  = var.ports.edge
   runner = var.runner
 }
 

@@ -1,14 +1,14 @@
 //go:build linux
 
-package testenv
+package proc
 
 import "syscall"
 
-// sysProcAttr puts each server in its own process group, so Close can kill
+// SysProcAttr puts each server in its own process group, so Close can kill
 // anything it forks, and asks the kernel to SIGKILL it when the test binary
 // dies, so a panicking or killed test run never leaks servers. (Pdeathsig
 // fires when the forking OS thread exits; the Go runtime only retires
 // threads of goroutines that exit while locked with runtime.LockOSThread.)
-func sysProcAttr() *syscall.SysProcAttr {
+func SysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
