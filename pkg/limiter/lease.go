@@ -356,7 +356,9 @@ func (l *Limiter) carveAhead(ctx context.Context, a *allowance, p pending, now t
 	a.mu.Lock()
 	a.terms = termsOf(c)
 	a.grow(now)
-	want := a.size - a.units - a.next
+	// A whole batch (one carve a period, as when carving at need), within
+	// the most an edge may hold.
+	want := min(a.size, a.terms.most-a.units-a.next)
 	a.mu.Unlock()
 	var ds []Decision
 	var errs []error
