@@ -39,6 +39,13 @@ import (
 //   - The store unreachable: what the edge holds is spent first (the store
 //     counted it), then the check is decided like an exact one (fail mode;
 //     the fallback enforces the carving limit / nodes).
+//   - A busy key's next batch is carved ahead, by the check that leaves half
+//     a batch or less, after its own decision: the key's lock is not held
+//     during the call, so the other checks keep spending what is held
+//     instead of queueing behind a round trip (the cost that took leased
+//     rules below 0.9 of an edge without rules). What the edge holds, the
+//     batch in flight included, stays within the bound above; a token_bucket
+//     batch carved ahead keeps its own H, apart from the units before it.
 //
 // The sliding log and the sliding window counter are not leased: a unit
 // carved now and spent later would be counted at the carving time, which
