@@ -261,75 +261,27 @@ type pending struct {
 // Decide answers one client request: all its checks, all-or-nothing. A
 // request denied by one check gives back what the others took.
 func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
-	v := Verdict{Allowed: true, Checks: make([]Outcome, len(checks))}
 	now := l.now()
 	var keyBuf [4]string
-	keys := keyBuf[:0]
+	keys, err := l.prepare(checks, keyBuf[:0])
+	if err != nil {
+		return Verdict{}, err
+	}
+	v := Verdict{Allowed: true, Checks: make([]Outcome, len(checks))}
 	for i, c := range checks {
-		if err := (Request{Limit: c.Limit, Cost: c.Cost}).valid(); err != nil {
-			return Verdict{}, fmt.Errorf("check %d: %w", i, err)
-		}
-		if err := errors.Join(c.leaseProblem(), c.globalProblem()); err != nil {
-			return Verdict{}, fmt.Errorf("check %d: %w", i, err)
-		}
 		v.Checks[i] = Outcome{Decision: Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceSkipped}
-		keys = append(keys, memKey(c.Limit))
 	}
 	// 1. Over-limit cache: a denial known locally costs no call, and the
 	// request is refused before anything is counted.
-	for i, c := range checks {
-		if c.Shadow || c.Limit.Algorithm.Spec().Held {
-			continue
-		}
-		if d, ok := l.cache.get(keys[i], c.Limit, c.Cost, now); ok {
-			v.Checks[i] = Outcome{Decision: d, Source: SourcePrefilter}
-			v.Allowed = false
-			l.metrics.prefilterHits.Inc()
-			l.metrics.record(SourcePrefilter, 1)
-			return v, nil
-		}
+	if l.prefiltered(checks, keys, v.Checks, now) {
+		v.Allowed = false
+		return v, nil
 	}
 	// 2. Per-key coalescing: checks whose key has a call in flight join the
 	// next call for that key; the others lead, in one pipeline.
 	var leadBuf [2]pending
-	leads := leadBuf[:0]
-	var joined, leased, global []pending
-	for i, c := range checks {
-		p := pending{i: i, check: c, key: keys[i]}
-		if c.Global {
-			global = append(global, p)
-			continue
-		}
-		if c.Tolerance > 0 {
-			leased = append(leased, p)
-			continue
-		}
-		b, it, how := l.flights.join(c, keys[i])
-		if how == follow {
-			p.b, p.item = b, it
-			joined = append(joined, p)
-			l.metrics.coalesced.Inc()
-			continue
-		}
-		p.alone = how == alone
-		leads = append(leads, p)
-	}
-	err := l.lead(ctx, leads, v.Checks, now)
-	if err == nil {
-		err = l.decideLeased(ctx, leased, v.Checks, now)
-	}
-	if err == nil && len(global) > 0 {
-		err = l.decideGlobal(ctx, global, v.Checks, now)
-	}
-	if err != nil {
-		// Joined checks are settled by their batches regardless; wait so
-		// that what they took is given back.
-		l.awaitJoined(joined, v.Checks)
-		l.refund(v.Checks, func(Outcome) bool { return true })
-		return Verdict{}, err
-	}
-	if err := l.awaitJoined(joined, v.Checks); err != nil {
-		l.refund(v.Checks, func(Outcome) bool { return true })
+	r := l.route(checks, keys, leadBuf[:0])
+	if err := l.decideRouted(ctx, r, v.Checks, now); err != nil {
 		return Verdict{}, err
 	}
 	// 3. All-or-nothing.
@@ -345,6 +297,92 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 		l.refund(v.Checks, func(o Outcome) bool { return !o.Allowed })
 	}
 	return v, nil
+}
+
+// prepare checks every check and returns their memKeys (appended to keys).
+func (l *Limiter) prepare(checks []Check, keys []string) ([]string, error) {
+	for i, c := range checks {
+		if err := (Request{Limit: c.Limit, Cost: c.Cost}).valid(); err != nil {
+			return nil, fmt.Errorf("check %d: %w", i, err)
+		}
+		if err := errors.Join(c.leaseProblem(), c.globalProblem()); err != nil {
+			return nil, fmt.Errorf("check %d: %w", i, err)
+		}
+		keys = append(keys, memKey(c.Limit))
+	}
+	return keys, nil
+}
+
+// prefiltered reports whether the over-limit cache denies one of the
+// checks, and records that denial in outs.
+func (l *Limiter) prefiltered(checks []Check, keys []string, outs []Outcome, now time.Time) bool {
+	for i, c := range checks {
+		if c.Shadow || c.Limit.Algorithm.Spec().Held {
+			continue
+		}
+		if d, ok := l.cache.get(keys[i], c.Limit, c.Cost, now); ok {
+			outs[i] = Outcome{Decision: d, Source: SourcePrefilter}
+			l.metrics.prefilterHits.Inc()
+			l.metrics.record(SourcePrefilter, 1)
+			return true
+		}
+	}
+	return false
+}
+
+// routes are a request's checks by how they are decided: leading a call,
+// joined to another request's call for their key, leased or global.
+type routes struct {
+	leads, joined, leased, global []pending
+}
+
+// route sorts the checks by how they are decided (the leading ones
+// appended to leads); a check whose key has a call in flight joins that
+// key's next call.
+func (l *Limiter) route(checks []Check, keys []string, leads []pending) routes {
+	r := routes{leads: leads}
+	for i, c := range checks {
+		p := pending{i: i, check: c, key: keys[i]}
+		if c.Global {
+			r.global = append(r.global, p)
+			continue
+		}
+		if c.Tolerance > 0 {
+			r.leased = append(r.leased, p)
+			continue
+		}
+		b, it, how := l.flights.join(c, keys[i])
+		if how == follow {
+			p.b, p.item = b, it
+			r.joined = append(r.joined, p)
+			l.metrics.coalesced.Inc()
+			continue
+		}
+		p.alone = how == alone
+		r.leads = append(r.leads, p)
+	}
+	return r
+}
+
+// decideRouted decides the routed checks into outs; on an error what they
+// took is given back.
+func (l *Limiter) decideRouted(ctx context.Context, r routes, outs []Outcome, now time.Time) error {
+	err := l.lead(ctx, r.leads, outs, now)
+	if err == nil {
+		err = l.decideLeased(ctx, r.leased, outs, now)
+	}
+	if err == nil && len(r.global) > 0 {
+		err = l.decideGlobal(ctx, r.global, outs, now)
+	}
+	// Joined checks are settled by their batches regardless; wait so
+	// that what they took is given back.
+	if jerr := l.awaitJoined(r.joined, outs); err == nil {
+		err = jerr
+	}
+	if err != nil {
+		l.refund(outs, func(Outcome) bool { return true })
+	}
+	return err
 }
 
 // Release gives back a request's concurrency slots once its response is done.
@@ -457,108 +495,150 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now
 // healthy ones to the fallback. keys are the requests' memKeys; now is no
 // later than the call is sent.
 func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time) ([]Decision, []error) {
-	var errs []error
-	var ds []Decision
-	var shards []*breaker
-	var send []Request
-	var sent []int      // index in reqs, or -1 for a replay
-	if len(reqs) == 1 { // most requests carry one limit: one allocation
-		b := new(oneCall)
-		errs, ds, shards, send, sent = b.errs[:], b.ds[:], b.shards[:], b.send[:0], b.sent[:0]
-	} else {
-		errs = make([]error, len(reqs))
-		ds = make([]Decision, len(reqs))
-		shards = make([]*breaker, len(reqs))
-		send = make([]Request, 0, len(reqs))
-		sent = make([]int, 0, len(reqs))
-	}
+	c := newStoreCall(len(reqs))
 	for i, r := range reqs {
-		shards[i] = l.breakers.get(l.store.Shard(r.Limit))
-		ok, probe := shards[i].allow(now)
-		if probe {
-			// The probe is the limiter's own, in the background: no
-			// client waits on a store that may still be frozen, and this
-			// request is decided locally like the others while it runs.
-			l.probe(shards[i], r.Limit)
-			ok = false
-		}
-		if !ok {
-			errs[i] = errBreakerOpen
+		c.shards[i] = l.breakers.get(l.store.Shard(r.Limit))
+		if !l.admitToShard(c.shards[i], r.Limit, now) {
+			c.errs[i] = errBreakerOpen
 			continue
 		}
-		// What the store is owed goes with the request: first the restore
-		// of its answer before an outage (the store runs it before the
-		// rest), then what the fallback admitted while the store could not
-		// be asked, so the store counts both before deciding anew.
-		// Replayed units are counted, not spaced: their min_interval is
-		// dropped, and with a min_interval they go after the request, which
-		// a replay recorded "now" would otherwise deny. Held limits (slots)
-		// owe nothing: a slot is given back, not replayed.
-		if r.Limit.Algorithm.Spec().Held {
-			send = append(send, r)
-			sent = append(sent, i)
-			continue
-		}
-		if rem, at, ok := l.ledger.lendRestore(keys[i]); ok {
-			rs := Request{Limit: r.Limit, Cost: r.Limit.Capacity() - rem, Restore: true, Remaining: rem, At: at}
-			rs.Limit.MinInterval = 0
-			if rs.Cost > 0 {
-				send, sent = append(send, rs), append(sent, restoring)
-			}
-		}
-		if d := l.ledger.lend(keys[i], r.Limit.Window, now); d > 0 {
-			replay := Request{Limit: r.Limit, Cost: d, Need: 1}
-			replay.Limit.MinInterval = 0
-			if r.Limit.MinInterval > 0 {
-				send, sent = append(send, r, replay), append(sent, i, replaying)
-				continue
-			}
-			send = append(send, replay)
-			sent = append(sent, replaying)
-		}
-		send = append(send, r)
-		sent = append(sent, i)
+		c.add(r, i, l.owed(r, keys[i], now))
 	}
-	if len(send) == 0 {
-		return ds, errs
+	if len(c.send) == 0 {
+		return c.ds, c.errs
 	}
 	start := time.Now()
-	got, err := l.take(ctx, send, sent, keys, now)
-	l.metrics.storeDecided.Add(float64(len(send)))
-	perCall := takeErrs(err)
-	answered := l.now()
-	l.giveBackUnsureOf(got, err)
-	for j, i := range sent {
-		var e error
-		switch {
-		case err == nil:
-		case perCall != nil:
-			e = perCall[j]
-		default:
-			e = err
-		}
-		if i < 0 {
-			if !errors.Is(e, errGaveUp) { // else the call settles it when it ends
-				l.settleOwed(send[j], i, e, now)
-			}
-			continue
-		}
-		errs[i] = e
-		if j < len(got) {
-			ds[i] = got[j]
-		}
-		if e == nil && !reqs[i].Limit.Algorithm.Spec().Held {
-			l.ledger.observe(keys[i], ds[i].Remaining, answered)
-		}
-	}
+	got, err := l.take(ctx, c.send, c.sent, keys, now)
+	l.metrics.storeDecided.Add(float64(len(c.send)))
+	l.settleCall(&c, reqs, keys, got, err, now)
 	storeSeconds := l.metrics.storeOK
 	if err != nil {
 		storeSeconds = l.metrics.storeError
 	}
 	storeSeconds.Observe(time.Since(start).Seconds())
-	// A shard succeeded when none of its requests failed for a store reason
-	// (an invalid request says nothing about the store's health). Requests
-	// are few and so are their shards: a list, not a map.
+	l.judgeShards(&c, reqs)
+	return c.ds, c.errs
+}
+
+// storeCall is call's working state: per request its answer, error and
+// breaker; what is sent, and for each sent request the index of the
+// caller's request (or replaying, restoring).
+type storeCall struct {
+	errs   []error
+	ds     []Decision
+	shards []*breaker
+	send   []Request
+	sent   []int
+}
+
+func newStoreCall(n int) storeCall {
+	if n == 1 { // most requests carry one limit: one allocation
+		b := new(oneCall)
+		return storeCall{errs: b.errs[:], ds: b.ds[:], shards: b.shards[:], send: b.send[:0], sent: b.sent[:0]}
+	}
+	return storeCall{
+		errs:   make([]error, n),
+		ds:     make([]Decision, n),
+		shards: make([]*breaker, n),
+		send:   make([]Request, 0, n),
+		sent:   make([]int, 0, n),
+	}
+}
+
+// admitToShard reports whether a request may go to the shard behind b.
+func (l *Limiter) admitToShard(b *breaker, lim Limit, now time.Time) bool {
+	ok, probe := b.allow(now)
+	if probe {
+		// The probe is the limiter's own, in the background: no
+		// client waits on a store that may still be frozen, and this
+		// request is decided locally like the others while it runs.
+		l.probe(b, lim)
+		return false
+	}
+	return ok
+}
+
+// owedRequests is what the store is owed for a key, sent with its request.
+type owedRequests struct {
+	restore, replay Request
+	hasRestore      bool
+	hasReplay       bool
+}
+
+// owed is what the store is owed with a request: first the restore of its
+// answer before an outage (the store runs it before the rest), then what
+// the fallback admitted while the store could not be asked, so the store
+// counts both before deciding anew. Replayed units are counted, not
+// spaced: their min_interval is dropped. Held limits (slots) owe nothing:
+// a slot is given back, not replayed.
+func (l *Limiter) owed(r Request, key string, now time.Time) owedRequests {
+	var o owedRequests
+	if r.Limit.Algorithm.Spec().Held {
+		return o
+	}
+	if rem, at, ok := l.ledger.lendRestore(key); ok {
+		o.restore = Request{Limit: r.Limit, Cost: r.Limit.Capacity() - rem, Restore: true, Remaining: rem, At: at}
+		o.restore.Limit.MinInterval = 0
+		o.hasRestore = o.restore.Cost > 0
+	}
+	if d := l.ledger.lend(key, r.Limit.Window, now); d > 0 {
+		o.replay = Request{Limit: r.Limit, Cost: d, Need: 1}
+		o.replay.Limit.MinInterval = 0
+		o.hasReplay = true
+	}
+	return o
+}
+
+// add queues request i and what the store is owed with it. With a
+// min_interval the replay goes after the request, which a replay recorded
+// "now" would otherwise deny.
+func (c *storeCall) add(r Request, i int, o owedRequests) {
+	if o.hasRestore {
+		c.send, c.sent = append(c.send, o.restore), append(c.sent, restoring)
+	}
+	switch {
+	case o.hasReplay && r.Limit.MinInterval > 0:
+		c.send, c.sent = append(c.send, r, o.replay), append(c.sent, i, replaying)
+	case o.hasReplay:
+		c.send, c.sent = append(c.send, o.replay, r), append(c.sent, replaying, i)
+	default:
+		c.send, c.sent = append(c.send, r), append(c.sent, i)
+	}
+}
+
+// settleCall spreads a call's answers (got, err) over the caller's
+// requests, gives back what its lost replies may have taken and settles
+// what the store was owed.
+func (l *Limiter) settleCall(c *storeCall, reqs []Request, keys []string, got []Decision, err error, now time.Time) {
+	perCall := takeErrs(err)
+	answered := l.now()
+	l.giveBackUnsureOf(got, err)
+	for j, i := range c.sent {
+		e := err
+		if perCall != nil {
+			e = perCall[j]
+		}
+		if i < 0 {
+			if !errors.Is(e, errGaveUp) { // else the call settles it when it ends
+				l.settleOwed(c.send[j], i, e, now)
+			}
+			continue
+		}
+		c.errs[i] = e
+		if j < len(got) {
+			c.ds[i] = got[j]
+		}
+		if e == nil && !reqs[i].Limit.Algorithm.Spec().Held {
+			l.ledger.observe(keys[i], c.ds[i].Remaining, answered)
+		}
+	}
+}
+
+// judgeShards tells each breaker how its shard did: it succeeded when none
+// of its requests failed for a store reason (an invalid request says
+// nothing about the store's health). Requests are few and so are their
+// shards: a list, not a map.
+func (l *Limiter) judgeShards(c *storeCall, reqs []Request) {
 	type shardResult struct {
 		b      *breaker
 		failed bool
@@ -566,24 +646,21 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	var resBuf [4]shardResult
 	results := resBuf[:0]
 	var storeErr error
-	for _, i := range sent {
-		if i < 0 {
-			continue
-		}
+	for _, i := range c.sent {
 		// A full lane is back-pressure from this edge's own queue, not a
 		// sign the store fails: it neither trips a breaker nor counts as a
 		// success (the call was not sent).
-		if errors.Is(errs[i], ErrLaneFull) {
+		if i < 0 || errors.Is(c.errs[i], ErrLaneFull) {
 			continue
 		}
-		f := errs[i] != nil && !callerError(errs[i])
+		f := c.errs[i] != nil && !callerError(c.errs[i])
 		if f {
-			storeErr = cmpErr(storeErr, errs[i])
-			shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes
+			storeErr = cmpErr(storeErr, c.errs[i])
+			c.shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes
 		}
-		k := slices.IndexFunc(results, func(r shardResult) bool { return r.b == shards[i] })
+		k := slices.IndexFunc(results, func(r shardResult) bool { return r.b == c.shards[i] })
 		if k < 0 {
-			results = append(results, shardResult{shards[i], f})
+			results = append(results, shardResult{c.shards[i], f})
 		} else {
 			results[k].failed = results[k].failed || f
 		}
@@ -596,7 +673,6 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 		}
 	}
 	l.observe(storeErr, l.now())
-	return ds, errs
 }
 
 // take asks the store for send under the store deadline. A remote call
@@ -822,9 +898,14 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	case FailClosed:
 		return Outcome{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
-	// Each of the N nodes sharing the limit admits floor(limit/N) locally,
-	// so together they admit at most the limit. A limit below N leaves a
-	// node no share: it denies until the store answers again.
+	return l.decideLocally(c)
+}
+
+// decideLocally decides c in the fallback with this node's share of the
+// limit: each of the N nodes sharing the limit admits floor(limit/N)
+// locally, so together they admit at most the limit. A limit below N
+// leaves a node no share: it denies until the store answers again.
+func (l *Limiter) decideLocally(c Check) (Outcome, error) {
 	local := c.Limit
 	nodes := int64(max(c.Nodes, 1))
 	local.Limit = c.Limit.Limit / nodes
@@ -837,23 +918,7 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	key := memKey(c.Limit)
 	now := l.now()
 	if !local.Algorithm.Spec().Held {
-		// The store's last answer says how much of this window is used:
-		// take this node's share of that up front, once per outage.
-		// The answer itself is owed back to the store as a restore, sent
-		// first once it answers again: a store that comes back empty
-		// relearns what it had counted, one that kept its state takes
-		// nothing (replaying the share as units would count it twice, and
-		// at every flap again).
-		used, fresh, at := l.ledger.seedFor(key, local.Capacity(), nodes, c.Limit.Window, now)
-		if fresh {
-			l.fallback.forget(local) // an earlier outage's count: in the store's answer now
-		}
-		if used > 0 {
-			// Seeded as of the store's answer, not now: a min_interval
-			// counts from the client's last real request, and the seed
-			// must not take the place of the request being decided.
-			_, _ = l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1, At: at}})
-		}
+		l.seedFallback(key, local, nodes, c.Limit.Window, now)
 	}
 	ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: c.Cost}})
 	if err != nil {
@@ -864,6 +929,26 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	}
 	l.metrics.record(SourceFallback, 1)
 	return Outcome{Decision: ds[0], Source: SourceFallback, store: l.fallback}, nil
+}
+
+// seedFallback starts an outage's local count from the store's last
+// answer, which says how much of this window is used: this node takes its
+// share of that up front, once per outage. The answer itself is owed back
+// to the store as a restore, sent first once it answers again: a store
+// that comes back empty relearns what it had counted, one that kept its
+// state takes nothing (replaying the share as units would count it twice,
+// and at every flap again).
+func (l *Limiter) seedFallback(key string, local Limit, nodes int64, window time.Duration, now time.Time) {
+	used, fresh, at := l.ledger.seedFor(key, local.Capacity(), nodes, window, now)
+	if fresh {
+		l.fallback.forget(local) // an earlier outage's count: in the store's answer now
+	}
+	if used > 0 {
+		// Seeded as of the store's answer, not now: a min_interval
+		// counts from the client's last real request, and the seed
+		// must not take the place of the request being decided.
+		_, _ = l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1, At: at}})
+	}
 }
 
 // remember caches a store's denial of a cacheable check: the key is denied
