@@ -508,10 +508,17 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now
 // healthy ones to the fallback. keys are the requests' memKeys; now is no
 // later than the call is sent.
 func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time) ([]Decision, []error) {
-	c := newStoreCall(len(reqs))
+	c, one := newStoreCall(len(reqs))
+	// The shards stay out of c: a slice of its own stays on the stack.
+	var shards []*breaker
+	if one != nil {
+		shards = one.shards[:]
+	} else {
+		shards = make([]*breaker, len(reqs))
+	}
 	for i, r := range reqs {
-		c.shards[i] = l.breakers.get(l.store.Shard(r.Limit))
-		if !l.admitToShard(c.shards[i], r.Limit, now) {
+		shards[i] = l.breakers.get(l.store.Shard(r.Limit))
+		if !l.admitToShard(shards[i], r.Limit, now) {
 			c.errs[i] = errBreakerOpen
 			continue
 		}
@@ -523,39 +530,39 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	start := time.Now()
 	got, err := l.take(ctx, c.send, c.sent, keys, now)
 	l.metrics.storeDecided.Add(float64(len(c.send)))
-	l.settleCall(&c, reqs, keys, got, err, now)
+	l.settleCall(c, reqs, keys, got, err, now)
 	storeSeconds := l.metrics.storeOK
 	if err != nil {
 		storeSeconds = l.metrics.storeError
 	}
 	storeSeconds.Observe(time.Since(start).Seconds())
-	l.judgeShards(&c, reqs)
+	l.judgeShards(c, shards, reqs)
 	return c.ds, c.errs
 }
 
-// storeCall is call's working state: per request its answer, error and
-// breaker; what is sent, and for each sent request the index of the
-// caller's request (or replaying, restoring).
+// storeCall is call's working state: per request its answer and error;
+// what is sent, and for each sent request the index of the caller's
+// request (or replaying, restoring).
 type storeCall struct {
-	errs   []error
-	ds     []Decision
-	shards []*breaker
-	send   []Request
-	sent   []int
+	errs []error
+	ds   []Decision
+	send []Request
+	sent []int
 }
 
-func newStoreCall(n int) storeCall {
+// newStoreCall makes call's state for n requests; for one, in a single
+// allocation (returned too, for its shards).
+func newStoreCall(n int) (storeCall, *oneCall) {
 	if n == 1 { // most requests carry one limit: one allocation
 		b := new(oneCall)
-		return storeCall{errs: b.errs[:], ds: b.ds[:], shards: b.shards[:], send: b.send[:0], sent: b.sent[:0]}
+		return storeCall{errs: b.errs[:], ds: b.ds[:], send: b.send[:0], sent: b.sent[:0]}, b
 	}
 	return storeCall{
-		errs:   make([]error, n),
-		ds:     make([]Decision, n),
-		shards: make([]*breaker, n),
-		send:   make([]Request, 0, n),
-		sent:   make([]int, 0, n),
-	}
+		errs: make([]error, n),
+		ds:   make([]Decision, n),
+		send: make([]Request, 0, n),
+		sent: make([]int, 0, n),
+	}, nil
 }
 
 // admitToShard reports whether a request may go to the shard behind b.
@@ -622,7 +629,7 @@ func (c *storeCall) add(r Request, i int, o owedRequests) {
 // settleCall spreads a call's answers (got, err) over the caller's
 // requests, gives back what its lost replies may have taken and settles
 // what the store was owed.
-func (l *Limiter) settleCall(c *storeCall, reqs []Request, keys []string, got []Decision, err error, now time.Time) {
+func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, got []Decision, err error, now time.Time) {
 	perCall := takeErrs(err)
 	answered := l.now()
 	l.giveBackUnsureOf(got, err)
@@ -651,7 +658,7 @@ func (l *Limiter) settleCall(c *storeCall, reqs []Request, keys []string, got []
 // of its requests failed for a store reason (an invalid request says
 // nothing about the store's health). Requests are few and so are their
 // shards: a list, not a map.
-func (l *Limiter) judgeShards(c *storeCall, reqs []Request) {
+func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
 	type shardResult struct {
 		b      *breaker
 		failed bool
@@ -669,11 +676,11 @@ func (l *Limiter) judgeShards(c *storeCall, reqs []Request) {
 		f := c.errs[i] != nil && !callerError(c.errs[i])
 		if f {
 			storeErr = cmpErr(storeErr, c.errs[i])
-			c.shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes
+			shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes
 		}
-		k := slices.IndexFunc(results, func(r shardResult) bool { return r.b == c.shards[i] })
+		k := slices.IndexFunc(results, func(r shardResult) bool { return r.b == shards[i] })
 		if k < 0 {
-			results = append(results, shardResult{c.shards[i], f})
+			results = append(results, shardResult{shards[i], f})
 		} else {
 			results[k].failed = results[k].failed || f
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -125,15 +126,11 @@ func (s *RedisStore) submit(ctx context.Context, ap *redis.AutoPipeliner, c call
 // indexes want accepts; fail is told the error of each command still
 // without its script.
 func (s *RedisStore) againAfterLoad(ctx context.Context, cmds []*redis.Cmd, send func(want func(int) bool), fail func(i int, err error)) {
-	send(func(int) bool { return true })
-	retry := func(i int) bool { return cmds[i] != nil && isNoScript(cmds[i].Err()) }
-	again := false
-	for i := range cmds {
-		again = again || retry(i)
-	}
-	if !again {
+	send(every)
+	if !slices.ContainsFunc(cmds, metNoScript) {
 		return
 	}
+	retry := func(i int) bool { return metNoScript(cmds[i]) }
 	if err := s.Load(ctx); err != nil {
 		for i := range cmds {
 			if retry(i) {
@@ -167,5 +164,9 @@ func (s *RedisStore) maybeReload(cmds []*redis.Cmd) {
 		}
 	}
 }
+
+func every(int) bool { return true }
+
+func metNoScript(cmd *redis.Cmd) bool { return cmd != nil && isNoScript(cmd.Err()) }
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
