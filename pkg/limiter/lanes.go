@@ -234,8 +234,8 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 		return append(s.batched(ctx, client, cs[:n]), s.batched(ctx, client, cs[n:])...)
 	}
 	args := s.batchArgs(cs)
-	one := []*redis.Cmd{nil}
-	s.againAfterLoad(ctx, one, func(func(int) bool) {
+	var one [1]*redis.Cmd
+	s.againAfterLoad(ctx, one[:], func(func(int) bool) {
 		one[0] = redis.NewCmd(ctx, args...)
 		s.process(ctx, client, one[0], len(cs))
 	}, func(_ int, err error) { one[0].SetErr(err) })

@@ -225,21 +225,29 @@ func (s *RedisStore) takeCall(r Request, id string) call {
 
 // Take implements Store.
 func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
-	t := newTakeState(len(reqs))
-	s.prepareTake(ctx, reqs, t)
+	t, one := newTakeState(len(reqs))
+	// ids and cmds stay out of t: slices of their own stay on the stack.
+	var ids []string
+	var cmds []*redis.Cmd
+	if one != nil {
+		ids, cmds = one.ids[:], one.cmds[:]
+	} else {
+		ids, cmds = make([]string, len(reqs)), make([]*redis.Cmd, len(reqs))
+	}
+	s.prepareTake(ctx, reqs, t, ids)
 	// Restores go first, each as a call of the batch script on its key's
 	// master (rare: once per key after an outage), so the requests after
 	// them find the state restored.
 	for i, c := range t.calls {
 		if t.errs[i] == nil && c.restore {
-			t.cmds[i] = s.restoreCmd(ctx, c)
+			cmds[i] = s.restoreCmd(ctx, c)
 		}
 	}
-	s.run(ctx, t.calls, t.errs, t.cmds)
+	s.run(ctx, t.calls, t.errs, cmds)
 	failed := false
 	for i, r := range reqs {
 		if t.errs[i] == nil {
-			t.out[i], t.errs[i] = reply(r, t.ids[i], t.cmds[i])
+			t.out[i], t.errs[i] = reply(r, ids[i], cmds[i])
 		}
 		failed = failed || t.errs[i] != nil
 	}
@@ -249,27 +257,25 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 	return t.out, nil
 }
 
-// takeState is a Take's working state, one entry per request.
+// takeState is a Take's answers, errors and script calls, one per request.
 type takeState struct {
 	out   []Decision
 	errs  []error
 	calls []call
-	ids   []string
-	cmds  []*redis.Cmd
 }
 
-func newTakeState(n int) takeState {
+func newTakeState(n int) (takeState, *takeOne) {
 	if n == 1 { // most Takes: one allocation for their state
 		one := new(takeOne)
-		return takeState{one.out[:], one.errs[:], one.calls[:], one.ids[:], one.cmds[:]}
+		return takeState{one.out[:], one.errs[:], one.calls[:]}, one
 	}
-	return takeState{make([]Decision, n), make([]error, n), make([]call, n), make([]string, n), make([]*redis.Cmd, n)}
+	return takeState{make([]Decision, n), make([]error, n), make([]call, n)}, nil
 }
 
 // prepareTake validates reqs and builds their script calls. A take
 // decided on Redis's clock runs no later than its caller's deadline
 // (redisclock.go); a restore runs at its own time.
-func (s *RedisStore) prepareTake(ctx context.Context, reqs []Request, t takeState) {
+func (s *RedisStore) prepareTake(ctx context.Context, reqs []Request, t takeState, ids []string) {
 	var latest int64
 	if d, ok := waitOf(ctx).Deadline(); ok {
 		latest = s.clock.latest(d, s.client)
@@ -279,9 +285,9 @@ func (s *RedisStore) prepareTake(ctx context.Context, reqs []Request, t takeStat
 			continue
 		}
 		if r.Limit.Algorithm.Spec().Members {
-			t.ids[i] = s.ids.next()
+			ids[i] = s.ids.next()
 		}
-		t.calls[i] = s.takeCall(r, t.ids[i])
+		t.calls[i] = s.takeCall(r, ids[i])
 		if r.At.IsZero() && !r.Restore {
 			t.calls[i].args = withLatest(t.calls[i].args, latest)
 		}

@@ -130,19 +130,22 @@ func (s *RedisStore) againAfterLoad(ctx context.Context, cmds []*redis.Cmd, send
 	if !slices.ContainsFunc(cmds, metNoScript) {
 		return
 	}
-	retry := func(i int) bool { return metNoScript(cmds[i]) }
+	retry := make([]bool, len(cmds)) // made here only: cmds stays on its caller's stack
+	for i, cmd := range cmds {
+		retry[i] = metNoScript(cmd)
+	}
 	if err := s.Load(ctx); err != nil {
 		for i := range cmds {
-			if retry(i) {
+			if retry[i] {
 				fail(i, fmt.Errorf("%w: %w", ErrNoScript, err))
 			}
 		}
 		return
 	}
-	send(retry)
-	for i := range cmds {
-		if retry(i) {
-			fail(i, fmt.Errorf("%w after reload: %w", ErrNoScript, cmds[i].Err()))
+	send(func(i int) bool { return retry[i] })
+	for i, cmd := range cmds {
+		if retry[i] && metNoScript(cmd) {
+			fail(i, fmt.Errorf("%w after reload: %w", ErrNoScript, cmd.Err()))
 		}
 	}
 }
