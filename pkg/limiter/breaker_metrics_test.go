@@ -2,11 +2,12 @@ package limiter
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/pkg/limit"
@@ -15,20 +16,31 @@ import (
 // breakerStates reads edgeguard_limiter_breaker_state by shard.
 func breakerStates(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	out, err := gatherBreakerStates(reg)
 	require.NoError(t, err)
+	return out
+}
+
+// gatherBreakerStates is breakerStates for a condition polled off the
+// test's goroutine: it reports problems instead of failing the test.
+func gatherBreakerStates(reg prometheus.Gatherer) (map[string]float64, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]float64{}
 	for _, mf := range mfs {
 		if mf.GetName() != "edgeguard_limiter_breaker_state" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			require.Len(t, m.GetLabel(), 1)
-			require.Equal(t, "shard", m.GetLabel()[0].GetName())
+			if len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "shard" {
+				return nil, fmt.Errorf("breaker state labels %v, want shard only", m.GetLabel())
+			}
 			out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
 		}
 	}
-	return out
+	return out, nil
 }
 
 // The breaker state is exported per shard: a dead shard shows open, a
@@ -63,9 +75,12 @@ func TestBreakerStateMetricPerShard(t *testing.T) {
 	st.mu.Unlock()
 	clock.add(time.Second)
 	decide()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.Equal(c, map[string]float64{"a": 0, "b": 0}, breakerStates(t, reg))
+	want := map[string]float64{"a": 0, "b": 0}
+	require.Eventually(t, func() bool {
+		got, err := gatherBreakerStates(reg)
+		return err == nil && maps.Equal(got, want)
 	}, 5*time.Second, time.Millisecond)
+	require.Equal(t, want, breakerStates(t, reg))
 }
 
 // A store that is not sharded has one breaker, labelled "store".

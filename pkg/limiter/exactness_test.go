@@ -166,13 +166,13 @@ func TestSlowStoreStaysExact(t *testing.T) {
 					}
 					frozeAt := time.Now()
 					require.NoError(t, cl.FreezeNode(master))
-					time.Sleep(60 * time.Millisecond)
+					time.Sleep(60 * time.Millisecond) // the fault's length: frozen 60 ms
 					require.NoError(t, cl.ThawNode(master))
 					if d := int64(time.Since(frozeAt)); d > longest.Load() {
 						longest.Store(d)
 					}
 					bursts.Add(1)
-					time.Sleep(40 * time.Millisecond)
+					time.Sleep(40 * time.Millisecond) // then 40 ms awake, out of every 100 ms
 				}
 			}()
 			unburn := burnCPU(t)

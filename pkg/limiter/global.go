@@ -380,20 +380,7 @@ func (l *Limiter) spendAway(ctx context.Context, g *Global, st *globalState, h *
 	}
 	up := !h.down.Load()
 	if a.units >= c.Cost {
-		a.units -= c.Cost
-		a.used = now
-		if up && !a.refilling && a.units <= a.size/2 && !now.Before(a.exhausted) {
-			g.refill(h, a, p.key, now) // ahead of need: the next requests find units
-		}
-		o := Outcome{
-			Decision: Decision{
-				Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit,
-				Remaining:  min(orig.Limit.Limit, a.left+a.units),
-				ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
-				Lease:      Lease{Limit: c.Limit, Units: c.Cost},
-			},
-			Source: SourceLease, allow: &a.allowance, epoch: a.epoch,
-		}
+		o := g.spendUnits(h, a, up, c, orig, p.key, now)
 		a.mu.Unlock()
 		l.metrics.record(SourceLease, 1)
 		g.count(h.name, "allowance")
@@ -405,13 +392,39 @@ func (l *Limiter) spendAway(ctx context.Context, g *Global, st *globalState, h *
 	}
 	defer a.mu.Unlock()
 	l.metrics.record(SourceLease, 1)
+	return g.outOfAllowance(st, h, a, c, orig, p.key, now), nil
+}
+
+// spendUnits admits c from a's units, and carves more ahead of need when
+// half are spent. Called with a locked.
+func (g *Global) spendUnits(h *home, a *away, up bool, c, orig Check, key string, now time.Time) Outcome {
+	a.units -= c.Cost
+	a.used = now
+	if up && !a.refilling && a.units <= a.size/2 && !now.Before(a.exhausted) {
+		g.refill(h, a, key, now) // ahead of need: the next requests find units
+	}
+	return Outcome{
+		Decision: Decision{
+			Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit,
+			Remaining:  min(orig.Limit.Limit, a.left+a.units),
+			ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
+			Lease:      Lease{Limit: c.Limit, Units: c.Cost},
+		},
+		Source: SourceLease, allow: &a.allowance, epoch: a.epoch,
+	}
+}
+
+// outOfAllowance decides c when a has too few units and its home answers:
+// denied while the home's window is exhausted, else a carve starts and c
+// is admitted on overdraft while it fits. Called with a locked.
+func (g *Global) outOfAllowance(st *globalState, h *home, a *away, c, orig Check, key string, now time.Time) Outcome {
 	if now.Before(a.exhausted) {
 		g.count(h.name, "denied")
 		retry := roundUpMs(a.exhausted.Sub(now))
-		return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceLease}, nil
+		return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceLease}
 	}
 	if !a.refilling {
-		g.refill(h, a, p.key, now)
+		g.refill(h, a, key, now)
 	}
 	if a.debt+c.Cost <= overdraft(orig, len(st.names)) {
 		a.debt += c.Cost
@@ -420,13 +433,13 @@ func (l *Limiter) spendAway(ctx context.Context, g *Global, st *globalState, h *
 		}
 		a.used = now
 		g.count(h.name, "overdraft")
-		return Outcome{Decision: Decision{Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit, Remaining: 0, ResetAfter: max(0, roundUpMs(a.reset.Sub(now)))}, Source: SourceLease}, nil
+		return Outcome{Decision: Decision{Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit, Remaining: 0, ResetAfter: max(0, roundUpMs(a.reset.Sub(now)))}, Source: SourceLease}
 	}
 	// Out of allowance and overdraft, a carve under way: deny for about
 	// the time a carve takes.
 	g.count(h.name, "denied")
 	retry := max(time.Second, g.cfg.Timeout)
-	return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceLease}, nil
+	return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceLease}
 }
 
 // fromShare decides a check whose home is unreachable from this region's
@@ -557,6 +570,29 @@ func (g *Global) sweep() {
 // Sweep does one round of the background work at now.
 func (g *Global) Sweep(now time.Time) {
 	st := g.state.Load()
+	g.probeDown(st)
+	outstanding, debt := map[string]int64{}, map[string]int64{}
+	g.returnWhere(st, func(a *away) bool {
+		h := st.homes[a.home]
+		if h == nil {
+			return true
+		}
+		give := g.settleAway(h, a, now)
+		if !give {
+			outstanding[a.home] += a.units
+		}
+		debt[a.home] += a.debt
+		return give
+	})
+	for _, h := range st.homes {
+		g.m.outstanding.WithLabelValues(h.name).Set(float64(outstanding[h.name]))
+		g.m.debt.WithLabelValues(h.name).Set(float64(debt[h.name]))
+	}
+}
+
+// probeDown asks each home marked down, in the background, whether it
+// answers again.
+func (g *Global) probeDown(st *globalState) {
 	for _, h := range st.homes {
 		if h.down.Load() && h.probing.CompareAndSwap(false, true) && g.running() {
 			g.bg.Go(func() {
@@ -569,33 +605,23 @@ func (g *Global) Sweep(now time.Time) {
 			})
 		}
 	}
-	outstanding, debt := map[string]int64{}, map[string]int64{}
-	g.returnWhere(st, func(a *away) bool {
-		h := st.homes[a.home]
-		if h == nil {
-			return true
-		}
-		if !a.debtUntil.IsZero() && !now.Before(a.debtUntil) {
-			a.debt, a.debtUntil = 0, time.Time{}
-		}
-		if a.debt > 0 && !a.refilling && !h.down.Load() && !now.Before(a.exhausted) {
-			g.refill(h, a, memKey(a.check.Limit), now) // settles the debt
-		}
-		last := a.used
-		if a.carved.After(last) {
-			last = a.carved
-		}
-		give := now.Sub(last) >= 2*a.terms.period || !a.expires.IsZero() && !now.Before(a.expires)
-		if !give {
-			outstanding[a.home] += a.units
-		}
-		debt[a.home] += a.debt
-		return give
-	})
-	for _, h := range st.homes {
-		g.m.outstanding.WithLabelValues(h.name).Set(float64(outstanding[h.name]))
-		g.m.debt.WithLabelValues(h.name).Set(float64(debt[h.name]))
+}
+
+// settleAway clears a's debt once its window passed, or settles it with
+// a carve, and reports whether a's allowance goes back to its home h:
+// unused for two periods, or expired. Called with a locked.
+func (g *Global) settleAway(h *home, a *away, now time.Time) bool {
+	if !a.debtUntil.IsZero() && !now.Before(a.debtUntil) {
+		a.debt, a.debtUntil = 0, time.Time{}
 	}
+	if a.debt > 0 && !a.refilling && !h.down.Load() && !now.Before(a.exhausted) {
+		g.refill(h, a, memKey(a.check.Limit), now) // settles the debt
+	}
+	last := a.used
+	if a.carved.After(last) {
+		last = a.carved
+	}
+	return now.Sub(last) >= 2*a.terms.period || !a.expires.IsZero() && !now.Before(a.expires)
 }
 
 // returnWhere gives back the units of the allowances pick chooses (to
@@ -625,23 +651,38 @@ func (g *Global) returnWhere(st *globalState, pick func(*away) bool) {
 			a.drop()
 			a.size = 1
 		}
-		if a.units == 0 && a.debt == 0 && !a.refilling {
+		if a.idle() {
 			gone = append(gone, keys[i])
 		}
 		a.mu.Unlock()
 	}
-	if len(gone) > 0 {
-		g.mu.Lock()
-		for _, k := range gone {
-			if a := g.table[k]; a != nil && a.mu.TryLock() {
-				if a.units == 0 && a.debt == 0 && !a.refilling {
-					delete(g.table, k)
-				}
-				a.mu.Unlock()
-			}
-		}
-		g.mu.Unlock()
+	g.forget(gone)
+	g.giveBackAway(back)
+}
+
+// idle reports whether a holds nothing: no units, no debt, no carve under
+// way. Called with a locked.
+func (a *away) idle() bool { return a.units == 0 && a.debt == 0 && !a.refilling }
+
+// forget drops the keys' allowances that are still idle.
+func (g *Global) forget(keys []string) {
+	if len(keys) == 0 {
+		return
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, k := range keys {
+		if a := g.table[k]; a != nil && a.mu.TryLock() {
+			if a.idle() {
+				delete(g.table, k)
+			}
+			a.mu.Unlock()
+		}
+	}
+}
+
+// giveBackAway gives the allowances in back to their homes.
+func (g *Global) giveBackAway(back map[*home][]Lease) {
 	for h, leases := range back {
 		var units int64
 		for _, ls := range leases {

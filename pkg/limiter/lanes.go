@@ -233,6 +233,17 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 	if n := batchCut(len(cs), func(i int) int64 { return cs[i].work }); n < len(cs) { // one batch after another
 		return append(s.batched(ctx, client, cs[:n]), s.batched(ctx, client, cs[n:])...)
 	}
+	args := s.batchArgs(cs)
+	var one [1]*redis.Cmd
+	s.againAfterLoad(ctx, one[:], func(func(int) bool) {
+		one[0] = redis.NewCmd(ctx, args...)
+		s.process(ctx, client, one[0], len(cs))
+	}, func(_ int, err error) { one[0].SetErr(err) })
+	return s.unbatch(ctx, cs, one[0])
+}
+
+// batchArgs is the command that runs cs as one call of the batch script.
+func (s *RedisStore) batchArgs(cs []call) []any {
 	args := make([]any, 0, 4+len(cs)*10)
 	args = append(args, "evalsha", s.batch.sha, 0, len(cs))
 	for _, c := range cs {
@@ -246,18 +257,11 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 		}
 		args = append(args, c.args...)
 	}
-	cmd := redis.NewCmd(ctx, args...)
-	s.sent.add(1, len(cs))
-	_ = client.Process(ctx, once{cmd})
-	if isNoScript(cmd.Err()) {
-		if err := s.Load(ctx); err != nil {
-			cmd.SetErr(fmt.Errorf("%w: %w", ErrNoScript, err))
-		} else {
-			cmd = redis.NewCmd(ctx, args...)
-			s.sent.add(1, len(cs))
-			_ = client.Process(ctx, once{cmd})
-		}
-	}
+	return args
+}
+
+// unbatch splits the batch command's reply into one command per call.
+func (s *RedisStore) unbatch(ctx context.Context, cs []call, cmd *redis.Cmd) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(cs))
 	out, ok := cmd.Val().([]any)
 	err := cmd.Err()
@@ -268,7 +272,6 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 		for i := range cmds {
 			cmds[i] = failedCmd(ctx, err)
 		}
-		s.maybeReload([]*redis.Cmd{cmd})
 		return cmds
 	}
 	for i, c := range cs {
@@ -291,10 +294,7 @@ func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call)
 // starts a goroutine per node even for one command, a fifth of an edge's
 // CPU in the profile (BENCHMARKS.md).
 func (s *RedisStore) direct(ctx context.Context, c call) *redis.Cmd {
-	s.sent.add(1, 1)
-	cmd := evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
-	if s.client.Process(ctx, once{cmd}) != nil {
-		s.maybeReload([]*redis.Cmd{cmd})
-	}
+	cmd := evalShaCmd(ctx, s.scripts[c.alg], c.keys, c.args)
+	s.process(ctx, s.client, cmd, 1)
 	return cmd
 }

@@ -17,210 +17,1042 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/edgeguard/edgeguard/pkg/limit"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Limit, Algorithm and the algorithms are package limit's: one definition of
-// a valid limit, shared with rule validation, and one registry of algorithms.
-type (
-	Limit     = limit.Limit
-	Algorithm = limit.Algorithm
-)
-
-// Errors callers act on.
-var (
-	ErrUnknownAlgorithm = limit.ErrUnknownAlgorithm
-	ErrInvalidLimit     = limit.ErrInvalidLimit
-	ErrInvalidRequest   = errors.New("invalid request")
-)
-
-// Request asks a store to take Cost units of a Limit.
-type Request struct {
+// Check is one limit of a client request, as the edge asks it.
+type Check struct {
 	Limit Limit
-	// Cost is the number of units to take; the store admits as many whole
-	// Need-sized parts as fit.
-	Cost int64
-	// Need is one request's cost, 0 meaning Cost: units are admitted in whole
-	// multiples of it (a single request is all-or-nothing), and RetryAfter is
-	// when Need units fit again. A coalesced call carries the summed cost of
-	// several equal-cost requests and one request's need, so partial admission
-	// admits whole requests. With MinInterval at most Need units are admitted
-	// per call.
-	Need int64
-	// At is the decision time; zero means the store's clock (Redis TIME).
-	// Tests pass explicit times.
-	At time.Time
-	// Restore makes the request a restore: the store had reported Remaining
-	// at At, and takes, as of At, what is missing since (at most Cost units)
-	// — nothing when it kept its state, what it had counted when it lost
-	// it. Restoring twice takes nothing the second time.
-	Restore   bool
-	Remaining int64
+	Cost  int64
+	// Shadow checks count but never deny, and are never cached as over limit.
+	Shadow bool
+	// Nodes is how many edge nodes share this limit; when Redis cannot be
+	// asked, the local fallback enforces Limit/Nodes (the two-layer design's
+	// local counter). 0 means 1.
+	Nodes int
+	// Tolerance > 0 leases the check (fixed_window and token_bucket only):
+	// the edge decides from an allowance carved from the store in batches,
+	// and together with every other edge admits at most (1 + Tolerance)
+	// times the exact bound per window (lease.go). In
+	// [limit.MinTolerance, limit.MaxTolerance].
+	Tolerance float64
+	// Global counts the check once across every region (fixed_window, with
+	// a Tolerance): its key's home region holds the count and the others
+	// lease from it in the background (global.go).
+	Global bool
 }
 
-func (r Request) need() int64 {
-	if r.Need > 0 {
-		return r.Need
-	}
-	return r.Cost
+// Source says where a check was decided.
+type Source uint8
+
+// The sources, also the values of the metrics' reason label.
+const (
+	SourceStore     Source = iota // the primary store (Redis, or memory in single-node mode)
+	SourcePrefilter               // the over-limit cache: denied without a call
+	SourceFallback                // the local fallback: the store failed or its breaker is open
+	SourceOpen                    // fail-open: the store failed and nothing was enforced
+	SourceSkipped                 // not evaluated: another limit had already denied
+	SourceLease                   // a leased check, from the edge's allowance without a call
+	numSources
+)
+
+var sourceNames = [numSources]string{"store", "prefilter", "fallback", "open", "skipped", "lease"}
+
+func (s Source) String() string { return sourceNames[s] }
+
+// Outcome is the answer for one check.
+type Outcome struct {
+	Decision
+	Source Source
+	store  Store // holds the lease, for refunds and releases
+	// allow holds the units of a leased check, put back on a refund
+	// unless dropped since (epoch).
+	allow *allowance
+	epoch uint64
 }
 
-// Validate reports every problem with r.
-func (r Request) Validate() error {
-	var errs []error
-	if err := r.Limit.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if r.Cost < 1 {
-		errs = append(errs, fmt.Errorf("%w: cost must be ≥ 1 (got %d)", ErrInvalidRequest, r.Cost))
-	}
-	if r.Need < 0 {
-		errs = append(errs, fmt.Errorf("%w: need must be ≥ 0 (got %d)", ErrInvalidRequest, r.Need))
-	}
-	return errors.Join(errs...)
+// Verdict is the answer for one client request.
+type Verdict struct {
+	// Allowed is false when any non-shadow check denied.
+	Allowed bool
+	// Checks has one outcome per check, in order.
+	Checks []Outcome
 }
 
-// valid reports every problem with r, as Validate does, but checks a limit's
-// shape (everything but its key) once: requests come from a few compiled
-// rules, and a store is asked about the same shapes over and over. Up to
-// maxValidShapes shapes are remembered; past that every request is
-// validated in full.
-func (r Request) valid() error {
-	l := r.Limit
-	if r.Cost < 1 || r.Need < 0 || l.Key == "" || len(l.Key) > limit.MaxKeyLen || strings.ContainsAny(l.Key, "{}") {
-		return r.Validate()
+// FailMode is what the limiter does when its store cannot answer.
+type FailMode string
+
+// The fail modes.
+const (
+	FailFallback FailMode = "fallback" // decide from local memory with limit / nodes
+	FailOpen     FailMode = "open"     // admit without counting
+	FailClosed   FailMode = "closed"   // refuse: Decide returns ErrUnavailable
+)
+
+// ParseFailMode accepts fallback, open or closed; "" is fallback.
+func ParseFailMode(s string) (FailMode, error) {
+	switch m := FailMode(s); m {
+	case "":
+		return FailFallback, nil
+	case FailFallback, FailOpen, FailClosed:
+		return m, nil
 	}
-	sh := l
-	sh.Key = ""
-	known := validShapes.Load()
-	if known != nil && slices.Contains(*known, sh) {
+	return "", fmt.Errorf("unknown fail mode %q (want fallback, open or closed)", s)
+}
+
+// ErrUnavailable is returned by Decide in FailClosed mode when the store
+// could not decide.
+var ErrUnavailable = errors.New("rate limit store unavailable")
+
+// Config tunes a Limiter. Zero values take the defaults.
+type Config struct {
+	// StoreName labels decisions of the primary store in metrics ("redis").
+	StoreName string
+	// Timeout bounds one store round trip (default 250ms). A slow store is
+	// waited for, so limits stay exact while it is merely slow; past the
+	// timeout the check is decided by FailMode and the call counts towards
+	// opening the breaker.
+	Timeout time.Duration
+	// FailMode is what to do when the store fails (default fallback).
+	FailMode FailMode
+	// CacheSize caps the over-limit cache (default 100,000 keys).
+	CacheSize int
+	// BreakerFailures consecutive failed calls open the breaker (default 5);
+	// while open, checks skip the store and a single probe is let through
+	// every BreakerCooldown (default 1s) until one succeeds.
+	BreakerFailures int
+	BreakerCooldown time.Duration
+	// FallbackKeys caps the fallback memory store (default 1,000,000 keys).
+	FallbackKeys int
+}
+
+func (c Config) withDefaults() Config {
+	if c.StoreName == "" {
+		c.StoreName = "redis"
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.FailMode == "" {
+		c.FailMode = FailFallback
+	}
+	if c.CacheSize <= 0 {
+		c.CacheSize = 100_000
+	}
+	if c.BreakerFailures <= 0 {
+		c.BreakerFailures = 5
+	}
+	if c.BreakerCooldown <= 0 {
+		c.BreakerCooldown = time.Second
+	}
+	if c.FallbackKeys <= 0 {
+		c.FallbackKeys = 1_000_000
+	}
+	return c
+}
+
+// DefaultTimeout is the store deadline: far above a healthy call (well under
+// a millisecond) and above the 100 ms a loaded Redis may take, so slowness
+// alone never sends decisions to the fallback; a frozen store costs the
+// requests in flight during one deadline before the breaker opens.
+const DefaultTimeout = 250 * time.Millisecond
+
+// Limiter is what the edge calls: a store behind a local prefilter (over-limit
+// cache and per-key coalescing), a circuit breaker and a local fallback.
+type Limiter struct {
+	cfg      Config
+	store    Store
+	fallback *MemoryStore
+	ledger   *ledger
+	cache    *overLimitCache
+	flights  *flights
+	// allowances are the leased checks' local allowances (lease.go).
+	allowances *allowances
+	breakers   *breakers
+	metrics    *metrics
+	health     health
+	log        *slog.Logger
+	now        func() time.Time
+	deadline   sharedDeadline
+	late       sharedDeadline // lateTimeout, for store calls on their own goroutine
+	bg         sync.WaitGroup // background work: probes, batches sent after their leader, releases
+	// releasing bounds the releases under way in the background.
+	releasing chan struct{}
+	// global decides Global checks (global.go); nil: as leased ones.
+	global atomic.Pointer[Global]
+	// acked are the releases Cluster masters acknowledged lately, sent
+	// again if a failover moves their keys (release.go).
+	acked ackedReleases
+}
+
+// Close gives back the allowance of leased checks the edge holds, then
+// waits for the limiter's background work (breaker probes, coalesced
+// batches in flight) to end; each is bounded by the store deadline.
+func (l *Limiter) Close() {
+	l.closeAllowances()
+	l.bg.Wait()
+}
+
+// New builds a Limiter over store. reg may be nil.
+func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Limiter, error) {
+	cfg = cfg.withDefaults()
+	if _, err := ParseFailMode(string(cfg.FailMode)); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Limiter{
+		cfg:        cfg,
+		store:      store,
+		fallback:   NewMemoryStore(WithMaxKeys(cfg.FallbackKeys)),
+		ledger:     newLedger(cfg.CacheSize),
+		cache:      newOverLimitCache(cfg.CacheSize),
+		flights:    newFlights(),
+		allowances: newAllowances(cfg.CacheSize),
+		log:        log,
+		now:        time.Now,
+		deadline:   sharedDeadline{timeout: cfg.Timeout},
+		releasing:  make(chan struct{}, maxReleasing),
+	}
+	l.late = sharedDeadline{timeout: l.lateTimeout()}
+	snd, _ := store.(sender)
+	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health, snd)
+	if err != nil {
+		return nil, err
+	}
+	l.metrics = m
+	l.breakers = newBreakers(cfg.BreakerFailures, cfg.BreakerCooldown, func(shard string, s breakerState, open int, worst breakerState) {
+		m.breakerState.WithLabelValues(shardLabel(shard)).Set(float64(s))
+		m.breakersOpen.Set(float64(open))
+		switch s {
+		case breakerOpen:
+			m.breakerOpens.Inc()
+			log.Warn("rate limit store failing, deciding locally", "store", cfg.StoreName, "shard", shard, "fail_mode", cfg.FailMode)
+		case breakerClosed:
+			log.Info("rate limit store recovered", "store", cfg.StoreName, "shard", shard)
+			l.resendMoved()
+		}
+	})
+	l.breakers.onNew = func(shard string) {
+		m.breakerState.WithLabelValues(shardLabel(shard)).Set(float64(breakerClosed))
+		l.resendMoved() // a master not seen before: maybe a promoted replica
+	}
+	l.breakers.onGone = func(shard string) {
+		m.breakerState.DeleteLabelValues(shardLabel(shard))
+		open := 0
+		for _, b := range l.breakers.m { // called with the breakers locked
+			if breakerState(b.state.Load()) != breakerClosed {
+				open++
+			}
+		}
+		m.breakersOpen.Set(float64(open))
+	}
+	return l, nil
+}
+
+// Flush forgets every cached over-limit key: the rules changed, and a cached
+// denial may belong to a limit that no longer exists or is now larger.
+func (l *Limiter) Flush() { l.cache.flush() }
+
+// pending is one check on its way to the store.
+type pending struct {
+	i     int
+	check Check
+	key   string // memKey(check.Limit)
+	item  *item  // set when it joined another request's call
+	b     *batch // the batch it joined
+	alone bool   // leads a call outside the key's flight
+}
+
+// Decide answers one client request: all its checks, all-or-nothing. A
+// request denied by one check gives back what the others took.
+func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
+	now := l.now()
+	var keyBuf [4]string
+	keys, err := l.prepare(checks, keyBuf[:0])
+	if err != nil {
+		return Verdict{}, err
+	}
+	v := Verdict{Allowed: true, Checks: make([]Outcome, len(checks))}
+	for i, c := range checks {
+		v.Checks[i] = Outcome{Decision: Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceSkipped}
+	}
+	// 1. Over-limit cache: a denial known locally costs no call, and the
+	// request is refused before anything is counted.
+	if l.prefiltered(checks, keys, v.Checks, now) {
+		v.Allowed = false
+		return v, nil
+	}
+	// 2. Per-key coalescing: checks whose key has a call in flight join the
+	// next call for that key; the others lead, in one pipeline.
+	var leadBuf [2]pending
+	r := l.route(checks, keys, leadBuf[:0])
+	if err := l.decideRouted(ctx, r, v.Checks, now); err != nil {
+		return Verdict{}, err
+	}
+	// 3. All-or-nothing.
+	for i, c := range checks {
+		if !c.Shadow && !v.Checks[i].Allowed {
+			v.Allowed = false
+		}
+	}
+	if !v.Allowed {
+		l.refund(v.Checks, func(Outcome) bool { return true })
+	} else {
+		// A shadow check that denied would, enforced, have counted nothing.
+		l.refund(v.Checks, func(o Outcome) bool { return !o.Allowed })
+	}
+	return v, nil
+}
+
+// prepare checks every check and returns their memKeys (appended to keys).
+func (l *Limiter) prepare(checks []Check, keys []string) ([]string, error) {
+	for i, c := range checks {
+		if err := (Request{Limit: c.Limit, Cost: c.Cost}).valid(); err != nil {
+			return nil, fmt.Errorf("check %d: %w", i, err)
+		}
+		if err := errors.Join(c.leaseProblem(), c.globalProblem()); err != nil {
+			return nil, fmt.Errorf("check %d: %w", i, err)
+		}
+		keys = append(keys, memKey(c.Limit))
+	}
+	return keys, nil
+}
+
+// prefiltered reports whether the over-limit cache denies one of the
+// checks, and records that denial in outs.
+func (l *Limiter) prefiltered(checks []Check, keys []string, outs []Outcome, now time.Time) bool {
+	for i, c := range checks {
+		if c.Shadow || c.Limit.Algorithm.Spec().Held {
+			continue
+		}
+		if d, ok := l.cache.get(keys[i], c.Limit, c.Cost, now); ok {
+			outs[i] = Outcome{Decision: d, Source: SourcePrefilter}
+			l.metrics.prefilterHits.Inc()
+			l.metrics.record(SourcePrefilter, 1)
+			return true
+		}
+	}
+	return false
+}
+
+// routes are a request's checks by how they are decided: leading a call,
+// joined to another request's call for their key, leased or global.
+type routes struct {
+	leads, joined, leased, global []pending
+}
+
+// route sorts the checks by how they are decided (the leading ones
+// appended to leads); a check whose key has a call in flight joins that
+// key's next call.
+func (l *Limiter) route(checks []Check, keys []string, leads []pending) routes {
+	r := routes{leads: leads}
+	for i, c := range checks {
+		p := pending{i: i, check: c, key: keys[i]}
+		if c.Global {
+			r.global = append(r.global, p)
+			continue
+		}
+		if c.Tolerance > 0 {
+			r.leased = append(r.leased, p)
+			continue
+		}
+		b, it, how := l.flights.join(c, keys[i])
+		if how == follow {
+			p.b, p.item = b, it
+			r.joined = append(r.joined, p)
+			l.metrics.coalesced.Inc()
+			continue
+		}
+		p.alone = how == alone
+		r.leads = append(r.leads, p)
+	}
+	return r
+}
+
+// decideRouted decides the routed checks into outs; on an error what they
+// took is given back.
+func (l *Limiter) decideRouted(ctx context.Context, r routes, outs []Outcome, now time.Time) error {
+	err := l.lead(ctx, r.leads, outs, now)
+	if err == nil {
+		err = l.decideLeased(ctx, r.leased, outs, now)
+	}
+	if err == nil && len(r.global) > 0 {
+		err = l.decideGlobal(ctx, r.global, outs, now)
+	}
+	// Joined checks are settled by their batches regardless; wait so
+	// that what they took is given back.
+	if jerr := l.awaitJoined(r.joined, outs); err == nil {
+		err = jerr
+	}
+	if err != nil {
+		l.refund(outs, func(Outcome) bool { return true })
+	}
+	return err
+}
+
+// Release gives back a request's concurrency slots once its response is done.
+func (l *Limiter) Release(ctx context.Context, v Verdict) {
+	if !v.Allowed {
+		return
+	}
+	l.refund(v.Checks, func(o Outcome) bool { return o.Lease.Limit.Algorithm.Spec().Held })
+}
+
+func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
+	for s, leases := range l.takeBack(outs, want) {
+		l.giveBack(s, leases)
+	}
+}
+
+// takeBack marks the wanted outcomes' leases given back (once only) and
+// does the local bookkeeping; it returns what each store must be told.
+func (l *Limiter) takeBack(outs []Outcome, want func(Outcome) bool) map[Store][]Lease {
+	var byStore map[Store][]Lease
+	for i := range outs {
+		o := &outs[i]
+		if o.allow != nil && o.Lease.Units > 0 && want(*o) {
+			o.allow.putBack(o.Lease.Units, o.epoch) // never told to the store
+			o.Lease.Units = 0
+			continue
+		}
+		if o.store == nil || o.Lease.Units <= 0 || !want(*o) {
+			continue
+		}
+		if byStore == nil {
+			byStore = map[Store][]Lease{}
+		}
+		byStore[o.store] = append(byStore[o.store], o.Lease)
+		if o.store == Store(l.fallback) {
+			l.ledger.paid(memKey(o.Lease.Limit), o.Lease.Units) // never counted by the store
+		}
+		o.Lease.Units = 0 // given back once only
+		// The refund may let a cached denial fit sooner than it says
+		// (concurrency limits are never cached: releases skip this).
+		if !o.Lease.Limit.Algorithm.Spec().Held {
+			l.cache.drop(o.Lease.Limit)
+		}
+	}
+	return byStore
+}
+
+// giveBack tells s the leases are given back, once.
+func (l *Limiter) giveBack(s Store, leases []Lease) error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.refundTimeout())
+	err := s.Refund(ctx, leases)
+	cancel()
+	l.metrics.refunds.Add(float64(len(leases)))
+	if err != nil {
+		// The units stay counted until their window passes: a client
+		// gets slightly less than its quota, never more.
+		l.metrics.refundErrors.Inc()
+		l.log.Warn("refund failed", "leases", len(leases), "err", err)
+	}
+	return err
+}
+
+// refundTimeout gives refunds more room than decisions: nobody waits on them
+// and a lost refund under-admits until the window passes.
+func (l *Limiter) refundTimeout() time.Duration { return max(10*l.cfg.Timeout, 100*time.Millisecond) }
+
+// lead sends the leading checks in one Take (one round trip per node); now
+// is when Decide began, no later than the call is sent.
+func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now time.Time) error {
+	if len(leads) == 0 {
 		return nil
 	}
-	if err := r.Validate(); err != nil {
-		return err
+	reqs := make([]Request, len(leads))
+	keys := make([]string, len(leads))
+	for j, p := range leads {
+		reqs[j] = Request{Limit: p.check.Limit, Cost: p.check.Cost}
+		keys[j] = p.key
 	}
-	validShapesMu.Lock()
-	defer validShapesMu.Unlock()
-	if known = validShapes.Load(); known == nil || len(*known) < maxValidShapes && !slices.Contains(*known, sh) {
-		var next []Limit
-		if known != nil {
-			next = append(next, *known...)
+	gen := l.cache.generation()
+	sent := now
+	ds, errs := l.call(ctx, reqs, keys, sent)
+	var failed []int
+	for j, p := range leads {
+		if errs[j] == nil {
+			outs[p.i] = Outcome{Decision: ds[j], Source: SourceStore, store: l.store}
+			l.metrics.record(SourceStore, 1)
+			l.remember(p.check, ds[j], p.check.Cost, sent, gen)
+		} else {
+			failed = append(failed, j)
 		}
-		next = append(next, sh)
-		validShapes.Store(&next)
+		// The key's next batch, if any request joined meanwhile, goes now.
+		if !p.alone {
+			l.flights.done(p.key, l.sendLater)
+		}
+	}
+	for _, j := range failed {
+		o, err := l.degrade(leads[j].check, errs[j])
+		if err != nil {
+			return err
+		}
+		outs[leads[j].i] = o
 	}
 	return nil
 }
 
-// validShapes holds limits (without their keys) known to be valid: a short
-// list, copied on write, that requests read without a lock.
-var (
-	validShapes   atomic.Pointer[[]Limit]
-	validShapesMu sync.Mutex
-)
-
-const maxValidShapes = 64
-
-// Decision is a store's answer to one Request.
-type Decision struct {
-	// Admitted is how many of the request's units were taken.
-	Admitted int64
-	// Allowed reports whether the whole cost was admitted.
-	Allowed bool
-	// Limit is the quota the answer refers to (Limit.Limit).
-	Limit int64
-	// Remaining is how many units would be admitted right after this call.
-	Remaining int64
-	// ResetAfter is when the limit is back to its full quota.
-	ResetAfter time.Duration
-	// RetryAfter is when Need units fit again, never earlier; 0 when allowed.
-	RetryAfter time.Duration
-	// Lease is what Refund gives back.
-	Lease Lease
-	// Unsure marks a failed take whose reply was lost after it was sent: it
-	// may have run, and Lease names the members it would have added
-	// (member-keeping algorithms only), to be removed whether it ran or not.
-	Unsure bool
-}
-
-// Lease identifies the units a Decision took, so that they can be given back
-// (a refund after another limit denied, or a concurrency slot released).
-type Lease struct {
-	Limit Limit
-	id    string // member prefix for sliding log and concurrency units
-	first int64  // index of the first member
-	Units int64
-	state int64 // window start for window algorithms
-}
-
-// Split divides the lease into its first n units and the rest: coalesced
-// callers hand each request its own share.
-func (l Lease) Split(n int64) (head, tail Lease) {
-	n = min(max(n, 0), l.Units)
-	head, tail = l, l
-	head.Units = n
-	tail.first += n
-	tail.Units -= n
-	return head, tail
-}
-
-// Store counts. Take answers every request in one round trip per node; each
-// request is decided on its own (Decide adds all-or-nothing). A request that
-// could not be decided has its error in errs at the same index.
-type Store interface {
-	Take(ctx context.Context, reqs []Request) ([]Decision, error)
-	Refund(ctx context.Context, leases []Lease) error
-	// Shard names the node that owns a limit's keys, "" for a store on one
-	// node: the Limiter keeps one breaker per shard.
-	Shard(Limit) string
-	// Remote reports whether calls cross the network, and so get the
-	// Limiter's deadline (a memory store never blocks: no timer).
-	Remote() bool
-	// Refresh asks the store to find again where keys live (a Cluster's
-	// slot map), before a breaker probe: a failed master's keys move to the
-	// promoted replica. It does not wait.
-	Refresh()
-	// Probe reports whether the node holding a limit's keys answers,
-	// counting nothing: a breaker's half-open probe.
-	Probe(ctx context.Context, l Limit) error
-}
-
-// TakeError reports which requests of a Take could not be decided.
-type TakeError struct {
-	Errs []error // one per request, nil where it was decided
-}
-
-func (e *TakeError) Error() string {
-	var b strings.Builder
-	n := 0
-	for i, err := range e.Errs {
-		if err == nil {
+// call asks the store, through the breakers, under the configured deadline.
+// errs has one entry per request: errBreakerOpen for requests whose shard's
+// breaker is open. Each shard (a Cluster master; the whole store otherwise)
+// has its own breaker, so one dead master does not send the keys of the
+// healthy ones to the fallback. keys are the requests' memKeys; now is no
+// later than the call is sent.
+func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time) ([]Decision, []error) {
+	c, one := newStoreCall(len(reqs))
+	// The shards stay out of c: a slice of its own stays on the stack.
+	var shards []*breaker
+	if one != nil {
+		shards = one.shards[:]
+	} else {
+		shards = make([]*breaker, len(reqs))
+	}
+	for i, r := range reqs {
+		shards[i] = l.breakers.get(l.store.Shard(r.Limit))
+		if !l.admitToShard(shards[i], r.Limit, now) {
+			c.errs[i] = errBreakerOpen
 			continue
 		}
-		if n == 0 {
-			fmt.Fprintf(&b, "request %d: %v", i, err)
-		}
-		n++
+		c.add(r, i, l.owed(r, keys[i], now))
 	}
-	if n > 1 {
-		fmt.Fprintf(&b, " (and %d more)", n-1)
+	if len(c.send) == 0 {
+		return c.ds, c.errs
 	}
-	return b.String()
+	start := time.Now()
+	got, err := l.take(ctx, c.send, c.sent, keys, now)
+	l.metrics.storeDecided.Add(float64(len(c.send)))
+	l.settleCall(c, reqs, keys, got, err, now)
+	storeSeconds := l.metrics.storeOK
+	if err != nil {
+		storeSeconds = l.metrics.storeError
+	}
+	storeSeconds.Observe(time.Since(start).Seconds())
+	l.judgeShards(c, shards, reqs)
+	return c.ds, c.errs
 }
 
-// Unwrap exposes the individual errors to errors.Is and errors.As.
-func (e *TakeError) Unwrap() []error {
-	var out []error
-	for _, err := range e.Errs {
-		if err != nil {
-			out = append(out, err)
+// storeCall is call's working state: per request its answer and error;
+// what is sent, and for each sent request the index of the caller's
+// request (or replaying, restoring).
+type storeCall struct {
+	errs []error
+	ds   []Decision
+	send []Request
+	sent []int
+}
+
+// newStoreCall makes call's state for n requests; for one, in a single
+// allocation (returned too, for its shards).
+func newStoreCall(n int) (storeCall, *oneCall) {
+	if n == 1 { // most requests carry one limit: one allocation
+		b := new(oneCall)
+		return storeCall{errs: b.errs[:], ds: b.ds[:], send: b.send[:0], sent: b.sent[:0]}, b
+	}
+	return storeCall{
+		errs: make([]error, n),
+		ds:   make([]Decision, n),
+		send: make([]Request, 0, n),
+		sent: make([]int, 0, n),
+	}, nil
+}
+
+// admitToShard reports whether a request may go to the shard behind b.
+func (l *Limiter) admitToShard(b *breaker, lim Limit, now time.Time) bool {
+	ok, probe := b.allow(now)
+	if probe {
+		// The probe is the limiter's own, in the background: no
+		// client waits on a store that may still be frozen, and this
+		// request is decided locally like the others while it runs.
+		l.probe(b, lim)
+		return false
+	}
+	return ok
+}
+
+// owedRequests is what the store is owed for a key, sent with its request.
+type owedRequests struct {
+	restore, replay Request
+	hasRestore      bool
+	hasReplay       bool
+}
+
+// owed is what the store is owed with a request: first the restore of its
+// answer before an outage (the store runs it before the rest), then what
+// the fallback admitted while the store could not be asked, so the store
+// counts both before deciding anew. Replayed units are counted, not
+// spaced: their min_interval is dropped. Held limits (slots) owe nothing:
+// a slot is given back, not replayed.
+func (l *Limiter) owed(r Request, key string, now time.Time) owedRequests {
+	var o owedRequests
+	if r.Limit.Algorithm.Spec().Held {
+		return o
+	}
+	if rem, at, ok := l.ledger.lendRestore(key); ok {
+		o.restore = Request{Limit: r.Limit, Cost: r.Limit.Capacity() - rem, Restore: true, Remaining: rem, At: at}
+		o.restore.Limit.MinInterval = 0
+		o.hasRestore = o.restore.Cost > 0
+	}
+	if d := l.ledger.lend(key, r.Limit.Window, now); d > 0 {
+		o.replay = Request{Limit: r.Limit, Cost: d, Need: 1}
+		o.replay.Limit.MinInterval = 0
+		o.hasReplay = true
+	}
+	return o
+}
+
+// add queues request i and what the store is owed with it. With a
+// min_interval the replay goes after the request, which a replay recorded
+// "now" would otherwise deny.
+func (c *storeCall) add(r Request, i int, o owedRequests) {
+	if o.hasRestore {
+		c.send, c.sent = append(c.send, o.restore), append(c.sent, restoring)
+	}
+	switch {
+	case o.hasReplay && r.Limit.MinInterval > 0:
+		c.send, c.sent = append(c.send, r, o.replay), append(c.sent, i, replaying)
+	case o.hasReplay:
+		c.send, c.sent = append(c.send, o.replay, r), append(c.sent, replaying, i)
+	default:
+		c.send, c.sent = append(c.send, r), append(c.sent, i)
+	}
+}
+
+// settleCall spreads a call's answers (got, err) over the caller's
+// requests, gives back what its lost replies may have taken and settles
+// what the store was owed.
+func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, got []Decision, err error, now time.Time) {
+	perCall := takeErrs(err)
+	answered := l.now()
+	l.giveBackUnsureOf(got, err)
+	for j, i := range c.sent {
+		e := err
+		if perCall != nil {
+			e = perCall[j]
+		}
+		if i < 0 {
+			if !errors.Is(e, errGaveUp) { // else the call settles it when it ends
+				l.settleOwed(c.send[j], i, e, now)
+			}
+			continue
+		}
+		c.errs[i] = e
+		if j < len(got) {
+			c.ds[i] = got[j]
+		}
+		if e == nil && !reqs[i].Limit.Algorithm.Spec().Held {
+			l.ledger.observe(keys[i], c.ds[i].Remaining, answered)
 		}
 	}
-	return out
+}
+
+// judgeShards tells each breaker how its shard did: it succeeded when none
+// of its requests failed for a store reason (an invalid request says
+// nothing about the store's health). Requests are few and so are their
+// shards: a list, not a map.
+func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
+	type shardResult struct {
+		b      *breaker
+		failed bool
+	}
+	var resBuf [4]shardResult
+	results := resBuf[:0]
+	var storeErr error
+	for _, i := range c.sent {
+		// A full lane is back-pressure from this edge's own queue, not a
+		// sign the store fails: it neither trips a breaker nor counts as a
+		// success (the call was not sent).
+		if i < 0 || errors.Is(c.errs[i], ErrLaneFull) {
+			continue
+		}
+		f := c.errs[i] != nil && !callerError(c.errs[i])
+		if f {
+			storeErr = cmpErr(storeErr, c.errs[i])
+			shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes
+		}
+		k := slices.IndexFunc(results, func(r shardResult) bool { return r.b == shards[i] })
+		if k < 0 {
+			results = append(results, shardResult{shards[i], f})
+		} else {
+			results[k].failed = results[k].failed || f
+		}
+	}
+	for _, r := range results {
+		if r.failed {
+			r.b.failure(l.now())
+		} else {
+			r.b.success()
+		}
+	}
+	l.observe(storeErr, l.now())
+}
+
+// take asks the store for send under the store deadline. A remote call
+// runs on a goroutine of its own, bound by lateTimeout rather than by the
+// deadline: the caller waits until the deadline only, and a call it gives
+// up on is settled when its answer comes — what it took is given back and
+// its replay paid — instead of being cut off once written (Redis would
+// still run it, and count what the caller's fallback decided too). A call
+// still queued in a lane when its caller gives up is taken out and never
+// sent. sent maps send to the caller's requests (-1: a replay).
+func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []string, now time.Time) ([]Decision, error) {
+	if !l.store.Remote() {
+		return l.store.Take(ctx, send)
+	}
+	wait := ctx
+	switch {
+	case ctx == context.Background():
+		wait = l.deadline.get()
+	case ctx.Done() == nil: // values only (a rider): they travel with the shared deadline
+		wait = withValues{l.deadline.get(), ctx}
+	default:
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
+		defer cancel()
+	}
+	r := &run{done: make(chan struct{})}
+	runCtx := runContext{Context: l.late.get(), values: ctx, wait: wait}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		got, err := l.store.Take(runCtx, send)
+		r.got, r.err = got, err
+		if r.state.CompareAndSwap(running, answered) {
+			close(r.done)
+			return
+		}
+		l.settleLate(send, sent, got, err, now)
+	}()
+	select {
+	case <-r.done:
+		return r.got, r.err
+	case <-wait.Done():
+		if r.state.CompareAndSwap(running, abandoned) {
+			return nil, fmt.Errorf("%w: %w", errGaveUp, wait.Err())
+		}
+		<-r.done // answered just now
+		return r.got, r.err
+	}
+}
+
+// giveBackUnsureOf removes what the failed takes of a call whose replies
+// were lost may have added (Decision.Unsure).
+func (l *Limiter) giveBackUnsureOf(got []Decision, err error) {
+	if err == nil {
+		return
+	}
+	var leases []Lease
+	for _, d := range got {
+		if d.Unsure && d.Lease.Units > 0 {
+			leases = append(leases, d.Lease)
+		}
+	}
+	if len(leases) > 0 {
+		l.giveBackUnsure(leases)
+	}
+}
+
+// errGaveUp is a store call its caller stopped waiting for at the deadline.
+var errGaveUp = errors.New("store deadline passed")
+
+// run is one store call on its own goroutine.
+type run struct {
+	state atomic.Int32 // running, answered or abandoned
+	done  chan struct{}
+	got   []Decision
+	err   error
+}
+
+const (
+	running int32 = iota
+	answered
+	abandoned
+)
+
+// runContext is a store call's context: its own deadline (lateTimeout),
+// the caller's values, and the caller's deadline as the moment it stops
+// waiting (lanes take a call still queued then out of their queue).
+type runContext struct {
+	context.Context
+	values, wait context.Context
+}
+
+type waitKey struct{}
+
+func (c runContext) Value(key any) any {
+	if key == (waitKey{}) {
+		return c.wait
+	}
+	return c.values.Value(key)
+}
+
+// waitOf is the context whose end means the caller stopped waiting for a
+// call made under ctx: ctx itself unless the limiter runs the call on its own.
+func waitOf(ctx context.Context) context.Context {
+	if w, ok := ctx.Value(waitKey{}).(context.Context); ok {
+		return w
+	}
+	return ctx
+}
+
+// lateTimeout bounds a store call its caller gave up on: long enough for a
+// paused or slow store to answer, so what the call took is given back; a
+// call still unanswered then may have counted (clients get less, never more).
+func (l *Limiter) lateTimeout() time.Duration { return l.refundTimeout() }
+
+// settleLate is what a store call whose caller gave up leaves behind once
+// answered: the units its requests took go back to the store (the caller's
+// fallback decided them) and its replays are settled.
+func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err error, now time.Time) {
+	l.giveBackUnsureOf(got, err)
+	perCall := takeErrs(err)
+	var leases []Lease
+	for j := range send {
+		e := err
+		if perCall != nil {
+			e = perCall[j]
+		}
+		if sent[j] < 0 {
+			l.settleOwed(send[j], sent[j], e, now)
+			continue
+		}
+		if e == nil && j < len(got) && got[j].Lease.Units > 0 {
+			leases = append(leases, got[j].Lease)
+		}
+	}
+	l.metrics.lateCalls.Inc()
+	if len(leases) > 0 {
+		l.metrics.lateGivenBack.Add(float64(len(leases)))
+		_ = l.giveBack(l.store, leases)
+	}
+}
+
+// A call's requests that are not a caller's (call's sent): what the store
+// is owed.
+const (
+	replaying = -1 // the fallback's admissions
+	restoring = -2 // the store's last answer before an outage
+)
+
+// settleOwed records how a replay of the fallback's admissions or a restore
+// ended: done, or owed again (a replay that failed may still have counted:
+// the store then counts it twice, and clients get less, never more).
+func (l *Limiter) settleOwed(r Request, kind int, err error, now time.Time) {
+	switch {
+	case err == nil && kind == replaying:
+		l.metrics.replayed.Add(float64(r.Cost))
+	case err == nil:
+		l.metrics.restores.Inc()
+	case kind == replaying:
+		l.ledger.owe(memKey(r.Limit), r.Cost, now)
+	default:
+		l.ledger.oweRestore(memKey(r.Limit))
+	}
+}
+
+// oneCall holds call's working slices for a single request (and a replay
+// of what the fallback admitted for it).
+type oneCall struct {
+	errs   [1]error
+	ds     [1]Decision
+	shards [1]*breaker
+	send   [2]Request
+	sent   [2]int
+}
+
+// probe asks whether the shard holding lim's key answers again, without
+// counting anything. A Cluster master may have been replaced while the
+// breaker was open: the slot map is read again first, so keys re-home to
+// the promoted replica (a new shard with its own, closed breaker) instead of
+// waiting for the periodic reload.
+func (l *Limiter) probe(b *breaker, lim Limit) {
+	l.store.Refresh()
+	if l.store.Remote() {
+		l.metrics.refreshes.Inc()
+	}
+	l.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+		defer cancel()
+		err := l.store.Probe(ctx, lim)
+		l.observe(err, l.now())
+		if err != nil {
+			b.failure(l.now())
+			return
+		}
+		b.success()
+	})
+}
+
+// callerError is an error in the request itself, not the store's.
+func callerError(err error) bool {
+	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrUnknownAlgorithm)
+}
+
+var errBreakerOpen = errors.New("circuit breaker open")
+
+// degrade decides a check the store could not, per the fail mode.
+func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
+	if callerError(cause) {
+		return Outcome{}, cause
+	}
+	reason := "error"
+	switch {
+	case errors.Is(cause, errBreakerOpen):
+		reason = "breaker_open"
+	case errors.Is(cause, ErrLaneFull):
+		reason = "lane_full"
+	}
+	l.metrics.fallbacks.WithLabelValues(reason).Inc()
+	switch l.cfg.FailMode {
+	case FailOpen:
+		l.metrics.record(SourceOpen, 1)
+		return Outcome{Decision: Decision{Admitted: c.Cost, Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceOpen}, nil
+	case FailClosed:
+		return Outcome{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	return l.decideLocally(c)
+}
+
+// decideLocally decides c in the fallback with this node's share of the
+// limit: each of the N nodes sharing the limit admits floor(limit/N)
+// locally, so together they admit at most the limit. A limit below N
+// leaves a node no share: it denies until the store answers again.
+func (l *Limiter) decideLocally(c Check) (Outcome, error) {
+	local := c.Limit
+	nodes := int64(max(c.Nodes, 1))
+	local.Limit = c.Limit.Limit / nodes
+	local.Burst = c.Limit.Burst / nodes
+	if local.Limit < 1 || (c.Limit.Burst > 0 && local.Burst < 1) {
+		l.metrics.record(SourceFallback, 1)
+		retry := max(l.cfg.BreakerCooldown, time.Second)
+		return Outcome{Decision: Decision{Limit: c.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Lease: Lease{Limit: local}}, Source: SourceFallback}, nil
+	}
+	key := memKey(c.Limit)
+	now := l.now()
+	if !local.Algorithm.Spec().Held {
+		l.seedFallback(key, local, nodes, c.Limit.Window, now)
+	}
+	ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: c.Cost}})
+	if err != nil {
+		return Outcome{}, err
+	}
+	if ds[0].Admitted > 0 && !local.Algorithm.Spec().Held {
+		l.ledger.owe(key, ds[0].Admitted, now)
+	}
+	l.metrics.record(SourceFallback, 1)
+	return Outcome{Decision: ds[0], Source: SourceFallback, store: l.fallback}, nil
+}
+
+// seedFallback starts an outage's local count from the store's last
+// answer, which says how much of this window is used: this node takes its
+// share of that up front, once per outage. The answer itself is owed back
+// to the store as a restore, sent first once it answers again: a store
+// that comes back empty relearns what it had counted, one that kept its
+// state takes nothing (replaying the share as units would count it twice,
+// and at every flap again).
+func (l *Limiter) seedFallback(key string, local Limit, nodes int64, window time.Duration, now time.Time) {
+	used, fresh, at := l.ledger.seedFor(key, local.Capacity(), nodes, window, now)
+	if fresh {
+		l.fallback.forget(local) // an earlier outage's count: in the store's answer now
+	}
+	if used > 0 {
+		// Seeded as of the store's answer, not now: a min_interval
+		// counts from the client's last real request, and the seed
+		// must not take the place of the request being decided.
+		_, _ = l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1, At: at}})
+	}
+}
+
+// remember caches a store's denial of a cacheable check: the key is denied
+// locally until the time a retry could fit, counted from when the call was
+// sent (the store's clock read no earlier), so the cache never denies what
+// the store would allow.
+// need is the cost the store computed the retry time for.
+func (l *Limiter) remember(c Check, d Decision, need int64, sent time.Time, gen uint64) {
+	if d.Allowed || c.Shadow || c.Limit.Algorithm.Spec().Held || d.RetryAfter <= 0 {
+		return
+	}
+	l.cache.put(c.Limit, need, d, sent, gen)
+}
+
+func (l *Limiter) awaitJoined(joined []pending, outs []Outcome) error {
+	var first error
+	for _, p := range joined {
+		<-p.b.done
+		if p.item.err != nil {
+			o, err := l.degrade(p.check, p.item.err)
+			if err != nil {
+				first = cmpErr(first, err)
+				continue
+			}
+			outs[p.i] = o
+			continue
+		}
+		outs[p.i] = p.item.out
+	}
+	return first
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// withValues is a deadline context with the values of another, which
+// never ends: the shared deadline for a call whose context only carries
+// values.
+type withValues struct {
+	context.Context
+	values context.Context
+}
+
+func (c withValues) Value(key any) any { return c.values.Value(key) }
+
+// sharedDeadline hands the calls that start within the same millisecond
+// (a sixteenth of Timeout, if that is shorter) one context with the store
+// deadline: a timer per millisecond instead of one per call. A call's
+// deadline is then at most that share shorter than Timeout.
+type sharedDeadline struct {
+	timeout time.Duration
+	cur     atomic.Pointer[deadlineCtx]
+}
+
+type deadlineCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc // never called early: the timer ends it
+	from   int64              // unix ns it was made
+}
+
+func (d *sharedDeadline) get() context.Context {
+	now := time.Now()
+	n := now.UnixNano()
+	share := min(int64(time.Millisecond), int64(d.timeout/16))
+	if c := d.cur.Load(); c != nil && n >= c.from && n-c.from < share {
+		return c.ctx
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(d.timeout))
+	d.cur.Store(&deadlineCtx{ctx: ctx, cancel: cancel, from: n})
+	return ctx
+}
+
+// takeErrs is a TakeError's per-request errors (nil for any other error).
+func takeErrs(err error) []error {
+	if err == nil {
+		return nil
+	}
+	var te *TakeError
+	if errors.As(err, &te) {
+		return te.Errs
+	}
+	return nil
 }

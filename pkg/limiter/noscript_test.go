@@ -132,18 +132,21 @@ func TestNoScriptAcrossClusterFailover(t *testing.T) {
 func takeEventually(t *testing.T, st limiter.Store, l limiter.Limit, n int) int64 {
 	var admitted int64
 	deadline := time.Now().Add(30 * time.Second)
-	for done := 0; done < n; {
-		c, cancel := context.WithTimeout(context.Background(), time.Second)
-		ds, err := st.Take(c, []limiter.Request{{Limit: l, Cost: 1}})
-		cancel()
-		if err != nil {
-			require.False(t, errors.Is(err, limiter.ErrInvalidLimit))
-			require.True(t, time.Now().Before(deadline), "still failing: %v", err)
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		admitted += ds[0].Admitted
-		done++
+	for range n {
+		var lastErr error
+		require.Eventually(t, func() bool {
+			c, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			ds, err := st.Take(c, []limiter.Request{{Limit: l, Cost: 1}})
+			if lastErr = err; err != nil {
+				// A call that fails while the client follows the
+				// failover is tried again; an invalid limit ends it.
+				return errors.Is(err, limiter.ErrInvalidLimit)
+			}
+			admitted += ds[0].Admitted
+			return true
+		}, time.Until(deadline), 50*time.Millisecond, "takes still failing after the failover")
+		require.NoError(t, lastErr)
 	}
 	return admitted
 }

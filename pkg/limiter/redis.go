@@ -2,8 +2,6 @@ package limiter
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -60,8 +58,6 @@ func (c *sentCounts) add(commands, calls int) {
 func (s *RedisStore) Sent() (commands, calls int64) {
 	return s.sent.commands.Load(), s.sent.calls.Load()
 }
-
-type script struct{ src, sha string }
 
 var _ Store = (*RedisStore)(nil)
 
@@ -128,8 +124,7 @@ func NewRedisStore(conn RedisConn, keyPrefix string) (*RedisStore, error) {
 		if err != nil {
 			return nil, err
 		}
-		sum := sha1.Sum([]byte(src))
-		s.scripts[a] = script{src: src, sha: hex.EncodeToString(sum[:])}
+		s.scripts[a] = newScript(src)
 	}
 	var batch []lua.Alg
 	for _, a := range algs {
@@ -141,8 +136,7 @@ func NewRedisStore(conn RedisConn, keyPrefix string) (*RedisStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum := sha1.Sum([]byte(src))
-	s.batch = script{src: src, sha: hex.EncodeToString(sum[:])}
+	s.batch = newScript(src)
 	s.lanes = lanes{s: s, by: map[string]*lane{}}
 	return s, nil
 }
@@ -154,22 +148,12 @@ func (s *RedisStore) Load(ctx context.Context) error {
 	if err := checkVersion(ctx, s.client); err != nil {
 		return err
 	}
-	load := func(name string, sc script) error {
-		sha, err := s.client.ScriptLoad(ctx, sc.src).Result()
-		if err != nil {
-			return fmt.Errorf("loading %s script: %w", name, err)
-		}
-		if sha != sc.sha {
-			return fmt.Errorf("loading %s script: redis returned sha %s, want %s", name, sha, sc.sha)
-		}
-		return nil
-	}
 	for _, a := range limit.All() {
-		if err := load(a.String(), s.scripts[a]); err != nil {
+		if err := s.scripts[a].load(ctx, s.client, a.String()); err != nil {
 			return err
 		}
 	}
-	if err := load("batch", s.batch); err != nil {
+	if err := s.batch.load(ctx, s.client, "batch"); err != nil {
 		return err
 	}
 	// Without it takes carry no deadline until the background reading.
@@ -241,77 +225,95 @@ func (s *RedisStore) takeCall(r Request, id string) call {
 
 // Take implements Store.
 func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
-	var (
-		out   []Decision
-		errs  []error
-		calls []call
-		ids   []string
-		cmds  []*redis.Cmd
-	)
-	if len(reqs) == 1 { // most Takes: one allocation for their state
-		one := new(takeOne)
-		out, errs, calls, ids, cmds = one.out[:], one.errs[:], one.calls[:], one.ids[:], one.cmds[:]
+	t, one := newTakeState(len(reqs))
+	// ids and cmds stay out of t: slices of their own stay on the stack.
+	var ids []string
+	var cmds []*redis.Cmd
+	if one != nil {
+		ids, cmds = one.ids[:], one.cmds[:]
 	} else {
-		out, errs, calls, ids = make([]Decision, len(reqs)), make([]error, len(reqs)), make([]call, len(reqs)), make([]string, len(reqs))
-		cmds = make([]*redis.Cmd, len(reqs))
+		ids, cmds = make([]string, len(reqs)), make([]*redis.Cmd, len(reqs))
 	}
-	// A take decided on Redis's clock runs no later than its caller's
-	// deadline (redisclock.go); a restore runs at its own time.
+	s.prepareTake(ctx, reqs, t, ids)
+	// Restores go first, each as a call of the batch script on its key's
+	// master (rare: once per key after an outage), so the requests after
+	// them find the state restored.
+	for i, c := range t.calls {
+		if t.errs[i] == nil && c.restore {
+			cmds[i] = s.restoreCmd(ctx, c)
+		}
+	}
+	s.run(ctx, t.calls, t.errs, cmds)
+	failed := false
+	for i, r := range reqs {
+		if t.errs[i] == nil {
+			t.out[i], t.errs[i] = reply(r, ids[i], cmds[i])
+		}
+		failed = failed || t.errs[i] != nil
+	}
+	if failed {
+		return t.out, &TakeError{Errs: t.errs}
+	}
+	return t.out, nil
+}
+
+// takeState is a Take's answers, errors and script calls, one per request.
+type takeState struct {
+	out   []Decision
+	errs  []error
+	calls []call
+}
+
+func newTakeState(n int) (takeState, *takeOne) {
+	if n == 1 { // most Takes: one allocation for their state
+		one := new(takeOne)
+		return takeState{one.out[:], one.errs[:], one.calls[:]}, one
+	}
+	return takeState{make([]Decision, n), make([]error, n), make([]call, n)}, nil
+}
+
+// prepareTake validates reqs and builds their script calls. A take
+// decided on Redis's clock runs no later than its caller's deadline
+// (redisclock.go); a restore runs at its own time.
+func (s *RedisStore) prepareTake(ctx context.Context, reqs []Request, t takeState, ids []string) {
 	var latest int64
 	if d, ok := waitOf(ctx).Deadline(); ok {
 		latest = s.clock.latest(d, s.client)
 	}
 	for i, r := range reqs {
-		if errs[i] = r.valid(); errs[i] != nil {
+		if t.errs[i] = r.valid(); t.errs[i] != nil {
 			continue
 		}
 		if r.Limit.Algorithm.Spec().Members {
 			ids[i] = s.ids.next()
 		}
-		calls[i] = s.takeCall(r, ids[i])
+		t.calls[i] = s.takeCall(r, ids[i])
 		if r.At.IsZero() && !r.Restore {
-			calls[i].args = withLatest(calls[i].args, latest)
+			t.calls[i].args = withLatest(t.calls[i].args, latest)
 		}
 	}
-	// Restores go first, each as a call of the batch script on its key's
-	// master (rare: once per key after an outage), so the requests after
-	// them find the state restored.
-	for i, c := range calls {
-		if errs[i] == nil && c.restore {
-			cmds[i] = s.restoreCmd(ctx, c)
-		}
+}
+
+// reply reads a take script's reply to r (id names its members).
+func reply(r Request, id string, cmd *redis.Cmd) (Decision, error) {
+	v, err := cmd.Int64Slice()
+	if err == nil && len(v) != 5 {
+		err = fmt.Errorf("script returned %d values, want 5", len(v))
 	}
-	s.run(ctx, calls, errs, cmds)
-	failed := false
-	for i, r := range reqs {
-		if errs[i] != nil {
-			failed = true
-			continue
-		}
-		v, err := cmds[i].Int64Slice()
-		if err == nil && len(v) != 5 {
-			err = fmt.Errorf("script returned %d values, want 5", len(v))
-		}
-		if err != nil {
-			if errs[i] == nil && r.Limit.Algorithm.Spec().Members && !r.Restore && maybeRan(err) {
-				// The reply was lost, not the call: it may have added
-				// its members. Their ids are known, so the caller can
-				// remove them whether or not it ran (Decision.Unsure).
-				out[i] = Decision{Unsure: true, Lease: Lease{Limit: r.Limit, id: ids[i], first: 1, Units: r.Cost}}
-			}
-			if pastDeadline(err) {
-				err = fmt.Errorf("%w: %w", errPastDeadline, err)
-			}
-			errs[i] = fmt.Errorf("taking %s: %w", r.Limit.Algorithm, err)
-			failed = true
-			continue
-		}
-		out[i] = decision(r, ids[i], limit.Outcome{Admitted: v[0], Remaining: v[1], ResetMs: v[2], RetryMs: v[3], State: v[4]})
+	if err == nil {
+		return decision(r, id, limit.Outcome{Admitted: v[0], Remaining: v[1], ResetMs: v[2], RetryMs: v[3], State: v[4]}), nil
 	}
-	if failed {
-		return out, &TakeError{Errs: errs}
+	var d Decision
+	if r.Limit.Algorithm.Spec().Members && !r.Restore && maybeRan(err) {
+		// The reply was lost, not the call: it may have added its
+		// members. Their ids are known, so the caller can remove them
+		// whether or not it ran (Decision.Unsure).
+		d = Decision{Unsure: true, Lease: Lease{Limit: r.Limit, id: id, first: 1, Units: r.Cost}}
 	}
-	return out, nil
+	if pastDeadline(err) {
+		err = fmt.Errorf("%w: %w", errPastDeadline, err)
+	}
+	return d, fmt.Errorf("taking %s: %w", r.Limit.Algorithm, err)
 }
 
 // Refund implements Store.
@@ -341,34 +343,12 @@ func (s *RedisStore) Refund(ctx context.Context, leases []Lease) error {
 }
 
 // run sends calls (skipping those with an error already) in one pipeline,
-// filling cmds.
-// Script caches vanish when a node restarts or fails over, so commands that
-// meet NOSCRIPT are run again after loading the scripts — only those: the
-// others have already counted.
+// filling cmds; commands that meet NOSCRIPT go again once the scripts are
+// loaded (againAfterLoad).
 func (s *RedisStore) run(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd) {
-	s.exec(ctx, calls, errs, cmds, func(int) bool { return true })
-	retry := func(i int) bool { return cmds[i] != nil && isNoScript(cmds[i].Err()) }
-	again := false
-	for i := range cmds {
-		again = again || retry(i)
-	}
-	if !again {
-		return
-	}
-	if err := s.Load(ctx); err != nil {
-		for i := range cmds {
-			if retry(i) {
-				errs[i] = fmt.Errorf("%w: %w", ErrNoScript, err)
-			}
-		}
-		return
-	}
-	s.exec(ctx, calls, errs, cmds, retry)
-	for i := range cmds {
-		if retry(i) {
-			errs[i] = fmt.Errorf("%w after reload: %w", ErrNoScript, cmds[i].Err())
-		}
-	}
+	s.againAfterLoad(ctx, cmds,
+		func(want func(int) bool) { s.exec(ctx, calls, errs, cmds, want) },
+		func(i int, err error) { errs[i] = err })
 }
 
 // restoreCmd runs a restore on the master serving its key.
@@ -424,24 +404,13 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 		}
 		return
 	}
-	pipe := s.client.Pipeline()
-	for _, i := range sent {
+	pcmds := make([]*redis.Cmd, len(sent))
+	for j, i := range sent {
 		c := calls[i]
-		cmds[i] = evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
-		_ = pipe.Process(ctx, once{cmds[i]})
+		cmds[i] = evalShaCmd(ctx, s.scripts[c.alg], c.keys, c.args)
+		pcmds[j] = cmds[i]
 	}
-	s.sent.add(len(sent), len(sent))
-	// Per-command errors are read from each command. A connection that fails
-	// before the pipeline is written (a wrong password fails the handshake)
-	// leaves its commands without reply or error: give them Exec's error.
-	if _, err := pipe.Exec(ctx); err != nil {
-		for _, i := range sent {
-			if cmds[i].Err() == nil && cmds[i].Val() == nil {
-				cmds[i].SetErr(err)
-			}
-		}
-		s.maybeReload(cmds)
-	}
+	_ = s.pipeline(ctx, pcmds, len(pcmds))
 }
 
 // loneDirect is how many calls or batches a lane has in flight at most.
@@ -454,70 +423,3 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 // four and sent 0.28 instead of 0.46 script calls per decision to a Cluster
 // at saturation (BENCHMARKS.md).
 const loneDirect = 2
-
-// submit runs c on an AutoPipeliner's deferred face, which sends the calls
-// that concurrent callers submit together, in one pipeline per node. The
-// batch runs on the AutoPipeliner's own context, so ctx bounds only the wait:
-// a call whose caller has given up still runs (and counts), as a call already
-// written to a connection does.
-func (s *RedisStore) submit(ctx context.Context, ap *redis.AutoPipeliner, c call) *redis.Cmd {
-	cmd := evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
-	s.sent.add(1, 1)
-	f := ap.Submit(ctx, once{cmd})
-	if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		// The batch may still fill cmd in at any moment: the caller reads
-		// a settled copy instead.
-		return failedCmd(ctx, err)
-	}
-	return cmd
-}
-
-// once marks a script call that go-redis must not send again after a
-// connection error: the call may have run, and a second run would count it
-// twice. go-redis's Cluster client retries such errors by itself (up to
-// MaxRedirects, whatever MaxRetries says); MOVED and ASK are still
-// followed, since a redirected call did not run. The caller sees the error
-// and its fallback decides.
-type once struct{ *redis.Cmd }
-
-func (once) NoRetry() bool { return true }
-
-// evalShaCmd is an EVALSHA command for an autopipeliner or a pipeline's
-// Process, routed by its first key; send it as once{cmd}.
-func evalShaCmd(ctx context.Context, sha string, keys []string, argv []any) *redis.Cmd {
-	args := make([]any, 0, 3+len(keys)+len(argv))
-	args = append(args, "evalsha", sha, len(keys))
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	cmd := redis.NewCmd(ctx, append(args, argv...)...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
-}
-
-// failedCmd is a command that failed with err without being sent.
-func failedCmd(ctx context.Context, err error) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(err)
-	return cmd
-}
-
-// maybeReload asks a Cluster for its slot map again after a connection
-// error (go-redis coalesces the requests); see RedisConn.Reload.
-func (s *RedisStore) maybeReload(cmds []*redis.Cmd) {
-	if s.conn.Reload == nil {
-		return
-	}
-	for _, c := range cmds {
-		if c == nil || c.Err() == nil {
-			continue
-		}
-		var rerr redis.Error
-		if !errors.As(c.Err(), &rerr) {
-			s.conn.Reload(context.Background())
-			return
-		}
-	}
-}
-
-func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }

@@ -2,8 +2,6 @@ package limiter
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"sync/atomic"
 
@@ -29,15 +27,10 @@ type Rider struct {
 
 // RiderScript is a script riders run (EVALSHA). A rider that meets NOSCRIPT
 // is not retried: its Reply sees the error, and Load puts the script back.
-type RiderScript struct {
-	src, sha string
-}
+type RiderScript struct{ script }
 
 // NewRiderScript prepares src.
-func NewRiderScript(src string) *RiderScript {
-	sum := sha1.Sum([]byte(src))
-	return &RiderScript{src: src, sha: hex.EncodeToString(sum[:])}
-}
+func NewRiderScript(src string) *RiderScript { return &RiderScript{newScript(src)} }
 
 // Load loads the script on every node.
 func (s *RiderScript) Load(ctx context.Context, c RedisClient) error {
@@ -68,7 +61,7 @@ func riding(ctx context.Context) *Rider {
 }
 
 func (s *RedisStore) riderCmd(ctx context.Context, r *Rider) *redis.Cmd {
-	return evalShaCmd(ctx, r.Script.sha, r.Keys, r.Args)
+	return evalShaCmd(ctx, r.Script.script, r.Keys, r.Args)
 }
 
 // execRiding is exec for sent calls with a rider: the rider joins their
@@ -80,7 +73,6 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 		f := s.conn.Batch.Submit(ctx, once{rc})
 		i := sent[0]
 		cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
-		s.maybeReload(cmds[i : i+1])
 		if err := f.WaitContext(ended); err == nil || !errors.Is(err, context.Canceled) {
 			r.Reply(rc)
 			return
@@ -93,25 +85,14 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 		}()
 		return
 	}
-	pipe := s.client.Pipeline()
-	_ = pipe.Process(ctx, once{rc})
+	pcmds := make([]*redis.Cmd, 1, len(sent)+1)
+	pcmds[0] = rc
 	for _, i := range sent {
 		c := calls[i]
-		cmds[i] = evalShaCmd(ctx, s.scripts[c.alg].sha, c.keys, c.args)
-		_ = pipe.Process(ctx, once{cmds[i]})
+		cmds[i] = evalShaCmd(ctx, s.scripts[c.alg], c.keys, c.args)
+		pcmds = append(pcmds, cmds[i])
 	}
-	s.sent.add(len(sent), len(sent))
-	if _, err := pipe.Exec(ctx); err != nil {
-		for _, i := range sent {
-			if cmds[i].Err() == nil && cmds[i].Val() == nil {
-				cmds[i].SetErr(err)
-			}
-		}
-		if rc.Err() == nil && rc.Val() == nil {
-			rc.SetErr(err)
-		}
-		s.maybeReload(cmds)
-	}
+	_ = s.pipeline(ctx, pcmds, len(sent))
 	r.Reply(rc)
 }
 
@@ -129,22 +110,14 @@ func (s *RedisStore) RunRiders(ctx context.Context, rs []*Rider) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(rs))
 	for i, r := range rs {
 		r.sent.Store(true)
 		cmds[i] = s.riderCmd(ctx, r)
-		_ = pipe.Process(ctx, once{cmds[i]})
 	}
-	_, err := pipe.Exec(ctx)
+	err := s.pipeline(ctx, cmds, 0)
 	for i, r := range rs {
-		if err != nil && cmds[i].Err() == nil && cmds[i].Val() == nil {
-			cmds[i].SetErr(err)
-		}
 		r.Reply(cmds[i])
-	}
-	if err != nil {
-		s.maybeReload(cmds)
 	}
 	return err
 }

@@ -1,0 +1,213 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
+)
+
+// Limit, Algorithm and the algorithms are package limit's: one definition of
+// a valid limit, shared with rule validation, and one registry of algorithms.
+type (
+	Limit     = limit.Limit
+	Algorithm = limit.Algorithm
+)
+
+// Errors callers act on.
+var (
+	ErrUnknownAlgorithm = limit.ErrUnknownAlgorithm
+	ErrInvalidLimit     = limit.ErrInvalidLimit
+	ErrInvalidRequest   = errors.New("invalid request")
+)
+
+// Request asks a store to take Cost units of a Limit.
+type Request struct {
+	Limit Limit
+	// Cost is the number of units to take; the store admits as many whole
+	// Need-sized parts as fit.
+	Cost int64
+	// Need is one request's cost, 0 meaning Cost: units are admitted in whole
+	// multiples of it (a single request is all-or-nothing), and RetryAfter is
+	// when Need units fit again. A coalesced call carries the summed cost of
+	// several equal-cost requests and one request's need, so partial admission
+	// admits whole requests. With MinInterval at most Need units are admitted
+	// per call.
+	Need int64
+	// At is the decision time; zero means the store's clock (Redis TIME).
+	// Tests pass explicit times.
+	At time.Time
+	// Restore makes the request a restore: the store had reported Remaining
+	// at At, and takes, as of At, what is missing since (at most Cost units)
+	// — nothing when it kept its state, what it had counted when it lost
+	// it. Restoring twice takes nothing the second time.
+	Restore   bool
+	Remaining int64
+}
+
+func (r Request) need() int64 {
+	if r.Need > 0 {
+		return r.Need
+	}
+	return r.Cost
+}
+
+// Validate reports every problem with r.
+func (r Request) Validate() error {
+	var errs []error
+	if err := r.Limit.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if r.Cost < 1 {
+		errs = append(errs, fmt.Errorf("%w: cost must be ≥ 1 (got %d)", ErrInvalidRequest, r.Cost))
+	}
+	if r.Need < 0 {
+		errs = append(errs, fmt.Errorf("%w: need must be ≥ 0 (got %d)", ErrInvalidRequest, r.Need))
+	}
+	return errors.Join(errs...)
+}
+
+// valid reports every problem with r, as Validate does, but checks a limit's
+// shape (everything but its key) once: requests come from a few compiled
+// rules, and a store is asked about the same shapes over and over. Up to
+// maxValidShapes shapes are remembered; past that every request is
+// validated in full.
+func (r Request) valid() error {
+	l := r.Limit
+	if r.Cost < 1 || r.Need < 0 || l.Key == "" || len(l.Key) > limit.MaxKeyLen || strings.ContainsAny(l.Key, "{}") {
+		return r.Validate()
+	}
+	sh := l
+	sh.Key = ""
+	known := validShapes.Load()
+	if known != nil && slices.Contains(*known, sh) {
+		return nil
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	validShapesMu.Lock()
+	defer validShapesMu.Unlock()
+	if known = validShapes.Load(); known == nil || len(*known) < maxValidShapes && !slices.Contains(*known, sh) {
+		var next []Limit
+		if known != nil {
+			next = append(next, *known...)
+		}
+		next = append(next, sh)
+		validShapes.Store(&next)
+	}
+	return nil
+}
+
+// validShapes holds limits (without their keys) known to be valid: a short
+// list, copied on write, that requests read without a lock.
+var (
+	validShapes   atomic.Pointer[[]Limit]
+	validShapesMu sync.Mutex
+)
+
+const maxValidShapes = 64
+
+// Decision is a store's answer to one Request.
+type Decision struct {
+	// Admitted is how many of the request's units were taken.
+	Admitted int64
+	// Allowed reports whether the whole cost was admitted.
+	Allowed bool
+	// Limit is the quota the answer refers to (Limit.Limit).
+	Limit int64
+	// Remaining is how many units would be admitted right after this call.
+	Remaining int64
+	// ResetAfter is when the limit is back to its full quota.
+	ResetAfter time.Duration
+	// RetryAfter is when Need units fit again, never earlier; 0 when allowed.
+	RetryAfter time.Duration
+	// Lease is what Refund gives back.
+	Lease Lease
+	// Unsure marks a failed take whose reply was lost after it was sent: it
+	// may have run, and Lease names the members it would have added
+	// (member-keeping algorithms only), to be removed whether it ran or not.
+	Unsure bool
+}
+
+// Lease identifies the units a Decision took, so that they can be given back
+// (a refund after another limit denied, or a concurrency slot released).
+type Lease struct {
+	Limit Limit
+	id    string // member prefix for sliding log and concurrency units
+	first int64  // index of the first member
+	Units int64
+	state int64 // window start for window algorithms
+}
+
+// Split divides the lease into its first n units and the rest: coalesced
+// callers hand each request its own share.
+func (l Lease) Split(n int64) (head, tail Lease) {
+	n = min(max(n, 0), l.Units)
+	head, tail = l, l
+	head.Units = n
+	tail.first += n
+	tail.Units -= n
+	return head, tail
+}
+
+// Store counts. Take answers every request in one round trip per node; each
+// request is decided on its own (Decide adds all-or-nothing). A request that
+// could not be decided has its error in errs at the same index.
+type Store interface {
+	Take(ctx context.Context, reqs []Request) ([]Decision, error)
+	Refund(ctx context.Context, leases []Lease) error
+	// Shard names the node that owns a limit's keys, "" for a store on one
+	// node: the Limiter keeps one breaker per shard.
+	Shard(Limit) string
+	// Remote reports whether calls cross the network, and so get the
+	// Limiter's deadline (a memory store never blocks: no timer).
+	Remote() bool
+	// Refresh asks the store to find again where keys live (a Cluster's
+	// slot map), before a breaker probe: a failed master's keys move to the
+	// promoted replica. It does not wait.
+	Refresh()
+	// Probe reports whether the node holding a limit's keys answers,
+	// counting nothing: a breaker's half-open probe.
+	Probe(ctx context.Context, l Limit) error
+}
+
+// TakeError reports which requests of a Take could not be decided.
+type TakeError struct {
+	Errs []error // one per request, nil where it was decided
+}
+
+func (e *TakeError) Error() string {
+	var b strings.Builder
+	n := 0
+	for i, err := range e.Errs {
+		if err == nil {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintf(&b, "request %d: %v", i, err)
+		}
+		n++
+	}
+	if n > 1 {
+		fmt.Fprintf(&b, " (and %d more)", n-1)
+	}
+	return b.String()
+}
+
+// Unwrap exposes the individual errors to errors.Is and errors.As.
+func (e *TakeError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
