@@ -4,15 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/valyala/fasthttp"
 )
 
 // BenchmarkHandlerAccessLog measures the request handler (identify, match,
@@ -41,41 +37,5 @@ func BenchmarkHandlerAccessLog(b *testing.B) {
 		b.Cleanup(func() { cancel(); <-done })
 		return e
 	}
-	edges := []*Edge{start(false), start(true)}
-	addrs := make([]net.Addr, 1024)
-	for i := range addrs {
-		addrs[i] = &net.TCPAddr{IP: net.IPv4(10, 2, byte(i>>8), byte(i)), Port: 40000}
-	}
-	var ctx fasthttp.RequestCtx
-	var req fasthttp.Request
-	i := 0
-	one := func(e *Edge) {
-		req.Reset()
-		req.SetRequestURI("http://bench.test/p/" + strconv.Itoa(i%20))
-		ctx.Init(&req, addrs[i%len(addrs)], nil)
-		e.handle(&ctx)
-		if ctx.Response.StatusCode() != 200 {
-			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
-		}
-		i++
-	}
-	var allocs [2]float64
-	for k, e := range edges {
-		allocs[k] = testing.AllocsPerRun(200, func() { one(e) })
-	}
-	var took [2]time.Duration
-	b.ResetTimer()
-	for b.Loop() {
-		for k, e := range edges {
-			start := time.Now()
-			one(e)
-			took[k] += time.Since(start)
-		}
-	}
-	n := float64(b.N)
-	b.ReportMetric(float64(took[0].Nanoseconds())/n, "off-ns/req")
-	b.ReportMetric(float64(took[1].Nanoseconds())/n, "on-ns/req")
-	b.ReportMetric(float64(took[1])/float64(took[0]), "on/off")
-	b.ReportMetric(allocs[0], "off-allocs/req")
-	b.ReportMetric(allocs[1], "on-allocs/req")
+	offOn(b, [2]*Edge{start(false), start(true)}, benchRequests(b, 2))
 }

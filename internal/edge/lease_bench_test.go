@@ -1,13 +1,9 @@
 package edge
 
 import (
-	"net"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
@@ -30,31 +26,11 @@ func BenchmarkHandlerLeased(b *testing.B) {
 rules:
   - {id: bench, key: [host], algorithm: token_bucket, limit: 1000000, window: 1s, burst: 1000000, accuracy: leased, tolerance: 0.05}
 `
-	edges := []*Edge{benchEdge(b, "version: 1\nrules: []\n", rd.URL()), benchEdge(b, leased, rd.URL())}
-	addrs := make([]net.Addr, 1024)
-	for i := range addrs {
-		addrs[i] = &net.TCPAddr{IP: net.IPv4(10, 3, byte(i>>8), byte(i)), Port: 40000}
-	}
-	var ctx fasthttp.RequestCtx
-	var req fasthttp.Request
-	i := 0
-	one := func(e *Edge) {
-		req.Reset()
-		req.SetRequestURI("http://bench.test/p/" + strconv.Itoa(i%20))
-		ctx.Init(&req, addrs[i%len(addrs)], nil)
-		e.handle(&ctx)
-		if ctx.Response.StatusCode() != 200 {
-			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
-		}
-		i++
-	}
+	edges := [2]*Edge{benchEdge(b, "version: 1\nrules: []\n", rd.URL()), benchEdge(b, leased, rd.URL())}
+	one := benchRequests(b, 3)
 	// Warm up: the first carves, then batches of the adaptive size.
 	for range 2000 {
 		one(edges[1])
-	}
-	var allocs [2]float64
-	for k, e := range edges {
-		allocs[k] = testing.AllocsPerRun(200, func() { one(e) })
 	}
 	carves := func() float64 {
 		mfs, err := edges[1].reg.Gather()
@@ -68,22 +44,6 @@ rules:
 		return 0
 	}
 	carves0 := carves()
-	var took [2]time.Duration
-	b.ResetTimer()
-	for b.Loop() {
-		for k, e := range edges {
-			start := time.Now()
-			one(e)
-			took[k] += time.Since(start)
-		}
-	}
-	b.StopTimer()
-	n := float64(b.N)
-	b.ReportMetric((carves()-carves0)/n, "carves/req")
-	b.ReportMetric(float64(took[0].Nanoseconds())/n, "off-ns/req")
-	b.ReportMetric(float64(took[1].Nanoseconds())/n, "on-ns/req")
-	b.ReportMetric(float64((took[1]-took[0]).Nanoseconds())/n, "added-ns/req")
-	b.ReportMetric(float64(took[1])/float64(took[0]), "on/off")
-	b.ReportMetric(allocs[0], "off-allocs/req")
-	b.ReportMetric(allocs[1], "on-allocs/req")
+	offOn(b, edges, one)
+	b.ReportMetric((carves()-carves0)/float64(b.N), "carves/req")
 }
