@@ -139,20 +139,25 @@ func readyFallbackDown(t *testing.T) {
 	require.Equal(t, 1.0, metricValue(t, r, "edgeguard_edge_ready"))
 }
 
-// readyFallbackSlow: fail-mode fallback, Redis slow: 200 degraded, then ready.
-func readyFallbackSlow(t *testing.T) {
+// frozenRedisEdge starts an edge with fail mode mode on a Redis of its
+// own, checks it is ready, and freezes that Redis; thaw resumes it (and
+// runs at cleanup if the test has not).
+func frozenRedisEdge(t *testing.T, mode limiter.FailMode) (r *running, thaw func()) {
 	frozen, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = frozen.Close() })
-	r := startEdge(t, perIP, readyRedis(frozen.URL(), limiter.FailFallback, testenv.KeyPrefix(t)))
+	r = startEdge(t, perIP, readyRedis(frozen.URL(), mode, testenv.KeyPrefix(t)))
 	require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
 	frozen.Freeze()
-	thawed := false
-	t.Cleanup(func() {
-		if !thawed {
-			frozen.Thaw()
-		}
-	})
+	var once sync.Once
+	thaw = func() { once.Do(frozen.Thaw) }
+	t.Cleanup(thaw)
+	return r, thaw
+}
+
+// readyFallbackSlow: fail-mode fallback, Redis slow: 200 degraded, then ready.
+func readyFallbackSlow(t *testing.T) {
+	r, thaw := frozenRedisEdge(t, limiter.FailFallback)
 	// Past the deadline (250 ms) the checks are decided locally.
 	require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"))
 	rz := getReadyz(t, r)
@@ -163,8 +168,7 @@ func readyFallbackSlow(t *testing.T) {
 	// the freeze (a slow host stretches it) counts one more.
 	require.GreaterOrEqual(t, metricSum(t, r, "edgeguard_limiter_store_errors_total", "class", "timeout"), 4.0)
 	// Redis answers again; no request comes, readiness finds out.
-	frozen.Thaw()
-	thawed = true
+	thaw()
 	waitReadyz(t, r, "ready once Redis answers", func(rz readyz) bool { return rz == readyz{200, "ready\n"} })
 	require.Zero(t, metricSum(t, r, "edgeguard_limiter_degraded"))
 }
@@ -182,18 +186,7 @@ func readyClosedUnreachable(t *testing.T) {
 
 // readyClosedFrozen: fail-mode closed, Redis frozen: 503, then ready.
 func readyClosedFrozen(t *testing.T) {
-	frozen, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = frozen.Close() })
-	r := startEdge(t, perIP, readyRedis(frozen.URL(), limiter.FailClosed, testenv.KeyPrefix(t)))
-	require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
-	frozen.Freeze()
-	thawed := false
-	t.Cleanup(func() {
-		if !thawed {
-			frozen.Thaw()
-		}
-	})
+	r, thaw := frozenRedisEdge(t, limiter.FailClosed)
 	require.Equal(t, []int{503, 503, 503, 503, 503, 503}, codes(t, r, 6, "/"))
 	rz := getReadyz(t, r)
 	require.Equal(t, 503, rz.code, rz.body)
@@ -202,8 +195,7 @@ func readyClosedFrozen(t *testing.T) {
 	require.Zero(t, metricValue(t, r, "edgeguard_edge_ready"))
 	// No traffic reaches a node its load balancer took out: readiness
 	// itself probes, and the node comes back once Redis answers.
-	frozen.Thaw()
-	thawed = true
+	thaw()
 	waitReadyz(t, r, "ready once Redis answers", func(rz readyz) bool { return rz == readyz{200, "ready\n"} })
 	// (The timed-out calls may have counted in Redis once it resumed:
 	// the quota left is not asserted, only who decides.)
