@@ -39,13 +39,6 @@ import (
 //   - The store unreachable: what the edge holds is spent first (the store
 //     counted it), then the check is decided like an exact one (fail mode;
 //     the fallback enforces the carving limit / nodes).
-//   - A busy key's next batch is carved ahead, by the check that leaves half
-//     a batch or less, after its own decision: the key's lock is not held
-//     during the call, so the other checks keep spending what is held
-//     instead of queueing behind a round trip (the cost that took leased
-//     rules below 0.9 of an edge without rules). What the edge holds, the
-//     batch in flight included, stays within the bound above; a token_bucket
-//     batch carved ahead keeps its own H, apart from the units before it.
 //
 // The sliding log and the sliding window counter are not leased: a unit
 // carved now and spent later would be counted at the carving time, which
@@ -125,17 +118,6 @@ type allowance struct {
 	// from before the carving call was sent, so never later than the
 	// store's own end of the window or hold).
 	expires time.Time
-	// next and nextExpires are a token_bucket batch carved ahead while
-	// units of the one before were left: kept apart, with its own end, and
-	// spent once those run out or expire.
-	next        int64
-	nextExpires time.Time
-	// carving is closed when the carve in flight lands (nil: none is):
-	// checks that find too little wait for it instead of calling too.
-	carving chan struct{}
-	// short: the last carve ahead got less than it asked for (the quota
-	// is nearly spent): no more carving ahead until a carve for a check.
-	short bool
 	// epoch changes whenever units are dropped or given back: a refund of
 	// units spent in an earlier epoch is not put back.
 	epoch uint64
@@ -160,13 +142,10 @@ type allowances struct {
 	max           int
 	start, closed sync.Once
 	stop          chan struct{}
-	// ahead: a check that leaves half a batch or less carves the next one
-	// (off only in tests that count carves made for checks).
-	ahead bool
 }
 
 func newAllowances(size int) *allowances {
-	return &allowances{m: map[string]*allowance{}, max: size, stop: make(chan struct{}), ahead: true}
+	return &allowances{m: map[string]*allowance{}, max: size, stop: make(chan struct{})}
 }
 
 func (as *allowances) get(key string) *allowance {
@@ -198,7 +177,13 @@ func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Out
 			outs[p.i] = o
 			continue
 		}
-		l.allowances.start.Do(l.startSweep)
+		l.allowances.start.Do(func() {
+			select {
+			case <-l.allowances.stop: // closed
+			default:
+				l.bg.Go(l.sweep)
+			}
+		})
 		o, err := l.spend(ctx, a, p, now)
 		if err != nil {
 			return err
@@ -206,14 +191,6 @@ func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Out
 		outs[p.i] = o
 	}
 	return nil
-}
-
-func (l *Limiter) startSweep() {
-	select {
-	case <-l.allowances.stop: // closed
-	default:
-		l.bg.Go(l.sweep)
-	}
 }
 
 // exact decides one leased check as an exact one.
@@ -227,195 +204,81 @@ func (l *Limiter) exact(ctx context.Context, p pending, now time.Time) (Outcome,
 	return outs[p.i], nil
 }
 
-// spend takes the check's cost from a. With too little held it waits for
-// the carve in flight, or carves itself (carveFor); a check that leaves
-// half a batch or less carves the next batch after its own decision
-// (carveAhead), so the checks after it find units instead of waiting for
-// the store.
+// spend takes the check's cost from a, carving first when a holds too little.
 func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.Time) (Outcome, error) {
 	c := p.check
 	a.mu.Lock()
-	for {
-		a.refresh(c, now)
-		if a.units >= c.Cost {
-			o := a.take(c, now, SourceLease)
-			ahead := l.allowances.ahead && a.wantsAhead()
-			var landed chan struct{}
-			if ahead {
-				landed = make(chan struct{})
-				a.carving = landed
-			}
-			a.mu.Unlock()
-			l.metrics.record(SourceLease, 1)
-			if ahead {
-				l.carveAhead(ctx, a, p, now, landed)
-			}
-			return o, nil
-		}
-		if a.carving == nil {
-			return l.carveFor(ctx, a, p, now) // unlocks a
-		}
-		landed := a.carving
-		a.mu.Unlock()
-		<-landed // bounded by the store's deadline
-		a.mu.Lock()
-	}
-}
-
-// refresh drops what a holds that c may not spend: units of another
-// limit, expired units; a batch carved ahead takes over from units too few
-// for c or expired.
-func (a *allowance) refresh(c Check, now time.Time) {
-	if a.lim != c.Limit {
+	defer a.mu.Unlock()
+	if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
 		a.drop()
 		a.lim = c.Limit
-		return
 	}
-	if a.next > 0 && (a.units < c.Cost || a.expired(now)) {
-		// A remainder smaller than the cost is dropped with its epoch.
-		a.units, a.expires = a.next, a.nextExpires
-		a.next, a.nextExpires = 0, time.Time{}
-		a.epoch++
+	source := SourceLease
+	if a.units < c.Cost {
+		a.terms = termsOf(c)
+		a.grow(now)
+		want := c.Cost - a.units + a.size
+		carve := carveLimit(c)
+		gen := l.cache.generation()
+		ds, errs := l.call(ctx, []Request{{Limit: carve, Cost: want, Need: 1}}, []string{p.key}, now)
+		if errs[0] != nil {
+			// What a held is spent (the store counted it); past it the
+			// check is decided like an exact one, on the carving limit.
+			o, err := l.degrade(Check{Limit: carve, Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, errs[0])
+			o.Decision.Limit = c.Limit.Limit
+			return o, err
+		}
+		d := ds[0]
+		a.carved = now
+		a.left, a.reset = d.Remaining, now.Add(d.ResetAfter)
+		if d.Admitted > 0 {
+			if d.Lease.state != a.from.state {
+				// Another window (fixed_window): the old one's units end
+				// with it, and so do refunds of units spent from them.
+				a.drop()
+			}
+			expires := now.Add(a.terms.hold)
+			if c.Limit.Algorithm == limit.FixedWindow {
+				// The script's reset is whole milliseconds, rounded up.
+				expires = now.Add(d.ResetAfter - time.Millisecond)
+			}
+			if a.units == 0 || expires.Before(a.expires) {
+				// Units left from an earlier batch keep their own end:
+				// the batches end together, at the earlier one.
+				a.expires = expires
+			}
+			a.units += d.Admitted
+			a.from = d.Lease
+		}
+		l.metrics.leaseCarves.Inc()
+		l.metrics.leaseCarved.Add(float64(d.Admitted))
+		source = SourceStore
+		if a.units < c.Cost {
+			l.metrics.record(SourceStore, 1)
+			d.Limit = c.Limit.Limit
+			d.Remaining = min(c.Limit.Limit, a.units)
+			d.Admitted, d.Allowed = 0, false
+			d.Lease = Lease{Limit: carve}
+			l.remember(c, d, 1, now, gen)
+			return Outcome{Decision: d, Source: SourceStore}, nil
+		}
 	}
-	if a.expired(now) {
-		a.drop()
-	}
-}
-
-func (a *allowance) expired(now time.Time) bool {
-	return !a.expires.IsZero() && !now.Before(a.expires)
-}
-
-// take spends c's cost from a's units (a holds enough).
-func (a *allowance) take(c Check, now time.Time, source Source) Outcome {
 	a.units -= c.Cost
 	a.used = now
+	l.metrics.record(source, 1)
 	return Outcome{
 		Decision: Decision{
 			Admitted:   c.Cost,
 			Allowed:    true,
 			Limit:      c.Limit.Limit,
-			Remaining:  min(c.Limit.Limit, a.left+a.units+a.next),
+			Remaining:  min(c.Limit.Limit, a.left+a.units),
 			ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
 			Lease:      Lease{Limit: c.Limit, Units: c.Cost},
 		},
 		Source: source,
 		allow:  a,
 		epoch:  a.epoch,
-	}
-}
-
-// wantsAhead says whether the next batch should be carved now: a busy key
-// (batches of more than one) holding half a batch or less, with no batch
-// carved ahead already, no carve in flight, and the quota not short.
-func (a *allowance) wantsAhead() bool {
-	return a.carving == nil && !a.short && a.next == 0 && a.size > 1 && a.units <= a.size/2
-}
-
-// carveFor carves for a check that a cannot pay (a locked; unlocked on
-// return), and decides the check from what the carve brought.
-func (l *Limiter) carveFor(ctx context.Context, a *allowance, p pending, now time.Time) (Outcome, error) {
-	c := p.check
-	a.terms = termsOf(c)
-	a.grow(now)
-	want := c.Cost - a.units + a.size
-	landed := make(chan struct{})
-	a.carving = landed
-	a.mu.Unlock()
-	carve := carveLimit(c)
-	gen := l.cache.generation()
-	ds, errs := l.call(ctx, []Request{{Limit: carve, Cost: want, Need: 1}}, []string{p.key}, now)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.carving = nil
-	close(landed)
-	if errs[0] != nil {
-		// What a held is spent (the store counted it); past it the
-		// check is decided like an exact one, on the carving limit.
-		o, err := l.degrade(Check{Limit: carve, Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, errs[0])
-		o.Decision.Limit = c.Limit.Limit
-		return o, err
-	}
-	d := ds[0]
-	a.short = d.Admitted < want
-	a.land(c, d, now, false)
-	l.metrics.leaseCarves.Inc()
-	l.metrics.leaseCarved.Add(float64(d.Admitted))
-	if a.units < c.Cost {
-		l.metrics.record(SourceStore, 1)
-		d.Limit = c.Limit.Limit
-		d.Remaining = min(c.Limit.Limit, a.units)
-		d.Admitted, d.Allowed = 0, false
-		d.Lease = Lease{Limit: carve}
-		l.remember(c, d, 1, now, gen)
-		return Outcome{Decision: d, Source: SourceStore}, nil
-	}
-	l.metrics.record(SourceStore, 1)
-	return a.take(c, now, SourceStore), nil
-}
-
-// carveAhead carves a's next batch after a check was decided from units
-// held; a.carving is landed, closed when the carve lands. A failed carve
-// is not an error of the check: the next check short of units carves
-// again (and is decided by the fail mode if that fails too).
-func (l *Limiter) carveAhead(ctx context.Context, a *allowance, p pending, now time.Time, landed chan struct{}) {
-	c := p.check
-	a.mu.Lock()
-	a.terms = termsOf(c)
-	a.grow(now)
-	// A whole batch (one carve a period, as when carving at need), within
-	// the most an edge may hold.
-	want := min(a.size, a.terms.most-a.units-a.next)
-	a.mu.Unlock()
-	var ds []Decision
-	var errs []error
-	if want > 0 {
-		ds, errs = l.call(ctx, []Request{{Limit: carveLimit(c), Cost: want, Need: 1}}, []string{p.key}, now)
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.carving = nil
-	close(landed)
-	if want <= 0 || errs[0] != nil || a.lim != c.Limit {
-		return // nothing asked, the store failed, or another limit took over
-	}
-	d := ds[0]
-	a.short = d.Admitted < want
-	a.land(c, d, now, true)
-	l.metrics.leaseCarves.Inc()
-	l.metrics.leaseCarved.Add(float64(d.Admitted))
-}
-
-// land adds what a carve sent at now brought to a. Units carved ahead of a
-// token_bucket batch still held wait apart (they end later); fixed_window
-// units of one window end together.
-func (a *allowance) land(c Check, d Decision, now time.Time, ahead bool) {
-	a.carved = now
-	a.left, a.reset = d.Remaining, now.Add(d.ResetAfter)
-	if d.Admitted <= 0 {
-		return
-	}
-	if d.Lease.state != a.from.state {
-		// Another window (fixed_window): the old one's units end
-		// with it, and so do refunds of units spent from them.
-		a.drop()
-	}
-	expires := now.Add(a.terms.hold)
-	if c.Limit.Algorithm == limit.FixedWindow {
-		// The script's reset is whole milliseconds, rounded up.
-		expires = now.Add(d.ResetAfter - time.Millisecond)
-	}
-	a.from = d.Lease
-	if ahead && a.units > 0 && c.Limit.Algorithm != limit.FixedWindow {
-		a.next, a.nextExpires = d.Admitted, expires
-		return
-	}
-	if a.units == 0 || expires.Before(a.expires) {
-		// Units left from an earlier batch keep their own end:
-		// the batches end together, at the earlier one.
-		a.expires = expires
-	}
-	a.units += d.Admitted
+	}, nil
 }
 
 // grow sizes the next batch from how soon the last one ran out: twice as
@@ -437,8 +300,8 @@ func (a *allowance) grow(now time.Time) {
 // drop forgets the units a holds (expired, or given back): a refund of a
 // unit spent before is not put back either.
 func (a *allowance) drop() {
-	a.units, a.next = 0, 0
-	a.expires, a.nextExpires = time.Time{}, time.Time{}
+	a.units = 0
+	a.expires = time.Time{}
 	a.epoch++
 }
 
@@ -478,7 +341,7 @@ func (l *Limiter) ReturnIdle(now time.Time) {
 			last = a.carved
 		}
 		idle := now.Sub(last) >= 2*a.terms.period
-		return idle || a.expired(now), idle
+		return idle || !a.expires.IsZero() && !now.Before(a.expires), idle
 	})
 }
 
@@ -487,30 +350,48 @@ func (l *Limiter) returnAll() {
 	l.returnWhere(l.now(), func(*allowance) (bool, bool) { return true, true })
 }
 
-// returnWhere gives back the units of the allowances pick chooses, tells
-// the store, and forgets the keys pick says to once they hold nothing.
-// Allowances in use (locked, or with a carve in flight) are left for the
-// next sweep.
 func (l *Limiter) returnWhere(now time.Time, pick func(*allowance) (give, forget bool)) {
-	keys, all := l.allowances.snapshot()
+	as := l.allowances
+	as.mu.Lock()
+	keys := make([]string, 0, len(as.m))
+	all := make([]*allowance, 0, len(as.m))
+	for k, a := range as.m {
+		keys, all = append(keys, k), append(all, a)
+	}
+	as.mu.Unlock()
 	var back []Lease
 	var gone []string
 	for i, a := range all {
-		if !a.mu.TryLock() {
+		if !a.mu.TryLock() { // carving: in use
 			continue
 		}
-		if a.carving == nil {
-			give, forget := pick(a)
-			if ls, ok := a.giveUp(give, now); ok {
+		give, forget := pick(a)
+		if give && a.units > 0 {
+			if a.from.Limit.Algorithm == limit.FixedWindow && now.Before(a.expires) {
+				ls := a.from
+				ls.Units = a.units
 				back = append(back, ls)
 			}
-			if forget && a.units == 0 {
-				gone = append(gone, keys[i])
-			}
+			a.drop()
+			a.size = 1 // the key went quiet here: start small again
+		}
+		if forget && a.units == 0 {
+			gone = append(gone, keys[i])
 		}
 		a.mu.Unlock()
 	}
-	l.allowances.forget(gone)
+	if len(gone) > 0 {
+		as.mu.Lock()
+		for _, k := range gone {
+			if a := as.m[k]; a != nil && a.mu.TryLock() {
+				if a.units == 0 {
+					delete(as.m, k)
+				}
+				a.mu.Unlock()
+			}
+		}
+		as.mu.Unlock()
+	}
 	if len(back) == 0 {
 		return
 	}
@@ -521,51 +402,6 @@ func (l *Limiter) returnWhere(now time.Time, pick func(*allowance) (give, forget
 	l.metrics.leaseReturned.Add(float64(units))
 	if err := l.giveBack(l.store, back); err != nil {
 		l.log.Warn("giving back leased allowance failed", "keys", len(back), "err", err)
-	}
-}
-
-// snapshot lists the keys and allowances held, so that they are visited
-// without the table's lock.
-func (as *allowances) snapshot() ([]string, []*allowance) {
-	as.mu.Lock()
-	defer as.mu.Unlock()
-	keys := make([]string, 0, len(as.m))
-	all := make([]*allowance, 0, len(as.m))
-	for k, a := range as.m {
-		keys, all = append(keys, k), append(all, a)
-	}
-	return keys, all
-}
-
-// giveUp drops what a holds when give is set (a locked); ok says the units
-// go back to the store: fixed_window units whose window is still open.
-func (a *allowance) giveUp(give bool, now time.Time) (ls Lease, ok bool) {
-	if !give || a.units+a.next <= 0 {
-		return Lease{}, false
-	}
-	if a.from.Limit.Algorithm == limit.FixedWindow && now.Before(a.expires) {
-		ls, ok = a.from, true
-		ls.Units = a.units
-	}
-	a.drop()
-	a.size = 1 // the key went quiet here: start small again
-	return ls, ok
-}
-
-// forget deletes the keys whose allowances still hold nothing.
-func (as *allowances) forget(keys []string) {
-	if len(keys) == 0 {
-		return
-	}
-	as.mu.Lock()
-	defer as.mu.Unlock()
-	for _, k := range keys {
-		if a := as.m[k]; a != nil && a.mu.TryLock() {
-			if a.units == 0 && a.carving == nil {
-				delete(as.m, k)
-			}
-			a.mu.Unlock()
-		}
 	}
 }
 

@@ -33,11 +33,6 @@ func held(l *Limiter, lm Limit) (units, size int64) {
 // fake clock and call ReturnIdle themselves.
 func noSweep(l *Limiter) { l.allowances.start.Do(func() {}) }
 
-// noAhead has l carve only for checks short of units, so that tests can
-// count the carves batch by batch (TestLeaseCarvesAhead covers carving
-// ahead).
-func noAhead(l *Limiter) { l.allowances.ahead = false }
-
 func TestLeaseRefusesWhatCannotBeLeased(t *testing.T) {
 	l, _, _ := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
@@ -59,7 +54,6 @@ func TestLeaseSizeAdapts(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
 	noSweep(l)
-	noAhead(l)
 	k := lim("busy", limit.FixedWindow, 6000, time.Hour) // period 1 s; most = 6000 × 0.05 / 3 = 100
 	for range 1000 {
 		v, err := l.Decide(context.Background(), leased(k, 0.05, 3))
@@ -136,7 +130,6 @@ func TestLeaseEndsWithItsWindow(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
 	noSweep(l)
-	noAhead(l)
 	k := lim("edge-of-window", limit.FixedWindow, 10, time.Second)
 	// The fake clock starts on a whole second: move to the window's end.
 	clock.add(900 * time.Millisecond)
@@ -172,7 +165,6 @@ func TestLeaseIdleReturn(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
 	noSweep(l)
-	noAhead(l)
 	k := lim("idle", limit.FixedWindow, 100, time.Hour)
 	for range 11 { // batches of 1+1, 1+2, 1+4, then 1+8 (8 left)
 		_, err := l.Decide(context.Background(), leased(k, 0.2, 1))
@@ -267,64 +259,4 @@ func TestLeaseTableFull(t *testing.T) {
 	require.Equal(t, calls+4, st.calls.Load(), "one call per decision up to the first denial, then the cache")
 	units, _ := held(l, second)
 	require.Zero(t, units)
-}
-
-// TestLeaseCarvesAhead: a check that leaves half a batch or less carves the
-// next batch after its own decision; checks meanwhile spend what is held
-// without a call, and a token_bucket batch carved ahead keeps its own end
-// when the units before it expire.
-func TestLeaseCarvesAhead(t *testing.T) {
-	l, st, clock := newTestLimiter(t, Config{})
-	t.Cleanup(l.Close)
-	noSweep(l)
-	k := lim("ahead", limit.TokenBucket, 1000, time.Second) // hold 100 ms, period 25 ms, most 100
-	decide := func() (Outcome, error) {
-		v, err := l.Decide(context.Background(), leased(k, 0.1, 1))
-		if err == nil && !v.Allowed {
-			err = errors.New("denied")
-		}
-		if err != nil {
-			return Outcome{}, err
-		}
-		return v.Checks[0], nil
-	}
-	o, err := decide()
-	require.NoError(t, err)
-	require.Equal(t, SourceStore, o.Source, "the first check carves for itself")
-	l.allowances.mu.Lock()
-	a := l.allowances.m[memKey(k)]
-	l.allowances.mu.Unlock()
-	a.mu.Lock()
-	a.units, a.size = 3, 4 // batches of 4; the units end 100 ms from now
-	a.mu.Unlock()
-
-	clock.add(50 * time.Millisecond)
-	st.gate = make(chan struct{})
-	calls := st.calls.Load()
-	type result struct {
-		o   Outcome
-		err error
-	}
-	first := make(chan result, 1)
-	go func() { o, err := decide(); first <- result{o, err} }() // 2 left: carves ahead
-	require.Eventually(t, func() bool { return st.calls.Load() == calls+1 }, 10*time.Second, time.Millisecond)
-	o, err = decide()
-	require.NoError(t, err)
-	require.Equal(t, SourceLease, o.Source, "decided from what is held while the carve is in flight")
-	st.gate <- struct{}{}
-	r := <-first
-	require.NoError(t, r.err)
-	require.Equal(t, SourceLease, r.o.Source, "the check that carved ahead was decided before")
-	a.mu.Lock()
-	units, next := a.units, a.next
-	a.mu.Unlock()
-	require.EqualValues(t, 1, units)
-	require.EqualValues(t, 4, next, "the batch carved ahead: a whole batch")
-
-	st.gate = nil
-	clock.add(70 * time.Millisecond) // the first batch ended, the one carved ahead has not
-	o, err = decide()
-	require.NoError(t, err)
-	require.Equal(t, SourceLease, o.Source, "spent from the batch carved ahead, not from a carve for it")
-	require.Equal(t, calls+1, st.calls.Load(), "no carve for it")
 }
