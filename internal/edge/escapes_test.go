@@ -36,8 +36,14 @@ func withRedis(rd *testenv.Standalone, salt string, more ...func(*Config)) func(
 	}
 }
 
-// flood sends n requests from 8 goroutines and counts the statuses.
+// flood sends n requests for / from 8 goroutines and counts the statuses.
 func flood(t *testing.T, r *running, n int, headers ...string) map[int]int {
+	return floodPath(t, r, "/", n, headers...)
+}
+
+// floodPath sends n requests for path from 8 goroutines and counts the
+// statuses.
+func floodPath(t *testing.T, r *running, path string, n int, headers ...string) map[int]int {
 	var mu sync.Mutex
 	got := map[int]int{}
 	var wg sync.WaitGroup
@@ -49,7 +55,7 @@ func flood(t *testing.T, r *running, n int, headers ...string) map[int]int {
 	for range 8 {
 		wg.Go(func() {
 			for range next {
-				req, err := http.NewRequest(http.MethodGet, "http://"+r.Addr()+"/", nil)
+				req, err := http.NewRequest(http.MethodGet, "http://"+r.Addr()+path, nil)
 				if err != nil {
 					panic(err)
 				}
@@ -304,25 +310,7 @@ rules:
     metrics: true
     count_if: {status: [401, 403]}
 `, withRedis(rd, testenv.KeyPrefix(t)))
-	var mu sync.Mutex
-	got := map[int]int{}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for range 50 {
-				resp, err := http.Get("http://" + r.Addr() + "/status?code=401")
-				if err != nil {
-					panic(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				mu.Lock()
-				got[resp.StatusCode]++
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	got := floodPath(t, r, "/status?code=401", 400)
 	t.Logf("400 attempts, 8 at a time, limit 20: %d reached the origin (overshoot %d), %d denied", got[401], got[401]-20, got[429])
 	require.Equal(t, 400, got[401]+got[429])
 	require.GreaterOrEqual(t, got[401], 20)
