@@ -526,6 +526,9 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	// keys are decided from the static share, and the debts are settled
 	// once it answers again.
 	done = begin("leased and global rules: leases, dc-away's Redis paused (static share), debts settled")
+	// Allowances go back once idle for two periods (2 s for these 4 s
+	// windows) while their window lasts: start as a window starts.
+	testenv.EarlyInWindow(4*time.Second, 3500*time.Millisecond)
 	for i := range 20 {
 		for _, e := range []*edgeProc{ams, fra} {
 			// Batches double (1, 2, 4, … units): a key's requests end

@@ -334,6 +334,8 @@ rules:
     metrics: true
     cost_header: X-Cost
 `, withRedis(rd, testenv.KeyPrefix(t)))
+	// Every step counts on one window's units.
+	testenv.EarlyInWindow(time.Minute, 20*time.Second)
 	for i, c := range []string{"4", "4"} {
 		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "a"))
 		waitCounted(t, r, "complexity", float64(i+1))

@@ -154,3 +154,15 @@ func roleOf(ctx context.Context, c *redis.Client) (string, error) {
 	role, _ := reply[0].(string)
 	return role, nil
 }
+
+// EarlyInWindow returns once at least need is left of the current
+// epoch-aligned window of length w (fixed_window's windows), sleeping
+// until the next window starts if less is. A test whose steps must fall
+// in one window calls it first: the window's end is a wall-clock
+// boundary, not an event to wait for.
+func EarlyInWindow(w, need time.Duration) {
+	now := time.Now()
+	if end := now.Truncate(w).Add(w); end.Sub(now) < need {
+		time.Sleep(end.Sub(now))
+	}
+}
