@@ -210,7 +210,7 @@ rules:
     key: [ip]
     algorithm: fixed_window
     limit: 1
-    window: 1m
+    window: 1h
 `, nil)
 	require.Equal(t, 200, r.get(t, "/admin").StatusCode)
 	for _, p := range []string{"//admin", "/%2Fadmin", "/%61dmin", "/x/../admin", "/admin/deeper"} {
@@ -227,7 +227,7 @@ rules:
     key: [ip]
     algorithm: fixed_window
     limit: 1
-    window: 1m
+    window: 1h
     shadow: true
     metrics: true
 `, nil)

@@ -169,7 +169,7 @@ rules:
     key: [header:X-User]
     algorithm: fixed_window
     limit: 2
-    window: 1m
+    window: 1h
     metrics: true
     limit_header: X-Edge-Limit
 `
@@ -330,12 +330,12 @@ rules:
     key: [header:X-User]
     algorithm: fixed_window
     limit: 10
-    window: 1m
+    window: 1h
     metrics: true
     cost_header: X-Cost
 `, withRedis(rd, testenv.KeyPrefix(t)))
 	// Every step counts on one window's units.
-	testenv.EarlyInWindow(time.Minute, 20*time.Second)
+	testenv.EarlyInWindow(time.Hour, 20*time.Second)
 	for i, c := range []string{"4", "4"} {
 		require.Equal(t, []int{200}, codes(t, r, 1, "/status?code=200&cost="+c, "X-User", "a"))
 		waitCounted(t, r, "complexity", float64(i+1))
@@ -383,7 +383,7 @@ rules:
     key: [ip]
     algorithm: fixed_window
     limit: 2
-    window: 1m
+    window: 1h
     penalty: 1m
     metrics: true` + bypass + "\n"
 	}
@@ -450,7 +450,7 @@ rules:
     key: [ip]
     algorithm: fixed_window
     limit: 50
-    window: 1m
+    window: 1h
     penalty: 1m
 `, withRedis(rd, testenv.KeyPrefix(t)))
 	before := commandCalls(t, c, "pttl", "set")

@@ -137,7 +137,7 @@ rules:
     key: [ip]
     algorithm: fixed_window
     limit: 2
-    window: 1m
+    window: 1h
 `
 
 // HTTP/1.0 may leave Host out; a request without one must not skip host

@@ -52,9 +52,9 @@ func TestRegionLabelsOptIn(t *testing.T) {
 // decisions are counted under rule="_other", however many rules there are.
 func TestRuleLabelOptIn(t *testing.T) {
 	var doc strings.Builder
-	doc.WriteString("version: 1\nrules:\n  - id: watched\n    key: [ip]\n    algorithm: fixed_window\n    limit: 1\n    window: 1m\n    metrics: true\n")
+	doc.WriteString("version: 1\nrules:\n  - id: watched\n    key: [ip]\n    algorithm: fixed_window\n    limit: 1\n    window: 1h\n    metrics: true\n")
 	for i := range 50 {
-		fmt.Fprintf(&doc, "  - id: quiet-%d\n    key: [ip]\n    algorithm: fixed_window\n    limit: 1\n    window: 1m\n", i)
+		fmt.Fprintf(&doc, "  - id: quiet-%d\n    key: [ip]\n    algorithm: fixed_window\n    limit: 1\n    window: 1h\n", i)
 	}
 	r := startEdge(t, doc.String(), nil)
 	require.Equal(t, 200, r.get(t, "/").StatusCode)

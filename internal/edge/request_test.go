@@ -92,7 +92,7 @@ rules:
     key: [ip]
     algorithm: fixed_window
     limit: 1
-    window: 1m
+    window: 1h
 `
 
 // An absolute-form request-target names the host (RFC 9112 §3.2.2): the
@@ -121,7 +121,7 @@ rules:
     key: ["header:X-Api-Key"]
     algorithm: fixed_window
     limit: 1
-    window: 1m
+    window: 1h
 `
 
 // A header the edge decides on (a rule key, a match, the priority) must
