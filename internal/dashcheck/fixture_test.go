@@ -439,7 +439,10 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	done := begin("warm-up: allowed, denied, shadow_denied, critical proxied")
 	// Two denials: the first decided by Redis, the second by the over-limit
 	// cache, so both denied series exist before the counted phase (a
-	// counter's first sample carries no increase).
+	// counter's first sample carries no increase). per-client and
+	// shadow-trial count in 10-minute windows on the clock: a client's
+	// sends fall in one of them.
+	testenv.EarlyInWindow(10*time.Minute, 10*time.Second)
 	require.Equal(t, map[int]int{200: 5, 429: 2}, sendN(t, ams, 7, "/api/x", "203.0.113.1", ""))
 	require.Equal(t, map[int]int{200: 3}, sendN(t, ams, 3, "/shadow", "203.0.113.1", ""))
 	require.Equal(t, map[int]int{200: 1}, sendN(t, ams, 1, "/", "203.0.113.1", "critical"))
@@ -456,6 +459,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 
 	// --- scenario: counted (the values the panels must report) ---
 	done = begin("counted: 7 denied per-client, 4 shadow_denied, 10 critical proxied, 2 rejected documents, 6 bypassed")
+	testenv.EarlyInWindow(10*time.Minute, 10*time.Second)
 	t0 := time.Now()
 	require.Equal(t, map[int]int{200: 5, 429: wantDenied}, sendN(t, ams, 5+wantDenied, "/api/y", "203.0.113.2", ""))
 	require.Equal(t, map[int]int{200: 2 + wantShadow}, sendN(t, ams, 2+wantShadow, "/shadow", "203.0.113.2", ""))
