@@ -366,7 +366,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/slow":
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // kept: the origin's service time is the subject
 		case "/broken":
 			// The connection drops without a response: an origin error.
 			if c, _, err := w.(http.Hijacker).Hijack(); err == nil {

@@ -68,7 +68,7 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 		if at >= overload {
 			break
 		}
-		time.Sleep(time.Until(begin.Add(at)))
+		time.Sleep(time.Until(begin.Add(at))) // kept: an open loop sends each request when it is due
 		tier, e := mix[i%len(mix)], edges[(i/len(mix))%len(edges)]
 		wg.Go(func() {
 			method := http.MethodGet

@@ -34,7 +34,7 @@ func TestOverloadShedsLowTiersFirst(t *testing.T) {
 	originSlots := make(chan struct{}, capacity)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		originSlots <- struct{}{}
-		time.Sleep(service)
+		time.Sleep(service) // kept: the origin's service time is the subject
 		<-originSlots
 		_, _ = io.WriteString(w, "ok")
 	}))
