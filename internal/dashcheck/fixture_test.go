@@ -30,11 +30,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	regionctlcmd "github.com/edgeguard/edgeguard/internal/regionctl"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -210,14 +210,18 @@ func startEdgeProc(t *testing.T, bin, pop, origin, redisURL, consul string) *edg
 		}
 	})
 	c := &http.Client{Timeout: time.Second}
-	require.Eventually(t, func() bool {
+	err := proc.PollEvery(testenv.Within(t, 30*time.Second), 20*time.Millisecond, "edge "+pop+" ready", func(context.Context) error {
 		resp, err := c.Get("http://" + e.admin + "/readyz")
 		if err != nil {
-			return false
+			return err
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "edge %s ready", pop)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz answered %d", resp.StatusCode)
+		}
+		return nil
+	})
+	require.NoError(t, err)
 	return e
 }
 
@@ -321,11 +325,30 @@ func promValue(ctx context.Context, p promv1.API, q string, at time.Time) (float
 // waitProm polls until q returns one series of value want.
 func waitProm(t *testing.T, p promv1.API, q string, want float64) {
 	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		v, err := promValue(context.Background(), p, q, time.Now())
-		require.NoError(c, err)
-		require.Equal(c, want, v, q)
-	}, 30*time.Second, 100*time.Millisecond)
+	waitPromValue(t, p, q, fmt.Sprintf("%s = %v", q, want), func(v float64) bool { return v == want })
+}
+
+// waitPromAtLeast polls until q returns one series of value min or more.
+func waitPromAtLeast(t *testing.T, p promv1.API, q string, min float64) {
+	t.Helper()
+	waitPromValue(t, p, q, fmt.Sprintf("%s >= %v", q, min), func(v float64) bool { return v >= min })
+}
+
+// waitPromValue polls q until it returns one series whose value is ok; a
+// failure names what was awaited and the last answer.
+func waitPromValue(t *testing.T, p promv1.API, q, what string, ok func(float64) bool) {
+	t.Helper()
+	err := proc.PollEvery(testenv.Within(t, 30*time.Second), 100*time.Millisecond, what, func(ctx context.Context) error {
+		v, err := promValue(ctx, p, q, time.Now())
+		if err != nil {
+			return err
+		}
+		if !ok(v) {
+			return fmt.Errorf("%s is %v", q, v)
+		}
+		return nil
+	})
+	require.NoError(t, err)
 }
 
 func metricFamilies(t *testing.T, addr string) map[string]bool {
@@ -1088,13 +1111,4 @@ func settingsMap(kv []string) map[string]string {
 		m[k] = v
 	}
 	return m
-}
-
-func waitPromAtLeast(t *testing.T, p promv1.API, q string, min float64) {
-	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		v, err := promValue(context.Background(), p, q, time.Now())
-		require.NoError(c, err)
-		require.GreaterOrEqual(c, v, min, q)
-	}, 30*time.Second, 100*time.Millisecond)
 }

@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/regionctl"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -92,8 +94,14 @@ func push(t *testing.T, rc *region.Client, regionName, key, doc string) {
 // since that was.
 func waitVersion(t *testing.T, r *running, want string, since time.Time) time.Duration {
 	t.Helper()
-	require.Eventually(t, func() bool { return r.rules.Load().Version() == want }, 10*time.Second, 10*time.Millisecond,
-		"edge %s/%s never ran version %s", r.cfg.Region, r.cfg.PoP, want)
+	what := fmt.Sprintf("edge %s/%s to run version %s", r.cfg.Region, r.cfg.PoP, want)
+	err := proc.PollEvery(testenv.Within(t, 10*time.Second), 10*time.Millisecond, what, func(context.Context) error {
+		if v := r.rules.Load().Version(); v != want {
+			return fmt.Errorf("it runs %s", v)
+		}
+		return nil
+	})
+	require.NoError(t, err)
 	return time.Since(since)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -260,8 +261,14 @@ func TestCountByResponse(t *testing.T) {
 // sent after the response, on its own goroutine).
 func waitCounted(t *testing.T, r *running, rule string, n float64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return escapeCount(t, r, rule, "response_counted") >= n },
-		10*time.Second, 5*time.Millisecond, "%v responses counted", n)
+	what := fmt.Sprintf("%v responses of %s counted", n, rule)
+	err := proc.PollEvery(testenv.Within(t, 10*time.Second), 5*time.Millisecond, what, func(context.Context) error {
+		if got := escapeCount(t, r, rule, "response_counted"); got < n {
+			return fmt.Errorf("%v counted", got)
+		}
+		return nil
+	})
+	require.NoError(t, err)
 }
 
 // countOnly401s: only 401s count (credential stuffing); once they are

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
@@ -42,10 +44,13 @@ func getReadyz(t *testing.T, r *running) readyz {
 func waitReadyz(t *testing.T, r *running, what string, cond func(readyz) bool) readyz {
 	t.Helper()
 	var last readyz
-	require.Eventually(t, func() bool {
-		last = getReadyz(t, r)
-		return cond(last)
-	}, 15*time.Second, 20*time.Millisecond, "%s; last /readyz: %d %q", what, last.code, last.body)
+	err := proc.PollEvery(testenv.Within(t, 15*time.Second), 20*time.Millisecond, what, func(context.Context) error {
+		if last = getReadyz(t, r); !cond(last) {
+			return fmt.Errorf("/readyz answered %d %q", last.code, last.body)
+		}
+		return nil
+	})
+	require.NoError(t, err)
 	return last
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/faults"
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -580,19 +581,30 @@ func (c *cell) result(start, end time.Time, heavy, light *tally) result {
 func (c *cell) leaked(t *testing.T) int64 {
 	st := c.edges[0].store
 	keys := append(st.Keys(c.heavy), st.Keys(c.light)...)
-	inUse := func() (n int64, err error) {
+	var n int64
+	var err error // of the last read
+	read := func(ctx context.Context) error {
+		n, err = 0, nil
 		for _, k := range keys {
-			v, zerr := c.dep.direct.ZCard(context.Background(), k).Result()
+			v, zerr := c.dep.direct.ZCard(ctx, k).Result()
 			n, err = n+v, errors.Join(err, zerr)
 		}
-		return n, err
+		return err
 	}
-	var n int64
-	var err error
-	waitFor(func() bool { n, err = inUse(); return err == nil && n == 0 }, 12*time.Second)
+	// Slots still held when the wait ends are a figure the matrix's table
+	// records (the cell fails on it afterwards), not an error here.
+	_ = proc.PollEvery(testenv.Within(t, 12*time.Second), 20*time.Millisecond, "every concurrency slot released", func(ctx context.Context) error {
+		if err := read(ctx); err != nil {
+			return err
+		}
+		if n > 0 {
+			return fmt.Errorf("%d slots held", n)
+		}
+		return nil
+	})
 	if err != nil {
 		// No answer yet (a Cluster between failovers): wait for one.
-		waitFor(func() bool { n, err = inUse(); return err == nil }, 20*time.Second)
+		err = proc.PollEvery(testenv.Within(t, 20*time.Second), 20*time.Millisecond, "Redis to answer", read)
 	}
 	require.NoError(t, err, "reading the concurrency ZSETs")
 	return n
@@ -603,30 +615,13 @@ func (c *cell) leaked(t *testing.T) int64 {
 // state is read once it answers.
 func (c *cell) redisCount(t *testing.T) int64 {
 	var count int64
-	var err error
-	waitFor(func() bool {
+	err := proc.PollEvery(testenv.Within(t, 20*time.Second), 20*time.Millisecond, "Redis to answer", func(context.Context) error {
+		var err error
 		count, err = redisCount(c.dep.direct, c.edges[0].store, c.heavy)
-		return err == nil
-	}, 20*time.Second)
+		return err
+	})
 	require.NoError(t, err, "reading Redis's count")
 	return count
-}
-
-// waitFor polls cond every 20 ms until it holds or d passes. Unlike
-// require.Eventually it does not fail the test: what is left when d passes
-// (slots still held, a count not read) is a figure the matrix's table
-// records, and the cell fails on it afterwards.
-func waitFor(cond func() bool, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond) // kept: the poll's interval; Redis's state sends no event
-	}
 }
 
 // bound is the most a key may admit between start and end: limit +

@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/edge"
+	"github.com/edgeguard/edgeguard/internal/proc"
+	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -183,21 +185,23 @@ func startEdge(t *testing.T, p string) *edge.Edge {
 // every second.
 func waitConverged(t *testing.T, p, version string) {
 	t.Helper()
-	var last result
-	require.Eventually(t, func() bool {
-		last = run(t, "regions", "status", "--prefix", p, "--region", "eu-west", "--output", "json")
+	err := proc.PollEvery(testenv.Within(t, 3*time.Minute), time.Second, "eu-west to converge on "+version, func(context.Context) error {
+		last := run(t, "regions", "status", "--prefix", p, "--region", "eu-west", "--output", "json")
 		if last.code != ExitOK {
-			return false
+			return fmt.Errorf("regions status: %s", last)
 		}
 		var out struct {
 			Regions []regionStatus `json:"regions"`
 		}
 		if json.Unmarshal([]byte(last.stdout), &out) != nil || len(out.Regions) != 1 {
-			return false
+			return fmt.Errorf("not one region's status: %s", last)
 		}
-		st := out.Regions[0]
-		return st.ExpectedVersion == version && st.Healthy == 1 && st.Converged
-	}, 3*time.Minute, time.Second, "last: %s", &last)
+		if st := out.Regions[0]; st.ExpectedVersion != version || st.Healthy != 1 || !st.Converged {
+			return fmt.Errorf("expected version %s, %v healthy, converged %v", st.ExpectedVersion, st.Healthy, st.Converged)
+		}
+		return nil
+	})
+	require.NoError(t, err)
 }
 
 // hits sends n requests for host to the edge and returns the status codes.

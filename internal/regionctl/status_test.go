@@ -1,6 +1,8 @@
 package regionctl
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
@@ -30,10 +33,14 @@ func fakeEdge(t *testing.T, dc *testenv.Consul, id, pop, version, status string)
 func waitStatus(t *testing.T, p string, check func(r result) bool, args ...string) result {
 	t.Helper()
 	var last result
-	require.Eventually(t, func() bool {
-		last = run(t, append([]string{"regions", "status", "--prefix", p}, args...)...)
-		return check(last)
-	}, 10*time.Second, 50*time.Millisecond, "last: %s", &last)
+	what := strings.Join(append([]string{"regions status"}, args...), " ") + " to answer as expected"
+	err := proc.PollEvery(testenv.Within(t, 10*time.Second), 50*time.Millisecond, what, func(context.Context) error {
+		if last = run(t, append([]string{"regions", "status", "--prefix", p}, args...)...); !check(last) {
+			return fmt.Errorf("it answered %s", last)
+		}
+		return nil
+	})
+	require.NoError(t, err)
 	return last
 }
 

@@ -166,3 +166,11 @@ func EarlyInWindow(w, need time.Duration) {
 		time.Sleep(end.Sub(now))
 	}
 }
+
+// Within returns a context that ends after d or with tb, whichever comes
+// first: the bound of a wait (proc.Poll) inside a test.
+func Within(tb testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(tb.Context(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}

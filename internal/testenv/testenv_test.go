@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
@@ -229,17 +230,10 @@ func TestSentinel(t *testing.T) {
 // writeEventually retries a write until the client has found the new master.
 func writeEventually(ctx context.Context, t *testing.T, c redis.Cmdable, key string) {
 	t.Helper()
-	for {
-		err := c.Set(ctx, key, "after", 0).Err()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("writing %s after failover: %v", key, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	err := proc.PollEvery(ctx, 50*time.Millisecond, "a write of "+key+" after failover", func(ctx context.Context) error {
+		return c.Set(ctx, key, "after", 0).Err()
+	})
+	require.NoError(t, err)
 }
 
 // assertClosed closes the deployment twice and checks that nothing is left:

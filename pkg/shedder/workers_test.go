@@ -2,6 +2,7 @@ package shedder
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -9,13 +10,22 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/proc"
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
-// waitQueued spins (yielding) until n requests are queued; queueing is the
-// event under test, so polling it is deterministic, unlike sleeping.
+// waitQueued polls until n requests are queued; queueing is the event
+// under test, so polling it is deterministic, unlike sleeping.
 func waitQueued(t *testing.T, w *Workers, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return w.queued() == n }, 5*time.Second, 100*time.Microsecond)
+	err := proc.PollEvery(testenv.Within(t, 5*time.Second), 100*time.Microsecond, fmt.Sprintf("%d requests queued", n), func(context.Context) error {
+		if q := w.queued(); q != n {
+			return fmt.Errorf("%d queued", q)
+		}
+		return nil
+	})
+	require.NoError(t, err)
 }
 
 func TestWorkersCapUnderConcurrency(t *testing.T) {
@@ -174,9 +184,8 @@ func TestWorkersPriorityQueue(t *testing.T) {
 	results := make(chan result, 4)
 	wait := func(tier Tier) {
 		release, err := w.Acquire(context.Background(), tier)
-		results <- result{tier, err}
+		results <- result{tier, err} // sent before the release: results come in the order of admission
 		if err == nil {
-			time.Sleep(10 * time.Millisecond)
 			release()
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -345,7 +346,7 @@ func TestClusterRehomesOnTheFirstProbe(t *testing.T) {
 	es := startThreeEdges(t, steadyRules, c.URL(), "cluster")
 
 	load := startSpread(t, es, []string{"203.0.113.9"}, 6, 2*time.Millisecond, 60*time.Second)
-	require.NoError(t, eventually(10*time.Second, 20*time.Millisecond, func() error {
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 10*time.Second), 20*time.Millisecond, "30 decisions by Redis", func(context.Context) error {
 		if r, _, _ := decisionsNow(t, es); r < 30 {
 			return fmt.Errorf("%.0f redis decisions", r)
 		}
@@ -375,7 +376,7 @@ func TestClusterRehomesOnTheFirstProbe(t *testing.T) {
 	promoted := time.Now()
 	// Back on Redis: a quiet stretch after the promotion with Redis
 	// deciding and nothing falling back.
-	require.NoError(t, eventually(20*time.Second, 50*time.Millisecond, func() error {
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 20*time.Second), 50*time.Millisecond, "decisions back on Redis", func(context.Context) error {
 		tl.mu.Lock()
 		defer tl.mu.Unlock()
 		if tl.redisAt.IsZero() || time.Since(tl.lastFallback) < time.Second {
@@ -424,7 +425,7 @@ rules:
 	// ~10 requests/s per client: each has used about a third of its quota
 	// when the master dies, and twice the quota by the end.
 	load := startSpread(t, es, ips, 6, 150*time.Millisecond, 60*time.Second)
-	require.NoError(t, eventually(10*time.Second, 20*time.Millisecond, func() error {
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 10*time.Second), 20*time.Millisecond, "a third of the quota sent", func(context.Context) error {
 		if n := load.sent.Load(); n < int64(limit/3*len(ips)) {
 			return fmt.Errorf("%d requests sent", n)
 		}
@@ -438,7 +439,7 @@ rules:
 	promoted := time.Since(killed)
 	rP, _, _ := decisionsNow(t, es)
 	// Until every client sent twice its quota, well after the failover.
-	require.NoError(t, eventually(60*time.Second, 50*time.Millisecond, func() error {
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 60*time.Second), 50*time.Millisecond, "twice the quota sent", func(context.Context) error {
 		if n := load.sent.Load(); n < int64(2*limit*len(ips)) {
 			return fmt.Errorf("%d requests sent", n)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -97,7 +98,9 @@ func (l *load) halt() {
 // waitSent waits until n more requests were answered.
 func (l *load) waitSent(n int64, timeout time.Duration) error {
 	target := l.sent.Load() + n
-	return eventually(timeout, 5*time.Millisecond, func() error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return proc.PollEvery(ctx, 5*time.Millisecond, fmt.Sprintf("%d more requests answered", n), func(context.Context) error {
 		if got := l.sent.Load(); got < target {
 			return fmt.Errorf("%d of %d requests answered", got, target)
 		}
@@ -131,7 +134,9 @@ func decisionsOf(m metrics) decisionsBy {
 // decided: every key, including those of the failed master, is on Redis
 // again.
 func waitBackOnRedis(e *edgeProc, l *load, timeout time.Duration) error {
-	return eventually(timeout, 50*time.Millisecond, func() error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return proc.PollEvery(ctx, 50*time.Millisecond, "decisions back on Redis", func(context.Context) error {
 		m0, err := scrapeErr(e)
 		if err != nil {
 			return err

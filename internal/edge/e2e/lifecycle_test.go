@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -49,7 +51,7 @@ rules:
 		}()
 	}
 	// Every request is past the edge and waiting on the origin.
-	require.NoError(t, eventually(5*time.Second, 2*time.Millisecond, func() error {
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 5*time.Second), 2*time.Millisecond, "every request at the origin", func(context.Context) error {
 		if n := org.arrived.Load(); n < inflight {
 			return fmt.Errorf("%d of %d requests reached the origin", n, inflight)
 		}
@@ -60,7 +62,8 @@ rules:
 	e.Signal(syscall.SIGTERM)
 	admin := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var draining time.Time
-	require.NoError(t, eventually(2*time.Second, 2*time.Millisecond, func() error {
+	// Polled at a fixed 2 ms: when /readyz turned is a figure of the test.
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 2*time.Second), 2*time.Millisecond, "/readyz to answer 503", func(context.Context) error {
 		resp, err := admin.Get("http://" + e.Admin + "/readyz")
 		if err != nil {
 			return err

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -230,8 +230,10 @@ func startEdge(t testing.TB, args ...string) *edgeProc {
 // deadline passes.
 func waitReady(e *edgeProc, timeout time.Duration) error {
 	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	exited := false
-	err := eventually(timeout, 10*time.Millisecond, func() error {
+	err := proc.PollEvery(ctx, 10*time.Millisecond, "/readyz to answer 200", func(context.Context) error {
 		if !e.Alive() {
 			exited = true
 			return nil // nothing left to wait for
@@ -472,24 +474,4 @@ func onNode(ctx context.Context, addr string, fn func(context.Context, *redis.Cl
 		return fmt.Errorf("%s: %w", addr, err)
 	}
 	return nil
-}
-
-var errTimeout = errors.New("timed out")
-
-// eventually polls cond every interval until it returns nil or timeout
-// passes, and returns the last error. It is require.Eventually for the
-// places that have no *testing.T (starting an edge for a benchmark,
-// helpers returning an error) or want the last reason in the failure.
-func eventually(timeout, interval time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if !time.Now().Before(deadline) {
-			return fmt.Errorf("%w after %s: %w", errTimeout, timeout, err)
-		}
-		time.Sleep(interval) // kept: the poll's interval; cond reads a state that sends no event
-	}
 }

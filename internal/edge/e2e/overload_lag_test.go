@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +14,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/proc"
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // TestRuntimeLagShedsAStalledEdge stalls two edge processes the same way
@@ -88,16 +93,22 @@ func TestRuntimeLagShedsAStalledEdge(t *testing.T) {
 
 	// The lagging edge sheds within 20 s of stalls (start_after and
 	// full_after are 1 s and 2 s; the stalls also slow the scrapes).
-	err := eventually(20*time.Second, 200*time.Millisecond, func() error {
+	err := proc.PollEvery(testenv.Within(t, 20*time.Second), 200*time.Millisecond, "a test-tier request refused", func(context.Context) error {
 		if notProcessed[0].Load() == 0 {
 			return errors.New("no test-tier request refused yet")
 		}
 		return nil
 	})
 	// Ten more stalls, so the ramp-only edge goes through as many after
-	// the other started shedding.
-	for from := cycles.Load(); err == nil && cycles.Load() < from+10; {
-		time.Sleep(100 * time.Millisecond)
+	// the other started shedding (a stall cycle takes 400 ms).
+	if err == nil {
+		from := cycles.Load()
+		err = proc.PollEvery(testenv.Within(t, 20*time.Second), 100*time.Millisecond, "ten more stalls", func(context.Context) error {
+			if n := cycles.Load() - from; n < 10 {
+				return fmt.Errorf("%d stalls since the first refusal", n)
+			}
+			return nil
+		})
 	}
 	close(stop)
 	wg.Wait()

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/proc"
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // TestOverloadShedsLowTiersFirst offers ~3× an origin's capacity in a mix of
@@ -136,7 +140,7 @@ func TestOverloadShedsLowTiersFirst(t *testing.T) {
 	require.Greater(t, rate("write"), rate("read"))
 
 	// After the load, the level returns to rest within start_after+full_after.
-	require.NoError(t, eventually(4*time.Second, 50*time.Millisecond, func() error {
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 4*time.Second), 50*time.Millisecond, "the shed level back at rest", func(context.Context) error {
 		m, err := scrapeErr(e)
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/proc"
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // startUnreadyEdge starts an edge that must come up not ready: a
@@ -26,7 +30,7 @@ func startUnreadyEdge(t *testing.T, args ...string) *edgeProc {
 		"--drain-delay", "0",
 	}, args...)...)
 	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	require.NoError(t, eventually(20*time.Second, 10*time.Millisecond, func() error {
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 20*time.Second), 10*time.Millisecond, "/readyz to answer 503 unavailable", func(context.Context) error {
 		if !e.Alive() {
 			return fmt.Errorf("process exited: %s", e.logTail(20))
 		}
