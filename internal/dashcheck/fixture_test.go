@@ -365,15 +365,22 @@ func metricFamilies(t *testing.T, addr string) map[string]bool {
 	return out
 }
 
-func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
-	root := repoRoot(t)
-	boards, err := LoadBoards(filepath.Join(root, "dashboards"))
-	require.NoError(t, err)
-	rulesPath := filepath.Join(root, "dashboards", "alerts", "edgeguard.rules.yml")
-	rules, err := LoadRules(rulesPath)
-	require.NoError(t, err)
+// dashFixture is what the scenarios run against: two edges (ams, fra) of
+// one region behind an origin, with the region's Redis and its exporter,
+// a second region's Redis (away) homing global keys, Consul, and a
+// Prometheus scraping them all and evaluating the alert rules.
+type dashFixture struct {
+	rd, away       *testenv.Standalone
+	exp            *testenv.RedisExporter
+	consul         *testenv.Consul
+	cc             *consulapi.Client
+	regionRulesKey string
+	ams, fra       *edgeProc
+	prom           *testenv.Prometheus
+	p              promv1.API
+}
 
-	// --- fixture ---
+func startDashFixture(t *testing.T, rulesPath string) *dashFixture {
 	bin := filepath.Join(t.TempDir(), "edge")
 	build := exec.Command("go", "build", "-o", bin, "github.com/edgeguard/edgeguard/cmd/edge")
 	out, err := build.CombinedOutput()
@@ -449,6 +456,22 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	p := promv1.NewAPI(pc)
 	waitProm(t, p, `sum(up{job="edgeguard-edge"})`, 2)
 	waitProm(t, p, `sum(redis_up)`, 1)
+	return &dashFixture{rd: rd, away: away, exp: exp, consul: consul, cc: cc, regionRulesKey: regionRulesKey,
+		ams: ams, fra: fra, prom: prom, p: p}
+}
+
+func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
+	root := repoRoot(t)
+	boards, err := LoadBoards(filepath.Join(root, "dashboards"))
+	require.NoError(t, err)
+	rulesPath := filepath.Join(root, "dashboards", "alerts", "edgeguard.rules.yml")
+	rules, err := LoadRules(rulesPath)
+	require.NoError(t, err)
+
+	// --- fixture ---
+	fx := startDashFixture(t, rulesPath)
+	rd, away, exp, consul, cc, regionRulesKey := fx.rd, fx.away, fx.exp, fx.consul, fx.cc, fx.regionRulesKey
+	ams, fra, prom, p := fx.ams, fx.fra, fx.prom, fx.p
 
 	var phases []phase
 	var report []string
@@ -719,9 +742,26 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	runEnd := time.Now()
 
 	// --- variables, as Grafana fills them from label_values ---
-	ctx := context.Background()
+	vars := grafanaVars(t, p, boards, runStart, runEnd)
+
+	ck := &checks{boards: boards, rules: rules, p: p, phases: phases, vars: vars, start: runStart, end: runEnd}
+	marks := map[string][2]time.Time{newVersion: {setBefore, setAfter}, switchVersion: {switchBefore, switchAfter}}
+	t.Run("panels", ck.panels)
+	t.Run("counted values", func(t *testing.T) { ck.counted(t, countAt) })
+	t.Run("annotations", func(t *testing.T) { ck.annotations(t, marks, newVersion, switchVersion) })
+	t.Run("alerts", ck.alerts)
+	t.Run("exported", func(t *testing.T) { ck.exported(t, []string{ams.admin, fra.admin}, exp.Addr) })
+	for _, l := range append(report, ck.report...) {
+		t.Log(l)
+	}
+}
+
+// grafanaVars fills the boards' variables as Grafana does from
+// label_values over [start, end], and checks that every query variable
+// of the boards is one it fills.
+func grafanaVars(t *testing.T, p promv1.API, boards []Board, start, end time.Time) map[string]string {
 	labelValues := func(label, match string) string {
-		vs, _, _, err := p.LabelValues(ctx, label, []string{match}, runStart, runEnd)
+		vs, _, _, err := p.LabelValues(context.Background(), label, []string{match}, start, end)
 		require.NoError(t, err)
 		require.NotEmpty(t, vs, "label_values(%s, %s)", match, label)
 		var ss []string
@@ -747,18 +787,8 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	}
 	vars["__rate_interval"] = (4 * scrapeInterval).String()
 	vars["__interval"] = scrapeInterval.String()
-	vars["__range"] = strconv.Itoa(int(runEnd.Sub(runStart).Seconds())+1) + "s"
-
-	ck := &checks{boards: boards, rules: rules, p: p, phases: phases, vars: vars, start: runStart, end: runEnd}
-	marks := map[string][2]time.Time{newVersion: {setBefore, setAfter}, switchVersion: {switchBefore, switchAfter}}
-	t.Run("panels", ck.panels)
-	t.Run("counted values", func(t *testing.T) { ck.counted(t, countAt) })
-	t.Run("annotations", func(t *testing.T) { ck.annotations(t, marks, newVersion, switchVersion) })
-	t.Run("alerts", ck.alerts)
-	t.Run("exported", func(t *testing.T) { ck.exported(t, []string{ams.admin, fra.admin}, exp.Addr) })
-	for _, l := range append(report, ck.report...) {
-		t.Log(l)
-	}
+	vars["__range"] = strconv.Itoa(int(end.Sub(start).Seconds())+1) + "s"
+	return vars
 }
 
 // checks is what the scenarios leave for the checks: the boards and
