@@ -101,9 +101,10 @@ func TestRuntimeLagShedsAStalledEdge(t *testing.T) {
 	})
 	// Ten more stalls, so the ramp-only edge goes through as many after
 	// the other started shedding (a stall cycle takes 400 ms).
+	var more error
 	if err == nil {
 		from := cycles.Load()
-		err = proc.PollEvery(testenv.Within(t, 20*time.Second), 100*time.Millisecond, "ten more stalls", func(context.Context) error {
+		more = proc.PollEvery(testenv.Within(t, 20*time.Second), 100*time.Millisecond, "ten more stalls", func(context.Context) error {
 			if n := cycles.Load() - from; n < 10 {
 				return fmt.Errorf("%d stalls since the first refusal", n)
 			}
@@ -113,6 +114,7 @@ func TestRuntimeLagShedsAStalledEdge(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	require.NoError(t, err, "the edge with runtime_lag_bad never shed through %d stalls", cycles.Load())
+	require.NoError(t, more, "the stalls went on after the first refusal")
 
 	lagM, rampM := scrape(t, lagging), scrape(t, ramp)
 	shedLag := sum(lagM, "edgeguard_shedder_shed_total", "tier", "test")
