@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -388,7 +389,7 @@ func (g *globalDrill) startLinks(ctx context.Context, sentinelRegion, clusterReg
 }
 
 // clusterAddrs lists every address the Cluster's clients may dial: the
-// outputs' nodes and seeds and every node its slot map announces.
+// outputs' nodes and seeds and every node its shards announce.
 func clusterAddrs(ctx context.Context, r stack.Region) ([]string, error) {
 	seen := map[string]bool{}
 	for _, a := range append(slices.Clone(r.Redis.Nodes), r.Redis.Seeds...) {
@@ -403,13 +404,17 @@ func clusterAddrs(ctx context.Context, r stack.Region) ([]string, error) {
 	}
 	c := redis.NewClusterClient(o)
 	defer c.Close()
-	slots, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
-		return nil, fmt.Errorf("reading the Cluster's slot map: %w", err)
+		return nil, fmt.Errorf("reading the Cluster's shards: %w", err)
 	}
-	for _, s := range slots {
+	for _, s := range shards {
 		for _, n := range s.Nodes {
-			seen[n.Addr] = true
+			host := n.Endpoint
+			if host == "" || host == "?" {
+				host = n.IP
+			}
+			seen[net.JoinHostPort(host, strconv.FormatInt(n.Port, 10))] = true
 		}
 	}
 	return slices.Sorted(maps.Keys(seen)), nil
