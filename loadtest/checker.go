@@ -308,12 +308,15 @@ type checkerSummary struct {
 }
 
 type policySummary struct {
-	Name      string   `json:"name"`
-	Algorithm string   `json:"algorithm"`
-	Quota     int64    `json:"q"`
-	Window    string   `json:"window"`
-	Scope     string   `json:"scope"`
-	Checks    []string `json:"checks"`
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	Quota     int64  `json:"q"`
+	// Bound is the most admissions one window may hold: q, or a leased or
+	// global rule's ⌊q·(1+tolerance)⌋.
+	Bound  int64    `json:"bound"`
+	Window string   `json:"window"`
+	Scope  string   `json:"scope"`
+	Checks []string `json:"checks"`
 }
 
 // Summary is checker.summary(): stats, the first findings and what was
@@ -325,9 +328,12 @@ func (c *Checker) Summary() (sobek.Value, error) {
 	s.Finished = c.sc.finished
 	c.sc.mu.Unlock()
 	for _, p := range c.sc.c.Policies() {
-		ps := policySummary{Name: p.Name, Algorithm: p.Algorithm, Quota: p.Quota, Window: p.Window.String(), Scope: "region", Checks: []string{}}
-		if p.PerPoP {
+		ps := policySummary{Name: p.Name, Algorithm: p.Algorithm, Quota: p.Quota, Bound: p.Bound(), Window: p.Window.String(), Scope: "region", Checks: []string{}}
+		switch {
+		case p.PerPoP:
 			ps.Scope = "pop"
+		case p.Global:
+			ps.Scope = "all regions"
 		}
 		ps.Checks = append(ps.Checks, p.Checks()...)
 		s.Policies = append(s.Policies, ps)

@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -28,6 +29,7 @@ type globalRegions struct {
 
 type homeClient struct {
 	url, mode string
+	dial      map[string]string
 	client    redis.UniversalClient
 	store     *limiter.RedisStore
 }
@@ -75,12 +77,12 @@ func (gr *globalRegions) apply(data []byte) error {
 			continue
 		}
 		rc, ok := gr.clients[r.Name]
-		if !ok || rc.url != r.Redis || rc.mode != r.RedisMode {
+		if !ok || rc.url != r.Redis || rc.mode != r.RedisMode || !maps.Equal(rc.dial, r.Dial) {
 			mode, err := limiter.ParseMode(r.RedisMode)
 			if err != nil {
 				return err
 			}
-			c, err := limiter.NewRedisClient(r.Redis, mode)
+			c, err := limiter.NewRedisClient(r.Redis, mode, r.Dial)
 			if err != nil {
 				return fmt.Errorf("region catalog: redis of %s: %w", r.Name, err)
 			}
@@ -89,7 +91,7 @@ func (gr *globalRegions) apply(data []byte) error {
 				_ = c.Close()
 				return err
 			}
-			rc = homeClient{url: r.Redis, mode: r.RedisMode, client: c, store: st}
+			rc = homeClient{url: r.Redis, mode: r.RedisMode, dial: r.Dial, client: c, store: st}
 		}
 		next[r.Name], stores[r.Name] = rc, rc.store
 	}

@@ -2,8 +2,11 @@ package limiter
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,8 +45,9 @@ func ParseMode(s string) (Mode, error) {
 // reply was lost would count twice, and the caller falls back instead.
 // A refused connection fails at once (one dial attempt, not go-redis's five
 // 100 ms apart): the caller's deadline is a few ms and the fallback is ready.
-// The client does not connect until first used.
-func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
+// The client does not connect until first used. dial, when given, maps
+// addresses to dial instead of them (see DialMap).
+func NewRedisClient(rawURL string, mode Mode, dial ...DialMap) (redis.UniversalClient, error) {
 	if _, err := url.Parse(rawURL); err != nil || rawURL == "" {
 		return nil, fmt.Errorf("parsing redis URL: %w", urlErr(rawURL, err))
 	}
@@ -55,6 +59,7 @@ func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 		}
 		o.ContextTimeoutEnabled, o.MaxRetries = true, -1
 		o.DialerRetries = max(o.DialerRetries, 1)
+		o.Dialer = dialer(dial, o.DialTimeout, o.TLSConfig)
 		return redis.NewClient(o), nil
 	case ModeCluster:
 		o, err := redis.ParseClusterURL(rawURL)
@@ -63,6 +68,7 @@ func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 		}
 		o.ContextTimeoutEnabled, o.MaxRetries = true, -1
 		o.DialerRetries = max(o.DialerRetries, 1)
+		o.Dialer = dialer(dial, o.DialTimeout, o.TLSConfig)
 		if o.ClusterStateReloadInterval == 0 {
 			o.ClusterStateReloadInterval = 5 * time.Second // a backstop; errors trigger a reload at once
 		}
@@ -77,10 +83,43 @@ func NewRedisClient(rawURL string, mode Mode) (redis.UniversalClient, error) {
 		}
 		o.ContextTimeoutEnabled, o.MaxRetries = true, -1
 		o.DialerRetries = max(o.DialerRetries, 1)
+		o.Dialer = dialer(dial, o.DialTimeout, o.TLSConfig)
 		return redis.NewFailoverClient(o), nil
 	}
 	_, err := ParseMode(string(mode))
 	return nil, err
+}
+
+// DialMap maps a Redis address, as the URL, a Cluster's slot map or a
+// Sentinel names it, to the address to connect to instead: a NAT, tunnel
+// or proxy in front of each node, for a Redis whose nodes announce
+// addresses the client cannot reach as such (another region's).
+type DialMap map[string]string
+
+// dialer is go-redis's own dialer (dial timeout, 5 min keep-alive, TLS
+// when configured) with the addresses of the maps replaced; nil (go-redis's
+// default) without a non-empty map.
+func dialer(maps []DialMap, timeout time.Duration, tlsConf *tls.Config) func(context.Context, string, string) (net.Conn, error) {
+	maps = slices.DeleteFunc(slices.Clone(maps), func(m DialMap) bool { return len(m) == 0 })
+	if len(maps) == 0 {
+		return nil
+	}
+	if timeout == 0 {
+		timeout = 5 * time.Second // go-redis's default
+	}
+	nd := &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		for _, m := range maps {
+			if to, ok := m[addr]; ok {
+				addr = to
+				break
+			}
+		}
+		if tlsConf == nil {
+			return nd.DialContext(ctx, network, addr)
+		}
+		return (&tls.Dialer{NetDialer: nd, Config: tlsConf}).DialContext(ctx, network, addr)
+	}
 }
 
 // RedisConn is what a RedisStore runs on: a client and the capabilities the

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"slices"
 
 	"github.com/hashicorp/consul/api"
@@ -30,6 +32,12 @@ type CatalogRegion struct {
 	Redis string `json:"redis"`
 	// RedisMode is standalone (default), cluster or sentinel, as --redis-mode.
 	RedisMode string `json:"redis_mode,omitempty"`
+	// Dial maps addresses of this Redis, as its URL, its Cluster's slot
+	// map or its sentinels name them, to the addresses other regions'
+	// edges connect to instead (host:port each): a NAT, tunnel or proxy in
+	// front of each node, where the nodes announce addresses only their
+	// own region reaches.
+	Dial map[string]string `json:"dial,omitempty"`
 }
 
 // Catalog is where the region catalog lives, in every region's datacenter.
@@ -64,6 +72,13 @@ func ParseCatalog(data []byte) (Catalog, error) {
 		case "", "standalone", "cluster", "sentinel":
 		default:
 			errs = append(errs, fmt.Errorf("region catalog: regions[%d] (%s): unknown redis_mode %q (want standalone, cluster or sentinel)", i, r.Name, r.RedisMode))
+		}
+		for _, from := range slices.Sorted(maps.Keys(r.Dial)) {
+			for _, a := range []string{from, r.Dial[from]} {
+				if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+					errs = append(errs, fmt.Errorf("region catalog: regions[%d] (%s): dial %q → %q: %q is not host:port", i, r.Name, from, r.Dial[from], a))
+				}
+			}
 		}
 	}
 	return c, errors.Join(errs...)

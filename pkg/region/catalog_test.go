@@ -10,6 +10,9 @@ func TestParseCatalog(t *testing.T) {
 	c, err := ParseCatalog([]byte(`{"regions":[{"name":"eu-west","redis":"redis://10.0.0.1:6379"},{"name":"us-east","redis":"redis://10.1.0.1:6379","redis_mode":"cluster"}]}`))
 	require.NoError(t, err)
 	require.Equal(t, []string{"eu-west", "us-east"}, c.Names())
+	c, err = ParseCatalog([]byte(`{"regions":[{"name":"eu-west","redis":"redis://10.0.0.1:6379","redis_mode":"cluster","dial":{"10.0.0.1:6379":"192.0.2.1:16379"}}]}`))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"10.0.0.1:6379": "192.0.2.1:16379"}, c.Regions[0].Dial)
 
 	for name, c := range map[string]struct{ doc, want string }{
 		"unknown field": {`{"regions":[{"name":"a","redis":"redis://x","weight":2}]}`, `unknown field "weight"`},
@@ -18,6 +21,7 @@ func TestParseCatalog(t *testing.T) {
 		"no redis":      {`{"regions":[{"name":"a"}]}`, "redis required"},
 		"no name":       {`{"regions":[{"redis":"redis://x"}]}`, "name required"},
 		"bad mode":      {`{"regions":[{"name":"a","redis":"redis://x","redis_mode":"ring"}]}`, `unknown redis_mode "ring"`},
+		"bad dial":      {`{"regions":[{"name":"a","redis":"redis://x","dial":{"10.0.0.1:6379":"nat-host"}}]}`, `"nat-host" is not host:port`},
 	} {
 		_, err := ParseCatalog([]byte(c.doc))
 		require.ErrorContains(t, err, c.want, name)

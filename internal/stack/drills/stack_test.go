@@ -9,6 +9,7 @@ package drills
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -242,14 +243,74 @@ func TestEveryEdgeServesTLS(t *testing.T) {
 // The load-test kit's CI smoke on the same stack: 20 s of
 // loadtest/scenarios/multi-region.js through both regions' DNS, with the
 // correctness thresholds only (over-admission, false denials, broken retry
-// promises, malformed fields, errors). k6 comes from make k6's cache.
+// promises, malformed fields, errors). k6 comes from make k6's cache. The
+// regions reach each other's Redis over drill 6's WAN-like link meanwhile,
+// so the global rule's roaming clients (roam-global) lease across it; the
+// checker must have judged that rule's admissions and denials over both
+// regions, the most in one window within its bound.
 func TestLoadtestSmoke(t *testing.T) {
-	c := exec.Command(filepath.Join(root, "loadtest", "run.sh"), "multi-region")
-	c.Dir = root
-	c.Env = append(os.Environ(), "SMOKE=1", "STACK_OUTPUTS="+outputs)
-	out, err := c.CombinedOutput()
-	t.Logf("k6 multi-region smoke:\n%s", proc.LastLines(string(out), 60))
-	require.NoError(t, err, "the smoke's thresholds failed (k6 exits non-zero)")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var out []byte
+	joined, err := env.OverWAN(ctx, func(ctx context.Context) error {
+		c := exec.CommandContext(ctx, filepath.Join(root, "loadtest", "run.sh"), "multi-region")
+		c.Dir = root
+		c.Env = append(os.Environ(), "SMOKE=1", "STACK_OUTPUTS="+outputs, "EDGEGUARD_RESULTS="+dir)
+		var err error
+		out, err = c.CombinedOutput()
+		return err
+	})
+	t.Logf("k6 multi-region smoke over the WAN link (joined in %s):\n%s", joined.Round(time.Millisecond), proc.LastLines(string(out), 70))
+	require.NoError(t, err, "the smoke's thresholds failed (k6 exits non-zero), or the link did not come up")
+
+	files, err := filepath.Glob(filepath.Join(dir, "multi-region-smoke-*.json"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	data, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	var doc struct {
+		Edgeguard struct {
+			Checker struct {
+				Stats struct {
+					ByPolicy map[string]struct {
+						Admissions   int64            `json:"admissions_judged"`
+						Denials      int64            `json:"denials_judged"`
+						MostInWindow int64            `json:"most_in_window"`
+						Findings     map[string]int64 `json:"findings"`
+					} `json:"by_policy"`
+				} `json:"stats"`
+				Policies []struct {
+					Name  string `json:"name"`
+					Quota int64  `json:"q"`
+					Bound int64  `json:"bound"`
+					Scope string `json:"scope"`
+				} `json:"policies"`
+			} `json:"checker"`
+		} `json:"edgeguard"`
+	}
+	require.NoError(t, json.Unmarshal(data, &doc))
+	const rule = "roam-global"
+	var bound, quota int64
+	for _, p := range doc.Edgeguard.Checker.Policies {
+		if p.Name == rule {
+			require.Equal(t, "all regions", p.Scope)
+			bound, quota = p.Bound, p.Quota
+		}
+	}
+	ps, ok := doc.Edgeguard.Checker.Stats.ByPolicy[rule]
+	require.True(t, ok, "the checker did not check %s's counts", rule)
+	r := newResult("k6 smoke: " + rule + " over the WAN")
+	r.Counts["admissions_judged"], r.Counts["denials_judged"] = int(ps.Admissions), int(ps.Denials)
+	r.Counts["most_in_window"], r.Counts["bound"] = int(ps.MostInWindow), int(bound)
+	r.Counts["over_admission"], r.Counts["false_denials"] = int(ps.Findings["over_admission"]), int(ps.Findings["false_denial"])
+	r.Times["wan_joined"] = joined
+	results = append(results, r)
+	t.Logf("%s (q=%d): %v", rule, quota, r.Counts)
+	require.Positive(t, ps.Admissions, "no admission of %s judged", rule)
+	require.Positive(t, ps.Denials, "no denial of %s judged: no client reached the limit", rule)
+	require.LessOrEqual(t, ps.MostInWindow, bound)
+	require.Zero(t, ps.Findings["over_admission"]+ps.Findings["false_denial"])
 }
 
 // The region-wide enforcement switch takes effect on every edge of the
@@ -264,11 +325,13 @@ func TestDrill5EnforcementSwitch(t *testing.T) {
 		r.Times["p50"], r.Times["p99"], r.Times["max"])
 }
 
-// A global rule over both regions: one quota for roaming clients, an
-// under-limit client (almost) never denied, a partition decided from the
-// static share within its bound, and its debts paid once on the heal.
+// A global rule over both regions, each reaching the other's Redis over a
+// WAN-like link: one quota for roaming clients whichever region is the
+// key's home (the Sentinel region or the Cluster region), an under-limit
+// client (almost) never denied, a partition decided from the static share
+// within its bound, and its debts paid once on the heal.
 func TestDrill6GlobalRule(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
 	r := env.Drill6(ctx)

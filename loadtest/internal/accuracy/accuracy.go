@@ -32,6 +32,7 @@ package accuracy
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -166,6 +167,23 @@ type Stats struct {
 	// PromisesTested counts requests sent after a 429's Retry-After with
 	// no admission in between: kept (admitted) plus broken (denied).
 	PromisesTested int64 `json:"promises_tested"`
+	// ByPolicy breaks the count checks down per policy (policies whose
+	// counts are checked only).
+	ByPolicy map[string]PolicyStats `json:"by_policy"`
+}
+
+// PolicyStats are one policy's count checks: what was judged and the most
+// admissions seen inside one window, to set beside the policy's bound.
+type PolicyStats struct {
+	// Admissions and Denials judged against the count (over-admission,
+	// false denial).
+	Admissions int64 `json:"admissions_judged"`
+	Denials    int64 `json:"denials_judged"`
+	// MostInWindow is the most admissions of one client found inside one
+	// window (whole send→receive intervals inside it, as over-admission
+	// counts them).
+	MostInWindow int64            `json:"most_in_window"`
+	Findings     map[string]int64 `json:"findings"`
 }
 
 type kind uint8
@@ -212,6 +230,12 @@ func New(policies []Policy) *Checker {
 		c.policies[p.Name] = &p
 	}
 	c.stats.Findings = map[string]int64{OverAdmission: 0, FalseDenial: 0, BrokenPromise: 0}
+	c.stats.ByPolicy = map[string]PolicyStats{}
+	for name, p := range c.policies {
+		if p.checksCounts() {
+			c.stats.ByPolicy[name] = PolicyStats{Findings: map[string]int64{OverAdmission: 0, FalseDenial: 0, BrokenPromise: 0}}
+		}
+	}
 	return c
 }
 
@@ -324,6 +348,9 @@ func (c *Checker) Flush(settled time.Time) []Finding {
 	}
 	for _, f := range out {
 		c.stats.Findings[f.Kind]++
+		if ps, ok := c.stats.ByPolicy[f.Policy]; ok {
+			ps.Findings[f.Kind]++
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Recv.Before(out[j].Recv) })
 	return out
@@ -334,15 +361,23 @@ func (c *Checker) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.stats
-	s.Findings = map[string]int64{}
-	for k, v := range c.stats.Findings {
-		s.Findings[k] = v
+	s.Findings = maps.Clone(c.stats.Findings)
+	s.ByPolicy = map[string]PolicyStats{}
+	for name, ps := range c.stats.ByPolicy {
+		ps.Findings = maps.Clone(ps.Findings)
+		s.ByPolicy[name] = ps
 	}
 	return s
 }
 
 func (tl *timeline) evaluate(key timelineKey, settled time.Time, st *Stats, out []Finding) []Finding {
 	p := tl.policy
+	ps, counted := st.ByPolicy[key.policy]
+	defer func() {
+		if counted {
+			st.ByPolicy[key.policy] = ps
+		}
+	}()
 	for i, e := range tl.entries {
 		if e.done {
 			continue
@@ -364,7 +399,10 @@ func (tl *timeline) evaluate(key timelineKey, settled time.Time, st *Stats, out 
 			}
 			if p.checksCounts() {
 				st.CheckedCounts++
-				if n, ev, ok := tl.overAdmitted(i); ok {
+				ps.Admissions++
+				n, ev, ok := tl.overAdmitted(i)
+				ps.MostInWindow = max(ps.MostInWindow, n)
+				if ok {
 					found(OverAdmission, fmt.Sprintf("%d admissions inside one %s window of %s (q=%d, bound %d)", n, p.Window, p.Algorithm, p.Quota, p.Bound()), ev)
 				}
 			}
@@ -372,6 +410,7 @@ func (tl *timeline) evaluate(key timelineKey, settled time.Time, st *Stats, out 
 			// A denial can be both: below quota and after a promise.
 			if p.checksCounts() && p.MinInterval == 0 {
 				st.CheckedCounts++
+				ps.Denials++
 				if n, ev, ok := tl.falselyDenied(i); ok {
 					found(FalseDenial, fmt.Sprintf("denied with at most %d possible admissions in the window (q=%d)", n, p.Quota), ev)
 				}

@@ -310,8 +310,12 @@ func TestLeasedAndGlobalBounds(t *testing.T) {
 		require.Contains(t, fs[0].Detail, "bound 12")
 	})
 	t.Run("global counts across regions", func(t *testing.T) {
-		fs, _ := run([]Policy{global}, admissions("global", 13, "eu-west", "us-east")...)
+		fs, c := run([]Policy{global}, admissions("global", 13, "eu-west", "us-east")...)
 		require.Equal(t, []string{"over_admission/global"}, kinds(fs))
+		ps := c.Stats().ByPolicy["global"]
+		require.EqualValues(t, 13, ps.MostInWindow, "the most admissions in one window, over both regions")
+		require.EqualValues(t, 13, ps.Admissions)
+		require.EqualValues(t, 1, ps.Findings[OverAdmission])
 	})
 	t.Run("region rule counts each region alone", func(t *testing.T) {
 		fs, _ := run([]Policy{region}, admissions("region", 13, "eu-west", "us-east")...)
@@ -324,7 +328,11 @@ func TestLeasedAndGlobalBounds(t *testing.T) {
 		require.Equal(t, []string{"false_denial/global"}, kinds(fs))
 		evs = admissions("global", 10, "eu-west", "us-east")
 		evs = append(evs, in("us-east", deny("global", 200, 205, time.Second)))
-		fs, _ = run([]Policy{global}, evs...)
+		fs, c := run([]Policy{global}, evs...)
 		require.Empty(t, kinds(fs))
+		ps := c.Stats().ByPolicy["global"]
+		require.EqualValues(t, 10, ps.MostInWindow)
+		require.EqualValues(t, 1, ps.Denials)
+		require.Zero(t, ps.Findings[FalseDenial])
 	})
 }

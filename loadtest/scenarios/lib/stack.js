@@ -170,6 +170,11 @@ export function finish(name, data, checker, extra) {
   ];
   for (const p of acc.policies) {
     lines.push(`    ${p.name}: ${p.algorithm} q=${p.q}/${p.window} per ${p.scope}, checks: ${p.checks.join(', ') || 'none (not keyed on the client alone, or shadow)'}`);
+    const ps = (acc.stats.by_policy || {})[p.name];
+    if (ps) {
+      lines.push(`      most admitted in one window ${ps.most_in_window} (bound ${p.bound}); judged ${ps.admissions_judged} admissions, ${ps.denials_judged} denials; ` +
+        `over-admission ${ps.findings.over_admission}, false denials ${ps.findings.false_denial}`);
+    }
   }
   if (server) {
     const d = server.deltas || {};
