@@ -246,6 +246,9 @@ func (c *Checker) emit(fs []accuracy.Finding) {
 		switch f.Kind {
 		case accuracy.FalseDenial:
 			m = c.mi.metrics.falseDenial
+			if r, ok := c.sc.rules[f.Policy]; ok && (r.Accuracy == rules.AccuracyLeased || r.Scope == rules.ScopeGlobal) {
+				m = c.mi.metrics.leasedDenial
+			}
 		case accuracy.BrokenPromise:
 			m = c.mi.metrics.brokenPromise
 		}
@@ -295,6 +298,7 @@ func (c *Checker) Finish() (sobek.Value, error) {
 			return nil, fmt.Errorf("finish: %w", err)
 		}
 		_ = c.mi.push(c.mi.metrics.falseDenial, 0, t)
+		_ = c.mi.push(c.mi.metrics.leasedDenial, 0, t)
 		_ = c.mi.push(c.mi.metrics.brokenPromise, 0, t)
 	}
 	return c.Summary()

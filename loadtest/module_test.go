@@ -28,10 +28,16 @@ type vu struct {
 // newVU runs init code for one VU of root, then moves it to the VU context.
 func newVU(t *testing.T, root *RootModule, id uint64, initCode string) *vu {
 	t.Helper()
+	return newVURules(t, root, id, testRules, initCode)
+}
+
+// newVURules is newVU with the rules document doc as RULES.
+func newVURules(t *testing.T, root *RootModule, id uint64, doc, initCode string) *vu {
+	t.Helper()
 	rt := modulestest.NewRuntime(t)
 	mi := root.NewModuleInstance(rt.VU)
 	require.NoError(t, rt.VU.Runtime().Set("eg", mi.Exports().Default))
-	require.NoError(t, rt.VU.Runtime().Set("RULES", testRules))
+	require.NoError(t, rt.VU.Runtime().Set("RULES", doc))
 	_, err := rt.VU.Runtime().RunString(initCode)
 	require.NoError(t, err)
 	samples := make(chan metrics.SampleContainer, 1000)
@@ -108,6 +114,41 @@ checker.record(5, res(429, '"per-ip";q=2;w=10', '"per-ip";r=0;t=3', '{"violated-
 	require.Equal(t, 4.0, got[MetricChecked+" eu-west/"]+got[MetricChecked+" us-east/"])
 	require.Zero(t, got[MetricMismatch+" eu-west/per-ip"])
 	require.Contains(t, got, MetricBrokenPromise+" eu-west/", "finish emits a zero for every metric and region seen")
+}
+
+// A leased or global rule's false denials, which its design allows a few
+// of, are counted apart from the exact rules' (held to 0 by thresholds).
+func TestLeasedFalseDenialsCountedApart(t *testing.T) {
+	v := newVURules(t, New(), 1, `
+version: 1
+rules:
+  - id: per-ip
+    key: [ip]
+    algorithm: sliding_log
+    limit: 2
+    window: 10s
+  - id: leased
+    match:
+      path_prefix: ["/leased"]
+    key: [ip]
+    algorithm: fixed_window
+    limit: 2
+    window: 10s
+    accuracy: leased
+    tolerance: 0.5
+`, initCode)
+	v.run(t, `
+var t0 = eg.now();
+checker.record(5, res(429, '"leased";q=2;w=10', '"leased";r=0;t=3', '{"violated-policies":["leased"]}'), { sent: t0, received: t0 + 3, region: 'us-east', pop: 'iad' });
+checker.record(6, res(429, '"per-ip";q=2;w=10', '"per-ip";r=0;t=3', '{"violated-policies":["per-ip"]}'), { sent: t0, received: t0 + 3, region: 'us-east', pop: 'iad' });
+`)
+	summary := v.run(t, `JSON.stringify(checker.finish())`).String()
+	require.Contains(t, summary, `"false_denial":2`)
+	got := v.sums()
+	require.Equal(t, 1.0, got[MetricLeasedFalseDenial+" us-east/leased"], "%v", got)
+	require.Zero(t, got[MetricFalseDenial+" us-east/leased"], "%v", got)
+	require.Equal(t, 1.0, got[MetricFalseDenial+" us-east/per-ip"], "%v", got)
+	require.Zero(t, got[MetricLeasedFalseDenial+" us-east/per-ip"], "%v", got)
 }
 
 func TestParseRateLimitCountsMalformedFields(t *testing.T) {

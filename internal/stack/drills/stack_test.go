@@ -310,7 +310,11 @@ func TestLoadtestSmoke(t *testing.T) {
 	require.Positive(t, ps.Admissions, "no admission of %s judged", rule)
 	require.Positive(t, ps.Denials, "no denial of %s judged: no client reached the limit", rule)
 	require.LessOrEqual(t, ps.MostInWindow, bound)
-	require.Zero(t, ps.Findings["over_admission"]+ps.Findings["false_denial"])
+	require.Zero(t, ps.Findings["over_admission"])
+	// A leased rule's design allows a few false denials (a key's allowance
+	// held by the other region): at most 1 % of the judged decisions.
+	require.LessOrEqual(t, 100*ps.Findings["false_denial"], ps.Admissions+ps.Denials,
+		"false denials of %s over 1 %% of its judged decisions", rule)
 }
 
 // The region-wide enforcement switch takes effect on every edge of the
