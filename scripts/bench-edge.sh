@@ -16,7 +16,8 @@
 # The paired measure (BenchmarkEdgeWrk/paired/…): off and one configuration
 # started once, wrk alternating between them in slices (A B, B A, …), ratios
 # within each pair, pooled over RUNS runs; "aa" is off against off, the
-# noise floor; "-pinned" binds both edges to CPU 0 and wrk to CPU 1:
+# noise floor; "-pinned" binds both edges to CPU 0 and wrk to CPU 1;
+# "-together" loads both edges at the same time, each pair one slice:
 #
 #   scripts/bench-edge.sh paired                    # 3 runs of 12 pairs of 3 s, every paired case
 #   RUNS=2 PAIRS=16 SLICE=2s CASES='aa|cluster-leased' scripts/bench-edge.sh paired
@@ -235,13 +236,14 @@ if [[ "${1:-}" == summarize-paired ]]; then
 fi
 if [[ "${1:-}" == paired ]]; then
 	RUNS=${RUNS:-3}
-	CASES=${CASES:-'aa|aa-pinned|standalone-leased|cluster-leased|standalone-leased-pinned|cluster-leased-pinned'}
+	CASES=${CASES:-'aa|aa-pinned|aa-together|standalone-leased|cluster-leased|standalone-leased-pinned|cluster-leased-pinned|standalone-leased-together|cluster-leased-together'}
 	OUT=${OUT:-$(mktemp -d)}
 	export EDGE_BENCH_PAIRS=${PAIRS:-12} EDGE_BENCH_SLICE=${SLICE:-3s} EDGE_BENCH_CONNS=${CONNS:-64}
 	mkdir -p "$OUT"
 	for i in $(seq "$RUNS"); do
 		echo "paired run $i of $RUNS -> $OUT/paired$i.txt" >&2
-		go test -run '^$' -bench "BenchmarkEdgeWrk/paired/($CASES)\$" -benchtime 1x -count 1 -timeout 60m ./internal/edge/e2e/ >"$OUT/paired$i.txt" ||
+		# -v: every PAIR line (without it a benchmark's log stops at 10 lines).
+		go test -v -run '^$' -bench "BenchmarkEdgeWrk/paired/($CASES)\$" -benchtime 1x -count 1 -timeout 60m ./internal/edge/e2e/ >"$OUT/paired$i.txt" ||
 			echo "paired run $i: some cases failed (see $OUT/paired$i.txt)" >&2
 	done
 	summarize_paired "$OUT"/paired*.txt

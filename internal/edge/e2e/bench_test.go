@@ -82,6 +82,12 @@ import (
 //	shedder-off           off with a shedder file {"enabled": false} (shadow mode)
 //	shedder-on            off with a shedder file {"enabled": true}; nothing is shed
 //	ratios                no wrk run: the table of ratios within this run
+//	paired/<case>         only when the -bench pattern names "paired" (see
+//	                      benchPaired): off and one configuration started
+//	                      once and loaded in alternating slices, or both at
+//	                      once (-together); aa is off against off, the
+//	                      noise floor; -pinned binds the edges to CPU 0 and
+//	                      wrk to CPU 1
 //
 // Every configuration runs at the edge's default flags but for --origin,
 // --trusted-proxies, --key-salt, --log-level and what the list says: the
@@ -575,6 +581,9 @@ type pairedCase struct {
 	// pin binds both edges to CPU 0 and wrk to CPU 1 (the origin, in the
 	// benchmark process, and Redis are not bound).
 	pin bool
+	// together loads both edges at the same time, a wrk each, instead of
+	// in turn: each pair is one slice, both edges under the same machine.
+	together bool
 }
 
 var pairedCases = []pairedCase{
@@ -584,6 +593,9 @@ var pairedCases = []pairedCase{
 	{name: "cluster-leased", b: wrkCaseNamed("cluster-leased")},
 	{name: "standalone-leased-pinned", b: wrkCaseNamed("standalone-leased"), pin: true},
 	{name: "cluster-leased-pinned", b: wrkCaseNamed("cluster-leased"), pin: true},
+	{name: "aa-together", b: wrkCase{name: "off", xff: "vary", status: 200}, together: true},
+	{name: "standalone-leased-together", b: wrkCaseNamed("standalone-leased"), together: true},
+	{name: "cluster-leased-together", b: wrkCaseNamed("cluster-leased"), together: true},
 }
 
 func wrkCaseNamed(name string) wrkCase {
@@ -612,7 +624,17 @@ type pairedSlice struct {
 // ÷ A's (CPU from /proc/<pid>/stat of the edge loaded in that slice); the
 // figures are the median of the pairs, their interquartile range and a
 // bootstrap 95% interval of the median. Every pair is logged on a PAIR line
-// (scripts/bench-edge.sh paired pools them over runs).
+// (all of them with -v; scripts/bench-edge.sh paired pools them over runs).
+//
+// A together case loads both edges at the same instant instead, a wrk of
+// the same connections each: each pair is one slice, and whatever else the
+// machine runs meanwhile falls on both alike. The edges then share the
+// cores, so each serves about half of what it serves alone; the ratio is
+// that of two edges competing for the same CPU, close to the inverse ratio
+// of their CPU per request when both are CPU-bound.
+//
+// Settings: EDGE_BENCH_PAIRS (default 12), EDGE_BENCH_SLICE (default 3s),
+// EDGE_BENCH_CONNS as for the other configurations.
 func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, standalone **testenv.Standalone) {
 	pairs := envInt(b, "EDGE_BENCH_PAIRS", 12)
 	slice := envDuration(b, "EDGE_BENCH_SLICE", 3*time.Second)
@@ -647,17 +669,21 @@ func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, sta
 			order = []int{1, 0}
 		}
 		var got [2]pairedSlice
-		for _, k := range order {
-			got[k] = measureSlice(b, cases[k], edges[k], wrkCPUs, script, conns, slice, masters)
-			fallbacks += got[k].fallbacks
+		if pc.together {
+			got = measureTogether(b, cases, edges, script, conns, slice, masters)
+		} else {
+			for _, k := range order {
+				got[k] = measureSlice(b, cases[k], edges[k], wrkCPUs, script, conns, slice, masters)
+			}
 		}
+		fallbacks += got[0].fallbacks + got[1].fallbacks
 		rpsRatio = append(rpsRatio, got[1].rps/got[0].rps)
 		cpuRatio = append(cpuRatio, (got[1].cpuPerReq-got[0].cpuPerReq)/got[0].cpuPerReq)
 		sumB.requests += got[1].requests
 		sumB.scripts += got[1].scripts
 		sumB.evalsha += got[1].evalsha
 		b.Logf("PAIR case=%s pair=%d order=%s rps_a=%.0f rps_b=%.0f cpu_us_a=%.2f cpu_us_b=%.2f req_b=%.0f scripts_b=%.0f evalsha_b=%.0f",
-			pc.name, i+1, map[bool]string{false: "AB", true: "BA"}[i%2 == 1], got[0].rps, got[1].rps,
+			pc.name, i+1, pairOrder(pc, i), got[0].rps, got[1].rps,
 			got[0].cpuPerReq*1e6, got[1].cpuPerReq*1e6, got[1].requests, got[1].scripts, got[1].evalsha)
 	}
 	busyCores := (machineBusySeconds(b) - busyBefore) / time.Since(start).Seconds()
@@ -690,27 +716,78 @@ func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, sta
 		sumB.scripts/sumB.requests, sumB.evalsha/sumB.requests)
 }
 
+func pairOrder(pc pairedCase, i int) string {
+	switch {
+	case pc.together:
+		return "together"
+	case i%2 == 1:
+		return "BA"
+	}
+	return "AB"
+}
+
 // measureSlice runs wrk on e for d and reads the edge's CPU, its script
 // calls and the masters' EVALSHA over it; the responses are checked as in
 // the other configurations.
 func measureSlice(b *testing.B, tc wrkCase, e *edgeProc, wrkCPUs, script string, conns int, d time.Duration, masters []string) pairedSlice {
-	before := mustScrape(b, e)
-	evalBefore := evalCalls(b, masters)
-	cpuBefore := procCPUSeconds(b, e.Cmd.Process.Pid)
+	s := beginSlice(b, e, masters)
 	w, err := runWrkOn(wrkCPUs, "http://"+e.Addr+"/", script, tc.xff, 2, conns, d)
-	cpu := procCPUSeconds(b, e.Cmd.Process.Pid) - cpuBefore
 	if err != nil {
 		b.Fatal(err)
 	}
-	after := mustScrape(b, e)
+	return s.end(b, tc, w)
+}
+
+// measureTogether runs a wrk on each edge at the same time for d; only B
+// talks to Redis, so the masters' EVALSHA are B's.
+func measureTogether(b *testing.B, tcs [2]wrkCase, edges [2]*edgeProc, script string, conns int, d time.Duration, masters []string) [2]pairedSlice {
+	s := [2]*sliceStart{beginSlice(b, edges[0], nil), beginSlice(b, edges[1], masters)}
+	var w [2]wrkResult
+	var errs [2]error
+	var wg sync.WaitGroup
+	for k := range 2 {
+		wg.Go(func() { w[k], errs[k] = runWrk("http://"+edges[k].Addr+"/", script, tcs[k].xff, 2, conns, d) })
+	}
+	wg.Wait()
+	var got [2]pairedSlice
+	for k := range 2 {
+		if errs[k] != nil {
+			b.Fatal(errs[k])
+		}
+	}
+	for k := range 2 {
+		got[k] = s[k].end(b, tcs[k], w[k])
+	}
+	return got
+}
+
+// sliceStart is an edge's counters when a slice began.
+type sliceStart struct {
+	e       *edgeProc
+	masters []string
+	before  metrics
+	eval    int64
+	cpu     float64
+}
+
+func beginSlice(b *testing.B, e *edgeProc, masters []string) *sliceStart {
+	s := &sliceStart{e: e, masters: masters, before: mustScrape(b, e), eval: evalCalls(b, masters)}
+	s.cpu = procCPUSeconds(b, e.Cmd.Process.Pid)
+	return s
+}
+
+// end reads the edge's counters after wrk's run w and checks its responses.
+func (s *sliceStart) end(b *testing.B, tc wrkCase, w wrkResult) pairedSlice {
+	cpu := procCPUSeconds(b, s.e.Cmd.Process.Pid) - s.cpu
+	after := mustScrape(b, s.e)
 	delta := func(name string, match ...string) float64 {
-		return sum(after, name, match...) - sum(before, name, match...)
+		return sum(after, name, match...) - sum(s.before, name, match...)
 	}
 	checkWrkResponses(b, tc, w, delta)
 	n := float64(w.requests)
 	return pairedSlice{
 		rps: n / (float64(w.durationUs) / 1e6), requests: n, cpuPerReq: cpu / n,
-		scripts: delta(mStoreDecisions), evalsha: float64(evalCalls(b, masters) - evalBefore), fallbacks: delta(mFallback),
+		scripts: delta(mStoreDecisions), evalsha: float64(evalCalls(b, s.masters) - s.eval), fallbacks: delta(mFallback),
 	}
 }
 
