@@ -634,13 +634,18 @@ type pairedSlice struct {
 // of their CPU per request when both are CPU-bound.
 //
 // Settings: EDGE_BENCH_PAIRS (default 12), EDGE_BENCH_SLICE (default 3s),
-// EDGE_BENCH_CONNS as for the other configurations.
+// EDGE_BENCH_CONNS and EDGE_BENCH_PPROF_DIR (a profile of B over the pairs,
+// paired-<case>.pprof; it costs B a little, so take ratios without it) as
+// for the other configurations.
 func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, standalone **testenv.Standalone) {
 	pairs := envInt(b, "EDGE_BENCH_PAIRS", 12)
 	slice := envDuration(b, "EDGE_BENCH_SLICE", 3*time.Second)
 	base := []string{"--origin", org, "--trusted-proxies", "127.0.0.1", "--log-level", "warn", "--key-salt", testenv.KeyPrefix(b)}
 	a := startEdge(b, base...)
 	argsB, _, masters := wrkStoreArgs(b, pc.b, slices.Clone(base), standalone)
+	if os.Getenv("EDGE_BENCH_PPROF_DIR") != "" {
+		argsB = append(argsB, "--pprof")
+	}
 	e := startEdge(b, append(argsB, pc.b.flags...)...)
 	wrkCPUs := ""
 	if pc.pin {
@@ -659,6 +664,13 @@ func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, sta
 		}
 	}
 	load1 := []float64{loadAverage(b)}
+	// With EDGE_BENCH_PPROF_DIR, B's CPU profile over all the pairs (its
+	// idle slices add no samples): the profile view of what B spends.
+	slicesPerPair := 2
+	if pc.together {
+		slicesPerPair = 1
+	}
+	profDone := profileEdge(b, e, "paired-"+pc.name, time.Duration(pairs*slicesPerPair)*slice)
 	busyBefore, start := machineBusySeconds(b), time.Now()
 	var rpsRatio, cpuRatio []float64
 	var sumB pairedSlice
@@ -687,6 +699,7 @@ func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, sta
 			got[0].cpuPerReq*1e6, got[1].cpuPerReq*1e6, got[1].requests, got[1].scripts, got[1].evalsha)
 	}
 	busyCores := (machineBusySeconds(b) - busyBefore) / time.Since(start).Seconds()
+	<-profDone
 	load1 = append(load1, loadAverage(b))
 	b.Logf("LOAD case=%s load1_start=%.2f load1_end=%.2f busy_cores=%.2f", pc.name, load1[0], load1[1], busyCores)
 	if fallbacks > 0 {
