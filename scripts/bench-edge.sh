@@ -207,9 +207,11 @@ summarize_paired() {
 	/ LOAD case=/ {
 		for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
 		c = f["case"]
-		l = (f["load1_start"] > f["load1_end"]) ? f["load1_start"] : f["load1_end"]
-		if (!(c in lmin) || f["load1_start"] < lmin[c]) lmin[c] = f["load1_start"]
-		if (!(c in lmax) || l > lmax[c]) lmax[c] = l
+		for (j = 0; j < 2; j++) {
+			l = f[j ? "load1_end" : "load1_start"] + 0
+			if (!(c in lmin) || l < lmin[c]) lmin[c] = l
+			if (!(c in lmax) || l > lmax[c]) lmax[c] = l
+		}
 	}
 	END {
 		print "Paired, interleaved: each case against off; per pair B ÷ A; median [interquartile range] (bootstrap 95% interval of the median)"
