@@ -13,6 +13,16 @@
 #   BENCH='BenchmarkEdgeWrk/(off|cluster|ratios)$' scripts/bench-edge.sh
 #   scripts/bench-edge.sh summarize out/run*.txt   # tables from earlier runs
 #
+# The paired measure (BenchmarkEdgeWrk/paired/…): off and one configuration
+# started once, wrk alternating between them in slices (A B, B A, …), ratios
+# within each pair, pooled over RUNS runs; "aa" is off against off, the
+# noise floor; "-pinned" binds both edges to CPU 0 and wrk to CPU 1;
+# "-together" loads both edges at the same time, each pair one slice:
+#
+#   scripts/bench-edge.sh paired                    # 3 runs of 12 pairs of 3 s, every paired case
+#   RUNS=2 PAIRS=16 SLICE=2s CASES='aa|cluster-leased' scripts/bench-edge.sh paired
+#   scripts/bench-edge.sh summarize-paired out/paired*.txt
+#
 # Needs wrk, redis-server and redis-cli. DURATION is each measured wrk run
 # (EDGE_BENCH_DURATION), CONNS its connections (EDGE_BENCH_CONNS, default 64).
 set -euo pipefail
@@ -164,9 +174,81 @@ summarize() {
 	}' "$@"
 }
 
+# summarize_paired pools the PAIR lines of the runs: per case, the median of
+# the pairs' ratios, their quartiles and a bootstrap 95% interval of the
+# median (2,000 resamples, fixed seed), with script calls per request over
+# all of B's slices and the load average seen.
+summarize_paired() {
+	awk '
+	function q(a, n, p,   h, i) { h = p * (n - 1); i = int(h); return (i + 1 >= n) ? a[n] : a[i + 1] + (h - i) * (a[i + 2] - a[i + 1]) }
+	function sort(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } }
+	function stats(c, kind,   n, i, k, a, m, r, meds) {
+		n = cnt[c]
+		for (i = 1; i <= n; i++) a[i] = v[c, kind, i]
+		sort(a, n)
+		med = q(a, n, 0.5); p25 = q(a, n, 0.25); p75 = q(a, n, 0.75)
+		srand(1)
+		for (k = 1; k <= 2000; k++) {
+			for (i = 1; i <= n; i++) r[i] = a[int(rand() * n) + 1]
+			sort(r, n); meds[k] = q(r, n, 0.5)
+		}
+		sort(meds, 2000); lo = q(meds, 2000, 0.025); hi = q(meds, 2000, 0.975)
+		return sprintf("%.3f [%.3f–%.3f] (%.3f–%.3f)", med, p25, p75, lo, hi)
+	}
+	/ PAIR case=/ {
+		for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+		c = f["case"]
+		if (!(c in cnt)) order[++nc] = c
+		n = ++cnt[c]
+		v[c, "rps", n] = f["rps_b"] / f["rps_a"]
+		v[c, "cpu", n] = (f["cpu_us_b"] - f["cpu_us_a"]) / f["cpu_us_a"]
+		req[c] += f["req_b"]; scr[c] += f["scripts_b"]; ev[c] += f["evalsha_b"]
+	}
+	/ LOAD case=/ {
+		for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+		c = f["case"]
+		for (j = 0; j < 2; j++) {
+			l = f[j ? "load1_end" : "load1_start"] + 0
+			if (!(c in lmin) || l < lmin[c]) lmin[c] = l
+			if (!(c in lmax) || l > lmax[c]) lmax[c] = l
+		}
+	}
+	END {
+		print "Paired, interleaved: each case against off; per pair B ÷ A; median [interquartile range] (bootstrap 95% interval of the median)"
+		print ""
+		print "| case | pairs | req/s ÷ off | CPU per request (B − A) ÷ A | script calls / req | EVALSHA / req | load average (1 min) |"
+		print "|---|---:|---|---|---:|---:|---|"
+		for (k = 1; k <= nc; k++) {
+			c = order[k]
+			printf "| %s | %d | %s | %s | %.4f | %.4f | %.1f–%.1f |\n", c, cnt[c], stats(c, "rps"), stats(c, "cpu"),
+				scr[c] / req[c], ev[c] / req[c], lmin[c], lmax[c]
+		}
+	}' "$@"
+}
+
 if [[ "${1:-}" == summarize ]]; then
 	shift
 	summarize "$@"
+	exit
+fi
+if [[ "${1:-}" == summarize-paired ]]; then
+	shift
+	summarize_paired "$@"
+	exit
+fi
+if [[ "${1:-}" == paired ]]; then
+	RUNS=${RUNS:-3}
+	CASES=${CASES:-'aa|aa-pinned|aa-together|standalone-leased|cluster-leased|standalone-leased-pinned|cluster-leased-pinned|standalone-leased-together|cluster-leased-together'}
+	OUT=${OUT:-$(mktemp -d)}
+	export EDGE_BENCH_PAIRS=${PAIRS:-12} EDGE_BENCH_SLICE=${SLICE:-3s} EDGE_BENCH_CONNS=${CONNS:-64}
+	mkdir -p "$OUT"
+	for i in $(seq "$RUNS"); do
+		echo "paired run $i of $RUNS -> $OUT/paired$i.txt" >&2
+		# -v: every PAIR line (without it a benchmark's log stops at 10 lines).
+		go test -v -run '^$' -bench "BenchmarkEdgeWrk/paired/($CASES)\$" -benchtime 1x -count 1 -timeout 60m ./internal/edge/e2e/ >"$OUT/paired$i.txt" ||
+			echo "paired run $i: some cases failed (see $OUT/paired$i.txt)" >&2
+	done
+	summarize_paired "$OUT"/paired*.txt
 	exit
 fi
 

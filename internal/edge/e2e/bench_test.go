@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log"
+	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -79,6 +82,12 @@ import (
 //	shedder-off           off with a shedder file {"enabled": false} (shadow mode)
 //	shedder-on            off with a shedder file {"enabled": true}; nothing is shed
 //	ratios                no wrk run: the table of ratios within this run
+//	paired/<case>         only when the -bench pattern names "paired" (see
+//	                      benchPaired): off and one configuration started
+//	                      once and loaded in alternating slices, or both at
+//	                      once (-together); aa is off against off, the
+//	                      noise floor; -pinned binds the edges to CPU 0 and
+//	                      wrk to CPU 1
 //
 // Every configuration runs at the edge's default flags but for --origin,
 // --trusted-proxies, --key-salt, --log-level and what the list says: the
@@ -233,6 +242,16 @@ func BenchmarkEdgeWrk(b *testing.B) {
 	// same machine), as a last sub-benchmark so that its table is printed
 	// without -v.
 	b.Run("ratios", func(b *testing.B) { reportWrkRatios(b, results) })
+
+	// The paired measure runs only when the -bench pattern names it: it
+	// takes minutes per configuration, more than the rest together.
+	if f := flag.Lookup("test.bench"); f != nil && strings.Contains(f.Value.String(), "paired") {
+		b.Run("paired", func(b *testing.B) {
+			for _, pc := range pairedCases {
+				b.Run(pc.name, func(b *testing.B) { benchPaired(b, pc, org, script, conns, &standalone) })
+			}
+		})
+	}
 }
 
 // wrkStoreArgs adds the case's store, rules and shedder to the edge's
@@ -502,8 +521,18 @@ type wrkResult struct {
 
 // runWrk runs wrk with the script for d and parses its WRK line.
 func runWrk(url, script, mode string, threads, conns int, d time.Duration) (wrkResult, error) {
-	cmd := exec.Command("wrk", "-t"+strconv.Itoa(threads), "-c"+strconv.Itoa(conns), "-d"+strconv.Itoa(int(d/time.Second))+"s",
-		"--latency", "-s", script, url, "--", mode)
+	return runWrkOn("", url, script, mode, threads, conns, d)
+}
+
+// runWrkOn is runWrk with wrk bound to the CPUs of cpus (taskset's list
+// syntax; "" = any CPU).
+func runWrkOn(cpus, url, script, mode string, threads, conns int, d time.Duration) (wrkResult, error) {
+	argv := []string{"wrk", "-t" + strconv.Itoa(threads), "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(int(d/time.Second)) + "s",
+		"--latency", "-s", script, url, "--", mode}
+	if cpus != "" {
+		argv = append([]string{"taskset", "-c", cpus}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -538,6 +567,291 @@ func runWrk(url, script, mode string, threads, conns int, d time.Duration) (wrkR
 		return wrkResult{}, fmt.Errorf("wrk made no requests:\n%s", out)
 	}
 	return r, nil
+}
+
+// ---------------------------------------------------------------------------
+// Paired, interleaved: one configuration against off, with the machine's
+// drift cancelled within each pair.
+
+// pairedCase is one paired measure: edge A (off: no rules) against edge B,
+// both started once and loaded in turn.
+type pairedCase struct {
+	name string
+	b    wrkCase // B's configuration; A is always off
+	// pin binds both edges to CPU 0 and wrk to CPU 1 (the origin, in the
+	// benchmark process, and Redis are not bound).
+	pin bool
+	// together loads both edges at the same time, a wrk each, instead of
+	// in turn: each pair is one slice, both edges under the same machine.
+	together bool
+}
+
+var pairedCases = []pairedCase{
+	{name: "aa", b: wrkCase{name: "off", xff: "vary", status: 200}},
+	{name: "aa-pinned", b: wrkCase{name: "off", xff: "vary", status: 200}, pin: true},
+	{name: "standalone-leased", b: wrkCaseNamed("standalone-leased")},
+	{name: "cluster-leased", b: wrkCaseNamed("cluster-leased")},
+	{name: "standalone-leased-pinned", b: wrkCaseNamed("standalone-leased"), pin: true},
+	{name: "cluster-leased-pinned", b: wrkCaseNamed("cluster-leased"), pin: true},
+	{name: "aa-together", b: wrkCase{name: "off", xff: "vary", status: 200}, together: true},
+	{name: "standalone-leased-together", b: wrkCaseNamed("standalone-leased"), together: true},
+	{name: "cluster-leased-together", b: wrkCaseNamed("cluster-leased"), together: true},
+}
+
+func wrkCaseNamed(name string) wrkCase {
+	for _, tc := range wrkCases {
+		if tc.name == name {
+			return tc
+		}
+	}
+	panic("no wrk case " + name)
+}
+
+// pairedSlice is what one slice of wrk on one edge gave.
+type pairedSlice struct {
+	rps, requests float64
+	cpuPerReq     float64 // the edge's CPU seconds per request
+	scripts       float64 // script calls the edge counted
+	evalsha       float64 // EVALSHA the Redis masters served
+	fallbacks     float64
+}
+
+// benchPaired measures pc: both edges are started once, warmed up, then
+// loaded by wrk in turn for EDGE_BENCH_SLICE each, EDGE_BENCH_PAIRS pairs,
+// the order flipped every pair (A B, B A, A B, …: each pair's two slices
+// are adjacent, and a drift that is linear over a pair of pairs cancels).
+// Each pair gives B's req/s ÷ A's and B's edge CPU per request minus A's,
+// ÷ A's (CPU from /proc/<pid>/stat of the edge loaded in that slice); the
+// figures are the median of the pairs, their interquartile range and a
+// bootstrap 95% interval of the median. Every pair is logged on a PAIR line
+// (all of them with -v; scripts/bench-edge.sh paired pools them over runs).
+//
+// A together case loads both edges at the same instant instead, a wrk of
+// the same connections each: each pair is one slice, and whatever else the
+// machine runs meanwhile falls on both alike. The edges then share the
+// cores, so each serves about half of what it serves alone; the ratio is
+// that of two edges competing for the same CPU, close to the inverse ratio
+// of their CPU per request when both are CPU-bound.
+//
+// Settings: EDGE_BENCH_PAIRS (default 12), EDGE_BENCH_SLICE (default 3s),
+// EDGE_BENCH_CONNS and EDGE_BENCH_PPROF_DIR (a profile of B over the pairs,
+// paired-<case>.pprof; it costs B a little, so take ratios without it) as
+// for the other configurations.
+func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, standalone **testenv.Standalone) {
+	pairs := envInt(b, "EDGE_BENCH_PAIRS", 12)
+	slice := envDuration(b, "EDGE_BENCH_SLICE", 3*time.Second)
+	base := []string{"--origin", org, "--trusted-proxies", "127.0.0.1", "--log-level", "warn", "--key-salt", testenv.KeyPrefix(b)}
+	a := startEdge(b, base...)
+	argsB, _, masters := wrkStoreArgs(b, pc.b, slices.Clone(base), standalone)
+	if os.Getenv("EDGE_BENCH_PPROF_DIR") != "" {
+		argsB = append(argsB, "--pprof")
+	}
+	e := startEdge(b, append(argsB, pc.b.flags...)...)
+	wrkCPUs := ""
+	if pc.pin {
+		for _, p := range []*edgeProc{a, e} {
+			if out, err := exec.Command("taskset", "-a", "-p", "-c", "0", strconv.Itoa(p.Cmd.Process.Pid)).CombinedOutput(); err != nil {
+				b.Fatalf("taskset: %v\n%s", err, out)
+			}
+		}
+		wrkCPUs = "1"
+	}
+	edges := [2]*edgeProc{a, e}
+	cases := [2]wrkCase{{name: "off", xff: "vary", status: 200}, pc.b}
+	for _, p := range edges {
+		if _, err := runWrkOn(wrkCPUs, "http://"+p.Addr+"/", script, "vary", 2, conns, 2*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+	load1 := []float64{loadAverage(b)}
+	// With EDGE_BENCH_PPROF_DIR, B's CPU profile over all the pairs (its
+	// idle slices add no samples): the profile view of what B spends.
+	slicesPerPair := 2
+	if pc.together {
+		slicesPerPair = 1
+	}
+	profDone := profileEdge(b, e, "paired-"+pc.name, time.Duration(pairs*slicesPerPair)*slice)
+	busyBefore, start := machineBusySeconds(b), time.Now()
+	var rpsRatio, cpuRatio []float64
+	var sumB pairedSlice
+	var fallbacks float64
+	for i := range pairs {
+		order := []int{0, 1}
+		if i%2 == 1 {
+			order = []int{1, 0}
+		}
+		var got [2]pairedSlice
+		if pc.together {
+			got = measureTogether(b, cases, edges, script, conns, slice, masters)
+		} else {
+			for _, k := range order {
+				got[k] = measureSlice(b, cases[k], edges[k], wrkCPUs, script, conns, slice, masters)
+			}
+		}
+		fallbacks += got[0].fallbacks + got[1].fallbacks
+		rpsRatio = append(rpsRatio, got[1].rps/got[0].rps)
+		cpuRatio = append(cpuRatio, (got[1].cpuPerReq-got[0].cpuPerReq)/got[0].cpuPerReq)
+		sumB.requests += got[1].requests
+		sumB.scripts += got[1].scripts
+		sumB.evalsha += got[1].evalsha
+		b.Logf("PAIR case=%s pair=%d order=%s rps_a=%.0f rps_b=%.0f cpu_us_a=%.2f cpu_us_b=%.2f req_b=%.0f scripts_b=%.0f evalsha_b=%.0f",
+			pc.name, i+1, pairOrder(pc, i), got[0].rps, got[1].rps,
+			got[0].cpuPerReq*1e6, got[1].cpuPerReq*1e6, got[1].requests, got[1].scripts, got[1].evalsha)
+	}
+	busyCores := (machineBusySeconds(b) - busyBefore) / time.Since(start).Seconds()
+	<-profDone
+	load1 = append(load1, loadAverage(b))
+	b.Logf("LOAD case=%s load1_start=%.2f load1_end=%.2f busy_cores=%.2f", pc.name, load1[0], load1[1], busyCores)
+	if fallbacks > 0 {
+		b.Logf("%.0f checks fell back to the local store (calls slower than --redis-timeout)", fallbacks)
+	}
+
+	rs, cs := summarizePairs(rpsRatio), summarizePairs(cpuRatio)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(pairs), "pairs")
+	b.ReportMetric(rs.median, "rps-ratio")
+	b.ReportMetric(rs.p25, "rps-ratio-p25")
+	b.ReportMetric(rs.p75, "rps-ratio-p75")
+	b.ReportMetric(rs.lo, "rps-ratio-ci-lo")
+	b.ReportMetric(rs.hi, "rps-ratio-ci-hi")
+	b.ReportMetric(cs.median, "cpu-ratio")
+	b.ReportMetric(cs.p25, "cpu-ratio-p25")
+	b.ReportMetric(cs.p75, "cpu-ratio-p75")
+	b.ReportMetric(cs.lo, "cpu-ratio-ci-lo")
+	b.ReportMetric(cs.hi, "cpu-ratio-ci-hi")
+	b.ReportMetric(sumB.scripts/sumB.requests, "script-calls/req")
+	b.ReportMetric(sumB.evalsha/sumB.requests, "redis-evalsha/req")
+	b.ReportMetric(fallbacks, "fallbacks/run")
+	b.ReportMetric(max(load1[0], load1[1]), "load1")
+	b.ReportMetric(busyCores, "busy-cores")
+	b.Logf("%s ÷ off over %d pairs of %s: req/s %.3f [IQR %.3f–%.3f, 95%% CI %.3f–%.3f]; CPU per request (B − A) ÷ A %.3f [IQR %.3f–%.3f, 95%% CI %.3f–%.3f]; script calls / req %.4f, EVALSHA / req %.4f",
+		pc.name, pairs, slice, rs.median, rs.p25, rs.p75, rs.lo, rs.hi, cs.median, cs.p25, cs.p75, cs.lo, cs.hi,
+		sumB.scripts/sumB.requests, sumB.evalsha/sumB.requests)
+}
+
+func pairOrder(pc pairedCase, i int) string {
+	switch {
+	case pc.together:
+		return "together"
+	case i%2 == 1:
+		return "BA"
+	}
+	return "AB"
+}
+
+// measureSlice runs wrk on e for d and reads the edge's CPU, its script
+// calls and the masters' EVALSHA over it; the responses are checked as in
+// the other configurations.
+func measureSlice(b *testing.B, tc wrkCase, e *edgeProc, wrkCPUs, script string, conns int, d time.Duration, masters []string) pairedSlice {
+	s := beginSlice(b, e, masters)
+	w, err := runWrkOn(wrkCPUs, "http://"+e.Addr+"/", script, tc.xff, 2, conns, d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s.end(b, tc, w)
+}
+
+// measureTogether runs a wrk on each edge at the same time for d; only B
+// talks to Redis, so the masters' EVALSHA are B's.
+func measureTogether(b *testing.B, tcs [2]wrkCase, edges [2]*edgeProc, script string, conns int, d time.Duration, masters []string) [2]pairedSlice {
+	s := [2]*sliceStart{beginSlice(b, edges[0], nil), beginSlice(b, edges[1], masters)}
+	var w [2]wrkResult
+	var errs [2]error
+	var wg sync.WaitGroup
+	for k := range 2 {
+		wg.Go(func() { w[k], errs[k] = runWrk("http://"+edges[k].Addr+"/", script, tcs[k].xff, 2, conns, d) })
+	}
+	wg.Wait()
+	var got [2]pairedSlice
+	for k := range 2 {
+		if errs[k] != nil {
+			b.Fatal(errs[k])
+		}
+	}
+	for k := range 2 {
+		got[k] = s[k].end(b, tcs[k], w[k])
+	}
+	return got
+}
+
+// sliceStart is an edge's counters when a slice began.
+type sliceStart struct {
+	e       *edgeProc
+	masters []string
+	before  metrics
+	eval    int64
+	cpu     float64
+}
+
+func beginSlice(b *testing.B, e *edgeProc, masters []string) *sliceStart {
+	s := &sliceStart{e: e, masters: masters, before: mustScrape(b, e), eval: evalCalls(b, masters)}
+	s.cpu = procCPUSeconds(b, e.Cmd.Process.Pid)
+	return s
+}
+
+// end reads the edge's counters after wrk's run w and checks its responses.
+func (s *sliceStart) end(b *testing.B, tc wrkCase, w wrkResult) pairedSlice {
+	cpu := procCPUSeconds(b, s.e.Cmd.Process.Pid) - s.cpu
+	after := mustScrape(b, s.e)
+	delta := func(name string, match ...string) float64 {
+		return sum(after, name, match...) - sum(s.before, name, match...)
+	}
+	checkWrkResponses(b, tc, w, delta)
+	n := float64(w.requests)
+	return pairedSlice{
+		rps: n / (float64(w.durationUs) / 1e6), requests: n, cpuPerReq: cpu / n,
+		scripts: delta(mStoreDecisions), evalsha: float64(evalCalls(b, s.masters) - s.eval), fallbacks: delta(mFallback),
+	}
+}
+
+// pairStats summarizes per-pair ratios: median, quartiles, and a
+// percentile-bootstrap 95% interval of the median.
+type pairStats struct{ median, p25, p75, lo, hi float64 }
+
+func summarizePairs(xs []float64) pairStats {
+	s := slices.Sorted(slices.Values(xs))
+	st := pairStats{median: quantile(s, 0.5), p25: quantile(s, 0.25), p75: quantile(s, 0.75)}
+	const resamples = 2000
+	rng := rand.New(rand.NewPCG(1, 2)) // fixed: the same pairs give the same interval
+	meds := make([]float64, resamples)
+	re := make([]float64, len(s))
+	for i := range meds {
+		for j := range re {
+			re[j] = s[rng.IntN(len(s))]
+		}
+		slices.Sort(re)
+		meds[i] = quantile(re, 0.5)
+	}
+	slices.Sort(meds)
+	st.lo, st.hi = quantile(meds, 0.025), quantile(meds, 0.975)
+	return st
+}
+
+// quantile of sorted s, linear between the closest ranks (R's type 7).
+func quantile(s []float64, q float64) float64 {
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	h := q * float64(len(s)-1)
+	i := int(math.Floor(h))
+	if i+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[i] + (h-float64(i))*(s[i+1]-s[i])
+}
+
+// loadAverage is the machine's 1-minute load average (/proc/loadavg).
+func loadAverage(tb testing.TB) float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := strings.Fields(string(data))
+	x, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		tb.Fatalf("/proc/loadavg: %q", data)
+	}
+	return x
 }
 
 // ---------------------------------------------------------------------------
