@@ -112,7 +112,7 @@ func (l *Limiter) sendBatch(b *batch) {
 	sum, need := int64(len(b.items))*b.cost, b.cost
 	gen := l.cache.generation()
 	sent := l.now()
-	ds, errs := l.call(context.Background(), []Request{{Limit: b.limit, Cost: sum, Need: need}}, []string{b.key}, sent)
+	ds, errs := l.call(context.Background(), []Request{{Limit: b.limit, Cost: sum, Need: need}}, []string{b.key}, sent, nil)
 	if errs[0] != nil {
 		for _, it := range b.items {
 			it.err = errs[0]

@@ -457,7 +457,7 @@ func (l *Limiter) fromShare(ctx context.Context, g *Global, st *globalState, h *
 		return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceStore}, nil
 	}
 	sc := Check{Limit: sl, Cost: orig.Cost, Shadow: orig.Shadow, Nodes: orig.Nodes}
-	o, err := l.exact(ctx, pending{i: p.i, check: sc, key: memKey(sl)}, now)
+	o, err := l.exact(ctx, pending{i: p.i, check: sc, key: memKey(sl), rider: p.rider}, now)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -488,7 +488,7 @@ func (g *Global) refill(h *home, a *away, key string, now time.Time) {
 	req := Request{Limit: carveLimit(c), Cost: want, Need: 1}
 	g.bg.Go(func() {
 		sent := g.now()
-		ds, errs := h.lim.call(context.Background(), []Request{req}, []string{key}, sent)
+		ds, errs := h.lim.call(context.Background(), []Request{req}, []string{key}, sent, nil)
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.refilling = false

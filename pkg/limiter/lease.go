@@ -220,7 +220,7 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 		want := c.Cost - a.units + a.size
 		carve := carveLimit(c)
 		gen := l.cache.generation()
-		ds, errs := l.call(ctx, []Request{{Limit: carve, Cost: want, Need: 1}}, []string{p.key}, now)
+		ds, errs := l.call(ctx, []Request{{Limit: carve, Cost: want, Need: 1}}, []string{p.key}, now, p.rider)
 		if errs[0] != nil {
 			// What a held is spent (the store counted it); past it the
 			// check is decided like an exact one, on the carving limit.

@@ -269,11 +269,20 @@ type pending struct {
 	item  *item  // set when it joined another request's call
 	b     *batch // the batch it joined
 	alone bool   // leads a call outside the key's flight
+	// rider is the request's rider: it goes with the first of its
+	// checks' store calls (rider.go).
+	rider *Rider
 }
 
 // Decide answers one client request: all its checks, all-or-nothing. A
 // request denied by one check gives back what the others took.
 func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
+	return l.DecideRiding(ctx, checks, nil)
+}
+
+// DecideRiding is Decide with r riding in the first store call its checks
+// make (none when they are decided without one); r may be nil.
+func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider) (Verdict, error) {
 	now := l.now()
 	var keyBuf [4]string
 	keys, err := l.prepare(checks, keyBuf[:0])
@@ -293,8 +302,8 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 	// 2. Per-key coalescing: checks whose key has a call in flight join the
 	// next call for that key; the others lead, in one pipeline.
 	var leadBuf [2]pending
-	r := l.route(checks, keys, leadBuf[:0])
-	if err := l.decideRouted(ctx, r, v.Checks, now); err != nil {
+	routed := l.route(checks, keys, leadBuf[:0], r)
+	if err := l.decideRouted(ctx, routed, v.Checks, now); err != nil {
 		return Verdict{}, err
 	}
 	// 3. All-or-nothing.
@@ -351,11 +360,11 @@ type routes struct {
 
 // route sorts the checks by how they are decided (the leading ones
 // appended to leads); a check whose key has a call in flight joins that
-// key's next call.
-func (l *Limiter) route(checks []Check, keys []string, leads []pending) routes {
+// key's next call. rd is the request's rider.
+func (l *Limiter) route(checks []Check, keys []string, leads []pending, rd *Rider) routes {
 	r := routes{leads: leads}
 	for i, c := range checks {
-		p := pending{i: i, check: c, key: keys[i]}
+		p := pending{i: i, check: c, key: keys[i], rider: rd}
 		if c.Global {
 			r.global = append(r.global, p)
 			continue
@@ -476,7 +485,7 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now
 	}
 	gen := l.cache.generation()
 	sent := now
-	ds, errs := l.call(ctx, reqs, keys, sent)
+	ds, errs := l.call(ctx, reqs, keys, sent, leads[0].rider)
 	var failed []int
 	for j, p := range leads {
 		if errs[j] == nil {
@@ -506,8 +515,8 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now
 // breaker is open. Each shard (a Cluster master; the whole store otherwise)
 // has its own breaker, so one dead master does not send the keys of the
 // healthy ones to the fallback. keys are the requests' memKeys; now is no
-// later than the call is sent.
-func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time) ([]Decision, []error) {
+// later than the call is sent; rd, if not nil, rides with it.
+func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time, rd *Rider) ([]Decision, []error) {
 	c, one := newStoreCall(len(reqs))
 	// The shards stay out of c: a slice of its own stays on the stack.
 	var shards []*breaker
@@ -528,7 +537,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 		return c.ds, c.errs
 	}
 	start := time.Now()
-	got, err := l.take(ctx, c.send, c.sent, keys, now)
+	got, err := l.take(ctx, c.send, c.sent, keys, now, rd)
 	l.metrics.storeDecided.Add(float64(len(c.send)))
 	l.settleCall(c, reqs, keys, got, err, now)
 	storeSeconds := l.metrics.storeOK
@@ -702,18 +711,16 @@ func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
 // its replay paid — instead of being cut off once written (Redis would
 // still run it, and count what the caller's fallback decided too). A call
 // still queued in a lane when its caller gives up is taken out and never
-// sent. sent maps send to the caller's requests (-1: a replay).
-func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []string, now time.Time) ([]Decision, error) {
+// sent. sent maps send to the caller's requests (-1: a replay); rd, if not
+// nil, rides with the call.
+func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []string, now time.Time, rd *Rider) ([]Decision, error) {
 	if !l.store.Remote() {
 		return l.store.Take(ctx, send)
 	}
 	wait := ctx
-	switch {
-	case ctx == context.Background():
+	if ctx.Done() == nil { // never ends (context.Background): the shared deadline
 		wait = l.deadline.get()
-	case ctx.Done() == nil: // values only (a rider): they travel with the shared deadline
-		wait = withValues{l.deadline.get(), ctx}
-	default:
+	} else {
 		var cancel context.CancelFunc
 		wait, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
 		defer cancel()
@@ -723,7 +730,7 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []s
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
-		got, err := l.store.Take(runCtx, send)
+		got, err := l.storeTake(runCtx, send, rd)
 		r.got, r.err = got, err
 		if r.state.CompareAndSwap(running, answered) {
 			close(r.done)
@@ -741,6 +748,14 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []s
 		<-r.done // answered just now
 		return r.got, r.err
 	}
+}
+
+// storeTake is the store's Take, with rd riding if the store takes riders.
+func (l *Limiter) storeTake(ctx context.Context, send []Request, rd *Rider) ([]Decision, error) {
+	if rs, ok := l.store.(riderStore); ok && rd != nil {
+		return rs.TakeRiding(ctx, send, rd)
+	}
+	return l.store.Take(ctx, send)
 }
 
 // giveBackUnsureOf removes what the failed takes of a call whose replies
@@ -1007,16 +1022,6 @@ func cmpErr(a, b error) error {
 	}
 	return b
 }
-
-// withValues is a deadline context with the values of another, which
-// never ends: the shared deadline for a call whose context only carries
-// values.
-type withValues struct {
-	context.Context
-	values context.Context
-}
-
-func (c withValues) Value(key any) any { return c.values.Value(key) }
 
 // sharedDeadline hands the calls that start within the same millisecond
 // (a sixteenth of Timeout, if that is shorter) one context with the store
