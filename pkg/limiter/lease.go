@@ -164,7 +164,7 @@ func (as *allowances) get(key string) *allowance {
 
 // decideLeased answers leased checks from the edge's allowances, carving a
 // new batch when one runs short. now is when Decide began.
-func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Outcome, now time.Time) error {
+func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Decision, now time.Time) error {
 	for _, p := range leased {
 		a := l.allowances.get(p.key)
 		if a == nil {
@@ -194,18 +194,18 @@ func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Out
 }
 
 // exact decides one leased check as an exact one.
-func (l *Limiter) exact(ctx context.Context, p pending, now time.Time) (Outcome, error) {
+func (l *Limiter) exact(ctx context.Context, p pending, now time.Time) (Decision, error) {
 	p.check.Tolerance = 0
-	outs := make([]Outcome, p.i+1)
+	outs := make([]Decision, p.i+1)
 	p.alone = true
 	if err := l.lead(ctx, []pending{p}, outs, now); err != nil {
-		return Outcome{}, err
+		return Decision{}, err
 	}
 	return outs[p.i], nil
 }
 
 // spend takes the check's cost from a, carving first when a holds too little.
-func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.Time) (Outcome, error) {
+func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.Time) (Decision, error) {
 	c := p.check
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -225,7 +225,7 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 			// What a held is spent (the store counted it); past it the
 			// check is decided like an exact one, on the carving limit.
 			o, err := l.degrade(Check{Limit: carve, Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, errs[0])
-			o.Decision.Limit = c.Limit.Limit
+			o.Limit = c.Limit.Limit
 			return o, err
 		}
 		d := ds[0]
@@ -260,24 +260,22 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 			d.Admitted, d.Allowed = 0, false
 			d.Lease = Lease{Limit: carve}
 			l.remember(c, d, 1, now, gen)
-			return Outcome{Decision: d, Source: SourceStore}, nil
+			return d.from(SourceStore, nil), nil
 		}
 	}
 	a.units -= c.Cost
 	a.used = now
 	l.metrics.record(source, 1)
-	return Outcome{
-		Decision: Decision{
-			Admitted:   c.Cost,
-			Allowed:    true,
-			Limit:      c.Limit.Limit,
-			Remaining:  min(c.Limit.Limit, a.left+a.units),
-			ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
-			Lease:      Lease{Limit: c.Limit, Units: c.Cost},
-		},
-		Source: source,
-		allow:  a,
-		epoch:  a.epoch,
+	return Decision{
+		Admitted:   c.Cost,
+		Allowed:    true,
+		Limit:      c.Limit.Limit,
+		Remaining:  min(c.Limit.Limit, a.left+a.units),
+		ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
+		Lease:      Lease{Limit: c.Limit, Units: c.Cost},
+		Source:     source,
+		allow:      a,
+		epoch:      a.epoch,
 	}, nil
 }
 

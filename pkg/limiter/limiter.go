@@ -66,23 +66,12 @@ var sourceNames = [numSources]string{"store", "prefilter", "fallback", "open", "
 
 func (s Source) String() string { return sourceNames[s] }
 
-// Outcome is the answer for one check.
-type Outcome struct {
-	Decision
-	Source Source
-	store  Store // holds the lease, for refunds and releases
-	// allow holds the units of a leased check, put back on a refund
-	// unless dropped since (epoch).
-	allow *allowance
-	epoch uint64
-}
-
 // Verdict is the answer for one client request.
 type Verdict struct {
 	// Allowed is false when any non-shadow check denied.
 	Allowed bool
-	// Checks has one outcome per check, in order.
-	Checks []Outcome
+	// Checks has one decision per check, in order.
+	Checks []Decision
 }
 
 // FailMode is what the limiter does when its store cannot answer.
@@ -289,9 +278,9 @@ func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider) (V
 	if err != nil {
 		return Verdict{}, err
 	}
-	v := Verdict{Allowed: true, Checks: make([]Outcome, len(checks))}
+	v := Verdict{Allowed: true, Checks: make([]Decision, len(checks))}
 	for i, c := range checks {
-		v.Checks[i] = Outcome{Decision: Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceSkipped}
+		v.Checks[i] = Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit, Source: SourceSkipped}
 	}
 	// 1. Over-limit cache: a denial known locally costs no call, and the
 	// request is refused before anything is counted.
@@ -313,10 +302,10 @@ func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider) (V
 		}
 	}
 	if !v.Allowed {
-		l.refund(v.Checks, func(Outcome) bool { return true })
+		l.refund(v.Checks, func(Decision) bool { return true })
 	} else {
 		// A shadow check that denied would, enforced, have counted nothing.
-		l.refund(v.Checks, func(o Outcome) bool { return !o.Allowed })
+		l.refund(v.Checks, func(o Decision) bool { return !o.Allowed })
 	}
 	return v, nil
 }
@@ -337,13 +326,13 @@ func (l *Limiter) prepare(checks []Check, keys []string) ([]string, error) {
 
 // prefiltered reports whether the over-limit cache denies one of the
 // checks, and records that denial in outs.
-func (l *Limiter) prefiltered(checks []Check, keys []string, outs []Outcome, now time.Time) bool {
+func (l *Limiter) prefiltered(checks []Check, keys []string, outs []Decision, now time.Time) bool {
 	for i, c := range checks {
 		if c.Shadow || c.Limit.Algorithm.Spec().Held {
 			continue
 		}
 		if d, ok := l.cache.get(keys[i], c.Limit, c.Cost, now); ok {
-			outs[i] = Outcome{Decision: d, Source: SourcePrefilter}
+			outs[i] = d.from(SourcePrefilter, nil)
 			l.metrics.prefilterHits.Inc()
 			l.metrics.record(SourcePrefilter, 1)
 			return true
@@ -388,7 +377,7 @@ func (l *Limiter) route(checks []Check, keys []string, leads []pending, rd *Ride
 
 // decideRouted decides the routed checks into outs; on an error what they
 // took is given back.
-func (l *Limiter) decideRouted(ctx context.Context, r routes, outs []Outcome, now time.Time) error {
+func (l *Limiter) decideRouted(ctx context.Context, r routes, outs []Decision, now time.Time) error {
 	err := l.lead(ctx, r.leads, outs, now)
 	if err == nil {
 		err = l.decideLeased(ctx, r.leased, outs, now)
@@ -402,7 +391,7 @@ func (l *Limiter) decideRouted(ctx context.Context, r routes, outs []Outcome, no
 		err = jerr
 	}
 	if err != nil {
-		l.refund(outs, func(Outcome) bool { return true })
+		l.refund(outs, func(Decision) bool { return true })
 	}
 	return err
 }
@@ -412,10 +401,10 @@ func (l *Limiter) Release(ctx context.Context, v Verdict) {
 	if !v.Allowed {
 		return
 	}
-	l.refund(v.Checks, func(o Outcome) bool { return o.Lease.Limit.Algorithm.Spec().Held })
+	l.refund(v.Checks, func(o Decision) bool { return o.Lease.Limit.Algorithm.Spec().Held })
 }
 
-func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
+func (l *Limiter) refund(outs []Decision, want func(Decision) bool) {
 	for s, leases := range l.takeBack(outs, want) {
 		l.giveBack(s, leases)
 	}
@@ -423,7 +412,7 @@ func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
 
 // takeBack marks the wanted outcomes' leases given back (once only) and
 // does the local bookkeeping; it returns what each store must be told.
-func (l *Limiter) takeBack(outs []Outcome, want func(Outcome) bool) map[Store][]Lease {
+func (l *Limiter) takeBack(outs []Decision, want func(Decision) bool) map[Store][]Lease {
 	var byStore map[Store][]Lease
 	for i := range outs {
 		o := &outs[i]
@@ -473,7 +462,7 @@ func (l *Limiter) refundTimeout() time.Duration { return max(10*l.cfg.Timeout, 1
 
 // lead sends the leading checks in one Take (one round trip per node); now
 // is when Decide began, no later than the call is sent.
-func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now time.Time) error {
+func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Decision, now time.Time) error {
 	if len(leads) == 0 {
 		return nil
 	}
@@ -489,7 +478,7 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now
 	var failed []int
 	for j, p := range leads {
 		if errs[j] == nil {
-			outs[p.i] = Outcome{Decision: ds[j], Source: SourceStore, store: l.store}
+			outs[p.i] = ds[j].from(SourceStore, l.store)
 			l.metrics.record(SourceStore, 1)
 			l.remember(p.check, ds[j], p.check.Cost, sent, gen)
 		} else {
@@ -914,9 +903,9 @@ func callerError(err error) bool {
 var errBreakerOpen = errors.New("circuit breaker open")
 
 // degrade decides a check the store could not, per the fail mode.
-func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
+func (l *Limiter) degrade(c Check, cause error) (Decision, error) {
 	if callerError(cause) {
-		return Outcome{}, cause
+		return Decision{}, cause
 	}
 	reason := "error"
 	switch {
@@ -929,9 +918,9 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	switch l.cfg.FailMode {
 	case FailOpen:
 		l.metrics.record(SourceOpen, 1)
-		return Outcome{Decision: Decision{Admitted: c.Cost, Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceOpen}, nil
+		return Decision{Admitted: c.Cost, Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Limit, Source: SourceOpen}, nil
 	case FailClosed:
-		return Outcome{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
 	return l.decideLocally(c)
 }
@@ -940,7 +929,7 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 // limit: each of the N nodes sharing the limit admits floor(limit/N)
 // locally, so together they admit at most the limit. A limit below N
 // leaves a node no share: it denies until the store answers again.
-func (l *Limiter) decideLocally(c Check) (Outcome, error) {
+func (l *Limiter) decideLocally(c Check) (Decision, error) {
 	local := c.Limit
 	nodes := int64(max(c.Nodes, 1))
 	local.Limit = c.Limit.Limit / nodes
@@ -948,7 +937,7 @@ func (l *Limiter) decideLocally(c Check) (Outcome, error) {
 	if local.Limit < 1 || (c.Limit.Burst > 0 && local.Burst < 1) {
 		l.metrics.record(SourceFallback, 1)
 		retry := max(l.cfg.BreakerCooldown, time.Second)
-		return Outcome{Decision: Decision{Limit: c.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Lease: Lease{Limit: local}}, Source: SourceFallback}, nil
+		return Decision{Limit: c.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Lease: Lease{Limit: local}, Source: SourceFallback}, nil
 	}
 	key := memKey(c.Limit)
 	now := l.now()
@@ -957,13 +946,13 @@ func (l *Limiter) decideLocally(c Check) (Outcome, error) {
 	}
 	ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: c.Cost}})
 	if err != nil {
-		return Outcome{}, err
+		return Decision{}, err
 	}
 	if ds[0].Admitted > 0 && !local.Algorithm.Spec().Held {
 		l.ledger.owe(key, ds[0].Admitted, now)
 	}
 	l.metrics.record(SourceFallback, 1)
-	return Outcome{Decision: ds[0], Source: SourceFallback, store: l.fallback}, nil
+	return ds[0].from(SourceFallback, l.fallback), nil
 }
 
 // seedFallback starts an outage's local count from the store's last
@@ -998,7 +987,7 @@ func (l *Limiter) remember(c Check, d Decision, need int64, sent time.Time, gen 
 	l.cache.put(c.Limit, need, d, sent, gen)
 }
 
-func (l *Limiter) awaitJoined(joined []pending, outs []Outcome) error {
+func (l *Limiter) awaitJoined(joined []pending, outs []Decision) error {
 	var first error
 	for _, p := range joined {
 		<-p.b.done

@@ -307,7 +307,7 @@ func reply(r Request, id string, cmd *redis.Cmd) (Decision, error) {
 		err = fmt.Errorf("script returned %d values, want 5", len(v))
 	}
 	if err == nil {
-		return decision(r, id, limit.Outcome{Admitted: v[0], Remaining: v[1], ResetMs: v[2], RetryMs: v[3], State: v[4]}), nil
+		return decision(r, id, limit.Result{Admitted: v[0], Remaining: v[1], ResetMs: v[2], RetryMs: v[3], State: v[4]}), nil
 	}
 	var d Decision
 	if r.Limit.Algorithm.Spec().Members && !r.Restore && maybeRan(err) {
