@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/lua"
@@ -323,7 +322,7 @@ func (b *behaviourLayer) newRider(c *bhConfig, id string, obs behavior.Obs, via 
 		Script: b.script,
 		Keys:   behavior.Keys(limiter.DefaultKeyPrefix, id),
 		Args:   c.args.Args(obs, 0),
-		Reply:  func(cmd *redis.Cmd) { b.reply(id, cmd, via) },
+		Reply:  func(rep limiter.RiderReply) { b.reply(id, rep, via) },
 	}
 }
 
@@ -368,8 +367,8 @@ const (
 )
 
 // reply takes the region's reading of a client from a script reply.
-func (b *behaviourLayer) reply(id string, cmd *redis.Cmd, via int) {
-	vals, err := cmd.Int64Slice()
+func (b *behaviourLayer) reply(id string, rep limiter.RiderReply, via int) {
+	vals, err := rep.Int64Slice()
 	var v behavior.Verdict
 	if err == nil {
 		v, err = behavior.ParseReply(vals)

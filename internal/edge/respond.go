@@ -23,7 +23,7 @@ const (
 // applied is one non-shadow rule's answer, as clients see it.
 type applied struct {
 	rule    *rules.CompiledRule
-	out     limiter.Outcome
+	out     limiter.Decision
 	skipped bool // not evaluated: another rule had already denied
 	shadow  bool // counted only: a shadow rule, or the enforcement switch
 }

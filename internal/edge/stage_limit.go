@@ -19,12 +19,9 @@ func (e *Edge) limitStage(sc *scratch) string {
 	if len(sc.matches) == 0 {
 		return e.next(sc)
 	}
-	ctx, lctx := sc.ctx, context.Background()
-	if sc.rider != nil {
-		lctx = limiter.WithRider(lctx, sc.rider)
-	}
+	ctx := sc.ctx
 	_, decide := e.tracing.child(sc.trace, "limiter.decide")
-	verdict, err := e.limiter.Decide(lctx, sc.checks) // bounded by --redis-timeout
+	verdict, err := e.limiter.DecideRiding(context.Background(), sc.checks, sc.rider) // bounded by --redis-timeout
 	decide.End()
 	sc.limitDenied, sc.denyRetry = limiterDenial(verdict)
 	switch {

@@ -388,7 +388,7 @@ func (tl *tally) fallback(at time.Time) {
 }
 
 func usedFallback(v limiter.Verdict) bool {
-	return slices.ContainsFunc(v.Checks, func(o limiter.Outcome) bool { return o.Source == limiter.SourceFallback })
+	return slices.ContainsFunc(v.Checks, func(o limiter.Decision) bool { return o.Source == limiter.SourceFallback })
 }
 
 func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result {

@@ -23,7 +23,7 @@ var Concurrency = register(&Spec{
 // by a response ending, long before the oldest slot goes stale.
 const concurrencyRetryCap = 1_000_000 // µs
 
-func concurrencyTake(s *State, a Args, _ bool) Outcome {
+func concurrencyTake(s *State, a Args, _ bool) Result {
 	s.zremUpTo(a.Now)
 	n := int64(len(s.log))
 	admitted := max(0, min(a.Cost, a.Limit-n))
@@ -41,5 +41,5 @@ func concurrencyTake(s *State, a Args, _ bool) Outcome {
 	if admitted < a.Cost {
 		retry = min(reset, concurrencyRetryCap)
 	}
-	return Outcome{admitted, max(0, a.Limit-n), msCeil(float64(reset)), msCeil(float64(retry)), 0}
+	return Result{admitted, max(0, a.Limit-n), msCeil(float64(reset)), msCeil(float64(retry)), 0}
 }

@@ -22,7 +22,7 @@ var FixedWindow = register(&Spec{
 	},
 })
 
-func fixedWindowTake(s *State, a Args, present bool) Outcome {
+func fixedWindowTake(s *State, a Args, present bool) Result {
 	W := a.Window / 1000
 	nowms := a.Now / 1000
 	ws := windowStart(nowms, W)
@@ -42,5 +42,5 @@ func fixedWindowTake(s *State, a Args, present bool) Outcome {
 	if admitted < a.Cost && (a.Need > a.Limit || n+a.Need > a.Limit) {
 		retry = reset
 	}
-	return Outcome{admitted, max(0, a.Limit-n), reset, retry, ws}
+	return Result{admitted, max(0, a.Limit-n), reset, retry, ws}
 }

@@ -28,7 +28,7 @@ func leak(s *State, a Args, present bool) (level, rate, capacity float64) {
 	return level, rate, capacity
 }
 
-func leakyTake(s *State, a Args, present bool) Outcome {
+func leakyTake(s *State, a Args, present bool) Result {
 	level, rate, capacity := leak(s, a, present)
 	fits := func() int64 { return int64(math.Floor(capacity - level + 1e-9)) }
 	admitted := max(0, min(a.Cost, fits()))
@@ -46,7 +46,7 @@ func leakyTake(s *State, a Args, present bool) Outcome {
 			retry = (level + float64(a.Need) - capacity) / rate
 		}
 	}
-	return Outcome{admitted, max(0, fits()), msCeil(level / rate), msCeil(retry), 0}
+	return Result{admitted, max(0, fits()), msCeil(level / rate), msCeil(retry), 0}
 }
 
 // leakyRefund lowers the stored level and leaves its time: a refund never

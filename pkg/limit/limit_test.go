@@ -71,12 +71,12 @@ func TestProblemsNameTheField(t *testing.T) {
 
 // take runs the algorithm over memory, as the memory store does, for one
 // request of cost units (admitted whole or not at all).
-func take(l limit.Limit, st *limit.State, nowUs, cost int64) limit.Outcome {
+func take(l limit.Limit, st *limit.State, nowUs, cost int64) limit.Result {
 	return takeAs(l, st, nowUs, cost, "id")
 }
 
 // takeAs is take with the id the call's members are named after.
-func takeAs(l limit.Limit, st *limit.State, nowUs, cost int64, id string) limit.Outcome {
+func takeAs(l limit.Limit, st *limit.State, nowUs, cost int64, id string) limit.Result {
 	a := limit.ArgsFor(l, nowUs)
 	a.Cost, a.Need, a.ID = cost, cost, id
 	return l.Algorithm.Spec().Take(st, a, st != nil && !st.Expired(nowUs))
@@ -90,7 +90,7 @@ const t0 = int64(10_000_000_000)
 type step struct {
 	at   time.Duration
 	cost int64
-	want limit.Outcome
+	want limit.Result
 }
 
 // Each algorithm's decisions on a table of times, worked out by hand from
@@ -107,12 +107,12 @@ func TestDecisionsOnATableOfTimes(t *testing.T) {
 			name: "token bucket",
 			l:    limit.Limit{Key: "k", Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second},
 			steps: []step{
-				{0, 1, limit.Outcome{Admitted: 1, Remaining: 9, ResetMs: 100}},                       // full again in 100 ms
-				{0, 9, limit.Outcome{Admitted: 9, Remaining: 0, ResetMs: 1000}},                      // the rest of the burst
-				{50 * ms, 1, limit.Outcome{Remaining: 0, ResetMs: 950, RetryMs: 50}},                 // the next token in 50 ms
-				{100 * ms, 1, limit.Outcome{Admitted: 1, Remaining: 0, ResetMs: 1000}},               // one token back
-				{2100 * ms, 3, limit.Outcome{Admitted: 3, Remaining: 7, ResetMs: 300}},               // full again, never above 10
-				{2100 * ms, 8, limit.Outcome{Admitted: 0, Remaining: 7, ResetMs: 300, RetryMs: 100}}, // whole or not at all
+				{0, 1, limit.Result{Admitted: 1, Remaining: 9, ResetMs: 100}},                       // full again in 100 ms
+				{0, 9, limit.Result{Admitted: 9, Remaining: 0, ResetMs: 1000}},                      // the rest of the burst
+				{50 * ms, 1, limit.Result{Remaining: 0, ResetMs: 950, RetryMs: 50}},                 // the next token in 50 ms
+				{100 * ms, 1, limit.Result{Admitted: 1, Remaining: 0, ResetMs: 1000}},               // one token back
+				{2100 * ms, 3, limit.Result{Admitted: 3, Remaining: 7, ResetMs: 300}},               // full again, never above 10
+				{2100 * ms, 8, limit.Result{Admitted: 0, Remaining: 7, ResetMs: 300, RetryMs: 100}}, // whole or not at all
 			},
 		},
 		{
@@ -120,10 +120,10 @@ func TestDecisionsOnATableOfTimes(t *testing.T) {
 			name: "token bucket with a burst",
 			l:    limit.Limit{Key: "k", Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 2},
 			steps: []step{
-				{0, 1, limit.Outcome{Admitted: 1, Remaining: 1, ResetMs: 100}},
-				{0, 2, limit.Outcome{Remaining: 1, ResetMs: 100, RetryMs: 100}}, // two fit once one more is back
-				{100 * ms, 2, limit.Outcome{Admitted: 2, Remaining: 0, ResetMs: 200}},
-				{100 * ms, 3, limit.Outcome{Remaining: 0, ResetMs: 200, RetryMs: 200}}, // more than the bucket: the time until it is full
+				{0, 1, limit.Result{Admitted: 1, Remaining: 1, ResetMs: 100}},
+				{0, 2, limit.Result{Remaining: 1, ResetMs: 100, RetryMs: 100}}, // two fit once one more is back
+				{100 * ms, 2, limit.Result{Admitted: 2, Remaining: 0, ResetMs: 200}},
+				{100 * ms, 3, limit.Result{Remaining: 0, ResetMs: 200, RetryMs: 200}}, // more than the bucket: the time until it is full
 			},
 		},
 		{
@@ -131,11 +131,11 @@ func TestDecisionsOnATableOfTimes(t *testing.T) {
 			name: "leaky bucket",
 			l:    limit.Limit{Key: "k", Algorithm: limit.LeakyBucket, Limit: 10, Window: time.Second},
 			steps: []step{
-				{0, 4, limit.Outcome{Admitted: 4, Remaining: 6, ResetMs: 400}},         // level 4, empty in 400 ms
-				{100 * ms, 7, limit.Outcome{Admitted: 7, Remaining: 0, ResetMs: 1000}}, // 3 left + 7 = full
-				{150 * ms, 1, limit.Outcome{Remaining: 0, ResetMs: 950, RetryMs: 50}},  // 9.5: room for 1 in 50 ms
-				{200 * ms, 1, limit.Outcome{Admitted: 1, Remaining: 0, ResetMs: 1000}}, // 9 + 1
-				{700 * ms, 2, limit.Outcome{Admitted: 2, Remaining: 3, ResetMs: 700}},  // 5 leaked since +200 ms: 5 + 2
+				{0, 4, limit.Result{Admitted: 4, Remaining: 6, ResetMs: 400}},         // level 4, empty in 400 ms
+				{100 * ms, 7, limit.Result{Admitted: 7, Remaining: 0, ResetMs: 1000}}, // 3 left + 7 = full
+				{150 * ms, 1, limit.Result{Remaining: 0, ResetMs: 950, RetryMs: 50}},  // 9.5: room for 1 in 50 ms
+				{200 * ms, 1, limit.Result{Admitted: 1, Remaining: 0, ResetMs: 1000}}, // 9 + 1
+				{700 * ms, 2, limit.Result{Admitted: 2, Remaining: 3, ResetMs: 700}},  // 5 leaked since +200 ms: 5 + 2
 			},
 		},
 		{
@@ -143,15 +143,15 @@ func TestDecisionsOnATableOfTimes(t *testing.T) {
 			name: "sliding window",
 			l:    limit.Limit{Key: "k", Algorithm: limit.SlidingWindow, Limit: 10, Window: time.Second},
 			steps: []step{
-				{0, 6, limit.Outcome{Admitted: 6, Remaining: 4, ResetMs: 2000, State: 10_000_000}},
+				{0, 6, limit.Result{Admitted: 6, Remaining: 4, ResetMs: 2000, State: 10_000_000}},
 				// 6 + 5 > 10; next window, 6·(1000−e)/1000 + 5 ≤ 10 from e = 167 ms.
-				{500 * ms, 5, limit.Outcome{Remaining: 4, ResetMs: 1500, RetryMs: 667, State: 10_000_000}},
+				{500 * ms, 5, limit.Result{Remaining: 4, ResetMs: 1500, RetryMs: 667, State: 10_000_000}},
 				// 6·750/1000 = 4.5 of the previous: 5 fit.
-				{1250 * ms, 5, limit.Outcome{Admitted: 5, Remaining: 0, ResetMs: 1750, State: 10_001_000}},
+				{1250 * ms, 5, limit.Result{Admitted: 5, Remaining: 0, ResetMs: 1750, State: 10_001_000}},
 				// 6·500/1000 = 3 of the previous, 5 now: 2 fit.
-				{1500 * ms, 1, limit.Outcome{Admitted: 1, Remaining: 1, ResetMs: 1500, State: 10_001_000}},
+				{1500 * ms, 1, limit.Result{Admitted: 1, Remaining: 1, ResetMs: 1500, State: 10_001_000}},
 				// Two windows later nothing is left of either.
-				{3100 * ms, 1, limit.Outcome{Admitted: 1, Remaining: 9, ResetMs: 1900, State: 10_003_000}},
+				{3100 * ms, 1, limit.Result{Admitted: 1, Remaining: 9, ResetMs: 1900, State: 10_003_000}},
 			},
 		},
 		{
@@ -159,12 +159,12 @@ func TestDecisionsOnATableOfTimes(t *testing.T) {
 			name: "sliding log",
 			l:    limit.Limit{Key: "k", Algorithm: limit.SlidingLog, Limit: 3, Window: time.Second},
 			steps: []step{
-				{0, 1, limit.Outcome{Admitted: 1, Remaining: 2, ResetMs: 1000}},
-				{200 * ms, 2, limit.Outcome{Admitted: 2, Remaining: 0, ResetMs: 1000}},
-				{500 * ms, 1, limit.Outcome{Remaining: 0, ResetMs: 700, RetryMs: 500}},  // the first leaves the window at +1 s
-				{1000 * ms, 1, limit.Outcome{Admitted: 1, Remaining: 0, ResetMs: 1000}}, // it has
-				{1100 * ms, 2, limit.Outcome{Remaining: 0, ResetMs: 900, RetryMs: 100}}, // room for 2 once both from +200 ms leave
-				{1100 * ms, 4, limit.Outcome{Remaining: 0, ResetMs: 900, RetryMs: 900}}, // never fits: until the log is empty
+				{0, 1, limit.Result{Admitted: 1, Remaining: 2, ResetMs: 1000}},
+				{200 * ms, 2, limit.Result{Admitted: 2, Remaining: 0, ResetMs: 1000}},
+				{500 * ms, 1, limit.Result{Remaining: 0, ResetMs: 700, RetryMs: 500}},  // the first leaves the window at +1 s
+				{1000 * ms, 1, limit.Result{Admitted: 1, Remaining: 0, ResetMs: 1000}}, // it has
+				{1100 * ms, 2, limit.Result{Remaining: 0, ResetMs: 900, RetryMs: 100}}, // room for 2 once both from +200 ms leave
+				{1100 * ms, 4, limit.Result{Remaining: 0, ResetMs: 900, RetryMs: 900}}, // never fits: until the log is empty
 			},
 		},
 		{
@@ -172,10 +172,10 @@ func TestDecisionsOnATableOfTimes(t *testing.T) {
 			name: "fixed window",
 			l:    limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Second},
 			steps: []step{
-				{250 * ms, 1, limit.Outcome{Admitted: 1, Remaining: 1, ResetMs: 750, State: 10_000_000}},
-				{900 * ms, 2, limit.Outcome{Remaining: 1, ResetMs: 100, RetryMs: 100, State: 10_000_000}},
-				{999 * ms, 1, limit.Outcome{Admitted: 1, Remaining: 0, ResetMs: 1, State: 10_000_000}},
-				{1000 * ms, 2, limit.Outcome{Admitted: 2, Remaining: 0, ResetMs: 1000, State: 10_001_000}}, // a new window, all of it
+				{250 * ms, 1, limit.Result{Admitted: 1, Remaining: 1, ResetMs: 750, State: 10_000_000}},
+				{900 * ms, 2, limit.Result{Remaining: 1, ResetMs: 100, RetryMs: 100, State: 10_000_000}},
+				{999 * ms, 1, limit.Result{Admitted: 1, Remaining: 0, ResetMs: 1, State: 10_000_000}},
+				{1000 * ms, 2, limit.Result{Admitted: 2, Remaining: 0, ResetMs: 1000, State: 10_001_000}}, // a new window, all of it
 			},
 		},
 	}
@@ -198,20 +198,20 @@ func TestConcurrencyHoldsUntilReleased(t *testing.T) {
 	require.NoError(t, l.Validate())
 	var st limit.State
 	at := func(d time.Duration) int64 { return t0 + d.Microseconds() }
-	require.Equal(t, limit.Outcome{Admitted: 1, Remaining: 1, ResetMs: 10_000}, takeAs(l, &st, at(0), 1, "a"))
-	require.Equal(t, limit.Outcome{Admitted: 1, Remaining: 0, ResetMs: 9_000}, takeAs(l, &st, at(time.Second), 1, "b"))
-	require.Equal(t, limit.Outcome{Remaining: 0, ResetMs: 8_000, RetryMs: 1_000}, takeAs(l, &st, at(2*time.Second), 1, "c"),
+	require.Equal(t, limit.Result{Admitted: 1, Remaining: 1, ResetMs: 10_000}, takeAs(l, &st, at(0), 1, "a"))
+	require.Equal(t, limit.Result{Admitted: 1, Remaining: 0, ResetMs: 9_000}, takeAs(l, &st, at(time.Second), 1, "b"))
+	require.Equal(t, limit.Result{Remaining: 0, ResetMs: 8_000, RetryMs: 1_000}, takeAs(l, &st, at(2*time.Second), 1, "c"),
 		"full: retry capped at 1 s, a response usually ends sooner than a slot goes stale")
 
 	// a's response ends: its slot is free at once.
 	rel := limit.ArgsFor(l, at(2500*time.Millisecond))
 	rel.Cost, rel.ID, rel.First = 1, "a", 1
 	require.True(t, l.Algorithm.Spec().Refund(&st, rel))
-	require.Equal(t, limit.Outcome{Admitted: 1, Remaining: 0, ResetMs: 8_500}, takeAs(l, &st, at(2500*time.Millisecond), 1, "d"))
+	require.Equal(t, limit.Result{Admitted: 1, Remaining: 0, ResetMs: 8_500}, takeAs(l, &st, at(2500*time.Millisecond), 1, "d"))
 
 	// b is never released (its edge died): it goes stale 10 s after it was taken.
-	require.Equal(t, limit.Outcome{Remaining: 0, ResetMs: 1, RetryMs: 1}, takeAs(l, &st, at(10999*time.Millisecond), 1, "e"))
-	require.Equal(t, limit.Outcome{Admitted: 1, Remaining: 0, ResetMs: 1_500}, takeAs(l, &st, at(11*time.Second), 1, "f"))
+	require.Equal(t, limit.Result{Remaining: 0, ResetMs: 1, RetryMs: 1}, takeAs(l, &st, at(10999*time.Millisecond), 1, "e"))
+	require.Equal(t, limit.Result{Admitted: 1, Remaining: 0, ResetMs: 1_500}, takeAs(l, &st, at(11*time.Second), 1, "f"))
 }
 
 // A fixed window admits Limit per epoch-aligned window, tells a denied

@@ -31,8 +31,8 @@ func ArgsFor(l Limit, nowUs int64) Args {
 	return a
 }
 
-// Outcome is what a take returns: {admitted, remaining, reset, retry, state}.
-type Outcome struct {
+// Result is what a take returns: {admitted, remaining, reset, retry, state}.
+type Result struct {
 	Admitted, Remaining int64
 	ResetMs, RetryMs    int64
 	State               int64

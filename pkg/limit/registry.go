@@ -49,7 +49,7 @@ type Spec struct {
 	// Take and Refund are the algorithm over process memory, mirroring the
 	// script. present says whether st held a live value; Refund reports
 	// whether the key should be kept.
-	Take   func(st *State, a Args, present bool) Outcome
+	Take   func(st *State, a Args, present bool) Result
 	Refund func(st *State, a Args) bool
 }
 

@@ -15,7 +15,7 @@ var SlidingLog = register(&Spec{
 	Refund:      func(s *State, a Args) bool { return s.zrem(a) },
 })
 
-func slidingLogTake(s *State, a Args, _ bool) Outcome {
+func slidingLogTake(s *State, a Args, _ bool) Result {
 	s.zremUpTo(a.Now - a.Window)
 	n := int64(len(s.log))
 	admitted := max(0, min(a.Cost, a.Limit-n))
@@ -54,5 +54,5 @@ func slidingLogTake(s *State, a Args, _ bool) Outcome {
 			retry = max(retry, *last+a.Extra-a.Now)
 		}
 	}
-	return Outcome{admitted, max(0, a.Limit-n), msCeil(float64(reset)), msCeil(float64(retry)), 0}
+	return Result{admitted, max(0, a.Limit-n), msCeil(float64(reset)), msCeil(float64(retry)), 0}
 }

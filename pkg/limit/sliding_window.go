@@ -24,7 +24,7 @@ var SlidingWindow = register(&Spec{
 // maxExact is the largest integer every double below it represents exactly.
 const maxExact = 1 << 53
 
-func slidingWindowTake(s *State, a Args, present bool) Outcome {
+func slidingWindowTake(s *State, a Args, present bool) Result {
 	W := a.Window / 1000
 	nowms := a.Now / 1000
 	ws := windowStart(nowms, W)
@@ -83,7 +83,7 @@ func slidingWindowTake(s *State, a Args, present bool) Outcome {
 			retry = (W - e) + max(0, W-floorDiv((a.Limit-a.Need)*W, cn))
 		}
 	}
-	return Outcome{admitted, max(0, fits(cn)), reset, retry, ws}
+	return Result{admitted, max(0, fits(cn)), reset, retry, ws}
 }
 
 func slidingWindowRefund(s *State, a Args) bool {

@@ -35,7 +35,7 @@ func gcraParams(a Args) (T, capacity, tau float64) {
 	return T, capacity, capacity * T
 }
 
-func gcraTake(s *State, a Args, present bool) Outcome {
+func gcraTake(s *State, a Args, present bool) Result {
 	T, capacity, tau := gcraParams(a)
 	now := float64(a.Now)
 	tat := s.f
@@ -58,7 +58,7 @@ func gcraTake(s *State, a Args, present bool) Outcome {
 			retry = tat + float64(a.Need)*T - tau - now
 		}
 	}
-	return Outcome{admitted, max(0, fits()), msCeil(tat - now), msCeil(retry), 0}
+	return Result{admitted, max(0, fits()), msCeil(tat - now), msCeil(retry), 0}
 }
 
 func gcraRefund(s *State, a Args) bool {

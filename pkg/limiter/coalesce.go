@@ -38,7 +38,7 @@ type batch struct {
 // item is one check's place in a batch.
 type item struct {
 	check Check
-	out   Outcome
+	out   Decision
 	err   error // the store failed: the owner decides it per the fail mode
 }
 
@@ -112,7 +112,7 @@ func (l *Limiter) sendBatch(b *batch) {
 	sum, need := int64(len(b.items))*b.cost, b.cost
 	gen := l.cache.generation()
 	sent := l.now()
-	ds, errs := l.call(context.Background(), []Request{{Limit: b.limit, Cost: sum, Need: need}}, []string{b.key}, sent)
+	ds, errs := l.call(context.Background(), []Request{{Limit: b.limit, Cost: sum, Need: need}}, []string{b.key}, sent, nil)
 	if errs[0] != nil {
 		for _, it := range b.items {
 			it.err = errs[0]
@@ -130,14 +130,14 @@ func (l *Limiter) sendBatch(b *batch) {
 func (l *Limiter) split(b *batch, d Decision, need int64, sent time.Time, gen uint64) {
 	lease, left := d.Lease, d.Admitted
 	for _, it := range b.items {
-		out := Outcome{Decision: Decision{Limit: d.Limit, ResetAfter: d.ResetAfter, Lease: Lease{Limit: d.Lease.Limit}}, Source: SourceStore, store: l.store}
+		out := Decision{Limit: d.Limit, ResetAfter: d.ResetAfter, Lease: Lease{Limit: d.Lease.Limit}, Source: SourceStore, store: l.store}
 		if c := it.check.Cost; c <= left {
 			out.Admitted, out.Allowed = c, true
 			out.Lease, lease = lease.Split(c)
 			left -= c
 		} else {
 			out.RetryAfter = d.RetryAfter
-			l.remember(it.check, out.Decision, need, sent, gen)
+			l.remember(it.check, out, need, sent, gen)
 		}
 		it.out = out
 	}

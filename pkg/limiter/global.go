@@ -301,7 +301,7 @@ func overdraft(orig Check, regions int) int64 {
 }
 
 // decideGlobal answers global checks; now is when Decide began.
-func (l *Limiter) decideGlobal(ctx context.Context, ps []pending, outs []Outcome, now time.Time) error {
+func (l *Limiter) decideGlobal(ctx context.Context, ps []pending, outs []Decision, now time.Time) error {
 	g := l.global.Load()
 	for _, p := range ps {
 		orig := p.check
@@ -318,7 +318,7 @@ func (l *Limiter) decideGlobal(ctx context.Context, ps []pending, outs []Outcome
 			if !c.Shadow {
 				if d, ok := l.cache.get(p.key, c.Limit, c.Cost, now); ok {
 					d.Limit = orig.Limit.Limit
-					outs[p.i] = Outcome{Decision: d, Source: SourcePrefilter}
+					outs[p.i] = d.from(SourcePrefilter, nil)
 					l.metrics.prefilterHits.Inc()
 					l.metrics.record(SourcePrefilter, 1)
 					g.count(st.local, "home")
@@ -363,7 +363,7 @@ func (g *Global) get(key string, h *home, c Check) *away {
 }
 
 // spendAway decides a check homed in another region without waiting on it.
-func (l *Limiter) spendAway(ctx context.Context, g *Global, st *globalState, h *home, orig Check, p pending, now time.Time) (Outcome, error) {
+func (l *Limiter) spendAway(ctx context.Context, g *Global, st *globalState, h *home, orig Check, p pending, now time.Time) (Decision, error) {
 	c := p.check
 	a := g.get(p.key, h, c)
 	if a == nil {
@@ -397,31 +397,29 @@ func (l *Limiter) spendAway(ctx context.Context, g *Global, st *globalState, h *
 
 // spendUnits admits c from a's units, and carves more ahead of need when
 // half are spent. Called with a locked.
-func (g *Global) spendUnits(h *home, a *away, up bool, c, orig Check, key string, now time.Time) Outcome {
+func (g *Global) spendUnits(h *home, a *away, up bool, c, orig Check, key string, now time.Time) Decision {
 	a.units -= c.Cost
 	a.used = now
 	if up && !a.refilling && a.units <= a.size/2 && !now.Before(a.exhausted) {
 		g.refill(h, a, key, now) // ahead of need: the next requests find units
 	}
-	return Outcome{
-		Decision: Decision{
-			Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit,
-			Remaining:  min(orig.Limit.Limit, a.left+a.units),
-			ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
-			Lease:      Lease{Limit: c.Limit, Units: c.Cost},
-		},
-		Source: SourceLease, allow: &a.allowance, epoch: a.epoch,
+	return Decision{
+		Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit,
+		Remaining:  min(orig.Limit.Limit, a.left+a.units),
+		ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
+		Lease:      Lease{Limit: c.Limit, Units: c.Cost},
+		Source:     SourceLease, allow: &a.allowance, epoch: a.epoch,
 	}
 }
 
 // outOfAllowance decides c when a has too few units and its home answers:
 // denied while the home's window is exhausted, else a carve starts and c
 // is admitted on overdraft while it fits. Called with a locked.
-func (g *Global) outOfAllowance(st *globalState, h *home, a *away, c, orig Check, key string, now time.Time) Outcome {
+func (g *Global) outOfAllowance(st *globalState, h *home, a *away, c, orig Check, key string, now time.Time) Decision {
 	if now.Before(a.exhausted) {
 		g.count(h.name, "denied")
 		retry := roundUpMs(a.exhausted.Sub(now))
-		return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceLease}
+		return Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Source: SourceLease}
 	}
 	if !a.refilling {
 		g.refill(h, a, key, now)
@@ -433,20 +431,20 @@ func (g *Global) outOfAllowance(st *globalState, h *home, a *away, c, orig Check
 		}
 		a.used = now
 		g.count(h.name, "overdraft")
-		return Outcome{Decision: Decision{Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit, Remaining: 0, ResetAfter: max(0, roundUpMs(a.reset.Sub(now)))}, Source: SourceLease}
+		return Decision{Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit, Remaining: 0, ResetAfter: max(0, roundUpMs(a.reset.Sub(now))), Source: SourceLease}
 	}
 	// Out of allowance and overdraft, a carve under way: deny for about
 	// the time a carve takes.
 	g.count(h.name, "denied")
 	retry := max(time.Second, g.cfg.Timeout)
-	return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceLease}
+	return Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Source: SourceLease}
 }
 
 // fromShare decides a check whose home is unreachable from this region's
 // static share, floor(limit / regions), counted exactly in this region's
 // own store (its fail mode applies if that fails too). What it admits is
 // debt, paid to the home once it answers again.
-func (l *Limiter) fromShare(ctx context.Context, g *Global, st *globalState, h *home, a *away, orig Check, p pending, now time.Time) (Outcome, error) {
+func (l *Limiter) fromShare(ctx context.Context, g *Global, st *globalState, h *home, a *away, orig Check, p pending, now time.Time) (Decision, error) {
 	sl := orig.Limit
 	sl.Key = "s:" + orig.Limit.Key
 	sl.Limit = orig.Limit.Limit / int64(max(len(st.names), 1))
@@ -454,12 +452,12 @@ func (l *Limiter) fromShare(ctx context.Context, g *Global, st *globalState, h *
 	if sl.Limit < 1 {
 		l.metrics.record(SourceStore, 1)
 		retry := max(time.Second, g.cfg.Timeout)
-		return Outcome{Decision: Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry}, Source: SourceStore}, nil
+		return Decision{Limit: orig.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Source: SourceStore}, nil
 	}
 	sc := Check{Limit: sl, Cost: orig.Cost, Shadow: orig.Shadow, Nodes: orig.Nodes}
-	o, err := l.exact(ctx, pending{i: p.i, check: sc, key: memKey(sl)}, now)
+	o, err := l.exact(ctx, pending{i: p.i, check: sc, key: memKey(sl), rider: p.rider}, now)
 	if err != nil {
-		return Outcome{}, err
+		return Decision{}, err
 	}
 	if a != nil && o.Admitted > 0 {
 		a.mu.Lock()
@@ -470,7 +468,7 @@ func (l *Limiter) fromShare(ctx context.Context, g *Global, st *globalState, h *
 		a.used = now
 		a.mu.Unlock()
 	}
-	o.Decision.Limit = orig.Limit.Limit
+	o.Limit = orig.Limit.Limit
 	return o, nil
 }
 
@@ -488,7 +486,7 @@ func (g *Global) refill(h *home, a *away, key string, now time.Time) {
 	req := Request{Limit: carveLimit(c), Cost: want, Need: 1}
 	g.bg.Go(func() {
 		sent := g.now()
-		ds, errs := h.lim.call(context.Background(), []Request{req}, []string{key}, sent)
+		ds, errs := h.lim.call(context.Background(), []Request{req}, []string{key}, sent, nil)
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.refilling = false

@@ -164,7 +164,7 @@ func (as *allowances) get(key string) *allowance {
 
 // decideLeased answers leased checks from the edge's allowances, carving a
 // new batch when one runs short. now is when Decide began.
-func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Outcome, now time.Time) error {
+func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Decision, now time.Time) error {
 	for _, p := range leased {
 		a := l.allowances.get(p.key)
 		if a == nil {
@@ -194,18 +194,18 @@ func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Out
 }
 
 // exact decides one leased check as an exact one.
-func (l *Limiter) exact(ctx context.Context, p pending, now time.Time) (Outcome, error) {
+func (l *Limiter) exact(ctx context.Context, p pending, now time.Time) (Decision, error) {
 	p.check.Tolerance = 0
-	outs := make([]Outcome, p.i+1)
+	outs := make([]Decision, p.i+1)
 	p.alone = true
 	if err := l.lead(ctx, []pending{p}, outs, now); err != nil {
-		return Outcome{}, err
+		return Decision{}, err
 	}
 	return outs[p.i], nil
 }
 
 // spend takes the check's cost from a, carving first when a holds too little.
-func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.Time) (Outcome, error) {
+func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.Time) (Decision, error) {
 	c := p.check
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -215,70 +215,86 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 	}
 	source := SourceLease
 	if a.units < c.Cost {
-		a.terms = termsOf(c)
-		a.grow(now)
-		want := c.Cost - a.units + a.size
-		carve := carveLimit(c)
-		gen := l.cache.generation()
-		ds, errs := l.call(ctx, []Request{{Limit: carve, Cost: want, Need: 1}}, []string{p.key}, now)
-		if errs[0] != nil {
-			// What a held is spent (the store counted it); past it the
-			// check is decided like an exact one, on the carving limit.
-			o, err := l.degrade(Check{Limit: carve, Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, errs[0])
-			o.Decision.Limit = c.Limit.Limit
-			return o, err
+		d, decided, err := l.carve(ctx, a, p, now)
+		if decided || err != nil {
+			return d, err
 		}
-		d := ds[0]
-		a.carved = now
-		a.left, a.reset = d.Remaining, now.Add(d.ResetAfter)
-		if d.Admitted > 0 {
-			if d.Lease.state != a.from.state {
-				// Another window (fixed_window): the old one's units end
-				// with it, and so do refunds of units spent from them.
-				a.drop()
-			}
-			expires := now.Add(a.terms.hold)
-			if c.Limit.Algorithm == limit.FixedWindow {
-				// The script's reset is whole milliseconds, rounded up.
-				expires = now.Add(d.ResetAfter - time.Millisecond)
-			}
-			if a.units == 0 || expires.Before(a.expires) {
-				// Units left from an earlier batch keep their own end:
-				// the batches end together, at the earlier one.
-				a.expires = expires
-			}
-			a.units += d.Admitted
-			a.from = d.Lease
-		}
-		l.metrics.leaseCarves.Inc()
-		l.metrics.leaseCarved.Add(float64(d.Admitted))
 		source = SourceStore
-		if a.units < c.Cost {
-			l.metrics.record(SourceStore, 1)
-			d.Limit = c.Limit.Limit
-			d.Remaining = min(c.Limit.Limit, a.units)
-			d.Admitted, d.Allowed = 0, false
-			d.Lease = Lease{Limit: carve}
-			l.remember(c, d, 1, now, gen)
-			return Outcome{Decision: d, Source: SourceStore}, nil
-		}
 	}
 	a.units -= c.Cost
 	a.used = now
 	l.metrics.record(source, 1)
-	return Outcome{
-		Decision: Decision{
-			Admitted:   c.Cost,
-			Allowed:    true,
-			Limit:      c.Limit.Limit,
-			Remaining:  min(c.Limit.Limit, a.left+a.units),
-			ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
-			Lease:      Lease{Limit: c.Limit, Units: c.Cost},
-		},
-		Source: source,
-		allow:  a,
-		epoch:  a.epoch,
+	return Decision{
+		Admitted:   c.Cost,
+		Allowed:    true,
+		Limit:      c.Limit.Limit,
+		Remaining:  min(c.Limit.Limit, a.left+a.units),
+		ResetAfter: max(0, roundUpMs(a.reset.Sub(now))),
+		Lease:      Lease{Limit: c.Limit, Units: c.Cost},
+		Source:     source,
+		allow:      a,
+		epoch:      a.epoch,
 	}, nil
+}
+
+// carve asks the store for a's next batch, enough for the check's cost. It
+// reports decided when the check is decided without a's units: the store
+// failed (the fail mode decides it), or the batch is still too small
+// (denied). Called with a locked.
+func (l *Limiter) carve(ctx context.Context, a *allowance, p pending, now time.Time) (d Decision, decided bool, err error) {
+	c := p.check
+	a.terms = termsOf(c)
+	a.grow(now)
+	want := c.Cost - a.units + a.size
+	carve := carveLimit(c)
+	gen := l.cache.generation()
+	ds, errs := l.call(ctx, []Request{{Limit: carve, Cost: want, Need: 1}}, []string{p.key}, now, p.rider)
+	if errs[0] != nil {
+		// What a held is spent (the store counted it); past it the
+		// check is decided like an exact one, on the carving limit.
+		o, err := l.degrade(Check{Limit: carve, Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, errs[0])
+		o.Limit = c.Limit.Limit
+		return o, true, err
+	}
+	d = ds[0]
+	a.carved = now
+	a.left, a.reset = d.Remaining, now.Add(d.ResetAfter)
+	if d.Admitted > 0 {
+		a.add(d, c, now)
+	}
+	l.metrics.leaseCarves.Inc()
+	l.metrics.leaseCarved.Add(float64(d.Admitted))
+	if a.units >= c.Cost {
+		return Decision{}, false, nil
+	}
+	l.metrics.record(SourceStore, 1)
+	d.Limit = c.Limit.Limit
+	d.Remaining = min(c.Limit.Limit, a.units)
+	d.Admitted, d.Allowed = 0, false
+	d.Lease = Lease{Limit: carve}
+	l.remember(c, d, 1, now, gen)
+	return d.from(SourceStore, nil), true, nil
+}
+
+// add puts a carved batch d into a. Called with a locked.
+func (a *allowance) add(d Decision, c Check, now time.Time) {
+	if d.Lease.state != a.from.state {
+		// Another window (fixed_window): the old one's units end
+		// with it, and so do refunds of units spent from them.
+		a.drop()
+	}
+	expires := now.Add(a.terms.hold)
+	if c.Limit.Algorithm == limit.FixedWindow {
+		// The script's reset is whole milliseconds, rounded up.
+		expires = now.Add(d.ResetAfter - time.Millisecond)
+	}
+	if a.units == 0 || expires.Before(a.expires) {
+		// Units left from an earlier batch keep their own end:
+		// the batches end together, at the earlier one.
+		a.expires = expires
+	}
+	a.units += d.Admitted
+	a.from = d.Lease
 }
 
 // grow sizes the next batch from how soon the last one ran out: twice as
@@ -350,15 +366,11 @@ func (l *Limiter) returnAll() {
 	l.returnWhere(l.now(), func(*allowance) (bool, bool) { return true, true })
 }
 
+// returnWhere gives back the units of the allowances pick says to give
+// (give), and forgets those it says to forget once they hold none. An
+// allowance being carved is in use: it is left alone.
 func (l *Limiter) returnWhere(now time.Time, pick func(*allowance) (give, forget bool)) {
-	as := l.allowances
-	as.mu.Lock()
-	keys := make([]string, 0, len(as.m))
-	all := make([]*allowance, 0, len(as.m))
-	for k, a := range as.m {
-		keys, all = append(keys, k), append(all, a)
-	}
-	as.mu.Unlock()
+	keys, all := l.allowances.list()
 	var back []Lease
 	var gone []string
 	for i, a := range all {
@@ -367,31 +379,63 @@ func (l *Limiter) returnWhere(now time.Time, pick func(*allowance) (give, forget
 		}
 		give, forget := pick(a)
 		if give && a.units > 0 {
-			if a.from.Limit.Algorithm == limit.FixedWindow && now.Before(a.expires) {
-				ls := a.from
-				ls.Units = a.units
+			if ls, ok := a.giveUp(now); ok {
 				back = append(back, ls)
 			}
-			a.drop()
-			a.size = 1 // the key went quiet here: start small again
 		}
 		if forget && a.units == 0 {
 			gone = append(gone, keys[i])
 		}
 		a.mu.Unlock()
 	}
-	if len(gone) > 0 {
-		as.mu.Lock()
-		for _, k := range gone {
-			if a := as.m[k]; a != nil && a.mu.TryLock() {
-				if a.units == 0 {
-					delete(as.m, k)
-				}
-				a.mu.Unlock()
-			}
-		}
-		as.mu.Unlock()
+	l.allowances.forget(gone)
+	l.returnLeased(back)
+}
+
+// list is every allowance and its key.
+func (as *allowances) list() ([]string, []*allowance) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	keys := make([]string, 0, len(as.m))
+	all := make([]*allowance, 0, len(as.m))
+	for k, a := range as.m {
+		keys, all = append(keys, k), append(all, a)
 	}
+	return keys, all
+}
+
+// giveUp drops a's units, and returns the lease that gives them back to
+// the store: a fixed window's, while its window lasts (a token bucket's
+// units expire instead). Called with a locked.
+func (a *allowance) giveUp(now time.Time) (Lease, bool) {
+	ls, ok := a.from, false
+	if a.from.Limit.Algorithm == limit.FixedWindow && now.Before(a.expires) {
+		ls.Units, ok = a.units, true
+	}
+	a.drop()
+	a.size = 1 // the key went quiet here: start small again
+	return ls, ok
+}
+
+// forget removes the keys whose allowances still hold nothing.
+func (as *allowances) forget(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	for _, k := range keys {
+		if a := as.m[k]; a != nil && a.mu.TryLock() {
+			if a.units == 0 {
+				delete(as.m, k)
+			}
+			a.mu.Unlock()
+		}
+	}
+}
+
+// returnLeased gives the leases back to the store.
+func (l *Limiter) returnLeased(back []Lease) {
 	if len(back) == 0 {
 		return
 	}

@@ -66,23 +66,12 @@ var sourceNames = [numSources]string{"store", "prefilter", "fallback", "open", "
 
 func (s Source) String() string { return sourceNames[s] }
 
-// Outcome is the answer for one check.
-type Outcome struct {
-	Decision
-	Source Source
-	store  Store // holds the lease, for refunds and releases
-	// allow holds the units of a leased check, put back on a refund
-	// unless dropped since (epoch).
-	allow *allowance
-	epoch uint64
-}
-
 // Verdict is the answer for one client request.
 type Verdict struct {
 	// Allowed is false when any non-shadow check denied.
 	Allowed bool
-	// Checks has one outcome per check, in order.
-	Checks []Outcome
+	// Checks has one decision per check, in order.
+	Checks []Decision
 }
 
 // FailMode is what the limiter does when its store cannot answer.
@@ -269,20 +258,29 @@ type pending struct {
 	item  *item  // set when it joined another request's call
 	b     *batch // the batch it joined
 	alone bool   // leads a call outside the key's flight
+	// rider is the request's rider: it goes with the first of its
+	// checks' store calls (rider.go).
+	rider *Rider
 }
 
 // Decide answers one client request: all its checks, all-or-nothing. A
 // request denied by one check gives back what the others took.
 func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
+	return l.DecideRiding(ctx, checks, nil)
+}
+
+// DecideRiding is Decide with r riding in the first store call its checks
+// make (none when they are decided without one); r may be nil.
+func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider) (Verdict, error) {
 	now := l.now()
 	var keyBuf [4]string
 	keys, err := l.prepare(checks, keyBuf[:0])
 	if err != nil {
 		return Verdict{}, err
 	}
-	v := Verdict{Allowed: true, Checks: make([]Outcome, len(checks))}
+	v := Verdict{Allowed: true, Checks: make([]Decision, len(checks))}
 	for i, c := range checks {
-		v.Checks[i] = Outcome{Decision: Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceSkipped}
+		v.Checks[i] = Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit, Source: SourceSkipped}
 	}
 	// 1. Over-limit cache: a denial known locally costs no call, and the
 	// request is refused before anything is counted.
@@ -293,8 +291,8 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 	// 2. Per-key coalescing: checks whose key has a call in flight join the
 	// next call for that key; the others lead, in one pipeline.
 	var leadBuf [2]pending
-	r := l.route(checks, keys, leadBuf[:0])
-	if err := l.decideRouted(ctx, r, v.Checks, now); err != nil {
+	routed := l.route(checks, keys, leadBuf[:0], r)
+	if err := l.decideRouted(ctx, routed, v.Checks, now); err != nil {
 		return Verdict{}, err
 	}
 	// 3. All-or-nothing.
@@ -304,10 +302,10 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 		}
 	}
 	if !v.Allowed {
-		l.refund(v.Checks, func(Outcome) bool { return true })
+		l.refund(v.Checks, func(Decision) bool { return true })
 	} else {
 		// A shadow check that denied would, enforced, have counted nothing.
-		l.refund(v.Checks, func(o Outcome) bool { return !o.Allowed })
+		l.refund(v.Checks, func(o Decision) bool { return !o.Allowed })
 	}
 	return v, nil
 }
@@ -328,13 +326,13 @@ func (l *Limiter) prepare(checks []Check, keys []string) ([]string, error) {
 
 // prefiltered reports whether the over-limit cache denies one of the
 // checks, and records that denial in outs.
-func (l *Limiter) prefiltered(checks []Check, keys []string, outs []Outcome, now time.Time) bool {
+func (l *Limiter) prefiltered(checks []Check, keys []string, outs []Decision, now time.Time) bool {
 	for i, c := range checks {
 		if c.Shadow || c.Limit.Algorithm.Spec().Held {
 			continue
 		}
 		if d, ok := l.cache.get(keys[i], c.Limit, c.Cost, now); ok {
-			outs[i] = Outcome{Decision: d, Source: SourcePrefilter}
+			outs[i] = d.from(SourcePrefilter, nil)
 			l.metrics.prefilterHits.Inc()
 			l.metrics.record(SourcePrefilter, 1)
 			return true
@@ -351,11 +349,11 @@ type routes struct {
 
 // route sorts the checks by how they are decided (the leading ones
 // appended to leads); a check whose key has a call in flight joins that
-// key's next call.
-func (l *Limiter) route(checks []Check, keys []string, leads []pending) routes {
+// key's next call. rd is the request's rider.
+func (l *Limiter) route(checks []Check, keys []string, leads []pending, rd *Rider) routes {
 	r := routes{leads: leads}
 	for i, c := range checks {
-		p := pending{i: i, check: c, key: keys[i]}
+		p := pending{i: i, check: c, key: keys[i], rider: rd}
 		if c.Global {
 			r.global = append(r.global, p)
 			continue
@@ -379,7 +377,7 @@ func (l *Limiter) route(checks []Check, keys []string, leads []pending) routes {
 
 // decideRouted decides the routed checks into outs; on an error what they
 // took is given back.
-func (l *Limiter) decideRouted(ctx context.Context, r routes, outs []Outcome, now time.Time) error {
+func (l *Limiter) decideRouted(ctx context.Context, r routes, outs []Decision, now time.Time) error {
 	err := l.lead(ctx, r.leads, outs, now)
 	if err == nil {
 		err = l.decideLeased(ctx, r.leased, outs, now)
@@ -393,7 +391,7 @@ func (l *Limiter) decideRouted(ctx context.Context, r routes, outs []Outcome, no
 		err = jerr
 	}
 	if err != nil {
-		l.refund(outs, func(Outcome) bool { return true })
+		l.refund(outs, func(Decision) bool { return true })
 	}
 	return err
 }
@@ -403,10 +401,10 @@ func (l *Limiter) Release(ctx context.Context, v Verdict) {
 	if !v.Allowed {
 		return
 	}
-	l.refund(v.Checks, func(o Outcome) bool { return o.Lease.Limit.Algorithm.Spec().Held })
+	l.refund(v.Checks, func(o Decision) bool { return o.Lease.Limit.Algorithm.Spec().Held })
 }
 
-func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
+func (l *Limiter) refund(outs []Decision, want func(Decision) bool) {
 	for s, leases := range l.takeBack(outs, want) {
 		l.giveBack(s, leases)
 	}
@@ -414,7 +412,7 @@ func (l *Limiter) refund(outs []Outcome, want func(Outcome) bool) {
 
 // takeBack marks the wanted outcomes' leases given back (once only) and
 // does the local bookkeeping; it returns what each store must be told.
-func (l *Limiter) takeBack(outs []Outcome, want func(Outcome) bool) map[Store][]Lease {
+func (l *Limiter) takeBack(outs []Decision, want func(Decision) bool) map[Store][]Lease {
 	var byStore map[Store][]Lease
 	for i := range outs {
 		o := &outs[i]
@@ -464,7 +462,7 @@ func (l *Limiter) refundTimeout() time.Duration { return max(10*l.cfg.Timeout, 1
 
 // lead sends the leading checks in one Take (one round trip per node); now
 // is when Decide began, no later than the call is sent.
-func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now time.Time) error {
+func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Decision, now time.Time) error {
 	if len(leads) == 0 {
 		return nil
 	}
@@ -476,11 +474,11 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now
 	}
 	gen := l.cache.generation()
 	sent := now
-	ds, errs := l.call(ctx, reqs, keys, sent)
+	ds, errs := l.call(ctx, reqs, keys, sent, leads[0].rider)
 	var failed []int
 	for j, p := range leads {
 		if errs[j] == nil {
-			outs[p.i] = Outcome{Decision: ds[j], Source: SourceStore, store: l.store}
+			outs[p.i] = ds[j].from(SourceStore, l.store)
 			l.metrics.record(SourceStore, 1)
 			l.remember(p.check, ds[j], p.check.Cost, sent, gen)
 		} else {
@@ -506,8 +504,8 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Outcome, now
 // breaker is open. Each shard (a Cluster master; the whole store otherwise)
 // has its own breaker, so one dead master does not send the keys of the
 // healthy ones to the fallback. keys are the requests' memKeys; now is no
-// later than the call is sent.
-func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time) ([]Decision, []error) {
+// later than the call is sent; rd, if not nil, rides with it.
+func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time, rd *Rider) ([]Decision, []error) {
 	c, one := newStoreCall(len(reqs))
 	// The shards stay out of c: a slice of its own stays on the stack.
 	var shards []*breaker
@@ -528,7 +526,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 		return c.ds, c.errs
 	}
 	start := time.Now()
-	got, err := l.take(ctx, c.send, c.sent, keys, now)
+	got, err := l.take(ctx, c.send, c.sent, keys, now, rd)
 	l.metrics.storeDecided.Add(float64(len(c.send)))
 	l.settleCall(c, reqs, keys, got, err, now)
 	storeSeconds := l.metrics.storeOK
@@ -702,18 +700,16 @@ func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
 // its replay paid — instead of being cut off once written (Redis would
 // still run it, and count what the caller's fallback decided too). A call
 // still queued in a lane when its caller gives up is taken out and never
-// sent. sent maps send to the caller's requests (-1: a replay).
-func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []string, now time.Time) ([]Decision, error) {
+// sent. sent maps send to the caller's requests (-1: a replay); rd, if not
+// nil, rides with the call.
+func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []string, now time.Time, rd *Rider) ([]Decision, error) {
 	if !l.store.Remote() {
 		return l.store.Take(ctx, send)
 	}
 	wait := ctx
-	switch {
-	case ctx == context.Background():
+	if ctx.Done() == nil { // never ends (context.Background): the shared deadline
 		wait = l.deadline.get()
-	case ctx.Done() == nil: // values only (a rider): they travel with the shared deadline
-		wait = withValues{l.deadline.get(), ctx}
-	default:
+	} else {
 		var cancel context.CancelFunc
 		wait, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
 		defer cancel()
@@ -723,7 +719,7 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []s
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
-		got, err := l.store.Take(runCtx, send)
+		got, err := l.storeTake(runCtx, send, rd)
 		r.got, r.err = got, err
 		if r.state.CompareAndSwap(running, answered) {
 			close(r.done)
@@ -741,6 +737,14 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []s
 		<-r.done // answered just now
 		return r.got, r.err
 	}
+}
+
+// storeTake is the store's Take, with rd riding if the store takes riders.
+func (l *Limiter) storeTake(ctx context.Context, send []Request, rd *Rider) ([]Decision, error) {
+	if rs, ok := l.store.(riderStore); ok && rd != nil {
+		return rs.TakeRiding(ctx, send, rd)
+	}
+	return l.store.Take(ctx, send)
 }
 
 // giveBackUnsureOf removes what the failed takes of a call whose replies
@@ -899,9 +903,9 @@ func callerError(err error) bool {
 var errBreakerOpen = errors.New("circuit breaker open")
 
 // degrade decides a check the store could not, per the fail mode.
-func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
+func (l *Limiter) degrade(c Check, cause error) (Decision, error) {
 	if callerError(cause) {
-		return Outcome{}, cause
+		return Decision{}, cause
 	}
 	reason := "error"
 	switch {
@@ -914,9 +918,9 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 	switch l.cfg.FailMode {
 	case FailOpen:
 		l.metrics.record(SourceOpen, 1)
-		return Outcome{Decision: Decision{Admitted: c.Cost, Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Limit}, Source: SourceOpen}, nil
+		return Decision{Admitted: c.Cost, Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Limit, Source: SourceOpen}, nil
 	case FailClosed:
-		return Outcome{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+		return Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
 	return l.decideLocally(c)
 }
@@ -925,7 +929,7 @@ func (l *Limiter) degrade(c Check, cause error) (Outcome, error) {
 // limit: each of the N nodes sharing the limit admits floor(limit/N)
 // locally, so together they admit at most the limit. A limit below N
 // leaves a node no share: it denies until the store answers again.
-func (l *Limiter) decideLocally(c Check) (Outcome, error) {
+func (l *Limiter) decideLocally(c Check) (Decision, error) {
 	local := c.Limit
 	nodes := int64(max(c.Nodes, 1))
 	local.Limit = c.Limit.Limit / nodes
@@ -933,7 +937,7 @@ func (l *Limiter) decideLocally(c Check) (Outcome, error) {
 	if local.Limit < 1 || (c.Limit.Burst > 0 && local.Burst < 1) {
 		l.metrics.record(SourceFallback, 1)
 		retry := max(l.cfg.BreakerCooldown, time.Second)
-		return Outcome{Decision: Decision{Limit: c.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Lease: Lease{Limit: local}}, Source: SourceFallback}, nil
+		return Decision{Limit: c.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Lease: Lease{Limit: local}, Source: SourceFallback}, nil
 	}
 	key := memKey(c.Limit)
 	now := l.now()
@@ -942,13 +946,13 @@ func (l *Limiter) decideLocally(c Check) (Outcome, error) {
 	}
 	ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: c.Cost}})
 	if err != nil {
-		return Outcome{}, err
+		return Decision{}, err
 	}
 	if ds[0].Admitted > 0 && !local.Algorithm.Spec().Held {
 		l.ledger.owe(key, ds[0].Admitted, now)
 	}
 	l.metrics.record(SourceFallback, 1)
-	return Outcome{Decision: ds[0], Source: SourceFallback, store: l.fallback}, nil
+	return ds[0].from(SourceFallback, l.fallback), nil
 }
 
 // seedFallback starts an outage's local count from the store's last
@@ -983,7 +987,7 @@ func (l *Limiter) remember(c Check, d Decision, need int64, sent time.Time, gen 
 	l.cache.put(c.Limit, need, d, sent, gen)
 }
 
-func (l *Limiter) awaitJoined(joined []pending, outs []Outcome) error {
+func (l *Limiter) awaitJoined(joined []pending, outs []Decision) error {
 	var first error
 	for _, p := range joined {
 		<-p.b.done
@@ -1007,16 +1011,6 @@ func cmpErr(a, b error) error {
 	}
 	return b
 }
-
-// withValues is a deadline context with the values of another, which
-// never ends: the shared deadline for a call whose context only carries
-// values.
-type withValues struct {
-	context.Context
-	values context.Context
-}
-
-func (c withValues) Value(key any) any { return c.values.Value(key) }
 
 // sharedDeadline hands the calls that start within the same millisecond
 // (a sixteenth of Timeout, if that is shorter) one context with the store

@@ -297,7 +297,7 @@ func TestFallbackModes(t *testing.T) {
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{BreakerFailures: 3, BreakerCooldown: time.Second})
 	k := lim("k", limit.FixedWindow, 100, time.Minute)
-	decide := func() Outcome {
+	decide := func() Decision {
 		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
 		require.NoError(t, err)
 		return v.Checks[0]
@@ -472,7 +472,7 @@ func TestFallbackAdmissionsReplayedOnRecovery(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			l, st, clock := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
 			k := lim("k", alg, 10, time.Hour)
-			decide := func() Outcome {
+			decide := func() Decision {
 				v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
 				require.NoError(t, err)
 				return v.Checks[0]

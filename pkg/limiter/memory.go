@@ -174,7 +174,7 @@ func (s *MemoryStore) store(sh *memoryShard, key string, st *limit.State, now in
 	sh.keys[key] = st
 }
 
-func decision(r Request, id string, o limit.Outcome) Decision {
+func decision(r Request, id string, o limit.Result) Decision {
 	return Decision{
 		Admitted:   o.Admitted,
 		Allowed:    o.Admitted == r.Cost,

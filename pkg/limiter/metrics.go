@@ -56,18 +56,9 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		Help: "Rate-limit checks decided, by where they were decided (reason).",
 	}, []string{"reason"})
 	m := &metrics{
-		prefilterHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_prefilter_hits_total",
-			Help: "Requests denied by the local over-limit cache without a store call.",
-		}),
-		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_coalesced_checks_total",
-			Help: "Checks that joined another request's call for the same key.",
-		}),
-		storeDecided: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_store_decisions_total",
-			Help: "Decisions asked of the store: one per key of a check sent to it, units replayed from the fallback included (however they were batched into commands: see edgeguard_limiter_store_calls_total).",
-		}),
+		prefilterHits: counter("edgeguard_limiter_prefilter_hits_total", "Requests denied by the local over-limit cache without a store call."),
+		coalesced:     counter("edgeguard_limiter_coalesced_checks_total", "Checks that joined another request's call for the same key."),
+		storeDecided:  counter("edgeguard_limiter_store_decisions_total", "Decisions asked of the store: one per key of a check sent to it, units replayed from the fallback included (however they were batched into commands: see edgeguard_limiter_store_calls_total)."),
 		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "edgeguard_limiter_store_call_duration_seconds",
 			Help:    "Duration of one store round trip (all keys of a request), by outcome.",
@@ -85,71 +76,41 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 			Name: "edgeguard_limiter_breakers_open",
 			Help: "Store shards (Cluster masters) whose breaker is not closed: their keys are decided locally.",
 		}),
-		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_breaker_opens_total",
-			Help: "Times a shard's breaker opened (its keys went to the fallback): a slow store must not flap it.",
-		}),
-		replayed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_replayed_units_total",
-			Help: "Units the local fallback admitted that were replayed into the store once it answered again.",
-		}),
-		refunds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_refunds_total",
-			Help: "Leases given back: other limit denied, unused coalesced units, released concurrency slots.",
-		}),
-		refundErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_refund_errors_total",
-			Help: "Refund calls that failed (units stay counted until their window passes).",
-		}),
-		releaseRetries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_release_retries_total",
-			Help: "Concurrency-slot releases tried again after a failure (in the background, for up to 10 s; the response never waits).",
-		}),
-		releasesDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_releases_dropped_total",
-			Help: "Concurrency-slot releases not sent because 4,096 were already under way; those slots expire with their TTL.",
-		}),
-		releasesResent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_releases_resent_total",
-			Help: "Concurrency-slot releases a Cluster master acknowledged, sent again once a failover moved their key to another master (the acknowledged write may not have reached the promoted replica).",
-		}),
-		refreshes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_store_refreshes_total",
-			Help: "Breaker probes that first had the store find its nodes again (a Cluster's slot map), so a failed master's keys re-home to the promoted replica without waiting for the periodic reload.",
-		}),
-		restores: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_restores_total",
-			Help: "Keys whose store answer before an outage was restored once the store answered again (a store that kept its state takes nothing).",
-		}),
-		leaseCarves: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_lease_carves_total",
-			Help: "Store calls that carved allowance for leased checks (one per batch; the checks decided from the batch make no call).",
-		}),
-		leaseCarved: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_lease_carved_units_total",
-			Help: "Units carved from the store for leased checks.",
-		}),
-		leaseReturned: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_lease_returned_units_total",
-			Help: "Units of leased allowance given back unspent (an idle key, a closing limiter).",
-		}),
-		unsure: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_unsure_takes_total",
-			Help: "Sliding-log and concurrency takes whose reply was lost after they were sent (a connection cut): the members they may have added are removed by id in the background, as releases are.",
-		}),
-		lateCalls: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_late_calls_total",
-			Help: "Store calls answered after their caller stopped waiting at the store deadline (the fallback decided those checks): settled in the background.",
-		}),
-		lateGivenBack: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_limiter_late_given_back_total",
-			Help: "Leases taken by late store calls and given back, so the store counts only what clients were admitted.",
-		}),
+		breakerOpens:    counter("edgeguard_limiter_breaker_opens_total", "Times a shard's breaker opened (its keys went to the fallback): a slow store must not flap it."),
+		replayed:        counter("edgeguard_limiter_replayed_units_total", "Units the local fallback admitted that were replayed into the store once it answered again."),
+		refunds:         counter("edgeguard_limiter_refunds_total", "Leases given back: other limit denied, unused coalesced units, released concurrency slots."),
+		refundErrors:    counter("edgeguard_limiter_refund_errors_total", "Refund calls that failed (units stay counted until their window passes)."),
+		releaseRetries:  counter("edgeguard_limiter_release_retries_total", "Concurrency-slot releases tried again after a failure (in the background, for up to 10 s; the response never waits)."),
+		releasesDropped: counter("edgeguard_limiter_releases_dropped_total", "Concurrency-slot releases not sent because 4,096 were already under way; those slots expire with their TTL."),
+		releasesResent:  counter("edgeguard_limiter_releases_resent_total", "Concurrency-slot releases a Cluster master acknowledged, sent again once a failover moved their key to another master (the acknowledged write may not have reached the promoted replica)."),
+		refreshes:       counter("edgeguard_limiter_store_refreshes_total", "Breaker probes that first had the store find its nodes again (a Cluster's slot map), so a failed master's keys re-home to the promoted replica without waiting for the periodic reload."),
+		restores:        counter("edgeguard_limiter_restores_total", "Keys whose store answer before an outage was restored once the store answered again (a store that kept its state takes nothing)."),
+		leaseCarves:     counter("edgeguard_limiter_lease_carves_total", "Store calls that carved allowance for leased checks (one per batch; the checks decided from the batch make no call)."),
+		leaseCarved:     counter("edgeguard_limiter_lease_carved_units_total", "Units carved from the store for leased checks."),
+		leaseReturned:   counter("edgeguard_limiter_lease_returned_units_total", "Units of leased allowance given back unspent (an idle key, a closing limiter)."),
+		unsure:          counter("edgeguard_limiter_unsure_takes_total", "Sliding-log and concurrency takes whose reply was lost after they were sent (a connection cut): the members they may have added are removed by id in the background, as releases are."),
+		lateCalls:       counter("edgeguard_limiter_late_calls_total", "Store calls answered after their caller stopped waiting at the store deadline (the fallback decided those checks): settled in the background."),
+		lateGivenBack:   counter("edgeguard_limiter_late_given_back_total", "Leases taken by late store calls and given back, so the store counts only what clients were admitted."),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_store_errors_total",
 			Help: "Failed store calls and probes by class: timeout, unreachable, credentials (WRONGPASS/NOAUTH/NOPERM: a misconfiguration, alerted on), error.",
 		}, []string{"class"}),
 	}
+	m.seed(checks, storeName, health)
+	if reg == nil {
+		return m, nil
+	}
+	return m, m.register(reg, checks, evicted, sent)
+}
+
+// counter is a counter without labels.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// seed makes the degraded gauges and every label value the limiter
+// reports, so each series is there from the start (at 0).
+func (m *metrics) seed(checks *prometheus.CounterVec, storeName string, health func() Health) {
 	for _, r := range reasons {
 		m.storeErrors.WithLabelValues(r)
 		m.degraded = append(m.degraded, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -174,9 +135,10 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 	m.fallbacks.WithLabelValues("error")
 	m.fallbacks.WithLabelValues("breaker_open")
 	m.fallbacks.WithLabelValues("lane_full")
-	if reg == nil {
-		return m, nil
-	}
+}
+
+// register registers every metric with reg.
+func (m *metrics) register(reg prometheus.Registerer, checks *prometheus.CounterVec, evicted func() int64, sent sender) error {
 	evictions := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "edgeguard_limiter_fallback_evictions_total",
 		Help: "Live keys the fallback store evicted to stay under its size cap (an evicted key forgets its count and errs towards admitting).",
@@ -199,7 +161,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 	for _, c := range m.degraded {
 		errs = append(errs, reg.Register(c))
 	}
-	return m, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 func (m *metrics) record(s Source, n int) { m.checks[s].Add(float64(n)) }

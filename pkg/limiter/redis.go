@@ -225,6 +225,12 @@ func (s *RedisStore) takeCall(r Request, id string) call {
 
 // Take implements Store.
 func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
+	return s.TakeRiding(ctx, reqs, nil)
+}
+
+// TakeRiding is Take with r, if not nil and not sent yet, riding in the
+// pipeline of its calls (rider.go).
+func (s *RedisStore) TakeRiding(ctx context.Context, reqs []Request, r *Rider) ([]Decision, error) {
 	t, one := newTakeState(len(reqs))
 	// ids and cmds stay out of t: slices of their own stay on the stack.
 	var ids []string
@@ -243,7 +249,7 @@ func (s *RedisStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 			cmds[i] = s.restoreCmd(ctx, c)
 		}
 	}
-	s.run(ctx, t.calls, t.errs, cmds)
+	s.run(ctx, t.calls, t.errs, cmds, r)
 	failed := false
 	for i, r := range reqs {
 		if t.errs[i] == nil {
@@ -301,7 +307,7 @@ func reply(r Request, id string, cmd *redis.Cmd) (Decision, error) {
 		err = fmt.Errorf("script returned %d values, want 5", len(v))
 	}
 	if err == nil {
-		return decision(r, id, limit.Outcome{Admitted: v[0], Remaining: v[1], ResetMs: v[2], RetryMs: v[3], State: v[4]}), nil
+		return decision(r, id, limit.Result{Admitted: v[0], Remaining: v[1], ResetMs: v[2], RetryMs: v[3], State: v[4]}), nil
 	}
 	var d Decision
 	if r.Limit.Algorithm.Spec().Members && !r.Restore && maybeRan(err) {
@@ -330,7 +336,7 @@ func (s *RedisStore) Refund(ctx context.Context, leases []Lease) error {
 	}
 	errs := make([]error, len(calls))
 	cmds := make([]*redis.Cmd, len(calls))
-	s.run(ctx, calls, errs, cmds)
+	s.run(ctx, calls, errs, cmds, nil)
 	for i := range calls {
 		if errs[i] == nil {
 			errs[i] = cmds[i].Err()
@@ -343,11 +349,11 @@ func (s *RedisStore) Refund(ctx context.Context, leases []Lease) error {
 }
 
 // run sends calls (skipping those with an error already) in one pipeline,
-// filling cmds; commands that meet NOSCRIPT go again once the scripts are
-// loaded (againAfterLoad).
-func (s *RedisStore) run(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd) {
+// filling cmds, with r riding in it if it has not left yet; commands that
+// meet NOSCRIPT go again once the scripts are loaded (againAfterLoad).
+func (s *RedisStore) run(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd, r *Rider) {
 	s.againAfterLoad(ctx, cmds,
-		func(want func(int) bool) { s.exec(ctx, calls, errs, cmds, want) },
+		func(want func(int) bool) { s.exec(ctx, calls, errs, cmds, want, r) },
 		func(i int, err error) { errs[i] = err })
 }
 
@@ -364,7 +370,7 @@ func (s *RedisStore) restoreCmd(ctx context.Context, c call) *redis.Cmd {
 	return s.batched(ctx, client, []call{c})[0]
 }
 
-func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd, want func(int) bool) {
+func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd, want func(int) bool, r *Rider) {
 	var sent []int
 	for i := range calls {
 		if errs[i] == nil && !calls[i].restore && want(i) {
@@ -374,7 +380,7 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 	if len(sent) == 0 {
 		return
 	}
-	if r := riding(ctx); r != nil {
+	if r.leaves() {
 		s.execRiding(ctx, r, calls, cmds, sent) // rider.go
 		return
 	}

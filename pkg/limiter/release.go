@@ -36,7 +36,7 @@ func (l *Limiter) ReleaseAsync(v Verdict) {
 	if !v.Allowed {
 		return
 	}
-	byStore := l.takeBack(v.Checks, func(o Outcome) bool { return o.Lease.Limit.Algorithm.Spec().Held })
+	byStore := l.takeBack(v.Checks, func(o Decision) bool { return o.Lease.Limit.Algorithm.Spec().Held })
 	if len(byStore) == 0 {
 		return
 	}

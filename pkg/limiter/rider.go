@@ -10,20 +10,32 @@ import (
 
 // A Rider is a script call that travels in the pipeline a Take already
 // sends, so that it costs no round trip of its own: the behaviour layer's
-// signal update rides with a request's limit checks. The Take does not
-// wait for it longer than for its own calls and never acts on its reply;
-// Reply gets the command once its batch has run (possibly on another
-// goroutine, possibly after Decide returned). A Take carries at most one
-// rider, once: Sent reports whether it left, so the caller can send what did
-// not (a check denied by the over-limit cache, joined to another request's
-// call, or decided without the store) some other way.
+// signal update rides with a request's limit checks (Limiter.DecideRiding).
+// The Take does not wait for it longer than for its own calls and never
+// acts on its reply; Reply gets the reply once its batch has run (possibly
+// on another goroutine, possibly after Decide returned). A Take carries at
+// most one rider, once: Sent reports whether it left, so the caller can send
+// what did not (a check denied by the over-limit cache, joined to another
+// request's call, or decided without the store) some other way.
 type Rider struct {
 	Script *RiderScript
 	Keys   []string
 	Args   []any
-	Reply  func(*redis.Cmd)
+	Reply  func(RiderReply)
 	sent   atomic.Bool
 }
+
+// RiderReply is a rider script's reply, read as go-redis reads a command's.
+type RiderReply struct{ cmd *redis.Cmd }
+
+// Err is the error the script or its round trip met.
+func (r RiderReply) Err() error { return r.cmd.Err() }
+
+// Int64 reads an integer reply.
+func (r RiderReply) Int64() (int64, error) { return r.cmd.Int64() }
+
+// Int64Slice reads an array of integers.
+func (r RiderReply) Int64Slice() ([]int64, error) { return r.cmd.Int64Slice() }
 
 // RiderScript is a script riders run (EVALSHA). A rider that meets NOSCRIPT
 // is not retried: its Reply sees the error, and Load puts the script back.
@@ -43,22 +55,17 @@ func IsNoScript(err error) bool { return isNoScript(err) }
 // Sent reports whether the rider left with a Take.
 func (r *Rider) Sent() bool { return r.sent.Load() }
 
-type riderKey struct{}
+// leaves reports whether r leaves now: the first time it is asked, and
+// never for a nil rider.
+func (r *Rider) leaves() bool { return r != nil && r.sent.CompareAndSwap(false, true) }
 
-// WithRider attaches r to the Take that ctx is given to (Limiter.Decide
-// passes its context on).
-func WithRider(ctx context.Context, r *Rider) context.Context {
-	return context.WithValue(ctx, riderKey{}, r)
+// riderStore is a store riders can travel with (RedisStore): TakeRiding is
+// Take with r in its pipeline, if it sends one.
+type riderStore interface {
+	TakeRiding(ctx context.Context, reqs []Request, r *Rider) ([]Decision, error)
 }
 
-// riding returns ctx's rider the first time it is asked for.
-func riding(ctx context.Context) *Rider {
-	r, _ := ctx.Value(riderKey{}).(*Rider)
-	if r == nil || !r.sent.CompareAndSwap(false, true) {
-		return nil
-	}
-	return r
-}
+var _ riderStore = (*RedisStore)(nil)
 
 func (s *RedisStore) riderCmd(ctx context.Context, r *Rider) *redis.Cmd {
 	return evalShaCmd(ctx, r.Script.script, r.Keys, r.Args)
@@ -74,14 +81,14 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 		i := sent[0]
 		cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
 		if err := f.WaitContext(ended); err == nil || !errors.Is(err, context.Canceled) {
-			r.Reply(rc)
+			r.Reply(RiderReply{rc})
 			return
 		}
 		// Its batch is still running (the rider's slot sits on another
 		// node): its reply is read when it lands, not waited for.
 		go func() {
 			_ = f.Wait()
-			r.Reply(rc)
+			r.Reply(RiderReply{rc})
 		}()
 		return
 	}
@@ -93,7 +100,7 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 		pcmds = append(pcmds, cmds[i])
 	}
 	_ = s.pipeline(ctx, pcmds, len(sent))
-	r.Reply(rc)
+	r.Reply(RiderReply{rc})
 }
 
 // ended is a context that has ended: waiting on it only asks whether a
@@ -117,7 +124,7 @@ func (s *RedisStore) RunRiders(ctx context.Context, rs []*Rider) error {
 	}
 	err := s.pipeline(ctx, cmds, 0)
 	for i, r := range rs {
-		r.Reply(cmds[i])
+		r.Reply(RiderReply{cmds[i]})
 	}
 	return err
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
@@ -41,15 +40,15 @@ func TestRiderRidesWithTheTake(t *testing.T) {
 			var replies atomic.Int64
 			var last atomic.Int64
 			decide := func() (*limiter.Rider, limiter.Verdict) {
-				r := &limiter.Rider{Script: rs, Keys: []string{counter}, Reply: func(cmd *redis.Cmd) {
-					n, err := cmd.Int64()
+				r := &limiter.Rider{Script: rs, Keys: []string{counter}, Reply: func(rep limiter.RiderReply) {
+					n, err := rep.Int64()
 					if err != nil { // possibly on the batch's goroutine: no FailNow
 						t.Errorf("rider reply: %v", err)
 					}
 					last.Store(n)
 					replies.Add(1)
 				}}
-				v, err := l.Decide(limiter.WithRider(context.Background(), r), []limiter.Check{{Limit: lim, Cost: 1}})
+				v, err := l.DecideRiding(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}}, r)
 				require.NoError(t, err)
 				return r, v
 			}

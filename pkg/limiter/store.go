@@ -114,7 +114,9 @@ var (
 
 const maxValidShapes = 64
 
-// Decision is a store's answer to one Request.
+// Decision is the answer for one check: a store's answer to one Request,
+// and, once the Limiter has decided the check, where it was decided and
+// what holds its units.
 type Decision struct {
 	// Admitted is how many of the request's units were taken.
 	Admitted int64
@@ -134,6 +136,21 @@ type Decision struct {
 	// may have run, and Lease names the members it would have added
 	// (member-keeping algorithms only), to be removed whether it ran or not.
 	Unsure bool
+	// Source says where the Limiter decided the check (a store's own
+	// answer is SourceStore).
+	Source Source
+	store  Store // holds the lease, for refunds and releases
+	// allow holds the units of a leased check, put back on a refund
+	// unless dropped since (epoch).
+	allow *allowance
+	epoch uint64
+}
+
+// from is d as decided by src, its lease held by s (nil: nothing to give
+// back to a store).
+func (d Decision) from(src Source, s Store) Decision {
+	d.Source, d.store = src, s
+	return d
 }
 
 // Lease identifies the units a Decision took, so that they can be given back
