@@ -145,6 +145,9 @@ type home struct {
 	lim     *Limiter
 	down    atomic.Bool
 	probing atomic.Bool
+	// returning: a give-back to this home is under way (in the
+	// background); the sweep keeps the next ones until it ends.
+	returning atomic.Bool
 }
 
 // away is an edge's allowance of a key homed in another region.
@@ -641,7 +644,14 @@ func (g *Global) returnWhere(st *globalState, pick func(*away) bool) {
 			continue
 		}
 		if pick(a) && a.units > 0 {
-			if h := st.homes[a.home]; h != nil && now.Before(a.expires) && !h.down.Load() {
+			h := st.homes[a.home]
+			if h != nil && h.returning.Load() && g.running() {
+				// The home's last give-back is still under way (a slow
+				// link): this one waits for a later sweep.
+				a.mu.Unlock()
+				continue
+			}
+			if h != nil && now.Before(a.expires) && !h.down.Load() {
 				ls := a.from
 				ls.Units = a.units
 				back[h] = append(back[h], ls)
@@ -679,7 +689,11 @@ func (g *Global) forget(keys []string) {
 	}
 }
 
-// giveBackAway gives the allowances in back to their homes.
+// giveBackAway gives the allowances in back to their homes: while the
+// Global runs, in the background, one give-back per home at a time, so a
+// home that answers slowly (a give-back may wait 10× the store deadline)
+// holds neither the sweep's gauges, probes and debts nor the other homes'
+// returns; at Close, before returning.
 func (g *Global) giveBackAway(back map[*home][]Lease) {
 	for h, leases := range back {
 		var units int64
@@ -687,9 +701,20 @@ func (g *Global) giveBackAway(back map[*home][]Lease) {
 			units += ls.Units
 		}
 		g.m.returned.WithLabelValues(h.name).Add(float64(units))
-		if err := h.lim.giveBack(h.lim.store, leases); err != nil {
-			g.log.Warn("global rules: giving back allowance failed", "region", h.name, "keys", len(leases), "err", err)
+		give := func() {
+			if err := h.lim.giveBack(h.lim.store, leases); err != nil {
+				g.log.Warn("global rules: giving back allowance failed", "region", h.name, "keys", len(leases), "err", err)
+			}
 		}
+		if !g.running() {
+			give()
+			continue
+		}
+		h.returning.Store(true)
+		g.bg.Go(func() {
+			defer h.returning.Store(false)
+			give()
+		})
 	}
 }
 

@@ -372,6 +372,42 @@ func partitionAndHeal(t *testing.T, home homeRedis) {
 	})
 }
 
+// TestGlobalSlowHomeHoldsNoSweep: a give-back to a home whose link
+// black-holes waits up to 10 × the deadline; meanwhile the sweep goes on
+// (gauges, debts, probes), so a debt made after the give-back started
+// shows at once.
+func TestGlobalSlowHomeHoldsNoSweep(t *testing.T) {
+	wan := faults.NewNet()
+	t.Cleanup(wan.Close)
+	edges := twoRegions(t, wan, 1, time.Second)
+	away := inRegion(edges, awayRegion)
+	check := func(suffix string) []limiter.Check {
+		return globalCheck(limiter.Limit{Key: homedKey(t, suffix), Algorithm: limit.FixedWindow, Limit: 2000, Window: time.Hour}, 0.05, 1)
+	}
+	held := check("held")
+	for range 3 {
+		_, err := away[0].lim.Decide(context.Background(), held)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		return metricSum(t, away, "edgeguard_limiter_global_outstanding_units", nil) >= 1
+	}, 10*time.Second, 10*time.Millisecond, "the away edge never held allowance")
+	// The link black-holes; the key goes idle and its units are given
+	// back, a call that hangs.
+	require.NoError(t, wan.Add(faults.Toxic{Name: "partition", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}))
+	require.Eventually(t, func() bool {
+		return metricSum(t, away, "edgeguard_limiter_global_returned_units_total", nil) >= 1
+	}, 10*time.Second, 10*time.Millisecond, "the idle allowance was never given back")
+	// A new key's first check is admitted on overdraft: a debt the next
+	// sweeps report, well before the hung give-back's 10 s end.
+	v, err := away[0].lim.Decide(context.Background(), check("debt"))
+	require.NoError(t, err)
+	require.True(t, v.Allowed)
+	require.Eventually(t, func() bool {
+		return metricSum(t, away, "edgeguard_limiter_global_debt_units", nil) >= 1
+	}, 4*time.Second, 10*time.Millisecond, "the sweep stood still behind the hung give-back")
+}
+
 // Home is the same for every caller, whatever the order of the names, and
 // spreads keys over the regions; removing a region moves only its keys.
 func TestGlobalHome(t *testing.T) {
