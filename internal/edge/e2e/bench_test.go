@@ -635,17 +635,19 @@ type pairedSlice struct {
 //
 // Settings: EDGE_BENCH_PAIRS (default 12), EDGE_BENCH_SLICE (default 3s),
 // EDGE_BENCH_CONNS and EDGE_BENCH_PPROF_DIR (a profile of B over the pairs,
-// paired-<case>.pprof; it costs B a little, so take ratios without it) as
-// for the other configurations.
+// paired-<case>.pprof, and of A over the same pairs, paired-<case>-off.pprof,
+// the base of a diff: go tool pprof -diff_base; it costs each edge a little,
+// so take ratios without it) as for the other configurations.
 func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, standalone **testenv.Standalone) {
 	pairs := envInt(b, "EDGE_BENCH_PAIRS", 12)
 	slice := envDuration(b, "EDGE_BENCH_SLICE", 3*time.Second)
 	base := []string{"--origin", org, "--trusted-proxies", "127.0.0.1", "--log-level", "warn", "--key-salt", testenv.KeyPrefix(b)}
-	a := startEdge(b, base...)
+	argsA := slices.Clone(base)
 	argsB, _, masters := wrkStoreArgs(b, pc.b, slices.Clone(base), standalone)
 	if os.Getenv("EDGE_BENCH_PPROF_DIR") != "" {
-		argsB = append(argsB, "--pprof")
+		argsA, argsB = append(argsA, "--pprof"), append(argsB, "--pprof")
 	}
+	a := startEdge(b, argsA...)
 	e := startEdge(b, append(argsB, pc.b.flags...)...)
 	wrkCPUs := ""
 	if pc.pin {
@@ -664,13 +666,15 @@ func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, sta
 		}
 	}
 	load1 := []float64{loadAverage(b)}
-	// With EDGE_BENCH_PPROF_DIR, B's CPU profile over all the pairs (its
-	// idle slices add no samples): the profile view of what B spends.
+	// With EDGE_BENCH_PPROF_DIR, B's and A's CPU profiles over all the
+	// pairs (idle slices add no samples): the profile view of what B spends,
+	// and A's under the same load to diff it against.
 	slicesPerPair := 2
 	if pc.together {
 		slicesPerPair = 1
 	}
 	profDone := profileEdge(b, e, "paired-"+pc.name, time.Duration(pairs*slicesPerPair)*slice)
+	profDoneA := profileEdge(b, a, "paired-"+pc.name+"-off", time.Duration(pairs*slicesPerPair)*slice)
 	busyBefore, start := machineBusySeconds(b), time.Now()
 	var rpsRatio, cpuRatio []float64
 	var sumB pairedSlice
@@ -700,6 +704,7 @@ func benchPaired(b *testing.B, pc pairedCase, org, script string, conns int, sta
 	}
 	busyCores := (machineBusySeconds(b) - busyBefore) / time.Since(start).Seconds()
 	<-profDone
+	<-profDoneA
 	load1 = append(load1, loadAverage(b))
 	b.Logf("LOAD case=%s load1_start=%.2f load1_end=%.2f busy_cores=%.2f", pc.name, load1[0], load1[1], busyCores)
 	if fallbacks > 0 {
