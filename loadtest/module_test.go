@@ -119,15 +119,7 @@ checker.record(5, res(429, '"per-ip";q=2;w=10', '"per-ip";r=0;t=3', '{"violated-
 // A leased or global rule's false denials, which its design allows a few
 // of, are counted apart from the exact rules' (held to 0 by thresholds).
 func TestLeasedFalseDenialsCountedApart(t *testing.T) {
-	v := newVURules(t, New(), 1, `
-version: 1
-rules:
-  - id: per-ip
-    key: [ip]
-    algorithm: sliding_log
-    limit: 2
-    window: 10s
-  - id: leased
+	v := newVURules(t, New(), 1, testRules+`  - id: leased
     match:
       path_prefix: ["/leased"]
     key: [ip]
