@@ -135,6 +135,10 @@ var forwardFailures = []string{
 	// have all failed; callers check a region's name against the known
 	// datacenters first (regionctl does), so here it means unreachable.
 	"No path to datacenter",
+	// The datacenter is known but none of its servers answers (Consul's
+	// ErrDCNotAvailable): its servers stopped while the WAN pool still
+	// lists them.
+	"Remote DC has no server currently reachable",
 	"rpc error making call: EOF",
 	"stream closed", // the connection dropped mid-call
 }
