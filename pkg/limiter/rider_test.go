@@ -68,3 +68,63 @@ func TestRiderRidesWithTheTake(t *testing.T) {
 		})
 	}
 }
+
+// Riders of concurrent Takes over lanes each run once and get one reply:
+// those on the Take's master leave with its call or batch, the others with
+// their own master's next command or alone, none is left waiting.
+func TestRidersOfConcurrentTakesOverLanes(t *testing.T) {
+	rs := limiter.NewRiderScript("return redis.call('INCR', KEYS[1])")
+	for _, mode := range []limiter.Mode{limiter.ModeStandalone, limiter.ModeCluster} {
+		t.Run(string(mode), func(t *testing.T) {
+			c := client(mode)
+			require.NoError(t, rs.Load(ctx(t), c))
+			conn, stop, err := limiter.AutoPipelined(c)
+			require.NoError(t, err)
+			defer func() { _ = stop() }()
+			l, err := limiter.New(connStore(t, conn), limiter.Config{Timeout: 10 * time.Second}, nil, nil)
+			require.NoError(t, err)
+			defer l.Close()
+			prefix := testenv.KeyPrefix(t)
+			const goroutines, each = 64, 20
+			counters := []string{prefix + "{ra}:n", prefix + "{rb}:n", prefix + "{rc}:n"}
+			var sent, replies, failed atomic.Int64
+			errs := make(chan error, goroutines)
+			for g := range goroutines {
+				go func() {
+					for i := range each {
+						lim := limiter.Limit{Key: fmt.Sprintf("%s%d-%d", prefix, g, i%4), Algorithm: limit.FixedWindow, Limit: 1000, Window: time.Hour}
+						r := &limiter.Rider{Script: rs, Keys: []string{counters[(g+i)%len(counters)]}, Reply: func(rep limiter.RiderReply) {
+							if rep.Err() != nil {
+								failed.Add(1)
+							}
+							replies.Add(1)
+						}}
+						if _, err := l.DecideRiding(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}}, r); err != nil {
+							errs <- err
+							return
+						}
+						if r.Sent() {
+							sent.Add(1)
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range goroutines {
+				require.NoError(t, <-errs)
+			}
+			require.Eventually(t, func() bool { return replies.Load() == sent.Load() }, 10*time.Second, time.Millisecond,
+				"every sent rider gets its reply")
+			require.Zero(t, failed.Load())
+			require.Equal(t, int64(goroutines*each), sent.Load())
+			var ran int64
+			for _, k := range counters {
+				n, err := c.Get(ctx(t), k).Int64()
+				require.NoError(t, err)
+				ran += n
+			}
+			require.Equal(t, sent.Load(), ran, "each sent rider ran once")
+			require.Equal(t, sent.Load(), replies.Load(), "and got one reply")
+		})
+	}
+}
