@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
@@ -126,5 +127,63 @@ func TestRidersOfConcurrentTakesOverLanes(t *testing.T) {
 			require.Equal(t, sent.Load(), ran, "each sent rider ran once")
 			require.Equal(t, sent.Load(), replies.Load(), "and got one reply")
 		})
+	}
+}
+
+// A lone Take's rider on another Cluster master does not hold the Take:
+// with the rider's master paused, the Take returns, and the rider's reply
+// comes once that master answers again.
+func TestRiderOnAnotherMasterDoesNotHoldTheTake(t *testing.T) {
+	c := client(limiter.ModeCluster)
+	cc := c.(*redis.ClusterClient)
+	rs := limiter.NewRiderScript("return redis.call('INCR', KEYS[1])")
+	require.NoError(t, rs.Load(ctx(t), c))
+	conn, stop, err := limiter.AutoPipelined(c)
+	require.NoError(t, err)
+	defer func() { _ = stop() }()
+	st := connStore(t, conn)
+	l, err := limiter.New(st, limiter.Config{Timeout: 5 * time.Second}, nil, nil)
+	require.NoError(t, err)
+	defer l.Close()
+	prefix := testenv.KeyPrefix(t)
+	lim := limiter.Limit{Key: prefix + "k", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}
+	limMaster, err := cc.MasterForKey(ctx(t), st.Keys(lim)[0])
+	require.NoError(t, err)
+	var riderMaster *redis.Client
+	var counter string
+	for i := 0; riderMaster == nil; i++ {
+		k := fmt.Sprintf("%s{r%d}:n", prefix, i)
+		m, err := cc.MasterForKey(ctx(t), k)
+		require.NoError(t, err)
+		if m.Options().Addr != limMaster.Options().Addr {
+			riderMaster, counter = m, k
+		}
+	}
+	replies := make(chan limiter.RiderReply, 2)
+	decide := func() *limiter.Rider {
+		r := &limiter.Rider{Script: rs, Keys: []string{counter}, Reply: func(rep limiter.RiderReply) { replies <- rep }}
+		v, err := l.DecideRiding(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}}, r)
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		return r
+	}
+	decide() // connections to both masters made
+	rep := <-replies
+	require.NoError(t, rep.Err())
+
+	require.NoError(t, riderMaster.ClientPause(ctx(t), 1500*time.Millisecond).Err())
+	require.True(t, decide().Sent())
+	select {
+	case <-replies:
+		t.Fatal("the Take waited for its rider's paused master")
+	default:
+	}
+	select {
+	case rep := <-replies:
+		n, err := rep.Int64()
+		require.NoError(t, err)
+		require.Equal(t, int64(2), n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the rider got no reply after its master's pause")
 	}
 }
