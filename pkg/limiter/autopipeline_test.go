@@ -230,9 +230,9 @@ func TestAutoPipelinedDifferential(t *testing.T) {
 	}
 }
 
-// BenchmarkTakeConcurrency measures whether pipelining concurrent requests'
-// script calls together (go-redis's AutoPipeliner, limiter.AutoPipelined)
-// raises throughput over one pipeline per Take (plain):
+// BenchmarkTakeConcurrency measures whether batching concurrent requests'
+// script calls together (the store's lanes, limiter.AutoPipelined) raises
+// throughput over one pipeline per Take (plain):
 //
 //	<mode>/<plain|autopipeline>/<goroutines>
 //

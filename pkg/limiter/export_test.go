@@ -34,7 +34,7 @@ func (s *RedisStore) TakeBatched(ctx context.Context, master RedisClient, reqs [
 		cs[i] = s.takeCall(r, s.ids.next())
 	}
 	out, errs := make([][]int64, len(reqs)), make([]error, len(reqs))
-	for i, cmd := range s.batched(ctx, master, cs) {
+	for i, cmd := range s.batched(ctx, master, cs, nil) {
 		out[i], errs[i] = cmd.Int64Slice()
 	}
 	return out, errs

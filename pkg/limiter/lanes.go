@@ -20,6 +20,9 @@ import (
 // the batch script (lua.Batch): one command, one reading of Redis's clock and
 // one reply for the whole batch, instead of one script call per decision.
 // Nothing waits on a timer: a batch leaves as soon as a place is free.
+// A behaviour rider (rider.go) queues on its own master's lane and leaves
+// with the lane's next command, in the same pipeline; with riders only, a
+// free place sends them alone.
 type lanes struct {
 	s  *RedisStore
 	mu sync.RWMutex
@@ -35,7 +38,24 @@ type lane struct {
 	mu       sync.Mutex
 	inflight int // calls and batches in flight
 	queue    []*waiter
+	riders   []*riding // riders waiting for the lane's next command
 }
+
+// riding is a rider queued on its master's lane; Reply gets cmd's reply.
+type riding struct {
+	ctx context.Context // its Take's, without the cancel: once queued it runs
+	r   *Rider
+	cmd *redis.Cmd
+}
+
+// load is what a place of a lane sends next: a call, a batch or nothing,
+// with the riders waiting.
+type load struct {
+	ws []*waiter
+	rs []*riding
+}
+
+func (b load) empty() bool { return len(b.ws) == 0 && len(b.rs) == 0 }
 
 // waiter is a queued call; its command is set, then done is closed.
 type waiter struct {
@@ -73,7 +93,8 @@ func batchCut(n int, work func(i int) int64) int {
 // maxLaneQueue bounds a lane's queue: while Redis is slow the queue could
 // otherwise grow with every request until the breaker opens; past it a
 // call fails at once (the limiter's fallback decides it), as go-redis's
-// AutoPipeliner fails a call past its queue.
+// AutoPipeliner fails a call past its queue. Riders waiting are bounded
+// the same way (past it a rider's Reply sees ErrLaneFull).
 var maxLaneQueue = 1 << 14
 
 // errNotSent is a call taken out of its lane's queue before it was sent.
@@ -115,20 +136,32 @@ func (ls *lanes) lane(ctx context.Context, key string) *lane {
 // batch's answer (the limiter gives back what the call took); under a plain
 // context it returns at once, and the call still counts, as a call written
 // to a connection does.
-func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
+//
+// rd, when not nil, is a rider on the same master: it leaves with the call
+// (or, when the call is taken out of the queue, with the lane's next
+// command).
+func (l *lane) do(ctx context.Context, c call, rd *riding) *redis.Cmd {
 	l.mu.Lock()
 	if l.inflight < loneDirect && len(l.queue) == 0 {
 		l.inflight++
+		rs := l.takeRiders(rd)
 		l.mu.Unlock()
-		cmd := l.s.direct(ctx, c)
-		if ws := l.next(); ws != nil {
-			go l.drain(ws)
+		cmd := l.direct(ctx, c, rs)
+		if b := l.next(); !b.empty() {
+			go l.drain(b)
 		}
 		return cmd
 	}
 	if len(l.queue) >= maxLaneQueue {
 		l.mu.Unlock()
+		if rd != nil {
+			rd.cmd = failedCmd(rd.ctx, ErrLaneFull)
+			l.s.settleRiders([]*riding{rd})
+		}
 		return failedCmd(ctx, ErrLaneFull)
+	}
+	if rd != nil {
+		l.riders = append(l.riders, rd)
 	}
 	w := &waiter{ctx: ctx, wait: waitOf(ctx), c: c, done: make(chan struct{})}
 	l.queue = append(l.queue, w)
@@ -155,49 +188,81 @@ func (l *lane) do(ctx context.Context, c call) *redis.Cmd {
 	}
 }
 
+// ride queues rd on the lane: it leaves with the lane's next command, or
+// at once, alone, when a place is free. Nobody waits for it.
+func (l *lane) ride(rd *riding) {
+	l.mu.Lock()
+	if len(l.riders) >= maxLaneQueue {
+		l.mu.Unlock()
+		rd.cmd = failedCmd(rd.ctx, ErrLaneFull)
+		l.s.settleRiders([]*riding{rd})
+		return
+	}
+	l.riders = append(l.riders, rd)
+	if l.inflight < loneDirect {
+		l.inflight++
+		b := l.nextLocked()
+		l.mu.Unlock()
+		go l.drain(b)
+		return
+	}
+	l.mu.Unlock()
+}
+
+// takeRiders takes the riders waiting (at most maxLaneBatch), and rd.
+func (l *lane) takeRiders(rd *riding) []*riding {
+	n := min(len(l.riders), maxLaneBatch)
+	var rs []*riding
+	if n > 0 {
+		rs = slices.Clone(l.riders[:n])
+		l.riders = slices.Clone(l.riders[n:])
+	}
+	if rd != nil {
+		rs = append(rs, rd)
+	}
+	return rs
+}
+
 // next is what the in-flight place just freed does: the next batch from
-// the queue, or nil when nothing waits (and the place is given up).
-func (l *lane) next() []*waiter {
+// the queue with the riders waiting, or nothing when nothing waits (and
+// the place is given up).
+func (l *lane) next() load {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.nextLocked()
 }
 
-func (l *lane) nextLocked() []*waiter {
-	if len(l.queue) == 0 {
+func (l *lane) nextLocked() load {
+	var b load
+	for len(l.queue) > 0 && len(b.ws) == 0 {
+		n := batchCut(len(l.queue), func(i int) int64 { return l.queue[i].c.work })
+		ws := slices.Clone(l.queue[:n])
+		if n == len(l.queue) {
+			l.queue = nil
+		} else {
+			l.queue = slices.Clone(l.queue[n:])
+		}
+		// A caller that gave up just now is not sent either.
+		b.ws = slices.DeleteFunc(ws, func(w *waiter) bool {
+			if w.wait.Err() != nil {
+				w.cmd = failedCmd(w.ctx, fmt.Errorf("%w: %w", errNotSent, w.wait.Err()))
+				close(w.done)
+				return true
+			}
+			return false
+		})
+	}
+	b.rs = l.takeRiders(nil)
+	if b.empty() {
 		l.inflight--
-		return nil
 	}
-	n := batchCut(len(l.queue), func(i int) int64 { return l.queue[i].c.work })
-	ws := slices.Clone(l.queue[:n])
-	if n == len(l.queue) {
-		l.queue = nil
-	} else {
-		l.queue = slices.Clone(l.queue[n:])
-	}
-	// A caller that gave up just now is not sent either.
-	ws = slices.DeleteFunc(ws, func(w *waiter) bool {
-		if w.wait.Err() != nil {
-			w.cmd = failedCmd(w.ctx, fmt.Errorf("%w: %w", errNotSent, w.wait.Err()))
-			close(w.done)
-			return true
-		}
-		return false
-	})
-	if len(ws) == 0 {
-		if len(l.queue) == 0 {
-			l.inflight--
-			return nil
-		}
-		return l.nextLocked()
-	}
-	return ws
+	return b
 }
 
-// drain sends batches on the place it holds while any are waiting.
-func (l *lane) drain(ws []*waiter) {
-	for ; ws != nil; ws = l.next() {
-		l.send(ws)
+// drain sends what waits on the place it holds while anything does.
+func (l *lane) drain(b load) {
+	for ; !b.empty(); b = l.next() {
+		l.send(b)
 	}
 }
 
@@ -205,10 +270,15 @@ func (l *lane) drain(ws []*waiter) {
 // callers' deadlines (each bounds only its own wait, and a call in a batch
 // runs once sent, like one written to a connection), but by the client's
 // socket timeouts.
-func (l *lane) send(ws []*waiter) {
+func (l *lane) send(b load) {
+	ws := b.ws
+	if len(ws) == 0 {
+		l.s.sendRiders(l.client, b.rs)
+		return
+	}
 	ctx := context.WithoutCancel(ws[0].ctx)
 	if len(ws) == 1 {
-		ws[0].cmd = l.s.direct(ctx, ws[0].c)
+		ws[0].cmd = l.direct(ctx, ws[0].c, b.rs)
 		close(ws[0].done)
 		return
 	}
@@ -218,7 +288,7 @@ func (l *lane) send(ws []*waiter) {
 	}
 	l.s.lanes.batches.Add(1)
 	l.s.lanes.batched.Add(int64(len(ws)))
-	cmds := l.s.batched(ctx, l.client, cs)
+	cmds := l.s.batched(ctx, l.client, cs, b.rs)
 	for i, w := range ws {
 		w.cmd = cmds[i]
 		close(w.done)
@@ -226,18 +296,25 @@ func (l *lane) send(ws []*waiter) {
 }
 
 // batched runs calls as one call of the batch script on client (the master
-// serving all their keys) and returns each call's command. Script caches
-// vanish when a node restarts or fails over: a batch that meets NOSCRIPT
-// ran nothing, and is sent again after loading the scripts.
-func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call) []*redis.Cmd {
+// serving all their keys) and returns each call's command; riders rs, on
+// the same master, go in the same pipeline. Script caches vanish when a
+// node restarts or fails over: a batch that meets NOSCRIPT ran nothing, and
+// is sent again after loading the scripts (without the riders, which ran).
+func (s *RedisStore) batched(ctx context.Context, client RedisClient, cs []call, rs []*riding) []*redis.Cmd {
 	if n := batchCut(len(cs), func(i int) int64 { return cs[i].work }); n < len(cs) { // one batch after another
-		return append(s.batched(ctx, client, cs[:n]), s.batched(ctx, client, cs[n:])...)
+		return append(s.batched(ctx, client, cs[:n], rs), s.batched(ctx, client, cs[n:], nil)...)
 	}
 	args := s.batchArgs(cs)
 	var one [1]*redis.Cmd
 	s.againAfterLoad(ctx, one[:], func(func(int) bool) {
 		one[0] = redis.NewCmd(ctx, args...)
-		s.process(ctx, client, one[0], len(cs))
+		if len(rs) == 0 {
+			s.process(ctx, client, one[0], len(cs))
+			return
+		}
+		_ = s.pipelineOn(ctx, client, append([]*redis.Cmd{one[0]}, riderCmds(rs)...), 1, len(cs))
+		s.settleRiders(rs)
+		rs = nil
 	}, func(_ int, err error) { one[0].SetErr(err) })
 	return s.unbatch(ctx, cs, one[0])
 }
@@ -288,6 +365,22 @@ func (s *RedisStore) unbatch(ctx context.Context, cs []call, cmd *redis.Cmd) []*
 		}
 	}
 	return cmds
+}
+
+// direct sends c as a plain EVALSHA, with riders rs (on the lane's master)
+// in the same pipeline on the master's own client. A call whose slot has
+// just moved (MOVED or ASK: it ran nothing) goes again on the routed client.
+func (l *lane) direct(ctx context.Context, c call, rs []*riding) *redis.Cmd {
+	if len(rs) == 0 {
+		return l.s.direct(ctx, c)
+	}
+	cmd := evalShaCmd(ctx, l.s.scripts[c.alg], c.keys, c.args)
+	_ = l.s.pipelineOn(ctx, l.client, append([]*redis.Cmd{cmd}, riderCmds(rs)...), 1, 1)
+	l.s.settleRiders(rs)
+	if moved(cmd.Err()) {
+		return l.s.direct(ctx, c)
+	}
+	return cmd
 }
 
 // direct sends one call as a plain EVALSHA: a Cluster client's pipeline

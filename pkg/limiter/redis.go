@@ -27,9 +27,9 @@ type RedisClient interface {
 }
 
 // RedisStore decides with the Lua scripts of package lua. All requests of one
-// Take travel in one pipeline: one round trip per Redis node. Over a client
-// from AutoPipelined, a Take of one request shares its pipeline with other
-// Takes'.
+// Take travel in one pipeline: one round trip per Redis node. Over a
+// connection from AutoPipelined, a Take of one request shares its command
+// with other Takes' (lanes.go).
 type RedisStore struct {
 	conn    RedisConn
 	client  RedisClient
@@ -367,7 +367,7 @@ func (s *RedisStore) restoreCmd(ctx context.Context, c call) *redis.Cmd {
 		}
 		client = node
 	}
-	return s.batched(ctx, client, []call{c})[0]
+	return s.batched(ctx, client, []call{c}, nil)[0]
 }
 
 func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds []*redis.Cmd, want func(int) bool, r *Rider) {
@@ -389,9 +389,9 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 		// few in flight, else in the lane's next batch. Several calls keep
 		// a pipeline of their own: one round trip per node.
 		i := sent[0]
-		if s.conn.Batch != nil {
+		if s.conn.Lanes {
 			if l := s.lanes.lane(ctx, calls[i].keys[0]); l != nil {
-				cmds[i] = l.do(ctx, calls[i])
+				cmds[i] = l.do(ctx, calls[i], nil)
 				return
 			}
 		}
@@ -405,7 +405,7 @@ func (s *RedisStore) exec(ctx context.Context, calls []call, errs []error, cmds 
 		for j, i := range sent {
 			cs[j] = calls[i]
 		}
-		for j, cmd := range s.batched(ctx, s.client, cs) {
+		for j, cmd := range s.batched(ctx, s.client, cs, nil) {
 			cmds[sent[j]] = cmd
 		}
 		return

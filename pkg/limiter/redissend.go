@@ -12,7 +12,7 @@ import (
 )
 
 // The store's Redis concerns, in one place: every script command it sends
-// goes through process, pipeline or submit, which count what is sent
+// goes through process or pipelineOn, which count what is sent
 // (Sent) and read a Cluster's slot map again after a connection error;
 // scripts are hashed once (newScript), and a command that met NOSCRIPT is
 // sent again after the scripts are loaded by one function (againAfterLoad).
@@ -78,15 +78,21 @@ func (s *RedisStore) process(ctx context.Context, client RedisClient, cmd *redis
 
 // pipeline sends cmds in one pipeline (one round trip per node); counted
 // of them are the store's script calls (the others are riders).
+func (s *RedisStore) pipeline(ctx context.Context, cmds []*redis.Cmd, counted int) error {
+	return s.pipelineOn(ctx, s.client, cmds, counted, counted)
+}
+
+// pipelineOn sends cmds in one pipeline on client; they count as commands
+// script commands carrying calls script calls (the others are riders).
 // Per-command errors are read from each command. A connection that fails
 // before the pipeline is written (a wrong password fails the handshake)
 // leaves its commands without reply or error: they get Exec's error.
-func (s *RedisStore) pipeline(ctx context.Context, cmds []*redis.Cmd, counted int) error {
-	pipe := s.client.Pipeline()
+func (s *RedisStore) pipelineOn(ctx context.Context, client RedisClient, cmds []*redis.Cmd, commands, calls int) error {
+	pipe := client.Pipeline()
 	for _, cmd := range cmds {
 		_ = pipe.Process(ctx, once{cmd})
 	}
-	s.sent.add(counted, counted)
+	s.sent.add(commands, calls)
 	_, err := pipe.Exec(ctx)
 	if err == nil {
 		return nil
@@ -98,24 +104,6 @@ func (s *RedisStore) pipeline(ctx context.Context, cmds []*redis.Cmd, counted in
 	}
 	s.maybeReload(cmds)
 	return err
-}
-
-// submit runs c on an AutoPipeliner's deferred face, which sends the calls
-// that concurrent callers submit together, in one pipeline per node. The
-// batch runs on the AutoPipeliner's own context, so ctx bounds only the wait:
-// a call whose caller has given up still runs (and counts), as a call already
-// written to a connection does.
-func (s *RedisStore) submit(ctx context.Context, ap *redis.AutoPipeliner, c call) *redis.Cmd {
-	cmd := evalShaCmd(ctx, s.scripts[c.alg], c.keys, c.args)
-	s.sent.add(1, 1)
-	f := ap.Submit(ctx, once{cmd})
-	if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		// The batch may still fill cmd in at any moment: the caller reads
-		// a settled copy instead.
-		cmd = failedCmd(ctx, err)
-	}
-	s.maybeReload([]*redis.Cmd{cmd})
-	return cmd
 }
 
 // againAfterLoad sends cmds with send(all) and, when any of them met

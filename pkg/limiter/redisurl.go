@@ -128,11 +128,11 @@ func dialer(maps []DialMap, timeout time.Duration, tlsConf *tls.Config) func(con
 type RedisConn struct {
 	// Client runs the commands.
 	Client RedisClient
-	// Batch, when set, batches lone script calls: the store's lanes send
-	// the decisions of concurrent Takes waiting for the same master as one
-	// call of the batch script, and a behaviour rider travels with its
-	// Take through go-redis's AutoPipeliner.
-	Batch *redis.AutoPipeliner
+	// Lanes, when set, batches lone script calls: the store's lanes
+	// (lanes.go) send the decisions of concurrent Takes waiting for the
+	// same master as one call of the batch script, and a behaviour rider
+	// travels with the next command its own master's lane sends.
+	Lanes bool
 	// Node is the client of the Cluster master serving a key (a lane's
 	// batch goes to it by name); nil outside a Cluster.
 	Node func(ctx context.Context, key string) (*redis.Client, error)
@@ -164,35 +164,20 @@ func Conn(c redis.UniversalClient) RedisConn {
 	return conn
 }
 
-// AutoPipelined is Conn(c) with lone script calls batched: the store's
-// lanes (lanes.go) send the calls of concurrent Takes waiting for the same
-// master as one call of the batch script, and a behaviour rider travels
-// with its Take through go-redis's AutoPipeliner (c's deferred one, shared
-// with any other user of c's AsyncAutoPipeline). Several calls of one Take
-// keep one round trip per node. A batched call still runs once its
-// caller's deadline has passed (the deadline ends only the wait), as a call
-// already written to a plain connection does.
+// AutoPipelined is Conn(c) with lone script calls batched (Lanes): the
+// store's lanes (lanes.go) send the calls of concurrent Takes waiting for
+// the same master as one call of the batch script, and a behaviour rider
+// travels with the next command of its own master's lane. Several calls of
+// one Take keep one round trip per node. A batched call still runs once
+// its caller's deadline has passed (the deadline ends only the wait), as a
+// call already written to a plain connection does.
 //
-// The func returned stops the autopipeliner; closing c stops it too.
+// The lanes live in the store and need no stopping: the func returned does
+// nothing and the error is always nil (both kept for existing callers).
 func AutoPipelined(c redis.UniversalClient) (RedisConn, func() error, error) {
-	o := redis.DefaultAutoPipelineOptions() // one batch in flight per shard: the deepest batches
-	o.MaxQueuedCommands = 1 << 14
-	var ap *redis.AutoPipeliner
-	var err error
-	switch cc := c.(type) {
-	case *redis.Client:
-		ap, err = cc.AsyncAutoPipelineWithOptions(o)
-	case *redis.ClusterClient:
-		ap, err = cc.AsyncAutoPipelineWithOptions(o)
-	default:
-		return RedisConn{}, nil, fmt.Errorf("autopipelining needs a *redis.Client or *redis.ClusterClient, not %T", c)
-	}
-	if err != nil {
-		return RedisConn{}, nil, fmt.Errorf("autopipelining: %w", err)
-	}
 	conn := Conn(c)
-	conn.Batch = ap
-	return conn, ap.Close, nil
+	conn.Lanes = true
+	return conn, func() error { return nil }, nil
 }
 
 func urlErr(raw string, err error) error {

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -72,26 +71,30 @@ func (s *RedisStore) riderCmd(ctx context.Context, r *Rider) *redis.Cmd {
 }
 
 // execRiding is exec for sent calls with a rider: the rider joins their
-// pipeline. A lone call over an autopipeliner submits the rider just before
-// it, so both go in the same batch (one pipeline per node).
+// pipeline. With lanes, a lone call's rider queues on its own master's lane
+// (lanes.go): on the call's master it leaves with the call; on another, with
+// that lane's next command, and the Take does not wait for it.
 func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmds []*redis.Cmd, sent []int) {
-	rc := s.riderCmd(ctx, r)
-	if s.conn.Batch != nil && len(sent) == 1 {
-		f := s.conn.Batch.Submit(ctx, once{rc})
+	if s.conn.Lanes && len(sent) == 1 {
 		i := sent[0]
-		cmds[i] = s.submit(ctx, s.conn.Batch, calls[i])
-		if err := f.WaitContext(ended); err == nil || !errors.Is(err, context.Canceled) {
-			r.Reply(RiderReply{rc})
+		key := ""
+		if len(r.Keys) > 0 {
+			key = r.Keys[0]
+		}
+		own, with := s.lanes.lane(ctx, key), s.lanes.lane(ctx, calls[i].keys[0])
+		if own != nil && with != nil {
+			rd := &riding{ctx: context.WithoutCancel(ctx), r: r}
+			rd.cmd = s.riderCmd(rd.ctx, r)
+			if own == with {
+				cmds[i] = with.do(ctx, calls[i], rd)
+				return
+			}
+			own.ride(rd)
+			cmds[i] = with.do(ctx, calls[i], nil)
 			return
 		}
-		// Its batch is still running (the rider's slot sits on another
-		// node): its reply is read when it lands, not waited for.
-		go func() {
-			_ = f.Wait()
-			r.Reply(RiderReply{rc})
-		}()
-		return
 	}
+	rc := s.riderCmd(ctx, r)
 	pcmds := make([]*redis.Cmd, 1, len(sent)+1)
 	pcmds[0] = rc
 	for _, i := range sent {
@@ -103,13 +106,38 @@ func (s *RedisStore) execRiding(ctx context.Context, r *Rider, calls []call, cmd
 	r.Reply(RiderReply{rc})
 }
 
-// ended is a context that has ended: waiting on it only asks whether a
-// reply is in.
-var ended = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
+func riderCmds(rs []*riding) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(rs))
+	for i, rd := range rs {
+		cmds[i] = rd.cmd
+	}
+	return cmds
+}
+
+// sendRiders sends riders queued on a lane alone, in one pipeline on its
+// master's client, and hands each its reply.
+func (s *RedisStore) sendRiders(client RedisClient, rs []*riding) {
+	_ = s.pipelineOn(rs[0].ctx, client, riderCmds(rs), 0, 0)
+	s.settleRiders(rs)
+}
+
+// settleRiders hands each rider its reply. A rider whose slot has just
+// moved (MOVED or ASK: it ran nothing) goes again on the routed client.
+func (s *RedisStore) settleRiders(rs []*riding) {
+	for _, rd := range rs {
+		if moved(rd.cmd.Err()) {
+			rd.cmd = s.riderCmd(rd.ctx, rd.r)
+			_ = s.client.Process(rd.ctx, once{rd.cmd})
+		}
+		rd.r.Reply(RiderReply{rd.cmd})
+	}
+}
+
+// moved reports whether err is a Cluster redirection: the command ran
+// nothing, its slot is served by another node.
+func moved(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
+}
 
 // RunRiders sends riders on their own, in one pipeline (one round trip per
 // node), and hands each its reply: what could not ride with a Take.
