@@ -242,14 +242,17 @@ func (c *Checker) emit(fs []accuracy.Finding) {
 		for k, v := range f.Tags {
 			tags[k] = v
 		}
+		r, ok := c.sc.rules[f.Policy]
+		leased := ok && (r.Accuracy == rules.AccuracyLeased || r.Scope == rules.ScopeGlobal)
 		m := c.mi.metrics.overAdmission
-		switch f.Kind {
-		case accuracy.FalseDenial:
+		switch {
+		case f.Kind == accuracy.FalseDenial && leased:
+			m = c.mi.metrics.leasedDenial
+		case f.Kind == accuracy.FalseDenial:
 			m = c.mi.metrics.falseDenial
-			if r, ok := c.sc.rules[f.Policy]; ok && (r.Accuracy == rules.AccuracyLeased || r.Scope == rules.ScopeGlobal) {
-				m = c.mi.metrics.leasedDenial
-			}
-		case accuracy.BrokenPromise:
+		case f.Kind == accuracy.BrokenPromise && leased:
+			m = c.mi.metrics.leasedPromise
+		case f.Kind == accuracy.BrokenPromise:
 			m = c.mi.metrics.brokenPromise
 		}
 		_ = c.mi.push(m, 1, tags)
@@ -300,6 +303,7 @@ func (c *Checker) Finish() (sobek.Value, error) {
 		_ = c.mi.push(c.mi.metrics.falseDenial, 0, t)
 		_ = c.mi.push(c.mi.metrics.leasedDenial, 0, t)
 		_ = c.mi.push(c.mi.metrics.brokenPromise, 0, t)
+		_ = c.mi.push(c.mi.metrics.leasedPromise, 0, t)
 	}
 	return c.Summary()
 }

@@ -9,10 +9,10 @@
 //  3. checker(opts): the accuracy checker, fed every response, reading each
 //     policy's algorithm, limit, window and scope from the rules document;
 //     it reports over-admission, false denials and broken retry promises as
-//     the metrics edgeguard_over_admissions, edgeguard_false_denials
-//     (edgeguard_leased_false_denials for leased and global rules, whose
-//     design allows a few) and edgeguard_broken_retry_promises (see
-//     package accuracy).
+//     the metrics edgeguard_over_admissions, edgeguard_false_denials and
+//     edgeguard_broken_retry_promises (edgeguard_leased_false_denials and
+//     edgeguard_leased_broken_retry_promises for leased and global rules,
+//     whose design allows a few; see package accuracy).
 //  4. scrape / serverDelta: the edges' admin /metrics before and after, so
 //     the summary carries the server-side figures (fallback decisions,
 //     script calls per request, shedding by tier).

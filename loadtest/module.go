@@ -75,6 +75,7 @@ type instanceMetrics struct {
 	falseDenial   *metrics.Metric
 	leasedDenial  *metrics.Metric
 	brokenPromise *metrics.Metric
+	leasedPromise *metrics.Metric
 	checked       *metrics.Metric
 	late          *metrics.Metric
 	mismatch      *metrics.Metric
@@ -94,12 +95,17 @@ const (
 	// rate of the judged decisions by whoever reads the summary, not to 0.
 	MetricLeasedFalseDenial = "edgeguard_leased_false_denials"
 	MetricBrokenPromise     = "edgeguard_broken_retry_promises"
-	MetricChecked           = "edgeguard_checked_responses"
-	MetricLate              = "edgeguard_checker_late_events"
-	MetricMismatch          = "edgeguard_policy_mismatches"
-	MetricServer            = "edgeguard_server"
-	MetricRLSCalls          = "edgeguard_rls_calls"
-	MetricRLSDuration       = "edgeguard_rls_call_duration"
+	// MetricLeasedBrokenPromise counts the broken retry promises of leased
+	// and global rules: a denial while an edge refills its allowance says
+	// Retry-After from an estimate (whether the refill brings units is
+	// not known yet), so a few are allowed, as for false denials.
+	MetricLeasedBrokenPromise = "edgeguard_leased_broken_retry_promises"
+	MetricChecked             = "edgeguard_checked_responses"
+	MetricLate                = "edgeguard_checker_late_events"
+	MetricMismatch            = "edgeguard_policy_mismatches"
+	MetricServer              = "edgeguard_server"
+	MetricRLSCalls            = "edgeguard_rls_calls"
+	MetricRLSDuration         = "edgeguard_rls_call_duration"
 )
 
 func newMetrics(reg *metrics.Registry) (*instanceMetrics, error) {
@@ -115,6 +121,7 @@ func newMetrics(reg *metrics.Registry) (*instanceMetrics, error) {
 		{&m.falseDenial, MetricFalseDenial, metrics.Counter, nil},
 		{&m.leasedDenial, MetricLeasedFalseDenial, metrics.Counter, nil},
 		{&m.brokenPromise, MetricBrokenPromise, metrics.Counter, nil},
+		{&m.leasedPromise, MetricLeasedBrokenPromise, metrics.Counter, nil},
 		{&m.checked, MetricChecked, metrics.Counter, nil},
 		{&m.late, MetricLate, metrics.Counter, nil},
 		{&m.mismatch, MetricMismatch, metrics.Counter, nil},

@@ -116,8 +116,9 @@ checker.record(5, res(429, '"per-ip";q=2;w=10', '"per-ip";r=0;t=3', '{"violated-
 	require.Contains(t, got, MetricBrokenPromise+" eu-west/", "finish emits a zero for every metric and region seen")
 }
 
-// A leased or global rule's false denials, which its design allows a few
-// of, are counted apart from the exact rules' (held to 0 by thresholds).
+// A leased or global rule's false denials and broken retry promises, which
+// its design allows a few of, are counted apart from the exact rules' (held
+// to 0 by thresholds).
 func TestLeasedFalseDenialsCountedApart(t *testing.T) {
 	v := newVURules(t, New(), 1, testRules+`  - id: leased
     match:
@@ -133,14 +134,22 @@ func TestLeasedFalseDenialsCountedApart(t *testing.T) {
 var t0 = eg.now();
 checker.record(5, res(429, '"leased";q=2;w=10', '"leased";r=0;t=3', '{"violated-policies":["leased"]}'), { sent: t0, received: t0 + 3, region: 'us-east', pop: 'iad' });
 checker.record(6, res(429, '"per-ip";q=2;w=10', '"per-ip";r=0;t=3', '{"violated-policies":["per-ip"]}'), { sent: t0, received: t0 + 3, region: 'us-east', pop: 'iad' });
+// Denied again 3.5 s later, past the first 429's Retry-After of 3 s.
+checker.record(5, res(429, '"leased";q=2;w=10', '"leased";r=0;t=3', '{"violated-policies":["leased"]}'), { sent: t0 + 3500, received: t0 + 3503, region: 'us-east', pop: 'iad' });
+checker.record(6, res(429, '"per-ip";q=2;w=10', '"per-ip";r=0;t=3', '{"violated-policies":["per-ip"]}'), { sent: t0 + 3500, received: t0 + 3503, region: 'us-east', pop: 'iad' });
 `)
 	summary := v.run(t, `JSON.stringify(checker.finish())`).String()
-	require.Contains(t, summary, `"false_denial":2`)
+	// Each client was denied twice with no admission: two false denials each.
+	require.Contains(t, summary, `"false_denial":4`)
+	require.Contains(t, summary, `"broken_promise":2`)
 	got := v.sums()
-	require.Equal(t, 1.0, got[MetricLeasedFalseDenial+" us-east/leased"], "%v", got)
+	require.Equal(t, 2.0, got[MetricLeasedFalseDenial+" us-east/leased"], "%v", got)
 	require.Zero(t, got[MetricFalseDenial+" us-east/leased"], "%v", got)
-	require.Equal(t, 1.0, got[MetricFalseDenial+" us-east/per-ip"], "%v", got)
+	require.Equal(t, 2.0, got[MetricFalseDenial+" us-east/per-ip"], "%v", got)
 	require.Zero(t, got[MetricLeasedFalseDenial+" us-east/per-ip"], "%v", got)
+	require.Equal(t, 1.0, got[MetricLeasedBrokenPromise+" us-east/leased"], "%v", got)
+	require.Zero(t, got[MetricBrokenPromise+" us-east/leased"], "%v", got)
+	require.Equal(t, 1.0, got[MetricBrokenPromise+" us-east/per-ip"], "%v", got)
 }
 
 func TestParseRateLimitCountsMalformedFields(t *testing.T) {
