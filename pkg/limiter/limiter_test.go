@@ -257,20 +257,28 @@ func TestCoalescingOneCallPerBatch(t *testing.T) {
 	}
 }
 
+// fallbackAdmitted decides c n times, each from the local fallback, and
+// counts the admissions.
+func fallbackAdmitted(t *testing.T, l *Limiter, c Check, n int) int {
+	t.Helper()
+	admitted := 0
+	for range n {
+		v, err := l.Decide(context.Background(), []Check{c})
+		require.NoError(t, err)
+		require.Equal(t, SourceFallback, v.Checks[0].Source)
+		if v.Allowed {
+			admitted++
+		}
+	}
+	return admitted
+}
+
 func TestFallbackModes(t *testing.T) {
 	k := lim("k", limit.FixedWindow, 10, time.Minute)
 	t.Run("fallback divides the limit by nodes", func(t *testing.T) {
 		l, st, _ := newTestLimiter(t, Config{})
 		st.fail.Store(true)
-		allowed := 0
-		for range 10 {
-			v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1, Nodes: 3}})
-			require.NoError(t, err)
-			require.Equal(t, SourceFallback, v.Checks[0].Source)
-			if v.Allowed {
-				allowed++
-			}
-		}
+		allowed := fallbackAdmitted(t, l, Check{Limit: k, Cost: 1, Nodes: 3}, 10)
 		require.Equal(t, 3, allowed, "floor(10/3) locally: three nodes together admit at most the limit")
 	})
 	t.Run("open admits", func(t *testing.T) {
@@ -513,15 +521,7 @@ func TestFallbackSeededFromLastAnswer(t *testing.T) {
 		require.True(t, v.Allowed)
 	}
 	st.fail.Store(true)
-	admitted := 0
-	for range 10 {
-		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1, Nodes: 2}})
-		require.NoError(t, err)
-		require.Equal(t, SourceFallback, v.Checks[0].Source)
-		if v.Allowed {
-			admitted++
-		}
-	}
+	admitted := fallbackAdmitted(t, l, Check{Limit: k, Cost: 1, Nodes: 2}, 10)
 	require.Equal(t, 2, admitted, "this node's half of the 4 the store had left, not half of 10")
 }
 
