@@ -578,7 +578,9 @@ func (g *Global) Sweep(now time.Time) {
 		if h == nil {
 			return true
 		}
-		give := g.settleAway(h, a, now)
+		// While the home's last give-back is under way (a slow link),
+		// this one waits for a later sweep, still counted as held.
+		give := g.settleAway(h, a, now) && !h.returning.Load()
 		if !give {
 			outstanding[a.home] += a.units
 		}
@@ -644,14 +646,7 @@ func (g *Global) returnWhere(st *globalState, pick func(*away) bool) {
 			continue
 		}
 		if pick(a) && a.units > 0 {
-			h := st.homes[a.home]
-			if h != nil && h.returning.Load() && g.running() {
-				// The home's last give-back is still under way (a slow
-				// link): this one waits for a later sweep.
-				a.mu.Unlock()
-				continue
-			}
-			if h != nil && now.Before(a.expires) && !h.down.Load() {
+			if h := st.homes[a.home]; h != nil && now.Before(a.expires) && !h.down.Load() {
 				ls := a.from
 				ls.Units = a.units
 				back[h] = append(back[h], ls)
