@@ -86,6 +86,9 @@ type scratch struct {
 	bypassed []*rules.CompiledRule // rules whose bypass named the request
 	after    []rules.Match         // rules that count by the response (response.go)
 	checks   []limiter.Check
+	// decided is the limiter's buffer for the checks' decisions (its
+	// verdict is done with when the limit stage returns).
+	decided []limiter.Decision
 	// afterChecks are after's checks, cost still the rule's.
 	afterChecks []limiter.Check
 	rider       *limiter.Rider // the behaviour layer's update, riding with checks
@@ -118,6 +121,7 @@ func (sc *scratch) reset() {
 	clear(sc.bypassed)
 	clear(sc.after)
 	clear(sc.afterChecks)
+	clear(sc.decided[:cap(sc.decided)])
 	sc.after, sc.afterChecks = sc.after[:0], sc.afterChecks[:0]
 	sc.matches, sc.checks, sc.applied, sc.all = sc.matches[:0], sc.checks[:0], sc.applied[:0], sc.all[:0]
 	sc.bypassed, sc.penalised = sc.bypassed[:0], false

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -63,8 +64,10 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 	// The fields in the casing the draft (and the README) spells, which
 	// fasthttp's Set would turn into Ratelimit-Policy: any the origin sent
 	// go first (Del matches case-insensitively), ours are set as spelled.
-	for _, k := range rateLimitFields {
-		h.DelBytes(k)
+	if hasRateLimitField(h) { // rare: one pass over the fields first
+		for _, k := range rateLimitFields {
+			h.DelBytes(k)
+		}
 	}
 	if len(as) == 1 {
 		h.SetCanonical(fieldPolicy, []byte(policyOf(as[0].rule).item))
@@ -99,6 +102,19 @@ var (
 	fieldLegacyReset     = []byte("X-RateLimit-Reset")
 	rateLimitFields      = [][]byte{fieldPolicy, fieldState, fieldLegacyLimit, fieldLegacyRemaining, fieldLegacyReset}
 )
+
+// hasRateLimitField reports whether h holds one of rateLimitFields, in any
+// casing.
+func hasRateLimitField(h *fasthttp.ResponseHeader) bool {
+	for k := range h.All() {
+		for _, f := range rateLimitFields {
+			if len(k) == len(f) && bytes.EqualFold(k, f) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // quota is q: the most units the rule admits in its window (a bucket's
 // capacity, a concurrency rule's slots).

@@ -21,8 +21,11 @@ func (e *Edge) limitStage(sc *scratch) string {
 	}
 	ctx := sc.ctx
 	_, decide := e.tracing.child(sc.trace, "limiter.decide")
-	verdict, err := e.limiter.DecideRiding(context.Background(), sc.checks, sc.rider) // bounded by --redis-timeout
+	verdict, err := e.limiter.DecideRiding(context.Background(), sc.checks, sc.rider, sc.decided) // bounded by --redis-timeout
 	decide.End()
+	if cap(verdict.Checks) > cap(sc.decided) {
+		sc.decided = verdict.Checks[:0] // kept for the scratch's next request
+	}
 	sc.limitDenied, sc.denyRetry = limiterDenial(verdict)
 	switch {
 	case errors.Is(err, limiter.ErrUnavailable):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgeguard/edgeguard/pkg/limit"
@@ -132,41 +133,63 @@ type allowance struct {
 	lim Limit
 	// carved and used: the last carve, the last spend.
 	carved, used time.Time
+	// gone: taken out of the table (forget); a spender that found it
+	// just before looks it up again.
+	gone bool
 }
 
 // allowances holds the edge's allowances, bounded: past max keys, checks
-// of new keys are decided exactly.
+// of new keys are decided exactly. Finding a key's allowance takes no lock
+// (every leased decision does it; a hot key's requests on every core would
+// otherwise queue on one table lock).
 type allowances struct {
-	mu            sync.Mutex
-	m             map[string]*allowance
-	max           int
+	m             sync.Map // memKey → *allowance
+	n             atomic.Int64
+	max           int64
 	start, closed sync.Once
 	stop          chan struct{}
 }
 
 func newAllowances(size int) *allowances {
-	return &allowances{m: map[string]*allowance{}, max: size, stop: make(chan struct{})}
+	return &allowances{max: int64(size), stop: make(chan struct{})}
+}
+
+// held returns key's allowance, locked (nil when the table is full): never
+// one forget has taken out of the table meanwhile.
+func (as *allowances) held(key string) *allowance {
+	for {
+		a := as.get(key)
+		if a == nil {
+			return nil
+		}
+		a.mu.Lock()
+		if !a.gone {
+			return a
+		}
+		a.mu.Unlock()
+	}
 }
 
 func (as *allowances) get(key string) *allowance {
-	as.mu.Lock()
-	defer as.mu.Unlock()
-	a, ok := as.m[key]
-	if !ok {
-		if len(as.m) >= as.max {
-			return nil
-		}
-		a = &allowance{}
-		as.m[key] = a
+	if a, ok := as.m.Load(key); ok {
+		return a.(*allowance)
 	}
-	return a
+	if as.n.Add(1) > as.max {
+		as.n.Add(-1)
+		return nil
+	}
+	a, loaded := as.m.LoadOrStore(key, &allowance{})
+	if loaded {
+		as.n.Add(-1)
+	}
+	return a.(*allowance)
 }
 
 // decideLeased answers leased checks from the edge's allowances, carving a
 // new batch when one runs short. now is when Decide began.
 func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Decision, now time.Time) error {
 	for _, p := range leased {
-		a := l.allowances.get(p.key)
+		a := l.allowances.held(p.key)
 		if a == nil {
 			// The table is full: decide this check exactly, against the
 			// rule's own limit on the same key (stricter than carving).
@@ -185,6 +208,7 @@ func (l *Limiter) decideLeased(ctx context.Context, leased []pending, outs []Dec
 			}
 		})
 		o, err := l.spend(ctx, a, p, now)
+		a.mu.Unlock()
 		if err != nil {
 			return err
 		}
@@ -204,11 +228,10 @@ func (l *Limiter) exact(ctx context.Context, p pending, now time.Time) (Decision
 	return outs[p.i], nil
 }
 
-// spend takes the check's cost from a, carving first when a holds too little.
+// spend takes the check's cost from a, carving first when a holds too
+// little. Called with a locked.
 func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.Time) (Decision, error) {
 	c := p.check
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
 		a.drop()
 		a.lim = c.Limit
@@ -394,13 +417,12 @@ func (l *Limiter) returnWhere(now time.Time, pick func(*allowance) (give, forget
 
 // list is every allowance and its key.
 func (as *allowances) list() ([]string, []*allowance) {
-	as.mu.Lock()
-	defer as.mu.Unlock()
-	keys := make([]string, 0, len(as.m))
-	all := make([]*allowance, 0, len(as.m))
-	for k, a := range as.m {
-		keys, all = append(keys, k), append(all, a)
-	}
+	n := as.n.Load()
+	keys, all := make([]string, 0, n), make([]*allowance, 0, n)
+	as.m.Range(func(k, a any) bool {
+		keys, all = append(keys, k.(string)), append(all, a.(*allowance))
+		return true
+	})
 	return keys, all
 }
 
@@ -419,15 +441,15 @@ func (a *allowance) giveUp(now time.Time) (Lease, bool) {
 
 // forget removes the keys whose allowances still hold nothing.
 func (as *allowances) forget(keys []string) {
-	if len(keys) == 0 {
-		return
-	}
-	as.mu.Lock()
-	defer as.mu.Unlock()
 	for _, k := range keys {
-		if a := as.m[k]; a != nil && a.mu.TryLock() {
-			if a.units == 0 {
-				delete(as.m, k)
+		v, ok := as.m.Load(k)
+		if !ok {
+			continue
+		}
+		if a := v.(*allowance); a.mu.TryLock() {
+			if a.units == 0 && as.m.CompareAndDelete(k, a) {
+				a.gone = true
+				as.n.Add(-1)
 			}
 			a.mu.Unlock()
 		}

@@ -18,12 +18,11 @@ func leased(l Limit, tol float64, nodes int) []Check {
 
 // held is what l holds of lm's key: units and the next batch's size.
 func held(l *Limiter, lm Limit) (units, size int64) {
-	l.allowances.mu.Lock()
-	a := l.allowances.m[memKey(lm)]
-	l.allowances.mu.Unlock()
-	if a == nil {
+	v, ok := l.allowances.m.Load(memKey(lm))
+	if !ok {
 		return 0, 0
 	}
+	a := v.(*allowance)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.units, a.size

@@ -266,19 +266,25 @@ type pending struct {
 // Decide answers one client request: all its checks, all-or-nothing. A
 // request denied by one check gives back what the others took.
 func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
-	return l.DecideRiding(ctx, checks, nil)
+	return l.DecideRiding(ctx, checks, nil, nil)
 }
 
 // DecideRiding is Decide with r riding in the first store call its checks
-// make (none when they are decided without one); r may be nil.
-func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider) (Verdict, error) {
+// make (none when they are decided without one); r may be nil. The
+// verdict's Checks are into[:len(checks)] when into has room (a caller
+// deciding request after request reuses one buffer once it is done with
+// the verdict), else a new slice; into may be nil.
+func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider, into []Decision) (Verdict, error) {
 	now := l.now()
 	var keyBuf [4]string
 	keys, err := l.prepare(checks, keyBuf[:0])
 	if err != nil {
 		return Verdict{}, err
 	}
-	v := Verdict{Allowed: true, Checks: make([]Decision, len(checks))}
+	if cap(into) < len(checks) {
+		into = make([]Decision, len(checks))
+	}
+	v := Verdict{Allowed: true, Checks: into[:len(checks)]}
 	for i, c := range checks {
 		v.Checks[i] = Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit, Source: SourceSkipped}
 	}
@@ -290,8 +296,8 @@ func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider) (V
 	}
 	// 2. Per-key coalescing: checks whose key has a call in flight join the
 	// next call for that key; the others lead, in one pipeline.
-	var leadBuf [2]pending
-	routed := l.route(checks, keys, leadBuf[:0], r)
+	var leadBuf, leasedBuf [2]pending
+	routed := l.route(checks, keys, routes{leads: leadBuf[:0], leased: leasedBuf[:0]}, r)
 	if err := l.decideRouted(ctx, routed, v.Checks, now); err != nil {
 		return Verdict{}, err
 	}
@@ -347,11 +353,10 @@ type routes struct {
 	leads, joined, leased, global []pending
 }
 
-// route sorts the checks by how they are decided (the leading ones
-// appended to leads); a check whose key has a call in flight joins that
-// key's next call. rd is the request's rider.
-func (l *Limiter) route(checks []Check, keys []string, leads []pending, rd *Rider) routes {
-	r := routes{leads: leads}
+// route sorts the checks by how they are decided, appending to r's lists;
+// a check whose key has a call in flight joins that key's next call. rd is
+// the request's rider.
+func (l *Limiter) route(checks []Check, keys []string, r routes, rd *Rider) routes {
 	for i, c := range checks {
 		p := pending{i: i, check: c, key: keys[i], rider: rd}
 		if c.Global {

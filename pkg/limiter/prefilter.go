@@ -13,7 +13,10 @@ import (
 // generation number also stops calls sent before a flush from writing stale
 // entries after it.
 type overLimitCache struct {
-	gen    atomic.Uint64
+	gen atomic.Uint64
+	// n counts the entries of every shard: with none (no key denied
+	// lately, the usual case) a lookup takes no lock.
+	n      atomic.Int64
 	seed   maphash.Seed
 	perCap int
 	shards [64]cacheShard
@@ -49,11 +52,14 @@ func (c *overLimitCache) generation() uint64 { return c.gen.Load() }
 // cost at least the one the cached retry time was computed for.
 // key is memKey(l).
 func (c *overLimitCache) get(key string, l Limit, cost int64, now time.Time) (Decision, bool) {
+	if c.n.Load() == 0 {
+		return Decision{}, false
+	}
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e, ok := sh.m[key]
 	if ok && (e.gen != c.gen.Load() || !now.Before(e.until)) {
-		delete(sh.m, key)
+		sh.delete(c, key)
 		ok = false
 	}
 	sh.mu.Unlock()
@@ -79,6 +85,8 @@ func (c *overLimitCache) put(l Limit, need int64, d Decision, sent time.Time, ge
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	n := len(sh.m)
+	defer func() { c.n.Add(int64(len(sh.m) - n)) }()
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.perCap {
 		victims := 0
 		for k, e := range sh.m { // map order is random: a cheap sample
@@ -97,8 +105,16 @@ func (c *overLimitCache) drop(l Limit) {
 	key := memKey(l)
 	sh := c.shard(key)
 	sh.mu.Lock()
-	delete(sh.m, key)
+	sh.delete(c, key)
 	sh.mu.Unlock()
+}
+
+// delete takes key out of sh (locked), counted in c.n.
+func (sh *cacheShard) delete(c *overLimitCache, key string) {
+	if _, ok := sh.m[key]; ok {
+		delete(sh.m, key)
+		c.n.Add(-1)
+	}
 }
 
 func (c *overLimitCache) flush() {
@@ -106,6 +122,7 @@ func (c *overLimitCache) flush() {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
+		c.n.Add(-int64(len(sh.m)))
 		clear(sh.m)
 		sh.mu.Unlock()
 	}

@@ -49,7 +49,7 @@ func TestRiderRidesWithTheTake(t *testing.T) {
 					last.Store(n)
 					replies.Add(1)
 				}}
-				v, err := l.DecideRiding(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}}, r)
+				v, err := l.DecideRiding(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}}, r, nil)
 				require.NoError(t, err)
 				return r, v
 			}
@@ -100,7 +100,7 @@ func TestRidersOfConcurrentTakesOverLanes(t *testing.T) {
 							}
 							replies.Add(1)
 						}}
-						if _, err := l.DecideRiding(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}}, r); err != nil {
+						if _, err := l.DecideRiding(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}}, r, nil); err != nil {
 							errs <- err
 							return
 						}
@@ -162,7 +162,7 @@ func TestRiderOnAnotherMasterDoesNotHoldTheTake(t *testing.T) {
 	replies := make(chan limiter.RiderReply, 2)
 	decide := func() *limiter.Rider {
 		r := &limiter.Rider{Script: rs, Keys: []string{counter}, Reply: func(rep limiter.RiderReply) { replies <- rep }}
-		v, err := l.DecideRiding(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}}, r)
+		v, err := l.DecideRiding(context.Background(), []limiter.Check{{Limit: lim, Cost: 1}}, r, nil)
 		require.NoError(t, err)
 		require.True(t, v.Allowed)
 		return r
