@@ -136,6 +136,11 @@ type allowance struct {
 	// gone: taken out of the table (forget); a spender that found it
 	// just before looks it up again.
 	gone bool
+	// ahead is closed when the batch being carved ahead (carveAhead) has
+	// landed; nil when none is under way. aheadAfter: none is carved
+	// ahead before it (the last one failed).
+	ahead      chan struct{}
+	aheadAfter time.Time
 }
 
 // allowances holds the edge's allowances, bounded: past max keys, checks
@@ -148,6 +153,9 @@ type allowances struct {
 	max           int64
 	start, closed sync.Once
 	stop          chan struct{}
+	// inline: every batch is carved by the request short of units (tests
+	// of the batch sizes; never set otherwise).
+	inline bool
 }
 
 func newAllowances(size int) *allowances {
@@ -237,6 +245,13 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 		a.lim = c.Limit
 	}
 	source := SourceLease
+	if a.units < c.Cost && a.ahead != nil {
+		l.awaitAhead(ctx, a)
+		if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
+			a.drop()
+			a.lim = c.Limit
+		}
+	}
 	if a.units < c.Cost {
 		d, decided, err := l.carve(ctx, a, p, now)
 		if decided || err != nil {
@@ -247,6 +262,7 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 	a.units -= c.Cost
 	a.used = now
 	l.metrics.record(source, 1)
+	l.carveAhead(a, p, now)
 	return Decision{
 		Admitted:   c.Cost,
 		Allowed:    true,
@@ -297,6 +313,84 @@ func (l *Limiter) carve(ctx context.Context, a *allowance, p pending, now time.T
 	d.Lease = Lease{Limit: carve}
 	l.remember(c, d, 1, now, gen)
 	return d.from(SourceStore, nil), true, nil
+}
+
+// carveAhead starts carving a's next batch in the background when a busy
+// key's allowance is down to a quarter of a batch, so its requests find units
+// waiting instead of one of them carving on its own time (and the others
+// queueing behind it). A key is busy when its last batch was carved less
+// than a period ago; a quiet key's next request carves for itself, as it
+// would give back what was carved ahead. What a holds with the new batch
+// stays within terms.most. Called with a locked.
+func (l *Limiter) carveAhead(a *allowance, p pending, now time.Time) {
+	if a.ahead != nil || a.units > a.size/4 || now.Before(a.aheadAfter) || l.allowances.inline {
+		return
+	}
+	c := p.check
+	a.terms = termsOf(c)
+	if now.Sub(a.carved) >= a.terms.period {
+		return
+	}
+	select {
+	case <-l.allowances.stop: // closing
+		return
+	default:
+	}
+	a.grow(now)
+	want := min(a.size, a.terms.most-a.units)
+	if want < 1 {
+		return
+	}
+	done := make(chan struct{})
+	a.ahead = done
+	req := Request{Limit: carveLimit(c), Cost: want, Need: 1}
+	l.bg.Go(func() {
+		defer close(done)
+		sent := l.now()
+		ds, errs := l.call(context.Background(), []Request{req}, []string{p.key}, sent, nil)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.ahead = nil
+		if errs[0] != nil {
+			// The next request short of units carves for itself (and
+			// meets the fail mode); none is carved ahead for a period.
+			a.aheadAfter = sent.Add(a.terms.period)
+			return
+		}
+		d := ds[0]
+		l.metrics.leaseCarves.Inc()
+		l.metrics.leaseCarved.Add(float64(d.Admitted))
+		a.carved = sent
+		a.left, a.reset = d.Remaining, sent.Add(d.ResetAfter)
+		if d.Admitted == 0 {
+			return
+		}
+		if a.lim != c.Limit {
+			// The key's limit changed meanwhile: these units belong to
+			// the old one's carving (a fixed window's go back to it).
+			d.Lease.Units = d.Admitted
+			if d.Lease.Limit.Algorithm == limit.FixedWindow {
+				l.returnLeased([]Lease{d.Lease})
+			}
+			return
+		}
+		a.add(d, c, sent)
+	})
+}
+
+// awaitAhead waits, with a unlocked, for the batch being carved ahead to
+// land (at most the store's timeout). Called with a locked; returns so.
+func (l *Limiter) awaitAhead(ctx context.Context, a *allowance) {
+	done := a.ahead
+	a.mu.Unlock()
+	t := time.NewTimer(l.cfg.Timeout)
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	t.Stop()
+	a.mu.Lock()
 }
 
 // add puts a carved batch d into a. Called with a locked.
@@ -447,7 +541,7 @@ func (as *allowances) forget(keys []string) {
 			continue
 		}
 		if a := v.(*allowance); a.mu.TryLock() {
-			if a.units == 0 && as.m.CompareAndDelete(k, a) {
+			if a.units == 0 && a.ahead == nil && as.m.CompareAndDelete(k, a) {
 				a.gone = true
 				as.n.Add(-1)
 			}
@@ -471,10 +565,12 @@ func (l *Limiter) returnLeased(back []Lease) {
 	}
 }
 
-// closeAllowances stops the sweep and gives back what the edge holds.
+// closeAllowances stops the sweep and carving ahead, lets the batches
+// under way land, and gives back what the edge holds.
 func (l *Limiter) closeAllowances() {
 	l.allowances.closed.Do(func() {
 		close(l.allowances.stop)
+		l.bg.Wait()
 		l.returnAll()
 	})
 }

@@ -28,9 +28,14 @@ func held(l *Limiter, lm Limit) (units, size int64) {
 	return a.units, a.size
 }
 
-// noSweep keeps l's background sweep from starting: these tests walk a
-// fake clock and call ReturnIdle themselves.
-func noSweep(l *Limiter) { l.allowances.start.Do(func() {}) }
+// noSweep keeps l's background sweep from starting, and has every batch
+// carved by the request short of units (none ahead, in the background):
+// these tests walk a fake clock, call ReturnIdle themselves and count
+// batches.
+func noSweep(l *Limiter) {
+	l.allowances.start.Do(func() {})
+	l.allowances.inline = true
+}
 
 func TestLeaseRefusesWhatCannotBeLeased(t *testing.T) {
 	l, _, _ := newTestLimiter(t, Config{})
@@ -258,4 +263,66 @@ func TestLeaseTableFull(t *testing.T) {
 	require.Equal(t, calls+4, st.calls.Load(), "one call per decision up to the first denial, then the cache")
 	units, _ := held(l, second)
 	require.Zero(t, units)
+}
+
+// landed waits for the batch being carved ahead for lm's key, if any.
+func landed(t *testing.T, l *Limiter, lm Limit) {
+	v, ok := l.allowances.m.Load(memKey(lm))
+	if !ok {
+		return
+	}
+	a := v.(*allowance)
+	a.mu.Lock()
+	done := a.ahead
+	a.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the batch carved ahead never landed")
+		}
+	}
+}
+
+// TestLeaseCarvesAhead: a busy key's next batch is carved in the
+// background once its allowance is down to a quarter, so its requests are
+// decided from units waiting (only the first carves on its own time), and
+// the edge never holds more than the cap; a quiet key carves nothing
+// ahead (it would only give it back).
+func TestLeaseCarvesAhead(t *testing.T) {
+	l, st, clock := newTestLimiter(t, Config{})
+	t.Cleanup(l.Close)
+	l.allowances.start.Do(func() {}) // no sweep
+	busy := lim("busy", limit.FixedWindow, 6000, time.Hour) // period 1 s; most = 100
+	inline := 0
+	for range 1000 {
+		v, err := l.Decide(context.Background(), leased(busy, 0.05, 3))
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		if v.Checks[0].Source == SourceStore {
+			inline++
+		}
+		landed(t, l, busy)
+		units, _ := held(l, busy)
+		require.LessOrEqual(t, units, int64(100), "an edge holds at most the cap")
+	}
+	_, size := held(l, busy)
+	require.EqualValues(t, 100, size, "the batch grows to its cap")
+	require.Equal(t, 1, inline, "only the first request carved on its own time")
+	require.Less(t, st.calls.Load(), int64(30), "1000 decisions in batches of up to 100")
+
+	quiet := lim("quiet", limit.FixedWindow, 6000, time.Hour)
+	calls, inline := st.calls.Load(), 0
+	for range 10 {
+		clock.add(2 * time.Second) // two periods between requests
+		v, err := l.Decide(context.Background(), leased(quiet, 0.05, 3))
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		if v.Checks[0].Source == SourceStore {
+			inline++
+		}
+		landed(t, l, quiet)
+	}
+	require.Positive(t, inline)
+	require.EqualValues(t, inline, st.calls.Load()-calls, "every call was a request's own carve: none ahead")
 }
