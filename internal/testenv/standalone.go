@@ -2,8 +2,13 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
@@ -13,11 +18,15 @@ type StandaloneOptions struct {
 	// Password, if set, is required from clients (requirepass), for testing
 	// authentication failures.
 	Password string
+	// TLS, if set, adds a TLS port (Standalone.TLSAddr) serving this
+	// certificate; clients are not asked for one.
+	TLS *Leaf
 }
 
 // Standalone is a single redis-server.
 type Standalone struct {
 	Addr     string // "127.0.0.1:port"
+	TLSAddr  string // the TLS port's "127.0.0.1:port", with StandaloneOptions.TLS
 	Password string // as in StandaloneOptions
 
 	d *deployment
@@ -36,21 +45,39 @@ func StartStandalone(opts StandaloneOptions) (*Standalone, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 
-	p, err := d.spawn(ctx, spec{
-		name: "redis",
-		bin:  bin,
-		config: func([]int) string {
-			if opts.Password == "" {
-				return ""
-			}
-			return "requirepass " + servers.Quote(opts.Password)
-		},
-	})
+	s := spec{name: "redis", bin: bin}
+	var tlsConf string
+	if opts.TLS != nil {
+		cert, key := filepath.Join(d.dir, "tls-cert.pem"), filepath.Join(d.dir, "tls-key.pem")
+		if err := errors.Join(os.WriteFile(cert, opts.TLS.CertPEM, 0o600), os.WriteFile(key, opts.TLS.KeyPEM, 0o600)); err != nil {
+			_ = d.Close()
+			return nil, fmt.Errorf("testenv: starting standalone: %w", err)
+		}
+		s.extraPorts = 1
+		tlsConf = "tls-cert-file " + servers.Quote(cert) + "\ntls-key-file " + servers.Quote(key) + "\ntls-auth-clients no\n"
+	}
+	var tlsPort int
+	s.config = func(ports []int) string {
+		conf := tlsConf
+		if opts.TLS != nil {
+			tlsPort = ports[1]
+			conf += fmt.Sprintf("tls-port %d\n", ports[1])
+		}
+		if opts.Password != "" {
+			conf += "requirepass " + servers.Quote(opts.Password) + "\n"
+		}
+		return conf
+	}
+	p, err := d.spawn(ctx, s)
 	if err != nil {
 		_ = d.Close()
 		return nil, fmt.Errorf("testenv: starting standalone: %w", err)
 	}
-	return &Standalone{Addr: p.addr, Password: opts.Password, d: d}, nil
+	st := &Standalone{Addr: p.addr, Password: opts.Password, d: d}
+	if opts.TLS != nil {
+		st.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	}
+	return st, nil
 }
 
 // URL returns a go-redis URL for the server, including the password if one
