@@ -292,7 +292,8 @@ func landed(t *testing.T, l *Limiter, lm Limit) {
 func TestLeaseCarvesAhead(t *testing.T) {
 	l, st, clock := newTestLimiter(t, Config{})
 	t.Cleanup(l.Close)
-	l.allowances.start.Do(func() {})                        // no sweep
+	// No sweep.
+	l.allowances.start.Do(func() {})
 	busy := lim("busy", limit.FixedWindow, 6000, time.Hour) // period 1 s; most = 100
 	inline := 0
 	for range 1000 {
