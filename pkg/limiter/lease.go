@@ -341,13 +341,20 @@ func (l *Limiter) carveAhead(a *allowance, p pending, now time.Time) {
 	if want < 1 {
 		return
 	}
+	l.startAhead(a, c, p.key, want)
+}
+
+// startAhead carves want units for a in the background (carveAhead; its
+// own function, so that what the goroutine holds is allocated only when
+// one starts). Called with a locked.
+func (l *Limiter) startAhead(a *allowance, c Check, key string, want int64) {
 	done := make(chan struct{})
 	a.ahead = done
 	req := Request{Limit: carveLimit(c), Cost: want, Need: 1}
 	l.bg.Go(func() {
 		defer close(done)
 		sent := l.now()
-		ds, errs := l.call(context.Background(), []Request{req}, []string{p.key}, sent, nil)
+		ds, errs := l.call(context.Background(), []Request{req}, []string{key}, sent, nil)
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.ahead = nil
