@@ -294,36 +294,32 @@ func TestLeaseCarvesAhead(t *testing.T) {
 	t.Cleanup(l.Close)
 	// No sweep.
 	l.allowances.start.Do(func() {})
-	busy := lim("busy", limit.FixedWindow, 6000, time.Hour) // period 1 s; most = 100
-	inline := 0
-	for range 1000 {
-		v, err := l.Decide(context.Background(), leased(busy, 0.05, 3))
-		require.NoError(t, err)
-		require.True(t, v.Allowed)
-		if v.Checks[0].Source == SourceStore {
-			inline++
+	// decide sends n leased decisions of k, each after gap, waits for
+	// what is carved ahead after each, and counts those carved for on the
+	// request's own time.
+	decide := func(k Limit, n int, gap time.Duration) (inline int) {
+		for range n {
+			clock.add(gap)
+			v, err := l.Decide(context.Background(), leased(k, 0.05, 3))
+			require.NoError(t, err)
+			require.True(t, v.Allowed)
+			if v.Checks[0].Source == SourceStore {
+				inline++
+			}
+			landed(t, l, k)
+			units, _ := held(l, k)
+			require.LessOrEqual(t, units, int64(100), "an edge holds at most the cap")
 		}
-		landed(t, l, busy)
-		units, _ := held(l, busy)
-		require.LessOrEqual(t, units, int64(100), "an edge holds at most the cap")
+		return inline
 	}
+	busy := lim("busy", limit.FixedWindow, 6000, time.Hour) // period 1 s; most = 100
+	require.Equal(t, 1, decide(busy, 1000, 0), "only the first request carved on its own time")
 	_, size := held(l, busy)
 	require.EqualValues(t, 100, size, "the batch grows to its cap")
-	require.Equal(t, 1, inline, "only the first request carved on its own time")
 	require.Less(t, st.calls.Load(), int64(30), "1000 decisions in batches of up to 100")
 
-	quiet := lim("quiet", limit.FixedWindow, 6000, time.Hour)
-	calls, inline := st.calls.Load(), 0
-	for range 10 {
-		clock.add(2 * time.Second) // two periods between requests
-		v, err := l.Decide(context.Background(), leased(quiet, 0.05, 3))
-		require.NoError(t, err)
-		require.True(t, v.Allowed)
-		if v.Checks[0].Source == SourceStore {
-			inline++
-		}
-		landed(t, l, quiet)
-	}
+	calls := st.calls.Load()
+	inline := decide(lim("quiet", limit.FixedWindow, 6000, time.Hour), 10, 2*time.Second) // two periods apart
 	require.Positive(t, inline)
 	require.EqualValues(t, inline, st.calls.Load()-calls, "every call was a request's own carve: none ahead")
 }
