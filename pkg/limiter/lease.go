@@ -245,8 +245,11 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 		a.lim = c.Limit
 	}
 	source := SourceLease
-	if a.units < c.Cost && a.ahead != nil {
-		l.awaitAhead(ctx, a)
+	// Short of units while a batch is carved ahead: wait for it (and for
+	// the next, should another spender have started one meanwhile) rather
+	// than carve beside it.
+	for wait := time.Duration(0); a.units < c.Cost && a.ahead != nil && wait < l.cfg.Timeout; {
+		wait += l.awaitAhead(ctx, a, l.cfg.Timeout-wait)
 		if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
 			a.drop()
 			a.lim = c.Limit
@@ -381,23 +384,31 @@ func (l *Limiter) startAhead(a *allowance, c Check, key string, want int64) {
 			}
 			return
 		}
+		// Units to spend: a denial this edge cached meanwhile (another
+		// request's carve found the store exhausted) no longer holds.
+		l.cache.drop(c.Limit)
 		a.add(d, c, sent)
 	})
 }
 
 // awaitAhead waits, with a unlocked, for the batch being carved ahead to
-// land (at most the store's timeout). Called with a locked; returns so.
-func (l *Limiter) awaitAhead(ctx context.Context, a *allowance) {
+// land, at most most; it returns how long it waited (most when ctx ended).
+// Called with a locked; returns so.
+func (l *Limiter) awaitAhead(ctx context.Context, a *allowance, most time.Duration) time.Duration {
 	done := a.ahead
 	a.mu.Unlock()
-	t := time.NewTimer(l.cfg.Timeout)
+	start := time.Now()
+	t := time.NewTimer(most)
+	waited := most
 	select {
 	case <-done:
+		waited = time.Since(start)
 	case <-ctx.Done():
 	case <-t.C:
 	}
 	t.Stop()
 	a.mu.Lock()
+	return waited
 }
 
 // add puts a carved batch d into a. Called with a locked.

@@ -107,7 +107,10 @@ func TestLeasedFixedWindowFlood(t *testing.T) {
 				t.Logf("admitted %d of %d (limit %d, bound %d); %d script calls (%.4f per decision)",
 					admitted.Load(), total, quota, int64(quota*(1+tol)), calls, float64(calls)/float64(total))
 				require.LessOrEqual(t, admitted.Load(), int64(math.Floor(quota*(1+tol))), "over the bound")
-				require.GreaterOrEqual(t, admitted.Load(), int64(quota), "allowance left stranded")
+				// A flood spends every unit carved: none is left stranded
+				// on an edge (say, a batch carved ahead that landed after
+				// the edge had cached a denial).
+				require.Equal(t, int64(math.Floor(quota*(1+tol))), admitted.Load(), "allowance left stranded")
 				// Denials of a flood are cached: the calls are the carving.
 				require.Less(t, float64(calls)/float64(total), 0.05)
 			})
@@ -140,7 +143,7 @@ func TestLeasedTokenBucketFlood(t *testing.T) {
 			for _, e := range es {
 				for range workers {
 					wg.Go(func() {
-						for n := 0; n < 100_000 && time.Now().Before(stop); n++ {
+						for n := 0; n < 1_000_000 && time.Now().Before(stop); n++ {
 							v, err := e.lim.Decide(context.Background(), leasedCheck(l, tol, edges))
 							if err != nil {
 								t.Error(err)
