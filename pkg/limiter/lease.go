@@ -141,6 +141,9 @@ type allowance struct {
 	// ahead before it (the last one failed).
 	ahead      chan struct{}
 	aheadAfter time.Time
+	// aheadErr is why the last batch carved ahead failed (nil: it
+	// landed).
+	aheadErr error
 }
 
 // allowances holds the edge's allowances, bounded: past max keys, checks
@@ -248,12 +251,24 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 	// Short of units while a batch is carved ahead: wait for it (and for
 	// the next, should another spender have started one meanwhile) rather
 	// than carve beside it.
+	waited := false
 	for wait := time.Duration(0); a.units < c.Cost && a.ahead != nil && wait < l.cfg.Timeout; {
+		waited = true
 		wait += l.awaitAhead(ctx, a, l.cfg.Timeout-wait)
 		if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
 			a.drop()
 			a.lim = c.Limit
 		}
+	}
+	if a.units < c.Cost && waited && (a.ahead != nil || a.aheadErr != nil) {
+		// The batch carved ahead failed or did not land within the
+		// store's timeout: a carve of this request's own would wait as
+		// long again. Decided as a failed carve is.
+		cause := a.aheadErr
+		if cause == nil {
+			cause = fmt.Errorf("%w: the batch carved ahead did not land within %s", errGaveUp, l.cfg.Timeout)
+		}
+		return l.carveFailed(c, cause)
 	}
 	if a.units < c.Cost {
 		d, decided, err := l.carve(ctx, a, p, now)
@@ -292,10 +307,7 @@ func (l *Limiter) carve(ctx context.Context, a *allowance, p pending, now time.T
 	gen := l.cache.generation()
 	ds, errs := l.call(ctx, []Request{{Limit: carve, Cost: want, Need: 1}}, []string{p.key}, now, p.rider)
 	if errs[0] != nil {
-		// What a held is spent (the store counted it); past it the
-		// check is decided like an exact one, on the carving limit.
-		o, err := l.degrade(Check{Limit: carve, Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, errs[0])
-		o.Limit = c.Limit.Limit
+		o, err := l.carveFailed(c, errs[0])
 		return o, true, err
 	}
 	d = ds[0]
@@ -360,10 +372,11 @@ func (l *Limiter) startAhead(a *allowance, c Check, key string, want int64) {
 		ds, errs := l.call(context.Background(), []Request{req}, []string{key}, sent, nil)
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		a.ahead = nil
+		a.ahead, a.aheadErr = nil, errs[0]
 		if errs[0] != nil {
-			// The next request short of units carves for itself (and
-			// meets the fail mode); none is carved ahead for a period.
+			// Requests waiting for it meet the fail mode; the next
+			// request short of units carves for itself; none is carved
+			// ahead for a period.
 			a.aheadAfter = sent.Add(a.terms.period)
 			return
 		}
@@ -409,6 +422,15 @@ func (l *Limiter) awaitAhead(ctx context.Context, a *allowance, most time.Durati
 	t.Stop()
 	a.mu.Lock()
 	return waited
+}
+
+// carveFailed decides c when carving for it failed: what the allowance
+// held is spent (the store counted it); past it the check is decided like
+// an exact one, on the carving limit.
+func (l *Limiter) carveFailed(c Check, cause error) (Decision, error) {
+	o, err := l.degrade(Check{Limit: carveLimit(c), Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, cause)
+	o.Limit = c.Limit.Limit
+	return o, err
 }
 
 // add puts a carved batch d into a. Called with a locked.

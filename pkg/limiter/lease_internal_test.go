@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
@@ -196,6 +197,15 @@ func TestLeaseIdleReturn(t *testing.T) {
 // what each edge last heard the store had counted: the exact checks'
 // bound, L' + ceil(L'/N), holds (docs/guarantees.md).
 func TestLeaseFallbackBound(t *testing.T) {
+	// inline: every batch carved by the request short of units; ahead: a
+	// busy key's batches carved in the background as well (the fake clock
+	// never moves, so the key stays busy), some failing with the store.
+	for _, ahead := range []bool{false, true} {
+		t.Run(map[bool]string{false: "inline", true: "ahead"}[ahead], func(t *testing.T) { leaseFallbackBound(t, ahead) })
+	}
+}
+
+func leaseFallbackBound(t *testing.T, ahead bool) {
 	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)}
 	st := &countingStore{Store: NewMemoryStore(WithClock(clock.now))}
 	var edges []*Limiter
@@ -206,6 +216,7 @@ func TestLeaseFallbackBound(t *testing.T) {
 		l.fallback = NewMemoryStore(WithClock(clock.now))
 		t.Cleanup(l.Close)
 		noSweep(l)
+		l.allowances.inline = !ahead
 		edges = append(edges, l)
 	}
 	k := lim("outage", limit.FixedWindow, 100, time.Hour) // carving limit 110
@@ -322,4 +333,48 @@ func TestLeaseCarvesAhead(t *testing.T) {
 	inline := decide(lim("quiet", limit.FixedWindow, 6000, time.Hour), 10, 2*time.Second) // two periods apart
 	require.Positive(t, inline)
 	require.EqualValues(t, inline, st.calls.Load()-calls, "every call was a request's own carve: none ahead")
+}
+
+// TestLeaseSlowStoreWaitsOnce: Redis freezes while a busy key's batch is
+// carved ahead. A request that runs out of units waits for that batch, at
+// most the store's timeout, and when it fails is decided by the fail mode
+// (the fallback) without a carve of its own: it waits one timeout, not two.
+func TestLeaseSlowStoreWaitsOnce(t *testing.T) {
+	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	c, err := NewRedisClient(srv.URL(), ModeStandalone)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	st, err := NewRedisStore(Conn(c), testenv.KeyPrefix(t))
+	require.NoError(t, err)
+	require.NoError(t, st.Load(context.Background()))
+	l, err := New(st, Config{Timeout: 300 * time.Millisecond}, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	l.allowances.start.Do(func() {}) // no sweep
+	k := lim("slow", limit.FixedWindow, 1_000_000, time.Hour)
+	decide := func() Decision {
+		v, err := l.Decide(context.Background(), leased(k, 0.05, 1))
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		return v.Checks[0]
+	}
+	for range 2000 { // busy: batches grow, and are carved ahead
+		decide()
+		landed(t, l, k)
+	}
+	srv.Freeze()
+	defer srv.Thaw()
+	_, calls := st.Sent()
+	var d Decision
+	for n := 0; ; n++ {
+		require.Less(t, n, 100_000, "never ran out of units")
+		if d = decide(); d.Source != SourceLease {
+			break
+		}
+	}
+	_, after := st.Sent()
+	require.Equal(t, SourceFallback, d.Source, "decided by the fail mode once the batch carved ahead failed")
+	require.EqualValues(t, 1, after-calls, "one call while frozen: the batch carved ahead, no carve of the request's own")
 }
