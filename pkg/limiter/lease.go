@@ -243,10 +243,7 @@ func (l *Limiter) exact(ctx context.Context, p pending, now time.Time) (Decision
 // little. Called with a locked.
 func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.Time) (Decision, error) {
 	c := p.check
-	if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
-		a.drop()
-		a.lim = c.Limit
-	}
+	a.fit(c.Limit, now)
 	source := SourceLease
 	// Short of units while a batch is carved ahead: wait for it (and for
 	// the next, should another spender have started one meanwhile) rather
@@ -255,10 +252,7 @@ func (l *Limiter) spend(ctx context.Context, a *allowance, p pending, now time.T
 	for wait := time.Duration(0); a.units < c.Cost && a.ahead != nil && wait < l.cfg.Timeout; {
 		waited = true
 		wait += l.awaitAhead(ctx, a, l.cfg.Timeout-wait)
-		if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != c.Limit {
-			a.drop()
-			a.lim = c.Limit
-		}
+		a.fit(c.Limit, now)
 	}
 	if a.units < c.Cost && waited && (a.ahead != nil || a.aheadErr != nil) {
 		// The batch carved ahead failed or did not land within the
@@ -431,6 +425,15 @@ func (l *Limiter) carveFailed(c Check, cause error) (Decision, error) {
 	o, err := l.degrade(Check{Limit: carveLimit(c), Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, cause)
 	o.Limit = c.Limit.Limit
 	return o, err
+}
+
+// fit drops what a holds when it expired by now or was carved for another
+// limit than lim, and keeps lim. Called with a locked.
+func (a *allowance) fit(lim Limit, now time.Time) {
+	if !a.expires.IsZero() && !now.Before(a.expires) || a.lim != lim {
+		a.drop()
+		a.lim = lim
+	}
 }
 
 // add puts a carved batch d into a. Called with a locked.

@@ -909,24 +909,9 @@ func BenchmarkCriticalP99Overload(b *testing.B) {
 		return result{tier: tier, code: resp.StatusCode, at: at, latency: time.Since(start)}
 	}
 	run := func(rate int, d time.Duration, tiers []string) []result {
-		var mu sync.Mutex
-		var out []result
-		var wg sync.WaitGroup
-		tick := time.NewTicker(time.Second / time.Duration(rate))
-		defer tick.Stop()
-		begin := time.Now()
-		for i := 0; time.Since(begin) < d; i++ {
-			<-tick.C
-			at := time.Since(begin)
-			wg.Go(func() {
-				res := send(tiers[i%len(tiers)], at)
-				mu.Lock()
-				out = append(out, res)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		return out
+		return offerOpenLoop(rate, d, 1, nil, func(i, _ int, start time.Time) result {
+			return send(tiers[i%len(tiers)], time.Since(start))
+		})[0]
 	}
 	pct := func(rs []result, from time.Duration, p float64) (time.Duration, int, int) {
 		var ls []time.Duration

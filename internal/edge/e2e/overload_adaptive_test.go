@@ -96,28 +96,9 @@ func (l *adaptiveLoad) send(e *edgeProc, tier string, start time.Time) adaptiveR
 // run offers rate req/s to every side for d, open loop, and returns each
 // side's results.
 func (l *adaptiveLoad) run(rate int, d time.Duration, tiers []string, during func(time.Duration)) [][]adaptiveResult {
-	out := make([][]adaptiveResult, len(l.sides))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	tick := time.NewTicker(time.Second / time.Duration(rate))
-	defer tick.Stop()
-	start := time.Now()
-	for i := 0; time.Since(start) < d; i++ {
-		<-tick.C
-		if during != nil {
-			during(time.Since(start))
-		}
-		for k, s := range l.sides {
-			wg.Go(func() {
-				r := l.send(s.edge, tiers[i%len(tiers)], start)
-				mu.Lock()
-				out[k] = append(out[k], r)
-				mu.Unlock()
-			})
-		}
-	}
-	wg.Wait()
-	return out
+	return offerOpenLoop(rate, d, len(l.sides), during, func(i, k int, start time.Time) adaptiveResult {
+		return l.send(l.sides[k].edge, tiers[i%len(tiers)], start)
+	})
 }
 
 // admittedP99 is the p99 latency of the 200s sent in [from, to).

@@ -85,23 +85,7 @@ func TestOverloadShedsLowTiersFirst(t *testing.T) {
 	// run offers rate req/s for d, in a fixed tier mix, open loop.
 	mix := []string{"test", "test", "read", "read", "read", "read", "write", "write", "write", "critical"}
 	run := func(rate int, d time.Duration, tiers []string) []result {
-		var mu sync.Mutex
-		var out []result
-		var wg sync.WaitGroup
-		tick := time.NewTicker(time.Second / time.Duration(rate))
-		defer tick.Stop()
-		end := time.Now().Add(d)
-		for i := 0; time.Now().Before(end); i++ {
-			<-tick.C
-			wg.Go(func() {
-				res := send(tiers[i%len(tiers)])
-				mu.Lock()
-				out = append(out, res)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		return out
+		return offerOpenLoop(rate, d, 1, nil, func(i, _ int, _ time.Time) result { return send(tiers[i%len(tiers)]) })[0]
 	}
 
 	run(40, 250*time.Millisecond, []string{"critical"}) // warm up connections
@@ -150,4 +134,33 @@ func TestOverloadShedsLowTiersFirst(t *testing.T) {
 		}
 		return nil
 	}))
+}
+
+// offerOpenLoop offers rate requests a second for d, open loop: at each
+// tick it calls during (when set) with the time since the start, then sends
+// fan requests, send(i, k, start) for k < fan, each on its own goroutine.
+// It returns the results by k once every request has answered.
+func offerOpenLoop[R any](rate int, d time.Duration, fan int, during func(time.Duration), send func(i, k int, start time.Time) R) [][]R {
+	out := make([][]R, fan)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	start := time.Now()
+	for i := 0; time.Since(start) < d; i++ {
+		<-tick.C
+		if during != nil {
+			during(time.Since(start))
+		}
+		for k := range fan {
+			wg.Go(func() {
+				r := send(i, k, start)
+				mu.Lock()
+				out[k] = append(out[k], r)
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	return out
 }
