@@ -362,10 +362,7 @@ func (s *Snapshot) Rules() []CompiledRule {
 	if s == nil {
 		return nil
 	}
-	out := slices.Clone(s.rules)
-	lists := deepCopies(reflect.TypeFor[CompiledRule]())
-	for i := range out {
-		copyLists(reflect.ValueOf(&out[i]).Elem(), lists)
-	}
+	out := make([]CompiledRule, len(s.rules))
+	deepCopy(out, s.rules)
 	return out
 }

@@ -31,8 +31,9 @@ var ruleType = reflect.TypeFor[Rule]()
 
 // structField is one yaml-tagged field of a struct.
 type structField struct {
-	name  string
-	index int
+	name      string
+	index     int
+	omitEmpty bool // Marshal leaves it out when empty
 }
 
 // structFields is the field table of a struct type, in declaration order.
@@ -52,7 +53,7 @@ func fieldsOf(t reflect.Type) *structFields {
 	fs := &structFields{byName: map[string]int{}}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		switch {
 		case !f.IsExported() || name == "-":
 			continue
@@ -60,7 +61,7 @@ func fieldsOf(t reflect.Type) *structFields {
 			name = strings.ToLower(f.Name)
 		}
 		fs.byName[name] = len(fs.list)
-		fs.list = append(fs.list, structField{name: name, index: i})
+		fs.list = append(fs.list, structField{name: name, index: i, omitEmpty: strings.Contains(opts, "omitempty")})
 		fs.names = append(fs.names, name)
 	}
 	if len(fs.list) > 64 {

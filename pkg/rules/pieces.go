@@ -2,6 +2,8 @@ package rules
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,13 @@ import (
 // anchor in another piece, a syntax error, anything but a plain block list
 // under one top-level "rules:"), the document is parsed as one piece, which
 // gives the reference result and every error message.
+//
+// A piece that decoded without a problem is remembered by its text for the
+// next parse that holds it (seen): an edge parses both of its region's
+// documents on every change to either, and a change to a large document is
+// usually a few rules. The cuts fall where the items' own text says
+// (splitRules), so an edit moves only the cuts next to it, and the other
+// pieces are copied from memory instead of parsed.
 
 // pieceSize is about how much text one piece holds. A variable for tests.
 var pieceSize = 512 << 10
@@ -34,7 +43,7 @@ type cut struct{ from, to, line, first, items int }
 // problems, or the error that leaves no document to decode (YAML syntax,
 // empty, several documents, unsupported version).
 func decodeText(data []byte) (*Document, []*FieldError, error) {
-	if cuts := splitRules(data, len(data)/pieceSize); cuts != nil {
+	if cuts := splitRules(data); cuts != nil {
 		if doc, errs, ok := decodePieces(data, cuts); ok {
 			return doc, errs, nil
 		}
@@ -62,6 +71,7 @@ type piece struct {
 // does not parse on its own.
 func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
 	pieces := make([]piece, len(cuts))
+	parse := seen.begin()
 	last := cuts[len(cuts)-1]
 	rules := make([]Rule, last.first+last.items)
 	var next atomic.Int64
@@ -75,7 +85,7 @@ func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
 					return
 				}
 				c := cuts[k]
-				if !decodePiece(data, c, rules[c.first:c.first+c.items], &pieces[k]) {
+				if !decodePiece(data, c, rules[c.first:c.first+c.items], &pieces[k], parse) {
 					failed.Store(true)
 				}
 			}
@@ -110,10 +120,16 @@ func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
 
 // decodePiece parses and decodes one piece into out (its rules, zero) and
 // p, or reports false when the piece's list does not hold c.items rules.
-func decodePiece(data []byte, c cut, out []Rule, p *piece) bool {
+// A piece after the first is copied from memory when seen holds its text.
+func decodePiece(data []byte, c cut, out []Rule, p *piece, parse uint64) bool {
 	text := data[c.from:c.to]
 	first := c.from == 0
+	var sum [sha256.Size]byte
 	if !first {
+		sum = sha256.Sum256(text)
+		if seen.get(sum, parse, out) {
+			return true
+		}
 		head := make([]byte, 0, c.line+len(rulesField())+2+len(text))
 		head = append(head, bytes.Repeat([]byte("\n"), c.line-1)...)
 		head = append(append(head, rulesField()...), ":\n"...)
@@ -137,16 +153,83 @@ func decodePiece(data []byte, c cut, out []Rule, p *piece) bool {
 	}
 	if first {
 		p.key = key
+	} else if len(p.errs) == 0 && len(p.head) == 0 {
+		seen.put(sum, parse, out)
 	}
 	return true
 }
 
-// splitRules cuts a document whose rules are a block sequence under a
-// top-level "rules:" line into count pieces of whole list items, or returns
-// nil when count is below 2, the document is not of that shape or has
-// fewer than two items per piece.
-func splitRules(data []byte, count int) []cut {
-	if count < 2 {
+// pieceMemory is the pieces remembered, by the SHA-256 of their text,
+// each with the parse (a count of documents decoded in pieces) that last
+// held it. A piece no parse held for keepParses parses is forgotten: two
+// documents parsed in turn, as an edge's global and region documents are,
+// keep theirs, and memory holds about the rules of the documents in use.
+type pieceMemory struct {
+	mu           sync.Mutex
+	parses       uint64
+	known        map[[sha256.Size]byte]*knownPiece
+	hits, misses int // pieces copied from memory, and parsed
+}
+
+type knownPiece struct {
+	rules []Rule // never changed: copied in and out deep
+	held  uint64
+}
+
+const keepParses = 2
+
+var seen = pieceMemory{known: map[[sha256.Size]byte]*knownPiece{}}
+
+// begin numbers a new parse and forgets the pieces no recent parse held.
+func (m *pieceMemory) begin() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.parses++
+	for sum, k := range m.known {
+		if k.held+keepParses < m.parses {
+			delete(m.known, sum)
+		}
+	}
+	return m.parses
+}
+
+// get copies the rules of the piece with text sum into out, if known.
+func (m *pieceMemory) get(sum [sha256.Size]byte, parse uint64, out []Rule) bool {
+	m.mu.Lock()
+	k := m.known[sum]
+	if k != nil && len(k.rules) == len(out) {
+		k.held = max(k.held, parse)
+		m.hits++
+	} else {
+		k = nil
+		m.misses++
+	}
+	m.mu.Unlock()
+	if k == nil {
+		return false
+	}
+	deepCopy(out, k.rules)
+	return true
+}
+
+// put remembers a copy of the rules just decoded from the piece with text sum.
+func (m *pieceMemory) put(sum [sha256.Size]byte, parse uint64, rules []Rule) {
+	k := &knownPiece{rules: make([]Rule, len(rules)), held: parse}
+	deepCopy(k.rules, rules)
+	m.mu.Lock()
+	m.known[sum] = k
+	m.mu.Unlock()
+}
+
+// splitRules cuts a document of at least two pieceSize whose rules are a
+// block sequence under a top-level "rules:" line into pieces of whole list
+// items, or returns nil when it is smaller or not of that shape. A piece
+// ends before an item once it holds half a pieceSize, where the hash of the
+// item's first line picks it (on average a quarter to half a pieceSize
+// further), or at twice pieceSize: the cuts depend on the text near them, not on where the
+// list starts, so an edit leaves the cuts away from it where they were.
+func splitRules(data []byte) []cut {
+	if len(data) < 2*pieceSize {
 		return nil
 	}
 	lines := lineStarts(data)
@@ -181,26 +264,40 @@ func splitRules(data []byte, count int) []cut {
 			items = append(items, i)
 		}
 	}
-	if len(items) < 2*count {
+	if len(items) < 2 {
 		return nil
 	}
-	offset := func(line int) int {
-		if line >= len(lines) {
-			return len(data)
+	// A cut every so many items on average, so many as make half a piece,
+	// rounded down to a power of two: adding or removing a rule seldom
+	// changes it, and with it every cut.
+	span := lines[items[len(items)-1]] - lines[items[0]]
+	every := uint64(1) << (bits.Len(uint(max(1, pieceSize/2*(len(items)-1)/max(1, span)))) - 1)
+	cuts := []cut{{}}
+	for i := 1; i < len(items); i++ {
+		size := lines[items[i]] - cuts[len(cuts)-1].from
+		if size < pieceSize/2 || size < 2*pieceSize && lineHash(lineAt(data, lines, items[i]))%every != 0 {
+			continue
 		}
-		return lines[line]
+		c := &cuts[len(cuts)-1]
+		c.to, c.items = lines[items[i]], i-c.first
+		cuts = append(cuts, cut{from: c.to, line: items[i], first: i})
 	}
-	cuts := make([]cut, count)
-	for k := range count {
-		first := k * len(items) / count
-		line := items[first]
-		cuts[k] = cut{from: offset(line), to: len(data), line: line, first: first, items: (k+1)*len(items)/count - first}
-		if k > 0 {
-			cuts[k-1].to = cuts[k].from
-		}
+	if len(cuts) < 2 {
+		return nil
 	}
-	cuts[0].from, cuts[0].line = 0, 0
+	c := &cuts[len(cuts)-1]
+	c.to, c.items = len(data), len(items)-c.first
 	return cuts
+}
+
+// lineHash is FNV-1a: the same cuts in every process, so that a test
+// can say which pieces an edit reaches.
+func lineHash(line []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range line {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
 }
 
 // rulesOf is root's one "rules" key and its value, a block sequence (nils
