@@ -59,12 +59,12 @@ func (w *writer) value(v reflect.Value, indent int) {
 	for v.Kind() == reflect.Pointer {
 		v = v.Elem()
 	}
-	text, known := w.text[v.Type()]
+	isText, known := w.text[v.Type()]
 	if !known {
-		text = v.Type().Implements(textMarshaler)
-		w.text[v.Type()] = text
+		isText = v.Type().Implements(textMarshaler)
+		w.text[v.Type()] = isText
 	}
-	if text {
+	if isText {
 		text, _ := v.Interface().(encoding.TextMarshaler).MarshalText() // durations: never fails
 		w.b = append(w.b, ' ')
 		w.b = append(w.b, text...)

@@ -161,9 +161,10 @@ func decodePiece(data []byte, c cut, out []Rule, p *piece, parse uint64) bool {
 
 // pieceMemory is the pieces remembered, by the SHA-256 of their text,
 // each with the parse (a count of documents decoded in pieces) that last
-// held it. A piece no parse held for keepParses parses is forgotten: two
-// documents parsed in turn, as an edge's global and region documents are,
-// keep theirs, and memory holds about the rules of the documents in use.
+// held it. A piece that neither of the last keepParses parses held is
+// forgotten: two documents parsed in turn, as an edge's global and region
+// documents are, keep theirs, and memory holds about the rules of the
+// documents in use.
 type pieceMemory struct {
 	mu           sync.Mutex
 	parses       uint64
