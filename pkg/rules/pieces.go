@@ -227,8 +227,9 @@ func (m *pieceMemory) put(sum [sha256.Size]byte, parse uint64, rules []Rule) {
 // items, or returns nil when it is smaller or not of that shape. A piece
 // ends before an item once it holds half a pieceSize, where the hash of the
 // item's first line picks it (on average a quarter to half a pieceSize
-// further), or at twice pieceSize: the cuts depend on the text near them, not on where the
-// list starts, so an edit leaves the cuts away from it where they were.
+// further), or at twice pieceSize: the cuts depend on the text near them,
+// not on where the list starts, so an edit leaves the cuts away from it
+// where they were.
 func splitRules(data []byte) []cut {
 	if len(data) < 2*pieceSize {
 		return nil
