@@ -40,62 +40,107 @@ func TestEnforcementSwitchFromConsul(t *testing.T) {
 	b := startConsulEdge(t, "eu-west", "fra", c.HTTPAddr(), filepath.Join(dir, "b.yaml"))
 	waitVersion(t, a, v, time.Now())
 	waitVersion(t, b, v, time.Now())
+	sw := &switchTest{rc: rc, edges: []*running{a, b}}
 
-	setSwitch := func(doc string) {
-		t.Helper()
-		en, err := region.ParseEnforcement([]byte(doc))
-		require.NoError(t, err)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		key := rc.Layout().Enforcement("eu-west")
-		_, idx, err := rc.Get(ctx, "eu-west", key)
-		require.NoError(t, err)
-		_, err = rc.Push(ctx, "eu-west", key, []byte(doc), idx, region.Entry{Kind: region.KindEnforcement, Author: "test"})
-		require.NoError(t, err)
-		for _, r := range []*running{a, b} {
-			require.Eventually(t, func() bool {
-				got := r.enforce.Load()
-				return got != nil && got.version == en.Version()
-			}, 10*time.Second, 5*time.Millisecond, "%s runs switch %s", r.cfg.PoP, en)
+	// Each phase starts from the switch the one before left: a phase that
+	// fails stops the test.
+	for _, phase := range []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"no switch: every key enforced", func(t *testing.T) {
+			require.Len(t, sw.denied(t, a, 5), 5)
+		}},
+		{"shadow: nothing denied, counted as shadow", func(t *testing.T) {
+			sw.set(t, `{"mode":"shadow"}`)
+			shadowBefore := metricSum(t, a, "edgeguard_edge_rule_checks_total", "mode", "shadow")
+			require.Empty(t, sw.denied(t, a, 5))
+			require.Empty(t, sw.denied(t, b, 5))
+			require.Equal(t, shadowBefore+10, metricSum(t, a, "edgeguard_edge_rule_checks_total", "mode", "shadow"))
+			require.Equal(t, 1.0, metricSum(t, a, "edgeguard_edge_enforcement_info", "mode", "shadow"))
+			require.Equal(t, 0.0, metricValue(t, a, "edgeguard_edge_enforced_keys_ratio"))
+			require.GreaterOrEqual(t, metricSum(t, a, "edgeguard_edge_decisions_total", "decision", "shadow_denied"), 5.0)
+		}},
+		{"half: the same keys on every edge, by bucket", func(t *testing.T) {
+			sw.set(t, `{"mode":"enforce","percent":50}`)
+			require.Equal(t, 0.5, metricValue(t, a, "edgeguard_edge_enforced_keys_ratio"))
+			sw.halfEnforced(t, a, b)
+		}},
+		{"enforced again", func(t *testing.T) {
+			sw.set(t, `{"mode":"enforce"}`)
+			require.Len(t, sw.denied(t, b, 5), 5)
+			require.Equal(t, 1.0, metricValue(t, b, "edgeguard_edge_enforced_keys_ratio"))
+		}},
+		{"a switch that does not parse is refused, the one in force stays", func(t *testing.T) {
+			rejected := metricValue(t, a, "edgeguard_edge_rules_rejected_total")
+			_, err := rc.API().KV().Put(&api.KVPair{Key: rc.Layout().Enforcement("eu-west"), Value: []byte(`{"mode":"off"}`)}, nil)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return metricValue(t, a, "edgeguard_edge_rules_rejected_total") > rejected },
+				10*time.Second, 5*time.Millisecond)
+			require.Equal(t, region.ModeEnforce, a.enforce.Load().Mode)
+		}},
+	} {
+		if !t.Run(phase.name, phase.run) {
+			return
 		}
 	}
-	// denied sends each user twice to r and returns the users whose second
-	// request was refused.
-	round := 0
-	denied := func(r *running, users int) map[int]bool {
-		t.Helper()
-		round++
-		out := map[int]bool{}
-		for u := range users {
-			got := codes(t, r, 2, "/", "X-User", fmt.Sprintf("round%d-user%d", round, u))
-			require.Equal(t, 200, got[0])
-			if got[1] == 429 {
-				out[u] = true
-			}
-		}
-		return out
+}
+
+// switchTest pushes enforcement switches to a region's edges and sends
+// them users.
+type switchTest struct {
+	rc    *region.Client
+	edges []*running
+	round int // a round's users are new to every edge
+}
+
+// set pushes the switch doc and waits until every edge runs it.
+func (sw *switchTest) set(t *testing.T, doc string) {
+	t.Helper()
+	en, err := region.ParseEnforcement([]byte(doc))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := sw.rc.Layout().Enforcement("eu-west")
+	_, idx, err := sw.rc.Get(ctx, "eu-west", key)
+	require.NoError(t, err)
+	_, err = sw.rc.Push(ctx, "eu-west", key, []byte(doc), idx, region.Entry{Kind: region.KindEnforcement, Author: "test"})
+	require.NoError(t, err)
+	for _, r := range sw.edges {
+		require.Eventually(t, func() bool {
+			got := r.enforce.Load()
+			return got != nil && got.version == en.Version()
+		}, 10*time.Second, 5*time.Millisecond, "%s runs switch %s", r.cfg.PoP, en)
 	}
+}
 
-	require.Len(t, denied(a, 5), 5, "no switch: every key enforced")
+// denied sends each of users new users twice to r and returns those whose
+// second request was refused.
+func (sw *switchTest) denied(t *testing.T, r *running, users int) map[int]bool {
+	t.Helper()
+	sw.round++
+	out := map[int]bool{}
+	for u := range users {
+		got := codes(t, r, 2, "/", "X-User", fmt.Sprintf("round%d-user%d", sw.round, u))
+		require.Equal(t, 200, got[0])
+		if got[1] == 429 {
+			out[u] = true
+		}
+	}
+	return out
+}
 
-	setSwitch(`{"mode":"shadow"}`)
-	shadowBefore := metricSum(t, a, "edgeguard_edge_rule_checks_total", "mode", "shadow")
-	require.Empty(t, denied(a, 5), "shadow: nothing denied")
-	require.Empty(t, denied(b, 5))
-	require.Equal(t, shadowBefore+10, metricSum(t, a, "edgeguard_edge_rule_checks_total", "mode", "shadow"))
-	require.Equal(t, 1.0, metricSum(t, a, "edgeguard_edge_enforcement_info", "mode", "shadow"))
-	require.Equal(t, 0.0, metricValue(t, a, "edgeguard_edge_enforced_keys_ratio"))
-	require.GreaterOrEqual(t, metricSum(t, a, "edgeguard_edge_decisions_total", "decision", "shadow_denied"), 5.0)
-
-	setSwitch(`{"mode":"enforce","percent":50}`)
-	require.Equal(t, 0.5, metricValue(t, a, "edgeguard_edge_enforced_keys_ratio"))
+// halfEnforced sends the same 60 users twice to a and to b, and requires
+// that both deny the second request of exactly the users whose key's
+// bucket is in the enforced half, about half of them.
+func (sw *switchTest) halfEnforced(t *testing.T, a, b *running) {
 	const users = 60
-	round++ // both edges see the same users
+	sw.round++
 	onA, onB := map[int]bool{}, map[int]bool{}
 	want := map[int]bool{}
 	snap := a.rules.Load()
 	for u := range users {
-		user := fmt.Sprintf("round%d-user%d", round, u)
+		user := fmt.Sprintf("round%d-user%d", sw.round, u)
 		for r, set := range map[*running]map[int]bool{a: onA, b: onB} {
 			if got := codes(t, r, 2, "/", "X-User", user); got[1] == 429 {
 				set[u] = true
@@ -116,18 +161,6 @@ func TestEnforcementSwitchFromConsul(t *testing.T) {
 	require.Equal(t, want, onA, "the enforced keys are those whose bucket is under the threshold")
 	require.Equal(t, onA, onB, "every edge enforces the same keys")
 	require.InDelta(t, users/2, len(onA), users/4, "about half")
-
-	setSwitch(`{"mode":"enforce"}`)
-	require.Len(t, denied(b, 5), 5, "enforced again")
-	require.Equal(t, 1.0, metricValue(t, b, "edgeguard_edge_enforced_keys_ratio"))
-
-	// A switch that does not parse is refused: the one in force stays.
-	rejected := metricValue(t, a, "edgeguard_edge_rules_rejected_total")
-	_, err = rc.API().KV().Put(&api.KVPair{Key: rc.Layout().Enforcement("eu-west"), Value: []byte(`{"mode":"off"}`)}, nil)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return metricValue(t, a, "edgeguard_edge_rules_rejected_total") > rejected },
-		10*time.Second, 5*time.Millisecond)
-	require.Equal(t, region.ModeEnforce, a.enforce.Load().Mode)
 }
 
 // The switch is kept beside the rules cache: an edge restarted while Consul

@@ -625,65 +625,15 @@ func TestRedisMemoryPerKey(t *testing.T) {
 	// dataset).
 	meter := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
 	t.Cleanup(func() { _ = meter.Close() })
-	builder := func() (redis.UniversalClient, *limiter.RedisStore) {
+	m := &memoryMeter{meter: meter, builder: func(t *testing.T) (redis.UniversalClient, *limiter.RedisStore) {
 		c, err := limiter.NewRedisClient(srv.URL(), limiter.ModeStandalone)
 		require.NoError(t, err)
 		return c, redisStore(t, c)
-	}
-	c, st := builder()
+	}}
+	c, st := m.builder(t)
 	require.NoError(t, st.Load(ctx(t)), "the script cache is not part of any key")
 	require.NoError(t, c.Close())
-	// measure builds n limits of mc from an emptied server and reads what they
-	// cost. clean reports that emptying the server again brought it back to
-	// where it started: the first calls of a script over RESP3 leave tens of
-	// kB behind that FLUSHALL does not free (freed, some of it, later on),
-	// which would be counted as the keys'.
-	round := 0
-	measure := func(mc memoryCase, n int) (usage, total float64, clean bool) {
-		round++
-		require.NoError(t, meter.FlushAll(ctx(t)).Err())
-		before := keyspaceBytes(t, meter)
-		c, st := builder()
-		limits := make([]limiter.Limit, n)
-		for i := range limits {
-			limits[i] = mc.limit
-			// As long as production's keys: a rule name and a 64-bit hash.
-			limits[i].Key = fmt.Sprintf("rule-%d:%016x", round, uint64(i)*0x9e3779b97f4a7c15)
-		}
-		var reqs []limiter.Request
-		for _, d := range mc.takes {
-			for _, l := range limits {
-				reqs = append(reqs, limiter.Request{Limit: l, Cost: 1, At: t0.Add(d)})
-			}
-		}
-		for len(reqs) > 0 {
-			k := min(len(reqs), 2000)
-			ds, err := st.Take(ctx(t), reqs[:k])
-			require.NoError(t, err)
-			for _, d := range ds {
-				require.True(t, d.Allowed, "%s: the state is built of admitted takes", mc.name)
-			}
-			reqs = reqs[k:]
-		}
-		pipe := c.Pipeline()
-		var cmds []*redis.IntCmd
-		for _, l := range limits {
-			for _, k := range st.Keys(l) {
-				cmds = append(cmds, pipe.MemoryUsage(ctx(t), k, 0))
-			}
-		}
-		_, err := pipe.Exec(ctx(t))
-		require.NoError(t, err, "every key of %s must exist", mc.name)
-		var sum int64
-		for _, cmd := range cmds {
-			sum += cmd.Val()
-		}
-		require.NoError(t, c.Close())
-		after := keyspaceBytes(t, meter)
-		require.NoError(t, meter.FlushAll(ctx(t)).Err())
-		clean = keyspaceBytes(t, meter) == before
-		return float64(sum) / float64(n), float64(after-before) / float64(n), clean
-	}
+	measure := func(mc memoryCase, n int) (usage, total float64, clean bool) { return m.measure(t, mc, n) }
 	// Warm every script up on a tenth of the keys.
 	for _, mc := range memoryCases() {
 		measure(mc, max(1, mc.keys/10))
@@ -718,6 +668,66 @@ func TestRedisMemoryPerKey(t *testing.T) {
 	}
 	require.Greater(t, total["sliding_log_100"], 5*total["sliding_log_10"], "a sliding log grows with its limit")
 	require.Greater(t, total["sliding_log_1000"], 5*total["sliding_log_100"], "a sliding log grows with its limit")
+}
+
+// memoryMeter builds limits' keys on an emptied server and reads what they
+// cost: the keys are built and read over connections of their own (builder),
+// closed before the server's total is read (over meter).
+type memoryMeter struct {
+	meter   *redis.Client
+	builder func(t *testing.T) (redis.UniversalClient, *limiter.RedisStore)
+	round   int
+}
+
+// measure builds n limits of mc from an emptied server and reads what they
+// cost. clean reports that emptying the server again brought it back to
+// where it started: the first calls of a script over RESP3 leave tens of
+// kB behind that FLUSHALL does not free (freed, some of it, later on),
+// which would be counted as the keys'.
+func (m *memoryMeter) measure(t *testing.T, mc memoryCase, n int) (usage, total float64, clean bool) {
+	m.round++
+	require.NoError(t, m.meter.FlushAll(ctx(t)).Err())
+	before := keyspaceBytes(t, m.meter)
+	c, st := m.builder(t)
+	limits := make([]limiter.Limit, n)
+	for i := range limits {
+		limits[i] = mc.limit
+		// As long as production's keys: a rule name and a 64-bit hash.
+		limits[i].Key = fmt.Sprintf("rule-%d:%016x", m.round, uint64(i)*0x9e3779b97f4a7c15)
+	}
+	var reqs []limiter.Request
+	for _, d := range mc.takes {
+		for _, l := range limits {
+			reqs = append(reqs, limiter.Request{Limit: l, Cost: 1, At: t0.Add(d)})
+		}
+	}
+	for len(reqs) > 0 {
+		k := min(len(reqs), 2000)
+		ds, err := st.Take(ctx(t), reqs[:k])
+		require.NoError(t, err)
+		for _, d := range ds {
+			require.True(t, d.Allowed, "%s: the state is built of admitted takes", mc.name)
+		}
+		reqs = reqs[k:]
+	}
+	pipe := c.Pipeline()
+	var cmds []*redis.IntCmd
+	for _, l := range limits {
+		for _, k := range st.Keys(l) {
+			cmds = append(cmds, pipe.MemoryUsage(ctx(t), k, 0))
+		}
+	}
+	_, err := pipe.Exec(ctx(t))
+	require.NoError(t, err, "every key of %s must exist", mc.name)
+	var sum int64
+	for _, cmd := range cmds {
+		sum += cmd.Val()
+	}
+	require.NoError(t, c.Close())
+	after := keyspaceBytes(t, m.meter)
+	require.NoError(t, m.meter.FlushAll(ctx(t)).Err())
+	clean = keyspaceBytes(t, m.meter) == before
+	return float64(sum) / float64(n), float64(after-before) / float64(n), clean
 }
 
 // keyspaceBytes is what db 0's keys cost: MEMORY STATS' dataset.bytes (all

@@ -52,40 +52,12 @@ func TestOverloadShedsLowTiersFirst(t *testing.T) {
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
-	type result struct {
-		tier    string
-		code    int
-		latency time.Duration
-	}
-	send := func(tier string) result {
-		req, _ := http.NewRequest(http.MethodGet, e.url("/"), nil)
-		req.Header.Set("X-Priority", tier)
-		start := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			return result{tier: tier, code: 0, latency: time.Since(start)}
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return result{tier: tier, code: resp.StatusCode, latency: time.Since(start)}
-	}
-	p99 := func(rs []result, tier string) time.Duration {
-		var ls []time.Duration
-		for _, x := range rs {
-			if x.tier == tier && x.code == 200 {
-				ls = append(ls, x.latency)
-			}
-		}
-		if len(ls) == 0 {
-			return 0
-		}
-		slices.Sort(ls)
-		return ls[len(ls)*99/100]
-	}
 	// run offers rate req/s for d, in a fixed tier mix, open loop.
 	mix := []string{"test", "test", "read", "read", "read", "read", "write", "write", "write", "critical"}
-	run := func(rate int, d time.Duration, tiers []string) []result {
-		return offerOpenLoop(rate, d, 1, nil, func(i, _ int, _ time.Time) result { return send(tiers[i%len(tiers)]) })[0]
+	run := func(rate int, d time.Duration, tiers []string) []tierResult {
+		return offerOpenLoop(rate, d, 1, nil, func(i, _ int, _ time.Time) tierResult {
+			return sendTier(client, e.url("/"), tiers[i%len(tiers)])
+		})[0]
 	}
 
 	run(40, 250*time.Millisecond, []string{"critical"}) // warm up connections
@@ -112,7 +84,7 @@ func TestOverloadShedsLowTiersFirst(t *testing.T) {
 	t.Logf("success under 3x overload: critical %.1f%%, write %.1f%%, read %.1f%%, test %.1f%% (%d requests); shed by the ramp: %v",
 		100*rate("critical"), 100*rate("write"), 100*rate("read"), 100*rate("test"), len(loaded), shed)
 	t.Logf("critical p99: unloaded %s, under 3x overload %s (ratio %.2f)",
-		p99(unloaded, "critical"), p99(loaded, "critical"), float64(p99(loaded, "critical"))/float64(p99(unloaded, "critical")))
+		tierP99(unloaded, "critical"), tierP99(loaded, "critical"), float64(tierP99(loaded, "critical"))/float64(tierP99(unloaded, "critical")))
 
 	require.GreaterOrEqual(t, rate("critical"), 0.99)
 	require.Zero(t, shed["critical"], "critical is never shed by the ramp")
@@ -134,6 +106,44 @@ func TestOverloadShedsLowTiersFirst(t *testing.T) {
 		}
 		return nil
 	}))
+}
+
+// tierResult is a request of a priority tier: its status (0 when it got
+// no answer) and how long it took.
+type tierResult struct {
+	tier    string
+	code    int
+	latency time.Duration
+}
+
+// sendTier sends GET url as a request of tier and times it.
+func sendTier(client *http.Client, url, tier string) tierResult {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("X-Priority", tier)
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return tierResult{tier: tier, code: 0, latency: time.Since(start)}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return tierResult{tier: tier, code: resp.StatusCode, latency: time.Since(start)}
+}
+
+// tierP99 is the p99 latency of tier's answered (200) requests in rs, 0
+// when there are none.
+func tierP99(rs []tierResult, tier string) time.Duration {
+	var ls []time.Duration
+	for _, x := range rs {
+		if x.tier == tier && x.code == 200 {
+			ls = append(ls, x.latency)
+		}
+	}
+	if len(ls) == 0 {
+		return 0
+	}
+	slices.Sort(ls)
+	return ls[len(ls)*99/100]
 }
 
 // offerOpenLoop offers rate requests a second for d, open loop: at each

@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/edgeguard/edgeguard/internal/stack"
 )
 
 // Every edge of the stack serves Envoy's rate limit service on its own
@@ -51,44 +53,14 @@ func TestRateLimitServiceInTheStack(t *testing.T) {
 		cl, err := api.NewClient(&api.Config{Address: strings.TrimPrefix(r.Consul.HTTP, "http://"), TokenFile: os.DevNull})
 		require.NoError(t, err)
 		for _, pop := range slices.Sorted(maps.Keys(r.PoPs)) {
-			edges := r.PoPs[pop].Edges
 			_, err := waitFor(ctx, 30*time.Second, fmt.Sprintf("edgeguard-rls of %s/%s passing in Consul", name, pop), func(context.Context) error {
-				entries, _, err := cl.Health().Service("edgeguard-rls", "", true, &api.QueryOptions{Filter: fmt.Sprintf("Service.Meta.pop == %q", pop)})
-				if err != nil {
-					return err
-				}
-				var got []string
-				for _, e := range entries {
-					got = append(got, fmt.Sprintf("%s:%d", e.Service.Address, e.Service.Port))
-				}
-				var want []string
-				for _, e := range edges {
-					want = append(want, e.RLS)
-				}
-				slices.Sort(got)
-				slices.Sort(want)
-				if !slices.Equal(got, want) {
-					return fmt.Errorf("passing %v, want %v", got, want)
-				}
-				return nil
+				return rlsPassing(cl, pop, r.PoPs[pop].Edges)
 			})
 			require.NoError(t, err)
 		}
-
 		for _, e := range r.Edges() {
 			all = append(all, e.Name)
-			conn, err := grpc.NewClient(e.RLS, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			require.NoError(t, err)
-			client := pb.NewRateLimitServiceClient(conn)
-			user := fmt.Sprintf("%s-%d", e.Name, time.Now().UnixNano())
-			for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
-				resp, err := client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "stack", Descriptors: []*rlv3.RateLimitDescriptor{
-					{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}},
-				}})
-				require.NoError(t, err, e.Name)
-				require.Equal(t, want, resp.OverallCode, "%s: call %d", e.Name, i+1)
-			}
-			require.NoError(t, conn.Close())
+			rlsAnswersUpToTheLimit(ctx, t, e)
 		}
 	}
 
@@ -96,50 +68,103 @@ func TestRateLimitServiceInTheStack(t *testing.T) {
 	// PoP and its edge's instance, and the service's series under that job
 	// only.
 	_, err := waitFor(ctx, 30*time.Second, "every edgeguard-rls target up in Prometheus", func(ctx context.Context) error {
-		res, err := promQuery(ctx, `up{job="edgeguard-rls"} == 1`)
-		if err != nil {
-			return err
-		}
-		if len(res) != len(all) {
-			return fmt.Errorf("%d targets up, want %d: %v", len(res), len(all), res)
-		}
-		edges, err := promQuery(ctx, `up{job="edgeguard-edge"}`)
-		if err != nil {
-			return err
-		}
-		instances := map[string]bool{}
-		for _, s := range edges {
-			instances[s.Metric["instance"]] = true
-		}
-		for _, s := range res {
-			if s.Metric["region"] == "" || s.Metric["pop"] == "" {
-				return fmt.Errorf("target without region or pop: %v", s.Metric)
-			}
-			if !instances[s.Metric["instance"]] {
-				return fmt.Errorf("target %v is not one edge's instance (%v)", s.Metric, instances)
-			}
-		}
-		return nil
+		return rlsTargetsUp(ctx, len(all))
 	})
 	require.NoError(t, err)
 	_, err = waitFor(ctx, 30*time.Second, "the calls counted under job edgeguard-rls", func(ctx context.Context) error {
-		over, err := promQuery(ctx, `sum(edgeguard_rls_requests_total{job="edgeguard-rls",code="over_limit"})`)
-		if err != nil {
-			return err
-		}
-		if len(over) != 1 || over[0].Value[1] != fmt.Sprint(len(all)) {
-			return fmt.Errorf("over_limit calls %v, want %d", over, len(all))
-		}
-		dup, err := promQuery(ctx, `edgeguard_rls_requests_total{job!="edgeguard-rls"}`)
-		if err != nil {
-			return err
-		}
-		if len(dup) != 0 {
-			return fmt.Errorf("rate limit service series under another job: %v", dup)
-		}
-		return nil
+		return rlsCallsCounted(ctx, len(all))
 	})
 	require.NoError(t, err)
+}
+
+// rlsPassing reports whether edgeguard-rls passes its check in Consul for
+// exactly the edges of pop.
+func rlsPassing(cl *api.Client, pop string, edges []stack.Edge) error {
+	entries, _, err := cl.Health().Service("edgeguard-rls", "", true, &api.QueryOptions{Filter: fmt.Sprintf("Service.Meta.pop == %q", pop)})
+	if err != nil {
+		return err
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, fmt.Sprintf("%s:%d", e.Service.Address, e.Service.Port))
+	}
+	var want []string
+	for _, e := range edges {
+		want = append(want, e.RLS)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("passing %v, want %v", got, want)
+	}
+	return nil
+}
+
+// rlsAnswersUpToTheLimit calls edge e's rate limit service three times
+// for a new user of the document's descriptor (2 an hour): OK, OK,
+// OVER_LIMIT.
+func rlsAnswersUpToTheLimit(ctx context.Context, t *testing.T, e stack.Edge) {
+	conn, err := grpc.NewClient(e.RLS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	client := pb.NewRateLimitServiceClient(conn)
+	user := fmt.Sprintf("%s-%d", e.Name, time.Now().UnixNano())
+	for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
+		resp, err := client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "stack", Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}},
+		}})
+		require.NoError(t, err, e.Name)
+		require.Equal(t, want, resp.OverallCode, "%s: call %d", e.Name, i+1)
+	}
+	require.NoError(t, conn.Close())
+}
+
+// rlsTargetsUp reports whether Prometheus has n edgeguard-rls targets up,
+// each with its region and PoP and the instance of one edge.
+func rlsTargetsUp(ctx context.Context, n int) error {
+	res, err := promQuery(ctx, `up{job="edgeguard-rls"} == 1`)
+	if err != nil {
+		return err
+	}
+	if len(res) != n {
+		return fmt.Errorf("%d targets up, want %d: %v", len(res), n, res)
+	}
+	edges, err := promQuery(ctx, `up{job="edgeguard-edge"}`)
+	if err != nil {
+		return err
+	}
+	instances := map[string]bool{}
+	for _, s := range edges {
+		instances[s.Metric["instance"]] = true
+	}
+	for _, s := range res {
+		if s.Metric["region"] == "" || s.Metric["pop"] == "" {
+			return fmt.Errorf("target without region or pop: %v", s.Metric)
+		}
+		if !instances[s.Metric["instance"]] {
+			return fmt.Errorf("target %v is not one edge's instance (%v)", s.Metric, instances)
+		}
+	}
+	return nil
+}
+
+// rlsCallsCounted reports whether Prometheus counts n over-limit calls
+// under job edgeguard-rls, and the service's series under no other job.
+func rlsCallsCounted(ctx context.Context, n int) error {
+	over, err := promQuery(ctx, `sum(edgeguard_rls_requests_total{job="edgeguard-rls",code="over_limit"})`)
+	if err != nil {
+		return err
+	}
+	if len(over) != 1 || over[0].Value[1] != fmt.Sprint(n) {
+		return fmt.Errorf("over_limit calls %v, want %d", over, n)
+	}
+	dup, err := promQuery(ctx, `edgeguard_rls_requests_total{job!="edgeguard-rls"}`)
+	if err != nil {
+		return err
+	}
+	if len(dup) != 0 {
+		return fmt.Errorf("rate limit service series under another job: %v", dup)
+	}
+	return nil
 }
 
 type promSample struct {
