@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 
 	"go.yaml.in/yaml/v3"
 
@@ -28,101 +27,6 @@ import (
 func setDefaults(r *Rule) { r.Cost = 1 }
 
 var ruleType = reflect.TypeFor[Rule]()
-
-// structField is one yaml-tagged field of a struct.
-type structField struct {
-	name      string
-	index     int
-	omitEmpty bool // Marshal leaves it out when empty
-}
-
-// structFields is the field table of a struct type, in declaration order.
-type structFields struct {
-	list   []structField
-	byName map[string]int // name -> index in list
-	names  []string
-}
-
-var fieldTables sync.Map // reflect.Type -> *structFields
-
-// fieldsOf returns the yaml field table of struct type t.
-func fieldsOf(t reflect.Type) *structFields {
-	if f, ok := fieldTables.Load(t); ok {
-		return f.(*structFields)
-	}
-	fs := &structFields{byName: map[string]int{}}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		switch {
-		case !f.IsExported() || name == "-":
-			continue
-		case name == "":
-			name = strings.ToLower(f.Name)
-		}
-		fs.byName[name] = len(fs.list)
-		fs.list = append(fs.list, structField{name: name, index: i, omitEmpty: strings.Contains(opts, "omitempty")})
-		fs.names = append(fs.names, name)
-	}
-	if len(fs.list) > 64 {
-		panic("rules: " + t.String() + " has more than 64 fields") // mapping's bit set
-	}
-	fieldTables.Store(t, fs)
-	return fs
-}
-
-// FieldNames lists the YAML field names of a rule in document order,
-// "match" expanded into its lists ("match.hosts", ...). It is the one list
-// of what a rule can say; see FieldValue.
-func FieldNames() []string {
-	var out []string
-	for _, f := range fieldsOf(ruleType).list {
-		if ft := ruleType.Field(f.index).Type; ft.Kind() == reflect.Struct && !isLeaf(ft) {
-			for _, g := range fieldsOf(ft).list {
-				out = append(out, f.name+"."+g.name)
-			}
-			continue
-		}
-		out = append(out, f.name)
-	}
-	return out
-}
-
-// FieldValue is the value of field name (one of FieldNames) of r, written
-// as a document would: lists as "[a, b]", durations as "1m0s".
-func FieldValue(r Rule, name string) string {
-	v := reflect.ValueOf(r)
-	t := ruleType
-	for part := range strings.SplitSeq(name, ".") {
-		i, ok := fieldsOf(t).byName[part]
-		if !ok {
-			return ""
-		}
-		f := fieldsOf(t).list[i]
-		v, t = v.Field(f.index), t.Field(f.index).Type
-	}
-	switch x := v.Interface().(type) {
-	case []string:
-		return "[" + strings.Join(x, ", ") + "]"
-	case fmt.Stringer:
-		return x.String()
-	}
-	return fmt.Sprint(v.Interface())
-}
-
-// isLeaf reports whether t reads itself (implements yaml.Unmarshaler).
-func isLeaf(t reflect.Type) bool {
-	if l, ok := leaves.Load(t); ok { // asked for every value decoded
-		return l.(bool)
-	}
-	l := reflect.PointerTo(t).Implements(yamlUnmarshaler)
-	leaves.Store(t, l)
-	return l
-}
-
-var leaves sync.Map // reflect.Type -> bool
-
-var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
 
 // decoder collects the problems of one decode.
 type decoder struct {
