@@ -633,10 +633,9 @@ func TestRedisMemoryPerKey(t *testing.T) {
 	c, st := m.builder(t)
 	require.NoError(t, st.Load(ctx(t)), "the script cache is not part of any key")
 	require.NoError(t, c.Close())
-	measure := func(mc memoryCase, n int) (usage, total float64, clean bool) { return m.measure(t, mc, n) }
 	// Warm every script up on a tenth of the keys.
 	for _, mc := range memoryCases() {
-		measure(mc, max(1, mc.keys/10))
+		m.measure(t, mc, max(1, mc.keys/10))
 	}
 	usage := map[string]float64{}
 	total := map[string]float64{}
@@ -644,7 +643,7 @@ func TestRedisMemoryPerKey(t *testing.T) {
 	for _, mc := range memoryCases() {
 		var clean bool
 		for try := 0; !clean && try < 3; try++ {
-			usage[mc.name], total[mc.name], clean = measure(mc, mc.keys)
+			usage[mc.name], total[mc.name], clean = m.measure(t, mc, mc.keys)
 		}
 		unit := "-"
 		if mc.members > 0 {
