@@ -219,13 +219,8 @@ func localAddr(addr string) string {
 // applyDocs merges the region's documents and swaps them in; the last good
 // rules are written to the cache.
 func (l *consulLink) applyDocs(docs region.Docs) error {
-	doc, err := docs.Effective()
-	if err == nil {
-		err = l.e.applyDocument(doc)
-	} else {
-		l.e.metrics.rulesErrors.Inc()
-	}
-	if err != nil {
+	snap, doc, err := rules.Effective(docs.Global, docs.Region, l.e.compileOptions()...)
+	if err := l.e.applySnapshot(snap, err); err != nil {
 		return fmt.Errorf("rules from consul refused: %w", err)
 	}
 	if l.cachePath == "" {

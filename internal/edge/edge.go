@@ -265,10 +265,6 @@ func (e *Edge) ApplyRules(data []byte) error {
 	return e.applySnapshot(rules.Load(data, e.compileOptions()...))
 }
 
-func (e *Edge) applyDocument(doc *rules.Document) error {
-	return e.applySnapshot(rules.Compile(doc, e.compileOptions()...))
-}
-
 func (e *Edge) compileOptions() []rules.CompileOption {
 	return []rules.CompileOption{rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt))}
 }

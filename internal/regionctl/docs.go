@@ -181,7 +181,8 @@ func (a *app) parseStoredOnce(data []byte) (*rules.Document, error) {
 	return a.parseRules(data)
 }
 
-// effective is region.Docs.Effective through parseRules.
+// effective is the region's merged rules (rules.Effective's document),
+// each document read through parseStoredOnce.
 func (a *app) effective(d region.Docs) (*rules.Document, error) {
 	g, err := a.parseStoredOnce(d.Global)
 	if err != nil {

@@ -1,13 +1,9 @@
 package region
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 
 	"github.com/hashicorp/consul/api"
-
-	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
 // Docs are a region's rule documents (whole, also when stored in parts),
@@ -15,30 +11,6 @@ import (
 type Docs struct {
 	Global, Region           []byte
 	GlobalIndex, RegionIndex uint64
-}
-
-// Effective parses both documents (an absent one is empty) and merges them:
-// the rule set the region runs.
-func (d Docs) Effective() (*rules.Document, error) {
-	parse := func(name string, data []byte) (*rules.Document, error) {
-		if len(bytes.TrimSpace(data)) == 0 {
-			return nil, nil
-		}
-		doc, err := rules.Parse(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s document: %w", name, err)
-		}
-		return doc, nil
-	}
-	g, err := parse("global", d.Global)
-	if err != nil {
-		return nil, err
-	}
-	r, err := parse("region", d.Region)
-	if err != nil {
-		return nil, err
-	}
-	return rules.Merge(g, r)
 }
 
 // ReadDocs reads a region's two rule documents from its datacenter; a

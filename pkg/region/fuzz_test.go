@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -98,8 +99,8 @@ func FuzzDocuments(f *testing.F) {
 			t.Fatal("resolve changed a document that is not a manifest")
 		}
 		if rerr == nil {
-			_, _ = Docs{Global: doc}.Effective()
-			_, _ = Docs{Region: doc}.Effective()
+			_, _, _ = rules.Effective(doc, nil)
+			_, _, _ = rules.Effective(nil, doc)
 		}
 		_, _ = shedder.ParseConfig(value)
 	})

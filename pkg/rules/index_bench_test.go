@@ -166,11 +166,11 @@ func BenchmarkLoadHostRules(b *testing.B) {
 }
 
 // BenchmarkReloadHostRules is what an edge does with a new rule set from
-// Consul (region.Docs.Effective, then Edge.applyDocument and the rules
-// cache): parse, merge (with no region document), compile, and write the
-// merged document as YAML. "first" is a document the edge has not parsed
-// before; "one-changed" is a document one rule away from the last one
-// parsed (a push of one rule, each load alternating two such documents).
+// Consul: Effective (parse, merge with no region document, compile), then
+// the merged document written as YAML for the rules cache. "first" is a
+// document the edge has not parsed before; "one-changed" is a document one
+// rule away from the last one parsed (a push of one rule, each load
+// alternating two such documents).
 func BenchmarkReloadHostRules(b *testing.B) {
 	for _, n := range hostRuleCounts {
 		for _, tc := range []struct {
@@ -195,15 +195,8 @@ func BenchmarkReloadHostRules(b *testing.B) {
 }
 
 func reload(b *testing.B, data []byte) {
-	doc, err := Parse(data)
+	_, merged, err := Effective(data, nil)
 	if err != nil {
-		b.Fatal(err)
-	}
-	merged, err := Merge(doc, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err = Compile(merged); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := Marshal(merged); err != nil {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -27,7 +28,41 @@ func Merge(global, region *Document) (*Document, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("rules: merge: %w", errors.Join(errs...))
 	}
+	return merge(g, r), nil
+}
 
+// Effective is what an edge runs from its region's two documents: each
+// parsed (an empty one is no document, and a problem names the document it
+// is in), merged as Merge does, and compiled as Compile does. Each document
+// is validated once, by Parse, whose documents are the caller's own,
+// validated and normalized: merging and compiling them needs no copies and
+// no second validation, which at 100,000 rules is a quarter of a reload
+// after a push. The merged document comes with the snapshot, for the
+// edge's rules cache (Marshal). It shares its lists with the snapshot:
+// read it, do not change it.
+func Effective(global, region []byte, opts ...CompileOption) (*Snapshot, *Document, error) {
+	cfg, err := compileOptions(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	docs := [2]*Document{{Version: SchemaVersion}, {Version: SchemaVersion}}
+	for i, data := range [2][]byte{global, region} {
+		if len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		if docs[i], err = Parse(data); err != nil {
+			return nil, nil, fmt.Errorf("%s document: %w", [2]string{"global", "region"}[i], err)
+		}
+	}
+	merged := merge(docs[0], docs[1])
+	return compile(merged, cfg), merged, nil
+}
+
+// merge is Merge of two validated and normalized documents that are the
+// caller's own: the result holds their lists. It is valid too, since
+// validation is of each rule, the behaviour section and repeated ids, and
+// a merge repeats no id.
+func merge(g, r *Document) *Document {
 	// Rules are found and sorted by address, and copied once: a rule is large.
 	byID := make(map[string]*Rule, len(g.Rules)+len(r.Rules))
 	for _, d := range []*Document{g, r} { // ids are unique within each
@@ -49,5 +84,5 @@ func Merge(global, region *Document) (*Document, error) {
 	if r.Behaviour != nil {
 		bh = r.Behaviour
 	}
-	return &Document{Version: SchemaVersion, Rules: rules, Behaviour: bh}, nil
+	return &Document{Version: SchemaVersion, Rules: rules, Behaviour: bh}
 }
