@@ -468,21 +468,68 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	rules, err := LoadRules(rulesPath)
 	require.NoError(t, err)
 
-	// --- fixture ---
-	fx := startDashFixture(t, rulesPath)
-	rd, away, exp, consul, cc, regionRulesKey := fx.rd, fx.away, fx.exp, fx.consul, fx.cc, fx.regionRulesKey
-	ams, fra, prom, p := fx.ams, fx.fra, fx.prom, fx.p
-
-	var phases []phase
-	var report []string
-	begin := func(name string) func() {
-		ph := phase{name: name, start: time.Now()}
-		return func() { ph.end = time.Now(); phases = append(phases, ph) }
-	}
+	r := &dashRun{t: t, dashFixture: startDashFixture(t, rulesPath), marks: map[string][2]time.Time{}}
 	runStart := time.Now()
+	r.phase("warm-up: allowed, denied, shadow_denied, critical proxied", r.warmUp)
+	r.phase("counted: 7 denied per-client, 4 shadow_denied, 10 critical proxied, 2 rejected documents, 6 bypassed", r.counted)
+	r.phase("failures: redis paused (fallback, breaker open), WRONGPASS, origin drops connections", r.failures)
+	r.phase("hot key on fra: concurrent requests of one client coalesced", r.hotKey)
+	r.phase("leased and global rules: leases, dc-away's Redis paused (static share), debts settled", r.leases)
+	// The overload sends critical traffic: it must fall after the counting
+	// window (a wall-clock window, so waiting for the clock is the signal).
+	time.Sleep(time.Until(r.countAt.Add(scrapeInterval))) // a wall-clock boundary, not an event
+	r.phase("overload on fra: shed, no_worker, queue waits; regionctl shedder set good=0.55", r.overload)
+	r.phase("recorded overload on ams (start_after=2s full_after=20s), replayed by regionctl shedder simulate", r.simulated)
+	r.phase("consul stopped: watch errors; rules still enforced", r.consulStopped)
 
-	// --- scenario: warm-up (allowed, denied, shadow, critical) ---
-	done := begin("warm-up: allowed, denied, shadow_denied, critical proxied")
+	// Both edges' last state is in Prometheus: a scrape of each after now.
+	lastScene := time.Now()
+	waitProm(t, r.p, fmt.Sprintf(`count(timestamp(edgeguard_edge_ready) > %d)`, lastScene.Unix()+1), 2)
+	runEnd := time.Now()
+
+	// --- variables, as Grafana fills them from label_values ---
+	vars := grafanaVars(t, r.p, boards, runStart, runEnd)
+
+	ck := &checks{boards: boards, rules: rules, p: r.p, phases: r.phases, vars: vars, start: runStart, end: runEnd}
+	t.Run("panels", ck.panels)
+	t.Run("counted values", func(t *testing.T) { ck.counted(t, r.countAt) })
+	t.Run("annotations", func(t *testing.T) { ck.annotations(t, r.marks, r.newVersion, r.switchVersion) })
+	t.Run("alerts", ck.alerts)
+	t.Run("exported", func(t *testing.T) { ck.exported(t, []string{r.ams.admin, r.fra.admin}, r.exp.Addr) })
+	for _, l := range append(r.report, ck.report...) {
+		t.Log(l)
+	}
+}
+
+// dashRun is the scenario the boards and alerts are checked against: one
+// method per phase, run in order by phase, and what later phases and the
+// checks read.
+type dashRun struct {
+	t *testing.T
+	*dashFixture
+	phases  []phase
+	report  []string
+	countAt time.Time     // the end of the counting window
+	rc      *redis.Client // the region's Redis
+	// The shedder's settings after the overload's change, and the marks
+	// the boards must show: version -> (before, after) its push.
+	current                   shedder.Config
+	newVersion, switchVersion string
+	marks                     map[string][2]time.Time
+}
+
+// phase runs one phase and records its name and times.
+func (r *dashRun) phase(name string, run func()) {
+	ph := phase{name: name, start: time.Now()}
+	run()
+	ph.end = time.Now()
+	r.phases = append(r.phases, ph)
+}
+
+// warmUp: allowed, denied, shadow and critical traffic, an escape and the
+// rate limit service, so every series exists before the counted phase.
+func (r *dashRun) warmUp() {
+	t, p, ams := r.t, r.p, r.ams
 	// Two denials: the first decided by Redis, the second by the over-limit
 	// cache, so both denied series exist before the counted phase (a
 	// counter's first sample carries no increase). per-client and
@@ -501,10 +548,12 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	// Envoy's rate limit service: two calls within the limit, one over.
 	require.Equal(t, []string{"OK", "OK", "OVER_LIMIT"}, askRLS(t, ams, "client-1", 3))
 	waitProm(t, p, `sum(edgeguard_rls_requests_total{pop="ams", code="over_limit"})`, 1)
-	done()
+}
 
-	// --- scenario: counted (the values the panels must report) ---
-	done = begin("counted: 7 denied per-client, 4 shadow_denied, 10 critical proxied, 2 rejected documents, 6 bypassed")
+// counted sends the traffic whose values the panels must report, and sets
+// the counting window.
+func (r *dashRun) counted() {
+	t, p, ams, cc := r.t, r.p, r.ams, r.cc
 	testenv.EarlyInWindow(10*time.Minute, 10*time.Second)
 	t0 := time.Now()
 	require.Equal(t, map[int]int{200: 5, 429: wantDenied}, sendN(t, ams, 5+wantDenied, "/api/y", "203.0.113.2", ""))
@@ -515,24 +564,25 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	// refuse them): every edge refuses each and keeps its rules.
 	for i := range wantRejected {
 		doc := fmt.Sprintf("version: 1\nrules:\n  - id: broken-%d\n    algorithm: nope\n", i)
-		_, err := cc.KV().Put(&consulapi.KVPair{Key: regionRulesKey, Value: []byte(doc)}, nil)
+		_, err := cc.KV().Put(&consulapi.KVPair{Key: r.regionRulesKey, Value: []byte(doc)}, nil)
 		require.NoError(t, err)
 		waitProm(t, p, `sum(edgeguard_edge_rules_rejected_total{pop="ams"})`, float64(i+1))
 	}
-	_, err = cc.KV().Put(&consulapi.KVPair{Key: regionRulesKey, Value: []byte(rulesYAML)}, nil)
+	_, err := cc.KV().Put(&consulapi.KVPair{Key: r.regionRulesKey, Value: []byte(rulesYAML)}, nil)
 	require.NoError(t, err)
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="per-client", decision="denied"})`, 2+wantDenied)
 	waitProm(t, p, `sum(edgeguard_edge_decisions_total{pop="ams", rule="shadow-trial", decision="shadow_denied"})`, 1+wantShadow)
 	waitProm(t, p, `sum(edgeguard_edge_escapes_total{pop="ams", rule="escapes", escape="bypass"})`, 1+wantBypass)
 	waitProm(t, p, `sum(edgeguard_edge_requests_total{pop="ams", tier="critical", outcome="proxied"})`, 1+wantCritical)
-	done()
 	// The counting window starts before the counted traffic (one flat
 	// sample in it) and ends before the overload adds critical traffic.
-	countFrom := t0.Add(-2 * scrapeInterval)
-	countAt := countFrom.Add(countWindow)
+	r.countAt = t0.Add(-2 * scrapeInterval).Add(countWindow)
+}
 
-	// --- scenario: Redis paused (fallback, breaker) and rejected credentials ---
-	done = begin("failures: redis paused (fallback, breaker open), WRONGPASS, origin drops connections")
+// failures: Redis paused (fallback, breaker) and rejected credentials, and
+// an origin that drops connections.
+func (r *dashRun) failures() {
+	t, p, ams, rd := r.t, r.p, r.ams, r.rd
 	rc := redis.NewClient(&redis.Options{Addr: rd.Addr, Password: redisPassword})
 	t.Cleanup(func() { _ = rc.Close() })
 	require.NoError(t, rc.Do(context.Background(), "CLIENT", "PAUSE", "2500", "WRITE").Err())
@@ -551,12 +601,14 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	waitPromAtLeast(t, p, `sum(edgeguard_limiter_fallback_total{pop="ams"})`, 1)
 	waitPromAtLeast(t, p, `sum(redis_errors_total{err="WRONGPASS"})`, 1)
 	waitPromAtLeast(t, p, `sum(edgeguard_origin_errors_total{pop="ams"})`, 1)
-	done()
+	r.rc = rc
+}
 
-	// --- scenario: a hot key. Redis holds writes for a moment, so the
-	// concurrent requests of one client queue behind the first one's call
-	// and travel with it (coalescing).
-	done = begin("hot key on fra: concurrent requests of one client coalesced")
+// hotKey: Redis holds writes for a moment, so the concurrent requests of
+// one client queue behind the first one's call and travel with it
+// (coalescing).
+func (r *dashRun) hotKey() {
+	t, p, fra, rc := r.t, r.p, r.fra, r.rc
 	require.NoError(t, rc.Do(context.Background(), "CLIENT", "PAUSE", "60", "WRITE").Err())
 	var hot sync.WaitGroup
 	for range 20 {
@@ -568,14 +620,14 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	}
 	hot.Wait()
 	waitPromAtLeast(t, p, `sum(edgeguard_limiter_coalesced_checks_total{pop="fra"})`, 1)
-	done()
+}
 
-	// --- scenario: leased and global rules. Clients of both edges lease
-	// (the global rule's keys homed in dc-away across "regions"), go idle
-	// (allowance given back), then dc-away's Redis stops answering: its
-	// keys are decided from the static share, and the debts are settled
-	// once it answers again.
-	done = begin("leased and global rules: leases, dc-away's Redis paused (static share), debts settled")
+// leases: leased and global rules. Clients of both edges lease (the global
+// rule's keys homed in dc-away across "regions"), go idle (allowance given
+// back), then dc-away's Redis stops answering: its keys are decided from
+// the static share, and the debts are settled once it answers again.
+func (r *dashRun) leases() {
+	t, p, ams, fra, away := r.t, r.p, r.ams, r.fra, r.away
 	// Allowances go back once idle for two periods (2 s for these 4 s
 	// windows) while their window lasts: start as a window starts.
 	testenv.EarlyInWindow(4*time.Second, 3500*time.Millisecond)
@@ -599,7 +651,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	ac := redis.NewClient(&redis.Options{Addr: away.Addr})
 	t.Cleanup(func() { _ = ac.Close() })
 	require.NoError(t, ac.Do(context.Background(), "CLIENT", "PAUSE", "5000", "ALL").Err())
-	pauseEnd = time.Now().Add(5 * time.Second)
+	pauseEnd := time.Now().Add(5 * time.Second)
 	for i := 0; time.Now().Before(pauseEnd); i++ {
 		// Fresh clients: each check needs a lease, which hangs, then the
 		// home is unreachable and the share decides.
@@ -614,31 +666,38 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	waitPromAtLeast(t, p, `max_over_time(sum(edgeguard_limiter_global_debt_units{home="dc-away"})[1m:1s])`, 1)
 	waitProm(t, p, `sum(edgeguard_limiter_global_fallback_share{home="dc-away"})`, 0)
 	waitProm(t, p, `sum(edgeguard_limiter_global_debt_units{home="dc-away"})`, 0)
-	done()
+}
 
-	// --- scenario: overload (ramp shedding, worker cap, queueing) and a
-	// settings change ---
-	// The overload sends critical traffic: it must fall after the counting
-	// window (a wall-clock window, so waiting for the clock is the signal).
-	time.Sleep(time.Until(countAt.Add(scrapeInterval))) // a wall-clock boundary, not an event
-	done = begin("overload on fra: shed, no_worker, queue waits; regionctl shedder set good=0.55")
+// overloadTiers are the tiers of overload's clients, in turn.
+var overloadTiers = []string{"test", "read", "read", "write", "critical", ""}
+
+// overloadOf sends from 24 clients (addresses 198.51.100.<first+i>) to e as
+// fast as it answers, until the returned stop is called.
+func overloadOf(e *edgeProc, first int) (stop func()) {
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	tiers := []string{"test", "read", "read", "write", "critical", ""}
+	done := make(chan struct{})
 	for i := range 24 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				select {
-				case <-stop:
+				case <-done:
 					return
 				default:
 				}
-				send(fra, "/slow", fmt.Sprintf("198.51.100.%d", i+1), tiers[i%len(tiers)])
+				send(e, "/slow", fmt.Sprintf("198.51.100.%d", i+first), overloadTiers[i%len(overloadTiers)])
 			}
 		}()
 	}
+	return func() { close(done); wg.Wait() }
+}
+
+// overload: ramp shedding, the worker cap and queueing on fra, and a
+// settings change and an enforcement switch pushed meanwhile.
+func (r *dashRun) overload() {
+	t, p, consul := r.t, r.p, r.consul
+	stop := overloadOf(r.fra, 1)
 	waitPromAtLeast(t, p, `sum(edgeguard_shedder_rejected_total{pop="fra", reason="ramp"})`, 1)
 	waitPromAtLeast(t, p, `sum(edgeguard_shedder_rejected_total{pop="fra", reason=~"queue_full|queue_timeout"})`, 1)
 	waitPromAtLeast(t, p, `sum(edgeguard_shedder_queue_wait_seconds_count{pop="fra"})`, 1)
@@ -646,47 +705,32 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	regionctl(t, consul.HTTPAddr(), "shedder", "set", "--region", regionName, "good=0.55")
 	current, err := shedder.ApplySettings(shedder.DefaultConfig(), settingsMap(append(shedderSettings, "good=0.55")))
 	require.NoError(t, err)
-	newVersion := shedder.SettingsVersion(current)
-	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_shedder_settings_info{version=%q})`, newVersion), 2)
-	setAfter := time.Now()
+	r.current, r.newVersion = current, shedder.SettingsVersion(current)
+	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_shedder_settings_info{version=%q})`, r.newVersion), 2)
+	r.marks[r.newVersion] = [2]time.Time{setBefore, time.Now()}
 	// The enforcement switch, pushed while the overload runs: every board
 	// marks it too.
 	switchBefore := time.Now()
 	regionctl(t, consul.HTTPAddr(), "enforcement", "set", "--region", regionName, "enforce", "--percent", "50")
-	switchVersion := region.Enforcement{Mode: region.ModeEnforce, Percent: 50}.Version()
-	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_edge_enforcement_info{version=%q})`, switchVersion), 2)
-	switchAfter := time.Now()
-	close(stop)
-	wg.Wait()
-	done()
+	r.switchVersion = region.Enforcement{Mode: region.ModeEnforce, Percent: 50}.Version()
+	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_edge_enforcement_info{version=%q})`, r.switchVersion), 2)
+	r.marks[r.switchVersion] = [2]time.Time{switchBefore, time.Now()}
+	stop()
+}
 
-	// --- scenario: a recorded overload on ams under a slower ramp, replayed
-	// by regionctl shedder simulate ---
-	done = begin("recorded overload on ams (start_after=2s full_after=20s), replayed by regionctl shedder simulate")
+// simulated: a recorded overload on ams under a slower ramp, replayed by
+// regionctl shedder simulate.
+func (r *dashRun) simulated() {
+	t, p, consul, prom := r.t, r.p, r.consul, r.prom
 	regionctl(t, consul.HTTPAddr(), "shedder", "set", "--region", regionName, "start_after=2s", "full_after=20s", "smoothing=1s")
-	simSettings, err := shedder.ApplySettings(current, map[string]string{"start_after": "2s", "full_after": "20s", "smoothing": "1s"})
+	simSettings, err := shedder.ApplySettings(r.current, map[string]string{"start_after": "2s", "full_after": "20s", "smoothing": "1s"})
 	require.NoError(t, err)
 	waitProm(t, p, fmt.Sprintf(`sum(edgeguard_shedder_settings_info{pop="ams", version=%q})`, shedder.SettingsVersion(simSettings)), 1)
 	waitProm(t, p, `count(edgeguard_shedder_level{pop="ams"} < -0.099)`, 1) // at rest: -start_after/full_after
 	simFrom := time.Now()
-	stop = make(chan struct{})
-	for i := range 24 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				send(ams, "/slow", fmt.Sprintf("198.51.100.%d", i+101), tiers[i%len(tiers)])
-			}
-		}()
-	}
+	stop := overloadOf(r.ams, 101)
 	waitPromAtLeast(t, p, `max(edgeguard_shedder_level{pop="ams"})`, 0.25)
-	close(stop)
-	wg.Wait()
+	stop()
 	// Recovering: the level falls 1/full_after per second once idle.
 	waitProm(t, p, `count(edgeguard_shedder_level{pop="ams"} < 0.15)`, 1)
 	simTo := time.Now()
@@ -720,13 +764,15 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	require.Zero(t, code, text.String())
 	require.Contains(t, text.String(), "the current settings reproduce the recorded shed level")
 	t.Logf("regionctl shedder simulate ... good=0.6 bad=0.9:\n%s", text.String())
-	report = append(report,
+	r.report = append(r.report,
 		fmt.Sprintf("SIMULATE %s: %d samples, current settings reproduce the recorded level within %.4f; shed recorded %v, replayed %v; candidate start_after=30s sheds %v (peak level %.3f); candidate full_after=5s sheds %v (peak %.3f)",
 			e.Instance, e.Samples, e.Deviation, e.Recorded, e.Current.Shed, e.Candidate.Shed, e.Candidate.MaxLevel, faster.Candidate.Shed, faster.Candidate.MaxLevel))
-	done()
-	// --- scenario: Consul unreachable. The edges count failed watches and
-	// keep enforcing the rules they have.
-	done = begin("consul stopped: watch errors; rules still enforced")
+}
+
+// consulStopped: Consul unreachable. The edges count failed watches and
+// keep enforcing the rules they have.
+func (r *dashRun) consulStopped() {
+	t, p, ams, consul := r.t, r.p, r.ams, r.consul
 	require.NoError(t, consul.Stop())
 	waitPromAtLeast(t, p, `min(edgeguard_edge_consul_errors_total)`, 1)
 	// A fresh client past the limit: 2×limit+1 requests are over the limit
@@ -734,26 +780,6 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	// client denied earlier may be in a new window by now).
 	codes := sendN(t, ams, 11, "/api/w", "203.0.113.4", "")
 	require.Positive(t, codes[http.StatusTooManyRequests], "the last good rules stay in force: %v", codes)
-	done()
-
-	// Both edges' last state is in Prometheus: a scrape of each after now.
-	lastScene := time.Now()
-	waitProm(t, p, fmt.Sprintf(`count(timestamp(edgeguard_edge_ready) > %d)`, lastScene.Unix()+1), 2)
-	runEnd := time.Now()
-
-	// --- variables, as Grafana fills them from label_values ---
-	vars := grafanaVars(t, p, boards, runStart, runEnd)
-
-	ck := &checks{boards: boards, rules: rules, p: p, phases: phases, vars: vars, start: runStart, end: runEnd}
-	marks := map[string][2]time.Time{newVersion: {setBefore, setAfter}, switchVersion: {switchBefore, switchAfter}}
-	t.Run("panels", ck.panels)
-	t.Run("counted values", func(t *testing.T) { ck.counted(t, countAt) })
-	t.Run("annotations", func(t *testing.T) { ck.annotations(t, marks, newVersion, switchVersion) })
-	t.Run("alerts", ck.alerts)
-	t.Run("exported", func(t *testing.T) { ck.exported(t, []string{ams.admin, fra.admin}, exp.Addr) })
-	for _, l := range append(report, ck.report...) {
-		t.Log(l)
-	}
 }
 
 // grafanaVars fills the boards' variables as Grafana does from

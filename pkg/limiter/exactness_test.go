@@ -152,96 +152,117 @@ func TestSlowStoreStaysExact(t *testing.T) {
 			if alg == limit.FixedWindow || alg == limit.SlidingWindow {
 				clearOfWindowEdge(window, 5*time.Second)
 			}
-			stop := make(chan struct{})
-			var bursts, longest atomic.Int64 // longest: the longest freeze as it happened
-			var stressed sync.WaitGroup
-			stressed.Add(1)
-			go func() { // the stress: the pattern itself is timed
-				defer stressed.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					frozeAt := time.Now()
-					require.NoError(t, cl.FreezeNode(master))
-					time.Sleep(60 * time.Millisecond) // the fault's length: frozen 60 ms
-					require.NoError(t, cl.ThawNode(master))
-					if d := int64(time.Since(frozeAt)); d > longest.Load() {
-						longest.Store(d)
-					}
-					bursts.Add(1)
-					time.Sleep(40 * time.Millisecond) // then 40 ms awake, out of every 100 ms
-				}
-			}()
+			bursts, longest, stopFreezing := freezeBursts(t, cl, master)
 			unburn := burnCPU(t)
 			defer func() {
 				unburn()
-				close(stop)
-				stressed.Wait()
-				require.NoError(t, cl.ThawNode(master))
+				stopFreezing()
 			}()
 
-			var admitted, decided, slowAdmits atomic.Int64
-			deadline := time.Now().Add(2 * time.Second)
-			var wg sync.WaitGroup
-			for e := range lims {
-				for range perEdge {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for time.Now().Before(deadline) {
-							start := time.Now()
-							v, err := lims[e].Decide(context.Background(), []limiter.Check{{Limit: l, Cost: 1, Nodes: edges}})
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							decided.Add(1)
-							if v.Allowed {
-								admitted.Add(1)
-								if time.Since(start) > 10*time.Millisecond {
-									slowAdmits.Add(1)
-								}
-							}
-							// A client's pace: ~600 requests/s in all, so the
-							// quota runs out over half a second of stress.
-							time.Sleep(100 * time.Millisecond)
-						}
-					}()
-				}
-			}
-			wg.Wait()
-
-			var slow uint64
-			var fallback, opens float64
-			for _, e := range lims {
-				slow += slowCalls(t, e.reg)
-				fallback += metric(t, e.reg, "edgeguard_limiter_checks_total", "reason", "fallback")
-				opens += metric(t, e.reg, "edgeguard_limiter_breaker_opens_total")
-			}
+			admitted, decided, slowAdmits := decideFromEdges(t, lims, l, perEdge, 2*time.Second)
+			slow, fallback, opens := storeStats(t, lims)
 			frozen := time.Duration(longest.Load())
 			t.Logf("%s: %d freeze bursts (longest %s), %d decisions, %d store calls slower than 6.4 ms, %d admissions slower than 10 ms, %v fallback decisions, %v breaker opens, %d admitted of %d",
-				alg, bursts.Load(), frozen.Round(time.Millisecond), decided.Load(), slow, slowAdmits.Load(), fallback, opens, admitted.Load(), quota)
+				alg, bursts.Load(), frozen.Round(time.Millisecond), decided, slow, slowAdmits, fallback, opens, admitted, quota)
 			require.GreaterOrEqual(t, bursts.Load(), int64(5), "witness: the master was frozen repeatedly")
 			require.Positive(t, slow, "witness: calls past the old 5 ms deadline")
-			require.Positive(t, slowAdmits.Load(), "witness: admissions were decided while Redis was slow")
-			require.Greater(t, decided.Load(), int64(quota), "the load exceeded the limit")
+			require.Positive(t, slowAdmits, "witness: admissions were decided while Redis was slow")
+			require.Greater(t, decided, int64(quota), "the load exceeded the limit")
 			if frozen >= limiter.DefaultTimeout/2 {
 				// The host was so loaded that the 60 ms freezes themselves
 				// lasted half the deadline or more (the thaw is this
 				// process's own timer): Redis was out, not merely slow, and
 				// what an outage promises is what holds.
 				t.Logf("%s: a freeze lasted %s (meant 60 ms): judged as an outage", alg, frozen.Round(time.Millisecond))
-				require.LessOrEqual(t, admitted.Load(), int64(quota), "an outage admits no more than the limit")
+				require.LessOrEqual(t, admitted, int64(quota), "an outage admits no more than the limit")
 				return
 			}
 			require.Zero(t, fallback, "slowness alone sent nothing to the fallback")
 			require.LessOrEqual(t, opens, 2.0, "the breaker does not flap on a slow store")
-			require.EqualValues(t, quota, admitted.Load(), "exactly the limit")
+			require.EqualValues(t, quota, admitted, "exactly the limit")
 		})
 	}
+}
+
+// freezeBursts freezes the Cluster node master for 60 ms out of every
+// 100 ms until stop is called, which thaws it. bursts counts the freezes,
+// and longest is the longest as it happened (the thaw is this process's
+// own timer, late on a loaded machine).
+func freezeBursts(t *testing.T, cl *testenv.Cluster, master string) (bursts, longest *atomic.Int64, stop func()) {
+	bursts, longest = new(atomic.Int64), new(atomic.Int64)
+	done := make(chan struct{})
+	var stressed sync.WaitGroup
+	stressed.Add(1)
+	go func() { // the stress: the pattern itself is timed
+		defer stressed.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			frozeAt := time.Now()
+			require.NoError(t, cl.FreezeNode(master))
+			time.Sleep(60 * time.Millisecond) // the fault's length: frozen 60 ms
+			require.NoError(t, cl.ThawNode(master))
+			if d := int64(time.Since(frozeAt)); d > longest.Load() {
+				longest.Store(d)
+			}
+			bursts.Add(1)
+			time.Sleep(40 * time.Millisecond) // then 40 ms awake, out of every 100 ms
+		}
+	}()
+	return bursts, longest, func() {
+		close(done)
+		stressed.Wait()
+		require.NoError(t, cl.ThawNode(master))
+	}
+}
+
+// decideFromEdges has perEdge clients on each edge decide check l (cost 1,
+// the edges as its nodes), each every 100 ms, for d: how many were
+// admitted, decided, and admitted after more than 10 ms.
+func decideFromEdges(t *testing.T, lims []edgeLimiter, l limiter.Limit, perEdge int, d time.Duration) (admitted, decided, slowAdmits int64) {
+	var nAdmitted, nDecided, nSlow atomic.Int64
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for e := range lims {
+		for range perEdge {
+			wg.Go(func() {
+				for time.Now().Before(deadline) {
+					start := time.Now()
+					v, err := lims[e].Decide(context.Background(), []limiter.Check{{Limit: l, Cost: 1, Nodes: len(lims)}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					nDecided.Add(1)
+					if v.Allowed {
+						nAdmitted.Add(1)
+						if time.Since(start) > 10*time.Millisecond {
+							nSlow.Add(1)
+						}
+					}
+					// A client's pace: ~600 requests/s in all, so the
+					// quota runs out over half a second of stress.
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return nAdmitted.Load(), nDecided.Load(), nSlow.Load()
+}
+
+// storeStats sums the edges' store calls slower than 6.4 ms, fallback
+// decisions and breaker opens.
+func storeStats(t *testing.T, lims []edgeLimiter) (slow uint64, fallback, opens float64) {
+	for _, e := range lims {
+		slow += slowCalls(t, e.reg)
+		fallback += metric(t, e.reg, "edgeguard_limiter_checks_total", "reason", "fallback")
+		opens += metric(t, e.reg, "edgeguard_limiter_breaker_opens_total")
+	}
+	return slow, fallback, opens
 }
 
 // Goals: a frozen Redis is available (the fallback decides within a second,
@@ -261,28 +282,13 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 			lims := newEdgeLimiters(t, edges, srv.URL(), limiter.ModeStandalone)
 			l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.SlidingLog, Limit: quota, Window: time.Minute}
 
-			type result struct {
-				sent, took time.Duration // since the freeze
-				source     limiter.Source
-				allowed    bool
-			}
-			var mu sync.Mutex
-			var results []result
-			var frozeAt time.Time
-			decide := func(e int) {
-				start := time.Now()
-				v, err := lims[e].Decide(context.Background(), []limiter.Check{{Limit: l, Cost: 1, Nodes: edges}})
-				require.NoError(t, err)
-				mu.Lock()
-				results = append(results, result{start.Sub(frozeAt), time.Since(start), v.Checks[0].Source, v.Allowed})
-				mu.Unlock()
-			}
-			frozeAt = time.Now().Add(time.Hour) // "before the freeze" for phase A
+			c := &frozenClients{lims: lims, l: l}
+			c.frozeAt = time.Now().Add(time.Hour) // "before the freeze" for phase A
 			for i := range before {
-				decide(i % edges)
+				c.decide(t, i%edges)
 			}
-			require.Len(t, results, before)
-			for _, r := range results {
+			require.Len(t, c.results, before)
+			for _, r := range c.results {
 				require.True(t, r.allowed)
 				require.Equal(t, limiter.SourceStore, r.source)
 			}
@@ -294,68 +300,109 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 			// (a probe in flight when it froze succeeds the moment it
 			// thaws), an acknowledged write no limiter can account for.
 			if empty {
-				c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-				require.NoError(t, c.FlushAll(ctx(t)).Err())
-				_ = c.Close()
+				rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+				require.NoError(t, rc.FlushAll(ctx(t)).Err())
+				_ = rc.Close()
 			}
 			srv.Freeze()
-			frozeAt = time.Now()
-			run := func(until time.Duration) {
-				var wg sync.WaitGroup
-				for e := range edges {
-					for range 4 {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							for time.Since(frozeAt) < until {
-								decide(e)
-								time.Sleep(20 * time.Millisecond) // the clients' pace
-							}
-						}()
-					}
-				}
-				wg.Wait()
-			}
-			run(freeze)
+			c.frozeAt = time.Now()
+			c.run(t, freeze)
 			// Phase C: back, with its data or empty.
 			srv.Thaw()
-			thawedAt := time.Since(frozeAt)
-			run(thawedAt + 4*time.Second)
-
-			var waited, lateWait, duringFreeze, total, storeAfter int
-			for _, r := range results[before:] {
-				if r.allowed {
-					total++
-				}
-				switch {
-				case r.sent < thawedAt:
-					if r.allowed {
-						duringFreeze++
-					}
-					if r.took >= limiter.DefaultTimeout {
-						waited++
-						if r.sent > time.Second {
-							lateWait++
-						}
-					}
-				case r.source == limiter.SourceStore || r.source == limiter.SourcePrefilter:
-					storeAfter++
-				}
-			}
+			thawedAt := time.Since(c.frozeAt)
+			c.run(t, thawedAt+4*time.Second)
+			n := tallyFrozen(c.results[before:], thawedAt)
 			var fallback, replayed float64
 			for _, e := range lims {
 				fallback += metric(t, e.reg, "edgeguard_limiter_checks_total", "reason", "fallback")
 				replayed += metric(t, e.reg, "edgeguard_limiter_replayed_units_total")
 			}
 			t.Logf("frozen %s: %d requests, %d waited the full %s deadline, %d admitted while frozen, %d in the window in all (limit %d), %v fallback decisions, %v units replayed, %d decided by Redis after the thaw",
-				freeze, len(results)-before, waited, limiter.DefaultTimeout, duringFreeze, before+total, quota, fallback, replayed, storeAfter)
+				freeze, len(c.results)-before, n.waited, limiter.DefaultTimeout, n.duringFreeze, before+n.total, quota, fallback, replayed, n.storeAfter)
 			require.Positive(t, fallback, "witness: the fallback decided")
-			require.Positive(t, storeAfter, "witness: Redis decided again after the thaw")
+			require.Positive(t, n.storeAfter, "witness: Redis decided again after the thaw")
 			require.Positive(t, replayed, "witness: the fallback's admissions were replayed")
-			require.Zero(t, lateWait, "from a second after the freeze on, no request waits for Redis (probes run in the background)")
-			require.LessOrEqual(t, waited, edges*4*3, "only requests sent before the breakers opened wait the deadline out: at most three per client")
-			require.LessOrEqual(t, before+duringFreeze, quota, "outage: at most the limit in the window, Redis's own admissions included")
-			require.LessOrEqual(t, before+total, quota+(quota+edges-1)/edges, "recovery: at most limit + ceil(limit/N)")
+			require.Zero(t, n.lateWait, "from a second after the freeze on, no request waits for Redis (probes run in the background)")
+			require.LessOrEqual(t, n.waited, edges*4*3, "only requests sent before the breakers opened wait the deadline out: at most three per client")
+			require.LessOrEqual(t, before+n.duringFreeze, quota, "outage: at most the limit in the window, Redis's own admissions included")
+			require.LessOrEqual(t, before+n.total, quota+(quota+edges-1)/edges, "recovery: at most limit + ceil(limit/N)")
 		})
 	}
+}
+
+// frozenClients are clients of the edges' limiters lims deciding l, with
+// what each decision was, when it was sent and how long it took, since
+// frozeAt.
+type frozenClients struct {
+	lims    []edgeLimiter
+	l       limiter.Limit
+	frozeAt time.Time
+	mu      sync.Mutex
+	results []frozenResult
+}
+
+type frozenResult struct {
+	sent, took time.Duration // since the freeze
+	source     limiter.Source
+	allowed    bool
+}
+
+// decide has edge e decide one request.
+func (c *frozenClients) decide(t *testing.T, e int) {
+	start := time.Now()
+	v, err := c.lims[e].Decide(context.Background(), []limiter.Check{{Limit: c.l, Cost: 1, Nodes: len(c.lims)}})
+	require.NoError(t, err)
+	c.mu.Lock()
+	c.results = append(c.results, frozenResult{start.Sub(c.frozeAt), time.Since(start), v.Checks[0].Source, v.Allowed})
+	c.mu.Unlock()
+}
+
+// run has 4 clients per edge send a request every 20 ms each, until until
+// after frozeAt.
+func (c *frozenClients) run(t *testing.T, until time.Duration) {
+	var wg sync.WaitGroup
+	for e := range c.lims {
+		for range 4 {
+			wg.Go(func() {
+				for time.Since(c.frozeAt) < until {
+					c.decide(t, e)
+					time.Sleep(20 * time.Millisecond) // the clients' pace
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// frozenTally counts the decisions of a freeze and its thaw.
+type frozenTally struct {
+	waited       int // sent while frozen, and waited the full deadline
+	lateWait     int // of those, sent more than a second into the freeze
+	duringFreeze int // admitted, sent while frozen
+	total        int // admitted
+	storeAfter   int // decided by Redis (or its prefilter), sent after the thaw
+}
+
+func tallyFrozen(results []frozenResult, thawedAt time.Duration) frozenTally {
+	var n frozenTally
+	for _, r := range results {
+		if r.allowed {
+			n.total++
+		}
+		switch {
+		case r.sent < thawedAt:
+			if r.allowed {
+				n.duringFreeze++
+			}
+			if r.took >= limiter.DefaultTimeout {
+				n.waited++
+				if r.sent > time.Second {
+					n.lateWait++
+				}
+			}
+		case r.source == limiter.SourceStore || r.source == limiter.SourcePrefilter:
+			n.storeAfter++
+		}
+	}
+	return n
 }

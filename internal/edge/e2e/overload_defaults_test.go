@@ -50,22 +50,59 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2048}, Timeout: 15 * time.Second}
 	defer client.CloseIdleConnections()
 
-	type result struct {
-		tier string
-		code int
-		at   time.Duration
-	}
 	// 10% test, 50% read, 30% write, 10% critical, as overload.js sends.
 	mix := []string{"test", "read", "read", "read", "read", "read", "write", "write", "write", "critical"}
+	out, sent := offerMix(client, edges, mix, offered, overload)
+	codes, failedAt := countCodes(out)
+	success := codes.success
+	rejected, criticalWaits, criticalLongWaits := shedderRejections(t, edges)
+	served := counterValue(t, reg, "edgeguard_originsim_requests_total", "outcome", "served")
+	t.Logf("%d requests sent in %s at %d/s; success: critical %.2f%%, write %.2f%%, read %.2f%%, test %.2f%%; codes %v",
+		len(out), sent.Round(time.Millisecond), offered, 100*success("critical"), 100*success("write"), 100*success("read"), 100*success("test"), codes)
+	t.Logf("edge rejections by tier/reason: %v; critical requests queued %.0f, of which %.0f waited > 50 ms; origin served %.0f (%.0f/s of %d/s)",
+		rejected, criticalWaits, criticalLongWaits, served, served/sent.Seconds(), capacity)
+
+	for tier, cs := range codes {
+		for code := range cs {
+			require.Contains(t, []int{http.StatusOK, http.StatusServiceUnavailable}, code, "tier %s: overload answers 200 or 503, never anything else", tier)
+		}
+	}
+	require.GreaterOrEqual(t, success("critical"), 0.999, "critical success (failures sent at %v)", failedAt)
+	// Witness of the overload: the lower tiers lost most of their requests.
+	require.Less(t, success("read"), 0.5)
+	// Lowest first (1 point of slack for two tiers both almost fully cut).
+	require.LessOrEqual(t, success("test"), success("read")+0.01)
+	require.Less(t, success("read"), success("write"))
+	require.Less(t, success("write"), success("critical"))
+	// Critical traffic is served without starving the rest: the highest
+	// sheddable tier still gets through. (What the origin served is only
+	// logged: its 20 ms sleeps run long on a loaded machine: 135/s of an
+	// origin of 400/s at a load average of 18.)
+	require.Greater(t, success("write"), 0.05)
+}
+
+// dueResult is one request of an open loop: its tier, its status (0 when
+// it got no answer) and when it was due, since the start.
+type dueResult struct {
+	tier string
+	code int
+	at   time.Duration
+}
+
+// offerMix offers offered requests a second to the edges for d, open loop:
+// each request is sent when it is due, the tiers of mix in turn, a round
+// of mix to each edge in turn. It returns every request's result once all
+// have answered, and how long the sending took.
+func offerMix(client *http.Client, edges []*edgeProc, mix []string, offered int, d time.Duration) ([]dueResult, time.Duration) {
 	var (
 		mu  sync.Mutex
-		out []result
+		out []dueResult
 		wg  sync.WaitGroup
 	)
 	begin := time.Now()
 	for i := 0; ; i++ {
 		at := time.Duration(i) * time.Second / time.Duration(offered)
-		if at >= overload {
+		if at >= d {
 			break
 		}
 		time.Sleep(time.Until(begin.Add(at))) // kept: an open loop sends each request when it is due
@@ -84,33 +121,48 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 				code = resp.StatusCode
 			}
 			mu.Lock()
-			out = append(out, result{tier: tier, code: code, at: at})
+			out = append(out, dueResult{tier: tier, code: code, at: at})
 			mu.Unlock()
 		})
 	}
 	sent := time.Since(begin)
 	wg.Wait()
+	return out, sent
+}
 
-	codes := map[string]map[int]int{}
-	failedAt := map[string][]string{} // tier → when its failures were sent
+// tierCodes counts each tier's answers by status.
+type tierCodes map[string]map[int]int
+
+// countCodes counts out's answers by tier and status, and says when the
+// first 20 critical requests that failed were due.
+func countCodes(out []dueResult) (codes tierCodes, criticalFailedAt []string) {
+	codes = tierCodes{}
 	for _, r := range out {
 		if codes[r.tier] == nil {
 			codes[r.tier] = map[int]int{}
 		}
 		codes[r.tier][r.code]++
-		if r.code != http.StatusOK && r.tier == "critical" && len(failedAt[r.tier]) < 20 {
-			failedAt[r.tier] = append(failedAt[r.tier], r.at.Round(time.Millisecond).String())
+		if r.code != http.StatusOK && r.tier == "critical" && len(criticalFailedAt) < 20 {
+			criticalFailedAt = append(criticalFailedAt, r.at.Round(time.Millisecond).String())
 		}
 	}
-	success := func(tier string) float64 {
-		n := 0
-		for _, c := range codes[tier] {
-			n += c
-		}
-		return float64(codes[tier][http.StatusOK]) / float64(max(n, 1))
+	return codes, criticalFailedAt
+}
+
+// success is the share of tier's requests answered 200.
+func (c tierCodes) success(tier string) float64 {
+	n := 0
+	for _, k := range c[tier] {
+		n += k
 	}
-	rejected := map[string]float64{}
-	var criticalWaits, criticalLongWaits float64 // queued; queued past the sheddable tiers' 50 ms
+	return float64(c[tier][http.StatusOK]) / float64(max(n, 1))
+}
+
+// shedderRejections sums the edges' shedder rejections by tier/reason,
+// and counts the critical requests they queued and those of them that
+// waited past the sheddable tiers' 50 ms.
+func shedderRejections(t *testing.T, edges []*edgeProc) (rejected map[string]float64, criticalWaits, criticalLongWaits float64) {
+	rejected = map[string]float64{}
 	for _, e := range edges {
 		m := scrape(t, e)
 		for _, tier := range []string{"test", "read", "write", "critical"} {
@@ -122,29 +174,7 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 		criticalWaits += n
 		criticalLongWaits += n - within
 	}
-	served := counterValue(t, reg, "edgeguard_originsim_requests_total", "outcome", "served")
-	t.Logf("%d requests sent in %s at %d/s; success: critical %.2f%%, write %.2f%%, read %.2f%%, test %.2f%%; codes %v",
-		len(out), sent.Round(time.Millisecond), offered, 100*success("critical"), 100*success("write"), 100*success("read"), 100*success("test"), codes)
-	t.Logf("edge rejections by tier/reason: %v; critical requests queued %.0f, of which %.0f waited > 50 ms; origin served %.0f (%.0f/s of %d/s)",
-		rejected, criticalWaits, criticalLongWaits, served, served/sent.Seconds(), capacity)
-
-	for tier, cs := range codes {
-		for code := range cs {
-			require.Contains(t, []int{http.StatusOK, http.StatusServiceUnavailable}, code, "tier %s: overload answers 200 or 503, never anything else", tier)
-		}
-	}
-	require.GreaterOrEqual(t, success("critical"), 0.999, "critical success (failures sent at %v)", failedAt["critical"])
-	// Witness of the overload: the lower tiers lost most of their requests.
-	require.Less(t, success("read"), 0.5)
-	// Lowest first (1 point of slack for two tiers both almost fully cut).
-	require.LessOrEqual(t, success("test"), success("read")+0.01)
-	require.Less(t, success("read"), success("write"))
-	require.Less(t, success("write"), success("critical"))
-	// Critical traffic is served without starving the rest: the highest
-	// sheddable tier still gets through. (What the origin served is only
-	// logged: its 20 ms sleeps run long on a loaded machine: 135/s of an
-	// origin of 400/s at a load average of 18.)
-	require.Greater(t, success("write"), 0.05)
+	return rejected, criticalWaits, criticalLongWaits
 }
 
 // histogramCount returns the sample count of the histogram name's series
