@@ -17,8 +17,7 @@ import (
 // soon as its rules are decoded. The pieces go through the same parser and
 // the same decoder as a whole document; only the text each parse sees is
 // shorter. A piece is "rules:" and the list items of one stretch of the
-// list, after as many blank lines as it is down the document, so node
-// lines stay right. When a piece does not parse on its own (an alias to an
+// list, its nodes' lines moved to where they are in the document. When a piece does not parse on its own (an alias to an
 // anchor in another piece, a syntax error, anything but a plain block list
 // under one top-level "rules:"), the document is parsed as one piece, which
 // gives the reference result and every error message.
@@ -125,15 +124,16 @@ func decodePiece(data []byte, c cut, out []Rule, p *piece, parse uint64) bool {
 	text := data[c.from:c.to]
 	first := c.from == 0
 	var sum [sha256.Size]byte
+	lines := 0
 	if !first {
 		sum = sha256.Sum256(text)
 		if seen.get(sum, parse, out) {
 			return true
 		}
-		head := make([]byte, 0, c.line+len(rulesField())+2+len(text))
-		head = append(head, bytes.Repeat([]byte("\n"), c.line-1)...)
-		head = append(append(head, rulesField()...), ":\n"...)
-		text = append(head, text...)
+		// "rules:" on line 1, the items from line 2: the document's line
+		// c.line+1 (1-based).
+		text = append(append(append(make([]byte, 0, len(rulesField())+2+len(text)), rulesField()...), ":\n"...), text...)
+		lines = c.line - 1
 	}
 	root, err := parseTree(text)
 	if err != nil {
@@ -143,6 +143,7 @@ func decodePiece(data []byte, c cut, out []Rule, p *piece, parse uint64) bool {
 	if seq == nil || len(seq.Content) != c.items {
 		return false
 	}
+	shiftLines(root, lines)
 	var d decoder
 	d.rules(seq.Content, out)
 	p.errs = d.errs
@@ -157,6 +158,18 @@ func decodePiece(data []byte, c cut, out []Rule, p *piece, parse uint64) bool {
 		seen.put(sum, parse, out)
 	}
 	return true
+}
+
+// shiftLines moves the lines of n and of the nodes within it down by
+// lines, to where they are in the document.
+func shiftLines(n *yaml.Node, lines int) {
+	if lines == 0 {
+		return
+	}
+	n.Line += lines
+	for _, c := range n.Content {
+		shiftLines(c, lines)
+	}
 }
 
 // pieceMemory is the pieces remembered, by the SHA-256 of their text,
