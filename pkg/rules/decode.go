@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -157,7 +156,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value) {
 		}
 		return
 	}
-	wrong := func() { d.problem(n, d.field(), "want %s, got %s", describe(t), describeNode(n)) }
+	ok := true
 	switch t.Kind() {
 	case reflect.Pointer:
 		if v.IsNil() {
@@ -168,74 +167,95 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value) {
 		var seen uint64
 		d.mapping(n, v, 0, &seen)
 	case reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			wrong()
-			return
+		ok = d.sequence(n, v)
+	case reflect.String, reflect.Int, reflect.Int64, reflect.Float64, reflect.Bool:
+		ok = scalar(n, v)
+	default:
+		d.problem(n, d.field(), "cannot be decoded") // a type this decoder was not taught
+	}
+	if !ok {
+		d.problem(n, d.field(), "want %s, got %s", describe(t), describeNode(n))
+	}
+}
+
+// sequence sets slice v from n, or reports false when n is no list.
+func (d *decoder) sequence(n *yaml.Node, v reflect.Value) bool {
+	if n.Kind != yaml.SequenceNode {
+		return false
+	}
+	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	if v.Type().Elem() == ruleType {
+		d.rules(n.Content, s.Interface().([]Rule))
+	} else {
+		for i, c := range n.Content {
+			d.push(listEntry, i)
+			d.decode(c, s.Index(i))
+			d.pop()
 		}
-		s := reflect.MakeSlice(t, len(n.Content), len(n.Content))
-		if t.Elem() == ruleType {
-			d.rules(n.Content, s.Interface().([]Rule))
-		} else {
-			for i, c := range n.Content {
-				d.push(listEntry, i)
-				d.decode(c, s.Index(i))
-				d.pop()
-			}
-		}
-		v.Set(s)
+	}
+	v.Set(s)
+	return true
+}
+
+// scalar sets v, a string, integer, number or bool, from n, or reports
+// false when n is not one.
+func scalar(n *yaml.Node, v reflect.Value) bool {
+	if n.Kind != yaml.ScalarNode {
+		return false
+	}
+	switch v.Kind() {
 	case reflect.String:
-		if n.Kind != yaml.ScalarNode {
-			wrong()
-			return
+		s := n.Value
+		if n.Tag == "!!binary" && n.Decode(&s) != nil { // bytes that are not UTF-8
+			return false
 		}
-		if n.Tag == "!!binary" { // bytes that are not UTF-8
-			var s string
-			if err := n.Decode(&s); err != nil {
-				wrong()
-				return
-			}
-			v.SetString(s)
-			return
-		}
-		v.SetString(n.Value)
+		v.SetString(s)
 	case reflect.Int, reflect.Int64:
-		// Plain decimals here; yaml.v3 reads the other spellings (0x10,
-		// 1_000, 010 as octal, 1e3). A number with a fraction is refused
-		// (yaml.v3 would cut 1.5 to 1).
-		x, err := strconv.ParseInt(n.Value, 10, 64)
-		if err != nil || len(n.Value) > 1 && n.Value[0] == '0' {
-			var f float64
-			err = n.Decode(&f)
-			x = int64(f)
-			if err == nil && (float64(x) != f || f >= 1<<63) {
-				err = errors.New("not an integer")
-			}
-			if err == nil && n.Tag == "!!int" {
-				err = n.Decode(&x) // exact, beyond float64's 53 bits
-			}
-		}
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" && n.Tag != "!!float" || err != nil || v.OverflowInt(x) {
-			wrong()
-			return
+		x, ok := integer(n)
+		if !ok || v.OverflowInt(x) {
+			return false
 		}
 		v.SetInt(x)
 	case reflect.Float64:
 		var x float64
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" && n.Tag != "!!float" || n.Decode(&x) != nil {
-			wrong()
-			return
+		if !isNumber(n) || n.Decode(&x) != nil {
+			return false
 		}
 		v.SetFloat(x)
 	case reflect.Bool:
 		var x bool
-		if n.Kind != yaml.ScalarNode || n.Decode(&x) != nil { // yaml.v3 also takes YAML 1.1's yes, no, on, off
-			wrong()
-			return
+		if n.Decode(&x) != nil { // yaml.v3 also takes YAML 1.1's yes, no, on, off
+			return false
 		}
 		v.SetBool(x)
-	default:
-		d.problem(n, d.field(), "cannot be decoded") // a type this decoder was not taught
 	}
+	return true
+}
+
+func isNumber(n *yaml.Node) bool { return n.Tag == "!!int" || n.Tag == "!!float" }
+
+// integer reads scalar n as an integer. Plain decimals here; yaml.v3 reads
+// the other spellings (0x10, 1_000, 010 as octal, 1e3). A number with a
+// fraction is refused (yaml.v3 would cut 1.5 to 1).
+func integer(n *yaml.Node) (int64, bool) {
+	if !isNumber(n) {
+		return 0, false
+	}
+	if x, err := strconv.ParseInt(n.Value, 10, 64); err == nil && (len(n.Value) == 1 || n.Value[0] != '0') {
+		return x, true
+	}
+	var f float64
+	if n.Decode(&f) != nil {
+		return 0, false
+	}
+	x := int64(f)
+	if float64(x) != f || f >= 1<<63 {
+		return 0, false
+	}
+	if n.Tag == "!!int" && n.Decode(&x) != nil { // exact, beyond float64's 53 bits
+		return 0, false
+	}
+	return x, true
 }
 
 // mapping decodes a mapping node into struct v: every key once, known
