@@ -66,6 +66,29 @@ func (e *Edge) startConsul() error {
 			e.log.Warn("no directory for the rules cache: a restart while consul is unreachable enforces nothing; set --rules-cache", "err", err)
 		}
 	}
+	l := e.newConsulLink(client, cache)
+	e.consul = l
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if e.certs != nil {
+		e.readConsulCerts(ctx, client)
+	}
+	if e.consulTickets() {
+		e.readConsulTicketKeys(ctx, client)
+	}
+	if len(e.cfg.ACMEDomains) > 0 {
+		if err := e.startACME(client); err != nil {
+			return fmt.Errorf("starting ACME: %w", err)
+		}
+	}
+	l.readFirst(ctx)
+	return nil
+}
+
+// newConsulLink is the edge's link to its region in Consul, with the
+// registrations of the edge and of its rate limit service.
+func (e *Edge) newConsulLink(client *region.Client, cache string) *consulLink {
 	host, _ := os.Hostname()
 	_, port, _ := net.SplitHostPort(e.Addr())
 	portNum, _ := strconv.Atoi(port)
@@ -107,21 +130,14 @@ func (e *Edge) startConsul() error {
 			TLS:         e.cfg.RLS.TLSCert != "",
 		}
 	}
-	e.consul = l
+	return l
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if e.certs != nil {
-		e.readConsulCerts(ctx, client)
-	}
-	if e.consulTickets() {
-		e.readConsulTicketKeys(ctx, client)
-	}
-	if len(e.cfg.ACMEDomains) > 0 {
-		if err := e.startACME(client); err != nil {
-			return fmt.Errorf("starting ACME: %w", err)
-		}
-	}
+// readFirst reads, before the first request, what the watch would:
+// the enforcement switch, the rate limit service's documents and the
+// rules, each from the cache when Consul cannot give it.
+func (l *consulLink) readFirst(ctx context.Context) {
+	e, client := l.e, l.client
 	// The switch before the first request: an edge restarted while its
 	// region runs in shadow must not enforce until the watch starts — nor
 	// while Consul is unreachable: then the cached switch applies.
@@ -141,7 +157,7 @@ func (e *Edge) startConsul() error {
 			}
 		}
 	}
-	err = region.Recover(func() error {
+	err := region.Recover(func() error {
 		docs, err := client.ReadDocs(ctx, e.cfg.Region)
 		if err == nil {
 			err = l.applyDocs(docs)
@@ -150,12 +166,11 @@ func (e *Edge) startConsul() error {
 	})
 	if err != nil {
 		l.countPanic(err)
-		e.log.Warn("no valid rules from consul at start; enforcing the cached rules", "err", err, "cache", cache)
+		e.log.Warn("no valid rules from consul at start; enforcing the cached rules", "err", err, "cache", l.cachePath)
 		if cerr := l.loadCache(); cerr != nil {
 			e.log.Error("no cached rules either: nothing is limited and /readyz stays 503 until consul answers", "err", cerr)
 		}
 	}
-	return nil
 }
 
 // stateDir is the system-wide state directory tried after $STATE_DIRECTORY.

@@ -148,74 +148,13 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	if err := e.startTracing(); err != nil {
 		return nil, err
 	}
-	origins := cfg.Origins
-	if cfg.DemoOrigin {
-		addr, stop, err := startDemoOrigin()
-		if err != nil {
-			return nil, fmt.Errorf("starting demo origin: %w", err)
-		}
-		e.closers = append(e.closers, stop)
-		origins = []string{"http://" + addr}
-		log.Warn("--demo-origin: proxying to the built-in demo origin", "addr", addr)
+	if err := e.buildProxy(reg); err != nil {
+		return nil, err
 	}
-	ocfg := origin.DefaultConfig()
-	ocfg.URLs, ocfg.Timeout, ocfg.DialTimeout = origins, cfg.OriginTimeout, cfg.OriginDialTimeout
-	// Every worker can hold one origin connection (a retry on another
-	// origin comes after the first attempt's connection is back), and the
-	// active health check one more: a pool smaller than that would fail
-	// requests the edge admitted.
-	ocfg.MaxConnsPerHost = cfg.Workers + 1
-	if cfg.OriginMaxConns > 0 {
-		ocfg.MaxConnsPerHost = cfg.OriginMaxConns
-	}
-	ocfg.MaxRequestBodySize = cfg.MaxBodyBytes
-	if e.proxy, err = origin.New(ocfg, reg, log); err != nil {
-		return nil, fmt.Errorf("configuring origins: %w", err)
-	}
-	e.closers = append(e.closers, e.proxy.Close)
-	e.server = &fasthttp.Server{
-		Handler:        e.handle,
-		Name:           "edgeguard",
-		ReadBufferSize: cfg.MaxHeaderBytes,
-		// Bodies are streamed: the handler runs once the header and at
-		// most 8 KiB of body are in, sheds and limits, and the proxy reads
-		// the rest while sending it to the origin. Buffering whole bodies
-		// let a client's declared Content-Length reserve memory it never
-		// sent. With streaming, fasthttp no longer enforces the size:
-		// screen refuses a declared length above it, the proxy a chunked
-		// body that grows past it.
-		StreamRequestBody:            true,
-		MaxRequestBodySize:           cfg.MaxBodyBytes,
-		ErrorHandler:                 serverError,
-		ExpectHandler:                e.expect,
-		CloseOnShutdown:              true,
-		ReadTimeout:                  cfg.ReadTimeout,
-		WriteTimeout:                 cfg.WriteTimeout,
-		IdleTimeout:                  cfg.IdleTimeout,
-		DisablePreParseMultipartForm: true,
-		NoDefaultServerHeader:        true,
-		NoDefaultDate:                false,
-		Logger:                       fasthttpLogger{log},
-	}
+	e.server = e.newServer()
 	e.admin = &http.Server{Handler: e.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
-	if e.publicLn, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
-	}
-	e.publicLn = e.acceptStack(e.publicLn, []byte(tooManyConns))
-	if cfg.ListenTLS != "" {
-		if err := e.listenTLS(); err != nil {
-			return nil, err
-		}
-	}
-	server := e.server
-	if err := e.metrics.openConns(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }); err != nil {
-		return nil, fmt.Errorf("registering metrics: %w", err)
-	}
-	if err := e.metrics.readyGauge(reg, e.readyValue); err != nil {
-		return nil, fmt.Errorf("registering metrics: %w", err)
-	}
-	if e.adminLn, err = net.Listen("tcp", cfg.Admin); err != nil {
-		return nil, fmt.Errorf("listening on %s (admin): %w", cfg.Admin, err)
+	if err := e.listen(reg); err != nil {
+		return nil, err
 	}
 	if cfg.Consul != "" {
 		if err := e.startConsul(); err != nil {
@@ -224,6 +163,93 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	}
 	ok = true
 	return e, nil
+}
+
+// buildProxy builds the proxy to the origins (or to the built-in demo
+// origin, only when asked for).
+func (e *Edge) buildProxy(reg prometheus.Registerer) error {
+	origins := e.cfg.Origins
+	if e.cfg.DemoOrigin {
+		addr, stop, err := startDemoOrigin()
+		if err != nil {
+			return fmt.Errorf("starting demo origin: %w", err)
+		}
+		e.closers = append(e.closers, stop)
+		origins = []string{"http://" + addr}
+		e.log.Warn("--demo-origin: proxying to the built-in demo origin", "addr", addr)
+	}
+	ocfg := origin.DefaultConfig()
+	ocfg.URLs, ocfg.Timeout, ocfg.DialTimeout = origins, e.cfg.OriginTimeout, e.cfg.OriginDialTimeout
+	// Every worker can hold one origin connection (a retry on another
+	// origin comes after the first attempt's connection is back), and the
+	// active health check one more: a pool smaller than that would fail
+	// requests the edge admitted.
+	ocfg.MaxConnsPerHost = e.cfg.Workers + 1
+	if e.cfg.OriginMaxConns > 0 {
+		ocfg.MaxConnsPerHost = e.cfg.OriginMaxConns
+	}
+	ocfg.MaxRequestBodySize = e.cfg.MaxBodyBytes
+	var err error
+	if e.proxy, err = origin.New(ocfg, reg, e.log); err != nil {
+		return fmt.Errorf("configuring origins: %w", err)
+	}
+	e.closers = append(e.closers, e.proxy.Close)
+	return nil
+}
+
+// newServer is the public fasthttp server, its handler the request
+// pipeline (pipeline.go).
+func (e *Edge) newServer() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:        e.handle,
+		Name:           "edgeguard",
+		ReadBufferSize: e.cfg.MaxHeaderBytes,
+		// Bodies are streamed: the handler runs once the header and at
+		// most 8 KiB of body are in, sheds and limits, and the proxy reads
+		// the rest while sending it to the origin. Buffering whole bodies
+		// let a client's declared Content-Length reserve memory it never
+		// sent. With streaming, fasthttp no longer enforces the size:
+		// screen refuses a declared length above it, the proxy a chunked
+		// body that grows past it.
+		StreamRequestBody:            true,
+		MaxRequestBodySize:           e.cfg.MaxBodyBytes,
+		ErrorHandler:                 serverError,
+		ExpectHandler:                e.expect,
+		CloseOnShutdown:              true,
+		ReadTimeout:                  e.cfg.ReadTimeout,
+		WriteTimeout:                 e.cfg.WriteTimeout,
+		IdleTimeout:                  e.cfg.IdleTimeout,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultDate:                false,
+		Logger:                       fasthttpLogger{e.log},
+	}
+}
+
+// listen opens the public listeners (TLS too, when configured) and the
+// admin listener, and registers the metrics that read the server.
+func (e *Edge) listen(reg prometheus.Registerer) error {
+	var err error
+	if e.publicLn, err = net.Listen("tcp", e.cfg.Listen); err != nil {
+		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
+	}
+	e.publicLn = e.acceptStack(e.publicLn, []byte(tooManyConns))
+	if e.cfg.ListenTLS != "" {
+		if err := e.listenTLS(); err != nil {
+			return err
+		}
+	}
+	server := e.server
+	if err := e.metrics.openConns(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	if err := e.metrics.readyGauge(reg, e.readyValue); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	if e.adminLn, err = net.Listen("tcp", e.cfg.Admin); err != nil {
+		return fmt.Errorf("listening on %s (admin): %w", e.cfg.Admin, err)
+	}
+	return nil
 }
 
 // expect answers Expect: 100-continue: a declared body above the limit
@@ -436,39 +462,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
 	wg.Go(func() { e.bh.run(samplerCtx) })
 
-	errc := make(chan error, 5)
-	wg.Go(func() {
-		if err := e.server.Serve(e.publicLn); err != nil {
-			errc <- fmt.Errorf("public server: %w", err)
-		}
-	})
-	if e.tlsLn != nil {
-		wg.Go(func() {
-			if err := e.server.Serve(e.tlsLn); err != nil {
-				errc <- fmt.Errorf("public TLS server: %w", err)
-			}
-		})
-		wg.Go(func() { e.watchCerts(samplerCtx) })
-	}
-	if e.h2 != nil {
-		wg.Go(func() {
-			if err := e.h2.serve(); err != nil {
-				errc <- fmt.Errorf("public HTTP/2 server: %w", err)
-			}
-		})
-	}
-	if e.rls != nil {
-		wg.Go(func() {
-			if err := e.rls.grpc.Serve(e.rls.ln); err != nil {
-				errc <- fmt.Errorf("rate limit service: %w", err)
-			}
-		})
-	}
-	wg.Go(func() {
-		if err := e.admin.Serve(e.adminLn); !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("admin server: %w", err)
-		}
-	})
+	errc := e.serve(samplerCtx, &wg)
 	var consulWG sync.WaitGroup
 	consulCtx, stopConsul := context.WithCancel(context.Background())
 	defer consulWG.Wait()
@@ -508,6 +502,54 @@ func (e *Edge) Run(ctx context.Context) error {
 		e.log.Info("draining", "delay", e.cfg.DrainDelay)
 		time.Sleep(e.cfg.DrainDelay)
 	}
+	err := e.shutdown()
+	e.log.Info("edge stopped", "err", err)
+	return errors.Join(serveErr, err)
+}
+
+// serve runs the public servers (plain, TLS, HTTP/2), the rate limit
+// service and the admin server on wg until they are shut down; the first
+// that fails says why on the channel returned.
+func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
+	errc := make(chan error, 5)
+	wg.Go(func() {
+		if err := e.server.Serve(e.publicLn); err != nil {
+			errc <- fmt.Errorf("public server: %w", err)
+		}
+	})
+	if e.tlsLn != nil {
+		wg.Go(func() {
+			if err := e.server.Serve(e.tlsLn); err != nil {
+				errc <- fmt.Errorf("public TLS server: %w", err)
+			}
+		})
+		wg.Go(func() { e.watchCerts(ctx) })
+	}
+	if e.h2 != nil {
+		wg.Go(func() {
+			if err := e.h2.serve(); err != nil {
+				errc <- fmt.Errorf("public HTTP/2 server: %w", err)
+			}
+		})
+	}
+	if e.rls != nil {
+		wg.Go(func() {
+			if err := e.rls.grpc.Serve(e.rls.ln); err != nil {
+				errc <- fmt.Errorf("rate limit service: %w", err)
+			}
+		})
+	}
+	wg.Go(func() {
+		if err := e.admin.Serve(e.adminLn); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("admin server: %w", err)
+		}
+	})
+	return errc
+}
+
+// shutdown stops every server, letting what each has in flight finish
+// within the shutdown timeout.
+func (e *Edge) shutdown() error {
 	// A fresh context: the one that asked us to stop is already done.
 	sctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
 	defer cancel()
@@ -527,8 +569,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	if herr := <-h2done; herr != nil && err == nil {
 		err = fmt.Errorf("shutting down the HTTP/2 server: %w", herr)
 	}
-	e.log.Info("edge stopped", "err", err)
-	return errors.Join(serveErr, err)
+	return err
 }
 
 // reloadOnSignal re-reads the files on every SIGHUP and reopens the access

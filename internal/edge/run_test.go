@@ -13,9 +13,9 @@ import (
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
-// ownGoroutines returns the stacks of the goroutines that Run, the Consul
-// link or the shedder's sampler run or started, as the runtime sees them
-// at this instant.
+// ownGoroutines returns the stacks of the goroutines that Run (and serve,
+// which starts the servers for it), the Consul link or the shedder's
+// sampler run or started, as the runtime sees them at this instant.
 func ownGoroutines() []string {
 	buf := make([]byte, 1<<20)
 	for {
@@ -31,6 +31,7 @@ func ownGoroutines() []string {
 		s := string(g)
 		for _, f := range []string{
 			"edgeguard/internal/edge.(*Edge).Run",
+			"edgeguard/internal/edge.(*Edge).serve",
 			"edgeguard/internal/edge.(*Edge).reloadOnSignal",
 			"edgeguard/internal/edge.(*consulLink)",
 			"edgeguard/pkg/region.(*Client).watch",
