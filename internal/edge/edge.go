@@ -88,36 +88,16 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Edge{
-		cfg:          cfg,
-		log:          log,
-		reg:          prometheus.NewRegistry(),
-		trusted:      trustedSet(cfg.TrustedProxies),
-		headerScreen: headerScreen{allowUnderscores: cfg.AllowUnderscoresInHeaders},
-		popKeyPrefix: "pop." + cfg.PoP + ".",
-		allowMethods: map[string]bool{},
-	}
-	for _, m := range cfg.AllowMethods {
-		e.allowMethods[m] = true
-	}
-	e.nodesRegion.Store(int64(cfg.NodesInRegion))
-	e.nodesPoP.Store(int64(cfg.NodesInPoP))
+	e := newEdge(cfg, log)
 	ok := false
 	defer func() {
 		if !ok {
 			e.close()
 		}
 	}()
-	// region and pop are target labels, attached by Prometheus from the
-	// Consul service meta; the edge adds them itself only when asked.
-	var reg prometheus.Registerer = e.reg
-	if cfg.MetricsRegionLabels {
-		reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": cfg.Region, "pop": cfg.PoP}, e.reg)
-	}
-	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var err error
-	if e.metrics, err = newMetrics(reg); err != nil {
-		return nil, fmt.Errorf("registering metrics: %w", err)
+	reg, err := e.registerMetrics()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Consul == "" {
 		if err := e.loadRules(); err != nil {
@@ -163,6 +143,43 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	}
 	ok = true
 	return e, nil
+}
+
+// newEdge is an edge with what cfg says directly and nothing built yet.
+func newEdge(cfg Config, log *slog.Logger) *Edge {
+	e := &Edge{
+		cfg:          cfg,
+		log:          log,
+		reg:          prometheus.NewRegistry(),
+		trusted:      trustedSet(cfg.TrustedProxies),
+		headerScreen: headerScreen{allowUnderscores: cfg.AllowUnderscoresInHeaders},
+		popKeyPrefix: "pop." + cfg.PoP + ".",
+		allowMethods: map[string]bool{},
+	}
+	for _, m := range cfg.AllowMethods {
+		e.allowMethods[m] = true
+	}
+	e.nodesRegion.Store(int64(cfg.NodesInRegion))
+	e.nodesPoP.Store(int64(cfg.NodesInPoP))
+	return e
+}
+
+// registerMetrics registers the edge's metrics, and the Go runtime's and
+// the process's, and returns the registerer the parts register theirs
+// with.
+func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
+	// region and pop are target labels, attached by Prometheus from the
+	// Consul service meta; the edge adds them itself only when asked.
+	var reg prometheus.Registerer = e.reg
+	if e.cfg.MetricsRegionLabels {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": e.cfg.Region, "pop": e.cfg.PoP}, e.reg)
+	}
+	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
+	if e.metrics, err = newMetrics(reg); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	return reg, nil
 }
 
 // buildProxy builds the proxy to the origins (or to the built-in demo
