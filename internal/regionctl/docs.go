@@ -129,51 +129,55 @@ func fileProblems(file string, err error) []problem {
 	return probs
 }
 
-// parseStored parses a stored document; nil when absent.
-func parseStored(data []byte) (*rules.Document, error) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, nil
-	}
-	return rules.Parse(data)
-}
-
 // docVersion is rules.DocumentVersion of a stored document ("" when
 // absent, "invalid" when it does not parse): what history records for it.
-func docVersion(data []byte) string {
-	doc, err := parseStored(data)
-	switch {
-	case err != nil:
-		return "invalid"
-	case doc == nil:
+func (a *app) docVersion(data []byte) string {
+	if len(bytes.TrimSpace(data)) == 0 {
 		return ""
 	}
-	return rules.DocumentVersion(doc)
+	if a.parseOnce(data).err != nil {
+		return "invalid"
+	}
+	return a.versionOf(data)
 }
 
-// parsedDoc is one rules.Parse result.
+// parsedDoc is one rules.ParseVersion result.
 type parsedDoc struct {
-	doc *rules.Document
-	err error
+	doc     *rules.Document
+	version string
+	err     error
 }
 
-// parseRules is rules.Parse, done once per distinct text in a run: a push
-// reads, plans and checks the same document several times, and a large one
-// takes a while to parse. Parsed documents are not modified (Merge and
-// Version work on copies).
-func (a *app) parseRules(data []byte) (*rules.Document, error) {
+// parseOnce is rules.ParseVersion, done once per distinct text in a run:
+// a push reads, plans and checks the same document several times, and a
+// large one takes a while to parse. Parsed documents are not modified
+// (Merge and Version work on copies).
+func (a *app) parseOnce(data []byte) parsedDoc {
 	key := sha256.Sum256(data)
 	if p, ok := a.parsed[key]; ok {
-		return p.doc, p.err
+		return p
 	}
-	doc, err := rules.Parse(data)
+	var p parsedDoc
+	p.doc, p.version, p.err = rules.ParseVersion(data)
 	if a.parsed == nil {
 		a.parsed = map[[sha256.Size]byte]parsedDoc{}
 	}
-	a.parsed[key] = parsedDoc{doc, err}
-	return doc, err
+	a.parsed[key] = p
+	return p
 }
 
-// parseStoredOnce is parseStored through parseRules.
+// parseRules is rules.Parse, once per distinct text in a run (parseOnce).
+func (a *app) parseRules(data []byte) (*rules.Document, error) {
+	p := a.parseOnce(data)
+	return p.doc, p.err
+}
+
+// versionOf is rules.DocumentVersion of the document data holds, which
+// parses (parseOnce).
+func (a *app) versionOf(data []byte) string { return a.parseOnce(data).version }
+
+// parseStoredOnce parses a stored document once per run (parseRules);
+// nil when absent.
 func (a *app) parseStoredOnce(data []byte) (*rules.Document, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil

@@ -155,11 +155,12 @@ func TestCombine(t *testing.T) {
 func TestDiffRules(t *testing.T) {
 	d := diffRules(nil, nil)
 	require.True(t, d.empty())
-	old, err := parseStored([]byte(rulesV1))
+	var a app
+	old, err := a.parseStoredOnce([]byte(rulesV1))
 	require.NoError(t, err)
 	d = diffRules(old, old)
 	require.True(t, d.empty())
-	n, err := parseStored([]byte(strings.Replace(rulesV1, "path_prefix: [\"/admin\"]", "path_prefix: [\"/admin\", \"/ops\"]\n      methods: [get]", 1)))
+	n, err := a.parseStoredOnce([]byte(strings.Replace(rulesV1, "path_prefix: [\"/admin\"]", "path_prefix: [\"/admin\", \"/ops\"]\n      methods: [get]", 1)))
 	require.NoError(t, err)
 	d = diffRules(old, n)
 	require.Equal(t, []changedRule{{ID: "admin", Fields: []fieldChange{

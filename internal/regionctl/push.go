@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/edgeguard/edgeguard/pkg/region"
-	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
 // oneByOne is said whenever a push targets several regions.
@@ -98,7 +97,7 @@ func (s *session) plan(d docFlags, data []byte, version string) plan {
 		return p
 	}
 	cur, index := current(docs, d)
-	p.index, p.cur, p.curVersion = index, cur, docVersion(cur)
+	p.index, p.cur, p.curVersion = index, cur, s.a.docVersion(cur)
 	p.unchanged = bytes.Equal(cur, data)
 	p.storedInParts = len(cur) > region.InlineMax
 	if p.before, err = s.a.effectiveVersion(docs); err != nil {
@@ -247,7 +246,7 @@ func (a *app) rulesPush(args []string) error {
 		return usagef("rules push needs --region R (or --all for the global document in every region)")
 	}
 	file := pos[0]
-	data, doc, err := a.readRulesFile(file, "; nothing was written")
+	data, _, err := a.readRulesFile(file, "; nothing was written")
 	if err != nil {
 		return err
 	}
@@ -278,7 +277,7 @@ func (a *app) rulesPush(args []string) error {
 		}
 		targets = []docFlags{d}
 	}
-	return a.pushAll(s, targets, data, rules.DocumentVersion(doc), *m, sf, file, all, "wrote "+file)
+	return a.pushAll(s, targets, data, a.versionOf(data), *m, sf, file, all, "wrote "+file)
 }
 
 // pushAll plans every target, refuses everything when any target's
@@ -399,11 +398,11 @@ func (a *app) rulesRollback(args []string) error {
 	if err != nil {
 		return fmt.Errorf("history entry %s: %w", target.Seq, err)
 	}
-	doc, err := a.parseRules(data)
-	if err != nil {
-		return invalidf("history entry %s holds an invalid document: %s", target.Seq, oneLine(err))
+	parsed := a.parseOnce(data)
+	if parsed.err != nil {
+		return invalidf("history entry %s holds an invalid document: %s", target.Seq, oneLine(parsed.err))
 	}
-	version := rules.DocumentVersion(doc)
+	version := parsed.version
 	msg := "rollback to " + version
 	if m.message != "" {
 		msg += ": " + m.message

@@ -80,7 +80,7 @@ func (a *app) validateFile(path string) (map[string]any, int) {
 		return map[string]any{"valid": false, "document": path, "problems": probs,
 			"error": head, "exit_code": ExitInvalid, "reason": reasonOf(ExitInvalid)}, ExitInvalid
 	}
-	v := rules.DocumentVersion(doc) // what a push records in history
+	v := a.versionOf(data) // what a push records in history
 	if !a.json() {
 		a.printf("%s: valid, %s, version %s\n", path, plural(len(doc.Rules), "rule"), v)
 	}
@@ -194,8 +194,8 @@ func (a *app) rulesGet(args []string) error {
 	}
 	if a.json() {
 		out := map[string]any{"region": r, "document": name, "key": key, "present": len(data) > 0,
-			"modify_index": index, "version": docVersion(data), "content": string(data)}
-		if doc, err := parseStored(data); err == nil && doc != nil {
+			"modify_index": index, "version": a.docVersion(data), "content": string(data)}
+		if doc, err := a.parseStoredOnce(data); err == nil && doc != nil {
 			out["rules"] = jsonable(doc.Rules)
 		}
 		a.emitJSON(out)
@@ -205,7 +205,7 @@ func (a *app) rulesGet(args []string) error {
 		a.printf("# no %s (%s is absent)\n", d.what(), key)
 		return nil
 	}
-	a.printf("# %s (%s, ModifyIndex %d), version %s\n", d.what(), key, index, docVersion(data))
+	a.printf("# %s (%s, ModifyIndex %d), version %s\n", d.what(), key, index, a.docVersion(data))
 	a.printf("%s", data)
 	if !strings.HasSuffix(string(data), "\n") {
 		a.printf("\n")
@@ -406,7 +406,7 @@ func (a *app) diffFiles(oldFile, newFile string) error {
 		return err
 	}
 	diff := diffRules(old, doc)
-	vOld, vNew := rules.DocumentVersion(old), rules.DocumentVersion(doc)
+	vOld, vNew := a.versionOf(oldData), a.versionOf(newData)
 	if a.json() {
 		a.emitJSON(map[string]any{"old": oldFile, "new": newFile, "identical": diff.empty(),
 			"added": diff.Added, "removed": diff.Removed, "changed": diff.Changed,

@@ -186,3 +186,37 @@ func TestDocumentVersionIdentifiesTheDocument(t *testing.T) {
 		require.Equal(t, DocumentVersion(mustParse(t, empty)), DocumentVersion(nil))
 	})
 }
+
+// ParseVersion's version is DocumentVersion of what Parse returns, for
+// documents Parse normalizes (spellings, order), with disabled rules, and
+// read in pieces; its errors are Parse's.
+func TestParseVersion(t *testing.T) {
+	docs := map[string]string{
+		"base": versionBase,
+		"other spellings": "rules:\n- {id: per-ip, key: [ip, header:x-api-key], algorithm: token_bucket, limit: 100, burst: 100, window: 60s, " +
+			"match: {methods: [post, get], path_prefix: [/admin/, //api], hosts: [\"*.EXAMPLE.com\", API.example.com.]}}\n" +
+			"- {id: other, key: [host], algorithm: sliding_log, limit: 5, window: 10000ms}\nversion: 1\n",
+		"disabled rules": versionBase + "  - {id: gone, disabled: true}\n",
+		"empty":          "version: 1\n",
+		"in pieces":      bigRules("version: 1\nrules:\n", "  - {id: off, disabled: true}\n", 600, blockItem),
+	}
+	defer func(was int) { pieceSize = was }(pieceSize)
+	pieceSize = len(docs["in pieces"]) / 8
+	for name, src := range docs {
+		t.Run(name, func(t *testing.T) {
+			forgetPieces()
+			doc, v, err := ParseVersion([]byte(src))
+			require.NoError(t, err)
+			want := mustParse(t, src)
+			require.Equal(t, want, doc)
+			require.Equal(t, DocumentVersion(want), v)
+			if strings.Contains(src, "disabled: true") {
+				require.NotEqual(t, Version(want), v, "a document version counts the disabled rules too")
+			}
+		})
+	}
+	_, _, err := ParseVersion([]byte("version: 1\nrules:\n  - {id: x, limit: -1}\n"))
+	_, perr := Parse([]byte("version: 1\nrules:\n  - {id: x, limit: -1}\n"))
+	require.Error(t, err)
+	require.Equal(t, perr.Error(), err.Error())
+}
