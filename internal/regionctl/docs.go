@@ -135,10 +135,11 @@ func (a *app) docVersion(data []byte) string {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return ""
 	}
-	if a.parseOnce(data).err != nil {
+	p := a.parseOnce(data)
+	if p.err != nil {
 		return "invalid"
 	}
-	return a.versionOf(data)
+	return p.version
 }
 
 // parsedDoc is one rules.ParseVersion result.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"math/bits"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -17,10 +18,11 @@ import (
 // soon as its rules are decoded. The pieces go through the same parser and
 // the same decoder as a whole document; only the text each parse sees is
 // shorter. A piece is "rules:" and the list items of one stretch of the
-// list, its nodes' lines moved to where they are in the document. When a piece does not parse on its own (an alias to an
-// anchor in another piece, a syntax error, anything but a plain block list
-// under one top-level "rules:"), the document is parsed as one piece, which
-// gives the reference result and every error message.
+// list, its nodes' lines moved to where they are in the document. When a
+// piece does not parse on its own (an alias to an anchor in another piece,
+// a syntax error, anything but a plain block list under one top-level
+// "rules:"), the document is parsed as one piece, which gives the
+// reference result and every error message.
 //
 // A piece that decoded without a problem is remembered by its text for the
 // next parse that holds it (seen): an edge parses both of its region's
@@ -132,7 +134,7 @@ func decodePiece(data []byte, c cut, out []Rule, p *piece, parse uint64) bool {
 		}
 		// "rules:" on line 1, the items from line 2: the document's line
 		// c.line+1 (1-based).
-		text = append(append(append(make([]byte, 0, len(rulesField())+2+len(text)), rulesField()...), ":\n"...), text...)
+		text = slices.Concat([]byte(rulesField()+":\n"), text)
 		lines = c.line - 1
 	}
 	root, err := parseTree(text)
