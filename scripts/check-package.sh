@@ -38,22 +38,31 @@ bin="$tree/usr/bin/edgeguard-edge"
 [[ "$("$bin" --version)" == "edge "* ]] || fail "--version"
 
 # The unit's command, with the packaged config (paths moved into the tree,
-# an origin and loopback ports given, as an operator's edit would).
+# an origin and free loopback ports given, as an operator's edit would). The
+# admin port is the kernel's choice, read back from the edge's own "edge
+# serving" line: never the product's default port, where another edge on
+# this machine may be answering.
 cfg="$tree/etc/edgeguard/edge.yaml"
 sed -i -e "s|^origin: \[\]|origin: [http://127.0.0.1:9]|" -e "s|^listen: .*|listen: 127.0.0.1:0|" \
-	-e "s|^admin: .*|admin: 127.0.0.1:18391|" -e "s|/etc/edgeguard/|$tree/etc/edgeguard/|" \
+	-e "s|^admin: .*|admin: 127.0.0.1:0|" -e "s|/etc/edgeguard/|$tree/etc/edgeguard/|" \
 	-e "s|/var/lib/edgeguard/|$tree/|" -e "s|/var/log/edgeguard/|$tree/|" "$cfg"
 "$bin" check --config "$cfg" || fail "edge check refused the packaged config"
 exec_start=$(sed -n 's|^ExecStart=/usr/bin/edgeguard-edge ||p' "$unit")
 [ "$exec_start" = "--config /etc/edgeguard/edge.yaml" ] || fail "unexpected ExecStart: $exec_start"
 "$bin" --config "$cfg" >"$tree/edge.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do
-	curl -fsS http://127.0.0.1:18391/readyz >/dev/null 2>&1 && break
+admin=
+for _ in $(seq 300); do
 	kill -0 "$pid" 2>/dev/null || { cat "$tree/edge.log"; fail "the unit's command exited"; }
+	if [ -z "$admin" ]; then
+		admin=$(sed -n 's|.*"msg":"edge serving".*"admin":"\([^"]*\)".*|\1|p' "$tree/edge.log" | head -n1)
+	fi
+	[ -n "$admin" ] && curl -fsS "http://$admin/readyz" >/dev/null 2>&1 && break
 	sleep 0.1
 done
-metrics=$(curl -fsS http://127.0.0.1:18391/metrics)
+[ -n "$admin" ] || { cat "$tree/edge.log"; fail "the edge never said where its admin listener is"; }
+curl -fsS "http://$admin/readyz" >/dev/null || { cat "$tree/edge.log"; fail "/readyz never answered on $admin"; }
+metrics=$(curl -fsS "http://$admin/metrics")
 grep -q '^edgeguard_build_info{' <<<"$metrics" || fail "no build info metric"
 kill -TERM "$pid"
 wait "$pid" || fail "the edge did not stop cleanly on SIGTERM"
