@@ -35,7 +35,11 @@ func Parse(data []byte) (*Document, error) {
 	}
 	errs := decodeErrs
 	var root *yaml.Node // to find the lines of validation problems
-	for _, fe := range fieldErrors(doc.validate(true)) {
+	verrs := fieldErrors(doc.validate(true))
+	if slices.ContainsFunc(verrs, isTooLarge) {
+		return nil, fmt.Errorf("rules: invalid document:\n%w", errors.Join(asErrors(verrs)...)) // no line to look for
+	}
+	for _, fe := range verrs {
 		if coveredBy(fe, decodeErrs) {
 			continue
 		}
@@ -51,18 +55,22 @@ func Parse(data []byte) (*Document, error) {
 		return doc, nil
 	}
 	slices.SortStableFunc(errs, func(a, b *FieldError) int { return cmp.Compare(a.Line, b.Line) })
-	joined := make([]error, len(errs))
-	for i, e := range errs {
-		joined[i] = e
-	}
-	return nil, fmt.Errorf("rules: invalid document:\n%w", errors.Join(joined...))
+	return nil, fmt.Errorf("rules: invalid document:\n%w", errors.Join(asErrors(errs)...))
 }
 
-// decodeDocument decodes the tree strictly: the document (every field that
-// decoded) and the problems.
-func decodeDocument(root *yaml.Node) (*Document, []*FieldError) {
+func asErrors(fes []*FieldError) []error {
+	out := make([]error, len(fes))
+	for i, e := range fes {
+		out[i] = e
+	}
+	return out
+}
+
+// decodeDocument decodes the tree of a text of size bytes strictly: the
+// document (every field that decoded) and the problems.
+func decodeDocument(root *yaml.Node, size int) (*Document, []*FieldError) {
 	doc := &Document{}
-	var d decoder
+	d := newDecoder(size)
 	d.decode(root, reflect.ValueOf(doc).Elem())
 	return doc, d.errs
 }

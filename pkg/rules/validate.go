@@ -31,7 +31,10 @@ func (d *Document) validate(parallel bool) error {
 	if d == nil {
 		return errors.New("rules: nil document")
 	}
-	var errs []error
+	errs := d.checkLimits()
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
 	if d.Version != SchemaVersion {
 		errs = append(errs, &FieldError{Index: -1, Field: versionField(), Msg: fmt.Sprintf("unsupported %d (want %d)", d.Version, SchemaVersion)})
 	}
