@@ -43,11 +43,20 @@ type decoder struct {
 	// decoded.
 	budget, size int
 	over         bool
+	dropped      int        // problems past MaxProblems, counted only
 	item         *yaml.Node // the rule being decoded, whose line says where a reuse went past the budget
 }
 
 // newDecoder is a decoder for a text of size bytes.
 func newDecoder(size int) *decoder { return &decoder{budget: decodeBudget(size), size: size} }
+
+// problems are the problems found, and one that counts those left out.
+func (d *decoder) problems() []*FieldError {
+	if d.dropped > 0 {
+		return append(d.errs, moreProblems(d.dropped))
+	}
+	return d.errs
+}
 
 // spend takes one value at node n from the budget, or reports false when
 // none is left (or none was before).
@@ -81,6 +90,10 @@ func (d *decoder) problem(n *yaml.Node, field, format string, args ...any) {
 	}
 	if k := (saidKey{n, msg}); !d.said[k] {
 		d.said[k] = true
+		if len(d.errs) >= MaxProblems {
+			d.dropped++
+			return
+		}
 		d.errs = append(d.errs, &FieldError{Index: -1, Field: field, Msg: msg, Line: n.Line})
 	}
 }

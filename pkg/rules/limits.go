@@ -52,6 +52,17 @@ const (
 	MaxOverrides = 500_000
 )
 
+// MaxProblems is how many problems Parse lists, the first in the text;
+// one more says how many it left out. A document of 100,000 empty rules
+// has half a million, whose text alone would be a hundred times the
+// document's.
+const MaxProblems = 1000
+
+// moreProblems counts n problems left out.
+func moreProblems(n int) *FieldError {
+	return &FieldError{Index: -1, Msg: fmt.Sprintf("and %d more problems, not listed", n), more: n}
+}
+
 // ErrTooLarge is the kind of the problems a document past its decoding
 // budget or past one of the Limits is refused with.
 var ErrTooLarge = errors.New("document too large")

@@ -124,7 +124,9 @@ func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
 	}
 	for k, p := range pieces {
 		for _, e := range p.errs {
-			e.Index += cuts[k].first
+			if e.Index >= 0 {
+				e.Index += cuts[k].first
+			}
 		}
 		errs = append(errs, p.errs...)
 	}
@@ -164,7 +166,7 @@ func decodePiece(data []byte, c cut, out []Rule, p *piece, parse uint64) bool {
 	if d.over {
 		return false // the whole document's budget decides
 	}
-	p.errs = d.errs
+	p.errs = d.problems()
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		if root.Content[i] != key {
 			p.head = append(p.head, root.Content[i], root.Content[i+1])
