@@ -262,3 +262,16 @@ func FuzzDecodeBudget(f *testing.F) {
 		requireBoundedRead(t, src)
 	})
 }
+
+// Validate, too, lists the first MaxProblems problems of each run of rules
+// it checks in turn, and counts the others.
+func TestValidateListsBoundedProblems(t *testing.T) {
+	d := &Document{Version: SchemaVersion}
+	for i := range 3000 {
+		d.Rules = append(d.Rules, Rule{ID: fmt.Sprintf("r%d", i), Cost: 1}) // 4 problems each
+	}
+	fes := FieldErrors(d.Validate())
+	require.Len(t, fes, MaxProblems+1)
+	require.Equal(t, "r0", fes[0].RuleID)
+	require.Equal(t, fmt.Sprintf("and %d more problems, not listed", 4*3000-MaxProblems), fes[MaxProblems].Msg)
+}
