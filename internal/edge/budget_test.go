@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/rules/rulestest"
 )
 
@@ -100,4 +102,32 @@ func TestAliasBombInConsulServesCachedRules(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	require.GreaterOrEqual(t, metricValue(t, b, "edgeguard_edge_rules_rejected_total"), 1.0)
 	require.Regexp(t, `level=WARN msg="no valid rules from consul at start; enforcing the cached rules" err=".*each reuse of an anchor`, logs.String())
+}
+
+// rulesLimitsReference is what one document may hold and cost to read,
+// from pkg/rules's constants: the one place regionctl, edge check and the
+// edge take them from.
+func rulesLimitsReference() string {
+	n := func(v int) string { // 500000 as 500,000
+		s := strconv.Itoa(v)
+		for i := len(s) - 3; i > 0; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	}
+	return "\n## Limits\n\n" +
+		"Every reader of a rules document (`regionctl rules validate` and `push`, `edge check`, an edge's `--rules` file and its documents in Consul) " +
+		"refuses a document past one of these (a reuse past the budget is named by its rule and line). An edge that finds one in Consul keeps the rules it runs, " +
+		"or at start serves its cached rules (`--rules-cache`) and logs why at WARN.\n\n" +
+		"| what | at most |\n|---|---|\n" +
+		"| values decoded (every scalar, list and mapping, each reuse of an anchor through an alias or a `<<` merge key counted anew) | " + n(rules.DecodeValuesPerByte) + " per byte of the document, and " + n(rules.DecodeValuesBase) + " |\n" +
+		"| rules (disabled ones included) | " + n(rules.MaxRules) + " |\n" +
+		"| hosts (`match.hosts` and `bypass.hosts` of all rules) | " + n(rules.MaxHosts) + " |\n" +
+		"| path prefixes (`match.path_prefix` and `bypass.path_prefix` of all rules) | " + n(rules.MaxPathPrefixes) + " |\n" +
+		"| overrides (of all rules) | " + n(rules.MaxOverrides) + " |\n" +
+		"| problems listed (the first in the text; one more line counts the rest) | " + n(rules.MaxProblems) + " |\n\n" +
+		"Anchors, aliases and merge keys are allowed: text without them decodes to at most one value per two bytes, " +
+		"so the budget leaves room for a rule of 40 bytes to merge a base of 100 values, " +
+		"while a few bytes that stand for a list reused by thousands of rules are refused before they are expanded. " +
+		"The limits are per document; an edge's rules merge its region's two (global and regional).\n"
 }
