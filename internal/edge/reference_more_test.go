@@ -164,6 +164,7 @@ func rulesReference(t *testing.T) string {
 		s := a.Spec()
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", s.Name, yesNo(s.Burst), yesNo(s.MinInterval))
 	}
+	b.WriteString(rulesLimitsReference())
 	return b.String()
 }
 

@@ -38,6 +38,42 @@ type decoder struct {
 	// said holds what was reported at which node, so a node decoded twice
 	// (an anchored rule merged into another) is reported once.
 	said map[saidKey]bool
+	// budget is the values left to decode (limits.go); over is set, with
+	// a problem, when a value went past it, and then nothing more is
+	// decoded.
+	budget, size int
+	over         bool
+	dropped      int        // problems past MaxProblems, counted only
+	item         *yaml.Node // the rule being decoded, whose line says where a reuse went past the budget
+}
+
+// newDecoder is a decoder for a text of size bytes.
+func newDecoder(size int) *decoder { return &decoder{budget: decodeBudget(size), size: size} }
+
+// problems are the problems found, and one that counts those left out.
+func (d *decoder) problems() []*FieldError {
+	if d.dropped > 0 {
+		return append(d.errs, moreProblems(d.dropped))
+	}
+	return d.errs
+}
+
+// spend takes one value at node n from the budget, or reports false when
+// none is left (or none was before).
+func (d *decoder) spend(n *yaml.Node) bool {
+	if d.over {
+		return false
+	}
+	if d.budget--; d.budget < 0 {
+		d.over = true
+		line := n.Line
+		if d.item != nil {
+			line = d.item.Line
+		}
+		d.errs = append(d.errs, overBudget(line, d.size))
+		return false
+	}
+	return true
 }
 
 type saidKey struct {
@@ -54,6 +90,10 @@ func (d *decoder) problem(n *yaml.Node, field, format string, args ...any) {
 	}
 	if k := (saidKey{n, msg}); !d.said[k] {
 		d.said[k] = true
+		if len(d.errs) >= MaxProblems {
+			d.dropped++
+			return
+		}
 		d.errs = append(d.errs, &FieldError{Index: -1, Field: field, Msg: msg, Line: n.Line})
 	}
 }
@@ -63,10 +103,14 @@ func (d *decoder) problem(n *yaml.Node, field, format string, args ...any) {
 // usable one).
 func (d *decoder) rules(items []*yaml.Node, out []Rule) {
 	outer := d.path
-	defer func() { d.path = outer }()
+	defer func() { d.path, d.item = outer, nil }()
 	d.path = nil // fields are named within their rule
 	for i, n := range items {
+		if d.over {
+			return
+		}
 		from := len(d.errs)
+		d.item = n
 		setDefaults(&out[i])
 		d.merged = 0
 		if r := resolve(n); r != nil && r.Kind == yaml.ScalarNode && r.Tag == "!!null" {
@@ -135,7 +179,7 @@ func (d *decoder) inList() bool { return len(d.path) > 0 && d.path[len(d.path)-1
 // decode sets v (addressable) from n.
 func (d *decoder) decode(n *yaml.Node, v reflect.Value) {
 	n = resolve(n)
-	if n == nil || n.Kind == yaml.AliasNode {
+	if n == nil || n.Kind == yaml.AliasNode || !d.spend(n) {
 		return
 	}
 	t := v.Type()
@@ -183,11 +227,21 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value) bool {
 	if n.Kind != yaml.SequenceNode {
 		return false
 	}
+	if v.Type().Elem() == ruleType {
+		if fe := tooManyRules(len(n.Content), n.Line); fe != nil {
+			d.over = true // the list is not even made
+			d.errs = append(d.errs, fe)
+			return true
+		}
+	}
 	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 	if v.Type().Elem() == ruleType {
 		d.rules(n.Content, s.Interface().([]Rule))
 	} else {
 		for i, c := range n.Content {
+			if d.over {
+				break
+			}
 			d.push(listEntry, i)
 			d.decode(c, s.Index(i))
 			d.pop()
@@ -270,7 +324,7 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, depth int, seen *uint64
 	fs := fieldsOf(v.Type())
 	var own uint64 // the fields this mapping names
 	var merges []*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
+	for i := 0; i+1 < len(n.Content) && !d.over; i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
 			merges = append(merges, val)
@@ -315,6 +369,9 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, depth int, seen *uint64
 		}
 		for _, it := range items {
 			it = resolve(it)
+			if d.over || !d.spend(it) {
+				return
+			}
 			if it.Kind != yaml.MappingNode {
 				d.problem(it, d.field(), "a merge key (<<) takes a mapping or a list of mappings, got %s", describeNode(it))
 				continue

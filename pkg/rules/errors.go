@@ -22,6 +22,9 @@ type FieldError struct {
 	kind error
 	// syntax marks a YAML syntax error, whose line parseTree corrects.
 	syntax bool
+	// more, in a problem that only counts others (moreProblems), is how
+	// many were left out.
+	more int
 }
 
 // Unwrap returns the named error the problem is an instance of, if any.
@@ -94,8 +97,30 @@ type problems struct {
 	id    string
 	index int
 	errs  []error
+	quota *quota // shared by the rules validated in turn; nil: no bound
+}
+
+// quota is the problems a run of rules may still list (limits.go,
+// MaxProblems), and the count of those it could not.
+type quota struct{ left, dropped int }
+
+// take reports whether one more problem may be listed, counting it
+// dropped when not.
+func (q *quota) take() bool {
+	if q == nil {
+		return true
+	}
+	if q.left <= 0 {
+		q.dropped++
+		return false
+	}
+	q.left--
+	return true
 }
 
 func (p *problems) addf(field, format string, args ...any) {
+	if !p.quota.take() {
+		return
+	}
 	p.errs = append(p.errs, &FieldError{RuleID: p.id, Index: p.index, Field: field, Msg: fmt.Sprintf(format, args...)})
 }

@@ -33,9 +33,26 @@ func Parse(data []byte) (*Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	errs := decodeErrs
+	var errs []*FieldError
+	more := 0 // problems left out (MaxProblems)
+	for _, fe := range decodeErrs {
+		if fe.more > 0 {
+			more += fe.more
+		} else {
+			errs = append(errs, fe)
+		}
+	}
+	decodeErrs = errs
 	var root *yaml.Node // to find the lines of validation problems
-	for _, fe := range fieldErrors(doc.validate(true)) {
+	verrs := fieldErrors(doc.validate(true))
+	if slices.ContainsFunc(verrs, isTooLarge) {
+		return nil, fmt.Errorf("rules: invalid document:\n%w", errors.Join(asErrors(verrs)...)) // no line to look for
+	}
+	for _, fe := range verrs {
+		if fe.more > 0 {
+			more += fe.more
+			continue
+		}
 		if coveredBy(fe, decodeErrs) {
 			continue
 		}
@@ -47,24 +64,35 @@ func Parse(data []byte) (*Document, error) {
 		fe.Line = locate(root, fe)
 		errs = append(errs, fe)
 	}
-	if len(errs) == 0 {
+	if len(errs) == 0 && more == 0 {
 		return doc, nil
 	}
 	slices.SortStableFunc(errs, func(a, b *FieldError) int { return cmp.Compare(a.Line, b.Line) })
-	joined := make([]error, len(errs))
-	for i, e := range errs {
-		joined[i] = e
+	if n := len(errs) - MaxProblems; n > 0 {
+		errs, more = errs[:MaxProblems:MaxProblems], more+n
 	}
-	return nil, fmt.Errorf("rules: invalid document:\n%w", errors.Join(joined...))
+	if more > 0 {
+		// The rest would cost more to say than the document to read.
+		errs = append(errs, moreProblems(more))
+	}
+	return nil, fmt.Errorf("rules: invalid document:\n%w", errors.Join(asErrors(errs)...))
 }
 
-// decodeDocument decodes the tree strictly: the document (every field that
-// decoded) and the problems.
-func decodeDocument(root *yaml.Node) (*Document, []*FieldError) {
+func asErrors(fes []*FieldError) []error {
+	out := make([]error, len(fes))
+	for i, e := range fes {
+		out[i] = e
+	}
+	return out
+}
+
+// decodeDocument decodes the tree of a text of size bytes strictly: the
+// document (every field that decoded) and the problems.
+func decodeDocument(root *yaml.Node, size int) (*Document, []*FieldError) {
 	doc := &Document{}
-	var d decoder
+	d := newDecoder(size)
 	d.decode(root, reflect.ValueOf(doc).Elem())
-	return doc, d.errs
+	return doc, d.problems()
 }
 
 // parseTree returns the top-level mapping of the single document in data.

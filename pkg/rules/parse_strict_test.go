@@ -35,7 +35,7 @@ func TestUnknownFieldsLikeStrictDecoder(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			root, err := parseTree([]byte(src))
 			require.NoError(t, err)
-			_, errs := decodeDocument(root)
+			_, errs := decodeDocument(root, len(src))
 			ours := []string{}
 			for _, e := range errs {
 				if strings.HasPrefix(e.Msg, "unknown field") {

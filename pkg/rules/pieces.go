@@ -3,6 +3,7 @@ package rules
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"math/bits"
 	"runtime"
 	"slices"
@@ -43,8 +44,14 @@ type cut struct{ from, to, line, first, items int }
 // decodeText parses and decodes data: the document and its decode
 // problems, or the error that leaves no document to decode (YAML syntax,
 // empty, several documents, unsupported version).
+// A document past its decoding budget or with too many rules is such an
+// error (limits.go): what did decode is not worth validating.
 func decodeText(data []byte) (*Document, []*FieldError, error) {
 	if cuts := splitRules(data); cuts != nil {
+		last := cuts[len(cuts)-1]
+		if fe := tooManyRules(last.first+last.items, 0); fe != nil {
+			return nil, nil, fmt.Errorf("rules: invalid document:\n%w", fe)
+		}
 		if doc, errs, ok := decodePieces(data, cuts); ok {
 			return doc, errs, nil
 		}
@@ -56,7 +63,10 @@ func decodeText(data []byte) (*Document, []*FieldError, error) {
 	if err := checkVersion(root); err != nil {
 		return nil, nil, err
 	}
-	doc, errs := decodeDocument(root)
+	doc, errs := decodeDocument(root, len(data))
+	if i := slices.IndexFunc(errs, isTooLarge); i >= 0 {
+		return nil, nil, fmt.Errorf("rules: invalid document:\n%w", errs[i])
+	}
 	return doc, errs, nil
 }
 
@@ -108,10 +118,15 @@ func decodePieces(data []byte, cuts []cut) (*Document, []*FieldError, bool) {
 	if checkVersion(head) != nil {
 		return nil, nil, false // the whole parse says why
 	}
-	doc, errs := decodeDocument(head)
+	doc, errs := decodeDocument(head, len(data))
+	if slices.ContainsFunc(errs, isTooLarge) {
+		return nil, nil, false // the whole parse says why
+	}
 	for k, p := range pieces {
 		for _, e := range p.errs {
-			e.Index += cuts[k].first
+			if e.Index >= 0 {
+				e.Index += cuts[k].first
+			}
 		}
 		errs = append(errs, p.errs...)
 	}
@@ -146,9 +161,12 @@ func decodePiece(data []byte, c cut, out []Rule, p *piece, parse uint64) bool {
 		return false
 	}
 	shiftLines(root, lines)
-	var d decoder
+	d := newDecoder(len(text))
 	d.rules(seq.Content, out)
-	p.errs = d.errs
+	if d.over {
+		return false // the whole document's budget decides
+	}
+	p.errs = d.problems()
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		if root.Content[i] != key {
 			p.head = append(p.head, root.Content[i], root.Content[i+1])

@@ -31,7 +31,10 @@ func (d *Document) validate(parallel bool) error {
 	if d == nil {
 		return errors.New("rules: nil document")
 	}
-	var errs []error
+	errs := d.checkLimits()
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
 	if d.Version != SchemaVersion {
 		errs = append(errs, &FieldError{Index: -1, Field: versionField(), Msg: fmt.Sprintf("unsupported %d (want %d)", d.Version, SchemaVersion)})
 	}
@@ -59,14 +62,20 @@ func (d *Document) validate(parallel bool) error {
 		}
 		seen[id] = i
 	}
+	// Each piece lists its first MaxProblems problems, and counts the
+	// others: the first MaxProblems of the document are among them.
 	validate := func(from, to int) []error {
 		var errs []error
+		q := &quota{left: MaxProblems}
 		for i := from; i < to; i++ {
 			r := &d.Rules[i]
-			errs = append(errs, r.validate(i)...)
-			if j, dup := dups[i]; dup {
+			errs = append(errs, r.validate(i, q)...)
+			if j, dup := dups[i]; dup && q.take() {
 				errs = append(errs, &FieldError{RuleID: r.ID, Index: i, Field: r.name(&r.ID), Msg: fmt.Sprintf("duplicate (also %s[%d])", rulesField(), j)})
 			}
+		}
+		if q.dropped > 0 {
+			errs = append(errs, moreProblems(q.dropped))
 		}
 		return errs
 	}
@@ -90,8 +99,8 @@ func (d *Document) validate(parallel bool) error {
 // in one piece per CPU. A variable for tests.
 var parallelValidate = 4096
 
-func (r *Rule) validate(index int) []error {
-	p := &problems{rule: r, id: r.ID, index: index}
+func (r *Rule) validate(index int, q *quota) []error {
+	p := &problems{rule: r, id: r.ID, index: index, quota: q}
 	switch {
 	case r.ID == "":
 		p.addf(r.name(&r.ID), "required")

@@ -217,7 +217,7 @@ func TestValidateInPiecesLikeWhole(t *testing.T) {
 	}
 	root, err := parseTree([]byte(b.String()))
 	require.NoError(t, err)
-	whole, errs := decodeDocument(root)
+	whole, errs := decodeDocument(root, b.Len())
 	require.Empty(t, errs)
 	pieces := whole.clone()
 	wantErr := whole.validate(false)
