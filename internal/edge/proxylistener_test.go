@@ -2,6 +2,8 @@ package edge
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -66,4 +68,37 @@ func TestProxyListenerBoundsWaitingHeaders(t *testing.T) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	require.Zero(t, l.waiting.Len(), "served connections leave the list")
+}
+
+// Whatever a balancer sends, the header reader ends: with a client that
+// is an IP address (the balancer's own for headers without one), having
+// read no byte past the header, or with an error the policy has a reason
+// for. It never panics.
+func FuzzProxyHeader(f *testing.F) {
+	for _, seed := range []string{
+		"PROXY TCP4 203.0.113.1 127.0.0.1 40000 80\r\nGET / HTTP/1.1\r\n\r\n",
+		"PROXY TCP6 2001:db8::1 ::1 40000 80\r\n",
+		"PROXY UNKNOWN ff ff\r\n",
+		"PROXY TCP4 203.0.113.1 127.0.0.1 40000",
+		"GET / HTTP/1.1\r\n\r\n",
+		"\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x0c\xcb\x00\x71\x01\x7f\x00\x00\x01\x9c\x40\x00\x50GET",
+		"\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x11\xcb\x00\x71\x01\x7f\x00\x00\x01\x9c\x40\x00\x50\x02\x00\x10ab",
+		"\r\n\r\n\x00\r\nQUIT\n\x21\x00\x00\x03\x04\x00\x00",
+		"\r\n\r\n\x00\r\nQUIT\n\x20\x31\x00\x00",
+	} {
+		f.Add([]byte(seed))
+	}
+	balancer := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 5000}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		br := bufio.NewReaderSize(bytes.NewReader(data), 256)
+		client, err := readProxyHeader(br, balancer)
+		if err != nil {
+			require.True(t, errors.Is(err, errNoProxyHeader) || errors.Is(err, errInvalidProxyHeader), "%v", err)
+			return
+		}
+		require.True(t, addrOf(client).IsValid(), "%v", client)
+		rest, _ := io.ReadAll(br)
+		require.True(t, bytes.HasSuffix(data, rest), "bytes after the header are kept")
+		require.Less(t, len(rest), len(data), "a header was read")
+	})
 }
