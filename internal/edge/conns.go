@@ -24,7 +24,13 @@ type connCap struct {
 	// refusal is written to a refused connection; nil under TLS, where
 	// plain text would be garbage to the client.
 	refusal []byte
+	// writing bounds the refusals being written at once.
+	writing chan struct{}
 }
+
+// maxRefusalWriters bounds the goroutines writing refusals; past it a
+// refused connection is closed without one.
+const maxRefusalWriters = 64
 
 // connCounts are the open connections by client, shared by the public
 // listeners (plain and TLS): a client's share is for both together.
@@ -47,7 +53,7 @@ func capped(ln net.Listener, counts *connCounts, refusal []byte) net.Listener {
 	if counts.max <= 0 {
 		return ln
 	}
-	return &connCap{Listener: ln, connCounts: counts, refusal: refusal}
+	return &connCap{Listener: ln, connCounts: counts, refusal: refusal, writing: make(chan struct{}, maxRefusalWriters)}
 }
 
 // tooManyConns is written to a refused connection before it is closed.
@@ -57,22 +63,20 @@ const tooManyConns = "HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nCon
 // client that already holds its share.
 var errTooManyConns = errors.New("too many connections from this client address")
 
+// Accept does no I/O for any one connection: a client is counted by its
+// socket address, known at accept, or (through a balancer) once its
+// PROXY header is read, in the connection's own goroutine; a refusal is
+// written in a goroutine of its own.
 func (l *connCap) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		socket := c.RemoteAddr
-		if pc, ok := c.(*proxiedConn); ok {
-			if pc.balancer {
-				// The client is known once the PROXY header is read, in
-				// the connection's own goroutine, never the accept loop.
-				return &lateCappedConn{proxiedConn: pc, l: l}, nil
-			}
-			socket = pc.socketAddr // RemoteAddr would wait for the first bytes
+		if pc, ok := c.(*proxiedConn); ok && pc.balancer {
+			return &lateCappedConn{proxiedConn: pc, l: l}, nil
 		}
-		key, counted, ok := l.admit(socket())
+		key, counted, ok := l.admit(c.RemoteAddr())
 		if !ok {
 			l.refuse(c)
 			continue
@@ -104,16 +108,31 @@ func (l *connCounts) admit(addr net.Addr) (key netip.Addr, counted, ok bool) {
 	return key, true, true
 }
 
-// refuse tells a refused client why (on a plain listener) and closes.
+// refuse tells a refused client why (on a plain listener) and closes,
+// off the accept loop: the write has a short deadline (a short write to a
+// fresh socket fits its buffer; the deadline is for a stuck peer) and at
+// most maxRefusalWriters are under way.
 func (l *connCap) refuse(c net.Conn) {
 	l.refused.Inc()
-	if l.refusal != nil {
-		// A short write to a fresh socket fits its buffer; the
-		// deadline keeps a stuck peer from holding the accept loop.
-		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		_, _ = c.Write(l.refusal)
+	if l.refusal == nil {
+		_ = c.Close()
+		return
 	}
-	_ = c.Close()
+	select {
+	case l.writing <- struct{}{}:
+		go func() {
+			defer func() { <-l.writing }()
+			writeRefusal(c, l.refusal)
+			_ = c.Close()
+		}()
+	default:
+		_ = c.Close()
+	}
+}
+
+func writeRefusal(c net.Conn, refusal []byte) {
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = c.Write(refusal)
 }
 
 func (l *connCounts) release(key netip.Addr) {
@@ -147,6 +166,7 @@ type lateCappedConn struct {
 	*proxiedConn
 	l       *connCap
 	checked atomic.Bool
+	refused error // admit's (set before checked), returned by every Read and Write after it
 
 	mu              sync.Mutex
 	counted, closed bool
@@ -155,24 +175,32 @@ type lateCappedConn struct {
 
 func (c *lateCappedConn) Read(b []byte) (int, error) {
 	if !c.checked.Load() {
-		if err := c.admit(); err != nil {
-			return 0, err
-		}
+		c.refused = c.admit()
+		c.checked.Store(true)
+	}
+	if c.refused != nil {
+		return 0, c.refused
 	}
 	return c.proxiedConn.Read(b)
 }
 
+// Write after a refusal writes nothing more: the refusal said it all.
+func (c *lateCappedConn) Write(b []byte) (int, error) {
+	if c.checked.Load() && c.refused != nil {
+		return 0, c.refused
+	}
+	return c.proxiedConn.Write(b)
+}
+
 func (c *lateCappedConn) admit() error {
-	defer c.checked.Store(true)
-	if c.proxiedConn.ProxyHeader() == nil {
+	if c.proxiedConn.header() != nil {
 		return nil // no usable header: the Read that follows says why
 	}
 	key, counted, ok := c.l.admit(c.proxiedConn.RemoteAddr())
 	if !ok {
 		c.l.refused.Inc()
 		if c.l.refusal != nil {
-			_ = c.proxiedConn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = c.proxiedConn.Write(c.l.refusal)
+			writeRefusal(c.proxiedConn, c.l.refusal) // in the connection's own goroutine
 		}
 		return errTooManyConns
 	}

@@ -74,7 +74,7 @@ func newTLSMetrics() *tlsMetrics {
 		}),
 		proxyRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_proxy_protocol_refused_total",
-			Help: "Connections refused under the PROXY protocol policy: missing_header (a --proxy-protocol-from balancer sent none), untrusted_source (a PROXY header from anyone else), invalid_header.",
+			Help: "Connections refused under the PROXY protocol policy: missing_header (a --proxy-protocol-from balancer sent none), untrusted_source (a PROXY header from anyone else), invalid_header (malformed, or a TLV running past the header), too_many_waiting (the oldest of 1024 balancer connections waiting for their header, closed to make room).",
 		}, []string{"reason"}),
 	}
 	m.alpn = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -98,7 +98,7 @@ func newTLSMetrics() *tlsMetrics {
 	for _, r := range []string{handshakeOK, handshakeNoCert, handshakeBadVersion, handshakeOther} {
 		m.handshakes.WithLabelValues(r)
 	}
-	for _, r := range []string{"missing_header", "untrusted_source", "invalid_header"} {
+	for _, r := range []string{"missing_header", "untrusted_source", "invalid_header", "too_many_waiting"} {
 		m.proxyRefused.WithLabelValues(r)
 	}
 	return m
