@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -192,4 +194,51 @@ func TestRLSDefaults(t *testing.T) {
 		require.NotContains(t, h.Key+h.Value, "edge.user")
 		require.Regexp(t, `^"rl-[0-9a-f]{12}";`, h.Value)
 	}
+}
+
+// TestRLSConnsPerAddress: the rate limit service's listener caps the
+// connections one address holds (--rls-max-conns-per-ip): one more is
+// closed at accept and counted; once one goes, a call gets through.
+func TestRLSConnsPerAddress(t *testing.T) {
+	confDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte(rlsDoc), 0o600))
+	r := startEdge(t, perIP, func(c *Config) {
+		c.RLS.Listen, c.RLS.ConfigDir, c.RLS.MaxConnsPerIP = "127.0.0.1:0", confDir, 2
+	})
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", r.RLSAddr())
+		require.NoError(t, err)
+		held = append(held, c)
+		_, err = c.Write([]byte(http2.ClientPreface))
+		require.NoError(t, err)
+	}
+	// Both are served: the server's SETTINGS arrive (a frame header).
+	for _, c := range held {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, err := io.ReadFull(c, make([]byte, 9))
+		require.NoError(t, err)
+	}
+	third, err := net.Dial("tcp", r.RLSAddr())
+	require.NoError(t, err)
+	defer third.Close()
+	require.NoError(t, third.SetReadDeadline(time.Now().Add(10*time.Second)))
+	n, err := third.Read(make([]byte, 9))
+	require.Zero(t, n)
+	require.ErrorIs(t, err, io.EOF, "closed at accept")
+	require.Contains(t, scrape(t, r), "edgeguard_rls_connections_refused_total 1")
+
+	require.NoError(t, held[0].Close())
+	conn, err := grpc.NewClient(r.RLSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The slot is given back when the server sees the close: a call may
+	// be refused until then, never for long.
+	require.Eventually(t, func() bool {
+		_, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}}}}})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	_ = held[1].Close()
 }
