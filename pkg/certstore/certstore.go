@@ -48,8 +48,8 @@ const maxFileBytes = 1 << 20
 // 2 KiB each; a handful of KiB in all. Clients bound the Certificate
 // message that carries them: Go's crypto/tls at 256 KiB
 // (maxHandshakeCertificateMsg), OpenSSL at 100 KiB by default
-// (SSL_CTX_set_max_cert_list); past it, every handshake fails ("excessive
-// message size"). 5 certificates leave room for an unusual chain and 64
+// (SSL_CTX_set_max_cert_list); past it, the handshake fails (OpenSSL:
+// "excessive message size"). 5 certificates leave room for an unusual chain and 64
 // KiB of DER for the message's own framing and the OCSP staple and SCTs
 // it may carry.
 const (
