@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 )
 
@@ -142,6 +143,9 @@ func (g *GRPC) Stop(ctx context.Context) {
 // CA signed).
 func TLSConfig(certFile, keyFile, clientCA string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err == nil {
+		err = certstore.Validate(&cert) // a chain clients can take, as the edge's own
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loading the rate limit service's certificate: %w", err)
 	}
