@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -41,6 +42,9 @@ func Check(args, environ []string, stdout, stderr io.Writer) int {
 			problems = append(problems, fmt.Errorf("shedder %s: %w", cfg.Shedder, err))
 		}
 	}
+	if cfg.TLSCertDir != "" || cfg.TLSDefaultCert != "" {
+		problems = append(problems, checkCerts(cfg))
+	}
 	if cfg.RLS.ConfigDir != "" {
 		if _, err := rlsconfig.LoadDir(cfg.RLS.ConfigDir, cfg.RLS.MergeDomains); err != nil {
 			problems = append(problems, fmt.Errorf("rls-config-dir %s: %w", cfg.RLS.ConfigDir, err))
@@ -52,6 +56,21 @@ func Check(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "ok: settings", nameOr(cfg.ConfigFile, "(flags and environment)"), "rules", nameOr(cfg.Rules, "(none)"), "shedder", nameOr(cfg.Shedder, "(defaults)"))
 	return 0
+}
+
+// checkCerts reads --tls-cert-dir and --tls-default-cert as the edge
+// would (certstore: the one validation the edge, Consul's certificates
+// and regionctl certs put share), and lists every certificate refused.
+func checkCerts(cfg Config) error {
+	rep, err := certstore.New(cfg.TLSCertDir, cfg.TLSDefaultCert).Scan()
+	if err != nil {
+		return fmt.Errorf("tls-cert-dir %s: %w", cfg.TLSCertDir, err)
+	}
+	var errs []error
+	for _, r := range rep.Refused {
+		errs = append(errs, fmt.Errorf("certificate %s: %w", r.Source, r.Err))
+	}
+	return errors.Join(errs...)
 }
 
 func checkRules(cfg Config) error {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
+	"github.com/edgeguard/edgeguard/internal/flaghelp"
+	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -230,6 +232,7 @@ func DefaultConfig() Config {
 		AccessLogFormat:   "json",
 		AccessLogSample:   1,
 		TraceSampleRatio:  0.01,
+		RLS:               RLSConfig{Headers: "off", HeaderNames: "hashed", MaxStreams: rls.DefaultMaxStreams, MaxConnsPerIP: 64},
 	}
 }
 
@@ -254,12 +257,16 @@ func ParseFlags(args []string, getenv func(string) string, usage io.Writer) (Con
 // newFlagSet declares every setting of c as a flag: the one list of the
 // edge's settings (flags, EDGEGUARD_ variables, config keys, the reference
 // table).
+// displayDefaults are the defaults computed on the machine, as help and
+// the reference say them.
+var displayDefaults = map[string]string{"workers": "512 × cores"}
+
 func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.Usage = func() {
 		fmt.Fprintf(usage, "Usage: edge [flags]\n       edge check [flags]   validate the config, --rules and --shedder files offline\n       edge --version\n\nEvery flag can also be set in the environment as EDGEGUARD_<NAME>\n(--redis-mode is EDGEGUARD_REDIS_MODE) and in the --config file by its name\n(redis-mode: cluster); the command line wins over the environment, which wins\nover the file.\n\n")
-		fs.PrintDefaults()
+		flaghelp.Print(usage, fs, displayDefaults)
 	}
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "config file (YAML): any flag by its name, e.g. redis-timeout: 50ms; the command line and EDGEGUARD_ variables win over it")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "public listen address")

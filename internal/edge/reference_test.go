@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/flaghelp"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -119,13 +120,7 @@ func flagsReference() string {
 	c := DefaultConfig()
 	fs := newFlagSet(&c, io.Discard)
 	fs.VisitAll(func(f *flag.Flag) {
-		def := f.DefValue
-		if f.Name == "workers" {
-			def = "512 × cores"
-		}
-		if def != "" {
-			def = "`" + def + "`"
-		}
+		def := "`" + flaghelp.Default(f, displayDefaults) + "`"
 		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, EnvName(f.Name), def, strings.ReplaceAll(f.Usage, "|", "\\|"))
 	})
 	return b.String()

@@ -2,10 +2,13 @@ package edge
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -34,10 +37,22 @@ type RLSConfig struct {
 	// OverrideFrom are the CIDRs of callers whose descriptor limit
 	// overrides are applied; from anyone else they are ignored.
 	OverrideFrom []netip.Prefix
-	// Headers is draft, legacy or off.
+	// Headers is off, draft or legacy: the header fields the answers ask
+	// Envoy to add to the client's response.
 	Headers string
+	// HeaderNames is hashed or path: how the draft fields name a limit
+	// without a rate_limit name.
+	HeaderNames string
 	// Shadow answers OK whatever the limits say, still counting.
 	Shadow bool
+	// MaxStreams is the calls one connection may have open at once (0:
+	// rls.DefaultMaxStreams).
+	MaxStreams int
+	// MaxConnsPerIP caps the connections one client address (an IPv6
+	// client's --ipv6-prefix network) may hold open; 0: no cap.
+	MaxConnsPerIP int
+	// Reflection serves gRPC server reflection.
+	Reflection bool
 	// TLSCert and TLSKey serve the listener over TLS; with ClientCA,
 	// clients must present a certificate that CA signed (mTLS).
 	TLSCert, TLSKey, ClientCA string
@@ -48,8 +63,12 @@ func (c *RLSConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConfigDir, "rls-config-dir", c.ConfigDir, "directory of envoyproxy/ratelimit YAML documents for --rls-listen (every .yaml/.yml under it); re-read on SIGHUP; empty with --consul: the region's rls/<region>/ documents in Consul KV, watched")
 	fs.BoolVar(&c.MergeDomains, "rls-merge-domains", c.MergeDomains, "merge rate limit service documents of one domain instead of refusing them (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
 	fs.Var((*prefixesFlag)(&c.OverrideFrom), "rls-override-from", "CIDRs of rate limit service callers whose descriptor limit overrides apply; others' are ignored")
-	fs.StringVar(&c.Headers, "rls-headers", c.Headers, "header fields the rate limit service returns: draft (RateLimit-Policy and RateLimit), legacy (RateLimit-Limit/-Remaining/-Reset) or off")
+	fs.StringVar(&c.Headers, "rls-headers", c.Headers, "header fields the rate limit service asks Envoy to add to the client's response: off (none, as envoyproxy/ratelimit by default), draft (RateLimit-Policy and RateLimit) or legacy (RateLimit-Limit/-Remaining/-Reset)")
+	fs.StringVar(&c.HeaderNames, "rls-header-names", c.HeaderNames, "how --rls-headers draft names a limit without a rate_limit name: hashed (a hash of its descriptor path salted with the key salt) or path (the descriptor path itself: shows clients internal domains, keys and descriptor values, other clients' included; docs/envoy.md)")
 	fs.BoolVar(&c.Shadow, "rls-shadow", c.Shadow, "rate limit service answers OK whatever the limits say, still counting (envoyproxy/ratelimit's SHADOW_MODE)")
+	fs.IntVar(&c.MaxStreams, "rls-max-concurrent-streams", c.MaxStreams, "calls one rate limit service connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS; more are refused); also bounds the handlers a rapid-reset loop can start; 0 = 100")
+	fs.IntVar(&c.MaxConnsPerIP, "rls-max-conns-per-ip", c.MaxConnsPerIP, "open rate limit service connections one client address (an IPv6 client's --ipv6-prefix network) may hold; more are closed at accept; 0 = no cap")
+	fs.BoolVar(&c.Reflection, "rls-reflection", c.Reflection, "serve gRPC server reflection on --rls-listen (for grpcurl and the like; it lists the port's services to anyone who connects)")
 	fs.StringVar(&c.TLSCert, "rls-tls-cert", c.TLSCert, "PEM certificate (chain) of the rate limit service's TLS; empty = plaintext gRPC")
 	fs.StringVar(&c.TLSKey, "rls-tls-key", c.TLSKey, "PEM key of --rls-tls-cert")
 	fs.StringVar(&c.ClientCA, "rls-client-ca", c.ClientCA, "PEM CA bundle: rate limit service clients must present a certificate it signed (mTLS)")
@@ -67,6 +86,15 @@ func (c RLSConfig) problems(consul bool) []error {
 	}
 	if _, err := rls.ParseHeaders(c.Headers); err != nil {
 		errs = append(errs, fmt.Errorf("rls-headers: %w", err))
+	}
+	if _, err := rls.ParseNames(c.HeaderNames); err != nil {
+		errs = append(errs, fmt.Errorf("rls-header-names: %w", err))
+	}
+	if c.MaxStreams < 0 || c.MaxStreams > math.MaxUint32 {
+		errs = append(errs, fmt.Errorf("rls-max-concurrent-streams: %d: want 1 to %d (0: %d)", c.MaxStreams, uint32(math.MaxUint32), rls.DefaultMaxStreams))
+	}
+	if c.MaxConnsPerIP < 0 {
+		errs = append(errs, fmt.Errorf("rls-max-conns-per-ip: %d: want 0 (no cap) or more", c.MaxConnsPerIP))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("rls-tls-cert and rls-tls-key: both or neither"))
@@ -92,12 +120,17 @@ func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 		return nil
 	}
 	headers, _ := rls.ParseHeaders(c.Headers) // validated
+	names, _ := rls.ParseNames(c.HeaderNames)
 	srv, err := rls.New(rls.Options{
 		Limiter:       e.limiter,
 		Nodes:         func() int { return int(e.nodesRegion.Load()) },
 		TrustOverride: rls.TrustFrom(c.OverrideFrom),
 		Shadow:        c.Shadow,
 		Headers:       headers,
+		Names:         names,
+		// Hashed names use the key salt: the same on every edge of the
+		// region, so a limit has one name whichever edge answers.
+		NameSalt: nameSalt(e.cfg.KeySalt),
 	}, reg, e.log)
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
@@ -119,14 +152,30 @@ func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s (rate limit service): %w", c.Listen, err)
 	}
-	e.rls = &rlsService{srv: srv, grpc: rls.NewGRPC(srv, creds), ln: ln}
 	e.closers = append(e.closers, func() { _ = ln.Close() })
+	// The per-address cap of the proxy port, with counts of its own (the
+	// callers are Envoys, not the public) and no exemption; a refused
+	// connection is closed without a word (gRPC clients read no text).
+	served := capped(ln, newConnCounts(c.MaxConnsPerIP, e.cfg.IPv6Prefix, nil, srv.RefusedConns()), nil)
+	e.rls = &rlsService{srv: srv, grpc: rls.NewGRPC(srv, rls.GRPCOptions{Creds: creds, MaxStreams: uint32(c.MaxStreams), Reflection: c.Reflection}), ln: served}
 	if c.ConfigDir != "" {
 		e.log.Info("rate limit service configured", "domains", len(srv.Config().Domains()), "dir", c.ConfigDir)
 	} else {
 		e.log.Info("rate limit service configured; documents from consul", "prefix", region.NewLayout(e.cfg.ConsulPrefix).RLS(e.cfg.Region))
 	}
 	return nil
+}
+
+// nameSalt derives the hashed names' salt from the key salt (nil without
+// one: the service draws a salt of its own), so a header name never helps
+// anyone guess the salt of the Redis keys.
+func nameSalt(keySalt string) []byte {
+	if keySalt == "" {
+		return nil
+	}
+	m := hmac.New(sha256.New, []byte(keySalt))
+	m.Write([]byte("edgeguard rls header names"))
+	return m.Sum(nil)
 }
 
 // RLSAddr is the rate limit service's bound address ("" when off).

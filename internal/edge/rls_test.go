@@ -3,6 +3,9 @@ package edge
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,10 +15,14 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
@@ -44,7 +51,7 @@ func TestRLSListener(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte(rlsDoc), 0o600))
 
 	r := startEdge(t, perIP, func(c *Config) {
-		c.RLS = RLSConfig{Listen: "127.0.0.1:0", ConfigDir: confDir, TLSCert: certFile, TLSKey: keyFile}
+		c.RLS.Listen, c.RLS.ConfigDir, c.RLS.TLSCert, c.RLS.TLSKey, c.RLS.Reflection = "127.0.0.1:0", confDir, certFile, keyFile, true
 	})
 	conn, err := grpc.NewClient(r.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost"})))
 	require.NoError(t, err)
@@ -92,7 +99,7 @@ func TestRLSListener(t *testing.T) {
 
 	// Mutual TLS: without a client certificate, no call gets through.
 	m := startEdge(t, perIP, func(c *Config) {
-		c.RLS = RLSConfig{Listen: "127.0.0.1:0", ConfigDir: confDir, TLSCert: certFile, TLSKey: keyFile, ClientCA: caFile}
+		c.RLS.Listen, c.RLS.ConfigDir, c.RLS.TLSCert, c.RLS.TLSKey, c.RLS.ClientCA = "127.0.0.1:0", confDir, certFile, keyFile, caFile
 	})
 	mconn, err := grpc.NewClient(m.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost"})))
 	require.NoError(t, err)
@@ -115,10 +122,13 @@ func TestRLSListener(t *testing.T) {
 func TestRLSConfigValidation(t *testing.T) {
 	c := DefaultConfig()
 	c.DemoOrigin = true
-	c.RLS = RLSConfig{Listen: ":8081", Headers: "fancy", TLSCert: "c.pem", ClientCA: "ca.pem"}
+	c.RLS = RLSConfig{Listen: ":8081", Headers: "fancy", HeaderNames: "raw", TLSCert: "c.pem", ClientCA: "ca.pem", MaxStreams: -1, MaxConnsPerIP: -1}
 	err := c.Validate()
 	require.ErrorContains(t, err, "rls-config-dir: required with --rls-listen (or --consul")
-	require.ErrorContains(t, err, "rls-headers: want draft, legacy or off")
+	require.ErrorContains(t, err, "rls-headers: want off, draft or legacy")
+	require.ErrorContains(t, err, "rls-header-names: want hashed or path")
+	require.ErrorContains(t, err, "rls-max-concurrent-streams: -1: want 1 to 4294967295 (0: 100)")
+	require.ErrorContains(t, err, "rls-max-conns-per-ip: -1: want 0 (no cap) or more")
 	require.ErrorContains(t, err, "rls-tls-cert and rls-tls-key: both or neither")
 }
 
@@ -135,4 +145,100 @@ func TestCheckRLSConfigDir(t *testing.T) {
 	out.Reset()
 	require.Equal(t, 1, Check(args, nil, &out, &errOut))
 	require.Contains(t, out.String(), bad+`:4: descriptor other.k: rate_limit.unit: invalid unit "hours"`)
+}
+
+// TestRLSDefaults: an edge started with only --rls-listen and
+// --rls-config-dir answers with no header field for the client (a unique
+// value it was sent appears nowhere in the answer's fields) and serves no
+// reflection; --rls-headers draft names the limit by a hash, never its
+// descriptor path or value.
+func TestRLSDefaults(t *testing.T) {
+	confDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte(rlsDoc), 0o600))
+	args := []string{"--demo-origin", "--rls-listen", "127.0.0.1:0", "--rls-config-dir", confDir}
+	cfg, err := ParseArgs(args, nil, io.Discard)
+	require.NoError(t, err)
+	ask := func(t *testing.T, addr, value string) *pb.RateLimitResponse {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: value}}}}})
+		require.NoError(t, err)
+		require.Equal(t, pb.RateLimitResponse_OK, resp.OverallCode)
+		return resp
+	}
+	value := fmt.Sprintf("user-%d-%d", time.Now().UnixNano(), os.Getpid())
+	r := startEdge(t, perIP, func(c *Config) { c.RLS = cfg.RLS })
+	resp := ask(t, r.RLSAddr(), value)
+	require.Empty(t, resp.ResponseHeadersToAdd, "no field for the client by default")
+	require.Empty(t, resp.RequestHeadersToAdd)
+
+	conn, err := grpc.NewClient(r.RLSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	require.NoError(t, err)
+	require.NoError(t, refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
+	_, err = refl.Recv()
+	require.Equal(t, grpccodes.Unimplemented, status.Code(err), "no reflection by default")
+
+	d := startEdge(t, perIP, func(c *Config) { c.RLS = cfg.RLS; c.RLS.Headers = "draft" })
+	resp = ask(t, d.RLSAddr(), value)
+	require.Len(t, resp.ResponseHeadersToAdd, 2)
+	for _, h := range resp.ResponseHeadersToAdd {
+		require.NotContains(t, h.Key+h.Value, value)
+		require.NotContains(t, h.Key+h.Value, "edge.user")
+		require.Regexp(t, `^"rl-[0-9a-f]{12}";`, h.Value)
+	}
+}
+
+// TestRLSConnsPerAddress: the rate limit service's listener caps the
+// connections one address holds (--rls-max-conns-per-ip): one more is
+// closed at accept and counted; once one goes, a call gets through.
+func TestRLSConnsPerAddress(t *testing.T) {
+	confDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte(rlsDoc), 0o600))
+	r := startEdge(t, perIP, func(c *Config) {
+		c.RLS.Listen, c.RLS.ConfigDir, c.RLS.MaxConnsPerIP = "127.0.0.1:0", confDir, 2
+	})
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", r.RLSAddr())
+		require.NoError(t, err)
+		held = append(held, c)
+		_, err = c.Write([]byte(http2.ClientPreface))
+		require.NoError(t, err)
+	}
+	// Both are served: the server's SETTINGS arrive (a frame header).
+	for _, c := range held {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, err := io.ReadFull(c, make([]byte, 9))
+		require.NoError(t, err)
+	}
+	third, err := net.Dial("tcp", r.RLSAddr())
+	require.NoError(t, err)
+	defer third.Close()
+	require.NoError(t, third.SetReadDeadline(time.Now().Add(10*time.Second)))
+	n, err := third.Read(make([]byte, 9))
+	require.Zero(t, n)
+	require.ErrorIs(t, err, io.EOF, "closed at accept")
+	require.Contains(t, scrape(t, r), "edgeguard_rls_connections_refused_total 1")
+
+	require.NoError(t, held[0].Close())
+	conn, err := grpc.NewClient(r.RLSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The slot is given back when the server sees the close: a call may
+	// be refused until then, never for long.
+	require.Eventually(t, func() bool {
+		_, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}}}}})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	_ = held[1].Close()
 }

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/edgeguard/edgeguard/internal/flaghelp"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -348,9 +349,7 @@ func (a *app) flags(name, synopsis string) *flag.FlagSet {
 	fs.Usage = func() {
 		a.usage.Reset()
 		fmt.Fprintf(&a.usage, "Usage: regionctl %s %s\n\nFlags:\n", name, synopsis)
-		fs.SetOutput(&a.usage)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		flaghelp.Print(&a.usage, fs, nil)
 		fmt.Fprint(&a.usage, "\nSee regionctl --help for the exit codes.\n")
 	}
 	return fs

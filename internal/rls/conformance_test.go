@@ -309,7 +309,7 @@ descriptors:
 		return d
 	}
 	t.Run("untrusted", func(t *testing.T) {
-		s := newService(t, setup{store: stores(t)["standalone"](t), doc: doc})
+		s := newService(t, setup{store: stores(t)["standalone"](t), doc: doc, opts: rls.Options{Headers: rls.HeadersDraft}})
 		r := s.ask(t, "d", override())
 		require.EqualValues(t, 10, r.Statuses[0].CurrentLimit.RequestsPerUnit, "an untrusted caller's override is ignored")
 		require.Equal(t, []*core.HeaderValue{

@@ -11,38 +11,92 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 )
 
 // GRPC is the service on a gRPC server, with gRPC health checking (the
-// overall service "" and the rate limit service by name) and reflection.
+// overall service "" and the rate limit service by name) and, when asked
+// for, reflection.
 type GRPC struct {
 	Server *grpc.Server
 	Health *health.Server
 }
 
-// NewGRPC builds the gRPC server for s; creds nil serves plaintext.
-func NewGRPC(s *Server, creds credentials.TransportCredentials) *GRPC {
-	// Calls run on a pool of goroutines whose stacks have already grown
-	// to what a decision needs, instead of a fresh goroutine each (whose
-	// stack is grown and copied on every call).
-	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0)))}
-	if creds != nil {
-		opts = append(opts, grpc.Creds(creds))
+// GRPCOptions bound what one client connection may cost.
+type GRPCOptions struct {
+	// Creds serve TLS; nil serves plaintext.
+	Creds credentials.TransportCredentials
+	// MaxStreams is the calls one connection may have open at once
+	// (SETTINGS_MAX_CONCURRENT_STREAMS; more are refused with
+	// REFUSED_STREAM); 0 is DefaultMaxStreams. It also turns on grpc-go's
+	// own rapid-reset guard: at most this many handlers run per
+	// connection, and the connection is not read while they all do.
+	MaxStreams uint32
+	// Reflection serves gRPC server reflection (off: it tells anyone who
+	// connects what the port serves).
+	Reflection bool
+}
+
+// DefaultMaxStreams is GRPCOptions.MaxStreams' default: Envoy multiplexes
+// its calls on a connection per worker, each call a few milliseconds, so
+// 100 at once on one connection is thousands of calls a second.
+const DefaultMaxStreams = 100
+
+// Keepalive: a client may ping every 10 s at most, with or without a call
+// open (a faster one is sent GOAWAY, too_many_pings); a connection quiet
+// for a minute is pinged and closed if the ping is not answered in 20 s;
+// one idle for 5 minutes, or open for 30, is told to go (GOAWAY) and given
+// 30 s to finish its calls: the longest a stream that never sends its
+// message can hold a handler (Envoy reconnects on GOAWAY at once).
+var (
+	keepaliveEnforcement = keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
+	keepaliveParams      = keepalive.ServerParameters{
+		MaxConnectionIdle:     5 * time.Minute,
+		MaxConnectionAge:      30 * time.Minute,
+		MaxConnectionAgeGrace: 30 * time.Second,
+		Time:                  time.Minute,
+		Timeout:               20 * time.Second,
+	}
+)
+
+// maxHeaderListBytes bounds one call's header block (grpc-go's default is
+// 16 MiB); Envoy's calls carry a few hundred bytes.
+const maxHeaderListBytes = 64 << 10
+
+// NewGRPC builds the gRPC server for s.
+func NewGRPC(s *Server, opt GRPCOptions) *GRPC {
+	if opt.MaxStreams == 0 {
+		opt.MaxStreams = DefaultMaxStreams
+	}
+	opts := []grpc.ServerOption{
+		// Calls run on a pool of goroutines whose stacks have already
+		// grown to what a decision needs, instead of a fresh goroutine
+		// each (whose stack is grown and copied on every call).
+		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		grpc.Creds(newMeteredCreds(opt.Creds, s.metrics.resetFloods.Inc)),
+		grpc.MaxConcurrentStreams(opt.MaxStreams),
+		grpc.KeepaliveEnforcementPolicy(keepaliveEnforcement),
+		grpc.KeepaliveParams(keepaliveParams),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
 	}
 	g := &GRPC{Server: grpc.NewServer(opts...), Health: health.NewServer()}
 	pb.RegisterRateLimitServiceServer(g.Server, s)
 	healthpb.RegisterHealthServer(g.Server, g.Health)
-	reflection.Register(g.Server)
+	if opt.Reflection {
+		reflection.Register(g.Server)
+	}
 	g.SetServing(s.Config() != nil)
 	return g
 }
@@ -89,6 +143,9 @@ func (g *GRPC) Stop(ctx context.Context) {
 // CA signed).
 func TLSConfig(certFile, keyFile, clientCA string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err == nil {
+		err = certstore.Validate(&cert) // a chain clients can take, as the edge's own
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loading the rate limit service's certificate: %w", err)
 	}

@@ -103,6 +103,7 @@ type setup struct {
 	store   limiter.Store
 	timeout time.Duration
 	opts    rls.Options
+	grpc    rls.GRPCOptions
 	dir     string // configuration directory; "" writes doc into a fresh one
 	doc     string
 }
@@ -122,7 +123,7 @@ func newService(t testing.TB, s setup) *service {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(s.doc), 0o644))
 	}
 	require.NoError(t, srv.Reload(dir, false))
-	g := rls.NewGRPC(srv, nil)
+	g := rls.NewGRPC(srv, s.grpc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan error, 1)

@@ -15,6 +15,8 @@ type metrics struct {
 	overrides    *prometheus.CounterVec
 	globalShadow prometheus.Counter
 	configLoads  *prometheus.CounterVec
+	resetFloods  prometheus.Counter
+	refusedConns prometheus.Counter
 
 	// The children the hot path uses, looked up once.
 	okCalls, overCalls, errorCalls           prometheus.Counter
@@ -48,6 +50,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "edgeguard_rls_config_loads_total",
 			Help: "Rate limit service configuration loads, by outcome (ok, error: the previous configuration stays).",
 		}, []string{"outcome"}),
+		resetFloods: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_rls_reset_floods_total",
+			Help: "gRPC connections closed for rapid reset: RST_STREAM frames, the client's and the ones it provoked (refused streams, expired deadlines), beyond the per-connection budget.",
+		}),
+		refusedConns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_rls_connections_refused_total",
+			Help: "gRPC connections closed at accept: their client address already held --rls-max-conns-per-ip.",
+		}),
 	}
 	m.okCalls, m.overCalls, m.errorCalls = m.requests.WithLabelValues("ok"), m.requests.WithLabelValues("over_limit"), m.requests.WithLabelValues("error")
 	d := m.descriptors.WithLabelValues
@@ -62,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.descriptors, m.overrides, m.globalShadow, m.configLoads} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.descriptors, m.overrides, m.globalShadow, m.configLoads, m.resetFloods, m.refusedConns} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -15,12 +15,19 @@
 //     the limiter's fallback answers when Redis cannot). Descriptors are
 //     counted independently, as the reference counts them: one over its
 //     limit does not undo what the others took.
-//  5. Answer a status per descriptor, in order, the overall code, and the
-//     RateLimit header fields for Envoy to add to the response.
+//  5. Answer a status per descriptor, in order, the overall code, and,
+//     when the operator asks for them (Options.Headers), the RateLimit
+//     header fields for Envoy to add to the response. Envoy passes those
+//     on to the client, so they name a limit by its rate_limit name, else
+//     by a salted hash of its descriptor path: a path holds domain, keys
+//     and values (route and cluster names, other clients' addresses) that
+//     are not the client's to read (Options.Names).
 package rls
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -60,19 +67,48 @@ const (
 	// HeadersLegacy: the reference's RateLimit-Limit, RateLimit-Remaining
 	// and RateLimit-Reset, for the limit closest to (or over) its quota.
 	HeadersLegacy Headers = "legacy"
-	// HeadersOff adds none, as the reference by default.
+	// HeadersOff adds none, as the reference by default (its
+	// LIMIT_RESPONSE_HEADERS_ENABLED is off unless set).
 	HeadersOff Headers = "off"
 )
 
-// ParseHeaders reads a header mode; "" is draft.
+// ParseHeaders reads a header mode; "" is off.
 func ParseHeaders(s string) (Headers, error) {
 	switch h := Headers(s); h {
 	case "":
-		return HeadersDraft, nil
+		return HeadersOff, nil
 	case HeadersDraft, HeadersLegacy, HeadersOff:
 		return h, nil
 	}
-	return "", errors.New("want draft, legacy or off")
+	return "", errors.New("want off, draft or legacy")
+}
+
+// Names is how the draft header fields name a limit that has no
+// rate_limit name.
+type Names string
+
+// The naming modes.
+const (
+	// NamesHashed: "rl-" and 12 hex digits of an HMAC-SHA256, keyed by
+	// Options.NameSalt, of the descriptor path. Stable for one salt, and
+	// no descriptor value (nor domain or key) can be read back from it.
+	NamesHashed Names = "hashed"
+	// NamesPath: the descriptor path itself (domain.key_value...), as a
+	// debugging aid. It shows every client the domain, keys and values of
+	// the limits applied to it: internal route and cluster names, header
+	// values, and the values configured for other clients.
+	NamesPath Names = "path"
+)
+
+// ParseNames reads a naming mode; "" is hashed.
+func ParseNames(s string) (Names, error) {
+	switch n := Names(s); n {
+	case "":
+		return NamesHashed, nil
+	case NamesHashed, NamesPath:
+		return n, nil
+	}
+	return "", errors.New("want hashed or path")
 }
 
 // Options build a Server.
@@ -88,8 +124,16 @@ type Options struct {
 	TrustOverride func(ctx context.Context) bool
 	// Shadow answers OK whatever the limits say (the reference's
 	// SHADOW_MODE), still counting.
-	Shadow  bool
+	Shadow bool
+	// Headers is which header fields the answers carry; "" is off.
 	Headers Headers
+	// Names is how the draft fields name a limit without a rate_limit
+	// name; "" is hashed.
+	Names Names
+	// NameSalt keys the hashed names; every service behind one Envoy
+	// cluster should share it so a limit keeps its name. Empty: a random
+	// salt of the process's own (names then differ between processes).
+	NameSalt []byte
 	// Now is the clock for answers decided without the limiter (tests).
 	Now func() time.Time
 }
@@ -109,7 +153,14 @@ var _ pb.RateLimitServiceServer = (*Server)(nil)
 // configuration.
 func New(opt Options, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
 	if opt.Headers == "" {
-		opt.Headers = HeadersDraft
+		opt.Headers = HeadersOff
+	}
+	if opt.Names == "" {
+		opt.Names = NamesHashed
+	}
+	if len(opt.NameSalt) == 0 {
+		opt.NameSalt = make([]byte, 32)
+		_, _ = rand.Read(opt.NameSalt) // never fails (crypto/rand's contract)
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now
@@ -120,6 +171,10 @@ func New(opt Options, reg prometheus.Registerer, log *slog.Logger) (*Server, err
 	}
 	return &Server{opt: opt, metrics: m, log: log}, nil
 }
+
+// RefusedConns counts the connections a listener's per-address cap
+// refused (edgeguard_rls_connections_refused_total).
+func (s *Server) RefusedConns() prometheus.Counter { return s.metrics.refusedConns }
 
 // SetConfig swaps the configuration every later call uses.
 func (s *Server) SetConfig(c *rlsconfig.Config) { s.config.Store(c) }
@@ -464,7 +519,7 @@ func (s *Server) headers(items []item) []*core.HeaderValue {
 		}
 		name := it.lim.Name
 		if name == "" {
-			name = it.lim.Path
+			name = s.pathName(it.lim.Path)
 		}
 		if policy.Len() > 0 {
 			policy.WriteString(", ")
@@ -478,6 +533,20 @@ func (s *Server) headers(items []item) []*core.HeaderValue {
 		return nil
 	}
 	return []*core.HeaderValue{{Key: "RateLimit-Policy", Value: policy.String()}, {Key: "RateLimit", Value: state.String()}}
+}
+
+// pathName names a limit without a rate_limit name in the draft fields.
+func (s *Server) pathName(path string) string {
+	if s.opt.Names == NamesPath {
+		return path
+	}
+	m := hmac.New(sha256.New, s.opt.NameSalt)
+	m.Write([]byte(path))
+	var sum [sha256.Size]byte
+	var out [3 + 12]byte
+	copy(out[:], "rl-")
+	hex.Encode(out[3:], m.Sum(sum[:0])[:6])
+	return string(out[:])
 }
 
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

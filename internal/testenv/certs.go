@@ -25,6 +25,35 @@ type CA struct {
 	PEM    []byte // the CA certificate, for curl --cacert
 	Pool   *x509.CertPool
 	serial atomic.Int64
+	// chain is the PEM of this CA's certificate and its issuers' up to
+	// (not including) the root, for an intermediate; leaves it issues
+	// carry it after their own.
+	chain []byte
+}
+
+// Intermediate is a CA that ca signed: the leaves it issues carry the
+// chain leaf, intermediate (and ca's own intermediates); clients trust
+// the root's Pool.
+func (ca *CA) Intermediate(t testing.TB) *CA {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(ca.serial.Add(1)),
+		Subject:               pkix.Name{CommonName: "edgeguard test intermediate"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	own := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	in := &CA{cert: cert, key: key, PEM: own, Pool: ca.Pool, chain: append(own, ca.chain...)}
+	in.serial.Store(ca.serial.Add(1000))
+	return in
 }
 
 // NewCA makes a fresh ECDSA P-256 CA.
@@ -91,7 +120,7 @@ func (ca *CA) IssueWithKey(t testing.TB, key crypto.Signer, names ...string) Lea
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	require.NoError(t, err)
 	return Leaf{
-		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		CertPEM: append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), ca.chain...),
 		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 		Serial:  serial,
 	}

@@ -11,8 +11,12 @@
 // Other sources (Consul KV) hand the store their certificates whole with
 // Replace; they sit beside the directory's, under the same rules.
 //
-// Certificates are validated when read (chain, key matching the leaf, not
-// expired) but kept as the PEM bytes read: the parsed form is built on the
+// Certificates are validated when read, so that a certificate no client
+// could use is refused and the one in force keeps serving (Validate): the
+// key matches the leaf, the leaf has not expired, and the chain is one a
+// client takes: at most MaxChainCerts certificates of at most
+// MaxChainBytes together, each signed by the next. They are kept as the
+// PEM bytes read: the parsed form is built on the
 // first handshake that needs it. So a store of 100,000 certificates costs
 // about their PEM size, not their parsed size.
 package certstore
@@ -23,6 +27,7 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -37,6 +42,24 @@ import (
 
 // maxFileBytes bounds one certificate file: a chain and a key are a few KiB.
 const maxFileBytes = 1 << 20
+
+// The chain a client takes. Public chains are 2 to 4 certificates (leaf,
+// one or two intermediates, now and then a cross-signed root), of 1 to
+// 2 KiB each; a handful of KiB in all. Clients bound the Certificate
+// message that carries them: Go's crypto/tls at 256 KiB
+// (maxHandshakeCertificateMsg), OpenSSL at 100 KiB by default
+// (SSL_CTX_set_max_cert_list); past it, the handshake fails (OpenSSL:
+// "excessive message size"). 5 certificates leave room for an unusual chain and 64
+// KiB of DER for the message's own framing and the OCSP staple and SCTs
+// it may carry.
+const (
+	MaxChainCerts = 5
+	MaxChainBytes = 64 << 10
+)
+
+// ErrChain marks a chain no client could use: too long, too large, or out
+// of order (a certificate not signed by the next).
+var ErrChain = errors.New("unusable certificate chain")
 
 // Store is safe for concurrent use: lookups run on every handshake while
 // Scan replaces what changed.
@@ -321,10 +344,46 @@ func readEntry(source string, files []string, isDefault bool) (*entry, error) {
 	return newEntry(source, data, isDefault, time.Now())
 }
 
+// Validate checks that a client could use cert: at most MaxChainCerts
+// certificates of at most MaxChainBytes of DER together, each signed by
+// the next (the leaf first, then its issuer, and so on: a root at the
+// end may be left out). The key matching the leaf is tls.X509KeyPair's
+// check. The errors wrap ErrChain.
+func Validate(cert *tls.Certificate) error {
+	n, size := len(cert.Certificate), 0
+	for _, der := range cert.Certificate {
+		size += len(der)
+	}
+	if n > MaxChainCerts {
+		return fmt.Errorf("%w: %d certificates (%d bytes); a client takes at most %d (the leaf and its intermediates, once each: is the file a concatenation gone wrong?)", ErrChain, n, size, MaxChainCerts)
+	}
+	if size > MaxChainBytes {
+		return fmt.Errorf("%w: %d bytes of certificates; clients refuse a chain of more than %d", ErrChain, size, MaxChainBytes)
+	}
+	chain := make([]*x509.Certificate, n)
+	for i, der := range cert.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("%w: certificate %d of %d: %v", ErrChain, i+1, n, err)
+		}
+		chain[i] = c
+	}
+	for i := 0; i+1 < n; i++ {
+		if err := chain[i].CheckSignatureFrom(chain[i+1]); err != nil {
+			return fmt.Errorf("%w: certificate %d of %d (%q) is not signed by the next one (%q): %v; the chain must run from the leaf to the root, each certificate followed by its issuer",
+				ErrChain, i+1, n, chain[i].Subject.String(), chain[i+1].Subject.String(), err)
+		}
+	}
+	return nil
+}
+
 // newEntry validates a chain and key and keeps their bytes.
 func newEntry(source string, data []byte, isDefault bool, now time.Time) (*entry, error) {
 	cert, err := tls.X509KeyPair(data, data)
 	if err != nil {
+		return nil, err
+	}
+	if err := Validate(&cert); err != nil {
 		return nil, err
 	}
 	leaf := cert.Leaf
