@@ -214,7 +214,37 @@ func (f *framer) scan(p []byte) int {
 				continue // the LF stays back: fasthttp has no whole line
 			}
 		default: // fsLineStart, fsLine
-			if !f.lineByte(c) {
+			if f.state == fsLine && (f.requestLine || f.section == inTrailer || f.colon && f.field == fieldOther) {
+				// The rest of a line nothing is read from, up to its CR or
+				// LF, in one step.
+				n := lineRest(p[i:])
+				if f.requestLine {
+					for _, c := range p[i+max(0, n-8) : i+n] {
+						f.tail = f.tail<<8 | uint64(c)
+					}
+				}
+				f.lineLen += n
+				if i += n; i == len(p) || !f.lineByte(p[i]) {
+					continue
+				}
+			} else if f.state == fsLine && !f.colon {
+				// A field name, up to its colon, in one loop.
+				j := i
+				for ; j < len(p); j++ {
+					c := p[j]
+					if c == ':' || c == '\r' || c == '\n' || c == ' ' || c == '\t' {
+						break
+					}
+					if f.nameLen < len(f.name) {
+						f.name[f.nameLen] = c | 0x20
+					}
+					f.nameLen++
+				}
+				f.lineLen += j - i
+				if i = j; i == len(p) || !f.lineByte(p[i]) {
+					continue
+				}
+			} else if !f.lineByte(c) {
 				continue
 			}
 		}
@@ -378,6 +408,19 @@ func (f *framer) endMessage() {
 	if f.closeAfter {
 		f.state = fsClosed
 	}
+}
+
+// lineRest is the length of b's bytes before its first CR or LF (all of
+// b without one).
+func lineRest(b []byte) int {
+	end := bytes.IndexByte(b, '\r')
+	if end < 0 {
+		end = len(b)
+	}
+	if lf := bytes.IndexByte(b[:end], '\n'); lf >= 0 {
+		return lf
+	}
+	return end
 }
 
 func unhex(c byte) int {
