@@ -229,6 +229,7 @@ func TestSelfAnsweredRequestsLogged(t *testing.T) {
 		{"CONNECT", "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nConnection: close\r\n\r\n", reasonMethod, 405},
 		{"a header that never ends", "GET /t HTTP/1.1\r\nHost: a\r\n", reasonTimeout, 408},
 		{"a bare LF", "GET /t HTTP/1.1\nHost: a\n\n", reasonLineEnding, 400},
+		{"a body too large, announced", "POST /t HTTP/1.1\r\nHost: a\r\nContent-Length: 20000000\r\nExpect: 100-continue\r\n\r\n", reasonBodyTooLarge, 413},
 	}
 	for i, tc := range cases {
 		before := metricSum(t, r, "edgeguard_edge_requests_refused_total", "reason", tc.reason)
@@ -325,4 +326,36 @@ func BenchmarkFramer(b *testing.B) {
 			b.Fatal(f.err)
 		}
 	}
+}
+
+// FuzzFramerCuts: however a stream is cut into reads, the framer lets the
+// same bytes on and ends in the same state.
+func FuzzFramerCuts(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\n\n",
+		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n2;a=b\r\nxy\r\n0\r\nT: 1\r\n\r\nGET",
+		"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
+	} {
+		f.Add([]byte(s), uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, stream []byte, cut uint8) {
+		var whole framer
+		want := whole.scan(stream)
+		var parts framer
+		got := 0
+		step := int(cut%64) + 1
+		for i := 0; i < len(stream); i += step {
+			p := stream[i:min(i+step, len(stream))]
+			k := parts.scan(p)
+			got += k
+			if k < len(p) {
+				break
+			}
+		}
+		if got != want || parts.err != whole.err || (parts.state == fsClosed) != (whole.state == fsClosed) {
+			t.Fatalf("cut %d: %d bytes on (%v), whole: %d (%v)", step, got, parts.err, want, whole.err)
+		}
+	})
 }
