@@ -133,6 +133,7 @@ type framer struct {
 	digits         int
 	closeAfter     bool
 	err            *framingError
+	got            bool // the client sent a byte
 }
 
 // scan follows p and returns how many of its bytes may go on: all of
@@ -444,6 +445,7 @@ func (f *framer) read(src func([]byte) (int, error), p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := src(p)
+	f.got = f.got || n > 0
 	k := f.scan(p[:n])
 	switch {
 	case k > 0:

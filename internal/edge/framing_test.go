@@ -245,10 +245,34 @@ func TestSelfAnsweredRequestsLogged(t *testing.T) {
 		require.Equal(t, tc.reason, l.Refusal, tc.name)
 		require.Equal(t, before+1, metricSum(t, r, "edgeguard_edge_requests_refused_total", "reason", tc.reason), tc.name)
 	}
+	// A connection that sends nothing is answered 408 but asked nothing:
+	// neither logged nor counted.
+	resps := exchangeAll(t, dialEdge(t, r.Addr()), "")
+	require.Equal(t, 408, resps[0].StatusCode)
 	// One more request, logged: nothing else was written in between.
-	resps := exchangeAll(t, dialEdge(t, r.Addr()), "TRACE /t HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+	resps = exchangeAll(t, dialEdge(t, r.Addr()), "TRACE /t HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
 	require.Equal(t, 405, resps[0].StatusCode)
 	require.Len(t, accessLines(t, path, len(cases)+1), len(cases)+1)
+	require.Equal(t, 1.0, metricSum(t, r, "edgeguard_edge_requests_refused_total", "reason", reasonTimeout))
+}
+
+// A TLS handshake that fails asked nothing: no access-log line, no
+// refusal (edgeguard_tls_handshakes_total counts it).
+func TestFailedHandshakeIsNoRefusal(t *testing.T) {
+	site := newTLSSite(t)
+	site.put(t, "a.pem", "ecdsa", "a.example.com")
+	path := filepath.Join(t.TempDir(), "access.log")
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) { c.AccessLog = path })
+	_, err := site.dialTLS(r, "unknown.example.org", nil)
+	require.Error(t, err)
+	require.Eventually(t, func() bool {
+		return metricSum(t, r, "edgeguard_tls_handshakes_total", "result", "no_cert") == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	exchangeAll(t, dialEdge(t, r.Addr()), "TRACE /t HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+	lines := accessLines(t, path, 1)
+	require.Len(t, lines, 1)
+	require.Equal(t, 405, lines[0].Status)
+	require.Equal(t, 1.0, metricSum(t, r, "edgeguard_edge_requests_refused_total"))
 }
 
 // A trusted proxy's refused request is logged with the client its

@@ -89,6 +89,12 @@ func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
 		refuse(ctx, fasthttp.StatusBadRequest, "the request could not be parsed")
 		reason = reasonMalformed
 	}
+	if !clientSent(ctx.Conn()) {
+		// Nothing was asked: a failed TLS handshake or PROXY header
+		// (counted where they fail), a connection refused at the cap, a
+		// connection silent until --read-timeout. Answered, not recorded.
+		return
+	}
 	e.recordRefusal(ctx, start, peerAddr(ctx.RemoteIP()), reason, true)
 }
 
@@ -115,6 +121,18 @@ func logRefusal(line *accesslog.Line, sc *scratch) {
 	if sc.refusal != "" {
 		line.Str("refuse_reason", sc.refusal)
 	}
+}
+
+// clientSent reports whether the client sent any byte on c (true for a
+// connection without a framer).
+func clientSent(c net.Conn) bool {
+	switch c := c.(type) {
+	case *framedConn:
+		return c.f.got
+	case *framedTLSConn:
+		return c.f.got
+	}
+	return true
 }
 
 // closesAfter reports whether c's framer ends the connection after the
