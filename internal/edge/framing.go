@@ -25,7 +25,7 @@ import (
 //   - Transfer-Encoding with Content-Length: the chunked body is read and
 //     the request answered, then the stream ends (RFC 9112 §6.3: a server
 //     MUST close the connection), so nothing after the body is read as a
-//     request (screen also marks the answer Connection: close);
+//     request (the record stage also marks the answer Connection: close);
 //   - chunk-size lines, chunk ends and trailer lines end in CRLF.
 //
 // The reader follows each request's framing (Content-Length or chunks) to
