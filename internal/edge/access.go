@@ -23,11 +23,17 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 	}
 	line := e.access.Begin(start).
 		Str("id", id).
-		Str("client", clientString(sc)).
-		Bytes("host", ctx.Request.Header.Host()).
-		Bytes("method", ctx.Method()).
-		Bytes("path", ctx.Request.URI().PathOriginal()).
-		Int("status", int64(ctx.Response.StatusCode())).
+		Str("client", clientString(sc))
+	if sc.unread {
+		// fasthttp could not read the request: its host, method and path
+		// are fasthttp's defaults, not the client's.
+		line.Str("host", "").Str("method", "").Str("path", "")
+	} else {
+		line.Bytes("host", ctx.Request.Header.Host()).
+			Bytes("method", ctx.Method()).
+			Bytes("path", ctx.Request.URI().PathOriginal())
+	}
+	line.Int("status", int64(ctx.Response.StatusCode())).
 		Str("outcome", outcome).
 		Str("decision", decisionOf(outcome, sc)).
 		Str("tier", sc.tier.String())
@@ -48,6 +54,7 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 	if outcome == outcomeShed || outcome == outcomeNoWorker || outcome == outcomeAbandoned {
 		line.Str("shed_reason", outcome)
 	}
+	logRefusal(line, sc)
 	line.Dur("upstream_seconds", sc.upstream).
 		Dur("total_seconds", total).
 		Int("bytes_in", int64(max(ctx.Request.Header.ContentLength(), 0))).

@@ -27,6 +27,7 @@ type accessLine struct {
 	Rules    []string `json:"rules"`
 	Source   string   `json:"source"`
 	Shed     string   `json:"shed_reason"`
+	Refusal  string   `json:"refuse_reason"`
 	Upstream float64  `json:"upstream_seconds"`
 	Total    float64  `json:"total_seconds"`
 	BytesOut int      `json:"bytes_out"`

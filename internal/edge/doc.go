@@ -9,7 +9,11 @@
 //     SNI, reloaded from files: tls.go, pkg/certstore); a PROXY header only
 //     from --proxy-protocol-from balancers (proxyproto.go); at most
 //     --max-conns-per-ip connections per client address;
-//     bounded header size, read/write/idle timeouts. The handler runs once
+//     bounded header size, read/write/idle timeouts; every HTTP/1.x byte
+//     passes a strict reader of the request framing (framing.go: CRLF
+//     lines, one Content-Length, Transfer-Encoding exactly chunked), and
+//     what fasthttp refuses before the handler runs is counted and logged
+//     like the pipeline's refusals (refusal.go). The handler runs once
 //     the header and at most 8 KiB of body are in: bodies are streamed,
 //     never buffered whole.
 //  2. Screen (stage_screen.go): the peer and whether it is a trusted proxy;

@@ -230,7 +230,7 @@ func (e *Edge) newServer() *fasthttp.Server {
 		// body that grows past it.
 		StreamRequestBody:            true,
 		MaxRequestBodySize:           e.cfg.MaxBodyBytes,
-		ErrorHandler:                 serverError,
+		ErrorHandler:                 e.serverError,
 		ExpectHandler:                e.expect,
 		CloseOnShutdown:              true,
 		ReadTimeout:                  e.cfg.ReadTimeout,
@@ -273,7 +273,11 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 // gets its 413 before the client sends it.
 func (e *Edge) expect(ctx *fasthttp.RequestCtx) int {
 	if ctx.Request.Header.ContentLength() > e.cfg.MaxBodyBytes {
+		start := time.Now()
 		tooLarge(ctx, e.cfg.MaxBodyBytes)
+		// fasthttp answers without the handler: the refusal is recorded here.
+		peer := peerAddr(ctx.RemoteIP())
+		e.recordRefusal(ctx, start, clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
 		return fasthttp.StatusRequestEntityTooLarge
 	}
 	return fasthttp.StatusContinue
@@ -530,13 +534,13 @@ func (e *Edge) Run(ctx context.Context) error {
 func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 	errc := make(chan error, 5)
 	wg.Go(func() {
-		if err := e.server.Serve(e.publicLn); err != nil {
+		if err := e.server.Serve(framed(e.publicLn)); err != nil {
 			errc <- fmt.Errorf("public server: %w", err)
 		}
 	})
 	if e.tlsLn != nil {
 		wg.Go(func() {
-			if err := e.server.Serve(e.tlsLn); err != nil {
+			if err := e.server.Serve(framed(e.tlsLn)); err != nil {
 				errc <- fmt.Errorf("public TLS server: %w", err)
 			}
 		})

@@ -70,6 +70,8 @@ func FuzzRequestSeenAsForwarded(f *testing.F) {
 		"GET /a HTTP/1.1\r\nHost: u:p@api.example.com\r\n\r\n",
 		"GET /a HTTP/1.1\r\nHost: [::1]:80\r\nX-Api-Key: k\r\nX-Api-Key: j\r\n\r\n",
 		"get /a#frag HTTP/1.1\r\nHost: a.example\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: a.example\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /b HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n3;x\r\nabc\r\n0\r\nT: 1\r\n\r\nGET /b?key=1 HTTP/1.1\nHost: api.example.com\n\n",
 	} {
 		f.Add([]byte(seed))
 	}

@@ -36,6 +36,7 @@ type metrics struct {
 	consulErrors  prometheus.Counter
 	consulPanics  prometheus.Counter
 	connsRefused  prometheus.Counter
+	refused       map[string]prometheus.Counter
 	tls           *tlsMetrics // TLS and the PROXY protocol (tls.go)
 	h2            *h2Metrics  // HTTP/2 (h2.go)
 	enforce       *enforcementMetrics
@@ -56,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_requests_total",
-			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed), refused (400/405/413/505: a request the edge does not pass on), abandoned (its client left while it waited for a worker: never proxied); and shedder tier (none: answered before classification).",
+			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed), refused (400/405/408/413/431/501/505: a request the edge answered itself and did not pass on; edgeguard_edge_requests_refused_total says why), abandoned (its client left while it waited for a worker: never proxied); and shedder tier (none: answered before classification).",
 		}, []string{"outcome", "tier"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_decisions_total",
@@ -108,6 +109,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Connections refused at accept because their peer address already held --max-conns-per-ip.",
 		}),
 	}
+	refused := newRefusedCounter()
+	m.refused = refusedByReason(refused)
 	m.tls = newTLSMetrics()
 	m.h2 = newH2Metrics()
 	m.enforce = newEnforcementMetrics()
@@ -129,7 +132,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	})
 	build.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.escapes, m.penaltyErrors, m.countsDropped, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, build} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.escapes, m.penaltyErrors, m.countsDropped, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, refused, build} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range append(append(m.tls.collectors(), m.h2.floods), m.enforce.collectors()...) {

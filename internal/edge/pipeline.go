@@ -60,6 +60,7 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 func (e *Edge) next(sc *scratch) string {
 	if sc.headers.repeated != "" {
 		refuseRepeated(sc.ctx, sc.headers.repeated)
+		sc.refusal = reasonRepeatedField
 		return outcomeRefused
 	}
 	s := pipeline[sc.stage]
@@ -106,6 +107,10 @@ type scratch struct {
 	span        trace.Span
 	// penalised: denied by a penalty (escapes.go), not counted.
 	penalised bool
+	// refusal is why the edge refused the request (refusal.go); unread:
+	// fasthttp could not read it.
+	refusal string
+	unread  bool
 }
 
 func newScratch() any {
@@ -124,7 +129,7 @@ func (sc *scratch) reset() {
 	clear(sc.decided[:cap(sc.decided)])
 	sc.after, sc.afterChecks = sc.after[:0], sc.afterChecks[:0]
 	sc.matches, sc.checks, sc.applied, sc.all = sc.matches[:0], sc.checks[:0], sc.applied[:0], sc.all[:0]
-	sc.bypassed, sc.penalised = sc.bypassed[:0], false
+	sc.bypassed, sc.penalised, sc.refusal, sc.unread = sc.bypassed[:0], false, "", false
 	sc.tier, sc.id, sc.upstream, sc.client = shedder.TierNone, "", 0, netip.Addr{}
 	sc.trace, sc.span = nil, nil
 	sc.ctx, sc.stage, sc.start, sc.peer, sc.trusted, sc.path = nil, 0, time.Time{}, netip.Addr{}, false, ""

@@ -1,8 +1,6 @@
 package edge
 
 import (
-	"errors"
-	"net"
 	"strconv"
 	"unsafe"
 
@@ -71,21 +69,4 @@ func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
 // handler may not have read to its end.
 func hasUnreadBody(ctx *fasthttp.RequestCtx) bool {
 	return ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() != 0
-}
-
-// serverError answers what fasthttp refuses before the handler runs
-// (Server.ErrorHandler), in the edge's problem format.
-func serverError(ctx *fasthttp.RequestCtx, err error) {
-	var small *fasthttp.ErrSmallBuffer
-	var ne net.Error
-	switch {
-	case errors.As(err, &small):
-		refuse(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "the request header block is too large")
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		refuse(ctx, fasthttp.StatusRequestEntityTooLarge, "the request body is too large")
-	case errors.As(err, &ne) && ne.Timeout():
-		refuse(ctx, fasthttp.StatusRequestTimeout, "the request was not received in time")
-	default:
-		refuse(ctx, fasthttp.StatusBadRequest, "the request could not be parsed")
-	}
 }

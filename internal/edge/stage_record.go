@@ -19,8 +19,17 @@ func (e *Edge) recordStage(sc *scratch) string {
 		// The rest of an unread body must not be taken for a request.
 		ctx.SetConnectionClose()
 	}
+	if closesAfter(ctx.Conn()) {
+		// Transfer-Encoding with Content-Length: answered (the body read
+		// as chunked), then the connection ends (RFC 9112 §6.3); the
+		// framer reads nothing after the body (framing.go).
+		ctx.SetConnectionClose()
+	}
 	total := time.Since(sc.start)
 	e.metrics.request(outcome, sc.tier).Inc()
+	if outcome == outcomeRefused {
+		e.metrics.countRefusal(sc.refusal)
+	}
 	e.metrics.durationOf(outcome).Observe(total.Seconds())
 	e.logAccess(ctx, sc.start, total, outcome, sc)
 	if sc.span != nil {

@@ -18,7 +18,10 @@ func (e *Edge) screenStage(sc *scratch) string {
 	if e.tracing != nil {
 		sc.trace, sc.span = e.tracing.begin(ctx, sc.trusted)
 	}
-	if !e.screen(ctx, sc.trusted) {
+	if sc.refusal = e.screen(ctx, sc.trusted); sc.refusal != "" {
+		// The access log names the client the trust model decides, as
+		// identify would have.
+		sc.client = clientAddr(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
 		return outcomeRefused
 	}
 	return e.next(sc)
@@ -56,27 +59,27 @@ var (
 // an absolute-form request-target's authority the request's Host (RFC 9112
 // §3.2.2), so the rules match and the origin receives one and the same
 // host, and drops the fields this peer may not send (trust.go). It reports
-// whether the request may go on.
-func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) bool {
+// why it refused the request ("" when it may go on: refusal.go's reasons).
+func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	if proto := ctx.Request.Header.Protocol(); !bytes.Equal(proto, http11) && !bytes.Equal(proto, http10) {
 		refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
-		return false
+		return reasonVersion
 	}
 	if m := refusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
 		refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
-		return false
+		return reasonMethod
 	}
 	if n := ctx.Request.Header.ContentLength(); n > e.cfg.MaxBodyBytes {
 		tooLarge(ctx, e.cfg.MaxBodyBytes)
-		return false
+		return reasonBodyTooLarge
 	}
 	// A Host or an absolute-form target with user info ("u:p@host") would
 	// reach the origin as an Authorization field (fasthttp's client writes
 	// one from a URI's user): no such request goes on.
 	if uri := ctx.URI(); len(uri.Username()) > 0 || len(uri.Password()) > 0 || bytes.IndexByte(ctx.Request.Header.Host(), '@') >= 0 {
 		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host (user info is not allowed)")
-		return false
+		return reasonHost
 	}
 	// fasthttp takes the URI's host from an absolute-form target and keeps
 	// the Host field as sent; the origin client sends the Host field.
@@ -87,12 +90,12 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) bool {
 		ctx.Request.Header.SetHost(e.cfg.DefaultHost)
 	} else if !usableHost(host) {
 		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
-		return false
+		return reasonHost
 	}
 	var tier [2]string
 	tier[0], tier[1] = e.shed.Classifier().TrustedHeaders()
 	e.headerScreen.apply(&ctx.Request.Header, trusted, tier)
-	return true
+	return ""
 }
 
 // usableHost reports whether h can name a site: a DNS name or an IP

@@ -214,6 +214,8 @@ func ja4Of(c net.Conn) string {
 	switch c := c.(type) {
 	case *serverTLSConn:
 		return c.hc.ja4
+	case *framedTLSConn:
+		return c.hc.ja4
 	case *h2StreamConn:
 		return ja4Of(c.Conn)
 	}
@@ -418,7 +420,7 @@ func (e *Edge) listenTLS() error {
 	e.tlsConfig = config
 	if e.cfg.H2MaxStreams > 0 {
 		e.h2 = e.newH2Server()
-		e.server.NextProto("h2", e.h2.serveConn)
+		e.server.NextProto("h2", h1Unwrapped(e.h2.serveConn))
 	}
 	if e.cfg.TLSTicketKeys != "" {
 		e.tickets = &ticketKeys{path: e.cfg.TLSTicketKeys, config: config}
