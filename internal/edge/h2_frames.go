@@ -24,9 +24,9 @@ import (
 //     streams than by resetting them itself;
 //   - PING, SETTINGS, PRIORITY, PRIORITY_UPDATE and GOAWAY spend the control
 //     budget;
-//   - WINDOW_UPDATE spends a budget refilled by the DATA frames the server
-//     sends (a client updates a window only for what it received) and by
-//     the streams it opens;
+//   - WINDOW_UPDATE is allowed by the DATA the server sends (a client
+//     updates a window only for what it received) and by the streams it
+//     opens, as Envoy does; beyond that it spends a budget of its own;
 //   - frames that do nothing spend the idle budget: DATA without data or
 //     END_STREAM, a PING ACK no PING asked for, CONTINUATION without a
 //     field or END_HEADERS, and frame types net/http does not know (which
@@ -50,14 +50,16 @@ import (
 //     so net/http resets the stream with PROTOCOL_ERROR.
 
 // Budgets of the frames that do no work, and the WINDOW_UPDATEs each DATA
-// frame sent allows (Envoy allows 10; a client updates at most the stream
-// and the connection per frame, and most far less often).
+// frame sent allows: a few, and one more for every 2 KiB it carries (Envoy
+// allows 10 a frame; Go's client updates the stream and the connection for
+// every 4 KiB it reads, 8 for a 16 KiB frame; browsers far less often).
 const (
 	h2IdleBurst           = 100
 	h2IdleRate            = 10 // per second
 	h2WindowUpdateBurst   = 100
 	h2WindowUpdateRate    = 10 // per second
 	h2WindowUpdatePerData = 4
+	h2WindowUpdateBytes   = 2 << 10
 )
 
 // The label values of edgeguard_tls_h2_floods_total{frame}.
@@ -130,6 +132,7 @@ type h2Meter struct {
 	mu                                   sync.Mutex
 	resets, control, idle, windowUpdates tokenBucket
 	pingsOwed                            int // PINGs the server sent, not yet acknowledged
+	updatesOwed                          int // WINDOW_UPDATEs the DATA sent and the streams opened allow
 }
 
 func (c *h2Meter) init(m *h2Metrics, maxHeaderBytes int, now time.Time) {
@@ -284,7 +287,7 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 			c.last.Store(stream)
 		}
 		c.mu.Lock()
-		c.windowUpdates.give(1) // a client may open a stream's window at once
+		c.updatesOwed++ // a client may open a stream's window at once
 		c.mu.Unlock()
 		if stream != 0 && n <= c.holdMax && c.block.start(stream) {
 			return true, ""
@@ -334,7 +337,13 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 			return false, "control"
 		}
 	case h2FrameWindowUpdate:
-		if !c.take(&c.windowUpdates) {
+		c.mu.Lock()
+		owed := c.updatesOwed > 0
+		if owed {
+			c.updatesOwed--
+		}
+		c.mu.Unlock()
+		if !owed && !c.take(&c.windowUpdates) {
 			return false, "window_update"
 		}
 	case h2FramePushPromise:
@@ -610,7 +619,7 @@ func (c *h2MeteredConn) scanOut(p []byte) string {
 		switch c.whdr[3] {
 		case h2FrameData:
 			c.mu.Lock()
-			c.windowUpdates.give(h2WindowUpdatePerData)
+			c.updatesOwed += h2WindowUpdatePerData + c.wleft/h2WindowUpdateBytes
 			c.mu.Unlock()
 		case h2FramePing:
 			if c.whdr[4]&h2FlagAck == 0 {
@@ -656,6 +665,3 @@ func (c *h2MeteredConn) goAwayLocked() {
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.Conn.Write(f[:])
 }
-
-// give adds n tokens, up to the burst.
-func (b *tokenBucket) give(n float64) { b.tokens = min(b.burst, b.tokens+n) }
