@@ -31,11 +31,14 @@ import (
 //     max-concurrent-streams handlers and ends a connection whose queue of
 //     unstarted ones passes four times that (ENHANCE_YOUR_CALM); on top of
 //     it, the edge closes a connection that resets more than
-//     h2ResetBurst streams in a burst or h2ResetRate a second over time;
+//     h2ResetBurst streams in a burst or h2ResetRate a second over time,
+//     the resets the server sends for the client's errors included;
 //   - PING, SETTINGS and PRIORITY floods: more than h2ControlBurst in a
 //     burst or h2ControlRate a second over time close the connection (net/http
 //     itself caps the acknowledgements it queues for a client that does
-//     not read them).
+//     not read them);
+//   - every other frame type (h2_frames.go): WINDOW_UPDATE beyond what the
+//     DATA sent needs, and frames that do no work, past budgets of their own.
 
 // Per-connection budgets of frames a client sends (token buckets). A
 // browser that leaves a page resets its streams at once; it never resets
