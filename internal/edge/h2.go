@@ -100,8 +100,8 @@ func (e *Edge) newH2Server() *h2Server {
 			// connection (a client that stopped reading).
 			WriteByteTimeout: e.cfg.WriteTimeout,
 			CountError: func(errType string) {
-				// "conn_ENHANCE_YOUR_CALM_too_many_early_resets" since
-				// Go 1.24 (the kind and the code before the name).
+				// net/http names an error by its kind and code, then
+				// its cause: "conn_ENHANCE_YOUR_CALM_too_many_early_resets".
 				if strings.HasSuffix(errType, "too_many_early_resets") {
 					h.m.floods.WithLabelValues("early_resets").Inc()
 				}
