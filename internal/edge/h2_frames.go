@@ -148,6 +148,9 @@ func (c *h2Meter) init(m *h2Metrics, maxHeaderBytes int, now time.Time) {
 
 // Read hands net/http what the client sent, metered and rewritten.
 func (c *h2MeteredConn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
 	for {
 		if len(c.pend) > 0 {
 			n := copy(b, c.pend)
