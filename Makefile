@@ -49,10 +49,11 @@ lint:
 # Every package runs under the race detector: they all have concurrency
 # (stores, harness, shedder) or are cheap enough that it costs nothing.
 # The Consul agent the harness starts is the one scripts/install-consul.sh
-# built and cached (instant once cached; tools has just run it).
+# built and cached (instant once cached; tools has just run it); h2spec
+# likewise (scripts/install-h2spec.sh).
 test: tools lint dashboards-check
-	consul=$$(./scripts/install-consul.sh) && \
-	EDGEGUARD_CONSUL="$$consul" $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+	consul=$$(./scripts/install-consul.sh) && h2spec=$$(./scripts/install-h2spec.sh) && \
+	EDGEGUARD_CONSUL="$$consul" EDGEGUARD_H2SPEC="$$h2spec" $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
 	cd loadtest && $(GO) vet ./... && EDGEGUARD_CONSUL="$$(../scripts/install-consul.sh)" $(GO) test -race -count=1 ./...
 	$(MAKE) package-check
 	$(MAKE) stack-test

@@ -3,7 +3,8 @@
 # Redis (server, sentinel, cli, benchmark), wrk, Prometheus (with promtool)
 # and the Redis exporter from apt, and Consul, built once
 # from its Go module by install-consul.sh and cached outside the repository,
-# as is Pebble, the ACME test server (install-pebble.sh, about 20 s once).
+# as is Pebble, the ACME test server (install-pebble.sh, about 20 s once),
+# and h2spec, the HTTP/2 conformance checker (install-h2spec.sh).
 # The local stack (terraform/) also needs Prometheus and the Redis exporter
 # (apt), Terraform (install-terraform.sh: PATH, else built once from its Go
 # module) and a Prometheus with Consul discovery (install-prometheus.sh).
@@ -36,6 +37,8 @@ fi
 # EDGEGUARD_CONSUL; the harness also finds the cached binary by itself.
 "$(dirname "$0")/install-consul.sh" >/dev/null
 "$(dirname "$0")/install-pebble.sh" >/dev/null
+# h2spec, the HTTP/2 conformance checker the edge's tests run (EDGEGUARD_H2SPEC).
+"$(dirname "$0")/install-h2spec.sh" >/dev/null
 # Built (once) only when missing; the stack scripts ask them for the paths.
 "$(dirname "$0")/install-terraform.sh" >/dev/null
 "$(dirname "$0")/install-prometheus.sh" >/dev/null

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,11 +31,14 @@ import (
 //     max-concurrent-streams handlers and ends a connection whose queue of
 //     unstarted ones passes four times that (ENHANCE_YOUR_CALM); on top of
 //     it, the edge closes a connection that resets more than
-//     h2ResetBurst streams in a burst or h2ResetRate a second over time;
+//     h2ResetBurst streams in a burst or h2ResetRate a second over time,
+//     the resets the server sends for the client's errors included;
 //   - PING, SETTINGS and PRIORITY floods: more than h2ControlBurst in a
 //     burst or h2ControlRate a second over time close the connection (net/http
 //     itself caps the acknowledgements it queues for a client that does
-//     not read them).
+//     not read them);
+//   - every other frame type (h2_frames.go): WINDOW_UPDATE beyond what the
+//     DATA sent needs, and frames that do no work, past budgets of their own.
 
 // Per-connection budgets of frames a client sends (token buckets). A
 // browser that leaves a page resets its streams at once; it never resets
@@ -57,9 +61,9 @@ type h2Metrics struct {
 func newH2Metrics() *h2Metrics {
 	m := &h2Metrics{floods: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeguard_tls_h2_floods_total",
-		Help: "HTTP/2 connections closed for a flood: rst_stream (rapid reset beyond the edge's budget), early_resets (net/http's queue of unstarted handlers full), control (PING, SETTINGS or PRIORITY frames beyond the budget).",
+		Help: "HTTP/2 connections closed for a flood, by the budget spent: rst_stream (the client's resets beyond the edge's budget), provoked_resets (resets the server sent for the client's protocol errors, on the same budget), early_resets (net/http's queue of unstarted handlers full), control (PING, SETTINGS, PRIORITY, PRIORITY_UPDATE or GOAWAY frames), window_update (WINDOW_UPDATE beyond what the DATA sent needs), empty_data (DATA without data or END_STREAM), ping_ack (PING ACK no PING asked for), continuation (empty CONTINUATION), unknown (frame types HTTP/2 does not define).",
 	}, []string{"frame"})}
-	for _, f := range []string{"rst_stream", "early_resets", "control"} {
+	for _, f := range h2FloodFrames {
 		m.floods.WithLabelValues(f)
 	}
 	return m
@@ -96,7 +100,9 @@ func (e *Edge) newH2Server() *h2Server {
 			// connection (a client that stopped reading).
 			WriteByteTimeout: e.cfg.WriteTimeout,
 			CountError: func(errType string) {
-				if errType == "too_many_early_resets" {
+				// net/http names an error by its kind and code, then
+				// its cause: "conn_ENHANCE_YOUR_CALM_too_many_early_resets".
+				if strings.HasSuffix(errType, "too_many_early_resets") {
 					h.m.floods.WithLabelValues("early_resets").Inc()
 				}
 			},
@@ -126,12 +132,8 @@ func (h *h2Server) serveConn(c net.Conn) error {
 	if !ok {
 		return errors.New("http2: not a TLS connection")
 	}
-	now := time.Now()
-	mc := &h2MeteredConn{
-		Conn: tc, state: tc.ConnectionState(), m: h.m, preface: len(http2Preface), closed: make(chan struct{}),
-		resets:  tokenBucket{tokens: h2ResetBurst, burst: h2ResetBurst, rate: h2ResetRate, last: now},
-		control: tokenBucket{tokens: h2ControlBurst, burst: h2ControlBurst, rate: h2ControlRate, last: now},
-	}
+	mc := &h2MeteredConn{Conn: tc, state: tc.ConnectionState(), closed: make(chan struct{})}
+	mc.init(h.m, h.hs.MaxHeaderBytes, time.Now())
 	select {
 	case h.ln.conns <- mc:
 	case <-h.ln.done:
@@ -324,33 +326,15 @@ func (c *h2StreamConn) gone() bool { return c.ctx.Err() != nil }
 
 // h2MeteredConn is an h2 connection as net/http sees it: the decrypted
 // stream (net.Conn only: net/http must not take it for TLS and look for
-// ALPN again). It counts the frames the client sends (net/http reads them
-// from one goroutine) and fails the read that spends a budget, which ends
-// the connection.
+// ALPN again). It meters the frames both ways (h2_frames.go: net/http
+// reads from one goroutine) and fails the read that spends a budget, which
+// ends the connection.
 type h2MeteredConn struct {
-	net.Conn        // the *serverTLSConn
-	state           tls.ConnectionState
-	closed          chan struct{}
-	closeOnce       sync.Once
-	m               *h2Metrics
-	preface         int // bytes of the client preface still to pass
-	hdr             [9]byte
-	hn              int // bytes of hdr read
-	skip            int // payload bytes still to pass
-	resets, control tokenBucket
-	err             error
-}
-
-func (c *h2MeteredConn) Read(b []byte) (int, error) {
-	if c.err != nil {
-		return 0, c.err
-	}
-	n, err := c.Conn.Read(b)
-	if ferr := c.scan(b[:n]); ferr != nil {
-		c.err = ferr
-		return 0, ferr
-	}
-	return n, err
+	net.Conn  // the *serverTLSConn
+	state     tls.ConnectionState
+	closed    chan struct{}
+	closeOnce sync.Once
+	h2Meter
 }
 
 // Close closes the connection and tells serveConn that net/http is done.
@@ -358,51 +342,6 @@ func (c *h2MeteredConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() { close(c.closed) })
 	return err
-}
-
-// HTTP/2 frame types and the ACK flag the meter looks at (RFC 9113 §6).
-const (
-	h2FramePriority  = 0x2
-	h2FrameRSTStream = 0x3
-	h2FrameSettings  = 0x4
-	h2FramePing      = 0x6
-	h2FlagAck        = 0x1
-)
-
-// scan follows the frame headers in p.
-func (c *h2MeteredConn) scan(p []byte) error {
-	for len(p) > 0 {
-		switch {
-		case c.preface > 0:
-			k := min(c.preface, len(p))
-			c.preface, p = c.preface-k, p[k:]
-			continue
-		case c.skip > 0:
-			k := min(c.skip, len(p))
-			c.skip, p = c.skip-k, p[k:]
-			continue
-		}
-		k := copy(c.hdr[c.hn:], p)
-		c.hn, p = c.hn+k, p[k:]
-		if c.hn < len(c.hdr) {
-			return nil
-		}
-		c.hn = 0
-		c.skip = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
-		switch typ, flags := c.hdr[3], c.hdr[4]; {
-		case typ == h2FrameRSTStream:
-			if !c.resets.take(time.Now()) {
-				c.m.floods.WithLabelValues("rst_stream").Inc()
-				return errH2Flood
-			}
-		case typ == h2FramePing && flags&h2FlagAck == 0, typ == h2FrameSettings && flags&h2FlagAck == 0, typ == h2FramePriority:
-			if !c.control.take(time.Now()) {
-				c.m.floods.WithLabelValues("control").Inc()
-				return errH2Flood
-			}
-		}
-	}
-	return nil
 }
 
 // tokenBucket allows burst events at once and rate a second over time.
