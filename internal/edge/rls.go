@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/strictjson"
 )
 
 // RLSConfig is the rate limit service listener: Envoy's global rate limit
@@ -205,7 +206,7 @@ func (e *Edge) loadRLSCache(prefix string) error {
 		return err
 	}
 	var docs map[string][]byte
-	if err := json.Unmarshal(data, &docs); err != nil {
+	if err := strictjson.Unmarshal(data, &docs); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	e.applyConsulRLS(prefix, docs)
