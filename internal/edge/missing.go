@@ -16,6 +16,7 @@ const (
 	docRules       = "rules"
 	docShedder     = "shedder"
 	docEnforcement = "enforcement"
+	docRLS         = "rls" // the rate limit service's documents, rls/<region>/
 )
 
 // missingDocs are the documents the edge found absent in Consul while it
@@ -33,17 +34,19 @@ type missingDocs struct {
 }
 
 func newMissingDocs(g *prometheus.GaugeVec) *missingDocs {
-	for _, d := range []string{docRules, docShedder, docEnforcement} {
-		g.WithLabelValues(d).Set(0)
-	}
 	return &missingDocs{gauge: g, since: map[string]time.Time{}}
 }
 
+// newMissingGauge is the gauge, each document's series at 0 from the start.
 func newMissingGauge() *prometheus.GaugeVec {
-	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "edgeguard_edge_consul_documents_missing",
-		Help: "1 while the edge keeps its last good document of this kind (rules, shedder, enforcement) because Consul holds none where it held one: a Consul rebuilt empty, a key deleted by hand. 0 otherwise. Clearing takes an explicit document, never an absent one.",
+		Help: "1 while the edge keeps its last good document of this kind (rules, shedder, enforcement, rls: every rate limit service document) because Consul holds none where it held one: a Consul rebuilt empty, a key deleted by hand. 0 otherwise. Clearing takes an explicit document, never an absent one.",
 	}, []string{"document"})
+	for _, d := range []string{docRules, docShedder, docEnforcement, docRLS} {
+		g.WithLabelValues(d).Set(0)
+	}
+	return g
 }
 
 // set records whether doc is missing and reports whether that changed.

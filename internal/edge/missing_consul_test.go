@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,4 +120,29 @@ func TestAbsentConsulDocumentsKeepTheLastGood(t *testing.T) {
 	waitMissing(t, b, docEnforcement, 0)
 	require.Equal(t, 1.0, metricValue(t, b, "edgeguard_edge_enforced_keys_ratio"))
 	require.Equal(t, readyz{http.StatusOK, "ready\n"}, getReadyz(t, b))
+}
+
+// The rate limit service's documents likewise: a Consul rebuilt empty
+// leaves the configuration in force, the document counted missing, the
+// service still answering from it.
+func TestAbsentRLSDocumentsKeepTheConfiguration(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	f := newRLSFixture(t, c)
+	out, code := f.push(t, rlsDoc) // user: 2 per hour
+	require.Equal(t, 0, code, out)
+	require.Eventually(t, func() bool { return f.limitOf(t, "probe") == 2 }, 15*time.Second, 10*time.Millisecond)
+	require.Zero(t, missingGauge(t, f.r, docRLS))
+
+	require.NoError(t, c.Stop())
+	require.NoError(t, c.Start())
+	waitMissing(t, f.r, docRLS, 1)
+	require.Equal(t, uint32(2), f.limitOf(t, "probe"), "the configuration in force stays")
+	require.Contains(t, getReadyz(t, f.r).body, "rls (since ")
+
+	out, code = f.push(t, strings.Replace(rlsDoc, "requests_per_unit: 2", "requests_per_unit: 9", 1))
+	require.Equal(t, 0, code, out)
+	waitMissing(t, f.r, docRLS, 0)
+	require.Equal(t, uint32(9), f.limitOf(t, "probe"))
 }
