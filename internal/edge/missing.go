@@ -70,17 +70,6 @@ func (m *missingDocs) set(doc string, missing bool) bool {
 	return true
 }
 
-// is reports whether doc is missing.
-func (m *missingDocs) is(doc string) bool {
-	if m == nil {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.since[doc]
-	return ok
-}
-
 // detail is readiness's line: "" when nothing is missing.
 func (m *missingDocs) detail() string {
 	if m == nil {
