@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/proc"
@@ -145,4 +146,43 @@ func TestAbsentRLSDocumentsKeepTheConfiguration(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	waitMissing(t, f.r, docRLS, 0)
 	require.Equal(t, uint32(9), f.limitOf(t, "probe"))
+}
+
+// Missing is per document: the region document the rules in force came
+// from, deleted by hand while the global one stays, keeps the rules (its
+// overrides are not dropped), and so does a later push of the global
+// document alone; an explicit region document applies both.
+func TestAbsentRegionDocumentKeepsTheRules(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rc := regionClient(t, c)
+	layout := rc.Layout()
+	off := "version: 1\nrules:\n  - id: per-ip\n    disabled: true\n"
+	push(t, rc, "eu-west", layout.GlobalRules(), tightGlobal)
+	push(t, rc, "eu-west", layout.RegionRules("eu-west"), off)
+	a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), "")
+	v1 := effectiveVersion(t, tightGlobal, off)
+	waitVersion(t, a, v1, time.Now())
+	require.Equal(t, []int{200, 200, 200}, codes(t, a, 3, "/"), "the region switches per-ip off")
+
+	// The region document deleted by hand and a new global document, in
+	// one transaction: the edge's first read of either sees both, so the
+	// missing gauge is the witness that it read the new global and kept
+	// its rules.
+	looser := strings.Replace(tightGlobal, "limit: 2", "limit: 3", 1)
+	ok, resp, _, err := rc.API().Txn().Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: layout.RegionRules("eu-west")}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: layout.GlobalRules(), Value: []byte(looser)}},
+	}, nil)
+	require.NoError(t, err)
+	require.True(t, ok, "%+v", resp)
+	waitMissing(t, a, docRules, 1)
+	require.Equal(t, v1, a.rules.Load().Version(), "the global document alone does not apply while the region's is missing")
+	require.Equal(t, []int{200}, codes(t, a, 1, "/"), "per-ip stays off")
+
+	empty := "version: 1\nrules: []\n"
+	push(t, rc, "eu-west", layout.RegionRules("eu-west"), empty)
+	waitVersion(t, a, effectiveVersion(t, looser, empty), time.Now())
+	require.Zero(t, missingGauge(t, a, docRules))
 }
