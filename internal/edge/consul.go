@@ -43,6 +43,15 @@ type consulLink struct {
 	enforcementFromConsul bool // so did the switch (or from its cache)
 }
 
+// setMissing is missingDocs.set, for callers whose edge may have no
+// Consul link (nil: nothing is recorded).
+func (l *consulLink) setMissing(doc string, missing bool) bool {
+	if l == nil {
+		return false
+	}
+	return l.missing.set(doc, missing)
+}
+
 // missingDetail is readiness's line on missing documents ("" for none).
 func (l *consulLink) missingDetail() string {
 	if l == nil {

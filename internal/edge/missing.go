@@ -16,7 +16,8 @@ const (
 	docRules       = "rules"
 	docShedder     = "shedder"
 	docEnforcement = "enforcement"
-	docRLS         = "rls" // the rate limit service's documents, rls/<region>/
+	docRLS         = "rls"     // the rate limit service's documents, rls/<region>/
+	docCatalog     = "catalog" // the region catalog, regions/catalog (global rules)
 )
 
 // missingDocs are the documents the edge found absent in Consul while it
@@ -41,9 +42,9 @@ func newMissingDocs(g *prometheus.GaugeVec) *missingDocs {
 func newMissingGauge() *prometheus.GaugeVec {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "edgeguard_edge_consul_documents_missing",
-		Help: "1 while the edge keeps its last good document of this kind (rules, shedder, enforcement, rls: every rate limit service document) because Consul holds none where it held one: a Consul rebuilt empty, a key deleted by hand. 0 otherwise. Clearing takes an explicit document, never an absent one.",
+		Help: "1 while the edge keeps its last good document of this kind (rules, shedder, enforcement, rls: every rate limit service document, catalog: the region catalog) because Consul holds none where it held one: a Consul rebuilt empty, a key deleted by hand. 0 otherwise. Clearing takes an explicit document, never an absent one.",
 	}, []string{"document"})
-	for _, d := range []string{docRules, docShedder, docEnforcement, docRLS} {
+	for _, d := range []string{docRules, docShedder, docEnforcement, docRLS, docCatalog} {
 		g.WithLabelValues(d).Set(0)
 	}
 	return g

@@ -186,3 +186,35 @@ func TestAbsentRegionDocumentKeepsTheRules(t *testing.T) {
 	waitVersion(t, a, effectiveVersion(t, looser, empty), time.Now())
 	require.Zero(t, missingGauge(t, a, docRules))
 }
+
+// The region catalog likewise: deleted from Consul, the edge keeps the
+// regions it had (its global rules still lease from their home regions)
+// instead of falling back to its own region alone.
+func TestAbsentCatalogKeepsTheRegions(t *testing.T) {
+	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer c.Close()
+	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rd.Close() })
+	rc := regionClient(t, c)
+	cat := fmt.Sprintf(`{"regions":[{"name":"eu-west","redis":%q},{"name":"us-east","redis":%q}]}`, rd.URL(), rd.URL())
+	_, err = rc.API().KV().Put(&api.KVPair{Key: rc.Layout().Catalog(), Value: []byte(cat)}, nil)
+	require.NoError(t, err)
+	a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), "", func(cfg *Config) {
+		cfg.Redis, cfg.KeySalt = rd.URL(), testenv.KeyPrefix(t)
+	})
+	away := `edgeguard_limiter_global_fallback_share{home="us-east"}`
+	require.Eventually(t, func() bool { return strings.Contains(scrape(t, a), away) }, 10*time.Second, 20*time.Millisecond, "the catalog loaded")
+	require.Zero(t, missingGauge(t, a, docCatalog))
+
+	_, err = rc.API().KV().Delete(rc.Layout().Catalog(), nil)
+	require.NoError(t, err)
+	waitMissing(t, a, docCatalog, 1)
+	require.Contains(t, scrape(t, a), away, "us-east is still a region")
+	require.Contains(t, getReadyz(t, a).body, "catalog (since ")
+
+	_, err = rc.API().KV().Put(&api.KVPair{Key: rc.Layout().Catalog(), Value: []byte(cat)}, nil)
+	require.NoError(t, err)
+	waitMissing(t, a, docCatalog, 0)
+}

@@ -162,7 +162,7 @@ func (e *Edge) rlsFromConsul() bool { return e.rls != nil && e.cfg.RLS.ConfigDir
 // force stays.
 func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
 	if len(docs) == 0 && e.rls.srv.Config() != nil {
-		if e.consul.missing.set(docRLS, true) {
+		if e.consul.setMissing(docRLS, true) {
 			e.log.Warn("rate limit service documents missing in consul; keeping the configuration in force", "prefix", prefix)
 		}
 		return
@@ -183,7 +183,7 @@ func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
 			e.rls.grpc.SetServing(false)
 		}
 	}
-	e.consul.missing.set(docRLS, false)
+	e.consul.setMissing(docRLS, false)
 	e.log.Info("rate limit service documents from consul loaded", "documents", len(docs), "domains", len(e.rls.srv.Config().Domains()))
 	// Registered again: a service left critical (no documents) long
 	// enough for the agent to drop it comes back with its first ones.
