@@ -180,6 +180,7 @@ func (l *consulLink) readFirst(ctx context.Context) {
 			l.missing.set(docEnforcement, true)
 			e.log.Warn("no enforcement switch in consul at start; running the cached one until one is pushed", "key", client.Layout().Enforcement(e.cfg.Region), "switch", e.enforce.Load().String())
 		} else if err := l.applyEnforcement(data); err != nil {
+			e.metrics.rulesErrors.Inc()
 			e.log.Error("enforcement switch from consul refused; enforcing every key", "err", err)
 		}
 	} else if _, cerr := l.loadEnforcementCache(); cerr != nil {

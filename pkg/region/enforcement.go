@@ -34,7 +34,10 @@ const (
 //	{"mode": "enforce", "percent": 10}   10 % of each rule's keys are enforced,
 //	                                     the others count as shadow
 //
-// An absent document, or {"mode": "enforce"}, enforces every key.
+// An absent document, or {"mode": "enforce"}, enforces every key; an edge
+// that ran a switch keeps it while the document is absent (a Consul rebuilt
+// empty must not change a region's switch), so {"mode": "enforce"} is how
+// a switch is cleared.
 type Enforcement struct {
 	Mode string `json:"mode"`
 	// Percent is the share of keys enforced in mode enforce, 0 to 100 in
