@@ -364,12 +364,12 @@ func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion st
 }
 
 // refuseEmpty refuses, unless --allow-empty, a push that leaves a region
-// with no rule at all. Edges keep their rules when the documents are
+// with no rule at all (a dry run of one too: it shows what the push does). Edges keep their rules when the documents are
 // absent (a Consul rebuilt empty must not switch a region off), so an
 // explicit empty document is the one way to clear them, and one a slip
 // (the wrong file, a generator that produced nothing) must not take.
 func (a *app) refuseEmpty(plans []plan, sf *safety, file string) error {
-	if sf == nil || sf.allowEmpty || sf.dryRun {
+	if sf == nil || sf.allowEmpty {
 		return nil
 	}
 	var regions []string

@@ -84,6 +84,11 @@ func TestPushLeavingNoRulesNeedsAllowEmpty(t *testing.T) {
 	require.Contains(t, r.stderr, "leaves eu-west with no rules at all")
 	require.Contains(t, r.stderr, "--allow-empty")
 	require.Nil(t, kv(t, euWest, p+"rules/global"), "nothing written")
+	r = run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--global", "--dry-run", empty)
+	require.Equal(t, ExitInvalid, r.code, "a dry run says what the push would do: %s", r)
+	r = run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--global", "--dry-run", "--allow-empty", empty)
+	require.Equal(t, ExitOK, r.code, r)
+	require.Nil(t, kv(t, euWest, p+"rules/global"), "nothing written")
 
 	one := file(t, "version: 1\nrules:\n  - {id: per-ip, key: [ip], algorithm: fixed_window, limit: 10, window: 1m}\n")
 	r = run(t, "rules", "push", "--prefix", p, "--region", "eu-west", "--global", one)
