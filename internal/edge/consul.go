@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,32 @@ type consulLink struct {
 	reg       region.Registration
 	rlsReg    *region.RLSRegistration // with --rls-listen: its own service
 	changed   chan struct{}           // the rules version changed: re-register
+	missing   *missingDocs
+
+	// Which rules documents the rules in force came from (global,
+	// region): one of them absent since is missing, not a clear. Only
+	// the goroutine applying the rules (readFirst, then the watch) uses
+	// it, as shedderFromConsul.
+	hadRules              [2]bool
+	shedderFromConsul     bool // the shedder settings in force came from Consul
+	enforcementFromConsul bool // so did the switch (or from its cache)
+}
+
+// setMissing is missingDocs.set, for callers whose edge may have no
+// Consul link (nil: nothing is recorded).
+func (l *consulLink) setMissing(doc string, missing bool) bool {
+	if l == nil {
+		return false
+	}
+	return l.missing.set(doc, missing)
+}
+
+// missingDetail is readiness's line on missing documents ("" for none).
+func (l *consulLink) missingDetail() string {
+	if l == nil {
+		return ""
+	}
+	return l.missing.detail()
 }
 
 func consulConfig(c Config) *api.Config {
@@ -104,6 +131,7 @@ func (e *Edge) newConsulLink(client *region.Client, cache string) *consulLink {
 		client:    client,
 		cachePath: cache,
 		changed:   make(chan struct{}, 1),
+		missing:   newMissingDocs(e.metrics.consulMissing),
 		reg: region.Registration{
 			ID:       fmt.Sprintf("edge-%s-%s-%s-%s", e.cfg.Region, e.cfg.PoP, host, port),
 			Region:   e.cfg.Region,
@@ -142,10 +170,20 @@ func (l *consulLink) readFirst(ctx context.Context) {
 	// region runs in shadow must not enforce until the watch starts — nor
 	// while Consul is unreachable: then the cached switch applies.
 	if data, _, err := client.Get(ctx, e.cfg.Region, client.Layout().Enforcement(e.cfg.Region)); err == nil {
-		if err := l.applyEnforcement(data); err != nil {
+		// None in Consul: the one this edge last ran, if it kept one (a
+		// Consul rebuilt empty must not change the region's switch).
+		cached := false
+		if !hasText(data) {
+			cached, _ = l.loadEnforcementCache()
+		}
+		if cached {
+			l.missing.set(docEnforcement, true)
+			e.log.Warn("no enforcement switch in consul at start; running the cached one until one is pushed", "key", client.Layout().Enforcement(e.cfg.Region), "switch", e.enforce.Load().String())
+		} else if err := l.applyEnforcement(data); err != nil {
+			e.metrics.rulesErrors.Inc()
 			e.log.Error("enforcement switch from consul refused; enforcing every key", "err", err)
 		}
-	} else if cerr := l.loadEnforcementCache(); cerr != nil {
+	} else if _, cerr := l.loadEnforcementCache(); cerr != nil {
 		e.log.Warn("no enforcement switch from consul nor from the cache: enforcing every key", "err", err, "cache_err", cerr)
 	}
 	// The rate limit service's documents likewise: the watch reads them
@@ -159,6 +197,14 @@ func (l *consulLink) readFirst(ctx context.Context) {
 	}
 	err := region.Recover(func() error {
 		docs, err := client.ReadDocs(ctx, e.cfg.Region)
+		if err == nil && !hasText(docs.Global) && !hasText(docs.Region) && l.loadCache() == nil {
+			// No rules document in Consul, but rules on disk: the region's
+			// last rules, kept as if this edge had run on.
+			l.missing.set(docRules, true)
+			e.log.Warn("no rules documents in consul at start; enforcing the cached rules until one is pushed", "version", e.rules.Load().Version(), "cache", l.cachePath,
+				"global", client.Layout().GlobalRules(), "region", client.Layout().RegionRules(e.cfg.Region))
+			return nil
+		}
 		if err == nil {
 			err = l.applyDocs(docs)
 		}
@@ -231,12 +277,24 @@ func localAddr(addr string) string {
 	return net.JoinHostPort(host, port)
 }
 
+// hasText says whether a document holds anything: an absent key, or one
+// holding only white space, is no document.
+func hasText(data []byte) bool { return len(bytes.TrimSpace(data)) > 0 }
+
 // applyDocs merges the region's documents and swaps them in; the last good
-// rules are written to the cache.
+// rules are written to the cache. A document missing where the rules in
+// force had one keeps those rules (keepRules).
 func (l *consulLink) applyDocs(docs region.Docs) error {
+	if l.keepRules(docs) {
+		return nil
+	}
 	snap, doc, err := rules.Effective(docs.Global, docs.Region, l.e.compileOptions()...)
 	if err := l.e.applySnapshot(snap, err); err != nil {
 		return fmt.Errorf("rules from consul refused: %w", err)
+	}
+	l.hadRules = [2]bool{hasText(docs.Global), hasText(docs.Region)}
+	if l.missing.set(docRules, false) {
+		l.e.log.Info("rules documents are back in consul; the missing document alert clears", "version", snap.Version())
 	}
 	if l.cachePath == "" {
 		return nil
@@ -249,6 +307,31 @@ func (l *consulLink) applyDocs(docs region.Docs) error {
 		l.e.log.Warn("could not cache rules", "path", l.cachePath, "err", err)
 	}
 	return nil
+}
+
+// keepRules says whether docs lack a rules document the edge's rules need:
+// none at all, or one the rules in force came from. Then the rules in force
+// stay and the document counts as missing. An edge without rules yet takes
+// what there is, as before.
+func (l *consulLink) keepRules(docs region.Docs) bool {
+	snap := l.e.rules.Load()
+	has := [2]bool{hasText(docs.Global), hasText(docs.Region)}
+	gone := !has[0] && !has[1] || l.hadRules[0] && !has[0] || l.hadRules[1] && !has[1]
+	if snap == nil || !gone {
+		return false
+	}
+	if l.missing.set(docRules, true) {
+		layout := l.client.Layout()
+		var absent []string
+		for i, key := range []string{layout.GlobalRules(), layout.RegionRules(l.e.cfg.Region)} {
+			if !has[i] {
+				absent = append(absent, key)
+			}
+		}
+		l.e.log.Warn("rules documents missing in consul; keeping the rules in force (an explicit document, rules: [], clears them)",
+			"absent", strings.Join(absent, ","), "version", snap.Version(), "rules", len(snap.Rules()))
+	}
+	return true
 }
 
 func (l *consulLink) loadCache() error {
@@ -380,9 +463,17 @@ func (l *consulLink) guard(ctx context.Context, what string, loop func(context.C
 }
 
 // applyShedder applies the region's shedder document; none means the
-// settings the edge started with.
+// settings the edge started with, unless the settings in force came from
+// Consul: then they stay, and the document counts as missing (`shedder set
+// --reset` writes the defaults explicitly).
 func (l *consulLink) applyShedder(data []byte) error {
-	if len(data) == 0 {
+	if !hasText(data) {
+		if l.shedderFromConsul {
+			if l.missing.set(docShedder, true) {
+				l.e.log.Warn("shedder settings missing in consul; keeping the settings in force", "key", l.client.Layout().Shedder(l.e.cfg.Region))
+			}
+			return nil
+		}
 		if l.e.cfg.Shedder != "" {
 			return l.e.loadShedder()
 		}
@@ -395,6 +486,8 @@ func (l *consulLink) applyShedder(data []byte) error {
 	if err := l.e.shed.Update(cfg); err != nil {
 		return err
 	}
+	l.shedderFromConsul = true
+	l.missing.set(docShedder, false)
 	l.e.log.Info("shedder settings from consul applied", "good", cfg.Good, "bad", cfg.Bad, "start_after", cfg.StartAfter, "full_after", cfg.FullAfter, "enabled", cfg.Enabled)
 	return nil
 }

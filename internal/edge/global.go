@@ -25,6 +25,10 @@ type globalRegions struct {
 	mu sync.Mutex
 	// clients by region, with the URL and mode they were built for.
 	clients map[string]homeClient
+	// fromConsul: the regions in force came from a catalog document, so
+	// the document going absent is a missing document, not "this region
+	// alone" (missing.go).
+	fromConsul bool
 }
 
 type homeClient struct {
@@ -60,6 +64,12 @@ func (gr *globalRegions) apply(data []byte) error {
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
 	local := gr.e.cfg.Region
+	if data == nil && gr.fromConsul {
+		if gr.e.consul.setMissing(docCatalog, true) {
+			gr.e.log.Warn("region catalog missing in consul; keeping the regions in force", "key", region.NewLayout(gr.e.cfg.ConsulPrefix).Catalog())
+		}
+		return nil
+	}
 	cat := region.Catalog{Regions: []region.CatalogRegion{{Name: local}}}
 	if data != nil {
 		var err error
@@ -113,6 +123,8 @@ func (gr *globalRegions) apply(data []byte) error {
 		return err
 	}
 	gr.clients = next
+	gr.fromConsul = data != nil
+	gr.e.consul.setMissing(docCatalog, false)
 	gr.e.log.Info("region catalog loaded", "regions", cat.Names())
 	return nil
 }

@@ -35,6 +35,7 @@ type metrics struct {
 	limiterError  prometheus.Counter
 	consulErrors  prometheus.Counter
 	consulPanics  prometheus.Counter
+	consulMissing *prometheus.GaugeVec // document (missing.go)
 	connsRefused  prometheus.Counter
 	refused       map[string]prometheus.Counter
 	tls           *tlsMetrics // TLS and the PROXY protocol (tls.go)
@@ -114,6 +115,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.tls = newTLSMetrics()
 	m.h2 = newH2Metrics()
 	m.enforce = newEnforcementMetrics()
+	m.consulMissing = newMissingGauge()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned} {
@@ -132,7 +134,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	})
 	build.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.escapes, m.penaltyErrors, m.countsDropped, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.connsRefused, refused, build} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.escapes, m.penaltyErrors, m.countsDropped, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.consulMissing, m.connsRefused, refused, build} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range append(append(m.tls.collectors(), m.h2.floods), m.enforce.collectors()...) {

@@ -12,8 +12,18 @@ import (
 // balancers: 503 when this node should get no traffic (draining, no rules,
 // or a fail-closed store that cannot decide), 200 otherwise — with a body
 // that says "degraded" and why while the store fails and the fail mode
-// still serves (the fallback enforces limit/N per node).
+// still serves (the fallback enforces limit/N per node), and which
+// documents Consul lost while the edge keeps its last good ones
+// (missing.go).
 func (e *Edge) readiness() (int, string) {
+	code, body := e.readinessOf()
+	if d := e.consul.missingDetail(); d != "" && code == http.StatusOK {
+		body += "; " + d
+	}
+	return code, body
+}
+
+func (e *Edge) readinessOf() (int, string) {
 	if e.draining.Load() {
 		return http.StatusServiceUnavailable, "draining"
 	}

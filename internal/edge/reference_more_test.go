@@ -186,7 +186,9 @@ func shedderReference(t *testing.T) string {
 	var b strings.Builder
 	b.WriteString("# Shedder settings\n\nGenerated from pkg/shedder (`go test ./internal/edge -run TestReferenceDocs -update-reference`).\n" +
 		"The settings of a region live in Consul (`regionctl shedder set --region R key=value…`) or in the `--shedder` file (JSON or YAML); " +
-		"unknown keys are refused with the nearest valid name.\n\n")
+		"unknown keys are refused with the nearest valid name, and so are keys in another case (`ENABLED`) and a key given twice: " +
+		"the edges and regionctl read the document one way (pkg/strictjson). A document missing from Consul leaves the settings in force " +
+		"(`regionctl shedder set --region R --reset` writes the defaults).\n\n")
 	section := func(title, typ string, rt reflect.Type, defaults map[string]json.RawMessage, prefix string) {
 		docs := fieldDocs(t, dir, typ)
 		fmt.Fprintf(&b, "## %s\n\n| setting | type | default | meaning |\n|---|---|---|---|\n", title)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/strictjson"
 )
 
 // RLSConfig is the rate limit service listener: Envoy's global rate limit
@@ -205,8 +206,16 @@ func (e *Edge) rlsFromConsul() bool { return e.rls != nil && e.cfg.RLS.ConfigDir
 // applyConsulRLS loads the region's rate limit service documents from
 // Consul (by key); an invalid set is refused, logged and counted
 // (edgeguard_rls_config_loads_total{outcome="error"}), and the
-// configuration in force stays.
+// configuration in force stays. No document at all, once there was a
+// configuration, is a missing document (missing.go): the configuration in
+// force stays.
 func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
+	if len(docs) == 0 && e.rls.srv.Config() != nil {
+		if e.consul.setMissing(docRLS, true) {
+			e.log.Warn("rate limit service documents missing in consul; keeping the configuration in force", "prefix", prefix)
+		}
+		return
+	}
 	byKey := make(map[string][]byte, len(docs))
 	for name, d := range docs {
 		byKey[prefix+name] = d
@@ -223,6 +232,7 @@ func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
 			e.rls.grpc.SetServing(false)
 		}
 	}
+	e.consul.setMissing(docRLS, false)
 	e.log.Info("rate limit service documents from consul loaded", "documents", len(docs), "domains", len(e.rls.srv.Config().Domains()))
 	// Registered again: a service left critical (no documents) long
 	// enough for the agent to drop it comes back with its first ones.
@@ -254,7 +264,7 @@ func (e *Edge) loadRLSCache(prefix string) error {
 		return err
 	}
 	var docs map[string][]byte
-	if err := json.Unmarshal(data, &docs); err != nil {
+	if err := strictjson.Unmarshal(data, &docs); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	e.applyConsulRLS(prefix, docs)

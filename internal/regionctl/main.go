@@ -114,6 +114,9 @@ document's ModifyIndex in the same Consul transaction that appends the history
 entry (author, host, time, message), so a concurrent push fails with a conflict.
 A push validates FILE and each region's resulting effective rules first and
 writes nothing if any is invalid. --all writes the regions one by one.
+A push (or rollback) that leaves a region with no rule at all is refused
+(exit 4) unless --allow-empty: edges keep their rules when the documents are
+absent, so an explicit empty document (rules: []) is how every rule is cleared.
 A document over 192 KiB is stored in parts with a manifest (see docs/regionctl.md); parts
 no manifest names any more are deleted by a push once the region's edges have
 converged, and kept until then.

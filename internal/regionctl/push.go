@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
 // oneByOne is said whenever a push targets several regions.
@@ -77,6 +78,9 @@ type plan struct {
 	before     string // effective version now
 	after      string // effective version once written
 	unchanged  bool
+	// empty: once written, the region's effective rules hold no rule
+	// (every rule cleared), which takes --allow-empty.
+	empty bool
 	// storedInParts: the document being replaced is stored in parts, so
 	// the push may leave parts for CollectParts.
 	storedInParts bool
@@ -103,8 +107,10 @@ func (s *session) plan(d docFlags, data []byte, version string) plan {
 	if p.before, err = s.a.effectiveVersion(docs); err != nil {
 		p.before = "invalid"
 	}
-	if p.after, err = s.a.effectiveVersion(with(docs, d, data)); err != nil {
+	if after, err := s.a.effective(with(docs, d, data)); err != nil {
 		p.err = invalidf("the effective rules of %s would be invalid: %s", d.region, oneLine(err))
+	} else {
+		p.after, p.empty = rules.Version(after), len(after.Rules) == 0
 	}
 	p.converged = p.err == nil && s.convergedOn(d.region, p.before)
 	return p
@@ -226,13 +232,14 @@ func (r pushResult) line(verb string) string {
 
 // rules push (--region R [--global] | --all) FILE
 func (a *app) rulesPush(args []string) error {
-	fs := a.flags("rules push", "(--region R [--global] | --all) [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] FILE")
+	fs := a.flags("rules push", "(--region R [--global] | --all) [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] [--allow-empty] FILE")
 	var d docFlags
 	var all bool
 	d.register(fs)
 	fs.BoolVar(&all, "all", false, "write FILE as the global document into every region, one by one")
 	m := a.metaFlags(fs)
 	sf := a.safetyFlags(fs)
+	sf.allowEmptyFlag(fs)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -303,6 +310,9 @@ func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion st
 		}
 		return reported(ExitInvalid, head)
 	}
+	if err := a.refuseEmpty(plans, sf, file); err != nil {
+		return err
+	}
 	if err := a.guard(s, plans, sf, file); err != nil || sf.dryRun {
 		return err
 	}
@@ -353,15 +363,44 @@ func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion st
 	return &codedError{code: code, msg: head}
 }
 
+// refuseEmpty refuses, unless --allow-empty, a push that leaves a region
+// with no rule at all (a dry run of one too: it shows what the push does). Edges keep their rules when the documents are
+// absent (a Consul rebuilt empty must not switch a region off), so an
+// explicit empty document is the one way to clear them, and one a slip
+// (the wrong file, a generator that produced nothing) must not take.
+func (a *app) refuseEmpty(plans []plan, sf *safety, file string) error {
+	if sf == nil || sf.allowEmpty {
+		return nil
+	}
+	var regions []string
+	for _, p := range plans {
+		if p.err == nil && !p.unchanged && p.empty {
+			regions = append(regions, p.d.region)
+		}
+	}
+	if len(regions) == 0 {
+		return nil
+	}
+	head := fmt.Sprintf("refusing to push %s: it leaves %s with no rules at all, so the region's edges would limit nothing; "+
+		"to clear every rule, push it again with --allow-empty; nothing was written", file, strings.Join(regions, ", "))
+	if a.json() {
+		a.emitJSON(map[string]any{"file": file, "status": "invalid", "error": head, "regions": regions,
+			"exit_code": ExitInvalid, "reason": reasonOf(ExitInvalid)})
+	}
+	fmt.Fprintln(a.stderr, "regionctl: "+head)
+	return reported(ExitInvalid, head)
+}
+
 // rules rollback --region R [--global] [--to VERSION]
 func (a *app) rulesRollback(args []string) error {
-	fs := a.flags("rules rollback", "--region R [--global] [--to VERSION] [--message M] [--author A] [--expect-version V] [--dry-run] [--yes]")
+	fs := a.flags("rules rollback", "--region R [--global] [--to VERSION] [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] [--allow-empty]")
 	var d docFlags
 	var to string
 	d.register(fs)
 	fs.StringVar(&to, "to", "", "document `version` (or history seq) to restore; default: the previous one")
 	m := a.metaFlags(fs)
 	sf := a.safetyFlags(fs)
+	sf.allowEmptyFlag(fs)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err

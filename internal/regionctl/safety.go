@@ -25,6 +25,12 @@ type safety struct {
 	dryRun, yes bool
 	expect      string
 	prometheus  string
+	allowEmpty  bool // rules push and rollback: a push may leave a region no rule
+}
+
+// allowEmptyFlag is --allow-empty, for the pushes of rules documents.
+func (sf *safety) allowEmptyFlag(fs *flag.FlagSet) {
+	fs.BoolVar(&sf.allowEmpty, "allow-empty", false, "push even though the region's effective rules would hold no rule: the one way to clear every rule (an absent document never does: edges keep their rules)")
 }
 
 func (a *app) safetyFlags(fs *flag.FlagSet) *safety {

@@ -1,7 +1,6 @@
 package region
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"slices"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/edgeguard/edgeguard/pkg/strictjson"
 )
 
 // Catalog is the deployment's regions and where each one's Redis is, for
@@ -47,9 +48,7 @@ func (l Layout) Catalog() string { return l.Prefix + "regions/catalog" }
 // reports every problem at once.
 func ParseCatalog(data []byte) (Catalog, error) {
 	var c Catalog
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := strictjson.Unmarshal(data, &c); err != nil {
 		return Catalog{}, fmt.Errorf("region catalog: %w", err)
 	}
 	var errs []error

@@ -11,6 +11,8 @@ import (
 	"math"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/edgeguard/edgeguard/pkg/strictjson"
 )
 
 // KindEnforcement is the history kind of a region's enforcement switch.
@@ -32,7 +34,10 @@ const (
 //	{"mode": "enforce", "percent": 10}   10 % of each rule's keys are enforced,
 //	                                     the others count as shadow
 //
-// An absent document, or {"mode": "enforce"}, enforces every key.
+// An absent document, or {"mode": "enforce"}, enforces every key; an edge
+// that ran a switch keeps it while the document is absent (a Consul rebuilt
+// empty must not change a region's switch), so {"mode": "enforce"} is how
+// a switch is cleared.
 type Enforcement struct {
 	Mode string `json:"mode"`
 	// Percent is the share of keys enforced in mode enforce, 0 to 100 in
@@ -46,8 +51,9 @@ type Enforcement struct {
 // DefaultEnforcement enforces everything.
 func DefaultEnforcement() Enforcement { return Enforcement{Mode: ModeEnforce, Percent: 100} }
 
-// ParseEnforcement reads an enforcement document strictly (unknown fields
-// are errors); empty data is the default. A missing percent is 100.
+// ParseEnforcement reads an enforcement document strictly (pkg/strictjson:
+// unknown keys, keys in another case and repeated keys are errors); empty
+// data is the default. A missing percent is 100.
 func ParseEnforcement(data []byte) (Enforcement, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return DefaultEnforcement(), nil
@@ -56,13 +62,8 @@ func ParseEnforcement(data []byte) (Enforcement, error) {
 		Mode    string   `json:"mode"`
 		Percent *float64 `json:"percent"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
+	if err := strictjson.Unmarshal(data, &raw); err != nil {
 		return Enforcement{}, fmt.Errorf("parsing enforcement switch: %w", err)
-	}
-	if dec.More() {
-		return Enforcement{}, errors.New("parsing enforcement switch: data after the JSON object")
 	}
 	en := Enforcement{Mode: raw.Mode, Percent: 100}
 	if raw.Percent != nil {
@@ -85,10 +86,22 @@ func (en Enforcement) Validate() error {
 	switch {
 	case math.IsNaN(en.Percent) || en.Percent < 0 || en.Percent > 100:
 		errs = append(errs, fmt.Errorf("percent: must be between 0 and 100, got %v", en.Percent))
+	case !onStep(en.Percent):
+		// A finer share would be rounded to a bucket: 0.001 would enforce
+		// one key in 10,000 while saying (and the gauge showing) otherwise.
+		errs = append(errs, fmt.Errorf("percent: must be in steps of 0.01 (one key in %d), got %v", Buckets, en.Percent))
 	case en.Mode == ModeShadow && en.Percent != 100:
 		errs = append(errs, errors.New("percent: only with mode enforce (shadow enforces no key)"))
 	}
 	return errors.Join(errs...)
+}
+
+// onStep says whether percent is a whole number of buckets (steps of
+// 0.01), allowing for the binary spelling of decimals (33.33 × 100 is
+// 3332.9999999999995).
+func onStep(percent float64) bool {
+	b := percent * Buckets / 100
+	return math.Abs(b-math.Round(b)) < 1e-6
 }
 
 // Marshal is the switch as stored: canonical JSON.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/edgeguard/edgeguard/pkg/strictjson"
 )
 
 // A rules document larger than one Consul value (kv_max_value_size, 512 KiB
@@ -86,7 +87,7 @@ func ParseManifest(value []byte) (*Manifest, error) {
 		return nil, nil
 	}
 	var m Manifest
-	if err := json.Unmarshal(value, &m); err != nil {
+	if err := strictjson.Unmarshal(value, &m); err != nil {
 		return nil, fmt.Errorf("decoding rules manifest: %w: %w", ErrInvalidManifest, err)
 	}
 	if err := m.validate(); err != nil {

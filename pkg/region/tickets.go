@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/edgeguard/edgeguard/pkg/strictjson"
 )
 
 // The region's TLS session-ticket keys, shared by its edges so a client
@@ -53,9 +55,7 @@ func (t TicketKeys) MarshalJSON() ([]byte, error) {
 // key.
 func ParseTicketKeys(data []byte) (TicketKeys, error) {
 	var j ticketKeysJSON
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&j); err != nil {
+	if err := strictjson.Unmarshal(data, &j); err != nil {
 		return TicketKeys{}, fmt.Errorf("session ticket keys: %w", err)
 	}
 	if len(j.Keys) == 0 {

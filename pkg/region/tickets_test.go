@@ -26,11 +26,13 @@ func TestTicketKeysRotateAndParse(t *testing.T) {
 	require.True(t, keys.Rotated.Equal(back.Rotated))
 
 	for name, doc := range map[string]string{
-		"no key":        `{"keys": [], "rotated": "2026-01-02T03:04:05Z"}`,
-		"short key":     `{"keys": ["00ff"], "rotated": "2026-01-02T03:04:05Z"}`,
-		"not hex":       `{"keys": ["zz00000000000000000000000000000000000000000000000000000000000000"]}`,
-		"unknown field": `{"keys": ["0000000000000000000000000000000000000000000000000000000000000000"], "x": 1}`,
-		"not JSON":      `keys`,
+		"no key":                  `{"keys": [], "rotated": "2026-01-02T03:04:05Z"}`,
+		"short key":               `{"keys": ["00ff"], "rotated": "2026-01-02T03:04:05Z"}`,
+		"not hex":                 `{"keys": ["zz00000000000000000000000000000000000000000000000000000000000000"]}`,
+		"unknown field":           `{"keys": ["0000000000000000000000000000000000000000000000000000000000000000"], "x": 1}`,
+		"not JSON":                `keys`,
+		"a field in another case": `{"Keys": ["0000000000000000000000000000000000000000000000000000000000000000"]}`,
+		"a field twice":           `{"keys": ["0000000000000000000000000000000000000000000000000000000000000000"], "keys": ["0000000000000000000000000000000000000000000000000000000000000000"]}`,
 	} {
 		_, err := ParseTicketKeys([]byte(doc))
 		require.Error(t, err, name)

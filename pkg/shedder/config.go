@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/edgeguard/edgeguard/pkg/strictjson"
 	"github.com/edgeguard/edgeguard/pkg/suggest"
 )
 
@@ -385,6 +386,11 @@ func ParseConfig(data []byte) (Config, error) {
 		data = js
 	}
 	cfg := DefaultConfig()
+	// Keys exactly as the fields spell them, each once: encoding/json
+	// alone would apply {"ENABLED": false} and the last of two "enabled".
+	if err := strictjson.Check(data, &cfg); err != nil {
+		return Config{}, fmt.Errorf("shedder: parse config: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {

@@ -105,6 +105,11 @@ func TestParseConfig(t *testing.T) {
 		"trailing data":        `{} {}`,
 		"not json":             `good=0.6`,
 		"invalid values":       `{"good": 0.9, "bad": 0.5}`,
+		// encoding/json alone would apply these: the shedder off.
+		"a field in another case":        `{"ENABLED": false}`,
+		"a nested field in another case": `{"tiers": {"Paths": []}}`,
+		"a field twice":                  `{"enabled": true, "enabled": false}`,
+		"a field in another case, YAML":  "ENABLED: false\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(data))
