@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -16,7 +17,8 @@ import (
 // Check is `edge check [flags]`: it validates offline, without binding a
 // port or contacting Redis or Consul, everything the flags name — the
 // settings (command line, environment, --config), the --rules file
-// against them, the --shedder file, the --rls-config-dir documents — and prints every problem in one pass.
+// against them, the --shedder file, the --rls-config-dir documents, the certificates of --tls-cert-dir,
+// --tls-default-cert and --rls-tls-cert — and prints every problem in one pass.
 // It returns the exit code: 0 all valid, 1 problems found, 2 usage.
 func Check(args, environ []string, stdout, stderr io.Writer) int {
 	var usage bytes.Buffer
@@ -44,6 +46,13 @@ func Check(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.TLSCertDir != "" || cfg.TLSDefaultCert != "" {
 		problems = append(problems, checkCerts(cfg))
+	}
+	if cfg.RLS.TLSCert != "" && cfg.RLS.TLSKey != "" {
+		// The same reading and chain validation the rate limit service's
+		// listener does at start (certstore.Validate).
+		if _, err := rls.TLSConfig(cfg.RLS.TLSCert, cfg.RLS.TLSKey, cfg.RLS.ClientCA); err != nil {
+			problems = append(problems, fmt.Errorf("rls-tls-cert %s: %w", cfg.RLS.TLSCert, err))
+		}
 	}
 	if cfg.RLS.ConfigDir != "" {
 		if _, err := rlsconfig.LoadDir(cfg.RLS.ConfigDir, cfg.RLS.MergeDomains); err != nil {

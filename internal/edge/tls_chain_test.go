@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,4 +66,19 @@ func TestTLSUnusableChainRefused(t *testing.T) {
 	writeAtomically(t, filepath.Join(site.dir, "shop.pem"), good.Bundle())
 	out.Reset()
 	require.Equal(t, 0, Check([]string{"--demo-origin", "--listen-tls", "127.0.0.1:0", "--tls-cert-dir", site.dir}, nil, &out, &errOut), out.String())
+
+	// And the rate limit service's certificate, as its listener reads it.
+	rlsDir, certDir := t.TempDir(), t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(rlsDir, "rls.yaml"), []byte(rlsDoc), 0o600))
+	rlsCert, rlsKey := filepath.Join(certDir, "rls.crt"), filepath.Join(certDir, "rls.key")
+	require.NoError(t, os.WriteFile(rlsCert, bytes.Repeat(leafPEM, 600), 0o600))
+	require.NoError(t, os.WriteFile(rlsKey, next.KeyPEM, 0o600))
+	rlsArgs := []string{"--demo-origin", "--rls-listen", "127.0.0.1:0", "--rls-config-dir", rlsDir, "--rls-tls-cert", rlsCert, "--rls-tls-key", rlsKey}
+	out.Reset()
+	require.Equal(t, 1, Check(rlsArgs, []string{"EDGEGUARD_KEY_SALT=check-salt-of-the-rls"}, &out, &errOut), out.String()+errOut.String())
+	require.Contains(t, out.String(), "rls-tls-cert "+rlsCert+": ")
+	require.Contains(t, out.String(), "600 certificates")
+	require.NoError(t, os.WriteFile(rlsCert, next.CertPEM, 0o600))
+	out.Reset()
+	require.Equal(t, 0, Check(rlsArgs, []string{"EDGEGUARD_KEY_SALT=check-salt-of-the-rls"}, &out, &errOut), out.String()+errOut.String())
 }
