@@ -39,6 +39,7 @@ type metrics struct {
 	tls           *tlsMetrics // TLS and the PROXY protocol (tls.go)
 	h2            *h2Metrics  // HTTP/2 (h2.go)
 	enforce       *enforcementMetrics
+	h2Streams     *h2StreamMetrics
 }
 
 // Request outcomes (the outcome label).
@@ -110,6 +111,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.tls = newTLSMetrics()
 	m.h2 = newH2Metrics()
+	m.h2Streams = newH2StreamMetrics()
 	m.enforce = newEnforcementMetrics()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
@@ -133,6 +135,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range append(append(m.tls.collectors(), m.h2.floods), m.enforce.collectors()...) {
+		errs = append(errs, reg.Register(c))
+	}
+	for _, c := range m.h2Streams.collectors() {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
