@@ -169,6 +169,7 @@ type h2Budget struct {
 
 	mu      sync.Mutex
 	held    int64
+	peak    int64 // the most held at once
 	clients map[netip.Addr]*heldClient
 }
 
@@ -233,6 +234,7 @@ func (b *h2Budget) take(c *heldClient, n int64) bool {
 	}
 	b.held += n
 	c.held += n
+	b.peak = max(b.peak, b.held)
 	b.gauge.Add(float64(n))
 	return true
 }
