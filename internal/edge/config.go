@@ -320,7 +320,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.AllowUnderscoresInHeaders, "allow-underscores-in-headers", c.AllowUnderscoresInHeaders, "pass header names with an underscore to the origin (dropped by default: CGI-style origins read X_Api_Key as X-Api-Key)")
 	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
-	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout: a socket write making no progress for this long ends the connection; over HTTP/2 also each 16 KiB piece of a response a stream waits on its client for (then RST_STREAM)")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout: HTTP/1.1 the whole response; HTTP/2 each socket write (else the connection is closed) and each 16 KiB piece of a response for a stream (else RST_STREAM)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "keep-alive idle timeout")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "on SIGTERM, how long /readyz reports 503 before the listener closes")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long in-flight requests may take to finish on shutdown")
