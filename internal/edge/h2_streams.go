@@ -258,15 +258,21 @@ func (b *h2Budget) release(c *heldClient, n int64) {
 // every piece.
 type h2BodyWriter struct {
 	w        http.ResponseWriter
-	rc       *http.ResponseController
+	rc       writeDeadliner // w (what http.ResponseController would call); nil if it has none
 	timeout  time.Duration
 	deadline time.Time
 	timedOut bool // a write failed at its deadline
 }
 
+// writeDeadliner is net/http's HTTP/2 ResponseWriter: SetWriteDeadline
+// sets the stream's own write deadline.
+type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
+
 func (bw *h2BodyWriter) arm() {
 	bw.deadline = time.Now().Add(bw.timeout)
-	_ = bw.rc.SetWriteDeadline(bw.deadline) // net/http's HTTP/2 writer supports it
+	if bw.rc != nil {
+		_ = bw.rc.SetWriteDeadline(bw.deadline)
+	}
 }
 
 func (bw *h2BodyWriter) Write(p []byte) (int, error) {
@@ -288,19 +294,29 @@ func (bw *h2BodyWriter) Write(p []byte) (int, error) {
 // writeBody writes resp's body to the stream; it reports whether the
 // write timeout ended the stream.
 func (h *h2Server) writeBody(w http.ResponseWriter, resp *fasthttp.Response) (timedOut bool) {
-	if !resp.IsBodyStream() && len(resp.Body()) == 0 {
+	streamed := resp.IsBodyStream()
+	if !streamed && len(resp.Body()) == 0 {
 		return false // the header alone: not held by flow control
 	}
-	bw := h2BodyWriter{w: w, rc: http.NewResponseController(w), timeout: h.e.cfg.WriteTimeout}
-	// Armed even for a short body: net/http writes it after the handler
-	// returns, and the deadline still ends a stream whose client takes
-	// nothing.
-	bw.arm()
-	_ = resp.BodyWriteTo(&bw)
-	if bw.timedOut {
+	rc, _ := w.(writeDeadliner)
+	if streamed { // (no response is streamed yet)
+		bw := &h2BodyWriter{w: w, rc: rc, timeout: h.e.cfg.WriteTimeout}
+		bw.arm()
+		_ = resp.BodyWriteTo(bw)
+		timedOut = bw.timedOut
+	} else {
+		bw := h2BodyWriter{w: w, rc: rc, timeout: h.e.cfg.WriteTimeout}
+		// Armed before the first piece even for a short body: net/http
+		// writes that after the handler returns, and the deadline still
+		// ends a stream whose client takes nothing.
+		bw.arm()
+		_, _ = bw.Write(resp.Body())
+		timedOut = bw.timedOut
+	}
+	if timedOut {
 		h.streams.writeTimeouts.Inc()
 	}
-	return bw.timedOut
+	return timedOut
 }
 
 // refuseStream answers a stream the edge does not take on, before the
