@@ -66,6 +66,10 @@ type Config struct {
 	// ListenTLS: the streams one connection may have open at once. 0
 	// offers HTTP/1.1 only.
 	H2MaxStreams int
+	// H2MaxHeldBytes bounds the HTTP/2 response bytes the edge holds for
+	// streams whose client has not taken them yet (flow control); one
+	// client address holds at most an eighth of it (h2_streams.go).
+	H2MaxHeldBytes int64
 	// ProxyProtocolFrom are the L4 balancers' CIDRs: a connection from one
 	// must start with a PROXY protocol header (v1 or v2), which then names
 	// the client; from anyone else a PROXY header is refused.
@@ -226,6 +230,7 @@ func DefaultConfig() Config {
 		PrefilterSize:     100_000,
 		MaxConnsPerIP:     256,
 		H2MaxStreams:      100,
+		H2MaxHeldBytes:    256 << 20,
 		TLSTicketRotation: 24 * time.Hour,
 		ACMECA:            "https://acme-v02.api.letsencrypt.org/directory",
 		LogLevel:          "info",
@@ -274,6 +279,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.TLSCertDir, "tls-cert-dir", c.TLSCertDir, "directory of certificates for --listen-tls (NAME.pem with chain and key, or NAME.crt + NAME.key), chosen by SNI, re-read within 2 s of a change")
 	fs.StringVar(&c.TLSDefaultCert, "tls-default-cert", c.TLSDefaultCert, "PEM file (chain and key) served to unknown names and clients without SNI; none = such handshakes fail")
 	fs.IntVar(&c.H2MaxStreams, "h2-max-concurrent-streams", c.H2MaxStreams, "HTTP/2 on --listen-tls (ALPN h2): streams one connection may have open at once; 0 = HTTP/1.1 only")
+	fs.Int64Var(&c.H2MaxHeldBytes, "h2-max-held-bytes", c.H2MaxHeldBytes, "HTTP/2: response bytes the edge holds at once for streams whose client has not taken them yet (flow control); one client address holds at most an eighth (or one response); a stream over it is answered 503")
 	fs.DurationVar(&c.TLSTicketRotation, "tls-ticket-rotation", c.TLSTicketRotation, "with --consul and --listen-tls (and no --tls-ticket-keys): how often one edge of the region rotates the region's session-ticket keys in Consul (the previous two still decrypt); 0 = the edges never rotate them")
 	fs.Var((*listFlag)(&c.ACMEDomains), "acme-domains", "names whose certificates the region's edges obtain and renew by ACME (TLS-ALPN-01 on --listen-tls; state shared in Consul, needs --consul); comma-separate or repeat")
 	fs.StringVar(&c.ACMEEmail, "acme-email", c.ACMEEmail, "ACME account contact address")
@@ -321,7 +327,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.AllowUnderscoresInHeaders, "allow-underscores-in-headers", c.AllowUnderscoresInHeaders, "pass header names with an underscore to the origin (dropped by default: CGI-style origins read X_Api_Key as X-Api-Key)")
 	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
-	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout: HTTP/1.1 the whole response; HTTP/2 each socket write (else the connection is closed) and each 16 KiB piece of a response for a stream (else RST_STREAM)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "keep-alive idle timeout")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "on SIGTERM, how long /readyz reports 503 before the listener closes")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long in-flight requests may take to finish on shutdown")
@@ -532,6 +538,9 @@ func (c Config) Validate() error {
 	}
 	if c.H2MaxStreams < 0 || c.H2MaxStreams > 10000 {
 		bad("h2-max-concurrent-streams: between 0 (no HTTP/2) and 10000")
+	}
+	if c.H2MaxHeldBytes < 1<<20 {
+		bad("h2-max-held-bytes: at least 1048576 (1 MiB; got %d)", c.H2MaxHeldBytes)
 	}
 	for _, p := range c.ProxyProtocolFrom {
 		if p.Bits() == 0 {

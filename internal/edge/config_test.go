@@ -56,6 +56,7 @@ func TestParseFlagsRejectsBadInput(t *testing.T) {
 		{[]string{"stray"}, nil, []string{"unexpected arguments"}},
 		{[]string{"--allow-methods", "GET,trace"}, nil, []string{`allow-methods: "GET" is not refused by default`}},
 		{[]string{"--max-conns-per-ip", "-1", "--origin-max-conns", "-2"}, nil, []string{"max-conns-per-ip: must be ≥ 0", "origin-max-conns: must be ≥ 0"}},
+		{[]string{"--h2-max-held-bytes", "65536"}, nil, []string{"h2-max-held-bytes: at least 1048576"}},
 		{[]string{"--key-salt-file", "/nonexistent/salt"}, nil, []string{"key-salt-file"}},
 	}
 	for _, c := range cases {

@@ -8,7 +8,9 @@
 //  1. Accept: plain HTTP on --listen, TLS on --listen-tls (certificates by
 //     SNI, reloaded from files: tls.go, pkg/certstore); a PROXY header only
 //     from --proxy-protocol-from balancers (proxyproto.go); at most
-//     --max-conns-per-ip connections per client address;
+//     --max-conns-per-ip connections per client address (HTTP/2 streams
+//     beyond a connection's first count too, and what they hold waiting on
+//     their client is bounded: h2_streams.go);
 //     bounded header size, read/write/idle timeouts; every HTTP/1.x byte
 //     passes a strict reader of the request framing (framing.go: CRLF
 //     lines, one Content-Length, Transfer-Encoding exactly chunked), and

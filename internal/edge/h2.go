@@ -77,10 +77,14 @@ type h2Server struct {
 	hs *http.Server // its Shutdown sends every connection a GOAWAY
 	ln *connQueue
 	m  *h2Metrics
+
+	streams *h2StreamMetrics // h2_streams.go
+	held    *h2Budget
 }
 
 func (e *Edge) newH2Server() *h2Server {
 	h := &h2Server{e: e, m: e.metrics.h2, ln: newConnQueue(e.tlsLn.Addr())}
+	h.streams, h.held = e.metrics.h2Streams, newH2Budget(e.cfg.H2MaxHeldBytes, e.metrics.h2Streams.held)
 	// TLS is the edge's: net/http sees the decrypted stream, which starts
 	// with the HTTP/2 preface.
 	var protos http.Protocols
@@ -134,6 +138,8 @@ func (h *h2Server) serveConn(c net.Conn) error {
 	}
 	mc := &h2MeteredConn{Conn: tc, state: tc.ConnectionState(), closed: make(chan struct{})}
 	mc.init(h.m, h.hs.MaxHeaderBytes, time.Now())
+	mc.streams = h.openConnStreams(tc)
+	defer mc.streams.close()
 	select {
 	case h.ln.conns <- mc:
 	case <-h.ln.done:
@@ -205,6 +211,16 @@ func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)
 		return
 	}
+	extra, ok := mc.streams.open()
+	if !ok {
+		h.refuse(w, mc, r, h2RefusedPerIP)
+		return
+	}
+	defer mc.streams.done(extra)
+	if !h.held.room(mc.streams.client) {
+		h.refuse(w, mc, r, h2RefusedHeldBytes)
+		return
+	}
 	st := h2Streams.Get().(*h2Stream)
 	st.conn = h2StreamConn{Conn: mc.Conn, state: &mc.state, ctx: r.Context()}
 	ctx := &st.ctx
@@ -243,10 +259,20 @@ func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	h.e.handle(ctx)
 
 	resp := &ctx.Response
+	var held int64 // what the body holds of the budget until it is written
+	if n := int64(len(resp.Body())); r.Method != http.MethodHead && n >= h2HeldMin {
+		if h.held.take(mc.streams.client, n) {
+			held = n
+		} else {
+			h.streams.refused.WithLabelValues(h2RefusedHeldBytes).Inc()
+			tooLargeToHold(ctx)
+		}
+	}
 	h.writeHeader(w, st, r.Method)
 	if r.Method != http.MethodHead {
-		_ = resp.BodyWriteTo(w)
+		h.writeBody(w, resp)
 	}
+	h.held.release(mc.streams.client, held)
 	req.Reset() // closes the request body stream
 	resp.Reset()
 	st.conn = h2StreamConn{}
@@ -335,6 +361,7 @@ type h2MeteredConn struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	h2Meter
+	streams *h2ConnStreams // h2_streams.go
 }
 
 // Close closes the connection and tells serveConn that net/http is done.

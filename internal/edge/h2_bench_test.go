@@ -31,9 +31,10 @@ func BenchmarkH2Stream(b *testing.B) {
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	b.Cleanup(func() { cancel(); <-done })
-	h := &h2Server{e: e, m: e.metrics.h2}
+	h := &h2Server{e: e, m: e.metrics.h2, streams: e.metrics.h2Streams, held: newH2Budget(cfg.H2MaxHeldBytes, e.metrics.h2Streams.held)}
 
 	mc := &h2MeteredConn{Conn: benchConn{}, state: tls.ConnectionState{Version: tls.VersionTLS13, HandshakeComplete: true, NegotiatedProtocol: "h2"}}
+	mc.streams = h.openConnStreams(mc)
 	r, err := http.NewRequestWithContext(context.WithValue(context.Background(), h2ConnKey{}, mc), http.MethodGet, "https://bench.test/p/1?q=2", nil)
 	require.NoError(b, err)
 	r.RequestURI, r.Proto, r.ProtoMajor, r.ProtoMinor = "/p/1?q=2", "HTTP/2.0", 2, 0

@@ -41,6 +41,7 @@ type metrics struct {
 	tls           *tlsMetrics // TLS and the PROXY protocol (tls.go)
 	h2            *h2Metrics  // HTTP/2 (h2.go)
 	enforce       *enforcementMetrics
+	h2Streams     *h2StreamMetrics
 }
 
 // Request outcomes (the outcome label).
@@ -114,6 +115,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.refused = refusedByReason(refused)
 	m.tls = newTLSMetrics()
 	m.h2 = newH2Metrics()
+	m.h2Streams = newH2StreamMetrics()
 	m.enforce = newEnforcementMetrics()
 	m.consulMissing = newMissingGauge()
 	m.byRequest = map[requestKey]prometheus.Counter{}
@@ -138,6 +140,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range append(append(m.tls.collectors(), m.h2.floods), m.enforce.collectors()...) {
+		errs = append(errs, reg.Register(c))
+	}
+	for _, c := range m.h2Streams.collectors() {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
