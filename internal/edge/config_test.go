@@ -275,7 +275,7 @@ func TestConfigRefusesUnknownNames(t *testing.T) {
 	require.ErrorContains(t, err, "line 4: listen: want a value or a list of values")
 	require.ErrorContains(t, err, "workers: must be ≥ 1 (got -3)")
 
-	_, err = ParseArgs([]string{"--demo-origin"}, []string{"EDGEGUARD_REDIS_TIMOUT=1s", "EDGEGUARD_CACHE=/x", "PATH=/bin"}, &bytes.Buffer{})
+	_, err = ParseArgs([]string{"--demo-origin"}, []string{"EDGEGUARD_REDIS_TIMOUT=1s", "EDGEGUARD_CACHE=/x", "EDGEGUARD_H2SPEC=/x/h2spec", "EDGEGUARD_PEBBLE=/x", "PATH=/bin"}, &bytes.Buffer{})
 	require.EqualError(t, err, "EDGEGUARD_REDIS_TIMOUT: no such setting (did you mean EDGEGUARD_REDIS_TIMEOUT?)")
 	_, err = ParseArgs(nil, []string{"EDGEGUARD_DEMO_ORIGIN=yes"}, &bytes.Buffer{})
 	require.EqualError(t, err, `EDGEGUARD_DEMO_ORIGIN: want true or false, got "yes"`)

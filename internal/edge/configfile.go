@@ -98,7 +98,7 @@ func flagNames(fs *flag.FlagSet) []string {
 
 // toolingVariables are EDGEGUARD_ variables the project's scripts read,
 // not the edge.
-var toolingVariables = []string{"EDGEGUARD_CACHE", "EDGEGUARD_ROOT", "EDGEGUARD_PROMETHEUS", "EDGEGUARD_DRILLS", "EDGEGUARD_RESULTS"}
+var toolingVariables = []string{"EDGEGUARD_CACHE", "EDGEGUARD_ROOT", "EDGEGUARD_PROMETHEUS", "EDGEGUARD_DRILLS", "EDGEGUARD_RESULTS", "EDGEGUARD_H2SPEC", "EDGEGUARD_PEBBLE"}
 
 // checkEnviron refuses an EDGEGUARD_ variable that names no flag: a
 // misspelled one would otherwise be ignored and its default silently used.

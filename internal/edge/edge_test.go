@@ -415,10 +415,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 }
 
 func TestFailModesWithRedisDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead := "redis://" + ln.Addr().String()
-	ln.Close()
+	dead := "redis://" + testenv.ClosedAddr(t)
 	for mode, want := range map[string]int{"fallback": 200, "open": 200, "closed": 503} {
 		t.Run(mode, func(t *testing.T) {
 			r := startEdge(t, perIP, func(c *Config) {

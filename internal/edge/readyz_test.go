@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -86,13 +85,7 @@ func startLoggedEdge(t *testing.T, rulesYAML string, mutate func(*Config)) (*run
 	return r, logs
 }
 
-func deadRedis(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return "redis://" + addr
-}
+func deadRedis(t *testing.T) string { return "redis://" + testenv.ClosedAddr(t) }
 
 // TestReadiness walks the readiness table of docs/clients.md, one row per subtest,
 // with real HTTP against an edge on a real Redis (or a closed port), at the

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // testOrigin is a real fasthttp server on loopback that can be stopped and
@@ -126,15 +128,9 @@ func okHandler(body string) fasthttp.RequestHandler {
 	}
 }
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
+// closedAddr returns a loopback address nothing listens on (reserved for
+// the test: no other test can start listening there meanwhile).
+func closedAddr(t *testing.T) string { return testenv.ClosedAddr(t) }
 
 // startEdge serves p on loopback the way the edge does, so tests speak
 // real HTTP on both sides of the proxy.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 func TestServeForwardsRequest(t *testing.T) {
@@ -437,7 +439,7 @@ func TestNoHealthyOriginStillTried(t *testing.T) {
 	require.Equal(t, fasthttp.StatusBadGateway, get(t, edge, "/").StatusCode())
 	require.Equal(t, 0, p.Healthy())
 
-	ln, err := net.Listen("tcp", addr)
+	ln, err := testenv.Listen(addr)
 	require.NoError(t, err)
 	o := &testOrigin{t: t, addr: addr, handler: okHandler("back")}
 	o.serve(ln)

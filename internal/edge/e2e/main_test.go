@@ -266,10 +266,9 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	return "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])
-}
+// closedAddr is a loopback address nothing listens on (reserved for the
+// test: no other test can start listening there meanwhile).
+func closedAddr(t *testing.T) string { return testenv.ClosedAddr(t) }
 
 // writeRules writes a rules file into the test's temp dir.
 func writeRules(t *testing.T, yaml string) string {
