@@ -483,6 +483,10 @@ func (e *Edge) Run(ctx context.Context) error {
 	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
 	wg.Go(func() { e.bh.run(samplerCtx) })
 
+	// Ready to be counted as serving from here: the listeners are bound
+	// (New), so a connection made from now on is accepted, and no answer
+	// can reach a client before the gauge says ready.
+	e.serving.Store(true)
 	errc := e.serve(samplerCtx, &wg)
 	var consulWG sync.WaitGroup
 	consulCtx, stopConsul := context.WithCancel(context.Background())
@@ -499,7 +503,6 @@ func (e *Edge) Run(ctx context.Context) error {
 	stopReload := make(chan struct{})
 	defer close(stopReload)
 	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
-	e.serving.Store(true)
 	e.log.Info("edge serving", "listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
 
 	var serveErr error
