@@ -370,19 +370,3 @@ func (c *h2MeteredConn) Close() error {
 	c.closeOnce.Do(func() { close(c.closed) })
 	return err
 }
-
-// tokenBucket allows burst events at once and rate a second over time.
-type tokenBucket struct {
-	tokens, burst, rate float64
-	last                time.Time
-}
-
-func (b *tokenBucket) take(now time.Time) bool {
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
+	"golang.org/x/time/rate"
 )
 
 // The frames of an h2 connection, both ways, as the edge meters them
@@ -130,7 +131,7 @@ type h2Meter struct {
 	last     atomic.Uint32 // the highest stream the client opened
 
 	mu                                   sync.Mutex
-	resets, control, idle, windowUpdates tokenBucket
+	resets, control, idle, windowUpdates *rate.Limiter
 	pingsOwed                            int // PINGs the server sent, not yet acknowledged
 	updatesOwed                          int // WINDOW_UPDATEs the DATA sent and the streams opened allow
 }
@@ -139,10 +140,10 @@ func (c *h2Meter) init(m *h2Metrics, maxHeaderBytes int, now time.Time) {
 	c.m, c.preface = m, len(http2Preface)
 	c.maxList = maxHeaderBytes + 10*32 // net/http's adjustment of MaxHeaderBytes
 	c.holdMax = min(2*c.maxList+1+255+5, 1<<20-len(h2Poison))
-	c.resets = tokenBucket{tokens: h2ResetBurst, burst: h2ResetBurst, rate: h2ResetRate, last: now}
-	c.control = tokenBucket{tokens: h2ControlBurst, burst: h2ControlBurst, rate: h2ControlRate, last: now}
-	c.idle = tokenBucket{tokens: h2IdleBurst, burst: h2IdleBurst, rate: h2IdleRate, last: now}
-	c.windowUpdates = tokenBucket{tokens: h2WindowUpdateBurst, burst: h2WindowUpdateBurst, rate: h2WindowUpdateRate, last: now}
+	c.resets = rate.NewLimiter(h2ResetRate, h2ResetBurst)
+	c.control = rate.NewLimiter(h2ControlRate, h2ControlBurst)
+	c.idle = rate.NewLimiter(h2IdleRate, h2IdleBurst)
+	c.windowUpdates = rate.NewLimiter(h2WindowUpdateRate, h2WindowUpdateBurst)
 	c.block.init(c.maxList)
 }
 
@@ -215,7 +216,7 @@ func (c *h2Meter) scan(p []byte) string {
 			k := min(c.left, len(p)-i)
 			if c.dataPad {
 				c.dataPad = false
-				if c.dataLen-1-int(p[i]) <= 0 && !c.dataEnd && !c.take(&c.idle) {
+				if c.dataLen-1-int(p[i]) <= 0 && !c.dataEnd && !c.take(c.idle) {
 					return "empty_data"
 				}
 			}
@@ -258,13 +259,9 @@ func (c *h2Meter) scan(p []byte) string {
 	return ""
 }
 
-// take spends one of a budget's tokens.
-func (c *h2Meter) take(b *tokenBucket) bool {
-	c.mu.Lock()
-	ok := b.take(time.Now())
-	c.mu.Unlock()
-	return ok
-}
+// take spends one of a budget's tokens (the limiter locks: the reader
+// and the writer of the connection both spend the reset budget).
+func (c *h2Meter) take(b *rate.Limiter) bool { return b.Allow() }
 
 // frame meters a frame by its header, and says whether it is read whole
 // before net/http gets it.
@@ -281,7 +278,7 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 		case flags&h2FlagPadded != 0 && n > 0:
 			c.dataPad, c.dataEnd, c.dataLen = true, flags&h2FlagEndStream != 0, n
 		case n == 0 && flags&h2FlagEndStream == 0:
-			if !c.take(&c.idle) {
+			if !c.take(c.idle) {
 				return false, "empty_data"
 			}
 		}
@@ -297,7 +294,7 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 		}
 		c.block.lost()
 	case h2FrameContinuation:
-		if n == 0 && flags&h2FlagEndHeaders == 0 && !c.take(&c.idle) {
+		if n == 0 && flags&h2FlagEndHeaders == 0 && !c.take(c.idle) {
 			return false, "continuation"
 		}
 		if c.block.open && stream == c.block.stream && n <= c.holdMax {
@@ -307,14 +304,14 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 			c.block.lost()
 		}
 	case h2FrameRSTStream:
-		if !c.take(&c.resets) {
+		if !c.take(c.resets) {
 			return false, "rst_stream"
 		}
 	case h2FrameSettings:
 		if flags&h2FlagAck != 0 {
 			return false, "" // net/http ends a connection acknowledging what it never sent
 		}
-		if !c.take(&c.control) {
+		if !c.take(c.control) {
 			return false, "control"
 		}
 		// Held to rewrite duplicates: net/http refuses more than 100.
@@ -327,16 +324,16 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 				c.pingsOwed--
 			}
 			c.mu.Unlock()
-			if !owed && !c.take(&c.idle) {
+			if !owed && !c.take(c.idle) {
 				return false, "ping_ack"
 			}
 			return false, ""
 		}
-		if !c.take(&c.control) {
+		if !c.take(c.control) {
 			return false, "control"
 		}
 	case h2FramePriority, h2FramePriorityUpdate, h2FrameGoAway:
-		if !c.take(&c.control) {
+		if !c.take(c.control) {
 			return false, "control"
 		}
 	case h2FrameWindowUpdate:
@@ -346,13 +343,13 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 			c.updatesOwed--
 		}
 		c.mu.Unlock()
-		if !owed && !c.take(&c.windowUpdates) {
+		if !owed && !c.take(c.windowUpdates) {
 			return false, "window_update"
 		}
 	case h2FramePushPromise:
 		// net/http ends the connection (clients never push).
 	default:
-		if !c.take(&c.idle) {
+		if !c.take(c.idle) {
 			return false, "unknown"
 		}
 	}
@@ -604,7 +601,7 @@ func (c *h2MeteredConn) scanOut(p []byte) string {
 				if len(c.wrst) == 4 {
 					code := binary.BigEndian.Uint32(c.wrst)
 					c.wrst = nil
-					if code != h2ErrNo && !c.take(&c.resets) {
+					if code != h2ErrNo && !c.take(c.resets) {
 						return "provoked_resets"
 					}
 				}

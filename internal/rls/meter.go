@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -54,8 +55,7 @@ func (c *meteredCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Auth
 	if err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
-	m := &meteredConn{Conn: conn, flood: c.flood, resets: tokenBucket{tokens: ResetBurst, burst: ResetBurst, rate: ResetRate, last: now}}
+	m := &meteredConn{Conn: conn, flood: c.flood, resets: rate.NewLimiter(ResetRate, ResetBurst)}
 	m.in.preface = len(clientPreface)
 	return m, info, nil
 }
@@ -86,7 +86,7 @@ type meteredConn struct {
 	out frameScanner // write side: under mu
 
 	mu     sync.Mutex
-	resets tokenBucket
+	resets *rate.Limiter
 	err    error
 }
 
@@ -122,7 +122,7 @@ func (c *meteredConn) spend(n int) error {
 	}
 	now := time.Now()
 	for range n {
-		if !c.resets.take(now) {
+		if !c.resets.AllowN(now, 1) {
 			c.err = errResetFlood
 			c.flood()
 			_ = c.Conn.Close()
@@ -165,20 +165,4 @@ func (s *frameScanner) scan(p []byte) (resets int) {
 		}
 	}
 	return resets
-}
-
-// tokenBucket allows burst events at once and rate a second over time.
-type tokenBucket struct {
-	tokens, burst, rate float64
-	last                time.Time
-}
-
-func (b *tokenBucket) take(now time.Time) bool {
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
 }
