@@ -263,6 +263,18 @@ func (c *h2Meter) scan(p []byte) string {
 // and the writer of the connection both spend the reset budget).
 func (c *h2Meter) take(b *rate.Limiter) bool { return b.Allow() }
 
+// spendOwed takes one of what the server's own frames allow the client
+// (PING ACKs for its PINGs, WINDOW_UPDATEs for its DATA), if one is left.
+func (c *h2Meter) spendOwed(n *int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if *n > 0 {
+		*n--
+		return true
+	}
+	return false
+}
+
 // frame meters a frame by its header, and says whether it is read whole
 // before net/http gets it.
 func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
@@ -318,13 +330,7 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 		return stream == 0 && n%6 == 0 && n > 6 && n <= 100*6, ""
 	case h2FramePing:
 		if flags&h2FlagAck != 0 {
-			c.mu.Lock()
-			owed := c.pingsOwed > 0
-			if owed {
-				c.pingsOwed--
-			}
-			c.mu.Unlock()
-			if !owed && !c.take(c.idle) {
+			if !c.spendOwed(&c.pingsOwed) && !c.take(c.idle) {
 				return false, "ping_ack"
 			}
 			return false, ""
@@ -337,13 +343,7 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 			return false, "control"
 		}
 	case h2FrameWindowUpdate:
-		c.mu.Lock()
-		owed := c.updatesOwed > 0
-		if owed {
-			c.updatesOwed--
-		}
-		c.mu.Unlock()
-		if !owed && !c.take(c.windowUpdates) {
+		if !c.spendOwed(&c.updatesOwed) && !c.take(c.windowUpdates) {
 			return false, "window_update"
 		}
 	case h2FramePushPromise:
