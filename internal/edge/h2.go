@@ -366,6 +366,7 @@ type h2MeteredConn struct {
 
 // Close closes the connection and tells serveConn that net/http is done.
 func (c *h2MeteredConn) Close() error {
+	c.goAwayBeforeClose()
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() { close(c.closed) })
 	return err

@@ -127,7 +127,8 @@ type h2Meter struct {
 	whn      int
 	wleft    int // payload bytes of the server's current frame
 	wrst     []byte
-	goneAway bool
+	goneAway bool          // the GOAWAY is written (or the connection closed): no frame after it
+	away     atomic.Bool   // a budget is spent: the GOAWAY goes at the next frame boundary
 	last     atomic.Uint32 // the highest stream the client opened
 
 	mu                                   sync.Mutex
@@ -262,6 +263,20 @@ func (c *h2Meter) scan(p []byte) string {
 // take spends one of a budget's tokens (the limiter locks: the reader
 // and the writer of the connection both spend the reset budget).
 func (c *h2Meter) take(b *rate.Limiter) bool { return b.Allow() }
+
+// goAwayBeforeClose writes the GOAWAY a spent budget owes the client
+// before the connection closes, once net/http's write in progress is done
+// (bounded: the write gets a second at most from here).
+func (c *h2MeteredConn) goAwayBeforeClose() {
+	if !c.away.Load() {
+		return
+	}
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	c.wmu.Lock()
+	c.goAwayLocked()
+	c.goneAway = true
+	c.wmu.Unlock()
+}
 
 // spendOwed takes one of what the server's own frames allow the client
 // (PING ACKs for its PINGs, WINDOW_UPDATEs for its DATA), if one is left.
@@ -580,13 +595,22 @@ func (c *h2MeteredConn) Write(b []byte) (int, error) {
 	if c.goneAway {
 		return 0, net.ErrClosed
 	}
+	if c.away.Load() && c.whn == 0 && c.wleft == 0 {
+		// A budget was spent while net/http was writing: its GOAWAY goes
+		// here, at the frame boundary, and nothing after it.
+		c.goAwayLocked()
+		return 0, net.ErrClosed
+	}
 	n, err := c.Conn.Write(b)
 	if label := c.scanOut(b[:n]); label != "" {
 		c.failOnce.Do(func() {
 			c.m.floods.WithLabelValues(label).Inc()
+			c.away.Store(true)
 			c.goAwayLocked()
 			_ = c.Conn.Close() // net/http's read ends, and with it the connection
 		})
+	} else if c.away.Load() {
+		c.goAwayLocked()
 	}
 	return n, err
 }
@@ -637,11 +661,13 @@ func (c *h2MeteredConn) scanOut(p []byte) string {
 }
 
 // flood counts a connection that spent a budget, and tells the client
-// (GOAWAY ENHANCE_YOUR_CALM) when the edge can write at once between two
-// of net/http's frames.
+// (GOAWAY ENHANCE_YOUR_CALM): at once when net/http is not writing, else
+// at the end of the frame it writes (Write), else when net/http closes the
+// connection (Close).
 func (c *h2MeteredConn) flood(label string) {
 	c.failOnce.Do(func() {
 		c.m.floods.WithLabelValues(label).Inc()
+		c.away.Store(true)
 		if c.wmu.TryLock() {
 			c.goAwayLocked()
 			c.wmu.Unlock()
@@ -650,15 +676,13 @@ func (c *h2MeteredConn) flood(label string) {
 }
 
 // goAwayLocked writes a GOAWAY (ENHANCE_YOUR_CALM) at a frame boundary,
-// and no frame after it.
+// and no frame after it; in the middle of a frame it waits for the frame's
+// end (the next Write).
 func (c *h2MeteredConn) goAwayLocked() {
-	if c.goneAway {
+	if c.goneAway || c.whn != 0 || c.wleft != 0 {
 		return
 	}
 	c.goneAway = true
-	if c.whn != 0 || c.wleft != 0 {
-		return
-	}
 	f := [9 + 8]byte{2: 8, 3: h2FrameGoAway}
 	binary.BigEndian.PutUint32(f[9:], c.last.Load())
 	binary.BigEndian.PutUint32(f[13:], h2ErrEnhanceYourCalm)
