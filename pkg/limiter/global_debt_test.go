@@ -152,6 +152,20 @@ func (r *debtRig) debt() float64 { return testutil.ToFloat64(r.g.m.debt.WithLabe
 func (r *debtRig) settled() float64 {
 	return testutil.ToFloat64(r.g.m.settled.WithLabelValues("eu-west"))
 }
+
+// held is what the away edge holds of the key, and the most one batch
+// may be.
+func (r *debtRig) held() (units, most int64) {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	for _, a := range r.g.table {
+		a.mu.Lock()
+		units, most = a.units, a.terms.most
+		a.mu.Unlock()
+	}
+	return units, most
+}
+
 func (r *debtRig) carved() float64 {
 	return testutil.ToFloat64(r.g.m.carved.WithLabelValues("eu-west"))
 }
@@ -208,11 +222,14 @@ func TestGlobalDebtHealRacesBoundary(t *testing.T) {
 	r.g.bg.Wait()
 	r.g.Sweep(r.clock.now())
 	debt, settled := r.debt(), r.settled()
+	held, most := r.held()
 	home := r.spend(t, r.home)
 	away := r.spend(t, r.away)
-	t.Logf("debt made %d; the carve answered in the next window: debt %.0f, settled %.0f; the next window admitted %d (home %d, away %d; carve quota %d)",
-		made, debt, settled, home+away, home, away, r.quota)
+	t.Logf("debt made %d; the carve answered in the next window: debt %.0f, settled %.0f, the away edge holds %d; the next window admitted %d (home %d, away %d; carve quota %d)",
+		made, debt, settled, held, home+away, home, away, r.quota)
 	require.Equal(t, r.quota, home+away, "the next window is charged for the ended window's debt")
+	require.LessOrEqual(t, held, most, "the away edge kept what the carve took for the debt: it went back to the new window")
+	require.Equal(t, r.quota-held, home, "the home found the new window short of more than the away edge holds")
 	require.Zero(t, settled, "a carve answered in the next window paid the ended window's debt")
 	require.Zero(t, debt)
 }
