@@ -802,7 +802,7 @@ func newGlobalMetrics(reg prometheus.Registerer) (*globalMetrics, error) {
 		}, []string{"home"}),
 		returned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_global_returned_units_total",
-			Help: "Units of global-rule allowance given back unspent to their home region.",
+			Help: "Units of global-rule allowance given back unspent to their home region, and units a lease took for a debt whose window had ended by the time the home answered (given back to the new window).",
 		}, []string{"home"}),
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_global_settled_units_total",
