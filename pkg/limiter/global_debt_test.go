@@ -66,27 +66,37 @@ const (
 	debtTol   = 0.05
 )
 
-func newDebtRig(t *testing.T) *debtRig {
+func newDebtRig(t *testing.T) *debtRig { return newSkewedDebtRig(t, 0) }
+
+// newSkewedDebtRig is newDebtRig with the home region's clock ahead of
+// the away region's by ahead (its Redis TIME; to the away edge, the same
+// as a lease call's one-way delay).
+func newSkewedDebtRig(t *testing.T, ahead time.Duration) *debtRig {
 	// 1,800,000,000,000 ms is a minute boundary: the clock starts at the
 	// start of a 60 s window.
 	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)}
-	homeStore, awayStore := NewMemoryStore(WithClock(clock.now)), NewMemoryStore(WithClock(clock.now))
+	homeNow := func() time.Time { return clock.now().Add(ahead) }
+	homeStore, awayStore := NewMemoryStore(WithClock(homeNow)), NewMemoryStore(WithClock(clock.now))
 	link := &linkStore{Store: homeStore, arrived: make(chan struct{}), release: make(chan struct{})}
 	names := []string{"eu-west", "us-east"}
 	edge := func(local Store, region string, others map[string]Store) (*Limiter, *Global) {
+		now := clock.now
+		if region == "eu-west" {
+			now = homeNow
+		}
 		reg := prometheus.NewRegistry()
 		l, err := New(local, Config{Timeout: time.Second}, reg, nil)
 		require.NoError(t, err)
-		l.now = clock.now
-		l.fallback = NewMemoryStore(WithClock(clock.now))
+		l.now = now
+		l.fallback = NewMemoryStore(WithClock(now))
 		noSweep(l)
 		g, err := NewGlobal(GlobalConfig{Timeout: time.Second}, reg, nil)
 		require.NoError(t, err)
-		g.now = clock.now
+		g.now = now
 		g.start.Do(func() {}) // no sweep of its own: the test sweeps
 		require.NoError(t, g.Update(Regions{Local: region, Names: names, Stores: others}))
 		for _, h := range g.state.Load().homes {
-			h.lim.now = clock.now
+			h.lim.now = now
 		}
 		l.SetGlobal(g)
 		t.Cleanup(l.Close)
@@ -255,4 +265,39 @@ func TestGlobalDebtHealWithinWindow(t *testing.T) {
 	require.EqualValues(t, made, settled, "the debt is paid once, in full")
 	require.Zero(t, debt)
 	require.Equal(t, r.quota, made+home+away, "the share's admissions count against the window they were made in")
+}
+
+// TestGlobalDebtHomeAheadAtBoundary: the home's window was exhausted when
+// the link healed, so the debt waits; the home's clock runs 50 ms ahead of
+// the away edge's (or, to the edge, the lease call's delay), so the home's
+// "exhausted until" ends 50 ms before the edge's window does. The sweep in
+// those 50 ms carves with the debt, and the home answers from its new
+// window: the carve pays nothing, and the new window admits its whole
+// carve quota.
+func TestGlobalDebtHomeAheadAtBoundary(t *testing.T) {
+	r := newSkewedDebtRig(t, 50*time.Millisecond)
+	r.clock.add(30 * time.Second)
+	made := r.partition(t)
+	require.Equal(t, r.quota, r.spend(t, r.home), "the home region spends the window's quota meanwhile")
+
+	r.clock.add(10 * time.Second)
+	r.heal(t)
+	r.g.Sweep(r.clock.now()) // the home is exhausted: nothing paid
+	r.g.bg.Wait()
+	require.Zero(t, r.settled())
+
+	r.clock.add(20*time.Second - 20*time.Millisecond) // the home's window ended 30 ms ago, the edge's ends in 20
+	r.g.Sweep(r.clock.now())
+	r.g.bg.Wait()
+	r.g.Sweep(r.clock.now())
+	debt, settled := r.debt(), r.settled()
+	held, most := r.held()
+	r.clock.add(40 * time.Millisecond) // both in the next window
+	home := r.spend(t, r.home)
+	away := r.spend(t, r.away)
+	t.Logf("debt made %d; carved at the home's new window: debt %.0f, settled %.0f, the away edge holds %d; the next window admitted %d (home %d, away %d; carve quota %d)",
+		made, debt, settled, held, home+away, home, away, r.quota)
+	require.Equal(t, r.quota, home+away, "the next window is charged for the ended window's debt")
+	require.Zero(t, settled, "a carve answered from the next window paid the ended window's debt")
+	require.LessOrEqual(t, held, most, "the away edge kept what the carve took for the debt")
 }
