@@ -35,8 +35,8 @@ type Check struct {
 	// Shadow checks count but never deny, and are never cached as over limit.
 	Shadow bool
 	// Nodes is how many edge nodes share this limit; when Redis cannot be
-	// asked, the local fallback enforces Limit/Nodes (the two-layer design's
-	// local counter). 0 means 1.
+	// asked, the local fallback admits this node's share of what the store
+	// last reported left, remaining/Nodes (decideLocally). 0 means 1.
 	Nodes int
 	// Tolerance > 0 leases the check (fixed_window and token_bucket only):
 	// the edge decides from an allowance carved from the store in batches,
