@@ -207,6 +207,7 @@ func TestExactFallbackAnswerEndsWithItsWindow(t *testing.T) {
 	require.Equal(t, 3, fallbackAdmitted(t, l, c, 10), "half of the 6 the store had left")
 	clock.add(31 * time.Second) // the next window: the store's answer was for the last
 	require.Zero(t, fallbackAdmitted(t, l, c, 10), "nothing known of this window, and the store answered 31 s ago")
+	require.EqualValues(t, 10, testCounter(l.metrics.unknown), "each denial counted")
 	clock.add(30 * time.Second) // a whole window since the store last answered
 	require.Equal(t, 5, fallbackAdmitted(t, l, c, 10), "floor(10/2): nobody counted in the store in this window")
 }

@@ -951,7 +951,11 @@ func (l *Limiter) decideLocally(c Check) (Decision, error) {
 	local.Burst = c.Limit.Burst / nodes
 	key := memKey(c.Limit)
 	now := l.now()
-	if local.Limit < 1 || (c.Limit.Burst > 0 && local.Burst < 1) || l.unknownInWindow(c, key, now) {
+	unknown := local.Limit >= 1 && (c.Limit.Burst == 0 || local.Burst >= 1) && l.unknownInWindow(c, key, now)
+	if unknown {
+		l.metrics.unknown.Inc()
+	}
+	if local.Limit < 1 || (c.Limit.Burst > 0 && local.Burst < 1) || unknown {
 		l.metrics.record(SourceFallback, 1)
 		retry := max(l.cfg.BreakerCooldown, time.Second)
 		return Decision{Limit: c.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Lease: Lease{Limit: local}, Source: SourceFallback}, nil
