@@ -1003,14 +1003,11 @@ func (l *Limiter) seedFallback(key string, local Limit, nodes int64, now time.Ti
 // down for every node), and each node's floor(limit/N) keeps the window
 // to the limit.
 func (l *Limiter) unknownInWindow(c Check, key string, now time.Time) bool {
-	if c.Tolerance > 0 || c.Global || c.Limit.Algorithm.Spec().Held {
+	if c.Tolerance > 0 || c.Global || c.Limit.Algorithm.Spec().Held || l.ledger.knows(key, now) {
 		return false
 	}
 	last := l.breakers.get(l.store.Shard(c.Limit)).answered.Load()
-	if last == 0 || now.Sub(time.Unix(0, last)) >= c.Limit.Window {
-		return false
-	}
-	return !l.ledger.knows(key, now)
+	return last != 0 && now.Sub(time.Unix(0, last)) < c.Limit.Window
 }
 
 // answerUntil is until when the store's answer d for lim, to a call sent
