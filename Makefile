@@ -54,12 +54,13 @@ test: tools lint dashboards-check
 
 # Every package runs under the race detector: they all have concurrency
 # (stores, harness, shedder) or are cheap enough that it costs nothing.
-# The heavy end-to-end packages run one at a time after the others
-# (scripts/test-go.sh checks that every package of ./... runs exactly once).
+# The heavy end-to-end packages run one at a time, in this order, and beside
+# them the others one at a time: never two heavy packages at once
+# (scripts/test-go.sh; it checks that every package of ./... runs once).
 # The Consul agent the harness starts is the one scripts/install-consul.sh
 # built and cached (instant once cached; tools has run it); h2spec likewise
 # (scripts/install-h2spec.sh).
-HEAVY_PKGS ?= ./pkg/limiter ./internal/edge ./internal/edge/e2e ./internal/faults ./internal/dashcheck
+HEAVY_PKGS ?= ./internal/dashcheck ./internal/faults ./internal/edge/e2e ./internal/edge ./pkg/limiter
 test-go:
 	GO='$(GO)' TIMEOUT='$(TIMEOUT)' HEAVY_PKGS='$(HEAVY_PKGS)' ./scripts/test-go.sh
 

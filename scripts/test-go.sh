@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The Go tests as `make test` runs them: every package of `go list ./...`
-# exactly once, under the race detector. The heavy end-to-end packages
-# (HEAVY_PKGS: real servers, many processes, assertions on what happens
-# while things are slow) run one at a time, after the others, which run
-# GOMAXPROCS at a time: two heavy packages at once competed for the cores of
-# a small machine and for its timing. A HEAVY_PKGS entry that is no package
-# of the module, or listed twice, is an error, so a package can be neither
-# skipped nor run twice; a new package runs with the light ones.
+# exactly once, under the race detector, at most two packages at once and
+# never two heavy ones. The heavy end-to-end packages (HEAVY_PKGS: real
+# servers, many processes, assertions on what happens while things are
+# slow) run one at a time, in the order given; beside them the light
+# packages run one at a time too (their output is printed when they are
+# done). Two heavy packages at once competed for the cores of a small
+# machine and for its timing; one after the other with the light ones
+# beside them takes about as long as the heavy ones alone. A HEAVY_PKGS
+# entry that is no package of the module, or listed twice, is an error, so a
+# package can be neither skipped nor run twice; a new package runs with the
+# light ones.
 #
 #   GO (go), TIMEOUT (12m, per test binary), HEAVY_PKGS (packages, one an
 #   entry: import paths or ./dirs)
@@ -16,7 +20,7 @@ cd "$(dirname "$0")/.." || exit 2
 
 GO=${GO:-go}
 TIMEOUT=${TIMEOUT:-12m}
-HEAVY_PKGS=${HEAVY_PKGS:-./pkg/limiter ./internal/edge ./internal/edge/e2e ./internal/faults ./internal/dashcheck}
+HEAVY_PKGS=${HEAVY_PKGS:-./internal/dashcheck ./internal/faults ./internal/edge/e2e ./internal/edge ./pkg/limiter}
 
 fail() {
 	echo "test-go: $*" >&2
@@ -39,15 +43,26 @@ consul=${EDGEGUARD_CONSUL:-$(./scripts/install-consul.sh)} || fail "no Consul (m
 h2spec=${EDGEGUARD_H2SPEC:-$(./scripts/install-h2spec.sh)} || fail "no h2spec (make tools)"
 export EDGEGUARD_CONSUL=$consul EDGEGUARD_H2SPEC=$h2spec
 
-echo "test-go: $(wc -l <<<"$light") packages GOMAXPROCS at a time, then $(wc -l <<<"$heavy") one at a time" >&2
+echo "test-go: $(wc -l <<<"$heavy") heavy packages one at a time, beside them $(wc -l <<<"$light") light ones one at a time" >&2
+light_out=$(mktemp)
+trap 'rm -f "$light_out" "$light_out.rc"' EXIT
 t0=$SECONDS
+# A background command starts with SIGINT ignored: env gives it back, so
+# Ctrl-C stops the light packages as it stops the heavy ones.
 # shellcheck disable=SC2086 # lists of packages
-$GO test -race -count=1 -timeout "$TIMEOUT" $light
-rc_light=$?
-t1=$SECONDS
+{
+	env --default-signal=INT $GO test -race -count=1 -timeout "$TIMEOUT" -p 1 $light >"$light_out" 2>&1
+	echo "$? $((SECONDS - t0))" >"$light_out.rc"
+} &
+light_pid=$!
 # shellcheck disable=SC2086
 $GO test -race -count=1 -timeout "$TIMEOUT" -p 1 $heavy
 rc_heavy=$?
-t2=$SECONDS
-echo "test-go: light packages $((t1 - t0)) s (status $rc_light), heavy packages one at a time $((t2 - t1)) s (status $rc_heavy)" >&2
+t_heavy=$((SECONDS - t0))
+wait "$light_pid"
+read -r rc_light t_light <"$light_out.rc" || { rc_light=1 t_light='?'; }
+rm -f "$light_out.rc"
+echo "--- light packages ---"
+cat "$light_out"
+echo "test-go: heavy packages ${t_heavy} s (status $rc_heavy), light packages beside them ${t_light} s (status $rc_light)" >&2
 [ "$rc_light" -eq 0 ] && [ "$rc_heavy" -eq 0 ]
