@@ -3,7 +3,8 @@
 # is, and exits with CMD's status:
 #  - noise: stress-ng with a fixed mix, two CPU workers at 60 %, one worker
 #    writing and reading 512 MiB of memory, one writing and reading a file
-#    (on a 2-core machine a load average of about 3 to 4 on its own);
+#    (3.8 tasks runnable or in disk wait on average: a load average of
+#    about 4 on a 2-core machine, before the tests add theirs);
 #  - stalls: every 150–600 ms, one of the Redis servers CMD's tests started
 #    is stopped (SIGSTOP) for 20–80 ms, then resumed (SIGCONT), as a fork
 #    or an fsync stalls a production Redis.
