@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test faults bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench
+.PHONY: build package package-check run test test-go test-busy faults bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -46,17 +46,35 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-# Every package runs under the race detector: they all have concurrency
-# (stores, harness, shedder) or are cheap enough that it costs nothing.
-# The Consul agent the harness starts is the one scripts/install-consul.sh
-# built and cached (instant once cached; tools has just run it); h2spec
-# likewise (scripts/install-h2spec.sh).
 test: tools lint dashboards-check
-	consul=$$(./scripts/install-consul.sh) && h2spec=$$(./scripts/install-h2spec.sh) && \
-	EDGEGUARD_CONSUL="$$consul" EDGEGUARD_H2SPEC="$$h2spec" $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+	$(MAKE) --no-print-directory test-go
 	cd loadtest && $(GO) vet ./... && EDGEGUARD_CONSUL="$$(../scripts/install-consul.sh)" $(GO) test -race -count=1 ./...
 	$(MAKE) package-check
 	$(MAKE) stack-test
+
+# Every package runs under the race detector: they all have concurrency
+# (stores, harness, shedder) or are cheap enough that it costs nothing.
+# The heavy end-to-end packages run one at a time, in this order, and beside
+# them the others one at a time: never two heavy packages at once
+# (scripts/test-go.sh; it checks that every package of ./... runs once).
+# The Consul agent the harness starts is the one scripts/install-consul.sh
+# built and cached (instant once cached; tools has run it); h2spec likewise
+# (scripts/install-h2spec.sh).
+HEAVY_PKGS ?= ./internal/dashcheck ./internal/faults ./internal/edge/e2e ./internal/edge ./pkg/limiter
+test-go:
+	GO='$(GO)' TIMEOUT='$(TIMEOUT)' HEAVY_PKGS='$(HEAVY_PKGS)' ./scripts/test-go.sh
+
+# The tests on a busy machine (scripts/busy.sh): stress-ng noise and
+# stalls of the tests' own Redis servers while BUSY_CMD runs, by default
+# the Go tests as make test runs them. PKG runs one package instead, RUN
+# and COUNT narrowing it:
+#   make test-busy PKG=./pkg/limiter RUN=TestSlowStoreStaysExact COUNT=30
+PKG ?=
+RUN ?=
+BUSY_CMD ?= $(if $(PKG),$(GO) test -race -count=$(COUNT) -timeout $(TIMEOUT) -run '$(RUN)' $(PKG),$(MAKE) --no-print-directory test-go)
+test-busy: tools
+	EDGEGUARD_CONSUL="$$(./scripts/install-consul.sh)" EDGEGUARD_H2SPEC="$$(./scripts/install-h2spec.sh)" \
+	./scripts/busy.sh $(BUSY_CMD)
 
 # The full fault matrix of internal/faults (`make test` runs its quick
 # subset): every fault × deployment (standalone, Sentinel, Cluster) ×

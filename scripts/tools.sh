@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
-# Redis (server, sentinel, cli, benchmark), wrk, Prometheus (with promtool)
+# Redis (server, sentinel, cli, benchmark), wrk, stress-ng (make test-busy),
+# Prometheus (with promtool)
 # and the Redis exporter from apt, and Consul, built once
 # from its Go module by install-consul.sh and cached outside the repository,
 # as is Pebble, the ACME test server (install-pebble.sh, about 20 s once),
@@ -12,7 +13,7 @@
 set -euo pipefail
 
 need=()
-for bin in file:file curl:curl redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter; do
+for bin in file:file curl:curl stress-ng:stress-ng redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

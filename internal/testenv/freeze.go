@@ -1,17 +1,14 @@
 package testenv
 
-import (
-	"fmt"
-	"syscall"
-)
+import "fmt"
 
 // Freeze stops the server (SIGSTOP): its connections stay open and nothing
 // answers, as with a starved, swapped-out or paused Redis. Thaw resumes it;
 // commands that arrived meanwhile then run.
-func (s *Standalone) Freeze() { s.proc().signal(syscall.SIGSTOP) }
+func (s *Standalone) Freeze() { s.d.freeze(s.proc()) }
 
 // Thaw resumes a frozen server (SIGCONT).
-func (s *Standalone) Thaw() { s.proc().signal(syscall.SIGCONT) }
+func (s *Standalone) Thaw() { s.d.thaw(s.proc()) }
 
 func (s *Standalone) proc() *process {
 	s.d.mu.Lock()
@@ -21,16 +18,16 @@ func (s *Standalone) proc() *process {
 
 // FreezeNode stops the Cluster node at addr (SIGSTOP). Past the cluster's
 // node timeout (1 s) its replica is promoted; shorter freezes are slowness.
-func (c *Cluster) FreezeNode(addr string) error { return c.signalNode(addr, syscall.SIGSTOP) }
+func (c *Cluster) FreezeNode(addr string) error { return c.signalNode(addr, c.d.freeze) }
 
 // ThawNode resumes a frozen Cluster node (SIGCONT).
-func (c *Cluster) ThawNode(addr string) error { return c.signalNode(addr, syscall.SIGCONT) }
+func (c *Cluster) ThawNode(addr string) error { return c.signalNode(addr, c.d.thaw) }
 
-func (c *Cluster) signalNode(addr string, sig syscall.Signal) error {
+func (c *Cluster) signalNode(addr string, signal func(*process)) error {
 	p := c.node(addr)
 	if p == nil {
 		return fmt.Errorf("testenv: signalling node: no cluster node at %s", addr)
 	}
-	p.signal(sig)
+	signal(p)
 	return nil
 }

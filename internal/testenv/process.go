@@ -43,7 +43,12 @@ func newDeployment(kind string) (*deployment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating temp dir: %w", err)
 	}
-	return &deployment{dir: dir}, nil
+	d := &deployment{dir: dir}
+	if err := d.createPulseLock(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("creating %s: %w", pulseLock, err)
+	}
+	return d, nil
 }
 
 // Proc is a supervised child process (see package proc); the edge's

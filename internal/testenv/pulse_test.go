@@ -1,0 +1,54 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The stall pulser (scripts/busy.sh) finds a server by pulse.lock in its
+// working directory and leaves one alone while frozen-<pid> marks it frozen
+// by its test: Freeze sets the mark, Thaw removes it.
+func TestFreezeMarksServerForPulser(t *testing.T) {
+	t.Parallel()
+	s, err := StartStandalone(StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Thaw(); _ = s.Close() })
+	pid := s.proc().Cmd.Process.Pid
+	cwd := "/proc/" + strconv.Itoa(pid) + "/cwd"
+	if _, err := os.Stat(cwd); err != nil {
+		t.Skip("no /proc: the pulser runs on Linux only")
+	}
+	require.FileExists(t, filepath.Join(cwd, pulseLock))
+	mark := filepath.Join(cwd, frozenPrefix+strconv.Itoa(pid))
+	require.NoFileExists(t, mark)
+
+	s.Freeze()
+	require.FileExists(t, mark)
+	require.Eventually(t, func() bool { return procState(pid) == "T" }, 10*time.Second, 5*time.Millisecond)
+
+	s.Thaw()
+	require.NoFileExists(t, mark)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := newClient(s.Addr)
+	defer c.Close()
+	require.NoError(t, c.Ping(ctx).Err())
+}
+
+// procState is the state letter of /proc/pid/stat ("" when unreadable).
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	state, _, _ := strings.Cut(rest, " ")
+	return state
+}

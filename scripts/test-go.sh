@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The Go tests as `make test` runs them: every package of `go list ./...`
+# exactly once, under the race detector, at most two packages at once and
+# never two heavy ones. The heavy end-to-end packages (HEAVY_PKGS: real
+# servers, many processes, assertions on what happens while things are
+# slow) run one at a time, in the order given; beside them the light
+# packages run one at a time too (their output is printed when they are
+# done). Two heavy packages at once competed for the cores of a small
+# machine and for its timing; one after the other with the light ones
+# beside them takes about as long as the heavy ones alone. A HEAVY_PKGS
+# entry that is no package of the module, or listed twice, is an error, so a
+# package can be neither skipped nor run twice; a new package runs with the
+# light ones.
+#
+#   GO (go), TIMEOUT (12m, per test binary), HEAVY_PKGS (packages, one an
+#   entry: import paths or ./dirs)
+# The Consul and h2spec the tests start are the cached ones (tools.sh).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+GO=${GO:-go}
+TIMEOUT=${TIMEOUT:-12m}
+HEAVY_PKGS=${HEAVY_PKGS:-./internal/dashcheck ./internal/faults ./internal/edge/e2e ./internal/edge ./pkg/limiter}
+
+fail() {
+	echo "test-go: $*" >&2
+	exit 2
+}
+
+all=$($GO list ./...) || fail "go list ./... failed"
+# shellcheck disable=SC2086 # a list of packages
+heavy=$($GO list $HEAVY_PKGS) || fail "HEAVY_PKGS: not packages of this module: $HEAVY_PKGS"
+# go list names a package once however often it is given.
+read -ra words <<<"$HEAVY_PKGS"
+[ "${#words[@]}" -eq "$(wc -l <<<"$heavy")" ] || fail "HEAVY_PKGS: one package per entry (no ... patterns), each once: $HEAVY_PKGS"
+outside=$(grep -vxF -f <(echo "$all") <<<"$heavy")
+[ -z "$outside" ] || fail "HEAVY_PKGS names packages outside ./...: $outside"
+light=$(grep -vxF -f <(echo "$heavy") <<<"$all")
+# Together, light and heavy are every package, each once.
+[ "$(sort <<<"$light"$'\n'"$heavy")" = "$(sort <<<"$all")" ] || fail "light + heavy packages differ from go list ./..."
+
+consul=${EDGEGUARD_CONSUL:-$(./scripts/install-consul.sh)} || fail "no Consul (make tools)"
+h2spec=${EDGEGUARD_H2SPEC:-$(./scripts/install-h2spec.sh)} || fail "no h2spec (make tools)"
+export EDGEGUARD_CONSUL=$consul EDGEGUARD_H2SPEC=$h2spec
+
+echo "test-go: $(wc -l <<<"$heavy") heavy packages one at a time, beside them $(wc -l <<<"$light") light ones one at a time" >&2
+light_out=$(mktemp)
+trap 'rm -f "$light_out" "$light_out.rc"' EXIT
+t0=$SECONDS
+# A background command starts with SIGINT ignored: env gives it back, so
+# Ctrl-C stops the light packages as it stops the heavy ones.
+# shellcheck disable=SC2086 # lists of packages
+{
+	env --default-signal=INT $GO test -race -count=1 -timeout "$TIMEOUT" -p 1 $light >"$light_out" 2>&1
+	echo "$? $((SECONDS - t0))" >"$light_out.rc"
+} &
+light_pid=$!
+# shellcheck disable=SC2086
+$GO test -race -count=1 -timeout "$TIMEOUT" -p 1 $heavy
+rc_heavy=$?
+t_heavy=$((SECONDS - t0))
+wait "$light_pid"
+read -r rc_light t_light <"$light_out.rc" || { rc_light=1 t_light='?'; }
+rm -f "$light_out.rc"
+echo "--- light packages ---"
+cat "$light_out"
+echo "test-go: heavy packages ${t_heavy} s (status $rc_heavy), light packages beside them ${t_light} s (status $rc_light)" >&2
+[ "$rc_light" -eq 0 ] && [ "$rc_heavy" -eq 0 ]
