@@ -82,9 +82,9 @@ rules:
 `
 
 // globalSeries makes the global rules' series appear: they exist once the
-// region catalog names another region (here on the same Redis), and each
-// moves when a key homed there is leased (with an overdraft the lease
-// pays) and its idle allowance is given back.
+// region catalog names another region (here on the same Redis) — the
+// home's unit counters at 0 from then on — and the others once a key homed
+// there is leased (with an overdraft the lease pays).
 func globalSeries(t *testing.T, e *running, redisURL string) {
 	cat := fmt.Sprintf(`{"regions": [{"name": %q, "redis": %q}, {"name": "reference-away", "redis": %q}]}`, e.cfg.Region, redisURL, redisURL)
 	require.NoError(t, e.global.apply([]byte(cat)))

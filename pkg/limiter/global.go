@@ -228,6 +228,11 @@ func (g *Global) Update(r Regions) error {
 	}
 	for _, h := range st.homes {
 		g.m.unreachable.WithLabelValues(h.name).Set(0)
+		// Each home's counters exist from the catalog on, at 0 until they
+		// move (kept across catalog changes: a counter never restarts).
+		g.m.carved.WithLabelValues(h.name)
+		g.m.returned.WithLabelValues(h.name)
+		g.m.settled.WithLabelValues(h.name)
 	}
 	g.start.Do(func() {
 		select {
