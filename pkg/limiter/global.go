@@ -41,12 +41,7 @@ import (
 //     next carve from the home pays it first (when the home comes back, the
 //     sweep carves for every key in debt), once, within the window the
 //     debt was made in; a debt is dropped when its window ends, since the
-//     next window owes nothing for it. A debt belongs to one window (its
-//     start, epoch-aligned as the script aligns it, by the edge's clock): a
-//     carve pays it only when the home answers from that window (the
-//     answer's lease names its window), so a carve sent before the window
-//     ends and answered after it pays nothing, and what it took for the
-//     debt goes back to the new window at once.
+//     next window owes nothing for it.
 //
 // Only fixed_window is global (rules refuse the others): a unit carved is
 // spent within the window it was carved in, which is what makes the
@@ -162,14 +157,10 @@ type away struct {
 	check Check // the carving check (key, limit, tolerance, holders)
 	// debt is what the edge admitted that no carve paid for yet:
 	// overdraft, and decisions from the share while the home was
-	// unreachable, all in the window starting at debtWindow (ms since
-	// the epoch, the script's alignment). It is dropped at debtUntil (that
-	// window's end), and paid only by a carve the home answered from that
-	// window.
-	debt       int64
-	debtWindow int64
-	debtUntil  time.Time
-	refilling  bool
+	// unreachable. It is dropped at debtUntil (its window's end).
+	debt      int64
+	debtUntil time.Time
+	refilling bool
 	// exhausted: the home had nothing left; no carve, no overdraft until.
 	exhausted time.Time
 }
@@ -393,7 +384,7 @@ func (l *Limiter) spendAway(ctx context.Context, g *Global, st *globalState, h *
 	}
 	a.check = c
 	if !a.debtUntil.IsZero() && !now.Before(a.debtUntil) {
-		a.clearDebt()
+		a.debt, a.debtUntil = 0, time.Time{}
 	}
 	up := !h.down.Load()
 	if a.units >= c.Cost {
@@ -442,7 +433,10 @@ func (g *Global) outOfAllowance(st *globalState, h *home, a *away, c, orig Check
 		g.refill(h, a, key, now)
 	}
 	if a.debt+c.Cost <= overdraft(orig, len(st.names)) {
-		a.owe(c.Cost, now, c.Limit.Window)
+		a.debt += c.Cost
+		if a.debtUntil.IsZero() {
+			a.debtUntil = now.Add(c.Limit.Window)
+		}
 		a.used = now
 		g.count(h.name, "overdraft")
 		return Decision{Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit, Remaining: 0, ResetAfter: max(0, roundUpMs(a.reset.Sub(now))), Source: SourceLease}
@@ -475,41 +469,16 @@ func (l *Limiter) fromShare(ctx context.Context, g *Global, st *globalState, h *
 	}
 	if a != nil && o.Admitted > 0 {
 		a.mu.Lock()
-		a.owe(o.Admitted, now, orig.Limit.Window)
+		a.debt += o.Admitted
+		if until := now.Add(o.ResetAfter); until.After(a.debtUntil) {
+			a.debtUntil = until
+		}
 		a.used = now
 		a.mu.Unlock()
 	}
 	o.Limit = orig.Limit.Limit
 	return o, nil
 }
-
-// windowOf is the start, in ms since the epoch, of the fixed window of
-// length w holding t: windows are aligned to the epoch, as the fixed
-// window script and the memory store align them (the script's lease state).
-func windowOf(t time.Time, w time.Duration) int64 {
-	ms, W := t.UnixMilli(), max(w.Milliseconds(), 1)
-	return ms - ms%W
-}
-
-// owe adds units admitted at now to a's debt, in the window of w holding
-// now: a debt of an earlier window is dropped first (the next window owes
-// nothing for it), and units of a window already over are not owed.
-// Called with a locked.
-func (a *away) owe(units int64, now time.Time, w time.Duration) {
-	ws := windowOf(now, w)
-	switch {
-	case a.debt > 0 && ws < a.debtWindow:
-		return
-	case a.debt > 0 && ws > a.debtWindow:
-		a.debt = 0
-	}
-	a.debt += units
-	a.debtWindow = ws
-	a.debtUntil = time.UnixMilli(ws + max(w.Milliseconds(), 1))
-}
-
-// clearDebt drops a's debt. Called with a locked.
-func (a *away) clearDebt() { a.debt, a.debtWindow, a.debtUntil = 0, 0, time.Time{} }
 
 // refill carves for a in the background: its debt first, then the next
 // batch. Called with a locked.
@@ -518,86 +487,54 @@ func (g *Global) refill(h *home, a *away, key string, now time.Time) {
 		return
 	}
 	c := a.check
-	if a.debt > 0 && !now.Before(a.debtUntil) {
-		a.clearDebt() // its window is over: nothing to carry
-	}
 	a.refilling = true
 	a.terms = termsOf(c)
 	a.grow(now)
-	carried, carriedWindow := a.debt, a.debtWindow
-	want := a.size + carried
+	want := a.size + a.debt
 	req := Request{Limit: carveLimit(c), Cost: want, Need: 1}
 	g.bg.Go(func() {
 		sent := g.now()
 		ds, errs := h.lim.call(context.Background(), []Request{req}, []string{key}, sent, nil)
-		back := g.landed(h, a, ds[0], errs[0], sent, carried, carriedWindow)
-		if back.Units > 0 {
-			// Taken for a debt of a window that ended before the carve
-			// was answered: the new window owes nothing for it.
-			g.m.returned.WithLabelValues(h.name).Add(float64(back.Units))
-			if err := h.lim.giveBack(h.lim.store, []Lease{back}); err != nil {
-				g.log.Warn("global rules: giving back a carve made for an ended window's debt failed", "region", h.name, "units", back.Units, "err", err)
-			}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.refilling = false
+		if err := errs[0]; err != nil {
+			g.m.calls.WithLabelValues(h.name, "error").Inc()
+			g.markDown(h, err)
+			return
 		}
-	})
-}
-
-// landed takes in the answer d (or err) to a carve sent at sent, carrying
-// a debt of carried units of the window starting at carriedWindow. It pays
-// a's debt from the carve only when the home answered from the debt's
-// window, and returns what the carve took for a debt it could not pay
-// (Units 0: nothing), to be given back to the answer's window.
-func (g *Global) landed(h *home, a *away, d Decision, err error, sent time.Time, carried, carriedWindow int64) (back Lease) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.refilling = false
-	if err != nil {
-		g.m.calls.WithLabelValues(h.name, "error").Inc()
-		g.markDown(h, err)
-		return Lease{}
-	}
-	g.m.calls.WithLabelValues(h.name, "ok").Inc()
-	g.markUp(h)
-	a.carved = sent
-	a.left, a.reset = d.Remaining, sent.Add(d.ResetAfter)
-	g.m.carved.WithLabelValues(h.name).Add(float64(d.Admitted))
-	if d.Admitted == 0 {
-		a.exhausted = sent.Add(d.RetryAfter)
-		return Lease{}
-	}
-	if d.Lease.state != a.from.state {
-		a.drop() // another window: the old one's units end with it
-	}
-	n := d.Admitted
-	var pay int64
-	switch {
-	case a.debt > 0 && a.debtWindow == d.Lease.state:
-		pay = min(n, a.debt)
+		g.m.calls.WithLabelValues(h.name, "ok").Inc()
+		g.markUp(h)
+		d := ds[0]
+		a.carved = sent
+		a.left, a.reset = d.Remaining, sent.Add(d.ResetAfter)
+		g.m.carved.WithLabelValues(h.name).Add(float64(d.Admitted))
+		if d.Admitted == 0 {
+			a.exhausted = sent.Add(d.RetryAfter)
+			return
+		}
+		if d.Lease.state != a.from.state {
+			a.drop() // another window: the old one's units end with it
+		}
+		n := d.Admitted
+		pay := min(n, a.debt)
 		a.debt -= pay
 		n -= pay
 		if a.debt == 0 {
-			a.clearDebt()
+			a.debtUntil = time.Time{}
 		}
-	case a.debt > 0 && a.debtWindow < d.Lease.state:
-		a.clearDebt() // the home's window moved on: the debt's is over
-	}
-	g.m.settled.WithLabelValues(h.name).Add(float64(pay))
-	if carried > 0 && carriedWindow != d.Lease.state {
-		back = d.Lease
-		back.Units = min(n, carried)
-		n -= back.Units
-	}
-	if n > 0 {
-		// The script's reset is whole milliseconds, rounded up; the
-		// units end before the window does, whatever the link's delay.
-		expires := sent.Add(d.ResetAfter - time.Millisecond)
-		if a.units == 0 || expires.Before(a.expires) {
-			a.expires = expires
+		g.m.settled.WithLabelValues(h.name).Add(float64(pay))
+		if n > 0 {
+			// The script's reset is whole milliseconds, rounded up; the
+			// units end before the window does, whatever the link's delay.
+			expires := sent.Add(d.ResetAfter - time.Millisecond)
+			if a.units == 0 || expires.Before(a.expires) {
+				a.expires = expires
+			}
+			a.units += n
+			a.from = d.Lease
 		}
-		a.units += n
-		a.from = d.Lease
-	}
-	return back
+	})
 }
 
 func (g *Global) markDown(h *home, err error) {
@@ -683,7 +620,7 @@ func (g *Global) probeDown(st *globalState) {
 // unused for two periods, or expired. Called with a locked.
 func (g *Global) settleAway(h *home, a *away, now time.Time) bool {
 	if !a.debtUntil.IsZero() && !now.Before(a.debtUntil) {
-		a.clearDebt()
+		a.debt, a.debtUntil = 0, time.Time{}
 	}
 	if a.debt > 0 && !a.refilling && !h.down.Load() && !now.Before(a.exhausted) {
 		g.refill(h, a, memKey(a.check.Limit), now) // settles the debt
@@ -807,7 +744,7 @@ func newGlobalMetrics(reg prometheus.Registerer) (*globalMetrics, error) {
 		}, []string{"home"}),
 		returned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_global_returned_units_total",
-			Help: "Units of global-rule allowance given back unspent to their home region, and units a lease took for a debt whose window had ended by the time the home answered (given back to the new window).",
+			Help: "Units of global-rule allowance given back unspent to their home region.",
 		}, []string{"home"}),
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_global_settled_units_total",
