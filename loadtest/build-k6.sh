@@ -63,6 +63,16 @@ if [ -x "$bin" ] && "$bin" version >/dev/null 2>&1; then
 	exit 0
 fi
 
+# One build at a time: a second run (another checkout, targets in
+# parallel) waits for the first and reuses what it built.
+mkdir -p "$cache"
+exec 9>"$cache/k6.lock"
+flock 9
+if [ -x "$bin" ] && "$bin" version >/dev/null 2>&1; then
+	echo "$bin"
+	exit 0
+fi
+
 echo "k6: building k6 $k6_version with k6/x/edgeguard (extension $hash)" >&2
 start=$(date +%s)
 work=$(mktemp -d)
@@ -94,9 +104,9 @@ cp "$ext/go.sum" "$work/go.sum"
 	# the same dependency versions as its tests use.
 	go mod tidy >&2
 	mkdir -p "$dir"
-	CGO_ENABLED=0 go build -trimpath -o "$bin.tmp" .
+	CGO_ENABLED=0 go build -trimpath -o "$bin.tmp.$$" .
 )
-mv "$bin.tmp" "$bin"
+mv "$bin.tmp.$$" "$bin"
 # Keep the three newest builds (other trees may use an older one).
 ls -dt "$cache"/k6-*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf
 "$bin" version >&2

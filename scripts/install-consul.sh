@@ -13,6 +13,15 @@ if [ -x "$bin" ] && "$bin" version >/dev/null 2>&1; then
 	exit 0
 fi
 
+# One build of a tool at a time: a second run (another checkout, targets
+# in parallel) waits for the first and reuses what it built.
+mkdir -p "$cache"
+exec 9>"$cache/consul-$version.lock"
+flock 9
+if [ -x "$bin" ] && "$bin" version >/dev/null 2>&1; then
+	echo "$bin"
+	exit 0
+fi
 echo "tools: building consul $version from its Go module (once; a few minutes)" >&2
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
@@ -31,7 +40,7 @@ sed -i -E '/^replace[[:space:]]+github\.com\/hashicorp\/consul\/[a-z/-]+[[:space
 sed -i -E '/^[[:space:]]*github\.com\/hashicorp\/consul\/[a-z/-]+[[:space:]]+=>[[:space:]]+\.\//d' go.mod
 go mod tidy >/dev/null 2>&1 || true
 mkdir -p "$(dirname "$bin")"
-go build -trimpath -o "$bin.tmp" .
-mv "$bin.tmp" "$bin"
+go build -trimpath -o "$bin.tmp.$$" .
+mv "$bin.tmp.$$" "$bin"
 "$bin" version >&2
 echo "$bin"

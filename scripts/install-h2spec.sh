@@ -15,6 +15,15 @@ if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
 	echo "$bin"
 	exit 0
 fi
+# One build of a tool at a time: a second run (another checkout, targets
+# in parallel) waits for the first and reuses what it built.
+mkdir -p "$cache"
+exec 9>"$cache/h2spec-$version.lock"
+flock 9
+if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+	echo "$bin"
+	exit 0
+fi
 echo "tools: building h2spec $version from its Go module (once)" >&2
 mkdir -p "$dir"
 GOBIN="$dir" GOFLAGS=-mod=mod go install "github.com/summerwind/h2spec/cmd/h2spec@$version+incompatible" >&2

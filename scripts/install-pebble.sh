@@ -13,6 +13,15 @@ if [ -x "$dir/pebble" ] && [ -x "$dir/pebble-challtestsrv" ]; then
 	echo "$dir"
 	exit 0
 fi
+# One build of a tool at a time: a second run (another checkout, targets
+# in parallel) waits for the first and reuses what it built.
+mkdir -p "$cache"
+exec 9>"$cache/pebble-$version.lock"
+flock 9
+if [ -x "$dir/pebble" ] && [ -x "$dir/pebble-challtestsrv" ]; then
+	echo "$dir"
+	exit 0
+fi
 echo "tools: building pebble $version from its Go module (once)" >&2
 mkdir -p "$dir"
 GOBIN="$dir" GOFLAGS=-mod=mod go install \

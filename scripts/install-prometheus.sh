@@ -32,6 +32,15 @@ if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
 	exit 0
 fi
 
+# One build of a tool at a time: a second run (another checkout, targets
+# in parallel) waits for the first and reuses what it built.
+mkdir -p "$cache"
+exec 9>"$cache/prometheus-$version.lock"
+flock 9
+if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+	echo "$bin"
+	exit 0
+fi
 echo "tools: building prometheus ($version) from its Go module, for Consul discovery (once; a few minutes)" >&2
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
@@ -46,7 +55,7 @@ cd "$work/prometheus"
 mkdir -p "$(dirname "$bin")"
 # Without the builtinassets tag the web UI is not embedded; the API, the
 # remote-write receiver and scraping are all there.
-go build -trimpath -o "$bin.tmp" ./cmd/prometheus
-mv "$bin.tmp" "$bin"
+go build -trimpath -o "$bin.tmp.$$" ./cmd/prometheus
+mv "$bin.tmp.$$" "$bin"
 "$bin" --version >&2
 echo "$bin"

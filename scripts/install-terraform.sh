@@ -36,6 +36,15 @@ if [ -x "$bin" ] && "$bin" version >/dev/null 2>&1; then
 	exit 0
 fi
 
+# One build of a tool at a time: a second run (another checkout, targets
+# in parallel) waits for the first and reuses what it built.
+mkdir -p "$cache"
+exec 9>"$cache/terraform-$version.lock"
+flock 9
+if [ -x "$bin" ] && "$bin" version >/dev/null 2>&1; then
+	echo "$bin"
+	exit 0
+fi
 echo "tools: building terraform $version from its Go module (once; a few minutes)" >&2
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
