@@ -33,7 +33,7 @@ export function rateLimitsBoard(): dashboard.Dashboard {
     }))
     .withPanel(timeSeries({
       title: 'Decisions by where they were decided',
-      description: 'Checks by reason: the store (redis or memory), prefilter (over-limit cache: denied locally without a Redis call) or fallback (Redis failing: counted locally with limit / nodes). Fallback decisions are only roughly right: find out why Redis fails (breaker panel, Redis panels).',
+      description: 'Checks by reason: the store (redis or memory), prefilter (over-limit cache: denied locally without a Redis call) or fallback (Redis failing: each edge admits its share of what Redis last reported left for the key, and denies an exact rule\'s key it has no answer for). Find out why Redis fails (breaker panel, Redis panels).',
       unit: 'reqps', min: 0,
       thresholds: [green()],
       targets: [{ expr: `sum by (region, reason) (${rate('edgeguard_edge_decisions_total')})`, legend: '{{region}} {{reason}}' }],
@@ -80,10 +80,13 @@ export function rateLimitsBoard(): dashboard.Dashboard {
     .withRow(row('Store, breakers and fallback'))
     .withPanel(timeSeries({
       title: 'Fallback by reason',
-      description: 'Checks the store could not decide, per PoP: error (call failed or timed out) or breaker_open (the shard\'s breaker stops calls). Sustained fallback means a Redis shard is down or too slow for --redis-timeout; the LimiterFallback alert fires.',
+      description: 'Checks the store could not decide, per PoP: error (call failed or timed out), breaker_open (the shard\'s breaker stops calls) or lane_full; and, of those, the exact checks denied for want of Redis\'s answer for their key in its window (clients new to the edge during the outage). Sustained fallback means a Redis shard is down or too slow for --redis-timeout; the LimiterFallback alert fires.',
       unit: 'reqps', min: 0,
       thresholds: [green(), red(1)],
-      targets: [{ expr: `sum by (region, pop, reason) (${rate('edgeguard_limiter_fallback_total')})`, legend: '{{region}}/{{pop}} {{reason}}' }],
+      targets: [
+        { expr: `sum by (region, pop, reason) (${rate('edgeguard_limiter_fallback_total')})`, legend: '{{region}}/{{pop}} {{reason}}' },
+        { expr: `sum by (region, pop) (${rate('edgeguard_limiter_fallback_unknown_total')})`, legend: '{{region}}/{{pop}} denied: no answer for the key' },
+      ],
     }))
     .withPanel(statPanel({
       title: 'Breaker state per shard',

@@ -29,6 +29,11 @@ type breaker struct {
 	// probeLimit is a limit of the shard that failed: readiness checks
 	// probe with it when no request comes to do so.
 	probeLimit atomic.Pointer[Limit]
+	// answered is when the shard last answered (unix ns on the limiter's
+	// clock; 0: never): the fallback gives an exact check's key no share
+	// when it knows nothing of it and the shard answered within its
+	// window (Limiter.unknownInWindow).
+	answered atomic.Int64
 }
 
 func newBreaker(threshold int, cooldown time.Duration, onChange func(breakerState)) *breaker {

@@ -422,7 +422,7 @@ func (l *Limiter) awaitAhead(ctx context.Context, a *allowance, most time.Durati
 // held is spent (the store counted it); past it the check is decided like
 // an exact one, on the carving limit.
 func (l *Limiter) carveFailed(c Check, cause error) (Decision, error) {
-	o, err := l.degrade(Check{Limit: carveLimit(c), Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes}, cause)
+	o, err := l.degrade(Check{Limit: carveLimit(c), Cost: c.Cost, Shadow: c.Shadow, Nodes: c.Nodes, Tolerance: c.Tolerance, Global: c.Global}, cause)
 	o.Limit = c.Limit.Limit
 	return o, err
 }

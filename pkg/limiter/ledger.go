@@ -11,9 +11,11 @@ import (
 // limit across a store outage, and what the store needs to hear when it
 // answers again:
 //
-//   - the remaining quota the store last reported (seen): when the key falls
-//     back, each of the N edges sharing it admits at most floor(remaining/N)
-//     of it, so the window the outage starts in holds at most the limit;
+//   - the remaining quota the store last reported (seen), and until when that
+//     answer speaks for the key's window (until): when the key falls back,
+//     each of the N edges sharing it admits at most floor(remaining/N) of
+//     it; an exact check whose key has no such answer gets no share while
+//     other edges may have counted it (Limiter.decideLocally);
 //   - the units the fallback admitted that the store has not counted (debt):
 //     they ride along, as one extra request in the same round trip, with the
 //     key's next call once the store answers, so a store that comes back —
@@ -24,8 +26,10 @@ import (
 //     kept its state, everything when it came back empty.
 //
 // It is bounded like the over-limit cache: a flood of random keys evicts
-// entries (an evicted debt is forgotten: up to one edge's share of one key
-// admitted twice), never grows it.
+// entries, never grows it. Eviction takes an account that owes the store
+// nothing when a small sample holds one (an evicted answer only costs the
+// key its fallback share); an evicted debt is forgotten: up to one edge's
+// share of one key admitted twice.
 type ledger struct {
 	seed   maphash.Seed
 	perCap int
@@ -41,6 +45,7 @@ type ledgerShard struct {
 type account struct {
 	remaining int64     // the store's last answer
 	seen      time.Time // when it was given
+	until     time.Time // when it stops speaking for the key's window
 	fallback  bool      // the fallback holds state seeded for this outage
 	restore   bool      // the store's last answer is owed back as a restore
 	debt      int64     // fallback admissions the store has not counted
@@ -66,16 +71,7 @@ func (lg *ledger) with(key string, create bool, fn func(*account)) {
 			return
 		}
 		if len(sh.m) >= lg.perCap {
-			for k, v := range sh.m { // map order is random
-				if v.debt > 0 {
-					lg.owing.Add(-1)
-				}
-				if v.restore {
-					lg.owing.Add(-1)
-				}
-				delete(sh.m, k)
-				break
-			}
+			lg.evict(sh)
 		}
 		a = &account{}
 		sh.m[key] = a
@@ -83,12 +79,62 @@ func (lg *ledger) with(key string, create bool, fn func(*account)) {
 	fn(a)
 }
 
-// observe records the store's answer for a key: the store decides it again,
-// so the next outage seeds the fallback afresh.
-func (lg *ledger) observe(key string, remaining int64, now time.Time) {
+// evict drops one account of a full shard: the first of a small sample
+// (map order is random) that owes the store nothing, else the sample's
+// last. Called locked.
+func (lg *ledger) evict(sh *ledgerShard) {
+	const scan = 8
+	var victim string
+	var va *account
+	i := 0
+	for k, v := range sh.m {
+		victim, va = k, v
+		if v.debt == 0 && !v.restore {
+			break
+		}
+		if i++; i == scan {
+			break
+		}
+	}
+	if va == nil {
+		return
+	}
+	if va.debt > 0 {
+		lg.owing.Add(-1)
+	}
+	if va.restore {
+		lg.owing.Add(-1)
+	}
+	delete(sh.m, victim)
+}
+
+// len is the number of accounts held.
+func (lg *ledger) len() int {
+	n := 0
+	for i := range lg.shards {
+		sh := &lg.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// observe records the store's answer for a key, given at now and speaking
+// for the key's window until until: the store decides it again, so the
+// next outage seeds the fallback afresh.
+func (lg *ledger) observe(key string, remaining int64, now, until time.Time) {
 	lg.with(key, true, func(a *account) {
-		a.remaining, a.seen, a.fallback = remaining, now, false
+		a.remaining, a.seen, a.until, a.fallback = remaining, now, until, false
 	})
+}
+
+// knows reports whether the store's last answer for key still speaks for
+// its window at now.
+func (lg *ledger) knows(key string, now time.Time) bool {
+	var ok bool
+	lg.with(key, false, func(a *account) { ok = !a.seen.IsZero() && now.Before(a.until) })
+	return ok
 }
 
 // seedFor says how many of the fallback's local units (limit/N) to take up
@@ -97,13 +143,13 @@ func (lg *ledger) observe(key string, remaining int64, now time.Time) {
 // outage (fresh: the fallback's state of an earlier outage is superseded by
 // the store's newer answer). A seeded outage owes the store a restore of
 // that answer (lendRestore).
-func (lg *ledger) seedFor(key string, local int64, nodes int64, window time.Duration, now time.Time) (used int64, fresh bool, at time.Time) {
+func (lg *ledger) seedFor(key string, local int64, nodes int64, now time.Time) (used int64, fresh bool, at time.Time) {
 	lg.with(key, true, func(a *account) {
 		if a.fallback {
 			return
 		}
 		a.fallback, fresh = true, true
-		if a.seen.IsZero() || now.Sub(a.seen) >= window {
+		if a.seen.IsZero() || !now.Before(a.until) {
 			return
 		}
 		at = a.seen

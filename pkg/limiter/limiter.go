@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 // Check is one limit of a client request, as the edge asks it.
@@ -33,8 +35,8 @@ type Check struct {
 	// Shadow checks count but never deny, and are never cached as over limit.
 	Shadow bool
 	// Nodes is how many edge nodes share this limit; when Redis cannot be
-	// asked, the local fallback enforces Limit/Nodes (the two-layer design's
-	// local counter). 0 means 1.
+	// asked, the local fallback admits this node's share of what the store
+	// last reported left, remaining/Nodes (decideLocally). 0 means 1.
 	Nodes int
 	// Tolerance > 0 leases the check (fixed_window and token_bucket only):
 	// the edge decides from an allowance carved from the store in batches,
@@ -652,7 +654,7 @@ func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, got []D
 			c.ds[i] = got[j]
 		}
 		if e == nil && !reqs[i].Limit.Algorithm.Spec().Held {
-			l.ledger.observe(keys[i], c.ds[i].Remaining, answered)
+			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now))
 		}
 	}
 }
@@ -692,6 +694,7 @@ func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
 		if r.failed {
 			r.b.failure(l.now())
 		} else {
+			r.b.answered.Store(l.now().UnixNano())
 			r.b.success()
 		}
 	}
@@ -896,6 +899,7 @@ func (l *Limiter) probe(b *breaker, lim Limit) {
 			b.failure(l.now())
 			return
 		}
+		b.answered.Store(l.now().UnixNano())
 		b.success()
 	})
 }
@@ -930,24 +934,34 @@ func (l *Limiter) degrade(c Check, cause error) (Decision, error) {
 	return l.decideLocally(c)
 }
 
-// decideLocally decides c in the fallback with this node's share of the
-// limit: each of the N nodes sharing the limit admits floor(limit/N)
-// locally, so together they admit at most the limit. A limit below N
-// leaves a node no share: it denies until the store answers again.
+// decideLocally decides c in the fallback with this node's share of what
+// the store had left: each of the N nodes sharing the limit admits
+// floor(remaining/N) of the remaining quota the store last reported for
+// the key in its window (seedFallback), and floor(limit/N) when the store
+// has counted nothing in the window for anyone, so together they admit at
+// most the limit. An exact check (neither leased nor a concurrency limit)
+// whose key this node has no answer for in its window, while the store
+// answered this node within the last window, gets no share: other nodes
+// may have counted the whole limit. A limit below N leaves a node no share
+// either. Without a share the node denies until the store answers again.
 func (l *Limiter) decideLocally(c Check) (Decision, error) {
 	local := c.Limit
 	nodes := int64(max(c.Nodes, 1))
 	local.Limit = c.Limit.Limit / nodes
 	local.Burst = c.Limit.Burst / nodes
-	if local.Limit < 1 || (c.Limit.Burst > 0 && local.Burst < 1) {
+	key := memKey(c.Limit)
+	now := l.now()
+	unknown := local.Limit >= 1 && (c.Limit.Burst == 0 || local.Burst >= 1) && l.unknownInWindow(c, key, now)
+	if unknown {
+		l.metrics.unknown.Inc()
+	}
+	if local.Limit < 1 || (c.Limit.Burst > 0 && local.Burst < 1) || unknown {
 		l.metrics.record(SourceFallback, 1)
 		retry := max(l.cfg.BreakerCooldown, time.Second)
 		return Decision{Limit: c.Limit.Limit, RetryAfter: retry, ResetAfter: retry, Lease: Lease{Limit: local}, Source: SourceFallback}, nil
 	}
-	key := memKey(c.Limit)
-	now := l.now()
 	if !local.Algorithm.Spec().Held {
-		l.seedFallback(key, local, nodes, c.Limit.Window, now)
+		l.seedFallback(key, local, nodes, now)
 	}
 	ds, err := l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: c.Cost}})
 	if err != nil {
@@ -967,8 +981,8 @@ func (l *Limiter) decideLocally(c Check) (Decision, error) {
 // that comes back empty relearns what it had counted, one that kept its
 // state takes nothing (replaying the share as units would count it twice,
 // and at every flap again).
-func (l *Limiter) seedFallback(key string, local Limit, nodes int64, window time.Duration, now time.Time) {
-	used, fresh, at := l.ledger.seedFor(key, local.Capacity(), nodes, window, now)
+func (l *Limiter) seedFallback(key string, local Limit, nodes int64, now time.Time) {
+	used, fresh, at := l.ledger.seedFor(key, local.Capacity(), nodes, now)
 	if fresh {
 		l.fallback.forget(local) // an earlier outage's count: in the store's answer now
 	}
@@ -978,6 +992,43 @@ func (l *Limiter) seedFallback(key string, local Limit, nodes int64, window time
 		// must not take the place of the request being decided.
 		_, _ = l.fallback.Take(context.Background(), []Request{{Limit: local, Cost: used, Need: 1, At: at}})
 	}
+}
+
+// unknownInWindow reports whether c is an exact check the fallback must
+// not decide: the store's last answer for its key (if any) no longer
+// speaks for the key's window, and the store node holding the key (its
+// shard) answered this node within the last window, so other nodes may
+// have counted the key meanwhile. A shard that has not answered this node
+// for a whole window has counted nothing in it for anyone (when it is
+// down for every node), and each node's floor(limit/N) keeps the window
+// to the limit.
+func (l *Limiter) unknownInWindow(c Check, key string, now time.Time) bool {
+	if c.Tolerance > 0 || c.Global || c.Limit.Algorithm.Spec().Held || l.ledger.knows(key, now) {
+		return false
+	}
+	last := l.breakers.get(l.store.Shard(c.Limit)).answered.Load()
+	return last != 0 && now.Sub(time.Unix(0, last)) < c.Limit.Window
+}
+
+// answerUntil is until when the store's answer d for lim, to a call sent
+// at sent, speaks for the key's window: a window later (every algorithm
+// has forgotten what it had counted then), and for a fixed window no
+// later than its reset (the next window starts from nothing, and the
+// answer says nothing of what is counted in it). The reset is counted
+// from when the call was sent, no later than the store ran it.
+func answerUntil(lim Limit, d Decision, sent time.Time) time.Time {
+	until := sent.Add(lim.Window)
+	if lim.Algorithm == limit.FixedWindow && d.ResetAfter > 0 {
+		until = minTime(until, sent.Add(d.ResetAfter))
+	}
+	return until
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // remember caches a store's denial of a cacheable check: the key is denied

@@ -21,7 +21,10 @@ type metrics struct {
 	breakerOpens  prometheus.Counter
 	refunds       prometheus.Counter
 	replayed      prometheus.Counter
-	refundErrors  prometheus.Counter
+	// unknown: exact checks the fallback gave no share (limiter.go,
+	// unknownInWindow).
+	unknown      prometheus.Counter
+	refundErrors prometheus.Counter
 	// releaseRetries and releasesDropped: ReleaseAsync's tries after a
 	// failure, and releases past its bound.
 	releaseRetries, releasesDropped prometheus.Counter
@@ -78,6 +81,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		}),
 		breakerOpens:    counter("edgeguard_limiter_breaker_opens_total", "Times a shard's breaker opened (its keys went to the fallback): a slow store must not flap it."),
 		replayed:        counter("edgeguard_limiter_replayed_units_total", "Units the local fallback admitted that were replayed into the store once it answered again."),
+		unknown:         counter("edgeguard_limiter_fallback_unknown_total", "Exact checks the local fallback denied for want of the store's answer for their key in its window, while the store had answered this edge within that window (other edges may have spent the limit)."),
 		refunds:         counter("edgeguard_limiter_refunds_total", "Leases given back: other limit denied, unused coalesced units, released concurrency slots."),
 		refundErrors:    counter("edgeguard_limiter_refund_errors_total", "Refund calls that failed (units stay counted until their window passes)."),
 		releaseRetries:  counter("edgeguard_limiter_release_retries_total", "Concurrency-slot releases tried again after a failure (in the background, for up to 10 s; the response never waits)."),
@@ -155,7 +159,7 @@ func (m *metrics) register(reg prometheus.Registerer, checks *prometheus.Counter
 				Help: "Script calls (one per key taken or refunded) carried by the commands of edgeguard_limiter_store_calls_total; many per command when batched.",
 			}, func() float64 { _, d := sent.Sent(); return float64(d) })))
 	}
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.releasesResent, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure, m.leaseCarves, m.leaseCarved, m.leaseReturned} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.unknown, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.releasesResent, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure, m.leaseCarves, m.leaseCarved, m.leaseReturned} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range m.degraded {

@@ -1,0 +1,236 @@
+package limiter
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/limit"
+)
+
+// exactEdges are n limiters (edges) on one real Redis, each behind a store
+// whose failures the test controls; every failed call goes to the fallback
+// (no breaker), so what each edge admits is decided by the test alone.
+type exactEdges struct {
+	srv    *testenv.Standalone
+	edges  []*Limiter
+	stores []*countingStore
+}
+
+func newExactEdges(t *testing.T, n int) *exactEdges {
+	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	e := &exactEdges{srv: srv}
+	prefix := testenv.KeyPrefix(t)
+	for range n {
+		c, err := NewRedisClient(srv.URL(), ModeStandalone)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		st, err := NewRedisStore(Conn(c), prefix)
+		require.NoError(t, err)
+		require.NoError(t, st.Load(context.Background()))
+		cs := &countingStore{Store: st}
+		l, err := New(cs, Config{BreakerFailures: 1 << 20}, prometheus.NewRegistry(), nil)
+		require.NoError(t, err)
+		t.Cleanup(l.Close)
+		e.edges = append(e.edges, l)
+		e.stores = append(e.stores, cs)
+	}
+	return e
+}
+
+// fail makes every edge's store fail (true) or answer again (false).
+func (e *exactEdges) fail(down bool) {
+	for _, s := range e.stores {
+		s.fail.Store(down)
+	}
+}
+
+// decide has edge i decide c n times and returns how many units it
+// admitted, checking each decision came from want.
+func (e *exactEdges) decide(t *testing.T, i int, c Check, n int, want Source) int64 {
+	t.Helper()
+	var admitted int64
+	for range n {
+		v, err := e.edges[i].Decide(context.Background(), []Check{c})
+		require.NoError(t, err)
+		if want == SourceFallback {
+			require.Equal(t, SourceFallback, v.Checks[0].Source)
+		} else {
+			require.NotEqual(t, SourceFallback, v.Checks[0].Source)
+		}
+		if v.Allowed {
+			admitted += c.Cost
+		}
+	}
+	return admitted
+}
+
+// An exact rule's window holds at most its limit across a store outage on
+// every edge: a key the store has counted to 90 % of its limit through one
+// edge leaves the fallback of that edge its share of the 10 % left
+// (⌊remaining/N⌋), and the edges that never asked for it — they served
+// other keys from the same store in the window — no share at all: the store
+// may have counted the whole limit for them. Once the store answers again,
+// the clients get exactly the rest of the limit, no fewer.
+func TestExactFallbackHoldsTheLimit(t *testing.T) {
+	const L, N = 1000, 3
+	e := newExactEdges(t, N)
+	k := Limit{Key: "exact", Algorithm: limit.SlidingLog, Limit: L, Window: time.Hour}
+	c := Check{Limit: k, Cost: 1, Nodes: N}
+	other := Check{Limit: Limit{Key: "other", Algorithm: limit.SlidingLog, Limit: L, Window: time.Hour}, Cost: 1, Nodes: N}
+
+	// 900 of 1000 through edge 0; edges 1 and 2 serve other traffic.
+	admitted := e.decide(t, 0, Check{Limit: k, Cost: 10, Nodes: N}, 90, SourceStore)
+	require.EqualValues(t, 900, admitted)
+	for i := 1; i < N; i++ {
+		e.decide(t, i, other, 1, SourceStore)
+	}
+
+	e.fail(true)
+	perEdge := make([]int64, N)
+	for i := range N {
+		perEdge[i] = e.decide(t, i, c, L, SourceFallback)
+	}
+	total := admitted + perEdge[0] + perEdge[1] + perEdge[2]
+	t.Logf("fallback admitted per edge %v: %d of %d in the window", perEdge, total, L)
+	require.EqualValues(t, (L-900)/N, perEdge[0], "edge 0: its share of what the store had left, ⌊100/3⌋")
+	require.LessOrEqual(t, total, int64(L), "the window holds at most the limit")
+
+	// The store answers again, within the window: the clients get exactly
+	// the limit in all.
+	e.fail(false)
+	for i := range N {
+		total += e.decide(t, i, c, L, SourceStore)
+	}
+	require.EqualValues(t, L, total, "once the store answers, the clients get the rest of the limit, no fewer")
+	require.EqualValues(t, L, e.zcard(t, k), "Redis counted each admitted request once")
+}
+
+// The same outage with the key's traffic spread over the edges: each
+// edge's last answer is within N−1 requests of the store's count, so the
+// edges' shares (⌊remaining/N⌋ each) add up to no more than what the
+// store had left. A replay goes with the key's next call on the edge that
+// owes it: what an edge admits after the store returns, before another
+// edge's replay lands, is on top of the limit (here one request per edge
+// but the last).
+func TestExactFallbackSpreadOverEdges(t *testing.T) {
+	const L, N = 1000, 3
+	e := newExactEdges(t, N)
+	k := Limit{Key: "spread", Algorithm: limit.SlidingLog, Limit: L, Window: time.Hour}
+	c := Check{Limit: k, Cost: 1, Nodes: N}
+	var total int64
+	for i := range 900 {
+		total += e.decide(t, i%N, c, 1, SourceStore)
+	}
+	e.fail(true)
+	for i := range N {
+		total += e.decide(t, i, c, L, SourceFallback)
+	}
+	t.Logf("after the outage: %d of %d", total, L)
+	require.LessOrEqual(t, total, int64(L), "the window holds at most the limit")
+	require.Greater(t, total, int64(900), "witness: the fallback admitted")
+
+	e.fail(false)
+	for i := range N {
+		total += e.decide(t, i, c, 1, SourceStore)
+	}
+	for i := range N {
+		total += e.decide(t, i, c, L, SourceStore)
+	}
+	t.Logf("after the store returned: %d of %d", total, L)
+	require.LessOrEqual(t, total, int64(L+N-1), "at most the requests admitted before the last replay landed")
+	require.EqualValues(t, L, e.zcard(t, k), "Redis counted up to the limit, and no more")
+}
+
+// zcard is how many requests Redis holds for a sliding-log limit.
+func (e *exactEdges) zcard(t *testing.T, k Limit) int64 {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: e.srv.Addr})
+	defer func() { _ = rc.Close() }()
+	keys := e.stores[0].Store.(*RedisStore).Keys(k)
+	n, err := rc.ZCard(context.Background(), keys[0]).Result()
+	require.NoError(t, err)
+	return n
+}
+
+// A store restarted empty during the outage relearns, when it answers
+// again, what it had counted (the restore of the edge's last answer) and
+// what the fallback admitted (the replay): the window still holds exactly
+// the limit.
+func TestExactFallbackRestoreAfterEmptyRestart(t *testing.T) {
+	const L, N = 1000, 3
+	e := newExactEdges(t, N)
+	k := Limit{Key: "restore", Algorithm: limit.SlidingLog, Limit: L, Window: time.Hour}
+	c := Check{Limit: k, Cost: 1, Nodes: N}
+	total := e.decide(t, 0, Check{Limit: k, Cost: 10, Nodes: N}, 90, SourceStore)
+	require.EqualValues(t, 900, total)
+
+	e.fail(true)
+	total += e.decide(t, 0, c, L, SourceFallback)
+	require.EqualValues(t, 900+(L-900)/N, total, "witness: the fallback admitted its share")
+
+	rc := redis.NewClient(&redis.Options{Addr: e.srv.Addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	require.NoError(t, rc.FlushAll(context.Background()).Err()) // back empty
+	e.fail(false)
+	for i := range N {
+		total += e.decide(t, i, c, L, SourceStore)
+	}
+	require.EqualValues(t, L, total, "the empty store relearned every admission: exactly the limit")
+	require.EqualValues(t, L, e.zcard(t, k))
+}
+
+// The store's last answer speaks for a fixed window only until the window
+// resets: after it, the next window's count is unknown to the edge, which
+// denies while the store may have counted for others; once the store has
+// not answered for a whole window (down for everyone, it counted nothing),
+// each edge decides floor(limit/N) again.
+func TestExactFallbackAnswerEndsWithItsWindow(t *testing.T) {
+	l, st, clock := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
+	k := lim("fw", limit.FixedWindow, 10, time.Minute) // the fake clock starts a window
+	c := Check{Limit: k, Cost: 1, Nodes: 2}
+	clock.add(30 * time.Second)
+	for range 4 { // 6 left: 3 for this edge's fallback
+		v, err := l.Decide(context.Background(), []Check{c})
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+	}
+	st.fail.Store(true)
+	require.Equal(t, 3, fallbackAdmitted(t, l, c, 10), "half of the 6 the store had left")
+	clock.add(31 * time.Second) // the next window: the store's answer was for the last
+	require.Zero(t, fallbackAdmitted(t, l, c, 10), "nothing known of this window, and the store answered 31 s ago")
+	require.EqualValues(t, 10, testCounter(l.metrics.unknown), "each denial counted")
+	clock.add(30 * time.Second) // a whole window since the store last answered
+	require.Equal(t, 5, fallbackAdmitted(t, l, c, 10), "floor(10/2): nobody counted in the store in this window")
+}
+
+// The record of the store's last answers is bounded: a flood of random keys
+// cannot grow it past its cap, and eviction spares a key that owes the
+// store a replay of the fallback's admissions.
+func TestExactFallbackRecordIsBounded(t *testing.T) {
+	const size = 4 * 64 // four keys per shard
+	l, st, _ := newTestLimiter(t, Config{BreakerFailures: 1 << 20, CacheSize: size})
+	owed := lim("owed", limit.SlidingLog, 100, time.Hour)
+	st.fail.Store(true) // never answered: the fallback decides floor(100/1)
+	require.Equal(t, 5, fallbackAdmitted(t, l, Check{Limit: owed, Cost: 1}, 5))
+	st.fail.Store(false)
+	for i := range 20_000 {
+		v, err := l.Decide(context.Background(), []Check{{Limit: lim("flood-"+strconv.Itoa(i), limit.SlidingLog, 100, time.Hour), Cost: 1}})
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		require.LessOrEqual(t, l.ledger.len(), size)
+	}
+	require.Equal(t, size, l.ledger.len(), "witness: the flood filled it")
+	v, err := l.Decide(context.Background(), []Check{{Limit: owed, Cost: 1}})
+	require.NoError(t, err)
+	require.True(t, v.Allowed)
+	require.EqualValues(t, 5, testCounter(l.metrics.replayed), "the fallback's 5 were replayed after the flood")
+}
