@@ -149,9 +149,10 @@ func (c Config) withDefaults() Config {
 }
 
 // DefaultTimeout is the store deadline: far above a healthy call (well under
-// a millisecond) and above the 100 ms a loaded Redis may take, so slowness
-// alone never sends decisions to the fallback; a frozen store costs the
-// requests in flight during one deadline before the breaker opens.
+// a millisecond) and above the 100 ms a loaded Redis may take; past it a
+// caller waits on only while the store shows it is alive (keepWaiting), so
+// slowness alone does not send decisions to the fallback, and a frozen store
+// costs the requests in flight during one deadline before the breaker opens.
 const DefaultTimeout = 250 * time.Millisecond
 
 // Limiter is what the edge calls: a store behind a local prefilter (over-limit
@@ -533,7 +534,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 		return c.ds, c.errs
 	}
 	start := time.Now()
-	got, err := l.take(ctx, c.send, c.sent, keys, now, rd)
+	got, err := l.take(ctx, c.send, c.sent, shards, keys, now, rd)
 	l.metrics.storeDecided.Add(float64(len(c.send)))
 	l.settleCall(c, reqs, keys, got, err, now)
 	storeSeconds := l.metrics.storeOK
@@ -703,14 +704,15 @@ func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
 
 // take asks the store for send under the store deadline. A remote call
 // runs on a goroutine of its own, bound by lateTimeout rather than by the
-// deadline: the caller waits until the deadline only, and a call it gives
-// up on is settled when its answer comes — what it took is given back and
-// its replay paid — instead of being cut off once written (Redis would
-// still run it, and count what the caller's fallback decided too). A call
-// still queued in a lane when its caller gives up is taken out and never
-// sent. sent maps send to the caller's requests (-1: a replay); rd, if not
-// nil, rides with the call.
-func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []string, now time.Time, rd *Rider) ([]Decision, error) {
+// deadline: the caller waits until the deadline, and longer only while the
+// store shows it is alive (keepWaiting), and a call it gives up on is
+// settled when its answer comes — what it took is given back and its replay
+// paid — instead of being cut off once written (Redis would still run it,
+// and count what the caller's fallback decided too). A call still queued in
+// a lane when its caller gives up is taken out and never sent. sent maps
+// send to the caller's requests (-1: a replay), shards the caller's
+// requests to their shards' breakers; rd, if not nil, rides with the call.
+func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards []*breaker, keys []string, now time.Time, rd *Rider) ([]Decision, error) {
 	if !l.store.Remote() {
 		return l.store.Take(ctx, send)
 	}
@@ -722,8 +724,16 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []s
 		wait, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
 		defer cancel()
 	}
-	r := &run{done: make(chan struct{})}
-	runCtx := runContext{Context: l.late.get(), values: ctx, wait: wait}
+	r := &run{done: make(chan struct{}), quit: make(chan struct{})}
+	// The latest the caller may still wait: Redis refuses the call past it
+	// (prepareTake). A call run after its caller gave up sooner is given
+	// back when it answers (settleLate).
+	r.latest, _ = wait.Deadline()
+	r.latest = r.latest.Add((maxLifeWait - 1) * l.cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(r.latest) {
+		r.latest = d
+	}
+	runCtx := runContext{Context: l.late.get(), values: ctx, wait: r}
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
@@ -733,17 +743,108 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, keys []s
 			close(r.done)
 			return
 		}
+		if err == nil {
+			l.markAnswered(sent, shards)
+		}
 		l.settleLate(send, sent, got, err, now)
 	}()
-	select {
-	case <-r.done:
-		return r.got, r.err
-	case <-wait.Done():
+	tick := wait.Done()
+	var timer *time.Timer
+	var life <-chan time.Time
+	for {
+		select {
+		case <-r.done:
+			if timer != nil {
+				timer.Stop()
+			}
+			return r.got, r.err
+		case <-tick:
+			tick = nil // closed: it would fire again and again
+		case <-life:
+		case <-ctx.Done(): // the caller's own end, while waiting on life
+		}
+		cause := ctx.Err()
+		if cause == nil {
+			if l.keepWaiting(sent, shards, now) {
+				if timer == nil {
+					l.metrics.lifeWaits.Inc()
+					timer = time.NewTimer(l.lifeTick())
+				} else {
+					timer.Reset(l.lifeTick())
+				}
+				life = timer.C
+				continue
+			}
+			if cause = wait.Err(); cause == nil {
+				cause = context.DeadlineExceeded
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		r.cause = cause
 		if r.state.CompareAndSwap(running, abandoned) {
-			return nil, fmt.Errorf("%w: %w", errGaveUp, wait.Err())
+			close(r.quit)
+			return nil, fmt.Errorf("%w: %w", errGaveUp, cause)
 		}
 		<-r.done // answered just now
 		return r.got, r.err
+	}
+}
+
+// maxLifeWait is how long a caller waits for a store that shows it is
+// alive, in store deadlines: past it, the call is given up as a frozen
+// one would be (and settled when it answers).
+const maxLifeWait = 4
+
+// lifeTick is how often a caller waiting past the deadline looks again for
+// the store's evidence of life, and how recent that evidence must be.
+func (l *Limiter) lifeTick() time.Duration { return max(l.cfg.Timeout/2, time.Millisecond) }
+
+// keepWaiting reports whether a caller whose call was sent at now and is
+// past its deadline waits on: every shard it went to answered a call of
+// this edge within the last lifeTick (a store that is merely slow — a
+// queue, a fork, a fsync — keeps answering, so the call's answer is on its
+// way), and the call has waited less than maxLifeWait deadlines. A frozen
+// or dead store answers nothing: its callers give up at the deadline, as
+// before.
+func (l *Limiter) keepWaiting(sent []int, shards []*breaker, sentAt time.Time) bool {
+	return waitsOnLife(l.now(), sentAt, l.cfg.Timeout, func(yield func(int64) bool) {
+		for _, i := range sent {
+			if i >= 0 && !yield(shards[i].answered.Load()) {
+				return
+			}
+		}
+	})
+}
+
+// waitsOnLife is keepWaiting's rule, on values: at now, a call sent at
+// sentAt under deadline timeout waits on while it has waited less than
+// maxLifeWait deadlines and each of answers (unix ns; 0: never) is no older
+// than timeout/2 (at least 1 ms).
+func waitsOnLife(now, sentAt time.Time, timeout time.Duration, answers func(yield func(int64) bool)) bool {
+	if now.Sub(sentAt) >= maxLifeWait*timeout {
+		return false
+	}
+	recent := max(timeout/2, time.Millisecond)
+	alive, any := true, false
+	answers(func(at int64) bool {
+		any = true
+		if at == 0 || now.Sub(time.Unix(0, at)) > recent {
+			alive = false
+		}
+		return alive
+	})
+	return any && alive
+}
+
+// markAnswered records that the shards of the sent requests answered now.
+func (l *Limiter) markAnswered(sent []int, shards []*breaker) {
+	at := l.now().UnixNano()
+	for _, i := range sent {
+		if i >= 0 {
+			shards[i].answered.Store(at)
+		}
 	}
 }
 
@@ -776,11 +877,31 @@ func (l *Limiter) giveBackUnsureOf(got []Decision, err error) {
 var errGaveUp = errors.New("store deadline passed")
 
 // run is one store call on its own goroutine.
+// It is also the caller's wait as the lanes see it (waitOf): done once the
+// caller gives up, which a store showing life postpones past the deadline.
 type run struct {
 	state atomic.Int32 // running, answered or abandoned
 	done  chan struct{}
-	got   []Decision
-	err   error
+	quit  chan struct{} // closed when the caller gives up
+	cause error         // why it gave up, set before quit is closed
+	// latest is the latest the caller may wait (maxLifeWait deadlines):
+	// the call's deadline as the store sees it.
+	latest time.Time
+	got    []Decision
+	err    error
+}
+
+func (r *run) Deadline() (time.Time, bool) { return r.latest, true }
+func (r *run) Done() <-chan struct{}       { return r.quit }
+func (r *run) Value(any) any               { return nil }
+
+func (r *run) Err() error {
+	select {
+	case <-r.quit:
+		return r.cause
+	default:
+		return nil
+	}
 }
 
 const (

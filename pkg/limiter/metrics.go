@@ -36,7 +36,10 @@ type metrics struct {
 	// lateCalls and lateGivenBack: store calls answered after their
 	// caller gave up, and the leases they took that were given back.
 	lateCalls, lateGivenBack prometheus.Counter
-	restores, unsure         prometheus.Counter
+	// lifeWaits: store calls whose caller waited past the deadline on the
+	// store's evidence of life (Limiter.keepWaiting).
+	lifeWaits        prometheus.Counter
+	restores, unsure prometheus.Counter
 	// leaseCarves, leaseCarved, leaseReturned: leased checks' carving
 	// calls, the units they carved, the units given back unspent.
 	leaseCarves, leaseCarved, leaseReturned prometheus.Counter
@@ -93,6 +96,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		leaseCarved:     counter("edgeguard_limiter_lease_carved_units_total", "Units carved from the store for leased checks."),
 		leaseReturned:   counter("edgeguard_limiter_lease_returned_units_total", "Units of leased allowance given back unspent (an idle key, a closing limiter)."),
 		unsure:          counter("edgeguard_limiter_unsure_takes_total", "Sliding-log and concurrency takes whose reply was lost after they were sent (a connection cut): the members they may have added are removed by id in the background, as releases are."),
+		lifeWaits:       counter("edgeguard_limiter_life_waits_total", "Store calls past the store deadline whose caller waited on (at most 4 deadlines) because the store kept answering this edge's other calls: slow, not dead."),
 		lateCalls:       counter("edgeguard_limiter_late_calls_total", "Store calls answered after their caller stopped waiting at the store deadline (the fallback decided those checks): settled in the background."),
 		lateGivenBack:   counter("edgeguard_limiter_late_given_back_total", "Leases taken by late store calls and given back, so the store counts only what clients were admitted."),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -159,7 +163,7 @@ func (m *metrics) register(reg prometheus.Registerer, checks *prometheus.Counter
 				Help: "Script calls (one per key taken or refunded) carried by the commands of edgeguard_limiter_store_calls_total; many per command when batched.",
 			}, func() float64 { _, d := sent.Sent(); return float64(d) })))
 	}
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.unknown, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.releasesResent, m.storeErrors, m.refreshes, m.lateCalls, m.lateGivenBack, m.restores, m.unsure, m.leaseCarves, m.leaseCarved, m.leaseReturned} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.unknown, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.releasesResent, m.storeErrors, m.refreshes, m.lifeWaits, m.lateCalls, m.lateGivenBack, m.restores, m.unsure, m.leaseCarves, m.leaseCarved, m.leaseReturned} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range m.degraded {
