@@ -724,7 +724,7 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 		wait, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
 		defer cancel()
 	}
-	r := &run{done: make(chan struct{}), quit: make(chan struct{})}
+	r := &run{done: make(chan struct{})}
 	// The latest the caller may still wait: Redis refuses the call past it
 	// (prepareTake). A call run after its caller gave up sooner is given
 	// back when it answers (settleLate).
@@ -782,9 +782,8 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 		if timer != nil {
 			timer.Stop()
 		}
-		r.cause = cause
 		if r.state.CompareAndSwap(running, abandoned) {
-			close(r.quit)
+			r.giveUp(cause)
 			return nil, fmt.Errorf("%w: %w", errGaveUp, cause)
 		}
 		<-r.done // answered just now
@@ -882,8 +881,11 @@ var errGaveUp = errors.New("store deadline passed")
 type run struct {
 	state atomic.Int32 // running, answered or abandoned
 	done  chan struct{}
-	quit  chan struct{} // closed when the caller gives up
-	cause error         // why it gave up, set before quit is closed
+	// mu guards quit (made when a lane first asks, closed when the caller
+	// gives up: most calls never queue, and never make it) and cause.
+	mu    sync.Mutex
+	quit  chan struct{}
+	cause error // why the caller gave up; nil while it waits
 	// latest is the latest the caller may wait (maxLifeWait deadlines):
 	// the call's deadline as the store sees it.
 	latest time.Time
@@ -892,15 +894,33 @@ type run struct {
 }
 
 func (r *run) Deadline() (time.Time, bool) { return r.latest, true }
-func (r *run) Done() <-chan struct{}       { return r.quit }
 func (r *run) Value(any) any               { return nil }
 
+func (r *run) Done() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.quit == nil {
+		r.quit = make(chan struct{})
+		if r.cause != nil {
+			close(r.quit)
+		}
+	}
+	return r.quit
+}
+
 func (r *run) Err() error {
-	select {
-	case <-r.quit:
-		return r.cause
-	default:
-		return nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cause
+}
+
+// giveUp ends the caller's wait, for cause (not nil).
+func (r *run) giveUp(cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cause = cause
+	if r.quit != nil {
+		close(r.quit)
 	}
 }
 
