@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,7 +38,7 @@ func TestAcceptNeverWaitsOnAClient(t *testing.T) {
 	)
 	n := 0
 	for _, proxied := range []bool{false, true} {
-		r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) {
+		r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) {
 			c.MaxConnsPerIP = perClient
 			c.ReadTimeout, c.IdleTimeout = 30*time.Second, 30*time.Second
 			if proxied {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,7 +22,7 @@ import (
 func BenchmarkHandlerAccessLog(b *testing.B) {
 	origin := benchOrigin(b)
 	start := func(log bool) *Edge {
-		cfg := DefaultConfig()
+		cfg := config.DefaultConfig()
 		cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.Origins = []string{origin}
 		cfg.Rules = filepath.Join(b.TempDir(), "rules.yaml")

@@ -68,7 +68,7 @@ func (e *Edge) startACME(client *region.Client) error {
 	}
 	a.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return a.magic, nil },
-		RenewCheckInterval: e.cfg.acmeRenewCheck, // 0: certmagic's default
+		RenewCheckInterval: e.cfg.ACMERenewCheck, // 0: certmagic's default
 		Logger:             logger,
 	})
 	a.magic = certmagic.New(a.cache, certmagic.Config{

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -21,7 +22,7 @@ func TestAdaptiveLimitRefusesBeforeTheOrigin(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "shedder.json")
 	require.NoError(t, os.WriteFile(file, []byte(`{"adaptive": {"enabled": true, "initial_limit": 1, "min_limit": 1, "max_limit": 1,
 		"shares": {"read": 0, "write": 0, "critical": 0}}}`), 0o600))
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) { c.Shedder = file })
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) { c.Shedder = file })
 
 	first := make(chan int, 1)
 	go func() {
@@ -57,7 +58,7 @@ func TestOriginCannotClaimNotProcessed(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer origin.Close()
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) { c.Origins = []string{origin.URL} })
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) { c.Origins = []string{origin.URL} })
 	resp := r.get(t, "/")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.Empty(t, resp.Header.Get(notProcessed))

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/lua"
 	"github.com/edgeguard/edgeguard/pkg/behavior"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -77,7 +78,7 @@ type behaviourLayer struct {
 	loadWarn everyLog
 }
 
-func newBehaviourLayer(cfg Config, store *limiter.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*behaviourLayer, error) {
+func newBehaviourLayer(cfg config.Config, store *limiter.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*behaviourLayer, error) {
 	src, err := lua.Plain(lua.Behaviour)
 	if err != nil {
 		return nil, err

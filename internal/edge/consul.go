@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -60,7 +61,7 @@ func (l *consulLink) missingDetail() string {
 	return l.missing.detail()
 }
 
-func consulConfig(c Config) *api.Config {
+func consulConfig(c config.Config) *api.Config {
 	cfg := api.DefaultConfig()
 	addr := c.Consul
 	if rest, ok := strings.CutPrefix(addr, "https://"); ok {

@@ -23,6 +23,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -32,7 +33,7 @@ import (
 
 // Edge is one edge node.
 type Edge struct {
-	cfg          Config
+	cfg          config.Config
 	log          *slog.Logger
 	reg          *prometheus.Registry
 	metrics      *metrics
@@ -84,7 +85,7 @@ type Edge struct {
 // New builds an edge from cfg: it loads the rules (refusing to start on an
 // invalid file), connects nothing yet (Redis may be down: the fallback
 // decides until it is back), and binds both listeners.
-func New(cfg Config, log *slog.Logger) (*Edge, error) {
+func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -146,7 +147,7 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 }
 
 // newEdge is an edge with what cfg says directly and nothing built yet.
-func newEdge(cfg Config, log *slog.Logger) *Edge {
+func newEdge(cfg config.Config, log *slog.Logger) *Edge {
 	e := &Edge{
 		cfg:          cfg,
 		log:          log,

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 )
@@ -117,7 +118,7 @@ func dialEdge(t *testing.T, addr string) net.Conn {
 // balancer took for body bytes.
 func TestTransferEncodingWithContentLengthAnsweredThenClosed(t *testing.T) {
 	o, origin := startRecordingOrigin(t)
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) { c.Origins = []string{origin} })
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) { c.Origins = []string{origin} })
 	for _, order := range []string{
 		"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
 		"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n",
@@ -149,7 +150,7 @@ func TestAmbiguousFramingRefused(t *testing.T) {
 	o, origin := startRecordingOrigin(t)
 	site := newTLSSite(t)
 	site.put(t, "a.pem", "ecdsa", "a.example.com")
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) { c.Origins = []string{origin} })
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) { c.Origins = []string{origin} })
 	const get = "GET /t/refused HTTP/1.1\r\n"
 	const post = "POST /t/refused HTTP/1.1\r\n"
 	for _, tc := range []struct {
@@ -210,7 +211,7 @@ func TestAmbiguousFramingRefused(t *testing.T) {
 // the client; the trust model's client where the request could be read.
 func TestSelfAnsweredRequestsLogged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "access.log")
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) {
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.AccessLog = path
 		c.ReadTimeout = time.Second // the slow header's 408
 	})
@@ -262,7 +263,7 @@ func TestFailedHandshakeIsNoRefusal(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "a.pem", "ecdsa", "a.example.com")
 	path := filepath.Join(t.TempDir(), "access.log")
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) { c.AccessLog = path })
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) { c.AccessLog = path })
 	_, err := site.dialTLS(r, "unknown.example.org", nil)
 	require.Error(t, err)
 	require.Eventually(t, func() bool {
@@ -280,9 +281,9 @@ func TestFailedHandshakeIsNoRefusal(t *testing.T) {
 // peer when it could not (no field of it is trusted).
 func TestRefusalLogsTheTrustModelsClient(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "access.log")
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) {
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.AccessLog = path
-		require.NoError(t, (*prefixesFlag)(&c.TrustedProxies).Set("127.0.0.1"))
+		c.TrustedProxies = append(c.TrustedProxies, mustPrefix("127.0.0.1/32"))
 	})
 	exchangeAll(t, dialEdge(t, r.Addr()), "TRACE /t HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\r\nConnection: close\r\n\r\n")
 	exchangeAll(t, dialEdge(t, r.Addr()), "GET /t HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\nX: y\r\n\r\n")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
@@ -161,7 +162,7 @@ func startFuzzEdge() (addr string, rec *requestRecorder, stop func(), err error)
 		rec.mu.Unlock()
 	}}
 	go func() { _ = origin.Serve(ln) }()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{"http://" + ln.Addr().String()}
 	cfg.DrainDelay = 0

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,7 +21,7 @@ import (
 // a loopback origin) and hands the response back to net/http. net/http's own
 // cost per stream (framing, HPACK, its goroutine) is not in it.
 func BenchmarkH2Stream(b *testing.B) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{benchOrigin(b)}
 	cfg.Rules = filepath.Join(b.TempDir(), "rules.yaml")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
@@ -128,7 +129,7 @@ func TestH2LargeDownloadsAreNotAFlood(t *testing.T) {
 	t.Cleanup(func() { _ = origin.Shutdown() })
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) { c.Origins = []string{"http://" + ln.Addr().String()} })
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) { c.Origins = []string{"http://" + ln.Addr().String()} })
 	c := h2Client(site, r)
 	for i := range 8 {
 		resp, err := c.Get("https://shop.example.com/big")
@@ -316,7 +317,7 @@ func TestH2ProvokedResetsSpendTheResetBudget(t *testing.T) {
 func TestH2EarlyResetsAreCounted(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) { c.H2MaxStreams = 2 })
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) { c.H2MaxStreams = 2 })
 	h := dialRawH2(t, site, r)
 	// Streams whose handlers take 3 s, each reset at once: past 2 running
 	// and 8 waiting, net/http ends the connection (well inside the edge's

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -123,7 +124,7 @@ func TestH2ZeroWindowStreamsEnd(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	const object, budget = 1 << 20, 3 << 19 // one object fits, two do not
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) {
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.Origins = []string{bigOrigin(t)}
 		c.WriteTimeout = time.Second
 		c.H2MaxHeldBytes = budget
@@ -188,7 +189,7 @@ func TestH2StreamsCountAgainstThePerIPCap(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	const workers, perIP = 8, 4
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) {
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.Workers = workers
 		c.MaxConnsPerIP = perIP
 	})

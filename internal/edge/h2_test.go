@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -104,7 +105,7 @@ func TestH2RequestPath(t *testing.T) {
 func TestH2Off(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
-	r, _ := startTLSEdge(t, site, perIP, func(c *Config) { c.H2MaxStreams = 0 })
+	r, _ := startTLSEdge(t, site, perIP, func(c *config.Config) { c.H2MaxStreams = 0 })
 	c, err := site.dialTLS(r, "shop.example.com", nil)
 	require.NoError(t, err)
 	defer c.Close()
@@ -337,7 +338,7 @@ func TestH2ControlFloodClosesTheConnection(t *testing.T) {
 func TestH2MaxConcurrentStreams(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) { c.H2MaxStreams = 3 })
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) { c.H2MaxStreams = 3 })
 	h := dialRawH2(t, site, r)
 	// The server's SETTINGS name the limit.
 	for {

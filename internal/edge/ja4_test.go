@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,7 +37,7 @@ func TestJA4RuleKey(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	accessLog := filepath.Join(t.TempDir(), "access.log")
-	r, _ := startTLSEdge(t, site, perJA4, func(c *Config) { c.AccessLog = accessLog })
+	r, _ := startTLSEdge(t, site, perJA4, func(c *config.Config) { c.AccessLog = accessLog })
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	require.NoError(t, os.WriteFile(ca, site.ca.PEM, 0o600))
 	_, port, _ := net.SplitHostPort(r.TLSAddr())

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,7 +32,7 @@ func TestRegionLabelsOptIn(t *testing.T) {
 		on   bool
 	}{{"default", false}, {"opted-in", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startEdge(t, oneRule, func(c *Config) {
+			r := startEdge(t, oneRule, func(c *config.Config) {
 				c.Region, c.PoP, c.MetricsRegionLabels = "eu-west", "ams", tc.on
 			})
 			require.Equal(t, 200, r.get(t, "/").StatusCode)

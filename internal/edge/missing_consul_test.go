@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
@@ -201,7 +202,7 @@ func TestAbsentCatalogKeepsTheRegions(t *testing.T) {
 	cat := fmt.Sprintf(`{"regions":[{"name":"eu-west","redis":%q},{"name":"us-east","redis":%q}]}`, rd.URL(), rd.URL())
 	_, err = rc.API().KV().Put(&api.KVPair{Key: rc.Layout().Catalog(), Value: []byte(cat)}, nil)
 	require.NoError(t, err)
-	a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), "", func(cfg *Config) {
+	a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), "", func(cfg *config.Config) {
 		cfg.Redis, cfg.KeySalt = rd.URL(), testenv.KeyPrefix(t)
 	})
 	away := `edgeguard_limiter_global_fallback_share{home="us-east"}`

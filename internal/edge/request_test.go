@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,10 +23,10 @@ func startEdgeArgs(t *testing.T, rulesYAML string, args ...string) *running {
 	t.Helper()
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(rulesFile, []byte(rulesYAML), 0o600))
-	cfg, err := ParseFlags(append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-delay", "0",
-		"--origin", testOrigin(t), "--rules", rulesFile}, args...), env(nil), io.Discard)
+	cfg, err := config.ParseFlags(append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-delay", "0",
+		"--origin", testOrigin(t), "--rules", rulesFile}, args...), func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
-	return startEdge(t, rulesYAML, func(c *Config) {
+	return startEdge(t, rulesYAML, func(c *config.Config) {
 		origins, rules := c.Origins, c.Rules
 		*c = cfg
 		c.Origins, c.Rules = origins, rules

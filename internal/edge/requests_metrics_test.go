@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
@@ -12,8 +13,8 @@ import (
 // Requests are counted by outcome and shedder tier, so a tier's success
 // ratio can be computed.
 func TestRequestsCountedByTier(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) {
-		require.NoError(t, (*prefixesFlag)(&c.TrustedProxies).Set("127.0.0.1"))
+	r := startEdge(t, perIP, func(c *config.Config) {
+		c.TrustedProxies = append(c.TrustedProxies, mustPrefix("127.0.0.1/32"))
 	})
 	// perIP admits 3 per client per minute; each tier comes from its own client.
 	sent := []struct {

@@ -416,19 +416,19 @@ func (e *Edge) listenTLS() error {
 			return e.acme.certificate(hello)
 		}
 	}
-	config := newTLSConfig(e.certs, e.cfg.H2MaxStreams > 0, acme)
-	e.tlsConfig = config
+	tlsConfig := newTLSConfig(e.certs, e.cfg.H2MaxStreams > 0, acme)
+	e.tlsConfig = tlsConfig
 	if e.cfg.H2MaxStreams > 0 {
 		e.h2 = e.newH2Server()
 		e.server.NextProto("h2", h1Unwrapped(e.h2.serveConn))
 	}
 	if e.cfg.TLSTicketKeys != "" {
-		e.tickets = &ticketKeys{path: e.cfg.TLSTicketKeys, config: config}
+		e.tickets = &ticketKeys{path: e.cfg.TLSTicketKeys, config: tlsConfig}
 		if err := e.loadTicketKeys(); err != nil {
 			return fmt.Errorf("tls-ticket-keys: %w", err)
 		}
 	}
-	e.tlsLn = &tlsListener{Listener: e.acceptStack(ln, nil), config: config, m: e.metrics.tls, timeout: e.cfg.ReadTimeout, log: e.log}
+	e.tlsLn = &tlsListener{Listener: e.acceptStack(ln, nil), config: tlsConfig, m: e.metrics.tls, timeout: e.cfg.ReadTimeout, log: e.log}
 	return nil
 }
 

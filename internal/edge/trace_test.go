@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -84,7 +85,7 @@ func attr(s *tracepb.Span, k string) string {
 // context is followed and passed on to the origin, anyone else's is not.
 func TestTracing(t *testing.T) {
 	recv, url := startOTLPReceiver(t)
-	r := startEdge(t, perIP, func(c *Config) {
+	r := startEdge(t, perIP, func(c *config.Config) {
 		c.OTLPEndpoint, c.TraceSampleRatio = url, 1
 		c.TrustedProxies = trustedSet{mustPrefix("127.0.0.2/32")}
 	})

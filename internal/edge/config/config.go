@@ -1,4 +1,4 @@
-package edge
+package config
 
 import (
 	"errors"
@@ -59,9 +59,9 @@ type Config struct {
 	// ACMECARoot is a PEM file of roots to trust for ACMECA's HTTPS (a
 	// private or test CA); empty: the system's.
 	ACMECARoot string
-	// acmeRenewCheck (tests) is how often certmagic looks for
+	// ACMERenewCheck (tests) is how often certmagic looks for
 	// certificates to renew; 0: its default.
-	acmeRenewCheck time.Duration
+	ACMERenewCheck time.Duration
 	// H2MaxStreams is HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS on
 	// ListenTLS: the streams one connection may have open at once. 0
 	// offers HTTP/1.1 only.
@@ -529,7 +529,7 @@ func (c Config) Validate() error {
 		bad("acme-domains: needs --listen-tls (challenges are answered there) and --consul (the region's edges share the ACME state)")
 	}
 	for _, d := range c.ACMEDomains {
-		if !usableHost([]byte(d)) || strings.Contains(d, ":") || strings.HasPrefix(d, "*") {
+		if !UsableHost([]byte(d)) || strings.Contains(d, ":") || strings.HasPrefix(d, "*") {
 			bad("acme-domains: %q is not a DNS name (wildcards need DNS-01, not offered)", d)
 		}
 	}
@@ -586,11 +586,11 @@ func (c Config) Validate() error {
 	if !(c.AccessLogSample >= 0 && c.AccessLogSample <= 1) {
 		bad("access-log-sample: must be in [0, 1] (got %v)", c.AccessLogSample)
 	}
-	if c.DefaultHost != "" && !usableHost([]byte(c.DefaultHost)) {
+	if c.DefaultHost != "" && !UsableHost([]byte(c.DefaultHost)) {
 		bad("default-host: %q is not a host name or address", c.DefaultHost)
 	}
 	for _, m := range c.AllowMethods {
-		if refusedMethod([]byte(m)) != m {
+		if RefusedMethod([]byte(m)) != m {
 			bad("allow-methods: %q is not refused by default (only CONNECT and TRACE are)", m)
 		}
 	}
@@ -620,7 +620,7 @@ func (c Config) Validate() error {
 	if c.Region == "" || c.PoP == "" {
 		bad("region and pop: required")
 	}
-	if _, err := parseLevel(c.LogLevel); err != nil {
+	if _, err := ParseLevel(c.LogLevel); err != nil {
 		bad("log-level: %v", err)
 	}
 	errs = append(errs, c.RLS.problems(c.Consul != "")...)
@@ -718,3 +718,13 @@ func (p *prefixesFlag) Set(v string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Flags is every setting as a flag at its default, for the reference
+// table (docs/reference/flags.md).
+func Flags() *flag.FlagSet {
+	c := DefaultConfig()
+	return newFlagSet(&c, io.Discard)
+}
+
+// DisplayDefault is f's default as --help and the reference say it.
+func DisplayDefault(f *flag.Flag) string { return flaghelp.Default(f, displayDefaults) }
