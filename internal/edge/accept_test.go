@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // Nothing a client sends holds the accept path. With --max-conns-per-ip 4

@@ -8,8 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // BenchmarkHandlerAccessLog measures the request handler (identify, match,

@@ -4,8 +4,9 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // The default admin address is private and clear of the ports the

@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // recordingOrigin is an origin that keeps every byte it receives and

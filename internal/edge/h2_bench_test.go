@@ -11,8 +11,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // BenchmarkH2Stream measures one HTTP/2 stream on the edge's side of

@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // floodH2 sends frames with send until the edge ends the connection or max

@@ -16,10 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // h2Client is Go's HTTP/2 client, dialling the edge's TLS listener for any

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 const oneRule = `

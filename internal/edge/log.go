@@ -3,12 +3,13 @@ package edge
 import (
 	"context"
 	"fmt"
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // NewLogger writes JSON lines at the configured level, durations as

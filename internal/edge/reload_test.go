@@ -5,8 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // SIGHUP re-reads the rules and shedder files; an invalid file is refused and

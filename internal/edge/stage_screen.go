@@ -3,8 +3,9 @@ package edge
 import (
 	"bytes"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // screenStage is the first look at a request (step 2, Screen): who sent

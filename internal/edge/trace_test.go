@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // otlpReceiver is an OTLP/HTTP traces endpoint in the test process.
