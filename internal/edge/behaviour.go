@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/lua"
 	"github.com/edgeguard/edgeguard/pkg/behavior"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -450,7 +451,7 @@ func (b *behaviourLayer) flush() {
 // blocked answers a blocked client: 429, Retry-After the cool-down. The
 // level itself is never disclosed.
 func blocked(ctx *fasthttp.RequestCtx, cooldown time.Duration) {
-	writeProblem(ctx, problem{
+	problem.Write(ctx, problem.Problem{
 		Type:   problemAbnormalUsage,
 		Title:  "Too Many Requests",
 		Status: fasthttp.StatusTooManyRequests,

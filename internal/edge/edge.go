@@ -24,6 +24,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -275,7 +276,7 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 func (e *Edge) expect(ctx *fasthttp.RequestCtx) int {
 	if ctx.Request.Header.ContentLength() > e.cfg.MaxBodyBytes {
 		start := time.Now()
-		tooLarge(ctx, e.cfg.MaxBodyBytes)
+		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
 		// fasthttp answers without the handler: the refusal is recorded here.
 		peer := peerAddr(ctx.RemoteIP())
 		e.recordRefusal(ctx, start, clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -158,9 +159,9 @@ func TestDeniedResponseFields(t *testing.T) {
 	require.GreaterOrEqual(t, retry, 59, "never earlier than the oldest entry leaves the window")
 	require.LessOrEqual(t, retry, 60)
 	require.Equal(t, `"per-ip";r=0;t=60`, resp.Header.Get("RateLimit"))
-	var p problem
+	var p problem.Problem
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
-	require.Equal(t, problemQuotaExceeded, p.Type)
+	require.Equal(t, problem.QuotaExceeded, p.Type)
 	require.Equal(t, 429, p.Status)
 	require.Equal(t, []string{"per-ip"}, p.Violated)
 }
@@ -428,10 +429,10 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			require.Equal(t, want, resp.StatusCode)
 			if want == 503 {
 				require.NotEmpty(t, resp.Header.Get("Retry-After"))
-				require.Equal(t, "1", resp.Header.Get(notProcessed), "refused before the origin: safe to retry")
-				var p problem
+				require.Equal(t, "1", resp.Header.Get(problem.NotProcessed), "refused before the origin: safe to retry")
+				var p problem.Problem
 				require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
-				require.Equal(t, problemReducedCapacity, p.Type)
+				require.Equal(t, problem.ReducedCapacity, p.Type)
 			}
 		})
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 )
 
 // What an HTTP/2 stream may cost beyond its worker, bounded like a
@@ -324,22 +326,22 @@ func (h *h2Server) writeBody(w http.ResponseWriter, resp *fasthttp.Response) (ti
 func (h *h2Server) refuseStream(ctx *fasthttp.RequestCtx, reason string) {
 	h.streams.refused.WithLabelValues(reason).Inc()
 	if reason == h2RefusedPerIP {
-		writeProblem(ctx, problem{
-			Type:   problemQuotaExceeded,
+		problem.Write(ctx, problem.Problem{
+			Type:   problem.QuotaExceeded,
 			Title:  "Too Many Requests",
 			Status: fasthttp.StatusTooManyRequests,
 			Detail: "too many connections and requests in progress from your address",
 		}, 1)
 		return
 	}
-	unavailable(ctx, "the edge holds its share of responses waiting for your address; retry later", 1)
+	problem.Unavailable(ctx, "the edge holds its share of responses waiting for your address; retry later", 1)
 }
 
 // tooLargeToHold replaces a response that does not fit the budget (after
 // the origin's work: without the not-processed mark).
 func tooLargeToHold(ctx *fasthttp.RequestCtx) {
-	writeProblem(ctx, problem{
-		Type:   problemReducedCapacity,
+	problem.Write(ctx, problem.Problem{
+		Type:   problem.ReducedCapacity,
 		Title:  "Service Unavailable",
 		Status: fasthttp.StatusServiceUnavailable,
 		Detail: "the edge holds its share of responses waiting for your address; retry later",

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -74,19 +75,19 @@ func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
 	var reason string
 	switch {
 	case errors.As(err, &fe):
-		refuse(ctx, fe.status, fe.detail)
+		problem.Refuse(ctx, fe.status, fe.detail)
 		reason = fe.reason
 	case errors.As(err, &small):
-		refuse(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "the request header block is too large")
+		problem.Refuse(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "the request header block is too large")
 		reason = reasonHeaderTooLarge
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		refuse(ctx, fasthttp.StatusRequestEntityTooLarge, "the request body is too large")
+		problem.Refuse(ctx, fasthttp.StatusRequestEntityTooLarge, "the request body is too large")
 		reason = reasonBodyTooLarge
 	case errors.As(err, &ne) && ne.Timeout():
-		refuse(ctx, fasthttp.StatusRequestTimeout, "the request was not received in time")
+		problem.Refuse(ctx, fasthttp.StatusRequestTimeout, "the request was not received in time")
 		reason = reasonTimeout
 	default:
-		refuse(ctx, fasthttp.StatusBadRequest, "the request could not be parsed")
+		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request could not be parsed")
 		reason = reasonMalformed
 	}
 	if !clientSent(ctx.Conn()) {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 )
 
 // startEdgeArgs starts an in-process edge from command-line flags, as an
@@ -76,11 +77,11 @@ func echoed(t *testing.T, body []byte) map[string]string {
 	return m
 }
 
-func requireProblem(t *testing.T, resp *http.Response, body []byte, status int) problem {
+func requireProblem(t *testing.T, resp *http.Response, body []byte, status int) problem.Problem {
 	t.Helper()
 	require.Equal(t, status, resp.StatusCode, "%s", body)
 	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), "%s", body)
-	var p problem
+	var p problem.Problem
 	require.NoError(t, json.Unmarshal(body, &p), "%s", body)
 	require.Equal(t, status, p.Status)
 	return p

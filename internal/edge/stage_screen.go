@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 )
 
 // screenStage is the first look at a request (step 2, Screen): who sent
@@ -47,23 +48,23 @@ var (
 // why it refused the request ("" when it may go on: refusal.go's reasons).
 func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	if proto := ctx.Request.Header.Protocol(); !bytes.Equal(proto, http11) && !bytes.Equal(proto, http10) {
-		refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
+		problem.Refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
 		return reasonVersion
 	}
 	if m := config.RefusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
-		refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
+		problem.Refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
 		return reasonMethod
 	}
 	if n := ctx.Request.Header.ContentLength(); n > e.cfg.MaxBodyBytes {
-		tooLarge(ctx, e.cfg.MaxBodyBytes)
+		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
 		return reasonBodyTooLarge
 	}
 	// A Host or an absolute-form target with user info ("u:p@host") would
 	// reach the origin as an Authorization field (fasthttp's client writes
 	// one from a URI's user): no such request goes on.
 	if uri := ctx.URI(); len(uri.Username()) > 0 || len(uri.Password()) > 0 || bytes.IndexByte(ctx.Request.Header.Host(), '@') >= 0 {
-		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host (user info is not allowed)")
+		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host (user info is not allowed)")
 		return reasonHost
 	}
 	// fasthttp takes the URI's host from an absolute-form target and keeps
@@ -74,7 +75,7 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	if host := ctx.Request.Header.Host(); len(host) == 0 && e.cfg.DefaultHost != "" {
 		ctx.Request.Header.SetHost(e.cfg.DefaultHost)
 	} else if !config.UsableHost(host) {
-		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
+		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
 		return reasonHost
 	}
 	var tier [2]string

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -18,7 +19,7 @@ import (
 func (e *Edge) shedStage(sc *scratch) string {
 	ctx, tier := sc.ctx, sc.tier
 	if !e.shed.Admit(sc.start, tier) {
-		unavailable(ctx, "the edge is shedding load; retry later", 1)
+		problem.Unavailable(ctx, "the edge is shedding load; retry later", 1)
 		return outcomeShed
 	}
 	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
@@ -30,10 +31,10 @@ func (e *Edge) shedStage(sc *scratch) string {
 	switch {
 	case errors.Is(err, shedder.ErrGone):
 		ctx.SetConnectionClose()
-		unavailable(ctx, "the client left while waiting", 1)
+		problem.Unavailable(ctx, "the client left while waiting", 1)
 		return outcomeAbandoned
 	case err != nil:
-		unavailable(ctx, "no worker free; retry later", 1)
+		problem.Unavailable(ctx, "no worker free; retry later", 1)
 		return outcomeNoWorker
 	}
 	defer release()
@@ -43,7 +44,7 @@ func (e *Edge) shedStage(sc *scratch) string {
 	// is held through the decision, a millisecond against the origin's
 	// tens.
 	if !e.shed.AcquireOrigin(sc.start, tier) {
-		unavailable(ctx, "the origin is at its learned concurrency limit; retry later", 1)
+		problem.Unavailable(ctx, "the origin is at its learned concurrency limit; retry later", 1)
 		return outcomeShed
 	}
 	defer func() { e.shed.ReleaseOrigin(time.Now(), tier, sc.upstream, originAnswered(ctx, sc)) }()
