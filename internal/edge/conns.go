@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
 
 // connCap caps the connections one client may hold open, counted by socket
@@ -37,14 +39,14 @@ const maxRefusalWriters = 64
 type connCounts struct {
 	max     int
 	v6Bits  int
-	trusted trustedSet
+	trusted trust.Set
 	refused prometheus.Counter
 
 	mu   sync.Mutex
 	open map[netip.Addr]int
 }
 
-func newConnCounts(max, v6Bits int, trusted trustedSet, refused prometheus.Counter) *connCounts {
+func newConnCounts(max, v6Bits int, trusted trust.Set, refused prometheus.Counter) *connCounts {
 	return &connCounts{max: max, v6Bits: v6Bits, trusted: trusted, refused: refused, open: map[netip.Addr]int{}}
 }
 
@@ -92,7 +94,7 @@ func (l *connCap) Accept() (net.Conn, error) {
 // proxy (or an address that does not parse), ok false when it is full.
 func (l *connCounts) admit(addr net.Addr) (key netip.Addr, counted, ok bool) {
 	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil || l.trusted.contains(ap.Addr()) {
+	if err != nil || l.trusted.Contains(ap.Addr()) {
 		return netip.Addr{}, false, true
 	}
 	key = ap.Addr().Unmap()

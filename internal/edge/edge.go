@@ -25,6 +25,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -38,8 +39,8 @@ type Edge struct {
 	log          *slog.Logger
 	reg          *prometheus.Registry
 	metrics      *metrics
-	trusted      trustedSet
-	headerScreen headerScreen
+	trusted      trust.Set
+	headerScreen trust.Screen
 	allowMethods map[string]bool
 	popKeyPrefix string
 	storeName    string
@@ -153,8 +154,8 @@ func newEdge(cfg config.Config, log *slog.Logger) *Edge {
 		cfg:          cfg,
 		log:          log,
 		reg:          prometheus.NewRegistry(),
-		trusted:      trustedSet(cfg.TrustedProxies),
-		headerScreen: headerScreen{allowUnderscores: cfg.AllowUnderscoresInHeaders},
+		trusted:      trust.Set(cfg.TrustedProxies),
+		headerScreen: trust.Screen{AllowUnderscores: cfg.AllowUnderscoresInHeaders},
 		popKeyPrefix: "pop." + cfg.PoP + ".",
 		allowMethods: map[string]bool{},
 	}
@@ -278,8 +279,8 @@ func (e *Edge) expect(ctx *fasthttp.RequestCtx) int {
 		start := time.Now()
 		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
 		// fasthttp answers without the handler: the refusal is recorded here.
-		peer := peerAddr(ctx.RemoteIP())
-		e.recordRefusal(ctx, start, clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
+		peer := trust.Peer(ctx.RemoteIP())
+		e.recordRefusal(ctx, start, trust.Client(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
 		return fasthttp.StatusRequestEntityTooLarge
 	}
 	return fasthttp.StatusContinue

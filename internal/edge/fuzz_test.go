@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
@@ -120,7 +121,7 @@ func (r *requestRecorder) check(t *testing.T) {
 			t.Fatalf("query: client sent %q, origin got %q", seen.rawQuery, query)
 		}
 		lower := bytes.ToLower(got.header)
-		for name := range spoofable {
+		for _, name := range trust.SpoofableFields() {
 			switch name {
 			case "x-forwarded-for", "forwarded", "x-forwarded-proto", "x-forwarded-host":
 				continue // the edge's own

@@ -97,7 +97,7 @@ func (m *h2StreamMetrics) collectors() []prometheus.Collector {
 // an address, without taking a slot.
 func (l *connCounts) clientOf(addr net.Addr) (key netip.Addr, ok bool) {
 	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil || l.trusted.contains(ap.Addr()) {
+	if err != nil || l.trusted.Contains(ap.Addr()) {
 		return netip.Addr{}, false
 	}
 	key = ap.Addr().Unmap()

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -48,7 +49,7 @@ func httpFrom(src string) *http.Client {
 // /healthcheck rule is trusted_only, and the classifier never answers
 // critical for anyone else. The tier is read off the edge's own counters.
 func TestUntrustedCannotBeCritical(t *testing.T) {
-	r := startEdge(t, perIP, func(c *config.Config) { c.TrustedProxies = trustedSet{mustPrefix("127.0.0.2/32")} })
+	r := startEdge(t, perIP, func(c *config.Config) { c.TrustedProxies = trust.Set{mustPrefix("127.0.0.2/32")} })
 	untrusted, trusted := httpFrom("127.0.0.1"), httpFrom("127.0.0.2")
 	send := func(c *http.Client, method, path string, headers ...string) {
 		req, err := http.NewRequest(method, "http://"+r.Addr()+path, nil)
@@ -102,7 +103,7 @@ func TestQueuedRequestOfAGoneClientIsNeverProxied(t *testing.T) {
 	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.Origins = []string{"http://" + ln.Addr().String()}
 		c.Workers = 1
-		c.TrustedProxies = trustedSet{mustPrefix("127.0.0.2/32")}
+		c.TrustedProxies = trust.Set{mustPrefix("127.0.0.2/32")}
 	})
 
 	holder := dialFrom(t, "127.0.0.1", r.Addr())
@@ -176,9 +177,9 @@ func TestRequestWithoutHost(t *testing.T) {
 // scheme, a host, a path or a method — never reaches it; the edge writes
 // its own forwarding fields. A trusted peer's pass.
 func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
-	r := startEdge(t, perIP, func(c *config.Config) { c.TrustedProxies = trustedSet{mustPrefix("127.0.0.2/32")} })
+	r := startEdge(t, perIP, func(c *config.Config) { c.TrustedProxies = trust.Set{mustPrefix("127.0.0.2/32")} })
 	var spoof strings.Builder
-	for name := range spoofable {
+	for _, name := range trust.SpoofableFields() {
 		fmt.Fprintf(&spoof, "%s: 6.6.6.6\r\n", name)
 	}
 	spoof.WriteString("X_Api_Key: smuggled\r\nX-Forwarded_For: 6.6.6.6\r\nX-Priority: critical\r\nX-Test-Mode: 0\r\n")
@@ -188,7 +189,7 @@ func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	got := echoed(t, body)
 	headers := strings.ToLower(got["headers"])
-	for name := range spoofable {
+	for _, name := range trust.SpoofableFields() {
 		switch name {
 		case "x-forwarded-for", "forwarded", "x-forwarded-proto", "x-forwarded-host":
 			continue // written by the edge, checked below

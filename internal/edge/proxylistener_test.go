@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
 
 // Balancer connections waiting for their header are bounded: past the
@@ -22,7 +24,7 @@ func TestProxyListenerBoundsWaitingHeaders(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "refused"}, []string{"reason"})
-	l := newProxyListener(inner, trustedSet{mustPrefix("127.0.0.2/32")}, 30*time.Second, refused, slog.New(slog.DiscardHandler))
+	l := newProxyListener(inner, trust.Set{mustPrefix("127.0.0.2/32")}, 30*time.Second, refused, slog.New(slog.DiscardHandler))
 	l.maxWaiting = 2
 	t.Cleanup(func() { _ = l.Close() })
 	// Like the server: Accept in a loop, each connection in its own

@@ -17,6 +17,8 @@ import (
 
 	"github.com/pires/go-proxyproto"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
 
 // The PROXY protocol (v1 and v2, haproxy.org's proxy-protocol.txt), from
@@ -45,7 +47,7 @@ const maxWaitingHeaders = 1024
 // proxyListener wraps every accepted connection in a proxiedConn.
 type proxyListener struct {
 	net.Listener
-	from    trustedSet
+	from    trust.Set
 	timeout time.Duration          // for the header
 	refused *prometheus.CounterVec // reason
 	log     *slog.Logger
@@ -56,13 +58,13 @@ type proxyListener struct {
 	waiting    list.List // of *proxiedConn: balancers' connections without their header yet, oldest first
 }
 
-func newProxyListener(ln net.Listener, from trustedSet, headerTimeout time.Duration, refused *prometheus.CounterVec, log *slog.Logger) *proxyListener {
+func newProxyListener(ln net.Listener, from trust.Set, headerTimeout time.Duration, refused *prometheus.CounterVec, log *slog.Logger) *proxyListener {
 	return &proxyListener{Listener: ln, from: from, timeout: headerTimeout, refused: refused, log: log, maxWaiting: maxWaitingHeaders}
 }
 
 func addrOf(a net.Addr) netip.Addr {
 	if t, ok := a.(*net.TCPAddr); ok {
-		return peerAddr(t.IP)
+		return trust.Peer(t.IP)
 	}
 	ap, _ := netip.ParseAddrPort(a.String())
 	return ap.Addr().Unmap()
@@ -74,7 +76,7 @@ func (l *proxyListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := &proxiedConn{Conn: c, l: l, balancer: l.from.contains(addrOf(c.RemoteAddr()))}
+	pc := &proxiedConn{Conn: c, l: l, balancer: l.from.Contains(addrOf(c.RemoteAddr()))}
 	if pc.balancer {
 		l.wait(pc)
 	}

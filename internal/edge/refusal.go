@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -96,7 +97,7 @@ func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
 		// connection silent until --read-timeout. Answered, not recorded.
 		return
 	}
-	e.recordRefusal(ctx, start, peerAddr(ctx.RemoteIP()), reason, true)
+	e.recordRefusal(ctx, start, trust.Peer(ctx.RemoteIP()), reason, true)
 }
 
 // recordRefusal counts and logs a refusal made outside the pipeline

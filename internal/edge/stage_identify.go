@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
@@ -13,7 +14,7 @@ func (e *Edge) identifyStage(sc *scratch) string {
 	ctx := sc.ctx
 	sc.headers = headerLookup{h: &ctx.Request.Header, args: ctx.QueryArgs()}
 	sc.path = rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
-	sc.client = clientAddr(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
+	sc.client = trust.Client(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
 	sc.bh = e.bh.begin(sc.client, sc.trusted, &sc.headers, sc.path, ctx.Conn())
 	sc.tier = e.bh.tier(&sc.bh, e.shed.Classify(b2s(ctx.Method()), sc.path, sc.header, sc.trusted))
 	return e.next(sc)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
 
 // screenStage is the first look at a request (step 2, Screen): who sent
@@ -15,15 +16,15 @@ import (
 // rules, the shedder and the origin see one and the same request.
 func (e *Edge) screenStage(sc *scratch) string {
 	ctx := sc.ctx
-	sc.peer = peerAddr(ctx.RemoteIP())
-	sc.trusted = e.trusted.contains(sc.peer)
+	sc.peer = trust.Peer(ctx.RemoteIP())
+	sc.trusted = e.trusted.Contains(sc.peer)
 	if e.tracing != nil {
 		sc.trace, sc.span = e.tracing.begin(ctx, sc.trusted)
 	}
 	if sc.refusal = e.screen(ctx, sc.trusted); sc.refusal != "" {
 		// The access log names the client the trust model decides, as
 		// identify would have.
-		sc.client = clientAddr(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
+		sc.client = trust.Client(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
 		return outcomeRefused
 	}
 	return e.next(sc)
@@ -80,6 +81,6 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	}
 	var tier [2]string
 	tier[0], tier[1] = e.shed.Classifier().TrustedHeaders()
-	e.headerScreen.apply(&ctx.Request.Header, trusted, tier)
+	e.headerScreen.Apply(&ctx.Request.Header, trusted, tier)
 	return ""
 }

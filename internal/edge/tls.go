@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/ja4"
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -436,7 +437,7 @@ func (e *Edge) listenTLS() error {
 // public listener; refusal is what a refused connection is told.
 func (e *Edge) acceptStack(ln net.Listener, refusal []byte) net.Listener {
 	if len(e.cfg.ProxyProtocolFrom) > 0 {
-		ln = newProxyListener(ln, trustedSet(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.metrics.tls.proxyRefused, e.log)
+		ln = newProxyListener(ln, trust.Set(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.metrics.tls.proxyRefused, e.log)
 	}
 	if e.connCounts == nil {
 		e.connCounts = newConnCounts(e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)

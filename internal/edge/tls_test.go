@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -316,7 +317,7 @@ func TestProxyProtocol(t *testing.T) {
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, logs := startTLSEdge(t, site, perIP, func(c *config.Config) {
 		c.ProxyProtocolFrom = []netip.Prefix{mustPrefix("127.0.0.2/32")}
-		c.TrustedProxies = trustedSet{mustPrefix("192.0.2.0/24")}
+		c.TrustedProxies = trust.Set{mustPrefix("192.0.2.0/24")}
 		c.MaxConnsPerIP = 2
 	})
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
 
 // otlpReceiver is an OTLP/HTTP traces endpoint in the test process.
@@ -88,7 +89,7 @@ func TestTracing(t *testing.T) {
 	recv, url := startOTLPReceiver(t)
 	r := startEdge(t, perIP, func(c *config.Config) {
 		c.OTLPEndpoint, c.TraceSampleRatio = url, 1
-		c.TrustedProxies = trustedSet{mustPrefix("127.0.0.2/32")}
+		c.TrustedProxies = trust.Set{mustPrefix("127.0.0.2/32")}
 	})
 	const parentTrace, parentSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 	tp := "00-" + parentTrace + "-" + parentSpan + "-01"

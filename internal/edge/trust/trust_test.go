@@ -1,4 +1,4 @@
-package edge
+package trust
 
 import (
 	"net/netip"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestClientAddr(t *testing.T) {
-	trusted := trustedSet{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
+	trusted := Set{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
 	a := netip.MustParseAddr
 	cases := []struct {
 		name string
@@ -33,7 +33,7 @@ func TestClientAddr(t *testing.T) {
 			for _, h := range c.xff {
 				xff = append(xff, []byte(h))
 			}
-			require.Equal(t, a(c.want), clientAddr(a(c.peer), xff, trusted))
+			require.Equal(t, a(c.want), Client(a(c.peer), xff, trusted))
 		})
 	}
 }

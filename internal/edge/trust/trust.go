@@ -1,15 +1,4 @@
-package edge
-
-import (
-	"bytes"
-	"net"
-	"net/netip"
-	"strings"
-
-	"github.com/valyala/fasthttp"
-)
-
-// The trust model, decided here and nowhere else.
+// Package trust is the trust model, decided here and nowhere else.
 //
 // A peer is trusted when its socket address is in --trusted-proxies (for a
 // connection from a --proxy-protocol-from balancer, the peer is the client
@@ -38,11 +27,25 @@ import (
 // --allow-underscores-in-headers (CGI, WSGI and Rack origins read
 // X_Api_Key and X-Api-Key as the same HTTP_X_API_KEY, so one could pass a
 // value the rules never looked at).
+package trust
 
-// trustedSet answers whether an address belongs to a trusted proxy.
-type trustedSet []netip.Prefix
+import (
+	"bytes"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"unsafe"
 
-func (t trustedSet) contains(a netip.Addr) bool {
+	"github.com/valyala/fasthttp"
+)
+
+// Set answers whether an address belongs to a trusted proxy.
+type Set []netip.Prefix
+
+// Contains reports whether a (IPv4-mapped or not) is in one of the prefixes.
+func (t Set) Contains(a netip.Addr) bool {
 	a = a.Unmap()
 	for _, p := range t {
 		if p.Contains(a) {
@@ -52,19 +55,19 @@ func (t trustedSet) contains(a netip.Addr) bool {
 	return false
 }
 
-// peerAddr is the socket peer's address.
-func peerAddr(ip net.IP) netip.Addr {
+// Peer is the socket peer's address.
+func Peer(ip net.IP) netip.Addr {
 	a, _ := netip.AddrFromSlice(ip)
 	return a.Unmap()
 }
 
-// clientAddr identifies the client. Only a trusted peer's X-Forwarded-For
+// Client identifies the client. Only a trusted peer's X-Forwarded-For
 // counts, read from the right: each trusted hop passes the question on, and
 // the first untrusted hop is the client (hops further left were written by
 // the client itself and prove nothing). A malformed hop ends the walk at the
 // trusted hop to its right: garbage never becomes an identity.
-func clientAddr(peer netip.Addr, xff [][]byte, trusted trustedSet) netip.Addr {
-	if !trusted.contains(peer) || len(xff) == 0 {
+func Client(peer netip.Addr, xff [][]byte, trusted Set) netip.Addr {
+	if !trusted.Contains(peer) || len(xff) == 0 {
 		return peer
 	}
 	client := peer
@@ -76,7 +79,7 @@ func clientAddr(peer netip.Addr, xff [][]byte, trusted trustedSet) netip.Addr {
 				return client
 			}
 			client = a.Unmap()
-			if !trusted.contains(client) {
+			if !trusted.Contains(client) {
 				return client
 			}
 		}
@@ -128,21 +131,23 @@ var spoofable = map[string]struct{}{
 // lookup.
 const maxSpoofable = len("x-original-forwarded-for")
 
-// headerScreen drops the request fields a peer may not send (see the trust
+// Screen drops the request fields a peer may not send (see the trust
 // model above), in one pass over the header. Requests that carry none of
 // them, the common case, allocate nothing.
-type headerScreen struct {
-	allowUnderscores bool
+type Screen struct {
+	// AllowUnderscores passes header names with an underscore
+	// (--allow-underscores-in-headers).
+	AllowUnderscores bool
 }
 
-// apply removes what the peer may not send and reports how many fields it
+// Apply removes what the peer may not send and reports how many fields it
 // removed.
 //
 // tier names the shedder's priority and test-mode headers (the live
 // classifier's; empty names are off): this edge ignores an untrusted
 // peer's, and passing them on would let a client promote itself at a
 // further edge that trusts this one (a shield tier, say).
-func (s headerScreen) apply(h *fasthttp.RequestHeader, trusted bool, tier [2]string) int {
+func (s Screen) Apply(h *fasthttp.RequestHeader, trusted bool, tier [2]string) int {
 	var drop [8][]byte // names to delete, copied: deleting moves the header's own bytes
 	var more [][]byte
 	n := 0
@@ -168,15 +173,15 @@ func (s headerScreen) apply(h *fasthttp.RequestHeader, trusted bool, tier [2]str
 }
 
 // keep reports whether the field named k may reach the rules and the origin.
-func (s headerScreen) keep(k []byte, trusted bool, tier [2]string) bool {
-	if !s.allowUnderscores && bytes.IndexByte(k, '_') >= 0 {
+func (s Screen) keep(k []byte, trusted bool, tier [2]string) bool {
+	if !s.AllowUnderscores && bytes.IndexByte(k, '_') >= 0 {
 		return false
 	}
 	if trusted {
 		return true
 	}
 	for _, name := range tier {
-		if name != "" && len(k) == len(name) && strings.EqualFold(b2s(k), name) {
+		if name != "" && len(k) == len(name) && strings.EqualFold(unsafe.String(unsafe.SliceData(k), len(k)), name) {
 			return false
 		}
 	}
@@ -192,4 +197,10 @@ func (s headerScreen) keep(k []byte, trusted bool, tier [2]string) bool {
 	}
 	_, bad := spoofable[string(lower[:len(k)])]
 	return !bad
+}
+
+// SpoofableFields are the fields an untrusted peer's request loses (lower
+// case, sorted): what the hostile-client tests send.
+func SpoofableFields() []string {
+	return slices.Sorted(maps.Keys(spoofable))
 }
