@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/edgeguard/edgeguard/internal/acmestore"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -29,9 +30,6 @@ import (
 // another edge than the one that asked is answered from the shared token.
 // An ACME name is served its managed certificate once there is one; until
 // then (and for every other name) the certificate store answers.
-
-// acmeTLSALPN is the ALPN protocol of TLS-ALPN-01 challenges (RFC 8737).
-const acmeTLSALPN = "acme-tls/1"
 
 // acmeState is the edge's certmagic setup.
 type acmeState struct {
@@ -105,7 +103,7 @@ func (e *Edge) startACME(client *region.Client) error {
 // certificate serves a TLS-ALPN-01 challenge, or an ACME name's managed
 // certificate; ok is false when the certificate store should answer.
 func (a *acmeState) certificate(hello *tls.ClientHelloInfo) (c *tls.Certificate, ok bool, err error) {
-	if slices.Equal(hello.SupportedProtos, []string{acmeTLSALPN}) {
+	if slices.Equal(hello.SupportedProtos, []string{listen.ACMEALPN}) {
 		c, err = a.magic.GetCertificate(hello)
 		return c, true, err
 	}

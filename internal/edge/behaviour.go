@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/lua"
 	"github.com/edgeguard/edgeguard/pkg/behavior"
@@ -187,7 +188,7 @@ func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup,
 func (b *behaviourLayer) identity(c *bhConfig, client netip.Addr, trusted bool, h *headerLookup, conn net.Conn) string {
 	id := ""
 	if c.settings.Identity == behavior.IdentityJA4 {
-		if fp := ja4Of(conn); fp != "" {
+		if fp := listen.JA4Of(conn); fp != "" {
 			id = behavior.Identity(b.salt, behavior.KindJA4, fp)
 		}
 	}

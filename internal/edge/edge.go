@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/origin"
@@ -72,13 +72,13 @@ type Edge struct {
 	seen func(ctx *fasthttp.RequestCtx, req *rules.Request, requestID string)
 
 	publicLn, adminLn net.Listener
-	tlsLn             net.Listener     // nil without --listen-tls
-	certs             *certstore.Store // nil without --listen-tls
-	tickets           *ticketKeys      // nil without --tls-ticket-keys
-	tlsConfig         *tls.Config      // nil without --listen-tls
-	acme              *acmeState       // nil without --acme-domains
-	h2                *h2Server        // nil without h2 on --listen-tls
-	connCounts        *connCounts      // the public listeners' per-client cap
+	tlsLn             net.Listener       // nil without --listen-tls
+	certs             *certstore.Store   // nil without --listen-tls
+	tickets           *ticketKeys        // nil without --tls-ticket-keys
+	tlsConfig         *tls.Config        // nil without --listen-tls
+	acme              *acmeState         // nil without --acme-domains
+	h2                *listen.H2Server   // nil without h2 on --listen-tls
+	connCounts        *listen.ConnCounts // the public listeners' per-client cap
 	server            *fasthttp.Server
 	admin             *http.Server
 	rls               *rlsService // nil without --rls-listen
@@ -242,7 +242,7 @@ func (e *Edge) newServer() *fasthttp.Server {
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
 		NoDefaultDate:                false,
-		Logger:                       fasthttpLogger{e.log},
+		Logger:                       listen.FastHTTPLogger{Log: e.log},
 	}
 }
 
@@ -253,7 +253,7 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 	if e.publicLn, err = net.Listen("tcp", e.cfg.Listen); err != nil {
 		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
 	}
-	e.publicLn = e.acceptStack(e.publicLn, []byte(tooManyConns))
+	e.publicLn = e.acceptStack(e.publicLn, []byte(listen.TooManyConns))
 	if e.cfg.ListenTLS != "" {
 		if err := e.listenTLS(); err != nil {
 			return err
@@ -540,13 +540,13 @@ func (e *Edge) Run(ctx context.Context) error {
 func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 	errc := make(chan error, 5)
 	wg.Go(func() {
-		if err := e.server.Serve(framed(e.publicLn)); err != nil {
+		if err := e.server.Serve(listen.Framed(e.publicLn)); err != nil {
 			errc <- fmt.Errorf("public server: %w", err)
 		}
 	})
 	if e.tlsLn != nil {
 		wg.Go(func() {
-			if err := e.server.Serve(framed(e.tlsLn)); err != nil {
+			if err := e.server.Serve(listen.Framed(e.tlsLn)); err != nil {
 				errc <- fmt.Errorf("public TLS server: %w", err)
 			}
 		})
@@ -554,7 +554,7 @@ func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 	}
 	if e.h2 != nil {
 		wg.Go(func() {
-			if err := e.h2.serve(); err != nil {
+			if err := e.h2.Serve(); err != nil {
 				errc <- fmt.Errorf("public HTTP/2 server: %w", err)
 			}
 		})
@@ -584,7 +584,7 @@ func (e *Edge) shutdown() error {
 	// for its own.
 	h2done := make(chan error, 1)
 	if e.h2 != nil {
-		go func() { h2done <- e.h2.shutdown(sctx) }()
+		go func() { h2done <- e.h2.Shutdown(sctx) }()
 	} else {
 		h2done <- nil
 	}
@@ -637,11 +637,4 @@ func redactURL(raw string) string {
 	}
 	u.RawQuery = ""
 	return u.Redacted()
-}
-
-// fasthttpLogger routes fasthttp's own messages (bad requests, timeouts) to slog.
-type fasthttpLogger struct{ log *slog.Logger }
-
-func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug("fasthttp", "msg", strings.TrimSpace(fmt.Sprintf(format, args...)))
 }

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -30,11 +32,10 @@ const (
 
 // refusalReasons is every reason: the counter's series exist from the
 // start and no other value is ever a label.
-var refusalReasons = []string{
-	reasonLineEnding, reasonObsFold, reasonFieldSyntax, reasonContentLength, reasonTransferEncoding,
-	reasonTransferCoding, reasonChunk, reasonVersion, reasonMethod, reasonBodyTooLarge, reasonHost,
+var refusalReasons = append(slices.Clone(listen.FramingReasons),
+	reasonVersion, reasonMethod, reasonBodyTooLarge, reasonHost,
 	reasonRepeatedField, reasonHeaderTooLarge, reasonTimeout, reasonMalformed,
-}
+)
 
 func newRefusedCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -70,14 +71,14 @@ func (m *metrics) countRefusal(reason string) {
 // fasthttp closes the connection after it.
 func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
 	start := time.Now()
-	var fe *framingError
+	var fe *listen.FramingError
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	var reason string
 	switch {
 	case errors.As(err, &fe):
-		problem.Refuse(ctx, fe.status, fe.detail)
-		reason = fe.reason
+		problem.Refuse(ctx, fe.Status, fe.Detail)
+		reason = fe.Reason
 	case errors.As(err, &small):
 		problem.Refuse(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "the request header block is too large")
 		reason = reasonHeaderTooLarge
@@ -91,7 +92,7 @@ func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
 		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request could not be parsed")
 		reason = reasonMalformed
 	}
-	if !clientSent(ctx.Conn()) {
+	if !listen.ClientSent(ctx.Conn()) {
 		// Nothing was asked: a failed TLS handshake or PROXY header
 		// (counted where they fail), a connection refused at the cap, a
 		// connection silent until --read-timeout. Answered, not recorded.
@@ -123,28 +124,4 @@ func logRefusal(line *accesslog.Line, sc *scratch) {
 	if sc.refusal != "" {
 		line.Str("refuse_reason", sc.refusal)
 	}
-}
-
-// clientSent reports whether the client sent any byte on c (true for a
-// connection without a framer).
-func clientSent(c net.Conn) bool {
-	switch c := c.(type) {
-	case *framedConn:
-		return c.f.got
-	case *framedTLSConn:
-		return c.f.got
-	}
-	return true
-}
-
-// closesAfter reports whether c's framer ends the connection after the
-// request it is reading (Transfer-Encoding with Content-Length).
-func closesAfter(c net.Conn) bool {
-	switch c := c.(type) {
-	case *framedConn:
-		return c.f.closeAfter
-	case *framedTLSConn:
-		return c.f.closeAfter
-	}
-	return false
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/strictjson"
@@ -69,7 +70,7 @@ func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 	// The per-address cap of the proxy port, with counts of its own (the
 	// callers are Envoys, not the public) and no exemption; a refused
 	// connection is closed without a word (gRPC clients read no text).
-	served := capped(ln, newConnCounts(c.MaxConnsPerIP, e.cfg.IPv6Prefix, nil, srv.RefusedConns()), nil)
+	served := listen.Capped(ln, listen.NewConnCounts(c.MaxConnsPerIP, e.cfg.IPv6Prefix, nil, srv.RefusedConns()), nil)
 	e.rls = &rlsService{srv: srv, grpc: rls.NewGRPC(srv, rls.GRPCOptions{Creds: creds, MaxStreams: uint32(c.MaxStreams), Reflection: c.Reflection}), ln: served}
 	if c.ConfigDir != "" {
 		e.log.Info("rate limit service configured", "domains", len(srv.Config().Domains()), "dir", c.ConfigDir)

@@ -5,18 +5,16 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
-	"github.com/edgeguard/edgeguard/pkg/ja4"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -32,35 +30,18 @@ const certPoll = time.Second
 
 // tlsMetrics are the edge's edgeguard_tls_* series.
 type tlsMetrics struct {
-	handshakes   *prometheus.CounterVec // result
-	resumptions  prometheus.Counter
+	handshakes   *listen.TLSMetrics // the listener's: handshakes, resumptions, ALPN
 	reloads      prometheus.Counter
 	refusedFiles prometheus.Counter
 	certificates prometheus.Gauge
 	proxyRefused *prometheus.CounterVec // reason
-	alpn         *prometheus.CounterVec // protocol
 	ticketsAt    prometheus.Gauge
 	acme         *prometheus.CounterVec // event
 }
 
-// Handshake results (the result label).
-const (
-	handshakeOK         = "ok"
-	handshakeNoCert     = "no_cert"
-	handshakeBadVersion = "bad_version"
-	handshakeOther      = "other"
-)
-
 func newTLSMetrics() *tlsMetrics {
 	m := &tlsMetrics{
-		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "edgeguard_tls_handshakes_total",
-			Help: "TLS handshakes on --listen-tls by result: ok, no_cert (no certificate for the name and no default), bad_version (client below TLS 1.2), other.",
-		}, []string{"result"}),
-		resumptions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "edgeguard_tls_resumptions_total",
-			Help: "Successful TLS handshakes that resumed a session (a session ticket).",
-		}),
+		handshakes: listen.NewTLSMetrics(),
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_tls_certificate_reloads_total",
 			Help: "Certificates loaded or replaced from files (at start and on change).",
@@ -78,10 +59,6 @@ func newTLSMetrics() *tlsMetrics {
 			Help: "Connections refused under the PROXY protocol policy: missing_header (a --proxy-protocol-from balancer sent none), untrusted_source (a PROXY header from anyone else), invalid_header (malformed, or a TLV running past the header), too_many_waiting (the oldest of 1024 balancer connections waiting for their header, closed to make room).",
 		}, []string{"reason"}),
 	}
-	m.alpn = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "edgeguard_tls_connections_total",
-		Help: "Successful TLS handshakes by the protocol chosen by ALPN: h2, http/1.1, or none (a client that offered neither; served HTTP/1.1).",
-	}, []string{"protocol"})
 	m.ticketsAt = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "edgeguard_tls_ticket_keys_rotated_timestamp_seconds",
 		Help: "When the session-ticket keys in force, the region's from Consul, were last rotated (Unix time); 0 with keys of the edge's own or from --tls-ticket-keys.",
@@ -93,12 +70,6 @@ func newTLSMetrics() *tlsMetrics {
 	for _, ev := range []string{"cert_obtained", "cert_failed"} {
 		m.acme.WithLabelValues(ev)
 	}
-	for _, p := range []string{"h2", "http/1.1", "none"} {
-		m.alpn.WithLabelValues(p)
-	}
-	for _, r := range []string{handshakeOK, handshakeNoCert, handshakeBadVersion, handshakeOther} {
-		m.handshakes.WithLabelValues(r)
-	}
 	for _, r := range []string{"missing_header", "untrusted_source", "invalid_header", "too_many_waiting"} {
 		m.proxyRefused.WithLabelValues(r)
 	}
@@ -106,181 +77,10 @@ func newTLSMetrics() *tlsMetrics {
 }
 
 func (m *tlsMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.handshakes, m.resumptions, m.reloads, m.refusedFiles, m.certificates, m.proxyRefused, m.alpn, m.ticketsAt, m.acme}
+	return append(m.handshakes.Collectors(), m.reloads, m.refusedFiles, m.certificates, m.proxyRefused, m.ticketsAt, m.acme)
 }
 
 // tlsCipherSuites are TLS 1.2's ECDHE AEAD suites (TLS 1.3's are all AEAD
-// and not configurable).
-var tlsCipherSuites = []uint16{
-	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-}
-
-// acmeCerts answers a handshake for ACME (a challenge, or a managed name's
-// certificate); ok false leaves it to the certificate store.
-type acmeCerts func(hello *tls.ClientHelloInfo) (c *tls.Certificate, ok bool, err error)
-
-// newTLSConfig serves the store's certificates, offering h2 when h2 is
-// set, and ACME's first when acme is not nil.
-func newTLSConfig(certs *certstore.Store, h2 bool, acme acmeCerts) *tls.Config {
-	protos := []string{"http/1.1"}
-	if h2 {
-		protos = []string{"h2", "http/1.1"}
-	}
-	if acme != nil {
-		protos = append(protos, acmeTLSALPN)
-	}
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		CipherSuites: tlsCipherSuites,
-		NextProtos:   protos,
-		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			c, ok := hello.Conn.(*handshakeConn)
-			if !ok {
-				return nil, nil
-			}
-			if !slices.ContainsFunc(hello.SupportedVersions, func(v uint16) bool { return v >= tls.VersionTLS12 }) {
-				c.badVersion = true
-			}
-			c.ja4 = fingerprint(hello)
-			return nil, nil // this config
-		},
-		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if acme != nil {
-				if c, ok, err := acme(hello); ok {
-					return c, err
-				}
-			}
-			c, err := certs.Certificate(hello)
-			if c == nil && err == nil {
-				if hc, ok := hello.Conn.(*handshakeConn); ok {
-					hc.noCert = true
-				}
-			}
-			return c, err // nil, nil: crypto/tls answers unrecognized_name
-		},
-	}
-}
-
-// tlsListener terminates TLS over the (capped, PROXY-aware) listener.
-type tlsListener struct {
-	net.Listener
-	config  *tls.Config
-	m       *tlsMetrics
-	timeout time.Duration // bounds the handshake's writes
-	log     *slog.Logger
-}
-
-func (l *tlsListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	hc := &handshakeConn{Conn: c}
-	return &serverTLSConn{Conn: tls.Server(hc, l.config), hc: hc, l: l}, nil
-}
-
-// handshakeConn is the connection under TLS; the handshake's callbacks
-// note on it why a handshake failed.
-type handshakeConn struct {
-	net.Conn
-	noCert, badVersion bool
-	ja4                string // the ClientHello's JA4 fingerprint
-}
-
-// fingerprint is a ClientHello's JA4 (crypto/tls hands over the extension
-// types since Go 1.24: no need to parse the hello again).
-func fingerprint(hello *tls.ClientHelloInfo) string {
-	sigs := make([]uint16, len(hello.SignatureSchemes))
-	for i, s := range hello.SignatureSchemes {
-		sigs[i] = uint16(s)
-	}
-	return ja4.Fingerprint(ja4.Hello{
-		Versions:            hello.SupportedVersions,
-		CipherSuites:        hello.CipherSuites,
-		Extensions:          hello.Extensions,
-		SignatureAlgorithms: sigs,
-		ALPN:                hello.SupportedProtos,
-		SNI:                 hello.ServerName != "",
-	})
-}
-
-// ja4Of is the JA4 fingerprint of the TLS client on c ("" for plain
-// HTTP).
-func ja4Of(c net.Conn) string {
-	switch c := c.(type) {
-	case *serverTLSConn:
-		return c.hc.ja4
-	case *framedTLSConn:
-		return c.hc.ja4
-	case *h2StreamConn:
-		return ja4Of(c.Conn)
-	}
-	return ""
-}
-
-// serverTLSConn counts its handshake, run by fasthttp before it picks the
-// protocol (or on the first Read), under fasthttp's deadlines. It embeds
-// *tls.Conn, so fasthttp sees a TLS connection (ctx.IsTLS,
-// ctx.TLSConnectionState) and the proxy writes X-Forwarded-Proto: https.
-type serverTLSConn struct {
-	*tls.Conn
-	hc   *handshakeConn
-	l    *tlsListener
-	done bool
-	err  error // the handshake's
-}
-
-// Handshake runs the handshake once, counted; later calls return its
-// result.
-func (c *serverTLSConn) Handshake() error {
-	if !c.done {
-		c.done = true
-		c.err = c.handshake()
-	}
-	return c.err
-}
-
-func (c *serverTLSConn) Read(b []byte) (int, error) {
-	if err := c.Handshake(); err != nil {
-		return 0, err
-	}
-	return c.Conn.Read(b)
-}
-
-func (c *serverTLSConn) handshake() error {
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.l.timeout))
-	err := c.Conn.HandshakeContext(context.Background())
-	_ = c.Conn.SetWriteDeadline(time.Time{})
-	m := c.l.m
-	switch {
-	case err == nil:
-		m.handshakes.WithLabelValues(handshakeOK).Inc()
-		st := c.Conn.ConnectionState()
-		if st.DidResume {
-			m.resumptions.Inc()
-		}
-		proto := st.NegotiatedProtocol
-		if proto == "" {
-			proto = "none"
-		}
-		m.alpn.WithLabelValues(proto).Inc()
-		return nil
-	case c.hc.noCert:
-		m.handshakes.WithLabelValues(handshakeNoCert).Inc()
-	case c.hc.badVersion:
-		m.handshakes.WithLabelValues(handshakeBadVersion).Inc()
-	default:
-		m.handshakes.WithLabelValues(handshakeOther).Inc()
-	}
-	c.l.log.Debug("TLS handshake failed", "peer", c.Conn.RemoteAddr().String(), "err", err)
-	return err
-}
-
 // scanCerts re-reads changed certificate files, logging and counting what
 // changed; an invalid file is named with its reason.
 func (e *Edge) scanCerts() error {
@@ -407,7 +207,7 @@ func (e *Edge) listenTLS() error {
 		return fmt.Errorf("listening on %s (TLS): %w", e.cfg.ListenTLS, err)
 	}
 	e.tlsLn = ln // closed by close() from here on
-	var acme acmeCerts
+	var acme listen.ACMECerts
 	if len(e.cfg.ACMEDomains) > 0 {
 		// e.acme is set by startConsul, before Run serves a handshake.
 		acme = func(hello *tls.ClientHelloInfo) (*tls.Certificate, bool, error) {
@@ -417,11 +217,24 @@ func (e *Edge) listenTLS() error {
 			return e.acme.certificate(hello)
 		}
 	}
-	tlsConfig := newTLSConfig(e.certs, e.cfg.H2MaxStreams > 0, acme)
+	tlsConfig := listen.NewTLSConfig(e.certs, e.cfg.H2MaxStreams > 0, acme)
 	e.tlsConfig = tlsConfig
 	if e.cfg.H2MaxStreams > 0 {
-		e.h2 = e.newH2Server()
-		e.server.NextProto("h2", h1Unwrapped(e.h2.serveConn))
+		e.h2 = listen.NewH2Server(listen.H2Config{
+			Addr:           e.tlsLn.Addr(),
+			Handler:        e.handle,
+			Counts:         e.connCounts,
+			Log:            e.log,
+			Metrics:        e.metrics.h2,
+			StreamMetrics:  e.metrics.h2Streams,
+			MaxStreams:     e.cfg.H2MaxStreams,
+			MaxHeldBytes:   e.cfg.H2MaxHeldBytes,
+			MaxHeaderBytes: e.cfg.MaxHeaderBytes,
+			ReadTimeout:    e.cfg.ReadTimeout,
+			WriteTimeout:   e.cfg.WriteTimeout,
+			IdleTimeout:    e.cfg.IdleTimeout,
+		})
+		e.server.NextProto("h2", listen.H1Unwrapped(e.h2.ServeConn))
 	}
 	if e.cfg.TLSTicketKeys != "" {
 		e.tickets = &ticketKeys{path: e.cfg.TLSTicketKeys, config: tlsConfig}
@@ -429,7 +242,7 @@ func (e *Edge) listenTLS() error {
 			return fmt.Errorf("tls-ticket-keys: %w", err)
 		}
 	}
-	e.tlsLn = &tlsListener{Listener: e.acceptStack(ln, nil), config: tlsConfig, m: e.metrics.tls, timeout: e.cfg.ReadTimeout, log: e.log}
+	e.tlsLn = listen.NewTLSListener(e.acceptStack(ln, nil), tlsConfig, e.metrics.tls.handshakes, e.cfg.ReadTimeout, e.log)
 	return nil
 }
 
@@ -437,12 +250,12 @@ func (e *Edge) listenTLS() error {
 // public listener; refusal is what a refused connection is told.
 func (e *Edge) acceptStack(ln net.Listener, refusal []byte) net.Listener {
 	if len(e.cfg.ProxyProtocolFrom) > 0 {
-		ln = newProxyListener(ln, trust.Set(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.metrics.tls.proxyRefused, e.log)
+		ln = listen.NewProxyListener(ln, trust.Set(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.metrics.tls.proxyRefused, e.log)
 	}
 	if e.connCounts == nil {
-		e.connCounts = newConnCounts(e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)
+		e.connCounts = listen.NewConnCounts(e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)
 	}
-	return capped(ln, e.connCounts, refusal)
+	return listen.Capped(ln, e.connCounts, refusal)
 }
 
 // TLSAddr is the bound TLS address ("" without --listen-tls).

@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"encoding/binary"
@@ -99,7 +99,7 @@ var h2Poison = []byte{0x00, 0x01, 'X', 0x00}
 // one goroutine), what it writes (under wmu), and the budgets both spend
 // (under mu).
 type h2Meter struct {
-	m        *h2Metrics
+	m        *H2Metrics
 	maxList  int // net/http's header list limit
 	holdMax  int // the largest header-block frame read whole
 	failOnce sync.Once
@@ -137,7 +137,7 @@ type h2Meter struct {
 	updatesOwed                          int // WINDOW_UPDATEs the DATA sent and the streams opened allow
 }
 
-func (c *h2Meter) init(m *h2Metrics, maxHeaderBytes int, now time.Time) {
+func (c *h2Meter) init(m *H2Metrics, maxHeaderBytes int, now time.Time) {
 	c.m, c.preface = m, len(http2Preface)
 	c.maxList = maxHeaderBytes + 10*32 // net/http's adjustment of MaxHeaderBytes
 	c.holdMax = min(2*c.maxList+1+255+5, 1<<20-len(h2Poison))

@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"context"
@@ -53,13 +53,17 @@ const (
 // errH2Flood ends a connection that spent a frame budget.
 var errH2Flood = errors.New("http2: frame flood")
 
-// h2Metrics are the edge's HTTP/2 series.
-type h2Metrics struct {
+// H2Metrics are the edge's HTTP/2 series.
+type H2Metrics struct {
 	floods *prometheus.CounterVec // frame
 }
 
-func newH2Metrics() *h2Metrics {
-	m := &h2Metrics{floods: prometheus.NewCounterVec(prometheus.CounterOpts{
+// Collectors are the series to register.
+func (m *H2Metrics) Collectors() []prometheus.Collector { return []prometheus.Collector{m.floods} }
+
+// NewH2Metrics makes the HTTP/2 series.
+func NewH2Metrics() *H2Metrics {
+	m := &H2Metrics{floods: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeguard_tls_h2_floods_total",
 		Help: "HTTP/2 connections closed for a flood, by the budget spent: rst_stream (the client's resets beyond the edge's budget), provoked_resets (resets the server sent for the client's protocol errors, on the same budget), early_resets (net/http's queue of unstarted handlers full), control (PING, SETTINGS, PRIORITY, PRIORITY_UPDATE or GOAWAY frames), window_update (WINDOW_UPDATE beyond what the DATA sent needs), empty_data (DATA without data or END_STREAM), ping_ack (PING ACK no PING asked for), continuation (empty CONTINUATION), unknown (frame types HTTP/2 does not define).",
 	}, []string{"frame"})}
@@ -69,22 +73,42 @@ func newH2Metrics() *h2Metrics {
 	return m
 }
 
-// h2Server serves the h2 connections of the TLS listener: fasthttp hands
+// H2Server serves the h2 connections of the TLS listener: fasthttp hands
 // each (decrypted, metered) to net/http's HTTP/2 server through a listener
 // of its own, and waits until it is done with it.
-type h2Server struct {
-	e  *Edge
-	hs *http.Server // its Shutdown sends every connection a GOAWAY
-	ln *connQueue
-	m  *h2Metrics
+type H2Server struct {
+	cfg H2Config
+	hs  *http.Server // its Shutdown sends every connection a GOAWAY
+	ln  *connQueue
+	m   *H2Metrics
 
-	streams *h2StreamMetrics // h2_streams.go
+	streams *H2StreamMetrics // h2_streams.go
 	held    *h2Budget
 }
 
-func (e *Edge) newH2Server() *h2Server {
-	h := &h2Server{e: e, m: e.metrics.h2, ln: newConnQueue(e.tlsLn.Addr())}
-	h.streams, h.held = e.metrics.h2Streams, newH2Budget(e.cfg.H2MaxHeldBytes, e.metrics.h2Streams.held)
+// H2Config is what the HTTP/2 server is built from: the pipeline it runs
+// every stream through, the per-client cap its streams count against, and
+// the edge's limits and timeouts.
+type H2Config struct {
+	Addr           net.Addr                // the TLS listener's
+	Handler        fasthttp.RequestHandler // the request pipeline
+	Counts         *ConnCounts             // the public listeners' per-client cap
+	Log            *slog.Logger
+	Metrics        *H2Metrics
+	StreamMetrics  *H2StreamMetrics
+	MaxStreams     int   // --h2-max-concurrent-streams
+	MaxHeldBytes   int64 // --h2-max-held-bytes
+	MaxHeaderBytes int
+	ReadTimeout    time.Duration
+	WriteTimeout   time.Duration
+	IdleTimeout    time.Duration
+}
+
+// NewH2Server is the HTTP/2 server of the TLS listener's h2 connections:
+// Serve runs it, ServeConn is fasthttp's NextProto handler.
+func NewH2Server(cfg H2Config) *H2Server {
+	h := &H2Server{cfg: cfg, m: cfg.Metrics, ln: newConnQueue(cfg.Addr)}
+	h.streams, h.held = cfg.StreamMetrics, newH2Budget(cfg.MaxHeldBytes, cfg.StreamMetrics.held)
 	// TLS is the edge's: net/http sees the decrypted stream, which starts
 	// with the HTTP/2 preface.
 	var protos http.Protocols
@@ -92,17 +116,17 @@ func (e *Edge) newH2Server() *h2Server {
 	h.hs = &http.Server{
 		Handler:        http.HandlerFunc(h.serveStream),
 		Protocols:      &protos,
-		MaxHeaderBytes: e.cfg.MaxHeaderBytes,
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		// A stream's request body must arrive within this (fasthttp's
 		// ReadTimeout for HTTP/1.1).
-		ReadTimeout: e.cfg.ReadTimeout,
-		IdleTimeout: e.cfg.IdleTimeout,
-		ErrorLog:    slog.NewLogLogger(e.log.Handler(), slog.LevelDebug),
+		ReadTimeout: cfg.ReadTimeout,
+		IdleTimeout: cfg.IdleTimeout,
+		ErrorLog:    slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams: e.cfg.H2MaxStreams,
+			MaxConcurrentStreams: cfg.MaxStreams,
 			// A write that makes no progress for this long ends the
 			// connection (a client that stopped reading).
-			WriteByteTimeout: e.cfg.WriteTimeout,
+			WriteByteTimeout: cfg.WriteTimeout,
 			CountError: func(errType string) {
 				// net/http names an error by its kind and code, then
 				// its cause: "conn_ENHANCE_YOUR_CALM_too_many_early_resets".
@@ -121,17 +145,17 @@ func (e *Edge) newH2Server() *h2Server {
 // h2ConnKey carries a connection's *h2MeteredConn in its streams' contexts.
 type h2ConnKey struct{}
 
-// serve runs net/http's server until shutdown.
-func (h *h2Server) serve() error {
+// Serve runs net/http's server until shutdown.
+func (h *H2Server) Serve() error {
 	if err := h.hs.Serve(h.ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
 
-// serveConn serves one h2 connection (fasthttp's NextProto handler) until
+// ServeConn serves one h2 connection (fasthttp's NextProto handler) until
 // net/http closes it.
-func (h *h2Server) serveConn(c net.Conn) error {
+func (h *H2Server) ServeConn(c net.Conn) error {
 	tc, ok := c.(*serverTLSConn)
 	if !ok {
 		return errors.New("http2: not a TLS connection")
@@ -149,12 +173,15 @@ func (h *h2Server) serveConn(c net.Conn) error {
 	return nil
 }
 
+// http11 is the protocol a stream is given to the pipeline as.
+var http11 = []byte("HTTP/1.1")
+
 // http2Preface starts every HTTP/2 client connection (RFC 9113 §3.4).
 const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// shutdown asks every h2 connection to finish its streams and close
+// Shutdown asks every h2 connection to finish its streams and close
 // (GOAWAY), and waits for them until ctx is done.
-func (h *h2Server) shutdown(ctx context.Context) error {
+func (h *H2Server) Shutdown(ctx context.Context) error {
 	return h.hs.Shutdown(ctx)
 }
 
@@ -205,7 +232,7 @@ type h2Stream struct {
 var h2Streams = sync.Pool{New: func() any { return new(h2Stream) }}
 
 // serveStream runs one stream through the request path.
-func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
+func (h *H2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	mc, _ := r.Context().Value(h2ConnKey{}).(*h2MeteredConn)
 	if mc == nil {
 		w.WriteHeader(http.StatusInternalServerError)
@@ -224,7 +251,7 @@ func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	st := h2Streams.Get().(*h2Stream)
 	st.conn = h2StreamConn{Conn: mc.Conn, state: &mc.state, ctx: r.Context()}
 	ctx := &st.ctx
-	ctx.Init2(&st.conn, fasthttpLogger{h.e.log}, false)
+	ctx.Init2(&st.conn, FastHTTPLogger{Log: h.cfg.Log}, false)
 	req := &ctx.Request
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.RequestURI)
@@ -256,7 +283,7 @@ func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		req.SetBodyStream(r.Body, -1)
 	}
 
-	h.e.handle(ctx)
+	h.cfg.Handler(ctx)
 
 	resp := &ctx.Response
 	var held int64 // what the body holds of the budget until it is written
@@ -284,7 +311,7 @@ func (h *h2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 // they cannot point into the stream's reused buffers: the names and values
 // are copied into one string (one allocation for all of them, where a
 // string per name and per value would be two per field).
-func (h *h2Server) writeHeader(w http.ResponseWriter, st *h2Stream, method string) {
+func (h *H2Server) writeHeader(w http.ResponseWriter, st *h2Stream, method string) {
 	resp := &st.ctx.Response
 	b, n := st.buf[:0], 0
 	for k, v := range resp.Header.All() {

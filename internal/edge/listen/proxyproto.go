@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"bufio"
@@ -35,7 +35,7 @@ import (
 // holds only its own connection. The edge frames the header itself (a
 // header may arrive in several segments: the specification recommends
 // tolerating it, and go-proxyproto drops a v1 header that does not come in
-// one read) and has go-proxyproto parse the framed bytes.
+// one read) and has go-proxyproto parse the Framed bytes.
 
 // maxWaitingHeaders bounds the balancer connections waiting for their
 // header at once. A balancer may send the header only with the client's
@@ -58,7 +58,7 @@ type proxyListener struct {
 	waiting    list.List // of *proxiedConn: balancers' connections without their header yet, oldest first
 }
 
-func newProxyListener(ln net.Listener, from trust.Set, headerTimeout time.Duration, refused *prometheus.CounterVec, log *slog.Logger) *proxyListener {
+func NewProxyListener(ln net.Listener, from trust.Set, headerTimeout time.Duration, refused *prometheus.CounterVec, log *slog.Logger) *proxyListener {
 	return &proxyListener{Listener: ln, from: from, timeout: headerTimeout, refused: refused, log: log, maxWaiting: maxWaitingHeaders}
 }
 
@@ -199,7 +199,7 @@ func (c *proxiedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// NetConn is the socket (clientGone looks at it).
+// NetConn is the socket (ClientGone looks at it).
 func (c *proxiedConn) NetConn() net.Conn { return c.Conn }
 
 // readHeader reads the header within the header timeout (or the server's

@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"io"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// clientGone tells a closed client from one that is there, with or without
+// ClientGone tells a closed client from one that is there, with or without
 // unread bytes, without consuming them.
 func TestClientGone(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -20,14 +20,14 @@ func TestClientGone(t *testing.T) {
 	server, err := ln.Accept()
 	require.NoError(t, err)
 	defer server.Close()
-	capped := &cappedConn{Conn: server}
+	Capped := &cappedConn{Conn: server}
 
-	require.False(t, clientGone(capped), "idle client")
+	require.False(t, ClientGone(Capped), "idle client")
 	_, err = client.Write([]byte("GET / HTTP/1.1\r\n"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return !clientGone(capped) }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return !ClientGone(Capped) }, time.Second, time.Millisecond)
 	require.NoError(t, client.Close())
-	require.Eventually(t, func() bool { return clientGone(capped) }, 5*time.Second, time.Millisecond, "closed client with unread bytes")
+	require.Eventually(t, func() bool { return ClientGone(Capped) }, 5*time.Second, time.Millisecond, "closed client with unread bytes")
 	buf := make([]byte, 64)
 	n, _ := io.ReadAtLeast(server, buf, 1)
 	require.Equal(t, "GET / HTTP/1.1\r\n", string(buf[:n]), "peeking consumed nothing")

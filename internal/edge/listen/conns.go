@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"errors"
@@ -15,14 +15,14 @@ import (
 
 // connCap caps the connections one client may hold open, counted by socket
 // peer (X-Forwarded-For is not known at accept): an IPv4 address, or an
-// IPv6 client's --ipv6-prefix network. Trusted proxies are not capped: each
+// IPv6 client's --ipv6-prefix network. Trusted proxies are not Capped: each
 // carries many clients. fasthttp's Server.MaxConnsPerIP would do the
 // counting but skips IPv6 peers and races with Server.Shutdown (its
 // pooled conn wrapper is cleared on Close while the serving goroutine
 // still reads through it), so the edge counts at its listener.
 type connCap struct {
 	net.Listener
-	*connCounts
+	*ConnCounts
 	// refusal is written to a refused connection; nil under TLS, where
 	// plain text would be garbage to the client.
 	refusal []byte
@@ -34,9 +34,9 @@ type connCap struct {
 // refused connection is closed without one.
 const maxRefusalWriters = 64
 
-// connCounts are the open connections by client, shared by the public
+// ConnCounts are the open connections by client, shared by the public
 // listeners (plain and TLS): a client's share is for both together.
-type connCounts struct {
+type ConnCounts struct {
 	max     int
 	v6Bits  int
 	trusted trust.Set
@@ -46,20 +46,20 @@ type connCounts struct {
 	open map[netip.Addr]int
 }
 
-func newConnCounts(max, v6Bits int, trusted trust.Set, refused prometheus.Counter) *connCounts {
-	return &connCounts{max: max, v6Bits: v6Bits, trusted: trusted, refused: refused, open: map[netip.Addr]int{}}
+func NewConnCounts(max, v6Bits int, trusted trust.Set, refused prometheus.Counter) *ConnCounts {
+	return &ConnCounts{max: max, v6Bits: v6Bits, trusted: trusted, refused: refused, open: map[netip.Addr]int{}}
 }
 
-// capped caps ln's connections per client address unless the cap is 0.
-func capped(ln net.Listener, counts *connCounts, refusal []byte) net.Listener {
+// Capped caps ln's connections per client address unless the cap is 0.
+func Capped(ln net.Listener, counts *ConnCounts, refusal []byte) net.Listener {
 	if counts.max <= 0 {
 		return ln
 	}
-	return &connCap{Listener: ln, connCounts: counts, refusal: refusal, writing: make(chan struct{}, maxRefusalWriters)}
+	return &connCap{Listener: ln, ConnCounts: counts, refusal: refusal, writing: make(chan struct{}, maxRefusalWriters)}
 }
 
-// tooManyConns is written to a refused connection before it is closed.
-const tooManyConns = "HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 38\r\nRetry-After: 1\r\n\r\ntoo many connections from your address"
+// TooManyConns is written to a refused connection before it is closed.
+const TooManyConns = "HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 38\r\nRetry-After: 1\r\n\r\ntoo many connections from your address"
 
 // errTooManyConns ends a connection refused once its PROXY header named a
 // client that already holds its share.
@@ -92,7 +92,7 @@ func (l *connCap) Accept() (net.Conn, error) {
 
 // admit takes a slot for addr's client: counted is false for a trusted
 // proxy (or an address that does not parse), ok false when it is full.
-func (l *connCounts) admit(addr net.Addr) (key netip.Addr, counted, ok bool) {
+func (l *ConnCounts) admit(addr net.Addr) (key netip.Addr, counted, ok bool) {
 	ap, err := netip.ParseAddrPort(addr.String())
 	if err != nil || l.trusted.Contains(ap.Addr()) {
 		return netip.Addr{}, false, true
@@ -137,7 +137,7 @@ func writeRefusal(c net.Conn, refusal []byte) {
 	_, _ = c.Write(refusal)
 }
 
-func (l *connCounts) release(key netip.Addr) {
+func (l *ConnCounts) release(key netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open[key]--; l.open[key] <= 0 {

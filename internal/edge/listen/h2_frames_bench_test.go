@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func BenchmarkH2FrameMeter(b *testing.B) {
 		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
 	}
 	data := stream.Bytes()
-	m := newH2Metrics()
+	m := NewH2Metrics()
 	hdr := make([]byte, 9)
 	payload := make([]byte, 16<<10)
 	b.ReportAllocs()

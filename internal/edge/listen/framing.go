@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"bytes"
@@ -31,23 +31,24 @@ import (
 // The reader follows each request's framing (Content-Length or chunks) to
 // find the next request's first byte, so a pipelined request is checked
 // like the first. A violation delivers the bytes before it, then fails
-// the next Read with a *framingError: fasthttp's ErrorHandler
+// the next Read with a *FramingError: fasthttp's ErrorHandler
 // (serverError) answers with its status and closes the connection, and
 // the origin sees nothing of the request. Its state is a few dozen bytes
 // per connection; it buffers nothing.
 //
 // fasthttp hands h2 connections (ALPN) to the HTTP/2 server unread, which
-// reads the TLS connection under this one (h1Unwrapped).
+// reads the TLS connection under this one (H1Unwrapped).
 
-// framingError is a request the edge refuses at the framing: reason is
-// the refusal's label (edgeguard_edge_requests_refused_total).
-type framingError struct {
-	reason string
-	status int
-	detail string
+// FramingError is a request the edge refuses at the framing: Reason is
+// the refusal's label (edgeguard_edge_requests_refused_total), Status and
+// Detail its answer.
+type FramingError struct {
+	Reason string
+	Status int
+	Detail string
 }
 
-func (e *framingError) Error() string { return "request framing: " + e.detail }
+func (e *FramingError) Error() string { return "request framing: " + e.Detail }
 
 // Refusal reasons of the framing.
 const (
@@ -60,19 +61,25 @@ const (
 	reasonChunk            = "chunk_syntax"
 )
 
+// FramingReasons are the framing's refusal reasons.
+var FramingReasons = []string{
+	reasonLineEnding, reasonObsFold, reasonFieldSyntax, reasonContentLength, reasonTransferEncoding,
+	reasonTransferCoding, reasonChunk,
+}
+
 var (
-	errBareLF        = &framingError{reasonLineEnding, fasthttp.StatusBadRequest, "a line ends in a bare LF; lines end in CRLF"}
-	errBareCR        = &framingError{reasonLineEnding, fasthttp.StatusBadRequest, "a CR is not followed by LF; lines end in CRLF"}
-	errObsFold       = &framingError{reasonObsFold, fasthttp.StatusBadRequest, "a field line starts with whitespace (obs-fold)"}
-	errFieldName     = &framingError{reasonFieldSyntax, fasthttp.StatusBadRequest, "a field name is empty or holds whitespace"}
-	errFieldColon    = &framingError{reasonFieldSyntax, fasthttp.StatusBadRequest, "a field line has no colon"}
-	errCLRepeated    = &framingError{reasonContentLength, fasthttp.StatusBadRequest, "Content-Length is sent more than once"}
-	errCLValue       = &framingError{reasonContentLength, fasthttp.StatusBadRequest, "Content-Length is not a number of bytes"}
-	errTERepeated    = &framingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding is sent more than once"}
-	errTEHTTP10      = &framingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding is only served in HTTP/1.1 requests"}
-	errTEList        = &framingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding must be exactly chunked"}
-	errTEUnsupported = &framingError{reasonTransferCoding, fasthttp.StatusNotImplemented, "the only transfer coding served is chunked"}
-	errChunk         = &framingError{reasonChunk, fasthttp.StatusBadRequest, "a chunk of the body is malformed"}
+	errBareLF        = &FramingError{reasonLineEnding, fasthttp.StatusBadRequest, "a line ends in a bare LF; lines end in CRLF"}
+	errBareCR        = &FramingError{reasonLineEnding, fasthttp.StatusBadRequest, "a CR is not followed by LF; lines end in CRLF"}
+	errObsFold       = &FramingError{reasonObsFold, fasthttp.StatusBadRequest, "a field line starts with whitespace (obs-fold)"}
+	errFieldName     = &FramingError{reasonFieldSyntax, fasthttp.StatusBadRequest, "a field name is empty or holds whitespace"}
+	errFieldColon    = &FramingError{reasonFieldSyntax, fasthttp.StatusBadRequest, "a field line has no colon"}
+	errCLRepeated    = &FramingError{reasonContentLength, fasthttp.StatusBadRequest, "Content-Length is sent more than once"}
+	errCLValue       = &FramingError{reasonContentLength, fasthttp.StatusBadRequest, "Content-Length is not a number of bytes"}
+	errTERepeated    = &FramingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding is sent more than once"}
+	errTEHTTP10      = &FramingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding is only served in HTTP/1.1 requests"}
+	errTEList        = &FramingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding must be exactly chunked"}
+	errTEUnsupported = &FramingError{reasonTransferCoding, fasthttp.StatusNotImplemented, "the only transfer coding served is chunked"}
+	errChunk         = &FramingError{reasonChunk, fasthttp.StatusBadRequest, "a chunk of the body is malformed"}
 )
 
 // framer states.
@@ -132,7 +139,7 @@ type framer struct {
 	left           int64 // bytes left of a body or chunk; a chunk-size
 	digits         int
 	closeAfter     bool
-	err            *framingError
+	err            *FramingError
 	got            bool // the client sent a byte
 }
 
@@ -464,8 +471,8 @@ func (f *framer) read(src func([]byte) (int, error), p []byte) (int, error) {
 // framingListener puts a framer on each HTTP/1.x connection it accepts.
 type framingListener struct{ net.Listener }
 
-// framed is ln with each connection's request framing checked.
-func framed(ln net.Listener) net.Listener { return framingListener{ln} }
+// Framed is ln with each connection's request framing checked.
+func Framed(ln net.Listener) net.Listener { return framingListener{ln} }
 
 func (l framingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
@@ -486,7 +493,7 @@ type framedConn struct {
 
 func (c *framedConn) Read(p []byte) (int, error) { return c.f.read(c.Conn.Read, p) }
 
-// NetConn is the connection under the framer (clientGone looks at it).
+// NetConn is the connection under the framer (ClientGone looks at it).
 func (c *framedConn) NetConn() net.Conn { return c.Conn }
 
 // framedTLSConn is a TLS connection read through a framer; fasthttp sees
@@ -500,13 +507,37 @@ func (c *framedTLSConn) Read(p []byte) (int, error) {
 	return c.f.read(c.serverTLSConn.Read, p)
 }
 
-// h1Unwrapped hands an h2 connection's handler the TLS connection under
+// H1Unwrapped hands an h2 connection's handler the TLS connection under
 // the framer: HTTP/2 frames are not HTTP/1.x lines.
-func h1Unwrapped(serve func(net.Conn) error) func(net.Conn) error {
+func H1Unwrapped(serve func(net.Conn) error) func(net.Conn) error {
 	return func(c net.Conn) error {
 		if fc, ok := c.(*framedTLSConn); ok {
 			return serve(fc.serverTLSConn)
 		}
 		return serve(c)
 	}
+}
+
+// ClientSent reports whether the client sent any byte on c (true for a
+// connection without a framer).
+func ClientSent(c net.Conn) bool {
+	switch c := c.(type) {
+	case *framedConn:
+		return c.f.got
+	case *framedTLSConn:
+		return c.f.got
+	}
+	return true
+}
+
+// ClosesAfter reports whether c's framer ends the connection after the
+// request it is reading (Transfer-Encoding with Content-Length).
+func ClosesAfter(c net.Conn) bool {
+	switch c := c.(type) {
+	case *framedConn:
+		return c.f.closeAfter
+	case *framedTLSConn:
+		return c.f.closeAfter
+	}
+	return false
 }

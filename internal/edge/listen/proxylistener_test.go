@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"bufio"
@@ -7,9 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/pires/go-proxyproto"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -24,7 +26,7 @@ func TestProxyListenerBoundsWaitingHeaders(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "refused"}, []string{"reason"})
-	l := newProxyListener(inner, trust.Set{mustPrefix("127.0.0.2/32")}, 30*time.Second, refused, slog.New(slog.DiscardHandler))
+	l := NewProxyListener(inner, trust.Set{netip.MustParsePrefix("127.0.0.2/32")}, 30*time.Second, refused, slog.New(slog.DiscardHandler))
 	l.maxWaiting = 2
 	t.Cleanup(func() { _ = l.Close() })
 	// Like the server: Accept in a loop, each connection in its own
@@ -45,12 +47,12 @@ func TestProxyListenerBoundsWaitingHeaders(t *testing.T) {
 			}()
 		}
 	}()
-	open := func() *rawConn {
+	open := func() net.Conn {
 		c := dialFrom(t, "127.0.0.2", l.Addr().String())
 		<-accepted // Accept returned with the header not sent
 		return c
 	}
-	answer := func(c *rawConn, client string) string {
+	answer := func(c net.Conn, client string) string {
 		proxyHeader(t, c, 2, client)
 		_, err := c.Write([]byte{'x'})
 		require.NoError(t, err)
@@ -103,4 +105,23 @@ func FuzzProxyHeader(f *testing.F) {
 		require.True(t, bytes.HasSuffix(data, rest), "bytes after the header are kept")
 		require.Less(t, len(rest), len(data), "a header was read")
 	})
+}
+
+// dialFrom connects to addr from a chosen loopback source address.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(15*time.Second)))
+	return c
+}
+
+// proxyHeader writes a PROXY header (v1 or v2) naming client on c.
+func proxyHeader(t *testing.T, c net.Conn, version byte, client string) {
+	t.Helper()
+	h := proxyproto.HeaderProxyFromAddrs(version, &net.TCPAddr{IP: net.ParseIP(client), Port: 40000}, c.RemoteAddr())
+	_, err := h.WriteTo(c)
+	require.NoError(t, err)
 }

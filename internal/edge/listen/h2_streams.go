@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"net"
@@ -54,8 +54,8 @@ const h2HeldMin = 4 << 10
 // --h2-max-held-bytes.
 const h2ClientShare = 8
 
-// h2StreamMetrics are the series of what streams hold.
-type h2StreamMetrics struct {
+// H2StreamMetrics are the series of what streams hold.
+type H2StreamMetrics struct {
 	held          prometheus.Gauge
 	writeTimeouts prometheus.Counter
 	refused       *prometheus.CounterVec // reason
@@ -67,8 +67,8 @@ const (
 	h2RefusedHeldBytes = "held_bytes"
 )
 
-func newH2StreamMetrics() *h2StreamMetrics {
-	m := &h2StreamMetrics{
+func NewH2StreamMetrics() *H2StreamMetrics {
+	m := &H2StreamMetrics{
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "edgeguard_tls_h2_held_bytes",
 			Help: "HTTP/2 response bytes the edge holds for streams whose client has not taken them yet (bounded by --h2-max-held-bytes).",
@@ -88,14 +88,14 @@ func newH2StreamMetrics() *h2StreamMetrics {
 	return m
 }
 
-func (m *h2StreamMetrics) collectors() []prometheus.Collector {
+func (m *H2StreamMetrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.held, m.writeTimeouts, m.refused}
 }
 
 // clientOf is addr's key under the per-client cap, or ok false for a
 // trusted proxy (or an address that does not parse): admit's reading of
 // an address, without taking a slot.
-func (l *connCounts) clientOf(addr net.Addr) (key netip.Addr, ok bool) {
+func (l *ConnCounts) clientOf(addr net.Addr) (key netip.Addr, ok bool) {
 	ap, err := netip.ParseAddrPort(addr.String())
 	if err != nil || l.trusted.Contains(ap.Addr()) {
 		return netip.Addr{}, false
@@ -108,7 +108,7 @@ func (l *connCounts) clientOf(addr net.Addr) (key netip.Addr, ok bool) {
 }
 
 // take takes one more slot for key, unless it holds its share.
-func (l *connCounts) take(key netip.Addr) bool {
+func (l *ConnCounts) take(key netip.Addr) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open[key] >= l.max {
@@ -121,7 +121,7 @@ func (l *connCounts) take(key netip.Addr) bool {
 // h2ConnStreams is what one h2 connection's streams hold: their count
 // (against the per-client cap) and their client's share of the budget.
 type h2ConnStreams struct {
-	counts *connCounts // nil: not capped (a trusted proxy, or no cap)
+	counts *ConnCounts // nil: not Capped (a trusted proxy, or no cap)
 	key    netip.Addr
 	active atomic.Int32
 	client *heldClient
@@ -129,11 +129,11 @@ type h2ConnStreams struct {
 }
 
 // openConnStreams sets up a new connection's stream accounting.
-func (h *h2Server) openConnStreams(c net.Conn) *h2ConnStreams {
+func (h *H2Server) openConnStreams(c net.Conn) *h2ConnStreams {
 	cs := &h2ConnStreams{budget: h.held}
-	key, ok := h.e.connCounts.clientOf(c.RemoteAddr())
-	if ok && h.e.connCounts.max > 0 {
-		cs.counts, cs.key = h.e.connCounts, key
+	key, ok := h.cfg.Counts.clientOf(c.RemoteAddr())
+	if ok && h.cfg.Counts.max > 0 {
+		cs.counts, cs.key = h.cfg.Counts, key
 	}
 	cs.client = h.held.client(key, ok)
 	return cs
@@ -295,19 +295,19 @@ func (bw *h2BodyWriter) Write(p []byte) (int, error) {
 
 // writeBody writes resp's body to the stream; it reports whether the
 // write timeout ended the stream.
-func (h *h2Server) writeBody(w http.ResponseWriter, resp *fasthttp.Response) (timedOut bool) {
+func (h *H2Server) writeBody(w http.ResponseWriter, resp *fasthttp.Response) (timedOut bool) {
 	streamed := resp.IsBodyStream()
 	if !streamed && len(resp.Body()) == 0 {
 		return false // the header alone: not held by flow control
 	}
 	rc, _ := w.(writeDeadliner)
 	if streamed { // (no response is streamed yet)
-		bw := &h2BodyWriter{w: w, rc: rc, timeout: h.e.cfg.WriteTimeout}
+		bw := &h2BodyWriter{w: w, rc: rc, timeout: h.cfg.WriteTimeout}
 		bw.arm()
 		_ = resp.BodyWriteTo(bw)
 		timedOut = bw.timedOut
 	} else {
-		bw := h2BodyWriter{w: w, rc: rc, timeout: h.e.cfg.WriteTimeout}
+		bw := h2BodyWriter{w: w, rc: rc, timeout: h.cfg.WriteTimeout}
 		// Armed before the first piece even for a short body: net/http
 		// writes that after the handler returns, and the deadline still
 		// ends a stream whose client takes nothing.
@@ -323,7 +323,7 @@ func (h *h2Server) writeBody(w http.ResponseWriter, resp *fasthttp.Response) (ti
 
 // refuseStream answers a stream the edge does not take on, before the
 // request path: 429 over the per-client cap, 503 over the budget.
-func (h *h2Server) refuseStream(ctx *fasthttp.RequestCtx, reason string) {
+func (h *H2Server) refuseStream(ctx *fasthttp.RequestCtx, reason string) {
 	h.streams.refused.WithLabelValues(reason).Inc()
 	if reason == h2RefusedPerIP {
 		problem.Write(ctx, problem.Problem{
@@ -349,10 +349,10 @@ func tooLargeToHold(ctx *fasthttp.RequestCtx) {
 }
 
 // refuse answers a stream refused before the request path.
-func (h *h2Server) refuse(w http.ResponseWriter, mc *h2MeteredConn, r *http.Request, reason string) {
+func (h *H2Server) refuse(w http.ResponseWriter, mc *h2MeteredConn, r *http.Request, reason string) {
 	st := h2Streams.Get().(*h2Stream)
 	st.conn = h2StreamConn{Conn: mc.Conn, state: &mc.state, ctx: r.Context()}
-	st.ctx.Init2(&st.conn, fasthttpLogger{h.e.log}, false)
+	st.ctx.Init2(&st.conn, FastHTTPLogger{Log: h.cfg.Log}, false)
 	h.refuseStream(&st.ctx, reason)
 	h.writeHeader(w, st, r.Method)
 	if r.Method != http.MethodHead {
@@ -361,4 +361,12 @@ func (h *h2Server) refuse(w http.ResponseWriter, mc *h2MeteredConn, r *http.Requ
 	st.ctx.Response.Reset()
 	st.conn = h2StreamConn{}
 	h2Streams.Put(st)
+}
+
+// HeldPeak is the most the streams' responses held at once, and how many
+// clients hold some now.
+func (h *H2Server) HeldPeak() (peak int64, clients int) {
+	h.held.mu.Lock()
+	defer h.held.mu.Unlock()
+	return h.held.peak, len(h.held.clients)
 }
