@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
+	"github.com/edgeguard/edgeguard/internal/edge/admin"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
@@ -135,7 +136,16 @@ func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 		return nil, err
 	}
 	e.server = e.newServer()
-	e.admin = &http.Server{Handler: e.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	e.admin = &http.Server{Handler: admin.Handler(admin.Config{
+		Registry: e.reg,
+		Ready:    e.ready(),
+		Rules:    e.rulesInForce,
+		Region:   cfg.Region,
+		PoP:      cfg.PoP,
+		Clients:  e.bh.debugClients,
+		Token:    cfg.AdminToken,
+		Pprof:    cfg.Pprof,
+	}), ReadHeaderTimeout: 5 * time.Second}
 	if err := e.listen(reg); err != nil {
 		return nil, err
 	}
@@ -637,4 +647,31 @@ func redactURL(raw string) string {
 	}
 	u.RawQuery = ""
 	return u.Redacted()
+}
+
+// ready is what /readyz and the ready gauge answer from.
+func (e *Edge) ready() admin.Readiness {
+	return admin.Readiness{
+		Draining:    e.draining.Load,
+		RulesLoaded: func() bool { return e.rules.Load() != nil },
+		Health:      func() limiter.Health { return e.limiter.Health() },
+		Store:       e.storeName,
+		Missing:     func() string { return e.consul.missingDetail() }, // e.consul is set by startConsul, after this
+	}
+}
+
+func (e *Edge) readyValue() float64 {
+	if code, _ := e.ready().Answer(); code == http.StatusOK && e.serving.Load() {
+		return 1
+	}
+	return 0
+}
+
+// rulesInForce is the rules snapshot and when it was loaded.
+func (e *Edge) rulesInForce() (*rules.Snapshot, time.Time) {
+	var loaded time.Time
+	if at := e.rulesAt.Load(); at != nil {
+		loaded = *at
+	}
+	return e.rules.Load(), loaded
 }

@@ -1,4 +1,4 @@
-package edge
+package admin
 
 import (
 	"fmt"
@@ -8,43 +8,47 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
-// readiness is what /readyz answers, for DNS health checks and load
+// Readiness is what /readyz answers, for DNS health checks and load
 // balancers: 503 when this node should get no traffic (draining, no rules,
 // or a fail-closed store that cannot decide), 200 otherwise — with a body
 // that says "degraded" and why while the store fails and the fail mode
 // still serves (the fallback enforces limit/N per node), and which
 // documents Consul lost while the edge keeps its last good ones
 // (missing.go).
-func (e *Edge) readiness() (int, string) {
-	code, body := e.readinessOf()
-	if d := e.consul.missingDetail(); d != "" && code == http.StatusOK {
+//
+// Each input is read when asked, in this order.
+type Readiness struct {
+	Draining    func() bool
+	RulesLoaded func() bool
+	Health      func() limiter.Health
+	Store       string        // the store's name (redis, memory)
+	Missing     func() string // the documents Consul lost; "" when none
+}
+
+// Answer is the status and body of /readyz.
+func (r Readiness) Answer() (int, string) {
+	code, body := r.answer()
+	if d := r.Missing(); d != "" && code == http.StatusOK {
 		body += "; " + d
 	}
 	return code, body
 }
 
-func (e *Edge) readinessOf() (int, string) {
-	if e.draining.Load() {
+func (r Readiness) answer() (int, string) {
+	if r.Draining() {
 		return http.StatusServiceUnavailable, "draining"
 	}
-	if e.rules.Load() == nil {
+	if !r.RulesLoaded() {
 		return http.StatusServiceUnavailable, "no rules loaded"
 	}
-	h := e.limiter.Health()
+	h := r.Health()
 	switch h.State {
 	case limiter.Degraded:
-		return http.StatusOK, "degraded: " + describeHealth(h, e.storeName)
+		return http.StatusOK, "degraded: " + describeHealth(h, r.Store)
 	case limiter.Unavailable:
-		return http.StatusServiceUnavailable, "unavailable: " + describeHealth(h, e.storeName)
+		return http.StatusServiceUnavailable, "unavailable: " + describeHealth(h, r.Store)
 	}
 	return http.StatusOK, "ready"
-}
-
-func (e *Edge) readyValue() float64 {
-	if code, _ := e.readiness(); code == http.StatusOK && e.serving.Load() {
-		return 1
-	}
-	return 0
 }
 
 var healthWhy = map[string]string{
