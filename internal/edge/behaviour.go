@@ -162,7 +162,7 @@ type bhRequest struct {
 
 // begin identifies the client and judges its level (step 1); nil cfg: off.
 // A key is the identity only when the settings say keys are authenticated
-// upstream and the request comes from a trusted peer (trust.go); a TLS
+// upstream and the request comes from a trusted peer (internal/edge/trust); a TLS
 // fingerprint only when they say ja4 and the connection has one.
 func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup, path string, conn net.Conn) bhRequest {
 	c := b.cfg.Load()

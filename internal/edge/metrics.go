@@ -40,7 +40,7 @@ type metrics struct {
 	connsRefused  prometheus.Counter
 	refused       map[string]prometheus.Counter
 	tls           *tlsMetrics       // TLS and the PROXY protocol (tls.go)
-	h2            *listen.H2Metrics // HTTP/2 (h2.go)
+	h2            *listen.H2Metrics // HTTP/2
 	enforce       *enforcementMetrics
 	h2Streams     *listen.H2StreamMetrics
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
-// Refusal reasons besides the framing's (framing.go): the label of
+// Refusal reasons besides the framing's (listen/framing.go): the label of
 // edgeguard_edge_requests_refused_total and the access log's refuse_reason.
 const (
 	reasonVersion        = "version"          // 505
@@ -64,7 +64,7 @@ func (m *metrics) countRefusal(reason string) {
 
 // serverError answers what fasthttp refuses before the handler runs
 // (Server.ErrorHandler) — a request whose framing the edge refuses
-// (framing.go), a header block too large, a body too large, a read that
+// (listen/framing.go), a header block too large, a body too large, a read that
 // timed out, bytes fasthttp cannot parse — in the edge's problem format,
 // and counts and logs it like the pipeline's refusals. The client is the
 // socket peer: no field of a request that could not be read is trusted.

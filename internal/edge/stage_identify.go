@@ -7,7 +7,7 @@ import (
 
 // identifyStage says who is asking and how much it matters (step 3,
 // Identify): the client address (from X-Forwarded-For only through a
-// trusted proxy: trust.go), with a behaviour section in the rules the
+// trusted proxy: internal/edge/trust), with a behaviour section in the rules the
 // client's identity and level (behaviour.go), and the request's priority
 // tier for the shedder (a client whose level says so is put in the lowest).
 func (e *Edge) identifyStage(sc *scratch) string {

@@ -24,7 +24,7 @@ func (e *Edge) recordStage(sc *scratch) string {
 	if listen.ClosesAfter(ctx.Conn()) {
 		// Transfer-Encoding with Content-Length: answered (the body read
 		// as chunked), then the connection ends (RFC 9112 §6.3); the
-		// framer reads nothing after the body (framing.go).
+		// framer reads nothing after the body (listen/framing.go).
 		ctx.SetConnectionClose()
 	}
 	total := time.Since(sc.start)

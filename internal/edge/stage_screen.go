@@ -11,7 +11,7 @@ import (
 )
 
 // screenStage is the first look at a request (step 2, Screen): who sent
-// it (the peer, and whether it is a trusted proxy: trust.go), the request's
+// it (the peer, and whether it is a trusted proxy: internal/edge/trust), the request's
 // span when tracing, and what the edge never passes on. From here on the
 // rules, the shedder and the origin see one and the same request.
 func (e *Edge) screenStage(sc *scratch) string {
@@ -45,7 +45,7 @@ var (
 // omit it, and host rules must not be skipped by leaving it out). It makes
 // an absolute-form request-target's authority the request's Host (RFC 9112
 // §3.2.2), so the rules match and the origin receives one and the same
-// host, and drops the fields this peer may not send (trust.go). It reports
+// host, and drops the fields this peer may not send (internal/edge/trust). It reports
 // why it refused the request ("" when it may go on: refusal.go's reasons).
 func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	if proto := ctx.Request.Header.Protocol(); !bytes.Equal(proto, http11) && !bytes.Equal(proto, http10) {

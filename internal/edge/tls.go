@@ -19,7 +19,7 @@ import (
 )
 
 // TLS termination on --listen-tls: TLS 1.2 and 1.3, AEAD suites only for
-// 1.2, HTTP/2 and HTTP/1.1 by ALPN (h2.go), no 0-RTT (crypto/tls has
+// 1.2, HTTP/2 and HTTP/1.1 by ALPN (listen/h2.go), no 0-RTT (crypto/tls has
 // none). The listener is the edge's own (fasthttp's ServeTLS clones the
 // config), so the session-ticket keys stay the edge's to set. Certificates
 // come from a certstore, re-scanned every certPoll: a changed file is

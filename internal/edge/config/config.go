@@ -68,7 +68,7 @@ type Config struct {
 	H2MaxStreams int
 	// H2MaxHeldBytes bounds the HTTP/2 response bytes the edge holds for
 	// streams whose client has not taken them yet (flow control); one
-	// client address holds at most an eighth of it (h2_streams.go).
+	// client address holds at most an eighth of it (listen/h2_streams.go).
 	H2MaxHeldBytes int64
 	// ProxyProtocolFrom are the L4 balancers' CIDRs: a connection from one
 	// must start with a PROXY protocol header (v1 or v2), which then names
