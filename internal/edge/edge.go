@@ -24,6 +24,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/admin"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
@@ -49,7 +50,7 @@ type Edge struct {
 	rules                 atomic.Pointer[rules.Snapshot]
 	enforce               atomic.Pointer[enforcement] // nil: enforce every key
 	nodesRegion, nodesPoP atomic.Int64                // fallback divisors: flags, then the catalog
-	consul                *consulLink
+	consul                *consullink.Link
 	global                *globalRegions // scope: global rules (global.go)
 	rulesAt               atomic.Pointer[time.Time]
 	limiter               *limiter.Limiter
@@ -404,7 +405,7 @@ func (e *Edge) SetRules(snap *rules.Snapshot) {
 	}
 	e.metrics.rulesInfo.WithLabelValues(snap.Version()).Set(1)
 	if e.consul != nil {
-		e.consul.rulesChanged(snap.Version())
+		e.consul.RulesChanged()
 	}
 	e.metrics.rulesLoaded.Set(float64(now.Unix()))
 	e.log.Info("rules loaded", "version", snap.Version(), "rules", len(snap.Rules()))
@@ -506,7 +507,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer consulWG.Wait()
 	defer stopConsul()
 	if e.consul != nil {
-		consulWG.Go(func() { e.consul.run(consulCtx) })
+		consulWG.Go(func() { e.consul.Run(consulCtx) })
 	}
 	// signal.Stop never closes hup, so the reload loop ends on its own
 	// channel.
@@ -533,7 +534,7 @@ func (e *Edge) Run(ctx context.Context) error {
 		// the edge again after it left the catalog.
 		stopConsul()
 		consulWG.Wait()
-		e.consul.deregister()
+		e.consul.Deregister()
 	}
 	if serveErr == nil {
 		e.log.Info("draining", "delay", e.cfg.DrainDelay)
@@ -656,7 +657,7 @@ func (e *Edge) ready() admin.Readiness {
 		RulesLoaded: func() bool { return e.rules.Load() != nil },
 		Health:      func() limiter.Health { return e.limiter.Health() },
 		Store:       e.storeName,
-		Missing:     func() string { return e.consul.missingDetail() }, // e.consul is set by startConsul, after this
+		Missing:     func() string { return e.consul.MissingDetail() }, // e.consul is set by startConsul, after this
 	}
 }
 

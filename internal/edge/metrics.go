@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
+	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -118,7 +119,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.h2 = listen.NewH2Metrics()
 	m.h2Streams = listen.NewH2StreamMetrics()
 	m.enforce = newEnforcementMetrics()
-	m.consulMissing = newMissingGauge()
+	m.consulMissing = consullink.NewMissingGauge()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned} {

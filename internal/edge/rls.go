@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -124,7 +125,7 @@ func (e *Edge) rlsFromConsul() bool { return e.rls != nil && e.cfg.RLS.ConfigDir
 // force stays.
 func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
 	if len(docs) == 0 && e.rls.srv.Config() != nil {
-		if e.consul.setMissing(docRLS, true) {
+		if e.consul.SetMissing(consullink.DocRLS, true) {
 			e.log.Warn("rate limit service documents missing in consul; keeping the configuration in force", "prefix", prefix)
 		}
 		return
@@ -145,15 +146,15 @@ func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
 			e.rls.grpc.SetServing(false)
 		}
 	}
-	e.consul.setMissing(docRLS, false)
+	e.consul.SetMissing(consullink.DocRLS, false)
 	e.log.Info("rate limit service documents from consul loaded", "documents", len(docs), "domains", len(e.rls.srv.Config().Domains()))
 	// Registered again: a service left critical (no documents) long
 	// enough for the agent to drop it comes back with its first ones.
-	e.consul.rulesChanged("")
+	e.consul.RulesChanged()
 	if path := e.rlsCache(); path != "" {
 		data, err := json.Marshal(docs)
 		if err == nil {
-			err = writeFileAtomic(path, data)
+			err = consullink.WriteFileAtomic(path, data)
 		}
 		if err != nil {
 			e.log.Warn("could not cache the rate limit service documents", "path", path, "err", err)
@@ -163,7 +164,7 @@ func (e *Edge) applyConsulRLS(prefix string, docs map[string][]byte) {
 
 // rlsCache is the file beside the rules cache keeping the last documents
 // from Consul that loaded ("" without a rules cache).
-func (e *Edge) rlsCache() string { return e.consul.beside(".rls.json") }
+func (e *Edge) rlsCache() string { return e.consul.Beside(".rls.json") }
 
 // loadRLSCache serves the cached documents: an edge started while Consul
 // is unreachable answers with what its region last pushed.

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"time"
 
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
@@ -15,9 +14,6 @@ import (
 // ticketRotationCheck, and a check-and-set on the value read lets exactly
 // one write a rotation that is due (the others find it done). Until the
 // keys exist each edge uses its own (crypto/tls's default).
-
-// ticketRotationCheck is how often an edge looks whether a rotation is due.
-const ticketRotationCheck = time.Minute
 
 // consulTickets says whether the session-ticket keys come from Consul.
 func (e *Edge) consulTickets() bool {
@@ -55,38 +51,4 @@ func (e *Edge) setTicketKeys(t region.TicketKeys) {
 	e.tlsConfig.SetSessionTicketKeys(t.Keys)
 	e.metrics.tls.ticketsAt.Set(float64(t.Rotated.Unix()))
 	e.log.Info("session ticket keys loaded from consul", "keys", len(t.Keys), "rotated", t.Rotated)
-}
-
-// rotateTicketKeys rotates the region's keys when due, until ctx is done.
-func (l *consulLink) rotateTicketKeys(ctx context.Context) {
-	t := time.NewTicker(ticketRotationCheck)
-	defer t.Stop()
-	for {
-		l.rotateIfDue(ctx, time.Now())
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// rotateIfDue rotates the keys if the last rotation is at least
-// --tls-ticket-rotation before now; it reports whether this edge did.
-func (l *consulLink) rotateIfDue(ctx context.Context, now time.Time) bool {
-	e := l.e
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	done, err := l.client.RotateTicketKeys(cctx, e.cfg.Region, e.cfg.TLSTicketRotation, now)
-	if err != nil {
-		if ctx.Err() == nil {
-			e.metrics.consulErrors.Inc()
-			e.log.Warn("session ticket keys not rotated; trying again later", "err", err)
-		}
-		return false
-	}
-	if done {
-		e.log.Info("session ticket keys rotated", "region", e.cfg.Region, "every", e.cfg.TLSTicketRotation)
-	}
-	return done
 }

@@ -1,4 +1,4 @@
-package edge
+package consullink
 
 import (
 	"fmt"
@@ -16,8 +16,8 @@ const (
 	docRules       = "rules"
 	docShedder     = "shedder"
 	docEnforcement = "enforcement"
-	docRLS         = "rls"     // the rate limit service's documents, rls/<region>/
-	docCatalog     = "catalog" // the region catalog, regions/catalog (global rules)
+	DocRLS         = "rls"     // the rate limit service's documents, rls/<region>/
+	DocCatalog     = "catalog" // the region catalog, regions/catalog (global rules)
 )
 
 // missingDocs are the documents the edge found absent in Consul while it
@@ -38,13 +38,13 @@ func newMissingDocs(g *prometheus.GaugeVec) *missingDocs {
 	return &missingDocs{gauge: g, since: map[string]time.Time{}}
 }
 
-// newMissingGauge is the gauge, each document's series at 0 from the start.
-func newMissingGauge() *prometheus.GaugeVec {
+// NewMissingGauge is the gauge, each document's series at 0 from the start.
+func NewMissingGauge() *prometheus.GaugeVec {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "edgeguard_edge_consul_documents_missing",
 		Help: "1 while the edge keeps its last good document of this kind (rules, shedder, enforcement, rls: every rate limit service document, catalog: the region catalog) because Consul holds none where it held one: a Consul rebuilt empty, a key deleted by hand. 0 otherwise. Clearing takes an explicit document, never an absent one.",
 	}, []string{"document"})
-	for _, d := range []string{docRules, docShedder, docEnforcement, docRLS, docCatalog} {
+	for _, d := range []string{docRules, docShedder, docEnforcement, DocRLS, DocCatalog} {
 		g.WithLabelValues(d).Set(0)
 	}
 	return g
