@@ -57,13 +57,17 @@ func (e *Edge) startConsul() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if e.certs != nil {
-		e.readConsulCerts(ctx, client)
+		e.certs.ReadConsul(ctx, client)
 	}
-	if e.consulTickets() {
-		e.readConsulTicketKeys(ctx, client)
+	if e.certs.ConsulTickets() {
+		e.certs.ReadConsulTicketKeys(ctx, client)
 	}
 	if len(e.cfg.ACMEDomains) > 0 {
-		if err := e.startACME(client); err != nil {
+		stop, err := e.certs.StartACME(client, e.TLSAddr())
+		if stop != nil {
+			e.closers = append(e.closers, stop)
+		}
+		if err != nil {
 			return fmt.Errorf("starting ACME: %w", err)
 		}
 	}
@@ -135,7 +139,7 @@ func (e *Edge) consulLinkConfig(client *region.Client, cache string) consullink.
 			TLS:         e.cfg.RLS.TLSCert != "",
 		}
 	}
-	if e.consulTickets() {
+	if e.certs.ConsulTickets() {
 		c.TicketRotation = e.cfg.TLSTicketRotation
 	}
 	return c
@@ -175,12 +179,12 @@ func (e *Edge) consulParts() consullink.Parts {
 	}
 	if e.certs != nil {
 		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			client.WatchCerts(ctx, e.cfg.Region, e.applyConsulCerts, onErr)
+			client.WatchCerts(ctx, e.cfg.Region, e.certs.ApplyConsul, onErr)
 		})
 	}
-	if e.consulTickets() {
+	if e.certs.ConsulTickets() {
 		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			client.WatchTicketKeys(ctx, e.cfg.Region, e.applyConsulTicketKeys, onErr)
+			client.WatchTicketKeys(ctx, e.cfg.Region, e.certs.ApplyConsulTicketKeys, onErr)
 		})
 	}
 	return p

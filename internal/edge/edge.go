@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,7 +28,6 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/origin"
-	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -75,10 +73,7 @@ type Edge struct {
 
 	publicLn, adminLn net.Listener
 	tlsLn             net.Listener       // nil without --listen-tls
-	certs             *certstore.Store   // nil without --listen-tls
-	tickets           *ticketKeys        // nil without --tls-ticket-keys
-	tlsConfig         *tls.Config        // nil without --listen-tls
-	acme              *acmeState         // nil without --acme-domains
+	certs             *listen.Certs      // nil without --listen-tls
 	h2                *listen.H2Server   // nil without h2 on --listen-tls
 	connCounts        *listen.ConnCounts // the public listeners' per-client cap
 	server            *fasthttp.Server
@@ -561,7 +556,7 @@ func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 				errc <- fmt.Errorf("public TLS server: %w", err)
 			}
 		})
-		wg.Go(func() { e.watchCerts(ctx) })
+		wg.Go(func() { e.certs.Watch(ctx) })
 	}
 	if e.h2 != nil {
 		wg.Go(func() {

@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"context"
@@ -15,13 +15,16 @@ import (
 // one write a rotation that is due (the others find it done). Until the
 // keys exist each edge uses its own (crypto/tls's default).
 
-// consulTickets says whether the session-ticket keys come from Consul.
-func (e *Edge) consulTickets() bool {
+// ConsulTickets says whether the session-ticket keys come from Consul.
+func (e *Certs) ConsulTickets() bool {
+	if e == nil {
+		return false
+	}
 	return e.tlsConfig != nil && e.tickets == nil && e.cfg.Consul != ""
 }
 
-// readConsulTicketKeys applies the region's keys once, at start.
-func (e *Edge) readConsulTicketKeys(ctx context.Context, client *region.Client) {
+// ReadConsulTicketKeys applies the region's keys once, at start.
+func (e *Certs) ReadConsulTicketKeys(ctx context.Context, client *region.Client) {
 	t, index, err := client.ReadTicketKeys(ctx, e.cfg.Region)
 	switch {
 	case err != nil:
@@ -31,24 +34,24 @@ func (e *Edge) readConsulTicketKeys(ctx context.Context, client *region.Client) 
 	}
 }
 
-// applyConsulTicketKeys applies the stored document (nil: none yet). An
+// ApplyConsulTicketKeys applies the stored document (nil: none yet). An
 // invalid one is refused and the keys in force stay.
-func (e *Edge) applyConsulTicketKeys(data []byte) {
+func (e *Certs) ApplyConsulTicketKeys(data []byte) {
 	if data == nil {
 		e.log.Info("no session ticket keys in consul yet; this edge's own keys until there are", "key", region.NewLayout(e.cfg.ConsulPrefix).TicketKeys(e.cfg.Region))
 		return
 	}
 	t, err := region.ParseTicketKeys(data)
 	if err != nil {
-		e.metrics.tls.refusedFiles.Inc()
+		e.m.refusedFiles.Inc()
 		e.log.Error("session ticket keys from consul refused; keeping the keys in force", "key", region.NewLayout(e.cfg.ConsulPrefix).TicketKeys(e.cfg.Region), "reason", err)
 		return
 	}
 	e.setTicketKeys(t)
 }
 
-func (e *Edge) setTicketKeys(t region.TicketKeys) {
+func (e *Certs) setTicketKeys(t region.TicketKeys) {
 	e.tlsConfig.SetSessionTicketKeys(t.Keys)
-	e.metrics.tls.ticketsAt.Set(float64(t.Rotated.Unix()))
+	e.m.ticketsAt.Set(float64(t.Rotated.Unix()))
 	e.log.Info("session ticket keys loaded from consul", "keys", len(t.Keys), "rotated", t.Rotated)
 }

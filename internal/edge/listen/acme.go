@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/edgeguard/edgeguard/internal/acmestore"
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
@@ -39,25 +38,26 @@ type acmeState struct {
 	stop    context.CancelFunc
 }
 
-// startACME starts managing --acme-domains; their first certificates are
-// obtained in the background.
-func (e *Edge) startACME(client *region.Client) error {
+// StartACME starts managing --acme-domains, answering challenges on
+// tlsAddr; their first certificates are obtained in the background. stop
+// ends it.
+func (e *Certs) StartACME(client *region.Client, tlsAddr string) (stop func(), err error) {
 	storage := acmestore.New(client.API(), region.NewLayout(e.cfg.ConsulPrefix).ACME(e.cfg.Region))
 	logger := zap.New(slogCore{log: e.log.With("component", "acme")})
 	var roots *x509.CertPool
 	if e.cfg.ACMECARoot != "" {
 		pem, err := os.ReadFile(e.cfg.ACMECARoot)
 		if err != nil {
-			return fmt.Errorf("acme-ca-root: %w", err)
+			return nil, fmt.Errorf("acme-ca-root: %w", err)
 		}
 		roots = x509.NewCertPool()
 		if !roots.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("acme-ca-root: no PEM certificate in %s", e.cfg.ACMECARoot)
+			return nil, fmt.Errorf("acme-ca-root: no PEM certificate in %s", e.cfg.ACMECARoot)
 		}
 	}
-	host, port, err := net.SplitHostPort(e.TLSAddr())
+	host, port, err := net.SplitHostPort(tlsAddr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	portNum, _ := strconv.Atoi(port)
 	a := &acmeState{domains: map[string]bool{}}
@@ -76,7 +76,7 @@ func (e *Edge) startACME(client *region.Client) error {
 			switch event {
 			case "cert_obtained", "cert_failed":
 				e.log.Info("acme certificate event", "event", event, "identifier", data["identifier"], "renewal", data["renewal"], "error", data["error"])
-				e.metrics.tls.acme.WithLabelValues(event).Inc()
+				e.m.acme.WithLabelValues(event).Inc()
 			}
 			return nil
 		},
@@ -95,15 +95,14 @@ func (e *Edge) startACME(client *region.Client) error {
 	})}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stop = func() { cancel(); a.cache.Stop() }
-	e.closers = append(e.closers, a.stop)
 	e.acme = a
-	return a.magic.ManageAsync(ctx, e.cfg.ACMEDomains)
+	return a.stop, a.magic.ManageAsync(ctx, e.cfg.ACMEDomains)
 }
 
 // certificate serves a TLS-ALPN-01 challenge, or an ACME name's managed
 // certificate; ok is false when the certificate store should answer.
 func (a *acmeState) certificate(hello *tls.ClientHelloInfo) (c *tls.Certificate, ok bool, err error) {
-	if slices.Equal(hello.SupportedProtos, []string{listen.ACMEALPN}) {
+	if slices.Equal(hello.SupportedProtos, []string{ACMEALPN}) {
 		c, err = a.magic.GetCertificate(hello)
 		return c, true, err
 	}

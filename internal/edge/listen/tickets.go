@@ -1,4 +1,4 @@
-package edge
+package listen
 
 import (
 	"bytes"
@@ -71,10 +71,10 @@ func parseTicketKeys(data []byte) ([][32]byte, error) {
 }
 
 // loadTicketKeys applies a changed key file, logging and counting a refusal.
-func (e *Edge) loadTicketKeys() error {
+func (e *Certs) loadTicketKeys() error {
 	n, changed, err := e.tickets.load()
 	if err != nil {
-		e.metrics.tls.refusedFiles.Inc()
+		e.m.refusedFiles.Inc()
 		e.log.Error("session ticket keys refused; keeping the keys in force", "file", e.tickets.path, "reason", err)
 		return err
 	}
