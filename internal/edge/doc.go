@@ -7,9 +7,9 @@
 // same pipeline.
 //
 //  1. Accept (package listen): plain HTTP on --listen, TLS on --listen-tls
-//     (certificates by SNI, reloaded from files: tls.go, pkg/certstore); a
-//     PROXY header only from --proxy-protocol-from balancers
-//     (listen/proxyproto.go); at most --max-conns-per-ip connections per
+//     (certificates by SNI, reloaded from files: listen/certs.go,
+//     pkg/certstore); a PROXY header only from --proxy-protocol-from
+//     balancers (listen/proxyproto.go); at most --max-conns-per-ip connections per
 //     client address (listen/conns.go; HTTP/2 streams beyond a connection's
 //     first count too, and what they hold waiting on their client is
 //     bounded: listen/h2_streams.go);
