@@ -25,7 +25,9 @@ func TestAnswers(t *testing.T) {
 		{"unavailable", func(ctx *fasthttp.RequestCtx) { Unavailable(ctx, "no worker free; retry later", 1) }, 503,
 			map[string]string{"Retry-After": "1", NotProcessed: "1"},
 			`{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Service Unavailable","status":503,"detail":"no worker free; retry later"}`, false},
-		{"retry-after at least 1", func(ctx *fasthttp.RequestCtx) { Write(ctx, Problem{Type: QuotaExceeded, Title: "Too Many Requests", Status: 429}, 0) }, 429,
+		{"retry-after at least 1", func(ctx *fasthttp.RequestCtx) {
+			Write(ctx, Problem{Type: QuotaExceeded, Title: "Too Many Requests", Status: 429}, 0)
+		}, 429,
 			map[string]string{"Retry-After": "1"},
 			`{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429}`, false},
 	} {
