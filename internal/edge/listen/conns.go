@@ -46,6 +46,9 @@ type ConnCounts struct {
 	open map[netip.Addr]int
 }
 
+// NewConnCounts caps each client address (an IPv6 client's v6Bits
+// network) at max connections (0: no cap), trusted peers exempt; refused
+// counts the connections closed at the cap.
 func NewConnCounts(max, v6Bits int, trusted trust.Set, refused prometheus.Counter) *ConnCounts {
 	return &ConnCounts{max: max, v6Bits: v6Bits, trusted: trusted, refused: refused, open: map[netip.Addr]int{}}
 }

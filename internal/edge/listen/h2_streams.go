@@ -67,6 +67,7 @@ const (
 	h2RefusedHeldBytes = "held_bytes"
 )
 
+// NewH2StreamMetrics makes the series of what streams hold.
 func NewH2StreamMetrics() *H2StreamMetrics {
 	m := &H2StreamMetrics{
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -88,6 +89,7 @@ func NewH2StreamMetrics() *H2StreamMetrics {
 	return m
 }
 
+// Collectors are the series to register.
 func (m *H2StreamMetrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.held, m.writeTimeouts, m.refused}
 }

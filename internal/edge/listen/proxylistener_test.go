@@ -26,7 +26,7 @@ func TestProxyListenerBoundsWaitingHeaders(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "refused"}, []string{"reason"})
-	l := NewProxyListener(inner, trust.Set{netip.MustParsePrefix("127.0.0.2/32")}, 30*time.Second, refused, slog.New(slog.DiscardHandler))
+	l := newProxyListener(inner, trust.Set{netip.MustParsePrefix("127.0.0.2/32")}, 30*time.Second, refused, slog.New(slog.DiscardHandler))
 	l.maxWaiting = 2
 	t.Cleanup(func() { _ = l.Close() })
 	// Like the server: Accept in a loop, each connection in its own

@@ -58,7 +58,15 @@ type proxyListener struct {
 	waiting    list.List // of *proxiedConn: balancers' connections without their header yet, oldest first
 }
 
-func NewProxyListener(ln net.Listener, from trust.Set, headerTimeout time.Duration, refused *prometheus.CounterVec, log *slog.Logger) *proxyListener {
+// NewProxyListener puts the PROXY protocol policy over ln: a connection
+// from a balancer in from must start with a PROXY header (v1 or v2), read
+// within headerTimeout; from anyone else a PROXY header is refused.
+// refused counts the refusals by reason.
+func NewProxyListener(ln net.Listener, from trust.Set, headerTimeout time.Duration, refused *prometheus.CounterVec, log *slog.Logger) net.Listener {
+	return newProxyListener(ln, from, headerTimeout, refused, log)
+}
+
+func newProxyListener(ln net.Listener, from trust.Set, headerTimeout time.Duration, refused *prometheus.CounterVec, log *slog.Logger) *proxyListener {
 	return &proxyListener{Listener: ln, from: from, timeout: headerTimeout, refused: refused, log: log, maxWaiting: maxWaitingHeaders}
 }
 
