@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // Nothing a client sends holds the accept path. With --max-conns-per-ip 4
@@ -37,7 +39,7 @@ func TestAcceptNeverWaitsOnAClient(t *testing.T) {
 	)
 	n := 0
 	for _, proxied := range []bool{false, true} {
-		r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) {
+		r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) {
 			c.MaxConnsPerIP = perClient
 			c.ReadTimeout, c.IdleTimeout = 30*time.Second, 30*time.Second
 			if proxied {

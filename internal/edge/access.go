@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -48,7 +49,7 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 		}
 		line.List("bypassed", by)
 	}
-	if fp := ja4Of(ctx.Conn()); fp != "" {
+	if fp := listen.JA4Of(ctx.Conn()); fp != "" {
 		line.Str("ja4", fp)
 	}
 	if outcome == outcomeShed || outcome == outcomeNoWorker || outcome == outcomeAbandoned {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // BenchmarkHandlerAccessLog measures the request handler (identify, match,
@@ -21,7 +23,7 @@ import (
 func BenchmarkHandlerAccessLog(b *testing.B) {
 	origin := benchOrigin(b)
 	start := func(log bool) *Edge {
-		cfg := DefaultConfig()
+		cfg := config.DefaultConfig()
 		cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.Origins = []string{origin}
 		cfg.Rules = filepath.Join(b.TempDir(), "rules.yaml")

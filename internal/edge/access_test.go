@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 type accessLine struct {
@@ -56,7 +58,7 @@ func accessLines(t *testing.T, path string, n int) []accessLine {
 // its sample; SIGUSR1 reopens the file for log rotation.
 func TestAccessLog(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "access.log")
-	r := startEdge(t, perIP, func(c *Config) { c.AccessLog = path })
+	r := startEdge(t, perIP, func(c *config.Config) { c.AccessLog = path })
 	require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/orders?x=1"))
 	lines := accessLines(t, path, 4)
 	require.Len(t, lines, 4)
@@ -97,7 +99,7 @@ func TestAccessLog(t *testing.T) {
 // With --access-log-sample 0 only what the edge answered itself is logged.
 func TestAccessLogSamplesAllowedOnly(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "access.log")
-	r := startEdge(t, perIP, func(c *Config) { c.AccessLog, c.AccessLogSample = path, 0 })
+	r := startEdge(t, perIP, func(c *config.Config) { c.AccessLog, c.AccessLogSample = path, 0 })
 	require.Equal(t, []int{200, 200, 200, 429, 429}, codes(t, r, 5, "/x"))
 	lines := accessLines(t, path, 2)
 	require.Len(t, lines, 2)
@@ -110,7 +112,7 @@ func TestAccessLogSamplesAllowedOnly(t *testing.T) {
 // them (HTTP field names are case-insensitive, but people and some clients
 // compare them as written).
 func TestRateLimitFieldCasing(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) { c.LegacyHeaders = true })
+	r := startEdge(t, perIP, func(c *config.Config) { c.LegacyHeaders = true })
 	c := dialRaw(t, r.Addr())
 	_, err := c.Write([]byte("GET /x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n"))
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -22,12 +23,12 @@ func TestACMESharedAcrossEdges(t *testing.T) {
 	// asked: b's challenges are answered by a from the shared state.
 	pebble := testenv.StartPebble(t, testenv.PebbleOptions{TLSALPNPort: ports[0], Validity: 30 * time.Second})
 	site := newTLSSite(t)
-	acme := func(port int) func(*Config) {
-		return func(c *Config) {
+	acme := func(port int) func(*config.Config) {
+		return func(c *config.Config) {
 			c.ListenTLS, c.TLSCertDir = "127.0.0.1:"+strconv.Itoa(port), ""
 			c.ACMEDomains, c.ACMEEmail = []string{"shop.example.com"}, "ops@example.com"
 			c.ACMECA, c.ACMECARoot = pebble.DirectoryURL, pebble.RootFile
-			c.acmeRenewCheck = time.Second
+			c.ACMERenewCheck = time.Second
 		}
 	}
 	a, alog := startTLSConsulEdge(t, site, consul.HTTPAddr(), acme(ports[0]))

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -21,7 +23,7 @@ func TestAdaptiveLimitRefusesBeforeTheOrigin(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "shedder.json")
 	require.NoError(t, os.WriteFile(file, []byte(`{"adaptive": {"enabled": true, "initial_limit": 1, "min_limit": 1, "max_limit": 1,
 		"shares": {"read": 0, "write": 0, "critical": 0}}}`), 0o600))
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) { c.Shedder = file })
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) { c.Shedder = file })
 
 	first := make(chan int, 1)
 	go func() {
@@ -39,10 +41,10 @@ func TestAdaptiveLimitRefusesBeforeTheOrigin(t *testing.T) {
 	resp := r.get(t, "/")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.Equal(t, "1", resp.Header.Get("Retry-After"))
-	require.Equal(t, "1", resp.Header.Get(notProcessed))
-	var p problem
+	require.Equal(t, "1", resp.Header.Get(problem.NotProcessed))
+	var p problem.Problem
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
-	require.Equal(t, problemReducedCapacity, p.Type)
+	require.Equal(t, problem.ReducedCapacity, p.Type)
 	require.Equal(t, uint64(1), r.shed.Adaptive().State().Rejected[shedder.TierRead])
 
 	require.Equal(t, http.StatusOK, <-first)
@@ -53,12 +55,12 @@ func TestAdaptiveLimitRefusesBeforeTheOrigin(t *testing.T) {
 // same header reaches the client without it.
 func TestOriginCannotClaimNotProcessed(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(notProcessed, "1")
+		w.Header().Set(problem.NotProcessed, "1")
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer origin.Close()
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) { c.Origins = []string{origin.URL} })
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) { c.Origins = []string{origin.URL} })
 	resp := r.get(t, "/")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	require.Empty(t, resp.Header.Get(notProcessed))
+	require.Empty(t, resp.Header.Get(problem.NotProcessed))
 }

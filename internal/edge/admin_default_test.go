@@ -5,13 +5,15 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // The default admin address is private and clear of the ports the
 // monitoring next to an edge listens on, so an edge and a Prometheus (or an
 // exporter) on one host both start with their defaults.
 func TestDefaultAdminClashesWithNothing(t *testing.T) {
-	ap, err := netip.ParseAddrPort(DefaultConfig().Admin)
+	ap, err := netip.ParseAddrPort(config.DefaultConfig().Admin)
 	require.NoError(t, err)
 	require.True(t, ap.Addr().IsLoopback(), "the admin port is private by default")
 	taken := map[uint16]string{

@@ -14,6 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/lua"
 	"github.com/edgeguard/edgeguard/pkg/behavior"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -77,7 +80,7 @@ type behaviourLayer struct {
 	loadWarn everyLog
 }
 
-func newBehaviourLayer(cfg Config, store *limiter.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*behaviourLayer, error) {
+func newBehaviourLayer(cfg config.Config, store *limiter.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*behaviourLayer, error) {
 	src, err := lua.Plain(lua.Behaviour)
 	if err != nil {
 		return nil, err
@@ -159,7 +162,7 @@ type bhRequest struct {
 
 // begin identifies the client and judges its level (step 1); nil cfg: off.
 // A key is the identity only when the settings say keys are authenticated
-// upstream and the request comes from a trusted peer (trust.go); a TLS
+// upstream and the request comes from a trusted peer (internal/edge/trust); a TLS
 // fingerprint only when they say ja4 and the connection has one.
 func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup, path string, conn net.Conn) bhRequest {
 	c := b.cfg.Load()
@@ -185,7 +188,7 @@ func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup,
 func (b *behaviourLayer) identity(c *bhConfig, client netip.Addr, trusted bool, h *headerLookup, conn net.Conn) string {
 	id := ""
 	if c.settings.Identity == behavior.IdentityJA4 {
-		if fp := ja4Of(conn); fp != "" {
+		if fp := listen.JA4Of(conn); fp != "" {
 			id = behavior.Identity(b.salt, behavior.KindJA4, fp)
 		}
 	}
@@ -449,7 +452,7 @@ func (b *behaviourLayer) flush() {
 // blocked answers a blocked client: 429, Retry-After the cool-down. The
 // level itself is never disclosed.
 func blocked(ctx *fasthttp.RequestCtx, cooldown time.Duration) {
-	writeProblem(ctx, problem{
+	problem.Write(ctx, problem.Problem{
 		Type:   problemAbnormalUsage,
 		Title:  "Too Many Requests",
 		Status: fasthttp.StatusTooManyRequests,

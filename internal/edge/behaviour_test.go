@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -147,7 +148,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		{"", false, 1, 0}, {"enforce", false, 2, 1}, {"", true, 1, 0}, {"enforce", true, 2, 1},
 	} {
 		t.Run(fmt.Sprintf("layer=%q autopipeline=%t", tc.mode, tc.ap), func(t *testing.T) {
-			r := startEdge(t, behaviourRules(tc.mode), func(c *Config) {
+			r := startEdge(t, behaviourRules(tc.mode), func(c *config.Config) {
 				c.Redis, c.RedisAutopipeline, c.RedisTimeout = rd.URL(), tc.ap, time.Second
 				c.KeySalt = testenv.KeyPrefix(t)
 			})
@@ -240,7 +241,7 @@ func offOn(b *testing.B, edges [2]*Edge, one func(e *Edge)) {
 }
 
 func benchEdge(b *testing.B, rulesYAML, redisURL string) *Edge {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{benchOrigin(b)}
 	cfg.Rules = filepath.Join(b.TempDir(), "rules.yaml")

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/rules/rulestest"
@@ -43,7 +44,7 @@ func TestCheckRefusesAliasBomb(t *testing.T) {
 
 // An edge given such a document as its --rules file does not start.
 func TestRulesFileAliasBombRefused(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{testOrigin(t)}
 	cfg.Rules = filepath.Join(t.TempDir(), "rules.yaml")
@@ -65,7 +66,7 @@ func TestAliasBombInConsulServesCachedRules(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), "rules.yaml")
 	push(t, rc, "eu-west", rc.Layout().GlobalRules(), tightGlobal)
 	v1 := effectiveVersion(t, tightGlobal, "")
-	consulEdge := func(cfg *Config) {
+	consulEdge := func(cfg *config.Config) {
 		cfg.Rules = ""
 		cfg.Region, cfg.PoP = "eu-west", "ams"
 		cfg.Consul, cfg.RulesCache = c.HTTPAddr(), cache

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
@@ -22,8 +23,8 @@ import (
 // It returns the exit code: 0 all valid, 1 problems found, 2 usage.
 func Check(args, environ []string, stdout, stderr io.Writer) int {
 	var usage bytes.Buffer
-	cfg, err := ParseArgs(args, environ, &usage)
-	if code, done := commandLineError(err, "edge check", &usage, stdout, stderr); done {
+	cfg, err := config.ParseArgs(args, environ, &usage)
+	if code, done := config.CommandLineError(err, "edge check", &usage, stdout, stderr); done {
 		return code
 	}
 	var problems []error
@@ -70,7 +71,7 @@ func Check(args, environ []string, stdout, stderr io.Writer) int {
 // checkCerts reads --tls-cert-dir and --tls-default-cert as the edge
 // would (certstore: the one validation the edge, Consul's certificates
 // and regionctl certs put share), and lists every certificate refused.
-func checkCerts(cfg Config) error {
+func checkCerts(cfg config.Config) error {
 	rep, err := certstore.New(cfg.TLSCertDir, cfg.TLSDefaultCert).Scan()
 	if err != nil {
 		return fmt.Errorf("tls-cert-dir %s: %w", cfg.TLSCertDir, err)
@@ -82,7 +83,7 @@ func checkCerts(cfg Config) error {
 	return errors.Join(errs...)
 }
 
-func checkRules(cfg Config) error {
+func checkRules(cfg config.Config) error {
 	data, err := os.ReadFile(cfg.Rules)
 	if err != nil {
 		return fmt.Errorf("rules: %w", err)

@@ -2,6 +2,9 @@ package edge
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -56,4 +59,38 @@ func TestCommandLineSettings(t *testing.T) {
 	cfg, _, ok := ParseCommandLine([]string{"--redis-autopipeline=true", "--demo-origin"}, nil, &stdout, &stderr)
 	require.True(t, ok, "a setting at its default value without --redis: %s", stderr.String())
 	require.True(t, cfg.RedisAutopipeline)
+}
+
+// edge check validates the settings, the rules and the shedder settings
+// offline and reports every problem in one pass.
+func TestCheckCommand(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+	good := []string{"--demo-origin", "--rules", write("rules.yaml", perIP), "--shedder", write("shedder.yaml", "good: 0.6\n")}
+	var out bytes.Buffer
+	require.Equal(t, 0, Check(good, nil, &out, io.Discard), out.String())
+	require.Contains(t, out.String(), "ok: ")
+
+	out.Reset()
+	bad := []string{"--origin-timeout", "0s", "--demo-origin",
+		"--rules", write("bad-rules.yaml", "version: 1\nrules:\n  - {id: a, key: [ip], algorithm: fixed_window, limit: -1, window: 1m}\n"),
+		"--shedder", write("bad-shedder.yaml", "goood: 0.5\n")}
+	require.Equal(t, 1, Check(bad, nil, &out, io.Discard))
+	for _, want := range []string{"origin-timeout: must be > 0", `unknown field "goood"`} {
+		require.Contains(t, out.String(), want)
+	}
+	// Rule problems are printed as pkg/rules words them, after the file
+	// and line, one per line, as "regionctl rules validate" prints them.
+	rulesFile := bad[4]
+	require.Contains(t, strings.Split(out.String(), "\n"), rulesFile+`:3: rule "a": limit: must be > 0 (got -1)`)
+
+	out.Reset()
+	twoBad := write("two-bad.yaml", "version: 1\nrules:\n  - {id: a, key: [ip], algorithm: fixed_window, limit: 1, window: 0s}\n  - {id: b, key: [ip], algorithm: sliding_log, limit: 1, window: 1m, burst: 3}\n")
+	require.Equal(t, 1, Check([]string{"--demo-origin", "--rules", twoBad}, nil, &out, io.Discard))
+	require.Equal(t, twoBad+`:3: rule "a": window: must be >= 1ms for fixed_window (got 0s)`+"\n"+
+		twoBad+`:4: rule "b": burst: only valid for leaky_bucket, token_bucket (algorithm is sliding_log)`+"\n", out.String())
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/regionctl"
 	"github.com/edgeguard/edgeguard/internal/testenv"
@@ -35,9 +36,9 @@ rules:
 
 // startConsulEdge starts an in-process edge of region whose rules come from
 // the Consul agent at addr; opts change its configuration further.
-func startConsulEdge(t *testing.T, regionName, pop, addr, cache string, opts ...func(*Config)) *running {
+func startConsulEdge(t *testing.T, regionName, pop, addr, cache string, opts ...func(*config.Config)) *running {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{testOrigin(t)}
 	cfg.DrainDelay = 0

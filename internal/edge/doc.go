@@ -3,16 +3,18 @@
 // each stage is a function in the file named after it, which either answers
 // the request or passes it on to the next stage, and gives back what it
 // holds (a worker slot, a concurrency slot) when the rest returns. HTTP/1.x
-// requests (fasthttp) and HTTP/2 streams (h2.go) enter the same pipeline.
+// requests (fasthttp) and HTTP/2 streams (listen's HTTP/2 server) enter the
+// same pipeline.
 //
-//  1. Accept: plain HTTP on --listen, TLS on --listen-tls (certificates by
-//     SNI, reloaded from files: tls.go, pkg/certstore); a PROXY header only
-//     from --proxy-protocol-from balancers (proxyproto.go); at most
-//     --max-conns-per-ip connections per client address (HTTP/2 streams
-//     beyond a connection's first count too, and what they hold waiting on
-//     their client is bounded: h2_streams.go);
+//  1. Accept (package listen): plain HTTP on --listen, TLS on --listen-tls
+//     (certificates by SNI, reloaded from files: listen/certs.go,
+//     pkg/certstore); a PROXY header only from --proxy-protocol-from
+//     balancers (listen/proxyproto.go); at most --max-conns-per-ip connections per
+//     client address (listen/conns.go; HTTP/2 streams beyond a connection's
+//     first count too, and what they hold waiting on their client is
+//     bounded: listen/h2_streams.go);
 //     bounded header size, read/write/idle timeouts; every HTTP/1.x byte
-//     passes a strict reader of the request framing (framing.go: CRLF
+//     passes a strict reader of the request framing (listen/framing.go: CRLF
 //     lines, one Content-Length, Transfer-Encoding exactly chunked), and
 //     what fasthttp refuses before the handler runs is counted and logged
 //     like the pipeline's refusals (refusal.go). The handler runs once
@@ -25,9 +27,10 @@
 //     dropped.
 //  3. Identify (stage_identify.go): the client address, from the socket or,
 //     only when the peer is a trusted proxy, from X-Forwarded-For
-//     (right-most untrusted hop); with a behaviour section in the rules, the
-//     client's identity and risk level (behaviour.go); the request's
-//     priority tier (a client whose level says so is put in the lowest).
+//     (right-most untrusted hop: package trust); with a behaviour section in
+//     the rules, the client's identity and risk level (behaviour.go); the
+//     request's priority tier (a client whose level says so is put in the
+//     lowest).
 //  4. Shed (stage_shed.go): the worker-utilization shedder may drop the
 //     request (503); otherwise it takes a worker slot (waiting briefly in a
 //     bounded queue, or 503) and, with the adaptive origin limit on, an
@@ -60,6 +63,8 @@
 // A header or query parameter a stage decided on that was sent more than
 // once is refused (400) before the next stage runs (pipeline.go's next).
 //
-// The admin server (metrics, health, readiness, rules, pprof) listens on its
-// own address; nothing admin is served on the public port.
+// The admin server (package admin: metrics, health, readiness, rules,
+// pprof) listens on its own address; nothing admin is served on the public
+// port. The settings (flags, file, environment, validation) are package
+// config's; the problem+json answers package problem's.
 package edge

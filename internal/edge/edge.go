@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,8 +21,13 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
+	"github.com/edgeguard/edgeguard/internal/edge/admin"
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/consullink"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/origin"
-	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -32,12 +35,12 @@ import (
 
 // Edge is one edge node.
 type Edge struct {
-	cfg          Config
+	cfg          config.Config
 	log          *slog.Logger
 	reg          *prometheus.Registry
 	metrics      *metrics
-	trusted      trustedSet
-	headerScreen headerScreen
+	trusted      trust.Set
+	headerScreen trust.Screen
 	allowMethods map[string]bool
 	popKeyPrefix string
 	storeName    string
@@ -45,7 +48,7 @@ type Edge struct {
 	rules                 atomic.Pointer[rules.Snapshot]
 	enforce               atomic.Pointer[enforcement] // nil: enforce every key
 	nodesRegion, nodesPoP atomic.Int64                // fallback divisors: flags, then the catalog
-	consul                *consulLink
+	consul                *consullink.Link
 	global                *globalRegions // scope: global rules (global.go)
 	rulesAt               atomic.Pointer[time.Time]
 	limiter               *limiter.Limiter
@@ -69,13 +72,10 @@ type Edge struct {
 	seen func(ctx *fasthttp.RequestCtx, req *rules.Request, requestID string)
 
 	publicLn, adminLn net.Listener
-	tlsLn             net.Listener     // nil without --listen-tls
-	certs             *certstore.Store // nil without --listen-tls
-	tickets           *ticketKeys      // nil without --tls-ticket-keys
-	tlsConfig         *tls.Config      // nil without --listen-tls
-	acme              *acmeState       // nil without --acme-domains
-	h2                *h2Server        // nil without h2 on --listen-tls
-	connCounts        *connCounts      // the public listeners' per-client cap
+	tlsLn             net.Listener       // nil without --listen-tls
+	certs             *listen.Certs      // nil without --listen-tls
+	h2                *listen.H2Server   // nil without h2 on --listen-tls
+	connCounts        *listen.ConnCounts // the public listeners' per-client cap
 	server            *fasthttp.Server
 	admin             *http.Server
 	rls               *rlsService // nil without --rls-listen
@@ -84,7 +84,7 @@ type Edge struct {
 // New builds an edge from cfg: it loads the rules (refusing to start on an
 // invalid file), connects nothing yet (Redis may be down: the fallback
 // decides until it is back), and binds both listeners.
-func New(cfg Config, log *slog.Logger) (*Edge, error) {
+func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -132,7 +132,16 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		return nil, err
 	}
 	e.server = e.newServer()
-	e.admin = &http.Server{Handler: e.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	e.admin = &http.Server{Handler: admin.Handler(admin.Config{
+		Registry: e.reg,
+		Ready:    e.ready(),
+		Rules:    e.rulesInForce,
+		Region:   cfg.Region,
+		PoP:      cfg.PoP,
+		Clients:  e.bh.debugClients,
+		Token:    cfg.AdminToken,
+		Pprof:    cfg.Pprof,
+	}), ReadHeaderTimeout: 5 * time.Second}
 	if err := e.listen(reg); err != nil {
 		return nil, err
 	}
@@ -146,13 +155,13 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 }
 
 // newEdge is an edge with what cfg says directly and nothing built yet.
-func newEdge(cfg Config, log *slog.Logger) *Edge {
+func newEdge(cfg config.Config, log *slog.Logger) *Edge {
 	e := &Edge{
 		cfg:          cfg,
 		log:          log,
 		reg:          prometheus.NewRegistry(),
-		trusted:      trustedSet(cfg.TrustedProxies),
-		headerScreen: headerScreen{allowUnderscores: cfg.AllowUnderscoresInHeaders},
+		trusted:      trust.Set(cfg.TrustedProxies),
+		headerScreen: trust.Screen{AllowUnderscores: cfg.AllowUnderscoresInHeaders},
 		popKeyPrefix: "pop." + cfg.PoP + ".",
 		allowMethods: map[string]bool{},
 	}
@@ -239,7 +248,7 @@ func (e *Edge) newServer() *fasthttp.Server {
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
 		NoDefaultDate:                false,
-		Logger:                       fasthttpLogger{e.log},
+		Logger:                       listen.FastHTTPLogger{Log: e.log},
 	}
 }
 
@@ -250,7 +259,7 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 	if e.publicLn, err = net.Listen("tcp", e.cfg.Listen); err != nil {
 		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
 	}
-	e.publicLn = e.acceptStack(e.publicLn, []byte(tooManyConns))
+	e.publicLn = e.acceptStack(e.publicLn, []byte(listen.TooManyConns))
 	if e.cfg.ListenTLS != "" {
 		if err := e.listenTLS(); err != nil {
 			return err
@@ -274,10 +283,10 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 func (e *Edge) expect(ctx *fasthttp.RequestCtx) int {
 	if ctx.Request.Header.ContentLength() > e.cfg.MaxBodyBytes {
 		start := time.Now()
-		tooLarge(ctx, e.cfg.MaxBodyBytes)
+		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
 		// fasthttp answers without the handler: the refusal is recorded here.
-		peer := peerAddr(ctx.RemoteIP())
-		e.recordRefusal(ctx, start, clientAddr(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
+		peer := trust.Peer(ctx.RemoteIP())
+		e.recordRefusal(ctx, start, trust.Client(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
 		return fasthttp.StatusRequestEntityTooLarge
 	}
 	return fasthttp.StatusContinue
@@ -391,7 +400,7 @@ func (e *Edge) SetRules(snap *rules.Snapshot) {
 	}
 	e.metrics.rulesInfo.WithLabelValues(snap.Version()).Set(1)
 	if e.consul != nil {
-		e.consul.rulesChanged(snap.Version())
+		e.consul.RulesChanged()
 	}
 	e.metrics.rulesLoaded.Set(float64(now.Unix()))
 	e.log.Info("rules loaded", "version", snap.Version(), "rules", len(snap.Rules()))
@@ -493,7 +502,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer consulWG.Wait()
 	defer stopConsul()
 	if e.consul != nil {
-		consulWG.Go(func() { e.consul.run(consulCtx) })
+		consulWG.Go(func() { e.consul.Run(consulCtx) })
 	}
 	// signal.Stop never closes hup, so the reload loop ends on its own
 	// channel.
@@ -520,7 +529,7 @@ func (e *Edge) Run(ctx context.Context) error {
 		// the edge again after it left the catalog.
 		stopConsul()
 		consulWG.Wait()
-		e.consul.deregister()
+		e.consul.Deregister()
 	}
 	if serveErr == nil {
 		e.log.Info("draining", "delay", e.cfg.DrainDelay)
@@ -537,21 +546,21 @@ func (e *Edge) Run(ctx context.Context) error {
 func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 	errc := make(chan error, 5)
 	wg.Go(func() {
-		if err := e.server.Serve(framed(e.publicLn)); err != nil {
+		if err := e.server.Serve(listen.Framed(e.publicLn)); err != nil {
 			errc <- fmt.Errorf("public server: %w", err)
 		}
 	})
 	if e.tlsLn != nil {
 		wg.Go(func() {
-			if err := e.server.Serve(framed(e.tlsLn)); err != nil {
+			if err := e.server.Serve(listen.Framed(e.tlsLn)); err != nil {
 				errc <- fmt.Errorf("public TLS server: %w", err)
 			}
 		})
-		wg.Go(func() { e.watchCerts(ctx) })
+		wg.Go(func() { e.certs.Watch(ctx) })
 	}
 	if e.h2 != nil {
 		wg.Go(func() {
-			if err := e.h2.serve(); err != nil {
+			if err := e.h2.Serve(); err != nil {
 				errc <- fmt.Errorf("public HTTP/2 server: %w", err)
 			}
 		})
@@ -581,7 +590,7 @@ func (e *Edge) shutdown() error {
 	// for its own.
 	h2done := make(chan error, 1)
 	if e.h2 != nil {
-		go func() { h2done <- e.h2.shutdown(sctx) }()
+		go func() { h2done <- e.h2.Shutdown(sctx) }()
 	} else {
 		h2done <- nil
 	}
@@ -636,9 +645,29 @@ func redactURL(raw string) string {
 	return u.Redacted()
 }
 
-// fasthttpLogger routes fasthttp's own messages (bad requests, timeouts) to slog.
-type fasthttpLogger struct{ log *slog.Logger }
+// ready is what /readyz and the ready gauge answer from.
+func (e *Edge) ready() admin.Readiness {
+	return admin.Readiness{
+		Draining:    e.draining.Load,
+		RulesLoaded: func() bool { return e.rules.Load() != nil },
+		Health:      func() limiter.Health { return e.limiter.Health() },
+		Store:       e.storeName,
+		Missing:     func() string { return e.consul.MissingDetail() }, // e.consul is set by startConsul, after this
+	}
+}
 
-func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug("fasthttp", "msg", strings.TrimSpace(fmt.Sprintf(format, args...)))
+func (e *Edge) readyValue() float64 {
+	if code, _ := e.ready().Answer(); code == http.StatusOK && e.serving.Load() {
+		return 1
+	}
+	return 0
+}
+
+// rulesInForce is the rules snapshot and when it was loaded.
+func (e *Edge) rulesInForce() (*rules.Snapshot, time.Time) {
+	var loaded time.Time
+	if at := e.rulesAt.Load(); at != nil {
+		loaded = *at
+	}
+	return e.rules.Load(), loaded
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -83,9 +85,9 @@ type running struct {
 	stopErr error // what Run returned, once stop returned
 }
 
-func startEdge(t *testing.T, rulesYAML string, mutate func(*Config)) *running {
+func startEdge(t *testing.T, rulesYAML string, mutate func(*config.Config)) *running {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{testOrigin(t)}
 	cfg.DrainDelay = 0
@@ -157,15 +159,15 @@ func TestDeniedResponseFields(t *testing.T) {
 	require.GreaterOrEqual(t, retry, 59, "never earlier than the oldest entry leaves the window")
 	require.LessOrEqual(t, retry, 60)
 	require.Equal(t, `"per-ip";r=0;t=60`, resp.Header.Get("RateLimit"))
-	var p problem
+	var p problem.Problem
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
-	require.Equal(t, problemQuotaExceeded, p.Type)
+	require.Equal(t, problem.QuotaExceeded, p.Type)
 	require.Equal(t, 429, p.Status)
 	require.Equal(t, []string{"per-ip"}, p.Violated)
 }
 
 func TestLegacyHeadersOptIn(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) { c.LegacyHeaders = true })
+	r := startEdge(t, perIP, func(c *config.Config) { c.LegacyHeaders = true })
 	resp := r.get(t, "/")
 	require.Equal(t, "3", resp.Header.Get("X-RateLimit-Limit"))
 	require.Equal(t, "2", resp.Header.Get("X-RateLimit-Remaining"))
@@ -188,8 +190,8 @@ func TestSpoofedForwardedForIgnored(t *testing.T) {
 }
 
 func TestTrustedProxyHopHonoured(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) {
-		require.NoError(t, (*prefixesFlag)(&c.TrustedProxies).Set("127.0.0.1"))
+	r := startEdge(t, perIP, func(c *config.Config) {
+		c.TrustedProxies = append(c.TrustedProxies, mustPrefix("127.0.0.1/32"))
 	})
 	for _, client := range []string{"203.0.113.1", "203.0.113.2"} {
 		require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/", "X-Forwarded-For", "6.6.6.6, "+client), client)
@@ -261,7 +263,7 @@ rules:
 `
 
 func TestConcurrencySlotReleased(t *testing.T) {
-	r := startEdge(t, oneSlot, func(c *Config) { c.OriginTimeout = 300 * time.Millisecond })
+	r := startEdge(t, oneSlot, func(c *config.Config) { c.OriginTimeout = 300 * time.Millisecond })
 	t.Run("on completion", func(t *testing.T) {
 		require.Equal(t, []int{200, 200, 200}, codes(t, r, 3, "/"))
 	})
@@ -290,13 +292,13 @@ func TestConcurrencySlotReleased(t *testing.T) {
 }
 
 func TestOversizedHeadersRejected(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) { c.MaxHeaderBytes = 4096 })
+	r := startEdge(t, perIP, func(c *config.Config) { c.MaxHeaderBytes = 4096 })
 	resp := r.get(t, "/", "X-Big", strings.Repeat("a", 8000))
 	require.Equal(t, 431, resp.StatusCode)
 }
 
 func TestInvalidRulesRefuseToStart(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DemoOrigin = true
 	cfg.Rules = filepath.Join(t.TempDir(), "rules.yaml")
@@ -306,7 +308,7 @@ func TestInvalidRulesRefuseToStart(t *testing.T) {
 }
 
 func TestConcurrencySlotMustOutliveOriginTimeout(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DemoOrigin = true
 	cfg.OriginTimeout = 2 * time.Minute
@@ -335,7 +337,7 @@ func adminGet(t *testing.T, r *running, path, auth string) (int, string) {
 }
 
 func TestAdminEndpointsOnlyOnAdminPort(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) { c.Pprof = true })
+	r := startEdge(t, perIP, func(c *config.Config) { c.Pprof = true })
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/debug/rules": `"per-ip"`, "/metrics": "edgeguard_edge_ready", "/debug/pprof/": "goroutine"} {
 		code, b := adminGet(t, r, path, "Bearer "+testAdminToken)
 		require.Equal(t, 200, code, path)
@@ -366,19 +368,19 @@ func TestAdminDebugNeedsToken(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "%s stays open for scrapers and load balancers", path)
 	}
 
-	noToken := startEdge(t, perIP, func(c *Config) { c.AdminToken, c.Pprof = "", true })
+	noToken := startEdge(t, perIP, func(c *config.Config) { c.AdminToken, c.Pprof = "", true })
 	for _, path := range []string{"/debug/rules", "/debug/pprof/cmdline", "/debug/pprof/"} {
 		code, body := adminGet(t, noToken, path, "Bearer ")
 		require.Equal(t, http.StatusForbidden, code, path)
 		require.Contains(t, body, "EDGEGUARD_ADMIN_TOKEN")
 	}
-	withPprof := startEdge(t, perIP, func(c *Config) { c.Pprof = true })
+	withPprof := startEdge(t, perIP, func(c *config.Config) { c.Pprof = true })
 	code, _ = adminGet(t, withPprof, "/debug/pprof/cmdline", "Bearer "+testAdminToken)
 	require.Equal(t, http.StatusNotFound, code, "the command line is never served")
 }
 
 func TestGracefulShutdownFinishesInFlight(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) { c.DrainDelay = 200 * time.Millisecond })
+	r := startEdge(t, perIP, func(c *config.Config) { c.DrainDelay = 200 * time.Millisecond })
 	type result struct {
 		code int
 		err  error
@@ -418,7 +420,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 	dead := "redis://" + testenv.ClosedAddr(t)
 	for mode, want := range map[string]int{"fallback": 200, "open": 200, "closed": 503} {
 		t.Run(mode, func(t *testing.T) {
-			r := startEdge(t, perIP, func(c *Config) {
+			r := startEdge(t, perIP, func(c *config.Config) {
 				c.Redis = dead
 				c.KeySalt = "a-salt-of-16-chars"
 				c.FailMode = limiterFailMode(t, mode)
@@ -427,10 +429,10 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			require.Equal(t, want, resp.StatusCode)
 			if want == 503 {
 				require.NotEmpty(t, resp.Header.Get("Retry-After"))
-				require.Equal(t, "1", resp.Header.Get(notProcessed), "refused before the origin: safe to retry")
-				var p problem
+				require.Equal(t, "1", resp.Header.Get(problem.NotProcessed), "refused before the origin: safe to retry")
+				var p problem.Problem
 				require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
-				require.Equal(t, problemReducedCapacity, p.Type)
+				require.Equal(t, problem.ReducedCapacity, p.Type)
 			}
 		})
 	}
@@ -444,7 +446,7 @@ func TestRedisStoreWithAndWithoutAutopipeline(t *testing.T) {
 	defer rd.Close()
 	for _, ap := range []bool{false, true} {
 		t.Run(fmt.Sprintf("autopipeline=%t", ap), func(t *testing.T) {
-			r := startEdge(t, perIP, func(c *Config) {
+			r := startEdge(t, perIP, func(c *config.Config) {
 				c.Redis, c.RedisAutopipeline = rd.URL(), ap
 				c.RedisTimeout = time.Second
 				c.KeySalt = t.Name() // fresh keys per run

@@ -1,9 +1,6 @@
 package edge
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,70 +34,6 @@ func (e *Edge) shadowed(r *rules.CompiledRule, key string) bool {
 		return true
 	}
 	return region.Bucket(key) >= en.threshold
-}
-
-// applyEnforcement applies the region's enforcement document from Consul
-// (nil when absent: enforce everything) and keeps it beside the rules cache,
-// so an edge restarted while Consul is unreachable runs the same switch.
-// Absent once a switch was applied, the switch in force stays and the
-// document counts as missing: `enforcement set enforce` writes it explicitly.
-func (l *consulLink) applyEnforcement(data []byte) error {
-	if !hasText(data) && l.enforcementFromConsul {
-		if l.missing.set(docEnforcement, true) {
-			l.e.log.Warn("enforcement switch missing in consul; keeping the switch in force", "key", l.client.Layout().Enforcement(l.e.cfg.Region), "switch", l.e.enforce.Load().String())
-		}
-		return nil
-	}
-	en, err := region.ParseEnforcement(data)
-	if err != nil {
-		return err
-	}
-	l.e.setEnforcement(en)
-	l.enforcementFromConsul = hasText(data)
-	l.missing.set(docEnforcement, false)
-	if path := l.enforcementCache(); path != "" {
-		if err := writeFileAtomic(path, data); err != nil {
-			l.e.log.Warn("could not cache the enforcement switch", "path", path, "err", err)
-		}
-	}
-	return nil
-}
-
-// enforcementCache is the switch's file beside the rules cache ("" without
-// one).
-func (l *consulLink) enforcementCache() string { return l.beside(".enforcement") }
-
-// beside names a file kept next to the rules cache, for what else from
-// Consul an edge restarted without Consul must still run ("" without a
-// rules cache).
-func (l *consulLink) beside(suffix string) string {
-	if l == nil || l.cachePath == "" {
-		return ""
-	}
-	return l.cachePath + suffix
-}
-
-// loadEnforcementCache applies the cached switch, and says whether there
-// was one (an empty file, kept for a region without a switch, is none).
-func (l *consulLink) loadEnforcementCache() (bool, error) {
-	path := l.enforcementCache()
-	if path == "" {
-		return false, errors.New("no rules cache")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return false, err
-	}
-	if !hasText(data) {
-		return false, nil
-	}
-	en, err := region.ParseEnforcement(data)
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", path, err)
-	}
-	l.e.setEnforcement(en)
-	l.enforcementFromConsul = true
-	return true, nil
 }
 
 func (e *Edge) setEnforcement(en region.Enforcement) {

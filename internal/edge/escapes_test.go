@@ -18,18 +18,19 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // trust127 makes the test client (127.0.0.1) a trusted proxy.
-func trust127(t *testing.T) func(*Config) {
-	return func(c *Config) { require.NoError(t, (*prefixesFlag)(&c.TrustedProxies).Set("127.0.0.1")) }
+func trust127(t *testing.T) func(*config.Config) {
+	return func(c *config.Config) { c.TrustedProxies = append(c.TrustedProxies, mustPrefix("127.0.0.1/32")) }
 }
 
 // withRedis points an edge at rd with keys of its own (salt).
-func withRedis(rd *testenv.Standalone, salt string, more ...func(*Config)) func(*Config) {
-	return func(c *Config) {
+func withRedis(rd *testenv.Standalone, salt string, more ...func(*config.Config)) func(*config.Config) {
+	return func(c *config.Config) {
 		c.Redis, c.RedisTimeout, c.KeySalt = rd.URL(), time.Second, salt
 		for _, f := range more {
 			f(c)
@@ -398,7 +399,7 @@ rules:
     bypass:
       cidrs: [127.0.0.0/8]`)
 	push(t, rc, "eu-west", rc.Layout().GlobalRules(), withBypass)
-	r := startEdge(t, "version: 1\nrules: []\n", withRedis(rd, testenv.KeyPrefix(t), func(cfg *Config) {
+	r := startEdge(t, "version: 1\nrules: []\n", withRedis(rd, testenv.KeyPrefix(t), func(cfg *config.Config) {
 		cfg.Rules, cfg.Consul, cfg.RulesCache = "", c.HTTPAddr(), filepath.Join(t.TempDir(), "cache.yaml")
 		cfg.Region, cfg.PoP = "eu-west", "ams"
 	}))
@@ -531,7 +532,7 @@ rules:
     window: 1m
     bypass:
       path_prefix: [/healthz]
-`, func(c *Config) { c.AccessLog, c.AccessLogSample = logPath, 1 })
+`, func(c *config.Config) { c.AccessLog, c.AccessLogSample = logPath, 1 })
 	require.Equal(t, []int{200, 200}, codes(t, r, 2, "/healthz"))
 	r.stop()
 	b, err := os.ReadFile(logPath)

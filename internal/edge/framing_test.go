@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // recordingOrigin is an origin that keeps every byte it receives and
@@ -117,7 +119,7 @@ func dialEdge(t *testing.T, addr string) net.Conn {
 // balancer took for body bytes.
 func TestTransferEncodingWithContentLengthAnsweredThenClosed(t *testing.T) {
 	o, origin := startRecordingOrigin(t)
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) { c.Origins = []string{origin} })
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) { c.Origins = []string{origin} })
 	for _, order := range []string{
 		"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
 		"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n",
@@ -149,30 +151,30 @@ func TestAmbiguousFramingRefused(t *testing.T) {
 	o, origin := startRecordingOrigin(t)
 	site := newTLSSite(t)
 	site.put(t, "a.pem", "ecdsa", "a.example.com")
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) { c.Origins = []string{origin} })
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) { c.Origins = []string{origin} })
 	const get = "GET /t/refused HTTP/1.1\r\n"
 	const post = "POST /t/refused HTTP/1.1\r\n"
 	for _, tc := range []struct {
 		name, req, reason string
 		status            int
 	}{
-		{"chunked, identity", post + "Host: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", reasonTransferEncoding, 400},
-		{"chunked, chunked", post + "Host: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", reasonTransferEncoding, 400},
-		{"two TE fields", post + "Host: a\r\nTransfer-Encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n", reasonTransferEncoding, 400},
-		{"TE in HTTP/1.0", "POST /t/refused HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", reasonTransferEncoding, 400},
-		{"obs-folded TE", post + "Host: a\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n", reasonTransferEncoding, 400},
-		{"xchunked", post + "Host: a\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", reasonTransferCoding, 501},
-		{"identity with a length", post + "Host: a\r\nTransfer-Encoding: identity\r\nContent-Length: 5\r\n\r\nhello", reasonTransferCoding, 501},
-		{"obs-fold", get + "Host: a\r\nX-A: b\r\n c\r\n\r\n", reasonObsFold, 400},
-		{"space before the colon", post + "Host: a\r\nTransfer-Encoding : chunked\r\nContent-Length: 3\r\n\r\nabc", reasonFieldSyntax, 400},
-		{"no colon", get + "Host: a\r\nX-A\r\n\r\n", reasonFieldSyntax, 400},
-		{"two lengths", post + "Host: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nab", reasonContentLength, 400},
-		{"a signed length", post + "Host: a\r\nContent-Length: +1\r\n\r\na", reasonContentLength, 400},
-		{"bare LF everywhere", "GET /t/refused HTTP/1.1\nHost: a\n\n", reasonLineEnding, 400},
-		{"bare LF after the request line", "GET /t/refused HTTP/1.1\nHost: a\r\n\r\n", reasonLineEnding, 400},
-		{"bare LF after a field", get + "Host: a\nX-A: b\r\n\r\n", reasonLineEnding, 400},
-		{"bare LF ends the header", get + "Host: a\r\n\n", reasonLineEnding, 400},
-		{"bare CR", get + "Host: a\rX-A: b\r\n\r\n", reasonLineEnding, 400},
+		{"chunked, identity", post + "Host: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", "transfer_encoding", 400},
+		{"chunked, chunked", post + "Host: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", "transfer_encoding", 400},
+		{"two TE fields", post + "Host: a\r\nTransfer-Encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n", "transfer_encoding", 400},
+		{"TE in HTTP/1.0", "POST /t/refused HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "transfer_encoding", 400},
+		{"obs-folded TE", post + "Host: a\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n", "transfer_encoding", 400},
+		{"xchunked", post + "Host: a\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", "transfer_coding", 501},
+		{"identity with a length", post + "Host: a\r\nTransfer-Encoding: identity\r\nContent-Length: 5\r\n\r\nhello", "transfer_coding", 501},
+		{"obs-fold", get + "Host: a\r\nX-A: b\r\n c\r\n\r\n", "obs_fold", 400},
+		{"space before the colon", post + "Host: a\r\nTransfer-Encoding : chunked\r\nContent-Length: 3\r\n\r\nabc", "field_syntax", 400},
+		{"no colon", get + "Host: a\r\nX-A\r\n\r\n", "field_syntax", 400},
+		{"two lengths", post + "Host: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nab", "content_length", 400},
+		{"a signed length", post + "Host: a\r\nContent-Length: +1\r\n\r\na", "content_length", 400},
+		{"bare LF everywhere", "GET /t/refused HTTP/1.1\nHost: a\n\n", "line_ending", 400},
+		{"bare LF after the request line", "GET /t/refused HTTP/1.1\nHost: a\r\n\r\n", "line_ending", 400},
+		{"bare LF after a field", get + "Host: a\nX-A: b\r\n\r\n", "line_ending", 400},
+		{"bare LF ends the header", get + "Host: a\r\n\n", "line_ending", 400},
+		{"bare CR", get + "Host: a\rX-A: b\r\n\r\n", "line_ending", 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := metricSum(t, r, "edgeguard_edge_requests_refused_total", "reason", tc.reason)
@@ -210,7 +212,7 @@ func TestAmbiguousFramingRefused(t *testing.T) {
 // the client; the trust model's client where the request could be read.
 func TestSelfAnsweredRequestsLogged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "access.log")
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) {
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.AccessLog = path
 		c.ReadTimeout = time.Second // the slow header's 408
 	})
@@ -228,7 +230,7 @@ func TestSelfAnsweredRequestsLogged(t *testing.T) {
 		{"TRACE", "TRACE /t HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", reasonMethod, 405},
 		{"CONNECT", "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nConnection: close\r\n\r\n", reasonMethod, 405},
 		{"a header that never ends", "GET /t HTTP/1.1\r\nHost: a\r\n", reasonTimeout, 408},
-		{"a bare LF", "GET /t HTTP/1.1\nHost: a\n\n", reasonLineEnding, 400},
+		{"a bare LF", "GET /t HTTP/1.1\nHost: a\n\n", "line_ending", 400},
 		{"a body too large, announced", "POST /t HTTP/1.1\r\nHost: a\r\nContent-Length: 20000000\r\nExpect: 100-continue\r\n\r\n", reasonBodyTooLarge, 413},
 	}
 	for i, tc := range cases {
@@ -262,7 +264,7 @@ func TestFailedHandshakeIsNoRefusal(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "a.pem", "ecdsa", "a.example.com")
 	path := filepath.Join(t.TempDir(), "access.log")
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) { c.AccessLog = path })
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) { c.AccessLog = path })
 	_, err := site.dialTLS(r, "unknown.example.org", nil)
 	require.Error(t, err)
 	require.Eventually(t, func() bool {
@@ -280,9 +282,9 @@ func TestFailedHandshakeIsNoRefusal(t *testing.T) {
 // peer when it could not (no field of it is trusted).
 func TestRefusalLogsTheTrustModelsClient(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "access.log")
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) {
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.AccessLog = path
-		require.NoError(t, (*prefixesFlag)(&c.TrustedProxies).Set("127.0.0.1"))
+		c.TrustedProxies = append(c.TrustedProxies, mustPrefix("127.0.0.1/32"))
 	})
 	exchangeAll(t, dialEdge(t, r.Addr()), "TRACE /t HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\r\nConnection: close\r\n\r\n")
 	exchangeAll(t, dialEdge(t, r.Addr()), "GET /t HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7\nX: y\r\n\r\n")
@@ -291,95 +293,4 @@ func TestRefusalLogsTheTrustModelsClient(t *testing.T) {
 	require.Equal(t, 405, lines[0].Status)
 	require.Equal(t, "127.0.0.1", lines[1].Client)
 	require.Equal(t, 400, lines[1].Status)
-}
-
-// The framer reads a stream the same however it is cut into reads.
-func TestFramerReadsAnyCut(t *testing.T) {
-	for _, tc := range []struct {
-		name, stream string
-		stop         string // what does not go on: the stream's end from the violation (or after the request that closes)
-		err          *framingError
-		closed       bool
-	}{
-		{"keep-alive requests", "GET / HTTP/1.1\r\nHost: a\r\n\r\n\r\nPOST / HTTP/1.1\r\ncontent-length: 3\r\n\r\nabcPOST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\nA;x=\"y\"\r\n0123456789\r\n0\r\nT: 1\r\n\r\n", "", nil, false},
-		{"TE+CL ends the stream", "POST / HTTP/1.1\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\n\r\n", nil, true},
-		{"a body's LF is body", "POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n\n\nGET /\n", "\n", errBareLF, false},
-		{"a chunk's CRLF missing", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nxy\r\n", "y\r\n", errChunk, false},
-		{"a chunk-size of 16 digits", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", "0\r\n", errChunk, false},
-		{"a bare LF in a trailer", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nT: 1\n\r\n", "\n\r\n", errBareLF, false},
-		{"obs-fold in a trailer", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nT: 1\r\n 2\r\n\r\n", " 2\r\n\r\n", errObsFold, false},
-		{"a bare LF in a chunk extension", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1;a\nx\r\n", "\nx\r\n", errBareLF, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			want := len(tc.stream) - len(tc.stop)
-			require.True(t, strings.HasSuffix(tc.stream, tc.stop))
-			for _, cut := range []int{len(tc.stream), 1, 2, 7} {
-				var f framer
-				got := 0
-				for i := 0; i < len(tc.stream); i += cut {
-					p := []byte(tc.stream[i:min(i+cut, len(tc.stream))])
-					k := f.scan(p)
-					got += k
-					if k < len(p) {
-						break
-					}
-				}
-				require.Equal(t, want, got, "cut %d", cut)
-				require.Equal(t, tc.err, f.err, "cut %d", cut)
-				require.Equal(t, tc.closed, f.state == fsClosed, "cut %d", cut)
-			}
-		})
-	}
-}
-
-// BenchmarkFramer is what the framer adds to a typical browser request
-// (a header block of about 500 bytes, no body).
-func BenchmarkFramer(b *testing.B) {
-	req := []byte("GET /v1/orders/12345?expand=items&limit=20 HTTP/1.1\r\nHost: api.example.com\r\n" +
-		"User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n" +
-		"Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\n" +
-		"Accept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n" +
-		"Cookie: session=0123456789abcdef0123456789abcdef; theme=dark\r\n" +
-		"Connection: keep-alive\r\nUpgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\n" +
-		"Sec-Fetch-Mode: navigate\r\nSec-Fetch-Site: none\r\nPriority: u=0, i\r\n\r\n")
-	b.SetBytes(int64(len(req)))
-	b.ReportAllocs()
-	var f framer
-	for b.Loop() {
-		if f.scan(req) != len(req) {
-			b.Fatal(f.err)
-		}
-	}
-}
-
-// FuzzFramerCuts: however a stream is cut into reads, the framer lets the
-// same bytes on and ends in the same state.
-func FuzzFramerCuts(f *testing.F) {
-	for _, s := range []string{
-		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
-		"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\n\n",
-		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n2;a=b\r\nxy\r\n0\r\nT: 1\r\n\r\nGET",
-		"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
-		"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
-	} {
-		f.Add([]byte(s), uint8(1))
-	}
-	f.Fuzz(func(t *testing.T, stream []byte, cut uint8) {
-		var whole framer
-		want := whole.scan(stream)
-		var parts framer
-		got := 0
-		step := int(cut%64) + 1
-		for i := 0; i < len(stream); i += step {
-			p := stream[i:min(i+step, len(stream))]
-			k := parts.scan(p)
-			got += k
-			if k < len(p) {
-				break
-			}
-		}
-		if got != want || parts.err != whole.err || (parts.state == fsClosed) != (whole.state == fsClosed) {
-			t.Fatalf("cut %d: %d bytes on (%v), whole: %d (%v)", step, got, parts.err, want, whole.err)
-		}
-	})
 }

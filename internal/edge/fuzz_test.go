@@ -13,6 +13,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
@@ -119,7 +121,7 @@ func (r *requestRecorder) check(t *testing.T) {
 			t.Fatalf("query: client sent %q, origin got %q", seen.rawQuery, query)
 		}
 		lower := bytes.ToLower(got.header)
-		for name := range spoofable {
+		for _, name := range trust.SpoofableFields() {
 			switch name {
 			case "x-forwarded-for", "forwarded", "x-forwarded-proto", "x-forwarded-host":
 				continue // the edge's own
@@ -161,7 +163,7 @@ func startFuzzEdge() (addr string, rec *requestRecorder, stop func(), err error)
 		rec.mu.Unlock()
 	}}
 	go func() { _ = origin.Serve(ln) }()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{"http://" + ln.Addr().String()}
 	cfg.DrainDelay = 0

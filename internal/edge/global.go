@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
@@ -65,7 +66,7 @@ func (gr *globalRegions) apply(data []byte) error {
 	defer gr.mu.Unlock()
 	local := gr.e.cfg.Region
 	if data == nil && gr.fromConsul {
-		if gr.e.consul.setMissing(docCatalog, true) {
+		if gr.e.consul.SetMissing(consullink.DocCatalog, true) {
 			gr.e.log.Warn("region catalog missing in consul; keeping the regions in force", "key", region.NewLayout(gr.e.cfg.ConsulPrefix).Catalog())
 		}
 		return nil
@@ -124,7 +125,7 @@ func (gr *globalRegions) apply(data []byte) error {
 	}
 	gr.clients = next
 	gr.fromConsul = data != nil
-	gr.e.consul.setMissing(docCatalog, false)
+	gr.e.consul.SetMissing(consullink.DocCatalog, false)
 	gr.e.log.Info("region catalog loaded", "regions", cat.Names())
 	return nil
 }
@@ -143,7 +144,7 @@ func (gr *globalRegions) watch(ctx context.Context, client *region.Client, onErr
 // regionctl regions status) says which homes it decides from the share.
 func (gr *globalRegions) reachabilityChanged() {
 	if gr.e.consul != nil {
-		gr.e.consul.rulesChanged("")
+		gr.e.consul.RulesChanged()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
@@ -62,7 +63,7 @@ func TestGlobalRuleAcrossRegions(t *testing.T) {
 	cacheDir := t.TempDir()
 	edges := map[string]*running{}
 	for name, c := range map[string]*testenv.Consul{"eu-west": eu, "us-east": us} {
-		edges[name] = startConsulEdge(t, name, "p1", c.HTTPAddr(), filepath.Join(cacheDir, name+".yaml"), func(cfg *Config) {
+		edges[name] = startConsulEdge(t, name, "p1", c.HTTPAddr(), filepath.Join(cacheDir, name+".yaml"), func(cfg *config.Config) {
 			cfg.Redis = redisOf[name].URL()
 			cfg.KeySalt = "one-salt-for-every-region" // a global rule's key is the same everywhere
 		})

@@ -6,19 +6,18 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // bigOrigin is an origin whose /big?n=N answers N bytes.
@@ -123,7 +122,7 @@ func TestH2ZeroWindowStreamsEnd(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	const object, budget = 1 << 20, 3 << 19 // one object fits, two do not
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) {
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.Origins = []string{bigOrigin(t)}
 		c.WriteTimeout = time.Second
 		c.H2MaxHeldBytes = budget
@@ -164,11 +163,9 @@ func TestH2ZeroWindowStreamsEnd(t *testing.T) {
 	require.GreaterOrEqual(t, served, 1)
 	require.Equal(t, float64(served), metricSum(t, r, "edgeguard_tls_h2_write_timeouts_total"),
 		"each object's write ended by the timeout")
-	require.Equal(t, float64(conns*streams-served), metricSum(t, r, "edgeguard_tls_h2_streams_refused_total", "reason", h2RefusedHeldBytes))
+	require.Equal(t, float64(conns*streams-served), metricSum(t, r, "edgeguard_tls_h2_streams_refused_total", "reason", "held_bytes"))
 	require.Eventually(t, func() bool { return metricSum(t, r, "edgeguard_tls_h2_held_bytes") == 0 }, 10*time.Second, 10*time.Millisecond)
-	r.h2.held.mu.Lock()
-	peak, clients := r.h2.held.peak, len(r.h2.held.clients)
-	r.h2.held.mu.Unlock()
+	peak, clients := r.h2.HeldPeak()
 	require.LessOrEqual(t, peak, int64(budget))
 	require.Equal(t, int64(object), peak)
 
@@ -188,7 +185,7 @@ func TestH2StreamsCountAgainstThePerIPCap(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	const workers, perIP = 8, 4
-	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *Config) {
+	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.Workers = workers
 		c.MaxConnsPerIP = perIP
 	})
@@ -239,7 +236,7 @@ func TestH2StreamsCountAgainstThePerIPCap(t *testing.T) {
 	}
 	readers.Wait()
 	require.Equal(t, int64(conns*streams-perIP), refused.Load())
-	require.Equal(t, float64(conns*streams-perIP), metricSum(t, r, "edgeguard_tls_h2_streams_refused_total", "reason", h2RefusedPerIP))
+	require.Equal(t, float64(conns*streams-perIP), metricSum(t, r, "edgeguard_tls_h2_streams_refused_total", "reason", "per_ip"))
 
 	// Others: HTTP/1.1 from 127.0.0.2, HTTP/2 from 127.0.0.3 (each within
 	// the cap itself), while the attacker's streams hold their workers.
@@ -284,50 +281,4 @@ func TestH2StreamsCountAgainstThePerIPCap(t *testing.T) {
 	}
 	require.Equal(t, map[int]int{200: clients * each, 2002: clients * each}, got, "other addresses' requests (status, or status·10+2 over HTTP/2)")
 	require.Equal(t, perIP, r.workers.Busy(), "the attacker's streams were still held")
-}
-
-func TestH2Budget(t *testing.T) {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
-	b := newH2Budget(80, g)
-	a, c := b.client(netip.MustParseAddr("192.0.2.1"), true), b.client(netip.MustParseAddr("192.0.2.2"), true)
-	require.Same(t, a, b.client(netip.MustParseAddr("192.0.2.1"), true), "one record per address")
-	trusted := b.client(netip.Addr{}, false)
-
-	require.True(t, b.take(a, 50), "a client holding nothing takes one response the edge has room for")
-	require.False(t, b.room(a), "then it is over its share (10)")
-	require.False(t, b.take(a, 1))
-	require.True(t, b.room(c))
-	require.False(t, b.take(c, 31), "beyond the edge's bound")
-	require.True(t, b.take(c, 5))
-	require.True(t, b.take(c, 5), "within its share")
-	require.False(t, b.take(c, 1), "beyond its share")
-	require.True(t, b.take(trusted, 20), "a trusted connection is a client of its own")
-	require.False(t, b.room(trusted))
-	require.False(t, b.room(netipClient(b, "192.0.2.3")), "the edge holds its bound")
-	require.Equal(t, 80.0, gaugeValue(t, g))
-
-	for _, x := range []struct {
-		c *heldClient
-		n int64
-	}{{a, 50}, {c, 5}, {c, 5}, {trusted, 20}} {
-		b.release(x.c, x.n)
-	}
-	require.Zero(t, gaugeValue(t, g))
-	require.Equal(t, int64(80), b.peak)
-	b.leave(a)
-	require.Len(t, b.clients, 3, "192.0.2.1 still has a connection")
-	b.leave(a)
-	b.leave(c)
-	require.Len(t, b.clients, 1, "idle records are dropped")
-}
-
-func netipClient(b *h2Budget, addr string) *heldClient {
-	return b.client(netip.MustParseAddr(addr), true)
-}
-
-func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	require.NoError(t, g.Write(&m))
-	return m.GetGauge().GetValue()
 }

@@ -3,11 +3,12 @@ package edge
 import (
 	"bytes"
 	"flag"
-	"io"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // TestHelpShowsEveryDefault: --help and the flag reference give every
@@ -18,10 +19,9 @@ func TestHelpShowsEveryDefault(t *testing.T) {
 	require.False(t, ok)
 	require.Zero(t, code)
 	help := out.String()
-	c := DefaultConfig()
 	ref := flagsReference()
 	n := 0
-	newFlagSet(&c, io.Discard).VisitAll(func(f *flag.Flag) {
+	config.Flags().VisitAll(func(f *flag.Flag) {
 		n++
 		i := strings.Index(help, "\n  -"+f.Name+" ")
 		if i < 0 {

@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -47,7 +49,7 @@ func httpFrom(src string) *http.Client {
 // /healthcheck rule is trusted_only, and the classifier never answers
 // critical for anyone else. The tier is read off the edge's own counters.
 func TestUntrustedCannotBeCritical(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) { c.TrustedProxies = trustedSet{mustPrefix("127.0.0.2/32")} })
+	r := startEdge(t, perIP, func(c *config.Config) { c.TrustedProxies = trust.Set{mustPrefix("127.0.0.2/32")} })
 	untrusted, trusted := httpFrom("127.0.0.1"), httpFrom("127.0.0.2")
 	send := func(c *http.Client, method, path string, headers ...string) {
 		req, err := http.NewRequest(method, "http://"+r.Addr()+path, nil)
@@ -98,10 +100,10 @@ func TestQueuedRequestOfAGoneClientIsNeverProxied(t *testing.T) {
 	}}
 	go func() { _ = origin.Serve(ln) }()
 	t.Cleanup(func() { _ = origin.Shutdown() })
-	r := startEdge(t, "version: 1\nrules: []\n", func(c *Config) {
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.Origins = []string{"http://" + ln.Addr().String()}
 		c.Workers = 1
-		c.TrustedProxies = trustedSet{mustPrefix("127.0.0.2/32")}
+		c.TrustedProxies = trust.Set{mustPrefix("127.0.0.2/32")}
 	})
 
 	holder := dialFrom(t, "127.0.0.1", r.Addr())
@@ -159,7 +161,7 @@ func TestRequestWithoutHost(t *testing.T) {
 	resp, body := raw(t, r.Addr(), "GET http://user:pw@api.example.com/x HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
 
-	d := startEdge(t, apiHostTwice, func(c *Config) { c.DefaultHost = "api.example.com" })
+	d := startEdge(t, apiHostTwice, func(c *config.Config) { c.DefaultHost = "api.example.com" })
 	var got []int
 	for range 4 {
 		resp, body := raw(t, d.Addr(), "GET /x HTTP/1.0\r\n\r\n")
@@ -175,9 +177,9 @@ func TestRequestWithoutHost(t *testing.T) {
 // scheme, a host, a path or a method — never reaches it; the edge writes
 // its own forwarding fields. A trusted peer's pass.
 func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) { c.TrustedProxies = trustedSet{mustPrefix("127.0.0.2/32")} })
+	r := startEdge(t, perIP, func(c *config.Config) { c.TrustedProxies = trust.Set{mustPrefix("127.0.0.2/32")} })
 	var spoof strings.Builder
-	for name := range spoofable {
+	for _, name := range trust.SpoofableFields() {
 		fmt.Fprintf(&spoof, "%s: 6.6.6.6\r\n", name)
 	}
 	spoof.WriteString("X_Api_Key: smuggled\r\nX-Forwarded_For: 6.6.6.6\r\nX-Priority: critical\r\nX-Test-Mode: 0\r\n")
@@ -187,7 +189,7 @@ func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	got := echoed(t, body)
 	headers := strings.ToLower(got["headers"])
-	for name := range spoofable {
+	for _, name := range trust.SpoofableFields() {
 		switch name {
 		case "x-forwarded-for", "forwarded", "x-forwarded-proto", "x-forwarded-host":
 			continue // written by the edge, checked below
@@ -213,7 +215,7 @@ func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, echoed(t, body)["headers"], "X-Priority: critical", "a trusted proxy's priority is passed on")
 
-	u := startEdge(t, perIP, func(c *Config) { c.AllowUnderscoresInHeaders = true })
+	u := startEdge(t, perIP, func(c *config.Config) { c.AllowUnderscoresInHeaders = true })
 	resp, body = raw(t, u.Addr(), "GET /p HTTP/1.1\r\nHost: site.example\r\nX_Api_Key: k\r\n\r\n")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, echoed(t, body)["headers"], "X_api_key: k", "--allow-underscores-in-headers passes them")
@@ -259,7 +261,7 @@ func TestShedderSettingsThatHelpAttackersRefused(t *testing.T) {
 		"critical waits a year":            `{"critical_queue_timeout": "8760h"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 			cfg.DemoOrigin = true
 			cfg.Shedder = filepath.Join(t.TempDir(), "shedder.json")
@@ -294,7 +296,7 @@ func TestReleaseNeverDelaysTheResponse(t *testing.T) {
 			redis.Thaw()
 		}
 	}()
-	r := startEdge(t, oneSlotPerIP, func(c *Config) {
+	r := startEdge(t, oneSlotPerIP, func(c *config.Config) {
 		c.Redis, c.KeySalt = redis.URL(), "release-test-salt-0123"
 		// A release call may wait 10 × this (10 s) for a frozen Redis.
 		c.RedisTimeout = time.Second

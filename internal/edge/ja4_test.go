@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 const perJA4 = `
@@ -36,7 +38,7 @@ func TestJA4RuleKey(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	accessLog := filepath.Join(t.TempDir(), "access.log")
-	r, _ := startTLSEdge(t, site, perJA4, func(c *Config) { c.AccessLog = accessLog })
+	r, _ := startTLSEdge(t, site, perJA4, func(c *config.Config) { c.AccessLog = accessLog })
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	require.NoError(t, os.WriteFile(ca, site.ca.PEM, 0o600))
 	_, port, _ := net.SplitHostPort(r.TLSAddr())

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 const oneRule = `
@@ -31,7 +33,7 @@ func TestRegionLabelsOptIn(t *testing.T) {
 		on   bool
 	}{{"default", false}, {"opted-in", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startEdge(t, oneRule, func(c *Config) {
+			r := startEdge(t, oneRule, func(c *config.Config) {
 				c.Region, c.PoP, c.MetricsRegionLabels = "eu-west", "ams", tc.on
 			})
 			require.Equal(t, 200, r.get(t, "/").StatusCode)

@@ -8,20 +8,14 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("unknown level %q (want debug, info, warn or error)", s)
-	}
-	return l, nil
-}
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+)
 
 // NewLogger writes JSON lines at the configured level, durations as
 // strings ("1.5s", not 1500000000).
 func NewLogger(w io.Writer, level string) *slog.Logger {
-	l, err := parseLevel(level)
+	l, err := config.ParseLevel(level)
 	if err != nil {
 		l = slog.LevelInfo
 	}

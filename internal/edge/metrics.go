@@ -8,6 +8,8 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
+	"github.com/edgeguard/edgeguard/internal/edge/consullink"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
@@ -38,10 +40,10 @@ type metrics struct {
 	consulMissing *prometheus.GaugeVec // document (missing.go)
 	connsRefused  prometheus.Counter
 	refused       map[string]prometheus.Counter
-	tls           *tlsMetrics // TLS and the PROXY protocol (tls.go)
-	h2            *h2Metrics  // HTTP/2 (h2.go)
+	tls           *tlsMetrics       // TLS and the PROXY protocol (tls.go)
+	h2            *listen.H2Metrics // HTTP/2
 	enforce       *enforcementMetrics
-	h2Streams     *h2StreamMetrics
+	h2Streams     *listen.H2StreamMetrics
 }
 
 // Request outcomes (the outcome label).
@@ -114,10 +116,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	refused := newRefusedCounter()
 	m.refused = refusedByReason(refused)
 	m.tls = newTLSMetrics()
-	m.h2 = newH2Metrics()
-	m.h2Streams = newH2StreamMetrics()
+	m.h2 = listen.NewH2Metrics()
+	m.h2Streams = listen.NewH2StreamMetrics()
 	m.enforce = newEnforcementMetrics()
-	m.consulMissing = newMissingGauge()
+	m.consulMissing = consullink.NewMissingGauge()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
 	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned} {
@@ -139,10 +141,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.escapes, m.penaltyErrors, m.countsDropped, m.duration, m.rulesInfo, m.rulesLoaded, m.rulesErrors, m.limiterError, m.consulErrors, m.consulPanics, m.consulMissing, m.connsRefused, refused, build} {
 		errs = append(errs, reg.Register(c))
 	}
-	for _, c := range append(append(m.tls.collectors(), m.h2.floods), m.enforce.collectors()...) {
+	for _, c := range append(append(m.tls.collectors(), m.h2.Collectors()...), m.enforce.collectors()...) {
 		errs = append(errs, reg.Register(c))
 	}
-	for _, c := range m.h2Streams.collectors() {
+	for _, c := range m.h2Streams.Collectors() {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

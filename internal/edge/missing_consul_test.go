@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
@@ -63,14 +65,14 @@ func TestAbsentConsulDocumentsKeepTheLastGood(t *testing.T) {
 	require.Eventually(t, func() bool { return a.shed.Config().Good == 0.65 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return metricValue(t, a, "edgeguard_edge_enforced_keys_ratio") == 0.9999 }, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, []int{200, 200, 429}, codes(t, a, 3, "/"))
-	for _, doc := range []string{docRules, docShedder, docEnforcement} {
+	for _, doc := range []string{"rules", "shedder", "enforcement"} {
 		require.Zero(t, missingGauge(t, a, doc), doc)
 	}
 
 	// Consul rebuilt empty.
 	require.NoError(t, c.Stop())
 	require.NoError(t, c.Start())
-	for _, doc := range []string{docRules, docShedder, docEnforcement} {
+	for _, doc := range []string{"rules", "shedder", "enforcement"} {
 		waitMissing(t, a, doc, 1)
 	}
 	require.Equal(t, v1, a.rules.Load().Version(), "the rules in force stay")
@@ -86,7 +88,7 @@ func TestAbsentConsulDocumentsKeepTheLastGood(t *testing.T) {
 
 	// The shedder's defaults, explicitly: shedder set --reset.
 	ctl("shedder", "set", "--region", "eu-west", "--reset")
-	waitMissing(t, a, docShedder, 0)
+	waitMissing(t, a, "shedder", 0)
 	require.Equal(t, 0.7, a.shed.Config().Good)
 
 	// An edge restarted while Consul is still empty runs its cache.
@@ -94,8 +96,8 @@ func TestAbsentConsulDocumentsKeepTheLastGood(t *testing.T) {
 	require.NoError(t, a.stopErr)
 	b := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), filepath.Join(cacheDir, "a.yaml"))
 	require.Equal(t, v1, b.rules.Load().Version())
-	require.Equal(t, 1.0, missingGauge(t, b, docRules))
-	require.Equal(t, 1.0, missingGauge(t, b, docEnforcement))
+	require.Equal(t, 1.0, missingGauge(t, b, "rules"))
+	require.Equal(t, 1.0, missingGauge(t, b, "enforcement"))
 	require.Equal(t, 0.9999, metricValue(t, b, "edgeguard_edge_enforced_keys_ratio"))
 	require.Equal(t, []int{200, 200, 429}, codes(t, b, 3, "/"))
 	rz = getReadyz(t, b)
@@ -109,7 +111,7 @@ func TestAbsentConsulDocumentsKeepTheLastGood(t *testing.T) {
 	require.Equal(t, 4, exit, out)
 	require.Contains(t, out, "--allow-empty")
 	ctl("rules", "push", "--region", "eu-west", "--global", "--allow-empty", empty)
-	waitMissing(t, b, docRules, 0)
+	waitMissing(t, b, "rules", 0)
 	require.Empty(t, b.rules.Load().Rules())
 	for range 3 {
 		resp := b.get(t, "/")
@@ -118,7 +120,7 @@ func TestAbsentConsulDocumentsKeepTheLastGood(t *testing.T) {
 		require.Empty(t, resp.Header.Get("RateLimit-Policy"))
 	}
 	ctl("enforcement", "set", "--region", "eu-west", "enforce")
-	waitMissing(t, b, docEnforcement, 0)
+	waitMissing(t, b, "enforcement", 0)
 	require.Equal(t, 1.0, metricValue(t, b, "edgeguard_edge_enforced_keys_ratio"))
 	require.Equal(t, readyz{http.StatusOK, "ready\n"}, getReadyz(t, b))
 }
@@ -134,17 +136,17 @@ func TestAbsentRLSDocumentsKeepTheConfiguration(t *testing.T) {
 	out, code := f.push(t, rlsDoc) // user: 2 per hour
 	require.Equal(t, 0, code, out)
 	require.Eventually(t, func() bool { return f.limitOf(t, "probe") == 2 }, 15*time.Second, 10*time.Millisecond)
-	require.Zero(t, missingGauge(t, f.r, docRLS))
+	require.Zero(t, missingGauge(t, f.r, consullink.DocRLS))
 
 	require.NoError(t, c.Stop())
 	require.NoError(t, c.Start())
-	waitMissing(t, f.r, docRLS, 1)
+	waitMissing(t, f.r, consullink.DocRLS, 1)
 	require.Equal(t, uint32(2), f.limitOf(t, "probe"), "the configuration in force stays")
 	require.Contains(t, getReadyz(t, f.r).body, "rls (since ")
 
 	out, code = f.push(t, strings.Replace(rlsDoc, "requests_per_unit: 2", "requests_per_unit: 9", 1))
 	require.Equal(t, 0, code, out)
-	waitMissing(t, f.r, docRLS, 0)
+	waitMissing(t, f.r, consullink.DocRLS, 0)
 	require.Equal(t, uint32(9), f.limitOf(t, "probe"))
 }
 
@@ -177,14 +179,14 @@ func TestAbsentRegionDocumentKeepsTheRules(t *testing.T) {
 	}, nil)
 	require.NoError(t, err)
 	require.True(t, ok, "%+v", resp)
-	waitMissing(t, a, docRules, 1)
+	waitMissing(t, a, "rules", 1)
 	require.Equal(t, v1, a.rules.Load().Version(), "the global document alone does not apply while the region's is missing")
 	require.Equal(t, []int{200}, codes(t, a, 1, "/"), "per-ip stays off")
 
 	empty := "version: 1\nrules: []\n"
 	push(t, rc, "eu-west", layout.RegionRules("eu-west"), empty)
 	waitVersion(t, a, effectiveVersion(t, looser, empty), time.Now())
-	require.Zero(t, missingGauge(t, a, docRules))
+	require.Zero(t, missingGauge(t, a, "rules"))
 }
 
 // The region catalog likewise: deleted from Consul, the edge keeps the
@@ -201,20 +203,20 @@ func TestAbsentCatalogKeepsTheRegions(t *testing.T) {
 	cat := fmt.Sprintf(`{"regions":[{"name":"eu-west","redis":%q},{"name":"us-east","redis":%q}]}`, rd.URL(), rd.URL())
 	_, err = rc.API().KV().Put(&api.KVPair{Key: rc.Layout().Catalog(), Value: []byte(cat)}, nil)
 	require.NoError(t, err)
-	a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), "", func(cfg *Config) {
+	a := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), "", func(cfg *config.Config) {
 		cfg.Redis, cfg.KeySalt = rd.URL(), testenv.KeyPrefix(t)
 	})
 	away := `edgeguard_limiter_global_fallback_share{home="us-east"}`
 	require.Eventually(t, func() bool { return strings.Contains(scrape(t, a), away) }, 10*time.Second, 20*time.Millisecond, "the catalog loaded")
-	require.Zero(t, missingGauge(t, a, docCatalog))
+	require.Zero(t, missingGauge(t, a, consullink.DocCatalog))
 
 	_, err = rc.API().KV().Delete(rc.Layout().Catalog(), nil)
 	require.NoError(t, err)
-	waitMissing(t, a, docCatalog, 1)
+	waitMissing(t, a, consullink.DocCatalog, 1)
 	require.Contains(t, scrape(t, a), away, "us-east is still a region")
 	require.Contains(t, getReadyz(t, a).body, "catalog (since ")
 
 	_, err = rc.API().KV().Put(&api.KVPair{Key: rc.Layout().Catalog(), Value: []byte(cat)}, nil)
 	require.NoError(t, err)
-	waitMissing(t, a, docCatalog, 0)
+	waitMissing(t, a, consullink.DocCatalog, 0)
 }

@@ -43,7 +43,7 @@ func init() {
 }
 
 // handle runs a request through the pipeline: fasthttp's handler for
-// HTTP/1.x, and the HTTP/2 server's for each stream (h2.go).
+// HTTP/1.x, and the HTTP/2 server's for each stream (listen/h2.go).
 func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 	sc := scratchPool.Get().(*scratch)
 	defer func() {
@@ -75,7 +75,7 @@ type scratch struct {
 	stage   int       // the next stage's index in pipeline
 	start   time.Time // when the request reached the pipeline
 	peer    netip.Addr
-	trusted bool // the peer is a trusted proxy (trust.go)
+	trusted bool // the peer is a trusted proxy (internal/edge/trust)
 	headers headerLookup
 	header  func(string) (string, bool) // headers.get, bound once per scratch
 	query   func(string) (string, bool) // headers.query, likewise

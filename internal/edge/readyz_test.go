@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -62,9 +63,9 @@ func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(
 func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // startLoggedEdge is startEdge with the edge's log kept.
-func startLoggedEdge(t *testing.T, rulesYAML string, mutate func(*Config)) (*running, *syncLog) {
+func startLoggedEdge(t *testing.T, rulesYAML string, mutate func(*config.Config)) (*running, *syncLog) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{testOrigin(t)}
 	cfg.DrainDelay = 0
@@ -107,8 +108,8 @@ func TestReadiness(t *testing.T) {
 
 // readyRedis points an edge at the Redis at url, with fail mode mode and
 // keys salted with salt.
-func readyRedis(url string, mode limiter.FailMode, salt string) func(*Config) {
-	return func(c *Config) {
+func readyRedis(url string, mode limiter.FailMode, salt string) func(*config.Config) {
+	return func(c *config.Config) {
 		c.Redis, c.FailMode, c.KeySalt = url, mode, salt
 	}
 }
@@ -246,7 +247,7 @@ func TestReadinessWithoutRules(t *testing.T) {
 // TestReadinessWhileDraining: from the moment the edge starts draining,
 // /readyz answers 503 even though the store is healthy.
 func TestReadinessWhileDraining(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) { c.DrainDelay = time.Second })
+	r := startEdge(t, perIP, func(c *config.Config) { c.DrainDelay = time.Second })
 	require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
 	go r.stop()
 	rz := waitReadyz(t, r, "503 while draining", func(rz readyz) bool { return rz.code == 503 })

@@ -3,7 +3,6 @@ package edge
 import (
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgeguard/edgeguard/internal/flaghelp"
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -28,7 +27,7 @@ func TestReferenceDocs(t *testing.T) {
 	r, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 	require.NoError(t, err)
 	defer r.Close()
-	e := startEdge(t, referenceRules, func(c *Config) {
+	e := startEdge(t, referenceRules, func(c *config.Config) {
 		c.Redis, c.KeySalt = r.URL(), "reference-docs-salt"
 		c.AccessLog = filepath.Join(t.TempDir(), "access.log")
 		c.RLS.Listen, c.RLS.ConfigDir = "127.0.0.1:0", t.TempDir() // the rate limit service's series too
@@ -117,11 +116,9 @@ func flagsReference() string {
 		"Each is a flag (`--name`), an environment variable (`EDGEGUARD_NAME`) and a key of the `--config` file (`name:`);\n" +
 		"the command line wins over the environment, which wins over the file. Secrets are refused on the command line.\n\n" +
 		"| flag | variable | default | meaning |\n|---|---|---|---|\n")
-	c := DefaultConfig()
-	fs := newFlagSet(&c, io.Discard)
-	fs.VisitAll(func(f *flag.Flag) {
-		def := "`" + flaghelp.Default(f, displayDefaults) + "`"
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, EnvName(f.Name), def, strings.ReplaceAll(f.Usage, "|", "\\|"))
+	config.Flags().VisitAll(func(f *flag.Flag) {
+		def := "`" + config.DisplayDefault(f) + "`"
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, config.EnvName(f.Name), def, strings.ReplaceAll(f.Usage, "|", "\\|"))
 	})
 	return b.String()
 }

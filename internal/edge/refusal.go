@@ -4,16 +4,20 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
-// Refusal reasons besides the framing's (framing.go): the label of
+// Refusal reasons besides the framing's (listen/framing.go): the label of
 // edgeguard_edge_requests_refused_total and the access log's refuse_reason.
 const (
 	reasonVersion        = "version"          // 505
@@ -28,11 +32,10 @@ const (
 
 // refusalReasons is every reason: the counter's series exist from the
 // start and no other value is ever a label.
-var refusalReasons = []string{
-	reasonLineEnding, reasonObsFold, reasonFieldSyntax, reasonContentLength, reasonTransferEncoding,
-	reasonTransferCoding, reasonChunk, reasonVersion, reasonMethod, reasonBodyTooLarge, reasonHost,
+var refusalReasons = append(slices.Clone(listen.FramingReasons),
+	reasonVersion, reasonMethod, reasonBodyTooLarge, reasonHost,
 	reasonRepeatedField, reasonHeaderTooLarge, reasonTimeout, reasonMalformed,
-}
+)
 
 func newRefusedCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -61,41 +64,41 @@ func (m *metrics) countRefusal(reason string) {
 
 // serverError answers what fasthttp refuses before the handler runs
 // (Server.ErrorHandler) — a request whose framing the edge refuses
-// (framing.go), a header block too large, a body too large, a read that
+// (listen/framing.go), a header block too large, a body too large, a read that
 // timed out, bytes fasthttp cannot parse — in the edge's problem format,
 // and counts and logs it like the pipeline's refusals. The client is the
 // socket peer: no field of a request that could not be read is trusted.
 // fasthttp closes the connection after it.
 func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
 	start := time.Now()
-	var fe *framingError
+	var fe *listen.FramingError
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	var reason string
 	switch {
 	case errors.As(err, &fe):
-		refuse(ctx, fe.status, fe.detail)
-		reason = fe.reason
+		problem.Refuse(ctx, fe.Status, fe.Detail)
+		reason = fe.Reason
 	case errors.As(err, &small):
-		refuse(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "the request header block is too large")
+		problem.Refuse(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "the request header block is too large")
 		reason = reasonHeaderTooLarge
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		refuse(ctx, fasthttp.StatusRequestEntityTooLarge, "the request body is too large")
+		problem.Refuse(ctx, fasthttp.StatusRequestEntityTooLarge, "the request body is too large")
 		reason = reasonBodyTooLarge
 	case errors.As(err, &ne) && ne.Timeout():
-		refuse(ctx, fasthttp.StatusRequestTimeout, "the request was not received in time")
+		problem.Refuse(ctx, fasthttp.StatusRequestTimeout, "the request was not received in time")
 		reason = reasonTimeout
 	default:
-		refuse(ctx, fasthttp.StatusBadRequest, "the request could not be parsed")
+		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request could not be parsed")
 		reason = reasonMalformed
 	}
-	if !clientSent(ctx.Conn()) {
+	if !listen.ClientSent(ctx.Conn()) {
 		// Nothing was asked: a failed TLS handshake or PROXY header
 		// (counted where they fail), a connection refused at the cap, a
 		// connection silent until --read-timeout. Answered, not recorded.
 		return
 	}
-	e.recordRefusal(ctx, start, peerAddr(ctx.RemoteIP()), reason, true)
+	e.recordRefusal(ctx, start, trust.Peer(ctx.RemoteIP()), reason, true)
 }
 
 // recordRefusal counts and logs a refusal made outside the pipeline
@@ -121,28 +124,4 @@ func logRefusal(line *accesslog.Line, sc *scratch) {
 	if sc.refusal != "" {
 		line.Str("refuse_reason", sc.refusal)
 	}
-}
-
-// clientSent reports whether the client sent any byte on c (true for a
-// connection without a framer).
-func clientSent(c net.Conn) bool {
-	switch c := c.(type) {
-	case *framedConn:
-		return c.f.got
-	case *framedTLSConn:
-		return c.f.got
-	}
-	return true
-}
-
-// closesAfter reports whether c's framer ends the connection after the
-// request it is reading (Transfer-Encoding with Content-Length).
-func closesAfter(c net.Conn) bool {
-	switch c := c.(type) {
-	case *framedConn:
-		return c.f.closeAfter
-	case *framedTLSConn:
-		return c.f.closeAfter
-	}
-	return false
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // SIGHUP re-reads the rules and shedder files; an invalid file is refused and
@@ -13,7 +15,7 @@ import (
 func TestReloadFiles(t *testing.T) {
 	shedFile := filepath.Join(t.TempDir(), "shedder.json")
 	require.NoError(t, os.WriteFile(shedFile, []byte(`{"good": 0.6, "bad": 0.7}`), 0o600))
-	r := startEdge(t, perIP, func(c *Config) { c.Shedder = shedFile })
+	r := startEdge(t, perIP, func(c *config.Config) { c.Shedder = shedFile })
 	require.InDelta(t, 0.6, r.shed.Config().Good, 1e-9)
 	v1 := r.rules.Load().Version()
 	require.Equal(t, []int{200, 200, 200, 429}, codes(t, r, 4, "/"))

@@ -1,10 +1,11 @@
 package edge
 
 import (
-	"strconv"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 )
 
 // b2s views bytes as a string for lookups that do not keep it.
@@ -44,25 +45,7 @@ func (l *headerLookup) one(vs [][]byte, kind, name string) (string, bool) {
 
 // refuseRepeated answers 400 for a repeated decision header or parameter.
 func refuseRepeated(ctx *fasthttp.RequestCtx, what string) {
-	refuse(ctx, fasthttp.StatusBadRequest, what+" is repeated; the edge decides on it and needs exactly one")
-}
-
-// refuse answers status with a problem document (no Retry-After: asking
-// again will not help). The record stage closes the connection when the
-// request's body was left unread.
-func refuse(ctx *fasthttp.RequestCtx, status int, detail string) {
-	writeProblem(ctx, problem{
-		Type:   "about:blank",
-		Title:  fasthttp.StatusMessage(status),
-		Status: status,
-		Detail: detail,
-	}, 0)
-	ctx.Response.Header.Del(fasthttp.HeaderRetryAfter)
-}
-
-func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
-	refuse(ctx, fasthttp.StatusRequestEntityTooLarge, "the request body exceeds "+strconv.Itoa(limit)+" bytes")
-	ctx.SetConnectionClose()
+	problem.Refuse(ctx, fasthttp.StatusBadRequest, what+" is repeated; the edge decides on it and needs exactly one")
 }
 
 // hasUnreadBody reports whether the request carries a body stream the

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 )
 
 // startEdgeArgs starts an in-process edge from command-line flags, as an
@@ -22,10 +25,10 @@ func startEdgeArgs(t *testing.T, rulesYAML string, args ...string) *running {
 	t.Helper()
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(rulesFile, []byte(rulesYAML), 0o600))
-	cfg, err := ParseFlags(append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-delay", "0",
-		"--origin", testOrigin(t), "--rules", rulesFile}, args...), env(nil), io.Discard)
+	cfg, err := config.ParseFlags(append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-delay", "0",
+		"--origin", testOrigin(t), "--rules", rulesFile}, args...), func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
-	return startEdge(t, rulesYAML, func(c *Config) {
+	return startEdge(t, rulesYAML, func(c *config.Config) {
 		origins, rules := c.Origins, c.Rules
 		*c = cfg
 		c.Origins, c.Rules = origins, rules
@@ -74,11 +77,11 @@ func echoed(t *testing.T, body []byte) map[string]string {
 	return m
 }
 
-func requireProblem(t *testing.T, resp *http.Response, body []byte, status int) problem {
+func requireProblem(t *testing.T, resp *http.Response, body []byte, status int) problem.Problem {
 	t.Helper()
 	require.Equal(t, status, resp.StatusCode, "%s", body)
 	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), "%s", body)
-	var p problem
+	var p problem.Problem
 	require.NoError(t, json.Unmarshal(body, &p), "%s", body)
 	require.Equal(t, status, p.Status)
 	return p

@@ -7,13 +7,15 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // Requests are counted by outcome and shedder tier, so a tier's success
 // ratio can be computed.
 func TestRequestsCountedByTier(t *testing.T) {
-	r := startEdge(t, perIP, func(c *Config) {
-		require.NoError(t, (*prefixesFlag)(&c.TrustedProxies).Set("127.0.0.1"))
+	r := startEdge(t, perIP, func(c *config.Config) {
+		c.TrustedProxies = append(c.TrustedProxies, mustPrefix("127.0.0.1/32"))
 	})
 	// perIP admits 3 per client per minute; each tier comes from its own client.
 	sent := []struct {

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
 	"strconv"
 	"sync"
@@ -11,14 +10,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
-)
-
-// Problem types of the IANA HTTP problem types registry.
-const (
-	problemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	problemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 )
 
 // applied is one non-shadow rule's answer, as clients see it.
@@ -156,24 +150,6 @@ func forgetPolicies() {
 	policiesN.Store(0)
 }
 
-type problem struct {
-	Type     string   `json:"type"`
-	Title    string   `json:"title"`
-	Status   int      `json:"status"`
-	Detail   string   `json:"detail,omitempty"`
-	Violated []string `json:"violated-policies,omitempty"`
-}
-
-func writeProblem(ctx *fasthttp.RequestCtx, p problem, retryAfter int64) {
-	ctx.Response.Reset()
-	ctx.SetStatusCode(p.Status)
-	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(retryAfter, 1), 10))
-	ctx.Response.Header.Set("Cache-Control", "no-store")
-	ctx.SetContentType("application/problem+json")
-	body, _ := json.Marshal(p) // plain strings and ints: cannot fail
-	ctx.SetBody(body)
-}
-
 // deny answers 429 for the rules that denied.
 func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
 	var violated []string
@@ -184,31 +160,12 @@ func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
 			retry = max(retry, a.out.RetryAfter, time.Second)
 		}
 	}
-	writeProblem(ctx, problem{
-		Type:     problemQuotaExceeded,
+	problem.Write(ctx, problem.Problem{
+		Type:     problem.QuotaExceeded,
 		Title:    "Too Many Requests",
 		Status:   fasthttp.StatusTooManyRequests,
 		Detail:   "request quota exceeded; retry after the time in Retry-After",
 		Violated: violated,
 	}, seconds(retry))
 	setRateLimitFields(&ctx.Response.Header, as, legacy)
-}
-
-// notProcessed marks a response the edge gave before any origin work: the
-// request had no effect anywhere, so retrying it is safe even when it is
-// not idempotent (a client cannot tell that from a bare 503, which an
-// origin may also send after doing part of the work).
-const notProcessed = "EdgeGuard-Not-Processed"
-
-// unavailable answers 503: shed, no worker free, over the adaptive origin
-// limit, or Redis down in fail-closed; always before the origin saw the
-// request.
-func unavailable(ctx *fasthttp.RequestCtx, detail string, retryAfter int64) {
-	writeProblem(ctx, problem{
-		Type:   problemReducedCapacity,
-		Title:  "Service Unavailable",
-		Status: fasthttp.StatusServiceUnavailable,
-		Detail: detail,
-	}, retryAfter)
-	ctx.Response.Header.Set(notProcessed, "1")
 }

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
@@ -99,8 +100,8 @@ func TestRLSFromConsul(t *testing.T) {
 		f.r.stop()
 		require.Nil(t, f.rlsEntry(t), "a stopped edge leaves the catalog with its rate limit service")
 		require.NoError(t, c.Stop())
-		again := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), f.rulesCache, func(cfg *Config) {
-			cfg.RLS = RLSConfig{Listen: "127.0.0.1:0"}
+		again := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), f.rulesCache, func(cfg *config.Config) {
+			cfg.RLS = config.RLSConfig{Listen: "127.0.0.1:0"}
 		})
 		conn, err := grpc.NewClient(again.RLSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
@@ -130,8 +131,8 @@ func newRLSFixture(t *testing.T, c *testenv.Consul) *rlsFixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &rlsFixture{c: c, rc: regionClient(t, c), doc: filepath.Join(dir, "edge.yaml"), rulesCache: filepath.Join(dir, "rules.yaml")}
-	f.r = startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), f.rulesCache, func(cfg *Config) {
-		cfg.RLS = RLSConfig{Listen: "127.0.0.1:0"}
+	f.r = startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), f.rulesCache, func(cfg *config.Config) {
+		cfg.RLS = config.RLSConfig{Listen: "127.0.0.1:0"}
 	})
 	conn, err := grpc.NewClient(f.r.RLSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)

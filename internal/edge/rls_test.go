@@ -24,6 +24,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -50,7 +51,7 @@ func TestRLSListener(t *testing.T) {
 	require.NoError(t, os.MkdirAll(confDir, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte(rlsDoc), 0o600))
 
-	r := startEdge(t, perIP, func(c *Config) {
+	r := startEdge(t, perIP, func(c *config.Config) {
 		c.RLS.Listen, c.RLS.ConfigDir, c.RLS.TLSCert, c.RLS.TLSKey, c.RLS.Reflection = "127.0.0.1:0", confDir, certFile, keyFile, true
 	})
 	conn, err := grpc.NewClient(r.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost"})))
@@ -98,7 +99,7 @@ func TestRLSListener(t *testing.T) {
 	require.Contains(t, metrics, `edgeguard_rls_config_loads_total{outcome="error"} 1`)
 
 	// Mutual TLS: without a client certificate, no call gets through.
-	m := startEdge(t, perIP, func(c *Config) {
+	m := startEdge(t, perIP, func(c *config.Config) {
 		c.RLS.Listen, c.RLS.ConfigDir, c.RLS.TLSCert, c.RLS.TLSKey, c.RLS.ClientCA = "127.0.0.1:0", confDir, certFile, keyFile, caFile
 	})
 	mconn, err := grpc.NewClient(m.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, ServerName: "localhost"})))
@@ -120,9 +121,9 @@ func TestRLSListener(t *testing.T) {
 }
 
 func TestRLSConfigValidation(t *testing.T) {
-	c := DefaultConfig()
+	c := config.DefaultConfig()
 	c.DemoOrigin = true
-	c.RLS = RLSConfig{Listen: ":8081", Headers: "fancy", HeaderNames: "raw", TLSCert: "c.pem", ClientCA: "ca.pem", MaxStreams: -1, MaxConnsPerIP: -1}
+	c.RLS = config.RLSConfig{Listen: ":8081", Headers: "fancy", HeaderNames: "raw", TLSCert: "c.pem", ClientCA: "ca.pem", MaxStreams: -1, MaxConnsPerIP: -1}
 	err := c.Validate()
 	require.ErrorContains(t, err, "rls-config-dir: required with --rls-listen (or --consul")
 	require.ErrorContains(t, err, "rls-headers: want off, draft or legacy")
@@ -156,7 +157,7 @@ func TestRLSDefaults(t *testing.T) {
 	confDir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte(rlsDoc), 0o600))
 	args := []string{"--demo-origin", "--rls-listen", "127.0.0.1:0", "--rls-config-dir", confDir}
-	cfg, err := ParseArgs(args, nil, io.Discard)
+	cfg, err := config.ParseArgs(args, nil, io.Discard)
 	require.NoError(t, err)
 	ask := func(t *testing.T, addr, value string) *pb.RateLimitResponse {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -170,7 +171,7 @@ func TestRLSDefaults(t *testing.T) {
 		return resp
 	}
 	value := fmt.Sprintf("user-%d-%d", time.Now().UnixNano(), os.Getpid())
-	r := startEdge(t, perIP, func(c *Config) { c.RLS = cfg.RLS })
+	r := startEdge(t, perIP, func(c *config.Config) { c.RLS = cfg.RLS })
 	resp := ask(t, r.RLSAddr(), value)
 	require.Empty(t, resp.ResponseHeadersToAdd, "no field for the client by default")
 	require.Empty(t, resp.RequestHeadersToAdd)
@@ -186,7 +187,7 @@ func TestRLSDefaults(t *testing.T) {
 	_, err = refl.Recv()
 	require.Equal(t, grpccodes.Unimplemented, status.Code(err), "no reflection by default")
 
-	d := startEdge(t, perIP, func(c *Config) { c.RLS = cfg.RLS; c.RLS.Headers = "draft" })
+	d := startEdge(t, perIP, func(c *config.Config) { c.RLS = cfg.RLS; c.RLS.Headers = "draft" })
 	resp = ask(t, d.RLSAddr(), value)
 	require.Len(t, resp.ResponseHeadersToAdd, 2)
 	for _, h := range resp.ResponseHeadersToAdd {
@@ -202,7 +203,7 @@ func TestRLSDefaults(t *testing.T) {
 func TestRLSConnsPerAddress(t *testing.T) {
 	confDir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(confDir, "edge.yaml"), []byte(rlsDoc), 0o600))
-	r := startEdge(t, perIP, func(c *Config) {
+	r := startEdge(t, perIP, func(c *config.Config) {
 		c.RLS.Listen, c.RLS.ConfigDir, c.RLS.MaxConnsPerIP = "127.0.0.1:0", confDir, 2
 	})
 	var held []net.Conn

@@ -33,7 +33,7 @@ func ownGoroutines() []string {
 			"edgeguard/internal/edge.(*Edge).Run",
 			"edgeguard/internal/edge.(*Edge).serve",
 			"edgeguard/internal/edge.(*Edge).reloadOnSignal",
-			"edgeguard/internal/edge.(*consulLink)",
+			"edgeguard/internal/edge/consullink.(*Link)",
 			"edgeguard/pkg/region.(*Client).watch",
 			"edgeguard/pkg/shedder.(*Shedder).Run",
 		} {
@@ -57,7 +57,7 @@ func TestRunWaitsForItsGoroutines(t *testing.T) {
 	r := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), filepath.Join(t.TempDir(), "rules.yaml"))
 
 	want := []string{"fasthttp.(*Server).Serve", "net/http.(*Server).Serve", "(*Edge).reloadOnSignal", "(*Shedder).Run",
-		"(*consulLink).register", "(*consulLink).countEdges", "(*Client).WatchRules", "(*Client).WatchShedder"}
+		"(*Link).register", "(*Link).countEdges", "(*Client).WatchRules", "(*Client).WatchShedder"}
 	require.Eventually(t, func() bool {
 		all := strings.Join(ownGoroutines(), "\n")
 		for _, w := range want {

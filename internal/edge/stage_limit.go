@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
@@ -29,7 +30,7 @@ func (e *Edge) limitStage(sc *scratch) string {
 	sc.limitDenied, sc.denyRetry = limiterDenial(verdict)
 	switch {
 	case errors.Is(err, limiter.ErrUnavailable):
-		unavailable(ctx, "rate limiting is unavailable; retry later", 1)
+		problem.Unavailable(ctx, "rate limiting is unavailable; retry later", 1)
 		return outcomeUnavailable
 	case err != nil:
 		// A check the limiter refuses is a bug (rules are validated);

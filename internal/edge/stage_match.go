@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
@@ -17,7 +18,7 @@ func (e *Edge) matchStage(sc *scratch) string {
 		ClientIP: sc.client,
 		Header:   sc.header,
 		Query:    sc.query,
-		JA4:      ja4Of(ctx.Conn()),
+		JA4:      listen.JA4Of(ctx.Conn()),
 	}
 	sc.matches = e.rules.Load().Match(&sc.req, sc.matches)
 	return e.next(sc)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/origin"
 )
 
@@ -26,7 +27,7 @@ func (e *Edge) proxyStage(sc *scratch) string {
 	upstream := time.Now()
 	e.proxy.Serve(ctx, hop)
 	sc.upstream = time.Since(upstream)
-	ctx.Response.Header.Del(notProcessed) // the edge's word, never the origin's
+	ctx.Response.Header.Del(problem.NotProcessed) // the edge's word, never the origin's
 	ospan.End()
 	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
 	if len(sc.after) > 0 {

@@ -2,6 +2,8 @@ package edge
 
 import (
 	"time"
+
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 )
 
 // recordStage wraps the rest of the pipeline (step 11, Record): once they
@@ -19,10 +21,10 @@ func (e *Edge) recordStage(sc *scratch) string {
 		// The rest of an unread body must not be taken for a request.
 		ctx.SetConnectionClose()
 	}
-	if closesAfter(ctx.Conn()) {
+	if listen.ClosesAfter(ctx.Conn()) {
 		// Transfer-Encoding with Content-Length: answered (the body read
 		// as chunked), then the connection ends (RFC 9112 §6.3); the
-		// framer reads nothing after the body (framing.go).
+		// framer reads nothing after the body (listen/framing.go).
 		ctx.SetConnectionClose()
 	}
 	total := time.Since(sc.start)

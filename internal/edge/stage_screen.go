@@ -2,45 +2,32 @@ package edge
 
 import (
 	"bytes"
-	"net/netip"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
 
 // screenStage is the first look at a request (step 2, Screen): who sent
-// it (the peer, and whether it is a trusted proxy: trust.go), the request's
+// it (the peer, and whether it is a trusted proxy: internal/edge/trust), the request's
 // span when tracing, and what the edge never passes on. From here on the
 // rules, the shedder and the origin see one and the same request.
 func (e *Edge) screenStage(sc *scratch) string {
 	ctx := sc.ctx
-	sc.peer = peerAddr(ctx.RemoteIP())
-	sc.trusted = e.trusted.contains(sc.peer)
+	sc.peer = trust.Peer(ctx.RemoteIP())
+	sc.trusted = e.trusted.Contains(sc.peer)
 	if e.tracing != nil {
 		sc.trace, sc.span = e.tracing.begin(ctx, sc.trusted)
 	}
 	if sc.refusal = e.screen(ctx, sc.trusted); sc.refusal != "" {
 		// The access log names the client the trust model decides, as
 		// identify would have.
-		sc.client = clientAddr(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
+		sc.client = trust.Client(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
 		return outcomeRefused
 	}
 	return e.next(sc)
-}
-
-// refusedMethods are answered 405 unless --allow-methods names them:
-// CONNECT asks the edge to open a tunnel, TRACE echoes the request
-// (credentials included) back; neither belongs on a CDN origin by default.
-var refusedMethods = [...]string{fasthttp.MethodConnect, fasthttp.MethodTrace}
-
-// refusedMethod returns the refused method m names (case-insensitively,
-// as origins may read it), or "".
-func refusedMethod(m []byte) string {
-	for _, r := range refusedMethods {
-		if bytes.EqualFold(m, []byte(r)) {
-			return r
-		}
-	}
-	return ""
 }
 
 // allowHeader is the Allow field of a 405: what the edge passes on.
@@ -58,27 +45,27 @@ var (
 // omit it, and host rules must not be skipped by leaving it out). It makes
 // an absolute-form request-target's authority the request's Host (RFC 9112
 // §3.2.2), so the rules match and the origin receives one and the same
-// host, and drops the fields this peer may not send (trust.go). It reports
+// host, and drops the fields this peer may not send (internal/edge/trust). It reports
 // why it refused the request ("" when it may go on: refusal.go's reasons).
 func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	if proto := ctx.Request.Header.Protocol(); !bytes.Equal(proto, http11) && !bytes.Equal(proto, http10) {
-		refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
+		problem.Refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
 		return reasonVersion
 	}
-	if m := refusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
-		refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
+	if m := config.RefusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
+		problem.Refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
 		return reasonMethod
 	}
 	if n := ctx.Request.Header.ContentLength(); n > e.cfg.MaxBodyBytes {
-		tooLarge(ctx, e.cfg.MaxBodyBytes)
+		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
 		return reasonBodyTooLarge
 	}
 	// A Host or an absolute-form target with user info ("u:p@host") would
 	// reach the origin as an Authorization field (fasthttp's client writes
 	// one from a URI's user): no such request goes on.
 	if uri := ctx.URI(); len(uri.Username()) > 0 || len(uri.Password()) > 0 || bytes.IndexByte(ctx.Request.Header.Host(), '@') >= 0 {
-		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host (user info is not allowed)")
+		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host (user info is not allowed)")
 		return reasonHost
 	}
 	// fasthttp takes the URI's host from an absolute-form target and keeps
@@ -88,82 +75,12 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	}
 	if host := ctx.Request.Header.Host(); len(host) == 0 && e.cfg.DefaultHost != "" {
 		ctx.Request.Header.SetHost(e.cfg.DefaultHost)
-	} else if !usableHost(host) {
-		refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
+	} else if !config.UsableHost(host) {
+		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
 		return reasonHost
 	}
 	var tier [2]string
 	tier[0], tier[1] = e.shed.Classifier().TrustedHeaders()
-	e.headerScreen.apply(&ctx.Request.Header, trusted, tier)
+	e.headerScreen.Apply(&ctx.Request.Header, trusted, tier)
 	return ""
-}
-
-// usableHost reports whether h can name a site: a DNS name or an IP
-// literal, with an optional port, at most 255 bytes. Anything else would
-// match no host rule (an empty host skips them all) while an origin might
-// still route it.
-func usableHost(h []byte) bool {
-	if len(h) == 0 || len(h) > 255 {
-		return false
-	}
-	name, port, ok := splitHost(h)
-	if !ok || !usablePort(port) {
-		return false
-	}
-	return name == nil || usableName(name)
-}
-
-// splitHost splits a Host into its name (nil for a bracketed IP literal,
-// which it checks) and its ":port" part (empty without one).
-func splitHost(h []byte) (name, port []byte, ok bool) {
-	if h[0] != '[' {
-		if i := bytes.IndexByte(h, ':'); i >= 0 {
-			return h[:i], h[i:], true
-		}
-		return h, nil, true
-	}
-	end := bytes.IndexByte(h, ']')
-	if end < 0 {
-		return nil, nil, false
-	}
-	if _, err := netip.ParseAddr(string(h[1:end])); err != nil {
-		return nil, nil, false
-	}
-	port = h[end+1:]
-	if len(port) > 0 && port[0] != ':' {
-		return nil, nil, false
-	}
-	return nil, port, true
-}
-
-// usablePort reports whether p is empty or ":" and one to five digits.
-func usablePort(p []byte) bool {
-	if len(p) == 0 {
-		return true
-	}
-	if len(p) < 2 || len(p) > 6 {
-		return false
-	}
-	for _, c := range p[1:] {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// usableName reports whether name is a DNS name: letters, digits, '-',
-// '.', '_', and not only dots.
-func usableName(name []byte) bool {
-	if len(name) == 0 || len(bytes.Trim(name, ".")) == 0 {
-		return false
-	}
-	for _, c := range name {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -18,22 +20,22 @@ import (
 func (e *Edge) shedStage(sc *scratch) string {
 	ctx, tier := sc.ctx, sc.tier
 	if !e.shed.Admit(sc.start, tier) {
-		unavailable(ctx, "the edge is shedding load; retry later", 1)
+		problem.Unavailable(ctx, "the edge is shedding load; retry later", 1)
 		return outcomeShed
 	}
 	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
 	// derived context and races with Shutdown; the queue timeout bounds
 	// this, and a waiter whose client left gives up its place.
 	_, wait := e.tracing.child(sc.trace, "shedder.wait")
-	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return clientGone(ctx.Conn()) })
+	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return listen.ClientGone(ctx.Conn()) })
 	wait.End()
 	switch {
 	case errors.Is(err, shedder.ErrGone):
 		ctx.SetConnectionClose()
-		unavailable(ctx, "the client left while waiting", 1)
+		problem.Unavailable(ctx, "the client left while waiting", 1)
 		return outcomeAbandoned
 	case err != nil:
-		unavailable(ctx, "no worker free; retry later", 1)
+		problem.Unavailable(ctx, "no worker free; retry later", 1)
 		return outcomeNoWorker
 	}
 	defer release()
@@ -43,7 +45,7 @@ func (e *Edge) shedStage(sc *scratch) string {
 	// is held through the decision, a millisecond against the origin's
 	// tens.
 	if !e.shed.AcquireOrigin(sc.start, tier) {
-		unavailable(ctx, "the origin is at its learned concurrency limit; retry later", 1)
+		problem.Unavailable(ctx, "the origin is at its learned concurrency limit; retry later", 1)
 		return outcomeShed
 	}
 	defer func() { e.shed.ReleaseOrigin(time.Now(), tier, sc.upstream, originAnswered(ctx, sc)) }()

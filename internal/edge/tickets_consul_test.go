@@ -61,8 +61,8 @@ func TestTLSTicketKeysFromConsul(t *testing.T) {
 	// One rotation (due a day on): a ticket from before still resumes, on
 	// either edge.
 	rotated := time.Now().Add(25 * time.Hour)
-	require.True(t, a.consul.rotateIfDue(context.Background(), rotated))
-	require.False(t, b.consul.rotateIfDue(context.Background(), rotated), "done once for the region")
+	require.True(t, a.consul.RotateIfDue(context.Background(), rotated))
+	require.False(t, b.consul.RotateIfDue(context.Background(), rotated), "done once for the region")
 	inForce(rotated)
 	keys, _, err = rc.ReadTicketKeys(context.Background(), "eu-west")
 	require.NoError(t, err)
@@ -75,7 +75,7 @@ func TestTLSTicketKeysFromConsul(t *testing.T) {
 	require.False(t, handshake(a, old))
 	for i := range region.TicketKeysKept {
 		rotated = rotated.Add(25 * time.Hour)
-		require.True(t, b.consul.rotateIfDue(context.Background(), rotated), "rotation %d", i)
+		require.True(t, b.consul.RotateIfDue(context.Background(), rotated), "rotation %d", i)
 	}
 	inForce(rotated)
 	require.False(t, handshake(a, old))

@@ -9,15 +9,16 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // startTLSConsulEdge starts an edge of region eu-west whose rules and
 // certificates come from the Consul agent at addr, with site's directory
 // beside them.
-func startTLSConsulEdge(t *testing.T, site *tlsSite, addr string, mutate func(*Config)) (*running, *syncLog) {
+func startTLSConsulEdge(t *testing.T, site *tlsSite, addr string, mutate func(*config.Config)) (*running, *syncLog) {
 	t.Helper()
-	return startLoggedEdge(t, "", func(c *Config) {
+	return startLoggedEdge(t, "", func(c *config.Config) {
 		c.Rules = ""
 		c.Region, c.PoP = "eu-west", "ams"
 		c.Consul, c.RulesCache = addr, filepath.Join(t.TempDir(), "rules.yaml")
@@ -116,7 +117,7 @@ func TestTLSConsulOnlyStartsWithoutCertificates(t *testing.T) {
 	require.NoError(t, err)
 	defer consul.Close()
 	site := newTLSSite(t)
-	r, _ := startTLSConsulEdge(t, site, consul.HTTPAddr(), func(c *Config) { c.TLSCertDir = "" })
+	r, _ := startTLSConsulEdge(t, site, consul.HTTPAddr(), func(c *config.Config) { c.TLSCertDir = "" })
 	require.Equal(t, int64(0), servedSerial(site, r, "shop.example.com"))
 	l := site.ca.Issue(t, "ecdsa", "shop.example.com")
 	_, err = consulKV(t, consul).Put(&api.KVPair{Key: "edgeguard/certs/eu-west/shop", Value: l.Bundle()}, nil)

@@ -18,6 +18,8 @@ import (
 	"github.com/pires/go-proxyproto"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -78,8 +80,8 @@ func tlsGet(t *testing.T, c net.Conn, br *bufio.Reader, host, path string) (*htt
 	return resp, body
 }
 
-func startTLSEdge(t *testing.T, site *tlsSite, rulesYAML string, mutate func(*Config)) (*running, *syncLog) {
-	return startLoggedEdge(t, rulesYAML, func(c *Config) {
+func startTLSEdge(t *testing.T, site *tlsSite, rulesYAML string, mutate func(*config.Config)) (*running, *syncLog) {
+	return startLoggedEdge(t, rulesYAML, func(c *config.Config) {
 		c.ListenTLS, c.TLSCertDir = "127.0.0.1:0", site.dir
 		if mutate != nil {
 			mutate(c)
@@ -187,7 +189,7 @@ func TestTLSDefaultCertificate(t *testing.T) {
 	def := site.ca.Issue(t, "ecdsa", "edge.invalid")
 	defFile := filepath.Join(t.TempDir(), "default.pem")
 	require.NoError(t, os.WriteFile(defFile, def.Bundle(), 0o600))
-	r, _ := startTLSEdge(t, site, perIP, func(c *Config) { c.TLSDefaultCert = defFile })
+	r, _ := startTLSEdge(t, site, perIP, func(c *config.Config) { c.TLSDefaultCert = defFile })
 	for _, name := range []string{"unknown.test", ""} {
 		c, err := site.dialTLS(r, name, func(c *tls.Config) { c.InsecureSkipVerify = true })
 		require.NoError(t, err, name)
@@ -313,9 +315,9 @@ func proxyHeader(t *testing.T, c net.Conn, version byte, client string) {
 func TestProxyProtocol(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
-	r, logs := startTLSEdge(t, site, perIP, func(c *Config) {
+	r, logs := startTLSEdge(t, site, perIP, func(c *config.Config) {
 		c.ProxyProtocolFrom = []netip.Prefix{mustPrefix("127.0.0.2/32")}
-		c.TrustedProxies = trustedSet{mustPrefix("192.0.2.0/24")}
+		c.TrustedProxies = trust.Set{mustPrefix("192.0.2.0/24")}
 		c.MaxConnsPerIP = 2
 	})
 
@@ -394,7 +396,7 @@ func TestTLSTicketKeysShared(t *testing.T) {
 	const k1 = "0000000000000000000000000000000000000000000000000000000000000001"
 	const k2 = "0000000000000000000000000000000000000000000000000000000000000002"
 	require.NoError(t, os.WriteFile(keys, []byte("# PoP ams\n"+k1+"\n"), 0o600))
-	shared := func(c *Config) { c.TLSTicketKeys = keys }
+	shared := func(c *config.Config) { c.TLSTicketKeys = keys }
 	a, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", shared)
 	b, logs := startTLSEdge(t, site, "version: 1\nrules: []\n", shared)
 	own, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", nil)

@@ -13,6 +13,9 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
 
 // otlpReceiver is an OTLP/HTTP traces endpoint in the test process.
@@ -84,9 +87,9 @@ func attr(s *tracepb.Span, k string) string {
 // context is followed and passed on to the origin, anyone else's is not.
 func TestTracing(t *testing.T) {
 	recv, url := startOTLPReceiver(t)
-	r := startEdge(t, perIP, func(c *Config) {
+	r := startEdge(t, perIP, func(c *config.Config) {
 		c.OTLPEndpoint, c.TraceSampleRatio = url, 1
-		c.TrustedProxies = trustedSet{mustPrefix("127.0.0.2/32")}
+		c.TrustedProxies = trust.Set{mustPrefix("127.0.0.2/32")}
 	})
 	const parentTrace, parentSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 	tp := "00-" + parentTrace + "-" + parentSpan + "-01"

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/edge"
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -164,7 +165,7 @@ func startEdge(t *testing.T, p string) *edge.Edge {
 	go func() { _ = origin.Serve(ln) }()
 	t.Cleanup(func() { _ = origin.Close() })
 
-	cfg := edge.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{"http://" + ln.Addr().String()}
 	cfg.DrainDelay = 0

@@ -1,0 +1,5 @@
+// Package config is the edge's settings: every flag, its EDGEGUARD_
+// variable and its key in the --config file (config.go, configfile.go),
+// read over the defaults and validated together (Validate reports every
+// problem at once).
+package config

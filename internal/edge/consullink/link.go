@@ -1,0 +1,458 @@
+// Package consullink is the edge's side of Consul: the region's rules,
+// shedder settings and enforcement switch, watched and applied through the
+// edge's parts (Parts); the last good documents kept on disk; the edge's
+// registration; the region's healthy edges counted; the session-ticket
+// keys rotated. What it cannot read it counts as missing and keeps the
+// last good document.
+package consullink
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
+
+// Link is the edge's side of Consul: it watches the region's rules and
+// shedder documents, keeps the last good rules on disk, registers the edge
+// (with the rules version it runs) and counts the region's healthy edges for
+// the fallback's divisors. Consul being down never stops the edge: it keeps
+// enforcing the last good rules and retries with backoff.
+type Link struct {
+	client    *region.Client
+	region    string
+	pop       string
+	log       *slog.Logger
+	m         Metrics
+	parts     Parts
+	rotation  time.Duration // --tls-ticket-rotation, when the keys are the region's; 0: none
+	cachePath string
+	reg       region.Registration
+	rlsReg    *region.RLSRegistration // with --rls-listen: its own service
+	changed   chan struct{}           // the rules version changed: re-register
+	missing   *missingDocs
+
+	// Which rules documents the rules in force came from (global,
+	// region): one of them absent since is missing, not a clear. Only
+	// the goroutine applying the rules (ReadRules, then the watch) uses
+	// it, as shedderFromConsul.
+	hadRules              [2]bool
+	shedderFromConsul     bool // the shedder settings in force came from Consul
+	enforcementFromConsul bool // so did the switch (or from its cache)
+}
+
+// Parts are the edge's parts the link reads and feeds.
+type Parts struct {
+	Rules          func() *rules.Snapshot // the rules in force (nil: none yet)
+	CompileOptions func() []rules.CompileOption
+	ApplySnapshot  func(*rules.Snapshot, error) error // swaps compiled rules in, or counts err
+	ApplyRules     func([]byte) error                 // a rules document (the cache)
+	Enforcement    func() string                      // the switch in force, for the log
+	SetEnforcement func(region.Enforcement)
+	UpdateShedder  func(shedder.Config) error
+	StartShedder   func() error // back to the settings the edge started with
+	SetEdges       func(inRegion, inPoP int)
+	GlobalShare    func() []string // the global rules' unreachable homes, registered
+	// Watches are the edge's other watches (the region catalog, the rate
+	// limit service's documents, certificates, ticket keys), run with the
+	// link's and reporting their errors to it.
+	Watches []func(ctx context.Context, client *region.Client, onErr func(error))
+}
+
+// Metrics are the counters the link adds to.
+type Metrics struct {
+	Errors      prometheus.Counter   // Consul calls that failed
+	Panics      prometheus.Counter   // panics recovered in the watchers
+	RulesErrors prometheus.Counter   // documents refused
+	Missing     *prometheus.GaugeVec // document: kept while missing in Consul
+}
+
+// Config is what a link is made of.
+type Config struct {
+	Client    *region.Client
+	Region    string
+	PoP       string
+	CachePath string // the last good rules; "" none
+	Reg       region.Registration
+	RLSReg    *region.RLSRegistration // nil without --rls-listen
+	// TicketRotation is --tls-ticket-rotation when the session-ticket
+	// keys are the region's; 0: this edge rotates none.
+	TicketRotation time.Duration
+	Log            *slog.Logger
+	Metrics        Metrics
+	Parts          Parts
+}
+
+// New is the edge's link to its region in Consul; ReadEnforcement and
+// ReadRules read what the watches would before the first request, Run
+// watches.
+func New(c Config) *Link {
+	return &Link{
+		client:    c.Client,
+		region:    c.Region,
+		pop:       c.PoP,
+		log:       c.Log,
+		m:         c.Metrics,
+		parts:     c.Parts,
+		rotation:  c.TicketRotation,
+		cachePath: c.CachePath,
+		reg:       c.Reg,
+		rlsReg:    c.RLSReg,
+		changed:   make(chan struct{}, 1),
+		missing:   newMissingDocs(c.Metrics.Missing),
+	}
+}
+
+// SetMissing is missingDocs.set, for callers whose edge may have no
+// Consul link (nil: nothing is recorded).
+func (l *Link) SetMissing(doc string, missing bool) bool {
+	if l == nil {
+		return false
+	}
+	return l.missing.set(doc, missing)
+}
+
+// MissingDetail is readiness's line on missing documents ("" for none).
+func (l *Link) MissingDetail() string {
+	if l == nil {
+		return ""
+	}
+	return l.missing.detail()
+}
+
+// ReadEnforcement reads, before the first request, the enforcement switch,
+// from the cache when Consul cannot give it. An edge restarted while its
+// region runs in shadow must not enforce until the watch starts — nor
+// while Consul is unreachable: then the cached switch applies.
+func (l *Link) ReadEnforcement(ctx context.Context) {
+	client := l.client
+	if data, _, err := client.Get(ctx, l.region, client.Layout().Enforcement(l.region)); err == nil {
+		// None in Consul: the one this edge last ran, if it kept one (a
+		// Consul rebuilt empty must not change the region's switch).
+		cached := false
+		if !hasText(data) {
+			cached, _ = l.loadEnforcementCache()
+		}
+		if cached {
+			l.missing.set(docEnforcement, true)
+			l.log.Warn("no enforcement switch in consul at start; running the cached one until one is pushed", "key", client.Layout().Enforcement(l.region), "switch", l.parts.Enforcement())
+		} else if err := l.applyEnforcement(data); err != nil {
+			l.m.RulesErrors.Inc()
+			l.log.Error("enforcement switch from consul refused; enforcing every key", "err", err)
+		}
+	} else if _, cerr := l.loadEnforcementCache(); cerr != nil {
+		l.log.Warn("no enforcement switch from consul nor from the cache: enforcing every key", "err", err, "cache_err", cerr)
+	}
+}
+
+// ReadRules reads, before the first request, the rules, from the cache
+// when Consul cannot give them.
+func (l *Link) ReadRules(ctx context.Context) {
+	client := l.client
+	err := region.Recover(func() error {
+		docs, err := client.ReadDocs(ctx, l.region)
+		if err == nil && !hasText(docs.Global) && !hasText(docs.Region) && l.loadCache() == nil {
+			// No rules document in Consul, but rules on disk: the region's
+			// last rules, kept as if this edge had run on.
+			l.missing.set(docRules, true)
+			l.log.Warn("no rules documents in consul at start; enforcing the cached rules until one is pushed", "version", l.parts.Rules().Version(), "cache", l.cachePath,
+				"global", client.Layout().GlobalRules(), "region", client.Layout().RegionRules(l.region))
+			return nil
+		}
+		if err == nil {
+			err = l.applyDocs(docs)
+		}
+		return err
+	})
+	if err != nil {
+		l.countPanic(err)
+		l.log.Warn("no valid rules from consul at start; enforcing the cached rules", "err", err, "cache", l.cachePath)
+		if cerr := l.loadCache(); cerr != nil {
+			l.log.Error("no cached rules either: nothing is limited and /readyz stays 503 until consul answers", "err", cerr)
+		}
+	}
+}
+
+// hasText says whether a document holds anything: an absent key, or one
+// holding only white space, is no document.
+func hasText(data []byte) bool { return len(bytes.TrimSpace(data)) > 0 }
+
+// applyDocs merges the region's documents and swaps them in; the last good
+// rules are written to the cache. A document missing where the rules in
+// force had one keeps those rules (keepRules).
+func (l *Link) applyDocs(docs region.Docs) error {
+	if l.keepRules(docs) {
+		return nil
+	}
+	snap, doc, err := rules.Effective(docs.Global, docs.Region, l.parts.CompileOptions()...)
+	if err := l.parts.ApplySnapshot(snap, err); err != nil {
+		return fmt.Errorf("rules from consul refused: %w", err)
+	}
+	l.hadRules = [2]bool{hasText(docs.Global), hasText(docs.Region)}
+	if l.missing.set(docRules, false) {
+		l.log.Info("rules documents are back in consul; the missing document alert clears", "version", snap.Version())
+	}
+	if l.cachePath == "" {
+		return nil
+	}
+	data, err := rules.Marshal(doc) // yaml.Marshal takes tens of seconds over 100,000 rules
+	if err == nil {
+		err = WriteFileAtomic(l.cachePath, data)
+	}
+	if err != nil {
+		l.log.Warn("could not cache rules", "path", l.cachePath, "err", err)
+	}
+	return nil
+}
+
+// keepRules says whether docs lack a rules document the edge's rules need:
+// none at all, or one the rules in force came from. Then the rules in force
+// stay and the document counts as missing. An edge without rules yet takes
+// what there is, as before.
+func (l *Link) keepRules(docs region.Docs) bool {
+	snap := l.parts.Rules()
+	has := [2]bool{hasText(docs.Global), hasText(docs.Region)}
+	gone := !has[0] && !has[1] || l.hadRules[0] && !has[0] || l.hadRules[1] && !has[1]
+	if snap == nil || !gone {
+		return false
+	}
+	if l.missing.set(docRules, true) {
+		layout := l.client.Layout()
+		var absent []string
+		for i, key := range []string{layout.GlobalRules(), layout.RegionRules(l.region)} {
+			if !has[i] {
+				absent = append(absent, key)
+			}
+		}
+		l.log.Warn("rules documents missing in consul; keeping the rules in force (an explicit document, rules: [], clears them)",
+			"absent", strings.Join(absent, ","), "version", snap.Version(), "rules", len(snap.Rules()))
+	}
+	return true
+}
+
+func (l *Link) loadCache() error {
+	if l.cachePath == "" {
+		return errors.New("no rules cache")
+	}
+	data, err := os.ReadFile(l.cachePath)
+	if err != nil {
+		return err
+	}
+	return l.parts.ApplyRules(data)
+}
+
+// WriteFileAtomic replaces path with data in one rename.
+func WriteFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".rules-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// RulesChanged has the edge registered again (the rules version, or
+// what it reports, changed).
+func (l *Link) RulesChanged() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches and registers until ctx is done, and returns once every
+// goroutine it started has.
+func (l *Link) Run(ctx context.Context) {
+	onErr := func(err error) {
+		var refused *region.RefusedError
+		switch {
+		case l.countPanic(err):
+		case errors.As(err, &refused):
+			l.m.RulesErrors.Inc()
+			l.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", l.parts.Rules().Version())
+		default:
+			l.m.Errors.Inc()
+			l.log.Warn("consul watch failed; keeping the settings in force", "err", err)
+		}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		l.client.WatchRules(ctx, l.region, func(d region.Docs) {
+			if err := l.applyDocs(d); err != nil {
+				l.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", l.parts.Rules().Version())
+			}
+		}, onErr)
+	})
+	wg.Go(func() {
+		l.client.WatchEnforcement(ctx, l.region, func(data []byte) {
+			if err := l.applyEnforcement(data); err != nil {
+				l.m.RulesErrors.Inc()
+				l.log.Error("enforcement switch from consul refused; keeping the switch in force", "err", err)
+			}
+		}, onErr)
+	})
+	wg.Go(func() {
+		l.client.WatchShedder(ctx, l.region, func(data []byte) {
+			if err := l.applyShedder(data); err != nil {
+				l.m.RulesErrors.Inc()
+				l.log.Error("shedder settings from consul refused; keeping the settings in force", "err", err)
+			}
+		}, onErr)
+	})
+	for _, watch := range l.parts.Watches {
+		wg.Go(func() { watch(ctx, l.client, onErr) })
+	}
+	if l.rotation > 0 {
+		wg.Go(func() { l.guard(ctx, "rotating session ticket keys", l.rotateTicketKeys) })
+	}
+	wg.Go(func() { l.guard(ctx, "counting edges", l.countEdges) })
+	l.guard(ctx, "registering", l.register)
+}
+
+// countPanic logs and counts err when it is a recovered panic, and says
+// whether it was.
+func (l *Link) countPanic(err error) bool {
+	var p *region.PanicError
+	if !errors.As(err, &p) {
+		return false
+	}
+	l.m.Panics.Inc()
+	l.log.Error("panic in the consul watchers recovered; keeping the settings in force", "err", err, "stack", string(p.Stack))
+	return true
+}
+
+// guard runs loop until ctx is done; a panic in it is recovered, logged,
+// counted, and the loop started again after a pause.
+func (l *Link) guard(ctx context.Context, what string, loop func(context.Context)) {
+	for ctx.Err() == nil {
+		err := region.Recover(func() error { loop(ctx); return nil })
+		if !l.countPanic(err) {
+			return
+		}
+		l.log.Warn("consul loop restarting after a panic", "loop", what)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// applyShedder applies the region's shedder document; none means the
+// settings the edge started with, unless the settings in force came from
+// Consul: then they stay, and the document counts as missing (`shedder set
+// --reset` writes the defaults explicitly).
+func (l *Link) applyShedder(data []byte) error {
+	if !hasText(data) {
+		if l.shedderFromConsul {
+			if l.missing.set(docShedder, true) {
+				l.log.Warn("shedder settings missing in consul; keeping the settings in force", "key", l.client.Layout().Shedder(l.region))
+			}
+			return nil
+		}
+		return l.parts.StartShedder()
+	}
+	cfg, err := shedder.ParseConfig(data)
+	if err != nil {
+		return err
+	}
+	if err := l.parts.UpdateShedder(cfg); err != nil {
+		return err
+	}
+	l.shedderFromConsul = true
+	l.missing.set(docShedder, false)
+	l.log.Info("shedder settings from consul applied", "good", cfg.Good, "bad", cfg.Bad, "start_after", cfg.StartAfter, "full_after", cfg.FullAfter, "enabled", cfg.Enabled)
+	return nil
+}
+
+// register keeps the catalog entry current: at start, whenever the rules
+// version changes, and again after a failure.
+func (l *Link) register(ctx context.Context) {
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.changed:
+		case <-retry.C:
+		}
+		l.reg.RulesVersion = l.parts.Rules().Version()
+		l.reg.GlobalShare = l.parts.GlobalShare()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := l.client.Register(rctx, l.reg)
+		if err == nil && l.rlsReg != nil {
+			err = l.client.RegisterRLS(rctx, *l.rlsReg)
+		}
+		cancel()
+		if err != nil {
+			l.m.Errors.Inc()
+			l.log.Warn("registering in consul failed; retrying", "err", err)
+			retry.Reset(5 * time.Second)
+		}
+	}
+}
+
+// Deregister takes the edge and its rate limit service out of the
+// catalog.
+func (l *Link) Deregister() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := l.client.Deregister(ctx, l.reg.ID); err != nil {
+		l.log.Warn("deregistering from consul failed", "err", err)
+	}
+	if l.rlsReg != nil {
+		if err := l.client.Deregister(ctx, l.rlsReg.ID); err != nil {
+			l.log.Warn("deregistering the rate limit service from consul failed", "err", err)
+		}
+	}
+}
+
+// countEdges follows the region's healthy edges (a blocking query) and sets
+// the fallback's divisors: the local share of a limit when Redis is down.
+func (l *Link) countEdges(ctx context.Context) {
+	var index uint64
+	wait := time.Second
+	for ctx.Err() == nil {
+		edges, next, err := l.client.Edges(ctx, l.region, index, 5*time.Minute)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 30*time.Second)
+			index = 0
+			continue
+		}
+		wait = time.Second
+		index = next
+		inRegion, inPoP := region.Count(edges, l.region, l.pop)
+		l.parts.SetEdges(inRegion, inPoP)
+	}
+}
