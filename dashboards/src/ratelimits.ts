@@ -80,7 +80,7 @@ export function rateLimitsBoard(): dashboard.Dashboard {
     .withRow(row('Store, breakers and fallback'))
     .withPanel(timeSeries({
       title: 'Fallback by reason',
-      description: 'Checks the store could not decide, per PoP: error (call failed or timed out), breaker_open (the shard\'s breaker stops calls) or lane_full; and, of those, the exact checks denied for want of Redis\'s answer for their key in its window (clients new to the edge during the outage). Sustained fallback means a Redis shard is down or too slow for --redis-timeout; the LimiterFallback alert fires.',
+      description: 'Checks the store could not decide, per PoP: error (call failed or timed out), breaker_open (the shard\'s breaker stops calls) or lane_full; and, of those, the exact checks denied for want of Redis\'s answer for their key in its window (clients new to the edge during the outage). Sustained fallback means a Redis shard is down, or silent for --redis-timeout (one that keeps answering is waited for, up to 4 times that); the LimiterFallback alert fires.',
       unit: 'reqps', min: 0,
       thresholds: [green(), red(1)],
       targets: [
@@ -99,7 +99,7 @@ export function rateLimitsBoard(): dashboard.Dashboard {
     }))
     .withPanel(timeSeries({
       title: 'Store call latency',
-      description: 'p50 and p99 of one store round trip (all keys of a request), by outcome. p99 close to --redis-timeout (default 5 ms) means calls are about to time out into the fallback: check Redis latency and load below.',
+      description: 'p50 and p99 of one store round trip (all keys of a request), by outcome. p99 close to --redis-timeout (default 250 ms) means Redis is slow: calls past it wait on only while Redis keeps answering, up to 4 times that, then go to the fallback. Check Redis latency and load below.',
       unit: 's', min: 0,
       thresholds: [green(), orange(0.002), red(0.005)],
       targets: [
