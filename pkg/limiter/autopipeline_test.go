@@ -56,6 +56,10 @@ func TestAutoPipelinedAtomicity(t *testing.T) {
 		for _, alg := range []limiter.Algorithm{limit.SlidingLog, limit.FixedWindow} {
 			t.Run(string(mode)+"/"+alg.String(), func(t *testing.T) {
 				l := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: quota, Window: time.Minute}
+				// One explicit instant for every call keeps the window away
+				// from a boundary (a run straddling one admitted 943: two
+				// windows' quotas); the batches' atomicity is under test.
+				at := time.Now().Truncate(time.Minute).Add(time.Second)
 				var admitted, failed atomic.Int64
 				var wg sync.WaitGroup
 				for n := range nodes {
@@ -64,7 +68,7 @@ func TestAutoPipelinedAtomicity(t *testing.T) {
 						go func() {
 							defer wg.Done()
 							for range each {
-								ds, err := stores[n].Take(ctx(t), []limiter.Request{{Limit: l, Cost: 1}})
+								ds, err := stores[n].Take(ctx(t), []limiter.Request{{Limit: l, Cost: 1, At: at}})
 								if err != nil {
 									failed.Add(1)
 									continue
