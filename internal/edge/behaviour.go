@@ -17,6 +17,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/logevery"
 	"github.com/edgeguard/edgeguard/lua"
 	"github.com/edgeguard/edgeguard/pkg/behavior"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -77,7 +78,7 @@ type behaviourLayer struct {
 	m       *bhMetrics
 	reload  atomic.Bool // a reply met NOSCRIPT: the flusher loads the script
 	// loadWarn keeps a Redis outage from logging a failed load every flush.
-	loadWarn everyLog
+	loadWarn logevery.Gate
 }
 
 func newBehaviourLayer(cfg config.Config, store *limiter.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*behaviourLayer, error) {
@@ -395,7 +396,7 @@ func (b *behaviourLayer) loadScript() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(b.timeout, time.Second))
 	defer cancel()
 	if err := b.script.Load(ctx, b.store.Client()); err != nil {
-		if ok, suppressed := b.loadWarn.allow(time.Now()); ok {
+		if ok, suppressed := b.loadWarn.Allow(time.Now()); ok {
 			b.log.Warn("behaviour script not loaded; levels come from this edge's view until it is", "err", err, "suppressed", suppressed)
 		}
 		b.reload.Store(true)

@@ -27,6 +27,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
+	"github.com/edgeguard/edgeguard/internal/logevery"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -65,7 +66,7 @@ type Edge struct {
 
 	access     *accesslog.Log // nil: off
 	tracing    *tracing       // nil: off
-	accessWarn everyLog
+	accessWarn logevery.Gate
 
 	// seen, when set (tests), is told what the rules saw of each request
 	// about to be proxied, and its request id.
