@@ -22,6 +22,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/admin"
+	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
@@ -56,7 +57,7 @@ type Edge struct {
 	redisStore            *limiter.RedisStore // nil with the memory store
 	penalties             *limiter.PenaltyBox // the rules' penalties (escapes.go)
 	counter               *responseCounter    // counts by the response (response.go)
-	bh                    *behaviourLayer
+	bh                    *bhlayer.Layer
 	closers               []func()
 	proxy                 *origin.Proxy
 	shed                  *shedder.Shedder
@@ -117,11 +118,13 @@ func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 	if err := e.buildShedder(reg); err != nil {
 		return nil, err
 	}
-	if e.bh, err = newBehaviourLayer(cfg, e.redisStore, reg, log); err != nil {
+	if e.bh, err = bhlayer.New(bhlayer.Config{
+		KeySalt: cfg.KeySalt, IPv6Prefix: cfg.IPv6Prefix, RedisTimeout: cfg.RedisTimeout, Store: e.redisStore, Log: log,
+	}, reg); err != nil {
 		return nil, fmt.Errorf("building the behaviour layer: %w", err)
 	}
 	if snap := e.rules.Load(); snap != nil {
-		e.bh.rulesChanged(snap)
+		e.bh.RulesChanged(snap)
 	}
 	if err := e.openAccessLog(); err != nil {
 		return nil, err
@@ -139,7 +142,7 @@ func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 		Rules:    e.rulesInForce,
 		Region:   cfg.Region,
 		PoP:      cfg.PoP,
-		Clients:  e.bh.debugClients,
+		Clients:  e.bh.DebugClients,
 		Token:    cfg.AdminToken,
 		Pprof:    cfg.Pprof,
 	}), ReadHeaderTimeout: 5 * time.Second}
@@ -394,7 +397,7 @@ func (e *Edge) SetRules(snap *rules.Snapshot) {
 		e.limiter.Flush()
 	}
 	if e.bh != nil {
-		e.bh.rulesChanged(snap)
+		e.bh.RulesChanged(snap)
 	}
 	if old != nil {
 		e.metrics.rulesInfo.DeleteLabelValues(old.Version())
@@ -491,7 +494,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stopSampler()
 	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
-	wg.Go(func() { e.bh.run(samplerCtx) })
+	wg.Go(func() { e.bh.Run(samplerCtx) })
 
 	// Ready to be counted as serving from here: the listeners are bound
 	// (New), so a connection made from now on is accepted, and no answer
