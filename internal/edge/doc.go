@@ -67,5 +67,6 @@
 // pprof) listens on its own address; nothing admin is served on the public
 // port. The settings (flags, file, environment, validation) are package
 // config's; the problem+json answers package problem's; the behaviour
-// layer (identity, level, signal updates) package bhlayer's.
+// layer (identity, level, signal updates) package bhlayer's; Envoy's rate
+// limit service on --rls-listen package rlslink's.
 package edge

@@ -27,6 +27,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/logevery"
 	"github.com/edgeguard/edgeguard/internal/origin"
@@ -80,7 +81,7 @@ type Edge struct {
 	connCounts        *listen.ConnCounts // the public listeners' per-client cap
 	server            *fasthttp.Server
 	admin             *http.Server
-	rls               *rlsService // nil without --rls-listen
+	rls               *rlslink.Service // nil without --rls-listen
 }
 
 // New builds an edge from cfg: it loads the rules (refusing to start on an
@@ -357,7 +358,9 @@ func (e *Edge) checkAgainstConfig(snap *rules.Snapshot) error {
 // reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
 func (e *Edge) reloadFiles() {
-	e.reloadRLS()
+	if e.rls != nil {
+		e.rls.Reload()
+	}
 	if e.cfg.Rules != "" {
 		if err := e.loadRules(); err != nil {
 			e.log.Error("rules reload refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
@@ -526,7 +529,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	}
 	e.draining.Store(true)
 	if e.rls != nil {
-		e.rls.grpc.SetServing(false) // health checks see the drain at once
+		e.rls.SetServing(false) // health checks see the drain at once
 	}
 	if e.consul != nil {
 		// Stopped first, so a rules change while draining cannot register
@@ -571,7 +574,7 @@ func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 	}
 	if e.rls != nil {
 		wg.Go(func() {
-			if err := e.rls.grpc.Serve(e.rls.ln); err != nil {
+			if err := e.rls.Serve(); err != nil {
 				errc <- fmt.Errorf("rate limit service: %w", err)
 			}
 		})
