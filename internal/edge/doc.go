@@ -68,5 +68,6 @@
 // port. The settings (flags, file, environment, validation) are package
 // config's; the problem+json answers package problem's; the behaviour
 // layer (identity, level, signal updates) package bhlayer's; Envoy's rate
-// limit service on --rls-listen package rlslink's.
+// limit service on --rls-listen package rlslink's; global rules' home
+// regions package globalhome's.
 package edge

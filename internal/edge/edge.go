@@ -25,6 +25,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
+	"github.com/edgeguard/edgeguard/internal/edge/globalhome"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
@@ -52,7 +53,7 @@ type Edge struct {
 	enforce               atomic.Pointer[enforcement] // nil: enforce every key
 	nodesRegion, nodesPoP atomic.Int64                // fallback divisors: flags, then the catalog
 	consul                *consullink.Link
-	global                *globalRegions // scope: global rules (global.go)
+	global                *globalhome.Regions // scope: global rules (package globalhome)
 	rulesAt               atomic.Pointer[time.Time]
 	limiter               *limiter.Limiter
 	redisStore            *limiter.RedisStore // nil with the memory store
@@ -82,6 +83,32 @@ type Edge struct {
 	server            *fasthttp.Server
 	admin             *http.Server
 	rls               *rlslink.Service // nil without --rls-listen
+}
+
+// buildGlobal gives the limiter its Global (with Redis only: the
+// embedded memory store is one region by definition).
+func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
+	if e.cfg.Redis == "" {
+		return nil
+	}
+	gr, err := globalhome.New(e.limiter, globalhome.Options{
+		Region:       e.cfg.Region,
+		ConsulPrefix: e.cfg.ConsulPrefix,
+		Log:          e.log,
+		SetMissing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocCatalog, missing) },
+		Refused:      func() { e.metrics.rulesErrors.Inc() },
+		ReachabilityChanged: func() {
+			if e.consul != nil {
+				e.consul.RulesChanged()
+			}
+		},
+	}, reg)
+	if err != nil {
+		return err
+	}
+	e.global = gr
+	e.closers = append(e.closers, gr.Close) // before the limiter closes
+	return nil
 }
 
 // New builds an edge from cfg: it loads the rules (refusing to start on an
