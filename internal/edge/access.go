@@ -120,7 +120,7 @@ func (e *Edge) openAccessLog() error {
 		return err
 	}
 	l, err := accesslog.Open(e.cfg.AccessLog, format, func(err error) {
-		if ok, suppressed := e.accessWarn.allow(time.Now()); ok {
+		if ok, suppressed := e.accessWarn.Allow(time.Now()); ok {
 			e.log.Warn("access log write failed", "err", err, "suppressed", suppressed)
 		}
 	})

@@ -166,10 +166,10 @@ func (e *Edge) consulParts() consullink.Parts {
 			e.nodesPoP.Store(int64(max(inPoP, 1)))
 			e.shed.SetEdges(inRegion)
 		},
-		GlobalShare: func() []string { return e.global.unreachable() },
+		GlobalShare: func() []string { return e.global.Unreachable() },
 	}
 	if e.global != nil {
-		p.Watches = append(p.Watches, e.global.watch)
+		p.Watches = append(p.Watches, e.global.Watch)
 	}
 	if e.rlsFromConsul() {
 		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {

@@ -28,7 +28,7 @@
 //  3. Identify (stage_identify.go): the client address, from the socket or,
 //     only when the peer is a trusted proxy, from X-Forwarded-For
 //     (right-most untrusted hop: package trust); with a behaviour section in
-//     the rules, the client's identity and risk level (behaviour.go); the
+//     the rules, the client's identity and risk level (package bhlayer); the
 //     request's priority tier (a client whose level says so is put in the
 //     lowest).
 //  4. Shed (stage_shed.go): the worker-utilization shedder may drop the
@@ -66,5 +66,8 @@
 // The admin server (package admin: metrics, health, readiness, rules,
 // pprof) listens on its own address; nothing admin is served on the public
 // port. The settings (flags, file, environment, validation) are package
-// config's; the problem+json answers package problem's.
+// config's; the problem+json answers package problem's; the behaviour
+// layer (identity, level, signal updates) package bhlayer's; Envoy's rate
+// limit service on --rls-listen package rlslink's; global rules' home
+// regions package globalhome's.
 package edge

@@ -22,11 +22,15 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/admin"
+	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
+	"github.com/edgeguard/edgeguard/internal/edge/globalhome"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
+	"github.com/edgeguard/edgeguard/internal/logevery"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -49,13 +53,13 @@ type Edge struct {
 	enforce               atomic.Pointer[enforcement] // nil: enforce every key
 	nodesRegion, nodesPoP atomic.Int64                // fallback divisors: flags, then the catalog
 	consul                *consullink.Link
-	global                *globalRegions // scope: global rules (global.go)
+	global                *globalhome.Regions // scope: global rules (package globalhome)
 	rulesAt               atomic.Pointer[time.Time]
 	limiter               *limiter.Limiter
 	redisStore            *limiter.RedisStore // nil with the memory store
 	penalties             *limiter.PenaltyBox // the rules' penalties (escapes.go)
 	counter               *responseCounter    // counts by the response (response.go)
-	bh                    *behaviourLayer
+	bh                    *bhlayer.Layer
 	closers               []func()
 	proxy                 *origin.Proxy
 	shed                  *shedder.Shedder
@@ -65,7 +69,7 @@ type Edge struct {
 
 	access     *accesslog.Log // nil: off
 	tracing    *tracing       // nil: off
-	accessWarn everyLog
+	accessWarn logevery.Gate
 
 	// seen, when set (tests), is told what the rules saw of each request
 	// about to be proxied, and its request id.
@@ -78,7 +82,33 @@ type Edge struct {
 	connCounts        *listen.ConnCounts // the public listeners' per-client cap
 	server            *fasthttp.Server
 	admin             *http.Server
-	rls               *rlsService // nil without --rls-listen
+	rls               *rlslink.Service // nil without --rls-listen
+}
+
+// buildGlobal gives the limiter its Global (with Redis only: the
+// embedded memory store is one region by definition).
+func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
+	if e.cfg.Redis == "" {
+		return nil
+	}
+	gr, err := globalhome.New(e.limiter, globalhome.Options{
+		Region:       e.cfg.Region,
+		ConsulPrefix: e.cfg.ConsulPrefix,
+		Log:          e.log,
+		SetMissing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocCatalog, missing) },
+		Refused:      func() { e.metrics.rulesErrors.Inc() },
+		ReachabilityChanged: func() {
+			if e.consul != nil {
+				e.consul.RulesChanged()
+			}
+		},
+	}, reg)
+	if err != nil {
+		return err
+	}
+	e.global = gr
+	e.closers = append(e.closers, gr.Close) // before the limiter closes
+	return nil
 }
 
 // New builds an edge from cfg: it loads the rules (refusing to start on an
@@ -116,11 +146,13 @@ func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 	if err := e.buildShedder(reg); err != nil {
 		return nil, err
 	}
-	if e.bh, err = newBehaviourLayer(cfg, e.redisStore, reg, log); err != nil {
+	if e.bh, err = bhlayer.New(bhlayer.Config{
+		KeySalt: cfg.KeySalt, IPv6Prefix: cfg.IPv6Prefix, RedisTimeout: cfg.RedisTimeout, Store: e.redisStore, Log: log,
+	}, reg); err != nil {
 		return nil, fmt.Errorf("building the behaviour layer: %w", err)
 	}
 	if snap := e.rules.Load(); snap != nil {
-		e.bh.rulesChanged(snap)
+		e.bh.RulesChanged(snap)
 	}
 	if err := e.openAccessLog(); err != nil {
 		return nil, err
@@ -138,7 +170,7 @@ func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 		Rules:    e.rulesInForce,
 		Region:   cfg.Region,
 		PoP:      cfg.PoP,
-		Clients:  e.bh.debugClients,
+		Clients:  e.bh.DebugClients,
 		Token:    cfg.AdminToken,
 		Pprof:    cfg.Pprof,
 	}), ReadHeaderTimeout: 5 * time.Second}
@@ -353,7 +385,9 @@ func (e *Edge) checkAgainstConfig(snap *rules.Snapshot) error {
 // reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
 func (e *Edge) reloadFiles() {
-	e.reloadRLS()
+	if e.rls != nil {
+		e.rls.Reload()
+	}
 	if e.cfg.Rules != "" {
 		if err := e.loadRules(); err != nil {
 			e.log.Error("rules reload refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
@@ -393,7 +427,7 @@ func (e *Edge) SetRules(snap *rules.Snapshot) {
 		e.limiter.Flush()
 	}
 	if e.bh != nil {
-		e.bh.rulesChanged(snap)
+		e.bh.RulesChanged(snap)
 	}
 	if old != nil {
 		e.metrics.rulesInfo.DeleteLabelValues(old.Version())
@@ -490,7 +524,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stopSampler()
 	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
-	wg.Go(func() { e.bh.run(samplerCtx) })
+	wg.Go(func() { e.bh.Run(samplerCtx) })
 
 	// Ready to be counted as serving from here: the listeners are bound
 	// (New), so a connection made from now on is accepted, and no answer
@@ -522,7 +556,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	}
 	e.draining.Store(true)
 	if e.rls != nil {
-		e.rls.grpc.SetServing(false) // health checks see the drain at once
+		e.rls.SetServing(false) // health checks see the drain at once
 	}
 	if e.consul != nil {
 		// Stopped first, so a rules change while draining cannot register
@@ -567,7 +601,7 @@ func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 	}
 	if e.rls != nil {
 		wg.Go(func() {
-			if err := e.rls.grpc.Serve(e.rls.ln); err != nil {
+			if err := e.rls.Serve(); err != nil {
 				errc <- fmt.Errorf("rate limit service: %w", err)
 			}
 		})

@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
@@ -27,30 +25,6 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 		a.Value = slog.StringValue(a.Value.Duration().String())
 	}
 	return a
-}
-
-// everyLog lets a repeated warning through once, then at most once per
-// logEvery, and counts what it held back in between.
-type everyLog struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-const logEvery = 30 * time.Second
-
-// allow reports whether to log now, and how many were held back since the
-// last line.
-func (e *everyLog) allow(now time.Time) (bool, int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.last.IsZero() && now.Sub(e.last) < logEvery {
-		e.suppressed++
-		return false, 0
-	}
-	n := e.suppressed
-	e.last, e.suppressed = now, 0
-	return true, n
 }
 
 // redisLogger routes go-redis's own messages (failed dials while Redis is

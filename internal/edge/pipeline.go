@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -80,7 +81,7 @@ type scratch struct {
 	header  func(string) (string, bool) // headers.get, bound once per scratch
 	query   func(string) (string, bool) // headers.query, likewise
 	path    string                      // normalized
-	bh      bhRequest                   // the client's part in the behaviour layer
+	bh      bhlayer.Request             // the client's part in the behaviour layer
 	req     rules.Request               // what the rules see
 
 	matches  []rules.Match
@@ -134,7 +135,7 @@ func (sc *scratch) reset() {
 	sc.trace, sc.span = nil, nil
 	sc.ctx, sc.stage, sc.start, sc.peer, sc.trusted, sc.path = nil, 0, time.Time{}, netip.Addr{}, false, ""
 	sc.headers = headerLookup{}
-	sc.bh, sc.req, sc.rider, sc.limitDenied, sc.denyRetry = bhRequest{}, rules.Request{}, nil, false, 0
+	sc.bh, sc.req, sc.rider, sc.limitDenied, sc.denyRetry = bhlayer.Request{}, rules.Request{}, nil, false, 0
 }
 
 var scratchPool = sync.Pool{New: newScratch}

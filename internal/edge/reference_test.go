@@ -86,7 +86,7 @@ rules:
 // there is leased (with an overdraft the lease pays).
 func globalSeries(t *testing.T, e *running, redisURL string) {
 	cat := fmt.Sprintf(`{"regions": [{"name": %q, "redis": %q}, {"name": "reference-away", "redis": %q}]}`, e.cfg.Region, redisURL, redisURL)
-	require.NoError(t, e.global.apply([]byte(cat)))
+	require.NoError(t, e.global.Apply([]byte(cat)))
 	want := []string{"decisions_total", "lease_calls_total", "leased_units_total", "returned_units_total",
 		"settled_units_total", "outstanding_units", "debt_units", "fallback_share"}
 	client := 0

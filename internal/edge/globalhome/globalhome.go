@@ -1,8 +1,15 @@
-package edge
+// Package globalhome is the edge's side of global rules (scope: global):
+// the region catalog from its own region's Consul (regions/catalog), one
+// Redis client per other region named there, and the limiter's Global,
+// which leases from those regions in the background. Without a catalog
+// every key is homed in this region: a global rule is then counted like a
+// leased one.
+package globalhome
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -10,18 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
-// globalRegions is the edge's side of global rules (scope: global): the
-// region catalog from its own region's Consul (regions/catalog), one Redis
-// client per other region named there, and the limiter's Global, which
-// leases from those regions in the background. Without a catalog every key
-// is homed in this region: a global rule is then counted like a leased one.
-type globalRegions struct {
-	e  *Edge
+// Regions is the catalog's regions in force and their clients.
+type Regions struct {
+	o  Options
 	g  *limiter.Global
 	mu sync.Mutex
 	// clients by region, with the URL and mode they were built for.
@@ -32,6 +34,19 @@ type globalRegions struct {
 	fromConsul bool
 }
 
+// Options is what Regions takes from the rest of the edge.
+type Options struct {
+	Region, ConsulPrefix string
+	Log                  *slog.Logger
+	// SetMissing marks the catalog document missing in Consul (or found
+	// again); it reports whether that is news.
+	SetMissing func(missing bool) bool
+	// Refused counts a catalog refused; ReachabilityChanged re-registers
+	// the edge so that the catalog (and regionctl regions status) says
+	// which homes it decides from the share.
+	Refused, ReachabilityChanged func()
+}
+
 type homeClient struct {
 	url, mode string
 	dial      map[string]string
@@ -39,35 +54,30 @@ type homeClient struct {
 	store     *limiter.RedisStore
 }
 
-// buildGlobal gives the limiter its Global (with Redis only: the
-// embedded memory store is one region by definition).
-func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
-	if e.cfg.Redis == "" {
-		return nil
-	}
-	gr := &globalRegions{e: e, clients: map[string]homeClient{}}
-	g, err := limiter.NewGlobal(limiter.GlobalConfig{OnChange: gr.reachabilityChanged}, reg, e.log)
+// New gives the limiter its Global, this region alone until a catalog
+// arrives (Apply, Watch). The caller closes it before the limiter.
+func New(lim *limiter.Limiter, o Options, reg prometheus.Registerer) (*Regions, error) {
+	gr := &Regions{o: o, clients: map[string]homeClient{}}
+	g, err := limiter.NewGlobal(limiter.GlobalConfig{OnChange: o.ReachabilityChanged}, reg, o.Log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	gr.g = g
-	if err := g.Update(limiter.Regions{Local: e.cfg.Region, Names: []string{e.cfg.Region}}); err != nil {
-		return err
+	if err := g.Update(limiter.Regions{Local: o.Region, Names: []string{o.Region}}); err != nil {
+		return nil, err
 	}
-	e.limiter.SetGlobal(g)
-	e.global = gr
-	e.closers = append(e.closers, gr.close) // before the limiter closes
-	return nil
+	lim.SetGlobal(g)
+	return gr, nil
 }
 
-// apply takes a catalog document (nil: none stored).
-func (gr *globalRegions) apply(data []byte) error {
+// Apply takes a catalog document (nil: none stored).
+func (gr *Regions) Apply(data []byte) error {
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
-	local := gr.e.cfg.Region
+	local := gr.o.Region
 	if data == nil && gr.fromConsul {
-		if gr.e.consul.SetMissing(consullink.DocCatalog, true) {
-			gr.e.log.Warn("region catalog missing in consul; keeping the regions in force", "key", region.NewLayout(gr.e.cfg.ConsulPrefix).Catalog())
+		if gr.o.SetMissing(true) {
+			gr.o.Log.Warn("region catalog missing in consul; keeping the regions in force", "key", region.NewLayout(gr.o.ConsulPrefix).Catalog())
 		}
 		return nil
 	}
@@ -125,38 +135,31 @@ func (gr *globalRegions) apply(data []byte) error {
 	}
 	gr.clients = next
 	gr.fromConsul = data != nil
-	gr.e.consul.SetMissing(consullink.DocCatalog, false)
-	gr.e.log.Info("region catalog loaded", "regions", cat.Names())
+	gr.o.SetMissing(false)
+	gr.o.Log.Info("region catalog loaded", "regions", cat.Names())
 	return nil
 }
 
-// watch follows the catalog in the edge's own region's Consul.
-func (gr *globalRegions) watch(ctx context.Context, client *region.Client, onErr func(error)) {
+// Watch follows the catalog in the edge's own region's Consul.
+func (gr *Regions) Watch(ctx context.Context, client *region.Client, onErr func(error)) {
 	client.WatchCatalog(ctx, func(data []byte) {
-		if err := gr.apply(data); err != nil {
-			gr.e.metrics.rulesErrors.Inc()
-			gr.e.log.Error("region catalog from consul refused; keeping the regions in force", "err", err)
+		if err := gr.Apply(data); err != nil {
+			gr.o.Refused()
+			gr.o.Log.Error("region catalog from consul refused; keeping the regions in force", "err", err)
 		}
 	}, onErr)
 }
 
-// reachabilityChanged re-registers the edge so that the catalog (and
-// regionctl regions status) says which homes it decides from the share.
-func (gr *globalRegions) reachabilityChanged() {
-	if gr.e.consul != nil {
-		gr.e.consul.RulesChanged()
-	}
-}
-
-// unreachable lists the home regions the edge cannot reach (nil-safe).
-func (gr *globalRegions) unreachable() []string {
+// Unreachable lists the home regions the edge cannot reach (nil-safe).
+func (gr *Regions) Unreachable() []string {
 	if gr == nil {
 		return nil
 	}
 	return gr.g.Unreachable()
 }
 
-func (gr *globalRegions) close() {
+// Close stops the Global and closes the other regions' clients.
+func (gr *Regions) Close() {
 	gr.g.Close()
 	gr.mu.Lock()
 	defer gr.mu.Unlock()

@@ -1,31 +1,5 @@
-package edge
-
-import (
-	"context"
-	"encoding/json"
-	"log/slog"
-	"net"
-	"net/http"
-	"net/netip"
-	"strings"
-	"sync/atomic"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
-
-	"github.com/edgeguard/edgeguard/internal/edge/config"
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
-	"github.com/edgeguard/edgeguard/internal/edge/problem"
-	"github.com/edgeguard/edgeguard/lua"
-	"github.com/edgeguard/edgeguard/pkg/behavior"
-	"github.com/edgeguard/edgeguard/pkg/limiter"
-	"github.com/edgeguard/edgeguard/pkg/rules"
-	"github.com/edgeguard/edgeguard/pkg/shedder"
-)
-
-// The behaviour layer on the request path (package behaviour has the
-// model). For a request of a client:
+// Package bhlayer is the behaviour layer on the request path (package
+// pkg/behavior has the model). For a request of a client:
 //
 //  1. before shedding, the client's identity (its address, an IPv6
 //     client's /64; with identity: upstream_key and a trusted peer, the API
@@ -44,6 +18,33 @@ import (
 //
 // Requests matching no opted-in rule are not observed; the level's shedder
 // tier applies to all of a client's requests.
+package bhlayer
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
+	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/logevery"
+	"github.com/edgeguard/edgeguard/lua"
+	"github.com/edgeguard/edgeguard/pkg/behavior"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/rules"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
+)
 
 const problemAbnormalUsage = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
 
@@ -64,7 +65,8 @@ type bhConfig struct {
 	requests []prometheus.Counter // edgeguard_behaviour_requests_total by level, in this mode
 }
 
-type behaviourLayer struct {
+// Layer is the behaviour layer of one edge.
+type Layer struct {
 	cfg     atomic.Pointer[bhConfig] // nil: off
 	tracker *behavior.Tracker
 	store   *limiter.RedisStore // nil: no Redis, this edge's view only
@@ -77,17 +79,28 @@ type behaviourLayer struct {
 	m       *bhMetrics
 	reload  atomic.Bool // a reply met NOSCRIPT: the flusher loads the script
 	// loadWarn keeps a Redis outage from logging a failed load every flush.
-	loadWarn everyLog
+	loadWarn logevery.Gate
 }
 
-func newBehaviourLayer(cfg config.Config, store *limiter.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*behaviourLayer, error) {
+// Config is what the layer needs of the edge's settings.
+type Config struct {
+	KeySalt      string              // --key-salt: identities are hashed with it
+	IPv6Prefix   int                 // --ipv6-prefix: an IPv6 client's identity is its prefix
+	RedisTimeout time.Duration       // --redis-timeout, for the flusher's pipelines
+	Store        *limiter.RedisStore // nil: no Redis, this edge's view only
+	Log          *slog.Logger
+}
+
+// New builds the layer, off until rules with a behaviour section arrive
+// (RulesChanged); its metrics register with reg.
+func New(cfg Config, reg prometheus.Registerer) (*Layer, error) {
 	src, err := lua.Plain(lua.Behaviour)
 	if err != nil {
 		return nil, err
 	}
-	b := &behaviourLayer{
-		store: store, script: limiter.NewRiderScript(src), salt: []byte(cfg.KeySalt),
-		hasher: behavior.NewHasher([]byte(cfg.KeySalt)), v6: cfg.IPv6Prefix, timeout: cfg.RedisTimeout, log: log,
+	b := &Layer{
+		store: cfg.Store, script: limiter.NewRiderScript(src), salt: []byte(cfg.KeySalt),
+		hasher: behavior.NewHasher([]byte(cfg.KeySalt)), v6: cfg.IPv6Prefix, timeout: cfg.RedisTimeout, log: cfg.Log,
 	}
 	if b.m, err = newBehaviourMetrics(reg, func() float64 {
 		if t := b.tracker; t != nil {
@@ -103,9 +116,9 @@ func newBehaviourLayer(cfg config.Config, store *limiter.RedisStore, reg prometh
 	return b, nil
 }
 
-// rulesChanged takes the behaviour section of new rules: live, like the
+// RulesChanged takes the behaviour section of new rules: live, like the
 // rest of the rules.
-func (b *behaviourLayer) rulesChanged(snap *rules.Snapshot) {
+func (b *Layer) RulesChanged(snap *rules.Snapshot) {
 	s := snap.Behaviour()
 	if s == nil || s.Mode == behavior.ModeOff {
 		if b.cfg.Swap(nil) != nil {
@@ -151,8 +164,8 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-// bhRequest is one request's part in the layer.
-type bhRequest struct {
+// Request is one request's part in the layer; the zero value is off.
+type Request struct {
 	cfg   *bhConfig
 	id    string
 	level behavior.Level
@@ -160,18 +173,18 @@ type bhRequest struct {
 	route [1]uint64
 }
 
-// begin identifies the client and judges its level (step 1); nil cfg: off.
+// Begin identifies the client and judges its level (step 1); nil cfg: off.
 // A key is the identity only when the settings say keys are authenticated
 // upstream and the request comes from a trusted peer (internal/edge/trust); a TLS
 // fingerprint only when they say ja4 and the connection has one.
-func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup, path string, conn net.Conn) bhRequest {
+func (b *Layer) Begin(client netip.Addr, trusted bool, header, query func(string) (string, bool), path string, conn net.Conn) Request {
 	c := b.cfg.Load()
 	if c == nil {
-		return bhRequest{}
+		return Request{}
 	}
-	r := bhRequest{cfg: c, id: b.identity(c, client, trusted, h, conn)}
+	r := Request{cfg: c, id: b.identity(c, client, trusted, header, query, conn)}
 	if r.id == "" {
-		return bhRequest{}
+		return Request{}
 	}
 	lv, was := b.tracker.Judge(r.id, time.Now().UnixMilli())
 	r.level = lv
@@ -185,7 +198,7 @@ func (b *behaviourLayer) begin(client netip.Addr, trusted bool, h *headerLookup,
 
 // identity is the client's hashed identity: its TLS fingerprint, its API
 // key or its address, as the settings say; "" when it has none.
-func (b *behaviourLayer) identity(c *bhConfig, client netip.Addr, trusted bool, h *headerLookup, conn net.Conn) string {
+func (b *Layer) identity(c *bhConfig, client netip.Addr, trusted bool, header, query func(string) (string, bool), conn net.Conn) string {
 	id := ""
 	if c.settings.Identity == behavior.IdentityJA4 {
 		if fp := listen.JA4Of(conn); fp != "" {
@@ -193,7 +206,7 @@ func (b *behaviourLayer) identity(c *bhConfig, client netip.Addr, trusted bool, 
 		}
 	}
 	if trusted && c.settings.Identity == behavior.IdentityUpstreamKey {
-		if key := upstreamKey(c, h); key != "" {
+		if key := upstreamKey(c, header, query); key != "" {
 			id = behavior.Identity(b.salt, behavior.KindAPIKey, key)
 		}
 	}
@@ -207,14 +220,14 @@ func (b *behaviourLayer) identity(c *bhConfig, client netip.Addr, trusted bool, 
 
 // upstreamKey is the first API key the opted-in rules count by that the
 // request carries: headers first, then query parameters.
-func upstreamKey(c *bhConfig, h *headerLookup) string {
+func upstreamKey(c *bhConfig, header, query func(string) (string, bool)) string {
 	for _, name := range c.headers {
-		if v, ok := h.get(name); ok && v != "" {
+		if v, ok := header(name); ok && v != "" {
 			return v
 		}
 	}
 	for _, name := range c.queries {
-		if v, ok := h.query(name); ok && v != "" {
+		if v, ok := query(name); ok && v != "" {
 			return v
 		}
 	}
@@ -222,10 +235,10 @@ func upstreamKey(c *bhConfig, h *headerLookup) string {
 }
 
 // enforcing reports whether the request's level acts.
-func (r *bhRequest) enforcing() bool { return r.cfg != nil && r.cfg.mode == behavior.ModeEnforce }
+func (r *Request) enforcing() bool { return r.cfg != nil && r.cfg.mode == behavior.ModeEnforce }
 
-// tier demotes a client whose level says so to the shedder's lowest tier.
-func (b *behaviourLayer) tier(r *bhRequest, t shedder.Tier) shedder.Tier {
+// Tier demotes a client whose level says so to the shedder's lowest tier.
+func (b *Layer) Tier(r *Request, t shedder.Tier) shedder.Tier {
 	if r.enforcing() && r.cfg.settings.Policy(r.level).LowestTier && t != shedder.TierTest {
 		b.m.actions.WithLabelValues("lowest_tier").Inc()
 		return shedder.TierTest
@@ -255,9 +268,9 @@ func opted(ms []rules.Match, burst time.Duration) (bool, int64) {
 	return ok, q
 }
 
-// apply observes the request and applies its level to the checks (step 2);
+// Apply observes the request and applies its level to the checks (step 2);
 // it returns the observation and whether the request is blocked.
-func (b *behaviourLayer) apply(ctx *fasthttp.RequestCtx, r *bhRequest, ms []rules.Match, checks []limiter.Check) (obs behavior.Obs, early bool, blocked bool) {
+func (b *Layer) Apply(ctx *fasthttp.RequestCtx, r *Request, ms []rules.Match, checks []limiter.Check) (obs behavior.Obs, early bool, blocked bool) {
 	if r.cfg == nil {
 		return obs, false, false
 	}
@@ -310,9 +323,9 @@ func scaled(l limiter.Limit, f float64) limiter.Limit {
 	return l
 }
 
-// rider is the request's signal update, to ride with its limit checks;
+// Rider is the request's signal update, to ride with its limit checks;
 // nil without Redis.
-func (b *behaviourLayer) rider(r *bhRequest, obs behavior.Obs) *limiter.Rider {
+func (b *Layer) Rider(r *Request, obs behavior.Obs) *limiter.Rider {
 	if b.store == nil || r.cfg == nil {
 		return nil
 	}
@@ -320,7 +333,7 @@ func (b *behaviourLayer) rider(r *bhRequest, obs behavior.Obs) *limiter.Rider {
 }
 
 // newRider is client id's signal update obs, its reply read as sent via.
-func (b *behaviourLayer) newRider(c *bhConfig, id string, obs behavior.Obs, via int) *limiter.Rider {
+func (b *Layer) newRider(c *bhConfig, id string, obs behavior.Obs, via int) *limiter.Rider {
 	return &limiter.Rider{
 		Script: b.script,
 		Keys:   behavior.Keys(limiter.DefaultKeyPrefix, id),
@@ -329,10 +342,10 @@ func (b *behaviourLayer) newRider(c *bhConfig, id string, obs behavior.Obs, via 
 	}
 }
 
-// done settles the request after the limit checks (step 3): an update that
+// Done settles the request after the limit checks (step 3): an update that
 // did not ride goes to the next flush, and so does a 429 of the limiter
 // (denied, its longest Retry-After retry).
-func (b *behaviourLayer) done(r *bhRequest, obs behavior.Obs, early bool, rd *limiter.Rider, denied bool, retry time.Duration) {
+func (b *Layer) Done(r *Request, obs behavior.Obs, early bool, rd *limiter.Rider, denied bool, retry time.Duration) {
 	if r.cfg == nil {
 		return
 	}
@@ -352,7 +365,7 @@ func (b *behaviourLayer) done(r *bhRequest, obs behavior.Obs, early bool, rd *li
 }
 
 // pend queues requests that did not reach Redis, judged by this edge.
-func (b *behaviourLayer) pend(r *bhRequest, obs behavior.Obs, early bool, now int64) {
+func (b *Layer) pend(r *Request, obs behavior.Obs, early bool, now int64) {
 	if b.store == nil {
 		return
 	}
@@ -370,7 +383,7 @@ const (
 )
 
 // reply takes the region's reading of a client from a script reply.
-func (b *behaviourLayer) reply(id string, rep limiter.RiderReply, via int) {
+func (b *Layer) reply(id string, rep limiter.RiderReply, via int) {
 	vals, err := rep.Int64Slice()
 	var v behavior.Verdict
 	if err == nil {
@@ -391,19 +404,19 @@ func (b *behaviourLayer) reply(id string, rep limiter.RiderReply, via int) {
 
 // loadScript loads the script on every node (at start, and after a reply
 // met NOSCRIPT: a node restarted or failed over).
-func (b *behaviourLayer) loadScript() {
+func (b *Layer) loadScript() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(b.timeout, time.Second))
 	defer cancel()
 	if err := b.script.Load(ctx, b.store.Client()); err != nil {
-		if ok, suppressed := b.loadWarn.allow(time.Now()); ok {
+		if ok, suppressed := b.loadWarn.Allow(time.Now()); ok {
 			b.log.Warn("behaviour script not loaded; levels come from this edge's view until it is", "err", err, "suppressed", suppressed)
 		}
 		b.reload.Store(true)
 	}
 }
 
-// run flushes what did not ride every flushEvery until ctx is done.
-func (b *behaviourLayer) run(ctx context.Context) {
+// Run flushes what did not ride every flushEvery until ctx is done.
+func (b *Layer) Run(ctx context.Context) {
 	if b.store == nil {
 		return
 	}
@@ -429,7 +442,7 @@ func (b *behaviourLayer) run(ctx context.Context) {
 	}
 }
 
-func (b *behaviourLayer) flush() {
+func (b *Layer) flush() {
 	c := b.cfg.Load()
 	items := b.tracker.Drain()
 	if c == nil || len(items) == 0 {
@@ -449,6 +462,10 @@ func (b *behaviourLayer) flush() {
 	}
 }
 
+// Block answers a request Apply blocked: 429, Retry-After the client's
+// cool-down.
+func (b *Layer) Block(ctx *fasthttp.RequestCtx, r *Request) { blocked(ctx, r.cfg.params.Cooldown()) }
+
 // blocked answers a blocked client: 429, Retry-After the cool-down. The
 // level itself is never disclosed.
 func blocked(ctx *fasthttp.RequestCtx, cooldown time.Duration) {
@@ -460,10 +477,10 @@ func blocked(ctx *fasthttp.RequestCtx, cooldown time.Duration) {
 	}, seconds(cooldown))
 }
 
-// debugClients serves /debug/clients?key=ID (the hashed identity logs
+// DebugClients serves /debug/clients?key=ID (the hashed identity logs
 // show), or ?ip=ADDR, ?api_key=KEY or ?ja4=FINGERPRINT, which it hashes the
 // same way.
-func (b *behaviourLayer) debugClients(w http.ResponseWriter, req *http.Request) {
+func (b *Layer) DebugClients(w http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	id := q.Get("key")
 	switch {
@@ -576,3 +593,14 @@ func newBehaviourMetrics(reg prometheus.Registerer, clients func() float64) (*bh
 	}
 	return m, nil
 }
+
+// quota is a rule's capacity, as the RateLimit fields' q= says it.
+func quota(r *rules.CompiledRule) int64 {
+	return limiter.Limit{Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst, MinInterval: r.MinInterval}.Capacity()
+}
+
+// seconds is d in whole seconds, rounded up, as Retry-After says it.
+func seconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
+
+// b2s views bytes as a string for lookups that do not keep it.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
