@@ -50,20 +50,27 @@ rules:
     window: 1m
 `
 
-// goldenOrigin serves /slow after a pause and echoes a fixed body otherwise.
-func goldenOrigin(t *testing.T) string {
+// goldenOrigin answers a fixed body, except /slow: it signals the
+// request's arrival on slowArrived and holds it until the test ends.
+func goldenOrigin(t *testing.T) (url string, slowArrived <-chan struct{}) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		if string(ctx.Path()) == "/slow" {
-			time.Sleep(time.Second) // the origin's service time is the subject
+			select { // the edge holds a worker for this request now
+			case arrived <- struct{}{}:
+			default:
+			}
+			<-release // never answered in time: the edge's origin timeout ends it
 		}
 		ctx.SetContentType("text/plain")
 		ctx.SetBodyString("origin\n")
 	}}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
-	return "http://" + ln.Addr().String()
+	t.Cleanup(func() { close(release) }) // before Shutdown, which waits for the handler
+	return "http://" + ln.Addr().String(), arrived
 }
 
 type goldenEdge struct {
@@ -84,6 +91,12 @@ func (l *goldenLog) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 func (l *goldenLog) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// plainOrigin is goldenOrigin for tests that send no slow request.
+func plainOrigin(t *testing.T) string {
+	url, _ := goldenOrigin(t)
+	return url
+}
 
 // startGoldenEdge starts an edge from a command line, as cmd/edge does.
 func startGoldenEdge(t *testing.T, originURL string, args ...string) *goldenEdge {
@@ -200,7 +213,7 @@ var goldenRequests = []struct{ name, raw string }{
 // the problem+json documents for 400, 405, 413, 429, 502, 503, 504 and
 // 505, and the fields of a proxied answer.
 func TestGoldenResponses(t *testing.T) {
-	g := startGoldenEdge(t, goldenOrigin(t), "--max-body-bytes", "1024")
+	g := startGoldenEdge(t, plainOrigin(t), "--max-body-bytes", "1024")
 	var b strings.Builder
 	for _, r := range goldenRequests {
 		fmt.Fprintf(&b, "=== %s\n%s", r.name, describe(t, g.exchange(t, r.raw)))
@@ -212,7 +225,8 @@ func TestGoldenResponses(t *testing.T) {
 
 	// 504, then 503: the one worker held by a request the origin answers
 	// too late, the next finds no worker free.
-	slow := startGoldenEdge(t, goldenOrigin(t), "--workers", "1", "--origin-timeout", "500ms")
+	slowOrigin, slowArrived := goldenOrigin(t)
+	slow := startGoldenEdge(t, slowOrigin, "--workers", "1", "--origin-timeout", "3s")
 	held := make(chan *http.Response, 1)
 	c, err := net.Dial("tcp", slow.addr)
 	require.NoError(t, err)
@@ -227,7 +241,7 @@ func TestGoldenResponses(t *testing.T) {
 		}
 		held <- resp
 	}()
-	time.Sleep(150 * time.Millisecond) // the slow request holds the worker
+	<-slowArrived // the slow request holds the worker
 	fmt.Fprintf(&b, "=== 503-no-worker\n%s", describe(t, slow.exchange(t, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n")))
 	resp := <-held
 	require.NotNil(t, resp)
@@ -242,7 +256,7 @@ var accessMasked = map[string]bool{"time": true, "id": true, "client": true, "up
 // TestGoldenAccessLog pins the access log's fields: every line's names,
 // and the values that do not depend on the clock or the ports.
 func TestGoldenAccessLog(t *testing.T) {
-	g := startGoldenEdge(t, goldenOrigin(t), "--max-body-bytes", "1024")
+	g := startGoldenEdge(t, plainOrigin(t), "--max-body-bytes", "1024")
 	for _, r := range goldenRequests {
 		_, _ = io.Copy(io.Discard, g.exchange(t, r.raw).Body)
 	}
@@ -279,7 +293,7 @@ var logMasked = map[string]bool{"level": true, "msg": true, "store": true, "regi
 // TestGoldenLog pins the edge's own log: each message once, with its level
 // and the names of its attributes, from start to stop.
 func TestGoldenLog(t *testing.T) {
-	g := startGoldenEdge(t, goldenOrigin(t), "--max-body-bytes", "1024", "--log-level", "debug")
+	g := startGoldenEdge(t, plainOrigin(t), "--max-body-bytes", "1024", "--log-level", "debug")
 	for _, r := range goldenRequests {
 		_, _ = io.Copy(io.Discard, g.exchange(t, r.raw).Body)
 	}
