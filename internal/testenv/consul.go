@@ -55,6 +55,9 @@ type Consul struct {
 	log   string
 	ports consulPorts
 	admin *api.Client // the harness's own client, with the management token
+	// opts and pick rewrite the config when a restart finds a port taken.
+	opts ConsulOptions
+	pick pickPorts
 
 	mu   sync.Mutex // serializes Stop and Start
 	proc *process   // the current agent process
@@ -100,7 +103,7 @@ func startConsul(opts ConsulOptions, pick pickPorts) (*Consul, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testenv: starting consul: %w", err)
 	}
-	c := &Consul{Datacenter: opts.Datacenter, ManagementToken: opts.ManagementToken, d: d, bin: bin}
+	c := &Consul{Datacenter: opts.Datacenter, ManagementToken: opts.ManagementToken, d: d, bin: bin, opts: opts, pick: pick}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if err := c.startFresh(ctx, opts, pick); err != nil {
@@ -451,8 +454,11 @@ func (c *Consul) Stop() error {
 // returns once it is ready, as StartConsul does. A dev agent keeps nothing
 // on disk: the restarted agent has lost its KV data, the tokens made by
 // Token (not the management token, which is in its config) and its WAN
-// joins. Starting a running agent is a no-op. Start fails, rather than
-// moving, if another process took one of the ports meanwhile.
+// joins. Starting a running agent is a no-op. The ports others reach the
+// agent on (HTTP, Serf, server RPC) stay: Start fails, rather than moving
+// them, if another process took one meanwhile. The DNS and gRPC ports,
+// which nothing here uses, move to fresh ones when taken (another test's
+// process may bind a port the stopped agent freed).
 func (c *Consul) Start() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -461,10 +467,32 @@ func (c *Consul) Start() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	if err := c.launch(ctx); err != nil {
+	for attempt := 1; ; attempt++ {
+		err := c.launch(ctx)
+		if err == nil {
+			return nil
+		}
+		if attempt < bindAttempts && errors.Is(err, errConsulPortBusy) {
+			if err := c.moveUnusedPorts(); err == nil {
+				continue
+			}
+		}
 		return fmt.Errorf("testenv: restarting consul (datacenter %s): %w", c.Datacenter, err)
 	}
-	return nil
+}
+
+// moveUnusedPorts gives the agent fresh DNS and gRPC ports and rewrites
+// its config.
+func (c *Consul) moveUnusedPorts() error {
+	ports, err := c.pick()
+	if err != nil {
+		return err
+	}
+	if len(ports) < 3 {
+		return fmt.Errorf("picked %d ports, want 3", len(ports))
+	}
+	c.ports.DNS, c.ports.GRPC, c.ports.GRPCTLS = ports[0], ports[1], ports[2]
+	return os.WriteFile(c.conf, []byte(consulConfig(c.opts, c.ports)), 0o600)
 }
 
 // Close stops the agent and removes its files. It is idempotent.

@@ -268,6 +268,34 @@ func TestConsulRetriesBusyPort(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A restart whose gRPC port another process took meanwhile moves that port
+// (nothing here dials it) and keeps the HTTP address; one whose HTTP port
+// was taken fails rather than move the address the tests hold.
+func TestConsulRestartMovesATakenGRPCPort(t *testing.T) {
+	t.Parallel()
+	c, err := StartConsul(ConsulOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	addr, grpc := c.HTTPAddr(), c.ports.GRPC
+	require.NoError(t, c.Stop())
+	taken, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(grpc)))
+	require.NoError(t, err)
+	defer taken.Close()
+
+	require.NoError(t, c.Start())
+	require.Equal(t, addr, c.HTTPAddr(), "the HTTP address stays")
+	require.NotEqual(t, grpc, c.ports.GRPC, "the taken gRPC port moved")
+	_, err = consulClient(t, c, "").Status().Leader()
+	require.NoError(t, err)
+
+	require.NoError(t, c.Stop())
+	takenHTTP, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	defer takenHTTP.Close()
+	err = c.Start()
+	require.ErrorIs(t, err, errConsulPortBusy, "the HTTP port does not move")
+}
+
 func TestConsulStartFailureReportsLog(t *testing.T) {
 	t.Parallel()
 	_, err := StartConsul(ConsulOptions{Datacenter: "Not A Valid DC!"})
