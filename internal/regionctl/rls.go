@@ -72,6 +72,11 @@ func rlsFiles(args []string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(fs) == 0 {
+			// An edge serves an empty directory (every descriptor OK), but
+			// regionctl never validates or pushes nothing.
+			return nil, fmt.Errorf("reading rate limit configuration: no .yaml or .yml file under %s", arg)
+		}
 		files = append(files, fs...)
 	}
 	return files, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/edgeguard/edgeguard/internal/rls"
+	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 )
 
 // The conformance suite: envoyproxy/ratelimit's documented behaviour,
@@ -400,5 +403,101 @@ descriptors:
 		r = s.ask(t, "d", q1, q2)
 		require.Equal(t, over, r.Statuses[1].Code)
 		require.Equal(t, over, r.OverallCode, "every quota over")
+	})
+}
+
+// TestConformanceJoinedKeys: the reference finds a descriptor by the
+// string key_value, so an entry whose key and value split that string
+// elsewhere gets its limit; --rls-strict-match (rlsconfig.StrictMatch)
+// tells them apart.
+func TestConformanceJoinedKeys(t *testing.T) {
+	doc := `domain: rl
+descriptors:
+  - key: source_cluster
+    value: proxy
+    descriptors:
+      - key: destination_cluster
+        value: mock
+        rate_limit: {unit: minute, requests_per_unit: 1}
+`
+	split := desc("source_cluster", "proxy")
+	split.Entries = append(split.Entries, desc("destination", "cluster_mock").Entries...)
+	each(t, doc, rls.Options{}, func(t *testing.T, s *service) {
+		r := s.ask(t, "rl", split)
+		require.Equal(t, ok, r.OverallCode)
+		require.NotNil(t, r.Statuses[0].CurrentLimit, "the joined string names the descriptor")
+		require.EqualValues(t, 1, r.Statuses[0].CurrentLimit.RequestsPerUnit)
+		require.Equal(t, pb.RateLimitResponse_RateLimit_MINUTE, r.Statuses[0].CurrentLimit.Unit)
+		require.Equal(t, over, s.ask(t, "rl", split).OverallCode)
+		// The counter is named after the request's entries, each key and
+		// value apart: the other spelling counts on its own (the
+		// reference's cache key joins them; docs/envoy.md).
+		joined := desc("source_cluster", "proxy", "destination_cluster", "mock")
+		require.Equal(t, ok, s.ask(t, "rl", joined).OverallCode)
+		require.Equal(t, over, s.ask(t, "rl", joined).OverallCode)
+	})
+	t.Run("strict", func(t *testing.T) {
+		s := newService(t, setup{store: stores(t)["standalone"](t), doc: doc, match: []rlsconfig.Option{rlsconfig.StrictMatch()}})
+		for range 3 {
+			r := s.ask(t, "rl", split)
+			require.Equal(t, ok, r.OverallCode)
+			require.Nil(t, r.Statuses[0].CurrentLimit, "no limit for a different key")
+		}
+	})
+}
+
+// TestConformanceEmptyDirectory: an empty configuration directory is
+// served, every descriptor answered OK without a limit, as the reference
+// serves it; a document added later applies at the next reload.
+func TestConformanceEmptyDirectory(t *testing.T) {
+	dir := t.TempDir()
+	s := newService(t, setup{store: stores(t)["standalone"](t), dir: dir})
+	r := s.ask(t, "d", desc("k", "v"))
+	require.Equal(t, ok, r.OverallCode)
+	require.Nil(t, r.Statuses[0].CurrentLimit)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o644))
+	require.NoError(t, s.srv.Reload(dir, false))
+	require.Equal(t, ok, s.ask(t, "d", desc("k", "v")).OverallCode)
+	require.Equal(t, over, s.ask(t, "d", desc("k", "v")).OverallCode)
+	require.ErrorIs(t, s.srv.Reload(filepath.Join(dir, "missing"), false), os.ErrNotExist, "a directory that does not exist is refused")
+	require.Equal(t, over, s.ask(t, "d", desc("k", "v")).OverallCode, "the configuration in force stays")
+}
+
+// TestConformanceLegacyHeadersPick: the legacy fields describe the
+// descriptor the reference picks: the last one over its limit that is not
+// a quota descriptor, else the first with the least remaining.
+func TestConformanceLegacyHeadersPick(t *testing.T) {
+	doc := `domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	limitOf := func(r *pb.RateLimitResponse) string {
+		h := headersOf(r)
+		require.Len(t, h, 3)
+		require.Equal(t, "RateLimit-Limit", h[0].Key)
+		return h[0].Value + " remaining " + h[1].Value
+	}
+	each(t, doc, rls.Options{Headers: rls.HeadersLegacy}, func(t *testing.T, s *service) {
+		q1, q2 := desc("service", "service_1"), desc("service", "service_2")
+		require.Equal(t, "1 remaining 0", limitOf(s.ask(t, "rl", q1, q2)), "q1 has the least left")
+		r := s.ask(t, "rl", q1, q2)
+		require.Equal(t, []pb.RateLimitResponse_Code{over, ok}, []pb.RateLimitResponse_Code{r.Statuses[0].Code, r.Statuses[1].Code})
+		require.Equal(t, "1 remaining 0", limitOf(r), "a tie at 0: the first wins")
+		r = s.ask(t, "rl", q1, q2)
+		require.Equal(t, over, r.OverallCode, "every quota over")
+		require.Equal(t, "1 remaining 0", limitOf(r), "every quota over: still the first with the least")
+		require.Equal(t, ok, s.askN(t, "rl", 5, desc("plain", "x")).Statuses[0].Code)
+		r = s.askN(t, "rl", 1, q1, desc("plain", "x"))
+		require.Equal(t, []pb.RateLimitResponse_Code{over, over}, []pb.RateLimitResponse_Code{r.Statuses[0].Code, r.Statuses[1].Code})
+		require.Equal(t, "5 remaining 0", limitOf(r), "a plain descriptor over wins over a quota one")
 	})
 }

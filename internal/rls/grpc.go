@@ -190,12 +190,17 @@ func TrustFrom(prefixes []netip.Prefix) func(ctx context.Context) bool {
 }
 
 // Reload loads the configuration directory and swaps it in; on any error
-// the configuration in use stays and the error says why.
-func (s *Server) Reload(dir string, merge bool) error {
-	c, err := rlsconfig.LoadDir(dir, merge)
+// the configuration in use stays and the error says why. A directory
+// without documents is served as the reference serves it: every
+// descriptor answered OK, said in a warning at each load.
+func (s *Server) Reload(dir string, merge bool, opts ...rlsconfig.Option) error {
+	c, err := rlsconfig.LoadDir(dir, merge, opts...)
 	if err != nil {
 		s.metrics.configLoads.WithLabelValues("error").Inc()
 		return err
+	}
+	if len(c.Domains()) == 0 {
+		s.log.Warn("rate limit configuration directory holds no document: every descriptor is answered OK until one is added", "dir", dir)
 	}
 	s.SetConfig(c)
 	s.metrics.configLoads.WithLabelValues("ok").Inc()
@@ -206,7 +211,7 @@ func (s *Server) Reload(dir string, merge bool) error {
 // names the document in errors), in name order, and swaps them in; on any
 // error the configuration in use stays and the error lists every problem.
 // No document at all is an error too, as an empty directory is for Reload.
-func (s *Server) LoadDocuments(docs map[string][]byte, merge bool) error {
+func (s *Server) LoadDocuments(docs map[string][]byte, merge bool, opts ...rlsconfig.Option) error {
 	if len(docs) == 0 {
 		s.metrics.configLoads.WithLabelValues("error").Inc()
 		return errors.New("no rate limit service document")
@@ -229,7 +234,7 @@ func (s *Server) LoadDocuments(docs map[string][]byte, merge bool) error {
 	var c *rlsconfig.Config
 	if len(errs) == 0 {
 		var err error
-		c, err = rlsconfig.Compile(parsed, merge)
+		c, err = rlsconfig.Compile(parsed, merge, opts...)
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

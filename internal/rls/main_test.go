@@ -22,6 +22,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 )
 
 // The Redis deployments the conformance suite runs against, started on
@@ -106,6 +107,7 @@ type setup struct {
 	grpc    rls.GRPCOptions
 	dir     string // configuration directory; "" writes doc into a fresh one
 	doc     string
+	match   []rlsconfig.Option // how the documents compile
 }
 
 func newService(t testing.TB, s setup) *service {
@@ -122,7 +124,7 @@ func newService(t testing.TB, s setup) *service {
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(s.doc), 0o644))
 	}
-	require.NoError(t, srv.Reload(dir, false))
+	require.NoError(t, srv.Reload(dir, false, s.match...))
 	g := rls.NewGRPC(srv, s.grpc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

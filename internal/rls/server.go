@@ -490,16 +490,22 @@ func (s *Server) headers(items []item) []*core.HeaderValue {
 	case HeadersOff:
 		return nil
 	case HeadersLegacy:
-		// The reference: the descriptor over its limit (the last one), else
-		// the one with the least remaining.
+		// As the reference picks: the last descriptor over its limit that
+		// is not a quota descriptor, else the first with the least
+		// remaining (compared strictly, so a later tie never wins; quota
+		// descriptors over theirs included).
 		var pick *item
+		least := uint32(math.MaxUint32)
 		for i := range items {
 			it := &items[i]
 			if !it.applied {
 				continue
 			}
-			if it.st.Code == pb.RateLimitResponse_OVER_LIMIT && !it.lim.Shadow || pick == nil || pick.st.Code != pb.RateLimitResponse_OVER_LIMIT && it.st.LimitRemaining < pick.st.LimitRemaining {
-				pick = it
+			if it.st.LimitRemaining < least {
+				pick, least = it, it.st.LimitRemaining
+			}
+			if it.st.Code == pb.RateLimitResponse_OVER_LIMIT && !it.lim.Quota {
+				pick, least = it, 0
 			}
 		}
 		if pick == nil {

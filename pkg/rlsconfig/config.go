@@ -52,7 +52,11 @@ type wildcard struct {
 	key   string
 	parts []string // the value pattern split on '*'
 	value string   // the pattern
-	n     *node
+	// joined is key_pattern, split on '*' in jparts: the reference matches
+	// the request's key_value against it.
+	joined string
+	jparts []string
+	n      *node
 }
 
 type exact struct{ key, value string }
@@ -60,12 +64,27 @@ type exact struct{ key, value string }
 type node struct {
 	exact map[exact]*node
 	any   map[string]*node // descriptors with a key and no value
-	wild  []wildcard
-	limit *Limit
-	share bool
+	// joined holds the level's descriptors by the reference's string,
+	// key_value (key alone without a value), for reference matching.
+	joined map[string]*node
+	wild   []wildcard
+	limit  *Limit
+	share  bool
+	kv     exact // the descriptor's key and value
 }
 
-func newNode() *node { return &node{exact: map[exact]*node{}, any: map[string]*node{}} }
+func newNode() *node {
+	return &node{exact: map[exact]*node{}, any: map[string]*node{}, joined: map[string]*node{}}
+}
+
+// joinedKey is the reference's name of a descriptor, or of a request's
+// entry: key_value, or the key alone without a value.
+func joinedKey(key, value string) string {
+	if value == "" {
+		return key
+	}
+	return key + "_" + value
+}
 
 func (n *node) leaf() bool { return len(n.exact) == 0 && len(n.any) == 0 && len(n.wild) == 0 }
 
@@ -73,13 +92,30 @@ func (n *node) leaf() bool { return len(n.exact) == 0 && len(n.any) == 0 && len(
 type Config struct {
 	domains map[string]*node
 	files   map[string]string // domain → file that declared it first
+	strict  bool
 }
+
+// Option changes how documents compile.
+type Option func(*Config)
+
+// StrictMatch matches a request's entry by its key and its value apart.
+// The reference (and Compile without this option) matches the joined
+// string key_value, so the entry destination=cluster_mock matches the
+// descriptor destination_cluster=mock, and the entry files_no=share/X1
+// fits the wildcard files=no_share/*. With StrictMatch neither happens. A
+// level where two descriptors join to one string (key a_b without a value
+// and key a with value b) is refused either way, as the reference refuses
+// it.
+func StrictMatch() Option { return func(c *Config) { c.strict = true } }
 
 // Compile builds a Config from documents. Two documents with one domain are
 // an error unless merge (the reference's MERGE_DOMAIN_CONFIG), when their
 // descriptors are merged and a descriptor declared twice is an error.
-func Compile(docs []*Document, merge bool) (*Config, error) {
+func Compile(docs []*Document, merge bool, opts ...Option) (*Config, error) {
 	c := &Config{domains: map[string]*node{}, files: map[string]string{}}
+	for _, o := range opts {
+		o(c)
+	}
 	var errs []error
 	for _, d := range docs {
 		root, dup := c.domains[d.Domain]
@@ -92,7 +128,7 @@ func Compile(docs []*Document, merge bool) (*Config, error) {
 			c.domains[d.Domain] = root
 			c.files[d.Domain] = d.File
 		}
-		errs = append(errs, load(root, d.File, d.Domain, d.Descriptors)...)
+		errs = append(errs, c.load(root, d.File, d.Domain, d.Descriptors)...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -100,12 +136,22 @@ func Compile(docs []*Document, merge bool) (*Config, error) {
 	return c, nil
 }
 
-func load(into *node, file, parent string, ds []Descriptor) []error {
+// Strict reports whether the configuration matches by key and value apart
+// (StrictMatch).
+func (c *Config) Strict() bool { return c.strict }
+
+func (c *Config) load(into *node, file, parent string, ds []Descriptor) []error {
 	var errs []error
 	for _, d := range ds {
 		path := pathOf(parent, d.Key, d.Value)
 		n := newNode()
 		n.share = d.ShareThreshold
+		jk := joinedKey(d.Key, d.Value)
+		n.kv = exact{d.Key, d.Value}
+		if other, dup := into.joined[jk]; dup && other.kv != n.kv {
+			errs = append(errs, &Error{File: file, Line: d.Line, Path: path, Msg: fmt.Sprintf("key %q value %q collides with key %q value %q: envoyproxy/ratelimit matches the joined string %q and refuses the second", d.Key, d.Value, other.kv.key, other.kv.value, jk)})
+			continue
+		}
 		switch {
 		case d.Value == "":
 			if _, dup := into.any[d.Key]; dup {
@@ -118,7 +164,7 @@ func load(into *node, file, parent string, ds []Descriptor) []error {
 				errs = append(errs, &Error{File: file, Line: d.Line, Path: path, Msg: "duplicate descriptor (declared in another document of the domain)"})
 				continue
 			}
-			into.wild = append(into.wild, wildcard{key: d.Key, parts: strings.Split(d.Value, "*"), value: d.Value, n: n})
+			into.wild = append(into.wild, wildcard{key: d.Key, parts: strings.Split(d.Value, "*"), value: d.Value, joined: jk, jparts: strings.Split(jk, "*"), n: n})
 		default:
 			k := exact{d.Key, d.Value}
 			if _, dup := into.exact[k]; dup {
@@ -127,6 +173,7 @@ func load(into *node, file, parent string, ds []Descriptor) []error {
 			}
 			into.exact[k] = n
 		}
+		into.joined[jk] = n
 		if r := d.RateLimit; r != nil {
 			l := &Limit{Path: path, Name: r.Name, Replaces: r.Replaces, Unlimited: r.Unlimited, Shadow: d.ShadowMode, Share: d.ShareThreshold, Quota: d.QuotaMode, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Window, Burst: r.Burst, Algorithm: limit.FixedWindow}
 			if r.Algorithm != "" {
@@ -137,7 +184,7 @@ func load(into *node, file, parent string, ds []Descriptor) []error {
 			}
 			n.limit = l
 		}
-		errs = append(errs, load(n, file, path, d.Descriptors)...)
+		errs = append(errs, c.load(n, file, path, d.Descriptors)...)
 	}
 	return errs
 }
@@ -184,8 +231,10 @@ func (c *Config) HasDomain(domain string) bool {
 }
 
 // Lookup finds the limit for one descriptor of a request, as the
-// reference's GetLimit does: entries are walked level by level (key and
-// value, else the first wildcard the value fits, else the key alone); the
+// reference's GetLimit does: entries are walked level by level; at each
+// level an entry matches the descriptor named by its key_value (the joined
+// string, see StrictMatch), else the first wildcard, in document order,
+// that key_value fits, else the descriptor named by its key alone. The
 // walk stops where the tree ends, and a limit applies only if the walk
 // reaches the last entry on a descriptor that has one.
 func (c *Config) Lookup(domain string, entries []Entry) Match {
@@ -195,26 +244,15 @@ func (c *Config) Lookup(domain string, entries []Entry) Match {
 	}
 	var m Match
 	for i, e := range entries {
-		next := n.exact[exact{e.Key, e.Value}]
-		if next == nil {
-			for _, w := range n.wild {
-				if w.key == e.Key && wildcardMatch(w.parts, e.Value) {
-					next = w.n
-					if next.share {
-						if m.Shared == nil {
-							m.Shared = make([]string, len(entries))
-						}
-						m.Shared[i] = w.value
-					}
-					break
-				}
-			}
-		}
-		if next == nil {
-			next = n.any[e.Key]
-		}
+		next, shared := c.step(n, e)
 		if next == nil {
 			return Match{}
+		}
+		if shared != "" && next.share {
+			if m.Shared == nil {
+				m.Shared = make([]string, len(entries))
+			}
+			m.Shared[i] = shared
 		}
 		if i == len(entries)-1 {
 			m.Limit = next.limit
@@ -229,6 +267,33 @@ func (c *Config) Lookup(domain string, entries []Entry) Match {
 		n = next
 	}
 	return Match{}
+}
+
+// step is the descriptor of level n that entry e matches (nil: none), and
+// the wildcard pattern that matched it ("" for none).
+func (c *Config) step(n *node, e Entry) (*node, string) {
+	if c.strict {
+		if next := n.exact[exact{e.Key, e.Value}]; next != nil {
+			return next, ""
+		}
+		for _, w := range n.wild {
+			if w.key == e.Key && wildcardMatch(w.parts, e.Value) {
+				return w.n, w.value
+			}
+		}
+		return n.any[e.Key], ""
+	}
+	// The reference joins with "_" even when the value is empty.
+	jk := e.Key + "_" + e.Value
+	if next := n.joined[jk]; next != nil {
+		return next, ""
+	}
+	for _, w := range n.wild {
+		if wildcardMatch(w.jparts, jk) {
+			return w.n, strings.TrimPrefix(w.joined, e.Key+"_")
+		}
+	}
+	return n.joined[e.Key], ""
 }
 
 // wildcardMatch reports whether value fits a pattern split on '*' (each '*'

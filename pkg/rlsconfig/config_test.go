@@ -169,8 +169,15 @@ func TestDomainsAcrossFiles(t *testing.T) {
 	_, err = LoadDir(dir, true)
 	require.ErrorContains(t, err, "b.yml:3: descriptor d.a: duplicate descriptor")
 
-	_, err = LoadDir(t.TempDir(), false)
-	require.ErrorContains(t, err, "no .yaml or .yml file under")
+	// An empty directory is served as the reference serves it: no domain,
+	// every descriptor without a limit. A missing one is an error.
+	empty := t.TempDir()
+	c, err = LoadDir(empty, false)
+	require.NoError(t, err)
+	require.Empty(t, c.Domains())
+	require.Nil(t, c.Lookup("d", entries("a", "1")).Limit)
+	_, err = LoadDir(filepath.Join(empty, "typo"), false)
+	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
 func TestWildcardMatch(t *testing.T) {

@@ -21,6 +21,8 @@
 // descriptor with its key and value, else the first wildcard pattern (in
 // document order) its value fits, else the descriptor with its key and no
 // value. A limit applies only when the walk ends on the request's last entry.
+// As in the reference, key and value are compared joined, as the string
+// key_value (StrictMatch compares them apart).
 //
 // Everything the reference accepts is read: rate_limit (unit,
 // requests_per_unit, unlimited, name, replaces), shadow_mode, quota_mode,

@@ -13,19 +13,20 @@ import (
 // LoadDir reads every .yaml and .yml file under dir (subdirectories
 // included, in lexical order), as the reference reads its runtime
 // directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config), and compiles them.
-// A directory without any document is an error: a typo in the path must
-// not start a service that limits nothing.
-func LoadDir(dir string, merge bool) (*Config, error) {
+// A directory without any document compiles to a configuration without a
+// domain, as the reference serves one (every descriptor answered OK); a
+// directory that does not exist is an error.
+func LoadDir(dir string, merge bool, opts ...Option) (*Config, error) {
 	docs, err := ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	return Compile(docs, merge)
+	return Compile(docs, merge, opts...)
 }
 
 // Files lists the documents under dir as ReadDir reads them: every .yaml
 // and .yml file, subdirectories included, hidden entries skipped, in
-// lexical order. A directory without any is an error.
+// lexical order. A directory without any has none (no error).
 func Files(dir string) ([]string, error) {
 	var files []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -46,9 +47,6 @@ func Files(dir string) ([]string, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading rate limit configuration: %w", err)
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("reading rate limit configuration: no .yaml or .yml file under %s", dir)
 	}
 	sort.Strings(files)
 	return files, nil
