@@ -28,6 +28,35 @@ type Config struct {
 	ConfigFile string
 	// Listen is the public address.
 	Listen string
+	// Admin is the admin address (metrics, health, readiness, rules, pprof).
+	// Bind it to a private interface in a deployment.
+	Admin string
+	// Rules is the rules file (YAML, schema version 1).
+	Rules string
+	// Region and PoP name where this node runs (Consul service meta, pop
+	// scope).
+	Region, PoP string
+	// Workers caps the requests served at once; the queue in front of it
+	// (queue_size, queue_timeout) comes from the shedder settings.
+	Workers  int
+	Shedder  string // shedder settings file (JSON); empty = defaults
+	LogLevel string
+
+	// The settings of each concern, their fields promoted.
+	TLSSettings
+	ClientSettings
+	ServerSettings
+	OriginSettings
+	RedisSettings
+	ConsulSettings
+	ObservabilitySettings
+	// RLS is Envoy's rate limit service (rls.go).
+	RLS RLSConfig
+}
+
+// TLSSettings are the TLS listener's: certificates, session tickets, ACME, HTTP/2, and the
+// PROXY protocol in front of the public listeners.
+type TLSSettings struct {
 	// ListenTLS is the public TLS address (empty: no TLS listener). It
 	// serves the same handler as Listen, with certificates chosen by SNI
 	// from TLSCertDir and TLSDefaultCert, reloaded when the files change.
@@ -74,13 +103,61 @@ type Config struct {
 	// must start with a PROXY protocol header (v1 or v2), which then names
 	// the client; from anyone else a PROXY header is refused.
 	ProxyProtocolFrom []netip.Prefix
-	// Admin is the admin address (metrics, health, readiness, rules, pprof).
-	// Bind it to a private interface in a deployment.
-	Admin string
+}
+
+// ClientSettings say who a client is and what it may send.
+type ClientSettings struct {
+	// TrustedProxies are CIDRs whose X-Forwarded-For (and priority headers)
+	// are believed. IPv4-mapped IPv6 forms are read as IPv4.
+	TrustedProxies []netip.Prefix
+	// TrustAllProxies allows a catch-all range (0.0.0.0/0, ::/0) in
+	// TrustedProxies: every client could then choose its own identity.
+	TrustAllProxies bool
+	// IPv6Prefix is the prefix length IPv6 clients are keyed by.
+	IPv6Prefix int
+	// LegacyHeaders adds X-RateLimit-Limit/-Remaining/-Reset for old clients.
+	LegacyHeaders bool
+	// AllowMethods passes methods the edge refuses by default (CONNECT,
+	// TRACE) on to the origin.
+	AllowMethods []string
+	// DefaultHost is the Host given to a request that has none (HTTP/1.0
+	// allows that); empty answers such a request 400.
+	DefaultHost string
+	// AllowUnderscoresInHeaders passes header names with an underscore on
+	// (nginx's underscores_in_headers); by default they are dropped, since
+	// CGI-style origins read X_Api_Key as X-Api-Key.
+	AllowUnderscoresInHeaders bool
+	// MaxConnsPerIP caps the connections one socket peer may hold open:
+	// an IPv4 address, or an IPv6 client's IPv6Prefix network. Trusted
+	// proxies are exempt (they carry many clients); 0 turns the cap off.
+	MaxConnsPerIP int
+}
+
+// ServerSettings are the public server's limits and timeouts.
+type ServerSettings struct {
+	// Server limits and timeouts.
+	MaxHeaderBytes, MaxBodyBytes           int
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	DrainDelay, ShutdownTimeout            time.Duration
+}
+
+// OriginSettings are the origins' and the proxy's.
+type OriginSettings struct {
 	// Origins are the origin URLs. One is required unless DemoOrigin.
 	Origins []string
 	// DemoOrigin serves a built-in demo origin (make run); never in production.
 	DemoOrigin bool
+	// OriginMaxConns caps connections to each origin; 0 sizes the pool to
+	// Workers (+1 for the health check), so every worker can hold one
+	// origin connection.
+	OriginMaxConns int
+	// Origin timeouts.
+	OriginTimeout, OriginDialTimeout time.Duration
+}
+
+// RedisSettings are the rate limit store's: Redis, its deadline and fail mode, the
+// key salt, and the fallback's divisors.
+type RedisSettings struct {
 	// Redis is a go-redis URL; empty uses the embedded memory store. A
 	// password goes in REDIS_PASSWORD or --redis-password-file (or in the
 	// URL given through EDGEGUARD_REDIS), never on the command line.
@@ -101,9 +178,21 @@ type Config struct {
 	RedisAutopipeline bool
 	// FailMode is what happens when Redis cannot decide: fallback (local
 	// memory store with limit / nodes), open (admit) or closed (503).
-	FailMode limiter.FailMode
-	// Rules is the rules file (YAML, schema version 1).
-	Rules string
+	FailMode      limiter.FailMode
+	PrefilterSize int
+	// KeySalt is mixed into the hash of descriptor values in Redis keys:
+	// without it, a hashed IPv4 address can be enumerated back. Required
+	// with Redis, and every edge sharing a Redis must use the same salt.
+	KeySalt string
+	// KeySaltFile holds the salt (one line); read at start, exclusive with
+	// KeySalt. It keeps the secret out of the process list.
+	KeySaltFile string
+	// NodesInRegion and NodesInPoP divide limits in the local fallback.
+	NodesInRegion, NodesInPoP int
+}
+
+// ConsulSettings are the Consul link's.
+type ConsulSettings struct {
 	// Consul is the local Consul agent's address ("" = no Consul). With it,
 	// rules and shedder settings come from Consul KV and change live, and the
 	// edge registers itself in the catalog. The ACL token comes from
@@ -118,29 +207,11 @@ type Config struct {
 	// Advertise is the public address registered in the catalog ("" = the
 	// agent's node address and the --listen port).
 	Advertise string
-	// Region and PoP name where this node runs (Consul service meta, pop
-	// scope).
-	Region, PoP string
-	// MetricsRegionLabels adds region and pop to every series this edge
-	// exports. Off by default: Prometheus attaches them as target labels
-	// from the Consul service meta (docs/deployment.md), and a series that
-	// carries them too would see them renamed exported_region/exported_pop.
-	MetricsRegionLabels bool
-	// NodesInRegion and NodesInPoP divide limits in the local fallback.
-	NodesInRegion, NodesInPoP int
-	// TrustedProxies are CIDRs whose X-Forwarded-For (and priority headers)
-	// are believed. IPv4-mapped IPv6 forms are read as IPv4.
-	TrustedProxies []netip.Prefix
-	// TrustAllProxies allows a catch-all range (0.0.0.0/0, ::/0) in
-	// TrustedProxies: every client could then choose its own identity.
-	TrustAllProxies bool
-	// KeySalt is mixed into the hash of descriptor values in Redis keys:
-	// without it, a hashed IPv4 address can be enumerated back. Required
-	// with Redis, and every edge sharing a Redis must use the same salt.
-	KeySalt string
-	// KeySaltFile holds the salt (one line); read at start, exclusive with
-	// KeySalt. It keeps the secret out of the process list.
-	KeySaltFile string
+}
+
+// ObservabilitySettings are the admin port's, the access log's, tracing's and the metrics'
+// labels.
+type ObservabilitySettings struct {
 	// AdminToken guards the admin port's /debug endpoints (Authorization:
 	// Bearer TOKEN); without one they answer 403. From EDGEGUARD_ADMIN_TOKEN
 	// or AdminTokenFile.
@@ -162,82 +233,62 @@ type Config struct {
 	// TraceSampleRatio is the share of requests traced that arrive without
 	// a sampled trace context from a trusted peer (0..1).
 	TraceSampleRatio float64
-	// IPv6Prefix is the prefix length IPv6 clients are keyed by.
-	IPv6Prefix int
-	// LegacyHeaders adds X-RateLimit-Limit/-Remaining/-Reset for old clients.
-	LegacyHeaders bool
-	// AllowMethods passes methods the edge refuses by default (CONNECT,
-	// TRACE) on to the origin.
-	AllowMethods []string
-	// DefaultHost is the Host given to a request that has none (HTTP/1.0
-	// allows that); empty answers such a request 400.
-	DefaultHost string
-	// AllowUnderscoresInHeaders passes header names with an underscore on
-	// (nginx's underscores_in_headers); by default they are dropped, since
-	// CGI-style origins read X_Api_Key as X-Api-Key.
-	AllowUnderscoresInHeaders bool
-	// MaxConnsPerIP caps the connections one socket peer may hold open:
-	// an IPv4 address, or an IPv6 client's IPv6Prefix network. Trusted
-	// proxies are exempt (they carry many clients); 0 turns the cap off.
-	MaxConnsPerIP int
-	// OriginMaxConns caps connections to each origin; 0 sizes the pool to
-	// Workers (+1 for the health check), so every worker can hold one
-	// origin connection.
-	OriginMaxConns int
-
-	// Origin timeouts.
-	OriginTimeout, OriginDialTimeout time.Duration
-	// Server limits and timeouts.
-	MaxHeaderBytes, MaxBodyBytes           int
-	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
-	DrainDelay, ShutdownTimeout            time.Duration
-	// Workers caps the requests served at once; the queue in front of it
-	// (queue_size, queue_timeout) comes from the shedder settings.
-	Workers       int
-	Shedder       string // shedder settings file (JSON); empty = defaults
-	PrefilterSize int
-	LogLevel      string
-	// RLS is Envoy's rate limit service (rls.go).
-	RLS RLSConfig
+	// MetricsRegionLabels adds region and pop to every series this edge
+	// exports. Off by default: Prometheus attaches them as target labels
+	// from the Consul service meta (docs/deployment.md), and a series that
+	// carries them too would see them renamed exported_region/exported_pop.
+	MetricsRegionLabels bool
 }
 
 // DefaultConfig is a single node on the memory store; it still needs an
 // origin (or DemoOrigin).
 func DefaultConfig() Config {
 	return Config{
-		Listen:            ":8080",
-		Admin:             "127.0.0.1:18391",
-		RedisMode:         limiter.ModeStandalone,
-		RedisTimeout:      limiter.DefaultTimeout,
-		RedisAutopipeline: true,
-		FailMode:          limiter.FailFallback,
-		Region:            "local",
-		PoP:               "local",
-		NodesInRegion:     1,
-		NodesInPoP:        1,
-		IPv6Prefix:        64,
-		OriginTimeout:     10 * time.Second,
-		OriginDialTimeout: time.Second,
-		MaxHeaderBytes:    8 << 10,
-		MaxBodyBytes:      10 << 20,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		DrainDelay:        5 * time.Second,
-		ShutdownTimeout:   30 * time.Second,
-		ConsulPrefix:      "edgeguard/",
-		Workers:           512 * runtime.GOMAXPROCS(0),
-		PrefilterSize:     100_000,
-		MaxConnsPerIP:     256,
-		H2MaxStreams:      100,
-		H2MaxHeldBytes:    256 << 20,
-		TLSTicketRotation: 24 * time.Hour,
-		ACMECA:            "https://acme-v02.api.letsencrypt.org/directory",
-		LogLevel:          "info",
-		AccessLogFormat:   "json",
-		AccessLogSample:   1,
-		TraceSampleRatio:  0.01,
-		RLS:               RLSConfig{Headers: "off", HeaderNames: "hashed", MaxStreams: rls.DefaultMaxStreams, MaxConnsPerIP: 64},
+		Listen:   ":8080",
+		Admin:    "127.0.0.1:18391",
+		Region:   "local",
+		PoP:      "local",
+		Workers:  512 * runtime.GOMAXPROCS(0),
+		LogLevel: "info",
+		TLSSettings: TLSSettings{
+			H2MaxStreams:      100,
+			H2MaxHeldBytes:    256 << 20,
+			TLSTicketRotation: 24 * time.Hour,
+			ACMECA:            "https://acme-v02.api.letsencrypt.org/directory",
+		},
+		ClientSettings: ClientSettings{
+			IPv6Prefix:    64,
+			MaxConnsPerIP: 256,
+		},
+		ServerSettings: ServerSettings{
+			MaxHeaderBytes:  8 << 10,
+			MaxBodyBytes:    10 << 20,
+			ReadTimeout:     10 * time.Second,
+			WriteTimeout:    10 * time.Second,
+			IdleTimeout:     60 * time.Second,
+			DrainDelay:      5 * time.Second,
+			ShutdownTimeout: 30 * time.Second,
+		},
+		OriginSettings: OriginSettings{
+			OriginTimeout:     10 * time.Second,
+			OriginDialTimeout: time.Second,
+		},
+		RedisSettings: RedisSettings{
+			RedisMode:         limiter.ModeStandalone,
+			RedisTimeout:      limiter.DefaultTimeout,
+			RedisAutopipeline: true,
+			FailMode:          limiter.FailFallback,
+			PrefilterSize:     100_000,
+			NodesInRegion:     1,
+			NodesInPoP:        1,
+		},
+		ConsulSettings: ConsulSettings{ConsulPrefix: "edgeguard/"},
+		ObservabilitySettings: ObservabilitySettings{
+			AccessLogFormat:  "json",
+			AccessLogSample:  1,
+			TraceSampleRatio: 0.01,
+		},
+		RLS: RLSConfig{Headers: "off", HeaderNames: "hashed", MaxStreams: rls.DefaultMaxStreams, MaxConnsPerIP: 64},
 	}
 }
 
