@@ -38,7 +38,7 @@ func TestReferenceDocs(t *testing.T) {
 	globalSeries(t, e, r.URL())
 
 	docs := map[string]string{
-		"flags.md":     flagsReference(),
+		"flags.md":     config.Reference(),
 		"metrics.md":   metricsReference(t, e),
 		"rules.md":     rulesReference(t),
 		"shedder.md":   shedderReference(t),
@@ -108,19 +108,6 @@ func globalSeries(t *testing.T, e *running, redisURL string) {
 		}
 		return len(missing) == 0
 	}, 20*time.Second, 100*time.Millisecond, "every global rule series: missing %v", &missing)
-}
-
-func flagsReference() string {
-	var b strings.Builder
-	b.WriteString("# Edge settings\n\nGenerated from the edge's flags (`go test ./internal/edge -run TestReferenceDocs -update-reference`).\n" +
-		"Each is a flag (`--name`), an environment variable (`EDGEGUARD_NAME`) and a key of the `--config` file (`name:`);\n" +
-		"the command line wins over the environment, which wins over the file. Secrets are refused on the command line.\n\n" +
-		"| flag | variable | default | meaning |\n|---|---|---|---|\n")
-	config.Flags().VisitAll(func(f *flag.Flag) {
-		def := "`" + config.DisplayDefault(f) + "`"
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, config.EnvName(f.Name), def, strings.ReplaceAll(f.Usage, "|", "\\|"))
-	})
-	return b.String()
 }
 
 func metricsReference(t *testing.T, e *running) string {

@@ -770,12 +770,18 @@ func (p *prefixesFlag) Set(v string) error {
 	return errors.Join(errs...)
 }
 
-// Flags is every setting as a flag at its default, for the reference
-// table (docs/reference/flags.md).
-func Flags() *flag.FlagSet {
+// Reference is docs/reference/flags.md: every setting as a flag, its
+// environment variable, its default as --help says it, and its meaning.
+func Reference() string {
+	var b strings.Builder
+	b.WriteString("# Edge settings\n\nGenerated from the edge's flags (`go test ./internal/edge -run TestReferenceDocs -update-reference`).\n" +
+		"Each is a flag (`--name`), an environment variable (`EDGEGUARD_NAME`) and a key of the `--config` file (`name:`);\n" +
+		"the command line wins over the environment, which wins over the file. Secrets are refused on the command line.\n\n" +
+		"| flag | variable | default | meaning |\n|---|---|---|---|\n")
 	c := DefaultConfig()
-	return newFlagSet(&c, io.Discard)
+	newFlagSet(&c, io.Discard).VisitAll(func(f *flag.Flag) {
+		def := "`" + flaghelp.Default(f, displayDefaults) + "`"
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, EnvName(f.Name), def, strings.ReplaceAll(f.Usage, "|", "\\|"))
+	})
+	return b.String()
 }
-
-// DisplayDefault is f's default as --help and the reference say it.
-func DisplayDefault(f *flag.Flag) string { return flaghelp.Default(f, displayDefaults) }
