@@ -13,7 +13,7 @@ func (l *Link) rotateTicketKeys(ctx context.Context) {
 	t := time.NewTicker(ticketRotationCheck)
 	defer t.Stop()
 	for {
-		l.RotateIfDue(ctx, time.Now())
+		l.rotateIfDue(ctx, time.Now())
 		select {
 		case <-ctx.Done():
 			return
@@ -22,9 +22,9 @@ func (l *Link) rotateTicketKeys(ctx context.Context) {
 	}
 }
 
-// RotateIfDue rotates the keys if the last rotation is at least
+// rotateIfDue rotates the keys if the last rotation is at least
 // --tls-ticket-rotation before now; it reports whether this edge did.
-func (l *Link) RotateIfDue(ctx context.Context, now time.Time) bool {
+func (l *Link) rotateIfDue(ctx context.Context, now time.Time) bool {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	done, err := l.client.RotateTicketKeys(cctx, l.region, l.rotation, now)
