@@ -14,7 +14,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
-	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
@@ -121,7 +120,7 @@ func (r *requestRecorder) check(t *testing.T) {
 			t.Fatalf("query: client sent %q, origin got %q", seen.rawQuery, query)
 		}
 		lower := bytes.ToLower(got.header)
-		for _, name := range trust.SpoofableFields() {
+		for _, name := range spoofedFields {
 			switch name {
 			case "x-forwarded-for", "forwarded", "x-forwarded-proto", "x-forwarded-host":
 				continue // the edge's own

@@ -53,3 +53,18 @@ series:
 	}
 	return sum
 }
+
+// spoofedFields are the request fields an untrusted peer must not get
+// past the edge (the trust model in internal/edge/trust): what the
+// hostile-client tests send, listed here so that a name dropped from the
+// edge's screen fails them.
+var spoofedFields = []string{
+	"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
+	"x-forwarded-port", "x-forwarded-prefix", "x-forwarded-scheme", "x-forwarded-server",
+	"x-forwarded-ssl", "x-forwarded-uri", "x-forwarded-path", "x-forwarded-client-cert",
+	"x-original-forwarded-for", "front-end-https", "x-url-scheme", "x-real-ip",
+	"true-client-ip", "x-client-ip", "client-ip", "cf-connecting-ip", "cf-connecting-ipv6",
+	"fastly-client-ip", "x-cluster-client-ip", "x-proxyuser-ip", "x-envoy-external-address",
+	"x-original-url", "x-original-uri", "x-original-host", "x-rewrite-url", "x-host",
+	"x-http-method-override", "x-http-method", "x-method-override",
+}

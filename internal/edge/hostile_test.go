@@ -179,7 +179,7 @@ func TestRequestWithoutHost(t *testing.T) {
 func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
 	r := startEdge(t, perIP, func(c *config.Config) { c.TrustedProxies = trust.Set{mustPrefix("127.0.0.2/32")} })
 	var spoof strings.Builder
-	for _, name := range trust.SpoofableFields() {
+	for _, name := range spoofedFields {
 		fmt.Fprintf(&spoof, "%s: 6.6.6.6\r\n", name)
 	}
 	spoof.WriteString("X_Api_Key: smuggled\r\nX-Forwarded_For: 6.6.6.6\r\nX-Priority: critical\r\nX-Test-Mode: 0\r\n")
@@ -189,7 +189,7 @@ func TestForwardingFieldsFromUntrustedPeersStripped(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	got := echoed(t, body)
 	headers := strings.ToLower(got["headers"])
-	for _, name := range trust.SpoofableFields() {
+	for _, name := range spoofedFields {
 		switch name {
 		case "x-forwarded-for", "forwarded", "x-forwarded-proto", "x-forwarded-host":
 			continue // written by the edge, checked below

@@ -31,10 +31,8 @@ package trust
 
 import (
 	"bytes"
-	"maps"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"unsafe"
 
@@ -197,10 +195,4 @@ func (s Screen) keep(k []byte, trusted bool, tier [2]string) bool {
 	}
 	_, bad := spoofable[string(lower[:len(k)])]
 	return !bad
-}
-
-// SpoofableFields are the fields an untrusted peer's request loses (lower
-// case, sorted): what the hostile-client tests send.
-func SpoofableFields() []string {
-	return slices.Sorted(maps.Keys(spoofable))
 }
