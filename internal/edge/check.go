@@ -55,16 +55,20 @@ func Check(args, environ []string, stdout, stderr io.Writer) int {
 			problems = append(problems, fmt.Errorf("rls-tls-cert %s: %w", cfg.RLS.TLSCert, err))
 		}
 	}
+	rlsChecked := ""
 	if cfg.RLS.ConfigDir != "" {
-		if _, err := rlsconfig.LoadDir(cfg.RLS.ConfigDir, cfg.RLS.MergeDomains); err != nil {
+		c, err := rlsconfig.LoadDir(cfg.RLS.ConfigDir, cfg.RLS.MergeDomains, cfg.RLS.Match()...)
+		if err != nil {
 			problems = append(problems, fmt.Errorf("rls-config-dir %s: %w", cfg.RLS.ConfigDir, err))
+		} else {
+			rlsChecked = fmt.Sprintf(" rls %s (domains %d, limits %d)", cfg.RLS.ConfigDir, len(c.Domains()), len(c.Limits()))
 		}
 	}
 	if err := errors.Join(problems...); err != nil {
 		fmt.Fprintln(stdout, err)
 		return 1
 	}
-	fmt.Fprintln(stdout, "ok: settings", nameOr(cfg.ConfigFile, "(flags and environment)"), "rules", nameOr(cfg.Rules, "(none)"), "shedder", nameOr(cfg.Shedder, "(defaults)"))
+	fmt.Fprintln(stdout, "ok: settings", nameOr(cfg.ConfigFile, "(flags and environment)"), "rules", nameOr(cfg.Rules, "(none)"), "shedder", nameOr(cfg.Shedder, "(defaults)")+rlsChecked)
 	return 0
 }
 

@@ -26,6 +26,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 )
 
 const rlsDoc = `domain: edge
@@ -141,6 +142,9 @@ func TestCheckRLSConfigDir(t *testing.T) {
 	var out, errOut strings.Builder
 	args := []string{"--demo-origin", "--rls-listen", "127.0.0.1:0", "--rls-config-dir", dir}
 	require.Equal(t, 0, Check(args, nil, &out, &errOut), out.String()+errOut.String())
+	c, err := rlsconfig.LoadDir(dir, false)
+	require.NoError(t, err)
+	require.Contains(t, out.String(), fmt.Sprintf("rls %s (domains 1, limits %d)", dir, len(c.Limits())), "edge check says it checked the documents")
 	bad := filepath.Join(dir, "b.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: hours, requests_per_unit: 1}\n"), 0o600))
 	out.Reset()

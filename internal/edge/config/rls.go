@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/edgeguard/edgeguard/internal/rls"
+	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 )
 
 // RLSConfig is the rate limit service listener: Envoy's global rate limit
@@ -24,6 +25,10 @@ type RLSConfig struct {
 	ConfigDir string
 	// MergeDomains merges documents of one domain instead of refusing them.
 	MergeDomains bool
+	// StrictMatch matches a descriptor's entries by key and value apart
+	// (rlsconfig.StrictMatch); by default by the joined key_value, as the
+	// reference does.
+	StrictMatch bool
 	// OverrideFrom are the CIDRs of callers whose descriptor limit
 	// overrides are applied; from anyone else they are ignored.
 	OverrideFrom []netip.Prefix
@@ -52,6 +57,7 @@ func (c *RLSConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "rls-listen", c.Listen, "gRPC address of Envoy's rate limit service (envoy.service.ratelimit.v3) over this edge's limiter; empty = off")
 	fs.StringVar(&c.ConfigDir, "rls-config-dir", c.ConfigDir, "directory of envoyproxy/ratelimit YAML documents for --rls-listen (every .yaml/.yml under it); re-read on SIGHUP; empty with --consul: the region's rls/<region>/ documents in Consul KV, watched")
 	fs.BoolVar(&c.MergeDomains, "rls-merge-domains", c.MergeDomains, "merge rate limit service documents of one domain instead of refusing them (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
+	fs.BoolVar(&c.StrictMatch, "rls-strict-match", c.StrictMatch, "match a rate limit service entry by its key and value apart; off = as envoyproxy/ratelimit, by the joined string key_value, so the entry destination=cluster_mock matches the descriptor destination_cluster: mock (docs/envoy.md)")
 	fs.Var((*prefixesFlag)(&c.OverrideFrom), "rls-override-from", "CIDRs of rate limit service callers whose descriptor limit overrides apply; others' are ignored")
 	fs.StringVar(&c.Headers, "rls-headers", c.Headers, "header fields the rate limit service asks Envoy to add to the client's response: off (none, as envoyproxy/ratelimit by default), draft (RateLimit-Policy and RateLimit) or legacy (RateLimit-Limit/-Remaining/-Reset)")
 	fs.StringVar(&c.HeaderNames, "rls-header-names", c.HeaderNames, "how --rls-headers draft names a limit without a rate_limit name: hashed (a hash of its descriptor path salted with the key salt) or path (the descriptor path itself: shows clients internal domains, keys and descriptor values, other clients' included; docs/envoy.md)")
@@ -62,6 +68,14 @@ func (c *RLSConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "rls-tls-cert", c.TLSCert, "PEM certificate (chain) of the rate limit service's TLS; empty = plaintext gRPC")
 	fs.StringVar(&c.TLSKey, "rls-tls-key", c.TLSKey, "PEM key of --rls-tls-cert")
 	fs.StringVar(&c.ClientCA, "rls-client-ca", c.ClientCA, "PEM CA bundle: rate limit service clients must present a certificate it signed (mTLS)")
+}
+
+// Match is how the documents compile: rlsconfig's options for StrictMatch.
+func (c RLSConfig) Match() []rlsconfig.Option {
+	if c.StrictMatch {
+		return []rlsconfig.Option{rlsconfig.StrictMatch()}
+	}
+	return nil
 }
 
 // problems lists the settings' problems; consul says whether --consul is

@@ -67,7 +67,7 @@ func New(c config.RLSConfig, o Options, reg prometheus.Registerer) (*Service, er
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	if c.ConfigDir != "" {
-		if err := srv.Reload(c.ConfigDir, c.MergeDomains); err != nil {
+		if err := srv.Reload(c.ConfigDir, c.MergeDomains, c.Match()...); err != nil {
 			return nil, fmt.Errorf("loading the rate limit service configuration: %w", err)
 		}
 	} // else Consul's documents, once watched: until then calls are UNAVAILABLE
@@ -120,7 +120,7 @@ func (s *Service) Reload() {
 	if s.cfg.ConfigDir == "" {
 		return // watched in Consul
 	}
-	if err := s.srv.Reload(s.cfg.ConfigDir, s.cfg.MergeDomains); err != nil {
+	if err := s.srv.Reload(s.cfg.ConfigDir, s.cfg.MergeDomains, s.cfg.Match()...); err != nil {
 		s.log.Error("rate limit service configuration reload refused; keeping the one in force", "err", err)
 		return
 	}
@@ -140,7 +140,7 @@ func (s *Service) Domains() int { return len(s.srv.Config().Domains()) }
 // LoadDocuments puts documents by key in force; an invalid set is refused
 // and the configuration in force stays.
 func (s *Service) LoadDocuments(byKey map[string][]byte) error {
-	return s.srv.LoadDocuments(byKey, s.cfg.MergeDomains)
+	return s.srv.LoadDocuments(byKey, s.cfg.MergeDomains, s.cfg.Match()...)
 }
 
 // SetServing sets the gRPC health status.

@@ -263,3 +263,26 @@ func TestConnectionsPerAddressAreCapped(t *testing.T) {
 	require.Zero(t, n)
 	require.ErrorIs(t, err, io.EOF, "closed at accept")
 }
+
+// --rls-strict-match reaches the service: by default an entry whose key
+// and value join to a descriptor's key_value gets its limit, as in the
+// reference; with StrictMatch it does not, from a directory and from
+// documents handed in alike.
+func TestStrictMatchReachesTheService(t *testing.T) {
+	doc := "domain: edge\ndescriptors:\n  - key: user\n    value: a_b\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	split := &pb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user_a", Value: "b"}}}}}
+	limited := func(s *rlslink.Service) bool {
+		resp, err := pb.NewRateLimitServiceClient(dial(t, s.Addr())).ShouldRateLimit(ctx(t), split)
+		require.NoError(t, err)
+		return resp.Statuses[0].CurrentLimit != nil
+	}
+	for _, strict := range []bool{false, true} {
+		c := config.RLSConfig{ConfigDir: configDir(t, doc), StrictMatch: strict}
+		s := serve(t, c, newLimiter(t, limiter.NewMemoryStore()))
+		require.Equal(t, !strict, limited(s), "strict %v, from a directory", strict)
+		require.NoError(t, s.LoadDocuments(map[string][]byte{"rls/eu-west/edge": []byte(doc)}))
+		require.Equal(t, !strict, limited(s), "strict %v, documents handed in", strict)
+		s.Reload()
+		require.Equal(t, !strict, limited(s), "strict %v, reloaded", strict)
+	}
+}
