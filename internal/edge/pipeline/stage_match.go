@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
@@ -9,7 +9,7 @@ import (
 // each with its key (step 5, Match: pure code, no I/O). What the rules see
 // is what the origin receives: the host the screen settled on, the method,
 // the normalized path.
-func (e *Edge) matchStage(sc *scratch) string {
+func (e *Pipeline) matchStage(sc *scratch) string {
 	ctx := sc.ctx
 	sc.req = rules.Request{
 		Host:     rules.NormalizeHost(b2s(ctx.Request.Header.Host())), // the one the origin gets (screen)

@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"time"
@@ -9,7 +9,7 @@ import (
 // recordStage wraps the rest of the pipeline (step 11, Record): once they
 // return, the connection is told to close when it must, and the request is
 // counted (Prometheus), logged (access.go) and its span ended (trace.go).
-func (e *Edge) recordStage(sc *scratch) string {
+func (e *Pipeline) recordStage(sc *scratch) string {
 	sc.start = time.Now()
 	outcome := e.next(sc)
 	ctx := sc.ctx

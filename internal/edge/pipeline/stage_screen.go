@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 // it (the peer, and whether it is a trusted proxy: internal/edge/trust), the request's
 // span when tracing, and what the edge never passes on. From here on the
 // rules, the shedder and the origin see one and the same request.
-func (e *Edge) screenStage(sc *scratch) string {
+func (e *Pipeline) screenStage(sc *scratch) string {
 	ctx := sc.ctx
 	sc.peer = trust.Peer(ctx.RemoteIP())
 	sc.trusted = e.trusted.Contains(sc.peer)
@@ -47,7 +47,7 @@ var (
 // §3.2.2), so the rules match and the origin receives one and the same
 // host, and drops the fields this peer may not send (internal/edge/trust). It reports
 // why it refused the request ("" when it may go on: refusal.go's reasons).
-func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
+func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	if proto := ctx.Request.Header.Protocol(); !bytes.Equal(proto, http11) && !bytes.Equal(proto, http10) {
 		problem.Refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
 		return reasonVersion

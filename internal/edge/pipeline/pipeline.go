@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // with e.next(sc) and returns what the rest made of it; what it holds for
 // the rest of the request (a worker slot, a concurrency slot) it gives back
 // when next returns.
-type stage func(e *Edge, sc *scratch) string
+type stage func(e *Pipeline, sc *scratch) string
 
 // pipeline is the request path, in order (doc.go has the steps; each
 // stage lives in the file named after it). Record comes first because it
@@ -30,22 +30,22 @@ var pipeline []stage
 
 func init() {
 	pipeline = []stage{
-		(*Edge).recordStage,    // stage_record.go
-		(*Edge).screenStage,    // stage_screen.go
-		(*Edge).identifyStage,  // stage_identify.go
-		(*Edge).shedStage,      // stage_shed.go
-		(*Edge).matchStage,     // stage_match.go
-		(*Edge).checksStage,    // stage_checks.go
-		(*Edge).penaltyStage,   // stage_penalty.go
-		(*Edge).behaviourStage, // stage_behaviour.go
-		(*Edge).limitStage,     // stage_limit.go
-		(*Edge).proxyStage,     // stage_proxy.go
+		(*Pipeline).recordStage,    // stage_record.go
+		(*Pipeline).screenStage,    // stage_screen.go
+		(*Pipeline).identifyStage,  // stage_identify.go
+		(*Pipeline).shedStage,      // stage_shed.go
+		(*Pipeline).matchStage,     // stage_match.go
+		(*Pipeline).checksStage,    // stage_checks.go
+		(*Pipeline).penaltyStage,   // stage_penalty.go
+		(*Pipeline).behaviourStage, // stage_behaviour.go
+		(*Pipeline).limitStage,     // stage_limit.go
+		(*Pipeline).proxyStage,     // stage_proxy.go
 	}
 }
 
-// handle runs a request through the pipeline: fasthttp's handler for
+// Handle runs a request through the pipeline: fasthttp's handler for
 // HTTP/1.x, and the HTTP/2 server's for each stream (listen/h2.go).
-func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
+func (e *Pipeline) Handle(ctx *fasthttp.RequestCtx) {
 	sc := scratchPool.Get().(*scratch)
 	defer func() {
 		sc.reset()
@@ -58,7 +58,7 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 // next runs the request's next stage. A header or query parameter a stage
 // decided on that was sent more than once (headerLookup) ends the request
 // before the next stage: the one place that check is made.
-func (e *Edge) next(sc *scratch) string {
+func (e *Pipeline) next(sc *scratch) string {
 	if sc.headers.repeated != "" {
 		refuseRepeated(sc.ctx, sc.headers.repeated)
 		sc.refusal = reasonRepeatedField

@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"errors"
@@ -62,14 +62,14 @@ func (m *metrics) countRefusal(reason string) {
 	c.Inc()
 }
 
-// serverError answers what fasthttp refuses before the handler runs
+// ServerError answers what fasthttp refuses before the handler runs
 // (Server.ErrorHandler) — a request whose framing the edge refuses
 // (listen/framing.go), a header block too large, a body too large, a read that
 // timed out, bytes fasthttp cannot parse — in the edge's problem format,
 // and counts and logs it like the pipeline's refusals. The client is the
 // socket peer: no field of a request that could not be read is trusted.
 // fasthttp closes the connection after it.
-func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
+func (e *Pipeline) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	start := time.Now()
 	var fe *listen.FramingError
 	var small *fasthttp.ErrSmallBuffer
@@ -101,10 +101,24 @@ func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
 	e.recordRefusal(ctx, start, trust.Peer(ctx.RemoteIP()), reason, true)
 }
 
+// Expect answers Expect: 100-continue (Server.ExpectHandler): a declared
+// body above the limit gets its 413 before the client sends it.
+func (e *Pipeline) Expect(ctx *fasthttp.RequestCtx) int {
+	if ctx.Request.Header.ContentLength() > e.cfg.MaxBodyBytes {
+		start := time.Now()
+		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
+		// fasthttp answers without the handler: the refusal is recorded here.
+		peer := trust.Peer(ctx.RemoteIP())
+		e.recordRefusal(ctx, start, trust.Client(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	return fasthttp.StatusContinue
+}
+
 // recordRefusal counts and logs a refusal made outside the pipeline
 // (fasthttp's ErrorHandler, the Expect handler), as recordStage does for
 // the pipeline's.
-func (e *Edge) recordRefusal(ctx *fasthttp.RequestCtx, start time.Time, client netip.Addr, reason string, unread bool) {
+func (e *Pipeline) recordRefusal(ctx *fasthttp.RequestCtx, start time.Time, client netip.Addr, reason string, unread bool) {
 	total := time.Since(start)
 	e.metrics.request(outcomeRefused, shedder.TierNone).Inc()
 	e.metrics.durationOf(outcomeRefused).Observe(total.Seconds())

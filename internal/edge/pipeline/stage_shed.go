@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // drop it (503); otherwise it takes a worker slot (waiting briefly in a
 // bounded queue, or 503) and, with the adaptive origin limit on, an origin
 // slot. Both are held until the rest of the pipeline returns.
-func (e *Edge) shedStage(sc *scratch) string {
+func (e *Pipeline) shedStage(sc *scratch) string {
 	ctx, tier := sc.ctx, sc.tier
 	if !e.shed.Admit(sc.start, tier) {
 		problem.Unavailable(ctx, "the edge is shedding load; retry later", 1)
