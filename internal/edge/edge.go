@@ -260,12 +260,22 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		AccessLogSample:           c.AccessLogSample,
 		OTLPEndpoint:              c.OTLPEndpoint,
 		TraceSampleRatio:          c.TraceSampleRatio,
+		RefusedMethod:             config.RefusedMethod,
+		UsableHost:                config.UsableHost,
 	}, e.log, pipeline.Limits{
 		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
 		Rules: &e.rules, NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
 	}, pipeline.Parts{
 		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Proxy: e.proxy,
 		Draining: &e.draining, AccessLogRegistry: e.reg,
+		Conns: pipeline.Conns{
+			JA4:            listen.JA4Of,
+			Gone:           listen.ClientGone,
+			Sent:           listen.ClientSent,
+			ClosesAfter:    listen.ClosesAfter,
+			Framing:        framingRefusal,
+			FramingReasons: listen.FramingReasons,
+		},
 	}, reg)
 	if err != nil {
 		return err
@@ -273,6 +283,16 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 	e.pipe = p
 	e.closers = append(e.closers, p.Close)
 	return nil
+}
+
+// framingRefusal is the refusal of a request whose framing listen's reader
+// refused (ok false for any other error).
+func framingRefusal(err error) (reason string, status int, detail string, ok bool) {
+	var fe *listen.FramingError
+	if !errors.As(err, &fe) {
+		return "", 0, "", false
+	}
+	return fe.Reason, fe.Status, fe.Detail, true
 }
 
 // newServer is the public fasthttp server, its handler the request

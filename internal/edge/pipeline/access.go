@@ -8,7 +8,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -50,7 +49,7 @@ func (e *Pipeline) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total ti
 		}
 		line.List("bypassed", by)
 	}
-	if fp := listen.JA4Of(ctx.Conn()); fp != "" {
+	if fp := e.conns.JA4(ctx.Conn()); fp != "" {
 		line.Str("ja4", fp)
 	}
 	if outcome == outcomeShed || outcome == outcomeNoWorker || outcome == outcomeAbandoned {

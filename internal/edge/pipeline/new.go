@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync/atomic"
 
@@ -35,6 +36,7 @@ type Pipeline struct {
 	workers  *shedder.Workers
 	proxy    *origin.Proxy
 	draining *atomic.Bool // the edge is draining: every response closes its connection
+	conns    Conns
 
 	limits
 	records
@@ -78,6 +80,12 @@ type Config struct {
 	AccessLogSample           float64
 	OTLPEndpoint              string
 	TraceSampleRatio          float64
+
+	// RefusedMethod is the method's name when the edge refuses it unless
+	// AllowMethods has it, else ""; UsableHost says whether a Host can
+	// name a site (package config's).
+	RefusedMethod func(method []byte) string
+	UsableHost    func(host []byte) bool
 }
 
 // Limits are the rate limiting parts the pipeline decides with.
@@ -101,9 +109,25 @@ type Parts struct {
 	Proxy     *origin.Proxy
 	// Draining is set while the edge drains.
 	Draining *atomic.Bool
+	// Conns are what the listeners know of a request's connection.
+	Conns Conns
 	// AccessLogRegistry registers the access log's metrics (the edge's
 	// registry, without the region labels reg may add).
 	AccessLogRegistry prometheus.Registerer
+}
+
+// Conns are what the listeners (package listen) know of a request's
+// connection, and the refusals of their framing reader.
+type Conns struct {
+	JA4         func(c net.Conn) string // the client's TLS fingerprint ("" without one)
+	Gone        func(c net.Conn) bool   // the client has left
+	Sent        func(c net.Conn) bool   // the client sent anything on c
+	ClosesAfter func(c net.Conn) bool   // c closes after this response
+	// Framing is the refusal of a request whose framing the reader
+	// refused (ok false for any other error); FramingReasons are every
+	// reason it gives.
+	Framing        func(err error) (reason string, status int, detail string, ok bool)
+	FramingReasons []string
 }
 
 // New builds the pipeline: it registers its metrics with reg and opens
@@ -121,6 +145,7 @@ func New(cfg Config, log *slog.Logger, lim Limits, parts Parts, reg prometheus.R
 		workers:      parts.Workers,
 		proxy:        parts.Proxy,
 		draining:     parts.Draining,
+		conns:        parts.Conns,
 		limits: limits{
 			limiter:     lim.Limiter,
 			penalties:   lim.Penalties,
@@ -134,7 +159,7 @@ func New(cfg Config, log *slog.Logger, lim Limits, parts Parts, reg prometheus.R
 		p.allowMethods[m] = true
 	}
 	var err error
-	if p.metrics, err = newMetrics(reg); err != nil {
+	if p.metrics, err = newMetrics(reg, parts.Conns.FramingReasons); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	p.counter = newResponseCounter()

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
@@ -18,7 +17,7 @@ func (e *Pipeline) matchStage(sc *scratch) string {
 		ClientIP: sc.client,
 		Header:   sc.header,
 		Query:    sc.query,
-		JA4:      listen.JA4Of(ctx.Conn()),
+		JA4:      e.conns.JA4(ctx.Conn()),
 	}
 	sc.matches = e.rules.Load().Match(&sc.req, sc.matches)
 	return e.next(sc)

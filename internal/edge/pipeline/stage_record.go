@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"time"
-
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 )
 
 // recordStage wraps the rest of the pipeline (step 11, Record): once they
@@ -21,7 +19,7 @@ func (e *Pipeline) recordStage(sc *scratch) string {
 		// The rest of an unread body must not be taken for a request.
 		ctx.SetConnectionClose()
 	}
-	if listen.ClosesAfter(ctx.Conn()) {
+	if e.conns.ClosesAfter(ctx.Conn()) {
 		// Transfer-Encoding with Content-Length: answered (the body read
 		// as chunked), then the connection ends (RFC 9112 §6.3); the
 		// framer reads nothing after the body (listen/framing.go).

@@ -7,7 +7,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
@@ -27,7 +26,7 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// derived context and races with Shutdown; the queue timeout bounds
 	// this, and a waiter whose client left gives up its place.
 	_, wait := e.tracing.child(sc.trace, "shedder.wait")
-	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return listen.ClientGone(ctx.Conn()) })
+	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return e.conns.Gone(ctx.Conn()) })
 	wait.End()
 	switch {
 	case errors.Is(err, shedder.ErrGone):
