@@ -84,6 +84,12 @@ type scratch struct {
 	bh      bhlayer.Request             // the client's part in the behaviour layer
 	req     rules.Request               // what the rules see
 
+	ruling
+	recorded
+}
+
+// ruling is what the rules, the escapes and the limiter made of a request.
+type ruling struct {
 	matches  []rules.Match
 	bypassed []*rules.CompiledRule // rules whose bypass named the request
 	after    []rules.Match         // rules that count by the response (response.go)
@@ -99,15 +105,19 @@ type scratch struct {
 	limitDenied bool
 	denyRetry   time.Duration
 	applied     []applied
-	all         []applied     // every rule's outcome, shadow ones too (access log)
-	tier        shedder.Tier  // TierNone until classified
-	id          string        // the request id, once proxied
-	upstream    time.Duration // time at the origin
-	client      netip.Addr
-	trace       context.Context // the request span's context; nil without tracing
-	span        trace.Span
+	all         []applied // every rule's outcome, shadow ones too (access log)
 	// penalised: denied by a penalty (escapes.go), not counted.
 	penalised bool
+}
+
+// recorded is the rest of what the record writes down of a request.
+type recorded struct {
+	tier     shedder.Tier  // TierNone until classified
+	id       string        // the request id, once proxied
+	upstream time.Duration // time at the origin
+	client   netip.Addr
+	trace    context.Context // the request span's context; nil without tracing
+	span     trace.Span
 	// refusal is why the edge refused the request (refusal.go); unread:
 	// fasthttp could not read it.
 	refusal string
@@ -115,7 +125,7 @@ type scratch struct {
 }
 
 func newScratch() any {
-	sc := &scratch{tier: shedder.TierNone}
+	sc := &scratch{recorded: recorded{tier: shedder.TierNone}}
 	sc.header, sc.query = sc.headers.get, sc.headers.query
 	return sc
 }
