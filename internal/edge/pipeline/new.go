@@ -80,12 +80,6 @@ type Config struct {
 	AccessLogSample           float64
 	OTLPEndpoint              string
 	TraceSampleRatio          float64
-
-	// RefusedMethod is the method's name when the edge refuses it unless
-	// AllowMethods has it, else ""; UsableHost says whether a Host can
-	// name a site (package config's).
-	RefusedMethod func(method []byte) string
-	UsableHost    func(host []byte) bool
 }
 
 // Limits are the rate limiting parts the pipeline decides with.

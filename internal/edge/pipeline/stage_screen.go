@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
@@ -51,7 +52,7 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 		problem.Refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
 		return reasonVersion
 	}
-	if m := e.cfg.RefusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
+	if m := config.RefusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
 		problem.Refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
 		return reasonMethod
@@ -74,7 +75,7 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	}
 	if host := ctx.Request.Header.Host(); len(host) == 0 && e.cfg.DefaultHost != "" {
 		ctx.Request.Header.SetHost(e.cfg.DefaultHost)
-	} else if !e.cfg.UsableHost(host) {
+	} else if !config.UsableHost(host) {
 		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
 		return reasonHost
 	}
