@@ -260,6 +260,8 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		AccessLogSample:           c.AccessLogSample,
 		OTLPEndpoint:              c.OTLPEndpoint,
 		TraceSampleRatio:          c.TraceSampleRatio,
+		RefusedMethod:             func(ctx *fasthttp.RequestCtx) string { return config.RefusedMethod(ctx.Method()) },
+		UsableHost:                config.UsableHost,
 	}, e.log, pipeline.Limits{
 		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
 		Rules: &e.rules, NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,

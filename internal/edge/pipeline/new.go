@@ -80,6 +80,14 @@ type Config struct {
 	AccessLogSample           float64
 	OTLPEndpoint              string
 	TraceSampleRatio          float64
+
+	// RefusedMethod is the request's method when the edge refuses it
+	// unless AllowMethods has it, else ""; UsableHost says whether a Host
+	// can name a site (package config's). RefusedMethod takes the request,
+	// not its method: fasthttp's default method is a fresh slice that
+	// would escape to the heap through a func value.
+	RefusedMethod func(ctx *fasthttp.RequestCtx) string
+	UsableHost    func(host []byte) bool
 }
 
 // Limits are the rate limiting parts the pipeline decides with.

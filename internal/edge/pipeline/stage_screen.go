@@ -5,7 +5,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
@@ -52,7 +51,7 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 		problem.Refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
 		return reasonVersion
 	}
-	if m := config.RefusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
+	if m := e.cfg.RefusedMethod(ctx); m != "" && !e.allowMethods[m] {
 		problem.Refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
 		return reasonMethod
@@ -75,7 +74,7 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	}
 	if host := ctx.Request.Header.Host(); len(host) == 0 && e.cfg.DefaultHost != "" {
 		ctx.Request.Header.SetHost(e.cfg.DefaultHost)
-	} else if !config.UsableHost(host) {
+	} else if !e.cfg.UsableHost(host) {
 		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
 		return reasonHost
 	}
