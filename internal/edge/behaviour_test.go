@@ -202,7 +202,7 @@ func benchRequests(b *testing.B, subnet byte) func(e *Edge) {
 		req.Reset()
 		req.SetRequestURI("http://bench.test/p/" + strconv.Itoa(i%20))
 		ctx.Init(&req, addrs[i%len(addrs)], nil)
-		e.handle(&ctx)
+		e.pipe.Handle(&ctx)
 		if ctx.Response.StatusCode() != 200 {
 			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
 		}

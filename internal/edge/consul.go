@@ -152,8 +152,8 @@ func (e *Edge) consulParts() consullink.Parts {
 		CompileOptions: e.compileOptions,
 		ApplySnapshot:  e.applySnapshot,
 		ApplyRules:     e.ApplyRules,
-		Enforcement:    func() string { return e.enforce.Load().String() },
-		SetEnforcement: e.setEnforcement,
+		Enforcement:    func() string { en, _ := e.pipe.Enforcement(); return en.String() },
+		SetEnforcement: e.pipe.SetEnforcement,
 		UpdateShedder:  e.shed.Update,
 		StartShedder: func() error {
 			if e.cfg.Shedder != "" {

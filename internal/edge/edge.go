@@ -20,17 +20,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
-	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/admin"
 	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/globalhome"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
-	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/edge/pipeline"
 	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
-	"github.com/edgeguard/edgeguard/internal/edge/trust"
-	"github.com/edgeguard/edgeguard/internal/logevery"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -39,42 +36,44 @@ import (
 
 // Edge is one edge node.
 type Edge struct {
-	cfg          config.Config
-	log          *slog.Logger
-	reg          *prometheus.Registry
-	metrics      *metrics
-	trusted      trust.Set
-	headerScreen trust.Screen
-	allowMethods map[string]bool
-	popKeyPrefix string
-	storeName    string
+	cfg     config.Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics
+	pipe    *pipeline.Pipeline // the request path (package pipeline)
 
 	rules                 atomic.Pointer[rules.Snapshot]
-	enforce               atomic.Pointer[enforcement] // nil: enforce every key
-	nodesRegion, nodesPoP atomic.Int64                // fallback divisors: flags, then the catalog
+	nodesRegion, nodesPoP atomic.Int64 // fallback divisors: flags, then the catalog
 	consul                *consullink.Link
 	global                *globalhome.Regions // scope: global rules (package globalhome)
 	rulesAt               atomic.Pointer[time.Time]
-	limiter               *limiter.Limiter
-	redisStore            *limiter.RedisStore // nil with the memory store
-	penalties             *limiter.PenaltyBox // the rules' penalties (escapes.go)
-	counter               *responseCounter    // counts by the response (response.go)
-	bh                    *bhlayer.Layer
 	closers               []func()
-	proxy                 *origin.Proxy
-	shed                  *shedder.Shedder
-	workers               *shedder.Workers
 	draining              atomic.Bool
 	serving               atomic.Bool
 
-	access     *accesslog.Log // nil: off
-	tracing    *tracing       // nil: off
-	accessWarn logevery.Gate
+	store
+	parts
+	servers
+}
 
-	// seen, when set (tests), is told what the rules saw of each request
-	// about to be proxied, and its request id.
-	seen func(ctx *fasthttp.RequestCtx, req *rules.Request, requestID string)
+// store is the rate limit store and what decides on it.
+type store struct {
+	limiter    *limiter.Limiter
+	redisStore *limiter.RedisStore // nil with the memory store
+	penalties  *limiter.PenaltyBox // the rules' penalties (pipeline/escapes.go)
+	storeName  string
+}
 
+// parts are the other parts requests go through.
+type parts struct {
+	bh      *bhlayer.Layer
+	proxy   *origin.Proxy
+	shed    *shedder.Shedder
+	workers *shedder.Workers
+}
+
+// servers are the listeners and the servers on them.
+type servers struct {
 	publicLn, adminLn net.Listener
 	tlsLn             net.Listener       // nil without --listen-tls
 	certs             *listen.Certs      // nil without --listen-tls
@@ -154,13 +153,10 @@ func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 	if snap := e.rules.Load(); snap != nil {
 		e.bh.RulesChanged(snap)
 	}
-	if err := e.openAccessLog(); err != nil {
-		return nil, err
-	}
-	if err := e.startTracing(); err != nil {
-		return nil, err
-	}
 	if err := e.buildProxy(reg); err != nil {
+		return nil, err
+	}
+	if err := e.buildPipeline(reg); err != nil {
 		return nil, err
 	}
 	e.server = e.newServer()
@@ -189,16 +185,9 @@ func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 // newEdge is an edge with what cfg says directly and nothing built yet.
 func newEdge(cfg config.Config, log *slog.Logger) *Edge {
 	e := &Edge{
-		cfg:          cfg,
-		log:          log,
-		reg:          prometheus.NewRegistry(),
-		trusted:      trust.Set(cfg.TrustedProxies),
-		headerScreen: trust.Screen{AllowUnderscores: cfg.AllowUnderscoresInHeaders},
-		popKeyPrefix: "pop." + cfg.PoP + ".",
-		allowMethods: map[string]bool{},
-	}
-	for _, m := range cfg.AllowMethods {
-		e.allowMethods[m] = true
+		cfg: cfg,
+		log: log,
+		reg: prometheus.NewRegistry(),
 	}
 	e.nodesRegion.Store(int64(cfg.NodesInRegion))
 	e.nodesPoP.Store(int64(cfg.NodesInPoP))
@@ -255,11 +244,62 @@ func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 	return nil
 }
 
+// buildPipeline builds the request path (package pipeline) from the parts.
+func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
+	c := e.cfg
+	p, err := pipeline.New(pipeline.Config{
+		Region: c.Region, PoP: c.PoP,
+		TrustedProxies:            c.TrustedProxies,
+		AllowUnderscoresInHeaders: c.AllowUnderscoresInHeaders,
+		AllowMethods:              c.AllowMethods,
+		DefaultHost:               c.DefaultHost,
+		MaxBodyBytes:              c.MaxBodyBytes,
+		LegacyHeaders:             c.LegacyHeaders,
+		AccessLog:                 c.AccessLog,
+		AccessLogFormat:           c.AccessLogFormat,
+		AccessLogSample:           c.AccessLogSample,
+		OTLPEndpoint:              c.OTLPEndpoint,
+		TraceSampleRatio:          c.TraceSampleRatio,
+		RefusedMethod:             func(ctx *fasthttp.RequestCtx) string { return config.RefusedMethod(ctx.Method()) },
+		UsableHost:                config.UsableHost,
+	}, e.log, pipeline.Limits{
+		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
+		Rules: &e.rules, NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
+	}, pipeline.Parts{
+		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Proxy: e.proxy,
+		Draining: &e.draining, AccessLogRegistry: e.reg,
+		Conns: pipeline.Conns{
+			JA4:            listen.JA4Of,
+			Gone:           listen.ClientGone,
+			Sent:           listen.ClientSent,
+			ClosesAfter:    listen.ClosesAfter,
+			Framing:        framingRefusal,
+			FramingReasons: listen.FramingReasons,
+		},
+	}, reg)
+	if err != nil {
+		return err
+	}
+	e.pipe = p
+	e.closers = append(e.closers, p.Close)
+	return nil
+}
+
+// framingRefusal is the refusal of a request whose framing listen's reader
+// refused (ok false for any other error).
+func framingRefusal(err error) (reason string, status int, detail string, ok bool) {
+	var fe *listen.FramingError
+	if !errors.As(err, &fe) {
+		return "", 0, "", false
+	}
+	return fe.Reason, fe.Status, fe.Detail, true
+}
+
 // newServer is the public fasthttp server, its handler the request
-// pipeline (pipeline.go).
+// pipeline (package pipeline).
 func (e *Edge) newServer() *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler:        e.handle,
+		Handler:        e.pipe.Handle,
 		Name:           "edgeguard",
 		ReadBufferSize: e.cfg.MaxHeaderBytes,
 		// Bodies are streamed: the handler runs once the header and at
@@ -271,8 +311,8 @@ func (e *Edge) newServer() *fasthttp.Server {
 		// body that grows past it.
 		StreamRequestBody:            true,
 		MaxRequestBodySize:           e.cfg.MaxBodyBytes,
-		ErrorHandler:                 e.serverError,
-		ExpectHandler:                e.expect,
+		ErrorHandler:                 e.pipe.ServerError,
+		ExpectHandler:                e.pipe.Expect,
 		CloseOnShutdown:              true,
 		ReadTimeout:                  e.cfg.ReadTimeout,
 		WriteTimeout:                 e.cfg.WriteTimeout,
@@ -308,20 +348,6 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 		return fmt.Errorf("listening on %s (admin): %w", e.cfg.Admin, err)
 	}
 	return nil
-}
-
-// expect answers Expect: 100-continue: a declared body above the limit
-// gets its 413 before the client sends it.
-func (e *Edge) expect(ctx *fasthttp.RequestCtx) int {
-	if ctx.Request.Header.ContentLength() > e.cfg.MaxBodyBytes {
-		start := time.Now()
-		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
-		// fasthttp answers without the handler: the refusal is recorded here.
-		peer := trust.Peer(ctx.RemoteIP())
-		e.recordRefusal(ctx, start, trust.Client(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
-		return fasthttp.StatusRequestEntityTooLarge
-	}
-	return fasthttp.StatusContinue
 }
 
 // Addr and AdminAddr are the bound addresses (useful with port 0).
@@ -420,7 +446,7 @@ func (e *Edge) loadShedder() error {
 // with the one they started with.
 func (e *Edge) SetRules(snap *rules.Snapshot) {
 	old := e.rules.Swap(snap)
-	forgetPolicies() // the old snapshot's rules
+	pipeline.ForgetPolicies() // the old snapshot's rules
 	now := time.Now()
 	e.rulesAt.Store(&now)
 	if e.limiter != nil {
@@ -490,8 +516,6 @@ func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 	l.StoreFailed(loadErr) // readiness knows before the first request
 	e.limiter, e.storeName = l, lcfg.StoreName
 	e.closers = append(e.closers, l.Close) // before the Redis client closes (closers run in reverse)
-	e.counter = newResponseCounter()
-	e.closers = append(e.closers, e.counter.wait) // before the limiter closes
 	return nil
 }
 
@@ -645,7 +669,7 @@ func (e *Edge) reloadOnSignal(sig <-chan os.Signal, stop <-chan struct{}) {
 	for {
 		select {
 		case s := <-sig:
-			if err := e.access.Reopen(); err != nil {
+			if err := e.pipe.ReopenAccessLog(); err != nil {
 				e.log.Error("access log not reopened; writing to the old file", "err", err)
 			}
 			if s == syscall.SIGHUP {

@@ -77,7 +77,7 @@ func TestEnforcementSwitchFromConsul(t *testing.T) {
 			require.NoError(t, err)
 			require.Eventually(t, func() bool { return metricValue(t, a, "edgeguard_edge_rules_rejected_total") > rejected },
 				10*time.Second, 5*time.Millisecond)
-			require.Equal(t, region.ModeEnforce, a.enforce.Load().Mode)
+			require.Equal(t, region.ModeEnforce, enforcementOf(t, a).Mode)
 		}},
 	} {
 		if !t.Run(phase.name, phase.run) {
@@ -108,8 +108,8 @@ func (sw *switchTest) set(t *testing.T, doc string) {
 	require.NoError(t, err)
 	for _, r := range sw.edges {
 		require.Eventually(t, func() bool {
-			got := r.enforce.Load()
-			return got != nil && got.version == en.Version()
+			got, ok := r.pipe.Enforcement()
+			return ok && got.Version() == en.Version()
 		}, 10*time.Second, 5*time.Millisecond, "%s runs switch %s", r.cfg.PoP, en)
 	}
 }
@@ -181,16 +181,23 @@ func TestEnforcementSwitchSurvivesARestartWithoutConsul(t *testing.T) {
 	first := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), cache)
 	waitVersion(t, first, effectiveVersion(t, perUser, ""), time.Now())
 	require.Eventually(t, func() bool {
-		en := first.enforce.Load()
-		return en != nil && en.Mode == region.ModeShadow
+		en, ok := first.pipe.Enforcement()
+		return ok && en.Mode == region.ModeShadow
 	}, 10*time.Second, 5*time.Millisecond)
 	first.stop()
 	require.NoError(t, c.Stop())
 
 	again := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), cache)
 	require.Eventually(t, func() bool { return again.rules.Load() != nil && again.rules.Load().Version() != "" }, 10*time.Second, 5*time.Millisecond)
-	en := again.enforce.Load()
-	require.NotNil(t, en, "the cached switch applies before the first request")
+	en, ok := again.pipe.Enforcement()
+	require.True(t, ok, "the cached switch applies before the first request")
 	require.Equal(t, region.ModeShadow, en.Mode)
 	require.Equal(t, 200, codes(t, again, 2, "/", "X-User", "someone")[1], "shadow: counted, not denied")
+}
+
+// enforcementOf is the switch r runs; it fails the test while r runs none.
+func enforcementOf(t *testing.T, r *running) region.Enforcement {
+	en, ok := r.pipe.Enforcement()
+	require.True(t, ok, "no enforcement switch in force")
+	return en
 }

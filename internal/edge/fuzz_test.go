@@ -176,7 +176,7 @@ func startFuzzEdge() (addr string, rec *requestRecorder, stop func(), err error)
 		_ = origin.Shutdown()
 		return "", nil, nil, err
 	}
-	e.seen = func(ctx *fasthttp.RequestCtx, req *rules.Request, id string) {
+	e.pipe.SetSeen(func(ctx *fasthttp.RequestCtx, req *rules.Request, id string) {
 		rec.mu.Lock()
 		rec.seen[id] = seenRequest{
 			// Copies: the request's values view buffers fasthttp reuses.
@@ -184,7 +184,7 @@ func startFuzzEdge() (addr string, rec *requestRecorder, stop func(), err error)
 			rawPath: string(ctx.URI().PathOriginal()), rawQuery: string(ctx.URI().QueryString()),
 		}
 		rec.mu.Unlock()
-	}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = e.Run(ctx); close(done) }()

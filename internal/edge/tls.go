@@ -78,7 +78,7 @@ func (e *Edge) listenTLS() error {
 	if e.cfg.H2MaxStreams > 0 {
 		e.h2 = listen.NewH2Server(listen.H2Config{
 			Addr:           e.tlsLn.Addr(),
-			Handler:        e.handle,
+			Handler:        e.pipe.Handle,
 			Counts:         e.connCounts,
 			Log:            e.log,
 			Metrics:        e.metrics.h2,
@@ -103,7 +103,7 @@ func (e *Edge) acceptStack(ln net.Listener, refusal []byte) net.Listener {
 		ln = listen.NewProxyListener(ln, trust.Set(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.metrics.tls.proxyRefused, e.log)
 	}
 	if e.connCounts == nil {
-		e.connCounts = listen.NewConnCounts(e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, e.trusted, e.metrics.connsRefused)
+		e.connCounts = listen.NewConnCounts(e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, trust.Set(e.cfg.TrustedProxies), e.metrics.connsRefused)
 	}
 	return listen.Capped(ln, e.connCounts, refusal)
 }

@@ -4,7 +4,7 @@
 // connection from a --proxy-protocol-from balancer, the peer is the client
 // its PROXY header names, trusted by the same rule). Only a
 // trusted peer may tell the edge who the client is (X-Forwarded-For), what
-// a request's limit is (a rule's limit_header, escapes.go), which
+// a request's limit is (a rule's limit_header, pipeline/escapes.go), which
 // tier a request belongs to (the priority and test-mode headers, and path
 // rules marked trusted_only), which request id it carries, and how the
 // origin should see the request (Forwarded, X-Forwarded-*, X-Real-IP and the

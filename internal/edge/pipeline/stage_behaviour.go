@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 // behaviourStage applies the client's level to the request (step 8,
 // Behaviour; package bhlayer has the layer). Only requests that matched rules
@@ -7,7 +7,7 @@ package edge
 // request's signal update rides with the limit checks, and once the rest
 // of the pipeline returns, an update that did not ride and a 429 of the
 // limiter go to the layer's next flush.
-func (e *Edge) behaviourStage(sc *scratch) string {
+func (e *Pipeline) behaviourStage(sc *scratch) string {
 	if len(sc.matches) == 0 {
 		return e.next(sc)
 	}

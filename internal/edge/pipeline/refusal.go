@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"errors"
@@ -11,7 +11,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -30,12 +29,14 @@ const (
 	reasonMalformed      = "malformed"        // 400: fasthttp could not parse the request
 )
 
-// refusalReasons is every reason: the counter's series exist from the
-// start and no other value is ever a label.
-var refusalReasons = append(slices.Clone(listen.FramingReasons),
-	reasonVersion, reasonMethod, reasonBodyTooLarge, reasonHost,
-	reasonRepeatedField, reasonHeaderTooLarge, reasonTimeout, reasonMalformed,
-)
+// refusalReasons is every reason, the framing's first: the counter's
+// series exist from the start and no other value is ever a label.
+func refusalReasons(framing []string) []string {
+	return append(slices.Clone(framing),
+		reasonVersion, reasonMethod, reasonBodyTooLarge, reasonHost,
+		reasonRepeatedField, reasonHeaderTooLarge, reasonTimeout, reasonMalformed,
+	)
+}
 
 func newRefusedCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -44,7 +45,7 @@ func newRefusedCounter() *prometheus.CounterVec {
 	}, []string{"reason"})
 }
 
-func refusedByReason(v *prometheus.CounterVec) map[string]prometheus.Counter {
+func refusedByReason(v *prometheus.CounterVec, refusalReasons []string) map[string]prometheus.Counter {
 	m := make(map[string]prometheus.Counter, len(refusalReasons))
 	for _, r := range refusalReasons {
 		m[r] = v.WithLabelValues(r)
@@ -62,23 +63,21 @@ func (m *metrics) countRefusal(reason string) {
 	c.Inc()
 }
 
-// serverError answers what fasthttp refuses before the handler runs
+// ServerError answers what fasthttp refuses before the handler runs
 // (Server.ErrorHandler) — a request whose framing the edge refuses
 // (listen/framing.go), a header block too large, a body too large, a read that
 // timed out, bytes fasthttp cannot parse — in the edge's problem format,
 // and counts and logs it like the pipeline's refusals. The client is the
 // socket peer: no field of a request that could not be read is trusted.
 // fasthttp closes the connection after it.
-func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
+func (e *Pipeline) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	start := time.Now()
-	var fe *listen.FramingError
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
-	var reason string
+	reason, status, detail, framing := e.conns.Framing(err)
 	switch {
-	case errors.As(err, &fe):
-		problem.Refuse(ctx, fe.Status, fe.Detail)
-		reason = fe.Reason
+	case framing:
+		problem.Refuse(ctx, status, detail)
 	case errors.As(err, &small):
 		problem.Refuse(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "the request header block is too large")
 		reason = reasonHeaderTooLarge
@@ -92,7 +91,7 @@ func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
 		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request could not be parsed")
 		reason = reasonMalformed
 	}
-	if !listen.ClientSent(ctx.Conn()) {
+	if !e.conns.Sent(ctx.Conn()) {
 		// Nothing was asked: a failed TLS handshake or PROXY header
 		// (counted where they fail), a connection refused at the cap, a
 		// connection silent until --read-timeout. Answered, not recorded.
@@ -101,10 +100,24 @@ func (e *Edge) serverError(ctx *fasthttp.RequestCtx, err error) {
 	e.recordRefusal(ctx, start, trust.Peer(ctx.RemoteIP()), reason, true)
 }
 
+// Expect answers Expect: 100-continue (Server.ExpectHandler): a declared
+// body above the limit gets its 413 before the client sends it.
+func (e *Pipeline) Expect(ctx *fasthttp.RequestCtx) int {
+	if ctx.Request.Header.ContentLength() > e.cfg.MaxBodyBytes {
+		start := time.Now()
+		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
+		// fasthttp answers without the handler: the refusal is recorded here.
+		peer := trust.Peer(ctx.RemoteIP())
+		e.recordRefusal(ctx, start, trust.Client(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	return fasthttp.StatusContinue
+}
+
 // recordRefusal counts and logs a refusal made outside the pipeline
 // (fasthttp's ErrorHandler, the Expect handler), as recordStage does for
 // the pipeline's.
-func (e *Edge) recordRefusal(ctx *fasthttp.RequestCtx, start time.Time, client netip.Addr, reason string, unread bool) {
+func (e *Pipeline) recordRefusal(ctx *fasthttp.RequestCtx, start time.Time, client netip.Addr, reason string, unread bool) {
 	total := time.Since(start)
 	e.metrics.request(outcomeRefused, shedder.TierNone).Inc()
 	e.metrics.durationOf(outcomeRefused).Observe(total.Seconds())

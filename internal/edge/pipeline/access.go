@@ -1,20 +1,20 @@
-package edge
+package pipeline
 
 import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/accesslog"
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
 // logAccess writes the request's access-log line (step 11, Record): every
 // request the edge did not proxy (denied, shed, refused, abandoned,
 // unavailable) and a --access-log-sample share of the proxied ones.
-func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.Duration, outcome string, sc *scratch) {
+func (e *Pipeline) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.Duration, outcome string, sc *scratch) {
 	if e.access == nil || outcome == outcomeProxied && e.cfg.AccessLogSample < 1 && rand.Float64() >= e.cfg.AccessLogSample {
 		return
 	}
@@ -49,7 +49,7 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 		}
 		line.List("bypassed", by)
 	}
-	if fp := listen.JA4Of(ctx.Conn()); fp != "" {
+	if fp := e.conns.JA4(ctx.Conn()); fp != "" {
 		line.Str("ja4", fp)
 	}
 	if outcome == outcomeShed || outcome == outcomeNoWorker || outcome == outcomeAbandoned {
@@ -66,7 +66,7 @@ func (e *Edge) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total time.D
 // decidedBy is what the access log and the request's span say decided a
 // request: the ids of the rules that applied (appended to buf) and where the
 // deciding answer came from (the first denial's source, else the first's).
-func (e *Edge) decidedBy(sc *scratch, buf []string) (rules []string, source string) {
+func (e *Pipeline) decidedBy(sc *scratch, buf []string) (rules []string, source string) {
 	rules = buf
 	for _, a := range sc.all {
 		if a.skipped {
@@ -111,7 +111,7 @@ func decisionOf(outcome string, sc *scratch) string {
 }
 
 // openAccessLog opens --access-log, if any.
-func (e *Edge) openAccessLog() error {
+func (e *Pipeline) openAccessLog(reg prometheus.Registerer) error {
 	if e.cfg.AccessLog == "" {
 		return nil
 	}
@@ -129,7 +129,7 @@ func (e *Edge) openAccessLog() error {
 	}
 	e.access = l
 	e.closers = append(e.closers, l.Close)
-	if err := e.metrics.accessLog(e.reg, l); err != nil {
+	if err := e.metrics.accessLog(reg, l); err != nil {
 		return err
 	}
 	return nil

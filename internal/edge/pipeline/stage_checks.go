@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -11,7 +11,7 @@ import (
 // (response.go), and each other rule's check gets the key's override or a
 // trusted peer's limit header (escapes.go) and is enforced or shadow as
 // the rule and the region's switch say (enforcement.go).
-func (e *Edge) checksStage(sc *scratch) string {
+func (e *Pipeline) checksStage(sc *scratch) string {
 	sc.matches, sc.bypassed = e.dropBypassed(sc.matches, sc.bypassed)
 	sc.matches, sc.after = splitAfter(sc.matches, sc.after)
 	for _, m := range sc.after {
@@ -26,7 +26,7 @@ func (e *Edge) checksStage(sc *scratch) string {
 // check turns a matched rule into a limiter check, with the key's own
 // limit if it has one (escapes.go), enforced or shadow as the rule and the
 // region's switch say (enforcement.go).
-func (e *Edge) check(m rules.Match, trusted bool, header func(string) (string, bool)) limiter.Check {
+func (e *Pipeline) check(m rules.Match, trusted bool, header func(string) (string, bool)) limiter.Check {
 	r := m.Rule
 	key, nodes := m.Key, e.nodesRegion.Load()
 	if r.Scope == rules.ScopePoP {

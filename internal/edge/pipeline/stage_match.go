@@ -1,7 +1,6 @@
-package edge
+package pipeline
 
 import (
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
@@ -9,7 +8,7 @@ import (
 // each with its key (step 5, Match: pure code, no I/O). What the rules see
 // is what the origin receives: the host the screen settled on, the method,
 // the normalized path.
-func (e *Edge) matchStage(sc *scratch) string {
+func (e *Pipeline) matchStage(sc *scratch) string {
 	ctx := sc.ctx
 	sc.req = rules.Request{
 		Host:     rules.NormalizeHost(b2s(ctx.Request.Header.Host())), // the one the origin gets (screen)
@@ -18,7 +17,7 @@ func (e *Edge) matchStage(sc *scratch) string {
 		ClientIP: sc.client,
 		Header:   sc.header,
 		Query:    sc.query,
-		JA4:      listen.JA4Of(ctx.Conn()),
+		JA4:      e.conns.JA4(ctx.Conn()),
 	}
 	sc.matches = e.rules.Load().Match(&sc.req, sc.matches)
 	return e.next(sc)

@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"context"
@@ -29,7 +29,7 @@ type tracing struct {
 	prop   propagation.TextMapPropagator
 }
 
-func (e *Edge) startTracing() error {
+func (e *Pipeline) startTracing() error {
 	if e.cfg.OTLPEndpoint == "" {
 		return nil
 	}
@@ -103,7 +103,7 @@ func (t *tracing) inject(ctx context.Context, req *fasthttp.RequestHeader) {
 
 // endRequestSpan closes the request's span with what happened: the same
 // outcome, decision, rules and limiter source as the access-log line.
-func (e *Edge) endRequestSpan(span trace.Span, ctx *fasthttp.RequestCtx, outcome string, sc *scratch) {
+func (e *Pipeline) endRequestSpan(span trace.Span, ctx *fasthttp.RequestCtx, outcome string, sc *scratch) {
 	status := ctx.Response.StatusCode()
 	rules, source := e.decidedBy(sc, nil)
 	span.SetAttributes(

@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // with e.next(sc) and returns what the rest made of it; what it holds for
 // the rest of the request (a worker slot, a concurrency slot) it gives back
 // when next returns.
-type stage func(e *Edge, sc *scratch) string
+type stage func(e *Pipeline, sc *scratch) string
 
 // pipeline is the request path, in order (doc.go has the steps; each
 // stage lives in the file named after it). Record comes first because it
@@ -30,22 +30,22 @@ var pipeline []stage
 
 func init() {
 	pipeline = []stage{
-		(*Edge).recordStage,    // stage_record.go
-		(*Edge).screenStage,    // stage_screen.go
-		(*Edge).identifyStage,  // stage_identify.go
-		(*Edge).shedStage,      // stage_shed.go
-		(*Edge).matchStage,     // stage_match.go
-		(*Edge).checksStage,    // stage_checks.go
-		(*Edge).penaltyStage,   // stage_penalty.go
-		(*Edge).behaviourStage, // stage_behaviour.go
-		(*Edge).limitStage,     // stage_limit.go
-		(*Edge).proxyStage,     // stage_proxy.go
+		(*Pipeline).recordStage,    // stage_record.go
+		(*Pipeline).screenStage,    // stage_screen.go
+		(*Pipeline).identifyStage,  // stage_identify.go
+		(*Pipeline).shedStage,      // stage_shed.go
+		(*Pipeline).matchStage,     // stage_match.go
+		(*Pipeline).checksStage,    // stage_checks.go
+		(*Pipeline).penaltyStage,   // stage_penalty.go
+		(*Pipeline).behaviourStage, // stage_behaviour.go
+		(*Pipeline).limitStage,     // stage_limit.go
+		(*Pipeline).proxyStage,     // stage_proxy.go
 	}
 }
 
-// handle runs a request through the pipeline: fasthttp's handler for
+// Handle runs a request through the pipeline: fasthttp's handler for
 // HTTP/1.x, and the HTTP/2 server's for each stream (listen/h2.go).
-func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
+func (e *Pipeline) Handle(ctx *fasthttp.RequestCtx) {
 	sc := scratchPool.Get().(*scratch)
 	defer func() {
 		sc.reset()
@@ -58,7 +58,7 @@ func (e *Edge) handle(ctx *fasthttp.RequestCtx) {
 // next runs the request's next stage. A header or query parameter a stage
 // decided on that was sent more than once (headerLookup) ends the request
 // before the next stage: the one place that check is made.
-func (e *Edge) next(sc *scratch) string {
+func (e *Pipeline) next(sc *scratch) string {
 	if sc.headers.repeated != "" {
 		refuseRepeated(sc.ctx, sc.headers.repeated)
 		sc.refusal = reasonRepeatedField
@@ -84,6 +84,12 @@ type scratch struct {
 	bh      bhlayer.Request             // the client's part in the behaviour layer
 	req     rules.Request               // what the rules see
 
+	ruling
+	recorded
+}
+
+// ruling is what the rules, the escapes and the limiter made of a request.
+type ruling struct {
 	matches  []rules.Match
 	bypassed []*rules.CompiledRule // rules whose bypass named the request
 	after    []rules.Match         // rules that count by the response (response.go)
@@ -99,15 +105,19 @@ type scratch struct {
 	limitDenied bool
 	denyRetry   time.Duration
 	applied     []applied
-	all         []applied     // every rule's outcome, shadow ones too (access log)
-	tier        shedder.Tier  // TierNone until classified
-	id          string        // the request id, once proxied
-	upstream    time.Duration // time at the origin
-	client      netip.Addr
-	trace       context.Context // the request span's context; nil without tracing
-	span        trace.Span
+	all         []applied // every rule's outcome, shadow ones too (access log)
 	// penalised: denied by a penalty (escapes.go), not counted.
 	penalised bool
+}
+
+// recorded is the rest of what the record writes down of a request.
+type recorded struct {
+	tier     shedder.Tier  // TierNone until classified
+	id       string        // the request id, once proxied
+	upstream time.Duration // time at the origin
+	client   netip.Addr
+	trace    context.Context // the request span's context; nil without tracing
+	span     trace.Span
 	// refusal is why the edge refused the request (refusal.go); unread:
 	// fasthttp could not read it.
 	refusal string
@@ -115,7 +125,7 @@ type scratch struct {
 }
 
 func newScratch() any {
-	sc := &scratch{tier: shedder.TierNone}
+	sc := &scratch{recorded: recorded{tier: shedder.TierNone}}
 	sc.header, sc.query = sc.headers.get, sc.headers.query
 	return sc
 }

@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"crypto/rand"
@@ -15,7 +15,7 @@ import (
 // streamed, and adds the RateLimit fields to the origin's response; a rule
 // that counts by the response counts it once the response is ready
 // (response.go). It is the last stage: it never calls next.
-func (e *Edge) proxyStage(sc *scratch) string {
+func (e *Pipeline) proxyStage(sc *scratch) string {
 	ctx := sc.ctx
 	hop := origin.Hop{Peer: sc.peer.String(), Trusted: sc.trusted, RequestID: e.requestID(ctx, sc.trusted)}
 	if e.seen != nil {
@@ -37,7 +37,7 @@ func (e *Edge) proxyStage(sc *scratch) string {
 }
 
 // requestID keeps a trusted proxy's well-formed X-Request-ID, or makes one.
-func (e *Edge) requestID(ctx *fasthttp.RequestCtx, trusted bool) string {
+func (e *Pipeline) requestID(ctx *fasthttp.RequestCtx, trusted bool) string {
 	if id := ctx.Request.Header.Peek("X-Request-ID"); trusted && validRequestID(id) {
 		return string(id)
 	}

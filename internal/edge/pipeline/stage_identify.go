@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
@@ -10,7 +10,7 @@ import (
 // trusted proxy: internal/edge/trust), with a behaviour section in the rules the
 // client's identity and level (package bhlayer), and the request's priority
 // tier for the shedder (a client whose level says so is put in the lowest).
-func (e *Edge) identifyStage(sc *scratch) string {
+func (e *Pipeline) identifyStage(sc *scratch) string {
 	ctx := sc.ctx
 	sc.headers = headerLookup{h: &ctx.Request.Header, args: ctx.QueryArgs()}
 	sc.path = rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))

@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"bytes"
@@ -120,7 +120,7 @@ type rulePolicy struct{ id, item string }
 
 // policies caches each compiled rule's rulePolicy: a compiled rule never
 // changes, so its item is built once, not per response. Rules reloads
-// forget them (forgetPolicies); so does growing past maxPolicies.
+// forget them (ForgetPolicies); so does growing past maxPolicies.
 var (
 	policies  sync.Map // *rules.CompiledRule → rulePolicy
 	policiesN atomic.Int64
@@ -139,13 +139,15 @@ func policyOf(r *rules.CompiledRule) rulePolicy {
 	}
 	p := rulePolicy{id: id, item: item}
 	if policiesN.Add(1) > maxPolicies {
-		forgetPolicies()
+		ForgetPolicies()
 	}
 	policies.Store(r, p)
 	return p
 }
 
-func forgetPolicies() {
+// ForgetPolicies drops the cached policies of the rules (the edge calls it
+// when it swaps them).
+func ForgetPolicies() {
 	policies.Clear()
 	policiesN.Store(0)
 }

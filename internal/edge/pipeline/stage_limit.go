@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // by a penalty rule starts its penalty (escapes.go); denied → 429 with
 // Retry-After, RateLimit fields and a problem+json body. Concurrency slots
 // are released when the rest of the pipeline returns.
-func (e *Edge) limitStage(sc *scratch) string {
+func (e *Pipeline) limitStage(sc *scratch) string {
 	if len(sc.matches) == 0 {
 		return e.next(sc)
 	}
@@ -70,7 +70,7 @@ func limiterDenial(v limiter.Verdict) (bool, time.Duration) {
 // record counts every rule's decision and returns the non-shadow checks
 // (checks[i] is ms[i]'s) as clients see them, and, when all is wanted, every
 // rule's outcome.
-func (e *Edge) record(ms []rules.Match, checks []limiter.Check, v limiter.Verdict, dst, all []applied, wantAll bool) ([]applied, []applied) {
+func (e *Pipeline) record(ms []rules.Match, checks []limiter.Check, v limiter.Verdict, dst, all []applied, wantAll bool) ([]applied, []applied) {
 	for i, m := range ms {
 		if i >= len(v.Checks) { // the limiter failed: admitted unchecked
 			break
@@ -99,7 +99,7 @@ func (e *Edge) record(ms []rules.Match, checks []limiter.Check, v limiter.Verdic
 	return dst, all
 }
 
-func (e *Edge) reason(s limiter.Source) string {
+func (e *Pipeline) reason(s limiter.Source) string {
 	if s == limiter.SourceStore {
 		return e.storeName
 	}

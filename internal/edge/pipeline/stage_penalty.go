@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // Penalty: escapes.go), or is blocked by a response-counted rule
 // (response.go): 429 with Retry-After until its end, nothing counted, the
 // behaviour layer not told. Both are looked up in one round trip.
-func (e *Edge) penaltyStage(sc *scratch) string {
+func (e *Pipeline) penaltyStage(sc *scratch) string {
 	if (len(sc.matches) > 0 || len(sc.after) > 0) && e.penalised(sc) {
 		return outcomeDenied
 	}
@@ -29,7 +29,7 @@ const maxPenaltyKeys = 8
 //
 // The response-aware rules' blocks (response.go) are looked up in the same
 // round trip: at indexes len(sc.matches) and on, in sc.after's order.
-func (e *Edge) penalised(sc *scratch) bool {
+func (e *Pipeline) penalised(sc *scratch) bool {
 	var keysBuf [maxPenaltyKeys]string
 	var atBuf [maxPenaltyKeys]int
 	keys, at := penaltyKeys(sc, keysBuf[:0], atBuf[:0])
@@ -84,7 +84,7 @@ func penaltyRule(sc *scratch, i int) (rules.Match, limiter.Check) {
 
 // countPenalised counts the denial of each rule whose key is penalised
 // (left[j] > 0 for the rule at index at[j]).
-func (e *Edge) countPenalised(sc *scratch, at []int, left []time.Duration) {
+func (e *Pipeline) countPenalised(sc *scratch, at []int, left []time.Duration) {
 	for j, i := range at {
 		if left[j] <= 0 {
 			continue

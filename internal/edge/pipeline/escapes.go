@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"context"
@@ -26,7 +26,7 @@ const (
 
 // dropBypassed removes the bypassed matches from ms, counting each rule's
 // bypass, and returns the rest and the bypassed rules.
-func (e *Edge) dropBypassed(ms []rules.Match, by []*rules.CompiledRule) ([]rules.Match, []*rules.CompiledRule) {
+func (e *Pipeline) dropBypassed(ms []rules.Match, by []*rules.CompiledRule) ([]rules.Match, []*rules.CompiledRule) {
 	kept := ms[:0]
 	for _, m := range ms {
 		if !m.Bypass {
@@ -46,7 +46,7 @@ func (e *Edge) dropBypassed(ms []rules.Match, by []*rules.CompiledRule) ([]rules
 // or a trusted peer's limit header, or the rule's own. A limit header from
 // an untrusted peer, or one that is not a limit the rule's algorithm can
 // take, is ignored and counted.
-func (e *Edge) limitOf(m rules.Match, key string, trusted bool, header func(string) (string, bool)) limiter.Limit {
+func (e *Pipeline) limitOf(m rules.Match, key string, trusted bool, header func(string) (string, bool)) limiter.Limit {
 	r := m.Rule
 	l := ruleLimit(r, key)
 	if m.Limit > 0 {
@@ -76,7 +76,7 @@ func (e *Edge) limitOf(m rules.Match, key string, trusted bool, header func(stri
 
 // startPenalties penalises the keys whose penalty rule denied this request,
 // region-wide, and makes the answer's retry and reset times say so.
-func (e *Edge) startPenalties(ms []rules.Match, checks []limiter.Check, v *limiter.Verdict) {
+func (e *Pipeline) startPenalties(ms []rules.Match, checks []limiter.Check, v *limiter.Verdict) {
 	for i, m := range ms {
 		if i >= len(v.Checks) {
 			return

@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
@@ -17,7 +16,7 @@ import (
 // drop it (503); otherwise it takes a worker slot (waiting briefly in a
 // bounded queue, or 503) and, with the adaptive origin limit on, an origin
 // slot. Both are held until the rest of the pipeline returns.
-func (e *Edge) shedStage(sc *scratch) string {
+func (e *Pipeline) shedStage(sc *scratch) string {
 	ctx, tier := sc.ctx, sc.tier
 	if !e.shed.Admit(sc.start, tier) {
 		problem.Unavailable(ctx, "the edge is shedding load; retry later", 1)
@@ -27,7 +26,7 @@ func (e *Edge) shedStage(sc *scratch) string {
 	// derived context and races with Shutdown; the queue timeout bounds
 	// this, and a waiter whose client left gives up its place.
 	_, wait := e.tracing.child(sc.trace, "shedder.wait")
-	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return listen.ClientGone(ctx.Conn()) })
+	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return e.conns.Gone(ctx.Conn()) })
 	wait.End()
 	switch {
 	case errors.Is(err, shedder.ErrGone):

@@ -1,11 +1,10 @@
-package edge
+package pipeline
 
 import (
 	"bytes"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 )
@@ -14,7 +13,7 @@ import (
 // it (the peer, and whether it is a trusted proxy: internal/edge/trust), the request's
 // span when tracing, and what the edge never passes on. From here on the
 // rules, the shedder and the origin see one and the same request.
-func (e *Edge) screenStage(sc *scratch) string {
+func (e *Pipeline) screenStage(sc *scratch) string {
 	ctx := sc.ctx
 	sc.peer = trust.Peer(ctx.RemoteIP())
 	sc.trusted = e.trusted.Contains(sc.peer)
@@ -47,12 +46,12 @@ var (
 // §3.2.2), so the rules match and the origin receives one and the same
 // host, and drops the fields this peer may not send (internal/edge/trust). It reports
 // why it refused the request ("" when it may go on: refusal.go's reasons).
-func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
+func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	if proto := ctx.Request.Header.Protocol(); !bytes.Equal(proto, http11) && !bytes.Equal(proto, http10) {
 		problem.Refuse(ctx, fasthttp.StatusHTTPVersionNotSupported, "only HTTP/1.0 and HTTP/1.1 are served")
 		return reasonVersion
 	}
-	if m := config.RefusedMethod(ctx.Method()); m != "" && !e.allowMethods[m] {
+	if m := e.cfg.RefusedMethod(ctx); m != "" && !e.allowMethods[m] {
 		problem.Refuse(ctx, fasthttp.StatusMethodNotAllowed, "method "+m+" is not allowed")
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
 		return reasonMethod
@@ -75,7 +74,7 @@ func (e *Edge) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	}
 	if host := ctx.Request.Header.Host(); len(host) == 0 && e.cfg.DefaultHost != "" {
 		ctx.Request.Header.SetHost(e.cfg.DefaultHost)
-	} else if !config.UsableHost(host) {
+	} else if !e.cfg.UsableHost(host) {
 		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
 		return reasonHost
 	}

@@ -1,15 +1,13 @@
-package edge
+package pipeline
 
 import (
 	"time"
-
-	"github.com/edgeguard/edgeguard/internal/edge/listen"
 )
 
 // recordStage wraps the rest of the pipeline (step 11, Record): once they
 // return, the connection is told to close when it must, and the request is
 // counted (Prometheus), logged (access.go) and its span ended (trace.go).
-func (e *Edge) recordStage(sc *scratch) string {
+func (e *Pipeline) recordStage(sc *scratch) string {
 	sc.start = time.Now()
 	outcome := e.next(sc)
 	ctx := sc.ctx
@@ -21,7 +19,7 @@ func (e *Edge) recordStage(sc *scratch) string {
 		// The rest of an unread body must not be taken for a request.
 		ctx.SetConnectionClose()
 	}
-	if listen.ClosesAfter(ctx.Conn()) {
+	if e.conns.ClosesAfter(ctx.Conn()) {
 		// Transfer-Encoding with Content-Length: answered (the body read
 		// as chunked), then the connection ends (RFC 9112 §6.3); the
 		// framer reads nothing after the body (listen/framing.go).

@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func splitAfter(ms, after []rules.Match) ([]rules.Match, []rules.Match) {
 
 // countResponse counts the response for each response-aware rule it
 // matches, after the fact.
-func (e *Edge) countResponse(ctx *fasthttp.RequestCtx, sc *scratch) {
+func (e *Pipeline) countResponse(ctx *fasthttp.RequestCtx, sc *scratch) {
 	status := ctx.Response.StatusCode()
 	header := func(name string) (string, bool) {
 		v := ctx.Response.Header.Peek(name)
@@ -108,7 +108,7 @@ type afterCount struct {
 
 // countOne takes one response's cost; when the key is over its limit, it
 // is blocked until a unit fits again (or for the rule's penalty, if longer).
-func (e *Edge) countOne(a afterCount) {
+func (e *Pipeline) countOne(a afterCount) {
 	v, err := e.limiter.Decide(context.Background(), []limiter.Check{a.check})
 	if err != nil || len(v.Checks) == 0 {
 		e.metrics.limiterError.Inc()

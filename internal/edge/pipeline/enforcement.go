@@ -1,4 +1,4 @@
-package edge
+package pipeline
 
 import (
 	"time"
@@ -22,7 +22,7 @@ type enforcement struct {
 // shadowed says whether rule r's check on key only counts: a shadow rule
 // always; otherwise as the region's switch says. This is the one place where
 // a rule's decision becomes enforced or shadow.
-func (e *Edge) shadowed(r *rules.CompiledRule, key string) bool {
+func (e *Pipeline) shadowed(r *rules.CompiledRule, key string) bool {
 	if r.Shadow {
 		return true
 	}
@@ -36,7 +36,9 @@ func (e *Edge) shadowed(r *rules.CompiledRule, key string) bool {
 	return region.Bucket(key) >= en.threshold
 }
 
-func (e *Edge) setEnforcement(en region.Enforcement) {
+// SetEnforcement applies the region's enforcement switch (read from
+// Consul).
+func (e *Pipeline) SetEnforcement(en region.Enforcement) {
 	next := &enforcement{Enforcement: en, threshold: en.Threshold(), version: en.Version()}
 	old := e.enforce.Swap(next)
 	m := e.metrics.enforce
@@ -47,6 +49,15 @@ func (e *Edge) setEnforcement(en region.Enforcement) {
 	m.ratio.Set(float64(next.threshold) / region.Buckets)
 	m.loaded.Set(float64(time.Now().UnixMilli()) / 1000)
 	e.log.Info("enforcement switch applied", "switch", en.String(), "version", next.version)
+}
+
+// Enforcement is the region's enforcement switch in force; ok is false
+// while there is none (every key enforced).
+func (e *Pipeline) Enforcement() (en region.Enforcement, ok bool) {
+	if cur := e.enforce.Load(); cur != nil {
+		return cur.Enforcement, true
+	}
+	return region.Enforcement{}, false
 }
 
 // enforcementMetrics say which switch runs and how many checks it made
