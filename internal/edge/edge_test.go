@@ -20,7 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
-	"github.com/edgeguard/edgeguard/internal/edge/problem"
+	"github.com/edgeguard/edgeguard/internal/problem"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 

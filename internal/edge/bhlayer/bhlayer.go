@@ -37,8 +37,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
-	"github.com/edgeguard/edgeguard/internal/edge/problem"
 	"github.com/edgeguard/edgeguard/internal/logevery"
+	"github.com/edgeguard/edgeguard/internal/problem"
 	"github.com/edgeguard/edgeguard/lua"
 	"github.com/edgeguard/edgeguard/pkg/behavior"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
