@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge"
+	"github.com/edgeguard/edgeguard/internal/rlsd"
 )
 
 func main() {
@@ -22,6 +23,11 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "check" {
 		os.Exit(edge.Check(os.Args[2:], os.Environ(), os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "rls" {
+		// The rate limit service alone, configured by envoyproxy/ratelimit's
+		// environment variables (docs/envoy.md, "Service-only mode").
+		os.Exit(rlsd.Main(os.Args[2:], os.Environ(), os.Stderr))
 	}
 	cfg, code, ok := edge.ParseCommandLine(os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	if !ok {
