@@ -133,6 +133,12 @@ type proc struct {
 // and waits until /healthcheck answers 200.
 func startRLS(t *testing.T, env []string) *proc {
 	t.Helper()
+	return startBin(t, edgeBin, []string{"rls"}, env)
+}
+
+// startBin starts bin with args and env as startRLS starts `edge rls`.
+func startBin(t *testing.T, bin string, args, env []string) *proc {
+	t.Helper()
 	ports := freePorts(t, 3)
 	p := &proc{log: &lockedBuffer{}, done: make(chan struct{}),
 		http: "127.0.0.1:" + strconv.Itoa(ports[0]), grpc: "127.0.0.1:" + strconv.Itoa(ports[1]), db: "127.0.0.1:" + strconv.Itoa(ports[2])}
@@ -140,7 +146,7 @@ func startRLS(t *testing.T, env []string) *proc {
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(ports[0]),
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[1]),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]))
-	p.cmd = exec.Command(edgeBin, "rls")
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	require.NoError(t, p.cmd.Start())

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -166,5 +168,21 @@ func TestMigrationPrometheus(t *testing.T) {
 	} {
 		require.Contains(t, body, want)
 	}
+	p.stop(t)
+}
+
+// The binary copied over envoyproxy/ratelimit's own (its image's
+// /bin/ratelimit) starts as the service, with no argument: a container
+// whose command runs "ratelimit" needs no other change.
+func TestInstalledAsRatelimit(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "ratelimit")
+	data, err := os.ReadFile(edgeBin)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, data, 0o755))
+	p := startBin(t, bin, nil, append(referenceEnv(t, redisAddr(t)), "USE_STATSD=false"))
+	user := unique(t)
+	r := p.call(t, "rl", "user", user)
+	require.Equal(t, pb.RateLimitResponse_OK, r.OverallCode)
+	require.Equal(t, uint32(2), r.Statuses[0].LimitRemaining)
 	p.stop(t)
 }
