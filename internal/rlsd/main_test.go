@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,6 +143,11 @@ func startBin(t *testing.T, bin string, args, env []string) *proc {
 	ports := freePorts(t, 3)
 	p := &proc{log: &lockedBuffer{}, done: make(chan struct{}),
 		http: "127.0.0.1:" + strconv.Itoa(ports[0]), grpc: "127.0.0.1:" + strconv.Itoa(ports[1]), db: "127.0.0.1:" + strconv.Itoa(ports[2])}
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "EDGEGUARD_DRAIN_DELAY=") }) {
+		// A drain longer than any test: stop ends it with a second signal
+		// once it has seen it, however slow the machine.
+		env = append(env, "EDGEGUARD_DRAIN_DELAY=10m")
+	}
 	env = append(env,
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(ports[0]),
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[1]),
@@ -236,7 +242,8 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 }
 
 // stop sends SIGTERM and checks the drain: NOT_SERVING on gRPC health
-// and /healthcheck 500 while the process still runs, then exit 0.
+// and /healthcheck 500 while calls are still answered; then a second
+// SIGTERM ends the drain, and the process exits 0.
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
@@ -245,6 +252,18 @@ func (p *proc) stop(t *testing.T) {
 	})
 	code, body := p.get(t, "/healthcheck")
 	require.Equal(t, http.StatusInternalServerError, code, body)
+	require.Empty(t, body)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := pb.NewRateLimitServiceClient(p.conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "drain", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+	require.NoError(t, err, "a call while draining")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.exited(t)
+}
+
+// exited waits for the process to exit, and checks it exited 0.
+func (p *proc) exited(t *testing.T) {
+	t.Helper()
 	select {
 	case <-p.done:
 	case <-time.After(60 * time.Second):

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,13 +57,15 @@ descriptors:
 }
 
 // An empty configuration directory is served as the reference serves it:
-// healthy, every descriptor answered OK.
+// healthy, every descriptor answered OK. A drain with no delay ends on
+// its own: one SIGTERM, exit 0.
 func TestEmptyConfigurationServes(t *testing.T) {
 	root := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "config"), 0o755))
-	p := startRLS(t, []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr(t), "RUNTIME_ROOT=" + root, "USE_STATSD=false"})
+	p := startRLS(t, []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr(t), "RUNTIME_ROOT=" + root, "USE_STATSD=false", "EDGEGUARD_DRAIN_DELAY=0s"})
 	r := p.call(t, "rl", "user", unique(t))
 	require.Equal(t, pb.RateLimitResponse_OK, r.OverallCode)
 	require.Nil(t, r.Statuses[0].CurrentLimit)
-	p.stop(t)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.exited(t)
 }

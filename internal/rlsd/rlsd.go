@@ -42,19 +42,21 @@ import (
 
 // Timings of a stop and of the directory watch.
 const (
-	// DrainDelay is how long health says NOT_SERVING, still answering
-	// calls, before the listeners close: for Envoy's health checks and
-	// balancers to move away.
-	DrainDelay = 5 * time.Second
+	// DefaultDrainDelay is how long health says NOT_SERVING, still
+	// answering calls, before the listeners close, for Envoy's health
+	// checks and balancers to move away (EDGEGUARD_DRAIN_DELAY, as the
+	// edge's --drain-delay).
+	DefaultDrainDelay = 5 * time.Second
 	// StopTimeout bounds the calls in flight once the drain is over.
 	StopTimeout = 10 * time.Second
 	// WatchEvery is how often the configuration directory is looked at.
 	WatchEvery = time.Second
 )
 
-// Main runs the service until SIGTERM or SIGINT; it returns the exit
-// code: 0 after a drain, 1 when the service could not start or failed, 2
-// on a bad setting or argument.
+// Main runs the service until SIGTERM or SIGINT, then drains; a second
+// signal ends the drain at once. It returns the exit code: 0 after a
+// drain, 1 when the service could not start or failed, 2 on a bad
+// setting or argument.
 func Main(args, environ []string, stderr io.Writer) int {
 	if len(args) > 0 {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
@@ -64,9 +66,20 @@ func Main(args, environ []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "edge rls takes no argument (got %q): it reads envoyproxy/ratelimit's environment variables\n\n%s\n", args, usage)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
+	ctx, stop := context.WithCancel(context.Background())
+	cut, cutDrain := context.WithCancel(context.Background())
 	defer stop()
-	return Run(ctx, environ, stderr)
+	defer cutDrain()
+	go func() {
+		<-sigs
+		stop()
+		<-sigs
+		cutDrain()
+	}()
+	return Run(ctx, cut, environ, stderr)
 }
 
 const usage = `usage: edge rls
@@ -76,9 +89,10 @@ envoyproxy/ratelimit is: REDIS_*, RUNTIME_*, HOST/PORT (/healthcheck,
 /json), GRPC_HOST/GRPC_PORT, DEBUG_HOST/DEBUG_PORT (/metrics), USE_STATSD,
 USE_PROMETHEUS, LOG_LEVEL... See docs/envoy.md, "Service-only mode".`
 
-// Run serves until ctx is done, then drains (health NOT_SERVING for
-// DrainDelay) and stops; it returns the exit code as Main does.
-func Run(ctx context.Context, environ []string, stderr io.Writer) int {
+// Run serves until ctx is done, then drains (health NOT_SERVING for the
+// drain delay, or until cut is done) and stops; it returns the exit code
+// as Main does.
+func Run(ctx, cut context.Context, environ []string, stderr io.Writer) int {
 	s, err := FromEnv(environ)
 	if err != nil {
 		fmt.Fprintf(stderr, "edge rls: %v\n", err)
@@ -90,7 +104,7 @@ func Run(ctx context.Context, environ []string, stderr io.Writer) int {
 		log.Error("rate limit service refused to start", "err", err)
 		return 1
 	}
-	err = svc.serve(ctx)
+	err = svc.serve(ctx, cut)
 	svc.close()
 	if err != nil {
 		log.Error("rate limit service failed", "err", err)
@@ -262,7 +276,7 @@ func (svc *service) buildLimiter(reg prometheus.Registerer) (*limiter.Limiter, e
 	}
 	l.StoreFailed(loadErr)
 	svc.closers = append(svc.closers, l.Close) // before the client closes (closers run in reverse)
-	svc.log.Info("redis", "mode", mode, "type", svc.s.RedisType, "socket", svc.s.RedisSocketType)
+	svc.log.Info("counting in redis", "mode", mode, "type", svc.s.RedisType, "socket", svc.s.RedisSocketType)
 	return l, nil
 }
 
@@ -303,7 +317,7 @@ func (svc *service) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("OK"))
 }
 
-func (svc *service) serve(ctx context.Context) error {
+func (svc *service) serve(ctx, cut context.Context) error {
 	errc := make(chan error, 1+len(svc.http))
 	var wg sync.WaitGroup
 	wg.Add(1 + len(svc.http))
@@ -340,15 +354,17 @@ func (svc *service) serve(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	// Drain: NOT_SERVING at once, calls still answered for DrainDelay
-	// (cut short by a failed listener), then the calls in flight get
-	// StopTimeout.
+	// Drain: NOT_SERVING at once, calls still answered for the drain
+	// delay (cut short by cut or a failed listener), then the calls in
+	// flight get StopTimeout.
 	svc.setServing(false)
 	if err == nil {
-		svc.log.Info("draining", "delay", DrainDelay.String())
-		t := time.NewTimer(DrainDelay)
+		svc.log.Info("draining", "delay", svc.s.DrainDelay.String())
+		t := time.NewTimer(svc.s.DrainDelay)
 		select {
 		case <-t.C:
+		case <-cut.Done():
+			t.Stop()
 		case err = <-errc:
 			t.Stop()
 		}

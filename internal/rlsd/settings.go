@@ -54,6 +54,11 @@ type Settings struct {
 
 	ShadowMode, QuotaMode, MergeDomainConfig bool
 
+	// DrainDelay is edgeguard's own (EDGEGUARD_DRAIN_DELAY, as the edge's
+	// --drain-delay): how long health says NOT_SERVING on SIGTERM while
+	// calls are still answered.
+	DrainDelay time.Duration
+
 	// Unsupported names the variables set in the environment that this
 	// service does not honour, sorted.
 	Unsupported []string
@@ -151,15 +156,11 @@ func (e *env) bool(name string, def bool) bool {
 	return b
 }
 
-// duration reads a Go duration or, as the reference's parser also
-// takes, a bare integer of nanoseconds.
+// duration reads a Go duration ("10s", "0"), as the reference's reader.
 func (e *env) duration(name string, def time.Duration) time.Duration {
 	v, ok := e.vars[name]
 	if !ok || v == "" {
 		return def
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return time.Duration(n)
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
@@ -238,6 +239,11 @@ func FromEnv(environ []string) (Settings, error) {
 		ShadowMode:        e.bool("SHADOW_MODE", false),
 		QuotaMode:         e.bool("QUOTA_MODE", false),
 		MergeDomainConfig: e.bool("MERGE_DOMAIN_CONFIG", false),
+
+		DrainDelay: e.duration("EDGEGUARD_DRAIN_DELAY", DefaultDrainDelay),
+	}
+	if s.DrainDelay < 0 {
+		e.errs = append(e.errs, fmt.Errorf("EDGEGUARD_DRAIN_DELAY=%v: must be ≥ 0", s.DrainDelay))
 	}
 	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 {
 		e.errs = append(e.errs, fmt.Errorf("NEAR_LIMIT_RATIO=%v: want a ratio from 0 to 1", s.NearLimitRatio))

@@ -21,6 +21,7 @@ func TestDefaultsAreTheReferences(t *testing.T) {
 	require.True(t, s.UseStatsd)
 	require.Equal(t, 10*time.Second, s.StatsFlushInterval)
 	require.Equal(t, 0.8, s.NearLimitRatio)
+	require.Equal(t, DefaultDrainDelay, s.DrainDelay)
 	require.Equal(t, "/srv/runtime_data/current/config", s.ConfigDir())
 	require.Equal(t, "/srv/runtime_data/current", s.WatchDir())
 	require.Equal(t, "unix", s.RedisSocketType)
@@ -76,8 +77,9 @@ func TestRedisSettings(t *testing.T) {
 }
 
 func TestSettingsErrorsAndUnsupported(t *testing.T) {
-	_, err := FromEnv([]string{"PORT=http", "USE_STATSD=maybe", "NEAR_LIMIT_RATIO=2", "REDIS_TIMEOUT=soon"})
+	_, err := FromEnv([]string{"PORT=http", "USE_STATSD=maybe", "NEAR_LIMIT_RATIO=2", "REDIS_TIMEOUT=soon", "EDGEGUARD_DRAIN_DELAY=5"})
 	require.ErrorContains(t, err, "PORT")
+	require.ErrorContains(t, err, "EDGEGUARD_DRAIN_DELAY")
 	require.ErrorContains(t, err, "USE_STATSD")
 	require.ErrorContains(t, err, "NEAR_LIMIT_RATIO")
 	require.ErrorContains(t, err, "REDIS_TIMEOUT")
