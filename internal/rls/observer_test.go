@@ -1,9 +1,15 @@
 package rls_test
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
 
@@ -80,4 +86,30 @@ descriptors:
 		keys = append(keys, h.Key)
 	}
 	require.Equal(t, []string{"X-Limit", "X-Left", "RateLimit-Reset"}, keys)
+}
+
+// TestObserverCostsNoAllocation: a call allocates as much with an
+// Observer as without one (the observation is passed by value).
+func TestObserverCostsNoAllocation(t *testing.T) {
+	req := &pb.RateLimitRequest{Domain: "a", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "u")}}
+	allocs := func(obs func(rls.Observation)) float64 {
+		l, err := limiter.New(limiter.NewMemoryStore(), limiter.Config{StoreName: "memory"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		require.NoError(t, err)
+		t.Cleanup(l.Close)
+		srv, err := rls.New(rls.Options{Limiter: l, Observer: obs}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		require.NoError(t, err)
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000000000}\n"), 0o644))
+		require.NoError(t, srv.Reload(dir, false))
+		return testing.AllocsPerRun(200, func() {
+			if _, err := srv.ShouldRateLimit(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	var n uint64
+	without := allocs(nil)
+	with := allocs(func(o rls.Observation) { n += o.Hits })
+	require.Equal(t, without, with)
+	require.NotZero(t, n)
 }
