@@ -134,13 +134,15 @@ func TestMigrationStatsd(t *testing.T) {
 }
 
 // The same with USE_PROMETHEUS: the reference's series names on
-// PROMETHEUS_ADDR/PROMETHEUS_PATH; and a variable of the reference this
-// service does not honour is named in one line of the start log.
+// PROMETHEUS_ADDR/PROMETHEUS_PATH; its response header fields under the
+// names given; and a variable of the reference this service does not
+// honour is named in one line of the start log.
 func TestMigrationPrometheus(t *testing.T) {
 	port := freePorts(t, 1)[0]
 	env := append(referenceEnv(t, redisAddr(t)),
 		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:"+strconv.Itoa(port), "PROMETHEUS_PATH=/prom",
-		"NEAR_LIMIT_RATIO=0.5", "CONFIG_TYPE=GRPC_XDS_SOTW", "TRACING_ENABLED=true")
+		"NEAR_LIMIT_RATIO=0.5", "CONFIG_TYPE=GRPC_XDS_SOTW", "TRACING_ENABLED=true",
+		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-RateLimit-Left")
 	p := startRLS(t, env)
 
 	var lines []string
@@ -154,7 +156,14 @@ func TestMigrationPrometheus(t *testing.T) {
 	require.Contains(t, lines[0], "TRACING_ENABLED")
 
 	user := unique(t)
-	for range 4 {
+	r := p.call(t, "rl", "user", user)
+	fields := map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		fields[h.Key] = h.Value
+	}
+	require.NotEmpty(t, fields["RateLimit-Reset"])
+	require.Equal(t, map[string]string{"RateLimit-Limit": "3", "X-RateLimit-Left": "2", "RateLimit-Reset": fields["RateLimit-Reset"]}, fields)
+	for range 3 {
 		p.call(t, "rl", "user", user)
 	}
 	// floor(3 × 0.5) = 1: the second and third hits are near the limit.

@@ -37,3 +37,28 @@ descriptors:
 	require.NotContains(t, p.log.String(), "not reachable")
 	p.stop(t)
 }
+
+// REDIS_TYPE=CLUSTER with the reference's REDIS_URL, the seeds comma
+// separated.
+func TestCluster(t *testing.T) {
+	c, err := testenv.StartCluster(testenv.ClusterOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	root := k8sConfig(t, map[string]string{"config.yaml": migrationConfig})
+	p := startRLS(t, []string{
+		"REDIS_SOCKET_TYPE=tcp",
+		"REDIS_TYPE=CLUSTER",
+		"REDIS_URL=" + strings.Join(c.Addrs(), ","),
+		"RUNTIME_ROOT=" + root,
+		"RUNTIME_SUBDIRECTORY=ratelimit",
+		"USE_STATSD=false",
+		"LOG_LEVEL=debug",
+	})
+	user := unique(t)
+	for range 3 {
+		require.Equal(t, pb.RateLimitResponse_OK, p.call(t, "rl", "user", user).OverallCode)
+	}
+	require.Equal(t, pb.RateLimitResponse_OVER_LIMIT, p.call(t, "rl", "user", user).OverallCode)
+	require.NotContains(t, p.log.String(), "not reachable")
+	p.stop(t)
+}
