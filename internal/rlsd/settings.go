@@ -27,6 +27,7 @@ type Settings struct {
 
 	LogLevel, LogFormat string
 
+	DisableStats       bool
 	UseStatsd          bool
 	StatsdHost         string
 	StatsdPort         int
@@ -82,7 +83,6 @@ var unsupported = map[string]string{
 	"USE_DOG_STATSD":                           "false",
 	"USE_DOG_STATSD_MOGRIFIERS":                "",
 	"EXTRA_TAGS":                               "",
-	"DISABLE_STATS":                            "false",
 	"PROMETHEUS_MAPPER_YAML":                   "",
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "false",
 	"EXPIRATION_JITTER_MAX_SECONDS":            "300",
@@ -201,6 +201,7 @@ func FromEnv(environ []string) (Settings, error) {
 		LogLevel:  e.str("LOG_LEVEL", "WARN"),
 		LogFormat: e.str("LOG_FORMAT", "text"),
 
+		DisableStats:       e.bool("DISABLE_STATS", false),
 		UseStatsd:          e.bool("USE_STATSD", true),
 		StatsdHost:         e.str("STATSD_HOST", "localhost"),
 		StatsdPort:         e.int("STATSD_PORT", 8125),
@@ -244,6 +245,10 @@ func FromEnv(environ []string) (Settings, error) {
 	}
 	if s.DrainDelay < 0 {
 		e.errs = append(e.errs, fmt.Errorf("EDGEGUARD_DRAIN_DELAY=%v: must be ≥ 0", s.DrainDelay))
+	}
+	if s.DisableStats {
+		// As the reference: no stats sink at all, whatever else is set.
+		s.UseStatsd, s.UsePrometheus = false, false
 	}
 	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 {
 		e.errs = append(e.errs, fmt.Errorf("NEAR_LIMIT_RATIO=%v: want a ratio from 0 to 1", s.NearLimitRatio))

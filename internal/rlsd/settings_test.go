@@ -93,6 +93,11 @@ func TestSettingsErrorsAndUnsupported(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, s.Unsupported)
 
+	s, err = FromEnv([]string{"DISABLE_STATS=true", "USE_STATSD=true", "USE_PROMETHEUS=true"})
+	require.NoError(t, err)
+	require.False(t, s.UseStatsd)
+	require.False(t, s.UsePrometheus)
+
 	s, err = FromEnv([]string{"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=limits", "RUNTIME_WATCH_ROOT=false"})
 	require.NoError(t, err)
 	require.Equal(t, "/data/ratelimit/limits", s.ConfigDir())
