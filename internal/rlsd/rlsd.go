@@ -164,7 +164,7 @@ func start(s Settings, environ []string, log *slog.Logger) (_ *service, err erro
 		log.Warn("a second Redis for per-second limits is not needed: every limit counts in the Redis of REDIS_URL", "variables", ps)
 	}
 	if s.RedisPipelineWindow > 0 || s.RedisPipelineLimit > 0 {
-		log.Info("REDIS_PIPELINE_WINDOW and REDIS_PIPELINE_LIMIT tune nothing: calls are always pipelined, each batch sent as soon as the previous one is answered")
+		log.Info("REDIS_PIPELINE_WINDOW and REDIS_PIPELINE_LIMIT tune nothing: concurrent calls for one Redis node are always sent together, without a window")
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
