@@ -1,11 +1,16 @@
 package rlsd_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
@@ -60,5 +65,28 @@ func TestCluster(t *testing.T) {
 	}
 	require.Equal(t, pb.RateLimitResponse_OVER_LIMIT, p.call(t, "rl", "user", user).OverallCode)
 	require.NotContains(t, p.log.String(), "not reachable")
+	p.stop(t)
+}
+
+// A Redis that cannot decide makes each call a gRPC UNAVAILABLE, as the
+// reference answers an error, so Envoy's failure_mode_deny decides: no
+// replica admits the whole limit on its own.
+func TestRedisDownIsUnavailable(t *testing.T) {
+	root := k8sConfig(t, map[string]string{"config.yaml": "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1}\n"})
+	p := startRLS(t, []string{
+		"REDIS_SOCKET_TYPE=tcp",
+		"REDIS_URL=" + testenv.ClosedAddr(t),
+		"RUNTIME_ROOT=" + root,
+		"RUNTIME_SUBDIRECTORY=ratelimit",
+		"USE_STATSD=false",
+	})
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := pb.NewRateLimitServiceClient(p.conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "rl",
+			Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: unique(t)}}}}})
+		cancel()
+		require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	}
+	require.Contains(t, p.log.String(), "answering UNAVAILABLE until it is")
 	p.stop(t)
 }

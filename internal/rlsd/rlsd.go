@@ -268,9 +268,13 @@ func (svc *service) buildLimiter(reg prometheus.Registerer) (*limiter.Limiter, e
 		return nil, fmt.Errorf("redis: %w", loadErr)
 	}
 	if loadErr != nil {
-		svc.log.Warn("redis not reachable at start; deciding locally until it is", "err", loadErr)
+		svc.log.Warn("redis not reachable at start; answering UNAVAILABLE until it is", "err", loadErr)
 	}
-	l, err := limiter.New(rs, limiter.Config{StoreName: "redis"}, reg, svc.log)
+	// As the reference: a call Redis cannot decide is a gRPC error
+	// (UNAVAILABLE), and Envoy's failure_mode_deny decides. A local
+	// fallback would admit the whole limit in every replica: this mode
+	// does not know how many share the Redis.
+	l, err := limiter.New(rs, limiter.Config{StoreName: "redis", FailMode: limiter.FailClosed}, reg, svc.log)
 	if err != nil {
 		return nil, err
 	}
