@@ -325,7 +325,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.Usage = func() {
-		fmt.Fprintf(usage, "Usage: edge [flags]\n       edge check [flags]   validate the config, --rules and --shedder files offline\n       edge --version\n\nEvery flag can also be set in the environment as EDGEGUARD_<NAME>\n(--redis-mode is EDGEGUARD_REDIS_MODE) and in the --config file by its name\n(redis-mode: cluster); the command line wins over the environment, which wins\nover the file.\n\n")
+		fmt.Fprintf(usage, "Usage: edge [flags]\n       edge check [flags]   validate the config, --rules and --shedder files offline\n       edge rls             Envoy's rate limit service alone, under envoyproxy/ratelimit's\n                            environment variables (docs/envoy.md)\n       edge --version\n\nEvery flag can also be set in the environment as EDGEGUARD_<NAME>\n(--redis-mode is EDGEGUARD_REDIS_MODE) and in the --config file by its name\n(redis-mode: cluster); the command line wins over the environment, which wins\nover the file.\n\n")
 		flaghelp.Print(usage, fs, displayDefaults)
 	}
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "config file (YAML): any flag by its name, e.g. redis-timeout: 50ms; the command line and EDGEGUARD_ variables win over it")
