@@ -33,7 +33,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/edgeguard/edgeguard/internal/rls"
@@ -247,39 +246,24 @@ func (svc *service) buildLimiter(reg prometheus.Registerer) (*limiter.Limiter, e
 	if err != nil {
 		return nil, err
 	}
-	redis.SetLogger(redisLogger{svc.log})
-	client, err := limiter.NewRedisClient(url, mode)
-	if err != nil {
-		return nil, err
-	}
-	svc.closers = append(svc.closers, func() { _ = client.Close() })
-	conn, _, err := limiter.AutoPipelined(client)
-	if err != nil {
-		return nil, err
-	}
-	rs, err := limiter.NewRedisStore(conn, svc.s.CacheKeyPrefix)
-	if err != nil {
-		return nil, fmt.Errorf("CACHE_KEY_PREFIX: %w", err)
-	}
-	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	loadErr := rs.Load(lctx)
-	cancel()
-	if errors.Is(loadErr, limiter.ErrRedisTooOld) {
-		return nil, fmt.Errorf("redis: %w", loadErr)
-	}
-	if loadErr != nil {
-		svc.log.Warn("redis not reachable at start; answering UNAVAILABLE until it is", "err", loadErr)
-	}
+	limiter.LogRedisTo(svc.log)
 	// As the reference: a call Redis cannot decide is a gRPC error
 	// (UNAVAILABLE), and Envoy's failure_mode_deny decides. A local
 	// fallback would admit the whole limit in every replica: this mode
 	// does not know how many share the Redis.
-	l, err := limiter.New(rs, limiter.Config{StoreName: "redis", FailMode: limiter.FailClosed}, reg, svc.log)
-	if err != nil {
-		return nil, err
+	op, err := limiter.Open(limiter.OpenOptions{URL: url, Mode: mode, Autopipeline: true, KeyPrefix: svc.s.CacheKeyPrefix,
+		Config: limiter.Config{FailMode: limiter.FailClosed}, Log: svc.log}, reg)
+	if errors.Is(err, limiter.ErrRedisTooOld) {
+		return nil, fmt.Errorf("redis: %w", err)
 	}
-	l.StoreFailed(loadErr)
-	svc.closers = append(svc.closers, l.Close) // before the client closes (closers run in reverse)
+	if err != nil {
+		return nil, fmt.Errorf("redis (REDIS_*, CACHE_KEY_PREFIX): %w", err)
+	}
+	svc.closers = append(svc.closers, op.Close) // the limiter, then the client (closers run in reverse)
+	if op.LoadErr != nil {
+		svc.log.Warn("redis not reachable at start; answering UNAVAILABLE until it is", "err", op.LoadErr)
+	}
+	l := op.Limiter
 	svc.log.Info("counting in redis", "mode", mode, "type", svc.s.RedisType, "socket", svc.s.RedisSocketType)
 	return l, nil
 }
@@ -446,11 +430,4 @@ func (svc *service) close() {
 		svc.closers[i]()
 	}
 	svc.closers = nil
-}
-
-// redisLogger sends go-redis's own messages to the log at debug.
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, args ...any) {
-	l.log.DebugContext(ctx, "redis client", "msg", strings.TrimSpace(fmt.Sprintf(format, args...)))
 }
