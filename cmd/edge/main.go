@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge"
+	"github.com/edgeguard/edgeguard/internal/edge/check"
 	"github.com/edgeguard/edgeguard/internal/rlsd"
 )
 
@@ -27,7 +28,7 @@ func main() {
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "check" {
-		os.Exit(edge.Check(os.Args[2:], os.Environ(), os.Stdout, os.Stderr))
+		os.Exit(check.Run(os.Args[2:], os.Environ(), os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "rls" {
 		// The rate limit service alone, configured by envoyproxy/ratelimit's

@@ -149,7 +149,7 @@ func (e *Edge) consulLinkConfig(client *region.Client, cache string) consullink.
 func (e *Edge) consulParts() consullink.Parts {
 	p := consullink.Parts{
 		Rules:          e.rules.Load,
-		CompileOptions: e.compileOptions,
+		CompileOptions: e.cfg.CompileOptions,
 		ApplySnapshot:  e.applySnapshot,
 		ApplyRules:     e.ApplyRules,
 		Enforcement:    func() string { en, _ := e.pipe.Enforcement(); return en.String() },

@@ -375,16 +375,13 @@ func (e *Edge) loadRules() error {
 // An invalid document is refused (counted, and the error names the rule and
 // field); the rules in force stay.
 func (e *Edge) ApplyRules(data []byte) error {
-	return e.applySnapshot(rules.Load(data, e.compileOptions()...))
+	return e.applySnapshot(rules.Load(data, e.cfg.CompileOptions()...))
 }
 
-func (e *Edge) compileOptions() []rules.CompileOption {
-	return []rules.CompileOption{rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt))}
-}
 
 func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
 	if err == nil {
-		err = e.checkAgainstConfig(snap)
+		err = e.cfg.CheckRules(snap)
 	}
 	if err != nil {
 		e.metrics.rulesErrors.Inc()
@@ -394,18 +391,6 @@ func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
 	return nil
 }
 
-// checkAgainstConfig refuses rules that this edge's settings would break:
-// a held unit (a concurrency slot) must outlive the longest request, or a slot held by a
-// request still waiting on the origin would expire and admit one too many.
-func (e *Edge) checkAgainstConfig(snap *rules.Snapshot) error {
-	var errs []error
-	for _, r := range snap.Rules() {
-		if r.Algorithm.Spec().Held && r.Window <= e.cfg.OriginTimeout {
-			errs = append(errs, fmt.Errorf("rule %q: window: a concurrency slot's TTL (%s) must exceed --origin-timeout (%s)", r.ID, r.Window, e.cfg.OriginTimeout))
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
