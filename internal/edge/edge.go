@@ -378,7 +378,6 @@ func (e *Edge) ApplyRules(data []byte) error {
 	return e.applySnapshot(rules.Load(data, e.cfg.CompileOptions()...))
 }
 
-
 func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
 	if err == nil {
 		err = e.cfg.CheckRules(snap)
@@ -390,7 +389,6 @@ func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
 	e.SetRules(snap)
 	return nil
 }
-
 
 // reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
