@@ -23,7 +23,9 @@ import (
 //   - whether the store's last answer is owed back as a restore (restore):
 //     the fallback took its share of that answer's count up front, and the
 //     store is asked to count at least what it had then — nothing when it
-//     kept its state, everything when it came back empty.
+//     kept its state, everything when it came back empty; and when the
+//     master serving the key may have changed (masters.go), the new one
+//     is asked the same.
 //
 // It is bounded like the over-limit cache: a flood of random keys evicts
 // entries, never grows it. Eviction takes an account that owes the store
@@ -34,7 +36,11 @@ type ledger struct {
 	seed   maphash.Seed
 	perCap int
 	owing  atomic.Int64 // debts and restores owed: calls skip the lookup while none is
-	shards [64]ledgerShard
+	// swept is the master generation (Limiter.masterGen) every account
+	// has been checked against; sweeping is set while a sweep runs.
+	swept    atomic.Uint64
+	sweeping atomic.Bool
+	shards   [64]ledgerShard
 }
 
 type ledgerShard struct {
@@ -47,7 +53,10 @@ type account struct {
 	seen      time.Time // when it was given
 	until     time.Time // when it stops speaking for the key's window
 	fallback  bool      // the fallback holds state seeded for this outage
-	restore   bool      // the store's last answer is owed back as a restore
+	restore   bool      // an answer is owed back as a restore: owedRem as of owedAt
+	owedRem   int64
+	owedAt    time.Time
+	gen       uint64    // the master generation of the last answer
 	debt      int64     // fallback admissions the store has not counted
 	last      time.Time // the latest of them
 }
@@ -122,11 +131,67 @@ func (lg *ledger) len() int {
 
 // observe records the store's answer for a key, given at now and speaking
 // for the key's window until until: the store decides it again, so the
-// next outage seeds the fallback afresh.
-func (lg *ledger) observe(key string, remaining int64, now, until time.Time) {
+// next outage seeds the fallback afresh. The call was sent under master
+// generation sent and answered under gen: when a master may have changed
+// meanwhile, the call may have run on a new master that lacked this edge's
+// previous answer, so a restore is owed of that answer less what the call
+// admitted (or of this answer, if it says less remains).
+func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sent, gen uint64, admitted int64) {
 	lg.with(key, true, func(a *account) {
-		a.remaining, a.seen, a.until, a.fallback = remaining, now, until, false
+		if sent != gen && lg.active(a, now) {
+			lg.oweLocked(a, min(a.remaining-admitted, remaining), a.seen)
+		}
+		a.remaining, a.seen, a.until, a.fallback, a.gen = remaining, now, until, false, gen
 	})
+}
+
+// active reports whether a's last answer still speaks for its window at now.
+func (lg *ledger) active(a *account, now time.Time) bool {
+	return !a.seen.IsZero() && now.Before(a.until)
+}
+
+// oweLocked owes a restore of remaining as of at; one owed already keeps
+// the least remaining and the earliest time. Called locked.
+func (lg *ledger) oweLocked(a *account, remaining int64, at time.Time) {
+	remaining = max(0, remaining)
+	if a.restore {
+		a.owedRem = min(a.owedRem, remaining)
+		if at.Before(a.owedAt) {
+			a.owedAt = at
+		}
+		return
+	}
+	a.restore, a.owedRem, a.owedAt = true, remaining, at
+	lg.owing.Add(1)
+}
+
+// markMoved owes key's restore of its last answer if a master may have
+// changed (generation gen) since it was given and it still speaks for its
+// window.
+func (lg *ledger) markMoved(key string, gen uint64, now time.Time) {
+	lg.with(key, false, func(a *account) { lg.moved(a, gen, now) })
+}
+
+// markAllMoved is markMoved for every account.
+func (lg *ledger) markAllMoved(gen uint64, now time.Time) {
+	for i := range lg.shards {
+		sh := &lg.shards[i]
+		sh.mu.Lock()
+		for _, a := range sh.m {
+			lg.moved(a, gen, now)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func (lg *ledger) moved(a *account, gen uint64, now time.Time) {
+	if a.gen >= gen {
+		return
+	}
+	a.gen = gen
+	if lg.active(a, now) {
+		lg.oweLocked(a, a.remaining, a.seen)
+	}
 }
 
 // knows reports whether the store's last answer for key still speaks for
@@ -155,15 +220,14 @@ func (lg *ledger) seedFor(key string, local int64, nodes int64, now time.Time) (
 		at = a.seen
 		used = max(0, local-a.remaining/nodes)
 		if used > 0 {
-			a.restore = true
-			lg.owing.Add(1)
+			lg.oweLocked(a, a.remaining, a.seen)
 		}
 	})
 	return used, fresh, at
 }
 
 // lendRestore takes key's owed restore out to be sent: the remaining the
-// store last reported and when. One that fails is owed again (oweRestore).
+// store reported and when. One that fails is owed again (oweRestore).
 func (lg *ledger) lendRestore(key string) (remaining int64, at time.Time, ok bool) {
 	if lg.owing.Load() == 0 {
 		return 0, time.Time{}, false
@@ -172,21 +236,16 @@ func (lg *ledger) lendRestore(key string) (remaining int64, at time.Time, ok boo
 		if a.restore {
 			a.restore, ok = false, true
 			lg.owing.Add(-1)
-			remaining, at = a.remaining, a.seen
+			remaining, at = a.owedRem, a.owedAt
 		}
 	})
 	return remaining, at, ok
 }
 
-// oweRestore owes key's restore again (of the store's latest answer: the
-// same one, unless the store answered since).
-func (lg *ledger) oweRestore(key string) {
-	lg.with(key, false, func(a *account) {
-		if !a.restore {
-			a.restore = true
-			lg.owing.Add(1)
-		}
-	})
+// oweRestore owes key's restore of remaining as of at again (a restore
+// that failed).
+func (lg *ledger) oweRestore(key string, remaining int64, at time.Time) {
+	lg.with(key, false, func(a *account) { lg.oweLocked(a, remaining, at) })
 }
 
 // owe adds units the fallback admitted.
