@@ -20,7 +20,7 @@ import (
 //     they ride along, as one extra request in the same round trip, with the
 //     key's next call once the store answers, so a store that comes back —
 //     empty or not — knows what was admitted while it was away;
-//   - whether the store's last answer is owed back as a restore (restore):
+//   - whether the store's last answer is owed back as a restore (owed):
 //     the fallback took its share of that answer's count up front, and the
 //     store is asked to count at least what it had then — nothing when it
 //     kept its state, everything when it came back empty; and when the
@@ -49,17 +49,25 @@ type ledgerShard struct {
 }
 
 type account struct {
-	remaining int64     // the store's last answer
-	seen      time.Time // when it was given
-	until     time.Time // when it stops speaking for the key's window
-	fallback  bool      // the fallback holds state seeded for this outage
-	restore   bool      // an answer is owed back as a restore: owedRem as of owedAt
-	owedRem   int64
-	owedAt    time.Time
-	gen       uint64    // the master generation of the last answer
-	debt      int64     // fallback admissions the store has not counted
-	last      time.Time // the latest of them
+	remaining int64         // the store's last answer
+	seen      time.Time     // when it was given
+	span      time.Duration // it speaks for the key's window until seen + span
+	fallback  bool          // the fallback holds state seeded for this outage
+	gen       uint32        // the master generation of the last answer (its low bits)
+	owed      *owedRestore  // an answer owed back as a restore; nil: none
+	debt      int64         // fallback admissions the store has not counted
+	last      time.Time     // the latest of them
 }
+
+// owedRestore is an answer owed back to the store: remaining as of at. Made
+// only when one is owed, so an account stays in its small size class.
+type owedRestore struct {
+	remaining int64
+	at        time.Time
+}
+
+// until is when a's last answer stops speaking for the key's window.
+func (a *account) until() time.Time { return a.seen.Add(a.span) }
 
 func newLedger(size int) *ledger {
 	lg := &ledger{seed: maphash.MakeSeed(), perCap: max(1, size/64)}
@@ -98,7 +106,7 @@ func (lg *ledger) evict(sh *ledgerShard) {
 	i := 0
 	for k, v := range sh.m {
 		victim, va = k, v
-		if v.debt == 0 && !v.restore {
+		if v.debt == 0 && v.owed == nil {
 			break
 		}
 		if i++; i == scan {
@@ -111,7 +119,7 @@ func (lg *ledger) evict(sh *ledgerShard) {
 	if va.debt > 0 {
 		lg.owing.Add(-1)
 	}
-	if va.restore {
+	if va.owed != nil {
 		lg.owing.Add(-1)
 	}
 	delete(sh.m, victim)
@@ -141,27 +149,27 @@ func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sen
 		if sent != gen && lg.active(a, now) {
 			lg.oweLocked(a, min(a.remaining-admitted, remaining), a.seen)
 		}
-		a.remaining, a.seen, a.until, a.fallback, a.gen = remaining, now, until, false, gen
+		a.remaining, a.seen, a.span, a.fallback, a.gen = remaining, now, until.Sub(now), false, uint32(gen)
 	})
 }
 
 // active reports whether a's last answer still speaks for its window at now.
 func (lg *ledger) active(a *account, now time.Time) bool {
-	return !a.seen.IsZero() && now.Before(a.until)
+	return !a.seen.IsZero() && now.Before(a.until())
 }
 
 // oweLocked owes a restore of remaining as of at; one owed already keeps
 // the least remaining and the earliest time. Called locked.
 func (lg *ledger) oweLocked(a *account, remaining int64, at time.Time) {
 	remaining = max(0, remaining)
-	if a.restore {
-		a.owedRem = min(a.owedRem, remaining)
-		if at.Before(a.owedAt) {
-			a.owedAt = at
+	if o := a.owed; o != nil {
+		o.remaining = min(o.remaining, remaining)
+		if at.Before(o.at) {
+			o.at = at
 		}
 		return
 	}
-	a.restore, a.owedRem, a.owedAt = true, remaining, at
+	a.owed = &owedRestore{remaining: remaining, at: at}
 	lg.owing.Add(1)
 }
 
@@ -185,10 +193,10 @@ func (lg *ledger) markAllMoved(gen uint64, now time.Time) {
 }
 
 func (lg *ledger) moved(a *account, gen uint64, now time.Time) {
-	if a.gen >= gen {
+	if a.gen == uint32(gen) {
 		return
 	}
-	a.gen = gen
+	a.gen = uint32(gen)
 	if lg.active(a, now) {
 		lg.oweLocked(a, a.remaining, a.seen)
 	}
@@ -198,7 +206,7 @@ func (lg *ledger) moved(a *account, gen uint64, now time.Time) {
 // its window at now.
 func (lg *ledger) knows(key string, now time.Time) bool {
 	var ok bool
-	lg.with(key, false, func(a *account) { ok = !a.seen.IsZero() && now.Before(a.until) })
+	lg.with(key, false, func(a *account) { ok = lg.active(a, now) })
 	return ok
 }
 
@@ -214,7 +222,7 @@ func (lg *ledger) seedFor(key string, local int64, nodes int64, now time.Time) (
 			return
 		}
 		a.fallback, fresh = true, true
-		if a.seen.IsZero() || !now.Before(a.until) {
+		if !lg.active(a, now) {
 			return
 		}
 		at = a.seen
@@ -233,10 +241,10 @@ func (lg *ledger) lendRestore(key string) (remaining int64, at time.Time, ok boo
 		return 0, time.Time{}, false
 	}
 	lg.with(key, false, func(a *account) {
-		if a.restore {
-			a.restore, ok = false, true
+		if a.owed != nil {
+			remaining, at, ok = a.owed.remaining, a.owed.at, true
+			a.owed = nil
 			lg.owing.Add(-1)
-			remaining, at = a.owedRem, a.owedAt
 		}
 	})
 	return remaining, at, ok
