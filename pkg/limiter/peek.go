@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// PeekProblem reports why c cannot be a peek, nil when it can (or is not
+// peekProblem reports why c cannot be a peek, nil when it can (or is not
 // one).
 func (c Check) peekProblem() error {
 	switch {
@@ -92,6 +92,9 @@ func (l *Limiter) peek(ctx context.Context, c Check, key string, now time.Time) 
 			return ds[0].from(SourceStore, nil), nil
 		case callerError(err):
 			return Decision{}, err
+		case ctx.Err() != nil:
+			// The caller gave up: nothing said about the store.
+			return Decision{}, ctx.Err()
 		}
 		b.failure(l.now())
 	}
