@@ -155,18 +155,37 @@ func TestPeekOverLimitCached(t *testing.T) {
 }
 
 // TestPeekRefused: the algorithms whose scripts trim before they read, and
-// leased checks, cannot peek.
+// leased checks, cannot peek: the limiter refuses them before any call, and
+// a store refuses such a request.
 func TestPeekRefused(t *testing.T) {
-	l, err := limiter.New(limiter.NewMemoryStore(), limiter.Config{}, nil, nil)
+	st := &takeCounter{Store: limiter.NewMemoryStore()}
+	l, err := limiter.New(st, limiter.Config{}, nil, nil)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
+	log := limit.Limit{Key: "k", Algorithm: limit.SlidingLog, Limit: 5, Window: time.Minute}
 	for _, c := range []limiter.Check{
-		{Limit: limit.Limit{Key: "k", Algorithm: limit.SlidingLog, Limit: 5, Window: time.Minute}, Cost: 1, Peek: true},
+		{Limit: log, Cost: 1, Peek: true},
 		{Limit: limit.Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}, Cost: 1, Peek: true, Tolerance: 0.1},
 	} {
 		_, err := l.Decide(ctx(t), []limiter.Check{c})
 		require.ErrorIs(t, err, limiter.ErrInvalidRequest)
 	}
+	require.Zero(t, st.takes.Load(), "refused before any call")
+	for _, s := range []limiter.Store{limiter.NewMemoryStore(), redisStore(t, client(limiter.ModeStandalone))} {
+		_, err := s.Take(ctx(t), []limiter.Request{{Limit: log, Cost: 1, Peek: true}})
+		require.ErrorIs(t, err, limiter.ErrInvalidRequest)
+	}
+}
+
+// takeCounter counts the calls of Take.
+type takeCounter struct {
+	limiter.Store
+	takes atomic.Int64
+}
+
+func (s *takeCounter) Take(ctx context.Context, reqs []limiter.Request) ([]limiter.Decision, error) {
+	s.takes.Add(1)
+	return s.Store.Take(ctx, reqs)
 }
 
 // downStore fails every call while down is set.
