@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -499,5 +500,95 @@ descriptors:
 		r = s.askN(t, "rl", 1, q1, desc("plain", "x"))
 		require.Equal(t, []pb.RateLimitResponse_Code{over, over}, []pb.RateLimitResponse_Code{r.Statuses[0].Code, r.Statuses[1].Code})
 		require.Equal(t, "5 remaining 0", limitOf(r), "a plain descriptor over wins over a quota one")
+	})
+}
+
+// TestConformanceHitsAddendZero: a descriptor's hits_addend of 0 looks
+// without counting, as the reference's (GetHitsAddends: a set
+// per-descriptor hits_addend is used as is, 0 included): the status says
+// whether the descriptor is over its limit, what remains and when it
+// resets, and nothing is counted; the Observer sees it with 0 hits (the
+// reference adds the look's 0 hits to every stat). The request's
+// hits_addend of 0 still means 1 (TestConformanceHitsAddend).
+func TestConformanceHitsAddendZero(t *testing.T) {
+	doc := `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: day, requests_per_unit: 3}
+`
+	var mu sync.Mutex
+	var seen []rls.Observation
+	opts := rls.Options{Observer: func(o rls.Observation) {
+		mu.Lock()
+		seen = append(seen, o)
+		mu.Unlock()
+	}}
+	look := func(kv ...string) *rlv3.RateLimitDescriptor {
+		d := desc(kv...)
+		d.HitsAddend = wrapperspb.UInt64(0)
+		return d
+	}
+	each(t, doc, opts, func(t *testing.T, s *service) {
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		for range 5 { // never counted: no key, the whole limit
+			r := s.askN(t, "d", 4, look("k", "a")) // the descriptor's 0 wins over the request's 4
+			require.Equal(t, ok, r.OverallCode)
+			st := r.Statuses[0]
+			require.Equal(t, ok, st.Code)
+			require.EqualValues(t, 3, st.LimitRemaining)
+			require.EqualValues(t, 3, st.CurrentLimit.RequestsPerUnit)
+			require.Equal(t, pb.RateLimitResponse_RateLimit_DAY, st.CurrentLimit.Unit)
+			require.Less(t, offAligned(st.DurationUntilReset.AsDuration(), 24*time.Hour), 2*time.Second)
+		}
+		mu.Lock()
+		require.Len(t, seen, 5)
+		for _, o := range seen {
+			require.Zero(t, o.Hits, "a look counts no hit")
+			require.False(t, o.Over)
+			require.EqualValues(t, 3, o.Remaining)
+		}
+		mu.Unlock()
+
+		// A look next to a counted descriptor: only the other is counted.
+		r := s.ask(t, "d", look("k", "a"), desc("k", "b"))
+		require.EqualValues(t, 3, r.Statuses[0].LimitRemaining)
+		require.EqualValues(t, 2, r.Statuses[1].LimitRemaining)
+		require.EqualValues(t, 2, s.ask(t, "d", look("k", "b")).Statuses[0].LimitRemaining)
+
+		// Counted hits are seen, the looks leave them as they are.
+		require.EqualValues(t, 1, s.askN(t, "d", 2, desc("k", "a")).Statuses[0].LimitRemaining)
+		for range 5 {
+			r := s.ask(t, "d", look("k", "a"))
+			require.Equal(t, ok, r.OverallCode)
+			require.EqualValues(t, 1, r.Statuses[0].LimitRemaining)
+		}
+		require.Equal(t, ok, s.ask(t, "d", desc("k", "a")).OverallCode, "the last hit of the limit")
+		// At the limit, with nothing over it: the reference answers OK
+		// with 0 remaining (its count is not past the limit); edgeguard's
+		// count never passes the limit, so a look answers over as soon
+		// as the next hit would not fit (docs/envoy.md).
+		r = s.ask(t, "d", look("k", "a"))
+		require.Equal(t, over, r.OverallCode)
+		require.Zero(t, r.Statuses[0].LimitRemaining)
+		// Past it (a hit denied): over, as the reference answers.
+		require.Equal(t, over, s.ask(t, "d", desc("k", "a")).OverallCode)
+		for range 3 {
+			r = s.ask(t, "d", look("k", "a"))
+			require.Equal(t, over, r.OverallCode)
+			st := r.Statuses[0]
+			require.Equal(t, over, st.Code)
+			require.Zero(t, st.LimitRemaining)
+			require.EqualValues(t, 3, st.CurrentLimit.RequestsPerUnit)
+			require.Less(t, offAligned(st.DurationUntilReset.AsDuration(), 24*time.Hour), 2*time.Second)
+		}
+		mu.Lock()
+		last := seen[len(seen)-1]
+		mu.Unlock()
+		require.Zero(t, last.Hits)
+		require.True(t, last.Over)
+		// The looks counted nothing on the other key either.
+		require.EqualValues(t, 1, s.ask(t, "d", desc("k", "b")).Statuses[0].LimitRemaining)
 	})
 }

@@ -14,7 +14,8 @@
 //  4. Count the rest in one limiter decision (one Redis round trip per node;
 //     the limiter's fallback answers when Redis cannot). Descriptors are
 //     counted independently, as the reference counts them: one over its
-//     limit does not undo what the others took.
+//     limit does not undo what the others took. A descriptor whose own
+//     hits_addend is 0 is looked at, not counted (limiter.Check.Peek).
 //  5. Answer a status per descriptor, in order, the overall code, and,
 //     when the operator asks for them (Options.Headers), the RateLimit
 //     header fields for Envoy to add to the response. Envoy passes those
@@ -156,7 +157,8 @@ type Observation struct {
 	// Limit is the limit applied; its Path names the descriptor
 	// (domain.key_value.key).
 	Limit *rlsconfig.Limit
-	// Hits is what the descriptor counted (the hits addend, at least 1).
+	// Hits is what the descriptor counted: its hits addend; 0 for a look
+	// (a descriptor's hits_addend of 0), which counts nothing.
 	Hits uint64
 	// Over: the descriptor was over its limit (answered OK when the limit
 	// is in shadow mode).
@@ -288,11 +290,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	for i, d := range req.Descriptors {
 		it := &items[i]
 		it.check = -1
+		// As the reference: the descriptor's hits_addend when set, 0
+		// included (a look without counting); else the request's, 0
+		// meaning 1.
 		it.cost = uint64(max(1, req.HitsAddend))
 		if h := d.GetHitsAddend(); h != nil {
-			// 0 would mean "look without counting", which the limiter
-			// cannot do: it counts as 1 (docs/envoy.md).
-			it.cost = max(1, h.GetValue())
+			it.cost = h.GetValue()
 		}
 		if o := d.GetLimit(); o != nil {
 			if !asked {
@@ -349,7 +352,16 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 		ll.Key = counterKey(req.Domain, req.Descriptors[i].GetEntries(), it.match.Shared, l)
 		it.check = len(checks)
-		checks = append(checks, limiter.Check{Limit: ll, Cost: int64(it.cost), Shadow: true, Nodes: s.nodes()})
+		c := limiter.Check{Limit: ll, Cost: int64(it.cost), Shadow: true, Nodes: s.nodes()}
+		if it.cost == 0 {
+			// A look: over when one more hit would not fit. The
+			// algorithms that keep members cannot look: they count 1.
+			c.Cost, c.Peek = 1, !ll.Algorithm.Spec().Members
+			if !c.Peek {
+				it.cost = 1
+			}
+		}
+		checks = append(checks, c)
 	}
 	if len(checks) == 1 {
 		// Alone, a check may deny for real: a denial is then cached and

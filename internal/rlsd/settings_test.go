@@ -122,6 +122,10 @@ func TestCountsAsTheReference(t *testing.T) {
 		"over, across":       {rls.Observation{Limit: l, Hits: 5, Over: true, Remaining: 3}, counts{5, 2, 2, 0, 0}},
 		"shadow over":        {rls.Observation{Limit: shadow, Hits: 2, Over: true, Remaining: 0}, counts{2, 2, 0, 0, 2}},
 		"never admissible":   {rls.Observation{Limit: &rlsconfig.Limit{Path: "rl.zero"}, Hits: 1, Over: true, Remaining: -1}, counts{1, 1, 0, 0, 0}},
+		// A look (hits_addend 0): the reference adds its 0 hits to every counter.
+		"look, within": {rls.Observation{Limit: l, Hits: 0, Remaining: 1}, counts{}},
+		"look, over":   {rls.Observation{Limit: shadow, Hits: 0, Over: true, Remaining: 0}, counts{}},
+		"look, never":  {rls.Observation{Limit: &rlsconfig.Limit{Path: "rl.zero"}, Hits: 0, Over: true, Remaining: -1}, counts{}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.Equal(t, c.want, countsOf(c.o, 0.8))

@@ -234,6 +234,19 @@ func (lg *ledger) seedFor(key string, local int64, nodes int64, now time.Time) (
 	return used, fresh, at
 }
 
+// peekSeed is seedFor read without a change: whether the fallback holds
+// this outage's count for key (seeded), and if not, the units seedFor would
+// take up front.
+func (lg *ledger) peekSeed(key string, local int64, nodes int64, now time.Time) (used int64, seeded bool) {
+	lg.with(key, false, func(a *account) {
+		seeded = a.fallback
+		if !seeded && lg.active(a, now) {
+			used = max(0, local-a.remaining/nodes)
+		}
+	})
+	return used, seeded
+}
+
 // lendRestore takes key's owed restore out to be sent: the remaining the
 // store reported and when. One that fails is owed again (oweRestore).
 func (lg *ledger) lendRestore(key string) (remaining int64, at time.Time, ok bool) {

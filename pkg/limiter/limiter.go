@@ -44,6 +44,12 @@ type Check struct {
 	// times the exact bound per window (lease.go). In
 	// [limit.MinTolerance, limit.MaxTolerance].
 	Tolerance float64
+	// Peek looks without counting: the check answers whether Cost units
+	// would be admitted now (Decision.Allowed), what remains and when the
+	// limit resets, and takes nothing — in the store, the fallback or the
+	// over-limit cache (peek.go). Not with Tolerance or Global, nor for
+	// the algorithms that keep members (sliding log, concurrency).
+	Peek bool
 	// Global counts the check once across every region (fixed_window, with
 	// a Tolerance): its key's home region holds the count and the others
 	// lease from it in the background (global.go).
@@ -295,8 +301,13 @@ func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider, in
 		into = make([]Decision, len(checks))
 	}
 	v := Verdict{Allowed: true, Checks: into[:len(checks)]}
+	peeks := false
 	for i, c := range checks {
 		v.Checks[i] = Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit, Source: SourceSkipped}
+		peeks = peeks || c.Peek
+	}
+	if peeks {
+		return l.decideWithPeeks(ctx, checks, keys, r, v, now)
 	}
 	// 1. Over-limit cache: a denial known locally costs no call, and the
 	// request is refused before anything is counted.
@@ -332,7 +343,7 @@ func (l *Limiter) prepare(checks []Check, keys []string) ([]string, error) {
 		if err := (Request{Limit: c.Limit, Cost: c.Cost}).valid(); err != nil {
 			return nil, fmt.Errorf("check %d: %w", i, err)
 		}
-		if err := errors.Join(c.leaseProblem(), c.globalProblem()); err != nil {
+		if err := errors.Join(c.leaseProblem(), c.globalProblem(), c.peekProblem()); err != nil {
 			return nil, fmt.Errorf("check %d: %w", i, err)
 		}
 		keys = append(keys, memKey(c.Limit))

@@ -88,6 +88,9 @@ func (s *MemoryStore) Take(_ context.Context, reqs []Request) ([]Decision, error
 		if r.Limit.Algorithm.Spec().Members {
 			a.ID = s.ids.next()
 		}
+		if r.Peek {
+			a.Cost, a.Need = 0, 1
+		}
 		if r.Restore { // as the batch script does: read, then take what is missing
 			a.Cost, a.Need = 0, 1
 			out[i] = s.take(r, a)
@@ -175,6 +178,16 @@ func (s *MemoryStore) store(sh *memoryShard, key string, st *limit.State, now in
 }
 
 func decision(r Request, id string, o limit.Result) Decision {
+	if r.Peek {
+		// Nothing taken: allowed when Cost would be admitted now.
+		return Decision{
+			Allowed:    o.Remaining >= r.Cost,
+			Limit:      r.Limit.Limit,
+			Remaining:  o.Remaining,
+			ResetAfter: time.Duration(o.ResetMs) * time.Millisecond,
+			Lease:      Lease{Limit: r.Limit},
+		}
+	}
 	return Decision{
 		Admitted:   o.Admitted,
 		Allowed:    o.Admitted == r.Cost,

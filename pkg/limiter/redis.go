@@ -215,9 +215,12 @@ func (s *RedisStore) takeCall(r Request, id string) call {
 	if r.Limit.Algorithm.Spec().Members {
 		c.work = r.Cost // one ZSET member per unit
 	}
-	if r.Restore {
+	switch {
+	case r.Peek:
+		c.args = s.argv("take", r.Limit, r.At, id, 0, 1, 1) // a cost of 0 writes nothing
+	case r.Restore:
 		c.args = s.argv("take", r.Limit, r.At, id, r.Cost, r.Remaining, 1)
-	} else {
+	default:
 		c.args = s.argv("take", r.Limit, r.At, id, r.Cost, r.need(), 1)
 	}
 	return c

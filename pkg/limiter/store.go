@@ -43,6 +43,12 @@ type Request struct {
 	// At is the decision time; zero means the store's clock (Redis TIME).
 	// Tests pass explicit times.
 	At time.Time
+	// Peek makes the request a look: the store counts nothing (the
+	// scripts are run with a cost of 0, which write nothing) and answers
+	// whether Cost units would be admitted now, and what remains.
+	// Algorithms that keep members (sliding log, concurrency) cannot peek:
+	// their scripts trim expired members before reading.
+	Peek bool
 	// Restore makes the request a restore: the store had reported Remaining
 	// at At, and takes, as of At, what is missing since (at most Cost units)
 	// — nothing when it kept its state, what it had counted when it lost
@@ -70,6 +76,9 @@ func (r Request) Validate() error {
 	if r.Need < 0 {
 		errs = append(errs, fmt.Errorf("%w: need must be ≥ 0 (got %d)", ErrInvalidRequest, r.Need))
 	}
+	if r.Peek && len(errs) == 0 && r.Limit.Algorithm.Spec().Members {
+		errs = append(errs, fmt.Errorf("%w: %s cannot peek (its script trims expired members before it reads)", ErrInvalidRequest, r.Limit.Algorithm))
+	}
 	return errors.Join(errs...)
 }
 
@@ -80,7 +89,7 @@ func (r Request) Validate() error {
 // validated in full.
 func (r Request) valid() error {
 	l := r.Limit
-	if r.Cost < 1 || r.Need < 0 || l.Key == "" || len(l.Key) > limit.MaxKeyLen || strings.ContainsAny(l.Key, "{}") {
+	if r.Cost < 1 || r.Need < 0 || r.Peek || l.Key == "" || len(l.Key) > limit.MaxKeyLen || strings.ContainsAny(l.Key, "{}") {
 		return r.Validate()
 	}
 	sh := l
