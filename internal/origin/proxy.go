@@ -20,13 +20,20 @@
 //     tries the one that failed longest ago, since the health view may be
 //     stale and a try costs at most one dial, where refusing would turn a
 //     flapping check into a full outage;
-//  3. sends the request with one deadline for the whole exchange; a failed
-//     dial (nothing was sent, so any method is safe to resend) is retried
-//     once on another origin within the same deadline;
+//  3. sends the request with a deadline for the response header
+//     (HeaderTimeout, or Timeout when that comes first); a failed dial
+//     (nothing was sent, so any method is safe to resend) is retried once
+//     on another origin within the same deadline;
 //  4. strips hop-by-hop headers from the origin's response and hands it to
-//     the client as is, or answers 502/504 with an application/problem+json
-//     body that never carries origin addresses or error text (those go to
-//     the log).
+//     the client, or answers 502/504 with an application/problem+json body
+//     that never carries origin addresses or error text (those go to the
+//     log). A body of up to 64 KiB with a declared length is read whole
+//     first, as a plain body; any other streams (stream.go): Serve returns
+//     with the header, and the server copies the body as it arrives, each
+//     read flushed to the client, so no size is too large, server-sent
+//     events arrive as sent, and a client that stops reading stops the
+//     origin. Once the header is in, each read of the body waits at most
+//     ReadIdleTimeout (conn.go): a stream lives as long as it moves.
 package origin
 
 import (
@@ -64,6 +71,13 @@ type Proxy struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	checkDone sync.WaitGroup
+
+	// streams are the origin connections whose bodies are streaming, for
+	// EndStreams; ended says EndStreams ran (a stream starting later is
+	// ended at once).
+	streamsMu sync.Mutex
+	streams   map[*timedConn]struct{}
+	ended     bool
 }
 
 // OriginStatus is one origin as the proxy currently sees it.
@@ -87,7 +101,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, metrics: m, log: log, stop: make(chan struct{})}
+	p := &Proxy{cfg: cfg, metrics: m, log: log, stop: make(chan struct{}), streams: make(map[*timedConn]struct{})}
 	for _, raw := range cfg.URLs {
 		u, err := url.Parse(raw) // already checked by Validate
 		if err != nil {
@@ -142,10 +156,12 @@ func newOrigin(raw string, u *url.URL, cfg Config) *origin {
 			if err != nil {
 				return nil, &dialError{err: err}
 			}
-			return conn, nil
+			return newTimedConn(conn, cfg.ReadIdleTimeout), nil
 		},
-		MaxConns:            cfg.MaxConnsPerHost,
-		MaxResponseBodySize: cfg.MaxResponseBodySize,
+		MaxConns: cfg.MaxConnsPerHost,
+		// Only the health checks' responses are read whole; the proxied
+		// ones stream, which fasthttp never limits.
+		MaxResponseBodySize: maxCheckBody,
 		// Origins routinely send more header than fasthttp's 4 KiB default
 		// (cookies, CSP); a too-small buffer would turn them into 502s.
 		ReadBufferSize: 16 << 10,
@@ -176,11 +192,25 @@ func (e *dialError) Is(target error) bool { return target == errDial }
 // allocates nothing of its own in the steady state.
 type exchange struct {
 	req  fasthttp.Request
+	resp fasthttp.Response
 	buf  []byte
 	body bodyReader
+	// conn is the connection resp is read from; small holds a small body
+	// read whole; stream is a larger body on its way, which owns the
+	// exchange until it is closed.
+	conn   *timedConn
+	small  []byte
+	stream responseBody
 }
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
+
+// release returns the exchange to its pool, its response already reset.
+func (ex *exchange) release() { exchangePool.Put(ex) }
+
+// maxCheckBody bounds a health check's response, the only one read whole
+// by fasthttp.
+const maxCheckBody = 64 << 20
 
 // Hop is what the edge adds to the request as one more proxy on its way.
 type Hop struct {
@@ -200,15 +230,28 @@ type Hop struct {
 // (or a 502/504 problem) into ctx.Response, replacing whatever was there:
 // the caller adds its own response headers after Serve returns. The
 // request line reaches the origin as the client sent it: the path and the
-// query string byte for byte.
+// query string byte for byte. Serve returns once the origin's header is
+// in; a body larger than 64 KiB or of unknown length is then a body stream
+// of ctx.Response, which the server copies to the client and closes.
 func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 	start := time.Now()
-	deadline := start.Add(p.cfg.Timeout)
+	deadline, until, overall := start.Add(p.cfg.HeaderTimeout), time.Time{}, false
+	if p.cfg.Timeout > 0 {
+		until = start.Add(p.cfg.Timeout)
+		if until.Before(deadline) {
+			deadline, overall = until, true
+		}
+	}
 
 	ex := exchangePool.Get().(*exchange)
+	kept := false // the exchange went with a streamed body
 	defer func() {
 		ex.req.Reset()
-		exchangePool.Put(ex)
+		if !kept {
+			ex.resp.Reset()
+			ex.conn = nil
+			ex.release()
+		}
 	}()
 	req := &ex.req
 	streamed := ctx.Request.IsBodyStream()
@@ -240,8 +283,9 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 		if p.cfg.RewriteHost || len(ctx.Request.Header.Host()) == 0 {
 			req.Header.SetHost(o.host)
 		}
-		err = o.client.DoDeadline(req, &ctx.Response, deadline)
+		err = p.roundTrip(o, ex, deadline, until)
 		why = classify(err)
+		p.countTimeout(why, err, overall)
 		if err != nil && ex.body.err != nil {
 			// The client's body failed the exchange, not the origin.
 			why = reasonClientBody
@@ -256,7 +300,7 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 	}
 
 	if why == reasonNone {
-		stripHopByHop(&ctx.Response.Header, ex)
+		kept = p.answer(ctx, ex, o, hop.RequestID)
 		p.metrics.response(ctx.Response.StatusCode())
 		p.metrics.durOK.Observe(time.Since(start).Seconds())
 		return
@@ -282,6 +326,111 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 		writeProblem(ctx, problemOther)
 	}
 	outcome.Observe(time.Since(start).Seconds())
+}
+
+// roundTrip sends the request to o and reads the response header into
+// ex.resp, and a small body (up to smallBody, declared) into ex.small; a
+// larger body is left streaming. The header phase ends at deadline; from
+// then on each read of the body has ReadIdleTimeout, up to until.
+func (p *Proxy) roundTrip(o *origin, ex *exchange, deadline, until time.Time) error {
+	resp := &ex.resp
+	ex.conn = nil
+	resp.StreamBody = true
+	if err := o.client.DoDeadline(&ex.req, resp, deadline); err != nil {
+		return err
+	}
+	if !resp.IsBodyStream() {
+		return nil // no body (HEAD, 204, 304)
+	}
+	if ex.conn = connOf(resp.LocalAddr()); ex.conn != nil {
+		ex.conn.streamBody(until)
+	}
+	n := resp.Header.ContentLength()
+	if n < 0 || n > smallBody {
+		return nil
+	}
+	if cap(ex.small) < n {
+		ex.small = make([]byte, n, smallBody)
+	}
+	src := resp.BodyStream()
+	if _, err := io.ReadFull(src, ex.small[:n]); err != nil {
+		return fmt.Errorf("reading the response body: %w", err)
+	}
+	// The read that sees the end lets fasthttp pool the connection.
+	_, _ = src.Read(ex.small[n:n])
+	return nil
+}
+
+// answer writes the origin's response (its header in ex.resp) into
+// ctx.Response: the header without its hop-by-hop fields, and the small
+// body read with it, or the body as a stream. It reports whether the
+// stream took the exchange.
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, ex *exchange, o *origin, requestID string) bool {
+	resp := &ex.resp
+	n := resp.Header.ContentLength()
+	resp.Header.CopyTo(&ctx.Response.Header)
+	ctx.Response.ResetBody()
+	stripHopByHop(&ctx.Response.Header, ex)
+	switch {
+	case !resp.IsBodyStream():
+		return false
+	case n >= 0 && n <= smallBody:
+		ctx.Response.SetBody(ex.small[:n])
+		return false
+	}
+	ex.stream = responseBody{p: p, ex: ex, src: resp.BodyStream(), conn: ex.conn, o: o, id: requestID}
+	p.register(ex.conn)
+	ctx.Response.SetBodyStream(&ex.stream, max(n, -1))
+	return true
+}
+
+// register adds a streaming connection to those EndStreams ends.
+func (p *Proxy) register(c *timedConn) {
+	if c == nil {
+		return
+	}
+	p.streamsMu.Lock()
+	defer p.streamsMu.Unlock()
+	if p.ended {
+		c.end()
+	}
+	p.streams[c] = struct{}{}
+}
+
+func (p *Proxy) unregister(c *timedConn) {
+	if c == nil {
+		return
+	}
+	p.streamsMu.Lock()
+	defer p.streamsMu.Unlock()
+	delete(p.streams, c)
+}
+
+// EndStreams ends every response body streaming from an origin, and any
+// that starts later: each is cut short (its client sees the body end
+// early) and its connection closed. A shutdown calls it when its drain is
+// nearly over, so streams that would never end (server-sent events) do not
+// outlast it.
+func (p *Proxy) EndStreams() {
+	p.streamsMu.Lock()
+	defer p.streamsMu.Unlock()
+	p.ended = true
+	for c := range p.streams {
+		c.end()
+	}
+}
+
+// countTimeout counts a failed attempt's timeout by phase: connect (the
+// dial), header (HeaderTimeout) or total (Timeout, when it came first).
+func (p *Proxy) countTimeout(why reason, err error, overall bool) {
+	switch {
+	case why == reasonConnect && (errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err)):
+		p.metrics.timeouts[phaseConnect].Inc()
+	case why == reasonTimeout && overall:
+		p.metrics.timeouts[phaseTotal].Inc()
+	case why == reasonTimeout:
+		p.metrics.timeouts[phaseHeader].Inc()
+	}
 }
 
 // prefetchedBody is how much of a streamed body fasthttp's server has
@@ -549,15 +698,35 @@ func (p *Proxy) record(o *origin, why reason, err error, requestID string) {
 		p.failed(o, "request")
 	}
 	p.metrics.errors[why].Inc()
-
-	now := time.Now().Unix()
-	if last := o.logSecond.Load(); last == now || !o.logSecond.CompareAndSwap(last, now) {
-		o.suppressed.Add(1)
+	if !o.mayLog() {
 		return
 	}
 	p.log.Warn("origin request failed",
 		"origin", o.url, "reason", why.String(), "err", err,
 		"request_id", requestID, "suppressed", o.suppressed.Swap(0))
+}
+
+// logStream logs a streamed body that did not end well. It says nothing
+// about the origin's health: a client going away or a quiet event stream
+// ends a stream as surely as a failing origin.
+func (p *Proxy) logStream(o *origin, end streamEnd, err error, requestID string) {
+	if !o.mayLog() {
+		return
+	}
+	p.log.Info("origin response stream cut short",
+		"origin", o.url, "end", end.String(), "err", err,
+		"request_id", requestID, "suppressed", o.suppressed.Swap(0))
+}
+
+// mayLog keeps an outage from turning into one log line per request: at
+// most one line per origin per second, the others counted as suppressed.
+func (o *origin) mayLog() bool {
+	now := time.Now().Unix()
+	if last := o.logSecond.Load(); last == now || !o.logSecond.CompareAndSwap(last, now) {
+		o.suppressed.Add(1)
+		return false
+	}
+	return true
 }
 
 // succeeded resets the failure streak and brings the origin back into

@@ -287,7 +287,10 @@ func (h *H2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 
 	resp := &ctx.Response
 	var held int64 // what the body holds of the budget until it is written
-	if n := int64(len(resp.Body())); r.Method != http.MethodHead && n >= h2HeldMin {
+	// A streamed body (an origin's large or unknown-length one) is never
+	// held whole: it is copied as it arrives, a piece at a time (Body
+	// would read it all into memory).
+	if n := heldBody(resp); r.Method != http.MethodHead && n >= h2HeldMin {
 		if h.held.take(mc.streams.client, n) {
 			held = n
 		} else {
@@ -304,6 +307,14 @@ func (h *H2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	resp.Reset()
 	st.conn = h2StreamConn{}
 	h2Streams.Put(st) // not on a panic: a stream in an unknown state is not reused
+}
+
+// heldBody is the size of a body held in memory (0 for a stream).
+func heldBody(resp *fasthttp.Response) int64 {
+	if resp.IsBodyStream() {
+		return 0
+	}
+	return int64(len(resp.Body()))
 }
 
 // writeHeader hands the response's status and fields to net/http.
