@@ -8,24 +8,19 @@ import (
 )
 
 // timedConn is an origin connection whose read deadline follows the phase
-// of the exchange. fasthttp sets one read deadline before it reads the
-// response header (the header phase: HeaderTimeout, or Timeout when that
-// comes first); once Serve has the header it switches the connection to
-// the body phase, where every Read gets its own deadline, ReadIdleTimeout
-// from now (capped by Timeout), so a stream lives as long as the origin
-// keeps sending.
-//
-// fasthttp keeps the connection it dialed and hands Serve nothing but the
-// response, which records the connection's LocalAddr: that address
-// carries the way back to the connection (connOf).
+// of the exchange. Its header phase has one read deadline, set before the
+// request is written (HeaderTimeout, or Timeout when that comes first);
+// once the header is in, the exchange switches the connection to the body
+// phase, where every Read gets its own deadline, ReadIdleTimeout from now
+// (capped by Timeout), so a stream lives as long as the origin keeps
+// sending.
 type timedConn struct {
 	net.Conn
-	idle  time.Duration
-	local connAddr
+	idle time.Duration
 
 	// body and until belong to the goroutine that owns the exchange: set
-	// by Serve after the header, read by that goroutine's Reads; the pool
-	// hands the connection over with a lock.
+	// after the header, read by that goroutine's Reads; the pool hands
+	// the connection over with a lock.
 	body  bool
 	until time.Time // the exchange's overall deadline (zero: none)
 
@@ -33,30 +28,26 @@ type timedConn struct {
 	ending atomic.Bool
 }
 
-// connAddr is a timedConn's LocalAddr: the address, and the connection.
-type connAddr struct {
-	net.Addr
-	conn *timedConn
-}
-
 func newTimedConn(c net.Conn, idle time.Duration) *timedConn {
-	tc := &timedConn{Conn: c, idle: idle}
-	tc.local = connAddr{Addr: c.LocalAddr(), conn: tc}
-	return tc
+	return &timedConn{Conn: c, idle: idle}
 }
 
-// connOf is the timedConn a response was read from (nil if the address is
-// not one of ours).
-func connOf(laddr net.Addr) *timedConn {
-	if a, ok := laddr.(*connAddr); ok {
-		return a.conn
+// timedOf is the timedConn under a pooled connection (fasthttp puts TLS
+// over the connection the dialer returned).
+func timedOf(c net.Conn) *timedConn {
+	for {
+		switch v := c.(type) {
+		case *timedConn:
+			return v
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil
+		}
 	}
-	return nil
 }
 
-func (c *timedConn) LocalAddr() net.Addr { return &c.local }
-
-// SetReadDeadline is fasthttp starting an exchange's header phase.
+// SetReadDeadline starts an exchange's header phase.
 func (c *timedConn) SetReadDeadline(t time.Time) error {
 	c.body, c.until = false, time.Time{}
 	c.ending.Store(false)

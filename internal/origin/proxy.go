@@ -37,6 +37,7 @@
 package origin
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -132,6 +133,11 @@ type origin struct {
 	// is healthy: the one that failed longest ago is likeliest back.
 	lastFail atomic.Int64
 
+	// conns puts connections back into client's pool; pending counts the
+	// exchanges under way (the least-loaded pick).
+	conns   connPool
+	pending atomic.Int32
+
 	// logSecond and suppressed keep an outage from turning into one log
 	// line per request: at most one failure line per origin per second.
 	logSecond  atomic.Int64
@@ -172,6 +178,7 @@ func newOrigin(raw string, u *url.URL, cfg Config) *origin {
 		// Errors are logged; they must not carry request or response bodies.
 		SecureErrorLogMessage: true,
 	}
+	o.conns = newHostConns(o.client.ReleaseConn, o.client.CloseConn)
 	o.healthy.Store(true)
 	return o
 }
@@ -195,13 +202,27 @@ type exchange struct {
 	resp fasthttp.Response
 	buf  []byte
 	body bodyReader
-	// conn is the connection resp is read from; small holds a small body
-	// read whole; stream is a larger body on its way, which owns the
-	// exchange until it is closed.
-	conn   *timedConn
-	small  []byte
-	stream responseBody
+	// kind is what roundTrip left of the response body: none, small (in
+	// small, read whole) or a stream, whose connection (cc, conn, its
+	// reader br, closeConn: not to be pooled) the exchange holds until
+	// stream, the body on its way to the client, is closed.
+	kind      bodyKind
+	small     []byte
+	cc        any
+	conn      *timedConn
+	br        *bufio.Reader
+	closeConn bool
+	stream    responseBody
 }
+
+// bodyKind is what an exchange has of the response body.
+type bodyKind int
+
+const (
+	bodyNone bodyKind = iota
+	bodySmall
+	bodyStream
+)
 
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
 
@@ -243,13 +264,13 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 		}
 	}
 
+	var o *origin // the last origin tried
 	ex := exchangePool.Get().(*exchange)
 	kept := false // the exchange went with a streamed body
 	defer func() {
 		ex.req.Reset()
 		if !kept {
-			ex.resp.Reset()
-			ex.conn = nil
+			ex.finish(o, false)
 			ex.release()
 		}
 	}()
@@ -269,7 +290,6 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 	}
 
 	var (
-		o   *origin
 		err error
 		why reason
 	)
@@ -328,39 +348,6 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 	outcome.Observe(time.Since(start).Seconds())
 }
 
-// roundTrip sends the request to o and reads the response header into
-// ex.resp, and a small body (up to smallBody, declared) into ex.small; a
-// larger body is left streaming. The header phase ends at deadline; from
-// then on each read of the body has ReadIdleTimeout, up to until.
-func (p *Proxy) roundTrip(o *origin, ex *exchange, deadline, until time.Time) error {
-	resp := &ex.resp
-	ex.conn = nil
-	resp.StreamBody = true
-	if err := o.client.DoDeadline(&ex.req, resp, deadline); err != nil {
-		return err
-	}
-	if !resp.IsBodyStream() {
-		return nil // no body (HEAD, 204, 304)
-	}
-	if ex.conn = connOf(resp.LocalAddr()); ex.conn != nil {
-		ex.conn.streamBody(until)
-	}
-	n := resp.Header.ContentLength()
-	if n < 0 || n > smallBody {
-		return nil
-	}
-	if cap(ex.small) < n {
-		ex.small = make([]byte, n, smallBody)
-	}
-	src := resp.BodyStream()
-	if _, err := io.ReadFull(src, ex.small[:n]); err != nil {
-		return fmt.Errorf("reading the response body: %w", err)
-	}
-	// The read that sees the end lets fasthttp pool the connection.
-	_, _ = src.Read(ex.small[n:n])
-	return nil
-}
-
 // answer writes the origin's response (its header in ex.resp) into
 // ctx.Response: the header without its hop-by-hop fields, and the small
 // body read with it, or the body as a stream. It reports whether the
@@ -371,10 +358,10 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, ex *exchange, o *origin, reques
 	resp.Header.CopyTo(&ctx.Response.Header)
 	ctx.Response.ResetBody()
 	stripHopByHop(&ctx.Response.Header, ex)
-	switch {
-	case !resp.IsBodyStream():
+	switch ex.kind {
+	case bodyNone:
 		return false
-	case n >= 0 && n <= smallBody:
+	case bodySmall:
 		ctx.Response.SetBody(ex.small[:n])
 		return false
 	}
@@ -633,13 +620,13 @@ func (p *Proxy) pick(skip *origin) *origin {
 	}
 	start := int(p.next.Add(1) % uint32(n))
 	var best *origin
-	bestLoad := 0
+	var bestLoad int32
 	for i := range n {
 		o := p.origins[(start+i)%n]
 		if o == skip || !o.healthy.Load() {
 			continue
 		}
-		if load := o.client.PendingRequests(); best == nil || load < bestLoad {
+		if load := o.pending.Load(); best == nil || load < bestLoad {
 			best, bestLoad = o, load
 		}
 	}

@@ -162,9 +162,9 @@ func (b *responseBody) Close() error {
 	if b.end != endComplete && b.end != endUnsent {
 		p.logStream(b.o, b.end, b.err, b.id)
 	}
-	// Closes fasthttp's stream: a body read to its end gives the
-	// connection back, any other is interrupted and closed.
-	ex.resp.Reset()
+	// A body read to its end gives the connection back; any other
+	// closes it.
+	ex.finish(b.o, b.end == endComplete)
 	*b = responseBody{}
 	ex.release()
 	return nil

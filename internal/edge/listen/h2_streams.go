@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,6 +281,9 @@ func (bw *h2BodyWriter) arm() {
 }
 
 func (bw *h2BodyWriter) Write(p []byte) (int, error) {
+	if bw.timedOut {
+		return 0, os.ErrDeadlineExceeded
+	}
 	n := 0
 	for len(p) > 0 {
 		k := min(len(p), h2WritePiece)
@@ -305,6 +309,12 @@ func (bw *h2BodyWriter) Flush() error {
 	}
 	bw.arm()
 	f.Flush()
+	// Flush says nothing of a failure: a flush that took until the
+	// deadline was the stream's reset.
+	if !time.Now().Before(bw.deadline) {
+		bw.timedOut = true
+		return os.ErrDeadlineExceeded
+	}
 	return nil
 }
 
