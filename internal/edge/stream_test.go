@@ -324,3 +324,47 @@ func TestStreamEndsOnShutdown(t *testing.T) {
 	_, err = io.ReadAll(events)
 	require.Error(t, err, "the stream was cut, not ended by the origin")
 }
+
+// Over HTTP/2 too: events reach the client one by one (the origin sends
+// the next only after the client saw the last), and a large object
+// arrives whole, streamed.
+func TestStreamHTTP2(t *testing.T) {
+	o := startStreamOrigin(t)
+	site := newTLSSite(t)
+	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
+	r, _ := startTLSEdge(t, site, generous, func(c *config.Config) { c.Origins = []string{o.url} })
+	c := h2Client(site, r)
+
+	resp, err := c.Get("https://shop.example.com/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 2, resp.ProtoMajor)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	events := bufio.NewReader(resp.Body)
+	for i := 1; i <= 3; i++ {
+		for _, want := range []string{fmt.Sprintf("id: %d\n", i), fmt.Sprintf("data: event %d\n", i), "\n"} {
+			line, err := events.ReadString('\n')
+			require.NoError(t, err)
+			require.Equal(t, want, line)
+		}
+		if i < 3 {
+			o.next <- struct{}{}
+		}
+	}
+	close(o.next)
+	rest, err := io.ReadAll(events)
+	require.NoError(t, err)
+	require.Empty(t, rest)
+
+	const size = 8 << 20
+	resp, err = c.Get(fmt.Sprintf("https://shop.example.com/object?n=%d", size))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, int64(size), resp.ContentLength)
+	h := sha256.New()
+	_, err = io.Copy(h, resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, patternHash(size), hex.EncodeToString(h.Sum(nil)))
+	peak, _ := r.h2.HeldPeak()
+	require.Zero(t, peak, "streamed, never held whole")
+}

@@ -329,12 +329,16 @@ func (h *H2Server) writeHeader(w http.ResponseWriter, st *h2Stream, method strin
 		b = append(append(b, k...), v...)
 		n++
 	}
-	contentLength := -1
+	// A streamed body's length is the one declared (-1: unknown, sent
+	// as DATA frames until END_STREAM).
+	contentLength := resp.Header.ContentLength()
 	if !resp.IsBodyStream() {
 		contentLength = len(resp.Body())
 		if method == http.MethodHead && resp.Header.ContentLength() >= 0 {
 			contentLength = resp.Header.ContentLength()
 		}
+	}
+	if contentLength >= 0 {
 		b = fasthttp.AppendUint(b, contentLength)
 	}
 	st.buf = b
