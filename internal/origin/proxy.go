@@ -28,7 +28,9 @@
 //     the client, or answers 502/504 with an application/problem+json body
 //     that never carries origin addresses or error text (those go to the
 //     log). A body of up to 64 KiB with a declared length is read whole
-//     first, as a plain body; any other streams (stream.go): Serve returns
+//     first, as a plain body (and one of unknown length for an HTTP/1.0
+//     client, which cannot take it chunked, up to 64 MiB); any other
+//     streams (stream.go): Serve returns
 //     with the header, and the server copies the body as it arrives, each
 //     read flushed to the client, so no size is too large, server-sent
 //     events arrive as sent, and a client that stops reading stops the
@@ -303,7 +305,7 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 		if p.cfg.RewriteHost || len(ctx.Request.Header.Host()) == 0 {
 			req.Header.SetHost(o.host)
 		}
-		err = p.roundTrip(o, ex, deadline, until)
+		err = p.roundTrip(o, ex, deadline, until, !ctx.Request.Header.IsHTTP11())
 		why = classify(err)
 		p.countTimeout(why, err, overall)
 		if err != nil && ex.body.err != nil {
@@ -362,7 +364,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, ex *exchange, o *origin, reques
 	case bodyNone:
 		return false
 	case bodySmall:
-		ctx.Response.SetBody(ex.small[:n])
+		ctx.Response.SetBody(ex.small)
 		return false
 	}
 	ex.stream = responseBody{p: p, ex: ex, src: resp.BodyStream(), conn: ex.conn, o: o, id: requestID}

@@ -233,3 +233,59 @@ func TestEndStreams(t *testing.T) {
 	require.Contains(t, string(rest), "HTTP/1.1 200 OK")
 	require.Equal(t, 2.0, counterValue(t, p.metrics.streams[endShutdown]))
 }
+
+// An HTTP/1.0 client cannot take a chunked body: one of unknown length
+// (here delimited by the origin closing the connection) is read whole for
+// it and sent with its length, as before responses streamed; over the old
+// cap it is a 502. An HTTP/1.1 client gets it streamed, chunked.
+func TestUnknownLengthForHTTP10(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, err := bufio.NewReader(c).ReadString('\n')
+				if err != nil {
+					return
+				}
+				n := int64(1000)
+				if strings.Contains(line, "/huge") {
+					n = maxWholeBody + 1
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+				_, _ = io.Copy(c, io.LimitReader(zeros{}, n))
+			}()
+		}
+	}()
+	cfg := DefaultConfig()
+	cfg.URLs = []string{"http://" + ln.Addr().String()}
+	cfg.HealthCheckInterval = 0
+	p := newProxy(t, cfg)
+	edge := startEdge(t, p, "203.0.113.7", "rid")
+
+	resp := rawExchange(t, edge, "GET / HTTP/1.0\nHost: shop.example\n\n")
+	require.Equal(t, fasthttp.StatusOK, resp.StatusCode())
+	require.Equal(t, 1000, resp.Header.ContentLength())
+	require.Len(t, resp.Body(), 1000)
+
+	resp = rawExchange(t, edge, "GET /huge HTTP/1.0\nHost: shop.example\n\n")
+	require.Equal(t, fasthttp.StatusBadGateway, resp.StatusCode())
+	require.Equal(t, 1.0, counterValue(t, p.metrics.errors[reasonBodyTooLarge]))
+
+	resp = rawExchange(t, edge, "GET / HTTP/1.1\nHost: shop.example\n\n")
+	require.Equal(t, -1, resp.Header.ContentLength(), "HTTP/1.1 streams it chunked")
+	require.Len(t, resp.Body(), 1000)
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

@@ -57,7 +57,10 @@ func (h hostConns[C]) put(cc any, discard bool) {
 // on each read of the body has ReadIdleTimeout, up to until. An idempotent
 // request without a streamed body is sent again when its pooled connection
 // turns out closed.
-func (p *Proxy) roundTrip(o *origin, ex *exchange, deadline, until time.Time) error {
+//
+// whole asks for a body of unknown length to be read whole (up to
+// maxWholeBody): an HTTP/1.0 client cannot take it chunked.
+func (p *Proxy) roundTrip(o *origin, ex *exchange, deadline, until time.Time, whole bool) error {
 	o.pending.Add(1)
 	defer o.pending.Add(-1)
 	req := &ex.req
@@ -67,7 +70,7 @@ func (p *Proxy) roundTrip(o *origin, ex *exchange, deadline, until time.Time) er
 		if !time.Now().Before(deadline) {
 			return fasthttp.ErrTimeout
 		}
-		retry, err := p.send(o, ex, deadline, until)
+		retry, err := p.send(o, ex, deadline, until, whole)
 		if err == nil || !retry || streamed || !idempotent || attempt >= maxAttempts {
 			if errors.Is(err, io.EOF) {
 				err = fasthttp.ErrConnectionClosed
@@ -79,7 +82,7 @@ func (p *Proxy) roundTrip(o *origin, ex *exchange, deadline, until time.Time) er
 
 // send is one attempt of roundTrip; retry says the request may be sent
 // again (nothing of an answer was read).
-func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time) (retry bool, err error) {
+func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time, whole bool) (retry bool, err error) {
 	req, resp := &ex.req, &ex.resp
 	resp.Reset()
 	cc, err := o.client.AcquireConn(time.Until(deadline), req.ConnectionClose())
@@ -134,16 +137,28 @@ func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time) (retry 
 		tc.streamBody(until)
 	}
 	n := resp.Header.ContentLength()
+	if n < 0 && whole {
+		ex.kind = bodySmall
+		ex.small, err = readWhole(resp.BodyStream(), ex.small[:0], maxWholeBody)
+		_ = resp.CloseBodyStream() // it reads from br
+		o.client.ReleaseReader(br)
+		o.conns.put(cc, closeConn || err != nil)
+		if err != nil {
+			return false, fmt.Errorf("reading the response body: %w", err)
+		}
+		return false, nil
+	}
 	if n < 0 || n > smallBody {
 		ex.kind = bodyStream
 		ex.cc, ex.br, ex.conn, ex.closeConn = cc, br, tc, closeConn
 		return false, nil
 	}
 	if cap(ex.small) < n {
-		ex.small = make([]byte, n, smallBody)
+		ex.small = make([]byte, n)
 	}
 	ex.kind = bodySmall
-	_, err = io.ReadFull(resp.BodyStream(), ex.small[:n])
+	ex.small = ex.small[:n]
+	_, err = io.ReadFull(resp.BodyStream(), ex.small)
 	_ = resp.CloseBodyStream() // it reads from br
 	o.client.ReleaseReader(br)
 	o.conns.put(cc, closeConn || err != nil)
@@ -151,6 +166,31 @@ func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time) (retry 
 		return false, fmt.Errorf("reading the response body: %w", err)
 	}
 	return false, nil
+}
+
+// maxWholeBody bounds a body of unknown length read whole for an HTTP/1.0
+// client (the cap every response had before responses streamed); a larger
+// one is answered 502.
+const maxWholeBody = 64 << 20
+
+// readWhole appends r to dst up to limit bytes (fasthttp.ErrBodyTooLarge
+// past it).
+func readWhole(r io.Reader, dst []byte, limit int) ([]byte, error) {
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):min(cap(dst), limit+1)])
+		dst = dst[:len(dst)+n]
+		switch {
+		case len(dst) > limit:
+			return dst[:0], fasthttp.ErrBodyTooLarge
+		case errors.Is(err, io.EOF):
+			return dst, nil
+		case err != nil:
+			return dst, err
+		}
+	}
 }
 
 // finish gives back what a streamed body held: the connection goes back
