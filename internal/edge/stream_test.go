@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -367,4 +368,27 @@ func TestStreamHTTP2(t *testing.T) {
 	require.Equal(t, patternHash(size), hex.EncodeToString(h.Sum(nil)))
 	peak, _ := r.h2.HeldPeak()
 	require.Zero(t, peak, "streamed, never held whole")
+}
+
+// The access line is written when the header is in: a streamed body is in
+// bytes_out by its declared length, or -1 when it streams chunked.
+func TestStreamAccessLog(t *testing.T) {
+	o := startStreamOrigin(t)
+	path := filepath.Join(t.TempDir(), "access.log")
+	r := startEdge(t, generous, func(c *config.Config) {
+		c.Origins = []string{o.url}
+		c.AccessLog = path
+	})
+	resp := r.get(t, "/object?n=1048576")
+	_, err := io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	resp = r.get(t, "/events")
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "id: 1\n", line)
+	lines := accessLines(t, path, 2)
+	require.Equal(t, 1<<20, lines[0].BytesOut)
+	require.Equal(t, -1, lines[1].BytesOut)
+	require.Equal(t, "/events", lines[1].Path)
+	close(o.next)
 }
