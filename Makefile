@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test test-go test-busy faults bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench
+.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -86,6 +86,21 @@ faults: tools
 	EDGEGUARD_FAULTS=full EDGEGUARD_FAULTS_TABLE="$$table" \
 		$(GO) test -count=1 -timeout $(FAULTS_TIMEOUT) -run '^TestFaultMatrix$$' ./internal/faults/; \
 	rc=$$?; echo; echo "fault matrix, $$(date -u +%F), commit $$(git rev-parse --short HEAD 2>/dev/null):"; \
+	cat "$$table"; rm -f "$$table"; exit $$rc
+
+# The master changes under writes alone (a failover with no pause, a master
+# SIGKILLed; Sentinel and Cluster), FAULTS_COUNT times each cell, the table
+# of every run at the end. FAULTS_ALGS narrows the algorithms (comma-separated):
+#   make faults-failover FAULTS_COUNT=20 FAULTS_ALGS=fixed_window
+# (23 minutes on two shared cores; every algorithm 20 times needs about two
+# hours: FAULTS_TIMEOUT=3h).
+FAULTS_COUNT ?= 1
+FAULTS_ALGS ?=
+faults-failover: tools
+	@table=$$(mktemp) && \
+	EDGEGUARD_FAULTS=failover EDGEGUARD_FAULTS_ALGS='$(FAULTS_ALGS)' EDGEGUARD_FAULTS_TABLE="$$table" \
+		$(GO) test -count=$(FAULTS_COUNT) -timeout $(FAULTS_TIMEOUT) -run '^TestFaultMatrix$$' ./internal/faults/; \
+	rc=$$?; echo; echo "master changes under writes ×$(FAULTS_COUNT), $$(date -u +%F), commit $$(git rev-parse --short HEAD 2>/dev/null):"; \
 	cat "$$table"; rm -f "$$table"; exit $$rc
 
 # The multi-region stack (terraform/README.md): Terraform applies

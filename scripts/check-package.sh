@@ -2,8 +2,10 @@
 # Checks the packages make package built, as far as this machine allows:
 # their contents and control data, the unit's hardening, the packaged
 # config against `edge check`, and the unit's command started from the
-# unpacked tree (no systemd needed) until /readyz answers. It also checks
-# the container recipe names a static build on a minimal base.
+# unpacked tree (no systemd needed) until /readyz answers, and the same for
+# the rate limit service's unit (edgeguard-rls: `edge rls` with rls.env)
+# until /healthcheck answers. It also checks the container recipe names a
+# static build on a minimal base.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deb=$(ls dist/edgeguard-edge_*.deb)
@@ -11,14 +13,15 @@ ctl=$(ls dist/edgeguard-regionctl_*.deb)
 fail() { echo "check-package: $*" >&2; exit 1; }
 
 contents=$(dpkg-deb -c "$deb")
-for f in ./usr/bin/edgeguard-edge ./lib/systemd/system/edgeguard-edge.service ./etc/edgeguard/edge.yaml ./etc/edgeguard/edge.env ./etc/edgeguard/rules.yaml ./usr/share/doc/edgeguard-edge/copyright; do
+for f in ./usr/bin/edgeguard-edge ./lib/systemd/system/edgeguard-edge.service ./lib/systemd/system/edgeguard-rls.service ./etc/edgeguard/edge.yaml ./etc/edgeguard/edge.env ./etc/edgeguard/rls.env ./etc/edgeguard/ratelimit/config/ ./etc/edgeguard/rules.yaml ./usr/share/doc/edgeguard-edge/copyright; do
 	grep -q " $f\$" <<<"$contents" || fail "$deb lacks $f"
 done
 grep -q -- "-rw-r----- .* ./etc/edgeguard/edge.env$" <<<"$contents" || fail "edge.env must be 0640"
+grep -q -- "-rw-r----- .* ./etc/edgeguard/rls.env$" <<<"$contents" || fail "rls.env must be 0640"
 ctl_contents=$(dpkg-deb -c "$ctl")
 grep -q " ./usr/bin/regionctl\$" <<<"$ctl_contents" || fail "$ctl lacks /usr/bin/regionctl"
 conffiles=$(dpkg-deb -I "$deb" conffiles)
-for f in /etc/edgeguard/edge.yaml /etc/edgeguard/edge.env /etc/edgeguard/rules.yaml; do
+for f in /etc/edgeguard/edge.yaml /etc/edgeguard/edge.env /etc/edgeguard/rls.env /etc/edgeguard/rules.yaml; do
 	grep -qx "$f" <<<"$conffiles" || fail "$f is not a conffile (an upgrade would overwrite it)"
 done
 preinst=$(dpkg-deb -I "$deb" preinst)
@@ -66,6 +69,41 @@ metrics=$(curl -fsS "http://$admin/metrics")
 grep -q '^edgeguard_build_info{' <<<"$metrics" || fail "no build info metric"
 kill -TERM "$pid"
 wait "$pid" || fail "the edge did not stop cleanly on SIGTERM"
+pid=
+
+# The rate limit service's unit: its command with the packaged rls.env
+# (the runtime root moved into the tree, loopback and kernel-chosen ports,
+# JSON logs to read the HTTP address back), until /healthcheck answers OK;
+# Redis need not answer for that (calls are decided locally meanwhile).
+rls_unit="$tree/lib/systemd/system/edgeguard-rls.service"
+for want in "User=edgeguard" "NoNewPrivileges=yes" "ProtectSystem=strict" "EnvironmentFile=/etc/edgeguard/rls.env" "ExecStart=/usr/bin/edgeguard-edge rls"; do
+	grep -qxF "$want" "$rls_unit" || fail "rls unit lacks $want"
+done
+grep -q "^WantedBy=" "$rls_unit" || fail "rls unit has no [Install] target"
+env_file="$tree/etc/edgeguard/rls.env"
+grep -qx "RUNTIME_ROOT=/etc/edgeguard/ratelimit" "$env_file" || fail "rls.env: unexpected RUNTIME_ROOT"
+[ -d "$tree/etc/edgeguard/ratelimit/config" ] || fail "no configuration directory for the rate limit service"
+rls_env=()
+while IFS= read -r line; do
+	case "$line" in ''|'#'*) continue ;; esac
+	rls_env+=("${line//\/etc\/edgeguard\//$tree/etc/edgeguard/}")
+done <"$env_file"
+rls_env+=(HOST=127.0.0.1 PORT=0 GRPC_HOST=127.0.0.1 GRPC_PORT=0 DEBUG_HOST=127.0.0.1 DEBUG_PORT=0 LOG_FORMAT=json)
+env -i "${rls_env[@]}" "$bin" rls >"$tree/rls.log" 2>&1 &
+pid=$!
+http=
+for _ in $(seq 300); do
+	kill -0 "$pid" 2>/dev/null || { cat "$tree/rls.log"; fail "the rls unit's command exited"; }
+	if [ -z "$http" ]; then
+		http=$(sed -n 's|.*"msg":"rate limit service serving".*"http":"\([^"]*\)".*|\1|p' "$tree/rls.log" | head -n1)
+	fi
+	[ -n "$http" ] && [ "$(curl -fsS "http://$http/healthcheck" 2>/dev/null)" = OK ] && break
+	sleep 0.1
+done
+[ -n "$http" ] || { cat "$tree/rls.log"; fail "edge rls never said where its HTTP listener is"; }
+[ "$(curl -fsS "http://$http/healthcheck")" = OK ] || { cat "$tree/rls.log"; fail "/healthcheck never answered OK on $http"; }
+kill -TERM "$pid"
+wait "$pid" || fail "edge rls did not stop cleanly on SIGTERM"
 pid=
 
 c=packaging/Containerfile

@@ -1,6 +1,10 @@
 // Command edge is the edgeguard edge node: it sheds load, rate limits against
 // its region's Redis and proxies allowed traffic to the origin. Every flag is
 // also an EDGEGUARD_<NAME> environment variable; see `edge --help`.
+//
+// `edge rls`, or the binary installed under envoyproxy/ratelimit's name
+// (ratelimit), serves Envoy's rate limit service alone, configured by that
+// service's own environment variables (package rlsd).
 package main
 
 import (
@@ -8,11 +12,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"syscall"
 
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge"
+	"github.com/edgeguard/edgeguard/internal/edge/check"
+	"github.com/edgeguard/edgeguard/internal/rlsd"
 )
 
 func main() {
@@ -21,7 +28,17 @@ func main() {
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "check" {
-		os.Exit(edge.Check(os.Args[2:], os.Environ(), os.Stdout, os.Stderr))
+		os.Exit(check.Run(os.Args[2:], os.Environ(), os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "rls" {
+		// The rate limit service alone, configured by envoyproxy/ratelimit's
+		// environment variables (docs/envoy.md, "Service-only mode").
+		os.Exit(rlsd.Main(os.Args[2:], os.Environ(), os.Stderr))
+	}
+	if filepath.Base(os.Args[0]) == "ratelimit" {
+		// Installed as envoyproxy/ratelimit's binary (its image's
+		// /bin/ratelimit): the same service, started as that one is.
+		os.Exit(rlsd.Main(os.Args[1:], os.Environ(), os.Stderr))
 	}
 	cfg, code, ok := edge.ParseCommandLine(os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	if !ok {

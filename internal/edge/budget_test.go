@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/check"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -36,7 +37,7 @@ func TestCheckRefusesAliasBomb(t *testing.T) {
 			f := filepath.Join(t.TempDir(), "rules.yaml")
 			require.NoError(t, os.WriteFile(f, doc, 0o600))
 			var out bytes.Buffer
-			require.Equal(t, 1, Check([]string{"--demo-origin", "--rules", f}, nil, &out, io.Discard), out.String())
+			require.Equal(t, 1, check.Run([]string{"--demo-origin", "--rules", f}, nil, &out, io.Discard), out.String())
 			require.Regexp(t, `^`+regexp.QuoteMeta(f)+`:\d+: rule "r\d+": the document decodes to more than \d+ values .*each reuse of an anchor`, out.String())
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeguard/edgeguard/internal/edge/check"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,7 +25,7 @@ func TestCommandLineHelpAndUnknownFlag(t *testing.T) {
 			return code
 		},
 		"edge check": func(args []string, stdout, stderr *bytes.Buffer) int {
-			return Check(args, nil, stdout, stderr)
+			return check.Run(args, nil, stdout, stderr)
 		},
 	}
 	for prog, run := range run {
@@ -72,14 +73,14 @@ func TestCheckCommand(t *testing.T) {
 	}
 	good := []string{"--demo-origin", "--rules", write("rules.yaml", perIP), "--shedder", write("shedder.yaml", "good: 0.6\n")}
 	var out bytes.Buffer
-	require.Equal(t, 0, Check(good, nil, &out, io.Discard), out.String())
+	require.Equal(t, 0, check.Run(good, nil, &out, io.Discard), out.String())
 	require.Contains(t, out.String(), "ok: ")
 
 	out.Reset()
 	bad := []string{"--origin-header-timeout", "0s", "--demo-origin",
 		"--rules", write("bad-rules.yaml", "version: 1\nrules:\n  - {id: a, key: [ip], algorithm: fixed_window, limit: -1, window: 1m}\n"),
 		"--shedder", write("bad-shedder.yaml", "goood: 0.5\n")}
-	require.Equal(t, 1, Check(bad, nil, &out, io.Discard))
+	require.Equal(t, 1, check.Run(bad, nil, &out, io.Discard))
 	for _, want := range []string{"origin-header-timeout: must be > 0", `unknown field "goood"`} {
 		require.Contains(t, out.String(), want)
 	}
@@ -90,7 +91,7 @@ func TestCheckCommand(t *testing.T) {
 
 	out.Reset()
 	twoBad := write("two-bad.yaml", "version: 1\nrules:\n  - {id: a, key: [ip], algorithm: fixed_window, limit: 1, window: 0s}\n  - {id: b, key: [ip], algorithm: sliding_log, limit: 1, window: 1m, burst: 3}\n")
-	require.Equal(t, 1, Check([]string{"--demo-origin", "--rules", twoBad}, nil, &out, io.Discard))
+	require.Equal(t, 1, check.Run([]string{"--demo-origin", "--rules", twoBad}, nil, &out, io.Discard))
 	require.Equal(t, twoBad+`:3: rule "a": window: must be >= 1ms for fixed_window (got 0s)`+"\n"+
 		twoBad+`:4: rule "b": burst: only valid for leaky_bucket, token_bucket (algorithm is sliding_log)`+"\n", out.String())
 }

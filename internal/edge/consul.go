@@ -77,7 +77,7 @@ func (e *Edge) startConsul() error {
 	l.ReadEnforcement(ctx)
 	if e.rlsFromConsul() {
 		if _, err := client.ReadRLS(ctx, e.cfg.Region); err != nil {
-			if cerr := e.loadRLSCache(client.Layout().RLS(e.cfg.Region)); cerr != nil {
+			if cerr := e.rls.LoadCache(client.Layout().RLS(e.cfg.Region), e.rlsConsul()); cerr != nil {
 				e.log.Warn("no rate limit service documents from consul nor from the cache: answering UNAVAILABLE until consul does", "err", err, "cache_err", cerr)
 			}
 		}
@@ -149,7 +149,7 @@ func (e *Edge) consulLinkConfig(client *region.Client, cache string) consullink.
 func (e *Edge) consulParts() consullink.Parts {
 	p := consullink.Parts{
 		Rules:          e.rules.Load,
-		CompileOptions: e.compileOptions,
+		CompileOptions: e.cfg.CompileOptions,
 		ApplySnapshot:  e.applySnapshot,
 		ApplyRules:     e.ApplyRules,
 		Enforcement:    func() string { en, _ := e.pipe.Enforcement(); return en.String() },
@@ -174,7 +174,8 @@ func (e *Edge) consulParts() consullink.Parts {
 	if e.rlsFromConsul() {
 		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
 			prefix := client.Layout().RLS(e.cfg.Region)
-			client.WatchRLS(ctx, e.cfg.Region, func(docs map[string][]byte) { e.applyConsulRLS(prefix, docs) }, onErr)
+			rc := e.rlsConsul()
+			client.WatchRLS(ctx, e.cfg.Region, func(docs map[string][]byte) { e.rls.ApplyConsul(prefix, docs, rc) }, onErr)
 		})
 	}
 	if e.certs != nil {

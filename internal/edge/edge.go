@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/admin"
@@ -381,16 +380,12 @@ func (e *Edge) loadRules() error {
 // An invalid document is refused (counted, and the error names the rule and
 // field); the rules in force stay.
 func (e *Edge) ApplyRules(data []byte) error {
-	return e.applySnapshot(rules.Load(data, e.compileOptions()...))
-}
-
-func (e *Edge) compileOptions() []rules.CompileOption {
-	return []rules.CompileOption{rules.WithIPv6Prefix(e.cfg.IPv6Prefix), rules.WithKeySalt([]byte(e.cfg.KeySalt))}
+	return e.applySnapshot(rules.Load(data, e.cfg.CompileOptions()...))
 }
 
 func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
 	if err == nil {
-		err = e.checkAgainstConfig(snap)
+		err = e.cfg.CheckRules(snap)
 	}
 	if err != nil {
 		e.metrics.rulesErrors.Inc()
@@ -398,19 +393,6 @@ func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
 	}
 	e.SetRules(snap)
 	return nil
-}
-
-// checkAgainstConfig refuses rules that this edge's settings would break:
-// a held unit (a concurrency slot) must outlive the longest request, or a slot held by a
-// request still waiting on the origin would expire and admit one too many.
-func (e *Edge) checkAgainstConfig(snap *rules.Snapshot) error {
-	var errs []error
-	for _, r := range snap.Rules() {
-		if r.Algorithm.Spec().Held && r.Window <= e.cfg.OriginHeaderTimeout {
-			errs = append(errs, fmt.Errorf("rule %q: window: a concurrency slot's TTL (%s) must exceed --origin-header-timeout (%s)", r.ID, r.Window, e.cfg.OriginHeaderTimeout))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its
@@ -473,54 +455,33 @@ func (e *Edge) SetRules(snap *rules.Snapshot) {
 
 func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
 	lcfg := limiter.Config{Timeout: e.cfg.RedisTimeout, FailMode: e.cfg.FailMode, CacheSize: e.cfg.PrefilterSize}
-	var store limiter.Store
-	var loadErr error
 	if e.cfg.Redis == "" {
 		e.penalties = limiter.NewPenaltyBox(nil, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
-		store = limiter.NewMemoryStore()
 		lcfg.StoreName = "memory"
 		e.log.Info("no --redis given: counting in this process only (embedded memory store)")
-	} else {
-		redis.SetLogger(redisLogger{e.log})
-		client, err := limiter.NewRedisClient(e.cfg.Redis, e.cfg.RedisMode)
+		l, err := limiter.New(limiter.NewMemoryStore(), lcfg, reg, e.log)
 		if err != nil {
 			return err
 		}
-		e.closers = append(e.closers, func() { _ = client.Close() })
-		e.penalties = limiter.NewPenaltyBox(client, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
-		conn := limiter.Conn(client)
-		if e.cfg.RedisAutopipeline {
-			ap, stop, err := limiter.AutoPipelined(client)
-			if err != nil {
-				return err
-			}
-			e.closers = append(e.closers, func() { _ = stop() }) // closers run in reverse: before client.Close
-			conn = ap
-		}
-		rs, err := limiter.NewRedisStore(conn, "")
-		if err != nil {
-			return err
-		}
-		lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		loadErr = rs.Load(lctx)
-		if errors.Is(loadErr, limiter.ErrRedisTooOld) {
-			cancel()
-			return fmt.Errorf("redis at %s: %w", redactURL(e.cfg.Redis), loadErr)
-		}
-		if loadErr != nil {
-			// AP: start anyway; scripts load on first use once Redis answers.
-			e.log.Warn("redis not reachable at start; deciding locally until it is", "err", loadErr)
-		}
-		cancel()
-		store, lcfg.StoreName, e.redisStore = rs, "redis", rs
+		e.limiter, e.storeName = l, lcfg.StoreName
+		e.closers = append(e.closers, l.Close)
+		return nil
 	}
-	l, err := limiter.New(store, lcfg, reg, e.log)
+	limiter.LogRedisTo(e.log)
+	op, err := limiter.Open(limiter.OpenOptions{URL: e.cfg.Redis, Mode: e.cfg.RedisMode, Autopipeline: e.cfg.RedisAutopipeline, Config: lcfg, Log: e.log}, reg)
+	if errors.Is(err, limiter.ErrRedisTooOld) {
+		return fmt.Errorf("redis at %s: %w", redactURL(e.cfg.Redis), err)
+	}
 	if err != nil {
 		return err
 	}
-	l.StoreFailed(loadErr) // readiness knows before the first request
-	e.limiter, e.storeName = l, lcfg.StoreName
-	e.closers = append(e.closers, l.Close) // before the Redis client closes (closers run in reverse)
+	e.closers = append(e.closers, op.Close) // the limiter, then the client (closers run in reverse)
+	if op.LoadErr != nil {
+		// AP: started anyway; the scripts load on first use once Redis answers.
+		e.log.Warn("redis not reachable at start; deciding locally until it is", "err", op.LoadErr)
+	}
+	e.penalties = limiter.NewPenaltyBox(op.Client, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
+	e.limiter, e.storeName, e.redisStore = op.Limiter, "redis", op.Store
 	return nil
 }
 

@@ -1,11 +1,8 @@
 package edge
 
 import (
-	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
@@ -25,12 +22,4 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 		a.Value = slog.StringValue(a.Value.Duration().String())
 	}
 	return a
-}
-
-// redisLogger routes go-redis's own messages (failed dials while Redis is
-// down) to slog at debug: the limiter's metrics and breaker logs say it once.
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, args ...any) {
-	l.log.DebugContext(ctx, "redis client", "msg", strings.TrimSpace(fmt.Sprintf(format, args...)))
 }

@@ -24,6 +24,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/edgeguard/edgeguard/internal/edge/check"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
@@ -141,14 +142,14 @@ func TestCheckRLSConfigDir(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(rlsDoc), 0o600))
 	var out, errOut strings.Builder
 	args := []string{"--demo-origin", "--rls-listen", "127.0.0.1:0", "--rls-config-dir", dir}
-	require.Equal(t, 0, Check(args, nil, &out, &errOut), out.String()+errOut.String())
+	require.Equal(t, 0, check.Run(args, nil, &out, &errOut), out.String()+errOut.String())
 	c, err := rlsconfig.LoadDir(dir, false)
 	require.NoError(t, err)
 	require.Contains(t, out.String(), fmt.Sprintf("rls %s (domains 1, limits %d)", dir, len(c.Limits())), "edge check says it checked the documents")
 	bad := filepath.Join(dir, "b.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: hours, requests_per_unit: 1}\n"), 0o600))
 	out.Reset()
-	require.Equal(t, 1, Check(args, nil, &out, &errOut))
+	require.Equal(t, 1, check.Run(args, nil, &out, &errOut))
 	require.Contains(t, out.String(), bad+`:4: descriptor other.k: rate_limit.unit: invalid unit "hours"`)
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeguard/edgeguard/internal/edge/check"
 	"github.com/stretchr/testify/require"
 )
 
@@ -60,12 +61,12 @@ func TestTLSUnusableChainRefused(t *testing.T) {
 
 	// edge check reads the directory as the edge does.
 	var out, errOut strings.Builder
-	code := Check([]string{"--demo-origin", "--listen-tls", "127.0.0.1:0", "--tls-cert-dir", site.dir}, nil, &out, &errOut)
+	code := check.Run([]string{"--demo-origin", "--listen-tls", "127.0.0.1:0", "--tls-cert-dir", site.dir}, nil, &out, &errOut)
 	require.Equal(t, 1, code, out.String()+errOut.String())
 	require.Contains(t, out.String(), "certificate "+filepath.Join(site.dir, "shop")+": unusable certificate chain: 600 certificates")
 	writeAtomically(t, filepath.Join(site.dir, "shop.pem"), good.Bundle())
 	out.Reset()
-	require.Equal(t, 0, Check([]string{"--demo-origin", "--listen-tls", "127.0.0.1:0", "--tls-cert-dir", site.dir}, nil, &out, &errOut), out.String())
+	require.Equal(t, 0, check.Run([]string{"--demo-origin", "--listen-tls", "127.0.0.1:0", "--tls-cert-dir", site.dir}, nil, &out, &errOut), out.String())
 
 	// And the rate limit service's certificate, as its listener reads it.
 	rlsDir, certDir := t.TempDir(), t.TempDir()
@@ -75,10 +76,10 @@ func TestTLSUnusableChainRefused(t *testing.T) {
 	require.NoError(t, os.WriteFile(rlsKey, next.KeyPEM, 0o600))
 	rlsArgs := []string{"--demo-origin", "--rls-listen", "127.0.0.1:0", "--rls-config-dir", rlsDir, "--rls-tls-cert", rlsCert, "--rls-tls-key", rlsKey}
 	out.Reset()
-	require.Equal(t, 1, Check(rlsArgs, []string{"EDGEGUARD_KEY_SALT=check-salt-of-the-rls"}, &out, &errOut), out.String()+errOut.String())
+	require.Equal(t, 1, check.Run(rlsArgs, []string{"EDGEGUARD_KEY_SALT=check-salt-of-the-rls"}, &out, &errOut), out.String()+errOut.String())
 	require.Contains(t, out.String(), "rls-tls-cert "+rlsCert+": ")
 	require.Contains(t, out.String(), "600 certificates")
 	require.NoError(t, os.WriteFile(rlsCert, next.CertPEM, 0o600))
 	out.Reset()
-	require.Equal(t, 0, Check(rlsArgs, []string{"EDGEGUARD_KEY_SALT=check-salt-of-the-rls"}, &out, &errOut), out.String()+errOut.String())
+	require.Equal(t, 0, check.Run(rlsArgs, []string{"EDGEGUARD_KEY_SALT=check-salt-of-the-rls"}, &out, &errOut), out.String()+errOut.String())
 }

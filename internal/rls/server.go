@@ -125,8 +125,16 @@ type Options struct {
 	// Shadow answers OK whatever the limits say (the reference's
 	// SHADOW_MODE), still counting.
 	Shadow bool
+	// Quota makes every applied limit a quota limit (the reference's
+	// QUOTA_MODE): the call is over the limit only when all are over.
+	Quota bool
 	// Headers is which header fields the answers carry; "" is off.
 	Headers Headers
+	// LegacyNames renames the legacy fields (the reference's
+	// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); an
+	// empty name keeps RateLimit-Limit, RateLimit-Remaining or
+	// RateLimit-Reset.
+	LegacyNames struct{ Limit, Remaining, Reset string }
 	// Names is how the draft fields name a limit without a rate_limit
 	// name; "" is hashed.
 	Names Names
@@ -136,6 +144,28 @@ type Options struct {
 	NameSalt []byte
 	// Now is the clock for answers decided without the limiter (tests).
 	Now func() time.Time
+	// Observer, when set, is called once per applied descriptor (a limit
+	// enforced or shadowed, not unlimited, unmatched or replaced ones) of
+	// every answered call, after the call's codes are settled.
+	Observer func(Observation)
+}
+
+// Observation is one applied descriptor, as an Observer sees it.
+type Observation struct {
+	Domain string
+	// Limit is the limit applied; its Path names the descriptor
+	// (domain.key_value.key).
+	Limit *rlsconfig.Limit
+	// Hits is what the descriptor counted (the hits addend, at least 1).
+	Hits uint64
+	// Over: the descriptor was over its limit (answered OK when the limit
+	// is in shadow mode).
+	Over bool
+	// Remaining is what the limit had left: after the hits when they were
+	// admitted, before them when over; -1 when the hits could never be
+	// admitted (a quota of 0, or more hits than the limit holds) and no
+	// count was asked for.
+	Remaining int64
 }
 
 // Server implements pb.RateLimitServiceServer.
@@ -165,6 +195,14 @@ func New(opt Options, reg prometheus.Registerer, log *slog.Logger) (*Server, err
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	for _, n := range []struct {
+		name *string
+		def  string
+	}{{&opt.LegacyNames.Limit, "RateLimit-Limit"}, {&opt.LegacyNames.Remaining, "RateLimit-Remaining"}, {&opt.LegacyNames.Reset, "RateLimit-Reset"}} {
+		if *n.name == "" {
+			*n.name = n.def
+		}
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -189,7 +227,8 @@ type item struct {
 	cost    uint64
 	check   int // index in checks, -1 when not counted
 	st      *pb.RateLimitResponse_DescriptorStatus
-	applied bool // a limit was enforced (or shadowed) for it
+	applied bool  // a limit was enforced (or shadowed) for it
+	left    int64 // the limiter's remaining (Observation.Remaining)
 }
 
 // ShouldRateLimit implements the service.
@@ -305,6 +344,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			// Never admissible (a quota of 0 denies all, as in the
 			// reference): answered here, nothing to count.
 			it.st = s.status(l, false, 0, windowReset(l, now))
+			it.left = -1
 			continue
 		}
 		ll.Key = counterKey(req.Domain, req.Descriptors[i].GetEntries(), it.match.Shared, l)
@@ -340,6 +380,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			}
 			o := v.Checks[it.check]
 			it.st = s.status(it.lim, o.Allowed, o.Remaining, o.ResetAfter)
+			it.left = o.Remaining
 		}
 	}
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(items))}
@@ -351,6 +392,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			continue
 		}
 		over := it.st.Code == pb.RateLimitResponse_OVER_LIMIT
+		if s.opt.Observer != nil {
+			s.opt.Observer(Observation{Domain: req.Domain, Limit: it.lim, Hits: it.cost, Over: over, Remaining: it.left})
+		}
 		switch {
 		case it.lim.Shadow && over:
 			it.st.Code = pb.RateLimitResponse_OK
@@ -362,7 +406,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 		switch {
 		case it.lim.Shadow:
-		case it.lim.Quota:
+		case it.lim.Quota || s.opt.Quota:
 			quota++
 			if over {
 				quotaOver++
@@ -504,7 +548,7 @@ func (s *Server) headers(items []item) []*core.HeaderValue {
 			if it.st.LimitRemaining < least {
 				pick, least = it, it.st.LimitRemaining
 			}
-			if it.st.Code == pb.RateLimitResponse_OVER_LIMIT && !it.lim.Quota {
+			if it.st.Code == pb.RateLimitResponse_OVER_LIMIT && !it.lim.Quota && !s.opt.Quota {
 				pick, least = it, 0
 			}
 		}
@@ -512,9 +556,9 @@ func (s *Server) headers(items []item) []*core.HeaderValue {
 			return nil
 		}
 		return []*core.HeaderValue{
-			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(pick.lim.RequestsPerUnit), 10)},
-			{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(pick.st.LimitRemaining), 10)},
-			{Key: "RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(pick.st.DurationUntilReset.AsDuration()), 10)},
+			{Key: s.opt.LegacyNames.Limit, Value: strconv.FormatUint(uint64(pick.lim.RequestsPerUnit), 10)},
+			{Key: s.opt.LegacyNames.Remaining, Value: strconv.FormatUint(uint64(pick.st.LimitRemaining), 10)},
+			{Key: s.opt.LegacyNames.Reset, Value: strconv.FormatInt(ceilSeconds(pick.st.DurationUntilReset.AsDuration()), 10)},
 		}
 	}
 	var policy, state strings.Builder

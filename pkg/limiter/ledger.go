@@ -20,10 +20,12 @@ import (
 //     they ride along, as one extra request in the same round trip, with the
 //     key's next call once the store answers, so a store that comes back —
 //     empty or not — knows what was admitted while it was away;
-//   - whether the store's last answer is owed back as a restore (restore):
+//   - whether the store's last answer is owed back as a restore (owed):
 //     the fallback took its share of that answer's count up front, and the
 //     store is asked to count at least what it had then — nothing when it
-//     kept its state, everything when it came back empty.
+//     kept its state, everything when it came back empty; and when the
+//     master serving the key may have changed (masters.go), the new one
+//     is asked the same.
 //
 // It is bounded like the over-limit cache: a flood of random keys evicts
 // entries, never grows it. Eviction takes an account that owes the store
@@ -34,7 +36,11 @@ type ledger struct {
 	seed   maphash.Seed
 	perCap int
 	owing  atomic.Int64 // debts and restores owed: calls skip the lookup while none is
-	shards [64]ledgerShard
+	// swept is the master generation (Limiter.masterGen) every account
+	// has been checked against; sweeping is set while a sweep runs.
+	swept    atomic.Uint64
+	sweeping atomic.Bool
+	shards   [64]ledgerShard
 }
 
 type ledgerShard struct {
@@ -43,14 +49,25 @@ type ledgerShard struct {
 }
 
 type account struct {
-	remaining int64     // the store's last answer
-	seen      time.Time // when it was given
-	until     time.Time // when it stops speaking for the key's window
-	fallback  bool      // the fallback holds state seeded for this outage
-	restore   bool      // the store's last answer is owed back as a restore
-	debt      int64     // fallback admissions the store has not counted
-	last      time.Time // the latest of them
+	remaining int64         // the store's last answer
+	seen      time.Time     // when it was given
+	span      time.Duration // it speaks for the key's window until seen + span
+	fallback  bool          // the fallback holds state seeded for this outage
+	gen       uint32        // the master generation of the last answer (its low bits)
+	owed      *owedRestore  // an answer owed back as a restore; nil: none
+	debt      int64         // fallback admissions the store has not counted
+	last      time.Time     // the latest of them
 }
+
+// owedRestore is an answer owed back to the store: remaining as of at. Made
+// only when one is owed, so an account stays in its small size class.
+type owedRestore struct {
+	remaining int64
+	at        time.Time
+}
+
+// until is when a's last answer stops speaking for the key's window.
+func (a *account) until() time.Time { return a.seen.Add(a.span) }
 
 func newLedger(size int) *ledger {
 	lg := &ledger{seed: maphash.MakeSeed(), perCap: max(1, size/64)}
@@ -89,7 +106,7 @@ func (lg *ledger) evict(sh *ledgerShard) {
 	i := 0
 	for k, v := range sh.m {
 		victim, va = k, v
-		if v.debt == 0 && !v.restore {
+		if v.debt == 0 && v.owed == nil {
 			break
 		}
 		if i++; i == scan {
@@ -102,7 +119,7 @@ func (lg *ledger) evict(sh *ledgerShard) {
 	if va.debt > 0 {
 		lg.owing.Add(-1)
 	}
-	if va.restore {
+	if va.owed != nil {
 		lg.owing.Add(-1)
 	}
 	delete(sh.m, victim)
@@ -122,18 +139,74 @@ func (lg *ledger) len() int {
 
 // observe records the store's answer for a key, given at now and speaking
 // for the key's window until until: the store decides it again, so the
-// next outage seeds the fallback afresh.
-func (lg *ledger) observe(key string, remaining int64, now, until time.Time) {
+// next outage seeds the fallback afresh. The call was sent under master
+// generation sent and answered under gen: when a master may have changed
+// meanwhile, the call may have run on a new master that lacked this edge's
+// previous answer, so a restore is owed of that answer less what the call
+// admitted (or of this answer, if it says less remains).
+func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sent, gen uint64, admitted int64) {
 	lg.with(key, true, func(a *account) {
-		a.remaining, a.seen, a.until, a.fallback = remaining, now, until, false
+		if sent != gen && lg.active(a, now) {
+			lg.oweLocked(a, min(a.remaining-admitted, remaining), a.seen)
+		}
+		a.remaining, a.seen, a.span, a.fallback, a.gen = remaining, now, until.Sub(now), false, uint32(gen)
 	})
+}
+
+// active reports whether a's last answer still speaks for its window at now.
+func (lg *ledger) active(a *account, now time.Time) bool {
+	return !a.seen.IsZero() && now.Before(a.until())
+}
+
+// oweLocked owes a restore of remaining as of at; one owed already keeps
+// the least remaining and the earliest time. Called locked.
+func (lg *ledger) oweLocked(a *account, remaining int64, at time.Time) {
+	remaining = max(0, remaining)
+	if o := a.owed; o != nil {
+		o.remaining = min(o.remaining, remaining)
+		if at.Before(o.at) {
+			o.at = at
+		}
+		return
+	}
+	a.owed = &owedRestore{remaining: remaining, at: at}
+	lg.owing.Add(1)
+}
+
+// markMoved owes key's restore of its last answer if a master may have
+// changed (generation gen) since it was given and it still speaks for its
+// window.
+func (lg *ledger) markMoved(key string, gen uint64, now time.Time) {
+	lg.with(key, false, func(a *account) { lg.moved(a, gen, now) })
+}
+
+// markAllMoved is markMoved for every account.
+func (lg *ledger) markAllMoved(gen uint64, now time.Time) {
+	for i := range lg.shards {
+		sh := &lg.shards[i]
+		sh.mu.Lock()
+		for _, a := range sh.m {
+			lg.moved(a, gen, now)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func (lg *ledger) moved(a *account, gen uint64, now time.Time) {
+	if a.gen == uint32(gen) {
+		return
+	}
+	a.gen = uint32(gen)
+	if lg.active(a, now) {
+		lg.oweLocked(a, a.remaining, a.seen)
+	}
 }
 
 // knows reports whether the store's last answer for key still speaks for
 // its window at now.
 func (lg *ledger) knows(key string, now time.Time) bool {
 	var ok bool
-	lg.with(key, false, func(a *account) { ok = !a.seen.IsZero() && now.Before(a.until) })
+	lg.with(key, false, func(a *account) { ok = lg.active(a, now) })
 	return ok
 }
 
@@ -149,44 +222,38 @@ func (lg *ledger) seedFor(key string, local int64, nodes int64, now time.Time) (
 			return
 		}
 		a.fallback, fresh = true, true
-		if a.seen.IsZero() || !now.Before(a.until) {
+		if !lg.active(a, now) {
 			return
 		}
 		at = a.seen
 		used = max(0, local-a.remaining/nodes)
 		if used > 0 {
-			a.restore = true
-			lg.owing.Add(1)
+			lg.oweLocked(a, a.remaining, a.seen)
 		}
 	})
 	return used, fresh, at
 }
 
 // lendRestore takes key's owed restore out to be sent: the remaining the
-// store last reported and when. One that fails is owed again (oweRestore).
+// store reported and when. One that fails is owed again (oweRestore).
 func (lg *ledger) lendRestore(key string) (remaining int64, at time.Time, ok bool) {
 	if lg.owing.Load() == 0 {
 		return 0, time.Time{}, false
 	}
 	lg.with(key, false, func(a *account) {
-		if a.restore {
-			a.restore, ok = false, true
+		if a.owed != nil {
+			remaining, at, ok = a.owed.remaining, a.owed.at, true
+			a.owed = nil
 			lg.owing.Add(-1)
-			remaining, at = a.remaining, a.seen
 		}
 	})
 	return remaining, at, ok
 }
 
-// oweRestore owes key's restore again (of the store's latest answer: the
-// same one, unless the store answered since).
-func (lg *ledger) oweRestore(key string) {
-	lg.with(key, false, func(a *account) {
-		if !a.restore {
-			a.restore = true
-			lg.owing.Add(1)
-		}
-	})
+// oweRestore owes key's restore of remaining as of at again (a restore
+// that failed).
+func (lg *ledger) oweRestore(key string, remaining int64, at time.Time) {
+	lg.with(key, false, func(a *account) { lg.oweLocked(a, remaining, at) })
 }
 
 // owe adds units the fallback admitted.

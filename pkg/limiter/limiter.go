@@ -181,6 +181,11 @@ type Limiter struct {
 	// acked are the releases Cluster masters acknowledged lately, sent
 	// again if a failover moves their keys (release.go).
 	acked ackedReleases
+	// watch counts the store's signs of a master change and newShards the
+	// masters seen for the first time: together the master generation
+	// (masters.go).
+	watch     masterWatcher
+	newShards atomic.Uint64
 }
 
 // Close gives back the allowance of leased checks the edge holds, then
@@ -214,6 +219,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		releasing:  make(chan struct{}, maxReleasing),
 	}
 	l.late = sharedDeadline{timeout: l.lateTimeout()}
+	l.watch, _ = store.(masterWatcher)
 	snd, _ := store.(sender)
 	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health, snd)
 	if err != nil {
@@ -234,7 +240,8 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 	})
 	l.breakers.onNew = func(shard string) {
 		m.breakerState.WithLabelValues(shardLabel(shard)).Set(float64(breakerClosed))
-		l.resendMoved() // a master not seen before: maybe a promoted replica
+		l.newShards.Add(1) // a master not seen before: maybe a promoted replica
+		l.resendMoved()
 	}
 	l.breakers.onGone = func(shard string) {
 		m.breakerState.DeleteLabelValues(shardLabel(shard))
@@ -514,6 +521,7 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Decision, no
 // healthy ones to the fallback. keys are the requests' memKeys; now is no
 // later than the call is sent; rd, if not nil, rides with it.
 func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now time.Time, rd *Rider) ([]Decision, []error) {
+	gen := l.masterGen() // before anything is sent
 	c, one := newStoreCall(len(reqs))
 	// The shards stay out of c: a slice of its own stays on the stack.
 	var shards []*breaker
@@ -536,7 +544,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	start := time.Now()
 	got, err := l.take(ctx, c.send, c.sent, shards, keys, now, rd)
 	l.metrics.storeDecided.Add(float64(len(c.send)))
-	l.settleCall(c, reqs, keys, got, err, now)
+	l.settleCall(c, reqs, keys, got, err, now, gen)
 	storeSeconds := l.metrics.storeOK
 	if err != nil {
 		storeSeconds = l.metrics.storeError
@@ -602,6 +610,7 @@ func (l *Limiter) owed(r Request, key string, now time.Time) owedRequests {
 	if r.Limit.Algorithm.Spec().Held {
 		return o
 	}
+	l.checkMasters(key, now)
 	if rem, at, ok := l.ledger.lendRestore(key); ok {
 		o.restore = Request{Limit: r.Limit, Cost: r.Limit.Capacity() - rem, Restore: true, Remaining: rem, At: at}
 		o.restore.Limit.MinInterval = 0
@@ -634,10 +643,12 @@ func (c *storeCall) add(r Request, i int, o owedRequests) {
 
 // settleCall spreads a call's answers (got, err) over the caller's
 // requests, gives back what its lost replies may have taken and settles
-// what the store was owed.
-func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, got []Decision, err error, now time.Time) {
+// what the store was owed. gen is the master generation the call was sent
+// under.
+func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, got []Decision, err error, now time.Time, gen uint64) {
 	perCall := takeErrs(err)
 	answered := l.now()
+	genNow := l.masterGen()
 	l.giveBackUnsureOf(got, err)
 	for j, i := range c.sent {
 		e := err
@@ -655,7 +666,7 @@ func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, got []D
 			c.ds[i] = got[j]
 		}
 		if e == nil && !reqs[i].Limit.Algorithm.Spec().Held {
-			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now))
+			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now), gen, genNow, c.ds[i].Admitted)
 		}
 	}
 }
@@ -1007,7 +1018,7 @@ func (l *Limiter) settleOwed(r Request, kind int, err error, now time.Time) {
 	case kind == replaying:
 		l.ledger.owe(memKey(r.Limit), r.Cost, now)
 	default:
-		l.ledger.oweRestore(memKey(r.Limit))
+		l.ledger.oweRestore(memKey(r.Limit), r.Remaining, r.At)
 	}
 }
 

@@ -143,13 +143,17 @@ type RedisConn struct {
 	// crashed master answers no MOVED, and the promoted replica is found as
 	// soon as the map is read again. nil outside a Cluster.
 	Reload func(ctx context.Context)
+	// watch counts the client's signs of a master change (masters.go).
+	watch *masterWatch
 }
 
 // Conn declares what a client NewRedisClient built offers the store: a
 // *redis.ClusterClient routes by slot (per-master breakers, slot map
 // reloads); standalone and Sentinel clients serve every key from one master.
+// It hooks c (once per client) to learn when a master may have changed: the
+// limiter then restores its last answers on the new one (masters.go).
 func Conn(c redis.UniversalClient) RedisConn {
-	conn := RedisConn{Client: c}
+	conn := RedisConn{Client: c, watch: watchClient(c)}
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		conn.Master = func(ctx context.Context, key string) (string, error) {
 			node, err := cc.MasterForKey(ctx, key)

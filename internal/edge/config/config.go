@@ -160,9 +160,13 @@ type OriginSettings struct {
 // key salt, and the fallback's divisors.
 type RedisSettings struct {
 	// Redis is a go-redis URL; empty uses the embedded memory store. A
-	// password goes in REDIS_PASSWORD or --redis-password-file (or in the
-	// URL given through EDGEGUARD_REDIS), never on the command line.
+	// password goes in EDGEGUARD_REDIS_PASSWORD or --redis-password-file
+	// (or in the URL given through EDGEGUARD_REDIS), never on the command
+	// line.
 	Redis string
+	// RedisPassword is the Redis password (environment only), merged into
+	// Redis when read.
+	RedisPassword string
 	// RedisPasswordFile holds the Redis password (one line).
 	RedisPasswordFile string
 	// RedisMode is standalone, cluster or sentinel.
@@ -323,7 +327,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.Usage = func() {
-		fmt.Fprintf(usage, "Usage: edge [flags]\n       edge check [flags]   validate the config, --rules and --shedder files offline\n       edge --version\n\nEvery flag can also be set in the environment as EDGEGUARD_<NAME>\n(--redis-mode is EDGEGUARD_REDIS_MODE) and in the --config file by its name\n(redis-mode: cluster); the command line wins over the environment, which wins\nover the file.\n\n")
+		fmt.Fprintf(usage, "Usage: edge [flags]\n       edge check [flags]   validate the config, --rules and --shedder files offline\n       edge rls             Envoy's rate limit service alone, under envoyproxy/ratelimit's\n                            environment variables (docs/envoy.md)\n       edge --version\n\nEvery flag can also be set in the environment as EDGEGUARD_<NAME>\n(--redis-mode is EDGEGUARD_REDIS_MODE) and in the --config file by its name\n(redis-mode: cluster); the command line wins over the environment, which wins\nover the file.\n\n")
 		flaghelp.Print(usage, fs, displayDefaults)
 	}
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "config file (YAML): any flag by its name, e.g. redis-timeout: 50ms; the command line and EDGEGUARD_ variables win over it")
@@ -344,7 +348,8 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.Var((*listFlag)(&c.Origins), "origin", "origin URL; repeat or comma-separate for several; required unless --demo-origin")
 	fs.BoolVar(&c.DemoOrigin, "demo-origin", c.DemoOrigin, "proxy to a built-in demo origin on loopback (make run); never in production")
 	fs.StringVar(&c.Redis, "redis", c.Redis, "go-redis URL (redis://user:pass@h1:6379?addr=h2:6379, rediss:// for TLS, ?master_name= for Sentinel); empty = embedded memory store")
-	fs.StringVar(&c.RedisPasswordFile, "redis-password-file", c.RedisPasswordFile, "file holding the Redis password (or REDIS_PASSWORD); a password on the command line is refused")
+	fs.StringVar(&c.RedisPassword, "redis-password", c.RedisPassword, "Redis password: environment only (EDGEGUARD_REDIS_PASSWORD) or --redis-password-file; merged into --redis")
+	fs.StringVar(&c.RedisPasswordFile, "redis-password-file", c.RedisPasswordFile, "file holding the Redis password (or EDGEGUARD_REDIS_PASSWORD); a password on the command line is refused")
 	fs.Var((*modeFlag)(&c.RedisMode), "redis-mode", "standalone, cluster or sentinel")
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "deadline of one Redis round trip: a slower call is decided by --fail-mode and counts towards opening the breaker, unless the Redis nodes it went to keep answering this edge's other calls (then it is waited for, up to 4 times this)")
 	fs.BoolVar(&c.RedisAutopipeline, "redis-autopipeline", c.RedisAutopipeline, "batch concurrent requests' single-limit Redis calls (one script call per batch and Redis master; a call that finds its master idle goes at once); =false sends each request's calls on their own")
@@ -464,13 +469,13 @@ func setError(f *flag.Flag, v string, err error) error {
 
 // secretFlags may not be given on the command line: every local user can
 // read a process's arguments (ps, /proc/PID/cmdline).
-var secretFlags = []string{"key-salt", "consul-token", "admin-token"}
+var secretFlags = []string{"key-salt", "consul-token", "admin-token", "redis-password"}
 
 // readSecrets reads the secrets from their files and the variables their
 // ecosystems use, and refuses any on the command line.
 func (c *Config) readSecrets(onCommandLine map[string]bool, getenv func(string) string) error {
 	var errs []error
-	given := map[string]string{"key-salt": c.KeySalt, "consul-token": c.ConsulToken, "admin-token": c.AdminToken}
+	given := map[string]string{"key-salt": c.KeySalt, "consul-token": c.ConsulToken, "admin-token": c.AdminToken, "redis-password": c.RedisPassword}
 	for _, name := range secretFlags {
 		// An empty value reveals nothing: it is the default, and accepted.
 		if onCommandLine[name] && given[name] != "" {
@@ -478,7 +483,7 @@ func (c *Config) readSecrets(onCommandLine map[string]bool, getenv func(string) 
 		}
 	}
 	if onCommandLine["redis"] && redisURLHasPassword(c.Redis) {
-		errs = append(errs, errors.New("redis: a password in --redis is visible to every local user (ps); use REDIS_PASSWORD, --redis-password-file, or the URL in EDGEGUARD_REDIS"))
+		errs = append(errs, errors.New("redis: a password in --redis is visible to every local user (ps); use EDGEGUARD_REDIS_PASSWORD, --redis-password-file, or the URL in EDGEGUARD_REDIS"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -501,8 +506,14 @@ func (c *Config) readSecrets(onCommandLine map[string]bool, getenv func(string) 
 	read(&c.KeySalt, &c.KeySaltFile, "key-salt")
 	read(&c.ConsulToken, &c.ConsulTokenFile, "consul-token")
 	read(&c.AdminToken, &c.AdminTokenFile, "admin-token")
-	password := getenv("REDIS_PASSWORD")
-	read(&password, &c.RedisPasswordFile, "redis-password")
+	read(&c.RedisPassword, &c.RedisPasswordFile, "redis-password")
+	password := c.RedisPassword
+	c.RedisPassword = "" // in the URL from here on
+	if password == "" && c.Redis != "" && !redisURLHasPassword(c.Redis) && getenv("REDIS_PASSWORD") != "" {
+		// Read until this release; an edge that relied on it would now
+		// reach Redis without a password. Its value is never read.
+		errs = append(errs, errors.New("redis-password: REDIS_PASSWORD is no longer read (the edge reads only EDGEGUARD_ variables); set EDGEGUARD_REDIS_PASSWORD or --redis-password-file, or unset REDIS_PASSWORD"))
+	}
 	if password != "" {
 		if c.Redis == "" {
 			errs = append(errs, errors.New("redis-password: given without --redis"))

@@ -221,7 +221,7 @@ func TestSecretsNotOnTheCommandLine(t *testing.T) {
 	}
 	cfg, err := ParseFlags(append(base, "--redis", "redis://127.0.0.1:6379", "--key-salt-file", write("salt", "0123456789abcdef"),
 		"--admin-token-file", write("admin", "adm1n"), "--consul-token-file", write("consul", "c0nsul")),
-		env(map[string]string{"REDIS_PASSWORD": "p@ss word"}), &bytes.Buffer{})
+		env(map[string]string{"EDGEGUARD_REDIS_PASSWORD": "p@ss word", "REDIS_PASSWORD": "not ours"}), &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, "0123456789abcdef", cfg.KeySalt)
 	require.Equal(t, "adm1n", cfg.AdminToken)
@@ -229,7 +229,23 @@ func TestSecretsNotOnTheCommandLine(t *testing.T) {
 	u, err := url.Parse(cfg.Redis)
 	require.NoError(t, err)
 	pw, _ := u.User.Password()
-	require.Equal(t, "p@ss word", pw, "REDIS_PASSWORD goes into the URL go-redis reads")
+	require.Equal(t, "p@ss word", pw, "EDGEGUARD_REDIS_PASSWORD goes into the URL go-redis reads")
+	require.Empty(t, cfg.RedisPassword, "read into the URL")
+
+	// REDIS_PASSWORD, read before, is never read: an edge that relied on
+	// it is refused rather than reaching Redis without a password; with a
+	// password from elsewhere, or without Redis, it is not looked at.
+	_, err = ParseFlags(append(base, "--redis", "redis://127.0.0.1:6379", "--key-salt-file", write("salt", "0123456789abcdef")),
+		env(map[string]string{"REDIS_PASSWORD": "p"}), &bytes.Buffer{})
+	require.ErrorContains(t, err, "REDIS_PASSWORD is no longer read")
+	cfg, err = ParseFlags(append(base, "--redis", "redis://:own@127.0.0.1:6379", "--key-salt-file", write("salt", "0123456789abcdef")),
+		env(map[string]string{"REDIS_PASSWORD": "p"}), &bytes.Buffer{})
+	require.ErrorContains(t, err, "a password in --redis is visible", "the URL's own password stays refused on the command line")
+	cfg, err = ParseFlags(base, env(map[string]string{"REDIS_PASSWORD": "p"}), &bytes.Buffer{})
+	require.NoError(t, err, "no Redis: a platform's REDIS_PASSWORD is none of the edge's business")
+	require.Empty(t, cfg.Redis)
+	_, err = ParseFlags(append(base, "--redis-password", "x"), env(nil), &bytes.Buffer{})
+	require.ErrorContains(t, err, "redis-password: a secret on the command line")
 
 	cfg, err = ParseFlags(base, env(map[string]string{"EDGEGUARD_ADMIN_TOKEN": "from-env", "EDGEGUARD_REDIS": "redis://:pw@127.0.0.1:6379", "EDGEGUARD_KEY_SALT": "0123456789abcdef"}), &bytes.Buffer{})
 	require.NoError(t, err, "the environment is the place for them")

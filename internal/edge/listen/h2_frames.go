@@ -103,8 +103,13 @@ type h2Meter struct {
 	maxList  int // net/http's header list limit
 	holdMax  int // the largest header-block frame read whole
 	failOnce sync.Once
+	h2ReadSide
+	h2WriteSide
+	h2Budgets
+}
 
-	// Read side.
+// h2ReadSide is what the meter keeps of the client's frames.
+type h2ReadSide struct {
 	preface int // bytes of the client preface still to pass
 	hdr     [9]byte
 	hn      int    // bytes of hdr read
@@ -120,8 +125,10 @@ type h2Meter struct {
 	pass    int  // bytes of the caller's buffer that go to net/http as read
 	block   h2Block
 	err     error
+}
 
-	// Write side.
+// h2WriteSide is what the meter keeps of the server's frames.
+type h2WriteSide struct {
 	wmu      sync.Mutex
 	whdr     [9]byte
 	whn      int
@@ -130,7 +137,10 @@ type h2Meter struct {
 	goneAway bool          // the GOAWAY is written (or the connection closed): no frame after it
 	away     atomic.Bool   // a budget is spent: the GOAWAY goes at the next frame boundary
 	last     atomic.Uint32 // the highest stream the client opened
+}
 
+// h2Budgets are the client's budgets of frames that cost the server work.
+type h2Budgets struct {
 	mu                                   sync.Mutex
 	resets, control, idle, windowUpdates *rate.Limiter
 	pingsOwed                            int // PINGs the server sent, not yet acknowledged

@@ -1,4 +1,6 @@
-package edge
+// Package check is `edge check`: every file and setting an edge would read,
+// validated offline.
+package check
 
 import (
 	"bytes"
@@ -15,13 +17,13 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
-// Check is `edge check [flags]`: it validates offline, without binding a
+// Run is `edge check [flags]`: it validates offline, without binding a
 // port or contacting Redis or Consul, everything the flags name — the
 // settings (command line, environment, --config), the --rules file
 // against them, the --shedder file, the --rls-config-dir documents, the certificates of --tls-cert-dir,
 // --tls-default-cert and --rls-tls-cert — and prints every problem in one pass.
 // It returns the exit code: 0 all valid, 1 problems found, 2 usage.
-func Check(args, environ []string, stdout, stderr io.Writer) int {
+func Run(args, environ []string, stdout, stderr io.Writer) int {
 	var usage bytes.Buffer
 	cfg, err := config.ParseArgs(args, environ, &usage)
 	if code, done := config.CommandLineError(err, "edge check", &usage, stdout, stderr); done {
@@ -92,11 +94,11 @@ func checkRules(cfg config.Config) error {
 	if err != nil {
 		return fmt.Errorf("rules: %w", err)
 	}
-	snap, err := rules.Load(data, (&Edge{cfg: cfg}).compileOptions()...)
+	snap, err := rules.Load(data, cfg.CompileOptions()...)
 	if err != nil {
 		return located(cfg.Rules, err)
 	}
-	if err := (&Edge{cfg: cfg}).checkAgainstConfig(snap); err != nil {
+	if err := cfg.CheckRules(snap); err != nil {
 		return fmt.Errorf("rules %s: %w", cfg.Rules, err)
 	}
 	return nil

@@ -1,0 +1,163 @@
+package limiter
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Master changes. Replication is asynchronous: a promoted replica (a
+// Sentinel's switch, a Cluster failover, a master killed) may lack the last
+// increments its old master acknowledged. The edges that made them know
+// them: their last answer per key (the ledger's remaining, as of seen). When
+// the master serving a key may have changed, the limiter owes the store a
+// restore of that answer for every key active in its window, sent first
+// with the key's next call; the restore takes only what the store no longer
+// holds, so a master that kept its state takes nothing.
+//
+// What says a master may have changed, without anything per call while it
+// stays the same:
+//
+//   - a connection dialed to another address than the previous one (a
+//     Sentinel client's new master), or the first dial that succeeds after
+//     one failed (a killed master answering again, or its replacement);
+//   - a MOVED or READONLY reply (a Cluster slot served by another node, a
+//     demoted master);
+//   - a Cluster master the limiter had not seen (breakers.onNew).
+//
+// Each bumps a generation. A call that starts after a bump, while the
+// background sweep has not reached every key yet, marks its own key first;
+// a call the bump overtook (its command went to the new master before the
+// restore) owes a restore of the answer before it, less what it took, so
+// what it admitted on the new master is counted on top of the old count.
+
+// masterWatch counts the signs that a master may have changed.
+type masterWatch struct{ changes atomic.Uint64 }
+
+func (w *masterWatch) bump() { w.changes.Add(1) }
+
+// watches keeps one watch per client: a client passed to Conn again (a
+// store rebuilt on the same client) keeps its one hook.
+var watches sync.Map // redis.UniversalClient → *masterWatch
+
+// watchClient returns c's watch, hooking c (a Cluster: each node's client)
+// on first use.
+func watchClient(c redis.UniversalClient) *masterWatch {
+	if w, ok := watches.Load(c); ok {
+		return w.(*masterWatch)
+	}
+	w := &masterWatch{}
+	if prev, loaded := watches.LoadOrStore(c, w); loaded {
+		return prev.(*masterWatch)
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(&watchHook{w: w}) })
+	} else {
+		c.AddHook(&watchHook{w: w})
+	}
+	return w
+}
+
+// watchHook watches one client's dials and replies.
+type watchHook struct {
+	w          *masterWatch
+	last       atomic.Pointer[string] // the address last dialed
+	dialFailed atomic.Bool            // a dial failed since the last that succeeded
+}
+
+func (h *watchHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			h.dialFailed.Store(true)
+			return conn, err
+		}
+		to := conn.RemoteAddr().String()
+		prev := h.last.Swap(&to)
+		if h.dialFailed.Swap(false) || (prev != nil && *prev != to) {
+			h.w.bump()
+		}
+		return conn, nil
+	}
+}
+
+func (h *watchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil && masterMoved(err) {
+			h.w.bump()
+		}
+		return err
+	}
+}
+
+func (h *watchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if e := c.Err(); e != nil && masterMoved(e) {
+				h.w.bump()
+				break
+			}
+		}
+		return err
+	}
+}
+
+// masterMoved reports a reply that says another node serves the key now.
+func masterMoved(err error) bool {
+	return moved(err) || redis.HasErrorPrefix(err, "READONLY")
+}
+
+// masterChanges implements masterWatcher.
+func (s *RedisStore) masterChanges() uint64 {
+	if s.conn.watch == nil {
+		return 0
+	}
+	return s.conn.watch.changes.Load()
+}
+
+// masterWatcher is a store that counts the signs of a master change.
+type masterWatcher interface{ masterChanges() uint64 }
+
+// masterGen is the generation of the masters as this limiter knows them:
+// it grows with every sign that one may have changed.
+func (l *Limiter) masterGen() uint64 {
+	g := l.newShards.Load()
+	if l.watch != nil {
+		g += l.watch.masterChanges()
+	}
+	return g
+}
+
+// checkMasters marks key's restore when a master may have changed since
+// its last answer and the sweep has not reached it yet, and starts the
+// sweep. While the masters stay the same it is one comparison.
+func (l *Limiter) checkMasters(key string, now time.Time) {
+	g := l.masterGen()
+	if g == l.ledger.swept.Load() {
+		return
+	}
+	l.ledger.markMoved(key, g, now)
+	if l.ledger.sweeping.CompareAndSwap(false, true) {
+		l.bg.Go(l.sweepMasters)
+	}
+}
+
+// sweepMasters marks every active key's restore, up to the latest
+// generation.
+func (l *Limiter) sweepMasters() {
+	for {
+		g := l.masterGen()
+		l.ledger.markAllMoved(g, l.now())
+		l.ledger.swept.Store(g)
+		l.ledger.sweeping.Store(false)
+		if l.masterGen() == g || !l.ledger.sweeping.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
