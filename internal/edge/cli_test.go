@@ -77,11 +77,11 @@ func TestCheckCommand(t *testing.T) {
 	require.Contains(t, out.String(), "ok: ")
 
 	out.Reset()
-	bad := []string{"--origin-timeout", "0s", "--demo-origin",
+	bad := []string{"--origin-header-timeout", "0s", "--demo-origin",
 		"--rules", write("bad-rules.yaml", "version: 1\nrules:\n  - {id: a, key: [ip], algorithm: fixed_window, limit: -1, window: 1m}\n"),
 		"--shedder", write("bad-shedder.yaml", "goood: 0.5\n")}
 	require.Equal(t, 1, check.Run(bad, nil, &out, io.Discard))
-	for _, want := range []string{"origin-timeout: must be > 0", `unknown field "goood"`} {
+	for _, want := range []string{"origin-header-timeout: must be > 0", `unknown field "goood"`} {
 		require.Contains(t, out.String(), want)
 	}
 	// Rule problems are printed as pkg/rules words them, after the file

@@ -225,7 +225,8 @@ func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 		e.log.Warn("--demo-origin: proxying to the built-in demo origin", "addr", addr)
 	}
 	ocfg := origin.DefaultConfig()
-	ocfg.URLs, ocfg.Timeout, ocfg.DialTimeout = origins, e.cfg.OriginTimeout, e.cfg.OriginDialTimeout
+	ocfg.URLs, ocfg.DialTimeout = origins, e.cfg.OriginDialTimeout
+	ocfg.HeaderTimeout, ocfg.ReadIdleTimeout, ocfg.Timeout = e.cfg.OriginHeaderTimeout, e.cfg.OriginReadIdleTimeout, e.cfg.OriginTimeout
 	// Every worker can hold one origin connection (a retry on another
 	// origin comes after the first attempt's connection is back), and the
 	// active health check one more: a pool smaller than that would fail
@@ -308,13 +309,17 @@ func (e *Edge) newServer() *fasthttp.Server {
 		// sent. With streaming, fasthttp no longer enforces the size:
 		// screen refuses a declared length above it, the proxy a chunked
 		// body that grows past it.
-		StreamRequestBody:            true,
-		MaxRequestBodySize:           e.cfg.MaxBodyBytes,
-		ErrorHandler:                 e.pipe.ServerError,
-		ExpectHandler:                e.pipe.Expect,
-		CloseOnShutdown:              true,
-		ReadTimeout:                  e.cfg.ReadTimeout,
-		WriteTimeout:                 e.cfg.WriteTimeout,
+		StreamRequestBody:  true,
+		MaxRequestBodySize: e.cfg.MaxBodyBytes,
+		ErrorHandler:       e.pipe.ServerError,
+		ExpectHandler:      e.pipe.Expect,
+		CloseOnShutdown:    true,
+		ReadTimeout:        e.cfg.ReadTimeout,
+		// No WriteTimeout: fasthttp's is one deadline for the whole
+		// response, which would cut a streamed body (a large object, an
+		// event stream) however well its client reads. --write-timeout
+		// is a deadline per write instead (listen.PerWrite, in
+		// acceptStack).
 		IdleTimeout:                  e.cfg.IdleTimeout,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
@@ -605,6 +610,13 @@ func (e *Edge) shutdown() error {
 	// A fresh context: the one that asked us to stop is already done.
 	sctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
 	defer cancel()
+	// Response bodies still streaming from an origin near the end of the
+	// drain (event streams, long downloads) are cut then, so their
+	// connections close and the servers stop within the timeout.
+	if e.proxy != nil {
+		endStreams := time.AfterFunc(e.cfg.ShutdownTimeout-streamGrace(e.cfg.ShutdownTimeout), e.proxy.EndStreams)
+		defer endStreams.Stop()
+	}
 	// The HTTP/2 connections drain at the same time: each server waits
 	// for its own.
 	h2done := make(chan error, 1)
@@ -622,6 +634,13 @@ func (e *Edge) shutdown() error {
 		err = fmt.Errorf("shutting down the HTTP/2 server: %w", herr)
 	}
 	return err
+}
+
+// streamGrace is how long before the end of a drain streamed responses
+// are cut: enough for their connections to close and the servers to see
+// them gone (fasthttp looks every 100 ms).
+func streamGrace(shutdown time.Duration) time.Duration {
+	return min(time.Second, shutdown/4)
 }
 
 // reloadOnSignal re-reads the files on every SIGHUP and reopens the access

@@ -263,7 +263,7 @@ rules:
 `
 
 func TestConcurrencySlotReleased(t *testing.T) {
-	r := startEdge(t, oneSlot, func(c *config.Config) { c.OriginTimeout = 300 * time.Millisecond })
+	r := startEdge(t, oneSlot, func(c *config.Config) { c.OriginHeaderTimeout = 300 * time.Millisecond })
 	t.Run("on completion", func(t *testing.T) {
 		require.Equal(t, []int{200, 200, 200}, codes(t, r, 3, "/"))
 	})
@@ -307,15 +307,17 @@ func TestInvalidRulesRefuseToStart(t *testing.T) {
 	require.ErrorContains(t, err, `rule "broken": limit`)
 }
 
-func TestConcurrencySlotMustOutliveOriginTimeout(t *testing.T) {
+// The slot is held until the origin's response header (a streamed body
+// does not hold it), so the header timeout is what it must outlive.
+func TestConcurrencySlotMustOutliveOriginHeaderTimeout(t *testing.T) {
 	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DemoOrigin = true
-	cfg.OriginTimeout = 2 * time.Minute
+	cfg.OriginHeaderTimeout = 2 * time.Minute
 	cfg.Rules = filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(cfg.Rules, []byte(oneSlot), 0o600))
 	_, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.ErrorContains(t, err, `rule "one-at-a-time": window: a concurrency slot's TTL (1m0s) must exceed --origin-timeout (2m0s)`)
+	require.ErrorContains(t, err, `rule "one-at-a-time": window: a concurrency slot's TTL (1m0s) must exceed --origin-header-timeout (2m0s)`)
 }
 
 // testAdminToken is the admin token of the tests' edges.

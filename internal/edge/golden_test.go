@@ -226,7 +226,7 @@ func TestGoldenResponses(t *testing.T) {
 	// 504, then 503: the one worker held by a request the origin answers
 	// too late, the next finds no worker free.
 	slowOrigin, slowArrived := goldenOrigin(t)
-	slow := startGoldenEdge(t, slowOrigin, "--workers", "1", "--origin-timeout", "3s")
+	slow := startGoldenEdge(t, slowOrigin, "--workers", "1", "--origin-header-timeout", "3s")
 	held := make(chan *http.Response, 1)
 	c, err := net.Dial("tcp", slow.addr)
 	require.NoError(t, err)

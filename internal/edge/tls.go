@@ -96,9 +96,13 @@ func (e *Edge) listenTLS() error {
 	return nil
 }
 
-// acceptStack puts the PROXY protocol policy and the per-client cap over a
-// public listener; refusal is what a refused connection is told.
+// acceptStack puts the per-write deadline, the PROXY protocol policy and
+// the per-client cap over a public listener; refusal is what a refused
+// connection is told.
 func (e *Edge) acceptStack(ln net.Listener, refusal []byte) net.Listener {
+	// Innermost: every write to the socket, TLS records included, has its
+	// own --write-timeout.
+	ln = listen.PerWrite(ln, e.cfg.WriteTimeout)
 	if len(e.cfg.ProxyProtocolFrom) > 0 {
 		ln = listen.NewProxyListener(ln, trust.Set(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.metrics.tls.proxyRefused, e.log)
 	}

@@ -16,9 +16,9 @@ var ErrInvalidConfig = errors.New("invalid origin config")
 // whose zero means "no active checks"; DefaultConfig carries them all.
 const (
 	DefaultDialTimeout         = time.Second
-	DefaultTimeout             = 10 * time.Second
+	DefaultHeaderTimeout       = 10 * time.Second
+	DefaultReadIdleTimeout     = 60 * time.Second
 	DefaultMaxConnsPerHost     = 512
-	DefaultMaxResponseBodySize = 64 << 20
 	DefaultHealthCheckInterval = 2 * time.Second
 	DefaultHealthCheckPath     = "/"
 	DefaultUnhealthyAfter      = 3
@@ -34,10 +34,21 @@ type Config struct {
 	// silently ignored and is refused instead.
 	URLs []string `yaml:"urls"`
 	// DialTimeout bounds establishing one TCP connection. Kept short so a
-	// black-holed origin is detected long before Timeout.
+	// black-holed origin is detected long before HeaderTimeout.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
-	// Timeout bounds the whole exchange with the origin (connect, write the
-	// request, read the full response). Past it the client gets a 504.
+	// HeaderTimeout bounds the exchange up to the origin's response
+	// header: connecting, sending the request (its body included) and the
+	// origin's think time. Past it the client gets a 504.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	// ReadIdleTimeout bounds each wait for more of the response body once
+	// the header is in: an origin silent for longer ends the response
+	// (the client sees it cut short; its status is already sent). A stream
+	// that keeps sending lives as long as it sends.
+	ReadIdleTimeout time.Duration `yaml:"read_idle_timeout"`
+	// Timeout, when not 0, bounds the whole exchange, body included: a
+	// response not over by then is cut short (504 if its header is not in
+	// yet). 0, the default, sets no such bound: long downloads, server-sent
+	// events and long polls last as long as both sides keep moving.
 	Timeout time.Duration `yaml:"timeout"`
 	// MaxConnsPerHost caps connections to each origin. Requests beyond it
 	// fail at once with a 503 and Retry-After rather than queue behind a
@@ -47,9 +58,6 @@ type Config struct {
 	// the exchange stops and the client gets 413. A body with a declared
 	// length is the caller's to check before Serve.
 	MaxRequestBodySize int `yaml:"max_request_body_size"`
-	// MaxResponseBodySize caps a buffered origin response; larger ones are
-	// answered with a 502 so one huge object cannot exhaust the edge's memory.
-	MaxResponseBodySize int `yaml:"max_response_body_size"`
 	// HealthCheckInterval is how often every origin is probed; 0 disables
 	// active checks, leaving only passive detection from real traffic (an
 	// origin that leaves rotation then only returns when every origin is
@@ -97,17 +105,20 @@ func (c Config) Validate() error {
 	if c.DialTimeout < 0 {
 		bad("dial_timeout", "must be >= 0 (0 means %v), got %v", DefaultDialTimeout, c.DialTimeout)
 	}
+	if c.HeaderTimeout < 0 {
+		bad("header_timeout", "must be >= 0 (0 means %v), got %v", DefaultHeaderTimeout, c.HeaderTimeout)
+	}
+	if c.ReadIdleTimeout < 0 {
+		bad("read_idle_timeout", "must be >= 0 (0 means %v), got %v", DefaultReadIdleTimeout, c.ReadIdleTimeout)
+	}
 	if c.Timeout < 0 {
-		bad("timeout", "must be >= 0 (0 means %v), got %v", DefaultTimeout, c.Timeout)
+		bad("timeout", "must be >= 0 (0 means none), got %v", c.Timeout)
 	}
 	if c.MaxConnsPerHost < 0 {
 		bad("max_conns_per_host", "must be >= 0 (0 means %d), got %d", DefaultMaxConnsPerHost, c.MaxConnsPerHost)
 	}
 	if c.MaxRequestBodySize < 0 {
 		bad("max_request_body_size", "must be >= 0 (0 means no limit), got %d", c.MaxRequestBodySize)
-	}
-	if c.MaxResponseBodySize < 0 {
-		bad("max_response_body_size", "must be >= 0 (0 means %d), got %d", DefaultMaxResponseBodySize, c.MaxResponseBodySize)
 	}
 	if c.HealthCheckInterval < 0 {
 		bad("health_check_interval", "must be >= 0 (0 disables active checks), got %v", c.HealthCheckInterval)
@@ -126,29 +137,29 @@ func (c Config) Validate() error {
 func DefaultConfig() Config {
 	return Config{
 		DialTimeout:         DefaultDialTimeout,
-		Timeout:             DefaultTimeout,
+		HeaderTimeout:       DefaultHeaderTimeout,
+		ReadIdleTimeout:     DefaultReadIdleTimeout,
 		MaxConnsPerHost:     DefaultMaxConnsPerHost,
-		MaxResponseBodySize: DefaultMaxResponseBodySize,
 		HealthCheckInterval: DefaultHealthCheckInterval,
 		HealthCheckPath:     DefaultHealthCheckPath,
 		UnhealthyAfter:      DefaultUnhealthyAfter,
 	}
 }
 
-// withDefaults fills zero fields. HealthCheckInterval is left alone: 0 is
-// how an operator turns active checks off.
+// withDefaults fills zero fields. HealthCheckInterval and Timeout are
+// left alone: their 0 turns active checks and the overall bound off.
 func (c Config) withDefaults() Config {
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
 	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
+	if c.HeaderTimeout == 0 {
+		c.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if c.ReadIdleTimeout == 0 {
+		c.ReadIdleTimeout = DefaultReadIdleTimeout
 	}
 	if c.MaxConnsPerHost == 0 {
 		c.MaxConnsPerHost = DefaultMaxConnsPerHost
-	}
-	if c.MaxResponseBodySize == 0 {
-		c.MaxResponseBodySize = DefaultMaxResponseBodySize
 	}
 	if c.HealthCheckPath == "" {
 		c.HealthCheckPath = DefaultHealthCheckPath

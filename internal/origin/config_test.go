@@ -42,15 +42,16 @@ func TestConfigValidate(t *testing.T) {
 			name: "every negative number reported at once",
 			mutate: func(c *Config) {
 				c.DialTimeout = -1
+				c.HeaderTimeout = -time.Second
+				c.ReadIdleTimeout = -time.Second
 				c.Timeout = -time.Second
 				c.MaxConnsPerHost = -1
-				c.MaxResponseBodySize = -1
 				c.HealthCheckInterval = -1
 				c.HealthCheckPath = "healthz"
 				c.UnhealthyAfter = -1
 			},
 			wantErr: []string{
-				"dial_timeout", "timeout", "max_conns_per_host", "max_response_body_size",
+				"dial_timeout", "header_timeout", "read_idle_timeout", "timeout", "max_conns_per_host",
 				"health_check_interval", "health_check_path", "unhealthy_after",
 			},
 		},

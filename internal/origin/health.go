@@ -50,7 +50,7 @@ func (p *Proxy) checkAll() {
 var errUnhealthyStatus = errors.New("origin answered with a server error")
 
 // check sends one GET to HealthCheckPath. Its timeout is the shorter of the
-// request timeout and the interval, so a check never outlives its round.
+// header timeout and the interval, so a check never outlives its round.
 func (p *Proxy) check(o *origin) error {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
@@ -61,7 +61,7 @@ func (p *Proxy) check(o *origin) error {
 	req.SetRequestURI(o.scheme + "://" + o.host + p.cfg.HealthCheckPath)
 	req.Header.SetUserAgent(checkUserAgent)
 
-	timeout := min(p.cfg.Timeout, p.cfg.HealthCheckInterval)
+	timeout := min(p.cfg.HeaderTimeout, p.cfg.HealthCheckInterval)
 	if err := o.client.DoTimeout(req, resp, timeout); err != nil {
 		return fmt.Errorf("checking %s: %w", o.url, err)
 	}

@@ -87,7 +87,7 @@ func TestMetrics(t *testing.T) {
 	cfg.URLs = []string{ok.url(), "http://" + closedAddr(t)}
 	cfg.HealthCheckInterval = 0
 	cfg.UnhealthyAfter = 1
-	cfg.Timeout = 100 * time.Millisecond
+	cfg.HeaderTimeout = 100 * time.Millisecond
 	p, err := New(cfg, reg, nil)
 	require.NoError(t, err)
 	t.Cleanup(p.Close)

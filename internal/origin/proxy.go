@@ -20,16 +20,26 @@
 //     tries the one that failed longest ago, since the health view may be
 //     stale and a try costs at most one dial, where refusing would turn a
 //     flapping check into a full outage;
-//  3. sends the request with one deadline for the whole exchange; a failed
-//     dial (nothing was sent, so any method is safe to resend) is retried
-//     once on another origin within the same deadline;
+//  3. sends the request with a deadline for the response header
+//     (HeaderTimeout, or Timeout when that comes first); a failed dial
+//     (nothing was sent, so any method is safe to resend) is retried once
+//     on another origin within the same deadline;
 //  4. strips hop-by-hop headers from the origin's response and hands it to
-//     the client as is, or answers 502/504 with an application/problem+json
-//     body that never carries origin addresses or error text (those go to
-//     the log).
+//     the client, or answers 502/504 with an application/problem+json body
+//     that never carries origin addresses or error text (those go to the
+//     log). A body of up to 64 KiB with a declared length is read whole
+//     first, as a plain body (and one of unknown length for an HTTP/1.0
+//     client, which cannot take it chunked, up to 64 MiB); any other
+//     streams (stream.go): Serve returns
+//     with the header, and the server copies the body as it arrives, each
+//     read flushed to the client, so no size is too large, server-sent
+//     events arrive as sent, and a client that stops reading stops the
+//     origin. Once the header is in, each read of the body waits at most
+//     ReadIdleTimeout (conn.go): a stream lives as long as it moves.
 package origin
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -64,6 +74,13 @@ type Proxy struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	checkDone sync.WaitGroup
+
+	// streams are the origin connections whose bodies are streaming, for
+	// EndStreams; ended says EndStreams ran (a stream starting later is
+	// ended at once).
+	streamsMu sync.Mutex
+	streams   map[*timedConn]struct{}
+	ended     bool
 }
 
 // OriginStatus is one origin as the proxy currently sees it.
@@ -87,7 +104,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, metrics: m, log: log, stop: make(chan struct{})}
+	p := &Proxy{cfg: cfg, metrics: m, log: log, stop: make(chan struct{}), streams: make(map[*timedConn]struct{})}
 	for _, raw := range cfg.URLs {
 		u, err := url.Parse(raw) // already checked by Validate
 		if err != nil {
@@ -118,6 +135,11 @@ type origin struct {
 	// is healthy: the one that failed longest ago is likeliest back.
 	lastFail atomic.Int64
 
+	// conns puts connections back into client's pool; pending counts the
+	// exchanges under way (the least-loaded pick).
+	conns   connPool
+	pending atomic.Int32
+
 	// logSecond and suppressed keep an outage from turning into one log
 	// line per request: at most one failure line per origin per second.
 	logSecond  atomic.Int64
@@ -142,10 +164,12 @@ func newOrigin(raw string, u *url.URL, cfg Config) *origin {
 			if err != nil {
 				return nil, &dialError{err: err}
 			}
-			return conn, nil
+			return newTimedConn(conn, cfg.ReadIdleTimeout), nil
 		},
-		MaxConns:            cfg.MaxConnsPerHost,
-		MaxResponseBodySize: cfg.MaxResponseBodySize,
+		MaxConns: cfg.MaxConnsPerHost,
+		// Only the health checks' responses are read whole; the proxied
+		// ones stream, which fasthttp never limits.
+		MaxResponseBodySize: maxCheckBody,
 		// Origins routinely send more header than fasthttp's 4 KiB default
 		// (cookies, CSP); a too-small buffer would turn them into 502s.
 		ReadBufferSize: 16 << 10,
@@ -156,6 +180,7 @@ func newOrigin(raw string, u *url.URL, cfg Config) *origin {
 		// Errors are logged; they must not carry request or response bodies.
 		SecureErrorLogMessage: true,
 	}
+	o.conns = newHostConns(o.client.ReleaseConn, o.client.CloseConn)
 	o.healthy.Store(true)
 	return o
 }
@@ -176,11 +201,39 @@ func (e *dialError) Is(target error) bool { return target == errDial }
 // allocates nothing of its own in the steady state.
 type exchange struct {
 	req  fasthttp.Request
+	resp fasthttp.Response
 	buf  []byte
 	body bodyReader
+	// kind is what roundTrip left of the response body: none, small (in
+	// small, read whole) or a stream, whose connection (cc, conn, its
+	// reader br, closeConn: not to be pooled) the exchange holds until
+	// stream, the body on its way to the client, is closed.
+	kind      bodyKind
+	small     []byte
+	cc        any
+	conn      *timedConn
+	br        *bufio.Reader
+	closeConn bool
+	stream    responseBody
 }
 
+// bodyKind is what an exchange has of the response body.
+type bodyKind int
+
+const (
+	bodyNone bodyKind = iota
+	bodySmall
+	bodyStream
+)
+
 var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
+
+// release returns the exchange to its pool, its response already reset.
+func (ex *exchange) release() { exchangePool.Put(ex) }
+
+// maxCheckBody bounds a health check's response, the only one read whole
+// by fasthttp.
+const maxCheckBody = 64 << 20
 
 // Hop is what the edge adds to the request as one more proxy on its way.
 type Hop struct {
@@ -200,15 +253,28 @@ type Hop struct {
 // (or a 502/504 problem) into ctx.Response, replacing whatever was there:
 // the caller adds its own response headers after Serve returns. The
 // request line reaches the origin as the client sent it: the path and the
-// query string byte for byte.
+// query string byte for byte. Serve returns once the origin's header is
+// in; a body larger than 64 KiB or of unknown length is then a body stream
+// of ctx.Response, which the server copies to the client and closes.
 func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 	start := time.Now()
-	deadline := start.Add(p.cfg.Timeout)
+	deadline, until, overall := start.Add(p.cfg.HeaderTimeout), time.Time{}, false
+	if p.cfg.Timeout > 0 {
+		until = start.Add(p.cfg.Timeout)
+		if until.Before(deadline) {
+			deadline, overall = until, true
+		}
+	}
 
+	var o *origin // the last origin tried
 	ex := exchangePool.Get().(*exchange)
+	kept := false // the exchange went with a streamed body
 	defer func() {
 		ex.req.Reset()
-		exchangePool.Put(ex)
+		if !kept {
+			ex.finish(o, false)
+			ex.release()
+		}
 	}()
 	req := &ex.req
 	streamed := ctx.Request.IsBodyStream()
@@ -226,7 +292,6 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 	}
 
 	var (
-		o   *origin
 		err error
 		why reason
 	)
@@ -240,8 +305,9 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 		if p.cfg.RewriteHost || len(ctx.Request.Header.Host()) == 0 {
 			req.Header.SetHost(o.host)
 		}
-		err = o.client.DoDeadline(req, &ctx.Response, deadline)
+		err = p.roundTrip(o, ex, deadline, until, !ctx.Request.Header.IsHTTP11())
 		why = classify(err)
+		p.countTimeout(why, err, overall)
 		if err != nil && ex.body.err != nil {
 			// The client's body failed the exchange, not the origin.
 			why = reasonClientBody
@@ -256,7 +322,7 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 	}
 
 	if why == reasonNone {
-		stripHopByHop(&ctx.Response.Header, ex)
+		kept = p.answer(ctx, ex, o, hop.RequestID)
 		p.metrics.response(ctx.Response.StatusCode())
 		p.metrics.durOK.Observe(time.Since(start).Seconds())
 		return
@@ -282,6 +348,78 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 		writeProblem(ctx, problemOther)
 	}
 	outcome.Observe(time.Since(start).Seconds())
+}
+
+// answer writes the origin's response (its header in ex.resp) into
+// ctx.Response: the header without its hop-by-hop fields, and the small
+// body read with it, or the body as a stream. It reports whether the
+// stream took the exchange.
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, ex *exchange, o *origin, requestID string) bool {
+	resp := &ex.resp
+	n := resp.Header.ContentLength()
+	resp.Header.CopyTo(&ctx.Response.Header)
+	ctx.Response.ResetBody()
+	stripHopByHop(&ctx.Response.Header, ex)
+	switch ex.kind {
+	case bodyNone:
+		return false
+	case bodySmall:
+		ctx.Response.SetBody(ex.small)
+		return false
+	}
+	ex.stream = responseBody{p: p, ex: ex, src: resp.BodyStream(), conn: ex.conn, o: o, id: requestID}
+	p.register(ex.conn)
+	ctx.Response.SetBodyStream(&ex.stream, max(n, -1))
+	return true
+}
+
+// register adds a streaming connection to those EndStreams ends.
+func (p *Proxy) register(c *timedConn) {
+	if c == nil {
+		return
+	}
+	p.streamsMu.Lock()
+	defer p.streamsMu.Unlock()
+	if p.ended {
+		c.end()
+	}
+	p.streams[c] = struct{}{}
+}
+
+func (p *Proxy) unregister(c *timedConn) {
+	if c == nil {
+		return
+	}
+	p.streamsMu.Lock()
+	defer p.streamsMu.Unlock()
+	delete(p.streams, c)
+}
+
+// EndStreams ends every response body streaming from an origin, and any
+// that starts later: each is cut short (its client sees the body end
+// early) and its connection closed. A shutdown calls it when its drain is
+// nearly over, so streams that would never end (server-sent events) do not
+// outlast it.
+func (p *Proxy) EndStreams() {
+	p.streamsMu.Lock()
+	defer p.streamsMu.Unlock()
+	p.ended = true
+	for c := range p.streams {
+		c.end()
+	}
+}
+
+// countTimeout counts a failed attempt's timeout by phase: connect (the
+// dial), header (HeaderTimeout) or total (Timeout, when it came first).
+func (p *Proxy) countTimeout(why reason, err error, overall bool) {
+	switch {
+	case why == reasonConnect && (errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err)):
+		p.metrics.timeouts[phaseConnect].Inc()
+	case why == reasonTimeout && overall:
+		p.metrics.timeouts[phaseTotal].Inc()
+	case why == reasonTimeout:
+		p.metrics.timeouts[phaseHeader].Inc()
+	}
 }
 
 // prefetchedBody is how much of a streamed body fasthttp's server has
@@ -484,13 +622,13 @@ func (p *Proxy) pick(skip *origin) *origin {
 	}
 	start := int(p.next.Add(1) % uint32(n))
 	var best *origin
-	bestLoad := 0
+	var bestLoad int32
 	for i := range n {
 		o := p.origins[(start+i)%n]
 		if o == skip || !o.healthy.Load() {
 			continue
 		}
-		if load := o.client.PendingRequests(); best == nil || load < bestLoad {
+		if load := o.pending.Load(); best == nil || load < bestLoad {
 			best, bestLoad = o, load
 		}
 	}
@@ -549,15 +687,35 @@ func (p *Proxy) record(o *origin, why reason, err error, requestID string) {
 		p.failed(o, "request")
 	}
 	p.metrics.errors[why].Inc()
-
-	now := time.Now().Unix()
-	if last := o.logSecond.Load(); last == now || !o.logSecond.CompareAndSwap(last, now) {
-		o.suppressed.Add(1)
+	if !o.mayLog() {
 		return
 	}
 	p.log.Warn("origin request failed",
 		"origin", o.url, "reason", why.String(), "err", err,
 		"request_id", requestID, "suppressed", o.suppressed.Swap(0))
+}
+
+// logStream logs a streamed body that did not end well. It says nothing
+// about the origin's health: a client going away or a quiet event stream
+// ends a stream as surely as a failing origin.
+func (p *Proxy) logStream(o *origin, end streamEnd, err error, requestID string) {
+	if !o.mayLog() {
+		return
+	}
+	p.log.Info("origin response stream cut short",
+		"origin", o.url, "end", end.String(), "err", err,
+		"request_id", requestID, "suppressed", o.suppressed.Swap(0))
+}
+
+// mayLog keeps an outage from turning into one log line per request: at
+// most one line per origin per second, the others counted as suppressed.
+func (o *origin) mayLog() bool {
+	now := time.Now().Unix()
+	if last := o.logSecond.Load(); last == now || !o.logSecond.CompareAndSwap(last, now) {
+		o.suppressed.Add(1)
+		return false
+	}
+	return true
 }
 
 // succeeded resets the failure streak and brings the origin back into

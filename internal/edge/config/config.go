@@ -151,8 +151,9 @@ type OriginSettings struct {
 	// Workers (+1 for the health check), so every worker can hold one
 	// origin connection.
 	OriginMaxConns int
-	// Origin timeouts.
-	OriginTimeout, OriginDialTimeout time.Duration
+	// Origin timeouts, one per phase of the exchange: connecting, up to the
+	// response header, between reads of the body, and (when set) overall.
+	OriginDialTimeout, OriginHeaderTimeout, OriginReadIdleTimeout, OriginTimeout time.Duration
 }
 
 // RedisSettings are the rate limit store's: Redis, its deadline and fail mode, the
@@ -274,8 +275,9 @@ func DefaultConfig() Config {
 			ShutdownTimeout: 30 * time.Second,
 		},
 		OriginSettings: OriginSettings{
-			OriginTimeout:     10 * time.Second,
-			OriginDialTimeout: time.Second,
+			OriginDialTimeout:     time.Second,
+			OriginHeaderTimeout:   10 * time.Second,
+			OriginReadIdleTimeout: 60 * time.Second,
 		},
 		RedisSettings: RedisSettings{
 			RedisMode:         limiter.ModeStandalone,
@@ -373,8 +375,10 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.KeySaltFile, "key-salt-file", c.KeySaltFile, "file holding the key salt (instead of --key-salt)")
 	fs.IntVar(&c.IPv6Prefix, "ipv6-prefix", c.IPv6Prefix, "prefix length IPv6 clients are keyed by")
 	fs.BoolVar(&c.LegacyHeaders, "legacy-headers", c.LegacyHeaders, "also send X-RateLimit-Limit/-Remaining/-Reset")
-	fs.DurationVar(&c.OriginTimeout, "origin-timeout", c.OriginTimeout, "whole origin exchange; past it 504")
-	fs.DurationVar(&c.OriginDialTimeout, "origin-dial-timeout", c.OriginDialTimeout, "origin connect timeout")
+	fs.DurationVar(&c.OriginDialTimeout, "origin-dial-timeout", c.OriginDialTimeout, "origin connect timeout; past it the next origin is tried, else 502")
+	fs.DurationVar(&c.OriginHeaderTimeout, "origin-header-timeout", c.OriginHeaderTimeout, "from sending the request to the origin's response header (connect and request body included); past it 504")
+	fs.DurationVar(&c.OriginReadIdleTimeout, "origin-read-idle-timeout", c.OriginReadIdleTimeout, "longest wait for more of the origin's response body once its header is in; past it the response is cut short (a stream lives as long as it moves)")
+	fs.DurationVar(&c.OriginTimeout, "origin-timeout", c.OriginTimeout, "whole origin exchange, response body included: past it 504, or the body is cut short; 0 = no bound (long downloads, server-sent events, long polls)")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header block; larger gets 431")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body (streamed to the origin, never held whole); larger gets 413")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open connections one client socket address (an IPv6 client's --ipv6-prefix network) may hold; more are answered 429 at accept; trusted proxies are exempt; 0 = no cap")
@@ -383,7 +387,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.AllowUnderscoresInHeaders, "allow-underscores-in-headers", c.AllowUnderscoresInHeaders, "pass header names with an underscore to the origin (dropped by default: CGI-style origins read X_Api_Key as X-Api-Key)")
 	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
-	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout: HTTP/1.1 the whole response; HTTP/2 each socket write (else the connection is closed) and each 16 KiB piece of a response for a stream (else RST_STREAM)")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout, per write: each socket write must be taken by the client within it, else the connection is closed; HTTP/2 also each 16 KiB piece of a response for a stream (else RST_STREAM)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "keep-alive idle timeout")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "on SIGTERM, how long /readyz reports 503 before the listener closes")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long in-flight requests may take to finish on shutdown")
@@ -656,8 +660,11 @@ func (c Config) Validate() error {
 			bad("allow-methods: %q is not refused by default (only CONNECT and TRACE are)", m)
 		}
 	}
-	for name, d := range map[string]time.Duration{"redis-timeout": c.RedisTimeout, "origin-timeout": c.OriginTimeout, "origin-dial-timeout": c.OriginDialTimeout,
-		"read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout} {
+	if c.OriginTimeout < 0 {
+		bad("origin-timeout: must be ≥ 0 (got %s; 0 = no bound)", c.OriginTimeout)
+	}
+	for name, d := range map[string]time.Duration{"redis-timeout": c.RedisTimeout, "origin-dial-timeout": c.OriginDialTimeout,
+		"origin-header-timeout": c.OriginHeaderTimeout, "origin-read-idle-timeout": c.OriginReadIdleTimeout, "read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout} {
 		if d <= 0 {
 			bad("%s: must be > 0 (got %s)", name, d)
 		}

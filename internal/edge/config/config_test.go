@@ -75,7 +75,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	_, err := ParseFlags([]string{"--help"}, env(nil), &out)
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, name := range []string{"listen", "admin", "origin", "redis", "redis-mode", "redis-timeout", "rules", "region", "pop",
-		"nodes-in-region", "trusted-proxies", "fail-mode", "origin-timeout", "drain-delay", "legacy-headers", "workers",
+		"nodes-in-region", "trusted-proxies", "fail-mode", "origin-timeout", "origin-header-timeout", "origin-read-idle-timeout", "drain-delay", "legacy-headers", "workers",
 		"redis-autopipeline", "consul", "consul-token", "consul-prefix", "rules-cache", "demo-origin", "key-salt", "key-salt-file",
 		"trust-all-proxies", "allow-methods", "max-conns-per-ip", "origin-max-conns", "max-body-bytes",
 		"listen-tls", "tls-cert-dir", "tls-default-cert", "tls-ticket-keys", "proxy-protocol-from"} {

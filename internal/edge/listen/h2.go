@@ -287,7 +287,10 @@ func (h *H2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 
 	resp := &ctx.Response
 	var held int64 // what the body holds of the budget until it is written
-	if n := int64(len(resp.Body())); r.Method != http.MethodHead && n >= h2HeldMin {
+	// A streamed body (an origin's large or unknown-length one) is never
+	// held whole: it is copied as it arrives, a piece at a time (Body
+	// would read it all into memory).
+	if n := heldBody(resp); r.Method != http.MethodHead && n >= h2HeldMin {
 		if h.held.take(mc.streams.client, n) {
 			held = n
 		} else {
@@ -306,6 +309,14 @@ func (h *H2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	h2Streams.Put(st) // not on a panic: a stream in an unknown state is not reused
 }
 
+// heldBody is the size of a body held in memory (0 for a stream).
+func heldBody(resp *fasthttp.Response) int64 {
+	if resp.IsBodyStream() {
+		return 0
+	}
+	return int64(len(resp.Body()))
+}
+
 // writeHeader hands the response's status and fields to net/http.
 // net/http encodes the fields after the handler may have returned, so
 // they cannot point into the stream's reused buffers: the names and values
@@ -318,12 +329,16 @@ func (h *H2Server) writeHeader(w http.ResponseWriter, st *h2Stream, method strin
 		b = append(append(b, k...), v...)
 		n++
 	}
-	contentLength := -1
+	// A streamed body's length is the one declared (-1: unknown, sent
+	// as DATA frames until END_STREAM).
+	contentLength := resp.Header.ContentLength()
 	if !resp.IsBodyStream() {
 		contentLength = len(resp.Body())
 		if method == http.MethodHead && resp.Header.ContentLength() >= 0 {
 			contentLength = resp.Header.ContentLength()
 		}
+	}
+	if contentLength >= 0 {
 		b = fasthttp.AppendUint(b, contentLength)
 	}
 	st.buf = b

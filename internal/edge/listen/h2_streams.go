@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,6 +281,9 @@ func (bw *h2BodyWriter) arm() {
 }
 
 func (bw *h2BodyWriter) Write(p []byte) (int, error) {
+	if bw.timedOut {
+		return 0, os.ErrDeadlineExceeded
+	}
 	n := 0
 	for len(p) > 0 {
 		k := min(len(p), h2WritePiece)
@@ -295,6 +299,25 @@ func (bw *h2BodyWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// Flush sends what net/http buffered of the stream to the client: a
+// streamed body calls it after every piece it copies, so events reach the
+// client as the origin sends them.
+func (bw *h2BodyWriter) Flush() error {
+	f, ok := bw.w.(http.Flusher)
+	if !ok {
+		return nil
+	}
+	bw.arm()
+	f.Flush()
+	// Flush says nothing of a failure: a flush that took until the
+	// deadline was the stream's reset.
+	if !time.Now().Before(bw.deadline) {
+		bw.timedOut = true
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
 // writeBody writes resp's body to the stream; it reports whether the
 // write timeout ended the stream.
 func (h *H2Server) writeBody(w http.ResponseWriter, resp *fasthttp.Response) (timedOut bool) {
@@ -303,7 +326,7 @@ func (h *H2Server) writeBody(w http.ResponseWriter, resp *fasthttp.Response) (ti
 		return false // the header alone: not held by flow control
 	}
 	rc, _ := w.(writeDeadliner)
-	if streamed { // (no response is streamed yet)
+	if streamed { // an origin's body, copied as it arrives (and flushed)
 		bw := &h2BodyWriter{w: w, rc: rc, timeout: h.cfg.WriteTimeout}
 		bw.arm()
 		_ = resp.BodyWriteTo(bw)

@@ -59,8 +59,19 @@ func (e *Pipeline) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total ti
 	line.Dur("upstream_seconds", sc.upstream).
 		Dur("total_seconds", total).
 		Int("bytes_in", int64(max(ctx.Request.Header.ContentLength(), 0))).
-		Int("bytes_out", int64(len(ctx.Response.Body())))
+		Int("bytes_out", bytesOut(&ctx.Response))
 	e.access.Send(line)
+}
+
+// bytesOut is the response body's size as the line is written, when the
+// handler returns: a body streaming from the origin has not been sent yet,
+// so it is its declared length, or -1 when it streams chunked (reading
+// Body would pull the whole stream into memory).
+func bytesOut(resp *fasthttp.Response) int64 {
+	if resp.IsBodyStream() {
+		return int64(max(resp.Header.ContentLength(), -1))
+	}
+	return int64(len(resp.Body()))
 }
 
 // decidedBy is what the access log and the request's span say decided a

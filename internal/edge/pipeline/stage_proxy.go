@@ -15,6 +15,15 @@ import (
 // streamed, and adds the RateLimit fields to the origin's response; a rule
 // that counts by the response counts it once the response is ready
 // (response.go). It is the last stage: it never calls next.
+//
+// Serve returns with the origin's response header (and a body of up to
+// 64 KiB); a larger body streams after the handler returns. So upstream is
+// the time to the response header, the RateLimit fields and the edge's
+// own headers go out ahead of the body, a response-counted rule counts by
+// the status and headers, and the worker slot, an adaptive origin slot
+// and a concurrency rule's slot are all given back when the header is in,
+// not when the body has gone: a stream that lasts hours holds none of
+// them (the write and read-idle timeouts bound it instead).
 func (e *Pipeline) proxyStage(sc *scratch) string {
 	ctx := sc.ctx
 	hop := origin.Hop{Peer: sc.peer.String(), Trusted: sc.trusted, RequestID: e.requestID(ctx, sc.trusted)}
