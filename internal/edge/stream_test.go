@@ -392,3 +392,33 @@ func TestStreamAccessLog(t *testing.T) {
 	require.Equal(t, "/events", lines[1].Path)
 	close(o.next)
 }
+
+// A concurrency rule's slot is held to the end of a streamed body, not
+// only to its header: a client downloading holds its slot, a second
+// request of its is denied until the download ends, then admitted.
+func TestStreamHoldsItsConcurrencySlot(t *testing.T) {
+	o := startStreamOrigin(t)
+	r := startEdge(t, oneSlot, func(c *config.Config) { c.Origins = []string{o.url} })
+	const size = 1 << 20
+	resp := r.get(t, fmt.Sprintf("/held?n=%d", size))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	first := make([]byte, 128<<10)
+	_, err := io.ReadFull(resp.Body, first) // past the header: the body streams, the origin holds the rest
+	require.NoError(t, err)
+	require.NoError(t, <-o.done)
+
+	require.Equal(t, http.StatusTooManyRequests, r.get(t, "/object?n=10").StatusCode, "the download holds the client's one slot")
+
+	close(o.release)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.NoError(t, <-o.done)
+	// The slot is given back once the edge has written the body: in the
+	// background, so the next request may find it just before.
+	require.Eventually(t, func() bool {
+		resp := r.get(t, "/object?n=10")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "the slot comes back when the download ends")
+}

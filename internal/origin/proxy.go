@@ -247,6 +247,13 @@ type Hop struct {
 	Trusted bool
 	// RequestID, when not empty, replaces X-Request-ID.
 	RequestID string
+	// AtEnd, when set, is called once when a streamed response's body has
+	// ended (written whole, cut, or dropped unwritten), after its origin
+	// connection is given back: what the caller holds for the whole
+	// exchange (a concurrency slot) it gives back there. It is not called
+	// when Serve returns the whole response: ctx.Response.IsBodyStream()
+	// after Serve tells which.
+	AtEnd func()
 }
 
 // Serve forwards ctx.Request to an origin and writes the origin's response
@@ -322,7 +329,7 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 	}
 
 	if why == reasonNone {
-		kept = p.answer(ctx, ex, o, hop.RequestID)
+		kept = p.answer(ctx, ex, o, hop.RequestID, hop.AtEnd)
 		p.metrics.response(ctx.Response.StatusCode())
 		p.metrics.durOK.Observe(time.Since(start).Seconds())
 		return
@@ -354,7 +361,7 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 // ctx.Response: the header without its hop-by-hop fields, and the small
 // body read with it, or the body as a stream. It reports whether the
 // stream took the exchange.
-func (p *Proxy) answer(ctx *fasthttp.RequestCtx, ex *exchange, o *origin, requestID string) bool {
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, ex *exchange, o *origin, requestID string, atEnd func()) bool {
 	resp := &ex.resp
 	n := resp.Header.ContentLength()
 	resp.Header.CopyTo(&ctx.Response.Header)
@@ -367,7 +374,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, ex *exchange, o *origin, reques
 		ctx.Response.SetBody(ex.small)
 		return false
 	}
-	ex.stream = responseBody{p: p, ex: ex, src: resp.BodyStream(), conn: ex.conn, o: o, id: requestID}
+	ex.stream = responseBody{p: p, ex: ex, src: resp.BodyStream(), conn: ex.conn, o: o, id: requestID, atEnd: atEnd}
 	p.register(ex.conn)
 	ctx.Response.SetBodyStream(&ex.stream, max(n, -1))
 	return true

@@ -56,6 +56,7 @@ type responseBody struct {
 	conn   *timedConn
 	o      *origin
 	id     string
+	atEnd  func() // Hop.AtEnd
 	copied bool
 	end    streamEnd
 	err    error
@@ -165,7 +166,11 @@ func (b *responseBody) Close() error {
 	// A body read to its end gives the connection back; any other
 	// closes it.
 	ex.finish(b.o, b.end == endComplete)
+	atEnd := b.atEnd
 	*b = responseBody{}
 	ex.release()
+	if atEnd != nil {
+		atEnd()
+	}
 	return nil
 }

@@ -108,6 +108,11 @@ type ruling struct {
 	all         []applied // every rule's outcome, shadow ones too (access log)
 	// penalised: denied by a penalty (escapes.go), not counted.
 	penalised bool
+	// atEnd gives back a concurrency slot the limit stage holds (nil:
+	// none); endHandedOn says the proxy handed it to a streamed body's
+	// end (origin.Hop.AtEnd) instead of the limit stage's return.
+	atEnd       func()
+	endHandedOn bool
 }
 
 // recorded is the rest of what the record writes down of a request.
@@ -146,6 +151,7 @@ func (sc *scratch) reset() {
 	sc.ctx, sc.stage, sc.start, sc.peer, sc.trusted, sc.path = nil, 0, time.Time{}, netip.Addr{}, false, ""
 	sc.headers = headerLookup{}
 	sc.bh, sc.req, sc.rider, sc.limitDenied, sc.denyRetry = bhlayer.Request{}, rules.Request{}, nil, false, 0
+	sc.atEnd, sc.endHandedOn = nil, false
 }
 
 var scratchPool = sync.Pool{New: newScratch}

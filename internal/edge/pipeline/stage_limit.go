@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/edgeguard/edgeguard/internal/problem"
@@ -47,8 +48,32 @@ func (e *Pipeline) limitStage(sc *scratch) string {
 		deny(ctx, sc.applied, e.cfg.LegacyHeaders)
 		return outcomeDenied
 	}
-	defer e.limiter.ReleaseAsync(verdict) // never holds the response back
-	return e.next(sc)
+	if !holdsSlot(verdict) {
+		return e.next(sc)
+	}
+	// A concurrency slot is held for the whole exchange: to the end of a
+	// streamed body (proxy stage, origin.Hop.AtEnd), else until the rest of
+	// the pipeline returns. Released in the background either way: never
+	// holds the response back.
+	held := verdict
+	held.Checks = slices.Clone(verdict.Checks) // the scratch's buffer is the next request's
+	sc.atEnd = func() { e.limiter.ReleaseAsync(held) }
+	outcome := e.next(sc)
+	if !sc.endHandedOn {
+		e.limiter.ReleaseAsync(held)
+	}
+	return outcome
+}
+
+// holdsSlot says whether v holds a unit until the request ends (a
+// concurrency slot).
+func holdsSlot(v limiter.Verdict) bool {
+	for _, c := range v.Checks {
+		if c.Admitted > 0 && c.Lease.Limit.Algorithm.Spec().Held {
+			return true
+		}
+	}
+	return false
 }
 
 // limiterDenial says whether the limiter itself denied (not a failed

@@ -26,7 +26,7 @@ import (
 // them (the write and read-idle timeouts bound it instead).
 func (e *Pipeline) proxyStage(sc *scratch) string {
 	ctx := sc.ctx
-	hop := origin.Hop{Peer: sc.peer.String(), Trusted: sc.trusted, RequestID: e.requestID(ctx, sc.trusted)}
+	hop := origin.Hop{Peer: sc.peer.String(), Trusted: sc.trusted, RequestID: e.requestID(ctx, sc.trusted), AtEnd: sc.atEnd}
 	if e.seen != nil {
 		e.seen(ctx, &sc.req, hop.RequestID)
 	}
@@ -35,6 +35,9 @@ func (e *Pipeline) proxyStage(sc *scratch) string {
 	e.tracing.inject(octx, &ctx.Request.Header)
 	upstream := time.Now()
 	e.proxy.Serve(ctx, hop)
+	// A streamed body calls AtEnd when it ends; anything else is given
+	// back when the limit stage returns.
+	sc.endHandedOn = sc.atEnd != nil && ctx.Response.IsBodyStream()
 	sc.upstream = time.Since(upstream)
 	ctx.Response.Header.Del(problem.NotProcessed) // the edge's word, never the origin's
 	ospan.End()
