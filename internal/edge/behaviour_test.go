@@ -21,6 +21,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -65,7 +66,15 @@ func TestBehaviourFromConsulLive(t *testing.T) {
 		if want == "" {
 			want = "off"
 		}
-		require.Equal(t, want, debugMode(t, r))
+		// The layer learns the rules just after they are swapped in
+		// (SetRules): the mode is waited for, not read at the swap.
+		err := proc.PollEvery(testenv.Within(t, 10*time.Second), 10*time.Millisecond, "behaviour mode "+want, func(context.Context) error {
+			if got := debugMode(t, r); got != want {
+				return fmt.Errorf("mode %s", got)
+			}
+			return nil
+		})
+		require.NoError(t, err)
 	}
 }
 
