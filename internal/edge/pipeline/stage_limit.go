@@ -69,7 +69,9 @@ func (e *Pipeline) limitStage(sc *scratch) string {
 // concurrency slot).
 func holdsSlot(v limiter.Verdict) bool {
 	for _, c := range v.Checks {
-		if c.Admitted > 0 && c.Lease.Limit.Algorithm.Spec().Held {
+		// Units held in a store only: a decision without a lease (failing
+		// open, say) holds nothing, and its lease's algorithm is unset.
+		if c.Lease.Units > 0 && c.Lease.Limit.Algorithm.Spec().Held {
 			return true
 		}
 	}
