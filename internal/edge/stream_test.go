@@ -422,3 +422,25 @@ func TestStreamHoldsItsConcurrencySlot(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond, "the slot comes back when the download ends")
 }
+
+// A client that leaves mid-download gives its concurrency slot back: the
+// edge's write fails, the stream closes, the slot is released (not held
+// until its window passes).
+func TestStreamClientGoneReleasesItsSlot(t *testing.T) {
+	o := startStreamOrigin(t)
+	r := startEdge(t, oneSlot, func(c *config.Config) { c.Origins = []string{o.url} })
+	resp := r.get(t, fmt.Sprintf("/held?n=%d", 64<<20))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, err := io.ReadFull(resp.Body, make([]byte, 128<<10))
+	require.NoError(t, err)
+	require.NoError(t, <-o.done)
+	require.Equal(t, http.StatusTooManyRequests, r.get(t, "/object?n=10").StatusCode, "the download holds the slot")
+
+	require.NoError(t, resp.Body.Close()) // the client leaves mid-body
+	close(o.release)                      // the origin sends on; the edge's writes to the gone client fail
+	require.Eventually(t, func() bool {
+		resp := r.get(t, "/object?n=10")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "the slot comes back once the stream ends, well before the rule's 1m window")
+}

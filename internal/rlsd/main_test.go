@@ -3,6 +3,7 @@ package rlsd_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	poll "github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -171,19 +173,18 @@ func startBin(t *testing.T, bin string, args, env []string) *proc {
 			t.Logf("edge rls log:\n%s", p.log.String())
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	err := poll.PollEvery(testenv.Within(t, 60*time.Second), 20*time.Millisecond, "edge rls serving", func(context.Context) error {
 		select {
 		case <-p.done:
-			t.Fatalf("edge rls exited before serving: %v\n%s", p.err, p.log.String())
+			return poll.Permanent(fmt.Errorf("exited before serving: %v", p.err))
 		default:
 		}
-		if code, _ := p.get(t, "/healthcheck"); code == http.StatusOK {
-			break
+		if code, body := p.get(t, "/healthcheck"); code != http.StatusOK {
+			return fmt.Errorf("/healthcheck: %d %s", code, body)
 		}
-		require.True(t, time.Now().Before(deadline), "edge rls not serving within 60 s:\n%s", p.log.String())
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
+	require.NoError(t, err, p.log.String())
 	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
@@ -234,11 +235,12 @@ func (p *proc) health(t *testing.T) healthpb.HealthCheckResponse_ServingStatus {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		require.True(t, time.Now().Before(deadline), "%s: not within %s", what, within)
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+	require.NoError(t, poll.PollEvery(testenv.Within(t, within), 10*time.Millisecond, what, func(context.Context) error {
+		if !cond() {
+			return errors.New("not yet")
+		}
+		return nil
+	}))
 }
 
 // stop sends SIGTERM and checks the drain: NOT_SERVING on gRPC health
