@@ -1,6 +1,7 @@
 package origin
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -22,6 +23,7 @@ const (
 	DefaultHealthCheckInterval = 2 * time.Second
 	DefaultHealthCheckPath     = "/"
 	DefaultUnhealthyAfter      = 3
+	DefaultEjectFor            = 30 * time.Second
 )
 
 // Config says where the origins are and how hard to try them. Start from
@@ -74,6 +76,27 @@ type Config struct {
 	// client's. Off by default: a CDN origin usually serves many sites and
 	// routes on the Host the client asked for.
 	RewriteHost bool `yaml:"rewrite_host"`
+	// EjectFor is how long an origin that real traffic took out of
+	// rotation (UnhealthyAfter failures in a row) stays out before it is
+	// tried again by a request, whether or not active checks run. 0 means
+	// DefaultEjectFor.
+	EjectFor time.Duration `yaml:"eject_for"`
+	// TLS is how an https origin is reached. Verification is on unless
+	// InsecureSkipVerify says otherwise.
+	TLS TLSConfig `yaml:"tls"`
+}
+
+// TLSConfig is the TLS to an https origin.
+type TLSConfig struct {
+	// ServerName is sent as SNI and verified against the origin's
+	// certificate; "" means the URL's host name.
+	ServerName string `yaml:"server_name"`
+	// CAPEM is a PEM bundle of the CAs trusted for the origin's
+	// certificate; empty means the system's roots.
+	CAPEM []byte `yaml:"ca_pem"`
+	// InsecureSkipVerify accepts any certificate the origin shows. Off by
+	// default; for an origin whose certificate cannot be verified at all.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
 
 // Validate reports every problem at once, each naming its field, so an
@@ -129,6 +152,14 @@ func (c Config) Validate() error {
 	if c.UnhealthyAfter < 0 {
 		bad("unhealthy_after", "must be >= 0 (0 means %d), got %d", DefaultUnhealthyAfter, c.UnhealthyAfter)
 	}
+	if c.EjectFor < 0 {
+		bad("eject_for", "must be >= 0 (0 means %v), got %v", DefaultEjectFor, c.EjectFor)
+	}
+	if len(c.TLS.CAPEM) > 0 {
+		if !x509.NewCertPool().AppendCertsFromPEM(c.TLS.CAPEM) {
+			bad("tls.ca_pem", "no PEM certificate in it")
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -143,6 +174,7 @@ func DefaultConfig() Config {
 		HealthCheckInterval: DefaultHealthCheckInterval,
 		HealthCheckPath:     DefaultHealthCheckPath,
 		UnhealthyAfter:      DefaultUnhealthyAfter,
+		EjectFor:            DefaultEjectFor,
 	}
 }
 
@@ -166,6 +198,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.UnhealthyAfter == 0 {
 		c.UnhealthyAfter = DefaultUnhealthyAfter
+	}
+	if c.EjectFor == 0 {
+		c.EjectFor = DefaultEjectFor
 	}
 	return c
 }
