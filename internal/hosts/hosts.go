@@ -31,11 +31,14 @@ const DefaultPool = "default"
 const SchemaVersion = 1
 
 // Limits on one document. They keep a table in one Consul value (no parts,
-// so an edge reads it in one consistent query) and bound what a malformed
-// or hostile document can cost an edge to read.
+// so an edge reads it in one consistent query) whose push, the history
+// entry holding it again included, fits Consul's 512 KiB transaction; and
+// they bound what a malformed or hostile document can cost an edge to read.
+// In practice the size comes first: 128 KiB hold about 3,500 entries of a
+// typical length; a wildcard stands for any number of hosts.
 const (
-	MaxDocumentSize = 192 << 10 // bytes of YAML
-	MaxHosts        = 10000     // host entries
+	MaxDocumentSize = 128 << 10 // bytes of YAML
+	MaxHosts        = 5000      // host entries
 	MaxPools        = 256       // pools, each with its own connections and health checks
 	MaxURLsPerPool  = 64        // origins in one pool
 	MaxPoolNameLen  = 64
