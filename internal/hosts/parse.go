@@ -98,18 +98,22 @@ func Parse(doc []byte) (*Table, error) {
 	strict.KnownFields(true)
 	var errs []error
 	err := strict.Decode(&t)
+	whole := err == nil
 	if err != nil {
+		// Fields of the wrong type leave the rest decoded, which is
+		// validated too; a repeated key leaves its whole mapping out,
+		// and any other error leaves nothing worth validating.
+		var te *yaml.TypeError
+		whole = errors.As(err, &te)
 		for _, p := range Problems(yamlProblems(err)) {
 			if p.Path == "" && p.Line > 0 {
 				p.Path = pathAt(&root, p.Line)
 			}
+			whole = whole && !strings.Contains(p.Msg, "already defined at line")
 			errs = append(errs, p)
 		}
 	}
-	// Fields of the wrong type leave the rest decoded, which is
-	// validated too; any other error leaves nothing worth validating.
-	var te *yaml.TypeError
-	if err == nil || errors.As(err, &te) {
+	if whole {
 		errs = append(errs, t.validate(lines{&root})...)
 	}
 	if len(errs) > 0 {

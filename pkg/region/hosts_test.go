@@ -87,4 +87,3 @@ func TestHostsPushReadWatch(t *testing.T) {
 	cancel()
 	<-done
 }
-
