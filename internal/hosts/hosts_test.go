@@ -110,7 +110,7 @@ func TestValidationProblems(t *testing.T) {
 		{"comments only", "# nothing\n", `version: empty document`},
 		{"no version", "hosts: {}\n", `line 1: version: required: 1`},
 		{"version 2", "version: 2\n", `line 1: version: unsupported version 2`},
-		{"not a mapping", "- a\n", `line 1: [0]: cannot unmarshal !!seq into hosts.Table`},
+		{"not a mapping", "- a\n", `line 1: cannot unmarshal !!seq into hosts.Table`},
 		{"syntax", "version: 1\nhosts: {a: [\n", `line 2: did not find expected node content`},
 		{"unknown top field", "version: 1\norigins: {}\n", `line 2: origins: unknown field "origins"`},
 		{"unknown pool field", pool + "    colour: blue\n", `line 5: pools.p.colour: unknown field "colour"`},
@@ -288,6 +288,30 @@ func TestLimits(t *testing.T) {
 		p, _, ok := ix.Lookup(long)
 		require.True(t, ok)
 		require.Equal(t, "*.com", p)
+	})
+	t.Run("deep nesting", func(t *testing.T) {
+		got := problemsOf(t, "version: 1\nhosts: "+strings.Repeat("[", 100000)+"\n")
+		require.NotEmpty(t, got)
+	})
+	t.Run("binary garbage", func(t *testing.T) {
+		doc := make([]byte, 4096)
+		for i := range doc {
+			doc[i] = byte(i*7 + i/13)
+		}
+		_, err := Parse(doc)
+		require.ErrorIs(t, err, ErrInvalid)
+		require.NotEmpty(t, Problems(err))
+	})
+	t.Run("wrong shapes", func(t *testing.T) {
+		for doc, want := range map[string]string{
+			"version: one\n":                               "line 1: version: cannot unmarshal !!str `one` into int",
+			"version: 1\nhosts: [a.com]\n":                "line 2: hosts: cannot unmarshal !!seq into map[string]hosts.Host",
+			"version: 1\nhosts: {a.com: shop}\n":          "line 2: hosts.\"a.com\": cannot unmarshal !!str `shop` into hosts.Host",
+			"version: 1\npools: {p: {urls: http://o}}\n":  "line 2: pools.p.urls: cannot unmarshal !!str `http://o` into []string",
+			"version: 1\npools: {p: {rewrite_host: 1}}\n": "line 2: pools.p.rewrite_host: cannot unmarshal !!int `1` into bool",
+		} {
+			require.Contains(t, problemsOf(t, doc), want, doc)
+		}
 	})
 	t.Run("alias expansion", func(t *testing.T) {
 		doc := "version: 1\nx: &a [1,1,1,1,1,1,1,1,1]\ny: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nz: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"

@@ -269,7 +269,9 @@ func pathAt(root *yaml.Node, line int) string {
 		case yaml.SequenceNode:
 			for i, c := range n.Content {
 				p := path + "[" + strconv.Itoa(i) + "]"
-				if c.Line == line && c.Kind == yaml.ScalarNode {
+				// An item on its sequence's own line (a flow sequence
+				// after its key) is named by the key.
+				if c.Line == line && c.Kind == yaml.ScalarNode && n.Line != line {
 					best = p
 				}
 				walk(c, p)

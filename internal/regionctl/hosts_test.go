@@ -86,6 +86,16 @@ func TestHostsValidate(t *testing.T) {
 	require.Equal(t, 4.0, p0["line"])
 	require.Equal(t, "pools.shop.urls[0]", p0["field"])
 
+	// Garbage, and a file over the size limit: exit 4, said in one line.
+	garbage := hostsFile(t, "\x00\xff\xfe{{[[")
+	r = run(t, "hosts", "validate", garbage)
+	require.Equal(t, ExitInvalid, r.code, r)
+	require.Contains(t, r.stderr, garbage+": invalid (1 problem)")
+	huge := hostsFile(t, "version: 1\n#"+strings.Repeat("x", hosts.MaxDocumentSize)+"\n")
+	r = run(t, "hosts", "validate", huge)
+	require.Equal(t, ExitInvalid, r.code, r)
+	require.Contains(t, r.stderr, huge+": document of 131085 bytes is over the 131072 byte limit")
+
 	r = run(t, "hosts", "validate", filepath.Join(t.TempDir(), "absent.yaml"))
 	require.Equal(t, ExitError, r.code, r)
 	r = run(t, "hosts", "validate")
