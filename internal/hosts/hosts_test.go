@@ -304,7 +304,7 @@ func TestLimits(t *testing.T) {
 	})
 	t.Run("wrong shapes", func(t *testing.T) {
 		for doc, want := range map[string]string{
-			"version: one\n":                               "line 1: version: cannot unmarshal !!str `one` into int",
+			"version: one\n":                              "line 1: version: cannot unmarshal !!str `one` into int",
 			"version: 1\nhosts: [a.com]\n":                "line 2: hosts: cannot unmarshal !!seq into map[string]hosts.Host",
 			"version: 1\nhosts: {a.com: shop}\n":          "line 2: hosts.\"a.com\": cannot unmarshal !!str `shop` into hosts.Host",
 			"version: 1\npools: {p: {urls: http://o}}\n":  "line 2: pools.p.urls: cannot unmarshal !!str `http://o` into []string",
