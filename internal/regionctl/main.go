@@ -43,7 +43,7 @@ const (
 	ExitDiffError = 10 // rules diff: an error other commands exit 1 for
 )
 
-const usageText = `regionctl manages edgeguard rules, shedder settings and TLS certificates in Consul, region by region.
+const usageText = `regionctl manages edgeguard rules, shedder settings, host tables and TLS certificates in Consul, region by region.
 
 Usage:
   regionctl [global flags] <command> [flags] [args]
@@ -95,13 +95,23 @@ Rate limit service (envoyproxy/ratelimit YAML, one domain per document; see docs
   rls rollback --region R [--to VERSION] NAME  restore a document from history: the previous version (a removed
                                                one comes back), or the given version or history seq
 
+Host table (YAML; which origin pool serves which hostname, see docs/hosts.md):
+  hosts validate FILE...                       check tables offline, listing every problem as FILE:LINE
+  hosts diff OLD NEW                           host- and pool-level diff of two files, offline
+                                               (exit codes as rules diff)
+  hosts diff --region R FILE                   the same against R's stored table
+  hosts push --region R FILE                   write FILE as R's host table (validated, check-and-set, history)
+  hosts get --region R                         the stored table with its version and ModifyIndex
+  hosts rollback --region R [--to VERSION]     restore the previous (or the given) table from history
+
 Regions:
   regions status [--region R]                  per region and PoP: healthy edges and the rules each runs,
                                                flagging edges that have not converged
   catalog push FILE                            write the region catalog (JSON: each region's name and Redis,
                                                for scope: global rules) into every region it lists
 
-Push flags (rules push, rules rollback, enforcement set, enforcement rollback):
+Push flags (rules push, rules rollback, enforcement set, enforcement rollback,
+hosts push, hosts rollback):
 --dry-run shows what would change (rules added, removed, changed; versions; the
 affected rules' requests/s by decision from --prometheus URL or $PROMETHEUS_URL)
 and writes nothing; --expect-version V refuses (exit 3) unless the document in
@@ -134,16 +144,16 @@ Global flags (before or after the command):
   --timeout DUR      bound on each Consul request (default 10s)
 
 Exit codes:
-  0  success ("rules diff": the rules are the same)
-  1  error ("rules diff": the rules differ)
+  0  success ("rules diff", "hosts diff": the same)
+  1  error ("rules diff", "hosts diff": they differ)
   2  usage error
   3  conflict: the document changed since it was read (another push won); re-run
-  4  invalid rules document or shedder settings; nothing was written
+  4  invalid rules document, shedder settings or host table; nothing was written
   5  permission denied by Consul ACLs
   6  not converged (regions status): a healthy edge runs other rules than KV holds
   7  Consul unreachable: the agent, or through it a region's servers
   8  unknown region
-  10 rules diff and rls diff: any other error (other commands exit 1 for it),
+  10 rules diff, rls diff and hosts diff: any other error (other commands exit 1 for it),
      so that they exit 0 same, 1 different, 2 and up trouble, like diff(1)
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.
@@ -306,6 +316,11 @@ var commands = map[string]func(a *app, args []string) error{
 	"rls rm":         (*app).rlsRm,
 	"rls rollback":   (*app).rlsRollback,
 	"rls get":        (*app).rlsGet,
+	"hosts validate": (*app).hostsValidate,
+	"hosts diff":     (*app).hostsDiffCoded,
+	"hosts push":     (*app).hostsPush,
+	"hosts get":      (*app).hostsGet,
+	"hosts rollback": (*app).hostsRollback,
 
 	// Global rules' region catalog.
 	"catalog push": (*app).catalogPush,

@@ -215,12 +215,12 @@ func (a *app) rulesGet(args []string) error {
 
 // rules history --region R [--limit N] [--kind K]
 func (a *app) rulesHistory(args []string) error {
-	fs := a.flags("rules history", "--region R [--limit N] [--kind rules|global|region|shedder|enforcement|rls|all]")
+	fs := a.flags("rules history", "--region R [--limit N] [--kind rules|global|region|shedder|enforcement|rls|hosts|all]")
 	var r, kind string
 	var limit int
 	regionVar(fs, &r)
 	fs.IntVar(&limit, "limit", 20, "show at most `N` entries, newest first (0: all)")
-	fs.StringVar(&kind, "kind", "all", "which entries: rules (global and region), global, region, shedder, enforcement, rls (rate limit service documents) or all")
+	fs.StringVar(&kind, "kind", "all", "which entries: rules (global and region), global, region, shedder, enforcement, rls (rate limit service documents), hosts or all")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -239,9 +239,10 @@ func (a *app) rulesHistory(args []string) error {
 		"shedder":     func(k string) bool { return k == region.KindShedder },
 		"enforcement": func(k string) bool { return k == region.KindEnforcement },
 		"rls":         func(k string) bool { return k == region.KindRLS },
+		"hosts":       func(k string) bool { return k == region.KindHosts },
 	}[kind]
 	if keep == nil {
-		return usagef("--kind must be rules, global, region, shedder, enforcement, rls or all, got %q", kind)
+		return usagef("--kind must be rules, global, region, shedder, enforcement, rls, hosts or all, got %q", kind)
 	}
 	s, err := a.connectRegion(r)
 	if err != nil {
