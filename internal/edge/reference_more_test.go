@@ -236,7 +236,7 @@ func regionctlReference(t *testing.T) string {
 	var cmds []string
 	for line := range strings.Lines(top) {
 		f := strings.Fields(line)
-		if len(f) >= 2 && strings.HasPrefix(line, "  ") && (f[0] == "rules" || f[0] == "shedder" || f[0] == "enforcement" || f[0] == "regions" || f[0] == "rls") && !strings.HasPrefix(f[1], "-") {
+		if len(f) >= 2 && strings.HasPrefix(line, "  ") && (f[0] == "rules" || f[0] == "shedder" || f[0] == "enforcement" || f[0] == "regions" || f[0] == "rls" || f[0] == "hosts") && !strings.HasPrefix(f[1], "-") {
 			cmds = append(cmds, f[0]+" "+f[1])
 		}
 	}
