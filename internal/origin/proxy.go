@@ -41,6 +41,7 @@ package origin
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,12 @@ type Proxy struct {
 	origins []*origin
 	metrics *metrics
 	log     *slog.Logger
+	// shared and label are the Metrics the pool counts into and its pool
+	// label there, for Close.
+	shared *Metrics
+	label  string
+	// now is the clock of ejections (time.Now but in tests).
+	now func() time.Time
 
 	// next rotates the scan start so equally loaded origins share traffic
 	// instead of the first one taking every tie.
@@ -89,10 +96,32 @@ type OriginStatus struct {
 	Healthy bool
 }
 
-// New builds a proxy over cfg.URLs and, unless cfg.HealthCheckInterval is
-// 0, starts checking them in the background; Close stops the checks. Every
-// origin starts in rotation. reg and log may be nil.
+// New builds a proxy over cfg.URLs with metrics of its own on reg: the
+// NewMetrics and NewPool of a single pool. Several pools on one registry
+// share one Metrics instead.
 func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("validating origin config: %w", err)
+	}
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return NewPool(cfg, m, log)
+}
+
+// NewPool builds the pool cfg.Pool over cfg.URLs, counting into m under
+// its name, and, unless cfg.HealthCheckInterval is 0, starts checking the
+// origins in the background; Close stops the checks and removes the
+// pool's series. Every origin starts in rotation. m and log may be nil
+// (metrics of its own, unregistered; no log).
+func NewPool(cfg Config, m *Metrics, log *slog.Logger) (*Proxy, error) {
+	return newPool(cfg, m, log, time.Now)
+}
+
+// newPool is NewPool on the clock now, which decides when an ejected
+// origin may be tried again (tests walk it forward instead of sleeping).
+func newPool(cfg Config, m *Metrics, log *slog.Logger, now func() time.Time) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validating origin config: %w", err)
 	}
@@ -100,25 +129,34 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, err
+	if m == nil {
+		m, _ = NewMetrics(nil) // cannot fail unregistered
 	}
-	p := &Proxy{cfg: cfg, metrics: m, log: log, stop: make(chan struct{}), streams: make(map[*timedConn]struct{})}
+	p := &Proxy{cfg: cfg, shared: m, log: log, now: now, stop: make(chan struct{}), streams: make(map[*timedConn]struct{})}
 	for _, raw := range cfg.URLs {
 		u, err := url.Parse(raw) // already checked by Validate
 		if err != nil {
 			return nil, fmt.Errorf("parsing origin url %q: %w", raw, err)
 		}
-		p.origins = append(p.origins, newOrigin(raw, u, cfg))
+		o, err := newOrigin(raw, u, cfg)
+		if err != nil {
+			return nil, err
+		}
+		p.origins = append(p.origins, o)
 	}
-	m.proxy.Store(p)
+	if cfg.TLS.InsecureSkipVerify {
+		log.Warn("origin TLS certificates are not verified (insecure_skip_verify)", "pool", cfg.Pool)
+	}
+	p.label, p.metrics = m.open(p, cfg.Pool)
 	if cfg.HealthCheckInterval > 0 {
 		p.checkDone.Add(1)
 		go p.checkLoop()
 	}
 	return p, nil
 }
+
+// Name is the pool's name (Config.Pool, DefaultPool when empty).
+func (p *Proxy) Name() string { return p.cfg.Pool }
 
 // origin is one upstream server and what we know about its health.
 type origin struct {
@@ -134,11 +172,20 @@ type origin struct {
 	// lastFail (unix nanoseconds) picks the last-resort origin when none
 	// is healthy: the one that failed longest ago is likeliest back.
 	lastFail atomic.Int64
+	// ejectedUntil (unix nanoseconds; 0: not ejected) is when an origin
+	// that real requests took out of rotation is on probation: the next
+	// request may try it. ejections counts the ejections since it was
+	// last in rotation, which lengthen each ejection (ejectionTime).
+	ejectedUntil atomic.Int64
+	ejections    atomic.Int32
 
 	// conns puts connections back into client's pool; pending counts the
 	// exchanges under way (the least-loaded pick).
 	conns   connPool
 	pending atomic.Int32
+	// closed says the pool is closed: connections coming back are closed
+	// rather than kept idle.
+	closed atomic.Bool
 
 	// logSecond and suppressed keep an outage from turning into one log
 	// line per request: at most one failure line per origin per second.
@@ -146,8 +193,15 @@ type origin struct {
 	suppressed atomic.Int64
 }
 
-func newOrigin(raw string, u *url.URL, cfg Config) *origin {
+func newOrigin(raw string, u *url.URL, cfg Config) (*origin, error) {
 	isTLS := u.Scheme == "https"
+	var tlsCfg *tls.Config
+	if isTLS {
+		var err error
+		if tlsCfg, err = clientTLS(cfg.TLS, u); err != nil {
+			return nil, err
+		}
+	}
 	dialTimeout := cfg.DialTimeout
 	o := &origin{url: raw, host: u.Host, scheme: u.Scheme}
 	o.client = &fasthttp.HostClient{
@@ -164,8 +218,17 @@ func newOrigin(raw string, u *url.URL, cfg Config) *origin {
 			if err != nil {
 				return nil, &dialError{err: err}
 			}
-			return newTimedConn(conn, cfg.ReadIdleTimeout), nil
+			tc := newTimedConn(conn, cfg.ReadIdleTimeout)
+			if tlsCfg == nil {
+				return tc, nil
+			}
+			// The handshake gets the dial's budget again: a TLS origin
+			// costs at most two of them before the next one is tried.
+			return handshake(tc, tlsCfg, timeout)
 		},
+		// Used by fasthttp only for a connection the dialer did not
+		// already make TLS (none); set so nothing falls back to defaults.
+		TLSConfig: tlsCfg,
 		MaxConns: cfg.MaxConnsPerHost,
 		// Only the health checks' responses are read whole; the proxied
 		// ones stream, which fasthttp never limits.
@@ -182,7 +245,7 @@ func newOrigin(raw string, u *url.URL, cfg Config) *origin {
 	}
 	o.conns = newHostConns(o.client.ReleaseConn, o.client.CloseConn)
 	o.healthy.Store(true)
-	return o
+	return o, nil
 }
 
 // errDial matches every dialError. Callers test with errors.Is rather than
@@ -343,6 +406,8 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 		outcome = p.metrics.durTimeout
 	case reasonConnect:
 		writeProblem(ctx, problemConnect)
+	case reasonTLS:
+		writeProblem(ctx, problemTLS)
 	case reasonBodyTooLarge:
 		writeProblem(ctx, problemTooLarge)
 	case reasonNoFreeConns:
@@ -617,8 +682,9 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// pick returns the least-loaded healthy origin other than skip, else the
-// origin other than skip that failed longest ago, else nil.
+// pick returns an ejected origin whose ejection is over (on probation:
+// this request tries it), else the least-loaded healthy origin other than
+// skip, else the origin other than skip that failed longest ago, else nil.
 func (p *Proxy) pick(skip *origin) *origin {
 	n := len(p.origins)
 	if n == 1 {
@@ -630,9 +696,19 @@ func (p *Proxy) pick(skip *origin) *origin {
 	start := int(p.next.Add(1) % uint32(n))
 	var best *origin
 	var bestLoad int32
+	var now int64 // read once, and only when an origin is out
 	for i := range n {
 		o := p.origins[(start+i)%n]
-		if o == skip || !o.healthy.Load() {
+		if o == skip {
+			continue
+		}
+		if !o.healthy.Load() {
+			if now == 0 {
+				now = p.now().UnixNano()
+			}
+			if p.probe(o, now) {
+				return o
+			}
 			continue
 		}
 		if load := o.pending.Load(); best == nil || load < bestLoad {
@@ -661,6 +737,10 @@ func classify(err error) reason {
 	}
 	var ne net.Error
 	switch {
+	case errors.Is(err, errTLS):
+		// An unverifiable certificate is as unreachable as a refused
+		// connection, and nothing was sent either.
+		return reasonTLS
 	case errors.Is(err, errDial):
 		// Includes dial timeouts: the origin is unreachable, not slow.
 		return reasonConnect
@@ -690,7 +770,7 @@ func (p *Proxy) record(o *origin, why reason, err error, requestID string) {
 	case reasonNone:
 		p.succeeded(o, "request")
 		return
-	case reasonConnect, reasonTimeout:
+	case reasonConnect, reasonTLS, reasonTimeout:
 		p.failed(o, "request")
 	}
 	p.metrics.errors[why].Inc()
@@ -732,18 +812,63 @@ func (p *Proxy) succeeded(o *origin, via string) {
 		o.fails.Store(0)
 	}
 	if !o.healthy.Load() && o.healthy.CompareAndSwap(false, true) {
-		p.log.Info("origin back in rotation", "origin", o.url, "via", via)
+		o.ejectedUntil.Store(0)
+		o.ejections.Store(0)
+		p.log.Info("origin back in rotation", "pool", p.cfg.Pool, "origin", o.url, "via", via)
 	}
 }
 
 // failed extends the failure streak and takes the origin out of rotation
-// once it reaches UnhealthyAfter.
+// once it reaches UnhealthyAfter. A request failing on an origin out of
+// rotation (on probation, or tried as the last resort) ejects it again,
+// for longer each time.
 func (p *Proxy) failed(o *origin, via string) {
-	o.lastFail.Store(time.Now().UnixNano())
+	now := p.now()
+	o.lastFail.Store(now.UnixNano())
 	n := o.fails.Add(1)
-	if int(n) >= p.cfg.UnhealthyAfter && o.healthy.CompareAndSwap(true, false) {
-		p.log.Warn("origin out of rotation", "origin", o.url, "via", via, "consecutive_failures", n)
+	if int(n) < p.cfg.UnhealthyAfter {
+		return
 	}
+	out := o.healthy.CompareAndSwap(true, false)
+	if via != "request" {
+		if out {
+			p.log.Warn("origin out of rotation", "pool", p.cfg.Pool, "origin", o.url, "via", via, "consecutive_failures", n)
+		}
+		return
+	}
+	k := o.ejections.Add(1)
+	d := ejectionTime(p.cfg.EjectFor, k)
+	o.ejectedUntil.Store(now.Add(d).UnixNano())
+	p.metrics.ejections.Inc()
+	p.log.Warn("origin out of rotation", "pool", p.cfg.Pool, "origin", o.url, "via", via,
+		"consecutive_failures", n, "ejections", k, "eject_for", d)
+}
+
+// maxEjectFactor caps an ejection at this many EjectFor.
+const maxEjectFactor = 8
+
+// ejectionTime is how long the k-th ejection in a row lasts: EjectFor,
+// doubling with each ejection since the origin was last in rotation, up to
+// maxEjectFactor × EjectFor (30s, 1m, 2m, then 4m with the default), so a
+// dead origin costs one request every few minutes rather than every 30s.
+func ejectionTime(base time.Duration, k int32) time.Duration {
+	f := time.Duration(1)
+	for i := int32(1); i < k && f < maxEjectFactor; i++ {
+		f *= 2
+	}
+	return base * f
+}
+
+// probe reports whether the ejected o is on probation at now (unix
+// nanoseconds) and this request takes the probe: one request per EjectFor
+// does, the others keep out of it until the probe's answer (a success
+// brings the origin back; a failure ejects it again).
+func (p *Proxy) probe(o *origin, now int64) bool {
+	until := o.ejectedUntil.Load()
+	if until == 0 || now < until {
+		return false
+	}
+	return o.ejectedUntil.CompareAndSwap(until, now+int64(p.cfg.EjectFor))
 }
 
 // Healthy returns how many origins are in rotation.
@@ -766,13 +891,18 @@ func (p *Proxy) Origins() []OriginStatus {
 	return out
 }
 
-// Close stops the health checks and drops idle origin connections. Serve
-// keeps working afterwards (passive health only), so a draining edge can
-// finish its in-flight requests.
+// Close stops the health checks at once, removes the pool's series (its
+// healthy gauge with them) and drops idle origin connections. Serve keeps
+// working afterwards (passive health only), so a draining edge can finish
+// its in-flight requests; a body still streaming is not cut (EndStreams
+// does that), and every connection coming back after Close is closed
+// rather than kept idle.
 func (p *Proxy) Close() {
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.checkDone.Wait()
+	p.shared.close(p, p.label)
 	for _, o := range p.origins {
+		o.closed.Store(true)
 		o.client.CloseIdleConnections()
 	}
 }
