@@ -229,7 +229,7 @@ func newOrigin(raw string, u *url.URL, cfg Config) (*origin, error) {
 		// Used by fasthttp only for a connection the dialer did not
 		// already make TLS (none); set so nothing falls back to defaults.
 		TLSConfig: tlsCfg,
-		MaxConns: cfg.MaxConnsPerHost,
+		MaxConns:  cfg.MaxConnsPerHost,
 		// Only the health checks' responses are read whole; the proxied
 		// ones stream, which fasthttp never limits.
 		MaxResponseBodySize: maxCheckBody,
