@@ -157,7 +157,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) open(p *Proxy, name string) (string, *metrics) {
 	m.mu.Lock()
 	label := name
-	if _, ok := m.pools[label]; !ok && len(m.pools) >= maxPools {
+	named := len(m.pools)
+	if _, ok := m.pools[otherPool]; ok {
+		named--
+	}
+	if _, ok := m.pools[label]; !ok && named >= maxPools {
 		label = otherPool
 	}
 	if m.pools[label] == nil {
