@@ -482,10 +482,10 @@ func (p *Proxy) EndStreams() {
 }
 
 // countTimeout counts a failed attempt's timeout by phase: connect (the
-// dial), header (HeaderTimeout) or total (Timeout, when it came first).
+// dial or the TLS handshake), header (HeaderTimeout) or total (Timeout, when it came first).
 func (p *Proxy) countTimeout(why reason, err error, overall bool) {
 	switch {
-	case why == reasonConnect && (errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err)):
+	case (why == reasonConnect || why == reasonTLS) && (errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err)):
 		p.metrics.timeouts[phaseConnect].Inc()
 	case why == reasonTimeout && overall:
 		p.metrics.timeouts[phaseTotal].Inc()
