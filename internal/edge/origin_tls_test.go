@@ -31,7 +31,9 @@ func startHTTPSOrigin(t *testing.T) (url string, caPEM []byte) {
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "secure") }),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
-	go func() { _ = srv.Serve(tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}})) }()
+	go func() {
+		_ = srv.Serve(tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}))
+	}()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "https://" + ln.Addr().String(), ca.PEM
 }
