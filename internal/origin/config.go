@@ -66,15 +66,17 @@ type Config struct {
 	MaxRequestBodySize int `yaml:"max_request_body_size"`
 	// HealthCheckInterval is how often every origin is probed; 0 disables
 	// active checks, leaving only passive detection from real traffic (an
-	// origin that leaves rotation then only returns when every origin is
-	// out and it is tried as the last resort).
+	// origin that leaves rotation then returns when a request tries it
+	// after EjectFor, or when every origin is out and it is tried as the
+	// last resort).
 	HealthCheckInterval time.Duration `yaml:"health_check_interval"`
 	// HealthCheckPath is requested with GET; any status below 500 is
 	// healthy, so an origin answering 404 for "/" is still up.
 	HealthCheckPath string `yaml:"health_check_path"`
-	// UnhealthyAfter is how many consecutive failures (connection errors or
-	// timeouts of real requests, or failed active checks) take an origin
-	// out of rotation. One successful check brings it back.
+	// UnhealthyAfter is how many consecutive failures (connection errors,
+	// TLS handshake failures or timeouts of real requests, or failed active
+	// checks) take an origin out of rotation. One successful check, or one
+	// successful request on probation (EjectFor), brings it back.
 	UnhealthyAfter int `yaml:"unhealthy_after"`
 	// RewriteHost sends the origin's own host:port as Host instead of the
 	// client's. Off by default: a CDN origin usually serves many sites and
@@ -164,6 +166,9 @@ func (c Config) Validate() error {
 	}
 	if c.EjectFor < 0 {
 		bad("eject_for", "must be >= 0 (0 means %v), got %v", DefaultEjectFor, c.EjectFor)
+	}
+	if n := c.TLS.ServerName; n != "" && (len(n) > 253 || strings.ContainsAny(n, " \t\r\n:/[]@")) {
+		bad("tls.server_name", "must be a host name without a port, got %q", n)
 	}
 	if len(c.TLS.CAPEM) > 0 {
 		if !x509.NewCertPool().AppendCertsFromPEM(c.TLS.CAPEM) {

@@ -210,3 +210,38 @@ func TestPostNeverSentTwice(t *testing.T) {
 	require.Positive(t, failed, "the silent origin was picked")
 	require.Positive(t, ok)
 }
+
+// Requests that were under way when an origin left rotation, and the last
+// resort, fail without lengthening its ejection: only a failed probe does.
+func TestEjectionNotLengthenedByStragglers(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.URLs = []string{"http://" + closedAddr(t), "http://" + closedAddr(t)}
+	cfg.HealthCheckInterval = 0
+	cfg.UnhealthyAfter = 2
+	cfg.EjectFor = time.Second
+	clock := &testClock{now: time.Unix(1_000_000, 0)}
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	require.NoError(t, err)
+	p, err := newPool(cfg, m, nil, clock.Now)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	o := p.origins[1]
+	for range 2 + 20 {
+		p.failed(o, "request")
+	}
+	require.False(t, o.healthy.Load())
+	require.Equal(t, clock.Now().Add(time.Second).UnixNano(), o.ejectedUntil.Load(), "one ejection of EjectFor")
+	require.Equal(t, 1.0, gathered(t, reg)["edgeguard_origin_ejections_total{pool=default}"])
+
+	clock.advance(time.Second)
+	require.Same(t, o, p.pick(nil), "on probation")
+	p.failed(o, "request")
+	require.Equal(t, clock.Now().Add(2*time.Second).UnixNano(), o.ejectedUntil.Load(), "the failed probe: twice as long")
+	p.failed(o, "request")
+	require.Equal(t, clock.Now().Add(2*time.Second).UnixNano(), o.ejectedUntil.Load(), "a straggler changes nothing")
+	require.Equal(t, 2.0, gathered(t, reg)["edgeguard_origin_ejections_total{pool=default}"])
+	p.succeeded(o, "request")
+	require.True(t, o.healthy.Load())
+	require.Zero(t, o.ejectedUntil.Load())
+}

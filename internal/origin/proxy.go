@@ -1,13 +1,16 @@
 // Package origin is the last step of the edge's request path: it forwards an
 // admitted request to one of the origin servers and copies the answer back.
 //
+// A Proxy is one pool of origins; an edge serving several sites builds
+// one per pool, all counting into one Metrics under their pool label.
+//
 // Each origin gets its own fasthttp.HostClient (pooled keep-alive
 // connections, dial and deadline handling, body size limit). Balancing and
 // health are ours rather than fasthttp.LBClient's: LBClient only penalises a
 // failing client for a few seconds and exposes no state, while the edge
 // needs a real in/out-of-rotation view (for Healthy, readiness and the
-// healthy gauge), a consecutive-failure threshold and re-admission by an
-// active check.
+// healthy gauge), a consecutive-failure threshold, and re-admission by an
+// active check or by a request once an ejection is over.
 //
 // One Serve call:
 //  1. copies the client request (its request line as received, path and
@@ -16,14 +19,19 @@
 //     server has already answered) and adds its hop: X-Forwarded-For,
 //     Forwarded, X-Forwarded-Proto and -Host (a trusted peer's kept,
 //     anyone else's written from the connection) and X-Request-ID;
-//  2. picks the least-loaded healthy origin; when none is healthy it still
-//     tries the one that failed longest ago, since the health view may be
-//     stale and a try costs at most one dial, where refusing would turn a
-//     flapping check into a full outage;
+//  2. picks an ejected origin whose ejection is over (on probation: one
+//     request tries it, and its answer decides), else the least-loaded
+//     healthy origin; when none is healthy it still tries the one that
+//     failed longest ago, since the health view may be stale and a try
+//     costs at most one dial, where refusing would turn a flapping check
+//     into a full outage;
 //  3. sends the request with a deadline for the response header
-//     (HeaderTimeout, or Timeout when that comes first); a failed dial
-//     (nothing was sent, so any method is safe to resend) is retried once
-//     on another origin within the same deadline;
+//     (HeaderTimeout, or Timeout when that comes first), over TLS for an
+//     https origin (tls.go: verified, the handshake part of connecting); a
+//     failed dial or handshake (nothing of the request was sent, so any
+//     method is safe to resend) is retried once on another origin within
+//     the same deadline, and nothing else is: a request that reached an
+//     origin is never sent to a second one;
 //  4. strips hop-by-hop headers from the origin's response and hands it to
 //     the client, or answers 502/504 with an application/problem+json body
 //     that never carries origin addresses or error text (those go to the
@@ -178,6 +186,9 @@ type origin struct {
 	// last in rotation, which lengthen each ejection (ejectionTime).
 	ejectedUntil atomic.Int64
 	ejections    atomic.Int32
+	// probing says a request on probation is under way: its failure, not
+	// that of a request sent before the ejection, ejects the origin again.
+	probing atomic.Bool
 
 	// conns puts connections back into client's pool; pending counts the
 	// exchanges under way (the least-loaded pick).
@@ -814,6 +825,7 @@ func (p *Proxy) succeeded(o *origin, via string) {
 	if !o.healthy.Load() && o.healthy.CompareAndSwap(false, true) {
 		o.ejectedUntil.Store(0)
 		o.ejections.Store(0)
+		o.probing.Store(false)
 		p.log.Info("origin back in rotation", "pool", p.cfg.Pool, "origin", o.url, "via", via)
 	}
 }
@@ -834,6 +846,15 @@ func (p *Proxy) failed(o *origin, via string) {
 		if out {
 			p.log.Warn("origin out of rotation", "pool", p.cfg.Pool, "origin", o.url, "via", via, "consecutive_failures", n)
 		}
+		return
+	}
+	switch {
+	case out: // the streak took it out
+	case o.probing.CompareAndSwap(true, false): // its probe failed
+	case o.ejectedUntil.Load() == 0: // out by the checks; a request failed too
+	default:
+		// A request that was under way when the origin left rotation, or
+		// the last resort: the ejection running already accounts for it.
 		return
 	}
 	k := o.ejections.Add(1)
@@ -868,7 +889,11 @@ func (p *Proxy) probe(o *origin, now int64) bool {
 	if until == 0 || now < until {
 		return false
 	}
-	return o.ejectedUntil.CompareAndSwap(until, now+int64(p.cfg.EjectFor))
+	if !o.ejectedUntil.CompareAndSwap(until, now+int64(p.cfg.EjectFor)) {
+		return false
+	}
+	o.probing.Store(true)
+	return true
 }
 
 // Healthy returns how many origins are in rotation.
