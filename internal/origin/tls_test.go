@@ -21,12 +21,13 @@ import (
 )
 
 // tlsOrigin is an https origin on loopback whose certificate ca issued
-// for "localhost" and "origin.test"; sni reports the server names its
-// clients sent.
+// for "localhost" and "origin.test"; sni holds the server names its
+// clients sent, resumed whether each handshake resumed a session.
 type tlsOrigin struct {
 	*testOrigin
-	mu  sync.Mutex
-	sni []string
+	mu      sync.Mutex
+	sni     []string
+	resumed []bool
 }
 
 func startTLSOrigin(t *testing.T, ca *testenv.CA, handler fasthttp.RequestHandler) *tlsOrigin {
@@ -45,6 +46,12 @@ func startTLSOrigin(t *testing.T, ca *testenv.CA, handler fasthttp.RequestHandle
 			o.sni = append(o.sni, hello.ServerName)
 			o.mu.Unlock()
 			return nil, nil
+		},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			o.mu.Lock()
+			o.resumed = append(o.resumed, cs.DidResume)
+			o.mu.Unlock()
+			return nil
 		},
 	}}
 	o.serve(ln)
@@ -250,4 +257,25 @@ func TestTLSStreamedResponses(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(rest), "data: 2\n\n")
 	require.Contains(t, string(rest), "\r\n0\r\n\r\n", "the stream ends properly")
+}
+
+// A new connection to an origin resumes the session of an earlier one.
+func TestTLSSessionResumed(t *testing.T) {
+	ca := testenv.NewCA(t)
+	o := startTLSOrigin(t, ca, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetConnectionClose() // every request on a new connection
+		ctx.SetBodyString("ok")
+	})
+	cfg := DefaultConfig()
+	cfg.URLs = []string{o.localURL()}
+	cfg.HealthCheckInterval = 0
+	cfg.TLS.CAPEM = ca.PEM
+	p := newProxy(t, cfg)
+	edge := startEdge(t, p, "203.0.113.7", "rid")
+	for range 3 {
+		require.Equal(t, 200, get(t, edge, "/").StatusCode())
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	require.Equal(t, []bool{false, true, true}, o.resumed)
 }
