@@ -493,7 +493,8 @@ func (p *Proxy) EndStreams() {
 }
 
 // countTimeout counts a failed attempt's timeout by phase: connect (the
-// dial or the TLS handshake), header (HeaderTimeout) or total (Timeout, when it came first).
+// dial or the TLS handshake), header (HeaderTimeout) or total (Timeout,
+// when it came first).
 func (p *Proxy) countTimeout(why reason, err error, overall bool) {
 	switch {
 	case (why == reasonConnect || why == reasonTLS) && (errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err)):
@@ -831,9 +832,9 @@ func (p *Proxy) succeeded(o *origin, via string) {
 }
 
 // failed extends the failure streak and takes the origin out of rotation
-// once it reaches UnhealthyAfter. A request failing on an origin out of
-// rotation (on probation, or tried as the last resort) ejects it again,
-// for longer each time.
+// once it reaches UnhealthyAfter. A failed request ejects it: the one
+// that completes the streak, a probe on probation (again, for longer each
+// time), or one tried on an origin the checks took out.
 func (p *Proxy) failed(o *origin, via string) {
 	now := p.now()
 	o.lastFail.Store(now.UnixNano())
