@@ -279,3 +279,59 @@ func TestTLSSessionResumed(t *testing.T) {
 	defer o.mu.Unlock()
 	require.Equal(t, []bool{false, true, true}, o.resumed)
 }
+
+// An https URL pointing at a plain HTTP server (or anything else that is
+// not TLS) is a failed handshake, never a response parsed from garbage.
+func TestTLSToPlainOrigin(t *testing.T) {
+	plain := startOrigin(t, okHandler("plain"))
+	cfg := DefaultConfig()
+	cfg.URLs = []string{"https://" + plain.addr}
+	cfg.HealthCheckInterval = 0
+	cfg.DialTimeout = 2 * time.Second
+	reg := prometheus.NewPedanticRegistry()
+	p, err := New(cfg, reg, nil)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	edge := startEdge(t, p, "203.0.113.7", "rid")
+
+	resp := get(t, edge, "/")
+	require.Equal(t, 502, resp.StatusCode())
+	require.Equal(t, problemTLS.body, resp.Body())
+	require.Equal(t, 1.0, gathered(t, reg)["edgeguard_origin_errors_total{pool=default,reason=tls}"])
+}
+
+// EndStreams cuts a body streaming from an https origin as from a plain one.
+func TestTLSEndStreams(t *testing.T) {
+	ca := testenv.NewCA(t)
+	hold := make(chan struct{})
+	o := startTLSOrigin(t, ca, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			_, _ = w.WriteString("data: 1\n\n")
+			_ = w.Flush()
+			<-hold
+		})
+	})
+	t.Cleanup(func() { close(hold) }) // before the origin's shutdown waits for the writer
+	cfg := DefaultConfig()
+	cfg.URLs = []string{o.localURL()}
+	cfg.HealthCheckInterval = 0
+	cfg.TLS.CAPEM = ca.PEM
+	p := newProxy(t, cfg)
+	edge := startEdge(t, p, "203.0.113.7", "rid")
+
+	conn, err := net.Dial("tcp", edge)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
+	_, err = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: shop.example\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	status, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 200 OK\r\n", status)
+	p.EndStreams()
+	rest, err := io.ReadAll(br)
+	require.NoError(t, err, "the edge closes the connection")
+	require.NotContains(t, string(rest), "\r\n0\r\n\r\n", "no last chunk: cut short")
+	require.Equal(t, 1.0, counterValue(t, p.metrics.streams[endShutdown]))
+}
