@@ -53,6 +53,7 @@ func TestOriginCAFile(t *testing.T) {
 			r := startEdge(t, perIP, func(c *config.Config) {
 				c.Origins = []string{url}
 				c.OriginTLSServerName, c.OriginCAFile = "origin.test", tc.caFile
+				c.OriginDialTimeout = 10 * time.Second // a loaded machine may take more than the default second over a handshake
 			})
 			resp := r.get(t, "/")
 			body, err := io.ReadAll(resp.Body)

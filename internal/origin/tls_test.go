@@ -71,6 +71,11 @@ func (o *tlsOrigin) serverNames() []string {
 	return append([]string(nil), o.sni...)
 }
 
+// slowHandshake is the dial timeout of the TLS tests (the handshake gets
+// as much again): a loaded machine with the race detector can take more
+// than the default second over a handshake.
+const slowHandshake = 10 * time.Second
+
 func problemDetail(t *testing.T, body []byte) string {
 	t.Helper()
 	var p problem
@@ -106,6 +111,7 @@ func TestTLSOrigin(t *testing.T) {
 				cfg.URLs = []string{o.url()}
 			}
 			cfg.HealthCheckInterval = 0
+			cfg.DialTimeout = slowHandshake
 			cfg.TLS = tc.tls
 			var logs syncBuilder
 			reg := prometheus.NewPedanticRegistry()
@@ -158,6 +164,7 @@ func TestTLSFailureRetriedAndEjected(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.URLs = []string{good.localURL(), bad.localURL()}
 	cfg.HealthCheckInterval = 0
+	cfg.DialTimeout = slowHandshake
 	cfg.UnhealthyAfter = 2
 	cfg.TLS.CAPEM = ca.PEM
 	reg := prometheus.NewPedanticRegistry()
@@ -192,10 +199,11 @@ func TestTLSHealthCheck(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.URLs = []string{o.localURL()}
 			cfg.HealthCheckInterval = time.Hour // the first round runs at once
+			cfg.DialTimeout = slowHandshake
 			cfg.UnhealthyAfter = 1
 			cfg.TLS.CAPEM = tc.ca
+			before := o.checks() // before the first round, which starts at once
 			p := newProxy(t, cfg)
-			before := o.checks()
 			require.Eventually(t, func() bool {
 				return o.checks() > before || !tc.healthy && p.Healthy() == 0
 			}, 10*time.Second, 5*time.Millisecond)
@@ -229,6 +237,7 @@ func TestTLSStreamedResponses(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.URLs = []string{o.localURL()}
 	cfg.HealthCheckInterval = 0
+	cfg.DialTimeout = slowHandshake
 	cfg.TLS.CAPEM = ca.PEM
 	p := newProxy(t, cfg)
 	edge := startEdge(t, p, "203.0.113.7", "rid")
@@ -269,6 +278,7 @@ func TestTLSSessionResumed(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.URLs = []string{o.localURL()}
 	cfg.HealthCheckInterval = 0
+	cfg.DialTimeout = slowHandshake
 	cfg.TLS.CAPEM = ca.PEM
 	p := newProxy(t, cfg)
 	edge := startEdge(t, p, "203.0.113.7", "rid")
@@ -287,7 +297,7 @@ func TestTLSToPlainOrigin(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.URLs = []string{"https://" + plain.addr}
 	cfg.HealthCheckInterval = 0
-	cfg.DialTimeout = 2 * time.Second
+	cfg.DialTimeout = slowHandshake
 	reg := prometheus.NewPedanticRegistry()
 	p, err := New(cfg, reg, nil)
 	require.NoError(t, err)
@@ -315,6 +325,7 @@ func TestTLSEndStreams(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.URLs = []string{o.localURL()}
 	cfg.HealthCheckInterval = 0
+	cfg.DialTimeout = slowHandshake
 	cfg.TLS.CAPEM = ca.PEM
 	p := newProxy(t, cfg)
 	edge := startEdge(t, p, "203.0.113.7", "rid")
