@@ -102,15 +102,15 @@ export function regionsBoard(): dashboard.Dashboard {
     .withRow(row('Origins'))
     .withPanel(statPanel({
       title: 'Healthy origins',
-      description: 'Origins in rotation per PoP (the lowest over its edges). 0: every request gets a fast 502; check the origin and its network path from the PoP.',
+      description: 'Origins in rotation per PoP and origin pool (the lowest over its edges). 0: every request to that pool gets a fast 502; check the origin and its network path from the PoP.',
       unit: 'short', min: 0,
       thresholds: [red(), green(1)],
-      targets: [{ expr: `min by (region, pop) (edgeguard_origin_healthy{${sel}})`, legend: '{{region}}/{{pop}}' }],
+      targets: [{ expr: `min by (region, pop, pool) (edgeguard_origin_healthy{${sel}})`, legend: '{{region}}/{{pop}} {{pool}}' }],
       width: 8, height: 8,
     }))
     .withPanel(timeSeries({
       title: 'Origin errors by reason',
-      description: 'Failed origin attempts per second by reason: connect, timeout (504), body_too_large, other (502). Timeouts with a healthy origin mean it is overloaded: its capacity, not the edge, limits throughput.',
+      description: 'Failed origin attempts per second by reason: connect, tls (handshake or certificate), timeout (504), body_too_large, other (502). Timeouts with a healthy origin mean it is overloaded: its capacity, not the edge, limits throughput.',
       unit: 'reqps', min: 0,
       thresholds: [green(), red(1)],
       targets: [{ expr: `sum by (region, reason) (${rate('edgeguard_origin_errors_total')})`, legend: '{{region}} {{reason}}' }],

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -236,6 +237,17 @@ func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 		ocfg.MaxConnsPerHost = e.cfg.OriginMaxConns
 	}
 	ocfg.MaxRequestBodySize = e.cfg.MaxBodyBytes
+	ocfg.TLS.ServerName, ocfg.TLS.InsecureSkipVerify = e.cfg.OriginTLSServerName, e.cfg.OriginTLSInsecureSkipVerify
+	if f := e.cfg.OriginCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("origin-ca-file: %w", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return fmt.Errorf("origin-ca-file: no PEM certificate in %s", f)
+		}
+		ocfg.TLS.CAPEM = pem
+	}
 	var err error
 	if e.proxy, err = origin.New(ocfg, reg, e.log); err != nil {
 		return fmt.Errorf("configuring origins: %w", err)

@@ -24,12 +24,16 @@ const (
 	DefaultHealthCheckPath     = "/"
 	DefaultUnhealthyAfter      = 3
 	DefaultEjectFor            = 30 * time.Second
+	DefaultPool                = "default"
 )
 
 // Config says where the origins are and how hard to try them. Start from
 // DefaultConfig: zero fields take the defaults, but a zero
 // HealthCheckInterval turns active health checks off.
 type Config struct {
+	// Pool names the pool in metrics (the pool label) and logs: up to 64
+	// letters, digits, '.', '_' and '-'; "" means DefaultPool.
+	Pool string `yaml:"pool"`
 	// URLs lists the origins, e.g. "http://10.0.0.5:8080" or
 	// "https://origin.internal". Only scheme and host:port are used: the
 	// client's path is forwarded as is, so a path other than "/" would be
@@ -62,15 +66,17 @@ type Config struct {
 	MaxRequestBodySize int `yaml:"max_request_body_size"`
 	// HealthCheckInterval is how often every origin is probed; 0 disables
 	// active checks, leaving only passive detection from real traffic (an
-	// origin that leaves rotation then only returns when every origin is
-	// out and it is tried as the last resort).
+	// origin that leaves rotation then returns when a request tries it
+	// after EjectFor, or when every origin is out and it is tried as the
+	// last resort).
 	HealthCheckInterval time.Duration `yaml:"health_check_interval"`
 	// HealthCheckPath is requested with GET; any status below 500 is
 	// healthy, so an origin answering 404 for "/" is still up.
 	HealthCheckPath string `yaml:"health_check_path"`
-	// UnhealthyAfter is how many consecutive failures (connection errors or
-	// timeouts of real requests, or failed active checks) take an origin
-	// out of rotation. One successful check brings it back.
+	// UnhealthyAfter is how many consecutive failures (connection errors,
+	// TLS handshake failures or timeouts of real requests, or failed active
+	// checks) take an origin out of rotation. One successful check, or one
+	// successful request on probation (EjectFor), brings it back.
 	UnhealthyAfter int `yaml:"unhealthy_after"`
 	// RewriteHost sends the origin's own host:port as Host instead of the
 	// client's. Off by default: a CDN origin usually serves many sites and
@@ -78,8 +84,11 @@ type Config struct {
 	RewriteHost bool `yaml:"rewrite_host"`
 	// EjectFor is how long an origin that real traffic took out of
 	// rotation (UnhealthyAfter failures in a row) stays out before it is
-	// tried again by a request, whether or not active checks run. 0 means
-	// DefaultEjectFor.
+	// tried again by a request, whether or not active checks run: it is
+	// then on probation, and the next request goes to it (one request per
+	// EjectFor). A success brings it back into rotation; a failure ejects
+	// it again, each ejection twice as long as the one before, up to
+	// 8 × EjectFor, until it is back in rotation. 0 means DefaultEjectFor.
 	EjectFor time.Duration `yaml:"eject_for"`
 	// TLS is how an https origin is reached. Verification is on unless
 	// InsecureSkipVerify says otherwise.
@@ -106,6 +115,9 @@ func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	if !validPoolName(c.Pool) {
+		bad("pool", "must be up to 64 letters, digits, '.', '_' or '-', got %q", c.Pool)
 	}
 	if len(c.URLs) == 0 {
 		bad("urls", "at least one origin is required")
@@ -155,6 +167,9 @@ func (c Config) Validate() error {
 	if c.EjectFor < 0 {
 		bad("eject_for", "must be >= 0 (0 means %v), got %v", DefaultEjectFor, c.EjectFor)
 	}
+	if n := c.TLS.ServerName; n != "" && (len(n) > 253 || strings.ContainsAny(n, " \t\r\n:/[]@")) {
+		bad("tls.server_name", "must be a host name without a port, got %q", n)
+	}
 	if len(c.TLS.CAPEM) > 0 {
 		if !x509.NewCertPool().AppendCertsFromPEM(c.TLS.CAPEM) {
 			bad("tls.ca_pem", "no PEM certificate in it")
@@ -167,6 +182,7 @@ func (c Config) Validate() error {
 // config loader overlays the operator's settings on it.
 func DefaultConfig() Config {
 	return Config{
+		Pool:                DefaultPool,
 		DialTimeout:         DefaultDialTimeout,
 		HeaderTimeout:       DefaultHeaderTimeout,
 		ReadIdleTimeout:     DefaultReadIdleTimeout,
@@ -202,7 +218,26 @@ func (c Config) withDefaults() Config {
 	if c.EjectFor == 0 {
 		c.EjectFor = DefaultEjectFor
 	}
+	if c.Pool == "" {
+		c.Pool = DefaultPool
+	}
 	return c
+}
+
+// validPoolName keeps a pool name a short, printable label value ("" is
+// the default pool's).
+func validPoolName(name string) bool {
+	if len(name) > 64 {
+		return false
+	}
+	for _, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // parseOriginURL accepts only what the proxy can honour: a scheme, a host

@@ -55,6 +55,15 @@ func TestConfigValidate(t *testing.T) {
 				"health_check_interval", "health_check_path", "unhealthy_after",
 			},
 		},
+		{
+			name: "pool and tls problems reported at once",
+			mutate: func(c *Config) {
+				c.Pool = "shop eu"
+				c.TLS = TLSConfig{ServerName: "origin.internal:443", CAPEM: []byte("not pem")}
+			},
+			wantErr: []string{"pool", "tls.server_name", "tls.ca_pem"},
+		},
+		{name: "tls settings", mutate: func(c *Config) { c.Pool, c.TLS.ServerName = "shop-eu", "origin.internal" }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

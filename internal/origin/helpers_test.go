@@ -2,6 +2,7 @@ package origin
 
 import (
 	"bufio"
+	"crypto/tls"
 	"net"
 	"strings"
 	"sync"
@@ -20,6 +21,8 @@ type testOrigin struct {
 	t       *testing.T
 	addr    string
 	handler fasthttp.RequestHandler
+	// tls, when set, makes it an https origin.
+	tls *tls.Config
 
 	mu     sync.Mutex
 	server *fasthttp.Server
@@ -45,9 +48,17 @@ func startOrigin(t *testing.T, handler fasthttp.RequestHandler) *testOrigin {
 	return o
 }
 
-func (o *testOrigin) url() string { return "http://" + o.addr }
+func (o *testOrigin) url() string {
+	if o.tls != nil {
+		return "https://" + o.addr
+	}
+	return "http://" + o.addr
+}
 
 func (o *testOrigin) serve(ln net.Listener) {
+	if o.tls != nil {
+		ln = tls.NewListener(ln, o.tls)
+	}
 	s := &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			r := seenRequest{

@@ -3,7 +3,7 @@ package origin
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -27,10 +27,13 @@ const (
 	// body grew past the limit or broke off; not the origin's fault either.
 	reasonRequestTooLarge
 	reasonClientBody
+	// reasonTLS: the TLS handshake failed (an unverifiable certificate,
+	// say); like reasonConnect, nothing of the request was sent.
+	reasonTLS
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"", "connect", "timeout", "body_too_large", "other", "no_free_conns", "request_body_too_large", "client_body"}
+var reasonNames = [numReasons]string{"", "connect", "timeout", "body_too_large", "other", "no_free_conns", "request_body_too_large", "client_body", "tls"}
 
 func (r reason) String() string { return reasonNames[r] }
 
@@ -53,8 +56,35 @@ var phaseNames = [numPhases]string{"connect", "header", "read_idle", "total", "c
 // outside 1xx-5xx so a broken origin cannot mint new label values.
 var statusClasses = [6]string{"_other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
-// metrics holds every collector the package exports. Label children are
-// resolved once here so the request path does no map lookups.
+// Metrics are the origin collectors, shared by every pool built on them
+// (NewPool): each series carries the pool's name as its pool label. The
+// edge builds one Metrics per registry and one Proxy per pool.
+type Metrics struct {
+	dur       *prometheus.HistogramVec
+	errors    *prometheus.CounterVec
+	responses *prometheus.CounterVec
+	timeouts  *prometheus.CounterVec
+	streams   *prometheus.CounterVec
+	ejections *prometheus.CounterVec
+	healthy   *prometheus.Desc
+
+	// pools are the proxies open on these metrics by pool label: the
+	// healthy gauge is read from them at scrape time (counting then is
+	// never stale, where setting a gauge from racing transitions could
+	// be), and a label's series go when its last proxy closes.
+	mu    sync.Mutex
+	pools map[string]map[*Proxy]struct{}
+}
+
+// maxPools bounds the pool label: a pool named after maxPools others are
+// open is counted as "_other".
+const maxPools = 256
+
+// otherPool is the label of the pools past maxPools.
+const otherPool = "_other"
+
+// metrics are one pool's children of Metrics, resolved once at NewPool so
+// the request path does no label lookups.
 type metrics struct {
 	durOK      prometheus.Observer
 	durError   prometheus.Observer
@@ -64,77 +94,47 @@ type metrics struct {
 	responses [len(statusClasses)]prometheus.Counter
 	timeouts  [numPhases]prometheus.Counter
 	streams   [numStreamEnds]prometheus.Counter
-
-	// proxy is read at scrape time for the healthy gauge: counting then is
-	// never stale, where setting a gauge from racing transitions could be.
-	proxy atomic.Pointer[Proxy]
-
-	collectors []prometheus.Collector
+	ejections prometheus.Counter
 }
 
-// newMetrics builds the collectors and registers them on reg; a nil reg
-// leaves them unregistered but working, which tests and tools rely on.
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{}
-
-	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+// NewMetrics builds the origin collectors and registers them on reg once,
+// for every pool built on them; a nil reg leaves them unregistered but
+// working, which tests and tools rely on.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{pools: map[string]map[*Proxy]struct{}{}}
+	m.dur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    namespace + "request_duration_seconds",
-		Help:    "Time Serve spent on one client request, retries included, by outcome (ok: origin answered; timeout: 504; error: other 502): until the origin's response header is in (and a body of up to 64 KiB with it); a larger body streams afterwards, not counted here.",
+		Help:    "Time Serve spent on one client request, retries included, by pool and outcome (ok: origin answered; timeout: 504; error: other 502): until the origin's response header is in (and a body of up to 64 KiB with it); a larger body streams afterwards, not counted here.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-	}, []string{"outcome"})
-	m.durOK = dur.WithLabelValues("ok")
-	m.durError = dur.WithLabelValues("error")
-	m.durTimeout = dur.WithLabelValues("timeout")
-
-	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+	}, []string{"pool", "outcome"})
+	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: namespace + "errors_total",
-		Help: "Failed origin attempts by reason (connect, timeout: the response header, or a body of up to 64 KiB read with it; body_too_large: no longer counted, responses stream without a size cap; other; no_free_conns: the edge's own pool was full, answered 503; request_body_too_large, client_body: the client's streamed body); a connect failure retried on another origin is counted too.",
-	}, []string{"reason"})
-	for r := reasonConnect; r < numReasons; r++ {
-		m.errors[r] = errs.WithLabelValues(r.String())
-	}
-
-	resp := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Help: "Failed origin attempts by pool and reason (connect; tls: the TLS handshake failed, e.g. an unverifiable certificate; timeout: the response header, or a body of up to 64 KiB read with it; body_too_large: no longer counted, responses stream without a size cap; other; no_free_conns: the edge's own pool was full, answered 503; request_body_too_large, client_body: the client's streamed body); a connect or tls failure retried on another origin is counted too.",
+	}, []string{"pool", "reason"})
+	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: namespace + "responses_total",
-		Help: "Responses received from origins by status class; the edge's own 502/504 are not included.",
-	}, []string{"code"})
-	for i, class := range statusClasses {
-		m.responses[i] = resp.WithLabelValues(class)
-	}
-
-	timeouts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Help: "Responses received from origins by pool and status class; the edge's own 502/504 are not included.",
+	}, []string{"pool", "code"})
+	m.timeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: namespace + "timeouts_total",
-		Help: "Origin exchanges ended by a timeout, by the phase that fired (connect: the dial; header: the response header was late, 504; read_idle: the origin sent nothing for --origin-read-idle-timeout mid-body; total: --origin-timeout; client_write: the client took nothing for --write-timeout while a body streamed).",
-	}, []string{"phase"})
-	for ph := range numPhases {
-		m.timeouts[ph] = timeouts.WithLabelValues(phaseNames[ph])
-	}
-
-	streams := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Help: "Origin exchanges ended by a timeout, by pool and the phase that fired (connect: the dial or TLS handshake; header: the response header was late, 504; read_idle: the origin sent nothing for --origin-read-idle-timeout mid-body; total: --origin-timeout; client_write: the client took nothing for --write-timeout while a body streamed).",
+	}, []string{"pool", "phase"})
+	m.streams = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: namespace + "streamed_responses_total",
-		Help: "Origin response bodies streamed to the client (larger than 64 KiB or of unknown length), by how they ended (complete; origin_error; client_error; read_idle_timeout; total_timeout; client_write_timeout; shutdown: cut at the end of a drain; unsent: the response was dropped before its body was copied).",
-	}, []string{"end"})
-	for e := range numStreamEnds {
-		m.streams[e] = streams.WithLabelValues(e.String())
-	}
+		Help: "Origin response bodies streamed to the client (larger than 64 KiB or of unknown length), by pool and how they ended (complete; origin_error; client_error; read_idle_timeout; total_timeout; client_write_timeout; shutdown: cut at the end of a drain; unsent: the response was dropped before its body was copied).",
+	}, []string{"pool", "end"})
+	m.ejections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: namespace + "ejections_total",
+		Help: "Origins taken out of rotation by failing real requests (unhealthy_after in a row, or a failed request on probation), by pool; each stays out for its ejection time before a request tries it again.",
+	}, []string{"pool"})
+	m.healthy = prometheus.NewDesc(namespace+"healthy", "Origins currently in rotation, by pool.", []string{"pool"}, nil)
 
-	healthy := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: namespace + "healthy",
-		Help: "Origins currently in rotation.",
-	}, func() float64 {
-		if p := m.proxy.Load(); p != nil {
-			return float64(p.Healthy())
-		}
-		return 0
-	})
-
-	m.collectors = []prometheus.Collector{dur, errs, resp, timeouts, streams, healthy}
 	if reg == nil {
 		return m, nil
 	}
 	var regErrs []error
 	var done []prometheus.Collector
-	for _, c := range m.collectors {
+	for _, c := range []prometheus.Collector{m.dur, m.errors, m.responses, m.timeouts, m.streams, m.ejections, healthyCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			regErrs = append(regErrs, err)
 			continue
@@ -150,6 +150,86 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, fmt.Errorf("registering origin metrics: %w", err)
 	}
 	return m, nil
+}
+
+// open adds p under its pool's label (otherPool past maxPools) and
+// returns its label and children.
+func (m *Metrics) open(p *Proxy, name string) (string, *metrics) {
+	m.mu.Lock()
+	label := name
+	named := len(m.pools)
+	if _, ok := m.pools[otherPool]; ok {
+		named--
+	}
+	if _, ok := m.pools[label]; !ok && named >= maxPools {
+		label = otherPool
+	}
+	if m.pools[label] == nil {
+		m.pools[label] = map[*Proxy]struct{}{}
+	}
+	m.pools[label][p] = struct{}{}
+	m.mu.Unlock()
+
+	pm := &metrics{
+		durOK:      m.dur.WithLabelValues(label, "ok"),
+		durError:   m.dur.WithLabelValues(label, "error"),
+		durTimeout: m.dur.WithLabelValues(label, "timeout"),
+		ejections:  m.ejections.WithLabelValues(label),
+	}
+	for r := reasonConnect; r < numReasons; r++ {
+		pm.errors[r] = m.errors.WithLabelValues(label, r.String())
+	}
+	for i, class := range statusClasses {
+		pm.responses[i] = m.responses.WithLabelValues(label, class)
+	}
+	for ph := range numPhases {
+		pm.timeouts[ph] = m.timeouts.WithLabelValues(label, phaseNames[ph])
+	}
+	for e := range numStreamEnds {
+		pm.streams[e] = m.streams.WithLabelValues(label, e.String())
+	}
+	return label, pm
+}
+
+// close removes p; the last proxy of a label takes the label's series
+// with it, so pools that come and go leave no series behind. (A stream of
+// p still running counts into children no longer exported.)
+func (m *Metrics) close(p *Proxy, label string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set := m.pools[label]
+	if _, ok := set[p]; !ok {
+		return
+	}
+	delete(set, p)
+	if len(set) > 0 {
+		return
+	}
+	delete(m.pools, label)
+	match := prometheus.Labels{"pool": label}
+	m.dur.DeletePartialMatch(match)
+	m.errors.DeletePartialMatch(match)
+	m.responses.DeletePartialMatch(match)
+	m.timeouts.DeletePartialMatch(match)
+	m.streams.DeletePartialMatch(match)
+	m.ejections.DeletePartialMatch(match)
+}
+
+// healthyCollector exports the healthy gauge of every open pool.
+type healthyCollector struct{ m *Metrics }
+
+func (c healthyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.healthy }
+
+func (c healthyCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	for label, set := range c.m.pools {
+		n := 0
+		for p := range set {
+			n += p.Healthy()
+		}
+		ch <- prometheus.MustNewConstMetric(c.m.healthy, prometheus.GaugeValue, float64(n), label)
+	}
 }
 
 func (m *metrics) response(code int) {

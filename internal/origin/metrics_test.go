@@ -94,7 +94,7 @@ func TestMetrics(t *testing.T) {
 	edge := startEdge(t, p, "203.0.113.7", "rid")
 
 	before := gathered(t, reg)
-	require.Equal(t, 2.0, before["edgeguard_origin_healthy{}"])
+	require.Equal(t, 2.0, before["edgeguard_origin_healthy{pool=default}"])
 
 	for range 4 {
 		require.Equal(t, fasthttp.StatusOK, get(t, edge, "/").StatusCode())
@@ -103,30 +103,35 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, fasthttp.StatusGatewayTimeout, get(t, edge, "/slow").StatusCode())
 
 	got := gathered(t, reg)
-	require.Equal(t, 4.0, got["edgeguard_origin_responses_total{code=2xx}"])
-	require.Equal(t, 1.0, got["edgeguard_origin_responses_total{code=4xx}"])
-	require.Equal(t, 0.0, got["edgeguard_origin_responses_total{code=5xx}"], "the edge's own 504 is not an origin response")
-	require.Equal(t, 1.0, got["edgeguard_origin_errors_total{reason=connect}"], "the dead origin is tried once, then leaves rotation")
-	require.Equal(t, 1.0, got["edgeguard_origin_errors_total{reason=timeout}"])
-	require.Equal(t, 0.0, got["edgeguard_origin_errors_total{reason=other}"])
-	require.Equal(t, 5.0, got["edgeguard_origin_request_duration_seconds{outcome=ok}"])
-	require.Equal(t, 1.0, got["edgeguard_origin_request_duration_seconds{outcome=timeout}"])
-	require.Equal(t, 0.0, got["edgeguard_origin_request_duration_seconds{outcome=error}"])
+	require.Equal(t, 4.0, got["edgeguard_origin_responses_total{code=2xx,pool=default}"])
+	require.Equal(t, 1.0, got["edgeguard_origin_responses_total{code=4xx,pool=default}"])
+	require.Equal(t, 0.0, got["edgeguard_origin_responses_total{code=5xx,pool=default}"], "the edge's own 504 is not an origin response")
+	require.Equal(t, 1.0, got["edgeguard_origin_errors_total{pool=default,reason=connect}"], "the dead origin is tried once, then leaves rotation")
+	require.Equal(t, 1.0, got["edgeguard_origin_errors_total{pool=default,reason=timeout}"])
+	require.Equal(t, 0.0, got["edgeguard_origin_errors_total{pool=default,reason=other}"])
+	require.Equal(t, 5.0, got["edgeguard_origin_request_duration_seconds{outcome=ok,pool=default}"])
+	require.Equal(t, 1.0, got["edgeguard_origin_request_duration_seconds{outcome=timeout,pool=default}"])
+	require.Equal(t, 0.0, got["edgeguard_origin_request_duration_seconds{outcome=error,pool=default}"])
 	// The timeout counts against the live origin too: UnhealthyAfter is 1.
-	require.Equal(t, 0.0, got["edgeguard_origin_healthy{}"])
+	require.Equal(t, 0.0, got["edgeguard_origin_healthy{pool=default}"])
 }
 
 func TestNewMetricsRegistration(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	_, err := newMetrics(reg)
+	m, err := NewMetrics(reg)
 	require.NoError(t, err)
-	_, err = newMetrics(reg)
-	require.Error(t, err, "a second proxy on one registry clashes")
+	_, err = NewMetrics(reg)
+	require.Error(t, err, "a second set of metrics on one registry clashes")
+	cfg := DefaultConfig()
+	cfg.URLs, cfg.HealthCheckInterval = []string{"http://" + closedAddr(t)}, 0
+	p, err := NewPool(cfg, m, nil)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
 
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	require.NotEmpty(t, families, "a failed registration leaves the first set in place")
 
-	_, err = newMetrics(nil)
+	_, err = NewMetrics(nil)
 	require.NoError(t, err)
 }

@@ -44,6 +44,7 @@ func newTypedProblem(typ string, status int, detail string) cannedProblem {
 // addresses, so it goes to the log and never to the client.
 var (
 	problemConnect  = newProblem(fasthttp.StatusBadGateway, "The origin could not be reached.")
+	problemTLS      = newProblem(fasthttp.StatusBadGateway, "The origin's TLS certificate could not be verified, or its TLS handshake failed.")
 	problemTimeout  = newProblem(fasthttp.StatusGatewayTimeout, "The origin did not answer in time.")
 	problemTooLarge = newProblem(fasthttp.StatusBadGateway, "The origin response exceeded the size limit.")
 	problemOther    = newProblem(fasthttp.StatusBadGateway, "The origin request failed.")

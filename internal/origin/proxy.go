@@ -1,13 +1,16 @@
 // Package origin is the last step of the edge's request path: it forwards an
 // admitted request to one of the origin servers and copies the answer back.
 //
+// A Proxy is one pool of origins; an edge serving several sites builds
+// one per pool, all counting into one Metrics under their pool label.
+//
 // Each origin gets its own fasthttp.HostClient (pooled keep-alive
 // connections, dial and deadline handling, body size limit). Balancing and
 // health are ours rather than fasthttp.LBClient's: LBClient only penalises a
 // failing client for a few seconds and exposes no state, while the edge
 // needs a real in/out-of-rotation view (for Healthy, readiness and the
-// healthy gauge), a consecutive-failure threshold and re-admission by an
-// active check.
+// healthy gauge), a consecutive-failure threshold, and re-admission by an
+// active check or by a request once an ejection is over.
 //
 // One Serve call:
 //  1. copies the client request (its request line as received, path and
@@ -16,14 +19,19 @@
 //     server has already answered) and adds its hop: X-Forwarded-For,
 //     Forwarded, X-Forwarded-Proto and -Host (a trusted peer's kept,
 //     anyone else's written from the connection) and X-Request-ID;
-//  2. picks the least-loaded healthy origin; when none is healthy it still
-//     tries the one that failed longest ago, since the health view may be
-//     stale and a try costs at most one dial, where refusing would turn a
-//     flapping check into a full outage;
+//  2. picks an ejected origin whose ejection is over (on probation: one
+//     request tries it, and its answer decides), else the least-loaded
+//     healthy origin; when none is healthy it still tries the one that
+//     failed longest ago, since the health view may be stale and a try
+//     costs at most one dial, where refusing would turn a flapping check
+//     into a full outage;
 //  3. sends the request with a deadline for the response header
-//     (HeaderTimeout, or Timeout when that comes first); a failed dial
-//     (nothing was sent, so any method is safe to resend) is retried once
-//     on another origin within the same deadline;
+//     (HeaderTimeout, or Timeout when that comes first), over TLS for an
+//     https origin (tls.go: verified, the handshake part of connecting); a
+//     failed dial or handshake (nothing of the request was sent, so any
+//     method is safe to resend) is retried once on another origin within
+//     the same deadline, and nothing else is: a request that reached an
+//     origin is never sent to a second one;
 //  4. strips hop-by-hop headers from the origin's response and hands it to
 //     the client, or answers 502/504 with an application/problem+json body
 //     that never carries origin addresses or error text (those go to the
@@ -41,6 +49,7 @@ package origin
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +75,12 @@ type Proxy struct {
 	origins []*origin
 	metrics *metrics
 	log     *slog.Logger
+	// shared and label are the Metrics the pool counts into and its pool
+	// label there, for Close.
+	shared *Metrics
+	label  string
+	// now is the clock of ejections (time.Now but in tests).
+	now func() time.Time
 
 	// next rotates the scan start so equally loaded origins share traffic
 	// instead of the first one taking every tie.
@@ -89,10 +104,32 @@ type OriginStatus struct {
 	Healthy bool
 }
 
-// New builds a proxy over cfg.URLs and, unless cfg.HealthCheckInterval is
-// 0, starts checking them in the background; Close stops the checks. Every
-// origin starts in rotation. reg and log may be nil.
+// New builds a proxy over cfg.URLs with metrics of its own on reg: the
+// NewMetrics and NewPool of a single pool. Several pools on one registry
+// share one Metrics instead.
 func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("validating origin config: %w", err)
+	}
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return NewPool(cfg, m, log)
+}
+
+// NewPool builds the pool cfg.Pool over cfg.URLs, counting into m under
+// its name, and, unless cfg.HealthCheckInterval is 0, starts checking the
+// origins in the background; Close stops the checks and removes the
+// pool's series. Every origin starts in rotation. m and log may be nil
+// (metrics of its own, unregistered; no log).
+func NewPool(cfg Config, m *Metrics, log *slog.Logger) (*Proxy, error) {
+	return newPool(cfg, m, log, time.Now)
+}
+
+// newPool is NewPool on the clock now, which decides when an ejected
+// origin may be tried again (tests walk it forward instead of sleeping).
+func newPool(cfg Config, m *Metrics, log *slog.Logger, now func() time.Time) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("validating origin config: %w", err)
 	}
@@ -100,25 +137,34 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Proxy, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, err
+	if m == nil {
+		m, _ = NewMetrics(nil) // cannot fail unregistered
 	}
-	p := &Proxy{cfg: cfg, metrics: m, log: log, stop: make(chan struct{}), streams: make(map[*timedConn]struct{})}
+	p := &Proxy{cfg: cfg, shared: m, log: log, now: now, stop: make(chan struct{}), streams: make(map[*timedConn]struct{})}
 	for _, raw := range cfg.URLs {
 		u, err := url.Parse(raw) // already checked by Validate
 		if err != nil {
 			return nil, fmt.Errorf("parsing origin url %q: %w", raw, err)
 		}
-		p.origins = append(p.origins, newOrigin(raw, u, cfg))
+		o, err := newOrigin(raw, u, cfg)
+		if err != nil {
+			return nil, err
+		}
+		p.origins = append(p.origins, o)
 	}
-	m.proxy.Store(p)
+	if cfg.TLS.InsecureSkipVerify {
+		log.Warn("origin TLS certificates are not verified (insecure_skip_verify)", "pool", cfg.Pool)
+	}
+	p.label, p.metrics = m.open(p, cfg.Pool)
 	if cfg.HealthCheckInterval > 0 {
 		p.checkDone.Add(1)
 		go p.checkLoop()
 	}
 	return p, nil
 }
+
+// Name is the pool's name (Config.Pool, DefaultPool when empty).
+func (p *Proxy) Name() string { return p.cfg.Pool }
 
 // origin is one upstream server and what we know about its health.
 type origin struct {
@@ -134,11 +180,23 @@ type origin struct {
 	// lastFail (unix nanoseconds) picks the last-resort origin when none
 	// is healthy: the one that failed longest ago is likeliest back.
 	lastFail atomic.Int64
+	// ejectedUntil (unix nanoseconds; 0: not ejected) is when an origin
+	// that real requests took out of rotation is on probation: the next
+	// request may try it. ejections counts the ejections since it was
+	// last in rotation, which lengthen each ejection (ejectionTime).
+	ejectedUntil atomic.Int64
+	ejections    atomic.Int32
+	// probing says a request on probation is under way: its failure, not
+	// that of a request sent before the ejection, ejects the origin again.
+	probing atomic.Bool
 
 	// conns puts connections back into client's pool; pending counts the
 	// exchanges under way (the least-loaded pick).
 	conns   connPool
 	pending atomic.Int32
+	// closed says the pool is closed: connections coming back are closed
+	// rather than kept idle.
+	closed atomic.Bool
 
 	// logSecond and suppressed keep an outage from turning into one log
 	// line per request: at most one failure line per origin per second.
@@ -146,8 +204,15 @@ type origin struct {
 	suppressed atomic.Int64
 }
 
-func newOrigin(raw string, u *url.URL, cfg Config) *origin {
+func newOrigin(raw string, u *url.URL, cfg Config) (*origin, error) {
 	isTLS := u.Scheme == "https"
+	var tlsCfg *tls.Config
+	if isTLS {
+		var err error
+		if tlsCfg, err = clientTLS(cfg.TLS, u); err != nil {
+			return nil, err
+		}
+	}
 	dialTimeout := cfg.DialTimeout
 	o := &origin{url: raw, host: u.Host, scheme: u.Scheme}
 	o.client = &fasthttp.HostClient{
@@ -164,9 +229,18 @@ func newOrigin(raw string, u *url.URL, cfg Config) *origin {
 			if err != nil {
 				return nil, &dialError{err: err}
 			}
-			return newTimedConn(conn, cfg.ReadIdleTimeout), nil
+			tc := newTimedConn(conn, cfg.ReadIdleTimeout)
+			if tlsCfg == nil {
+				return tc, nil
+			}
+			// The handshake gets the dial's budget again: a TLS origin
+			// costs at most two of them before the next one is tried.
+			return handshake(tc, tlsCfg, timeout)
 		},
-		MaxConns: cfg.MaxConnsPerHost,
+		// Used by fasthttp only for a connection the dialer did not
+		// already make TLS (none); set so nothing falls back to defaults.
+		TLSConfig: tlsCfg,
+		MaxConns:  cfg.MaxConnsPerHost,
 		// Only the health checks' responses are read whole; the proxied
 		// ones stream, which fasthttp never limits.
 		MaxResponseBodySize: maxCheckBody,
@@ -182,7 +256,7 @@ func newOrigin(raw string, u *url.URL, cfg Config) *origin {
 	}
 	o.conns = newHostConns(o.client.ReleaseConn, o.client.CloseConn)
 	o.healthy.Store(true)
-	return o
+	return o, nil
 }
 
 // errDial matches every dialError. Callers test with errors.Is rather than
@@ -343,6 +417,8 @@ func (p *Proxy) Serve(ctx *fasthttp.RequestCtx, hop Hop) {
 		outcome = p.metrics.durTimeout
 	case reasonConnect:
 		writeProblem(ctx, problemConnect)
+	case reasonTLS:
+		writeProblem(ctx, problemTLS)
 	case reasonBodyTooLarge:
 		writeProblem(ctx, problemTooLarge)
 	case reasonNoFreeConns:
@@ -417,10 +493,11 @@ func (p *Proxy) EndStreams() {
 }
 
 // countTimeout counts a failed attempt's timeout by phase: connect (the
-// dial), header (HeaderTimeout) or total (Timeout, when it came first).
+// dial or the TLS handshake), header (HeaderTimeout) or total (Timeout,
+// when it came first).
 func (p *Proxy) countTimeout(why reason, err error, overall bool) {
 	switch {
-	case why == reasonConnect && (errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err)):
+	case (why == reasonConnect || why == reasonTLS) && (errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err)):
 		p.metrics.timeouts[phaseConnect].Inc()
 	case why == reasonTimeout && overall:
 		p.metrics.timeouts[phaseTotal].Inc()
@@ -617,8 +694,9 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// pick returns the least-loaded healthy origin other than skip, else the
-// origin other than skip that failed longest ago, else nil.
+// pick returns an ejected origin whose ejection is over (on probation:
+// this request tries it), else the least-loaded healthy origin other than
+// skip, else the origin other than skip that failed longest ago, else nil.
 func (p *Proxy) pick(skip *origin) *origin {
 	n := len(p.origins)
 	if n == 1 {
@@ -630,9 +708,19 @@ func (p *Proxy) pick(skip *origin) *origin {
 	start := int(p.next.Add(1) % uint32(n))
 	var best *origin
 	var bestLoad int32
+	var now int64 // read once, and only when an origin is out
 	for i := range n {
 		o := p.origins[(start+i)%n]
-		if o == skip || !o.healthy.Load() {
+		if o == skip {
+			continue
+		}
+		if !o.healthy.Load() {
+			if now == 0 {
+				now = p.now().UnixNano()
+			}
+			if p.probe(o, now) {
+				return o
+			}
 			continue
 		}
 		if load := o.pending.Load(); best == nil || load < bestLoad {
@@ -661,6 +749,10 @@ func classify(err error) reason {
 	}
 	var ne net.Error
 	switch {
+	case errors.Is(err, errTLS):
+		// An unverifiable certificate is as unreachable as a refused
+		// connection, and nothing was sent either.
+		return reasonTLS
 	case errors.Is(err, errDial):
 		// Includes dial timeouts: the origin is unreachable, not slow.
 		return reasonConnect
@@ -690,7 +782,7 @@ func (p *Proxy) record(o *origin, why reason, err error, requestID string) {
 	case reasonNone:
 		p.succeeded(o, "request")
 		return
-	case reasonConnect, reasonTimeout:
+	case reasonConnect, reasonTLS, reasonTimeout:
 		p.failed(o, "request")
 	}
 	p.metrics.errors[why].Inc()
@@ -732,18 +824,77 @@ func (p *Proxy) succeeded(o *origin, via string) {
 		o.fails.Store(0)
 	}
 	if !o.healthy.Load() && o.healthy.CompareAndSwap(false, true) {
-		p.log.Info("origin back in rotation", "origin", o.url, "via", via)
+		o.ejectedUntil.Store(0)
+		o.ejections.Store(0)
+		o.probing.Store(false)
+		p.log.Info("origin back in rotation", "pool", p.cfg.Pool, "origin", o.url, "via", via)
 	}
 }
 
 // failed extends the failure streak and takes the origin out of rotation
-// once it reaches UnhealthyAfter.
+// once it reaches UnhealthyAfter. A failed request ejects it: the one
+// that completes the streak, a probe on probation (again, for longer each
+// time), or one tried on an origin the checks took out.
 func (p *Proxy) failed(o *origin, via string) {
-	o.lastFail.Store(time.Now().UnixNano())
+	now := p.now()
+	o.lastFail.Store(now.UnixNano())
 	n := o.fails.Add(1)
-	if int(n) >= p.cfg.UnhealthyAfter && o.healthy.CompareAndSwap(true, false) {
-		p.log.Warn("origin out of rotation", "origin", o.url, "via", via, "consecutive_failures", n)
+	if int(n) < p.cfg.UnhealthyAfter {
+		return
 	}
+	out := o.healthy.CompareAndSwap(true, false)
+	if via != "request" {
+		if out {
+			p.log.Warn("origin out of rotation", "pool", p.cfg.Pool, "origin", o.url, "via", via, "consecutive_failures", n)
+		}
+		return
+	}
+	switch {
+	case out: // the streak took it out
+	case o.probing.CompareAndSwap(true, false): // its probe failed
+	case o.ejectedUntil.Load() == 0: // out by the checks; a request failed too
+	default:
+		// A request that was under way when the origin left rotation, or
+		// the last resort: the ejection running already accounts for it.
+		return
+	}
+	k := o.ejections.Add(1)
+	d := ejectionTime(p.cfg.EjectFor, k)
+	o.ejectedUntil.Store(now.Add(d).UnixNano())
+	p.metrics.ejections.Inc()
+	p.log.Warn("origin out of rotation", "pool", p.cfg.Pool, "origin", o.url, "via", via,
+		"consecutive_failures", n, "ejections", k, "eject_for", d)
+}
+
+// maxEjectFactor caps an ejection at this many EjectFor.
+const maxEjectFactor = 8
+
+// ejectionTime is how long the k-th ejection in a row lasts: EjectFor,
+// doubling with each ejection since the origin was last in rotation, up to
+// maxEjectFactor × EjectFor (30s, 1m, 2m, then 4m with the default), so a
+// dead origin costs one request every few minutes rather than every 30s.
+func ejectionTime(base time.Duration, k int32) time.Duration {
+	f := time.Duration(1)
+	for i := int32(1); i < k && f < maxEjectFactor; i++ {
+		f *= 2
+	}
+	return base * f
+}
+
+// probe reports whether the ejected o is on probation at now (unix
+// nanoseconds) and this request takes the probe: one request per EjectFor
+// does, the others keep out of it until the probe's answer (a success
+// brings the origin back; a failure ejects it again).
+func (p *Proxy) probe(o *origin, now int64) bool {
+	until := o.ejectedUntil.Load()
+	if until == 0 || now < until {
+		return false
+	}
+	if !o.ejectedUntil.CompareAndSwap(until, now+int64(p.cfg.EjectFor)) {
+		return false
+	}
+	o.probing.Store(true)
+	return true
 }
 
 // Healthy returns how many origins are in rotation.
@@ -766,13 +917,18 @@ func (p *Proxy) Origins() []OriginStatus {
 	return out
 }
 
-// Close stops the health checks and drops idle origin connections. Serve
-// keeps working afterwards (passive health only), so a draining edge can
-// finish its in-flight requests.
+// Close stops the health checks at once, removes the pool's series (its
+// healthy gauge with them) and drops idle origin connections. Serve keeps
+// working afterwards (passive health only), so a draining edge can finish
+// its in-flight requests; a body still streaming is not cut (EndStreams
+// does that), and every connection coming back after Close is closed
+// rather than kept idle.
 func (p *Proxy) Close() {
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.checkDone.Wait()
+	p.shared.close(p, p.label)
 	for _, o := range p.origins {
+		o.closed.Store(true)
 		o.client.CloseIdleConnections()
 	}
 }

@@ -50,6 +50,13 @@ func (h hostConns[C]) put(cc any, discard bool) {
 	h.release(c)
 }
 
+// put gives a connection back to o's pool, or closes it when discard is
+// true or the pool is closed: a stream ending after Close must not leave
+// an idle connection behind.
+func (o *origin) put(cc any, discard bool) {
+	o.conns.put(cc, discard || o.closed.Load())
+}
+
 // roundTrip sends ex.req to o and reads the response header into ex.resp,
 // and a small body (up to smallBody, declared) into ex.small; a larger body
 // is left streaming (ex.resp's body stream), its connection and reader in
@@ -94,7 +101,7 @@ func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time, whole b
 	req.URI().DisablePathNormalizing = true
 
 	if err := conn.SetWriteDeadline(deadline); err != nil {
-		o.conns.put(cc, true)
+		o.put(cc, true)
 		return true, err
 	}
 	bw := o.client.AcquireWriter(conn)
@@ -104,7 +111,7 @@ func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time, whole b
 	}
 	o.client.ReleaseWriter(bw)
 	if err != nil {
-		o.conns.put(cc, true)
+		o.put(cc, true)
 		if isTimeout(err) {
 			err = fasthttp.ErrTimeout
 		}
@@ -112,7 +119,7 @@ func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time, whole b
 	}
 
 	if err := conn.SetReadDeadline(deadline); err != nil { // the header phase
-		o.conns.put(cc, true)
+		o.put(cc, true)
 		return true, err
 	}
 	if req.Header.IsHead() {
@@ -123,14 +130,14 @@ func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time, whole b
 	if err := resp.ReadLimitBody(br, 0); err != nil {
 		resp.Reset()
 		o.client.ReleaseReader(br)
-		o.conns.put(cc, true)
+		o.put(cc, true)
 		return true, err
 	}
 	closeConn := req.ConnectionClose() || resp.ConnectionClose()
 	if !resp.IsBodyStream() { // no body (HEAD, 204, 304)
 		ex.kind = bodyNone
 		o.client.ReleaseReader(br)
-		o.conns.put(cc, closeConn)
+		o.put(cc, closeConn)
 		return false, nil
 	}
 	if tc != nil {
@@ -142,7 +149,7 @@ func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time, whole b
 		ex.small, err = readWhole(resp.BodyStream(), ex.small[:0], maxWholeBody)
 		_ = resp.CloseBodyStream() // it reads from br
 		o.client.ReleaseReader(br)
-		o.conns.put(cc, closeConn || err != nil)
+		o.put(cc, closeConn || err != nil)
 		if err != nil {
 			return false, fmt.Errorf("reading the response body: %w", err)
 		}
@@ -161,7 +168,7 @@ func (p *Proxy) send(o *origin, ex *exchange, deadline, until time.Time, whole b
 	_, err = io.ReadFull(resp.BodyStream(), ex.small)
 	_ = resp.CloseBodyStream() // it reads from br
 	o.client.ReleaseReader(br)
-	o.conns.put(cc, closeConn || err != nil)
+	o.put(cc, closeConn || err != nil)
 	if err != nil {
 		return false, fmt.Errorf("reading the response body: %w", err)
 	}
@@ -201,7 +208,7 @@ func (ex *exchange) finish(o *origin, complete bool) {
 		o.client.ReleaseReader(ex.br)
 	}
 	if ex.cc != nil {
-		o.conns.put(ex.cc, ex.closeConn || !complete)
+		o.put(ex.cc, ex.closeConn || !complete)
 	}
 	ex.cc, ex.br, ex.conn, ex.closeConn = nil, nil, nil, false
 }

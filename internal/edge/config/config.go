@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -154,6 +155,15 @@ type OriginSettings struct {
 	// Origin timeouts, one per phase of the exchange: connecting, up to the
 	// response header, between reads of the body, and (when set) overall.
 	OriginDialTimeout, OriginHeaderTimeout, OriginReadIdleTimeout, OriginTimeout time.Duration
+	// OriginTLSServerName is sent as SNI to https origins and verified
+	// against their certificates; empty = each origin URL's host name.
+	OriginTLSServerName string
+	// OriginCAFile is a PEM file of the CAs trusted for https origins'
+	// certificates, read at start; empty = the system's roots.
+	OriginCAFile string
+	// OriginTLSInsecureSkipVerify accepts any certificate an https origin
+	// shows (logged as a warning at start).
+	OriginTLSInsecureSkipVerify bool
 }
 
 // RedisSettings are the rate limit store's: Redis, its deadline and fail mode, the
@@ -378,6 +388,9 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.OriginDialTimeout, "origin-dial-timeout", c.OriginDialTimeout, "origin connect timeout; past it the next origin is tried, else 502")
 	fs.DurationVar(&c.OriginHeaderTimeout, "origin-header-timeout", c.OriginHeaderTimeout, "from sending the request to the origin's response header (connect and request body included); past it 504")
 	fs.DurationVar(&c.OriginReadIdleTimeout, "origin-read-idle-timeout", c.OriginReadIdleTimeout, "longest wait for more of the origin's response body once its header is in; past it the response is cut short (a stream lives as long as it moves)")
+	fs.StringVar(&c.OriginTLSServerName, "origin-tls-server-name", c.OriginTLSServerName, "name sent as SNI to https origins and verified against their certificates; empty = each --origin URL's host name")
+	fs.StringVar(&c.OriginCAFile, "origin-ca-file", c.OriginCAFile, "PEM file of the CAs trusted for https origins' certificates, read at start; empty = the system's roots")
+	fs.BoolVar(&c.OriginTLSInsecureSkipVerify, "origin-tls-insecure-skip-verify", c.OriginTLSInsecureSkipVerify, "accept any certificate an https origin shows (no verification; logged as a warning at start)")
 	fs.DurationVar(&c.OriginTimeout, "origin-timeout", c.OriginTimeout, "whole origin exchange, response body included: past it 504, or the body is cut short; 0 = no bound (long downloads, server-sent events, long polls)")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header block; larger gets 431")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body (streamed to the origin, never held whole); larger gets 413")
@@ -632,6 +645,17 @@ func (c Config) Validate() error {
 		bad("origin: required (--origin URL; --demo-origin for the built-in demo)")
 	case len(c.Origins) > 0 && c.DemoOrigin:
 		bad("origin: --origin and --demo-origin are exclusive")
+	}
+	if c.OriginTLSServerName != "" || c.OriginCAFile != "" || c.OriginTLSInsecureSkipVerify {
+		if !slices.ContainsFunc(c.Origins, func(o string) bool { return strings.HasPrefix(strings.ToLower(o), "https://") }) {
+			bad("origin-tls-server-name, origin-ca-file, origin-tls-insecure-skip-verify: set, but no --origin is https")
+		}
+	}
+	if c.OriginCAFile != "" && c.OriginTLSInsecureSkipVerify {
+		bad("origin-ca-file: exclusive with --origin-tls-insecure-skip-verify (which verifies nothing)")
+	}
+	if n := c.OriginTLSServerName; n != "" && (strings.ContainsAny(n, ":[]") || !UsableHost([]byte(n))) {
+		bad("origin-tls-server-name: %q is not a host name", c.OriginTLSServerName)
 	}
 	for _, p := range c.TrustedProxies {
 		if p.Bits() == 0 && !c.TrustAllProxies {

@@ -146,6 +146,32 @@ func TestOriginOrDemoRequired(t *testing.T) {
 	require.ErrorContains(t, err, "exclusive")
 }
 
+func TestOriginTLSFlags(t *testing.T) {
+	cfg, err := ParseFlags([]string{"--origin", "https://o:443", "--origin-tls-server-name", "origin.internal",
+		"--origin-ca-file", "/etc/edge/origin-ca.pem"}, env(nil), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, "origin.internal", cfg.OriginTLSServerName)
+	require.Equal(t, "/etc/edge/origin-ca.pem", cfg.OriginCAFile)
+	require.False(t, cfg.OriginTLSInsecureSkipVerify, "verification is on by default")
+	cfg, err = ParseFlags([]string{"--origin", "https://o:443", "--origin-tls-insecure-skip-verify"}, env(nil), &bytes.Buffer{})
+	require.NoError(t, err)
+	require.True(t, cfg.OriginTLSInsecureSkipVerify)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--origin", "http://o:80", "--origin-ca-file", "ca.pem"}, "no --origin is https"},
+		{[]string{"--demo-origin", "--origin-tls-insecure-skip-verify"}, "no --origin is https"},
+		{[]string{"--origin", "https://o", "--origin-ca-file", "ca.pem", "--origin-tls-insecure-skip-verify"}, "exclusive"},
+		{[]string{"--origin", "https://o", "--origin-tls-server-name", "o:443"}, "origin-tls-server-name"},
+		{[]string{"--origin", "https://o", "--origin-tls-server-name", "bad name"}, "origin-tls-server-name"},
+	} {
+		_, err := ParseFlags(tc.args, env(nil), &bytes.Buffer{})
+		require.ErrorContains(t, err, tc.want, "%q", tc.args)
+	}
+}
+
 // With Redis, a salt is required: an unsalted hash of an IPv4 address can
 // be enumerated back.
 func TestKeySaltRequiredWithRedis(t *testing.T) {
