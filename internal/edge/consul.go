@@ -72,7 +72,8 @@ func (e *Edge) startConsul() error {
 		}
 	}
 	// What the watches would read, before the first request: the
-	// enforcement switch, the rate limit service's documents and the rules,
+	// enforcement switch, the rate limit service's documents, the host
+	// table and the rules,
 	// each from the cache when Consul cannot give it.
 	l.ReadEnforcement(ctx)
 	if e.rlsFromConsul() {
@@ -82,6 +83,7 @@ func (e *Edge) startConsul() error {
 			}
 		}
 	}
+	e.readConsulHosts(ctx, client)
 	l.ReadRules(ctx)
 	return nil
 }
@@ -178,6 +180,9 @@ func (e *Edge) consulParts() consullink.Parts {
 			client.WatchRLS(ctx, e.cfg.Region, func(docs map[string][]byte) { e.rls.ApplyConsul(prefix, docs, rc) }, onErr)
 		})
 	}
+	p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
+		client.WatchHosts(ctx, e.cfg.Region, func(doc []byte, _ uint64) { e.applyConsulHosts(doc) }, onErr)
+	})
 	if e.certs != nil {
 		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
 			client.WatchCerts(ctx, e.cfg.Region, e.certs.ApplyConsul, onErr)

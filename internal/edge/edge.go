@@ -25,6 +25,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/globalhome"
+	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/pipeline"
 	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
@@ -66,10 +67,16 @@ type store struct {
 
 // parts are the other parts requests go through.
 type parts struct {
-	bh      *bhlayer.Layer
-	proxy   *origin.Proxy
-	shed    *shedder.Shedder
-	workers *shedder.Workers
+	bh    *bhlayer.Layer
+	proxy *origin.Proxy // the default pool (--origin)
+	// router picks each host's pool (hosts.go); originBase is the default
+	// pool's settings, which the table's pools start from, and
+	// originMetrics the metrics every pool shares.
+	router        *hostroute.Router
+	originBase    origin.Config
+	originMetrics *origin.Metrics
+	shed          *shedder.Shedder
+	workers       *shedder.Workers
 }
 
 // servers are the listeners and the servers on them.
@@ -249,11 +256,15 @@ func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 		ocfg.TLS.CAPEM = pem
 	}
 	var err error
-	if e.proxy, err = origin.New(ocfg, reg, e.log); err != nil {
+	if e.originMetrics, err = origin.NewMetrics(reg); err != nil {
+		return fmt.Errorf("configuring origins: %w", err)
+	}
+	if e.proxy, err = origin.NewPool(ocfg, e.originMetrics, e.log); err != nil {
 		return fmt.Errorf("configuring origins: %w", err)
 	}
 	e.closers = append(e.closers, e.proxy.Close)
-	return nil
+	e.originBase = ocfg
+	return e.buildRouter(reg)
 }
 
 // buildPipeline builds the request path (package pipeline) from the parts.
@@ -278,7 +289,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
 		Rules: &e.rules, NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
 	}, pipeline.Parts{
-		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Proxy: e.proxy,
+		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.For,
 		Draining: &e.draining, AccessLogRegistry: e.reg,
 		Conns: pipeline.Conns{
 			JA4:            listen.JA4Of,
@@ -407,7 +418,7 @@ func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
 	return nil
 }
 
-// reloadFiles re-reads the rules and shedder files (SIGHUP). Each keeps its
+// reloadFiles re-reads the rules, shedder and host table files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
 func (e *Edge) reloadFiles() {
 	if e.rls != nil {
@@ -421,6 +432,11 @@ func (e *Edge) reloadFiles() {
 	if e.cfg.Shedder != "" {
 		if err := e.loadShedder(); err != nil {
 			e.log.Error("shedder reload refused; keeping the settings in force", "err", err)
+		}
+	}
+	if e.cfg.Hosts != "" {
+		if err := e.loadHosts(); err != nil {
+			e.log.Error("host table reload refused; keeping the table in force", "err", err, "version", e.router.Version())
 		}
 	}
 }
@@ -625,8 +641,8 @@ func (e *Edge) shutdown() error {
 	// Response bodies still streaming from an origin near the end of the
 	// drain (event streams, long downloads) are cut then, so their
 	// connections close and the servers stop within the timeout.
-	if e.proxy != nil {
-		endStreams := time.AfterFunc(e.cfg.ShutdownTimeout-streamGrace(e.cfg.ShutdownTimeout), e.proxy.EndStreams)
+	if e.router != nil {
+		endStreams := time.AfterFunc(e.cfg.ShutdownTimeout-streamGrace(e.cfg.ShutdownTimeout), e.router.EndStreams)
 		defer endStreams.Stop()
 	}
 	// The HTTP/2 connections drain at the same time: each server waits

@@ -492,6 +492,18 @@ func (p *Proxy) EndStreams() {
 	}
 }
 
+// Streaming is how many response bodies are streaming from the pool's
+// origins: a retired pool is let go once it has none.
+func (p *Proxy) Streaming() int {
+	p.streamsMu.Lock()
+	defer p.streamsMu.Unlock()
+	return len(p.streams)
+}
+
+// MaxRequestBodySize is the pool's cap on a request body (0: none): what
+// a declared Content-Length is checked against before Serve.
+func (p *Proxy) MaxRequestBodySize() int { return p.cfg.MaxRequestBodySize }
+
 // countTimeout counts a failed attempt's timeout by phase: connect (the
 // dial or the TLS handshake), header (HeaderTimeout) or total (Timeout,
 // when it came first).

@@ -34,6 +34,10 @@ type Config struct {
 	Admin string
 	// Rules is the rules file (YAML, schema version 1).
 	Rules string
+	// Hosts is the host table file (YAML, schema version 1, docs/hosts.md):
+	// the origin pool of each host; without it (and without Consul) every
+	// host goes to the --origin pool.
+	Hosts string
 	// Region and PoP name where this node runs (Consul service meta, pop
 	// scope).
 	Region, PoP string
@@ -355,6 +359,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.TLSTicketKeys, "tls-ticket-keys", c.TLSTicketKeys, "file of TLS session-ticket keys, one per line (64 hex digits: openssl rand -hex 32); the first encrypts, all decrypt; the same file on every edge of a PoP lets clients resume on any; re-read on change")
 	fs.Var((*prefixesFlag)(&c.ProxyProtocolFrom), "proxy-protocol-from", "CIDRs of L4 balancers that send a PROXY protocol header (v1/v2) on every connection; from anyone else a PROXY header is refused")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "admin listen address (/metrics, /healthz, /readyz, /debug/rules, /debug/pprof); keep it private")
+	fs.StringVar(&c.Hosts, "hosts", c.Hosts, "host table file (YAML, docs/hosts.md): an origin pool per host name, the --origin pool for the rest; re-read on SIGHUP; with --consul the table comes from Consul instead")
 	fs.Var((*listFlag)(&c.Origins), "origin", "origin URL; repeat or comma-separate for several; required unless --demo-origin")
 	fs.BoolVar(&c.DemoOrigin, "demo-origin", c.DemoOrigin, "proxy to a built-in demo origin on loopback (make run); never in production")
 	fs.StringVar(&c.Redis, "redis", c.Redis, "go-redis URL (redis://user:pass@h1:6379?addr=h2:6379, rediss:// for TLS, ?master_name= for Sentinel); empty = embedded memory store")
@@ -628,6 +633,9 @@ func (c Config) Validate() error {
 	}
 	if c.Consul != "" && c.Rules != "" {
 		bad("rules: --rules and --consul are exclusive (rules come from one place)")
+	}
+	if c.Consul != "" && c.Hosts != "" {
+		bad("hosts: --hosts and --consul are exclusive (the host table comes from one place: regionctl hosts push)")
 	}
 	if c.Redis == "" && c.RedisMode != limiter.ModeStandalone {
 		bad("redis-mode: %s needs --redis", c.RedisMode)

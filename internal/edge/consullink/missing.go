@@ -18,6 +18,7 @@ const (
 	docEnforcement = "enforcement"
 	DocRLS         = "rls"     // the rate limit service's documents, rls/<region>/
 	DocCatalog     = "catalog" // the region catalog, regions/catalog (global rules)
+	DocHosts       = "hosts"   // the host table, hosts/<region>
 )
 
 // missingDocs are the documents the edge found absent in Consul while it
@@ -44,7 +45,7 @@ func NewMissingGauge() *prometheus.GaugeVec {
 		Name: "edgeguard_edge_consul_documents_missing",
 		Help: "1 while the edge keeps its last good document of this kind (rules, shedder, enforcement, rls: every rate limit service document, catalog: the region catalog) because Consul holds none where it held one: a Consul rebuilt empty, a key deleted by hand. 0 otherwise. Clearing takes an explicit document, never an absent one.",
 	}, []string{"document"})
-	for _, d := range []string{docRules, docShedder, docEnforcement, DocRLS, DocCatalog} {
+	for _, d := range []string{docRules, docShedder, docEnforcement, DocRLS, DocCatalog, DocHosts} {
 		g.WithLabelValues(d).Set(0)
 	}
 	return g

@@ -34,7 +34,7 @@ type Pipeline struct {
 	bh       *bhlayer.Layer
 	shed     *shedder.Shedder
 	workers  *shedder.Workers
-	proxy    *origin.Proxy
+	route    func(host string) *origin.Proxy
 	draining *atomic.Bool // the edge is draining: every response closes its connection
 	conns    Conns
 
@@ -108,7 +108,9 @@ type Parts struct {
 	Behaviour *bhlayer.Layer
 	Shedder   *shedder.Shedder
 	Workers   *shedder.Workers
-	Proxy     *origin.Proxy
+	// Route is the origin pool of a host, normalised as the rules
+	// normalise it (the host table; the --origin pool for the rest).
+	Route func(host string) *origin.Proxy
 	// Draining is set while the edge drains.
 	Draining *atomic.Bool
 	// Conns are what the listeners know of a request's connection.
@@ -145,7 +147,7 @@ func New(cfg Config, log *slog.Logger, lim Limits, parts Parts, reg prometheus.R
 		bh:           parts.Behaviour,
 		shed:         parts.Shedder,
 		workers:      parts.Workers,
-		proxy:        parts.Proxy,
+		route:        parts.Route,
 		draining:     parts.Draining,
 		conns:        parts.Conns,
 		limits: limits{

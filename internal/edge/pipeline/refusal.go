@@ -103,9 +103,9 @@ func (e *Pipeline) ServerError(ctx *fasthttp.RequestCtx, err error) {
 // Expect answers Expect: 100-continue (Server.ExpectHandler): a declared
 // body above the limit gets its 413 before the client sends it.
 func (e *Pipeline) Expect(ctx *fasthttp.RequestCtx) int {
-	if ctx.Request.Header.ContentLength() > e.cfg.MaxBodyBytes {
+	if n := ctx.Request.Header.ContentLength(); n > 0 && e.bodyLimit(ctx) > 0 && n > e.bodyLimit(ctx) {
 		start := time.Now()
-		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
+		problem.TooLarge(ctx, e.bodyLimit(ctx))
 		// fasthttp answers without the handler: the refusal is recorded here.
 		peer := trust.Peer(ctx.RemoteIP())
 		e.recordRefusal(ctx, start, trust.Client(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)

@@ -34,7 +34,7 @@ func (e *Pipeline) proxyStage(sc *scratch) string {
 	octx, ospan := e.tracing.child(sc.trace, "origin.request")
 	e.tracing.inject(octx, &ctx.Request.Header)
 	upstream := time.Now()
-	e.proxy.Serve(ctx, hop)
+	e.route(sc.req.Host).Serve(ctx, hop)
 	// A streamed body calls AtEnd when it ends; anything else is given
 	// back when the limit stage returns.
 	sc.endHandedOn = sc.atEnd != nil && ctx.Response.IsBodyStream()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/problem"
+	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
 // screenStage is the first look at a request (step 2, Screen): who sent
@@ -56,9 +57,11 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, allowHeader)
 		return reasonMethod
 	}
-	if n := ctx.Request.Header.ContentLength(); n > e.cfg.MaxBodyBytes {
-		problem.TooLarge(ctx, e.cfg.MaxBodyBytes)
-		return reasonBodyTooLarge
+	if n := ctx.Request.Header.ContentLength(); n > 0 {
+		if limit := e.bodyLimit(ctx); limit > 0 && n > limit {
+			problem.TooLarge(ctx, limit)
+			return reasonBodyTooLarge
+		}
 	}
 	// A Host or an absolute-form target with user info ("u:p@host") would
 	// reach the origin as an Authorization field (fasthttp's client writes
@@ -82,4 +85,11 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 	tier[0], tier[1] = e.shed.Classifier().TrustedHeaders()
 	e.headerScreen.Apply(&ctx.Request.Header, trusted, tier)
 	return ""
+}
+
+// bodyLimit is the largest request body the host's origin pool takes (0:
+// no limit): --max-body-bytes unless the host table sets the pool's own.
+// Only a request declaring a body asks.
+func (e *Pipeline) bodyLimit(ctx *fasthttp.RequestCtx) int {
+	return e.route(rules.NormalizeHost(b2s(ctx.Request.Header.Host()))).MaxRequestBodySize()
 }
