@@ -35,7 +35,8 @@ type Pipeline struct {
 	shed     *shedder.Shedder
 	workers  *shedder.Workers
 	proxy    *origin.Proxy
-	draining *atomic.Bool // the edge is draining: every response closes its connection
+	tunnels  *origin.Tunnels // nil: upgrades are proxied as plain requests
+	draining *atomic.Bool    // the edge is draining: every response closes its connection
 	conns    Conns
 
 	limits
@@ -109,6 +110,8 @@ type Parts struct {
 	Shedder   *shedder.Shedder
 	Workers   *shedder.Workers
 	Proxy     *origin.Proxy
+	// Tunnels carries upgrades (WebSocket); nil strips Upgrade instead.
+	Tunnels *origin.Tunnels
 	// Draining is set while the edge drains.
 	Draining *atomic.Bool
 	// Conns are what the listeners know of a request's connection.
@@ -146,6 +149,7 @@ func New(cfg Config, log *slog.Logger, lim Limits, parts Parts, reg prometheus.R
 		shed:         parts.Shedder,
 		workers:      parts.Workers,
 		proxy:        parts.Proxy,
+		tunnels:      parts.Tunnels,
 		draining:     parts.Draining,
 		conns:        parts.Conns,
 		limits: limits{
