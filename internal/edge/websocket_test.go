@@ -392,3 +392,95 @@ func TestUpgradeNotTunnelled(t *testing.T) {
 	}
 	require.Zero(t, metricSum(t, r, "edgeguard_origin_tunnels_total"))
 }
+
+// rawUpgradeOrigin is an origin that speaks bytes: it reads one request
+// header, sends it on reqs, and answers answer in a single write (a 101
+// with the first bytes of the new protocol right behind it), then echoes.
+// Other requests (the edge's health checks) get an empty 200.
+func rawUpgradeOrigin(t *testing.T, answer string) (addr string, reqs <-chan string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan string, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				var head strings.Builder
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					head.WriteString(line)
+					if line == "\r\n" {
+						break
+					}
+				}
+				if !strings.HasPrefix(head.String(), "GET /x ") { // the health check
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+					return
+				}
+				got <- head.String()
+				if _, err := io.WriteString(c, answer); err != nil {
+					return
+				}
+				_, _ = io.Copy(c, br)
+			}()
+		}
+	}()
+	return ln.Addr().String(), got
+}
+
+// The bytes an origin sends right behind its 101 reach the client first,
+// then the tunnel echoes; the origin got the upgrade's fields back after
+// the hop-by-hop stripping, and the edge's forwarding fields. A 101 that
+// names no protocol is a 502, never a tunnel.
+func TestUpgradeRawBytes(t *testing.T) {
+	const greeting = "hello before you asked"
+	for name, tc := range map[string]struct {
+		answer string
+		status int
+	}{
+		"101 and bytes behind it": {"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n" + greeting, http.StatusSwitchingProtocols},
+		"101 without Upgrade":     {"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n" + greeting, http.StatusBadGateway},
+	} {
+		t.Run(name, func(t *testing.T) {
+			addr, reqs := rawUpgradeOrigin(t, tc.answer)
+			r := startEdge(t, generous, func(c *config.Config) { c.Origins = []string{"http://" + addr} })
+			c := dialRaw(t, r.Addr())
+			_, err := io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a.example\r\nConnection: keep-alive, Upgrade\r\nUpgrade: echo\r\n\r\n")
+			require.NoError(t, err)
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			require.NoError(t, err)
+			require.Equal(t, tc.status, resp.StatusCode)
+			head := <-reqs
+			require.Contains(t, head, "Upgrade: echo\r\n")
+			require.Contains(t, head, "Connection: Upgrade\r\n")
+			require.Contains(t, head, "X-Forwarded-For: 127.0.0.1\r\n")
+			if tc.status != http.StatusSwitchingProtocols {
+				body, _ := io.ReadAll(resp.Body)
+				require.NotContains(t, string(body), greeting)
+				return
+			}
+			require.Equal(t, "echo", resp.Header.Get("Upgrade"))
+			first := make([]byte, len(greeting))
+			_, err = io.ReadFull(br, first)
+			require.NoError(t, err)
+			require.Equal(t, greeting, string(first))
+			_, err = io.WriteString(c, "\x00\xffnot http at all\r\n")
+			require.NoError(t, err)
+			echo := make([]byte, len("\x00\xffnot http at all\r\n"))
+			_, err = io.ReadFull(br, echo)
+			require.NoError(t, err)
+			require.Equal(t, "\x00\xffnot http at all\r\n", string(echo), "a tunnel passes bytes that are not HTTP")
+		})
+	}
+}
