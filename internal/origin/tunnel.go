@@ -153,26 +153,37 @@ func (t *Tunnels) Wants(ctx *fasthttp.RequestCtx) bool {
 	if ctx.Request.IsBodyStream() || h.ContentLength() > 0 || len(ctx.Request.Body()) > 0 {
 		return false
 	}
+	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
+		if hasToken(v, "close") {
+			return false
+		}
+	}
 	up := h.PeekAll(fasthttp.HeaderUpgrade)
 	if len(up) != 1 || len(bytes.TrimSpace(up[0])) == 0 {
 		return false
 	}
-	for rest := up[0]; len(rest) > 0; {
-		tok := rest
+	return !hasToken(up[0], "h2c") && !hasToken(up[0], "h2")
+}
+
+// hasToken reports whether the comma-separated list v names tok (case
+// aside; a protocol's /version aside).
+func hasToken(v []byte, tok string) bool {
+	for rest := v; len(rest) > 0; {
+		t := rest
 		if i := bytes.IndexByte(rest, ','); i >= 0 {
-			tok, rest = rest[:i], rest[i+1:]
+			t, rest = rest[:i], rest[i+1:]
 		} else {
 			rest = nil
 		}
-		tok = bytes.TrimSpace(tok)
-		if i := bytes.IndexByte(tok, '/'); i >= 0 {
-			tok = tok[:i]
+		t = bytes.TrimSpace(t)
+		if i := bytes.IndexByte(t, '/'); i >= 0 {
+			t = t[:i]
 		}
-		if bytes.EqualFold(tok, []byte("h2c")) || bytes.EqualFold(tok, []byte("h2")) {
-			return false
+		if bytes.EqualFold(t, []byte(tok)) {
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 var (
