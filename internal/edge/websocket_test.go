@@ -522,3 +522,30 @@ func everyByte(n int) []byte {
 	}
 	return b
 }
+
+// An upgrade is counted by the rules like any request: with a per-client
+// rule of 3 a minute, the fourth upgrade is 429 with the rule's fields and
+// never reaches the origin; the three open tunnels are not disturbed.
+func TestWebSocketUpgradesAreRateLimited(t *testing.T) {
+	o := startWSOrigin(t)
+	r := startEdge(t, perIP, func(c *config.Config) { c.Origins = []string{o.url} })
+	var open []*websocket.Conn
+	for range 3 {
+		c, resp, err := dialWS(t, r)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+		open = append(open, c)
+	}
+	_, resp, err := dialWS(t, r)
+	require.ErrorIs(t, err, websocket.ErrBadHandshake)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	require.Equal(t, int64(3), o.upgrades.Load(), "the denied upgrade never reached the origin")
+	for i, c := range open {
+		msg := fmt.Sprintf("tunnel %d", i)
+		require.NoError(t, c.WriteMessage(websocket.TextMessage, []byte(msg)))
+		_, got, err := c.ReadMessage()
+		require.NoError(t, err)
+		require.Equal(t, msg, string(got))
+	}
+}
