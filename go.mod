@@ -6,6 +6,7 @@ require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/caddyserver/certmagic v0.25.6
 	github.com/envoyproxy/go-control-plane/envoy v1.37.0
+	github.com/gorilla/websocket v1.5.3
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/pires/go-proxyproto v0.15.0
 	github.com/prometheus/client_golang v1.25.0

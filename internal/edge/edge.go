@@ -75,6 +75,7 @@ type parts struct {
 	router        *hostroute.Router
 	originBase    origin.Config
 	originMetrics *origin.Metrics
+	tunnels       *origin.Tunnels
 	shed          *shedder.Shedder
 	workers       *shedder.Workers
 }
@@ -264,6 +265,9 @@ func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 	}
 	e.closers = append(e.closers, e.proxy.Close)
 	e.originBase = ocfg
+	if e.tunnels, err = origin.NewTunnels(origin.TunnelConfig{MaxOpen: e.cfg.MaxTunnels, IdleTimeout: e.cfg.TunnelIdleTimeout}, reg); err != nil {
+		return fmt.Errorf("configuring tunnels: %w", err)
+	}
 	return e.buildRouter(reg)
 }
 
@@ -289,7 +293,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
 		Rules: &e.rules, NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
 	}, pipeline.Parts{
-		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.For,
+		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.For, Tunnels: e.tunnels,
 		Draining: &e.draining, AccessLogRegistry: e.reg,
 		Conns: pipeline.Conns{
 			JA4:            listen.JA4Of,
@@ -641,8 +645,16 @@ func (e *Edge) shutdown() error {
 	// Response bodies still streaming from an origin near the end of the
 	// drain (event streams, long downloads) are cut then, so their
 	// connections close and the servers stop within the timeout.
+	// Tunnels (WebSocket) end then too: fasthttp's shutdown does not
+	// wait for hijacked connections, so they are closed within the drain
+	// rather than cut when the process exits.
 	if e.router != nil {
-		endStreams := time.AfterFunc(e.cfg.ShutdownTimeout-streamGrace(e.cfg.ShutdownTimeout), e.router.EndStreams)
+		endStreams := time.AfterFunc(e.cfg.ShutdownTimeout-streamGrace(e.cfg.ShutdownTimeout), func() {
+			e.router.EndStreams()
+			if e.tunnels != nil {
+				e.tunnels.End()
+			}
+		})
 		defer endStreams.Stop()
 	}
 	// The HTTP/2 connections drain at the same time: each server waits
@@ -655,6 +667,14 @@ func (e *Edge) shutdown() error {
 	}
 	e.stopRLS(sctx) // health NOT_SERVING at once, then calls in flight finish
 	err := e.server.ShutdownWithContext(sctx)
+	if e.tunnels != nil {
+		// Tunnels are hijacked connections, which the server's shutdown
+		// does not wait for: they may finish on their own until the
+		// timer above ends them.
+		if terr := e.tunnels.Wait(sctx); terr != nil && err == nil {
+			err = fmt.Errorf("waiting for tunnels: %w", terr)
+		}
+	}
 	if aerr := e.admin.Shutdown(sctx); aerr != nil && err == nil {
 		err = fmt.Errorf("shutting down the admin server: %w", aerr)
 	}

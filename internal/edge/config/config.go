@@ -156,6 +156,13 @@ type OriginSettings struct {
 	// Workers (+1 for the health check), so every worker can hold one
 	// origin connection.
 	OriginMaxConns int
+	// MaxTunnels caps the upgraded connections (WebSocket and the like)
+	// open at once; past it an upgrade is answered 503. 0 turns
+	// tunnelling off (Upgrade is stripped, as any hop-by-hop field).
+	MaxTunnels int
+	// TunnelIdleTimeout closes a tunnel in which neither side sent a byte
+	// for that long.
+	TunnelIdleTimeout time.Duration
 	// Origin timeouts, one per phase of the exchange: connecting, up to the
 	// response header, between reads of the body, and (when set) overall.
 	OriginDialTimeout, OriginHeaderTimeout, OriginReadIdleTimeout, OriginTimeout time.Duration
@@ -292,6 +299,14 @@ func DefaultConfig() Config {
 			OriginDialTimeout:     time.Second,
 			OriginHeaderTimeout:   10 * time.Second,
 			OriginReadIdleTimeout: 60 * time.Second,
+			// A CDN edge holds many long-lived sockets; 10,000 tunnels
+			// cost two goroutines and two 32 KiB buffers while copying,
+			// well under a gigabyte, and each holds no worker.
+			MaxTunnels: 10000,
+			// Longer than the keep-alive pings WebSocket libraries and
+			// browsers send (tens of seconds), short enough that a dead
+			// peer behind a silent NAT does not hold a socket for hours.
+			TunnelIdleTimeout: 5 * time.Minute,
 		},
 		RedisSettings: RedisSettings{
 			RedisMode:         limiter.ModeStandalone,
@@ -408,6 +423,8 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "client response write timeout, per write: each socket write must be taken by the client within it, else the connection is closed; HTTP/2 also each 16 KiB piece of a response for a stream (else RST_STREAM)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "keep-alive idle timeout")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "on SIGTERM, how long /readyz reports 503 before the listener closes")
+	fs.IntVar(&c.MaxTunnels, "max-tunnels", c.MaxTunnels, "upgraded connections (WebSocket) open at once; past it an upgrade is answered 503 with Retry-After; 0 = upgrades are not tunnelled (Upgrade is stripped)")
+	fs.DurationVar(&c.TunnelIdleTimeout, "tunnel-idle-timeout", c.TunnelIdleTimeout, "an upgraded connection in which neither side sent a byte for this long is closed")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long in-flight requests may take to finish on shutdown")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "requests run at once (worker cap); more wait in a short queue, then 503")
 	fs.StringVar(&c.Shedder, "shedder", c.Shedder, "load shedder settings file (JSON: good, bad, start_after, full_after, tiers, queue_size, queue_timeout, …); re-read on SIGHUP; empty = defaults")
@@ -696,7 +713,7 @@ func (c Config) Validate() error {
 		bad("origin-timeout: must be ≥ 0 (got %s; 0 = no bound)", c.OriginTimeout)
 	}
 	for name, d := range map[string]time.Duration{"redis-timeout": c.RedisTimeout, "origin-dial-timeout": c.OriginDialTimeout,
-		"origin-header-timeout": c.OriginHeaderTimeout, "origin-read-idle-timeout": c.OriginReadIdleTimeout, "read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout} {
+		"origin-header-timeout": c.OriginHeaderTimeout, "origin-read-idle-timeout": c.OriginReadIdleTimeout, "read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout, "tunnel-idle-timeout": c.TunnelIdleTimeout} {
 		if d <= 0 {
 			bad("%s: must be > 0 (got %s)", name, d)
 		}
@@ -710,7 +727,7 @@ func (c Config) Validate() error {
 			bad("%s: must be ≥ 1 (got %d)", name, n)
 		}
 	}
-	for name, n := range map[string]int{"max-conns-per-ip": c.MaxConnsPerIP, "origin-max-conns": c.OriginMaxConns} {
+	for name, n := range map[string]int{"max-conns-per-ip": c.MaxConnsPerIP, "origin-max-conns": c.OriginMaxConns, "max-tunnels": c.MaxTunnels} {
 		if n < 0 {
 			bad("%s: must be ≥ 0 (got %d)", name, n)
 		}

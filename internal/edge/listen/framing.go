@@ -141,6 +141,9 @@ type framer struct {
 	closeAfter     bool
 	err            *FramingError
 	got            bool // the client sent a byte
+	// upgraded: the connection is a tunnel now (Upgraded); its bytes are
+	// another protocol's and pass unread.
+	upgraded bool
 }
 
 // scan follows p and returns how many of its bytes may go on: all of
@@ -446,6 +449,8 @@ func unhex(c byte) int {
 // read is Read through the framer: src reads the connection.
 func (f *framer) read(src func([]byte) (int, error), p []byte) (int, error) {
 	switch {
+	case f.upgraded:
+		return src(p)
 	case f.err != nil:
 		return 0, f.err
 	case f.state == fsClosed:
@@ -516,6 +521,25 @@ func H1Unwrapped(serve func(net.Conn) error) func(net.Conn) error {
 		}
 		return serve(c)
 	}
+}
+
+// Upgraded switches c's framer off once its connection has become a
+// tunnel (a 101 answer to an Upgrade request): what follows is no longer
+// HTTP/1.x. It reports false when the framer had already refused bytes
+// (a client that sent before the 101), which were lost: such a tunnel
+// must not start. The origin package finds it through the connection's
+// NetConn chain.
+func (c *framedConn) Upgraded() bool { return c.f.upgrade() }
+
+// Upgraded is framedConn's, for TLS.
+func (c *framedTLSConn) Upgraded() bool { return c.f.upgrade() }
+
+func (f *framer) upgrade() bool {
+	if f.err != nil || f.state == fsClosed {
+		return false
+	}
+	f.upgraded = true
+	return true
 }
 
 // ClientSent reports whether the client sent any byte on c (true for a

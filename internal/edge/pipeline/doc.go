@@ -41,7 +41,9 @@
 //     body.
 //  10. Proxy (stage_proxy.go): allowed traffic goes to the origin, its body
 //     streamed, with the RateLimit fields added; response-counted rules
-//     count the response afterwards.
+//     count the response afterwards. An upgrade (WebSocket) the origin
+//     accepts becomes a tunnel that outlives the handler (origin/tunnel.go;
+//     its access-log line at close: tunnel.go).
 //  11. Record (stage_record.go, first in the list because it wraps the
 //     rest): Prometheus metrics with bounded labels, the access-log line
 //     (access.go), the request's span (trace.go). A response given without

@@ -35,7 +35,8 @@ type Pipeline struct {
 	shed     *shedder.Shedder
 	workers  *shedder.Workers
 	route    func(host string) *origin.Proxy
-	draining *atomic.Bool // the edge is draining: every response closes its connection
+	tunnels  *origin.Tunnels // nil: upgrades are proxied as plain requests
+	draining *atomic.Bool    // the edge is draining: every response closes its connection
 	conns    Conns
 
 	limits
@@ -111,6 +112,8 @@ type Parts struct {
 	// Route is the origin pool of a host, normalised as the rules
 	// normalise it (the host table; the --origin pool for the rest).
 	Route func(host string) *origin.Proxy
+	// Tunnels carries upgrades (WebSocket); nil strips Upgrade instead.
+	Tunnels *origin.Tunnels
 	// Draining is set while the edge drains.
 	Draining *atomic.Bool
 	// Conns are what the listeners know of a request's connection.
@@ -148,6 +151,7 @@ func New(cfg Config, log *slog.Logger, lim Limits, parts Parts, reg prometheus.R
 		shed:         parts.Shedder,
 		workers:      parts.Workers,
 		route:        parts.Route,
+		tunnels:      parts.Tunnels,
 		draining:     parts.Draining,
 		conns:        parts.Conns,
 		limits: limits{

@@ -34,10 +34,18 @@ func (e *Pipeline) proxyStage(sc *scratch) string {
 	octx, ospan := e.tracing.child(sc.trace, "origin.request")
 	e.tracing.inject(octx, &ctx.Request.Header)
 	upstream := time.Now()
-	e.route(sc.req.Host).Serve(ctx, hop)
-	// A streamed body calls AtEnd when it ends; anything else is given
-	// back when the limit stage returns.
-	sc.endHandedOn = sc.atEnd != nil && ctx.Response.IsBodyStream()
+	pool := e.route(sc.req.Host)
+	if e.tunnels.Wants(ctx) {
+		// An upgrade (tunnel.go): a tunnel holds a concurrency slot to
+		// its close, and writes a line of its own then.
+		opened := e.tunnels.Serve(ctx, pool, hop, e.tunnelClosed(ctx, sc, hop.RequestID))
+		sc.endHandedOn = sc.atEnd != nil && opened
+	} else {
+		pool.Serve(ctx, hop)
+		// A streamed body calls AtEnd when it ends; anything else is
+		// given back when the limit stage returns.
+		sc.endHandedOn = sc.atEnd != nil && ctx.Response.IsBodyStream()
+	}
 	sc.upstream = time.Since(upstream)
 	ctx.Response.Header.Del(problem.NotProcessed) // the edge's word, never the origin's
 	ospan.End()
