@@ -1,0 +1,224 @@
+package peerbench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// SlowConfig is a run of SlowReaders.
+type SlowConfig struct {
+	EdgeBin, NginxBin string // NginxBin empty: the edge only
+	Clients           int
+	Rate              int64         // bytes per second each client reads
+	Hold              time.Duration // how long the streams run before memory is read
+	ObjectSize        int64
+	RcvBuf            int // the clients' SO_RCVBUF, set before connecting
+	Out               io.Writer
+}
+
+// DefaultSlowConfig is the measurement make bench-slow-readers runs.
+func DefaultSlowConfig() SlowConfig {
+	return SlowConfig{Clients: 1000, Rate: 64 << 10, Hold: 60 * time.Second, ObjectSize: 1 << 30, RcvBuf: 16 << 10, Out: os.Stdout}
+}
+
+// SlowResult is one proxy's figures.
+type SlowResult struct {
+	Proxy                  string
+	IdleKiB, LoadKiB       int64 // resident memory before the clients and after Hold
+	PeakKiB                int64 // VmHWM at the end
+	Goroutines             int   // the edge's go_goroutines under load (-1: not read)
+	Open                   int   // streams still open (no error) when memory was read
+	Bytes                  int64 // bytes the clients read, each checked
+	FirstError             string
+	PerStreamKiB           float64
+	MeanRateBytesPerSecond float64
+}
+
+// SlowReaders runs cfg.Clients clients against the edge (and nginx, if
+// given, afterwards), each reading a large object at cfg.Rate over a
+// socket with a small receive buffer, and reads the proxy's resident memory
+// after cfg.Hold.
+func SlowReaders(ctx context.Context, cfg SlowConfig) ([]SlowResult, error) {
+	dir, err := os.MkdirTemp("", "peerbench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	origin, err := startOrigin(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer origin.stop()
+	fmt.Fprintf(cfg.Out, "# %d clients, each reading a %s object at %s/s, SO_RCVBUF %d (the kernel doubles it), memory read after %s\n",
+		cfg.Clients, size(cfg.ObjectSize), size(cfg.Rate), cfg.RcvBuf, cfg.Hold)
+	var out []SlowResult
+	for _, name := range []string{"edge", "nginx"} {
+		var s *server
+		switch {
+		case name == "edge":
+			// Every stream holds an origin connection: room for all of them.
+			s, err = startEdge(ctx, cfg.EdgeBin, dir, origin.addr, "--origin-max-conns", strconv.Itoa(cfg.Clients+64))
+		case cfg.NginxBin != "":
+			// No temporary files: by default nginx would spool up to
+			// 1 GiB of each response to disk ahead of a slow client.
+			s, err = startNginx(ctx, cfg.NginxBin, dir, origin.addr, "0")
+		default:
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		r, err := slowRun(ctx, s, cfg)
+		s.stop()
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", name, err)
+		}
+		out = append(out, r)
+		fmt.Fprintf(cfg.Out, "%-6s idle %d KiB, under load %d KiB, peak %d KiB: %.1f KiB per stream; %d of %d streams open, mean %.1f KiB/s each; goroutines %d\n",
+			name, r.IdleKiB, r.LoadKiB, r.PeakKiB, r.PerStreamKiB, r.Open, cfg.Clients, r.MeanRateBytesPerSecond/1024, r.Goroutines)
+		if r.FirstError != "" {
+			fmt.Fprintf(cfg.Out, "%-6s %s\n", name, r.FirstError)
+		}
+	}
+	return out, nil
+}
+
+func slowRun(ctx context.Context, s *server, cfg SlowConfig) (SlowResult, error) {
+	r := SlowResult{Proxy: s.name, Goroutines: -1, IdleKiB: memKiB(s.pid(), "VmRSS")}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		started, wg sync.WaitGroup
+		bytesRead   atomic.Int64
+		failed      atomic.Int64
+		firstErr    atomic.Pointer[error]
+	)
+	started.Add(cfg.Clients)
+	t0 := time.Now()
+	for range cfg.Clients {
+		wg.Go(func() {
+			err := slowClient(ctx, s.addr, cfg, &started, &bytesRead)
+			if err != nil && ctx.Err() == nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	all := make(chan struct{})
+	go func() { started.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(cfg.Hold + 30*time.Second):
+		cancel()
+		wg.Wait()
+		return r, errors.New("not every client got a response header in time")
+	}
+	hold := time.NewTimer(cfg.Hold)
+	select {
+	case <-hold.C:
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+	r.LoadKiB = memKiB(s.pid(), "VmRSS")
+	r.PeakKiB = memKiB(s.pid(), "VmHWM")
+	if s.admin != "" {
+		r.Goroutines = goroutines(ctx, s.admin)
+	}
+	r.Open = cfg.Clients - int(failed.Load())
+	elapsed := time.Since(t0)
+	r.Bytes = bytesRead.Load()
+	cancel()
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		r.FirstError = fmt.Sprintf("%d clients failed, the first: %v", failed.Load(), *p)
+	}
+	r.PerStreamKiB = float64(r.LoadKiB-r.IdleKiB) / float64(cfg.Clients)
+	r.MeanRateBytesPerSecond = float64(r.Bytes) / elapsed.Seconds() / float64(cfg.Clients)
+	return r, nil
+}
+
+// slowClient reads an object through addr at cfg.Rate until ctx ends or
+// the object does, checking its bytes.
+func slowClient(ctx context.Context, addr string, cfg SlowConfig, started *sync.WaitGroup, total *atomic.Int64) error {
+	once := sync.OnceFunc(started.Done)
+	defer once()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, cfg.RcvBuf)
+		})
+		return errors.Join(err, serr)
+	}}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/obj/"+strconv.FormatInt(cfg.ObjectSize, 10), nil)
+	if err := req.Write(conn); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 4<<10), req)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	once()
+	// The reads follow the object stream, so every byte is checked.
+	want := newObjectStream()
+	wantBuf := make([]byte, chunk)
+	wantLeft := 0
+	buf := make([]byte, 16<<10)
+	var got int64
+	t0 := time.Now()
+	for {
+		n, err := resp.Body.Read(buf)
+		for b := buf[:n]; len(b) > 0; {
+			if wantLeft == 0 {
+				want.fill(wantBuf)
+				wantLeft = len(wantBuf)
+			}
+			k := min(len(b), wantLeft)
+			off := len(wantBuf) - wantLeft
+			if string(b[:k]) != string(wantBuf[off:off+k]) {
+				return fmt.Errorf("bytes from %d differ from the object's", got)
+			}
+			b, wantLeft, got = b[k:], wantLeft-k, got+int64(k)
+		}
+		total.Add(int64(n))
+		if err == io.EOF {
+			if got != cfg.ObjectSize {
+				return fmt.Errorf("%d bytes, want %d", got, cfg.ObjectSize)
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		// Pace: byte got is due at t0 + got/Rate.
+		if wait := time.Until(t0.Add(time.Duration(float64(got) / float64(cfg.Rate) * float64(time.Second)))); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+	}
+}
