@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -150,12 +151,15 @@ func startEdge(ctx context.Context, bin, dir, origin string, extra ...string) (*
 // runs on the machine's cores, here two), keep-alive connections to the
 // origin, the forwarding fields the edge writes (X-Forwarded-For from the
 // socket peer, -Proto, -Host, a request id, which the client gets back too),
-// no access log (the edge's is off by default). proxy_buffering is on,
+// no access log (the edge's is off by default), its workers running as the
+// user who started it (root's would otherwise drop to nobody, who cannot
+// write the temporary files in this user's directory). proxy_buffering is on,
 // nginx's default: nginx reads the origin's response into its buffers
 // (8 × 4 KiB plus a temporary file of up to maxTemp) while the client takes
 // it, where the edge holds at most 32 KiB and lets the origin wait.
 const nginxConf = `daemon off;
 master_process on;
+user %[5]s;
 worker_processes 2;
 worker_rlimit_nofile 16384;
 pid %[1]s/nginx.pid;
@@ -202,7 +206,15 @@ func startNginx(ctx context.Context, bin, dir, origin, maxTemp string) (*server,
 		return nil, err
 	}
 	conf := filepath.Join(nd, "nginx.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, nd, origin, a[0], maxTemp), 0o644); err != nil {
+	u, err := user.Current()
+	if err != nil {
+		return nil, err
+	}
+	who := u.Username
+	if g, err := user.LookupGroupId(u.Gid); err == nil {
+		who += " " + g.Name
+	}
+	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, nd, origin, a[0], maxTemp, who), 0o644); err != nil {
 		return nil, err
 	}
 	s, err := startLogged("nginx", dir, exec.Command(bin, "-p", nd, "-c", conf, "-e", filepath.Join(nd, "error.log")))
@@ -221,6 +233,19 @@ func startNginx(ctx context.Context, bin, dir, origin, maxTemp string) (*server,
 func nginxSpooled(dir string) int {
 	b, _ := os.ReadFile(filepath.Join(dir, "nginx", "error.log"))
 	return bytes.Count(b, []byte("buffered to a temporary file"))
+}
+
+// nginxErrors is the end of nginx's error log, for an error about target
+// nginx; empty for any other target.
+func nginxErrors(dir, target string) string {
+	if target != "nginx" {
+		return ""
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "nginx", "error.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return "; nginx's error log ends:\n" + string(b)
 }
 
 // clockTick is USER_HZ, the unit of /proc/PID/stat's times (100 on Linux

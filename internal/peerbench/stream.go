@@ -86,7 +86,7 @@ func Stream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
 	for _, name := range []string{"origin", "edge", "nginx"} {
 		for _, sz := range append([]int64{cfg.TTFBSize}, cfg.Sizes...) {
 			if _, err := load(ctx, targets[name].addr, sz, cfg.Clients, cfg.Clients); err != nil {
-				return res, fmt.Errorf("warming up %s: %w", name, err)
+				return res, fmt.Errorf("warming up %s: %w%s", name, err, nginxErrors(dir, name))
 			}
 		}
 	}
@@ -99,7 +99,7 @@ func Stream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
 			t := targets[name]
 			ds, err := load(ctx, t.addr, cfg.TTFBSize, cfg.Clients, cfg.Clients*cfg.Requests)
 			if err != nil {
-				return res, fmt.Errorf("%s: %w", name, err)
+				return res, fmt.Errorf("%s: %w%s", name, err, nginxErrors(dir, name))
 			}
 			res.Bytes += cfg.TTFBSize * int64(len(ds))
 			p := pct(ds)
@@ -112,7 +112,7 @@ func Stream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
 				n := max(1, int(cfg.Volumes[i]/sz))
 				cpu0, ocpu0 := cpuSeconds(t.pid()), cpuSeconds(origin.pid())
 				if _, err := load(ctx, t.addr, sz, cfg.Clients, n); err != nil {
-					return res, fmt.Errorf("%s: %w", name, err)
+					return res, fmt.Errorf("%s: %w%s", name, err, nginxErrors(dir, name))
 				}
 				gib := float64(int64(n)*sz) / (1 << 30)
 				res.Bytes += int64(n) * sz
