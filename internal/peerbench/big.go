@@ -98,8 +98,8 @@ func BigObject(ctx context.Context, cfg BigConfig) (*BigResult, error) {
 	if err != nil {
 		return r, err
 	}
-	fmt.Fprintf(cfg.Out, "%s through the edge in %.1f s (%.0f MiB/s); sha256 client %s, origin %s; edge RSS idle %d KiB, peak %d KiB\n",
-		size(r.Bytes), r.Elapsed.Seconds(), float64(r.Bytes)/(1<<20)/r.Elapsed.Seconds(), r.ClientSum, r.Origin, r.EdgeIdleKiB, r.EdgePeakKiB)
+	fmt.Fprintf(cfg.Out, "%s through the edge in %.1f s (%.0f MiB/s); sha256 client %s, origin %s; edge RSS idle %d KiB, peak %d KiB; load average %s\n",
+		size(r.Bytes), r.Elapsed.Seconds(), float64(r.Bytes)/(1<<20)/r.Elapsed.Seconds(), r.ClientSum, r.Origin, r.EdgeIdleKiB, r.EdgePeakKiB, loadavg())
 	if r.Bytes != cfg.Size {
 		return r, fmt.Errorf("read %d bytes, want %d", r.Bytes, cfg.Size)
 	}

@@ -248,6 +248,20 @@ func nginxErrors(dir, target string) string {
 	return "; nginx's error log ends:\n" + string(b)
 }
 
+// loadavg is the first three fields of /proc/loadavg: other work on the
+// machine, printed beside the figures.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
 // clockTick is USER_HZ, the unit of /proc/PID/stat's times (100 on Linux
 // everywhere but a few exotic builds).
 const clockTick = 100
@@ -337,6 +351,24 @@ func goroutines(ctx context.Context, admin string) int {
 		}
 	}
 	return -1
+}
+
+// metricLines are the lines of the edge's /metrics that start with prefix.
+func metricLines(ctx context.Context, admin, prefix string) string {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), prefix) {
+			b.WriteString(sc.Text() + "\n")
+		}
+	}
+	return b.String()
 }
 
 // BuildEdge builds the edge into dir and returns the binary's path.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,7 +24,8 @@ type SlowConfig struct {
 	Rate              int64         // bytes per second each client reads
 	Hold              time.Duration // how long the streams run before memory is read
 	ObjectSize        int64
-	RcvBuf            int // the clients' SO_RCVBUF, set before connecting
+	RcvBuf            int      // the clients' SO_RCVBUF, set before connecting
+	EdgeArgs          []string // more flags for the edge
 	Out               io.Writer
 }
 
@@ -41,6 +43,7 @@ type SlowResult struct {
 	Open                   int   // streams still open (no error) when memory was read
 	Bytes                  int64 // bytes the clients read, each checked
 	FirstError             string
+	LoadAvg                string // the machine's load average when memory was read
 	PerStreamKiB           float64
 	MeanRateBytesPerSecond float64
 }
@@ -68,7 +71,8 @@ func SlowReaders(ctx context.Context, cfg SlowConfig) ([]SlowResult, error) {
 		switch {
 		case name == "edge":
 			// Every stream holds an origin connection: room for all of them.
-			s, err = startEdge(ctx, cfg.EdgeBin, dir, origin.addr, "--origin-max-conns", strconv.Itoa(cfg.Clients+64))
+			s, err = startEdge(ctx, cfg.EdgeBin, dir, origin.addr,
+				append([]string{"--origin-max-conns", strconv.Itoa(cfg.Clients + 64)}, cfg.EdgeArgs...)...)
 		case cfg.NginxBin != "":
 			// No temporary files: by default nginx would spool up to
 			// 1 GiB of each response to disk ahead of a slow client.
@@ -85,11 +89,20 @@ func SlowReaders(ctx context.Context, cfg SlowConfig) ([]SlowResult, error) {
 			return out, fmt.Errorf("%s: %w", name, err)
 		}
 		out = append(out, r)
-		fmt.Fprintf(cfg.Out, "%-6s idle %d KiB, under load %d KiB, peak %d KiB: %.1f KiB per stream; %d of %d streams open, mean %.1f KiB/s each; goroutines %d\n",
-			name, r.IdleKiB, r.LoadKiB, r.PeakKiB, r.PerStreamKiB, r.Open, cfg.Clients, r.MeanRateBytesPerSecond/1024, r.Goroutines)
+		fmt.Fprintf(cfg.Out, "%-6s idle %d KiB, under load %d KiB, peak %d KiB: %.1f KiB per stream; %d of %d streams open, mean %.1f KiB/s each; goroutines %d; load average %s\n",
+			name, r.IdleKiB, r.LoadKiB, r.PeakKiB, r.PerStreamKiB, r.Open, cfg.Clients, r.MeanRateBytesPerSecond/1024, r.Goroutines, r.LoadAvg)
 		if r.FirstError != "" {
 			fmt.Fprintf(cfg.Out, "%-6s %s\n", name, r.FirstError)
 		}
+	}
+	var failed []string
+	for _, r := range out {
+		if r.Open < cfg.Clients {
+			failed = append(failed, fmt.Sprintf("%s: %d of %d streams ended early", r.Proxy, cfg.Clients-r.Open, cfg.Clients))
+		}
+	}
+	if failed != nil {
+		return out, errors.New(strings.Join(failed, "; "))
 	}
 	return out, nil
 }
@@ -131,6 +144,7 @@ func slowRun(ctx context.Context, s *server, cfg SlowConfig) (SlowResult, error)
 		return r, ctx.Err()
 	}
 	r.LoadKiB = memKiB(s.pid(), "VmRSS")
+	r.LoadAvg = loadavg()
 	r.PeakKiB = memKiB(s.pid(), "VmHWM")
 	if s.admin != "" {
 		r.Goroutines = goroutines(ctx, s.admin)
@@ -142,6 +156,10 @@ func slowRun(ctx context.Context, s *server, cfg SlowConfig) (SlowResult, error)
 	wg.Wait()
 	if p := firstErr.Load(); p != nil {
 		r.FirstError = fmt.Sprintf("%d clients failed, the first: %v", failed.Load(), *p)
+		if s.admin != "" {
+			r.FirstError += "\nthe edge's stream metrics:\n" + metricLines(context.Background(), s.admin, "edgeguard_origin_") +
+				"its log ends:\n" + s.logTail()
+		}
 	}
 	r.PerStreamKiB = float64(r.LoadKiB-r.IdleKiB) / float64(cfg.Clients)
 	r.MeanRateBytesPerSecond = float64(r.Bytes) / elapsed.Seconds() / float64(cfg.Clients)
@@ -208,7 +226,7 @@ func slowClient(ctx context.Context, addr string, cfg SlowConfig, started *sync.
 			return nil
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("after %d bytes, %.1f s: %w", got, time.Since(t0).Seconds(), err)
 		}
 		// Pace: byte got is due at t0 + got/Rate.
 		if wait := time.Until(t0.Add(time.Duration(float64(got) / float64(cfg.Rate) * float64(time.Second)))); wait > 0 {

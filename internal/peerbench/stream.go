@@ -91,6 +91,7 @@ func Stream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
 		}
 	}
 	for set := 1; set <= cfg.Sets; set++ {
+		fmt.Fprintf(w, "# set %d, load average %s\n", set, loadavg())
 		order := []string{"origin", "edge", "nginx"}
 		if set%2 == 0 {
 			order = []string{"origin", "nginx", "edge"}
@@ -154,7 +155,7 @@ func (r *StreamResult) print(w io.Writer, cfg StreamConfig) {
 	fmt.Fprintf(w, "%-22s %-24s %s\n", "edge÷nginx (per set)", spread(q50, "%.2f"), spread(q99, "%.2f"))
 
 	fmt.Fprintf(w, "\n# CPU seconds per GiB proxied; median over %d sets (min–max); ratios within each set\n", cfg.Sets)
-	fmt.Fprintf(w, "%-7s %-20s %-20s %-20s %-20s %-20s %s\n", "size", "edge", "nginx", "edge÷nginx", "edge+origin", "nginx+origin", "edge÷nginx (+origin)")
+	fmt.Fprintf(w, "%-6s %-24s %-24s %-18s %-27s %-27s %s\n", "size", "edge", "nginx", "edge÷nginx", "edge+origin", "nginx+origin", "edge÷nginx (+origin)")
 	for _, sz := range cfg.Sizes {
 		e, n := r.ProxyCPU["edge"][sz], r.ProxyCPU["nginx"][sz]
 		eo, no := r.OriginCPU["edge"][sz], r.OriginCPU["nginx"][sz]
@@ -163,7 +164,7 @@ func (r *StreamResult) print(w io.Writer, cfg StreamConfig) {
 			et, nt = append(et, e[i]+eo[i]), append(nt, n[i]+no[i])
 			q, qo = append(q, ratio(e[i], n[i])), append(qo, ratio(et[i], nt[i]))
 		}
-		fmt.Fprintf(w, "%-7s %-20s %-20s %-20s %-20s %-20s %s\n", size(sz), spread(e, "%.3f"), spread(n, "%.3f"),
+		fmt.Fprintf(w, "%-6s %-24s %-24s %-18s %-27s %-27s %s\n", size(sz), spread(e, "%.3f"), spread(n, "%.3f"),
 			spread(q, "%.2f"), spread(et, "%.3f"), spread(nt, "%.3f"), spread(qo, "%.2f"))
 	}
 	fmt.Fprintf(w, "\nnginx responses spooled to a temporary file: %d; bytes fetched and checked: %d\n", r.NginxSpooled, r.Bytes)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/edgeguard/edgeguard/internal/peerbench"
@@ -49,7 +50,9 @@ func main() {
 		fs.DurationVar(&cfg.Hold, "hold", cfg.Hold, "how long the streams run before memory is read")
 		fs.Int64Var(&cfg.Rate, "rate", cfg.Rate, "bytes per second each client reads")
 		fs.IntVar(&cfg.RcvBuf, "rcvbuf", cfg.RcvBuf, "clients' SO_RCVBUF")
+		edgeArgs := fs.String("edge-args", "", "more flags for the edge, space-separated (--write-timeout 60s)")
 		_ = fs.Parse(os.Args[2:])
+		cfg.EdgeArgs = strings.Fields(*edgeArgs)
 		cfg.EdgeBin, cfg.NginxBin = *edge, *nginx
 		_, err = peerbench.SlowReaders(ctx, cfg)
 	case "big":
