@@ -1,6 +1,7 @@
 package peerbench
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -123,9 +124,26 @@ func TestOriginRefusesBadPaths(t *testing.T) {
 // Objects are prefixes of one stream, whether written from the in-memory
 // pattern or generated.
 func TestObjectsArePrefixesOfOneStream(t *testing.T) {
-	var small, large strings.Builder
+	var small, large bytes.Buffer
 	require.NoError(t, writeObject(&small, patternSize))
 	require.NoError(t, writeObject(&large, patternSize+13))
-	require.Equal(t, small.String(), large.String()[:patternSize])
-	require.Len(t, large.String(), patternSize+13)
+	require.Equal(t, patternSize+13, large.Len())
+	require.True(t, bytes.Equal(small.Bytes(), large.Bytes()[:patternSize]), "the generated object differs from the in-memory one")
+}
+
+// A stream the edge cuts before memory is read fails the run (its figure
+// would be for fewer streams than asked), saying why.
+func TestSlowReadersFailsWhenStreamsAreCut(t *testing.T) {
+	var out strings.Builder
+	// The edge cuts every body at 0.5 s; the clients read fast, so they see
+	// the cut at once (a slow one would first drain the kernel's buffers).
+	cfg := SlowConfig{EdgeBin: edgeBin, Clients: 3, Rate: 1 << 30, Hold: 1500 * time.Millisecond,
+		ObjectSize: 1 << 40, RcvBuf: 16 << 10, Out: &out,
+		EdgeArgs: []string{"--origin-timeout", "500ms"}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rs, err := SlowReaders(ctx, cfg)
+	require.ErrorContains(t, err, "edge: 3 of 3 streams ended early", out.String())
+	require.Len(t, rs, 1)
+	require.Contains(t, rs[0].FirstError, `edgeguard_origin_streamed_responses_total{end="total_timeout"} 3`)
 }

@@ -262,6 +262,32 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// tcpMemKiB is the memory of every TCP socket on the machine (the "mem"
+// pages of /proc/net/sockstat), in KiB; -1 if it cannot be read. Other work
+// on the machine counts too.
+func tcpMemKiB() int64 {
+	b, err := os.ReadFile("/proc/net/sockstat")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "TCP:" {
+			continue
+		}
+		for i := 1; i+1 < len(f); i += 2 {
+			if f[i] == "mem" {
+				n, err := strconv.ParseInt(f[i+1], 10, 64)
+				if err != nil {
+					return -1
+				}
+				return n * int64(os.Getpagesize()) / 1024
+			}
+		}
+	}
+	return -1
+}
+
 // clockTick is USER_HZ, the unit of /proc/PID/stat's times (100 on Linux
 // everywhere but a few exotic builds).
 const clockTick = 100

@@ -36,14 +36,17 @@ func DefaultSlowConfig() SlowConfig {
 
 // SlowResult is one proxy's figures.
 type SlowResult struct {
-	Proxy                  string
-	IdleKiB, LoadKiB       int64 // resident memory before the clients and after Hold
-	PeakKiB                int64 // VmHWM at the end
-	Goroutines             int   // the edge's go_goroutines under load (-1: not read)
-	Open                   int   // streams still open (no error) when memory was read
-	Bytes                  int64 // bytes the clients read, each checked
-	FirstError             string
-	LoadAvg                string // the machine's load average when memory was read
+	Proxy            string
+	IdleKiB, LoadKiB int64 // resident memory before the clients and after Hold
+	PeakKiB          int64 // VmHWM at the end
+	Goroutines       int   // the edge's go_goroutines under load (-1: not read)
+	Open             int   // streams still open (no error) when memory was read
+	Bytes            int64 // bytes the clients read, each checked
+	FirstError       string
+	LoadAvg          string // the machine's load average when memory was read
+	// TCPKiB is what the machine's TCP sockets grew by (/proc/net/sockstat):
+	// mostly the proxy's send buffers, which are no part of its RSS.
+	TCPKiB                 int64
 	PerStreamKiB           float64
 	MeanRateBytesPerSecond float64
 }
@@ -91,6 +94,8 @@ func SlowReaders(ctx context.Context, cfg SlowConfig) ([]SlowResult, error) {
 		out = append(out, r)
 		fmt.Fprintf(cfg.Out, "%-6s idle %d KiB, under load %d KiB, peak %d KiB: %.1f KiB per stream; %d of %d streams open, mean %.1f KiB/s each; goroutines %d; load average %s\n",
 			name, r.IdleKiB, r.LoadKiB, r.PeakKiB, r.PerStreamKiB, r.Open, cfg.Clients, r.MeanRateBytesPerSecond/1024, r.Goroutines, r.LoadAvg)
+		fmt.Fprintf(cfg.Out, "%-6s kernel TCP memory grew by %d KiB, %.1f KiB per stream (both hops, the whole machine; no part of the RSS above)\n",
+			name, r.TCPKiB, float64(r.TCPKiB)/float64(cfg.Clients))
 		if r.FirstError != "" {
 			fmt.Fprintf(cfg.Out, "%-6s %s\n", name, r.FirstError)
 		}
@@ -109,6 +114,7 @@ func SlowReaders(ctx context.Context, cfg SlowConfig) ([]SlowResult, error) {
 
 func slowRun(ctx context.Context, s *server, cfg SlowConfig) (SlowResult, error) {
 	r := SlowResult{Proxy: s.name, Goroutines: -1, IdleKiB: memKiB(s.pid(), "VmRSS")}
+	tcp0 := tcpMemKiB()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -145,6 +151,7 @@ func slowRun(ctx context.Context, s *server, cfg SlowConfig) (SlowResult, error)
 	}
 	r.LoadKiB = memKiB(s.pid(), "VmRSS")
 	r.LoadAvg = loadavg()
+	r.TCPKiB = tcpMemKiB() - tcp0
 	r.PeakKiB = memKiB(s.pid(), "VmHWM")
 	if s.admin != "" {
 		r.Goroutines = goroutines(ctx, s.admin)
