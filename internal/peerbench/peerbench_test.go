@@ -72,7 +72,7 @@ func TestStreamSmoke(t *testing.T) {
 
 func TestSlowReadersSmoke(t *testing.T) {
 	var out strings.Builder
-	cfg := SlowConfig{EdgeBin: edgeBin, NginxBin: nginxBin(t), Clients: 10, Rate: 64 << 10, Hold: time.Second,
+	cfg := SlowConfig{EdgeBin: edgeBin, NginxBin: nginxBin(t), Clients: 10, Rate: 64 << 10, Hold: time.Second, Ramp: 100 * time.Millisecond,
 		ObjectSize: 1 << 30, RcvBuf: 16 << 10, Out: &out}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -50,6 +50,7 @@ func main() {
 		fs.DurationVar(&cfg.Hold, "hold", cfg.Hold, "how long the streams run before memory is read")
 		fs.Int64Var(&cfg.Rate, "rate", cfg.Rate, "bytes per second each client reads")
 		fs.IntVar(&cfg.RcvBuf, "rcvbuf", cfg.RcvBuf, "clients' SO_RCVBUF")
+		fs.DurationVar(&cfg.Ramp, "ramp", cfg.Ramp, "the clients start evenly over this")
 		edgeArgs := fs.String("edge-args", "", "more flags for the edge, space-separated (--write-timeout 60s)")
 		_ = fs.Parse(os.Args[2:])
 		cfg.EdgeArgs = strings.Fields(*edgeArgs)
