@@ -36,6 +36,9 @@ type BigResult struct {
 // it arrives, and compares the hash with the one the origin computed of
 // what it wrote.
 func BigObject(ctx context.Context, cfg BigConfig) (*BigResult, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "peerbench-")
 	if err != nil {
 		return nil, err

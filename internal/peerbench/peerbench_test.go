@@ -147,3 +147,23 @@ func TestSlowReadersFailsWhenStreamsAreCut(t *testing.T) {
 	require.Len(t, rs, 1)
 	require.Contains(t, rs[0].FirstError, `edgeguard_origin_streamed_responses_total{end="total_timeout"} 3`)
 }
+
+// Nonsense settings are refused before any process starts, every problem
+// named at once.
+func TestConfigsRefuseNonsense(t *testing.T) {
+	ctx := context.Background()
+	_, err := Stream(ctx, StreamConfig{Sets: 0, Clients: 1, Requests: 0, TTFBSize: -1, Sizes: []int64{0}, Volumes: []int64{0, 1}})
+	require.ErrorContains(t, err, "must each be at least 1")
+	require.ErrorContains(t, err, "time-to-first-byte object size -1")
+	require.ErrorContains(t, err, "1 sizes but 2 volumes")
+	require.ErrorContains(t, err, "object size 0")
+	require.ErrorContains(t, err, "volume 0 for size 0")
+
+	_, err = SlowReaders(ctx, SlowConfig{Clients: 0, Rate: 0, Hold: 0, Ramp: -1, ObjectSize: maxObject + 1, RcvBuf: 0})
+	for _, want := range []string{"clients 0", "rate 0", "hold 0s must be positive", "object size 1099511627777", "SO_RCVBUF 0"} {
+		require.ErrorContains(t, err, want)
+	}
+
+	_, err = BigObject(ctx, BigConfig{Size: -1})
+	require.ErrorContains(t, err, "object size -1")
+}

@@ -57,6 +57,9 @@ type SlowResult struct {
 // socket with a small receive buffer, and reads the proxy's resident memory
 // after cfg.Hold.
 func SlowReaders(ctx context.Context, cfg SlowConfig) ([]SlowResult, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "peerbench-")
 	if err != nil {
 		return nil, err

@@ -54,6 +54,9 @@ func pct(ds []time.Duration) percentiles {
 // sets and nginx first in even ones. It prints each measurement as it is
 // made and the summary at the end.
 func Stream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "peerbench-")
 	if err != nil {
 		return nil, err
