@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench
+.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -178,3 +178,28 @@ loadtest:
 # The CI smoke: 20 s of multi-region.js with the correctness thresholds only.
 loadtest-smoke:
 	SMOKE=1 ./loadtest/run.sh multi-region
+
+# The edge's streaming proxy beside Debian's nginx (internal/peerbench):
+# time to first byte of a 4 MiB object and CPU per GiB proxied, SETS sets
+# alternating the two, RUNS time-to-first-byte requests per client; prints
+# the table of BENCHMARKS.md; PEERS_ARGS adds flags (-volume-scale 0.25,
+# -clients 16). Not part of make test (its smoke test is).
+NGINX ?= /usr/sbin/nginx
+SETS  ?= 3
+RUNS  ?= 200
+PEERS_ARGS ?=
+bench-stream-peers: build
+	$(GO) run ./scripts/peerbench stream -edge bin/edge -nginx $(NGINX) -sets $(SETS) -requests $(RUNS) $(PEERS_ARGS)
+
+# The edge's resident memory per open stream: SLOW_CLIENTS clients each
+# reading a 1 GiB object at 64 KiB/s for SLOW_HOLD, then nginx the same way.
+SLOW_CLIENTS ?= 1000
+SLOW_HOLD    ?= 60s
+bench-slow-readers: build
+	$(GO) run ./scripts/peerbench slow -edge bin/edge -nginx $(NGINX) -clients $(SLOW_CLIENTS) -hold $(SLOW_HOLD)
+
+# A BIG_SIZE-byte object (10 GiB) through the edge, hashed by the origin and
+# the client: equal, the time it took and the edge's peak resident memory.
+BIG_SIZE ?= 10737418240
+bench-big-object: build
+	$(GO) run ./scripts/peerbench big -edge bin/edge -size $(BIG_SIZE)

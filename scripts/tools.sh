@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
 # Redis (server, sentinel, cli, benchmark), wrk, stress-ng (make test-busy),
+# nginx (nginx-light: the peer internal/peerbench measures the edge against),
 # Prometheus (with promtool)
 # and the Redis exporter from apt, and Consul, built once
 # from its Go module by install-consul.sh and cached outside the repository,
@@ -16,6 +17,9 @@ need=()
 for bin in file:file curl:curl stress-ng:stress-ng redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
+# nginx, the peer of internal/peerbench (its smoke test runs in make test);
+# /usr/sbin is not on every user's PATH.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 if [ ${#need[@]} -gt 0 ]; then
 	# shellcheck disable=SC2207
 	need=($(printf '%s\n' "${need[@]}" | sort -u))
@@ -28,9 +32,10 @@ if [ ${#need[@]} -gt 0 ]; then
 	$sudo apt-get update -qq
 	$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 	# Debian starts the Prometheus and exporter services on :9090 and :9121,
-	# ports the edges and the stack use; the tests start their own.
+	# ports the edges and the stack use, and nginx on :80; the tests start
+	# their own.
 	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-		$sudo systemctl disable --now prometheus prometheus-redis-exporter >/dev/null 2>&1 || true
+		$sudo systemctl disable --now prometheus prometheus-redis-exporter nginx >/dev/null 2>&1 || true
 	fi
 fi
 

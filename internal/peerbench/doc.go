@@ -1,0 +1,19 @@
+// Package peerbench sets the edge's streaming proxy beside nginx on
+// loopback, both in front of one origin process, and measures what a
+// streaming proxy promises:
+//
+//  1. Stream: time to the first body byte (p50, p99) of a 4 MiB object
+//     from the origin directly, through the edge and through nginx, and the
+//     CPU each proxy (and the origin) spends per GiB proxied for 1 KiB,
+//     64 KiB and 4 MiB objects, in sets that alternate the edge and nginx.
+//  2. SlowReaders: the edge's resident memory per open stream while many
+//     clients read a 1 GiB object at a fixed slow rate.
+//  3. BigObject: a 10 GiB object through the edge, hashed by the origin as
+//     it writes it and by the client as it reads it.
+//
+// The origin is this program itself, re-executed (ServeOriginIfAsked): a
+// separate process, so the CPU and memory read from /proc are the proxy's
+// alone. Objects are the bytes of a seeded PRNG, generated, never stored.
+// scripts/peerbench is the command; the Makefile's bench-stream-peers,
+// bench-slow-readers and bench-big-object run it.
+package peerbench

@@ -1,0 +1,169 @@
+package peerbench
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The smoke tests run each measurement in a tiny mode with real processes
+// (the origin, the edge built from this tree, nginx), so the make targets
+// cannot rot; they assert only that each ran to its end and that every byte
+// matched, never a figure.
+
+var edgeBin string
+
+func TestMain(m *testing.M) {
+	ServeOriginIfAsked()
+	dir, err := os.MkdirTemp("", "peerbench-edge-")
+	if err != nil {
+		panic(err)
+	}
+	edgeBin, err = BuildEdge(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// nginxBin is Debian's nginx (make tools installs it); EDGEGUARD_NGINX
+// names another.
+func nginxBin(t *testing.T) string {
+	if p := os.Getenv("EDGEGUARD_NGINX"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("nginx"); err == nil {
+		return p
+	}
+	_, err := os.Stat("/usr/sbin/nginx")
+	require.NoError(t, err, "nginx is needed (make tools installs nginx-light)")
+	return "/usr/sbin/nginx"
+}
+
+func TestStreamSmoke(t *testing.T) {
+	var out strings.Builder
+	cfg := StreamConfig{EdgeBin: edgeBin, NginxBin: nginxBin(t), Sets: 1, Clients: 2, Requests: 1,
+		TTFBSize: 1 << 20, Sizes: []int64{1 << 10, 1 << 20}, Volumes: []int64{4 << 10, 2 << 20}, Out: &out}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Stream(ctx, cfg)
+	require.NoError(t, err, out.String())
+	t.Log(out.String())
+	// Three targets × 2 objects of 1 MiB, and per proxy 4 KiB + 2 MiB, each byte checked.
+	require.Equal(t, int64(3*2<<20+2*(4<<10+2<<20)), r.Bytes)
+	for _, name := range []string{"origin", "edge", "nginx"} {
+		require.Len(t, r.TTFB[name], 1, name)
+		require.Positive(t, r.TTFB[name][0].p50, name)
+	}
+	require.Contains(t, out.String(), "edge÷nginx")
+}
+
+func TestSlowReadersSmoke(t *testing.T) {
+	var out strings.Builder
+	cfg := SlowConfig{EdgeBin: edgeBin, NginxBin: nginxBin(t), Clients: 10, Rate: 64 << 10, Hold: time.Second, Ramp: 100 * time.Millisecond,
+		ObjectSize: 1 << 30, RcvBuf: 16 << 10, Out: &out}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rs, err := SlowReaders(ctx, cfg)
+	require.NoError(t, err, out.String())
+	t.Log(out.String())
+	require.Len(t, rs, 2)
+	for _, r := range rs {
+		require.Empty(t, r.FirstError, r.Proxy)
+		require.Equal(t, cfg.Clients, r.Open, r.Proxy)
+		require.Positive(t, r.Bytes, r.Proxy)
+		require.Positive(t, r.LoadKiB, r.Proxy)
+	}
+	require.Positive(t, rs[0].Goroutines, "the edge's go_goroutines")
+}
+
+func TestBigObjectSmoke(t *testing.T) {
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := BigObject(ctx, BigConfig{EdgeBin: edgeBin, Size: 64<<20 + 3, Out: &out})
+	require.NoError(t, err, out.String())
+	t.Log(out.String())
+	require.Equal(t, int64(64<<20+3), r.Bytes)
+	require.Equal(t, r.Origin, r.ClientSum)
+	require.Len(t, r.ClientSum, 64)
+}
+
+// A hostile or mistaken request to the origin gets a 400 and a reason,
+// never a panic or a huge allocation.
+func TestOriginRefusesBadPaths(t *testing.T) {
+	srv := httptest.NewServer(&origin{sums: map[string]string{}})
+	defer srv.Close()
+	for _, path := range []string{"/obj/", "/obj/abc", "/obj/-1", "/obj/1099511627777", "/obj/1e9", "/x", "/obj/1?sum=" + strings.Repeat("a", 65)} {
+		t.Run(path, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + path)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(b))
+		})
+	}
+	resp, err := http.Get(srv.URL + "/sum/unknown")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+// Objects are prefixes of one stream, whether written from the in-memory
+// pattern or generated.
+func TestObjectsArePrefixesOfOneStream(t *testing.T) {
+	var small, large bytes.Buffer
+	require.NoError(t, writeObject(&small, patternSize))
+	require.NoError(t, writeObject(&large, patternSize+13))
+	require.Equal(t, patternSize+13, large.Len())
+	require.True(t, bytes.Equal(small.Bytes(), large.Bytes()[:patternSize]), "the generated object differs from the in-memory one")
+}
+
+// A stream the edge cuts before memory is read fails the run (its figure
+// would be for fewer streams than asked), saying why.
+func TestSlowReadersFailsWhenStreamsAreCut(t *testing.T) {
+	var out strings.Builder
+	// The edge cuts every body at 0.5 s; the clients read fast, so they see
+	// the cut at once (a slow one would first drain the kernel's buffers).
+	cfg := SlowConfig{EdgeBin: edgeBin, Clients: 3, Rate: 1 << 30, Hold: 1500 * time.Millisecond,
+		ObjectSize: 1 << 40, RcvBuf: 16 << 10, Out: &out,
+		EdgeArgs: []string{"--origin-timeout", "500ms"}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rs, err := SlowReaders(ctx, cfg)
+	require.ErrorContains(t, err, "edge: 3 of 3 streams ended early", out.String())
+	require.Len(t, rs, 1)
+	require.Contains(t, rs[0].FirstError, `edgeguard_origin_streamed_responses_total{end="total_timeout"} 3`)
+}
+
+// Nonsense settings are refused before any process starts, every problem
+// named at once.
+func TestConfigsRefuseNonsense(t *testing.T) {
+	ctx := context.Background()
+	_, err := Stream(ctx, StreamConfig{Sets: 0, Clients: 1, Requests: 0, TTFBSize: -1, Sizes: []int64{0}, Volumes: []int64{0, 1}})
+	require.ErrorContains(t, err, "must each be at least 1")
+	require.ErrorContains(t, err, "time-to-first-byte object size -1")
+	require.ErrorContains(t, err, "1 sizes but 2 volumes")
+	require.ErrorContains(t, err, "object size 0")
+	require.ErrorContains(t, err, "volume 0 for size 0")
+
+	_, err = SlowReaders(ctx, SlowConfig{Clients: 0, Rate: 0, Hold: 0, Ramp: -1, ObjectSize: maxObject + 1, RcvBuf: 0})
+	for _, want := range []string{"clients 0", "rate 0", "hold 0s must be positive", "object size 1099511627777", "SO_RCVBUF 0"} {
+		require.ErrorContains(t, err, want)
+	}
+
+	_, err = BigObject(ctx, BigConfig{Size: -1})
+	require.ErrorContains(t, err, "object size -1")
+}
