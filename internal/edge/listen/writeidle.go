@@ -1,25 +1,44 @@
 package listen
 
 import (
+	"errors"
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 )
 
-// PerWrite is ln with a write deadline on every write of each connection
-// it accepts: a write must be taken by the client within d, else it fails
-// and the server closes the connection. fasthttp's own WriteTimeout is one
-// deadline for a whole response, which would cut a long download or an
-// event stream however well its client reads; per write, a response lasts
-// as long as its client keeps taking bytes, and a client that stops is let
-// go after d. A deadline the server sets itself (a TLS handshake, a
-// refusal) still applies when it comes first. d 0 leaves ln as it is.
+// PerWrite is ln with a write timeout judged by progress on each
+// connection it accepts: a write fails, and the server closes the
+// connection, only when the client took no byte of it for d. fasthttp's
+// own WriteTimeout is one deadline for a whole response, which would cut
+// a long download or an event stream however well its client reads; here
+// a response lasts as long as its client keeps taking bytes, however
+// slowly, and a client that stops is let go after d (nginx's send_timeout
+// works the same way). A deadline the server sets itself (a TLS
+// handshake, a refusal) still applies when it comes first. d 0 leaves ln
+// as it is.
+//
+// Progress can only be seen if the kernel takes bytes as the client reads
+// them. A socket's send buffer grows to megabytes, and a blocked write
+// waits until half of it has drained: at 64 KiB/s that is tens of seconds
+// without a byte taken. So every accepted socket gets TCP_NOTSENT_LOWAT
+// (one system call at accept; the listener's own is not inherited by
+// multipath TCP's, which Go listens with by default): a write waits only
+// until less than NotSentLowat bytes are unsent, and a slow reader's
+// progress shows within a second. It also keeps the unsent bytes a slow
+// reader leaves in the kernel to about NotSentLowat per connection.
 func PerWrite(ln net.Listener, d time.Duration) net.Listener {
 	if d <= 0 {
 		return ln
 	}
 	return perWriteListener{Listener: ln, d: d}
 }
+
+// NotSentLowat is the TCP_NOTSENT_LOWAT PerWrite sets: two of the
+// proxy's 32 KiB body writes and more, so a client reading at line rate
+// never waits on it.
+const NotSentLowat = 128 << 10
 
 type perWriteListener struct {
 	net.Listener
@@ -31,6 +50,7 @@ func (l perWriteListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	setNotSentLowat(c, NotSentLowat)
 	return &perWriteConn{Conn: c, d: l.d}, nil
 }
 
@@ -43,15 +63,27 @@ type perWriteConn struct {
 	limit atomic.Int64
 }
 
+// Write writes p whole, each wait for the client bounded by d: a write
+// that timed out having written some bytes goes on with the rest, under a
+// new deadline. The deadline set from outside is never moved.
 func (c *perWriteConn) Write(p []byte) (int, error) {
-	d := time.Now().Add(c.d)
-	if l := c.limit.Load(); l != 0 && l < d.UnixNano() {
-		d = time.Unix(0, l)
+	total := 0
+	for {
+		d := time.Now().Add(c.d)
+		limited := false
+		if l := c.limit.Load(); l != 0 && l < d.UnixNano() {
+			d, limited = time.Unix(0, l), true
+		}
+		if err := c.Conn.SetWriteDeadline(d); err != nil {
+			return total, err
+		}
+		n, err := c.Conn.Write(p)
+		total += n
+		if err == nil || n == 0 || limited || n == len(p) || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return total, err
+		}
+		p = p[n:] // the client took some: it gets d again for the rest
 	}
-	if err := c.Conn.SetWriteDeadline(d); err != nil {
-		return 0, err
-	}
-	return c.Conn.Write(p)
 }
 
 func (c *perWriteConn) SetWriteDeadline(t time.Time) error {

@@ -1,0 +1,102 @@
+package listen
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// slowPair is a connection accepted through PerWrite(d) and its client,
+// whose receive buffer is small so that what the client has not read
+// stays with the server.
+func slowPair(t *testing.T, d time.Duration) (server, client net.Conn) {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ln := PerWrite(raw, d)
+	t.Cleanup(func() { ln.Close() })
+	dialer := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	client, err = dialer.Dial("tcp", raw.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { server.Close() })
+	return server, client
+}
+
+// The accepted socket carries TCP_NOTSENT_LOWAT from the listener: the
+// kernel holds at most that much unsent, so a slow reader's progress is
+// seen by the write timeout.
+func TestPerWriteSetsNotSentLowat(t *testing.T) {
+	server, _ := slowPair(t, time.Second)
+	rc, err := server.(*perWriteConn).Conn.(syscall.Conn).SyscallConn()
+	require.NoError(t, err)
+	var v int
+	var gerr error
+	require.NoError(t, rc.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpNotSentLowat) }))
+	require.NoError(t, gerr)
+	require.Equal(t, NotSentLowat, v)
+}
+
+// A client reading slowly but steadily is never cut, however long one
+// write of the server's takes in all: each wait is bounded by d, not the
+// write. Here one write of 1 MiB lasts about 2.5 s for a client taking
+// 16 KiB every 40 ms, with d 1 s.
+func TestPerWriteSlowReaderIsNotCut(t *testing.T) {
+	server, client := slowPair(t, time.Second)
+	const size = 1 << 20
+	read := make(chan int64, 1)
+	go func() {
+		tick := time.NewTicker(40 * time.Millisecond) // the client's pace is the subject
+		defer tick.Stop()
+		var n int64
+		buf := make([]byte, 16<<10)
+		for n < size {
+			<-tick.C
+			m, err := io.ReadFull(client, buf[:min(int64(len(buf)), size-n)])
+			n += int64(m)
+			if err != nil {
+				break
+			}
+		}
+		read <- n
+	}()
+	n, err := server.Write(make([]byte, size))
+	require.NoError(t, err)
+	require.Equal(t, size, n)
+	require.Equal(t, int64(size), <-read)
+}
+
+// A client that stops reading is let go: the write fails with the
+// deadline once nothing was taken for d.
+func TestPerWriteStalledReaderIsCut(t *testing.T) {
+	server, _ := slowPair(t, 300*time.Millisecond)
+	const size = 8 << 20
+	n, err := server.Write(make([]byte, size))
+	require.Error(t, err)
+	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "%v", err)
+	require.Less(t, n, size)
+}
+
+// A deadline set from outside (a refusal's, a handshake's) is never moved
+// on by progress.
+func TestPerWriteOutsideDeadlineHolds(t *testing.T) {
+	server, client := slowPair(t, time.Hour)
+	go func() { _, _ = io.Copy(io.Discard, io.LimitReader(client, 64<<10)) }() // some progress, then none
+	require.NoError(t, server.SetWriteDeadline(time.Now().Add(300*time.Millisecond)))
+	_, err := server.Write(make([]byte, 8<<20))
+	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "%v", err)
+}
