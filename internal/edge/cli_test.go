@@ -94,4 +94,13 @@ func TestCheckCommand(t *testing.T) {
 	require.Equal(t, 1, check.Run([]string{"--demo-origin", "--rules", twoBad}, nil, &out, io.Discard))
 	require.Equal(t, twoBad+`:3: rule "a": window: must be >= 1ms for fixed_window (got 0s)`+"\n"+
 		twoBad+`:4: rule "b": burst: only valid for leaky_bucket, token_bucket (algorithm is sliding_log)`+"\n", out.String())
+	// The host table: checked as regionctl hosts validate checks it.
+	out.Reset()
+	hostsGood := write("hosts.yaml", "version: 1\npools:\n  a: {urls: [\"http://10.0.0.1:80\"]}\nhosts:\n  a.example: {pool: a}\n")
+	require.Equal(t, 0, check.Run([]string{"--demo-origin", "--hosts", hostsGood}, nil, &out, io.Discard), out.String())
+	require.Contains(t, out.String(), "hosts "+hostsGood+" (hosts 1, pools 1)")
+	out.Reset()
+	hostsBad := write("hosts-bad.yaml", "version: 1\nhosts:\n  a.example: {pool: nowhere}\n")
+	require.Equal(t, 1, check.Run([]string{"--demo-origin", "--hosts", hostsBad}, nil, &out, io.Discard))
+	require.Contains(t, out.String(), hostsBad+":3:")
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/hosts"
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
@@ -57,6 +58,15 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 			problems = append(problems, fmt.Errorf("rls-tls-cert %s: %w", cfg.RLS.TLSCert, err))
 		}
 	}
+	hostsChecked := ""
+	if cfg.Hosts != "" {
+		// Problems as FILE:LINE, as regionctl hosts validate gives them.
+		if t, err := hosts.ParseFile(cfg.Hosts); err != nil {
+			problems = append(problems, err)
+		} else {
+			hostsChecked = fmt.Sprintf(" hosts %s (hosts %d, pools %d)", cfg.Hosts, len(t.Hosts), len(t.Pools))
+		}
+	}
 	rlsChecked := ""
 	if cfg.RLS.ConfigDir != "" {
 		c, err := rlsconfig.LoadDir(cfg.RLS.ConfigDir, cfg.RLS.MergeDomains, cfg.RLS.Match()...)
@@ -70,7 +80,7 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, err)
 		return 1
 	}
-	fmt.Fprintln(stdout, "ok: settings", nameOr(cfg.ConfigFile, "(flags and environment)"), "rules", nameOr(cfg.Rules, "(none)"), "shedder", nameOr(cfg.Shedder, "(defaults)")+rlsChecked)
+	fmt.Fprintln(stdout, "ok: settings", nameOr(cfg.ConfigFile, "(flags and environment)"), "rules", nameOr(cfg.Rules, "(none)"), "shedder", nameOr(cfg.Shedder, "(defaults)")+hostsChecked+rlsChecked)
 	return 0
 }
 
