@@ -1,0 +1,419 @@
+// Package pathsem normalises a request path the way a given kind of origin
+// reads it, so that a path_prefix rule sees the path the origin will act on,
+// and reports paths whose meaning differs between kinds of origin.
+//
+// The edge's own form (rules.NormalizePath, "rfc3986" here) decodes once and
+// resolves dot segments. Origins read more into a path than that:
+//
+//   - Servlet containers (Tomcat, Jetty, and Spring Boot, which embeds
+//     Tomcat) take ";name=value" path parameters off every segment before
+//     they decode it, so "/api;x/y" is served as "/api/y" and
+//     "/public/..;/api/x" as "/api/x" (Tomcat; Jetty 9.4 answers 400 to a
+//     ".." with parameters). An encoded "%3B" is data, not a parameter.
+//     Jetty 9.4 also decodes "%uXXXX", treats a decoded "%2F" as a separator,
+//     and reads a path whose decoded bytes are not UTF-8 as ISO-8859-1; Tomcat
+//     answers 400 to all three, to "%5C" and "\", and to characters RFC 3986
+//     leaves out of a path ('"', '<', '{', '|', ...).
+//   - Case-insensitive origins (IIS's static file handler, which upper-cases
+//     the name it looks up; files on NTFS, which compares names through the
+//     volume's Unicode upcase table; ASP.NET routing, which compares with
+//     ordinal case-insensitive matching) serve "/API/x" as "/api/x". Two
+//     names are the same there when their Unicode simple upper-case
+//     mappings are equal; that is not ASCII-only ("/ÄPI" is "/äpi") and not
+//     Unicode case folding (the Kelvin sign U+212A upper-cases to itself, so
+//     it is not "k").
+//   - Windows path handling takes '\' as a separator like '/' and drops
+//     trailing dots and spaces from names, so "/api./x" and "/api%20/x" reach
+//     "/api/x". (Win32 drops every trailing dot and space from the last
+//     segment and one trailing dot from the others; the model drops them from
+//     every segment, which folds more paths together, never fewer.)
+//
+// Normalize applies these steps in this order (each only where its semantics
+// asks for it; the order is the servlet containers', checked against them):
+//
+//  1. The query and fragment are cut off at the first raw '?' or '#'.
+//  2. Servlet: ";..." parameters are cut from every raw segment (up to the
+//     next raw '/', or '\' with Windows), before decoding.
+//  3. Percent-escapes are decoded once; a malformed escape stays literal.
+//     "%2F" becomes '/', a separator from then on (Jetty). Servlet and
+//     Windows also decode "%uXXXX" (Jetty; IIS did historically, which is
+//     not verified here). Servlet: decoded bytes that are not valid UTF-8
+//     (overlong forms such as "%C0%AF", surrogates, stray bytes) are read as
+//     ISO-8859-1, as Jetty does.
+//  4. Windows: '\' (raw or decoded) becomes '/'.
+//  5. Windows: trailing dots and spaces are dropped from every segment.
+//  6. "." and ".." segments are resolved, never above the root, and empty
+//     segments (repeated slashes) dropped, as Tomcat does; a trailing slash
+//     is dropped and the result starts with "/".
+//  7. Case-insensitive: every letter is mapped to the lower-case member of
+//     its upper-case class (see foldRune), so a rule written in lower case
+//     matches.
+//
+// The second result, ambiguous, reports that the raw path holds something
+// origins of different kinds read differently (a ';' anywhere, '\' or
+// "%5C", "%2F", "%00", "%u", a malformed escape, decoded bytes that are not
+// UTF-8, a segment ending in '.' or ' ', a ".." above the root or right
+// after an empty segment, a double escape such as "%252e", a raw '#', a raw
+// byte RFC 3986 leaves out of paths, or a target not starting with '/').
+// Case is never ambiguous: it is the case-insensitive semantics' business.
+//
+// A request target in absolute form ("http://host/path") is not a path: the
+// caller takes the path out of it first.
+package pathsem
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Semantics is a set of the ways an origin reads paths; the zero value is
+// RFC3986, the edge's own reading.
+type Semantics uint8
+
+const (
+	// RFC3986 decodes once and resolves dot segments, nothing more.
+	RFC3986 Semantics = 0
+	// Servlet cuts ";" path parameters from segments (Tomcat, Jetty).
+	Servlet Semantics = 1 << iota
+	// CaseInsensitive compares paths without regard to letter case (IIS).
+	CaseInsensitive
+	// Windows takes '\' as a separator and ignores trailing dots and spaces.
+	Windows
+)
+
+var names = []struct {
+	s    Semantics
+	name string
+}{
+	{Servlet, "servlet"},
+	{CaseInsensitive, "case-insensitive"},
+	{Windows, "windows"},
+}
+
+// ErrUnknown is returned by Parse for a name it does not know.
+var ErrUnknown = errors.New("unknown path semantics")
+
+// Parse reads "rfc3986" or names joined by '+': "servlet",
+// "case-insensitive", "windows" (e.g. "servlet+case-insensitive").
+func Parse(s string) (Semantics, error) {
+	if s == "rfc3986" {
+		return RFC3986, nil
+	}
+	var out Semantics
+	for part := range strings.SplitSeq(s, "+") {
+		found := false
+		for _, n := range names {
+			if part == n.name {
+				if out&n.s != 0 {
+					return 0, fmt.Errorf("path semantics %q: %q given twice", s, part)
+				}
+				out |= n.s
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("path semantics %q: %w %q (want rfc3986, servlet, case-insensitive, windows, joined by '+')", s, ErrUnknown, part)
+		}
+	}
+	return out, nil
+}
+
+// String is the form Parse reads.
+func (s Semantics) String() string {
+	if s == RFC3986 {
+		return "rfc3986"
+	}
+	var parts []string
+	for _, n := range names {
+		if s&n.s != 0 {
+			parts = append(parts, n.name)
+		}
+	}
+	if rest := s &^ (Servlet | CaseInsensitive | Windows); rest != 0 {
+		parts = append(parts, fmt.Sprintf("0x%02x", uint8(rest)))
+	}
+	return strings.Join(parts, "+")
+}
+
+// Normalize returns the path an origin of semantics s acts on for the raw
+// request path, in the form rules match (see the package comment for the
+// steps), and whether the raw path is ambiguous between kinds of origin.
+// It never panics and does not allocate when raw is already in that form.
+func Normalize(raw string, s Semantics) (path string, ambiguous bool) {
+	if i := strings.IndexAny(raw, "?#"); i >= 0 {
+		ambiguous = raw[i] == '#'
+		raw = raw[:i]
+	}
+	if !ambiguous && isClean(raw, s) {
+		return raw, false
+	}
+	p, amb := normalizeSlow(raw, s)
+	return p, amb || ambiguous
+}
+
+// isClean reports whether p is already Normalize's answer and not
+// ambiguous: ASCII letters, digits and the path characters RFC 3986 allows
+// apart from ';' and '%', no empty, ".", or ".." segment, no segment ending
+// in '.', no trailing slash, and no upper-case letter for CaseInsensitive.
+func isClean(p string, s Semantics) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	if p == "/" {
+		return true
+	}
+	upperOK := s&CaseInsensitive == 0
+	prev := byte('/')
+	for i := 1; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '/':
+			if prev == '/' || prev == '.' {
+				return false
+			}
+		case 'A' <= c && c <= 'Z':
+			if !upperOK {
+				return false
+			}
+		case pathChar[c]:
+		default:
+			return false
+		}
+		prev = c
+	}
+	return prev != '/' && prev != '.'
+}
+
+// pathChar holds the bytes RFC 3986 allows raw in a path segment other than
+// ';' (a parameter to servlet containers) and '%' (an escape):
+// unreserved, sub-delims, ':' and '@'. The letters are here too.
+var pathChar = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "-._~!$&'()*+,=:@" {
+		t[c] = true
+	}
+	return t
+}()
+
+func normalizeSlow(raw string, s Semantics) (string, bool) {
+	servlet, windows := s&Servlet != 0, s&Windows != 0
+	amb := raw == "" || raw[0] != '/'
+	// Most paths fit on the stack; longer ones spill to the heap via append.
+	var stack [256]byte
+	buf := append(stack[:0], '/')
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case c == ';':
+			amb = true
+			if servlet {
+				for i+1 < len(raw) && raw[i+1] != '/' && !(windows && raw[i+1] == '\\') {
+					i++
+				}
+				continue
+			}
+		case c == '%':
+			d, n, escAmb, ok := decodeEscape(raw[i:], servlet || windows)
+			amb = amb || escAmb
+			if ok {
+				buf = append(buf, d...)
+				i += n - 1
+				continue
+			}
+		case c == '/' || pathChar[c]:
+		default:
+			amb = true // '\\', '"', '<', '{', space, controls, raw non-ASCII, ...
+		}
+		buf = append(buf, c)
+	}
+	if !utf8.Valid(buf) {
+		amb = true
+		if servlet {
+			buf = latin1(buf)
+		}
+	}
+	if windows {
+		for i, c := range buf {
+			if c == '\\' {
+				buf[i] = '/'
+			}
+		}
+	}
+	buf, cleanAmb := cleanRooted(buf, windows)
+	amb = amb || cleanAmb
+	if s&CaseInsensitive != 0 {
+		buf = foldCase(buf)
+	}
+	return string(buf), amb
+}
+
+// decodeEscape decodes the escape at the start of e ("%XX", or "%uXXXX" when
+// decodeU): the bytes, how many of e it used, whether the escape is
+// ambiguous, and false when it is no escape at all (kept literally).
+func decodeEscape(e string, decodeU bool) (d []byte, n int, amb, ok bool) {
+	if len(e) >= 6 && (e[1] == 'u' || e[1] == 'U') && isHex(e[2]) && isHex(e[3]) && isHex(e[4]) && isHex(e[5]) {
+		if !decodeU {
+			return nil, 0, true, false
+		}
+		r := rune(unhex(e[2]))<<12 | rune(unhex(e[3]))<<8 | rune(unhex(e[4]))<<4 | rune(unhex(e[5]))
+		return utf8.AppendRune(nil, r), 6, true, true
+	}
+	if len(e) < 3 || !isHex(e[1]) || !isHex(e[2]) {
+		return nil, 0, true, false
+	}
+	c := unhex(e[1])<<4 | unhex(e[2])
+	switch c {
+	case '/', '\\', 0:
+		amb = true
+	case '%':
+		// "%25" followed by what reads as an escape: a second decoding
+		// (IIS refuses double escapes) would read it differently.
+		amb = len(e) >= 5 && (isHex(e[3]) && isHex(e[4]) || e[3] == 'u' || e[3] == 'U')
+	}
+	return escByte[int(c) : int(c)+1], 3, amb, true
+}
+
+// escByte lets decodeEscape return one byte without allocating.
+var escByte = func() (t [256]byte) {
+	for i := range t {
+		t[i] = byte(i)
+	}
+	return t
+}()
+
+// latin1 re-reads b as ISO-8859-1, each byte one rune, as Jetty reads a path
+// that is not UTF-8.
+func latin1(b []byte) []byte {
+	out := make([]byte, 0, len(b)*2)
+	for _, c := range b {
+		out = utf8.AppendRune(out, rune(c))
+	}
+	return out
+}
+
+// cleanRooted resolves dot segments and drops empty ones in b (which starts
+// with '/'), in place: the write index never passes the read index. With
+// trim, trailing dots and spaces are dropped from every segment first. It
+// reports ambiguity: a ".." above the root or right after an empty segment
+// (Tomcat drops the empty segment first, Jetty pops it), or a segment other
+// than "." and ".." ending in '.' or ' '.
+func cleanRooted(b []byte, trim bool) ([]byte, bool) {
+	n := len(b)
+	w := 1 // b[0] is '/'
+	amb := false
+	emptyBefore := false
+	for r := 1; r < n; {
+		end := r
+		for end < n && b[end] != '/' {
+			end++
+		}
+		seg := b[r:end]
+		next := end + 1
+		switch {
+		case len(seg) == 0:
+			emptyBefore = true
+			r = next
+			continue
+		case string(seg) == ".":
+			r = next // "//./.." is still ".." after an empty segment
+			continue
+		case string(seg) == "..":
+			if w == 1 || emptyBefore {
+				amb = true
+			}
+			// Back up to the previous '/', but never above the root.
+			for w > 1 {
+				w--
+				if b[w] == '/' {
+					break
+				}
+			}
+		default:
+			if last := seg[len(seg)-1]; last == '.' || last == ' ' {
+				amb = true
+				if trim {
+					for len(seg) > 0 && (seg[len(seg)-1] == '.' || seg[len(seg)-1] == ' ') {
+						seg = seg[:len(seg)-1]
+					}
+					if len(seg) == 0 {
+						r = next
+						continue
+					}
+				}
+			}
+			if w > 1 {
+				b[w] = '/'
+				w++
+			}
+			w += copy(b[w:], seg)
+		}
+		emptyBefore = false
+		r = next
+	}
+	return b[:w], amb
+}
+
+// foldCase maps every letter of the UTF-8 path b to foldRune's
+// representative, in place for ASCII.
+func foldCase(b []byte) []byte {
+	ascii := true
+	for i, c := range b {
+		if c >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	if ascii {
+		return b
+	}
+	out := make([]byte, 0, len(b)+8)
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			out = append(out, b[i]) // not UTF-8 (RFC3986 keeps such bytes)
+		} else {
+			out = utf8.AppendRune(out, foldRune(r))
+		}
+		i += size
+	}
+	return out
+}
+
+// foldRune returns one member of r's class, the runes with the same simple
+// upper-case mapping (how NTFS and ordinal case-insensitive comparison
+// match names): the lower-case form when it maps back to the same upper
+// case, else the upper case itself. 'K' and 'k' give 'k'; the Kelvin sign
+// U+212A stays itself, since 'k' upper-cases to 'K', not to it.
+func foldRune(r rune) rune {
+	u := unicode.ToUpper(r)
+	if l := unicode.ToLower(u); unicode.ToUpper(l) == u {
+		return l
+	}
+	return u
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
+}
