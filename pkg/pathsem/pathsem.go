@@ -207,6 +207,7 @@ var pathChar = func() (t [256]bool) {
 func normalizeSlow(raw string, s Semantics) (string, bool) {
 	servlet, windows := s&Servlet != 0, s&Windows != 0
 	amb := raw == "" || raw[0] != '/'
+	encodedSlash := false
 	// Most paths fit on the stack; longer ones spill to the heap via append.
 	var stack [256]byte
 	buf := append(stack[:0], '/')
@@ -225,6 +226,7 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 			d, n, escAmb, ok := decodeEscape(raw[i:], servlet || windows)
 			amb = amb || escAmb
 			if ok {
+				encodedSlash = encodedSlash || string(d) == "/"
 				buf = append(buf, d...)
 				i += n - 1
 				continue
@@ -247,6 +249,12 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 				buf[i] = '/'
 			}
 		}
+	}
+	if servlet && encodedSlash {
+		// Tomcat refuses "%2F"; Jetty takes it as a separator and, as it
+		// does with every empty segment, lets a ".." remove the empty
+		// segment "/%2F" makes ("/a/%2F../b" is "/a/b").
+		buf = resolveKeepingEmpty(buf)
 	}
 	buf, cleanAmb := cleanRooted(buf, windows)
 	amb = amb || cleanAmb
@@ -360,6 +368,28 @@ func cleanRooted(b []byte, trim bool) ([]byte, bool) {
 		r = next
 	}
 	return b[:w], amb
+}
+
+// resolveKeepingEmpty resolves "." and ".." segments of b (which starts
+// with '/') taking empty segments as segments, as Jetty does; empty
+// segments are left for cleanRooted to drop. Never above the root (where
+// Jetty answers 400, and cleanRooted finds nothing left to flag, the caller
+// has flagged "%2F" already).
+func resolveKeepingEmpty(b []byte) []byte {
+	segs := strings.Split(string(b[1:]), "/")
+	out := segs[:0]
+	for _, seg := range segs {
+		switch seg {
+		case ".":
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		default:
+			out = append(out, seg)
+		}
+	}
+	return append(b[:1], strings.Join(out, "/")...)
 }
 
 // foldCase maps every letter of the UTF-8 path b to foldRune's
