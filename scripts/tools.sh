@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
 # Redis (server, sentinel, cli, benchmark), wrk, stress-ng (make test-busy),
-# Prometheus (with promtool)
+# Tomcat 10 and Jetty 9 (pkg/pathsem's differential tests), Prometheus (with promtool)
 # and the Redis exporter from apt, and Consul, built once
 # from its Go module by install-consul.sh and cached outside the repository,
 # as is Pebble, the ACME test server (install-pebble.sh, about 20 s once),
@@ -16,6 +16,11 @@ need=()
 for bin in file:file curl:curl stress-ng:stress-ng redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
+# Tomcat 10 and Jetty 9 for pkg/pathsem's differential tests (they put no
+# binary on PATH; the tests start them from base directories of their own).
+[ -f /usr/share/tomcat10/bin/bootstrap.jar ] || need+=(tomcat10)
+[ -f /usr/share/jetty9/start.jar ] || need+=(jetty9)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 if [ ${#need[@]} -gt 0 ]; then
 	# shellcheck disable=SC2207
 	need=($(printf '%s\n' "${need[@]}" | sort -u))
@@ -28,9 +33,10 @@ if [ ${#need[@]} -gt 0 ]; then
 	$sudo apt-get update -qq
 	$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 	# Debian starts the Prometheus and exporter services on :9090 and :9121,
-	# ports the edges and the stack use; the tests start their own.
+	# and Tomcat and Jetty on :8080, ports the edges and the stack use; the
+	# tests start their own on free ports.
 	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-		$sudo systemctl disable --now prometheus prometheus-redis-exporter >/dev/null 2>&1 || true
+		$sudo systemctl disable --now prometheus prometheus-redis-exporter tomcat10 jetty9 jetty9.timer >/dev/null 2>&1 || true
 	fi
 fi
 
