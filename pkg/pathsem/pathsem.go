@@ -11,9 +11,11 @@
 //     "/public/..;/api/x" as "/api/x" (Tomcat; Jetty 9.4 answers 400 to a
 //     ".." with parameters). An encoded "%3B" is data, not a parameter.
 //     Jetty 9.4 also decodes "%uXXXX", treats a decoded "%2F" as a separator,
-//     and reads a path whose decoded bytes are not UTF-8 as ISO-8859-1; Tomcat
-//     answers 400 to all three, to "%5C" and "\", and to characters RFC 3986
-//     leaves out of a path ('"', '<', '{', '|', ...).
+//     reads a path whose decoded bytes are not UTF-8 as ISO-8859-1, and
+//     takes ':', ';', '<', '=', '>', '?', '@' and '`' as hex digits ("%2>"
+//     is '.', so "/a/%2>%2>/b" is "/b"); Tomcat answers 400 to all of these,
+//     to "%5C" and "\", and to characters RFC 3986 leaves out of a path
+//     ('"', '<', '{', '|', ...).
 //   - Case-insensitive origins (IIS's static file handler, which upper-cases
 //     the name it looks up; files on NTFS, which compares names through the
 //     volume's Unicode upcase table; ASP.NET routing, which compares with
@@ -31,10 +33,12 @@
 // Normalize applies these steps in this order (each only where its semantics
 // asks for it; the order is the servlet containers', checked against them):
 //
-//  1. The query and fragment are cut off at the first raw '?' or '#'.
+//  1. The query and fragment are cut off at the first raw '?' or '#'
+//     (servlet: not a '?' inside one of Jetty's lenient escapes, "%2?").
 //  2. Servlet: ";..." parameters are cut from every raw segment (up to the
 //     next raw '/', or '\' with Windows), before decoding.
-//  3. Percent-escapes are decoded once; a malformed escape stays literal.
+//  3. Percent-escapes are decoded once; a malformed escape stays literal
+//     (servlet: hex digits as Jetty reads them, see hexValue).
 //     "%2F" becomes '/', a separator from then on (Jetty). Servlet and
 //     Windows also decode "%uXXXX" (Jetty; IIS did historically, which is
 //     not verified here). Servlet: decoded bytes that are not valid UTF-8
@@ -143,7 +147,7 @@ func (s Semantics) String() string {
 // steps), and whether the raw path is ambiguous between kinds of origin.
 // It never panics and does not allocate when raw is already in that form.
 func Normalize(raw string, s Semantics) (path string, ambiguous bool) {
-	if i := strings.IndexAny(raw, "?#"); i >= 0 {
+	if i := queryIndex(raw, s&Servlet != 0); i >= 0 {
 		ambiguous = raw[i] == '#'
 		raw = raw[:i]
 	}
@@ -152,6 +156,27 @@ func Normalize(raw string, s Semantics) (path string, ambiguous bool) {
 	}
 	p, amb := normalizeSlow(raw, s)
 	return p, amb || ambiguous
+}
+
+// queryIndex is where the query or fragment starts in raw, or -1. With
+// lenient (servlet), a '?' that Jetty's lenient escapes take as a hex digit
+// ("%2?" is '/') is part of the path.
+func queryIndex(raw string, lenient bool) int {
+	i := strings.IndexAny(raw, "?#")
+	if i < 0 || !lenient || strings.IndexByte(raw[:i], '%') < 0 {
+		return i
+	}
+	for j := 0; j < len(raw); j++ {
+		switch raw[j] {
+		case '%':
+			if _, n, _, ok := decodeEscape(raw[j:], true, true); ok {
+				j += n - 1
+			}
+		case '?', '#':
+			return j
+		}
+	}
+	return -1
 }
 
 // isClean reports whether p is already Normalize's answer and not
@@ -223,7 +248,7 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 				continue
 			}
 		case c == '%':
-			d, n, escAmb, ok := decodeEscape(raw[i:], servlet || windows)
+			d, n, escAmb, ok := decodeEscape(raw[i:], servlet || windows, servlet)
 			amb = amb || escAmb
 			if ok {
 				encodedSlash = encodedSlash || string(d) == "/"
@@ -266,28 +291,60 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 
 // decodeEscape decodes the escape at the start of e ("%XX", or "%uXXXX" when
 // decodeU): the bytes, how many of e it used, whether the escape is
-// ambiguous, and false when it is no escape at all (kept literally).
-func decodeEscape(e string, decodeU bool) (d []byte, n int, amb, ok bool) {
-	if len(e) >= 6 && (e[1] == 'u' || e[1] == 'U') && isHex(e[2]) && isHex(e[3]) && isHex(e[4]) && isHex(e[5]) {
-		if !decodeU {
-			return nil, 0, true, false
+// ambiguous, and false when it is no escape at all (kept literally). With
+// lenient, hex digits are read as Jetty reads them (hexValue).
+func decodeEscape(e string, decodeU, lenient bool) (d []byte, n int, amb, ok bool) {
+	if len(e) >= 6 && e[1] == 'u' {
+		var r rune
+		valid := true
+		for k := 2; k < 6 && valid; k++ {
+			v, ok := hexValue(e[k], lenient)
+			r, valid = r<<4|rune(v), ok
 		}
-		r := rune(unhex(e[2]))<<12 | rune(unhex(e[3]))<<8 | rune(unhex(e[4]))<<4 | rune(unhex(e[5]))
-		return utf8.AppendRune(nil, r), 6, true, true
+		if valid {
+			if !decodeU {
+				return nil, 0, true, false
+			}
+			return utf8.AppendRune(nil, r), 6, true, true
+		}
 	}
-	if len(e) < 3 || !isHex(e[1]) || !isHex(e[2]) {
+	if len(e) < 3 {
 		return nil, 0, true, false
 	}
-	c := unhex(e[1])<<4 | unhex(e[2])
+	hi, ok1 := hexValue(e[1], lenient)
+	lo, ok2 := hexValue(e[2], lenient)
+	if !ok1 || !ok2 {
+		return nil, 0, true, false
+	}
+	amb = !isHex(e[1]) || !isHex(e[2])
+	c := hi<<4 | lo
 	switch c {
 	case '/', '\\', 0:
 		amb = true
 	case '%':
 		// "%25" followed by what reads as an escape: a second decoding
 		// (IIS refuses double escapes) would read it differently.
-		amb = len(e) >= 5 && (isHex(e[3]) && isHex(e[4]) || e[3] == 'u' || e[3] == 'U')
+		amb = amb || len(e) >= 5 && (isHex(e[3]) && isHex(e[4]) || e[3] == 'u' || e[3] == 'U')
 	}
 	return escByte[int(c) : int(c)+1], 3, amb, true
+}
+
+// hexValue is c's value as a hex digit. With lenient it is Jetty 9's
+// arithmetic, (c&0x1f) + (c>>6)*0x19 - 0x10 when that is 0 to 15, which
+// also takes ':', ';', '<', '=', '>', '?', '@', '`' and the control bytes
+// 0x10 to 0x1f: Jetty serves "/a/%2>%2>/b" as "/b" (Tomcat refuses it).
+func hexValue(c byte, lenient bool) (byte, bool) {
+	if isHex(c) {
+		return unhex(c), true
+	}
+	if !lenient {
+		return 0, false
+	}
+	d := int(c&0x1f) + int(c>>6)*0x19 - 0x10
+	if d < 0 || d > 15 {
+		return 0, false
+	}
+	return byte(d), true
 }
 
 // escByte lets decodeEscape return one byte without allocating.

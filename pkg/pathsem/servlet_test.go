@@ -211,6 +211,9 @@ func setUpTomcat(dir string, port int) (*exec.Cmd, error) {
 	return exec.Command("java", jvmStartFast[0], jvmStartFast[1],
 		// No TLD scanning of the server's jars: the echo page uses none.
 		"-Dtomcat.util.scan.StandardJarScanFilter.jarsToSkip=*",
+		// Exit when the port cannot be bound (taken since FreePorts), so
+		// startContainer tries another instead of waiting out the timeout.
+		"-Dorg.apache.catalina.startup.EXIT_ON_INIT_FAILURE=true",
 		"-cp", filepath.Join(h, "bin", "bootstrap.jar")+":"+filepath.Join(h, "bin", "tomcat-juli.jar"),
 		"-Dcatalina.home="+h, "-Dcatalina.base="+dir, "-Djava.io.tmpdir="+filepath.Join(dir, "temp"),
 		"org.apache.catalina.startup.Bootstrap", "start"), nil
