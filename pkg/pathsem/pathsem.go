@@ -45,7 +45,8 @@
 //     (overlong forms such as "%C0%AF", surrogates, stray bytes) are read as
 //     ISO-8859-1, as Jetty does.
 //  4. Windows: '\' (raw or decoded) becomes '/'.
-//  5. Windows: trailing dots and spaces are dropped from every segment.
+//  5. Windows: trailing dots and spaces are dropped from every segment
+//     other than "." and ".." (those are resolved first, as Win32 does).
 //  6. "." and ".." segments are resolved, never above the root, and empty
 //     segments (repeated slashes) dropped, as Tomcat does; a trailing slash
 //     is dropped and the result starts with "/".

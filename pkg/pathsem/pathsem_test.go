@@ -91,6 +91,18 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
+// Paths longer than the stack buffer take the heap and come out the same.
+func TestNormalizeLongPath(t *testing.T) {
+	raw := strings.Repeat("/a;x/./b%2e/..", 500) + "/end"
+	want := strings.Repeat("/a", 500) + "/end"
+	got, amb := Normalize(raw, Servlet)
+	require.Equal(t, want, got)
+	require.True(t, amb)
+	got, amb = Normalize(strings.Repeat("/Ab", 1000), CaseInsensitive)
+	require.Equal(t, strings.Repeat("/ab", 1000), got)
+	require.False(t, amb)
+}
+
 // The written model of the origins no test here can start. Each row is a
 // fact about the vendor's behaviour and what Normalize makes of it.
 var windowsModel = []struct {
