@@ -337,8 +337,8 @@ func ask(addr, raw string) (answer, error) {
 		return a, err
 	}
 	i := queryIndex(raw, true)
-	if i < 0 || raw[i] != '?' {
-		return a, nil
+	if i <= 0 || raw[i] != '?' {
+		return a, nil // no query, or no path to send alone
 	}
 	p, err := askOnce(addr, raw[:i])
 	if err != nil || p.status != http.StatusOK {
