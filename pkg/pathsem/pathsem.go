@@ -48,8 +48,12 @@
 //  5. Windows: trailing dots and spaces are dropped from every segment
 //     other than "." and ".." (those are resolved first, as Win32 does).
 //  6. "." and ".." segments are resolved, never above the root, and empty
-//     segments (repeated slashes) dropped, as Tomcat does; a trailing slash
-//     is dropped and the result starts with "/".
+//     segments (repeated slashes) dropped; a trailing slash is dropped and
+//     the result starts with "/". Tomcat drops empty segments first, Jetty
+//     lets a ".." remove one ("/a//../b" is "/b" at Tomcat, "/a/b" at
+//     Jetty, and ambiguous): servlet resolves as Jetty does, since Tomcat
+//     refuses much that Jetty serves ('"//..', "%2F../") and then only
+//     Jetty's answer is an origin's.
 //  7. Case-insensitive: every letter is mapped to the lower-case member of
 //     its upper-case class (see foldRune), so a rule written in lower case
 //     matches.
@@ -233,7 +237,6 @@ var pathChar = func() (t [256]bool) {
 func normalizeSlow(raw string, s Semantics) (string, bool) {
 	servlet, windows := s&Servlet != 0, s&Windows != 0
 	amb := raw == "" || raw[0] != '/'
-	encodedSlash := false
 	// Most paths fit on the stack; longer ones spill to the heap via append.
 	var stack [256]byte
 	buf := append(stack[:0], '/')
@@ -252,7 +255,6 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 			d, n, escAmb, ok := decodeEscape(raw[i:], servlet || windows, servlet)
 			amb = amb || escAmb
 			if ok {
-				encodedSlash = encodedSlash || string(d) == "/"
 				buf = append(buf, d...)
 				i += n - 1
 				continue
@@ -276,11 +278,10 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 			}
 		}
 	}
-	if servlet && encodedSlash {
-		// Tomcat refuses "%2F"; Jetty takes it as a separator and, as it
-		// does with every empty segment, lets a ".." remove the empty
-		// segment "/%2F" makes ("/a/%2F../b" is "/a/b").
-		buf = resolveKeepingEmpty(buf)
+	if servlet && strings.Contains(string(buf), "//") {
+		var emptyAmb bool
+		buf, emptyAmb = resolveKeepingEmpty(buf)
+		amb = amb || emptyAmb
 	}
 	buf, cleanAmb := cleanRooted(buf, windows)
 	amb = amb || cleanAmb
@@ -430,16 +431,20 @@ func cleanRooted(b []byte, trim bool) ([]byte, bool) {
 
 // resolveKeepingEmpty resolves "." and ".." segments of b (which starts
 // with '/') taking empty segments as segments, as Jetty does; empty
-// segments are left for cleanRooted to drop. Never above the root (where
-// Jetty answers 400, and cleanRooted finds nothing left to flag, the caller
-// has flagged "%2F" already).
-func resolveKeepingEmpty(b []byte) []byte {
+// segments are left for cleanRooted to drop. It reports ambiguity: a ".."
+// that removed an empty segment (Tomcat would have removed the name
+// before it) or found nothing to remove (above the root).
+func resolveKeepingEmpty(b []byte) ([]byte, bool) {
 	segs := strings.Split(string(b[1:]), "/")
 	out := segs[:0]
+	amb := false
 	for _, seg := range segs {
 		switch seg {
 		case ".":
 		case "..":
+			if len(out) == 0 || out[len(out)-1] == "" {
+				amb = true
+			}
 			if len(out) > 0 {
 				out = out[:len(out)-1]
 			}
@@ -447,7 +452,7 @@ func resolveKeepingEmpty(b []byte) []byte {
 			out = append(out, seg)
 		}
 	}
-	return append(b[:1], strings.Join(out, "/")...)
+	return append(b[:1], strings.Join(out, "/")...), amb
 }
 
 // foldCase maps every letter of the UTF-8 path b to foldRune's
