@@ -36,7 +36,10 @@
 //  1. The query and fragment are cut off at the first raw '?' or '#'
 //     (servlet: not a '?' inside one of Jetty's lenient escapes, "%2?").
 //  2. Servlet: ";..." parameters are cut from every raw segment (up to the
-//     next raw '/', or '\' with Windows), before decoding.
+//     next raw '/', or '\' with Windows), before decoding; but a path with
+//     parameters in its last segment only and nothing else to decode or
+//     resolve is cut at its last ';' and not decoded, as Jetty does (see
+//     lastParameterOnly).
 //  3. Percent-escapes are decoded once; a malformed escape stays literal
 //     (servlet: hex digits as Jetty reads them, see hexValue).
 //     "%2F" becomes '/', a separator from then on (Jetty). Servlet and
@@ -240,9 +243,16 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 	// Most paths fit on the stack; longer ones spill to the heap via append.
 	var stack [256]byte
 	buf := append(stack[:0], '/')
+	literal := false
+	if servlet {
+		if end := lastParameterOnly(raw); end >= 0 {
+			raw, literal, amb = raw[:end], true, true
+		}
+	}
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		switch {
+		case literal && (c == ';' || c == '%'):
 		case c == ';':
 			amb = true
 			if servlet {
@@ -289,6 +299,22 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 		buf = foldCase(buf)
 	}
 	return string(buf), amb
+}
+
+// lastParameterOnly is where Jetty 9 ends a path that has parameters only
+// in its last segment and otherwise nothing to decode or resolve (no '%'
+// and no segment starting with '.' before the first ';'): it cuts the path
+// at the last ';' and leaves the rest as it is, undecoded ("/a;b;c" is
+// "/a;b", "/a/b;c%41;d" is "/a/b;c%41"; Tomcat gives "/a" and "/a/b").
+// It returns -1 for any other path, which Jetty decodes and strips as
+// Tomcat does.
+func lastParameterOnly(raw string) int {
+	first := strings.IndexByte(raw, ';')
+	if first < 0 || strings.IndexByte(raw[first:], '/') >= 0 ||
+		strings.IndexByte(raw[:first], '%') >= 0 || strings.Contains(raw[:first], "/.") {
+		return -1
+	}
+	return strings.LastIndexByte(raw, ';')
 }
 
 // decodeEscape decodes the escape at the start of e ("%XX", or "%uXXXX" when

@@ -30,6 +30,7 @@ func TestNormalize(t *testing.T) {
 		{"encoded semicolon is data", "/api%3bx/y", map[Semantics]want{RFC3986: {"/api;x/y", false}, Servlet: {"/api;x/y", false}}},
 		{"parameter in the last segment", "/a;jsessionid=1", map[Semantics]want{Servlet: {"/a", true}}},
 		{"parameters in every segment", "/a;x/b;c=d;e/f;", map[Semantics]want{Servlet: {"/a/b/f", true}}},
+		{"parameters in the last segment only", "/a/b;c%41;d", map[Semantics]want{RFC3986: {"/a/b;cA;d", true}, Servlet: {"/a/b;c%41", true}}},
 		{"bare semicolon segment", "/;x/a", map[Semantics]want{Servlet: {"/a", true}}},
 		{"dot with parameter", "/a/.;x/b", map[Semantics]want{Servlet: {"/a/b", true}}},
 		{"encoded dots with parameter", "/a/%2e%2e;x/b", map[Semantics]want{Servlet: {"/b", true}}},
