@@ -56,7 +56,8 @@
 //     lets a ".." remove one ("/a//../b" is "/b" at Tomcat, "/a/b" at
 //     Jetty, and ambiguous): servlet resolves as Jetty does, since Tomcat
 //     refuses much that Jetty serves ('"//..', "%2F../") and then only
-//     Jetty's answer is an origin's.
+//     Jetty's answer is an origin's; but as Tomcat does when a "." or ".."
+//     segment has parameters, which Jetty refuses ("/0//..;" is "/").
 //  7. Case-insensitive: every letter is mapped to the lower-case member of
 //     its upper-case class (see foldRune), so a rule written in lower case
 //     matches.
@@ -74,6 +75,7 @@
 package pathsem
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -244,6 +246,7 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 	var stack [256]byte
 	buf := append(stack[:0], '/')
 	literal := false
+	dotParam := false // a "." or ".." segment with parameters: Jetty refuses it
 	if servlet {
 		if end := lastParameterOnly(raw); end >= 0 {
 			raw, literal, amb = raw[:end], true, true
@@ -256,6 +259,8 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 		case c == ';':
 			amb = true
 			if servlet {
+				seg := buf[bytes.LastIndexByte(buf, '/')+1:]
+				dotParam = dotParam || string(seg) == "." || string(seg) == ".."
 				for i+1 < len(raw) && raw[i+1] != '/' && !(windows && raw[i+1] == '\\') {
 					i++
 				}
@@ -288,7 +293,7 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 			}
 		}
 	}
-	if servlet && strings.Contains(string(buf), "//") {
+	if servlet && !dotParam && bytes.Contains(buf, []byte("//")) {
 		var emptyAmb bool
 		buf, emptyAmb = resolveKeepingEmpty(buf)
 		amb = amb || emptyAmb
