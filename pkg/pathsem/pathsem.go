@@ -242,48 +242,25 @@ var pathChar = func() (t [256]bool) {
 func normalizeSlow(raw string, s Semantics) (string, bool) {
 	servlet, windows := s&Servlet != 0, s&Windows != 0
 	amb := raw == "" || raw[0] != '/'
-	// Most paths fit on the stack; longer ones spill to the heap via append.
-	var stack [256]byte
-	buf := append(stack[:0], '/')
 	literal := false
-	dotParam := false // a "." or ".." segment with parameters: Jetty refuses it
 	if servlet {
 		if end := lastParameterOnly(raw); end >= 0 {
 			raw, literal, amb = raw[:end], true, true
 		}
 	}
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		switch {
-		case literal && (c == ';' || c == '%'):
-		case c == ';':
-			amb = true
-			if servlet {
-				seg := buf[bytes.LastIndexByte(buf, '/')+1:]
-				dotParam = dotParam || string(seg) == "." || string(seg) == ".."
-				for i+1 < len(raw) && raw[i+1] != '/' && !(windows && raw[i+1] == '\\') {
-					i++
-				}
-				continue
-			}
-		case c == '%':
-			d, n, escAmb, ok := decodeEscape(raw[i:], servlet || windows, servlet)
-			amb = amb || escAmb
-			if ok {
-				buf = append(buf, d...)
-				i += n - 1
-				continue
-			}
-		case c == '/' || pathChar[c]:
-		default:
-			amb = true // '\\', '"', '<', '{', space, controls, raw non-ASCII, ...
-		}
-		buf = append(buf, c)
-	}
+	// Most paths fit on the stack; longer ones spill to the heap via append.
+	var stack [256]byte
+	buf, decAmb, dotParam := decodePath(append(stack[:0], '/'), raw, servlet, windows, literal, false)
+	amb = amb || decAmb
 	if !utf8.Valid(buf) {
 		amb = true
 		if servlet {
-			buf = latin1(buf)
+			// Jetty reads the escapes again as ISO-8859-1, each a rune;
+			// what is still not UTF-8 then came raw (refused by both).
+			buf, _, _ = decodePath(buf[:1], raw, servlet, windows, literal, true)
+			if !utf8.Valid(buf) {
+				buf = latin1(buf)
+			}
 		}
 	}
 	if windows {
@@ -304,6 +281,46 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 		buf = foldCase(buf)
 	}
 	return string(buf), amb
+}
+
+// decodePath appends raw to buf with parameters cut (servlet, unless
+// literal) and escapes decoded (unless literal), each decoded byte above
+// 0x7f as an ISO-8859-1 rune with latin. It reports ambiguity and whether a
+// "." or ".." segment had parameters (Jetty refuses those).
+func decodePath(buf []byte, raw string, servlet, windows, literal, latin bool) (out []byte, amb, dotParam bool) {
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case literal && (c == ';' || c == '%'):
+		case c == ';':
+			amb = true
+			if servlet {
+				seg := buf[bytes.LastIndexByte(buf, '/')+1:]
+				dotParam = dotParam || string(seg) == "." || string(seg) == ".."
+				for i+1 < len(raw) && raw[i+1] != '/' && !(windows && raw[i+1] == '\\') {
+					i++
+				}
+				continue
+			}
+		case c == '%':
+			d, n, escAmb, ok := decodeEscape(raw[i:], servlet || windows, servlet)
+			amb = amb || escAmb
+			if ok {
+				if latin && len(d) == 1 && d[0] >= utf8.RuneSelf {
+					buf = utf8.AppendRune(buf, rune(d[0]))
+				} else {
+					buf = append(buf, d...)
+				}
+				i += n - 1
+				continue
+			}
+		case c == '/' || pathChar[c]:
+		default:
+			amb = true // '\\', '"', '<', '{', space, controls, raw non-ASCII, ...
+		}
+		buf = append(buf, c)
+	}
+	return buf, amb, dotParam
 }
 
 // lastParameterOnly is where Jetty 9 ends a path that has parameters only
