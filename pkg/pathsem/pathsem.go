@@ -11,7 +11,8 @@
 //     "/public/..;/api/x" as "/api/x" (Tomcat; Jetty 9.4 answers 400 to a
 //     ".." with parameters). An encoded "%3B" is data, not a parameter.
 //     Jetty 9.4 also decodes "%uXXXX", treats a decoded "%2F" as a separator,
-//     reads a path whose decoded bytes are not UTF-8 as ISO-8859-1, and
+//     reads the escapes of a path whose decoded bytes are not UTF-8 as
+//     ISO-8859-1, and
 //     takes ':', ';', '<', '=', '>', '?', '@' and '`' as hex digits ("%2>"
 //     is '.', so "/a/%2>%2>/b" is "/b"); Tomcat answers 400 to all of these,
 //     to "%5C" and "\", and to characters RFC 3986 leaves out of a path
@@ -44,9 +45,9 @@
 //     (servlet: hex digits as Jetty reads them, see hexValue).
 //     "%2F" becomes '/', a separator from then on (Jetty). Servlet and
 //     Windows also decode "%uXXXX" (Jetty; IIS did historically, which is
-//     not verified here). Servlet: decoded bytes that are not valid UTF-8
-//     (overlong forms such as "%C0%AF", surrogates, stray bytes) are read as
-//     ISO-8859-1, as Jetty does.
+//     not verified here). Servlet: when the decoded bytes are not valid
+//     UTF-8 (overlong forms such as "%C0%AF", surrogates, stray bytes), the
+//     escapes are read again as ISO-8859-1, one rune each, as Jetty does.
 //  4. Windows: '\' (raw or decoded) becomes '/'.
 //  5. Windows: trailing dots and spaces are dropped from every segment
 //     other than "." and ".." (those are resolved first, as Win32 does).
@@ -405,8 +406,9 @@ var escByte = func() (t [256]byte) {
 	return t
 }()
 
-// latin1 re-reads b as ISO-8859-1, each byte one rune, as Jetty reads a path
-// that is not UTF-8.
+// latin1 re-reads b as ISO-8859-1, each byte one rune, so that the servlet
+// answer is UTF-8 even for raw bytes that are not (both containers refuse
+// those).
 func latin1(b []byte) []byte {
 	out := make([]byte, 0, len(b)*2)
 	for _, c := range b {
