@@ -177,10 +177,15 @@ func queryIndex(raw string, lenient bool) int {
 	if i < 0 || !lenient || strings.IndexByte(raw[:i], '%') < 0 {
 		return i
 	}
+	inParam := false // Jetty reads no escape in a parameter
 	for j := 0; j < len(raw); j++ {
 		switch raw[j] {
+		case ';':
+			inParam = true
+		case '/':
+			inParam = false
 		case '%':
-			if _, n, _, ok := decodeEscape(raw[j:], true, true); ok {
+			if _, n, _, ok := decodeEscape(raw[j:], true, true); ok && !inParam {
 				j += n - 1
 			}
 		case '?', '#':
