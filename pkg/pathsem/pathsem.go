@@ -361,6 +361,20 @@ func decodeEscape(e string, decodeU, lenient bool) (d []byte, n int, amb, ok boo
 			if !decodeU {
 				return nil, 0, true, false
 			}
+			// "%uXXXX" is a UTF-16 code unit: a high surrogate and a low one
+			// make one rune; a lone surrogate has no UTF-8 form and becomes
+			// U+FFFD (Jetty keeps it in a Java string).
+			if 0xd800 <= r && r < 0xdc00 && len(e) >= 12 && e[6] == '%' && e[7] == 'u' {
+				var l rune
+				lowOK := true
+				for k := 8; k < 12 && lowOK; k++ {
+					v, ok := hexValue(e[k], lenient)
+					l, lowOK = l<<4|rune(v), ok
+				}
+				if lowOK && 0xdc00 <= l && l <= 0xdfff {
+					return utf8.AppendRune(nil, 0x10000+(r-0xd800)<<10+(l-0xdc00)), 12, true, true
+				}
+			}
 			return utf8.AppendRune(nil, r), 6, true, true
 		}
 	}

@@ -46,6 +46,8 @@ func TestNormalize(t *testing.T) {
 		{"lenient hex dots", "/public/%2>%2>/api/x", map[Semantics]want{RFC3986: {"/public/%2>%2>/api/x", true}, Servlet: {"/api/x", true}}},
 		{"lenient hex takes a semicolon", "/a%3;x/b", map[Semantics]want{RFC3986: {"/a%3;x/b", true}, Servlet: {"/a;x/b", true}}},
 		{"lenient hex takes a question mark", "/a%2?x", map[Semantics]want{RFC3986: {"/a%2", true}, Servlet: {"/a/x", true}}},
+		{"percent u surrogate pair", "/a%ud83d%ude00", map[Semantics]want{RFC3986: {"/a%ud83d%ude00", true}, Servlet: {"/a\U0001F600", true}}},
+		{"percent u lone surrogate", "/a%ud800b", map[Semantics]want{Servlet: {"/a\uFFFDb", true}}},
 		{"upper-case percent U", "/%U0041", map[Semantics]want{Servlet: {"/%U0041", true}}},
 		{"NUL", "/api%00x", map[Semantics]want{RFC3986: {"/api\x00x", true}}},
 		{"malformed escape", "/a%zzb", map[Semantics]want{RFC3986: {"/a%zzb", true}}},
