@@ -276,7 +276,7 @@ func normalizeSlow(raw string, s Semantics) (string, bool) {
 			}
 		}
 	}
-	if servlet && !dotParam && bytes.Contains(buf, []byte("//")) {
+	if servlet && !dotParam && bytes.Contains(buf[1:], []byte("//")) { // buf[0] is the root, raw's own "/" follows
 		var emptyAmb bool
 		buf, emptyAmb = resolveKeepingEmpty(buf)
 		amb = amb || emptyAmb
