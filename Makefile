@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object
+.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -161,6 +161,13 @@ bench: tools
 # ROUNDS and DURATION as in scripts/bench-tls.sh. Not part of make test.
 bench-tls:
 	./scripts/bench-tls.sh
+
+# pkg/pathsem's paths against real Tomcat and Jetty (started by the test,
+# as in make test) for FUZZTIME; what it finds lands in
+# pkg/pathsem/testdata/fuzz/ and then runs in make test. Not part of make test.
+FUZZTIME ?= 10m
+fuzz-paths: tools
+	$(GO) test -run '^$$' -fuzz '^FuzzServletDifferential$$' -fuzztime $(FUZZTIME) ./pkg/pathsem
 
 # k6 with the k6/x/edgeguard extension (loadtest/, its own Go module), built
 # the way xk6 does and cached in ~/.cache/edgeguard/k6-<version>-<hash>/.

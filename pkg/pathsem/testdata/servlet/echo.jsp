@@ -1,0 +1,1 @@
+<%@ page contentType="text/plain; charset=UTF-8" trimDirectiveWhitespaces="true" %><%= request.getServletPath() + (request.getPathInfo() == null ? "" : request.getPathInfo()) %>
