@@ -140,8 +140,12 @@ func TestHostsBodyLimitPerPool(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, code, body)
 	require.Contains(t, body, "1000")
 	// Chunked (no declared length): cut by the pool's cap as it streams.
-	code, body = send(t, r, http.MethodPost, "a.example", io.MultiReader(bytes.NewReader(small)))
-	require.Equal(t, http.StatusRequestEntityTooLarge, code, body)
+	chunk := "200\r\n" + strings.Repeat("y", 0x200) + "\r\n"
+	resp, rbody := raw(t, r.Addr(), "POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n"+strings.Repeat(chunk, 4)+"0\r\n\r\n")
+	requireProblem(t, resp, rbody, 413)
+	// Announced with Expect: 100-continue: refused before the body is sent.
+	resp, rbody = raw(t, r.Addr(), "POST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: 2000\r\nExpect: 100-continue\r\n\r\n")
+	requireProblem(t, resp, rbody, 413)
 	code, body = send(t, r, http.MethodPost, "a.example", bytes.NewReader(small[:1000]))
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, "a a.example 1000", body)
@@ -150,8 +154,9 @@ func TestHostsBodyLimitPerPool(t *testing.T) {
 
 	// 12 MiB: above --max-body-bytes (10 MiB), within b's 20 MiB.
 	big := bytes.Repeat([]byte("y"), 12<<20)
-	code, _ = send(t, r, http.MethodPost, "other.example", bytes.NewReader(big))
-	require.Equal(t, http.StatusRequestEntityTooLarge, code)
+	// (Announced, so the client waits for the answer before sending 12 MiB.)
+	resp, rbody = raw(t, r.Addr(), fmt.Sprintf("POST / HTTP/1.1\r\nHost: other.example\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", len(big)))
+	requireProblem(t, resp, rbody, 413)
 	code, body = send(t, r, http.MethodPost, "up.b.example", bytes.NewReader(big))
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, fmt.Sprintf("b up.b.example %d", 12<<20), body)

@@ -116,6 +116,7 @@ type TLS struct {
 // the pool itself turns it off.
 func (p Pool) Origin(base origin.Config) origin.Config {
 	c := base
+	c.Pool = "" // the pool's name is its key in the table: the caller's to set
 	c.URLs = slices.Clone(p.URLs)
 	dur := func(dst *time.Duration, v *rules.Duration) {
 		if v != nil {

@@ -80,7 +80,7 @@ func TestParseExample(t *testing.T) {
 	// What a pool leaves out is the base's; URLs and TLS never are.
 	media := tb.Pools["media"].Origin(base)
 	want := base
-	want.URLs = []string{"http://10.0.1.5:8080"}
+	want.URLs, want.Pool = []string{"http://10.0.1.5:8080"}, ""
 	want.TLS = origin.TLSConfig{}
 	require.Equal(t, want, media)
 	require.Equal(t, []string{"http://edge-default:80"}, base.URLs, "base is not modified")
