@@ -145,7 +145,7 @@ func TestSlowReadersFailsWhenStreamsAreCut(t *testing.T) {
 	rs, err := SlowReaders(ctx, cfg)
 	require.ErrorContains(t, err, "edge: 3 of 3 streams ended early", out.String())
 	require.Len(t, rs, 1)
-	require.Contains(t, rs[0].FirstError, `edgeguard_origin_streamed_responses_total{end="total_timeout"} 3`)
+	require.Contains(t, rs[0].FirstError, `edgeguard_origin_streamed_responses_total{end="total_timeout",pool="default"} 3`)
 }
 
 // Nonsense settings are refused before any process starts, every problem

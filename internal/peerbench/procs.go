@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,7 +136,12 @@ func startEdge(ctx context.Context, bin, dir, origin string, extra ...string) (*
 		"--drain-delay", "0s", "--shutdown-timeout", "2s", "--log-level", "warn",
 		"--max-conns-per-ip", "0",
 	}, extra...)
-	s, err := startLogged("edge", dir, exec.Command(bin, args...))
+	cmd := exec.Command(bin, args...)
+	// Only the flags above configure the edge: an EDGEGUARD_ variable of
+	// the caller's (a test run's EDGEGUARD_CONSUL names a binary) would be
+	// read as a setting.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "EDGEGUARD_") })
+	s, err := startLogged("edge", dir, cmd)
 	if err != nil {
 		return nil, err
 	}
