@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// hostTally counts one host's answers by status (0: no answer); requests
+// sent before from are counted apart, in early.
+type hostTally struct {
+	from  time.Time
+	mu    sync.Mutex
+	codes map[int]int
+	early map[int]int
+}
+
+func (h *hostTally) add(sent time.Time, code int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.codes == nil {
+		h.codes, h.early = map[int]int{}, map[int]int{}
+	}
+	if sent.Before(h.from) {
+		h.early[code]++
+		return
+	}
+	h.codes[code]++
+}
+
+func (h *hostTally) counts() (ok, total int, codes map[int]int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	codes = map[int]int{}
+	for c, n := range h.codes {
+		codes[c] = n
+		total += n
+	}
+	return h.codes[http.StatusOK], total, codes
+}
+
+// hostLoad sends requests for host from the source addresses in turn,
+// conns at a time, back to back until ctx ends; priority, when set, goes
+// in X-Priority.
+func hostLoad(ctx context.Context, wg *sync.WaitGroup, e *edgeProc, host, priority string, sources []string, conns int, tally *hostTally) {
+	clients := make([]*http.Client, len(sources))
+	for i, src := range sources {
+		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		clients[i] = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns}}
+	}
+	for c := range conns {
+		client := clients[c%len(clients)]
+		wg.Go(func() {
+			defer client.CloseIdleConnections()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequest(http.MethodGet, e.url("/item"), nil)
+				req.Host = host
+				if priority != "" {
+					req.Header.Set("X-Priority", priority)
+				}
+				code, sent := 0, time.Now()
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				tally.add(sent, code)
+			}
+		})
+	}
+}
+
+// hostOrigin answers a.example after aDelay and every other host at once.
+// (A fast origin still takes a few milliseconds: the flood's requests
+// then overlap as they would at scale.)
+func hostOrigin(t *testing.T, aDelay time.Duration) string {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Host == "a.example" {
+			select {
+			case <-time.After(aDelay):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(origin.Close)
+	return origin.URL
+}
+
+// TestHostShareSlowOrigin is the tenant-isolation issue in small: one
+// origin answers a.example after 300 ms and b.example at once; 160 clients
+// from 5 addresses keep requesting a.example (five times the edge's 32
+// workers) and a trusted client sends a.example's critical requests, while
+// a client at another address requests b.example on 8 connections, all at
+// the default shedder settings. Without host shares a.example's requests
+// held every worker and b.example lost most of its requests (503
+// no_worker). a.example, alone at first, may take every worker, so until
+// its first answers (one origin delay) b.example can find none free; from
+// then on b.example must keep >= 95% of its requests, a.example must
+// get at least half its share's worth of answers (16 workers for the run's
+// 300 ms rounds), and no critical request is refused.
+func TestHostShareSlowOrigin(t *testing.T) {
+	const (
+		workers = 32
+		delay   = 300 * time.Millisecond
+		run     = 3 * time.Second
+	)
+	e := startEdge(t, "--origin", hostOrigin(t, delay), "--workers", strconv.Itoa(workers),
+		"--trusted-proxies", "127.0.0.1", "--log-level", "warn")
+	var a, b, crit hostTally
+	b.from = time.Now().Add(delay + 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	var wg sync.WaitGroup
+	hostLoad(ctx, &wg, e, "a.example", "", []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"}, 5*workers, &a)
+	hostLoad(ctx, &wg, e, "a.example", "critical", []string{"127.0.0.1"}, 2, &crit)
+	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 8, &b)
+	wg.Wait()
+
+	aOK, aAll, aCodes := a.counts()
+	bOK, bAll, bCodes := b.counts()
+	cOK, cAll, cCodes := crit.counts()
+	t.Logf("a.example: %d/%d ok %v; b.example: %d/%d ok %v (in the first origin delay: %v); critical a.example: %d/%d ok %v", aOK, aAll, aCodes, bOK, bAll, bCodes, b.early, cOK, cAll, cCodes)
+	m := scrape(t, e)
+	t.Logf("edge: host_share %v, no_worker %v, shed %v",
+		sum(m, "edgeguard_edge_requests_total", "outcome", "host_share"),
+		sum(m, "edgeguard_edge_requests_total", "outcome", "no_worker"),
+		sum(m, "edgeguard_edge_requests_total", "outcome", "shed"))
+
+	require.Greater(t, bAll, 100, "b.example was offered load")
+	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
+	rounds := int(run / delay)
+	require.GreaterOrEqual(t, aOK, workers/2*rounds/2, "a.example gets at least half its share's worth of answers")
+	require.Positive(t, aCodes[http.StatusServiceUnavailable], "witness: a.example was held to its share")
+	require.Positive(t, cAll)
+	require.Equal(t, cAll, cOK, "no critical request refused")
+	require.Positive(t, sum(m, "edgeguard_edge_requests_total", "outcome", "host_share"))
+}
+
+// TestHostShareFlood: a.example flooded from 40 addresses on 200
+// connections through a fast origin (5 ms) at an edge of 16 workers,
+// b.example from another address on 8 connections: b.example keeps >= 95%
+// of its requests (without host shares it lost most of them to the worker
+// queue: 503 no_worker).
+func TestHostShareFlood(t *testing.T) {
+	const workers = 16
+	e := startEdge(t, "--origin", hostOrigin(t, 5*time.Millisecond), "--workers", strconv.Itoa(workers), "--log-level", "warn")
+	var sources []string
+	for i := range 40 {
+		sources = append(sources, "127.0.1."+strconv.Itoa(i+1))
+	}
+	var a, b hostTally
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	hostLoad(ctx, &wg, e, "a.example", "", sources, 200, &a)
+	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 8, &b)
+	wg.Wait()
+	aOK, aAll, aCodes := a.counts()
+	bOK, bAll, bCodes := b.counts()
+	t.Logf("a.example: %d/%d ok %v; b.example: %d/%d ok %v", aOK, aAll, aCodes, bOK, bAll, bCodes)
+	require.Greater(t, bAll, 100, "b.example was offered load")
+	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
+	require.Positive(t, aOK)
+	require.Positive(t, aCodes[http.StatusServiceUnavailable], "witness: a.example was held to its share")
+}
