@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/proc"
 )
 
 // hostTally counts one host's answers by status (0: no answer); requests
@@ -51,13 +54,19 @@ func (h *hostTally) counts() (ok, total int, codes map[int]int) {
 // conns at a time, back to back until ctx ends; priority, when set, goes
 // in X-Priority.
 func hostLoad(ctx context.Context, wg *sync.WaitGroup, e *edgeProc, host, priority string, sources []string, conns int, tally *hostTally) {
+	hostSpellings(ctx, wg, e, []string{host}, priority, sources, conns, tally)
+}
+
+// hostSpellings is hostLoad with each connection using the next of hosts,
+// spellings of one host, in turn.
+func hostSpellings(ctx context.Context, wg *sync.WaitGroup, e *edgeProc, hosts []string, priority string, sources []string, conns int, tally *hostTally) {
 	clients := make([]*http.Client, len(sources))
 	for i, src := range sources {
 		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
 		clients[i] = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns}}
 	}
 	for c := range conns {
-		client := clients[c%len(clients)]
+		client, host := clients[c%len(clients)], hosts[c%len(hosts)]
 		wg.Go(func() {
 			defer client.CloseIdleConnections()
 			for ctx.Err() == nil {
@@ -98,7 +107,7 @@ func hostOrigin(t *testing.T, aDelay time.Duration) string {
 
 // TestHostShareSlowOrigin is the tenant-isolation issue in small: one
 // origin answers a.example after 300 ms and b.example at once; 160 clients
-// from 5 addresses keep requesting a.example (five times the edge's 32
+// from 5 addresses keep requesting a.example (spelled four ways) (five times the edge's 32
 // workers) and a trusted client sends a.example's critical requests, while
 // a client at another address requests b.example on 8 connections, all at
 // the default shedder settings. Without host shares a.example's requests
@@ -121,9 +130,24 @@ func TestHostShareSlowOrigin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), run)
 	defer cancel()
 	var wg sync.WaitGroup
-	hostLoad(ctx, &wg, e, "a.example", "", []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"}, 5*workers, &a)
+	// A hostile tenant spells its host several ways: each spelling must
+	// land in a.example's one share.
+	spellings := []string{"a.example", "A.Example", "a.example.", "a.EXAMPLE:80"}
+	hostSpellings(ctx, &wg, e, spellings, "", []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"}, 5*workers, &a)
 	hostLoad(ctx, &wg, e, "a.example", "critical", []string{"127.0.0.1"}, 2, &crit)
 	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 8, &b)
+	// Mid-run, once b.example has had answers past a.example's first
+	// round: a.example holds at most its share (16) and its critical
+	// requests (2), under its one name.
+	var mid metrics
+	if proc.PollEvery(ctx, 10*time.Millisecond, "b.example answered after the first round", func(context.Context) error {
+		if _, n, _ := b.counts(); n < 20 {
+			return fmt.Errorf("%d answers", n)
+		}
+		return nil
+	}) == nil {
+		mid = scrape(t, e)
+	}
 	wg.Wait()
 
 	aOK, aAll, aCodes := a.counts()
@@ -136,6 +160,16 @@ func TestHostShareSlowOrigin(t *testing.T) {
 		sum(m, "edgeguard_edge_requests_total", "outcome", "no_worker"),
 		sum(m, "edgeguard_edge_requests_total", "outcome", "shed"))
 
+	require.NotNil(t, mid, "scraped mid-run")
+	hosts := map[string]float64{}
+	for _, s := range mid["edgeguard_shedder_host_in_flight"].GetMetric() {
+		hosts[s.GetLabel()[0].GetValue()] = s.GetGauge().GetValue()
+	}
+	t.Logf("mid-run in flight by host: %v", hosts)
+	for h := range hosts {
+		require.Contains(t, []string{"a.example", "b.example", "_other"}, h, "every spelling counts as a.example")
+	}
+	require.LessOrEqual(t, hosts["a.example"], float64(workers/2+2), "a.example holds at most its share and its critical requests")
 	require.Greater(t, bAll, 100, "b.example was offered load")
 	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
 	rounds := int(run / delay)
