@@ -66,34 +66,38 @@ type hostSlot struct {
 	hash     uint64
 	used     bool
 	inflight int
-	last     time.Time
+	last     int64 // Unix ns of its last admitted request: cheaper than a time.Time
 	// prev, next link the slots with nothing in flight, least recently
 	// used first (-1 ends the list), so a new host takes one in O(1).
 	prev, next int32
 }
 
-func (s *hostSlot) active(now time.Time) bool {
-	return s.used && (s.inflight > 0 || now.Sub(s.last) < hostIdleAfter)
+func (s *hostSlot) active(now int64) bool {
+	return s.used && (s.inflight > 0 || now-s.last < int64(hostIdleAfter))
 }
 
 // HostShares counts requests in flight per host in a fixed table: the
 // hosts with the most in flight by name, the rest pooled. Its cost per
-// request is a hash, a map lookup under a mutex and, when the host is not
-// tracked, a scan of the table: bounded by tracked_hosts, not by how many
-// hosts there are.
+// request is a hash and a lookup under a mutex and, when the host is not
+// tracked, taking the least recently used idle slot off a list: none of it
+// grows with the number of hosts.
 type HostShares struct {
-	mu        sync.Mutex
-	enabled   bool
-	capacity  int
-	slots     []hostSlot
-	index     map[uint64]int32
+	mu       sync.Mutex
+	enabled  bool
+	capacity int
+	slots    []hostSlot
+	// index finds a host's slot by its hash: open addressing with linear
+	// probing over 4× the slots (entries are slot+1, 0 is empty); a Go map
+	// costs twice as much when every request changes a slot.
+	index     []int32
+	mask      uint64
 	other     hostSlot
 	idleHead  int32 // least recently used slot with nothing in flight, -1: none
 	idleTail  int32
 	gen       uint32 // bumped when a resize moves every count to the pool
 	inflight  int
 	active    int
-	recountAt time.Time
+	recountAt int64 // Unix ns
 	// lastRefusal is when a host was last held to its share (Unix ns): a
 	// host within its share is exempt from the ramp shortly after.
 	lastRefusal atomic.Int64
@@ -138,8 +142,13 @@ func (h *HostShares) setConfig(cfg HostShareConfig) {
 	}
 	h.gen++
 	h.slots = make([]hostSlot, n)
-	h.index = make(map[uint64]int32, n)
-	h.recountAt = time.Time{}
+	size := 4
+	for size < 4*n {
+		size *= 2
+	}
+	h.index = make([]int32, size)
+	h.mask = uint64(size - 1)
+	h.recountAt = 0
 	h.idleHead, h.idleTail = -1, -1
 	for i := range h.slots {
 		h.pushIdleLocked(int32(i))
@@ -191,27 +200,28 @@ func (h *HostShares) Acquire(now time.Time, host string, tier Tier) (HostLease, 
 		return HostLease{slot: noTable}, true
 	}
 	hash := maphash.String(h.seed, host)
+	ns := now.UnixNano()
 	h.mu.Lock()
 	if !h.enabled {
 		h.mu.Unlock()
 		return HostLease{slot: noTable}, true
 	}
-	if now.Sub(h.recountAt) >= recountEvery {
-		h.recountLocked(now)
+	if ns-h.recountAt >= int64(recountEvery) {
+		h.recountLocked(ns)
 	}
-	i := h.lookupLocked(now, host, hash)
+	i := h.lookupLocked(ns, host, hash)
 	s := &h.other
 	if i >= 0 {
 		s = &h.slots[i]
 	}
-	if !s.active(now) {
+	if !s.active(ns) {
 		h.active++
 	}
 	share := (h.capacity + max(h.active, 1) - 1) / max(h.active, 1)
 	over := h.active > 1 && s.inflight >= share && h.capacity-h.inflight <= share
 	if over && tier != TierCritical {
 		h.mu.Unlock()
-		h.lastRefusal.Store(now.UnixNano())
+		h.lastRefusal.Store(ns)
 		return HostLease{}, false
 	}
 	exempt := h.active > 1 && s.inflight < share
@@ -219,11 +229,11 @@ func (h *HostShares) Acquire(now time.Time, host string, tier Tier) (HostLease, 
 		h.unlinkIdleLocked(i)
 	}
 	s.inflight++
-	s.last = now
+	s.last = ns
 	h.inflight++
 	lease := HostLease{h: h, slot: i, gen: h.gen}
 	h.mu.Unlock()
-	lease.exempt = exempt && now.UnixNano()-h.lastRefusal.Load() < int64(hostIdleAfter)
+	lease.exempt = exempt && ns-h.lastRefusal.Load() < int64(hostIdleAfter)
 	return lease, true
 }
 
@@ -231,16 +241,18 @@ func (h *HostShares) Acquire(now time.Time, host string, tier Tier) (HostLease, 
 // least recently used with nothing in flight (an unused one first). With
 // every slot busy (or a hash collision, or an overlong name) it returns
 // -1, the pooled rest.
-func (h *HostShares) lookupLocked(now time.Time, host string, hash uint64) int32 {
+func (h *HostShares) lookupLocked(now int64, host string, hash uint64) int32 {
 	if len(host) > maxHostLen {
 		return -1
 	}
-	if i, ok := h.index[hash]; ok {
-		s := &h.slots[i]
-		if string(s.name[:s.nameLen]) == host {
-			return i
+	p := hash & h.mask
+	for ; h.index[p] != 0; p = (p + 1) & h.mask {
+		if i := h.index[p] - 1; h.slots[i].hash == hash {
+			if s := &h.slots[i]; string(s.name[:s.nameLen]) == host {
+				return i
+			}
+			return -1 // another host with the same hash holds the slot
 		}
-		return -1 // another host with the same hash holds the slot
 	}
 	best := h.idleHead
 	if best < 0 {
@@ -251,15 +263,42 @@ func (h *HostShares) lookupLocked(now time.Time, host string, hash uint64) int32
 		if s.active(now) {
 			h.active-- // its recency goes with it
 		}
-		delete(h.index, s.hash)
+		h.unindexLocked(best)
+		// The deletion may have moved entries back: find host's place anew.
+		for p = hash & h.mask; h.index[p] != 0; p = (p + 1) & h.mask {
+		}
 	}
-	s.hash, s.used, s.nameLen, s.last = hash, true, uint8(len(host)), time.Time{}
+	s.hash, s.used, s.nameLen, s.last = hash, true, uint8(len(host)), 0
 	copy(s.name[:], host)
-	h.index[hash] = best
+	h.index[p] = best + 1
 	return best
 }
 
-func (h *HostShares) recountLocked(now time.Time) {
+// unindexLocked removes slot i's entry from the index, moving back the
+// entries after it that could not sit in their own place (deletion by
+// backward shift: linear probing then needs no tombstones).
+func (h *HostShares) unindexLocked(i int32) {
+	hash := h.slots[i].hash
+	p := hash & h.mask
+	for h.index[p] != i+1 {
+		if h.index[p] == 0 {
+			return
+		}
+		p = (p + 1) & h.mask
+	}
+	h.index[p] = 0
+	for q := (p + 1) & h.mask; h.index[q] != 0; q = (q + 1) & h.mask {
+		home := h.slots[h.index[q]-1].hash & h.mask
+		// The entry at q stays unless the hole at p lies between its home
+		// and q (cyclically).
+		if (p < q && (home <= p || home > q)) || (p > q && home <= p && home > q) {
+			h.index[p], h.index[q] = h.index[q], 0
+			p = q
+		}
+	}
+}
+
+func (h *HostShares) recountLocked(now int64) {
 	n := 0
 	if h.other.active(now) {
 		n++
