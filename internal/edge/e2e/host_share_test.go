@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -219,4 +221,42 @@ func TestHostShareFlood(t *testing.T) {
 	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
 	require.Positive(t, aOK)
 	require.Positive(t, aCodes[http.StatusServiceUnavailable], "witness: a.example was held to its share")
+}
+
+// TestHostShareExemptFromTheRamp: with a ramp that climbs in a fraction of
+// a second, a.example's slow origin keeps its share of the workers busy
+// (half of them: utilization over bad) and the ramp sheds; b.example,
+// within its share while a.example is held to its own, is exempt from it
+// and keeps >= 95% of its requests once the ramp is up (without the
+// exemption the ramp took about 90% of them).
+func TestHostShareExemptFromTheRamp(t *testing.T) {
+	const workers = 16
+	settings := filepath.Join(t.TempDir(), "shedder.json")
+	require.NoError(t, os.WriteFile(settings, []byte(`{"good": 0.3, "bad": 0.4, "start_after": "100ms", "full_after": "100ms", "smoothing": "0s", "share_window": "1s"}`), 0o600))
+	e := startEdge(t, "--origin", hostOrigin(t, 300*time.Millisecond), "--workers", strconv.Itoa(workers),
+		"--shedder", settings, "--log-level", "warn")
+	var a, b hostTally
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	hostLoad(ctx, &wg, e, "a.example", "", []string{"127.0.0.2", "127.0.0.3"}, 4*workers, &a)
+	// The ramp is up once it has shed: b.example is judged from then on.
+	err := proc.PollEvery(ctx, 10*time.Millisecond, "the ramp to shed", func(context.Context) error {
+		if n := sum(scrape(t, e), "edgeguard_shedder_rejected_total", "reason", "ramp"); n == 0 {
+			return fmt.Errorf("nothing shed by the ramp yet")
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 8, &b)
+	wg.Wait()
+	m := scrape(t, e)
+	aOK, aAll, aCodes := a.counts()
+	bOK, bAll, bCodes := b.counts()
+	t.Logf("a.example: %d/%d ok %v; b.example: %d/%d ok %v; level %v; rejected: ramp %v, host_share %v",
+		aOK, aAll, aCodes, bOK, bAll, bCodes, sum(m, "edgeguard_shedder_level"),
+		sum(m, "edgeguard_shedder_rejected_total", "reason", "ramp"), sum(m, "edgeguard_shedder_rejected_total", "reason", "host_share"))
+	require.GreaterOrEqual(t, bAll, 20, "b.example was offered load")
+	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
+	require.Positive(t, sum(m, "edgeguard_shedder_level"), "witness: the ramp was shedding at the end")
 }
