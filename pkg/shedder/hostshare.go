@@ -34,7 +34,8 @@ const (
 // HostShareConfig divides the workers fairly among the hosts being served.
 type HostShareConfig struct {
 	// Enabled gives each host active in the last 2 s a fair share of the
-	// workers, workers / active hosts, rounded up. A host at or over its
+	// workers, workers / active hosts, rounded up (of the adaptive origin
+	// limit instead, while it is enforced and smaller than the workers). A host at or over its
 	// share is refused at once (503, reason host_share) unless more than a
 	// share's worth of workers is idle, so an overloading host is shed
 	// first, and only as much as the others need; a lone host may use
@@ -102,6 +103,9 @@ type HostShares struct {
 	// host within its share is exempt from the ramp shortly after.
 	lastRefusal atomic.Int64
 	seed        maphash.Seed
+	// originLimit, when set, is the adaptive origin limit while enforced
+	// (0 otherwise): the hosts share the smaller of it and the workers.
+	originLimit func() int
 }
 
 // HostLease is a request's place in its host's share, given back with
@@ -184,6 +188,18 @@ func (h *HostShares) unlinkIdleLocked(i int32) {
 	s.prev, s.next = -1, -1
 }
 
+// capacityLocked is what the hosts share: the workers, or the adaptive
+// origin limit while it is enforced and smaller.
+func (h *HostShares) capacityLocked() int {
+	c := h.capacity
+	if h.originLimit != nil {
+		if l := h.originLimit(); l > 0 {
+			c = min(c, l)
+		}
+	}
+	return c
+}
+
 // setCapacity follows the worker cap.
 func (h *HostShares) setCapacity(n int) {
 	h.mu.Lock()
@@ -217,8 +233,9 @@ func (h *HostShares) Acquire(now time.Time, host string, tier Tier) (HostLease, 
 	if !s.active(ns) {
 		h.active++
 	}
-	share := (h.capacity + max(h.active, 1) - 1) / max(h.active, 1)
-	over := h.active > 1 && s.inflight >= share && h.capacity-h.inflight <= share
+	capacity := h.capacityLocked()
+	share := (capacity + max(h.active, 1) - 1) / max(h.active, 1)
+	over := h.active > 1 && s.inflight >= share && capacity-h.inflight <= share
 	if over && tier != TierCritical {
 		h.mu.Unlock()
 		h.lastRefusal.Store(ns)
@@ -356,7 +373,7 @@ func (h *HostShares) Top() (out []HostInFlight, active, share int) {
 	}
 	out = append(out, HostInFlight{Host: OtherHost, InFlight: h.other.inflight})
 	a := max(h.active, 1)
-	return out, h.active, (h.capacity + a - 1) / a
+	return out, h.active, (h.capacityLocked() + a - 1) / a
 }
 
 // hostCollector exports the tracked hosts' requests in flight: at most
@@ -374,7 +391,7 @@ func newHostCollector(hosts func() *HostShares) *hostCollector {
 		hosts:    hosts,
 		inflight: prometheus.NewDesc(namespace+"host_in_flight", "Requests in flight per host: the hosts with the most (at most host_share.tracked_hosts) by name, the rest as _other.", []string{"host"}, nil),
 		active:   prometheus.NewDesc(namespace+"host_active", "Hosts active in the last 2 s (the tracked ones, plus 1 for the pooled rest): the workers are shared among them.", nil, nil),
-		share:    prometheus.NewDesc(namespace+"host_share", "Each active host's fair share of the workers: workers / active hosts, rounded up.", nil, nil),
+		share:    prometheus.NewDesc(namespace+"host_share", "Each active host's fair share of the workers (of the adaptive origin limit while it is enforced and smaller): workers / active hosts, rounded up.", nil, nil),
 	}
 }
 

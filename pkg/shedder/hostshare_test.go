@@ -276,3 +276,31 @@ func TestHostSharesIndexStaysConsistent(t *testing.T) {
 		}
 	}
 }
+
+// TestHostSharesOfTheAdaptiveLimit: while the adaptive origin limit is
+// enforced and smaller than the workers, the hosts share it; in shadow,
+// they share the workers.
+func TestHostSharesOfTheAdaptiveLimit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Adaptive.Enabled = true
+	cfg.Adaptive.InitialLimit = 4
+	s, err := New(cfg, nil)
+	require.NoError(t, err)
+	s.AttachWorkers(NewWorkers(16, 0, 0))
+	require.Equal(t, 4, s.Adaptive().EnforcedLimit())
+	now := time.Unix(1000, 0)
+	a := take(s.hosts, now, "a", TierRead, 4)
+	require.Len(t, a, 4, "a lone host may use the whole limit")
+	_, ok := s.AcquireHost(now, "b", TierRead)
+	require.True(t, ok)
+	_, ok = s.AcquireHost(now, "a", TierRead)
+	require.False(t, ok, "a holds 4 of a limit of 4 shared by 2 hosts")
+	_, active, share := s.hosts.Top()
+	require.Equal(t, []int{2, 2}, []int{active, share})
+
+	cfg.Adaptive.Enabled = false // shadow: learns, refuses nothing
+	require.NoError(t, s.Update(cfg))
+	require.Zero(t, s.Adaptive().EnforcedLimit())
+	_, ok = s.AcquireHost(now, "a", TierRead)
+	require.True(t, ok, "a holds 4 of its share of 8 workers")
+}

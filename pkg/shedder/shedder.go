@@ -118,6 +118,7 @@ func New(cfg Config, reg prometheus.Registerer, opts ...Option) (*Shedder, error
 	// Capacity 1 until AttachWorkers: with no workers attached there is
 	// nothing to share.
 	s.hosts = NewHostShares(1, cfg.HostShare)
+	s.hosts.originLimit = s.adaptive.EnforcedLimit
 	m.hosts.Store(s.hosts)
 	s.level = s.cfg.floor()
 	s.cls.Store(cls)
