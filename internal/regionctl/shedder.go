@@ -116,6 +116,8 @@ func settings(cfg shedder.Config) [][2]string {
 		"adaptive.shares.read":     strconv.FormatFloat(cfg.Adaptive.Shares.Read, 'g', -1, 64),
 		"adaptive.shares.write":    strconv.FormatFloat(cfg.Adaptive.Shares.Write, 'g', -1, 64),
 		"adaptive.shares.critical": strconv.FormatFloat(cfg.Adaptive.Shares.Critical, 'g', -1, 64),
+		"host_share.enabled":       strconv.FormatBool(cfg.HostShare.Enabled),
+		"host_share.tracked_hosts": strconv.Itoa(cfg.HostShare.TrackedHosts),
 	}
 	out := make([][2]string, 0, len(shedder.SettingKeys))
 	for _, k := range shedder.SettingKeys {

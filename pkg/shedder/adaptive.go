@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,6 +59,9 @@ type Adaptive struct {
 	gradient    float64
 	inflight    [numTiers]int
 	total       int
+	// enforced is the limit while it refuses requests, rounded up, 0 when
+	// it does not: host shares read it without taking mu.
+	enforced atomic.Int64
 
 	winStart    time.Time
 	winSamples  []time.Duration // bounded by maxWindowSamples
@@ -99,6 +103,7 @@ type rttBucket struct {
 func NewAdaptive(cfg AdaptiveConfig) *Adaptive {
 	a := &Adaptive{cfg: cfg, limit: float64(cfg.InitialLimit), gradient: 1, edges: 1}
 	a.winSamples = make([]time.Duration, 0, 64)
+	a.publishLocked()
 	return a
 }
 
@@ -114,7 +119,21 @@ func (a *Adaptive) setConfig(cfg AdaptiveConfig) {
 	}
 	a.cfg = cfg
 	a.limit = clamp(a.limit, a.floorLocked(), float64(cfg.MaxLimit))
+	a.publishLocked()
 }
+
+// publishLocked publishes the enforced limit for host shares.
+func (a *Adaptive) publishLocked() {
+	var n int64
+	if a.cfg.Enabled {
+		n = int64(math.Ceil(a.limit))
+	}
+	a.enforced.Store(n)
+}
+
+// EnforcedLimit is the limit, rounded up, while it refuses requests; 0
+// while it only learns.
+func (a *Adaptive) EnforcedLimit() int { return int(a.enforced.Load()) }
 
 // SetEdges says how many edges share the origin (the edges registered for
 // the region, this one included); they split min_limit between them. Less
@@ -124,6 +143,7 @@ func (a *Adaptive) SetEdges(n int) {
 	defer a.mu.Unlock()
 	a.edges = max(n, 1)
 	a.limit = clamp(a.limit, a.floorLocked(), float64(a.cfg.MaxLimit))
+	a.publishLocked()
 }
 
 // floorLocked is this edge's part of min_limit: min_limit / edges,
@@ -290,6 +310,7 @@ func (a *Adaptive) updateLimitLocked(now time.Time, sample time.Duration) {
 	a.limit += cfg.Smoothing * (next - a.limit)
 	floor := a.floorLocked()
 	a.limit = clamp(a.limit, floor, float64(cfg.MaxLimit))
+	a.publishLocked()
 	if g >= 1 || a.limit > floor {
 		a.slowAtFloor = 0
 	} else if a.slowAtFloor++; a.slowAtFloor >= slowWindowsAtFloor {

@@ -78,6 +78,9 @@ type Config struct {
 	// sheds even while its workers look idle. 0 (the default) leaves the
 	// ramp to worker utilization alone.
 	RuntimeLagBad time.Duration `json:"runtime_lag_bad" yaml:"runtime_lag_bad"`
+	// HostShare gives each host a fair share of the workers, so one host's
+	// slow origin or flood is shed before it sheds every host alike.
+	HostShare HostShareConfig `json:"host_share" yaml:"host_share"`
 }
 
 // TierConfig drives the Classifier. Rules apply in this order: trusted
@@ -162,7 +165,8 @@ func DefaultConfig() Config {
 			APIKeys:     []PrefixRule{{Prefix: "test_", Tier: TierTest}},
 			ReadMethods: []string{"GET", "HEAD", "OPTIONS"},
 		},
-		Adaptive: DefaultAdaptiveConfig(),
+		Adaptive:  DefaultAdaptiveConfig(),
+		HostShare: DefaultHostShareConfig(),
 	}
 }
 
@@ -224,6 +228,7 @@ func (c Config) Validate() error {
 	}
 
 	c.Adaptive.validate(bad)
+	c.HostShare.validate(bad)
 	if c.RuntimeLagBad < 0 || (c.RuntimeLagBad > 0 && c.RuntimeLagBad < time.Millisecond) {
 		bad("runtime_lag_bad", "must be 0 (off) or >= 1ms, got %v", c.RuntimeLagBad)
 	}
@@ -415,7 +420,7 @@ var SettingKeys = []string{
 	"adaptive.min_limit", "adaptive.max_limit", "adaptive.window",
 	"adaptive.min_rtt_window", "adaptive.buffer", "adaptive.smoothing",
 	"adaptive.shares.test", "adaptive.shares.read", "adaptive.shares.write",
-	"adaptive.shares.critical",
+	"adaptive.shares.critical", "host_share.enabled", "host_share.tracked_hosts",
 }
 
 // ApplySettings returns cfg with key=value settings applied, as typed by an
@@ -558,6 +563,18 @@ func applySetting(c *Config, key, val string) error {
 			return err
 		}
 		return float(c.Adaptive.Shares.ptr(t))
+	case "host_share.enabled":
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return err
+		}
+		c.HostShare.Enabled = b
+	case "host_share.tracked_hosts":
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			return err
+		}
+		c.HostShare.TrackedHosts = n
 	default:
 		if near := suggest.Nearest(key, SettingKeys); near != "" {
 			return fmt.Errorf("unknown setting (did you mean %s?)", near)

@@ -38,6 +38,7 @@ type metrics struct {
 	// Worker-cap rejections, beside the ramp's sheds in rejected_total.
 	queueFull    [numTiers]paddedCounter
 	queueTimeout [numTiers]paddedCounter
+	hostShare    [numTiers]paddedCounter
 
 	// The settings in force: version (a hash of them) and when that
 	// version took effect, for dashboard annotations.
@@ -50,6 +51,7 @@ type metrics struct {
 	// request path nothing.
 	workers  atomic.Pointer[Workers]
 	adaptive atomic.Pointer[Adaptive]
+	hosts    atomic.Pointer[HostShares]
 	lag      prometheus.Gauge
 
 	collectors []prometheus.Collector
@@ -107,7 +109,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Name: namespace + "shed_total", Help: "Requests shed by the ramp.", ConstLabels: labels,
 			}, func() float64 { return float64(shed.Load()) }),
 		)
-		for reason, c := range map[string]*paddedCounter{"ramp": shed, "queue_full": &m.queueFull[t], "queue_timeout": &m.queueTimeout[t]} {
+		for reason, c := range map[string]*paddedCounter{"ramp": shed, "queue_full": &m.queueFull[t], "queue_timeout": &m.queueTimeout[t], "host_share": &m.hostShare[t]} {
 			m.collectors = append(m.collectors, prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name:        namespace + "rejected_total",
 				Help:        rejectedHelp,
@@ -178,6 +180,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	)
 
+	m.collectors = append(m.collectors, newHostCollector(m.hosts.Load))
+
 	if reg == nil {
 		return m, nil
 	}
@@ -223,7 +227,7 @@ func (m *metrics) setConfig(cfg Config, now time.Time) {
 	}
 }
 
-const rejectedHelp = "Requests answered 503 by the shedder, by tier and reason: ramp (shed by the ramp), queue_full and queue_timeout (the worker cap), adaptive (the adaptive origin limit)."
+const rejectedHelp = "Requests answered 503 by the shedder, by tier and reason: ramp (shed by the ramp), queue_full and queue_timeout (the worker cap), host_share (the host was at its fair share of the workers), adaptive (the adaptive origin limit)."
 
 // adaptiveState is read at scrape time.
 func (m *metrics) adaptiveState() AdaptiveState {

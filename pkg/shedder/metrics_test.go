@@ -38,6 +38,9 @@ var metricNames = []string{
 	"edgeguard_shedder_adaptive_min_rtt_seconds",
 	"edgeguard_shedder_adaptive_sample_rtt_seconds",
 	"edgeguard_shedder_adaptive_share",
+	"edgeguard_shedder_host_active",
+	"edgeguard_shedder_host_in_flight",
+	"edgeguard_shedder_host_share",
 }
 
 // scrape returns every sample as "name{label=value,...}" -> value; for

@@ -85,6 +85,7 @@ type Shedder struct {
 	lag     time.Duration // the last runtime lag observed (ObserveLag)
 
 	adaptive *Adaptive
+	hosts    *HostShares
 
 	dec   atomic.Pointer[decision]
 	cls   atomic.Pointer[Classifier]
@@ -114,6 +115,11 @@ func New(cfg Config, reg prometheus.Registerer, opts ...Option) (*Shedder, error
 	s := &Shedder{cfg: cfg.Clone(), m: m, rand: o.rand, clock: o.clock}
 	s.adaptive = NewAdaptive(cfg.adaptive())
 	m.adaptive.Store(s.adaptive)
+	// Capacity 1 until AttachWorkers: with no workers attached there is
+	// nothing to share.
+	s.hosts = NewHostShares(1, cfg.HostShare)
+	s.hosts.originLimit = s.adaptive.EnforcedLimit
+	m.hosts.Store(s.hosts)
 	s.level = s.cfg.floor()
 	s.cls.Store(cls)
 	s.m.setConfig(s.cfg, s.clock())
@@ -282,6 +288,7 @@ func (s *Shedder) Update(cfg Config) error {
 	s.level = clamp(s.level, cfg.floor(), 1)
 	s.cls.Store(cls)
 	s.adaptive.setConfig(cfg.adaptive())
+	s.hosts.setConfig(cfg.HostShare)
 	if s.workers != nil {
 		// Validated above, so these cannot fail.
 		_ = s.workers.SetQueue(cfg.QueueSize, cfg.QueueTimeout)
@@ -305,6 +312,7 @@ func (s *Shedder) AttachWorkers(w *Workers) {
 	w.setRejectCounter(s.m.countRejected)
 	_ = w.SetQueue(s.cfg.QueueSize, s.cfg.QueueTimeout)
 	_ = w.SetCriticalTimeout(s.cfg.CriticalQueueTimeout)
+	s.hosts.setCapacity(w.Capacity())
 }
 
 // Run samples utilization every interval (e.g. Workers.Utilization) into
@@ -338,6 +346,33 @@ func (s *Shedder) ObserveLag(lag time.Duration) {
 	s.mu.Unlock()
 	s.m.lag.Set(lag.Seconds())
 }
+
+// AcquireHost takes a place in host's share of the workers for a request
+// of tier at now; see HostShares.Acquire. A refusal is counted as a
+// rejection of reason host_share.
+func (s *Shedder) AcquireHost(now time.Time, host string, tier Tier) (HostLease, bool) {
+	l, ok := s.hosts.Acquire(now, host, tier)
+	if !ok {
+		if !tier.valid() {
+			tier = TierWrite
+		}
+		s.m.hostShare[tier].Add(1)
+	}
+	return l, ok
+}
+
+// AdmitExempt counts a request the ramp must not shed (its host is within
+// its share while another is held to its own) as offered traffic of its
+// tier, so the cut-off shares still see it.
+func (s *Shedder) AdmitExempt(tier Tier) {
+	if !tier.valid() {
+		tier = TierWrite
+	}
+	s.m.requests[tier].Add(1)
+}
+
+// Hosts returns the per-host share table (never nil).
+func (s *Shedder) Hosts() *HostShares { return s.hosts }
 
 // AcquireOrigin asks the adaptive limit for an origin slot for a request of
 // tier at now; see Adaptive.Acquire. With the adaptive limit off, or in

@@ -42,13 +42,14 @@ const (
 	outcomeUnavailable = "unavailable"
 	outcomeRefused     = "refused"
 	outcomeAbandoned   = "abandoned"
+	outcomeHostShare   = "host_share"
 )
 
 func newMetrics(reg prometheus.Registerer, framingReasons []string) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_requests_total",
-			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed), refused (400/405/408/413/431/501/505: a request the edge answered itself and did not pass on; edgeguard_edge_requests_refused_total says why), abandoned (its client left while it waited for a worker: never proxied); and shedder tier (none: answered before classification).",
+			Help: "Requests by outcome: proxied, denied (429), shed (503), no_worker (503), unavailable (503 in fail-closed), refused (400/405/408/413/431/501/505: a request the edge answered itself and did not pass on; edgeguard_edge_requests_refused_total says why), abandoned (its client left while it waited for a worker: never proxied), host_share (503: its host was at its fair share of the workers); and shedder tier (none: answered before classification).",
 		}, []string{"outcome", "tier"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_decisions_total",
@@ -81,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, framingReasons []string) (*metrics, e
 	m.enforce = newEnforcementMetrics()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
-	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned} {
+	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned, outcomeHostShare} {
 		for _, t := range []shedder.Tier{shedder.TierTest, shedder.TierRead, shedder.TierWrite, shedder.TierCritical} {
 			m.byRequest[requestKey{o, t}] = m.requests.WithLabelValues(o, t.String())
 		}

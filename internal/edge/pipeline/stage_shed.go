@@ -8,17 +8,31 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/problem"
+	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // shedStage decides whether the edge takes the request on (step 4, Shed),
-// before any I/O, by its priority tier: the worker-utilization shedder may
-// drop it (503); otherwise it takes a worker slot (waiting briefly in a
+// before any I/O, by its host and priority tier: a host at its fair share
+// of the workers while others want theirs is refused first (503
+// host_share; never a critical request); then the worker-utilization
+// shedder may drop it (503; not a host within its share while another
+// host is held to its own, whose load that is); otherwise it takes a worker slot (waiting briefly in a
 // bounded queue, or 503) and, with the adaptive origin limit on, an origin
 // slot. Both are held until the rest of the pipeline returns.
 func (e *Pipeline) shedStage(sc *scratch) string {
 	ctx, tier := sc.ctx, sc.tier
-	if !e.shed.Admit(sc.start, tier) {
+	// Normalised as the rules do, so no spelling of a host (case, port,
+	// trailing dot) lands in another host's share or escapes its own.
+	lease, ok := e.shed.AcquireHost(sc.start, rules.NormalizeHost(b2s(ctx.Request.Header.Host())), tier)
+	if !ok {
+		problem.Unavailable(ctx, "this host is at its share of the edge's workers; retry later", 1)
+		return outcomeHostShare
+	}
+	defer lease.Release()
+	if lease.Exempt() {
+		e.shed.AdmitExempt(tier)
+	} else if !e.shed.Admit(sc.start, tier) {
 		problem.Unavailable(ctx, "the edge is shedding load; retry later", 1)
 		return outcomeShed
 	}

@@ -1,0 +1,265 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/internal/proc"
+)
+
+// hostTally counts one host's answers by status (0: no answer); requests
+// sent before from are counted apart, in early.
+type hostTally struct {
+	from  time.Time
+	mu    sync.Mutex
+	codes map[int]int
+	early map[int]int
+	// refusal is the first 503's body and EdgeGuard-Not-Processed header.
+	refusal, notProcessed string
+}
+
+func (h *hostTally) add(sent time.Time, code int, body []byte, hdr http.Header) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if code == http.StatusServiceUnavailable && h.refusal == "" {
+		h.refusal, h.notProcessed = string(body), hdr.Get("EdgeGuard-Not-Processed")
+	}
+	if h.codes == nil {
+		h.codes, h.early = map[int]int{}, map[int]int{}
+	}
+	if sent.Before(h.from) {
+		h.early[code]++
+		return
+	}
+	h.codes[code]++
+}
+
+func (h *hostTally) counts() (ok, total int, codes map[int]int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	codes = map[int]int{}
+	for c, n := range h.codes {
+		codes[c] = n
+		total += n
+	}
+	return h.codes[http.StatusOK], total, codes
+}
+
+// hostLoad sends requests for host from the source addresses in turn,
+// conns at a time, back to back until ctx ends; priority, when set, goes
+// in X-Priority.
+func hostLoad(ctx context.Context, wg *sync.WaitGroup, e *edgeProc, host, priority string, sources []string, conns int, tally *hostTally) {
+	hostSpellings(ctx, wg, e, []string{host}, priority, sources, conns, tally)
+}
+
+// hostSpellings is hostLoad with each connection using the next of hosts,
+// spellings of one host, in turn.
+func hostSpellings(ctx context.Context, wg *sync.WaitGroup, e *edgeProc, hosts []string, priority string, sources []string, conns int, tally *hostTally) {
+	clients := make([]*http.Client, len(sources))
+	for i, src := range sources {
+		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		clients[i] = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns}}
+	}
+	for c := range conns {
+		client, host := clients[c%len(clients)], hosts[c%len(hosts)]
+		wg.Go(func() {
+			defer client.CloseIdleConnections()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequest(http.MethodGet, e.url("/item"), nil)
+				req.Host = host
+				if priority != "" {
+					req.Header.Set("X-Priority", priority)
+				}
+				code, sent := 0, time.Now()
+				var body []byte
+				var hdr http.Header
+				if resp, err := client.Do(req); err == nil {
+					body, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code, hdr = resp.StatusCode, resp.Header
+				}
+				tally.add(sent, code, body, hdr)
+			}
+		})
+	}
+}
+
+// hostOrigin answers a.example after aDelay and every other host at once.
+// (A fast origin still takes a few milliseconds: the flood's requests
+// then overlap as they would at scale.)
+func hostOrigin(t *testing.T, aDelay time.Duration) string {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Host == "a.example" {
+			select {
+			case <-time.After(aDelay):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(origin.Close)
+	return origin.URL
+}
+
+// TestHostShareSlowOrigin is the tenant-isolation issue in small: one
+// origin answers a.example after 300 ms and b.example at once; 160 clients
+// from 5 addresses keep requesting a.example (spelled four ways) (five times the edge's 32
+// workers) and a trusted client sends a.example's critical requests, while
+// a client at another address requests b.example on 8 connections, all at
+// the default shedder settings. Without host shares a.example's requests
+// held every worker and b.example lost most of its requests (503
+// no_worker). a.example, alone at first, may take every worker, so until
+// its first answers (one origin delay) b.example can find none free; from
+// then on b.example must keep >= 95% of its requests, a.example must
+// get at least half its share's worth of answers (16 workers for the run's
+// 300 ms rounds), and no critical request is refused.
+func TestHostShareSlowOrigin(t *testing.T) {
+	const (
+		workers = 32
+		delay   = 300 * time.Millisecond
+		run     = 3 * time.Second
+	)
+	e := startEdge(t, "--origin", hostOrigin(t, delay), "--workers", strconv.Itoa(workers),
+		"--trusted-proxies", "127.0.0.1", "--log-level", "warn")
+	var a, b, crit hostTally
+	b.from = time.Now().Add(delay + 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	var wg sync.WaitGroup
+	// A hostile tenant spells its host several ways: each spelling must
+	// land in a.example's one share.
+	spellings := []string{"a.example", "A.Example", "a.example.", "a.EXAMPLE:80"}
+	hostSpellings(ctx, &wg, e, spellings, "", []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"}, 5*workers, &a)
+	hostLoad(ctx, &wg, e, "a.example", "critical", []string{"127.0.0.1"}, 2, &crit)
+	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 8, &b)
+	// Mid-run, once b.example has had answers past a.example's first
+	// round: a.example holds at most its share (16) and its critical
+	// requests (2), under its one name.
+	var mid metrics
+	if proc.PollEvery(ctx, 10*time.Millisecond, "b.example answered after the first round", func(context.Context) error {
+		if _, n, _ := b.counts(); n < 20 {
+			return fmt.Errorf("%d answers", n)
+		}
+		return nil
+	}) == nil {
+		mid = scrape(t, e)
+	}
+	wg.Wait()
+
+	aOK, aAll, aCodes := a.counts()
+	bOK, bAll, bCodes := b.counts()
+	cOK, cAll, cCodes := crit.counts()
+	t.Logf("a.example: %d/%d ok %v; b.example: %d/%d ok %v (in the first origin delay: %v); critical a.example: %d/%d ok %v", aOK, aAll, aCodes, bOK, bAll, bCodes, b.early, cOK, cAll, cCodes)
+	m := scrape(t, e)
+	t.Logf("edge: host_share %v, no_worker %v, shed %v",
+		sum(m, "edgeguard_edge_requests_total", "outcome", "host_share"),
+		sum(m, "edgeguard_edge_requests_total", "outcome", "no_worker"),
+		sum(m, "edgeguard_edge_requests_total", "outcome", "shed"))
+
+	require.NotNil(t, mid, "scraped mid-run")
+	hosts := map[string]float64{}
+	for _, s := range mid["edgeguard_shedder_host_in_flight"].GetMetric() {
+		hosts[s.GetLabel()[0].GetValue()] = s.GetGauge().GetValue()
+	}
+	t.Logf("mid-run in flight by host: %v", hosts)
+	for h := range hosts {
+		require.Contains(t, []string{"a.example", "b.example", "_other"}, h, "every spelling counts as a.example")
+	}
+	require.LessOrEqual(t, hosts["a.example"], float64(workers/2+2), "a.example holds at most its share and its critical requests")
+	require.GreaterOrEqual(t, bAll, 20, "b.example was offered load")
+	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
+	rounds := int(run / delay)
+	require.GreaterOrEqual(t, aOK, workers/2*rounds/2, "a.example gets at least half its share's worth of answers")
+	require.Positive(t, aCodes[http.StatusServiceUnavailable], "witness: a.example was held to its share")
+	require.Contains(t, a.refusal, "this host is at its share of the edge's workers", "the problem detail names the reason")
+	require.Equal(t, "1", a.notProcessed, "a host_share refusal is safe to retry")
+	require.Positive(t, cAll)
+	require.Equal(t, cAll, cOK, "no critical request refused")
+	require.Positive(t, sum(m, "edgeguard_edge_requests_total", "outcome", "host_share"))
+}
+
+// TestHostShareFlood: a.example flooded from 40 addresses on 200
+// connections through a fast origin (5 ms) at an edge of 16 workers,
+// b.example from another address on 8 connections: b.example keeps >= 95%
+// of its requests (without host shares it lost most of them to the worker
+// queue: 503 no_worker).
+func TestHostShareFlood(t *testing.T) {
+	const workers = 16
+	e := startEdge(t, "--origin", hostOrigin(t, 5*time.Millisecond), "--workers", strconv.Itoa(workers), "--log-level", "warn")
+	var sources []string
+	for i := range 40 {
+		sources = append(sources, "127.0.1."+strconv.Itoa(i+1))
+	}
+	var a, b hostTally
+	// a.example, alone for its first requests, may hold every worker
+	// until its first answers (milliseconds): b.example is judged after.
+	b.from = time.Now().Add(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	hostLoad(ctx, &wg, e, "a.example", "", sources, 200, &a)
+	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 8, &b)
+	wg.Wait()
+	aOK, aAll, aCodes := a.counts()
+	bOK, bAll, bCodes := b.counts()
+	t.Logf("a.example: %d/%d ok %v; b.example: %d/%d ok %v (in the first 200 ms: %v)", aOK, aAll, aCodes, bOK, bAll, bCodes, b.early)
+	require.GreaterOrEqual(t, bAll, 20, "b.example was offered load")
+	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
+	require.Positive(t, aOK)
+	require.Positive(t, aCodes[http.StatusServiceUnavailable], "witness: a.example was held to its share")
+}
+
+// TestHostShareExemptFromTheRamp: with a ramp that climbs in a fraction of
+// a second, a.example's slow origin keeps its share of the workers busy
+// (half of them: utilization over bad) and the ramp sheds; b.example,
+// within its share while a.example is held to its own, is exempt from it
+// and keeps >= 95% of its requests once the ramp is up (without the
+// exemption the ramp took about 90% of them).
+func TestHostShareExemptFromTheRamp(t *testing.T) {
+	const workers = 16
+	settings := filepath.Join(t.TempDir(), "shedder.json")
+	require.NoError(t, os.WriteFile(settings, []byte(`{"good": 0.3, "bad": 0.4, "start_after": "100ms", "full_after": "100ms", "smoothing": "0s", "share_window": "1s"}`), 0o600))
+	e := startEdge(t, "--origin", hostOrigin(t, 300*time.Millisecond), "--workers", strconv.Itoa(workers),
+		"--shedder", settings, "--log-level", "warn")
+	var a, b hostTally
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	hostLoad(ctx, &wg, e, "a.example", "", []string{"127.0.0.2", "127.0.0.3"}, 4*workers, &a)
+	// The ramp is up once it has shed: b.example is judged from then on.
+	err := proc.PollEvery(ctx, 10*time.Millisecond, "the ramp to shed", func(context.Context) error {
+		if n := sum(scrape(t, e), "edgeguard_shedder_rejected_total", "reason", "ramp"); n == 0 {
+			return fmt.Errorf("nothing shed by the ramp yet")
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	// a.example, alone so far, may hold every worker: b.example is judged
+	// from a.example's next answers on (one origin delay and a margin).
+	b.from = time.Now().Add(400 * time.Millisecond)
+	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 8, &b)
+	wg.Wait()
+	m := scrape(t, e)
+	aOK, aAll, aCodes := a.counts()
+	bOK, bAll, bCodes := b.counts()
+	t.Logf("a.example: %d/%d ok %v; b.example: %d/%d ok %v (in its first 400 ms: %v); level %v; rejected: ramp %v, host_share %v",
+		aOK, aAll, aCodes, bOK, bAll, bCodes, b.early, sum(m, "edgeguard_shedder_level"),
+		sum(m, "edgeguard_shedder_rejected_total", "reason", "ramp"), sum(m, "edgeguard_shedder_rejected_total", "reason", "host_share"))
+	require.GreaterOrEqual(t, bAll, 20, "b.example was offered load")
+	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
+	require.Positive(t, sum(m, "edgeguard_shedder_level"), "witness: the ramp was shedding at the end")
+}

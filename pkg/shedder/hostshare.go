@@ -1,0 +1,423 @@
+package shedder
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// HostShare settings bounds.
+const (
+	// DefaultTrackedHosts is how many hosts the share table tracks by name.
+	DefaultTrackedHosts = 64
+	// MaxTrackedHosts bounds tracked_hosts: the table is scanned on a miss
+	// and at scrape time, so its size is the per-request cost's bound.
+	MaxTrackedHosts = 1024
+	// hostIdleAfter is how long a host with nothing in flight still counts
+	// as active: a host whose requests are fast is often at zero in flight
+	// between two requests, and must not lose its share at each of them.
+	hostIdleAfter = 2 * time.Second
+	// recountEvery is how often the active-host count is recomputed from
+	// the table (a host becoming active counts at once).
+	recountEvery = 100 * time.Millisecond
+	// maxHostLen is the longest name tracked; a longer one (no valid DNS
+	// name is) goes to the pooled rest, so slots stay bounded in memory.
+	maxHostLen = 255
+	// OtherHost names the pooled rest of the hosts in metrics.
+	OtherHost = "_other"
+)
+
+// HostShareConfig divides the workers fairly among the hosts being served.
+type HostShareConfig struct {
+	// Enabled gives each host active in the last 2 s a fair share of the
+	// workers, workers / active hosts, rounded up (of the adaptive origin
+	// limit instead, while it is enforced and smaller than the workers). A host at or over its
+	// share is refused at once (503, reason host_share) unless more than a
+	// share's worth of workers is idle, so an overloading host is shed
+	// first, and only as much as the others need; a lone host may use
+	// every worker. Critical requests are never refused for their host's
+	// share, and a host within its share is exempt from the ramp while
+	// another host is being held to its own.
+	Enabled bool `json:"enabled" yaml:"enabled"`
+	// TrackedHosts is how many hosts are tracked by name (the ones with
+	// the most requests in flight; the rest share one pooled share,
+	// "_other"), in [1, 1024].
+	TrackedHosts int `json:"tracked_hosts" yaml:"tracked_hosts"`
+}
+
+// DefaultHostShareConfig is on, tracking 64 hosts.
+func DefaultHostShareConfig() HostShareConfig {
+	return HostShareConfig{Enabled: true, TrackedHosts: DefaultTrackedHosts}
+}
+
+func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
+	if c.TrackedHosts < 1 || c.TrackedHosts > MaxTrackedHosts {
+		bad("host_share.tracked_hosts", "must be in [1, %d], got %d", MaxTrackedHosts, c.TrackedHosts)
+	}
+}
+
+// hostSlot is one tracked host (or the pooled rest).
+type hostSlot struct {
+	name     [maxHostLen]byte
+	nameLen  uint8
+	hash     uint64
+	used     bool
+	inflight int
+	last     int64 // Unix ns of its last admitted request: cheaper than a time.Time
+	// prev, next link the slots with nothing in flight, least recently
+	// used first (-1 ends the list), so a new host takes one in O(1).
+	prev, next int32
+}
+
+func (s *hostSlot) active(now int64) bool {
+	return s.used && (s.inflight > 0 || now-s.last < int64(hostIdleAfter))
+}
+
+// HostShares counts requests in flight per host in a fixed table: the
+// hosts with the most in flight by name, the rest pooled. Its cost per
+// request is a hash and a lookup under a mutex and, when the host is not
+// tracked, taking the least recently used idle slot off a list: none of it
+// grows with the number of hosts.
+type HostShares struct {
+	mu       sync.Mutex
+	enabled  bool
+	capacity int
+	slots    []hostSlot
+	// index finds a host's slot by its hash: open addressing with linear
+	// probing over 4× the slots (entries are slot+1, 0 is empty); a Go map
+	// costs twice as much when every request changes a slot.
+	index     []int32
+	mask      uint64
+	other     hostSlot
+	idleHead  int32 // least recently used slot with nothing in flight, -1: none
+	idleTail  int32
+	gen       uint32 // bumped when a resize moves every count to the pool
+	inflight  int
+	active    int
+	recountAt int64 // Unix ns
+	// lastRefusal is when a host was last held to its share (Unix ns): a
+	// host within its share is exempt from the ramp shortly after.
+	lastRefusal atomic.Int64
+	seed        maphash.Seed
+	// originLimit, when set, is the adaptive origin limit while enforced
+	// (0 otherwise): the hosts share the smaller of it and the workers.
+	originLimit func() int
+}
+
+// HostLease is a request's place in its host's share, given back with
+// Release when the request ends.
+type HostLease struct {
+	h      *HostShares
+	slot   int32 // -1: the pooled rest
+	gen    uint32
+	exempt bool
+}
+
+// noTable marks a lease of a disabled table: Release does nothing.
+const noTable = -2
+
+// NewHostShares returns a table for capacity workers.
+func NewHostShares(capacity int, cfg HostShareConfig) *HostShares {
+	h := &HostShares{seed: maphash.MakeSeed(), capacity: max(capacity, 1)}
+	h.setConfig(cfg)
+	return h
+}
+
+func (h *HostShares) setConfig(cfg HostShareConfig) {
+	n := min(max(cfg.TrackedHosts, 1), MaxTrackedHosts)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.enabled = cfg.Enabled
+	if len(h.slots) == n {
+		return
+	}
+	// A resize starts a new table: requests in flight give back to the
+	// pool they came from only if their slot still exists, so move every
+	// count to the pooled rest.
+	for i := range h.slots {
+		h.other.inflight += h.slots[i].inflight
+	}
+	if h.other.inflight > 0 {
+		h.other.used = true
+	}
+	h.gen++
+	h.slots = make([]hostSlot, n)
+	size := 4
+	for size < 4*n {
+		size *= 2
+	}
+	h.index = make([]int32, size)
+	h.mask = uint64(size - 1)
+	h.recountAt = 0
+	h.idleHead, h.idleTail = -1, -1
+	for i := range h.slots {
+		h.pushIdleLocked(int32(i))
+	}
+}
+
+// pushIdleLocked appends slot i (now with nothing in flight) to the idle
+// list, as its most recently used.
+func (h *HostShares) pushIdleLocked(i int32) {
+	s := &h.slots[i]
+	s.prev, s.next = h.idleTail, -1
+	if h.idleTail >= 0 {
+		h.slots[h.idleTail].next = i
+	} else {
+		h.idleHead = i
+	}
+	h.idleTail = i
+}
+
+// unlinkIdleLocked takes slot i off the idle list.
+func (h *HostShares) unlinkIdleLocked(i int32) {
+	s := &h.slots[i]
+	if s.prev >= 0 {
+		h.slots[s.prev].next = s.next
+	} else {
+		h.idleHead = s.next
+	}
+	if s.next >= 0 {
+		h.slots[s.next].prev = s.prev
+	} else {
+		h.idleTail = s.prev
+	}
+	s.prev, s.next = -1, -1
+}
+
+// capacityLocked is what the hosts share: the workers, or the adaptive
+// origin limit while it is enforced and smaller.
+func (h *HostShares) capacityLocked() int {
+	c := h.capacity
+	if h.originLimit != nil {
+		if l := h.originLimit(); l > 0 {
+			c = min(c, l)
+		}
+	}
+	return c
+}
+
+// setCapacity follows the worker cap.
+func (h *HostShares) setCapacity(n int) {
+	h.mu.Lock()
+	h.capacity = max(n, 1)
+	h.mu.Unlock()
+}
+
+// Acquire counts a request for host (normalised by the caller as the rules
+// normalise it) of tier at now, and says whether its host's share lets it
+// in. A refused request holds nothing; an admitted one must Release its
+// lease once.
+func (h *HostShares) Acquire(now time.Time, host string, tier Tier) (HostLease, bool) {
+	if h == nil {
+		return HostLease{slot: noTable}, true
+	}
+	hash := maphash.String(h.seed, host)
+	ns := now.UnixNano()
+	h.mu.Lock()
+	if !h.enabled {
+		h.mu.Unlock()
+		return HostLease{slot: noTable}, true
+	}
+	if ns-h.recountAt >= int64(recountEvery) {
+		h.recountLocked(ns)
+	}
+	i := h.lookupLocked(ns, host, hash)
+	s := &h.other
+	if i >= 0 {
+		s = &h.slots[i]
+	}
+	if !s.active(ns) {
+		h.active++
+	}
+	capacity := h.capacityLocked()
+	share := (capacity + max(h.active, 1) - 1) / max(h.active, 1)
+	over := h.active > 1 && s.inflight >= share && capacity-h.inflight <= share
+	if over && tier != TierCritical {
+		h.mu.Unlock()
+		h.lastRefusal.Store(ns)
+		return HostLease{}, false
+	}
+	exempt := h.active > 1 && s.inflight < share
+	if i >= 0 && s.inflight == 0 {
+		h.unlinkIdleLocked(i)
+	}
+	s.inflight++
+	s.last = ns
+	h.inflight++
+	lease := HostLease{h: h, slot: i, gen: h.gen}
+	h.mu.Unlock()
+	lease.exempt = exempt && ns-h.lastRefusal.Load() < int64(hostIdleAfter)
+	return lease, true
+}
+
+// lookupLocked finds host's slot, taking one for it when it has none: the
+// least recently used with nothing in flight (an unused one first). With
+// every slot busy (or a hash collision, or an overlong name) it returns
+// -1, the pooled rest.
+func (h *HostShares) lookupLocked(now int64, host string, hash uint64) int32 {
+	if len(host) > maxHostLen {
+		return -1
+	}
+	p := hash & h.mask
+	for ; h.index[p] != 0; p = (p + 1) & h.mask {
+		if i := h.index[p] - 1; h.slots[i].hash == hash {
+			if s := &h.slots[i]; string(s.name[:s.nameLen]) == host {
+				return i
+			}
+			return -1 // another host with the same hash holds the slot
+		}
+	}
+	best := h.idleHead
+	if best < 0 {
+		return -1
+	}
+	s := &h.slots[best]
+	if s.used {
+		if s.active(now) {
+			h.active-- // its recency goes with it
+		}
+		h.unindexLocked(best)
+		// The deletion may have moved entries back: find host's place anew.
+		for p = hash & h.mask; h.index[p] != 0; p = (p + 1) & h.mask {
+		}
+	}
+	s.hash, s.used, s.nameLen, s.last = hash, true, uint8(len(host)), 0
+	copy(s.name[:], host)
+	h.index[p] = best + 1
+	return best
+}
+
+// unindexLocked removes slot i's entry from the index, moving back the
+// entries after it that could not sit in their own place (deletion by
+// backward shift: linear probing then needs no tombstones).
+func (h *HostShares) unindexLocked(i int32) {
+	hash := h.slots[i].hash
+	p := hash & h.mask
+	for h.index[p] != i+1 {
+		if h.index[p] == 0 {
+			return
+		}
+		p = (p + 1) & h.mask
+	}
+	h.index[p] = 0
+	for q := (p + 1) & h.mask; h.index[q] != 0; q = (q + 1) & h.mask {
+		home := h.slots[h.index[q]-1].hash & h.mask
+		// The entry at q stays unless the hole at p lies between its home
+		// and q (cyclically).
+		if (p < q && (home <= p || home > q)) || (p > q && home <= p && home > q) {
+			h.index[p], h.index[q] = h.index[q], 0
+			p = q
+		}
+	}
+}
+
+func (h *HostShares) recountLocked(now int64) {
+	n := 0
+	if h.other.active(now) {
+		n++
+	}
+	for i := range h.slots {
+		if h.slots[i].active(now) {
+			n++
+		}
+	}
+	h.active, h.recountAt = n, now
+}
+
+// Exempt says whether the request's host was within its share while
+// another host was being held to its own: the ramp must not shed it for
+// that host's load.
+func (l HostLease) Exempt() bool { return l.exempt }
+
+// Release gives the lease's place back; call it once.
+func (l HostLease) Release() {
+	if l.h == nil || l.slot == noTable {
+		return
+	}
+	h := l.h
+	h.mu.Lock()
+	if l.slot >= 0 && l.gen == h.gen {
+		s := &h.slots[l.slot]
+		s.inflight--
+		if s.inflight == 0 {
+			h.pushIdleLocked(l.slot)
+		}
+	} else {
+		// Pooled, or tracked in a table a resize has since replaced (its
+		// count moved to the pool then).
+		h.other.inflight = max(h.other.inflight-1, 0)
+	}
+	h.inflight = max(h.inflight-1, 0)
+	h.mu.Unlock()
+}
+
+// HostInFlight is one host's requests in flight, for metrics and CLIs.
+type HostInFlight struct {
+	Host     string
+	InFlight int
+}
+
+// Top returns the tracked hosts with requests in flight, and the pooled
+// rest as OtherHost; at most tracked_hosts+1 entries.
+func (h *HostShares) Top() (out []HostInFlight, active, share int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.slots {
+		if s := &h.slots[i]; s.used && s.inflight > 0 {
+			out = append(out, HostInFlight{Host: string(s.name[:s.nameLen]), InFlight: s.inflight})
+		}
+	}
+	out = append(out, HostInFlight{Host: OtherHost, InFlight: h.other.inflight})
+	a := max(h.active, 1)
+	return out, h.active, (h.capacityLocked() + a - 1) / a
+}
+
+// hostCollector exports the tracked hosts' requests in flight: at most
+// tracked_hosts+1 series (the pooled rest is "_other"), only hosts with
+// something in flight.
+type hostCollector struct {
+	hosts    func() *HostShares
+	inflight *prometheus.Desc
+	active   *prometheus.Desc
+	share    *prometheus.Desc
+}
+
+func newHostCollector(hosts func() *HostShares) *hostCollector {
+	return &hostCollector{
+		hosts:    hosts,
+		inflight: prometheus.NewDesc(namespace+"host_in_flight", "Requests in flight per host: the hosts with the most (at most host_share.tracked_hosts) by name, the rest as _other.", []string{"host"}, nil),
+		active:   prometheus.NewDesc(namespace+"host_active", "Hosts active in the last 2 s (the tracked ones, plus 1 for the pooled rest): the workers are shared among them.", nil, nil),
+		share:    prometheus.NewDesc(namespace+"host_share", "Each active host's fair share of the workers (of the adaptive origin limit while it is enforced and smaller): workers / active hosts, rounded up.", nil, nil),
+	}
+}
+
+func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inflight
+	ch <- c.active
+	ch <- c.share
+}
+
+func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
+	h := c.hosts()
+	if h == nil {
+		return
+	}
+	top, active, share := h.Top()
+	other := 0
+	for _, t := range top {
+		if t.Host == OtherHost || !utf8.ValidString(t.Host) {
+			// A name a label cannot carry (the client chose its bytes),
+			// or a host spelled like the pool, is counted with the pool.
+			other += t.InFlight
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(t.InFlight), t.Host)
+	}
+	ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(other), OtherHost)
+	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(active))
+	ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, float64(share))
+}

@@ -1,0 +1,306 @@
+package shedder
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+func hostCfg(tracked int) HostShareConfig {
+	return HostShareConfig{Enabled: true, TrackedHosts: tracked}
+}
+
+// take acquires n leases for host and returns how many were admitted.
+func take(h *HostShares, now time.Time, host string, tier Tier, n int) (admitted []HostLease) {
+	for range n {
+		if l, ok := h.Acquire(now, host, tier); ok {
+			admitted = append(admitted, l)
+		}
+	}
+	return admitted
+}
+
+func TestHostSharesLoneHostGetsEverything(t *testing.T) {
+	// A single-host deployment behaves as before: the host may hold every
+	// worker and more (the worker queue, not the share, bounds the rest).
+	h := NewHostShares(8, hostCfg(4))
+	now := time.Unix(1000, 0)
+	got := take(h, now, "a.example", TierRead, 20)
+	require.Len(t, got, 20)
+}
+
+func TestHostSharesHoldsTheOverloadingHost(t *testing.T) {
+	h := NewHostShares(8, hostCfg(4))
+	now := time.Unix(1000, 0)
+	// a.example alone takes every worker (a lone host may).
+	a := take(h, now, "a.example", TierRead, 8)
+	require.Len(t, a, 8)
+	// b.example arrives: two hosts active, share 4. b is within its share,
+	// and a, over its own with no idle share left, is refused.
+	b, ok := h.Acquire(now, "b.example", TierRead)
+	require.True(t, ok)
+	_, ok = h.Acquire(now, "a.example", TierRead)
+	require.False(t, ok, "a is over its share of 4")
+	_, ok = h.Acquire(now, "a.example", TierWrite)
+	require.False(t, ok)
+	// Critical is never refused for its host's share.
+	c, ok := h.Acquire(now, "a.example", TierCritical)
+	require.True(t, ok)
+	c.Release()
+	// b is within its share while a is held to its own: exempt from the ramp.
+	b2, ok := h.Acquire(now, "b.example", TierRead)
+	require.True(t, ok)
+	require.True(t, b2.Exempt())
+
+	// a drains to below its share: it is admitted again, and b still is.
+	for _, l := range a[:5] {
+		l.Release()
+	}
+	_, ok = h.Acquire(now, "a.example", TierRead)
+	require.True(t, ok, "a holds 3 of its share of 4")
+	b.Release()
+	b2.Release()
+
+	// Once b has been idle for longer than the idle window, a is alone
+	// again and may take every worker.
+	later := now.Add(hostIdleAfter + recountEvery)
+	require.Len(t, take(h, later, "a.example", TierRead, 4), 4)
+}
+
+func TestHostSharesBorrowsIdleWorkers(t *testing.T) {
+	// Four hosts active, share 4 of 16: a host over its share may still
+	// take a worker while more than a share's worth is idle.
+	h := NewHostShares(16, hostCfg(8))
+	now := time.Unix(1000, 0)
+	for _, host := range []string{"b", "c", "d"} {
+		take(h, now, host, TierRead, 1)
+	}
+	a := take(h, now, "a", TierRead, 16)
+	// 3 held by b, c, d; a may go on while idle > 4: up to 16-3-4 = 9.
+	require.Len(t, a, 9)
+}
+
+func TestHostSharesBoundedTable(t *testing.T) {
+	// 100,000 hosts through a table of 16: the table never grows, a host
+	// whose requests have all ended gives its slot up, and with every slot
+	// busy the rest are counted in the pool.
+	h := NewHostShares(1_000_000, hostCfg(16))
+	now := time.Unix(1000, 0)
+	var held []HostLease
+	for i := range 100_000 {
+		l, ok := h.Acquire(now, "h"+strconv.Itoa(i)+".example", TierRead)
+		require.True(t, ok)
+		if i < 16 {
+			held = append(held, l) // keeps slots busy
+			continue
+		}
+		l.Release()
+	}
+	require.Len(t, h.slots, 16)
+	require.Len(t, h.index, 64)
+	entries := 0
+	for _, e := range h.index {
+		if e != 0 {
+			entries++
+		}
+	}
+	require.Equal(t, 16, entries)
+	for i := range h.slots {
+		s := &h.slots[i]
+		require.Equal(t, int32(i), h.lookupLocked(0, string(s.name[:s.nameLen]), s.hash), "every tracked host is found in the index")
+	}
+	top, _, _ := h.Top()
+	require.Len(t, top, 17, "16 tracked hosts with one in flight each, and the pool")
+	require.Equal(t, HostInFlight{Host: OtherHost, InFlight: 0}, top[16])
+	l, _ := h.Acquire(now, "late.example", TierRead)
+	top, _, _ = h.Top()
+	require.Equal(t, 1, top[len(top)-1].InFlight, "with every slot busy a new host is pooled")
+	l.Release()
+	for _, l := range held {
+		l.Release()
+	}
+	require.Zero(t, h.inflight)
+}
+
+func TestHostSharesHostileNames(t *testing.T) {
+	h := NewHostShares(4, hostCfg(4))
+	now := time.Unix(1000, 0)
+	long := string(make([]byte, maxHostLen+1))
+	for _, host := range []string{long, "\xff\xfe", "_other", ""} {
+		_, ok := h.Acquire(now, host, TierRead)
+		require.True(t, ok, "%q", host)
+	}
+	reg := prometheus.NewRegistry()
+	s, err := New(DefaultConfig(), reg)
+	require.NoError(t, err)
+	s.AttachWorkers(NewWorkers(4, 0, 0))
+	for _, host := range []string{long, "\xff\xfe", "_other", "a.example"} {
+		_, ok := s.AcquireHost(now, host, TierRead)
+		require.True(t, ok)
+	}
+	// Invalid UTF-8 and a host spelled like the pool count with the pool;
+	// the overlong one was pooled on arrival.
+	require.Equal(t, 1.0, testutil.ToFloat64(hostGauge(t, reg, "a.example")))
+	require.Equal(t, 3.0, testutil.ToFloat64(hostGauge(t, reg, OtherHost)))
+}
+
+// hostGauge is edgeguard_shedder_host_in_flight{host} as scraped.
+func hostGauge(t *testing.T, reg *prometheus.Registry, host string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != namespace+"host_in_flight" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == host {
+				g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
+				g.Set(m.GetGauge().GetValue())
+				return g
+			}
+		}
+	}
+	t.Fatalf("no host_in_flight series for %q", host)
+	return nil
+}
+
+func TestHostSharesDisabledAndUpdate(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.HostShare.Enabled = false
+	s, err := New(cfg, nil)
+	require.NoError(t, err)
+	s.AttachWorkers(NewWorkers(2, 0, 0))
+	now := time.Unix(1000, 0)
+	take(s.hosts, now, "a", TierRead, 2)
+	take(s.hosts, now, "b", TierRead, 1)
+	_, ok := s.AcquireHost(now, "a", TierRead)
+	require.True(t, ok, "off: no host is held to a share")
+
+	cfg.HostShare.Enabled = true
+	require.NoError(t, s.Update(cfg))
+	take(s.hosts, now, "a", TierRead, 2)
+	take(s.hosts, now, "b", TierRead, 1)
+	_, ok = s.AcquireHost(now, "a", TierRead)
+	require.False(t, ok, "on: a is over its share of 1")
+
+	// A resize moves what is in flight to the pool; leases taken before
+	// it give back to the pool, not to whichever host now has their slot.
+	before := take(s.hosts, now, "c", TierCritical, 2)
+	cfg.HostShare.TrackedHosts = 2
+	require.NoError(t, s.Update(cfg))
+	after := take(s.hosts, now, "d", TierCritical, 1)
+	for _, l := range before {
+		l.Release()
+	}
+	top, _, _ := s.hosts.Top()
+	require.Equal(t, []HostInFlight{{Host: "d", InFlight: 1}, {Host: OtherHost, InFlight: 3}}, top, "a 2 and b 1 pooled; c gave its 2 back")
+	after[0].Release()
+
+	cfg.HostShare.TrackedHosts = 0
+	require.ErrorContains(t, s.Update(cfg), "host_share.tracked_hosts")
+	cfg.HostShare.TrackedHosts = MaxTrackedHosts + 1
+	require.ErrorContains(t, s.Update(cfg), "host_share.tracked_hosts")
+	_, err = ParseConfig([]byte(`{"host_share": {"enabled": true, "tracked": 3}}`))
+	require.ErrorContains(t, err, "tracked")
+	got, err := ParseConfig([]byte(`{"host_share": {"tracked_hosts": 3}}`))
+	require.NoError(t, err)
+	require.Equal(t, HostShareConfig{Enabled: true, TrackedHosts: 3}, got.HostShare)
+	got, err = ApplySettings(DefaultConfig(), map[string]string{"host_share.enabled": "false", "host_share.tracked_hosts": "10"})
+	require.NoError(t, err)
+	require.Equal(t, HostShareConfig{Enabled: false, TrackedHosts: 10}, got.HostShare)
+}
+
+// BenchmarkHostShares is the per-request cost of a host's share: it must
+// not grow with the number of hosts (10 hosts all tracked; 100,000, each
+// request's host taking a slot another host gave up). The name is built in
+// one buffer, as the edge finds it in the request it has just read: a
+// table of 100,000 names would measure the cache misses of the table.
+func BenchmarkHostShares(b *testing.B) {
+	for _, hosts := range []int{10, 100_000} {
+		b.Run(fmt.Sprintf("hosts=%d", hosts), func(b *testing.B) {
+			h := NewHostShares(128, DefaultHostShareConfig())
+			buf := make([]byte, 0, 64)
+			now := time.Unix(1000, 0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				buf = append(strconv.AppendInt(append(buf[:0], "host-"...), int64(i%hosts), 10), ".example.com"...)
+				l, _ := h.Acquire(now, unsafe.String(unsafe.SliceData(buf), len(buf)), TierRead)
+				l.Release()
+			}
+		})
+	}
+}
+
+// TestHostSharesIndexStaysConsistent churns tables of 8 slots with 12
+// hosts whose requests start and end in a random order: after every step
+// each tracked host is found at its own slot and no host has two, so
+// removals from the index never hide the entries after them. Many small
+// tables (each with its own hash seed), so runs of entries wrap around the
+// index's end too.
+func TestHostSharesIndexStaysConsistent(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1000, 0)
+	for table := range 100 {
+		h := NewHostShares(1000, hostCfg(8))
+		var held []HostLease
+		for step := range 1000 {
+			if len(held) > 0 && r.IntN(2) == 0 {
+				k := r.IntN(len(held))
+				held[k].Release()
+				held = append(held[:k], held[k+1:]...)
+			} else {
+				l, ok := h.Acquire(now, "h"+strconv.Itoa(r.IntN(12)), TierRead)
+				require.True(t, ok)
+				held = append(held, l)
+			}
+			seen := map[string]bool{}
+			for i := range h.slots {
+				s := &h.slots[i]
+				if !s.used {
+					continue
+				}
+				name := string(s.name[:s.nameLen])
+				require.False(t, seen[name], "table %d step %d: %s holds two slots", table, step, name)
+				seen[name] = true
+				require.Equal(t, int32(i), h.lookupLocked(now.UnixNano(), name, s.hash), "table %d step %d: %s not found at its slot", table, step, name)
+			}
+		}
+	}
+}
+
+// TestHostSharesOfTheAdaptiveLimit: while the adaptive origin limit is
+// enforced and smaller than the workers, the hosts share it; in shadow,
+// they share the workers.
+func TestHostSharesOfTheAdaptiveLimit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Adaptive.Enabled = true
+	cfg.Adaptive.InitialLimit = 4
+	s, err := New(cfg, nil)
+	require.NoError(t, err)
+	s.AttachWorkers(NewWorkers(16, 0, 0))
+	require.Equal(t, 4, s.Adaptive().EnforcedLimit())
+	now := time.Unix(1000, 0)
+	a := take(s.hosts, now, "a", TierRead, 4)
+	require.Len(t, a, 4, "a lone host may use the whole limit")
+	_, ok := s.AcquireHost(now, "b", TierRead)
+	require.True(t, ok)
+	_, ok = s.AcquireHost(now, "a", TierRead)
+	require.False(t, ok, "a holds 4 of a limit of 4 shared by 2 hosts")
+	_, active, share := s.hosts.Top()
+	require.Equal(t, []int{2, 2}, []int{active, share})
+
+	cfg.Adaptive.Enabled = false // shadow: learns, refuses nothing
+	require.NoError(t, s.Update(cfg))
+	require.Zero(t, s.Adaptive().EnforcedLimit())
+	_, ok = s.AcquireHost(now, "a", TierRead)
+	require.True(t, ok, "a holds 4 of its share of 8 workers")
+}
