@@ -178,7 +178,12 @@ func TestH2ZeroWindowStreamsEnd(t *testing.T) {
 func TestH2StreamsCountAgainstThePerIPCap(t *testing.T) {
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
-	const workers, perIP = 8, 4
+	// 16 workers: the attacker's host and the HTTP/1.1 clients' are two
+	// hosts, each with a share of 8 workers (host shares), which holds the
+	// attacker's 4 streams and the HTTP/2 clients' 2 at once. With 8
+	// workers the share would be 4, all of it the attacker's, and the
+	// host's other clients would be refused for it (docs/shedding.md).
+	const workers, perIP = 16, 4
 	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) {
 		c.Workers = workers
 		c.MaxConnsPerIP = perIP
