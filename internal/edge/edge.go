@@ -277,6 +277,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 	p, err := pipeline.New(pipeline.Config{
 		Region: c.Region, PoP: c.PoP,
 		TrustedProxies:            c.TrustedProxies,
+		IPv6Prefix:                c.IPv6Prefix,
 		AllowUnderscoresInHeaders: c.AllowUnderscoresInHeaders,
 		AllowMethods:              c.AllowMethods,
 		DefaultHost:               c.DefaultHost,

@@ -2,6 +2,7 @@ package shedder
 
 import (
 	"hash/maphash"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,13 @@ const (
 	maxHostLen = 255
 	// OtherHost names the pooled rest of the hosts in metrics.
 	OtherHost = "_other"
+	// pairCounters is how many counters hold the requests in flight per
+	// host and client address, by hash: two pairs sharing one only make
+	// both look heavier, which refuses no more than without them.
+	pairCounters = 1 << 14
+	// pairLevels bounds the part of one address's requests that counts
+	// against its host's other clients: half a share, at most 64.
+	pairLevels = 64
 )
 
 // HostShareConfig divides the workers fairly among the hosts being served.
@@ -67,7 +75,11 @@ type hostSlot struct {
 	hash     uint64
 	used     bool
 	inflight int
-	last     int64 // Unix ns of its last admitted request: cheaper than a time.Time
+	// levels[k] counts the requests in flight that were an address's
+	// (k+1)th on this host when admitted: the host's requests counting
+	// each address's first n only are levels[0]+…+levels[n-1].
+	levels [pairLevels]int32
+	last   int64 // Unix ns of its last admitted request: cheaper than a time.Time
 	// prev, next link the slots with nothing in flight, least recently
 	// used first (-1 ends the list), so a new host takes one in O(1).
 	prev, next int32
@@ -103,6 +115,8 @@ type HostShares struct {
 	// host within its share is exempt from the ramp shortly after.
 	lastRefusal atomic.Int64
 	seed        maphash.Seed
+	// pairs counts requests in flight per (host, client address) hash.
+	pairs []int32
 	// originLimit, when set, is the adaptive origin limit while enforced
 	// (0 otherwise): the hosts share the smaller of it and the workers.
 	originLimit func() int
@@ -115,6 +129,8 @@ type HostLease struct {
 	slot   int32 // -1: the pooled rest
 	gen    uint32
 	exempt bool
+	level  int8  // its index in its slot's levels, -1: none
+	pair   int32 // its pairs counter, -1: none
 }
 
 // noTable marks a lease of a disabled table: Release does nothing.
@@ -122,7 +138,7 @@ const noTable = -2
 
 // NewHostShares returns a table for capacity workers.
 func NewHostShares(capacity int, cfg HostShareConfig) *HostShares {
-	h := &HostShares{seed: maphash.MakeSeed(), capacity: max(capacity, 1)}
+	h := &HostShares{seed: maphash.MakeSeed(), capacity: max(capacity, 1), pairs: make([]int32, pairCounters)}
 	h.setConfig(cfg)
 	return h
 }
@@ -140,6 +156,9 @@ func (h *HostShares) setConfig(cfg HostShareConfig) {
 	// count to the pooled rest.
 	for i := range h.slots {
 		h.other.inflight += h.slots[i].inflight
+		for k, n := range h.slots[i].levels {
+			h.other.levels[k] += n
+		}
 	}
 	if h.other.inflight > 0 {
 		h.other.used = true
@@ -209,13 +228,38 @@ func (h *HostShares) setCapacity(n int) {
 
 // Acquire counts a request for host (normalised by the caller as the rules
 // normalise it) of tier at now, and says whether its host's share lets it
-// in. A refused request holds nothing; an admitted one must Release its
-// lease once.
+// in; see AcquireFrom. It judges every request by its host's whole count,
+// as for a client address that cannot be told apart.
 func (h *HostShares) Acquire(now time.Time, host string, tier Tier) (HostLease, bool) {
+	return h.AcquireFrom(now, host, netip.Addr{}, tier)
+}
+
+// AcquireFrom counts a request for host (normalised by the caller as the
+// rules normalise it) from the client address client (the zero Addr: not
+// known) of tier at now, and says whether its host's share lets it in. A
+// refused request holds nothing; an admitted one must Release its lease
+// once.
+//
+// A host is held to its share by its requests in flight, except that one
+// address's requests beyond half a share do not count against the host's
+// other clients: a request from an address holding less than half a share
+// of its host is judged on the host's requests from such addresses, so one
+// address that took a whole share while the edge was idle (slow streams up
+// to its per-address connection cap) cannot shut its host's other clients
+// out. Its own further requests are judged on the host's whole count, as
+// before. A host therefore holds at most a share plus what heavy addresses
+// took while the edge had room, and a flood from many addresses is held to
+// the share as before.
+func (h *HostShares) AcquireFrom(now time.Time, host string, client netip.Addr, tier Tier) (HostLease, bool) {
 	if h == nil {
 		return HostLease{slot: noTable}, true
 	}
 	hash := maphash.String(h.seed, host)
+	pair := int32(-1)
+	if client.IsValid() {
+		a := client.As16()
+		pair = int32((hash ^ maphash.Bytes(h.seed, a[:])*0x9e3779b97f4a7c15) >> 50) // 14 bits: pairCounters
+	}
 	ns := now.UnixNano()
 	h.mu.Lock()
 	if !h.enabled {
@@ -235,20 +279,41 @@ func (h *HostShares) Acquire(now time.Time, host string, tier Tier) (HostLease, 
 	}
 	capacity := h.capacityLocked()
 	share := (capacity + max(h.active, 1) - 1) / max(h.active, 1)
-	over := h.active > 1 && s.inflight >= share && capacity-h.inflight <= share
+	held := s.inflight
+	level := int8(-1)
+	if pair >= 0 {
+		if c := int(h.pairs[pair]); c < pairLevels {
+			level = int8(c)
+		}
+		if half := min((share+1)/2, pairLevels); int(level) >= 0 && int(level) < half && held >= share {
+			// A light address: judged on the host's requests counting each
+			// address's first half share only.
+			held = 0
+			for _, n := range s.levels[:half] {
+				held += int(n)
+			}
+		}
+	}
+	over := h.active > 1 && held >= share && capacity-h.inflight <= share
 	if over && tier != TierCritical {
 		h.mu.Unlock()
 		h.lastRefusal.Store(ns)
 		return HostLease{}, false
 	}
-	exempt := h.active > 1 && s.inflight < share
+	exempt := h.active > 1 && held < share
 	if i >= 0 && s.inflight == 0 {
 		h.unlinkIdleLocked(i)
 	}
 	s.inflight++
+	if level >= 0 {
+		s.levels[level]++
+	}
+	if pair >= 0 {
+		h.pairs[pair]++
+	}
 	s.last = ns
 	h.inflight++
-	lease := HostLease{h: h, slot: i, gen: h.gen}
+	lease := HostLease{h: h, slot: i, gen: h.gen, level: level, pair: pair}
 	h.mu.Unlock()
 	lease.exempt = exempt && ns-h.lastRefusal.Load() < int64(hostIdleAfter)
 	return lease, true
@@ -340,8 +405,9 @@ func (l HostLease) Release() {
 	}
 	h := l.h
 	h.mu.Lock()
+	s := &h.other
 	if l.slot >= 0 && l.gen == h.gen {
-		s := &h.slots[l.slot]
+		s = &h.slots[l.slot]
 		s.inflight--
 		if s.inflight == 0 {
 			h.pushIdleLocked(l.slot)
@@ -350,6 +416,12 @@ func (l HostLease) Release() {
 		// Pooled, or tracked in a table a resize has since replaced (its
 		// count moved to the pool then).
 		h.other.inflight = max(h.other.inflight-1, 0)
+	}
+	if l.level >= 0 {
+		s.levels[l.level] = max(s.levels[l.level]-1, 0)
+	}
+	if l.pair >= 0 {
+		h.pairs[l.pair]--
 	}
 	h.inflight = max(h.inflight-1, 0)
 	h.mu.Unlock()

@@ -3,6 +3,7 @@ package shedder
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"strconv"
 	"testing"
 	"time"
@@ -142,7 +143,7 @@ func TestHostSharesHostileNames(t *testing.T) {
 	require.NoError(t, err)
 	s.AttachWorkers(NewWorkers(4, 0, 0))
 	for _, host := range []string{long, "\xff\xfe", "_other", "a.example"} {
-		_, ok := s.AcquireHost(now, host, TierRead)
+		_, ok := s.AcquireHost(now, host, netip.Addr{}, TierRead)
 		require.True(t, ok)
 	}
 	// Invalid UTF-8 and a host spelled like the pool count with the pool;
@@ -181,14 +182,14 @@ func TestHostSharesDisabledAndUpdate(t *testing.T) {
 	now := time.Unix(1000, 0)
 	take(s.hosts, now, "a", TierRead, 2)
 	take(s.hosts, now, "b", TierRead, 1)
-	_, ok := s.AcquireHost(now, "a", TierRead)
+	_, ok := s.AcquireHost(now, "a", netip.Addr{}, TierRead)
 	require.True(t, ok, "off: no host is held to a share")
 
 	cfg.HostShare.Enabled = true
 	require.NoError(t, s.Update(cfg))
 	take(s.hosts, now, "a", TierRead, 2)
 	take(s.hosts, now, "b", TierRead, 1)
-	_, ok = s.AcquireHost(now, "a", TierRead)
+	_, ok = s.AcquireHost(now, "a", netip.Addr{}, TierRead)
 	require.False(t, ok, "on: a is over its share of 1")
 
 	// A resize moves what is in flight to the pool; leases taken before
@@ -223,20 +224,33 @@ func TestHostSharesDisabledAndUpdate(t *testing.T) {
 // request's host taking a slot another host gave up). The name is built in
 // one buffer, as the edge finds it in the request it has just read: a
 // table of 100,000 names would measure the cache misses of the table.
+//
+// client=yes names the client too (AcquireFrom, as the edge does: 1,000
+// addresses).
 func BenchmarkHostShares(b *testing.B) {
-	for _, hosts := range []int{10, 100_000} {
-		b.Run(fmt.Sprintf("hosts=%d", hosts), func(b *testing.B) {
-			h := NewHostShares(128, DefaultHostShareConfig())
-			buf := make([]byte, 0, 64)
-			now := time.Unix(1000, 0)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				buf = append(strconv.AppendInt(append(buf[:0], "host-"...), int64(i%hosts), 10), ".example.com"...)
-				l, _ := h.Acquire(now, unsafe.String(unsafe.SliceData(buf), len(buf)), TierRead)
-				l.Release()
+	for _, client := range []bool{false, true} {
+		for _, hosts := range []int{10, 100_000} {
+			name := fmt.Sprintf("hosts=%d", hosts)
+			if client {
+				name += "/client=yes"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				h := NewHostShares(128, DefaultHostShareConfig())
+				buf := make([]byte, 0, 64)
+				now := time.Unix(1000, 0)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					buf = append(strconv.AppendInt(append(buf[:0], "host-"...), int64(i%hosts), 10), ".example.com"...)
+					var addr netip.Addr
+					if client {
+						addr = netip.AddrFrom4([4]byte{192, 0, byte(i % 1000 >> 8), byte(i % 1000)})
+					}
+					l, _ := h.AcquireFrom(now, unsafe.String(unsafe.SliceData(buf), len(buf)), addr, TierRead)
+					l.Release()
+				}
+			})
+		}
 	}
 }
 
@@ -291,9 +305,9 @@ func TestHostSharesOfTheAdaptiveLimit(t *testing.T) {
 	now := time.Unix(1000, 0)
 	a := take(s.hosts, now, "a", TierRead, 4)
 	require.Len(t, a, 4, "a lone host may use the whole limit")
-	_, ok := s.AcquireHost(now, "b", TierRead)
+	_, ok := s.AcquireHost(now, "b", netip.Addr{}, TierRead)
 	require.True(t, ok)
-	_, ok = s.AcquireHost(now, "a", TierRead)
+	_, ok = s.AcquireHost(now, "a", netip.Addr{}, TierRead)
 	require.False(t, ok, "a holds 4 of a limit of 4 shared by 2 hosts")
 	_, active, share := s.hosts.Top()
 	require.Equal(t, []int{2, 2}, []int{active, share})
@@ -301,6 +315,75 @@ func TestHostSharesOfTheAdaptiveLimit(t *testing.T) {
 	cfg.Adaptive.Enabled = false // shadow: learns, refuses nothing
 	require.NoError(t, s.Update(cfg))
 	require.Zero(t, s.Adaptive().EnforcedLimit())
-	_, ok = s.AcquireHost(now, "a", TierRead)
+	_, ok = s.AcquireHost(now, "a", netip.Addr{}, TierRead)
 	require.True(t, ok, "a holds 4 of its share of 8 workers")
+}
+
+// takeFrom acquires n leases for host from client and returns the admitted.
+func takeFrom(h *HostShares, now time.Time, host, client string, n int) (admitted []HostLease) {
+	for range n {
+		if l, ok := h.AcquireFrom(now, host, netip.MustParseAddr(client), TierRead); ok {
+			admitted = append(admitted, l)
+		}
+	}
+	return admitted
+}
+
+func TestHostSharesOneAddressCannotShutItsHostOut(t *testing.T) {
+	// 8 workers; one address takes its host's whole share while the edge
+	// has room (slow streams up to its per-address connection cap), then
+	// another host becomes active: two hosts, a share of 4 each.
+	h := NewHostShares(8, hostCfg(4))
+	now := time.Unix(1000, 0)
+	attacker := takeFrom(h, now, "shop.example", "192.0.2.66", 4)
+	require.Len(t, attacker, 4)
+	other := takeFrom(h, now, "other.example", "198.51.100.1", 2)
+	require.Len(t, other, 2)
+	// The edge has 2 workers idle, no more than a share: shop.example is
+	// at its share. Its other clients are judged on the requests of
+	// addresses holding less than half a share (2 of the attacker's 4), so
+	// they get the rest of the share...
+	legit := takeFrom(h, now, "shop.example", "203.0.113.7", 1)
+	legit = append(legit, takeFrom(h, now, "shop.example", "203.0.113.8", 1)...)
+	require.Len(t, legit, 2, "the host's other clients are admitted beside the heavy address")
+	// ...and no more: the host's fair count is now its share.
+	require.Empty(t, takeFrom(h, now, "shop.example", "203.0.113.9", 1))
+	// The heavy address itself is judged on the host's whole count.
+	require.Empty(t, takeFrom(h, now, "shop.example", "192.0.2.66", 1), "the heavy address holds more than the share")
+	// The same without addresses (Acquire): refused, as before.
+	_, ok := h.Acquire(now, "shop.example", TierRead)
+	require.False(t, ok)
+	// Releases give back what each lease took: with the attacker gone,
+	// its host is back to the two legitimate requests.
+	for _, l := range append(attacker, legit...) {
+		l.Release()
+	}
+	for _, l := range other {
+		l.Release()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Zero(t, h.inflight)
+	for i := range h.slots {
+		require.Zero(t, h.slots[i].inflight)
+		require.Zero(t, h.slots[i].levels)
+	}
+	for i, n := range h.pairs {
+		require.Zero(t, n, "pair counter %d", i)
+	}
+}
+
+func TestHostSharesFloodFromManyAddressesHeldToTheShare(t *testing.T) {
+	// Many addresses, each with little in flight, are each "light": the
+	// host's fair count is then its whole count, held to the share.
+	h := NewHostShares(8, hostCfg(4))
+	now := time.Unix(1000, 0)
+	b := takeFrom(h, now, "b.example", "198.51.100.1", 1)
+	require.Len(t, b, 1)
+	admitted := 0
+	for i := range 50 {
+		admitted += len(takeFrom(h, now, "a.example", fmt.Sprintf("192.0.2.%d", i+1), 1))
+	}
+	require.Equal(t, 4, admitted, "a.example flooded from 50 addresses keeps to its share of 4")
+	require.Len(t, takeFrom(h, now, "b.example", "198.51.100.2", 3), 3, "b keeps its share")
 }

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -348,10 +349,11 @@ func (s *Shedder) ObserveLag(lag time.Duration) {
 }
 
 // AcquireHost takes a place in host's share of the workers for a request
-// of tier at now; see HostShares.Acquire. A refusal is counted as a
-// rejection of reason host_share.
-func (s *Shedder) AcquireHost(now time.Time, host string, tier Tier) (HostLease, bool) {
-	l, ok := s.hosts.Acquire(now, host, tier)
+// from client (the zero Addr: not known) of tier at now; see
+// HostShares.AcquireFrom. A refusal is counted as a rejection of reason
+// host_share.
+func (s *Shedder) AcquireHost(now time.Time, host string, client netip.Addr, tier Tier) (HostLease, bool) {
+	l, ok := s.hosts.AcquireFrom(now, host, client, tier)
 	if !ok {
 		if !tier.valid() {
 			tier = TierWrite

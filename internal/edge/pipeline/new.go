@@ -71,6 +71,7 @@ type records struct {
 type Config struct {
 	Region, PoP               string
 	TrustedProxies            []netip.Prefix
+	IPv6Prefix                int // an IPv6 client's identity is its prefix (0: 64)
 	AllowUnderscoresInHeaders bool
 	AllowMethods              []string
 	DefaultHost               string

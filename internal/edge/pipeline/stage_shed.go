@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -23,8 +24,11 @@ import (
 func (e *Pipeline) shedStage(sc *scratch) string {
 	ctx, tier := sc.ctx, sc.tier
 	// Normalised as the rules do, so no spelling of a host (case, port,
-	// trailing dot) lands in another host's share or escapes its own.
-	lease, ok := e.shed.AcquireHost(sc.start, rules.NormalizeHost(b2s(ctx.Request.Header.Host())), tier)
+	// trailing dot) lands in another host's share or escapes its own. The
+	// client is the one the trust model names (an IPv6 client by its
+	// prefix, as the rules key it), so one address cannot take its host's
+	// whole share from the host's other clients.
+	lease, ok := e.shed.AcquireHost(sc.start, rules.NormalizeHost(b2s(ctx.Request.Header.Host())), e.clientIdentity(sc.client), tier)
 	if !ok {
 		problem.Unavailable(ctx, "this host is at its share of the edge's workers; retry later", 1)
 		return outcomeHostShare
@@ -71,4 +75,21 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 func originAnswered(ctx *fasthttp.RequestCtx, sc *scratch) bool {
 	code := ctx.Response.StatusCode()
 	return sc.upstream > 0 && code != fasthttp.StatusBadGateway && code != fasthttp.StatusServiceUnavailable
+}
+
+// clientIdentity is the address a client is known by: an IPv6 client's
+// --ipv6-prefix network, as the rules and the connection cap key it.
+func (e *Pipeline) clientIdentity(a netip.Addr) netip.Addr {
+	if !a.Is6() || a.Is4In6() {
+		return a.Unmap()
+	}
+	bits := e.cfg.IPv6Prefix
+	if bits <= 0 {
+		bits = rules.DefaultIPv6Prefix
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return a
+	}
+	return p.Addr()
 }
