@@ -120,7 +120,8 @@ force is version V, in the same check-and-set as the write; on a terminal the
 push shows the change and asks, --yes skips the question (never asked without
 a terminal). Also --message TEXT, --author NAME (default $USER), --keep-history N
 (default 50: after the push, keep the newest N history entries of each document
-in the region, delete older ones; 0 keeps all). A push using a document field
+in the region, delete older ones; 0 keeps all). A push (rls and shedder set too)
+using a document field
 some registered edge of the region cannot read (catalog meta schema_<kind>; an edge
 without it reads schema 1) is refused (exit 9), naming the edges and the fields;
 --force writes it anyway, after confirmation on a terminal. Every push checks the

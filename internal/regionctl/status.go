@@ -23,7 +23,7 @@ type edgeStatus struct {
 	Version   string         `json:"version"`
 	Schemas   map[string]int `json:"schemas,omitempty"`
 	Converged bool           `json:"converged"`
-	State        string `json:"state"` // converged, not_converged, unhealthy
+	State     string         `json:"state"` // converged, not_converged, unhealthy
 	// GlobalShare: home regions the edge cannot reach; it decides their
 	// global rules' keys from the static share.
 	GlobalShare []string `json:"global_share,omitempty"`
