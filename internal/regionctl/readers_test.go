@@ -168,3 +168,16 @@ func (l *lines) Read(p []byte) (int, error) {
 	*l = (*l)[1:]
 	return n, nil
 }
+
+// A refusal names at most maxListed edges, sorted, and counts the rest.
+func TestUnreadableNamesBoundedEdges(t *testing.T) {
+	u := unreadable{need: region.Need{Kind: "rules", Schema: 2, Fields: []string{"rules.shadow"}}, key: "edgeguard/rules/global"}
+	for i := range maxListed + 5 {
+		u.edges = append(u.edges, region.Edge{ID: "edge-" + strconv.Itoa(100+i), PoP: "ams", Healthy: i != 0})
+	}
+	got := u.describe("eu-west")
+	require.Contains(t, got, "edgeguard/rules/global uses rules.shadow, of rules schema 2, which 25 registered edges of eu-west cannot read: ")
+	require.Contains(t, got, "edge-100 (pop ams, version -, reads rules schema 1, unhealthy)")
+	require.Contains(t, got, "edge-119 (pop ams, version -, reads rules schema 1); and 5 more")
+	require.NotContains(t, got, "edge-120")
+}
