@@ -91,8 +91,12 @@ func (s *session) readable(r string, docs []pushedDoc) error {
 		return nil
 	}
 	edges, err := s.edges(r)
-	if err != nil {
-		return fmt.Errorf("listing the edges of %s to check that they can read the document (--force pushes without it): %w", r, err)
+	switch {
+	case err != nil && !s.a.force:
+		return err
+	case err != nil:
+		fmt.Fprintf(s.a.stderr, "regionctl: warning: --force: writing to %s without checking that its edges can read it: %s\n", r, s.a.message(err))
+		return s.a.confirmForced(r)
 	}
 	var bad []unreadable
 	for i, need := range needs {
@@ -126,8 +130,13 @@ func (s *session) readable(r string, docs []pushedDoc) error {
 	}
 	fmt.Fprintf(s.a.stderr, "regionctl: warning: --force: writing to %s documents some registered edges cannot read; they keep their old document:\n", r)
 	show(s.a.stderr)
-	if s.a.yes != nil && *s.a.yes {
+	return s.a.confirmForced(r)
+}
+
+// confirmForced asks on a terminal, unless --yes, before a forced write.
+func (a *app) confirmForced(r string) error {
+	if a.yes != nil && *a.yes {
 		return nil
 	}
-	return s.a.confirm(func(io.Writer) {}, fmt.Sprintf("Write to %s anyway?", r))
+	return a.confirm(func(io.Writer) {}, fmt.Sprintf("Write to %s anyway?", r))
 }

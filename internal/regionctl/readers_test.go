@@ -1,6 +1,8 @@
 package regionctl
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -8,10 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
@@ -33,16 +37,30 @@ func laterSchemas() region.Schemas {
 }
 
 // registerEdge registers an edge with the given catalog meta (a 0.1.0
-// edge registers region, pop, rules_version and global_share only).
+// edge registers region, pop, rules_version and global_share only) and
+// waits until the catalog lists it so.
 func registerEdge(t *testing.T, dc *testenv.Consul, id string, meta map[string]string) {
 	t.Helper()
-	c, err := dc.Client("")
+	c, err := dc.Client(dc.ManagementToken)
 	require.NoError(t, err)
 	require.NoError(t, c.Agent().ServiceRegister(&api.AgentServiceRegistration{
 		ID: id, Name: region.Service, Port: 8080, Meta: meta,
 		Check: &api.AgentServiceCheck{CheckID: id + ":ttl", TTL: "10m", Status: api.HealthPassing},
 	}))
 	t.Cleanup(func() { _ = c.Agent().ServiceDeregister(id) })
+	err = proc.PollEvery(testenv.Within(t, 10*time.Second), 20*time.Millisecond, "the catalog to list "+id, func(context.Context) error {
+		entries, _, err := c.Health().Service(region.Service, "", false, nil)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if e.Service.ID == id && maps.Equal(e.Service.Meta, meta) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s is not listed with meta %v", id, meta)
+	})
+	require.NoError(t, err)
 }
 
 func namedFile(t *testing.T, name, content string) string {
@@ -180,4 +198,36 @@ func TestUnreadableNamesBoundedEdges(t *testing.T) {
 	require.Contains(t, got, "edge-100 (pop ams, version -, reads rules schema 1, unhealthy)")
 	require.Contains(t, got, "edge-119 (pop ams, version -, reads rules schema 1); and 5 more")
 	require.NotContains(t, got, "edge-120")
+}
+
+// A token that may not list the edges cannot push a document of a newer
+// schema (the check needs the catalog) unless --force, which warns.
+func TestNewerSchemaPushNeedsTheCatalog(t *testing.T) {
+	t.Parallel()
+	p := prefix(t)
+	env := func(token string) func(string) string {
+		return testEnv("CONSUL_HTTP_ADDR", aclAgent.HTTPAddr(), "CONSUL_HTTP_TOKEN", token)
+	}
+	kvOnly, err := aclAgent.Token(`key_prefix "" { policy = "write" }`)
+	require.NoError(t, err)
+	registerEdge(t, aclAgent, "acl-old-edge", map[string]string{"region": "ap-south", "pop": "bom"})
+	push := func(extra ...string) result {
+		args := append([]string{"rules", "push", "--prefix", p, "--region", "ap-south"}, extra...)
+		return runApp(t, &app{schemas: laterSchemas()}, env(kvOnly), append(args, file(t, shadowRules))...)
+	}
+	// Schema 1: no catalog read needed.
+	r := runApp(t, &app{schemas: laterSchemas()}, env(kvOnly), "rules", "push", "--prefix", p, "--region", "ap-south", file(t, rulesV1))
+	require.Equal(t, ExitOK, r.code, r)
+
+	r = runApp(t, &app{schemas: laterSchemas()}, env(aclAgent.ManagementToken), "rules", "push", "--prefix", p, "--region", "ap-south", file(t, shadowRules))
+	require.Equal(t, ExitUnreadable, r.code, r)
+	require.Contains(t, r.stderr, "acl-old-edge (pop bom, version -, reads rules schema 1)")
+
+	r = push()
+	require.Equal(t, ExitDenied, r.code, r)
+	require.Contains(t, r.stderr, "the token lacks service read on edgeguard-edge and node read in ap-south")
+
+	r = push("--force", "--yes")
+	require.Equal(t, ExitOK, r.code, r)
+	require.Contains(t, r.stderr, "regionctl: warning: --force: writing to ap-south without checking that its edges can read it: permission denied")
 }
