@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -121,6 +122,7 @@ func (e *Edge) consulLinkConfig(client *region.Client, cache string) consullink.
 			PoP:      e.cfg.PoP,
 			Address:  advertise,
 			Port:     portNum,
+			Version:  buildinfo.Get().Version,
 			CheckURL: "http://" + localAddr(e.AdminAddr()) + "/readyz",
 		},
 	}

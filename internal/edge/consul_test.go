@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/regionctl"
@@ -165,6 +166,15 @@ func TestRulesFromConsulAcrossRegions(t *testing.T) {
 		}
 		return n == 2
 	}, 15*time.Second, 100*time.Millisecond, "both eu-west edges healthy on %s in the catalog", v1)
+	// Each with its release and the document schemas it reads, for
+	// regionctl's check that a push is readable by every edge.
+	edges, _, err := rc.Edges(context.Background(), "eu-west", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, edges, 2)
+	for _, e := range edges {
+		require.Equal(t, buildinfo.Get().Version, e.Version, e.ID)
+		require.Equal(t, region.DocumentSchemas.Reads(), e.Schemas, e.ID)
+	}
 	require.Eventually(t, func() bool { return a.nodesRegion.Load() == 2 && a.nodesPoP.Load() == 1 }, 10*time.Second, 50*time.Millisecond)
 	require.Eventually(t, func() bool {
 		out, code := regionctlRun(t, "--consul", eu.HTTPAddr(), "regions", "status")

@@ -203,10 +203,30 @@ func (s *session) push(r, key string, doc []byte, casIndex uint64, e region.Entr
 	if s.a.beforeWrite != nil {
 		s.a.beforeWrite(r)
 	}
+	if err := s.readable(r, []pushedDoc{{kind: e.Kind, key: key, data: doc}}); err != nil {
+		return e, err
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
 	out, err := s.c.Push(ctx, r, key, doc, casIndex, e)
 	return out, need(err, fmt.Sprintf("key write on %s and %s in %s", key, s.layout.History(r), r))
+}
+
+// pushRLS writes rate limit service documents to r in one transaction.
+func (s *session) pushRLS(r string, writes []region.RLSWrite) ([]region.Entry, error) {
+	var docs []pushedDoc
+	for _, w := range writes {
+		if !w.Delete {
+			docs = append(docs, pushedDoc{kind: region.KindRLS, key: s.layout.RLSDoc(r, w.Name), data: w.Doc})
+		}
+	}
+	if err := s.readable(r, docs); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	entries, err := s.c.PushRLS(ctx, r, writes)
+	return entries, need(err, fmt.Sprintf("key write on %s and %s in %s", s.layout.RLS(r), s.layout.History(r), r))
 }
 
 // resolve reads the document a stored value or history entry names (itself,

@@ -36,6 +36,7 @@ const (
 	ExitNotConverged = 6 // regions status: a healthy edge runs other rules than KV holds
 	ExitUnreachable  = 7 // Consul agent unreachable (or timed out)
 	ExitUnknown      = 8 // unknown region (no such Consul datacenter)
+	ExitUnreadable   = 9 // a push some registered edge cannot read (a newer document schema); nothing was written
 	// rules diff follows diff(1) and terraform plan -detailed-exitcode:
 	// 0 same, 1 different, 2 and up trouble. Its errors keep the codes
 	// above, except the general one, which is 10 there instead of 1.
@@ -119,7 +120,11 @@ force is version V, in the same check-and-set as the write; on a terminal the
 push shows the change and asks, --yes skips the question (never asked without
 a terminal). Also --message TEXT, --author NAME (default $USER), --keep-history N
 (default 50: after the push, keep the newest N history entries of each document
-in the region, delete older ones; 0 keeps all). Every push checks the
+in the region, delete older ones; 0 keeps all). A push (rls and shedder set too)
+using a document field
+some registered edge of the region cannot read (catalog meta schema_<kind>; an edge
+without it reads schema 1) is refused (exit 9), naming the edges and the fields;
+--force writes it anyway, after confirmation on a terminal. Every push checks the
 document's ModifyIndex in the same Consul transaction that appends the history
 entry (author, host, time, message), so a concurrent push fails with a conflict.
 A push validates FILE and each region's resulting effective rules first and
@@ -153,6 +158,8 @@ Exit codes:
   6  not converged (regions status): a healthy edge runs other rules than KV holds
   7  Consul unreachable: the agent, or through it a region's servers
   8  unknown region
+  9  refused: some registered edge of the region cannot read the document (it uses a field
+     of a newer document schema than the edge reads); nothing was written (--force overrides)
   10 rules diff, rls diff and hosts diff: any other error (other commands exit 1 for it),
      so that they exit 0 same, 1 different, 2 and up trouble, like diff(1)
 A multi-region command (push --all, status) whose regions failed for one reason
@@ -179,6 +186,11 @@ type app struct {
 	// says stdin is a terminal (nil: never).
 	stdin      io.Reader
 	isTerminal func() bool
+	// schemas are the document schemas pushes are checked against (nil:
+	// region.DocumentSchemas).
+	schemas region.Schemas
+	force   bool  // --force: write documents some edges cannot read
+	yes     *bool // the command's --yes
 
 	g        globals
 	usage    bytes.Buffer // a command's usage text, as the flag package printed it

@@ -224,11 +224,8 @@ func (a *app) applyRLS(s *session, targets []string, ch rlsChange, w *rlsWrite, 
 		if a.beforeWrite != nil {
 			a.beforeWrite(p.region)
 		}
-		ctx, cancel := s.ctx()
-		entries, err := s.c.PushRLS(ctx, p.region, p.writes)
-		cancel()
+		entries, err := s.pushRLS(p.region, p.writes)
 		if err != nil {
-			err = need(err, fmt.Sprintf("key write on %s and %s in %s", s.layout.RLS(p.region), s.layout.History(p.region), p.region))
 			code := exitCode(err)
 			codes = append(codes, code)
 			failed = append(failed, p.region)
@@ -529,6 +526,7 @@ func (a *app) rlsWriteFlags(fs *flag.FlagSet) *rlsWrite {
 	w.meta = a.metaFlags(fs)
 	fs.BoolVar(&w.dryRun, "dry-run", false, "show what would change and write nothing")
 	fs.BoolVar(&w.yes, "yes", false, "do not ask for confirmation on a terminal")
+	a.forceFlag(fs, &w.yes)
 	return w
 }
 

@@ -37,6 +37,7 @@ func (a *app) safetyFlags(fs *flag.FlagSet) *safety {
 	sf := &safety{}
 	fs.BoolVar(&sf.dryRun, "dry-run", false, "show what would change (rules, versions, the affected rules' traffic) and write nothing")
 	fs.BoolVar(&sf.yes, "yes", false, "do not ask for confirmation on a terminal")
+	a.forceFlag(fs, &sf.yes)
 	fs.StringVar(&sf.expect, "expect-version", "", "refuse (exit 3) unless the document in force is `version` V (its document version, as rules history shows it, or the effective version, as rules get and rules diff show it)")
 	fs.StringVar(&sf.prometheus, "prometheus", a.env("PROMETHEUS_URL"), "Prometheus `URL` scraping the edges: --dry-run and the confirmation show the current traffic (of the affected rules; of the whole region for a switch) (default $PROMETHEUS_URL; none: no traffic shown)")
 	return sf

@@ -128,13 +128,16 @@ func settings(cfg shedder.Config) [][2]string {
 
 // shedder set --region R [--reset] key=value...
 func (a *app) shedderSet(args []string) error {
-	fs := a.flags("shedder set", "--region R [--reset] [--message M] [--author A] key=value...\n\nKeys: "+
+	fs := a.flags("shedder set", "--region R [--reset] [--message M] [--author A] [--force [--yes]] key=value...\n\nKeys: "+
 		strings.Join(shedder.SettingKeys, ", ")+"\nLists are comma-separated (tiers.paths=/healthcheck:critical:trusted,/internal/synthetic:test; ':trusted' applies a rule to trusted proxies only, and a critical rule needs it); an empty value clears a list.")
 	var r string
 	var reset bool
 	regionVar(fs, &r)
 	fs.BoolVar(&reset, "reset", false, "apply the settings to the defaults instead of the stored settings")
 	m := a.metaFlags(fs)
+	var yes bool
+	fs.BoolVar(&yes, "yes", false, "do not ask for confirmation on a terminal (asked only with --force)")
+	a.forceFlag(fs, &yes)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err

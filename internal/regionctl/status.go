@@ -18,8 +18,12 @@ type edgeStatus struct {
 	PoP          string `json:"pop"`
 	Healthy      bool   `json:"healthy"`
 	RulesVersion string `json:"rules_version"`
-	Converged    bool   `json:"converged"`
-	State        string `json:"state"` // converged, not_converged, unhealthy
+	// Version is the edge's release ("" for edges of 0.1.0); Schemas
+	// the document schemas it reads, by kind (none: schema 1 of each).
+	Version   string         `json:"version"`
+	Schemas   map[string]int `json:"schemas,omitempty"`
+	Converged bool           `json:"converged"`
+	State     string         `json:"state"` // converged, not_converged, unhealthy
 	// GlobalShare: home regions the edge cannot reach; it decides their
 	// global rules' keys from the static share.
 	GlobalShare []string `json:"global_share,omitempty"`
@@ -134,7 +138,8 @@ func (s *session) status(r string) regionStatus {
 	})
 	for _, e := range edges {
 		es := edgeStatus{ID: e.ID, Node: e.Node, Address: e.Address, Region: e.Region, PoP: e.PoP,
-			Healthy: e.Healthy, RulesVersion: e.RulesVersion, GlobalShare: e.GlobalShare}
+			Healthy: e.Healthy, RulesVersion: e.RulesVersion, GlobalShare: e.GlobalShare,
+			Version: e.Version, Schemas: e.Schemas}
 		if e.Healthy && len(e.GlobalShare) > 0 {
 			st.GlobalShare++
 		}
@@ -215,9 +220,18 @@ func (a *app) printStatus(out []regionStatus) {
 				if len(e.GlobalShare) > 0 {
 					state += ", global share for " + strings.Join(e.GlobalShare, ",")
 				}
-				fmt.Fprintf(tw, "    %s\t%s\t%s\trules %s\t%s\n", e.ID, e.Address, health, dash(e.RulesVersion), state)
+				fmt.Fprintf(tw, "    %s\t%s\t%s\tversion %s\trules %s\t%s\n", e.ID, e.Address, health, versionOf(e.Version), dash(e.RulesVersion), state)
 			}
 		}
 	}
 	_ = tw.Flush()
+}
+
+// versionOf is an edge's release as status shows it: edges of 0.1.0
+// registered none.
+func versionOf(v string) string {
+	if v == "" {
+		return "0.1.0 or older"
+	}
+	return v
 }

@@ -67,9 +67,9 @@ func TestRegionsStatus(t *testing.T) {
 	require.Regexp(t, `eu-west: expected rules version `+want+`; 2 edges healthy of 3 edges, 1 NOT CONVERGED`, r.stdout)
 	require.Contains(t, r.stdout, "  pop ams: 1 healthy of 1\n")
 	require.Contains(t, r.stdout, "  pop fra: 1 healthy of 2\n")
-	require.Regexp(t, `edge-ams-1\s+127.0.0.1:8080\s+healthy\s+rules `+want+`\s+converged`, r.stdout)
-	require.Regexp(t, `edge-fra-1\s+127.0.0.1:8080\s+healthy\s+rules 0123456789ab\s+NOT CONVERGED`, r.stdout)
-	require.Regexp(t, `edge-fra-2\s+127.0.0.1:8080\s+UNHEALTHY\s+rules 0123456789ab\s+unhealthy, not converged`, r.stdout)
+	require.Regexp(t, `edge-ams-1\s+127.0.0.1:8080\s+healthy\s+version 0\.1\.0 or older\s+rules `+want+`\s+converged`, r.stdout)
+	require.Regexp(t, `edge-fra-1\s+127.0.0.1:8080\s+healthy\s+version 0\.1\.0 or older\s+rules 0123456789ab\s+NOT CONVERGED`, r.stdout)
+	require.Regexp(t, `edge-fra-2\s+127.0.0.1:8080\s+UNHEALTHY\s+version 0\.1\.0 or older\s+rules 0123456789ab\s+unhealthy, not converged`, r.stdout)
 	require.Contains(t, r.stderr, "regionctl: NOT CONVERGED: eu-west (1 edge)")
 
 	// One region only: us-east is converged.

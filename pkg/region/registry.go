@@ -21,6 +21,9 @@ type Registration struct {
 	// GlobalShare lists the home regions the edge cannot reach: their
 	// global rules' keys are decided from the static share.
 	GlobalShare []string
+	// Version is the binary's release version (meta version); the
+	// schemas it reads are DocumentSchemas' (meta schema_<kind>).
+	Version string
 	// CheckURL is polled by the local agent (the edge's /readyz).
 	CheckURL      string
 	CheckInterval time.Duration
@@ -38,7 +41,7 @@ func (c *Client) Register(ctx context.Context, r Registration) error {
 		Name:    Service,
 		Address: r.Address,
 		Port:    r.Port,
-		Meta:    map[string]string{"region": r.Region, "pop": r.PoP, "rules_version": r.RulesVersion, "global_share": strings.Join(r.GlobalShare, ",")},
+		Meta:    r.meta(),
 		Check: &api.AgentServiceCheck{
 			CheckID:                        r.ID + ":readyz",
 			HTTP:                           r.CheckURL,
@@ -49,6 +52,15 @@ func (c *Client) Register(ctx context.Context, r Registration) error {
 	}
 	err := c.api.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{}.WithContext(ctx))
 	return classify("registering "+r.ID, err)
+}
+
+func (r Registration) meta() map[string]string {
+	m := map[string]string{"region": r.Region, "pop": r.PoP, "rules_version": r.RulesVersion,
+		"global_share": strings.Join(r.GlobalShare, ","), metaVersion: r.Version}
+	for kind, n := range DocumentSchemas.Reads() {
+		m[metaSchemaPrefix+kind] = strconv.Itoa(n)
+	}
+	return m
 }
 
 // RLSRegistration is one edge's rate limit service in the catalog.
@@ -115,6 +127,12 @@ type Edge struct {
 	Healthy           bool
 	// GlobalShare: the home regions the edge reported unreachable.
 	GlobalShare []string
+	// Version is the edge's release version ("" for edges of 0.1.0,
+	// which did not register one).
+	Version string
+	// Schemas are the document schemas the edge reads, by kind (see
+	// Reads); empty for edges of 0.1.0.
+	Schemas map[string]int
 }
 
 // Edges lists the edges registered in region's datacenter. index > 0 makes
@@ -143,6 +161,8 @@ func (c *Client) Edges(ctx context.Context, region string, index uint64, wait ti
 			RulesVersion: e.Service.Meta["rules_version"],
 			Healthy:      e.Checks.AggregatedStatus() == api.HealthPassing,
 			GlobalShare:  splitList(e.Service.Meta["global_share"]),
+			Version:      e.Service.Meta[metaVersion],
+			Schemas:      schemaMeta(e.Service.Meta),
 		})
 	}
 	return out, meta.LastIndex, nil
