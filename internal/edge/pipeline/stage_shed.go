@@ -56,7 +56,7 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 		problem.Unavailable(ctx, "this host's origin is at its concurrency limit; retry later", 1)
 		return outcomePoolLimit
 	}
-	defer func() { releasePool(time.Now(), sc.upstream, originAnswered(ctx, sc)) }()
+	defer endPool(releasePool, sc)
 	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
 	// derived context and races with Shutdown; the queue timeout bounds
 	// this, and a waiter whose client left gives up its place.
@@ -109,4 +109,10 @@ func (e *Pipeline) clientIdentity(a netip.Addr) netip.Addr {
 		return a
 	}
 	return p.Addr()
+}
+
+// endPool gives back sc's place in its pool's concurrency limit, with the
+// origin's latency when it measured the origin.
+func endPool(release func(time.Time, time.Duration, bool), sc *scratch) {
+	release(time.Now(), sc.upstream, originAnswered(sc.ctx, sc))
 }
