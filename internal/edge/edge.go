@@ -245,6 +245,8 @@ func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 		ocfg.MaxConnsPerHost = e.cfg.OriginMaxConns
 	}
 	ocfg.MaxRequestBodySize = e.cfg.MaxBodyBytes
+	ocfg.Concurrency = shedder.PoolLimitConfig{Limit: e.cfg.OriginConcurrencyLimit,
+		Queue: e.cfg.OriginConcurrencyQueue, QueueTimeout: e.cfg.OriginConcurrencyQueueTimeout}
 	ocfg.TLS.ServerName, ocfg.TLS.InsecureSkipVerify = e.cfg.OriginTLSServerName, e.cfg.OriginTLSInsecureSkipVerify
 	if f := e.cfg.OriginCAFile; f != "" {
 		pem, err := os.ReadFile(f)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/rules"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // DefaultPool is the edge's own pool, built from its --origin flags. A table
@@ -97,6 +98,27 @@ type Pool struct {
 	// TLS is how the pool's https origins are reached; absent: the
 	// system's roots, the URL's host name, verification on.
 	TLS *TLS `yaml:"tls" json:"tls,omitempty"`
+	// Concurrency bounds the pool's requests in flight; absent: the
+	// --origin pool's (none unless its flags set one).
+	Concurrency *Concurrency `yaml:"concurrency" json:"concurrency,omitempty"`
+}
+
+// Concurrency is a pool's concurrency limit (shedder.PoolLimitConfig):
+// requests past it wait in the pool's queue or get 503 at once, before they
+// take one of the edge's workers.
+type Concurrency struct {
+	// Limit is the most requests in flight to the pool (the most the
+	// learned limit reaches when adaptive); 0: no limit.
+	Limit int `yaml:"limit" json:"limit"`
+	// Adaptive learns the limit from the pool's latency, between MinLimit
+	// (default 4) and Limit, starting at InitialLimit (default 20).
+	Adaptive     bool `yaml:"adaptive" json:"adaptive,omitempty"`
+	MinLimit     int  `yaml:"min_limit" json:"min_limit,omitempty"`
+	InitialLimit int  `yaml:"initial_limit" json:"initial_limit,omitempty"`
+	// Queue is how many requests may wait past the limit (0: none), each
+	// for at most QueueTimeout (default 100ms).
+	Queue        int             `yaml:"queue" json:"queue,omitempty"`
+	QueueTimeout *rules.Duration `yaml:"queue_timeout" json:"queue_timeout,omitempty"`
 }
 
 // TLS is the TLS to a pool's https origins.
@@ -142,6 +164,16 @@ func (p Pool) Origin(base origin.Config) origin.Config {
 	dur(&c.EjectFor, p.EjectFor)
 	if p.RewriteHost != nil {
 		c.RewriteHost = *p.RewriteHost
+	}
+	if p.Concurrency != nil {
+		c.Concurrency = shedder.PoolLimitConfig{
+			Limit: p.Concurrency.Limit, Adaptive: p.Concurrency.Adaptive,
+			MinLimit: p.Concurrency.MinLimit, InitialLimit: p.Concurrency.InitialLimit,
+			Queue: p.Concurrency.Queue,
+		}
+		if p.Concurrency.QueueTimeout != nil {
+			c.Concurrency.QueueTimeout = p.Concurrency.QueueTimeout.D()
+		}
 	}
 	c.TLS = origin.TLSConfig{}
 	if p.TLS != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/rules"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 const example = `version: 1
@@ -120,6 +121,11 @@ func TestValidationProblems(t *testing.T) {
 		{"duration without unit", pool + "    dial_timeout: 5\n", `line 5: pools.p.dial_timeout: want a duration such as "1m" or "250ms", got "5" (a number needs a unit: s, ms, m, h)`},
 		{"negative duration", pool + "    eject_for: -1s\n", `line 5: pools.p.eject_for: must be >= 0 (0 means 30s), got -1s`},
 		{"negative max_conns", pool + "    max_conns: -1\n", `line 5: pools.p.max_conns: must be >= 0 (0 means 512), got -1`},
+		{"adaptive without limit", pool + "    concurrency: {adaptive: true}\n", `line 5: pools.p.concurrency.limit: adaptive needs a limit, the most the learned limit may reach`},
+		{"negative queue", pool + "    concurrency:\n      limit: 4\n      queue: -1\n", `line 7: pools.p.concurrency.queue: must be >= 0, got -1`},
+		{"min over limit", pool + "    concurrency: {limit: 4, adaptive: true, min_limit: 8}\n", `line 5: pools.p.concurrency.min_limit: must be in [0, limit 4], got 8`},
+		{"unknown concurrency field", pool + "    concurrency: {max: 4}\n", `line 5: pools.p.concurrency.max: unknown field "max"`},
+		{"queue timeout without unit", pool + "    concurrency: {limit: 4, queue_timeout: 100}\n", `line 5: pools.p.concurrency.queue_timeout: want a duration`},
 		{"health path", pool + "    health_check_path: healthz\n", `line 5: pools.p.health_check_path: must start with '/', got "healthz"`},
 		{"int overflow", pool + "    max_request_body_size: 99999999999999999999\n", `line 5: pools.p.max_request_body_size: cannot unmarshal`},
 		{"no urls", "version: 1\npools:\n  p: {dial_timeout: 1s}\n", `line 3: pools.p.urls: at least one origin is required`},
@@ -487,3 +493,13 @@ Wf86aX6PepsntZv2GYlA5UpabfT2EZICICpJ5h/iI+i341gBmLiAFQOyTDT+/wQc
 6MF9+Yw1Yy0t
 -----END CERTIFICATE-----
 `
+
+func TestPoolConcurrencyReachesTheOrigin(t *testing.T) {
+	tab, err := Parse([]byte("version: 1\npools:\n  p:\n    urls: [\"http://o:80\"]\n    concurrency: {limit: 64, adaptive: true, min_limit: 2, queue: 16, queue_timeout: 50ms}\n  q:\n    urls: [\"http://o:81\"]\n"))
+	require.NoError(t, err)
+	base := origin.DefaultConfig()
+	base.Concurrency.Limit = 7 // the --origin pool's
+	c := tab.Pools["p"].Origin(base)
+	require.Equal(t, shedder.PoolLimitConfig{Limit: 64, Adaptive: true, MinLimit: 2, Queue: 16, QueueTimeout: 50 * time.Millisecond}, c.Concurrency)
+	require.Equal(t, 7, tab.Pools["q"].Origin(base).Concurrency.Limit, "a pool without its own takes the --origin pool's")
+}

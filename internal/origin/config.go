@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // ErrInvalidConfig is wrapped by every configuration problem so callers can
@@ -93,6 +95,11 @@ type Config struct {
 	// TLS is how an https origin is reached. Verification is on unless
 	// InsecureSkipVerify says otherwise.
 	TLS TLSConfig `yaml:"tls"`
+	// Concurrency bounds the pool's requests in flight (none by default):
+	// past it a request waits in the pool's own short queue, or is refused
+	// with 503 at once, before it takes one of the edge's workers, so a
+	// slow pool is held where it is slow (see shedder.PoolLimitConfig).
+	Concurrency shedder.PoolLimitConfig `yaml:"-"`
 }
 
 // TLSConfig is the TLS to an https origin.
@@ -115,6 +122,12 @@ func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	if err := c.Concurrency.Validate(); err != nil {
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			field, msg, _ := strings.Cut(e.Error(), ": ")
+			bad("concurrency."+field, "%s", msg)
+		}
 	}
 	if !validPoolName(c.Pool) {
 		bad("pool", "must be up to 64 letters, digits, '.', '_' or '-', got %q", c.Pool)

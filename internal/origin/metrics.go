@@ -67,6 +67,11 @@ type Metrics struct {
 	streams   *prometheus.CounterVec
 	ejections *prometheus.CounterVec
 	healthy   *prometheus.Desc
+	// The pools' concurrency limits (Config.Concurrency).
+	limitRefused *prometheus.CounterVec
+	limit        *prometheus.Desc
+	limitFlight  *prometheus.Desc
+	limitQueued  *prometheus.Desc
 
 	// pools are the proxies open on these metrics by pool label: the
 	// healthy gauge is read from them at scrape time (counting then is
@@ -95,7 +100,21 @@ type metrics struct {
 	timeouts  [numPhases]prometheus.Counter
 	streams   [numStreamEnds]prometheus.Counter
 	ejections prometheus.Counter
+	refused   [numLimitRefusals]prometheus.Counter
 }
+
+// limitRefusal is why a pool's concurrency limit refused a request (the
+// concurrency_refused_total label).
+type limitRefusal int
+
+const (
+	limitQueueFull    limitRefusal = iota // at the limit with the queue full (or none)
+	limitQueueTimeout                     // waited queue_timeout
+	limitGone                             // the client left while it waited
+	numLimitRefusals
+)
+
+var limitRefusalNames = [numLimitRefusals]string{"queue_full", "queue_timeout", "gone"}
 
 // NewMetrics builds the origin collectors and registers them on reg once,
 // for every pool built on them; a nil reg leaves them unregistered but
@@ -128,13 +147,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Help: "Origins taken out of rotation by failing real requests (unhealthy_after in a row, or a failed request on probation), by pool; each stays out for its ejection time before a request tries it again.",
 	}, []string{"pool"})
 	m.healthy = prometheus.NewDesc(namespace+"healthy", "Origins currently in rotation, by pool.", []string{"pool"}, nil)
+	m.limitRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: namespace + "concurrency_refused_total",
+		Help: "Requests a pool's concurrency limit refused with 503 before they took a worker, by pool and reason (queue_full: at the limit with its queue full or none; queue_timeout: waited the pool's queue_timeout; gone: the client left while it waited).",
+	}, []string{"pool", "reason"})
+	m.limit = prometheus.NewDesc(namespace+"concurrency_limit", "A pool's concurrency limit in force (the learned one when adaptive), by pool; only pools with a limit.", []string{"pool"}, nil)
+	m.limitFlight = prometheus.NewDesc(namespace+"concurrency_in_flight", "A pool's requests in flight under its concurrency limit (critical ones included), by pool; only pools with a limit.", []string{"pool"}, nil)
+	m.limitQueued = prometheus.NewDesc(namespace+"concurrency_queued", "Requests waiting in a pool's queue for its concurrency limit (holding no worker), by pool; only pools with a limit.", []string{"pool"}, nil)
 
 	if reg == nil {
 		return m, nil
 	}
 	var regErrs []error
 	var done []prometheus.Collector
-	for _, c := range []prometheus.Collector{m.dur, m.errors, m.responses, m.timeouts, m.streams, m.ejections, healthyCollector{m}} {
+	for _, c := range []prometheus.Collector{m.dur, m.errors, m.responses, m.timeouts, m.streams, m.ejections, m.limitRefused, healthyCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			regErrs = append(regErrs, err)
 			continue
@@ -188,6 +214,11 @@ func (m *Metrics) open(p *Proxy, name string) (string, *metrics) {
 	for e := range numStreamEnds {
 		pm.streams[e] = m.streams.WithLabelValues(label, e.String())
 	}
+	if p.limit != nil {
+		for r := range numLimitRefusals {
+			pm.refused[r] = m.limitRefused.WithLabelValues(label, limitRefusalNames[r])
+		}
+	}
 	return label, pm
 }
 
@@ -213,22 +244,41 @@ func (m *Metrics) close(p *Proxy, label string) {
 	m.timeouts.DeletePartialMatch(match)
 	m.streams.DeletePartialMatch(match)
 	m.ejections.DeletePartialMatch(match)
+	m.limitRefused.DeletePartialMatch(match)
 }
 
 // healthyCollector exports the healthy gauge of every open pool.
 type healthyCollector struct{ m *Metrics }
 
-func (c healthyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.healthy }
+func (c healthyCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.healthy
+	ch <- c.m.limit
+	ch <- c.m.limitFlight
+	ch <- c.m.limitQueued
+}
 
+// Collect exports the healthy origins and, for pools with a concurrency
+// limit, the limit and the requests in flight under it.
 func (c healthyCollector) Collect(ch chan<- prometheus.Metric) {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	for label, set := range c.m.pools {
-		n := 0
+		n, limit, flight, queued, limited := 0, 0, 0, 0, false
 		for p := range set {
 			n += p.Healthy()
+			if p.limit != nil {
+				limited = true
+				limit += p.limit.Limit()
+				flight += p.limit.InFlight()
+				queued += p.limit.Queued()
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(c.m.healthy, prometheus.GaugeValue, float64(n), label)
+		if limited {
+			ch <- prometheus.MustNewConstMetric(c.m.limit, prometheus.GaugeValue, float64(limit), label)
+			ch <- prometheus.MustNewConstMetric(c.m.limitFlight, prometheus.GaugeValue, float64(flight), label)
+			ch <- prometheus.MustNewConstMetric(c.m.limitQueued, prometheus.GaugeValue, float64(queued), label)
+		}
 	}
 }
 

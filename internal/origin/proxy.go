@@ -49,6 +49,7 @@ package origin
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -66,6 +67,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // Proxy forwards requests to a fixed set of origins. It is safe for
@@ -81,6 +84,8 @@ type Proxy struct {
 	label  string
 	// now is the clock of ejections (time.Now but in tests).
 	now func() time.Time
+	// limit is the pool's concurrency limit; nil: none.
+	limit *shedder.PoolLimit
 
 	// next rotates the scan start so equally loaded origins share traffic
 	// instead of the first one taking every tie.
@@ -140,7 +145,7 @@ func newPool(cfg Config, m *Metrics, log *slog.Logger, now func() time.Time) (*P
 	if m == nil {
 		m, _ = NewMetrics(nil) // cannot fail unregistered
 	}
-	p := &Proxy{cfg: cfg, shared: m, log: log, now: now, stop: make(chan struct{}), streams: make(map[*timedConn]struct{})}
+	p := &Proxy{cfg: cfg, shared: m, log: log, now: now, stop: make(chan struct{}), streams: make(map[*timedConn]struct{}), limit: shedder.NewPoolLimit(cfg.Concurrency)}
 	for _, raw := range cfg.URLs {
 		u, err := url.Parse(raw) // already checked by Validate
 		if err != nil {
@@ -503,6 +508,30 @@ func (p *Proxy) Streaming() int {
 // MaxRequestBodySize is the pool's cap on a request body (0: none): what
 // a declared Content-Length is checked against before Serve.
 func (p *Proxy) MaxRequestBodySize() int { return p.cfg.MaxRequestBodySize }
+
+// AcquireLimit takes a place in the pool's concurrency limit for a request
+// of tier at now, waiting in the pool's queue while gone says the client
+// is still there; with no limit it admits at once. A refusal is counted by
+// reason. An admitted request calls release once its origin exchange has
+// ended (see shedder.PoolLimit.Acquire).
+func (p *Proxy) AcquireLimit(now time.Time, tier shedder.Tier, gone func() bool) (release func(now time.Time, rtt time.Duration, sample bool), err error) {
+	if p.limit == nil {
+		return noLimit, nil
+	}
+	release, err = p.limit.Acquire(context.Background(), now, tier, gone)
+	switch {
+	case err == nil:
+	case errors.Is(err, shedder.ErrQueueTimeout):
+		p.metrics.refused[limitQueueTimeout].Inc()
+	case errors.Is(err, shedder.ErrGone):
+		p.metrics.refused[limitGone].Inc()
+	default:
+		p.metrics.refused[limitQueueFull].Inc()
+	}
+	return release, err
+}
+
+func noLimit(time.Time, time.Duration, bool) {}
 
 // countTimeout counts a failed attempt's timeout by phase: connect (the
 // dial or the TLS handshake), header (HeaderTimeout) or total (Timeout,

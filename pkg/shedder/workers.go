@@ -240,7 +240,7 @@ func (w *Workers) releaser() func() {
 func (w *Workers) release() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.queue) > 0 {
+	if len(w.queue) > 0 && w.busy <= w.capacity {
 		w.grantLocked()
 		return
 	}
@@ -371,4 +371,16 @@ func (w *Workers) Utilization() float64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return float64(w.busy) / float64(w.capacity)
+}
+
+// SetCapacity changes the cap live: a larger cap hands the new slots to
+// the waiters at once; a smaller one takes effect as requests end.
+func (w *Workers) SetCapacity(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.capacity = max(n, 1)
+	for w.busy < w.capacity && len(w.queue) > 0 {
+		w.busy++
+		w.grantLocked()
+	}
 }

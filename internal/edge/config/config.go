@@ -156,6 +156,14 @@ type OriginSettings struct {
 	// Workers (+1 for the health check), so every worker can hold one
 	// origin connection.
 	OriginMaxConns int
+	// OriginConcurrencyLimit bounds the --origin pool's requests in flight
+	// (0: none; the host table sets other pools'): past it a request waits
+	// in the pool's queue (OriginConcurrencyQueue places, each for at most
+	// OriginConcurrencyQueueTimeout) or gets 503 at once, before it takes
+	// a worker.
+	OriginConcurrencyLimit        int
+	OriginConcurrencyQueue        int
+	OriginConcurrencyQueueTimeout time.Duration
 	// MaxTunnels caps the upgraded connections (WebSocket and the like)
 	// open at once; past it an upgrade is answered 503. 0 turns
 	// tunnelling off (Upgrade is stripped, as any hop-by-hop field).
@@ -296,9 +304,10 @@ func DefaultConfig() Config {
 			ShutdownTimeout: 30 * time.Second,
 		},
 		OriginSettings: OriginSettings{
-			OriginDialTimeout:     time.Second,
-			OriginHeaderTimeout:   10 * time.Second,
-			OriginReadIdleTimeout: 60 * time.Second,
+			OriginDialTimeout:             time.Second,
+			OriginHeaderTimeout:           10 * time.Second,
+			OriginConcurrencyQueueTimeout: 100 * time.Millisecond,
+			OriginReadIdleTimeout:         60 * time.Second,
 			// A CDN edge holds many long-lived sockets; 10,000 tunnels
 			// cost two goroutines and two 32 KiB buffers while copying,
 			// well under a gigabyte, and each holds no worker.
@@ -415,6 +424,9 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header block; larger gets 431")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body (streamed to the origin, never held whole); larger gets 413")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open connections one client socket address (an IPv6 client's --ipv6-prefix network) may hold; more are answered 429 at accept; trusted proxies are exempt; 0 = no cap")
+	fs.IntVar(&c.OriginConcurrencyLimit, "origin-concurrency-limit", c.OriginConcurrencyLimit, "requests in flight to the --origin pool; past it a request waits in the pool's queue (--origin-concurrency-queue) or gets 503 before it takes a worker; 0 = no limit (the host table sets its pools' own)")
+	fs.IntVar(&c.OriginConcurrencyQueue, "origin-concurrency-queue", c.OriginConcurrencyQueue, "requests that may wait past --origin-concurrency-limit; 0 = refused at once")
+	fs.DurationVar(&c.OriginConcurrencyQueueTimeout, "origin-concurrency-queue-timeout", c.OriginConcurrencyQueueTimeout, "the longest a request waits in the --origin pool's queue before its 503")
 	fs.IntVar(&c.OriginMaxConns, "origin-max-conns", c.OriginMaxConns, "connections to each origin; 0 = --workers + 1 (every worker can hold one); when they are all busy the edge answers 503")
 	fs.StringVar(&c.DefaultHost, "default-host", c.DefaultHost, "Host given to a request that has none (HTTP/1.0); empty = such a request is answered 400")
 	fs.BoolVar(&c.AllowUnderscoresInHeaders, "allow-underscores-in-headers", c.AllowUnderscoresInHeaders, "pass header names with an underscore to the origin (dropped by default: CGI-style origins read X_Api_Key as X-Api-Key)")
@@ -713,7 +725,8 @@ func (c Config) Validate() error {
 		bad("origin-timeout: must be ≥ 0 (got %s; 0 = no bound)", c.OriginTimeout)
 	}
 	for name, d := range map[string]time.Duration{"redis-timeout": c.RedisTimeout, "origin-dial-timeout": c.OriginDialTimeout,
-		"origin-header-timeout": c.OriginHeaderTimeout, "origin-read-idle-timeout": c.OriginReadIdleTimeout, "read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout, "tunnel-idle-timeout": c.TunnelIdleTimeout} {
+		"origin-header-timeout": c.OriginHeaderTimeout, "origin-read-idle-timeout": c.OriginReadIdleTimeout, "read-timeout": c.ReadTimeout, "write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "shutdown-timeout": c.ShutdownTimeout, "tunnel-idle-timeout": c.TunnelIdleTimeout,
+		"origin-concurrency-queue-timeout": c.OriginConcurrencyQueueTimeout} {
 		if d <= 0 {
 			bad("%s: must be > 0 (got %s)", name, d)
 		}
@@ -727,7 +740,8 @@ func (c Config) Validate() error {
 			bad("%s: must be ≥ 1 (got %d)", name, n)
 		}
 	}
-	for name, n := range map[string]int{"max-conns-per-ip": c.MaxConnsPerIP, "origin-max-conns": c.OriginMaxConns, "max-tunnels": c.MaxTunnels} {
+	for name, n := range map[string]int{"max-conns-per-ip": c.MaxConnsPerIP, "origin-max-conns": c.OriginMaxConns, "max-tunnels": c.MaxTunnels,
+		"origin-concurrency-limit": c.OriginConcurrencyLimit, "origin-concurrency-queue": c.OriginConcurrencyQueue} {
 		if n < 0 {
 			bad("%s: must be ≥ 0 (got %d)", name, n)
 		}

@@ -52,7 +52,7 @@ func (e *Pipeline) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total ti
 	if fp := e.conns.JA4(ctx.Conn()); fp != "" {
 		line.Str("ja4", fp)
 	}
-	if outcome == outcomeShed || outcome == outcomeNoWorker || outcome == outcomeAbandoned || outcome == outcomeHostShare {
+	if outcome == outcomeShed || outcome == outcomeNoWorker || outcome == outcomeAbandoned || outcome == outcomeHostShare || outcome == outcomePoolLimit {
 		line.Str("shed_reason", outcome)
 	}
 	logRefusal(line, sc)

@@ -43,6 +43,7 @@ const (
 	outcomeRefused     = "refused"
 	outcomeAbandoned   = "abandoned"
 	outcomeHostShare   = "host_share"
+	outcomePoolLimit   = "pool_limit"
 )
 
 func newMetrics(reg prometheus.Registerer, framingReasons []string) (*metrics, error) {
@@ -82,7 +83,7 @@ func newMetrics(reg prometheus.Registerer, framingReasons []string) (*metrics, e
 	m.enforce = newEnforcementMetrics()
 	m.byRequest = map[requestKey]prometheus.Counter{}
 	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
-	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned, outcomeHostShare} {
+	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned, outcomeHostShare, outcomePoolLimit} {
 		for _, t := range []shedder.Tier{shedder.TierTest, shedder.TierRead, shedder.TierWrite, shedder.TierCritical} {
 			m.byRequest[requestKey{o, t}] = m.requests.WithLabelValues(o, t.String())
 		}

@@ -28,7 +28,8 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// client is the one the trust model names (an IPv6 client by its
 	// prefix, as the rules key it), so one address cannot take its host's
 	// whole share from the host's other clients.
-	lease, ok := e.shed.AcquireHost(sc.start, rules.NormalizeHost(b2s(ctx.Request.Header.Host())), e.clientIdentity(sc.client), tier)
+	host := rules.NormalizeHost(b2s(ctx.Request.Header.Host()))
+	lease, ok := e.shed.AcquireHost(sc.start, host, e.clientIdentity(sc.client), tier)
 	if !ok {
 		problem.Unavailable(ctx, "this host is at its share of the edge's workers; retry later", 1)
 		return outcomeHostShare
@@ -40,11 +41,27 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 		problem.Unavailable(ctx, "the edge is shedding load; retry later", 1)
 		return outcomeShed
 	}
+	// The host's pool's concurrency limit (host table `concurrency`; none
+	// unless set), waited for before a worker is taken: requests queued
+	// behind a slow pool hold none of the edge's workers.
+	gone := func() bool { return e.conns.Gone(ctx.Conn()) }
+	pool := e.route(host)
+	releasePool, err := pool.AcquireLimit(sc.start, tier, gone)
+	switch {
+	case errors.Is(err, shedder.ErrGone):
+		ctx.SetConnectionClose()
+		problem.Unavailable(ctx, "the client left while waiting", 1)
+		return outcomeAbandoned
+	case err != nil:
+		problem.Unavailable(ctx, "this host's origin is at its concurrency limit; retry later", 1)
+		return outcomePoolLimit
+	}
+	defer endPool(releasePool, sc)
 	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
 	// derived context and races with Shutdown; the queue timeout bounds
 	// this, and a waiter whose client left gives up its place.
 	_, wait := e.tracing.child(sc.trace, "shedder.wait")
-	release, err := e.workers.AcquireUnless(context.Background(), tier, func() bool { return e.conns.Gone(ctx.Conn()) })
+	release, err := e.workers.AcquireUnless(context.Background(), tier, gone)
 	wait.End()
 	switch {
 	case errors.Is(err, shedder.ErrGone):
@@ -92,4 +109,10 @@ func (e *Pipeline) clientIdentity(a netip.Addr) netip.Addr {
 		return a
 	}
 	return p.Addr()
+}
+
+// endPool gives back sc's place in its pool's concurrency limit, with the
+// origin's latency when it measured the origin.
+func endPool(release func(time.Time, time.Duration, bool), sc *scratch) {
+	release(time.Now(), sc.upstream, originAnswered(sc.ctx, sc))
 }
