@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -72,8 +73,22 @@ func TestReleasedDocumentsNeedSchema1(t *testing.T) {
 		require.NoError(t, err, d.kind)
 		require.Equal(t, region.Need{Kind: d.kind, Schema: 1}, need, d.kind)
 	}
-	require.Equal(t, map[string]int{"rules": 1, "shedder": 1, "hosts": 1, "enforcement": 1, "rls": 1},
-		region.DocumentSchemas.Reads(), "no field is newer than 0.1.0's yet")
+	require.Equal(t, map[string]int{"rules": 1, "shedder": 1, "hosts": 2, "enforcement": 1, "rls": 1},
+		region.DocumentSchemas.Reads(), "the host table's schema 2: pools' concurrency")
+}
+
+// TestPoolConcurrencyNeedsHostsSchema2: a host table using a pool's
+// concurrency limit (after 0.1.0) needs schema 2, naming the field, so a
+// push is refused while a 0.1.0 edge (which would refuse the unknown
+// field) serves the region.
+func TestPoolConcurrencyNeedsHostsSchema2(t *testing.T) {
+	doc := strings.Replace(everyHostField, "    rewrite_host: true\n", "    rewrite_host: true\n    concurrency: {limit: 8, queue: 2}\n", 1)
+	_, err := hosts.Parse([]byte(doc))
+	require.NoError(t, err)
+	need, err := region.DocumentSchemas.Required(region.SchemaHosts, []byte(doc))
+	require.NoError(t, err)
+	require.Equal(t, 2, need.Schema)
+	require.Contains(t, need.Fields, "pools.*.concurrency.limit")
 }
 
 // newer is DocumentSchemas with a field of schema 2 in each of rules, hosts
