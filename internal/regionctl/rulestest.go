@@ -163,7 +163,11 @@ func (a *app) checkTests(t testFlags, file string, doc *rules.Document, tail str
 			a.emitJSON(res)
 		}
 		if code != ExitOK {
-			return reported(code, fmt.Sprintf("%s: the rule tests of %s failed%s", file, t.file, tail))
+			msg := fmt.Sprintf("%s: the rule tests of %s failed%s", file, t.file, tail)
+			if !a.json() {
+				fmt.Fprintln(a.stderr, "regionctl: "+msg)
+			}
+			return reported(code, msg)
 		}
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -191,8 +192,9 @@ func (f *File) send(snap *rules.Snapshot, c *Case) (got, error) {
 		counted = append(counted, m.Rule)
 	}
 	// Limit (stage_limit.go), on a clock that moves only between requests.
-	now := epoch
-	clock := func() time.Time { return now }
+	// The limiter may read it from goroutines of its own.
+	var now atomic.Int64
+	clock := func() time.Time { return time.Unix(0, now.Load()).UTC() }
 	lim, err := limiter.New(limiter.NewMemoryStore(limiter.WithClock(clock)), limiter.Config{StoreName: "memory", Now: clock}, nil, nil)
 	if err != nil {
 		return g, err
@@ -200,7 +202,7 @@ func (f *File) send(snap *rules.Snapshot, c *Case) (got, error) {
 	defer lim.Close()
 	g.status = fasthttp.StatusOK
 	for i := range c.Repeat {
-		now = epoch.Add(time.Duration(i) * time.Duration(c.Every))
+		now.Store(epoch.Add(time.Duration(i) * time.Duration(c.Every)).UnixNano())
 		if len(checks) == 0 {
 			g.allowed++
 			continue
