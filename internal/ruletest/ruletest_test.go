@@ -164,3 +164,42 @@ func TestKeyExpectationErrors(t *testing.T) {
 	_, err = ruletest.Run(f, mustRules(t, "version: 1\nrules:\n  - {id: w, key: [ip], algorithm: fixed_window, limit: 3, window: 1m}\n"))
 	require.ErrorContains(t, err, "keyed by 1 values")
 }
+
+// Overrides and a trusted peer's limit header set the limit as at the
+// edge; an untrusted peer's limit header is ignored.
+func TestEscapesSetTheLimit(t *testing.T) {
+	res := run(t, `version: 1
+rules:
+  - id: plan
+    key: ["header:X-Api-Key"]
+    algorithm: fixed_window
+    limit: 2
+    window: 1m
+    limit_header: X-Plan-Limit
+    overrides: [{key: [partner], limit: 5}]
+`, `tests:
+  - name: the rule's own
+    request: {host: a.example, path: /, peer: 192.0.2.1, headers: {X-Api-Key: k}}
+    repeat: 8
+    expect: {allowed: 2, denied: 6}
+  - name: an override
+    request: {host: a.example, path: /, peer: 192.0.2.1, headers: {X-Api-Key: partner}}
+    repeat: 8
+    expect: {allowed: 5, denied: 3}
+  - name: a trusted peer's limit header
+    request: {host: a.example, path: /, peer: 10.0.0.1, trusted: true, headers: {X-Api-Key: k, X-Plan-Limit: "4"}}
+    repeat: 8
+    expect: {allowed: 4, denied: 4}
+  - name: an untrusted peer's limit header
+    request: {host: a.example, path: /, peer: 192.0.2.1, headers: {X-Api-Key: k, X-Plan-Limit: "7"}}
+    repeat: 8
+    expect: {allowed: 2, denied: 6}
+  - name: a limit header that is not a limit
+    request: {host: a.example, path: /, peer: 10.0.0.1, trusted: true, headers: {X-Api-Key: k, X-Plan-Limit: "-3"}}
+    repeat: 8
+    expect: {allowed: 2, denied: 6}
+`)
+	for _, r := range res {
+		require.True(t, r.Pass, "%s: %v", r.Name, r.Diffs)
+	}
+}

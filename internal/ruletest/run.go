@@ -184,10 +184,8 @@ func (f *File) send(snap *rules.Snapshot, c *Case) (got, error) {
 		if m.Rule.CountIf.Status != nil || m.Rule.CountIf.Header != "" || m.Rule.CostHeader != "" {
 			continue
 		}
-		l := limiter.Limit{Key: m.Key, Algorithm: m.Rule.Algorithm, Limit: m.Rule.Limit, Window: m.Rule.Window, Burst: m.Rule.Burst, MinInterval: m.Rule.MinInterval}
-		if m.Limit > 0 {
-			l.Limit, l.Burst = m.Limit, m.Burst
-		}
+		// The key's override or a trusted peer's limit header (escapes.go).
+		l, _, _ := rules.LimitOf(m, m.Key, isTrusted, look.Get)
 		checks = append(checks, limiter.Check{Limit: l, Cost: m.Rule.Cost, Shadow: m.Rule.Shadow})
 		counted = append(counted, m.Rule)
 	}
