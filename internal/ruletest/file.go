@@ -102,8 +102,12 @@ type Expect struct {
 	Violated *[]string `yaml:"violated"`
 }
 
-// MaxRepeat bounds a case's requests: a test file runs in moments.
-const MaxRepeat = 100_000
+// MaxRepeat bounds a case's requests and MaxRequests a file's: a test
+// file runs in moments.
+const (
+	MaxRepeat   = 100_000
+	MaxRequests = 1_000_000
+)
 
 // Values is one header value or a list of them.
 type Values []string
@@ -188,6 +192,7 @@ func (f *File) validate() error {
 		bad("tests: no cases")
 	}
 	names := map[string]bool{}
+	total := 0
 	for i := range f.Tests {
 		c := &f.Tests[i]
 		at := fmt.Sprintf("tests[%d]", i)
@@ -202,6 +207,8 @@ func (f *File) validate() error {
 		}
 		if c.Repeat < 0 || c.Repeat > MaxRepeat {
 			bad("%s: repeat must be 1-%d, got %d", at, MaxRepeat, c.Repeat)
+		} else if total += c.Repeat; total > MaxRequests && total-c.Repeat <= MaxRequests {
+			bad("%s: the file's cases send more than %d requests in all", at, MaxRequests)
 		}
 		if err := c.Request.check(); err != nil {
 			bad("%s: request: %v", at, err)

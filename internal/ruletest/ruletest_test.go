@@ -1,6 +1,7 @@
 package ruletest_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -40,6 +41,7 @@ func TestParseRefusesWhatIsNotATest(t *testing.T) {
 		{"a peer that is not an address", "tests: [{name: a, request: {path: /, peer: example.com}}]", `peer "example.com"`},
 		{"a Host in headers", "tests: [{name: a, request: {path: /, peer: 192.0.2.1, headers: {host: x}}}]", "give the Host as host"},
 		{"too many requests", "tests: [{name: a, repeat: 1000001, request: {path: /, peer: 192.0.2.1}}]", "repeat must be"},
+		{"too many requests in all", "tests:\n" + strings.Repeat("  - {name: a, repeat: 100000, request: {path: /, peer: 192.0.2.1}}\n", 1) + manyCases(11), "more than 1000000 requests in all"},
 		{"a negative every", "tests: [{name: a, every: -1s, request: {path: /, peer: 192.0.2.1}}]", "not a duration"},
 		{"a bad trusted proxy", "trusted_proxies: [10.0.0.0/99]\ntests: [{name: a, request: {path: /, peer: 192.0.2.1}}]", "trusted_proxies"},
 	} {
@@ -202,4 +204,13 @@ rules:
 	for _, r := range res {
 		require.True(t, r.Pass, "%s: %v", r.Name, r.Diffs)
 	}
+}
+
+// manyCases are n cases of 100,000 requests each, named apart.
+func manyCases(n int) string {
+	var b strings.Builder
+	for i := range n {
+		b.WriteString("  - {name: c" + strconv.Itoa(i) + ", repeat: 100000, request: {path: /, peer: 192.0.2.1}}\n")
+	}
+	return b.String()
 }
