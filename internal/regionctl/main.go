@@ -51,6 +51,8 @@ Usage:
 
 Rules (YAML, schema v1; each region is a Consul datacenter of the same name):
   rules validate FILE...                       check files offline, listing every problem as FILE:LINE
+  rules test [--lint-errors] FILE...           run rule test files: requests with the rules, keys and decisions
+                                               expected, through the edge's own code; exit 4 when a case fails
   rules diff --region R [--global] FILE        rule-level diff of R's region (or global) document against FILE
   rules diff OLD NEW                           rule-level diff of two files, offline
   rules push --region R [--global] FILE        write FILE as R's region (or global) document (check-and-set)
@@ -153,7 +155,8 @@ Exit codes:
   1  error ("rules diff", "hosts diff": they differ)
   2  usage error
   3  conflict: the document changed since it was read (another push won); re-run
-  4  invalid rules document, shedder settings or host table; nothing was written
+  4  invalid rules document, shedder settings or host table, or a failing rule test
+     (rules test, validate --tests, push --tests); nothing was written
   5  permission denied by Consul ACLs
   6  not converged (regions status): a healthy edge runs other rules than KV holds
   7  Consul unreachable: the agent, or through it a region's servers

@@ -240,6 +240,8 @@ func (a *app) rulesPush(args []string) error {
 	m := a.metaFlags(fs)
 	sf := a.safetyFlags(fs)
 	sf.allowEmptyFlag(fs)
+	var tf testFlags
+	tf.register(fs, true)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -253,9 +255,14 @@ func (a *app) rulesPush(args []string) error {
 		return usagef("rules push needs --region R (or --all for the global document in every region)")
 	}
 	file := pos[0]
-	data, _, err := a.readRulesFile(file, "; nothing was written")
+	data, doc, err := a.readRulesFile(file, "; nothing was written")
 	if err != nil {
 		return err
+	}
+	if tf.file != "" || tf.lintErrors {
+		if err := a.checkTests(tf, file, doc, "; nothing was written", nil); err != nil { // rulestest.go
+			return err
+		}
 	}
 	if err := a.fillMeta(m); err != nil {
 		return err

@@ -12,9 +12,11 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
-// rules validate FILE...
+// rules validate [--tests FILE] [--lint-errors] FILE...
 func (a *app) rulesValidate(args []string) error {
-	fs := a.flags("rules validate", "FILE...")
+	fs := a.flags("rules validate", "[--tests FILE] [--lint-errors] FILE...")
+	var tf testFlags
+	tf.register(fs, true)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -25,7 +27,7 @@ func (a *app) rulesValidate(args []string) error {
 	results := make([]map[string]any, len(pos))
 	codes := make([]int, len(pos))
 	for i, f := range pos {
-		results[i], codes[i] = a.validateFile(f)
+		results[i], codes[i] = a.validateFile(f, tf)
 	}
 	code := combine(codes)
 	if a.json() {
@@ -58,7 +60,7 @@ func (a *app) rulesValidate(args []string) error {
 // validateFile checks one file: its JSON result and exit code. Text goes
 // out at once: the valid line on stdout, the problems (or why the file
 // could not be read) on stderr.
-func (a *app) validateFile(path string) (map[string]any, int) {
+func (a *app) validateFile(path string, tf testFlags) (map[string]any, int) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		msg := fmt.Sprintf("reading rules file: %v", err)
@@ -84,7 +86,12 @@ func (a *app) validateFile(path string) (map[string]any, int) {
 	if !a.json() {
 		a.printf("%s: valid, %s, version %s\n", path, plural(len(doc.Rules), "rule"), v)
 	}
-	return map[string]any{"valid": true, "document": path, "rules": len(doc.Rules), "version": v}, ExitOK
+	out := map[string]any{"valid": true, "document": path, "rules": len(doc.Rules), "version": v}
+	if err := a.checkTests(tf, path, doc, "", out); err != nil { // rulestest.go
+		out["valid"], out["error"], out["exit_code"], out["reason"] = false, err.Error(), exitCode(err), reasonOf(exitCode(err))
+		return out, exitCode(err)
+	}
+	return out, ExitOK
 }
 
 // docFlags are the flags that pick a region and one of its documents.

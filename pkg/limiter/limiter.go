@@ -127,6 +127,9 @@ type Config struct {
 	BreakerCooldown time.Duration
 	// FallbackKeys caps the fallback memory store (default 1,000,000 keys).
 	FallbackKeys int
+	// Now is the limiter's clock (default time.Now): a rule test steps a
+	// frozen one, so its decisions do not depend on how fast it runs.
+	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -150,6 +153,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FallbackKeys <= 0 {
 		c.FallbackKeys = 1_000_000
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
@@ -220,7 +226,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		flights:    newFlights(),
 		allowances: newAllowances(cfg.CacheSize),
 		log:        log,
-		now:        time.Now,
+		now:        cfg.Now,
 		deadline:   sharedDeadline{timeout: cfg.Timeout},
 		releasing:  make(chan struct{}, maxReleasing),
 	}

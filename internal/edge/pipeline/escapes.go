@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -42,36 +41,21 @@ func (e *Pipeline) dropBypassed(ms []rules.Match, by []*rules.CompiledRule) ([]r
 	return kept, by
 }
 
-// limitOf is the limit a match is checked against: the key's override,
-// or a trusted peer's limit header, or the rule's own. A limit header from
-// an untrusted peer, or one that is not a limit the rule's algorithm can
-// take, is ignored and counted.
+// limitOf is the limit a match is checked against (rules.LimitOf: the
+// key's override, or a trusted peer's limit header, or the rule's own),
+// counting the escapes it took.
 func (e *Pipeline) limitOf(m rules.Match, key string, trusted bool, header func(string) (string, bool)) limiter.Limit {
-	r := m.Rule
-	l := ruleLimit(r, key)
-	if m.Limit > 0 {
-		l.Limit, l.Burst = m.Limit, m.Burst
-		e.metrics.escape(ruleLabel(r), escapeOverride).Inc()
+	l, overridden, use := rules.LimitOf(m, key, trusted, header)
+	if overridden {
+		e.metrics.escape(ruleLabel(m.Rule), escapeOverride).Inc()
 	}
-	if r.LimitHeader == "" {
-		return l
+	switch use {
+	case rules.HeaderApplied:
+		e.metrics.escape(ruleLabel(m.Rule), escapeLimitHeader).Inc()
+	case rules.HeaderIgnored:
+		e.metrics.escape(ruleLabel(m.Rule), escapeHeaderIgnored).Inc()
 	}
-	v, ok := header(r.LimitHeader)
-	if !ok {
-		return l
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	asked := l
-	asked.Limit = n
-	if r.Burst > 0 {
-		asked.Burst = n // a bucket: the capacity follows the limit
-	}
-	if !trusted || err != nil || asked.Validate() != nil {
-		e.metrics.escape(ruleLabel(r), escapeHeaderIgnored).Inc()
-		return l
-	}
-	e.metrics.escape(ruleLabel(r), escapeLimitHeader).Inc()
-	return asked
+	return l
 }
 
 // startPenalties penalises the keys whose penalty rule denied this request,

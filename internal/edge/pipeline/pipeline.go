@@ -59,8 +59,8 @@ func (e *Pipeline) Handle(ctx *fasthttp.RequestCtx) {
 // decided on that was sent more than once (headerLookup) ends the request
 // before the next stage: the one place that check is made.
 func (e *Pipeline) next(sc *scratch) string {
-	if sc.headers.repeated != "" {
-		refuseRepeated(sc.ctx, sc.headers.repeated)
+	if r := sc.headers.Repeated(); r != "" {
+		refuseRepeated(sc.ctx, r)
 		sc.refusal = reasonRepeatedField
 		return outcomeRefused
 	}
@@ -78,8 +78,8 @@ type scratch struct {
 	peer    netip.Addr
 	trusted bool // the peer is a trusted proxy (internal/edge/trust)
 	headers headerLookup
-	header  func(string) (string, bool) // headers.get, bound once per scratch
-	query   func(string) (string, bool) // headers.query, likewise
+	header  func(string) (string, bool) // headers.Get, bound once per scratch
+	query   func(string) (string, bool) // headers.Query, likewise
 	path    string                      // normalized
 	bh      bhlayer.Request             // the client's part in the behaviour layer
 	req     rules.Request               // what the rules see
@@ -131,7 +131,7 @@ type recorded struct {
 
 func newScratch() any {
 	sc := &scratch{recorded: recorded{tier: shedder.TierNone}}
-	sc.header, sc.query = sc.headers.get, sc.headers.query
+	sc.header, sc.query = sc.headers.Get, sc.headers.Query
 	return sc
 }
 

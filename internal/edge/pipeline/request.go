@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/reqhead"
 	"github.com/edgeguard/edgeguard/internal/problem"
 )
 
@@ -12,36 +13,8 @@ import (
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // headerLookup is the one way the rules and the shedder read request
-// headers and query parameters. One they ask about that appears more than
-// once has no single meaning (the origin would see every value, the edge
-// one of them), so it is recorded in repeated and reads as absent; the
-// caller then refuses the request.
-type headerLookup struct {
-	h        *fasthttp.RequestHeader
-	args     *fasthttp.Args
-	repeated string // "header X-Api-Key", "query parameter key"
-}
-
-func (l *headerLookup) get(name string) (string, bool) {
-	return l.one(l.h.PeekAll(name), "header ", name)
-}
-
-func (l *headerLookup) query(name string) (string, bool) {
-	return l.one(l.args.PeekMulti(name), "query parameter ", name)
-}
-
-func (l *headerLookup) one(vs [][]byte, kind, name string) (string, bool) {
-	switch len(vs) {
-	case 0:
-		return "", false
-	case 1:
-		return b2s(vs[0]), true
-	}
-	if l.repeated == "" {
-		l.repeated = kind + name
-	}
-	return "", false
-}
+// headers and query parameters (package reqhead, which rule tests share).
+type headerLookup = reqhead.Lookup
 
 // refuseRepeated answers 400 for a repeated decision header or parameter.
 func refuseRepeated(ctx *fasthttp.RequestCtx, what string) {

@@ -41,8 +41,5 @@ func (e *Pipeline) check(m rules.Match, trusted bool, header func(string) (strin
 	return limiter.Check{Limit: e.limitOf(m, key, trusted, header), Cost: r.Cost, Shadow: shadow, Nodes: int(nodes), Tolerance: r.Tolerance, Global: r.Scope == rules.ScopeGlobal}
 }
 
-// ruleLimit is a compiled rule's limit on key: rules compile to the
-// limiter's own algorithms, so nothing is parsed per request.
-func ruleLimit(r *rules.CompiledRule, key string) limiter.Limit {
-	return limiter.Limit{Key: key, Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst, MinInterval: r.MinInterval}
-}
+// ruleLimit is a compiled rule's limit on key (rules.CompiledRule.LimitOn).
+func ruleLimit(r *rules.CompiledRule, key string) limiter.Limit { return r.LimitOn(key) }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"github.com/edgeguard/edgeguard/internal/edge/reqhead"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
@@ -12,7 +13,7 @@ import (
 // tier for the shedder (a client whose level says so is put in the lowest).
 func (e *Pipeline) identifyStage(sc *scratch) string {
 	ctx := sc.ctx
-	sc.headers = headerLookup{h: &ctx.Request.Header, args: ctx.QueryArgs()}
+	sc.headers = reqhead.New(&ctx.Request.Header, ctx.QueryArgs())
 	sc.path = rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
 	sc.client = trust.Client(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
 	sc.bh = e.bh.Begin(sc.client, sc.trusted, sc.header, sc.query, sc.path, ctx.Conn())

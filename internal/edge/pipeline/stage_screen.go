@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/reqhead"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/problem"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -63,22 +64,8 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 			return reasonBodyTooLarge
 		}
 	}
-	// A Host or an absolute-form target with user info ("u:p@host") would
-	// reach the origin as an Authorization field (fasthttp's client writes
-	// one from a URI's user): no such request goes on.
-	if uri := ctx.URI(); len(uri.Username()) > 0 || len(uri.Password()) > 0 || bytes.IndexByte(ctx.Request.Header.Host(), '@') >= 0 {
-		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host (user info is not allowed)")
-		return reasonHost
-	}
-	// fasthttp takes the URI's host from an absolute-form target and keeps
-	// the Host field as sent; the origin client sends the Host field.
-	if host := ctx.URI().Host(); len(host) > 0 && !bytes.Equal(host, ctx.Request.Header.Host()) {
-		ctx.Request.Header.SetHostBytes(host)
-	}
-	if host := ctx.Request.Header.Host(); len(host) == 0 && e.cfg.DefaultHost != "" {
-		ctx.Request.Header.SetHost(e.cfg.DefaultHost)
-	} else if !e.cfg.UsableHost(host) {
-		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request has no usable Host")
+	if why := reqhead.SettleHost(&ctx.Request, e.cfg.DefaultHost, e.cfg.UsableHost); why != "" {
+		problem.Refuse(ctx, fasthttp.StatusBadRequest, why)
 		return reasonHost
 	}
 	var tier [2]string

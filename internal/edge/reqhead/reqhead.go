@@ -1,0 +1,85 @@
+// Package reqhead is how the edge settles a request's Host and reads its
+// headers and query parameters for the rules and the shedder: the edge's
+// pipeline and regionctl's rule tests both go through it, so a rule test
+// sees what the edge sees.
+package reqhead
+
+import (
+	"bytes"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Lookup reads single values. One asked about that appears more than once
+// has no single meaning (the origin would see every value, the edge one of
+// them), so it is recorded (Repeated) and reads as absent; the caller then
+// refuses the request.
+type Lookup struct {
+	h        *fasthttp.RequestHeader
+	args     *fasthttp.Args
+	repeated string // "header X-Api-Key", "query parameter key"
+}
+
+// New reads h and args (either may be nil: nothing there).
+func New(h *fasthttp.RequestHeader, args *fasthttp.Args) Lookup {
+	return Lookup{h: h, args: args}
+}
+
+// Get looks up a header, case-insensitively.
+func (l *Lookup) Get(name string) (string, bool) {
+	if l.h == nil {
+		return "", false
+	}
+	return l.one(l.h.PeekAll(name), "header ", name)
+}
+
+// Query looks up a decoded query parameter by exact name.
+func (l *Lookup) Query(name string) (string, bool) {
+	if l.args == nil {
+		return "", false
+	}
+	return l.one(l.args.PeekMulti(name), "query parameter ", name)
+}
+
+// Repeated names the first header or parameter asked about that was sent
+// more than once ("header X-Api-Key"); "" when none was.
+func (l *Lookup) Repeated() string { return l.repeated }
+
+func (l *Lookup) one(vs [][]byte, kind, name string) (string, bool) {
+	switch len(vs) {
+	case 0:
+		return "", false
+	case 1:
+		return unsafe.String(unsafe.SliceData(vs[0]), len(vs[0])), true
+	}
+	if l.repeated == "" {
+		l.repeated = kind + name
+	}
+	return "", false
+}
+
+// SettleHost gives r the one Host the rules match and the origin receives,
+// and reports why r has none it may go on with ("" when it has). A Host or
+// an absolute-form target with user info ("u:p@host") would reach the
+// origin as an Authorization field (fasthttp's client writes one from a
+// URI's user): no such request goes on. An absolute-form target's
+// authority becomes the Host (RFC 9112 §3.2.2): fasthttp takes the URI's
+// host from it and keeps the Host field as sent, and the origin client
+// sends the Host field. A request with no Host (HTTP/1.0 may omit it) gets
+// defaultHost when set, so host rules cannot be skipped by leaving it
+// out; usable says whether a Host may go on.
+func SettleHost(r *fasthttp.Request, defaultHost string, usable func(host []byte) bool) string {
+	if uri := r.URI(); len(uri.Username()) > 0 || len(uri.Password()) > 0 || bytes.IndexByte(r.Header.Host(), '@') >= 0 {
+		return "the request has no usable Host (user info is not allowed)"
+	}
+	if host := r.URI().Host(); len(host) > 0 && !bytes.Equal(host, r.Header.Host()) {
+		r.Header.SetHostBytes(host)
+	}
+	if host := r.Header.Host(); len(host) == 0 && defaultHost != "" {
+		r.Header.SetHost(defaultHost)
+	} else if !usable(host) {
+		return "the request has no usable Host"
+	}
+	return ""
+}
