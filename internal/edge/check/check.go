@@ -8,7 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
@@ -26,7 +30,7 @@ import (
 // against them, the --shedder file, the --hosts table, the
 // --rls-config-dir documents, the certificates of --tls-cert-dir,
 // --tls-default-cert and --rls-tls-cert, the --tls-ticket-keys and
-// --origin-ca-file files — and prints every problem in one pass: whatever
+// --origin-ca-file files, the --access-log file — and prints every problem in one pass: whatever
 // the edge would refuse at start, short of what needs the network
 // (binding a port, Redis, Consul).
 // It returns the exit code: 0 all valid, 1 problems found, 2 usage.
@@ -84,6 +88,11 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 			problems = append(problems, fmt.Errorf("rls-tls-cert %s: %w", cfg.RLS.TLSCert, err))
 		}
 	}
+	if cfg.AccessLog != "" && cfg.AccessLog != "-" {
+		if err := checkAccessLog(cfg.AccessLog); err != nil {
+			problems = append(problems, fmt.Errorf("access-log %s: %w", cfg.AccessLog, err))
+		}
+	}
 	hostsChecked := ""
 	if cfg.Hosts != "" {
 		// Problems as FILE:LINE, as regionctl hosts validate gives them.
@@ -129,6 +138,25 @@ func checkCerts(cfg config.Config) error {
 		errs = append(errs, errors.New("listen-tls: no valid certificate in --tls-cert-dir or --tls-default-cert"))
 	}
 	return errors.Join(errs...)
+}
+
+// checkAccessLog says whether the edge could open path as it does at start
+// (append, created when missing) without creating or writing it: an
+// existing file is opened for appending and closed, a missing one needs
+// a directory the edge may write in.
+func checkAccessLog(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("cannot create it in %s: %w", dir, err)
+	}
+	return nil
 }
 
 func checkRules(cfg config.Config) error {

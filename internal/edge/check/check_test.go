@@ -58,7 +58,7 @@ func (f files) args() []string {
 		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-delay", "0",
 		"--origin", "https://127.0.0.1:9", "--origin-ca-file", f.originCA,
 		"--listen-tls", "127.0.0.1:0", "--tls-cert-dir", f.certDir, "--tls-default-cert", f.defaultCert, "--tls-ticket-keys", f.ticketKeys,
-		"--rules", f.rules, "--shedder", f.shedder, "--hosts", f.hosts,
+		"--rules", f.rules, "--shedder", f.shedder, "--hosts", f.hosts, "--access-log", filepath.Join(f.dir, "access.log"),
 		"--rls-listen", "127.0.0.1:0", "--rls-config-dir", f.rlsDir, "--rls-tls-cert", f.rlsCert, "--rls-tls-key", f.key,
 	}
 }
@@ -171,6 +171,9 @@ func TestCheckRefusesWhatTheEdgeRefuses(t *testing.T) {
 		}()), nil, "fortnight"},
 		{"rls-tls-cert garbage", set(valid, "--rls-tls-cert", garbage), nil, "rls-tls-cert " + garbage},
 		{"rls-tls-key missing", set(valid, "--rls-tls-key", missing), nil, "rls-tls-cert " + f.rlsCert},
+		{"access-log directory missing", set(valid, "--access-log", filepath.Join(missing, "access.log")), nil, "access-log " + filepath.Join(missing, "access.log")},
+		{"access-log is a directory", set(valid, "--access-log", empty), nil, "access-log " + empty},
+		{"rls-client-ca garbage", set(valid, "--rls-client-ca", garbage), nil, "no certificate in " + garbage},
 		{"environment misspelled", valid, []string{"EDGEGUARD_LISTN=127.0.0.1:0"}, "EDGEGUARD_LISTN: no such setting"},
 		{"environment bad value", valid, []string{"EDGEGUARD_WORKERS=many"}, "EDGEGUARD_WORKERS"},
 		{"config file missing", set(valid, "--config", missing), nil, missing},
