@@ -19,6 +19,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/hosts"
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -30,7 +31,7 @@ import (
 // against them, the --shedder file, the --hosts table, the
 // --rls-config-dir documents, the certificates of --tls-cert-dir,
 // --tls-default-cert and --rls-tls-cert, the --tls-ticket-keys and
-// --origin-ca-file files, the --access-log file — and prints every problem in one pass: whatever
+// --origin-ca-file files, the --access-log file, the --redis URL — and prints every problem in one pass: whatever
 // the edge would refuse at start, short of what needs the network
 // (binding a port, Redis, Consul).
 // It returns the exit code: 0 all valid, 1 problems found, 2 usage.
@@ -86,6 +87,15 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 		// listener does at start (certstore.Validate).
 		if _, err := rls.TLSConfig(cfg.RLS.TLSCert, cfg.RLS.TLSKey, cfg.RLS.ClientCA); err != nil {
 			problems = append(problems, fmt.Errorf("rls-tls-cert %s: %w", cfg.RLS.TLSCert, err))
+		}
+	}
+	if cfg.Redis != "" {
+		// The client the edge builds before it dials anything: the URL
+		// and its options, for the mode.
+		if c, err := limiter.NewRedisClient(cfg.Redis, cfg.RedisMode); err != nil {
+			problems = append(problems, fmt.Errorf("redis: %w", err))
+		} else {
+			_ = c.Close() // never connected
 		}
 	}
 	if cfg.AccessLog != "" && cfg.AccessLog != "-" {

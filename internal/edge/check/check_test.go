@@ -139,6 +139,7 @@ func TestCheckRefusesWhatTheEdgeRefuses(t *testing.T) {
 	shortKey := writeFile(t, filepath.Join(f.dir, "short-tickets"), "abcd\n")
 
 	noDefault := drop(valid, "--tls-default-cert")
+	salt := []string{"EDGEGUARD_KEY_SALT=0123456789abcdef0123"}
 	cases := []struct {
 		name    string
 		args    []string
@@ -174,6 +175,8 @@ func TestCheckRefusesWhatTheEdgeRefuses(t *testing.T) {
 		{"access-log directory missing", set(valid, "--access-log", filepath.Join(missing, "access.log")), nil, "access-log " + filepath.Join(missing, "access.log")},
 		{"access-log is a directory", set(valid, "--access-log", empty), nil, "access-log " + empty},
 		{"rls-client-ca garbage", set(valid, "--rls-client-ca", garbage), nil, "no certificate in " + garbage},
+		{"redis URL no URL", set(valid, "--redis", "notaurl"), salt, "redis: parsing redis URL"},
+		{"redis URL unknown option", set(valid, "--redis", "redis://127.0.0.1:9/?bogus=1"), salt, "unexpected option: bogus"},
 		{"environment misspelled", valid, []string{"EDGEGUARD_LISTN=127.0.0.1:0"}, "EDGEGUARD_LISTN: no such setting"},
 		{"environment bad value", valid, []string{"EDGEGUARD_WORKERS=many"}, "EDGEGUARD_WORKERS"},
 		{"config file missing", set(valid, "--config", missing), nil, missing},
