@@ -44,12 +44,39 @@ if [ ${#need[@]} -gt 0 ]; then
 	fi
 fi
 
-# Prints the binary's path, which the Makefile passes to the tests as
-# EDGEGUARD_CONSUL; the harness also finds the cached binary by itself.
-"$(dirname "$0")/install-consul.sh" >/dev/null
-"$(dirname "$0")/install-pebble.sh" >/dev/null
+# Each install script prints its binary's path (the Makefile passes
+# consul's to the tests as EDGEGUARD_CONSUL; the harness also finds the cached
+# binaries by itself). Those built into the cache are linked into one
+# directory, printed last, for a shell's PATH (docs/deployment.md).
+cache="${EDGEGUARD_CACHE:-$HOME/.cache/edgeguard}"
+here=$(dirname "$0")
+mkdir -p "$cache/bin"
+# link puts a built binary (or a directory's executables) in $cache/bin;
+# one found on the PATH instead (terraform) is left where it is.
+link() {
+	case "$1" in
+	"$cache"/*) ;;
+	*) return 0 ;;
+	esac
+	if [ -d "$1" ]; then
+		for f in "$1"/*; do
+			[ -f "$f" ] && [ -x "$f" ] && ln -sfn "$f" "$cache/bin/$(basename "$f")"
+		done
+	else
+		ln -sfn "$1" "$cache/bin/$(basename "$1")"
+	fi
+	return 0
+}
+bin=$("$here/install-consul.sh")
+link "$bin"
+bin=$("$here/install-pebble.sh")
+link "$bin"
 # h2spec, the HTTP/2 conformance checker the edge's tests run (EDGEGUARD_H2SPEC).
-"$(dirname "$0")/install-h2spec.sh" >/dev/null
+bin=$("$here/install-h2spec.sh")
+link "$bin"
 # Built (once) only when missing; the stack scripts ask them for the paths.
-"$(dirname "$0")/install-terraform.sh" >/dev/null
-"$(dirname "$0")/install-prometheus.sh" >/dev/null
+bin=$("$here/install-terraform.sh")
+link "$bin"
+bin=$("$here/install-prometheus.sh")
+link "$bin"
+echo "tools: built tools are in $cache/bin; for a shell: export PATH=\"$cache/bin:\$PATH\"" >&2

@@ -4,15 +4,22 @@ package check
 
 import (
 	"bytes"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/hosts"
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/certstore"
+	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rlsconfig"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -21,8 +28,12 @@ import (
 // Run is `edge check [flags]`: it validates offline, without binding a
 // port or contacting Redis or Consul, everything the flags name — the
 // settings (command line, environment, --config), the --rules file
-// against them, the --shedder file, the --rls-config-dir documents, the certificates of --tls-cert-dir,
-// --tls-default-cert and --rls-tls-cert — and prints every problem in one pass.
+// against them, the --shedder file, the --hosts table, the
+// --rls-config-dir documents, the certificates of --tls-cert-dir,
+// --tls-default-cert and --rls-tls-cert, the --tls-ticket-keys and
+// --origin-ca-file files, the --access-log file, the --redis URL — and prints every problem in one pass: whatever
+// the edge would refuse at start, short of what needs the network
+// (binding a port, Redis, Consul).
 // It returns the exit code: 0 all valid, 1 problems found, 2 usage.
 func Run(args, environ []string, stdout, stderr io.Writer) int {
 	var usage bytes.Buffer
@@ -41,8 +52,13 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.Shedder != "" {
 		data, err := os.ReadFile(cfg.Shedder)
+		var scfg shedder.Config
 		if err == nil {
-			_, err = shedder.ParseConfig(data)
+			scfg, err = shedder.ParseConfig(data)
+		}
+		if err == nil {
+			// What Shedder.Update builds besides validating.
+			_, err = shedder.NewClassifier(scfg.Tiers)
 		}
 		if err != nil {
 			problems = append(problems, fmt.Errorf("shedder %s: %w", cfg.Shedder, err))
@@ -51,11 +67,40 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 	if cfg.TLSCertDir != "" || cfg.TLSDefaultCert != "" {
 		problems = append(problems, checkCerts(cfg))
 	}
+	if cfg.TLSTicketKeys != "" {
+		if err := listen.CheckTicketKeys(cfg.TLSTicketKeys); err != nil {
+			problems = append(problems, fmt.Errorf("tls-ticket-keys %s: %w", cfg.TLSTicketKeys, err))
+		}
+	}
+	if f := cfg.OriginCAFile; f != "" {
+		// As the edge reads it when it builds the origin pool.
+		pem, err := os.ReadFile(f)
+		if err == nil && !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			err = errors.New("no PEM certificate")
+		}
+		if err != nil {
+			problems = append(problems, fmt.Errorf("origin-ca-file %s: %w", f, err))
+		}
+	}
 	if cfg.RLS.TLSCert != "" && cfg.RLS.TLSKey != "" {
 		// The same reading and chain validation the rate limit service's
 		// listener does at start (certstore.Validate).
 		if _, err := rls.TLSConfig(cfg.RLS.TLSCert, cfg.RLS.TLSKey, cfg.RLS.ClientCA); err != nil {
 			problems = append(problems, fmt.Errorf("rls-tls-cert %s: %w", cfg.RLS.TLSCert, err))
+		}
+	}
+	if cfg.Redis != "" {
+		// The client the edge builds before it dials anything: the URL
+		// and its options, for the mode.
+		if c, err := limiter.NewRedisClient(cfg.Redis, cfg.RedisMode); err != nil {
+			problems = append(problems, fmt.Errorf("redis: %w", err))
+		} else {
+			_ = c.Close() // never connected
+		}
+	}
+	if cfg.AccessLog != "" && cfg.AccessLog != "-" {
+		if err := checkAccessLog(cfg.AccessLog); err != nil {
+			problems = append(problems, fmt.Errorf("access-log %s: %w", cfg.AccessLog, err))
 		}
 	}
 	hostsChecked := ""
@@ -87,8 +132,11 @@ func Run(args, environ []string, stdout, stderr io.Writer) int {
 // checkCerts reads --tls-cert-dir and --tls-default-cert as the edge
 // would (certstore: the one validation the edge, Consul's certificates
 // and regionctl certs put share), and lists every certificate refused.
+// Without --consul (whose certificates come later), a TLS listener with
+// no valid certificate at all is refused too, as the edge refuses it.
 func checkCerts(cfg config.Config) error {
-	rep, err := certstore.New(cfg.TLSCertDir, cfg.TLSDefaultCert).Scan()
+	store := certstore.New(cfg.TLSCertDir, cfg.TLSDefaultCert)
+	rep, err := store.Scan()
 	if err != nil {
 		return fmt.Errorf("tls-cert-dir %s: %w", cfg.TLSCertDir, err)
 	}
@@ -96,7 +144,29 @@ func checkCerts(cfg config.Config) error {
 	for _, r := range rep.Refused {
 		errs = append(errs, fmt.Errorf("certificate %s: %w", r.Source, r.Err))
 	}
+	if cfg.ListenTLS != "" && cfg.Consul == "" && store.Len() == 0 {
+		errs = append(errs, errors.New("listen-tls: no valid certificate in --tls-cert-dir or --tls-default-cert"))
+	}
 	return errors.Join(errs...)
+}
+
+// checkAccessLog says whether the edge could open path as it does at start
+// (append, created when missing) without creating or writing it: an
+// existing file is opened for appending and closed, a missing one needs
+// a directory the edge may write in.
+func checkAccessLog(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("cannot create it in %s: %w", dir, err)
+	}
+	return nil
 }
 
 func checkRules(cfg config.Config) error {

@@ -83,3 +83,15 @@ func (e *Certs) loadTicketKeys() error {
 	}
 	return nil
 }
+
+// CheckTicketKeys reads a --tls-ticket-keys file as the TLS listener does
+// at start and returns why it would be refused (nil: it would not); `edge
+// check` calls it.
+func CheckTicketKeys(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	_, err = parseTicketKeys(data)
+	return err
+}
