@@ -103,6 +103,8 @@ func reasonOf(code int) string {
 		return "unreachable"
 	case ExitUnknown:
 		return "unknown_region"
+	case ExitRolledBack:
+		return "canary_rolled_back"
 	}
 	return "error"
 }

@@ -162,7 +162,7 @@ func (l *Link) ReadEnforcement(ctx context.Context) {
 func (l *Link) ReadRules(ctx context.Context) {
 	client := l.client
 	err := region.Recover(func() error {
-		docs, err := client.ReadDocs(ctx, l.region)
+		docs, err := client.ReadPoPDocs(ctx, l.region, l.pop)
 		if err == nil && !hasText(docs.Global) && !hasText(docs.Region) && l.loadCache() == nil {
 			// No rules document in Consul, but rules on disk: the region's
 			// last rules, kept as if this edge had run on.
@@ -300,7 +300,7 @@ func (l *Link) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
-		l.client.WatchRules(ctx, l.region, func(d region.Docs) {
+		l.client.WatchPoPRules(ctx, l.region, l.pop, func(d region.Docs) {
 			if err := l.applyDocs(d); err != nil {
 				l.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", l.parts.Rules().Version())
 			}
