@@ -314,7 +314,9 @@ func canaryFigures(ctx context.Context, promURL, r, pop string, window, timeout 
 		return canary, rest, fmt.Errorf("prometheus client: %w", err)
 	}
 	papi := promv1.NewAPI(c)
-	w := fmt.Sprintf("%ds", max(int(math.Ceil(window.Seconds())), 1))
+	// Whole seconds, rounded down: never a sample from before the PoP ran
+	// the candidate.
+	w := fmt.Sprintf("%ds", max(int(window.Seconds()), 1))
 	now := time.Now()
 	query := func(q string) (model.Vector, error) {
 		qctx, cancel := context.WithTimeout(ctx, timeout)

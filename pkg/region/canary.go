@@ -109,7 +109,7 @@ func (c *Client) popDocsOf(pairs api.KVPairs, region, pop string) Docs {
 	key := c.layout.RulesCanary(region, pop)
 	for _, p := range pairs {
 		if p.Key == key {
-			d.Region, d.RegionIndex = p.Value, p.ModifyIndex
+			d.Region, d.RegionIndex, d.Canary = p.Value, p.ModifyIndex, true
 		}
 	}
 	return d
@@ -121,7 +121,7 @@ func (c *Client) WatchPoPRules(ctx context.Context, region, pop string, fn func(
 	var last *Docs
 	c.watch(ctx, c.layout.Rules(), onErr, func(pairs api.KVPairs) error {
 		d := c.popDocsOf(pairs, region, pop)
-		if last != nil && bytes.Equal(last.Global, d.Global) && bytes.Equal(last.Region, d.Region) {
+		if last != nil && bytes.Equal(last.Global, d.Global) && bytes.Equal(last.Region, d.Region) && last.Canary == d.Canary {
 			return nil
 		}
 		whole, err := c.resolveDocs(ctx, region, d)

@@ -11,6 +11,9 @@ import (
 type Docs struct {
 	Global, Region           []byte
 	GlobalIndex, RegionIndex uint64
+	// Canary: Region is the PoP's canary document (ReadPoPDocs,
+	// WatchPoPRules), not the region's.
+	Canary bool
 }
 
 // ReadDocs reads a region's two rule documents from its datacenter; a

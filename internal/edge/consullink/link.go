@@ -200,7 +200,14 @@ func (l *Link) applyDocs(docs region.Docs) error {
 	if err := l.parts.ApplySnapshot(snap, err); err != nil {
 		return fmt.Errorf("rules from consul refused: %w", err)
 	}
-	l.hadRules = [2]bool{hasText(docs.Global), hasText(docs.Region)}
+	// A canary document is not the region's: once it is deleted, an
+	// absent region document is the region's rules, not a missing one.
+	// What the region held before the canary stands while it runs.
+	hadRegion := hasText(docs.Region)
+	if docs.Canary {
+		hadRegion = l.hadRules[1]
+	}
+	l.hadRules = [2]bool{hasText(docs.Global), hadRegion}
 	if l.missing.set(docRules, false) {
 		l.log.Info("rules documents are back in consul; the missing document alert clears", "version", snap.Version())
 	}
