@@ -41,8 +41,8 @@ func (a *app) canaryFlags(fs *flag.FlagSet) *canaryFlags {
 	fs.StringVar(&c.pop, "canary", "", "push to the edges of `POP` first (with --region, the region document only), judge them against the rest of the region on Prometheus (--prometheus), then promote or roll back by itself")
 	fs.DurationVar(&c.dur, "for", 5*time.Minute, "with --canary: how long the PoP runs the candidate before it is judged (cover several scrape intervals)")
 	fs.DurationVar(&c.loadTimeout, "canary-load-timeout", time.Minute, "with --canary: how long the PoP's edges may take to report the candidate's rules version; later, the canary is rolled back")
-	fs.Float64Var(&c.maxRatio, "canary-max-ratio", 2, "with --canary: the PoP's deny, 5xx, shed and fallback rates may each be at most this many times the rest of the region's...")
-	fs.Float64Var(&c.slack, "canary-slack", 0.02, "...plus this absolute fraction of its requests (0.02: 2 percentage points)")
+	fs.Float64Var(&c.maxRatio, "canary-max-ratio", 2, "with --canary: the PoP's deny, 5xx, shed and fallback rates may each be at most this many times the rest of the region's, plus --canary-slack")
+	fs.Float64Var(&c.slack, "canary-slack", 0.02, "with --canary: the absolute slack added to each bound of --canary-max-ratio, a fraction of the PoP's requests (0.02: 2 percentage points)")
 	fs.Float64Var(&c.minRequests, "canary-min-requests", 100, "with --canary: fewer requests at the PoP over the judged window give no verdict, and the canary is rolled back")
 	return c
 }
