@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -238,4 +239,109 @@ func TestCanaryPush(t *testing.T) {
 		require.Equal(t, strings.TrimSpace(canaryGood), strings.TrimSpace(hist[0].Document))
 	})
 	require.Positive(t, sent.Load())
+}
+
+// lockedBuffer is an output both regionctl (writing) and the test (reading
+// as it runs) use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A canary that cannot be judged (Prometheus unreachable) or is
+// interrupted (SIGINT, as Ctrl-C sends) leaves no canary key behind: the
+// PoP returns to the region's rules, and regionctl says why it stopped.
+func TestCanaryNeverLeftBehind(t *testing.T) {
+	eu, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
+	require.NoError(t, err)
+	defer eu.Close()
+	rc := regionClient(t, eu)
+	layout := rc.Layout()
+	push(t, rc, "eu-west", layout.GlobalRules(), canaryGlobal)
+	cache := t.TempDir()
+	ams := startConsulEdge(t, "eu-west", "ams", eu.HTTPAddr(), filepath.Join(cache, "ams.yaml"))
+	startConsulEdge(t, "eu-west", "fra", eu.HTTPAddr(), filepath.Join(cache, "fra.yaml"))
+	v0 := effectiveVersion(t, canaryGlobal, "")
+	waitVersion(t, ams, v0, time.Now())
+	err = proc.PollEvery(testenv.Within(t, 20*time.Second), 100*time.Millisecond, "both edges healthy in the catalog", func(ctx context.Context) error {
+		edges, _, err := rc.Edges(ctx, "eu-west", 0, 0)
+		if err != nil {
+			return err
+		}
+		inRegion := 0
+		for _, e := range edges {
+			if e.Healthy {
+				inRegion++
+			}
+		}
+		if inRegion != 2 {
+			return fmt.Errorf("%d healthy", inRegion)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "region.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(canaryGood), 0o600))
+	good := effectiveVersion(t, canaryGlobal, canaryGood)
+	args := func(prom, dur string) []string {
+		return []string{"--consul", eu.HTTPAddr(), "rules", "push", "--region", "eu-west",
+			"--canary", "ams", "--for", dur, "--canary-load-timeout", "20s", "--prometheus", prom, file}
+	}
+	noCanary := func(t *testing.T) {
+		t.Helper()
+		v, _, err := rc.Get(context.Background(), "eu-west", layout.RulesCanary("eu-west", "ams"))
+		require.NoError(t, err)
+		require.Nil(t, v, "the canary key was left behind")
+		waitVersion(t, ams, v0, time.Now())
+		region, _, err := rc.Get(context.Background(), "eu-west", layout.RegionRules("eu-west"))
+		require.NoError(t, err)
+		require.Nil(t, region, "nothing was promoted")
+	}
+
+	t.Run("prometheus unreachable", func(t *testing.T) {
+		var out bytes.Buffer
+		code := regionctl.Main(args("http://"+testenv.ClosedAddr(t), "1s"), func(string) string { return "" }, &out, &out)
+		require.Equal(t, regionctl.ExitError, code, out.String())
+		require.Contains(t, out.String(), "runs version "+good)
+		require.Contains(t, out.String(), "judging the canary of eu-west at PoP ams")
+		require.Contains(t, out.String(), `msg="canary key deleted"`)
+		noCanary(t)
+	})
+
+	t.Run("interrupted", func(t *testing.T) {
+		out := &lockedBuffer{}
+		done := make(chan int, 1)
+		go func() {
+			done <- regionctl.Main(args("http://"+testenv.ClosedAddr(t), "1m"), func(string) string { return "" }, out, out)
+		}()
+		err := proc.PollEvery(testenv.Within(t, 30*time.Second), 20*time.Millisecond, "the canary to be judged", func(context.Context) error {
+			if !strings.Contains(out.String(), "judging it for 1m") {
+				return fmt.Errorf("regionctl printed %q", out.String())
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, good, ams.rules.Load().Version(), "ams runs the candidate")
+		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT))
+		select {
+		case code := <-done:
+			require.Equal(t, regionctl.ExitError, code, out.String())
+		case <-time.After(20 * time.Second):
+			t.Fatalf("regionctl did not stop on SIGINT:\n%s", out.String())
+		}
+		require.Contains(t, out.String(), "interrupted during the canary of eu-west at PoP ams")
+		noCanary(t)
+	})
 }
