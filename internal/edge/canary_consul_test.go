@@ -162,6 +162,7 @@ func TestCanaryPush(t *testing.T) {
 		code := regionctl.Main([]string{"--consul", eu.HTTPAddr(), "rules", "push", "--region", "eu-west",
 			"--canary", "ams", "--for", "4s", "--canary-load-timeout", "20s", "--canary-min-requests", "20",
 			"--prometheus", prom.URL, file}, func(string) string { return "" }, &out, &out)
+		t.Logf("regionctl exited %d:\n%s", code, out.String())
 		return out.String(), code
 	}
 
