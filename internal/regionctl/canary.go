@@ -200,12 +200,13 @@ func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlag
 		log.Info("canary key deleted", "region", r, "pop", cf.pop, "key", key)
 	}()
 	log.Info("canary started", "region", r, "pop", cf.pop, "key", key, "version", p.after, "edges_in_pop", inPoP, "edges_in_region", inRegion)
-	a.printf("%s: canary: wrote %s; waiting for the %s of PoP %s to report rules version %s\n", r, key, plural(inPoP, "healthy edge"), cf.pop, p.after)
+	a.progress("%s: canary: wrote %s; waiting for the %s of PoP %s to report rules version %s\n", r, key, plural(inPoP, "healthy edge"), cf.pop, p.after)
 
 	rolledBack := func(v *verdict, why string) error {
 		log.Warn("canary verdict", "region", r, "pop", cf.pop, "verdict", "rolled back", "reason", why)
-		a.printf("%s: canary rolled back: %s; the region keeps version %s\n", r, why, dash(p.before))
-		if a.json() {
+		if !a.json() {
+			a.printf("%s: canary rolled back: %s; the region keeps version %s\n", r, why, dash(p.before))
+		} else {
 			a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "verdict": "rolled_back", "why": why, "figures": v,
 				"exit_code": ExitRolledBack, "reason": reasonOf(ExitRolledBack)})
 		}
@@ -219,7 +220,7 @@ func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlag
 		}
 		return rolledBack(nil, err.Error())
 	}
-	a.printf("%s: canary: PoP %s runs version %s; judging it for %s\n", r, cf.pop, p.after, cf.dur)
+	a.progress("%s: canary: PoP %s runs version %s; judging it for %s\n", r, cf.pop, p.after, cf.dur)
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("interrupted during the canary of %s at PoP %s (the canary key is deleted, the region keeps its document)", r, cf.pop)
@@ -231,7 +232,7 @@ func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlag
 		return fmt.Errorf("judging the canary of %s at PoP %s: %w", r, cf.pop, err)
 	}
 	v := cf.judge(canary, rest)
-	a.printf("%s: canary figures over %s: PoP %s: %s; rest of %s: %s\n", r, window.Round(time.Second), cf.pop, canary, r, rest)
+	a.progress("%s: canary figures over %s: PoP %s: %s; rest of %s: %s\n", r, window.Round(time.Second), cf.pop, canary, r, rest)
 	log.Info("canary figures", "region", r, "pop", cf.pop, "window", window.Round(time.Second).String(),
 		"canary_requests", canary.Requests, "canary_deny", canary.Deny, "canary_5xx", canary.Err5xx, "canary_shed", canary.Shed, "canary_fallback", canary.Fallback, "canary_refused", canary.Refused,
 		"rest_requests", rest.Requests, "rest_deny", rest.Deny, "rest_5xx", rest.Err5xx, "rest_shed", rest.Shed, "rest_fallback", rest.Fallback)
@@ -299,6 +300,14 @@ func (a *app) waitCanaryLoaded(ctx context.Context, s *session, r string, cf *ca
 		return time.Time{}, context.Cause(ctx)
 	}
 	return time.Time{}, fmt.Errorf("PoP %s did not load version %s within %s (a refused document?): %s", cf.pop, version, cf.loadTimeout, strings.Join(lagging, ", "))
+}
+
+// progress prints a canary's step in text output (JSON output prints
+// only the result; the log on stderr has the steps).
+func (a *app) progress(format string, args ...any) {
+	if !a.json() {
+		a.printf(format, args...)
+	}
 }
 
 func (f figures) String() string {
