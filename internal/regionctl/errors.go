@@ -105,6 +105,8 @@ func reasonOf(code int) string {
 		return "unknown_region"
 	case ExitUnreadable:
 		return "unreadable"
+	case ExitRolledBack:
+		return "canary_rolled_back"
 	}
 	return "error"
 }

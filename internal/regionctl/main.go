@@ -57,6 +57,10 @@ Rules (YAML, schema v1; each region is a Consul datacenter of the same name):
   rules diff OLD NEW                           rule-level diff of two files, offline
   rules push --region R [--global] FILE        write FILE as R's region (or global) document (check-and-set)
   rules push --all FILE                        write FILE as the global document into every region, one by one
+  rules push --region R --canary POP --for DURATION FILE
+                                               write FILE as R's region document for PoP POP's edges only, judge
+                                               them against the rest of R on Prometheus, then promote FILE to R
+                                               (exit 0) or roll it back (exit 11); see docs/regionctl.md
   rules get --region R [--effective|--global|--document]
                                                print the effective merged rules (default) or a stored document
   rules history --region R [--limit N] [--kind K]
@@ -165,6 +169,8 @@ Exit codes:
      of a newer document schema than the edge reads); nothing was written (--force overrides)
   10 rules diff, rls diff and hosts diff: any other error (other commands exit 1 for it),
      so that they exit 0 same, 1 different, 2 and up trouble, like diff(1)
+  11 rules push --canary: the canary was judged bad (or its PoP did not load it) and rolled back;
+     the region keeps its document
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.
 `

@@ -232,7 +232,7 @@ func (r pushResult) line(verb string) string {
 
 // rules push (--region R [--global] | --all) FILE
 func (a *app) rulesPush(args []string) error {
-	fs := a.flags("rules push", "(--region R [--global] | --all) [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] [--allow-empty] FILE")
+	fs := a.flags("rules push", "(--region R [--global] | --all) [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] [--allow-empty] [--canary POP --for DURATION] FILE")
 	var d docFlags
 	var all bool
 	d.register(fs)
@@ -242,9 +242,15 @@ func (a *app) rulesPush(args []string) error {
 	sf.allowEmptyFlag(fs)
 	var tf testFlags
 	tf.register(fs, true)
+	cf := a.canaryFlags(fs)
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if cf.pop != "" {
+		if err := cf.check(d, all, sf.prometheus); err != nil {
+			return err
+		}
 	}
 	switch {
 	case len(pos) != 1:
@@ -290,6 +296,9 @@ func (a *app) rulesPush(args []string) error {
 			return err
 		}
 		targets = []docFlags{d}
+	}
+	if cf.pop != "" {
+		return a.canaryPush(s, d, data, *m, sf, cf, file)
 	}
 	return a.pushAll(s, targets, data, a.versionOf(data), *m, sf, file, all, "wrote "+file)
 }

@@ -11,19 +11,15 @@ import (
 type Docs struct {
 	Global, Region           []byte
 	GlobalIndex, RegionIndex uint64
+	// Canary: Region is the PoP's canary document (ReadPoPDocs,
+	// WatchPoPRules), not the region's.
+	Canary bool
 }
 
 // ReadDocs reads a region's two rule documents from its datacenter; a
 // document stored in parts is read whole.
 func (c *Client) ReadDocs(ctx context.Context, region string) (Docs, error) {
-	pairs, meta, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		return Docs{}, classifyIn(region, "reading rules of "+region, err)
-	}
-	if err := filtered("reading rules of "+region, meta); err != nil {
-		return Docs{}, err
-	}
-	return c.resolveDocs(ctx, region, c.docsOf(pairs, region))
+	return c.ReadPoPDocs(ctx, region, "")
 }
 
 func (c *Client) docsOf(pairs api.KVPairs, region string) Docs {

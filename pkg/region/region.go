@@ -10,6 +10,9 @@
 //	rules/global              the global rule set (YAML, rules schema v1)
 //	rules/regions/<region>    the region's document: overrides rules by id,
 //	                          switches them off with disabled: true
+//	rules/canary/<region>/<pop>
+//	                          a candidate region document the edges of <pop>
+//	                          run instead while it exists (canary.go)
 //	shedder/<region>          the region's load shedder settings (JSON)
 //	enforcement/<region>      the region's enforcement switch: enforce, shadow,
 //	                          or enforce a percentage of keys (JSON, enforcement.go)

@@ -43,26 +43,7 @@ func nextBackoff(base time.Duration) time.Duration {
 // or does not match its hash, fn is not called (the caller keeps what it
 // has) and the read is retried.
 func (c *Client) WatchRules(ctx context.Context, region string, fn func(Docs), onErr func(error)) {
-	var last *Docs
-	c.watch(ctx, c.layout.Rules(), onErr, func(pairs api.KVPairs) error {
-		d := c.docsOf(pairs, region)
-		if last != nil && bytes.Equal(last.Global, d.Global) && bytes.Equal(last.Region, d.Region) {
-			return nil
-		}
-		whole, err := c.resolveDocs(ctx, region, d)
-		if errors.Is(err, ErrInvalidManifest) {
-			// Refused as it stands: reading it again cannot help, so it
-			// is not retried; the next change of the documents is read.
-			last = &d
-			return &RefusedError{Err: err}
-		}
-		if err != nil {
-			return err
-		}
-		last = &d // as stored: a manifest is compared, not its parts
-		fn(whole)
-		return nil
-	})
+	c.WatchPoPRules(ctx, region, "", fn, onErr)
 }
 
 // WatchShedder calls fn with the region's shedder document (nil when absent)

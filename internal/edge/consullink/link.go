@@ -162,7 +162,7 @@ func (l *Link) ReadEnforcement(ctx context.Context) {
 func (l *Link) ReadRules(ctx context.Context) {
 	client := l.client
 	err := region.Recover(func() error {
-		docs, err := client.ReadDocs(ctx, l.region)
+		docs, err := client.ReadPoPDocs(ctx, l.region, l.pop)
 		if err == nil && !hasText(docs.Global) && !hasText(docs.Region) && l.loadCache() == nil {
 			// No rules document in Consul, but rules on disk: the region's
 			// last rules, kept as if this edge had run on.
@@ -200,7 +200,14 @@ func (l *Link) applyDocs(docs region.Docs) error {
 	if err := l.parts.ApplySnapshot(snap, err); err != nil {
 		return fmt.Errorf("rules from consul refused: %w", err)
 	}
-	l.hadRules = [2]bool{hasText(docs.Global), hasText(docs.Region)}
+	// A canary document is not the region's: once it is deleted, an
+	// absent region document is the region's rules, not a missing one.
+	// What the region held before the canary stands while it runs.
+	hadRegion := hasText(docs.Region)
+	if docs.Canary {
+		hadRegion = l.hadRules[1]
+	}
+	l.hadRules = [2]bool{hasText(docs.Global), hadRegion}
 	if l.missing.set(docRules, false) {
 		l.log.Info("rules documents are back in consul; the missing document alert clears", "version", snap.Version())
 	}
@@ -300,7 +307,7 @@ func (l *Link) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
-		l.client.WatchRules(ctx, l.region, func(d region.Docs) {
+		l.client.WatchPoPRules(ctx, l.region, l.pop, func(d region.Docs) {
 			if err := l.applyDocs(d); err != nil {
 				l.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", l.parts.Rules().Version())
 			}

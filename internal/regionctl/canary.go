@@ -1,0 +1,399 @@
+package regionctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
+)
+
+// ExitRolledBack is a canary push judged bad and rolled back: the region
+// kept its document.
+const ExitRolledBack = 11
+
+// canaryFlags are rules push --canary's: the PoP, how long it runs the
+// candidate, and the thresholds it is judged by.
+type canaryFlags struct {
+	pop         string
+	dur         time.Duration
+	loadTimeout time.Duration
+	maxRatio    float64 // the canary's rate may be this many times the rest's...
+	slack       float64 // ...plus this fraction of its requests
+	minRequests float64 // fewer requests at the canary PoP: no verdict, rolled back
+}
+
+func (a *app) canaryFlags(fs *flag.FlagSet) *canaryFlags {
+	c := &canaryFlags{}
+	fs.StringVar(&c.pop, "canary", "", "push to the edges of `POP` first (with --region, the region document only), judge them against the rest of the region on Prometheus (--prometheus), then promote or roll back by itself")
+	fs.DurationVar(&c.dur, "for", 5*time.Minute, "with --canary: how long the PoP runs the candidate before it is judged (cover several scrape intervals)")
+	fs.DurationVar(&c.loadTimeout, "canary-load-timeout", time.Minute, "with --canary: how long the PoP's edges may take to report the candidate's rules version; later, the canary is rolled back")
+	fs.Float64Var(&c.maxRatio, "canary-max-ratio", 2, "with --canary: the PoP's deny, 5xx, shed and fallback rates may each be at most this many times the rest of the region's, plus --canary-slack")
+	fs.Float64Var(&c.slack, "canary-slack", 0.02, "with --canary: the absolute slack added to each bound of --canary-max-ratio, a fraction of the PoP's requests (0.02: 2 percentage points)")
+	fs.Float64Var(&c.minRequests, "canary-min-requests", 100, "with --canary: fewer requests at the PoP over the judged window give no verdict, and the canary is rolled back")
+	return c
+}
+
+// popName is what a PoP's name may hold: it becomes a Consul key's last
+// segment.
+var popName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+func (c *canaryFlags) check(d docFlags, all bool, prometheus string) error {
+	switch {
+	case all || d.global:
+		return usagef("--canary takes the region document (--region R without --global or --all): the canary replaces only the region document at one PoP")
+	case !popName.MatchString(c.pop):
+		return usagef("--canary: %q is not a PoP name (letters, digits, '.', '_', '-')", c.pop)
+	case c.dur <= 0:
+		return usagef("--for must be > 0, got %s", c.dur)
+	case c.loadTimeout <= 0:
+		return usagef("--canary-load-timeout must be > 0, got %s", c.loadTimeout)
+	case !(c.maxRatio >= 1) || math.IsInf(c.maxRatio, 0):
+		return usagef("--canary-max-ratio must be a finite number >= 1, got %v", c.maxRatio)
+	case !(c.slack >= 0 && c.slack <= 1):
+		return usagef("--canary-slack must be between 0 and 1, got %v", c.slack)
+	case !(c.minRequests >= 0) || math.IsInf(c.minRequests, 0):
+		return usagef("--canary-min-requests must be >= 0, got %v", c.minRequests)
+	case prometheus == "":
+		return usagef("--canary needs --prometheus URL (or $PROMETHEUS_URL): the canary is judged on the edges' metrics")
+	}
+	return nil
+}
+
+// figures are one side's rates over the judged window: the fractions of
+// its requests denied, answered 5xx by the origin, shed, and of its rule
+// decisions taken by the fallback; refused counts documents refused.
+type figures struct {
+	Requests float64 `json:"requests"`
+	Deny     float64 `json:"deny_rate"`
+	Err5xx   float64 `json:"5xx_rate"`
+	Shed     float64 `json:"shed_rate"`
+	Fallback float64 `json:"fallback_rate"`
+	Refused  float64 `json:"refused_documents"`
+}
+
+// verdict is the canary's judgement.
+type verdict struct {
+	Promote bool     `json:"promote"`
+	Reasons []string `json:"reasons,omitempty"` // why not
+	Canary  figures  `json:"canary"`
+	Rest    figures  `json:"rest"`
+}
+
+// judge compares the canary PoP with the rest of the region: any refused
+// document, too little traffic, or a rate above maxRatio × the rest's +
+// slack fails it.
+func (c *canaryFlags) judge(canary, rest figures) verdict {
+	v := verdict{Canary: canary, Rest: rest}
+	if canary.Refused > 0 {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("the PoP refused %g document(s)", canary.Refused))
+	}
+	if canary.Requests < c.minRequests {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("the PoP served %.0f requests, under --canary-min-requests %g: no verdict", canary.Requests, c.minRequests))
+	}
+	for _, r := range []struct {
+		name       string
+		can, other float64
+	}{
+		{"deny", canary.Deny, rest.Deny},
+		{"5xx", canary.Err5xx, rest.Err5xx},
+		{"shed", canary.Shed, rest.Shed},
+		{"fallback", canary.Fallback, rest.Fallback},
+	} {
+		if bound := c.maxRatio*r.other + c.slack; r.can > bound || math.IsNaN(r.can) {
+			v.Reasons = append(v.Reasons, fmt.Sprintf("%s rate %.4f over %.4f (%g × the rest's %.4f + %g)", r.name, r.can, bound, c.maxRatio, r.other, c.slack))
+		}
+	}
+	v.Promote = len(v.Reasons) == 0
+	return v
+}
+
+// canaryPush plans the region document push behind a canary, applies the
+// push's own checks (a valid, non-empty result; --expect-version; the dry
+// run or the confirmation), then runs the canary.
+func (a *app) canaryPush(s *session, d docFlags, data []byte, m meta, sf *safety, cf *canaryFlags, file string) error {
+	p := s.plan(d, data, a.versionOf(data))
+	if p.err != nil {
+		res := s.write(p, m) // refuses: p.err is set
+		return &codedError{code: res.ExitCode, msg: fmt.Sprintf("refusing to push %s: %s", file, res.Error)}
+	}
+	plans := []plan{p}
+	if err := a.refuseEmpty(plans, sf, file); err != nil {
+		return err
+	}
+	if err := a.guard(s, plans, sf, file); err != nil || sf.dryRun {
+		return err
+	}
+	return a.rulesCanary(s, p, m, sf, cf, file)
+}
+
+// rulesCanary runs a canary push of plan p (read and checked) at PoP
+// cf.pop: writes the canary key, waits for the PoP's edges to report the
+// candidate, lets it run for --for, judges it on Prometheus, then promotes
+// it (p written region-wide, with history) or rolls it back (the canary
+// key deleted). The canary key never outlives the command silently: an
+// error or a signal deletes it, and says how to when that fails.
+func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlags, file string) (err error) {
+	r := p.d.region
+	log := slog.New(slog.NewTextHandler(a.stderr, nil))
+	if p.unchanged {
+		a.printf("%s: unchanged: the region document already holds %s; no canary\n", r, file)
+		return nil
+	}
+	if len(p.data) > region.InlineMax {
+		return invalidf("--canary takes documents up to %d bytes (one Consul value); %s is %d: push it without --canary", region.InlineMax, file, len(p.data))
+	}
+	edges, err := s.edges(r)
+	if err != nil {
+		return err
+	}
+	inRegion, inPoP := region.Count(edges, r, cf.pop)
+	switch {
+	case inPoP == 0:
+		return usagef("--canary %s: no healthy edge of %s is in PoP %s (see regions status --region %s)", cf.pop, r, cf.pop, r)
+	case inRegion == inPoP:
+		return usagef("--canary %s: every healthy edge of %s is in PoP %s: nothing to compare it with", cf.pop, r, cf.pop)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	key := s.layout.RulesCanary(r, cf.pop)
+	wctx, cancel := s.ctx()
+	err = s.c.StartCanary(wctx, r, cf.pop, p.data)
+	cancel()
+	if errors.Is(err, region.ErrCanaryRunning) {
+		return &codedError{code: ExitConflict, err: err, msg: fmt.Sprintf(
+			"a canary is already running in %s (a key under %s): wait for it, or delete it if its regionctl is gone; nothing was written",
+			r, s.layout.RulesCanaries(r))}
+	}
+	if err != nil {
+		return need(err, "key write on "+key+" in "+r)
+	}
+	promoted := false
+	defer func() {
+		if promoted {
+			return
+		}
+		// A fresh context: the command's may be cancelled already.
+		dctx, cancel := s.ctx()
+		derr := s.c.StopCanary(dctx, r, cf.pop)
+		cancel()
+		if derr != nil {
+			fmt.Fprintf(a.stderr, "regionctl: CANARY KEY LEFT BEHIND: could not delete %s in %s (%s); PoP %s runs the candidate until it is deleted: consul kv delete -datacenter=%s %s\n",
+				key, r, a.message(derr), cf.pop, r, key)
+			log.Error("canary key left behind", "region", r, "pop", cf.pop, "key", key, "err", a.message(derr))
+			return
+		}
+		log.Info("canary key deleted", "region", r, "pop", cf.pop, "key", key)
+	}()
+	log.Info("canary started", "region", r, "pop", cf.pop, "key", key, "version", p.after, "edges_in_pop", inPoP, "edges_in_region", inRegion)
+	a.progress("%s: canary: wrote %s; waiting for the %s of PoP %s to report rules version %s\n", r, key, plural(inPoP, "healthy edge"), cf.pop, p.after)
+
+	rolledBack := func(v *verdict, why string) error {
+		log.Warn("canary verdict", "region", r, "pop", cf.pop, "verdict", "rolled back", "reason", why)
+		if !a.json() {
+			a.printf("%s: canary rolled back: %s; the region keeps version %s\n", r, why, dash(p.before))
+		} else {
+			a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "verdict": "rolled_back", "why": why, "figures": v,
+				"exit_code": ExitRolledBack, "reason": reasonOf(ExitRolledBack)})
+		}
+		return reported(ExitRolledBack, "canary rolled back: "+why)
+	}
+
+	loaded, err := a.waitCanaryLoaded(ctx, s, r, cf, p.after)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted while waiting for PoP %s to load the canary: %w", cf.pop, context.Cause(ctx))
+		}
+		return rolledBack(nil, err.Error())
+	}
+	a.progress("%s: canary: PoP %s runs version %s; judging it for %s\n", r, cf.pop, p.after, cf.dur)
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("interrupted during the canary of %s at PoP %s (the canary key is deleted, the region keeps its document)", r, cf.pop)
+	case <-time.After(cf.dur):
+	}
+	window := time.Since(loaded)
+	canary, rest, err := canaryFigures(ctx, sf.prometheus, r, cf.pop, window, a.g.timeout)
+	if err != nil {
+		return fmt.Errorf("judging the canary of %s at PoP %s: %w", r, cf.pop, err)
+	}
+	v := cf.judge(canary, rest)
+	a.progress("%s: canary figures over %s: PoP %s: %s; rest of %s: %s\n", r, window.Round(time.Second), cf.pop, canary, r, rest)
+	log.Info("canary figures", "region", r, "pop", cf.pop, "window", window.Round(time.Second).String(),
+		"canary_requests", canary.Requests, "canary_deny", canary.Deny, "canary_5xx", canary.Err5xx, "canary_shed", canary.Shed, "canary_fallback", canary.Fallback, "canary_refused", canary.Refused,
+		"rest_requests", rest.Requests, "rest_deny", rest.Deny, "rest_5xx", rest.Err5xx, "rest_shed", rest.Shed, "rest_fallback", rest.Fallback)
+	if !v.Promote {
+		return rolledBack(&v, strings.Join(v.Reasons, "; "))
+	}
+
+	res := s.write(p, m)
+	if res.ExitCode != ExitOK {
+		return &codedError{code: res.ExitCode, msg: fmt.Sprintf("canary passed, but promoting it failed: %s", res.Error)}
+	}
+	promoted = true
+	dctx, cancel := s.ctx()
+	if derr := s.c.StopCanary(dctx, r, cf.pop); derr != nil {
+		res.Warning = strings.TrimPrefix(res.Warning+"; could not delete "+key+" (it holds the promoted document, so nothing changes; delete it: consul kv delete -datacenter="+r+" "+key+"): "+a.message(derr), "; ")
+	}
+	cancel()
+	log.Info("canary verdict", "region", r, "pop", cf.pop, "verdict", "promoted", "version", p.after, "seq", res.Seq)
+	if a.json() {
+		a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "verdict": "promoted", "figures": v, "results": []pushResult{res},
+			"exit_code": ExitOK, "reason": reasonOf(ExitOK)})
+		return nil
+	}
+	a.printf("%s: canary promoted\n%s\n", r, res.line("wrote "+file))
+	return nil
+}
+
+// waitCanaryLoaded waits until every healthy edge of the PoP reports
+// version in the catalog and returns when it saw that.
+func (a *app) waitCanaryLoaded(ctx context.Context, s *session, r string, cf *canaryFlags, version string) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, cf.loadTimeout)
+	defer cancel()
+	var index uint64
+	var lagging []string
+	for {
+		edges, next, err := s.c.Edges(ctx, r, index, cf.loadTimeout)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return time.Time{}, fmt.Errorf("listing the edges of %s: %s", r, a.message(err))
+		}
+		index = next
+		lagging = nil
+		healthy := 0
+		for _, e := range edges {
+			if e.Healthy && e.Region == r && e.PoP == cf.pop {
+				healthy++
+				if e.RulesVersion != version {
+					lagging = append(lagging, e.ID+" runs "+dash(e.RulesVersion))
+				}
+			}
+		}
+		if healthy > 0 && len(lagging) == 0 {
+			return time.Now(), nil
+		}
+		if healthy == 0 {
+			lagging = []string{"no healthy edge left in the PoP"}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if errors.Is(context.Cause(ctx), context.Canceled) {
+		return time.Time{}, context.Cause(ctx)
+	}
+	return time.Time{}, fmt.Errorf("PoP %s did not load version %s within %s (a refused document?): %s", cf.pop, version, cf.loadTimeout, strings.Join(lagging, ", "))
+}
+
+// progress prints a canary's step in text output (JSON output prints
+// only the result; the log on stderr has the steps).
+func (a *app) progress(format string, args ...any) {
+	if !a.json() {
+		a.printf(format, args...)
+	}
+}
+
+func (f figures) String() string {
+	return fmt.Sprintf("%.0f requests, deny %.4f, 5xx %.4f, shed %.4f, fallback %.4f, refused documents %g",
+		f.Requests, f.Deny, f.Err5xx, f.Shed, f.Fallback, f.Refused)
+}
+
+// canaryFigures reads both sides' figures from Prometheus over window
+// (ending now), by the pop label the edges' targets carry.
+func canaryFigures(ctx context.Context, promURL, r, pop string, window, timeout time.Duration) (canary, rest figures, err error) {
+	c, err := api.NewClient(api.Config{Address: promURL})
+	if err != nil {
+		return canary, rest, fmt.Errorf("prometheus client: %w", err)
+	}
+	papi := promv1.NewAPI(c)
+	// Whole seconds, rounded down: never a sample from before the PoP ran
+	// the candidate.
+	w := fmt.Sprintf("%ds", max(int(window.Seconds()), 1))
+	now := time.Now()
+	query := func(q string) (model.Vector, error) {
+		qctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		v, _, _, err := papi.Query(qctx, q, now)
+		if err != nil {
+			return nil, fmt.Errorf("querying prometheus (%s): %w", q, err)
+		}
+		vec, ok := v.(model.Vector)
+		if !ok {
+			return nil, fmt.Errorf("querying prometheus (%s): unexpected %s result", q, v.Type())
+		}
+		return vec, nil
+	}
+	// side hands each series to add with the canary's figures or the
+	// rest's, by its pop label.
+	side := func(vec model.Vector, add func(f *figures, s *model.Sample)) {
+		for _, s := range vec {
+			f := &rest
+			if string(s.Metric["pop"]) == pop {
+				f = &canary
+			}
+			add(f, s)
+		}
+	}
+	sel := fmt.Sprintf("region=%q", r)
+	reqs, err := query(fmt.Sprintf(`sum by (pop, outcome) (increase(edgeguard_edge_requests_total{%s}[%s]))`, sel, w))
+	if err != nil {
+		return canary, rest, err
+	}
+	side(reqs, func(f *figures, s *model.Sample) {
+		v := float64(s.Value)
+		f.Requests += v
+		switch s.Metric["outcome"] {
+		case "denied":
+			f.Deny += v
+		case "shed":
+			f.Shed += v
+		}
+	})
+	errs, err := query(fmt.Sprintf(`sum by (pop) (increase(edgeguard_origin_responses_total{%s,code="5xx"}[%s]))`, sel, w))
+	if err != nil {
+		return canary, rest, err
+	}
+	side(errs, func(f *figures, s *model.Sample) { f.Err5xx += float64(s.Value) })
+	decs, err := query(fmt.Sprintf(`sum by (pop, reason) (increase(edgeguard_edge_decisions_total{%s}[%s]))`, sel, w))
+	if err != nil {
+		return canary, rest, err
+	}
+	decisions := map[*figures]float64{}
+	side(decs, func(f *figures, s *model.Sample) {
+		decisions[f] += float64(s.Value)
+		if s.Metric["reason"] == "fallback" {
+			f.Fallback += float64(s.Value)
+		}
+	})
+	refused, err := query(fmt.Sprintf(`sum by (pop) (increase(edgeguard_edge_rules_rejected_total{%s}[%s]))`, sel, w))
+	if err != nil {
+		return canary, rest, err
+	}
+	side(refused, func(f *figures, s *model.Sample) { f.Refused += math.Round(float64(s.Value)) })
+	for _, f := range []*figures{&canary, &rest} {
+		if f.Requests > 0 {
+			f.Deny, f.Shed, f.Err5xx = f.Deny/f.Requests, f.Shed/f.Requests, f.Err5xx/f.Requests
+		}
+		if decisions[f] > 0 {
+			f.Fallback /= decisions[f]
+		}
+	}
+	return canary, rest, nil
+}

@@ -1,0 +1,109 @@
+package regionctl
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/stretchr/testify/require"
+
+	"github.com/edgeguard/edgeguard/pkg/region"
+)
+
+// The verdict's thresholds, as documented: any refused document, too little
+// traffic, or a rate above max-ratio × the rest's + slack fails the canary.
+func TestCanaryJudge(t *testing.T) {
+	cf := &canaryFlags{maxRatio: 2, slack: 0.02, minRequests: 100}
+	rest := figures{Requests: 1000, Deny: 0.05, Err5xx: 0.01, Shed: 0, Fallback: 0}
+	for _, tc := range []struct {
+		name    string
+		canary  figures
+		promote bool
+		reason  string
+	}{
+		{"like the rest", figures{Requests: 500, Deny: 0.05, Err5xx: 0.01}, true, ""},
+		{"at the bound", figures{Requests: 500, Deny: 0.12, Err5xx: 0.04, Shed: 0.02, Fallback: 0.02}, true, ""},
+		{"denies more", figures{Requests: 500, Deny: 0.13}, false, "deny rate 0.1300 over 0.1200"},
+		{"denies everything", figures{Requests: 500, Deny: 1}, false, "deny rate"},
+		{"5xx", figures{Requests: 500, Err5xx: 0.05}, false, "5xx rate"},
+		{"sheds", figures{Requests: 500, Shed: 0.03}, false, "shed rate"},
+		{"falls back", figures{Requests: 500, Fallback: 0.5}, false, "fallback rate"},
+		{"refused a document", figures{Requests: 500, Refused: 1}, false, "refused 1 document"},
+		{"too little traffic", figures{Requests: 99}, false, "under --canary-min-requests 100"},
+		{"garbage figure", figures{Requests: 500, Deny: math.NaN()}, false, "deny rate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := cf.judge(tc.canary, rest)
+			require.Equal(t, tc.promote, v.Promote, "%v", v.Reasons)
+			if tc.reason != "" {
+				require.Contains(t, strings.Join(v.Reasons, "; "), tc.reason)
+			}
+		})
+	}
+}
+
+// Bad command lines are usage errors, and write nothing.
+func TestCanaryFlagsRefused(t *testing.T) {
+	p := prefix(t)
+	f := file(t, rulesV1)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"global document", []string{"--region", "eu-west", "--global", "--canary", "ams"}, "region document"},
+		{"every region", []string{"--all", "--canary", "ams"}, "region document"},
+		{"key injection", []string{"--region", "eu-west", "--canary", "ams/../../global"}, "not a PoP name"},
+		{"empty-ish", []string{"--region", "eu-west", "--canary", "-"}, "not a PoP name"},
+		{"no duration", []string{"--region", "eu-west", "--canary", "ams", "--for", "0s"}, "--for must be > 0"},
+		{"negative ratio", []string{"--region", "eu-west", "--canary", "ams", "--canary-max-ratio", "-1"}, "--canary-max-ratio"},
+		{"NaN ratio", []string{"--region", "eu-west", "--canary", "ams", "--canary-max-ratio", "NaN"}, "--canary-max-ratio"},
+		{"slack over 1", []string{"--region", "eu-west", "--canary", "ams", "--canary-slack", "2"}, "--canary-slack"},
+		{"no prometheus", []string{"--region", "eu-west", "--canary", "ams"}, "--prometheus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--prefix", p, "rules", "push"}, tc.args...)
+			if tc.want != "--prometheus" {
+				args = append(args, "--prometheus", "http://127.0.0.1:1")
+			}
+			r := run(t, append(args, f)...)
+			require.Equal(t, ExitUsage, r.code, r)
+			require.Contains(t, r.stderr, tc.want)
+		})
+	}
+	pairs, _, err := euWestKV(t).List(p, nil)
+	require.NoError(t, err)
+	require.Empty(t, pairs, "nothing written")
+}
+
+// A canary needs edges in its PoP and others to compare with; a region
+// already running one refuses a second. Nothing is written.
+func TestCanaryRefusedWithoutEdgesOrWhileRunning(t *testing.T) {
+	p := prefix(t)
+	f := file(t, rulesV1)
+	args := []string{"--prefix", p, "rules", "push", "--region", "eu-west", "--canary", "ams", "--for", "1s", "--prometheus", "http://127.0.0.1:1", f}
+	r := run(t, args...)
+	require.Equal(t, ExitUsage, r.code, r)
+	require.Contains(t, r.stderr, "no healthy edge of eu-west is in PoP ams")
+
+	// A canary left running (here by hand) blocks another.
+	layout := region.NewLayout(p)
+	_, err := euWestKV(t).Put(&api.KVPair{Key: layout.RulesCanary("eu-west", "fra"), Value: []byte(rulesV2)}, nil)
+	require.NoError(t, err)
+	cfg := api.DefaultConfig()
+	cfg.Address = euWest.HTTPAddr()
+	rc, err := region.NewClient(cfg, p)
+	require.NoError(t, err)
+	require.ErrorIs(t, rc.StartCanary(context.Background(), "eu-west", "ams", []byte(rulesV1)), region.ErrCanaryRunning)
+	require.Nil(t, kv(t, euWest, layout.RulesCanary("eu-west", "ams")))
+	require.Nil(t, kv(t, euWest, layout.RegionRules("eu-west")))
+}
+
+func euWestKV(t *testing.T) *api.KV {
+	t.Helper()
+	c, err := euWest.Client(euWest.ManagementToken)
+	require.NoError(t, err)
+	return c.KV()
+}

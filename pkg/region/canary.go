@@ -1,0 +1,141 @@
+package region
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// A canary is a candidate region rules document that one PoP's edges run
+// before the rest of the region does (regionctl rules push --canary):
+//
+//	rules/canary/<region>/<pop>   the candidate region document (YAML)
+//
+// The edges of <pop> prefer it over rules/regions/<region> while it exists;
+// the other edges of the region never read it. Deleting it returns the PoP
+// to the region's document. It sits under rules/, so the edges' one watch
+// on the rules sees it come and go. A region runs at most one canary at a
+// time (regionctl refuses a second); should two keys exist, each PoP still
+// reads only its own.
+
+// RulesCanaries is the prefix of a region's canary keys.
+func (l Layout) RulesCanaries(region string) string { return l.Prefix + "rules/canary/" + region + "/" }
+
+// RulesCanary is the canary key of one PoP of a region.
+func (l Layout) RulesCanary(region, pop string) string { return l.RulesCanaries(region) + pop }
+
+// ErrCanaryRunning is a canary already under way in the region.
+var ErrCanaryRunning = errors.New("a canary is already running in the region")
+
+// Canary is a canary key as stored.
+type Canary struct {
+	PoP      string
+	Key      string
+	Document []byte
+	Index    uint64 // the key's ModifyIndex
+}
+
+// Canaries lists the canary keys of region.
+func (c *Client) Canaries(ctx context.Context, region string) ([]Canary, error) {
+	prefix := c.layout.RulesCanaries(region)
+	pairs, meta, err := c.api.KV().List(prefix, (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, classifyIn(region, "reading canaries of "+region, err)
+	}
+	if err := filtered("reading canaries of "+region, meta); err != nil {
+		return nil, err
+	}
+	out := make([]Canary, 0, len(pairs))
+	for _, p := range pairs {
+		out = append(out, Canary{PoP: strings.TrimPrefix(p.Key, prefix), Key: p.Key, Document: p.Value, Index: p.ModifyIndex})
+	}
+	return out, nil
+}
+
+// StartCanary writes doc as the canary document of pop in region, only
+// when the region runs no canary (checked in the same transaction:
+// ErrCanaryRunning otherwise).
+func (c *Client) StartCanary(ctx context.Context, region, pop string, doc []byte) error {
+	running, err := c.Canaries(ctx, region)
+	if err != nil {
+		return err
+	}
+	if len(running) > 0 {
+		return ErrCanaryRunning
+	}
+	key := c.layout.RulesCanary(region, pop)
+	ok, _, _, err := c.api.Txn().Txn(api.TxnOps{
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: doc, Index: 0}},
+	}, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
+	if err != nil {
+		return classifyIn(region, "writing "+key+" in "+region, err)
+	}
+	if !ok {
+		return ErrCanaryRunning
+	}
+	return nil
+}
+
+// StopCanary deletes the canary key of pop in region (nothing when absent).
+func (c *Client) StopCanary(ctx context.Context, region, pop string) error {
+	key := c.layout.RulesCanary(region, pop)
+	_, err := c.api.KV().Delete(key, (&api.WriteOptions{Datacenter: region}).WithContext(ctx))
+	return classifyIn(region, "deleting "+key+" in "+region, err)
+}
+
+// ReadPoPDocs is ReadDocs for an edge of pop: the PoP's canary document,
+// when one exists, stands for the region document.
+func (c *Client) ReadPoPDocs(ctx context.Context, region, pop string) (Docs, error) {
+	pairs, meta, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return Docs{}, classifyIn(region, "reading rules of "+region, err)
+	}
+	if err := filtered("reading rules of "+region, meta); err != nil {
+		return Docs{}, err
+	}
+	return c.resolveDocs(ctx, region, c.popDocsOf(pairs, region, pop))
+}
+
+// popDocsOf is docsOf with pop's canary, when it has one, as the region
+// document ("" reads no canary).
+func (c *Client) popDocsOf(pairs api.KVPairs, region, pop string) Docs {
+	d := c.docsOf(pairs, region)
+	if pop == "" {
+		return d
+	}
+	key := c.layout.RulesCanary(region, pop)
+	for _, p := range pairs {
+		if p.Key == key {
+			d.Region, d.RegionIndex, d.Canary = p.Value, p.ModifyIndex, true
+		}
+	}
+	return d
+}
+
+// WatchPoPRules is WatchRules for an edge of pop: while a canary key of pop
+// exists, its document stands for the region document.
+func (c *Client) WatchPoPRules(ctx context.Context, region, pop string, fn func(Docs), onErr func(error)) {
+	var last *Docs
+	c.watch(ctx, c.layout.Rules(), onErr, func(pairs api.KVPairs) error {
+		d := c.popDocsOf(pairs, region, pop)
+		if last != nil && bytes.Equal(last.Global, d.Global) && bytes.Equal(last.Region, d.Region) && last.Canary == d.Canary {
+			return nil
+		}
+		whole, err := c.resolveDocs(ctx, region, d)
+		if errors.Is(err, ErrInvalidManifest) {
+			// Refused as it stands: reading it again cannot help, so it
+			// is not retried; the next change of the documents is read.
+			last = &d
+			return &RefusedError{Err: err}
+		}
+		if err != nil {
+			return err
+		}
+		last = &d // as stored: a manifest is compared, not its parts
+		fn(whole)
+		return nil
+	})
+}

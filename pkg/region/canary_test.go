@@ -1,0 +1,78 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/stretchr/testify/require"
+)
+
+// The edges of the canary PoP read the canary document as the region
+// document while it exists, and the region's again once it is deleted;
+// the edges of another PoP never see it. A second canary is refused.
+func TestCanaryOnlyForItsPoP(t *testing.T) {
+	rc := testClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const r = "eu-west"
+	l := rc.Layout()
+	put := func(key, v string) {
+		_, err := rc.API().KV().Put(&api.KVPair{Key: key, Value: []byte(v)}, nil)
+		require.NoError(t, err)
+	}
+	put(l.GlobalRules(), "global")
+	put(l.RegionRules(r), "current")
+
+	watch := func(pop string) <-chan string {
+		ch := make(chan string, 16)
+		go rc.WatchPoPRules(ctx, r, pop, func(d Docs) { ch <- string(d.Region) }, func(error) {})
+		return ch
+	}
+	next := func(ch <-chan string) string {
+		select {
+		case v := <-ch:
+			return v
+		case <-ctx.Done():
+			t.Fatal("no rules delivered")
+			return ""
+		}
+	}
+	canaryPoP, otherPoP := watch("ams"), watch("fra")
+	require.Equal(t, "current", next(canaryPoP))
+	require.Equal(t, "current", next(otherPoP))
+
+	require.NoError(t, rc.StartCanary(ctx, r, "ams", []byte("candidate")))
+	require.Equal(t, "candidate", next(canaryPoP))
+	docs, err := rc.ReadPoPDocs(ctx, r, "ams")
+	require.NoError(t, err)
+	require.Equal(t, "candidate", string(docs.Region))
+	docs, err = rc.ReadPoPDocs(ctx, r, "fra")
+	require.NoError(t, err)
+	require.Equal(t, "current", string(docs.Region))
+	docs, err = rc.ReadDocs(ctx, r) // regionctl's view: the region document
+	require.NoError(t, err)
+	require.Equal(t, "current", string(docs.Region))
+
+	// One canary per region: not at another PoP, nor again at this one.
+	require.True(t, errors.Is(rc.StartCanary(ctx, r, "fra", []byte("other")), ErrCanaryRunning))
+	require.True(t, errors.Is(rc.StartCanary(ctx, r, "ams", []byte("other")), ErrCanaryRunning))
+	running, err := rc.Canaries(ctx, r)
+	require.NoError(t, err)
+	require.Len(t, running, 1)
+	require.Equal(t, "ams", running[0].PoP)
+
+	// A key that only starts like the PoP's (a nested name) is not it.
+	put(l.RulesCanary(r, "ams")+"/x", "nested")
+	put(l.RegionRules(r), "current2")
+	require.Equal(t, "current2", next(otherPoP))
+	require.NoError(t, rc.StopCanary(ctx, r, "ams"))
+	require.Equal(t, "current2", next(canaryPoP))
+	select {
+	case v := <-otherPoP:
+		t.Fatalf("the other PoP was handed %q", v)
+	default:
+	}
+}
