@@ -401,6 +401,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		it := &items[i]
 		resp.Statuses[i] = it.st
 		if !it.applied {
+			// Under QUOTA_MODE the reference counts a descriptor without a
+			// limit (unmatched or replaced, not unlimited) as a quota
+			// descriptor that passes: the call is then not over the limit.
+			if s.opt.Quota && it.lim == nil {
+				quota++
+			}
 			continue
 		}
 		over := it.st.Code == pb.RateLimitResponse_OVER_LIMIT
@@ -417,12 +423,13 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			s.metrics.ok.Inc()
 		}
 		switch {
-		case it.lim.Shadow:
 		case it.lim.Quota || s.opt.Quota:
+			// A shadow quota limit is one that passes, as in the reference.
 			quota++
-			if over {
+			if over && !it.lim.Shadow {
 				quotaOver++
 			}
+		case it.lim.Shadow:
 		case over:
 			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 		}
