@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object
+.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object rls-differential
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -128,6 +128,18 @@ drills:
 # (scripts/shed-bench.sh, loadtest/scenarios/shed-bench.js). Not in test.
 shed-bench: k6
 	ROUNDS=$(or $(ROUNDS),3) ./scripts/shed-bench.sh
+
+# `edge rls` against envoyproxy/ratelimit, answer by answer, on the
+# reference's own configuration files (cmd/rlsdiff, internal/rlsdiff): its
+# binary and its checkout by path, never downloaded (in its checkout: go
+# build -o ratelimit ./src/service_cmd). Prints every differing call with
+# both answers; exit 1 on a difference docs/envoy.md does not name. Not in
+# test (its smoke test, the edge on both sides, is).
+RATELIMIT ?=
+REFERENCE_SRC ?=
+rls-differential: build
+	@if [ -z "$(RATELIMIT)" ] || [ -z "$(REFERENCE_SRC)" ]; then echo "usage: make rls-differential RATELIMIT=path/to/ratelimit REFERENCE_SRC=path/to/checkout" >&2; exit 2; fi
+	$(GO) run ./cmd/rlsdiff -reference '$(RATELIMIT)' -reference-src '$(REFERENCE_SRC)' -edge bin/edge
 
 # Brings a stack of its own up (state in a temp dir), runs the k6 smoke
 # (multi-region.js, 20 s, correctness thresholds), drills 1, 3, 5 and 6, the DNS

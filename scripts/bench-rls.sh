@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The edge's rate limit service (--rls-listen) against envoyproxy/ratelimit,
+# The edge's rate limit service (`edge rls`) against envoyproxy/ratelimit,
 # side by side on loopback, on one redis-server and one configuration file
 # (one descriptor key, 10,000 values, a quota no call reaches: every call
 # is a Redis decision). cmd/rlsbench drives each with a closed loop of
@@ -15,8 +15,11 @@
 # The reference runs with its defaults (no local cache, no response
 # headers, REDIS_PIPELINE_WINDOW unset); RL_ENV adds settings to it
 # (RL_ENV="REDIS_PIPELINE_WINDOW=150us REDIS_PIPELINE_LIMIT=8"). The edge
-# runs with --rls-headers off (the reference's default) and its defaults
-# otherwise (autopipelining on); EDGE_ARGS adds flags to it.
+# runs as `edge rls` (the service alone, the drop-in) with the same
+# settings as the reference, and its defaults otherwise (no header fields,
+# autopipelining on). EDGE_MODE=listen runs an edge that also proxies,
+# serving the API on --rls-listen with --rls-headers off; EDGE_ARGS adds
+# flags to that one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +31,7 @@ DURATION="${DURATION:-10}" # seconds per measurement
 CONC="${CONC:-32}"
 RL_ENV="${RL_ENV:-}"
 EDGE_ARGS="${EDGE_ARGS:-}"
+EDGE_MODE="${EDGE_MODE:-rls}"
 
 work=$(mktemp -d)
 pids=()
@@ -67,11 +71,19 @@ pids+=($!)
 REDIS_PID=$!
 wait_port "$REDIS"
 
-# shellcheck disable=SC2086 # EDGE_ARGS is a list of flags
-EDGEGUARD_KEY_SALT=bench-rls-key-salt-0123 "$work/edge" --listen "127.0.0.1:$EDGE" --admin "127.0.0.1:$EDGE_ADMIN" \
-	--demo-origin --redis "redis://127.0.0.1:$REDIS" --region bench --pop bench --log-level error \
-	--rls-listen "127.0.0.1:$EDGE_RLS" --rls-config-dir "$work/runtime/ratelimit/config" --rls-headers off $EDGE_ARGS \
-	>"$work/edge.log" 2>&1 &
+if [ "$EDGE_MODE" = rls ]; then
+	# The drop-in: `edge rls` with the reference's own settings.
+	EDGEGUARD_DRAIN_DELAY=0 USE_STATSD=false LOG_LEVEL=error REDIS_SOCKET_TYPE=tcp REDIS_TYPE=SINGLE REDIS_URL="127.0.0.1:$REDIS" \
+		RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+		HOST=127.0.0.1 PORT="$EDGE" GRPC_HOST=127.0.0.1 GRPC_PORT="$EDGE_RLS" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$EDGE_ADMIN" \
+		"$work/edge" rls >"$work/edge.log" 2>&1 &
+else
+	# shellcheck disable=SC2086 # EDGE_ARGS is a list of flags
+	EDGEGUARD_KEY_SALT=bench-rls-key-salt-0123 "$work/edge" --listen "127.0.0.1:$EDGE" --admin "127.0.0.1:$EDGE_ADMIN" \
+		--demo-origin --redis "redis://127.0.0.1:$REDIS" --region bench --pop bench --log-level error \
+		--rls-listen "127.0.0.1:$EDGE_RLS" --rls-config-dir "$work/runtime/ratelimit/config" --rls-headers off $EDGE_ARGS \
+		>"$work/edge.log" 2>&1 &
+fi
 pids+=($!)
 EDGE_PID=$!
 wait_port "$EDGE_RLS"
@@ -88,7 +100,7 @@ wait_port "$RL_GRPC"
 measure() { # label addr pid
 	"$work/rlsbench" -label "$1" -addr "$2" -pids "service=$3,redis=$REDIS_PID" -concurrency "$CONC" -duration "${DURATION}s" | tee -a "$work/results.jsonl"
 }
-echo "rounds=$ROUNDS duration=${DURATION}s concurrency=$CONC cpus=$(nproc) reference=$RL_BIN ${RL_ENV:+($RL_ENV)} ${EDGE_ARGS:+edge: $EDGE_ARGS}"
+echo "rounds=$ROUNDS duration=${DURATION}s concurrency=$CONC cpus=$(nproc) reference=$RL_BIN ${RL_ENV:+($RL_ENV)} edge: $EDGE_MODE ${EDGE_ARGS:+$EDGE_ARGS}"
 for r in $(seq "$ROUNDS"); do
 	if [ $((r % 2)) = 1 ]; then
 		measure edge "127.0.0.1:$EDGE_RLS" "$EDGE_PID"

@@ -407,6 +407,37 @@ descriptors:
 	})
 }
 
+// TestConformanceGlobalQuotaMode: under QUOTA_MODE the reference counts
+// a descriptor without a limit (unmatched) as a quota descriptor that
+// passes, and a shadow limit as one that passes; an unlimited one is no
+// quota descriptor. So only the calls whose every counted descriptor is
+// over are over the limit.
+func TestConformanceGlobalQuotaMode(t *testing.T) {
+	doc := `domain: d
+descriptors:
+  - key: q
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: s
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: u
+    rate_limit: {unlimited: true}
+`
+	each(t, doc, rls.Options{Quota: true}, func(t *testing.T, s *service) {
+		q := desc("q", "a")
+		require.Equal(t, ok, s.ask(t, "d", q).OverallCode)
+		require.Equal(t, over, s.ask(t, "d", q).OverallCode, "the one quota is over")
+		r := s.ask(t, "d", q, desc("nomatch", "x"))
+		require.Equal(t, over, r.Statuses[0].Code)
+		require.Equal(t, ok, r.OverallCode, "an unmatched descriptor passes")
+		r = s.ask(t, "d", q, desc("s", "x"))
+		require.Equal(t, ok, r.Statuses[1].Code, "shadowed")
+		require.Equal(t, ok, r.OverallCode, "a shadow limit passes")
+		r = s.ask(t, "d", q, desc("u", "x"))
+		require.Equal(t, over, r.OverallCode, "an unlimited descriptor is no quota descriptor")
+	})
+}
+
 // TestConformanceJoinedKeys: the reference finds a descriptor by the
 // string key_value, so an entry whose key and value split that string
 // elsewhere gets its limit; --rls-strict-match (rlsconfig.StrictMatch)

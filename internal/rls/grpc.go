@@ -75,6 +75,10 @@ var (
 // 16 MiB); Envoy's calls carry a few hundred bytes.
 const maxHeaderListBytes = 64 << 10
 
+// StreamWorkers is the least number of goroutines serving calls: parked
+// ones cost a few KiB each.
+const StreamWorkers = 256
+
 // NewGRPC builds the gRPC server for s.
 func NewGRPC(s *Server, opt GRPCOptions) *GRPC {
 	if opt.MaxStreams == 0 {
@@ -83,8 +87,11 @@ func NewGRPC(s *Server, opt GRPCOptions) *GRPC {
 	opts := []grpc.ServerOption{
 		// Calls run on a pool of goroutines whose stacks have already
 		// grown to what a decision needs, instead of a fresh goroutine
-		// each (whose stack is grown and copied on every call).
-		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		// each (whose stack is grown and copied on every call). A call
+		// holds its worker while it waits for Redis, so the pool is sized
+		// for the calls in flight, not for the cores: a call that finds
+		// every worker busy gets a fresh goroutine.
+		grpc.NumStreamWorkers(uint32(max(StreamWorkers, 4*runtime.GOMAXPROCS(0)))),
 		grpc.Creds(newMeteredCreds(opt.Creds, s.metrics.resetFloods.Inc)),
 		grpc.MaxConcurrentStreams(opt.MaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepaliveEnforcement),

@@ -395,12 +395,18 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			it.left = o.Remaining
 		}
 	}
-	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(items))}
+	resp := newResponse(len(items))
 	quota, quotaOver := 0, 0
 	for i := range items {
 		it := &items[i]
 		resp.Statuses[i] = it.st
 		if !it.applied {
+			// Under QUOTA_MODE the reference counts a descriptor without a
+			// limit (unmatched or replaced, not unlimited) as a quota
+			// descriptor that passes: the call is then not over the limit.
+			if s.opt.Quota && it.lim == nil {
+				quota++
+			}
 			continue
 		}
 		over := it.st.Code == pb.RateLimitResponse_OVER_LIMIT
@@ -417,12 +423,13 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			s.metrics.ok.Inc()
 		}
 		switch {
-		case it.lim.Shadow:
 		case it.lim.Quota || s.opt.Quota:
+			// A shadow quota limit is one that passes, as in the reference.
 			quota++
-			if over {
+			if over && !it.lim.Shadow {
 				quotaOver++
 			}
+		case it.lim.Shadow:
 		case over:
 			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 		}
@@ -446,13 +453,42 @@ func (s *Server) nodes() int {
 }
 
 // status is one descriptor's answer.
-func (s *Server) status(l *rlsconfig.Limit, allowed bool, remaining int64, reset time.Duration) *pb.RateLimitResponse_DescriptorStatus {
-	st := &pb.RateLimitResponse_DescriptorStatus{
-		Code:               pb.RateLimitResponse_OK,
-		CurrentLimit:       &pb.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: pbUnit(l.Unit)},
-		LimitRemaining:     uint32(min(max(remaining, 0), math.MaxUint32)),
-		DurationUntilReset: durationpb.New(max(reset, 0)),
+// responseBlock holds a response and, for the usual call of one
+// descriptor, its list of statuses: one allocation instead of two.
+type responseBlock struct {
+	resp pb.RateLimitResponse
+	one  [1]*pb.RateLimitResponse_DescriptorStatus
+}
+
+func newResponse(n int) *pb.RateLimitResponse {
+	b := new(responseBlock)
+	b.resp.OverallCode = pb.RateLimitResponse_OK
+	if n == 1 {
+		b.resp.Statuses = b.one[:]
+	} else {
+		b.resp.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
 	}
+	return &b.resp
+}
+
+// statusBlock holds a status and the messages it points to: one
+// allocation instead of three.
+type statusBlock struct {
+	st    pb.RateLimitResponse_DescriptorStatus
+	limit pb.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
+func (s *Server) status(l *rlsconfig.Limit, allowed bool, remaining int64, reset time.Duration) *pb.RateLimitResponse_DescriptorStatus {
+	b := new(statusBlock)
+	reset = max(reset, 0)
+	b.limit.Name, b.limit.RequestsPerUnit, b.limit.Unit = l.Name, l.RequestsPerUnit, pbUnit(l.Unit)
+	b.reset.Seconds, b.reset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+	st := &b.st
+	st.Code = pb.RateLimitResponse_OK
+	st.CurrentLimit = &b.limit
+	st.LimitRemaining = uint32(min(max(remaining, 0), math.MaxUint32))
+	st.DurationUntilReset = &b.reset
 	if !allowed {
 		st.Code = pb.RateLimitResponse_OVER_LIMIT
 		st.LimitRemaining = 0
