@@ -19,6 +19,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/flaghelp"
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/pathsem"
 )
 
 // Config is everything the edge is started with. Every field is a flag, and
@@ -128,6 +129,14 @@ type ClientSettings struct {
 	// DefaultHost is the Host given to a request that has none (HTTP/1.0
 	// allows that); empty answers such a request 400.
 	DefaultHost string
+	// PathSemantics is how the origins read request paths (package
+	// pathsem), for every host the host table does not say otherwise of:
+	// the rules match the path so read.
+	PathSemantics string
+	// RefuseAmbiguousPaths answers 400 to a path origins of different
+	// kinds read differently, for every host the host table does not say
+	// otherwise of.
+	RefuseAmbiguousPaths bool
 	// AllowUnderscoresInHeaders passes header names with an underscore on
 	// (nginx's underscores_in_headers); by default they are dropped, since
 	// CGI-style origins read X_Api_Key as X-Api-Key.
@@ -285,6 +294,7 @@ func DefaultConfig() Config {
 		ClientSettings: ClientSettings{
 			IPv6Prefix:    64,
 			MaxConnsPerIP: 256,
+			PathSemantics: "rfc3986",
 		},
 		ServerSettings: ServerSettings{
 			MaxHeaderBytes:  8 << 10,
@@ -417,6 +427,8 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open connections one client socket address (an IPv6 client's --ipv6-prefix network) may hold; more are answered 429 at accept; trusted proxies are exempt; 0 = no cap")
 	fs.IntVar(&c.OriginMaxConns, "origin-max-conns", c.OriginMaxConns, "connections to each origin; 0 = --workers + 1 (every worker can hold one); when they are all busy the edge answers 503")
 	fs.StringVar(&c.DefaultHost, "default-host", c.DefaultHost, "Host given to a request that has none (HTTP/1.0); empty = such a request is answered 400")
+	fs.StringVar(&c.PathSemantics, "path-semantics", c.PathSemantics, "how the origins read request paths, which the rules match: rfc3986, or servlet, case-insensitive, windows joined by '+' (docs/clients.md, \"Path semantics\"); the host table's path_semantics overrides it per host")
+	fs.BoolVar(&c.RefuseAmbiguousPaths, "refuse-ambiguous-paths", c.RefuseAmbiguousPaths, "answer 400 to a request path origins of different kinds read differently (';' parameters such as jsessionid included); the host table's refuse_ambiguous_paths overrides it per host")
 	fs.BoolVar(&c.AllowUnderscoresInHeaders, "allow-underscores-in-headers", c.AllowUnderscoresInHeaders, "pass header names with an underscore to the origin (dropped by default: CGI-style origins read X_Api_Key as X-Api-Key)")
 	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
@@ -700,6 +712,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.AccessLogSample >= 0 && c.AccessLogSample <= 1) {
 		bad("access-log-sample: must be in [0, 1] (got %v)", c.AccessLogSample)
+	}
+	if _, err := pathsem.Parse(c.PathSemantics); err != nil {
+		bad("path-semantics: %v", err)
 	}
 	if c.DefaultHost != "" && !UsableHost([]byte(c.DefaultHost)) {
 		bad("default-host: %q is not a host name or address", c.DefaultHost)

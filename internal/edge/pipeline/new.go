@@ -13,6 +13,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
+	"github.com/edgeguard/edgeguard/internal/hosts"
 	"github.com/edgeguard/edgeguard/internal/logevery"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -34,7 +35,7 @@ type Pipeline struct {
 	bh       *bhlayer.Layer
 	shed     *shedder.Shedder
 	workers  *shedder.Workers
-	route    func(host string) *origin.Proxy
+	route    func(host string) (*origin.Proxy, hosts.PathPolicy)
 	tunnels  *origin.Tunnels // nil: upgrades are proxied as plain requests
 	draining *atomic.Bool    // the edge is draining: every response closes its connection
 	conns    Conns
@@ -110,8 +111,9 @@ type Parts struct {
 	Shedder   *shedder.Shedder
 	Workers   *shedder.Workers
 	// Route is the origin pool of a host, normalised as the rules
-	// normalise it (the host table; the --origin pool for the rest).
-	Route func(host string) *origin.Proxy
+	// normalise it (the host table; the --origin pool for the rest), and
+	// how the host's paths are read (its path policy).
+	Route func(host string) (*origin.Proxy, hosts.PathPolicy)
 	// Tunnels carries upgrades (WebSocket); nil strips Upgrade instead.
 	Tunnels *origin.Tunnels
 	// Draining is set while the edge drains.

@@ -91,5 +91,6 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 // no limit): --max-body-bytes unless the host table sets the pool's own.
 // Only a request declaring a body asks.
 func (e *Pipeline) bodyLimit(ctx *fasthttp.RequestCtx) int {
-	return e.route(rules.NormalizeHost(b2s(ctx.Request.Header.Host()))).MaxRequestBodySize()
+	pool, _ := e.route(rules.NormalizeHost(b2s(ctx.Request.Header.Host())))
+	return pool.MaxRequestBodySize()
 }
