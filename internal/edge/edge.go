@@ -280,6 +280,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		AllowUnderscoresInHeaders: c.AllowUnderscoresInHeaders,
 		AllowMethods:              c.AllowMethods,
 		DefaultHost:               c.DefaultHost,
+		TLSCheckHost:              c.TLSCheckHost,
 		MaxBodyBytes:              c.MaxBodyBytes,
 		LegacyHeaders:             c.LegacyHeaders,
 		AccessLog:                 c.AccessLog,
@@ -297,6 +298,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		Draining: &e.draining, AccessLogRegistry: e.reg,
 		Conns: pipeline.Conns{
 			JA4:            listen.JA4Of,
+			CertCovers:     listen.CertCovers,
 			Gone:           listen.ClientGone,
 			Sent:           listen.ClientSent,
 			ClosesAfter:    listen.ClosesAfter,

@@ -73,6 +73,9 @@ type TLSSettings struct {
 	// TLSDefaultCert is a PEM file (chain and key) for unknown names and
 	// clients without SNI; without it such a handshake fails.
 	TLSDefaultCert string
+	// TLSCheckHost answers 421 Misdirected Request to a request over TLS
+	// whose Host the certificate served on its connection does not cover.
+	TLSCheckHost bool
 	// TLSTicketKeys is a file of session-ticket keys (one per line, 64 hex
 	// digits; the first encrypts, all decrypt), shared by a PoP's edges so
 	// a client resumes on any of them; re-read when it changes. Empty:
@@ -373,6 +376,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "public listen address")
 	fs.StringVar(&c.ListenTLS, "listen-tls", c.ListenTLS, "public TLS listen address (TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1); empty = no TLS listener")
 	fs.StringVar(&c.TLSCertDir, "tls-cert-dir", c.TLSCertDir, "directory of certificates for --listen-tls (NAME.pem with chain and key, or NAME.crt + NAME.key), chosen by SNI, re-read within 2 s of a change")
+	fs.BoolVar(&c.TLSCheckHost, "tls-check-host", c.TLSCheckHost, "answer 421 Misdirected Request to a TLS request whose Host the connection's certificate does not cover (HTTP/2 connection reuse for another name the certificate covers keeps working); off = any Host on any TLS connection")
 	fs.StringVar(&c.TLSDefaultCert, "tls-default-cert", c.TLSDefaultCert, "PEM file (chain and key) served to unknown names and clients without SNI; none = such handshakes fail")
 	fs.IntVar(&c.H2MaxStreams, "h2-max-concurrent-streams", c.H2MaxStreams, "HTTP/2 on --listen-tls (ALPN h2): streams one connection may have open at once; 0 = HTTP/1.1 only")
 	fs.Int64Var(&c.H2MaxHeldBytes, "h2-max-held-bytes", c.H2MaxHeldBytes, "HTTP/2: response bytes the edge holds at once for streams whose client has not taken them yet (flow control); one client address holds at most an eighth (or one response); a stream over it is answered 503")

@@ -75,6 +75,7 @@ type Config struct {
 	AllowUnderscoresInHeaders bool
 	AllowMethods              []string
 	DefaultHost               string
+	TLSCheckHost              bool // 421 for a Host the connection's certificate does not cover
 	MaxBodyBytes              int
 	LegacyHeaders             bool
 	AccessLog                 string
@@ -128,10 +129,13 @@ type Parts struct {
 // Conns are what the listeners (package listen) know of a request's
 // connection, and the refusals of their framing reader.
 type Conns struct {
-	JA4         func(c net.Conn) string // the client's TLS fingerprint ("" without one)
-	Gone        func(c net.Conn) bool   // the client has left
-	Sent        func(c net.Conn) bool   // the client sent anything on c
-	ClosesAfter func(c net.Conn) bool   // c closes after this response
+	JA4 func(c net.Conn) string // the client's TLS fingerprint ("" without one)
+	// CertCovers says whether the certificate served on c covers host
+	// (true on a plain connection).
+	CertCovers  func(c net.Conn, host string) bool
+	Gone        func(c net.Conn) bool // the client has left
+	Sent        func(c net.Conn) bool // the client sent anything on c
+	ClosesAfter func(c net.Conn) bool // c closes after this response
 	// Framing is the refusal of a request whose framing the reader
 	// refused (ok false for any other error); FramingReasons are every
 	// reason it gives.
