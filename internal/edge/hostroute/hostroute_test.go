@@ -146,3 +146,17 @@ func TestRouterPathPolicies(t *testing.T) {
 		require.Zero(t, testing.AllocsPerRun(100, func() { r.Route(h) }), h)
 	}
 }
+
+// BenchmarkRoute is For with the host's path policy: what the request
+// path calls once per request.
+func BenchmarkRoute(b *testing.B) {
+	r, _, _ := newRouter(b)
+	require.NoError(b, r.Apply(table(b, twoPools+"defaults: {path_semantics: servlet}\n")))
+	names := []string{"a.example", "y.x.b.example", "nowhere.example.org"}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r.Route(names[i%3])
+		i++
+	}
+}
