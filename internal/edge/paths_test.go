@@ -231,3 +231,28 @@ func TestPathSemanticsDecideTheRules(t *testing.T) {
 	}
 	require.Equal(t, float64(refusals), metricSum(t, r, "edgeguard_edge_requests_refused_total", "reason", "ambiguous_path"))
 }
+
+// An upgrade (WebSocket) reaches the origin with its request line as sent
+// too, and with the normalised path where the host asks for it.
+func TestUpgradeRequestLineAsSent(t *testing.T) {
+	o := startLineOrigin(t)
+	file := filepath.Join(t.TempDir(), "hosts.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(pathHosts), 0o600))
+	r := startEdge(t, generous, func(c *config.Config) { c.Origins, c.Hosts = []string{"http://" + o.addr}, file })
+	for i, tc := range []struct{ host, target, want string }{
+		{"u.servlet.example", "/x/../ws;p=1/%2e/a%7e", "/x/../ws;p=1/%2e/a%7e"},
+		{"u.fwd.example", "/x/../ws;p=1/%2e/a%7e", "/ws/a~"},
+	} {
+		c, err := net.Dial("tcp", r.Addr())
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+		probe := fmt.Sprint("ws", i)
+		_, err = fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Probe: %s\r\n\r\n", tc.target, tc.host, probe)
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		c.Close()
+		require.Equal(t, "GET "+tc.want+" HTTP/1.1", o.line(probe), tc.host)
+	}
+}
