@@ -283,6 +283,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		AllowUnderscoresInHeaders: c.AllowUnderscoresInHeaders,
 		AllowMethods:              c.AllowMethods,
 		DefaultHost:               c.DefaultHost,
+		TLSCheckHost:              c.TLSCheckHost,
 		MaxBodyBytes:              c.MaxBodyBytes,
 		LegacyHeaders:             c.LegacyHeaders,
 		AccessLog:                 c.AccessLog,
@@ -296,10 +297,11 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
 		Rules: &e.rules, NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
 	}, pipeline.Parts{
-		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.For, Tunnels: e.tunnels,
+		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.Route, Tunnels: e.tunnels,
 		Draining: &e.draining, AccessLogRegistry: e.reg,
 		Conns: pipeline.Conns{
 			JA4:            listen.JA4Of,
+			CertCovers:     listen.CertCovers,
 			Gone:           listen.ClientGone,
 			Sent:           listen.ClientSent,
 			ClosesAfter:    listen.ClosesAfter,

@@ -9,14 +9,20 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
+	"github.com/edgeguard/edgeguard/internal/hosts"
+	"github.com/edgeguard/edgeguard/pkg/pathsem"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
 // buildRouter puts the host table in front of the default pool: from
 // --hosts, or (with --consul) from the region's hosts document, watched.
 func (e *Edge) buildRouter(reg prometheus.Registerer) error {
-	var err error
-	if e.router, err = hostroute.New(e.proxy, e.originBase, e.originMetrics, reg, e.log); err != nil {
+	sem, err := pathsem.Parse(e.cfg.PathSemantics) // valid: config.Validate
+	if err != nil {
+		return err
+	}
+	paths := hosts.PathPolicy{Semantics: sem, RefuseAmbiguous: e.cfg.RefuseAmbiguousPaths}
+	if e.router, err = hostroute.New(e.proxy, e.originBase, paths, e.originMetrics, reg, e.log); err != nil {
 		return err
 	}
 	e.closers = append(e.closers, e.router.Close)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/edgeguard/edgeguard/internal/origin"
+	"github.com/edgeguard/edgeguard/pkg/pathsem"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
@@ -54,14 +55,74 @@ type Table struct {
 	// Hosts maps a host pattern (an exact name or "*." and a suffix) to
 	// its entry. Parse returns the patterns normalised.
 	Hosts map[string]Host `yaml:"hosts" json:"hosts,omitempty"`
+	// Defaults are the per-host settings of every host that does not set
+	// its own, the hosts the table does not name included.
+	Defaults *Defaults `yaml:"defaults" json:"defaults,omitempty"`
 }
 
-// Host is what the table says about one host pattern. It is a struct so
-// per-host settings can join the pool.
+// Host is what the table says about one host pattern.
 type Host struct {
 	// Pool names the pool that serves the host: one of the table's pools
 	// or DefaultPool.
 	Pool string `yaml:"pool" json:"pool"`
+	// Paths are how the edge reads the host's request paths; a field
+	// left out takes the table's defaults, then the edge's flags.
+	Paths `yaml:",inline"`
+}
+
+// Defaults are the table's defaults for per-host settings.
+type Defaults struct {
+	Paths `yaml:",inline"`
+}
+
+// Paths are how the edge reads a host's request paths: which origin's
+// reading the rules match (docs/clients.md, "Path semantics"), and what
+// it does with a path origins read differently.
+type Paths struct {
+	// PathSemantics is how the host's origin reads a path (package
+	// pathsem): "rfc3986", or "servlet", "case-insensitive", "windows"
+	// joined by '+'. The rules match the path so read.
+	PathSemantics string `yaml:"path_semantics" json:"path_semantics,omitempty"`
+	// RefuseAmbiguousPaths answers 400 to a path that origins of
+	// different kinds read differently (pathsem.Normalize's ambiguous),
+	// ';' parameters ("jsessionid") included.
+	RefuseAmbiguousPaths *bool `yaml:"refuse_ambiguous_paths" json:"refuse_ambiguous_paths,omitempty"`
+	// ForwardNormalizedPath sends the origin the path the rules matched,
+	// re-encoded, instead of the path as the client sent it.
+	ForwardNormalizedPath *bool `yaml:"forward_normalized_path" json:"forward_normalized_path,omitempty"`
+}
+
+// PathPolicy is a host's Paths resolved: what the request path runs on.
+type PathPolicy struct {
+	Semantics         pathsem.Semantics
+	RefuseAmbiguous   bool
+	ForwardNormalized bool
+}
+
+// over returns base with every field p sets replacing base's. p is valid
+// (an unknown semantics leaves base's).
+func (p Paths) over(base PathPolicy) PathPolicy {
+	if p.PathSemantics != "" {
+		if s, err := pathsem.Parse(p.PathSemantics); err == nil {
+			base.Semantics = s
+		}
+	}
+	if p.RefuseAmbiguousPaths != nil {
+		base.RefuseAmbiguous = *p.RefuseAmbiguousPaths
+	}
+	if p.ForwardNormalizedPath != nil {
+		base.ForwardNormalized = *p.ForwardNormalizedPath
+	}
+	return base
+}
+
+// DefaultPaths is base (the edge's flags) with the table's defaults over
+// it: the policy of a host the table does not name.
+func (t *Table) DefaultPaths(base PathPolicy) PathPolicy {
+	if t == nil || t.Defaults == nil {
+		return base
+	}
+	return t.Defaults.over(base)
 }
 
 // Pool is one origin pool. A field left out takes the edge's setting for
@@ -191,7 +252,7 @@ func (p Pool) Origin(base origin.Config) origin.Config {
 // formatting, comments and host spellings that normalise alike do not
 // change it. Meaningful for valid tables.
 func (t *Table) Version() string {
-	n := Table{Schema: t.Schema, Pools: t.Pools, Hosts: t.normalizedHosts()}
+	n := Table{Schema: t.Schema, Pools: t.Pools, Hosts: t.normalizedHosts(), Defaults: t.Defaults}
 	data, _ := json.Marshal(n) // maps marshal in key order
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])[:12]

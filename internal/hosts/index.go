@@ -14,24 +14,34 @@ type Index struct {
 	// suffixes of a host are all Lookup tries, so a long Host header
 	// of many labels costs no more than a valid name.
 	longest int
+	// paths is the policy of the hosts the table does not name.
+	paths PathPolicy
 }
 
 type entry struct {
 	pattern string
 	host    Host
+	paths   PathPolicy // host.Paths resolved
 }
 
 // Index builds the lookup of the table's valid entries (a table from Parse
 // is valid; of an invalid one, the entries that do not normalise are left
-// out).
-func (t *Table) Index() *Index {
-	ix := &Index{exact: map[string]entry{}, wild: map[string]entry{}}
+// out), their path policies resolved over the table's defaults over the
+// zero PathPolicy (rfc3986, nothing refused, the path forwarded as sent).
+func (t *Table) Index() *Index { return t.IndexOver(PathPolicy{}) }
+
+// IndexOver is Index with base (the edge's flags) under the table's
+// defaults.
+func (t *Table) IndexOver(base PathPolicy) *Index {
+	def := t.DefaultPaths(base)
+	ix := &Index{exact: map[string]entry{}, wild: map[string]entry{}, paths: def}
 	for p, h := range t.normalizedHosts() {
+		e := entry{pattern: p, host: h, paths: h.over(def)}
 		if suffix, ok := strings.CutPrefix(p, "*."); ok {
-			ix.wild[suffix] = entry{pattern: p, host: h}
+			ix.wild[suffix] = e
 			ix.longest = max(ix.longest, len(suffix))
 		} else {
-			ix.exact[p] = entry{pattern: p, host: h}
+			ix.exact[p] = e
 		}
 	}
 	return ix
@@ -53,14 +63,34 @@ func (ix *Index) Len() int {
 // It allocates nothing, and costs at most one map lookup per label of the
 // longest wildcard, whatever the size of the table or of host.
 func (ix *Index) Lookup(host string) (pattern string, h Host, ok bool) {
-	if ix == nil || host == "" || len(host) > maxHostLen {
-		return "", Host{}, false
-	}
-	if e, found := ix.exact[host]; found {
+	if e, found := ix.find(host); found {
 		return e.pattern, e.host, true
 	}
+	return "", Host{}, false
+}
+
+// Route is Lookup for the request path: host's entry (ok false: none, the
+// host goes to DefaultPool) and its path policy, the table's default one
+// for a host it does not name. It allocates nothing.
+func (ix *Index) Route(host string) (h Host, paths PathPolicy, ok bool) {
+	if e, found := ix.find(host); found {
+		return e.host, e.paths, true
+	}
+	if ix == nil {
+		return Host{}, PathPolicy{}, false
+	}
+	return Host{}, ix.paths, false
+}
+
+func (ix *Index) find(host string) (entry, bool) {
+	if ix == nil || host == "" || len(host) > maxHostLen {
+		return entry{}, false
+	}
+	if e, found := ix.exact[host]; found {
+		return e, true
+	}
 	if len(ix.wild) == 0 {
-		return "", Host{}, false
+		return entry{}, false
 	}
 	// Suffixes from the longest: what follows each dot that ends a
 	// non-empty label.
@@ -69,8 +99,8 @@ func (ix *Index) Lookup(host string) (pattern string, h Host, ok bool) {
 			continue
 		}
 		if e, found := ix.wild[host[i+1:]]; found {
-			return e.pattern, e.host, true
+			return e, true
 		}
 	}
-	return "", Host{}, false
+	return entry{}, false
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/edgeguard/edgeguard/internal/origin"
+	"github.com/edgeguard/edgeguard/pkg/pathsem"
 )
 
 // Validate reports every problem of the table at once (errors.Join of
@@ -83,6 +84,9 @@ func (t *Table) validate(l lines) []error {
 			}
 		}
 	}
+	if t.Defaults != nil {
+		errs = append(errs, t.Defaults.validate(l, "defaults", "defaults")...)
+	}
 	seen := map[string]string{} // normalised pattern -> raw
 	raws := make([]string, 0, len(t.Hosts))
 	for raw := range t.Hosts {
@@ -104,6 +108,7 @@ func (t *Table) validate(l lines) []error {
 		} else {
 			seen[p] = raw
 		}
+		errs = append(errs, h.validate(l, path, "hosts", raw)...)
 		switch _, defined := t.Pools[h.Pool]; {
 		case h.Pool == "":
 			bad(l.of(true, "hosts", raw), path+".pool", "required: one of the table's pools or %q", DefaultPool)
@@ -113,6 +118,19 @@ func (t *Table) validate(l lines) []error {
 		}
 	}
 	return errs
+}
+
+// validate checks the path settings at path (steps: where they are in the
+// document).
+func (p Paths) validate(l lines, path string, steps ...string) []error {
+	if p.PathSemantics == "" {
+		return nil
+	}
+	if _, err := pathsem.Parse(p.PathSemantics); err != nil {
+		at := append(slices.Clone(steps), "path_semantics")
+		return []error{&Problem{Line: l.of(false, at...), Path: path + ".path_semantics", Msg: err.Error()}}
+	}
+	return nil
 }
 
 // quote writes a map key in a path, quoted when it is not a plain name.

@@ -68,6 +68,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/pkg/pathsem"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -333,6 +334,10 @@ type Hop struct {
 	// when Serve returns the whole response: ctx.Response.IsBodyStream()
 	// after Serve tells which.
 	AtEnd func()
+	// Path, when not empty, is sent instead of the client's path: a
+	// decoded path (the one the rules matched), which Serve escapes
+	// again (pathsem.AppendEscaped). The query string stays as sent.
+	Path string
 }
 
 // Serve forwards ctx.Request to an origin and writes the origin's response
@@ -563,6 +568,10 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, hop Hop) bool {
 	// breaks signed URLs. The path goes as received too (the origin
 	// clients' DisablePathNormalizing).
 	req.URI().SetQueryStringBytes(ctx.URI().QueryString())
+	if hop.Path != "" {
+		ex.buf = pathsem.AppendEscaped(ex.buf[:0], hop.Path)
+		req.URI().SetPathBytes(ex.buf)
+	}
 	if ctx.Request.IsBodyStream() {
 		// CopyTo leaves streams behind. Hide the server's stream behind a
 		// plain Reader: releasing our request must not close or recycle a

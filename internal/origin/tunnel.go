@@ -336,6 +336,9 @@ func (t *Tunnels) exchange(o *origin, req *fasthttp.Request, resp *fasthttp.Resp
 	if err := conn.SetDeadline(deadline); err != nil {
 		return conn, nil, err
 	}
+	// The path as received (or as Hop.Path set it), as the origin
+	// clients send it: fasthttp would otherwise write it normalised.
+	req.URI().DisablePathNormalizing = true
 	bw := bufio.NewWriter(conn)
 	if err := req.Write(bw); err != nil {
 		return conn, nil, err

@@ -566,6 +566,24 @@ func foldRune(r rune) rune {
 	return u
 }
 
+// AppendEscaped appends path, a decoded path such as Normalize returns,
+// to dst in a form that reads back as path once decoded: every byte but
+// '/' and the path characters RFC 3986 allows raw, other than ';' and
+// '%', is percent-escaped. So a '?', '#', ';', '%' or space in a segment
+// stays data at the origin, not a query, fragment, parameter or escape.
+func AppendEscaped(dst []byte, path string) []byte {
+	const hexDigits = "0123456789ABCDEF"
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		if c == '/' || pathChar[c] {
+			dst = append(dst, c)
+			continue
+		}
+		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&15])
+	}
+	return dst
+}
+
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }

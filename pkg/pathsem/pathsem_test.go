@@ -247,3 +247,20 @@ func BenchmarkNormalize(b *testing.B) {
 		}
 	}
 }
+
+// AppendEscaped writes a normalised path so that it reads back as itself:
+// nothing in it is a query, fragment, parameter, escape or separator the
+// path did not have, and a clean path is written as it is.
+func TestAppendEscapedReadsBack(t *testing.T) {
+	for _, p := range []string{"/api/x", "/", "/a?b#c;d%e f", "/apiÀ¯x", "/a\\b", "/a\x00b", "/%41", "/a+b&c=d:@!$'()*,~"} {
+		got := string(AppendEscaped(nil, p))
+		require.NotContains(t, got[1:], "?")
+		require.NotContains(t, got, "#")
+		require.NotContains(t, got, ";")
+		require.NotContains(t, got, " ")
+		back, _ := Normalize(got, RFC3986) // "%2541" is a double escape, so ambiguous: the origin decodes once
+		require.Equal(t, p, back, "%q escaped as %q", p, got)
+	}
+	require.Equal(t, "/api/x", string(AppendEscaped(nil, "/api/x")))
+	require.Equal(t, "/a%3Fb%23c%3Bd%25e%20f", string(AppendEscaped(nil, "/a?b#c;d%e f")))
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
 // The differential tests send raw paths to real Tomcat 10 and Jetty 9 (the
@@ -360,6 +362,22 @@ func askOnce(addr, raw string) (answer, error) {
 	return answer{status: status, path: canon(body)}, nil
 }
 
+// apiRule is the edge's real matcher with a path_prefix rule: what the
+// differential holds the edge's rule decision with.
+var apiRule = func() *rules.Snapshot {
+	s, err := rules.Load([]byte("version: 1\nrules:\n  - {id: api, key: [ip], algorithm: fixed_window, limit: 5, window: 1s, match: {path_prefix: [/api]}}\n"))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// ruleApplies is the matcher's decision for a request of path.
+func ruleApplies(path string) bool {
+	req := rules.Request{Host: "h.example", Method: "GET", Path: path, ClientIP: netip.MustParseAddr("192.0.2.1")}
+	return len(apiRule.Match(&req, nil)) > 0
+}
+
 // checkAgainst holds Normalize(raw, Servlet) to what the containers did:
 //   - a container that served the path (200) resolved it to Normalize's
 //     answer, unless the two containers disagree, when Normalize's answer
@@ -367,8 +385,17 @@ func askOnce(addr, raw string) (answer, error) {
 //   - a container that refused the path (any other status) refused
 //     something Normalize calls ambiguous, so the edge's "refuse ambiguous
 //     paths" option refuses it too;
+//   - the rule decision of the edge's matcher (a path_prefix rule) on the
+//     path the edge computes from the raw path is its decision on the path
+//     a container that served the request resolved, with the same
+//     exception for a path the containers disagree on;
 //   - a lone UTF-16 surrogate by "%u" is only held ambiguous.
 func checkAgainst(raw string, tomcat, jetty answer) error {
+	return checkWith(raw, tomcat, jetty, ruleApplies)
+}
+
+// checkWith is checkAgainst with the rule decision given.
+func checkWith(raw string, tomcat, jetty answer, applies func(path string) bool) error {
 	got, amb := Normalize(raw, Servlet)
 	if strings.Contains(raw, "%u") && strings.ContainsRune(got, utf8.RuneError) {
 		// A lone UTF-16 surrogate ("%uD800"): the container holds it in a
@@ -390,6 +417,11 @@ func checkAgainst(raw string, tomcat, jetty answer) error {
 		case c.self.status == http.StatusOK && c.self.path != got:
 			if !amb || c.other.status != http.StatusOK || c.other.path != got {
 				errs = append(errs, fmt.Errorf("%s resolved %q to %q, Normalize gives %q (ambiguous %v; other container %s)", c.name, raw, c.self.path, got, amb, c.other))
+			}
+		}
+		if c.self.status == http.StatusOK && applies(got) != applies(c.self.path) {
+			if !amb || c.other.status != http.StatusOK || c.other.path != got {
+				errs = append(errs, fmt.Errorf("%s served %q as %q: the /api rule applies %v there, %v to the edge's %q", c.name, raw, c.self.path, applies(c.self.path), applies(got), got))
 			}
 		}
 	}
@@ -487,6 +519,16 @@ func TestCheckAgainstCatchesAMismatch(t *testing.T) {
 	require.Error(t, checkAgainst("/api;x/y", answer{status: 200, path: "/api;x/y"}, answer{status: 200, path: "/api;x/y"}))
 	// A refusal of a path Normalize does not call ambiguous.
 	require.Error(t, checkAgainst("/api/y", answer{status: 400}, jetty))
+	// The rule decision: "/public/..;/api/x" is "/api/x" to Tomcat, and so
+	// to the edge; a matcher that saw the raw path would not apply the rule.
+	tomcat, err = ask(containers.tomcat, "/public/..;/api/x")
+	require.NoError(t, err)
+	require.Equal(t, answer{status: 200, path: "/api/x"}, tomcat)
+	require.True(t, ruleApplies("/api/x"))
+	require.False(t, ruleApplies("/public/..;/api/x"))
+	require.NoError(t, checkAgainst("/public/..;/api/x", tomcat, answer{status: 400}))
+	blind := func(path string) bool { return path != "/api/x" && ruleApplies(path) }
+	require.ErrorContains(t, checkWith("/api;x/y", answer{status: 200, path: "/api/x"}, answer{status: 200, path: "/api/x"}, blind), "the /api rule applies")
 }
 
 // FuzzServletDifferential sends each input to both containers and holds

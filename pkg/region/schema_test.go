@@ -53,6 +53,9 @@ func TestReleasedDocumentsNeedSchema1(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, examples)
 	for _, f := range examples {
+		if strings.HasSuffix(f, ".test.yaml") {
+			continue // a rule test file (regionctl rules test), not a rules document
+		}
 		data, err := os.ReadFile(f)
 		require.NoError(t, err)
 		docs = append(docs, doc{region.SchemaRules, data, func(b []byte) error { _, err := rules.Parse(b); return err }})

@@ -13,7 +13,7 @@ import (
 type Request struct {
 	Host     string // lower case, without port (see NormalizeHost)
 	Method   string // upper case
-	Path     string // already normalized with NormalizePath
+	Path     string // already normalized: NormalizePath, or pathsem.Normalize under the host's path semantics
 	ClientIP netip.Addr
 	// Header looks up a request header. It is called with canonical names
 	// ("X-Api-Key") and must match case-insensitively. nil means no headers.

@@ -19,6 +19,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/flaghelp"
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
+	"github.com/edgeguard/edgeguard/pkg/pathsem"
 )
 
 // Config is everything the edge is started with. Every field is a flag, and
@@ -72,6 +73,9 @@ type TLSSettings struct {
 	// TLSDefaultCert is a PEM file (chain and key) for unknown names and
 	// clients without SNI; without it such a handshake fails.
 	TLSDefaultCert string
+	// TLSCheckHost answers 421 Misdirected Request to a request over TLS
+	// whose Host the certificate served on its connection does not cover.
+	TLSCheckHost bool
 	// TLSTicketKeys is a file of session-ticket keys (one per line, 64 hex
 	// digits; the first encrypts, all decrypt), shared by a PoP's edges so
 	// a client resumes on any of them; re-read when it changes. Empty:
@@ -128,6 +132,14 @@ type ClientSettings struct {
 	// DefaultHost is the Host given to a request that has none (HTTP/1.0
 	// allows that); empty answers such a request 400.
 	DefaultHost string
+	// PathSemantics is how the origins read request paths (package
+	// pathsem), for every host the host table does not say otherwise of:
+	// the rules match the path so read.
+	PathSemantics string
+	// RefuseAmbiguousPaths answers 400 to a path origins of different
+	// kinds read differently, for every host the host table does not say
+	// otherwise of.
+	RefuseAmbiguousPaths bool
 	// AllowUnderscoresInHeaders passes header names with an underscore on
 	// (nginx's underscores_in_headers); by default they are dropped, since
 	// CGI-style origins read X_Api_Key as X-Api-Key.
@@ -293,6 +305,7 @@ func DefaultConfig() Config {
 		ClientSettings: ClientSettings{
 			IPv6Prefix:    64,
 			MaxConnsPerIP: 256,
+			PathSemantics: "rfc3986",
 		},
 		ServerSettings: ServerSettings{
 			MaxHeaderBytes:  8 << 10,
@@ -372,6 +385,7 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "public listen address")
 	fs.StringVar(&c.ListenTLS, "listen-tls", c.ListenTLS, "public TLS listen address (TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1); empty = no TLS listener")
 	fs.StringVar(&c.TLSCertDir, "tls-cert-dir", c.TLSCertDir, "directory of certificates for --listen-tls (NAME.pem with chain and key, or NAME.crt + NAME.key), chosen by SNI, re-read within 2 s of a change")
+	fs.BoolVar(&c.TLSCheckHost, "tls-check-host", c.TLSCheckHost, "answer 421 Misdirected Request to a TLS request whose Host the connection's certificate does not cover (HTTP/2 connection reuse for another name the certificate covers keeps working); off = any Host on any TLS connection")
 	fs.StringVar(&c.TLSDefaultCert, "tls-default-cert", c.TLSDefaultCert, "PEM file (chain and key) served to unknown names and clients without SNI; none = such handshakes fail")
 	fs.IntVar(&c.H2MaxStreams, "h2-max-concurrent-streams", c.H2MaxStreams, "HTTP/2 on --listen-tls (ALPN h2): streams one connection may have open at once; 0 = HTTP/1.1 only")
 	fs.Int64Var(&c.H2MaxHeldBytes, "h2-max-held-bytes", c.H2MaxHeldBytes, "HTTP/2: response bytes the edge holds at once for streams whose client has not taken them yet (flow control); one client address holds at most an eighth (or one response); a stream over it is answered 503")
@@ -429,6 +443,8 @@ func newFlagSet(c *Config, usage io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.OriginConcurrencyQueueTimeout, "origin-concurrency-queue-timeout", c.OriginConcurrencyQueueTimeout, "the longest a request waits in the --origin pool's queue before its 503")
 	fs.IntVar(&c.OriginMaxConns, "origin-max-conns", c.OriginMaxConns, "connections to each origin; 0 = --workers + 1 (every worker can hold one); when they are all busy the edge answers 503")
 	fs.StringVar(&c.DefaultHost, "default-host", c.DefaultHost, "Host given to a request that has none (HTTP/1.0); empty = such a request is answered 400")
+	fs.StringVar(&c.PathSemantics, "path-semantics", c.PathSemantics, "how the origins read request paths, which the rules match: rfc3986, or servlet, case-insensitive, windows joined by '+' (docs/clients.md, \"Path semantics\"); the host table's path_semantics overrides it per host")
+	fs.BoolVar(&c.RefuseAmbiguousPaths, "refuse-ambiguous-paths", c.RefuseAmbiguousPaths, "answer 400 to a request path origins of different kinds read differently (';' parameters such as jsessionid included); the host table's refuse_ambiguous_paths overrides it per host")
 	fs.BoolVar(&c.AllowUnderscoresInHeaders, "allow-underscores-in-headers", c.AllowUnderscoresInHeaders, "pass header names with an underscore to the origin (dropped by default: CGI-style origins read X_Api_Key as X-Api-Key)")
 	fs.Var((*methodsFlag)(&c.AllowMethods), "allow-methods", "methods refused by default (CONNECT, TRACE) to pass to the origin (comma-separated)")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "client request read timeout")
@@ -712,6 +728,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.AccessLogSample >= 0 && c.AccessLogSample <= 1) {
 		bad("access-log-sample: must be in [0, 1] (got %v)", c.AccessLogSample)
+	}
+	if _, err := pathsem.Parse(c.PathSemantics); err != nil {
+		bad("path-semantics: %v", err)
 	}
 	if c.DefaultHost != "" && !UsableHost([]byte(c.DefaultHost)) {
 		bad("default-host: %q is not a host name or address", c.DefaultHost)

@@ -58,6 +58,8 @@ func TestParseFlagsRejectsBadInput(t *testing.T) {
 		{[]string{"--max-conns-per-ip", "-1", "--origin-max-conns", "-2"}, nil, []string{"max-conns-per-ip: must be ≥ 0", "origin-max-conns: must be ≥ 0"}},
 		{[]string{"--h2-max-held-bytes", "65536"}, nil, []string{"h2-max-held-bytes: at least 1048576"}},
 		{[]string{"--key-salt-file", "/nonexistent/salt"}, nil, []string{"key-salt-file"}},
+		{[]string{"--path-semantics", "servlet+nginx"}, nil, []string{`path-semantics: path semantics "servlet+nginx": unknown path semantics "nginx"`}},
+		{[]string{"--path-semantics", ""}, nil, []string{"path-semantics"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

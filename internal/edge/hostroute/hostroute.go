@@ -33,6 +33,9 @@ type Router struct {
 	om   *origin.Metrics
 	log  *slog.Logger
 	m    metrics
+	// paths is the path policy of every host while there is no table,
+	// and under a table's defaults (the edge's flags).
+	paths hosts.PathPolicy
 
 	mu  sync.Mutex // one Apply at a time
 	cur atomic.Pointer[routes]
@@ -57,12 +60,13 @@ type pool struct {
 }
 
 // New routes every host to def until a table is applied. base is the
-// settings def was built from; om the metrics every pool shares.
-func New(def *origin.Proxy, base origin.Config, om *origin.Metrics, reg prometheus.Registerer, log *slog.Logger) (*Router, error) {
+// settings def was built from; paths the path policy of the hosts no
+// table says otherwise of; om the metrics every pool shares.
+func New(def *origin.Proxy, base origin.Config, paths hosts.PathPolicy, om *origin.Metrics, reg prometheus.Registerer, log *slog.Logger) (*Router, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Router{def: def, base: base, om: om, log: log}
+	r := &Router{def: def, base: base, paths: paths, om: om, log: log}
 	if err := r.m.register(reg); err != nil {
 		return nil, err
 	}
@@ -84,6 +88,23 @@ func (r *Router) For(host string) *origin.Proxy {
 		return pl.p
 	}
 	return r.def // unreachable: Validate checks every host's pool
+}
+
+// Route is For with the host's path policy: the table's for the host,
+// else its defaults, else the edge's. It does not allocate.
+func (r *Router) Route(host string) (*origin.Proxy, hosts.PathPolicy) {
+	rt := r.cur.Load()
+	if rt == nil {
+		return r.def, r.paths
+	}
+	h, paths, ok := rt.ix.Route(host)
+	if !ok || h.Pool == hosts.DefaultPool {
+		return r.def, paths
+	}
+	if pl := rt.pools[h.Pool]; pl != nil {
+		return pl.p, paths
+	}
+	return r.def, paths // unreachable: Validate checks every host's pool
 }
 
 // Version is the table in force's version; "" while there is none.
@@ -135,7 +156,7 @@ func (r *Router) apply(t *hosts.Table) error {
 	if old != nil && old.version == t.Version() {
 		return nil // the table in force (a watch's first answer, a reload of the same file)
 	}
-	next := &routes{ix: t.Index(), pools: make(map[string]*pool, len(t.Pools)), version: t.Version(), hosts: len(t.Hosts)}
+	next := &routes{ix: t.IndexOver(r.paths), pools: make(map[string]*pool, len(t.Pools)), version: t.Version(), hosts: len(t.Hosts)}
 	var built []*origin.Proxy // new this time: closed again if a later one fails
 	for name, p := range t.Pools {
 		cfg := p.Origin(r.base)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/hosts"
 	"github.com/edgeguard/edgeguard/internal/origin"
+	"github.com/edgeguard/edgeguard/pkg/pathsem"
 )
 
 // newRouter is a router over a default pool at an address nothing is
@@ -25,7 +26,7 @@ func newRouter(t testing.TB) (*Router, *origin.Proxy, *prometheus.Registry) {
 	def, err := origin.NewPool(base, om, nil)
 	require.NoError(t, err)
 	t.Cleanup(def.Close)
-	r, err := New(def, base, om, reg, nil)
+	r, err := New(def, base, hosts.PathPolicy{}, om, reg, nil)
 	require.NoError(t, err)
 	t.Cleanup(r.Close)
 	return r, def, reg
@@ -118,5 +119,44 @@ func BenchmarkFor(b *testing.B) {
 				r.For(names[i%3])
 			}
 		})
+	}
+}
+
+// Route gives each host its pool and path policy: the flags' policy with
+// no table, the table's defaults over them for a host it does not name,
+// the host's own over both; and allocates nothing.
+func TestRouterPathPolicies(t *testing.T) {
+	r, def, _ := newRouter(t)
+	r.paths = hosts.PathPolicy{Semantics: pathsem.Windows}
+	p, paths := r.Route("a.example")
+	require.Same(t, def, p)
+	require.Equal(t, hosts.PathPolicy{Semantics: pathsem.Windows}, paths, "no table: the flags")
+
+	require.NoError(t, r.Apply(table(t, twoPools+"  s.example: {pool: b, path_semantics: servlet, forward_normalized_path: true}\n")))
+	p, paths = r.Route("s.example")
+	require.Equal(t, "b", p.Name())
+	require.Equal(t, hosts.PathPolicy{Semantics: pathsem.Servlet, ForwardNormalized: true}, paths)
+	_, paths = r.Route("a.example")
+	require.Equal(t, hosts.PathPolicy{Semantics: pathsem.Windows}, paths, "a host that sets nothing: the flags")
+
+	require.NoError(t, r.Apply(table(t, twoPools+"defaults: {path_semantics: case-insensitive, refuse_ambiguous_paths: true}\n")))
+	for _, h := range []string{"a.example", "nowhere.example"} {
+		_, paths = r.Route(h)
+		require.Equal(t, hosts.PathPolicy{Semantics: pathsem.CaseInsensitive, RefuseAmbiguous: true}, paths, h)
+		require.Zero(t, testing.AllocsPerRun(100, func() { r.Route(h) }), h)
+	}
+}
+
+// BenchmarkRoute is For with the host's path policy: what the request
+// path calls once per request.
+func BenchmarkRoute(b *testing.B) {
+	r, _, _ := newRouter(b)
+	require.NoError(b, r.Apply(table(b, twoPools+"defaults: {path_semantics: servlet}\n")))
+	names := []string{"a.example", "y.x.b.example", "nowhere.example.org"}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r.Route(names[i%3])
+		i++
 	}
 }

@@ -3,6 +3,7 @@ package listen
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"log/slog"
 	"net"
 	"slices"
@@ -112,14 +113,16 @@ func NewTLSConfig(certs *certstore.Store, h2 bool, acme ACMECerts) *tls.Config {
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if acme != nil {
 				if c, ok, err := acme(hello); ok {
+					if hc, ok := hello.Conn.(*handshakeConn); ok && err == nil {
+						hc.leaf = leafOf(c)
+					}
 					return c, err
 				}
 			}
 			c, err := certs.Certificate(hello)
-			if c == nil && err == nil {
-				if hc, ok := hello.Conn.(*handshakeConn); ok {
-					hc.noCert = true
-				}
+			if hc, ok := hello.Conn.(*handshakeConn); ok && err == nil {
+				hc.noCert = c == nil
+				hc.leaf = leafOf(c)
 			}
 			return c, err // nil, nil: crypto/tls answers unrecognized_name
 		},
@@ -156,6 +159,49 @@ type handshakeConn struct {
 	net.Conn
 	noCert, badVersion bool
 	ja4                string // the ClientHello's JA4 fingerprint
+	// leaf is the certificate served (nil: none, or unparsable); set
+	// during the handshake, read-only after it.
+	leaf *x509.Certificate
+}
+
+// leafOf is c's leaf certificate, parsed when crypto/tls has not.
+func leafOf(c *tls.Certificate) *x509.Certificate {
+	if c == nil || len(c.Certificate) == 0 {
+		return nil
+	}
+	if c.Leaf != nil {
+		return c.Leaf
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		return nil
+	}
+	return leaf
+}
+
+// handshakeOf is the TLS connection under c (nil for plain HTTP).
+func handshakeOf(c net.Conn) *handshakeConn {
+	switch c := c.(type) {
+	case *serverTLSConn:
+		return c.hc
+	case *framedTLSConn:
+		return c.hc
+	case *h2StreamConn:
+		return handshakeOf(c.Conn)
+	}
+	return nil
+}
+
+// CertCovers reports whether the certificate served on c covers host, a
+// name or address without port (x509's VerifyHostname: SANs, one
+// wildcard label). A plain connection, and one whose certificate the
+// edge did not pick (none noted), cover every host.
+func CertCovers(c net.Conn, host string) bool {
+	hc := handshakeOf(c)
+	if hc == nil || hc.leaf == nil {
+		return true
+	}
+	return hc.leaf.VerifyHostname(host) == nil
 }
 
 // fingerprint is a ClientHello's JA4 (crypto/tls hands over the extension

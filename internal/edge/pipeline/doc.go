@@ -13,7 +13,11 @@
 //     declared bodies over the limit refused (413); an absolute-form
 //     target's authority becomes the Host; fields this peer may not send
 //     dropped.
-//  3. Identify (stage_identify.go): the client address, from the socket or,
+//  3. Identify (stage_identify.go): the host's origin pool and path
+//     policy (the host table); the path as that origin reads it (package
+//     pathsem), which the shedder, the behaviour layer and the rules all
+//     see; a path origins read differently refused (400) where the policy
+//     says so; the client address, from the socket or,
 //     only when the peer is a trusted proxy, from X-Forwarded-For
 //     (right-most untrusted hop: package trust); with a behaviour section in
 //     the rules, the client's identity and risk level (package bhlayer); the

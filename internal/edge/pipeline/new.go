@@ -13,6 +13,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/accesslog"
 	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
+	"github.com/edgeguard/edgeguard/internal/hosts"
 	"github.com/edgeguard/edgeguard/internal/logevery"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -34,7 +35,7 @@ type Pipeline struct {
 	bh       *bhlayer.Layer
 	shed     *shedder.Shedder
 	workers  *shedder.Workers
-	route    func(host string) *origin.Proxy
+	route    func(host string) (*origin.Proxy, hosts.PathPolicy)
 	tunnels  *origin.Tunnels // nil: upgrades are proxied as plain requests
 	draining *atomic.Bool    // the edge is draining: every response closes its connection
 	conns    Conns
@@ -75,6 +76,7 @@ type Config struct {
 	AllowUnderscoresInHeaders bool
 	AllowMethods              []string
 	DefaultHost               string
+	TLSCheckHost              bool // 421 for a Host the connection's certificate does not cover
 	MaxBodyBytes              int
 	LegacyHeaders             bool
 	AccessLog                 string
@@ -111,8 +113,9 @@ type Parts struct {
 	Shedder   *shedder.Shedder
 	Workers   *shedder.Workers
 	// Route is the origin pool of a host, normalised as the rules
-	// normalise it (the host table; the --origin pool for the rest).
-	Route func(host string) *origin.Proxy
+	// normalise it (the host table; the --origin pool for the rest), and
+	// how the host's paths are read (its path policy).
+	Route func(host string) (*origin.Proxy, hosts.PathPolicy)
 	// Tunnels carries upgrades (WebSocket); nil strips Upgrade instead.
 	Tunnels *origin.Tunnels
 	// Draining is set while the edge drains.
@@ -127,10 +130,13 @@ type Parts struct {
 // Conns are what the listeners (package listen) know of a request's
 // connection, and the refusals of their framing reader.
 type Conns struct {
-	JA4         func(c net.Conn) string // the client's TLS fingerprint ("" without one)
-	Gone        func(c net.Conn) bool   // the client has left
-	Sent        func(c net.Conn) bool   // the client sent anything on c
-	ClosesAfter func(c net.Conn) bool   // c closes after this response
+	JA4 func(c net.Conn) string // the client's TLS fingerprint ("" without one)
+	// CertCovers says whether the certificate served on c covers host
+	// (true on a plain connection).
+	CertCovers  func(c net.Conn, host string) bool
+	Gone        func(c net.Conn) bool // the client has left
+	Sent        func(c net.Conn) bool // the client sent anything on c
+	ClosesAfter func(c net.Conn) bool // c closes after this response
 	// Framing is the refusal of a request whose framing the reader
 	// refused (ok false for any other error); FramingReasons are every
 	// reason it gives.

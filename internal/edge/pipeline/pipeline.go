@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
+	"github.com/edgeguard/edgeguard/internal/hosts"
+	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -80,7 +82,10 @@ type scratch struct {
 	headers headerLookup
 	header  func(string) (string, bool) // headers.Get, bound once per scratch
 	query   func(string) (string, bool) // headers.Query, likewise
-	path    string                      // normalized
+	host    string                      // normalized (rules.NormalizeHost)
+	path    string                      // as the host's origin reads it (pathsem.Normalize)
+	pool    *origin.Proxy               // the host's origin pool
+	paths   hosts.PathPolicy            // how the host's paths are read
 	bh      bhlayer.Request             // the client's part in the behaviour layer
 	req     rules.Request               // what the rules see
 
@@ -149,6 +154,7 @@ func (sc *scratch) reset() {
 	sc.tier, sc.id, sc.upstream, sc.client = shedder.TierNone, "", 0, netip.Addr{}
 	sc.trace, sc.span = nil, nil
 	sc.ctx, sc.stage, sc.start, sc.peer, sc.trusted, sc.path = nil, 0, time.Time{}, netip.Addr{}, false, ""
+	sc.host, sc.pool, sc.paths = "", nil, hosts.PathPolicy{}
 	sc.headers = headerLookup{}
 	sc.bh, sc.req, sc.rider, sc.limitDenied, sc.denyRetry = bhlayer.Request{}, rules.Request{}, nil, false, 0
 	sc.atEnd, sc.endHandedOn = nil, false

@@ -27,6 +27,8 @@ const (
 	reasonHeaderTooLarge = "header_too_large" // 431
 	reasonTimeout        = "timeout"          // 408
 	reasonMalformed      = "malformed"        // 400: fasthttp could not parse the request
+	reasonAmbiguousPath  = "ambiguous_path"   // 400: the host refuses paths origins read differently
+	reasonMisdirected    = "misdirected"      // 421: the connection's certificate does not cover Host
 )
 
 // refusalReasons is every reason, the framing's first: the counter's
@@ -35,13 +37,14 @@ func refusalReasons(framing []string) []string {
 	return append(slices.Clone(framing),
 		reasonVersion, reasonMethod, reasonBodyTooLarge, reasonHost,
 		reasonRepeatedField, reasonHeaderTooLarge, reasonTimeout, reasonMalformed,
+		reasonAmbiguousPath, reasonMisdirected,
 	)
 }
 
 func newRefusedCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeguard_edge_requests_refused_total",
-		Help: "Requests the edge answered itself without passing them on, by reason: line_ending (a bare LF or CR), obs_fold, field_syntax, content_length, transfer_encoding (400), transfer_coding (501: a coding other than chunked), chunk_syntax, version (505), method (405), body_too_large (413), host (400: no usable Host), repeated_field (400), header_too_large (431), timeout (408: the request was not received in time), malformed (400: a request line or field fasthttp refuses).",
+		Help: "Requests the edge answered itself without passing them on, by reason: line_ending (a bare LF or CR), obs_fold, field_syntax, content_length, transfer_encoding (400), transfer_coding (501: a coding other than chunked), chunk_syntax, version (505), method (405), body_too_large (413), host (400: no usable Host), repeated_field (400), header_too_large (431), timeout (408: the request was not received in time), malformed (400: a request line or field fasthttp refuses), ambiguous_path (400: a path origins of different kinds read differently, on a host that refuses them), misdirected (421: with --tls-check-host, a Host the connection's certificate does not cover).",
 	}, []string{"reason"})
 }
 

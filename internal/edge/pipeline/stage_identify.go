@@ -1,21 +1,41 @@
 package pipeline
 
 import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+
 	"github.com/edgeguard/edgeguard/internal/edge/reqhead"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
+	"github.com/edgeguard/edgeguard/internal/problem"
+	"github.com/edgeguard/edgeguard/pkg/pathsem"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
-// identifyStage says who is asking and how much it matters (step 3,
-// Identify): the client address (from X-Forwarded-For only through a
-// trusted proxy: internal/edge/trust), with a behaviour section in the rules the
-// client's identity and level (package bhlayer), and the request's priority
-// tier for the shedder (a client whose level says so is put in the lowest).
+// identifyStage says who is asking, for what, and how much it matters
+// (step 3, Identify): the host's origin pool and path policy (the host
+// table), the path as the host's origin reads it (package pathsem; a path
+// origins read differently refused where the policy says so), the client
+// address (from X-Forwarded-For only through a trusted proxy:
+// internal/edge/trust), with a behaviour section in the rules the client's
+// identity and level (package bhlayer), and the request's priority tier
+// for the shedder (a client whose level says so is put in the lowest).
 func (e *Pipeline) identifyStage(sc *scratch) string {
 	ctx := sc.ctx
 	sc.headers = reqhead.New(&ctx.Request.Header, ctx.QueryArgs())
-	sc.path = rules.NormalizePath(b2s(ctx.Request.URI().PathOriginal()))
+	sc.host = rules.NormalizeHost(b2s(ctx.Request.Header.Host())) // settled by screen
+	sc.pool, sc.paths = e.route(sc.host)
+	var ambiguous bool
+	sc.path, ambiguous = pathsem.Normalize(b2s(ctx.Request.URI().PathOriginal()), sc.paths.Semantics)
+	// fasthttp cuts a fragment off the path (it never reaches the origin);
+	// a raw '#' in the request line is still one origins read differently.
+	ambiguous = ambiguous || bytes.IndexByte(ctx.Request.Header.RequestURI(), '#') >= 0
 	sc.client = trust.Client(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
+	if ambiguous && sc.paths.RefuseAmbiguous {
+		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request path is ambiguous: origins of different kinds read it differently (a ';' parameter, '\\', an encoded '/' or '\\', a malformed or double escape, a segment ending in '.' or ' ', a '..' above the root, a '#'); this host refuses such paths")
+		sc.refusal = reasonAmbiguousPath
+		return outcomeRefused
+	}
 	sc.bh = e.bh.Begin(sc.client, sc.trusted, sc.header, sc.query, sc.path, ctx.Conn())
 	sc.tier = e.bh.Tier(&sc.bh, e.shed.Classify(b2s(ctx.Method()), sc.path, sc.header, sc.trusted))
 	return e.next(sc)

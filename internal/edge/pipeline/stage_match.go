@@ -11,7 +11,7 @@ import (
 func (e *Pipeline) matchStage(sc *scratch) string {
 	ctx := sc.ctx
 	sc.req = rules.Request{
-		Host:     rules.NormalizeHost(b2s(ctx.Request.Header.Host())), // the one the origin gets (screen)
+		Host:     sc.host, // the one the origin gets (screen)
 		Method:   b2s(ctx.Method()),
 		Path:     sc.path,
 		ClientIP: sc.client,

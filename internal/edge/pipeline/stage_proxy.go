@@ -27,6 +27,9 @@ import (
 func (e *Pipeline) proxyStage(sc *scratch) string {
 	ctx := sc.ctx
 	hop := origin.Hop{Peer: sc.peer.String(), Trusted: sc.trusted, RequestID: e.requestID(ctx, sc.trusted), AtEnd: sc.atEnd}
+	if sc.paths.ForwardNormalized {
+		hop.Path = sc.path
+	}
 	if e.seen != nil {
 		e.seen(ctx, &sc.req, hop.RequestID)
 	}
@@ -34,7 +37,7 @@ func (e *Pipeline) proxyStage(sc *scratch) string {
 	octx, ospan := e.tracing.child(sc.trace, "origin.request")
 	e.tracing.inject(octx, &ctx.Request.Header)
 	upstream := time.Now()
-	pool := e.route(sc.req.Host)
+	pool := sc.pool
 	if e.tunnels.Wants(ctx) {
 		// An upgrade (tunnel.go): a tunnel holds a concurrency slot to
 		// its close, and writes a line of its own then.

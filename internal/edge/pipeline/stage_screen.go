@@ -68,6 +68,13 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 		problem.Refuse(ctx, fasthttp.StatusBadRequest, why)
 		return reasonHost
 	}
+	// A connection serves the names its certificate covers: an HTTP/2
+	// client may reuse it for any of them (RFC 9113 §9.1.1), never for a
+	// name it would not have trusted this certificate for.
+	if e.cfg.TLSCheckHost && !e.conns.CertCovers(ctx.Conn(), rules.NormalizeHost(b2s(ctx.Request.Header.Host()))) {
+		problem.Refuse(ctx, fasthttp.StatusMisdirectedRequest, "the certificate of this connection does not cover the request's Host: connect again with it as the server name")
+		return reasonMisdirected
+	}
 	var tier [2]string
 	tier[0], tier[1] = e.shed.Classifier().TrustedHeaders()
 	e.headerScreen.Apply(&ctx.Request.Header, trusted, tier)
@@ -78,5 +85,6 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 // no limit): --max-body-bytes unless the host table sets the pool's own.
 // Only a request declaring a body asks.
 func (e *Pipeline) bodyLimit(ctx *fasthttp.RequestCtx) int {
-	return e.route(rules.NormalizeHost(b2s(ctx.Request.Header.Host()))).MaxRequestBodySize()
+	pool, _ := e.route(rules.NormalizeHost(b2s(ctx.Request.Header.Host())))
+	return pool.MaxRequestBodySize()
 }

@@ -23,13 +23,12 @@ import (
 // slot. Both are held until the rest of the pipeline returns.
 func (e *Pipeline) shedStage(sc *scratch) string {
 	ctx, tier := sc.ctx, sc.tier
-	// Normalised as the rules do, so no spelling of a host (case, port,
+	// The host (sc.host, set by identify) is normalised as the rules do, so no spelling of a host (case, port,
 	// trailing dot) lands in another host's share or escapes its own. The
 	// client is the one the trust model names (an IPv6 client by its
 	// prefix, as the rules key it), so one address cannot take its host's
 	// whole share from the host's other clients.
-	host := rules.NormalizeHost(b2s(ctx.Request.Header.Host()))
-	lease, ok := e.shed.AcquireHost(sc.start, host, e.clientIdentity(sc.client), tier)
+	lease, ok := e.shed.AcquireHost(sc.start, sc.host, e.clientIdentity(sc.client), tier)
 	if !ok {
 		problem.Unavailable(ctx, "this host is at its share of the edge's workers; retry later", 1)
 		return outcomeHostShare
@@ -45,8 +44,7 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// unless set), waited for before a worker is taken: requests queued
 	// behind a slow pool hold none of the edge's workers.
 	gone := func() bool { return e.conns.Gone(ctx.Conn()) }
-	pool := e.route(host)
-	releasePool, err := pool.AcquireLimit(sc.start, tier, gone)
+	releasePool, err := sc.pool.AcquireLimit(sc.start, tier, gone)
 	switch {
 	case errors.Is(err, shedder.ErrGone):
 		ctx.SetConnectionClose()
