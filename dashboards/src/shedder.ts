@@ -124,6 +124,18 @@ export function shedderBoard(): dashboard.Dashboard {
       targets: [{ expr: `clamp_min(max by (region, pop) (edgeguard_shedder_level{${sel}}), 0)`, legend: '{{region}}/{{pop}}' }],
       width: 24, height: 5,
     }))
+    .withRow(row('Host shares'))
+    .withPanel(timeSeries({
+      title: 'Requests in flight per host against its share',
+      description: 'The hosts with the most requests in flight on each edge (host_share.tracked_hosts are tracked by name, the rest as _other) against each host\'s fair share of the workers (workers / hosts active in the last 2 s; of the adaptive origin limit while it is enforced and smaller). A host at its share while the edge is busy is the one being shed: its requests get 503 host_share (see Rejected per tier and reason, and Requests by tier and outcome), and its slow origin or flood is why; the other hosts keep their shares. A host pinned at its share for long: check its origin (edgeguard_origin_* by pool) and give its pool a concurrency limit in the host table; a share too small for every host\'s bursts: add workers.',
+      unit: 'short', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `topk(10, max by (region, pop, host) (edgeguard_shedder_host_in_flight{${sel}}))`, legend: '{{region}}/{{pop}} {{host}}' },
+        { expr: `max by (region, pop) (edgeguard_shedder_host_share{${sel}})`, legend: 'share {{region}}/{{pop}}' },
+      ],
+      width: 24,
+    }))
     .withRow(row('Adaptive origin limit'))
     .withPanel(timeSeries({
       title: 'Learned limit and origin requests in flight',
