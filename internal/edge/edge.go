@@ -136,7 +136,7 @@ func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
 // NewInherited is New with the listening sockets this process inherited
 // (handoff.Inherited): each listener named there is used instead of bound.
 // An inherited socket no listener takes is closed and logged.
-func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (*Edge, error) {
+func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (_ *Edge, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -144,7 +144,8 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	e.inherited = inherited
 	e.exe, _ = os.Executable() // resolved now: the path, not the file, is re-read on SIGUSR2
 	defer func() {
-		if unused := inherited.Close(); len(unused) > 0 {
+		// After a failure the listeners not reached yet are not news.
+		if unused := inherited.Close(); err == nil && len(unused) > 0 {
 			log.Warn("inherited sockets not used by any listener; closed", "names", unused, "from", inherited.From)
 		}
 	}()
