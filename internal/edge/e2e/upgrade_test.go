@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,6 +34,7 @@ type upgradeEdge struct {
 	bin     string // the path the edge re-reads on SIGUSR2
 	log     string // every generation's output: a file, so the edge's exit is not held up by a pipe its successor still writes to
 	tlsAddr string
+	rlsAddr string // the rate limit service's
 	pool    *tls.Config
 }
 
@@ -47,15 +49,20 @@ func startUpgradeEdge(t *testing.T) *upgradeEdge {
 	cert := filepath.Join(dir, "cert.pem")
 	require.NoError(t, os.WriteFile(cert, ca.Issue(t, "ecdsa", "localhost").Bundle(), 0o600))
 	org := startOrigin(t, 0)
-	ports := freePorts(t, 3)
+	rlsDir := filepath.Join(dir, "rls")
+	require.NoError(t, os.Mkdir(rlsDir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(rlsDir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"), 0o600))
+	ports := freePorts(t, 4)
 	u := &upgradeEdge{edgeProc: &edgeProc{}, bin: bin, log: filepath.Join(dir, "edge.log"), tlsAddr: "127.0.0.1:" + strconv.Itoa(ports[2])}
 	logFile, err := os.Create(u.log)
 	require.NoError(t, err)
 	defer logFile.Close() // the edge holds its own copy
 	u.Addr, u.Admin = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
+	u.rlsAddr = "127.0.0.1:" + strconv.Itoa(ports[3])
 	u.pool = &tls.Config{RootCAs: ca.Pool, ServerName: "localhost"}
 	cmd := exec.Command(bin, "--listen", u.Addr, "--admin", u.Admin, "--listen-tls", u.tlsAddr,
-		"--tls-default-cert", cert, "--origin", org.URL, "--drain-delay", "0")
+		"--tls-default-cert", cert, "--origin", org.URL, "--drain-delay", "0",
+		"--rls-listen", u.rlsAddr, "--rls-config-dir", rlsDir)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "EDGEGUARD_") {
@@ -237,16 +244,29 @@ func TestUpgradesLoseNoRequest(t *testing.T) {
 		line := u.waitLog(t, "upgrade: the new edge is ready; this edge stops accepting and drains", n, 30*time.Second)
 		newPID := int(line["new_pid"].(float64))
 		require.NotEqual(t, pid, newPID)
-		require.NoError(t, proc.Poll(testenv.Within(t, 15*time.Second), fmt.Sprintf("edge %d to exit after upgrade %d", pid, n), func(context.Context) error {
+		if err := proc.Poll(testenv.Within(t, 15*time.Second), fmt.Sprintf("edge %d to exit after upgrade %d", pid, n), func(context.Context) error {
 			if !exited(pid) {
 				return errors.New("still running")
 			}
 			return nil
-		}))
+		}); err != nil {
+			// A goroutine dump in the log says what the edge waits for.
+			_ = syscall.Kill(pid, syscall.SIGQUIT)
+			t.Fatal(err)
+		}
 		require.False(t, exited(newPID), "upgrade %d: the new edge %d is gone", n, newPID)
 		serving := u.logLines("edge serving")
 		require.Len(t, serving, n+1)
 		require.Equal(t, float64(newPID), serving[n]["pid"], "upgrade %d: the edge serving is not the new process", n)
+		// Every listener was handed over, none bound anew.
+		var inherited []string
+		for _, l := range u.logLines("listener inherited")[4*(n-1):] {
+			inherited = append(inherited, l["listener"].(string))
+		}
+		require.ElementsMatch(t, []string{"public", "tls", "admin", "rls"}, inherited, "upgrade %d", n)
+		c, err := net.DialTimeout("tcp", u.rlsAddr, 5*time.Second)
+		require.NoError(t, err, "upgrade %d: the rate limit service's socket", n)
+		require.NoError(t, c.Close())
 		// Only the new process holds the sockets now: every kind of client
 		// is answered by it.
 		for i, c := range counts {

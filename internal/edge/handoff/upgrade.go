@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"time"
@@ -23,8 +22,8 @@ type Upgrade struct {
 	Exe     string   // the binary, re-read from disk
 	Args    []string // without the program name
 	Env     []string // the variables that named inherited sockets are dropped
-	Stdout  io.Writer
-	Stderr  io.Writer
+	Stdout  *os.File
+	Stderr  *os.File
 	Timeout time.Duration // how long the new edge has to answer ready
 }
 
@@ -34,67 +33,71 @@ var ErrNotReady = errors.New("the new edge did not answer ready in time")
 // Run starts the new binary with lns and waits until it answers ready. It
 // returns the new process's pid; on any error the new process, if it was
 // started, is killed and reaped and the listeners stay this process's own.
+//
+// The descriptors are passed by number (syscall.StartProcess), never
+// through os.File.Fd: Fd puts a socket in blocking mode, a flag of the
+// socket this process accepts on too, and an Accept that found it blocking
+// would wait in the kernel, deaf to Close, once the new edge takes the
+// connection it was woken for.
 func (u Upgrade) Run(lns []Named) (pid int, err error) {
-	var files []*os.File
-	defer func() {
-		for _, f := range files {
-			_ = f.Close()
-		}
-	}()
+	files := []uintptr{os.Stdin.Fd(), u.Stdout.Fd(), u.Stderr.Fd()}
 	var names []string
 	for _, l := range lns {
 		tl, ok := l.Ln.(*net.TCPListener)
 		if !ok {
 			return 0, fmt.Errorf("listener %s is a %T, not a TCP listener", l.Name, l.Ln)
 		}
-		f, err := tl.File() // a copy of the descriptor; the socket stays open here
+		rc, err := tl.SyscallConn()
 		if err != nil {
 			return 0, fmt.Errorf("passing listener %s: %w", l.Name, err)
 		}
-		files, names = append(files, f), append(names, l.Name)
+		var fd uintptr
+		if err := rc.Control(func(s uintptr) { fd = s }); err != nil {
+			return 0, fmt.Errorf("passing listener %s: %w", l.Name, err)
+		}
+		files, names = append(files, fd), append(names, l.Name)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return 0, fmt.Errorf("making the readiness pipe: %w", err)
 	}
 	defer r.Close()
-	files, names = append(files, w), append(names, readyName)
+	files, names = append(files, w.Fd()), append(names, readyName)
 
-	cmd := exec.Command(u.Exe, u.Args...)
-	cmd.Stdout, cmd.Stderr = u.Stdout, u.Stderr
-	cmd.ExtraFiles = files
+	var env []string
 	for _, kv := range u.Env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
 		case EnvListenFDs, envSystemdPID, envSystemdFDs, envSystemdNames:
 			continue
 		}
-		cmd.Env = append(cmd.Env, kv)
+		env = append(env, kv)
 	}
-	cmd.Env = append(cmd.Env, EnvListenFDs+"="+strings.Join(names, ":"))
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("starting %s: %w", u.Exe, err)
-	}
+	env = append(env, EnvListenFDs+"="+strings.Join(names, ":"))
+	// The listeners stay open until StartProcess has returned: lns are
+	// this process's own and closed only after a successful upgrade.
+	pid, _, err = syscall.StartProcess(u.Exe, append([]string{u.Exe}, u.Args...), &syscall.ProcAttr{Env: env, Files: files})
 	// Only the new process holds the pipe's write end now: its exit ends
 	// the read below.
 	_ = w.Close()
-	files = files[:len(files)-1]
-	// Starting the process put each passed descriptor in blocking mode
-	// (os.File.Fd does), and the flag belongs to the socket this process
-	// accepts on too: an Accept that found the socket blocking would wait
-	// in the kernel, deaf to Close, once the new edge takes connections.
-	for _, f := range files {
-		if err := setNonblock(f); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return 0, fmt.Errorf("restoring the listeners' non-blocking mode: %w", err)
-		}
+	if err != nil {
+		return 0, fmt.Errorf("starting %s: %w", u.Exe, err)
+	}
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return 0, fmt.Errorf("finding the new edge (pid %d): %w", pid, err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		st, err := proc.Wait()
+		if err == nil && !st.Success() {
+			err = errors.New(st.String())
+		}
+		exited <- err
+	}()
 
 	if err := r.SetReadDeadline(time.Now().Add(u.Timeout)); err != nil {
-		_ = cmd.Process.Kill()
+		_ = proc.Kill()
 		<-exited
 		return 0, fmt.Errorf("waiting for the new edge: %w", err)
 	}
@@ -103,26 +106,12 @@ func (u Upgrade) Run(lns []Named) (pid int, err error) {
 	if rerr == nil && string(buf) == "ready\n" {
 		// The new edge runs on; its exit is reaped by the goroutine above
 		// if this process still lives then.
-		return cmd.Process.Pid, nil
+		return pid, nil
 	}
-	_ = cmd.Process.Kill() // too slow, or a stranger wrote to the pipe
+	_ = proc.Kill() // too slow, or a stranger wrote to the pipe
 	werr := <-exited
 	if errors.Is(rerr, os.ErrDeadlineExceeded) {
 		return 0, fmt.Errorf("%w (%s); killed it", ErrNotReady, u.Timeout)
 	}
-	return 0, fmt.Errorf("the new edge (pid %d) exited before it was ready: %v", cmd.Process.Pid, werr)
-}
-
-// setNonblock puts f's descriptor in non-blocking mode without Fd, which
-// would put it in blocking mode first.
-func setNonblock(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = syscall.SetNonblock(int(fd), true) }); err != nil {
-		return err
-	}
-	return serr
+	return 0, fmt.Errorf("the new edge (pid %d) exited before it was ready: %v", pid, werr)
 }
