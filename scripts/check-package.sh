@@ -13,7 +13,7 @@ ctl=$(ls dist/edgeguard-regionctl_*.deb)
 fail() { echo "check-package: $*" >&2; exit 1; }
 
 contents=$(dpkg-deb -c "$deb")
-for f in ./usr/bin/edgeguard-edge ./lib/systemd/system/edgeguard-edge.service ./lib/systemd/system/edgeguard-rls.service ./etc/edgeguard/edge.yaml ./etc/edgeguard/edge.env ./etc/edgeguard/rls.env ./etc/edgeguard/ratelimit/config/ ./etc/edgeguard/rules.yaml ./usr/share/doc/edgeguard-edge/copyright; do
+for f in ./usr/bin/edgeguard-edge ./lib/systemd/system/edgeguard-edge.service ./lib/systemd/system/edgeguard-edge.socket ./lib/systemd/system/edgeguard-rls.service ./etc/edgeguard/edge.yaml ./etc/edgeguard/edge.env ./etc/edgeguard/rls.env ./etc/edgeguard/ratelimit/config/ ./etc/edgeguard/rules.yaml ./usr/share/doc/edgeguard-edge/copyright; do
 	grep -q " $f\$" <<<"$contents" || fail "$deb lacks $f"
 done
 grep -q -- "-rw-r----- .* ./etc/edgeguard/edge.env$" <<<"$contents" || fail "edge.env must be 0640"
@@ -33,7 +33,7 @@ tree=$(mktemp -d)
 trap 'kill "${pid:-}" 2>/dev/null || true; rm -rf "$tree"' EXIT
 dpkg-deb -x "$deb" "$tree"
 unit="$tree/lib/systemd/system/edgeguard-edge.service"
-for want in "User=edgeguard" "NoNewPrivileges=yes" "ProtectSystem=strict" "CapabilityBoundingSet=CAP_NET_BIND_SERVICE" "AmbientCapabilities=CAP_NET_BIND_SERVICE" "ExecReload=/bin/kill -HUP \$MAINPID" "EnvironmentFile=-/etc/edgeguard/edge.env"; do
+for want in "User=edgeguard" "NoNewPrivileges=yes" "ProtectSystem=strict" "CapabilityBoundingSet=CAP_NET_BIND_SERVICE" "AmbientCapabilities=CAP_NET_BIND_SERVICE" "ExecReload=/bin/kill -HUP \$MAINPID" "Type=notify" "NotifyAccess=all" "EnvironmentFile=-/etc/edgeguard/edge.env"; do
 	grep -qxF "$want" "$unit" || fail "unit lacks $want"
 done
 bin="$tree/usr/bin/edgeguard-edge"

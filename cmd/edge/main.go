@@ -19,6 +19,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge"
 	"github.com/edgeguard/edgeguard/internal/edge/check"
+	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 	"github.com/edgeguard/edgeguard/internal/rlsd"
 )
 
@@ -40,12 +41,19 @@ func main() {
 		// /bin/ratelimit): the same service, started as that one is.
 		os.Exit(rlsd.Main(os.Args[1:], os.Environ(), os.Stderr))
 	}
+	// First, so the variables naming inherited sockets are gone before the
+	// environment is read as settings.
+	inherited, ierr := handoff.Inherited()
 	cfg, code, ok := edge.ParseCommandLine(os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	if !ok {
 		os.Exit(code)
 	}
 	log := edge.NewLogger(os.Stderr, cfg.LogLevel)
-	e, err := edge.New(cfg, log)
+	if ierr != nil {
+		log.Error("edge refused to start", "err", ierr)
+		os.Exit(1)
+	}
+	e, err := edge.NewInherited(cfg, log, inherited)
 	if err != nil {
 		log.Error("edge refused to start", "err", err)
 		os.Exit(1)

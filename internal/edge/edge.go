@@ -25,11 +25,13 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/globalhome"
+	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/pipeline"
 	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
 	"github.com/edgeguard/edgeguard/internal/origin"
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -90,6 +92,12 @@ type servers struct {
 	server            *fasthttp.Server
 	admin             *http.Server
 	rls               *rlslink.Service // nil without --rls-listen
+	// inherited is the sockets this process was started with (package
+	// handoff); bound holds each listener as bound, before the accept
+	// stack, for the next binary on SIGUSR2.
+	inherited *handoff.Set
+	bound     []handoff.Named
+	exe       string // this binary's path, for SIGUSR2
 }
 
 // buildGlobal gives the limiter its Global (with Redis only: the
@@ -122,10 +130,25 @@ func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
 // invalid file), connects nothing yet (Redis may be down: the fallback
 // decides until it is back), and binds both listeners.
 func New(cfg config.Config, log *slog.Logger) (*Edge, error) {
+	return NewInherited(cfg, log, nil)
+}
+
+// NewInherited is New with the listening sockets this process inherited
+// (handoff.Inherited): each listener named there is used instead of bound.
+// An inherited socket no listener takes is closed and logged.
+func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (_ *Edge, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	e := newEdge(cfg, log)
+	e.inherited = inherited
+	e.exe, _ = os.Executable() // resolved now: the path, not the file, is re-read on SIGUSR2
+	defer func() {
+		// After a failure the listeners not reached yet are not news.
+		if unused := inherited.Close(); err == nil && len(unused) > 0 {
+			log.Warn("inherited sockets not used by any listener; closed", "names", unused, "from", inherited.From)
+		}
+	}()
 	ok := false
 	defer func() {
 		if !ok {
@@ -364,7 +387,7 @@ func (e *Edge) newServer() *fasthttp.Server {
 // admin listener, and registers the metrics that read the server.
 func (e *Edge) listen(reg prometheus.Registerer) error {
 	var err error
-	if e.publicLn, err = net.Listen("tcp", e.cfg.Listen); err != nil {
+	if e.publicLn, err = e.bind(handoff.Public, e.cfg.Listen); err != nil {
 		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
 	}
 	e.publicLn = e.acceptStack(e.publicLn, []byte(listen.TooManyConns))
@@ -380,10 +403,26 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 	if err := e.metrics.readyGauge(reg, e.readyValue); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	if e.adminLn, err = net.Listen("tcp", e.cfg.Admin); err != nil {
+	if e.adminLn, err = e.bind(handoff.Admin, e.cfg.Admin); err != nil {
 		return fmt.Errorf("listening on %s (admin): %w", e.cfg.Admin, err)
 	}
 	return nil
+}
+
+// bind is the listener named name: the inherited socket when there is one,
+// else a new one on addr. Either way it is kept for the next binary.
+func (e *Edge) bind(name, addr string) (net.Listener, error) {
+	ln, ok, err := e.inherited.Listener(name, addr)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		e.log.Info("listener inherited", "listener", name, "addr", ln.Addr().String(), "from", e.inherited.From)
+	} else if ln, err = net.Listen("tcp", addr); err != nil {
+		return nil, err
+	}
+	e.bound = append(e.bound, handoff.Named{Name: name, Ln: ln})
+	return ln, nil
 }
 
 // Addr and AdminAddr are the bound addresses (useful with port 0).
@@ -573,26 +612,46 @@ func (e *Edge) Run(ctx context.Context) error {
 	stopReload := make(chan struct{})
 	defer close(stopReload)
 	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
-	e.log.Info("edge serving", "listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr2)
+	handedOver := make(chan struct{})
+	wg.Go(func() { e.upgradeOnSignal(usr2, stopReload, handedOver) })
+	if e.inherited.Upgrading() {
+		wg.Go(func() { e.tellPredecessor(ctx) })
+	} else if err := handoff.Notify(handoff.ReadyState(false)); err != nil {
+		e.log.Warn("service manager not told the edge is ready", "err", err)
+	}
+	e.log.Info("edge serving", "pid", os.Getpid(), "listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
 
 	var serveErr error
+	upgraded := false
 	select {
 	case serveErr = <-errc:
 		e.log.Error("server failed; shutting down", "err", serveErr)
 	case <-ctx.Done():
+	case <-handedOver:
+		// The new edge serves the same sockets: nothing for load balancers
+		// or the catalog to notice, so no drain delay, no 503 on /readyz,
+		// no deregistration (the new edge holds the same registration).
+		upgraded = true
 	}
-	e.draining.Store(true)
-	if e.rls != nil {
-		e.rls.SetServing(false) // health checks see the drain at once
+	if !upgraded {
+		e.draining.Store(true)
+		if e.rls != nil {
+			e.rls.SetServing(false) // health checks see the drain at once
+		}
 	}
 	if e.consul != nil {
 		// Stopped first, so a rules change while draining cannot register
 		// the edge again after it left the catalog.
 		stopConsul()
 		consulWG.Wait()
-		e.consul.Deregister()
+		if !upgraded {
+			e.consul.Deregister()
+		}
 	}
-	if serveErr == nil {
+	if serveErr == nil && !upgraded {
 		e.log.Info("draining", "delay", e.cfg.DrainDelay)
 		time.Sleep(e.cfg.DrainDelay)
 	}
@@ -712,6 +771,62 @@ func (e *Edge) reloadOnSignal(sig <-chan os.Signal, stop <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// upgradeTimeout is how long a new binary started on SIGUSR2 has to answer
+// ready before it is killed and this edge serves on.
+const upgradeTimeout = 60 * time.Second
+
+// upgradeOnSignal starts the binary again on every SIGUSR2, handing it the
+// listeners (package handoff), until stop is closed or one new edge is
+// ready: then it closes handedOver and this edge drains.
+func (e *Edge) upgradeOnSignal(sig <-chan os.Signal, stop <-chan struct{}, handedOver chan<- struct{}) {
+	for {
+		select {
+		case <-sig:
+		case <-stop:
+			return
+		}
+		if e.exe == "" {
+			e.log.Error("upgrade failed; this edge keeps serving", "err", "the path of this binary is unknown")
+			continue
+		}
+		e.log.Info("upgrade: starting the new binary", "exe", e.exe, "listeners", len(e.bound))
+		pid, err := handoff.Upgrade{
+			Exe: e.exe, Args: os.Args[1:], Env: os.Environ(),
+			Stdout: os.Stdout, Stderr: os.Stderr, Timeout: upgradeTimeout,
+		}.Run(e.bound)
+		if err != nil {
+			e.log.Error("upgrade failed; this edge keeps serving", "err", err)
+			continue
+		}
+		e.log.Info("upgrade: the new edge is ready; this edge stops accepting and drains", "new_pid", pid)
+		close(handedOver)
+		return
+	}
+}
+
+// tellPredecessor tells the edge that started this one (SIGUSR2) that this
+// one is ready, once /readyz would answer 200.
+func (e *Edge) tellPredecessor(ctx context.Context) {
+	if err := proc.PollEvery(ctx, 20*time.Millisecond, "readiness", func(context.Context) error {
+		if e.readyValue() != 1 {
+			return errors.New("not ready")
+		}
+		return nil
+	}); err != nil {
+		return // stopping before ready: the predecessor serves on
+	}
+	// The service manager first: it must follow this pid before the
+	// previous edge exits.
+	if err := handoff.Notify(handoff.ReadyState(true)); err != nil {
+		e.log.Warn("service manager not told the edge took over", "err", err)
+	}
+	if err := e.inherited.Ready(); err != nil {
+		e.log.Error("upgrade: telling the previous edge this one is ready", "err", err)
+		return
+	}
+	e.log.Info("upgrade: ready; the previous edge drains", "pid", os.Getpid())
 }
 
 func (e *Edge) close() {

@@ -2,10 +2,12 @@ package edge
 
 import (
 	"context"
+	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
+	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
 )
 
@@ -20,6 +22,7 @@ func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 		ConsulPrefix: e.cfg.ConsulPrefix,
 		Region:       e.cfg.Region,
 		Log:          e.log,
+		Bind:         func(addr string) (net.Listener, error) { return e.bind(handoff.RLS, addr) },
 	}, reg)
 	if err != nil || s == nil {
 		return err

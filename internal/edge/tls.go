@@ -3,6 +3,7 @@ package edge
 import (
 	"errors"
 	"fmt"
+	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,7 +67,7 @@ func (e *Edge) listenTLS() error {
 	if e.certs.Len() == 0 && e.cfg.Consul == "" {
 		return errors.New("listen-tls: no valid certificate in --tls-cert-dir or --tls-default-cert")
 	}
-	ln, err := net.Listen("tcp", e.cfg.ListenTLS)
+	ln, err := e.bind(handoff.TLS, e.cfg.ListenTLS)
 	if err != nil {
 		return fmt.Errorf("listening on %s (TLS): %w", e.cfg.ListenTLS, err)
 	}

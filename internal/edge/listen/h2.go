@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,6 +85,11 @@ type H2Server struct {
 
 	streams *H2StreamMetrics // h2_streams.go
 	held    *h2Budget
+
+	// stopping is set by Shutdown; lingering counts the connections whose
+	// close it put off (h2MeteredConn.Close).
+	stopping  atomic.Bool
+	lingering sync.WaitGroup
 }
 
 // H2Config is what the HTTP/2 server is built from: the pipeline it runs
@@ -160,7 +166,7 @@ func (h *H2Server) ServeConn(c net.Conn) error {
 	if !ok {
 		return errors.New("http2: not a TLS connection")
 	}
-	mc := &h2MeteredConn{Conn: tc, state: tc.ConnectionState(), closed: make(chan struct{})}
+	mc := &h2MeteredConn{Conn: tc, state: tc.ConnectionState(), closed: make(chan struct{}), srv: h}
 	mc.init(h.m, h.hs.MaxHeaderBytes, time.Now())
 	mc.streams = h.openConnStreams(tc)
 	defer mc.streams.close()
@@ -182,8 +188,26 @@ const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // Shutdown asks every h2 connection to finish its streams and close
 // (GOAWAY), and waits for them until ctx is done.
 func (h *H2Server) Shutdown(ctx context.Context) error {
-	return h.hs.Shutdown(ctx)
+	h.stopping.Store(true)
+	err := h.hs.Shutdown(ctx)
+	lingered := make(chan struct{})
+	go func() {
+		h.lingering.Wait()
+		close(lingered)
+	}()
+	select {
+	case <-lingered:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	return err
 }
+
+// h2ShutdownLinger is how long a connection without a stream stays open
+// once the server shuts down: net/http's own wait after a GOAWAY.
+const h2ShutdownLinger = time.Second
 
 // connQueue is a listener of the connections fasthttp hands over.
 type connQueue struct {
@@ -403,11 +427,34 @@ type h2MeteredConn struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	h2Meter
-	streams *h2ConnStreams // h2_streams.go
+	streams  *h2ConnStreams // h2_streams.go
+	srv      *H2Server
+	lingered atomic.Bool
 }
 
 // Close closes the connection and tells serveConn that net/http is done.
+//
+// Once the server shuts down, net/http closes a connection with no stream
+// open at once, while the GOAWAY it sends may still be on its way: a
+// request the client sends meanwhile meets a closed socket and fails
+// (nothing tells the client it may retry it). So the first such close is
+// put off for h2ShutdownLinger: the GOAWAY reaches the client, which sends
+// its next requests on a new connection (the next edge's, after an
+// upgrade), and net/http's own close after its GOAWAY, or the linger's
+// end, closes the socket.
 func (c *h2MeteredConn) Close() error {
+	if c.srv != nil && c.srv.stopping.Load() && c.lingered.CompareAndSwap(false, true) {
+		c.srv.lingering.Add(1)
+		time.AfterFunc(h2ShutdownLinger, func() {
+			defer c.srv.lingering.Done()
+			_ = c.closeNow()
+		})
+		return nil
+	}
+	return c.closeNow()
+}
+
+func (c *h2MeteredConn) closeNow() error {
 	c.goAwayBeforeClose()
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() { close(c.closed) })

@@ -42,6 +42,9 @@ type Options struct {
 	// ConsulPrefix and Region name the Consul documents in the log.
 	ConsulPrefix, Region string
 	Log                  *slog.Logger
+	// Bind opens the listener on an address (nil: net.Listen), so the
+	// edge can hand it an inherited socket.
+	Bind func(addr string) (net.Listener, error)
 }
 
 // New loads the configuration (refusing to start on an invalid one) and
@@ -79,7 +82,11 @@ func New(c config.RLSConfig, o Options, reg prometheus.Registerer) (*Service, er
 		}
 		creds = credentials.NewTLS(tc)
 	}
-	ln, err := net.Listen("tcp", c.Listen)
+	bind := o.Bind
+	if bind == nil {
+		bind = func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+	}
+	ln, err := bind(c.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s (rate limit service): %w", c.Listen, err)
 	}
