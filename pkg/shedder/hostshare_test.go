@@ -387,3 +387,48 @@ func TestHostSharesFloodFromManyAddressesHeldToTheShare(t *testing.T) {
 	require.Equal(t, 4, admitted, "a.example flooded from 50 addresses keeps to its share of 4")
 	require.Len(t, takeFrom(h, now, "b.example", "198.51.100.2", 3), 3, "b keeps its share")
 }
+
+// TestHostSharesThirdHostJoins: a and b hold their shares of 12 workers (6
+// each) when c becomes active mid-run. The share falls to 4 at once: c is
+// admitted up to its 4 (past the workers: its requests wait for the
+// workers a and b give back), a and b are refused new requests until they
+// are back under 4, and nobody's requests in flight are cut: the shares
+// move as requests end.
+func TestHostSharesThirdHostJoins(t *testing.T) {
+	h := NewHostShares(12, hostCfg(8))
+	now := time.Unix(1000, 0)
+	from := func(host string, n, base int) []HostLease {
+		var out []HostLease
+		for i := range n {
+			out = append(out, takeFrom(h, now, host, fmt.Sprintf("192.0.2.%d", base+i), 1)...)
+		}
+		return out
+	}
+	a := from("a.example", 6, 1)
+	b := from("b.example", 6, 21)
+	require.Len(t, a, 6)
+	require.Len(t, b, 6)
+	_, active, share := h.Top()
+	require.Equal(t, 2, active)
+	require.Equal(t, 6, share)
+
+	c := from("c.example", 5, 41)
+	require.Len(t, c, 4, "c gets its share of 4 at once, no more")
+	_, active, share = h.Top()
+	require.Equal(t, 3, active)
+	require.Equal(t, 4, share)
+	require.Empty(t, from("a.example", 1, 61), "a holds 6, over the new share")
+	require.Empty(t, from("b.example", 1, 62))
+
+	// a's requests end one by one: at 4 it is still at its share; at 3 it
+	// is admitted again.
+	a[0].Release()
+	a[1].Release()
+	require.Empty(t, from("a.example", 1, 63), "a at 4: at its share")
+	a[2].Release()
+	again := from("a.example", 1, 64)
+	require.Len(t, again, 1, "a at 3: under its share")
+	for _, l := range append(append(append(a[3:], b...), c...), again...) {
+		l.Release()
+	}
+}
