@@ -1,7 +1,7 @@
 // Package mixedversion tests a fleet that runs two versions at once: edges
 // built from the previous release (the commit CHANGELOG.md's newest release
 // section was cut from) and edges built from this tree, serving one Redis
-// Cluster and one Consul. It holds tests only (docs/mixed-versions.md):
+// Cluster and one Consul. It holds tests only (docs/compatibility.md, "Mixed versions"):
 //
 //  1. the release is found in CHANGELOG.md and built from its commit with
 //     the Go toolchain running the tests, once per commit (the binary is
