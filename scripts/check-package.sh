@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks the packages make package built, as far as this machine allows:
 # their contents and control data, the unit's hardening, the packaged
-# config against `edge check`, and the unit's command started from the
-# unpacked tree (no systemd needed) until /readyz answers, and the same for
+# config against `edge check`, the units with `systemd-analyze verify` where
+# it is installed, and the unit's command started from the unpacked tree (no
+# systemd needed) until /readyz answers, and the same for
 # the rate limit service's unit (edgeguard-rls: `edge rls` with rls.env)
 # until /healthcheck answers. It also checks the container recipe names a
 # static build on a minimal base.
@@ -39,6 +40,21 @@ done
 bin="$tree/usr/bin/edgeguard-edge"
 [[ "$(file "$bin")" == *"statically linked"* ]] || fail "the edge binary is not static"
 [[ "$("$bin" --version)" == "edge "* ]] || fail "--version"
+socket="$tree/lib/systemd/system/edgeguard-edge.socket"
+for want in "FileDescriptorName=public" "Service=edgeguard-edge.service"; do
+	grep -qxF "$want" "$socket" || fail "socket unit lacks $want"
+done
+# The units as systemd reads them, where its analyzer is installed (it needs
+# no running systemd), with the binary's path moved into the tree: any
+# complaint fails the check.
+if command -v systemd-analyze >/dev/null; then
+	mkdir "$tree/units"
+	for u in edgeguard-edge.service edgeguard-edge.socket edgeguard-rls.service; do
+		sed "s|/usr/bin/edgeguard-edge|$bin|g" "$tree/lib/systemd/system/$u" >"$tree/units/$u"
+	done
+	verify=$(cd "$tree/units" && systemd-analyze verify ./edgeguard-edge.service ./edgeguard-edge.socket ./edgeguard-rls.service 2>&1) && [ -z "$verify" ] ||
+		fail "systemd-analyze verify: ${verify:-failed}"
+fi
 
 # The unit's command, with the packaged config (paths moved into the tree,
 # an origin and free loopback ports given, as an operator's edit would). The

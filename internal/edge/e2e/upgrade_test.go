@@ -72,9 +72,16 @@ func startUpgradeEdge(t *testing.T) *upgradeEdge {
 	cmd.Env = append(cmd.Env, "EDGEGUARD_ADMIN_TOKEN="+adminToken)
 	u.Proc, err = testenv.StartProc(cmd)
 	require.NoError(t, err)
+	u.stopGroupAtEnd(t)
+	require.NoError(t, waitReady(u.edgeProc, 20*time.Second), u.logTail(20))
+	return u
+}
+
+// stopGroupAtEnd stops every generation of the edge when the test ends:
+// they all stay in the first one's process group, so one signal stops
+// whichever edge serves then.
+func (u *upgradeEdge) stopGroupAtEnd(t *testing.T) {
 	pgid := u.Cmd.Process.Pid
-	// Every generation stays in the first one's process group: one signal
-	// stops whichever edge serves when the test ends.
 	t.Cleanup(func() {
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -91,8 +98,6 @@ func startUpgradeEdge(t *testing.T) *upgradeEdge {
 			t.Logf("--- edge output (last 60 lines) ---\n%s", u.logTail(60))
 		}
 	})
-	require.NoError(t, waitReady(u.edgeProc, 20*time.Second), u.logTail(20))
-	return u
 }
 
 // output is everything the edges wrote so far.

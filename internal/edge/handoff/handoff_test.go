@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestInheritedRefusesWhatNamesNoValidSocket(t *testing.T) {
@@ -46,8 +47,49 @@ func TestDescriptorNotPassedIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	free := int(f.Fd()) + 1
 	require.NoError(t, f.Close())
-	_, err = fdFile(free, Public)
+	_, err = fdFile(free, Public, false)
 	require.ErrorContains(t, err, "is not open")
+}
+
+// TestDescriptorOfAnotherKindIsRefused: a count past the passed
+// descriptors reaches files the process opened itself; they are refused,
+// not taken (and later closed) as sockets.
+func TestDescriptorOfAnotherKindIsRefused(t *testing.T) {
+	file, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer file.Close()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	sock, _ := listenerFile(t)
+	for _, tc := range []struct {
+		name string
+		f    *os.File
+		pipe bool
+		err  string // empty: taken
+	}{
+		{"a file as a socket", file, false, "is not a socket"},
+		{"a pipe as a socket", w, false, "is not a socket"},
+		{"a socket as the pipe", sock, true, "is not a pipe"},
+		{"a file as the pipe", file, true, "is not a pipe"},
+		{"a socket", sock, false, ""},
+		{"the pipe", w, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A copy: a file fdFile returns owns its descriptor.
+			fd, err := unix.Dup(int(tc.f.Fd()))
+			require.NoError(t, err)
+			got, err := fdFile(fd, Public, tc.pipe)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				require.NoError(t, unix.Close(fd))
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, got.Close())
+		})
+	}
 }
 
 // listenerFile is a bound loopback listener's descriptor, as a process

@@ -64,7 +64,7 @@ func inherited(getenv func(string) string, pid int) (*Set, error) {
 		if len(names) > maxInheritedFDs {
 			return nil, fmt.Errorf("%s: %d descriptors, at most %d", EnvListenFDs, len(names), maxInheritedFDs)
 		}
-		s := &Set{From: "handoff"}
+		// Every name checked before any descriptor is taken.
 		for i, name := range names {
 			if name != readyName && !slices.Contains(listenerNames, name) {
 				return nil, fmt.Errorf("%s: unknown name %q (want %s or %s)", EnvListenFDs, name, strings.Join(listenerNames, ", "), readyName)
@@ -72,7 +72,10 @@ func inherited(getenv func(string) string, pid int) (*Set, error) {
 			if slices.Contains(names[:i], name) {
 				return nil, fmt.Errorf("%s: %q named twice", EnvListenFDs, name)
 			}
-			f, err := fdFile(firstFD+i, name)
+		}
+		s := &Set{From: "handoff"}
+		for i, name := range names {
+			f, err := fdFile(firstFD+i, name, name == readyName)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", EnvListenFDs, err)
 			}
@@ -108,7 +111,7 @@ func inherited(getenv func(string) string, pid int) (*Set, error) {
 		if names != nil && len(names[i]) <= systemdNameLimit {
 			name = names[i]
 		}
-		f, err := fdFile(firstFD+i, name)
+		f, err := fdFile(firstFD+i, name, false)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", envSystemdFDs, err)
 		}
@@ -117,10 +120,22 @@ func inherited(getenv func(string) string, pid int) (*Set, error) {
 	return s, nil
 }
 
-// fdFile is fd as a file, refused when it is not open.
-func fdFile(fd int, name string) (*os.File, error) {
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+// fdFile is fd as a file, refused when it is not open or not what was
+// passed: a socket, or a pipe for the handoff's readiness descriptor. A
+// count naming more descriptors than were passed reaches the ones this
+// process opened itself (the Go runtime keeps its cgroup CPU limit files
+// open from start-up): those are refused, never taken and closed.
+func fdFile(fd int, name string, pipe bool) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("descriptor %d (%s) is not open: %w", fd, name, err)
+	}
+	want, kind := uint32(unix.S_IFSOCK), "a socket"
+	if pipe {
+		want, kind = unix.S_IFIFO, "a pipe"
+	}
+	if st.Mode&unix.S_IFMT != want {
+		return nil, fmt.Errorf("descriptor %d (%s) is not %s", fd, name, kind)
 	}
 	syscall.CloseOnExec(fd)
 	return os.NewFile(uintptr(fd), name), nil
