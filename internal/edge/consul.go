@@ -165,6 +165,7 @@ func (e *Edge) consulParts() consullink.Parts {
 			}
 			return e.shed.Update(shedder.DefaultConfig())
 		},
+		ShedderVersion: func() string { return shedder.SettingsVersion(e.shed.Config()) },
 		SetEdges: func(inRegion, inPoP int) {
 			e.nodesRegion.Store(int64(max(inRegion, 1)))
 			e.nodesPoP.Store(int64(max(inPoP, 1)))

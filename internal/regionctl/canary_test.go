@@ -96,7 +96,7 @@ func TestCanaryRefusedWithoutEdgesOrWhileRunning(t *testing.T) {
 	cfg.Address = euWest.HTTPAddr()
 	rc, err := region.NewClient(cfg, p)
 	require.NoError(t, err)
-	require.ErrorIs(t, rc.StartCanary(context.Background(), "eu-west", "ams", []byte(rulesV1)), region.ErrCanaryRunning)
+	require.ErrorIs(t, rc.StartCanary(context.Background(), region.CanaryRules, "eu-west", "ams", []byte(rulesV1)), region.ErrCanaryRunning)
 	require.Nil(t, kv(t, euWest, layout.RulesCanary("eu-west", "ams")))
 	require.Nil(t, kv(t, euWest, layout.RegionRules("eu-west")))
 }

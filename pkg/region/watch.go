@@ -49,21 +49,39 @@ func (c *Client) WatchRules(ctx context.Context, region string, fn func(Docs), o
 // WatchShedder calls fn with the region's shedder document (nil when absent)
 // now and after every change.
 func (c *Client) WatchShedder(ctx context.Context, region string, fn func([]byte), onErr func(error)) {
+	c.WatchPoPShedder(ctx, region, "", func(doc []byte, _ bool) { fn(doc) }, onErr)
+}
+
+// WatchPoPShedder is WatchShedder for an edge of pop: while a shedder
+// canary key of pop exists, its document stands for the region's, and fn
+// is told so (canary true). One watch of the shedder prefix sees both keys.
+func (c *Client) WatchPoPShedder(ctx context.Context, region, pop string, fn func(doc []byte, canary bool), onErr func(error)) {
 	key := c.layout.Shedder(region)
+	canaryKey := ""
+	if pop != "" {
+		canaryKey = c.layout.ShedderCanary(region, pop)
+	}
 	var last []byte
-	first := true
-	c.watch(ctx, key, onErr, func(pairs api.KVPairs) error {
-		var v []byte
+	lastCanary, first := false, true
+	c.watch(ctx, c.layout.Prefix+"shedder/", onErr, func(pairs api.KVPairs) error {
+		var v, cv []byte
+		canary := false
 		for _, p := range pairs {
-			if p.Key == key {
+			switch p.Key {
+			case key: // not shedder/<region>-2
 				v = p.Value
+			case canaryKey:
+				cv, canary = p.Value, true
 			}
 		}
-		if !first && bytes.Equal(v, last) {
+		if canary {
+			v = cv
+		}
+		if !first && bytes.Equal(v, last) && canary == lastCanary {
 			return nil
 		}
-		first, last = false, v
-		fn(v)
+		first, last, lastCanary = false, v, canary
+		fn(v, canary)
 		return nil
 	})
 }
