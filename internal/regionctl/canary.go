@@ -82,7 +82,8 @@ func (c *canaryFlags) checkRun(prometheus string) error {
 }
 
 // figures are one side's rates over the judged window: the fractions of
-// its requests denied, answered 5xx by the origin, shed, and of its rule
+// its requests denied, answered 5xx (by the origin, or by the edge for an
+// origin it could not reach), shed, and of its rule
 // decisions taken by the fallback; refused counts documents refused.
 type figures struct {
 	Requests float64 `json:"requests"`
@@ -410,6 +411,16 @@ func canaryFigures(ctx context.Context, promURL, r, pop string, window, timeout 
 		return canary, rest, err
 	}
 	side(errs, func(f *figures, s *model.Sample) { f.Err5xx += float64(s.Value) })
+	// The edge's own 502/504 (and 503 for a full connection pool) for
+	// origins it could not reach or that did not answer in time: an origin
+	// that is down, or a pool pointed at the wrong one, shows here, not in
+	// the origins' responses. Failures of the client's own body are not
+	// the origin's.
+	failed, err := query(fmt.Sprintf(`sum by (pop) (increase(edgeguard_origin_errors_total{%s,reason=~"connect|tls|timeout|other|no_free_conns"}[%s]))`, sel, w))
+	if err != nil {
+		return canary, rest, err
+	}
+	side(failed, func(f *figures, s *model.Sample) { f.Err5xx += float64(s.Value) })
 	decs, err := query(fmt.Sprintf(`sum by (pop, reason) (increase(edgeguard_edge_decisions_total{%s}[%s]))`, sel, w))
 	if err != nil {
 		return canary, rest, err

@@ -15,9 +15,10 @@ import (
 //
 //	rules/canary/<region>/<pop>     the candidate region rules document (YAML)
 //	shedder/canary/<region>/<pop>   the candidate shedder settings (JSON)
+//	hosts/canary/<region>/<pop>     the candidate host table (YAML)
 //
 // The edges of <pop> prefer it over the region's document of that kind
-// (rules/regions/<region>, shedder/<region>) while it exists; the other
+// (rules/regions/<region>, shedder/<region>, hosts/<region>) while it exists; the other
 // edges of the region never read it. Deleting it returns the PoP to the
 // region's document. It sits under the kind's prefix, so the edges' one
 // watch of that kind sees it come and go. A region runs at most one canary
@@ -32,10 +33,11 @@ type CanaryKind string
 const (
 	CanaryRules   CanaryKind = "rules"
 	CanaryShedder CanaryKind = "shedder"
+	CanaryHosts   CanaryKind = "hosts"
 )
 
 // CanaryKinds are every kind, in the order they are checked.
-var CanaryKinds = []CanaryKind{CanaryRules, CanaryShedder}
+var CanaryKinds = []CanaryKind{CanaryRules, CanaryShedder, CanaryHosts}
 
 // Canaries is the prefix of a region's canary keys of kind.
 func (l Layout) Canaries(kind CanaryKind, region string) string {
@@ -57,6 +59,9 @@ func (l Layout) RulesCanary(region, pop string) string { return l.Canary(CanaryR
 func (l Layout) ShedderCanary(region, pop string) string {
 	return l.Canary(CanaryShedder, region, pop)
 }
+
+// HostsCanary is the host table canary key of one PoP of a region.
+func (l Layout) HostsCanary(region, pop string) string { return l.Canary(CanaryHosts, region, pop) }
 
 // ErrCanaryRunning is a canary already under way in the region.
 var ErrCanaryRunning = errors.New("a canary is already running in the region")

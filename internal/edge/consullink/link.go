@@ -64,6 +64,7 @@ type Parts struct {
 	UpdateShedder  func(shedder.Config) error
 	StartShedder   func() error  // back to the settings the edge started with
 	ShedderVersion func() string // the settings version in force, registered
+	HostsVersion   func() string // the host table version in force, registered
 	SetEdges       func(inRegion, inPoP int)
 	GlobalShare    func() []string // the global rules' unreachable homes, registered
 	// Watches are the edge's other watches (the region catalog, the rate
@@ -417,6 +418,9 @@ func (l *Link) register(ctx context.Context) {
 		l.reg.RulesVersion = l.parts.Rules().Version()
 		if l.parts.ShedderVersion != nil {
 			l.reg.ShedderVersion = l.parts.ShedderVersion()
+		}
+		if l.parts.HostsVersion != nil {
+			l.reg.HostsVersion = l.parts.HostsVersion()
 		}
 		l.reg.GlobalShare = l.parts.GlobalShare()
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
