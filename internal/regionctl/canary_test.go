@@ -155,3 +155,36 @@ func TestShedderCanaryRefused(t *testing.T) {
 	require.Nil(t, kv(t, euWest, layout.ShedderCanary("eu-west", "ams")))
 	require.Nil(t, kv(t, euWest, layout.Shedder("eu-west")))
 }
+
+// hosts push --canary checks its command line as the other canaries do,
+// and refuses a region without a stored host table (the PoP would have
+// nothing to return to); nothing is written.
+func TestHostsCanaryRefused(t *testing.T) {
+	p := prefix(t)
+	f := file(t, "version: 1\nhosts:\n  a.example: {pool: default}\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"key injection", []string{"--canary", "../eu-west"}, "not a PoP name"},
+		{"no duration", []string{"--canary", "ams", "--for", "0s"}, "--for must be > 0"},
+		{"no prometheus", []string{"--canary", "ams"}, "--prometheus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--prefix", p, "hosts", "push", "--region", "eu-west", "--yes"}, tc.args...)
+			if tc.want != "--prometheus" {
+				args = append(args, "--prometheus", "http://127.0.0.1:1")
+			}
+			r := run(t, append(args, f)...)
+			require.Equal(t, ExitUsage, r.code, r)
+			require.Contains(t, r.stderr, tc.want)
+		})
+	}
+	r := run(t, "--prefix", p, "hosts", "push", "--region", "eu-west", "--yes", "--canary", "ams", "--for", "1s", "--prometheus", "http://127.0.0.1:1", f)
+	require.Equal(t, ExitUsage, r.code, r)
+	require.Contains(t, r.stderr, "eu-west has no host table for PoP ams to return to")
+	pairs, _, err := euWestKV(t).List(p, nil)
+	require.NoError(t, err)
+	require.Empty(t, pairs, "nothing written")
+}

@@ -77,64 +77,76 @@ func TestCanaryOnlyForItsPoP(t *testing.T) {
 	}
 }
 
-// A shedder canary is read by the edges of its PoP only, in place of the
-// region's shedder settings, and flagged as a canary; deleting it returns
-// the PoP to the region's settings. While it runs, no canary of another
-// kind may start in the region.
-func TestShedderCanaryOnlyForItsPoP(t *testing.T) {
-	rc := testClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// A shedder or host table canary is read by the edges of its PoP only, in
+// place of the region's document of that kind, and flagged as a canary;
+// deleting it returns the PoP to the region's document. While it runs, no
+// canary of another kind may start in the region.
+func TestShedderAndHostsCanaryOnlyForItsPoP(t *testing.T) {
 	const r = "eu-west"
-	l := rc.Layout()
-	put := func(key, v string) {
-		_, err := rc.API().KV().Put(&api.KVPair{Key: key, Value: []byte(v)}, nil)
-		require.NoError(t, err)
-	}
-	put(l.Shedder(r), "current")
 	type seen struct {
 		doc    string
 		canary bool
 	}
-	watch := func(pop string) <-chan seen {
-		ch := make(chan seen, 16)
-		go rc.WatchPoPShedder(ctx, r, pop, func(d []byte, canary bool) { ch <- seen{string(d), canary} }, func(error) {})
-		return ch
-	}
-	next := func(ch <-chan seen) seen {
-		select {
-		case v := <-ch:
-			return v
-		case <-ctx.Done():
-			t.Fatal("no shedder settings delivered")
-			return seen{}
-		}
-	}
-	canaryPoP, otherPoP := watch("ams"), watch("fra")
-	require.Equal(t, seen{"current", false}, next(canaryPoP))
-	require.Equal(t, seen{"current", false}, next(otherPoP))
+	for _, kind := range []CanaryKind{CanaryShedder, CanaryHosts} {
+		t.Run(string(kind), func(t *testing.T) {
+			rc := testClient(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l := rc.Layout()
+			key, watchPoP := l.Shedder(r), func(pop string, fn func([]byte, bool)) {
+				rc.WatchPoPShedder(ctx, r, pop, fn, func(error) {})
+			}
+			if kind == CanaryHosts {
+				key, watchPoP = l.Hosts(r), func(pop string, fn func([]byte, bool)) {
+					rc.WatchPoPHosts(ctx, r, pop, func(d []byte, _ uint64, canary bool) { fn(d, canary) }, func(error) {})
+				}
+			}
+			put := func(key, v string) {
+				_, err := rc.API().KV().Put(&api.KVPair{Key: key, Value: []byte(v)}, nil)
+				require.NoError(t, err)
+			}
+			put(key, "current")
+			watch := func(pop string) <-chan seen {
+				ch := make(chan seen, 16)
+				go watchPoP(pop, func(d []byte, canary bool) { ch <- seen{string(d), canary} })
+				return ch
+			}
+			next := func(ch <-chan seen) seen {
+				select {
+				case v := <-ch:
+					return v
+				case <-ctx.Done():
+					t.Fatal("no document delivered")
+					return seen{}
+				}
+			}
+			canaryPoP, otherPoP := watch("ams"), watch("fra")
+			require.Equal(t, seen{"current", false}, next(canaryPoP))
+			require.Equal(t, seen{"current", false}, next(otherPoP))
 
-	require.NoError(t, rc.StartCanary(ctx, CanaryShedder, r, "ams", []byte("candidate")))
-	require.Equal(t, l.Prefix+"shedder/canary/eu-west/ams", l.ShedderCanary(r, "ams"))
-	require.Equal(t, seen{"candidate", true}, next(canaryPoP))
+			require.NoError(t, rc.StartCanary(ctx, kind, r, "ams", []byte("candidate")))
+			require.Equal(t, l.Prefix+string(kind)+"/canary/eu-west/ams", l.Canary(kind, r, "ams"))
+			require.Equal(t, seen{"candidate", true}, next(canaryPoP))
 
-	// One canary per region, whatever its kind.
-	require.ErrorIs(t, rc.StartCanary(ctx, CanaryRules, r, "fra", []byte("other")), ErrCanaryRunning)
-	running, err := rc.Canaries(ctx, r)
-	require.NoError(t, err)
-	require.Len(t, running, 1)
-	require.Equal(t, CanaryShedder, running[0].Kind)
-	require.Equal(t, "ams", running[0].PoP)
+			// One canary per region, whatever its kind.
+			require.ErrorIs(t, rc.StartCanary(ctx, CanaryRules, r, "fra", []byte("other")), ErrCanaryRunning)
+			running, err := rc.Canaries(ctx, r)
+			require.NoError(t, err)
+			require.Len(t, running, 1)
+			require.Equal(t, kind, running[0].Kind)
+			require.Equal(t, "ams", running[0].PoP)
 
-	// Another region's key that only starts like this one's is not it.
-	put(l.Shedder(r)+"-2", "neighbour")
-	put(l.Shedder(r), "current2")
-	require.Equal(t, seen{"current2", false}, next(otherPoP))
-	require.NoError(t, rc.StopCanary(ctx, CanaryShedder, r, "ams"))
-	require.Equal(t, seen{"current2", false}, next(canaryPoP))
-	select {
-	case v := <-otherPoP:
-		t.Fatalf("the other PoP was handed %+v", v)
-	default:
+			// Another region's key that only starts like this one's is not it.
+			put(key+"-2", "neighbour")
+			put(key, "current2")
+			require.Equal(t, seen{"current2", false}, next(otherPoP))
+			require.NoError(t, rc.StopCanary(ctx, kind, r, "ams"))
+			require.Equal(t, seen{"current2", false}, next(canaryPoP))
+			select {
+			case v := <-otherPoP:
+				t.Fatalf("the other PoP was handed %+v", v)
+			default:
+			}
+		})
 	}
 }
