@@ -185,7 +185,7 @@ func TestCanaryPush(t *testing.T) {
 		watchStop()
 		<-watched
 		require.Equal(t, regionctl.ExitRolledBack, code, out)
-		require.Contains(t, out, "runs version "+bad, "ams loaded the candidate before it was judged")
+		require.Contains(t, out, "runs rules version "+bad, "ams loaded the candidate before it was judged")
 		require.Contains(t, out, "canary rolled back: deny rate")
 		require.False(t, fraRanBad.Load(), "fra ran the canary's document")
 		// The key is gone and ams runs the region's document again.
@@ -227,7 +227,7 @@ func TestCanaryPush(t *testing.T) {
 			}
 		}
 		require.Equal(t, 0, code, out)
-		require.Contains(t, out, "runs version "+good)
+		require.Contains(t, out, "runs rules version "+good)
 		require.Contains(t, out, "canary promoted")
 		waitVersion(t, fra, good, time.Now())
 		waitVersion(t, ams, good, time.Now())
@@ -315,7 +315,7 @@ func TestCanaryNeverLeftBehind(t *testing.T) {
 		var out bytes.Buffer
 		code := regionctl.Main(args("http://"+testenv.ClosedAddr(t), "1s"), func(string) string { return "" }, &out, &out)
 		require.Equal(t, regionctl.ExitError, code, out.String())
-		require.Contains(t, out.String(), "runs version "+good)
+		require.Contains(t, out.String(), "runs rules version "+good)
 		require.Contains(t, out.String(), "judging the canary of eu-west at PoP ams")
 		require.Contains(t, out.String(), `msg="canary key deleted"`)
 		noCanary(t)

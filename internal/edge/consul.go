@@ -165,6 +165,8 @@ func (e *Edge) consulParts() consullink.Parts {
 			}
 			return e.shed.Update(shedder.DefaultConfig())
 		},
+		ShedderVersion: func() string { return shedder.SettingsVersion(e.shed.Config()) },
+		HostsVersion:   e.router.Version,
 		SetEdges: func(inRegion, inPoP int) {
 			e.nodesRegion.Store(int64(max(inRegion, 1)))
 			e.nodesPoP.Store(int64(max(inPoP, 1)))
@@ -183,7 +185,10 @@ func (e *Edge) consulParts() consullink.Parts {
 		})
 	}
 	p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-		client.WatchHosts(ctx, e.cfg.Region, func(doc []byte, _ uint64) { e.applyConsulHosts(doc) }, onErr)
+		client.WatchPoPHosts(ctx, e.cfg.Region, e.cfg.PoP, func(doc []byte, _ uint64, canary bool) {
+			e.applyConsulHosts(doc, canary)
+			e.consul.RulesChanged() // the host table version is registered too
+		}, onErr)
 	})
 	if e.certs != nil {
 		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {

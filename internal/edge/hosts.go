@@ -39,8 +39,9 @@ func (e *Edge) loadHosts() error { return e.router.LoadFile(e.cfg.Hosts) }
 // (nil: absent). An absent document, once there was one, is missing: the
 // table in force stays (a cleared table is an explicit empty document). An
 // invalid one is refused and logged; the table in force stays. A good one
-// is kept on disk for a restart without Consul.
-func (e *Edge) applyConsulHosts(doc []byte) {
+// is kept on disk for a restart without Consul, unless it is the PoP's
+// canary (canary: a candidate, not the region's table).
+func (e *Edge) applyConsulHosts(doc []byte, canary bool) {
 	if doc == nil {
 		if e.router.Version() != "" && e.consul.SetMissing(consullink.DocHosts, true) {
 			e.log.Warn("host table missing in consul; keeping the table in force", "version", e.router.Version())
@@ -52,6 +53,9 @@ func (e *Edge) applyConsulHosts(doc []byte) {
 		return
 	}
 	e.consul.SetMissing(consullink.DocHosts, false)
+	if canary {
+		return // a candidate is never what a restart runs without Consul
+	}
 	if path := e.hostsCache(); path != "" {
 		if err := consullink.WriteFileAtomic(path, doc); err != nil {
 			e.log.Warn("could not cache the host table", "path", path, "err", err)
@@ -69,7 +73,7 @@ func (e *Edge) hostsCache() string { return e.consul.Beside(".hosts.yaml") }
 func (e *Edge) readConsulHosts(ctx context.Context, client *region.Client) {
 	doc, _, err := client.Hosts(ctx, e.cfg.Region)
 	if err == nil {
-		e.applyConsulHosts(doc)
+		e.applyConsulHosts(doc, false)
 		return
 	}
 	path := e.hostsCache()

@@ -57,7 +57,7 @@ func TestRunWaitsForItsGoroutines(t *testing.T) {
 	r := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), filepath.Join(t.TempDir(), "rules.yaml"))
 
 	want := []string{"fasthttp.(*Server).Serve", "net/http.(*Server).Serve", "(*Edge).reloadOnSignal", "(*Shedder).Run",
-		"(*Link).register", "(*Link).countEdges", "(*Client).WatchPoPRules", "(*Client).WatchShedder"}
+		"(*Link).register", "(*Link).countEdges", "(*Client).WatchPoPRules", "(*Client).WatchPoPShedder"}
 	require.Eventually(t, func() bool {
 		all := strings.Join(ownGoroutines(), "\n")
 		for _, w := range want {

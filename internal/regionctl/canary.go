@@ -25,8 +25,8 @@ import (
 // kept its document.
 const ExitRolledBack = 11
 
-// canaryFlags are rules push --canary's: the PoP, how long it runs the
-// candidate, and the thresholds it is judged by.
+// canaryFlags are --canary's (rules push, shedder set): the PoP, how long
+// it runs the candidate, and the thresholds it is judged by.
 type canaryFlags struct {
 	pop         string
 	dur         time.Duration
@@ -36,11 +36,13 @@ type canaryFlags struct {
 	minRequests float64 // fewer requests at the canary PoP: no verdict, rolled back
 }
 
-func (a *app) canaryFlags(fs *flag.FlagSet) *canaryFlags {
+// canaryFlags registers them; doc names what the canary replaces at the
+// PoP, for --canary's help.
+func (a *app) canaryFlags(fs *flag.FlagSet, doc string) *canaryFlags {
 	c := &canaryFlags{}
-	fs.StringVar(&c.pop, "canary", "", "push to the edges of `POP` first (with --region, the region document only), judge them against the rest of the region on Prometheus (--prometheus), then promote or roll back by itself")
+	fs.StringVar(&c.pop, "canary", "", "push to the edges of `POP` first ("+doc+"), judge them against the rest of the region on Prometheus (--prometheus), then promote or roll back by itself")
 	fs.DurationVar(&c.dur, "for", 5*time.Minute, "with --canary: how long the PoP runs the candidate before it is judged (cover several scrape intervals)")
-	fs.DurationVar(&c.loadTimeout, "canary-load-timeout", time.Minute, "with --canary: how long the PoP's edges may take to report the candidate's rules version; later, the canary is rolled back")
+	fs.DurationVar(&c.loadTimeout, "canary-load-timeout", time.Minute, "with --canary: how long the PoP's edges may take to report the candidate's version; later, the canary is rolled back")
 	fs.Float64Var(&c.maxRatio, "canary-max-ratio", 2, "with --canary: the PoP's deny, 5xx, shed and fallback rates may each be at most this many times the rest of the region's, plus --canary-slack")
 	fs.Float64Var(&c.slack, "canary-slack", 0.02, "with --canary: the absolute slack added to each bound of --canary-max-ratio, a fraction of the PoP's requests (0.02: 2 percentage points)")
 	fs.Float64Var(&c.minRequests, "canary-min-requests", 100, "with --canary: fewer requests at the PoP over the judged window give no verdict, and the canary is rolled back")
@@ -52,9 +54,15 @@ func (a *app) canaryFlags(fs *flag.FlagSet) *canaryFlags {
 var popName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 func (c *canaryFlags) check(d docFlags, all bool, prometheus string) error {
-	switch {
-	case all || d.global:
+	if all || d.global {
 		return usagef("--canary takes the region document (--region R without --global or --all): the canary replaces only the region document at one PoP")
+	}
+	return c.checkRun(prometheus)
+}
+
+// checkRun checks the flags every kind of canary shares.
+func (c *canaryFlags) checkRun(prometheus string) error {
+	switch {
 	case !popName.MatchString(c.pop):
 		return usagef("--canary: %q is not a PoP name (letters, digits, '.', '_', '-')", c.pop)
 	case c.dur <= 0:
@@ -74,7 +82,8 @@ func (c *canaryFlags) check(d docFlags, all bool, prometheus string) error {
 }
 
 // figures are one side's rates over the judged window: the fractions of
-// its requests denied, answered 5xx by the origin, shed, and of its rule
+// its requests denied, answered 5xx (by the origin, or by the edge for an
+// origin it could not reach), shed, and of its rule
 // decisions taken by the fallback; refused counts documents refused.
 type figures struct {
 	Requests float64 `json:"requests"`
@@ -140,22 +149,48 @@ func (a *app) canaryPush(s *session, d docFlags, data []byte, m meta, sf *safety
 	return a.rulesCanary(s, p, m, sf, cf, file)
 }
 
-// rulesCanary runs a canary push of plan p (read and checked) at PoP
-// cf.pop: writes the canary key, waits for the PoP's edges to report the
-// candidate, lets it run for --for, judges it on Prometheus, then promotes
-// it (p written region-wide, with history) or rolls it back (the canary
-// key deleted). The canary key never outlives the command silently: an
-// error or a signal deletes it, and says how to when that fails.
-func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlags, file string) (err error) {
-	r := p.d.region
-	log := slog.New(slog.NewTextHandler(a.stderr, nil))
+// rulesCanary runs the canary of plan p (read and checked) at PoP cf.pop:
+// promoted, p is written region-wide with history.
+func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlags, file string) error {
 	if p.unchanged {
-		a.printf("%s: unchanged: the region document already holds %s; no canary\n", r, file)
+		a.printf("%s: unchanged: the region document already holds %s; no canary\n", p.d.region, file)
 		return nil
 	}
 	if len(p.data) > region.InlineMax {
 		return invalidf("--canary takes documents up to %d bytes (one Consul value); %s is %d: push it without --canary", region.InlineMax, file, len(p.data))
 	}
+	return a.runCanary(s, sf.prometheus, cf, candidate{
+		kind: region.CanaryRules, region: p.d.region, doc: p.data,
+		what: "rules version", version: p.after, before: p.before,
+		reported: func(e region.Edge) string { return e.RulesVersion },
+		promote:  func() (pushResult, string) { res := s.write(p, m); return res, res.line("wrote " + file) },
+	})
+}
+
+// candidate is a document a canary tries out, whatever its kind.
+type candidate struct {
+	kind   region.CanaryKind
+	region string
+	doc    []byte // what the canary key holds
+	// what names the version the edges report, version is the
+	// candidate's (what the PoP's edges report once they run it) and
+	// before the region's (kept on a roll back).
+	what, version, before string
+	reported              func(region.Edge) string
+	// promote writes the candidate region-wide as the kind's normal
+	// push does (check-and-set, history): the result and its line.
+	promote func() (pushResult, string)
+}
+
+// runCanary runs a canary of c at PoP cf.pop: writes the kind's canary
+// key, waits for the PoP's edges to report the candidate, lets it run for
+// --for, judges it on Prometheus, then promotes it (c.promote) or rolls
+// it back (the canary key deleted). The canary key never outlives the
+// command silently: an error or a signal deletes it, and says how to when
+// that fails.
+func (a *app) runCanary(s *session, prometheus string, cf *canaryFlags, c candidate) (err error) {
+	r := c.region
+	log := slog.New(slog.NewTextHandler(a.stderr, nil))
 	edges, err := s.edges(r)
 	if err != nil {
 		return err
@@ -170,14 +205,18 @@ func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlag
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	key := s.layout.RulesCanary(r, cf.pop)
+	key := s.layout.Canary(c.kind, r, cf.pop)
 	wctx, cancel := s.ctx()
-	err = s.c.StartCanary(wctx, r, cf.pop, p.data)
+	err = s.c.StartCanary(wctx, c.kind, r, cf.pop, c.doc)
 	cancel()
 	if errors.Is(err, region.ErrCanaryRunning) {
+		var under []string
+		for _, k := range region.CanaryKinds {
+			under = append(under, s.layout.Canaries(k, r))
+		}
 		return &codedError{code: ExitConflict, err: err, msg: fmt.Sprintf(
 			"a canary is already running in %s (a key under %s): wait for it, or delete it if its regionctl is gone; nothing was written",
-			r, s.layout.RulesCanaries(r))}
+			r, strings.Join(under, " or "))}
 	}
 	if err != nil {
 		return need(err, "key write on "+key+" in "+r)
@@ -189,7 +228,7 @@ func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlag
 		}
 		// A fresh context: the command's may be cancelled already.
 		dctx, cancel := s.ctx()
-		derr := s.c.StopCanary(dctx, r, cf.pop)
+		derr := s.c.StopCanary(dctx, c.kind, r, cf.pop)
 		cancel()
 		if derr != nil {
 			fmt.Fprintf(a.stderr, "regionctl: CANARY KEY LEFT BEHIND: could not delete %s in %s (%s); PoP %s runs the candidate until it is deleted: consul kv delete -datacenter=%s %s\n",
@@ -199,35 +238,35 @@ func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlag
 		}
 		log.Info("canary key deleted", "region", r, "pop", cf.pop, "key", key)
 	}()
-	log.Info("canary started", "region", r, "pop", cf.pop, "key", key, "version", p.after, "edges_in_pop", inPoP, "edges_in_region", inRegion)
-	a.progress("%s: canary: wrote %s; waiting for the %s of PoP %s to report rules version %s\n", r, key, plural(inPoP, "healthy edge"), cf.pop, p.after)
+	log.Info("canary started", "region", r, "pop", cf.pop, "kind", string(c.kind), "key", key, "version", c.version, "edges_in_pop", inPoP, "edges_in_region", inRegion)
+	a.progress("%s: canary: wrote %s; waiting for the %s of PoP %s to report %s %s\n", r, key, plural(inPoP, "healthy edge"), cf.pop, c.what, c.version)
 
 	rolledBack := func(v *verdict, why string) error {
-		log.Warn("canary verdict", "region", r, "pop", cf.pop, "verdict", "rolled back", "reason", why)
+		log.Warn("canary verdict", "region", r, "pop", cf.pop, "kind", string(c.kind), "verdict", "rolled back", "reason", why)
 		if !a.json() {
-			a.printf("%s: canary rolled back: %s; the region keeps version %s\n", r, why, dash(p.before))
+			a.printf("%s: canary rolled back: %s; the region keeps version %s\n", r, why, dash(c.before))
 		} else {
-			a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "verdict": "rolled_back", "why": why, "figures": v,
+			a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "kind": c.kind, "verdict": "rolled_back", "why": why, "figures": v,
 				"exit_code": ExitRolledBack, "reason": reasonOf(ExitRolledBack)})
 		}
 		return reported(ExitRolledBack, "canary rolled back: "+why)
 	}
 
-	loaded, err := a.waitCanaryLoaded(ctx, s, r, cf, p.after)
+	loaded, err := a.waitCanaryLoaded(ctx, s, r, cf, c)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("interrupted while waiting for PoP %s to load the canary: %w", cf.pop, context.Cause(ctx))
 		}
 		return rolledBack(nil, err.Error())
 	}
-	a.progress("%s: canary: PoP %s runs version %s; judging it for %s\n", r, cf.pop, p.after, cf.dur)
+	a.progress("%s: canary: PoP %s runs %s %s; judging it for %s\n", r, cf.pop, c.what, c.version, cf.dur)
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("interrupted during the canary of %s at PoP %s (the canary key is deleted, the region keeps its document)", r, cf.pop)
 	case <-time.After(cf.dur):
 	}
 	window := time.Since(loaded)
-	canary, rest, err := canaryFigures(ctx, sf.prometheus, r, cf.pop, window, a.g.timeout)
+	canary, rest, err := canaryFigures(ctx, prometheus, r, cf.pop, window, a.g.timeout)
 	if err != nil {
 		return fmt.Errorf("judging the canary of %s at PoP %s: %w", r, cf.pop, err)
 	}
@@ -240,29 +279,30 @@ func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlag
 		return rolledBack(&v, strings.Join(v.Reasons, "; "))
 	}
 
-	res := s.write(p, m)
+	res, line := c.promote()
 	if res.ExitCode != ExitOK {
 		return &codedError{code: res.ExitCode, msg: fmt.Sprintf("canary passed, but promoting it failed: %s", res.Error)}
 	}
 	promoted = true
 	dctx, cancel := s.ctx()
-	if derr := s.c.StopCanary(dctx, r, cf.pop); derr != nil {
+	if derr := s.c.StopCanary(dctx, c.kind, r, cf.pop); derr != nil {
 		res.Warning = strings.TrimPrefix(res.Warning+"; could not delete "+key+" (it holds the promoted document, so nothing changes; delete it: consul kv delete -datacenter="+r+" "+key+"): "+a.message(derr), "; ")
 	}
 	cancel()
-	log.Info("canary verdict", "region", r, "pop", cf.pop, "verdict", "promoted", "version", p.after, "seq", res.Seq)
+	log.Info("canary verdict", "region", r, "pop", cf.pop, "kind", string(c.kind), "verdict", "promoted", "version", c.version, "seq", res.Seq)
 	if a.json() {
-		a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "verdict": "promoted", "figures": v, "results": []pushResult{res},
+		a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "kind": c.kind, "verdict": "promoted", "figures": v, "results": []pushResult{res},
 			"exit_code": ExitOK, "reason": reasonOf(ExitOK)})
 		return nil
 	}
-	a.printf("%s: canary promoted\n%s\n", r, res.line("wrote "+file))
+	a.printf("%s: canary promoted\n%s\n", r, line)
 	return nil
 }
 
-// waitCanaryLoaded waits until every healthy edge of the PoP reports
-// version in the catalog and returns when it saw that.
-func (a *app) waitCanaryLoaded(ctx context.Context, s *session, r string, cf *canaryFlags, version string) (time.Time, error) {
+// waitCanaryLoaded waits until every healthy edge of the PoP reports the
+// candidate's version in the catalog and returns when it saw that.
+func (a *app) waitCanaryLoaded(ctx context.Context, s *session, r string, cf *canaryFlags, c candidate) (time.Time, error) {
+	version := c.version
 	ctx, cancel := context.WithTimeout(ctx, cf.loadTimeout)
 	defer cancel()
 	var index uint64
@@ -281,8 +321,8 @@ func (a *app) waitCanaryLoaded(ctx context.Context, s *session, r string, cf *ca
 		for _, e := range edges {
 			if e.Healthy && e.Region == r && e.PoP == cf.pop {
 				healthy++
-				if e.RulesVersion != version {
-					lagging = append(lagging, e.ID+" runs "+dash(e.RulesVersion))
+				if got := c.reported(e); got != version {
+					lagging = append(lagging, e.ID+" runs "+dash(got))
 				}
 			}
 		}
@@ -299,7 +339,7 @@ func (a *app) waitCanaryLoaded(ctx context.Context, s *session, r string, cf *ca
 	if errors.Is(context.Cause(ctx), context.Canceled) {
 		return time.Time{}, context.Cause(ctx)
 	}
-	return time.Time{}, fmt.Errorf("PoP %s did not load version %s within %s (a refused document?): %s", cf.pop, version, cf.loadTimeout, strings.Join(lagging, ", "))
+	return time.Time{}, fmt.Errorf("PoP %s did not load %s %s within %s (a refused document?): %s", cf.pop, c.what, version, cf.loadTimeout, strings.Join(lagging, ", "))
 }
 
 // progress prints a canary's step in text output (JSON output prints
@@ -371,6 +411,16 @@ func canaryFigures(ctx context.Context, promURL, r, pop string, window, timeout 
 		return canary, rest, err
 	}
 	side(errs, func(f *figures, s *model.Sample) { f.Err5xx += float64(s.Value) })
+	// The edge's own 502/504 (and 503 for a full connection pool) for
+	// origins it could not reach or that did not answer in time: an origin
+	// that is down, or a pool pointed at the wrong one, shows here, not in
+	// the origins' responses. Failures of the client's own body are not
+	// the origin's.
+	failed, err := query(fmt.Sprintf(`sum by (pop) (increase(edgeguard_origin_errors_total{%s,reason=~"connect|tls|timeout|other|no_free_conns"}[%s]))`, sel, w))
+	if err != nil {
+		return canary, rest, err
+	}
+	side(failed, func(f *figures, s *model.Sample) { f.Err5xx += float64(s.Value) })
 	decs, err := query(fmt.Sprintf(`sum by (pop, reason) (increase(edgeguard_edge_decisions_total{%s}[%s]))`, sel, w))
 	if err != nil {
 		return canary, rest, err

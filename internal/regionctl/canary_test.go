@@ -96,7 +96,7 @@ func TestCanaryRefusedWithoutEdgesOrWhileRunning(t *testing.T) {
 	cfg.Address = euWest.HTTPAddr()
 	rc, err := region.NewClient(cfg, p)
 	require.NoError(t, err)
-	require.ErrorIs(t, rc.StartCanary(context.Background(), "eu-west", "ams", []byte(rulesV1)), region.ErrCanaryRunning)
+	require.ErrorIs(t, rc.StartCanary(context.Background(), region.CanaryRules, "eu-west", "ams", []byte(rulesV1)), region.ErrCanaryRunning)
 	require.Nil(t, kv(t, euWest, layout.RulesCanary("eu-west", "ams")))
 	require.Nil(t, kv(t, euWest, layout.RegionRules("eu-west")))
 }
@@ -106,4 +106,85 @@ func euWestKV(t *testing.T) *api.KV {
 	c, err := euWest.Client(euWest.ManagementToken)
 	require.NoError(t, err)
 	return c.KV()
+}
+
+// shedder set --canary checks its command line as rules push --canary
+// does (a PoP name that cannot reach another key, a duration, Prometheus),
+// before anything is read or written; without edges in the PoP it is
+// refused; and a canary of another kind running in the region blocks it.
+func TestShedderCanaryRefused(t *testing.T) {
+	p := prefix(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"key injection", []string{"--canary", "ams/../../../shedder/eu-west"}, "not a PoP name"},
+		{"no duration", []string{"--canary", "ams", "--for", "-1s"}, "--for must be > 0"},
+		{"NaN ratio", []string{"--canary", "ams", "--canary-max-ratio", "NaN"}, "--canary-max-ratio"},
+		{"no prometheus", []string{"--canary", "ams"}, "--prometheus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--prefix", p, "shedder", "set", "--region", "eu-west"}, tc.args...)
+			if tc.want != "--prometheus" {
+				args = append(args, "--prometheus", "http://127.0.0.1:1")
+			}
+			r := run(t, append(args, "good=0.6")...)
+			require.Equal(t, ExitUsage, r.code, r)
+			require.Contains(t, r.stderr, tc.want)
+		})
+	}
+	layout := region.NewLayout(p)
+	args := []string{"--prefix", p, "shedder", "set", "--region", "eu-west", "--canary", "ams", "--for", "1s", "--prometheus", "http://127.0.0.1:1", "good=0.6"}
+	r := run(t, args...)
+	require.Equal(t, ExitUsage, r.code, r)
+	require.Contains(t, r.stderr, "no healthy edge of eu-west is in PoP ams")
+	pairs, _, err := euWestKV(t).List(p, nil)
+	require.NoError(t, err)
+	require.Empty(t, pairs, "nothing written")
+
+	// Edges in two PoPs, and a rules canary left running (by hand) at fra.
+	for _, pop := range []string{"ams", "fra"} {
+		registerEdge(t, euWest, "shedder-canary-"+pop, map[string]string{"region": "eu-west", "pop": pop})
+	}
+	_, err = euWestKV(t).Put(&api.KVPair{Key: layout.RulesCanary("eu-west", "fra"), Value: []byte(rulesV2)}, nil)
+	require.NoError(t, err)
+	r = run(t, args...)
+	require.Equal(t, ExitConflict, r.code, r)
+	require.Contains(t, r.stderr, "a canary is already running in eu-west")
+	require.Nil(t, kv(t, euWest, layout.ShedderCanary("eu-west", "ams")))
+	require.Nil(t, kv(t, euWest, layout.Shedder("eu-west")))
+}
+
+// hosts push --canary checks its command line as the other canaries do,
+// and refuses a region without a stored host table (the PoP would have
+// nothing to return to); nothing is written.
+func TestHostsCanaryRefused(t *testing.T) {
+	p := prefix(t)
+	f := file(t, "version: 1\nhosts:\n  a.example: {pool: default}\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"key injection", []string{"--canary", "../eu-west"}, "not a PoP name"},
+		{"no duration", []string{"--canary", "ams", "--for", "0s"}, "--for must be > 0"},
+		{"no prometheus", []string{"--canary", "ams"}, "--prometheus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--prefix", p, "hosts", "push", "--region", "eu-west", "--yes"}, tc.args...)
+			if tc.want != "--prometheus" {
+				args = append(args, "--prometheus", "http://127.0.0.1:1")
+			}
+			r := run(t, append(args, f)...)
+			require.Equal(t, ExitUsage, r.code, r)
+			require.Contains(t, r.stderr, tc.want)
+		})
+	}
+	r := run(t, "--prefix", p, "hosts", "push", "--region", "eu-west", "--yes", "--canary", "ams", "--for", "1s", "--prometheus", "http://127.0.0.1:1", f)
+	require.Equal(t, ExitUsage, r.code, r)
+	require.Contains(t, r.stderr, "eu-west has no host table for PoP ams to return to")
+	pairs, _, err := euWestKV(t).List(p, nil)
+	require.NoError(t, err)
+	require.Empty(t, pairs, "nothing written")
 }

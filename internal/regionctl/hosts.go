@@ -426,14 +426,20 @@ func (a *app) hostsGet(args []string) error {
 
 // hosts push --region R FILE
 func (a *app) hostsPush(args []string) error {
-	fs := a.flags("hosts push", "--region R [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] [--keep-history N] FILE")
+	fs := a.flags("hosts push", "--region R [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] [--keep-history N] [--canary POP --for DURATION] FILE")
 	var r string
 	regionVar(fs, &r)
 	m := a.metaFlags(fs)
 	sf := a.safetyFlags(fs)
+	cf := a.canaryFlags(fs, "the region's host table at that PoP only")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if cf.pop != "" {
+		if err := cf.checkRun(sf.prometheus); err != nil {
+			return err
+		}
 	}
 	if len(pos) != 1 {
 		return usagef("hosts push takes one FILE")
@@ -450,7 +456,7 @@ func (a *app) hostsPush(args []string) error {
 		return err
 	}
 	defer s.close()
-	return a.pushHosts(s, r, data, t, *m, sf, "pushed "+pos[0])
+	return a.pushHosts(s, r, data, t, *m, sf, cf, "pushed "+pos[0])
 }
 
 // hosts rollback --region R [--to VERSION]
@@ -501,15 +507,16 @@ func (a *app) hostsRollback(args []string) error {
 		msg += ": " + m.message
 	}
 	m.message = msg
-	return a.pushHosts(s, r, data, t, *m, sf, fmt.Sprintf("rolled the host table back to %s (pushed %s by %s)",
+	return a.pushHosts(s, r, data, t, *m, sf, nil, fmt.Sprintf("rolled the host table back to %s (pushed %s by %s)",
 		target.Seq, target.Time.UTC().Format(time.RFC3339), dash(target.Author)))
 }
 
 // pushHosts writes data (table t) as region r's host table: --expect-version
 // against the table read, the dry run or the confirmation, then
 // check-and-set on the index read, with the history entry in the same
-// transaction.
-func (a *app) pushHosts(s *session, r string, data []byte, t *hosts.Table, m meta, sf *safety, verb string) error {
+// transaction. With a canary (cf, not nil, names a PoP) the table goes to
+// that PoP first and is written only when the canary passes.
+func (a *app) pushHosts(s *session, r string, data []byte, t *hosts.Table, m meta, sf *safety, cf *canaryFlags, verb string) error {
 	key := s.layout.Hosts(r)
 	cur, raw, index, curVersion, err := s.storedHosts(r)
 	if err != nil && !isInvalid(err) {
@@ -558,14 +565,34 @@ func (a *app) pushHosts(s *session, r string, data []byte, t *hosts.Table, m met
 				return err
 			}
 		}
-		e, err := s.push(r, key, data, index, region.Entry{Kind: region.KindHosts, Version: version,
-			Author: m.author, Host: m.host, Message: m.message})
-		if err != nil {
-			res = s.failed(res, err)
-		} else {
+		write := func(res pushResult) pushResult {
+			e, err := s.push(r, key, data, index, region.Entry{Kind: region.KindHosts, Version: version,
+				Author: m.author, Host: m.host, Message: m.message})
+			if err != nil {
+				return s.failed(res, err)
+			}
 			res.Status, res.Seq = "ok", e.Seq
 			s.afterPush(&res, m, false, false)
+			return res
 		}
+		if cf != nil && cf.pop != "" {
+			switch {
+			case raw == nil:
+				return usagef("--canary: %s has no host table for PoP %s to return to: push the first table without --canary", r, cf.pop)
+			case len(data) > region.InlineMax:
+				return invalidf("--canary takes host tables up to %d bytes (one Consul value); this one is %d: push it without --canary", region.InlineMax, len(data))
+			}
+			return a.runCanary(s, sf.prometheus, cf, candidate{
+				kind: region.CanaryHosts, region: r, doc: data,
+				what: "host table version", version: version, before: curVersion,
+				reported: func(e region.Edge) string { return e.HostsVersion },
+				promote: func() (pushResult, string) {
+					res := write(res)
+					return res, hostsLine(r, verb, curVersion, res)
+				},
+			})
+		}
+		res = write(res)
 	}
 	if a.json() {
 		a.emitJSON(map[string]any{"results": []pushResult{res}, "diff": d, "warnings": unusedWarnings(t),
@@ -577,22 +604,26 @@ func (a *app) pushHosts(s *session, r string, data []byte, t *hosts.Table, m met
 	if a.json() {
 		return nil
 	}
-	switch res.Status {
-	case "ok":
-		a.printf("%s: ok: %s: version %s -> %s (history %s)", r, verb, dash(curVersion), version, res.Seq)
-		if res.HistoryPruned > 0 {
-			a.printf("; pruned %s", entries(res.HistoryPruned, "history "))
-		}
-		if res.Warning != "" {
-			a.printf("; warning: %s", res.Warning)
-		}
-		a.printf("\n")
-		d.print(a.stdout)
-		for _, w := range unusedWarnings(t) {
-			a.printf("warning: %s\n", w)
-		}
-	default:
+	if res.Status != "ok" {
 		a.printf("%s: unchanged: the host table already is version %s\n", r, version)
+		return nil
+	}
+	a.printf("%s\n", hostsLine(r, verb, curVersion, res))
+	d.print(a.stdout)
+	for _, w := range unusedWarnings(t) {
+		a.printf("warning: %s\n", w)
 	}
 	return nil
+}
+
+// hostsLine is a host table push's line for res (ok).
+func hostsLine(r, verb, curVersion string, res pushResult) string {
+	line := fmt.Sprintf("%s: ok: %s: version %s -> %s (history %s)", r, verb, dash(curVersion), res.DocumentVersion, res.Seq)
+	if res.HistoryPruned > 0 {
+		line += "; pruned " + entries(res.HistoryPruned, "history ")
+	}
+	if res.Warning != "" {
+		line += "; warning: " + res.Warning
+	}
+	return line
 }

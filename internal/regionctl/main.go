@@ -72,6 +72,9 @@ Rules (YAML, schema v1; each region is a Consul datacenter of the same name):
 Shedder settings (JSON):
   shedder get --region R                       effective settings: stored JSON over the defaults
   shedder set --region R [--reset] key=value…  change settings (validated, check-and-set)
+  shedder set --region R --canary POP --for DURATION key=value…
+                                               the same settings at PoP POP's edges first, judged and promoted
+                                               or rolled back (exit 11) as rules push --canary
   shedder simulate --region R --pop P --from T1 --to T2 [--prometheus URL] [key=value…]
                                                replay recorded utilization: current settings, then the candidate
 
@@ -108,6 +111,9 @@ Host table (YAML; which origin pool serves which hostname, see docs/hosts.md):
                                                (exit codes as rules diff)
   hosts diff --region R FILE                   the same against R's stored table
   hosts push --region R FILE                   write FILE as R's host table (validated, check-and-set, history)
+  hosts push --region R --canary POP --for DURATION FILE
+                                               FILE at PoP POP's edges first, judged and promoted or rolled back
+                                               (exit 11) as rules push --canary
   hosts get --region R                         the stored table with its version and ModifyIndex
   hosts rollback --region R [--to VERSION]     restore the previous (or the given) table from history
 
@@ -169,7 +175,7 @@ Exit codes:
      of a newer document schema than the edge reads); nothing was written (--force overrides)
   10 rules diff, rls diff and hosts diff: any other error (other commands exit 1 for it),
      so that they exit 0 same, 1 different, 2 and up trouble, like diff(1)
-  11 rules push --canary: the canary was judged bad (or its PoP did not load it) and rolled back;
+  11 rules push, shedder set and hosts push --canary: the canary was judged bad (or its PoP did not load it) and rolled back;
      the region keeps its document
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.

@@ -242,7 +242,7 @@ func (a *app) rulesPush(args []string) error {
 	sf.allowEmptyFlag(fs)
 	var tf testFlags
 	tf.register(fs, true)
-	cf := a.canaryFlags(fs)
+	cf := a.canaryFlags(fs, "with --region, the region document only")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err

@@ -128,7 +128,7 @@ func settings(cfg shedder.Config) [][2]string {
 
 // shedder set --region R [--reset] key=value...
 func (a *app) shedderSet(args []string) error {
-	fs := a.flags("shedder set", "--region R [--reset] [--message M] [--author A] [--force [--yes]] key=value...\n\nKeys: "+
+	fs := a.flags("shedder set", "--region R [--reset] [--message M] [--author A] [--force [--yes]] [--canary POP --for DURATION] key=value...\n\nKeys: "+
 		strings.Join(shedder.SettingKeys, ", ")+"\nLists are comma-separated (tiers.paths=/healthcheck:critical:trusted,/internal/synthetic:test; ':trusted' applies a rule to trusted proxies only, and a critical rule needs it); an empty value clears a list.")
 	var r string
 	var reset bool
@@ -138,9 +138,17 @@ func (a *app) shedderSet(args []string) error {
 	var yes bool
 	fs.BoolVar(&yes, "yes", false, "do not ask for confirmation on a terminal (asked only with --force)")
 	a.forceFlag(fs, &yes)
+	cf := a.canaryFlags(fs, "the region's shedder settings at that PoP only")
+	var prom string
+	fs.StringVar(&prom, "prometheus", a.env("PROMETHEUS_URL"), "with --canary: Prometheus `URL` scraping the edges, which the canary is judged on (default $PROMETHEUS_URL)")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if cf.pop != "" {
+		if err := cf.checkRun(prom); err != nil {
+			return err
+		}
 	}
 	if len(pos) == 0 && !reset {
 		return usagef("shedder set needs key=value settings (keys: %s)", strings.Join(shedder.SettingKeys, ", "))
@@ -192,7 +200,8 @@ func (a *app) shedderSet(args []string) error {
 		return fmt.Errorf("encoding shedder settings: %w", err)
 	}
 	data = append(data, '\n')
-	if _, err := shedder.ParseConfig(data); err != nil { // what the edges will do with it
+	parsed, err := shedder.ParseConfig(data) // what the edges will do with it
+	if err != nil {
 		return a.reportInvalid("shedder settings", problemsOf(err), "; nothing was written")
 	}
 	version := shortHash(data)
@@ -201,18 +210,36 @@ func (a *app) shedderSet(args []string) error {
 		res.PreviousVersion = shortHash(raw)
 	}
 	changed := describe(pos)
-	if bytes.Equal(raw, data) {
-		res.Status = "unchanged"
-	} else {
+	write := func(res pushResult) pushResult {
 		e, err := s.push(r, key, data, index, region.Entry{
 			Kind: region.KindShedder, Version: version, Author: m.author, Host: m.host, Message: m.message,
 		})
 		if err != nil {
-			res = s.failed(res, err)
-		} else {
-			res.Status, res.Seq = "ok", e.Seq
-			s.afterPush(&res, *m, false, false)
+			return s.failed(res, err)
 		}
+		res.Status, res.Seq = "ok", e.Seq
+		s.afterPush(&res, *m, false, false)
+		return res
+	}
+	if cf.pop != "" && !bytes.Equal(raw, data) {
+		before := "defaults"
+		if len(bytes.TrimSpace(raw)) > 0 {
+			before = res.PreviousVersion
+		}
+		return a.runCanary(s, prom, cf, candidate{
+			kind: region.CanaryShedder, region: r, doc: data,
+			what: "shedder settings version", version: shedder.SettingsVersion(parsed), before: before,
+			reported: func(e region.Edge) string { return e.ShedderVersion },
+			promote: func() (pushResult, string) {
+				res := write(res)
+				return res, shedderLine(r, res, changed)
+			},
+		})
+	}
+	if bytes.Equal(raw, data) {
+		res.Status = "unchanged"
+	} else {
+		res = write(res)
 	}
 	if a.json() {
 		a.emitJSON(map[string]any{"results": []pushResult{res}, "settings": next,
@@ -222,24 +249,27 @@ func (a *app) shedderSet(args []string) error {
 		return &codedError{code: res.ExitCode, msg: res.Error}
 	}
 	if !a.json() {
-		switch res.Status {
-		case "ok":
-			a.printf("%s: ok: shedder settings updated (%s), version %s -> %s", r, changed, dash(res.PreviousVersion), version)
-			if res.HistoryPruned > 0 {
-				a.printf("; pruned %s", entries(res.HistoryPruned, "history "))
-			}
-			if res.PartsPending > 0 {
-				a.printf("; %s no manifest names kept until the edges of %s converge", plural(res.PartsPending, "stored part"), r)
-			}
-			if res.Warning != "" {
-				a.printf("; warning: %s", res.Warning)
-			}
-			a.printf("\n")
-		default:
-			a.printf("%s: unchanged: the shedder settings already hold %s\n", r, changed)
-		}
+		a.printf("%s\n", shedderLine(r, res, changed))
 	}
 	return nil
+}
+
+// shedderLine is shedder set's line for res (ok or unchanged).
+func shedderLine(r string, res pushResult, changed string) string {
+	if res.Status != "ok" {
+		return fmt.Sprintf("%s: unchanged: the shedder settings already hold %s", r, changed)
+	}
+	line := fmt.Sprintf("%s: ok: shedder settings updated (%s), version %s -> %s", r, changed, dash(res.PreviousVersion), res.DocumentVersion)
+	if res.HistoryPruned > 0 {
+		line += "; pruned " + entries(res.HistoryPruned, "history ")
+	}
+	if res.PartsPending > 0 {
+		line += fmt.Sprintf("; %s no manifest names kept until the edges of %s converge", plural(res.PartsPending, "stored part"), r)
+	}
+	if res.Warning != "" {
+		line += "; warning: " + res.Warning
+	}
+	return line
 }
 
 // settingProblems lists every problem with kv: ApplySettings stops at

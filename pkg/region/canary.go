@@ -9,56 +9,95 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-// A canary is a candidate region rules document that one PoP's edges run
-// before the rest of the region does (regionctl rules push --canary):
+// A canary is a candidate document that one PoP's edges run before the
+// rest of the region does (regionctl rules push --canary, shedder set
+// --canary). Each kind's canary key sits beside the kind's own keys:
 //
-//	rules/canary/<region>/<pop>   the candidate region document (YAML)
+//	rules/canary/<region>/<pop>     the candidate region rules document (YAML)
+//	shedder/canary/<region>/<pop>   the candidate shedder settings (JSON)
+//	hosts/canary/<region>/<pop>     the candidate host table (YAML)
 //
-// The edges of <pop> prefer it over rules/regions/<region> while it exists;
-// the other edges of the region never read it. Deleting it returns the PoP
-// to the region's document. It sits under rules/, so the edges' one watch
-// on the rules sees it come and go. A region runs at most one canary at a
-// time (regionctl refuses a second); should two keys exist, each PoP still
-// reads only its own.
+// The edges of <pop> prefer it over the region's document of that kind
+// (rules/regions/<region>, shedder/<region>, hosts/<region>) while it exists; the other
+// edges of the region never read it. Deleting it returns the PoP to the
+// region's document. It sits under the kind's prefix, so the edges' one
+// watch of that kind sees it come and go. A region runs at most one canary
+// at a time, of any kind (regionctl refuses a second: two candidates at
+// once could not be told apart by the verdict); should two keys exist,
+// each PoP still reads only its own.
 
-// RulesCanaries is the prefix of a region's canary keys.
-func (l Layout) RulesCanaries(region string) string { return l.Prefix + "rules/canary/" + region + "/" }
+// CanaryKind is the kind of document a canary tries out.
+type CanaryKind string
 
-// RulesCanary is the canary key of one PoP of a region.
-func (l Layout) RulesCanary(region, pop string) string { return l.RulesCanaries(region) + pop }
+// The kinds of canaries.
+const (
+	CanaryRules   CanaryKind = "rules"
+	CanaryShedder CanaryKind = "shedder"
+	CanaryHosts   CanaryKind = "hosts"
+)
+
+// CanaryKinds are every kind, in the order they are checked.
+var CanaryKinds = []CanaryKind{CanaryRules, CanaryShedder, CanaryHosts}
+
+// Canaries is the prefix of a region's canary keys of kind.
+func (l Layout) Canaries(kind CanaryKind, region string) string {
+	return l.Prefix + string(kind) + "/canary/" + region + "/"
+}
+
+// Canary is the canary key of kind of one PoP of a region.
+func (l Layout) Canary(kind CanaryKind, region, pop string) string {
+	return l.Canaries(kind, region) + pop
+}
+
+// RulesCanaries is the prefix of a region's rules canary keys.
+func (l Layout) RulesCanaries(region string) string { return l.Canaries(CanaryRules, region) }
+
+// RulesCanary is the rules canary key of one PoP of a region.
+func (l Layout) RulesCanary(region, pop string) string { return l.Canary(CanaryRules, region, pop) }
+
+// ShedderCanary is the shedder canary key of one PoP of a region.
+func (l Layout) ShedderCanary(region, pop string) string {
+	return l.Canary(CanaryShedder, region, pop)
+}
+
+// HostsCanary is the host table canary key of one PoP of a region.
+func (l Layout) HostsCanary(region, pop string) string { return l.Canary(CanaryHosts, region, pop) }
 
 // ErrCanaryRunning is a canary already under way in the region.
 var ErrCanaryRunning = errors.New("a canary is already running in the region")
 
 // Canary is a canary key as stored.
 type Canary struct {
+	Kind     CanaryKind
 	PoP      string
 	Key      string
 	Document []byte
 	Index    uint64 // the key's ModifyIndex
 }
 
-// Canaries lists the canary keys of region.
+// Canaries lists the canary keys of region, of every kind.
 func (c *Client) Canaries(ctx context.Context, region string) ([]Canary, error) {
-	prefix := c.layout.RulesCanaries(region)
-	pairs, meta, err := c.api.KV().List(prefix, (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		return nil, classifyIn(region, "reading canaries of "+region, err)
-	}
-	if err := filtered("reading canaries of "+region, meta); err != nil {
-		return nil, err
-	}
-	out := make([]Canary, 0, len(pairs))
-	for _, p := range pairs {
-		out = append(out, Canary{PoP: strings.TrimPrefix(p.Key, prefix), Key: p.Key, Document: p.Value, Index: p.ModifyIndex})
+	var out []Canary
+	for _, kind := range CanaryKinds {
+		prefix := c.layout.Canaries(kind, region)
+		pairs, meta, err := c.api.KV().List(prefix, (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			return nil, classifyIn(region, "reading canaries of "+region, err)
+		}
+		if err := filtered("reading canaries of "+region, meta); err != nil {
+			return nil, err
+		}
+		for _, p := range pairs {
+			out = append(out, Canary{Kind: kind, PoP: strings.TrimPrefix(p.Key, prefix), Key: p.Key, Document: p.Value, Index: p.ModifyIndex})
+		}
 	}
 	return out, nil
 }
 
-// StartCanary writes doc as the canary document of pop in region, only
-// when the region runs no canary (checked in the same transaction:
-// ErrCanaryRunning otherwise).
-func (c *Client) StartCanary(ctx context.Context, region, pop string, doc []byte) error {
+// StartCanary writes doc as the canary document of kind of pop in region,
+// only when the region runs no canary of any kind (ErrCanaryRunning
+// otherwise; the key's own absence is checked in the write's transaction).
+func (c *Client) StartCanary(ctx context.Context, kind CanaryKind, region, pop string, doc []byte) error {
 	running, err := c.Canaries(ctx, region)
 	if err != nil {
 		return err
@@ -66,7 +105,7 @@ func (c *Client) StartCanary(ctx context.Context, region, pop string, doc []byte
 	if len(running) > 0 {
 		return ErrCanaryRunning
 	}
-	key := c.layout.RulesCanary(region, pop)
+	key := c.layout.Canary(kind, region, pop)
 	ok, _, _, err := c.api.Txn().Txn(api.TxnOps{
 		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: doc, Index: 0}},
 	}, (&api.QueryOptions{Datacenter: region}).WithContext(ctx))
@@ -79,9 +118,10 @@ func (c *Client) StartCanary(ctx context.Context, region, pop string, doc []byte
 	return nil
 }
 
-// StopCanary deletes the canary key of pop in region (nothing when absent).
-func (c *Client) StopCanary(ctx context.Context, region, pop string) error {
-	key := c.layout.RulesCanary(region, pop)
+// StopCanary deletes the canary key of kind of pop in region (nothing when
+// absent).
+func (c *Client) StopCanary(ctx context.Context, kind CanaryKind, region, pop string) error {
+	key := c.layout.Canary(kind, region, pop)
 	_, err := c.api.KV().Delete(key, (&api.WriteOptions{Datacenter: region}).WithContext(ctx))
 	return classifyIn(region, "deleting "+key+" in "+region, err)
 }

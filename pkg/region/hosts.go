@@ -1,10 +1,7 @@
 package region
 
 import (
-	"bytes"
 	"context"
-
-	"github.com/hashicorp/consul/api"
 )
 
 // KindHosts is the history kind of a region's host table.
@@ -26,22 +23,12 @@ func (c *Client) Hosts(ctx context.Context, region string) ([]byte, uint64, erro
 // is done. Errors go to onErr and are retried with backoff; a panic in fn
 // is recovered, reported and retried the same way.
 func (c *Client) WatchHosts(ctx context.Context, region string, fn func(doc []byte, index uint64), onErr func(error)) {
-	key := c.layout.Hosts(region)
-	var last []byte
-	first := true
-	c.watch(ctx, key, onErr, func(pairs api.KVPairs) error {
-		var v []byte
-		var index uint64
-		for _, p := range pairs {
-			if p.Key == key { // not hosts/<region>-2
-				v, index = p.Value, p.ModifyIndex
-			}
-		}
-		if !first && bytes.Equal(v, last) {
-			return nil
-		}
-		first, last = false, v
-		fn(v, index)
-		return nil
-	})
+	c.WatchPoPHosts(ctx, region, "", func(doc []byte, index uint64, _ bool) { fn(doc, index) }, onErr)
+}
+
+// WatchPoPHosts is WatchHosts for an edge of pop: while a host table
+// canary key of pop exists, its table stands for the region's, and fn is
+// told so (canary true).
+func (c *Client) WatchPoPHosts(ctx context.Context, region, pop string, fn func(doc []byte, index uint64, canary bool), onErr func(error)) {
+	c.watchPoP(ctx, CanaryHosts, c.layout.Hosts(region), region, pop, fn, onErr)
 }

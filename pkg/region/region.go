@@ -14,6 +14,13 @@
 //	                          a candidate region document the edges of <pop>
 //	                          run instead while it exists (canary.go)
 //	shedder/<region>          the region's load shedder settings (JSON)
+//	shedder/canary/<region>/<pop>
+//	                          candidate shedder settings the edges of <pop>
+//	                          run instead while it exists (canary.go)
+//	hosts/<region>            the region's host table (YAML, hosts.go)
+//	hosts/canary/<region>/<pop>
+//	                          a candidate host table the edges of <pop> run
+//	                          instead while it exists (canary.go)
 //	enforcement/<region>      the region's enforcement switch: enforce, shadow,
 //	                          or enforce a percentage of keys (JSON, enforcement.go)
 //	history/<region>/<seq>    one entry per push or rollback (JSON); pushes

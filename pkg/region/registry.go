@@ -18,6 +18,12 @@ type Registration struct {
 	Address      string // public address ("" = the agent's node address)
 	Port         int
 	RulesVersion string
+	// ShedderVersion is the version of the shedder settings in force
+	// (shedder.SettingsVersion; meta shedder_version).
+	ShedderVersion string
+	// HostsVersion is the version of the host table in force ("" none;
+	// meta hosts_version).
+	HostsVersion string
 	// GlobalShare lists the home regions the edge cannot reach: their
 	// global rules' keys are decided from the static share.
 	GlobalShare []string
@@ -56,6 +62,7 @@ func (c *Client) Register(ctx context.Context, r Registration) error {
 
 func (r Registration) meta() map[string]string {
 	m := map[string]string{"region": r.Region, "pop": r.PoP, "rules_version": r.RulesVersion,
+		"shedder_version": r.ShedderVersion, "hosts_version": r.HostsVersion,
 		"global_share": strings.Join(r.GlobalShare, ","), metaVersion: r.Version}
 	for kind, n := range DocumentSchemas.Reads() {
 		m[metaSchemaPrefix+kind] = strconv.Itoa(n)
@@ -124,6 +131,8 @@ type Edge struct {
 	ID, Node, Address string
 	Region, PoP       string
 	RulesVersion      string
+	ShedderVersion    string // "" for edges that did not register one
+	HostsVersion      string // "" for edges without a host table or that did not register one
 	Healthy           bool
 	// GlobalShare: the home regions the edge reported unreachable.
 	GlobalShare []string
@@ -153,16 +162,18 @@ func (c *Client) Edges(ctx context.Context, region string, index uint64, wait ti
 			addr = e.Node.Address
 		}
 		out = append(out, Edge{
-			ID:           e.Service.ID,
-			Node:         e.Node.Node,
-			Address:      net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
-			Region:       e.Service.Meta["region"],
-			PoP:          e.Service.Meta["pop"],
-			RulesVersion: e.Service.Meta["rules_version"],
-			Healthy:      e.Checks.AggregatedStatus() == api.HealthPassing,
-			GlobalShare:  splitList(e.Service.Meta["global_share"]),
-			Version:      e.Service.Meta[metaVersion],
-			Schemas:      schemaMeta(e.Service.Meta),
+			ID:             e.Service.ID,
+			Node:           e.Node.Node,
+			Address:        net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
+			Region:         e.Service.Meta["region"],
+			PoP:            e.Service.Meta["pop"],
+			RulesVersion:   e.Service.Meta["rules_version"],
+			ShedderVersion: e.Service.Meta["shedder_version"],
+			HostsVersion:   e.Service.Meta["hosts_version"],
+			Healthy:        e.Checks.AggregatedStatus() == api.HealthPassing,
+			GlobalShare:    splitList(e.Service.Meta["global_share"]),
+			Version:        e.Service.Meta[metaVersion],
+			Schemas:        schemaMeta(e.Service.Meta),
 		})
 	}
 	return out, meta.LastIndex, nil

@@ -14,7 +14,7 @@ func TestRegistrationCarriesVersionAndSchemas(t *testing.T) {
 	rc := testClient(t)
 	ctx := context.Background()
 	require.NoError(t, rc.Register(ctx, Registration{ID: "edge-new", Region: "eu-west", PoP: "ams", Port: 8080,
-		RulesVersion: "abc", Version: "v0.2.0", CheckURL: "http://127.0.0.1:1/readyz"}))
+		RulesVersion: "abc", ShedderVersion: "def", HostsVersion: "ghi", Version: "v0.2.0", CheckURL: "http://127.0.0.1:1/readyz"}))
 	for id, meta := range map[string]map[string]string{
 		"edge-old":     {"region": "eu-west", "pop": "fra", "rules_version": "abc"},
 		"edge-garbage": {"region": "eu-west", "pop": "fra", "schema_rules": "two", "schema_hosts": "-3", "schema_rls": "99999999999999999999"},
@@ -36,4 +36,7 @@ func TestRegistrationCarriesVersionAndSchemas(t *testing.T) {
 		require.Equal(t, 1, byID["edge-garbage"].Reads(kind), kind)
 	}
 	require.Equal(t, "", byID["edge-old"].Version)
+	require.Equal(t, "def", byID["edge-new"].ShedderVersion)
+	require.Equal(t, "", byID["edge-old"].ShedderVersion)
+	require.Equal(t, "ghi", byID["edge-new"].HostsVersion)
 }

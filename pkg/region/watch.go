@@ -49,21 +49,47 @@ func (c *Client) WatchRules(ctx context.Context, region string, fn func(Docs), o
 // WatchShedder calls fn with the region's shedder document (nil when absent)
 // now and after every change.
 func (c *Client) WatchShedder(ctx context.Context, region string, fn func([]byte), onErr func(error)) {
-	key := c.layout.Shedder(region)
+	c.WatchPoPShedder(ctx, region, "", func(doc []byte, _ bool) { fn(doc) }, onErr)
+}
+
+// WatchPoPShedder is WatchShedder for an edge of pop: while a shedder
+// canary key of pop exists, its document stands for the region's, and fn
+// is told so (canary true). One watch of the shedder prefix sees both keys.
+func (c *Client) WatchPoPShedder(ctx context.Context, region, pop string, fn func(doc []byte, canary bool), onErr func(error)) {
+	c.watchPoP(ctx, CanaryShedder, c.layout.Shedder(region), region, pop, func(doc []byte, _ uint64, canary bool) { fn(doc, canary) }, onErr)
+}
+
+// watchPoP watches the kind's prefix for key and pop's canary key of that
+// kind ("" pop: none), calling fn with the canary's value while it exists,
+// key's otherwise (nil and 0 when absent), with the value's ModifyIndex,
+// now and after every change of the value or of which key it came from.
+func (c *Client) watchPoP(ctx context.Context, kind CanaryKind, key, region, pop string, fn func(doc []byte, index uint64, canary bool), onErr func(error)) {
+	canaryKey := ""
+	if pop != "" {
+		canaryKey = c.layout.Canary(kind, region, pop)
+	}
 	var last []byte
-	first := true
-	c.watch(ctx, key, onErr, func(pairs api.KVPairs) error {
-		var v []byte
+	lastCanary, first := false, true
+	c.watch(ctx, c.layout.Prefix+string(kind)+"/", onErr, func(pairs api.KVPairs) error {
+		var v, cv []byte
+		var index, cindex uint64
+		canary := false
 		for _, p := range pairs {
-			if p.Key == key {
-				v = p.Value
+			switch p.Key {
+			case key: // not <kind>/<region>-2
+				v, index = p.Value, p.ModifyIndex
+			case canaryKey:
+				cv, cindex, canary = p.Value, p.ModifyIndex, true
 			}
 		}
-		if !first && bytes.Equal(v, last) {
+		if canary {
+			v, index = cv, cindex
+		}
+		if !first && bytes.Equal(v, last) && canary == lastCanary {
 			return nil
 		}
-		first, last = false, v
-		fn(v)
+		first, last, lastCanary = false, v, canary
+		fn(v, index, canary)
 		return nil
 	})
 }

@@ -79,6 +79,11 @@ func (e *fakeEdge) parts() consullink.Parts {
 			return nil
 		},
 		StartShedder: func() error { e.startShed.Add(1); return nil },
+		ShedderVersion: func() string {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return shedder.SettingsVersion(e.shed)
+		},
 		SetEdges: func(inRegion, inPoP int) {
 			e.inRegion.Store(int32(inRegion))
 			e.inPoP.Store(int32(inPoP))
@@ -328,7 +333,9 @@ func TestWatchRefusesBadSwitchAndShedderSettings(t *testing.T) {
 			put(t, rc, tc.key, tc.good)
 			require.Eventually(t, func() bool { return tc.inForce(l.edge) == tc.want }, wait, tick)
 			// Before it, the watch may have seen no document: the start
-			// settings, applied as such.
+			// settings, applied as such. The shedder watch has read once
+			// (in the enforcement case, its first read may come later).
+			require.Eventually(t, func() bool { return l.edge.startShed.Load()+l.edge.updShed.Load() > 0 }, wait, tick)
 			applied, starts := tc.applied(l.edge), l.edge.startShed.Load()
 
 			put(t, rc, tc.key, tc.bad)
@@ -465,4 +472,34 @@ func TestRegistersTheEdgeWithItsRulesVersion(t *testing.T) {
 	l.Deregister()
 	require.Eventually(t, func() bool { _, ok := registered(); return !ok }, wait, tick, "deregistered")
 	require.Zero(t, testutil.ToFloat64(l.errors))
+}
+
+// A shedder canary of the link's PoP is applied and registered as the
+// settings version in force; another PoP's is never applied; deleting the
+// canary, with no region settings stored, returns the edge to its start
+// settings (the canary was not the region's document: nothing is missing).
+func TestShedderCanaryIsNotTheRegions(t *testing.T) {
+	c := startConsul(t)
+	rc := regionClient(t, c.HTTPAddr())
+	layout := rc.Layout()
+	l := newLink(t, c.HTTPAddr(), "")
+	l.run(t)
+	require.Eventually(t, func() bool { return l.edge.startShed.Load() == 1 }, wait, tick, "no settings stored: the start settings")
+
+	put(t, rc, layout.ShedderCanary(regionName, "fra"), "good: 0.5\n")
+	put(t, rc, layout.ShedderCanary(regionName, "ams"), "good: 0.65\n")
+	inForce := func() float64 { l.edge.mu.Lock(); defer l.edge.mu.Unlock(); return l.edge.shed.Good }
+	require.Eventually(t, func() bool { return inForce() == 0.65 }, wait, tick)
+	require.Equal(t, int32(1), l.edge.updShed.Load(), "fra's canary is never applied")
+	cfg, err := shedder.ParseConfig([]byte("good: 0.65\n"))
+	require.NoError(t, err)
+	want := shedder.SettingsVersion(cfg)
+	require.Eventually(t, func() bool {
+		edges, _, err := rc.Edges(context.Background(), regionName, 0, 0)
+		return err == nil && len(edges) == 1 && edges[0].ShedderVersion == want
+	}, wait, tick, "the canary's settings version is registered")
+
+	del(t, rc, layout.ShedderCanary(regionName, "ams"))
+	require.Eventually(t, func() bool { return l.edge.startShed.Load() == 2 }, wait, tick, "back to the start settings")
+	require.Zero(t, l.missingGauge("shedder"))
 }

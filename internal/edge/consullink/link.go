@@ -62,7 +62,9 @@ type Parts struct {
 	Enforcement    func() string                      // the switch in force, for the log
 	SetEnforcement func(region.Enforcement)
 	UpdateShedder  func(shedder.Config) error
-	StartShedder   func() error // back to the settings the edge started with
+	StartShedder   func() error  // back to the settings the edge started with
+	ShedderVersion func() string // the settings version in force, registered
+	HostsVersion   func() string // the host table version in force, registered
 	SetEdges       func(inRegion, inPoP int)
 	GlobalShare    func() []string // the global rules' unreachable homes, registered
 	// Watches are the edge's other watches (the region catalog, the rate
@@ -322,8 +324,10 @@ func (l *Link) Run(ctx context.Context) {
 		}, onErr)
 	})
 	wg.Go(func() {
-		l.client.WatchShedder(ctx, l.region, func(data []byte) {
-			if err := l.applyShedder(data); err != nil {
+		l.client.WatchPoPShedder(ctx, l.region, l.pop, func(data []byte, canary bool) {
+			err := l.applyShedder(data, canary)
+			l.RulesChanged() // the shedder version is registered too
+			if err != nil {
 				l.m.RulesErrors.Inc()
 				l.log.Error("shedder settings from consul refused; keeping the settings in force", "err", err)
 			}
@@ -370,8 +374,11 @@ func (l *Link) guard(ctx context.Context, what string, loop func(context.Context
 // applyShedder applies the region's shedder document; none means the
 // settings the edge started with, unless the settings in force came from
 // Consul: then they stay, and the document counts as missing (`shedder set
-// --reset` writes the defaults explicitly).
-func (l *Link) applyShedder(data []byte) error {
+// --reset` writes the defaults explicitly). A canary document is not the
+// region's: applying it leaves shedderFromConsul as the region's document
+// had it, so that once the canary is deleted an absent region document
+// means the starting settings again, not a missing one.
+func (l *Link) applyShedder(data []byte, canary bool) error {
 	if !hasText(data) {
 		if l.shedderFromConsul {
 			if l.missing.set(docShedder, true) {
@@ -388,9 +395,11 @@ func (l *Link) applyShedder(data []byte) error {
 	if err := l.parts.UpdateShedder(cfg); err != nil {
 		return err
 	}
-	l.shedderFromConsul = true
+	if !canary {
+		l.shedderFromConsul = true
+	}
 	l.missing.set(docShedder, false)
-	l.log.Info("shedder settings from consul applied", "good", cfg.Good, "bad", cfg.Bad, "start_after", cfg.StartAfter, "full_after", cfg.FullAfter, "enabled", cfg.Enabled)
+	l.log.Info("shedder settings from consul applied", "canary", canary, "good", cfg.Good, "bad", cfg.Bad, "start_after", cfg.StartAfter, "full_after", cfg.FullAfter, "enabled", cfg.Enabled)
 	return nil
 }
 
@@ -407,6 +416,12 @@ func (l *Link) register(ctx context.Context) {
 		case <-retry.C:
 		}
 		l.reg.RulesVersion = l.parts.Rules().Version()
+		if l.parts.ShedderVersion != nil {
+			l.reg.ShedderVersion = l.parts.ShedderVersion()
+		}
+		if l.parts.HostsVersion != nil {
+			l.reg.HostsVersion = l.parts.HostsVersion()
+		}
 		l.reg.GlobalShare = l.parts.GlobalShare()
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := l.client.Register(rctx, l.reg)
