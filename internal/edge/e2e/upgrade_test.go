@@ -38,7 +38,8 @@ type upgradeEdge struct {
 	pool    *tls.Config
 }
 
-func startUpgradeEdge(t *testing.T) *upgradeEdge {
+// extra are more flags for the edge.
+func startUpgradeEdge(t *testing.T, extra ...string) *upgradeEdge {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "edge")
@@ -60,9 +61,10 @@ func startUpgradeEdge(t *testing.T) *upgradeEdge {
 	u.Addr, u.Admin = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
 	u.rlsAddr = "127.0.0.1:" + strconv.Itoa(ports[3])
 	u.pool = &tls.Config{RootCAs: ca.Pool, ServerName: "localhost"}
-	cmd := exec.Command(bin, "--listen", u.Addr, "--admin", u.Admin, "--listen-tls", u.tlsAddr,
+	args := []string{"--listen", u.Addr, "--admin", u.Admin, "--listen-tls", u.tlsAddr,
 		"--tls-default-cert", cert, "--origin", org.URL, "--drain-delay", "0",
-		"--rls-listen", u.rlsAddr, "--rls-config-dir", rlsDir)
+		"--rls-listen", u.rlsAddr, "--rls-config-dir", rlsDir}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "EDGEGUARD_") {
