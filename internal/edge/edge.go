@@ -592,6 +592,18 @@ func (e *Edge) Run(ctx context.Context) error {
 	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
 	wg.Go(func() { e.bh.Run(samplerCtx) })
 
+	// The signals are caught before the edge can answer ready: a signal
+	// Go has not been told to deliver is dropped, so an upgrade or reload
+	// asked for just after the edge turned ready would be lost.
+	// signal.Stop never closes hup, so the reload loop ends on its own
+	// channel.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP, syscall.SIGUSR1)
+	defer signal.Stop(hup)
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr2)
+
 	// Ready to be counted as serving from here: the listeners are bound
 	// (New), so a connection made from now on is accepted, and no answer
 	// can reach a client before the gauge says ready.
@@ -604,17 +616,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	if e.consul != nil {
 		consulWG.Go(func() { e.consul.Run(consulCtx) })
 	}
-	// signal.Stop never closes hup, so the reload loop ends on its own
-	// channel.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP, syscall.SIGUSR1)
-	defer signal.Stop(hup)
 	stopReload := make(chan struct{})
 	defer close(stopReload)
 	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
-	usr2 := make(chan os.Signal, 1)
-	signal.Notify(usr2, syscall.SIGUSR2)
-	defer signal.Stop(usr2)
 	handedOver := make(chan struct{})
 	wg.Go(func() { e.upgradeOnSignal(usr2, stopReload, handedOver) })
 	if e.inherited.Upgrading() {
