@@ -735,6 +735,14 @@ func (e *Edge) shutdown() error {
 	}
 	e.stopRLS(sctx) // health NOT_SERVING at once, then calls in flight finish
 	err := e.server.ShutdownWithContext(sctx)
+	// fasthttp's shutdown closes the listeners its Serve calls had
+	// registered; a Serve that had not got that far yet (an edge stopped
+	// as soon as it started) would then accept forever. Closing them here
+	// ends it too (a listener already closed only returns an error).
+	_ = e.publicLn.Close()
+	if e.tlsLn != nil {
+		_ = e.tlsLn.Close()
+	}
 	if e.tunnels != nil {
 		// Tunnels are hijacked connections, which the server's shutdown
 		// does not wait for: they may finish on their own until the

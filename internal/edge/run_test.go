@@ -2,6 +2,9 @@ package edge
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -77,4 +81,30 @@ func TestRunWaitsForItsGoroutines(t *testing.T) {
 	}
 	require.NoError(t, r.stopErr)
 	require.Empty(t, ownGoroutines(), "goroutines left running after Run returned")
+}
+
+// TestRunStoppedAtOnceReturns: an edge whose context is done before Run
+// starts still returns, every time: its servers may not have begun to
+// serve when the shutdown runs (a fasthttp Serve that registered its
+// listener after Shutdown used to accept forever).
+func TestRunStoppedAtOnceReturns(t *testing.T) {
+	for i := range 20 {
+		cfg := config.DefaultConfig()
+		cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+		cfg.Origins = []string{testOrigin(t)}
+		cfg.DrainDelay = 0
+		cfg.AdminToken = testAdminToken
+		e, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		done := make(chan error, 1)
+		go func() { done <- e.Run(ctx) }()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "run %d", i)
+		case <-testenv.Within(t, 20*time.Second).Done():
+			t.Fatalf("run %d: Run did not return; still running:\n%s", i, strings.Join(ownGoroutines(), "\n\n"))
+		}
+	}
 }
