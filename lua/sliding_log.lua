@@ -28,7 +28,7 @@ end
 local reset = 0
 if n > 0 then
   local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-  reset = newest + window - now
+  if newest then reset = newest + window - now end
 end
 local retry = 0
 if admitted < cost then
@@ -36,7 +36,7 @@ if admitted < cost then
     retry = reset
   elseif n + need > limit then
     local s = tonumber(redis.call('ZRANGE', key, n + need - limit - 1, n + need - limit - 1, 'WITHSCORES')[2])
-    retry = s + window - now
+    if s then retry = s + window - now end
   end
   if extra > 0 and last then retry = math.max(retry, last + extra - now) end
 end

@@ -293,7 +293,8 @@ func TestWatchAppliesPushedRulesAndKeepsTheLastGood(t *testing.T) {
 	require.Eventually(t, func() bool { return l.edge.version() == v2 }, wait, tick)
 	require.Zero(t, l.missingGauge("rules"))
 	require.Empty(t, l.MissingDetail())
-	require.Equal(t, v2, cachedVersion(t, cache))
+	// The cache is written after the rules are applied: wait for it.
+	require.Eventually(t, func() bool { return cachedVersion(t, cache) == v2 }, wait, tick)
 }
 
 // The enforcement switch and the shedder settings from Consul: a valid
