@@ -1,7 +1,8 @@
+//go:build golden
+
 package mixedversion
 
 import (
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,21 +11,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var updateGolden = flag.Bool("update-golden", false, "TestWriteRedisStates: write the previous release's Redis states into pkg/limiter/testdata")
-
 // TestWriteRedisStates is the generator of pkg/limiter's stored Redis
-// states (TestRedisStatesOfReleases), run on request only:
+// states (TestRedisStatesOfReleases). It exists only under the golden
+// build tag, so no ordinary test run skips it:
 //
-//	go test ./internal/mixedversion -run TestWriteRedisStates -update-golden
+//	go test -tags golden ./internal/mixedversion -run TestWriteRedisStates
 //
 // It extracts the previous release's tree, puts this tree's
 // pkg/limiter/golden_state_test.go into it and runs that test there, so the
 // states are written by the release's own store and scripts, into
 // pkg/limiter/testdata/redis-states/v<version>.
 func TestWriteRedisStates(t *testing.T) {
-	if !*updateGolden {
-		t.Skip("a generator: run with -update-golden")
-	}
 	root, err := repoRoot()
 	require.NoError(t, err)
 	r, err := findRelease(root)

@@ -14,7 +14,7 @@ package limiter_test
 // this file into the release's tree and runs it there with -update-golden
 // (the release comes from CHANGELOG.md, as the mixed-version test finds it):
 //
-//	go test ./internal/mixedversion -run TestWriteRedisStates -update-golden
+//	go test -tags golden ./internal/mixedversion -run TestWriteRedisStates
 //
 // Run alone (writing any tree's own states, e.g. into a scratch directory):
 //
