@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
 # Redis (server, sentinel, cli, benchmark), wrk, stress-ng (make test-busy),
+# systemd's socket-activation launcher (the e2e socket activation test),
 # nginx (nginx-light: the peer internal/peerbench measures the edge against),
 # Tomcat 10 and Jetty 9 (pkg/pathsem's differential tests), Prometheus (with promtool)
 # and the Redis exporter from apt, and Consul, built once
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 need=()
-for bin in file:file curl:curl stress-ng:stress-ng redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter; do
+for bin in file:file curl:curl stress-ng:stress-ng redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter systemd-socket-activate:systemd; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
 # nginx, the peer of internal/peerbench (its smoke test runs in make test);

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -64,13 +67,23 @@ func (a *activation) start(t *testing.T, throughShell bool, env []string, args .
 			u.Admin = args[i+1]
 		}
 	}
-	logFile, err := os.Create(u.log)
-	require.NoError(t, err)
-	defer logFile.Close() // the edge holds its own copy
 	cmd := exec.Command(edgeBin, args...)
 	if throughShell {
 		cmd = exec.Command("/bin/sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, edgeBin}, args...)...)
 	}
+	a.run(t, u, cmd, env)
+	return u
+}
+
+// run starts cmd (the edge, or what execs it) for u, its output in u's
+// log, with a's sockets as descriptors 3 and up and env added to the
+// test's environment without any EDGEGUARD_, LISTEN_ or NOTIFY_ variable
+// of its own.
+func (a *activation) run(t *testing.T, u *upgradeEdge, cmd *exec.Cmd, env []string) {
+	t.Helper()
+	logFile, err := os.Create(u.log)
+	require.NoError(t, err)
+	defer logFile.Close() // the edge holds its own copy
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = a.files
 	for _, kv := range os.Environ() {
@@ -78,12 +91,14 @@ func (a *activation) start(t *testing.T, throughShell bool, env []string, args .
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "EDGEGUARD_ADMIN_TOKEN="+adminToken, "NOTIFY_SOCKET="+a.path)
+	cmd.Env = append(cmd.Env, "EDGEGUARD_ADMIN_TOKEN="+adminToken)
+	if a.path != "" {
+		cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+a.path)
+	}
 	cmd.Env = append(cmd.Env, env...)
 	u.Proc, err = testenv.StartProc(cmd)
 	require.NoError(t, err)
 	u.stopGroupAtEnd(t)
-	return u
 }
 
 // next is the next datagram sent to the notify socket; the edge has within
@@ -231,4 +246,61 @@ func TestSocketActivationForAnotherProcess(t *testing.T) {
 	got, err := a.lns[0].Accept()
 	require.NoError(t, err, "the connection was taken by another process")
 	require.NoError(t, got.Close())
+}
+
+// TestSocketActivationBySystemdsLauncher: systemd's own launcher,
+// systemd-socket-activate (package systemd), binds the public port, waits
+// for the first connection and only then execs the edge, with
+// LISTEN_FDS, LISTEN_PID and LISTEN_FDNAMES set as a socket unit sets
+// them. The connection made before any edge ran waits in the socket's
+// queue and is answered, which is what the packaged .socket unit
+// promises across a restart; the edge serves on the socket systemd named
+// "public" (it would fail to bind the port itself: the launcher holds
+// it), and a SIGUSR2 upgrade hands that socket on.
+func TestSocketActivationBySystemdsLauncher(t *testing.T) {
+	launcher, err := exec.LookPath("systemd-socket-activate")
+	require.NoError(t, err, "systemd-socket-activate is missing: apt-get install systemd")
+	org := startOrigin(t, 0)
+	ports, err := testenv.FreePorts(2)
+	require.NoError(t, err)
+	addr, admin := "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
+	u := &upgradeEdge{edgeProc: &edgeProc{}, bin: edgeBin, log: filepath.Join(t.TempDir(), "edge.log")}
+	u.Addr, u.Admin = addr, admin
+	a := &activation{}
+	a.run(t, u, exec.Command(launcher, "-l", addr, "--fdname=public", "-E", "EDGEGUARD_ADMIN_TOKEN="+adminToken,
+		edgeBin, "--listen", addr, "--admin", admin, "--origin", org.URL, "--drain-delay", "0"), nil)
+	launcherPID := u.Cmd.Process.Pid
+
+	// The launcher has bound the port once it says so; the edge does not
+	// exist until a connection arrives.
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 20*time.Second), 10*time.Millisecond, "the launcher listening", func(context.Context) error {
+		if !strings.Contains(u.output(), "Listening on "+addr) {
+			return errors.New(u.output())
+		}
+		return nil
+	}))
+	require.NotContains(t, u.output(), "edge serving", "the launcher started the edge before any connection")
+
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	r := get(client, u.url("/")) // waits in the queue while the edge starts
+	require.NoError(t, r.err, u.logTail(20))
+	require.Equal(t, http.StatusOK, r.code, u.logTail(20))
+	require.NotZero(t, org.arrived.Load(), "answered without the origin")
+	serving := u.waitLog(t, "edge serving", 1, 10*time.Second)
+	require.Equal(t, float64(launcherPID), serving["pid"], "the launcher execs the edge in its own process, as systemd does")
+	require.Equal(t, []string{"public"}, u.inheritedFrom("systemd"))
+	require.NoError(t, waitReady(u.edgeProc, 20*time.Second), u.logTail(20))
+
+	require.NoError(t, syscall.Kill(launcherPID, syscall.SIGUSR2))
+	line := u.waitLog(t, "upgrade: the new edge is ready; this edge stops accepting and drains", 1, 30*time.Second)
+	newPID := int(line["new_pid"].(float64))
+	require.NotEqual(t, launcherPID, newPID)
+	code, exitedOK := u.WaitExit(15 * time.Second)
+	require.True(t, exitedOK, "the old edge did not exit after the upgrade")
+	require.Zero(t, code)
+	require.Equal(t, []string{"public", "admin"}, u.inheritedFrom("handoff"))
+	require.False(t, exited(newPID), "the new edge %d is gone", newPID)
+	r = get(client, u.url("/"))
+	require.NoError(t, r.err)
+	require.Equal(t, http.StatusOK, r.code)
 }
