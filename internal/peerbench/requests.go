@@ -32,8 +32,8 @@ var peerTemplates = template.Must(template.ParseFS(peerFiles, "peers/*.tmpl"))
 // RequestsConfig is a run of Requests.
 type RequestsConfig struct {
 	EdgeBin, NginxBin, HAProxyBin, WrkBin string
-	Sets                                  int // each target once per set, the proxies' order rotated
-	Threads, Conns                        int // wrk's -t and -c; Conns is also the fixed-rate client's connections
+	Sets                                  int           // each target once per set, the proxies' order rotated
+	Threads, Conns                        int           // wrk's -t and -c; Conns is also the fixed-rate client's connections
 	Warmup                                time.Duration // an unmeasured wrk run before each measured one; 0 = none
 	Duration                              time.Duration // each measured wrk run (whole seconds)
 	// FixedDuration is the fixed-rate run at half the peak wrk measured, for

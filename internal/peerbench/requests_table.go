@@ -93,4 +93,3 @@ func median(vs []float64) float64 {
 	}
 	return s[len(s)/2]
 }
-
