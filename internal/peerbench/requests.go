@@ -222,7 +222,7 @@ func Requests(ctx context.Context, cfg RequestsConfig) (*RequestsResult, error) 
 				s.proxyCPU*1e6, (s.proxyCPU+s.originCPU)*1e6, ms(s.wrk.P99), ms(s.fixedP99), s.fixedRate, s.wrk.Non2xx, s.loadAverage)
 		}
 	}
-	checks, err := checkAfter(ctx, targets)
+	checks, err := checkAfter(ctx, targets, res.Samples)
 	res.Checks = append(res.Checks, checks...)
 	if err != nil {
 		return res, err
@@ -532,7 +532,7 @@ func forwardingProblems(seen map[string]string) error {
 // checkAfter checks what the figures cannot show: the refusing scenarios'
 // answers (status, the edge's RateLimit and Retry-After fields, the ramp
 // counting the edge's 503s) and the access logs (a JSON line per request).
-func checkAfter(ctx context.Context, targets map[string]*target) ([]string, error) {
+func checkAfter(ctx context.Context, targets map[string]*target, samples map[string][]sample) ([]string, error) {
 	var checks []string
 	for _, key := range sortedKeys(targets) {
 		t := targets[key]
@@ -557,18 +557,28 @@ func checkAfter(ctx context.Context, targets map[string]*target) ([]string, erro
 			if err != nil {
 				return checks, fmt.Errorf("%s: %w", key, err)
 			}
-			n := shedByRamp(ctx, t.srv.admin)
-			if n < 1 {
-				return checks, fmt.Errorf("%s: the ramp shed nothing:\n%s", key, metricLines(ctx, t.srv.admin, "edgeguard_shedder_"))
+			// Every measured request was refused (checkWrk); nine in ten at
+			// least must be the ramp's, not the worker cap's.
+			var measured int64
+			for _, s := range samples[key] {
+				measured += s.wrk.Requests
 			}
-			checks = append(checks, fmt.Sprintf("%s: 503 with Retry-After %q; shed by the ramp: %.0f", key, h.Get("Retry-After"), n))
+			n := shedByRamp(ctx, t.srv.admin)
+			if n < 0.9*float64(measured) {
+				return checks, fmt.Errorf("%s: the ramp shed %.0f requests, fewer than 90 %% of the %d measured:\n%s", key, n, measured, metricLines(ctx, t.srv.admin, "edgeguard_shedder_"))
+			}
+			checks = append(checks, fmt.Sprintf("%s: 503 with Retry-After %q; shed by the ramp: %.0f (wrk's measured requests: %d)", key, h.Get("Retry-After"), n, measured))
 		}
 		if t.log != "" {
-			n, err := accessLogLines(ctx, t.log)
+			var measured int64
+			for _, s := range samples[key] {
+				measured += s.wrk.Requests
+			}
+			n, err := accessLogLines(ctx, t.log, measured)
 			if err != nil {
 				return checks, fmt.Errorf("%s: access log: %w", key, err)
 			}
-			checks = append(checks, fmt.Sprintf("%s: access log of %d JSON lines", key, n))
+			checks = append(checks, fmt.Sprintf("%s: access log of %d JSON lines (wrk's measured requests: %d)", key, n, measured))
 		}
 	}
 	return checks, nil
@@ -595,11 +605,12 @@ func statusOf(ctx context.Context, addr string, status int) (http.Header, error)
 	return nil, fmt.Errorf("GET / answered %v, never %d", got, status)
 }
 
-// accessLogLines waits until the access log at path holds at least one
-// line and checks that every whole line is a JSON object with a status and
-// a request id; it returns the number of lines.
-func accessLogLines(ctx context.Context, path string) (int, error) {
-	var n int
+// accessLogLines waits until the access log at path holds at least want
+// lines (every request wrk counted, warm-up and fixed-rate requests besides)
+// and checks that each is a JSON object with a status; it returns the
+// number of lines.
+func accessLogLines(ctx context.Context, path string, want int64) (int64, error) {
+	var n int64
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err := proc.PollEvery(ctx, 50*time.Millisecond, "an access log line", func(context.Context) error {
@@ -620,10 +631,13 @@ func accessLogLines(ctx context.Context, path string) (int, error) {
 			}
 			n++
 		}
-		if n == 0 {
-			return errors.New("no line yet")
+		if err := sc.Err(); err != nil {
+			return err
 		}
-		return sc.Err()
+		if n == 0 || n < want {
+			return fmt.Errorf("%d lines, want at least %d", n, want)
+		}
+		return nil
 	})
 	return n, err
 }
