@@ -2,6 +2,7 @@ package peerbench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"slices"
 	"sync"
@@ -17,12 +18,12 @@ import (
 // held up behind a slow one counts the wait: no coordinated omission).
 // A request that fails, or that could not be sent within a second of its
 // time for want of a free connection, fails the run.
-func fixedRate(ctx context.Context, addr, path string, rate float64, conns int, d time.Duration) (time.Duration, error) {
+func fixedRate(ctx context.Context, addr string, tlsConf *tls.Config, path string, rate float64, conns int, d time.Duration) (time.Duration, error) {
 	n := int64(rate * d.Seconds())
 	if rate <= 0 || n < 1 {
 		return 0, fmt.Errorf("fixed rate %.1f/s for %s: no request to send", rate, d)
 	}
-	c := &fasthttp.HostClient{Addr: addr, MaxConns: conns, MaxConnWaitTimeout: time.Second}
+	c := &fasthttp.HostClient{Addr: addr, MaxConns: conns, MaxConnWaitTimeout: time.Second, IsTLS: tlsConf != nil, TLSConfig: tlsConf}
 	defer c.CloseIdleConnections()
 	lat := make([]time.Duration, n)
 	interval := float64(time.Second) / rate
@@ -36,7 +37,11 @@ func fixedRate(ctx context.Context, addr, path string, rate float64, conns int, 
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + addr + path)
+			scheme := "http://"
+			if tlsConf != nil {
+				scheme = "https://"
+			}
+			req.SetRequestURI(scheme + addr + path)
 			for {
 				i := next.Add(1) - 1
 				if i >= n || ctx.Err() != nil {

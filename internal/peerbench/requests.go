@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -88,6 +89,7 @@ var (
 		{name: "rule", what: "one per-client rule, not reached", status: http.StatusOK, rate: 1000000, burst: 1000000},
 		{name: "denied", what: "one-key flood, 10/s limit: 429", status: http.StatusTooManyRequests, rate: 10},
 		{name: "shed", what: "shed by the ramp: 503 (edge only)", status: http.StatusServiceUnavailable, edgeOnly: true},
+		{name: "tls", what: "proxied, TLS keep-alive (ECDSA P-256)", status: http.StatusOK, tls: true},
 	}
 )
 
@@ -99,6 +101,7 @@ type scenario struct {
 	rate       int  // per-client requests a second; 0 = no rule
 	burst      int  // nginx's limit_req burst (the edge's leaky bucket: its capacity)
 	edgeOnly   bool
+	tls        bool // measured over TLS (HTTP/1.1, kept alive), the one certificate for all
 }
 
 // peerConf is what a peer's template is filled in with.
@@ -106,6 +109,7 @@ type peerConf struct {
 	Dir, Origin, Listen, Who string
 	AccessLog                string // nginx: the file; haproxy: set when it logs (to its standard output)
 	Rate, Burst              int
+	TLSListen, Cert          string // a second, TLS listener and its PEM (certificate and key)
 }
 
 // target is one proxy (or the origin) in one scenario.
@@ -113,11 +117,20 @@ type target struct {
 	scenario scenario
 	proxy    string // edge, nginx, haproxy; origin for the floor
 	srv      *server
+	addr     string // where the measured requests go (the TLS listener, else srv.addr)
+	cert     *benchCert
 	log      string // its access log, if it writes one
 	holds    func() // ends the requests holding the edge's workers (shed)
 }
 
 func (t *target) key() string { return t.scenario.name + "/" + t.proxy }
+
+func (t *target) url(path string) string {
+	if t.scenario.tls {
+		return "https://" + t.addr + path
+	}
+	return "http://" + t.addr + path
+}
 
 // sample is one target's figures in one set.
 type sample struct {
@@ -157,7 +170,11 @@ func Requests(ctx context.Context, cfg RequestsConfig) (*RequestsResult, error) 
 		return nil, err
 	}
 	defer origin.stop()
-	targets := map[string]*target{"floor/origin": {scenario: floor, proxy: "origin", srv: origin}}
+	cert, err := newBenchCert(dir)
+	if err != nil {
+		return nil, err
+	}
+	targets := map[string]*target{"floor/origin": {scenario: floor, proxy: "origin", srv: origin, addr: origin.addr}}
 	defer func() {
 		for _, t := range targets {
 			if t.holds != nil {
@@ -173,7 +190,7 @@ func Requests(ctx context.Context, cfg RequestsConfig) (*RequestsResult, error) 
 			if sc.edgeOnly && p != "edge" {
 				continue
 			}
-			t, err := startTarget(ctx, cfg, dir, sc, p, origin.addr)
+			t, err := startTarget(ctx, cfg, dir, sc, p, origin.addr, cert)
 			if err != nil {
 				return nil, fmt.Errorf("%s/%s: %w", sc.name, p, err)
 			}
@@ -187,11 +204,11 @@ func Requests(ctx context.Context, cfg RequestsConfig) (*RequestsResult, error) 
 		if t.proxy == "origin" || t.scenario.status != http.StatusOK {
 			continue
 		}
-		if err := checkForwarding(ctx, t.srv.addr); err != nil {
+		if err := checkForwarding(ctx, t); err != nil {
 			return res, fmt.Errorf("%s: %w", t.key(), err)
 		}
 	}
-	res.Checks = append(res.Checks, "forwarding: every proxy of proxied, accesslog and rule sent the origin X-Forwarded-For, -Proto, -Host, Forwarded and X-Request-ID of its own and none of the client's spoofed X-Real-IP, True-Client-IP, X-Client-IP, CF-Connecting-IP, X-Cluster-Client-IP")
+	res.Checks = append(res.Checks, "forwarding: every proxy of proxied, accesslog, rule and tls sent the origin X-Forwarded-For, -Proto, -Host, Forwarded and X-Request-ID of its own and none of the client's spoofed X-Real-IP, True-Client-IP, X-Client-IP, CF-Connecting-IP, X-Cluster-Client-IP")
 	mode := "full"
 	if cfg.Smoke {
 		mode = "smoke"
@@ -241,9 +258,17 @@ func rotate(s []string, by int) []string {
 }
 
 // startTarget starts proxy p configured for sc in front of origin.
-func startTarget(ctx context.Context, cfg RequestsConfig, dir string, sc scenario, p, origin string) (*target, error) {
-	t := &target{scenario: sc, proxy: p}
+func startTarget(ctx context.Context, cfg RequestsConfig, dir string, sc scenario, p, origin string, cert *benchCert) (*target, error) {
+	t := &target{scenario: sc, proxy: p, cert: cert}
 	name := p + "-" + sc.name
+	var tlsAddr string
+	if sc.tls {
+		a, err := ports(1)
+		if err != nil {
+			return nil, err
+		}
+		tlsAddr = a[0]
+	}
 	var err error
 	switch p {
 	case "edge":
@@ -268,6 +293,9 @@ func startTarget(ctx context.Context, cfg RequestsConfig, dir string, sc scenari
 			// utilization stays at 1 and the ramp sheds every read.
 			extra = append(extra, "--shedder", f, "--workers", "2", "--origin-header-timeout", "1h")
 		}
+		if sc.tls {
+			extra = append(extra, "--listen-tls", tlsAddr, "--tls-default-cert", cert.pemFile)
+		}
 		t.srv, err = startEdgeAs(ctx, name, cfg.EdgeBin, dir, origin, extra...)
 		if err == nil && sc.name == "shed" {
 			t.holds, err = holdWorkers(ctx, t.srv, 2)
@@ -275,6 +303,9 @@ func startTarget(ctx context.Context, cfg RequestsConfig, dir string, sc scenari
 	case "nginx":
 		t.srv, err = startNginxAs(ctx, name, cfg.NginxBin, dir, func(nd, listen, who string) ([]byte, error) {
 			pc := peerConf{Dir: nd, Origin: origin, Listen: listen, Who: who, Rate: sc.rate, Burst: sc.burst}
+			if sc.tls {
+				pc.TLSListen, pc.Cert = tlsAddr, cert.pemFile
+			}
 			if sc.accessLog {
 				t.log = filepath.Join(nd, "access.log")
 				pc.AccessLog = t.log
@@ -283,6 +314,9 @@ func startTarget(ctx context.Context, cfg RequestsConfig, dir string, sc scenari
 		})
 	case "haproxy":
 		pc := peerConf{Origin: origin, Rate: sc.rate, Burst: sc.burst}
+		if sc.tls {
+			pc.TLSListen, pc.Cert = tlsAddr, cert.pemFile
+		}
 		if sc.accessLog {
 			pc.AccessLog = "stdout"
 			t.log = filepath.Join(dir, name+".access.log")
@@ -293,6 +327,10 @@ func startTarget(ctx context.Context, cfg RequestsConfig, dir string, sc scenari
 	}
 	if err != nil {
 		return nil, err
+	}
+	t.addr = t.srv.addr
+	if sc.tls {
+		t.addr = tlsAddr
 	}
 	return t, nil
 }
@@ -420,7 +458,7 @@ func shedByRamp(ctx context.Context, admin string) float64 {
 // the proxy's and the origin's CPU time around it, then the fixed-rate run
 // at half the requests/s wrk reached.
 func measure(ctx context.Context, cfg RequestsConfig, t *target, origin *server) (sample, error) {
-	url := "http://" + t.srv.addr + "/"
+	url := t.url("/")
 	if cfg.Warmup > 0 {
 		if _, err := runWrk(ctx, cfg.WrkBin, url, cfg.Threads, cfg.Conns, cfg.Warmup); err != nil {
 			return sample{}, err
@@ -445,7 +483,7 @@ func measure(ctx context.Context, cfg RequestsConfig, t *target, origin *server)
 	s.originCPU = (o1 - o0) / float64(r.Requests)
 	if cfg.FixedDuration > 0 {
 		s.fixedRate = r.PerSecond / 2
-		s.fixedP99, err = fixedRate(ctx, t.srv.addr, "/", s.fixedRate, cfg.Conns, cfg.FixedDuration)
+		s.fixedP99, err = fixedRate(ctx, t.addr, t.tlsConfig(), "/", s.fixedRate, cfg.Conns, cfg.FixedDuration)
 		if err != nil {
 			return s, fmt.Errorf("fixed rate: %w", err)
 		}
@@ -474,20 +512,22 @@ func checkWrk(t *target, r wrkResult) error {
 var spoofed = map[string]string{
 	"X-Forwarded-For": "203.0.113.9", "X-Real-IP": "203.0.113.9", "True-Client-IP": "203.0.113.9",
 	"X-Client-IP": "203.0.113.9", "CF-Connecting-IP": "203.0.113.9", "X-Cluster-Client-IP": "203.0.113.9",
-	"Forwarded": "for=203.0.113.9", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "spoofed.example",
+	"Forwarded": "for=203.0.113.9", "X-Forwarded-Proto": "gopher", "X-Forwarded-Host": "spoofed.example",
 	"X-Request-ID": "spoofed-id",
 }
 
-// checkForwarding sends /echo with every spoofed field through the proxy
-// at addr and checks what the origin received: the proxy's own forwarding
-// fields, none of the client's.
-func checkForwarding(ctx context.Context, addr string) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/echo", nil)
+// checkForwarding sends /echo with every spoofed field through t and
+// checks what the origin received: the proxy's own forwarding fields, none
+// of the client's.
+func checkForwarding(ctx context.Context, t *target) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.url("/echo"), nil)
 	req.Host = "bench.example"
 	for k, v := range spoofed {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: t.tlsConfig()}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
@@ -500,23 +540,27 @@ func checkForwarding(ctx context.Context, addr string) error {
 	if err := json.Unmarshal(body, &seen); err != nil {
 		return fmt.Errorf("/echo: %w: %s", err, body)
 	}
-	return forwardingProblems(seen)
+	proto := "http"
+	if t.scenario.tls {
+		proto = "https"
+	}
+	return forwardingProblems(seen, proto)
 }
 
 // forwardingProblems lists, at once, what the origin received that it
 // should not have (seen: the fields as the origin got them). The request id
 // is checked at the origin only: the edge does not send it back to the
 // client (nginx's and HAProxy's configurations do).
-func forwardingProblems(seen map[string]string) error {
+func forwardingProblems(seen map[string]string, proto string) error {
 	var errs []error
-	want := map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Proto": "http", "X-Forwarded-Host": "bench.example"}
+	want := map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Proto": proto, "X-Forwarded-Host": "bench.example"}
 	for k, v := range want {
 		if seen[k] != v {
 			errs = append(errs, fmt.Errorf("origin got %s %q, want %q", k, seen[k], v))
 		}
 	}
-	if f := strings.ToLower(seen["Forwarded"]); !strings.Contains(f, "for=127.0.0.1") || strings.Contains(f, "203.0.113.9") {
-		errs = append(errs, fmt.Errorf("origin got Forwarded %q, want the proxy's for=127.0.0.1 only", seen["Forwarded"]))
+	if f := strings.ToLower(seen["Forwarded"]); !strings.Contains(f, "for=127.0.0.1") || !strings.Contains(f, "proto="+proto) || strings.Contains(f, "203.0.113.9") {
+		errs = append(errs, fmt.Errorf("origin got Forwarded %q, want the proxy's for=127.0.0.1 and proto=%s only", seen["Forwarded"], proto))
 	}
 	for _, k := range []string{"X-Real-IP", "True-Client-IP", "X-Client-IP", "CF-Connecting-IP", "X-Cluster-Client-IP"} {
 		if v, ok := seen[k]; ok {
@@ -640,4 +684,13 @@ func accessLogLines(ctx context.Context, path string, want int64) (int64, error)
 		return nil
 	})
 	return n, err
+}
+
+// tlsConfig is the client side of t's TLS scenario (trusting the bench
+// certificate), else nil.
+func (t *target) tlsConfig() *tls.Config {
+	if t.scenario.tls {
+		return t.cert.clientTLS()
+	}
+	return nil
 }

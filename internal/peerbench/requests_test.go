@@ -51,7 +51,7 @@ func TestRequestsSmoke(t *testing.T) {
 	require.NoError(t, err, out.String())
 	t.Log(out.String())
 	want := []string{"floor/origin", "shed/edge"}
-	for _, sc := range []string{"proxied", "accesslog", "rule", "denied"} {
+	for _, sc := range []string{"proxied", "accesslog", "rule", "denied", "tls"} {
 		for _, p := range proxies {
 			want = append(want, sc+"/"+p)
 		}
@@ -83,7 +83,7 @@ func TestForwardingCheckCatchesAPassThroughProxy(t *testing.T) {
 	u, _ := url.Parse("http://" + origin.addr)
 	proxy := httptest.NewServer(httputil.NewSingleHostReverseProxy(u))
 	defer proxy.Close()
-	err = checkForwarding(context.Background(), strings.TrimPrefix(proxy.URL, "http://"))
+	err = checkForwarding(context.Background(), &target{scenario: scenarios[0], addr: strings.TrimPrefix(proxy.URL, "http://")})
 	require.Error(t, err)
 	for _, want := range []string{
 		`X-Forwarded-For "203.0.113.9, 127.0.0.1"`,
@@ -91,12 +91,12 @@ func TestForwardingCheckCatchesAPassThroughProxy(t *testing.T) {
 		`the client's True-Client-IP`,
 		`Forwarded "for=203.0.113.9"`,
 		`X-Request-ID "spoofed-id"`,
-		`X-Forwarded-Proto "https"`,
+		`X-Forwarded-Proto "gopher"`,
 	} {
 		require.ErrorContains(t, err, want)
 	}
 	// The origin alone is no proxy either: it adds none of the fields.
-	err = checkForwarding(context.Background(), origin.addr)
+	err = checkForwarding(context.Background(), &target{scenario: scenarios[0], addr: origin.addr})
 	require.ErrorContains(t, err, `origin got X-Forwarded-For "203.0.113.9", want "127.0.0.1"`)
 }
 
@@ -173,13 +173,13 @@ func TestFixedRate(t *testing.T) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1) }))
 	addr := strings.TrimPrefix(srv.URL, "http://")
-	p99, err := fixedRate(context.Background(), addr, "/", 200, 1, 500*time.Millisecond)
+	p99, err := fixedRate(context.Background(), addr, nil, "/", 200, 1, 500*time.Millisecond)
 	require.NoError(t, err)
 	require.Positive(t, p99)
 	require.Equal(t, int64(100), n.Load())
 	srv.Close()
-	_, err = fixedRate(context.Background(), addr, "/", 200, 1, 100*time.Millisecond)
+	_, err = fixedRate(context.Background(), addr, nil, "/", 200, 1, 100*time.Millisecond)
 	require.ErrorContains(t, err, "request 0 at 200/s")
-	_, err = fixedRate(context.Background(), addr, "/", 0, 1, time.Second)
+	_, err = fixedRate(context.Background(), addr, nil, "/", 0, 1, time.Second)
 	require.ErrorContains(t, err, "no request to send")
 }
