@@ -183,3 +183,32 @@ func TestFixedRate(t *testing.T) {
 	_, err = fixedRate(context.Background(), addr, nil, "/", 0, 1, time.Second)
 	require.ErrorContains(t, err, "no request to send")
 }
+
+// An access log passes when it holds enough JSON lines with a status; a line
+// that is not a JSON object, or has no status, fails at once.
+func TestAccessLogLines(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		text, errMsg string
+		want         int64
+	}{
+		"enough":     {"{\"status\":200}\n{\"status\":429,\"id\":\"x\"}\n", "", 2},
+		"not json":   {"{\"status\":200}\nGET / 200\n", "line 2 is not a JSON object: GET / 200", 1},
+		"json array": {"[\"status\":1]\n", "line 1 is not a JSON object", 1},
+		"no status":  {"{\"code\":200}\n", "line 1 has no status", 1},
+		"empty line": {"{\"status\":200}\n\n", "line 2 is not a JSON object", 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := dir + "/" + strings.ReplaceAll(name, " ", "-") + ".log"
+			require.NoError(t, os.WriteFile(f, []byte(tc.text), 0o644))
+			n, err := accessLogLines(ctx, f, tc.want)
+			if tc.errMsg == "" {
+				require.NoError(t, err)
+				require.Equal(t, tc.want, n)
+			} else {
+				require.ErrorContains(t, err, tc.errMsg)
+			}
+		})
+	}
+}
