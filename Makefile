@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object rls-differential
+.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers rls-differential
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -216,6 +216,20 @@ SLOW_CLIENTS ?= 1000
 SLOW_HOLD    ?= 60s
 bench-slow-readers: build
 	$(GO) run ./scripts/peerbench slow -edge bin/edge -nginx $(NGINX) -clients $(SLOW_CLIENTS) -hold $(SLOW_HOLD)
+
+# What a small request costs the edge, nginx (NGINX) and HAProxy (HAPROXY),
+# all in front of one fasthttp origin on loopback (internal/peerbench,
+# requests.go; the peers' configurations are templates in
+# internal/peerbench/peers): proxied, with a JSON access log, a per-client
+# rule not reached, a one-key flood answered 429, the edge's ramp shedding.
+# wrk -t2 -c64, 2 s warm-up then PEERS_DURATION measured, a fixed-rate run
+# at half the peak for the p99, SETS sets rotating the proxies' order;
+# prints the table of BENCHMARKS.md. PEERS_ARGS adds flags (-warmup 0s,
+# -fixed 0s). Not part of make test (its smoke test, -smoke, is).
+HAPROXY        ?= /usr/sbin/haproxy
+PEERS_DURATION ?= 10s
+bench-peers: build
+	$(GO) run ./scripts/peerbench requests -edge bin/edge -nginx $(NGINX) -haproxy $(HAPROXY) -sets $(SETS) -duration $(PEERS_DURATION) $(PEERS_ARGS)
 
 # A BIG_SIZE-byte object (10 GiB) through the edge, hashed by the origin and
 # the client: equal, the time it took and the edge's peak resident memory.

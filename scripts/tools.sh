@@ -2,7 +2,8 @@
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
 # Redis (server, sentinel, cli, benchmark), wrk, stress-ng (make test-busy),
 # systemd's socket-activation launcher (the e2e socket activation test),
-# nginx (nginx-light: the peer internal/peerbench measures the edge against),
+# nginx (nginx-light) and HAProxy (the peers internal/peerbench measures the
+# edge against),
 # Tomcat 10 and Jetty 9 (pkg/pathsem's differential tests), Prometheus (with promtool)
 # and the Redis exporter from apt, and Consul, built once
 # from its Go module by install-consul.sh and cached outside the repository,
@@ -18,9 +19,10 @@ need=()
 for bin in file:file curl:curl stress-ng:stress-ng redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter systemd-socket-activate:systemd; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
-# nginx, the peer of internal/peerbench (its smoke test runs in make test);
-# /usr/sbin is not on every user's PATH.
+# nginx and HAProxy, the peers of internal/peerbench (its smoke tests run in
+# make test); /usr/sbin is not on every user's PATH.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 # Tomcat 10 and Jetty 9 for pkg/pathsem's differential tests (they put no
 # binary on PATH; the tests start them from base directories of their own).
 [ -f /usr/share/tomcat10/bin/bootstrap.jar ] || need+=(tomcat10)
@@ -38,10 +40,10 @@ if [ ${#need[@]} -gt 0 ]; then
 	$sudo apt-get update -qq
 	$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 	# Debian starts the Prometheus and exporter services on :9090 and :9121,
-	# ports the edges and the stack use, nginx on :80 and Tomcat and Jetty on
-	# :8080; the tests start their own on free ports.
+	# ports the edges and the stack use, nginx on :80, Tomcat and Jetty on
+	# :8080, and HAProxy as a service; the tests start their own on free ports.
 	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-		$sudo systemctl disable --now prometheus prometheus-redis-exporter nginx tomcat10 jetty9 jetty9.timer >/dev/null 2>&1 || true
+		$sudo systemctl disable --now prometheus prometheus-redis-exporter nginx haproxy tomcat10 jetty9 jetty9.timer >/dev/null 2>&1 || true
 	fi
 fi
 

@@ -1,6 +1,6 @@
-// Package peerbench sets the edge's streaming proxy beside nginx on
-// loopback, both in front of one origin process, and measures what a
-// streaming proxy promises:
+// Package peerbench sets the edge beside nginx (and HAProxy) on loopback,
+// all in front of one origin process, and measures what a streaming proxy
+// promises and what a request costs:
 //
 //  1. Stream: time to the first body byte (p50, p99) of a 4 MiB object
 //     from the origin directly, through the edge and through nginx, and the
@@ -10,10 +10,15 @@
 //     clients read a 1 GiB object at a fixed slow rate.
 //  3. BigObject: a 10 GiB object through the edge, hashed by the origin as
 //     it writes it and by the client as it reads it.
+//  4. Requests: what a small request costs the edge, nginx and HAProxy,
+//     scenario by scenario (proxied, access log, a rule, a flood answered
+//     429, the edge's shedding), in front of a fasthttp origin: CPU per
+//     request, requests/s under wrk, p99 at half the peak. The peers'
+//     configurations are the templates in peers/.
 //
 // The origin is this program itself, re-executed (ServeOriginIfAsked): a
 // separate process, so the CPU and memory read from /proc are the proxy's
 // alone. Objects are the bytes of a seeded PRNG, generated, never stored.
 // scripts/peerbench is the command; the Makefile's bench-stream-peers,
-// bench-slow-readers and bench-big-object run it.
+// bench-slow-readers, bench-big-object and bench-peers run it.
 package peerbench

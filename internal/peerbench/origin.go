@@ -142,6 +142,9 @@ func writeObject(w io.Writer, n int64) error {
 // was started as one (by startOrigin); otherwise it returns at once. Call it
 // first thing in main (and TestMain).
 func ServeOriginIfAsked() {
+	if addr := os.Getenv(fastOriginEnv); addr != "" {
+		serveFastOrigin(addr)
+	}
 	addr := os.Getenv(originEnv)
 	if addr == "" {
 		return

@@ -166,4 +166,10 @@ func TestConfigsRefuseNonsense(t *testing.T) {
 
 	_, err = BigObject(ctx, BigConfig{Size: -1})
 	require.ErrorContains(t, err, "object size -1")
+
+	_, err = Requests(ctx, RequestsConfig{Sets: 0, Threads: 2, Conns: 1, Duration: 500 * time.Millisecond, Warmup: -1, HAProxyBin: "haproxy"})
+	for _, want := range []string{"sets (0)", "connections (1) at least the threads", "duration 500ms must be at least 1s", "warm-up -1ns", "no edge binary", "no nginx binary", "no wrk binary"} {
+		require.ErrorContains(t, err, want)
+	}
+	require.NotContains(t, err.Error(), "no haproxy binary")
 }

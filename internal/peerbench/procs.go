@@ -65,7 +65,12 @@ func startLogged(name, dir string, cmd *exec.Cmd) (*server, error) {
 		return nil, err
 	}
 	defer f.Close()
-	cmd.Stdout, cmd.Stderr = f, f
+	// A command whose standard output is already taken (haproxy's access
+	// log) keeps it.
+	if cmd.Stdout == nil {
+		cmd.Stdout = f
+	}
+	cmd.Stderr = f
 	p, err := proc.Start(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
@@ -101,6 +106,12 @@ func (s *server) waitReady(ctx context.Context, url string) error {
 
 // startOrigin re-executes this program as the origin (ServeOriginIfAsked).
 func startOrigin(ctx context.Context, dir string) (*server, error) {
+	return startOriginAs(ctx, dir, "origin", originEnv)
+}
+
+// startOriginAs re-executes this program as the origin that env selects
+// (ServeOriginIfAsked), logging to dir/name.log.
+func startOriginAs(ctx context.Context, dir, name, env string) (*server, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -110,8 +121,8 @@ func startOrigin(ctx context.Context, dir string) (*server, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), originEnv+"="+a[0])
-	s, err := startLogged("origin", dir, cmd)
+	cmd.Env = append(os.Environ(), env+"="+a[0])
+	s, err := startLogged(name, dir, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +138,11 @@ func startOrigin(ctx context.Context, dir string) (*server, error) {
 // proxies every request) and no cap on connections per client address
 // (every client here is 127.0.0.1).
 func startEdge(ctx context.Context, bin, dir, origin string, extra ...string) (*server, error) {
+	return startEdgeAs(ctx, "edge", bin, dir, origin, extra...)
+}
+
+// startEdgeAs is startEdge logging to dir/name.log.
+func startEdgeAs(ctx context.Context, name, bin, dir, origin string, extra ...string) (*server, error) {
 	a, err := ports(2)
 	if err != nil {
 		return nil, err
@@ -141,7 +157,7 @@ func startEdge(ctx context.Context, bin, dir, origin string, extra ...string) (*
 	// the caller's (a test run's EDGEGUARD_CONSUL names a binary) would be
 	// read as a setting.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "EDGEGUARD_") })
-	s, err := startLogged("edge", dir, cmd)
+	s, err := startLogged(name, dir, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -203,11 +219,21 @@ http {
 // own directory. maxTemp is proxy_max_temp_file_size ("1024m" is nginx's
 // default; "0" keeps nginx from spooling responses to disk).
 func startNginx(ctx context.Context, bin, dir, origin, maxTemp string) (*server, error) {
+	return startNginxAs(ctx, "nginx", bin, dir, func(nd, listen, who string) ([]byte, error) {
+		return fmt.Appendf(nil, nginxConf, nd, origin, listen, maxTemp, who), nil
+	})
+}
+
+// startNginxAs runs nginx as this user in dir/name (its prefix, holding
+// its configuration, pid file and logs) from the configuration render
+// writes for that directory, the address it listens on and the user and
+// group its workers run as; it logs to dir/name.log.
+func startNginxAs(ctx context.Context, name, bin, dir string, render func(nd, listen, who string) ([]byte, error)) (*server, error) {
 	a, err := ports(1)
 	if err != nil {
 		return nil, err
 	}
-	nd := filepath.Join(dir, "nginx")
+	nd := filepath.Join(dir, name)
 	if err := os.MkdirAll(nd, 0o755); err != nil {
 		return nil, err
 	}
@@ -220,17 +246,22 @@ func startNginx(ctx context.Context, bin, dir, origin, maxTemp string) (*server,
 	if g, err := user.LookupGroupId(u.Gid); err == nil {
 		who += " " + g.Name
 	}
-	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, nd, origin, a[0], maxTemp, who), 0o644); err != nil {
+	text, err := render(nd, a[0], who)
+	if err != nil {
 		return nil, err
 	}
-	s, err := startLogged("nginx", dir, exec.Command(bin, "-p", nd, "-c", conf, "-e", filepath.Join(nd, "error.log")))
+	if err := os.WriteFile(conf, text, 0o644); err != nil {
+		return nil, err
+	}
+	s, err := startLogged(name, dir, exec.Command(bin, "-p", nd, "-c", conf, "-e", filepath.Join(nd, "error.log")))
 	if err != nil {
 		return nil, err
 	}
 	s.addr = a[0]
 	if err := s.waitReady(ctx, "http://"+s.addr+"/obj/1"); err != nil {
 		s.stop()
-		return nil, err
+		b, _ := os.ReadFile(filepath.Join(nd, "error.log"))
+		return nil, fmt.Errorf("%w\nnginx's error log:\n%s", err, b)
 	}
 	return s, nil
 }

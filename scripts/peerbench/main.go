@@ -1,7 +1,9 @@
 // Command peerbench runs internal/peerbench: the edge's streaming proxy
 // beside nginx on loopback (stream), its memory with many slow readers
-// (slow) and a very large object through it (big).
+// (slow), a very large object through it (big), and what a small request
+// costs the edge, nginx and HAProxy in each scenario (requests).
 //
+//	peerbench requests -edge bin/edge -nginx /usr/sbin/nginx -haproxy /usr/sbin/haproxy [-sets 3] [-duration 10s] [-smoke]
 //	peerbench stream -edge bin/edge -nginx /usr/sbin/nginx [-sets 3] [-requests 200]
 //	peerbench slow -edge bin/edge [-nginx /usr/sbin/nginx] [-clients 1000] [-hold 60s]
 //	peerbench big -edge bin/edge [-size 10737418240]
@@ -22,7 +24,7 @@ import (
 func main() {
 	peerbench.ServeOriginIfAsked()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: peerbench stream|slow|big [flags]")
+		fmt.Fprintln(os.Stderr, "usage: peerbench stream|slow|big|requests [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -62,8 +64,29 @@ func main() {
 		_ = fs.Parse(os.Args[2:])
 		cfg.EdgeBin = *edge
 		_, err = peerbench.BigObject(ctx, cfg)
+	case "requests":
+		haproxy := fs.String("haproxy", "/usr/sbin/haproxy", "haproxy binary")
+		smoke := fs.Bool("smoke", false, "about a second per target, one set: every scenario and peer started and checked, no figure to keep")
+		cfg := peerbench.DefaultRequestsConfig()
+		fs.StringVar(&cfg.WrkBin, "wrk", cfg.WrkBin, "wrk binary")
+		sets := fs.Int("sets", cfg.Sets, "sets (every target once per set, the proxies' order rotated)")
+		fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "wrk threads (-t)")
+		fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "wrk connections (-c), and the fixed-rate client's")
+		warmup := fs.Duration("warmup", cfg.Warmup, "unmeasured wrk run before each measured one")
+		duration := fs.Duration("duration", cfg.Duration, "each measured wrk run (whole seconds)")
+		fixed := fs.Duration("fixed", cfg.FixedDuration, "fixed-rate run at half the peak, for the p99 (0 = none)")
+		_ = fs.Parse(os.Args[2:])
+		if *smoke {
+			smokeCfg := peerbench.SmokeRequestsConfig()
+			smokeCfg.WrkBin, smokeCfg.Threads, smokeCfg.Conns = cfg.WrkBin, cfg.Threads, cfg.Conns
+			cfg = smokeCfg
+		} else {
+			cfg.Sets, cfg.Warmup, cfg.Duration, cfg.FixedDuration = *sets, *warmup, *duration, *fixed
+		}
+		cfg.EdgeBin, cfg.NginxBin, cfg.HAProxyBin = *edge, *nginx, *haproxy
+		_, err = peerbench.Requests(ctx, cfg)
 	default:
-		err = fmt.Errorf("unknown mode %q: stream, slow or big", os.Args[1])
+		err = fmt.Errorf("unknown mode %q: stream, slow, big or requests", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "peerbench:", err)
