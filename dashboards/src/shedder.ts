@@ -136,6 +136,25 @@ export function shedderBoard(): dashboard.Dashboard {
       ],
       width: 24,
     }))
+    .withRow(row('Pool concurrency limits'))
+    .withPanel(timeSeries({
+      title: 'Pool requests in flight and queued against the limit',
+      description: 'Per edge and origin pool with a concurrency limit (host table pool field concurrency, or --origin-concurrency-limit for the --origin pool; pools without one have no series): its requests in flight against the limit in force (the learned one with adaptive: true), and the requests waiting in its queue, which hold no worker. In flight pinned at the limit with a queue means the pool\'s origin is the bottleneck and its hosts get 503 pool_limit while the others keep the workers (see Pool refusals). If the origin has room (its latency is flat), raise the limit; if it is slow, fix or scale the origin: a longer queue only adds its wait to every answer. A limit that keeps falling with adaptive: true means the origin\'s latency is rising.',
+      unit: 'short', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `max by (${byNode}, pool) (edgeguard_origin_concurrency_limit{${sel}})`, legend: 'limit {{pool}} ' + nodeLegend },
+        { expr: `sum by (${byNode}, pool) (edgeguard_origin_concurrency_in_flight{${sel}})`, legend: 'in flight {{pool}} ' + nodeLegend },
+        { expr: `sum by (${byNode}, pool) (edgeguard_origin_concurrency_queued{${sel}})`, legend: 'queued {{pool}} ' + nodeLegend },
+      ],
+    }))
+    .withPanel(timeSeries({
+      title: 'Pool refusals by reason',
+      description: 'Requests answered 503 pool_limit per pool and reason: queue_full (the limit reached and the pool\'s queue full, or no queue), queue_timeout (waited queue_timeout in the queue without a place), gone (the client left while it waited). Critical requests are never refused here. Steady queue_full with in flight at the limit: the origin is saturated for this edge (raise the limit only if the origin has room; else scale it). queue_timeout with a queue that is rarely full: queue_timeout is shorter than one origin answer, so waiting cannot help; shorten the queue rather than lengthen the timeout. Refusals on one PoP only: its edges each hold the limit, so a PoP with more traffic per edge reaches it first.',
+      unit: 'reqps', min: 0,
+      thresholds: [green(), red(1)],
+      targets: [{ expr: `sum by (region, pop, pool, reason) (${rate('edgeguard_origin_concurrency_refused_total')}) > 0`, legend: '{{region}}/{{pop}} {{pool}} {{reason}}' }],
+    }))
     .withRow(row('Adaptive origin limit'))
     .withPanel(timeSeries({
       title: 'Learned limit and origin requests in flight',

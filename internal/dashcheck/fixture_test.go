@@ -383,6 +383,7 @@ type dashFixture struct {
 	cc             *consulapi.Client
 	regionRulesKey string
 	ams, fra       *edgeProc
+	origin         string // the origin's URL
 	prom           *testenv.Prometheus
 	p              promv1.API
 }
@@ -464,7 +465,7 @@ func startDashFixture(t *testing.T, rulesPath string) *dashFixture {
 	waitProm(t, p, `sum(up{job="edgeguard-edge"})`, 2)
 	waitProm(t, p, `sum(redis_up)`, 1)
 	return &dashFixture{rd: rd, away: away, exp: exp, consul: consul, cc: cc, regionRulesKey: regionRulesKey,
-		ams: ams, fra: fra, prom: prom, p: p}
+		ams: ams, fra: fra, origin: origin.URL, prom: prom, p: p}
 }
 
 func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
@@ -487,6 +488,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	time.Sleep(time.Until(r.countAt.Add(scrapeInterval))) // a wall-clock boundary, not an event
 	r.phase("overload on fra: shed, no_worker, queue waits; regionctl shedder set good=0.55", r.overload)
 	r.phase("recorded overload on ams (start_after=2s full_after=20s), replayed by regionctl shedder simulate", r.simulated)
+	r.phase("pool limit on ams: a host table pool of limit 1, queue 1, and 6 clients of its host (queue_full, queue_timeout)", r.poolLimit)
 	r.phase("consul stopped: watch errors; rules still enforced", r.consulStopped)
 
 	// Both edges' last state is in Prometheus: a scrape of each after now.
@@ -785,6 +787,44 @@ func (r *dashRun) simulated() {
 	r.report = append(r.report,
 		fmt.Sprintf("SIMULATE %s: %d samples, current settings reproduce the recorded level within %.4f; shed recorded %v, replayed %v; candidate start_after=30s sheds %v (peak level %.3f); candidate full_after=5s sheds %v (peak %.3f)",
 			e.Instance, e.Samples, e.Deviation, e.Recorded, e.Current.Shed, e.Candidate.Shed, e.Candidate.MaxLevel, faster.Candidate.Shed, faster.Candidate.MaxLevel))
+}
+
+// poolLimit: a host table whose pool "limited" has a concurrency limit of 1
+// and a queue of 1 (20 ms), and 6 clients requesting its host's slow path
+// on ams at once: one in flight, one queued until it times out, the rest
+// refused at once.
+func (r *dashRun) poolLimit() {
+	t, p := r.t, r.p
+	table := fmt.Sprintf("version: 1\npools:\n  limited:\n    urls: [%q]\n    concurrency: {limit: 1, queue: 1, queue_timeout: 20ms}\nhosts:\n  limited.example: {pool: limited}\n", r.origin)
+	file := filepath.Join(t.TempDir(), "hosts.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(table), 0o600))
+	regionctl(t, r.consul.HTTPAddr(), "hosts", "push", "--region", regionName, file)
+	waitProm(t, p, `sum(edgeguard_origin_concurrency_limit{pop="ams", pool="limited"})`, 1)
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for i := range 6 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				req, _ := http.NewRequest(http.MethodGet, "http://"+r.ams.addr+"/slow", nil)
+				req.Host = "limited.example"
+				req.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", 200+i))
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	waitPromAtLeast(t, p, `sum(edgeguard_origin_concurrency_refused_total{pop="ams", pool="limited", reason="queue_full"})`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_origin_concurrency_refused_total{pop="ams", pool="limited", reason="queue_timeout"})`, 1)
+	waitPromAtLeast(t, p, `max_over_time(edgeguard_origin_concurrency_in_flight{pop="ams", pool="limited"}[1m])`, 1)
+	close(done)
+	wg.Wait()
 }
 
 // consulStopped: Consul unreachable. The edges count failed watches and

@@ -87,37 +87,39 @@ func settings(cfg shedder.Config) [][2]string {
 		return strings.Join(parts, ",")
 	}
 	vals := map[string]string{
-		"enabled":                  strconv.FormatBool(cfg.Enabled),
-		"good":                     strconv.FormatFloat(cfg.Good, 'g', -1, 64),
-		"bad":                      strconv.FormatFloat(cfg.Bad, 'g', -1, 64),
-		"start_after":              cfg.StartAfter.String(),
-		"full_after":               cfg.FullAfter.String(),
-		"smoothing":                cfg.Smoothing.String(),
-		"share_window":             cfg.ShareWindow.String(),
-		"queue_timeout":            cfg.QueueTimeout.String(),
-		"critical_queue_timeout":   cfg.CriticalQueueTimeout.String(),
-		"queue_size":               strconv.Itoa(cfg.QueueSize),
-		"tiers.priority_header":    cfg.Tiers.PriorityHeader,
-		"tiers.test_mode_header":   cfg.Tiers.TestModeHeader,
-		"tiers.api_key_header":     cfg.Tiers.APIKeyHeader,
-		"tiers.paths":              rulesOf(cfg.Tiers.Paths),
-		"tiers.api_keys":           rulesOf(cfg.Tiers.APIKeys),
-		"tiers.read_methods":       strings.Join(cfg.Tiers.ReadMethods, ","),
-		"runtime_lag_bad":          cfg.RuntimeLagBad.String(),
-		"adaptive.enabled":         strconv.FormatBool(cfg.Adaptive.Enabled),
-		"adaptive.initial_limit":   strconv.Itoa(cfg.Adaptive.InitialLimit),
-		"adaptive.min_limit":       strconv.Itoa(cfg.Adaptive.MinLimit),
-		"adaptive.max_limit":       strconv.Itoa(cfg.Adaptive.MaxLimit),
-		"adaptive.window":          cfg.Adaptive.Window.String(),
-		"adaptive.min_rtt_window":  cfg.Adaptive.MinRTTWindow.String(),
-		"adaptive.buffer":          strconv.FormatFloat(cfg.Adaptive.Buffer, 'g', -1, 64),
-		"adaptive.smoothing":       strconv.FormatFloat(cfg.Adaptive.Smoothing, 'g', -1, 64),
-		"adaptive.shares.test":     strconv.FormatFloat(cfg.Adaptive.Shares.Test, 'g', -1, 64),
-		"adaptive.shares.read":     strconv.FormatFloat(cfg.Adaptive.Shares.Read, 'g', -1, 64),
-		"adaptive.shares.write":    strconv.FormatFloat(cfg.Adaptive.Shares.Write, 'g', -1, 64),
-		"adaptive.shares.critical": strconv.FormatFloat(cfg.Adaptive.Shares.Critical, 'g', -1, 64),
-		"host_share.enabled":       strconv.FormatBool(cfg.HostShare.Enabled),
-		"host_share.tracked_hosts": strconv.Itoa(cfg.HostShare.TrackedHosts),
+		"enabled":                   strconv.FormatBool(cfg.Enabled),
+		"good":                      strconv.FormatFloat(cfg.Good, 'g', -1, 64),
+		"bad":                       strconv.FormatFloat(cfg.Bad, 'g', -1, 64),
+		"start_after":               cfg.StartAfter.String(),
+		"full_after":                cfg.FullAfter.String(),
+		"smoothing":                 cfg.Smoothing.String(),
+		"share_window":              cfg.ShareWindow.String(),
+		"queue_timeout":             cfg.QueueTimeout.String(),
+		"critical_queue_timeout":    cfg.CriticalQueueTimeout.String(),
+		"queue_size":                strconv.Itoa(cfg.QueueSize),
+		"tiers.priority_header":     cfg.Tiers.PriorityHeader,
+		"tiers.test_mode_header":    cfg.Tiers.TestModeHeader,
+		"tiers.api_key_header":      cfg.Tiers.APIKeyHeader,
+		"tiers.paths":               rulesOf(cfg.Tiers.Paths),
+		"tiers.api_keys":            rulesOf(cfg.Tiers.APIKeys),
+		"tiers.read_methods":        strings.Join(cfg.Tiers.ReadMethods, ","),
+		"runtime_lag_bad":           cfg.RuntimeLagBad.String(),
+		"adaptive.enabled":          strconv.FormatBool(cfg.Adaptive.Enabled),
+		"adaptive.initial_limit":    strconv.Itoa(cfg.Adaptive.InitialLimit),
+		"adaptive.min_limit":        strconv.Itoa(cfg.Adaptive.MinLimit),
+		"adaptive.max_limit":        strconv.Itoa(cfg.Adaptive.MaxLimit),
+		"adaptive.window":           cfg.Adaptive.Window.String(),
+		"adaptive.min_rtt_window":   cfg.Adaptive.MinRTTWindow.String(),
+		"adaptive.buffer":           strconv.FormatFloat(cfg.Adaptive.Buffer, 'g', -1, 64),
+		"adaptive.smoothing":        strconv.FormatFloat(cfg.Adaptive.Smoothing, 'g', -1, 64),
+		"adaptive.shares.test":      strconv.FormatFloat(cfg.Adaptive.Shares.Test, 'g', -1, 64),
+		"adaptive.shares.read":      strconv.FormatFloat(cfg.Adaptive.Shares.Read, 'g', -1, 64),
+		"adaptive.shares.write":     strconv.FormatFloat(cfg.Adaptive.Shares.Write, 'g', -1, 64),
+		"adaptive.shares.critical":  strconv.FormatFloat(cfg.Adaptive.Shares.Critical, 'g', -1, 64),
+		"host_share.enabled":        strconv.FormatBool(cfg.HostShare.Enabled),
+		"host_share.tracked_hosts":  strconv.Itoa(cfg.HostShare.TrackedHosts),
+		"host_share.weights":        cfg.HostShare.FormatWeights(),
+		"host_share.default_weight": strconv.Itoa(cfg.HostShare.DefaultWeight),
 	}
 	out := make([][2]string, 0, len(shedder.SettingKeys))
 	for _, k := range shedder.SettingKeys {
@@ -129,7 +131,7 @@ func settings(cfg shedder.Config) [][2]string {
 // shedder set --region R [--reset] key=value...
 func (a *app) shedderSet(args []string) error {
 	fs := a.flags("shedder set", "--region R [--reset] [--message M] [--author A] [--force [--yes]] [--canary POP --for DURATION] key=value...\n\nKeys: "+
-		strings.Join(shedder.SettingKeys, ", ")+"\nLists are comma-separated (tiers.paths=/healthcheck:critical:trusted,/internal/synthetic:test; ':trusted' applies a rule to trusted proxies only, and a critical rule needs it); an empty value clears a list.")
+		strings.Join(shedder.SettingKeys, ", ")+"\nLists are comma-separated (tiers.paths=/healthcheck:critical:trusted,/internal/synthetic:test; ':trusted' applies a rule to trusted proxies only, and a critical rule needs it); host_share.weights=a.example:2,*.big.example:4 weights hosts' shares; an empty value clears a list.")
 	var r string
 	var reset bool
 	regionVar(fs, &r)

@@ -76,8 +76,8 @@ func TestReleasedDocumentsNeedSchema1(t *testing.T) {
 		require.NoError(t, err, d.kind)
 		require.Equal(t, region.Need{Kind: d.kind, Schema: 1}, need, d.kind)
 	}
-	require.Equal(t, map[string]int{"rules": 1, "shedder": 1, "hosts": 2, "enforcement": 1, "rls": 1},
-		region.DocumentSchemas.Reads(), "the host table's schema 2: pools' concurrency")
+	require.Equal(t, map[string]int{"rules": 1, "shedder": 2, "hosts": 2, "enforcement": 1, "rls": 1},
+		region.DocumentSchemas.Reads(), "the host table's schema 2: pools' concurrency; the shedder's: host weights")
 }
 
 // TestPoolConcurrencyNeedsHostsSchema2: a host table using a pool's
@@ -92,6 +92,40 @@ func TestPoolConcurrencyNeedsHostsSchema2(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, need.Schema)
 	require.Contains(t, need.Fields, "pools.*.concurrency.limit")
+}
+
+// TestHostWeightsNeedShedderSchema2: settings weighting hosts need shedder
+// schema 2, naming the fields, while settings that weight nothing (as
+// regionctl writes them: every setting) stay schema 1, so setting another
+// field is not refused while an edge of 0.1.0 serves the region.
+func TestHostWeightsNeedShedderSchema2(t *testing.T) {
+	cfg, err := shedder.ApplySettings(shedder.DefaultConfig(), map[string]string{"host_share.weights": "a.example:2,*.big.example:4"})
+	require.NoError(t, err)
+	data, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	need, err := region.DocumentSchemas.Required(region.SchemaShedder, data)
+	require.NoError(t, err)
+	require.Equal(t, region.Need{Kind: region.SchemaShedder, Schema: 2, Fields: []string{"host_share.weights", "host_share.weights.*"}}, need)
+
+	cfg, err = shedder.ApplySettings(shedder.DefaultConfig(), map[string]string{"host_share.default_weight": "3"})
+	require.NoError(t, err)
+	data, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	need, err = region.DocumentSchemas.Required(region.SchemaShedder, data)
+	require.NoError(t, err)
+	require.Equal(t, region.Need{Kind: region.SchemaShedder, Schema: 2, Fields: []string{"host_share.default_weight"}}, need)
+	back, err := shedder.ParseConfig(data)
+	require.NoError(t, err)
+	require.Equal(t, cfg, back)
+
+	cfg, err = shedder.ApplySettings(shedder.DefaultConfig(), map[string]string{"host_share.tracked_hosts": "8", "host_share.default_weight": "1"})
+	require.NoError(t, err)
+	data, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NotContains(t, string(data), "weight")
+	need, err = region.DocumentSchemas.Required(region.SchemaShedder, data)
+	require.NoError(t, err)
+	require.Equal(t, 1, need.Schema)
 }
 
 // newer is DocumentSchemas with a field of schema 2 in each of rules, hosts
@@ -151,7 +185,7 @@ func TestRequiredSchema(t *testing.T) {
 	}
 	require.Equal(t, 3, newer().Reads()["rules"])
 	require.Equal(t, 2, newer().Reads()["hosts"])
-	require.Equal(t, 1, newer().Reads()["shedder"])
+	require.Equal(t, 2, newer().Reads()["shedder"], "host weights")
 }
 
 func TestEdgeReads(t *testing.T) {

@@ -6,6 +6,13 @@ import (
 	"strings"
 )
 
+// NormalizeHostPattern checks a host pattern as match.hosts entries are
+// checked (an exact name or IP literal, or "*." and a name) and returns its
+// canonical form, the one NormalizeHost gives a request's Host: other
+// documents naming hosts (the shedder's host weights) use it so that two
+// spellings of one host cannot name two entries.
+func NormalizeHostPattern(raw string) (string, error) { return normalizeHostPattern(raw) }
+
 // normalizeHostPattern validates one match.hosts entry and returns its
 // canonical form: lower case, no trailing dot, IP literals without brackets.
 func normalizeHostPattern(raw string) (string, error) {

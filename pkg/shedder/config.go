@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -176,6 +177,7 @@ func (c Config) Clone() Config {
 	c.Tiers.Paths = slices.Clone(c.Tiers.Paths)
 	c.Tiers.APIKeys = slices.Clone(c.Tiers.APIKeys)
 	c.Tiers.ReadMethods = slices.Clone(c.Tiers.ReadMethods)
+	c.HostShare.Weights = maps.Clone(c.HostShare.Weights)
 	return c
 }
 
@@ -421,13 +423,16 @@ var SettingKeys = []string{
 	"adaptive.min_rtt_window", "adaptive.buffer", "adaptive.smoothing",
 	"adaptive.shares.test", "adaptive.shares.read", "adaptive.shares.write",
 	"adaptive.shares.critical", "host_share.enabled", "host_share.tracked_hosts",
+	"host_share.weights", "host_share.default_weight",
 }
 
 // ApplySettings returns cfg with key=value settings applied, as typed by an
 // operator (`shedder set good=0.75 start_after=10s`). Lists are
 // comma-separated: tiers.paths=/healthcheck:critical:trusted,/internal/synthetic:test
 // (":trusted" marks a rule trusted_only)
-// and tiers.read_methods=GET,HEAD; an empty value clears a list. Every bad
+// and tiers.read_methods=GET,HEAD, host weights as
+// host_share.weights=a.example:2,*.big.example:4; an empty value clears a
+// list. Every bad
 // key or value is reported at once, then the result is validated; on error
 // cfg is returned unchanged.
 func ApplySettings(cfg Config, kv map[string]string) (Config, error) {
@@ -575,6 +580,18 @@ func applySetting(c *Config, key, val string) error {
 			return err
 		}
 		c.HostShare.TrackedHosts = n
+	case "host_share.weights":
+		w, err := parseWeights(val)
+		if err != nil {
+			return err
+		}
+		c.HostShare.Weights = w
+	case "host_share.default_weight":
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			return err
+		}
+		c.HostShare.DefaultWeight = n
 	default:
 		if near := suggest.Nearest(key, SettingKeys); near != "" {
 			return fmt.Errorf("unknown setting (did you mean %s?)", near)

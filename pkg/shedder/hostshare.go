@@ -1,6 +1,7 @@
 package shedder
 
 import (
+	"encoding/json"
 	"hash/maphash"
 	"net/netip"
 	"sync"
@@ -43,7 +44,8 @@ const (
 type HostShareConfig struct {
 	// Enabled gives each host active in the last 2 s a fair share of the
 	// workers, workers / active hosts, rounded up (of the adaptive origin
-	// limit instead, while it is enforced and smaller than the workers). A host at or over its
+	// limit instead, while it is enforced and smaller than the workers;
+	// in proportion to their weights when Weights names some). A host at or over its
 	// share is refused at once (503, reason host_share) unless more than a
 	// share's worth of workers is idle, so an overloading host is shed
 	// first, and only as much as the others need; a lone host may use
@@ -55,17 +57,47 @@ type HostShareConfig struct {
 	// the most requests in flight; the rest share one pooled share,
 	// "_other"), in [1, 1024].
 	TrackedHosts int `json:"tracked_hosts" yaml:"tracked_hosts"`
+	// Weights weight the shares of the hosts they name: an active host's
+	// share is the capacity times its weight over the sum of the active
+	// hosts' weights, rounded up, so a host of weight 2 gets twice the
+	// share of a host of weight 1 while both are active. Keys are host
+	// patterns as in the host table and the rules (an exact name or IP
+	// address, or "*." and a name, which weights each host under it on
+	// its own: it does not pool them); an exact name wins over a wildcard,
+	// a longer wildcard over a shorter one. Weights are in [1, 100], at
+	// most 256 entries. A host in the pooled rest (past tracked_hosts)
+	// weighs default_weight whatever it is named.
+	Weights HostWeights `json:"weights,omitempty" yaml:"weights,omitempty"`
+	// DefaultWeight is the weight of every host Weights does not name (and
+	// of the pooled rest), in [1, 100]; 1 by default.
+	DefaultWeight int `json:"default_weight" yaml:"default_weight"`
 }
 
-// DefaultHostShareConfig is on, tracking 64 hosts.
+// DefaultHostShareConfig is on, tracking 64 hosts, every host of weight 1.
 func DefaultHostShareConfig() HostShareConfig {
-	return HostShareConfig{Enabled: true, TrackedHosts: DefaultTrackedHosts}
+	return HostShareConfig{Enabled: true, TrackedHosts: DefaultTrackedHosts, DefaultWeight: 1}
 }
 
 func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
 	if c.TrackedHosts < 1 || c.TrackedHosts > MaxTrackedHosts {
 		bad("host_share.tracked_hosts", "must be in [1, %d], got %d", MaxTrackedHosts, c.TrackedHosts)
 	}
+	c.validateWeights(bad)
+}
+
+// MarshalJSON leaves default_weight out while it is 1, as weights while
+// there are none: a document that weights nothing reads as it did before
+// weights existed, so an edge of an older release still takes it.
+func (c HostShareConfig) MarshalJSON() ([]byte, error) {
+	type plain HostShareConfig
+	w := struct {
+		plain
+		DefaultWeight int `json:"default_weight,omitempty"`
+	}{plain: plain(c)}
+	if c.DefaultWeight != 1 {
+		w.DefaultWeight = c.DefaultWeight
+	}
+	return json.Marshal(w)
 }
 
 // hostSlot is one tracked host (or the pooled rest).
@@ -75,6 +107,7 @@ type hostSlot struct {
 	hash     uint64
 	used     bool
 	inflight int
+	weight   int32 // its weight (host_share.weights), set when it takes the slot
 	// levels[k] counts the requests in flight that were an address's
 	// (k+1)th on this host when admitted: the host's requests counting
 	// each address's first n only are levels[0]+…+levels[n-1].
@@ -110,6 +143,8 @@ type HostShares struct {
 	gen       uint32 // bumped when a resize moves every count to the pool
 	inflight  int
 	active    int
+	weight    int // the active hosts' weights, summed (the pooled rest's too)
+	weights   *weightIndex
 	recountAt int64 // Unix ns
 	// lastRefusal is when a host was last held to its share (Unix ns): a
 	// host within its share is exempt from the ramp shortly after.
@@ -139,6 +174,11 @@ const noTable = -2
 // NewHostShares returns a table for capacity workers.
 func NewHostShares(capacity int, cfg HostShareConfig) *HostShares {
 	h := &HostShares{seed: maphash.MakeSeed(), capacity: max(capacity, 1), pairs: make([]int32, pairCounters)}
+	// The pooled rest is always in use: a request of its hosts makes it
+	// active once, as a tracked host's does (marked unused, each of its
+	// requests counted one more active host until the next recount, and
+	// the recount counted it never).
+	h.other.used = true
 	h.setConfig(cfg)
 	return h
 }
@@ -148,7 +188,16 @@ func (h *HostShares) setConfig(cfg HostShareConfig) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.enabled = cfg.Enabled
+	h.weights = newWeightIndex(cfg)
+	h.other.weight = h.weights.def
+	// The active hosts' weights are summed anew at the next request.
+	h.recountAt = 0
 	if len(h.slots) == n {
+		for i := range h.slots {
+			if s := &h.slots[i]; s.used {
+				s.weight = h.weights.of(string(s.name[:s.nameLen]))
+			}
+		}
 		return
 	}
 	// A resize starts a new table: requests in flight give back to the
@@ -276,9 +325,10 @@ func (h *HostShares) AcquireFrom(now time.Time, host string, client netip.Addr, 
 	}
 	if !s.active(ns) {
 		h.active++
+		h.weight += int(s.weight)
 	}
 	capacity := h.capacityLocked()
-	share := (capacity + max(h.active, 1) - 1) / max(h.active, 1)
+	share := shareOf(capacity, int(s.weight), h.weight)
 	held := s.inflight
 	level := int8(-1)
 	if pair >= 0 {
@@ -344,6 +394,7 @@ func (h *HostShares) lookupLocked(now int64, host string, hash uint64) int32 {
 	if s.used {
 		if s.active(now) {
 			h.active-- // its recency goes with it
+			h.weight -= int(s.weight)
 		}
 		h.unindexLocked(best)
 		// The deletion may have moved entries back: find host's place anew.
@@ -351,6 +402,7 @@ func (h *HostShares) lookupLocked(now int64, host string, hash uint64) int32 {
 		}
 	}
 	s.hash, s.used, s.nameLen, s.last = hash, true, uint8(len(host)), 0
+	s.weight = h.weights.of(host)
 	copy(s.name[:], host)
 	h.index[p] = best + 1
 	return best
@@ -381,16 +433,25 @@ func (h *HostShares) unindexLocked(i int32) {
 }
 
 func (h *HostShares) recountLocked(now int64) {
-	n := 0
+	n, w := 0, 0
 	if h.other.active(now) {
-		n++
+		n, w = 1, int(h.other.weight)
 	}
 	for i := range h.slots {
-		if h.slots[i].active(now) {
+		if s := &h.slots[i]; s.active(now) {
 			n++
+			w += int(s.weight)
 		}
 	}
-	h.active, h.recountAt = n, now
+	h.active, h.weight, h.recountAt = n, w, now
+}
+
+// shareOf is the share of capacity of a host of weight w among active
+// hosts weighing total in all (w included), rounded up: at least 1.
+func shareOf(capacity, w, total int) int {
+	w = max(w, 1)
+	total = max(total, w)
+	return (capacity*w + total - 1) / total
 }
 
 // Exempt says whether the request's host was within its share while
@@ -434,7 +495,8 @@ type HostInFlight struct {
 }
 
 // Top returns the tracked hosts with requests in flight, and the pooled
-// rest as OtherHost; at most tracked_hosts+1 entries.
+// rest as OtherHost (at most tracked_hosts+1 entries), how many hosts are
+// active and the share of a host of the default weight.
 func (h *HostShares) Top() (out []HostInFlight, active, share int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -444,8 +506,7 @@ func (h *HostShares) Top() (out []HostInFlight, active, share int) {
 		}
 	}
 	out = append(out, HostInFlight{Host: OtherHost, InFlight: h.other.inflight})
-	a := max(h.active, 1)
-	return out, h.active, (h.capacityLocked() + a - 1) / a
+	return out, h.active, shareOf(h.capacityLocked(), int(h.weights.def), h.weight)
 }
 
 // hostCollector exports the tracked hosts' requests in flight: at most
@@ -463,7 +524,7 @@ func newHostCollector(hosts func() *HostShares) *hostCollector {
 		hosts:    hosts,
 		inflight: prometheus.NewDesc(namespace+"host_in_flight", "Requests in flight per host: the hosts with the most (at most host_share.tracked_hosts) by name, the rest as _other.", []string{"host"}, nil),
 		active:   prometheus.NewDesc(namespace+"host_active", "Hosts active in the last 2 s (the tracked ones, plus 1 for the pooled rest): the workers are shared among them.", nil, nil),
-		share:    prometheus.NewDesc(namespace+"host_share", "Each active host's fair share of the workers (of the adaptive origin limit while it is enforced and smaller): workers / active hosts, rounded up.", nil, nil),
+		share:    prometheus.NewDesc(namespace+"host_share", "The fair share of the workers (of the adaptive origin limit while it is enforced and smaller) of an active host of host_share.default_weight: workers × default weight / the active hosts' weights summed, rounded up (workers / active hosts while no weights are set); a host of weight w gets w / default weight times as much.", nil, nil),
 	}
 }
 

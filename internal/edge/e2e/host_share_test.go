@@ -192,6 +192,47 @@ func TestHostShareSlowOrigin(t *testing.T) {
 	require.Positive(t, sum(m, "edgeguard_edge_requests_total", "outcome", "host_share"))
 }
 
+// TestHostShareJoinsASteadyHost measures the start-up gap where it
+// matters in production: a.example has run alone long enough that its
+// requests end one after another (its 300 ms origin, 32 workers, 160
+// connections: one ends about every 10 ms), not all at once as after a
+// synchronised start. Then b.example arrives on 8 connections and is
+// counted from its very first request. It becomes active at that request,
+// a.example is refused new requests from then on, and a.example's
+// requests still waiting in the worker queue time out within
+// queue_timeout (50 ms): b.example's requests wait in the queue for the
+// next worker a.example gives back. b.example must keep >= 90% of its
+// requests from the first one, with no grace window.
+func TestHostShareJoinsASteadyHost(t *testing.T) {
+	const (
+		workers = 32
+		delay   = 300 * time.Millisecond
+	)
+	e := startEdge(t, "--origin", hostOrigin(t, delay), "--workers", strconv.Itoa(workers), "--log-level", "warn")
+	var a, b hostTally
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	hostLoad(ctx, &wg, e, "a.example", "", []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"}, 5*workers, &a)
+	// a.example alone for three rounds of its origin: its requests in
+	// flight are spread over the origin's delay by then.
+	err := proc.PollEvery(ctx, 10*time.Millisecond, "a.example to have three rounds answered", func(context.Context) error {
+		if ok, _, _ := a.counts(); ok < 3*workers {
+			return fmt.Errorf("%d answered", ok)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 8, &b)
+	wg.Wait()
+	aOK, aAll, aCodes := a.counts()
+	bOK, bAll, bCodes := b.counts()
+	t.Logf("a.example: %d/%d ok %v; b.example from its first request: %d/%d ok %v", aOK, aAll, aCodes, bOK, bAll, bCodes)
+	require.GreaterOrEqual(t, bAll, 20, "b.example was offered load")
+	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.9, "b.example's success from its first request")
+	require.Positive(t, aCodes[http.StatusServiceUnavailable], "witness: a.example was held to its share")
+}
+
 // TestHostShareFlood: a.example flooded from 40 addresses on 200
 // connections through a fast origin (5 ms) at an edge of 16 workers,
 // b.example from another address on 8 connections: b.example keeps >= 95%
