@@ -504,3 +504,36 @@ func TestShedderCanaryIsNotTheRegions(t *testing.T) {
 	require.Eventually(t, func() bool { return l.edge.startShed.Load() == 2 }, wait, tick, "back to the start settings")
 	require.Zero(t, l.missingGauge("shedder"))
 }
+
+// A global canary of the link's PoP is applied in place of rules/global,
+// under the region document; another PoP's is never applied; deleting it,
+// with no rules/global stored, returns the edge to the region's rules (the
+// canary was not the region's document: nothing is missing).
+func TestGlobalCanaryIsNotTheRegions(t *testing.T) {
+	c := startConsul(t)
+	rc := regionClient(t, c.HTTPAddr())
+	layout := rc.Layout()
+	effective := func(global, regional string) string {
+		t.Helper()
+		snap, _, err := rules.Effective([]byte(global), []byte(regional))
+		require.NoError(t, err)
+		return snap.Version()
+	}
+	put(t, rc, layout.RegionRules(regionName), rulesV1)
+	l := newLink(t, c.HTTPAddr(), "")
+	l.run(t)
+	v0 := effective("", rulesV1)
+	require.Eventually(t, func() bool { return l.edge.version() == v0 }, wait, tick, "the region's rules")
+
+	put(t, rc, layout.GlobalCanary(regionName, "fra"), rulesBad)
+	const extra = "version: 1\nrules:\n  - {id: per-user, key: [header:X-User], algorithm: fixed_window, limit: 5, window: 1m}\n"
+	put(t, rc, layout.GlobalCanary(regionName, "ams"), extra)
+	candidate := effective(extra, rulesV1)
+	require.NotEqual(t, v0, candidate)
+	require.Eventually(t, func() bool { return l.edge.version() == candidate }, wait, tick, "the canary under the region document")
+	require.Zero(t, l.edge.refused.Load(), "fra's canary is never applied")
+
+	del(t, rc, layout.GlobalCanary(regionName, "ams"))
+	require.Eventually(t, func() bool { return l.edge.version() == v0 }, wait, tick, "back to the region's rules")
+	require.Zero(t, l.missingGauge("rules"))
+}
