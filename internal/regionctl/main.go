@@ -61,6 +61,12 @@ Rules (YAML, schema v1; each region is a Consul datacenter of the same name):
                                                write FILE as R's region document for PoP POP's edges only, judge
                                                them against the rest of R on Prometheus, then promote FILE to R
                                                (exit 0) or roll it back (exit 11); see docs/regionctl.md
+  rules push --region R --global --canary POP --for DURATION FILE
+                                               the same for R's global document: PoP POP's edges run FILE in
+                                               place of it, under R's region document
+  rules push --all --canary R/POP --for DURATION FILE
+                                               the global canary in R; promoted, FILE goes to every region as
+                                               --all writes it; rolled back, to none
   rules get --region R [--effective|--global|--document]
                                                print the effective merged rules (default) or a stored document
   rules history --region R [--limit N] [--kind K]
