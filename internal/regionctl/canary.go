@@ -178,7 +178,10 @@ func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlag
 		return invalidf("--canary takes documents up to %d bytes (one Consul value); %s is %d: push it without --canary", region.InlineMax, file, len(p.data))
 	}
 	c := rulesCandidate(p)
-	c.promote = func() ([]pushResult, []string) { res := s.write(p, m); return []pushResult{res}, []string{res.line("wrote " + file)} }
+	c.promote = func() ([]pushResult, []string) {
+		res := s.write(p, m)
+		return []pushResult{res}, []string{res.line("wrote " + file)}
+	}
 	return a.runCanary(s, sf.prometheus, cf, c)
 }
 
