@@ -427,8 +427,12 @@ func (a *app) waitCanaryLoaded(ctx context.Context, s *session, r string, cf *ca
 	defer cancel()
 	var index uint64
 	var lagging []string
+	// Each blocking read waits well under --timeout, which bounds every
+	// Consul request: one waiting out --canary-load-timeout whole would be
+	// cut off by it and read as Consul unreachable.
+	wait := min(cf.loadTimeout, a.g.timeout/2)
 	for {
-		edges, next, err := s.c.Edges(ctx, r, index, cf.loadTimeout)
+		edges, next, err := s.c.Edges(ctx, r, index, wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				break

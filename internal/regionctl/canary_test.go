@@ -137,6 +137,25 @@ func TestGlobalCanaryRefused(t *testing.T) {
 	require.Len(t, pairs, 1, "nothing written in us-east but its region document")
 }
 
+// A PoP whose edges never report the candidate is rolled back once
+// --canary-load-timeout passes, naming the edges that lag, even when that
+// is longer than --timeout (which bounds each Consul request, and so each
+// blocking read of the catalog). Nothing is written and the key is gone.
+func TestCanaryLoadTimeoutNamesTheLaggingEdges(t *testing.T) {
+	p := prefix(t)
+	layout := region.NewLayout(p)
+	for _, pop := range []string{"ams", "fra"} {
+		registerEdge(t, euWest, "load-timeout-"+pop, map[string]string{"region": "eu-west", "pop": pop, "rules_version": "old"})
+	}
+	r := run(t, "--prefix", p, "--timeout", "2s", "rules", "push", "--region", "eu-west", "--global", "--canary", "ams",
+		"--for", "1s", "--canary-load-timeout", "3s", "--prometheus", "http://127.0.0.1:1", "--yes", file(t, rulesV1))
+	require.Equal(t, ExitRolledBack, r.code, r)
+	require.Contains(t, r.stdout, "canary rolled back: PoP ams did not load rules version ")
+	require.Contains(t, r.stdout, "within 3s (a refused document?): load-timeout-ams runs old")
+	require.Nil(t, kv(t, euWest, layout.GlobalCanary("eu-west", "ams")))
+	require.Nil(t, kv(t, euWest, layout.GlobalRules()))
+}
+
 // A canary needs edges in its PoP and others to compare with; a region
 // already running one refuses a second. Nothing is written.
 func TestCanaryRefusedWithoutEdgesOrWhileRunning(t *testing.T) {
