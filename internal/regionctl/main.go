@@ -182,7 +182,7 @@ Exit codes:
   10 rules diff, rls diff and hosts diff: any other error (other commands exit 1 for it),
      so that they exit 0 same, 1 different, 2 and up trouble, like diff(1)
   11 rules push, shedder set and hosts push --canary: the canary was judged bad (or its PoP did not load it) and rolled back;
-     the region keeps its document
+     the region keeps its document (rules push --all --canary: no region is written)
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.
 `
