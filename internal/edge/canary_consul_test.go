@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/regionctl"
 	"github.com/edgeguard/edgeguard/internal/testenv"
+	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
 const canaryGlobal = `
@@ -63,131 +63,25 @@ rules:
 // history); a bad one (its deny rate jumps) is rolled back, and fra never
 // runs it.
 func TestCanaryPush(t *testing.T) {
-	eu, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
-	require.NoError(t, err)
-	defer eu.Close()
-	rc := regionClient(t, eu)
-	layout := rc.Layout()
-	push(t, rc, "eu-west", layout.GlobalRules(), canaryGlobal)
-	cache := t.TempDir()
-	ams := startConsulEdge(t, "eu-west", "ams", eu.HTTPAddr(), filepath.Join(cache, "ams.yaml"))
-	fra := startConsulEdge(t, "eu-west", "fra", eu.HTTPAddr(), filepath.Join(cache, "fra.yaml"))
 	v0 := effectiveVersion(t, canaryGlobal, "")
-	waitVersion(t, ams, v0, time.Now())
-	waitVersion(t, fra, v0, time.Now())
-
-	prom, err := testenv.StartPrometheus(testenv.PrometheusOptions{ScrapeInterval: time.Second, Jobs: []testenv.ScrapeJob{{
-		Name:    "edges",
-		Targets: []string{ams.AdminAddr(), fra.AdminAddr()},
-		TargetLabels: map[string]map[string]string{
-			ams.AdminAddr(): {"region": "eu-west", "pop": "ams"},
-			fra.AdminAddr(): {"region": "eu-west", "pop": "fra"},
-		},
-	}}})
-	require.NoError(t, err)
-	defer prom.Close()
-
-	// Both edges healthy in the catalog: the canary compares ams with fra.
-	err = proc.PollEvery(testenv.Within(t, 20*time.Second), 100*time.Millisecond, "both edges healthy in the catalog", func(ctx context.Context) error {
-		edges, _, err := rc.Edges(ctx, "eu-west", 0, 0)
-		if err != nil {
-			return err
-		}
-		healthy := 0
-		for _, e := range edges {
-			if e.Healthy {
-				healthy++
-			}
-		}
-		if healthy != 2 {
-			return fmt.Errorf("%d of %d healthy", healthy, len(edges))
-		}
-		return nil
-	})
-	require.NoError(t, err)
-
-	// Steady traffic to both PoPs until the test ends, ~50 requests/s each.
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { stop(); wg.Wait() }()
-	var sent atomic.Int64
-	for _, e := range []*running{ams, fra} {
-		wg.Go(func() {
-			c := &http.Client{Timeout: 2 * time.Second}
-			tick := time.NewTicker(20 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.Addr()+"/", nil)
-				if resp, err := c.Do(req); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					sent.Add(1)
-				}
-			}
-		})
-	}
-
-	// Prometheus holds both PoPs' traffic before any canary is judged.
-	err = proc.PollEvery(testenv.Within(t, 30*time.Second), 200*time.Millisecond, "prometheus to see both PoPs' requests", func(ctx context.Context) error {
-		q := `count by (pop) (rate(edgeguard_edge_requests_total{region="eu-west"}[5s]) > 0)`
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, prom.URL+"/api/v1/query?query="+url.QueryEscape(q), nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(string(body), `"pop":"ams"`) || !strings.Contains(string(body), `"pop":"fra"`) {
-			return fmt.Errorf("prometheus answered %s", body)
-		}
-		return nil
-	})
-	require.NoError(t, err)
-
+	cr := startCanaryRegion(t, "", "/", func(e region.Edge) bool { return e.RulesVersion == v0 }, nil)
+	rc, layout, ams, fra, ctx, prom := cr.rc, cr.rc.Layout(), cr.ams, cr.fra, cr.ctx, cr.prom
 	canary := func(t *testing.T, doc string) (string, int) {
 		file := filepath.Join(t.TempDir(), "region.yaml")
 		require.NoError(t, os.WriteFile(file, []byte(doc), 0o600))
-		var out bytes.Buffer
-		code := regionctl.Main([]string{"--consul", eu.HTTPAddr(), "rules", "push", "--region", "eu-west",
-			"--canary", "ams", "--for", "4s", "--canary-load-timeout", "20s", "--canary-min-requests", "20",
-			"--prometheus", prom.URL, file}, func(string) string { return "" }, &out, &out)
-		t.Logf("regionctl exited %d:\n%s", code, out.String())
-		return out.String(), code
+		return cr.regionctl(t, []string{"rules", "push"}, file)
 	}
 
 	t.Run("bad document rolled back", func(t *testing.T) {
 		bad := effectiveVersion(t, canaryGlobal, canaryBad)
 		// fra is watched all along: it must never run the candidate.
-		var fraRanBad atomic.Bool
-		watchCtx, watchStop := context.WithCancel(context.Background())
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			_ = proc.PollEvery(watchCtx, 5*time.Millisecond, "fra never runs the candidate", func(context.Context) error {
-				if fra.rules.Load().Version() == bad {
-					fraRanBad.Store(true)
-				}
-				return fmt.Errorf("watching")
-			})
-		}()
+		fraRan := never(fra, rulesVersion, bad)
 		out, code := canary(t, canaryBad)
-		watchStop()
-		<-watched
+		fraRanBad := fraRan()
 		require.Equal(t, regionctl.ExitRolledBack, code, out)
 		require.Contains(t, out, "runs rules version "+bad, "ams loaded the candidate before it was judged")
 		require.Contains(t, out, "canary rolled back: deny rate")
-		require.False(t, fraRanBad.Load(), "fra ran the canary's document")
+		require.False(t, fraRanBad, "fra ran the canary's document")
 		// The key is gone and ams runs the region's document again.
 		v, _, err := rc.Get(ctx, "eu-west", layout.RulesCanary("eu-west", "ams"))
 		require.NoError(t, err)
@@ -209,9 +103,9 @@ func TestCanaryPush(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		region, _, err := rc.Get(ctx, "eu-west", layout.RegionRules("eu-west"))
+		stored, _, err := rc.Get(ctx, "eu-west", layout.RegionRules("eu-west"))
 		require.NoError(t, err)
-		require.Nil(t, region, "nothing was pushed region-wide")
+		require.Nil(t, stored, "nothing was pushed region-wide")
 	})
 
 	t.Run("good document promoted", func(t *testing.T) {
@@ -239,7 +133,7 @@ func TestCanaryPush(t *testing.T) {
 		require.Len(t, hist, 1, "the promotion is in the history, so rules rollback restores the previous document")
 		require.Equal(t, strings.TrimSpace(canaryGood), strings.TrimSpace(hist[0].Document))
 	})
-	require.Positive(t, sent.Load())
+	require.Positive(t, cr.sent.Load())
 }
 
 // lockedBuffer is an output both regionctl (writing) and the test (reading

@@ -201,13 +201,19 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 	return cr
 }
 
-// regionctl runs regionctl against the region with the canary flags the
-// tests share (ams, 4s, 20s to load, 20 requests), then args.
+// regionctl runs regionctl against the region with the canary at ams,
+// then args.
 func (cr *canaryRegion) regionctl(t *testing.T, cmd []string, args ...string) (string, int) {
+	return cr.run(t, cmd, append([]string{"--region", "eu-west", "--canary", "ams"}, args...)...)
+}
+
+// run runs regionctl's cmd against the region with the canary flags the
+// tests share (4s, 20s to load, 20 requests, the Prometheus), then args
+// (which pick the region and the PoP).
+func (cr *canaryRegion) run(t *testing.T, cmd []string, args ...string) (string, int) {
 	var out bytes.Buffer
-	all := append(append([]string{"--consul", cr.eu.HTTPAddr()}, cmd...), "--region", "eu-west",
-		"--canary", "ams", "--for", "4s", "--canary-load-timeout", "20s", "--canary-min-requests", "20",
-		"--prometheus", cr.prom.URL)
+	all := append(append([]string{"--consul", cr.eu.HTTPAddr()}, cmd...),
+		"--for", "4s", "--canary-load-timeout", "20s", "--canary-min-requests", "20", "--prometheus", cr.prom.URL)
 	code := regionctl.Main(append(all, args...), func(string) string { return "" }, &out, &out)
 	t.Logf("regionctl exited %d:\n%s", code, out.String())
 	return out.String(), code

@@ -118,7 +118,7 @@ func newFleetEnv() (*fleetEnv, error) {
 	closers = append(closers, func() { os.RemoveAll(tmpDir) })
 	start := time.Now()
 	f.newBin = filepath.Join(tmpDir, "edge")
-	if err := goBuild(root, "./cmd/edge", f.newBin); err != nil {
+	if err := testenv.BuildEdge(f.newBin); err != nil {
 		return nil, err
 	}
 	f.newDur = time.Since(start)

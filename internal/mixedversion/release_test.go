@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // release is the release a fleet is upgraded from.
@@ -109,23 +111,6 @@ func extractTree(root, commit, dir string) error {
 	return nil
 }
 
-// goBuild builds pkg in dir into out with the toolchain running the tests
-// (`go test` puts its own first in PATH) and its module cache; env is
-// added to the environment.
-func goBuild(dir, pkg, out string, env ...string) error {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(goBin, "build", "-o", out, pkg)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s in %s: %w\n%s", pkg, dir, err, b)
-	}
-	return nil
-}
-
 // releaseEdge returns the release's cmd/edge, built from its commit on the
 // first call and kept under the user's cache directory by commit, so later
 // runs start at once. built is how long the build took (0: cached).
@@ -159,7 +144,7 @@ func releaseEdge(root string, r release) (bin string, built time.Duration, err e
 	}
 	// The same toolchain even where the release's go.mod would ask for
 	// another, and its own go.mod and go.sum, as its clone builds.
-	if err := goBuild(src, "./cmd/edge", filepath.Join(tmp, "edge"), "GOTOOLCHAIN=local", "GOWORK=off", "GOFLAGS=-mod=readonly"); err != nil {
+	if err := testenv.GoBuild(src, "./cmd/edge", filepath.Join(tmp, "edge"), "GOTOOLCHAIN=local", "GOWORK=off", "GOFLAGS=-mod=readonly"); err != nil {
 		return "", 0, fmt.Errorf("building release %s (%s): %w", r.Version, r.Commit, err)
 	}
 	if err := os.Rename(filepath.Join(tmp, "edge"), bin); err != nil {

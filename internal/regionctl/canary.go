@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +30,7 @@ const ExitRolledBack = 11
 // it runs the candidate, and the thresholds it is judged by.
 type canaryFlags struct {
 	pop         string
+	region      string // rules push --all: the region part of --canary REGION/POP
 	dur         time.Duration
 	loadTimeout time.Duration
 	maxRatio    float64 // the canary's rate may be this many times the rest's...
@@ -50,12 +52,27 @@ func (a *app) canaryFlags(fs *flag.FlagSet, doc string) *canaryFlags {
 }
 
 // popName is what a PoP's name may hold: it becomes a Consul key's last
-// segment.
-var popName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// segment. regionName is what --all --canary's region part may hold: a
+// key segment too, before it is checked against the known regions.
+var (
+	popName    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	regionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+)
 
-func (c *canaryFlags) check(d docFlags, all bool, prometheus string) error {
-	if all || d.global {
-		return usagef("--canary takes the region document (--region R without --global or --all): the canary replaces only the region document at one PoP")
+// check checks rules push's --canary: POP with --region (the region
+// document, or with --global the region's copy of the global one), and
+// REGION/POP with --all, whose canary runs in one region before the
+// document goes to every region.
+func (c *canaryFlags) check(all bool, prometheus string) error {
+	if all {
+		r, pop, ok := strings.Cut(c.pop, "/")
+		switch {
+		case !ok || r == "":
+			return usagef("--all --canary takes REGION/POP (the PoP of one region that runs the global document first), got %q", c.pop)
+		case !regionName.MatchString(r):
+			return usagef("--canary %q: %q is not a region name (letters, digits, '.', '_', '-')", c.pop, r)
+		}
+		c.region, c.pop = r, pop
 	}
 	return c.checkRun(prometheus)
 }
@@ -130,7 +147,8 @@ func (c *canaryFlags) judge(canary, rest figures) verdict {
 	return v
 }
 
-// canaryPush plans the region document push behind a canary, applies the
+// canaryPush plans the push of the region document (or, with --global,
+// of the region's copy of the global one) behind a canary, applies the
 // push's own checks (a valid, non-empty result; --expect-version; the dry
 // run or the confirmation), then runs the canary.
 func (a *app) canaryPush(s *session, d docFlags, data []byte, m meta, sf *safety, cf *canaryFlags, file string) error {
@@ -153,18 +171,90 @@ func (a *app) canaryPush(s *session, d docFlags, data []byte, m meta, sf *safety
 // promoted, p is written region-wide with history.
 func (a *app) rulesCanary(s *session, p plan, m meta, sf *safety, cf *canaryFlags, file string) error {
 	if p.unchanged {
-		a.printf("%s: unchanged: the region document already holds %s; no canary\n", p.d.region, file)
+		a.printf("%s: unchanged: the %s document already holds %s; no canary\n", p.d.region, docName(p.d), file)
 		return nil
 	}
 	if len(p.data) > region.InlineMax {
 		return invalidf("--canary takes documents up to %d bytes (one Consul value); %s is %d: push it without --canary", region.InlineMax, file, len(p.data))
 	}
-	return a.runCanary(s, sf.prometheus, cf, candidate{
-		kind: region.CanaryRules, region: p.d.region, doc: p.data,
+	c := rulesCandidate(p)
+	c.promote = func() ([]pushResult, []string) {
+		res := s.write(p, m)
+		return []pushResult{res}, []string{res.line("wrote " + file)}
+	}
+	return a.runCanary(s, sf.prometheus, cf, c)
+}
+
+// rulesCandidate is the canary of a rules plan: the region document, or
+// the global one (read by the PoP in place of rules/global, under the
+// region document). Either way the PoP's edges report the effective rules
+// version the plan computed (p.after).
+func rulesCandidate(p plan) candidate {
+	kind := region.CanaryRules
+	if p.d.global {
+		kind = region.CanaryGlobal
+	}
+	return candidate{
+		kind: kind, region: p.d.region, doc: p.data,
 		what: "rules version", version: p.after, before: p.before,
 		reported: func(e region.Edge) string { return e.RulesVersion },
-		promote:  func() (pushResult, string) { res := s.write(p, m); return res, res.line("wrote " + file) },
-	})
+	}
+}
+
+// allCanaryPush is rules push --all --canary REGION/POP: every region's
+// plan is read and checked first, as --all does (anything invalid
+// anywhere refuses the push), then the canary runs at POP of REGION; once
+// promoted, the document is written to every region one by one (the
+// canary's region first), as --all writes it. Rolled back, nothing is
+// written anywhere.
+func (a *app) allCanaryPush(s *session, targets []docFlags, data []byte, m meta, sf *safety, cf *canaryFlags, file string) error {
+	plans, done, err := a.planAll(s, targets, data, a.versionOf(data), m, sf, file)
+	if err != nil || done {
+		return err
+	}
+	// A region that cannot be read now would fail the promotion after the
+	// canary passed: refuse before anything is written.
+	var unread []string
+	var codes []int
+	for _, p := range plans {
+		if p.err != nil {
+			unread, codes = append(unread, p.d.region+": "+a.message(p.err)), append(codes, exitCode(p.err))
+		}
+	}
+	if len(unread) > 0 {
+		return &codedError{code: combine(codes), msg: fmt.Sprintf("refusing to push %s behind a canary: %s; nothing was written", file, strings.Join(unread, "; "))}
+	}
+	i := slices.IndexFunc(plans, func(p plan) bool { return p.d.region == cf.region })
+	if i < 0 {
+		return usagef("--canary %s/%s: %s is not among the regions --all writes", cf.region, cf.pop, cf.region)
+	}
+	// The canary's region first: it is the one the verdict is about.
+	plans = append([]plan{plans[i]}, append(plans[:i:i], plans[i+1:]...)...)
+	p := plans[0]
+	if p.unchanged {
+		return usagef("--canary %s/%s: the global document of %s already holds %s, so its PoP would run nothing new: pick a region that does not hold it yet, or push without --canary", cf.region, cf.pop, cf.region, file)
+	}
+	if len(p.data) > region.InlineMax {
+		return invalidf("--canary takes documents up to %d bytes (one Consul value); %s is %d: push it without --canary", region.InlineMax, file, len(p.data))
+	}
+	c := rulesCandidate(p)
+	c.keeps = "no region was written"
+	c.promote = func() ([]pushResult, []string) {
+		if !a.json() {
+			names := make([]string, len(plans))
+			for i, p := range plans {
+				names[i] = p.d.region
+			}
+			a.printf("Pushing %s as the global document to %s (%s).\n%s\n", file, plural(len(plans), "region"), strings.Join(names, ", "), oneByOne)
+		}
+		results, lines := make([]pushResult, 0, len(plans)), make([]string, 0, len(plans))
+		for _, p := range plans {
+			res := s.write(p, m)
+			results, lines = append(results, res), append(lines, res.line("wrote "+file))
+		}
+		return results, lines
+	}
+	return a.runCanary(s, sf.prometheus, cf, c)
 }
 
 // candidate is a document a canary tries out, whatever its kind.
@@ -176,10 +266,13 @@ type candidate struct {
 	// candidate's (what the PoP's edges report once they run it) and
 	// before the region's (kept on a roll back).
 	what, version, before string
-	reported              func(region.Edge) string
-	// promote writes the candidate region-wide as the kind's normal
-	// push does (check-and-set, history): the result and its line.
-	promote func() (pushResult, string)
+	// keeps says what a roll back leaves ("" the region keeps before).
+	keeps    string
+	reported func(region.Edge) string
+	// promote writes the candidate as the kind's normal push does
+	// (check-and-set, history): each region's result and its line, the
+	// canary's region first.
+	promote func() ([]pushResult, []string)
 }
 
 // runCanary runs a canary of c at PoP cf.pop: writes the kind's canary
@@ -244,7 +337,11 @@ func (a *app) runCanary(s *session, prometheus string, cf *canaryFlags, c candid
 	rolledBack := func(v *verdict, why string) error {
 		log.Warn("canary verdict", "region", r, "pop", cf.pop, "kind", string(c.kind), "verdict", "rolled back", "reason", why)
 		if !a.json() {
-			a.printf("%s: canary rolled back: %s; the region keeps version %s\n", r, why, dash(c.before))
+			keeps := c.keeps
+			if keeps == "" {
+				keeps = "the region keeps version " + dash(c.before)
+			}
+			a.printf("%s: canary rolled back: %s; %s\n", r, why, keeps)
 		} else {
 			a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "kind": c.kind, "verdict": "rolled_back", "why": why, "figures": v,
 				"exit_code": ExitRolledBack, "reason": reasonOf(ExitRolledBack)})
@@ -279,23 +376,46 @@ func (a *app) runCanary(s *session, prometheus string, cf *canaryFlags, c candid
 		return rolledBack(&v, strings.Join(v.Reasons, "; "))
 	}
 
-	res, line := c.promote()
-	if res.ExitCode != ExitOK {
-		return &codedError{code: res.ExitCode, msg: fmt.Sprintf("canary passed, but promoting it failed: %s", res.Error)}
+	results, lines := c.promote()
+	codes := make([]int, len(results))
+	var failed []string
+	for i, res := range results {
+		codes[i] = res.ExitCode
+		if res.ExitCode != ExitOK {
+			failed = append(failed, res.Region+": "+res.Error)
+		}
+	}
+	if code := combine(codes); code != ExitOK {
+		if len(results) > 1 {
+			// Some regions may have been written: say which.
+			if a.json() {
+				a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "kind": c.kind, "verdict": "promoted", "figures": v, "results": results,
+					"note": oneByOne, "exit_code": code, "reason": reasonOf(code)})
+			} else {
+				a.printf("%s\n", strings.Join(lines, "\n"))
+			}
+		}
+		return &codedError{code: code, msg: fmt.Sprintf("canary passed, but promoting it failed: %s", strings.Join(failed, "; "))}
 	}
 	promoted = true
+	res := &results[0] // the canary's region
 	dctx, cancel := s.ctx()
 	if derr := s.c.StopCanary(dctx, c.kind, r, cf.pop); derr != nil {
-		res.Warning = strings.TrimPrefix(res.Warning+"; could not delete "+key+" (it holds the promoted document, so nothing changes; delete it: consul kv delete -datacenter="+r+" "+key+"): "+a.message(derr), "; ")
+		warn := "could not delete " + key + " (it holds the promoted document, so nothing changes; delete it: consul kv delete -datacenter=" + r + " " + key + "): " + a.message(derr)
+		res.Warning = strings.TrimPrefix(res.Warning+"; "+warn, "; ")
+		lines[0] += "; warning: " + warn
 	}
 	cancel()
 	log.Info("canary verdict", "region", r, "pop", cf.pop, "kind", string(c.kind), "verdict", "promoted", "version", c.version, "seq", res.Seq)
 	if a.json() {
-		a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "kind": c.kind, "verdict": "promoted", "figures": v, "results": []pushResult{res},
+		a.emitJSON(map[string]any{"region": r, "pop": cf.pop, "kind": c.kind, "verdict": "promoted", "figures": v, "results": results,
 			"exit_code": ExitOK, "reason": reasonOf(ExitOK)})
 		return nil
 	}
-	a.printf("%s: canary promoted\n%s\n", r, line)
+	a.printf("%s: canary promoted\n%s\n", r, strings.Join(lines, "\n"))
+	if len(results) > 1 {
+		a.printf("all %s done\n", plural(len(results), "region"))
+	}
 	return nil
 }
 
@@ -307,8 +427,12 @@ func (a *app) waitCanaryLoaded(ctx context.Context, s *session, r string, cf *ca
 	defer cancel()
 	var index uint64
 	var lagging []string
+	// Each blocking read waits well under --timeout, which bounds every
+	// Consul request: one waiting out --canary-load-timeout whole would be
+	// cut off by it and read as Consul unreachable.
+	wait := min(cf.loadTimeout, a.g.timeout/2)
 	for {
-		edges, next, err := s.c.Edges(ctx, r, index, cf.loadTimeout)
+		edges, next, err := s.c.Edges(ctx, r, index, wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				break

@@ -53,9 +53,17 @@ func TestCanaryFlagsRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"global document", []string{"--region", "eu-west", "--global", "--canary", "ams"}, "region document"},
-		{"every region", []string{"--all", "--canary", "ams"}, "region document"},
 		{"key injection", []string{"--region", "eu-west", "--canary", "ams/../../global"}, "not a PoP name"},
+		{"global, key injection", []string{"--region", "eu-west", "--global", "--canary", "../canary/eu-west/ams"}, "not a PoP name"},
+		{"global, a region too", []string{"--region", "eu-west", "--global", "--canary", "eu-west/ams"}, "not a PoP name"},
+		{"every region, no region", []string{"--all", "--canary", "ams"}, "--all --canary takes REGION/POP"},
+		{"every region, empty region", []string{"--all", "--canary", "/ams"}, "--all --canary takes REGION/POP"},
+		{"every region, no PoP", []string{"--all", "--canary", "eu-west/"}, "not a PoP name"},
+		{"every region, key injection in the PoP", []string{"--all", "--canary", "eu-west/../../global"}, "not a PoP name"},
+		{"every region, key injection in the region", []string{"--all", "--canary", "../eu-west/ams"}, `".." is not a region name`},
+		{"every region, a region with a slash", []string{"--all", "--canary", "eu-west/ams/x"}, "not a PoP name"},
+		{"every region, no duration", []string{"--all", "--canary", "eu-west/ams", "--for", "0s"}, "--for must be > 0"},
+		{"every region, no prometheus", []string{"--all", "--canary", "eu-west/ams"}, "--prometheus"},
 		{"empty-ish", []string{"--region", "eu-west", "--canary", "-"}, "not a PoP name"},
 		{"no duration", []string{"--region", "eu-west", "--canary", "ams", "--for", "0s"}, "--for must be > 0"},
 		{"negative ratio", []string{"--region", "eu-west", "--canary", "ams", "--canary-max-ratio", "-1"}, "--canary-max-ratio"},
@@ -76,6 +84,76 @@ func TestCanaryFlagsRefused(t *testing.T) {
 	pairs, _, err := euWestKV(t).List(p, nil)
 	require.NoError(t, err)
 	require.Empty(t, pairs, "nothing written")
+}
+
+// A global canary (--region R --global, or --all REGION/POP) is refused
+// before anything is written when the candidate under a region's document
+// would be invalid in any region it goes to, when its region is unknown,
+// or when its PoP has no edge; the canary key is never written.
+func TestGlobalCanaryRefused(t *testing.T) {
+	p := prefix(t)
+	layout := region.NewLayout(p)
+	f := file(t, rulesV1)
+	c, err := usEast.Client(usEast.ManagementToken)
+	require.NoError(t, err)
+	common := []string{"--for", "1s", "--prometheus", "http://127.0.0.1:1", "--yes"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown region", []string{"--all", "--canary", "nowhere/ams"}, ExitUnknown, `unknown region "nowhere"`},
+		{"no edge in the PoP", []string{"--region", "eu-west", "--global", "--canary", "ams"}, ExitUsage, "no healthy edge of eu-west is in PoP ams"},
+		{"every region, no edge in the PoP", []string{"--all", "--canary", "eu-west/ams"}, ExitUsage, "no healthy edge of eu-west is in PoP ams"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{"--prefix", p, "rules", "push"}, tc.args...), common...)
+			r := run(t, append(args, f)...)
+			require.Equal(t, tc.code, r.code, r)
+			require.Contains(t, r.stderr, tc.want)
+		})
+	}
+	pairs, _, err := euWestKV(t).List(p, nil)
+	require.NoError(t, err)
+	require.Empty(t, pairs, "nothing written")
+
+	// us-east's region document is broken: any global document makes its
+	// effective rules invalid, so a canary in eu-west of a document --all
+	// also writes to us-east is refused, and nothing is written anywhere.
+	_, err = c.KV().Put(&api.KVPair{Key: layout.RegionRules("us-east"), Value: []byte("version: 1\nrules:\n  - id: x\n")}, nil)
+	require.NoError(t, err)
+	r := run(t, append(append([]string{"--prefix", p, "rules", "push", "--all", "--canary", "eu-west/ams"}, common...), f)...)
+	require.Equal(t, ExitInvalid, r.code, r)
+	require.Contains(t, r.stderr, "nothing was written:\n  the effective rules of us-east would be invalid")
+	r = run(t, append(append([]string{"--prefix", p, "rules", "push", "--region", "us-east", "--global", "--canary", "ams"}, common...), f)...)
+	require.Equal(t, ExitInvalid, r.code, r)
+	require.Contains(t, r.stderr, "the effective rules of us-east would be invalid")
+	pairs, _, err = euWestKV(t).List(p, nil)
+	require.NoError(t, err)
+	require.Empty(t, pairs, "nothing written in eu-west")
+	pairs, _, err = c.KV().List(p, nil)
+	require.NoError(t, err)
+	require.Len(t, pairs, 1, "nothing written in us-east but its region document")
+}
+
+// A PoP whose edges never report the candidate is rolled back once
+// --canary-load-timeout passes, naming the edges that lag, even when that
+// is longer than --timeout (which bounds each Consul request, and so each
+// blocking read of the catalog). Nothing is written and the key is gone.
+func TestCanaryLoadTimeoutNamesTheLaggingEdges(t *testing.T) {
+	p := prefix(t)
+	layout := region.NewLayout(p)
+	for _, pop := range []string{"ams", "fra"} {
+		registerEdge(t, euWest, "load-timeout-"+pop, map[string]string{"region": "eu-west", "pop": pop, "rules_version": "old"})
+	}
+	r := run(t, "--prefix", p, "--timeout", "2s", "rules", "push", "--region", "eu-west", "--global", "--canary", "ams",
+		"--for", "1s", "--canary-load-timeout", "3s", "--prometheus", "http://127.0.0.1:1", "--yes", file(t, rulesV1))
+	require.Equal(t, ExitRolledBack, r.code, r)
+	require.Contains(t, r.stdout, "canary rolled back: PoP ams did not load rules version ")
+	require.Contains(t, r.stdout, "within 3s (a refused document?): load-timeout-ams runs old")
+	require.Nil(t, kv(t, euWest, layout.GlobalCanary("eu-west", "ams")))
+	require.Nil(t, kv(t, euWest, layout.GlobalRules()))
 }
 
 // A canary needs edges in its PoP and others to compare with; a region

@@ -586,9 +586,9 @@ func (a *app) pushHosts(s *session, r string, data []byte, t *hosts.Table, m met
 				kind: region.CanaryHosts, region: r, doc: data,
 				what: "host table version", version: version, before: curVersion,
 				reported: func(e region.Edge) string { return e.HostsVersion },
-				promote: func() (pushResult, string) {
+				promote: func() ([]pushResult, []string) {
 					res := write(res)
-					return res, hostsLine(r, verb, curVersion, res)
+					return []pushResult{res}, []string{hostsLine(r, verb, curVersion, res)}
 				},
 			})
 		}

@@ -61,6 +61,12 @@ Rules (YAML, schema v1; each region is a Consul datacenter of the same name):
                                                write FILE as R's region document for PoP POP's edges only, judge
                                                them against the rest of R on Prometheus, then promote FILE to R
                                                (exit 0) or roll it back (exit 11); see docs/regionctl.md
+  rules push --region R --global --canary POP --for DURATION FILE
+                                               the same for R's global document: PoP POP's edges run FILE in
+                                               place of it, under R's region document
+  rules push --all --canary R/POP --for DURATION FILE
+                                               the global canary in R; promoted, FILE goes to every region as
+                                               --all writes it; rolled back, to none
   rules get --region R [--effective|--global|--document]
                                                print the effective merged rules (default) or a stored document
   rules history --region R [--limit N] [--kind K]
@@ -176,7 +182,7 @@ Exit codes:
   10 rules diff, rls diff and hosts diff: any other error (other commands exit 1 for it),
      so that they exit 0 same, 1 different, 2 and up trouble, like diff(1)
   11 rules push, shedder set and hosts push --canary: the canary was judged bad (or its PoP did not load it) and rolled back;
-     the region keeps its document
+     the region keeps its document (rules push --all --canary: no region is written)
 A multi-region command (push --all, status) whose regions failed for one reason
 exits with that reason's code, with 1 when reasons differ.
 `

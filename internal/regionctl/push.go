@@ -232,7 +232,7 @@ func (r pushResult) line(verb string) string {
 
 // rules push (--region R [--global] | --all) FILE
 func (a *app) rulesPush(args []string) error {
-	fs := a.flags("rules push", "(--region R [--global] | --all) [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] [--allow-empty] [--canary POP --for DURATION] FILE")
+	fs := a.flags("rules push", "(--region R [--global] | --all) [--message M] [--author A] [--expect-version V] [--dry-run] [--yes] [--allow-empty] [--canary POP (with --all: REGION/POP) --for DURATION] FILE")
 	var d docFlags
 	var all bool
 	d.register(fs)
@@ -242,13 +242,13 @@ func (a *app) rulesPush(args []string) error {
 	sf.allowEmptyFlag(fs)
 	var tf testFlags
 	tf.register(fs, true)
-	cf := a.canaryFlags(fs, "with --region, the region document only")
+	cf := a.canaryFlags(fs, "the region document, or with --global the global one; with --all, --canary REGION/POP runs it in one region before every region is written")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if cf.pop != "" {
-		if err := cf.check(d, all, sf.prometheus); err != nil {
+		if err := cf.check(all, sf.prometheus); err != nil {
 			return err
 		}
 	}
@@ -297,7 +297,13 @@ func (a *app) rulesPush(args []string) error {
 		}
 		targets = []docFlags{d}
 	}
-	if cf.pop != "" {
+	switch {
+	case cf.pop != "" && all:
+		if err := s.checkRegion(cf.region); err != nil {
+			return err
+		}
+		return a.allCanaryPush(s, targets, data, *m, sf, cf, file)
+	case cf.pop != "":
 		return a.canaryPush(s, d, data, *m, sf, cf, file)
 	}
 	return a.pushAll(s, targets, data, a.versionOf(data), *m, sf, file, all, "wrote "+file)
@@ -306,7 +312,19 @@ func (a *app) rulesPush(args []string) error {
 // pushAll plans every target, refuses everything when any target's
 // effective rules would be invalid, then writes the targets one by one.
 func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion string, m meta, sf *safety, file string, many bool, verb string) error {
-	plans := make([]plan, len(targets))
+	plans, done, err := a.planAll(s, targets, data, docVersion, m, sf, file)
+	if err != nil || done {
+		return err
+	}
+	return a.writeAll(s, plans, m, file, many, verb)
+}
+
+// planAll plans every target and applies the push's checks before anything
+// is written: any target's effective rules invalid refuses them all, then
+// --allow-empty, --expect-version and the dry run or the confirmation.
+// done: nothing more to do (a dry run).
+func (a *app) planAll(s *session, targets []docFlags, data []byte, docVersion string, m meta, sf *safety, file string) (plans []plan, done bool, err error) {
+	plans = make([]plan, len(targets))
 	var invalid []pushResult
 	for i, t := range targets {
 		plans[i] = s.plan(t, data, docVersion)
@@ -324,22 +342,26 @@ func (a *app) pushAll(s *session, targets []docFlags, data []byte, docVersion st
 		for _, r := range invalid {
 			fmt.Fprintln(a.stderr, "  "+r.Error)
 		}
-		return reported(ExitInvalid, head)
+		return nil, false, reported(ExitInvalid, head)
 	}
 	if err := a.refuseEmpty(plans, sf, file); err != nil {
-		return err
+		return nil, false, err
 	}
 	if err := a.guard(s, plans, sf, file); err != nil || sf.dryRun {
-		return err
+		return nil, true, err
 	}
+	return plans, false, nil
+}
 
+// writeAll writes plans one by one and reports each region's result.
+func (a *app) writeAll(s *session, plans []plan, m meta, file string, many bool, verb string) error {
 	if many && !a.json() {
-		names := make([]string, len(targets))
-		for i, t := range targets {
-			names[i] = t.region
+		names := make([]string, len(plans))
+		for i, p := range plans {
+			names[i] = p.d.region
 		}
 		a.printf("Pushing %s as the global document to %s (%s).\n%s\n",
-			file, plural(len(targets), "region"), strings.Join(names, ", "), oneByOne)
+			file, plural(len(plans), "region"), strings.Join(names, ", "), oneByOne)
 	}
 	results := make([]pushResult, 0, len(plans))
 	codes := make([]int, 0, len(plans))

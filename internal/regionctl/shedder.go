@@ -232,9 +232,9 @@ func (a *app) shedderSet(args []string) error {
 			kind: region.CanaryShedder, region: r, doc: data,
 			what: "shedder settings version", version: shedder.SettingsVersion(parsed), before: before,
 			reported: func(e region.Edge) string { return e.ShedderVersion },
-			promote: func() (pushResult, string) {
+			promote: func() ([]pushResult, []string) {
 				res := write(res)
-				return res, shedderLine(r, res, changed)
+				return []pushResult{res}, []string{shedderLine(r, res, changed)}
 			},
 		})
 	}

@@ -13,13 +13,18 @@ import (
 // rest of the region does (regionctl rules push --canary, shedder set
 // --canary). Each kind's canary key sits beside the kind's own keys:
 //
-//	rules/canary/<region>/<pop>     the candidate region rules document (YAML)
-//	shedder/canary/<region>/<pop>   the candidate shedder settings (JSON)
-//	hosts/canary/<region>/<pop>     the candidate host table (YAML)
+//	rules/canary/<region>/<pop>         the candidate region rules document (YAML)
+//	rules/canary-global/<region>/<pop>  the candidate global rules document (YAML)
+//	shedder/canary/<region>/<pop>       the candidate shedder settings (JSON)
+//	hosts/canary/<region>/<pop>         the candidate host table (YAML)
 //
 // The edges of <pop> prefer it over the region's document of that kind
-// (rules/regions/<region>, shedder/<region>, hosts/<region>) while it exists; the other
-// edges of the region never read it. Deleting it returns the PoP to the
+// (rules/regions/<region>, rules/global, shedder/<region>, hosts/<region>)
+// while it exists; the other edges of the region never read it. A global
+// canary stands for rules/global only: the region document still applies
+// on top of it, as it does on top of rules/global. Its keys have a prefix
+// of their own (canary-global, not canary/global), so no region's name can
+// make one key of the two rules kinds the other's. Deleting it returns the PoP to the
 // region's document. It sits under the kind's prefix, so the edges' one
 // watch of that kind sees it come and go. A region runs at most one canary
 // at a time, of any kind (regionctl refuses a second: two candidates at
@@ -32,15 +37,20 @@ type CanaryKind string
 // The kinds of canaries.
 const (
 	CanaryRules   CanaryKind = "rules"
+	CanaryGlobal  CanaryKind = "global" // the global rules document
 	CanaryShedder CanaryKind = "shedder"
 	CanaryHosts   CanaryKind = "hosts"
 )
 
 // CanaryKinds are every kind, in the order they are checked.
-var CanaryKinds = []CanaryKind{CanaryRules, CanaryShedder, CanaryHosts}
+var CanaryKinds = []CanaryKind{CanaryRules, CanaryGlobal, CanaryShedder, CanaryHosts}
 
 // Canaries is the prefix of a region's canary keys of kind.
 func (l Layout) Canaries(kind CanaryKind, region string) string {
+	if kind == CanaryGlobal {
+		// Under rules/, where the edges' one watch of the rules sees it.
+		return l.Prefix + "rules/canary-global/" + region + "/"
+	}
 	return l.Prefix + string(kind) + "/canary/" + region + "/"
 }
 
@@ -59,6 +69,9 @@ func (l Layout) RulesCanary(region, pop string) string { return l.Canary(CanaryR
 func (l Layout) ShedderCanary(region, pop string) string {
 	return l.Canary(CanaryShedder, region, pop)
 }
+
+// GlobalCanary is the global rules canary key of one PoP of a region.
+func (l Layout) GlobalCanary(region, pop string) string { return l.Canary(CanaryGlobal, region, pop) }
 
 // HostsCanary is the host table canary key of one PoP of a region.
 func (l Layout) HostsCanary(region, pop string) string { return l.Canary(CanaryHosts, region, pop) }
@@ -126,8 +139,8 @@ func (c *Client) StopCanary(ctx context.Context, kind CanaryKind, region, pop st
 	return classifyIn(region, "deleting "+key+" in "+region, err)
 }
 
-// ReadPoPDocs is ReadDocs for an edge of pop: the PoP's canary document,
-// when one exists, stands for the region document.
+// ReadPoPDocs is ReadDocs for an edge of pop: the PoP's canary documents,
+// when they exist, stand for the region document and the global one.
 func (c *Client) ReadPoPDocs(ctx context.Context, region, pop string) (Docs, error) {
 	pairs, meta, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
@@ -139,29 +152,33 @@ func (c *Client) ReadPoPDocs(ctx context.Context, region, pop string) (Docs, err
 	return c.resolveDocs(ctx, region, c.popDocsOf(pairs, region, pop))
 }
 
-// popDocsOf is docsOf with pop's canary, when it has one, as the region
-// document ("" reads no canary).
+// popDocsOf is docsOf with pop's canaries, when it has them, as the region
+// document and the global one ("" reads no canary).
 func (c *Client) popDocsOf(pairs api.KVPairs, region, pop string) Docs {
 	d := c.docsOf(pairs, region)
 	if pop == "" {
 		return d
 	}
-	key := c.layout.RulesCanary(region, pop)
+	key, global := c.layout.RulesCanary(region, pop), c.layout.GlobalCanary(region, pop)
 	for _, p := range pairs {
-		if p.Key == key {
+		switch p.Key {
+		case key:
 			d.Region, d.RegionIndex, d.Canary = p.Value, p.ModifyIndex, true
+		case global:
+			d.Global, d.GlobalIndex, d.GlobalCanary = p.Value, p.ModifyIndex, true
 		}
 	}
 	return d
 }
 
-// WatchPoPRules is WatchRules for an edge of pop: while a canary key of pop
-// exists, its document stands for the region document.
+// WatchPoPRules is WatchRules for an edge of pop: while a rules canary key
+// of pop exists, its document stands for the region document; while a
+// global canary key of pop exists, its document stands for the global one.
 func (c *Client) WatchPoPRules(ctx context.Context, region, pop string, fn func(Docs), onErr func(error)) {
 	var last *Docs
 	c.watch(ctx, c.layout.Rules(), onErr, func(pairs api.KVPairs) error {
 		d := c.popDocsOf(pairs, region, pop)
-		if last != nil && bytes.Equal(last.Global, d.Global) && bytes.Equal(last.Region, d.Region) && last.Canary == d.Canary {
+		if last != nil && bytes.Equal(last.Global, d.Global) && bytes.Equal(last.Region, d.Region) && last.Canary == d.Canary && last.GlobalCanary == d.GlobalCanary {
 			return nil
 		}
 		whole, err := c.resolveDocs(ctx, region, d)

@@ -3,6 +3,7 @@ package region
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +149,83 @@ func TestShedderAndHostsCanaryOnlyForItsPoP(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// A global canary is read by the edges of its PoP only, in place of
+// rules/global and flagged as such, with the region document still
+// beside it; regionctl's view (ReadDocs) never sees it. Its key cannot be
+// a rules canary key of any region, and it counts as the region's one
+// canary.
+func TestGlobalCanaryOnlyForItsPoP(t *testing.T) {
+	rc := testClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const r = "eu-west"
+	l := rc.Layout()
+	put := func(key, v string) {
+		_, err := rc.API().KV().Put(&api.KVPair{Key: key, Value: []byte(v)}, nil)
+		require.NoError(t, err)
+	}
+	put(l.GlobalRules(), "global")
+	put(l.RegionRules(r), "current")
+	type seen struct {
+		global, region string
+		canary         bool
+	}
+	watch := func(pop string) <-chan seen {
+		ch := make(chan seen, 16)
+		go rc.WatchPoPRules(ctx, r, pop, func(d Docs) { ch <- seen{string(d.Global), string(d.Region), d.GlobalCanary} }, func(error) {})
+		return ch
+	}
+	next := func(ch <-chan seen) seen {
+		select {
+		case v := <-ch:
+			return v
+		case <-ctx.Done():
+			t.Fatal("no rules delivered")
+			return seen{}
+		}
+	}
+	canaryPoP, otherPoP := watch("ams"), watch("fra")
+	require.Equal(t, seen{"global", "current", false}, next(canaryPoP))
+	require.Equal(t, seen{"global", "current", false}, next(otherPoP))
+
+	require.NoError(t, rc.StartCanary(ctx, CanaryGlobal, r, "ams", []byte("candidate")))
+	require.Equal(t, l.Prefix+"rules/canary-global/eu-west/ams", l.GlobalCanary(r, "ams"))
+	require.Equal(t, seen{"candidate", "current", true}, next(canaryPoP))
+	docs, err := rc.ReadPoPDocs(ctx, r, "ams")
+	require.NoError(t, err)
+	require.Equal(t, "candidate", string(docs.Global))
+	require.False(t, docs.Canary, "the region document is the region's")
+	docs, err = rc.ReadDocs(ctx, r)
+	require.NoError(t, err)
+	require.Equal(t, "global", string(docs.Global))
+
+	// One canary per region, whatever its kind; listed with its kind.
+	require.ErrorIs(t, rc.StartCanary(ctx, CanaryRules, r, "fra", []byte("other")), ErrCanaryRunning)
+	running, err := rc.Canaries(ctx, r)
+	require.NoError(t, err)
+	require.Len(t, running, 1)
+	require.Equal(t, CanaryGlobal, running[0].Kind)
+	require.Equal(t, "ams", running[0].PoP)
+
+	// No region name makes a rules canary key a global canary key, nor
+	// one kind's prefix the other's.
+	for _, name := range []string{"global", "canary-global", "eu-west"} {
+		for _, other := range []string{"global", "canary-global", "eu-west"} {
+			g, rg := l.Canaries(CanaryGlobal, name), l.Canaries(CanaryRules, other)
+			require.False(t, strings.HasPrefix(g, rg) || strings.HasPrefix(rg, g), "%s and %s", g, rg)
+		}
+	}
+
+	put(l.GlobalRules(), "global2")
+	require.Equal(t, seen{"global2", "current", false}, next(otherPoP))
+	require.NoError(t, rc.StopCanary(ctx, CanaryGlobal, r, "ams"))
+	require.Equal(t, seen{"global2", "current", false}, next(canaryPoP))
+	select {
+	case v := <-otherPoP:
+		t.Fatalf("the other PoP was handed %+v", v)
+	default:
 	}
 }

@@ -14,6 +14,9 @@ type Docs struct {
 	// Canary: Region is the PoP's canary document (ReadPoPDocs,
 	// WatchPoPRules), not the region's.
 	Canary bool
+	// GlobalCanary: Global is the PoP's global canary document, not
+	// rules/global.
+	GlobalCanary bool
 }
 
 // ReadDocs reads a region's two rule documents from its datacenter; a

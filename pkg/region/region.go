@@ -13,6 +13,10 @@
 //	rules/canary/<region>/<pop>
 //	                          a candidate region document the edges of <pop>
 //	                          run instead while it exists (canary.go)
+//	rules/canary-global/<region>/<pop>
+//	                          a candidate global document the edges of <pop>
+//	                          run instead of rules/global while it exists,
+//	                          under the region document (canary.go)
 //	shedder/<region>          the region's load shedder settings (JSON)
 //	shedder/canary/<region>/<pop>
 //	                          candidate shedder settings the edges of <pop>

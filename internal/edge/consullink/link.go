@@ -204,12 +204,16 @@ func (l *Link) applyDocs(docs region.Docs) error {
 	}
 	// A canary document is not the region's: once it is deleted, an
 	// absent region document is the region's rules, not a missing one.
-	// What the region held before the canary stands while it runs.
-	hadRegion := hasText(docs.Region)
-	if docs.Canary {
-		hadRegion = l.hadRules[1]
+	// What the region held before the canary stands while it runs; the
+	// same for a global canary and rules/global.
+	had := [2]bool{hasText(docs.Global), hasText(docs.Region)}
+	if docs.GlobalCanary {
+		had[0] = l.hadRules[0]
 	}
-	l.hadRules = [2]bool{hasText(docs.Global), hadRegion}
+	if docs.Canary {
+		had[1] = l.hadRules[1]
+	}
+	l.hadRules = had
 	if l.missing.set(docRules, false) {
 		l.log.Info("rules documents are back in consul; the missing document alert clears", "version", snap.Version())
 	}

@@ -61,7 +61,8 @@ func run(m *testing.M) int {
 	defer killAllEdges()
 
 	start := time.Now()
-	if edgeBin, err = buildEdge(dir); err != nil {
+	edgeBin = filepath.Join(dir, "edge")
+	if err = testenv.BuildEdge(edgeBin); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building the edge:", err)
 		return 1
 	}
@@ -75,21 +76,6 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: edge built in %s, cluster up in %s\n", built.Round(time.Millisecond), (time.Since(start) - built).Round(time.Millisecond))
 	}
 	return m.Run()
-}
-
-// buildEdge builds cmd/edge into dir. `go test` puts its own toolchain first
-// in PATH, so "go" is the one running the tests.
-func buildEdge(dir string) (string, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "edge")
-	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/edgeguard/edgeguard/cmd/edge")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // ---------------------------------------------------------------------------
