@@ -105,7 +105,7 @@ var Documented = []Difference{
 	},
 	{
 		ID:     "denied-hit-not-counted",
-		Reason: "a denied hit is not counted (the reference counts it unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), so after a denial the edge has as much left or more",
+		Reason: "a denied hit is not counted (the reference counts the hit that takes a limit over, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT or not), so after a denial the edge has as much left or more",
 		Doc:    "A denied hit is not counted",
 		Match: func(_ Set, c *Case, ref, edge Answer, d Diff, h *History) bool {
 			switch {

@@ -1,6 +1,9 @@
 package limiter
 
-import "context"
+import (
+	"context"
+	"unsafe"
+)
 
 // LoneInFlight is how many lone calls and batches the store has in flight
 // (tests wait for some before sending a call that must wait for a batch).
@@ -59,4 +62,27 @@ func (s *RedisStore) LaneQueued() int {
 		l.mu.Unlock()
 	}
 	return n
+}
+
+// TakeMovesStack runs a Take of reqs on a goroutine of its own, as
+// Limiter.take runs a store call, calling growStack first when grow is
+// set, and reports whether the goroutine's stack was moved (grown and
+// copied) during the Take.
+func TakeMovesStack(ctx context.Context, s *RedisStore, reqs []Request, grow bool) (bool, error) {
+	type result struct {
+		moved bool
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		if grow {
+			growStack()
+		}
+		var mark byte
+		before := uintptr(unsafe.Pointer(&mark))
+		_, err := s.Take(ctx, reqs)
+		done <- result{uintptr(unsafe.Pointer(&mark)) != before, err}
+	}()
+	r := <-done
+	return r.moved, r.err
 }

@@ -261,6 +261,7 @@ func (l *lane) nextLocked() load {
 
 // drain sends what waits on the place it holds while anything does.
 func (l *lane) drain(b load) {
+	growStack()
 	for ; !b.empty(); b = l.next() {
 		l.send(b)
 	}

@@ -744,14 +744,9 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 	if !l.store.Remote() {
 		return l.store.Take(ctx, send)
 	}
-	wait := ctx
-	if ctx.Done() == nil { // never ends (context.Background): the shared deadline
-		wait = l.deadline.get()
-	} else {
-		var cancel context.CancelFunc
-		wait, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
-		defer cancel()
-	}
+	// The store deadline is the shared one (a timer a millisecond, not
+	// one a call); the caller's own end (ctx) is waited for beside it.
+	wait := l.deadline.get()
 	r := &run{done: make(chan struct{})}
 	// The latest the caller may still wait: Redis refuses the call past it
 	// (prepareTake). A call run after its caller gave up sooner is given
@@ -764,6 +759,7 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 	runCtx := runContext{Context: l.late.get(), values: ctx, wait: r}
 	l.bg.Add(1)
 	go func() {
+		growStack()
 		defer l.bg.Done()
 		got, err := l.storeTake(runCtx, send, rd)
 		r.got, r.err = got, err
@@ -789,7 +785,7 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 		case <-tick:
 			tick = nil // closed: it would fire again and again
 		case <-life:
-		case <-ctx.Done(): // the caller's own end, while waiting on life
+		case <-ctx.Done(): // the caller's own end
 		}
 		cause := ctx.Err()
 		if cause == nil {
