@@ -18,7 +18,9 @@ import (
 )
 
 // resizableOrigin serves at most `slots` requests at once, `service` each;
-// the rest wait in its queue. setSlots changes its capacity mid-run.
+// the rest wait in its queue. setSlots changes its capacity mid-run. It
+// records how long each service really took: on a loaded machine a 25 ms
+// sleep runs long, and the origin's capacity is lower than slots/service.
 type resizableOrigin struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -26,6 +28,13 @@ type resizableOrigin struct {
 	busy    int
 	service time.Duration
 	srv     *httptest.Server
+	done    []servedAt
+}
+
+// servedAt is one service: when it ended and how long it held its slot.
+type servedAt struct {
+	end  time.Time
+	took time.Duration
 }
 
 func newResizableOrigin(t *testing.T, slots int, service time.Duration) *resizableOrigin {
@@ -38,8 +47,10 @@ func newResizableOrigin(t *testing.T, slots int, service time.Duration) *resizab
 		}
 		o.busy++
 		o.mu.Unlock()
+		began := time.Now()
 		time.Sleep(o.service) // the origin's work
 		o.mu.Lock()
+		o.done = append(o.done, servedAt{end: time.Now(), took: time.Since(began)})
 		o.busy--
 		o.cond.Broadcast()
 		o.mu.Unlock()
@@ -47,6 +58,26 @@ func newResizableOrigin(t *testing.T, slots int, service time.Duration) *resizab
 	}))
 	t.Cleanup(o.srv.Close)
 	return o
+}
+
+// capacity is what the origin could serve per second with slots slots
+// over [from, to): slots over the mean time its services ending then
+// really took (slots/service when the sleeps keep time); 0 when none ended.
+func (o *resizableOrigin) capacity(slots int, from, to time.Time) float64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var n int
+	var took time.Duration
+	for _, d := range o.done {
+		if !d.end.Before(from) && d.end.Before(to) {
+			n++
+			took += d.took
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(slots) / (took / time.Duration(n)).Seconds()
 }
 
 func (o *resizableOrigin) setSlots(n int) {
@@ -120,12 +151,18 @@ func admittedP99(rs []adaptiveResult, from, to time.Duration) time.Duration {
 // capacity, then one of half.
 type adaptiveSummary struct {
 	critLost, crit, bad int
-	g1, g2              float64 // goodput / capacity over each phase's last 3 s
-	mean, sd            float64 // rejection ratio after the halving, per 500 ms
-	base, p99a, p99b    time.Duration
+	// g1, g2: goodput over each phase's last 3 s against what the origin
+	// could serve then (its capacity as measured in the run, or the rate
+	// the load generator managed to send, if lower); c1, c2 that capacity.
+	g1, g2, c1, c2   float64
+	mean, sd         float64 // rejection ratio after the halving, per 500 ms
+	base, p99a, p99b time.Duration
 }
 
-func summarizeAdaptive(rs, unloaded []adaptiveResult, phase time.Duration, capacity float64) adaptiveSummary {
+// summarizeAdaptive sums up one side's run: rs its results, unloaded its
+// baseline, capacity(from, to) what its origin could serve per second in
+// [from, to) of each phase (from 0, the run's start).
+func summarizeAdaptive(rs, unloaded []adaptiveResult, phase time.Duration, capacity func(from, to time.Duration, slots int) float64, slots int) adaptiveSummary {
 	var s adaptiveSummary
 	for _, r := range rs {
 		if r.tier == "critical" {
@@ -145,18 +182,27 @@ func summarizeAdaptive(rs, unloaded []adaptiveResult, phase time.Duration, capac
 		}
 	}
 	// Goodput over each phase's last 3 s (from 1 s after the step),
-	// against the origin's capacity then.
-	goodput := func(from, to time.Duration, capacity float64) float64 {
-		n := 0
+	// against what the origin could serve then: its capacity measured in
+	// this run (a loaded machine stretches its sleeps), or the rate the
+	// load generator managed to send if that was lower. Against the
+	// nominal capacity a loaded machine's run reads as a shedder that
+	// throws work away.
+	goodput := func(from, to time.Duration, slots int) (float64, float64) {
+		ok, sent := 0, 0
 		for _, r := range rs {
-			if r.code == 200 && r.at >= from && r.at < to {
-				n++
+			if r.at >= from && r.at < to {
+				sent++
+				if r.code == 200 {
+					ok++
+				}
 			}
 		}
-		return float64(n) / (to - from).Seconds() / capacity
+		secs := (to - from).Seconds()
+		could := min(capacity(from, to, slots), float64(sent)/secs)
+		return float64(ok) / secs / max(could, 1), could
 	}
-	s.g1 = goodput(phase-3*time.Second, phase, capacity)
-	s.g2 = goodput(2*phase-3*time.Second, 2*phase, capacity/2)
+	s.g1, s.c1 = goodput(phase-3*time.Second, phase, slots)
+	s.g2, s.c2 = goodput(2*phase-3*time.Second, 2*phase, slots/2)
 	// The rejection ratio per 500 ms over the halved phase, and its
 	// spread: a controller that oscillates swings it.
 	var ratios []float64
@@ -220,6 +266,7 @@ func TestAdaptiveAgainstTodaysShedder(t *testing.T) {
 	load.run(40, 250*time.Millisecond, []string{"critical"}, nil) // warm up connections
 	unloaded := load.run(40, 2*time.Second, []string{"critical"}, nil)
 	var halved atomic.Bool
+	begin := time.Now() // the run's start, to a tick: the origins' records are on the wall clock
 	loaded := load.run(offered, 2*phase, mix, func(since time.Duration) {
 		if since >= phase && halved.CompareAndSwap(false, true) {
 			for _, s := range sides {
@@ -230,13 +277,16 @@ func TestAdaptiveAgainstTodaysShedder(t *testing.T) {
 
 	// Every side is measured and logged before anything is asserted, so a
 	// failing run still shows both.
-	capacity := float64(slots) / service.Seconds()
+	nominal := float64(slots) / service.Seconds()
 	sums := make([]adaptiveSummary, len(sides))
 	for k, s := range sides {
-		m := summarizeAdaptive(loaded[k], unloaded[k], phase, capacity)
+		capacity := func(from, to time.Duration, slots int) float64 {
+			return s.origin.capacity(slots, begin.Add(from), begin.Add(to))
+		}
+		m := summarizeAdaptive(loaded[k], unloaded[k], phase, capacity, slots)
 		sums[k] = m
-		t.Logf("%s: goodput/capacity %.0f%% at full capacity, %.0f%% after it halves; admitted p99 %v and %v (unloaded %v: %.1f× and %.1f×); rejection ratio after the halving %.2f ± %.2f (per 500 ms); critical lost %d of %d; other failures %d; %d requests",
-			s.name, 100*m.g1, 100*m.g2, m.p99a, m.p99b, m.base, float64(m.p99a)/float64(m.base), float64(m.p99b)/float64(m.base), m.mean, m.sd, m.critLost, m.crit, m.bad, len(loaded[k]))
+		t.Logf("%s: goodput/capacity %.0f%% at full capacity, %.0f%% after it halves (capacity as measured %.0f/s and %.0f/s, nominal %.0f/s and %.0f/s); admitted p99 %v and %v (unloaded %v: %.1f× and %.1f×); rejection ratio after the halving %.2f ± %.2f (per 500 ms); critical lost %d of %d; other failures %d; %d requests",
+			s.name, 100*m.g1, 100*m.g2, m.c1, m.c2, nominal, nominal/2, m.p99a, m.p99b, m.base, float64(m.p99a)/float64(m.base), float64(m.p99b)/float64(m.base), m.mean, m.sd, m.critLost, m.crit, m.bad, len(loaded[k]))
 		if ms, err := scrapeErr(s.edge); err == nil && s.name == "adaptive" {
 			t.Logf("adaptive: learned limit %.1f, gradient %.2f, minRTT %.1f ms",
 				sum(ms, "edgeguard_shedder_adaptive_limit"), sum(ms, "edgeguard_shedder_adaptive_gradient"), 1000*sum(ms, "edgeguard_shedder_adaptive_min_rtt_seconds"))
