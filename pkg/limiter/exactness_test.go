@@ -285,13 +285,27 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 
 			c := &frozenClients{lims: lims, l: l}
 			c.frozeAt = time.Now().Add(time.Hour) // "before the freeze" for phase A
-			for i := range before {
+			// Redis admits before requests. A call that outlives the
+			// deadline on a busy machine is decided by the fallback
+			// instead (and denied: its edge has no answer for the key
+			// yet); such a request is asked again, and is counted in
+			// before if the fallback admitted it.
+			var fromStore int
+			for i := 0; fromStore < before; i++ {
+				require.Less(t, i, 3*before, "Redis decides the requests before the freeze")
 				c.decide(t, i%edges)
+				r := c.results[len(c.results)-1]
+				if r.source == limiter.SourceStore {
+					require.True(t, r.allowed, "Redis admits the requests before the freeze")
+					fromStore++
+				}
 			}
-			require.Len(t, c.results, before)
+			results := len(c.results)
+			admittedBefore := 0
 			for _, r := range c.results {
-				require.True(t, r.allowed)
-				require.Equal(t, limiter.SourceStore, r.source)
+				if r.allowed {
+					admittedBefore++
+				}
 			}
 
 			// Phase B: frozen. 4 clients per edge, one request every 20 ms each.
@@ -320,14 +334,14 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 			srv.Thaw()
 			thawedAt := time.Since(c.frozeAt)
 			c.run(t, thawedAt+4*time.Second)
-			n := tallyFrozen(c.results[before:], thawedAt)
+			n := tallyFrozen(c.results[results:], thawedAt)
 			var fallback, replayed float64
 			for _, e := range lims {
 				fallback += metric(t, e.reg, "edgeguard_limiter_checks_total", "reason", "fallback")
 				replayed += metric(t, e.reg, "edgeguard_limiter_replayed_units_total")
 			}
 			t.Logf("frozen %s: %d requests, %v waited the %s deadline out (%v after their edge's breaker opened; %d took as long, on this machine), %d admitted while frozen, %d in the window in all (limit %d), %v fallback decisions, %v units replayed, %d decided by Redis after the thaw",
-				freeze, len(c.results)-before, waits.total, limiter.DefaultTimeout, waits.afterOpen, n.slow, n.duringFreeze, before+n.total, quota, fallback, replayed, n.storeAfter)
+				freeze, len(c.results)-results, waits.total, limiter.DefaultTimeout, waits.afterOpen, n.slow, n.duringFreeze, admittedBefore+n.total, quota, fallback, replayed, n.storeAfter)
 			require.Positive(t, fallback, "witness: the fallback decided")
 			require.Positive(t, n.storeAfter, "witness: Redis decided again after the thaw")
 			require.Positive(t, replayed, "witness: the fallback's admissions were replayed")
@@ -336,8 +350,8 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 			// decided locally can take as long as the deadline too.
 			require.LessOrEqual(t, waits.afterOpen, float64(edges*4), "once its edge's breaker is open no request waits for Redis (probes run in the background): only the clients' requests already in flight, one each, still end")
 			require.LessOrEqual(t, waits.total, float64(edges*4*3), "only requests sent before the breakers opened wait the deadline out: at most three per client")
-			require.LessOrEqual(t, before+n.duringFreeze, quota, "outage: at most the limit in the window, Redis's own admissions included")
-			require.LessOrEqual(t, before+n.total, quota+(quota+edges-1)/edges, "recovery: at most limit + ceil(limit/N)")
+			require.LessOrEqual(t, admittedBefore+n.duringFreeze, quota, "outage: at most the limit in the window, Redis's own admissions included")
+			require.LessOrEqual(t, admittedBefore+n.total, quota+(quota+edges-1)/edges, "recovery: at most limit + ceil(limit/N)")
 		})
 	}
 }
