@@ -154,7 +154,11 @@ type adaptiveSummary struct {
 	// g1, g2: goodput over each phase's last 3 s against what the origin
 	// could serve then (its capacity as measured in the run, or the rate
 	// the load generator managed to send, if lower); c1, c2 that capacity.
-	g1, g2, c1, c2   float64
+	g1, g2, c1, c2 float64
+	// o1, o2: what the load generator sent over each phase's last 3 s,
+	// in multiples of the origin's measured capacity (3 when it keeps
+	// its schedule and the sleeps keep time).
+	o1, o2           float64
 	mean, sd         float64 // rejection ratio after the halving, per 500 ms
 	base, p99a, p99b time.Duration
 }
@@ -187,7 +191,7 @@ func summarizeAdaptive(rs, unloaded []adaptiveResult, phase time.Duration, capac
 	// load generator managed to send if that was lower. Against the
 	// nominal capacity a loaded machine's run reads as a shedder that
 	// throws work away.
-	goodput := func(from, to time.Duration, slots int) (float64, float64) {
+	goodput := func(from, to time.Duration, slots int) (g, could, offered float64) {
 		ok, sent := 0, 0
 		for _, r := range rs {
 			if r.at >= from && r.at < to {
@@ -198,11 +202,12 @@ func summarizeAdaptive(rs, unloaded []adaptiveResult, phase time.Duration, capac
 			}
 		}
 		secs := (to - from).Seconds()
-		could := min(capacity(from, to, slots), float64(sent)/secs)
-		return float64(ok) / secs / max(could, 1), could
+		c := capacity(from, to, slots)
+		could = min(c, float64(sent)/secs)
+		return float64(ok) / secs / max(could, 1), could, float64(sent) / secs / max(c, 1)
 	}
-	s.g1, s.c1 = goodput(phase-3*time.Second, phase, slots)
-	s.g2, s.c2 = goodput(2*phase-3*time.Second, 2*phase, slots/2)
+	s.g1, s.c1, s.o1 = goodput(phase-3*time.Second, phase, slots)
+	s.g2, s.c2, s.o2 = goodput(2*phase-3*time.Second, 2*phase, slots/2)
 	// The rejection ratio per 500 ms over the halved phase, and its
 	// spread: a controller that oscillates swings it.
 	var ratios []float64
@@ -230,7 +235,9 @@ func summarizeAdaptive(rs, unloaded []adaptiveResult, phase time.Duration, capac
 // to the origin's capacity) and the adaptive limit (workers left high) side
 // by side, each in front of its own origin, through one run: 3× the
 // origin's capacity, then the capacity halves. It asserts loose bounds that
-// hold on a loaded machine and logs the figures BENCHMARKS.md quotes.
+// hold on a loaded machine and logs the figures BENCHMARKS.md quotes:
+// goodput against the origin's capacity as measured in the run, and
+// judged only when the generator managed to overload the origin.
 func TestAdaptiveAgainstTodaysShedder(t *testing.T) {
 	const (
 		slots   = 8
@@ -294,17 +301,30 @@ func TestAdaptiveAgainstTodaysShedder(t *testing.T) {
 	}
 
 	// Loose bounds: the machine is shared and noisy. Today's shedder is
-	// the baseline; its bounds only say the run was a fair one.
+	// the baseline; its bounds only say the run was a fair one. Goodput,
+	// the shed ratio and the admitted latency say how an edge handles an
+	// overload: they are judged when the run was one, the generator
+	// having sent at least twice what the origin could serve in both
+	// phases (3× when it keeps its schedule; a machine too busy for the
+	// generator sends a fraction of it, and nothing is overloaded).
 	for k, s := range sides {
 		m := sums[k]
+		overloaded := min(m.o1, m.o2) >= 2
+		t.Logf("%s: sent %.1f× and %.1f× the origin's measured capacity: overload judged: %v", s.name, m.o1, m.o2, overloaded)
 		require.Zero(t, m.bad, "%s: every failure is a retry-safe 503 (Retry-After, EdgeGuard-Not-Processed)", s.name)
-		require.Greater(t, m.mean, 0.3, "%s: 3× overload is shed", s.name)
 		if s.name != "adaptive" {
 			require.LessOrEqual(t, float64(m.critLost), 0.01*float64(m.crit), "%s: critical success ≥ 99%%", s.name)
+		} else {
+			require.Zero(t, m.critLost, "adaptive: critical traffic is never refused")
+		}
+		if !overloaded {
+			continue
+		}
+		require.Greater(t, m.mean, 0.3, "%s: 3× overload is shed", s.name)
+		if s.name != "adaptive" {
 			require.GreaterOrEqual(t, min(m.g1, m.g2), 0.4, "%s: goodput", s.name)
 			continue
 		}
-		require.Zero(t, m.critLost, "adaptive: critical traffic is never refused")
 		require.GreaterOrEqual(t, m.g1, 0.6, "adaptive: goodput at full capacity")
 		require.GreaterOrEqual(t, m.g2, 0.6, "adaptive: goodput after the halving")
 		require.Less(t, m.p99b, 6*m.base+100*time.Millisecond, "adaptive: admitted latency stays near the unloaded")
