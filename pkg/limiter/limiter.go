@@ -1021,13 +1021,14 @@ func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err err
 	}
 	l.metrics.lateCalls.Inc()
 	l.metrics.lateGivenBack.Add(float64(len(byID) + len(counted)))
-	if len(byID) > 0 {
-		// On this late call's own background work: not bound by
-		// maxReleasing, so a burst of releases never drops it untried.
-		l.releaseWithRetry(l.store, byID)
-	}
 	if len(counted) > 0 {
 		_ = l.giveBack(l.store, counted)
+	}
+	if len(byID) > 0 {
+		// On this late call's own background work, after the counters'
+		// refund (which its retries must not hold up): not bound by
+		// maxReleasing, so a burst of releases never drops it untried.
+		l.releaseWithRetry(l.store, byID)
 	}
 }
 
