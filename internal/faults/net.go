@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -126,6 +127,21 @@ func (n *Net) Add(t Toxic) error {
 		}
 	}
 	n.toxics = append(n.toxics, t)
+	return nil
+}
+
+// Remove takes the toxic named name off every proxy. Data a latency toxic
+// holds is let through at once, so a test can hold Redis's replies and
+// release them when it chooses.
+func (n *Net) Remove(name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.proxies {
+		if err := p.Toxics.RemoveToxic(context.Background(), name); err != nil {
+			return fmt.Errorf("faults: removing toxic %s from %s: %w", name, p.Upstream, err)
+		}
+	}
+	n.toxics = slices.DeleteFunc(n.toxics, func(t Toxic) bool { return t.Name == name })
 	return nil
 }
 

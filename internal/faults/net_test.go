@@ -99,3 +99,50 @@ func TestNet(t *testing.T) {
 	_, err = roundTrip(c3, 5*time.Second)
 	require.NoError(t, err)
 }
+
+// Remove takes one toxic off and lets through what a latency toxic held:
+// a reply held for a minute arrives once the toxic is removed, and the
+// other toxics stay.
+func TestNetRemove(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	echoed := make(chan struct{}, 1) // the server wrote its reply
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if _, err := c.Write([]byte(line)); err != nil {
+				return
+			}
+			echoed <- struct{}{}
+		}
+	}()
+	n := faults.NewNet()
+	t.Cleanup(n.Close)
+	c, err := n.Dial(context.Background(), "tcp", l.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, n.Add(faults.Toxic{Name: "held", Type: "latency", Stream: "downstream", Attributes: map[string]any{"latency": 60000}}))
+	require.NoError(t, n.Add(faults.Toxic{Name: "slow", Type: "latency", Stream: "upstream", Attributes: map[string]any{"latency": 100}}))
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = c.Write([]byte("ping\n"))
+	require.NoError(t, err)
+	<-echoed // the reply is on its way back, into the hold
+	require.NoError(t, n.Remove("held"))
+	_, err = bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err, "the held reply arrives once its toxic is removed, not after a minute")
+	took, err := roundTrip(c, 5*time.Second)
+	require.NoError(t, err)
+	<-echoed
+	require.GreaterOrEqual(t, took, 100*time.Millisecond, "the other toxic stays")
+	require.Error(t, n.Remove("held"), "no toxic of that name left")
+}

@@ -2,6 +2,8 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/faults"
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -338,4 +341,83 @@ func lateCall(t *testing.T, auto bool, alg limiter.Algorithm) {
 	ds, err := st.Take(ctx(t), []limiter.Request{{Limit: lim, Cost: 1}})
 	require.NoError(t, err)
 	require.True(t, ds[0].Allowed)
+}
+
+// A call its caller gave up on is given back once Redis answers it late.
+// When that give-back fails (the link drops or resets what the edge sends
+// just after the late answer came in), the member the call added (a
+// concurrency slot, a sliding-log unit) must not stay in Redis until its
+// TTL: members are removed by id, so the give-back is retried as a release
+// is, and the slot is free once the link is back. Redis's reply is held
+// until the caller has fallen back and the take has run; then what the edge
+// sends is dropped and the reply let through, so the give-back is lost
+// every time.
+func TestFailedLateGiveBackIsRetried(t *testing.T) {
+	for _, auto := range []bool{false, true} {
+		for _, alg := range []limiter.Algorithm{limit.Concurrency, limit.SlidingLog} {
+			name := map[bool]string{false: "plain", true: "autopipeline"}[auto] + "/" + alg.String()
+			t.Run(name, func(t *testing.T) { lateGiveBackLost(t, auto, alg) })
+		}
+	}
+}
+
+func lateGiveBackLost(t *testing.T, auto bool, alg limiter.Algorithm) {
+	n := faults.NewNet()
+	defer n.Close()
+	c := redis.NewClient(&redis.Options{Addr: standaloneSrv().Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, Dialer: n.Dial})
+	defer c.Close()
+	conn := limiter.Conn(c)
+	if auto {
+		conn = autoPipelined(t, c)
+	}
+	st := connStore(t, conn)
+	require.NoError(t, st.Load(ctx(t)))
+	reg := prometheus.NewRegistry()
+	// The default deadline (250 ms): a late call and a give-back each get
+	// 2.5 s.
+	l, err := limiter.New(st, limiter.Config{BreakerFailures: 1000}, reg, nil)
+	require.NoError(t, err)
+	closed := false
+	defer func() {
+		if !closed {
+			l.Close()
+		}
+	}()
+	lim := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: alg, Limit: 5, Window: time.Hour}
+	key := st.Keys(lim)[0]
+	members := func(ctx context.Context) (int64, error) {
+		return client(limiter.ModeStandalone).ZCard(ctx, key).Result()
+	}
+
+	require.NoError(t, n.Add(faults.Toxic{Name: "held", Type: "latency", Stream: "downstream", Attributes: map[string]any{"latency": 60000}}))
+	v, err := l.Decide(context.Background(), []limiter.Check{{Limit: lim, Cost: 1, Nodes: 1}})
+	require.NoError(t, err)
+	require.Equal(t, limiter.SourceFallback, v.Checks[0].Source, "the caller gave up on the held reply")
+	l.ReleaseAsync(v) // the fallback's slot: given back at once
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 10*time.Second), 10*time.Millisecond, "the take to run in Redis", func(ctx context.Context) error {
+		m, err := members(ctx)
+		if err == nil && m != 1 {
+			err = fmt.Errorf("%d members", m)
+		}
+		return err
+	}))
+
+	// The reply goes on; what the edge sends next (the give-back) is lost.
+	require.NoError(t, n.Add(faults.Toxic{Name: "dropped", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}))
+	require.NoError(t, n.Remove("held"))
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 15*time.Second), 10*time.Millisecond, "the late give-back to fail", func(context.Context) error {
+		if metric(t, reg, "edgeguard_limiter_refund_errors_total") < 1 {
+			return errors.New("no refund failed yet")
+		}
+		return nil
+	}))
+	require.NoError(t, n.Remove("dropped"))
+	l.Close() // waits for the give-back's retries
+	closed = true
+
+	require.Equal(t, 1.0, metric(t, reg, "edgeguard_limiter_late_given_back_total"), "the late call was answered: it took a unit")
+	require.Zero(t, metric(t, reg, "edgeguard_limiter_unsure_takes_total"), "the reply was not lost")
+	m, err := members(ctx(t))
+	require.NoError(t, err)
+	require.Zero(t, m, "Redis still holds what the late call took")
 }

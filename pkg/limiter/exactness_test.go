@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -284,13 +285,27 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 
 			c := &frozenClients{lims: lims, l: l}
 			c.frozeAt = time.Now().Add(time.Hour) // "before the freeze" for phase A
-			for i := range before {
+			// Redis admits before requests. A call that outlives the
+			// deadline on a busy machine is decided by the fallback
+			// instead (and denied: its edge has no answer for the key
+			// yet); such a request is asked again, and is counted in
+			// before if the fallback admitted it.
+			var fromStore int
+			for i := 0; fromStore < before; i++ {
+				require.Less(t, i, 3*before, "Redis decides the requests before the freeze")
 				c.decide(t, i%edges)
+				r := c.results[len(c.results)-1]
+				if r.source == limiter.SourceStore {
+					require.True(t, r.allowed, "Redis admits the requests before the freeze")
+					fromStore++
+				}
 			}
-			require.Len(t, c.results, before)
+			results := len(c.results)
+			admittedBefore := 0
 			for _, r := range c.results {
-				require.True(t, r.allowed)
-				require.Equal(t, limiter.SourceStore, r.source)
+				if r.allowed {
+					admittedBefore++
+				}
 			}
 
 			// Phase B: frozen. 4 clients per edge, one request every 20 ms each.
@@ -306,26 +321,37 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 			}
 			srv.Freeze()
 			c.frozeAt = time.Now()
-			c.run(t, freeze)
+			initial := storeWaits(t, lims)
+			clients := make(chan struct{})
+			go func() {
+				defer close(clients)
+				c.run(t, freeze)
+			}()
+			atOpen := breakersOpened(t, lims)
+			<-clients
+			waits := frozenWaits{total: sumOf(storeWaits(t, lims)) - sumOf(initial), afterOpen: sumOf(storeWaits(t, lims)) - sumOf(atOpen)}
 			// Phase C: back, with its data or empty.
 			srv.Thaw()
 			thawedAt := time.Since(c.frozeAt)
 			c.run(t, thawedAt+4*time.Second)
-			n := tallyFrozen(c.results[before:], thawedAt)
+			n := tallyFrozen(c.results[results:], thawedAt)
 			var fallback, replayed float64
 			for _, e := range lims {
 				fallback += metric(t, e.reg, "edgeguard_limiter_checks_total", "reason", "fallback")
 				replayed += metric(t, e.reg, "edgeguard_limiter_replayed_units_total")
 			}
-			t.Logf("frozen %s: %d requests, %d waited the full %s deadline, %d admitted while frozen, %d in the window in all (limit %d), %v fallback decisions, %v units replayed, %d decided by Redis after the thaw",
-				freeze, len(c.results)-before, n.waited, limiter.DefaultTimeout, n.duringFreeze, before+n.total, quota, fallback, replayed, n.storeAfter)
+			t.Logf("frozen %s: %d requests, %v waited the %s deadline out (%v after their edge's breaker opened; %d took as long, on this machine), %d admitted while frozen, %d in the window in all (limit %d), %v fallback decisions, %v units replayed, %d decided by Redis after the thaw",
+				freeze, len(c.results)-results, waits.total, limiter.DefaultTimeout, waits.afterOpen, n.slow, n.duringFreeze, admittedBefore+n.total, quota, fallback, replayed, n.storeAfter)
 			require.Positive(t, fallback, "witness: the fallback decided")
 			require.Positive(t, n.storeAfter, "witness: Redis decided again after the thaw")
 			require.Positive(t, replayed, "witness: the fallback's admissions were replayed")
-			require.Zero(t, n.lateWait, "from a second after the freeze on, no request waits for Redis (probes run in the background)")
-			require.LessOrEqual(t, n.waited, edges*4*3, "only requests sent before the breakers opened wait the deadline out: at most three per client")
-			require.LessOrEqual(t, before+n.duringFreeze, quota, "outage: at most the limit in the window, Redis's own admissions included")
-			require.LessOrEqual(t, before+n.total, quota+(quota+edges-1)/edges, "recovery: at most limit + ceil(limit/N)")
+			// Counted by the limiters (a check whose store call failed),
+			// not by the time a request took: on a loaded machine a request
+			// decided locally can take as long as the deadline too.
+			require.LessOrEqual(t, waits.afterOpen, float64(edges*4), "once its edge's breaker is open no request waits for Redis (probes run in the background): only the clients' requests already in flight, one each, still end")
+			require.LessOrEqual(t, waits.total, float64(edges*4*3), "only requests sent before the breakers opened wait the deadline out: at most three per client")
+			require.LessOrEqual(t, admittedBefore+n.duringFreeze, quota, "outage: at most the limit in the window, Redis's own admissions included")
+			require.LessOrEqual(t, admittedBefore+n.total, quota+(quota+edges-1)/edges, "recovery: at most limit + ceil(limit/N)")
 		})
 	}
 }
@@ -376,8 +402,7 @@ func (c *frozenClients) run(t *testing.T, until time.Duration) {
 
 // frozenTally counts the decisions of a freeze and its thaw.
 type frozenTally struct {
-	waited       int // sent while frozen, and waited the full deadline
-	lateWait     int // of those, sent more than a second into the freeze
+	slow         int // sent while frozen, and took the deadline or longer (logged only)
 	duringFreeze int // admitted, sent while frozen
 	total        int // admitted
 	storeAfter   int // decided by Redis (or its prefilter), sent after the thaw
@@ -395,10 +420,7 @@ func tallyFrozen(results []frozenResult, thawedAt time.Duration) frozenTally {
 				n.duringFreeze++
 			}
 			if r.took >= limiter.DefaultTimeout {
-				n.waited++
-				if r.sent > time.Second {
-					n.lateWait++
-				}
+				n.slow++
 			}
 		case r.source == limiter.SourceStore || r.source == limiter.SourcePrefilter:
 			n.storeAfter++
@@ -406,3 +428,55 @@ func tallyFrozen(results []frozenResult, thawedAt time.Duration) frozenTally {
 	}
 	return n
 }
+
+// storeWaits is, for each edge, how many of its checks waited for the
+// store and failed (edgeguard_limiter_fallback_total, reason error).
+func storeWaits(t *testing.T, lims []edgeLimiter) []float64 {
+	out := make([]float64, len(lims))
+	for i, e := range lims {
+		out[i] = metric(t, e.reg, "edgeguard_limiter_fallback_total", "reason", "error")
+	}
+	return out
+}
+
+func sumOf(v []float64) (s float64) {
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// breakersOpened waits for every edge's breaker to open and returns, for
+// each edge, storeWaits when it was first seen open (polled every 5 ms: a
+// request sent between an opening and its sighting is decided locally
+// anyway, so the sighting is never early).
+func breakersOpened(t *testing.T, lims []edgeLimiter) []float64 {
+	atOpen := make([]float64, len(lims))
+	seen := make([]bool, len(lims))
+	err := proc.PollEvery(testenv.Within(t, 30*time.Second), 5*time.Millisecond, "every edge's breaker to open", func(context.Context) error {
+		missing := 0
+		for i, e := range lims {
+			if seen[i] {
+				continue
+			}
+			// The waits first: one counted after the opening was
+			// sighted would be taken for a wait after it.
+			waits := metric(t, e.reg, "edgeguard_limiter_fallback_total", "reason", "error")
+			if metric(t, e.reg, "edgeguard_limiter_breaker_opens_total") > 0 {
+				seen[i], atOpen[i] = true, waits
+				continue
+			}
+			missing++
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d breakers still closed", missing)
+		}
+		return nil
+	})
+	require.NoError(t, err, "the breakers open while the store is frozen")
+	return atOpen
+}
+
+// frozenWaits are the checks that waited for a frozen store and failed: in
+// all, and after their edge's breaker opened.
+type frozenWaits struct{ total, afterOpen float64 }

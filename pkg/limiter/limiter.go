@@ -987,11 +987,16 @@ func (l *Limiter) lateTimeout() time.Duration { return l.refundTimeout() }
 
 // settleLate is what a store call whose caller gave up leaves behind once
 // answered: the units its requests took go back to the store (the caller's
-// fallback decided them) and its replays are settled.
+// fallback decided them) and its replays are settled. Members (concurrency
+// slots, sliding-log units) are removed by id, so their give-back is retried
+// in the background as a release is: tried once, a give-back the link drops
+// just after the late answer came in left a slot held until its TTL. A
+// counter's refund subtracts and one that failed may have run: it is tried
+// once (clients get less, never more).
 func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err error, now time.Time) {
 	l.giveBackUnsureOf(got, err)
 	perCall := takeErrs(err)
-	var leases []Lease
+	var byID, counted []Lease
 	for j := range send {
 		e := err
 		if perCall != nil {
@@ -1001,14 +1006,25 @@ func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err err
 			l.settleOwed(send[j], sent[j], e, now)
 			continue
 		}
-		if e == nil && j < len(got) && got[j].Lease.Units > 0 {
-			leases = append(leases, got[j].Lease)
+		if e != nil || j >= len(got) || got[j].Lease.Units <= 0 {
+			continue
+		}
+		if ls := got[j].Lease; ls.Limit.Algorithm.Spec().Members {
+			byID = append(byID, ls)
+		} else {
+			counted = append(counted, ls)
 		}
 	}
 	l.metrics.lateCalls.Inc()
-	if len(leases) > 0 {
-		l.metrics.lateGivenBack.Add(float64(len(leases)))
-		_ = l.giveBack(l.store, leases)
+	l.metrics.lateGivenBack.Add(float64(len(byID) + len(counted)))
+	if len(counted) > 0 {
+		_ = l.giveBack(l.store, counted)
+	}
+	if len(byID) > 0 {
+		// On this late call's own background work, after the counters'
+		// refund (which its retries must not hold up): not bound by
+		// maxReleasing, so a burst of releases never drops it untried.
+		l.releaseWithRetry(l.store, byID)
 	}
 }
 
