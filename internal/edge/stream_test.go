@@ -67,6 +67,8 @@ func patternHash(n int64) string {
 //	/held?n=N    the same, its first 128 KiB sent and flushed, the rest
 //	             once release is closed
 //	/events      server-sent events, the next one only after next receives
+//	/quiet       an event stream's header, its one event once release
+//	             is closed
 //	/late        the header only once release is closed
 //
 // written counts the body bytes its writes handed to the socket; done
@@ -115,6 +117,16 @@ func startStreamOrigin(t *testing.T) *streamOrigin {
 					return
 				}
 			}
+		case "/quiet":
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush() // the header alone
+			select {
+			case <-o.release:
+			case <-r.Context().Done():
+				return
+			}
+			_, _ = io.WriteString(w, "data: late\n\n")
 		case "/late":
 			select {
 			case <-o.release:
@@ -443,4 +455,43 @@ func TestStreamClientGoneReleasesItsSlot(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 20*time.Millisecond, "the slot comes back once the stream ends, well before the rule's 1m window")
+}
+
+// An origin that sends its header and then nothing until later (an event
+// stream with no event yet) has the header reach the client at once, over
+// HTTP/1.1 and HTTP/2: the edge does not hold it until the first event.
+// The origin holds the event until the client has the header.
+func TestStreamHeaderBeforeFirstEvent(t *testing.T) {
+	site := newTLSSite(t)
+	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
+	for _, proto := range []string{"HTTP/1.1", "HTTP/2"} {
+		t.Run(proto, func(t *testing.T) {
+			o := startStreamOrigin(t)
+			var c *http.Client
+			url := ""
+			if proto == "HTTP/2" {
+				r, _ := startTLSEdge(t, site, generous, func(cfg *config.Config) { cfg.Origins = []string{o.url} })
+				c, url = h2Client(site, r), "https://shop.example.com/quiet"
+			} else {
+				r := startEdge(t, generous, func(cfg *config.Config) { cfg.Origins = []string{o.url} })
+				c, url = http.DefaultClient, "http://"+r.Addr()+"/quiet"
+			}
+			// A bound, not a signal: the origin sends its event only
+			// once the client has the header.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			require.NoError(t, err)
+			resp, err := c.Do(req)
+			require.NoError(t, err, "the header, while the origin holds its first event")
+			defer resp.Body.Close()
+			require.Equal(t, proto == "HTTP/2", resp.ProtoMajor == 2, resp.Proto)
+			require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+			require.NotEmpty(t, resp.Header.Get("RateLimit-Policy"), "the edge's fields too")
+			close(o.release)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, "data: late\n\n", string(body))
+		})
+	}
 }

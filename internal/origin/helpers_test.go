@@ -176,7 +176,9 @@ func rawExchange(t *testing.T, addr, request string) *fasthttp.Response {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	require.NoError(t, err)
 	defer conn.Close()
-	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+	// A bound for a hung exchange, not a speed: one test moves 64 MiB
+	// through the edge, which under -race on a busy machine took over 5 s.
+	require.NoError(t, conn.SetDeadline(time.Now().Add(60*time.Second)))
 	_, err = conn.Write([]byte(strings.ReplaceAll(request, "\n", "\r\n")))
 	require.NoError(t, err)
 	resp := fasthttp.AcquireResponse()

@@ -463,6 +463,13 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, ex *exchange, o *origin, reques
 	ex.stream = responseBody{p: p, ex: ex, src: resp.BodyStream(), conn: ex.conn, o: o, id: requestID, atEnd: atEnd}
 	p.register(ex.conn)
 	ctx.Response.SetBodyStream(&ex.stream, max(n, -1))
+	// The server holds the header in its write buffer until the first
+	// piece of the body is written. When none of the body came in with the
+	// origin's header, that piece may be long in coming (a server-sent
+	// event stream, a long poll, a slow object store): the header goes out
+	// at once then. When some did (most responses), it goes out with it,
+	// in one write.
+	ctx.Response.ImmediateHeaderFlush = ex.br.Buffered() == 0
 	return true
 }
 
@@ -998,6 +1005,42 @@ var hopByHop = [...]string{
 	fasthttp.HeaderUpgrade,
 }
 
+// anyHopByHop reports whether h holds a hop-by-hop name, in any case. The
+// concrete types let the compiler keep All's closures off the heap. A
+// request header's All gathers its cookies, as the trust screen's walk
+// over the same header has already done on the edge.
+func anyHopByHop(h headers) bool {
+	switch h := h.(type) {
+	case *fasthttp.RequestHeader:
+		for k := range h.All() {
+			if isHopByHop(k) {
+				return true
+			}
+		}
+		return false
+	case *fasthttp.ResponseHeader:
+		for k := range h.All() {
+			if isHopByHop(k) {
+				return true
+			}
+		}
+		return false
+	}
+	return true // another kind of header: delete one by one
+}
+
+func isHopByHop(k []byte) bool {
+	if len(k) < 2 || len(k) > len(fasthttp.HeaderProxyAuthorization) {
+		return false // shorter than TE, longer than Proxy-Authorization
+	}
+	for _, name := range hopByHop {
+		if len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
+			return true
+		}
+	}
+	return false
+}
+
 // headers is what stripHopByHop needs from a request or response header.
 type headers interface {
 	PeekAll(key string) [][]byte
@@ -1008,7 +1051,16 @@ type headers interface {
 // stripHopByHop removes the fixed hop-by-hop headers and every header the
 // Connection header names. The names are copied out first because deleting
 // headers moves the storage PeekAll's slices point into.
+//
+// Most messages carry none of them: one look over the names, without
+// copying or normalizing any, spares the nine deletions, each of which
+// normalizes its name and scans every field. Deleting a name that is not
+// there changes nothing (a Connection: close or a Trailer that fasthttp
+// keeps apart is listed by All too).
 func stripHopByHop(h headers, ex *exchange) {
+	if !anyHopByHop(h) {
+		return
+	}
 	ex.buf = ex.buf[:0]
 	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
 		ex.buf = append(ex.buf, v...)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -648,4 +649,33 @@ func TestSmallStreamedBodyResentOnStaleConnection(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"first", "second"}, bodies)
+}
+
+// Each hop-by-hop field is stripped on its own too, in any case, without a
+// Connection field naming it (the look over the names that spares the
+// deletions must see every one of them); fields that only look like one
+// pass.
+func TestServeStripsEachHopByHopAlone(t *testing.T) {
+	o := startOrigin(t, func(ctx *fasthttp.RequestCtx) {
+		okHandler("ok")(ctx)
+		if v := ctx.Request.Header.Peek("X-Echo"); len(v) > 0 {
+			ctx.Response.Header.SetBytesV(string(v), []byte("per-hop"))
+		}
+	})
+	cfg := DefaultConfig()
+	cfg.URLs = []string{o.url()}
+	cfg.HealthCheckInterval = 0
+	edge := startEdge(t, newProxy(t, cfg), "203.0.113.7", "rid")
+
+	hop := []string{"proxy-connection", "KEEP-ALIVE", "Proxy-Authenticate", "proxy-authorization", "te", "Trailer", "upgrade"}
+	near := []string{"Upgrade-Insecure-Requests", "Tee", "Keep-Alivf", "Trailers", "Proxy-Authorizations"}
+	for i, k := range append(hop, near...) {
+		resp := rawExchange(t, edge, "GET / HTTP/1.1\nHost: shop.example\n"+k+": x\nX-Echo: "+k+"\n\n")
+		require.Equal(t, fasthttp.StatusOK, resp.StatusCode(), k)
+		seen := o.requests()
+		require.Len(t, seen, i+1)
+		stripped := i < len(hop)
+		require.Equal(t, stripped, seen[i].header(http.CanonicalHeaderKey(k)) == nil, "request field %s", k)
+		require.Equal(t, stripped, resp.Header.Peek(k) == nil, "response field %s", k)
+	}
 }

@@ -79,6 +79,20 @@ func (b *responseBody) WriteTo(w io.Writer) (int64, error) {
 	buf := copyBufs.Get().(*[copyBuf]byte)
 	defer copyBufs.Put(buf)
 	f, _ := w.(flusher)
+	// Nothing of the body came with the origin's header: the client gets
+	// the header now rather than with the body's first bytes, which may
+	// be long in coming. Over HTTP/2 this flush sends it; HTTP/1.1's
+	// server has sent it already (ImmediateHeaderFlush) and this flush
+	// finds nothing to write.
+	if f != nil && b.ex.br != nil && b.ex.br.Buffered() == 0 {
+		if err := f.Flush(); err != nil {
+			b.end, b.err = endClient, err
+			if isTimeout(err) {
+				b.end = endClientWrite
+			}
+			return 0, err
+		}
+	}
 	var n int64
 	for {
 		k, rerr := b.src.Read(buf[:])

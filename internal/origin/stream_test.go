@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -288,4 +289,87 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// An origin that sends its header and then waits before its body (an
+// event stream, a long poll) has the header reach the client at once:
+// the edge does not hold it until the body's first bytes come. Both
+// framings of a streamed body: a length over smallBody, and chunked.
+func TestStreamHeaderBeforeBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, header string
+		body         string
+	}{
+		{"length", "Content-Length: 100000\r\n", strings.Repeat("b", 100000)},
+		{"chunked", "Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var releaseOnce sync.Once
+			free := func() { releaseOnce.Do(func() { close(release) }) }
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = ln.Close() })
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for { // the request's header
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line == "\r\n" {
+						break
+					}
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"+tc.header+"\r\n")
+				<-release
+				_, _ = io.WriteString(c, tc.body)
+			}()
+			cfg := DefaultConfig()
+			cfg.URLs = []string{"http://" + ln.Addr().String()}
+			cfg.HealthCheckInterval = 0
+			p := newProxy(t, cfg)
+			edge := startEdge(t, p, "203.0.113.7", "rid")
+			t.Cleanup(free) // before the edge's shutdown waits for the stream
+
+			conn, err := net.Dial("tcp", edge)
+			require.NoError(t, err)
+			defer conn.Close()
+			// A bound, not a signal: the header must come while the
+			// origin still holds its body, which it does until the test
+			// releases it below.
+			require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+			_, err = io.WriteString(conn, "GET /events HTTP/1.1\r\nHost: shop.example\r\n\r\n")
+			require.NoError(t, err)
+			br := bufio.NewReader(conn)
+			var head strings.Builder
+			for {
+				line, err := br.ReadString('\n')
+				require.NoError(t, err, "the header, while the origin holds its body; got %q", head.String())
+				head.WriteString(line)
+				if line == "\r\n" {
+					break
+				}
+			}
+			require.True(t, strings.HasPrefix(head.String(), "HTTP/1.1 200 OK\r\n"), head.String())
+			require.Contains(t, head.String(), "Content-Type: text/event-stream\r\n")
+
+			free()
+			resp := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseResponse(resp)
+			// The same response, parsed whole now: the header again (from
+			// what was read) and then the body.
+			require.NoError(t, resp.Read(bufio.NewReader(io.MultiReader(strings.NewReader(head.String()), br))))
+			want := tc.body
+			if tc.name == "chunked" {
+				want = "hello"
+			}
+			require.Equal(t, want, string(resp.Body()))
+		})
+	}
 }

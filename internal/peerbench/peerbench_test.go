@@ -68,6 +68,30 @@ func TestStreamSmoke(t *testing.T) {
 		require.Positive(t, r.TTFB[name][0].p50, name)
 	}
 	require.Contains(t, out.String(), "edge÷nginx")
+	require.Contains(t, out.String(), "edge−origin ms")
+	require.Contains(t, out.String(), "CPU seconds per GiB")
+}
+
+// With no sizes only the time to first byte is measured, at one client
+// here: no CPU run, no CPU table.
+func TestStreamTTFBOnlySmoke(t *testing.T) {
+	var out strings.Builder
+	cfg := StreamConfig{EdgeBin: edgeBin, NginxBin: nginxBin(t), Sets: 2, Clients: 1, Requests: 3,
+		TTFBSize: 1 << 20, Out: &out}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Stream(ctx, cfg)
+	require.NoError(t, err, out.String())
+	t.Log(out.String())
+	// Two sets × three targets × 3 objects of 1 MiB, each byte checked.
+	require.Equal(t, int64(2*3*3<<20), r.Bytes)
+	for _, name := range []string{"origin", "edge", "nginx"} {
+		require.Len(t, r.TTFB[name], 2, name)
+	}
+	require.Empty(t, r.ProxyCPU)
+	require.Contains(t, out.String(), "nginx−origin ms")
+	require.NotContains(t, out.String(), "CPU seconds per GiB")
+	require.NotContains(t, out.String(), " cpu size=")
 }
 
 func TestSlowReadersSmoke(t *testing.T) {

@@ -4,7 +4,7 @@
 // costs the edge, nginx and HAProxy in each scenario (requests).
 //
 //	peerbench requests -edge bin/edge -nginx /usr/sbin/nginx -haproxy /usr/sbin/haproxy [-sets 3] [-duration 10s] [-smoke]
-//	peerbench stream -edge bin/edge -nginx /usr/sbin/nginx [-sets 3] [-requests 200]
+//	peerbench stream -edge bin/edge -nginx /usr/sbin/nginx [-sets 3] [-clients 8] [-requests 200] [-ttfb-only]
 //	peerbench slow -edge bin/edge [-nginx /usr/sbin/nginx] [-clients 1000] [-hold 60s]
 //	peerbench big -edge bin/edge [-size 10737418240]
 package main
@@ -40,9 +40,13 @@ func main() {
 		fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "keep-alive clients at once")
 		fs.IntVar(&cfg.Requests, "requests", cfg.Requests, "time-to-first-byte requests per client")
 		scale := fs.Float64("volume-scale", 1, "scales the bytes of each CPU run (64 MiB of 1 KiB objects, 1 GiB of 64 KiB and of 4 MiB)")
+		ttfbOnly := fs.Bool("ttfb-only", false, "measure time to first byte only, no CPU runs")
 		_ = fs.Parse(os.Args[2:])
 		for i := range cfg.Volumes {
 			cfg.Volumes[i] = int64(float64(cfg.Volumes[i]) * *scale)
+		}
+		if *ttfbOnly {
+			cfg.Sizes, cfg.Volumes = nil, nil
 		}
 		cfg.EdgeBin, cfg.NginxBin = *edge, *nginx
 		_, err = peerbench.Stream(ctx, cfg)
