@@ -316,6 +316,9 @@ func (ex *exchange) release() { exchangePool.Put(ex) }
 const maxCheckBody = 64 << 20
 
 // Hop is what the edge adds to the request as one more proxy on its way.
+// Serve keeps no string of it past its return (a streamed body keeps a
+// copy of RequestID), so the caller may lend views of its own buffers;
+// Tunnels.Serve keeps hop for the tunnel's life.
 type Hop struct {
 	// Peer is the socket peer's address: appended to X-Forwarded-For and
 	// written as Forwarded's for= (empty: neither gets a hop).
@@ -460,7 +463,9 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, ex *exchange, o *origin, reques
 		ctx.Response.SetBody(ex.small)
 		return false
 	}
-	ex.stream = responseBody{p: p, ex: ex, src: resp.BodyStream(), conn: ex.conn, o: o, id: requestID, atEnd: atEnd}
+	// The stream outlives Serve, and the id may be a view of the caller's
+	// buffer (Hop): it keeps a copy.
+	ex.stream = responseBody{p: p, ex: ex, src: resp.BodyStream(), conn: ex.conn, o: o, id: strings.Clone(requestID), atEnd: atEnd}
 	p.register(ex.conn)
 	ctx.Response.SetBodyStream(&ex.stream, max(n, -1))
 	// The server holds the header in its write buffer until the first
@@ -848,7 +853,7 @@ func (p *Proxy) record(o *origin, why reason, err error, requestID string) {
 	}
 	p.log.Warn("origin request failed",
 		"origin", o.url, "reason", why.String(), "err", err,
-		"request_id", requestID, "suppressed", o.suppressed.Swap(0))
+		"request_id", strings.Clone(requestID), "suppressed", o.suppressed.Swap(0))
 }
 
 // logStream logs a streamed body that did not end well. It says nothing
@@ -860,7 +865,7 @@ func (p *Proxy) logStream(o *origin, end streamEnd, err error, requestID string)
 	}
 	p.log.Info("origin response stream cut short",
 		"origin", o.url, "end", end.String(), "err", err,
-		"request_id", requestID, "suppressed", o.suppressed.Swap(0))
+		"request_id", strings.Clone(requestID), "suppressed", o.suppressed.Swap(0))
 }
 
 // mayLog keeps an outage from turning into one log line per request: at

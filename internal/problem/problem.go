@@ -6,6 +6,7 @@ package problem
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 )
@@ -46,13 +47,77 @@ type Problem struct {
 
 // Write answers with p; retryAfter is at least 1.
 func Write(ctx *fasthttp.RequestCtx, p Problem, retryAfter int64) {
+	var buf [512]byte
+	WriteBody(ctx, p.Status, p.AppendJSON(buf[:0]), retryAfter)
+}
+
+// WriteBody answers status with body, a problem document p.AppendJSON
+// gave (a caller answering the same problem again keeps its body instead
+// of encoding it each time); retryAfter is at least 1.
+func WriteBody(ctx *fasthttp.RequestCtx, status int, body []byte, retryAfter int64) {
 	ctx.Response.Reset()
-	ctx.SetStatusCode(p.Status)
-	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(retryAfter, 1), 10))
-	ctx.Response.Header.Set("Cache-Control", "no-store")
-	ctx.SetContentType("application/problem+json")
-	body, _ := json.Marshal(p) // plain strings and ints: cannot fail
+	ctx.SetStatusCode(status)
+	var num [20]byte
+	ctx.Response.Header.SetCanonical(fieldRetryAfter, strconv.AppendInt(num[:0], max(retryAfter, 1), 10))
+	ctx.Response.Header.SetCanonical(fieldCacheControl, noStore)
+	ctx.Response.Header.SetContentTypeBytes(contentType)
 	ctx.SetBody(body)
+}
+
+var (
+	fieldRetryAfter   = []byte("Retry-After")
+	fieldCacheControl = []byte("Cache-Control")
+	noStore           = []byte("no-store")
+	contentType       = []byte("application/problem+json")
+)
+
+// AppendJSON appends p as encoding/json writes it (the struct's tags,
+// omitempty, HTML-safe escapes), byte for byte, without allocating when
+// its strings need no escape beyond a quote or a backslash.
+func (p Problem) AppendJSON(b []byte) []byte {
+	b = append(b, `{"type":`...)
+	b = appendString(b, p.Type)
+	b = append(b, `,"title":`...)
+	b = appendString(b, p.Title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(p.Status), 10)
+	if p.Detail != "" {
+		b = append(b, `,"detail":`...)
+		b = appendString(b, p.Detail)
+	}
+	if len(p.Violated) > 0 {
+		b = append(b, `,"violated-policies":[`...)
+		for i, v := range p.Violated {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, v)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string, as encoding/json does: printable
+// ASCII as is, '"' and '\\' escaped; anything else (control characters,
+// '<', '>', '&', non-ASCII) is left to encoding/json itself.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '<' || c == '>' || c == '&' {
+			// A clone: s itself must not escape, or neither could a
+			// caller's stack array of strings.
+			q, _ := json.Marshal(strings.Clone(s)) // a string: cannot fail
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return append(b, '"')
 }
 
 // NotProcessed marks a response the edge gave before any origin work: the

@@ -1,6 +1,7 @@
 package problem
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,4 +45,34 @@ func TestAnswers(t *testing.T) {
 			require.Equal(t, tc.closes, ctx.Response.ConnectionClose())
 		})
 	}
+}
+
+// AppendJSON writes what encoding/json writes, byte for byte, whatever the
+// strings hold: a rule id or a detail with quotes, backslashes, HTML
+// characters, control characters, non-ASCII or invalid UTF-8.
+func TestAppendJSONIsEncodingJSON(t *testing.T) {
+	for _, s := range []string{
+		"", "plain", `quo"te`, `back\slash`, "<script>", "a&b", "a>b", "tab\there", "nul\x00", "caf\u00e9",
+		"line\u2028sep", "bad\xffutf8", "\x7f del", "per-ip", "a/b.c_d~e:f",
+	} {
+		for _, p := range []Problem{
+			{Type: QuotaExceeded, Title: "Too Many Requests", Status: 429, Detail: s, Violated: []string{s, "per-ip"}},
+			{Type: s, Title: s, Status: 400},
+			{Type: "about:blank", Title: "Bad Request", Status: 400, Detail: "x", Violated: []string{}},
+		} {
+			want, err := json.Marshal(p)
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(p.AppendJSON(nil)), "%q", s)
+		}
+	}
+}
+
+// Writing a problem allocates nothing when its strings need no escaping
+// beyond a quote or a backslash (the edge's own problems, rule ids).
+func TestWriteDoesNotAllocate(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	p := Problem{Type: QuotaExceeded, Title: "Too Many Requests", Status: 429, Detail: `retry after "Retry-After"`, Violated: []string{"per-ip", "per-key"}}
+	Write(&ctx, p, 3600) // the response's buffers grown once
+	require.Zero(t, testing.AllocsPerRun(100, func() { Write(&ctx, p, 3600) }))
+	require.Equal(t, "3600", string(ctx.Response.Header.Peek("Retry-After")))
 }

@@ -324,7 +324,7 @@ func (l *Limiter) decideGlobal(ctx context.Context, ps []pending, outs []Decisio
 			// Homed here: a leased check on this region's store, with
 			// its denials cached as a leased check's are.
 			if !c.Shadow {
-				if d, ok := l.cache.get(p.key, c.Limit, c.Cost, now); ok {
+				if d, ok := l.cache.get(c.Limit, c.Cost, now); ok {
 					d.Limit = orig.Limit.Limit
 					outs[p.i] = d.from(SourcePrefilter, nil)
 					l.metrics.prefilterHits.Inc()

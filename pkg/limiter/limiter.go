@@ -298,9 +298,7 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) (Verdict, error) {
 // the verdict), else a new slice; into may be nil.
 func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider, into []Decision) (Verdict, error) {
 	now := l.now()
-	var keyBuf [4]string
-	keys, err := l.prepare(checks, keyBuf[:0])
-	if err != nil {
+	if err := validChecks(checks); err != nil {
 		return Verdict{}, err
 	}
 	if cap(into) < len(checks) {
@@ -312,15 +310,18 @@ func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider, in
 		v.Checks[i] = Decision{Limit: c.Limit.Limit, Remaining: c.Limit.Limit, Source: SourceSkipped}
 		peeks = peeks || c.Peek
 	}
+	var keyBuf [4]string
 	if peeks {
-		return l.decideWithPeeks(ctx, checks, keys, r, v, now)
+		return l.decideWithPeeks(ctx, checks, memKeys(checks, keyBuf[:0]), r, v, now)
 	}
 	// 1. Over-limit cache: a denial known locally costs no call, and the
-	// request is refused before anything is counted.
-	if l.prefiltered(checks, keys, v.Checks, now) {
+	// request is refused before anything is counted (or allocated: the
+	// checks' memKeys are built after it).
+	if l.prefiltered(checks, v.Checks, now) {
 		v.Allowed = false
 		return v, nil
 	}
+	keys := memKeys(checks, keyBuf[:0])
 	// 2. Per-key coalescing: checks whose key has a call in flight join the
 	// next call for that key; the others lead, in one pipeline.
 	var leadBuf, leasedBuf [2]pending
@@ -343,28 +344,35 @@ func (l *Limiter) DecideRiding(ctx context.Context, checks []Check, r *Rider, in
 	return v, nil
 }
 
-// prepare checks every check and returns their memKeys (appended to keys).
-func (l *Limiter) prepare(checks []Check, keys []string) ([]string, error) {
+// validChecks reports the first check the limiter cannot decide.
+func validChecks(checks []Check) error {
 	for i, c := range checks {
 		if err := (Request{Limit: c.Limit, Cost: c.Cost}).valid(); err != nil {
-			return nil, fmt.Errorf("check %d: %w", i, err)
+			return fmt.Errorf("check %d: %w", i, err)
 		}
 		if err := errors.Join(c.leaseProblem(), c.globalProblem(), c.peekProblem()); err != nil {
-			return nil, fmt.Errorf("check %d: %w", i, err)
+			return fmt.Errorf("check %d: %w", i, err)
 		}
+	}
+	return nil
+}
+
+// memKeys appends the checks' memKeys to keys.
+func memKeys(checks []Check, keys []string) []string {
+	for _, c := range checks {
 		keys = append(keys, memKey(c.Limit))
 	}
-	return keys, nil
+	return keys
 }
 
 // prefiltered reports whether the over-limit cache denies one of the
 // checks, and records that denial in outs.
-func (l *Limiter) prefiltered(checks []Check, keys []string, outs []Decision, now time.Time) bool {
+func (l *Limiter) prefiltered(checks []Check, outs []Decision, now time.Time) bool {
 	for i, c := range checks {
 		if c.Shadow || c.Limit.Algorithm.Spec().Held {
 			continue
 		}
-		if d, ok := l.cache.get(keys[i], c.Limit, c.Cost, now); ok {
+		if d, ok := l.cache.get(c.Limit, c.Cost, now); ok {
 			outs[i] = d.from(SourcePrefilter, nil)
 			l.metrics.prefilterHits.Inc()
 			l.metrics.record(SourcePrefilter, 1)

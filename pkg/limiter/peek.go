@@ -66,7 +66,7 @@ func (l *Limiter) decideWithPeeks(ctx context.Context, checks []Check, keys []st
 // the store and never coalesced with takes.
 func (l *Limiter) peek(ctx context.Context, c Check, key string, now time.Time) (Decision, error) {
 	if !c.Limit.Algorithm.Spec().Held {
-		if d, ok := l.cache.get(key, c.Limit, c.Cost, now); ok {
+		if d, ok := l.cache.get(c.Limit, c.Cost, now); ok {
 			l.metrics.prefilterHits.Inc()
 			l.metrics.record(SourcePrefilter, 1)
 			return d.from(SourcePrefilter, nil), nil

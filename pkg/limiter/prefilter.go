@@ -24,8 +24,17 @@ type overLimitCache struct {
 
 type cacheShard struct {
 	mu sync.Mutex
-	m  map[string]cached
+	m  map[cacheKey]cached
 }
+
+// cacheKey is a limit's key, algorithms apart (as memKey keeps them): a
+// lookup builds no string, so a denial the cache answers allocates nothing.
+type cacheKey struct {
+	alg Algorithm
+	key string
+}
+
+func cacheKeyOf(l Limit) cacheKey { return cacheKey{l.Algorithm, l.Key} }
 
 type cached struct {
 	until, reset time.Time
@@ -37,24 +46,24 @@ func newOverLimitCache(size int) *overLimitCache {
 	c := &overLimitCache{seed: maphash.MakeSeed()}
 	c.perCap = max(1, size/len(c.shards))
 	for i := range c.shards {
-		c.shards[i].m = make(map[string]cached)
+		c.shards[i].m = make(map[cacheKey]cached)
 	}
 	return c
 }
 
-func (c *overLimitCache) shard(key string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
+func (c *overLimitCache) shard(key cacheKey) *cacheShard {
+	return &c.shards[maphash.String(c.seed, key.key)%uint64(len(c.shards))]
 }
 
 func (c *overLimitCache) generation() uint64 { return c.gen.Load() }
 
 // get returns a local denial for a check of cost, if one is known: only for a
 // cost at least the one the cached retry time was computed for.
-// key is memKey(l).
-func (c *overLimitCache) get(key string, l Limit, cost int64, now time.Time) (Decision, bool) {
+func (c *overLimitCache) get(l Limit, cost int64, now time.Time) (Decision, bool) {
 	if c.n.Load() == 0 {
 		return Decision{}, false
 	}
+	key := cacheKeyOf(l)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e, ok := sh.m[key]
@@ -81,7 +90,7 @@ func (c *overLimitCache) put(l Limit, need int64, d Decision, sent time.Time, ge
 	if gen != c.gen.Load() {
 		return
 	}
-	key := memKey(l)
+	key := cacheKeyOf(l)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -102,7 +111,7 @@ func (c *overLimitCache) put(l Limit, need int64, d Decision, sent time.Time, ge
 }
 
 func (c *overLimitCache) drop(l Limit) {
-	key := memKey(l)
+	key := cacheKeyOf(l)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	sh.delete(c, key)
@@ -110,7 +119,7 @@ func (c *overLimitCache) drop(l Limit) {
 }
 
 // delete takes key out of sh (locked), counted in c.n.
-func (sh *cacheShard) delete(c *overLimitCache, key string) {
+func (sh *cacheShard) delete(c *overLimitCache, key cacheKey) {
 	if _, ok := sh.m[key]; ok {
 		delete(sh.m, key)
 		c.n.Add(-1)

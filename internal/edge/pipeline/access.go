@@ -20,11 +20,12 @@ func (e *Pipeline) logAccess(ctx *fasthttp.RequestCtx, start time.Time, total ti
 	}
 	id := sc.id
 	if id == "" {
-		id = e.requestID(ctx, false) // a line of its own to grep for
+		id = e.requestID(ctx, false, &sc.idBuf) // a line of its own to grep for
 	}
+	var client [64]byte
 	line := e.access.Begin(start).
 		Str("id", id).
-		Str("client", clientString(sc))
+		Str("client", appendClient(client[:0], sc))
 	if sc.unread {
 		// fasthttp could not read the request: its host, method and path
 		// are fasthttp's defaults, not the client's.
@@ -99,6 +100,14 @@ func clientString(sc *scratch) string {
 		return ""
 	}
 	return sc.client.String()
+}
+
+// appendClient is clientString written into b, for a line that copies it.
+func appendClient(b []byte, sc *scratch) string {
+	if !sc.client.IsValid() {
+		return ""
+	}
+	return b2s(sc.client.AppendTo(b))
 }
 
 // decisionOf is the access log's decision: allowed, denied (a rule),

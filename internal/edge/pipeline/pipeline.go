@@ -132,6 +132,11 @@ type recorded struct {
 	// fasthttp could not read it.
 	refusal string
 	unread  bool
+	// idBuf and peerBuf hold the request id the edge made and the peer's
+	// address as text, for the request's length (id and the origin's hop
+	// are views of them).
+	idBuf   [32]byte
+	peerBuf [64]byte
 }
 
 func newScratch() any {

@@ -114,13 +114,18 @@ func hasRateLimitField(h *fasthttp.ResponseHeader) bool {
 // capacity, a concurrency rule's slots).
 func quota(r *rules.CompiledRule) int64 { return ruleLimit(r, "").Capacity() }
 
-// rulePolicy is what a rule writes into the RateLimit fields whatever the
-// request: its quoted id and its RateLimit-Policy item.
-type rulePolicy struct{ id, item string }
+// rulePolicy is what a rule writes into an answer whatever the request:
+// its quoted id and its RateLimit-Policy item for the RateLimit fields, and
+// the problem document of a 429 it alone denied.
+type rulePolicy struct {
+	id, item string
+	denied   []byte
+}
 
 // policies caches each compiled rule's rulePolicy: a compiled rule never
-// changes, so its item is built once, not per response. Rules reloads
-// forget them (ForgetPolicies); so does growing past maxPolicies.
+// changes, so its item and its 429's body are built once, not per
+// response. Rules reloads forget them (ForgetPolicies); so does growing
+// past maxPolicies.
 var (
 	policies  sync.Map // *rules.CompiledRule → rulePolicy
 	policiesN atomic.Int64
@@ -137,7 +142,7 @@ func policyOf(r *rules.CompiledRule) rulePolicy {
 	if !r.Algorithm.Spec().Held { // held units have no window
 		item += ";w=" + strconv.FormatInt(seconds(r.Window), 10)
 	}
-	p := rulePolicy{id: id, item: item}
+	p := rulePolicy{id: id, item: item, denied: quotaExceeded([]string{r.ID}).AppendJSON(nil)}
 	if policiesN.Add(1) > maxPolicies {
 		ForgetPolicies()
 	}
@@ -152,22 +157,37 @@ func ForgetPolicies() {
 	policiesN.Store(0)
 }
 
-// deny answers 429 for the rules that denied.
+// deny answers 429 for the rules that denied: with one rule denying (a
+// flood's usual case), the body its policy keeps; with more, one built
+// here.
 func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
-	var violated []string
+	var violatedBuf [8]string
+	violated := violatedBuf[:0]
 	var retry time.Duration
+	var only *rules.CompiledRule
 	for _, a := range as {
 		if !a.skipped && !a.out.Allowed {
 			violated = append(violated, a.rule.ID)
 			retry = max(retry, a.out.RetryAfter, time.Second)
+			only = a.rule
 		}
 	}
-	problem.Write(ctx, problem.Problem{
+	if len(violated) == 1 {
+		problem.WriteBody(ctx, fasthttp.StatusTooManyRequests, policyOf(only).denied, seconds(retry))
+	} else {
+		var buf [512]byte
+		problem.WriteBody(ctx, fasthttp.StatusTooManyRequests, quotaExceeded(violated).AppendJSON(buf[:0]), seconds(retry))
+	}
+	setRateLimitFields(&ctx.Response.Header, as, legacy)
+}
+
+// quotaExceeded is the problem a 429 answers, for the rules violated.
+func quotaExceeded(violated []string) problem.Problem {
+	return problem.Problem{
 		Type:     problem.QuotaExceeded,
 		Title:    "Too Many Requests",
 		Status:   fasthttp.StatusTooManyRequests,
 		Detail:   "request quota exceeded; retry after the time in Retry-After",
 		Violated: violated,
-	}, seconds(retry))
-	setRateLimitFields(&ctx.Response.Header, as, legacy)
+	}
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -26,12 +27,15 @@ import (
 // them (the write and read-idle timeouts bound it instead).
 func (e *Pipeline) proxyStage(sc *scratch) string {
 	ctx := sc.ctx
-	hop := origin.Hop{Peer: sc.peer.String(), Trusted: sc.trusted, RequestID: e.requestID(ctx, sc.trusted), AtEnd: sc.atEnd}
+	// The peer and the request id are views of the scratch's buffers:
+	// what keeps them past the request (a tunnel, a streamed body, a test's
+	// seen) keeps a copy.
+	hop := origin.Hop{Peer: b2s(sc.peer.AppendTo(sc.peerBuf[:0])), Trusted: sc.trusted, RequestID: e.requestID(ctx, sc.trusted, &sc.idBuf), AtEnd: sc.atEnd}
 	if sc.paths.ForwardNormalized {
 		hop.Path = sc.path
 	}
 	if e.seen != nil {
-		e.seen(ctx, &sc.req, hop.RequestID)
+		e.seen(ctx, &sc.req, strings.Clone(hop.RequestID))
 	}
 	sc.id = hop.RequestID
 	octx, ospan := e.tracing.child(sc.trace, "origin.request")
@@ -41,6 +45,7 @@ func (e *Pipeline) proxyStage(sc *scratch) string {
 	if e.tunnels.Wants(ctx) {
 		// An upgrade (tunnel.go): a tunnel holds a concurrency slot to
 		// its close, and writes a line of its own then.
+		hop.Peer, hop.RequestID = strings.Clone(hop.Peer), strings.Clone(hop.RequestID)
 		opened := e.tunnels.Serve(ctx, pool, hop, e.tunnelClosed(ctx, sc, hop.RequestID))
 		sc.endHandedOn = sc.atEnd != nil && opened
 	} else {
@@ -59,14 +64,16 @@ func (e *Pipeline) proxyStage(sc *scratch) string {
 	return outcomeProxied
 }
 
-// requestID keeps a trusted proxy's well-formed X-Request-ID, or makes one.
-func (e *Pipeline) requestID(ctx *fasthttp.RequestCtx, trusted bool) string {
+// requestID keeps a trusted proxy's well-formed X-Request-ID, or makes one
+// in buf: the id is then a view of buf, good while buf is not written again.
+func (e *Pipeline) requestID(ctx *fasthttp.RequestCtx, trusted bool, buf *[32]byte) string {
 	if id := ctx.Request.Header.Peek("X-Request-ID"); trusted && validRequestID(id) {
 		return string(id)
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	hex.Encode(buf[:], b[:])
+	return b2s(buf[:])
 }
 
 func validRequestID(id []byte) bool {
