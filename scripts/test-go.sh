@@ -10,7 +10,9 @@
 # beside them takes about as long as the heavy ones alone. A HEAVY_PKGS
 # entry that is no package of the module, or listed twice, is an error, so a
 # package can be neither skipped nor run twice; a new package runs with the
-# light ones.
+# light ones. internal/edge's allocation tests (named Allocs, built only
+# without the race detector, whose instrumentation allocates) run once more
+# in a build of their own after the light packages.
 #
 #   GO (go), TIMEOUT (12m, per test binary), HEAVY_PKGS (packages, one an
 #   entry: import paths or ./dirs)
@@ -52,7 +54,12 @@ t0=$SECONDS
 # shellcheck disable=SC2086 # lists of packages
 {
 	env --default-signal=INT $GO test -race -count=1 -timeout "$TIMEOUT" -p 1 $light >"$light_out" 2>&1
-	echo "$? $((SECONDS - t0))" >"$light_out.rc"
+	rc=$?
+	# Allocation counts, asserted only in a build without the race
+	# detector (its instrumentation allocates): the tests named Allocs in
+	# files built with !race.
+	env --default-signal=INT $GO test -count=1 -timeout "$TIMEOUT" -run 'Allocs' ./internal/edge/ >>"$light_out" 2>&1 || rc=1
+	echo "$rc $((SECONDS - t0))" >"$light_out.rc"
 } &
 light_pid=$!
 # shellcheck disable=SC2086

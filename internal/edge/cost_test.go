@@ -60,22 +60,3 @@ func TestDeniedFloodMakesNoStoreCall(t *testing.T) {
 	}
 	require.Equal(t, calls, evalshaCalls(t, rd.Addr), "script calls during %d denials the cache knew", flood)
 }
-
-// What a request costs in allocations on each path, counted by
-// testing.AllocsPerRun (a count, not a time: the same on any machine).
-// The bounds are today's figures: a change that allocates more on one of
-// these paths fails here.
-func TestPipelineCostAllocs(t *testing.T) {
-	if raceDetector {
-		t.Skip("the race detector allocates on its own: run without -race")
-	}
-	most := map[string]float64{"denied": 3, "proxied": 2, "shed": 0}
-	for _, p := range costPaths {
-		t.Run(p.name, func(t *testing.T) {
-			one := costEdge(t, p)
-			allocs := testing.AllocsPerRun(500, one)
-			t.Logf("%s: %.2f allocs per request", p.name, allocs)
-			require.LessOrEqual(t, allocs, most[p.name])
-		})
-	}
-}

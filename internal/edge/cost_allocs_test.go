@@ -1,0 +1,27 @@
+//go:build !race
+
+package edge
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// What a request costs in allocations on each path, counted by
+// testing.AllocsPerRun (a count, not a time: the same on any machine).
+// The bounds are today's figures: a change that allocates more on one of
+// these paths fails here. Built without the race detector only (its
+// instrumentation allocates, and sync.Pool drops items at random under
+// it): scripts/test-go.sh runs it in a build of its own.
+func TestPipelineCostAllocs(t *testing.T) {
+	most := map[string]float64{"denied": 3, "proxied": 2, "shed": 0}
+	for _, p := range costPaths {
+		t.Run(p.name, func(t *testing.T) {
+			one := costEdge(t, p)
+			allocs := testing.AllocsPerRun(500, one)
+			t.Logf("%s: %.2f allocs per request", p.name, allocs)
+			require.LessOrEqual(t, allocs, most[p.name])
+		})
+	}
+}
