@@ -161,7 +161,7 @@ dashboards-check:
 	promtool test rules dashboards/alerts/edgeguard.test.yml
 
 # Benchmarks against real Redis (standalone and Cluster), started by the
-# harness; see BENCHMARKS.md for the figures and how to compare runs.
+# harness; see docs/perf-notes.md for how to compare runs.
 BENCH      ?= .
 BENCHTIME  ?= 1s
 COUNT      ?= 1
