@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -119,10 +120,10 @@ func Parse(doc []byte) (*Table, error) {
 	}
 	if root.Content[0].Kind != yaml.MappingNode {
 		// Not a table at all: yaml.v3 says so in Table's terms.
-		problems(decodeStrict(doc, &t), false)
+		problems(root.Decode(&t), false)
 	} else {
 		var d document
-		problems(decodeStrict(doc, &d), false)
+		problems(decodeStrict(&root, &d), false)
 		t.Schema, t.Pools, t.Defaults = d.Schema, d.Pools, d.Defaults
 		if n := len(d.Hosts.Content) / 2; d.Hosts.Kind == yaml.MappingNode && n > MaxHosts {
 			// Validate's problem, before decoding entries refused anyway.
@@ -156,11 +157,60 @@ type document struct {
 	Defaults *Defaults       `yaml:"defaults"`
 }
 
-// decodeStrict decodes doc into out, unknown fields being errors.
-func decodeStrict(doc []byte, out any) error {
-	dec := yaml.NewDecoder(bytes.NewReader(doc))
-	dec.KnownFields(true)
-	return dec.Decode(out)
+// decodeStrict decodes the tree into out as yaml.v3's strict decoder
+// would, without parsing the document again: a mapping key that is not a
+// field of the struct it decodes into is an error, with yaml.v3's message.
+func decodeStrict(root *yaml.Node, out any) error {
+	err := root.Decode(out)
+	unknown := unknownFields(root, reflect.TypeOf(out).Elem(), nil)
+	if len(unknown) == 0 {
+		return err
+	}
+	return &yaml.TypeError{Errors: append(typeErrors(err), unknown...)}
+}
+
+var (
+	nodeType        = reflect.TypeFor[yaml.Node]()
+	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+)
+
+// unknownFields appends to msgs a message for every mapping key under n
+// that names no field of the struct it decodes into (t: n's Go type).
+func unknownFields(n *yaml.Node, t reflect.Type, msgs []string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nodeType || reflect.PointerTo(t).Implements(unmarshalerType) {
+		return msgs
+	}
+	switch {
+	case n.Kind == yaml.DocumentNode:
+		for _, c := range n.Content {
+			msgs = unknownFields(c, t, msgs)
+		}
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
+		fields := structFields(t)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				continue // not a field name: a type error of its own
+			}
+			if ft, ok := fields[k.Value]; ok {
+				msgs = unknownFields(n.Content[i+1], ft, msgs)
+			} else {
+				msgs = append(msgs, fmt.Sprintf("line %d: field %s not found in type %s", k.Line, k.Value, t))
+			}
+		}
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Map:
+		for i := 1; i < len(n.Content); i += 2 {
+			msgs = unknownFields(n.Content[i], t.Elem(), msgs)
+		}
+	case n.Kind == yaml.SequenceNode && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+		for _, c := range n.Content {
+			msgs = unknownFields(c, t.Elem(), msgs)
+		}
+	}
+	return msgs
 }
 
 // decodeHosts decodes the hosts mapping n as a strict decoder would into a
@@ -207,13 +257,7 @@ func decodeHosts(n *yaml.Node) (map[string]Host, error) {
 		var h Host
 		err := v.Decode(&h)
 		msgs = append(msgs, typeErrors(err)...)
-		if v.Kind == yaml.MappingNode {
-			for j := 0; j+1 < len(v.Content); j += 2 {
-				if f := v.Content[j]; f.Kind == yaml.ScalarNode && !hostFields[f.Value] {
-					msgs = append(msgs, fmt.Sprintf("line %d: field %s not found in type hosts.Host", f.Line, f.Value))
-				}
-			}
-		}
+		msgs = unknownFields(v, hostType, msgs)
 		if err == nil || v.Kind == yaml.MappingNode {
 			out[name] = h
 		}
@@ -237,23 +281,29 @@ func typeErrors(err error) []string {
 	}
 }
 
-// hostFields are Host's YAML fields: what a host entry may hold.
-var hostFields = yamlFields(reflect.TypeFor[Host]())
+var hostType = reflect.TypeFor[Host]()
 
-// yamlFields are the YAML field names of struct type t, those of its
-// inline fields included.
-func yamlFields(t reflect.Type) map[string]bool {
-	out := map[string]bool{}
+// fieldsOf caches structFields by type: reflect.Type -> map[string]reflect.Type.
+var fieldsOf sync.Map
+
+// structFields maps the YAML field names of struct type t, those of its
+// inline fields included, to their types.
+func structFields(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldsOf.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	out := map[string]reflect.Type{}
+	defer fieldsOf.Store(t, out)
 	for f := range t.Fields() {
 		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		switch {
 		case opts == "inline":
-			maps.Copy(out, yamlFields(f.Type))
+			maps.Copy(out, structFields(f.Type))
 		case name == "-" || !f.IsExported():
 		case name == "":
-			out[strings.ToLower(f.Name)] = true
+			out[strings.ToLower(f.Name)] = f.Type
 		default:
-			out[name] = true
+			out[name] = f.Type
 		}
 	}
 	return out
@@ -307,32 +357,49 @@ func unsupported(root *yaml.Node) *Problem {
 			}
 		}
 	}
-	var walk func(n *yaml.Node, path string) *Problem
-	walk = func(n *yaml.Node, path string) *Problem {
+	var steps []string // the keys down to the node walked; "\x00" marks the others
+	path := func() string {
+		p := ""
+		for _, s := range steps {
+			switch {
+			case s == "\x00": // a document's content
+			case strings.HasPrefix(s, "\x00["): // a sequence item
+				p += s[1:]
+			default:
+				p = dotted(p, quote(s))
+			}
+		}
+		return p
+	}
+	var walk func(n *yaml.Node) *Problem
+	walk = func(n *yaml.Node) *Problem {
 		if n.Kind == yaml.AliasNode || n.Anchor != "" {
 			return &Problem{Line: n.Line, Msg: "YAML anchors and aliases are not allowed"}
 		}
 		if n.Kind == yaml.MappingNode && n != hostsMap && len(n.Content)/2 > maxMappingKeys {
-			return &Problem{Line: n.Line, Path: path, Msg: fmt.Sprintf("a mapping of %d keys, at most %d", len(n.Content)/2, maxMappingKeys)}
+			return &Problem{Line: n.Line, Path: path(), Msg: fmt.Sprintf("a mapping of %d keys, at most %d", len(n.Content)/2, maxMappingKeys)}
 		}
 		for i, c := range n.Content {
-			p := path
 			switch n.Kind {
 			case yaml.MappingNode:
 				if i%2 == 0 && c.ShortTag() == "!!merge" {
 					return &Problem{Line: c.Line, Msg: "YAML merge keys (<<) are not allowed"}
 				}
-				p = dotted(path, quote(n.Content[i&^1].Value))
+				steps = append(steps, n.Content[i&^1].Value)
 			case yaml.SequenceNode:
-				p = path + "[" + strconv.Itoa(i) + "]"
+				steps = append(steps, "\x00["+strconv.Itoa(i)+"]")
+			default:
+				steps = append(steps, "\x00")
 			}
-			if bad := walk(c, p); bad != nil {
+			bad := walk(c)
+			steps = steps[:len(steps)-1]
+			if bad != nil {
 				return bad
 			}
 		}
 		return nil
 	}
-	return walk(root, "")
+	return walk(root)
 }
 
 func dotted(path, key string) string {
