@@ -70,9 +70,11 @@ func Problems(err error) []*Problem {
 }
 
 // Parse reads a host table strictly (unknown and repeated fields, a bare
-// number for a duration, anchors and aliases and a second document are all
-// errors), validates it and returns it with its host patterns normalised.
-// The error holds every problem, each with its line.
+// number for a duration, anchors, aliases and merge keys, a mapping other
+// than hosts over 512 keys and a second document are all errors),
+// validates it and returns it with its host patterns normalised. The error
+// holds every problem, each with its line. Its time is linear in the
+// document's size.
 func Parse(doc []byte) (*Table, error) {
 	if len(doc) > MaxDocumentSize {
 		return nil, &Problem{Msg: fmt.Sprintf("document of %d bytes is over the %d byte limit", len(doc), MaxDocumentSize)}
