@@ -32,17 +32,17 @@ const DefaultPool = "default"
 // SchemaVersion is the only document version this package reads.
 const SchemaVersion = 1
 
-// Limits on one document. They keep a table in one Consul value (no parts,
-// so an edge reads it in one consistent query) whose push, the history
-// entry holding it again included, fits Consul's 512 KiB transaction; and
-// they bound what a malformed or hostile document can cost an edge to read.
-// In practice the size comes first: 128 KiB hold about 3,500 entries of a
-// typical length; a wildcard stands for any number of hosts.
+// Limits on one document. They bound what a malformed or hostile document
+// can cost an edge to read and hold, at sizes that fit a large CDN's table:
+// 8 MiB hold 100,000 entries of up to about 80 bytes (a typical entry is
+// 35 to 50). A table over region.InlineMax is stored in Consul in parts,
+// read back whole (package region); a wildcard stands for any number of
+// hosts.
 const (
-	MaxDocumentSize = 128 << 10 // bytes of YAML
-	MaxHosts        = 5000      // host entries
-	MaxPools        = 256       // pools, each with its own connections and health checks
-	MaxURLsPerPool  = 64        // origins in one pool
+	MaxDocumentSize = 8 << 20 // bytes of YAML
+	MaxHosts        = 100000  // host entries
+	MaxPools        = 256     // pools, each with its own connections and health checks
+	MaxURLsPerPool  = 64      // origins in one pool
 	MaxPoolNameLen  = 64
 )
 

@@ -47,15 +47,19 @@ func (a *app) readHostsFile(path, tail string) ([]byte, *hosts.Table, error) {
 // emptyTable is what an absent table means: every host to the default pool.
 func emptyTable() *hosts.Table { return &hosts.Table{Schema: hosts.SchemaVersion} }
 
-// storedHosts reads a region's host table: the empty table and version ""
-// when absent; err exits with ExitInvalid when it does not parse.
+// storedHosts reads a region's host table (whole, when stored in parts):
+// the empty table and version "" when absent; err exits with ExitInvalid
+// when it does not parse.
 func (s *session) storedHosts(r string) (t *hosts.Table, raw []byte, index uint64, version string, err error) {
-	raw, index, err = s.get(r, s.layout.Hosts(r))
+	stored, index, err := s.get(r, s.layout.Hosts(r))
 	if err != nil {
 		return nil, nil, 0, "", err
 	}
-	if raw == nil {
+	if stored == nil {
 		return emptyTable(), nil, 0, "", nil
+	}
+	if raw, err = s.resolve(r, stored); err != nil {
+		return nil, nil, 0, "", fmt.Errorf("the host table of %s: %w", r, err)
 	}
 	t, err = hosts.Parse(raw)
 	if err != nil {
@@ -482,22 +486,25 @@ func (a *app) hostsRollback(args []string) error {
 		return err
 	}
 	defer s.close()
-	raw, _, err := s.get(r, s.layout.Hosts(r))
-	if err != nil {
+	_, raw, _, _, err := s.storedHosts(r)
+	if err != nil && !isInvalid(err) {
 		return err
 	}
 	hist, err := s.history(r, region.KindHosts)
 	if err != nil {
 		return err
 	}
-	target := rollbackTarget(hist, s.layout.Hosts(r), to, func(doc string) bool { return raw != nil && doc == string(raw) })
+	target := rollbackTarget(hist, s.layout.Hosts(r), to, func(doc string) bool { return raw != nil && region.SameDocument(doc, raw) })
 	if target == nil {
 		if to != "" {
 			return fmt.Errorf("no host table with version %q in the history of %s (see rules history --region %s --kind hosts)", to, r, r)
 		}
 		return fmt.Errorf("no earlier host table in the history of %s: nothing to roll back to", r)
 	}
-	data := []byte(target.Document)
+	data, err := s.resolve(r, []byte(target.Document))
+	if err != nil {
+		return fmt.Errorf("history entry %s: %w", target.Seq, err)
+	}
 	t, err := hosts.Parse(data)
 	if err != nil {
 		return invalidf("history entry %s holds an invalid host table: %s", target.Seq, oneLine(err))

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/hosts"
+	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
 const hostsV1 = `version: 1
@@ -94,7 +95,7 @@ func TestHostsValidate(t *testing.T) {
 	huge := hostsFile(t, "version: 1\n#"+strings.Repeat("x", hosts.MaxDocumentSize)+"\n")
 	r = run(t, "hosts", "validate", huge)
 	require.Equal(t, ExitInvalid, r.code, r)
-	require.Contains(t, r.stderr, huge+": document of 131085 bytes is over the 131072 byte limit")
+	require.Contains(t, r.stderr, huge+": document of 8388621 bytes is over the 8388608 byte limit")
 
 	r = run(t, "hosts", "validate", filepath.Join(t.TempDir(), "absent.yaml"))
 	require.Equal(t, ExitError, r.code, r)
@@ -287,21 +288,9 @@ func TestHostsStoredInvalid(t *testing.T) {
 	require.Equal(t, hostsV1, string(kv(t, euWest, key).Value))
 }
 
-// The largest table the document limit allows is pushed whole, with its
-// history entry, in one Consul transaction.
-func TestHostsPushLargestTable(t *testing.T) {
-	t.Parallel()
-	p := prefix(t)
-	var b strings.Builder
-	b.WriteString("version: 1\npools:\n  p: {urls: [\"http://o:80\"]}\nhosts:\n")
-	for i := 0; ; i++ {
-		line := fmt.Sprintf("  \"h%05d.example.com\": {pool: \"p\"}\n", i)
-		if b.Len()+len(line) > hosts.MaxDocumentSize || i == hosts.MaxHosts {
-			break
-		}
-		b.WriteString(line)
-	}
-	r := run(t, "hosts", "push", "--prefix", p, "--region", "eu-west", hostsFile(t, b.String()))
-	require.Equal(t, ExitOK, r.code, r)
-	require.Equal(t, b.String(), string(kv(t, euWest, p+"hosts/eu-west").Value))
+// The largest table the limits allow fits the parts a document may be
+// stored in (TestHostsTableInPartsReachesTheEdge pushes one over
+// region.InlineMax).
+func TestHostsLimitFitsParts(t *testing.T) {
+	require.LessOrEqual(t, hosts.MaxDocumentSize, region.MaxDocument)
 }

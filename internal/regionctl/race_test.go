@@ -8,3 +8,8 @@ package regionctl
 // `make test` runs) the tests push 4,000 rules, still stored in two
 // parts, and without it 100,000.
 const largeRules = 4_000
+
+// largeHosts is the host count of the large host table test, for the same
+// reason: 10,000 hosts with -race, still over region.InlineMax, and 20,000
+// without.
+const largeHosts = 10_000

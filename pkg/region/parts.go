@@ -301,8 +301,8 @@ func (c *Client) OnPart(f func(region string, i, n int) error) { c.onPart = f }
 // entries were pruned.
 //
 // Collecting never removes a part a committed manifest names: every
-// deletion travels in a transaction that also checks the rules documents
-// are still as read (their ModifyIndex, or still absent), so a push that
+// deletion travels in a transaction that also checks the documents stored
+// in parts (the rules and the host table) are still as read (their ModifyIndex, or still absent), so a push that
 // commits a manifest between the read and the deletion fails the
 // transaction, and the parts are read again (up to three times, then
 // ErrConflict: the parts stay for a later collection). A push racing with
@@ -380,11 +380,18 @@ func (c *Client) unnamedParts(ctx context.Context, region string) ([]string, api
 		return err
 	}
 	// Read after the parts were listed: a part written before the listing
-	// whose manifest commits after this read fails the checks below.
+	// whose manifest commits after this read fails the checks below. The
+	// documents stored in parts are the rules and the host tables (the
+	// region's and its canaries').
 	pairs, _, err := c.api.KV().List(c.layout.Rules(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
 		return nil, nil, classifyIn(region, "reading rules of "+region, err)
 	}
+	hostPairs, _, err := c.api.KV().List(c.layout.hostTables(), (&api.QueryOptions{Datacenter: region, RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, nil, classifyIn(region, "reading host tables of "+region, err)
+	}
+	pairs = append(pairs, hostPairs...)
 	var checks api.TxnOps
 	present := map[string]bool{}
 	for _, p := range pairs {
@@ -394,7 +401,7 @@ func (c *Client) unnamedParts(ctx context.Context, region string) ([]string, api
 		present[p.Key] = true
 		checks = append(checks, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: p.Key, Index: p.ModifyIndex}})
 	}
-	for _, k := range []string{c.layout.GlobalRules(), c.layout.RegionRules(region)} {
+	for _, k := range []string{c.layout.GlobalRules(), c.layout.RegionRules(region), c.layout.Hosts(region)} {
 		if !present[k] {
 			checks = append(checks, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: k}})
 		}

@@ -62,7 +62,9 @@ func (c *Client) WatchPoPShedder(ctx context.Context, region, pop string, fn fun
 // watchPoP watches the kind's prefix for key and pop's canary key of that
 // kind ("" pop: none), calling fn with the canary's value while it exists,
 // key's otherwise (nil and 0 when absent), with the value's ModifyIndex,
-// now and after every change of the value or of which key it came from.
+// now and after every change of the value or of which key it came from. A
+// value stored in parts is passed whole, or not at all: a part that cannot
+// be read is retried, an invalid manifest reported and skipped.
 func (c *Client) watchPoP(ctx context.Context, kind CanaryKind, key, region, pop string, fn func(doc []byte, index uint64, canary bool), onErr func(error)) {
 	canaryKey := ""
 	if pop != "" {
@@ -88,8 +90,17 @@ func (c *Client) watchPoP(ctx context.Context, kind CanaryKind, key, region, pop
 		if !first && bytes.Equal(v, last) && canary == lastCanary {
 			return nil
 		}
-		first, last, lastCanary = false, v, canary
-		fn(v, index, canary)
+		whole, err := c.Resolve(ctx, region, v)
+		if errors.Is(err, ErrInvalidManifest) {
+			// Refused as it stands, not retried (as WatchPoPRules).
+			first, last, lastCanary = false, v, canary
+			return &RefusedError{Err: err}
+		}
+		if err != nil {
+			return err
+		}
+		first, last, lastCanary = false, v, canary // as stored: a manifest is compared, not its parts
+		fn(whole, index, canary)
 		return nil
 	})
 }
