@@ -38,6 +38,21 @@ func (s *server) stop() {
 	}
 }
 
+// startServing starts cmd as startLogged does and waits until it answers
+// HTTP on addr; one that does not is stopped.
+func startServing(ctx context.Context, name, dir string, cmd *exec.Cmd, addr string) (*server, error) {
+	s, err := startLogged(name, dir, cmd)
+	if err != nil {
+		return nil, err
+	}
+	s.addr = addr
+	if err := s.waitReady(ctx, "http://"+addr+"/obj/1"); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
 // logTail is the end of the server's log, for error messages.
 func (s *server) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, s.name+".log"))
@@ -122,16 +137,7 @@ func startOriginAs(ctx context.Context, dir, name, env string) (*server, error) 
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), env+"="+a[0])
-	s, err := startLogged(name, dir, cmd)
-	if err != nil {
-		return nil, err
-	}
-	s.addr = a[0]
-	if err := s.waitReady(ctx, "http://"+s.addr+"/obj/1"); err != nil {
-		s.stop()
-		return nil, err
-	}
-	return s, nil
+	return startServing(ctx, name, dir, cmd, a[0])
 }
 
 // startEdge runs the edge binary in front of origin, with no rules (it
@@ -157,15 +163,11 @@ func startEdgeAs(ctx context.Context, name, bin, dir, origin string, extra ...st
 	// the caller's (a test run's EDGEGUARD_CONSUL names a binary) would be
 	// read as a setting.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "EDGEGUARD_") })
-	s, err := startLogged(name, dir, cmd)
+	s, err := startServing(ctx, name, dir, cmd, a[0])
 	if err != nil {
 		return nil, err
 	}
-	s.addr, s.admin = a[0], a[1]
-	if err := s.waitReady(ctx, "http://"+s.addr+"/obj/1"); err != nil {
-		s.stop()
-		return nil, err
-	}
+	s.admin = a[1]
 	return s, nil
 }
 
@@ -253,13 +255,8 @@ func startNginxAs(ctx context.Context, name, bin, dir string, render func(nd, li
 	if err := os.WriteFile(conf, text, 0o644); err != nil {
 		return nil, err
 	}
-	s, err := startLogged(name, dir, exec.Command(bin, "-p", nd, "-c", conf, "-e", filepath.Join(nd, "error.log")))
+	s, err := startServing(ctx, name, dir, exec.Command(bin, "-p", nd, "-c", conf, "-e", filepath.Join(nd, "error.log")), a[0])
 	if err != nil {
-		return nil, err
-	}
-	s.addr = a[0]
-	if err := s.waitReady(ctx, "http://"+s.addr+"/obj/1"); err != nil {
-		s.stop()
 		b, _ := os.ReadFile(filepath.Join(nd, "error.log"))
 		return nil, fmt.Errorf("%w\nnginx's error log:\n%s", err, b)
 	}

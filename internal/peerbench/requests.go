@@ -382,16 +382,7 @@ func startHAProxy(ctx context.Context, name, bin, dir string, pc peerConf) (*ser
 		defer f.Close()
 		cmd.Stdout = f
 	}
-	s, err := startLogged(name, dir, cmd)
-	if err != nil {
-		return nil, err
-	}
-	s.addr = a[0]
-	if err := s.waitReady(ctx, "http://"+s.addr+"/obj/1"); err != nil {
-		s.stop()
-		return nil, err
-	}
-	return s, nil
+	return startServing(ctx, name, dir, cmd, a[0])
 }
 
 // holdWorkers sends n requests for /hold through the edge, which the
