@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test test-go test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers rls-differential
+.PHONY: build package package-check run test test-go loadtest-test test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers rls-differential
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -46,11 +46,18 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-test: tools lint dashboards-check
-	$(MAKE) --no-print-directory test-go
-	cd loadtest && $(GO) vet ./... && EDGEGUARD_CONSUL="$$(../scripts/install-consul.sh)" $(GO) test -race -count=1 ./...
-	$(MAKE) package-check
+# The lint, the dashboards check, the load-test module's tests and the
+# package check run in the light lane beside the heavy packages
+# (scripts/test-go.sh), where the cores have room; the stack test after.
+test: tools
+	$(MAKE) --no-print-directory test-go \
+		LIGHT_BEFORE='$(MAKE) --no-print-directory lint dashboards-check' \
+		LIGHT_AFTER='$(MAKE) --no-print-directory loadtest-test package-check'
 	$(MAKE) stack-test
+
+# The load-test extension module's own tests (its own go.mod).
+loadtest-test:
+	cd loadtest && $(GO) vet ./... && EDGEGUARD_CONSUL="$$(../scripts/install-consul.sh)" $(GO) test -race -count=1 ./...
 
 # Every package runs under the race detector: they all have concurrency
 # (stores, harness, shedder) or are cheap enough that it costs nothing.
@@ -62,7 +69,7 @@ test: tools lint dashboards-check
 # (scripts/install-h2spec.sh).
 HEAVY_PKGS ?= ./internal/dashcheck ./internal/faults ./internal/edge/e2e ./internal/edge ./pkg/limiter
 test-go:
-	GO='$(GO)' TIMEOUT='$(TIMEOUT)' HEAVY_PKGS='$(HEAVY_PKGS)' ./scripts/test-go.sh
+	GO='$(GO)' TIMEOUT='$(TIMEOUT)' HEAVY_PKGS='$(HEAVY_PKGS)' LIGHT_BEFORE='$(LIGHT_BEFORE)' LIGHT_AFTER='$(LIGHT_AFTER)' ./scripts/test-go.sh
 
 # The tests on a busy machine (scripts/busy.sh): stress-ng noise and
 # stalls of the tests' own Redis servers while BUSY_CMD runs, by default

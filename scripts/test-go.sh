@@ -12,10 +12,15 @@
 # package can be neither skipped nor run twice; a new package runs with the
 # light ones. internal/edge's allocation tests (named Allocs, built only
 # without the race detector, whose instrumentation allocates) run once more
-# in a build of their own after the light packages.
+# in a build of their own after the light packages. `make test` puts its
+# other light steps in that lane too: LIGHT_BEFORE runs before the light
+# packages (the lint and the dashboards check), LIGHT_AFTER after them (the
+# load-test module's tests and the package check); a failing one fails the
+# run, and the light lane's output (theirs included) is printed at the end.
 #
 #   GO (go), TIMEOUT (12m, per test binary), HEAVY_PKGS (packages, one an
-#   entry: import paths or ./dirs)
+#   entry: import paths or ./dirs), LIGHT_BEFORE, LIGHT_AFTER (shell
+#   commands, empty by default)
 # The Consul and h2spec the tests start are the cached ones (tools.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -53,12 +58,21 @@ t0=$SECONDS
 # Ctrl-C stops the light packages as it stops the heavy ones.
 # shellcheck disable=SC2086 # lists of packages
 {
-	env --default-signal=INT $GO test -race -count=1 -timeout "$TIMEOUT" -p 1 $light >"$light_out" 2>&1
-	rc=$?
+	rc=0
+	: >"$light_out"
+	if [ -n "${LIGHT_BEFORE:-}" ]; then
+		echo "test-go: light lane: $LIGHT_BEFORE" >>"$light_out"
+		env --default-signal=INT bash -c "$LIGHT_BEFORE" >>"$light_out" 2>&1 || rc=1
+	fi
+	env --default-signal=INT $GO test -race -count=1 -timeout "$TIMEOUT" -p 1 $light >>"$light_out" 2>&1 || rc=1
 	# Allocation counts, asserted only in a build without the race
 	# detector (its instrumentation allocates): the tests named Allocs in
 	# files built with !race.
 	env --default-signal=INT $GO test -count=1 -timeout "$TIMEOUT" -run 'Allocs' ./internal/edge/ >>"$light_out" 2>&1 || rc=1
+	if [ -n "${LIGHT_AFTER:-}" ]; then
+		echo "test-go: light lane: $LIGHT_AFTER" >>"$light_out"
+		env --default-signal=INT bash -c "$LIGHT_AFTER" >>"$light_out" 2>&1 || rc=1
+	fi
 	echo "$rc $((SECONDS - t0))" >"$light_out.rc"
 } &
 light_pid=$!

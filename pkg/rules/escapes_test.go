@@ -326,3 +326,18 @@ rules:
 		require.Contains(t, err.Error(), want)
 	}
 }
+
+// BenchmarkVersionOverrides: the version of a rule with many overrides
+// sorts them once, quoting each key once (every push and every edge's load
+// computes it).
+func BenchmarkVersionOverrides(b *testing.B) {
+	for _, n := range []int{1000, 100_000} {
+		d := overridesDoc(n)
+		b.Run("overrides="+strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = Version(d)
+			}
+		})
+	}
+}

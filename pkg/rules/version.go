@@ -324,14 +324,26 @@ func appendEntries(buf []byte, v reflect.Value) []byte {
 		order[i] = i
 	}
 	fields := fieldsOf(v.Type().Elem()).list
+	// The order compares list fields by their quoted strings: each entry's
+	// are quoted once here, not at every comparison (a rule with 100,000
+	// overrides sorted in about 3.4 million quotings before).
+	quoted := make([][][]string, len(fields))
+	for k, g := range fields {
+		if v.Type().Elem().Field(g.index).Type.Kind() != reflect.Slice {
+			continue
+		}
+		quoted[k] = make([][]string, v.Len())
+		for i := range quoted[k] {
+			quoted[k][i] = quoteAll(v.Index(i).Field(g.index).Interface().([]string))
+		}
+	}
 	slices.SortFunc(order, func(a, b int) int {
-		for _, g := range fields {
-			x, y := v.Index(a).Field(g.index), v.Index(b).Field(g.index)
+		for k, g := range fields {
 			var c int
-			if x.Kind() == reflect.Slice {
-				c = slices.Compare(quoteAll(x.Interface().([]string)), quoteAll(y.Interface().([]string)))
+			if q := quoted[k]; q != nil {
+				c = slices.Compare(q[a], q[b])
 			} else {
-				c = cmp.Compare(x.Int(), y.Int())
+				c = cmp.Compare(v.Index(a).Field(g.index).Int(), v.Index(b).Field(g.index).Int())
 			}
 			if c != 0 {
 				return c
