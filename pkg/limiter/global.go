@@ -551,7 +551,16 @@ func (g *Global) refill(h *home, a *away, key string, now time.Time) {
 		if d.Lease.state != a.from.state {
 			a.drop() // another window: the old one's units end with it
 		}
-		if n := d.Admitted; n > 0 {
+		n := d.Admitted
+		if a.debt > 0 && d.Lease.state == a.debtUntil.Add(-c.Limit.Window).UnixMilli() {
+			// Debt made while the call was out, in the window these
+			// units were carved in: they pay it first.
+			pay := min(n, a.debt)
+			a.debt -= pay
+			n -= pay
+			g.m.settled.WithLabelValues(h.name).Add(float64(pay))
+		}
+		if n > 0 {
 			// The script's reset is whole milliseconds, rounded up; the
 			// units end before the window does, whatever the link's delay.
 			expires := sent.Add(d.ResetAfter - time.Millisecond)

@@ -134,6 +134,19 @@ func (r *debtRig) debt() int64 {
 	return n
 }
 
+// units is what the away edge holds, unspent.
+func (r *debtRig) units() int64 {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	var n int64
+	for _, a := range r.g.table {
+		a.mu.Lock()
+		n += a.units
+		a.mu.Unlock()
+	}
+	return n
+}
+
 func (r *debtRig) settled(t *testing.T) int64 {
 	var m dto.Metric
 	require.NoError(t, r.g.m.settled.WithLabelValues(debtHome).Write(&m))
@@ -274,4 +287,42 @@ func TestTakeUntilOnRedis(t *testing.T) {
 	require.NoError(t, errs[0])
 	require.EqualValues(t, 5, ds[0].Admitted, "a take bound to the window it runs in")
 	require.EqualValues(t, 94, ds[0].Remaining)
+}
+
+// TestGlobalDebtMadeDuringACarve: a key's first request starts a carve
+// and is admitted on overdraft, a debt the carve was not sent with. The
+// carve's units pay it when they were carved in the debt's window, and
+// only then: landing in the next window, they are all the edge's to
+// spend, and the debt is dropped with its window.
+func TestGlobalDebtMadeDuringACarve(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		delay   time.Duration
+		settled int64
+	}{
+		{"lands in its window", 500 * time.Millisecond, 1},
+		{"lands after its window", 1500 * time.Millisecond, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newDebtRig(t)
+			r.clock.add(39 * time.Second) // 59 s into the window
+			gate := make(chan struct{})
+			r.link.gate = gate
+			v, err := r.away.Decide(context.Background(), r.check)
+			require.NoError(t, err)
+			require.True(t, v.Allowed)
+			require.EqualValues(t, 1, r.debt(), "admitted on overdraft")
+			r.clock.add(tc.delay)
+			gate <- struct{}{}
+			r.g.bg.Wait()
+			r.link.gate = nil
+			settled, used := r.settled(t), r.used(t)
+			units := r.units()
+			r.sweep()
+			t.Logf("settled %d, units held %d, counted at the home %d, debt after a sweep %d", settled, units, used, r.debt())
+			require.Equal(t, tc.settled, settled)
+			require.Equal(t, used, units+settled, "the home counted other than the units held and the debt paid")
+			require.Zero(t, r.debt())
+		})
+	}
 }
