@@ -37,11 +37,15 @@ import (
 //     carve quota L + ⌊L·t/2⌋ or is overdraft, at most ⌊L·t/2⌋ unpaid over
 //     all edges: admitted per window ≤ L·(1 + t). Cut off from the home, a
 //     region admits at most its share beyond that.
-//   - What a region admitted from its share, and overdraft, is debt: the
-//     next carve from the home pays it first (when the home comes back, the
-//     sweep carves for every key in debt), once, within the window the
-//     debt was made in; a debt is dropped when its window ends, since the
-//     next window owes nothing for it.
+//   - What a region admitted from its share, and overdraft, is debt of
+//     the window it was admitted in (windows are aligned to the epoch, the
+//     same at every store). The next carve from the home pays it first,
+//     once (when the home comes back, the sweep carves for every key in
+//     debt), with a take of its own bound to that window: the home runs it
+//     only before the window ends on its own clock, else it takes nothing.
+//     A debt is charged to its window or to none, never to a later one,
+//     however late the carve lands; it is dropped when its window ends,
+//     since the next window owes nothing for it.
 //
 // Only fixed_window is global (rules refuse the others): a unit carved is
 // spent within the window it was carved in, which is what makes the
@@ -157,7 +161,8 @@ type away struct {
 	check Check // the carving check (key, limit, tolerance, holders)
 	// debt is what the edge admitted that no carve paid for yet:
 	// overdraft, and decisions from the share while the home was
-	// unreachable. It is dropped at debtUntil (its window's end).
+	// unreachable, all in the window that ends at debtUntil. It is
+	// dropped then, and paid only before then (settle).
 	debt      int64
 	debtUntil time.Time
 	refilling bool
@@ -433,10 +438,7 @@ func (g *Global) outOfAllowance(st *globalState, h *home, a *away, c, orig Check
 		g.refill(h, a, key, now)
 	}
 	if a.debt+c.Cost <= overdraft(orig, len(st.names)) {
-		a.debt += c.Cost
-		if a.debtUntil.IsZero() {
-			a.debtUntil = now.Add(c.Limit.Window)
-		}
+		a.owe(c.Cost, now, c.Limit.Window)
 		a.used = now
 		g.count(h.name, "overdraft")
 		return Decision{Admitted: c.Cost, Allowed: true, Limit: orig.Limit.Limit, Remaining: 0, ResetAfter: max(0, roundUpMs(a.reset.Sub(now))), Source: SourceLease}
@@ -469,10 +471,7 @@ func (l *Limiter) fromShare(ctx context.Context, g *Global, st *globalState, h *
 	}
 	if a != nil && o.Admitted > 0 {
 		a.mu.Lock()
-		a.debt += o.Admitted
-		if until := now.Add(o.ResetAfter); until.After(a.debtUntil) {
-			a.debtUntil = until
-		}
+		a.owe(o.Admitted, now, orig.Limit.Window)
 		a.used = now
 		a.mu.Unlock()
 	}
@@ -480,8 +479,34 @@ func (l *Limiter) fromShare(ctx context.Context, g *Global, st *globalState, h *
 	return o, nil
 }
 
+// windowEnd is the end of the fixed window of length w that now falls in:
+// windows are aligned to the epoch, in whole milliseconds, as the scripts
+// count them.
+func windowEnd(now time.Time, w time.Duration) time.Time {
+	ms, wms := now.UnixMilli(), max(w.Milliseconds(), 1)
+	return time.UnixMilli(ms - ms%wms + wms)
+}
+
+// owe adds n units admitted at now to a's debt. A debt is one window's:
+// an earlier window's debt is dropped (that window is over), and units
+// admitted in a window before the debt's (a decision that began earlier
+// and ended later) are not owed, their window being over too. Called with
+// a locked.
+func (a *away) owe(n int64, now time.Time, w time.Duration) {
+	end := windowEnd(now, w)
+	switch {
+	case end.Before(a.debtUntil):
+		return
+	case end.After(a.debtUntil):
+		a.debt, a.debtUntil = 0, end
+	}
+	a.debt += n
+}
+
 // refill carves for a in the background: its debt first, then the next
-// batch. Called with a locked.
+// batch. The debt is a take of its own, bound to the debt's window
+// (Request.until): landing after that window's end at the home, it takes
+// nothing, and the debt is dropped. Called with a locked.
 func (g *Global) refill(h *home, a *away, key string, now time.Time) {
 	if !g.running() {
 		return
@@ -490,14 +515,24 @@ func (g *Global) refill(h *home, a *away, key string, now time.Time) {
 	a.refilling = true
 	a.terms = termsOf(c)
 	a.grow(now)
-	want := a.size + a.debt
-	req := Request{Limit: carveLimit(c), Cost: want, Need: 1}
+	carve := carveLimit(c)
+	reqs := []Request{{Limit: carve, Cost: a.size, Need: 1}}
+	keys := []string{key}
+	owed, until := a.debt, a.debtUntil
+	if owed > 0 {
+		reqs = append([]Request{{Limit: carve, Cost: owed, Need: 1, until: until}}, reqs...)
+		keys = append(keys, key)
+	}
 	g.bg.Go(func() {
 		sent := g.now()
-		ds, errs := h.lim.call(context.Background(), []Request{req}, []string{key}, sent, nil)
+		ds, errs := h.lim.call(context.Background(), reqs, keys, sent, nil)
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.refilling = false
+		if owed > 0 {
+			g.settle(h, a, ds[0], errs[0], until)
+			ds, errs = ds[1:], errs[1:]
+		}
 		if err := errs[0]; err != nil {
 			g.m.calls.WithLabelValues(h.name, "error").Inc()
 			g.markDown(h, err)
@@ -517,13 +552,14 @@ func (g *Global) refill(h *home, a *away, key string, now time.Time) {
 			a.drop() // another window: the old one's units end with it
 		}
 		n := d.Admitted
-		pay := min(n, a.debt)
-		a.debt -= pay
-		n -= pay
-		if a.debt == 0 {
-			a.debtUntil = time.Time{}
+		if a.debt > 0 && d.Lease.state == a.debtUntil.Add(-c.Limit.Window).UnixMilli() {
+			// Debt made while the call was out, in the window these
+			// units were carved in: they pay it first.
+			pay := min(n, a.debt)
+			a.debt -= pay
+			n -= pay
+			g.m.settled.WithLabelValues(h.name).Add(float64(pay))
 		}
-		g.m.settled.WithLabelValues(h.name).Add(float64(pay))
 		if n > 0 {
 			// The script's reset is whole milliseconds, rounded up; the
 			// units end before the window does, whatever the link's delay.
@@ -535,6 +571,32 @@ func (g *Global) refill(h *home, a *away, key string, now time.Time) {
 			a.from = d.Lease
 		}
 	})
+}
+
+// settle applies the answer (d, err) of a take paying a's debt of the
+// window ending at until. Called with a locked.
+func (g *Global) settle(h *home, a *away, d Decision, err error, until time.Time) {
+	same := a.debtUntil.Equal(until) // else that debt was dropped meanwhile
+	switch {
+	case errors.Is(err, errWindowEnded):
+		// The window ended at the home before the take ran: the next
+		// window owes nothing for it.
+		if same {
+			a.debt, a.debtUntil = 0, time.Time{}
+		}
+	case err != nil:
+		// Failed (the carve beside it says why): still owed, while its
+		// window lasts.
+	default:
+		g.m.carved.WithLabelValues(h.name).Add(float64(d.Admitted))
+		g.m.settled.WithLabelValues(h.name).Add(float64(d.Admitted))
+		if same {
+			a.debt -= min(d.Admitted, a.debt)
+			if a.debt == 0 {
+				a.debtUntil = time.Time{}
+			}
+		}
+	}
 }
 
 func (g *Global) markDown(h *home, err error) {
@@ -748,7 +810,7 @@ func newGlobalMetrics(reg prometheus.Registerer) (*globalMetrics, error) {
 		}, []string{"home"}),
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_limiter_global_settled_units_total",
-			Help: "Debt paid to a home region: units admitted on overdraft or from the static share, charged to the home by a later lease.",
+			Help: "Debt paid to a home region: units admitted on overdraft or from the static share, charged to the home by a later lease within the window they were admitted in.",
 		}, []string{"home"}),
 		outstanding: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "edgeguard_limiter_global_outstanding_units",

@@ -436,3 +436,73 @@ func TestGlobalHome(t *testing.T) {
 	}
 	require.Equal(t, count["ap-south"], moved)
 }
+
+// TestGlobalDebtDroppedWithItsWindow is TestGlobalDebtHealAfterItsWindow
+// on real Redis over a real link, on the clock: the away region, its link
+// to the home refused, admits on overdraft and then its whole share 4 s
+// into a 10 s window; the link heals in the next. The debt is dropped, not
+// charged to the window the heal lands in: the home region's edge then
+// admits that window's full quota.
+func TestGlobalDebtDroppedWithItsWindow(t *testing.T) {
+	const (
+		quota  = 1000
+		tol    = 0.1
+		window = 10 * time.Second
+	)
+	wan := wanLink(t)
+	edges := twoRegions(t, wan, 1, time.Second)
+	away, near := inRegion(edges, awayRegion), inRegion(edges, homeRegion)
+	l := limiter.Limit{Key: homedKey(t, "dropped"), Algorithm: limit.FixedWindow, Limit: quota, Window: window}
+	checks := globalCheck(l, tol, 1)
+	decide := func(e gEdge) bool {
+		v, err := e.lim.Decide(context.Background(), checks)
+		require.NoError(t, err)
+		return v.Allowed
+	}
+	// Cut 4 s into a window (windows are aligned to the epoch; Redis
+	// runs on this machine's clock): the heal at its end comes less than
+	// a window after the first unit admitted on overdraft.
+	start := time.Now().Truncate(window).Add(window)
+	<-time.After(time.Until(start.Add(4 * time.Second)))
+
+	wan.Cut()
+	var admitted int64
+	if decide(away[0]) { // on overdraft; its carve is refused
+		admitted++
+	}
+	require.Eventually(t, func() bool { return len(away[0].global.Unreachable()) == 1 },
+		5*time.Second, 10*time.Millisecond, "the away edge never noticed the cut")
+	for range quota {
+		if decide(away[0]) {
+			admitted++
+		}
+	}
+	debt := metricSum(t, away, "edgeguard_limiter_global_debt_units", nil)
+	require.Eventually(t, func() bool {
+		debt = metricSum(t, away, "edgeguard_limiter_global_debt_units", nil)
+		return debt == float64(admitted)
+	}, 5*time.Second, 10*time.Millisecond, "the debt is what the cut-off edge admitted")
+	require.True(t, time.Now().Before(start.Add(window)), "the partition outlasted its window: too slow a machine for this test")
+
+	// The next window: heal.
+	<-time.After(time.Until(start.Add(window)))
+	require.NoError(t, wan.Restore())
+	require.Eventually(t, func() bool {
+		return len(away[0].global.Unreachable()) == 0 &&
+			metricSum(t, away, "edgeguard_limiter_global_debt_units", nil) == 0
+	}, 5*time.Second, 10*time.Millisecond, "the away edge never healed")
+	settled := metricSum(t, away, "edgeguard_limiter_global_settled_units_total", nil)
+
+	var next int64
+	for range 2 * quota {
+		if !decide(near[0]) {
+			break
+		}
+		next++
+	}
+	t.Logf("cut off: admitted %d (debt %.0f, share %d); healed in the next window: settled %.0f, then the home's edge admitted %d (quota %d)",
+		admitted, debt, quota/2, settled, next, quota)
+	require.True(t, time.Now().Before(start.Add(2*window)), "the next window ended before its flood did: too slow a machine for this test")
+	require.GreaterOrEqual(t, next, int64(quota), "the next window paid the old one's debt")
+	require.Zero(t, settled, "debt charged after its window ended")
+}

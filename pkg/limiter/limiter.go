@@ -715,7 +715,8 @@ func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
 		if i < 0 || errors.Is(c.errs[i], ErrLaneFull) {
 			continue
 		}
-		f := c.errs[i] != nil && !callerError(c.errs[i])
+		// A take refused because its window ended was answered.
+		f := c.errs[i] != nil && !callerError(c.errs[i]) && !errors.Is(c.errs[i], errWindowEnded)
 		if f {
 			storeErr = cmpErr(storeErr, c.errs[i])
 			shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes

@@ -84,6 +84,10 @@ func (s *MemoryStore) Take(_ context.Context, reqs []Request) ([]Decision, error
 			continue
 		}
 		a := s.args(r.Limit, r.At)
+		if !r.until.IsZero() && a.Now >= r.until.UnixMicro() {
+			errs = setErr(errs, len(reqs), i, errWindowEnded)
+			continue
+		}
 		a.Cost, a.Need = r.Cost, r.need()
 		if r.Limit.Algorithm.Spec().Members {
 			a.ID = s.ids.next()

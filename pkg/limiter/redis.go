@@ -190,6 +190,9 @@ type call struct {
 	args    []any
 	restore bool  // a Request.Restore: only the batch script runs it
 	work    int64 // what it may write: the units of a member-keeping take, else 1
+	// windowEnds: the call's bound is its Request.until, so a refusal
+	// past it means the window ended (errWindowEnded).
+	windowEnds bool
 }
 
 // argv is a script call's ARGV (prelude.lua's order): the member id and the
@@ -257,6 +260,9 @@ func (s *RedisStore) TakeRiding(ctx context.Context, reqs []Request, r *Rider) (
 	for i, r := range reqs {
 		if t.errs[i] == nil {
 			t.out[i], t.errs[i] = reply(r, ids[i], cmds[i])
+			if t.calls[i].windowEnds && errors.Is(t.errs[i], errPastDeadline) {
+				t.errs[i] = fmt.Errorf("%w: %w", errWindowEnded, t.errs[i])
+			}
 		}
 		failed = failed || t.errs[i] != nil
 	}
@@ -298,7 +304,9 @@ func (s *RedisStore) prepareTake(ctx context.Context, reqs []Request, t takeStat
 		}
 		t.calls[i] = s.takeCall(r, ids[i])
 		if r.At.IsZero() && !r.Restore {
-			t.calls[i].args = withLatest(t.calls[i].args, latest)
+			l, ended := untilLatest(r, latest)
+			t.calls[i].args = withLatest(t.calls[i].args, l)
+			t.calls[i].windowEnds = ended
 		}
 	}
 }

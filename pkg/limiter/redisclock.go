@@ -69,6 +69,25 @@ type clockEstimate struct {
 // caller's deadline: it wrote nothing.
 var errPastDeadline = errors.New("refused past the caller's deadline")
 
+// errWindowEnded is a take that would have run at or past its
+// Request.until: it took nothing. The store answered; it did not fail.
+var errWindowEnded = errors.New("the take's window ended before it ran")
+
+// untilLatest bounds latest (0: none) by r.until, and reports whether
+// until is the bound: a refusal then means the window ended.
+func untilLatest(r Request, latest int64) (int64, bool) {
+	if r.until.IsZero() {
+		return latest, false
+	}
+	// The script refuses past latest (µs, inclusive): the last µs of
+	// the window still runs in it.
+	u := max(r.until.UnixMicro()-1, 1)
+	if latest > 0 && latest < u {
+		return latest, false
+	}
+	return u, true
+}
+
 // measure reads Redis's TIME once through c and keeps the estimate if it
 // is tighter than the one kept, or that one is old.
 func (rc *redisClock) measure(ctx context.Context, c RedisClient) error {

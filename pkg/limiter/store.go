@@ -55,6 +55,12 @@ type Request struct {
 	// it. Restoring twice takes nothing the second time.
 	Restore   bool
 	Remaining int64
+	// until, when set, is the end of the only window the take may count
+	// in, on the store's clock: a take that would run at or past it takes
+	// nothing and fails with errWindowEnded. A global rule's debt is
+	// settled this way, so it is charged to the window it was made in or
+	// to none (global.go).
+	until time.Time
 }
 
 func (r Request) need() int64 {
