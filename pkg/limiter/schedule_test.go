@@ -99,7 +99,7 @@ type schedCall struct {
 	seq      int
 	edge     int
 	reqs     []Request
-	wait     context.Context // waitOf(ctx): ends when the caller gives up
+	wait     <-chan struct{} // waitOf(ctx).Done(), asked on arrival as a lane asks: closed when the caller gives up
 	reply    chan schedReply
 	fate     fate
 	sent     time.Time
@@ -128,7 +128,7 @@ type schedStore struct {
 var _ Store = (*schedStore)(nil)
 
 func (s *schedStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
-	c := &schedCall{edge: s.edge, reqs: slices.Clone(reqs), wait: waitOf(ctx), reply: make(chan schedReply, 1)}
+	c := &schedCall{edge: s.edge, reqs: slices.Clone(reqs), wait: waitOf(ctx).Done(), reply: make(chan schedReply, 1)}
 	s.h.calls <- c
 	r := <-c.reply
 	return r.ds, r.err
@@ -464,7 +464,7 @@ func (h *schedHarness) step() {
 		fl.cancel()
 		r := h.await(fl, "a caller whose deadline passed")
 		select {
-		case <-c.wait.Done(): // what a lane takes a queued call out on
+		case <-c.wait: // what a lane takes a queued call out on
 		default:
 			h.fail("edge %d call %d: the caller gave up but its wait (waitOf) has not ended: a lane would still send it", c.edge, c.seq)
 		}
