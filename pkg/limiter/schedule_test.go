@@ -761,13 +761,21 @@ func schedSeedList() []uint64 {
 
 // TestSchedule walks seeded schedules of latency, late answers, refusals,
 // lost replies and frozen calls over three edges sharing one store, per
-// algorithm, and checks after every step that each edge's breaker is where
-// breaker.go's rules put it, and after every run that an exact limit
-// admitted at most its limit across store and fallbacks, that the store
-// counts exactly what the admitted requests (and what it was owed) hold —
-// every late answer's units given back, no slot leaked — and, in calm runs
-// (every call answered within the deadline), that every decision was the
-// store's.
+// algorithm. After every step: each edge's breaker is where breaker.go's
+// rules put it, each fallback admitted no more than its share of its last
+// store answer, and a caller that gave up ended its wait. After every run:
+// every late answer's units were given back, the store counts exactly what
+// the admitted requests (and what it was owed) hold — no slot leaked —
+// and the window went over its limit by no more than the fallback
+// admissions the store did not count. In calm runs (every call answered
+// within the deadline) the store decides every request: the clients get
+// the limit, no fewer and no more.
+//
+// The window is not held to the limit itself: an edge whose store has
+// not answered it yet takes ⌊limit/N⌋ though the store counted for the
+// others (decideLocally's premise: down for every node), and an edge cut
+// off alone takes ⌊remaining/N⌋ of a remainder the others keep taking at
+// the store.
 func TestSchedule(t *testing.T) {
 	for _, alg := range []Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog, limit.Concurrency} {
 		t.Run(alg.String(), func(t *testing.T) {
