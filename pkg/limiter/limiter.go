@@ -207,6 +207,7 @@ type Limiter struct {
 func (l *Limiter) Close() {
 	l.closeAllowances()
 	l.bg.Wait()
+	l.workers.stop()
 }
 
 // New builds a Limiter over store. reg may be nil.

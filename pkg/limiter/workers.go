@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,12 +15,15 @@ import (
 // profile, 1.6 % with workers. A worker that has finished a call takes
 // the next one handed to it, on the stack it already has. One left idle
 // for workerIdle ends, so a quiet process keeps none, and a limiter nobody
-// closes leaves nothing running for long.
+// closes leaves nothing running for long; stop ends the idle ones at once.
 //
 // The zero value works: every call then gets a goroutine of its own.
 type workers struct {
-	jobs    chan func() // unbuffered: a send succeeds only into an idle worker
-	running atomic.Int32
+	jobs     chan func() // unbuffered: a send succeeds only into an idle worker
+	stopped  chan struct{}
+	stopOnce sync.Once
+	idle     time.Duration // workerIdle (0: none kept)
+	running  atomic.Int32
 }
 
 const (
@@ -27,11 +31,24 @@ const (
 	// calls piling up until lateTimeout) a call gets a goroutine of its
 	// own, as without workers.
 	maxWorkers = 1024
-	// workerIdle is how long a worker waits for its next call.
-	workerIdle = 250 * time.Millisecond
+	// workerIdle is how long a worker waits for its next call: at ten
+	// calls a second and more, calls find a worker waiting.
+	workerIdle = 100 * time.Millisecond
 )
 
-func newWorkers() *workers { return &workers{jobs: make(chan func())} }
+func newWorkers() *workers {
+	return &workers{jobs: make(chan func()), stopped: make(chan struct{}), idle: workerIdle}
+}
+
+// stop ends the idle workers, and each busy one once its call is done.
+// A call run afterwards still runs (on a goroutine of its own).
+func (w *workers) stop() {
+	w.stopOnce.Do(func() {
+		if w.stopped != nil {
+			close(w.stopped)
+		}
+	})
+}
 
 // run runs f on an idle worker, or on a new one.
 func (w *workers) run(f func()) {
@@ -51,20 +68,22 @@ func (w *workers) run(f func()) {
 	go w.work(f)
 }
 
-// work runs f, then each call handed over, until none comes for
-// workerIdle.
+// work runs f, then each call handed over, until none comes for w.idle
+// or the workers are stopped.
 func (w *workers) work(f func()) {
 	defer w.running.Add(-1)
-	idle := time.NewTimer(workerIdle)
+	idle := time.NewTimer(w.idle)
 	defer idle.Stop()
 	for {
 		growStack() // a copy only after a collection shrank the stack
 		f()
 		f = nil // nothing of the call is kept while idle
-		idle.Reset(workerIdle)
+		idle.Reset(w.idle)
 		select {
 		case f = <-w.jobs:
 		case <-idle.C:
+			return
+		case <-w.stopped:
 			return
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -55,6 +56,35 @@ func TestWorkersNeverQueueACall(t *testing.T) {
 	waitNoWorkers(t, w)
 }
 
+// Stopped workers end without waiting to be idle long, and a call run
+// afterwards still runs.
+func TestWorkersStop(t *testing.T) {
+	w := newWorkers()
+	w.idle = time.Hour // only stop can end them
+	for range 3 {
+		done := make(chan struct{})
+		w.run(func() { close(done) })
+		<-done
+	}
+	w.stop()
+	waitNoWorkers(t, w)
+	done := make(chan struct{})
+	w.run(func() { close(done) })
+	<-done
+	waitNoWorkers(t, w)
+	w.stop() // twice is fine
+}
+
+// A closed limiter leaves no worker waiting.
+func TestClosedLimiterKeepsNoWorkers(t *testing.T) {
+	l, err := New(NewMemoryStore(), Config{}, nil, nil)
+	require.NoError(t, err)
+	l.workers.idle = time.Hour
+	l.workers.run(func() {})
+	l.Close()
+	waitNoWorkers(t, l.workers)
+}
+
 // The zero value runs every call on a goroutine of its own.
 func TestWorkersZeroValue(t *testing.T) {
 	var w workers
@@ -62,13 +92,14 @@ func TestWorkersZeroValue(t *testing.T) {
 	w.run(func() { close(done) })
 	<-done
 	waitNoWorkers(t, &w)
+	w.stop()
 }
 
 func waitNoWorkers(t *testing.T, w *workers) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*workerIdle)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, proc.PollEvery(ctx, workerIdle/10, "idle workers to end", func(context.Context) error {
+	require.NoError(t, proc.PollEvery(ctx, 10*time.Millisecond, "idle workers to end", func(context.Context) error {
 		if n := w.running.Load(); n != 0 {
 			return fmt.Errorf("%d workers running", n)
 		}
