@@ -148,7 +148,7 @@ func (l *lane) do(ctx context.Context, c call, rd *riding) *redis.Cmd {
 		l.mu.Unlock()
 		cmd := l.direct(ctx, c, rs)
 		if b := l.next(); !b.empty() {
-			go l.drain(b)
+			l.s.workers.run(func() { l.drain(b) })
 		}
 		return cmd
 	}
@@ -203,7 +203,7 @@ func (l *lane) ride(rd *riding) {
 		l.inflight++
 		b := l.nextLocked()
 		l.mu.Unlock()
-		go l.drain(b)
+		l.s.workers.run(func() { l.drain(b) })
 		return
 	}
 	l.mu.Unlock()
@@ -261,7 +261,6 @@ func (l *lane) nextLocked() load {
 
 // drain sends what waits on the place it holds while anything does.
 func (l *lane) drain(b load) {
-	growStack()
 	for ; !b.empty(); b = l.next() {
 		l.send(b)
 	}

@@ -185,6 +185,7 @@ type Limiter struct {
 	now        func() time.Time
 	deadline   sharedDeadline
 	late       sharedDeadline // lateTimeout, for store calls on their own goroutine
+	workers    *workers       // the goroutines store calls run on
 	bg         sync.WaitGroup // background work: probes, batches sent after their leader, releases
 	// releasing bounds the releases under way in the background.
 	releasing chan struct{}
@@ -206,6 +207,7 @@ type Limiter struct {
 func (l *Limiter) Close() {
 	l.closeAllowances()
 	l.bg.Wait()
+	l.workers.stop()
 }
 
 // New builds a Limiter over store. reg may be nil.
@@ -229,6 +231,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		now:        cfg.Now,
 		deadline:   sharedDeadline{timeout: cfg.Timeout},
 		releasing:  make(chan struct{}, maxReleasing),
+		workers:    newWorkers(),
 	}
 	l.late = sharedDeadline{timeout: l.lateTimeout()}
 	l.watch, _ = store.(masterWatcher)
@@ -728,15 +731,16 @@ func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
 			results[k].failed = results[k].failed || f
 		}
 	}
+	now := l.now() // one reading of the clock for the call's whole verdict
 	for _, r := range results {
 		if r.failed {
-			r.b.failure(l.now())
+			r.b.failure(now)
 		} else {
-			r.b.answered.Store(l.now().UnixNano())
+			r.b.answered.Store(now.UnixNano())
 			r.b.success()
 		}
 	}
-	l.observe(storeErr, l.now())
+	l.observe(storeErr, now)
 }
 
 // take asks the store for send under the store deadline. A remote call
@@ -767,8 +771,7 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 	}
 	runCtx := runContext{Context: l.late.get(), values: ctx, wait: r}
 	l.bg.Add(1)
-	go func() {
-		growStack()
+	l.workers.run(func() {
 		defer l.bg.Done()
 		got, err := l.storeTake(runCtx, send, rd)
 		r.got, r.err = got, err
@@ -780,7 +783,7 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 			l.markAnswered(sent, shards)
 		}
 		l.settleLate(send, sent, got, err, now)
-	}()
+	})
 	tick := wait.Done()
 	var timer *time.Timer
 	var life <-chan time.Time

@@ -78,6 +78,7 @@ func Open(o OpenOptions, reg prometheus.Registerer) (*Opened, error) {
 	if err != nil {
 		return nil, err
 	}
+	op.closers = append(op.closers, rs.workers.stop) // after the limiter's last call
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	op.LoadErr = rs.Load(ctx)
 	cancel()

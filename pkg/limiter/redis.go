@@ -41,6 +41,7 @@ type RedisStore struct {
 	loadMu  sync.Mutex
 	sent    sentCounts
 	clock   redisClock // Redis's clock, for takes' deadlines (redisclock.go)
+	workers *workers   // the goroutines lanes drain on
 }
 
 // sentCounts counts the script commands the store sends to Redis (takes
@@ -118,7 +119,7 @@ func NewRedisStore(conn RedisConn, keyPrefix string) (*RedisStore, error) {
 		return nil, fmt.Errorf("key prefix %q: braces would break the hash tag", keyPrefix)
 	}
 	algs := limit.All()
-	s := &RedisStore{conn: conn, client: conn.Client, prefix: keyPrefix, ids: newIDSource(), scripts: make([]script, len(algs)+1)}
+	s := &RedisStore{conn: conn, client: conn.Client, prefix: keyPrefix, ids: newIDSource(), scripts: make([]script, len(algs)+1), workers: newWorkers()}
 	for _, a := range algs {
 		src, err := lua.Source(a.Spec().Script)
 		if err != nil {
