@@ -15,6 +15,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
+	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
 	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
@@ -84,7 +85,10 @@ func (e *Edge) startConsul() error {
 			}
 		}
 	}
-	e.readConsulHosts(ctx, client)
+	e.router.ReadConsul(ctx, func(ctx context.Context) ([]byte, error) {
+		doc, _, err := client.Hosts(ctx, e.cfg.Region)
+		return doc, err
+	}, e.hostsConsul())
 	l.ReadRules(ctx)
 	return nil
 }
@@ -186,7 +190,7 @@ func (e *Edge) consulParts() consullink.Parts {
 	}
 	p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
 		client.WatchPoPHosts(ctx, e.cfg.Region, e.cfg.PoP, func(doc []byte, _ uint64, canary bool) {
-			e.applyConsulHosts(doc, canary)
+			e.router.ApplyConsul(doc, canary, e.hostsConsul())
 			e.consul.RulesChanged() // the host table version is registered too
 		}, onErr)
 	})
@@ -201,6 +205,16 @@ func (e *Edge) consulParts() consullink.Parts {
 		})
 	}
 	return p
+}
+
+// hostsConsul is what the host table needs of the Consul link (package
+// hostroute): its missing document, and the cache beside the rules cache.
+func (e *Edge) hostsConsul() hostroute.Consul {
+	return hostroute.Consul{
+		Missing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocHosts, missing) },
+		Cache:     e.consul.Beside(".hosts.yaml"),
+		WriteFile: consullink.WriteFileAtomic,
+	}
 }
 
 // stateDir is the system-wide state directory tried after $STATE_DIRECTORY.

@@ -293,7 +293,13 @@ func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 	if e.tunnels, err = origin.NewTunnels(origin.TunnelConfig{MaxOpen: e.cfg.MaxTunnels, IdleTimeout: e.cfg.TunnelIdleTimeout}, reg); err != nil {
 		return fmt.Errorf("configuring tunnels: %w", err)
 	}
-	return e.buildRouter(reg)
+	if e.router, err = hostroute.Open(hostroute.Settings{
+		PathSemantics: e.cfg.PathSemantics, RefuseAmbiguousPaths: e.cfg.RefuseAmbiguousPaths, File: e.cfg.Hosts,
+	}, e.proxy, e.originBase, e.originMetrics, reg, e.log); err != nil {
+		return err
+	}
+	e.closers = append(e.closers, e.router.Close)
+	return nil
 }
 
 // buildPipeline builds the request path (package pipeline) from the parts.
@@ -483,7 +489,7 @@ func (e *Edge) reloadFiles() {
 		}
 	}
 	if e.cfg.Hosts != "" {
-		if err := e.loadHosts(); err != nil {
+		if err := e.router.LoadFile(e.cfg.Hosts); err != nil {
 			e.log.Error("host table reload refused; keeping the table in force", "err", err, "version", e.router.Version())
 		}
 	}
