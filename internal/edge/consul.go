@@ -81,13 +81,8 @@ func (e *Edge) consulLinkConfig(client *region.Client, cache string) consullink.
 		PoP:       e.cfg.PoP,
 		CachePath: cache,
 		Log:       e.log,
-		Metrics: consullink.Metrics{
-			Errors:      e.metrics.consulErrors,
-			Panics:      e.metrics.consulPanics,
-			RulesErrors: e.metrics.rulesErrors,
-			Missing:     e.metrics.consulMissing,
-		},
-		Parts: e.consulParts(),
+		Metrics:   e.consMet,
+		Parts:     e.consulParts(),
 	}
 	c.Reg, c.RLSReg = consullink.Registrations(consullink.Addrs{
 		Region: e.cfg.Region, PoP: e.cfg.PoP, Advertise: e.cfg.Advertise,

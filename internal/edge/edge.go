@@ -42,7 +42,9 @@ type Edge struct {
 	cfg     config.Config
 	log     *slog.Logger
 	reg     *prometheus.Registry
-	metrics *metrics
+	metrics *admin.Metrics     // the rules' and the build's
+	lnMet   *listen.Metrics    // the listeners'
+	consMet consullink.Metrics // the Consul link's
 	pipe    *pipeline.Pipeline // the request path (package pipeline)
 
 	rules                 atomic.Pointer[rules.Snapshot]
@@ -111,7 +113,7 @@ func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
 		ConsulPrefix: e.cfg.ConsulPrefix,
 		Log:          e.log,
 		SetMissing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocCatalog, missing) },
-		Refused:      func() { e.metrics.rulesErrors.Inc() },
+		Refused:      func() { e.metrics.RulesErrors.Inc() },
 		ReachabilityChanged: func() {
 			if e.consul != nil {
 				e.consul.RulesChanged()
@@ -236,8 +238,11 @@ func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": e.cfg.Region, "pop": e.cfg.PoP}, e.reg)
 	}
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var err error
-	if e.metrics, err = newMetrics(reg); err != nil {
+	var err, lerr, cerr error
+	e.metrics, err = admin.NewMetrics(reg)
+	e.lnMet, lerr = listen.NewMetrics(reg)
+	e.consMet, cerr = consullink.NewMetrics(reg, e.metrics.RulesErrors)
+	if err := errors.Join(err, lerr, cerr); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	return reg, nil
@@ -403,10 +408,7 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 		}
 	}
 	server := e.server
-	if err := e.metrics.openConns(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }); err != nil {
-		return fmt.Errorf("registering metrics: %w", err)
-	}
-	if err := e.metrics.readyGauge(reg, e.readyValue); err != nil {
+	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, e.readyValue); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if e.adminLn, err = e.bind(handoff.Admin, e.cfg.Admin); err != nil {
@@ -465,7 +467,7 @@ func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
 		err = e.cfg.CheckRules(snap)
 	}
 	if err != nil {
-		e.metrics.rulesErrors.Inc()
+		e.metrics.RulesErrors.Inc()
 		return err
 	}
 	e.SetRules(snap)
@@ -525,13 +527,13 @@ func (e *Edge) SetRules(snap *rules.Snapshot) {
 		e.bh.RulesChanged(snap)
 	}
 	if old != nil {
-		e.metrics.rulesInfo.DeleteLabelValues(old.Version())
+		e.metrics.RulesInfo.DeleteLabelValues(old.Version())
 	}
-	e.metrics.rulesInfo.WithLabelValues(snap.Version()).Set(1)
+	e.metrics.RulesInfo.WithLabelValues(snap.Version()).Set(1)
 	if e.consul != nil {
 		e.consul.RulesChanged()
 	}
-	e.metrics.rulesLoaded.Set(float64(now.Unix()))
+	e.metrics.RulesLoaded.Set(float64(now.Unix()))
 	e.log.Info("rules loaded", "version", snap.Version(), "rules", len(snap.Rules()))
 }
 

@@ -3,10 +3,9 @@ package edge
 import (
 	"errors"
 	"fmt"
-	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 	"net"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
@@ -18,32 +17,6 @@ import (
 // config), so the session-ticket keys stay the edge's to set. Certificates
 // come from a certstore, re-scanned every certPoll: a changed file is
 // served from the next handshake on, connections already open keep theirs.
-
-// tlsMetrics are the edge's edgeguard_tls_* series.
-type tlsMetrics struct {
-	handshakes   *listen.TLSMetrics     // the listener's: handshakes, resumptions, ALPN
-	certs        *listen.CertMetrics    // certificates, ticket keys, ACME
-	proxyRefused *prometheus.CounterVec // reason
-}
-
-func newTLSMetrics() *tlsMetrics {
-	m := &tlsMetrics{
-		handshakes: listen.NewTLSMetrics(),
-		certs:      listen.NewCertMetrics(),
-		proxyRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "edgeguard_edge_proxy_protocol_refused_total",
-			Help: "Connections refused under the PROXY protocol policy: missing_header (a --proxy-protocol-from balancer sent none), untrusted_source (a PROXY header from anyone else), invalid_header (malformed, or a TLV running past the header), too_many_waiting (the oldest of 1024 balancer connections waiting for their header, closed to make room).",
-		}, []string{"reason"}),
-	}
-	for _, r := range []string{"missing_header", "untrusted_source", "invalid_header", "too_many_waiting"} {
-		m.proxyRefused.WithLabelValues(r)
-	}
-	return m
-}
-
-func (m *tlsMetrics) collectors() []prometheus.Collector {
-	return append(append(m.handshakes.Collectors(), m.certs.Collectors()...), m.proxyRefused)
-}
 
 // listenTLS builds the TLS listener: TCP, then the PROXY protocol policy,
 // the per-client cap, and TLS.
@@ -61,7 +34,7 @@ func (e *Edge) listenTLS() error {
 		ACMECA:         e.cfg.ACMECA,
 		ACMECARoot:     e.cfg.ACMECARoot,
 		ACMERenewCheck: e.cfg.ACMERenewCheck,
-	}, e.metrics.tls.certs, e.log); err != nil {
+	}, e.lnMet.Certs, e.log); err != nil {
 		return err
 	}
 	if e.certs.Len() == 0 && e.cfg.Consul == "" {
@@ -82,8 +55,8 @@ func (e *Edge) listenTLS() error {
 			Handler:        e.pipe.Handle,
 			Counts:         e.connCounts,
 			Log:            e.log,
-			Metrics:        e.metrics.h2,
-			StreamMetrics:  e.metrics.h2Streams,
+			Metrics:        e.lnMet.H2,
+			StreamMetrics:  e.lnMet.H2Streams,
 			MaxStreams:     e.cfg.H2MaxStreams,
 			MaxHeldBytes:   e.cfg.H2MaxHeldBytes,
 			MaxHeaderBytes: e.cfg.MaxHeaderBytes,
@@ -93,7 +66,7 @@ func (e *Edge) listenTLS() error {
 		})
 		e.server.NextProto("h2", listen.H1Unwrapped(e.h2.ServeConn))
 	}
-	e.tlsLn = listen.NewTLSListener(e.acceptStack(ln, nil), tlsConfig, e.metrics.tls.handshakes, e.cfg.ReadTimeout, e.log)
+	e.tlsLn = listen.NewTLSListener(e.acceptStack(ln, nil), tlsConfig, e.lnMet.TLS, e.cfg.ReadTimeout, e.log)
 	return nil
 }
 
@@ -105,10 +78,10 @@ func (e *Edge) acceptStack(ln net.Listener, refusal []byte) net.Listener {
 	// own --write-timeout.
 	ln = listen.PerWrite(ln, e.cfg.WriteTimeout)
 	if len(e.cfg.ProxyProtocolFrom) > 0 {
-		ln = listen.NewProxyListener(ln, trust.Set(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.metrics.tls.proxyRefused, e.log)
+		ln = listen.NewProxyListener(ln, trust.Set(e.cfg.ProxyProtocolFrom), e.cfg.ReadTimeout, e.lnMet.ProxyRefused, e.log)
 	}
 	if e.connCounts == nil {
-		e.connCounts = listen.NewConnCounts(e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, trust.Set(e.cfg.TrustedProxies), e.metrics.connsRefused)
+		e.connCounts = listen.NewConnCounts(e.cfg.MaxConnsPerIP, e.cfg.IPv6Prefix, trust.Set(e.cfg.TrustedProxies), e.lnMet.ConnsRefused)
 	}
 	return listen.Capped(ln, e.connCounts, refusal)
 }
