@@ -253,7 +253,7 @@ func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
 func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 	origins := e.cfg.Origins
 	if e.cfg.DemoOrigin {
-		addr, stop, err := startDemoOrigin()
+		addr, stop, err := origin.StartDemo()
 		if err != nil {
 			return fmt.Errorf("starting demo origin: %w", err)
 		}
