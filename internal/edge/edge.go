@@ -87,10 +87,10 @@ type parts struct {
 // servers are the listeners and the servers on them.
 type servers struct {
 	publicLn, adminLn net.Listener
-	tlsLn             net.Listener       // nil without --listen-tls
-	certs             *listen.Certs      // nil without --listen-tls
-	h2                *listen.H2Server   // nil without h2 on --listen-tls
-	connCounts        *listen.ConnCounts // the public listeners' per-client cap
+	tlsLn             net.Listener     // nil without --listen-tls
+	certs             *listen.Certs    // nil without --listen-tls
+	h2                *listen.H2Server // nil without h2 on --listen-tls
+	public            *listen.Public   // the public listeners' accept stack
 	server            *fasthttp.Server
 	admin             *http.Server
 	rls               *rlslink.Service // nil without --rls-listen
@@ -192,7 +192,8 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	if err := e.buildPipeline(reg); err != nil {
 		return nil, err
 	}
-	e.server = e.newServer()
+	e.public = listen.NewPublic(e.listenSettings(), e.lnMet, log)
+	e.server = e.public.NewServer(e.pipe.Handle, e.pipe.ServerError, e.pipe.Expect)
 	e.admin = &http.Server{Handler: admin.Handler(admin.Config{
 		Registry: e.reg,
 		Ready:    e.ready(),
@@ -361,39 +362,6 @@ func framingRefusal(err error) (reason string, status int, detail string, ok boo
 	return fe.Reason, fe.Status, fe.Detail, true
 }
 
-// newServer is the public fasthttp server, its handler the request
-// pipeline (package pipeline).
-func (e *Edge) newServer() *fasthttp.Server {
-	return &fasthttp.Server{
-		Handler:        e.pipe.Handle,
-		Name:           "edgeguard",
-		ReadBufferSize: e.cfg.MaxHeaderBytes,
-		// Bodies are streamed: the handler runs once the header and at
-		// most 8 KiB of body are in, sheds and limits, and the proxy reads
-		// the rest while sending it to the origin. Buffering whole bodies
-		// let a client's declared Content-Length reserve memory it never
-		// sent. With streaming, fasthttp no longer enforces the size:
-		// screen refuses a declared length above it, the proxy a chunked
-		// body that grows past it.
-		StreamRequestBody:  true,
-		MaxRequestBodySize: e.cfg.MaxBodyBytes,
-		ErrorHandler:       e.pipe.ServerError,
-		ExpectHandler:      e.pipe.Expect,
-		CloseOnShutdown:    true,
-		ReadTimeout:        e.cfg.ReadTimeout,
-		// No WriteTimeout: fasthttp's is one deadline for the whole
-		// response, which would cut a streamed body (a large object, an
-		// event stream) however well its client reads. --write-timeout
-		// is a deadline per write instead (listen.PerWrite, in
-		// acceptStack).
-		IdleTimeout:                  e.cfg.IdleTimeout,
-		DisablePreParseMultipartForm: true,
-		NoDefaultServerHeader:        true,
-		NoDefaultDate:                false,
-		Logger:                       listen.FastHTTPLogger{Log: e.log},
-	}
-}
-
 // listen opens the public listeners (TLS too, when configured) and the
 // admin listener, and registers the metrics that read the server.
 func (e *Edge) listen(reg prometheus.Registerer) error {
@@ -401,11 +369,13 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 	if e.publicLn, err = e.bind(handoff.Public, e.cfg.Listen); err != nil {
 		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
 	}
-	e.publicLn = e.acceptStack(e.publicLn, []byte(listen.TooManyConns))
+	e.publicLn = e.public.Stack(e.publicLn, []byte(listen.TooManyConns))
 	if e.cfg.ListenTLS != "" {
-		if err := e.listenTLS(); err != nil {
+		t, err := e.public.OpenTLS(func() (net.Listener, error) { return e.bind(handoff.TLS, e.cfg.ListenTLS) }, e.server, e.cfg.Consul != "")
+		if err != nil {
 			return err
 		}
+		e.tlsLn, e.certs, e.h2 = t.Ln, t.Certs, t.H2
 	}
 	server := e.server
 	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, e.readyValue); err != nil {
