@@ -100,8 +100,8 @@ func (e *Edge) consulParts() consullink.Parts {
 	p := consullink.Parts{
 		Rules:          e.rules.Load,
 		CompileOptions: e.cfg.CompileOptions,
-		ApplySnapshot:  e.applySnapshot,
-		ApplyRules:     e.ApplyRules,
+		ApplySnapshot:  e.rules.ApplySnapshot,
+		ApplyRules:     e.rules.Apply,
 		Enforcement:    func() string { en, _ := e.pipe.Enforcement(); return en.String() },
 		SetEnforcement: e.pipe.SetEnforcement,
 		UpdateShedder:  e.shed.Update,

@@ -28,6 +28,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
+	"github.com/edgeguard/edgeguard/internal/edge/liverules"
 	"github.com/edgeguard/edgeguard/internal/edge/pipeline"
 	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
 	"github.com/edgeguard/edgeguard/internal/origin"
@@ -47,11 +48,10 @@ type Edge struct {
 	consMet consullink.Metrics // the Consul link's
 	pipe    *pipeline.Pipeline // the request path (package pipeline)
 
-	rules                 atomic.Pointer[rules.Snapshot]
+	rules                 *liverules.Rules
 	nodesRegion, nodesPoP atomic.Int64 // fallback divisors: flags, then the catalog
 	consul                *consullink.Link
 	global                *globalhome.Regions // scope: global rules (package globalhome)
-	rulesAt               atomic.Pointer[time.Time]
 	closers               []func()
 	draining              atomic.Bool
 	serving               atomic.Bool
@@ -161,8 +161,9 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	if err != nil {
 		return nil, err
 	}
+	e.rules = e.newRules()
 	if cfg.Consul == "" {
-		if err := e.loadRules(); err != nil {
+		if err := e.rules.LoadFile(cfg.Rules); err != nil {
 			return nil, err
 		}
 	}
@@ -197,7 +198,7 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	e.admin = &http.Server{Handler: admin.Handler(admin.Config{
 		Registry: e.reg,
 		Ready:    e.ready(),
-		Rules:    e.rulesInForce,
+		Rules:    e.rules.InForce,
 		Region:   cfg.Region,
 		PoP:      cfg.PoP,
 		Clients:  e.bh.DebugClients,
@@ -330,7 +331,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		UsableHost:                config.UsableHost,
 	}, e.log, pipeline.Limits{
 		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
-		Rules: &e.rules, NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
+		Rules: e.rules.Pointer(), NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
 	}, pipeline.Parts{
 		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.Route, Tunnels: e.tunnels,
 		Draining: &e.draining, AccessLogRegistry: e.reg,
@@ -407,42 +408,10 @@ func (e *Edge) bind(name, addr string) (net.Listener, error) {
 func (e *Edge) Addr() string      { return e.publicLn.Addr().String() }
 func (e *Edge) AdminAddr() string { return e.adminLn.Addr().String() }
 
-// loadRules reads and compiles the rules file; no file means no rules.
-func (e *Edge) loadRules() error {
-	var data []byte
-	if e.cfg.Rules != "" {
-		var err error
-		if data, err = os.ReadFile(e.cfg.Rules); err != nil {
-			return fmt.Errorf("reading rules: %w", err)
-		}
-	} else {
-		e.log.Warn("no --rules given: nothing is rate limited")
-		data = []byte("version: 1\nrules: []\n")
-	}
-	if err := e.ApplyRules(data); err != nil {
-		return fmt.Errorf("rules file %s: %w", e.cfg.Rules, err)
-	}
-	return nil
-}
-
 // ApplyRules parses, validates and compiles a rules document and swaps it in.
 // An invalid document is refused (counted, and the error names the rule and
 // field); the rules in force stay.
-func (e *Edge) ApplyRules(data []byte) error {
-	return e.applySnapshot(rules.Load(data, e.cfg.CompileOptions()...))
-}
-
-func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
-	if err == nil {
-		err = e.cfg.CheckRules(snap)
-	}
-	if err != nil {
-		e.metrics.RulesErrors.Inc()
-		return err
-	}
-	e.SetRules(snap)
-	return nil
-}
+func (e *Edge) ApplyRules(data []byte) error { return e.rules.Apply(data) }
 
 // reloadFiles re-reads the rules, shedder and host table files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
@@ -451,7 +420,7 @@ func (e *Edge) reloadFiles() {
 		e.rls.Reload()
 	}
 	if e.cfg.Rules != "" {
-		if err := e.loadRules(); err != nil {
+		if err := e.rules.LoadFile(e.cfg.Rules); err != nil {
 			e.log.Error("rules reload refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
 		}
 	}
@@ -483,28 +452,29 @@ func (e *Edge) loadShedder() error {
 	return nil
 }
 
-// SetRules swaps the rules snapshot atomically; requests in flight finish
-// with the one they started with.
-func (e *Edge) SetRules(snap *rules.Snapshot) {
-	old := e.rules.Swap(snap)
-	pipeline.ForgetPolicies() // the old snapshot's rules
-	now := time.Now()
-	e.rulesAt.Store(&now)
-	if e.limiter != nil {
-		e.limiter.Flush()
-	}
-	if e.bh != nil {
-		e.bh.RulesChanged(snap)
-	}
-	if old != nil {
-		e.metrics.RulesInfo.DeleteLabelValues(old.Version())
-	}
-	e.metrics.RulesInfo.WithLabelValues(snap.Version()).Set(1)
-	if e.consul != nil {
-		e.consul.RulesChanged()
-	}
-	e.metrics.RulesLoaded.Set(float64(now.Unix()))
-	e.log.Info("rules loaded", "version", snap.Version(), "rules", len(snap.Rules()))
+// newRules are the rules in force (package liverules); a change flushes
+// what the old rules decided.
+func (e *Edge) newRules() *liverules.Rules {
+	return liverules.New(liverules.Config{
+		CompileOptions: e.cfg.CompileOptions,
+		Check:          e.cfg.CheckRules,
+		Changed: func(snap *rules.Snapshot) {
+			pipeline.ForgetPolicies() // the old snapshot's rules
+			if e.limiter != nil {
+				e.limiter.Flush()
+			}
+			if e.bh != nil {
+				e.bh.RulesChanged(snap)
+			}
+		},
+		Announced: func() {
+			if e.consul != nil {
+				e.consul.RulesChanged()
+			}
+		},
+		Metrics: liverules.Metrics{Info: e.metrics.RulesInfo, Loaded: e.metrics.RulesLoaded, Errors: e.metrics.RulesErrors},
+		Log:     e.log,
+	})
 }
 
 func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
@@ -857,13 +827,4 @@ func (e *Edge) readyValue() float64 {
 		return 1
 	}
 	return 0
-}
-
-// rulesInForce is the rules snapshot and when it was loaded.
-func (e *Edge) rulesInForce() (*rules.Snapshot, time.Time) {
-	var loaded time.Time
-	if at := e.rulesAt.Load(); at != nil {
-		loaded = *at
-	}
-	return e.rules.Load(), loaded
 }
