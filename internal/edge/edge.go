@@ -32,7 +32,6 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/pipeline"
 	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
 	"github.com/edgeguard/edgeguard/internal/origin"
-	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -568,9 +567,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer close(stopReload)
 	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
 	handedOver := make(chan struct{})
-	wg.Go(func() { e.upgradeOnSignal(usr2, stopReload, handedOver) })
+	wg.Go(func() { handoff.UpgradeOnSignal(usr2, stopReload, handedOver, e.exe, e.bound, e.log) })
 	if e.inherited.Upgrading() {
-		wg.Go(func() { e.tellPredecessor(ctx) })
+		wg.Go(func() { e.inherited.TellWhenReady(ctx, func() bool { return e.readyValue() == 1 }, e.log) })
 	} else if err := handoff.Notify(handoff.ReadyState(false)); err != nil {
 		e.log.Warn("service manager not told the edge is ready", "err", err)
 	}
@@ -731,62 +730,6 @@ func (e *Edge) reloadOnSignal(sig <-chan os.Signal, stop <-chan struct{}) {
 			return
 		}
 	}
-}
-
-// upgradeTimeout is how long a new binary started on SIGUSR2 has to answer
-// ready before it is killed and this edge serves on.
-const upgradeTimeout = 60 * time.Second
-
-// upgradeOnSignal starts the binary again on every SIGUSR2, handing it the
-// listeners (package handoff), until stop is closed or one new edge is
-// ready: then it closes handedOver and this edge drains.
-func (e *Edge) upgradeOnSignal(sig <-chan os.Signal, stop <-chan struct{}, handedOver chan<- struct{}) {
-	for {
-		select {
-		case <-sig:
-		case <-stop:
-			return
-		}
-		if e.exe == "" {
-			e.log.Error("upgrade failed; this edge keeps serving", "err", "the path of this binary is unknown")
-			continue
-		}
-		e.log.Info("upgrade: starting the new binary", "exe", e.exe, "listeners", len(e.bound))
-		pid, err := handoff.Upgrade{
-			Exe: e.exe, Args: os.Args[1:], Env: os.Environ(),
-			Stdout: os.Stdout, Stderr: os.Stderr, Timeout: upgradeTimeout,
-		}.Run(e.bound)
-		if err != nil {
-			e.log.Error("upgrade failed; this edge keeps serving", "err", err)
-			continue
-		}
-		e.log.Info("upgrade: the new edge is ready; this edge stops accepting and drains", "new_pid", pid)
-		close(handedOver)
-		return
-	}
-}
-
-// tellPredecessor tells the edge that started this one (SIGUSR2) that this
-// one is ready, once /readyz would answer 200.
-func (e *Edge) tellPredecessor(ctx context.Context) {
-	if err := proc.PollEvery(ctx, 20*time.Millisecond, "readiness", func(context.Context) error {
-		if e.readyValue() != 1 {
-			return errors.New("not ready")
-		}
-		return nil
-	}); err != nil {
-		return // stopping before ready: the predecessor serves on
-	}
-	// The service manager first: it must follow this pid before the
-	// previous edge exits.
-	if err := handoff.Notify(handoff.ReadyState(true)); err != nil {
-		e.log.Warn("service manager not told the edge took over", "err", err)
-	}
-	if err := e.inherited.Ready(); err != nil {
-		e.log.Error("upgrade: telling the previous edge this one is ready", "err", err)
-		return
-	}
-	e.log.Info("upgrade: ready; the previous edge drains", "pid", os.Getpid())
 }
 
 func (e *Edge) close() {
