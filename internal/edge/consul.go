@@ -3,52 +3,31 @@ package edge
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/hashicorp/consul/api"
-
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
-	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
+	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
 	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
-
-func consulConfig(c config.Config) *api.Config {
-	cfg := api.DefaultConfig()
-	addr := c.Consul
-	if rest, ok := strings.CutPrefix(addr, "https://"); ok {
-		cfg.Scheme, addr = "https", rest
-	}
-	cfg.Address = strings.TrimPrefix(addr, "http://")
-	if c.ConsulToken != "" {
-		// Otherwise the api's defaults stand: CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE.
-		cfg.Token = c.ConsulToken
-	}
-	cfg.TLSConfig = api.TLSConfig{CAFile: c.ConsulCAFile, CertFile: c.ConsulCert, KeyFile: c.ConsulKey}
-	return cfg
-}
 
 // startConsul loads the first rules — from Consul, or from the cache when
 // Consul is unreachable or holds an invalid document — and prepares the
 // watches that Run starts.
 func (e *Edge) startConsul() error {
-	ccfg := consulConfig(e.cfg)
-	client, err := region.NewClient(ccfg, e.cfg.ConsulPrefix)
+	client, closeIdle, err := consullink.Dial(consullink.Agent{
+		Addr: e.cfg.Consul, Token: e.cfg.ConsulToken, CAFile: e.cfg.ConsulCAFile, CertFile: e.cfg.ConsulCert, KeyFile: e.cfg.ConsulKey,
+	}, e.cfg.ConsulPrefix)
 	if err != nil {
 		return err
 	}
-	// The agent's keep-alive connections (and their goroutines) go with the edge.
-	e.closers = append(e.closers, ccfg.Transport.CloseIdleConnections)
+	e.closers = append(e.closers, closeIdle) // the agent's connections go with the edge
 	cache := e.cfg.RulesCache
 	if cache == "" {
 		var err error
-		if cache, err = defaultRulesCache(e.cfg.Region, os.Getenv, os.UserCacheDir); err != nil {
+		if cache, err = consullink.DefaultCache(e.cfg.Region, stateDir, os.Getenv, os.UserCacheDir); err != nil {
 			e.log.Warn("no directory for the rules cache: a restart while consul is unreachable enforces nothing; set --rules-cache", "err", err)
 		}
 	}
@@ -84,7 +63,10 @@ func (e *Edge) startConsul() error {
 			}
 		}
 	}
-	e.readConsulHosts(ctx, client)
+	e.router.ReadConsul(ctx, func(ctx context.Context) ([]byte, error) {
+		doc, _, err := client.Hosts(ctx, e.cfg.Region)
+		return doc, err
+	}, e.hostsConsul())
 	l.ReadRules(ctx)
 	return nil
 }
@@ -93,56 +75,20 @@ func (e *Edge) startConsul() error {
 // registrations of the edge and of its rate limit service, and the parts
 // the link reads and feeds.
 func (e *Edge) consulLinkConfig(client *region.Client, cache string) consullink.Config {
-	host, _ := os.Hostname()
-	_, port, _ := net.SplitHostPort(e.Addr())
-	portNum, _ := strconv.Atoi(port)
-	advertise := ""
-	if e.cfg.Advertise != "" {
-		advertise, _, _ = strings.Cut(e.cfg.Advertise, ":")
-		// Edges sharing a host (and a port, each on its own address) must
-		// not share a service ID: the second would replace the first.
-		host = advertise
-	}
 	c := consullink.Config{
 		Client:    client,
 		Region:    e.cfg.Region,
 		PoP:       e.cfg.PoP,
 		CachePath: cache,
 		Log:       e.log,
-		Metrics: consullink.Metrics{
-			Errors:      e.metrics.consulErrors,
-			Panics:      e.metrics.consulPanics,
-			RulesErrors: e.metrics.rulesErrors,
-			Missing:     e.metrics.consulMissing,
-		},
-		Parts: e.consulParts(),
-		Reg: region.Registration{
-			ID:       fmt.Sprintf("edge-%s-%s-%s-%s", e.cfg.Region, e.cfg.PoP, host, port),
-			Region:   e.cfg.Region,
-			PoP:      e.cfg.PoP,
-			Address:  advertise,
-			Port:     portNum,
-			Version:  buildinfo.Get().Version,
-			CheckURL: "http://" + localAddr(e.AdminAddr()) + "/readyz",
-		},
+		Metrics:   e.consMet,
+		Parts:     e.consulParts(),
 	}
-	if e.rls != nil {
-		_, rlsPort, _ := net.SplitHostPort(e.RLSAddr())
-		rlsPortNum, _ := strconv.Atoi(rlsPort)
-		_, adminPort, _ := net.SplitHostPort(e.AdminAddr())
-		adminPortNum, _ := strconv.Atoi(adminPort)
-		c.RLSReg = &region.RLSRegistration{
-			ID:          fmt.Sprintf("rls-%s-%s-%s-%s", e.cfg.Region, e.cfg.PoP, host, rlsPort),
-			Region:      e.cfg.Region,
-			PoP:         e.cfg.PoP,
-			Edge:        c.Reg.ID,
-			Address:     advertise,
-			Port:        rlsPortNum,
-			MetricsPort: adminPortNum,
-			CheckAddr:   localAddr(e.RLSAddr()),
-			TLS:         e.cfg.RLS.TLSCert != "",
-		}
-	}
+	c.Reg, c.RLSReg = consullink.Registrations(consullink.Addrs{
+		Region: e.cfg.Region, PoP: e.cfg.PoP, Advertise: e.cfg.Advertise,
+		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), RLSTLS: e.cfg.RLS.TLSCert != "",
+		Version: buildinfo.Get().Version,
+	})
 	if e.certs.ConsulTickets() {
 		c.TicketRotation = e.cfg.TLSTicketRotation
 	}
@@ -154,8 +100,8 @@ func (e *Edge) consulParts() consullink.Parts {
 	p := consullink.Parts{
 		Rules:          e.rules.Load,
 		CompileOptions: e.cfg.CompileOptions,
-		ApplySnapshot:  e.applySnapshot,
-		ApplyRules:     e.ApplyRules,
+		ApplySnapshot:  e.rules.ApplySnapshot,
+		ApplyRules:     e.rules.Apply,
 		Enforcement:    func() string { en, _ := e.pipe.Enforcement(); return en.String() },
 		SetEnforcement: e.pipe.SetEnforcement,
 		UpdateShedder:  e.shed.Update,
@@ -186,7 +132,7 @@ func (e *Edge) consulParts() consullink.Parts {
 	}
 	p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
 		client.WatchPoPHosts(ctx, e.cfg.Region, e.cfg.PoP, func(doc []byte, _ uint64, canary bool) {
-			e.applyConsulHosts(doc, canary)
+			e.router.ApplyConsul(doc, canary, e.hostsConsul())
 			e.consul.RulesChanged() // the host table version is registered too
 		}, onErr)
 	})
@@ -203,60 +149,15 @@ func (e *Edge) consulParts() consullink.Parts {
 	return p
 }
 
+// hostsConsul is what the host table needs of the Consul link (package
+// hostroute): its missing document, and the cache beside the rules cache.
+func (e *Edge) hostsConsul() hostroute.Consul {
+	return hostroute.Consul{
+		Missing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocHosts, missing) },
+		Cache:     e.consul.Beside(".hosts.yaml"),
+		WriteFile: consullink.WriteFileAtomic,
+	}
+}
+
 // stateDir is the system-wide state directory tried after $STATE_DIRECTORY.
 var stateDir = "/var/lib/edgeguard"
-
-// defaultRulesCache is where the last good rules are kept when
-// --rules-cache is not set, the first that applies of:
-//
-//  1. $STATE_DIRECTORY (the first of its paths): systemd sets it for a unit
-//     with StateDirectory=edgeguard;
-//  2. /var/lib/edgeguard, when the edge may write there;
-//  3. the user cache dir (os.UserCacheDir: $XDG_CACHE_HOME or ~/.cache),
-//     under edgeguard/.
-//
-// The file is rules-<region>.yaml. Never the temporary directory: anyone
-// may write there and a reboot empties it, so a restarted edge would run
-// what someone else left, or nothing. With none of them, there is no cache
-// (an error says so).
-func defaultRulesCache(region string, getenv func(string) string, userCache func() (string, error)) (string, error) {
-	name := "rules-" + region + ".yaml"
-	if dirs := getenv("STATE_DIRECTORY"); dirs != "" {
-		dir, _, _ := strings.Cut(dirs, ":")
-		return filepath.Join(dir, name), nil
-	}
-	if writableDir(stateDir) {
-		return filepath.Join(stateDir, name), nil
-	}
-	dir, err := userCache()
-	if err != nil {
-		return "", fmt.Errorf("finding the rules cache: no $STATE_DIRECTORY, %s not writable, no user cache dir: %w", stateDir, err)
-	}
-	return filepath.Join(dir, "edgeguard", name), nil
-}
-
-// writableDir reports whether dir exists, or can be made, and takes files.
-func writableDir(dir string) bool {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false
-	}
-	f, err := os.CreateTemp(dir, ".probe-*")
-	if err != nil {
-		return false
-	}
-	f.Close()
-	os.Remove(f.Name())
-	return true
-}
-
-// localAddr turns a wildcard bind address into one the local agent can dial.
-func localAddr(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port)
-}

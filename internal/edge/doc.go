@@ -28,5 +28,7 @@
 // config's; the problem+json answers package problem's; the behaviour
 // layer (identity, level, signal updates) package bhlayer's; Envoy's rate
 // limit service on --rls-listen package rlslink's; global rules' home
-// regions package globalhome's.
+// regions package globalhome's; the rules in force package liverules';
+// the host table package hostroute's; the Consul link, its registrations
+// and caches package consullink's.
 package edge

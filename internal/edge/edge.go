@@ -28,10 +28,10 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
+	"github.com/edgeguard/edgeguard/internal/edge/liverules"
 	"github.com/edgeguard/edgeguard/internal/edge/pipeline"
 	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
 	"github.com/edgeguard/edgeguard/internal/origin"
-	"github.com/edgeguard/edgeguard/internal/proc"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -42,14 +42,15 @@ type Edge struct {
 	cfg     config.Config
 	log     *slog.Logger
 	reg     *prometheus.Registry
-	metrics *metrics
+	metrics *admin.Metrics     // the rules' and the build's
+	lnMet   *listen.Metrics    // the listeners'
+	consMet consullink.Metrics // the Consul link's
 	pipe    *pipeline.Pipeline // the request path (package pipeline)
 
-	rules                 atomic.Pointer[rules.Snapshot]
+	rules                 *liverules.Rules
 	nodesRegion, nodesPoP atomic.Int64 // fallback divisors: flags, then the catalog
 	consul                *consullink.Link
 	global                *globalhome.Regions // scope: global rules (package globalhome)
-	rulesAt               atomic.Pointer[time.Time]
 	closers               []func()
 	draining              atomic.Bool
 	serving               atomic.Bool
@@ -85,10 +86,10 @@ type parts struct {
 // servers are the listeners and the servers on them.
 type servers struct {
 	publicLn, adminLn net.Listener
-	tlsLn             net.Listener       // nil without --listen-tls
-	certs             *listen.Certs      // nil without --listen-tls
-	h2                *listen.H2Server   // nil without h2 on --listen-tls
-	connCounts        *listen.ConnCounts // the public listeners' per-client cap
+	tlsLn             net.Listener     // nil without --listen-tls
+	certs             *listen.Certs    // nil without --listen-tls
+	h2                *listen.H2Server // nil without h2 on --listen-tls
+	public            *listen.Public   // the public listeners' accept stack
 	server            *fasthttp.Server
 	admin             *http.Server
 	rls               *rlslink.Service // nil without --rls-listen
@@ -111,7 +112,7 @@ func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
 		ConsulPrefix: e.cfg.ConsulPrefix,
 		Log:          e.log,
 		SetMissing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocCatalog, missing) },
-		Refused:      func() { e.metrics.rulesErrors.Inc() },
+		Refused:      func() { e.metrics.RulesErrors.Inc() },
 		ReachabilityChanged: func() {
 			if e.consul != nil {
 				e.consul.RulesChanged()
@@ -159,8 +160,9 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	if err != nil {
 		return nil, err
 	}
+	e.rules = e.newRules()
 	if cfg.Consul == "" {
-		if err := e.loadRules(); err != nil {
+		if err := e.rules.LoadFile(cfg.Rules); err != nil {
 			return nil, err
 		}
 	}
@@ -190,11 +192,12 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	if err := e.buildPipeline(reg); err != nil {
 		return nil, err
 	}
-	e.server = e.newServer()
+	e.public = listen.NewPublic(e.listenSettings(), e.lnMet, log)
+	e.server = e.public.NewServer(e.pipe.Handle, e.pipe.ServerError, e.pipe.Expect)
 	e.admin = &http.Server{Handler: admin.Handler(admin.Config{
 		Registry: e.reg,
 		Ready:    e.ready(),
-		Rules:    e.rulesInForce,
+		Rules:    e.rules.InForce,
 		Region:   cfg.Region,
 		PoP:      cfg.PoP,
 		Clients:  e.bh.DebugClients,
@@ -236,8 +239,11 @@ func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": e.cfg.Region, "pop": e.cfg.PoP}, e.reg)
 	}
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var err error
-	if e.metrics, err = newMetrics(reg); err != nil {
+	var err, lerr, cerr error
+	e.metrics, err = admin.NewMetrics(reg)
+	e.lnMet, lerr = listen.NewMetrics(reg)
+	e.consMet, cerr = consullink.NewMetrics(reg, e.metrics.RulesErrors)
+	if err := errors.Join(err, lerr, cerr); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	return reg, nil
@@ -248,7 +254,7 @@ func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
 func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 	origins := e.cfg.Origins
 	if e.cfg.DemoOrigin {
-		addr, stop, err := startDemoOrigin()
+		addr, stop, err := origin.StartDemo()
 		if err != nil {
 			return fmt.Errorf("starting demo origin: %w", err)
 		}
@@ -293,7 +299,13 @@ func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 	if e.tunnels, err = origin.NewTunnels(origin.TunnelConfig{MaxOpen: e.cfg.MaxTunnels, IdleTimeout: e.cfg.TunnelIdleTimeout}, reg); err != nil {
 		return fmt.Errorf("configuring tunnels: %w", err)
 	}
-	return e.buildRouter(reg)
+	if e.router, err = hostroute.Open(hostroute.Settings{
+		PathSemantics: e.cfg.PathSemantics, RefuseAmbiguousPaths: e.cfg.RefuseAmbiguousPaths, File: e.cfg.Hosts,
+	}, e.proxy, e.originBase, e.originMetrics, reg, e.log); err != nil {
+		return err
+	}
+	e.closers = append(e.closers, e.router.Close)
+	return nil
 }
 
 // buildPipeline builds the request path (package pipeline) from the parts.
@@ -318,7 +330,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 		UsableHost:                config.UsableHost,
 	}, e.log, pipeline.Limits{
 		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
-		Rules: &e.rules, NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
+		Rules: e.rules.Pointer(), NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
 	}, pipeline.Parts{
 		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.Route, Tunnels: e.tunnels,
 		Draining: &e.draining, AccessLogRegistry: e.reg,
@@ -350,39 +362,6 @@ func framingRefusal(err error) (reason string, status int, detail string, ok boo
 	return fe.Reason, fe.Status, fe.Detail, true
 }
 
-// newServer is the public fasthttp server, its handler the request
-// pipeline (package pipeline).
-func (e *Edge) newServer() *fasthttp.Server {
-	return &fasthttp.Server{
-		Handler:        e.pipe.Handle,
-		Name:           "edgeguard",
-		ReadBufferSize: e.cfg.MaxHeaderBytes,
-		// Bodies are streamed: the handler runs once the header and at
-		// most 8 KiB of body are in, sheds and limits, and the proxy reads
-		// the rest while sending it to the origin. Buffering whole bodies
-		// let a client's declared Content-Length reserve memory it never
-		// sent. With streaming, fasthttp no longer enforces the size:
-		// screen refuses a declared length above it, the proxy a chunked
-		// body that grows past it.
-		StreamRequestBody:  true,
-		MaxRequestBodySize: e.cfg.MaxBodyBytes,
-		ErrorHandler:       e.pipe.ServerError,
-		ExpectHandler:      e.pipe.Expect,
-		CloseOnShutdown:    true,
-		ReadTimeout:        e.cfg.ReadTimeout,
-		// No WriteTimeout: fasthttp's is one deadline for the whole
-		// response, which would cut a streamed body (a large object, an
-		// event stream) however well its client reads. --write-timeout
-		// is a deadline per write instead (listen.PerWrite, in
-		// acceptStack).
-		IdleTimeout:                  e.cfg.IdleTimeout,
-		DisablePreParseMultipartForm: true,
-		NoDefaultServerHeader:        true,
-		NoDefaultDate:                false,
-		Logger:                       listen.FastHTTPLogger{Log: e.log},
-	}
-}
-
 // listen opens the public listeners (TLS too, when configured) and the
 // admin listener, and registers the metrics that read the server.
 func (e *Edge) listen(reg prometheus.Registerer) error {
@@ -390,17 +369,16 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 	if e.publicLn, err = e.bind(handoff.Public, e.cfg.Listen); err != nil {
 		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
 	}
-	e.publicLn = e.acceptStack(e.publicLn, []byte(listen.TooManyConns))
+	e.publicLn = e.public.Stack(e.publicLn, []byte(listen.TooManyConns))
 	if e.cfg.ListenTLS != "" {
-		if err := e.listenTLS(); err != nil {
+		t, err := e.public.OpenTLS(func() (net.Listener, error) { return e.bind(handoff.TLS, e.cfg.ListenTLS) }, e.server, e.cfg.Consul != "")
+		if err != nil {
 			return err
 		}
+		e.tlsLn, e.certs, e.h2 = t.Ln, t.Certs, t.H2
 	}
 	server := e.server
-	if err := e.metrics.openConns(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }); err != nil {
-		return fmt.Errorf("registering metrics: %w", err)
-	}
-	if err := e.metrics.readyGauge(reg, e.readyValue); err != nil {
+	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, e.readyValue); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if e.adminLn, err = e.bind(handoff.Admin, e.cfg.Admin); err != nil {
@@ -429,42 +407,10 @@ func (e *Edge) bind(name, addr string) (net.Listener, error) {
 func (e *Edge) Addr() string      { return e.publicLn.Addr().String() }
 func (e *Edge) AdminAddr() string { return e.adminLn.Addr().String() }
 
-// loadRules reads and compiles the rules file; no file means no rules.
-func (e *Edge) loadRules() error {
-	var data []byte
-	if e.cfg.Rules != "" {
-		var err error
-		if data, err = os.ReadFile(e.cfg.Rules); err != nil {
-			return fmt.Errorf("reading rules: %w", err)
-		}
-	} else {
-		e.log.Warn("no --rules given: nothing is rate limited")
-		data = []byte("version: 1\nrules: []\n")
-	}
-	if err := e.ApplyRules(data); err != nil {
-		return fmt.Errorf("rules file %s: %w", e.cfg.Rules, err)
-	}
-	return nil
-}
-
 // ApplyRules parses, validates and compiles a rules document and swaps it in.
 // An invalid document is refused (counted, and the error names the rule and
 // field); the rules in force stay.
-func (e *Edge) ApplyRules(data []byte) error {
-	return e.applySnapshot(rules.Load(data, e.cfg.CompileOptions()...))
-}
-
-func (e *Edge) applySnapshot(snap *rules.Snapshot, err error) error {
-	if err == nil {
-		err = e.cfg.CheckRules(snap)
-	}
-	if err != nil {
-		e.metrics.rulesErrors.Inc()
-		return err
-	}
-	e.SetRules(snap)
-	return nil
-}
+func (e *Edge) ApplyRules(data []byte) error { return e.rules.Apply(data) }
 
 // reloadFiles re-reads the rules, shedder and host table files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
@@ -473,7 +419,7 @@ func (e *Edge) reloadFiles() {
 		e.rls.Reload()
 	}
 	if e.cfg.Rules != "" {
-		if err := e.loadRules(); err != nil {
+		if err := e.rules.LoadFile(e.cfg.Rules); err != nil {
 			e.log.Error("rules reload refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
 		}
 	}
@@ -483,7 +429,7 @@ func (e *Edge) reloadFiles() {
 		}
 	}
 	if e.cfg.Hosts != "" {
-		if err := e.loadHosts(); err != nil {
+		if err := e.router.LoadFile(e.cfg.Hosts); err != nil {
 			e.log.Error("host table reload refused; keeping the table in force", "err", err, "version", e.router.Version())
 		}
 	}
@@ -505,28 +451,29 @@ func (e *Edge) loadShedder() error {
 	return nil
 }
 
-// SetRules swaps the rules snapshot atomically; requests in flight finish
-// with the one they started with.
-func (e *Edge) SetRules(snap *rules.Snapshot) {
-	old := e.rules.Swap(snap)
-	pipeline.ForgetPolicies() // the old snapshot's rules
-	now := time.Now()
-	e.rulesAt.Store(&now)
-	if e.limiter != nil {
-		e.limiter.Flush()
-	}
-	if e.bh != nil {
-		e.bh.RulesChanged(snap)
-	}
-	if old != nil {
-		e.metrics.rulesInfo.DeleteLabelValues(old.Version())
-	}
-	e.metrics.rulesInfo.WithLabelValues(snap.Version()).Set(1)
-	if e.consul != nil {
-		e.consul.RulesChanged()
-	}
-	e.metrics.rulesLoaded.Set(float64(now.Unix()))
-	e.log.Info("rules loaded", "version", snap.Version(), "rules", len(snap.Rules()))
+// newRules are the rules in force (package liverules); a change flushes
+// what the old rules decided.
+func (e *Edge) newRules() *liverules.Rules {
+	return liverules.New(liverules.Config{
+		CompileOptions: e.cfg.CompileOptions,
+		Check:          e.cfg.CheckRules,
+		Changed: func(snap *rules.Snapshot) {
+			pipeline.ForgetPolicies() // the old snapshot's rules
+			if e.limiter != nil {
+				e.limiter.Flush()
+			}
+			if e.bh != nil {
+				e.bh.RulesChanged(snap)
+			}
+		},
+		Announced: func() {
+			if e.consul != nil {
+				e.consul.RulesChanged()
+			}
+		},
+		Metrics: liverules.Metrics{Info: e.metrics.RulesInfo, Loaded: e.metrics.RulesLoaded, Errors: e.metrics.RulesErrors},
+		Log:     e.log,
+	})
 }
 
 func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
@@ -620,9 +567,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer close(stopReload)
 	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
 	handedOver := make(chan struct{})
-	wg.Go(func() { e.upgradeOnSignal(usr2, stopReload, handedOver) })
+	wg.Go(func() { handoff.UpgradeOnSignal(usr2, stopReload, handedOver, e.exe, e.bound, e.log) })
 	if e.inherited.Upgrading() {
-		wg.Go(func() { e.tellPredecessor(ctx) })
+		wg.Go(func() { e.inherited.TellWhenReady(ctx, func() bool { return e.readyValue() == 1 }, e.log) })
 	} else if err := handoff.Notify(handoff.ReadyState(false)); err != nil {
 		e.log.Warn("service manager not told the edge is ready", "err", err)
 	}
@@ -785,62 +732,6 @@ func (e *Edge) reloadOnSignal(sig <-chan os.Signal, stop <-chan struct{}) {
 	}
 }
 
-// upgradeTimeout is how long a new binary started on SIGUSR2 has to answer
-// ready before it is killed and this edge serves on.
-const upgradeTimeout = 60 * time.Second
-
-// upgradeOnSignal starts the binary again on every SIGUSR2, handing it the
-// listeners (package handoff), until stop is closed or one new edge is
-// ready: then it closes handedOver and this edge drains.
-func (e *Edge) upgradeOnSignal(sig <-chan os.Signal, stop <-chan struct{}, handedOver chan<- struct{}) {
-	for {
-		select {
-		case <-sig:
-		case <-stop:
-			return
-		}
-		if e.exe == "" {
-			e.log.Error("upgrade failed; this edge keeps serving", "err", "the path of this binary is unknown")
-			continue
-		}
-		e.log.Info("upgrade: starting the new binary", "exe", e.exe, "listeners", len(e.bound))
-		pid, err := handoff.Upgrade{
-			Exe: e.exe, Args: os.Args[1:], Env: os.Environ(),
-			Stdout: os.Stdout, Stderr: os.Stderr, Timeout: upgradeTimeout,
-		}.Run(e.bound)
-		if err != nil {
-			e.log.Error("upgrade failed; this edge keeps serving", "err", err)
-			continue
-		}
-		e.log.Info("upgrade: the new edge is ready; this edge stops accepting and drains", "new_pid", pid)
-		close(handedOver)
-		return
-	}
-}
-
-// tellPredecessor tells the edge that started this one (SIGUSR2) that this
-// one is ready, once /readyz would answer 200.
-func (e *Edge) tellPredecessor(ctx context.Context) {
-	if err := proc.PollEvery(ctx, 20*time.Millisecond, "readiness", func(context.Context) error {
-		if e.readyValue() != 1 {
-			return errors.New("not ready")
-		}
-		return nil
-	}); err != nil {
-		return // stopping before ready: the predecessor serves on
-	}
-	// The service manager first: it must follow this pid before the
-	// previous edge exits.
-	if err := handoff.Notify(handoff.ReadyState(true)); err != nil {
-		e.log.Warn("service manager not told the edge took over", "err", err)
-	}
-	if err := e.inherited.Ready(); err != nil {
-		e.log.Error("upgrade: telling the previous edge this one is ready", "err", err)
-		return
-	}
-	e.log.Info("upgrade: ready; the previous edge drains", "pid", os.Getpid())
-}
-
 func (e *Edge) close() {
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		e.closers[i]()
@@ -879,13 +770,4 @@ func (e *Edge) readyValue() float64 {
 		return 1
 	}
 	return 0
-}
-
-// rulesInForce is the rules snapshot and when it was loaded.
-func (e *Edge) rulesInForce() (*rules.Snapshot, time.Time) {
-	var loaded time.Time
-	if at := e.rulesAt.Load(); at != nil {
-		loaded = *at
-	}
-	return e.rules.Load(), loaded
 }

@@ -81,6 +81,24 @@ type Metrics struct {
 	Missing     *prometheus.GaugeVec // document: kept while missing in Consul
 }
 
+// NewMetrics registers the link's series with reg; rulesErrors is the
+// edge's count of refused rules documents, which the link adds to.
+func NewMetrics(reg prometheus.Registerer, rulesErrors prometheus.Counter) (Metrics, error) {
+	m := Metrics{
+		Errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_consul_errors_total",
+			Help: "Failed Consul watches and registrations (retried with backoff; the settings in force stay).",
+		}),
+		Panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_consul_panics_total",
+			Help: "Panics recovered in the Consul watchers (a bug: see logs; the settings in force stay, the watch goes on).",
+		}),
+		RulesErrors: rulesErrors,
+		Missing:     NewMissingGauge(),
+	}
+	return m, errors.Join(reg.Register(m.Errors), reg.Register(m.Panics), reg.Register(m.Missing))
+}
+
 // Config is what a link is made of.
 type Config struct {
 	Client    *region.Client

@@ -1,4 +1,4 @@
-package edge
+package origin
 
 import (
 	"encoding/json"
@@ -7,9 +7,9 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// startDemoOrigin serves a tiny origin on a loopback port, so a newcomer's
-// `make run` proxies somewhere real. It echoes what it received.
-func startDemoOrigin() (addr string, stop func(), err error) {
+// StartDemo serves a tiny origin on a loopback port (--demo-origin), so a
+// newcomer's `make run` proxies somewhere real. It echoes what it received.
+func StartDemo() (addr string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
