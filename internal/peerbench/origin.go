@@ -145,6 +145,9 @@ func ServeOriginIfAsked() {
 	if addr := os.Getenv(fastOriginEnv); addr != "" {
 		serveFastOrigin(addr)
 	}
+	if addr := os.Getenv(hostOriginEnv); addr != "" {
+		serveHostOrigin(addr)
+	}
 	addr := os.Getenv(originEnv)
 	if addr == "" {
 		return
