@@ -290,18 +290,40 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 		wg.Wait()
 		return nil, ctx.Err()
 	}
-	aCtx, aCancel := context.WithDeadline(ctx, end)
-	defer aCancel()
-	a := func(time.Time) *count { return r.A }
+	// a.example's clients, each load in a process of its own.
+	var loads []*childLoad
+	var into []*count
+	spec := loadSpec{Addr: srv.addr, Host: slowHost, Timeout: timeout, Until: end}
 	if sc == "slow" {
 		r.Conns = cfg.AClients
-		drive(aCtx, &wg, srv.addr, aSources(cfg.ASources), slowHost, "", cfg.AClients, timeout, a)
-		if cfg.Critical > 0 {
-			drive(aCtx, &wg, srv.addr, []string{trustedSource}, slowHost, "critical", cfg.Critical, timeout, func(time.Time) *count { return r.Crit })
+		a, crit := spec, spec
+		a.Sources, a.Conns = aSources(cfg.ASources), cfg.AClients
+		crit.Sources, crit.Conns, crit.Priority = []string{trustedSource}, cfg.Critical, "critical"
+		for _, l := range []struct {
+			spec loadSpec
+			c    *count
+		}{{a, r.A}, {crit, r.Crit}} {
+			if l.spec.Conns < 1 {
+				continue
+			}
+			cl, err := startLoad(l.spec)
+			if err != nil {
+				bCancel()
+				wg.Wait()
+				return nil, err
+			}
+			loads, into = append(loads, cl), append(into, l.c)
 		}
 	} else {
 		r.Conns = *floodConns
-		drive(aCtx, &wg, srv.addr, floodSources(cfg.FloodSources), slowHost, "", *floodConns, timeout, a)
+		spec.Sources, spec.Conns = floodSources(cfg.FloodSources), *floodConns
+		cl, err := startLoad(spec)
+		if err != nil {
+			bCancel()
+			wg.Wait()
+			return nil, err
+		}
+		loads, into = append(loads, cl), append(into, r.A)
 	}
 	// a.example's share, read once both hosts have been active a while.
 	r.Share = cfg.AClients
@@ -318,6 +340,12 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 	case <-ctx.Done():
 	}
 	wg.Wait()
+	var loadErr error
+	for i, l := range loads {
+		if err := l.wait(into[i]); err != nil && loadErr == nil {
+			loadErr = err
+		}
+	}
 	r.Load = loadavg()
 	if cfg.Slow > 0 && sc == "slow" {
 		r.Rounds = int((cfg.Phase + cfg.Slow - 1) / cfg.Slow) // a request sent in the phase counts, answered after it or not
@@ -330,7 +358,7 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return r, nil
+	return r, loadErr
 }
 
 // startDefaultEdge runs the edge at its defaults in front of origin: only

@@ -11,7 +11,8 @@ import (
 
 // Both scenarios with both targets, scaled down to seconds: every request
 // sent is counted once, in the phase it was sent in, and answered (no
-// socket error, no timeout); b.example is counted in both phases;
+// socket error, no timeout); b.example is counted in both phases, and
+// a.example's clients, in processes of their own, report theirs;
 // a.example's 503s from the edge (32 workers here) are counted as its own,
 // with the host share's problem detail; the critical requests are counted
 // apart; the table and a verdict for every goal are printed. No figure is
@@ -32,8 +33,11 @@ func TestTenantsSmoke(t *testing.T) {
 		for _, c := range []*count{r.BQuiet, r.BDuring, r.A, r.Crit} {
 			require.Zero(t, c.errs, "%s: %v", name, c.firstErr)
 			require.Equal(t, c.sent, c.ok+c.refused+c.other, name)
-			require.Len(t, c.lat, c.ok, name)
 		}
+		// b.example's latencies are kept (its p99); a.example's clients run
+		// in their own processes, which report counts only.
+		require.Len(t, r.BQuiet.lat, r.BQuiet.ok, name)
+		require.Len(t, r.BDuring.lat, r.BDuring.ok, name)
 		require.Positive(t, r.BQuiet.ok, name)
 		require.Positive(t, r.BDuring.sent, name)
 		require.Positive(t, r.A.sent, name)
