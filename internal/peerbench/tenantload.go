@@ -30,7 +30,7 @@ type loadSpec struct {
 // loadReport is what its clients got, as count holds it.
 type loadReport struct {
 	Sent, OK, Refused, Other, Errs int
-	FirstErr, Refusal              string
+	FirstErr, Refusal, Oddity      string
 }
 
 // runTenantLoad drives the spec in env and prints its report; it exits.
@@ -46,7 +46,7 @@ func runTenantLoad(env string) {
 	var wg sync.WaitGroup
 	drive(ctx, &wg, spec.Addr, spec.Sources, spec.Host, spec.Priority, spec.Conns, spec.Timeout, func(time.Time) *count { return &c })
 	wg.Wait()
-	r := loadReport{Sent: c.sent, OK: c.ok, Refused: c.refused, Other: c.other, Errs: c.errs, Refusal: c.refusal}
+	r := loadReport{Sent: c.sent, OK: c.ok, Refused: c.refused, Other: c.other, Errs: c.errs, Refusal: c.refusal, Oddity: c.oddity}
 	if c.firstErr != nil {
 		r.FirstErr = c.firstErr.Error()
 	}
@@ -97,6 +97,9 @@ func (l *childLoad) wait(c *count) error {
 	}
 	if c.refusal == "" {
 		c.refusal = r.Refusal
+	}
+	if c.oddity == "" {
+		c.oddity = r.Oddity
 	}
 	return nil
 }

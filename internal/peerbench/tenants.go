@@ -113,6 +113,7 @@ type count struct {
 	errs     int   // no answer: a socket error or a timeout
 	firstErr error // the first of them
 	refusal  string
+	oddity   string          // the first other status and its body
 	lat      []time.Duration // of the 200s
 }
 
@@ -136,6 +137,9 @@ func (c *count) add(code int, body []byte, d time.Duration, err error) {
 		}
 	default:
 		c.other++
+		if c.oddity == "" {
+			c.oddity = fmt.Sprintf("%d %s", code, body[:min(len(body), 300)])
+		}
 	}
 }
 
@@ -160,7 +164,13 @@ type TenantRun struct {
 	Workers       int    // the edge's worker capacity, 0 for nginx
 	Conns         int    // a.example's connections
 	Load          string // the load average at the end of the phase
-	EdgeMetrics   string // the edge's shedder and outcome lines after the run
+	// ProxyCPU is the CPU seconds the proxy's processes spent in each phase
+	// (quiet, beside a.example), LoadCPU those a.example's client processes
+	// spent: on a machine of few cores, what b.example's latency competes
+	// with.
+	ProxyCPU    [2]float64
+	LoadCPU     float64
+	EdgeMetrics string // the edge's shedder and outcome lines after the run
 }
 
 // Goal is one of issue 51's goals for one run.
@@ -170,7 +180,9 @@ type Goal struct {
 }
 
 // Goals are the goals this run is held to: b.example keeps 95 % of its
-// quiet goodput (requests answered 200 a second) and of its success rate,
+// quiet goodput, read two ways: the share of its requests answered 200
+// (the issue's "succeeded") and the 200s it got a second (which, on a
+// machine of few cores, a.example's clients' CPU takes from too),
 // with a p99 within 1.5× of its quiet one (in the slow-origin scenario);
 // a.example gets its share's worth of answers (at least 90 % of share ×
 // rounds, in the slow-origin scenario); no critical request is refused.
@@ -178,11 +190,11 @@ func (r *TenantRun) Goals() []Goal {
 	var gs []Goal
 	bq, bd := r.BQuiet, r.BDuring
 	rateQ, rateD := float64(bq.ok)/r.Phase.Seconds(), float64(bd.ok)/r.Phase.Seconds()
-	gs = append(gs, Goal{"b.example goodput ≥ 95 % of quiet",
-		fmt.Sprintf("%.0f/s of %.0f/s (%.1f %%)", rateD, rateQ, 100*ratio(rateD, rateQ)), ratio(rateD, rateQ) >= 0.95})
 	succQ, succD := ratio(float64(bq.ok), float64(bq.sent)), ratio(float64(bd.ok), float64(bd.sent))
-	gs = append(gs, Goal{"b.example success ≥ 95 % of quiet",
+	gs = append(gs, Goal{"b.example succeeded ≥ 95 % of quiet",
 		fmt.Sprintf("%.2f %% of %.2f %%", 100*succD, 100*succQ), bd.sent > 0 && succD >= 0.95*succQ})
+	gs = append(gs, Goal{"b.example 200s a second ≥ 95 % of quiet",
+		fmt.Sprintf("%.0f/s of %.0f/s (%.1f %%)", rateD, rateQ, 100*ratio(rateD, rateQ)), ratio(rateD, rateQ) >= 0.95})
 	if r.Scenario != "slow" {
 		return gs
 	}
@@ -272,6 +284,7 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 	}
 
 	start := time.Now()
+	cpu0 := cpuSeconds(srv.pid())
 	second := start.Add(cfg.Phase)
 	end := second.Add(cfg.Phase)
 	var wg sync.WaitGroup
@@ -290,6 +303,7 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 		wg.Wait()
 		return nil, ctx.Err()
 	}
+	cpu1 := cpuSeconds(srv.pid())
 	// a.example's clients, each load in a process of its own.
 	var loads []*childLoad
 	var into []*count
@@ -340,10 +354,14 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 	case <-ctx.Done():
 	}
 	wg.Wait()
+	r.ProxyCPU = [2]float64{cpu1 - cpu0, cpuSeconds(srv.pid()) - cpu1}
 	var loadErr error
 	for i, l := range loads {
 		if err := l.wait(into[i]); err != nil && loadErr == nil {
 			loadErr = err
+		}
+		if st := l.cmd.ProcessState; st != nil {
+			r.LoadCPU += (st.UserTime() + st.SystemTime()).Seconds()
 		}
 	}
 	r.Load = loadavg()
@@ -464,7 +482,7 @@ func (r *TenantRun) print(w io.Writer) {
 	if r.Crit.sent > 0 {
 		fmt.Fprintf(w, "; critical %d/%d ok", r.Crit.ok, r.Crit.sent)
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "; CPU seconds: %s %.1f quiet, %.1f beside a.example; a.example's clients %.1f\n", r.Target, r.ProxyCPU[0], r.ProxyCPU[1], r.LoadCPU)
 	for _, c := range []*count{r.BQuiet, r.BDuring, r.A, r.Crit} {
 		if c.firstErr != nil {
 			fmt.Fprintf(w, "  first failure: %v\n", c.firstErr)
@@ -472,6 +490,11 @@ func (r *TenantRun) print(w io.Writer) {
 	}
 	if r.A.refusal != "" {
 		fmt.Fprintf(w, "  a.example's first 503: %s\n", strings.TrimSpace(r.A.refusal))
+	}
+	for _, c := range []*count{r.BQuiet, r.BDuring, r.A, r.Crit} {
+		if c.oddity != "" {
+			fmt.Fprintf(w, "  first other answer: %s\n", strings.TrimSpace(c.oddity))
+		}
 	}
 	if r.EdgeMetrics != "" {
 		for _, l := range strings.Split(strings.TrimSpace(r.EdgeMetrics), "\n") {

@@ -86,7 +86,9 @@ func TestTenantGoals(t *testing.T) {
 	}
 	require.Equal(t, []bool{true, true, true, true, true}, verdicts(run(100, 95, 95, 180, 4, 10*time.Millisecond, 15*time.Millisecond)))
 	require.Equal(t, []bool{false, false, false, false, false}, verdicts(run(100, 94, 100, 179, 3, 10*time.Millisecond, 16*time.Millisecond)))
+	// Every request answered, at half the quiet rate: succeeded, not as many a second.
+	require.Equal(t, []bool{true, false, true, true, true}, verdicts(run(100, 50, 50, 180, 4, 10*time.Millisecond, 15*time.Millisecond)))
 	flood := run(100, 95, 100, 0, 0, time.Millisecond, time.Second)
 	flood.Scenario = "flood"
-	require.Equal(t, []bool{true, true}, verdicts(flood), "the flood holds b.example to its goodput and success only")
+	require.Equal(t, []bool{true, true}, verdicts(flood), "the flood holds b.example to its succeeded share and rate only")
 }
