@@ -43,14 +43,20 @@ type TenantsConfig struct {
 	// edge's workers connections (FloodConns, when set, instead) from
 	// FloodSources addresses, through an origin that answers at once.
 	FloodFactor, FloodConns, FloodSources int
-	Out                                   io.Writer
+	// APool, when set, gives a.example a pool of its own in a host table
+	// (--hosts), the same origin behind it, with these concurrency
+	// settings: an operator bounding the slow tenant. Empty: the defaults.
+	APool *PoolLimit
+	// Scenarios are those to run, of "slow" and "flood", in this order.
+	Scenarios []string
+	Out       io.Writer
 }
 
 // DefaultTenantsConfig is the measurement make bench-tenants runs: issue
 // 51's scale.
 func DefaultTenantsConfig() TenantsConfig {
 	return TenantsConfig{Phase: 20 * time.Second, Slow: 5 * time.Second, AClients: 1200, ASources: 5, Critical: 2,
-		BConns: 8, FloodFactor: 3, FloodSources: 48, Out: os.Stdout}
+		BConns: 8, FloodFactor: 3, FloodSources: 48, Scenarios: []string{"slow", "flood"}, Out: os.Stdout}
 }
 
 // SmokeTenantsConfig is the same run scaled down to a few seconds: 40
@@ -76,10 +82,42 @@ func (c TenantsConfig) validate() error {
 	if c.FloodSources < 1 || c.FloodSources > 250 || (c.FloodConns < 1 && c.FloodFactor < 1) || c.FloodConns > 20000 {
 		errs = append(errs, fmt.Errorf("the flood needs 1 to 250 addresses (%d) and a factor (%d) or up to 20000 connections (%d)", c.FloodSources, c.FloodFactor, c.FloodConns))
 	}
+	if len(c.Scenarios) == 0 || slices.ContainsFunc(c.Scenarios, func(s string) bool { return s != "slow" && s != "flood" }) {
+		errs = append(errs, fmt.Errorf("scenarios %q: want slow, flood or both", c.Scenarios))
+	}
 	if c.EdgeBin == "" || c.NginxBin == "" {
 		errs = append(errs, errors.New("no edge or nginx binary given"))
 	}
 	return errors.Join(errs...)
+}
+
+// PoolLimit is a host table pool's concurrency settings (docs/hosts.md).
+type PoolLimit struct {
+	Limit, Queue int
+	QueueTimeout time.Duration
+}
+
+// ParsePoolLimit reads LIMIT,QUEUE,QUEUE_TIMEOUT (512,1200,10s).
+func ParsePoolLimit(s string) (*PoolLimit, error) {
+	f := strings.Split(s, ",")
+	if len(f) != 3 {
+		return nil, fmt.Errorf("pool limit %q: want LIMIT,QUEUE,QUEUE_TIMEOUT", s)
+	}
+	limit, err1 := strconv.Atoi(f[0])
+	queue, err2 := strconv.Atoi(f[1])
+	qt, err3 := time.ParseDuration(f[2])
+	if err := errors.Join(err1, err2, err3); err != nil || limit < 1 || queue < 0 || qt < 0 {
+		return nil, fmt.Errorf("pool limit %q: want a limit of at least 1, a queue and a queue timeout not negative: %v", s, err)
+	}
+	return &PoolLimit{Limit: limit, Queue: queue, QueueTimeout: qt}, nil
+}
+
+// hostTable sends slowHost to a pool of its own at origin, with p's limit.
+func (p *PoolLimit) hostTable(dir, origin string) (string, error) {
+	f := filepath.Join(dir, "hosts.yaml")
+	text := fmt.Sprintf("version: 1\npools:\n  tenant_a:\n    urls: [\"http://%s\"]\n    concurrency: {limit: %d, queue: %d, queue_timeout: %s}\nhosts:\n  %s: {pool: tenant_a}\n",
+		origin, p.Limit, p.Queue, p.QueueTimeout, slowHost)
+	return f, os.WriteFile(f, []byte(text), 0o644)
 }
 
 // The client addresses: the trusted one sends the critical requests, the
@@ -158,7 +196,7 @@ type TenantRun struct {
 	BQuiet, BDuring  *count // b.example alone, then beside a.example
 	A, Crit          *count // a.example's clients and its critical ones, in the second phase
 	// Share is what a.example may hold at once: the edge's host share read
-	// mid-phase, for nginx every client; Rounds is how many answers each
+	// mid-phase (or its pool's limit, if smaller), for nginx every client; Rounds is how many answers each
 	// held place can give in the phase (each request sent in it counts).
 	Share, Rounds int
 	Workers       int    // the edge's worker capacity, 0 for nginx
@@ -227,7 +265,7 @@ func Tenants(ctx context.Context, cfg TenantsConfig) ([]*TenantRun, error) {
 	}
 	defer os.RemoveAll(dir)
 	var runs []*TenantRun
-	for _, sc := range []string{"slow", "flood"} {
+	for _, sc := range cfg.Scenarios {
 		delay := cfg.Slow
 		if sc == "flood" {
 			delay = 0
@@ -263,7 +301,15 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 	var srv *server
 	var err error
 	if target == "edge" {
-		srv, err = startDefaultEdge(ctx, cfg.EdgeBin, dir, origin, cfg.EdgeArgs...)
+		args := cfg.EdgeArgs
+		if cfg.APool != nil {
+			f, err := cfg.APool.hostTable(dir, origin)
+			if err != nil {
+				return nil, err
+			}
+			args = append(slices.Clone(args), "--hosts", f)
+		}
+		srv, err = startDefaultEdge(ctx, cfg.EdgeBin, dir, origin, args...)
 	} else {
 		srv, err = startNginx(ctx, cfg.NginxBin, dir, origin, "0")
 	}
@@ -350,6 +396,9 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 			if s := int(metricValue(ctx, srv.admin, "edgeguard_shedder_host_share")); s > 0 {
 				r.Share = min(r.Share, s)
 			}
+			if cfg.APool != nil {
+				r.Share = min(r.Share, cfg.APool.Limit) // its pool's limit holds it to less
+			}
 		}
 	case <-ctx.Done():
 	}
@@ -369,7 +418,7 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 		r.Rounds = int((cfg.Phase + cfg.Slow - 1) / cfg.Slow) // a request sent in the phase counts, answered after it or not
 	}
 	if srv.admin != "" {
-		for _, p := range []string{"edgeguard_shedder_rejected_total", "edgeguard_shedder_host_", "edgeguard_edge_requests_total", "edgeguard_edge_connections_refused_total"} {
+		for _, p := range []string{"edgeguard_shedder_rejected_total", "edgeguard_shedder_host_", "edgeguard_edge_requests_total", "edgeguard_edge_connections_refused_total", "edgeguard_origin_concurrency_"} {
 			r.EdgeMetrics += metricLines(ctx, srv.admin, p)
 		}
 	}
@@ -506,7 +555,15 @@ func (r *TenantRun) print(w io.Writer) {
 }
 
 func printTenants(w io.Writer, cfg TenantsConfig, runs []*TenantRun) {
-	fmt.Fprintf(w, "\nTenant isolation, phases of %s, a.example's origin %s slow (load average at the end: %s)\n\n", cfg.Phase, cfg.Slow, loadavg())
+	fmt.Fprintf(w, "\nTenant isolation, phases of %s, a.example's origin %s slow (load average at the end: %s)\n", cfg.Phase, cfg.Slow, loadavg())
+	if cfg.APool != nil {
+		fmt.Fprintf(w, "The edge gives a.example a pool of its own: concurrency limit %d, queue %d, queue timeout %s\n", cfg.APool.Limit, cfg.APool.Queue, cfg.APool.QueueTimeout)
+	} else if len(cfg.EdgeArgs) > 0 {
+		fmt.Fprintf(w, "The edge with %q\n", cfg.EdgeArgs)
+	} else {
+		fmt.Fprintln(w, "The edge at its defaults")
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| scenario | target | b.example quiet | p99 | b.example beside a.example | p99 | a.example answered | 503 | critical |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, r := range runs {

@@ -92,3 +92,14 @@ func TestTenantGoals(t *testing.T) {
 	flood.Scenario = "flood"
 	require.Equal(t, []bool{true, true}, verdicts(flood), "the flood holds b.example to its succeeded share and rate only")
 }
+
+// A pool limit is read whole or refused, naming what is wrong.
+func TestParsePoolLimit(t *testing.T) {
+	p, err := ParsePoolLimit("512,1200,10s")
+	require.NoError(t, err)
+	require.Equal(t, PoolLimit{Limit: 512, Queue: 1200, QueueTimeout: 10 * time.Second}, *p)
+	for _, bad := range []string{"", "512", "512,1200", "0,1,1s", "1,-1,1s", "1,1,-1s", "1,1,10", "x,1,1s", "1,1,1s,1"} {
+		_, err := ParsePoolLimit(bad)
+		require.ErrorContains(t, err, "pool limit", bad)
+	}
+}

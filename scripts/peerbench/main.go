@@ -99,9 +99,17 @@ func main() {
 		fs.IntVar(&cfg.AClients, "a-clients", cfg.AClients, "a.example's clients in the slow-origin scenario, one connection each")
 		fs.IntVar(&cfg.FloodFactor, "flood-factor", cfg.FloodFactor, "the flood's connections, in the edge's workers")
 		edgeArgs := fs.String("edge-args", "", "more flags for the edge, space-separated (none: the edge at its defaults)")
+		scenarios := fs.String("scenarios", "slow,flood", "the scenarios to run, comma-separated")
+		aPool := fs.String("a-pool", "", "LIMIT,QUEUE,QUEUE_TIMEOUT: a.example gets a pool of its own in a host table, with this concurrency limit (empty: the edge's defaults)")
 		_ = fs.Parse(os.Args[2:])
 		if *smoke {
 			cfg = peerbench.SmokeTenantsConfig()
+		}
+		cfg.Scenarios = strings.Split(*scenarios, ",")
+		if *aPool != "" {
+			if cfg.APool, err = peerbench.ParsePoolLimit(*aPool); err != nil {
+				break
+			}
 		}
 		if *edgeArgs != "" {
 			cfg.EdgeArgs = strings.Fields(*edgeArgs)
