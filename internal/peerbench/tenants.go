@@ -66,7 +66,7 @@ func DefaultTenantsConfig() TenantsConfig {
 func SmokeTenantsConfig() TenantsConfig {
 	c := DefaultTenantsConfig()
 	c.EdgeArgs = []string{"--workers", "32"}
-	c.Phase, c.Slow, c.AClients, c.FloodConns, c.FloodSources = 1500*time.Millisecond, time.Second, 40, 64, 40
+	c.Phase, c.Slow, c.AClients, c.FloodConns, c.FloodSources = time.Second, time.Second, 40, 64, 40
 	return c
 }
 
@@ -474,8 +474,12 @@ func drive(ctx context.Context, wg *sync.WaitGroup, addr string, srcs []string, 
 			if priority != "" {
 				req.Header.Set("X-Priority", priority)
 			}
+			deadline, bounded := ctx.Deadline()
 			for ctx.Err() == nil {
 				sent := time.Now()
+				if bounded && !sent.Before(deadline) {
+					return // the phase is over, though its timer has not fired yet
+				}
 				err := c.DoTimeout(req, resp, timeout)
 				took := time.Since(sent)
 				if err != nil {

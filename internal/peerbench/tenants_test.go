@@ -38,12 +38,12 @@ func TestTenantsSmoke(t *testing.T) {
 		// in their own processes, which report counts only.
 		require.Len(t, r.BQuiet.lat, r.BQuiet.ok, name)
 		require.Len(t, r.BDuring.lat, r.BDuring.ok, name)
-		require.Positive(t, r.BQuiet.ok, name)
-		require.Positive(t, r.BDuring.sent, name)
+		require.Greater(t, r.BQuiet.ok, 20, name)
+		require.Greater(t, r.BDuring.sent, 20, name)
 		require.Positive(t, r.A.sent, name)
 		if r.Scenario == "slow" {
 			require.Positive(t, r.Crit.sent, name)
-			require.Equal(t, 2, r.Rounds, name)
+			require.Equal(t, 1, r.Rounds, name)
 		} else {
 			require.Zero(t, r.Crit.sent, name)
 			require.Equal(t, 64, r.Conns, name)
@@ -102,4 +102,35 @@ func TestParsePoolLimit(t *testing.T) {
 		_, err := ParsePoolLimit(bad)
 		require.ErrorContains(t, err, "pool limit", bad)
 	}
+}
+
+// A configuration that cannot run is refused whole, each problem named.
+func TestTenantsConfigRefusesNonsense(t *testing.T) {
+	ok := DefaultTenantsConfig()
+	ok.EdgeBin, ok.NginxBin = "edge", "nginx"
+	require.NoError(t, ok.validate())
+	for name, tc := range map[string]struct {
+		edit   func(*TenantsConfig)
+		errMsg string
+	}{
+		"short phase":       {func(c *TenantsConfig) { c.Phase = time.Millisecond }, "phase 1ms must be at least 500ms"},
+		"negative slowdown": {func(c *TenantsConfig) { c.Slow = -time.Second }, "slowdown -1s from 0 to 1m"},
+		"no clients":        {func(c *TenantsConfig) { c.AClients = 0 }, "a.example's clients (0)"},
+		"too many sources":  {func(c *TenantsConfig) { c.ASources = 300 }, "its addresses (300, at most 200)"},
+		"no flood":          {func(c *TenantsConfig) { c.FloodFactor, c.FloodConns = 0, 0 }, "the flood needs"},
+		"bad scenario":      {func(c *TenantsConfig) { c.Scenarios = []string{"slow", "storm"} }, `scenarios ["slow" "storm"]`},
+		"no scenario":       {func(c *TenantsConfig) { c.Scenarios = nil }, "scenarios []"},
+		"no binaries":       {func(c *TenantsConfig) { c.EdgeBin = "" }, "no edge or nginx binary"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := ok
+			tc.edit(&c)
+			require.ErrorContains(t, c.validate(), tc.errMsg)
+		})
+	}
+	c := ok
+	c.Phase, c.AClients = 0, 0
+	err := c.validate()
+	require.ErrorContains(t, err, "phase")
+	require.ErrorContains(t, err, "a.example's clients (0)", "every problem at once")
 }
