@@ -238,8 +238,8 @@ bench-peers: build
 # ones) and then floods it (3x the edge's workers connections from 48
 # addresses, an origin answering at once). Prints the table of BENCHMARKS.md
 # and PASS/FAIL per goal; about 3 minutes. TENANTS_ARGS adds flags (-slow 2s,
-# -a-clients 600, -edge-args "--workers 256"). Not part of make test (its
-# smoke test is).
+# -a-clients 600, -scenarios slow, -a-pool 256,1200,10s, -edge-args
+# "--workers 256"). Not part of make test (its smoke test is).
 TENANTS_PHASE ?= 20s
 TENANTS_ARGS  ?=
 bench-tenants: build
