@@ -46,9 +46,10 @@ type HostShareConfig struct {
 	// Enabled gives each host active in the last 2 s a fair share of the
 	// workers, workers / active hosts, rounded up (of the adaptive origin
 	// limit instead, while it is enforced and smaller than the workers;
-	// in proportion to their weights when Weights names some). A host at or over its
-	// share is refused at once (503, reason host_share) unless more than a
-	// share's worth of workers is idle, so an overloading host is shed
+	// in proportion to their weights when Weights names some). A request of
+	// a host at or over its share waits up to QueueTimeout for a place,
+	// then is refused (503, reason host_share), unless more than a share's
+	// worth of workers is idle, so an overloading host is shed
 	// first, and only as much as the others need; a lone host may use
 	// every worker. Critical requests are never refused for their host's
 	// share, and a host within its share is exempt from the ramp while
