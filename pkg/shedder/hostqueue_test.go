@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/proc"
@@ -332,4 +333,47 @@ func TestHostQueueConfig(t *testing.T) {
 	_, err = ParseConfig([]byte(`{"host_share": {"queue_timeout": 5}}`))
 	require.Error(t, err, "a duration is spelled as one")
 	require.True(t, errors.Is(err, err) && !strings.Contains(err.Error(), "panic"))
+}
+
+// TestAcquireHostWaitMetrics: a wait that times out is a host_share
+// rejection and a timed_out wait; a client that left is neither a
+// rejection nor anything but client_gone; the waiters show per host while
+// they wait.
+func TestAcquireHostWaitMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	cfg := rawConfig()
+	cfg.HostShare = queueCfg(30*time.Millisecond, 0)
+	s, err := New(cfg, reg, seeded())
+	require.NoError(t, err)
+	s.AttachWorkers(NewWorkers(4, 0, 0))
+	now := time.Unix(1000, 0)
+	for _, host := range []string{"a", "a", "b"} {
+		_, ok := s.AcquireHost(now, host, netip.Addr{}, TierRead)
+		require.True(t, ok)
+	}
+	_, err = s.AcquireHostWait(context.Background(), now, "a", netip.Addr{}, TierRead, nil)
+	require.ErrorIs(t, err, ErrQueueTimeout)
+	cfg.HostShare.QueueTimeout = 10 * time.Second // the next waiter leaves first
+	require.NoError(t, s.Update(cfg))
+
+	var left atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.AcquireHostWait(context.Background(), now, "a", netip.Addr{}, TierRead, left.Load)
+		done <- err
+	}()
+	queuedReaches(t, s.Hosts(), 1)
+	got := scrape(t, reg)
+	require.Equal(t, 1.0, got["edgeguard_shedder_host_queued{host=a}"])
+	require.Equal(t, 0.0, got["edgeguard_shedder_host_queued{host=_other}"])
+	left.Store(true)
+	require.ErrorIs(t, <-done, ErrGone)
+
+	got = scrape(t, reg)
+	require.Equal(t, 1.0, got["edgeguard_shedder_rejected_total{reason=host_share,tier=read}"])
+	require.Equal(t, 1.0, got["edgeguard_shedder_host_queue_waits_total{outcome=timed_out}"])
+	require.Equal(t, 1.0, got["edgeguard_shedder_host_queue_waits_total{outcome=client_gone}"])
+	require.Zero(t, got["edgeguard_shedder_host_queue_waits_total{outcome=admitted}"])
+	require.Zero(t, got["edgeguard_shedder_host_queue_waits_total{outcome=full}"])
+	require.NotContains(t, got, "edgeguard_shedder_host_queued{host=a}", "no waiter left")
 }
