@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test test-go loadtest-test test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers rls-differential
+.PHONY: build package package-check run test test-go loadtest-test test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers bench-tenants rls-differential
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -237,6 +237,20 @@ HAPROXY        ?= /usr/sbin/haproxy
 PEERS_DURATION ?= 10s
 bench-peers: build
 	$(GO) run ./scripts/peerbench requests -edge bin/edge -nginx $(NGINX) -haproxy $(HAPROXY) -sets $(SETS) -duration $(PEERS_DURATION) $(PEERS_ARGS)
+
+# Tenant isolation (issue 51) at its own scale, the edge at its defaults
+# beside nginx (NGINX), each alone before one origin on loopback: b.example
+# on 8 connections alone for TENANTS_PHASE, then as long beside a.example,
+# whose origin answers after 5 s (1,200 clients from 5 addresses, 2 critical
+# ones) and then floods it (3x the edge's workers connections from 48
+# addresses, an origin answering at once). Prints the table of BENCHMARKS.md
+# and PASS/FAIL per goal; about 3 minutes. TENANTS_ARGS adds flags (-slow 2s,
+# -a-clients 600, -scenarios slow, -a-pool 256,1200,10s, -edge-args
+# "--workers 256"). Not part of make test (its smoke test is).
+TENANTS_PHASE ?= 20s
+TENANTS_ARGS  ?=
+bench-tenants: build
+	$(GO) run ./scripts/peerbench tenants -edge bin/edge -nginx $(NGINX) -phase $(TENANTS_PHASE) $(TENANTS_ARGS)
 
 # A BIG_SIZE-byte object (10 GiB) through the edge, hashed by the origin and
 # the client: equal, the time it took and the edge's peak resident memory.

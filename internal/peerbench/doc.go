@@ -15,10 +15,16 @@
 //     429, the edge's shedding), in front of a fasthttp origin: CPU per
 //     request, requests/s under wrk, p99 at half the peak. The peers'
 //     configurations are the templates in peers/.
+//  5. Tenants: one tenant (a.example) beside another (b.example) behind the
+//     edge at its defaults and behind nginx: a.example's origin slow under
+//     1,200 clients, then a.example flooded; b.example's goodput and p99
+//     alone and beside it, a.example's answers and 503s, its critical
+//     requests. a.example's clients run in processes of their own
+//     (ServeOriginIfAsked drives them), as clients on other machines would.
 //
 // The origin is this program itself, re-executed (ServeOriginIfAsked): a
 // separate process, so the CPU and memory read from /proc are the proxy's
 // alone. Objects are the bytes of a seeded PRNG, generated, never stored.
 // scripts/peerbench is the command; the Makefile's bench-stream-peers,
-// bench-slow-readers, bench-big-object and bench-peers run it.
+// bench-slow-readers, bench-big-object, bench-peers and bench-tenants run it.
 package peerbench

@@ -139,11 +139,18 @@ func writeObject(w io.Writer, n int64) error {
 }
 
 // ServeOriginIfAsked serves the origin and never returns when this process
-// was started as one (by startOrigin); otherwise it returns at once. Call it
+// was started as one (by startOrigin), or drives a load and exits when it
+// was started as one (by startLoad); otherwise it returns at once. Call it
 // first thing in main (and TestMain).
 func ServeOriginIfAsked() {
 	if addr := os.Getenv(fastOriginEnv); addr != "" {
 		serveFastOrigin(addr)
+	}
+	if addr := os.Getenv(hostOriginEnv); addr != "" {
+		serveHostOrigin(addr)
+	}
+	if spec := os.Getenv(tenantLoadEnv); spec != "" {
+		runTenantLoad(spec)
 	}
 	addr := os.Getenv(originEnv)
 	if addr == "" {

@@ -125,8 +125,9 @@ func startOrigin(ctx context.Context, dir string) (*server, error) {
 }
 
 // startOriginAs re-executes this program as the origin that env selects
-// (ServeOriginIfAsked), logging to dir/name.log.
-func startOriginAs(ctx context.Context, dir, name, env string) (*server, error) {
+// (ServeOriginIfAsked), logging to dir/name.log; more are further
+// KEY=value settings for it.
+func startOriginAs(ctx context.Context, dir, name, env string, more ...string) (*server, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -136,7 +137,7 @@ func startOriginAs(ctx context.Context, dir, name, env string) (*server, error) 
 		return nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), env+"="+a[0])
+	cmd.Env = append(append(os.Environ(), env+"="+a[0]), more...)
 	return startServing(ctx, name, dir, cmd, a[0])
 }
 

@@ -76,7 +76,7 @@ func TestReleasedDocumentsNeedSchema1(t *testing.T) {
 		require.NoError(t, err, d.kind)
 		require.Equal(t, region.Need{Kind: d.kind, Schema: 1}, need, d.kind)
 	}
-	require.Equal(t, map[string]int{"rules": 1, "shedder": 2, "hosts": 2, "enforcement": 1, "rls": 1},
+	require.Equal(t, map[string]int{"rules": 1, "shedder": 3, "hosts": 2, "enforcement": 1, "rls": 1},
 		region.DocumentSchemas.Reads(), "the host table's schema 2: pools' concurrency; the shedder's: host weights")
 }
 
@@ -92,6 +92,27 @@ func TestPoolConcurrencyNeedsHostsSchema2(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, need.Schema)
 	require.Contains(t, need.Fields, "pools.*.concurrency.limit")
+}
+
+// TestHostQueueNeedsShedderSchema3: settings changing the host queue need
+// shedder schema 3, naming the fields; settings at its defaults (regionctl
+// writes every setting) stay schema 1.
+func TestHostQueueNeedsShedderSchema3(t *testing.T) {
+	cfg, err := shedder.ApplySettings(shedder.DefaultConfig(), map[string]string{"host_share.queue_timeout": "250ms", "host_share.max_queued": "100"})
+	require.NoError(t, err)
+	data, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	need, err := region.DocumentSchemas.Required(region.SchemaShedder, data)
+	require.NoError(t, err)
+	require.Equal(t, region.Need{Kind: region.SchemaShedder, Schema: 3, Fields: []string{"host_share.max_queued", "host_share.queue_timeout"}}, need)
+
+	cfg, err = shedder.ApplySettings(shedder.DefaultConfig(), map[string]string{"host_share.queue_timeout": "1s", "host_share.max_queued": "0"})
+	require.NoError(t, err)
+	data, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	need, err = region.DocumentSchemas.Required(region.SchemaShedder, data)
+	require.NoError(t, err)
+	require.Equal(t, region.Need{Kind: region.SchemaShedder, Schema: 1}, need)
 }
 
 // TestHostWeightsNeedShedderSchema2: settings weighting hosts need shedder
@@ -185,7 +206,7 @@ func TestRequiredSchema(t *testing.T) {
 	}
 	require.Equal(t, 3, newer().Reads()["rules"])
 	require.Equal(t, 2, newer().Reads()["hosts"])
-	require.Equal(t, 2, newer().Reads()["shedder"], "host weights")
+	require.Equal(t, 3, newer().Reads()["shedder"], "host queues")
 }
 
 func TestEdgeReads(t *testing.T) {

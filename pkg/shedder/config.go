@@ -424,6 +424,7 @@ var SettingKeys = []string{
 	"adaptive.shares.test", "adaptive.shares.read", "adaptive.shares.write",
 	"adaptive.shares.critical", "host_share.enabled", "host_share.tracked_hosts",
 	"host_share.weights", "host_share.default_weight",
+	"host_share.queue_timeout", "host_share.max_queued",
 }
 
 // ApplySettings returns cfg with key=value settings applied, as typed by an
@@ -586,6 +587,14 @@ func applySetting(c *Config, key, val string) error {
 			return err
 		}
 		c.HostShare.Weights = w
+	case "host_share.queue_timeout":
+		return dur(&c.HostShare.QueueTimeout)
+	case "host_share.max_queued":
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			return err
+		}
+		c.HostShare.MaxQueued = n
 	case "host_share.default_weight":
 		n, err := strconv.Atoi(val)
 		if err != nil {

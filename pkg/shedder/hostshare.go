@@ -1,6 +1,7 @@
 package shedder
 
 import (
+	"bytes"
 	"encoding/json"
 	"hash/maphash"
 	"net/netip"
@@ -45,9 +46,10 @@ type HostShareConfig struct {
 	// Enabled gives each host active in the last 2 s a fair share of the
 	// workers, workers / active hosts, rounded up (of the adaptive origin
 	// limit instead, while it is enforced and smaller than the workers;
-	// in proportion to their weights when Weights names some). A host at or over its
-	// share is refused at once (503, reason host_share) unless more than a
-	// share's worth of workers is idle, so an overloading host is shed
+	// in proportion to their weights when Weights names some). A request of
+	// a host at or over its share waits up to QueueTimeout for a place,
+	// then is refused (503, reason host_share), unless more than a share's
+	// worth of workers is idle, so an overloading host is shed
 	// first, and only as much as the others need; a lone host may use
 	// every worker. Critical requests are never refused for their host's
 	// share, and a host within its share is exempt from the ramp while
@@ -71,33 +73,75 @@ type HostShareConfig struct {
 	// DefaultWeight is the weight of every host Weights does not name (and
 	// of the pooled rest), in [1, 100]; 1 by default.
 	DefaultWeight int `json:"default_weight" yaml:"default_weight"`
+	// QueueTimeout is how long a request refused for its host's share
+	// waits, in its host's queue (first come first served), for a place
+	// in the share before it is refused (503 host_share): a release of
+	// one of the host's places wakes one waiter, which judges itself
+	// again. A waiter holds no worker and no place. 0 refuses at once;
+	// in [0, 30s], 1s by default.
+	QueueTimeout time.Duration `json:"queue_timeout" yaml:"queue_timeout"`
+	// MaxQueued bounds the requests waiting for a place across all
+	// hosts; a request that finds it reached is refused at once. 0: 4
+	// times the workers; in [0, 1000000].
+	MaxQueued int `json:"max_queued" yaml:"max_queued"`
 }
 
 // DefaultHostShareConfig is on, tracking 64 hosts, every host of weight 1.
 func DefaultHostShareConfig() HostShareConfig {
-	return HostShareConfig{Enabled: true, TrackedHosts: DefaultTrackedHosts, DefaultWeight: 1}
+	return HostShareConfig{Enabled: true, TrackedHosts: DefaultTrackedHosts, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout}
 }
 
 func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
 	if c.TrackedHosts < 1 || c.TrackedHosts > MaxTrackedHosts {
 		bad("host_share.tracked_hosts", "must be in [1, %d], got %d", MaxTrackedHosts, c.TrackedHosts)
 	}
+	if c.QueueTimeout < 0 || c.QueueTimeout > MaxHostQueueTimeout {
+		bad("host_share.queue_timeout", "must be in [0s, %v] (0: refuse at once), got %v", MaxHostQueueTimeout, c.QueueTimeout)
+	}
+	if c.MaxQueued < 0 || c.MaxQueued > MaxHostQueued {
+		bad("host_share.max_queued", "must be in [0, %d] (0: 4 times the workers), got %d", MaxHostQueued, c.MaxQueued)
+	}
 	c.validateWeights(bad)
 }
 
 // MarshalJSON leaves default_weight out while it is 1, as weights while
-// there are none: a document that weights nothing reads as it did before
-// weights existed, so an edge of an older release still takes it.
+// there are none, and queue_timeout and max_queued while they hold their
+// defaults: a document that sets none of them reads as it did before they
+// existed, so an edge of an older release still takes it. Durations are
+// spelled as "1s".
 func (c HostShareConfig) MarshalJSON() ([]byte, error) {
 	type plain HostShareConfig
 	w := struct {
 		plain
-		DefaultWeight int `json:"default_weight,omitempty"`
-	}{plain: plain(c)}
+		DefaultWeight int           `json:"default_weight,omitempty"`
+		QueueTimeout  *jsonDuration `json:"queue_timeout,omitempty"`
+		MaxQueued     int           `json:"max_queued,omitempty"`
+	}{plain: plain(c), MaxQueued: c.MaxQueued}
 	if c.DefaultWeight != 1 {
 		w.DefaultWeight = c.DefaultWeight
 	}
+	if c.QueueTimeout != DefaultHostQueueTimeout {
+		d := jsonDuration(c.QueueTimeout)
+		w.QueueTimeout = &d
+	}
 	return json.Marshal(w)
+}
+
+// UnmarshalJSON overlays data on c strictly (an unknown field is an
+// error), reading queue_timeout as a duration ("1s").
+func (c *HostShareConfig) UnmarshalJSON(data []byte) error {
+	type plain HostShareConfig
+	w := struct {
+		*plain
+		QueueTimeout jsonDuration `json:"queue_timeout"`
+	}{plain: (*plain)(c), QueueTimeout: jsonDuration(c.QueueTimeout)}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return err
+	}
+	c.QueueTimeout = time.Duration(w.QueueTimeout)
+	return nil
 }
 
 // hostSlot is one tracked host (or the pooled rest).
@@ -112,10 +156,13 @@ type hostSlot struct {
 	// (k+1)th on this host when admitted: the host's requests counting
 	// each address's first n only are levels[0]+…+levels[n-1].
 	levels [pairLevels]int32
-	last   int64 // Unix ns of its last admitted request: cheaper than a time.Time
+	epoch  uint32 // bumped when another host takes the slot
+	last   int64  // Unix ns of its last admitted request: cheaper than a time.Time
 	// prev, next link the slots with nothing in flight, least recently
 	// used first (-1 ends the list), so a new host takes one in O(1).
 	prev, next int32
+	// wq holds the requests waiting for a place in this host's share.
+	wq waitList
 }
 
 func (s *hostSlot) active(now int64) bool {
@@ -155,6 +202,16 @@ type HostShares struct {
 	// originLimit, when set, is the adaptive origin limit while enforced
 	// (0 otherwise): the hosts share the smaller of it and the workers.
 	originLimit func() int
+
+	// The host queues (hostqueue.go): the settings, the waiters in every
+	// slot's list, the places woken waiters hold until they judge
+	// themselves, and counts for tests and metrics.
+	queueTimeout time.Duration
+	maxQueued    int // 0: 4 × capacity
+	queued       int
+	reserved     int
+	wakeups      uint64
+	waits        [numWaitOutcomes]atomic.Uint64
 }
 
 // HostLease is a request's place in its host's share, given back with
@@ -188,6 +245,11 @@ func (h *HostShares) setConfig(cfg HostShareConfig) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.enabled = cfg.Enabled
+	h.queueTimeout, h.maxQueued = cfg.QueueTimeout, cfg.MaxQueued
+	if !cfg.Enabled || cfg.QueueTimeout <= 0 {
+		// Nothing waits any more: every waiter judges itself again now.
+		h.flushAllLocked()
+	}
 	h.weights = newWeightIndex(cfg)
 	h.other.weight = h.weights.def
 	// The active hosts' weights are summed anew at the next request.
@@ -202,7 +264,8 @@ func (h *HostShares) setConfig(cfg HostShareConfig) {
 	}
 	// A resize starts a new table: requests in flight give back to the
 	// pool they came from only if their slot still exists, so move every
-	// count to the pooled rest.
+	// count to the pooled rest. Waiters judge themselves again.
+	h.flushAllLocked()
 	for i := range h.slots {
 		h.other.inflight += h.slots[i].inflight
 		for k, n := range h.slots[i].levels {
@@ -272,6 +335,7 @@ func (h *HostShares) capacityLocked() int {
 func (h *HostShares) setCapacity(n int) {
 	h.mu.Lock()
 	h.capacity = max(n, 1)
+	h.wakeRoomLocked()
 	h.mu.Unlock()
 }
 
@@ -300,8 +364,19 @@ func (h *HostShares) Acquire(now time.Time, host string, tier Tier) (HostLease, 
 // took while the edge had room, and a flood from many addresses is held to
 // the share as before.
 func (h *HostShares) AcquireFrom(now time.Time, host string, client netip.Addr, tier Tier) (HostLease, bool) {
+	l, ok, _ := h.acquire(now, host, client, tier, nil)
+	return l, ok
+}
+
+// acquire is AcquireFrom for a request that waits when w is not nil: w
+// gives back the place it was woken for before it is judged, and a
+// refused w is put in its host's queue (queued true) under the same lock,
+// so no release between the judgement and the queueing is missed, unless
+// the queues are full (a waiter already queued once always goes back, at
+// the head).
+func (h *HostShares) acquire(now time.Time, host string, client netip.Addr, tier Tier, w *hostWaiter) (_ HostLease, _ bool, queued bool) {
 	if h == nil {
-		return HostLease{slot: noTable}, true
+		return HostLease{slot: noTable}, true, false
 	}
 	hash := maphash.String(h.seed, host)
 	pair := int32(-1)
@@ -311,9 +386,12 @@ func (h *HostShares) AcquireFrom(now time.Time, host string, client netip.Addr, 
 	}
 	ns := now.UnixNano()
 	h.mu.Lock()
+	if w != nil {
+		h.unreserveLocked(w)
+	}
 	if !h.enabled {
 		h.mu.Unlock()
-		return HostLease{slot: noTable}, true
+		return HostLease{slot: noTable}, true, false
 	}
 	if ns-h.recountAt >= int64(recountEvery) {
 		h.recountLocked(ns)
@@ -329,7 +407,9 @@ func (h *HostShares) AcquireFrom(now time.Time, host string, client netip.Addr, 
 	}
 	capacity := h.capacityLocked()
 	share := shareOf(capacity, int(s.weight), h.weight)
-	held := s.inflight
+	// The places woken waiters hold count as taken: a newcomer does not
+	// pass the host's queue.
+	held := s.inflight + int(s.wq.reserved)
 	level := int8(-1)
 	if pair >= 0 {
 		if c := int(h.pairs[pair]); c < pairLevels {
@@ -338,17 +418,20 @@ func (h *HostShares) AcquireFrom(now time.Time, host string, client netip.Addr, 
 		if half := min((share+1)/2, pairLevels); int(level) >= 0 && int(level) < half && held >= share {
 			// A light address: judged on the host's requests counting each
 			// address's first half share only.
-			held = 0
+			held = int(s.wq.reserved)
 			for _, n := range s.levels[:half] {
 				held += int(n)
 			}
 		}
 	}
-	over := h.active > 1 && held >= share && capacity-h.inflight <= share
+	over := h.active > 1 && held >= share && capacity-h.inflight-h.reserved <= share
 	if over && tier != TierCritical {
+		if w != nil {
+			queued = h.enqueueLocked(w, i)
+		}
 		h.mu.Unlock()
 		h.lastRefusal.Store(ns)
-		return HostLease{}, false
+		return HostLease{}, false, queued
 	}
 	exempt := h.active > 1 && held < share
 	if i >= 0 && s.inflight == 0 {
@@ -366,7 +449,7 @@ func (h *HostShares) AcquireFrom(now time.Time, host string, client netip.Addr, 
 	lease := HostLease{h: h, slot: i, gen: h.gen, level: level, pair: pair}
 	h.mu.Unlock()
 	lease.exempt = exempt && ns-h.lastRefusal.Load() < int64(hostIdleAfter)
-	return lease, true
+	return lease, true, false
 }
 
 // lookupLocked finds host's slot, taking one for it when it has none: the
@@ -391,6 +474,10 @@ func (h *HostShares) lookupLocked(now int64, host string, hash uint64) int32 {
 		return -1
 	}
 	s := &h.slots[best]
+	// Its waiters (whose reserved places its last lease woke them for)
+	// judge themselves again under their own host's name.
+	h.flushLocked(s)
+	s.epoch++
 	if s.used {
 		if s.active(now) {
 			h.active-- // its recency goes with it
@@ -444,6 +531,10 @@ func (h *HostShares) recountLocked(now int64) {
 		}
 	}
 	h.active, h.weight, h.recountAt = n, w, now
+	if h.queued > 0 {
+		// The share may have grown, or a host left.
+		h.wakeRoomLocked()
+	}
 }
 
 // shareOf is the share of capacity of a host of weight w among active
@@ -485,6 +576,10 @@ func (l HostLease) Release() {
 		h.pairs[l.pair]--
 	}
 	h.inflight = max(h.inflight-1, 0)
+	if s.wq.n > 0 {
+		// One place freed: at most one waiter woken.
+		h.wakeLocked(s, min(h.roomLocked(s), 1))
+	}
 	h.mu.Unlock()
 }
 
@@ -492,20 +587,21 @@ func (l HostLease) Release() {
 type HostInFlight struct {
 	Host     string
 	InFlight int
+	Queued   int // requests waiting for a place in its share
 }
 
-// Top returns the tracked hosts with requests in flight, and the pooled
+// Top returns the tracked hosts with requests in flight or waiting, and the pooled
 // rest as OtherHost (at most tracked_hosts+1 entries), how many hosts are
 // active and the share of a host of the default weight.
 func (h *HostShares) Top() (out []HostInFlight, active, share int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := range h.slots {
-		if s := &h.slots[i]; s.used && s.inflight > 0 {
-			out = append(out, HostInFlight{Host: string(s.name[:s.nameLen]), InFlight: s.inflight})
+		if s := &h.slots[i]; s.used && (s.inflight > 0 || s.wq.n > 0) {
+			out = append(out, HostInFlight{Host: string(s.name[:s.nameLen]), InFlight: s.inflight, Queued: int(s.wq.n)})
 		}
 	}
-	out = append(out, HostInFlight{Host: OtherHost, InFlight: h.other.inflight})
+	out = append(out, HostInFlight{Host: OtherHost, InFlight: h.other.inflight, Queued: int(h.other.wq.n)})
 	return out, h.active, shareOf(h.capacityLocked(), int(h.weights.def), h.weight)
 }
 
@@ -517,6 +613,8 @@ type hostCollector struct {
 	inflight *prometheus.Desc
 	active   *prometheus.Desc
 	share    *prometheus.Desc
+	queued   *prometheus.Desc
+	waits    *prometheus.Desc
 }
 
 func newHostCollector(hosts func() *HostShares) *hostCollector {
@@ -524,6 +622,8 @@ func newHostCollector(hosts func() *HostShares) *hostCollector {
 		hosts:    hosts,
 		inflight: prometheus.NewDesc(namespace+"host_in_flight", "Requests in flight per host: the hosts with the most (at most host_share.tracked_hosts) by name, the rest as _other.", []string{"host"}, nil),
 		active:   prometheus.NewDesc(namespace+"host_active", "Hosts active in the last 2 s (the tracked ones, plus 1 for the pooled rest): the workers are shared among them.", nil, nil),
+		queued:   prometheus.NewDesc(namespace+"host_queued", "Requests waiting for a place in their host's share (host_share.queue_timeout at most), per host as edgeguard_shedder_host_in_flight names them.", []string{"host"}, nil),
+		waits:    prometheus.NewDesc(namespace+"host_queue_waits_total", "Requests that waited for a place in their host's share, by outcome: admitted, timed_out (503 host_share after host_share.queue_timeout), full (503 host_share at once: host_share.max_queued were waiting), client_gone.", []string{"outcome"}, nil),
 		share:    prometheus.NewDesc(namespace+"host_share", "The fair share of the workers (of the adaptive origin limit while it is enforced and smaller) of an active host of host_share.default_weight: workers × default weight / the active hosts' weights summed, rounded up (workers / active hosts while no weights are set); a host of weight w gets w / default weight times as much.", nil, nil),
 	}
 }
@@ -532,6 +632,8 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inflight
 	ch <- c.active
 	ch <- c.share
+	ch <- c.queued
+	ch <- c.waits
 }
 
 func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
@@ -540,17 +642,25 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	top, active, share := h.Top()
-	other := 0
+	other, otherQueued := 0, 0
 	for _, t := range top {
 		if t.Host == OtherHost || !utf8.ValidString(t.Host) {
 			// A name a label cannot carry (the client chose its bytes),
 			// or a host spelled like the pool, is counted with the pool.
 			other += t.InFlight
+			otherQueued += t.Queued
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(t.InFlight), t.Host)
+		if t.Queued > 0 {
+			ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(t.Queued), t.Host)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(other), OtherHost)
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(otherQueued), OtherHost)
+	for o, name := range waitOutcomeNames {
+		ch <- prometheus.MustNewConstMetric(c.waits, prometheus.CounterValue, float64(h.waits[o].Load()), name)
+	}
 	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(active))
 	ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, float64(share))
 }

@@ -1,6 +1,7 @@
 package shedder
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -213,10 +214,10 @@ func TestHostSharesDisabledAndUpdate(t *testing.T) {
 	require.ErrorContains(t, err, "tracked")
 	got, err := ParseConfig([]byte(`{"host_share": {"tracked_hosts": 3}}`))
 	require.NoError(t, err)
-	require.Equal(t, HostShareConfig{Enabled: true, TrackedHosts: 3, DefaultWeight: 1}, got.HostShare)
+	require.Equal(t, HostShareConfig{Enabled: true, TrackedHosts: 3, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout}, got.HostShare)
 	got, err = ApplySettings(DefaultConfig(), map[string]string{"host_share.enabled": "false", "host_share.tracked_hosts": "10"})
 	require.NoError(t, err)
-	require.Equal(t, HostShareConfig{Enabled: false, TrackedHosts: 10, DefaultWeight: 1}, got.HostShare)
+	require.Equal(t, HostShareConfig{Enabled: false, TrackedHosts: 10, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout}, got.HostShare)
 }
 
 // BenchmarkHostShares is the per-request cost of a host's share: it must
@@ -227,29 +228,45 @@ func TestHostSharesDisabledAndUpdate(t *testing.T) {
 //
 // client=yes names the client too (AcquireFrom, as the edge does: 1,000
 // addresses).
+//
+// wait=yes takes the place as the edge does, with AcquireWait: a request
+// admitted at once must cost what AcquireFrom costs, with no allocation.
 func BenchmarkHostShares(b *testing.B) {
-	for _, client := range []bool{false, true} {
-		for _, hosts := range []int{10, 100_000} {
-			name := fmt.Sprintf("hosts=%d", hosts)
-			if client {
-				name += "/client=yes"
-			}
-			b.Run(name, func(b *testing.B) {
-				h := NewHostShares(128, DefaultHostShareConfig())
-				buf := make([]byte, 0, 64)
-				now := time.Unix(1000, 0)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := range b.N {
-					buf = append(strconv.AppendInt(append(buf[:0], "host-"...), int64(i%hosts), 10), ".example.com"...)
-					var addr netip.Addr
-					if client {
-						addr = netip.AddrFrom4([4]byte{192, 0, byte(i % 1000 >> 8), byte(i % 1000)})
-					}
-					l, _ := h.AcquireFrom(now, unsafe.String(unsafe.SliceData(buf), len(buf)), addr, TierRead)
-					l.Release()
+	for _, wait := range []bool{false, true} {
+		for _, client := range []bool{false, true} {
+			for _, hosts := range []int{10, 100_000} {
+				name := fmt.Sprintf("hosts=%d", hosts)
+				if client {
+					name += "/client=yes"
 				}
-			})
+				if wait {
+					name += "/wait=yes"
+				}
+				b.Run(name, func(b *testing.B) {
+					h := NewHostShares(128, DefaultHostShareConfig())
+					buf := make([]byte, 0, 64)
+					now := time.Unix(1000, 0)
+					ctx := context.Background()
+					gone := func() bool { return false }
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := range b.N {
+						buf = append(strconv.AppendInt(append(buf[:0], "host-"...), int64(i%hosts), 10), ".example.com"...)
+						var addr netip.Addr
+						if client {
+							addr = netip.AddrFrom4([4]byte{192, 0, byte(i % 1000 >> 8), byte(i % 1000)})
+						}
+						host := unsafe.String(unsafe.SliceData(buf), len(buf))
+						var l HostLease
+						if wait {
+							l, _ = h.AcquireWait(ctx, now, host, addr, TierRead, gone)
+						} else {
+							l, _ = h.AcquireFrom(now, host, addr, TierRead)
+						}
+						l.Release()
+					}
+				})
+			}
 		}
 	}
 }

@@ -40,6 +40,8 @@ var metricNames = []string{
 	"edgeguard_shedder_adaptive_share",
 	"edgeguard_shedder_host_active",
 	"edgeguard_shedder_host_in_flight",
+	"edgeguard_shedder_host_queued",
+	"edgeguard_shedder_host_queue_waits_total",
 	"edgeguard_shedder_host_share",
 }
 

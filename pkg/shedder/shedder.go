@@ -17,6 +17,7 @@ package shedder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -361,6 +362,22 @@ func (s *Shedder) AcquireHost(now time.Time, host string, client netip.Addr, tie
 		s.m.hostShare[tier].Add(1)
 	}
 	return l, ok
+}
+
+// AcquireHostWait is AcquireHost for a request that may wait for a place
+// in its host's share (host_share.queue_timeout); see
+// HostShares.AcquireWait. A refusal (no queue, the queues full, the wait
+// timed out) is counted as a rejection of reason host_share; a client that
+// left (ErrGone) is not.
+func (s *Shedder) AcquireHostWait(ctx context.Context, now time.Time, host string, client netip.Addr, tier Tier, gone func() bool) (HostLease, error) {
+	l, err := s.hosts.AcquireWait(ctx, now, host, client, tier, gone)
+	if err != nil && !errors.Is(err, ErrGone) {
+		if !tier.valid() {
+			tier = TierWrite
+		}
+		s.m.hostShare[tier].Add(1)
+	}
+	return l, err
 }
 
 // AdmitExempt counts a request the ramp must not shed (its host is within

@@ -1,12 +1,14 @@
 // Command peerbench runs internal/peerbench: the edge's streaming proxy
 // beside nginx on loopback (stream), its memory with many slow readers
 // (slow), a very large object through it (big), and what a small request
-// costs the edge, nginx and HAProxy in each scenario (requests).
+// costs the edge, nginx and HAProxy in each scenario (requests), and one
+// tenant's slow origin or flood beside another tenant (tenants).
 //
 //	peerbench requests -edge bin/edge -nginx /usr/sbin/nginx -haproxy /usr/sbin/haproxy [-sets 3] [-duration 10s] [-smoke]
 //	peerbench stream -edge bin/edge -nginx /usr/sbin/nginx [-sets 3] [-clients 8] [-requests 200] [-ttfb-only]
 //	peerbench slow -edge bin/edge [-nginx /usr/sbin/nginx] [-clients 1000] [-hold 60s]
 //	peerbench big -edge bin/edge [-size 10737418240]
+//	peerbench tenants -edge bin/edge -nginx /usr/sbin/nginx [-phase 20s] [-slow 5s] [-a-clients 1200] [-smoke]
 package main
 
 import (
@@ -24,7 +26,7 @@ import (
 func main() {
 	peerbench.ServeOriginIfAsked()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: peerbench stream|slow|big|requests [flags]")
+		fmt.Fprintln(os.Stderr, "usage: peerbench stream|slow|big|requests|tenants [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -89,8 +91,33 @@ func main() {
 		}
 		cfg.EdgeBin, cfg.NginxBin, cfg.HAProxyBin = *edge, *nginx, *haproxy
 		_, err = peerbench.Requests(ctx, cfg)
+	case "tenants":
+		cfg := peerbench.DefaultTenantsConfig()
+		smoke := fs.Bool("smoke", false, "the run scaled down to seconds (40 clients, a 1s slowdown, 32 workers): no figure to keep")
+		fs.DurationVar(&cfg.Phase, "phase", cfg.Phase, "each phase: b.example alone, then beside a.example")
+		fs.DurationVar(&cfg.Slow, "slow", cfg.Slow, "how long the origin takes to answer a.example in the slow-origin scenario")
+		fs.IntVar(&cfg.AClients, "a-clients", cfg.AClients, "a.example's clients in the slow-origin scenario, one connection each")
+		fs.IntVar(&cfg.FloodFactor, "flood-factor", cfg.FloodFactor, "the flood's connections, in the edge's workers")
+		edgeArgs := fs.String("edge-args", "", "more flags for the edge, space-separated (none: the edge at its defaults)")
+		scenarios := fs.String("scenarios", "slow,flood", "the scenarios to run, comma-separated")
+		aPool := fs.String("a-pool", "", "LIMIT,QUEUE,QUEUE_TIMEOUT: a.example gets a pool of its own in a host table, with this concurrency limit (empty: the edge's defaults)")
+		_ = fs.Parse(os.Args[2:])
+		if *smoke {
+			cfg = peerbench.SmokeTenantsConfig()
+		}
+		cfg.Scenarios = strings.Split(*scenarios, ",")
+		if *aPool != "" {
+			if cfg.APool, err = peerbench.ParsePoolLimit(*aPool); err != nil {
+				break
+			}
+		}
+		if *edgeArgs != "" {
+			cfg.EdgeArgs = strings.Fields(*edgeArgs)
+		}
+		cfg.EdgeBin, cfg.NginxBin = *edge, *nginx
+		_, err = peerbench.Tenants(ctx, cfg)
 	default:
-		err = fmt.Errorf("unknown mode %q: stream, slow, big or requests", os.Args[1])
+		err = fmt.Errorf("unknown mode %q: stream, slow, big, requests or tenants", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "peerbench:", err)

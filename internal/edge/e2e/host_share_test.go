@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,14 +27,19 @@ type hostTally struct {
 	mu    sync.Mutex
 	codes map[int]int
 	early map[int]int
-	// refusal is the first 503's body and EdgeGuard-Not-Processed header.
+	// refusal is the first host_share 503's body (the first 503's, until
+	// one comes: a.example alone at first may find no worker free) and its
+	// EdgeGuard-Not-Processed header.
 	refusal, notProcessed string
 }
+
+// hostShareDetail is the problem detail of a host_share refusal.
+const hostShareDetail = "this host is at its share of the edge's workers"
 
 func (h *hostTally) add(sent time.Time, code int, body []byte, hdr http.Header) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if code == http.StatusServiceUnavailable && h.refusal == "" {
+	if code == http.StatusServiceUnavailable && !strings.Contains(h.refusal, hostShareDetail) {
 		h.refusal, h.notProcessed = string(body), hdr.Get("EdgeGuard-Not-Processed")
 	}
 	if h.codes == nil {
@@ -154,6 +160,9 @@ func TestHostShareSlowOrigin(t *testing.T) {
 		if _, n, _ := b.counts(); n < 20 {
 			return fmt.Errorf("%d answers", n)
 		}
+		if time.Now().Before(b.from) {
+			return fmt.Errorf("still in a.example's first round")
+		}
 		return nil
 	}) == nil {
 		mid = scrape(t, e)
@@ -185,7 +194,7 @@ func TestHostShareSlowOrigin(t *testing.T) {
 	rounds := int(run / delay)
 	require.GreaterOrEqual(t, aOK, workers/2*rounds/2, "a.example gets at least half its share's worth of answers")
 	require.Positive(t, aCodes[http.StatusServiceUnavailable], "witness: a.example was held to its share")
-	require.Contains(t, a.refusal, "this host is at its share of the edge's workers", "the problem detail names the reason")
+	require.Contains(t, a.refusal, hostShareDetail, "the problem detail names the reason")
 	require.Equal(t, "1", a.notProcessed, "a host_share refusal is safe to retry")
 	require.Positive(t, cAll)
 	require.Equal(t, cAll, cOK, "no critical request refused")
@@ -238,6 +247,94 @@ func TestHostShareJoinsASteadyHost(t *testing.T) {
 // b.example from another address on 8 connections: b.example keeps >= 95%
 // of its requests (without host shares it lost most of them to the worker
 // queue: 503 no_worker).
+// TestHostShareWaits: a request over its host's share waits for a place
+// (host_share.queue_timeout, 1 s at the edge's defaults) instead of being
+// refused at once. b.example's clients come first, so both hosts are
+// active before a.example's; then 12 clients of a.example, from 3
+// addresses, keep requesting it from an origin answering after 2.5 s: its
+// share of the 8 workers is 4, so 8 of them wait. Every 503 a.example gets
+// arrives after at least the queue timeout, so each client gets at most
+// one a second (run / queue_timeout + 1 over the run), and b.example keeps
+// >= 95% of its requests.
+func TestHostShareWaits(t *testing.T) {
+	const (
+		workers = 8
+		wait    = time.Second // host_share.queue_timeout's default
+		run     = 3500 * time.Millisecond
+		aConns  = 12
+	)
+	e := startEdge(t, "--origin", hostOrigin(t, 2500*time.Millisecond), "--workers", strconv.Itoa(workers), "--log-level", "warn")
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	var wg sync.WaitGroup
+	var b hostTally
+	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 4, &b)
+	require.NoError(t, proc.PollEvery(ctx, 5*time.Millisecond, "b.example answered", func(context.Context) error {
+		if _, n, _ := b.counts(); n == 0 {
+			return fmt.Errorf("no answer yet")
+		}
+		return nil
+	}))
+
+	type refusal struct {
+		client int
+		took   time.Duration
+	}
+	var mu sync.Mutex
+	var refusals []refusal
+	ok := 0
+	sources := []string{"127.0.2.1", "127.0.2.2", "127.0.2.3"}
+	for c := range aConns {
+		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(sources[c%len(sources)])}}
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
+		wg.Go(func() {
+			defer client.CloseIdleConnections()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequest(http.MethodGet, e.url("/item"), nil)
+				req.Host = "a.example"
+				sent := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				switch resp.StatusCode {
+				case http.StatusServiceUnavailable:
+					refusals = append(refusals, refusal{client: c, took: time.Since(sent)})
+				case http.StatusOK:
+					ok++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	m := scrape(t, e)
+	bOK, bAll, bCodes := b.counts()
+	perClient := map[int]int{}
+	for _, r := range refusals {
+		perClient[r.client]++
+	}
+	t.Logf("a.example: %d ok, %d refused, per client %v; b.example: %d/%d ok %v; waits: admitted %v timed_out %v full %v",
+		ok, len(refusals), perClient, bOK, bAll, bCodes,
+		sum(m, "edgeguard_shedder_host_queue_waits_total", "outcome", "admitted"),
+		sum(m, "edgeguard_shedder_host_queue_waits_total", "outcome", "timed_out"),
+		sum(m, "edgeguard_shedder_host_queue_waits_total", "outcome", "full"))
+	require.NotEmpty(t, refusals, "witness: a.example was held to its share")
+	for _, r := range refusals {
+		require.GreaterOrEqual(t, r.took, wait, "a refusal comes after the queue timeout, not at once")
+	}
+	for c, n := range perClient {
+		require.LessOrEqual(t, n, int(run/wait)+1, "client %d: at most one 503 per queue timeout", c)
+	}
+	require.Positive(t, sum(m, "edgeguard_shedder_host_queue_waits_total", "outcome", "timed_out"))
+	require.Zero(t, sum(m, "edgeguard_shedder_host_queue_waits_total", "outcome", "full"))
+	require.GreaterOrEqual(t, bAll, 20, "b.example was offered load")
+	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
+}
+
 func TestHostShareFlood(t *testing.T) {
 	const workers = 16
 	e := startEdge(t, "--origin", hostOrigin(t, 5*time.Millisecond), "--workers", strconv.Itoa(workers), "--log-level", "warn")

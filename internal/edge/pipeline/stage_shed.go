@@ -14,9 +14,10 @@ import (
 )
 
 // shedStage decides whether the edge takes the request on (step 4, Shed),
-// before any I/O, by its host and priority tier: a host at its fair share
-// of the workers while others want theirs is refused first (503
-// host_share; never a critical request); then the worker-utilization
+// before any I/O, by its host and priority tier: a request of a host at
+// its fair share of the workers while others want theirs waits for a
+// place in it, up to host_share.queue_timeout, holding no worker, and is
+// refused (503 host_share) if none frees (never a critical request); then the worker-utilization
 // shedder may drop it (503; not a host within its share while another
 // host is held to its own, whose load that is); otherwise it takes a worker slot (waiting briefly in a
 // bounded queue, or 503) and, with the adaptive origin limit on, an origin
@@ -28,8 +29,19 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// client is the one the trust model names (an IPv6 client by its
 	// prefix, as the rules key it), so one address cannot take its host's
 	// whole share from the host's other clients.
-	lease, ok := e.shed.AcquireHost(sc.start, sc.host, e.clientIdentity(sc.client), tier)
-	if !ok {
+	// A request over its host's share waits (host_share.queue_timeout, no
+	// worker held) for a place in it before it is refused: a client
+	// retrying at once costs the edge one refusal per wait, not one per
+	// round trip. Not ctx as a context (see the worker wait below); a
+	// waiter whose client left gives up its place.
+	gone := func() bool { return e.conns.Gone(ctx.Conn()) }
+	lease, err := e.shed.AcquireHostWait(context.Background(), sc.start, sc.host, e.clientIdentity(sc.client), tier, gone)
+	switch {
+	case errors.Is(err, shedder.ErrGone):
+		ctx.SetConnectionClose()
+		problem.Unavailable(ctx, "the client left while waiting", 1)
+		return outcomeAbandoned
+	case err != nil:
 		problem.Unavailable(ctx, "this host is at its share of the edge's workers; retry later", 1)
 		return outcomeHostShare
 	}
@@ -43,7 +55,6 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// The host's pool's concurrency limit (host table `concurrency`; none
 	// unless set), waited for before a worker is taken: requests queued
 	// behind a slow pool hold none of the edge's workers.
-	gone := func() bool { return e.conns.Gone(ctx.Conn()) }
 	releasePool, err := sc.pool.AcquireLimit(sc.start, tier, gone)
 	switch {
 	case errors.Is(err, shedder.ErrGone):
