@@ -12,6 +12,10 @@ cd "$(dirname "$0")/.."
 deb=$(ls dist/edgeguard-edge_*.deb)
 ctl=$(ls dist/edgeguard-regionctl_*.deb)
 fail() { echo "check-package: $*" >&2; exit 1; }
+# The packaged edge reads its settings from the unit's files only, as it
+# does under systemd: no EDGEGUARD_ variable of the calling shell (make
+# test's own EDGEGUARD_CONSUL names a Consul binary, not an agent).
+while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep -E '^EDGEGUARD_' || true)
 
 contents=$(dpkg-deb -c "$deb")
 for f in ./usr/bin/edgeguard-edge ./lib/systemd/system/edgeguard-edge.service ./lib/systemd/system/edgeguard-edge.socket ./lib/systemd/system/edgeguard-rls.service ./etc/edgeguard/edge.yaml ./etc/edgeguard/edge.env ./etc/edgeguard/rls.env ./etc/edgeguard/ratelimit/config/ ./etc/edgeguard/rules.yaml ./usr/share/doc/edgeguard-edge/copyright; do

@@ -5,8 +5,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/edgeguard/edgeguard/internal/edge/reqhead"
 	"github.com/edgeguard/edgeguard/internal/problem"
+	"github.com/edgeguard/edgeguard/internal/reqhead"
 )
 
 // b2s views bytes as a string for lookups that do not keep it.

@@ -5,9 +5,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/edgeguard/edgeguard/internal/edge/reqhead"
 	"github.com/edgeguard/edgeguard/internal/edge/trust"
 	"github.com/edgeguard/edgeguard/internal/problem"
+	"github.com/edgeguard/edgeguard/internal/reqhead"
 	"github.com/edgeguard/edgeguard/pkg/pathsem"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )

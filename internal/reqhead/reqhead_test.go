@@ -9,7 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
-	"github.com/edgeguard/edgeguard/internal/edge/reqhead"
+	"github.com/edgeguard/edgeguard/internal/reqhead"
 )
 
 func read(t *testing.T, raw string) *fasthttp.Request {
