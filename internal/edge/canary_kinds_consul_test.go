@@ -34,6 +34,9 @@ import (
 // never runs it, and the canary key is gone; a harmless change is promoted
 // to the region's shedder key (with history), which both PoPs then run.
 func TestShedderCanaryPush(t *testing.T) {
+	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
+	// scrapes), each on a region of its own: they run side by side.
+	t.Parallel()
 	v0 := shedder.SettingsVersion(shedder.DefaultConfig())
 	settingsOf := func(kv map[string]string) string {
 		cfg, err := shedder.ApplySettings(shedder.DefaultConfig(), kv)
@@ -269,6 +272,9 @@ func canaryHosts(origin string, extra bool) string {
 // region's table; a good table is promoted to the region's key, which both
 // PoPs then run.
 func TestHostsCanaryPush(t *testing.T) {
+	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
+	// scrapes), each on a region of its own: they run side by side.
+	t.Parallel()
 	origin := testOrigin(t)
 	current := canaryHosts(origin, false)
 	version := func(doc string) string {
