@@ -455,10 +455,11 @@ func (c *Consul) Stop() error {
 // on disk: the restarted agent has lost its KV data, the tokens made by
 // Token (not the management token, which is in its config) and its WAN
 // joins. Starting a running agent is a no-op. The ports others reach the
-// agent on (HTTP, Serf, server RPC) stay: Start fails, rather than moving
-// them, if another process took one meanwhile. The DNS and gRPC ports,
-// which nothing here uses, move to fresh ones when taken (another test's
-// process may bind a port the stopped agent freed).
+// agent on (HTTP, Serf WAN, server RPC) stay: Start fails, rather than
+// moving them, if another process took one meanwhile. The DNS, gRPC and
+// Serf LAN ports, which nothing here uses (each datacenter is one agent,
+// joined to others over the WAN only), move to fresh ones when taken
+// (another test's process may bind a port the stopped agent freed).
 func (c *Consul) Start() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -481,17 +482,17 @@ func (c *Consul) Start() error {
 	}
 }
 
-// moveUnusedPorts gives the agent fresh DNS and gRPC ports and rewrites
-// its config.
+// moveUnusedPorts gives the agent fresh DNS, gRPC and Serf LAN ports and
+// rewrites its config.
 func (c *Consul) moveUnusedPorts() error {
 	ports, err := c.pick()
 	if err != nil {
 		return err
 	}
-	if len(ports) < 3 {
-		return fmt.Errorf("picked %d ports, want 3", len(ports))
+	if len(ports) < 4 {
+		return fmt.Errorf("picked %d ports, want 4", len(ports))
 	}
-	c.ports.DNS, c.ports.GRPC, c.ports.GRPCTLS = ports[0], ports[1], ports[2]
+	c.ports.DNS, c.ports.GRPC, c.ports.GRPCTLS, c.ports.SerfLAN = ports[0], ports[1], ports[2], ports[3]
 	return os.WriteFile(c.conf, []byte(consulConfig(c.opts, c.ports)), 0o600)
 }
 

@@ -268,9 +268,10 @@ func TestConsulRetriesBusyPort(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// A restart whose gRPC port another process took meanwhile moves that port
-// (nothing here dials it) and keeps the HTTP address; one whose HTTP port
-// was taken fails rather than move the address the tests hold.
+// A restart whose gRPC or Serf LAN port another process took meanwhile
+// moves that port (nothing here dials it) and keeps the HTTP address; one
+// whose HTTP port was taken fails rather than move the address the tests
+// hold.
 func TestConsulRestartMovesATakenGRPCPort(t *testing.T) {
 	t.Parallel()
 	c, err := StartConsul(ConsulOptions{})
@@ -285,6 +286,18 @@ func TestConsulRestartMovesATakenGRPCPort(t *testing.T) {
 	require.NoError(t, c.Start())
 	require.Equal(t, addr, c.HTTPAddr(), "the HTTP address stays")
 	require.NotEqual(t, grpc, c.ports.GRPC, "the taken gRPC port moved")
+	_, err = consulClient(t, c, "").Status().Leader()
+	require.NoError(t, err)
+
+	// So does a taken Serf LAN port (no agent joins another's LAN here).
+	lan := c.ports.SerfLAN
+	require.NoError(t, c.Stop())
+	takenLAN, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lan)))
+	require.NoError(t, err)
+	defer takenLAN.Close()
+	require.NoError(t, c.Start())
+	require.Equal(t, addr, c.HTTPAddr(), "the HTTP address stays")
+	require.NotEqual(t, lan, c.ports.SerfLAN, "the taken Serf LAN port moved")
 	_, err = consulClient(t, c, "").Status().Leader()
 	require.NoError(t, err)
 
