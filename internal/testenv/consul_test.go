@@ -277,29 +277,25 @@ func TestConsulRestartMovesATakenGRPCPort(t *testing.T) {
 	c, err := StartConsul(ConsulOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	addr, grpc := c.HTTPAddr(), c.ports.GRPC
-	require.NoError(t, c.Stop())
-	taken, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(grpc)))
-	require.NoError(t, err)
-	defer taken.Close()
-
-	require.NoError(t, c.Start())
-	require.Equal(t, addr, c.HTTPAddr(), "the HTTP address stays")
-	require.NotEqual(t, grpc, c.ports.GRPC, "the taken gRPC port moved")
-	_, err = consulClient(t, c, "").Status().Leader()
-	require.NoError(t, err)
-
+	addr := c.HTTPAddr()
+	// restartWithTaken stops the agent, lets another listener take the
+	// port *field names, restarts it, and checks that port moved while the
+	// HTTP address stayed and the agent serves.
+	restartWithTaken := func(name string, field *int) {
+		port := *field
+		require.NoError(t, c.Stop())
+		taken, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = taken.Close() })
+		require.NoError(t, c.Start())
+		require.Equal(t, addr, c.HTTPAddr(), "the HTTP address stays")
+		require.NotEqual(t, port, *field, "the taken %s port moved", name)
+		_, err = consulClient(t, c, "").Status().Leader()
+		require.NoError(t, err)
+	}
+	restartWithTaken("gRPC", &c.ports.GRPC)
 	// So does a taken Serf LAN port (no agent joins another's LAN here).
-	lan := c.ports.SerfLAN
-	require.NoError(t, c.Stop())
-	takenLAN, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lan)))
-	require.NoError(t, err)
-	defer takenLAN.Close()
-	require.NoError(t, c.Start())
-	require.Equal(t, addr, c.HTTPAddr(), "the HTTP address stays")
-	require.NotEqual(t, lan, c.ports.SerfLAN, "the taken Serf LAN port moved")
-	_, err = consulClient(t, c, "").Status().Leader()
-	require.NoError(t, err)
+	restartWithTaken("Serf LAN", &c.ports.SerfLAN)
 
 	require.NoError(t, c.Stop())
 	takenHTTP, err := net.Listen("tcp", addr)

@@ -122,26 +122,19 @@ func (r *debtRig) heal(t *testing.T) {
 	require.Empty(t, r.g.Unreachable())
 }
 
-func (r *debtRig) debt() int64 {
-	r.g.mu.Lock()
-	defer r.g.mu.Unlock()
-	var n int64
-	for _, a := range r.g.table {
-		a.mu.Lock()
-		n += a.debt
-		a.mu.Unlock()
-	}
-	return n
-}
+func (r *debtRig) debt() int64 { return r.sum(func(a *away) int64 { return a.debt }) }
 
 // units is what the away edge holds, unspent.
-func (r *debtRig) units() int64 {
+func (r *debtRig) units() int64 { return r.sum(func(a *away) int64 { return a.units }) }
+
+// sum adds field over the away edge's allowances, each read under its lock.
+func (r *debtRig) sum(field func(*away) int64) int64 {
 	r.g.mu.Lock()
 	defer r.g.mu.Unlock()
 	var n int64
 	for _, a := range r.g.table {
 		a.mu.Lock()
-		n += a.units
+		n += field(a)
 		a.mu.Unlock()
 	}
 	return n
