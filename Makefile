@@ -228,7 +228,8 @@ bench-slow-readers: build
 # all in front of one fasthttp origin on loopback (internal/peerbench,
 # requests.go; the peers' configurations are templates in
 # internal/peerbench/peers): proxied, with a JSON access log, a per-client
-# rule not reached, a one-key flood answered 429, the edge's ramp shedding.
+# rule not reached, a one-key flood answered 429, the edge's ramp shedding,
+# TLS, and HTTP/2 over TLS (h2load -c16 -m10 in wrk's place, no p99).
 # wrk -t2 -c64, 2 s warm-up then PEERS_DURATION measured, a fixed-rate run
 # at half the peak for the p99, SETS sets rotating the proxies' order;
 # prints the table of BENCHMARKS.md. PEERS_ARGS adds flags (-warmup 0s,

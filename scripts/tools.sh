@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a Debian/Ubuntu machine, only when missing:
-# Redis (server, sentinel, cli, benchmark), wrk, stress-ng (make test-busy),
+# Redis (server, sentinel, cli, benchmark), wrk, h2load (nghttp2-client: the
+# HTTP/2 scenario of internal/peerbench), stress-ng (make test-busy),
 # systemd's socket-activation launcher (the e2e socket activation test),
 # nginx (nginx-light) and HAProxy (the peers internal/peerbench measures the
 # edge against),
@@ -16,7 +17,7 @@
 set -euo pipefail
 
 need=()
-for bin in file:file curl:curl stress-ng:stress-ng redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter systemd-socket-activate:systemd; do
+for bin in file:file curl:curl stress-ng:stress-ng redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools redis-benchmark:redis-tools wrk:wrk h2load:nghttp2-client prometheus:prometheus promtool:prometheus prometheus-redis-exporter:prometheus-redis-exporter systemd-socket-activate:systemd; do
 	command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin#*:}")
 done
 # nginx and HAProxy, the peers of internal/peerbench (its smoke tests run in

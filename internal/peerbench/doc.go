@@ -12,9 +12,10 @@
 //     it writes it and by the client as it reads it.
 //  4. Requests: what a small request costs the edge, nginx and HAProxy,
 //     scenario by scenario (proxied, access log, a rule, a flood answered
-//     429, the edge's shedding), in front of a fasthttp origin: CPU per
-//     request, requests/s under wrk, p99 at half the peak. The peers'
-//     configurations are the templates in peers/.
+//     429, the edge's shedding, TLS, HTTP/2 over TLS), in front of a
+//     fasthttp origin: CPU per request, requests/s under wrk (h2load for
+//     HTTP/2), p99 at half the peak. The peers' configurations are the
+//     templates in peers/.
 //  5. Tenants: one tenant (a.example) beside another (b.example) behind the
 //     edge at its defaults and behind nginx: a.example's origin slow under
 //     1,200 clients, then a.example flooded; b.example's goodput and p99

@@ -33,8 +33,10 @@ var peerTemplates = template.Must(template.ParseFS(peerFiles, "peers/*.tmpl"))
 // RequestsConfig is a run of Requests.
 type RequestsConfig struct {
 	EdgeBin, NginxBin, HAProxyBin, WrkBin string
+	H2loadBin                             string        // the HTTP/2 scenario's load generator (nghttp2's h2load)
 	Sets                                  int           // each target once per set, the proxies' order rotated
 	Threads, Conns                        int           // wrk's -t and -c; Conns is also the fixed-rate client's connections
+	H2Clients, H2Streams                  int           // h2load's -c and -m (the HTTP/2 scenario)
 	Warmup                                time.Duration // an unmeasured wrk run before each measured one; 0 = none
 	Duration                              time.Duration // each measured wrk run (whole seconds)
 	// FixedDuration is the fixed-rate run at half the peak wrk measured, for
@@ -51,8 +53,8 @@ type RequestsConfig struct {
 
 // DefaultRequestsConfig is the measurement make bench-peers runs.
 func DefaultRequestsConfig() RequestsConfig {
-	return RequestsConfig{WrkBin: "wrk", Sets: 3, Threads: 2, Conns: 64, Warmup: 2 * time.Second,
-		Duration: 10 * time.Second, FixedDuration: 5 * time.Second, Out: os.Stdout}
+	return RequestsConfig{WrkBin: "wrk", H2loadBin: "h2load", Sets: 3, Threads: 2, Conns: 64, H2Clients: 16, H2Streams: 10,
+		Warmup: 2 * time.Second, Duration: 10 * time.Second, FixedDuration: 5 * time.Second, Out: os.Stdout}
 }
 
 // SmokeRequestsConfig is about a second per target, every scenario and
@@ -68,10 +70,13 @@ func (c RequestsConfig) validate() error {
 	if c.Sets < 1 || c.Threads < 1 || c.Conns < c.Threads {
 		errs = append(errs, fmt.Errorf("sets (%d) and threads (%d) must be at least 1, connections (%d) at least the threads", c.Sets, c.Threads, c.Conns))
 	}
+	if c.H2Clients < 1 || c.H2Streams < 1 {
+		errs = append(errs, fmt.Errorf("h2load's clients (%d) and streams per client (%d) must be at least 1", c.H2Clients, c.H2Streams))
+	}
 	if c.Duration < time.Second || c.Warmup < 0 || c.FixedDuration < 0 {
 		errs = append(errs, fmt.Errorf("duration %s must be at least 1s, warm-up %s and fixed-rate duration %s not negative", c.Duration, c.Warmup, c.FixedDuration))
 	}
-	for what, bin := range map[string]string{"edge": c.EdgeBin, "nginx": c.NginxBin, "haproxy": c.HAProxyBin, "wrk": c.WrkBin} {
+	for what, bin := range map[string]string{"edge": c.EdgeBin, "nginx": c.NginxBin, "haproxy": c.HAProxyBin, "wrk": c.WrkBin, "h2load": c.H2loadBin} {
 		if bin == "" {
 			errs = append(errs, fmt.Errorf("no %s binary given", what))
 		}
@@ -90,6 +95,7 @@ var (
 		{name: "denied", what: "one-key flood, 10/s limit: 429", status: http.StatusTooManyRequests, rate: 10},
 		{name: "shed", what: "shed by the ramp: 503 (edge only)", status: http.StatusServiceUnavailable, edgeOnly: true},
 		{name: "tls", what: "proxied, TLS keep-alive (ECDSA P-256)", status: http.StatusOK, tls: true},
+		{name: "h2", what: "proxied, HTTP/2 over TLS (h2load)", status: http.StatusOK, tls: true, h2: true},
 	}
 )
 
@@ -102,6 +108,10 @@ type scenario struct {
 	burst      int  // nginx's limit_req burst (the edge's leaky bucket: its capacity)
 	edgeOnly   bool
 	tls        bool // measured over TLS (HTTP/1.1, kept alive), the one certificate for all
+	// h2: the TLS listener offers h2 (ALPN) and h2load measures it over
+	// HTTP/2 (the proxies still speak HTTP/1.1 to the origin); no
+	// fixed-rate run (its client speaks HTTP/1.1) and no p99.
+	h2 bool
 }
 
 // peerConf is what a peer's template is filled in with.
@@ -110,6 +120,7 @@ type peerConf struct {
 	AccessLog                string // nginx: the file; haproxy: set when it logs (to its standard output)
 	Rate, Burst              int
 	TLSListen, Cert          string // a second, TLS listener and its PEM (certificate and key)
+	H2                       bool   // the TLS listener offers h2 (ALPN) besides http/1.1
 }
 
 // target is one proxy (or the origin) in one scenario.
@@ -208,7 +219,7 @@ func Requests(ctx context.Context, cfg RequestsConfig) (*RequestsResult, error) 
 			return res, fmt.Errorf("%s: %w", t.key(), err)
 		}
 	}
-	res.Checks = append(res.Checks, "forwarding: every proxy of proxied, accesslog, rule and tls sent the origin X-Forwarded-For, -Proto, -Host, Forwarded and X-Request-ID of its own and none of the client's spoofed X-Real-IP, True-Client-IP, X-Client-IP, CF-Connecting-IP, X-Cluster-Client-IP")
+	res.Checks = append(res.Checks, "forwarding: every proxy of proxied, accesslog, rule, tls and h2 (the client's request over HTTP/2) sent the origin X-Forwarded-For, -Proto, -Host, Forwarded and X-Request-ID of its own and none of the client's spoofed X-Real-IP, True-Client-IP, X-Client-IP, CF-Connecting-IP, X-Cluster-Client-IP")
 	mode := "full"
 	if cfg.Smoke {
 		mode = "smoke"
@@ -304,7 +315,7 @@ func startTarget(ctx context.Context, cfg RequestsConfig, dir string, sc scenari
 		t.srv, err = startNginxAs(ctx, name, cfg.NginxBin, dir, func(nd, listen, who string) ([]byte, error) {
 			pc := peerConf{Dir: nd, Origin: origin, Listen: listen, Who: who, Rate: sc.rate, Burst: sc.burst}
 			if sc.tls {
-				pc.TLSListen, pc.Cert = tlsAddr, cert.pemFile
+				pc.TLSListen, pc.Cert, pc.H2 = tlsAddr, cert.pemFile, sc.h2
 			}
 			if sc.accessLog {
 				t.log = filepath.Join(nd, "access.log")
@@ -315,7 +326,7 @@ func startTarget(ctx context.Context, cfg RequestsConfig, dir string, sc scenari
 	case "haproxy":
 		pc := peerConf{Origin: origin, Rate: sc.rate, Burst: sc.burst}
 		if sc.tls {
-			pc.TLSListen, pc.Cert = tlsAddr, cert.pemFile
+			pc.TLSListen, pc.Cert, pc.H2 = tlsAddr, cert.pemFile, sc.h2
 		}
 		if sc.accessLog {
 			pc.AccessLog = "stdout"
@@ -450,6 +461,9 @@ func shedByRamp(ctx context.Context, admin string) float64 {
 // at half the requests/s wrk reached.
 func measure(ctx context.Context, cfg RequestsConfig, t *target, origin *server) (sample, error) {
 	url := t.url("/")
+	if t.scenario.h2 {
+		return measureH2(ctx, cfg, t, origin)
+	}
 	if cfg.Warmup > 0 {
 		if _, err := runWrk(ctx, cfg.WrkBin, url, cfg.Threads, cfg.Conns, cfg.Warmup); err != nil {
 			return sample{}, err
@@ -479,6 +493,33 @@ func measure(ctx context.Context, cfg RequestsConfig, t *target, origin *server)
 			return s, fmt.Errorf("fixed rate: %w", err)
 		}
 	}
+	return s, nil
+}
+
+// measureH2 is measure for the HTTP/2 scenario: h2load in wrk's place
+// (an unmeasured run, then the measured one with the CPU read around it);
+// no fixed-rate run.
+func measureH2(ctx context.Context, cfg RequestsConfig, t *target, origin *server) (sample, error) {
+	url := t.url("/")
+	if cfg.Warmup > 0 {
+		if _, err := runH2load(ctx, cfg.H2loadBin, url, cfg.H2Clients, cfg.H2Streams, cfg.Warmup); err != nil {
+			return sample{}, err
+		}
+	}
+	var s sample
+	s.loadAverage = loadavg()
+	p0, o0 := cpuSeconds(t.srv.pid()), cpuSeconds(origin.pid())
+	r, err := runH2load(ctx, cfg.H2loadBin, url, cfg.H2Clients, cfg.H2Streams, cfg.Duration)
+	if err != nil {
+		return s, err
+	}
+	p1, o1 := cpuSeconds(t.srv.pid()), cpuSeconds(origin.pid())
+	if r.Requests < 1 {
+		return s, errors.New("h2load completed no request")
+	}
+	s.wrk = r
+	s.proxyCPU = (p1 - p0) / float64(r.Requests)
+	s.originCPU = (o1 - o0) / float64(r.Requests)
 	return s, nil
 }
 
@@ -516,13 +557,22 @@ func checkForwarding(ctx context.Context, t *target) error {
 	for k, v := range spoofed {
 		req.Header.Set(k, v)
 	}
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: t.tlsConfig()}}
+	// Over HTTP/2 in the h2 scenario (a custom TLS configuration turns
+	// net/http's client's HTTP/2 off unless asked for).
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: t.tlsConfig(), ForceAttemptHTTP2: t.scenario.h2}}
 	defer c.CloseIdleConnections()
 	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	want := 1
+	if t.scenario.h2 {
+		want = 2
+	}
+	if resp.ProtoMajor != want {
+		return fmt.Errorf("/echo: answered over %s, want HTTP/%d", resp.Proto, want)
+	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("/echo: status %d: %s", resp.StatusCode, body)

@@ -30,8 +30,12 @@ func (r *RequestsResult) print(w io.Writer, cfg RequestsConfig) {
 	fmt.Fprintln(w, "|---|---:|---:|---:|---|---|")
 	for _, sc := range scenarios {
 		for _, m := range measures {
-			if m.name == measures[3].name && cfg.FixedDuration == 0 {
+			if m.name == measures[3].name && (cfg.FixedDuration == 0 || sc.h2) {
 				continue
+			}
+			name := m.name
+			if sc.h2 && name == measures[2].name {
+				name = fmt.Sprintf("requests/s (h2load -c%d -m%d)", cfg.H2Clients, cfg.H2Streams)
 			}
 			vals := func(proxy string) []float64 {
 				var vs []float64
@@ -65,7 +69,7 @@ func (r *RequestsResult) print(w io.Writer, cfg RequestsConfig) {
 				}
 				en, hn = "÷ edge's 429: "+ratios(e, d), "–"
 			}
-			fmt.Fprintf(w, "| %s: %s | %s | %s | %s | %s | %s |\n", sc.what, m.name, med("edge"), med("nginx"), med("haproxy"), en, hn)
+			fmt.Fprintf(w, "| %s: %s | %s | %s | %s | %s | %s |\n", sc.what, name, med("edge"), med("nginx"), med("haproxy"), en, hn)
 		}
 	}
 	if fs := r.Samples["floor/origin"]; len(fs) > 0 {

@@ -30,6 +30,14 @@ func haproxyBin(t *testing.T) string {
 	return "/usr/sbin/haproxy"
 }
 
+// h2loadBin is nghttp2's h2load (make tools installs it: apt-get install
+// nghttp2-client).
+func h2loadBin(t *testing.T) string {
+	p, err := exec.LookPath("h2load")
+	require.NoError(t, err, "h2load is needed (make tools installs it: apt-get install nghttp2-client)")
+	return p
+}
+
 func wrkBin(t *testing.T) string {
 	p, err := exec.LookPath("wrk")
 	require.NoError(t, err, "wrk is needed (make tools installs it: apt-get install wrk)")
@@ -45,13 +53,14 @@ func TestRequestsSmoke(t *testing.T) {
 	var out strings.Builder
 	cfg := SmokeRequestsConfig()
 	cfg.EdgeBin, cfg.NginxBin, cfg.HAProxyBin, cfg.WrkBin, cfg.Out = edgeBin, nginxBin(t), haproxyBin(t), wrkBin(t), &out
+	cfg.H2loadBin = h2loadBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	r, err := Requests(ctx, cfg)
 	require.NoError(t, err, out.String())
 	t.Log(out.String())
 	want := []string{"floor/origin", "shed/edge"}
-	for _, sc := range []string{"proxied", "accesslog", "rule", "denied", "tls"} {
+	for _, sc := range []string{"proxied", "accesslog", "rule", "denied", "tls", "h2"} {
 		for _, p := range proxies {
 			want = append(want, sc+"/"+p)
 		}
@@ -60,6 +69,13 @@ func TestRequestsSmoke(t *testing.T) {
 	for key, ss := range r.Samples {
 		require.Len(t, ss, 1, key)
 		require.Positive(t, ss[0].wrk.Requests, key)
+		if strings.HasPrefix(key, "h2/") {
+			// h2load spoke h2 (runH2load refuses a run that did not) and
+			// every answer was a 2xx (checkWrk).
+			require.Zero(t, ss[0].wrk.Non2xx, key)
+			require.Zero(t, ss[0].wrk.SocketErrors, key)
+			continue
+		}
 		require.Positive(t, ss[0].fixedP99, key)
 	}
 	checks := strings.Join(r.Checks, "\n")
@@ -70,6 +86,7 @@ func TestRequestsSmoke(t *testing.T) {
 	require.Contains(t, checks, `denied/edge: 429 with RateLimit "\"per-client\";r=0`)
 	require.Contains(t, checks, "shed/edge: 503")
 	require.Contains(t, out.String(), "| edge | nginx | haproxy | edge÷nginx |")
+	require.Contains(t, out.String(), "| proxied, HTTP/2 over TLS (h2load): requests/s (h2load -c16 -m10) |")
 }
 
 // A proxy that passes the client's fields on (Go's ReverseProxy appends to

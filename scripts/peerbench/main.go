@@ -4,7 +4,7 @@
 // costs the edge, nginx and HAProxy in each scenario (requests), and one
 // tenant's slow origin or flood beside another tenant (tenants).
 //
-//	peerbench requests -edge bin/edge -nginx /usr/sbin/nginx -haproxy /usr/sbin/haproxy [-sets 3] [-duration 10s] [-smoke]
+//	peerbench requests -edge bin/edge -nginx /usr/sbin/nginx -haproxy /usr/sbin/haproxy [-sets 3] [-duration 10s] [-h2-clients 16] [-h2-streams 10] [-smoke]
 //	peerbench stream -edge bin/edge -nginx /usr/sbin/nginx [-sets 3] [-clients 8] [-requests 200] [-ttfb-only]
 //	peerbench slow -edge bin/edge [-nginx /usr/sbin/nginx] [-clients 1000] [-hold 60s]
 //	peerbench big -edge bin/edge [-size 10737418240]
@@ -75,6 +75,9 @@ func main() {
 		smoke := fs.Bool("smoke", false, "about a second per target, one set: every scenario and peer started and checked, no figure to keep")
 		cfg := peerbench.DefaultRequestsConfig()
 		fs.StringVar(&cfg.WrkBin, "wrk", cfg.WrkBin, "wrk binary")
+		fs.StringVar(&cfg.H2loadBin, "h2load", cfg.H2loadBin, "h2load binary (nghttp2-client), for the HTTP/2 scenario")
+		fs.IntVar(&cfg.H2Clients, "h2-clients", cfg.H2Clients, "h2load connections (-c) in the HTTP/2 scenario")
+		fs.IntVar(&cfg.H2Streams, "h2-streams", cfg.H2Streams, "h2load streams at once per connection (-m) in the HTTP/2 scenario")
 		sets := fs.Int("sets", cfg.Sets, "sets (every target once per set, the proxies' order rotated)")
 		fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "wrk threads (-t)")
 		fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "wrk connections (-c), and the fixed-rate client's")
@@ -85,6 +88,7 @@ func main() {
 		if *smoke {
 			smokeCfg := peerbench.SmokeRequestsConfig()
 			smokeCfg.WrkBin, smokeCfg.Threads, smokeCfg.Conns = cfg.WrkBin, cfg.Threads, cfg.Conns
+			smokeCfg.H2loadBin, smokeCfg.H2Clients, smokeCfg.H2Streams = cfg.H2loadBin, cfg.H2Clients, cfg.H2Streams
 			cfg = smokeCfg
 		} else {
 			cfg.Sets, cfg.Warmup, cfg.Duration, cfg.FixedDuration = *sets, *warmup, *duration, *fixed
