@@ -99,3 +99,22 @@ func TestParseH2load(t *testing.T) {
 		})
 	}
 }
+
+// -scenarios picks scenarios by name, in the table's order; a name no
+// scenario has is refused.
+func TestRequestsPickedScenarios(t *testing.T) {
+	cfg := DefaultRequestsConfig()
+	cfg.EdgeBin, cfg.NginxBin, cfg.HAProxyBin = "edge", "nginx", "haproxy"
+	require.Len(t, cfg.picked(), len(scenarios))
+	cfg.Scenarios = []string{"h2", "tls"}
+	require.NoError(t, cfg.validate())
+	var names []string
+	for _, sc := range cfg.picked() {
+		names = append(names, sc.name)
+	}
+	require.Equal(t, []string{"tls", "h2"}, names)
+	cfg.Scenarios = []string{"h2", "h3"}
+	require.ErrorContains(t, cfg.validate(), `unknown scenario "h3"`)
+	cfg.Scenarios, cfg.H2Streams = nil, 0
+	require.ErrorContains(t, cfg.validate(), "h2load's clients (16) and streams per client (0) must be at least 1")
+}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/template"
@@ -48,7 +49,9 @@ type RequestsConfig struct {
 	// Requests runs these checks in every mode; Smoke only names the short
 	// mode in the output.
 	Smoke bool
-	Out   io.Writer
+	// Scenarios are the scenarios to run, by name (empty: all of them).
+	Scenarios []string
+	Out       io.Writer
 }
 
 // DefaultRequestsConfig is the measurement make bench-peers runs.
@@ -75,6 +78,11 @@ func (c RequestsConfig) validate() error {
 	}
 	if c.Duration < time.Second || c.Warmup < 0 || c.FixedDuration < 0 {
 		errs = append(errs, fmt.Errorf("duration %s must be at least 1s, warm-up %s and fixed-rate duration %s not negative", c.Duration, c.Warmup, c.FixedDuration))
+	}
+	for _, name := range c.Scenarios {
+		if !slices.ContainsFunc(scenarios, func(sc scenario) bool { return sc.name == name }) {
+			errs = append(errs, fmt.Errorf("unknown scenario %q", name))
+		}
 	}
 	for what, bin := range map[string]string{"edge": c.EdgeBin, "nginx": c.NginxBin, "haproxy": c.HAProxyBin, "wrk": c.WrkBin, "h2load": c.H2loadBin} {
 		if bin == "" {
@@ -196,7 +204,7 @@ func Requests(ctx context.Context, cfg RequestsConfig) (*RequestsResult, error) 
 			}
 		}
 	}()
-	for _, sc := range scenarios {
+	for _, sc := range cfg.picked() {
 		for _, p := range proxies {
 			if sc.edgeOnly && p != "edge" {
 				continue
@@ -230,7 +238,7 @@ func Requests(ctx context.Context, cfg RequestsConfig) (*RequestsResult, error) 
 	for set := 1; set <= cfg.Sets; set++ {
 		order := rotate(proxies, set-1)
 		run := []*target{targets["floor/origin"]}
-		for _, sc := range scenarios {
+		for _, sc := range cfg.picked() {
 			for _, p := range order {
 				if t := targets[sc.name+"/"+p]; t != nil {
 					run = append(run, t)
@@ -261,6 +269,14 @@ func Requests(ctx context.Context, cfg RequestsConfig) (*RequestsResult, error) 
 	fmt.Fprintln(w)
 	res.print(w, cfg)
 	return res, nil
+}
+
+// picked are the scenarios cfg runs, in the table's order.
+func (c RequestsConfig) picked() []scenario {
+	if len(c.Scenarios) == 0 {
+		return scenarios
+	}
+	return slices.DeleteFunc(slices.Clone(scenarios), func(sc scenario) bool { return !slices.Contains(c.Scenarios, sc.name) })
 }
 
 func rotate(s []string, by int) []string {

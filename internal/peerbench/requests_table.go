@@ -28,7 +28,7 @@ var measures = []struct {
 func (r *RequestsResult) print(w io.Writer, cfg RequestsConfig) {
 	fmt.Fprintf(w, "| %d sets, median; ratios within each set, median (min–max) | edge | nginx | haproxy | edge÷nginx | haproxy÷nginx |\n", cfg.Sets)
 	fmt.Fprintln(w, "|---|---:|---:|---:|---|---|")
-	for _, sc := range scenarios {
+	for _, sc := range cfg.picked() {
 		for _, m := range measures {
 			if m.name == measures[3].name && (cfg.FixedDuration == 0 || sc.h2) {
 				continue

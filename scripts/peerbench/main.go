@@ -4,7 +4,7 @@
 // costs the edge, nginx and HAProxy in each scenario (requests), and one
 // tenant's slow origin or flood beside another tenant (tenants).
 //
-//	peerbench requests -edge bin/edge -nginx /usr/sbin/nginx -haproxy /usr/sbin/haproxy [-sets 3] [-duration 10s] [-h2-clients 16] [-h2-streams 10] [-smoke]
+//	peerbench requests -edge bin/edge -nginx /usr/sbin/nginx -haproxy /usr/sbin/haproxy [-sets 3] [-duration 10s] [-scenarios h2,tls] [-h2-clients 16] [-h2-streams 10] [-smoke]
 //	peerbench stream -edge bin/edge -nginx /usr/sbin/nginx [-sets 3] [-clients 8] [-requests 200] [-ttfb-only]
 //	peerbench slow -edge bin/edge [-nginx /usr/sbin/nginx] [-clients 1000] [-hold 60s]
 //	peerbench big -edge bin/edge [-size 10737418240]
@@ -78,6 +78,7 @@ func main() {
 		fs.StringVar(&cfg.H2loadBin, "h2load", cfg.H2loadBin, "h2load binary (nghttp2-client), for the HTTP/2 scenario")
 		fs.IntVar(&cfg.H2Clients, "h2-clients", cfg.H2Clients, "h2load connections (-c) in the HTTP/2 scenario")
 		fs.IntVar(&cfg.H2Streams, "h2-streams", cfg.H2Streams, "h2load streams at once per connection (-m) in the HTTP/2 scenario")
+		picked := fs.String("scenarios", "", "comma-separated scenarios to run (proxied, accesslog, rule, denied, shed, tls, h2); empty = all")
 		sets := fs.Int("sets", cfg.Sets, "sets (every target once per set, the proxies' order rotated)")
 		fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "wrk threads (-t)")
 		fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "wrk connections (-c), and the fixed-rate client's")
@@ -94,6 +95,9 @@ func main() {
 			cfg.Sets, cfg.Warmup, cfg.Duration, cfg.FixedDuration = *sets, *warmup, *duration, *fixed
 		}
 		cfg.EdgeBin, cfg.NginxBin, cfg.HAProxyBin = *edge, *nginx, *haproxy
+		if *picked != "" {
+			cfg.Scenarios = strings.Split(*picked, ",")
+		}
 		_, err = peerbench.Requests(ctx, cfg)
 	case "tenants":
 		cfg := peerbench.DefaultTenantsConfig()
