@@ -547,7 +547,7 @@ func (b *h2Block) end(lastFrag int) bool {
 // field judges one field as net/http's framer does (readMetaFrame), then
 // as RFC 9113 §8.2.2 does.
 func (b *h2Block) field(f hpack.HeaderField) {
-	if !httpguts.ValidHeaderFieldValue(f.Value) {
+	if !h2ValidFieldValue(f.Value) {
 		b.invalid = true
 	}
 	pseudo := strings.HasPrefix(f.Name, ":")
@@ -583,14 +583,39 @@ func (b *h2Block) field(f hpack.HeaderField) {
 	}
 }
 
+// h2WireNameByte and h2FieldValueByte judge a byte of a field's name and
+// value as net/http does (httpguts's tests, one table lookup a byte): a
+// name is a token in lower case (so ASCII: a byte of a multi-byte rune is
+// refused as the rune is), a value holds no control character but tab.
+var h2WireNameByte, h2FieldValueByte = h2ByteTables()
+
+func h2ByteTables() (name, value [256]bool) {
+	for i := range 256 {
+		c := byte(i)
+		name[i] = httpguts.IsTokenRune(rune(c)) && !('A' <= c && c <= 'Z')
+		value[i] = httpguts.ValidHeaderFieldValue(string([]byte{c}))
+	}
+	return name, value
+}
+
 // h2ValidWireName is net/http's test of a field name on the wire: a token,
 // in lower case.
 func h2ValidWireName(s string) bool {
 	if s == "" {
 		return false
 	}
-	for _, r := range s {
-		if !httpguts.IsTokenRune(r) || ('A' <= r && r <= 'Z') {
+	for i := 0; i < len(s); i++ {
+		if !h2WireNameByte[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// h2ValidFieldValue is httpguts.ValidHeaderFieldValue.
+func h2ValidFieldValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !h2FieldValueByte[s[i]] {
 			return false
 		}
 	}
