@@ -254,8 +254,12 @@ func Requests(ctx context.Context, cfg RequestsConfig) (*RequestsResult, error) 
 				return res, fmt.Errorf("set %d, %s: %w", set, t.key(), err)
 			}
 			res.Samples[t.key()] = append(res.Samples[t.key()], s)
-			fmt.Fprintf(w, "%d %s %s %.0f %.1f %.1f %s %s(%.0f/s) %d %s\n", set, t.scenario.name, t.proxy, s.wrk.PerSecond,
-				s.proxyCPU*1e6, (s.proxyCPU+s.originCPU)*1e6, ms(s.wrk.P99), ms(s.fixedP99), s.fixedRate, s.wrk.Non2xx, s.loadAverage)
+			p99s := fmt.Sprintf("%s %s(%.0f/s)", ms(s.wrk.P99), ms(s.fixedP99), s.fixedRate)
+			if t.scenario.h2 {
+				p99s = "– –" // h2load measures no percentile, and no fixed-rate run
+			}
+			fmt.Fprintf(w, "%d %s %s %.0f %.1f %.1f %s %d %s\n", set, t.scenario.name, t.proxy, s.wrk.PerSecond,
+				s.proxyCPU*1e6, (s.proxyCPU+s.originCPU)*1e6, p99s, s.wrk.Non2xx, s.loadAverage)
 		}
 	}
 	checks, err := checkAfter(ctx, targets, res.Samples)
