@@ -192,7 +192,7 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	if err := e.buildPipeline(reg); err != nil {
 		return nil, err
 	}
-	e.public = listen.NewPublic(e.listenSettings(), e.lnMet, log)
+	e.public = listen.NewPublic(listen.SettingsFrom(cfg), e.lnMet, log)
 	e.server = e.public.NewServer(e.pipe.Handle, e.pipe.ServerError, e.pipe.Expect)
 	e.admin = &http.Server{Handler: admin.Handler(admin.Config{
 		Registry: e.reg,
