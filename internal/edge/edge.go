@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,17 +69,11 @@ type store struct {
 
 // parts are the other parts requests go through.
 type parts struct {
-	bh    *bhlayer.Layer
-	proxy *origin.Proxy // the default pool (--origin)
-	// router picks each host's pool (hosts.go); originBase is the default
-	// pool's settings, which the table's pools start from, and
-	// originMetrics the metrics every pool shares.
-	router        *hostroute.Router
-	originBase    origin.Config
-	originMetrics *origin.Metrics
-	tunnels       *origin.Tunnels
-	shed          *shedder.Shedder
-	workers       *shedder.Workers
+	bh      *bhlayer.Layer
+	router  *hostroute.Router // each host's origin pool
+	tunnels *origin.Tunnels
+	shed    *shedder.Shedder
+	workers *shedder.Workers
 }
 
 // servers are the listeners and the servers on them.
@@ -249,62 +242,15 @@ func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
 	return reg, nil
 }
 
-// buildProxy builds the proxy to the origins (or to the built-in demo
-// origin, only when asked for).
+// buildProxy builds the origin pools, the tunnels and the host table
+// (package hostroute).
 func (e *Edge) buildProxy(reg prometheus.Registerer) error {
-	origins := e.cfg.Origins
-	if e.cfg.DemoOrigin {
-		addr, stop, err := origin.StartDemo()
-		if err != nil {
-			return fmt.Errorf("starting demo origin: %w", err)
-		}
-		e.closers = append(e.closers, stop)
-		origins = []string{"http://" + addr}
-		e.log.Warn("--demo-origin: proxying to the built-in demo origin", "addr", addr)
-	}
-	ocfg := origin.DefaultConfig()
-	ocfg.URLs, ocfg.DialTimeout = origins, e.cfg.OriginDialTimeout
-	ocfg.HeaderTimeout, ocfg.ReadIdleTimeout, ocfg.Timeout = e.cfg.OriginHeaderTimeout, e.cfg.OriginReadIdleTimeout, e.cfg.OriginTimeout
-	// Every worker can hold one origin connection (a retry on another
-	// origin comes after the first attempt's connection is back), and the
-	// active health check one more: a pool smaller than that would fail
-	// requests the edge admitted.
-	ocfg.MaxConnsPerHost = e.cfg.Workers + 1
-	if e.cfg.OriginMaxConns > 0 {
-		ocfg.MaxConnsPerHost = e.cfg.OriginMaxConns
-	}
-	ocfg.MaxRequestBodySize = e.cfg.MaxBodyBytes
-	ocfg.Concurrency = shedder.PoolLimitConfig{Limit: e.cfg.OriginConcurrencyLimit,
-		Queue: e.cfg.OriginConcurrencyQueue, QueueTimeout: e.cfg.OriginConcurrencyQueueTimeout}
-	ocfg.TLS.ServerName, ocfg.TLS.InsecureSkipVerify = e.cfg.OriginTLSServerName, e.cfg.OriginTLSInsecureSkipVerify
-	if f := e.cfg.OriginCAFile; f != "" {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("origin-ca-file: %w", err)
-		}
-		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
-			return fmt.Errorf("origin-ca-file: no PEM certificate in %s", f)
-		}
-		ocfg.TLS.CAPEM = pem
-	}
-	var err error
-	if e.originMetrics, err = origin.NewMetrics(reg); err != nil {
-		return fmt.Errorf("configuring origins: %w", err)
-	}
-	if e.proxy, err = origin.NewPool(ocfg, e.originMetrics, e.log); err != nil {
-		return fmt.Errorf("configuring origins: %w", err)
-	}
-	e.closers = append(e.closers, e.proxy.Close)
-	e.originBase = ocfg
-	if e.tunnels, err = origin.NewTunnels(origin.TunnelConfig{MaxOpen: e.cfg.MaxTunnels, IdleTimeout: e.cfg.TunnelIdleTimeout}, reg); err != nil {
-		return fmt.Errorf("configuring tunnels: %w", err)
-	}
-	if e.router, err = hostroute.Open(hostroute.Settings{
-		PathSemantics: e.cfg.PathSemantics, RefuseAmbiguousPaths: e.cfg.RefuseAmbiguousPaths, File: e.cfg.Hosts,
-	}, e.proxy, e.originBase, e.originMetrics, reg, e.log); err != nil {
+	o, err := hostroute.OpenOrigins(e.cfg, reg, e.log)
+	if err != nil {
 		return err
 	}
-	e.closers = append(e.closers, e.router.Close)
+	e.closers = append(e.closers, o.Close)
+	e.router, e.tunnels = o.Router, o.Tunnels
 	return nil
 }
 
