@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
+	"github.com/edgeguard/edgeguard/internal/edge/build"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -107,7 +108,7 @@ func (e *Edge) consulParts() consullink.Parts {
 		UpdateShedder:  e.shed.Update,
 		StartShedder: func() error {
 			if e.cfg.Shedder != "" {
-				return e.loadShedder()
+				return build.LoadShedder(e.shed, e.cfg.Shedder, e.log)
 			}
 			return e.shed.Update(shedder.DefaultConfig())
 		},

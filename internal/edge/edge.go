@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/edge/admin"
 	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
+	"github.com/edgeguard/edgeguard/internal/edge/build"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/globalhome"
@@ -54,17 +54,9 @@ type Edge struct {
 	draining              atomic.Bool
 	serving               atomic.Bool
 
-	store
+	store *build.Store // the rate limit store and its limiter
 	parts
 	servers
-}
-
-// store is the rate limit store and what decides on it.
-type store struct {
-	limiter    *limiter.Limiter
-	redisStore *limiter.RedisStore // nil with the memory store
-	penalties  *limiter.PenaltyBox // the rules' penalties (pipeline/escapes.go)
-	storeName  string
 }
 
 // parts are the other parts requests go through.
@@ -100,7 +92,7 @@ func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
 	if e.cfg.Redis == "" {
 		return nil
 	}
-	gr, err := globalhome.New(e.limiter, globalhome.Options{
+	gr, err := globalhome.New(e.store.Limiter, globalhome.Options{
 		Region:       e.cfg.Region,
 		ConsulPrefix: e.cfg.ConsulPrefix,
 		Log:          e.log,
@@ -159,20 +151,22 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 			return nil, err
 		}
 	}
-	if err := e.buildLimiter(reg); err != nil {
+	if e.store, err = build.OpenStore(cfg, reg, log); err != nil {
 		return nil, err
 	}
+	e.closers = append(e.closers, e.store.Close) // closers run in reverse: after what uses the limiter
 	if err := e.buildGlobal(reg); err != nil {
 		return nil, err
 	}
 	if err := e.buildRLS(reg); err != nil {
 		return nil, err
 	}
-	if err := e.buildShedder(reg); err != nil {
+	// The edges sharing the origin split adaptive.min_limit.
+	if e.shed, e.workers, err = build.Shedder(cfg, int(e.nodesRegion.Load()), reg, log); err != nil {
 		return nil, err
 	}
 	if e.bh, err = bhlayer.New(bhlayer.Config{
-		KeySalt: cfg.KeySalt, IPv6Prefix: cfg.IPv6Prefix, RedisTimeout: cfg.RedisTimeout, Store: e.redisStore, Log: log,
+		KeySalt: cfg.KeySalt, IPv6Prefix: cfg.IPv6Prefix, RedisTimeout: cfg.RedisTimeout, Store: e.store.Redis, Log: log,
 	}, reg); err != nil {
 		return nil, fmt.Errorf("building the behaviour layer: %w", err)
 	}
@@ -257,25 +251,8 @@ func (e *Edge) buildProxy(reg prometheus.Registerer) error {
 // buildPipeline builds the request path (package pipeline) from the parts.
 func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 	c := e.cfg
-	p, err := pipeline.New(pipeline.Config{
-		Region: c.Region, PoP: c.PoP,
-		TrustedProxies:            c.TrustedProxies,
-		IPv6Prefix:                c.IPv6Prefix,
-		AllowUnderscoresInHeaders: c.AllowUnderscoresInHeaders,
-		AllowMethods:              c.AllowMethods,
-		DefaultHost:               c.DefaultHost,
-		TLSCheckHost:              c.TLSCheckHost,
-		MaxBodyBytes:              c.MaxBodyBytes,
-		LegacyHeaders:             c.LegacyHeaders,
-		AccessLog:                 c.AccessLog,
-		AccessLogFormat:           c.AccessLogFormat,
-		AccessLogSample:           c.AccessLogSample,
-		OTLPEndpoint:              c.OTLPEndpoint,
-		TraceSampleRatio:          c.TraceSampleRatio,
-		RefusedMethod:             func(ctx *fasthttp.RequestCtx) string { return config.RefusedMethod(ctx.Method()) },
-		UsableHost:                config.UsableHost,
-	}, e.log, pipeline.Limits{
-		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
+	p, err := pipeline.New(build.PipelineConfig(c), e.log, pipeline.Limits{
+		Limiter: e.store.Limiter, Penalties: e.store.Penalties, StoreName: e.store.Name,
 		Rules: e.rules.Pointer(), NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
 	}, pipeline.Parts{
 		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.Route, Tunnels: e.tunnels,
@@ -370,7 +347,7 @@ func (e *Edge) reloadFiles() {
 		}
 	}
 	if e.cfg.Shedder != "" {
-		if err := e.loadShedder(); err != nil {
+		if err := build.LoadShedder(e.shed, e.cfg.Shedder, e.log); err != nil {
 			e.log.Error("shedder reload refused; keeping the settings in force", "err", err)
 		}
 	}
@@ -381,22 +358,6 @@ func (e *Edge) reloadFiles() {
 	}
 }
 
-func (e *Edge) loadShedder() error {
-	data, err := os.ReadFile(e.cfg.Shedder)
-	if err != nil {
-		return fmt.Errorf("reading shedder settings: %w", err)
-	}
-	scfg, err := shedder.ParseConfig(data)
-	if err != nil {
-		return fmt.Errorf("shedder settings %s: %w", e.cfg.Shedder, err)
-	}
-	if err := e.shed.Update(scfg); err != nil {
-		return err
-	}
-	e.log.Info("shedder settings applied", "good", scfg.Good, "bad", scfg.Bad, "start_after", scfg.StartAfter, "full_after", scfg.FullAfter, "enabled", scfg.Enabled)
-	return nil
-}
-
 // newRules are the rules in force (package liverules); a change flushes
 // what the old rules decided.
 func (e *Edge) newRules() *liverules.Rules {
@@ -405,8 +366,8 @@ func (e *Edge) newRules() *liverules.Rules {
 		Check:          e.cfg.CheckRules,
 		Changed: func(snap *rules.Snapshot) {
 			pipeline.ForgetPolicies() // the old snapshot's rules
-			if e.limiter != nil {
-				e.limiter.Flush()
+			if e.store != nil {
+				e.store.Limiter.Flush()
 			}
 			if e.bh != nil {
 				e.bh.RulesChanged(snap)
@@ -420,54 +381,6 @@ func (e *Edge) newRules() *liverules.Rules {
 		Metrics: liverules.Metrics{Info: e.metrics.RulesInfo, Loaded: e.metrics.RulesLoaded, Errors: e.metrics.RulesErrors},
 		Log:     e.log,
 	})
-}
-
-func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
-	lcfg := limiter.Config{Timeout: e.cfg.RedisTimeout, FailMode: e.cfg.FailMode, CacheSize: e.cfg.PrefilterSize}
-	if e.cfg.Redis == "" {
-		e.penalties = limiter.NewPenaltyBox(nil, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
-		lcfg.StoreName = "memory"
-		e.log.Info("no --redis given: counting in this process only (embedded memory store)")
-		l, err := limiter.New(limiter.NewMemoryStore(), lcfg, reg, e.log)
-		if err != nil {
-			return err
-		}
-		e.limiter, e.storeName = l, lcfg.StoreName
-		e.closers = append(e.closers, l.Close)
-		return nil
-	}
-	limiter.LogRedisTo(e.log)
-	op, err := limiter.Open(limiter.OpenOptions{URL: e.cfg.Redis, Mode: e.cfg.RedisMode, Autopipeline: e.cfg.RedisAutopipeline, Config: lcfg, Log: e.log}, reg)
-	if errors.Is(err, limiter.ErrRedisTooOld) {
-		return fmt.Errorf("redis at %s: %w", redactURL(e.cfg.Redis), err)
-	}
-	if err != nil {
-		return err
-	}
-	e.closers = append(e.closers, op.Close) // the limiter, then the client (closers run in reverse)
-	if op.LoadErr != nil {
-		// AP: started anyway; the scripts load on first use once Redis answers.
-		e.log.Warn("redis not reachable at start; deciding locally until it is", "err", op.LoadErr)
-	}
-	e.penalties = limiter.NewPenaltyBox(op.Client, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
-	e.limiter, e.storeName, e.redisStore = op.Limiter, "redis", op.Store
-	return nil
-}
-
-func (e *Edge) buildShedder(reg prometheus.Registerer) error {
-	s, err := shedder.New(shedder.DefaultConfig(), reg)
-	if err != nil {
-		return err
-	}
-	e.shed = s
-	s.SetEdges(int(e.nodesRegion.Load())) // the edges sharing the origin split adaptive.min_limit
-	def := shedder.DefaultConfig()
-	e.workers = shedder.NewWorkers(e.cfg.Workers, def.QueueSize, def.QueueTimeout)
-	s.AttachWorkers(e.workers)
-	if e.cfg.Shedder != "" {
-		return e.loadShedder()
-	}
-	return nil
 }
 
 // Run serves until ctx is done, then shuts down gracefully: /readyz turns
@@ -519,7 +432,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	} else if err := handoff.Notify(handoff.ReadyState(false)); err != nil {
 		e.log.Warn("service manager not told the edge is ready", "err", err)
 	}
-	e.log.Info("edge serving", "pid", os.Getpid(), "listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
+	e.log.Info("edge serving", "pid", os.Getpid(), "listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.store.Name)
 
 	var serveErr error
 	upgraded := false
@@ -690,23 +603,13 @@ func (e *Edge) close() {
 	}
 }
 
-// redactURL drops a URL's password (and query) for messages.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.RawQuery = ""
-	return u.Redacted()
-}
-
 // ready is what /readyz and the ready gauge answer from.
 func (e *Edge) ready() admin.Readiness {
 	return admin.Readiness{
 		Draining:    e.draining.Load,
 		RulesLoaded: func() bool { return e.rules.Load() != nil },
-		Health:      func() limiter.Health { return e.limiter.Health() },
-		Store:       e.storeName,
+		Health:      func() limiter.Health { return e.store.Limiter.Health() },
+		Store:       e.store.Name,
 		Missing:     func() string { return e.consul.MissingDetail() }, // e.consul is set by startConsul, after this
 	}
 }

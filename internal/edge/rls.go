@@ -15,7 +15,7 @@ import (
 // (package rlslink).
 func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 	s, err := rlslink.New(e.cfg.RLS, rlslink.Options{
-		Limiter:      e.limiter,
+		Limiter:      e.store.Limiter,
 		Nodes:        func() int { return int(e.nodesRegion.Load()) },
 		KeySalt:      e.cfg.KeySalt,
 		IPv6Prefix:   e.cfg.IPv6Prefix,
