@@ -78,12 +78,10 @@ type servers struct {
 	server            *fasthttp.Server
 	admin             *http.Server
 	rls               *rlslink.Service // nil without --rls-listen
-	// inherited is the sockets this process was started with (package
-	// handoff); bound holds each listener as bound, before the accept
-	// stack, for the next binary on SIGUSR2.
-	inherited *handoff.Set
-	bound     []handoff.Named
-	exe       string // this binary's path, for SIGUSR2
+	// sockets are the sockets this process was started with (package
+	// handoff) and each listener as bound, before the accept stack, for
+	// the next binary on SIGUSR2.
+	sockets *handoff.Sockets
 }
 
 // buildGlobal gives the limiter its Global (with Redis only: the
@@ -127,8 +125,7 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 		return nil, err
 	}
 	e := newEdge(cfg, log)
-	e.inherited = inherited
-	e.exe, _ = os.Executable() // resolved now: the path, not the file, is re-read on SIGUSR2
+	e.sockets = handoff.NewSockets(inherited, log)
 	defer func() {
 		// After a failure the listeners not reached yet are not news.
 		if unused := inherited.Close(); err == nil && len(unused) > 0 {
@@ -289,12 +286,12 @@ func framingRefusal(err error) (reason string, status int, detail string, ok boo
 // admin listener, and registers the metrics that read the server.
 func (e *Edge) listen(reg prometheus.Registerer) error {
 	var err error
-	if e.publicLn, err = e.bind(handoff.Public, e.cfg.Listen); err != nil {
+	if e.publicLn, err = e.sockets.Bind(handoff.Public, e.cfg.Listen); err != nil {
 		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
 	}
 	e.publicLn = e.public.Stack(e.publicLn, []byte(listen.TooManyConns))
 	if e.cfg.ListenTLS != "" {
-		t, err := e.public.OpenTLS(func() (net.Listener, error) { return e.bind(handoff.TLS, e.cfg.ListenTLS) }, e.server, e.cfg.Consul != "")
+		t, err := e.public.OpenTLS(func() (net.Listener, error) { return e.sockets.Bind(handoff.TLS, e.cfg.ListenTLS) }, e.server, e.cfg.Consul != "")
 		if err != nil {
 			return err
 		}
@@ -304,26 +301,10 @@ func (e *Edge) listen(reg prometheus.Registerer) error {
 	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, e.readyValue); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	if e.adminLn, err = e.bind(handoff.Admin, e.cfg.Admin); err != nil {
+	if e.adminLn, err = e.sockets.Bind(handoff.Admin, e.cfg.Admin); err != nil {
 		return fmt.Errorf("listening on %s (admin): %w", e.cfg.Admin, err)
 	}
 	return nil
-}
-
-// bind is the listener named name: the inherited socket when there is one,
-// else a new one on addr. Either way it is kept for the next binary.
-func (e *Edge) bind(name, addr string) (net.Listener, error) {
-	ln, ok, err := e.inherited.Listener(name, addr)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		e.log.Info("listener inherited", "listener", name, "addr", ln.Addr().String(), "from", e.inherited.From)
-	} else if ln, err = net.Listen("tcp", addr); err != nil {
-		return nil, err
-	}
-	e.bound = append(e.bound, handoff.Named{Name: name, Ln: ln})
-	return ln, nil
 }
 
 // Addr and AdminAddr are the bound addresses (useful with port 0).
@@ -426,9 +407,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer close(stopReload)
 	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
 	handedOver := make(chan struct{})
-	wg.Go(func() { handoff.UpgradeOnSignal(usr2, stopReload, handedOver, e.exe, e.bound, e.log) })
-	if e.inherited.Upgrading() {
-		wg.Go(func() { e.inherited.TellWhenReady(ctx, func() bool { return e.readyValue() == 1 }, e.log) })
+	wg.Go(func() { handoff.UpgradeOnSignal(usr2, stopReload, handedOver, e.sockets.Exe, e.sockets.Bound, e.log) })
+	if e.sockets.Inherited.Upgrading() {
+		wg.Go(func() { e.sockets.Inherited.TellWhenReady(ctx, func() bool { return e.readyValue() == 1 }, e.log) })
 	} else if err := handoff.Notify(handoff.ReadyState(false)); err != nil {
 		e.log.Warn("service manager not told the edge is ready", "err", err)
 	}

@@ -22,7 +22,7 @@ func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 		ConsulPrefix: e.cfg.ConsulPrefix,
 		Region:       e.cfg.Region,
 		Log:          e.log,
-		Bind:         func(addr string) (net.Listener, error) { return e.bind(handoff.RLS, addr) },
+		Bind:         func(addr string) (net.Listener, error) { return e.sockets.Bind(handoff.RLS, addr) },
 	}, reg)
 	if err != nil || s == nil {
 		return err
