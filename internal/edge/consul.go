@@ -3,10 +3,8 @@ package edge
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge/build"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
@@ -18,21 +16,14 @@ import (
 // Consul is unreachable or holds an invalid document — and prepares the
 // watches that Run starts.
 func (e *Edge) startConsul() error {
-	client, closeIdle, err := consullink.Dial(consullink.Agent{
-		Addr: e.cfg.Consul, Token: e.cfg.ConsulToken, CAFile: e.cfg.ConsulCAFile, CertFile: e.cfg.ConsulCert, KeyFile: e.cfg.ConsulKey,
-	}, e.cfg.ConsulPrefix)
+	l, client, closeIdle, err := consullink.Open(e.cfg, consullink.Options{
+		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), ConsulTickets: e.certs.ConsulTickets(),
+		StateDir: stateDir, Metrics: e.consMet, Parts: e.consulParts(), Log: e.log,
+	})
 	if err != nil {
 		return err
 	}
 	e.closers = append(e.closers, closeIdle) // the agent's connections go with the edge
-	cache := e.cfg.RulesCache
-	if cache == "" {
-		var err error
-		if cache, err = consullink.DefaultCache(e.cfg.Region, stateDir, os.Getenv, os.UserCacheDir); err != nil {
-			e.log.Warn("no directory for the rules cache: a restart while consul is unreachable enforces nothing; set --rules-cache", "err", err)
-		}
-	}
-	l := consullink.New(e.consulLinkConfig(client, cache))
 	e.consul = l
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -70,30 +61,6 @@ func (e *Edge) startConsul() error {
 	}, e.hostsConsul())
 	l.ReadRules(ctx)
 	return nil
-}
-
-// consulLinkConfig is the edge's link to its region in Consul: the
-// registrations of the edge and of its rate limit service, and the parts
-// the link reads and feeds.
-func (e *Edge) consulLinkConfig(client *region.Client, cache string) consullink.Config {
-	c := consullink.Config{
-		Client:    client,
-		Region:    e.cfg.Region,
-		PoP:       e.cfg.PoP,
-		CachePath: cache,
-		Log:       e.log,
-		Metrics:   e.consMet,
-		Parts:     e.consulParts(),
-	}
-	c.Reg, c.RLSReg = consullink.Registrations(consullink.Addrs{
-		Region: e.cfg.Region, PoP: e.cfg.PoP, Advertise: e.cfg.Advertise,
-		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), RLSTLS: e.cfg.RLS.TLSCert != "",
-		Version: buildinfo.Get().Version,
-	})
-	if e.certs.ConsulTickets() {
-		c.TicketRotation = e.cfg.TLSTicketRotation
-	}
-	return c
 }
 
 // consulParts are the edge's parts the Consul link reads and feeds.
