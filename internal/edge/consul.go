@@ -15,10 +15,10 @@ import (
 // startConsul loads the first rules — from Consul, or from the cache when
 // Consul is unreachable or holds an invalid document — and prepares the
 // watches that Run starts.
-func (e *Edge) startConsul() error {
+func (e *Edge) startConsul(m consullink.Metrics) error {
 	l, client, closeIdle, err := consullink.Open(e.cfg, consullink.Options{
-		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), ConsulTickets: e.certs.ConsulTickets(),
-		StateDir: stateDir, Metrics: e.consMet, Parts: e.consulParts(), Log: e.log,
+		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), ConsulTickets: e.certs().ConsulTickets(),
+		StateDir: stateDir, Metrics: m, Parts: e.consulParts(), Log: e.log,
 	})
 	if err != nil {
 		return err
@@ -28,14 +28,14 @@ func (e *Edge) startConsul() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if e.certs != nil {
-		e.certs.ReadConsul(ctx, client)
+	if e.certs() != nil {
+		e.certs().ReadConsul(ctx, client)
 	}
-	if e.certs.ConsulTickets() {
-		e.certs.ReadConsulTicketKeys(ctx, client)
+	if e.certs().ConsulTickets() {
+		e.certs().ReadConsulTicketKeys(ctx, client)
 	}
 	if len(e.cfg.ACMEDomains) > 0 {
-		stop, err := e.certs.StartACME(client, e.TLSAddr())
+		stop, err := e.certs().StartACME(client, e.TLSAddr())
 		if stop != nil {
 			e.closers = append(e.closers, stop)
 		}
@@ -104,14 +104,14 @@ func (e *Edge) consulParts() consullink.Parts {
 			e.consul.RulesChanged() // the host table version is registered too
 		}, onErr)
 	})
-	if e.certs != nil {
+	if e.certs() != nil {
 		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			client.WatchCerts(ctx, e.cfg.Region, e.certs.ApplyConsul, onErr)
+			client.WatchCerts(ctx, e.cfg.Region, e.certs().ApplyConsul, onErr)
 		})
 	}
-	if e.certs.ConsulTickets() {
+	if e.certs().ConsulTickets() {
 		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			client.WatchTicketKeys(ctx, e.cfg.Region, e.certs.ApplyConsulTicketKeys, onErr)
+			client.WatchTicketKeys(ctx, e.cfg.Region, e.certs().ApplyConsulTicketKeys, onErr)
 		})
 	}
 	return p

@@ -38,13 +38,10 @@ import (
 
 // Edge is one edge node.
 type Edge struct {
-	cfg     config.Config
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	metrics *admin.Metrics     // the rules' and the build's
-	lnMet   *listen.Metrics    // the listeners'
-	consMet consullink.Metrics // the Consul link's
-	pipe    *pipeline.Pipeline // the request path (package pipeline)
+	cfg  config.Config
+	log  *slog.Logger
+	reg  *prometheus.Registry
+	pipe *pipeline.Pipeline // the request path (package pipeline)
 
 	rules                 *liverules.Rules
 	nodesRegion, nodesPoP atomic.Int64 // fallback divisors: flags, then the catalog
@@ -70,14 +67,11 @@ type parts struct {
 
 // servers are the listeners and the servers on them.
 type servers struct {
-	publicLn, adminLn net.Listener
-	tlsLn             net.Listener     // nil without --listen-tls
-	certs             *listen.Certs    // nil without --listen-tls
-	h2                *listen.H2Server // nil without h2 on --listen-tls
-	public            *listen.Public   // the public listeners' accept stack
-	server            *fasthttp.Server
-	admin             *http.Server
-	rls               *rlslink.Service // nil without --rls-listen
+	publicLn net.Listener
+	tls      *listen.TLS // nil without --listen-tls
+	server   *fasthttp.Server
+	admin    *admin.Server
+	rls      *rlslink.Service // nil without --rls-listen
 	// sockets are the sockets this process was started with (package
 	// handoff) and each listener as bound, before the accept stack, for
 	// the next binary on SIGUSR2.
@@ -86,7 +80,7 @@ type servers struct {
 
 // buildGlobal gives the limiter its Global (with Redis only: the
 // embedded memory store is one region by definition).
-func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
+func (e *Edge) buildGlobal(reg prometheus.Registerer, refused prometheus.Counter) error {
 	if e.cfg.Redis == "" {
 		return nil
 	}
@@ -95,7 +89,7 @@ func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
 		ConsulPrefix: e.cfg.ConsulPrefix,
 		Log:          e.log,
 		SetMissing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocCatalog, missing) },
-		Refused:      func() { e.metrics.RulesErrors.Inc() },
+		Refused:      func() { refused.Inc() },
 		ReachabilityChanged: func() {
 			if e.consul != nil {
 				e.consul.RulesChanged()
@@ -138,11 +132,11 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 			e.close()
 		}
 	}()
-	reg, err := e.registerMetrics()
+	reg, m, err := e.registerMetrics()
 	if err != nil {
 		return nil, err
 	}
-	e.rules = e.newRules()
+	e.rules = e.newRules(m.admin)
 	if cfg.Consul == "" {
 		if err := e.rules.LoadFile(cfg.Rules); err != nil {
 			return nil, err
@@ -152,7 +146,7 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 		return nil, err
 	}
 	e.closers = append(e.closers, e.store.Close) // closers run in reverse: after what uses the limiter
-	if err := e.buildGlobal(reg); err != nil {
+	if err := e.buildGlobal(reg, m.admin.RulesErrors); err != nil {
 		return nil, err
 	}
 	if err := e.buildRLS(reg); err != nil {
@@ -176,9 +170,9 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	if err := e.buildPipeline(reg); err != nil {
 		return nil, err
 	}
-	e.public = listen.NewPublic(listen.SettingsFrom(cfg), e.lnMet, log)
-	e.server = e.public.NewServer(e.pipe.Handle, e.pipe.ServerError, e.pipe.Expect)
-	e.admin = &http.Server{Handler: admin.Handler(admin.Config{
+	public := listen.NewPublic(listen.SettingsFrom(cfg), m.listen, log)
+	e.server = public.NewServer(e.pipe.Handle, e.pipe.ServerError, e.pipe.Expect)
+	if err := e.listen(public, reg, admin.Config{
 		Registry: e.reg,
 		Ready:    e.ready(),
 		Rules:    e.rules.InForce,
@@ -187,12 +181,11 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 		Clients:  e.bh.DebugClients,
 		Token:    cfg.AdminToken,
 		Pprof:    cfg.Pprof,
-	}), ReadHeaderTimeout: 5 * time.Second}
-	if err := e.listen(reg); err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	if cfg.Consul != "" {
-		if err := e.startConsul(); err != nil {
+		if err := e.startConsul(m.consul); err != nil {
 			return nil, err
 		}
 	}
@@ -212,10 +205,17 @@ func newEdge(cfg config.Config, log *slog.Logger) *Edge {
 	return e
 }
 
+// meters are the metrics the edge hands its parts.
+type meters struct {
+	admin  *admin.Metrics     // the rules' and the build's
+	listen *listen.Metrics    // the listeners'
+	consul consullink.Metrics // the Consul link's
+}
+
 // registerMetrics registers the edge's metrics, and the Go runtime's and
 // the process's, and returns the registerer the parts register theirs
 // with.
-func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
+func (e *Edge) registerMetrics() (prometheus.Registerer, meters, error) {
 	// region and pop are target labels, attached by Prometheus from the
 	// Consul service meta; the edge adds them itself only when asked.
 	var reg prometheus.Registerer = e.reg
@@ -223,14 +223,15 @@ func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": e.cfg.Region, "pop": e.cfg.PoP}, e.reg)
 	}
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var m meters
 	var err, lerr, cerr error
-	e.metrics, err = admin.NewMetrics(reg)
-	e.lnMet, lerr = listen.NewMetrics(reg)
-	e.consMet, cerr = consullink.NewMetrics(reg, e.metrics.RulesErrors)
+	m.admin, err = admin.NewMetrics(reg)
+	m.listen, lerr = listen.NewMetrics(reg)
+	m.consul, cerr = consullink.NewMetrics(reg, m.admin.RulesErrors)
 	if err := errors.Join(err, lerr, cerr); err != nil {
-		return nil, fmt.Errorf("registering metrics: %w", err)
+		return nil, m, fmt.Errorf("registering metrics: %w", err)
 	}
-	return reg, nil
+	return reg, m, nil
 }
 
 // buildProxy builds the origin pools, the tunnels and the host table
@@ -283,33 +284,35 @@ func framingRefusal(err error) (reason string, status int, detail string, ok boo
 }
 
 // listen opens the public listeners (TLS too, when configured) and the
-// admin listener, and registers the metrics that read the server.
-func (e *Edge) listen(reg prometheus.Registerer) error {
+// admin server's, and registers the metrics that read the server.
+func (e *Edge) listen(public *listen.Public, reg prometheus.Registerer, ac admin.Config) error {
 	var err error
 	if e.publicLn, err = e.sockets.Bind(handoff.Public, e.cfg.Listen); err != nil {
 		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
 	}
-	e.publicLn = e.public.Stack(e.publicLn, []byte(listen.TooManyConns))
+	e.publicLn = public.Stack(e.publicLn, []byte(listen.TooManyConns))
 	if e.cfg.ListenTLS != "" {
-		t, err := e.public.OpenTLS(func() (net.Listener, error) { return e.sockets.Bind(handoff.TLS, e.cfg.ListenTLS) }, e.server, e.cfg.Consul != "")
+		t, err := public.OpenTLS(func() (net.Listener, error) { return e.sockets.Bind(handoff.TLS, e.cfg.ListenTLS) }, e.server, e.cfg.Consul != "")
 		if err != nil {
 			return err
 		}
-		e.tlsLn, e.certs, e.h2 = t.Ln, t.Certs, t.H2
+		e.tls = t
 	}
 	server := e.server
 	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, e.readyValue); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	if e.adminLn, err = e.sockets.Bind(handoff.Admin, e.cfg.Admin); err != nil {
+	adminLn, err := e.sockets.Bind(handoff.Admin, e.cfg.Admin)
+	if err != nil {
 		return fmt.Errorf("listening on %s (admin): %w", e.cfg.Admin, err)
 	}
+	e.admin = admin.NewServer(ac, adminLn)
 	return nil
 }
 
 // Addr and AdminAddr are the bound addresses (useful with port 0).
 func (e *Edge) Addr() string      { return e.publicLn.Addr().String() }
-func (e *Edge) AdminAddr() string { return e.adminLn.Addr().String() }
+func (e *Edge) AdminAddr() string { return e.admin.Ln.Addr().String() }
 
 // ApplyRules parses, validates and compiles a rules document and swaps it in.
 // An invalid document is refused (counted, and the error names the rule and
@@ -341,7 +344,7 @@ func (e *Edge) reloadFiles() {
 
 // newRules are the rules in force (package liverules); a change flushes
 // what the old rules decided.
-func (e *Edge) newRules() *liverules.Rules {
+func (e *Edge) newRules(m *admin.Metrics) *liverules.Rules {
 	return liverules.New(liverules.Config{
 		CompileOptions: e.cfg.CompileOptions,
 		Check:          e.cfg.CheckRules,
@@ -359,7 +362,7 @@ func (e *Edge) newRules() *liverules.Rules {
 				e.consul.RulesChanged()
 			}
 		},
-		Metrics: liverules.Metrics{Info: e.metrics.RulesInfo, Loaded: e.metrics.RulesLoaded, Errors: e.metrics.RulesErrors},
+		Metrics: liverules.Metrics{Info: m.RulesInfo, Loaded: m.RulesLoaded, Errors: m.RulesErrors},
 		Log:     e.log,
 	})
 }
@@ -461,17 +464,17 @@ func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 			errc <- fmt.Errorf("public server: %w", err)
 		}
 	})
-	if e.tlsLn != nil {
+	if e.tls != nil {
 		wg.Go(func() {
-			if err := e.server.Serve(listen.Framed(e.tlsLn)); err != nil {
+			if err := e.server.Serve(listen.Framed(e.tls.Ln)); err != nil {
 				errc <- fmt.Errorf("public TLS server: %w", err)
 			}
 		})
-		wg.Go(func() { e.certs.Watch(ctx) })
+		wg.Go(func() { e.tls.Certs.Watch(ctx) })
 	}
-	if e.h2 != nil {
+	if h2 := e.h2(); h2 != nil {
 		wg.Go(func() {
-			if err := e.h2.Serve(); err != nil {
+			if err := h2.Serve(); err != nil {
 				errc <- fmt.Errorf("public HTTP/2 server: %w", err)
 			}
 		})
@@ -484,7 +487,7 @@ func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 		})
 	}
 	wg.Go(func() {
-		if err := e.admin.Serve(e.adminLn); !errors.Is(err, http.ErrServerClosed) {
+		if err := e.admin.Serve(); err != nil {
 			errc <- fmt.Errorf("admin server: %w", err)
 		}
 	})
@@ -515,8 +518,8 @@ func (e *Edge) shutdown() error {
 	// The HTTP/2 connections drain at the same time: each server waits
 	// for its own.
 	h2done := make(chan error, 1)
-	if e.h2 != nil {
-		go func() { h2done <- e.h2.Shutdown(sctx) }()
+	if h2 := e.h2(); h2 != nil {
+		go func() { h2done <- h2.Shutdown(sctx) }()
 	} else {
 		h2done <- nil
 	}
@@ -527,8 +530,8 @@ func (e *Edge) shutdown() error {
 	// as soon as it started) would then accept forever. Closing them here
 	// ends it too (a listener already closed only returns an error).
 	_ = e.publicLn.Close()
-	if e.tlsLn != nil {
-		_ = e.tlsLn.Close()
+	if e.tls != nil {
+		_ = e.tls.Ln.Close()
 	}
 	if e.tunnels != nil {
 		// Tunnels are hijacked connections, which the server's shutdown
@@ -577,7 +580,14 @@ func (e *Edge) close() {
 		e.closers[i]()
 	}
 	e.closers = nil
-	for _, ln := range []net.Listener{e.publicLn, e.tlsLn, e.adminLn} {
+	lns := []net.Listener{e.publicLn}
+	if e.tls != nil {
+		lns = append(lns, e.tls.Ln)
+	}
+	if e.admin != nil {
+		lns = append(lns, e.admin.Ln)
+	}
+	for _, ln := range lns {
 		if ln != nil {
 			_ = ln.Close()
 		}
