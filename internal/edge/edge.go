@@ -459,38 +459,25 @@ func (e *Edge) Run(ctx context.Context) error {
 // that fails says why on the channel returned.
 func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 	errc := make(chan error, 5)
-	wg.Go(func() {
-		if err := e.server.Serve(listen.Framed(e.publicLn)); err != nil {
-			errc <- fmt.Errorf("public server: %w", err)
-		}
-	})
-	if e.tls != nil {
+	run := func(what string, serve func() error) {
 		wg.Go(func() {
-			if err := e.server.Serve(listen.Framed(e.tls.Ln)); err != nil {
-				errc <- fmt.Errorf("public TLS server: %w", err)
+			if err := serve(); err != nil {
+				errc <- fmt.Errorf("%s: %w", what, err)
 			}
 		})
+	}
+	run("public server", func() error { return e.server.Serve(listen.Framed(e.publicLn)) })
+	if e.tls != nil {
+		run("public TLS server", func() error { return e.server.Serve(listen.Framed(e.tls.Ln)) })
 		wg.Go(func() { e.tls.Certs.Watch(ctx) })
 	}
 	if h2 := e.h2(); h2 != nil {
-		wg.Go(func() {
-			if err := h2.Serve(); err != nil {
-				errc <- fmt.Errorf("public HTTP/2 server: %w", err)
-			}
-		})
+		run("public HTTP/2 server", h2.Serve)
 	}
 	if e.rls != nil {
-		wg.Go(func() {
-			if err := e.rls.Serve(); err != nil {
-				errc <- fmt.Errorf("rate limit service: %w", err)
-			}
-		})
+		run("rate limit service", e.rls.Serve)
 	}
-	wg.Go(func() {
-		if err := e.admin.Serve(); err != nil {
-			errc <- fmt.Errorf("admin server: %w", err)
-		}
-	})
+	run("admin server", e.admin.Serve)
 	return errc
 }
 
