@@ -49,16 +49,9 @@ func (e *Edge) startConsul(m consullink.Metrics) error {
 	// each from the cache when Consul cannot give it.
 	l.ReadEnforcement(ctx)
 	if e.rlsFromConsul() {
-		if _, err := client.ReadRLS(ctx, e.cfg.Region); err != nil {
-			if cerr := e.rls.LoadCache(client.Layout().RLS(e.cfg.Region), e.rlsConsul()); cerr != nil {
-				e.log.Warn("no rate limit service documents from consul nor from the cache: answering UNAVAILABLE until consul does", "err", err, "cache_err", cerr)
-			}
-		}
+		e.rls.ReadConsul(ctx, client, e.cfg.Region, e.rlsConsul())
 	}
-	e.router.ReadConsul(ctx, func(ctx context.Context) ([]byte, error) {
-		doc, _, err := client.Hosts(ctx, e.cfg.Region)
-		return doc, err
-	}, e.hostsConsul())
+	e.router.ReadRegion(ctx, client, e.cfg.Region, e.hostsConsul())
 	l.ReadRules(ctx)
 	return nil
 }
@@ -92,18 +85,10 @@ func (e *Edge) consulParts() consullink.Parts {
 		p.Watches = append(p.Watches, e.global.Watch)
 	}
 	if e.rlsFromConsul() {
-		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			prefix := client.Layout().RLS(e.cfg.Region)
-			rc := e.rlsConsul()
-			client.WatchRLS(ctx, e.cfg.Region, func(docs map[string][]byte) { e.rls.ApplyConsul(prefix, docs, rc) }, onErr)
-		})
+		p.Watches = append(p.Watches, e.rls.WatchConsul(e.cfg.Region, e.rlsConsul))
 	}
-	p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-		client.WatchPoPHosts(ctx, e.cfg.Region, e.cfg.PoP, func(doc []byte, _ uint64, canary bool) {
-			e.router.ApplyConsul(doc, canary, e.hostsConsul())
-			e.consul.RulesChanged() // the host table version is registered too
-		}, onErr)
-	})
+	// The host table's version is registered too.
+	p.Watches = append(p.Watches, e.router.WatchConsul(e.cfg.Region, e.cfg.PoP, e.hostsConsul, func() { e.consul.RulesChanged() }))
 	if e.certs() != nil {
 		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
 			client.WatchCerts(ctx, e.cfg.Region, e.certs().ApplyConsul, onErr)
