@@ -8,7 +8,6 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/build"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
-	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -28,12 +27,7 @@ func (e *Edge) startConsul(m consullink.Metrics) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if e.certs() != nil {
-		e.certs().ReadConsul(ctx, client)
-	}
-	if e.certs().ConsulTickets() {
-		e.certs().ReadConsulTicketKeys(ctx, client)
-	}
+	e.certs().ReadConsulAll(ctx, client)
 	if len(e.cfg.ACMEDomains) > 0 {
 		stop, err := e.certs().StartACME(client, e.TLSAddr())
 		if stop != nil {
@@ -89,16 +83,7 @@ func (e *Edge) consulParts() consullink.Parts {
 	}
 	// The host table's version is registered too.
 	p.Watches = append(p.Watches, e.router.WatchConsul(e.cfg.Region, e.cfg.PoP, e.hostsConsul, func() { e.consul.RulesChanged() }))
-	if e.certs() != nil {
-		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			client.WatchCerts(ctx, e.cfg.Region, e.certs().ApplyConsul, onErr)
-		})
-	}
-	if e.certs().ConsulTickets() {
-		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			client.WatchTicketKeys(ctx, e.cfg.Region, e.certs().ApplyConsulTicketKeys, onErr)
-		})
-	}
+	p.Watches = append(p.Watches, e.certs().ConsulWatches(e.cfg.Region)...)
 	return p
 }
 
