@@ -3,47 +3,33 @@ package edge
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/edgeguard/edgeguard/internal/buildinfo"
+	"github.com/edgeguard/edgeguard/internal/edge/build"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
-	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // startConsul loads the first rules — from Consul, or from the cache when
 // Consul is unreachable or holds an invalid document — and prepares the
 // watches that Run starts.
-func (e *Edge) startConsul() error {
-	client, closeIdle, err := consullink.Dial(consullink.Agent{
-		Addr: e.cfg.Consul, Token: e.cfg.ConsulToken, CAFile: e.cfg.ConsulCAFile, CertFile: e.cfg.ConsulCert, KeyFile: e.cfg.ConsulKey,
-	}, e.cfg.ConsulPrefix)
+func (e *Edge) startConsul(m consullink.Metrics) error {
+	l, client, closeIdle, err := consullink.Open(e.cfg, consullink.Options{
+		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), ConsulTickets: e.certs().ConsulTickets(),
+		StateDir: stateDir, Metrics: m, Parts: e.consulParts(), Log: e.log,
+	})
 	if err != nil {
 		return err
 	}
 	e.closers = append(e.closers, closeIdle) // the agent's connections go with the edge
-	cache := e.cfg.RulesCache
-	if cache == "" {
-		var err error
-		if cache, err = consullink.DefaultCache(e.cfg.Region, stateDir, os.Getenv, os.UserCacheDir); err != nil {
-			e.log.Warn("no directory for the rules cache: a restart while consul is unreachable enforces nothing; set --rules-cache", "err", err)
-		}
-	}
-	l := consullink.New(e.consulLinkConfig(client, cache))
 	e.consul = l
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if e.certs != nil {
-		e.certs.ReadConsul(ctx, client)
-	}
-	if e.certs.ConsulTickets() {
-		e.certs.ReadConsulTicketKeys(ctx, client)
-	}
+	e.certs().ReadConsulAll(ctx, client)
 	if len(e.cfg.ACMEDomains) > 0 {
-		stop, err := e.certs.StartACME(client, e.TLSAddr())
+		stop, err := e.certs().StartACME(client, e.TLSAddr())
 		if stop != nil {
 			e.closers = append(e.closers, stop)
 		}
@@ -57,42 +43,11 @@ func (e *Edge) startConsul() error {
 	// each from the cache when Consul cannot give it.
 	l.ReadEnforcement(ctx)
 	if e.rlsFromConsul() {
-		if _, err := client.ReadRLS(ctx, e.cfg.Region); err != nil {
-			if cerr := e.rls.LoadCache(client.Layout().RLS(e.cfg.Region), e.rlsConsul()); cerr != nil {
-				e.log.Warn("no rate limit service documents from consul nor from the cache: answering UNAVAILABLE until consul does", "err", err, "cache_err", cerr)
-			}
-		}
+		e.rls.ReadConsul(ctx, client, e.cfg.Region, e.rlsConsul())
 	}
-	e.router.ReadConsul(ctx, func(ctx context.Context) ([]byte, error) {
-		doc, _, err := client.Hosts(ctx, e.cfg.Region)
-		return doc, err
-	}, e.hostsConsul())
+	e.router.ReadRegion(ctx, client, e.cfg.Region, e.hostsConsul())
 	l.ReadRules(ctx)
 	return nil
-}
-
-// consulLinkConfig is the edge's link to its region in Consul: the
-// registrations of the edge and of its rate limit service, and the parts
-// the link reads and feeds.
-func (e *Edge) consulLinkConfig(client *region.Client, cache string) consullink.Config {
-	c := consullink.Config{
-		Client:    client,
-		Region:    e.cfg.Region,
-		PoP:       e.cfg.PoP,
-		CachePath: cache,
-		Log:       e.log,
-		Metrics:   e.consMet,
-		Parts:     e.consulParts(),
-	}
-	c.Reg, c.RLSReg = consullink.Registrations(consullink.Addrs{
-		Region: e.cfg.Region, PoP: e.cfg.PoP, Advertise: e.cfg.Advertise,
-		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), RLSTLS: e.cfg.RLS.TLSCert != "",
-		Version: buildinfo.Get().Version,
-	})
-	if e.certs.ConsulTickets() {
-		c.TicketRotation = e.cfg.TLSTicketRotation
-	}
-	return c
 }
 
 // consulParts are the edge's parts the Consul link reads and feeds.
@@ -107,7 +62,7 @@ func (e *Edge) consulParts() consullink.Parts {
 		UpdateShedder:  e.shed.Update,
 		StartShedder: func() error {
 			if e.cfg.Shedder != "" {
-				return e.loadShedder()
+				return build.LoadShedder(e.shed, e.cfg.Shedder, e.log)
 			}
 			return e.shed.Update(shedder.DefaultConfig())
 		},
@@ -124,28 +79,11 @@ func (e *Edge) consulParts() consullink.Parts {
 		p.Watches = append(p.Watches, e.global.Watch)
 	}
 	if e.rlsFromConsul() {
-		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			prefix := client.Layout().RLS(e.cfg.Region)
-			rc := e.rlsConsul()
-			client.WatchRLS(ctx, e.cfg.Region, func(docs map[string][]byte) { e.rls.ApplyConsul(prefix, docs, rc) }, onErr)
-		})
+		p.Watches = append(p.Watches, e.rls.WatchConsul(e.cfg.Region, e.rlsConsul))
 	}
-	p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-		client.WatchPoPHosts(ctx, e.cfg.Region, e.cfg.PoP, func(doc []byte, _ uint64, canary bool) {
-			e.router.ApplyConsul(doc, canary, e.hostsConsul())
-			e.consul.RulesChanged() // the host table version is registered too
-		}, onErr)
-	})
-	if e.certs != nil {
-		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			client.WatchCerts(ctx, e.cfg.Region, e.certs.ApplyConsul, onErr)
-		})
-	}
-	if e.certs.ConsulTickets() {
-		p.Watches = append(p.Watches, func(ctx context.Context, client *region.Client, onErr func(error)) {
-			client.WatchTicketKeys(ctx, e.cfg.Region, e.certs.ApplyConsulTicketKeys, onErr)
-		})
-	}
+	// The host table's version is registered too.
+	p.Watches = append(p.Watches, e.router.WatchConsul(e.cfg.Region, e.cfg.PoP, e.hostsConsul, func() { e.consul.RulesChanged() }))
+	p.Watches = append(p.Watches, e.certs().ConsulWatches(e.cfg.Region)...)
 	return p
 }
 

@@ -29,6 +29,8 @@
 // layer (identity, level, signal updates) package bhlayer's; Envoy's rate
 // limit service on --rls-listen package rlslink's; global rules' home
 // regions package globalhome's; the rules in force package liverules';
-// the host table package hostroute's; the Consul link, its registrations
-// and caches package consullink's.
+// the host table and the origin pools package hostroute's; the Consul
+// link, its registrations and caches package consullink's; the rate limit
+// store, the load shedder and the request path's settings are built from
+// the settings by package build.
 package edge

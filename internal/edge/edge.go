@@ -2,13 +2,11 @@ package edge
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"sync"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/edge/admin"
 	"github.com/edgeguard/edgeguard/internal/edge/bhlayer"
+	"github.com/edgeguard/edgeguard/internal/edge/build"
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/globalhome"
@@ -39,13 +38,10 @@ import (
 
 // Edge is one edge node.
 type Edge struct {
-	cfg     config.Config
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	metrics *admin.Metrics     // the rules' and the build's
-	lnMet   *listen.Metrics    // the listeners'
-	consMet consullink.Metrics // the Consul link's
-	pipe    *pipeline.Pipeline // the request path (package pipeline)
+	cfg  config.Config
+	log  *slog.Logger
+	reg  *prometheus.Registry
+	pipe *pipeline.Pipeline // the request path (package pipeline)
 
 	rules                 *liverules.Rules
 	nodesRegion, nodesPoP atomic.Int64 // fallback divisors: flags, then the catalog
@@ -55,64 +51,45 @@ type Edge struct {
 	draining              atomic.Bool
 	serving               atomic.Bool
 
-	store
+	store *build.Store // the rate limit store and its limiter
 	parts
 	servers
 }
 
-// store is the rate limit store and what decides on it.
-type store struct {
-	limiter    *limiter.Limiter
-	redisStore *limiter.RedisStore // nil with the memory store
-	penalties  *limiter.PenaltyBox // the rules' penalties (pipeline/escapes.go)
-	storeName  string
-}
-
 // parts are the other parts requests go through.
 type parts struct {
-	bh    *bhlayer.Layer
-	proxy *origin.Proxy // the default pool (--origin)
-	// router picks each host's pool (hosts.go); originBase is the default
-	// pool's settings, which the table's pools start from, and
-	// originMetrics the metrics every pool shares.
-	router        *hostroute.Router
-	originBase    origin.Config
-	originMetrics *origin.Metrics
-	tunnels       *origin.Tunnels
-	shed          *shedder.Shedder
-	workers       *shedder.Workers
+	bh      *bhlayer.Layer
+	router  *hostroute.Router // each host's origin pool
+	tunnels *origin.Tunnels
+	shed    *shedder.Shedder
+	workers *shedder.Workers
 }
 
 // servers are the listeners and the servers on them.
 type servers struct {
-	publicLn, adminLn net.Listener
-	tlsLn             net.Listener     // nil without --listen-tls
-	certs             *listen.Certs    // nil without --listen-tls
-	h2                *listen.H2Server // nil without h2 on --listen-tls
-	public            *listen.Public   // the public listeners' accept stack
-	server            *fasthttp.Server
-	admin             *http.Server
-	rls               *rlslink.Service // nil without --rls-listen
-	// inherited is the sockets this process was started with (package
-	// handoff); bound holds each listener as bound, before the accept
-	// stack, for the next binary on SIGUSR2.
-	inherited *handoff.Set
-	bound     []handoff.Named
-	exe       string // this binary's path, for SIGUSR2
+	publicLn net.Listener
+	tls      *listen.TLS // nil without --listen-tls
+	server   *fasthttp.Server
+	admin    *admin.Server
+	rls      *rlslink.Service // nil without --rls-listen
+	// sockets are the sockets this process was started with (package
+	// handoff) and each listener as bound, before the accept stack, for
+	// the next binary on SIGUSR2.
+	sockets *handoff.Sockets
 }
 
 // buildGlobal gives the limiter its Global (with Redis only: the
 // embedded memory store is one region by definition).
-func (e *Edge) buildGlobal(reg prometheus.Registerer) error {
+func (e *Edge) buildGlobal(reg prometheus.Registerer, refused prometheus.Counter) error {
 	if e.cfg.Redis == "" {
 		return nil
 	}
-	gr, err := globalhome.New(e.limiter, globalhome.Options{
+	gr, err := globalhome.New(e.store.Limiter, globalhome.Options{
 		Region:       e.cfg.Region,
 		ConsulPrefix: e.cfg.ConsulPrefix,
 		Log:          e.log,
 		SetMissing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocCatalog, missing) },
-		Refused:      func() { e.metrics.RulesErrors.Inc() },
+		Refused:      func() { refused.Inc() },
 		ReachabilityChanged: func() {
 			if e.consul != nil {
 				e.consul.RulesChanged()
@@ -142,8 +119,7 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 		return nil, err
 	}
 	e := newEdge(cfg, log)
-	e.inherited = inherited
-	e.exe, _ = os.Executable() // resolved now: the path, not the file, is re-read on SIGUSR2
+	e.sockets = handoff.NewSockets(inherited, log)
 	defer func() {
 		// After a failure the listeners not reached yet are not news.
 		if unused := inherited.Close(); err == nil && len(unused) > 0 {
@@ -156,30 +132,32 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 			e.close()
 		}
 	}()
-	reg, err := e.registerMetrics()
+	reg, m, err := e.registerMetrics()
 	if err != nil {
 		return nil, err
 	}
-	e.rules = e.newRules()
+	e.rules = e.newRules(m.admin)
 	if cfg.Consul == "" {
 		if err := e.rules.LoadFile(cfg.Rules); err != nil {
 			return nil, err
 		}
 	}
-	if err := e.buildLimiter(reg); err != nil {
+	if e.store, err = build.OpenStore(cfg, reg, log); err != nil {
 		return nil, err
 	}
-	if err := e.buildGlobal(reg); err != nil {
+	e.closers = append(e.closers, e.store.Close) // closers run in reverse: after what uses the limiter
+	if err := e.buildGlobal(reg, m.admin.RulesErrors); err != nil {
 		return nil, err
 	}
 	if err := e.buildRLS(reg); err != nil {
 		return nil, err
 	}
-	if err := e.buildShedder(reg); err != nil {
+	// The edges sharing the origin split adaptive.min_limit.
+	if e.shed, e.workers, err = build.Shedder(cfg, int(e.nodesRegion.Load()), reg, log); err != nil {
 		return nil, err
 	}
 	if e.bh, err = bhlayer.New(bhlayer.Config{
-		KeySalt: cfg.KeySalt, IPv6Prefix: cfg.IPv6Prefix, RedisTimeout: cfg.RedisTimeout, Store: e.redisStore, Log: log,
+		KeySalt: cfg.KeySalt, IPv6Prefix: cfg.IPv6Prefix, RedisTimeout: cfg.RedisTimeout, Store: e.store.Redis, Log: log,
 	}, reg); err != nil {
 		return nil, fmt.Errorf("building the behaviour layer: %w", err)
 	}
@@ -192,9 +170,9 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	if err := e.buildPipeline(reg); err != nil {
 		return nil, err
 	}
-	e.public = listen.NewPublic(e.listenSettings(), e.lnMet, log)
-	e.server = e.public.NewServer(e.pipe.Handle, e.pipe.ServerError, e.pipe.Expect)
-	e.admin = &http.Server{Handler: admin.Handler(admin.Config{
+	public := listen.NewPublic(listen.SettingsFrom(cfg), m.listen, log)
+	e.server = public.NewServer(e.pipe.Handle, e.pipe.ServerError, e.pipe.Expect)
+	if err := e.listen(public, reg, admin.Config{
 		Registry: e.reg,
 		Ready:    e.ready(),
 		Rules:    e.rules.InForce,
@@ -203,12 +181,11 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 		Clients:  e.bh.DebugClients,
 		Token:    cfg.AdminToken,
 		Pprof:    cfg.Pprof,
-	}), ReadHeaderTimeout: 5 * time.Second}
-	if err := e.listen(reg); err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	if cfg.Consul != "" {
-		if err := e.startConsul(); err != nil {
+		if err := e.startConsul(m.consul); err != nil {
 			return nil, err
 		}
 	}
@@ -228,10 +205,17 @@ func newEdge(cfg config.Config, log *slog.Logger) *Edge {
 	return e
 }
 
+// meters are the metrics the edge hands its parts.
+type meters struct {
+	admin  *admin.Metrics     // the rules' and the build's
+	listen *listen.Metrics    // the listeners'
+	consul consullink.Metrics // the Consul link's
+}
+
 // registerMetrics registers the edge's metrics, and the Go runtime's and
 // the process's, and returns the registerer the parts register theirs
 // with.
-func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
+func (e *Edge) registerMetrics() (prometheus.Registerer, meters, error) {
 	// region and pop are target labels, attached by Prometheus from the
 	// Consul service meta; the edge adds them itself only when asked.
 	var reg prometheus.Registerer = e.reg
@@ -239,97 +223,34 @@ func (e *Edge) registerMetrics() (prometheus.Registerer, error) {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": e.cfg.Region, "pop": e.cfg.PoP}, e.reg)
 	}
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var m meters
 	var err, lerr, cerr error
-	e.metrics, err = admin.NewMetrics(reg)
-	e.lnMet, lerr = listen.NewMetrics(reg)
-	e.consMet, cerr = consullink.NewMetrics(reg, e.metrics.RulesErrors)
+	m.admin, err = admin.NewMetrics(reg)
+	m.listen, lerr = listen.NewMetrics(reg)
+	m.consul, cerr = consullink.NewMetrics(reg, m.admin.RulesErrors)
 	if err := errors.Join(err, lerr, cerr); err != nil {
-		return nil, fmt.Errorf("registering metrics: %w", err)
+		return nil, m, fmt.Errorf("registering metrics: %w", err)
 	}
-	return reg, nil
+	return reg, m, nil
 }
 
-// buildProxy builds the proxy to the origins (or to the built-in demo
-// origin, only when asked for).
+// buildProxy builds the origin pools, the tunnels and the host table
+// (package hostroute).
 func (e *Edge) buildProxy(reg prometheus.Registerer) error {
-	origins := e.cfg.Origins
-	if e.cfg.DemoOrigin {
-		addr, stop, err := origin.StartDemo()
-		if err != nil {
-			return fmt.Errorf("starting demo origin: %w", err)
-		}
-		e.closers = append(e.closers, stop)
-		origins = []string{"http://" + addr}
-		e.log.Warn("--demo-origin: proxying to the built-in demo origin", "addr", addr)
-	}
-	ocfg := origin.DefaultConfig()
-	ocfg.URLs, ocfg.DialTimeout = origins, e.cfg.OriginDialTimeout
-	ocfg.HeaderTimeout, ocfg.ReadIdleTimeout, ocfg.Timeout = e.cfg.OriginHeaderTimeout, e.cfg.OriginReadIdleTimeout, e.cfg.OriginTimeout
-	// Every worker can hold one origin connection (a retry on another
-	// origin comes after the first attempt's connection is back), and the
-	// active health check one more: a pool smaller than that would fail
-	// requests the edge admitted.
-	ocfg.MaxConnsPerHost = e.cfg.Workers + 1
-	if e.cfg.OriginMaxConns > 0 {
-		ocfg.MaxConnsPerHost = e.cfg.OriginMaxConns
-	}
-	ocfg.MaxRequestBodySize = e.cfg.MaxBodyBytes
-	ocfg.Concurrency = shedder.PoolLimitConfig{Limit: e.cfg.OriginConcurrencyLimit,
-		Queue: e.cfg.OriginConcurrencyQueue, QueueTimeout: e.cfg.OriginConcurrencyQueueTimeout}
-	ocfg.TLS.ServerName, ocfg.TLS.InsecureSkipVerify = e.cfg.OriginTLSServerName, e.cfg.OriginTLSInsecureSkipVerify
-	if f := e.cfg.OriginCAFile; f != "" {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("origin-ca-file: %w", err)
-		}
-		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
-			return fmt.Errorf("origin-ca-file: no PEM certificate in %s", f)
-		}
-		ocfg.TLS.CAPEM = pem
-	}
-	var err error
-	if e.originMetrics, err = origin.NewMetrics(reg); err != nil {
-		return fmt.Errorf("configuring origins: %w", err)
-	}
-	if e.proxy, err = origin.NewPool(ocfg, e.originMetrics, e.log); err != nil {
-		return fmt.Errorf("configuring origins: %w", err)
-	}
-	e.closers = append(e.closers, e.proxy.Close)
-	e.originBase = ocfg
-	if e.tunnels, err = origin.NewTunnels(origin.TunnelConfig{MaxOpen: e.cfg.MaxTunnels, IdleTimeout: e.cfg.TunnelIdleTimeout}, reg); err != nil {
-		return fmt.Errorf("configuring tunnels: %w", err)
-	}
-	if e.router, err = hostroute.Open(hostroute.Settings{
-		PathSemantics: e.cfg.PathSemantics, RefuseAmbiguousPaths: e.cfg.RefuseAmbiguousPaths, File: e.cfg.Hosts,
-	}, e.proxy, e.originBase, e.originMetrics, reg, e.log); err != nil {
+	o, err := hostroute.OpenOrigins(e.cfg, reg, e.log)
+	if err != nil {
 		return err
 	}
-	e.closers = append(e.closers, e.router.Close)
+	e.closers = append(e.closers, o.Close)
+	e.router, e.tunnels = o.Router, o.Tunnels
 	return nil
 }
 
 // buildPipeline builds the request path (package pipeline) from the parts.
 func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 	c := e.cfg
-	p, err := pipeline.New(pipeline.Config{
-		Region: c.Region, PoP: c.PoP,
-		TrustedProxies:            c.TrustedProxies,
-		IPv6Prefix:                c.IPv6Prefix,
-		AllowUnderscoresInHeaders: c.AllowUnderscoresInHeaders,
-		AllowMethods:              c.AllowMethods,
-		DefaultHost:               c.DefaultHost,
-		TLSCheckHost:              c.TLSCheckHost,
-		MaxBodyBytes:              c.MaxBodyBytes,
-		LegacyHeaders:             c.LegacyHeaders,
-		AccessLog:                 c.AccessLog,
-		AccessLogFormat:           c.AccessLogFormat,
-		AccessLogSample:           c.AccessLogSample,
-		OTLPEndpoint:              c.OTLPEndpoint,
-		TraceSampleRatio:          c.TraceSampleRatio,
-		RefusedMethod:             func(ctx *fasthttp.RequestCtx) string { return config.RefusedMethod(ctx.Method()) },
-		UsableHost:                config.UsableHost,
-	}, e.log, pipeline.Limits{
-		Limiter: e.limiter, Penalties: e.penalties, StoreName: e.storeName,
+	p, err := pipeline.New(build.PipelineConfig(c), e.log, pipeline.Limits{
+		Limiter: e.store.Limiter, Penalties: e.store.Penalties, StoreName: e.store.Name,
 		Rules: e.rules.Pointer(), NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
 	}, pipeline.Parts{
 		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.Route, Tunnels: e.tunnels,
@@ -363,49 +284,35 @@ func framingRefusal(err error) (reason string, status int, detail string, ok boo
 }
 
 // listen opens the public listeners (TLS too, when configured) and the
-// admin listener, and registers the metrics that read the server.
-func (e *Edge) listen(reg prometheus.Registerer) error {
+// admin server's, and registers the metrics that read the server.
+func (e *Edge) listen(public *listen.Public, reg prometheus.Registerer, ac admin.Config) error {
 	var err error
-	if e.publicLn, err = e.bind(handoff.Public, e.cfg.Listen); err != nil {
+	if e.publicLn, err = e.sockets.Bind(handoff.Public, e.cfg.Listen); err != nil {
 		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
 	}
-	e.publicLn = e.public.Stack(e.publicLn, []byte(listen.TooManyConns))
+	e.publicLn = public.Stack(e.publicLn, []byte(listen.TooManyConns))
 	if e.cfg.ListenTLS != "" {
-		t, err := e.public.OpenTLS(func() (net.Listener, error) { return e.bind(handoff.TLS, e.cfg.ListenTLS) }, e.server, e.cfg.Consul != "")
+		t, err := public.OpenTLS(func() (net.Listener, error) { return e.sockets.Bind(handoff.TLS, e.cfg.ListenTLS) }, e.server, e.cfg.Consul != "")
 		if err != nil {
 			return err
 		}
-		e.tlsLn, e.certs, e.h2 = t.Ln, t.Certs, t.H2
+		e.tls = t
 	}
 	server := e.server
 	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, e.readyValue); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	if e.adminLn, err = e.bind(handoff.Admin, e.cfg.Admin); err != nil {
+	adminLn, err := e.sockets.Bind(handoff.Admin, e.cfg.Admin)
+	if err != nil {
 		return fmt.Errorf("listening on %s (admin): %w", e.cfg.Admin, err)
 	}
+	e.admin = admin.NewServer(ac, adminLn)
 	return nil
-}
-
-// bind is the listener named name: the inherited socket when there is one,
-// else a new one on addr. Either way it is kept for the next binary.
-func (e *Edge) bind(name, addr string) (net.Listener, error) {
-	ln, ok, err := e.inherited.Listener(name, addr)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		e.log.Info("listener inherited", "listener", name, "addr", ln.Addr().String(), "from", e.inherited.From)
-	} else if ln, err = net.Listen("tcp", addr); err != nil {
-		return nil, err
-	}
-	e.bound = append(e.bound, handoff.Named{Name: name, Ln: ln})
-	return ln, nil
 }
 
 // Addr and AdminAddr are the bound addresses (useful with port 0).
 func (e *Edge) Addr() string      { return e.publicLn.Addr().String() }
-func (e *Edge) AdminAddr() string { return e.adminLn.Addr().String() }
+func (e *Edge) AdminAddr() string { return e.admin.Ln.Addr().String() }
 
 // ApplyRules parses, validates and compiles a rules document and swaps it in.
 // An invalid document is refused (counted, and the error names the rule and
@@ -424,7 +331,7 @@ func (e *Edge) reloadFiles() {
 		}
 	}
 	if e.cfg.Shedder != "" {
-		if err := e.loadShedder(); err != nil {
+		if err := build.LoadShedder(e.shed, e.cfg.Shedder, e.log); err != nil {
 			e.log.Error("shedder reload refused; keeping the settings in force", "err", err)
 		}
 	}
@@ -435,32 +342,16 @@ func (e *Edge) reloadFiles() {
 	}
 }
 
-func (e *Edge) loadShedder() error {
-	data, err := os.ReadFile(e.cfg.Shedder)
-	if err != nil {
-		return fmt.Errorf("reading shedder settings: %w", err)
-	}
-	scfg, err := shedder.ParseConfig(data)
-	if err != nil {
-		return fmt.Errorf("shedder settings %s: %w", e.cfg.Shedder, err)
-	}
-	if err := e.shed.Update(scfg); err != nil {
-		return err
-	}
-	e.log.Info("shedder settings applied", "good", scfg.Good, "bad", scfg.Bad, "start_after", scfg.StartAfter, "full_after", scfg.FullAfter, "enabled", scfg.Enabled)
-	return nil
-}
-
 // newRules are the rules in force (package liverules); a change flushes
 // what the old rules decided.
-func (e *Edge) newRules() *liverules.Rules {
+func (e *Edge) newRules(m *admin.Metrics) *liverules.Rules {
 	return liverules.New(liverules.Config{
 		CompileOptions: e.cfg.CompileOptions,
 		Check:          e.cfg.CheckRules,
 		Changed: func(snap *rules.Snapshot) {
 			pipeline.ForgetPolicies() // the old snapshot's rules
-			if e.limiter != nil {
-				e.limiter.Flush()
+			if e.store != nil {
+				e.store.Limiter.Flush()
 			}
 			if e.bh != nil {
 				e.bh.RulesChanged(snap)
@@ -471,57 +362,9 @@ func (e *Edge) newRules() *liverules.Rules {
 				e.consul.RulesChanged()
 			}
 		},
-		Metrics: liverules.Metrics{Info: e.metrics.RulesInfo, Loaded: e.metrics.RulesLoaded, Errors: e.metrics.RulesErrors},
+		Metrics: liverules.Metrics{Info: m.RulesInfo, Loaded: m.RulesLoaded, Errors: m.RulesErrors},
 		Log:     e.log,
 	})
-}
-
-func (e *Edge) buildLimiter(reg prometheus.Registerer) error {
-	lcfg := limiter.Config{Timeout: e.cfg.RedisTimeout, FailMode: e.cfg.FailMode, CacheSize: e.cfg.PrefilterSize}
-	if e.cfg.Redis == "" {
-		e.penalties = limiter.NewPenaltyBox(nil, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
-		lcfg.StoreName = "memory"
-		e.log.Info("no --redis given: counting in this process only (embedded memory store)")
-		l, err := limiter.New(limiter.NewMemoryStore(), lcfg, reg, e.log)
-		if err != nil {
-			return err
-		}
-		e.limiter, e.storeName = l, lcfg.StoreName
-		e.closers = append(e.closers, l.Close)
-		return nil
-	}
-	limiter.LogRedisTo(e.log)
-	op, err := limiter.Open(limiter.OpenOptions{URL: e.cfg.Redis, Mode: e.cfg.RedisMode, Autopipeline: e.cfg.RedisAutopipeline, Config: lcfg, Log: e.log}, reg)
-	if errors.Is(err, limiter.ErrRedisTooOld) {
-		return fmt.Errorf("redis at %s: %w", redactURL(e.cfg.Redis), err)
-	}
-	if err != nil {
-		return err
-	}
-	e.closers = append(e.closers, op.Close) // the limiter, then the client (closers run in reverse)
-	if op.LoadErr != nil {
-		// AP: started anyway; the scripts load on first use once Redis answers.
-		e.log.Warn("redis not reachable at start; deciding locally until it is", "err", op.LoadErr)
-	}
-	e.penalties = limiter.NewPenaltyBox(op.Client, "", e.cfg.RedisTimeout, e.cfg.PrefilterSize)
-	e.limiter, e.storeName, e.redisStore = op.Limiter, "redis", op.Store
-	return nil
-}
-
-func (e *Edge) buildShedder(reg prometheus.Registerer) error {
-	s, err := shedder.New(shedder.DefaultConfig(), reg)
-	if err != nil {
-		return err
-	}
-	e.shed = s
-	s.SetEdges(int(e.nodesRegion.Load())) // the edges sharing the origin split adaptive.min_limit
-	def := shedder.DefaultConfig()
-	e.workers = shedder.NewWorkers(e.cfg.Workers, def.QueueSize, def.QueueTimeout)
-	s.AttachWorkers(e.workers)
-	if e.cfg.Shedder != "" {
-		return e.loadShedder()
-	}
-	return nil
 }
 
 // Run serves until ctx is done, then shuts down gracefully: /readyz turns
@@ -567,13 +410,13 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer close(stopReload)
 	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
 	handedOver := make(chan struct{})
-	wg.Go(func() { handoff.UpgradeOnSignal(usr2, stopReload, handedOver, e.exe, e.bound, e.log) })
-	if e.inherited.Upgrading() {
-		wg.Go(func() { e.inherited.TellWhenReady(ctx, func() bool { return e.readyValue() == 1 }, e.log) })
+	wg.Go(func() { handoff.UpgradeOnSignal(usr2, stopReload, handedOver, e.sockets.Exe, e.sockets.Bound, e.log) })
+	if e.sockets.Inherited.Upgrading() {
+		wg.Go(func() { e.sockets.Inherited.TellWhenReady(ctx, func() bool { return e.readyValue() == 1 }, e.log) })
 	} else if err := handoff.Notify(handoff.ReadyState(false)); err != nil {
 		e.log.Warn("service manager not told the edge is ready", "err", err)
 	}
-	e.log.Info("edge serving", "pid", os.Getpid(), "listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.storeName)
+	e.log.Info("edge serving", "pid", os.Getpid(), "listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.store.Name)
 
 	var serveErr error
 	upgraded := false
@@ -616,38 +459,25 @@ func (e *Edge) Run(ctx context.Context) error {
 // that fails says why on the channel returned.
 func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
 	errc := make(chan error, 5)
-	wg.Go(func() {
-		if err := e.server.Serve(listen.Framed(e.publicLn)); err != nil {
-			errc <- fmt.Errorf("public server: %w", err)
-		}
-	})
-	if e.tlsLn != nil {
+	run := func(what string, serve func() error) {
 		wg.Go(func() {
-			if err := e.server.Serve(listen.Framed(e.tlsLn)); err != nil {
-				errc <- fmt.Errorf("public TLS server: %w", err)
+			if err := serve(); err != nil {
+				errc <- fmt.Errorf("%s: %w", what, err)
 			}
 		})
-		wg.Go(func() { e.certs.Watch(ctx) })
 	}
-	if e.h2 != nil {
-		wg.Go(func() {
-			if err := e.h2.Serve(); err != nil {
-				errc <- fmt.Errorf("public HTTP/2 server: %w", err)
-			}
-		})
+	run("public server", func() error { return e.server.Serve(listen.Framed(e.publicLn)) })
+	if e.tls != nil {
+		run("public TLS server", func() error { return e.server.Serve(listen.Framed(e.tls.Ln)) })
+		wg.Go(func() { e.tls.Certs.Watch(ctx) })
+	}
+	if h2 := e.h2(); h2 != nil {
+		run("public HTTP/2 server", h2.Serve)
 	}
 	if e.rls != nil {
-		wg.Go(func() {
-			if err := e.rls.Serve(); err != nil {
-				errc <- fmt.Errorf("rate limit service: %w", err)
-			}
-		})
+		run("rate limit service", e.rls.Serve)
 	}
-	wg.Go(func() {
-		if err := e.admin.Serve(e.adminLn); !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("admin server: %w", err)
-		}
-	})
+	run("admin server", e.admin.Serve)
 	return errc
 }
 
@@ -675,8 +505,8 @@ func (e *Edge) shutdown() error {
 	// The HTTP/2 connections drain at the same time: each server waits
 	// for its own.
 	h2done := make(chan error, 1)
-	if e.h2 != nil {
-		go func() { h2done <- e.h2.Shutdown(sctx) }()
+	if h2 := e.h2(); h2 != nil {
+		go func() { h2done <- h2.Shutdown(sctx) }()
 	} else {
 		h2done <- nil
 	}
@@ -687,8 +517,8 @@ func (e *Edge) shutdown() error {
 	// as soon as it started) would then accept forever. Closing them here
 	// ends it too (a listener already closed only returns an error).
 	_ = e.publicLn.Close()
-	if e.tlsLn != nil {
-		_ = e.tlsLn.Close()
+	if e.tls != nil {
+		_ = e.tls.Ln.Close()
 	}
 	if e.tunnels != nil {
 		// Tunnels are hijacked connections, which the server's shutdown
@@ -737,21 +567,18 @@ func (e *Edge) close() {
 		e.closers[i]()
 	}
 	e.closers = nil
-	for _, ln := range []net.Listener{e.publicLn, e.tlsLn, e.adminLn} {
+	lns := []net.Listener{e.publicLn}
+	if e.tls != nil {
+		lns = append(lns, e.tls.Ln)
+	}
+	if e.admin != nil {
+		lns = append(lns, e.admin.Ln)
+	}
+	for _, ln := range lns {
 		if ln != nil {
 			_ = ln.Close()
 		}
 	}
-}
-
-// redactURL drops a URL's password (and query) for messages.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.RawQuery = ""
-	return u.Redacted()
 }
 
 // ready is what /readyz and the ready gauge answer from.
@@ -759,8 +586,8 @@ func (e *Edge) ready() admin.Readiness {
 	return admin.Readiness{
 		Draining:    e.draining.Load,
 		RulesLoaded: func() bool { return e.rules.Load() != nil },
-		Health:      func() limiter.Health { return e.limiter.Health() },
-		Store:       e.storeName,
+		Health:      func() limiter.Health { return e.store.Limiter.Health() },
+		Store:       e.store.Name,
 		Missing:     func() string { return e.consul.MissingDetail() }, // e.consul is set by startConsul, after this
 	}
 }

@@ -15,14 +15,14 @@ import (
 // (package rlslink).
 func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 	s, err := rlslink.New(e.cfg.RLS, rlslink.Options{
-		Limiter:      e.limiter,
+		Limiter:      e.store.Limiter,
 		Nodes:        func() int { return int(e.nodesRegion.Load()) },
 		KeySalt:      e.cfg.KeySalt,
 		IPv6Prefix:   e.cfg.IPv6Prefix,
 		ConsulPrefix: e.cfg.ConsulPrefix,
 		Region:       e.cfg.Region,
 		Log:          e.log,
-		Bind:         func(addr string) (net.Listener, error) { return e.bind(handoff.RLS, addr) },
+		Bind:         func(addr string) (net.Listener, error) { return e.sockets.Bind(handoff.RLS, addr) },
 	}, reg)
 	if err != nil || s == nil {
 		return err
