@@ -70,7 +70,7 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// derived context and races with Shutdown; the queue timeout bounds
 	// this, and a waiter whose client left gives up its place.
 	_, wait := e.tracing.child(sc.trace, "shedder.wait")
-	release, err := e.workers.AcquireUnless(context.Background(), tier, gone)
+	slot, err := e.workers.TakeUnless(context.Background(), tier, gone)
 	wait.End()
 	switch {
 	case errors.Is(err, shedder.ErrGone):
@@ -81,7 +81,7 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 		problem.Unavailable(ctx, "no worker free; retry later", 1)
 		return outcomeNoWorker
 	}
-	defer release()
+	defer slot.Release()
 	// Adaptive origin limit (off unless the shedder settings enable it):
 	// learned from the origin's latency, released when the exchange ends.
 	// Taken before the limiter so a refusal costs no Redis call; the slot
