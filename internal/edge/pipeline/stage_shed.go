@@ -61,6 +61,9 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 // function with a dozen returns went through the runtime's defer records
 // on every request.
 func (e *Pipeline) holdPool(sc *scratch, gone func() bool) string {
+	if !sc.pool.Limited() { // the usual case: nothing to take or give back
+		return e.holdWorker(sc, gone)
+	}
 	ctx, tier := sc.ctx, sc.tier
 	// The host's pool's concurrency limit (host table `concurrency`; none
 	// unless set), waited for before a worker is taken: requests queued
