@@ -15,7 +15,7 @@ import (
 // instrumentation allocates, and sync.Pool drops items at random under
 // it): scripts/test-go.sh runs it in a build of its own.
 func TestPipelineCostAllocs(t *testing.T) {
-	most := map[string]float64{"denied": 3, "proxied": 2, "shed": 0}
+	most := map[string]float64{"denied": 0, "proxied": 0, "shed": 0}
 	for _, p := range costPaths {
 		t.Run(p.name, func(t *testing.T) {
 			one := costEdge(t, p)

@@ -526,6 +526,11 @@ func (p *Proxy) Streaming() int {
 // a declared Content-Length is checked against before Serve.
 func (p *Proxy) MaxRequestBodySize() int { return p.cfg.MaxRequestBodySize }
 
+// Limited says whether the pool has a concurrency limit: without one,
+// AcquireLimit admits at once and its release does nothing, so a caller
+// may skip both (and the clock read for the release).
+func (p *Proxy) Limited() bool { return p.limit != nil }
+
 // AcquireLimit takes a place in the pool's concurrency limit for a request
 // of tier at now, waiting in the pool's queue while gone says the client
 // is still there; with no limit it admits at once. A refusal is counted by

@@ -170,6 +170,7 @@ type Snapshot struct {
 	salt     []byte
 	index    *ruleIndex // nil: Match scans every rule
 	bh       *behavior.Settings
+	keys     *keyCache // the keys made last (keycache.go)
 }
 
 // CompileOption tunes Compile.
@@ -247,6 +248,7 @@ func compile(d *Document, cfg compileConfig) *Snapshot {
 		v6Prefix: cfg.v6Prefix,
 		salt:     cfg.salt,
 		bh:       d.Behaviour,
+		keys:     newKeyCache(),
 	}
 	var withOverrides [][2]int // compiled rule, document rule
 	for i := range d.Rules {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 )
 
 // Request is what the edge knows about one request: plain values and
@@ -66,8 +67,9 @@ const keyHashBytes = 16
 // whose key needs a value the request lacks (missing or empty header or query
 // parameter, invalid client IP, empty host) are skipped: they cannot be
 // counted. A rule whose bypass names the request is returned with Bypass
-// set and no key. Reusing dst across requests avoids allocating the slice; each
-// match still allocates its key string.
+// set and no key. Reusing dst across requests avoids allocating the slice; a
+// key the snapshot made lately comes from its cache (keycache.go) without
+// an allocation, any other allocates its string.
 func (s *Snapshot) Match(req *Request, dst []Match) []Match {
 	if s == nil || req == nil {
 		return dst
@@ -178,10 +180,20 @@ func (s *Snapshot) key(r *CompiledRule, req *Request) (string, bool) {
 		}
 		b[at], b[at+1], b[at+2], b[at+3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
 	}
+	var slot *atomic.Pointer[cachedKey]
+	if s.keys != nil {
+		slot = s.keys.slot(r, b)
+		if k, ok := s.keys.get(slot, r, b); ok {
+			return k, true
+		}
+	}
 	sum := sha256.Sum256(b)
 
-	var out [64 + 1 + 22]byte
+	var out [maxKeyLen]byte
 	k := append(out[:0], r.keyPrefix...)
 	k = base64.RawURLEncoding.AppendEncode(k, sum[:keyHashBytes])
-	return string(k), true
+	if slot == nil {
+		return string(k), true
+	}
+	return s.keys.put(slot, r, b, k), true
 }

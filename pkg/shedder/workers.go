@@ -98,7 +98,34 @@ func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err e
 // must be cheap and safe to call from the waiting goroutine; nil never
 // leaves. A slot taken without waiting does not ask.
 func (w *Workers) AcquireUnless(ctx context.Context, tier Tier, gone func() bool) (release func(), err error) {
-	release, err = w.acquire(ctx, tier, gone)
+	if err := w.take(ctx, tier, gone); err != nil {
+		return nil, err
+	}
+	return w.releaser(), nil
+}
+
+// Slot is a worker slot TakeUnless took. Its Release gives the slot back
+// and must be called exactly once (a deferred call, say); unlike
+// AcquireUnless's release func, a second call would give back a slot
+// another request holds.
+type Slot struct{ w *Workers }
+
+// Release gives the slot back.
+func (s Slot) Release() { s.w.release() }
+
+// TakeUnless is AcquireUnless for a caller that releases exactly once: the
+// slot it returns is a value, where AcquireUnless allocates its release
+// func (two allocations per request on the edge's request path).
+func (w *Workers) TakeUnless(ctx context.Context, tier Tier, gone func() bool) (Slot, error) {
+	if err := w.take(ctx, tier, gone); err != nil {
+		return Slot{}, err
+	}
+	return Slot{w}, nil
+}
+
+// take is acquire, with a refusal counted.
+func (w *Workers) take(ctx context.Context, tier Tier, gone func() bool) error {
+	err := w.acquire(ctx, tier, gone)
 	if err != nil {
 		w.mu.Lock()
 		count := w.onReject
@@ -107,10 +134,11 @@ func (w *Workers) AcquireUnless(ctx context.Context, tier Tier, gone func() bool
 			count(tier, err)
 		}
 	}
-	return release, err
+	return err
 }
 
-func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (release func(), err error) {
+// acquire takes a slot (counted in busy) or says why not.
+func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (err error) {
 	if !tier.valid() {
 		tier = TierWrite // as Shedder.Admit classes it
 	}
@@ -119,11 +147,11 @@ func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (rel
 	if w.busy < w.capacity && len(w.queue) == 0 {
 		w.busy++
 		w.mu.Unlock()
-		return w.releaser(), nil
+		return nil
 	}
 	if w.queueTimeout <= 0 || w.queueSize == 0 {
 		w.mu.Unlock()
-		return nil, ErrQueueFull
+		return ErrQueueFull
 	}
 	switch {
 	case tier == TierCritical:
@@ -132,13 +160,13 @@ func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (rel
 		// tiers shed before it.
 		if w.criticalWaiting >= w.capacity {
 			w.mu.Unlock()
-			return nil, ErrQueueFull
+			return ErrQueueFull
 		}
 	case len(w.queue)-w.criticalWaiting >= w.queueSize:
 		low := w.lowestLocked()
 		if w.queue[low].tier >= tier {
 			w.mu.Unlock()
-			return nil, ErrQueueFull
+			return ErrQueueFull
 		}
 		ev := w.queue[low]
 		w.removeAt(low)
@@ -147,7 +175,7 @@ func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (rel
 	}
 	if err := ctx.Err(); err != nil {
 		w.mu.Unlock()
-		return nil, fmt.Errorf("shedder: waiting for a worker: %w", err)
+		return fmt.Errorf("shedder: waiting for a worker: %w", err)
 	}
 	wt := &waiter{tier: tier, ready: make(chan struct{})}
 	w.queue = append(w.queue, wt)
@@ -177,14 +205,13 @@ wait:
 			evicted := wt.evicted
 			w.mu.Unlock()
 			if evicted {
-				return nil, ErrQueueFull
+				return ErrQueueFull
 			}
-			release := w.releaser()
 			if gone != nil && gone() {
-				release()
-				return nil, ErrGone
+				w.release()
+				return ErrGone
 			}
-			return release, nil
+			return nil
 		case <-poll:
 			if gone() {
 				err = ErrGone
@@ -203,7 +230,7 @@ wait:
 	if wt.evicted {
 		w.mu.Unlock()
 		observeWait(obs, start)
-		return nil, ErrQueueFull
+		return ErrQueueFull
 	}
 	if wt.granted {
 		// A slot was handed over as we gave up: it is ours now, and
@@ -211,15 +238,15 @@ wait:
 		w.mu.Unlock()
 		observeWait(obs, start)
 		if err == ErrGone {
-			w.releaser()() // nobody to serve: the next waiter gets it
-			return nil, ErrGone
+			w.release() // nobody to serve: the next waiter gets it
+			return ErrGone
 		}
-		return w.releaser(), nil
+		return nil
 	}
 	w.removeLocked(wt)
 	w.mu.Unlock()
 	observeWait(obs, start)
-	return nil, err
+	return err
 }
 
 func observeWait(obs prometheus.Observer, start time.Time) {

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"errors"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -19,9 +18,9 @@ type metrics struct {
 	// outcome and tier up front (a read-only map), durations and decisions
 	// on first use.
 	byRequest     map[requestKey]prometheus.Counter
-	byDuration    sync.Map               // outcome → prometheus.Observer
-	byDecision    sync.Map               // decisionKey → prometheus.Counter
-	byEscape      sync.Map               // escapeKey → prometheus.Counter
+	byDuration    series[string, prometheus.Observer]
+	byDecision    series[decisionKey, prometheus.Counter]
+	byEscape      series[escapeKey, prometheus.Counter]
 	requests      *prometheus.CounterVec // outcome, tier
 	decisions     *prometheus.CounterVec // rule, decision, reason
 	escapes       *prometheus.CounterVec // rule, escape
@@ -126,13 +125,9 @@ type escapeKey struct{ rule, escape string }
 
 // escape is the escapes counter of a rule and escape.
 func (m *metrics) escape(rule, escape string) prometheus.Counter {
-	k := escapeKey{rule, escape}
-	if c, ok := m.byEscape.Load(k); ok {
-		return c.(prometheus.Counter)
-	}
-	c := m.escapes.WithLabelValues(rule, escape)
-	m.byEscape.Store(k, c)
-	return c
+	return m.byEscape.get(escapeKey{rule, escape}, func() prometheus.Counter {
+		return m.escapes.WithLabelValues(rule, escape)
+	})
 }
 
 // request is the requests counter of an outcome and tier.
@@ -146,12 +141,9 @@ func (m *metrics) request(outcome string, tier shedder.Tier) prometheus.Counter 
 // durationOf is the duration histogram of an outcome; it is made on first
 // use (an outcome's series appears once a request has it, as before).
 func (m *metrics) durationOf(outcome string) prometheus.Observer {
-	if o, ok := m.byDuration.Load(outcome); ok {
-		return o.(prometheus.Observer)
-	}
-	o := m.duration.WithLabelValues(outcome)
-	m.byDuration.Store(outcome, o)
-	return o
+	return m.byDuration.get(outcome, func() prometheus.Observer {
+		return m.duration.WithLabelValues(outcome)
+	})
 }
 
 // otherRules is the rule label of every rule without metrics: true.
@@ -169,11 +161,7 @@ func ruleLabel(r *rules.CompiledRule) string {
 
 // decision is the decisions counter of a rule, decision and reason.
 func (m *metrics) decision(rule, decision, reason string) prometheus.Counter {
-	k := decisionKey{rule, decision, reason}
-	if c, ok := m.byDecision.Load(k); ok {
-		return c.(prometheus.Counter)
-	}
-	c := m.decisions.WithLabelValues(rule, decision, reason)
-	m.byDecision.Store(k, c)
-	return c
+	return m.byDecision.get(decisionKey{rule, decision, reason}, func() prometheus.Counter {
+		return m.decisions.WithLabelValues(rule, decision, reason)
+	})
 }

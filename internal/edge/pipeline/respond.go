@@ -36,6 +36,29 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 	if len(as) == 0 {
 		return
 	}
+	// The fields in the casing the draft (and the README) spells, which
+	// fasthttp's Set would turn into Ratelimit-Policy: any the origin sent
+	// go first (Del matches case-insensitively), ours are set as spelled.
+	if hasRateLimitField(h) { // rare: one pass over the fields first
+		for _, k := range rateLimitFields {
+			h.DelBytes(k)
+		}
+	}
+	writeRateLimitFields(h, as, legacy)
+}
+
+// writeRateLimitFields is setRateLimitFields for an answer the edge made
+// itself (a 429): it holds no origin field to give way, and the pass over
+// its fields is spared.
+func writeRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
+	if len(as) == 0 {
+		return
+	}
+	// One rule (the usual case): its policy looked up once.
+	var one rulePolicy
+	if len(as) == 1 {
+		one = policyOf(as[0].rule)
+	}
 	var buf [256]byte
 	state := buf[:0]
 	tightest := -1
@@ -46,7 +69,11 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 		if len(state) > 0 {
 			state = append(state, ", "...)
 		}
-		state = append(state, policyOf(a.rule).id...)
+		id := one.id
+		if len(as) > 1 {
+			id = policyOf(a.rule).id
+		}
+		state = append(state, id...)
 		state = append(state, ";r="...)
 		state = strconv.AppendInt(state, a.out.Remaining, 10)
 		state = append(state, ";t="...)
@@ -55,16 +82,8 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 			tightest = i
 		}
 	}
-	// The fields in the casing the draft (and the README) spells, which
-	// fasthttp's Set would turn into Ratelimit-Policy: any the origin sent
-	// go first (Del matches case-insensitively), ours are set as spelled.
-	if hasRateLimitField(h) { // rare: one pass over the fields first
-		for _, k := range rateLimitFields {
-			h.DelBytes(k)
-		}
-	}
 	if len(as) == 1 {
-		h.SetCanonical(fieldPolicy, []byte(policyOf(as[0].rule).item))
+		h.SetCanonical(fieldPolicy, []byte(one.item))
 	} else {
 		var pbuf [256]byte
 		policy := pbuf[:0]
@@ -178,7 +197,7 @@ func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
 		var buf [512]byte
 		problem.WriteBody(ctx, fasthttp.StatusTooManyRequests, quotaExceeded(violated).AppendJSON(buf[:0]), seconds(retry))
 	}
-	setRateLimitFields(&ctx.Response.Header, as, legacy)
+	writeRateLimitFields(&ctx.Response.Header, as, legacy)
 }
 
 // quotaExceeded is the problem a 429 answers, for the rules violated.

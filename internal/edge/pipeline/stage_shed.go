@@ -52,6 +52,19 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 		problem.Unavailable(ctx, "the edge is shedding load; retry later", 1)
 		return outcomeShed
 	}
+	return e.holdPool(sc, gone)
+}
+
+// holdPool, holdWorker and holdOrigin take the rest of what shedStage
+// holds, each slot in a function of its own: with one defer and a few
+// returns each, the compiler open-codes the defers, where four in one
+// function with a dozen returns went through the runtime's defer records
+// on every request.
+func (e *Pipeline) holdPool(sc *scratch, gone func() bool) string {
+	if !sc.pool.Limited() { // the usual case: nothing to take or give back
+		return e.holdWorker(sc, gone)
+	}
+	ctx, tier := sc.ctx, sc.tier
 	// The host's pool's concurrency limit (host table `concurrency`; none
 	// unless set), waited for before a worker is taken: requests queued
 	// behind a slow pool hold none of the edge's workers.
@@ -66,11 +79,16 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 		return outcomePoolLimit
 	}
 	defer endPool(releasePool, sc)
+	return e.holdWorker(sc, gone)
+}
+
+func (e *Pipeline) holdWorker(sc *scratch, gone func() bool) string {
+	ctx, tier := sc.ctx, sc.tier
 	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
 	// derived context and races with Shutdown; the queue timeout bounds
 	// this, and a waiter whose client left gives up its place.
 	_, wait := e.tracing.child(sc.trace, "shedder.wait")
-	release, err := e.workers.AcquireUnless(context.Background(), tier, gone)
+	slot, err := e.workers.TakeUnless(context.Background(), tier, gone)
 	wait.End()
 	switch {
 	case errors.Is(err, shedder.ErrGone):
@@ -81,7 +99,12 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 		problem.Unavailable(ctx, "no worker free; retry later", 1)
 		return outcomeNoWorker
 	}
-	defer release()
+	defer slot.Release()
+	return e.holdOrigin(sc)
+}
+
+func (e *Pipeline) holdOrigin(sc *scratch) string {
+	ctx, tier := sc.ctx, sc.tier
 	// Adaptive origin limit (off unless the shedder settings enable it):
 	// learned from the origin's latency, released when the exchange ends.
 	// Taken before the limiter so a refusal costs no Redis call; the slot
