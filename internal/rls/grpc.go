@@ -75,6 +75,18 @@ var (
 // 16 MiB); Envoy's calls carry a few hundred bytes.
 const maxHeaderListBytes = 64 << 10
 
+// Flow control windows, fixed: a call's messages are a few hundred bytes,
+// so the per-call window (HTTP/2's initial 64 KiB) never fills, and the
+// connection's lets a full set of streams send at once. Fixed windows turn
+// off grpc-go's bandwidth-delay estimator, which otherwise pings the client
+// (and updates the window) on every round of received data to grow the
+// windows for bulk transfers this API never makes, up to 16 MiB a
+// connection that a client could fill without reading its answers.
+const (
+	streamWindow = 64 << 10
+	connWindow   = 1 << 20
+)
+
 // StreamWorkers is the least number of goroutines serving calls: parked
 // ones cost a few KiB each.
 const StreamWorkers = 256
@@ -97,6 +109,8 @@ func NewGRPC(s *Server, opt GRPCOptions) *GRPC {
 		grpc.KeepaliveEnforcementPolicy(keepaliveEnforcement),
 		grpc.KeepaliveParams(keepaliveParams),
 		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.StaticStreamWindowSize(streamWindow),
+		grpc.StaticConnWindowSize(connWindow),
 	}
 	g := &GRPC{Server: grpc.NewServer(opts...), Health: health.NewServer()}
 	pb.RegisterRateLimitServiceServer(g.Server, s)

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/edgeguard/edgeguard/internal/rls"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
@@ -44,6 +47,8 @@ type hostile struct {
 	closed   chan struct{} // the server closed the connection
 	gotSets  chan struct{}
 	acks     chan struct{} // a SETTINGS ACK: every frame sent before it was read
+	pings    int           // PING frames the server sent (not acks of the client's)
+	ended    chan struct{} // a stream the server ended (its trailers)
 }
 
 func dialHostile(t *testing.T, addr string) *hostile {
@@ -51,7 +56,7 @@ func dialHostile(t *testing.T, addr string) *hostile {
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	h := &hostile{c: c, bw: bufio.NewWriterSize(c, 64<<10), id: 1, closed: make(chan struct{}), gotSets: make(chan struct{}), acks: make(chan struct{}, 1024), settings: map[http2.SettingID]uint32{}}
+	h := &hostile{c: c, bw: bufio.NewWriterSize(c, 64<<10), id: 1, closed: make(chan struct{}), gotSets: make(chan struct{}), acks: make(chan struct{}, 1024), ended: make(chan struct{}, 1024), settings: map[http2.SettingID]uint32{}}
 	h.fr = http2.NewFramer(h.bw, c)
 	h.enc = hpack.NewEncoder(&h.hb)
 	_, err = h.bw.WriteString(http2.ClientPreface)
@@ -88,6 +93,16 @@ func (h *hostile) read() {
 				h.mu.Unlock()
 				first = false
 				close(h.gotSets)
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				h.mu.Lock()
+				h.pings++
+				h.mu.Unlock()
+			}
+		case *http2.HeadersFrame:
+			if f.StreamEnded() {
+				h.ended <- struct{}{}
 			}
 		case *http2.RSTStreamFrame:
 			if f.ErrCode == http2.ErrCodeRefusedStream {
@@ -126,6 +141,18 @@ func (h *hostile) open(reset bool) bool {
 		}
 	}
 	return true
+}
+
+// send sends a whole ShouldRateLimit call: its headers, then its message
+// (gRPC's length-prefixed framing) in a DATA frame that ends the stream.
+func (h *hostile) send(t *testing.T, req *pb.RateLimitRequest) {
+	t.Helper()
+	id := h.id
+	require.True(t, h.open(false))
+	msg, err := proto.Marshal(req)
+	require.NoError(t, err)
+	framed := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
+	require.NoError(t, h.fr.WriteData(id, true, append(framed, msg...)))
 }
 
 func (h *hostile) flush() bool { return h.bw.Flush() == nil }
@@ -259,6 +286,33 @@ func TestHostileRapidReset(t *testing.T) {
 	require.EqualValues(t, 1, counter(t, reg, "edgeguard_rls_reset_floods_total"))
 	t.Logf("%d HEADERS+RST_STREAM pairs read by the server in %s before it closed the connection", read, elapsed)
 	call(t, client)
+}
+
+// TestNoBandwidthPings: the server's flow control windows are fixed, so
+// calls cost no PING frames: grpc-go's bandwidth-delay estimator, on by
+// default, pings the client on the first data it receives and again after
+// each ack (each ping and ack a write and a read more for the server;
+// this client never acks, so the estimator's first ping is all it could
+// see). The calls are all answered, on the window the server announced.
+func TestNoBandwidthPings(t *testing.T) {
+	addr, _, _ := serveHostile(t, rls.GRPCOptions{})
+	h := dialHostile(t, addr)
+	const calls = 50
+	for i := range calls {
+		// One call a round: each round's data is what a ping measures.
+		h.send(t, &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", strconv.Itoa(i))}})
+		require.True(t, h.flush())
+		select {
+		case <-h.ended:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("call %d not answered", i)
+		}
+	}
+	require.True(t, h.barrier()) // every frame the server sent before the ACK was read
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Zero(t, h.pings, "PING frames from the server over %d calls", calls)
+	require.EqualValues(t, 64<<10, h.settings[http2.SettingInitialWindowSize])
 }
 
 // TestReflectionOffByDefault: reflection answers Unimplemented unless

@@ -324,6 +324,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 	}
 	now := s.opt.Now()
+	// The usual call, of one descriptor, takes its response and that
+	// descriptor's status in one allocation.
+	var one *oneResponse
+	if len(items) == 1 {
+		one = new(oneResponse)
+	}
 	var checks []limiter.Check
 	for i := range items {
 		it := &items[i]
@@ -346,7 +352,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		if l.RequestsPerUnit == 0 || it.cost > uint64(ll.Capacity()) {
 			// Never admissible (a quota of 0 denies all, as in the
 			// reference): answered here, nothing to count.
-			it.st = s.status(l, false, 0, windowReset(l, now))
+			it.st = s.status(one.status(), l, false, 0, windowReset(l, now))
 			it.left = -1
 			continue
 		}
@@ -391,11 +397,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 				continue
 			}
 			o := v.Checks[it.check]
-			it.st = s.status(it.lim, o.Allowed, o.Remaining, o.ResetAfter)
+			it.st = s.status(one.status(), it.lim, o.Allowed, o.Remaining, o.ResetAfter)
 			it.left = o.Remaining
 		}
 	}
-	resp := newResponse(len(items))
+	resp := newResponse(one, len(items))
 	quota, quotaOver := 0, 0
 	for i := range items {
 		it := &items[i]
@@ -452,7 +458,6 @@ func (s *Server) nodes() int {
 	return max(1, s.opt.Nodes())
 }
 
-// status is one descriptor's answer.
 // responseBlock holds a response and, for the usual call of one
 // descriptor, its list of statuses: one allocation instead of two.
 type responseBlock struct {
@@ -460,8 +465,28 @@ type responseBlock struct {
 	one  [1]*pb.RateLimitResponse_DescriptorStatus
 }
 
-func newResponse(n int) *pb.RateLimitResponse {
-	b := new(responseBlock)
+// oneResponse is a one-descriptor call's response and status together.
+type oneResponse struct {
+	resp responseBlock
+	st   statusBlock
+}
+
+// status is where the call's status goes: nil (a new one) without a block.
+func (o *oneResponse) status() *statusBlock {
+	if o == nil {
+		return nil
+	}
+	return &o.st
+}
+
+// newResponse is a response of n statuses, in one's block when not nil.
+func newResponse(one *oneResponse, n int) *pb.RateLimitResponse {
+	var b *responseBlock
+	if one != nil {
+		b = &one.resp
+	} else {
+		b = new(responseBlock)
+	}
 	b.resp.OverallCode = pb.RateLimitResponse_OK
 	if n == 1 {
 		b.resp.Statuses = b.one[:]
@@ -479,8 +504,11 @@ type statusBlock struct {
 	reset durationpb.Duration
 }
 
-func (s *Server) status(l *rlsconfig.Limit, allowed bool, remaining int64, reset time.Duration) *pb.RateLimitResponse_DescriptorStatus {
-	b := new(statusBlock)
+// status is one descriptor's answer, in b (a new block when nil).
+func (s *Server) status(b *statusBlock, l *rlsconfig.Limit, allowed bool, remaining int64, reset time.Duration) *pb.RateLimitResponse_DescriptorStatus {
+	if b == nil {
+		b = new(statusBlock)
+	}
 	reset = max(reset, 0)
 	b.limit.Name, b.limit.RequestsPerUnit, b.limit.Unit = l.Name, l.RequestsPerUnit, pbUnit(l.Unit)
 	b.reset.Seconds, b.reset.Nanos = int64(reset/time.Second), int32(reset%time.Second)

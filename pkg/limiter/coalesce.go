@@ -18,12 +18,12 @@ type flights struct {
 	shards [64]flightShard
 }
 
+// flightShard maps each key in flight to the batch queued behind its call
+// (nil while none is): marking a key in flight allocates nothing.
 type flightShard struct {
 	mu sync.Mutex
-	m  map[string]*flight
+	m  map[string]*batch
 }
-
-type flight struct{ next *batch }
 
 // batch is one coalesced call: the checks that joined while the previous
 // call for the key was in flight.
@@ -45,7 +45,7 @@ type item struct {
 func newFlights() *flights {
 	f := &flights{seed: maphash.MakeSeed()}
 	for i := range f.shards {
-		f.shards[i].m = make(map[string]*flight)
+		f.shards[i].m = make(map[string]*batch)
 	}
 	return f
 }
@@ -69,21 +69,22 @@ func (f *flights) join(c Check, key string) (*batch, *item, joined) {
 	sh := f.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	fl, busy := sh.m[key]
+	next, busy := sh.m[key]
 	if !busy {
-		sh.m[key] = &flight{}
+		sh.m[key] = nil
 		return nil, nil, lead
 	}
-	if fl.next == nil {
-		fl.next = &batch{key: key, limit: c.Limit, cost: c.Cost, done: make(chan struct{})}
-	} else if fl.next.cost != c.Cost {
+	if next == nil {
+		next = &batch{key: key, limit: c.Limit, cost: c.Cost, done: make(chan struct{})}
+		sh.m[key] = next
+	} else if next.cost != c.Cost {
 		// A batch admits whole requests of one cost; a rule has one cost, so
 		// this happens only across a rules change.
 		return nil, nil, alone
 	}
 	it := &item{check: c}
-	fl.next.items = append(fl.next.items, it)
-	return fl.next, it, follow
+	next.items = append(next.items, it)
+	return next, it, follow
 }
 
 // done ends the call in flight for c's key; the batch that queued behind it,
@@ -92,11 +93,11 @@ func (f *flights) join(c Check, key string) (*batch, *item, joined) {
 func (f *flights) done(key string, send func(*batch)) {
 	sh := f.shard(key)
 	sh.mu.Lock()
-	fl := sh.m[key]
-	b := fl.next
-	fl.next = nil
+	b := sh.m[key]
 	if b == nil {
 		delete(sh.m, key)
+	} else {
+		sh.m[key] = nil // b's call is now the one in flight
 	}
 	sh.mu.Unlock()
 	if b != nil {

@@ -509,11 +509,12 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Decision, no
 	if len(leads) == 0 {
 		return nil
 	}
-	reqs := make([]Request, len(leads))
-	keys := make([]string, len(leads))
-	for j, p := range leads {
-		reqs[j] = Request{Limit: p.check.Limit, Cost: p.check.Cost}
-		keys[j] = p.key
+	var reqBuf [2]Request
+	var keyBuf [2]string
+	reqs, keys := reqBuf[:0], keyBuf[:0]
+	for _, p := range leads {
+		reqs = append(reqs, Request{Limit: p.check.Limit, Cost: p.check.Cost})
+		keys = append(keys, p.key)
 	}
 	gen := l.cache.generation()
 	sent := now
@@ -722,7 +723,8 @@ func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
 		f := c.errs[i] != nil && !callerError(c.errs[i]) && !errors.Is(c.errs[i], errWindowEnded)
 		if f {
 			storeErr = cmpErr(storeErr, c.errs[i])
-			shards[i].probeLimit.Store(&reqs[i].Limit) // what a readiness check probes
+			lim := reqs[i].Limit             // a copy: reqs stay on their caller's stack
+			shards[i].probeLimit.Store(&lim) // what a readiness check probes
 		}
 		k := slices.IndexFunc(results, func(r shardResult) bool { return r.b == shards[i] })
 		if k < 0 {
@@ -760,7 +762,7 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 	// The store deadline is the shared one (a timer a millisecond, not
 	// one a call); the caller's own end (ctx) is waited for beside it.
 	wait := l.deadline.get()
-	r := &run{done: make(chan struct{})}
+	r := &run{done: make(chan struct{}), l: l, send: send, sent: sent, shards: shards, now: now, rd: rd}
 	// The latest the caller may still wait: Redis refuses the call past it
 	// (prepareTake). A call run after its caller gave up sooner is given
 	// back when it answers (settleLate).
@@ -769,21 +771,9 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 	if d, ok := ctx.Deadline(); ok && d.Before(r.latest) {
 		r.latest = d
 	}
-	runCtx := runContext{Context: l.late.get(), values: ctx, wait: r}
+	r.ctx = runContext{Context: l.late.get(), values: ctx, wait: r}
 	l.bg.Add(1)
-	l.workers.run(func() {
-		defer l.bg.Done()
-		got, err := l.storeTake(runCtx, send, rd)
-		r.got, r.err = got, err
-		if r.state.CompareAndSwap(running, answered) {
-			close(r.done)
-			return
-		}
-		if err == nil {
-			l.markAnswered(sent, shards)
-		}
-		l.settleLate(send, sent, got, err, now)
-	})
+	l.workers.runJob(r)
 	tick := wait.Done()
 	var timer *time.Timer
 	var life <-chan time.Time
@@ -927,6 +917,33 @@ type run struct {
 	latest time.Time
 	got    []Decision
 	err    error
+
+	// The call, for the worker that runs it (work): one allocation with
+	// the run, instead of a closure and a boxed context besides.
+	l      *Limiter
+	ctx    runContext
+	send   []Request
+	sent   []int
+	shards []*breaker
+	now    time.Time
+	rd     *Rider
+}
+
+// work runs the store call on a worker, and settles it when its caller
+// gave up on it meanwhile.
+func (r *run) work() {
+	l := r.l
+	defer l.bg.Done()
+	got, err := l.storeTake(&r.ctx, r.send, r.rd)
+	r.got, r.err = got, err
+	if r.state.CompareAndSwap(running, answered) {
+		close(r.done)
+		return
+	}
+	if err == nil {
+		l.markAnswered(r.sent, r.shards)
+	}
+	l.settleLate(r.send, r.sent, got, err, r.now)
 }
 
 func (r *run) Deadline() (time.Time, bool) { return r.latest, true }

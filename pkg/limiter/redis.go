@@ -166,11 +166,10 @@ func (s *RedisStore) Load(ctx context.Context) error {
 // tag {Key}, so one script call stays in one slot; the algorithm is part of
 // the name so a rule that changes algorithm never meets WRONGTYPE.
 func (s *RedisStore) Keys(l Limit) []string {
-	base := s.prefix + "{" + l.Key + "}:"
 	suffixes := l.Algorithm.Spec().Keys
 	keys := make([]string, len(suffixes))
 	for i, k := range suffixes {
-		keys[i] = base + k
+		keys[i] = s.prefix + "{" + l.Key + "}:" + k // one allocation a key
 	}
 	return keys
 }

@@ -19,7 +19,7 @@ import (
 //
 // The zero value works: every call then gets a goroutine of its own.
 type workers struct {
-	jobs     chan func() // unbuffered: a send succeeds only into an idle worker
+	jobs     chan job // unbuffered: a send succeeds only into an idle worker
 	stopped  chan struct{}
 	stopOnce sync.Once
 	idle     time.Duration // workerIdle (0: none kept)
@@ -37,8 +37,16 @@ const (
 )
 
 func newWorkers() *workers {
-	return &workers{jobs: make(chan func()), stopped: make(chan struct{}), idle: workerIdle}
+	return &workers{jobs: make(chan job), stopped: make(chan struct{}), idle: workerIdle}
 }
+
+// job is what a worker runs: a func (jobFunc), or a value that carries its
+// own state (a run), which costs no closure.
+type job interface{ work() }
+
+type jobFunc func()
+
+func (f jobFunc) work() { f() }
 
 // stop ends the idle workers, and each busy one once its call is done.
 // A call run afterwards still runs (on a goroutine of its own).
@@ -51,7 +59,10 @@ func (w *workers) stop() {
 }
 
 // run runs f on an idle worker, or on a new one.
-func (w *workers) run(f func()) {
+func (w *workers) run(f func()) { w.runJob(jobFunc(f)) }
+
+// runJob is run for a job.
+func (w *workers) runJob(f job) {
 	select {
 	case w.jobs <- f:
 		return
@@ -61,7 +72,7 @@ func (w *workers) run(f func()) {
 		w.running.Add(-1)
 		go func() {
 			growStack()
-			f()
+			f.work()
 		}()
 		return
 	}
@@ -70,13 +81,13 @@ func (w *workers) run(f func()) {
 
 // work runs f, then each call handed over, until none comes for w.idle
 // or the workers are stopped.
-func (w *workers) work(f func()) {
+func (w *workers) work(f job) {
 	defer w.running.Add(-1)
 	idle := time.NewTimer(w.idle)
 	defer idle.Stop()
 	for {
 		growStack() // a copy only after a collection shrank the stack
-		f()
+		f.work()
 		f = nil // nothing of the call is kept while idle
 		idle.Reset(w.idle)
 		select {
