@@ -1141,10 +1141,11 @@ func (l *Limiter) degrade(c Check, cause error) (Decision, error) {
 // the key in its window (seedFallback), and floor(limit/N) when the store
 // has counted nothing in the window for anyone, so together they admit at
 // most the limit. An exact check (neither leased nor a concurrency limit)
-// whose key this node has no answer for in its window, while the store
-// answered this node within the last window, gets no share: other nodes
-// may have counted the whole limit. A limit below N leaves a node no share
-// either. Without a share the node denies until the store answers again.
+// shared by several nodes gets no share while the store answered this
+// node within the window (unknownInWindow): the others may have counted
+// after this node's last answer, and no share of it is safe. A limit
+// below N leaves a node no share either. Without a share the node denies
+// until the store answers again.
 func (l *Limiter) decideLocally(c Check) (Decision, error) {
 	local := c.Limit
 	nodes := int64(max(c.Nodes, 1))
@@ -1199,19 +1200,28 @@ func (l *Limiter) seedFallback(key string, local Limit, nodes int64, now time.Ti
 }
 
 // unknownInWindow reports whether c is an exact check the fallback must
-// not decide: the store's last answer for its key (if any) no longer
-// speaks for the key's window, and the store node holding the key (its
-// shard) answered this node within the last window, so other nodes may
-// have counted the key meanwhile. A shard that has not answered this node
-// for a whole window has counted nothing in it for anyone (when it is
-// down for every node), and each node's floor(limit/N) keeps the window
-// to the limit.
+// not decide: the store node holding its key (its shard) answered this
+// node within the key's window (silentFor; since the node started, if it
+// never did), so other nodes may have counted the key after this node's
+// last answer — shares of answers the nodes got at different moments add
+// up to more than the store had left. A shard that has not answered this
+// node for that long has counted nothing in the window for anyone (when it
+// is down for every node), and each node's floor(limit/N) keeps the window
+// to the limit. A node alone (Nodes ≤ 1) decides its share of its own last
+// answer, which is the store's whole count.
 func (l *Limiter) unknownInWindow(c Check, key string, now time.Time) bool {
 	if c.Tolerance > 0 || c.Global || c.Limit.Algorithm.Spec().Held {
 		return false
 	}
+	alone := c.Nodes <= 1 // no other node counts the key
+	if alone && l.ledger.knows(key, now) {
+		return false // its last answer is the store's whole count
+	}
 	last := l.breakers.get(l.store.Shard(c.Limit)).answered.Load()
 	if last == 0 {
+		if alone {
+			return false
+		}
 		last = l.started.UnixNano()
 	}
 	return now.Sub(time.Unix(0, last)) < silentFor(c.Limit)
