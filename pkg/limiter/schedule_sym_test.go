@@ -365,3 +365,40 @@ func TestScheduleSymmetric(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleSymmetricRegressions replays the seeds that found each
+// over-admission (or lost quota) of the symmetric schedules; each fails on
+// its fix's one-line undoing.
+func TestScheduleSymmetricRegressions(t *testing.T) {
+	for _, tc := range []struct {
+		alg   Algorithm
+		seed  uint64
+		found string
+	}{
+		// An edge took ⌊remaining/N⌋ of its own last answer while the
+		// others' later answers had taken more (unknownInWindow letting a
+		// known key's share through): 12 of 11, 16 of 15, 16 of 14.
+		{limit.FixedWindow, 9, "a known key's share of a stale answer"},
+		{limit.SlidingWindow, 21, "a known key's share of a stale answer"},
+		{limit.SlidingLog, 5, "a known key's share of a stale answer"},
+		// An edge that had never heard from the store took ⌊limit/N⌋
+		// while the store had counted for the others: 8 of 7, 12 of 11.
+		{limit.FixedWindow, 15, "an edge never answered taking limit/N"},
+		{limit.SlidingLog, 11, "an edge never answered taking limit/N"},
+		// A restore of the last window's answer charged the next fixed
+		// window: 4 of 16 once the store answered.
+		{limit.FixedWindow, 1, "a restore past its window"},
+		// The last window's fallback admissions replayed into the next
+		// (the debt's window was its newest admission's): 5 of 7.
+		{limit.FixedWindow, 37, "a debt replayed into the next window"},
+		// A sliding window's estimate weighs the fixed window before the
+		// current one: a store silent for one window had still counted
+		// what weighs on it (5, and 16 weighted, of 16).
+		{limit.SlidingWindow, 94, "a sliding window silent for one window"},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", tc.alg, tc.seed), func(t *testing.T) {
+			h := newSchedHarness(t, tc.alg, tc.seed, true)
+			h.run(int(3*h.lim.Limit) + h.rng.IntN(10))
+		})
+	}
+}

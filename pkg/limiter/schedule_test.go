@@ -546,10 +546,20 @@ func (h *schedHarness) answer(c *schedCall) {
 		r = schedReply{ds: make([]Decision, len(c.reqs)), err: errSchedRefused}
 	} else {
 		ds, err := h.store.Take(context.Background(), c.reqs)
-		if err != nil {
+		perReq := takeErrs(err)
+		if err != nil && perReq == nil {
 			h.fail("edge %d call %d: the store refused %v: %v", c.edge, c.seq, c.reqs, err)
 		}
 		for j, q := range c.reqs {
+			if perReq != nil && perReq[j] != nil {
+				// A replay landing past the window it was admitted in
+				// is refused: the next window owes nothing for it.
+				if !errors.Is(perReq[j], errWindowEnded) || q.Need == 0 {
+					h.fail("edge %d call %d: the store refused %v: %v", c.edge, c.seq, q, perReq[j])
+				}
+				h.logf("edge %d call %d: its replay of %d refused, the window it was admitted in ended", c.edge, c.seq, q.Cost)
+				continue
+			}
 			switch {
 			case q.Restore:
 				h.restored += ds[j].Admitted
@@ -559,7 +569,7 @@ func (h *schedHarness) answer(c *schedCall) {
 				h.lost += ds[j].Admitted
 			}
 		}
-		r = schedReply{ds: ds}
+		r = schedReply{ds: ds, err: err}
 		if c.fate == fateLost {
 			r = schedReply{ds: make([]Decision, len(c.reqs)), err: errSchedReset}
 		}
@@ -573,11 +583,12 @@ func (h *schedHarness) answer(c *schedCall) {
 	// Answered after its caller gave up: what the call took for the
 	// caller goes back to the store.
 	h.lateCalls++
-	if r.err != nil {
+	perReq := takeErrs(r.err)
+	if r.err != nil && perReq == nil {
 		return
 	}
 	for j, q := range c.reqs {
-		if q.Restore || q.Need > 0 || r.ds[j].Lease.Units <= 0 {
+		if q.Restore || q.Need > 0 || r.ds[j].Lease.Units <= 0 || perReq != nil && perReq[j] != nil {
 			continue
 		}
 		h.late[r.ds[j].Lease]++
