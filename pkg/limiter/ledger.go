@@ -56,14 +56,16 @@ type account struct {
 	gen       uint32        // the master generation of the last answer (its low bits)
 	owed      *owedRestore  // an answer owed back as a restore; nil: none
 	debt      int64         // fallback admissions the store has not counted
-	last      time.Time     // the latest of them
+	debtUntil time.Time     // the end of the window the latest of them counts in
 }
 
-// owedRestore is an answer owed back to the store: remaining as of at. Made
+// owedRestore is an answer owed back to the store: remaining as of at,
+// speaking for the key's window until until (a fixed window's reset: a
+// restore run in the next window would charge it for the last one). Made
 // only when one is owed, so an account stays in its small size class.
 type owedRestore struct {
 	remaining int64
-	at        time.Time
+	at, until time.Time
 }
 
 // until is when a's last answer stops speaking for the key's window.
@@ -147,7 +149,7 @@ func (lg *ledger) len() int {
 func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sent, gen uint64, admitted int64) {
 	lg.with(key, true, func(a *account) {
 		if sent != gen && lg.active(a, now) {
-			lg.oweLocked(a, min(a.remaining-admitted, remaining), a.seen)
+			lg.oweLocked(a, min(a.remaining-admitted, remaining), a.seen, a.until())
 		}
 		a.remaining, a.seen, a.span, a.fallback, a.gen = remaining, now, until.Sub(now), false, uint32(gen)
 	})
@@ -158,18 +160,20 @@ func (lg *ledger) active(a *account, now time.Time) bool {
 	return !a.seen.IsZero() && now.Before(a.until())
 }
 
-// oweLocked owes a restore of remaining as of at; one owed already keeps
-// the least remaining and the earliest time. Called locked.
-func (lg *ledger) oweLocked(a *account, remaining int64, at time.Time) {
+// oweLocked owes a restore of remaining as of at, good until until; one
+// owed already keeps the least remaining, the earliest time and the
+// earliest end. Called locked.
+func (lg *ledger) oweLocked(a *account, remaining int64, at, until time.Time) {
 	remaining = max(0, remaining)
 	if o := a.owed; o != nil {
 		o.remaining = min(o.remaining, remaining)
 		if at.Before(o.at) {
 			o.at = at
 		}
+		o.until = minTime(o.until, until)
 		return
 	}
-	a.owed = &owedRestore{remaining: remaining, at: at}
+	a.owed = &owedRestore{remaining: remaining, at: at, until: until}
 	lg.owing.Add(1)
 }
 
@@ -198,7 +202,7 @@ func (lg *ledger) moved(a *account, gen uint64, now time.Time) {
 	}
 	a.gen = uint32(gen)
 	if lg.active(a, now) {
-		lg.oweLocked(a, a.remaining, a.seen)
+		lg.oweLocked(a, a.remaining, a.seen, a.until())
 	}
 }
 
@@ -208,6 +212,17 @@ func (lg *ledger) knows(key string, now time.Time) bool {
 	var ok bool
 	lg.with(key, false, func(a *account) { ok = lg.active(a, now) })
 	return ok
+}
+
+// oweAnswer owes key's last answer back to the store as a restore, if it
+// still speaks for its window at now: an exact check the fallback denies
+// takes no share of it, but a store that comes back empty relearns it.
+func (lg *ledger) oweAnswer(key string, now time.Time) {
+	lg.with(key, false, func(a *account) {
+		if lg.active(a, now) {
+			lg.oweLocked(a, a.remaining, a.seen, a.until())
+		}
+	})
 }
 
 // seedFor says how many of the fallback's local units (limit/N) to take up
@@ -228,7 +243,7 @@ func (lg *ledger) seedFor(key string, local int64, nodes int64, now time.Time) (
 		at = a.seen
 		used = max(0, local-a.remaining/nodes)
 		if used > 0 {
-			lg.oweLocked(a, a.remaining, a.seen)
+			lg.oweLocked(a, a.remaining, a.seen, a.until())
 		}
 	})
 	return used, fresh, at
@@ -247,56 +262,66 @@ func (lg *ledger) peekSeed(key string, local int64, nodes int64, now time.Time) 
 	return used, seeded
 }
 
-// lendRestore takes key's owed restore out to be sent: the remaining the
-// store reported and when. One that fails is owed again (oweRestore).
-func (lg *ledger) lendRestore(key string) (remaining int64, at time.Time, ok bool) {
+// lendRestore takes key's owed restore out to be sent at now: the
+// remaining the store reported, when, and until when it speaks for the
+// key's window. One whose window has ended by now is dropped: the store
+// counts a new window, which owes nothing for the last. One that fails
+// is owed again (oweRestore).
+func (lg *ledger) lendRestore(key string, now time.Time) (remaining int64, at, until time.Time, ok bool) {
 	if lg.owing.Load() == 0 {
-		return 0, time.Time{}, false
+		return 0, time.Time{}, time.Time{}, false
 	}
 	lg.with(key, false, func(a *account) {
 		if a.owed != nil {
-			remaining, at, ok = a.owed.remaining, a.owed.at, true
+			remaining, at, until = a.owed.remaining, a.owed.at, a.owed.until
+			ok = now.Before(until)
 			a.owed = nil
 			lg.owing.Add(-1)
 		}
 	})
-	return remaining, at, ok
+	return remaining, at, until, ok
 }
 
-// oweRestore owes key's restore of remaining as of at again (a restore
-// that failed).
-func (lg *ledger) oweRestore(key string, remaining int64, at time.Time) {
-	lg.with(key, false, func(a *account) { lg.oweLocked(a, remaining, at) })
+// oweRestore owes key's restore of remaining as of at, good until until,
+// again (a restore that failed).
+func (lg *ledger) oweRestore(key string, remaining int64, at, until time.Time) {
+	lg.with(key, false, func(a *account) { lg.oweLocked(a, remaining, at, until) })
 }
 
-// owe adds units the fallback admitted.
-func (lg *ledger) owe(key string, units int64, now time.Time) {
+// owe adds units the fallback admitted at now, counted in a window that
+// ends at until (a fixed window's reset; a window after now otherwise).
+// A debt whose window ended by now is dropped first: the next window owes
+// nothing for the last one.
+func (lg *ledger) owe(key string, units int64, now, until time.Time) {
 	lg.with(key, true, func(a *account) {
+		if a.debt > 0 && !now.Before(a.debtUntil) {
+			lg.settle(a, a.debt)
+		}
 		if a.debt == 0 && units > 0 {
 			lg.owing.Add(1)
 		}
 		a.debt += units
-		a.last = now
+		a.debtUntil = until
 	})
 }
 
-// lend takes key's debt out to be replayed: the units admitted within the
-// last window (older ones have left every algorithm's window). A replay in
-// flight is not replayed again by another call; one that fails is owed
-// again.
-func (lg *ledger) lend(key string, window time.Duration, now time.Time) int64 {
+// lend takes key's debt out to be replayed at now, with the end of the
+// window it counts in: the units admitted in a window that has not ended
+// (older ones have left every algorithm's window; a fixed window's were
+// counted in a window that is over). A replay in flight is not replayed
+// again by another call; one that fails is owed again.
+func (lg *ledger) lend(key string, now time.Time) (units int64, until time.Time) {
 	if lg.owing.Load() == 0 {
-		return 0
+		return 0, time.Time{}
 	}
-	var d int64
 	lg.with(key, false, func(a *account) {
-		if a.debt > 0 && now.Sub(a.last) >= window {
+		if a.debt > 0 && !now.Before(a.debtUntil) {
 			lg.settle(a, a.debt)
 		}
-		d = a.debt
-		lg.settle(a, d)
+		units, until = a.debt, a.debtUntil
+		lg.settle(a, units)
 	})
-	return d
+	return units, until
 }
 
 // paid removes replayed (or refunded) units from key's debt.

@@ -199,6 +199,9 @@ type Limiter struct {
 	// (masters.go).
 	watch     masterWatcher
 	newShards atomic.Uint64
+	// started is when the limiter was made: an edge that has not heard
+	// from the store since knows nothing of what others counted before.
+	started time.Time
 }
 
 // Close gives back the allowance of leased checks the edge holds, then
@@ -229,6 +232,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 		allowances: newAllowances(cfg.CacheSize),
 		log:        log,
 		now:        cfg.Now,
+		started:    cfg.Now(),
 		deadline:   sharedDeadline{timeout: cfg.Timeout},
 		releasing:  make(chan struct{}, maxReleasing),
 		workers:    newWorkers(),
@@ -640,13 +644,15 @@ func (l *Limiter) owed(r Request, key string, now time.Time) owedRequests {
 		return o
 	}
 	l.checkMasters(key, now)
-	if rem, at, ok := l.ledger.lendRestore(key); ok {
-		o.restore = Request{Limit: r.Limit, Cost: r.Limit.Capacity() - rem, Restore: true, Remaining: rem, At: at}
+	if rem, at, until, ok := l.ledger.lendRestore(key, now); ok {
+		o.restore = Request{Limit: r.Limit, Cost: r.Limit.Capacity() - rem, Restore: true, Remaining: rem, At: at, until: until}
 		o.restore.Limit.MinInterval = 0
 		o.hasRestore = o.restore.Cost > 0
 	}
-	if d := l.ledger.lend(key, r.Limit.Window, now); d > 0 {
-		o.replay = Request{Limit: r.Limit, Cost: d, Need: 1}
+	if d, until := l.ledger.lend(key, now); d > 0 {
+		// Refused past the end of the window it was admitted in (the
+		// store's clock): the next window owes nothing for it.
+		o.replay = Request{Limit: r.Limit, Cost: d, Need: 1, until: until}
 		o.replay.Limit.MinInterval = 0
 		o.hasReplay = true
 	}
@@ -1074,9 +1080,11 @@ func (l *Limiter) settleOwed(r Request, kind int, err error, now time.Time) {
 	case err == nil:
 		l.metrics.restores.Inc()
 	case kind == replaying:
-		l.ledger.owe(memKey(r.Limit), r.Cost, now)
+		if !errors.Is(err, errWindowEnded) {
+			l.ledger.owe(memKey(r.Limit), r.Cost, now, r.until)
+		}
 	default:
-		l.ledger.oweRestore(memKey(r.Limit), r.Remaining, r.At)
+		l.ledger.oweRestore(memKey(r.Limit), r.Remaining, r.At, r.until)
 	}
 }
 
@@ -1150,10 +1158,11 @@ func (l *Limiter) degrade(c Check, cause error) (Decision, error) {
 // the key in its window (seedFallback), and floor(limit/N) when the store
 // has counted nothing in the window for anyone, so together they admit at
 // most the limit. An exact check (neither leased nor a concurrency limit)
-// whose key this node has no answer for in its window, while the store
-// answered this node within the last window, gets no share: other nodes
-// may have counted the whole limit. A limit below N leaves a node no share
-// either. Without a share the node denies until the store answers again.
+// shared by several nodes gets no share while the store answered this
+// node within the window (unknownInWindow): the others may have counted
+// after this node's last answer, and no share of it is safe. A limit
+// below N leaves a node no share either. Without a share the node denies
+// until the store answers again.
 func (l *Limiter) decideLocally(c Check) (Decision, error) {
 	local := c.Limit
 	nodes := int64(max(c.Nodes, 1))
@@ -1164,6 +1173,9 @@ func (l *Limiter) decideLocally(c Check) (Decision, error) {
 	unknown := local.Limit >= 1 && (c.Limit.Burst == 0 || local.Burst >= 1) && l.unknownInWindow(c, key, now)
 	if unknown {
 		l.metrics.unknown.Inc()
+		// The store may come back empty (a restart): it relearns its
+		// count from this edge's last answer (a restore, sent first).
+		l.ledger.oweAnswer(key, now)
 	}
 	if local.Limit < 1 || (c.Limit.Burst > 0 && local.Burst < 1) || unknown {
 		l.metrics.record(SourceFallback, 1)
@@ -1178,7 +1190,7 @@ func (l *Limiter) decideLocally(c Check) (Decision, error) {
 		return Decision{}, err
 	}
 	if ds[0].Admitted > 0 && !local.Algorithm.Spec().Held {
-		l.ledger.owe(key, ds[0].Admitted, now)
+		l.ledger.owe(key, ds[0].Admitted, now, answerUntil(c.Limit, ds[0], now))
 	}
 	l.metrics.record(SourceFallback, 1)
 	return ds[0].from(SourceFallback, l.fallback), nil
@@ -1205,19 +1217,42 @@ func (l *Limiter) seedFallback(key string, local Limit, nodes int64, now time.Ti
 }
 
 // unknownInWindow reports whether c is an exact check the fallback must
-// not decide: the store's last answer for its key (if any) no longer
-// speaks for the key's window, and the store node holding the key (its
-// shard) answered this node within the last window, so other nodes may
-// have counted the key meanwhile. A shard that has not answered this node
-// for a whole window has counted nothing in it for anyone (when it is
-// down for every node), and each node's floor(limit/N) keeps the window
-// to the limit.
+// not decide: the store node holding its key (its shard) answered this
+// node within the key's window (silentFor; since the node started, if it
+// never did), so other nodes may have counted the key after this node's
+// last answer — shares of answers the nodes got at different moments add
+// up to more than the store had left. A shard that has not answered this
+// node for that long has counted nothing in the window for anyone (when it
+// is down for every node), and each node's floor(limit/N) keeps the window
+// to the limit. A node alone (Nodes ≤ 1) decides its share of its own last
+// answer, which is the store's whole count.
 func (l *Limiter) unknownInWindow(c Check, key string, now time.Time) bool {
-	if c.Tolerance > 0 || c.Global || c.Limit.Algorithm.Spec().Held || l.ledger.knows(key, now) {
+	if c.Tolerance > 0 || c.Global || c.Limit.Algorithm.Spec().Held {
 		return false
 	}
+	alone := c.Nodes <= 1 // no other node counts the key
+	if alone && l.ledger.knows(key, now) {
+		return false // its last answer is the store's whole count
+	}
 	last := l.breakers.get(l.store.Shard(c.Limit)).answered.Load()
-	return last != 0 && now.Sub(time.Unix(0, last)) < c.Limit.Window
+	if last == 0 {
+		if alone {
+			return false
+		}
+		last = l.started.UnixNano()
+	}
+	return now.Sub(time.Unix(0, last)) < silentFor(c.Limit)
+}
+
+// silentFor is how long a store must not have answered for it to have
+// counted nothing that still weighs on lim's window: a window, and two for
+// a sliding window, whose estimate weighs the fixed window before the
+// current one.
+func silentFor(lim Limit) time.Duration {
+	if lim.Algorithm == limit.SlidingWindow {
+		return 2 * lim.Window
+	}
+	return lim.Window
 }
 
 // answerUntil is until when the store's answer d for lim, to a call sent

@@ -521,8 +521,19 @@ func TestFallbackSeededFromLastAnswer(t *testing.T) {
 		require.True(t, v.Allowed)
 	}
 	st.fail.Store(true)
-	admitted := fallbackAdmitted(t, l, Check{Limit: k, Cost: 1, Nodes: 2}, 10)
-	require.Equal(t, 2, admitted, "this node's half of the 4 the store had left, not half of 10")
+	admitted := fallbackAdmitted(t, l, Check{Limit: k, Cost: 1}, 10)
+	require.Equal(t, 4, admitted, "alone, the 4 the store had left, not 10")
+	// Shared by two nodes, no share of the answer is safe: the other node
+	// may have counted after it (decideLocally).
+	k.Key = "shared"
+	st.fail.Store(false)
+	for range 6 {
+		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1, Nodes: 2}})
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+	}
+	st.fail.Store(true)
+	require.Zero(t, fallbackAdmitted(t, l, Check{Limit: k, Cost: 1, Nodes: 2}, 10), "shared: denied while the store answered within the window")
 }
 
 // A limit smaller than the nodes sharing it leaves a node no local share:

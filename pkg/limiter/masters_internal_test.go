@@ -91,13 +91,13 @@ func TestLedgerOwesAcrossAMasterChange(t *testing.T) {
 	lg := newLedger(1000)
 	t0 := time.Unix(1_800_000_000, 0)
 	lg.observe("k", 40, t0, t0.Add(time.Hour), 1, 1, 1)
-	_, _, ok := lg.lendRestore("k")
+	_, _, _, ok := lg.lendRestore("k", t0)
 	require.False(t, ok, "the same master: nothing owed")
 
 	// Sent under generation 1, answered under 2 by a new master that
 	// lacked 15: remaining 54 after taking 1.
 	lg.observe("k", 54, t0.Add(time.Second), t0.Add(time.Hour), 1, 2, 1)
-	rem, at, ok := lg.lendRestore("k")
+	rem, at, _, ok := lg.lendRestore("k", t0.Add(time.Second))
 	require.True(t, ok)
 	require.EqualValues(t, 39, rem, "the answer before it less what it took")
 	require.Equal(t, t0, at)
@@ -105,10 +105,10 @@ func TestLedgerOwesAcrossAMasterChange(t *testing.T) {
 	// Another change: the last answer is owed; a key past its window is not.
 	lg.observe("old", 10, t0, t0.Add(time.Minute), 2, 2, 1)
 	lg.markAllMoved(3, t0.Add(2*time.Minute))
-	rem, _, ok = lg.lendRestore("k")
+	rem, _, _, ok = lg.lendRestore("k", t0.Add(2*time.Minute))
 	require.True(t, ok)
 	require.EqualValues(t, 54, rem)
-	_, _, ok = lg.lendRestore("old")
+	_, _, _, ok = lg.lendRestore("old", t0.Add(2*time.Minute))
 	require.False(t, ok)
 	require.Zero(t, lg.owing.Load())
 }

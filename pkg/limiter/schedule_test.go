@@ -102,6 +102,7 @@ type schedCall struct {
 	wait     <-chan struct{} // waitOf(ctx).Done(), asked on arrival as a lane asks: closed when the caller gives up
 	reply    chan schedReply
 	fate     fate
+	refuse   bool // the store refuses it, running nothing
 	sent     time.Time
 	answerAt time.Time
 	answered bool
@@ -232,12 +233,34 @@ type schedHarness struct {
 	fates               [5]int
 	opens, probesOK     int
 	over                int // 1 when the run admitted more than the limit
+
+	// Symmetric runs (sym): the store's own state over virtual time,
+	// met alike by every edge's calls (storePhase), and what was
+	// admitted when, for the per-window count.
+	sym      bool
+	phases   []storePhase
+	wiped    int         // restarts applied to the store
+	admits   []time.Time // every admission (unit), when it was decided
+	perPhase [4]int      // calls by the store's phase they met
+	fbHeld   int64       // concurrency slots the fallbacks hold
+	maxHeld  int64       // the most slots held at once, store and fallbacks
+	final    bool        // the run's last rounds: the store answers at once
+	kept     []event     // slots taken in the last rounds, released after them
+	forgot   int64       // units the store's empty restarts forgot
+	maxStore int64       // the most slots the store held at once
+	last     Source      // the source of the last decision
+	// finalFrom is when the last rounds began.
+	finalFrom time.Time
 }
 
 // newSchedHarness builds a run of seed for alg; calm runs have every call
 // answered within the deadline.
-func newSchedHarness(t *testing.T, alg Algorithm, seed uint64) *schedHarness {
-	rng := rand.New(rand.NewPCG(seed, uint64(alg)+1))
+func newSchedHarness(t *testing.T, alg Algorithm, seed uint64, sym bool) *schedHarness {
+	stream := uint64(alg) + 1
+	if sym {
+		stream += 100
+	}
+	rng := rand.New(rand.NewPCG(seed, stream))
 	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)} // an hour's start
 	h := &schedHarness{
 		t: t, seed: seed, alg: alg, rng: rng, clock: clock,
@@ -252,6 +275,9 @@ func newSchedHarness(t *testing.T, alg Algorithm, seed uint64) *schedHarness {
 		refundSig: make(chan struct{}, 1),
 	}
 	h.lim = Limit{Key: "sched", Algorithm: alg, Limit: int64(4 + rng.IntN(13)), Window: time.Hour}
+	if h.sym = sym; sym {
+		h.symSetup()
+	}
 	for i := range schedEdges {
 		l, err := New(&schedStore{edge: i, h: h}, Config{
 			Timeout:         time.Minute, // never reached: the harness's virtual deadline ends each wait
@@ -265,14 +291,23 @@ func newSchedHarness(t *testing.T, alg Algorithm, seed uint64) *schedHarness {
 			t.Fatal(err)
 		}
 		l.fallback = NewMemoryStore(WithClock(clock.now))
+		if !sym {
+			// Asymmetric runs model an edge cut off alone: one that has
+			// not heard from the store for a window before the run (as
+			// if started then) decides ⌊limit/N⌋ until it does, while the
+			// others keep counting at the store.
+			l.started = clock.now().Add(-silentFor(h.lim))
+		}
 		h.edges = append(h.edges, l)
 	}
 	for i := range h.lastLeft {
 		h.lastLeft[i] = -1
 	}
-	h.newWeather()
-	h.logf("seed %d: %s limit %d, %d edges, breaker after %d failures, cooldown %v, calm %v",
-		seed, alg, h.lim.Limit, schedEdges, h.failN, h.cool, h.calm)
+	if !sym {
+		h.newWeather()
+	}
+	h.logf("seed %d: %s limit %d per %v, %d edges, breaker after %d failures, cooldown %v, calm %v, symmetric %v",
+		seed, alg, h.lim.Limit, h.lim.Window, schedEdges, h.failN, h.cool, h.calm, sym)
 	return h
 }
 
@@ -298,8 +333,12 @@ func (h *schedHarness) logf(format string, args ...any) {
 func (h *schedHarness) fail(format string, args ...any) {
 	h.t.Helper()
 	tail := h.trace[max(0, len(h.trace)-40):]
-	h.t.Fatalf("seed %d (%s): %s\nreplay: go test -race -count=1 -run 'TestSchedule$/^%s$' ./pkg/limiter/ -sched.seed=%d\nlast steps:\n  %s",
-		h.seed, h.alg, fmt.Sprintf(format, args...), h.alg, h.seed, strings.Join(tail, "\n  "))
+	test := "TestSchedule"
+	if h.sym {
+		test = "TestScheduleSymmetric"
+	}
+	h.t.Fatalf("seed %d (%s): %s\nreplay: go test -race -count=1 -run '%s$/^%s$' ./pkg/limiter/ -sched.seed=%d\nlast steps:\n  %s",
+		h.seed, h.alg, fmt.Sprintf(format, args...), test, h.alg, h.seed, strings.Join(tail, "\n  "))
 }
 
 func (h *schedHarness) noteRefund(leases []Lease) {
@@ -356,6 +395,9 @@ func (h *schedHarness) run(n int) {
 		h.decide(e, i)
 	}
 	h.drain()
+	if h.sym {
+		h.symEnd()
+	}
 	// The frozen store thaws: the calls it held run and answer, in the
 	// order they were sent.
 	for _, c := range h.held {
@@ -366,6 +408,9 @@ func (h *schedHarness) run(n int) {
 		l.Close()
 	}
 	h.check()
+	if h.sym {
+		h.symCheck()
+	}
 }
 
 func (h *schedHarness) drain() {
@@ -420,6 +465,10 @@ func (h *schedHarness) dispatch(c *schedCall, fl *inflight) {
 	c.seq, c.sent, c.fl = h.seq, h.now(), fl
 	fl.call = c
 	h.busy[fl.edge] = fl
+	if h.sym {
+		h.symDispatch(c)
+		return
+	}
 	odds, sum := h.weather.odds, 0
 	for _, o := range odds {
 		sum += o
@@ -438,6 +487,7 @@ func (h *schedHarness) dispatch(c *schedCall, fl *inflight) {
 	case fateLate:
 		c.answerAt = c.sent.Add(schedDeadline + time.Millisecond + time.Duration(h.rng.Int64N(int64(2*time.Second))))
 	}
+	c.refuse = c.fate == fateError
 	h.fates[c.fate]++
 	if c.fate != fateHeld {
 		h.schedule(&event{at: c.answerAt, kind: evAnswer, call: c})
@@ -478,8 +528,11 @@ func (h *schedHarness) step() {
 	case evRelease:
 		h.logf("edge %d: a response ends, its slot is released", ev.edge)
 		h.edges[ev.edge].Release(context.Background(), ev.v)
-		if ev.v.Checks[0].Source == SourceStore {
+		switch ev.v.Checks[0].Source {
+		case SourceStore:
 			h.holding--
+		case SourceFallback:
+			h.fbHeld--
 		}
 	}
 }
@@ -487,15 +540,26 @@ func (h *schedHarness) step() {
 // answer runs call c in the store (unless refused) and replies.
 func (h *schedHarness) answer(c *schedCall) {
 	c.answered = true
+	h.applyRestarts()
 	var r schedReply
-	if c.fate == fateError {
+	if c.refuse {
 		r = schedReply{ds: make([]Decision, len(c.reqs)), err: errSchedRefused}
 	} else {
 		ds, err := h.store.Take(context.Background(), c.reqs)
-		if err != nil {
+		perReq := takeErrs(err)
+		if err != nil && perReq == nil {
 			h.fail("edge %d call %d: the store refused %v: %v", c.edge, c.seq, c.reqs, err)
 		}
 		for j, q := range c.reqs {
+			if perReq != nil && perReq[j] != nil {
+				// A replay landing past the window it was admitted in
+				// is refused: the next window owes nothing for it.
+				if !errors.Is(perReq[j], errWindowEnded) || q.Need == 0 {
+					h.fail("edge %d call %d: the store refused %v: %v", c.edge, c.seq, q, perReq[j])
+				}
+				h.logf("edge %d call %d: its replay of %d refused, the window it was admitted in ended", c.edge, c.seq, q.Cost)
+				continue
+			}
 			switch {
 			case q.Restore:
 				h.restored += ds[j].Admitted
@@ -505,7 +569,7 @@ func (h *schedHarness) answer(c *schedCall) {
 				h.lost += ds[j].Admitted
 			}
 		}
-		r = schedReply{ds: ds}
+		r = schedReply{ds: ds, err: err}
 		if c.fate == fateLost {
 			r = schedReply{ds: make([]Decision, len(c.reqs)), err: errSchedReset}
 		}
@@ -519,11 +583,12 @@ func (h *schedHarness) answer(c *schedCall) {
 	// Answered after its caller gave up: what the call took for the
 	// caller goes back to the store.
 	h.lateCalls++
-	if r.err != nil {
+	perReq := takeErrs(r.err)
+	if r.err != nil && perReq == nil {
 		return
 	}
 	for j, q := range c.reqs {
-		if q.Restore || q.Need > 0 || r.ds[j].Lease.Units <= 0 {
+		if q.Restore || q.Need > 0 || r.ds[j].Lease.Units <= 0 || perReq != nil && perReq[j] != nil {
 			continue
 		}
 		h.late[r.ds[j].Lease]++
@@ -575,7 +640,8 @@ func (h *schedHarness) settled(e int, r decideResult, c *schedCall) {
 	}
 	d := r.v.Checks[0]
 	h.logf("edge %d: allowed %v from %s (remaining %d)", e, r.v.Allowed, d.Source, d.Remaining)
-	if h.calm {
+	h.last = d.Source
+	if h.calm && h.lim.Window == time.Hour {
 		// Every call answered within the deadline: the store decides
 		// (or the over-limit cache, for what it denied), and the
 		// clients get the whole limit, no more and no fewer.
@@ -590,6 +656,7 @@ func (h *schedHarness) settled(e int, r decideResult, c *schedCall) {
 		h.lastLeft[e], h.fbSince[e] = d.Remaining, 0
 	}
 	if r.v.Allowed {
+		h.admits = append(h.admits, h.now())
 		switch d.Source {
 		case SourceStore:
 			h.byStore++
@@ -597,11 +664,21 @@ func (h *schedHarness) settled(e int, r decideResult, c *schedCall) {
 		case SourceFallback:
 			h.byFallback++
 			h.fbSince[e]++
-			h.checkShare(e)
+			if h.lim.Window == time.Hour { // symCheck counts windows that end within a run
+				h.checkShare(e)
+			}
+			if h.alg.Spec().Held {
+				h.fbHeld++
+			}
 		default:
 			h.fail("edge %d: allowed from %s", e, d.Source)
 		}
-		if h.alg.Spec().Held {
+		h.maxHeld = max(h.maxHeld, h.holding+h.fbHeld)
+		h.maxStore = max(h.maxStore, h.holding)
+		switch {
+		case h.final && h.alg.Spec().Held:
+			h.kept = append(h.kept, event{kind: evRelease, v: r.v, edge: e}) // held through the last rounds
+		case h.alg.Spec().Held:
 			h.schedule(&event{at: h.now().Add(time.Duration(10+h.rng.IntN(300)) * time.Millisecond), kind: evRelease, v: r.v, edge: e})
 		}
 	}
@@ -662,6 +739,9 @@ func (h *schedHarness) expectCall(e int, sent bool) {
 			h.fail("edge %d: half-open, but no probe reached the store in %v", e, schedWait)
 		}
 		ok := h.weather.probeOK
+		if h.sym {
+			ok = h.phaseAt(h.now()).kind == phaseUp
+		}
 		h.logf("edge %d: probe, ok %v", e, ok)
 		want := breakerOpen
 		if ok {
@@ -725,6 +805,9 @@ func (h *schedHarness) check() {
 				used, h.lost, used-h.lost)
 		}
 		return
+	}
+	if h.lim.Window < time.Hour || h.wiped > 0 {
+		return // symCheck counts per window; a restart emptied the store's count
 	}
 	// The window's bound: above the limit only what the fallbacks
 	// admitted and the store could not count when it answered again
@@ -819,7 +902,7 @@ func TestSchedule(t *testing.T) {
 
 // runSchedule runs one seed of alg.
 func runSchedule(t *testing.T, alg Algorithm, seed uint64) *schedHarness {
-	h := newSchedHarness(t, alg, seed)
+	h := newSchedHarness(t, alg, seed, false)
 	h.run(int(3*h.lim.Limit) + h.rng.IntN(10))
 	return h
 }

@@ -60,6 +60,8 @@ type Request struct {
 	// nothing and fails with errWindowEnded. A global rule's debt is
 	// settled this way, so it is charged to the window it was made in or
 	// to none (global.go).
+	// A restore (run at At) keeps here until when the answer it restores
+	// speaks for the key's window: the limiter drops one owed past it.
 	until time.Time
 }
 
