@@ -185,11 +185,13 @@ rules:
 		require.Zero(t, sum(m, mRequests, "outcome", "proxied"))
 	})
 
-	t.Run("fallback enforces limit per node", func(t *testing.T) {
-		e := edge(t, "fallback", "--nodes-in-region", "2")
+	// An edge alone decides in the fallback: its own count is the store's
+	// whole count, and it admits the limit (÷ 1 node), no more.
+	t.Run("fallback enforces the limit alone", func(t *testing.T) {
+		e := edge(t, "fallback", "--nodes-in-region", "1")
 		var got []int
 		var denied reply
-		for range 7 {
+		for range 12 {
 			r := get(client, e.url("/"))
 			require.NoError(t, r.err)
 			got = append(got, r.code)
@@ -197,13 +199,30 @@ rules:
 				denied = r
 			}
 		}
-		// ceil(10 / 2) = 5 admitted by this node's local fallback.
-		require.Equal(t, []int{200, 200, 200, 200, 200, 429, 429}, got)
+		require.Equal(t, []int{200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429, 429}, got)
 		require.NoError(t, checkDenied(denied, 10), "the fallback's 429 carries the rule's fields")
 		m := scrape(t, e)
-		require.Equal(t, 5.0, sum(m, mDecisions, "reason", "fallback", "decision", "allowed"))
+		require.Equal(t, 10.0, sum(m, mDecisions, "reason", "fallback", "decision", "allowed"))
 		require.Equal(t, 2.0, sum(m, mDecisions, "reason", "fallback", "decision", "denied"))
-		require.Equal(t, 7.0, sum(m, mFallback))
+		require.Equal(t, 12.0, sum(m, mFallback))
+	})
+
+	// An edge among two that has not heard from Redis for a window since it
+	// started cannot know what the other counted: an exact rule's fallback
+	// denies (with the rule's fields) rather than take a share of a limit
+	// the other edge may have spent.
+	t.Run("fallback shared denies within the window", func(t *testing.T) {
+		e := edge(t, "fallback", "--nodes-in-region", "2")
+		for i := range 5 {
+			r := get(client, e.url("/"))
+			require.NoError(t, r.err)
+			require.Equal(t, http.StatusTooManyRequests, r.code, "request %d", i+1)
+			require.NoError(t, checkDenied(r, 10), "the fallback's 429 carries the rule's fields")
+		}
+		m := scrape(t, e)
+		require.Zero(t, sum(m, mDecisions, "reason", "fallback", "decision", "allowed"))
+		require.Equal(t, 5.0, sum(m, mDecisions, "reason", "fallback", "decision", "denied"))
+		require.Equal(t, 5.0, sum(m, "edgeguard_limiter_fallback_unknown_total"))
 	})
 
 	t.Run("open admits", func(t *testing.T) {
