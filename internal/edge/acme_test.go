@@ -13,7 +13,12 @@ import (
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
+// TestACMESharedAcrossEdges: two edges sharing one Consul obtain one
+// certificate from an ACME server, and both serve its renewal. Parallel (its
+// Consul, Pebble and edges are its own): most of its time is the wait for
+// the renewal, a third of the 30 s lifetime before expiry.
 func TestACMESharedAcrossEdges(t *testing.T) {
+	t.Parallel()
 	consul, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
 	require.NoError(t, err)
 	defer consul.Close()

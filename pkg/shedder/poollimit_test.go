@@ -150,8 +150,22 @@ func TestWorkersSetCapacity(t *testing.T) {
 	r1()
 	ra()
 	require.Equal(t, 1, w.Busy())
-	_, err = w.Acquire(ctx, TierCritical) // queued behind the cap of 1…
-	_ = err
+	// A critical request queues behind the cap of 1 and takes the slot rb
+	// frees (waiting for it, not for its queue timeout of a minute).
+	rc := make(chan func(), 1)
+	go func() {
+		r, err := w.Acquire(ctx, TierCritical)
+		if err != nil {
+			r = nil
+		}
+		rc <- r
+	}()
+	require.Eventually(t, func() bool { return w.Queued() == 1 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, 1, w.Busy())
 	rb()
-	require.Zero(t, w.Busy()+w.Queued()-0)
+	r := <-rc
+	require.NotNil(t, r, "the queued critical request gets the freed slot")
+	require.Equal(t, 1, w.Busy())
+	r()
+	require.Zero(t, w.Busy()+w.Queued())
 }

@@ -140,7 +140,11 @@ func TestShadowChangesNoResponse(t *testing.T) {
 // its 429s reaches blocked (429, abnormal-usage-detected, Retry-After = the
 // cool-down), and once it has waited the cool-down it is normal again: its
 // next request is admitted under the rule's full limit.
+//
+// Parallel: its edges are its own (the shared Cluster under its own key
+// salt), and most of its time is the cool-down on the clock.
 func TestDenialLoopBlocksThenCoolsDown(t *testing.T) {
+	t.Parallel()
 	es := behaviourEdges(t, `
 version: 1
 behaviour:

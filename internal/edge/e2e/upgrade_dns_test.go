@@ -24,7 +24,12 @@ import (
 // neither fails its check nor deregisters, and the new one takes over the
 // same registration (same address, same admin socket for the check). Both
 // are polled every 20 ms from before the first upgrade to after the last.
+//
+// Parallel: its Consul and edge are its own, and most of its time is the
+// agent's check interval; it runs beside the other waiting tests once the
+// load tests are done.
 func TestUpgradeKeepsAOneEdgePoPInDNS(t *testing.T) {
+	t.Parallel()
 	c, err := testenv.StartConsul(testenv.ConsulOptions{Datacenter: "eu-west"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
