@@ -274,8 +274,12 @@ func storeStats(t *testing.T, lims []edgeLimiter) (slow uint64, fallback, opens 
 // it holds at most limit + ceil(limit/N)), whether Redis comes back with its
 // data or empty.
 func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
+	// Each case has a Redis of its own and spends most of its time in the
+	// freeze: they wait side by side, beside the package's other waiters.
+	t.Parallel()
 	for _, empty := range []bool{false, true} {
 		t.Run(fmt.Sprintf("back empty=%v", empty), func(t *testing.T) {
+			t.Parallel()
 			srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 			require.NoError(t, err)
 			t.Cleanup(func() { srv.Thaw(); _ = srv.Close() })

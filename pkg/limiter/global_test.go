@@ -444,6 +444,10 @@ func TestGlobalHome(t *testing.T) {
 // charged to the window the heal lands in: the home region's edge then
 // admits that window's full quota.
 func TestGlobalDebtDroppedWithItsWindow(t *testing.T) {
+	// Its own away Redis and WAN link, its own key at home; most of its
+	// time is spent waiting for a window's boundaries: beside the
+	// package's other waiters.
+	t.Parallel()
 	const (
 		quota  = 1000
 		tol    = 0.1
