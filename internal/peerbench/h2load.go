@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -20,16 +19,7 @@ func runH2load(ctx context.Context, bin, url string, clients, streams int, d tim
 	secs := max(1, int(d.Round(time.Second)/time.Second))
 	// One thread (h2load's default): the load generator takes one of the
 	// machine's cores at most.
-	cmd := exec.CommandContext(ctx, bin, "-t1", "-c"+strconv.Itoa(clients), "-m"+strconv.Itoa(streams), "-D", strconv.Itoa(secs), url)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return wrkResult{}, fmt.Errorf("h2load %s: %w\n%s", url, err, out)
-	}
-	r, err := parseH2load(string(out))
-	if err != nil {
-		return r, fmt.Errorf("h2load %s: %w\n%s", url, err, out)
-	}
-	return r, nil
+	return runReport(ctx, "h2load", url, parseH2load, bin, "-t1", "-c"+strconv.Itoa(clients), "-m"+strconv.Itoa(streams), "-D", strconv.Itoa(secs), url)
 }
 
 // parseH2load reads h2load's report: the requests/s (its "finished in"

@@ -25,15 +25,21 @@ type wrkResult struct {
 // report.
 func runWrk(ctx context.Context, bin, url string, threads, conns int, d time.Duration) (wrkResult, error) {
 	secs := max(1, int(d.Round(time.Second)/time.Second))
-	cmd := exec.CommandContext(ctx, bin, "-t"+strconv.Itoa(threads), "-c"+strconv.Itoa(conns),
+	return runReport(ctx, "wrk", url, parseWrk, bin, "-t"+strconv.Itoa(threads), "-c"+strconv.Itoa(conns),
 		"-d"+strconv.Itoa(secs)+"s", "--latency", url)
-	out, err := cmd.CombinedOutput()
+}
+
+// runReport runs a load generator's command line (bin first) and reads
+// its report with parse; a failed run or an unreadable report is an error
+// carrying the generator's output.
+func runReport(ctx context.Context, name, url string, parse func(string) (wrkResult, error), bin string, args ...string) (wrkResult, error) {
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	if err != nil {
-		return wrkResult{}, fmt.Errorf("wrk %s: %w\n%s", url, err, out)
+		return wrkResult{}, fmt.Errorf("%s %s: %w\n%s", name, url, err, out)
 	}
-	r, err := parseWrk(string(out))
+	r, err := parse(string(out))
 	if err != nil {
-		return r, fmt.Errorf("wrk %s: %w\n%s", url, err, out)
+		return r, fmt.Errorf("%s %s: %w\n%s", name, url, err, out)
 	}
 	return r, nil
 }
