@@ -107,6 +107,10 @@ type schedCall struct {
 	answerAt time.Time
 	answered bool
 	fl       *inflight // the decision waiting on it, nil once it returned
+	// ran is the store's reply to a call it ran at ranAt, before
+	// answerAt (a starved caller's, starveCall); nil: run when answered.
+	ran   *schedReply
+	ranAt time.Time
 }
 
 type schedReply struct {
@@ -170,6 +174,7 @@ const (
 	evDeadline evKind = iota // the caller's deadline passes
 	evAnswer                 // the store answers (or refuses)
 	evRelease                // a concurrency slot's response ends
+	evRun                    // the store runs a call whose answer is read later (starveCall)
 )
 
 type event struct {
@@ -251,6 +256,17 @@ type schedHarness struct {
 	last     Source      // the source of the last decision
 	// finalFrom is when the last rounds began.
 	finalFrom time.Time
+
+	// Starved runs (starved): callers short of CPU, whose calls the
+	// store runs within the deadline but whose answers sit unread past
+	// it (starveCall), drawn from a stream of their own (srng) so the
+	// other runs' schedules stay as they are.
+	starved           bool
+	srng              *rand.Rand
+	starvedGaveUp     int    // callers that gave up at the deadline, the answer unread
+	starvedRead       int    // callers that read the answer after their deadline
+	starvedAtDeadline int    // of both, answers read at the deadline's very instant
+	lostWhy           string // a starved run's quota lost once the store answered (quotaLost)
 }
 
 // newSchedHarness builds a run of seed for alg; calm runs have every call
@@ -261,9 +277,10 @@ func newSchedHarness(t *testing.T, alg Algorithm, seed uint64, sym bool) *schedH
 		stream += 100
 	}
 	rng := rand.New(rand.NewPCG(seed, stream))
+	srng := rand.New(rand.NewPCG(seed, stream+1000))
 	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)} // an hour's start
 	h := &schedHarness{
-		t: t, seed: seed, alg: alg, rng: rng, clock: clock,
+		t: t, seed: seed, alg: alg, rng: rng, srng: srng, clock: clock,
 		store:     NewMemoryStore(WithClock(clock.now)),
 		calm:      seed%4 == 0,
 		failN:     1 + rng.IntN(4),
@@ -336,6 +353,9 @@ func (h *schedHarness) fail(format string, args ...any) {
 	test := "TestSchedule"
 	if h.sym {
 		test = "TestScheduleSymmetric"
+	}
+	if h.starved {
+		test = strings.Replace(test, "Schedule", "ScheduleStarved", 1)
 	}
 	h.t.Fatalf("seed %d (%s): %s\nreplay: go test -race -count=1 -run '%s$/^%s$' ./pkg/limiter/ -sched.seed=%d\nlast steps:\n  %s",
 		h.seed, h.alg, fmt.Sprintf(format, args...), test, h.alg, h.seed, strings.Join(tail, "\n  "))
@@ -488,11 +508,13 @@ func (h *schedHarness) dispatch(c *schedCall, fl *inflight) {
 		c.answerAt = c.sent.Add(schedDeadline + time.Millisecond + time.Duration(h.rng.Int64N(int64(2*time.Second))))
 	}
 	c.refuse = c.fate == fateError
-	h.fates[c.fate]++
-	if c.fate != fateHeld {
-		h.schedule(&event{at: c.answerAt, kind: evAnswer, call: c})
+	if !h.starveCall(c) {
+		h.fates[c.fate]++
+		if c.fate != fateHeld {
+			h.schedule(&event{at: c.answerAt, kind: evAnswer, call: c})
+		}
+		h.schedule(&event{at: c.sent.Add(schedDeadline), kind: evDeadline, call: c})
 	}
-	h.schedule(&event{at: c.sent.Add(schedDeadline), kind: evDeadline, call: c})
 	h.logf("edge %d call %d (%d requests): %s", c.edge, c.seq, len(c.reqs), c.fate)
 	if h.left--; h.left <= 0 {
 		h.newWeather()
@@ -525,6 +547,9 @@ func (h *schedHarness) step() {
 		}
 	case evAnswer:
 		h.answer(ev.call)
+	case evRun:
+		h.logf("edge %d call %d: run by the store, its caller starved", ev.call.edge, ev.call.seq)
+		ev.call.ran, ev.call.ranAt = h.runInStore(ev.call), h.now()
 	case evRelease:
 		h.logf("edge %d: a response ends, its slot is released", ev.edge)
 		h.edges[ev.edge].Release(context.Background(), ev.v)
@@ -537,9 +562,71 @@ func (h *schedHarness) step() {
 	}
 }
 
-// answer runs call c in the store (unless refused) and replies.
+// starveCall makes call c, which the store answers within its deadline, a
+// starved caller's (starved runs, half of such calls): the store runs it
+// then, but its answer sits unread until the caller's deadline or up to
+// 300 ms after it, as on a machine short of CPU. The caller either gives
+// up at its deadline — its timer ran first (at the answer's own instant
+// too, the deadline first) — and the answer is late, or it reads the
+// answer: the select found it ready, and the call was answered. Reports
+// whether c was made so (its events are then scheduled).
+func (h *schedHarness) starveCall(c *schedCall) bool {
+	if !h.starved || h.calm || h.final || c.fate != fateInTime || c.refuse || h.srng.IntN(2) == 0 {
+		return false
+	}
+	deadline := c.sent.Add(schedDeadline)
+	ran := c.answerAt
+	c.answerAt = deadline
+	if h.srng.IntN(3) > 0 {
+		c.answerAt = deadline.Add(time.Duration(1+h.srng.IntN(300)) * time.Millisecond)
+	} else {
+		h.starvedAtDeadline++
+	}
+	h.schedule(&event{at: ran, kind: evRun, call: c})
+	if h.srng.IntN(2) == 0 {
+		c.fate = fateLate
+		h.starvedGaveUp++
+		h.schedule(&event{at: deadline, kind: evDeadline, call: c}) // before the answer at one instant
+	} else {
+		h.starvedRead++
+	}
+	h.fates[c.fate]++
+	h.schedule(&event{at: c.answerAt, kind: evAnswer, call: c})
+	return true
+}
+
+// answer runs call c in the store (unless refused, or run already) and
+// replies.
 func (h *schedHarness) answer(c *schedCall) {
 	c.answered = true
+	r := c.ran
+	if r == nil {
+		r = h.runInStore(c)
+	}
+	h.logf("edge %d call %d: answered (%s)", c.edge, c.seq, c.fate)
+	c.reply <- *r
+	if fl := c.fl; fl != nil { // its caller still waits
+		h.settled(fl.edge, h.await(fl, "a caller whose call was answered"), c)
+		return
+	}
+	// Answered after its caller gave up: what the call took for the
+	// caller goes back to the store.
+	h.lateCalls++
+	perReq := takeErrs(r.err)
+	if r.err != nil && perReq == nil {
+		return
+	}
+	for j, q := range c.reqs {
+		if q.Restore || q.Need > 0 || r.ds[j].Lease.Units <= 0 || perReq != nil && perReq[j] != nil {
+			continue
+		}
+		h.late[r.ds[j].Lease]++
+		h.awaitRefund(c, r.ds[j].Lease)
+	}
+}
+
+// runInStore runs call c in the store (unless refused): its reply.
+func (h *schedHarness) runInStore(c *schedCall) *schedReply {
 	h.applyRestarts()
 	var r schedReply
 	if c.refuse {
@@ -574,26 +661,7 @@ func (h *schedHarness) answer(c *schedCall) {
 			r = schedReply{ds: make([]Decision, len(c.reqs)), err: errSchedReset}
 		}
 	}
-	h.logf("edge %d call %d: answered (%s)", c.edge, c.seq, c.fate)
-	c.reply <- r
-	if fl := c.fl; fl != nil { // its caller still waits
-		h.settled(fl.edge, h.await(fl, "a caller whose call was answered"), c)
-		return
-	}
-	// Answered after its caller gave up: what the call took for the
-	// caller goes back to the store.
-	h.lateCalls++
-	perReq := takeErrs(r.err)
-	if r.err != nil && perReq == nil {
-		return
-	}
-	for j, q := range c.reqs {
-		if q.Restore || q.Need > 0 || r.ds[j].Lease.Units <= 0 || perReq != nil && perReq[j] != nil {
-			continue
-		}
-		h.late[r.ds[j].Lease]++
-		h.awaitRefund(c, r.ds[j].Lease)
-	}
+	return &r
 }
 
 // awaitRefund waits until ls is given back to the store.
@@ -656,7 +724,13 @@ func (h *schedHarness) settled(e int, r decideResult, c *schedCall) {
 		h.lastLeft[e], h.fbSince[e] = d.Remaining, 0
 	}
 	if r.v.Allowed {
-		h.admits = append(h.admits, h.now())
+		at := h.now()
+		if c != nil && c.ran != nil && d.Source == SourceStore {
+			// The store counted it when it ran the call: its window
+			// is the store's, whenever the caller read the answer.
+			at = c.ranAt
+		}
+		h.admits = append(h.admits, at)
 		switch d.Source {
 		case SourceStore:
 			h.byStore++
