@@ -67,7 +67,7 @@ const (
 	fateInTime fate = iota // run and answered before the caller's deadline
 	fateLate               // run and answered after the caller gave up
 	fateError              // refused before the deadline, running nothing
-	fateLost               // run, its reply lost (a reset): the units stay counted
+	fateLost               // run, its reply lost (a reset): the units stay counted, but a member-keeping take's, removed by id (Decision.Unsure)
 	fateHeld               // never answered until the run's end releases it (run then)
 )
 
@@ -605,8 +605,19 @@ func (h *schedHarness) answer(c *schedCall) {
 	}
 	h.logf("edge %d call %d: answered (%s)", c.edge, c.seq, c.fate)
 	c.reply <- *r
-	if fl := c.fl; fl != nil { // its caller still waits
+	fl := c.fl
+	if fl != nil { // its caller still waits
 		h.settled(fl.edge, h.await(fl, "a caller whose call was answered"), c)
+	}
+	// The members a lost reply's takes may have added are removed,
+	// whether or not they ran.
+	for _, d := range r.ds {
+		if d.Unsure && d.Lease.Units > 0 {
+			h.late[d.Lease]++
+			h.awaitRefund(c, d.Lease, "its reply lost")
+		}
+	}
+	if fl != nil {
 		return
 	}
 	// Answered after its caller gave up: what the call took for the
@@ -621,7 +632,7 @@ func (h *schedHarness) answer(c *schedCall) {
 			continue
 		}
 		h.late[r.ds[j].Lease]++
-		h.awaitRefund(c, r.ds[j].Lease)
+		h.awaitRefund(c, r.ds[j].Lease, fmt.Sprintf("answered %v after its caller gave up", h.now().Sub(c.sent)-schedDeadline))
 	}
 }
 
@@ -650,6 +661,9 @@ func (h *schedHarness) runInStore(c *schedCall) *schedReply {
 			switch {
 			case q.Restore:
 				h.restored += ds[j].Admitted
+			case c.fate == fateLost && q.Limit.Algorithm.Spec().Members:
+				// Removed again: the limiter gives back the members
+				// of a take whose reply was lost (Decision.Unsure).
 			case q.Need > 0:
 				h.replayed += ds[j].Admitted
 			case c.fate == fateLost:
@@ -658,28 +672,38 @@ func (h *schedHarness) runInStore(c *schedCall) *schedReply {
 		}
 		r = schedReply{ds: ds, err: err}
 		if c.fate == fateLost {
-			r = schedReply{ds: make([]Decision, len(c.reqs)), err: errSchedReset}
+			// As RedisStore answers a take whose reply was lost: a
+			// member-keeping take names the members it may have added
+			// (Decision.Unsure), the others say nothing.
+			lost := make([]Decision, len(c.reqs))
+			for j, q := range c.reqs {
+				if q.Limit.Algorithm.Spec().Members && !q.Restore && (perReq == nil || perReq[j] == nil) {
+					lost[j] = Decision{Unsure: true, Lease: Lease{Limit: q.Limit, id: ds[j].Lease.id, first: 1, Units: q.Cost}}
+				}
+			}
+			r = schedReply{ds: lost, err: errSchedReset}
 		}
 	}
 	return &r
 }
 
-// awaitRefund waits until ls is given back to the store.
-func (h *schedHarness) awaitRefund(c *schedCall, ls Lease) {
+// awaitRefund waits until ls, owed back by call c (what: why), is given
+// back to the store.
+func (h *schedHarness) awaitRefund(c *schedCall, ls Lease, what string) {
 	deadline := time.After(schedWait)
 	for {
 		h.mu.Lock()
 		n := h.refunded[ls]
 		h.mu.Unlock()
 		if n >= h.late[ls] {
-			h.logf("edge %d call %d: its %d late units given back", c.edge, c.seq, ls.Units)
+			h.logf("edge %d call %d: its %d units given back (%s)", c.edge, c.seq, ls.Units, what)
 			return
 		}
 		select {
 		case <-h.refundSig:
 		case <-deadline:
-			h.fail("edge %d call %d, answered %v after its caller gave up: its %d units were never given back (waited %v)",
-				c.edge, c.seq, h.now().Sub(c.sent)-schedDeadline, ls.Units, schedWait)
+			h.fail("edge %d call %d, %s: its %d units were never given back (waited %v)",
+				c.edge, c.seq, what, ls.Units, schedWait)
 		}
 	}
 }
