@@ -3,7 +3,7 @@
 GO      ?= go
 TIMEOUT ?= 12m
 
-.PHONY: build package package-check run test test-go loadtest-test test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers bench-tenants rls-differential
+.PHONY: build package package-check run test test-go loadtest-test test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test stack-build k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers bench-tenants rls-differential
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -46,14 +46,16 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-# The lint, the dashboards check, the load-test module's tests and the
-# package check run in the light lane beside the heavy packages
-# (scripts/test-go.sh), where the cores have room; the stack test after.
+# The lint, the dashboards check, the load-test module's tests, the
+# package check and the stack test's builds (stack-build) run in the light
+# lane beside the heavy packages (scripts/test-go.sh), where the cores have
+# room; the stack test after, with nothing left to build.
+TEST_STACK_BUILD := $(CURDIR)/.stack-build
 test: tools
 	$(MAKE) --no-print-directory test-go \
 		LIGHT_BEFORE='$(MAKE) --no-print-directory lint dashboards-check' \
-		LIGHT_AFTER='$(MAKE) --no-print-directory loadtest-test package-check'
-	$(MAKE) stack-test
+		LIGHT_AFTER='$(MAKE) --no-print-directory loadtest-test package-check stack-build STACK_BUILD_DIR=$(TEST_STACK_BUILD)'
+	$(MAKE) stack-test STACK_BUILD_DIR=$(TEST_STACK_BUILD)
 
 # The load-test extension module's own tests (its own go.mod).
 loadtest-test:
@@ -152,9 +154,24 @@ rls-differential: build
 # (multi-region.js, 20 s, correctness thresholds), drills 1, 3, 5 and 6, the DNS
 # drain and self-healing tests, and takes it down: the build tag keeps this
 # package out of `go test ./...`, so it runs exactly once. k6 is built first
-# (cached by k6 version and the extension's content).
+# (cached by k6 version and the extension's content). With STACK_BUILD_DIR
+# (make test sets it), the stack's binaries and the test binary come from
+# there, built ahead by stack-build (scripts/stack.sh up relinks whatever is
+# out of date).
+STACK_BUILD_DIR ?=
 stack-test: tools k6
+ifeq ($(STACK_BUILD_DIR),)
 	$(GO) test -tags stack -count=1 -timeout 15m -v -run 'Test' ./internal/stack/drills/
+else
+	$(GO) test -tags stack -c -o '$(STACK_BUILD_DIR)/drills.test' ./internal/stack/drills/
+	cd internal/stack/drills && STACK_BUILD_DIR='$(STACK_BUILD_DIR)' '$(STACK_BUILD_DIR)/drills.test' \
+		-test.count=1 -test.timeout=15m -test.v -test.run='Test'
+endif
+
+# The stack's binaries and the stack test's binary, into STACK_BUILD_DIR.
+stack-build:
+	STACK_BUILD_DIR='$(STACK_BUILD_DIR)' ./scripts/stack.sh build
+	$(GO) test -tags stack -c -o '$(STACK_BUILD_DIR)/drills.test' ./internal/stack/drills/
 
 # The Grafana boards are generated from dashboards/src (Grafana's foundation
 # SDK); `make dashboards` rewrites the JSON, the check fails when the

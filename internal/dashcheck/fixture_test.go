@@ -389,10 +389,17 @@ type dashFixture struct {
 }
 
 func startDashFixture(t *testing.T, rulesPath string) *dashFixture {
+	// The edge builds (the linker, mostly) while the servers start.
 	bin := filepath.Join(t.TempDir(), "edge")
-	build := exec.Command("go", "build", "-o", bin, "github.com/edgeguard/edgeguard/cmd/edge")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the edge: %s", out)
+	var buildErr error
+	built := make(chan struct{})
+	go func() {
+		defer close(built)
+		if out, err := exec.Command("go", "build", "-o", bin, "github.com/edgeguard/edgeguard/cmd/edge").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building the edge: %w\n%s", err, out)
+		}
+	}()
+	t.Cleanup(func() { <-built }) // no build outlives the test (nor writes into its removed temp dir)
 
 	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{Password: redisPassword})
 	require.NoError(t, err)
@@ -441,6 +448,8 @@ func startDashFixture(t *testing.T, rulesPath string) *dashFixture {
 	_, err = cc.KV().Put(&consulapi.KVPair{Key: region.NewLayout("edgeguard/").Catalog(), Value: []byte(catalog)}, nil)
 	require.NoError(t, err)
 
+	<-built
+	require.NoError(t, buildErr)
 	ams := startEdgeProc(t, bin, "ams", origin.URL, rd.URL(), consul.HTTPAddr())
 	fra := startEdgeProc(t, bin, "fra", origin.URL, rd.URL(), consul.HTTPAddr())
 

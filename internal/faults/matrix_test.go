@@ -897,26 +897,51 @@ func TestFaultMatrix(t *testing.T) {
 		plan = slices.DeleteFunc(plan, func(mc matrixCell) bool { return !slices.Contains(strings.Split(algs, ","), mc.algorithm) })
 	}
 	deps := map[string]func(*testing.T) *deployment{"standalone": startStandalone, "sentinel": startSentinel, "cluster": startCluster}
+	// A cell's deployment: its own (every standalone cell, every cell
+	// that fails over: a pause or a failover stays in its cell) or the
+	// package's shared Sentinel or Cluster.
+	deployment := func(mc matrixCell) (dep func(*testing.T) *deployment, own bool) {
+		switch {
+		case mc.deployment == "sentinel" && (mc.fault == "failover in pause" || faultNamed(mc.fault).masterChange):
+			return startOwnSentinel, true
+		case mc.deployment == "cluster" && mc.fault == "master killed":
+			return startOwnCluster, true
+		}
+		return deps[mc.deployment], mc.deployment == "standalone"
+	}
+	cell := func(mc matrixCell, parallel bool) (string, func(*testing.T)) {
+		return mc.deployment + "/" + mc.fault + "/" + mc.algorithm, func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
+			alg, err := limit.Parse(mc.algorithm)
+			require.NoError(t, err)
+			dep, _ := deployment(mc)
+			runCell(t, dep(t), faultNamed(mc.fault), alg)
+		}
+	}
+	// The cells with a deployment of their own run side by side (at most
+	// as many as there are cores), and so does the group of the cells on
+	// the shared deployments, which run one after the other within it.
 	t.Run("cells", func(t *testing.T) {
+		var shared []matrixCell
 		for _, mc := range plan {
-			name := mc.deployment + "/" + mc.fault + "/" + mc.algorithm
-			t.Run(name, func(t *testing.T) {
-				alg, err := limit.Parse(mc.algorithm)
-				require.NoError(t, err)
-				if mc.deployment == "standalone" {
-					// Every standalone cell has its own server: cells run
-					// in parallel and a pause stays in its cell.
-					t.Parallel()
+			if _, own := deployment(mc); !own {
+				shared = append(shared, mc)
+			}
+		}
+		if len(shared) > 0 {
+			t.Run("shared", func(t *testing.T) {
+				t.Parallel()
+				for _, mc := range shared {
+					t.Run(cell(mc, false))
 				}
-				dep := deps[mc.deployment]
-				switch {
-				case mc.deployment == "sentinel" && (mc.fault == "failover in pause" || faultNamed(mc.fault).masterChange):
-					dep = startOwnSentinel
-				case mc.deployment == "cluster" && mc.fault == "master killed":
-					dep = startOwnCluster
-				}
-				runCell(t, dep(t), faultNamed(mc.fault), alg)
 			})
+		}
+		for _, mc := range plan {
+			if _, own := deployment(mc); own {
+				t.Run(cell(mc, true))
+			}
 		}
 	})
 	resultsMu.Lock()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,13 +26,27 @@ const (
 )
 
 // Drill1 kills a Redis master under steady load in the Cluster region and
-// in the Sentinel region, one after the other.
+// in the Sentinel region, both at once: each region has its own Redis, its
+// own edges and its own clients, and each drill reads only its region's
+// edges. The killed nodes come back as replicas afterwards, with one
+// reconcile (as `make stack-up` would bring them back).
 func (e *Env) Drill1(ctx context.Context) []*Result {
-	var out []*Result
-	for _, mode := range []string{"cluster", "sentinel"} {
+	modes := []string{"cluster", "sentinel"}
+	out := make([]*Result, len(modes))
+	var wg sync.WaitGroup
+	for i, mode := range modes {
 		r := newResult("1 redis master killed (" + mode + ")")
-		r.Err = e.drill1(ctx, mode, r)
-		out = append(out, r)
+		out[i] = r
+		wg.Go(func() { r.Err = e.drill1(ctx, mode, r) })
+	}
+	wg.Wait()
+	t0 := time.Now()
+	err := e.reconcile(ctx)
+	for _, r := range out {
+		r.Times["restore"] = time.Since(t0)
+		if err != nil {
+			r.Err = errors.Join(r.Err, fmt.Errorf("restoring the stack: %w", err))
+		}
 	}
 	return out
 }
@@ -154,13 +169,6 @@ func (e *Env) drill1(ctx context.Context, mode string, res *Result) error {
 	if worst == 0 {
 		return errors.New("no request was admitted")
 	}
-	// The killed node comes back as a replica, as `make stack-up` would
-	// bring it back.
-	t0 := time.Now()
-	if err := e.reconcile(ctx); err != nil {
-		return fmt.Errorf("restoring the stack: %w", err)
-	}
-	res.Times["restore"] = time.Since(t0)
 	return nil
 }
 

@@ -359,21 +359,39 @@ func (g *globalDrill) joinWAN(ctx context.Context, res *Result) error {
 		g.close()
 		return err
 	}
+	// Both directions at once: each has its own link and its own away
+	// region's edges.
 	start := time.Now()
-	for _, d := range g.dirs {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs = make([]error, len(g.dirs))
+	)
+	for i, d := range g.dirs {
 		probe, err := g.clientHomed("probe", d.home)
-		if err == nil {
-			err = g.cutOff(ctx, d, probe, nil)
-		}
-		if err == nil {
-			err = g.heal(ctx, d)
-		}
 		if err != nil {
 			g.close()
 			return fmt.Errorf("%s: %w", d, err)
 		}
-		res.Times["wan_joined_"+d.away] = time.Since(start)
-		fmt.Fprintf(e.Log, "drill 6: %s reaches %s's Redis over the link (%s)\n", d.away, d.home, time.Since(start).Round(time.Millisecond))
+		wg.Go(func() {
+			err := g.cutOff(ctx, d, probe, nil)
+			if err == nil {
+				err = g.heal(ctx, d)
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", d, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			res.Times["wan_joined_"+d.away] = time.Since(start)
+			fmt.Fprintf(e.Log, "drill 6: %s reaches %s's Redis over the link (%s)\n", d.away, d.home, time.Since(start).Round(time.Millisecond))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		g.close()
+		return err
 	}
 	return nil
 }
