@@ -586,7 +586,7 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, plan *cpuPlan, dir, sc, t
 		if cfg.APool != nil {
 			r.Share = min(r.Share, cfg.APool.Limit) // its pool's limit holds it to less
 		}
-		for _, p := range []string{"edgeguard_shedder_host_", "edgeguard_shedder_in_flight", "edgeguard_shedder_utilization"} {
+		for _, p := range []string{"edgeguard_shedder_host_", "edgeguard_shedder_utilization", "go_goroutines"} {
 			r.MidMetrics += metricLines(ctx, srv.admin, p)
 		}
 	}
