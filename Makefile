@@ -257,14 +257,18 @@ bench-peers: build
 	$(GO) run ./scripts/peerbench requests -edge bin/edge -nginx $(NGINX) -haproxy $(HAPROXY) -sets $(SETS) -duration $(PEERS_DURATION) $(PEERS_ARGS)
 
 # Tenant isolation (issue 51) at its own scale, the edge at its defaults
-# beside nginx (NGINX), each alone before one origin on loopback: b.example
-# on 8 connections alone for TENANTS_PHASE, then as long beside a.example,
-# whose origin answers after 5 s (1,200 clients from 5 addresses, 2 critical
-# ones) and then floods it (3x the edge's workers connections from 48
-# addresses, an origin answering at once). Prints the table of BENCHMARKS.md
-# and PASS/FAIL per goal; about 3 minutes. TENANTS_ARGS adds flags (-slow 2s,
-# -a-clients 600, -scenarios slow, -a-pool 256,1200,10s, -edge-args
-# "--workers 256"). Not part of make test (its smoke test is).
+# beside nginx (NGINX), each alone before one origin on loopback and pinned
+# alone to one CPU (the origin and the clients on the others; needs 2 CPUs):
+# b.example on 8 connections alone for TENANTS_PHASE, then as long beside
+# a.example, whose origin answers after 5 s (1,200 clients from 5 addresses,
+# 2 critical ones) and then floods it (3x the edge's workers connections from
+# 48 addresses, an origin answering at once; b.example judged at a fixed
+# rate, half its closed-loop rate alone, each request lost unless answered
+# within 1 s). Prints the tables of BENCHMARKS.md and PASS/FAIL per goal;
+# about 5 minutes a set. TENANTS_ARGS adds flags (-sets 2, -scenarios
+# slow,flood,join, -pin=false, -deadline 500ms, -open-share 0.25, -slow 2s,
+# -a-clients 600, -a-pool 256,1200,10s, -edge-args "--workers 256"). Not part
+# of make test (its smoke test is).
 TENANTS_PHASE ?= 20s
 TENANTS_ARGS  ?=
 bench-tenants: build

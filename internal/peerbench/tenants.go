@@ -47,7 +47,22 @@ type TenantsConfig struct {
 	// (--hosts), the same origin behind it, with these concurrency
 	// settings: an operator bounding the slow tenant. Empty: the defaults.
 	APool *PoolLimit
-	// Scenarios are those to run, of "slow" and "flood", in this order.
+	// OpenShare is the fixed rate b.example is offered at in the flood
+	// scenario (and c.example in "join"): this fraction of the 200s a
+	// second b.example got alone, closed loop, in the same run. OpenConns
+	// is how many connections its client may open; Deadline is how long it
+	// waits for an answer: a request not answered 200 by then is lost.
+	OpenShare float64
+	OpenConns int
+	Deadline  time.Duration
+	// Pin runs the proxy under test alone on one CPU and everything else
+	// (the origin, the clients, this program) on the others; it needs 2.
+	Pin bool
+	// Sets is how many times each scenario runs both targets, the edge
+	// first in odd sets and nginx first in even ones.
+	Sets int
+	// Scenarios are those to run, of "slow", "flood" and "join", in this
+	// order.
 	Scenarios []string
 	Out       io.Writer
 }
@@ -56,17 +71,23 @@ type TenantsConfig struct {
 // 51's scale.
 func DefaultTenantsConfig() TenantsConfig {
 	return TenantsConfig{Phase: 20 * time.Second, Slow: 5 * time.Second, AClients: 1200, ASources: 5, Critical: 2,
-		BConns: 8, FloodFactor: 3, FloodSources: 48, Scenarios: []string{"slow", "flood"}, Out: os.Stdout}
+		BConns: 8, FloodFactor: 3, FloodSources: 48, OpenShare: 0.5, OpenConns: 32, Deadline: time.Second, Pin: true, Sets: 1,
+		Scenarios: []string{"slow", "flood"}, Out: os.Stdout}
 }
 
 // SmokeTenantsConfig is the same run scaled down to a few seconds: 40
 // clients, a 1 s slowdown, an edge of 32 workers (so a.example is held to
 // its share of 16, twice b.example's 8 connections), a flood of 64
-// connections from 40 addresses.
+// connections from 40 addresses, nothing pinned (the smoke checks the
+// steps, on whatever CPUs the machine has free), and the fixed rate a
+// tenth of b.example's alone on 4 connections (c.example holds no more
+// than its share of 32 workers) with a deadline of 5 s (a busy machine
+// must not fail it).
 func SmokeTenantsConfig() TenantsConfig {
 	c := DefaultTenantsConfig()
 	c.EdgeArgs = []string{"--workers", "32"}
 	c.Phase, c.Slow, c.AClients, c.FloodConns, c.FloodSources = time.Second, time.Second, 40, 64, 40
+	c.Pin, c.OpenShare, c.OpenConns, c.Deadline = false, 0.1, 4, 5*time.Second
 	return c
 }
 
@@ -82,8 +103,14 @@ func (c TenantsConfig) validate() error {
 	if c.FloodSources < 1 || c.FloodSources > 250 || (c.FloodConns < 1 && c.FloodFactor < 1) || c.FloodConns > 20000 {
 		errs = append(errs, fmt.Errorf("the flood needs 1 to 250 addresses (%d) and a factor (%d) or up to 20000 connections (%d)", c.FloodSources, c.FloodFactor, c.FloodConns))
 	}
-	if len(c.Scenarios) == 0 || slices.ContainsFunc(c.Scenarios, func(s string) bool { return s != "slow" && s != "flood" }) {
-		errs = append(errs, fmt.Errorf("scenarios %q: want slow, flood or both", c.Scenarios))
+	if len(c.Scenarios) == 0 || slices.ContainsFunc(c.Scenarios, func(s string) bool { return s != "slow" && s != "flood" && s != "join" }) {
+		errs = append(errs, fmt.Errorf("scenarios %q: want slow, flood, join or some of them", c.Scenarios))
+	}
+	if c.OpenShare <= 0 || c.OpenShare > 1 || c.OpenConns < 1 || c.OpenConns > 256 || c.Deadline < time.Millisecond || c.Deadline > time.Minute {
+		errs = append(errs, fmt.Errorf("the fixed rate's share (%g) must be in (0, 1], its connections (%d) from 1 to 256, its deadline (%s) from 1ms to 1m", c.OpenShare, c.OpenConns, c.Deadline))
+	}
+	if c.Sets < 1 || c.Sets > 20 {
+		errs = append(errs, fmt.Errorf("sets (%d) must be from 1 to 20", c.Sets))
 	}
 	if c.EdgeBin == "" || c.NginxBin == "" {
 		errs = append(errs, errors.New("no edge or nginx binary given"))
@@ -126,7 +153,11 @@ func (p *PoolLimit) hostTable(dir, origin string) (string, error) {
 const (
 	trustedSource = "127.0.0.1"
 	bSource       = "127.0.0.9"
+	cSource       = "127.0.0.10"
 	fastHost      = "b.example"
+	joinHost      = "c.example"
+	// joinBin is the width of the bins c.example's arrival is judged in.
+	joinBin = 250 * time.Millisecond
 )
 
 func aSources(n int) []string     { return sources("127.0.2.", n) }
@@ -149,10 +180,12 @@ type count struct {
 	refused  int   // 503
 	other    int   // any other status
 	errs     int   // no answer: a socket error or a timeout
+	timeouts int   // of errs, those given up at their deadline
 	firstErr error // the first of them
 	refusal  string
 	oddity   string          // the first other status and its body
 	lat      []time.Duration // of the 200s
+	lag      []time.Duration // at a fixed rate, how late each was sent
 }
 
 func (c *count) add(code int, body []byte, d time.Duration, err error) {
@@ -162,6 +195,9 @@ func (c *count) add(code int, body []byte, d time.Duration, err error) {
 	switch {
 	case err != nil:
 		c.errs++
+		if isTimeout(err) {
+			c.timeouts++
+		}
 		if c.firstErr == nil {
 			c.firstErr = err
 		}
@@ -192,9 +228,31 @@ func (c *count) p99() time.Duration {
 // TenantRun is one target (the edge or nginx) in one scenario.
 type TenantRun struct {
 	Scenario, Target string
+	Set              int
 	Phase            time.Duration
-	BQuiet, BDuring  *count // b.example alone, then beside a.example
-	A, Crit          *count // a.example's clients and its critical ones, in the second phase
+	BQuiet, BDuring  *count // b.example alone, then beside a.example, closed loop
+	// BQuietOpen and BDuringOpen are b.example at a fixed Rate a second,
+	// alone and beside the flood, each request lost unless answered 200
+	// within Deadline (the flood scenario).
+	BQuietOpen, BDuringOpen *count
+	Rate                    float64
+	Deadline                time.Duration
+	A, Crit                 *count // a.example's clients and its critical ones, beside b.example
+	// C is c.example, joining a quarter into the slowdown at Rate (the
+	// join scenario): its first 200 CFirstOK after it started, every
+	// joinBin from CAtRate on at least 95 % answered in time; the host
+	// share was ShareBefore as it joined and Share a quarter later.
+	C                 *count
+	join              *joinTrace
+	CFirstOK, CAtRate time.Duration
+	ShareBefore       int
+	// Pinned is how the proxy's threads were found after pinning, empty
+	// unpinned; GoMaxProcs is the edge's (0 for nginx).
+	Pinned     string
+	GoMaxProcs int
+	// Beside is how long b.example ran beside a.example's load.
+	Beside     time.Duration
+	MidMetrics string // the edge's per-host shedder gauges mid-phase
 	// Share is what a.example may hold at once: the edge's host share read
 	// mid-phase (or its pool's limit, if smaller), for nginx every client; Rounds is how many answers each
 	// held place can give in the phase (each request sent in it counts).
@@ -211,93 +269,167 @@ type TenantRun struct {
 	EdgeMetrics string // the edge's shedder and outcome lines after the run
 }
 
-// Goal is one of issue 51's goals for one run.
+// Goal is one of issue 51's goals for one run, or (Info) a figure printed
+// beside them that no goal holds.
 type Goal struct {
 	What, Figure string
-	Met          bool
+	Met, Info    bool
 }
 
-// Goals are the goals this run is held to: b.example keeps 95 % of its
-// quiet goodput, read two ways: the share of its requests answered 200
-// (the issue's "succeeded") and the 200s it got a second (which, on a
-// machine of few cores, a.example's clients' CPU takes from too),
-// with a p99 within 1.5× of its quiet one (in the slow-origin scenario);
-// a.example gets its share's worth of answers (at least 90 % of share ×
-// rounds, in the slow-origin scenario); no critical request is refused.
+// Goals are the goals this run is held to.
+//
+// In the slow-origin scenarios b.example keeps 95 % of its quiet goodput,
+// read two ways: the share of its requests answered 200 (the issue's
+// "succeeded") and the 200s it got a second, with a p99 within 1.5× of its
+// quiet one; a.example gets its share's worth of answers (at least 90 % of
+// share × rounds); no critical request is refused. In "join", c.example is
+// never refused and gets at least 95 % of its requests answered 200 within
+// the deadline; how soon is printed beside.
+//
+// In the flood the goal's figure is b.example at a fixed rate: the share
+// of the requests offered beside the flood answered 200 within the
+// deadline, at least 95 % of that share alone. Closed loop, b.example's
+// 200s a second measure how much CPU its client and its proxy get, not
+// whether the proxy keeps it apart from a.example: they are printed
+// beside, as figures no goal holds.
 func (r *TenantRun) Goals() []Goal {
 	var gs []Goal
 	bq, bd := r.BQuiet, r.BDuring
-	rateQ, rateD := float64(bq.ok)/r.Phase.Seconds(), float64(bd.ok)/r.Phase.Seconds()
+	rateQ, rateD := float64(bq.ok)/r.Phase.Seconds(), 0.0
+	if r.Beside > 0 {
+		rateD = float64(bd.ok) / r.Beside.Seconds()
+		if r.Scenario == "flood" {
+			rateD = float64(bd.ok) / (r.Beside.Seconds() / 2) // the closed loop has the last of the two phases
+		}
+	}
 	succQ, succD := ratio(float64(bq.ok), float64(bq.sent)), ratio(float64(bd.ok), float64(bd.sent))
-	gs = append(gs, Goal{"b.example succeeded ≥ 95 % of quiet",
-		fmt.Sprintf("%.2f %% of %.2f %%", 100*succD, 100*succQ), bd.sent > 0 && succD >= 0.95*succQ})
-	gs = append(gs, Goal{"b.example 200s a second ≥ 95 % of quiet",
-		fmt.Sprintf("%.0f/s of %.0f/s (%.1f %%)", rateD, rateQ, 100*ratio(rateD, rateQ)), ratio(rateD, rateQ) >= 0.95})
-	if r.Scenario != "slow" {
+	flood := r.Scenario == "flood"
+	label := ""
+	if flood {
+		label = " (closed loop, no goal)"
+		oq, od := r.BQuietOpen, r.BDuringOpen
+		inQ, inD := ratio(float64(oq.inTime(r.Deadline)), float64(oq.sent)), ratio(float64(od.inTime(r.Deadline)), float64(od.sent))
+		gs = append(gs, Goal{What: fmt.Sprintf("b.example at a fixed %.0f/s, answered 200 within %s beside the flood ≥ 95 %% of alone (the goal's figure)", r.Rate, r.Deadline),
+			Figure: fmt.Sprintf("%d of %d (%.2f %%) of %d of %d (%.2f %%)", od.inTime(r.Deadline), od.sent, 100*inD, oq.inTime(r.Deadline), oq.sent, 100*inQ),
+			Met:    od.sent > 0 && oq.sent > 0 && inD >= 0.95*inQ})
+	}
+	gs = append(gs, Goal{What: "b.example succeeded ≥ 95 % of quiet" + label,
+		Figure: fmt.Sprintf("%.2f %% of %.2f %%", 100*succD, 100*succQ), Met: bd.sent > 0 && succD >= 0.95*succQ, Info: flood})
+	gs = append(gs, Goal{What: "b.example 200s a second ≥ 95 % of quiet" + label,
+		Figure: fmt.Sprintf("%.0f/s of %.0f/s (%.1f %%)", rateD, rateQ, 100*ratio(rateD, rateQ)), Met: ratio(rateD, rateQ) >= 0.95, Info: flood})
+	if flood {
 		return gs
 	}
-	gs = append(gs, Goal{"b.example p99 ≤ 1.5× quiet",
-		fmt.Sprintf("%s vs %s (%.2f×)", ms(bd.p99()), ms(bq.p99()), ratio(float64(bd.p99()), float64(bq.p99()))),
-		bq.p99() > 0 && bd.p99() > 0 && bd.p99() <= bq.p99()*3/2})
+	gs = append(gs, Goal{What: "b.example p99 ≤ 1.5× quiet",
+		Figure: fmt.Sprintf("%s vs %s (%.2f×)", ms(bd.p99()), ms(bq.p99()), ratio(float64(bd.p99()), float64(bq.p99()))),
+		Met:    bq.p99() > 0 && bd.p99() > 0 && bd.p99() <= bq.p99()*3/2})
 	want := r.Share * r.Rounds
-	gs = append(gs, Goal{"a.example answered ≥ 90 % of share × rounds",
-		fmt.Sprintf("%d of %d × %d = %d", r.A.ok, r.Share, r.Rounds, want), want > 0 && float64(r.A.ok) >= 0.9*float64(want)})
-	gs = append(gs, Goal{"nothing critical refused",
-		fmt.Sprintf("%d of %d answered", r.Crit.ok, r.Crit.sent), r.Crit.sent > 0 && r.Crit.ok == r.Crit.sent})
+	gs = append(gs, Goal{What: "a.example answered ≥ 90 % of share × rounds",
+		Figure: fmt.Sprintf("%d of %d × %d = %d", r.A.ok, r.Share, r.Rounds, want), Met: want > 0 && float64(r.A.ok) >= 0.9*float64(want)})
+	gs = append(gs, Goal{What: "nothing critical refused",
+		Figure: fmt.Sprintf("%d of %d answered", r.Crit.ok, r.Crit.sent), Met: r.Crit.sent > 0 && r.Crit.ok == r.Crit.sent})
+	if r.Scenario != "join" {
+		return gs
+	}
+	c := r.C
+	gs = append(gs, Goal{What: fmt.Sprintf("c.example, joining at a fixed %.0f/s, never refused and ≥ 95 %% answered 200 within %s", r.Rate, r.Deadline),
+		Figure: fmt.Sprintf("%d of %d in time, %d refused, %d lost", c.inTime(r.Deadline), c.sent, c.refused, c.errs),
+		Met:    c.sent > 0 && c.refused == 0 && float64(c.inTime(r.Deadline)) >= 0.95*float64(c.sent)})
+	gs = append(gs, Goal{What: fmt.Sprintf("c.example's first 200, and every %s at ≥ 95 %% in time, from its start", joinBin), Info: true,
+		Figure: fmt.Sprintf("%s, from %s; host share %d before it joined, %d after", since(r.CFirstOK), since(r.CAtRate), r.ShareBefore, r.Share)})
 	return gs
 }
 
+// since is a duration after c.example's start, or "never".
+func since(d time.Duration) string {
+	if d < 0 {
+		return "never"
+	}
+	return ms(d)
+}
+
 // Tenants is issue 51's test at its own scale, the edge (at its defaults)
-// beside nginx, each alone in front of one origin on loopback, in two
-// scenarios: "slow", where the origin answers a.example after cfg.Slow and
-// b.example at once and AClients clients keep requesting a.example, and
-// "flood", where a.example is flooded on many connections through an origin
-// that answers at once. In both, b.example is requested on BConns
-// connections alone for a phase, then for a phase beside a.example. It
-// prints each run's figures, the table and the goals.
+// beside nginx, each alone in front of one origin on loopback, in up to
+// three scenarios: "slow", where the origin answers a.example after
+// cfg.Slow and b.example at once and AClients clients keep requesting
+// a.example; "join", the same with c.example starting mid-way; and
+// "flood", where a.example is flooded on many connections through an
+// origin that answers at once (tenantRun has the phases). With cfg.Pin
+// the proxy runs alone on a CPU of its own. It prints each run's figures,
+// the tables and the goals.
 func Tenants(ctx context.Context, cfg TenantsConfig) ([]*TenantRun, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	var plan *cpuPlan
+	if cfg.Pin {
+		p, err := planCPUs()
+		if err != nil {
+			return nil, err
+		}
+		defer p.restore()
+		plan = p
+	}
+	fmt.Fprintf(cfg.Out, "CPUs: %s\n", plan)
 	dir, err := os.MkdirTemp("", "peerbench-tenants-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	var runs []*TenantRun
-	for _, sc := range cfg.Scenarios {
-		delay := cfg.Slow
-		if sc == "flood" {
-			delay = 0
+	floodConns := cfg.FloodConns
+	for set := 1; set <= cfg.Sets; set++ {
+		targets := []string{"edge", "nginx"}
+		if set%2 == 0 {
+			slices.Reverse(targets)
 		}
-		scDir := filepath.Join(dir, sc)
-		if err := os.MkdirAll(scDir, 0o755); err != nil {
-			return nil, err
-		}
-		origin, err := startOriginAs(ctx, scDir, "origin", hostOriginEnv, hostDelayEnv+"="+delay.String())
-		if err != nil {
-			return nil, err
-		}
-		floodConns := cfg.FloodConns
-		for _, target := range []string{"edge", "nginx"} {
-			r, err := tenantRun(ctx, cfg, scDir, sc, target, origin.addr, &floodConns)
-			if err != nil {
-				origin.stop()
-				return runs, fmt.Errorf("%s/%s: %w", sc, target, err)
+		for _, sc := range cfg.Scenarios {
+			delay := cfg.Slow
+			if sc == "flood" {
+				delay = 0
 			}
-			runs = append(runs, r)
-			r.print(cfg.Out)
+			scDir := filepath.Join(dir, fmt.Sprintf("%s-%d", sc, set))
+			if err := os.MkdirAll(scDir, 0o755); err != nil {
+				return nil, err
+			}
+			origin, err := startOriginAs(ctx, scDir, "origin", hostOriginEnv, hostDelayEnv+"="+delay.String())
+			if err != nil {
+				return nil, err
+			}
+			for _, target := range targets {
+				if sc == "flood" && floodConns == 0 && target == "nginx" {
+					// The flood is sized by the edge's workers; nginx first
+					// in a set after the first has the size already.
+					return runs, errors.New("the flood's size comes from the edge's workers: run the edge first")
+				}
+				r, err := tenantRun(ctx, cfg, plan, scDir, sc, target, origin.addr, &floodConns, set)
+				if err != nil {
+					origin.stop()
+					return runs, fmt.Errorf("set %d, %s/%s: %w", set, sc, target, err)
+				}
+				runs = append(runs, r)
+				r.print(cfg.Out)
+			}
+			origin.stop()
 		}
-		origin.stop()
 	}
-	printTenants(cfg.Out, cfg, runs)
+	printTenants(cfg.Out, cfg, plan, runs)
 	return runs, nil
 }
 
-// tenantRun starts target, runs the two phases against it and stops it.
-// The flood's connections are fixed by the edge's run (its workers ×
-// FloodFactor) and kept for nginx's.
-func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin string, floodConns *int) (*TenantRun, error) {
+// tenantRun starts target, runs the phases against it and stops it. The
+// flood's connections are fixed by the edge's run (its workers ×
+// FloodFactor) and kept for nginx's and the later sets'.
+//
+// Every scenario begins with b.example alone, closed loop (each of its
+// connections sends its next request once the last is answered) for a
+// phase. In "slow" and "join" a.example's clients then start and b.example
+// goes on the same way for a phase beside them; in "join" c.example starts
+// a quarter into that phase at b.example's fixed rate. In "flood"
+// b.example is offered at a fixed rate (cfg.OpenShare of what it got
+// alone), alone for a phase and then for a phase beside the flood (the
+// goal's figure), and closed loop beside it for a last phase.
+func tenantRun(ctx context.Context, cfg TenantsConfig, plan *cpuPlan, dir, sc, target, origin string, floodConns *int, set int) (*TenantRun, error) {
 	var srv *server
 	var err error
 	if target == "edge" {
@@ -311,50 +443,99 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 		}
 		srv, err = startDefaultEdge(ctx, cfg.EdgeBin, dir, origin, args...)
 	} else {
-		srv, err = startNginx(ctx, cfg.NginxBin, dir, origin, "0")
+		workers := "2" // one per core, as the edge's GOMAXPROCS
+		if plan != nil {
+			workers = "1"
+		}
+		srv, err = startNginxAs(ctx, "nginx", cfg.NginxBin, dir, func(nd, listen, who string) ([]byte, error) {
+			conf := fmt.Sprintf(nginxConf, nd, origin, listen, "0", who)
+			return []byte(strings.Replace(conf, "worker_processes 2;", "worker_processes "+workers+";", 1)), nil
+		})
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop()
-	r := &TenantRun{Scenario: sc, Target: target, Phase: cfg.Phase,
-		BQuiet: &count{}, BDuring: &count{}, A: &count{}, Crit: &count{}}
+	r := &TenantRun{Scenario: sc, Target: target, Set: set, Phase: cfg.Phase, Deadline: cfg.Deadline,
+		BQuiet: &count{}, BDuring: &count{}, A: &count{}, Crit: &count{}, C: &count{}, BQuietOpen: &count{}, BDuringOpen: &count{}}
+	if plan != nil {
+		if _, err := plan.pinProxy(srv.pid()); err != nil {
+			return nil, err
+		}
+		only, all := threadsOn(srv.pid(), plan.proxy)
+		r.Pinned = fmt.Sprintf("%d of its %d threads on CPU %d only", only, all, plan.proxy)
+	}
 	if srv.admin != "" {
 		r.Workers = int(metricValue(ctx, srv.admin, "edgeguard_shedder_workers_capacity"))
 		if r.Workers < 1 {
 			return nil, errors.New("the edge reports no worker capacity")
 		}
+		r.GoMaxProcs = int(metricValue(ctx, srv.admin, "go_sched_gomaxprocs_threads"))
 	}
 	if sc == "flood" && *floodConns == 0 {
 		*floodConns = cfg.FloodFactor * r.Workers
 	}
-
-	start := time.Now()
-	cpu0 := cpuSeconds(srv.pid())
-	second := start.Add(cfg.Phase)
-	end := second.Add(cfg.Phase)
-	var wg sync.WaitGroup
-	bCtx, bCancel := context.WithDeadline(ctx, end)
-	defer bCancel()
 	timeout := cfg.Slow + 10*time.Second
-	drive(bCtx, &wg, srv.addr, []string{bSource}, fastHost, "", cfg.BConns, timeout, func(sent time.Time) *count {
-		if sent.Before(second) {
-			return r.BQuiet
+	closed := func(until time.Time, c *count) (wait func()) {
+		var wg sync.WaitGroup
+		cctx, cancel := context.WithDeadline(ctx, until)
+		drive(cctx, &wg, srv.addr, []string{bSource}, fastHost, "", cfg.BConns, timeout, func(time.Time) *count { return c })
+		return func() { wg.Wait(); cancel() }
+	}
+
+	// b.example alone, closed loop; its rate there sets the fixed rate.
+	cpu0 := cpuSeconds(srv.pid())
+	closed(time.Now().Add(cfg.Phase), r.BQuiet)()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r.Rate = cfg.OpenShare * float64(r.BQuiet.ok) / cfg.Phase.Seconds()
+	if r.Rate <= 0 && sc != "slow" {
+		return nil, fmt.Errorf("b.example alone got no answer (%d sent): no rate to offer it at", r.BQuiet.sent)
+	}
+	second := time.Now()
+	var waitOpen func()
+	if sc == "flood" {
+		openStart := second
+		second = openStart.Add(cfg.Phase)
+		waitOpen = goWait(func() {
+			offer(ctx, srv.addr, bSource, fastHost, r.Rate, cfg.OpenConns, cfg.Deadline, openStart, second.Add(cfg.Phase), func(t time.Time) *count {
+				if t.Before(second) {
+					return r.BQuietOpen
+				}
+				return r.BDuringOpen
+			}, nil)
+		})
+		if err := waitUntil(ctx, second); err != nil {
+			waitOpen()
+			return nil, err
 		}
-		return r.BDuring
-	})
-	select {
-	case <-time.After(time.Until(second)):
-	case <-ctx.Done():
-		wg.Wait()
-		return nil, ctx.Err()
 	}
 	cpu1 := cpuSeconds(srv.pid())
+	end := second.Add(cfg.Phase)
+	if sc == "flood" {
+		end = end.Add(cfg.Phase)
+	}
 	// a.example's clients, each load in a process of its own.
 	var loads []*childLoad
 	var into []*count
+	stopLoads := func() {
+		for _, l := range loads {
+			_ = l.cmd.Process.Kill()
+			_ = l.cmd.Wait()
+		}
+	}
 	spec := loadSpec{Addr: srv.addr, Host: slowHost, Timeout: timeout, Until: end}
-	if sc == "slow" {
+	if sc == "flood" {
+		r.Conns = *floodConns
+		spec.Sources, spec.Conns = floodSources(cfg.FloodSources), *floodConns
+		cl, err := startLoad(spec)
+		if err != nil {
+			waitOpen()
+			return nil, err
+		}
+		loads, into = append(loads, cl), append(into, r.A)
+	} else {
 		r.Conns = cfg.AClients
 		a, crit := spec, spec
 		a.Sources, a.Conns = aSources(cfg.ASources), cfg.AClients
@@ -368,42 +549,59 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 			}
 			cl, err := startLoad(l.spec)
 			if err != nil {
-				bCancel()
-				wg.Wait()
+				stopLoads()
 				return nil, err
 			}
 			loads, into = append(loads, cl), append(into, l.c)
 		}
-	} else {
-		r.Conns = *floodConns
-		spec.Sources, spec.Conns = floodSources(cfg.FloodSources), *floodConns
-		cl, err := startLoad(spec)
-		if err != nil {
-			bCancel()
-			wg.Wait()
-			return nil, err
-		}
-		loads, into = append(loads, cl), append(into, r.A)
 	}
-	// a.example's share, read once both hosts have been active a while.
+	var waitB, waitC func()
+	if sc != "flood" {
+		waitB = closed(end, r.BDuring)
+	}
+	// c.example joins a quarter into the phase, at b.example's fixed rate.
+	if sc == "join" {
+		joinAt := second.Add(cfg.Phase / 4)
+		if err := waitUntil(ctx, joinAt); err == nil {
+			if srv.admin != "" {
+				r.ShareBefore = int(metricValue(ctx, srv.admin, "edgeguard_shedder_host_share"))
+			}
+			r.join = &joinTrace{start: joinAt}
+			waitC = goWait(func() {
+				offer(ctx, srv.addr, cSource, joinHost, r.Rate, cfg.OpenConns, cfg.Deadline, joinAt, end, func(time.Time) *count { return r.C }, r.join.add)
+			})
+		}
+	}
+	// a.example's share, read once the hosts have been active a while.
 	r.Share = cfg.AClients
 	if sc == "flood" {
 		r.Share = *floodConns
 	}
-	select {
-	case <-time.After(time.Until(second.Add(cfg.Phase / 2))):
-		if srv.admin != "" {
-			if s := int(metricValue(ctx, srv.admin, "edgeguard_shedder_host_share")); s > 0 {
-				r.Share = min(r.Share, s)
-			}
-			if cfg.APool != nil {
-				r.Share = min(r.Share, cfg.APool.Limit) // its pool's limit holds it to less
-			}
+	if err := waitUntil(ctx, second.Add(cfg.Phase/2)); err == nil && srv.admin != "" {
+		if s := int(metricValue(ctx, srv.admin, "edgeguard_shedder_host_share")); s > 0 {
+			r.Share = min(r.Share, s)
 		}
-	case <-ctx.Done():
+		if cfg.APool != nil {
+			r.Share = min(r.Share, cfg.APool.Limit) // its pool's limit holds it to less
+		}
+		for _, p := range []string{"edgeguard_shedder_host_", "edgeguard_shedder_utilization", "go_goroutines"} {
+			r.MidMetrics += metricLines(ctx, srv.admin, p)
+		}
 	}
-	wg.Wait()
+	if sc == "flood" {
+		waitOpen()
+		if ctx.Err() == nil {
+			closed(end, r.BDuring)() // closed loop beside the flood, the rest of the time
+		}
+	} else {
+		waitB()
+	}
+	if waitC != nil {
+		waitC()
+		r.CFirstOK, r.CAtRate = r.join.joined(joinBin)
+	}
 	r.ProxyCPU = [2]float64{cpu1 - cpu0, cpuSeconds(srv.pid()) - cpu1}
+	r.Beside = end.Sub(second)
 	var loadErr error
 	for i, l := range loads {
 		if err := l.wait(into[i]); err != nil && loadErr == nil {
@@ -414,7 +612,7 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 		}
 	}
 	r.Load = loadavg()
-	if cfg.Slow > 0 && sc == "slow" {
+	if cfg.Slow > 0 && sc != "flood" {
 		r.Rounds = int((cfg.Phase + cfg.Slow - 1) / cfg.Slow) // a request sent in the phase counts, answered after it or not
 	}
 	if srv.admin != "" {
@@ -426,6 +624,26 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, dir, sc, target, origin s
 		return nil, ctx.Err()
 	}
 	return r, loadErr
+}
+
+// goWait runs f in a goroutine and returns what waits for it.
+func goWait(f func()) func() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	return func() { <-done }
+}
+
+// waitUntil returns at t, or with ctx's error if it ends first.
+func waitUntil(ctx context.Context, t time.Time) error {
+	select {
+	case <-time.After(time.Until(t)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // startDefaultEdge runs the edge at its defaults in front of origin: only
@@ -528,15 +746,29 @@ func metricValue(ctx context.Context, admin, name string) float64 {
 }
 
 func (r *TenantRun) print(w io.Writer) {
-	fmt.Fprintf(w, "%s/%s (phase %s, load %s): b.example quiet %d/%d ok, p99 %s; beside a.example %d/%d ok (503 %d, other %d, no answer %d), p99 %s; a.example on %d connections: %d answered, %d 503, %d other, %d no answer",
-		r.Scenario, r.Target, r.Phase, r.Load, r.BQuiet.ok, r.BQuiet.sent, ms(r.BQuiet.p99()),
+	fmt.Fprintf(w, "set %d, %s/%s (phase %s, load %s): b.example quiet %d/%d ok, p99 %s; beside a.example %d/%d ok (503 %d, other %d, no answer %d), p99 %s; a.example on %d connections: %d answered, %d 503, %d other, %d no answer",
+		r.Set, r.Scenario, r.Target, r.Phase, r.Load, r.BQuiet.ok, r.BQuiet.sent, ms(r.BQuiet.p99()),
 		r.BDuring.ok, r.BDuring.sent, r.BDuring.refused, r.BDuring.other, r.BDuring.errs, ms(r.BDuring.p99()),
 		r.Conns, r.A.ok, r.A.refused, r.A.other, r.A.errs)
 	if r.Crit.sent > 0 {
 		fmt.Fprintf(w, "; critical %d/%d ok", r.Crit.ok, r.Crit.sent)
 	}
-	fmt.Fprintf(w, "; CPU seconds: %s %.1f quiet, %.1f beside a.example; a.example's clients %.1f\n", r.Target, r.ProxyCPU[0], r.ProxyCPU[1], r.LoadCPU)
-	for _, c := range []*count{r.BQuiet, r.BDuring, r.A, r.Crit} {
+	fmt.Fprintf(w, "; CPU seconds: %s %.1f quiet, %.1f beside a.example (%.0f %% of a CPU); a.example's clients %.1f\n", r.Target, r.ProxyCPU[0], r.ProxyCPU[1],
+		100*ratio(r.ProxyCPU[1], r.Beside.Seconds()), r.LoadCPU)
+	if r.Pinned != "" || r.GoMaxProcs > 0 {
+		fmt.Fprintf(w, "  %s: %s; GOMAXPROCS %d (0: not the edge)\n", r.Target, r.Pinned, r.GoMaxProcs)
+	}
+	for _, o := range []struct {
+		name string
+		c    *count
+	}{{"alone", r.BQuietOpen}, {"beside the flood", r.BDuringOpen}, {"c.example joining", r.C}} {
+		if o.c.sent == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  fixed rate %.0f/s, %s: %d of %d answered 200 within %s (%d 503, %d other, %d no answer of which %d timed out), p99 %s, sent up to %s late (p99)\n",
+			r.Rate, o.name, o.c.inTime(r.Deadline), o.c.sent, r.Deadline, o.c.refused, o.c.other, o.c.errs, o.c.timeouts, ms(o.c.p99()), ms(o.c.lagP99()))
+	}
+	for _, c := range []*count{r.BQuiet, r.BDuring, r.BQuietOpen, r.BDuringOpen, r.A, r.Crit, r.C} {
 		if c.firstErr != nil {
 			fmt.Fprintf(w, "  first failure: %v\n", c.firstErr)
 		}
@@ -544,22 +776,33 @@ func (r *TenantRun) print(w io.Writer) {
 	if r.A.refusal != "" {
 		fmt.Fprintf(w, "  a.example's first 503: %s\n", strings.TrimSpace(r.A.refusal))
 	}
-	for _, c := range []*count{r.BQuiet, r.BDuring, r.A, r.Crit} {
+	for _, c := range []*count{r.BQuiet, r.BDuring, r.BQuietOpen, r.BDuringOpen, r.C} {
+		if c.refusal != "" {
+			fmt.Fprintf(w, "  b.example's or c.example's first 503: %s\n", strings.TrimSpace(c.refusal))
+			break
+		}
+	}
+	for _, c := range []*count{r.BQuiet, r.BDuring, r.BQuietOpen, r.BDuringOpen, r.A, r.Crit, r.C} {
 		if c.oddity != "" {
 			fmt.Fprintf(w, "  first other answer: %s\n", strings.TrimSpace(c.oddity))
 		}
 	}
-	if r.EdgeMetrics != "" {
-		for _, l := range strings.Split(strings.TrimSpace(r.EdgeMetrics), "\n") {
+	for _, m := range []struct{ when, lines string }{{"mid-phase", r.MidMetrics}, {"after", r.EdgeMetrics}} {
+		if m.lines == "" {
+			continue
+		}
+		fmt.Fprintf(w, "  the edge's metrics %s:\n", m.when)
+		for _, l := range strings.Split(strings.TrimSpace(m.lines), "\n") {
 			if !strings.HasSuffix(l, " 0") {
-				fmt.Fprintln(w, "  "+l)
+				fmt.Fprintln(w, "    "+l)
 			}
 		}
 	}
 }
 
-func printTenants(w io.Writer, cfg TenantsConfig, runs []*TenantRun) {
+func printTenants(w io.Writer, cfg TenantsConfig, plan *cpuPlan, runs []*TenantRun) {
 	fmt.Fprintf(w, "\nTenant isolation, phases of %s, a.example's origin %s slow (load average at the end: %s)\n", cfg.Phase, cfg.Slow, loadavg())
+	fmt.Fprintf(w, "CPUs: %s\n", plan)
 	if cfg.APool != nil {
 		fmt.Fprintf(w, "The edge gives a.example a pool of its own: concurrency limit %d, queue %d, queue timeout %s\n", cfg.APool.Limit, cfg.APool.Queue, cfg.APool.QueueTimeout)
 	} else if len(cfg.EdgeArgs) > 0 {
@@ -568,24 +811,63 @@ func printTenants(w io.Writer, cfg TenantsConfig, runs []*TenantRun) {
 		fmt.Fprintln(w, "The edge at its defaults")
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| scenario | target | b.example quiet | p99 | b.example beside a.example | p99 | a.example answered | 503 | critical |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "Closed loop (b.example on its connections back to back; in the flood, no goal):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| set | scenario | target | b.example quiet | p99 | b.example beside a.example | p99 | a.example answered | 503 | critical |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range runs {
 		crit := "—"
 		if r.Crit.sent > 0 {
 			crit = fmt.Sprintf("%d of %d", r.Crit.ok, r.Crit.sent)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d of %d | %s | %d of %d | %s | %d | %d | %s |\n", r.Scenario, r.Target,
+		fmt.Fprintf(w, "| %d | %s | %s | %d of %d | %s | %d of %d | %s | %d | %d | %s |\n", r.Set, r.Scenario, r.Target,
 			r.BQuiet.ok, r.BQuiet.sent, ms(r.BQuiet.p99()), r.BDuring.ok, r.BDuring.sent, ms(r.BDuring.p99()), r.A.ok, r.A.refused, crit)
+	}
+	var open, joins []*TenantRun
+	for _, r := range runs {
+		if r.BQuietOpen.sent > 0 {
+			open = append(open, r)
+		}
+		if r.C.sent > 0 {
+			joins = append(joins, r)
+		}
+	}
+	if len(open) > 0 {
+		fmt.Fprintf(w, "\nFixed rate, the flood's goal: b.example offered %.0f %% of its closed-loop 200s a second alone, each request lost unless answered 200 within %s, on up to %d connections\n\n", 100*cfg.OpenShare, cfg.Deadline, cfg.OpenConns)
+		fmt.Fprintln(w, "| set | target | rate | alone: in time | p99 | beside the flood: in time | p99 | lost: 503 | no answer | proxy's CPU beside the flood |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+		for _, r := range open {
+			q, d := r.BQuietOpen, r.BDuringOpen
+			fmt.Fprintf(w, "| %d | %s | %.0f/s | %.2f %% (%d of %d) | %s | %.2f %% (%d of %d) | %s | %d | %d | %.0f %% |\n", r.Set, r.Target, r.Rate,
+				100*ratio(float64(q.inTime(r.Deadline)), float64(q.sent)), q.inTime(r.Deadline), q.sent, ms(q.p99()),
+				100*ratio(float64(d.inTime(r.Deadline)), float64(d.sent)), d.inTime(r.Deadline), d.sent, ms(d.p99()), d.refused, d.errs,
+				100*ratio(r.ProxyCPU[1], r.Beside.Seconds()))
+		}
+	}
+	if len(joins) > 0 {
+		fmt.Fprintf(w, "\nc.example joining a quarter into a.example's slowdown, at b.example's fixed rate\n\n")
+		fmt.Fprintln(w, "| set | target | rate | answered in time | 503 | first 200 after | every 250 ms ≥ 95 % from | host share before, after |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+		for _, r := range joins {
+			shares := "—" // nginx has none
+			if r.Workers > 0 {
+				shares = fmt.Sprintf("%d, %d", r.ShareBefore, r.Share)
+			}
+			fmt.Fprintf(w, "| %d | %s | %.0f/s | %d of %d | %d | %s | %s | %s |\n", r.Set, r.Target, r.Rate, r.C.inTime(r.Deadline), r.C.sent, r.C.refused,
+				since(r.CFirstOK), since(r.CAtRate), shares)
+		}
 	}
 	fmt.Fprintln(w)
 	for _, r := range runs {
 		for _, g := range r.Goals() {
 			verdict := "FAIL"
-			if g.Met {
+			switch {
+			case g.Info:
+				verdict = "INFO"
+			case g.Met:
 				verdict = "PASS"
 			}
-			fmt.Fprintf(w, "%s %s/%s: %s: %s\n", verdict, r.Scenario, r.Target, g.What, g.Figure)
+			fmt.Fprintf(w, "%s set %d, %s/%s: %s: %s\n", verdict, r.Set, r.Scenario, r.Target, g.What, g.Figure)
 		}
 	}
 }

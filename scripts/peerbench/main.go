@@ -8,7 +8,7 @@
 //	peerbench stream -edge bin/edge -nginx /usr/sbin/nginx [-sets 3] [-clients 8] [-requests 200] [-ttfb-only]
 //	peerbench slow -edge bin/edge [-nginx /usr/sbin/nginx] [-clients 1000] [-hold 60s]
 //	peerbench big -edge bin/edge [-size 10737418240]
-//	peerbench tenants -edge bin/edge -nginx /usr/sbin/nginx [-phase 20s] [-slow 5s] [-a-clients 1200] [-smoke]
+//	peerbench tenants -edge bin/edge -nginx /usr/sbin/nginx [-sets 2] [-scenarios slow,flood,join] [-phase 20s] [-slow 5s] [-a-clients 1200] [-pin=false] [-deadline 1s] [-smoke]
 package main
 
 import (
@@ -107,7 +107,12 @@ func main() {
 		fs.IntVar(&cfg.AClients, "a-clients", cfg.AClients, "a.example's clients in the slow-origin scenario, one connection each")
 		fs.IntVar(&cfg.FloodFactor, "flood-factor", cfg.FloodFactor, "the flood's connections, in the edge's workers")
 		edgeArgs := fs.String("edge-args", "", "more flags for the edge, space-separated (none: the edge at its defaults)")
-		scenarios := fs.String("scenarios", "slow,flood", "the scenarios to run, comma-separated")
+		scenarios := fs.String("scenarios", "slow,flood", "the scenarios to run, comma-separated: slow, flood, join (slow with c.example starting a quarter into the slowdown)")
+		fs.IntVar(&cfg.Sets, "sets", cfg.Sets, "sets (the edge first in odd ones, nginx first in even ones)")
+		fs.BoolVar(&cfg.Pin, "pin", cfg.Pin, "run the proxy alone on one CPU, the origin and the clients on the others (needs 2 CPUs)")
+		fs.Float64Var(&cfg.OpenShare, "open-share", cfg.OpenShare, "the fixed rate b.example is offered at in the flood (and c.example in join), as a fraction of b.example's closed-loop 200s a second alone")
+		fs.IntVar(&cfg.OpenConns, "open-conns", cfg.OpenConns, "connections the fixed-rate client may open")
+		fs.DurationVar(&cfg.Deadline, "deadline", cfg.Deadline, "a fixed-rate request not answered 200 within this is lost")
 		aPool := fs.String("a-pool", "", "LIMIT,QUEUE,QUEUE_TIMEOUT: a.example gets a pool of its own in a host table, with this concurrency limit (empty: the edge's defaults)")
 		_ = fs.Parse(os.Args[2:])
 		if *smoke {
