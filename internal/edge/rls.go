@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"context"
 	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,11 +54,5 @@ func (e *Edge) rlsConsul() rlslink.Consul {
 		Cache:     e.consul.Beside(".rls.json"),
 		WriteFile: consullink.WriteFileAtomic,
 		Draining:  e.draining.Load,
-	}
-}
-
-func (e *Edge) stopRLS(ctx context.Context) {
-	if e.rls != nil {
-		e.rls.Stop(ctx)
 	}
 }
