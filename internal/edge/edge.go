@@ -307,9 +307,11 @@ func (e *Edge) listen(public *listen.Public, reg prometheus.Registerer, ac admin
 	return nil
 }
 
-// Addr and AdminAddr are the bound addresses (useful with port 0).
+// Addr, AdminAddr and TLSAddr are the bound addresses (useful with port
+// 0; TLSAddr "" without --listen-tls).
 func (e *Edge) Addr() string      { return e.publicLn.Addr().String() }
 func (e *Edge) AdminAddr() string { return e.admin.Ln.Addr().String() }
+func (e *Edge) TLSAddr() string   { return e.tls.Addr() }
 
 // ApplyRules parses, validates and compiles a rules document and swaps it in.
 // An invalid document is refused (counted, and the error names the rule and
@@ -399,7 +401,7 @@ func (e *Edge) Run(ctx context.Context) error {
 		p.Background = append(p.Background, e.tls.Certs.Watch)
 		p.Shutdown.Listeners = append(p.Shutdown.Listeners, e.tls.Ln)
 	}
-	if h2 := e.h2(); h2 != nil {
+	if h2 := e.tls.HTTP2(); h2 != nil {
 		p.Servers = append(p.Servers, lifecycle.Server{Name: "public HTTP/2 server", Serve: h2.Serve})
 		p.Shutdown.HTTP2 = h2.Shutdown
 	}
