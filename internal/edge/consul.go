@@ -42,7 +42,7 @@ func (e *Edge) startConsul(m consullink.Metrics) error {
 	// table and the rules,
 	// each from the cache when Consul cannot give it.
 	l.ReadEnforcement(ctx)
-	if e.rlsFromConsul() {
+	if e.rls.FromConsul() {
 		e.rls.ReadConsul(ctx, client, e.cfg.Region, e.rlsConsul())
 	}
 	e.router.ReadRegion(ctx, client, e.cfg.Region, e.hostsConsul())
@@ -78,7 +78,7 @@ func (e *Edge) consulParts() consullink.Parts {
 	if e.global != nil {
 		p.Watches = append(p.Watches, e.global.Watch)
 	}
-	if e.rlsFromConsul() {
+	if e.rls.FromConsul() {
 		p.Watches = append(p.Watches, e.rls.WatchConsul(e.cfg.Region, e.rlsConsul))
 	}
 	// The host table's version is registered too.

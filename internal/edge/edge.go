@@ -307,11 +307,13 @@ func (e *Edge) listen(public *listen.Public, reg prometheus.Registerer, ac admin
 	return nil
 }
 
-// Addr, AdminAddr and TLSAddr are the bound addresses (useful with port
-// 0; TLSAddr "" without --listen-tls).
+// Addr, AdminAddr, TLSAddr and RLSAddr are the bound addresses (useful
+// with port 0; TLSAddr "" without --listen-tls, RLSAddr without
+// --rls-listen).
 func (e *Edge) Addr() string      { return e.publicLn.Addr().String() }
 func (e *Edge) AdminAddr() string { return e.admin.Ln.Addr().String() }
 func (e *Edge) TLSAddr() string   { return e.tls.Addr() }
+func (e *Edge) RLSAddr() string   { return e.rls.Addr() }
 
 // ApplyRules parses, validates and compiles a rules document and swaps it in.
 // An invalid document is refused (counted, and the error names the rule and
@@ -321,9 +323,7 @@ func (e *Edge) ApplyRules(data []byte) error { return e.rules.Apply(data) }
 // reloadFiles re-reads the rules, shedder and host table files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
 func (e *Edge) reloadFiles() {
-	if e.rls != nil {
-		e.rls.Reload()
-	}
+	e.rls.Reload()
 	if e.cfg.Rules != "" {
 		if err := e.rules.LoadFile(e.cfg.Rules); err != nil {
 			e.log.Error("rules reload refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
