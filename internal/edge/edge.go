@@ -258,7 +258,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 			Gone:           listen.ClientGone,
 			Sent:           listen.ClientSent,
 			ClosesAfter:    listen.ClosesAfter,
-			Framing:        framingRefusal,
+			Framing:        listen.FramingRefusal,
 			FramingReasons: listen.FramingReasons,
 		},
 	}, reg)
@@ -268,16 +268,6 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 	e.pipe = p
 	e.closers = append(e.closers, p.Close)
 	return nil
-}
-
-// framingRefusal is the refusal of a request whose framing listen's reader
-// refused (ok false for any other error).
-func framingRefusal(err error) (reason string, status int, detail string, ok bool) {
-	var fe *listen.FramingError
-	if !errors.As(err, &fe) {
-		return "", 0, "", false
-	}
-	return fe.Reason, fe.Status, fe.Detail, true
 }
 
 // listen opens the public listeners (TLS too, when configured) and the
