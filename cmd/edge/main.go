@@ -19,6 +19,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
 	"github.com/edgeguard/edgeguard/internal/edge"
 	"github.com/edgeguard/edgeguard/internal/edge/check"
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 	"github.com/edgeguard/edgeguard/internal/rlsd"
 )
@@ -44,11 +45,11 @@ func main() {
 	// First, so the variables naming inherited sockets are gone before the
 	// environment is read as settings.
 	inherited, ierr := handoff.Inherited()
-	cfg, code, ok := edge.ParseCommandLine(os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	cfg, code, ok := config.ParseCommandLine(os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	if !ok {
 		os.Exit(code)
 	}
-	log := edge.NewLogger(os.Stderr, cfg.LogLevel)
+	log := config.NewLogger(os.Stderr, cfg.LogLevel)
 	if ierr != nil {
 		log.Error("edge refused to start", "err", ierr)
 		os.Exit(1)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/edgeguard/edgeguard/internal/edge/check"
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestCommandLineHelpAndUnknownFlag(t *testing.T) {
 	run := map[string]func(args []string, stdout, stderr *bytes.Buffer) int{
 		"edge": func(args []string, stdout, stderr *bytes.Buffer) int {
-			_, code, ok := ParseCommandLine(args, nil, stdout, stderr)
+			_, code, ok := config.ParseCommandLine(args, nil, stdout, stderr)
 			if ok {
 				return -1
 			}
@@ -53,11 +54,11 @@ func TestCommandLineHelpAndUnknownFlag(t *testing.T) {
 // Refused settings are reported on stderr with exit 2; good ones start.
 func TestCommandLineSettings(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	_, code, ok := ParseCommandLine([]string{"--redis-mode", "cluster", "--demo-origin"}, nil, &stdout, &stderr)
+	_, code, ok := config.ParseCommandLine([]string{"--redis-mode", "cluster", "--demo-origin"}, nil, &stdout, &stderr)
 	require.False(t, ok)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.String(), "redis-mode: cluster needs --redis")
-	cfg, _, ok := ParseCommandLine([]string{"--redis-autopipeline=true", "--demo-origin"}, nil, &stdout, &stderr)
+	cfg, _, ok := config.ParseCommandLine([]string{"--redis-autopipeline=true", "--demo-origin"}, nil, &stdout, &stderr)
 	require.True(t, ok, "a setting at its default value without --redis: %s", stderr.String())
 	require.True(t, cfg.RedisAutopipeline)
 }

@@ -16,7 +16,7 @@ import (
 // watches that Run starts.
 func (e *Edge) startConsul(m consullink.Metrics) error {
 	l, client, closeIdle, err := consullink.Open(e.cfg, consullink.Options{
-		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), ConsulTickets: e.certs().ConsulTickets(),
+		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), ConsulTickets: e.tls.Certificates().ConsulTickets(),
 		StateDir: stateDir, Metrics: m, Parts: e.consulParts(), Log: e.log,
 	})
 	if err != nil {
@@ -27,9 +27,9 @@ func (e *Edge) startConsul(m consullink.Metrics) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	e.certs().ReadConsulAll(ctx, client)
+	e.tls.Certificates().ReadConsulAll(ctx, client)
 	if len(e.cfg.ACMEDomains) > 0 {
-		stop, err := e.certs().StartACME(client, e.TLSAddr())
+		stop, err := e.tls.Certificates().StartACME(client, e.TLSAddr())
 		if stop != nil {
 			e.closers = append(e.closers, stop)
 		}
@@ -42,7 +42,7 @@ func (e *Edge) startConsul(m consullink.Metrics) error {
 	// table and the rules,
 	// each from the cache when Consul cannot give it.
 	l.ReadEnforcement(ctx)
-	if e.rlsFromConsul() {
+	if e.rls.FromConsul() {
 		e.rls.ReadConsul(ctx, client, e.cfg.Region, e.rlsConsul())
 	}
 	e.router.ReadRegion(ctx, client, e.cfg.Region, e.hostsConsul())
@@ -78,12 +78,12 @@ func (e *Edge) consulParts() consullink.Parts {
 	if e.global != nil {
 		p.Watches = append(p.Watches, e.global.Watch)
 	}
-	if e.rlsFromConsul() {
+	if e.rls.FromConsul() {
 		p.Watches = append(p.Watches, e.rls.WatchConsul(e.cfg.Region, e.rlsConsul))
 	}
 	// The host table's version is registered too.
 	p.Watches = append(p.Watches, e.router.WatchConsul(e.cfg.Region, e.cfg.PoP, e.hostsConsul, func() { e.consul.RulesChanged() }))
-	p.Watches = append(p.Watches, e.certs().ConsulWatches(e.cfg.Region)...)
+	p.Watches = append(p.Watches, e.tls.Certificates().ConsulWatches(e.cfg.Region)...)
 	return p
 }
 

@@ -1,9 +1,10 @@
 // Package edge is the edge node: a fasthttp server that runs every request
 // through one pipeline of stages (package pipeline: its doc has steps 2 to
 // 11, each stage in the file named after it). The edge builds the parts
-// the pipeline sends requests through, opens the listeners, serves, and
-// shuts down. HTTP/1.x requests (fasthttp) and HTTP/2 streams (listen's
-// HTTP/2 server) enter the same pipeline.
+// the pipeline sends requests through and opens the listeners; package
+// lifecycle serves, reloads on signals, drains and shuts down. HTTP/1.x
+// requests (fasthttp) and HTTP/2 streams (listen's HTTP/2 server) enter the
+// same pipeline.
 //
 //  1. Accept (package listen): plain HTTP on --listen, TLS on --listen-tls
 //     (certificates by SNI, reloaded from files: listen/certs.go,

@@ -7,11 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +22,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/globalhome"
 	"github.com/edgeguard/edgeguard/internal/edge/handoff"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
+	"github.com/edgeguard/edgeguard/internal/edge/lifecycle"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/edge/liverules"
 	"github.com/edgeguard/edgeguard/internal/edge/pipeline"
@@ -261,7 +258,7 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 			Gone:           listen.ClientGone,
 			Sent:           listen.ClientSent,
 			ClosesAfter:    listen.ClosesAfter,
-			Framing:        framingRefusal,
+			Framing:        listen.FramingRefusal,
 			FramingReasons: listen.FramingReasons,
 		},
 	}, reg)
@@ -271,16 +268,6 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 	e.pipe = p
 	e.closers = append(e.closers, p.Close)
 	return nil
-}
-
-// framingRefusal is the refusal of a request whose framing listen's reader
-// refused (ok false for any other error).
-func framingRefusal(err error) (reason string, status int, detail string, ok bool) {
-	var fe *listen.FramingError
-	if !errors.As(err, &fe) {
-		return "", 0, "", false
-	}
-	return fe.Reason, fe.Status, fe.Detail, true
 }
 
 // listen opens the public listeners (TLS too, when configured) and the
@@ -310,9 +297,13 @@ func (e *Edge) listen(public *listen.Public, reg prometheus.Registerer, ac admin
 	return nil
 }
 
-// Addr and AdminAddr are the bound addresses (useful with port 0).
+// Addr, AdminAddr, TLSAddr and RLSAddr are the bound addresses (useful
+// with port 0; TLSAddr "" without --listen-tls, RLSAddr without
+// --rls-listen).
 func (e *Edge) Addr() string      { return e.publicLn.Addr().String() }
 func (e *Edge) AdminAddr() string { return e.admin.Ln.Addr().String() }
+func (e *Edge) TLSAddr() string   { return e.tls.Addr() }
+func (e *Edge) RLSAddr() string   { return e.rls.Addr() }
 
 // ApplyRules parses, validates and compiles a rules document and swaps it in.
 // An invalid document is refused (counted, and the error names the rule and
@@ -322,9 +313,7 @@ func (e *Edge) ApplyRules(data []byte) error { return e.rules.Apply(data) }
 // reloadFiles re-reads the rules, shedder and host table files (SIGHUP). Each keeps its
 // current settings when the new file is invalid.
 func (e *Edge) reloadFiles() {
-	if e.rls != nil {
-		e.rls.Reload()
-	}
+	e.rls.Reload()
 	if e.cfg.Rules != "" {
 		if err := e.rules.LoadFile(e.cfg.Rules); err != nil {
 			e.log.Error("rules reload refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
@@ -367,199 +356,54 @@ func (e *Edge) newRules(m *admin.Metrics) *liverules.Rules {
 	})
 }
 
-// Run serves until ctx is done, then shuts down gracefully: /readyz turns
-// 503 at once, the drain delay lets load balancers notice, the listener
-// closes, and in-flight requests finish (within ShutdownTimeout). Run owns
-// every goroutine it starts: none is left when it returns.
+// Run serves until ctx is done, then drains and shuts down (package
+// lifecycle).
 func (e *Edge) Run(ctx context.Context) error {
 	defer e.close()
-	var wg sync.WaitGroup
-	// Stopped last, in reverse order of their defers: the sampler keeps
-	// shedding while the edge drains.
-	samplerCtx, stopSampler := context.WithCancel(context.Background())
-	defer wg.Wait()
-	defer stopSampler()
-	wg.Go(func() { _ = e.shed.Run(samplerCtx, 50*time.Millisecond, e.workers.Utilization) })
-	wg.Go(func() { e.bh.Run(samplerCtx) })
-
-	// The signals are caught before the edge can answer ready: a signal
-	// Go has not been told to deliver is dropped, so an upgrade or reload
-	// asked for just after the edge turned ready would be lost.
-	// signal.Stop never closes hup, so the reload loop ends on its own
-	// channel.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP, syscall.SIGUSR1)
-	defer signal.Stop(hup)
-	usr2 := make(chan os.Signal, 1)
-	signal.Notify(usr2, syscall.SIGUSR2)
-	defer signal.Stop(usr2)
-
-	// Ready to be counted as serving from here: the listeners are bound
-	// (New), so a connection made from now on is accepted, and no answer
-	// can reach a client before the gauge says ready.
-	e.serving.Store(true)
-	errc := e.serve(samplerCtx, &wg)
-	var consulWG sync.WaitGroup
-	consulCtx, stopConsul := context.WithCancel(context.Background())
-	defer consulWG.Wait()
-	defer stopConsul()
-	if e.consul != nil {
-		consulWG.Go(func() { e.consul.Run(consulCtx) })
-	}
-	stopReload := make(chan struct{})
-	defer close(stopReload)
-	wg.Go(func() { e.reloadOnSignal(hup, stopReload) })
-	handedOver := make(chan struct{})
-	wg.Go(func() { handoff.UpgradeOnSignal(usr2, stopReload, handedOver, e.sockets.Exe, e.sockets.Bound, e.log) })
-	if e.sockets.Inherited.Upgrading() {
-		wg.Go(func() { e.sockets.Inherited.TellWhenReady(ctx, func() bool { return e.readyValue() == 1 }, e.log) })
-	} else if err := handoff.Notify(handoff.ReadyState(false)); err != nil {
-		e.log.Warn("service manager not told the edge is ready", "err", err)
-	}
-	e.log.Info("edge serving", "pid", os.Getpid(), "listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.store.Name)
-
-	var serveErr error
-	upgraded := false
-	select {
-	case serveErr = <-errc:
-		e.log.Error("server failed; shutting down", "err", serveErr)
-	case <-ctx.Done():
-	case <-handedOver:
-		// The new edge serves the same sockets: nothing for load balancers
-		// or the catalog to notice, so no drain delay, no 503 on /readyz,
-		// no deregistration (the new edge holds the same registration).
-		upgraded = true
-	}
-	if !upgraded {
-		e.draining.Store(true)
-		if e.rls != nil {
-			e.rls.SetServing(false) // health checks see the drain at once
-		}
-	}
-	if e.consul != nil {
-		// Stopped first, so a rules change while draining cannot register
-		// the edge again after it left the catalog.
-		stopConsul()
-		consulWG.Wait()
-		if !upgraded {
-			e.consul.Deregister()
-		}
-	}
-	if serveErr == nil && !upgraded {
-		e.log.Info("draining", "delay", e.cfg.DrainDelay)
-		time.Sleep(e.cfg.DrainDelay)
-	}
-	err := e.shutdown()
-	e.log.Info("edge stopped", "err", err)
-	return errors.Join(serveErr, err)
-}
-
-// serve runs the public servers (plain, TLS, HTTP/2), the rate limit
-// service and the admin server on wg until they are shut down; the first
-// that fails says why on the channel returned.
-func (e *Edge) serve(ctx context.Context, wg *sync.WaitGroup) <-chan error {
-	errc := make(chan error, 5)
-	run := func(what string, serve func() error) {
-		wg.Go(func() {
-			if err := serve(); err != nil {
-				errc <- fmt.Errorf("%s: %w", what, err)
+	p := lifecycle.Plan{
+		Background: []func(context.Context){
+			func(ctx context.Context) { _ = e.shed.Run(ctx, 50*time.Millisecond, e.workers.Utilization) },
+			e.bh.Run,
+		},
+		Servers: []lifecycle.Server{{Name: "public server", Serve: func() error { return e.server.Serve(listen.Framed(e.publicLn)) }}},
+		Reopen:  e.pipe.ReopenAccessLog, Reload: e.reloadFiles,
+		Sockets: e.sockets,
+		Serving: func() { e.serving.Store(true) },
+		Ready:   func() bool { return e.readyValue() == 1 },
+		Drain: func() {
+			e.draining.Store(true)
+			if e.rls != nil {
+				e.rls.SetServing(false) // health checks see the drain at once
 			}
-		})
+		},
+		DrainDelay: e.cfg.DrainDelay,
+		Shutdown: lifecycle.Shutdown{
+			Timeout: e.cfg.ShutdownTimeout,
+			Cut:     func() { e.router.EndStreams(); e.tunnels.End() },
+			Public:  e.server.ShutdownWithContext, Listeners: []net.Listener{e.publicLn},
+			Tunnels: e.tunnels.Wait, Admin: e.admin.Shutdown,
+		},
+		Log:     e.log,
+		Started: []any{"listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.store.Name},
 	}
-	run("public server", func() error { return e.server.Serve(listen.Framed(e.publicLn)) })
 	if e.tls != nil {
-		run("public TLS server", func() error { return e.server.Serve(listen.Framed(e.tls.Ln)) })
-		wg.Go(func() { e.tls.Certs.Watch(ctx) })
+		p.Servers = append(p.Servers, lifecycle.Server{Name: "public TLS server", Serve: func() error { return e.server.Serve(listen.Framed(e.tls.Ln)) }})
+		p.Background = append(p.Background, e.tls.Certs.Watch)
+		p.Shutdown.Listeners = append(p.Shutdown.Listeners, e.tls.Ln)
 	}
-	if h2 := e.h2(); h2 != nil {
-		run("public HTTP/2 server", h2.Serve)
+	if h2 := e.tls.HTTP2(); h2 != nil {
+		p.Servers = append(p.Servers, lifecycle.Server{Name: "public HTTP/2 server", Serve: h2.Serve})
+		p.Shutdown.HTTP2 = h2.Shutdown
 	}
 	if e.rls != nil {
-		run("rate limit service", e.rls.Serve)
+		p.Servers = append(p.Servers, lifecycle.Server{Name: "rate limit service", Serve: e.rls.Serve})
+		p.Shutdown.RLS = e.rls.Stop
 	}
-	run("admin server", e.admin.Serve)
-	return errc
-}
-
-// shutdown stops every server, letting what each has in flight finish
-// within the shutdown timeout.
-func (e *Edge) shutdown() error {
-	// A fresh context: the one that asked us to stop is already done.
-	sctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
-	defer cancel()
-	// Response bodies still streaming from an origin near the end of the
-	// drain (event streams, long downloads) are cut then, so their
-	// connections close and the servers stop within the timeout.
-	// Tunnels (WebSocket) end then too: fasthttp's shutdown does not
-	// wait for hijacked connections, so they are closed within the drain
-	// rather than cut when the process exits.
-	if e.router != nil {
-		endStreams := time.AfterFunc(e.cfg.ShutdownTimeout-streamGrace(e.cfg.ShutdownTimeout), func() {
-			e.router.EndStreams()
-			if e.tunnels != nil {
-				e.tunnels.End()
-			}
-		})
-		defer endStreams.Stop()
+	p.Servers = append(p.Servers, lifecycle.Server{Name: "admin server", Serve: e.admin.Serve})
+	if e.consul != nil {
+		p.Catalog = e.consul
 	}
-	// The HTTP/2 connections drain at the same time: each server waits
-	// for its own.
-	h2done := make(chan error, 1)
-	if h2 := e.h2(); h2 != nil {
-		go func() { h2done <- h2.Shutdown(sctx) }()
-	} else {
-		h2done <- nil
-	}
-	e.stopRLS(sctx) // health NOT_SERVING at once, then calls in flight finish
-	err := e.server.ShutdownWithContext(sctx)
-	// fasthttp's shutdown closes the listeners its Serve calls had
-	// registered; a Serve that had not got that far yet (an edge stopped
-	// as soon as it started) would then accept forever. Closing them here
-	// ends it too (a listener already closed only returns an error).
-	_ = e.publicLn.Close()
-	if e.tls != nil {
-		_ = e.tls.Ln.Close()
-	}
-	if e.tunnels != nil {
-		// Tunnels are hijacked connections, which the server's shutdown
-		// does not wait for: they may finish on their own until the
-		// timer above ends them.
-		if terr := e.tunnels.Wait(sctx); terr != nil && err == nil {
-			err = fmt.Errorf("waiting for tunnels: %w", terr)
-		}
-	}
-	if aerr := e.admin.Shutdown(sctx); aerr != nil && err == nil {
-		err = fmt.Errorf("shutting down the admin server: %w", aerr)
-	}
-	if herr := <-h2done; herr != nil && err == nil {
-		err = fmt.Errorf("shutting down the HTTP/2 server: %w", herr)
-	}
-	return err
-}
-
-// streamGrace is how long before the end of a drain streamed responses
-// are cut: enough for their connections to close and the servers to see
-// them gone (fasthttp looks every 100 ms).
-func streamGrace(shutdown time.Duration) time.Duration {
-	return min(time.Second, shutdown/4)
-}
-
-// reloadOnSignal re-reads the files on every SIGHUP and reopens the access
-// log on SIGHUP and SIGUSR1, until stop is closed.
-func (e *Edge) reloadOnSignal(sig <-chan os.Signal, stop <-chan struct{}) {
-	for {
-		select {
-		case s := <-sig:
-			if err := e.pipe.ReopenAccessLog(); err != nil {
-				e.log.Error("access log not reopened; writing to the old file", "err", err)
-			}
-			if s == syscall.SIGHUP {
-				e.reloadFiles()
-			}
-		case <-stop:
-			return
-		}
-	}
+	return lifecycle.Run(ctx, p)
 }
 
 func (e *Edge) close() {

@@ -23,6 +23,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge"
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -111,9 +112,9 @@ func startGoldenEdge(t *testing.T, originURL string, args ...string) *goldenEdge
 		"--region", "eu-west", "--pop", "ams",
 	}
 	var out bytes.Buffer
-	cfg, code, ok := edge.ParseCommandLine(append(base, args...), nil, &out, &out)
+	cfg, code, ok := config.ParseCommandLine(append(base, args...), nil, &out, &out)
 	require.True(t, ok, "exit %d: %s", code, out.String())
-	e, err := edge.New(cfg, edge.NewLogger(g.logs, cfg.LogLevel))
+	e, err := edge.New(cfg, config.NewLogger(g.logs, cfg.LogLevel))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

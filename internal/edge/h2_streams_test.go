@@ -161,7 +161,7 @@ func TestH2ZeroWindowStreamsEnd(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return metricSum(t, r, "edgeguard_origin_streamed_responses_total", "end", "client_write_timeout") == conns*streams
 	}, 10*time.Second, 10*time.Millisecond, "every origin connection let go")
-	peak, _ := r.h2().HeldPeak()
+	peak, _ := r.tls.HTTP2().HeldPeak()
 	require.Zero(t, peak, "a streamed body is never held whole")
 
 	// A client that reads gets the object.

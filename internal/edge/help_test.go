@@ -14,7 +14,7 @@ import (
 // flag's default, the empty and false ones included.
 func TestHelpShowsEveryDefault(t *testing.T) {
 	var out, errOut bytes.Buffer
-	_, code, ok := ParseCommandLine([]string{"--help"}, nil, &out, &errOut)
+	_, code, ok := config.ParseCommandLine([]string{"--help"}, nil, &out, &errOut)
 	require.False(t, ok)
 	require.Zero(t, code)
 	help := out.String()

@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"context"
 	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,19 +31,6 @@ func (e *Edge) buildRLS(reg prometheus.Registerer) error {
 	return nil
 }
 
-// RLSAddr is the rate limit service's bound address ("" when off).
-func (e *Edge) RLSAddr() string {
-	if e.rls == nil {
-		return ""
-	}
-	return e.rls.Addr()
-}
-
-// rlsFromConsul says whether the rate limit service's documents come from
-// Consul: --rls-listen and --consul without --rls-config-dir (a directory
-// wins over Consul).
-func (e *Edge) rlsFromConsul() bool { return e.rls != nil && e.rls.FromConsul() }
-
 // rlsConsul is what the rate limit service needs of the Consul link
 // (package rlslink): its missing document, registration, and the cache
 // beside the rules cache.
@@ -55,11 +41,5 @@ func (e *Edge) rlsConsul() rlslink.Consul {
 		Cache:     e.consul.Beside(".rls.json"),
 		WriteFile: consullink.WriteFileAtomic,
 		Draining:  e.draining.Load,
-	}
-}
-
-func (e *Edge) stopRLS(ctx context.Context) {
-	if e.rls != nil {
-		e.rls.Stop(ctx)
 	}
 }

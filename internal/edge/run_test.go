@@ -17,8 +17,8 @@ import (
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
-// ownGoroutines returns the stacks of the goroutines that Run (and serve,
-// which starts the servers for it), the Consul link or the shedder's
+// ownGoroutines returns the stacks of the goroutines that Run (package
+// lifecycle: it starts the servers), the Consul link or the shedder's
 // sampler run or started, as the runtime sees them at this instant.
 func ownGoroutines() []string {
 	buf := make([]byte, 1<<20)
@@ -35,8 +35,7 @@ func ownGoroutines() []string {
 		s := string(g)
 		for _, f := range []string{
 			"edgeguard/internal/edge.(*Edge).Run",
-			"edgeguard/internal/edge.(*Edge).serve",
-			"edgeguard/internal/edge.(*Edge).reloadOnSignal",
+			"edgeguard/internal/edge/lifecycle.",
 			"edgeguard/internal/edge/consullink.(*Link)",
 			"edgeguard/pkg/region.(*Client).watch",
 			"edgeguard/pkg/shedder.(*Shedder).Run",
@@ -60,7 +59,7 @@ func TestRunWaitsForItsGoroutines(t *testing.T) {
 	defer c.Close()
 	r := startConsulEdge(t, "eu-west", "ams", c.HTTPAddr(), filepath.Join(t.TempDir(), "rules.yaml"))
 
-	want := []string{"fasthttp.(*Server).Serve", "net/http.(*Server).Serve", "(*Edge).reloadOnSignal", "(*Shedder).Run",
+	want := []string{"fasthttp.(*Server).Serve", "net/http.(*Server).Serve", "lifecycle.reloadOnSignal", "(*Shedder).Run",
 		"(*Link).register", "(*Link).countEdges", "(*Client).WatchPoPRules", "(*Client).WatchPoPShedder"}
 	require.Eventually(t, func() bool {
 		all := strings.Join(ownGoroutines(), "\n")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/edge"
 	"github.com/edgeguard/edgeguard/internal/edge/check"
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -94,11 +95,11 @@ func drop(args []string, flag string) []string {
 func start(t *testing.T, args, environ []string) string {
 	t.Helper()
 	var stderr bytes.Buffer
-	cfg, _, ok := edge.ParseCommandLine(args, environ, io.Discard, &stderr)
+	cfg, _, ok := config.ParseCommandLine(args, environ, io.Discard, &stderr)
 	if !ok {
 		return strings.TrimSpace(stderr.String())
 	}
-	e, err := edge.New(cfg, edge.NewLogger(io.Discard, "error"))
+	e, err := edge.New(cfg, config.NewLogger(io.Discard, "error"))
 	if err != nil {
 		return err.Error()
 	}

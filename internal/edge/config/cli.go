@@ -18,6 +18,24 @@ func (e usageError) Error() string        { return e.err.Error() }
 func (e usageError) Unwrap() error        { return e.err }
 func (e usageError) Is(target error) bool { return target == ErrUsage }
 
+// ParseCommandLine is ParseArgs with the edge's command-line conventions:
+// --help prints the usage on stdout (exit 0); a command line that cannot be
+// read, or settings that are refused, print what is wrong on stderr, the
+// former with a pointer to --help rather than the whole list of flags
+// (exit 2). ok is false when the program should exit with code.
+func ParseCommandLine(args, environ []string, stdout, stderr io.Writer) (cfg Config, code int, ok bool) {
+	var usage bytes.Buffer
+	cfg, err := ParseArgs(args, environ, &usage)
+	if code, done := CommandLineError(err, "edge", &usage, stdout, stderr); done {
+		return cfg, code, false
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "edge:", err)
+		return cfg, 2, false
+	}
+	return cfg, 0, true
+}
+
 // CommandLineError handles --help and a command line that cannot be read;
 // done is false for any other outcome.
 func CommandLineError(err error, prog string, usage *bytes.Buffer, stdout, stderr io.Writer) (code int, done bool) {

@@ -2,6 +2,7 @@ package listen
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 
@@ -31,7 +32,7 @@ import (
 // The reader follows each request's framing (Content-Length or chunks) to
 // find the next request's first byte, so a pipelined request is checked
 // like the first. A violation delivers the bytes before it, then fails
-// the next Read with a *FramingError: fasthttp's ErrorHandler
+// the next Read with a *framingError: fasthttp's ErrorHandler
 // (serverError) answers with its status and closes the connection, and
 // the origin sees nothing of the request. Its state is a few dozen bytes
 // per connection; it buffers nothing.
@@ -39,16 +40,26 @@ import (
 // fasthttp hands h2 connections (ALPN) to the HTTP/2 server unread, which
 // reads the TLS connection under this one (H1Unwrapped).
 
-// FramingError is a request the edge refuses at the framing: Reason is
+// framingError is a request the edge refuses at the framing: Reason is
 // the refusal's label (edgeguard_edge_requests_refused_total), Status and
 // Detail its answer.
-type FramingError struct {
+type framingError struct {
 	Reason string
 	Status int
 	Detail string
 }
 
-func (e *FramingError) Error() string { return "request framing: " + e.Detail }
+func (e *framingError) Error() string { return "request framing: " + e.Detail }
+
+// FramingRefusal is the refusal of a request whose framing the reader
+// refused (ok false for any other error).
+func FramingRefusal(err error) (reason string, status int, detail string, ok bool) {
+	var fe *framingError
+	if !errors.As(err, &fe) {
+		return "", 0, "", false
+	}
+	return fe.Reason, fe.Status, fe.Detail, true
+}
 
 // Refusal reasons of the framing.
 const (
@@ -68,18 +79,18 @@ var FramingReasons = []string{
 }
 
 var (
-	errBareLF        = &FramingError{reasonLineEnding, fasthttp.StatusBadRequest, "a line ends in a bare LF; lines end in CRLF"}
-	errBareCR        = &FramingError{reasonLineEnding, fasthttp.StatusBadRequest, "a CR is not followed by LF; lines end in CRLF"}
-	errObsFold       = &FramingError{reasonObsFold, fasthttp.StatusBadRequest, "a field line starts with whitespace (obs-fold)"}
-	errFieldName     = &FramingError{reasonFieldSyntax, fasthttp.StatusBadRequest, "a field name is empty or holds whitespace"}
-	errFieldColon    = &FramingError{reasonFieldSyntax, fasthttp.StatusBadRequest, "a field line has no colon"}
-	errCLRepeated    = &FramingError{reasonContentLength, fasthttp.StatusBadRequest, "Content-Length is sent more than once"}
-	errCLValue       = &FramingError{reasonContentLength, fasthttp.StatusBadRequest, "Content-Length is not a number of bytes"}
-	errTERepeated    = &FramingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding is sent more than once"}
-	errTEHTTP10      = &FramingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding is only served in HTTP/1.1 requests"}
-	errTEList        = &FramingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding must be exactly chunked"}
-	errTEUnsupported = &FramingError{reasonTransferCoding, fasthttp.StatusNotImplemented, "the only transfer coding served is chunked"}
-	errChunk         = &FramingError{reasonChunk, fasthttp.StatusBadRequest, "a chunk of the body is malformed"}
+	errBareLF        = &framingError{reasonLineEnding, fasthttp.StatusBadRequest, "a line ends in a bare LF; lines end in CRLF"}
+	errBareCR        = &framingError{reasonLineEnding, fasthttp.StatusBadRequest, "a CR is not followed by LF; lines end in CRLF"}
+	errObsFold       = &framingError{reasonObsFold, fasthttp.StatusBadRequest, "a field line starts with whitespace (obs-fold)"}
+	errFieldName     = &framingError{reasonFieldSyntax, fasthttp.StatusBadRequest, "a field name is empty or holds whitespace"}
+	errFieldColon    = &framingError{reasonFieldSyntax, fasthttp.StatusBadRequest, "a field line has no colon"}
+	errCLRepeated    = &framingError{reasonContentLength, fasthttp.StatusBadRequest, "Content-Length is sent more than once"}
+	errCLValue       = &framingError{reasonContentLength, fasthttp.StatusBadRequest, "Content-Length is not a number of bytes"}
+	errTERepeated    = &framingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding is sent more than once"}
+	errTEHTTP10      = &framingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding is only served in HTTP/1.1 requests"}
+	errTEList        = &framingError{reasonTransferEncoding, fasthttp.StatusBadRequest, "Transfer-Encoding must be exactly chunked"}
+	errTEUnsupported = &framingError{reasonTransferCoding, fasthttp.StatusNotImplemented, "the only transfer coding served is chunked"}
+	errChunk         = &framingError{reasonChunk, fasthttp.StatusBadRequest, "a chunk of the body is malformed"}
 )
 
 // framer states.
@@ -139,7 +150,7 @@ type framer struct {
 	left           int64 // bytes left of a body or chunk; a chunk-size
 	digits         int
 	closeAfter     bool
-	err            *FramingError
+	err            *framingError
 	got            bool // the client sent a byte
 	// upgraded: the connection is a tunnel now (Upgraded); its bytes are
 	// another protocol's and pass unread.

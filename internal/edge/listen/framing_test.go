@@ -1,6 +1,8 @@
 package listen
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,7 +14,7 @@ func TestFramerReadsAnyCut(t *testing.T) {
 	for _, tc := range []struct {
 		name, stream string
 		stop         string // what does not go on: the stream's end from the violation (or after the request that closes)
-		err          *FramingError
+		err          *framingError
 		closed       bool
 	}{
 		{"keep-alive requests", "GET / HTTP/1.1\r\nHost: a\r\n\r\n\r\nPOST / HTTP/1.1\r\ncontent-length: 3\r\n\r\nabcPOST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\nA;x=\"y\"\r\n0123456789\r\n0\r\nT: 1\r\n\r\n", "", nil, false},
@@ -44,6 +46,20 @@ func TestFramerReadsAnyCut(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A framing refusal, wrapped or not, gives its reason, status and detail;
+// any other error is not one.
+func TestFramingRefusal(t *testing.T) {
+	reason, status, detail, ok := FramingRefusal(fmt.Errorf("reading: %w", errTEUnsupported))
+	require.True(t, ok)
+	require.Equal(t, reasonTransferCoding, reason)
+	require.Equal(t, 501, status)
+	require.Equal(t, errTEUnsupported.Detail, detail)
+	_, _, _, ok = FramingRefusal(errors.New("connection reset"))
+	require.False(t, ok)
+	_, _, _, ok = FramingRefusal(nil)
+	require.False(t, ok)
 }
 
 // BenchmarkFramer is what the framer adds to a typical browser request

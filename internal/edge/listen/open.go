@@ -105,6 +105,30 @@ type TLS struct {
 	H2    *H2Server // nil without HTTP/2
 }
 
+// Addr is the bound address; "" for a nil TLS (no TLS listener).
+func (t *TLS) Addr() string {
+	if t == nil {
+		return ""
+	}
+	return t.Ln.Addr().String()
+}
+
+// Certificates and HTTP2 are the certificates and the HTTP/2 server; nil
+// for a nil TLS (HTTP2 nil without HTTP/2 too).
+func (t *TLS) Certificates() *Certs {
+	if t == nil {
+		return nil
+	}
+	return t.Certs
+}
+
+func (t *TLS) HTTP2() *H2Server {
+	if t == nil {
+		return nil
+	}
+	return t.H2
+}
+
 // OpenTLS builds the TLS listener: the certificates, then TCP (bind),
 // the PROXY protocol policy, the per-client cap, and TLS. With HTTP/2,
 // server hands its h2 connections to the HTTP/2 server. consul says the

@@ -115,16 +115,23 @@ func nameSalt(keySalt string) []byte {
 	return m.Sum(nil)
 }
 
-// Addr is the service's bound address.
-func (s *Service) Addr() string { return s.ln.Addr().String() }
+// Addr is the service's bound address ("" for a nil Service: none on
+// --rls-listen).
+func (s *Service) Addr() string {
+	if s == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
 
 // Close closes the listener (the edge's closers, when it fails to start).
 func (s *Service) Close() { _ = s.raw.Close() }
 
 // Reload re-reads the configuration directory (SIGHUP); an invalid set
-// keeps the one in force. Documents from Consul are watched instead.
+// keeps the one in force. Documents from Consul are watched instead; a
+// nil Service has nothing to reload.
 func (s *Service) Reload() {
-	if s.cfg.ConfigDir == "" {
+	if s == nil || s.cfg.ConfigDir == "" {
 		return // watched in Consul
 	}
 	if err := s.srv.Reload(s.cfg.ConfigDir, s.cfg.MergeDomains, s.cfg.Match()...); err != nil {
@@ -135,8 +142,9 @@ func (s *Service) Reload() {
 }
 
 // FromConsul says whether the documents come from Consul: no
-// --rls-config-dir (a directory wins over Consul).
-func (s *Service) FromConsul() bool { return s.cfg.ConfigDir == "" }
+// --rls-config-dir (a directory wins over Consul); false for a nil
+// Service.
+func (s *Service) FromConsul() bool { return s != nil && s.cfg.ConfigDir == "" }
 
 // Configured says whether a configuration is in force.
 func (s *Service) Configured() bool { return s.srv.Config() != nil }

@@ -181,6 +181,12 @@ func TestReloadKeepsTheConfigurationInForceWhenInvalid(t *testing.T) {
 	off, err := rlslink.New(config.RLSConfig{ConfigDir: dir}, rlslink.Options{Log: slog.New(slog.DiscardHandler)}, prometheus.NewRegistry())
 	require.NoError(t, err)
 	require.Nil(t, off)
+	// Off, the service answers as absent: no address, no documents from
+	// Consul, nothing to reload.
+	require.Empty(t, off.Addr())
+	require.False(t, off.FromConsul())
+	off.Reload()
+	require.False(t, s.FromConsul(), "a directory wins over Consul")
 }
 
 // SetServing flips the gRPC health of the service and of the server ("")
