@@ -344,6 +344,7 @@ func (h *schedHarness) quotaLost(format string, args ...any) {
 // Half the counted runs use windows of 1–4 s, so fixed windows reset and
 // sliding windows slide during stalls and outages.
 func TestScheduleSymmetric(t *testing.T) {
+	t.Parallel() // a virtual clock and a harness of its own: CPU only
 	for _, alg := range []Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog, limit.Concurrency} {
 		t.Run(alg.String(), func(t *testing.T) {
 			var phases [4]int
@@ -430,6 +431,7 @@ func TestScheduleSymmetricRegressions(t *testing.T) {
 // breakers where their rules put them, the fallbacks within their shares,
 // the store's count exactly what the admitted requests hold.
 func TestScheduleStarved(t *testing.T) {
+	t.Parallel() // a virtual clock and a harness of its own: CPU only
 	runStarved(t, false)
 }
 
@@ -439,6 +441,7 @@ func TestScheduleStarved(t *testing.T) {
 // together with no store stall. Each window holds the limit, strictly, and
 // the clients get the whole limit once the store answers again.
 func TestScheduleStarvedSymmetric(t *testing.T) {
+	t.Parallel() // a virtual clock and a harness of its own: CPU only
 	runStarved(t, true)
 }
 

@@ -958,6 +958,7 @@ func schedSeedList() []uint64 {
 // off alone takes ⌊remaining/N⌋ of a remainder the others keep taking at
 // the store.
 func TestSchedule(t *testing.T) {
+	t.Parallel() // a virtual clock and a harness of its own: CPU only
 	for _, alg := range []Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog, limit.Concurrency} {
 		t.Run(alg.String(), func(t *testing.T) {
 			var sum schedHarness
