@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,12 +22,17 @@ import (
 )
 
 // hostTally counts one host's answers by status (0: no answer); requests
-// sent before from are counted apart, in early.
+// sent before from are counted apart, in early. It also keeps every
+// answer with its request's sequence number and times (results), for a
+// test that judges a host from an event it can only know once it has
+// happened.
 type hostTally struct {
-	from  time.Time
-	mu    sync.Mutex
-	codes map[int]int
-	early map[int]int
+	from    time.Time
+	mu      sync.Mutex
+	codes   map[int]int
+	early   map[int]int
+	started int
+	results []hostResult
 	// refusal is the first host_share 503's body (the first 503's, until
 	// one comes: a.example alone at first may find no worker free) and its
 	// EdgeGuard-Not-Processed header.
@@ -36,9 +42,75 @@ type hostTally struct {
 // hostShareDetail is the problem detail of a host_share refusal.
 const hostShareDetail = "this host is at its share of the edge's workers"
 
-func (h *hostTally) add(sent time.Time, code int, body []byte, hdr http.Header) {
+// hostResult is one request of a host: its sequence number (the order
+// in which the requests were sent), when it was sent and answered (or
+// failed), and its status (0: no answer).
+type hostResult struct {
+	seq        int
+	sent, done time.Time
+	code       int
+}
+
+// start numbers a request about to be sent, under the tally's lock, so
+// that sent counts exactly the requests started before it.
+func (h *hostTally) start() (seq int, sent time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.started++
+	return h.started - 1, time.Now()
+}
+
+// sent is how many requests have been started so far: those numbered
+// below it.
+func (h *hostTally) sent() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.started
+}
+
+// answered says when the last of the requests numbered below n was
+// answered, once every one of them has been (done false until then).
+func (h *hostTally) answered(n int) (last time.Time, done bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	count := 0
+	for _, r := range h.results {
+		if r.seq < n {
+			count++
+			if r.done.After(last) {
+				last = r.done
+			}
+		}
+	}
+	return last, count == n
+}
+
+// firstSince counts the answers to the first n requests sent at or after
+// from, in the order they were sent (fewer while they are not all in): a
+// fixed number, so that a fast machine's many later requests do not
+// dilute the first ones.
+func (h *hostTally) firstSince(from time.Time, n int) (ok, total int, codes map[int]int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var rs []hostResult
+	for _, r := range h.results {
+		if !r.sent.Before(from) {
+			rs = append(rs, r)
+		}
+	}
+	slices.SortFunc(rs, func(x, y hostResult) int { return x.seq - y.seq })
+	codes = map[int]int{}
+	for _, r := range rs[:min(n, len(rs))] {
+		codes[r.code]++
+		total++
+	}
+	return codes[http.StatusOK], total, codes
+}
+
+func (h *hostTally) add(seq int, sent time.Time, code int, body []byte, hdr http.Header) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.results = append(h.results, hostResult{seq: seq, sent: sent, done: time.Now(), code: code})
 	if code == http.StatusServiceUnavailable && !strings.Contains(h.refusal, hostShareDetail) {
 		h.refusal, h.notProcessed = string(body), hdr.Get("EdgeGuard-Not-Processed")
 	}
@@ -88,7 +160,8 @@ func hostSpellings(ctx context.Context, wg *sync.WaitGroup, e *edgeProc, hosts [
 				if priority != "" {
 					req.Header.Set("X-Priority", priority)
 				}
-				code, sent := 0, time.Now()
+				code := 0
+				seq, sent := tally.start()
 				var body []byte
 				var hdr http.Header
 				if resp, err := client.Do(req); err == nil {
@@ -97,7 +170,7 @@ func hostSpellings(ctx context.Context, wg *sync.WaitGroup, e *edgeProc, hosts [
 					resp.Body.Close()
 					code, hdr = resp.StatusCode, resp.Header
 				}
-				tally.add(sent, code, body, hdr)
+				tally.add(seq, sent, code, body, hdr)
 			}
 		})
 	}
@@ -367,18 +440,27 @@ func TestHostShareFlood(t *testing.T) {
 // within its share while a.example is held to its own, is exempt from it
 // and keeps >= 95% of its requests once the ramp is up (without the
 // exemption the ramp took about 90% of them).
+//
+// b.example is judged by events, not by a clock: from the moment every
+// request a.example sent before b.example's first one has been answered
+// (until then a.example, alone so far, may hold every worker), over its
+// next judged requests, however long a busy machine takes to send them.
 func TestHostShareExemptFromTheRamp(t *testing.T) {
-	const workers = 16
+	const (
+		workers = 16
+		judged  = 200 // b.example's requests judged once the ramp is up
+	)
 	settings := filepath.Join(t.TempDir(), "shedder.json")
 	require.NoError(t, os.WriteFile(settings, []byte(`{"good": 0.3, "bad": 0.4, "start_after": "100ms", "full_after": "100ms", "smoothing": "0s", "share_window": "1s"}`), 0o600))
 	e := startEdge(t, "--origin", hostOrigin(t, 300*time.Millisecond), "--workers", strconv.Itoa(workers),
 		"--shedder", settings, "--log-level", "warn")
 	var a, b hostTally
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// A bound on the whole run, not a measure: the load stops once
+	// b.example's judged requests are in.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	hostLoad(ctx, &wg, e, "a.example", "", []string{"127.0.0.2", "127.0.0.3"}, 4*workers, &a)
-	// The ramp is up once it has shed: b.example is judged from then on.
 	err := proc.PollEvery(ctx, 10*time.Millisecond, "the ramp to shed", func(context.Context) error {
 		if n := sum(scrape(t, e), "edgeguard_shedder_rejected_total", "reason", "ramp"); n == 0 {
 			return fmt.Errorf("nothing shed by the ramp yet")
@@ -386,18 +468,42 @@ func TestHostShareExemptFromTheRamp(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	// a.example, alone so far, may hold every worker: b.example is judged
-	// from a.example's next answers on (one origin delay and a margin).
-	b.from = time.Now().Add(400 * time.Millisecond)
+	before := a.sent() // a.example's requests sent before b.example's first
 	hostLoad(ctx, &wg, e, "b.example", "", []string{"127.0.0.9"}, 8, &b)
+	var (
+		from  time.Time
+		level float64
+	)
+	err = proc.PollEvery(ctx, 10*time.Millisecond, "b.example's judged requests", func(context.Context) error {
+		last, done := a.answered(before)
+		if !done {
+			return fmt.Errorf("a.example's requests sent before b.example's still in flight")
+		}
+		from = last
+		if _, n, _ := b.firstSince(from, judged); n < judged {
+			return fmt.Errorf("%d of b.example's requests judged", n)
+		}
+		// The ramp's level while they were sent, a.example's load still
+		// on (once it stops, a.example's last requests end and the ramp
+		// falls).
+		level = sum(scrape(t, e), "edgeguard_shedder_level")
+		return nil
+	})
+	require.NoError(t, err)
+	cancel()
 	wg.Wait()
 	m := scrape(t, e)
 	aOK, aAll, aCodes := a.counts()
-	bOK, bAll, bCodes := b.counts()
-	t.Logf("a.example: %d/%d ok %v; b.example: %d/%d ok %v (in its first 400 ms: %v); level %v; rejected: ramp %v, host_share %v",
-		aOK, aAll, aCodes, bOK, bAll, bCodes, b.early, sum(m, "edgeguard_shedder_level"),
+	bOK, bAll, bCodes := b.firstSince(from, judged)
+	_, _, bEarly := b.firstSince(time.Time{}, b.sent())
+	_, _, bLater := b.firstSince(from, b.sent())
+	for c, n := range bLater {
+		bEarly[c] -= n
+	}
+	t.Logf("a.example: %d/%d ok %v; b.example's first %d requests once a.example's earlier ones were answered: %d/%d ok %v (before: %v, all since: %v); level then %v; rejected: ramp %v, host_share %v",
+		aOK, aAll, aCodes, judged, bOK, bAll, bCodes, bEarly, bLater, level,
 		sum(m, "edgeguard_shedder_rejected_total", "reason", "ramp"), sum(m, "edgeguard_shedder_rejected_total", "reason", "host_share"))
-	require.GreaterOrEqual(t, bAll, 20, "b.example was offered load")
+	require.GreaterOrEqual(t, bAll, judged, "b.example was offered load")
 	require.GreaterOrEqual(t, float64(bOK)/float64(bAll), 0.95, "b.example's success")
-	require.Positive(t, sum(m, "edgeguard_shedder_level"), "witness: the ramp was shedding at the end")
+	require.Positive(t, level, "witness: the ramp was shedding when b.example's judged requests were in")
 }
