@@ -24,11 +24,16 @@ import (
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
-// slowArrived receives once per /slow request the test origin starts serving.
+// slowArrived receives once per /slow or /hold request the test origin
+// starts serving.
 var slowArrived = make(chan struct{}, 100)
 
-// testOrigin is a real origin on loopback: /slow?ms=N sleeps, everything
-// else echoes what the edge forwarded.
+// holdRelease answers one /hold request the test origin holds (each gives
+// up after a minute, so a failed test leaves nothing behind).
+var holdRelease = make(chan struct{})
+
+// testOrigin is a real origin on loopback: /slow?ms=N sleeps, /hold waits
+// for holdRelease, everything else echoes what the edge forwarded.
 func testOrigin(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -40,6 +45,16 @@ func testOrigin(t *testing.T) string {
 			}
 			ms, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("ms")))
 			time.Sleep(time.Duration(ms) * time.Millisecond) // kept: the origin's service time is the subject
+		}
+		if string(ctx.Path()) == "/hold" {
+			select {
+			case slowArrived <- struct{}{}:
+			default:
+			}
+			select {
+			case <-holdRelease:
+			case <-time.After(time.Minute):
+			}
 		}
 		if string(ctx.Path()) == "/status" { // /status?code=401&cost=3: that status, an X-Cost header
 			code, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("code")))
@@ -263,30 +278,47 @@ rules:
 `
 
 func TestConcurrencySlotReleased(t *testing.T) {
-	r := startEdge(t, oneSlot, func(c *config.Config) { c.OriginHeaderTimeout = 300 * time.Millisecond })
+	// The slot is held while the origin holds the request: until the test
+	// releases it, at the default header timeout, so no machine is slow
+	// enough to release it early.
+	r := startEdge(t, oneSlot, nil)
 	t.Run("on completion", func(t *testing.T) {
 		require.Equal(t, []int{200, 200, 200}, codes(t, r, 3, "/"))
 	})
 	t.Run("while held", func(t *testing.T) {
-		slow := make(chan int)
+		held := make(chan int)
 		for len(slowArrived) > 0 {
 			<-slowArrived
 		}
 		go func() {
-			resp, err := http.Get("http://" + r.Addr() + "/slow?ms=250")
+			defer close(held)
+			resp, err := http.Get("http://" + r.Addr() + "/hold")
 			if err == nil {
 				resp.Body.Close()
-				slow <- resp.StatusCode
+				held <- resp.StatusCode
 			}
-			close(slow)
 		}()
-		<-slowArrived // the slow request holds the slot at the origin
+		select { // the held request holds the slot at the origin
+		case <-slowArrived:
+		case code := <-held:
+			t.Fatalf("the held request was answered %d before it reached the origin", code)
+		}
 		require.Equal(t, 429, r.get(t, "/").StatusCode, "a second request while the slot is held")
-		require.Equal(t, 200, <-slow)
+		holdRelease <- struct{}{}
+		require.Equal(t, 200, <-held)
 		require.Equal(t, 200, r.get(t, "/").StatusCode)
 	})
 	t.Run("on origin timeout", func(t *testing.T) {
-		require.Equal(t, 504, r.get(t, "/slow?ms=1000").StatusCode)
+		// An origin that never answers within the header timeout: the 504
+		// gives the slot back.
+		r := startEdge(t, oneSlot, func(c *config.Config) { c.OriginHeaderTimeout = 300 * time.Millisecond })
+		for len(slowArrived) > 0 {
+			<-slowArrived
+		}
+		require.Equal(t, 504, r.get(t, "/hold").StatusCode)
+		require.Len(t, slowArrived, 1, "the 504 is the origin's silence")
+		<-slowArrived
+		holdRelease <- struct{}{} // the origin lets the abandoned request go
 		require.Equal(t, 200, r.get(t, "/").StatusCode, "the slot came back with the 504")
 	})
 }
