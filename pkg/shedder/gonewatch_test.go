@@ -106,3 +106,65 @@ func TestHostQueueLeaversGiveTheirPlaces(t *testing.T) {
 	require.Empty(t, h.watch.waiters, "nobody waits: nothing watched")
 	require.Nil(t, h.watch.stop, "nobody waits: the watch's goroutine stops")
 }
+
+// TestGoneWatchNeverAsksAfterRemove: a waiter that stops waiting while a
+// pass is under way (taken into the pass, not yet asked) is not asked:
+// its request has moved on, and its connection may be another request's.
+func TestGoneWatchNeverAsksAfterRemove(t *testing.T) {
+	var g goneWatch
+	asking, resume := make(chan struct{}), make(chan struct{})
+	passed := make(chan struct{}, 1)
+	var calls atomic.Int32
+	first := g.add(func() bool {
+		if calls.Add(1) == 1 {
+			asking <- struct{}{} // the first pass is on the first waiter
+			<-resume
+		} else {
+			select {
+			case passed <- struct{}{}: // a later pass: the first one is over
+			default:
+			}
+		}
+		return false
+	}, time.Time{}, time.Now())
+	var second watchedClient
+	w2 := g.add(second.gone, time.Time{}, time.Now())
+	<-asking
+	g.remove(w2) // ends while the pass holds it
+	second.ended.Store(true)
+	close(resume)
+	<-passed
+	g.remove(first)
+	require.Zero(t, second.late.Load(), "asked after it stopped waiting")
+}
+
+// TestGoneWatchRemoveWaitsForTheAsk: a waiter that stops waiting while its
+// client is being asked returns only once the ask is over, so gone never
+// runs past the wait.
+func TestGoneWatchRemoveWaitsForTheAsk(t *testing.T) {
+	var g goneWatch
+	asking, resume := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	var asked atomic.Bool
+	w := g.add(func() bool {
+		if once.CompareAndSwap(false, true) {
+			asking <- struct{}{}
+			<-resume
+			asked.Store(true)
+		}
+		return false
+	}, time.Time{}, time.Now())
+	<-asking
+	removed := make(chan bool, 1)
+	go func() {
+		g.remove(w)
+		removed <- asked.Load()
+	}()
+	select {
+	case <-removed:
+		t.Fatal("remove returned while the client was being asked")
+	case <-time.After(100 * time.Millisecond): // a remove that does not wait returns long before
+	}
+	close(resume)
+	require.True(t, <-removed, "remove returned before the ask was over")
+}
