@@ -1,6 +1,7 @@
 package shedder
 
 import (
+	"runtime"
 	"sync"
 	"time"
 )
@@ -9,6 +10,10 @@ import (
 // are asked whether they are still there: a client that left holds its
 // place at most this long (plus one pass over the waiters).
 const goneEvery = 50 * time.Millisecond
+
+// goneYieldEvery is how many clients a pass asks before it lets the
+// other goroutines run.
+const goneYieldEvery = 32
 
 // goneWatch asks, every goneEvery, each waiter it holds whether its client
 // is still there, from one goroutine for all of them. A waiter polling on
@@ -90,13 +95,19 @@ func (g *goneWatch) run(stop chan struct{}) {
 		batch = append(batch[:0], g.waiters...)
 		now := g.clock.Add(time.Since(g.clockRef))
 		g.mu.Unlock()
-		for _, w := range batch {
+		for i, w := range batch {
 			w.mu.Lock()
 			if !w.done && w.gone() {
 				w.done = true
 				signal(w.left)
 			}
 			w.mu.Unlock()
+			if i%goneYieldEvery == goneYieldEvery-1 {
+				// A pass over a thousand waiters is a couple of
+				// milliseconds of system calls: on the edge's one core,
+				// the requests being served would wait it out whole.
+				runtime.Gosched()
+			}
 		}
 		clear(batch) // no waiter kept past its wait
 		if g.tick != nil {
