@@ -65,10 +65,12 @@ type waitList struct {
 // up to host_share.queue_timeout for a place, holding none meanwhile, and
 // is admitted when a release (or a recount growing the share) wakes it and
 // it then passes AcquireFrom's judgement. While it waits, gone (nil:
-// never) is asked every 50 ms and ctx is watched; either ends the wait
-// with ErrGone. Errors: ErrHostShare (no queue), ErrQueueFull (the queues
-// hold max_queued), ErrQueueTimeout, ErrGone. A request admitted at once
-// costs what AcquireFrom costs: nothing is allocated.
+// never) is asked every 50 ms (goneEvery) by one goroutine for all the
+// waiters, so it must be safe to call from another goroutine while this
+// call waits (never after it returns), and ctx is watched; either ends
+// the wait with ErrGone. Errors: ErrHostShare (no queue), ErrQueueFull
+// (the queues hold max_queued), ErrQueueTimeout, ErrGone. A request
+// admitted at once costs what AcquireFrom costs: nothing is allocated.
 func (h *HostShares) AcquireWait(ctx context.Context, now time.Time, host string, client netip.Addr, tier Tier, gone func() bool) (HostLease, error) {
 	if l, ok, _ := h.acquire(now, host, client, tier, nil); ok {
 		return l, nil
@@ -92,11 +94,14 @@ func (h *HostShares) AcquireWait(ctx context.Context, now time.Time, host string
 	start := time.Now()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var poll <-chan time.Time
+	var left <-chan struct{}
 	if gone != nil {
-		t := time.NewTicker(goneEvery)
-		defer t.Stop()
-		poll = t.C
+		// One goroutine asks every waiter's client in turn (and recounts
+		// the hosts once a pass: no request may come to do it, and a host
+		// that left frees places for these waiters all the same).
+		gw := h.watch.add(gone, now, start)
+		defer h.watch.remove(gw)
+		left = gw.left
 	}
 	for {
 		select {
@@ -112,15 +117,10 @@ func (h *HostShares) AcquireWait(ctx context.Context, now time.Time, host string
 			}
 			h.waits[waitAdmitted].Add(1)
 			return l, nil
-		case <-poll:
-			if gone() {
-				h.cancel(w)
-				h.waits[waitGone].Add(1)
-				return HostLease{}, ErrGone
-			}
-			// No request may come to recount the hosts: a host that left
-			// frees places for these waiters all the same.
-			h.maybeRecount(now.Add(time.Since(start)))
+		case <-left:
+			h.cancel(w)
+			h.waits[waitGone].Add(1)
+			return HostLease{}, ErrGone
 		case <-timer.C:
 			h.cancel(w)
 			h.waits[waitTimedOut].Add(1)

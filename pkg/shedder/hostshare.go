@@ -212,6 +212,8 @@ type HostShares struct {
 	reserved     int
 	wakeups      uint64
 	waits        [numWaitOutcomes]atomic.Uint64
+	// watch asks the waiters' clients whether they are still there.
+	watch goneWatch
 }
 
 // HostLease is a request's place in its host's share, given back with
@@ -236,6 +238,7 @@ func NewHostShares(capacity int, cfg HostShareConfig) *HostShares {
 	// requests counted one more active host until the next recount, and
 	// the recount counted it never).
 	h.other.used = true
+	h.watch.tick = h.maybeRecount
 	h.setConfig(cfg)
 	return h
 }

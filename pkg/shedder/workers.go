@@ -22,9 +22,6 @@ var (
 	ErrGone = errors.New("shedder: the client left while waiting for a worker")
 )
 
-// goneEvery is how often a waiter asks whether its client is still there.
-const goneEvery = 50 * time.Millisecond
-
 // Workers is the hard cap on requests the edge runs at once, with a short
 // bounded queue in front of it. It is the only protection critical traffic is
 // subject to, so the queue is ordered by tier: a freed slot goes to the
@@ -56,6 +53,7 @@ type Workers struct {
 	criticalWaiting int // critical waiters in queue
 	waitObs         [numTiers]prometheus.Observer
 	onReject        func(Tier, error)
+	watch           goneWatch // asks the waiters' clients whether they are still there
 }
 
 type waiter struct {
@@ -92,11 +90,13 @@ func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err e
 }
 
 // AcquireUnless is Acquire for a request whose client may leave: while it
-// waits in the queue, gone is asked every 50 ms (and once more when a slot
-// is granted after a wait), and a true answer ends the wait with ErrGone,
-// so a slot never goes to a request nobody will read the answer of. gone
-// must be cheap and safe to call from the waiting goroutine; nil never
-// leaves. A slot taken without waiting does not ask.
+// waits in the queue, gone is asked every 50 ms (goneEvery; by one
+// goroutine for all the waiters, so it must be cheap and safe to call from
+// another goroutine while this call waits, never after it returns) and
+// once more when a slot is granted after a wait, and a true answer ends
+// the wait with ErrGone, so a slot never goes to a request nobody will
+// read the answer of; nil never leaves. A slot taken without waiting does
+// not ask.
 func (w *Workers) AcquireUnless(ctx context.Context, tier Tier, gone func() bool) (release func(), err error) {
 	if err := w.take(ctx, tier, gone); err != nil {
 		return nil, err
@@ -190,11 +190,11 @@ func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (err
 	start := time.Now()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var poll <-chan time.Time
+	var left <-chan struct{}
 	if gone != nil {
-		t := time.NewTicker(goneEvery)
-		defer t.Stop()
-		poll = t.C
+		gw := w.watch.add(gone, start, start)
+		defer w.watch.remove(gw)
+		left = gw.left
 	}
 wait:
 	for {
@@ -212,11 +212,9 @@ wait:
 				return ErrGone
 			}
 			return nil
-		case <-poll:
-			if gone() {
-				err = ErrGone
-				break wait
-			}
+		case <-left:
+			err = ErrGone
+			break wait
 		case <-timer.C:
 			err = ErrQueueTimeout
 			break wait
