@@ -63,7 +63,7 @@ rules:
 // history); a bad one (its deny rate jumps) is rolled back, and fra never
 // runs it.
 func TestCanaryPush(t *testing.T) {
-	// The four canary tests wait most of their time (a canary's 6 s, Prometheus's
+	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
 	// scrapes), each on a region of its own: they run side by side.
 	t.Parallel()
 	v0 := effectiveVersion(t, canaryGlobal, "")

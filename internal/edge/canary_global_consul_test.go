@@ -60,7 +60,7 @@ func rulesVersion(e *running) string { return e.rules.Load().Version() }
 // is promoted by the global push (check-and-set, a history entry of kind
 // global), in eu-west alone with --region and in every region with --all.
 func TestGlobalCanaryPush(t *testing.T) {
-	// The four canary tests wait most of their time (a canary's 6 s, Prometheus's
+	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
 	// scrapes), each on a region of its own: they run side by side.
 	t.Parallel()
 	v0 := effectiveVersion(t, canaryGlobal, canaryRegionDoc)

@@ -34,7 +34,7 @@ import (
 // never runs it, and the canary key is gone; a harmless change is promoted
 // to the region's shedder key (with history), which both PoPs then run.
 func TestShedderCanaryPush(t *testing.T) {
-	// The four canary tests wait most of their time (a canary's 6 s, Prometheus's
+	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
 	// scrapes), each on a region of its own: they run side by side.
 	t.Parallel()
 	v0 := shedder.SettingsVersion(shedder.DefaultConfig())
@@ -124,7 +124,7 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 	cache := t.TempDir()
 	cr.ams = startConsulEdge(t, "eu-west", "ams", eu.HTTPAddr(), filepath.Join(cache, "ams.yaml"), opts...)
 	cr.fra = startConsulEdge(t, "eu-west", "fra", eu.HTTPAddr(), filepath.Join(cache, "fra.yaml"), opts...)
-	cr.prom, err = testenv.StartPrometheus(testenv.PrometheusOptions{ScrapeInterval: canaryScrape, Jobs: []testenv.ScrapeJob{{
+	cr.prom, err = testenv.StartPrometheus(testenv.PrometheusOptions{ScrapeInterval: time.Second, Jobs: []testenv.ScrapeJob{{
 		Name:    "edges",
 		Targets: []string{cr.ams.AdminAddr(), cr.fra.AdminAddr()},
 		TargetLabels: map[string]map[string]string{
@@ -181,7 +181,7 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 		})
 	}
 	err = proc.PollEvery(testenv.Within(t, 30*time.Second), 200*time.Millisecond, "prometheus to see both PoPs' requests", func(ctx context.Context) error {
-		q := `count by (pop) (rate(edgeguard_edge_requests_total{region="eu-west"}[10s]) > 0)`
+		q := `count by (pop) (rate(edgeguard_edge_requests_total{region="eu-west"}[5s]) > 0)`
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cr.prom.URL+"/api/v1/query?query="+url.QueryEscape(q), nil)
 		if err != nil {
 			return err
@@ -210,22 +210,13 @@ func (cr *canaryRegion) regionctl(t *testing.T, cmd []string, args ...string) (s
 	return cr.run(t, cmd, append([]string{"--region", "eu-west", "--canary", "ams"}, args...)...)
 }
 
-// The canaries are judged over three scrapes: on a busy machine an
-// in-process edge's /metrics can take a second to answer, and a scrape that
-// runs past its interval (Prometheus's timeout) is a sample lost; a window
-// of three keeps the two increase() needs through one such loss.
-const (
-	canaryScrape = 2 * time.Second
-	canaryFor    = "6s"
-)
-
 // run runs regionctl's cmd against the region with the canary flags the
-// tests share (canaryFor, 20s to load, 20 requests, the Prometheus), then args
+// tests share (4s, 20s to load, 20 requests, the Prometheus), then args
 // (which pick the region and the PoP).
 func (cr *canaryRegion) run(t *testing.T, cmd []string, args ...string) (string, int) {
 	var out bytes.Buffer
 	all := append(append([]string{"--consul", cr.eu.HTTPAddr()}, cmd...),
-		"--for", canaryFor, "--canary-load-timeout", "20s", "--canary-min-requests", "20", "--prometheus", cr.prom.URL)
+		"--for", "4s", "--canary-load-timeout", "20s", "--canary-min-requests", "20", "--prometheus", cr.prom.URL)
 	code := regionctl.Main(append(all, args...), func(string) string { return "" }, &out, &out)
 	t.Logf("regionctl exited %d:\n%s", code, out.String())
 	return out.String(), code
@@ -281,7 +272,7 @@ func canaryHosts(origin string, extra bool) string {
 // region's table; a good table is promoted to the region's key, which both
 // PoPs then run.
 func TestHostsCanaryPush(t *testing.T) {
-	// The four canary tests wait most of their time (a canary's 6 s, Prometheus's
+	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
 	// scrapes), each on a region of its own: they run side by side.
 	t.Parallel()
 	origin := testOrigin(t)
