@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -82,12 +83,17 @@ type scratch struct {
 	headers headerLookup
 	header  func(string) (string, bool) // headers.Get, bound once per scratch
 	query   func(string) (string, bool) // headers.Query, likewise
-	host    string                      // normalized (rules.NormalizeHost)
-	path    string                      // as the host's origin reads it (pathsem.Normalize)
-	pool    *origin.Proxy               // the host's origin pool
-	paths   hosts.PathPolicy            // how the host's paths are read
-	bh      bhlayer.Request             // the client's part in the behaviour layer
-	req     rules.Request               // what the rules see
+	// gone is clientGone, bound once per scratch: a closure made per
+	// request would be allocated per request, as the shedder's queues
+	// keep what they ask while a request waits.
+	gone     func() bool
+	connGone func(net.Conn) bool // Conns.Gone, set by shedStage
+	host     string              // normalized (rules.NormalizeHost)
+	path     string              // as the host's origin reads it (pathsem.Normalize)
+	pool     *origin.Proxy       // the host's origin pool
+	paths    hosts.PathPolicy    // how the host's paths are read
+	bh       bhlayer.Request     // the client's part in the behaviour layer
+	req      rules.Request       // what the rules see
 
 	ruling
 	recorded
@@ -142,8 +148,13 @@ type recorded struct {
 func newScratch() any {
 	sc := &scratch{recorded: recorded{tier: shedder.TierNone}}
 	sc.header, sc.query = sc.headers.Get, sc.headers.Query
+	sc.gone = sc.clientGone
 	return sc
 }
+
+// clientGone says whether the request's client has left (asked while the
+// request waits in a shedder queue, from the queue's goroutine).
+func (sc *scratch) clientGone() bool { return sc.connGone(sc.ctx.Conn()) }
 
 func (sc *scratch) reset() {
 	clear(sc.matches)

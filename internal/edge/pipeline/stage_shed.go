@@ -34,7 +34,8 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// retrying at once costs the edge one refusal per wait, not one per
 	// round trip. Not ctx as a context (see the worker wait below); a
 	// waiter whose client left gives up its place.
-	gone := func() bool { return e.conns.Gone(ctx.Conn()) }
+	sc.connGone = e.conns.Gone
+	gone := sc.gone
 	lease, err := e.shed.AcquireHostWait(context.Background(), sc.start, sc.host, e.clientIdentity(sc.client), tier, gone)
 	switch {
 	case errors.Is(err, shedder.ErrGone):
