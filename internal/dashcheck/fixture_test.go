@@ -395,8 +395,8 @@ func startDashFixture(t *testing.T, rulesPath string) *dashFixture {
 	built := make(chan struct{})
 	go func() {
 		defer close(built)
-		if out, err := exec.Command("go", "build", "-o", bin, "github.com/edgeguard/edgeguard/cmd/edge").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building the edge: %w\n%s", err, out)
+		if err := testenv.BuildEdge(bin); err != nil {
+			buildErr = fmt.Errorf("building the edge: %w", err)
 		}
 	}()
 	t.Cleanup(func() { <-built }) // no build outlives the test (nor writes into its removed temp dir)

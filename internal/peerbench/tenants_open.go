@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -91,9 +90,7 @@ func (c *count) lagP99() time.Duration {
 	if len(c.lag) == 0 {
 		return 0
 	}
-	s := slices.Clone(c.lag)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(0.99*float64(len(s))))]
+	return pct(c.lag).p99
 }
 
 // joinTrace is a host joining mid-run, each of its requests by when it
