@@ -223,8 +223,9 @@ type HostLease struct {
 	slot   int32 // -1: the pooled rest
 	gen    uint32
 	exempt bool
-	level  int8  // its index in its slot's levels, -1: none
-	pair   int32 // its pairs counter, -1: none
+	owed   time.Duration // see Owed
+	level  int8          // its index in its slot's levels, -1: none
+	pair   int32         // its pairs counter, -1: none
 }
 
 // noTable marks a lease of a disabled table: Release does nothing.
@@ -450,6 +451,9 @@ func (h *HostShares) acquire(now time.Time, host string, client netip.Addr, tier
 	s.last = ns
 	h.inflight++
 	lease := HostLease{h: h, slot: i, gen: h.gen, level: level, pair: pair}
+	if exempt {
+		lease.owed = h.queueTimeout
+	}
 	h.mu.Unlock()
 	lease.exempt = exempt && ns-h.lastRefusal.Load() < int64(hostIdleAfter)
 	return lease, true, false
@@ -552,6 +556,13 @@ func shareOf(capacity, w, total int) int {
 // another host was being held to its own: the ramp must not shed it for
 // that host's load.
 func (l HostLease) Exempt() bool { return l.exempt }
+
+// Owed is how long the request may wait for a worker its share owes it
+// (Workers.TakeOwed): host_share.queue_timeout while its host was within
+// its share and other hosts were active, so that the workers it may find
+// busy are held by hosts at or over their own; 0 otherwise (a lone host,
+// a host at its share, shares off).
+func (l HostLease) Owed() time.Duration { return l.owed }
 
 // Release gives the lease's place back; call it once.
 func (l HostLease) Release() {

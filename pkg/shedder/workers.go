@@ -58,6 +58,7 @@ type Workers struct {
 
 type waiter struct {
 	tier    Tier
+	owed    bool          // its host's share owes it a worker (TakeOwed)
 	ready   chan struct{} // closed when a slot is handed over or the waiter is evicted
 	granted bool          // guarded by Workers.mu; settles timeout races
 	evicted bool          // guarded by Workers.mu: turned away for a higher tier
@@ -98,7 +99,7 @@ func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err e
 // read the answer of; nil never leaves. A slot taken without waiting does
 // not ask.
 func (w *Workers) AcquireUnless(ctx context.Context, tier Tier, gone func() bool) (release func(), err error) {
-	if err := w.take(ctx, tier, gone); err != nil {
+	if err := w.take(ctx, tier, gone, 0); err != nil {
 		return nil, err
 	}
 	return w.releaser(), nil
@@ -117,15 +118,29 @@ func (s Slot) Release() { s.w.release() }
 // slot it returns is a value, where AcquireUnless allocates its release
 // func (two allocations per request on the edge's request path).
 func (w *Workers) TakeUnless(ctx context.Context, tier Tier, gone func() bool) (Slot, error) {
-	if err := w.take(ctx, tier, gone); err != nil {
+	return w.TakeOwed(ctx, tier, gone, 0)
+}
+
+// TakeOwed is TakeUnless for a request its host's share owes a worker
+// (HostLease.Owed: its host is within its share while other hosts are
+// served, so the workers it finds busy are held by hosts at or over their
+// own). With owed > 0 it waits ahead of the waiters of its tier that are
+// owed none, a full queue turns the newest of those away for it (as it
+// does for a higher tier), and it waits up to the longer of the queue
+// timeout and owed: a host within its share waits for a worker at least as
+// long as a request over its share waits for a place (host_share.
+// queue_timeout), instead of losing the workers the hosts over their share
+// give back to their own queued requests. With owed 0 it is TakeUnless.
+func (w *Workers) TakeOwed(ctx context.Context, tier Tier, gone func() bool, owed time.Duration) (Slot, error) {
+	if err := w.take(ctx, tier, gone, owed); err != nil {
 		return Slot{}, err
 	}
 	return Slot{w}, nil
 }
 
 // take is acquire, with a refusal counted.
-func (w *Workers) take(ctx context.Context, tier Tier, gone func() bool) error {
-	err := w.acquire(ctx, tier, gone)
+func (w *Workers) take(ctx context.Context, tier Tier, gone func() bool, owed time.Duration) error {
+	err := w.acquire(ctx, tier, gone, owed)
 	if err != nil {
 		w.mu.Lock()
 		count := w.onReject
@@ -137,8 +152,9 @@ func (w *Workers) take(ctx context.Context, tier Tier, gone func() bool) error {
 	return err
 }
 
-// acquire takes a slot (counted in busy) or says why not.
-func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (err error) {
+// acquire takes a slot (counted in busy) or says why not; owed > 0 is
+// TakeOwed's.
+func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool, owed time.Duration) (err error) {
 	if !tier.valid() {
 		tier = TierWrite // as Shedder.Admit classes it
 	}
@@ -164,7 +180,7 @@ func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (err
 		}
 	case len(w.queue)-w.criticalWaiting >= w.queueSize:
 		low := w.lowestLocked()
-		if w.queue[low].tier >= tier {
+		if w.queue[low].rank() >= rankOf(tier, owed > 0) {
 			w.mu.Unlock()
 			return ErrQueueFull
 		}
@@ -177,9 +193,9 @@ func (w *Workers) acquire(ctx context.Context, tier Tier, gone func() bool) (err
 		w.mu.Unlock()
 		return fmt.Errorf("shedder: waiting for a worker: %w", err)
 	}
-	wt := &waiter{tier: tier, ready: make(chan struct{})}
+	wt := &waiter{tier: tier, owed: owed > 0, ready: make(chan struct{})}
 	w.queue = append(w.queue, wt)
-	timeout := w.queueTimeout
+	timeout := max(w.queueTimeout, owed)
 	if tier == TierCritical {
 		w.criticalWaiting++
 		timeout = max(timeout, w.criticalTimeout)
@@ -272,12 +288,24 @@ func (w *Workers) release() {
 	w.busy--
 }
 
+// rankOf orders waiters: by tier, then those owed a worker (TakeOwed)
+// before those owed none.
+func rankOf(tier Tier, owed bool) int {
+	r := int(tier) * 2
+	if owed {
+		r++
+	}
+	return r
+}
+
+func (wt *waiter) rank() int { return rankOf(wt.tier, wt.owed) }
+
 // grantLocked hands a slot (already counted in busy) to the oldest waiter of
-// the highest tier waiting.
+// the highest rank waiting (rankOf).
 func (w *Workers) grantLocked() {
 	best := 0
 	for i, q := range w.queue {
-		if q.tier > w.queue[best].tier {
+		if q.rank() > w.queue[best].rank() {
 			best = i
 		}
 	}
@@ -287,13 +315,14 @@ func (w *Workers) grantLocked() {
 	close(wt.ready)
 }
 
-// lowestLocked is the newest waiter of the lowest tier waiting: the one a
-// higher sheddable tier may turn away when the sheddable places are full
-// (so it is never a critical waiter).
+// lowestLocked is the newest waiter of the lowest rank waiting (rankOf):
+// the one a higher sheddable tier, or a waiter of its tier owed a worker,
+// may turn away when the sheddable places are full (so it is never a
+// critical waiter).
 func (w *Workers) lowestLocked() int {
 	low := len(w.queue) - 1
 	for i := len(w.queue) - 1; i >= 0; i-- {
-		if w.queue[i].tier < w.queue[low].tier {
+		if w.queue[i].rank() < w.queue[low].rank() {
 			low = i
 		}
 	}

@@ -53,7 +53,7 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 		problem.Unavailable(ctx, "the edge is shedding load; retry later", 1)
 		return outcomeShed
 	}
-	return e.holdPool(sc, gone)
+	return e.holdPool(sc, gone, lease.Owed())
 }
 
 // holdPool, holdWorker and holdOrigin take the rest of what shedStage
@@ -61,9 +61,9 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 // returns each, the compiler open-codes the defers, where four in one
 // function with a dozen returns went through the runtime's defer records
 // on every request.
-func (e *Pipeline) holdPool(sc *scratch, gone func() bool) string {
+func (e *Pipeline) holdPool(sc *scratch, gone func() bool, owed time.Duration) string {
 	if !sc.pool.Limited() { // the usual case: nothing to take or give back
-		return e.holdWorker(sc, gone)
+		return e.holdWorker(sc, gone, owed)
 	}
 	ctx, tier := sc.ctx, sc.tier
 	// The host's pool's concurrency limit (host table `concurrency`; none
@@ -80,16 +80,18 @@ func (e *Pipeline) holdPool(sc *scratch, gone func() bool) string {
 		return outcomePoolLimit
 	}
 	defer endPool(releasePool, sc)
-	return e.holdWorker(sc, gone)
+	return e.holdWorker(sc, gone, owed)
 }
 
-func (e *Pipeline) holdWorker(sc *scratch, gone func() bool) string {
+// holdWorker takes a worker; a request its host's share owes one (owed,
+// HostLease.Owed) waits ahead of its tier's other waiters, and longer.
+func (e *Pipeline) holdWorker(sc *scratch, gone func() bool, owed time.Duration) string {
 	ctx, tier := sc.ctx, sc.tier
 	// Not ctx: fasthttp's RequestCtx as a context costs a goroutine per
 	// derived context and races with Shutdown; the queue timeout bounds
 	// this, and a waiter whose client left gives up its place.
 	_, wait := e.tracing.child(sc.trace, "shedder.wait")
-	slot, err := e.workers.TakeUnless(context.Background(), tier, gone)
+	slot, err := e.workers.TakeOwed(context.Background(), tier, gone, owed)
 	wait.End()
 	switch {
 	case errors.Is(err, shedder.ErrGone):
