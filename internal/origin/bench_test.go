@@ -1,6 +1,7 @@
 package origin
 
 import (
+	"bytes"
 	"net"
 	"testing"
 
@@ -8,15 +9,21 @@ import (
 )
 
 // BenchmarkServe measures one proxied request: copy and rewrite the
-// request, a keep-alive round trip to a loopback origin, response clean-up.
+// request, a keep-alive round trip to a loopback origin, response clean-up;
+// a short body and the largest one read whole.
 func BenchmarkServe(b *testing.B) {
+	b.Run("11B", func(b *testing.B) { benchmarkServe(b, []byte("hello, edge")) })
+	b.Run("64KiB", func(b *testing.B) { benchmarkServe(b, bytes.Repeat([]byte("0123456789abcdef"), smallBody/16)) })
+}
+
+func benchmarkServe(b *testing.B, body []byte) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	origin := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain")
-		ctx.SetBodyString("hello, edge")
+		ctx.SetBody(body)
 	}}
 	go origin.Serve(ln) //nolint:errcheck // returns on Shutdown
 	b.Cleanup(func() { _ = origin.Shutdown() })
@@ -43,8 +50,8 @@ func BenchmarkServe(b *testing.B) {
 		ctx.Init(&req, remote, nil)
 		for pb.Next() {
 			p.Serve(&ctx, Hop{Peer: "203.0.113.7", RequestID: "0123456789abcdef"})
-			if ctx.Response.StatusCode() != fasthttp.StatusOK {
-				b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+			if ctx.Response.StatusCode() != fasthttp.StatusOK || len(ctx.Response.Body()) != len(body) {
+				b.Fatalf("status %d, %d bytes of %d", ctx.Response.StatusCode(), len(ctx.Response.Body()), len(body))
 			}
 			ctx.Response.Reset()
 		}

@@ -679,3 +679,56 @@ func TestServeStripsEachHopByHopAlone(t *testing.T) {
 		require.Equal(t, stripped, resp.Header.Peek(k) == nil, "response field %s", k)
 	}
 }
+
+// A small body is handed to the response rather than copied into it: the
+// response must keep its bytes after Serve has returned and its exchange
+// has gone back to the pool and served the next request, whatever the
+// sizes (a buffer too small for the next body, or one larger than it).
+func TestSmallBodyOutlivesItsExchange(t *testing.T) {
+	body := func(path string) []byte {
+		n, fill := 0, byte('x')
+		switch path {
+		case "/big":
+			n, fill = smallBody, 'b' // the largest read whole
+		case "/mid":
+			n, fill = 20<<10, 'm'
+		case "/tiny":
+			n, fill = 3, 't'
+		}
+		return []byte(strings.Repeat(string(fill), n))
+	}
+	o := startOrigin(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body(string(ctx.Path()))) })
+	cfg := DefaultConfig()
+	cfg.URLs = []string{o.url()}
+	cfg.HealthCheckInterval = 0
+	p := newProxy(t, cfg)
+
+	remote := &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 40000}
+	serve := func(path string) *fasthttp.RequestCtx {
+		var req fasthttp.Request
+		req.SetRequestURI(path)
+		req.Header.SetHost("shop.example")
+		ctx := &fasthttp.RequestCtx{}
+		ctx.Init(&req, remote, nil)
+		p.Serve(ctx, Hop{Peer: "203.0.113.7"})
+		require.Equal(t, fasthttp.StatusOK, ctx.Response.StatusCode(), path)
+		require.False(t, ctx.Response.IsBodyStream(), "%s: read whole", path)
+		return ctx
+	}
+	paths := []string{"/big", "/tiny", "/mid", "/big", "/big", "/mid", "/tiny", "/tiny", "/big"}
+	var held []*fasthttp.RequestCtx
+	for round := 0; round < 20; round++ {
+		for _, path := range paths {
+			held = append(held, serve(path))
+		}
+		// Every response served since is still whole, byte for byte.
+		for i, ctx := range held {
+			path := paths[i%len(paths)]
+			require.Equal(t, body(path), ctx.Response.Body(), "response %d (%s) after %d more", i, path, len(held)-1-i)
+		}
+		for _, ctx := range held {
+			ctx.Response.Reset() // gives its body buffer back to the pool
+		}
+		held = held[:0]
+	}
+}
