@@ -184,7 +184,7 @@ rules:
 	// edge within the minute, so the fallback has no share of this exact
 	// rule to give: it denies, and the call, given back when its answer
 	// comes, leaves the client's limit whole. It never admits.
-	var proxied, byRedis, byPrefilter, byFallback float64
+	var proxied, byRedis, byPrefilter, byFallback, lifeWaits float64
 	for i, e := range es {
 		m := scrape(t, e)
 		require.Zero(t, sum(m, mDecisions, "reason", "fallback", "decision", "allowed"), "edge %d: the fallback admitted", i)
@@ -193,10 +193,11 @@ rules:
 		byRedis += sum(m, mDecisions, "reason", "redis")
 		byPrefilter += sum(m, mDecisions, "reason", "prefilter")
 		byFallback += sum(m, mDecisions, "reason", "fallback")
+		lifeWaits += sum(m, "edgeguard_limiter_life_waits_total")
 	}
 	require.Equal(t, float64((clients+1)*limit), proxied, "requests proxied by the three edges together")
-	t.Logf("%d requests from %d clients in %s: %.0f proxied, decisions by redis %.0f, by the over-limit cache %.0f, by the fallback %.0f (all denied)",
-		(clients+1)*perClient, clients+1, elapsed.Round(time.Millisecond), proxied, byRedis, byPrefilter, byFallback)
+	t.Logf("%d requests from %d clients in %s: %.0f proxied, decisions by redis %.0f, by the over-limit cache %.0f, by the fallback %.0f (all denied); store calls waited on past the deadline for a store showing life: %.0f",
+		(clients+1)*perClient, clients+1, elapsed.Round(time.Millisecond), proxied, byRedis, byPrefilter, byFallback, lifeWaits)
 }
 
 // TestCoalescingHotKey floods one edge with concurrent requests of one key
