@@ -151,25 +151,33 @@ type policyEntry struct {
 // policies caches each compiled rule's rulePolicy: a compiled rule never
 // changes, so its item and its 429's body are built once, not per
 // response. Rules reloads forget them (ForgetPolicies); so does growing
-// past maxPolicies. lastPolicy is the one asked for last: a flood of
-// denials by one rule finds it with a load and a comparison, where the
-// map hashes the rule's pointer as an interface on every response.
+// past maxPolicies.
 var (
-	policies   sync.Map // *rules.CompiledRule → *policyEntry
-	policiesN  atomic.Int64
-	lastPolicy atomic.Pointer[policyEntry]
+	policies  sync.Map // *rules.CompiledRule → *policyEntry
+	policiesN atomic.Int64
 )
 
 const maxPolicies = 1 << 16
 
-func policyOf(r *rules.CompiledRule) *rulePolicy {
-	if p := lastPolicy.Load(); p != nil && p.rule == r {
-		return &p.rulePolicy
-	}
-	if p, ok := policies.Load(r); ok {
-		e := p.(*policyEntry)
-		lastPolicy.Store(e)
+func policyOf(r *rules.CompiledRule) *rulePolicy { return &policyEntryOf(r).rulePolicy }
+
+// lastPolicyOf is policyOf through last, the caller's own record of the
+// entry it asked for last (a scratch's): a flood of denials by one rule
+// finds its policy with a comparison, where the map hashes the rule's
+// pointer as an interface. Its own, not one the goroutines share: a
+// shared one would be written on every change of rule, from every core.
+func lastPolicyOf(r *rules.CompiledRule, last **policyEntry) *rulePolicy {
+	if e := *last; e != nil && e.rule == r {
 		return &e.rulePolicy
+	}
+	e := policyEntryOf(r)
+	*last = e
+	return &e.rulePolicy
+}
+
+func policyEntryOf(r *rules.CompiledRule) *policyEntry {
+	if p, ok := policies.Load(r); ok {
+		return p.(*policyEntry)
 	}
 	id := strconv.Quote(r.ID)
 	item := id + ";q=" + strconv.FormatInt(quota(r), 10)
@@ -181,24 +189,22 @@ func policyOf(r *rules.CompiledRule) *rulePolicy {
 		ForgetPolicies()
 	}
 	policies.Store(r, e)
-	lastPolicy.Store(e)
-	return &e.rulePolicy
+	return e
 }
 
 // ForgetPolicies drops the cached policies of the rules (the edge calls it
-// when it swaps them). One asked for at the same moment may stay the last
-// one asked for: still right for its rule, which it keeps in memory until
-// another rule's is asked for.
+// when it swaps them). A scratch keeps the entry it used last until it
+// serves another rule: still right for its rule, which it keeps in memory
+// until then.
 func ForgetPolicies() {
-	lastPolicy.Store(nil)
 	policies.Clear()
 	policiesN.Store(0)
 }
 
 // deny answers 429 for the rules that denied: with one rule denying (a
-// flood's usual case), the body its policy keeps; with more, one built
-// here.
-func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
+// flood's usual case), the body its policy keeps (found through last, as
+// lastPolicyOf does); with more, one built here.
+func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool, last **policyEntry) {
 	var violatedBuf [8]string
 	violated := violatedBuf[:0]
 	var retry time.Duration
@@ -212,7 +218,7 @@ func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
 	}
 	var one *rulePolicy // as[0]'s, when it is the only rule
 	if len(violated) == 1 {
-		p := policyOf(only)
+		p := lastPolicyOf(only, last)
 		if len(as) == 1 {
 			one = p
 		}

@@ -51,8 +51,9 @@ func TestOriginRateLimitFieldsGiveWay(t *testing.T) {
 
 // A 429 names the rules that denied, in its body and its RateLimit fields,
 // whichever rules were asked about before it: the policies the responses
-// keep (policyOf) never answer for another rule, not after a reload
-// forgot them, not while other rules' denials run beside it.
+// keep (policyOf, and a scratch's last one) never answer for another rule,
+// not after a reload forgot them, not while other rules' denials run
+// beside it.
 func TestDenyNamesItsOwnRules(t *testing.T) {
 	a := &rules.CompiledRule{ID: "per-ip", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute}
 	b := &rules.CompiledRule{ID: "per-key", Algorithm: limit.FixedWindow, Limit: 7, Window: time.Hour}
@@ -70,9 +71,9 @@ func TestDenyNamesItsOwnRules(t *testing.T) {
 		{"b of two", []applied{{rule: a, out: under}, {rule: b, out: over}}, want{`["per-key"]`, `"per-ip";q=3;w=60, "per-key";q=7;w=3600`, `"per-ip";r=5;t=3600, "per-key";r=0;t=20`}},
 		{"both", []applied{{rule: a, out: over}, {rule: b, out: over}}, want{`["per-ip","per-key"]`, `"per-ip";q=3;w=60, "per-key";q=7;w=3600`, `"per-ip";r=0;t=20, "per-key";r=0;t=20`}},
 	}
-	check := func(t require.TestingT, as []applied, w want) {
+	check := func(t require.TestingT, as []applied, w want, last **policyEntry) {
 		var ctx fasthttp.RequestCtx
-		deny(&ctx, as, false)
+		deny(&ctx, as, false, last)
 		h := &ctx.Response.Header
 		require.Equal(t, fasthttp.StatusTooManyRequests, ctx.Response.StatusCode())
 		require.Contains(t, string(ctx.Response.Body()), `"violated-policies":`+w.violated+`}`)
@@ -80,15 +81,17 @@ func TestDenyNamesItsOwnRules(t *testing.T) {
 		require.Equal(t, w.state, fieldAsSpelled(h, "RateLimit"))
 		require.Equal(t, "20", string(h.Peek("Retry-After")))
 	}
-	// Each after every other, and after a reload forgot the policies.
+	// Each after every other through one scratch's record of the last
+	// policy, and after a reload forgot the policies.
+	var last *policyEntry
 	for _, forget := range []bool{false, true} {
 		for _, first := range cases {
 			for _, c := range cases {
-				check(t, first.as, first.want)
+				check(t, first.as, first.want, &last)
 				if forget {
 					ForgetPolicies()
 				}
-				check(t, c.as, c.want)
+				check(t, c.as, c.want, &last)
 			}
 		}
 	}
@@ -97,9 +100,10 @@ func TestDenyNamesItsOwnRules(t *testing.T) {
 	errs := make(chan error, len(cases))
 	for _, c := range cases {
 		wg.Go(func() {
+			var last *policyEntry
 			for range 200 {
 				var rec recorder
-				if check(&rec, c.as, c.want); rec.err != nil {
+				if check(&rec, c.as, c.want, &last); rec.err != nil {
 					errs <- fmt.Errorf("%s: %v", c.name, rec.err)
 					return
 				}
