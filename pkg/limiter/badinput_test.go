@@ -30,6 +30,8 @@ func TestInvalidRequestsAreRefusedOneByOne(t *testing.T) {
 		{"unknown algorithm", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Algorithm = 42 }), Cost: 1}, limiter.ErrUnknownAlgorithm, "algorithm(42)"},
 		{"empty key", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Key = "" }), Cost: 1}, limiter.ErrInvalidLimit, "key is empty"},
 		{"brace in key", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Key = "a{b}" }), Cost: 1}, limiter.ErrInvalidLimit, "brace"},
+		{"opening brace in key", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Key = "a{b" }), Cost: 1}, limiter.ErrInvalidLimit, "brace"},
+		{"closing brace in key", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Key = "a}b" }), Cost: 1}, limiter.ErrInvalidLimit, "brace"},
 		{"burst on sliding log", limiter.Request{Limit: with(func(l *limiter.Limit) { l.Burst = 3 }), Cost: 1}, limiter.ErrInvalidLimit, "burst"},
 		{"min interval not below window", limiter.Request{Limit: with(func(l *limiter.Limit) { l.MinInterval = time.Second }), Cost: 1}, limiter.ErrInvalidLimit, "min_interval"},
 		{"zero cost", limiter.Request{Limit: good, Cost: 0}, limiter.ErrInvalidRequest, "cost"},

@@ -169,11 +169,26 @@ func Normalize(raw string, s Semantics) (path string, ambiguous bool) {
 	return p, amb || ambiguous
 }
 
+// queryStart is strings.IndexAny(raw, "?#") by two byte searches:
+// IndexAny tests a short string's bytes one by one against the set, and
+// this runs for every request's path.
+func queryStart(raw string) int {
+	i := strings.IndexByte(raw, '?')
+	head := raw
+	if i >= 0 {
+		head = raw[:i]
+	}
+	if j := strings.IndexByte(head, '#'); j >= 0 {
+		return j
+	}
+	return i
+}
+
 // queryIndex is where the query or fragment starts in raw, or -1. With
 // lenient (servlet), a '?' that Jetty's lenient escapes take as a hex digit
 // ("%2?" is '/') is part of the path.
 func queryIndex(raw string, lenient bool) int {
-	i := strings.IndexAny(raw, "?#")
+	i := queryStart(raw)
 	if i < 0 || !lenient || strings.IndexByte(raw[:i], '%') < 0 {
 		return i
 	}

@@ -264,3 +264,11 @@ func TestAppendEscapedReadsBack(t *testing.T) {
 	require.Equal(t, "/api/x", string(AppendEscaped(nil, "/api/x")))
 	require.Equal(t, "/a%3Fb%23c%3Bd%25e%20f", string(AppendEscaped(nil, "/a?b#c;d%e f")))
 }
+
+// queryStart finds the first '?' or '#' as strings.IndexAny does, whichever
+// comes first and wherever the other is.
+func TestQueryStart(t *testing.T) {
+	for _, raw := range []string{"", "/", "/a/b", "?", "#", "/a?b", "/a#b", "/a?b#c", "/a#b?c", "?#", "#?", "/a??b", "/a##b", "/%3F?x", "/a;b#c?d#e"} {
+		require.Equal(t, strings.IndexAny(raw, "?#"), queryStart(raw), "%q", raw)
+	}
+}

@@ -94,6 +94,10 @@ type scratch struct {
 	paths    hosts.PathPolicy    // how the host's paths are read
 	bh       bhlayer.Request     // the client's part in the behaviour layer
 	req      rules.Request       // what the rules see
+	// policy is the rule policy this scratch's last 429 used (deny):
+	// kept across requests (reset leaves it), so a flood by one rule
+	// finds it without the map.
+	policy *policyEntry
 
 	ruling
 	recorded

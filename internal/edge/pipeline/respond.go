@@ -44,19 +44,19 @@ func setRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
 			h.DelBytes(k)
 		}
 	}
-	writeRateLimitFields(h, as, legacy)
+	writeRateLimitFields(h, as, legacy, nil)
 }
 
 // writeRateLimitFields is setRateLimitFields for an answer the edge made
 // itself (a 429): it holds no origin field to give way, and the pass over
-// its fields is spared.
-func writeRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool) {
+// its fields is spared. one is as[0]'s policy when the caller has it
+// (nil: looked up here).
+func writeRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool, one *rulePolicy) {
 	if len(as) == 0 {
 		return
 	}
 	// One rule (the usual case): its policy looked up once.
-	var one rulePolicy
-	if len(as) == 1 {
+	if len(as) == 1 && one == nil {
 		one = policyOf(as[0].rule)
 	}
 	var buf [256]byte
@@ -69,10 +69,11 @@ func writeRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool)
 		if len(state) > 0 {
 			state = append(state, ", "...)
 		}
-		id := one.id
+		p := one
 		if len(as) > 1 {
-			id = policyOf(a.rule).id
+			p = policyOf(a.rule)
 		}
+		id := p.id
 		state = append(state, id...)
 		state = append(state, ";r="...)
 		state = strconv.AppendInt(state, a.out.Remaining, 10)
@@ -83,7 +84,7 @@ func writeRateLimitFields(h *fasthttp.ResponseHeader, as []applied, legacy bool)
 		}
 	}
 	if len(as) == 1 {
-		h.SetCanonical(fieldPolicy, []byte(one.item))
+		h.SetCanonical(fieldPolicy, one.item)
 	} else {
 		var pbuf [256]byte
 		policy := pbuf[:0]
@@ -137,8 +138,14 @@ func quota(r *rules.CompiledRule) int64 { return ruleLimit(r, "").Capacity() }
 // its quoted id and its RateLimit-Policy item for the RateLimit fields, and
 // the problem document of a 429 it alone denied.
 type rulePolicy struct {
-	id, item string
-	denied   []byte
+	id           string
+	item, denied []byte
+}
+
+// policyEntry is a rule's cached policy.
+type policyEntry struct {
+	rule *rules.CompiledRule
+	rulePolicy
 }
 
 // policies caches each compiled rule's rulePolicy: a compiled rule never
@@ -146,40 +153,58 @@ type rulePolicy struct {
 // response. Rules reloads forget them (ForgetPolicies); so does growing
 // past maxPolicies.
 var (
-	policies  sync.Map // *rules.CompiledRule → rulePolicy
+	policies  sync.Map // *rules.CompiledRule → *policyEntry
 	policiesN atomic.Int64
 )
 
 const maxPolicies = 1 << 16
 
-func policyOf(r *rules.CompiledRule) rulePolicy {
+func policyOf(r *rules.CompiledRule) *rulePolicy { return &policyEntryOf(r).rulePolicy }
+
+// lastPolicyOf is policyOf through last, the caller's own record of the
+// entry it asked for last (a scratch's): a flood of denials by one rule
+// finds its policy with a comparison, where the map hashes the rule's
+// pointer as an interface. Its own, not one the goroutines share: a
+// shared one would be written on every change of rule, from every core.
+func lastPolicyOf(r *rules.CompiledRule, last **policyEntry) *rulePolicy {
+	if e := *last; e != nil && e.rule == r {
+		return &e.rulePolicy
+	}
+	e := policyEntryOf(r)
+	*last = e
+	return &e.rulePolicy
+}
+
+func policyEntryOf(r *rules.CompiledRule) *policyEntry {
 	if p, ok := policies.Load(r); ok {
-		return p.(rulePolicy)
+		return p.(*policyEntry)
 	}
 	id := strconv.Quote(r.ID)
 	item := id + ";q=" + strconv.FormatInt(quota(r), 10)
 	if !r.Algorithm.Spec().Held { // held units have no window
 		item += ";w=" + strconv.FormatInt(seconds(r.Window), 10)
 	}
-	p := rulePolicy{id: id, item: item, denied: quotaExceeded([]string{r.ID}).AppendJSON(nil)}
+	e := &policyEntry{rule: r, rulePolicy: rulePolicy{id: id, item: []byte(item), denied: quotaExceeded([]string{r.ID}).AppendJSON(nil)}}
 	if policiesN.Add(1) > maxPolicies {
 		ForgetPolicies()
 	}
-	policies.Store(r, p)
-	return p
+	policies.Store(r, e)
+	return e
 }
 
 // ForgetPolicies drops the cached policies of the rules (the edge calls it
-// when it swaps them).
+// when it swaps them). A scratch keeps the entry it used last until it
+// serves another rule: still right for its rule, which it keeps in memory
+// until then.
 func ForgetPolicies() {
 	policies.Clear()
 	policiesN.Store(0)
 }
 
 // deny answers 429 for the rules that denied: with one rule denying (a
-// flood's usual case), the body its policy keeps; with more, one built
-// here.
-func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
+// flood's usual case), the body its policy keeps (found through last, as
+// lastPolicyOf does); with more, one built here.
+func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool, last **policyEntry) {
 	var violatedBuf [8]string
 	violated := violatedBuf[:0]
 	var retry time.Duration
@@ -191,13 +216,18 @@ func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool) {
 			only = a.rule
 		}
 	}
+	var one *rulePolicy // as[0]'s, when it is the only rule
 	if len(violated) == 1 {
-		problem.WriteBody(ctx, fasthttp.StatusTooManyRequests, policyOf(only).denied, seconds(retry))
+		p := lastPolicyOf(only, last)
+		if len(as) == 1 {
+			one = p
+		}
+		problem.WriteBody(ctx, fasthttp.StatusTooManyRequests, p.denied, seconds(retry))
 	} else {
 		var buf [512]byte
 		problem.WriteBody(ctx, fasthttp.StatusTooManyRequests, quotaExceeded(violated).AppendJSON(buf[:0]), seconds(retry))
 	}
-	writeRateLimitFields(&ctx.Response.Header, as, legacy)
+	writeRateLimitFields(&ctx.Response.Header, as, legacy, one)
 }
 
 // quotaExceeded is the problem a 429 answers, for the rules violated.

@@ -3,7 +3,9 @@ package pipeline
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,3 +48,94 @@ func TestOriginRateLimitFieldsGiveWay(t *testing.T) {
 		})
 	}
 }
+
+// A 429 names the rules that denied, in its body and its RateLimit fields,
+// whichever rules were asked about before it: the policies the responses
+// keep (policyOf, and a scratch's last one) never answer for another rule,
+// not after a reload forgot them, not while other rules' denials run
+// beside it.
+func TestDenyNamesItsOwnRules(t *testing.T) {
+	a := &rules.CompiledRule{ID: "per-ip", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute}
+	b := &rules.CompiledRule{ID: "per-key", Algorithm: limit.FixedWindow, Limit: 7, Window: time.Hour}
+	over := limiter.Decision{Limit: 3, Remaining: 0, ResetAfter: 20 * time.Second, RetryAfter: 20 * time.Second}
+	under := limiter.Decision{Allowed: true, Limit: 7, Remaining: 5, ResetAfter: time.Hour}
+	type want struct{ violated, policy, state string }
+	cases := []struct {
+		name string
+		as   []applied
+		want want
+	}{
+		{"a", []applied{{rule: a, out: over}}, want{`["per-ip"]`, `"per-ip";q=3;w=60`, `"per-ip";r=0;t=20`}},
+		{"b", []applied{{rule: b, out: over}}, want{`["per-key"]`, `"per-key";q=7;w=3600`, `"per-key";r=0;t=20`}},
+		{"a of two", []applied{{rule: a, out: over}, {rule: b, out: under}}, want{`["per-ip"]`, `"per-ip";q=3;w=60, "per-key";q=7;w=3600`, `"per-ip";r=0;t=20, "per-key";r=5;t=3600`}},
+		{"b of two", []applied{{rule: a, out: under}, {rule: b, out: over}}, want{`["per-key"]`, `"per-ip";q=3;w=60, "per-key";q=7;w=3600`, `"per-ip";r=5;t=3600, "per-key";r=0;t=20`}},
+		{"both", []applied{{rule: a, out: over}, {rule: b, out: over}}, want{`["per-ip","per-key"]`, `"per-ip";q=3;w=60, "per-key";q=7;w=3600`, `"per-ip";r=0;t=20, "per-key";r=0;t=20`}},
+	}
+	check := func(t require.TestingT, as []applied, w want, last **policyEntry) {
+		var ctx fasthttp.RequestCtx
+		deny(&ctx, as, false, last)
+		h := &ctx.Response.Header
+		require.Equal(t, fasthttp.StatusTooManyRequests, ctx.Response.StatusCode())
+		require.Contains(t, string(ctx.Response.Body()), `"violated-policies":`+w.violated+`}`)
+		require.Equal(t, w.policy, fieldAsSpelled(h, "RateLimit-Policy"))
+		require.Equal(t, w.state, fieldAsSpelled(h, "RateLimit"))
+		require.Equal(t, "20", string(h.Peek("Retry-After")))
+	}
+	// Each after every other through one scratch's record of the last
+	// policy, and after a reload forgot the policies.
+	var last *policyEntry
+	for _, forget := range []bool{false, true} {
+		for _, first := range cases {
+			for _, c := range cases {
+				check(t, first.as, first.want, &last)
+				if forget {
+					ForgetPolicies()
+				}
+				check(t, c.as, c.want, &last)
+			}
+		}
+	}
+	// Side by side: each goroutine's answers stay its rules'.
+	var wg sync.WaitGroup
+	errs := make(chan error, len(cases))
+	for _, c := range cases {
+		wg.Go(func() {
+			var last *policyEntry
+			for range 200 {
+				var rec recorder
+				if check(&rec, c.as, c.want, &last); rec.err != nil {
+					errs <- fmt.Errorf("%s: %v", c.name, rec.err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// fieldAsSpelled is h's field named exactly name (Peek would look for
+// fasthttp's casing, Ratelimit-Policy).
+func fieldAsSpelled(h *fasthttp.ResponseHeader, name string) string {
+	for k, v := range h.All() {
+		if string(k) == name {
+			return string(v)
+		}
+	}
+	return ""
+}
+
+// recorder keeps the first failure of require's checks made off the test's
+// goroutine (t.FailNow must not be called there).
+type recorder struct{ err error }
+
+func (r *recorder) Errorf(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (r *recorder) FailNow() {}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"net/netip"
 
 	"github.com/valyala/fasthttp"
 
@@ -30,7 +31,7 @@ func (e *Pipeline) identifyStage(sc *scratch) string {
 	// fasthttp cuts a fragment off the path (it never reaches the origin);
 	// a raw '#' in the request line is still one origins read differently.
 	ambiguous = ambiguous || bytes.IndexByte(ctx.Request.Header.RequestURI(), '#') >= 0
-	sc.client = trust.Client(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
+	sc.client = e.clientOf(sc)
 	if ambiguous && sc.paths.RefuseAmbiguous {
 		problem.Refuse(ctx, fasthttp.StatusBadRequest, "the request path is ambiguous: origins of different kinds read it differently (a ';' parameter, '\\', an encoded '/' or '\\', a malformed or double escape, a segment ending in '.' or ' ', a '..' above the root, a '#'); this host refuses such paths")
 		sc.refusal = reasonAmbiguousPath
@@ -39,4 +40,16 @@ func (e *Pipeline) identifyStage(sc *scratch) string {
 	sc.bh = e.bh.Begin(sc.client, sc.trusted, sc.header, sc.query, sc.path, ctx.Conn())
 	sc.tier = e.bh.Tier(&sc.bh, e.shed.Classify(b2s(ctx.Method()), sc.path, sc.header, sc.trusted))
 	return e.next(sc)
+}
+
+// clientOf is the client as the trust model names it (trust.Client): the
+// peer, or behind a trusted proxy the address its X-Forwarded-For gives.
+// An untrusted peer's field would be ignored, so it is not looked up: the
+// lookup copies and normalizes the field's name, on every request of a
+// flood from the internet.
+func (e *Pipeline) clientOf(sc *scratch) netip.Addr {
+	if !sc.trusted { // sc.trusted is e.trusted.Contains(sc.peer)
+		return sc.peer
+	}
+	return trust.Client(sc.peer, sc.ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
 }

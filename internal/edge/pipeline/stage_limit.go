@@ -45,7 +45,7 @@ func (e *Pipeline) limitStage(sc *scratch) string {
 	}
 	sc.applied, sc.all = e.record(sc.matches, sc.checks, verdict, sc.applied, sc.all, e.access != nil || sc.span != nil)
 	if !verdict.Allowed {
-		deny(ctx, sc.applied, e.cfg.LegacyHeaders)
+		deny(ctx, sc.applied, e.cfg.LegacyHeaders, &sc.policy)
 		return outcomeDenied
 	}
 	if !holdsSlot(verdict) {

@@ -53,7 +53,7 @@ func (e *Pipeline) penalised(sc *scratch) bool {
 	}
 	e.countPenalised(sc, at, left)
 	appliedPenalties(sc, at, left)
-	deny(sc.ctx, sc.applied, e.cfg.LegacyHeaders)
+	deny(sc.ctx, sc.applied, e.cfg.LegacyHeaders, &sc.policy)
 	return true
 }
 

@@ -25,7 +25,7 @@ func (e *Pipeline) screenStage(sc *scratch) string {
 	if sc.refusal = e.screen(ctx, sc.trusted); sc.refusal != "" {
 		// The access log names the client the trust model decides, as
 		// identify would have.
-		sc.client = trust.Client(sc.peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted)
+		sc.client = e.clientOf(sc)
 		return outcomeRefused
 	}
 	return e.next(sc)
