@@ -124,6 +124,10 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 	cache := t.TempDir()
 	cr.ams = startConsulEdge(t, "eu-west", "ams", eu.HTTPAddr(), filepath.Join(cache, "ams.yaml"), opts...)
 	cr.fra = startConsulEdge(t, "eu-west", "fra", eu.HTTPAddr(), filepath.Join(cache, "fra.yaml"), opts...)
+	// Uncompressed: the edges run in this race-instrumented process,
+	// where gzip is most of a scrape's cost (about 5 times the rest);
+	// on a busy machine gzipped scrapes ran past the 1 s timeout, and a
+	// canary window without samples gave no verdict.
 	cr.prom, err = testenv.StartPrometheus(testenv.PrometheusOptions{ScrapeInterval: time.Second, Jobs: []testenv.ScrapeJob{{
 		Name:    "edges",
 		Targets: []string{cr.ams.AdminAddr(), cr.fra.AdminAddr()},
@@ -131,6 +135,7 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 			cr.ams.AdminAddr(): {"region": "eu-west", "pop": "ams"},
 			cr.fra.AdminAddr(): {"region": "eu-west", "pop": "fra"},
 		},
+		Uncompressed: true,
 	}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cr.prom.Close() })
@@ -219,7 +224,27 @@ func (cr *canaryRegion) run(t *testing.T, cmd []string, args ...string) (string,
 		"--for", "4s", "--canary-load-timeout", "20s", "--canary-min-requests", "20", "--prometheus", cr.prom.URL)
 	code := regionctl.Main(append(all, args...), func(string) string { return "" }, &out, &out)
 	t.Logf("regionctl exited %d:\n%s", code, out.String())
+	if strings.Contains(out.String(), "no verdict") {
+		// Too few samples in the window: say how the scrapes went.
+		for _, q := range []string{`sum_over_time(up{job="edges"}[30s])`, `count_over_time(up{job="edges"}[30s])`, `max_over_time(scrape_duration_seconds{job="edges"}[30s])`} {
+			t.Logf("%s: %s", q, cr.query(q))
+		}
+	}
 	return out.String(), code
+}
+
+// query answers Prometheus's instant query q as JSON (or why not).
+func (cr *canaryRegion) query(q string) string {
+	resp, err := http.Get(cr.prom.URL + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
 
 // never watches e until the returned stop is called, and then says
