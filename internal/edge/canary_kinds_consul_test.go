@@ -43,9 +43,9 @@ func TestShedderCanaryPush(t *testing.T) {
 		require.NoError(t, err)
 		return shedder.SettingsVersion(cfg)
 	}
-	// Each request held 40ms at the origin: about two of 16 workers busy,
-	// 12% utilization.
-	cr := startCanaryRegion(t, "", "/slow?ms=40", func(e region.Edge) bool { return e.ShedderVersion == v0 }, nil,
+	// Each request held 100ms at the origin (~20 requests/s): about two
+	// of 16 workers busy, 12% utilization.
+	cr := startCanaryRegion(t, "", "/slow?ms=100", func(e region.Edge) bool { return e.ShedderVersion == v0 }, nil,
 		func(c *config.Config) { c.Workers = 16 })
 	rc, layout, ams, fra, ctx := cr.rc, cr.rc.Layout(), cr.ams, cr.fra, cr.ctx
 	canary := func(t *testing.T, settings ...string) (string, int) {
@@ -97,7 +97,7 @@ func TestShedderCanaryPush(t *testing.T) {
 
 // canaryRegion is eu-west on real Consul with two in-process edges (PoPs
 // ams and fra), a real Prometheus scraping both every second with their
-// region and pop as target labels, and steady traffic to both (~50
+// region and pop as target labels, and steady traffic to both (~20
 // requests/s each, GET path with Host host) until the test ends.
 type canaryRegion struct {
 	eu       *testenv.Consul
@@ -161,11 +161,27 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 	ctx, stop := context.WithCancel(context.Background())
 	cr.ctx = ctx
 	var wg sync.WaitGroup
-	t.Cleanup(func() { stop(); wg.Wait() })
+	var transports []*http.Transport
+	t.Cleanup(func() {
+		stop()
+		wg.Wait()
+		for _, tr := range transports {
+			tr.CloseIdleConnections()
+		}
+	})
+	// ~20 requests/s at each PoP: 80 in a canary's 4 s, four times the
+	// --canary-min-requests the tests judge with. The edges, their origin
+	// and this client share this race-instrumented process, which a busy
+	// machine starves: at 50 requests/s each, four regions' traffic
+	// delayed their scrapes past Prometheus's 1 s timeout.
 	for _, e := range []*running{cr.ams, cr.fra} {
+		// Connections kept for the requests in flight (the default
+		// transport keeps 2 idle per host and dials the rest anew).
+		tr := &http.Transport{MaxIdleConnsPerHost: 16}
+		transports = append(transports, tr)
 		wg.Go(func() {
-			c := &http.Client{Timeout: 2 * time.Second}
-			tick := time.NewTicker(20 * time.Millisecond)
+			c := &http.Client{Timeout: 2 * time.Second, Transport: tr}
+			tick := time.NewTicker(50 * time.Millisecond)
 			defer tick.Stop()
 			for {
 				select {
