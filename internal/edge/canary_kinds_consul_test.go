@@ -43,9 +43,9 @@ func TestShedderCanaryPush(t *testing.T) {
 		require.NoError(t, err)
 		return shedder.SettingsVersion(cfg)
 	}
-	// Each request held 40ms at the origin: about two of 16 workers busy,
-	// 12% utilization.
-	cr := startCanaryRegion(t, "", "/slow?ms=40", func(e region.Edge) bool { return e.ShedderVersion == v0 }, nil,
+	// Each request held 80ms at the origin (~25 requests/s): about two
+	// of 16 workers busy, 12% utilization.
+	cr := startCanaryRegion(t, "", "/slow?ms=80", func(e region.Edge) bool { return e.ShedderVersion == v0 }, nil,
 		func(c *config.Config) { c.Workers = 16 })
 	rc, layout, ams, fra, ctx := cr.rc, cr.rc.Layout(), cr.ams, cr.fra, cr.ctx
 	canary := func(t *testing.T, settings ...string) (string, int) {
@@ -97,7 +97,7 @@ func TestShedderCanaryPush(t *testing.T) {
 
 // canaryRegion is eu-west on real Consul with two in-process edges (PoPs
 // ams and fra), a real Prometheus scraping both every second with their
-// region and pop as target labels, and steady traffic to both (~50
+// region and pop as target labels, and steady traffic to both (~25
 // requests/s each, GET path with Host host) until the test ends.
 type canaryRegion struct {
 	eu       *testenv.Consul
@@ -124,6 +124,10 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 	cache := t.TempDir()
 	cr.ams = startConsulEdge(t, "eu-west", "ams", eu.HTTPAddr(), filepath.Join(cache, "ams.yaml"), opts...)
 	cr.fra = startConsulEdge(t, "eu-west", "fra", eu.HTTPAddr(), filepath.Join(cache, "fra.yaml"), opts...)
+	// Uncompressed: the edges run in this race-instrumented process,
+	// where gzip is most of a scrape's cost (about 5 times the rest);
+	// on a busy machine gzipped scrapes ran past the 1 s timeout, and a
+	// canary window without samples gave no verdict.
 	cr.prom, err = testenv.StartPrometheus(testenv.PrometheusOptions{ScrapeInterval: time.Second, Jobs: []testenv.ScrapeJob{{
 		Name:    "edges",
 		Targets: []string{cr.ams.AdminAddr(), cr.fra.AdminAddr()},
@@ -131,6 +135,7 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 			cr.ams.AdminAddr(): {"region": "eu-west", "pop": "ams"},
 			cr.fra.AdminAddr(): {"region": "eu-west", "pop": "fra"},
 		},
+		Uncompressed: true,
 	}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cr.prom.Close() })
@@ -156,11 +161,28 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 	ctx, stop := context.WithCancel(context.Background())
 	cr.ctx = ctx
 	var wg sync.WaitGroup
-	t.Cleanup(func() { stop(); wg.Wait() })
+	var transports []*http.Transport
+	t.Cleanup(func() {
+		stop()
+		wg.Wait()
+		for _, tr := range transports {
+			tr.CloseIdleConnections()
+		}
+	})
+	// ~25 requests/s at each PoP: 100 in a canary's 4 s, five times the
+	// --canary-min-requests the tests judge with (fewer when scrapes are
+	// missing: down to 25 seen at 20 requests/s). The edges, their origin
+	// and this client share this race-instrumented process, which a busy
+	// machine starves: at 50 requests/s each, four regions' traffic
+	// delayed their scrapes past Prometheus's 1 s timeout.
 	for _, e := range []*running{cr.ams, cr.fra} {
+		// Connections kept for the requests in flight (the default
+		// transport keeps 2 idle per host and dials the rest anew).
+		tr := &http.Transport{MaxIdleConnsPerHost: 16}
+		transports = append(transports, tr)
 		wg.Go(func() {
-			c := &http.Client{Timeout: 2 * time.Second}
-			tick := time.NewTicker(20 * time.Millisecond)
+			c := &http.Client{Timeout: 2 * time.Second, Transport: tr}
+			tick := time.NewTicker(40 * time.Millisecond)
 			defer tick.Stop()
 			for {
 				select {
@@ -219,7 +241,27 @@ func (cr *canaryRegion) run(t *testing.T, cmd []string, args ...string) (string,
 		"--for", "4s", "--canary-load-timeout", "20s", "--canary-min-requests", "20", "--prometheus", cr.prom.URL)
 	code := regionctl.Main(append(all, args...), func(string) string { return "" }, &out, &out)
 	t.Logf("regionctl exited %d:\n%s", code, out.String())
+	if strings.Contains(out.String(), "no verdict") {
+		// Too few samples in the window: say how the scrapes went.
+		for _, q := range []string{`sum_over_time(up{job="edges"}[30s])`, `count_over_time(up{job="edges"}[30s])`, `max_over_time(scrape_duration_seconds{job="edges"}[30s])`} {
+			t.Logf("%s: %s", q, cr.query(q))
+		}
+	}
 	return out.String(), code
+}
+
+// query answers Prometheus's instant query q as JSON (or why not).
+func (cr *canaryRegion) query(q string) string {
+	resp, err := http.Get(cr.prom.URL + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
 
 // never watches e until the returned stop is called, and then says

@@ -2,6 +2,11 @@ package testenv
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,4 +41,56 @@ func TestPrometheusScrapesRedisExporter(t *testing.T) {
 
 	require.NoError(t, prom.Close())
 	require.NoError(t, prom.Close(), "Close is idempotent")
+}
+
+// Uncompressed: Prometheus scrapes the target through a relay that asks
+// it for identity; the series keep the target's address as instance. A
+// job without it asks the target for gzip (so the relay is what
+// changes it).
+func TestPrometheusScrapesUncompressed(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		uncompressed bool
+		gzip         bool // the target is asked for gzip
+	}{
+		{"uncompressed", true, false},
+		{"default", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var scrapes, gzipAsked atomic.Int64
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+				scrapes.Add(1)
+				if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+					gzipAsked.Add(1)
+				}
+				w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+				_, _ = io.WriteString(w, "# TYPE relayed gauge\nrelayed 7\n")
+			})
+			target := httptest.NewServer(mux)
+			t.Cleanup(target.Close)
+			addr := strings.TrimPrefix(target.URL, "http://")
+			prom, err := StartPrometheus(PrometheusOptions{ScrapeInterval: 200 * time.Millisecond, Jobs: []ScrapeJob{{Name: "j", Targets: []string{addr},
+				TargetLabels: map[string]map[string]string{addr: {"pop": "p1"}}, Uncompressed: tc.uncompressed}}})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = prom.Close() })
+
+			c, err := api.NewClient(api.Config{Address: prom.URL})
+			require.NoError(t, err)
+			p := promv1.NewAPI(c)
+			require.Eventually(t, func() bool {
+				v, _, _, err := p.Query(context.Background(), `relayed{job="j", pop="p1", instance="`+addr+`"}`, time.Now())
+				vec, ok := v.(model.Vector)
+				return err == nil && ok && len(vec) == 1 && vec[0].Value == 7
+			}, 20*time.Second, 100*time.Millisecond)
+			require.Positive(t, scrapes.Load())
+			if tc.gzip {
+				require.Equal(t, scrapes.Load(), gzipAsked.Load(), "every scrape asked for gzip")
+			} else {
+				require.Zero(t, gzipAsked.Load(), "a scrape asked the target for gzip")
+			}
+			require.NoError(t, prom.Close())
+			require.NoError(t, prom.Close(), "Close is idempotent")
+		})
+	}
 }
