@@ -108,32 +108,6 @@ func (f *flights) done(key string, send func(*batch)) {
 // sendLater sends a batch in the background, tracked by Close.
 func (l *Limiter) sendLater(b *batch) { l.bg.Go(func() { l.sendBatch(b) }) }
 
-// doneWith ends the call in flight for key, which ended with err: its
-// queued batch, if any, is sent (err nil), or fails with err at once
-// (failBatch). The checks that queued behind a call the store did not
-// answer in time (or refused) are decided as that call's were, by the
-// fallback, instead of waiting for a second call to the same store: a
-// coalesced check waits one store deadline, as a lone one does, not two.
-func (l *Limiter) doneWith(key string, err error) {
-	if err == nil {
-		l.flights.done(key, l.sendLater)
-		return
-	}
-	l.flights.done(key, func(b *batch) { l.failBatch(b, err) })
-}
-
-// failBatch settles every item of b with err, sending nothing; the batch
-// that queued behind it meanwhile, if any, is sent as usual (its checks
-// came after the failure).
-func (l *Limiter) failBatch(b *batch, err error) {
-	for _, it := range b.items {
-		it.err = err
-	}
-	l.metrics.coalescedFailed.Add(float64(len(b.items)))
-	close(b.done)
-	l.flights.done(b.key, l.sendLater)
-}
-
 // sendBatch makes one call for a batch and settles its items.
 func (l *Limiter) sendBatch(b *batch) {
 	sum, need := int64(len(b.items))*b.cost, b.cost
@@ -148,7 +122,7 @@ func (l *Limiter) sendBatch(b *batch) {
 		l.split(b, ds[0], need, sent, gen)
 	}
 	close(b.done)
-	l.doneWith(b.key, errs[0])
+	l.flights.done(b.key, l.sendLater)
 }
 
 // split shares a batch's admitted units first-come first-served, gives back

@@ -534,7 +534,7 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Decision, no
 		}
 		// The key's next batch, if any request joined meanwhile, goes now.
 		if !p.alone {
-			l.doneWith(p.key, errs[j])
+			l.flights.done(p.key, l.sendLater)
 		}
 	}
 	for _, j := range failed {

@@ -11,19 +11,16 @@ type metrics struct {
 	checks        [numSources]prometheus.Counter
 	prefilterHits prometheus.Counter
 	coalesced     prometheus.Counter
-	// coalescedFailed: coalesced checks settled by the failure of the call
-	// they queued behind, with no call of their own.
-	coalescedFailed prometheus.Counter
-	storeDecided    prometheus.Counter // decisions asked of the store
-	storeSeconds    *prometheus.HistogramVec
-	storeOK         prometheus.Observer // storeSeconds' children, looked up once
-	storeError      prometheus.Observer
-	fallbacks       *prometheus.CounterVec
-	breakerState    *prometheus.GaugeVec // shard
-	breakersOpen    prometheus.Gauge
-	breakerOpens    prometheus.Counter
-	refunds         prometheus.Counter
-	replayed        prometheus.Counter
+	storeDecided  prometheus.Counter // decisions asked of the store
+	storeSeconds  *prometheus.HistogramVec
+	storeOK       prometheus.Observer // storeSeconds' children, looked up once
+	storeError    prometheus.Observer
+	fallbacks     *prometheus.CounterVec
+	breakerState  *prometheus.GaugeVec // shard
+	breakersOpen  prometheus.Gauge
+	breakerOpens  prometheus.Counter
+	refunds       prometheus.Counter
+	replayed      prometheus.Counter
 	// unknown: exact checks the fallback gave no share (limiter.go,
 	// unknownInWindow).
 	unknown      prometheus.Counter
@@ -65,10 +62,9 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		Help: "Rate-limit checks decided, by where they were decided (reason).",
 	}, []string{"reason"})
 	m := &metrics{
-		prefilterHits:   counter("edgeguard_limiter_prefilter_hits_total", "Requests denied by the local over-limit cache without a store call."),
-		coalesced:       counter("edgeguard_limiter_coalesced_checks_total", "Checks that joined another request's call for the same key."),
-		coalescedFailed: counter("edgeguard_limiter_coalesced_failed_checks_total", "Coalesced checks decided by the fallback at once because the call they queued behind failed (timed out, refused, breaker open): they wait one store deadline, not a second call's."),
-		storeDecided:    counter("edgeguard_limiter_store_decisions_total", "Decisions asked of the store: one per key of a check sent to it, units replayed from the fallback included (however they were batched into commands: see edgeguard_limiter_store_calls_total)."),
+		prefilterHits: counter("edgeguard_limiter_prefilter_hits_total", "Requests denied by the local over-limit cache without a store call."),
+		coalesced:     counter("edgeguard_limiter_coalesced_checks_total", "Checks that joined another request's call for the same key."),
+		storeDecided:  counter("edgeguard_limiter_store_decisions_total", "Decisions asked of the store: one per key of a check sent to it, units replayed from the fallback included (however they were batched into commands: see edgeguard_limiter_store_calls_total)."),
 		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "edgeguard_limiter_store_call_duration_seconds",
 			Help:    "Duration of one store round trip (all keys of a request), by outcome.",
@@ -167,7 +163,7 @@ func (m *metrics) register(reg prometheus.Registerer, checks *prometheus.Counter
 				Help: "Script calls (one per key taken or refunded) carried by the commands of edgeguard_limiter_store_calls_total; many per command when batched.",
 			}, func() float64 { _, d := sent.Sent(); return float64(d) })))
 	}
-	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.coalescedFailed, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.unknown, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.releasesResent, m.storeErrors, m.refreshes, m.lifeWaits, m.lateCalls, m.lateGivenBack, m.restores, m.unsure, m.leaseCarves, m.leaseCarved, m.leaseReturned} {
+	for _, c := range []prometheus.Collector{evictions, checks, m.prefilterHits, m.coalesced, m.storeDecided, m.storeSeconds, m.fallbacks, m.breakerState, m.breakersOpen, m.breakerOpens, m.replayed, m.unknown, m.refunds, m.refundErrors, m.releaseRetries, m.releasesDropped, m.releasesResent, m.storeErrors, m.refreshes, m.lifeWaits, m.lateCalls, m.lateGivenBack, m.restores, m.unsure, m.leaseCarves, m.leaseCarved, m.leaseReturned} {
 		errs = append(errs, reg.Register(c))
 	}
 	for _, c := range m.degraded {
