@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -327,6 +328,7 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 			srv.Freeze()
 			c.frozeAt = time.Now()
 			initial := storeWaits(t, lims)
+			lifeBefore := lifeWaits(t, lims)
 			clients := make(chan struct{})
 			go func() {
 				defer close(clients)
@@ -335,6 +337,13 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 			atOpen := breakersOpened(t, lims)
 			<-clients
 			waits := frozenWaits{total: sumOf(storeWaits(t, lims)) - sumOf(initial), afterOpen: sumOf(storeWaits(t, lims)) - sumOf(atOpen)}
+			// Slow is not dead, and frozen is not slow: a frozen store
+			// answers nothing, so no caller sees it alive and waits past
+			// its deadline for it (each gives up at the deadline, as before
+			// callers waited on life). Read before the thaw, whose answers
+			// are life again.
+			lifeFrozen := lifeWaits(t, lims) - lifeBefore
+			frozenTook := tookWhileFrozen(c.results[results:])
 			// Phase C: back, with its data or empty.
 			srv.Thaw()
 			thawedAt := time.Since(c.frozeAt)
@@ -347,7 +356,9 @@ func TestFrozenStoreIsAvailableAndBounded(t *testing.T) {
 			}
 			t.Logf("frozen %s: %d requests, %v waited the %s deadline out (%v after their edge's breaker opened; %d took as long, on this machine), %d admitted while frozen, %d in the window in all (limit %d), %v fallback decisions, %v units replayed, %d decided by Redis after the thaw",
 				freeze, len(c.results)-results, waits.total, limiter.DefaultTimeout, waits.afterOpen, n.slow, n.duringFreeze, admittedBefore+n.total, quota, fallback, replayed, n.storeAfter)
+			t.Logf("decisions sent while frozen: p50 %v, p99 %v, max %v (deadline %v); life waits while frozen: %v", pctOf(frozenTook, 50), pctOf(frozenTook, 99), pctOf(frozenTook, 100), limiter.DefaultTimeout, lifeFrozen)
 			require.Positive(t, fallback, "witness: the fallback decided")
+			require.Zero(t, lifeFrozen, "a frozen store showed no life: no caller waited past its deadline for it")
 			require.Positive(t, n.storeAfter, "witness: Redis decided again after the thaw")
 			// Redis answered every edge within the minute's window: no
 			// edge's last answer is a safe share (the others counted
@@ -446,6 +457,34 @@ func storeWaits(t *testing.T, lims []edgeLimiter) []float64 {
 		out[i] = metric(t, e.reg, "edgeguard_limiter_fallback_total", "reason", "error")
 	}
 	return out
+}
+
+// lifeWaits is how many store calls the edges' callers waited on past
+// the deadline because the store showed life, summed.
+func lifeWaits(t *testing.T, lims []edgeLimiter) (n float64) {
+	for _, e := range lims {
+		n += metric(t, e.reg, "edgeguard_limiter_life_waits_total")
+	}
+	return n
+}
+
+// tookWhileFrozen is how long each decision sent while the store was
+// frozen took, sorted.
+func tookWhileFrozen(results []frozenResult) []time.Duration {
+	var took []time.Duration
+	for _, r := range results {
+		took = append(took, r.took)
+	}
+	slices.Sort(took)
+	return took
+}
+
+// pctOf is the p-th percentile of sorted (0 when empty).
+func pctOf(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)*p/100, len(sorted)-1)]
 }
 
 func sumOf(v []float64) (s float64) {
