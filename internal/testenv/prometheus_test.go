@@ -30,14 +30,7 @@ func TestPrometheusScrapesRedisExporter(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = prom.Close() })
 
-	c, err := api.NewClient(api.Config{Address: prom.URL})
-	require.NoError(t, err)
-	p := promv1.NewAPI(c)
-	require.Eventually(t, func() bool {
-		v, _, _, err := p.Query(context.Background(), `redis_up{job="redis", region="r1", pop="p1"}`, time.Now())
-		vec, ok := v.(model.Vector)
-		return err == nil && ok && len(vec) == 1 && vec[0].Value == 1
-	}, 20*time.Second, 100*time.Millisecond)
+	waitForSample(t, prom.URL, `redis_up{job="redis", region="r1", pop="p1"}`, 1)
 
 	require.NoError(t, prom.Close())
 	require.NoError(t, prom.Close(), "Close is idempotent")
@@ -75,14 +68,7 @@ func TestPrometheusScrapesUncompressed(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = prom.Close() })
 
-			c, err := api.NewClient(api.Config{Address: prom.URL})
-			require.NoError(t, err)
-			p := promv1.NewAPI(c)
-			require.Eventually(t, func() bool {
-				v, _, _, err := p.Query(context.Background(), `relayed{job="j", pop="p1", instance="`+addr+`"}`, time.Now())
-				vec, ok := v.(model.Vector)
-				return err == nil && ok && len(vec) == 1 && vec[0].Value == 7
-			}, 20*time.Second, 100*time.Millisecond)
+			waitForSample(t, prom.URL, `relayed{job="j", pop="p1", instance="`+addr+`"}`, 7)
 			require.Positive(t, scrapes.Load())
 			if tc.gzip {
 				require.Equal(t, scrapes.Load(), gzipAsked.Load(), "every scrape asked for gzip")
@@ -93,4 +79,18 @@ func TestPrometheusScrapesUncompressed(t *testing.T) {
 			require.NoError(t, prom.Close(), "Close is idempotent")
 		})
 	}
+}
+
+// waitForSample waits until the Prometheus at url answers query with one
+// sample of value want.
+func waitForSample(t *testing.T, url, query string, want model.SampleValue) {
+	t.Helper()
+	c, err := api.NewClient(api.Config{Address: url})
+	require.NoError(t, err)
+	p := promv1.NewAPI(c)
+	require.Eventually(t, func() bool {
+		v, _, _, err := p.Query(context.Background(), query, time.Now())
+		vec, ok := v.(model.Vector)
+		return err == nil && ok && len(vec) == 1 && vec[0].Value == want
+	}, 20*time.Second, 100*time.Millisecond, "%s never answered %v", query, want)
 }
