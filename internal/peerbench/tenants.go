@@ -584,7 +584,7 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, plan *cpuPlan, dir, sc, t
 		if cfg.APool != nil {
 			r.Share = min(r.Share, cfg.APool.Limit) // its pool's limit holds it to less
 		}
-		for _, p := range []string{"edgeguard_shedder_host_", "edgeguard_shedder_utilization", "go_goroutines"} {
+		for _, p := range []string{"edgeguard_shedder_host_", "edgeguard_shedder_utilization", "edgeguard_shedder_runtime_lag_seconds", "go_goroutines"} {
 			r.MidMetrics += metricLines(ctx, srv.admin, p)
 		}
 	}

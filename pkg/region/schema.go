@@ -302,6 +302,7 @@ var shedderFields = Fields{
 	"host_share.default_weight":   2,
 	"host_share.queue_timeout":    3,
 	"host_share.max_queued":       3,
+	"host_share.cpu_busy":         3,
 	"queue_size":                  1,
 	"queue_timeout":               1,
 	"runtime_lag_bad":             1,

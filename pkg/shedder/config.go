@@ -424,7 +424,7 @@ var SettingKeys = []string{
 	"adaptive.shares.test", "adaptive.shares.read", "adaptive.shares.write",
 	"adaptive.shares.critical", "host_share.enabled", "host_share.tracked_hosts",
 	"host_share.weights", "host_share.default_weight",
-	"host_share.queue_timeout", "host_share.max_queued",
+	"host_share.queue_timeout", "host_share.max_queued", "host_share.cpu_busy",
 }
 
 // ApplySettings returns cfg with key=value settings applied, as typed by an
@@ -595,6 +595,12 @@ func applySetting(c *Config, key, val string) error {
 			return err
 		}
 		c.HostShare.MaxQueued = n
+	case "host_share.cpu_busy":
+		f, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return err
+		}
+		c.HostShare.CPUBusy = f
 	case "host_share.default_weight":
 		n, err := strconv.Atoi(val)
 		if err != nil {

@@ -300,6 +300,9 @@ func (h *HostShares) roomLocked(s *hostSlot) int {
 	if idle > share {
 		room = max(room, idle-share)
 	}
+	if s.rateCap > 0 {
+		room = min(room, int(s.rateCap-s.admits-s.wq.reserved))
+	}
 	return room
 }
 

@@ -84,11 +84,19 @@ type HostShareConfig struct {
 	// hosts; a request that finds it reached is refused at once. 0: 4
 	// times the workers; in [0, 1000000].
 	MaxQueued int `json:"max_queued" yaml:"max_queued"`
+	// CPUBusy starts the rate shares (hostrate.go): while the edge's CPU
+	// use over a sampler tick is at least this fraction of what its
+	// GOMAXPROCS could use and more than one host sends requests, each
+	// host is also held to a fair share of the requests admitted per tick,
+	// so a flood through a fast origin, which holds few workers, does not
+	// take the CPU from the other hosts. In [0.5, 1], 0.9 by default; 0
+	// turns the rate shares off.
+	CPUBusy float64 `json:"cpu_busy" yaml:"cpu_busy"`
 }
 
 // DefaultHostShareConfig is on, tracking 64 hosts, every host of weight 1.
 func DefaultHostShareConfig() HostShareConfig {
-	return HostShareConfig{Enabled: true, TrackedHosts: DefaultTrackedHosts, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout}
+	return HostShareConfig{Enabled: true, TrackedHosts: DefaultTrackedHosts, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout, CPUBusy: DefaultHostCPUBusy}
 }
 
 func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
@@ -98,6 +106,9 @@ func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
 	if c.QueueTimeout < 0 || c.QueueTimeout > MaxHostQueueTimeout {
 		bad("host_share.queue_timeout", "must be in [0s, %v] (0: refuse at once), got %v", MaxHostQueueTimeout, c.QueueTimeout)
 	}
+	if c.CPUBusy != 0 && !(c.CPUBusy >= 0.5 && c.CPUBusy <= 1) {
+		bad("host_share.cpu_busy", "must be 0 (off) or in [0.5, 1], got %v", c.CPUBusy)
+	}
 	if c.MaxQueued < 0 || c.MaxQueued > MaxHostQueued {
 		bad("host_share.max_queued", "must be in [0, %d] (0: 4 times the workers), got %d", MaxHostQueued, c.MaxQueued)
 	}
@@ -105,8 +116,8 @@ func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
 }
 
 // MarshalJSON leaves default_weight out while it is 1, as weights while
-// there are none, and queue_timeout and max_queued while they hold their
-// defaults: a document that sets none of them reads as it did before they
+// there are none, and queue_timeout, max_queued and cpu_busy while they
+// hold their defaults: a document that sets none of them reads as it did before they
 // existed, so an edge of an older release still takes it. Durations are
 // spelled as "1s".
 func (c HostShareConfig) MarshalJSON() ([]byte, error) {
@@ -116,7 +127,11 @@ func (c HostShareConfig) MarshalJSON() ([]byte, error) {
 		DefaultWeight int           `json:"default_weight,omitempty"`
 		QueueTimeout  *jsonDuration `json:"queue_timeout,omitempty"`
 		MaxQueued     int           `json:"max_queued,omitempty"`
+		CPUBusy       *float64      `json:"cpu_busy,omitempty"`
 	}{plain: plain(c), MaxQueued: c.MaxQueued}
+	if c.CPUBusy != DefaultHostCPUBusy {
+		w.CPUBusy = &c.CPUBusy
+	}
 	if c.DefaultWeight != 1 {
 		w.DefaultWeight = c.DefaultWeight
 	}
@@ -163,6 +178,13 @@ type hostSlot struct {
 	prev, next int32
 	// wq holds the requests waiting for a place in this host's share.
 	wq waitList
+	// admits counts the requests admitted since the last sampler tick,
+	// and rateCap is how many its rate share admits in this one (0: none;
+	// hostrate.go).
+	admits, rateCap int32
+	// refusedRate counts the requests refused at once (not waiting) for
+	// its rate share since the last tick.
+	refusedRate int32
 }
 
 func (s *hostSlot) active(now int64) bool {
@@ -214,6 +236,14 @@ type HostShares struct {
 	waits        [numWaitOutcomes]atomic.Uint64
 	// watch asks the waiters' clients whether they are still there.
 	watch goneWatch
+
+	// The rate shares (hostrate.go): host_share.cpu_busy, their level in
+	// admissions per tick and unit of weight (0: none), and ObserveBusy's
+	// scratch.
+	cpuBusy   float64
+	rateLevel float64
+	rateTick  time.Duration
+	demands   []rateDemand
 }
 
 // HostLease is a request's place in its host's share, given back with
@@ -250,6 +280,7 @@ func (h *HostShares) setConfig(cfg HostShareConfig) {
 	defer h.mu.Unlock()
 	h.enabled = cfg.Enabled
 	h.queueTimeout, h.maxQueued = cfg.QueueTimeout, cfg.MaxQueued
+	h.cpuBusy = cfg.CPUBusy
 	if !cfg.Enabled || cfg.QueueTimeout <= 0 {
 		// Nothing waits any more: every waiter judges itself again now.
 		h.flushAllLocked()
@@ -429,9 +460,15 @@ func (h *HostShares) acquire(now time.Time, host string, client netip.Addr, tier
 		}
 	}
 	over := h.active > 1 && held >= share && capacity-h.inflight-h.reserved <= share
-	if over && tier != TierCritical {
+	// Over its rate share (hostrate.go): the places woken waiters hold
+	// count as taken, as above.
+	overRate := s.rateCap > 0 && s.admits+s.wq.reserved >= s.rateCap
+	if (over || overRate) && tier != TierCritical {
 		if w != nil {
 			queued = h.enqueueLocked(w, i)
+		}
+		if overRate && !queued {
+			s.refusedRate++ // demand its rate share did not meet, not waiting
 		}
 		h.mu.Unlock()
 		h.lastRefusal.Store(ns)
@@ -442,6 +479,7 @@ func (h *HostShares) acquire(now time.Time, host string, client netip.Addr, tier
 		h.unlinkIdleLocked(i)
 	}
 	s.inflight++
+	s.admits++
 	if level >= 0 {
 		s.levels[level]++
 	}
@@ -629,6 +667,7 @@ type hostCollector struct {
 	share    *prometheus.Desc
 	queued   *prometheus.Desc
 	waits    *prometheus.Desc
+	rate     *prometheus.Desc
 }
 
 func newHostCollector(hosts func() *HostShares) *hostCollector {
@@ -638,6 +677,7 @@ func newHostCollector(hosts func() *HostShares) *hostCollector {
 		active:   prometheus.NewDesc(namespace+"host_active", "Hosts active in the last 2 s (the tracked ones, plus 1 for the pooled rest): the workers are shared among them.", nil, nil),
 		queued:   prometheus.NewDesc(namespace+"host_queued", "Requests waiting for a place in their host's share (host_share.queue_timeout at most), per host as edgeguard_shedder_host_in_flight names them.", []string{"host"}, nil),
 		waits:    prometheus.NewDesc(namespace+"host_queue_waits_total", "Requests that waited for a place in their host's share, by outcome: admitted, timed_out (503 host_share after host_share.queue_timeout), full (503 host_share at once: host_share.max_queued were waiting), client_gone.", []string{"outcome"}, nil),
+		rate:     prometheus.NewDesc(namespace+"host_rate_share", "The rate share of a host of host_share.default_weight, in requests a second: while the edge's CPU is busy (host_share.cpu_busy) and more than one host sends requests, a host asking for more waits in its host's queue as one over its share of the workers does; 0 while there are no rate shares. A host of weight w gets w / default weight times as much.", nil, nil),
 		share:    prometheus.NewDesc(namespace+"host_share", "The fair share of the workers (of the adaptive origin limit while it is enforced and smaller) of an active host of host_share.default_weight: workers × default weight / the active hosts' weights summed, rounded up (workers / active hosts while no weights are set); a host of weight w gets w / default weight times as much.", nil, nil),
 	}
 }
@@ -648,6 +688,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.share
 	ch <- c.queued
 	ch <- c.waits
+	ch <- c.rate
 }
 
 func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
@@ -677,4 +718,8 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(active))
 	ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, float64(share))
+	h.mu.Lock()
+	rate := h.rateShareLocked()
+	h.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, rate)
 }

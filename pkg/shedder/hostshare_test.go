@@ -214,10 +214,10 @@ func TestHostSharesDisabledAndUpdate(t *testing.T) {
 	require.ErrorContains(t, err, "tracked")
 	got, err := ParseConfig([]byte(`{"host_share": {"tracked_hosts": 3}}`))
 	require.NoError(t, err)
-	require.Equal(t, HostShareConfig{Enabled: true, TrackedHosts: 3, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout}, got.HostShare)
+	require.Equal(t, HostShareConfig{Enabled: true, TrackedHosts: 3, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout, CPUBusy: DefaultHostCPUBusy}, got.HostShare)
 	got, err = ApplySettings(DefaultConfig(), map[string]string{"host_share.enabled": "false", "host_share.tracked_hosts": "10"})
 	require.NoError(t, err)
-	require.Equal(t, HostShareConfig{Enabled: false, TrackedHosts: 10, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout}, got.HostShare)
+	require.Equal(t, HostShareConfig{Enabled: false, TrackedHosts: 10, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout, CPUBusy: DefaultHostCPUBusy}, got.HostShare)
 }
 
 // BenchmarkHostShares is the per-request cost of a host's share: it must

@@ -42,6 +42,7 @@ var metricNames = []string{
 	"edgeguard_shedder_host_in_flight",
 	"edgeguard_shedder_host_queued",
 	"edgeguard_shedder_host_queue_waits_total",
+	"edgeguard_shedder_host_rate_share",
 	"edgeguard_shedder_host_share",
 }
 

@@ -326,7 +326,7 @@ func (s *Shedder) Run(ctx context.Context, interval time.Duration, sample func()
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	probe := NewLagProbe()
+	probe, cpu := NewLagProbe(), newCPUProbe()
 	s.ObserveUtilization(s.clock(), sample())
 	for {
 		select {
@@ -334,6 +334,7 @@ func (s *Shedder) Run(ctx context.Context, interval time.Duration, sample func()
 			return fmt.Errorf("shedder: sampler stopped: %w", ctx.Err())
 		case tick := <-t.C:
 			s.ObserveLag(probe.Measure(tick, time.Now()))
+			s.hosts.ObserveBusy(cpu.Measure(time.Now()), interval)
 			s.ObserveUtilization(s.clock(), sample())
 		}
 	}

@@ -1,0 +1,150 @@
+package shedder
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// The rate shares. A host whose origin answers fast holds few requests in
+// flight however many it sends, so the shares of the workers do not keep
+// its flood from the other hosts when the CPU, not the workers, runs out:
+// every request waits its turn for the CPU before the shares see it. While
+// the edge's CPU use over a sampler tick is at least host_share.cpu_busy of
+// what its GOMAXPROCS could use and more than one host sends requests,
+// each host is also held to a share of the requests admitted per tick: the
+// budget, 90 % of what was admitted in the last busy tick, divided max-min
+// fair by weight among the hosts' demands (a host asking for less than an
+// even share gets all it asks for, the rest is divided among the others).
+// A request over its host's rate share waits in its host's queue as one
+// over its share of the workers does, holding no worker and taking no CPU,
+// until a tick opens the next budget. Once the CPU is under cpu_busy the
+// budget grows by 5 % a tick, and the rate shares end when it is twice what
+// the busiest host asks for.
+const (
+	// DefaultHostCPUBusy is host_share.cpu_busy's default.
+	DefaultHostCPUBusy = 0.9
+	// rateShrink is a busy tick's budget, from what was admitted in the
+	// last one: the CPU's headroom that keeps the requests of the hosts
+	// within their rate share from waiting for it.
+	rateShrink = 0.9
+	// rateGrow is the budget's growth per tick while the CPU is not busy.
+	rateGrow = 1.05
+)
+
+// rateDemand is one host's demand in a tick, per unit of its weight.
+type rateDemand struct {
+	s         *hostSlot
+	d, weight float64
+}
+
+// ObserveBusy sets the rate shares for the next tick from the CPU the edge
+// used in this one, busy (its CPU time over what GOMAXPROCS could use; see
+// the rate shares above). Call it from the one sampler, every tick of
+// length tick.
+func (h *HostShares) ObserveBusy(busy float64, tick time.Duration) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rateTick = tick
+	ds := h.demands[:0]
+	asked, most := 0.0, 0.0 // asked: with no rate shares yet, what was admitted
+	note := func(s *hostSlot) {
+		capped := s.rateCap > 0 && s.admits >= s.rateCap
+		d := float64(s.admits + s.refusedRate)
+		if capped {
+			// Its waiters wait for the rate share (others may wait for
+			// a place in the share of the workers: not for more rate).
+			d += float64(s.wq.n)
+		}
+		s.admits, s.rateCap, s.refusedRate = 0, 0, 0
+		if !s.used || d == 0 {
+			return
+		}
+		w := float64(max(s.weight, 1))
+		asked += d
+		most = max(most, d/w)
+		ds = append(ds, rateDemand{s: s, d: d / w, weight: w})
+	}
+	for i := range h.slots {
+		note(&h.slots[i])
+	}
+	note(&h.other)
+	busyNow := h.enabled && h.cpuBusy > 0 && busy >= h.cpuBusy && len(ds) > 1
+	switch {
+	case busyNow:
+		let := 0.0 // what the last tick's level let in
+		for _, d := range ds {
+			let += min(d.d, h.rateLevel) * d.weight
+		}
+		if h.rateLevel == 0 {
+			let = asked
+		}
+		h.rateLevel = max(waterLevel(ds, rateShrink*let), 1)
+	case len(ds) < 2 || !h.enabled || h.cpuBusy == 0:
+		h.rateLevel = 0 // the rate shares are between hosts
+	case h.rateLevel > 0:
+		h.rateLevel *= rateGrow
+		if h.rateLevel >= 2*most {
+			h.rateLevel = 0
+		}
+	}
+	if h.rateLevel > 0 {
+		// A host that asked for nothing in this tick has no rate share in
+		// the next: it cannot be the one taking the CPU.
+		for _, d := range ds {
+			d.s.rateCap = int32(min(math.Ceil(h.rateLevel*d.weight), math.MaxInt32))
+		}
+	}
+	clear(ds)
+	h.demands = ds[:0]
+	if h.queued > 0 {
+		h.wakeRoomLocked()
+	}
+}
+
+// RateLevel is the rate shares' level: the requests a host of weight 1
+// may have admitted per sampler tick, 0 while there are no rate shares.
+func (h *HostShares) RateLevel() float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rateLevel
+}
+
+// rateShareLocked is the rate share of a host of the default weight in
+// requests a second, 0 while there are no rate shares.
+func (h *HostShares) rateShareLocked() float64 {
+	if h.rateLevel == 0 || h.rateTick <= 0 {
+		return 0
+	}
+	return h.rateLevel * float64(h.weights.def) / h.rateTick.Seconds()
+}
+
+// waterLevel is the level L at which the demands, each capped at L (per
+// unit of weight), sum to budget: max-min fairness by weight. Every demand
+// under L is met whole; with budget enough for all, L is the largest.
+func waterLevel(ds []rateDemand, budget float64) float64 {
+	slices.SortFunc(ds, func(a, b rateDemand) int {
+		switch {
+		case a.d < b.d:
+			return -1
+		case a.d > b.d:
+			return 1
+		}
+		return 0
+	})
+	weights := 0.0
+	for _, x := range ds {
+		weights += x.weight
+	}
+	for _, x := range ds {
+		if x.d*weights >= budget {
+			return budget / weights
+		}
+		budget -= x.d * x.weight
+		weights -= x.weight
+	}
+	return ds[len(ds)-1].d
+}

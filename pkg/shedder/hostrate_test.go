@@ -1,0 +1,216 @@
+package shedder
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func rateCfg(cpuBusy float64) HostShareConfig {
+	return HostShareConfig{Enabled: true, TrackedHosts: 8, DefaultWeight: 1, QueueTimeout: 10 * time.Second, CPUBusy: cpuBusy}
+}
+
+// admitN admits and at once releases up to n requests of host (a fast
+// origin: nothing stays in flight, so the shares of the workers never
+// bind), and returns how many were admitted.
+func admitN(h *HostShares, now time.Time, host string, tier Tier, n int) int {
+	got := 0
+	for range n {
+		if l, ok := h.Acquire(now, host, tier); ok {
+			got++
+			l.Release()
+		}
+	}
+	return got
+}
+
+func (h *HostShares) rateCapOf(host string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.slots {
+		if s := &h.slots[i]; s.used && string(s.name[:s.nameLen]) == host {
+			return int(s.rateCap)
+		}
+	}
+	return -1
+}
+
+// TestRateSharesHoldTheBusiestHost: a.example 1,000 requests a tick and
+// b.example 100. A busy tick sets the budget at 90 % of the 1,100
+// admitted, max-min fair: b.example asked for less than an even share and
+// gets all it asks for; a.example gets the rest, 890, and its 891st
+// request in the next tick is refused. Critical requests are never refused
+// for it. While the CPU stays busy the budget shrinks from what the rate
+// shares let in.
+func TestRateSharesHoldTheBusiestHost(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := NewHostShares(512, rateCfg(0.9))
+	require.Equal(t, 1000, admitN(h, now, "a", TierRead, 1000))
+	require.Equal(t, 100, admitN(h, now, "b", TierRead, 100))
+	h.ObserveBusy(0.95, 50*time.Millisecond)
+	require.Equal(t, 890, h.rateCapOf("a"))
+	require.Equal(t, 890, h.rateCapOf("b"), "one level for every host of one weight")
+	require.Equal(t, 890, admitN(h, now, "a", TierRead, 1000), "a.example held to the rest of the budget")
+	require.Equal(t, 100, admitN(h, now, "b", TierRead, 100), "b.example gets all it asks for")
+	require.Equal(t, 5, admitN(h, now, "a", TierCritical, 5), "critical is never refused for a rate share")
+
+	// a 895 (5 critical) and b 100 admitted; the level let in 890 + 100:
+	// the budget is 90 % of that, 891, of which b.example asks for 100.
+	h.ObserveBusy(0.95, 50*time.Millisecond)
+	require.Equal(t, 891-100, h.rateCapOf("a"))
+}
+
+// TestRateSharesNeedABusyCPUAndTwoHosts: a CPU under cpu_busy, a lone
+// host, or cpu_busy 0 sets no rate share.
+func TestRateSharesNeedABusyCPUAndTwoHosts(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for name, c := range map[string]struct {
+		cpuBusy, busy float64
+		hosts         []string
+	}{
+		"not busy":  {0.9, 0.89, []string{"a", "b"}},
+		"lone host": {0.9, 1, []string{"a"}},
+		"off":       {0, 1, []string{"a", "b"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := NewHostShares(512, rateCfg(c.cpuBusy))
+			for _, host := range c.hosts {
+				admitN(h, now, host, TierRead, 100)
+			}
+			h.ObserveBusy(c.busy, 50*time.Millisecond)
+			require.Zero(t, h.RateLevel())
+			for _, host := range c.hosts {
+				require.Zero(t, h.rateCapOf(host))
+				require.Equal(t, 1000, admitN(h, now, host, TierRead, 1000))
+			}
+		})
+	}
+}
+
+// TestRateSharesGrowAndEnd: once the CPU is under cpu_busy the level grows
+// by 5 % a tick while the hosts still ask for more than it (the requests
+// refused for it count as asked for), and the rate shares end once it is
+// twice what the busiest host asks for, or at once when one host is left.
+func TestRateSharesGrowAndEnd(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := NewHostShares(512, rateCfg(0.9))
+	admitN(h, now, "a", TierRead, 1000)
+	admitN(h, now, "b", TierRead, 1000)
+	h.ObserveBusy(1, 50*time.Millisecond)
+	level := h.RateLevel()
+	require.InDelta(t, 900, level, 1e-9)
+	for tick := range 3 {
+		cap := h.rateCapOf("a")
+		require.Equal(t, cap, admitN(h, now, "a", TierRead, 2*cap), "tick %d", tick)
+		require.Equal(t, cap, admitN(h, now, "b", TierRead, 2*cap), "tick %d", tick)
+		h.ObserveBusy(0, 50*time.Millisecond)
+		require.InDelta(t, level*rateGrow, h.RateLevel(), 1e-6, "tick %d", tick)
+		level = h.RateLevel()
+	}
+	// The hosts ask for less than half the level: no rate share.
+	admitN(h, now, "a", TierRead, int(level/2)-1)
+	admitN(h, now, "b", TierRead, 10)
+	h.ObserveBusy(0, 50*time.Millisecond)
+	require.Zero(t, h.RateLevel())
+	require.Zero(t, h.rateCapOf("a"))
+
+	admitN(h, now, "a", TierRead, 1000)
+	admitN(h, now, "b", TierRead, 1000)
+	h.ObserveBusy(1, 50*time.Millisecond)
+	require.Positive(t, h.RateLevel())
+	admitN(h, now, "a", TierRead, 1000)
+	h.ObserveBusy(1, 50*time.Millisecond)
+	require.Zero(t, h.RateLevel(), "a lone host has no rate share")
+}
+
+// TestRateSharesWakeWaiters: a request over its host's rate share waits in
+// its host's queue, holding nothing, and the next tick's budget admits it.
+func TestRateSharesWakeWaiters(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := NewHostShares(512, rateCfg(0.9))
+	admitN(h, now, "a", TierRead, 100)
+	admitN(h, now, "b", TierRead, 100)
+	h.ObserveBusy(1, 50*time.Millisecond) // level 90
+	require.Equal(t, 90, admitN(h, now, "a", TierRead, 90))
+	res := wait(context.Background(), h, now, "a", nil)
+	queuedReaches(t, h, 1)
+	admitN(h, now, "b", TierRead, 10)
+	h.ObserveBusy(0, 50*time.Millisecond) // a new tick: a's budget opens again
+	r := <-res
+	require.NoError(t, r.err)
+	r.lease.Release()
+	require.EqualValues(t, 1, h.waits[waitAdmitted].Load())
+}
+
+// TestRateSharesCountWaitersOnlyForRate: a host whose requests wait for a
+// place in its share of the workers (a slow origin) asks for no more rate
+// for them: its waiters do not lower the other hosts' rate share.
+func TestRateSharesCountWaitersOnlyForRate(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h, _ := full(t, rateCfg(0.9), now) // a at its share of 2, b holding 1
+	ctx, cancel := context.WithCancel(context.Background())
+	var waiters []<-chan waitResult
+	for range 10 {
+		waiters = append(waiters, wait(ctx, h, now, "a", nil))
+	}
+	defer func() {
+		cancel()
+		for _, w := range waiters {
+			require.Error(t, (<-w).err, "still waiting for a's share of the workers")
+		}
+	}()
+	queuedReaches(t, h, 10)
+	require.Equal(t, 100, admitN(h, now, "b", TierRead, 100))
+	h.ObserveBusy(1, 50*time.Millisecond)
+	// Admitted: a 2, b 101; the budget, 90 % of 103, is 92.7: a asks for 2
+	// (its 10 waiters would make it 12, and b 90), b gets the rest.
+	require.Equal(t, 91, h.rateCapOf("b"))
+}
+
+// TestWaterLevel: max-min fairness by weight.
+func TestWaterLevel(t *testing.T) {
+	ds := func(xs ...float64) []rateDemand {
+		var out []rateDemand
+		for i := 0; i < len(xs); i += 2 {
+			out = append(out, rateDemand{d: xs[i], weight: xs[i+1]})
+		}
+		return out
+	}
+	require.InDelta(t, 890, waterLevel(ds(1000, 1, 100, 1), 990), 1e-9)
+	require.InDelta(t, 450, waterLevel(ds(1000, 1, 1000, 1), 900), 1e-9)
+	require.InDelta(t, 300, waterLevel(ds(1000, 1, 1000, 2), 900), 1e-9, "weight 2 gets 600")
+	require.InDelta(t, 1000, waterLevel(ds(1000, 1, 100, 1), 5000), 1e-9, "every demand fits")
+}
+
+func TestHostShareCPUBusyConfig(t *testing.T) {
+	require.InDelta(t, DefaultHostCPUBusy, DefaultConfig().HostShare.CPUBusy, 0)
+	for _, ok := range []float64{0, 0.5, 0.9, 1} {
+		cfg := DefaultConfig()
+		cfg.HostShare.CPUBusy = ok
+		require.NoError(t, cfg.Validate(), ok)
+	}
+	for _, bad := range []float64{-0.1, 0.49, 1.01} {
+		cfg := DefaultConfig()
+		cfg.HostShare.CPUBusy = bad
+		require.ErrorContains(t, cfg.Validate(), "host_share.cpu_busy", bad)
+	}
+	cfg, err := ApplySettings(DefaultConfig(), map[string]string{"host_share.cpu_busy": "0.9"})
+	require.NoError(t, err)
+	require.InDelta(t, 0.9, cfg.HostShare.CPUBusy, 0)
+	out, err := json.Marshal(DefaultConfig())
+	require.NoError(t, err)
+	require.NotContains(t, string(out), "cpu_busy", "the default is left out: an older edge takes the document")
+	off := DefaultConfig()
+	off.HostShare.CPUBusy = 0
+	out, err = json.Marshal(off)
+	require.NoError(t, err)
+	require.Contains(t, string(out), `"cpu_busy":0`, "off is written: read back, it must not turn into the default")
+	back, err := ParseConfig(out)
+	require.NoError(t, err)
+	require.Zero(t, back.HostShare.CPUBusy)
+	require.NoError(t, json.Unmarshal([]byte(`{"host_share":{"enabled":true,"tracked_hosts":64,"cpu_busy":0.9}}`), &back))
+	require.InDelta(t, 0.9, back.HostShare.CPUBusy, 0)
+}
