@@ -75,12 +75,12 @@ func (h *HostShares) ObserveBusy(busy float64, tick time.Duration) {
 	busyNow := h.enabled && h.cpuBusy > 0 && busy >= h.cpuBusy && len(ds) > 1
 	switch {
 	case busyNow:
-		let := 0.0 // what the last tick's level let in
-		for _, d := range ds {
-			let += min(d.d, h.rateLevel) * d.weight
-		}
-		if h.rateLevel == 0 {
-			let = asked
+		let := asked // what the last tick let in: all it asked, with no level
+		if h.rateLevel > 0 {
+			let = 0
+			for _, d := range ds {
+				let += min(d.d, h.rateLevel) * d.weight
+			}
 		}
 		h.rateLevel = max(waterLevel(ds, rateShrink*let), 1)
 	case len(ds) < 2 || !h.enabled || h.cpuBusy == 0:
@@ -103,14 +103,6 @@ func (h *HostShares) ObserveBusy(busy float64, tick time.Duration) {
 	if h.queued > 0 {
 		h.wakeRoomLocked()
 	}
-}
-
-// RateLevel is the rate shares' level: the requests a host of weight 1
-// may have admitted per sampler tick, 0 while there are no rate shares.
-func (h *HostShares) RateLevel() float64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.rateLevel
 }
 
 // rateShareLocked is the rate share of a host of the default weight in

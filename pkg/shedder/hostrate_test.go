@@ -27,6 +27,14 @@ func admitN(h *HostShares, now time.Time, host string, tier Tier, n int) int {
 	return got
 }
 
+// RateLevel is the rate shares' level: the requests a host of weight 1
+// may have admitted per sampler tick, 0 while there are no rate shares.
+func (h *HostShares) RateLevel() float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rateLevel
+}
+
 func (h *HostShares) rateCapOf(host string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

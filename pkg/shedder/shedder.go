@@ -333,8 +333,9 @@ func (s *Shedder) Run(ctx context.Context, interval time.Duration, sample func()
 		case <-ctx.Done():
 			return fmt.Errorf("shedder: sampler stopped: %w", ctx.Err())
 		case tick := <-t.C:
-			s.ObserveLag(probe.Measure(tick, time.Now()))
-			s.hosts.ObserveBusy(cpu.Measure(time.Now()), interval)
+			now := time.Now()
+			s.ObserveLag(probe.Measure(tick, now))
+			s.hosts.ObserveBusy(cpu.Measure(now), interval)
 			s.ObserveUtilization(s.clock(), sample())
 		}
 	}
