@@ -133,8 +133,18 @@ export function shedderBoard(): dashboard.Dashboard {
       targets: [
         { expr: `topk(10, max by (region, pop, host) (edgeguard_shedder_host_in_flight{${sel}}))`, legend: '{{region}}/{{pop}} {{host}}' },
         { expr: `max by (region, pop) (edgeguard_shedder_host_share{${sel}})`, legend: 'share {{region}}/{{pop}}' },
+        { expr: `topk(10, max by (region, pop, host) (edgeguard_shedder_host_queued{${sel}}) > 0)`, legend: 'queued {{region}}/{{pop}} {{host}}' },
       ],
-      width: 24,
+    }))
+    .withPanel(timeSeries({
+      title: 'Host share waits and the rate share',
+      description: 'Why a host is being shed. Waits per second by outcome: a request over its host\'s share waits in the host\'s queue, holding no worker, and is admitted when a place frees, answered 503 host_share after host_share.queue_timeout (timed_out) or at once while host_share.max_queued are waiting (full), or leaves (client_gone). The host waiting is the one with queued requests in Requests in flight per host against its share. The rate share (requests a second a host of the default weight may have admitted) is above 0 only while the edge\'s CPU is at host_share.cpu_busy or more and more than one host sends requests: then the busiest host is held to it, however fast its origin (a flood), and waits too. timed_out and full steady with no rate share: a slow origin holds its share of the workers; give its pool a concurrency limit in the host table. With a rate share above 0: the edge\'s CPU is what runs out, and the host waiting floods it: rate-limit its clients, or add edges. Waits admitted but few timed_out: the shares absorb bursts as designed.',
+      unit: 'reqps', min: 0,
+      thresholds: [green()],
+      targets: [
+        { expr: `sum by (region, pop, outcome) (${rate('edgeguard_shedder_host_queue_waits_total')}) > 0`, legend: '{{region}}/{{pop}} {{outcome}}' },
+        { expr: `max by (region, pop) (edgeguard_shedder_host_rate_share{${sel}})`, legend: 'rate share {{region}}/{{pop}}' },
+      ],
     }))
     .withRow(row('Pool concurrency limits'))
     .withPanel(timeSeries({

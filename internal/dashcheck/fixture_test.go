@@ -498,6 +498,7 @@ func TestBoardsAndAlertsAgainstRealData(t *testing.T) {
 	r.phase("overload on fra: shed, no_worker, queue waits; regionctl shedder set good=0.55", r.overload)
 	r.phase("recorded overload on ams (start_after=2s full_after=20s), replayed by regionctl shedder simulate", r.simulated)
 	r.phase("pool limit on ams: a host table pool of limit 1, queue 1, and 6 clients of its host (queue_full, queue_timeout)", r.poolLimit)
+	r.phase("host shares on ams: slow.example waits for its share (admitted, timed_out) beside fast.example", r.hostShares)
 	r.phase("consul stopped: watch errors; rules still enforced", r.consulStopped)
 
 	// Both edges' last state is in Prometheus: a scrape of each after now.
@@ -809,9 +810,36 @@ func (r *dashRun) poolLimit() {
 	require.NoError(t, os.WriteFile(file, []byte(table), 0o600))
 	regionctl(t, r.consul.HTTPAddr(), "hosts", "push", "--region", regionName, file)
 	waitProm(t, p, `sum(edgeguard_origin_concurrency_limit{pop="ams", pool="limited"})`, 1)
+	stop := hostClients(r.ams, "limited.example", "/slow", 200, 6)
+	waitPromAtLeast(t, p, `sum(edgeguard_origin_concurrency_refused_total{pop="ams", pool="limited", reason="queue_full"})`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_origin_concurrency_refused_total{pop="ams", pool="limited", reason="queue_timeout"})`, 1)
+	waitPromAtLeast(t, p, `max_over_time(edgeguard_origin_concurrency_in_flight{pop="ams", pool="limited"}[1m])`, 1)
+	stop()
+}
+
+// hostShares: two hosts on ams's 4 workers, a share of 2 each. 16 clients
+// of slow.example's slow path keep 2 in flight and 14 waiting in its
+// host's queue, a place freeing every 100 ms or so: some are admitted
+// from the queue, the rest get 503 host_share after
+// host_share.queue_timeout. fast.example, within its share, keeps being
+// answered.
+func (r *dashRun) hostShares() {
+	t, p := r.t, r.p
+	stopFast := hostClients(r.ams, "fast.example", "/", 180, 2)
+	stopSlow := hostClients(r.ams, "slow.example", "/slow", 150, 16)
+	waitPromAtLeast(t, p, `max_over_time(edgeguard_shedder_host_queued{pop="ams", host="slow.example"}[1m])`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_shedder_host_queue_waits_total{pop="ams", outcome="admitted"})`, 1)
+	waitPromAtLeast(t, p, `sum(edgeguard_shedder_host_queue_waits_total{pop="ams", outcome="timed_out"})`, 1)
+	stopSlow()
+	stopFast()
+}
+
+// hostClients starts n clients, each at its own address (198.51.100.first
+// on), sending requests for host's path to e back to back until stop.
+func hostClients(e *edgeProc, host, path string, first, n int) (stop func()) {
 	var wg sync.WaitGroup
 	done := make(chan struct{})
-	for i := range 6 {
+	for i := range n {
 		wg.Go(func() {
 			for {
 				select {
@@ -819,9 +847,9 @@ func (r *dashRun) poolLimit() {
 					return
 				default:
 				}
-				req, _ := http.NewRequest(http.MethodGet, "http://"+r.ams.addr+"/slow", nil)
-				req.Host = "limited.example"
-				req.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", 200+i))
+				req, _ := http.NewRequest(http.MethodGet, "http://"+e.addr+path, nil)
+				req.Host = host
+				req.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", first+i))
 				if resp, err := client.Do(req); err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
@@ -829,11 +857,7 @@ func (r *dashRun) poolLimit() {
 			}
 		})
 	}
-	waitPromAtLeast(t, p, `sum(edgeguard_origin_concurrency_refused_total{pop="ams", pool="limited", reason="queue_full"})`, 1)
-	waitPromAtLeast(t, p, `sum(edgeguard_origin_concurrency_refused_total{pop="ams", pool="limited", reason="queue_timeout"})`, 1)
-	waitPromAtLeast(t, p, `max_over_time(edgeguard_origin_concurrency_in_flight{pop="ams", pool="limited"}[1m])`, 1)
-	close(done)
-	wg.Wait()
+	return func() { close(done); wg.Wait() }
 }
 
 // consulStopped: Consul unreachable. The edges count failed watches and
