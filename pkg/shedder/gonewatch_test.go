@@ -168,3 +168,51 @@ func TestGoneWatchRemoveWaitsForTheAsk(t *testing.T) {
 	close(resume)
 	require.True(t, <-removed, "remove returned before the ask was over")
 }
+
+// TestGoneWatchAsksInTurn: with more waiters than goneAskPerPass, a pass
+// asks goneAskPerPass of them, taking up where the last one stopped, so
+// that every waiter is asked in each turn of ceil(waiters /
+// goneAskPerPass) passes and none twice before all have been asked once.
+func TestGoneWatchAsksInTurn(t *testing.T) {
+	const waiters = 2*goneAskPerPass + goneAskPerPass/3
+	turn := (waiters + goneAskPerPass - 1) / goneAskPerPass
+	var g goneWatch
+	clients := make([]watchedClient, waiters)
+	passes := make(chan []int64, 64) // after each pass, how often each client was asked
+	g.tick = func(time.Time) {
+		asked := make([]int64, waiters)
+		for i := range clients {
+			asked[i] = clients[i].asked.Load()
+		}
+		select {
+		case passes <- asked:
+		default:
+		}
+	}
+	ws := make([]*goneWaiter, waiters)
+	for i := range clients {
+		ws[i] = g.add(clients[i].gone, time.Time{}, time.Now())
+	}
+	// A pass under way while the waiters came in saw only some of them:
+	// the passes counted start after the next one ends.
+	for len(passes) > 0 {
+		<-passes
+	}
+	<-passes
+	base := <-passes
+	for k := 1; k <= 2*turn; k++ {
+		asked := <-passes
+		var total, least, most int64 = 0, 1 << 62, 0
+		for i, n := range asked {
+			n -= base[i]
+			total += n
+			least, most = min(least, n), max(most, n)
+		}
+		require.EqualValues(t, k*goneAskPerPass, total, "pass %d: goneAskPerPass clients asked a pass", k)
+		require.LessOrEqual(t, most-least, int64(1), "pass %d: a client asked twice before another once", k)
+		require.GreaterOrEqual(t, least, int64(k/turn), "pass %d: every client asked in each turn of %d passes", k, turn)
+	}
+	for _, w := range ws {
+		g.remove(w)
+	}
+}

@@ -65,8 +65,8 @@ type waitList struct {
 // up to host_share.queue_timeout for a place, holding none meanwhile, and
 // is admitted when a release (or a recount growing the share) wakes it and
 // it then passes AcquireFrom's judgement. While it waits, gone (nil:
-// never) is asked every 50 ms (goneEvery) by one goroutine for all the
-// waiters, so it must be safe to call from another goroutine while this
+// never) is asked every 50 ms (goneEvery; less often past 256 waiters,
+// goneAskPerPass) by one goroutine for all the waiters, so it must be safe to call from another goroutine while this
 // call waits (never after it returns), and ctx is watched; either ends
 // the wait with ErrGone. Errors: ErrHostShare (no queue), ErrQueueFull
 // (the queues hold max_queued), ErrQueueTimeout, ErrGone. A request

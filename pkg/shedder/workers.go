@@ -91,8 +91,8 @@ func (w *Workers) Acquire(ctx context.Context, tier Tier) (release func(), err e
 }
 
 // AcquireUnless is Acquire for a request whose client may leave: while it
-// waits in the queue, gone is asked every 50 ms (goneEvery; by one
-// goroutine for all the waiters, so it must be cheap and safe to call from
+// waits in the queue, gone is asked every 50 ms (goneEvery; less often
+// past 256 waiters, goneAskPerPass; by one goroutine for all the waiters, so it must be cheap and safe to call from
 // another goroutine while this call waits, never after it returns) and
 // once more when a slot is granted after a wait, and a true answer ends
 // the wait with ErrGone, so a slot never goes to a request nobody will
