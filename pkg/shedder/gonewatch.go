@@ -27,13 +27,14 @@ const goneYieldEvery = 32
 // admitted, so it never takes a worker).
 const goneAskPerPass = 256
 
-// goneWatch asks, every goneEvery, each waiter it holds whether its client
-// is still there, from one goroutine for all of them. A waiter polling on
-// a ticker of its own cost the edge a timer, a wake-up and a select per
-// waiter per period: with a host's thousand clients queued behind a slow
-// origin, twenty thousand wake-ups a second on the edge's one core,
-// beside the host the queue protects. The goroutine runs while a waiter
-// is held and stops with the last.
+// goneWatch asks, every goneEvery, the waiters it holds (goneAskPerPass of
+// them at most, in turn) whether their clients are still there, from one
+// goroutine for all of them. A waiter polling on a ticker of its own cost
+// the edge a timer, a wake-up and a select per waiter per period: with a
+// host's thousand clients queued behind a slow origin, twenty thousand
+// wake-ups a second on the edge's one core, beside the host the queue
+// protects. The goroutine runs while a waiter is held and stops with the
+// last.
 type goneWatch struct {
 	mu      sync.Mutex
 	waiters []*goneWaiter
