@@ -543,6 +543,7 @@ func (r *dashRun) phase(name string, run func()) {
 	run()
 	ph.end = time.Now()
 	r.phases = append(r.phases, ph)
+	r.report = append(r.report, fmt.Sprintf("PHASE %s: %.1f s", name, ph.end.Sub(ph.start).Seconds()))
 }
 
 // warmUp: allowed, denied, shadow and critical traffic, an escape and the
