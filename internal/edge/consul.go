@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/edgeguard/edgeguard/internal/edge/build"
@@ -27,15 +26,12 @@ func (e *Edge) startConsul(m consullink.Metrics) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	e.tls.Certificates().ReadConsulAll(ctx, client)
-	if len(e.cfg.ACMEDomains) > 0 {
-		stop, err := e.tls.Certificates().StartACME(client, e.TLSAddr())
-		if stop != nil {
-			e.closers = append(e.closers, stop)
-		}
-		if err != nil {
-			return fmt.Errorf("starting ACME: %w", err)
-		}
+	stop, err := e.tls.StartConsul(ctx, client) // certificates, ticket keys, ACME
+	if stop != nil {
+		e.closers = append(e.closers, stop)
+	}
+	if err != nil {
+		return err
 	}
 	// What the watches would read, before the first request: the
 	// enforcement switch, the rate limit service's documents, the host

@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/edge/admin"
@@ -195,7 +193,6 @@ func newEdge(cfg config.Config, log *slog.Logger) *Edge {
 	e := &Edge{
 		cfg: cfg,
 		log: log,
-		reg: prometheus.NewRegistry(),
 	}
 	e.nodesRegion.Store(int64(cfg.NodesInRegion))
 	e.nodesPoP.Store(int64(cfg.NodesInPoP))
@@ -209,17 +206,16 @@ type meters struct {
 	consul consullink.Metrics // the Consul link's
 }
 
-// registerMetrics registers the edge's metrics, and the Go runtime's and
-// the process's, and returns the registerer the parts register theirs
-// with.
+// registerMetrics makes the edge's registry (admin.NewRegistry) and
+// registers its own metrics; it returns the registerer the parts register
+// theirs with.
 func (e *Edge) registerMetrics() (prometheus.Registerer, meters, error) {
-	// region and pop are target labels, attached by Prometheus from the
-	// Consul service meta; the edge adds them itself only when asked.
-	var reg prometheus.Registerer = e.reg
+	var labels prometheus.Labels
 	if e.cfg.MetricsRegionLabels {
-		reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": e.cfg.Region, "pop": e.cfg.PoP}, e.reg)
+		labels = prometheus.Labels{"region": e.cfg.Region, "pop": e.cfg.PoP}
 	}
-	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var reg prometheus.Registerer
+	e.reg, reg = admin.NewRegistry(labels)
 	var m meters
 	var err, lerr, cerr error
 	m.admin, err = admin.NewMetrics(reg)
@@ -286,7 +282,7 @@ func (e *Edge) listen(public *listen.Public, reg prometheus.Registerer, ac admin
 		e.tls = t
 	}
 	server := e.server
-	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, e.readyValue); err != nil {
+	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, ac.Ready); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	adminLn, err := e.sockets.Bind(handoff.Admin, e.cfg.Admin)
@@ -314,21 +310,9 @@ func (e *Edge) ApplyRules(data []byte) error { return e.rules.Apply(data) }
 // current settings when the new file is invalid.
 func (e *Edge) reloadFiles() {
 	e.rls.Reload()
-	if e.cfg.Rules != "" {
-		if err := e.rules.LoadFile(e.cfg.Rules); err != nil {
-			e.log.Error("rules reload refused; keeping the rules in force", "err", err, "version", e.rules.Load().Version())
-		}
-	}
-	if e.cfg.Shedder != "" {
-		if err := build.LoadShedder(e.shed, e.cfg.Shedder, e.log); err != nil {
-			e.log.Error("shedder reload refused; keeping the settings in force", "err", err)
-		}
-	}
-	if e.cfg.Hosts != "" {
-		if err := e.router.LoadFile(e.cfg.Hosts); err != nil {
-			e.log.Error("host table reload refused; keeping the table in force", "err", err, "version", e.router.Version())
-		}
-	}
+	e.rules.ReloadFile(e.cfg.Rules)
+	build.ReloadShedder(e.shed, e.cfg.Shedder, e.log)
+	e.router.ReloadFile(e.cfg.Hosts)
 }
 
 // newRules are the rules in force (package liverules); a change flushes
@@ -369,7 +353,7 @@ func (e *Edge) Run(ctx context.Context) error {
 		Reopen:  e.pipe.ReopenAccessLog, Reload: e.reloadFiles,
 		Sockets: e.sockets,
 		Serving: func() { e.serving.Store(true) },
-		Ready:   func() bool { return e.readyValue() == 1 },
+		Ready:   func() bool { return e.ready().Value() == 1 },
 		Drain: func() {
 			e.draining.Store(true)
 			if e.rls != nil {
@@ -433,12 +417,6 @@ func (e *Edge) ready() admin.Readiness {
 		Health:      func() limiter.Health { return e.store.Limiter.Health() },
 		Store:       e.store.Name,
 		Missing:     func() string { return e.consul.MissingDetail() }, // e.consul is set by startConsul, after this
+		Serving:     e.serving.Load,
 	}
-}
-
-func (e *Edge) readyValue() float64 {
-	if code, _ := e.ready().Answer(); code == http.StatusOK && e.serving.Load() {
-		return 1
-	}
-	return 0
 }

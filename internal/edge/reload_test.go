@@ -1,8 +1,12 @@
 package edge
 
 import (
+	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,4 +38,57 @@ func TestReloadFiles(t *testing.T) {
 	require.Equal(t, v2, r.rules.Load().Version(), "invalid rules refused")
 	require.InDelta(t, 0.75, r.shed.Config().Good, 1e-9, "invalid shedder settings refused")
 	require.Contains(t, scrape(t, r), "edgeguard_edge_rules_rejected_total 1\n")
+}
+
+// Each file SIGHUP re-reads logs its own refusal (liverules, build,
+// hostroute), with the message and the attributes an operator's alert
+// matches; nothing is logged at error for a file that is not given.
+func TestReloadRefusalsAreLogged(t *testing.T) {
+	dir := t.TempDir()
+	shedFile, hostsFile := filepath.Join(dir, "shedder.json"), filepath.Join(dir, "hosts.yaml")
+	require.NoError(t, os.WriteFile(shedFile, []byte(`{"good": 0.6, "bad": 0.7}`), 0o600))
+	origin := testOrigin(t)
+	require.NoError(t, os.WriteFile(hostsFile, []byte(hostsTable(origin, origin, "")), 0o600))
+	var logs lockedBuffer
+	cfg := config.DefaultConfig()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Origins = []string{origin}
+	cfg.AdminToken = testAdminToken
+	cfg.Rules, cfg.Shedder, cfg.Hosts = filepath.Join(dir, "rules.yaml"), shedFile, hostsFile
+	require.NoError(t, os.WriteFile(cfg.Rules, []byte(perIP), 0o600))
+	e, err := New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
+	require.NoError(t, err)
+	t.Cleanup(e.close)
+
+	errorLines := func() map[string][]string {
+		got := map[string][]string{}
+		for l := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+			if m["level"] != "ERROR" {
+				continue
+			}
+			var keys []string
+			for k := range m {
+				if k != "time" && k != "level" && k != "msg" {
+					keys = append(keys, k)
+				}
+			}
+			slices.Sort(keys)
+			got[m["msg"].(string)] = keys
+		}
+		return got
+	}
+	e.reloadFiles()
+	require.Empty(t, errorLines(), "valid files reload quietly")
+
+	require.NoError(t, os.WriteFile(cfg.Rules, []byte("version: 1\nrules:\n  - id: x\n    limit: -1\n"), 0o600))
+	require.NoError(t, os.WriteFile(shedFile, []byte(`{"good": 0.9, "bad": 0.8}`), 0o600))
+	require.NoError(t, os.WriteFile(hostsFile, []byte(hostsTable(origin, origin, "  c.example: {pool: nowhere}\n")), 0o600))
+	e.reloadFiles()
+	require.Equal(t, map[string][]string{
+		"rules reload refused; keeping the rules in force":      {"err", "version"},
+		"shedder reload refused; keeping the settings in force": {"err"},
+		"host table reload refused; keeping the table in force": {"err", "version"},
+	}, errorLines())
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/edgeguard/edgeguard/internal/buildinfo"
 )
@@ -15,6 +16,21 @@ type Metrics struct {
 	RulesInfo   *prometheus.GaugeVec // version
 	RulesLoaded prometheus.Gauge
 	RulesErrors prometheus.Counter
+}
+
+// NewRegistry is the registry /metrics serves, holding the Go runtime's
+// and the process's collectors, and the registerer the edge's parts
+// register with. region and pop are target labels, attached by Prometheus
+// from the Consul service meta; with labels (--metrics-region-labels) the
+// edge adds them to its own series itself.
+func NewRegistry(labels prometheus.Labels) (*prometheus.Registry, prometheus.Registerer) {
+	r := prometheus.NewRegistry()
+	var reg prometheus.Registerer = r
+	if labels != nil {
+		reg = prometheus.WrapRegistererWith(labels, r)
+	}
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r, reg
 }
 
 // NewMetrics registers the edge's own series with reg.
@@ -48,8 +64,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // RegisterServing registers the series read at scrape: the public
-// server's open connections, and ready (what /readyz answers, 1 or 0).
-func RegisterServing(reg prometheus.Registerer, open, ready func() float64) error {
+// server's open connections, and ready (ready.Value).
+func RegisterServing(reg prometheus.Registerer, open func() float64, ready Readiness) error {
 	return errors.Join(
 		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "edgeguard_edge_open_connections",
@@ -58,5 +74,5 @@ func RegisterServing(reg prometheus.Registerer, open, ready func() float64) erro
 		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "edgeguard_edge_ready",
 			Help: "1 when /readyz answers 200: serving, rules loaded, not draining, and the rate limit store decides or the fail mode still serves (degraded: see edgeguard_limiter_degraded).",
-		}, ready)))
+		}, ready.Value)))
 }

@@ -23,6 +23,16 @@ type Readiness struct {
 	Health      func() limiter.Health
 	Store       string        // the store's name (redis, memory)
 	Missing     func() string // the documents Consul lost; "" when none
+	Serving     func() bool   // the public server has started (the ready gauge only)
+}
+
+// Value is the ready gauge: 1 when /readyz answers 200 and the public
+// server has started, 0 otherwise.
+func (r Readiness) Value() float64 {
+	if code, _ := r.Answer(); code == http.StatusOK && r.Serving() {
+		return 1
+	}
+	return 0
 }
 
 // Answer is the status and body of /readyz.

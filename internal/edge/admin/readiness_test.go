@@ -40,6 +40,15 @@ func TestReadinessAnswer(t *testing.T) {
 			code, body := r.Answer()
 			require.Equal(t, tc.code, code)
 			require.Equal(t, tc.body, body)
+			// The ready gauge: 1 only for a 200 once the public server serves.
+			r.Serving = func() bool { return false }
+			require.Zero(t, r.Value(), "before the public server serves")
+			r.Serving = func() bool { return true }
+			want := 0.0
+			if tc.code == http.StatusOK {
+				want = 1
+			}
+			require.Equal(t, want, r.Value())
 		})
 	}
 }

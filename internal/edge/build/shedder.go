@@ -31,6 +31,17 @@ func Shedder(cfg config.Config, edges int, reg prometheus.Registerer, log *slog.
 	return s, w, nil
 }
 
+// ReloadShedder is LoadShedder again (SIGHUP), when there is a file: an
+// invalid one is logged, and s keeps its settings.
+func ReloadShedder(s *shedder.Shedder, path string, log *slog.Logger) {
+	if path == "" {
+		return
+	}
+	if err := LoadShedder(s, path, log); err != nil {
+		log.Error("shedder reload refused; keeping the settings in force", "err", err)
+	}
+}
+
 // LoadShedder applies the shedder settings in the file at path; s keeps
 // its settings when the file is invalid.
 func LoadShedder(s *shedder.Shedder, path string, log *slog.Logger) error {

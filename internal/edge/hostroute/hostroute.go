@@ -136,6 +136,17 @@ func (r *Router) LoadFile(path string) error {
 	return r.Apply(t)
 }
 
+// ReloadFile is LoadFile again (SIGHUP), when there is a file: an invalid
+// one is logged, and the table in force stays.
+func (r *Router) ReloadFile(path string) {
+	if path == "" {
+		return
+	}
+	if err := r.LoadFile(path); err != nil {
+		r.log.Error("host table reload refused; keeping the table in force", "err", err, "version", r.Version())
+	}
+}
+
 // Apply builds t's pools and swaps t in. On any error nothing changes.
 func (r *Router) Apply(t *hosts.Table) error {
 	if err := r.apply(t); err != nil {

@@ -2,6 +2,7 @@ package listen
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
@@ -37,4 +38,22 @@ func (e *Certs) ConsulWatches(reg string) []func(ctx context.Context, client *re
 		})
 	}
 	return w
+}
+
+// StartConsul reads the region's certificates and ticket keys
+// (ReadConsulAll) before the first request, and starts ACME for
+// --acme-domains, answering challenges on this listener; stop ends ACME
+// (nil when none started). Nothing for a nil TLS.
+func (t *TLS) StartConsul(ctx context.Context, client *region.Client) (stop func(), err error) {
+	if t == nil {
+		return nil, nil
+	}
+	t.Certs.ReadConsulAll(ctx, client)
+	if len(t.Certs.cfg.ACMEDomains) == 0 {
+		return nil, nil
+	}
+	if stop, err = t.Certs.StartACME(client, t.Addr()); err != nil {
+		err = fmt.Errorf("starting ACME: %w", err)
+	}
+	return stop, err
 }

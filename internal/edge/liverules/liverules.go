@@ -79,6 +79,17 @@ func (r *Rules) LoadFile(path string) error {
 	return nil
 }
 
+// ReloadFile is LoadFile again (SIGHUP), when there is a file: an invalid
+// one is logged, and the rules in force stay.
+func (r *Rules) ReloadFile(path string) {
+	if path == "" {
+		return
+	}
+	if err := r.LoadFile(path); err != nil {
+		r.c.Log.Error("rules reload refused; keeping the rules in force", "err", err, "version", r.Load().Version())
+	}
+}
+
 // Apply parses, validates and compiles a rules document and swaps it in.
 // An invalid document is refused (counted, and the error names the rule and
 // field); the rules in force stay.
