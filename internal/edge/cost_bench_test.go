@@ -25,6 +25,7 @@ import (
 const (
 	noRules   = "version: 1\nrules: []\n"
 	floodRule = "version: 1\nrules:\n  - {id: per-ip, key: [ip], algorithm: fixed_window, limit: 10, window: 1h}\n"
+	openRule  = "version: 1\nrules:\n  - {id: per-ip, key: [ip], algorithm: leaky_bucket, limit: 1000000, window: 1s}\n"
 )
 
 // costPath is one path through the pipeline: the rules its edge runs,
@@ -42,6 +43,9 @@ var costPaths = []costPath{
 	// No rule applies: proxied to a loopback origin (its server's work is
 	// in the figures too).
 	{"proxied", noRules, fasthttp.StatusOK, nil},
+	// One rule per client counted in the embedded store, never reached:
+	// proxied, with the rule's check and its RateLimit fields.
+	{"ruled", openRule, fasthttp.StatusOK, nil},
 	// The shedder at full level: every sheddable request gets its 503.
 	{"shed", noRules, fasthttp.StatusServiceUnavailable, shedEverything},
 }
