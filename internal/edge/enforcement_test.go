@@ -15,12 +15,14 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
 
+// perUser: a sliding log, so that no count starts again on the hour
+// while a test waits on Consul (as tightGlobal).
 const perUser = `
 version: 1
 rules:
   - id: per-user
     key: ["header:X-User"]
-    algorithm: fixed_window
+    algorithm: sliding_log
     limit: 1
     window: 1h
 `
