@@ -18,13 +18,14 @@ import (
 )
 
 // Rules of the cost benchmarks and tests. floodRule denies a client its
-// eleventh request for the rest of the hour: every later request is a
-// denial the over-limit cache already knows, for as long as any run takes
-// (a per-second rule would let one request through to the store every
-// 100 ms, more of them the slower the machine).
+// eleventh request for the next hour: every later request is a denial the
+// over-limit cache already knows, for as long as any run takes (a
+// per-second rule would let one request through to the store every
+// 100 ms, more of them the slower the machine; a fixed window of an hour
+// would start again on the hour, in the middle of a run).
 const (
 	noRules   = "version: 1\nrules: []\n"
-	floodRule = "version: 1\nrules:\n  - {id: per-ip, key: [ip], algorithm: fixed_window, limit: 10, window: 1h}\n"
+	floodRule = "version: 1\nrules:\n  - {id: per-ip, key: [ip], algorithm: sliding_log, limit: 10, window: 1h}\n"
 	openRule  = "version: 1\nrules:\n  - {id: per-ip, key: [ip], algorithm: leaky_bucket, limit: 1000000, window: 1s}\n"
 )
 
