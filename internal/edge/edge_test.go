@@ -225,7 +225,7 @@ rules:
   - id: admin
     match: {path_prefix: ["/admin"]}
     key: [ip]
-    algorithm: fixed_window
+    algorithm: sliding_log
     limit: 1
     window: 1h
 `, nil)
@@ -242,7 +242,7 @@ version: 1
 rules:
   - id: trial
     key: [ip]
-    algorithm: fixed_window
+    algorithm: sliding_log
     limit: 1
     window: 1h
     shadow: true

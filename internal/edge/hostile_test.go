@@ -137,7 +137,7 @@ rules:
   - id: api-host
     match: {hosts: [api.example.com]}
     key: [ip]
-    algorithm: fixed_window
+    algorithm: sliding_log
     limit: 2
     window: 1h
 `

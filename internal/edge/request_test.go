@@ -93,7 +93,7 @@ rules:
   - id: api-host
     match: {hosts: [api.example.com]}
     key: [ip]
-    algorithm: fixed_window
+    algorithm: sliding_log
     limit: 1
     window: 1h
 `
@@ -122,7 +122,7 @@ version: 1
 rules:
   - id: per-key
     key: ["header:X-Api-Key"]
-    algorithm: fixed_window
+    algorithm: sliding_log
     limit: 1
     window: 1h
 `
