@@ -177,6 +177,8 @@ rules:
     limit_header: X-Edge-Limit
 `
 	trusted := startEdge(t, rulesYAML, withRedis(rd, testenv.KeyPrefix(t), trust127(t)))
+	// Every count below lives in one hour's window.
+	testenv.EarlyInWindow(time.Hour, 20*time.Second)
 	require.Equal(t, []int{200, 200, 200, 200, 200, 429}, codes(t, trusted, 6, "/", "X-User", "a", "X-Edge-Limit", "5"))
 	// Garbage is ignored (the rule's limit holds) and counted.
 	for _, v := range []string{"-5", "NaN", "1e9", "99999999999999999999"} {
