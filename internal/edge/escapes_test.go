@@ -413,6 +413,7 @@ rules:
 	without := doc("")
 	push(t, rc, "eu-west", rc.Layout().GlobalRules(), without)
 	waitVersion(t, r, effectiveVersion(t, without, ""), time.Now())
+	testenv.EarlyInWindow(time.Hour, 20*time.Second) // the four in one window
 	require.Equal(t, []int{200, 200, 429, 429}, codes(t, r, 4, "/"), "limited, then penalised")
 	require.Equal(t, 1.0, escapeCount(t, r, "per-ip", "penalty_start"))
 	require.Equal(t, 1.0, escapeCount(t, r, "per-ip", "penalised"))
@@ -464,6 +465,7 @@ rules:
     window: 1h
     penalty: 1m
 `, withRedis(rd, testenv.KeyPrefix(t)))
+	testenv.EarlyInWindow(time.Hour, 20*time.Second) // the 52 in one window
 	before := commandCalls(t, c, "pttl", "set")
 	require.Equal(t, repeatInt(200, 50), codes(t, r, 50, "/"))
 	free := commandCalls(t, c, "pttl", "set")
