@@ -1,11 +1,11 @@
 package edge
 
 import (
-	"encoding/json"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -49,43 +49,42 @@ func TestReloadRefusalsAreLogged(t *testing.T) {
 	require.NoError(t, os.WriteFile(shedFile, []byte(`{"good": 0.6, "bad": 0.7}`), 0o600))
 	origin := testOrigin(t)
 	require.NoError(t, os.WriteFile(hostsFile, []byte(hostsTable(origin, origin, "")), 0o600))
-	var logs lockedBuffer
-	cfg := config.DefaultConfig()
-	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Origins = []string{origin}
-	cfg.AdminToken = testAdminToken
-	cfg.Rules, cfg.Shedder, cfg.Hosts = filepath.Join(dir, "rules.yaml"), shedFile, hostsFile
-	require.NoError(t, os.WriteFile(cfg.Rules, []byte(perIP), 0o600))
-	e, err := New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
-	require.NoError(t, err)
-	t.Cleanup(e.close)
+	r, logs := startLoggedEdge(t, perIP, func(c *config.Config) { c.Shedder, c.Hosts = shedFile, hostsFile })
 
+	// Each error line's message and attribute names (slog's text form:
+	// key=value, a value with spaces quoted).
+	attr := regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S*)`)
 	errorLines := func() map[string][]string {
 		got := map[string][]string{}
 		for l := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
-			var m map[string]any
-			require.NoError(t, json.Unmarshal([]byte(l), &m), l)
-			if m["level"] != "ERROR" {
-				continue
-			}
+			var msg string
 			var keys []string
-			for k := range m {
-				if k != "time" && k != "level" && k != "msg" {
-					keys = append(keys, k)
+			level := ""
+			for _, m := range attr.FindAllStringSubmatch(l, -1) {
+				switch m[1] {
+				case "time":
+				case "level":
+					level = m[2]
+				case "msg":
+					msg, _ = strconv.Unquote(m[2])
+				default:
+					keys = append(keys, m[1])
 				}
 			}
-			slices.Sort(keys)
-			got[m["msg"].(string)] = keys
+			if level == "ERROR" {
+				slices.Sort(keys)
+				got[msg] = keys
+			}
 		}
 		return got
 	}
-	e.reloadFiles()
+	r.reloadFiles()
 	require.Empty(t, errorLines(), "valid files reload quietly")
 
-	require.NoError(t, os.WriteFile(cfg.Rules, []byte("version: 1\nrules:\n  - id: x\n    limit: -1\n"), 0o600))
+	require.NoError(t, os.WriteFile(r.cfg.Rules, []byte("version: 1\nrules:\n  - id: x\n    limit: -1\n"), 0o600))
 	require.NoError(t, os.WriteFile(shedFile, []byte(`{"good": 0.9, "bad": 0.8}`), 0o600))
 	require.NoError(t, os.WriteFile(hostsFile, []byte(hostsTable(origin, origin, "  c.example: {pool: nowhere}\n")), 0o600))
-	e.reloadFiles()
+	r.reloadFiles()
 	require.Equal(t, map[string][]string{
 		"rules reload refused; keeping the rules in force":      {"err", "version"},
 		"shedder reload refused; keeping the settings in force": {"err"},
