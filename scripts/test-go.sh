@@ -7,7 +7,11 @@
 # packages run one at a time too (their output is printed when they are
 # done). Two heavy packages at once competed for the cores of a small
 # machine and for its timing; one after the other with the light ones
-# beside them takes about as long as the heavy ones alone. A HEAVY_PKGS
+# beside them takes about as long as the heavy ones alone. The light lane
+# runs at a lower priority (nice LIGHT_NICE, 10 by default): the heavy
+# packages are the run's critical path and the ones whose tests watch what
+# happens while things are slow, and they leave the cores idle often enough
+# (waiting on their servers) for the light lane to finish first. A HEAVY_PKGS
 # entry that is no package of the module, or listed twice, is an error, so a
 # package can be neither skipped nor run twice; a new package runs with the
 # light ones. internal/edge's allocation tests (named Allocs, built only
@@ -20,13 +24,15 @@
 #
 #   GO (go), TIMEOUT (12m, per test binary), HEAVY_PKGS (packages, one an
 #   entry: import paths or ./dirs), LIGHT_BEFORE, LIGHT_AFTER (shell
-#   commands, empty by default)
+#   commands, empty by default), LIGHT_NICE (10; 0 runs both lanes alike)
 # The Consul and h2spec the tests start are the cached ones (tools.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 GO=${GO:-go}
 TIMEOUT=${TIMEOUT:-12m}
+light_nice=${LIGHT_NICE:-10}
+[[ $light_nice =~ ^[0-9]+$ ]] && [ "$light_nice" -le 19 ] || fail "LIGHT_NICE: a niceness from 0 to 19, not $light_nice"
 HEAVY_PKGS=${HEAVY_PKGS:-./internal/dashcheck ./internal/faults ./internal/edge/e2e ./internal/edge ./pkg/limiter}
 
 fail() {
@@ -50,7 +56,7 @@ consul=${EDGEGUARD_CONSUL:-$(./scripts/install-consul.sh)} || fail "no Consul (m
 h2spec=${EDGEGUARD_H2SPEC:-$(./scripts/install-h2spec.sh)} || fail "no h2spec (make tools)"
 export EDGEGUARD_CONSUL=$consul EDGEGUARD_H2SPEC=$h2spec
 
-echo "test-go: $(wc -l <<<"$heavy") heavy packages one at a time, beside them $(wc -l <<<"$light") light ones one at a time" >&2
+echo "test-go: $(wc -l <<<"$heavy") heavy packages one at a time, beside them $(wc -l <<<"$light") light ones one at a time (nice $light_nice)" >&2
 light_out=$(mktemp)
 trap 'rm -f "$light_out" "$light_out.rc"' EXIT
 t0=$SECONDS
@@ -59,6 +65,7 @@ t0=$SECONDS
 # shellcheck disable=SC2086 # lists of packages
 {
 	rc=0
+	renice -n "$light_nice" -p "$BASHPID" >/dev/null || rc=1
 	: >"$light_out"
 	if [ -n "${LIGHT_BEFORE:-}" ]; then
 		echo "test-go: light lane: $LIGHT_BEFORE" >>"$light_out"

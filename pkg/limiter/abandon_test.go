@@ -351,12 +351,16 @@ func lateCall(t *testing.T, auto bool, alg limiter.Algorithm) {
 // is, and the slot is free once the link is back. Redis's reply is held
 // until the caller has fallen back and the take has run; then what the edge
 // sends is dropped and the reply let through, so the give-back is lost
-// every time.
+// every time. The four cases wait out a late call's and a give-back's
+// deadlines, each on a link and a key of its own: they run side by side.
 func TestFailedLateGiveBackIsRetried(t *testing.T) {
 	for _, auto := range []bool{false, true} {
 		for _, alg := range []limiter.Algorithm{limit.Concurrency, limit.SlidingLog} {
 			name := map[bool]string{false: "plain", true: "autopipeline"}[auto] + "/" + alg.String()
-			t.Run(name, func(t *testing.T) { lateGiveBackLost(t, auto, alg) })
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				lateGiveBackLost(t, auto, alg)
+			})
 		}
 	}
 }
