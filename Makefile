@@ -64,9 +64,8 @@ loadtest-test:
 # Every package runs under the race detector: they all have concurrency
 # (stores, harness, shedder) or are cheap enough that it costs nothing.
 # The heavy end-to-end packages run one at a time, in this order, and beside
-# them the others one at a time, at a lower priority (nice 10): never two
-# heavy packages at once (scripts/test-go.sh; it checks that every package
-# of ./... runs once).
+# them the others one at a time: never two heavy packages at once
+# (scripts/test-go.sh; it checks that every package of ./... runs once).
 # The Consul agent the harness starts is the one scripts/install-consul.sh
 # built and cached (instant once cached; tools has run it); h2spec likewise
 # (scripts/install-h2spec.sh).

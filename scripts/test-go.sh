@@ -7,11 +7,12 @@
 # packages run one at a time too (their output is printed when they are
 # done). Two heavy packages at once competed for the cores of a small
 # machine and for its timing; one after the other with the light ones
-# beside them takes about as long as the heavy ones alone. The light lane
-# runs at a lower priority (nice LIGHT_NICE, 10 by default): the heavy
-# packages are the run's critical path and the ones whose tests watch what
-# happens while things are slow, and they leave the cores idle often enough
-# (waiting on their servers) for the light lane to finish first. A HEAVY_PKGS
+# beside them takes about as long as the heavy ones alone. The heavy
+# packages' test binaries are built first, together (go test -c), and then
+# run one after the other, each from its package's directory as go test
+# runs it (an ok line with its time, or its whole output and a FAIL line):
+# go test -p 1 would link each binary between two runs, about 5 s apiece on
+# the run's critical path. A HEAVY_PKGS
 # entry that is no package of the module, or listed twice, is an error, so a
 # package can be neither skipped nor run twice; a new package runs with the
 # light ones. internal/edge's allocation tests (named Allocs, built only
@@ -24,15 +25,13 @@
 #
 #   GO (go), TIMEOUT (12m, per test binary), HEAVY_PKGS (packages, one an
 #   entry: import paths or ./dirs), LIGHT_BEFORE, LIGHT_AFTER (shell
-#   commands, empty by default), LIGHT_NICE (10; 0 runs both lanes alike)
+#   commands, empty by default)
 # The Consul and h2spec the tests start are the cached ones (tools.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 GO=${GO:-go}
 TIMEOUT=${TIMEOUT:-12m}
-light_nice=${LIGHT_NICE:-10}
-[[ $light_nice =~ ^[0-9]+$ ]] && [ "$light_nice" -le 19 ] || fail "LIGHT_NICE: a niceness from 0 to 19, not $light_nice"
 HEAVY_PKGS=${HEAVY_PKGS:-./internal/dashcheck ./internal/faults ./internal/edge/e2e ./internal/edge ./pkg/limiter}
 
 fail() {
@@ -56,16 +55,16 @@ consul=${EDGEGUARD_CONSUL:-$(./scripts/install-consul.sh)} || fail "no Consul (m
 h2spec=${EDGEGUARD_H2SPEC:-$(./scripts/install-h2spec.sh)} || fail "no h2spec (make tools)"
 export EDGEGUARD_CONSUL=$consul EDGEGUARD_H2SPEC=$h2spec
 
-echo "test-go: $(wc -l <<<"$heavy") heavy packages one at a time, beside them $(wc -l <<<"$light") light ones one at a time (nice $light_nice)" >&2
+echo "test-go: $(wc -l <<<"$heavy") heavy packages one at a time, beside them $(wc -l <<<"$light") light ones one at a time" >&2
 light_out=$(mktemp)
-trap 'rm -f "$light_out" "$light_out.rc"' EXIT
+bins=$(mktemp -d)
+trap 'rm -rf "$light_out" "$light_out.rc" "$bins"' EXIT
 t0=$SECONDS
 # A background command starts with SIGINT ignored: env gives it back, so
 # Ctrl-C stops the light packages as it stops the heavy ones.
 # shellcheck disable=SC2086 # lists of packages
 {
 	rc=0
-	renice -n "$light_nice" -p "$BASHPID" >/dev/null || rc=1
 	: >"$light_out"
 	if [ -n "${LIGHT_BEFORE:-}" ]; then
 		echo "test-go: light lane: $LIGHT_BEFORE" >>"$light_out"
@@ -83,9 +82,26 @@ t0=$SECONDS
 	echo "$rc $((SECONDS - t0))" >"$light_out.rc"
 } &
 light_pid=$!
+# One binary a package, named after the import path's last element (go
+# test -c refuses two of one name).
 # shellcheck disable=SC2086
-$GO test -race -count=1 -timeout "$TIMEOUT" -p 1 $heavy
+$GO test -race -c -o "$bins/" $heavy
 rc_heavy=$?
+if [ "$rc_heavy" -eq 0 ]; then
+	for pkg in $heavy; do
+		dir=$($GO list -f '{{.Dir}}' "$pkg") || { rc_heavy=1 && continue; }
+		start=$EPOCHREALTIME
+		out=$(cd "$dir" && "$bins/${pkg##*/}.test" -test.count=1 -test.timeout="$TIMEOUT" -test.paniconexit0 2>&1)
+		status=$?
+		took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3fs", b - a }')
+		if [ "$status" -eq 0 ]; then
+			printf 'ok  \t%s\t%s\n' "$pkg" "$took"
+		else
+			printf '%s\nFAIL\t%s\t%s\n' "$out" "$pkg" "$took"
+			rc_heavy=1
+		fi
+	done
+fi
 t_heavy=$((SECONDS - t0))
 wait "$light_pid"
 read -r rc_light t_light <"$light_out.rc" || { rc_light=1 t_light='?'; }
