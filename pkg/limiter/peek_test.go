@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
@@ -224,6 +225,9 @@ func TestPeekInFallback(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 	li := limit.Limit{Key: fmt.Sprintf("peek-fallback-%d", time.Now().UnixNano()), Algorithm: limit.FixedWindow, Limit: lim, Window: peekWindow}
+	// Its outage and the breaker's cool-down take seconds: not across
+	// midnight UTC, where the day's fixed window starts again.
+	testenv.EarlyInWindow(peekWindow, time.Minute)
 	peek := []limiter.Check{{Limit: li, Cost: 1, Peek: true}}
 	take := []limiter.Check{{Limit: li, Cost: 1}}
 	for range taken {
