@@ -34,7 +34,9 @@ func checks(reqs ...limiter.Request) []limiter.Check {
 func TestDecideRefundsOtherLimitsOnDenial(t *testing.T) {
 	// Hour-long windows: the Limiter decides at the store's real clock, and
 	// a window boundary or a refill between the two histories' calls would
-	// make them differ for another reason than a missing refund.
+	// make them differ for another reason than a missing refund. The test
+	// takes about a second: it starts with room left in the hour.
+	testenv.EarlyInWindow(time.Hour, 10*time.Second)
 	others := []limiter.Limit{
 		{Algorithm: limit.SlidingLog, Limit: 10, Window: time.Hour},
 		{Algorithm: limit.SlidingWindow, Limit: 10, Window: time.Hour},

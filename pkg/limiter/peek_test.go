@@ -15,8 +15,9 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
-// peekWindow is long enough that no window passes, and no bucket refills a
-// unit, while a test runs.
+// peekWindow is long enough that no bucket refills a unit while a test
+// runs; its fixed window starts again at midnight UTC, which the tests that
+// count in it wait past (testenv.EarlyInWindow).
 const peekWindow = 24 * time.Hour
 
 // redisState is what a limit's Redis keys hold: each key's DUMP ("" when
@@ -40,6 +41,7 @@ func redisState(t *testing.T, c redis.UniversalClient, keys []string) []string {
 // no field or TTL changes, and the takes after many peeks admit exactly the
 // limit.
 func TestPeekCountsNothing(t *testing.T) {
+	testenv.EarlyInWindow(peekWindow, 10*time.Second) // not across midnight UTC
 	const lim, taken = 5, 2
 	for _, ns := range []struct {
 		name string
@@ -139,6 +141,7 @@ func TestPeekCountsNothing(t *testing.T) {
 // TestPeekOverLimitCached: a key the over-limit cache holds is answered
 // over without a store call.
 func TestPeekOverLimitCached(t *testing.T) {
+	testenv.EarlyInWindow(peekWindow, 10*time.Second) // not across midnight UTC
 	rs := redisStore(t, client(limiter.ModeStandalone))
 	l, err := limiter.New(rs, limiter.Config{}, nil, nil)
 	require.NoError(t, err)
