@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -14,22 +13,7 @@ import (
 // TestMain fails the package when a goroutine outlives the tests: every
 // edge the tests start is stopped, so whatever New or Run started must be
 // gone too.
-//
-// The tests that call t.Parallel (the canary pushes and the shared ACME
-// account) spend their time waiting: on a canary's judgement, Prometheus's
-// scrapes, a certificate's renewal. They run all at once unless
-// -test.parallel says otherwise: at the default (GOMAXPROCS, two on a small
-// machine) they would wait two by two.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
-	if !explicit {
-		if err := flag.Set("test.parallel", "8"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-	}
 	code := m.Run()
 	if code == 0 {
 		// certmagic keeps one rate limiter per ACME CA and account for the
