@@ -12,13 +12,7 @@
 # run one after the other, each from its package's directory as go test
 # runs it (an ok line with its time, or its whole output and a FAIL line):
 # go test -p 1 would link each binary between two runs, about 5 s apiece on
-# the run's critical path. The light lane starts with LIGHT_FIRST, the
-# light packages that use the most CPU (regionctl's tests about 130
-# CPU-seconds, the rules' 73, the peer benchmarks' smoke runs and the
-# region's about 30 to 50 each): they then run beside the heavy packages
-# that mostly wait (the dashboards check, the fault matrix, the e2e
-# package), not beside internal/edge and pkg/limiter, whose tests took 15
-# to 25 s longer beside the light lane than alone. A HEAVY_PKGS
+# the run's critical path. A HEAVY_PKGS
 # entry that is no package of the module, or listed twice, is an error, so a
 # package can be neither skipped nor run twice; a new package runs with the
 # light ones. internal/edge's allocation tests (named Allocs, built only
@@ -30,8 +24,7 @@
 # run, and the light lane's output (theirs included) is printed at the end.
 #
 #   GO (go), TIMEOUT (12m, per test binary), HEAVY_PKGS (packages, one an
-#   entry: import paths or ./dirs), LIGHT_FIRST (light packages, likewise;
-#   empty keeps go list's order), LIGHT_BEFORE, LIGHT_AFTER (shell
+#   entry: import paths or ./dirs), LIGHT_BEFORE, LIGHT_AFTER (shell
 #   commands, empty by default)
 # The Consul and h2spec the tests start are the cached ones (tools.sh).
 set -uo pipefail
@@ -40,7 +33,6 @@ cd "$(dirname "$0")/.." || exit 2
 GO=${GO:-go}
 TIMEOUT=${TIMEOUT:-12m}
 HEAVY_PKGS=${HEAVY_PKGS:-./internal/dashcheck ./internal/faults ./internal/edge/e2e ./internal/edge ./pkg/limiter}
-LIGHT_FIRST=${LIGHT_FIRST-./internal/peerbench ./internal/regionctl ./pkg/rules ./pkg/region}
 
 fail() {
 	echo "test-go: $*" >&2
@@ -56,15 +48,6 @@ read -ra words <<<"$HEAVY_PKGS"
 outside=$(grep -vxF -f <(echo "$all") <<<"$heavy")
 [ -z "$outside" ] || fail "HEAVY_PKGS names packages outside ./...: $outside"
 light=$(grep -vxF -f <(echo "$heavy") <<<"$all")
-if [ -n "$LIGHT_FIRST" ]; then
-	# shellcheck disable=SC2086 # a list of packages
-	first=$($GO list $LIGHT_FIRST) || fail "LIGHT_FIRST: not packages of this module: $LIGHT_FIRST"
-	read -ra words <<<"$LIGHT_FIRST"
-	[ "${#words[@]}" -eq "$(wc -l <<<"$first")" ] || fail "LIGHT_FIRST: one package per entry (no ... patterns), each once: $LIGHT_FIRST"
-	notlight=$(grep -vxF -f <(echo "$light") <<<"$first")
-	[ -z "$notlight" ] || fail "LIGHT_FIRST names packages that are not light ones: $notlight"
-	light=$(echo "$first" && grep -vxF -f <(echo "$first") <<<"$light")
-fi
 # Together, light and heavy are every package, each once.
 [ "$(sort <<<"$light"$'\n'"$heavy")" = "$(sort <<<"$all")" ] || fail "light + heavy packages differ from go list ./..."
 
