@@ -227,8 +227,11 @@ func TestScriptCallNotRetriedAfterLostReply(t *testing.T) {
 // A restore asks a store to count at least what it reported before an
 // outage: a store that kept its state takes nothing, an emptied one takes
 // what is missing, and a second restore takes nothing. Every store, every
-// algorithm that counts (a held limit gives its slots back instead).
+// algorithm that counts (a held limit gives its slots back instead). Every
+// take is at one instant with 10 s left of its hour: a fixed window's key
+// expires on Redis's clock when that hour ends.
 func TestRestoreTakesOnlyWhatIsMissing(t *testing.T) {
+	testenv.EarlyInWindow(time.Hour, 10*time.Second)
 	at := time.Now()
 	for _, s := range allStores(t) {
 		for _, alg := range limit.All() {
