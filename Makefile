@@ -2,6 +2,11 @@
 # it installs the servers the tests start (scripts/tools.sh) and runs them.
 GO      ?= go
 TIMEOUT ?= 12m
+# Everything builds with -trimpath: no path of this checkout ends up in a
+# binary, and the build cache serves a checkout at any path. Without it a
+# fresh clone recompiles every package of the module (its directory is part
+# of each package's cache key), minutes of make test's time under -race.
+export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 
 .PHONY: build package package-check run test test-go loadtest-test test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test stack-build k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers bench-tenants rls-differential
 

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,10 +148,13 @@ type phase struct {
 	start, end time.Time
 }
 
+// repoRoot is the module's root: go test runs a test binary in its
+// package's directory (a source path from runtime.Caller is no path on
+// disk in a -trimpath build).
 func repoRoot(t *testing.T) string {
-	_, file, _, ok := runtime.Caller(0)
-	require.True(t, ok)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	return filepath.Join(wd, "..", "..")
 }
 
 func freePort(t *testing.T) string {
