@@ -46,16 +46,8 @@ need python3 "apt-get install python3"
 [ "$CALLGRIND" = 1 ] && need callgrind_control "apt-get install valgrind"
 [ "$STRACE" = 1 ] && need strace "apt-get install strace"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# $work, $pids (killed at exit) and port.
+. scripts/bench-common.sh
 
 if [ -n "${EDGE_BIN:-}" ]; then
 	cp "$EDGE_BIN" "$work/edge"

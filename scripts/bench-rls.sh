@@ -33,16 +33,8 @@ RL_ENV="${RL_ENV:-}"
 EDGE_ARGS="${EDGE_ARGS:-}"
 EDGE_MODE="${EDGE_MODE:-rls}"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# $work, $pids (killed at exit) and port.
+. scripts/bench-common.sh
 wait_port() {
 	for _ in $(seq 100); do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi

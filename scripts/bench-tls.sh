@@ -35,16 +35,8 @@ for b in nginx wrk h2load openssl; do
 	command -v "$b" >/dev/null || { echo "bench-tls: $b is missing (apt-get install nginx-light wrk nghttp2-client openssl)" >&2; exit 1; }
 done
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# $work, $pids (killed at exit) and port.
+. scripts/bench-common.sh
 ORIGIN=$(port) NGINX_TLS=$(port) EDGE=$(port) EDGE_TLS=$(port) EDGE_ADMIN=$(port) NGINX_200=$(port) GO_200=$(port)
 NAME=bench.example.com
 
