@@ -569,13 +569,15 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 			c.errs[i] = errBreakerOpen
 			continue
 		}
-		c.add(r, i, l.owed(r, keys[i], now))
+		c.add(r, i, keys[i], l.owed(r, keys[i], now))
 	}
 	if len(c.send) == 0 {
 		return c.ds, c.errs
 	}
 	start := time.Now()
-	got, err := l.take(ctx, c.send, c.sent, shards, keys, now, rd)
+	// A memory store's answers stay here, on the stack.
+	var gotBuf [2]Decision
+	got, err := l.take(ctx, c.send, c.sent, shards, keys, now, rd, gotBuf[:0])
 	l.metrics.storeDecided.Add(float64(len(c.send)))
 	l.settleCall(c, reqs, keys, got, err, now, gen)
 	storeSeconds := l.metrics.storeOK
@@ -662,7 +664,8 @@ func (l *Limiter) owed(r Request, key string, now time.Time) owedRequests {
 // add queues request i and what the store is owed with it. With a
 // min_interval the replay goes after the request, which a replay recorded
 // "now" would otherwise deny.
-func (c *storeCall) add(r Request, i int, o owedRequests) {
+func (c *storeCall) add(r Request, i int, key string, o owedRequests) {
+	r.key, o.restore.key, o.replay.key = key, key, key
 	if o.hasRestore {
 		c.send, c.sent = append(c.send, o.restore), append(c.sent, restoring)
 	}
@@ -761,8 +764,11 @@ func (l *Limiter) judgeShards(c storeCall, shards []*breaker, reqs []Request) {
 // a lane when its caller gives up is taken out and never sent. sent maps
 // send to the caller's requests (-1: a replay), shards the caller's
 // requests to their shards' breakers; rd, if not nil, rides with the call.
-func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards []*breaker, keys []string, now time.Time, rd *Rider) ([]Decision, error) {
+func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards []*breaker, keys []string, now time.Time, rd *Rider, into []Decision) ([]Decision, error) {
 	if !l.store.Remote() {
+		if m, ok := l.store.(*MemoryStore); ok {
+			return m.takeInto(send, into)
+		}
 		return l.store.Take(ctx, send)
 	}
 	// The store deadline is the shared one (a timer a millisecond, not

@@ -74,9 +74,28 @@ func (s *MemoryStore) Evicted() int64 { return s.evicted.Load() }
 // memKey keeps algorithms apart, as the Redis key names do.
 func memKey(l Limit) string { return strconv.Itoa(int(l.Algorithm)) + l.Key }
 
+// requestKey is r's memKey: the one the limiter built for it when it is
+// that (checked, at the cost of a comparison instead of an allocation).
+func requestKey(r Request) string {
+	k, alg := r.key, strconv.Itoa(int(r.Limit.Algorithm))
+	if len(k) == len(alg)+len(r.Limit.Key) && k[:len(alg)] == alg && k[len(alg):] == r.Limit.Key {
+		return k
+	}
+	return memKey(r.Limit)
+}
+
 // Take implements Store.
 func (s *MemoryStore) Take(_ context.Context, reqs []Request) ([]Decision, error) {
-	out := make([]Decision, len(reqs))
+	return s.takeInto(reqs, nil)
+}
+
+// takeInto is Take, its answers in out when it holds len(reqs) of them.
+func (s *MemoryStore) takeInto(reqs []Request, out []Decision) ([]Decision, error) {
+	if cap(out) < len(reqs) {
+		out = make([]Decision, len(reqs))
+	}
+	out = out[:len(reqs)]
+	clear(out) // a request that fails answers a zero Decision
 	var errs []error
 	for i, r := range reqs {
 		if err := r.valid(); err != nil {
@@ -128,7 +147,7 @@ func (s *MemoryStore) args(l Limit, at time.Time) limit.Args {
 }
 
 func (s *MemoryStore) take(r Request, a limit.Args) Decision {
-	key := memKey(r.Limit)
+	key := requestKey(r)
 	sh := &s.shards[maphash.String(s.seed, key)%memoryShards]
 	sh.mu.Lock()
 	st, present := sh.keys[key]

@@ -63,6 +63,9 @@ type Request struct {
 	// A restore (run at At) keeps here until when the answer it restores
 	// speaks for the key's window: the limiter drops one owed past it.
 	until time.Time
+	// key is memKey(Limit) when the limiter has built it already: the
+	// memory store's map key, then not built (and allocated) again.
+	key string
 }
 
 func (r Request) need() int64 {
