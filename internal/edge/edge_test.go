@@ -102,6 +102,13 @@ type running struct {
 
 func startEdge(t *testing.T, rulesYAML string, mutate func(*config.Config)) *running {
 	t.Helper()
+	return startEdgeBefore(t, rulesYAML, mutate, nil)
+}
+
+// startEdgeBefore is startEdge calling before, when set, on the edge built
+// and not yet running.
+func startEdgeBefore(t *testing.T, rulesYAML string, mutate func(*config.Config), before func(*Edge)) *running {
+	t.Helper()
 	cfg := config.DefaultConfig()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Origins = []string{testOrigin(t)}
@@ -114,6 +121,9 @@ func startEdge(t *testing.T, rulesYAML string, mutate func(*config.Config)) *run
 	}
 	e, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
+	if before != nil {
+		before(e)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Edge: e, done: make(chan error, 1)}
 	go func() { r.done <- e.Run(ctx) }()
