@@ -11,8 +11,8 @@ import (
 // its flood from the other hosts when the CPU, not the workers, runs out:
 // every request waits its turn for the CPU before the shares see it. While
 // the edge's CPU use over a sampler tick is at least host_share.cpu_busy of
-// what its GOMAXPROCS could use and more than one host sends requests,
-// each host is also held to a share of the requests admitted per tick: the
+// what its GOMAXPROCS could use and more than one host has sent requests
+// in the last 2 s, each host is also held to a share of the requests admitted per tick: the
 // budget, 90 % of what was admitted in the last busy tick, divided max-min
 // fair by weight among the hosts' demands (a host asking for less than an
 // even share gets all it asks for, the rest is divided among the others).
@@ -20,7 +20,8 @@ import (
 // over its share of the workers does, holding no worker and taking no CPU,
 // until a tick opens the next budget. Once the CPU is under cpu_busy the
 // budget grows by 5 % a tick, and the rate shares end when it is twice what
-// the busiest host asks for.
+// the busiest host asks for, or at once when no other host has sent a
+// request in the last 2 s.
 const (
 	// DefaultHostCPUBusy is host_share.cpu_busy's default.
 	DefaultHostCPUBusy = 0.9
@@ -72,7 +73,13 @@ func (h *HostShares) ObserveBusy(busy float64, tick time.Duration) {
 		note(&h.slots[i])
 	}
 	note(&h.other)
-	busyNow := h.enabled && h.cpuBusy > 0 && busy >= h.cpuBusy && len(ds) > 1
+	// More than one host: active in the last 2 s (h.active), as for the
+	// shares of the workers, not only asking in this tick. A host that
+	// sends a request every few ticks beside a flood needs the headroom in
+	// the ticks between as well: ended at each of them, the rate shares
+	// would let the flood take the CPU in the next, when its request comes.
+	several := h.active > 1 && len(ds) > 0
+	busyNow := h.enabled && h.cpuBusy > 0 && busy >= h.cpuBusy && several
 	switch {
 	case busyNow:
 		let := asked // what the last tick let in: all it asked, with no level
@@ -83,7 +90,7 @@ func (h *HostShares) ObserveBusy(busy float64, tick time.Duration) {
 			}
 		}
 		h.rateLevel = max(waterLevel(ds, rateShrink*let), 1)
-	case len(ds) < 2 || !h.enabled || h.cpuBusy == 0:
+	case !several || !h.enabled || h.cpuBusy == 0:
 		h.rateLevel = 0 // the rate shares are between hosts
 	case h.rateLevel > 0:
 		h.rateLevel *= rateGrow

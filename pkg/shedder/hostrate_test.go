@@ -101,7 +101,8 @@ func TestRateSharesNeedABusyCPUAndTwoHosts(t *testing.T) {
 // TestRateSharesGrowAndEnd: once the CPU is under cpu_busy the level grows
 // by 5 % a tick while the hosts still ask for more than it (the requests
 // refused for it count as asked for), and the rate shares end once it is
-// twice what the busiest host asks for, or at once when one host is left.
+// twice what the busiest host asks for, or at once when one host is left
+// (no other has sent a request for 2 s).
 func TestRateSharesGrowAndEnd(t *testing.T) {
 	now := time.Unix(1000, 0)
 	h := NewHostShares(512, rateCfg(0.9))
@@ -129,9 +130,42 @@ func TestRateSharesGrowAndEnd(t *testing.T) {
 	admitN(h, now, "b", TierRead, 1000)
 	h.ObserveBusy(1, 50*time.Millisecond)
 	require.Positive(t, h.RateLevel())
-	admitN(h, now, "a", TierRead, 1000)
+	later := now.Add(hostIdleAfter + recountEvery)
+	admitN(h, later, "a", TierRead, 1000)
 	h.ObserveBusy(1, 50*time.Millisecond)
 	require.Zero(t, h.RateLevel(), "a lone host has no rate share")
+}
+
+// TestRateSharesLastBetweenARareHostsRequests: a.example floods every
+// tick, b.example sends one request every 4 ticks (5 a second). The rate
+// shares hold a.example in the ticks where b.example asks nothing too (it
+// is still active: a request in the last 2 s), so b.example's next request
+// does not find the CPU taken by a flood let loose in the tick before. Once
+// b.example has sent nothing for 2 s, a.example is alone and they end.
+func TestRateSharesLastBetweenARareHostsRequests(t *testing.T) {
+	start := time.Unix(1000, 0)
+	const tick = 50 * time.Millisecond
+	h := NewHostShares(512, rateCfg(0.9))
+	at := func(i int) time.Time { return start.Add(time.Duration(i) * tick) }
+	admitN(h, at(0), "a", TierRead, 1000)
+	require.Equal(t, 1, admitN(h, at(0), "b", TierRead, 1))
+	h.ObserveBusy(1, tick)
+	for i := 1; i <= 12; i++ {
+		require.Positive(t, h.RateLevel(), "tick %d: b.example asked last at tick %d", i, i/4*4)
+		cap := h.rateCapOf("a")
+		require.Positive(t, cap, "tick %d", i)
+		require.Equal(t, cap, admitN(h, at(i), "a", TierRead, 1000), "tick %d: a.example held to its rate share", i)
+		if i%4 == 0 {
+			require.Equal(t, 1, admitN(h, at(i), "b", TierRead, 1), "tick %d", i)
+		}
+		h.ObserveBusy(1, tick)
+	}
+	// b.example's last request was at tick 12: 2 s later a.example is alone.
+	quiet := at(12).Add(hostIdleAfter + recountEvery)
+	admitN(h, quiet, "a", TierRead, 1000)
+	h.ObserveBusy(1, tick)
+	require.Zero(t, h.RateLevel(), "b.example silent for 2 s: a lone host")
+	require.Equal(t, 1000, admitN(h, quiet, "a", TierRead, 1000))
 }
 
 // TestRateSharesWakeWaiters: a request over its host's rate share waits in

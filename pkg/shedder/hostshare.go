@@ -86,8 +86,8 @@ type HostShareConfig struct {
 	MaxQueued int `json:"max_queued" yaml:"max_queued"`
 	// CPUBusy starts the rate shares (hostrate.go): while the edge's CPU
 	// use over a sampler tick is at least this fraction of what its
-	// GOMAXPROCS could use and more than one host sends requests, each
-	// host is also held to a fair share of the requests admitted per tick,
+	// GOMAXPROCS could use and more than one host has sent requests in
+	// the last 2 s, each host is also held to a fair share of the requests admitted per tick,
 	// so a flood through a fast origin, which holds few workers, does not
 	// take the CPU from the other hosts. In [0.5, 1], 0.9 by default; 0
 	// turns the rate shares off.
