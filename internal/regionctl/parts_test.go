@@ -25,7 +25,10 @@ import (
 
 // customerRules is a per-customer-host document as a CDN runs it: one rule
 // per customer host, plus one for every host. Customer special gets limit
-// 1, so one can tell the rule is enforced.
+// 1, so one can tell the rule is enforced. The customer rules are sliding
+// logs, whose windows have no boundary on the clock: a count a test checks
+// again a minute later holds whenever it runs (a fixed window of an hour
+// started again on the hour, between two checks, under a busy machine).
 func customerRules(n, special, specialLimit int) string {
 	var b strings.Builder
 	b.Grow(n * 140)
@@ -35,7 +38,7 @@ func customerRules(n, special, specialLimit int) string {
 		if i == special {
 			limit = specialLimit
 		}
-		fmt.Fprintf(&b, "  - {id: cust-%06d, match: {hosts: [shop-%06d.example.net]}, key: [ip], algorithm: fixed_window, limit: %d, window: 1h}\n", i, i, limit)
+		fmt.Fprintf(&b, "  - {id: cust-%06d, match: {hosts: [shop-%06d.example.net]}, key: [ip], algorithm: sliding_log, limit: %d, window: 1h}\n", i, i, limit)
 	}
 	return b.String()
 }
