@@ -22,7 +22,13 @@ type counter struct {
 	by     map[string]map[int]int // path → edge version → 200s it gave
 }
 
+// newCounter is a client at ip counting the fleet's answers. The rules
+// count in fixed windows of an hour, and every request a test counts must
+// fall in one (a window starting again mid-test would admit the exact
+// rule's limit twice): with less than a minute of the hour left, it waits
+// for the next hour first.
 func newCounter(t *testing.T, ip string) *counter {
+	testenv.EarlyInWindow(time.Hour, time.Minute)
 	tr := &http.Transport{MaxIdleConnsPerHost: 2, DisableCompression: true}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &counter{t: t, c: &http.Client{Transport: tr, Timeout: 15 * time.Second}, ip: ip,
