@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,10 +129,19 @@ func shedEverything(tb testing.TB, e *Edge) {
 }
 
 // costOrigin answers 200 "ok" on loopback.
-func costOrigin(tb testing.TB) string {
+func costOrigin(tb testing.TB) string { return countingOrigin(tb, nil) }
+
+// countingOrigin is costOrigin counting what it served in served (nil:
+// not counted).
+func countingOrigin(tb testing.TB, served *atomic.Int64) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(tb, err)
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if served != nil {
+			served.Add(1)
+		}
+		ctx.SetBodyString("ok")
+	}}
 	go func() { _ = srv.Serve(ln) }()
 	tb.Cleanup(func() { _ = srv.Shutdown() })
 	return "http://" + ln.Addr().String()

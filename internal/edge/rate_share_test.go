@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"maps"
-	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -47,19 +46,6 @@ func (m *modelCPU) set(on bool) {
 	m.mu.Lock()
 	m.on = on
 	m.mu.Unlock()
-}
-
-// countingOrigin answers 200 at once and counts what it served.
-func countingOrigin(t *testing.T, served *atomic.Int64) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		served.Add(1)
-		ctx.SetBodyString("ok")
-	}}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	return "http://" + ln.Addr().String()
 }
 
 // TestRateSharesEndToEnd: the rate shares (pkg/shedder/hostrate.go) through
@@ -149,13 +135,16 @@ func TestRateSharesEndToEnd(t *testing.T) {
 	cpu.set(true)
 	var bBusy map[int]int
 	bDone := make(chan struct{})
-	share := 0.0
 	go func() { defer close(bDone); bBusy = b(120) }()
-	for deadline := time.Now().Add(20 * time.Second); share == 0 && time.Now().Before(deadline); {
+	// The gauge, polled while b.example sends, and once more after.
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	share := 0.0
+	for sending := true; share == 0 && sending; {
 		select {
 		case <-bDone:
-			deadline = time.Now() // b.example is done: read once more
-		case <-time.After(10 * time.Millisecond): // polling a gauge
+			sending = false
+		case <-poll.C:
 		}
 		share = metricValue(t, r, "edgeguard_shedder_host_rate_share")
 	}

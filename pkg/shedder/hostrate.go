@@ -12,10 +12,11 @@ import (
 // every request waits its turn for the CPU before the shares see it. While
 // the edge's CPU use over a sampler tick is at least host_share.cpu_busy of
 // what its GOMAXPROCS could use and more than one host has sent requests
-// in the last 2 s, each host is also held to a share of the requests admitted per tick: the
-// budget, 90 % of what was admitted in the last busy tick, divided max-min
-// fair by weight among the hosts' demands (a host asking for less than an
-// even share gets all it asks for, the rest is divided among the others).
+// in the last 2 s, each host is also held to a share of the requests
+// admitted per tick: the budget, 90 % of what was admitted in the last busy
+// tick, divided max-min fair by weight among the hosts' demands (a host
+// asking for less than an even share gets all it asks for, the rest is
+// divided among the others).
 // A request over its host's rate share waits in its host's queue as one
 // over its share of the workers does, holding no worker and taking no CPU,
 // until a tick opens the next budget. Once the CPU is under cpu_busy the
