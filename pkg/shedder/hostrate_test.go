@@ -206,10 +206,48 @@ func TestRateSharesCountWaitersOnlyForRate(t *testing.T) {
 	}()
 	queuedReaches(t, h, 10)
 	require.Equal(t, 100, admitN(h, now, "b", TierRead, 100))
+	// c, asking little and held by nothing, is the host the rate shares
+	// keep the CPU for (a, held by its share of the workers, is not:
+	// TestRateSharesLeaveAHostHeldByItsOriginOut).
+	require.Equal(t, 5, admitN(h, now, "c", TierRead, 5))
 	h.ObserveBusy(1, 50*time.Millisecond)
-	// Admitted: a 2, b 101; the budget, 90 % of 103, is 92.7: a asks for 2
-	// (its 10 waiters would make it 12, and b 90), b gets the rest.
+	// Admitted: a 2, b 101, c 5; the budget, 90 % of 108, is 97.2: a asks
+	// for 2 (its 10 waiters would make it 12, and b 90), c for 5, b gets
+	// the rest, 90.2.
 	require.Equal(t, 91, h.rateCapOf("b"))
+}
+
+// TestRateSharesLeaveAHostHeldByItsOriginOut: a is at its share of the
+// workers with requests waiting for a place in it (its origin is slow);
+// b fills the CPU alone. Holding b to a rate share would give a nothing
+// (its origin, not the CPU, holds it back) and leave the CPU idle: no rate
+// share. Once c, held by nothing, is active too, b is held for it.
+func TestRateSharesLeaveAHostHeldByItsOriginOut(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h, _ := full(t, rateCfg(0.9), now) // a at its share of 2, b holding 1
+	ctx, cancel := context.WithCancel(context.Background())
+	var waiters []<-chan waitResult
+	for range 10 {
+		waiters = append(waiters, wait(ctx, h, now, "a", nil))
+	}
+	defer func() {
+		cancel()
+		for _, w := range waiters {
+			require.Error(t, (<-w).err, "still waiting for a's share of the workers")
+		}
+	}()
+	queuedReaches(t, h, 10)
+	for tick := range 3 {
+		require.Equal(t, 100, admitN(h, now, "b", TierRead, 100), "tick %d", tick)
+		h.ObserveBusy(1, 50*time.Millisecond)
+		require.Zero(t, h.RateLevel(), "tick %d: b held back for a host waiting for its origin", tick)
+		require.Zero(t, h.rateCapOf("b"), "tick %d", tick)
+	}
+	require.Equal(t, 100, admitN(h, now, "b", TierRead, 100))
+	require.Equal(t, 5, admitN(h, now, "c", TierRead, 5))
+	h.ObserveBusy(1, 50*time.Millisecond)
+	require.Positive(t, h.rateCapOf("b"), "b held for c")
+	require.Less(t, h.rateCapOf("b"), 100)
 }
 
 // TestWaterLevel: max-min fairness by weight.
@@ -255,4 +293,35 @@ func TestHostShareCPUBusyConfig(t *testing.T) {
 	require.Zero(t, back.HostShare.CPUBusy)
 	require.NoError(t, json.Unmarshal([]byte(`{"host_share":{"enabled":true,"tracked_hosts":64,"cpu_busy":0.9}}`), &back))
 	require.InDelta(t, 0.9, back.HostShare.CPUBusy, 0)
+}
+
+// TestRateSharesHoldTheCPUAtCPUBusy: two hosts that always ask for more
+// than their rate share, on a CPU read busy and quiet in turn (a core kept
+// at cpu_busy, read over short ticks): one quiet tick undoes a busy tick's
+// shrink, so after 100 ticks the level is where it started. With a growth
+// smaller than the shrink undoes, each busy-and-quiet pair would take a
+// share off the level, and the hosts would be held ever further under what
+// the CPU can carry (a host filling the core alone beside a host held by
+// its slow origin was cut to 58 % of its rate).
+func TestRateSharesHoldTheCPUAtCPUBusy(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := NewHostShares(512, rateCfg(0.9))
+	admitN(h, now, "a", TierRead, 1000)
+	admitN(h, now, "b", TierRead, 1000)
+	h.ObserveBusy(1, 50*time.Millisecond)
+	start := h.RateLevel()
+	require.InDelta(t, 900, start, 1e-9)
+	for tick := range 100 {
+		cap := h.rateCapOf("a")
+		require.Equal(t, cap, admitN(h, now, "a", TierRead, 2*cap), "tick %d", tick)
+		require.Equal(t, cap, admitN(h, now, "b", TierRead, 2*cap), "tick %d", tick)
+		busy := 0.95
+		if tick%2 == 0 {
+			busy = 0.85
+		}
+		h.ObserveBusy(busy, 50*time.Millisecond)
+	}
+	// Each cap is the level rounded up, so a busy tick shrinks what the
+	// caps let in, a little more than the level: within a request a tick.
+	require.InDelta(t, start, h.RateLevel(), 50, "the level after 50 busy and 50 quiet ticks, from %v", start)
 }

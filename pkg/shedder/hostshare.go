@@ -244,6 +244,9 @@ type HostShares struct {
 	rateLevel float64
 	rateTick  time.Duration
 	demands   []rateDemand
+	// seen is the newest request's time (Unix ns): the table's clock when
+	// the sampler asks which hosts are active.
+	seen int64
 }
 
 // HostLease is a request's place in its host's share, given back with
@@ -421,6 +424,7 @@ func (h *HostShares) acquire(now time.Time, host string, client netip.Addr, tier
 	}
 	ns := now.UnixNano()
 	h.mu.Lock()
+	h.seen = max(h.seen, ns)
 	if w != nil {
 		h.unreserveLocked(w)
 	}
