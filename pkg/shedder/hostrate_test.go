@@ -187,24 +187,33 @@ func TestRateSharesWakeWaiters(t *testing.T) {
 	require.EqualValues(t, 1, h.waits[waitAdmitted].Load())
 }
 
-// TestRateSharesCountWaitersOnlyForRate: a host whose requests wait for a
-// place in its share of the workers (a slow origin) asks for no more rate
-// for them: its waiters do not lower the other hosts' rate share.
-func TestRateSharesCountWaitersOnlyForRate(t *testing.T) {
-	now := time.Unix(1000, 0)
-	h, _ := full(t, rateCfg(0.9), now) // a at its share of 2, b holding 1
+// slowOriginTable is a table where a is at its share of the workers (2)
+// with 10 requests waiting for a place in it, as behind a slow origin, and
+// b holds 1. The waiters are still waiting when the test ends.
+func slowOriginTable(t *testing.T, now time.Time) *HostShares {
+	t.Helper()
+	h, _ := full(t, rateCfg(0.9), now)
 	ctx, cancel := context.WithCancel(context.Background())
 	var waiters []<-chan waitResult
 	for range 10 {
 		waiters = append(waiters, wait(ctx, h, now, "a", nil))
 	}
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		for _, w := range waiters {
 			require.Error(t, (<-w).err, "still waiting for a's share of the workers")
 		}
-	}()
+	})
 	queuedReaches(t, h, 10)
+	return h
+}
+
+// TestRateSharesCountWaitersOnlyForRate: a host whose requests wait for a
+// place in its share of the workers (a slow origin) asks for no more rate
+// for them: its waiters do not lower the other hosts' rate share.
+func TestRateSharesCountWaitersOnlyForRate(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := slowOriginTable(t, now)
 	require.Equal(t, 100, admitN(h, now, "b", TierRead, 100))
 	// c, asking little and held by nothing, is the host the rate shares
 	// keep the CPU for (a, held by its share of the workers, is not:
@@ -224,19 +233,7 @@ func TestRateSharesCountWaitersOnlyForRate(t *testing.T) {
 // share. Once c, held by nothing, is active too, b is held for it.
 func TestRateSharesLeaveAHostHeldByItsOriginOut(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h, _ := full(t, rateCfg(0.9), now) // a at its share of 2, b holding 1
-	ctx, cancel := context.WithCancel(context.Background())
-	var waiters []<-chan waitResult
-	for range 10 {
-		waiters = append(waiters, wait(ctx, h, now, "a", nil))
-	}
-	defer func() {
-		cancel()
-		for _, w := range waiters {
-			require.Error(t, (<-w).err, "still waiting for a's share of the workers")
-		}
-	}()
-	queuedReaches(t, h, 10)
+	h := slowOriginTable(t, now)
 	for tick := range 3 {
 		require.Equal(t, 100, admitN(h, now, "b", TierRead, 100), "tick %d", tick)
 		h.ObserveBusy(1, 50*time.Millisecond)
