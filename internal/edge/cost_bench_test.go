@@ -134,10 +134,20 @@ func costOrigin(tb testing.TB) string { return countingOrigin(tb, nil) }
 // countingOrigin is costOrigin counting what it served in served (nil:
 // not counted).
 func countingOrigin(tb testing.TB, served *atomic.Int64) string {
+	return holdingOrigin(tb, served, nil)
+}
+
+// holdingOrigin is countingOrigin holding each request for /held until
+// release is closed (nil: none is held), without counting it. The caller
+// closes release before the test's cleanups reach the origin's shutdown,
+// which waits for its requests.
+func holdingOrigin(tb testing.TB, served *atomic.Int64, release <-chan struct{}) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(tb, err)
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		if served != nil {
+		if release != nil && string(ctx.Path()) == "/held" {
+			<-release
+		} else if served != nil {
 			served.Add(1)
 		}
 		ctx.SetBodyString("ok")
