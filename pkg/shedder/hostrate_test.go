@@ -99,22 +99,16 @@ func TestRateSharesNeedABusyCPUAndTwoHosts(t *testing.T) {
 }
 
 // TestRateSharesGrowAndEnd: once the CPU is under cpu_busy the level grows
-// by 5 % a tick while the hosts still ask for more than it (the requests
+// by rateGrow (11 %) a tick while the hosts still ask for more than it (the requests
 // refused for it count as asked for), and the rate shares end once it is
 // twice what the busiest host asks for, or at once when one host is left
 // (no other has sent a request for 2 s).
 func TestRateSharesGrowAndEnd(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h := NewHostShares(512, rateCfg(0.9))
-	admitN(h, now, "a", TierRead, 1000)
-	admitN(h, now, "b", TierRead, 1000)
-	h.ObserveBusy(1, 50*time.Millisecond)
+	h := twoHostsHeld(t, now)
 	level := h.RateLevel()
-	require.InDelta(t, 900, level, 1e-9)
 	for tick := range 3 {
-		cap := h.rateCapOf("a")
-		require.Equal(t, cap, admitN(h, now, "a", TierRead, 2*cap), "tick %d", tick)
-		require.Equal(t, cap, admitN(h, now, "b", TierRead, 2*cap), "tick %d", tick)
+		askTwiceTheCap(t, h, now, tick)
 		h.ObserveBusy(0, 50*time.Millisecond)
 		require.InDelta(t, level*rateGrow, h.RateLevel(), 1e-6, "tick %d", tick)
 		level = h.RateLevel()
@@ -302,16 +296,10 @@ func TestHostShareCPUBusyConfig(t *testing.T) {
 // its slow origin was cut to 58 % of its rate).
 func TestRateSharesHoldTheCPUAtCPUBusy(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h := NewHostShares(512, rateCfg(0.9))
-	admitN(h, now, "a", TierRead, 1000)
-	admitN(h, now, "b", TierRead, 1000)
-	h.ObserveBusy(1, 50*time.Millisecond)
+	h := twoHostsHeld(t, now)
 	start := h.RateLevel()
-	require.InDelta(t, 900, start, 1e-9)
 	for tick := range 100 {
-		cap := h.rateCapOf("a")
-		require.Equal(t, cap, admitN(h, now, "a", TierRead, 2*cap), "tick %d", tick)
-		require.Equal(t, cap, admitN(h, now, "b", TierRead, 2*cap), "tick %d", tick)
+		askTwiceTheCap(t, h, now, tick)
 		busy := 0.95
 		if tick%2 == 0 {
 			busy = 0.85
@@ -321,4 +309,25 @@ func TestRateSharesHoldTheCPUAtCPUBusy(t *testing.T) {
 	// Each cap is the level rounded up, so a busy tick shrinks what the
 	// caps let in, a little more than the level: within a request a tick.
 	require.InDelta(t, start, h.RateLevel(), 50, "the level after 50 busy and 50 quiet ticks, from %v", start)
+}
+
+// twoHostsHeld is a table where hosts a and b each had 1,000 requests
+// admitted in a busy tick: the level is 900 (90 % of 2,000, halved).
+func twoHostsHeld(t *testing.T, now time.Time) *HostShares {
+	t.Helper()
+	h := NewHostShares(512, rateCfg(0.9))
+	admitN(h, now, "a", TierRead, 1000)
+	admitN(h, now, "b", TierRead, 1000)
+	h.ObserveBusy(1, 50*time.Millisecond)
+	require.InDelta(t, 900, h.RateLevel(), 1e-9)
+	return h
+}
+
+// askTwiceTheCap has a and b each ask for twice their rate share in this
+// tick, and checks each is admitted exactly its share.
+func askTwiceTheCap(t *testing.T, h *HostShares, now time.Time, tick int) {
+	t.Helper()
+	cap := h.rateCapOf("a")
+	require.Equal(t, cap, admitN(h, now, "a", TierRead, 2*cap), "tick %d", tick)
+	require.Equal(t, cap, admitN(h, now, "b", TierRead, 2*cap), "tick %d", tick)
 }
