@@ -223,15 +223,6 @@ func TestRateSharesLeaveAHostHeldByItsOriginOutEndToEnd(t *testing.T) {
 			return maps.Clone(codes)
 		}
 	}
-	state := func(host string) shedder.HostInFlight {
-		top, _, _ := r.shed.Hosts().Top()
-		for _, h := range top {
-			if h.Host == host {
-				return h
-			}
-		}
-		return shedder.HostInFlight{Host: host}
-	}
 	rateShare := func() float64 { return metricValue(t, r, "edgeguard_shedder_host_rate_share") }
 
 	// b.example sends (the model off: a lone host has every worker), and
@@ -241,7 +232,7 @@ func TestRateSharesLeaveAHostHeldByItsOriginOutEndToEnd(t *testing.T) {
 	send("a.example", "/held", 12, 100*time.Millisecond)
 	var a shedder.HostInFlight
 	require.Eventually(t, func() bool {
-		a = state("a.example")
+		a = hostState(r, "a.example")
 		return a.InFlight == 8 && a.Queued == 4
 	}, 20*time.Second, 10*time.Millisecond, "a.example never held 8 places with 4 waiting")
 
@@ -258,7 +249,7 @@ func TestRateSharesLeaveAHostHeldByItsOriginOutEndToEnd(t *testing.T) {
 		}
 	}
 	busyTicks := float64(served.Load()-from) / float64(cpu.perTick) // ticks' worth of CPU b.example used
-	a = state("a.example")
+	a = hostState(r, "a.example")
 	t.Logf("a.example held: %+v; b.example %v, %.0f ticks' worth of the CPU in %v; rate shares seen: %v", a, bCodes(), busyTicks, time.Since(start), shares)
 	require.GreaterOrEqual(t, busyTicks, float64(time.Since(start)/(50*time.Millisecond)), "b.example did not keep the modelled CPU busy: the test shows nothing")
 	require.Equal(t, 8, a.InFlight, "a.example no longer held by its origin")

@@ -69,17 +69,18 @@ func (ix *Index) Lookup(host string) (pattern string, h Host, ok bool) {
 	return "", Host{}, false
 }
 
-// Route is Lookup for the request path: host's entry (ok false: none, the
-// host goes to DefaultPool) and its path policy, the table's default one
-// for a host it does not name. It allocates nothing.
-func (ix *Index) Route(host string) (h Host, paths PathPolicy, ok bool) {
+// Route is Lookup for the request path: host's entry and the pattern that
+// names it (ok false: none, the host goes to DefaultPool) and its path
+// policy, the table's default one for a host it does not name. It
+// allocates nothing.
+func (ix *Index) Route(host string) (pattern string, h Host, paths PathPolicy, ok bool) {
 	if e, found := ix.find(host); found {
-		return e.host, e.paths, true
+		return e.pattern, e.host, e.paths, true
 	}
 	if ix == nil {
-		return Host{}, PathPolicy{}, false
+		return "", Host{}, PathPolicy{}, false
 	}
-	return Host{}, ix.paths, false
+	return "", Host{}, ix.paths, false
 }
 
 func (ix *Index) find(host string) (entry, bool) {

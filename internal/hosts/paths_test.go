@@ -41,7 +41,7 @@ func TestPathPolicies(t *testing.T) {
 		{"other.example.com", false, PathPolicy{Semantics: pathsem.Servlet, RefuseAmbiguous: true}},
 	} {
 		t.Run(tc.host, func(t *testing.T) {
-			_, got, ok := ix.Route(tc.host)
+			_, _, got, ok := ix.Route(tc.host)
 			require.Equal(t, tc.named, ok)
 			require.Equal(t, tc.want, got)
 		})
@@ -50,13 +50,13 @@ func TestPathPolicies(t *testing.T) {
 	// No defaults: the flags' policy for every host that sets nothing.
 	tb, err = Parse([]byte("version: 1\nhosts:\n  a.example.com: {pool: default}\n"))
 	require.NoError(t, err)
-	_, got, _ := tb.IndexOver(flags).Route("a.example.com")
+	_, _, got, _ := tb.IndexOver(flags).Route("a.example.com")
 	require.Equal(t, flags, got)
-	_, got, _ = tb.IndexOver(flags).Route("b.example.com")
+	_, _, got, _ = tb.IndexOver(flags).Route("b.example.com")
 	require.Equal(t, flags, got)
 	// A nil index (no table) is the zero policy: rfc3986.
 	var none *Index
-	_, got, ok := none.Route("a.example.com")
+	_, _, got, ok := none.Route("a.example.com")
 	require.False(t, ok)
 	require.Equal(t, PathPolicy{}, got)
 

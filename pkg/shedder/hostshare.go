@@ -30,7 +30,9 @@ const (
 	// maxHostLen is the longest name tracked; a longer one (no valid DNS
 	// name is) goes to the pooled rest, so slots stay bounded in memory.
 	maxHostLen = 255
-	// OtherHost names the pooled rest of the hosts in metrics.
+	// OtherHost names the pooled rest of the hosts in metrics; a request
+	// whose host is named so is counted with them (the edge names so the
+	// hosts its host table does not list).
 	OtherHost = "_other"
 	// pairCounters is how many counters hold the requests in flight per
 	// host and client address, by hash: two pairs sharing one only make
@@ -53,7 +55,10 @@ type HostShareConfig struct {
 	// first, and only as much as the others need; a lone host may use
 	// every worker. Critical requests are never refused for their host's
 	// share, and a host within its share is exempt from the ramp while
-	// another host is being held to its own.
+	// another host is being held to its own. While the edge's host table
+	// lists hosts, its entries are the hosts here: a wildcard entry's
+	// hosts share one share, and the hosts it does not list share the
+	// pooled rest's.
 	Enabled bool `json:"enabled" yaml:"enabled"`
 	// TrackedHosts is how many hosts are tracked by name (the ones with
 	// the most requests in flight; the rest share one pooled share,
@@ -503,10 +508,11 @@ func (h *HostShares) acquire(now time.Time, host string, client netip.Addr, tier
 
 // lookupLocked finds host's slot, taking one for it when it has none: the
 // least recently used with nothing in flight (an unused one first). With
-// every slot busy (or a hash collision, or an overlong name) it returns
-// -1, the pooled rest.
+// every slot busy (or a hash collision, or an overlong name, or OtherHost:
+// the host table's name for the hosts it does not list) it returns -1, the
+// pooled rest.
 func (h *HostShares) lookupLocked(now int64, host string, hash uint64) int32 {
-	if len(host) > maxHostLen {
+	if len(host) > maxHostLen || host == OtherHost {
 		return -1
 	}
 	p := hash & h.mask
@@ -677,7 +683,7 @@ type hostCollector struct {
 func newHostCollector(hosts func() *HostShares) *hostCollector {
 	return &hostCollector{
 		hosts:    hosts,
-		inflight: prometheus.NewDesc(namespace+"host_in_flight", "Requests in flight per host: the hosts with the most (at most host_share.tracked_hosts) by name, the rest as _other.", []string{"host"}, nil),
+		inflight: prometheus.NewDesc(namespace+"host_in_flight", "Requests in flight per host (while the host table lists hosts, per entry: a wildcard entry's hosts under its pattern, the hosts it does not list as _other): the hosts with the most (at most host_share.tracked_hosts) by name, the rest as _other.", []string{"host"}, nil),
 		active:   prometheus.NewDesc(namespace+"host_active", "Hosts active in the last 2 s (the tracked ones, plus 1 for the pooled rest): the workers are shared among them.", nil, nil),
 		queued:   prometheus.NewDesc(namespace+"host_queued", "Requests waiting for a place in their host's share (host_share.queue_timeout at most), per host as edgeguard_shedder_host_in_flight names them.", []string{"host"}, nil),
 		waits:    prometheus.NewDesc(namespace+"host_queue_waits_total", "Requests that waited for a place in their host's share, by outcome: admitted, timed_out (503 host_share after host_share.queue_timeout), full (503 host_share at once: host_share.max_queued were waiting), client_gone.", []string{"outcome"}, nil),

@@ -153,6 +153,26 @@ func TestHostSharesHostileNames(t *testing.T) {
 	require.Equal(t, 3.0, testutil.ToFloat64(hostGauge(t, reg, OtherHost)))
 }
 
+// A request named OtherHost (the edge's name for the hosts its host table
+// does not list) is counted with the pooled rest: it takes no slot, and
+// those requests and the pooled hosts' share the pool's one share.
+func TestHostSharesOtherHostIsThePool(t *testing.T) {
+	h := NewHostShares(8, hostCfg(4))
+	now := time.Unix(1000, 0)
+	held := take(h, now, "a.example", TierRead, 1)
+	held = append(held, take(h, now, string(make([]byte, maxHostLen+1)), TierRead, 1)...) // pooled on arrival
+	held = append(held, take(h, now, OtherHost, TierRead, 8)...)
+	require.Len(t, held, 1+4, "a.example's one, and the pool's share of 4 (8 workers, 2 active)")
+	top, active, share := h.Top()
+	require.Equal(t, []HostInFlight{{Host: "a.example", InFlight: 1}, {Host: OtherHost, InFlight: 4}}, top)
+	require.Equal(t, 2, active)
+	require.Equal(t, 4, share)
+	for _, l := range held {
+		l.Release()
+	}
+	require.Zero(t, h.inflight)
+}
+
 // hostGauge is edgeguard_shedder_host_in_flight{host} as scraped.
 func hostGauge(t *testing.T, reg *prometheus.Registry, host string) prometheus.Collector {
 	t.Helper()

@@ -55,6 +55,15 @@ func TestHostSharesWeights(t *testing.T) {
 		got := contend(h, now, 26, "x.big.example", "big.example", "y.big.example", "a.z.big.example")
 		require.Equal(t, map[string]int{"x.big.example": 6, "big.example": 2, "y.big.example": 4, "a.z.big.example": 12}, got)
 	})
+	t.Run("a host table's wildcard entry", func(t *testing.T) {
+		// The edge names every host under a wildcard its host table lists
+		// by the pattern (one share for all of them: hostroute's Route),
+		// which weighs what the weights give the pattern, the longer
+		// wildcard over the shorter: 3 and 6, and the filler's 1, of 20.
+		h := NewHostShares(20, weighted(8, HostWeights{"*.big.example": 3, "*.z.big.example": 6}))
+		got := contend(h, now, 20, "*.big.example", "*.z.big.example")
+		require.Equal(t, map[string]int{"*.big.example": 6, "*.z.big.example": 12}, got)
+	})
 	t.Run("default weight", func(t *testing.T) {
 		// A named host lighter than the rest: c.example 1, the others
 		// (d.example and the filler) 3.

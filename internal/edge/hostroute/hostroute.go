@@ -23,6 +23,7 @@ import (
 
 	"github.com/edgeguard/edgeguard/internal/hosts"
 	"github.com/edgeguard/edgeguard/internal/origin"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // Router maps a request's host to its origin pool. It is safe for
@@ -90,21 +91,33 @@ func (r *Router) For(host string) *origin.Proxy {
 	return r.def // unreachable: Validate checks every host's pool
 }
 
-// Route is For with the host's path policy: the table's for the host,
-// else its defaults, else the edge's. It does not allocate.
-func (r *Router) Route(host string) (*origin.Proxy, hosts.PathPolicy) {
+// Route is For with the host's path policy (the table's for the host,
+// else its defaults, else the edge's) and its tenant: the name its share of
+// the workers is kept under (package shedder's host shares). A table that
+// lists hosts makes its entries the tenants: an exact entry is its name, a
+// wildcard entry its pattern ("*.example.com", one share for every name
+// under it), and every host it does not list is shedder.OtherHost, the
+// pooled rest; so a client that sends many names takes one share, not one
+// per name. With no table, or one that lists no host, each host is its own
+// tenant. It does not allocate.
+func (r *Router) Route(host string) (_ *origin.Proxy, _ hosts.PathPolicy, tenant string) {
 	rt := r.cur.Load()
 	if rt == nil {
-		return r.def, r.paths
+		return r.def, r.paths, host
 	}
-	h, paths, ok := rt.ix.Route(host)
-	if !ok || h.Pool == hosts.DefaultPool {
-		return r.def, paths
+	pattern, h, paths, ok := rt.ix.Route(host)
+	switch {
+	case !ok && rt.ix.Len() == 0:
+		return r.def, paths, host
+	case !ok:
+		return r.def, paths, shedder.OtherHost
+	case h.Pool == hosts.DefaultPool:
+		return r.def, paths, pattern
 	}
 	if pl := rt.pools[h.Pool]; pl != nil {
-		return pl.p, paths
+		return pl.p, paths, pattern
 	}
-	return r.def, paths // unreachable: Validate checks every host's pool
+	return r.def, paths, pattern // unreachable: Validate checks every host's pool
 }
 
 // Version is the table in force's version; "" while there is none.

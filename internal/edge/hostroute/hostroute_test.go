@@ -12,6 +12,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/hosts"
 	"github.com/edgeguard/edgeguard/internal/origin"
 	"github.com/edgeguard/edgeguard/pkg/pathsem"
+	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
 // newRouter is a router over a default pool at an address nothing is
@@ -128,22 +129,57 @@ func BenchmarkFor(b *testing.B) {
 func TestRouterPathPolicies(t *testing.T) {
 	r, def, _ := newRouter(t)
 	r.paths = hosts.PathPolicy{Semantics: pathsem.Windows}
-	p, paths := r.Route("a.example")
+	p, paths, _ := r.Route("a.example")
 	require.Same(t, def, p)
 	require.Equal(t, hosts.PathPolicy{Semantics: pathsem.Windows}, paths, "no table: the flags")
 
 	require.NoError(t, r.Apply(table(t, twoPools+"  s.example: {pool: b, path_semantics: servlet, forward_normalized_path: true}\n")))
-	p, paths = r.Route("s.example")
+	p, paths, _ = r.Route("s.example")
 	require.Equal(t, "b", p.Name())
 	require.Equal(t, hosts.PathPolicy{Semantics: pathsem.Servlet, ForwardNormalized: true}, paths)
-	_, paths = r.Route("a.example")
+	_, paths, _ = r.Route("a.example")
 	require.Equal(t, hosts.PathPolicy{Semantics: pathsem.Windows}, paths, "a host that sets nothing: the flags")
 
 	require.NoError(t, r.Apply(table(t, twoPools+"defaults: {path_semantics: case-insensitive, refuse_ambiguous_paths: true}\n")))
 	for _, h := range []string{"a.example", "nowhere.example"} {
-		_, paths = r.Route(h)
+		_, paths, _ = r.Route(h)
 		require.Equal(t, hosts.PathPolicy{Semantics: pathsem.CaseInsensitive, RefuseAmbiguous: true}, paths, h)
 		require.Zero(t, testing.AllocsPerRun(100, func() { r.Route(h) }), h)
+	}
+}
+
+// Route names each host's tenant, the share of the workers it is kept
+// under: itself with no table or one listing no host; with a table that
+// lists hosts, an exact entry's name, a wildcard entry's pattern for every
+// name under it, and the pooled rest for every name it does not list, so
+// that a client sending many names takes one share. It allocates nothing.
+func TestRouterTenants(t *testing.T) {
+	r, _, _ := newRouter(t)
+	tenant := func(host string) string {
+		t.Helper()
+		_, _, got := r.Route(host)
+		return got
+	}
+	require.Equal(t, "a.example", tenant("a.example"), "no table")
+	require.Equal(t, "sprayed-1.example", tenant("sprayed-1.example"), "no table")
+
+	require.NoError(t, r.Apply(table(t, "version: 1\ndefaults: {path_semantics: servlet}\n")))
+	require.Equal(t, "sprayed-1.example", tenant("sprayed-1.example"), "a table listing no host")
+
+	require.NoError(t, r.Apply(table(t, twoPools)))
+	for host, want := range map[string]string{
+		"a.example":         "a.example",
+		"d.example":         "d.example", // the default pool, but listed
+		"x.b.example":       "*.b.example",
+		"y.x.b.example":     "*.b.example",
+		"b.example":         shedder.OtherHost, // not under *.b.example
+		"sprayed-1.example": shedder.OtherHost,
+		"sprayed-2.example": shedder.OtherHost,
+		"":                  shedder.OtherHost,
+		"_other":            shedder.OtherHost,
+	} {
+		require.Equal(t, want, tenant(host), host)
+		require.Zero(t, testing.AllocsPerRun(100, func() { r.Route(host) }), host)
 	}
 }
 

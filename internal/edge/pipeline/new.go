@@ -35,7 +35,7 @@ type Pipeline struct {
 	bh       *bhlayer.Layer
 	shed     *shedder.Shedder
 	workers  *shedder.Workers
-	route    func(host string) (*origin.Proxy, hosts.PathPolicy)
+	route    func(host string) (*origin.Proxy, hosts.PathPolicy, string)
 	tunnels  *origin.Tunnels // nil: upgrades are proxied as plain requests
 	draining *atomic.Bool    // the edge is draining: every response closes its connection
 	conns    Conns
@@ -113,9 +113,10 @@ type Parts struct {
 	Shedder   *shedder.Shedder
 	Workers   *shedder.Workers
 	// Route is the origin pool of a host, normalised as the rules
-	// normalise it (the host table; the --origin pool for the rest), and
-	// how the host's paths are read (its path policy).
-	Route func(host string) (*origin.Proxy, hosts.PathPolicy)
+	// normalise it (the host table; the --origin pool for the rest), how
+	// the host's paths are read (its path policy), and its tenant: the
+	// name of the share of the workers it is held to (hostroute's Route).
+	Route func(host string) (_ *origin.Proxy, _ hosts.PathPolicy, tenant string)
 	// Tunnels carries upgrades (WebSocket); nil strips Upgrade instead.
 	Tunnels *origin.Tunnels
 	// Draining is set while the edge drains.

@@ -89,6 +89,7 @@ type scratch struct {
 	gone     func() bool
 	connGone func(net.Conn) bool // Conns.Gone, set by shedStage
 	host     string              // normalized (rules.NormalizeHost)
+	tenant   string              // the host's share of the workers (Parts.Route)
 	path     string              // as the host's origin reads it (pathsem.Normalize)
 	pool     *origin.Proxy       // the host's origin pool
 	paths    hosts.PathPolicy    // how the host's paths are read
@@ -174,7 +175,7 @@ func (sc *scratch) reset() {
 	sc.tier, sc.id, sc.upstream, sc.client = shedder.TierNone, "", 0, netip.Addr{}
 	sc.trace, sc.span = nil, nil
 	sc.ctx, sc.stage, sc.start, sc.peer, sc.trusted, sc.path = nil, 0, time.Time{}, netip.Addr{}, false, ""
-	sc.host, sc.pool, sc.paths = "", nil, hosts.PathPolicy{}
+	sc.host, sc.tenant, sc.pool, sc.paths = "", "", nil, hosts.PathPolicy{}
 	sc.headers = headerLookup{}
 	sc.bh, sc.req, sc.rider, sc.limitDenied, sc.denyRetry = bhlayer.Request{}, rules.Request{}, nil, false, 0
 	sc.atEnd, sc.endHandedOn = nil, false

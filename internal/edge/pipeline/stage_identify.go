@@ -25,7 +25,7 @@ func (e *Pipeline) identifyStage(sc *scratch) string {
 	ctx := sc.ctx
 	sc.headers = reqhead.New(&ctx.Request.Header, ctx.QueryArgs())
 	sc.host = rules.NormalizeHost(b2s(ctx.Request.Header.Host())) // settled by screen
-	sc.pool, sc.paths = e.route(sc.host)
+	sc.pool, sc.paths, sc.tenant = e.route(sc.host)
 	var ambiguous bool
 	sc.path, ambiguous = pathsem.Normalize(b2s(ctx.Request.URI().PathOriginal()), sc.paths.Semantics)
 	// fasthttp cuts a fragment off the path (it never reaches the origin);

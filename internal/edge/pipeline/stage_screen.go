@@ -85,6 +85,6 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 // no limit): --max-body-bytes unless the host table sets the pool's own.
 // Only a request declaring a body asks.
 func (e *Pipeline) bodyLimit(ctx *fasthttp.RequestCtx) int {
-	pool, _ := e.route(rules.NormalizeHost(b2s(ctx.Request.Header.Host())))
+	pool, _, _ := e.route(rules.NormalizeHost(b2s(ctx.Request.Header.Host())))
 	return pool.MaxRequestBodySize()
 }

@@ -24,8 +24,12 @@ import (
 // slot. Both are held until the rest of the pipeline returns.
 func (e *Pipeline) shedStage(sc *scratch) string {
 	ctx, tier := sc.ctx, sc.tier
-	// The host (sc.host, set by identify) is normalised as the rules do, so no spelling of a host (case, port,
-	// trailing dot) lands in another host's share or escapes its own. The
+	// The host's tenant (sc.tenant, set by identify: the host table's entry
+	// for it, the pooled rest for a host the table does not list, the host
+	// itself with no table) is of the host normalised as the rules do, so
+	// no spelling of a host (case, port, trailing dot) lands in another
+	// host's share or escapes its own, and a client sending many names
+	// the table does not list takes one share. The
 	// client is the one the trust model names (an IPv6 client by its
 	// prefix, as the rules key it), so one address cannot take its host's
 	// whole share from the host's other clients.
@@ -36,7 +40,7 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// waiter whose client left gives up its place.
 	sc.connGone = e.conns.Gone
 	gone := sc.gone
-	lease, err := e.shed.AcquireHostWait(context.Background(), sc.start, sc.host, e.clientIdentity(sc.client), tier, gone)
+	lease, err := e.shed.AcquireHostWait(context.Background(), sc.start, sc.tenant, e.clientIdentity(sc.client), tier, gone)
 	switch {
 	case errors.Is(err, shedder.ErrGone):
 		ctx.SetConnectionClose()
