@@ -50,8 +50,8 @@ func (l topLater) String() string {
 //   - The sprayer sends on 24 connections, each request for a name of its
 //     own under spray.example (not listed) to a path its origin holds:
 //     each name is one request in flight. They take 8 workers, the pooled
-//     rest's share, and the rest wait in its queue (each gives up after
-//     host_share.queue_timeout and comes back with a new name).
+//     rest's share, and the other 16 wait in its queue (a waiter refused
+//     after host_share.queue_timeout would come back with a new name).
 //   - b.example then holds 6 requests at its origin beside the sprayer:
 //     all 6 get in, within its share of 8.
 //
