@@ -166,12 +166,13 @@ func TestRouterTenants(t *testing.T) {
 	require.NoError(t, r.Apply(table(t, "version: 1\ndefaults: {path_semantics: servlet}\n")))
 	require.Equal(t, "sprayed-1.example", tenant("sprayed-1.example"), "a table listing no host")
 
-	require.NoError(t, r.Apply(table(t, twoPools)))
+	require.NoError(t, r.Apply(table(t, twoPools+`  "*.w.example": {pool: default}`+"\n")))
 	for host, want := range map[string]string{
 		"a.example":         "a.example",
 		"d.example":         "d.example", // the default pool, but listed
 		"x.b.example":       "*.b.example",
 		"y.x.b.example":     "*.b.example",
+		"x.w.example":       "*.w.example",     // the default pool, under a listed wildcard
 		"b.example":         shedder.OtherHost, // not under *.b.example
 		"sprayed-1.example": shedder.OtherHost,
 		"sprayed-2.example": shedder.OtherHost,
