@@ -805,10 +805,11 @@ func (r *dashRun) simulated() {
 // poolLimit: a host table whose pool "limited" has a concurrency limit of 1
 // and a queue of 1 (20 ms), and 6 clients requesting its host's slow path
 // on ams at once: one in flight, one queued until it times out, the rest
-// refused at once.
+// refused at once. The table also lists hostShares' two hosts on the
+// default pool: each host the table lists has a host share of its own.
 func (r *dashRun) poolLimit() {
 	t, p := r.t, r.p
-	table := fmt.Sprintf("version: 1\npools:\n  limited:\n    urls: [%q]\n    concurrency: {limit: 1, queue: 1, queue_timeout: 20ms}\nhosts:\n  limited.example: {pool: limited}\n", r.origin)
+	table := fmt.Sprintf("version: 1\npools:\n  limited:\n    urls: [%q]\n    concurrency: {limit: 1, queue: 1, queue_timeout: 20ms}\nhosts:\n  limited.example: {pool: limited}\n  fast.example: {pool: default}\n  slow.example: {pool: default}\n", r.origin)
 	file := filepath.Join(t.TempDir(), "hosts.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(table), 0o600))
 	regionctl(t, r.consul.HTTPAddr(), "hosts", "push", "--region", regionName, file)

@@ -139,11 +139,13 @@ func ParsePoolLimit(s string) (*PoolLimit, error) {
 	return &PoolLimit{Limit: limit, Queue: queue, QueueTimeout: qt}, nil
 }
 
-// hostTable sends slowHost to a pool of its own at origin, with p's limit.
+// hostTable sends slowHost to a pool of its own at origin, with p's limit,
+// and lists the other tenants on the default pool: a host the table does
+// not list shares one host share with every other such host.
 func (p *PoolLimit) hostTable(dir, origin string) (string, error) {
 	f := filepath.Join(dir, "hosts.yaml")
-	text := fmt.Sprintf("version: 1\npools:\n  tenant_a:\n    urls: [\"http://%s\"]\n    concurrency: {limit: %d, queue: %d, queue_timeout: %s}\nhosts:\n  %s: {pool: tenant_a}\n",
-		origin, p.Limit, p.Queue, p.QueueTimeout, slowHost)
+	text := fmt.Sprintf("version: 1\npools:\n  tenant_a:\n    urls: [\"http://%s\"]\n    concurrency: {limit: %d, queue: %d, queue_timeout: %s}\nhosts:\n  %s: {pool: tenant_a}\n  %s: {pool: default}\n  %s: {pool: default}\n",
+		origin, p.Limit, p.Queue, p.QueueTimeout, slowHost, fastHost, joinHost)
 	return f, os.WriteFile(f, []byte(text), 0o644)
 }
 

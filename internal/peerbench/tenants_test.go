@@ -3,6 +3,7 @@ package peerbench
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/hosts"
 	"github.com/edgeguard/edgeguard/internal/proc"
 )
 
@@ -217,6 +219,25 @@ func TestParsePoolLimit(t *testing.T) {
 		_, err := ParsePoolLimit(bad)
 		require.ErrorContains(t, err, "pool limit", bad)
 	}
+}
+
+// The host table of -a-pool is valid, sends a.example to its own pool with
+// the limit, and lists every other tenant on the default pool, so that each
+// keeps a host share of its own (the hosts a table does not list share one).
+func TestPoolLimitHostTable(t *testing.T) {
+	p := PoolLimit{Limit: 512, Queue: 1200, QueueTimeout: 10 * time.Second}
+	f, err := p.hostTable(t.TempDir(), "127.0.0.1:9")
+	require.NoError(t, err)
+	doc, err := os.ReadFile(f)
+	require.NoError(t, err)
+	table, err := hosts.Parse(doc)
+	require.NoError(t, err)
+	require.Equal(t, map[string]hosts.Host{
+		slowHost: {Pool: "tenant_a"},
+		fastHost: {Pool: hosts.DefaultPool},
+		joinHost: {Pool: hosts.DefaultPool},
+	}, table.Hosts)
+	require.Equal(t, 512, table.Pools["tenant_a"].Concurrency.Limit)
 }
 
 // A configuration that cannot run is refused whole, each problem named.
