@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,6 +55,8 @@ func (l topLater) String() string {
 //     after host_share.queue_timeout would come back with a new name).
 //   - b.example then holds 6 requests at its origin beside the sprayer:
 //     all 6 get in, within its share of 8.
+//   - With host_share.unlisted_hosts set to "each", the sprayer's next
+//     names have shares of their own again.
 //
 // Before the host table named the tenants, each sprayed name had a share
 // of its own (of 1 worker among 25 active hosts, which a name with nothing
@@ -128,4 +131,15 @@ func TestHostSharesSprayedNamesTakeOneShare(t *testing.T) {
 	require.Equal(t, 2, active)
 	require.Equal(t, 8, hostState(r, shedder.OtherHost).InFlight, "the sprayer's share")
 	require.Equal(t, []int{200}, slices.Sorted(maps.Keys(codes)), "b.example's fast requests")
+
+	// host_share.unlisted_hosts "each", live: the names the table does not
+	// list get shares of their own again (the sprayer's next names, sent
+	// as its waiters give up).
+	cfg := r.shed.Config()
+	cfg.HostShare.UnlistedHosts = shedder.UnlistedEach
+	require.NoError(t, r.shed.Update(cfg))
+	require.Eventually(t, func() bool {
+		top, _, _ := r.shed.Hosts().Top()
+		return slices.ContainsFunc(top, func(h shedder.HostInFlight) bool { return strings.HasSuffix(h.Host, ".spray.example") })
+	}, 20*time.Second, 10*time.Millisecond, "no sprayed name had a share of its own with unlisted_hosts each (the hosts then: %s)", topLater{r})
 }

@@ -303,6 +303,7 @@ var shedderFields = Fields{
 	"host_share.queue_timeout":    3,
 	"host_share.max_queued":       3,
 	"host_share.cpu_busy":         3,
+	"host_share.unlisted_hosts":   3,
 	"queue_size":                  1,
 	"queue_timeout":               1,
 	"runtime_lag_bad":             1,

@@ -425,6 +425,7 @@ var SettingKeys = []string{
 	"adaptive.shares.critical", "host_share.enabled", "host_share.tracked_hosts",
 	"host_share.weights", "host_share.default_weight",
 	"host_share.queue_timeout", "host_share.max_queued", "host_share.cpu_busy",
+	"host_share.unlisted_hosts",
 }
 
 // ApplySettings returns cfg with key=value settings applied, as typed by an
@@ -601,6 +602,8 @@ func applySetting(c *Config, key, val string) error {
 			return err
 		}
 		c.HostShare.CPUBusy = f
+	case "host_share.unlisted_hosts":
+		c.HostShare.UnlistedHosts = val
 	case "host_share.default_weight":
 		n, err := strconv.Atoi(val)
 		if err != nil {

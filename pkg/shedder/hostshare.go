@@ -97,11 +97,24 @@ type HostShareConfig struct {
 	// take the CPU from the other hosts. In [0.5, 1], 0.9 by default; 0
 	// turns the rate shares off.
 	CPUBusy float64 `json:"cpu_busy" yaml:"cpu_busy"`
+	// UnlistedHosts is what shares the hosts the edge's host table does
+	// not list, while it lists some: "pooled" (the default) counts them
+	// all as one host, the pooled rest ("_other"), so a client sending a
+	// new Host name with each request takes one share, not one per name;
+	// "each" gives each of them a share of its own, as with no table (such
+	// a client then takes up to tracked_hosts shares). "" is "pooled".
+	UnlistedHosts string `json:"unlisted_hosts" yaml:"unlisted_hosts"`
 }
+
+// host_share.unlisted_hosts's values.
+const (
+	UnlistedPooled = "pooled"
+	UnlistedEach   = "each"
+)
 
 // DefaultHostShareConfig is on, tracking 64 hosts, every host of weight 1.
 func DefaultHostShareConfig() HostShareConfig {
-	return HostShareConfig{Enabled: true, TrackedHosts: DefaultTrackedHosts, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout, CPUBusy: DefaultHostCPUBusy}
+	return HostShareConfig{Enabled: true, TrackedHosts: DefaultTrackedHosts, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout, CPUBusy: DefaultHostCPUBusy, UnlistedHosts: UnlistedPooled}
 }
 
 func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
@@ -114,6 +127,9 @@ func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
 	if c.CPUBusy != 0 && !(c.CPUBusy >= 0.5 && c.CPUBusy <= 1) {
 		bad("host_share.cpu_busy", "must be 0 (off) or in [0.5, 1], got %v", c.CPUBusy)
 	}
+	if c.UnlistedHosts != "" && c.UnlistedHosts != UnlistedPooled && c.UnlistedHosts != UnlistedEach {
+		bad("host_share.unlisted_hosts", "must be %q or %q, got %q", UnlistedPooled, UnlistedEach, c.UnlistedHosts)
+	}
 	if c.MaxQueued < 0 || c.MaxQueued > MaxHostQueued {
 		bad("host_share.max_queued", "must be in [0, %d] (0: 4 times the workers), got %d", MaxHostQueued, c.MaxQueued)
 	}
@@ -121,8 +137,8 @@ func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
 }
 
 // MarshalJSON leaves default_weight out while it is 1, as weights while
-// there are none, and queue_timeout, max_queued and cpu_busy while they
-// hold their defaults: a document that sets none of them reads as it did
+// there are none, and queue_timeout, max_queued, cpu_busy and
+// unlisted_hosts while they hold their defaults: a document that sets none of them reads as it did
 // before they existed, so an edge of an older release still takes it.
 // Durations are spelled as "1s".
 func (c HostShareConfig) MarshalJSON() ([]byte, error) {
@@ -133,7 +149,11 @@ func (c HostShareConfig) MarshalJSON() ([]byte, error) {
 		QueueTimeout  *jsonDuration `json:"queue_timeout,omitempty"`
 		MaxQueued     int           `json:"max_queued,omitempty"`
 		CPUBusy       *float64      `json:"cpu_busy,omitempty"`
+		UnlistedHosts string        `json:"unlisted_hosts,omitempty"`
 	}{plain: plain(c), MaxQueued: c.MaxQueued}
+	if c.UnlistedHosts != UnlistedPooled {
+		w.UnlistedHosts = c.UnlistedHosts
+	}
 	if c.CPUBusy != DefaultHostCPUBusy {
 		w.CPUBusy = &c.CPUBusy
 	}
@@ -252,6 +272,8 @@ type HostShares struct {
 	// seen is the newest request's time (Unix ns): the table's clock when
 	// the sampler asks which hosts are active.
 	seen int64
+	// unlistedEach is host_share.unlisted_hosts "each" (ShareName).
+	unlistedEach atomic.Bool
 }
 
 // HostLease is a request's place in its host's share, given back with
@@ -289,6 +311,7 @@ func (h *HostShares) setConfig(cfg HostShareConfig) {
 	h.enabled = cfg.Enabled
 	h.queueTimeout, h.maxQueued = cfg.QueueTimeout, cfg.MaxQueued
 	h.cpuBusy = cfg.CPUBusy
+	h.unlistedEach.Store(cfg.UnlistedHosts == UnlistedEach)
 	if !cfg.Enabled || cfg.QueueTimeout <= 0 {
 		// Nothing waits any more: every waiter judges itself again now.
 		h.flushAllLocked()
@@ -504,6 +527,17 @@ func (h *HostShares) acquire(now time.Time, host string, client netip.Addr, tier
 	h.mu.Unlock()
 	lease.exempt = exempt && ns-h.lastRefusal.Load() < int64(hostIdleAfter)
 	return lease, true, false
+}
+
+// ShareName is the name a request for host is held to a share under, given
+// its tenant, the host table's name for it (the edge's hostroute): the
+// tenant, but host itself for a host the table does not list (OtherHost)
+// while host_share.unlisted_hosts is "each".
+func (h *HostShares) ShareName(host, tenant string) string {
+	if tenant == OtherHost && h != nil && h.unlistedEach.Load() {
+		return host
+	}
+	return tenant
 }
 
 // lookupLocked finds host's slot, taking one for it when it has none: the

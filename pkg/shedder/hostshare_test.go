@@ -2,6 +2,7 @@ package shedder
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -173,6 +174,45 @@ func TestHostSharesOtherHostIsThePool(t *testing.T) {
 	require.Zero(t, h.inflight)
 }
 
+// host_share.unlisted_hosts: "pooled" by default, "" read as it, "each"
+// and nothing else; written only when "each", so a document at the default
+// reads as before the setting existed; ShareName follows it, live.
+func TestHostShareUnlistedHosts(t *testing.T) {
+	def := DefaultConfig()
+	require.Equal(t, UnlistedPooled, def.HostShare.UnlistedHosts)
+	for _, ok := range []string{"", UnlistedPooled, UnlistedEach} {
+		cfg := DefaultConfig()
+		cfg.HostShare.UnlistedHosts = ok
+		require.NoError(t, cfg.Validate(), ok)
+	}
+	for _, bad := range []string{"Each", "none", " pooled"} {
+		cfg := DefaultConfig()
+		cfg.HostShare.UnlistedHosts = bad
+		require.ErrorContains(t, cfg.Validate(), "host_share.unlisted_hosts", bad)
+	}
+	out, err := json.Marshal(def)
+	require.NoError(t, err)
+	require.NotContains(t, string(out), "unlisted_hosts", "the default is left out: an older edge takes the document")
+	each, err := ApplySettings(def, map[string]string{"host_share.unlisted_hosts": "each"})
+	require.NoError(t, err)
+	out, err = json.Marshal(each)
+	require.NoError(t, err)
+	require.Contains(t, string(out), `"unlisted_hosts":"each"`)
+	back, err := ParseConfig(out)
+	require.NoError(t, err)
+	require.Equal(t, UnlistedEach, back.HostShare.UnlistedHosts)
+	_, err = ApplySettings(def, map[string]string{"host_share.unlisted_hosts": "some"})
+	require.ErrorContains(t, err, "host_share.unlisted_hosts")
+
+	s, err := New(def, prometheus.NewRegistry())
+	require.NoError(t, err)
+	require.Equal(t, OtherHost, s.HostShareName("x.example", OtherHost), "pooled")
+	require.Equal(t, "*.b.example", s.HostShareName("x.b.example", "*.b.example"), "a listed host's tenant")
+	require.NoError(t, s.Update(each))
+	require.Equal(t, "x.example", s.HostShareName("x.example", OtherHost), "each")
+	require.Equal(t, "*.b.example", s.HostShareName("x.b.example", "*.b.example"), "a listed host's tenant, whatever unlisted_hosts says")
+}
+
 // hostGauge is edgeguard_shedder_host_in_flight{host} as scraped.
 func hostGauge(t *testing.T, reg *prometheus.Registry, host string) prometheus.Collector {
 	t.Helper()
@@ -234,10 +274,10 @@ func TestHostSharesDisabledAndUpdate(t *testing.T) {
 	require.ErrorContains(t, err, "tracked")
 	got, err := ParseConfig([]byte(`{"host_share": {"tracked_hosts": 3}}`))
 	require.NoError(t, err)
-	require.Equal(t, HostShareConfig{Enabled: true, TrackedHosts: 3, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout, CPUBusy: DefaultHostCPUBusy}, got.HostShare)
+	require.Equal(t, HostShareConfig{Enabled: true, TrackedHosts: 3, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout, CPUBusy: DefaultHostCPUBusy, UnlistedHosts: UnlistedPooled}, got.HostShare)
 	got, err = ApplySettings(DefaultConfig(), map[string]string{"host_share.enabled": "false", "host_share.tracked_hosts": "10"})
 	require.NoError(t, err)
-	require.Equal(t, HostShareConfig{Enabled: false, TrackedHosts: 10, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout, CPUBusy: DefaultHostCPUBusy}, got.HostShare)
+	require.Equal(t, HostShareConfig{Enabled: false, TrackedHosts: 10, DefaultWeight: 1, QueueTimeout: DefaultHostQueueTimeout, CPUBusy: DefaultHostCPUBusy, UnlistedHosts: UnlistedPooled}, got.HostShare)
 }
 
 // BenchmarkHostShares is the per-request cost of a host's share: it must

@@ -385,6 +385,10 @@ func (s *Shedder) AcquireHost(now time.Time, host string, client netip.Addr, tie
 	return l, ok
 }
 
+// HostShareName is HostShares.ShareName: the name a request for host of
+// the host table's tenant is held to a share under.
+func (s *Shedder) HostShareName(host, tenant string) string { return s.hosts.ShareName(host, tenant) }
+
 // AcquireHostWait is AcquireHost for a request that may wait for a place
 // in its host's share (host_share.queue_timeout); see
 // HostShares.AcquireWait. A refusal (no queue, the queues full, the wait

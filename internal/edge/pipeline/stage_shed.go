@@ -29,7 +29,8 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// itself with no table) is of the host normalised as the rules do, so
 	// no spelling of a host (case, port, trailing dot) lands in another
 	// host's share or escapes its own, and a client sending many names
-	// the table does not list takes one share. The
+	// the table does not list takes one share (unless
+	// host_share.unlisted_hosts is "each": HostShareName). The
 	// client is the one the trust model names (an IPv6 client by its
 	// prefix, as the rules key it), so one address cannot take its host's
 	// whole share from the host's other clients.
@@ -40,7 +41,7 @@ func (e *Pipeline) shedStage(sc *scratch) string {
 	// waiter whose client left gives up its place.
 	sc.connGone = e.conns.Gone
 	gone := sc.gone
-	lease, err := e.shed.AcquireHostWait(context.Background(), sc.start, sc.tenant, e.clientIdentity(sc.client), tier, gone)
+	lease, err := e.shed.AcquireHostWait(context.Background(), sc.start, e.shed.HostShareName(sc.host, sc.tenant), e.clientIdentity(sc.client), tier, gone)
 	switch {
 	case errors.Is(err, shedder.ErrGone):
 		ctx.SetConnectionClose()
