@@ -2,9 +2,13 @@ package edge
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"io"
 	"net"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -345,4 +349,61 @@ func scrapeLines(t *testing.T, r *running, prefix string) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// A TLS connection that negotiates h2 after the HTTP/2 server began
+// shutting down (its handshake finished late: the old edge of an upgrade,
+// or any edge in its drain) is not served, and its client may already
+// have sent a request on it. The edge tells it no stream was processed,
+// with its SETTINGS and then a GOAWAY of last stream 0 (NO_ERROR), so the
+// client sends the request again on another connection; a bare close
+// failed it ("unexpected EOF" in Go's client, seen in
+// TestUpgradesLoseNoRequest under load).
+func TestH2ConnectionAfterShutdownGetsAGoAway(t *testing.T) {
+	site := newTLSSite(t)
+	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
+	r, _ := startTLSEdge(t, site, noRules, nil)
+	// Only the HTTP/2 server shuts down: the TLS listener still hands over
+	// the connections that negotiate h2.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, r.tls.HTTP2().Shutdown(ctx))
+
+	h := dialRawH2(t, site, r)
+	require.NoError(t, h.headers(t, 1, true, h2GetFields...))
+	_ = h.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	f, err := h.fr.ReadFrame()
+	require.NoError(t, err, "the connection ended without a frame")
+	require.IsType(t, &http2.SettingsFrame{}, f, "the server's preface first")
+	f, err = h.fr.ReadFrame()
+	require.NoError(t, err, "the connection ended without a GOAWAY")
+	g, ok := f.(*http2.GoAwayFrame)
+	require.True(t, ok, "want a GOAWAY, got %v", f)
+	require.Equal(t, http2.ErrCodeNo, g.ErrCode)
+	require.Zero(t, g.LastStreamID, "no stream processed: the client may send stream 1 again")
+	_, err = h.fr.ReadFrame()
+	require.Error(t, err, "nothing after the GOAWAY")
+
+	// Go's client sends the request again on a new connection: its first
+	// dial reaches this edge, the next another edge (an upgrade's new one).
+	next, _ := startTLSEdge(t, site, noRules, nil)
+	var dials atomic.Int32
+	var protos http.Protocols
+	protos.SetHTTP2(true)
+	c := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{
+		Protocols:       &protos,
+		TLSClientConfig: &tls.Config{RootCAs: site.ca.Pool},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			to := next.TLSAddr()
+			if dials.Add(1) == 1 {
+				to = r.TLSAddr()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", to)
+		},
+	}}
+	resp, body := h2Get(t, c, "https://shop.example.com/")
+	require.Equal(t, 200, resp.StatusCode, string(body))
+	require.Equal(t, 2, resp.ProtoMajor)
+	require.Equal(t, int32(2), dials.Load(), "sent again on a second connection")
 }

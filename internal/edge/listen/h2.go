@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -173,10 +174,30 @@ func (h *H2Server) ServeConn(c net.Conn) error {
 	select {
 	case h.ln.conns <- mc:
 	case <-h.ln.done:
-		return tc.Close()
+		return refuseUnserved(tc)
 	}
 	<-mc.closed
 	return nil
+}
+
+// refuseUnserved ends an h2 connection that came after the server began
+// shutting down (its TLS handshake finished late), which net/http will not
+// serve: its client may already have sent a request on it. The server's
+// preface (an empty SETTINGS) and a GOAWAY of last stream 0, NO_ERROR,
+// tell the client that no stream was processed, so it sends its requests
+// again on another connection (RFC 9113 §6.8); a bare close would fail
+// them. What the client sent is read and dropped until it closes, or for
+// h2ShutdownLinger at most: a close with it unread would reset the
+// connection, and the GOAWAY could be lost with the reset.
+func refuseUnserved(c net.Conn) error {
+	_ = c.SetDeadline(time.Now().Add(h2ShutdownLinger))
+	var f [9 + 9 + 8]byte
+	f[3] = h2FrameSettings
+	f[9+2], f[9+3] = 8, h2FrameGoAway // last stream 0 and h2ErrNo: the payload's zeros
+	if _, err := c.Write(f[:]); err == nil {
+		_, _ = io.Copy(io.Discard, c)
+	}
+	return c.Close()
 }
 
 // http11 is the protocol a stream is given to the pipeline as.
