@@ -138,9 +138,9 @@ func (c HostShareConfig) validate(bad func(field, format string, args ...any)) {
 
 // MarshalJSON leaves default_weight out while it is 1, as weights while
 // there are none, and queue_timeout, max_queued, cpu_busy and
-// unlisted_hosts while they hold their defaults: a document that sets none of them reads as it did
-// before they existed, so an edge of an older release still takes it.
-// Durations are spelled as "1s".
+// unlisted_hosts while they hold their defaults: a document that sets
+// none of them reads as it did before they existed, so an edge of an
+// older release still takes it. Durations are spelled as "1s".
 func (c HostShareConfig) MarshalJSON() ([]byte, error) {
 	type plain HostShareConfig
 	w := struct {
