@@ -3,10 +3,8 @@ package edge
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -388,20 +386,14 @@ func TestH2ConnectionAfterShutdownGetsAGoAway(t *testing.T) {
 	// dial reaches this edge, the next another edge (an upgrade's new one).
 	next, _ := startTLSEdge(t, site, noRules, nil)
 	var dials atomic.Int32
-	var protos http.Protocols
-	protos.SetHTTP2(true)
-	c := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{
-		Protocols:       &protos,
-		TLSClientConfig: &tls.Config{RootCAs: site.ca.Pool},
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			to := next.TLSAddr()
-			if dials.Add(1) == 1 {
-				to = r.TLSAddr()
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", to)
-		},
-	}}
+	c := h2ClientVia(site, func(ctx context.Context) (net.Conn, error) {
+		to := next.TLSAddr()
+		if dials.Add(1) == 1 {
+			to = r.TLSAddr()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", to)
+	})
 	resp, body := h2Get(t, c, "https://shop.example.com/")
 	require.Equal(t, 200, resp.StatusCode, string(body))
 	require.Equal(t, 2, resp.ProtoMajor)

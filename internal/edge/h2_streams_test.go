@@ -36,16 +36,8 @@ func bigOrigin(t *testing.T) string {
 
 // h2ClientFrom is Go's HTTP/2 client with its connections from src.
 func h2ClientFrom(site *tlsSite, r *running, src string) *http.Client {
-	var protos http.Protocols
-	protos.SetHTTP2(true)
 	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{
-		Protocols:       &protos,
-		TLSClientConfig: &tls.Config{RootCAs: site.ca.Pool},
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, "tcp", r.TLSAddr())
-		},
-	}}
+	return h2ClientVia(site, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", r.TLSAddr()) })
 }
 
 // dialRawH2From is dialRawH2 from a chosen loopback address.

@@ -26,15 +26,19 @@ import (
 // h2Client is Go's HTTP/2 client, dialling the edge's TLS listener for any
 // name.
 func h2Client(site *tlsSite, r *running) *http.Client {
+	var d net.Dialer
+	return h2ClientVia(site, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", r.TLSAddr()) })
+}
+
+// h2ClientVia is Go's HTTP/2 client trusting site's CA, each of its
+// connections from dial, whatever the request's name.
+func h2ClientVia(site *tlsSite, dial func(context.Context) (net.Conn, error)) *http.Client {
 	var protos http.Protocols
 	protos.SetHTTP2(true)
 	return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{
 		Protocols:       &protos,
 		TLSClientConfig: &tls.Config{RootCAs: site.ca.Pool},
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", r.TLSAddr())
-		},
+		DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 	}}
 }
 
