@@ -145,8 +145,34 @@ func NewH2Server(cfg H2Config) *H2Server {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, h2ConnKey{}, c)
 		},
+		ConnState: h.connState,
 	}
 	return h
+}
+
+// connState catches a connection that missed the shutdown's GOAWAY.
+// net/http's HTTP/2 server registers a connection for the GOAWAY only once
+// it has read the client's preface, and then reports it active: one
+// accepted before the shutdown whose preface came after the shutdown's
+// pass over the registered connections would be served on, untold, until
+// the shutdown's deadline cut it (and its streams). Its first report
+// while the server is stopping runs that pass again; a connection already
+// told is not told twice.
+func (h *H2Server) connState(c net.Conn, st http.ConnState) {
+	if st != http.StateActive {
+		return
+	}
+	mc, ok := c.(*h2MeteredConn)
+	if !ok || mc.registered.Load() { // every later report: a load
+		return
+	}
+	if mc.registered.CompareAndSwap(false, true) && h.stopping.Load() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), h2ShutdownLinger)
+			defer cancel()
+			_ = h.hs.Shutdown(ctx) // a pass of its own; H2Server.Shutdown's call waits for the connections
+		}()
+	}
 }
 
 // h2ConnKey carries a connection's *h2MeteredConn in its streams' contexts.
@@ -479,6 +505,9 @@ type h2MeteredConn struct {
 	streams  *h2ConnStreams // h2_streams.go
 	srv      *H2Server
 	lingered atomic.Bool
+	// registered is set when net/http first reports the connection
+	// active: its HTTP/2 server has registered it (connState).
+	registered atomic.Bool
 }
 
 // Close closes the connection and tells serveConn that net/http is done.
