@@ -34,6 +34,12 @@ type breaker struct {
 	// when it knows nothing of it and the shard answered within its
 	// window (Limiter.unknownInWindow).
 	answered atomic.Int64
+	// failedAt is when a call to the shard last failed, and downSince when
+	// the first failure after its last answer came (unix ns on the
+	// limiter's clock; downSince 0 or before answered: none since): what
+	// says the shard is down now, and has been for how long
+	// (Limiter.downThroughWindow).
+	failedAt, downSince atomic.Int64
 }
 
 func newBreaker(threshold int, cooldown time.Duration, onChange func(breakerState)) *breaker {
@@ -158,6 +164,11 @@ func (b *breaker) success() {
 
 func (b *breaker) failure(now time.Time) {
 	n := b.failures.Add(1)
+	at := now.UnixNano()
+	b.failedAt.Store(at)
+	if d := b.downSince.Load(); d == 0 || d < b.answered.Load() {
+		b.downSince.Store(at)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := breakerState(b.state.Load())
@@ -165,6 +176,23 @@ func (b *breaker) failure(now time.Time) {
 		b.openedAt = now
 		b.set(breakerOpen)
 	}
+}
+
+// probeEarly starts the half-open probe before the cooldown has passed,
+// when the breaker is open (a probe already in flight is not doubled):
+// the fallback asks for one when its evidence that the shard is down has
+// grown stale (Limiter.downThroughWindow).
+func (b *breaker) probeEarly() bool {
+	if breakerState(b.state.Load()) != breakerOpen {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if breakerState(b.state.Load()) != breakerOpen {
+		return false
+	}
+	b.set(breakerHalfOpen)
+	return true
 }
 
 // set changes state; called locked.

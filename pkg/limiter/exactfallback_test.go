@@ -231,3 +231,31 @@ func TestExactFallbackRecordIsBounded(t *testing.T) {
 	require.True(t, v.Allowed)
 	require.EqualValues(t, 5, testCounter(l.metrics.replayed), "the fallback's 5 were replayed after the flood")
 }
+
+// A share of floor(limit/N) needs the store to be failing this edge now,
+// not only to have failed it a window ago: with the breaker open and its
+// last failure older than a store deadline, the check is denied and the
+// breaker probes at once rather than at the end of its cooldown. A probe
+// that fails makes the share safe again; one that succeeds closes the
+// breaker, and the store decides.
+func TestExactFallbackShareNeedsRecentFailure(t *testing.T) {
+	l, st, clock := newTestLimiter(t, Config{BreakerFailures: 1, BreakerCooldown: 10 * time.Minute})
+	k := lim("fresh", limit.FixedWindow, 10, time.Minute)
+	c := Check{Limit: k, Cost: 1, Nodes: 2}
+	st.fail.Store(true)
+	require.Zero(t, fallbackAdmitted(t, l, c, 1), "the first failure: not down for a window yet")
+	clock.add(k.Window)
+	require.Zero(t, fallbackAdmitted(t, l, c, 1), "failing since a window ago, but the last failure is that old: the store may be back for the other edge")
+	l.bg.Wait()
+	require.EqualValues(t, 1, st.probes.Load(), "probed at once, not at the end of the 10 min cooldown")
+	require.Equal(t, 5, fallbackAdmitted(t, l, c, 10), "the probe failed just now: floor(10/2)")
+
+	clock.add(2 * time.Second) // the last failure older than the deadline (1 s here) again
+	st.fail.Store(false)
+	require.Zero(t, fallbackAdmitted(t, l, c, 1), "no share on stale evidence")
+	l.bg.Wait()
+	require.EqualValues(t, 2, st.probes.Load())
+	v, err := l.Decide(context.Background(), []Check{c})
+	require.NoError(t, err)
+	require.Equal(t, SourceStore, v.Checks[0].Source, "the probe closed the breaker: the store decides")
+}

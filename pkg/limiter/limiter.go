@@ -1228,9 +1228,10 @@ func (l *Limiter) seedFallback(key string, local Limit, nodes int64, now time.Ti
 // never did), so other nodes may have counted the key after this node's
 // last answer — shares of answers the nodes got at different moments add
 // up to more than the store had left. A shard that has not answered this
-// node for that long has counted nothing in the window for anyone (when it
-// is down for every node), and each node's floor(limit/N) keeps the window
-// to the limit. A node alone (Nodes ≤ 1) decides its share of its own last
+// node for that long, and has been failing it through that window and
+// still is (downThroughWindow), has counted nothing in the window for
+// anyone (when it is down for every node), and each node's floor(limit/N)
+// keeps the window to the limit. A node alone (Nodes ≤ 1) decides its share of its own last
 // answer, which is the store's whole count.
 func (l *Limiter) unknownInWindow(c Check, key string, now time.Time) bool {
 	if c.Tolerance > 0 || c.Global || c.Limit.Algorithm.Spec().Held {
@@ -1240,14 +1241,46 @@ func (l *Limiter) unknownInWindow(c Check, key string, now time.Time) bool {
 	if alone && l.ledger.knows(key, now) {
 		return false // its last answer is the store's whole count
 	}
-	last := l.breakers.get(l.store.Shard(c.Limit)).answered.Load()
+	b := l.breakers.get(l.store.Shard(c.Limit))
+	last := b.answered.Load()
 	if last == 0 {
 		if alone {
 			return false
 		}
 		last = l.started.UnixNano()
 	}
-	return now.Sub(time.Unix(0, last)) < silentFor(c.Limit)
+	if now.Sub(time.Unix(0, last)) < silentFor(c.Limit) {
+		return true
+	}
+	return !alone && !l.downThroughWindow(b, c.Limit, now)
+}
+
+// downThroughWindow reports whether the shard behind b is down for this
+// node now and has been through lim's window, which is what makes the
+// shares of floor(limit/N) safe: a store that answered nobody in the
+// window counted nothing in it. Not having been answered is not enough:
+// a node whose breaker stayed open while the store came back, or that
+// sent the shard nothing for a while, has no answer and no recent failure
+// either, while the other nodes count on the store. So the shard must have failed
+// this node since a window ago (its first failure after its last answer),
+// and again within a store deadline (and a breaker cooldown, the probes'
+// pace, if that is shorter). When that last failure is older, the
+// breaker's probe goes now rather than at the end of its cooldown (once:
+// a probe in flight is not doubled), and the check gets no share until it
+// fails again: a store that is back closes the breaker instead, and its
+// count decides.
+func (l *Limiter) downThroughWindow(b *breaker, lim Limit, now time.Time) bool {
+	down := b.downSince.Load()
+	if down == 0 || down < b.answered.Load() || now.Sub(time.Unix(0, down)) < silentFor(lim) {
+		return false
+	}
+	if now.Sub(time.Unix(0, b.failedAt.Load())) <= min(l.cfg.Timeout, l.cfg.BreakerCooldown) {
+		return true
+	}
+	if b.probeEarly() {
+		l.probe(b, lim)
+	}
+	return false
 }
 
 // silentFor is how long a store must not have answered for it to have

@@ -276,9 +276,13 @@ func fallbackAdmitted(t *testing.T, l *Limiter, c Check, n int) int {
 func TestFallbackModes(t *testing.T) {
 	k := lim("k", limit.FixedWindow, 10, time.Minute)
 	t.Run("fallback divides the limit by nodes", func(t *testing.T) {
-		l, st, _ := newTestLimiter(t, Config{})
+		l, st, clock := newTestLimiter(t, Config{})
 		st.fail.Store(true)
-		allowed := fallbackAdmitted(t, l, Check{Limit: k, Cost: 1, Nodes: 3}, 10)
+		c := Check{Limit: k, Cost: 1, Nodes: 3}
+		_, err := l.Decide(context.Background(), []Check{c}) // the store's first failure
+		require.NoError(t, err)
+		clock.add(k.Window) // failing for a window: down for every node, it counted nothing
+		allowed := fallbackAdmitted(t, l, c, 10)
 		require.Equal(t, 3, allowed, "floor(10/3) locally: three nodes together admit at most the limit")
 	})
 	t.Run("open admits", func(t *testing.T) {

@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, storeName string, evicted func() int6
 		}),
 		breakerOpens:    counter("edgeguard_limiter_breaker_opens_total", "Times a shard's breaker opened (its keys went to the fallback): a slow store must not flap it."),
 		replayed:        counter("edgeguard_limiter_replayed_units_total", "Units the local fallback admitted that were replayed into the store once it answered again."),
-		unknown:         counter("edgeguard_limiter_fallback_unknown_total", "Exact checks shared by several edges that the local fallback denied because the store had answered this edge within the check's window (other edges may have counted since this edge's last answer)."),
+		unknown:         counter("edgeguard_limiter_fallback_unknown_total", "Exact checks shared by several edges that the local fallback denied because the store had answered this edge within the check's window (other edges may have counted since this edge's last answer), or had not failed it through that window and within the store deadline (the store may be back for the other edges)."),
 		refunds:         counter("edgeguard_limiter_refunds_total", "Leases given back: other limit denied, unused coalesced units, released concurrency slots."),
 		refundErrors:    counter("edgeguard_limiter_refund_errors_total", "Refund calls that failed (units stay counted until their window passes)."),
 		releaseRetries:  counter("edgeguard_limiter_release_retries_total", "Concurrency-slot releases tried again after a failure (in the background, for up to 10 s; the response never waits)."),

@@ -414,6 +414,21 @@ func TestScheduleSymmetricRegressions(t *testing.T) {
 		// current one: a store silent for one window had still counted
 		// what weighs on it (5, and 16 weighted, of 16).
 		{limit.SlidingWindow, 94, "a sliding window silent for one window"},
+		// Not having been answered for a window taken as the store
+		// answering nobody in it (downThroughWindow). An edge whose calls
+		// had failed for 0.6 s (a 204 ms outage, its breaker open
+		// through its cooldown of 832 ms) took ⌊limit/N⌋ while the
+		// others counted on the store again: 12 of 11 (either rule of
+		// downThroughWindow alone stops it). Its calls failing for less
+		// than a window: 17 of 16 (the rule of a window of failures
+		// undone).
+		{limit.FixedWindow, 349, "a share with the store failing for less than a window"},
+		{limit.SlidingLog, 474, "a share with the store failing for less than a window"},
+		// An edge whose last failure was 0.8 s old (the store back for
+		// 0.4 s, the edge's breaker open, no call since) took its share
+		// as its probe went out: 5 of 4 (the rule of a recent failure
+		// undone).
+		{limit.SlidingLog, 429, "a share on a failure older than a cooldown"},
 	} {
 		t.Run(fmt.Sprintf("%s/%d", tc.alg, tc.seed), func(t *testing.T) {
 			h := newSchedHarness(t, tc.alg, tc.seed, true)

@@ -311,9 +311,13 @@ func newSchedHarness(t *testing.T, alg Algorithm, seed uint64, sym bool) *schedH
 		if !sym {
 			// Asymmetric runs model an edge cut off alone: one that has
 			// not heard from the store for a window before the run (as
-			// if started then) decides ⌊limit/N⌋ until it does, while the
-			// others keep counting at the store.
+			// if started then), its calls failing since, decides
+			// ⌊limit/N⌋ while they keep failing, until it hears from the
+			// store, while the others keep counting at the store.
 			l.started = clock.now().Add(-silentFor(h.lim))
+			b := l.breakers.get(l.store.Shard(h.lim))
+			b.downSince.Store(l.started.UnixNano())
+			b.failedAt.Store(l.started.UnixNano())
 		}
 		h.edges = append(h.edges, l)
 	}
