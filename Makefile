@@ -104,15 +104,18 @@ faults: tools
 
 # The master changes under writes alone (a failover with no pause, a master
 # SIGKILLed; Sentinel and Cluster), FAULTS_COUNT times each cell, the table
-# of every run at the end. FAULTS_ALGS narrows the algorithms (comma-separated):
+# of every run at the end. FAULTS_ALGS narrows the algorithms (comma-separated);
+# FAULTS_LIMIT sets the key's limit (600 by default: reached after the change;
+# a smaller one is reached while the edges move over):
 #   make faults-failover FAULTS_COUNT=20 FAULTS_ALGS=fixed_window
 # (23 minutes on two shared cores; every algorithm 20 times needs about two
 # hours: FAULTS_TIMEOUT=3h).
 FAULTS_COUNT ?= 1
 FAULTS_ALGS ?=
+FAULTS_LIMIT ?=
 faults-failover: tools
 	@table=$$(mktemp) && \
-	EDGEGUARD_FAULTS=failover EDGEGUARD_FAULTS_ALGS='$(FAULTS_ALGS)' EDGEGUARD_FAULTS_TABLE="$$table" \
+	EDGEGUARD_FAULTS=failover EDGEGUARD_FAULTS_ALGS='$(FAULTS_ALGS)' EDGEGUARD_FAULTS_LIMIT='$(FAULTS_LIMIT)' EDGEGUARD_FAULTS_TABLE="$$table" \
 		$(GO) test -count=$(FAULTS_COUNT) -timeout $(FAULTS_TIMEOUT) -run '^TestFaultMatrix$$' ./internal/faults/; \
 	rc=$$?; echo; echo "master changes under writes ×$(FAULTS_COUNT), $$(date -u +%F), commit $$(git rev-parse --short HEAD 2>/dev/null):"; \
 	cat "$$table"; rm -f "$$table"; exit $$rc

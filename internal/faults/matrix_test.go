@@ -46,7 +46,8 @@ import (
 // `go test` runs the quick subset; EDGEGUARD_FAULTS=full runs every cell
 // (make faults), and EDGEGUARD_FAULTS_TABLE=file writes the table there.
 // EDGEGUARD_FAULTS=failover runs the master changes under writes only (make
-// faults-failover, FAULTS_COUNT times each).
+// faults-failover, FAULTS_COUNT times each); EDGEGUARD_FAULTS_LIMIT sets
+// their key's limit instead of masterChangeLimit.
 
 const (
 	nodes    = 3
@@ -559,6 +560,11 @@ func newCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) *cell 
 	c.heavy = limit.Limit{Key: prefix + ".heavy", Algorithm: alg, Limit: heavyLimit, Window: window}
 	if f.masterChange && !alg.Spec().Held {
 		c.heavy.Limit = masterChangeLimit
+		if s := os.Getenv("EDGEGUARD_FAULTS_LIMIT"); s != "" {
+			v, err := strconv.ParseInt(s, 10, 64)
+			require.True(t, err == nil && v > 0, "EDGEGUARD_FAULTS_LIMIT=%q: want a limit above 0", s)
+			c.heavy.Limit = v
+		}
 	}
 	c.light = limit.Limit{Key: prefix + ".light", Algorithm: alg, Limit: lightLimit, Window: window}
 	if alg.Spec().Held {
