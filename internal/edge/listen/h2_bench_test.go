@@ -20,16 +20,8 @@ import (
 // handed to serveStream directly) and a GET of h2load's shape on one of
 // its connections.
 func benchH2Stream(t testing.TB, handler fasthttp.RequestHandler) (*H2Server, *http.Request) {
-	sm := NewH2StreamMetrics()
-	cfg := H2Config{
-		Handler:       handler,
-		Counts:        NewConnCounts(256, 64, nil, prometheus.NewCounter(prometheus.CounterOpts{Name: "refused"})),
-		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics:       NewH2Metrics(),
-		StreamMetrics: sm,
-		MaxHeldBytes:  256 << 20,
-		WriteTimeout:  10 * time.Second,
-	}
+	cfg := testH2Config(handler)
+	sm := cfg.StreamMetrics
 	h := &H2Server{cfg: cfg, m: cfg.Metrics, streams: sm, held: newH2Budget(cfg.MaxHeldBytes, sm.held)}
 	mc := &h2MeteredConn{Conn: benchConn{}, state: tls.ConnectionState{Version: tls.VersionTLS13, HandshakeComplete: true, NegotiatedProtocol: "h2"}}
 	mc.streams = h.openConnStreams(mc)
@@ -42,6 +34,20 @@ func benchH2Stream(t testing.TB, handler fasthttp.RequestHandler) (*H2Server, *h
 		"Accept-Encoding": {"gzip, deflate"},
 	}
 	return h, r
+}
+
+// testH2Config is an HTTP/2 server's settings around handler, with metrics
+// of its own and a discarding log (no listener address).
+func testH2Config(handler fasthttp.RequestHandler) H2Config {
+	return H2Config{
+		Handler:       handler,
+		Counts:        NewConnCounts(256, 64, nil, prometheus.NewCounter(prometheus.CounterOpts{Name: "refused"})),
+		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics:       NewH2Metrics(),
+		StreamMetrics: NewH2StreamMetrics(),
+		MaxHeldBytes:  256 << 20,
+		WriteTimeout:  10 * time.Second,
+	}
 }
 
 // pathStackDepth is how many of useStack's frames stand for the request

@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"log/slog"
 	"net"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
@@ -32,17 +30,9 @@ func TestH2ConnectionRegisteredAfterShutdownGetsAGoAway(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 
-	sm := NewH2StreamMetrics()
-	h := NewH2Server(H2Config{
-		Addr:          ln.Addr(),
-		Handler:       func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
-		Counts:        NewConnCounts(256, 64, nil, prometheus.NewCounter(prometheus.CounterOpts{Name: "refused"})),
-		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics:       NewH2Metrics(),
-		StreamMetrics: sm,
-		MaxHeldBytes:  1 << 20,
-		WriteTimeout:  10 * time.Second,
-	})
+	cfg := testH2Config(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") })
+	cfg.Addr = ln.Addr()
+	h := NewH2Server(cfg)
 	// net/http calls ConnContext once it has accepted a connection, before
 	// it reads anything from it.
 	accepted := make(chan struct{}, 2)
