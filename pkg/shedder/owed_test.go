@@ -11,9 +11,12 @@ import (
 
 // takeOwedLater is acquireLater through TakeOwed: it reports the waiter's
 // name with its error, in the order the slots are handed out (the slot is
-// given back after the report).
-func takeOwedLater(w *Workers, name string, tier Tier, owed time.Duration, got chan<- string) {
+// given back after the report), and closes the channel it returns once the
+// slot is given back.
+func takeOwedLater(w *Workers, name string, tier Tier, owed time.Duration, got chan<- string) <-chan struct{} {
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		slot, err := w.TakeOwed(context.Background(), tier, nil, owed)
 		if err != nil {
 			got <- name + ": " + err.Error()
@@ -22,6 +25,7 @@ func takeOwedLater(w *Workers, name string, tier Tier, owed time.Duration, got c
 		got <- name
 		slot.Release()
 	}()
+	return done
 }
 
 // A waiter its share owes a worker goes ahead of the waiters of its tier
@@ -32,6 +36,7 @@ func TestTakeOwedGoesFirstInItsTier(t *testing.T) {
 	hold, err := w.TakeUnless(context.Background(), TierRead, nil)
 	require.NoError(t, err)
 	got := make(chan string, 8)
+	var dones []<-chan struct{}
 	for i, c := range []struct {
 		name string
 		tier Tier
@@ -44,7 +49,7 @@ func TestTakeOwedGoesFirstInItsTier(t *testing.T) {
 		{"owed read 2", TierRead, time.Minute},
 		{"owed test", TierTest, time.Minute},
 	} {
-		takeOwedLater(w, c.name, c.tier, c.owed, got)
+		dones = append(dones, takeOwedLater(w, c.name, c.tier, c.owed, got))
 		waitQueued(t, w, i+1)
 	}
 	hold.Release()
@@ -53,6 +58,9 @@ func TestTakeOwedGoesFirstInItsTier(t *testing.T) {
 		order = append(order, <-got)
 	}
 	require.Equal(t, []string{"write", "owed read 1", "owed read 2", "read 1", "read 2", "owed test"}, order)
+	for _, d := range dones { // the last slot is given back after its report
+		<-d
+	}
 	require.Equal(t, 0, w.Busy())
 }
 
@@ -95,7 +103,7 @@ func TestTakeOwedWaitsLonger(t *testing.T) {
 	hold, err := w.TakeUnless(context.Background(), TierRead, nil)
 	require.NoError(t, err)
 	got := make(chan string, 1)
-	takeOwedLater(w, "owed", TierRead, time.Minute, got)
+	done := takeOwedLater(w, "owed", TierRead, time.Minute, got)
 	waitQueued(t, w, 1)
 	for range 3 {
 		_, err = w.TakeOwed(context.Background(), TierRead, nil, 0)
@@ -109,6 +117,7 @@ func TestTakeOwedWaitsLonger(t *testing.T) {
 	}
 	hold.Release()
 	require.Equal(t, "owed", <-got)
+	<-done // its slot given back: the one worker is free
 
 	// Owed less than the queue timeout, it still waits the queue timeout.
 	hold, err = w.TakeUnless(context.Background(), TierRead, nil)
