@@ -1231,8 +1231,8 @@ func (l *Limiter) seedFallback(key string, local Limit, nodes int64, now time.Ti
 // node for that long, and has been failing it through that window and
 // still is (downThroughWindow), has counted nothing in the window for
 // anyone (when it is down for every node), and each node's floor(limit/N)
-// keeps the window to the limit. A node alone (Nodes ≤ 1) decides its share of its own last
-// answer, which is the store's whole count.
+// keeps the window to the limit. A node alone (Nodes ≤ 1) decides its
+// share of its own last answer, which is the store's whole count.
 func (l *Limiter) unknownInWindow(c Check, key string, now time.Time) bool {
 	if c.Tolerance > 0 || c.Global || c.Limit.Algorithm.Spec().Held {
 		return false
@@ -1261,14 +1261,14 @@ func (l *Limiter) unknownInWindow(c Check, key string, now time.Time) bool {
 // window counted nothing in it. Not having been answered is not enough:
 // a node whose breaker stayed open while the store came back, or that
 // sent the shard nothing for a while, has no answer and no recent failure
-// either, while the other nodes count on the store. So the shard must have failed
-// this node since a window ago (its first failure after its last answer),
-// and again within a store deadline (and a breaker cooldown, the probes'
-// pace, if that is shorter). When that last failure is older, the
-// breaker's probe goes now rather than at the end of its cooldown (once:
-// a probe in flight is not doubled), and the check gets no share until it
-// fails again: a store that is back closes the breaker instead, and its
-// count decides.
+// either, while the other nodes count on the store. So the shard must
+// have failed this node since a window ago (its first failure after its
+// last answer), and again within a store deadline (and a breaker
+// cooldown, the probes' pace, if that is shorter). When that last failure
+// is older, the breaker's probe goes now rather than at the end of its
+// cooldown (once: a probe in flight is not doubled), and the check gets no
+// share until it fails again: a store that is back closes the breaker
+// instead, and its count decides.
 func (l *Limiter) downThroughWindow(b *breaker, lim Limit, now time.Time) bool {
 	down := b.downSince.Load()
 	if down == 0 || down < b.answered.Load() || now.Sub(time.Unix(0, down)) < silentFor(lim) {
