@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -276,6 +277,11 @@ type TenantRun struct {
 type Goal struct {
 	What, Figure string
 	Met, Info    bool
+	// ratio is the figure AcrossSets judges a goal on, and bound the
+	// least it may be (the most, when below); bound is 0 for the goals
+	// held per set only.
+	ratio, bound float64
+	below        bool
 }
 
 // Goals are the goals this run is held to.
@@ -318,13 +324,15 @@ func (r *TenantRun) Goals() []Goal {
 	gs = append(gs, Goal{What: "b.example succeeded ≥ 95 % of quiet" + label,
 		Figure: fmt.Sprintf("%.2f %% of %.2f %%", 100*succD, 100*succQ), Met: bd.sent > 0 && succD >= 0.95*succQ, Info: flood})
 	gs = append(gs, Goal{What: "b.example 200s a second ≥ 95 % of quiet" + label,
-		Figure: fmt.Sprintf("%.0f/s of %.0f/s (%.1f %%)", rateD, rateQ, 100*ratio(rateD, rateQ)), Met: ratio(rateD, rateQ) >= 0.95, Info: flood})
+		Figure: fmt.Sprintf("%.0f/s of %.0f/s (%.1f %%)", rateD, rateQ, 100*ratio(rateD, rateQ)), Met: ratio(rateD, rateQ) >= 0.95, Info: flood,
+		ratio: ratio(rateD, rateQ), bound: 0.95})
 	if flood {
 		return gs
 	}
 	gs = append(gs, Goal{What: "b.example p99 ≤ 1.5× quiet",
 		Figure: fmt.Sprintf("%s vs %s (%.2f×)", ms(bd.p99()), ms(bq.p99()), ratio(float64(bd.p99()), float64(bq.p99()))),
-		Met:    bq.p99() > 0 && bd.p99() > 0 && bd.p99() <= bq.p99()*3/2})
+		Met:    bq.p99() > 0 && bd.p99() > 0 && bd.p99() <= bq.p99()*3/2,
+		ratio:  p99Ratio(bd.p99(), bq.p99()), bound: 1.5, below: true})
 	want := r.Share * r.Rounds
 	gs = append(gs, Goal{What: "a.example answered ≥ 90 % of share × rounds",
 		Figure: fmt.Sprintf("%d of %d × %d = %d", r.A.ok, r.Share, r.Rounds, want), Met: want > 0 && float64(r.A.ok) >= 0.9*float64(want)})
@@ -340,6 +348,80 @@ func (r *TenantRun) Goals() []Goal {
 	gs = append(gs, Goal{What: fmt.Sprintf("c.example's first 200, and every %s at ≥ 95 %% in time, from its start", joinBin), Info: true,
 		Figure: fmt.Sprintf("%s, from %s; host share %d before it joined, %d after", since(r.CFirstOK), since(r.CAtRate), r.ShareBefore, r.Share)})
 	return gs
+}
+
+// p99Ratio is beside ÷ quiet, +Inf when either is missing: no figure
+// meets a bound from above then.
+func p99Ratio(beside, quiet time.Duration) float64 {
+	if beside <= 0 || quiet <= 0 {
+		return math.Inf(1)
+	}
+	return float64(beside) / float64(quiet)
+}
+
+// setsToJudge is how many sets of one scenario and target make the median
+// of each ratio goal's figure over them the goal's verdict (AcrossSets). A
+// set's closed-loop figures move by about ±10 % from set to set on two
+// shared cores: nginx, which holds nothing per request, kept 111.0 %,
+// 91.4 % and 112.2 % of its quiet rate beside the slowdown in three sets of
+// one run. From three sets on, each set's figure is printed beside the
+// median as information.
+const setsToJudge = 3
+
+// SetsGoal is a goal judged on the median of its figure over the sets of
+// one scenario and target.
+type SetsGoal struct {
+	Scenario, Target string
+	Goal
+}
+
+// AcrossSets judges, for each scenario and target run at least setsToJudge
+// times, every goal with a ratio (b.example's rate and p99 beside the
+// slowdown ÷ quiet) on the median of that ratio over the sets.
+func AcrossSets(runs []*TenantRun) []SetsGoal {
+	type key struct{ sc, target string }
+	var order []key
+	byKey := map[key][]*TenantRun{}
+	for _, r := range runs {
+		k := key{r.Scenario, r.Target}
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], r)
+	}
+	var out []SetsGoal
+	for _, k := range order {
+		rs := byKey[k]
+		if len(rs) < setsToJudge {
+			continue
+		}
+		first := rs[0].Goals()
+		for i, g := range first {
+			if g.bound == 0 || g.Info {
+				continue
+			}
+			var vs []float64
+			for _, r := range rs {
+				if gs := r.Goals(); i < len(gs) && gs[i].What == g.What {
+					vs = append(vs, gs[i].ratio)
+				}
+			}
+			med := median(vs)
+			met := med >= g.bound
+			format := func(v float64) string { return fmt.Sprintf("%.1f %%", 100*v) }
+			if g.below {
+				met = med <= g.bound
+				format = func(v float64) string { return fmt.Sprintf("%.2f×", v) }
+			}
+			each := make([]string, len(vs))
+			for j, v := range vs {
+				each[j] = format(v)
+			}
+			out = append(out, SetsGoal{Scenario: k.sc, Target: k.target, Goal: Goal{What: g.What, Met: met,
+				Figure: fmt.Sprintf("median %s over %d sets (each: %s)", format(med), len(vs), strings.Join(each, ", "))}})
+		}
+	}
+	return out
 }
 
 // since is a duration after c.example's start, or "never".
@@ -860,16 +942,30 @@ func printTenants(w io.Writer, cfg TenantsConfig, plan *cpuPlan, runs []*TenantR
 		}
 	}
 	fmt.Fprintln(w)
+	across := AcrossSets(runs)
+	judged := map[string]bool{} // scenario/target: what across holds
+	for _, g := range across {
+		judged[g.Scenario+"/"+g.Target+": "+g.What] = true
+	}
 	for _, r := range runs {
 		for _, g := range r.Goals() {
-			verdict := "FAIL"
+			verdict, note := "FAIL", ""
 			switch {
 			case g.Info:
 				verdict = "INFO"
+			case judged[r.Scenario+"/"+r.Target+": "+g.What]:
+				verdict, note = "INFO", " (one set: the median over the sets, below, is the verdict)"
 			case g.Met:
 				verdict = "PASS"
 			}
-			fmt.Fprintf(w, "%s set %d, %s/%s: %s: %s\n", verdict, r.Set, r.Scenario, r.Target, g.What, g.Figure)
+			fmt.Fprintf(w, "%s set %d, %s/%s: %s: %s%s\n", verdict, r.Set, r.Scenario, r.Target, g.What, g.Figure, note)
 		}
+	}
+	for _, g := range across {
+		verdict := "FAIL"
+		if g.Met {
+			verdict = "PASS"
+		}
+		fmt.Fprintf(w, "%s %s/%s: %s: %s\n", verdict, g.Scenario, g.Target, g.What, g.Figure)
 	}
 }

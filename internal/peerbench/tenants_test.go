@@ -151,6 +151,53 @@ func TestTenantGoals(t *testing.T) {
 	require.Equal(t, []bool{false, true, true}, info, "the closed loop's figures hold no goal in the flood")
 }
 
+// From three sets of a scenario and target on, b.example's rate and p99
+// beside the slowdown are judged on their medians over the sets, each
+// set's printed beside; fewer sets are judged one by one.
+func TestTenantGoalsAcrossSets(t *testing.T) {
+	run := func(set int, target string, rate float64, p99 time.Duration) *TenantRun {
+		lat := func(n int, d time.Duration) []time.Duration {
+			s := make([]time.Duration, n)
+			for i := range s {
+				s[i] = d
+			}
+			return s
+		}
+		ok := int(1000 * rate)
+		return &TenantRun{Scenario: "slow", Target: target, Set: set, Phase: 10 * time.Second, Beside: 10 * time.Second, Share: 1, Rounds: 1,
+			BQuiet:  &count{sent: 1000, ok: 1000, lat: lat(1000, 10*time.Millisecond)},
+			BDuring: &count{sent: ok, ok: ok, lat: lat(ok, p99)},
+			A:       &count{sent: 1, ok: 1}, Crit: &count{sent: 1, ok: 1},
+			BQuietOpen: &count{}, BDuringOpen: &count{}, C: &count{}}
+	}
+	verdicts := func(gs []SetsGoal) map[string]bool {
+		v := map[string]bool{}
+		for _, g := range gs {
+			v[g.Target+": "+g.What] = g.Met
+		}
+		return v
+	}
+	rate, p99 := "b.example 200s a second ≥ 95 % of quiet", "b.example p99 ≤ 1.5× quiet"
+	runs := []*TenantRun{
+		run(1, "edge", 0.97, 12*time.Millisecond), run(1, "nginx", 0.94, 16*time.Millisecond),
+		run(2, "edge", 1.02, 11*time.Millisecond), run(2, "nginx", 0.93, 14*time.Millisecond),
+		run(3, "edge", 0.91, 16*time.Millisecond), run(3, "nginx", 1.10, 16*time.Millisecond),
+	}
+	require.False(t, runs[4].Goals()[1].Met, "one set alone misses it")
+	require.Equal(t, map[string]bool{"edge: " + rate: true, "edge: " + p99: true, "nginx: " + rate: false, "nginx: " + p99: false},
+		verdicts(AcrossSets(runs)), "medians 97 % and 1.2× for the edge, 94 % and 1.6× for nginx")
+	got := AcrossSets(runs)
+	require.Equal(t, "median 97.0 % over 3 sets (each: 97.0 %, 102.0 %, 91.0 %)", got[0].Figure)
+	require.Empty(t, AcrossSets(runs[:4]), "two sets: judged one by one")
+
+	var out strings.Builder
+	printTenants(&out, DefaultTenantsConfig(), nil, runs)
+	require.Contains(t, out.String(), "INFO set 3, slow/edge: "+rate+": 91/s of 100/s (91.0 %) (one set: the median over the sets, below, is the verdict)")
+	require.Contains(t, out.String(), "PASS slow/edge: "+rate+": median 97.0 %")
+	require.Contains(t, out.String(), "FAIL slow/nginx: "+p99+": median 1.60×")
+	require.Contains(t, out.String(), "PASS set 3, slow/edge: nothing critical refused", "the other goals stay per set")
+}
+
 // A joining host's arrival: its first 200 (scheduled time plus latency),
 // and the first bin from which every bin has 95 % answered in time.
 func TestJoined(t *testing.T) {
