@@ -99,6 +99,9 @@ type scratch struct {
 	// kept across requests (reset leaves it), so a flood by one rule
 	// finds it without the map.
 	policy *policyEntry
+	// decisionSeen is the decisions counter this scratch's last checked
+	// rule added to (record), kept across requests as policy is.
+	decisionSeen decisionMemo
 
 	ruling
 	recorded

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/edgeguard/edgeguard/internal/problem"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -43,7 +45,7 @@ func (e *Pipeline) limitStage(sc *scratch) string {
 	if !verdict.Allowed {
 		e.startPenalties(sc.matches, sc.checks, &verdict)
 	}
-	sc.applied, sc.all = e.record(sc.matches, sc.checks, verdict, sc.applied, sc.all, e.access != nil || sc.span != nil)
+	sc.applied, sc.all = e.record(sc.matches, sc.checks, verdict, sc.applied, sc.all, e.access != nil || sc.span != nil, &sc.decisionSeen)
 	if !verdict.Allowed {
 		deny(ctx, sc.applied, e.cfg.LegacyHeaders, &sc.policy)
 		return outcomeDenied
@@ -97,7 +99,7 @@ func limiterDenial(v limiter.Verdict) (bool, time.Duration) {
 // record counts every rule's decision and returns the non-shadow checks
 // (checks[i] is ms[i]'s) as clients see them, and, when all is wanted, every
 // rule's outcome.
-func (e *Pipeline) record(ms []rules.Match, checks []limiter.Check, v limiter.Verdict, dst, all []applied, wantAll bool) ([]applied, []applied) {
+func (e *Pipeline) record(ms []rules.Match, checks []limiter.Check, v limiter.Verdict, dst, all []applied, wantAll bool, seen *decisionMemo) ([]applied, []applied) {
 	for i, m := range ms {
 		if i >= len(v.Checks) { // the limiter failed: admitted unchecked
 			break
@@ -113,7 +115,7 @@ func (e *Pipeline) record(ms []rules.Match, checks []limiter.Check, v limiter.Ve
 			decision = "denied"
 		}
 		if o.Source != limiter.SourceSkipped {
-			e.metrics.decision(ruleLabel(m.Rule), decision, e.reason(o.Source)).Inc()
+			e.decisionOf(seen, m.Rule, decision, o.Source).Inc()
 		}
 		a := applied{rule: m.Rule, out: o, skipped: o.Source == limiter.SourceSkipped, shadow: shadow}
 		if !shadow {
@@ -124,6 +126,28 @@ func (e *Pipeline) record(ms []rules.Match, checks []limiter.Check, v limiter.Ve
 		}
 	}
 	return dst, all
+}
+
+// decisionMemo is a decisions counter and what it counts: the pipeline's
+// metrics, the rule, the decision and where it was decided.
+type decisionMemo struct {
+	m        *metrics
+	rule     *rules.CompiledRule
+	decision string
+	source   limiter.Source
+	c        prometheus.Counter
+}
+
+// decisionOf is the decisions counter of rule r's decision, decided by s,
+// through seen (the scratch's last): a flood by one rule finds it with
+// four comparisons where the series' map hashes three label strings.
+func (e *Pipeline) decisionOf(seen *decisionMemo, r *rules.CompiledRule, decision string, s limiter.Source) prometheus.Counter {
+	if seen.rule == r && seen.m == e.metrics && seen.source == s && seen.decision == decision {
+		return seen.c
+	}
+	c := e.metrics.decision(ruleLabel(r), decision, e.reason(s))
+	*seen = decisionMemo{m: e.metrics, rule: r, decision: decision, source: s, c: c}
+	return c
 }
 
 func (e *Pipeline) reason(s limiter.Source) string {
