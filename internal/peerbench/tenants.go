@@ -329,10 +329,11 @@ func (r *TenantRun) Goals() []Goal {
 	if flood {
 		return gs
 	}
+	pq, pd := bq.p99(), bd.p99() // each sorts the phase's latencies
 	gs = append(gs, Goal{What: "b.example p99 ≤ 1.5× quiet",
-		Figure: fmt.Sprintf("%s vs %s (%.2f×)", ms(bd.p99()), ms(bq.p99()), ratio(float64(bd.p99()), float64(bq.p99()))),
-		Met:    bq.p99() > 0 && bd.p99() > 0 && bd.p99() <= bq.p99()*3/2,
-		ratio:  p99Ratio(bd.p99(), bq.p99()), bound: 1.5, below: true})
+		Figure: fmt.Sprintf("%s vs %s (%.2f×)", ms(pd), ms(pq), ratio(float64(pd), float64(pq))),
+		Met:    pq > 0 && pd > 0 && pd <= pq*3/2,
+		ratio:  p99Ratio(pd, pq), bound: 1.5, below: true})
 	want := r.Share * r.Rounds
 	gs = append(gs, Goal{What: "a.example answered ≥ 90 % of share × rounds",
 		Figure: fmt.Sprintf("%d of %d × %d = %d", r.A.ok, r.Share, r.Rounds, want), Met: want > 0 && float64(r.A.ok) >= 0.9*float64(want)})
@@ -360,7 +361,7 @@ func p99Ratio(beside, quiet time.Duration) float64 {
 }
 
 // setsToJudge is how many sets of one scenario and target make the median
-// of each ratio goal's figure over them the goal's verdict (AcrossSets). A
+// of each ratio goal's figure over them the goal's verdict (acrossSets). A
 // set's closed-loop figures move by about ±10 % from set to set on two
 // shared cores: nginx, which holds nothing per request, kept 111.0 %,
 // 91.4 % and 112.2 % of its quiet rate beside the slowdown in three sets of
@@ -368,43 +369,40 @@ func p99Ratio(beside, quiet time.Duration) float64 {
 // median as information.
 const setsToJudge = 3
 
-// SetsGoal is a goal judged on the median of its figure over the sets of
+// setsGoal is a goal judged on the median of its figure over the sets of
 // one scenario and target.
-type SetsGoal struct {
+type setsGoal struct {
 	Scenario, Target string
 	Goal
 }
 
-// AcrossSets judges, for each scenario and target run at least setsToJudge
+// acrossSets judges, for each scenario and target run at least setsToJudge
 // times, every goal with a ratio (b.example's rate and p99 beside the
 // slowdown ÷ quiet) on the median of that ratio over the sets.
-func AcrossSets(runs []*TenantRun) []SetsGoal {
+func acrossSets(runs []*TenantRun) []setsGoal {
 	type key struct{ sc, target string }
 	var order []key
-	byKey := map[key][]*TenantRun{}
+	byKey := map[key][][]Goal{} // each run's goals, computed once
 	for _, r := range runs {
 		k := key{r.Scenario, r.Target}
 		if _, ok := byKey[k]; !ok {
 			order = append(order, k)
 		}
-		byKey[k] = append(byKey[k], r)
+		byKey[k] = append(byKey[k], r.Goals())
 	}
-	var out []SetsGoal
+	var out []setsGoal
 	for _, k := range order {
-		rs := byKey[k]
-		if len(rs) < setsToJudge {
+		sets := byKey[k]
+		if len(sets) < setsToJudge {
 			continue
 		}
-		first := rs[0].Goals()
-		for i, g := range first {
+		for i, g := range sets[0] { // one scenario's runs have the same goals
 			if g.bound == 0 || g.Info {
 				continue
 			}
-			var vs []float64
-			for _, r := range rs {
-				if gs := r.Goals(); i < len(gs) && gs[i].What == g.What {
-					vs = append(vs, gs[i].ratio)
-				}
+			vs := make([]float64, len(sets))
+			for j, gs := range sets {
+				vs[j] = gs[i].ratio
 			}
 			med := median(vs)
 			met := med >= g.bound
@@ -417,7 +415,7 @@ func AcrossSets(runs []*TenantRun) []SetsGoal {
 			for j, v := range vs {
 				each[j] = format(v)
 			}
-			out = append(out, SetsGoal{Scenario: k.sc, Target: k.target, Goal: Goal{What: g.What, Met: met,
+			out = append(out, setsGoal{Scenario: k.sc, Target: k.target, Goal: Goal{What: g.What, Met: met,
 				Figure: fmt.Sprintf("median %s over %d sets (each: %s)", format(med), len(vs), strings.Join(each, ", "))}})
 		}
 	}
@@ -942,10 +940,11 @@ func printTenants(w io.Writer, cfg TenantsConfig, plan *cpuPlan, runs []*TenantR
 		}
 	}
 	fmt.Fprintln(w)
-	across := AcrossSets(runs)
-	judged := map[string]bool{} // scenario/target: what across holds
+	across := acrossSets(runs)
+	type goalOf struct{ sc, target, what string }
+	judged := map[goalOf]bool{} // the goals across holds
 	for _, g := range across {
-		judged[g.Scenario+"/"+g.Target+": "+g.What] = true
+		judged[goalOf{g.Scenario, g.Target, g.What}] = true
 	}
 	for _, r := range runs {
 		for _, g := range r.Goals() {
@@ -953,7 +952,7 @@ func printTenants(w io.Writer, cfg TenantsConfig, plan *cpuPlan, runs []*TenantR
 			switch {
 			case g.Info:
 				verdict = "INFO"
-			case judged[r.Scenario+"/"+r.Target+": "+g.What]:
+			case judged[goalOf{r.Scenario, r.Target, g.What}]:
 				verdict, note = "INFO", " (one set: the median over the sets, below, is the verdict)"
 			case g.Met:
 				verdict = "PASS"

@@ -170,7 +170,7 @@ func TestTenantGoalsAcrossSets(t *testing.T) {
 			A:       &count{sent: 1, ok: 1}, Crit: &count{sent: 1, ok: 1},
 			BQuietOpen: &count{}, BDuringOpen: &count{}, C: &count{}}
 	}
-	verdicts := func(gs []SetsGoal) map[string]bool {
+	verdicts := func(gs []setsGoal) map[string]bool {
 		v := map[string]bool{}
 		for _, g := range gs {
 			v[g.Target+": "+g.What] = g.Met
@@ -185,10 +185,10 @@ func TestTenantGoalsAcrossSets(t *testing.T) {
 	}
 	require.False(t, runs[4].Goals()[1].Met, "one set alone misses it")
 	require.Equal(t, map[string]bool{"edge: " + rate: true, "edge: " + p99: true, "nginx: " + rate: false, "nginx: " + p99: false},
-		verdicts(AcrossSets(runs)), "medians 97 % and 1.2× for the edge, 94 % and 1.6× for nginx")
-	got := AcrossSets(runs)
+		verdicts(acrossSets(runs)), "medians 97 % and 1.2× for the edge, 94 % and 1.6× for nginx")
+	got := acrossSets(runs)
 	require.Equal(t, "median 97.0 % over 3 sets (each: 97.0 %, 102.0 %, 91.0 %)", got[0].Figure)
-	require.Empty(t, AcrossSets(runs[:4]), "two sets: judged one by one")
+	require.Empty(t, acrossSets(runs[:4]), "two sets: judged one by one")
 
 	var out strings.Builder
 	printTenants(&out, DefaultTenantsConfig(), nil, runs)
