@@ -616,58 +616,148 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, ex *exchange, hop Hop) bool {
 	// override it when the request line was in absolute form.
 	req.UseHostHeader = true
 
+	forward(&req.Header, ex, hop, ctx.IsTLS(), ctx.Request.Header.Host())
+	return true
+}
+
+// forward rewrites h, a copy of the client's request header, for the
+// origin: the hop-by-hop fields and Expect out, and the forwarding fields
+// (X-Forwarded-For, -Proto and -Host, Forwarded, X-Request-ID) set for
+// this hop. host is what the origin gets as Host.
+//
+// One look over the names (requestFields) says which of those fields the
+// request carries: most carry none, and a field asked for by name costs a
+// copy and a normalization of the name and a scan of every field, whether
+// it is there or not. The fields set here go in under their canonical
+// names, as Set would write them.
+func forward(h *fasthttp.RequestHeader, ex *exchange, hop Hop, tls bool, host []byte) {
+	fields := requestFields(h)
 	// Strip first: a header the client named in Connection must not take
-	// out one of ours.
-	stripHopByHop(&req.Header, ex)
+	// out one of ours. A field it takes out stays in fields: asking for it
+	// again finds nothing, as before.
+	if fields&fieldHopByHop != 0 {
+		stripAll(h, ex)
+	}
 	// The edge's server has already answered Expect: 100-continue and holds
 	// the body; passing it on would only make the origin send a 100 too.
-	req.Header.Del(fasthttp.HeaderExpect)
+	if fields&fieldExpect != 0 {
+		h.Del(fasthttp.HeaderExpect)
+	}
 
-	ex.buf = joinLines(ex.buf[:0], req.Header.PeekAll(fasthttp.HeaderXForwardedFor))
+	ex.buf = ex.buf[:0]
+	if fields&fieldXFF != 0 {
+		ex.buf = joinLines(ex.buf, h.PeekAll(fasthttp.HeaderXForwardedFor))
+		// Del then set: Set only replaces the first of several lines.
+		h.Del(fasthttp.HeaderXForwardedFor)
+	}
 	if hop.Peer != "" {
 		if len(ex.buf) > 0 {
 			ex.buf = append(ex.buf, ", "...)
 		}
 		ex.buf = append(ex.buf, hop.Peer...)
 	}
-	// Del then set: Set only replaces the first of several lines.
-	req.Header.Del(fasthttp.HeaderXForwardedFor)
 	if len(ex.buf) > 0 {
-		req.Header.SetBytesV(fasthttp.HeaderXForwardedFor, ex.buf)
+		h.SetCanonical(keyXForwardedFor, ex.buf)
 	}
 
-	proto := "http"
-	if ctx.IsTLS() {
-		proto = "https"
+	proto, protoField := "http", protoHTTP
+	if tls {
+		proto, protoField = "https", protoHTTPS
 	}
-	if !hop.Trusted || len(req.Header.Peek(fasthttp.HeaderXForwardedProto)) == 0 {
-		req.Header.Set(fasthttp.HeaderXForwardedProto, proto)
+	if !hop.Trusted || fields&fieldXFProto == 0 || len(h.Peek(fasthttp.HeaderXForwardedProto)) == 0 {
+		h.SetCanonical(keyXForwardedProto, protoField)
 	}
-	host := ctx.Request.Header.Host() // what the origin gets as Host
-	if !hop.Trusted || len(req.Header.Peek(fasthttp.HeaderXForwardedHost)) == 0 {
+	if !hop.Trusted || fields&fieldXFHost == 0 || len(h.Peek(fasthttp.HeaderXForwardedHost)) == 0 {
 		if len(host) > 0 {
-			req.Header.SetBytesV(fasthttp.HeaderXForwardedHost, host)
-		} else {
-			req.Header.Del(fasthttp.HeaderXForwardedHost)
+			h.SetCanonical(keyXForwardedHost, host)
+		} else if fields&fieldXFHost != 0 {
+			h.Del(fasthttp.HeaderXForwardedHost)
 		}
 	}
 	// RFC 7239: the earlier hops a trusted peer wrote, then ours.
-	ex.buf = joinLines(ex.buf[:0], req.Header.PeekAll(headerForwarded))
+	ex.buf = ex.buf[:0]
+	if fields&fieldForwarded != 0 {
+		ex.buf = joinLines(ex.buf, h.PeekAll(headerForwarded))
+		h.Del(headerForwarded)
+	}
 	if hop.Peer != "" {
 		if len(ex.buf) > 0 {
 			ex.buf = append(ex.buf, ", "...)
 		}
 		ex.buf = appendForwarded(ex.buf, hop.Peer, proto, host)
 	}
-	req.Header.Del(headerForwarded)
 	if len(ex.buf) > 0 {
-		req.Header.SetBytesV(headerForwarded, ex.buf)
+		h.SetCanonical(keyForwarded, ex.buf)
 	}
 	if hop.RequestID != "" {
-		req.Header.Set(headerRequestID, hop.RequestID)
+		ex.buf = append(ex.buf[:0], hop.RequestID...)
+		h.SetCanonical(keyRequestID, ex.buf)
 	}
-	return true
 }
+
+// fieldSet is which of the fields forward rewrites a request carries.
+type fieldSet uint8
+
+const (
+	fieldHopByHop fieldSet = 1 << iota
+	fieldExpect
+	fieldXFF
+	fieldXFProto
+	fieldXFHost
+	fieldForwarded
+)
+
+// requestFields looks over h's names once, in any case, without copying or
+// normalizing any (what anyHopByHop does for the hop-by-hop names alone).
+func requestFields(h *fasthttp.RequestHeader) fieldSet {
+	var s fieldSet
+	for k := range h.All() {
+		switch len(k) {
+		case len(fasthttp.HeaderExpect):
+			if bytes.EqualFold(k, []byte(fasthttp.HeaderExpect)) {
+				s |= fieldExpect
+				continue
+			}
+		case len(headerForwarded):
+			if bytes.EqualFold(k, []byte(headerForwarded)) {
+				s |= fieldForwarded
+				continue
+			}
+		case len(fasthttp.HeaderXForwardedFor):
+			if bytes.EqualFold(k, []byte(fasthttp.HeaderXForwardedFor)) {
+				s |= fieldXFF
+				continue
+			}
+		case len(fasthttp.HeaderXForwardedHost):
+			if bytes.EqualFold(k, []byte(fasthttp.HeaderXForwardedHost)) {
+				s |= fieldXFHost
+				continue
+			}
+		case len(fasthttp.HeaderXForwardedProto):
+			if bytes.EqualFold(k, []byte(fasthttp.HeaderXForwardedProto)) {
+				s |= fieldXFProto
+				continue
+			}
+		}
+		if isHopByHop(k) {
+			s |= fieldHopByHop
+		}
+	}
+	return s
+}
+
+// The names forward sets, as fasthttp's Set normalizes them
+// (TestForwardMatchesFieldByField holds them to it): SetCanonical takes
+// them as they are.
+var (
+	keyXForwardedFor   = []byte(fasthttp.HeaderXForwardedFor)
+	keyXForwardedProto = []byte(fasthttp.HeaderXForwardedProto)
+	keyXForwardedHost  = []byte(fasthttp.HeaderXForwardedHost)
+	keyForwarded       = []byte(headerForwarded)
+	keyRequestID       = []byte("X-Request-Id") // headerRequestID, normalized
+	protoHTTP          = []byte("http")
+	protoHTTPS         = []byte("https")
+)
 
 const (
 	headerRequestID = "X-Request-ID"
@@ -1072,9 +1162,13 @@ type headers interface {
 // there changes nothing (a Connection: close or a Trailer that fasthttp
 // keeps apart is listed by All too).
 func stripHopByHop(h headers, ex *exchange) {
-	if !anyHopByHop(h) {
-		return
+	if anyHopByHop(h) {
+		stripAll(h, ex)
 	}
+}
+
+// stripAll is stripHopByHop without the look first.
+func stripAll(h headers, ex *exchange) {
 	ex.buf = ex.buf[:0]
 	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
 		ex.buf = append(ex.buf, v...)
