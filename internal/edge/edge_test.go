@@ -56,9 +56,12 @@ func testOrigin(t *testing.T) string {
 			case <-time.After(time.Minute):
 			}
 		}
-		if string(ctx.Path()) == "/status" { // /status?code=401&cost=3: that status, an X-Cost header
+		if string(ctx.Path()) == "/status" { // /status?code=401&cost=3&set=X-A: that status, an X-Cost header, X-A: 1
 			code, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("code")))
 			ctx.SetStatusCode(code)
+			for _, name := range ctx.QueryArgs().PeekMulti("set") {
+				ctx.Response.Header.Set(string(name), "1")
+			}
 			if c := ctx.QueryArgs().Peek("cost"); c != nil {
 				ctx.Response.Header.SetBytesV("X-Cost", c)
 			}
@@ -212,6 +215,19 @@ func TestSpoofedForwardedForIgnored(t *testing.T) {
 		}
 	}
 	require.Equal(t, []int{200, 200, 200, 429}, got, "one client, whatever it claims")
+}
+
+// TestOriginCannotSayNotProcessed: the field that tells a client its
+// request never reached an origin is the edge's word alone; an origin's,
+// in any case, is dropped, and the origin's other fields pass.
+func TestOriginCannotSayNotProcessed(t *testing.T) {
+	r := startEdge(t, noRules, nil)
+	for _, name := range []string{problem.NotProcessed, strings.ToLower(problem.NotProcessed), strings.ToUpper(problem.NotProcessed)} {
+		resp := r.get(t, "/status?code=200&set=X-Other&set="+name)
+		require.Equal(t, http.StatusOK, resp.StatusCode, name)
+		require.Equal(t, "1", resp.Header.Get("X-Other"), name)
+		require.Empty(t, resp.Header.Values(problem.NotProcessed), name)
+	}
 }
 
 func TestTrustedProxyHopHonoured(t *testing.T) {

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -15,10 +16,11 @@ import (
 // address or raw host. region and pop are constant labels of the registry.
 type metrics struct {
 	// The per-request series, looked up once: requests are made for every
-	// outcome and tier up front (a read-only map), durations and decisions
-	// on first use.
-	byRequest     map[requestKey]prometheus.Counter
-	byDuration    series[string, prometheus.Observer]
+	// outcome and tier up front, durations and decisions on first use.
+	// Requests and durations are found by the outcome's place in outcomes
+	// and the tier, not by hashing their label strings.
+	byRequest     [len(outcomes)][tierSlots]prometheus.Counter
+	byDuration    [len(outcomes)]lazyObserver
 	byDecision    series[decisionKey, prometheus.Counter]
 	byEscape      series[escapeKey, prometheus.Counter]
 	requests      *prometheus.CounterVec // outcome, tier
@@ -44,6 +46,30 @@ const (
 	outcomeHostShare   = "host_share"
 	outcomePoolLimit   = "pool_limit"
 )
+
+// outcomes are the outcome label's values; their places index the series.
+var outcomes = [...]string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned, outcomeHostShare, outcomePoolLimit}
+
+// outcomeIndex is o's place in outcomes, -1 for a string not there. The
+// outcomes a request ends with are these constants, so each comparison
+// that fails does so on the length or at once.
+func outcomeIndex(o string) int {
+	for i := range outcomes {
+		if outcomes[i] == o {
+			return i
+		}
+	}
+	return -1
+}
+
+// tierSlots are the tiers' places in byRequest: TierNone first.
+const tierSlots = int(shedder.TierCritical) + 2
+
+// lazyObserver is one outcome's duration series, made on first use.
+type lazyObserver struct {
+	once sync.Once
+	o    prometheus.Observer
+}
 
 func newMetrics(reg prometheus.Registerer, framingReasons []string) (*metrics, error) {
 	m := &metrics{
@@ -80,11 +106,10 @@ func newMetrics(reg prometheus.Registerer, framingReasons []string) (*metrics, e
 	refused := newRefusedCounter()
 	m.refused = refusedByReason(refused, refusalReasons(framingReasons))
 	m.enforce = newEnforcementMetrics()
-	m.byRequest = map[requestKey]prometheus.Counter{}
-	m.byRequest[requestKey{outcomeRefused, shedder.TierNone}] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
-	for _, o := range []string{outcomeProxied, outcomeDenied, outcomeShed, outcomeNoWorker, outcomeUnavailable, outcomeRefused, outcomeAbandoned, outcomeHostShare, outcomePoolLimit} {
+	m.byRequest[outcomeIndex(outcomeRefused)][shedder.TierNone+1] = m.requests.WithLabelValues(outcomeRefused, shedder.TierNone.String())
+	for i, o := range outcomes {
 		for _, t := range []shedder.Tier{shedder.TierTest, shedder.TierRead, shedder.TierWrite, shedder.TierCritical} {
-			m.byRequest[requestKey{o, t}] = m.requests.WithLabelValues(o, t.String())
+			m.byRequest[i][t+1] = m.requests.WithLabelValues(o, t.String())
 		}
 	}
 	for _, esc := range []string{escapeBypass, escapeOverride, escapeLimitHeader, escapeHeaderIgnored, escapePenalised, escapePenaltyStart, escapeResponseCounted, escapeResponseBlocked, escapeCostHeaderError} {
@@ -114,11 +139,6 @@ func (m *metrics) accessLog(reg prometheus.Registerer, l *accesslog.Log) error {
 	)
 }
 
-type requestKey struct {
-	outcome string
-	tier    shedder.Tier
-}
-
 type decisionKey struct{ rule, decision, reason string }
 
 type escapeKey struct{ rule, escape string }
@@ -132,8 +152,10 @@ func (m *metrics) escape(rule, escape string) prometheus.Counter {
 
 // request is the requests counter of an outcome and tier.
 func (m *metrics) request(outcome string, tier shedder.Tier) prometheus.Counter {
-	if c, ok := m.byRequest[requestKey{outcome, tier}]; ok {
-		return c
+	if i := outcomeIndex(outcome); i >= 0 && tier >= shedder.TierNone && int(tier) < tierSlots-1 {
+		if c := m.byRequest[i][tier+1]; c != nil {
+			return c
+		}
 	}
 	return m.requests.WithLabelValues(outcome, tier.String())
 }
@@ -141,9 +163,13 @@ func (m *metrics) request(outcome string, tier shedder.Tier) prometheus.Counter 
 // durationOf is the duration histogram of an outcome; it is made on first
 // use (an outcome's series appears once a request has it, as before).
 func (m *metrics) durationOf(outcome string) prometheus.Observer {
-	return m.byDuration.get(outcome, func() prometheus.Observer {
+	i := outcomeIndex(outcome)
+	if i < 0 {
 		return m.duration.WithLabelValues(outcome)
-	})
+	}
+	d := &m.byDuration[i]
+	d.once.Do(func() { d.o = m.duration.WithLabelValues(outcome) })
+	return d.o
 }
 
 // otherRules is the rule label of every rule without metrics: true.

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
@@ -55,7 +56,9 @@ func (e *Pipeline) proxyStage(sc *scratch) string {
 		sc.endHandedOn = sc.atEnd != nil && ctx.Response.IsBodyStream()
 	}
 	sc.upstream = time.Since(upstream)
-	ctx.Response.Header.Del(problem.NotProcessed) // the edge's word, never the origin's
+	if hasField(&ctx.Response.Header, problem.NotProcessed) {
+		ctx.Response.Header.Del(problem.NotProcessed) // the edge's word, never the origin's
+	}
 	ospan.End()
 	setRateLimitFields(&ctx.Response.Header, sc.applied, e.cfg.LegacyHeaders)
 	if len(sc.after) > 0 {
@@ -67,13 +70,28 @@ func (e *Pipeline) proxyStage(sc *scratch) string {
 // requestID keeps a trusted proxy's well-formed X-Request-ID, or makes one
 // in buf: the id is then a view of buf, good while buf is not written again.
 func (e *Pipeline) requestID(ctx *fasthttp.RequestCtx, trusted bool, buf *[32]byte) string {
-	if id := ctx.Request.Header.Peek("X-Request-ID"); trusted && validRequestID(id) {
-		return string(id)
+	if trusted {
+		if id := ctx.Request.Header.Peek("X-Request-ID"); validRequestID(id) {
+			return string(id)
+		}
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	hex.Encode(buf[:], b[:])
 	return b2s(buf[:])
+}
+
+// hasField reports whether h holds name, in any case, from one look over
+// its names. Asking for a field by name (Del, Peek) copies and normalizes
+// the name and scans every field, on every request, though the field is
+// nearly never there.
+func hasField(h *fasthttp.ResponseHeader, name string) bool {
+	for k := range h.All() {
+		if len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 func validRequestID(id []byte) bool {
