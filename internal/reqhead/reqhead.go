@@ -6,6 +6,7 @@ package reqhead
 
 import (
 	"bytes"
+	"strings"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
@@ -27,12 +28,48 @@ func New(h *fasthttp.RequestHeader, args *fasthttp.Args) Lookup {
 }
 
 // Get looks up a header, case-insensitively.
+//
+// A name fasthttp keeps with the other fields is looked for first among
+// the names, as they are: asking for it by name copies and normalizes the
+// name and scans every field, though the field (a priority or an API-key
+// header, on a request from the internet) is most often not there.
 func (l *Lookup) Get(name string) (string, bool) {
 	if l.h == nil {
 		return "", false
 	}
+	if !keptApart(name) && !holds(l.h, name) {
+		return "", false
+	}
 	return l.one(l.h.PeekAll(name), "header ", name)
 }
+
+// keptApart reports whether fasthttp keeps name's field apart from the
+// others, where PeekAll finds it otherwise than under its name.
+func keptApart(name string) bool {
+	for _, k := range apart {
+		if len(k) == len(name) && strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+var apart = [...]string{
+	fasthttp.HeaderHost, fasthttp.HeaderContentType, fasthttp.HeaderUserAgent, fasthttp.HeaderConnection,
+	fasthttp.HeaderContentLength, fasthttp.HeaderCookie, fasthttp.HeaderTrailer, fasthttp.HeaderTransferEncoding,
+}
+
+// holds reports whether h has a field named name, in any case.
+func holds(h *fasthttp.RequestHeader, name string) bool {
+	for k := range h.All() {
+		if len(k) == len(name) && strings.EqualFold(b2s(k), name) {
+			return true
+		}
+	}
+	return false
+}
+
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // Query looks up a decoded query parameter by exact name.
 func (l *Lookup) Query(name string) (string, bool) {

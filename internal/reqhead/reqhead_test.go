@@ -63,3 +63,36 @@ func TestLookupRepeatedReadsAsAbsent(t *testing.T) {
 	_, ok = none.Get("X")
 	require.False(t, ok)
 }
+
+// TestGetAgreesWithPeekAll: Get, which looks among the names before it
+// asks for a field by name, answers what asking by name answers (one
+// value, absent, or repeated), for names in any case, the fields fasthttp
+// keeps apart among them, on requests that carry them and ones that do not.
+func TestGetAgreesWithPeekAll(t *testing.T) {
+	requests := []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.0\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Type: text/plain\r\nContent-Length: 0\r\nUser-Agent: ua\r\nCookie: a=1; b=2\r\nConnection: close\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nconnection: keep-alive, x-a\r\nX-Api-Key: k\r\nx-priority: critical\r\nX-Twice: 1\r\nx-twice: 2\r\nX-Empty:\r\nTrailer: x-t\r\n\r\n",
+	}
+	names := []string{"X-Api-Key", "x-api-key", "X-API-KEY", "X-Priority", "X-Twice", "X-Empty", "X-Absent", "X-Api-Ke", "X-Api-Keys",
+		"Host", "host", "Content-Type", "content-length", "User-Agent", "Cookie", "Connection", "Trailer", "Transfer-Encoding", "TE"}
+	for _, raw := range requests {
+		for _, name := range names {
+			r := read(t, raw)
+			l := reqhead.New(&r.Header, nil)
+			v, ok := l.Get(name)
+			got := []any{v, ok, l.Repeated()}
+
+			want := []any{"", false, ""}
+			switch vs := read(t, raw).Header.PeekAll(name); len(vs) {
+			case 1:
+				want = []any{string(vs[0]), true, ""}
+			case 0:
+			default:
+				want[2] = "header " + name
+			}
+			require.Equal(t, want, got, "%q in %q", name, raw)
+		}
+	}
+}
