@@ -357,6 +357,11 @@ func validChecks(checks []Check) error {
 		if err := (Request{Limit: c.Limit, Cost: c.Cost}).valid(); err != nil {
 			return fmt.Errorf("check %d: %w", i, err)
 		}
+		// Each problem needs a tolerance, a global or a peek: a plain
+		// check, nearly every one, asks none of them.
+		if c.Tolerance == 0 && !c.Global && !c.Peek {
+			continue
+		}
 		if err := errors.Join(c.leaseProblem(), c.globalProblem(), c.peekProblem()); err != nil {
 			return fmt.Errorf("check %d: %w", i, err)
 		}
