@@ -59,7 +59,10 @@ var apart = [...]string{
 	fasthttp.HeaderContentLength, fasthttp.HeaderCookie, fasthttp.HeaderTrailer, fasthttp.HeaderTransferEncoding,
 }
 
-// holds reports whether h has a field named name, in any case.
+// holds reports whether h has a field named name, in any case. All
+// gathers the request's cookies, which changes how PeekAll answers for
+// Cookie; both callers (the edge's pipeline, regionctl's rule tests) have
+// walked the header with the trust screen before, which gathers them too.
 func holds(h *fasthttp.RequestHeader, name string) bool {
 	for k := range h.All() {
 		if len(k) == len(name) && strings.EqualFold(b2s(k), name) {
