@@ -712,38 +712,33 @@ const (
 func requestFields(h *fasthttp.RequestHeader) fieldSet {
 	var s fieldSet
 	for k := range h.All() {
-		switch len(k) {
-		case len(fasthttp.HeaderExpect):
-			if bytes.EqualFold(k, []byte(fasthttp.HeaderExpect)) {
-				s |= fieldExpect
-				continue
-			}
-		case len(headerForwarded):
-			if bytes.EqualFold(k, []byte(headerForwarded)) {
-				s |= fieldForwarded
-				continue
-			}
-		case len(fasthttp.HeaderXForwardedFor):
-			if bytes.EqualFold(k, []byte(fasthttp.HeaderXForwardedFor)) {
-				s |= fieldXFF
-				continue
-			}
-		case len(fasthttp.HeaderXForwardedHost):
-			if bytes.EqualFold(k, []byte(fasthttp.HeaderXForwardedHost)) {
-				s |= fieldXFHost
-				continue
-			}
-		case len(fasthttp.HeaderXForwardedProto):
-			if bytes.EqualFold(k, []byte(fasthttp.HeaderXForwardedProto)) {
-				s |= fieldXFProto
-				continue
-			}
-		}
-		if isHopByHop(k) {
-			s |= fieldHopByHop
-		}
+		s |= fieldOf(k)
 	}
 	return s
+}
+
+// fieldOf is the field forward rewrites that k names, in any case (0: none).
+func fieldOf(k []byte) fieldSet {
+	for _, f := range forwardFields {
+		if len(k) == len(f.name) && bytes.EqualFold(k, []byte(f.name)) {
+			return f.field
+		}
+	}
+	if isHopByHop(k) {
+		return fieldHopByHop
+	}
+	return 0
+}
+
+var forwardFields = [...]struct {
+	name  string
+	field fieldSet
+}{
+	{fasthttp.HeaderExpect, fieldExpect},
+	{fasthttp.HeaderXForwardedFor, fieldXFF},
+	{fasthttp.HeaderXForwardedProto, fieldXFProto},
+	{fasthttp.HeaderXForwardedHost, fieldXFHost},
+	{headerForwarded, fieldForwarded},
 }
 
 // The names forward sets, as fasthttp's Set normalizes them

@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/edgeguard/edgeguard/internal/reqhead"
 )
 
 // Tunnels carries HTTP/1.1 Upgrade requests (WebSocket and the like) to the
@@ -149,7 +151,7 @@ func (t *Tunnels) Wants(ctx *fasthttp.RequestCtx) bool {
 	h := &ctx.Request.Header
 	// A request with no Upgrade field, nearly every one, is told from one
 	// look over the names, before any field is asked for by name.
-	if !h.IsGet() || !h.IsHTTP11() || h.ConnectionClose() || !hasUpgrade(h) || !h.ConnectionUpgrade() {
+	if !h.IsGet() || !h.IsHTTP11() || h.ConnectionClose() || !reqhead.Holds(h, fasthttp.HeaderUpgrade) || !h.ConnectionUpgrade() {
 		return false
 	}
 	if ctx.Request.IsBodyStream() || h.ContentLength() > 0 || len(ctx.Request.Body()) > 0 {
@@ -165,16 +167,6 @@ func (t *Tunnels) Wants(ctx *fasthttp.RequestCtx) bool {
 		return false
 	}
 	return !hasToken(up[0], "h2c") && !hasToken(up[0], "h2")
-}
-
-// hasUpgrade reports whether h holds an Upgrade field, in any case.
-func hasUpgrade(h *fasthttp.RequestHeader) bool {
-	for k := range h.All() {
-		if len(k) == len(fasthttp.HeaderUpgrade) && bytes.EqualFold(k, []byte(fasthttp.HeaderUpgrade)) {
-			return true
-		}
-	}
-	return false
 }
 
 // hasToken reports whether the comma-separated list v names tok (case

@@ -37,7 +37,7 @@ func (l *Lookup) Get(name string) (string, bool) {
 	if l.h == nil {
 		return "", false
 	}
-	if !keptApart(name) && !holds(l.h, name) {
+	if !keptApart(name) && !Holds(l.h, name) {
 		return "", false
 	}
 	return l.one(l.h.PeekAll(name), "header ", name)
@@ -59,11 +59,12 @@ var apart = [...]string{
 	fasthttp.HeaderContentLength, fasthttp.HeaderCookie, fasthttp.HeaderTrailer, fasthttp.HeaderTransferEncoding,
 }
 
-// holds reports whether h has a field named name, in any case. All
+// Holds reports whether h has a field named name, in any case, from one
+// look over the names: nothing is copied or normalized. All
 // gathers the request's cookies, which changes how PeekAll answers for
 // Cookie; both callers (the edge's pipeline, regionctl's rule tests) have
 // walked the header with the trust screen before, which gathers them too.
-func holds(h *fasthttp.RequestHeader, name string) bool {
+func Holds(h *fasthttp.RequestHeader, name string) bool {
 	for k := range h.All() {
 		if len(k) == len(name) && strings.EqualFold(b2s(k), name) {
 			return true
