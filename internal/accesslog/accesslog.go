@@ -2,9 +2,10 @@
 //
 // The request's goroutine formats its line into a pooled buffer (cheap:
 // appends, no reflection) and hands it to a bounded queue; one writer
-// goroutine writes the queue to the file in batches. When the queue is
-// full the line is dropped and counted, never waited for: a slow disk must
-// not slow the edge. Reopen (on SIGHUP/SIGUSR1) closes and reopens the
+// goroutine writes the queue to the file in batches, every flushEvery or
+// as soon as half the queue is waiting, so a request wakes nobody. When
+// the queue is full the line is dropped and counted, never waited for: a
+// slow disk must not slow the edge. Reopen (on SIGHUP/SIGUSR1) closes and reopens the
 // file, so logrotate's rename-then-signal works without losing lines.
 package accesslog
 
@@ -43,6 +44,16 @@ func ParseFormat(s string) (Format, error) {
 // queueSize bounds the lines waiting to be written.
 const queueSize = 8192
 
+// flushEvery is how long a line may wait in the queue before the writer
+// writes it: the writer wakes on this tick, or when a Send finds half the
+// queue waiting (wakeAt), not for each line. Waking it for each line cost
+// the request path a goroutine hand-off (and often a futex call) per line.
+const flushEvery = 100 * time.Millisecond
+
+// wakeAt is the queue's length at which a Send wakes the writer before its
+// tick, so a burst does not fill the queue and drop lines while it sleeps.
+const wakeAt = queueSize / 2
+
 // Log is an access log. Its methods are safe for concurrent use; a nil *Log
 // logs nothing.
 type Log struct {
@@ -53,6 +64,7 @@ type Log struct {
 	// written.
 	dropped, written atomic.Int64
 	reopen           chan chan error
+	wake             chan struct{} // one waiting at most: write now (half the queue, or Close)
 	done             chan struct{}
 	mu               sync.RWMutex // Send holds it to read closed; Close to set it
 	closed           bool
@@ -66,7 +78,7 @@ func Open(path string, format Format, onError func(error)) (*Log, error) {
 		onError = func(error) {}
 	}
 	l := &Log{path: path, format: format, queue: make(chan *Line, queueSize),
-		reopen: make(chan chan error), done: make(chan struct{}), errs: onError}
+		reopen: make(chan chan error), wake: make(chan struct{}, 1), done: make(chan struct{}), errs: onError}
 	w, err := l.open()
 	if err != nil {
 		return nil, err
@@ -90,10 +102,13 @@ type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
 
-// run writes queued lines until Close, flushing whenever the queue runs dry.
+// run writes queued lines until Close: each tick of flushEvery, or when
+// woken, it writes what is queued and flushes once.
 func (l *Log) run(w io.WriteCloser) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	defer close(l.done)
+	tick := time.NewTicker(flushEvery)
+	defer tick.Stop()
 	write := func(line *Line) {
 		if _, err := bw.Write(line.buf); err != nil {
 			l.errs(err)
@@ -102,36 +117,38 @@ func (l *Log) run(w io.WriteCloser) {
 		}
 		line.release()
 	}
+	// drain writes what is queued and flushes (the flush's error is
+	// returned); open is false once the queue is closed (Close), after
+	// the file is closed.
+	drain := func() (open bool, err error) {
+		for {
+			select {
+			case line, ok := <-l.queue:
+				if ok {
+					write(line)
+					continue
+				}
+				if err := errors.Join(bw.Flush(), w.Close()); err != nil {
+					l.errs(err)
+				}
+				return false, nil
+			default:
+				return true, bw.Flush()
+			}
+		}
+	}
 	for {
 		select {
-		case line, ok := <-l.queue:
-			if !ok {
-				if err := bw.Flush(); err != nil {
-					l.errs(err)
-				}
-				if err := w.Close(); err != nil {
-					l.errs(err)
-				}
-				return
-			}
-			write(line)
-			for n := len(l.queue); n > 0; n-- { // what else is waiting, then one flush
-				write(<-l.queue)
-			}
-			if err := bw.Flush(); err != nil {
-				l.errs(err)
-			}
+		case <-tick.C:
+		case <-l.wake:
 		case reply := <-l.reopen:
 			// Lines sent before Reopen was called belong to the old file:
-			// they are queued already, and select may pick either channel.
-			for n := len(l.queue); n > 0; n-- {
-				line, ok := <-l.queue
-				if !ok {
-					break
-				}
-				write(line)
+			// they are queued already.
+			open, err := drain()
+			if !open {
+				reply <- errors.New("access log closed")
+				return
 			}
-			err := bw.Flush()
 			nw, oerr := l.open()
 			if oerr != nil {
 				reply <- errors.Join(err, oerr) // keep writing to the old file
@@ -141,6 +158,14 @@ func (l *Log) run(w io.WriteCloser) {
 			w = nw
 			bw.Reset(w)
 			reply <- err
+			continue
+		}
+		open, err := drain()
+		if err != nil {
+			l.errs(err)
+		}
+		if !open {
+			return
 		}
 	}
 }
@@ -170,6 +195,7 @@ func (l *Log) Close() {
 	if !l.closed {
 		l.closed = true
 		close(l.queue)
+		l.nudge()
 	}
 	l.mu.Unlock()
 	<-l.done
@@ -320,9 +346,20 @@ func (l *Log) Send(line *Line) {
 	}
 	select {
 	case l.queue <- line:
+		if len(l.queue) >= wakeAt {
+			l.nudge()
+		}
 	default:
 		l.dropped.Add(1)
 		line.release()
+	}
+}
+
+// nudge wakes the writer before its tick (one wake waits at most).
+func (l *Log) nudge() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
 	}
 }
 

@@ -137,3 +137,28 @@ func BenchmarkLine(b *testing.B) {
 		})
 	}
 }
+
+// A request's line wakes nobody: the writer writes on its tick, or at once
+// when half the queue is waiting (a burst), never for each line.
+func TestSendWakesTheWriterOnlyForABurst(t *testing.T) {
+	// No writer runs: what Send leaves in wake is what it asked for.
+	l := &Log{format: JSON, queue: make(chan *Line, queueSize), wake: make(chan struct{}, 1), done: make(chan struct{}), errs: func(error) {}}
+	for i := range wakeAt - 1 {
+		l.Send(l.Begin(time.Unix(int64(i), 0)).Int("n", int64(i)))
+		require.Empty(t, l.wake, "line %d woke the writer", i)
+	}
+	l.Send(l.Begin(time.Unix(0, 0)).Int("n", wakeAt))
+	require.Len(t, l.wake, 1, "half the queue waiting wakes the writer")
+}
+
+// A lone line reaches the file on the writer's tick, with no burst and no
+// Close to push it.
+func TestLoneLineIsWrittenOnTheTick(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	l, err := Open(path, Logfmt, nil)
+	require.NoError(t, err)
+	defer l.Close()
+	l.Send(l.Begin(time.Unix(0, 0)).Str("method", "GET"))
+	require.Eventually(t, func() bool { return len(readLines(t, path)) == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, []string{`time="1970-01-01T00:00:00Z" method=GET`}, readLines(t, path))
+}
