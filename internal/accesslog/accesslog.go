@@ -117,25 +117,26 @@ func (l *Log) run(w io.WriteCloser) {
 		}
 		line.release()
 	}
-	// drain writes what is queued and flushes (the flush's error is
-	// returned); open is false once the queue is closed (Close), after
-	// the file is closed.
+	// drain writes the lines queued when it starts and flushes (the
+	// flush's error is returned), so a queue that never empties cannot
+	// keep the writer from a Reopen; open is false once the queue is
+	// closed (Close), after the file is closed.
 	drain := func() (open bool, err error) {
-		for {
-			select {
-			case line, ok := <-l.queue:
-				if ok {
-					write(line)
-					continue
-				}
+		for n := len(l.queue); n > 0; n-- {
+			write(<-l.queue)
+		}
+		select {
+		case line, ok := <-l.queue:
+			if !ok {
 				if err := errors.Join(bw.Flush(), w.Close()); err != nil {
 					l.errs(err)
 				}
 				return false, nil
-			default:
-				return true, bw.Flush()
 			}
+			write(line)
+		default:
 		}
+		return true, bw.Flush()
 	}
 	for {
 		select {
