@@ -131,6 +131,35 @@ func TestHostQueueFIFO(t *testing.T) {
 	}
 }
 
+// TestHostQueueWokenWaiterKeepsItsPlaceThroughARecount: the waiter a
+// release wakes judges itself with the table's active hosts recounted
+// (every recountEvery on the requests' clock); the recount must count the
+// place it was woken for as taken, not hand it on to the waiter behind it
+// and send it back to the head of the queue, where it would wait for the
+// next release (or its timeout) while the one behind is admitted.
+func TestHostQueueWokenWaiterKeepsItsPlaceThroughARecount(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h, a := full(t, queueCfg(5*time.Second, 0), now)
+	first := wait(context.Background(), h, now, "a", nil)
+	queuedReaches(t, h, 1)
+	second := wait(context.Background(), h, now, "a", nil)
+	queuedReaches(t, h, 2)
+	h.mu.Lock()
+	h.recountAt -= int64(recountEvery) // the woken waiter's judgement recounts
+	h.mu.Unlock()
+	a[0].Release()
+	r := <-first
+	require.NoError(t, r.err, "the first waiter is admitted on the release")
+	require.Less(t, r.took, 5*time.Second, "on the release, not at the timeout")
+	require.Equal(t, 1, h.Queued(), "the second still waits")
+	require.Zero(t, h.reservedCount(), "no place held for the second")
+	r.lease.Release()
+	r = <-second
+	require.NoError(t, r.err, "the second is admitted on the next release")
+	r.lease.Release()
+	a[1].Release()
+}
+
 // TestHostQueueTimesOut: with no place freed the waiter is refused after
 // the queue timeout, not before, and leaves nothing behind.
 func TestHostQueueTimesOut(t *testing.T) {
