@@ -5,8 +5,9 @@
 // goroutine writes the queue to the file in batches, every flushEvery or
 // as soon as half the queue is waiting, so a request wakes nobody. When
 // the queue is full the line is dropped and counted, never waited for: a
-// slow disk must not slow the edge. Reopen (on SIGHUP/SIGUSR1) closes and reopens the
-// file, so logrotate's rename-then-signal works without losing lines.
+// slow disk must not slow the edge. Reopen (on SIGHUP/SIGUSR1) closes and
+// reopens the file, so logrotate's rename-then-signal works without losing
+// lines.
 package accesslog
 
 import (

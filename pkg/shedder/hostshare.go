@@ -453,14 +453,7 @@ func (h *HostShares) acquire(now time.Time, host string, client netip.Addr, tier
 	ns := now.UnixNano()
 	h.mu.Lock()
 	h.seen = max(h.seen, ns)
-	if !h.enabled {
-		if w != nil {
-			h.unreserveLocked(w)
-		}
-		h.mu.Unlock()
-		return HostLease{slot: noTable}, true, false
-	}
-	if ns-h.recountAt >= int64(recountEvery) {
+	if h.enabled && ns-h.recountAt >= int64(recountEvery) {
 		// Before a woken waiter gives back the place it holds: the
 		// recount's wakes count it as taken, so it is not handed on to
 		// the next waiter while this one judges itself for it.
@@ -468,6 +461,10 @@ func (h *HostShares) acquire(now time.Time, host string, client netip.Addr, tier
 	}
 	if w != nil {
 		h.unreserveLocked(w)
+	}
+	if !h.enabled {
+		h.mu.Unlock()
+		return HostLease{slot: noTable}, true, false
 	}
 	i := h.lookupLocked(ns, host, hash)
 	s := &h.other
