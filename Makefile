@@ -234,7 +234,8 @@ loadtest-smoke:
 # time to first byte of a 4 MiB object and CPU per GiB proxied, SETS sets
 # alternating the two, RUNS time-to-first-byte requests per client; prints
 # the table of BENCHMARKS.md; PEERS_ARGS adds flags (-volume-scale 0.25,
-# -clients 16). Not part of make test (its smoke test is).
+# -clients 16, -ttfb-only, -trace 5s: where the first byte's time goes inside
+# the edge, from an execution trace). Not part of make test (its smoke test is).
 NGINX ?= /usr/sbin/nginx
 SETS  ?= 3
 RUNS  ?= 200

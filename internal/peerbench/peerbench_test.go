@@ -94,6 +94,36 @@ func TestStreamTTFBOnlySmoke(t *testing.T) {
 	require.NotContains(t, out.String(), " cpu size=")
 }
 
+// With a trace, the edge is traced under the time-to-first-byte load after
+// the sets, and every request the decomposition followed has its three
+// phases, which add up to its total. Nothing about the figures themselves
+// is asserted.
+func TestStreamTraceSmoke(t *testing.T) {
+	var out strings.Builder
+	cfg := StreamConfig{EdgeBin: edgeBin, NginxBin: nginxBin(t), Sets: 1, Clients: 2, Requests: 2,
+		TTFBSize: 256 << 10, Trace: time.Second, Out: &out}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Stream(ctx, cfg)
+	require.NoError(t, err, out.String())
+	t.Log(out.String())
+	ph := r.Phases
+	require.NotNil(t, ph)
+	// The clients fetch at least one batch; the decomposition follows
+	// requests of both connections' goroutines, and none it made up.
+	require.Positive(t, ph.Fetched)
+	require.NotEmpty(t, ph.Total, "no request followed from its arrival to its first byte")
+	require.LessOrEqual(t, len(ph.Total), ph.Fetched+2*cfg.Clients)
+	require.Len(t, ph.Pre, len(ph.Total))
+	for i, total := range ph.Total {
+		require.GreaterOrEqual(t, ph.Pre[i], 0.0)
+		require.Positive(t, ph.Origin[i], "request %d: the origin answered before it was asked", i)
+		require.GreaterOrEqual(t, ph.Post[i], 0.0)
+		require.InDelta(t, total, ph.Pre[i]+ph.Origin[i]+ph.Post[i], 0.01, "request %d", i)
+	}
+	require.Contains(t, out.String(), "inside the edge, from an execution trace")
+}
+
 func TestSlowReadersSmoke(t *testing.T) {
 	var out strings.Builder
 	cfg := SlowConfig{EdgeBin: edgeBin, NginxBin: nginxBin(t), Clients: 10, Rate: 64 << 10, Hold: time.Second, Ramp: 100 * time.Millisecond,

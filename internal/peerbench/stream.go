@@ -18,7 +18,13 @@ type StreamConfig struct {
 	TTFBSize          int64   // object size of the time-to-first-byte runs
 	Sizes             []int64 // object sizes of the CPU runs (none: time to first byte only)
 	Volumes           []int64 // bytes fetched per CPU run, one for each size
-	Out               io.Writer
+	// Trace, when above 0, also takes an execution trace of the edge for
+	// that long (whole seconds, at least one) after the sets, while the
+	// clients fetch TTFBSize objects, and prints where each request's time
+	// to first byte went inside the edge (ttfbtrace.go). The traced
+	// requests are not in the sets' figures.
+	Trace time.Duration
+	Out   io.Writer
 }
 
 // DefaultStreamConfig is the measurement make bench-stream-peers runs.
@@ -36,8 +42,9 @@ type StreamResult struct {
 	TTFB map[string][]percentiles // by target (origin, edge, nginx), one per set
 	// CPU seconds per GiB by target and size, one per set: the proxy's, the origin's.
 	ProxyCPU, OriginCPU map[string]map[int64][]float64
-	Bytes               int64 // every byte fetched, each checked
-	NginxSpooled        int   // responses nginx wrote to a temporary file
+	Bytes               int64       // every byte fetched, each checked
+	NginxSpooled        int         // responses nginx wrote to a temporary file
+	Phases              *TTFBPhases // the traced requests (StreamConfig.Trace), else nil
 }
 
 type percentiles struct{ p50, p99 time.Duration }
@@ -67,7 +74,13 @@ func Stream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
 		return nil, err
 	}
 	defer origin.stop()
-	edge, err := startEdge(ctx, cfg.EdgeBin, dir, origin.addr)
+	var extra []string
+	if cfg.Trace > 0 {
+		if extra, err = traceArgs(dir); err != nil {
+			return nil, err
+		}
+	}
+	edge, err := startEdge(ctx, cfg.EdgeBin, dir, origin.addr, extra...)
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +142,14 @@ func Stream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
 	}
 	res.NginxSpooled = nginxSpooled(dir)
 	res.print(w, cfg)
+	if cfg.Trace > 0 {
+		ph, err := traceEdge(ctx, edge, cfg.TTFBSize, cfg.Clients, cfg.Trace)
+		if err != nil {
+			return res, fmt.Errorf("tracing the edge: %w", err)
+		}
+		res.Phases = ph
+		printPhases(w, ph)
+	}
 	return res, nil
 }
 

@@ -5,7 +5,7 @@
 // tenant's slow origin or flood beside another tenant (tenants).
 //
 //	peerbench requests -edge bin/edge -nginx /usr/sbin/nginx -haproxy /usr/sbin/haproxy [-sets 3] [-duration 10s] [-scenarios h2,tls] [-h2-clients 16] [-h2-streams 10] [-smoke]
-//	peerbench stream -edge bin/edge -nginx /usr/sbin/nginx [-sets 3] [-clients 8] [-requests 200] [-ttfb-only]
+//	peerbench stream -edge bin/edge -nginx /usr/sbin/nginx [-sets 3] [-clients 8] [-requests 200] [-ttfb-only] [-trace 3s]
 //	peerbench slow -edge bin/edge [-nginx /usr/sbin/nginx] [-clients 1000] [-hold 60s]
 //	peerbench big -edge bin/edge [-size 10737418240]
 //	peerbench tenants -edge bin/edge -nginx /usr/sbin/nginx [-sets 2] [-scenarios slow,flood,join] [-phase 20s] [-slow 5s] [-a-clients 1200] [-pin=false] [-deadline 1s] [-smoke]
@@ -43,6 +43,7 @@ func main() {
 		fs.IntVar(&cfg.Requests, "requests", cfg.Requests, "time-to-first-byte requests per client")
 		scale := fs.Float64("volume-scale", 1, "scales the bytes of each CPU run (64 MiB of 1 KiB objects, 1 GiB of 64 KiB and of 4 MiB)")
 		ttfbOnly := fs.Bool("ttfb-only", false, "measure time to first byte only, no CPU runs")
+		fs.DurationVar(&cfg.Trace, "trace", 0, "after the sets, trace the edge for this long (whole seconds) under the time-to-first-byte load and print where its requests' time went inside it (0: no trace)")
 		_ = fs.Parse(os.Args[2:])
 		for i := range cfg.Volumes {
 			cfg.Volumes[i] = int64(float64(cfg.Volumes[i]) * *scale)
