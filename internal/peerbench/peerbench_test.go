@@ -115,10 +115,13 @@ func TestStreamTraceSmoke(t *testing.T) {
 	require.NotEmpty(t, ph.Total, "no request followed from its arrival to its first byte")
 	require.LessOrEqual(t, len(ph.Total), ph.Fetched+2*cfg.Clients)
 	require.Len(t, ph.Pre, len(ph.Total))
+	require.Len(t, ph.ReadCall, len(ph.Total))
 	for i, total := range ph.Total {
 		require.GreaterOrEqual(t, ph.Pre[i], 0.0)
 		require.Positive(t, ph.Origin[i], "request %d: the origin answered before it was asked", i)
 		require.GreaterOrEqual(t, ph.Post[i], 0.0)
+		require.Positive(t, ph.ReadCall[i], "request %d", i)
+		require.LessOrEqual(t, ph.ReadCall[i], ph.Post[i], "request %d: the read's call outlasts its phase", i)
 		require.InDelta(t, total, ph.Pre[i]+ph.Origin[i]+ph.Post[i], 0.01, "request %d", i)
 	}
 	require.Contains(t, out.String(), "inside the edge, from an execution trace")

@@ -28,7 +28,8 @@ import (
 //     before its first write to the client: the origin's answer as the
 //     edge sees it, its wake-up included;
 //   - post: from that read to the first write to the client: the response
-//     header and the first piece of the body.
+//     header and the first piece of the body. ReadCall is the part of it
+//     spent in that read's system call.
 //
 // The client's own wait for the edge (the edge's wake-up on the request,
 // the client's on the answer) is outside the edge's trace: the time to
@@ -37,6 +38,7 @@ import (
 // TTFBPhases are a traced run's requests, each phase in microseconds.
 type TTFBPhases struct {
 	Pre, Origin, Post, Total []float64
+	ReadCall                 []float64 // of Post, the read's system call
 	// Fetched is how many requests the clients made while the trace ran
 	// (traceEdge): the decomposition leaves out those it cannot follow
 	// whole (cut by the trace's start or end).
@@ -89,6 +91,7 @@ type connState struct {
 	open                   bool // a request is being followed
 	waiting                bool // blocked on the client's connection before the request came
 	start, wrote, lastRead time.Duration
+	readDone               time.Duration // when lastRead's system call returned
 }
 
 // DecomposeTTFB reads an execution trace of the edge and returns its
@@ -130,6 +133,8 @@ func DecomposeTTFB(r io.Reader) (*TTFBPhases, error) {
 		switch {
 		case to == trace.GoRunnable && c.waiting:
 			c.start, c.waiting = at, false
+		case from == trace.GoSyscall && c.lastRead > 0 && c.readDone == 0:
+			c.readDone = at
 		case from == trace.GoRunning && to == trace.GoWaiting:
 			if c.open && c.wrote == 0 && ioOf(ev.Stack()) == clientRead {
 				c.waiting = true
@@ -146,14 +151,15 @@ func DecomposeTTFB(r io.Reader) (*TTFBPhases, error) {
 				}
 			case originRead:
 				if c.open && c.wrote > 0 {
-					c.lastRead = at
+					c.lastRead, c.readDone = at, 0
 				}
 			case clientWrite:
-				if c.open && c.wrote > 0 && c.lastRead > 0 {
+				if c.open && c.wrote > 0 && c.lastRead > 0 && c.readDone > 0 {
 					us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 					ph.Pre = append(ph.Pre, us(c.wrote-c.start))
 					ph.Origin = append(ph.Origin, us(c.lastRead-c.wrote))
 					ph.Post = append(ph.Post, us(at-c.lastRead))
+					ph.ReadCall = append(ph.ReadCall, us(c.readDone-c.lastRead))
 					ph.Total = append(ph.Total, us(at-c.start))
 				}
 				*c = connState{served: true}
@@ -232,6 +238,7 @@ func printPhases(w io.Writer, ph *TTFBPhases) {
 		{"pre: arrival to the request's write to the origin", ph.Pre},
 		{"origin: that write to the last read of its answer", ph.Origin},
 		{"post: that read to the first byte written", ph.Post},
+		{"… of it, that read's system call", ph.ReadCall},
 		{"total", ph.Total},
 	} {
 		s := slices.Clone(row.v)
