@@ -1,6 +1,7 @@
 package peerbench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -52,8 +53,13 @@ type percentiles struct{ p50, p99 time.Duration }
 func pct(ds []time.Duration) percentiles {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	return percentiles{p50: at(0.50), p99: at(0.99)}
+	return percentiles{p50: quantile(s, 0.50), p99: quantile(s, 0.99)}
+}
+
+// quantile is the q-quantile of sorted (nearest rank); sorted must not be
+// empty.
+func quantile[T cmp.Ordered](sorted []T, q float64) T {
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
 
 // Stream measures the origin directly, the edge and nginx: time to first

@@ -241,14 +241,12 @@ func printPhases(w io.Writer, ph *TTFBPhases) {
 		{"… of it, that read's system call", ph.ReadCall},
 		{"total", ph.Total},
 	} {
+		if len(row.v) == 0 {
+			fmt.Fprintf(w, "%-52s %8s %8s %8s\n", row.name, "-", "-", "-")
+			continue
+		}
 		s := slices.Clone(row.v)
 		slices.Sort(s)
-		at := func(q float64) float64 {
-			if len(s) == 0 {
-				return 0
-			}
-			return s[min(len(s)-1, int(q*float64(len(s))))]
-		}
-		fmt.Fprintf(w, "%-52s %8.1f %8.1f %8.1f\n", row.name, at(0.5), at(0.9), at(0.99))
+		fmt.Fprintf(w, "%-52s %8.1f %8.1f %8.1f\n", row.name, quantile(s, 0.5), quantile(s, 0.9), quantile(s, 0.99))
 	}
 }
