@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/problem"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
@@ -139,3 +140,57 @@ func (r *recorder) Errorf(format string, args ...any) {
 }
 
 func (r *recorder) FailNow() {}
+
+// The 429 of one rule alone (denyOne, a copy of the rule's header with two
+// values set) is, byte for byte, what deny's general path writes: status,
+// every field in its order and casing, and the body; whatever the answer
+// held before, whatever the rule and the decision, and after the policies
+// were forgotten.
+func TestDenyOneIsTheGeneralAnswer(t *testing.T) {
+	rs := []*rules.CompiledRule{
+		{ID: "per-ip", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute},
+		{ID: `odd "id" \ here`, Algorithm: limit.SlidingWindow, Limit: 1000, Window: time.Hour},
+		{ID: "slots", Algorithm: limit.Concurrency, Limit: 8},
+	}
+	ds := []limiter.Decision{
+		{Limit: 3},
+		{Limit: 3, Remaining: 0, ResetAfter: 20 * time.Second, RetryAfter: 20 * time.Second},
+		{Limit: 3, Remaining: 2, ResetAfter: 1500 * time.Millisecond, RetryAfter: 300 * time.Millisecond},
+		{Limit: 1000, Remaining: -4, ResetAfter: 3 * time.Hour, RetryAfter: 59*time.Minute + time.Millisecond},
+	}
+	answer := func(ctx *fasthttp.RequestCtx) string {
+		var lines []string
+		for _, l := range strings.Split(ctx.Response.String(), "\r\n") {
+			if !strings.HasPrefix(l, "Date: ") { // the server's clock, not the answer's
+				lines = append(lines, l)
+			}
+		}
+		return strings.Join(lines, "\r\n")
+	}
+	dirty := func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("X-Before", "1")
+		ctx.Response.Header.SetContentType("text/plain")
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		ctx.SetBodyString("before")
+	}
+	var last *policyEntry
+	for _, forget := range []bool{false, true} {
+		for _, r := range rs {
+			for _, d := range ds {
+				as := []applied{{rule: r, out: d}}
+				var got, want fasthttp.RequestCtx
+				dirty(&got)
+				dirty(&want)
+				deny(&got, as, false, &last)
+				p := policyOf(r)
+				problem.WriteBody(&want, fasthttp.StatusTooManyRequests, p.denied, seconds(max(d.RetryAfter, time.Second)))
+				writeRateLimitFields(&want.Response.Header, as, false, p)
+				require.Equal(t, answer(&want), answer(&got), "rule %q, %+v", r.ID, d)
+				require.Contains(t, answer(&got), "\r\nRetry-After: ")
+			}
+			if forget {
+				ForgetPolicies()
+			}
+		}
+	}
+}
