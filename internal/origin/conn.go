@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgeguard/edgeguard/internal/deadline"
 )
 
 // timedConn is an origin connection whose read deadline follows the phase
@@ -28,8 +30,12 @@ type timedConn struct {
 	ending atomic.Bool
 }
 
+// newTimedConn is c timed, its socket's deadlines kept (package deadline):
+// the header phase's read deadline and the client's write deadline move
+// on every exchange, a body's read deadline on every read, and the socket
+// sets them about once per timeout.
 func newTimedConn(c net.Conn, idle time.Duration) *timedConn {
-	return &timedConn{Conn: c, idle: idle}
+	return &timedConn{Conn: deadline.Lazy(c), idle: idle}
 }
 
 // timedOf is the timedConn under a pooled connection (fasthttp puts TLS

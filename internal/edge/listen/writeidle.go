@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgeguard/edgeguard/internal/deadline"
 )
 
 // PerWrite is ln with a write timeout judged by progress on each
@@ -51,10 +53,14 @@ func (l perWriteListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	setNotSentLowat(c, NotSentLowat)
-	return &perWriteConn{Conn: c, d: l.d}, nil
+	// The socket's deadlines are kept (package deadline): moved on
+	// before every write here, and by fasthttp twice a request, they are
+	// set on it about once per timeout.
+	return &perWriteConn{Conn: deadline.Lazy(c), d: l.d}, nil
 }
 
-// perWriteConn moves its write deadline on before every write.
+// perWriteConn moves its write deadline on before every write. Under it
+// is the socket with its deadlines kept (deadline.Conn).
 type perWriteConn struct {
 	net.Conn
 	d time.Duration
@@ -104,5 +110,6 @@ func (c *perWriteConn) setLimit(t time.Time) {
 	c.limit.Store(t.UnixNano())
 }
 
-// NetConn is the socket (ClientGone looks at it).
+// NetConn is the connection under it, the socket's deadlines kept
+// (ClientGone follows the chain to the socket).
 func (c *perWriteConn) NetConn() net.Conn { return c.Conn }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func slowPair(t *testing.T, d time.Duration) (server, client net.Conn) {
 // seen by the write timeout.
 func TestPerWriteSetsNotSentLowat(t *testing.T) {
 	server, _ := slowPair(t, time.Second)
-	rc, err := server.(*perWriteConn).Conn.(syscall.Conn).SyscallConn()
+	rc, err := server.(*perWriteConn).NetConn().(interface{ NetConn() net.Conn }).NetConn().(syscall.Conn).SyscallConn()
 	require.NoError(t, err)
 	var v int
 	var gerr error
@@ -99,4 +100,75 @@ func TestPerWriteOutsideDeadlineHolds(t *testing.T) {
 	require.NoError(t, server.SetWriteDeadline(time.Now().Add(300*time.Millisecond)))
 	_, err := server.Write(make([]byte, 8<<20))
 	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "%v", err)
+}
+
+// deadlineCounter counts the deadlines set on the socket.
+type deadlineCounter struct {
+	net.Conn
+	reads, writes atomic.Int32
+}
+
+func (c *deadlineCounter) SetReadDeadline(t time.Time) error {
+	c.reads.Add(1)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *deadlineCounter) SetWriteDeadline(t time.Time) error {
+	c.writes.Add(1)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// A keep-alive connection's requests move its deadlines later each time:
+// fasthttp's idle wait's, then the request's, then PerWrite's before the
+// answer. The socket's are set once each, not per request (package
+// deadline under PerWrite's connections).
+func TestPerWriteDeadlinesSetOncePerTimeout(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var sock *deadlineCounter
+	ln := PerWrite(countingListener{Listener: raw, last: &sock}, time.Minute)
+	t.Cleanup(func() { ln.Close() })
+	client, err := net.Dial("tcp", raw.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close() })
+	c, err := ln.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 3)
+		for {
+			if _, err := client.Write([]byte("req")); err != nil {
+				return
+			}
+			if _, err := io.ReadFull(client, buf); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 3)
+	for range 100 {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(2*time.Minute)))
+		_, err := io.ReadFull(c, buf)
+		require.NoError(t, err)
+		_, err = c.Write([]byte("ans"))
+		require.NoError(t, err)
+	}
+	require.Equal(t, int32(1), sock.reads.Load(), "read deadlines set on the socket")
+	require.Equal(t, int32(1), sock.writes.Load(), "write deadlines set on the socket")
+}
+
+// countingListener hands out its connections with their deadlines counted.
+type countingListener struct {
+	net.Listener
+	last **deadlineCounter
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	*l.last = &deadlineCounter{Conn: c}
+	return *l.last, nil
 }
