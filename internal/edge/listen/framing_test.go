@@ -91,6 +91,13 @@ func FuzzFramerCuts(f *testing.F) {
 		"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n2;a=b\r\nxy\r\n0\r\nT: 1\r\n\r\nGET",
 		"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
 		"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
+		"GET / HTTP/1.0\r\nX-A-Long-Field-Name-Here: 1\r\ncOnTeNt-LeNgTh: 2\r\n\r\nabG\r\n\r\n",
+		"P/1.1\r\n\r\nGET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"GET / HTTP/1.1\r\nBad Name: 1\r\n\r\n",
+		"GET / HTTP/1.1\r\n: empty\r\nA:\r\n\r\n",
+		"GET / HTTP/1.1\r\nA: b\nc\r\n\r\n",
+		"GET / HTTP/1.1\r\nA: b\rc\r\n\r\n",
+		"GET /\r HTTP/1.1\r\n\r\n",
 	} {
 		f.Add([]byte(s), uint8(1))
 	}
@@ -110,6 +117,9 @@ func FuzzFramerCuts(f *testing.F) {
 		}
 		if got != want || parts.err != whole.err || (parts.state == fsClosed) != (whole.state == fsClosed) {
 			t.Fatalf("cut %d: %d bytes on (%v), whole: %d (%v)", step, got, parts.err, want, whole.err)
+		}
+		if parts.err == nil && parts != whole {
+			t.Fatalf("cut %d: the framer ends in another state than the whole stream's:\n%+v\n%+v", step, parts, whole)
 		}
 	})
 }
