@@ -117,9 +117,9 @@ func TestClearedDeadlineHolds(t *testing.T) {
 	require.Equal(t, 1, n)
 }
 
-// A past deadline set from another goroutine ends a read under way (how
-// the origin's streams are ended on shutdown), though the socket had a
-// later one.
+// A past deadline set from another goroutine ends a read, whether it
+// comes while the read waits or just before it starts (how the origin's
+// streams are ended on shutdown), though the socket had a later one.
 func TestPastDeadlineEndsAReadUnderWay(t *testing.T) {
 	c, _, _ := pair(t)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Hour)))

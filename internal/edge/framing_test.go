@@ -294,3 +294,35 @@ func TestRefusalLogsTheTrustModelsClient(t *testing.T) {
 	require.Equal(t, "127.0.0.1", lines[1].Client)
 	require.Equal(t, 400, lines[1].Status)
 }
+
+// A header that never ends, as a kept-alive connection's second request, is
+// cut at --read-timeout from when that request began, though the socket's
+// read deadline was set for the first (package deadline keeps it, and
+// moves it on when it passes first): not earlier, which would cut a client
+// that is slow but in time, and not never, which a slowloris counts on.
+func TestSlowHeaderOnAKeptAliveConnectionCutAtItsOwnTimeout(t *testing.T) {
+	const readTimeout = time.Second
+	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) { c.ReadTimeout = readTimeout })
+	c := dialEdge(t, r.Addr())
+	require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+	br := bufio.NewReader(c)
+	_, err := io.WriteString(c, "GET /t HTTP/1.1\r\nHost: a\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	// The second request starts most of a timeout after the first (the
+	// clock is the subject): the socket's deadline, set for the first,
+	// passes while the second's header is awaited.
+	time.Sleep(readTimeout * 3 / 4)
+	start := time.Now()
+	_, err = io.WriteString(c, "GET /t HTTP/1.1\r\nHost: a\r\n")
+	require.NoError(t, err)
+	resp, err = http.ReadResponse(br, nil)
+	require.NoError(t, err, "the slow header was never cut")
+	resp.Body.Close()
+	require.Equal(t, 408, resp.StatusCode)
+	require.GreaterOrEqual(t, time.Since(start), readTimeout, "cut before its own read timeout")
+}

@@ -57,11 +57,17 @@ func Write(ctx *fasthttp.RequestCtx, p Problem, retryAfter int64) {
 func WriteBody(ctx *fasthttp.RequestCtx, status int, body []byte, retryAfter int64) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
-	var num [20]byte
-	ctx.Response.Header.SetCanonical(fieldRetryAfter, strconv.AppendInt(num[:0], max(retryAfter, 1), 10))
+	SetRetryAfter(&ctx.Response.Header, retryAfter)
 	ctx.Response.Header.SetCanonical(fieldCacheControl, noStore)
 	ctx.Response.Header.SetContentTypeBytes(contentType)
 	ctx.SetBody(body)
+}
+
+// SetRetryAfter sets h's Retry-After to seconds, at least 1: a problem's
+// answer after WriteBody changes it with this (a copied 429's header).
+func SetRetryAfter(h *fasthttp.ResponseHeader, seconds int64) {
+	var num [20]byte
+	h.SetCanonical(fieldRetryAfter, strconv.AppendInt(num[:0], max(seconds, 1), 10))
 }
 
 var (

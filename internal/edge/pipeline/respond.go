@@ -251,14 +251,11 @@ func deny(ctx *fasthttp.RequestCtx, as []applied, legacy bool, last **policyEntr
 func denyOne(ctx *fasthttp.RequestCtx, p *rulePolicy, out limiter.Decision, retry int64) {
 	ctx.Response.Reset()
 	p.deniedHead().CopyTo(&ctx.Response.Header)
+	problem.SetRetryAfter(&ctx.Response.Header, retry)
 	var buf [128]byte
-	h := &ctx.Response.Header
-	h.SetCanonical(fieldRetryAfter, strconv.AppendInt(buf[:0], max(retry, 1), 10))
-	h.SetCanonical(fieldState, appendState(buf[:0], p.id, out))
+	ctx.Response.Header.SetCanonical(fieldState, appendState(buf[:0], p.id, out))
 	ctx.SetBody(p.denied)
 }
-
-var fieldRetryAfter = []byte("Retry-After")
 
 // deniedHead is the header of a 429 that p's rule alone answers, as deny's
 // general path writes it (problem.WriteBody, then writeRateLimitFields)
