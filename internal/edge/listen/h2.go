@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -194,7 +195,11 @@ func (h *H2Server) ServeConn(c net.Conn) error {
 		return errors.New("http2: not a TLS connection")
 	}
 	mc := &h2MeteredConn{Conn: tc, state: tc.ConnectionState(), closed: make(chan struct{}), srv: h}
-	mc.init(h.m, h.hs.MaxHeaderBytes, time.Now())
+	maxStreams := h.cfg.MaxStreams
+	if maxStreams <= 0 {
+		maxStreams = math.MaxInt // net/http's own default: no reset is owed early
+	}
+	mc.init(h.m, h.hs.MaxHeaderBytes, maxStreams)
 	mc.streams = h.openConnStreams(tc)
 	defer mc.streams.close()
 	select {

@@ -135,6 +135,7 @@ type h2WriteSide struct {
 	wleft    int // payload bytes of the server's current frame
 	wrst     []byte
 	goneAway bool          // the GOAWAY is written (or the connection closed): no frame after it
+	wfailed  bool          // a write failed: the TLS connection writes no more
 	away     atomic.Bool   // a budget is spent: the GOAWAY goes at the next frame boundary
 	last     atomic.Uint32 // the highest stream the client opened
 }
@@ -145,10 +146,15 @@ type h2Budgets struct {
 	resets, control, idle, windowUpdates *rate.Limiter
 	pingsOwed                            int // PINGs the server sent, not yet acknowledged
 	updatesOwed                          int // WINDOW_UPDATEs the DATA sent and the streams opened allow
+	// Resets spent before they were written (refusedEarly).
+	maxStreams int  // net/http's SETTINGS_MAX_CONCURRENT_STREAMS
+	unanswered int  // streams opened since the server last wrote, less those the client reset
+	resetsOwed int  // resets spent on the read side, not yet written
+	goneQuiet  bool // the server wrote a GOAWAY: net/http ignores new streams
 }
 
-func (c *h2Meter) init(m *H2Metrics, maxHeaderBytes int, now time.Time) {
-	c.m, c.preface = m, len(http2Preface)
+func (c *h2Meter) init(m *H2Metrics, maxHeaderBytes, maxStreams int) {
+	c.m, c.preface, c.maxStreams = m, len(http2Preface), maxStreams
 	c.maxList = maxHeaderBytes + 10*32 // net/http's adjustment of MaxHeaderBytes
 	c.holdMax = min(2*c.maxList+1+255+5, 1<<20-len(h2Poison))
 	c.resets = rate.NewLimiter(h2ResetRate, h2ResetBurst)
@@ -320,12 +326,17 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 			}
 		}
 	case h2FrameHeaders:
-		if stream > c.last.Load() {
+		opens := stream > c.last.Load()
+		if opens {
 			c.last.Store(stream)
 		}
 		c.mu.Lock()
 		c.updatesOwed++ // a client may open a stream's window at once
+		refused := opens && c.refusedEarly()
 		c.mu.Unlock()
+		if refused && !c.take(c.resets) {
+			return false, "provoked_resets"
+		}
 		if stream != 0 && n <= c.holdMax && c.block.start(stream) {
 			return true, ""
 		}
@@ -341,6 +352,9 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 			c.block.lost()
 		}
 	case h2FrameRSTStream:
+		c.mu.Lock()
+		c.unanswered = max(c.unanswered-1, 0) // a stream closed, or none
+		c.mu.Unlock()
 		if !c.take(c.resets) {
 			return false, "rst_stream"
 		}
@@ -379,6 +393,26 @@ func (c *h2Meter) frame(h [9]byte) (hold bool, label string) {
 		}
 	}
 	return false, ""
+}
+
+// refusedEarly reports whether a stream the client opens is one net/http
+// will reset unasked, spending the reset budget on the read side (under
+// mu). A client's stream ends only by a frame the server writes or by the
+// client's RST_STREAM; so past maxStreams opened since the server last
+// wrote, less those the client reset since, net/http refuses each further
+// one (or resets it as malformed): that reset is owed. Spending it when
+// the server writes it is too late when the writes stall (a client that
+// does not read; net/http's writer not yet run while its reader is fed):
+// net/http queues the resets unsent, and its own bound of 10,000 queued
+// frames closes the connection with no budget spent. The resets written
+// later pay off what is owed first (scanOut), so each is spent once.
+func (c *h2Meter) refusedEarly() bool {
+	c.unanswered++
+	if c.unanswered <= c.maxStreams || c.goneQuiet {
+		return false
+	}
+	c.resetsOwed++
+	return true
 }
 
 // held appends to dst the frame f, read whole, as net/http gets it.
@@ -636,8 +670,22 @@ func (c *h2MeteredConn) Write(b []byte) (int, error) {
 		c.goAwayLocked()
 		return 0, net.ErrClosed
 	}
+	if c.wfailed { // TLS fails every write after one failed
+		return c.Conn.Write(b)
+	}
+	// What the server writes is noted before it leaves, so the client
+	// cannot answer it first: the WINDOW_UPDATEs a DATA frame allows, the
+	// PING ACK a PING asks for, the streams a response ends (refusedEarly's
+	// count starts again). A write cut short by an error ends the
+	// connection: what did not go out no longer matters (net/http may
+	// write the rest again; it is not scanned twice).
+	c.mu.Lock()
+	c.unanswered = 0
+	c.mu.Unlock()
+	label := c.scanOut(b)
 	n, err := c.Conn.Write(b)
-	if label := c.scanOut(b[:n]); label != "" {
+	c.wfailed = err != nil
+	if label != "" {
 		c.failOnce.Do(func() {
 			c.m.floods.WithLabelValues(label).Inc()
 			c.away.Store(true)
@@ -660,7 +708,7 @@ func (c *h2MeteredConn) scanOut(p []byte) string {
 				if len(c.wrst) == 4 {
 					code := binary.BigEndian.Uint32(c.wrst)
 					c.wrst = nil
-					if code != h2ErrNo && !c.take(c.resets) {
+					if code != h2ErrNo && !c.payOwed() && !c.take(c.resets) {
 						return "provoked_resets"
 					}
 				}
@@ -686,6 +734,10 @@ func (c *h2MeteredConn) scanOut(p []byte) string {
 				c.pingsOwed++
 				c.mu.Unlock()
 			}
+		case h2FrameGoAway:
+			c.mu.Lock()
+			c.goneQuiet = true
+			c.mu.Unlock()
 		case h2FrameRSTStream:
 			if c.wleft == 4 {
 				c.wrst = make([]byte, 0, 4)
@@ -694,6 +746,10 @@ func (c *h2MeteredConn) scanOut(p []byte) string {
 	}
 	return ""
 }
+
+// payOwed takes one of the resets spent before they were written, if one
+// is left.
+func (c *h2Meter) payOwed() bool { return c.spendOwed(&c.resetsOwed) }
 
 // flood counts a connection that spent a budget, and tells the client
 // (GOAWAY ENHANCE_YOUR_CALM): at once when net/http is not writing, else

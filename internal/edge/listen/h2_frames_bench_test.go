@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"testing"
-	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -50,7 +49,7 @@ func BenchmarkH2FrameMeter(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i += n {
 		c := &h2MeteredConn{Conn: &readerConn{r: bytes.NewReader(data)}, closed: make(chan struct{})}
-		c.init(m, 8<<10, time.Now())
+		c.init(m, 8<<10, 100)
 		if _, err := io.ReadFull(c, make([]byte, len(http2Preface))); err != nil {
 			b.Fatal(err)
 		}
