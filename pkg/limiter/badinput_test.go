@@ -106,10 +106,10 @@ func TestUnavailableRedis(t *testing.T) {
 			defer c.Close()
 		}
 	}()
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	closedAddr := closed.Addr().String()
-	closed.Close()
+	// Reserved, so a server started meanwhile (this test's own below) cannot
+	// take the port: a port found free and closed once did, and "down"
+	// reached a Redis asking for a password.
+	closedAddr := testenv.ClosedAddr(t)
 
 	locked, err := testenv.StartStandalone(testenv.StandaloneOptions{Password: "right"})
 	require.NoError(t, err)
