@@ -18,8 +18,6 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
-
-	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
 // stalledConn holds the server's writes while held is set, as a client
@@ -98,13 +96,7 @@ type h2Stalled struct {
 }
 
 func newH2Stalled(t *testing.T, handler fasthttp.RequestHandler, hold bool) *h2Stalled {
-	ca := testenv.NewCA(t)
-	leaf := ca.Issue(t, "ecdsa", "shop.example.com")
-	cert, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
+	ca, cert, ln := h2TestSite(t)
 	cfg := testH2Config(handler)
 	cfg.Addr, cfg.MaxStreams = ln.Addr(), 100
 	s := &h2Stalled{srv: NewH2Server(cfg), next: 1}
@@ -135,6 +127,7 @@ func newH2Stalled(t *testing.T, handler fasthttp.RequestHandler, hold bool) *h2S
 		accepted <- sc
 		_ = s.srv.ServeConn(&serverTLSConn{Conn: tc, done: true})
 	}()
+	var err error
 	s.client, err = tls.Dial("tcp", ln.Addr().String(), &tls.Config{ServerName: "shop.example.com", RootCAs: ca.Pool, NextProtos: []string{"h2"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.client.Close() })

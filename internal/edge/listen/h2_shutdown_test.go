@@ -15,13 +15,9 @@ import (
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
-// A connection net/http accepted before its HTTP/2 server began shutting
-// down, whose client sent the preface only after: net/http registers a
-// connection for the shutdown's GOAWAY once it has read the preface, and
-// the shutdown had already told the connections it knew. It gets its
-// GOAWAY all the same, rather than being served on until the shutdown's
-// deadline cuts it.
-func TestH2ConnectionRegisteredAfterShutdownGetsAGoAway(t *testing.T) {
+// h2TestSite is a CA, a certificate it issued for shop.example.com, and a
+// loopback listener for an HTTP/2 server's tests (closed at the test's end).
+func h2TestSite(t *testing.T) (*testenv.CA, tls.Certificate, net.Listener) {
 	ca := testenv.NewCA(t)
 	leaf := ca.Issue(t, "ecdsa", "shop.example.com")
 	cert, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
@@ -29,6 +25,17 @@ func TestH2ConnectionRegisteredAfterShutdownGetsAGoAway(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
+	return ca, cert, ln
+}
+
+// A connection net/http accepted before its HTTP/2 server began shutting
+// down, whose client sent the preface only after: net/http registers a
+// connection for the shutdown's GOAWAY once it has read the preface, and
+// the shutdown had already told the connections it knew. It gets its
+// GOAWAY all the same, rather than being served on until the shutdown's
+// deadline cuts it.
+func TestH2ConnectionRegisteredAfterShutdownGetsAGoAway(t *testing.T) {
+	ca, cert, ln := h2TestSite(t)
 
 	cfg := testH2Config(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") })
 	cfg.Addr = ln.Addr()
