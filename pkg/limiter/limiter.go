@@ -199,6 +199,9 @@ type Limiter struct {
 	// (masters.go).
 	watch     masterWatcher
 	newShards atomic.Uint64
+	// shardSeen is set once the first master is seen (under the breakers'
+	// lock): that one replaces none, so it is no sign of a change.
+	shardSeen bool
 	// started is when the limiter was made: an edge that has not heard
 	// from the store since knows nothing of what others counted before.
 	started time.Time
@@ -259,7 +262,13 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 	})
 	l.breakers.onNew = func(shard string) {
 		m.breakerState.WithLabelValues(shardLabel(shard)).Set(float64(breakerClosed))
-		l.newShards.Add(1) // a master not seen before: maybe a promoted replica
+		// A master not seen before: maybe a promoted replica. Not the
+		// first one: no answer came before it, so none can be missing on
+		// it, and calls racing to it are no calls a change overtook.
+		if l.shardSeen {
+			l.newShards.Add(1)
+		}
+		l.shardSeen = true
 		l.resendMoved()
 	}
 	l.breakers.onGone = func(shard string) {

@@ -27,7 +27,8 @@ import (
 //     one failed (a killed master answering again, or its replacement);
 //   - a MOVED or READONLY reply (a Cluster slot served by another node, a
 //     demoted master);
-//   - a Cluster master the limiter had not seen (breakers.onNew).
+//   - a master the limiter had not seen (breakers.onNew), after the first:
+//     that one replaces none.
 //
 // Each bumps a generation. A call that starts after a bump, while the
 // background sweep has not reached every key yet, marks its own key first;
