@@ -173,8 +173,8 @@ func (s *reorderedStore) Take(ctx context.Context, reqs []Request) ([]Decision, 
 // they ran, owe no restore (before, the breaker made for them counted as a
 // master change both calls were sent before, and the one heard last owed
 // the answer heard first less what it took: a unit nobody was admitted
-// for, one in about 50 runs of TestGlobalPartitionAndHeal on a busy
-// machine). A master seen after the first is still a sign of a change.
+// for, in 3 of 664 runs of TestGlobalPartitionAndHeal, three at once
+// on a busy machine). A master seen after the first is still a sign of a change.
 func TestFirstMasterIsNoChange(t *testing.T) {
 	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 	require.NoError(t, err)
