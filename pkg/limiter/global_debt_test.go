@@ -10,7 +10,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
@@ -248,15 +247,7 @@ func TestGlobalDebtHealRacesTheBoundary(t *testing.T) {
 // that runs, and the limiter does not count the refusal as the store
 // failing.
 func TestTakeUntilOnRedis(t *testing.T) {
-	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Close() })
-	c, err := NewRedisClient(srv.URL(), ModeStandalone)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	st, err := NewRedisStore(Conn(c), testenv.KeyPrefix(t))
-	require.NoError(t, err)
-	require.NoError(t, st.Load(context.Background()))
+	st := standaloneStore(t)
 	l, err := New(st, Config{Timeout: 5 * time.Second}, prometheus.NewRegistry(), nil)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
@@ -78,6 +79,21 @@ func newTestLimiter(t *testing.T, cfg Config) (*Limiter, *countingStore, *fakeCl
 	l.now = clock.now
 	l.fallback = NewMemoryStore(WithClock(clock.now))
 	return l, st, clock
+}
+
+// standaloneStore is a store, its script loaded, on a Redis of the test's
+// own (keys under the test's prefix), closed with the test.
+func standaloneStore(t *testing.T) *RedisStore {
+	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	c, err := NewRedisClient(srv.URL(), ModeStandalone)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	st, err := NewRedisStore(Conn(c), testenv.KeyPrefix(t))
+	require.NoError(t, err)
+	require.NoError(t, st.Load(context.Background()))
+	return st
 }
 
 func lim(key string, alg Algorithm, n int64, w time.Duration) Limit {

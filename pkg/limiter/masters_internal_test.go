@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
@@ -176,15 +175,7 @@ func (s *reorderedStore) Take(ctx context.Context, reqs []Request) ([]Decision, 
 // for, in 3 of 664 runs of TestGlobalPartitionAndHeal, three at once
 // on a busy machine). A master seen after the first is still a sign of a change.
 func TestFirstMasterIsNoChange(t *testing.T) {
-	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Close() })
-	c, err := NewRedisClient(srv.URL(), ModeStandalone)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	rs, err := NewRedisStore(Conn(c), testenv.KeyPrefix(t))
-	require.NoError(t, err)
-	require.NoError(t, rs.Load(context.Background()))
+	rs := standaloneStore(t)
 	st := &reorderedStore{RedisStore: rs, met: make(chan struct{}), secondRan: make(chan struct{}), heardFirst: make(chan struct{})}
 	l, err := New(st, Config{Timeout: 10 * time.Second}, prometheus.NewRegistry(), nil)
 	require.NoError(t, err)
