@@ -1,12 +1,19 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,7 +50,7 @@ import (
 // waited its critical_queue_timeout first (asserted in every run), critical
 // does at least as well as every other tier, lowest tiers first, and every
 // failure is a 503 of the edge's or a 504 the edges counted as the
-// origin's lateness.
+// origin's lateness. In every run, every request gets an answer.
 func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 	const (
 		originWorkers = 4
@@ -51,8 +58,9 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 		capacity      = originWorkers * int(time.Second/service) // 200 req/s
 		offered       = 3 * capacity
 		overload      = 20 * time.Second
-		edgeWorkers   = 128 // the stack's us-east edges
-		edgeCount     = 3   // a region's worth sharing the origin: eu-west's
+		edgeWorkers   = 128              // the stack's us-east edges
+		edgeCount     = 3                // a region's worth sharing the origin: eu-west's
+		readTimeout   = 10 * time.Second // the edges' --read-timeout, the default
 	)
 	reg := prometheus.NewRegistry()
 	origin := httptest.NewServer(originsim.Handler(originsim.Config{Workers: originWorkers, ServiceTime: service, Queue: 4096}, reg))
@@ -72,7 +80,18 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 	// client's timing, not the edge's decision. The transport sends on no
 	// connection idle for more than half the edge's read timeout, so every
 	// request it sends goes to a connection the edge is still reading.
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2048, IdleConnTimeout: 5 * time.Second}, Timeout: 15 * time.Second}
+	// (On a machine too busy for the test's own client, its idle timer
+	// fires late: each request notes how old its connection was when it
+	// was written, and a 408, or a POST on a connection the edge closed,
+	// is the client's only on a connection older than the read timeout.)
+	//
+	// The client waits up to a minute for an answer: the edge answers
+	// every request well within that by its own deadlines (a critical
+	// request's 2 s in the queue, then the origin's 1 s dial and 10 s for
+	// its header), and a request it leaves unanswered fails the test in
+	// every run. A 15 s wait was too short for a client starved for
+	// seconds on a busy machine: it gave up on answers still coming.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2048, IdleConnTimeout: readTimeout / 2, DialContext: datedDial}, Timeout: time.Minute}
 	defer client.CloseIdleConnections()
 
 	// 10% test, 50% read, 30% write, 10% critical, as overload.js sends.
@@ -83,7 +102,7 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 	out, sent := offerMix(client, edges, mix, offered, overload)
 	close(stopProbe)
 	sleep := <-probed
-	codes, failedAt := countCodes(out)
+	codes, errs, failedAt := countCodes(out)
 	success := codes.success
 	rejected, criticalWaits, criticalLongWaits := shedderRejections(t, edges)
 	served := counterValue(t, reg, "edgeguard_originsim_requests_total", "outcome", "served")
@@ -100,8 +119,8 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 	machineCapacity := float64(originWorkers) / sleep.Seconds()
 	late := sendLateness(out, 0.99)
 	kept := machineCapacity >= 0.8*float64(capacity) && late <= 100*time.Millisecond
-	t.Logf("%d requests sent in %s at %d/s; success: critical %.2f%%, write %.2f%%, read %.2f%%, test %.2f%%; codes %v",
-		len(out), sent.Round(time.Millisecond), offered, 100*success("critical"), 100*success("write"), 100*success("read"), 100*success("test"), codes)
+	t.Logf("%d requests sent in %s at %d/s; success: critical %.2f%%, write %.2f%%, read %.2f%%, test %.2f%%; codes %v; no answer, by tier/error: %v",
+		len(out), sent.Round(time.Millisecond), offered, 100*success("critical"), 100*success("write"), 100*success("read"), 100*success("test"), codes, errs)
 	t.Logf("edge rejections by tier/reason: %v; critical requests queued %.0f, of which %.0f waited > 50 ms; origin served %.0f (%.0f/s of %d/s); origin header timeouts %.0f; critical requests that waited > 1 s %.0f",
 		rejected, criticalWaits, criticalLongWaits, served, served/sent.Seconds(), capacity, headerTimeouts, criticalWaitsOver1s)
 	t.Logf("machine: a %v sleep took %v (origin capacity here %.0f/s of %d/s), requests sent up to %v late (p99): premise kept: %v",
@@ -119,9 +138,24 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 		allowed = append(allowed, http.StatusGatewayTimeout)
 		require.LessOrEqual(t, float64(codes.count(http.StatusGatewayTimeout)), headerTimeouts, "every 504 is an origin header timeout the edges counted")
 	}
+	// A 408, or a request sent on a connection the edge closed as idle
+	// (net/http does not send a POST again), is the client's timing only
+	// when the client wrote it on a connection it had held, unused, for the
+	// edge's whole read timeout: the edge's clock starts at its accept,
+	// after the dial. The client's idle timer fired late.
+	for _, r := range out {
+		switch {
+		case r.code == http.StatusRequestTimeout:
+			require.GreaterOrEqual(t, r.connAge, readTimeout, "a 408 (sent at %v) answers only a request written on a connection older than the edge's read timeout", r.at)
+		case r.code == 0:
+			require.Equal(t, closedIdle, r.err, "every request gets an answer (sent at %v, the connection %v old)", r.at, r.connAge)
+			require.GreaterOrEqual(t, r.connAge, readTimeout, "the edge closes a connection as idle (a request sent on it at %v) only past its read timeout", r.at)
+		}
+	}
+	allowed = append(allowed, http.StatusRequestTimeout, 0) // each checked above
 	for tier, cs := range codes {
 		for code := range cs {
-			require.Contains(t, allowed, code, "tier %s: overload answers 200 or 503 (or, on a machine too busy for the origin, the origin's 504), never anything else", tier)
+			require.Contains(t, allowed, code, "tier %s: overload answers 200 or 503 (or, on a machine too busy for the origin, the origin's 504, and a 408 on a connection the client kept too long), never anything else (no answer, by tier/error: %v)", tier, errs)
 		}
 	}
 	if kept {
@@ -148,8 +182,57 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 type dueResult struct {
 	tier string
 	code int
+	err  string // why there was no answer: errKind of the client's error
 	at   time.Duration
 	late time.Duration
+	// connAge is how long before the request was written its
+	// connection's dial began (at least how long the edge had held it).
+	connAge time.Duration
+}
+
+// datedConn is a connection that knows when its dial began.
+type datedConn struct {
+	net.Conn
+	dialed time.Time
+}
+
+// datedDial dials a datedConn. The time is read before the dial: the
+// edge cannot accept a connection before it, while a time read after the
+// dial returns can be seconds late on a starved client (and a connection's
+// age then too short).
+func datedDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	dialed := time.Now()
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &datedConn{Conn: c, dialed: dialed}, nil
+}
+
+// closedIdle is errKind's name for a request sent on a connection the edge
+// had closed as idle.
+const closedIdle = "closed_idle"
+
+// errKind names a client error by its kind, so a run's failures can be
+// counted by it: the client's own timeout, a connection the edge reset or
+// closed, or the error itself.
+func errKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case strings.Contains(err.Error(), "server closed idle connection"):
+		// net/http's own error for a connection closed as a request
+		// (one it may not send again: a POST) was sent on it.
+		return closedIdle
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "closed"
+	}
+	return err.Error()
 }
 
 // meanSleep is how long, on average, a sleep of d takes on this machine
@@ -208,16 +291,36 @@ func offerMix(client *http.Client, edges []*edgeProc, mix []string, offered int,
 			if tier == "write" {
 				method = http.MethodPost
 			}
-			req, _ := http.NewRequest(method, e.url("/orders"), nil)
-			req.Header.Set("X-Priority", tier)
-			code := 0
-			if resp, err := client.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				code = resp.StatusCode
+			r := dueResult{tier: tier, at: at, late: late}
+			var age atomic.Int64 // the connection's, when the request took it and when it was written
+			var conn *datedConn
+			trace := &httptrace.ClientTrace{
+				GotConn: func(info httptrace.GotConnInfo) {
+					if conn, _ = info.Conn.(*datedConn); conn != nil {
+						age.Store(int64(time.Since(conn.dialed)))
+					}
+				},
+				WroteRequest: func(httptrace.WroteRequestInfo) {
+					if conn != nil {
+						age.Store(int64(time.Since(conn.dialed)))
+					}
+				},
 			}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), method, e.url("/orders"), nil)
+			req.Header.Set("X-Priority", tier)
+			resp, err := client.Do(req)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			if err == nil {
+				r.code = resp.StatusCode
+			} else {
+				r.err = errKind(err)
+			}
+			r.connAge = time.Duration(age.Load())
 			mu.Lock()
-			out = append(out, dueResult{tier: tier, code: code, at: at, late: late})
+			out = append(out, r)
 			mu.Unlock()
 		})
 	}
@@ -229,11 +332,15 @@ func offerMix(client *http.Client, edges []*edgeProc, mix []string, offered int,
 // tierCodes counts each tier's answers by status.
 type tierCodes map[string]map[int]int
 
-// countCodes counts out's answers by tier and status, and says when the
-// first 20 critical requests that failed were due.
-func countCodes(out []dueResult) (codes tierCodes, criticalFailedAt []string) {
-	codes = tierCodes{}
+// countCodes counts out's answers by tier and status (0: no answer, and
+// errs counts those by tier and the client error's kind), and says when
+// the first 20 critical requests that failed were due.
+func countCodes(out []dueResult) (codes tierCodes, errs map[string]int, criticalFailedAt []string) {
+	codes, errs = tierCodes{}, map[string]int{}
 	for _, r := range out {
+		if r.code == 0 {
+			errs[r.tier+"/"+r.err]++
+		}
 		if codes[r.tier] == nil {
 			codes[r.tier] = map[int]int{}
 		}
@@ -242,7 +349,7 @@ func countCodes(out []dueResult) (codes tierCodes, criticalFailedAt []string) {
 			criticalFailedAt = append(criticalFailedAt, r.at.Round(time.Millisecond).String())
 		}
 	}
-	return codes, criticalFailedAt
+	return codes, errs, criticalFailedAt
 }
 
 // count is how many answers of every tier had status code.
