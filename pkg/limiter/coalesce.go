@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -33,6 +34,10 @@ type batch struct {
 	cost  int64 // every item's cost
 	items []*item
 	done  chan struct{} // closed once every item is settled
+	// mu guards settled and the items' left: an item's owner leaves the
+	// batch (waitJoined) only while it is not settled.
+	mu      sync.Mutex
+	settled bool // every item not left has its out or err
 }
 
 // item is one check's place in a batch.
@@ -40,6 +45,39 @@ type item struct {
 	check Check
 	out   Decision
 	err   error // the store failed: the owner decides it per the fail mode
+	// left: the owner stopped waiting (waitJoined) and the fallback decided
+	// it; the batch neither counts it nor admits it, and gives back what
+	// the store took for it.
+	left bool
+}
+
+// leave takes it out of b unless b is settled, and reports whether it did.
+func (b *batch) leave(it *item) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.settled {
+		return false
+	}
+	it.left = true
+	return true
+}
+
+// in is how many of b's items are still in it. Under b.mu.
+func (b *batch) in() int {
+	n := 0
+	for _, it := range b.items {
+		if !it.left {
+			n++
+		}
+	}
+	return n
+}
+
+// settle marks b settled and returns how many of its items are still in it.
+// Under b.mu.
+func (b *batch) settle() int {
+	b.settled = true
+	return b.in()
 }
 
 func newFlights() *flights {
@@ -108,29 +146,51 @@ func (f *flights) done(key string, send func(*batch)) {
 // sendLater sends a batch in the background, tracked by Close.
 func (l *Limiter) sendLater(b *batch) { l.bg.Go(func() { l.sendBatch(b) }) }
 
-// sendBatch makes one call for a batch and settles its items.
+// sendBatch makes one call for a batch and settles its items. Items whose
+// owners left before it is sent are not sent; a batch that every owner
+// left makes no call.
 func (l *Limiter) sendBatch(b *batch) {
-	sum, need := int64(len(b.items))*b.cost, b.cost
-	gen := l.cache.generation()
-	sent := l.now()
-	ds, errs := l.call(context.Background(), []Request{{Limit: b.limit, Cost: sum, Need: need}}, []string{b.key}, sent, nil)
-	if errs[0] != nil {
-		for _, it := range b.items {
-			it.err = errs[0]
-		}
-	} else {
-		l.split(b, ds[0], need, sent, gen)
+	b.mu.Lock()
+	n := b.in()
+	b.settled = n == 0
+	b.mu.Unlock()
+	if n > 0 {
+		l.callBatch(b, int64(n)*b.cost)
 	}
 	close(b.done)
 	l.flights.done(b.key, l.sendLater)
 }
 
-// split shares a batch's admitted units first-come first-served, gives back
-// what no item could use, and reports each item's remaining as if the items
-// had been decided one after another.
+// callBatch asks the store for sum units for b and settles its items.
+func (l *Limiter) callBatch(b *batch, sum int64) {
+	need := b.cost
+	gen := l.cache.generation()
+	sent := l.now()
+	ds, errs := l.call(context.Background(), []Request{{Limit: b.limit, Cost: sum, Need: need}}, []string{b.key}, sent, nil)
+	if errs[0] != nil {
+		b.mu.Lock()
+		b.settle()
+		for _, it := range b.items {
+			it.err = errs[0]
+		}
+		b.mu.Unlock()
+		return
+	}
+	l.split(b, ds[0], need, sent, gen)
+}
+
+// split shares a batch's admitted units first-come first-served among the
+// items still in it, gives back what none of them could use (an item's
+// owner that left: its share too), and reports each item's remaining as if
+// the items had been decided one after another.
 func (l *Limiter) split(b *batch, d Decision, need int64, sent time.Time, gen uint64) {
 	lease, left := d.Lease, d.Admitted
+	b.mu.Lock()
+	n := b.settle()
 	for _, it := range b.items {
+		if it.left {
+			continue
+		}
 		out := Decision{Limit: d.Limit, ResetAfter: d.ResetAfter, Lease: Lease{Limit: d.Lease.Limit}, Source: SourceStore, store: l.store}
 		if c := it.check.Cost; c <= left {
 			out.Admitted, out.Allowed = c, true
@@ -142,6 +202,14 @@ func (l *Limiter) split(b *batch, d Decision, need int64, sent time.Time, gen ui
 		}
 		it.out = out
 	}
+	remaining := d.Remaining + lease.Units
+	for i := len(b.items) - 1; i >= 0; i-- {
+		if it := b.items[i]; !it.left {
+			it.out.Remaining = remaining
+			remaining += it.out.Admitted
+		}
+	}
+	b.mu.Unlock()
 	if lease.Units > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), l.refundTimeout())
 		if err := l.store.Refund(ctx, []Lease{lease}); err != nil {
@@ -150,11 +218,67 @@ func (l *Limiter) split(b *batch, d Decision, need int64, sent time.Time, gen ui
 		cancel()
 		l.metrics.refunds.Inc()
 	}
-	remaining := d.Remaining + lease.Units
-	for i := len(b.items) - 1; i >= 0; i-- {
-		it := b.items[i]
-		it.out.Remaining = remaining
-		remaining += it.out.Admitted
+	l.metrics.record(SourceStore, n)
+}
+
+// waitJoined waits for p's batch to settle p, as a lead waits for its own
+// call (take): until the store deadline counted from when p joined, on
+// while the store shows life (keepWaiting) up to maxLifeWait deadlines, and
+// no longer than the caller (ctx). Past that p leaves its batch and the
+// error says why: the fallback decides p, as it decides a lead given up,
+// and the batch neither counts nor admits p. A check that joined behind a
+// call in flight so waits one call's time, not the rest of that call's
+// and then its batch's whole call. now is when p joined (l.now).
+func (l *Limiter) waitJoined(ctx context.Context, p pending, now time.Time) error {
+	if p.wait == nil { // a local store: its batches do not wait on anything
+		<-p.b.done
+		return p.item.err
 	}
-	l.metrics.record(SourceStore, len(b.items))
+	tick := p.wait.Done()
+	var timer *time.Timer
+	var life <-chan time.Time
+	for {
+		select {
+		case <-p.b.done:
+			if timer != nil {
+				timer.Stop()
+			}
+			return p.item.err
+		case <-tick:
+			tick = nil // closed: it would fire again and again
+		case <-life:
+		case <-ctx.Done():
+		}
+		cause := ctx.Err()
+		if cause == nil {
+			shard := l.breakers.get(l.store.Shard(p.check.Limit))
+			if waitsOnLife(l.now(), now, l.cfg.Timeout, func(yield func(int64) bool) { yield(shard.answered.Load()) }) {
+				if timer == nil {
+					l.metrics.lifeWaits.Inc()
+					timer = time.NewTimer(l.lifeTick())
+				} else {
+					timer.Reset(l.lifeTick())
+				}
+				life = timer.C
+				continue
+			}
+			if cause = p.wait.Err(); cause == nil {
+				cause = context.DeadlineExceeded
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if p.b.leave(p.item) {
+			if ctx.Err() == nil {
+				// It waited a call's time for the store and got no
+				// answer: a failure for the shard's breaker, as a
+				// lead's call given up is (its caller's end is not).
+				l.breakers.get(l.store.Shard(p.check.Limit)).failure(l.now())
+			}
+			return fmt.Errorf("%w: %w", errGaveUp, cause)
+		}
+		<-p.b.done // settled just now
+		return p.item.err
+	}
 }

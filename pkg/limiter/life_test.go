@@ -4,11 +4,13 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/pkg/limit"
@@ -59,8 +61,9 @@ func TestWaitsOnLife(t *testing.T) {
 // queue behind it) while it answers the others.
 type gatedStore struct {
 	*MemoryStore
-	gate   chan struct{}
-	opened sync.Once
+	gate    chan struct{}
+	opened  sync.Once
+	waiting atomic.Int32 // calls that reached the gate
 }
 
 // open lets the calls at the gate through.
@@ -71,6 +74,7 @@ func (s *gatedStore) Remote() bool { return true }
 func (s *gatedStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
 	for _, r := range reqs {
 		if strings.HasPrefix(r.Limit.Key, "slow") {
+			s.waiting.Add(1)
 			<-s.gate
 			break
 		}
@@ -176,4 +180,101 @@ func TestSlowButAliveStoreIsWaitedFor(t *testing.T) {
 		require.Eventually(t, func() bool { return testutil.ToFloat64(l.metrics.lateCalls) == 1 }, 10*time.Second, time.Millisecond,
 			"the call given up is settled when it answers")
 	})
+}
+
+// Goal: a check that joined behind another request's call in flight waits
+// one call's time from when it joined (the deadline, on while the store
+// shows life, up to maxLifeWait deadlines; and no longer than its caller),
+// not the rest of that call's and then its batch's whole call. The fallback
+// then decides it, and its batch neither counts nor admits it: the store
+// ends up holding only what clients were admitted by it.
+func TestJoinedCheckWaitsOneCall(t *testing.T) {
+	k := lim("slow-j", limit.SlidingLog, 10, time.Minute)
+	held := func(t *testing.T, st *gatedStore) int64 { // units the store holds for k
+		ds, err := st.MemoryStore.Take(context.Background(), []Request{{Limit: k, Cost: 1}})
+		require.NoError(t, err)
+		return k.Limit - 1 - ds[0].Remaining
+	}
+	t.Run("alive: up to the cap from its join, not its batch's", func(t *testing.T) {
+		l, st, clock := newLifeLimiter(t)
+		timeout := l.cfg.Timeout
+		pulse(t, l, 0)
+		// aliveFor moves the clock on by d with the store alive throughout:
+		// its last answer is stamped with the time the clock moves to first.
+		shard := l.breakers.get(l.store.Shard(k))
+		aliveFor := func(d time.Duration) {
+			shard.answered.Store(clock.now().Add(d).UnixNano())
+			clock.add(d)
+		}
+		lead := decideAsync(l, "slow-j") // sent at t0, held at the gate
+		waitLifeWaits(t, l, 1)           // past its deadline, waiting on life
+		aliveFor(3 * timeout)
+		joined := decideAsync(l, "slow-j") // joins at t0+3T, behind the lead's call
+		require.Eventually(t, func() bool { return testCounter(l.metrics.coalesced) == 1 }, 10*time.Second, time.Millisecond)
+		aliveFor(timeout + time.Millisecond) // the lead's call reaches its cap
+		require.Equal(t, SourceFallback, recv(t, lead).Source, "the lead gives up at its cap")
+		// Its batch is sent now: it and the joined check wait on life.
+		waitLifeWaits(t, l, 3)
+		select {
+		case d := <-joined:
+			t.Fatalf("the joined check gave up on a store that shows life, %v after it joined: %+v", timeout+time.Millisecond, d)
+		default:
+		}
+		// The joined check has waited its cap since it joined; its
+		// batch's call 3 deadlines of its 4, and waits on.
+		aliveFor(3 * timeout)
+		require.Equal(t, SourceFallback, recv(t, joined).Source, "past maxLifeWait deadlines from its join, the joined check is given up")
+		st.open()
+		l.bg.Wait() // the calls answered and settled
+		require.EqualValues(t, 1, testutil.ToFloat64(l.metrics.lateCalls), "the lead's call, given up, is settled when it answers")
+		require.Zero(t, held(t, st), "the store holds nothing: the lead's unit was given back late, and the batch gave back the one it took for the check that left")
+	})
+	t.Run("its caller's end", func(t *testing.T) {
+		l, st, _ := newLifeLimiter(t)
+		pulse(t, l, 0)
+		lead := decideAsync(l, "slow-j")
+		waitLifeWaits(t, l, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		joined := make(chan Decision, 1)
+		go func() {
+			v, err := l.Decide(ctx, []Check{{Limit: k, Cost: 1, Nodes: 2}})
+			assert.NoError(t, err)
+			joined <- v.Checks[0]
+		}()
+		require.Eventually(t, func() bool { return testCounter(l.metrics.coalesced) == 1 }, 10*time.Second, time.Millisecond)
+		cancel()
+		require.Equal(t, SourceFallback, recv(t, joined).Source, "a caller that ends stops waiting: the fallback decides, as for a lead")
+		st.open()
+		require.Equal(t, SourceStore, recv(t, lead).Source)
+		l.bg.Wait() // the batch, had it been sent
+		require.EqualValues(t, 2, testCounter(l.metrics.storeDecided), "the pulse and the lead: a batch every owner left is not sent")
+		require.EqualValues(t, 1, held(t, st), "the store holds the lead's unit only")
+	})
+}
+
+// A joined check given up at its deadline with no sign of life counts as a
+// failure for its shard's breaker, as its lead's call does: a frozen store
+// stops making clients wait after BreakerFailures requests waited it out,
+// not after that many calls (a hot key's requests travel few calls).
+func TestJoinedGiveUpTripsBreaker(t *testing.T) {
+	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)}
+	st := &gatedStore{MemoryStore: NewMemoryStore(WithClock(clock.now)), gate: make(chan struct{})}
+	// A deadline long enough that the batch's own call, sent when the
+	// lead gives up, fails a whole deadline after the joined check does.
+	l, err := New(st, Config{Timeout: 500 * time.Millisecond, BreakerFailures: 2}, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	l.now = clock.now
+	l.fallback = NewMemoryStore(WithClock(clock.now))
+	t.Cleanup(l.Close)
+	t.Cleanup(st.open)
+	lead := decideAsync(l, "slow-t") // never answered: no life
+	require.Eventually(t, func() bool { return st.waiting.Load() == 1 }, 10*time.Second, time.Millisecond)
+	joined := decideAsync(l, "slow-t")
+	require.Eventually(t, func() bool { return testCounter(l.metrics.coalesced) == 1 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, SourceFallback, recv(t, lead).Source)
+	require.Equal(t, SourceFallback, recv(t, joined).Source)
+	// The lead's call is one failure; its batch's call, sent when the
+	// lead gave up, fails a deadline (500 ms) later.
+	shard := l.breakers.get(l.store.Shard(lim("slow-t", limit.SlidingLog, 10, time.Minute)))
+	require.Equal(t, breakerOpen, breakerState(shard.state.Load()), "the joined check's give-up is the second failure")
 }

@@ -120,8 +120,9 @@ type Config struct {
 	FailMode FailMode
 	// CacheSize caps the over-limit cache (default 100,000 keys).
 	CacheSize int
-	// BreakerFailures consecutive failed calls open the breaker (default 5);
-	// while open, checks skip the store and a single probe is let through
+	// BreakerFailures consecutive failures open the breaker (default 5): a
+	// failed call, or a check that joined a call in flight and gave up on
+	// it (waitJoined); while open, checks skip the store and a single probe is let through
 	// every BreakerCooldown (default 1s) until one succeeds.
 	BreakerFailures int
 	BreakerCooldown time.Duration
@@ -296,6 +297,9 @@ type pending struct {
 	item  *item  // set when it joined another request's call
 	b     *batch // the batch it joined
 	alone bool   // leads a call outside the key's flight
+	// wait, for a check that joined a remote store's call, is the store
+	// deadline from when it joined (waitJoined).
+	wait context.Context
 	// rider is the request's rider: it goes with the first of its
 	// checks' store calls (rider.go).
 	rider *Rider
@@ -426,6 +430,9 @@ func (l *Limiter) route(checks []Check, keys []string, r routes, rd *Rider) rout
 		b, it, how := l.flights.join(c, keys[i])
 		if how == follow {
 			p.b, p.item = b, it
+			if l.store.Remote() {
+				p.wait = l.deadline.get()
+			}
 			r.joined = append(r.joined, p)
 			l.metrics.coalesced.Inc()
 			continue
@@ -448,7 +455,7 @@ func (l *Limiter) decideRouted(ctx context.Context, r routes, outs []Decision, n
 	}
 	// Joined checks are settled by their batches regardless; wait so
 	// that what they took is given back.
-	if jerr := l.awaitJoined(r.joined, outs); err == nil {
+	if jerr := l.awaitJoined(ctx, r.joined, outs, now); err == nil {
 		err = jerr
 	}
 	if err != nil {
@@ -1341,12 +1348,13 @@ func (l *Limiter) remember(c Check, d Decision, need int64, sent time.Time, gen 
 	l.cache.put(c.Limit, need, d, sent, gen)
 }
 
-func (l *Limiter) awaitJoined(joined []pending, outs []Decision) error {
+// awaitJoined decides the checks that joined another request's call (now:
+// when they joined), each by its batch or, past its wait, by the fallback.
+func (l *Limiter) awaitJoined(ctx context.Context, joined []pending, outs []Decision, now time.Time) error {
 	var first error
 	for _, p := range joined {
-		<-p.b.done
-		if p.item.err != nil {
-			o, err := l.degrade(p.check, p.item.err)
+		if werr := l.waitJoined(ctx, p, now); werr != nil {
+			o, err := l.degrade(p.check, werr)
 			if err != nil {
 				first = cmpErr(first, err)
 				continue
