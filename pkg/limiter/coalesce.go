@@ -234,51 +234,23 @@ func (l *Limiter) waitJoined(ctx context.Context, p pending, now time.Time) erro
 		<-p.b.done
 		return p.item.err
 	}
-	tick := p.wait.Done()
-	var timer *time.Timer
-	var life <-chan time.Time
-	for {
-		select {
-		case <-p.b.done:
-			if timer != nil {
-				timer.Stop()
-			}
-			return p.item.err
-		case <-tick:
-			tick = nil // closed: it would fire again and again
-		case <-life:
-		case <-ctx.Done():
+	var shard *breaker // looked up only once the deadline has passed
+	cause := l.awaitAnswer(ctx, p.wait, p.b.done, func() bool {
+		if shard == nil {
+			shard = l.breakers.get(l.store.Shard(p.check.Limit))
 		}
-		cause := ctx.Err()
-		if cause == nil {
-			shard := l.breakers.get(l.store.Shard(p.check.Limit))
-			if waitsOnLife(l.now(), now, l.cfg.Timeout, func(yield func(int64) bool) { yield(shard.answered.Load()) }) {
-				if timer == nil {
-					l.metrics.lifeWaits.Inc()
-					timer = time.NewTimer(l.lifeTick())
-				} else {
-					timer.Reset(l.lifeTick())
-				}
-				life = timer.C
-				continue
-			}
-			if cause = p.wait.Err(); cause == nil {
-				cause = context.DeadlineExceeded
-			}
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if p.b.leave(p.item) {
-			if ctx.Err() == nil {
-				// It waited a call's time for the store and got no
-				// answer: a failure for the shard's breaker, as a
-				// lead's call given up is (its caller's end is not).
-				l.breakers.get(l.store.Shard(p.check.Limit)).failure(l.now())
-			}
-			return fmt.Errorf("%w: %w", errGaveUp, cause)
-		}
-		<-p.b.done // settled just now
+		return waitsOnLife(l.now(), now, l.cfg.Timeout, func(yield func(int64) bool) { yield(shard.answered.Load()) })
+	})
+	if cause == nil || !p.b.leave(p.item) {
+		<-p.b.done // settled, or settled just now
 		return p.item.err
 	}
+	if ctx.Err() == nil {
+		// It waited a call's time for the store and got no answer (so
+		// awaitAnswer asked alive, which found the shard): a failure for
+		// the shard's breaker, as a lead's call given up is (its caller's
+		// end is not).
+		shard.failure(l.now())
+	}
+	return fmt.Errorf("%w: %w", errGaveUp, cause)
 }

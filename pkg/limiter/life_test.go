@@ -86,9 +86,14 @@ func (s *gatedStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 // clock the test moves: evidence of life is judged on that clock, while the
 // deadline and the looks again are real timers.
 func newLifeLimiter(t *testing.T) (*Limiter, *gatedStore, *fakeClock) {
+	return newLifeLimiterWith(t, Config{Timeout: 20 * time.Millisecond, BreakerFailures: 100})
+}
+
+// newLifeLimiterWith is newLifeLimiter with cfg.
+func newLifeLimiterWith(t *testing.T, cfg Config) (*Limiter, *gatedStore, *fakeClock) {
 	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)}
 	st := &gatedStore{MemoryStore: NewMemoryStore(WithClock(clock.now)), gate: make(chan struct{})}
-	l, err := New(st, Config{Timeout: 20 * time.Millisecond, BreakerFailures: 100}, prometheus.NewRegistry(), nil)
+	l, err := New(st, cfg, prometheus.NewRegistry(), nil)
 	require.NoError(t, err)
 	l.now = clock.now
 	l.fallback = NewMemoryStore(WithClock(clock.now))
@@ -257,16 +262,9 @@ func TestJoinedCheckWaitsOneCall(t *testing.T) {
 // stops making clients wait after BreakerFailures requests waited it out,
 // not after that many calls (a hot key's requests travel few calls).
 func TestJoinedGiveUpTripsBreaker(t *testing.T) {
-	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)}
-	st := &gatedStore{MemoryStore: NewMemoryStore(WithClock(clock.now)), gate: make(chan struct{})}
 	// A deadline long enough that the batch's own call, sent when the
 	// lead gives up, fails a whole deadline after the joined check does.
-	l, err := New(st, Config{Timeout: 500 * time.Millisecond, BreakerFailures: 2}, prometheus.NewRegistry(), nil)
-	require.NoError(t, err)
-	l.now = clock.now
-	l.fallback = NewMemoryStore(WithClock(clock.now))
-	t.Cleanup(l.Close)
-	t.Cleanup(st.open)
+	l, st, _ := newLifeLimiterWith(t, Config{Timeout: 500 * time.Millisecond, BreakerFailures: 2})
 	lead := decideAsync(l, "slow-t") // never answered: no life
 	require.Eventually(t, func() bool { return st.waiting.Load() == 1 }, 10*time.Second, time.Millisecond)
 	joined := decideAsync(l, "slow-t")

@@ -807,46 +807,54 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 	r.ctx = runContext{Context: l.late.get(), values: ctx, wait: r}
 	l.bg.Add(1)
 	l.workers.runJob(r)
+	cause := l.awaitAnswer(ctx, wait, r.done, func() bool { return l.keepWaiting(sent, shards, now) })
+	if cause == nil || !r.state.CompareAndSwap(running, abandoned) {
+		<-r.done // answered, or answered just now
+		return r.got, r.err
+	}
+	r.giveUp(cause)
+	return nil, fmt.Errorf("%w: %w", errGaveUp, cause)
+}
+
+// awaitAnswer waits for done as a store call's caller does: until wait's
+// deadline, on while alive reports the store alive (looking again every
+// lifeTick), and no longer than ctx. It returns nil once done is closed,
+// else why it stopped waiting.
+func (l *Limiter) awaitAnswer(ctx, wait context.Context, done <-chan struct{}, alive func() bool) error {
 	tick := wait.Done()
 	var timer *time.Timer
 	var life <-chan time.Time
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		select {
-		case <-r.done:
-			if timer != nil {
-				timer.Stop()
-			}
-			return r.got, r.err
+		case <-done:
+			return nil
 		case <-tick:
 			tick = nil // closed: it would fire again and again
 		case <-life:
 		case <-ctx.Done(): // the caller's own end
 		}
-		cause := ctx.Err()
-		if cause == nil {
-			if l.keepWaiting(sent, shards, now) {
-				if timer == nil {
-					l.metrics.lifeWaits.Inc()
-					timer = time.NewTimer(l.lifeTick())
-				} else {
-					timer.Reset(l.lifeTick())
-				}
-				life = timer.C
-				continue
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if alive() {
+			if timer == nil {
+				l.metrics.lifeWaits.Inc()
+				timer = time.NewTimer(l.lifeTick())
+			} else {
+				timer.Reset(l.lifeTick())
 			}
-			if cause = wait.Err(); cause == nil {
-				cause = context.DeadlineExceeded
-			}
+			life = timer.C
+			continue
 		}
-		if timer != nil {
-			timer.Stop()
+		if err := wait.Err(); err != nil {
+			return err
 		}
-		if r.state.CompareAndSwap(running, abandoned) {
-			r.giveUp(cause)
-			return nil, fmt.Errorf("%w: %w", errGaveUp, cause)
-		}
-		<-r.done // answered just now
-		return r.got, r.err
+		return context.DeadlineExceeded
 	}
 }
 
