@@ -94,7 +94,14 @@ var (
 // seen, at the take's time; the call first reads the remaining (a take of
 // nothing) and takes only what is missing since, so a store that kept its
 // state takes nothing, and one that lost it counts again what it had (as
-// often as it is restored: a second restore finds nothing missing). A call whose
+// often as it is restored: a second restore finds nothing missing). A
+// restore carries one argument more, after its algorithm's: the identity of
+// the server that gave the answer it restores (its run_id and
+// master_replid, as Identity reads them; "" unknown). A server that has that
+// identity still is the one that answered, and has been its master since
+// (neither id ever comes back once changed): it kept its state, and the
+// restore takes nothing, whatever the count says. That count may have fallen
+// since by what was given back, which is not missing. A call whose
 // keys the node does not serve (a slot moving) fails with "non local key"
 // at its first redis.call, before it writes.
 func Batch(algs []Alg) (string, error) {
@@ -124,6 +131,18 @@ local function server_now()
   return now_once
 end
 local run, width = {}, {}
+local ident_now
+local function identity()
+  if ident_now == nil then
+    ident_now = false
+    local s, r = redis.pcall('INFO', 'server'), redis.pcall('INFO', 'replication')
+    if type(s) == 'string' and type(r) == 'string' then
+      local id, rid = string.match(s, 'run_id:(%x+)'), string.match(r, 'master_replid:(%x+)')
+      if id and rid then ident_now = id .. ':' .. rid end
+    end
+  end
+  return ident_now
+end
 `
 
 const batchLoop = `local out = {}
@@ -140,15 +159,17 @@ for i = 1, tonumber(ARGV[1]) do
   local ok, r
   if restore then
     local most, seen = tonumber(ARGV[ab + 6]), tonumber(ARGV[ab + 7])
+    local answered_by = ARGV[p + 1 + w[2]]
     ARGV[ab + 6], ARGV[ab + 7] = '0', '1'
     ok, r = pcall(f, p, ab)
     if ok and type(r) == 'table' and not r.err then
       local missing = math.min(most, r[2] - seen)
-      if missing > 0 then
+      if missing > 0 and (answered_by == '' or answered_by ~= identity()) then
         ARGV[ab + 6] = tostring(missing)
         ok, r = pcall(f, p, ab)
       end
     end
+    p = p + 1
   else
     ok, r = pcall(f, p, ab)
   end
@@ -169,4 +190,25 @@ func Plain(name string) (string, error) {
 		return "", fmt.Errorf("reading script %q: %w", name, err)
 	}
 	return string(body), nil
+}
+
+// Identity is a Redis server's identity as the batch script reads it (a
+// restore's last argument): its run_id and master_replid from the server and
+// replication sections of INFO; "" when either is missing.
+func Identity(server, replication string) string {
+	id, rid := infoField(server, "run_id"), infoField(replication, "master_replid")
+	if id == "" || rid == "" {
+		return ""
+	}
+	return id + ":" + rid
+}
+
+// infoField is a field's value in an INFO section ("" absent).
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -131,3 +131,13 @@ func TestFixedWindowScript(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, count, "the denials gave back what they added")
 }
+
+// Identity reads the run_id and master_replid lines INFO sends (CRLF
+// line ends), and is "" when either is missing.
+func TestIdentity(t *testing.T) {
+	server := "# Server\r\nredis_version:7.0.15\r\nrun_id:5b9b0dad583c769707f6c332b7803cdddd7274fd\r\ntcp_port:6379\r\n"
+	repl := "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:8f870f59663f3415d59664770519817a8c2ddd38\r\nmaster_replid2:0000000000000000000000000000000000000000\r\n"
+	require.Equal(t, "5b9b0dad583c769707f6c332b7803cdddd7274fd:8f870f59663f3415d59664770519817a8c2ddd38", Identity(server, repl))
+	require.Empty(t, Identity(server, "# Replication\r\nrole:master\r\n"))
+	require.Empty(t, Identity("", repl))
+}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/edgeguard/edgeguard/internal/servers"
 )
 
@@ -93,4 +95,21 @@ func (s *Standalone) URL() string {
 // Close kills the server and removes its files. It is idempotent.
 func (s *Standalone) Close() error {
 	return s.d.Close()
+}
+
+// ComeBackEmpty makes the server what a replica promoted in its place with
+// none of its data would be: a new replication id (it serves as a replica
+// of nothing for a moment, then as a master again) and no keys. A server
+// merely emptied (FLUSHALL) keeps its identity, and a store that kept its
+// identity kept its state (lua.Identity). Call it while no client writes.
+func (s *Standalone) ComeBackEmpty(ctx context.Context) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.Password})
+	defer func() { _ = c.Close() }()
+	if err := c.Do(ctx, "REPLICAOF", "127.0.0.1", "1").Err(); err != nil { // port 1: never reached
+		return err
+	}
+	if err := c.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		return err
+	}
+	return c.FlushAll(ctx).Err()
 }

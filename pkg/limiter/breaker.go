@@ -40,6 +40,10 @@ type breaker struct {
 	// says the shard is down now, and has been for how long
 	// (Limiter.downThroughWindow).
 	failedAt, downSince atomic.Int64
+	// ident is the shard's identity as last read (identity.go), and
+	// identing is set while a read is under way.
+	ident    atomic.Pointer[storeIdent]
+	identing atomic.Bool
 }
 
 func newBreaker(threshold int, cooldown time.Duration, onChange func(breakerState)) *breaker {

@@ -174,9 +174,7 @@ func TestExactFallbackRestoreAfterEmptyRestart(t *testing.T) {
 	total += e.decide(t, 0, c, L, SourceFallback)
 	require.EqualValues(t, 900, total, "denied: the store answered within the window")
 
-	rc := redis.NewClient(&redis.Options{Addr: e.srv.Addr})
-	t.Cleanup(func() { _ = rc.Close() })
-	require.NoError(t, rc.FlushAll(context.Background()).Err()) // back empty
+	require.NoError(t, e.srv.ComeBackEmpty(context.Background())) // a replica promoted with none of it
 	e.fail(false)
 	for i := range N {
 		total += e.decide(t, i, c, L, SourceStore)

@@ -353,9 +353,11 @@ func (s *RedisStore) unbatch(ctx context.Context, cs []call, cmd *redis.Cmd) []*
 	}
 	for i, c := range cs {
 		switch err, isErr := out[i].(error); {
-		case isErr && strings.Contains(err.Error(), "non local key"):
+		case isErr && strings.Contains(err.Error(), "non local key") && !c.restore:
 			// Its slot is moving: it wrote nothing, and the routed
-			// plain call follows the slot.
+			// plain call follows the slot. Not a restore: only the
+			// batch script runs one (the plain script would take what
+			// it may restore), so it fails and is owed again.
 			cmds[i] = s.direct(ctx, c)
 		case isErr:
 			cmds[i] = failedCmd(ctx, err)

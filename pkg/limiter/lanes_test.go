@@ -80,7 +80,9 @@ func TestLanesBatchLoneTakes(t *testing.T) {
 // A batch sent to a master whose slot is moving: the take whose key has
 // already left for the importing master wrote nothing where it was sent and
 // is decided there, through the routed call's ASK redirection; the rest of
-// the batch is decided on the master it was sent to.
+// the batch is decided on the master it was sent to. A restore for that key
+// fails instead (it is owed again): routed, the plain script would run it
+// as a take of what it may restore.
 func TestLanesBatchFollowsMovingSlot(t *testing.T) {
 	cl, err := testenv.StartCluster(testenv.ClusterOptions{})
 	require.NoError(t, err)
@@ -132,11 +134,13 @@ func TestLanesBatchFollowsMovingSlot(t *testing.T) {
 		}
 	})
 
-	out, errs := st.TakeBatched(ctx(t), src, reqs)
+	restore := limiter.Request{Limit: moving, Cost: 3, Restore: true, Remaining: 2}
+	out, errs := st.TakeBatched(ctx(t), src, append(slices.Clone(reqs), restore))
 	for i, r := range reqs {
 		require.NoError(t, errs[i], r.Limit.Key)
 		require.Equal(t, []int64{1, 4}, out[i][:2], "%s: admitted 1, 4 remaining", r.Limit.Key)
 	}
+	require.ErrorContains(t, errs[len(reqs)], "non local key", "the restore is not sent as a take")
 	n, err := src.ClusterCountKeysInSlot(ctx(t), int(slot)).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing written on the master the slot is leaving")

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
@@ -340,15 +339,7 @@ func TestLeaseCarvesAhead(t *testing.T) {
 // most the store's timeout, and when it fails is decided by the fail mode
 // (the fallback) without a carve of its own: it waits one timeout, not two.
 func TestLeaseSlowStoreWaitsOnce(t *testing.T) {
-	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Close() })
-	c, err := NewRedisClient(srv.URL(), ModeStandalone)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	st, err := NewRedisStore(Conn(c), testenv.KeyPrefix(t))
-	require.NoError(t, err)
-	require.NoError(t, st.Load(context.Background()))
+	srv, st := standaloneServer(t)
 	l, err := New(st, Config{Timeout: 300 * time.Millisecond}, prometheus.NewRegistry(), nil)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)

@@ -54,6 +54,7 @@ type account struct {
 	span      time.Duration // it speaks for the key's window until seen + span
 	fallback  bool          // the fallback holds state seeded for this outage
 	gen       uint32        // the master generation of the last answer (its low bits)
+	by        *storeIdent   // who gave the last answer, if known (identity.go)
 	owed      *owedRestore  // an answer owed back as a restore; nil: none
 	debt      int64         // fallback admissions the store has not counted
 	debtUntil time.Time     // the end of the window the latest of them counts in
@@ -66,6 +67,7 @@ type account struct {
 type owedRestore struct {
 	remaining int64
 	at, until time.Time
+	by        *storeIdent // who gave it, if known
 }
 
 // until is when a's last answer stops speaking for the key's window.
@@ -145,13 +147,14 @@ func (lg *ledger) len() int {
 // generation sent and answered under gen: when a master may have changed
 // meanwhile, the call may have run on a new master that lacked this edge's
 // previous answer, so a restore is owed of that answer less what the call
-// admitted (or of this answer, if it says less remains).
-func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sent, gen uint64, admitted int64) {
+// admitted (or of this answer, if it says less remains). by is who gave
+// this answer, if known.
+func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sent, gen uint64, admitted int64, by *storeIdent) {
 	lg.with(key, true, func(a *account) {
 		if sent != gen && lg.active(a, now) {
-			lg.oweLocked(a, min(a.remaining-admitted, remaining), a.seen, a.until())
+			lg.oweLocked(a, min(a.remaining-admitted, remaining), a.seen, a.until(), a.by)
 		}
-		a.remaining, a.seen, a.span, a.fallback, a.gen = remaining, now, until.Sub(now), false, uint32(gen)
+		a.remaining, a.seen, a.span, a.fallback, a.gen, a.by = remaining, now, until.Sub(now), false, uint32(gen), by
 	})
 }
 
@@ -160,20 +163,24 @@ func (lg *ledger) active(a *account, now time.Time) bool {
 	return !a.seen.IsZero() && now.Before(a.until())
 }
 
-// oweLocked owes a restore of remaining as of at, good until until; one
-// owed already keeps the least remaining, the earliest time and the
-// earliest end. Called locked.
-func (lg *ledger) oweLocked(a *account, remaining int64, at, until time.Time) {
+// oweLocked owes a restore of remaining as of at, good until until, given
+// by the store with identity by (nil unknown); one owed already keeps the
+// least remaining, the earliest time and the earliest end, and an identity
+// only if both had the same. Called locked.
+func (lg *ledger) oweLocked(a *account, remaining int64, at, until time.Time, by *storeIdent) {
 	remaining = max(0, remaining)
 	if o := a.owed; o != nil {
 		o.remaining = min(o.remaining, remaining)
+		if o.by.String() != by.String() {
+			o.by = nil
+		}
 		if at.Before(o.at) {
 			o.at = at
 		}
 		o.until = minTime(o.until, until)
 		return
 	}
-	a.owed = &owedRestore{remaining: remaining, at: at, until: until}
+	a.owed = &owedRestore{remaining: remaining, at: at, until: until, by: by}
 	lg.owing.Add(1)
 }
 
@@ -202,7 +209,7 @@ func (lg *ledger) moved(a *account, gen uint64, now time.Time) {
 	}
 	a.gen = uint32(gen)
 	if lg.active(a, now) {
-		lg.oweLocked(a, a.remaining, a.seen, a.until())
+		lg.oweLocked(a, a.remaining, a.seen, a.until(), a.by)
 	}
 }
 
@@ -220,7 +227,7 @@ func (lg *ledger) knows(key string, now time.Time) bool {
 func (lg *ledger) oweAnswer(key string, now time.Time) {
 	lg.with(key, false, func(a *account) {
 		if lg.active(a, now) {
-			lg.oweLocked(a, a.remaining, a.seen, a.until())
+			lg.oweLocked(a, a.remaining, a.seen, a.until(), a.by)
 		}
 	})
 }
@@ -243,7 +250,7 @@ func (lg *ledger) seedFor(key string, local int64, nodes int64, now time.Time) (
 		at = a.seen
 		used = max(0, local-a.remaining/nodes)
 		if used > 0 {
-			lg.oweLocked(a, a.remaining, a.seen, a.until())
+			lg.oweLocked(a, a.remaining, a.seen, a.until(), a.by)
 		}
 	})
 	return used, fresh, at
@@ -267,25 +274,25 @@ func (lg *ledger) peekSeed(key string, local int64, nodes int64, now time.Time) 
 // key's window. One whose window has ended by now is dropped: the store
 // counts a new window, which owes nothing for the last. One that fails
 // is owed again (oweRestore).
-func (lg *ledger) lendRestore(key string, now time.Time) (remaining int64, at, until time.Time, ok bool) {
+func (lg *ledger) lendRestore(key string, now time.Time) (remaining int64, at, until time.Time, by *storeIdent, ok bool) {
 	if lg.owing.Load() == 0 {
-		return 0, time.Time{}, time.Time{}, false
+		return 0, time.Time{}, time.Time{}, nil, false
 	}
 	lg.with(key, false, func(a *account) {
 		if a.owed != nil {
-			remaining, at, until = a.owed.remaining, a.owed.at, a.owed.until
+			remaining, at, until, by = a.owed.remaining, a.owed.at, a.owed.until, a.owed.by
 			ok = now.Before(until)
 			a.owed = nil
 			lg.owing.Add(-1)
 		}
 	})
-	return remaining, at, until, ok
+	return remaining, at, until, by, ok
 }
 
 // oweRestore owes key's restore of remaining as of at, good until until,
-// again (a restore that failed).
-func (lg *ledger) oweRestore(key string, remaining int64, at, until time.Time) {
-	lg.with(key, false, func(a *account) { lg.oweLocked(a, remaining, at, until) })
+// given by the store with identity by, again (a restore that failed).
+func (lg *ledger) oweRestore(key string, remaining int64, at, until time.Time, by *storeIdent) {
+	lg.with(key, false, func(a *account) { lg.oweLocked(a, remaining, at, until, by) })
 }
 
 // owe adds units the fallback admitted at now, counted in a window that

@@ -200,6 +200,8 @@ type Limiter struct {
 	// (masters.go).
 	watch     masterWatcher
 	newShards atomic.Uint64
+	// idf reads who serves a shard, when the store can say (identity.go).
+	idf identifier
 	// shardSeen is set once the first master is seen (under the breakers'
 	// lock): that one replaces none, so it is no sign of a change.
 	shardSeen bool
@@ -243,6 +245,7 @@ func New(store Store, cfg Config, reg prometheus.Registerer, log *slog.Logger) (
 	}
 	l.late = sharedDeadline{timeout: l.lateTimeout()}
 	l.watch, _ = store.(masterWatcher)
+	l.idf, _ = store.(identifier)
 	snd, _ := store.(sender)
 	m, err := newMetrics(reg, cfg.StoreName, func() int64 { return l.fallback.Evicted() }, l.Health, snd)
 	if err != nil {
@@ -586,6 +589,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	}
 	for i, r := range reqs {
 		shards[i] = l.breakers.get(l.store.Shard(r.Limit))
+		l.wantIdentity(shards[i], r.Limit, gen)
 		if !l.admitToShard(shards[i], r.Limit, now) {
 			c.errs[i] = errBreakerOpen
 			continue
@@ -600,7 +604,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 	var gotBuf [2]Decision
 	got, err := l.take(ctx, c.send, c.sent, shards, keys, now, rd, gotBuf[:0])
 	l.metrics.storeDecided.Add(float64(len(c.send)))
-	l.settleCall(c, reqs, keys, got, err, now, gen)
+	l.settleCall(c, reqs, keys, shards, got, err, now, gen)
 	storeSeconds := l.metrics.storeOK
 	if err != nil {
 		storeSeconds = l.metrics.storeError
@@ -667,8 +671,8 @@ func (l *Limiter) owed(r Request, key string, now time.Time) owedRequests {
 		return o
 	}
 	l.checkMasters(key, now)
-	if rem, at, until, ok := l.ledger.lendRestore(key, now); ok {
-		o.restore = Request{Limit: r.Limit, Cost: r.Limit.Capacity() - rem, Restore: true, Remaining: rem, At: at, until: until}
+	if rem, at, until, by, ok := l.ledger.lendRestore(key, now); ok {
+		o.restore = Request{Limit: r.Limit, Cost: r.Limit.Capacity() - rem, Restore: true, Remaining: rem, At: at, until: until, ident: by}
 		o.restore.Limit.MinInterval = 0
 		o.hasRestore = o.restore.Cost > 0
 	}
@@ -704,7 +708,7 @@ func (c *storeCall) add(r Request, i int, key string, o owedRequests) {
 // requests, gives back what its lost replies may have taken and settles
 // what the store was owed. gen is the master generation the call was sent
 // under.
-func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, got []Decision, err error, now time.Time, gen uint64) {
+func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, shards []*breaker, got []Decision, err error, now time.Time, gen uint64) {
 	perCall := takeErrs(err)
 	answered := l.now()
 	genNow := l.masterGen()
@@ -725,7 +729,11 @@ func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, got []D
 			c.ds[i] = got[j]
 		}
 		if e == nil && !reqs[i].Limit.Algorithm.Spec().Held {
-			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now), gen, genNow, c.ds[i].Admitted)
+			var by *storeIdent // a sign of a master change while the call was out: who answered is unknown
+			if genNow == gen {
+				by = shards[i].answeredBy(now, gen)
+			}
+			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now), gen, genNow, c.ds[i].Admitted, by)
 		}
 	}
 }
@@ -1119,7 +1127,7 @@ func (l *Limiter) settleOwed(r Request, kind int, err error, now time.Time) {
 			l.ledger.owe(memKey(r.Limit), r.Cost, now, r.until)
 		}
 	default:
-		l.ledger.oweRestore(memKey(r.Limit), r.Remaining, r.At, r.until)
+		l.ledger.oweRestore(memKey(r.Limit), r.Remaining, r.At, r.until, r.ident)
 	}
 }
 
@@ -1153,6 +1161,10 @@ func (l *Limiter) probe(b *breaker, lim Limit) {
 			return
 		}
 		b.answered.Store(l.now().UnixNano())
+		// Who answers now, before the calls that follow (their answers
+		// are noted with it): the same store as before the outage, or
+		// another (identity.go).
+		l.readIdentity(b, lim)
 		b.success()
 	})
 }

@@ -84,6 +84,13 @@ func newTestLimiter(t *testing.T, cfg Config) (*Limiter, *countingStore, *fakeCl
 // standaloneStore is a store, its script loaded, on a Redis of the test's
 // own (keys under the test's prefix), closed with the test.
 func standaloneStore(t *testing.T) *RedisStore {
+	_, st := standaloneServer(t)
+	return st
+}
+
+// standaloneServer is standaloneStore with its server, for a test that
+// freezes or empties it.
+func standaloneServer(t *testing.T) (*testenv.Standalone, *RedisStore) {
 	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
@@ -93,7 +100,7 @@ func standaloneStore(t *testing.T) *RedisStore {
 	st, err := NewRedisStore(Conn(c), testenv.KeyPrefix(t))
 	require.NoError(t, err)
 	require.NoError(t, st.Load(context.Background()))
-	return st
+	return srv, st
 }
 
 func lim(key string, alg Algorithm, n int64, w time.Duration) Limit {

@@ -91,31 +91,50 @@ func TestWatchHookSigns(t *testing.T) {
 
 // A call sent before a master change and answered after it owes a restore
 // of the answer before it less what it took, on top of a restore already
-// owed; a key whose answer no longer speaks for its window owes nothing.
+// owed, with the identity of the store that gave that answer (merged with
+// another's: none); a key whose answer no longer speaks for its window owes
+// nothing.
 func TestLedgerOwesAcrossAMasterChange(t *testing.T) {
 	lg := newLedger(1000)
 	t0 := time.Unix(1_800_000_000, 0)
-	lg.observe("k", 40, t0, t0.Add(time.Hour), 1, 1, 1)
-	_, _, _, ok := lg.lendRestore("k", t0)
+	a, b := &storeIdent{id: "a"}, &storeIdent{id: "b"}
+	lg.observe("k", 40, t0, t0.Add(time.Hour), 1, 1, 1, a)
+	_, _, _, _, ok := lg.lendRestore("k", t0)
 	require.False(t, ok, "the same master: nothing owed")
 
 	// Sent under generation 1, answered under 2 by a new master that
 	// lacked 15: remaining 54 after taking 1.
-	lg.observe("k", 54, t0.Add(time.Second), t0.Add(time.Hour), 1, 2, 1)
-	rem, at, _, ok := lg.lendRestore("k", t0.Add(time.Second))
+	lg.observe("k", 54, t0.Add(time.Second), t0.Add(time.Hour), 1, 2, 1, b)
+	rem, at, _, by, ok := lg.lendRestore("k", t0.Add(time.Second))
 	require.True(t, ok)
 	require.EqualValues(t, 39, rem, "the answer before it less what it took")
 	require.Equal(t, t0, at)
+	require.Equal(t, "a", by.String(), "who gave the answer owed back")
 
-	// Another change: the last answer is owed; a key past its window is not.
-	lg.observe("old", 10, t0, t0.Add(time.Minute), 2, 2, 1)
+	// Another change: the last answer is owed, by who gave it; a key past
+	// its window is not.
+	lg.observe("old", 10, t0, t0.Add(time.Minute), 2, 2, 1, nil)
 	lg.markAllMoved(3, t0.Add(2*time.Minute))
-	rem, _, _, ok = lg.lendRestore("k", t0.Add(2*time.Minute))
+	rem, _, _, by, ok = lg.lendRestore("k", t0.Add(2*time.Minute))
 	require.True(t, ok)
 	require.EqualValues(t, 54, rem)
-	_, _, _, ok = lg.lendRestore("old", t0.Add(2*time.Minute))
+	require.Equal(t, "b", by.String())
+	_, _, _, _, ok = lg.lendRestore("old", t0.Add(2*time.Minute))
 	require.False(t, ok)
 	require.Zero(t, lg.owing.Load())
+
+	// Two answers owed at once, given by two stores: the restore keeps
+	// the least remaining, and no identity.
+	lg.oweRestore("k", 30, t0, t0.Add(time.Hour), a)
+	lg.oweRestore("k", 20, t0, t0.Add(time.Hour), b)
+	rem, _, _, by, ok = lg.lendRestore("k", t0.Add(3*time.Minute))
+	require.True(t, ok)
+	require.EqualValues(t, 20, rem)
+	require.Nil(t, by, "two stores: neither may vouch for the other's answer")
+	lg.oweRestore("k", 30, t0, t0.Add(time.Hour), a)
+	lg.oweRestore("k", 20, t0, t0.Add(time.Hour), &storeIdent{id: "a"})
+	_, _, _, by, _ = lg.lendRestore("k", t0.Add(3*time.Minute))
+	require.Equal(t, "a", by.String(), "the same id, read twice")
 }
 
 // orderKey tags a call's context for reorderedStore: "first" or "second".

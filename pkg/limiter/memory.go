@@ -23,6 +23,8 @@ type MemoryStore struct {
 	perCap  int
 	ids     *idSource
 	evicted atomic.Int64
+	// restarts counts the store's restarts (tests'): its identity.
+	restarts atomic.Uint64
 }
 
 const memoryShards = 64
@@ -117,7 +119,7 @@ func (s *MemoryStore) takeInto(reqs []Request, out []Decision) ([]Decision, erro
 		if r.Restore { // as the batch script does: read, then take what is missing
 			a.Cost, a.Need = 0, 1
 			out[i] = s.take(r, a)
-			if missing := min(r.Cost, out[i].Remaining-r.Remaining); missing > 0 {
+			if missing := min(r.Cost, out[i].Remaining-r.Remaining); missing > 0 && (r.ident == nil || r.ident.id != s.ident()) {
 				a.Cost = missing
 				out[i] = s.take(r, a)
 			}
@@ -174,6 +176,13 @@ func (s *MemoryStore) forget(l Limit) {
 	delete(sh.keys, key)
 	sh.mu.Unlock()
 }
+
+// ident is the store's identity, as a Redis server's run_id and
+// master_replid: it changes when a test restarts the store.
+func (s *MemoryStore) ident() string { return "memory:" + strconv.FormatUint(s.restarts.Load(), 10) }
+
+// identity implements identifier.
+func (s *MemoryStore) identity(context.Context, Limit) (string, error) { return s.ident(), nil }
 
 // store puts st under key, evicting to stay under the cap. Called locked.
 func (s *MemoryStore) store(sh *memoryShard, key string, st *limit.State, now int64) {

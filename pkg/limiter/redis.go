@@ -222,7 +222,9 @@ func (s *RedisStore) takeCall(r Request, id string) call {
 	case r.Peek:
 		c.args = s.argv("take", r.Limit, r.At, id, 0, 1, 1) // a cost of 0 writes nothing
 	case r.Restore:
-		c.args = s.argv("take", r.Limit, r.At, id, r.Cost, r.Remaining, 1)
+		// One argument more, after the algorithm's: who gave the answer
+		// restored (lua.Batch).
+		c.args = append(s.argv("take", r.Limit, r.At, id, r.Cost, r.Remaining, 1), r.ident.String())
 	default:
 		c.args = s.argv("take", r.Limit, r.At, id, r.Cost, r.need(), 1)
 	}
@@ -366,6 +368,25 @@ func (s *RedisStore) run(ctx context.Context, calls []call, errs []error, cmds [
 	s.againAfterLoad(ctx, cmds,
 		func(want func(int) bool) { s.exec(ctx, calls, errs, cmds, want, r) },
 		func(i int, err error) { errs[i] = err })
+}
+
+// identity implements identifier: the identity (lua.Identity) of the
+// master serving l's keys, as the batch script reads it.
+func (s *RedisStore) identity(ctx context.Context, l Limit) (string, error) {
+	client := RedisClient(s.client)
+	if s.conn.Node != nil {
+		node, err := s.conn.Node(ctx, s.Keys(l)[0])
+		if err != nil {
+			return "", err
+		}
+		client = node
+	}
+	pipe := client.Pipeline()
+	server, repl := pipe.Info(ctx, "server"), pipe.Info(ctx, "replication")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return "", err
+	}
+	return lua.Identity(server.Val(), repl.Val()), nil
 }
 
 // restoreCmd runs a restore on the master serving its key.

@@ -159,6 +159,7 @@ func (h *schedHarness) applyRestarts() {
 			h.fail("reading the store's count: %v", err)
 		}
 		h.forgot += h.lim.Limit - ds[0].Admitted
+		h.store.restarts.Add(1) // a new identity: restores made before take what is missing
 		h.store.forget(h.lim)
 		h.logf("the store restarted empty, forgetting %d", h.lim.Limit-ds[0].Admitted)
 	}

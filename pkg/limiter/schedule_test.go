@@ -145,6 +145,12 @@ func (s *schedStore) Refund(ctx context.Context, leases []Lease) error {
 	return err
 }
 
+// identity reads the shared store's identity at once: a restart
+// (applyRestarts) changes it.
+func (s *schedStore) identity(ctx context.Context, l Limit) (string, error) {
+	return s.h.store.identity(ctx, l)
+}
+
 func (s *schedStore) Shard(Limit) string { return "" }
 func (s *schedStore) Remote() bool       { return true }
 func (s *schedStore) Refresh()           {}

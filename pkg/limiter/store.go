@@ -55,6 +55,10 @@ type Request struct {
 	// it. Restoring twice takes nothing the second time.
 	Restore   bool
 	Remaining int64
+	// ident, for a restore, is the identity of the store that gave the
+	// answer it restores (nil unknown): a store with that identity still
+	// kept its state, and the restore takes nothing (lua.Batch).
+	ident *storeIdent
 	// until, when set, is the end of the only window the take may count
 	// in, on the store's clock: a take that would run at or past it takes
 	// nothing and fails with errWindowEnded. A global rule's debt is
