@@ -373,13 +373,9 @@ func (s *RedisStore) run(ctx context.Context, calls []call, errs []error, cmds [
 // identity implements identifier: the identity (lua.Identity) of the
 // master serving l's keys, as the batch script reads it.
 func (s *RedisStore) identity(ctx context.Context, l Limit) (string, error) {
-	client := RedisClient(s.client)
-	if s.conn.Node != nil {
-		node, err := s.conn.Node(ctx, s.Keys(l)[0])
-		if err != nil {
-			return "", err
-		}
-		client = node
+	client, err := s.masterOf(ctx, s.Keys(l)[0])
+	if err != nil {
+		return "", err
 	}
 	pipe := client.Pipeline()
 	server, repl := pipe.Info(ctx, "server"), pipe.Info(ctx, "replication")
@@ -389,15 +385,20 @@ func (s *RedisStore) identity(ctx context.Context, l Limit) (string, error) {
 	return lua.Identity(server.Val(), repl.Val()), nil
 }
 
+// masterOf is the client of the master serving key: the store's own, or a
+// Cluster's node.
+func (s *RedisStore) masterOf(ctx context.Context, key string) (RedisClient, error) {
+	if s.conn.Node == nil {
+		return s.client, nil
+	}
+	return s.conn.Node(ctx, key)
+}
+
 // restoreCmd runs a restore on the master serving its key.
 func (s *RedisStore) restoreCmd(ctx context.Context, c call) *redis.Cmd {
-	client := s.client
-	if s.conn.Node != nil {
-		node, err := s.conn.Node(ctx, c.keys[0])
-		if err != nil {
-			return failedCmd(ctx, err)
-		}
-		client = node
+	client, err := s.masterOf(ctx, c.keys[0])
+	if err != nil {
+		return failedCmd(ctx, err)
 	}
 	return s.batched(ctx, client, []call{c}, nil)[0]
 }
