@@ -35,7 +35,13 @@ if admitted < cost then
   end
 end
 if admitted > 0 and n == 0 then
-  redis.call('PEXPIRE', key, math.max(1, ws + W - nowms))
+  -- A dated call's window may be an earlier one than the key's (a restore
+  -- that reached Redis after its window ended): its TTL would end the
+  -- key, and the newer window's count in it, that much from now.
+  local ttl = math.max(1, ws + W - nowms)
+  if not dated or redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
 end
 n = n + admitted
 local reset = ws + W - nowms

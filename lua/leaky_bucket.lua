@@ -31,7 +31,10 @@ local admitted = math.max(0, math.min(cost, fits()))
 admitted = whole(admitted, need)
 if admitted > 0 then
   level = level + admitted
-  redis.call('HSET', key, 'l', level, 't', now)
+  -- A dated call older than the last leak (a restore of an earlier answer)
+  -- adds to the level as of then: the leak clock never goes back, which
+  -- would leak again what had already leaked.
+  redis.call('HSET', key, 'l', level, 't', math.max(now, t or now))
   redis.call('PEXPIRE', key, math.max(1, ms(level / rate)))
 end
 local retry = 0

@@ -30,6 +30,10 @@ local aux = tonumber(ARGV[7])
 if not (now and limit and window and extra and cost and aux) or limit <= 0 or window <= 0 or cost < 0 then
   return redis.error_reply('ERR edgeguard: bad script arguments')
 end
+-- dated: the caller gave the time (a restore, a replay, a test), which may
+-- be earlier than the state's last write: a script never lets such a call
+-- shorten a key's life or move its clock back.
+local dated = now > 0
 if now <= 0 then
   local latest = -now
   now = server_now()

@@ -34,9 +34,15 @@ func leakyTake(s *State, a Args, present bool) Result {
 	admitted := max(0, min(a.Cost, fits()))
 	admitted = whole(admitted, a.Need)
 	if admitted > 0 {
+		// The leak clock never goes back (a restore dated before the
+		// last leak): the level is as of the later of the two.
+		at := a.Now
+		if present {
+			at = max(at, s.w)
+		}
 		level += float64(admitted)
-		s.f, s.w = level, a.Now
-		s.expires = a.Now + max(1, msCeil(level/rate))*1000
+		s.f, s.w = level, at
+		s.expires = at + max(1, msCeil(level/rate))*1000
 	}
 	var retry float64
 	if admitted < a.Cost {

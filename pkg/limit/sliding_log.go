@@ -33,7 +33,10 @@ func slidingLogTake(s *State, a Args, _ bool) Result {
 	admitted = whole(admitted, a.Need)
 	if admitted > 0 {
 		s.zadd(a.Now, a, admitted)
-		s.expires = a.Now + msCeil(float64(a.Window))*1000
+		// A take dated before the newest member (a restore, a replay)
+		// leaves the key as long-lived as it was, as Redis's TTL, set
+		// from Redis's time, does.
+		s.expires = max(s.expires, a.Now+msCeil(float64(a.Window))*1000)
 		n += admitted
 		now := a.Now
 		last = &now

@@ -265,6 +265,74 @@ func TestRestoreTakesOnlyWhatIsMissing(t *testing.T) {
 	}
 }
 
+// A restore is dated when the answer it restores was given, and that can
+// be before the key's last write: another edge's take since, or the window
+// after the answer's (a restore that reached Redis after its window ended).
+// A dated take counts as of its time and never undoes the newer state: a
+// fixed window's key kept its TTL (the restore's window's end, a
+// millisecond away, ended the key and this window's count with it), a
+// sliding log its life in memory (the restore's units' end ended it), a
+// leaky bucket its leak clock (set back to the restore's time, it leaked
+// again what had leaked: 99 of 100 remaining where at most 69 can be).
+func TestDatedRestoreKeepsNewerState(t *testing.T) {
+	for _, s := range allStores(t) {
+		take := func(t *testing.T, l limiter.Limit, r limiter.Request) limiter.Decision {
+			r.Limit = l
+			ds, err := s.store.Take(ctx(t), []limiter.Request{r})
+			require.NoError(t, err)
+			return ds[0]
+		}
+		t.Run(s.name+"/fixed_window", func(t *testing.T) {
+			const w = 10 * time.Second
+			testenv.EarlyInWindow(w, 5*time.Second)
+			now := time.Now()
+			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "fw", Algorithm: limit.FixedWindow, Limit: 60, Window: w}
+			require.EqualValues(t, 55, take(t, l, limiter.Request{Cost: 5, At: now}).Remaining)
+			ttl := keyTTL(t, s, l)
+			read := time.Now()
+			restore := limiter.Request{Cost: 20, Restore: true, Remaining: 40, At: now.Truncate(w).Add(-time.Millisecond)}
+			take(t, l, restore)
+			if ttl > 0 {
+				require.GreaterOrEqual(t, keyTTL(t, s, l), ttl-time.Since(read)-time.Millisecond, "the restore shortened the key's life")
+			}
+			require.LessOrEqual(t, take(t, l, limiter.Request{Cost: 1, At: now}).Remaining, int64(54), "this window's count kept")
+		})
+		t.Run(s.name+"/sliding_log", func(t *testing.T) {
+			t1 := time.Now()
+			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "sl", Algorithm: limit.SlidingLog, Limit: 10, Window: time.Second}
+			require.EqualValues(t, 5, take(t, l, limiter.Request{Cost: 5, At: t1}).Remaining)
+			// An answer of 2 remaining 900 ms before: it takes 3, which
+			// leave the log 100 ms after t1, the 5 a second after it.
+			require.EqualValues(t, 3, take(t, l, limiter.Request{Cost: 8, Restore: true, Remaining: 2, At: t1.Add(-900 * time.Millisecond)}).Admitted)
+			require.EqualValues(t, 4, take(t, l, limiter.Request{Cost: 1, At: t1.Add(200 * time.Millisecond)}).Remaining, "the log outlives the restore's units")
+		})
+		t.Run(s.name+"/leaky_bucket", func(t *testing.T) {
+			t0 := time.Now()
+			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "lb", Algorithm: limit.LeakyBucket, Limit: 100, Window: time.Second}
+			take(t, l, limiter.Request{Cost: 20, At: t0})
+			// 500 ms later the 20 have leaked: the level is 40.
+			require.EqualValues(t, 60, take(t, l, limiter.Request{Cost: 40, At: t0.Add(500 * time.Millisecond)}).Remaining)
+			// An answer of 50 remaining at t0, restored: the level as of
+			// 500 ms says 60 remain, so it takes 10 (what it cannot tell
+			// from a count that fell).
+			take(t, l, limiter.Request{Cost: 50, Restore: true, Remaining: 50, At: t0})
+			// 100 ms more leak 10: at least 40 - 10 + 1 are held.
+			require.LessOrEqual(t, take(t, l, limiter.Request{Cost: 1, At: t0.Add(600 * time.Millisecond)}).Remaining, int64(69), "what leaked before the restore's time leaked again")
+		})
+	}
+}
+
+// keyTTL is the TTL of l's first key in a Redis store (0 for another store).
+func keyTTL(t *testing.T, s namedStore, l limiter.Limit) time.Duration {
+	rs, ok := s.store.(*limiter.RedisStore)
+	if !ok {
+		return 0
+	}
+	ttl, err := client(limiter.Mode(s.name)).PTTL(ctx(t), rs.Keys(l)[0]).Result()
+	require.NoError(t, err)
+	return ttl
+}
+
 // A take whose reply is lost to a connection cut may have run: for a
 // concurrency slot (or a sliding-log unit) it added members Redis keeps
 // until their TTL, while the caller's fallback decided the request. Their

@@ -295,20 +295,30 @@ func (lg *ledger) oweRestore(key string, remaining int64, at, until time.Time, b
 	lg.with(key, false, func(a *account) { lg.oweLocked(a, remaining, at, until, by) })
 }
 
-// owe adds units the fallback admitted at now, counted in a window that
-// ends at until (a fixed window's reset; a window after now otherwise).
-// A debt whose window ended by now is dropped first: the next window owes
-// nothing for the last one.
+// owe adds units the fallback admitted, counted in a window that ends at
+// until (a fixed window's reset; a window after their admission
+// otherwise), at now. A debt whose window ended by now is dropped first:
+// the next window owes nothing for the last one. So are units owed again
+// after their window ended (a replay that failed late): they would
+// otherwise lend the debt made since their end, and drop it with theirs.
+// A debt keeps the latest end of its units' windows (a sliding window's
+// units leave it one by one: the latest admitted leave last).
 func (lg *ledger) owe(key string, units int64, now, until time.Time) {
+	if !now.Before(until) {
+		return
+	}
 	lg.with(key, true, func(a *account) {
 		if a.debt > 0 && !now.Before(a.debtUntil) {
 			lg.settle(a, a.debt)
 		}
 		if a.debt == 0 && units > 0 {
 			lg.owing.Add(1)
+			a.debtUntil = until
 		}
 		a.debt += units
-		a.debtUntil = until
+		if until.After(a.debtUntil) {
+			a.debtUntil = until
+		}
 	})
 }
 

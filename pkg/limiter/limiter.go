@@ -681,6 +681,15 @@ func (l *Limiter) owed(r Request, key string, now time.Time) owedRequests {
 		// store's clock): the next window owes nothing for it.
 		o.replay = Request{Limit: r.Limit, Cost: d, Need: 1, until: until}
 		o.replay.Limit.MinInterval = 0
+		if r.Limit.Algorithm != limit.FixedWindow {
+			// Dated when the latest of them was admitted, a window
+			// before the end of the window it counts in (answerUntil):
+			// counted as of now, a sliding window or a bucket would
+			// hold them for as long as the outage lasted after that.
+			// A fixed window counts them in the window they were
+			// admitted in either way.
+			o.replay.dated = true
+		}
 		o.hasReplay = true
 	}
 	return o
@@ -720,7 +729,7 @@ func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, shards 
 		}
 		if i < 0 {
 			if !errors.Is(e, errGaveUp) { // else the call settles it when it ends
-				l.settleOwed(c.send[j], i, e, now)
+				l.settleOwed(c.send[j], i, e)
 			}
 			continue
 		}
@@ -803,7 +812,7 @@ func (l *Limiter) take(ctx context.Context, send []Request, sent []int, shards [
 	// The store deadline is the shared one (a timer a millisecond, not
 	// one a call); the caller's own end (ctx) is waited for beside it.
 	wait := l.deadline.get()
-	r := &run{done: make(chan struct{}), l: l, send: send, sent: sent, shards: shards, now: now, rd: rd}
+	r := &run{done: make(chan struct{}), l: l, send: send, sent: sent, shards: shards, rd: rd}
 	// The latest the caller may still wait: Redis refuses the call past it
 	// (prepareTake). A call run after its caller gave up sooner is given
 	// back when it answers (settleLate).
@@ -974,7 +983,6 @@ type run struct {
 	send   []Request
 	sent   []int
 	shards []*breaker
-	now    time.Time
 	rd     *Rider
 }
 
@@ -992,7 +1000,7 @@ func (r *run) work() {
 	if err == nil {
 		l.markAnswered(r.sent, r.shards)
 	}
-	l.settleLate(r.send, r.sent, got, err, r.now)
+	l.settleLate(r.send, r.sent, got, err)
 }
 
 func (r *run) Deadline() (time.Time, bool) { return r.latest, true }
@@ -1071,7 +1079,7 @@ func (l *Limiter) lateTimeout() time.Duration { return l.refundTimeout() }
 // just after the late answer came in left a slot held until its TTL. A
 // counter's refund subtracts and one that failed may have run: it is tried
 // once (clients get less, never more).
-func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err error, now time.Time) {
+func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err error) {
 	l.giveBackUnsureOf(got, err)
 	perCall := takeErrs(err)
 	var byID, counted []Lease
@@ -1081,7 +1089,7 @@ func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err err
 			e = perCall[j]
 		}
 		if sent[j] < 0 {
-			l.settleOwed(send[j], sent[j], e, now)
+			l.settleOwed(send[j], sent[j], e)
 			continue
 		}
 		if e != nil || j >= len(got) || got[j].Lease.Units <= 0 {
@@ -1115,8 +1123,10 @@ const (
 
 // settleOwed records how a replay of the fallback's admissions or a restore
 // ended: done, or owed again (a replay that failed may still have counted:
-// the store then counts it twice, and clients get less, never more).
-func (l *Limiter) settleOwed(r Request, kind int, err error, now time.Time) {
+// the store then counts it twice, and clients get less, never more). A
+// replay owed again after its window ended is dropped (ledger.owe), as of
+// when the call ended, not when it was sent.
+func (l *Limiter) settleOwed(r Request, kind int, err error) {
 	switch {
 	case err == nil && kind == replaying:
 		l.metrics.replayed.Add(float64(r.Cost))
@@ -1124,7 +1134,7 @@ func (l *Limiter) settleOwed(r Request, kind int, err error, now time.Time) {
 		l.metrics.restores.Inc()
 	case kind == replaying:
 		if !errors.Is(err, errWindowEnded) {
-			l.ledger.owe(memKey(r.Limit), r.Cost, now, r.until)
+			l.ledger.owe(memKey(r.Limit), r.Cost, l.now(), r.until)
 		}
 	default:
 		l.ledger.oweRestore(memKey(r.Limit), r.Remaining, r.At, r.until, r.ident)

@@ -537,6 +537,56 @@ func TestFallbackAdmissionsReplayedOnRecovery(t *testing.T) {
 	}
 }
 
+// The store counts the fallback's admissions as of when the latest of them
+// was admitted, not as of when it answers again: a sliding window or a
+// bucket lets them go when it would have had it decided them. Counted as
+// of the replay, they were held for as long as the outage lasted after
+// them, and clients got fewer than the limit (here, after 4 admitted by
+// the fallback 300 ms before the store answered: sliding_log 0 of 4 at the
+// second check, sliding_window 5 of 6 at the first, the buckets 7 of 10 at
+// the first).
+// The limiter's answers equal a store's that decided every request when it
+// was made.
+func TestReplayDatedWhenAdmitted(t *testing.T) {
+	for _, alg := range limit.All() {
+		if alg.Spec().Held || alg == limit.FixedWindow {
+			continue // slots are released; a fixed window counts a unit in its window either way
+		}
+		t.Run(alg.String(), func(t *testing.T) {
+			l, st, clock := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
+			k := lim("k", alg, 10, time.Second)
+			start := clock.now() // a second's start
+			control := NewMemoryStore(WithClock(clock.now))
+			at := func(d time.Duration, n int, fallback bool) {
+				t.Helper()
+				clock.add(start.Add(d).Sub(clock.now()))
+				got, want := 0, 0
+				for range n {
+					v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+					require.NoError(t, err)
+					require.Equal(t, fallback, v.Checks[0].Source == SourceFallback, "at %v: %s", d, v.Checks[0].Source)
+					if v.Allowed {
+						got++
+					}
+					ds, err := control.Take(context.Background(), []Request{{Limit: k, Cost: 1}})
+					require.NoError(t, err)
+					if ds[0].Allowed {
+						want++
+					}
+				}
+				require.Equal(t, want, got, "admitted at %v", d)
+			}
+			st.fail.Store(true)
+			at(900*time.Millisecond, 4, true)
+			st.fail.Store(false)
+			at(1200*time.Millisecond, 1, false) // the 4 replayed with it
+			require.EqualValues(t, 4, testCounter(l.metrics.replayed))
+			at(1450*time.Millisecond, 20, false)
+			at(1950*time.Millisecond, 20, false)
+		})
+	}
+}
+
 // The fallback starts from the store's last answer: the window an outage
 // starts in holds at most the limit across the nodes sharing it.
 func TestFallbackSeededFromLastAnswer(t *testing.T) {
@@ -670,4 +720,42 @@ func TestFlapsKeepTheQuota(t *testing.T) {
 	}
 	require.False(t, decide(SourceStore), "the limit still holds")
 	require.Equal(t, 100, real)
+}
+
+// On Redis a replay is dated on Redis's clock, through the store's estimate
+// of it: never earlier than the fallback's admission was there (the
+// estimate's round trip and clockSkew added). Without an estimate it runs
+// at Redis's TIME, as before.
+func TestReplayDatedOnRedisClock(t *testing.T) {
+	srv, st := standaloneServer(t)
+	c, err := NewRedisClient(srv.URL(), ModeStandalone)
+	require.NoError(t, err)
+	defer c.Close()
+	k := Limit{Key: "replay", Algorithm: limit.SlidingLog, Limit: 10, Window: time.Minute}
+	scores := func() []float64 {
+		zs, err := c.ZRangeWithScores(context.Background(), st.Keys(k)[0], 0, -1).Result()
+		require.NoError(t, err)
+		var out []float64
+		for _, z := range zs {
+			out = append(out, z.Score)
+		}
+		return out
+	}
+	// Redis a second behind the edge, read with a 3 ms round trip.
+	st.clock.est.Store(&clockEstimate{offset: -time.Second, rtt: 3 * time.Millisecond, at: time.Now()})
+	dated := time.Now().Add(-5 * time.Second)
+	replay := Request{Limit: k, Cost: 2, Need: 1, until: dated.Add(k.Window), dated: true}
+	_, err = st.Take(context.Background(), []Request{replay})
+	require.NoError(t, err)
+	want := float64(dated.Add(-time.Second + 3*time.Millisecond + clockSkew).UnixMicro())
+	require.Equal(t, []float64{want, want}, scores())
+
+	st.clock.est.Store(nil)
+	st.clock.tried.Store(time.Now().UnixNano()) // no reading in the background meanwhile
+	replay.Cost = 1
+	_, err = st.Take(context.Background(), []Request{replay})
+	require.NoError(t, err)
+	got := scores()
+	require.Len(t, got, 3)
+	require.Greater(t, got[2], float64(dated.Add(4*time.Second).UnixMicro()), "run at Redis's TIME")
 }

@@ -223,3 +223,23 @@ func TestFirstMasterIsNoChange(t *testing.T) {
 	l.breakers.get("another master")
 	require.Equal(t, gen+1, l.masterGen(), "a master seen after the first is a sign of a change")
 }
+
+// Units owed again after their window ended (a replay that failed late)
+// are dropped: merged with the debt made since, their window's end took
+// that debt with them (its units never reached the store, which then
+// admitted them again). A debt keeps the latest end of its units' windows.
+func TestLedgerDebtOwedAfterItsWindow(t *testing.T) {
+	lg := newLedger(64)
+	t0 := time.UnixMilli(1_800_000_000_000)
+	lg.owe("k", 3, t0.Add(1500*time.Millisecond), t0.Add(2*time.Second)) // this window's
+	lg.owe("k", 2, t0.Add(1600*time.Millisecond), t0.Add(time.Second))   // the last one's, owed again late
+	units, until := lg.lend("k", t0.Add(1700*time.Millisecond))
+	require.EqualValues(t, 3, units)
+	require.Equal(t, t0.Add(2*time.Second), until)
+
+	lg.owe("s", 3, t0, t0.Add(2500*time.Millisecond)) // a sliding window's, admitted 500 ms apart
+	lg.owe("s", 2, t0, t0.Add(2*time.Second))
+	units, until = lg.lend("s", t0.Add(2200*time.Millisecond))
+	require.EqualValues(t, 5, units)
+	require.Equal(t, t0.Add(2500*time.Millisecond), until, "the latest admitted leave last")
+}

@@ -104,7 +104,11 @@ func (s *MemoryStore) takeInto(reqs []Request, out []Decision) ([]Decision, erro
 			errs = setErr(errs, len(reqs), i, err)
 			continue
 		}
-		a := s.args(r.Limit, r.At)
+		at := r.At
+		if at.IsZero() && r.dated {
+			at = r.admitted() // the memory store's clock is the limiter's
+		}
+		a := s.args(r.Limit, at)
 		if !r.until.IsZero() && a.Now >= r.until.UnixMicro() {
 			errs = setErr(errs, len(reqs), i, errWindowEnded)
 			continue

@@ -304,6 +304,9 @@ func (s *RedisStore) prepareTake(ctx context.Context, reqs []Request, t takeStat
 		if r.Limit.Algorithm.Spec().Members {
 			ids[i] = s.ids.next()
 		}
+		if r.At.IsZero() && r.dated {
+			r.At = s.clock.onRedis(r.admitted())
+		}
 		t.calls[i] = s.takeCall(r, ids[i])
 		if r.At.IsZero() && !r.Restore {
 			l, ended := untilLatest(r, latest)

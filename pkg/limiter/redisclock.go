@@ -127,6 +127,24 @@ func (rc *redisClock) latest(deadline time.Time, c RedisClient) int64 {
 	return max(deadline.Add(e.offset-clockSkew).UnixMicro(), 1)
 }
 
+// onRedis is t, a time on the edge's clock, on Redis's, never earlier than
+// it was there: the estimate's offset is at most the true one, and short of
+// it by at most the reading's round trip; clockSkew covers drift and the
+// other nodes of a Cluster. Zero (the call then runs at Redis's TIME)
+// without a fresh estimate, or when that is not before Redis's time now.
+func (rc *redisClock) onRedis(t time.Time) time.Time {
+	e := rc.est.Load()
+	now := time.Now()
+	if e == nil || now.Sub(e.at) >= clockStale {
+		return time.Time{}
+	}
+	at := t.Add(e.offset + e.rtt + clockSkew)
+	if !at.Before(now.Add(e.offset)) {
+		return time.Time{}
+	}
+	return at
+}
+
 // refresh measures in the background, one reading at a time and at most
 // one a second.
 func (rc *redisClock) refresh(c RedisClient) {

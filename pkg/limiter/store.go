@@ -43,6 +43,13 @@ type Request struct {
 	// At is the decision time; zero means the store's clock (Redis TIME).
 	// Tests pass explicit times.
 	At time.Time
+	// dated marks a replay of the fallback's admissions (At zero) that the
+	// store counts as of when the latest of them was admitted: a window
+	// before its until, on the limiter's clock (answerUntil). A store maps
+	// that to its own clock, never earlier (RedisStore, through its
+	// estimate of Redis's clock; when it cannot, the replay runs at Redis's
+	// TIME); until then does not bound it.
+	dated bool
 	// Peek makes the request a look: the store counts nothing (the
 	// scripts are run with a cost of 0, which write nothing) and answers
 	// whether Cost units would be admitted now, and what remains.
@@ -71,6 +78,10 @@ type Request struct {
 	// memory store's map key, then not built (and allocated) again.
 	key string
 }
+
+// admitted is when the latest of a dated replay's units was admitted, on
+// the limiter's clock.
+func (r Request) admitted() time.Time { return r.until.Add(-r.Limit.Window) }
 
 func (r Request) need() int64 {
 	if r.Need > 0 {
