@@ -20,6 +20,28 @@ if mode == 'refund' then
   return 0
 end
 local need = aux
+if dated and cw and cw > ws then
+  -- A dated call for a window before the stored one (a restore, or a
+  -- replay of units admitted then) counts in its own window, as of then:
+  -- the window just before the stored one is its previous count, which
+  -- still weighs on it; an older one weighs on nothing any more. Counted in
+  -- the stored window instead, a restore read that window's count as its
+  -- own and took too little.
+  local n = 0
+  if cw == ws + W then n = pn end
+  local admitted = whole(math.max(0, math.min(cost, limit - n)), need)
+  if admitted > 0 and cw == ws + W then
+    if stored then
+      redis.call('SET', prev, n + admitted, 'KEEPTTL')
+    else
+      redis.call('SET', prev, n + admitted, 'PX', ws + 2 * W - nowms)
+    end
+  end
+  local reset = ws + 2 * W - nowms
+  local retry = 0
+  if admitted < cost then retry = reset end
+  return {admitted, math.max(0, limit - n - admitted), reset, retry, ws}
+end
 if cw == nil then
   cn, pn = 0, 0
 elseif cw > ws then

@@ -10,6 +10,9 @@ import (
 // the prelude of package lua reads them.
 type Args struct {
 	Now, Limit, Window, Extra int64
+	// Dated: the caller gave Now (a restore, a replay), which may be
+	// before the state's last write (the script's dated).
+	Dated bool
 	// ID prefixes the members a call adds (Spec.Members algorithms).
 	ID string
 	// Take: Cost units, admitted in whole multiples of Need.

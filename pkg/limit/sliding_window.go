@@ -21,6 +21,29 @@ var SlidingWindow = register(&Spec{
 	Refund: slidingWindowRefund,
 })
 
+// slidingWindowBefore is a dated take for a window before the stored one (a
+// restore, or a replay of units admitted then), as the script runs it: it
+// counts in its own window, as of then. The window just before the stored
+// one is its previous count (pn), which still weighs on it; an older one
+// weighs on nothing any more.
+func slidingWindowBefore(s *State, a Args, ws, W, nowms, pn int64) Result {
+	var n int64
+	prev := s.w == ws+W
+	if prev {
+		n = pn
+	}
+	admitted := whole(max(0, min(a.Cost, a.Limit-n)), a.Need)
+	if admitted > 0 && prev {
+		s.pn, s.pe = n+admitted, s.w+W
+	}
+	reset := ws + 2*W - nowms
+	var retry int64
+	if admitted < a.Cost {
+		retry = reset
+	}
+	return Result{admitted, max(0, a.Limit-n-admitted), reset, retry, ws}
+}
+
 // maxExact is the largest integer every double below it represents exactly.
 const maxExact = 1 << 53
 
@@ -31,6 +54,9 @@ func slidingWindowTake(s *State, a Args, present bool) Result {
 	cn, pn := s.n, s.pn
 	if nowms >= s.pe {
 		pn = 0
+	}
+	if a.Dated && present && s.w > ws {
+		return slidingWindowBefore(s, a, ws, W, nowms, pn)
 	}
 	switch {
 	case !present:

@@ -272,7 +272,9 @@ func TestRestoreTakesOnlyWhatIsMissing(t *testing.T) {
 // fixed window's key kept its TTL (the restore's window's end, a
 // millisecond away, ended the key and this window's count with it), a
 // sliding log its life in memory (the restore's units' end ended it), a
-// leaky bucket its leak clock (set back to the restore's time, it leaked
+// sliding window the window it counts in (the restore, counted in the
+// newer window, read that window's count as its own and took too little:
+// 4 admitted where 2 fit), a leaky bucket its leak clock (set back to the restore's time, it leaked
 // again what had leaked: 99 of 100 remaining where at most 69 can be).
 func TestDatedRestoreKeepsNewerState(t *testing.T) {
 	for _, s := range allStores(t) {
@@ -288,8 +290,8 @@ func TestDatedRestoreKeepsNewerState(t *testing.T) {
 			now := time.Now()
 			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "fw", Algorithm: limit.FixedWindow, Limit: 60, Window: w}
 			require.EqualValues(t, 55, take(t, l, limiter.Request{Cost: 5, At: now}).Remaining)
+			read := time.Now() // no later than Redis reads the TTL
 			ttl := keyTTL(t, s, l)
-			read := time.Now()
 			restore := limiter.Request{Cost: 20, Restore: true, Remaining: 40, At: now.Truncate(w).Add(-time.Millisecond)}
 			take(t, l, restore)
 			if ttl > 0 {
@@ -305,6 +307,20 @@ func TestDatedRestoreKeepsNewerState(t *testing.T) {
 			// leave the log 100 ms after t1, the 5 a second after it.
 			require.EqualValues(t, 3, take(t, l, limiter.Request{Cost: 8, Restore: true, Remaining: 2, At: t1.Add(-900 * time.Millisecond)}).Admitted)
 			require.EqualValues(t, 4, take(t, l, limiter.Request{Cost: 1, At: t1.Add(200 * time.Millisecond)}).Remaining, "the log outlives the restore's units")
+		})
+		t.Run(s.name+"/sliding_window", func(t *testing.T) {
+			base := time.Now().Truncate(time.Second).Add(-3 * time.Second)
+			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "sw", Algorithm: limit.SlidingWindow, Limit: 10, Window: time.Second}
+			// A store that lacks the last window's count (a promoted
+			// replica) has counted 3 in this one.
+			take(t, l, limiter.Request{Cost: 3, At: base.Add(1200 * time.Millisecond)})
+			// The answer restored said 4 remaining, 500 ms into the last
+			// window: 6 used then, all 6 missing.
+			require.EqualValues(t, 6, take(t, l, limiter.Request{Cost: 6, Restore: true, Remaining: 4, At: base.Add(500 * time.Millisecond)}).Admitted)
+			// 300 ms into this window the last one weighs 0.7: 6 × 0.7 + 3
+			// leaves room for 2 (the restore counted in this window read
+			// its 3 as the last window's, took 3, and left room for 4).
+			require.EqualValues(t, 2, take(t, l, limiter.Request{Cost: 20, Need: 1, At: base.Add(1300 * time.Millisecond)}).Admitted)
 		})
 		t.Run(s.name+"/leaky_bucket", func(t *testing.T) {
 			t0 := time.Now()

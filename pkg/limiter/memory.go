@@ -146,10 +146,13 @@ func setErr(errs []error, n, i int, err error) []error {
 }
 
 func (s *MemoryStore) args(l Limit, at time.Time) limit.Args {
-	if at.IsZero() {
+	dated := !at.IsZero()
+	if !dated {
 		at = s.now()
 	}
-	return limit.ArgsFor(l, at.UnixMicro())
+	a := limit.ArgsFor(l, at.UnixMicro())
+	a.Dated = dated
+	return a
 }
 
 func (s *MemoryStore) take(r Request, a limit.Args) Decision {
