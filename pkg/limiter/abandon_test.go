@@ -300,40 +300,44 @@ func TestDatedRestoreKeepsNewerState(t *testing.T) {
 			require.LessOrEqual(t, take(t, l, limiter.Request{Cost: 1, At: now}).Remaining, int64(54), "this window's count kept")
 		})
 		t.Run(s.name+"/sliding_log", func(t *testing.T) {
+			// Windows of 10 s: Redis's TTLs run on its own clock from
+			// each write, and a stall of the test must not outlast them.
 			t1 := time.Now()
-			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "sl", Algorithm: limit.SlidingLog, Limit: 10, Window: time.Second}
+			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "sl", Algorithm: limit.SlidingLog, Limit: 10, Window: 10 * time.Second}
 			require.EqualValues(t, 5, take(t, l, limiter.Request{Cost: 5, At: t1}).Remaining)
-			// An answer of 2 remaining 900 ms before: it takes 3, which
-			// leave the log 100 ms after t1, the 5 a second after it.
-			require.EqualValues(t, 3, take(t, l, limiter.Request{Cost: 8, Restore: true, Remaining: 2, At: t1.Add(-900 * time.Millisecond)}).Admitted)
-			require.EqualValues(t, 4, take(t, l, limiter.Request{Cost: 1, At: t1.Add(200 * time.Millisecond)}).Remaining, "the log outlives the restore's units")
+			// An answer of 2 remaining 9 s before: it takes 3, which
+			// leave the log 1 s after t1, the 5 10 s after it.
+			require.EqualValues(t, 3, take(t, l, limiter.Request{Cost: 8, Restore: true, Remaining: 2, At: t1.Add(-9 * time.Second)}).Admitted)
+			require.EqualValues(t, 4, take(t, l, limiter.Request{Cost: 1, At: t1.Add(2 * time.Second)}).Remaining, "the log outlives the restore's units")
 		})
 		t.Run(s.name+"/sliding_window", func(t *testing.T) {
-			base := time.Now().Truncate(time.Second).Add(-3 * time.Second)
-			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "sw", Algorithm: limit.SlidingWindow, Limit: 10, Window: time.Second}
+			base := time.Now().Truncate(10 * time.Second).Add(-30 * time.Second)
+			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "sw", Algorithm: limit.SlidingWindow, Limit: 10, Window: 10 * time.Second}
 			// A store that lacks the last window's count (a promoted
 			// replica) has counted 3 in this one.
-			take(t, l, limiter.Request{Cost: 3, At: base.Add(1200 * time.Millisecond)})
-			// The answer restored said 4 remaining, 500 ms into the last
+			take(t, l, limiter.Request{Cost: 3, At: base.Add(12 * time.Second)})
+			// The answer restored said 4 remaining, 5 s into the last
 			// window: 6 used then, all 6 missing.
-			require.EqualValues(t, 6, take(t, l, limiter.Request{Cost: 6, Restore: true, Remaining: 4, At: base.Add(500 * time.Millisecond)}).Admitted)
-			// 300 ms into this window the last one weighs 0.7: 6 × 0.7 + 3
+			require.EqualValues(t, 6, take(t, l, limiter.Request{Cost: 6, Restore: true, Remaining: 4, At: base.Add(5 * time.Second)}).Admitted)
+			// 3 s into this window the last one weighs 0.7: 6 × 0.7 + 3
 			// leaves room for 2 (the restore counted in this window read
 			// its 3 as the last window's, took 3, and left room for 4).
-			require.EqualValues(t, 2, take(t, l, limiter.Request{Cost: 20, Need: 1, At: base.Add(1300 * time.Millisecond)}).Admitted)
+			require.EqualValues(t, 2, take(t, l, limiter.Request{Cost: 20, Need: 1, At: base.Add(13 * time.Second)}).Admitted)
 		})
 		t.Run(s.name+"/leaky_bucket", func(t *testing.T) {
 			t0 := time.Now()
-			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "lb", Algorithm: limit.LeakyBucket, Limit: 100, Window: time.Second}
+			// 100 per 100 s: the key's TTL (the level's time to leak)
+			// stays tens of seconds, longer than any stall of the test.
+			l := limiter.Limit{Key: testenv.KeyPrefix(t) + "lb", Algorithm: limit.LeakyBucket, Limit: 100, Window: 100 * time.Second}
 			take(t, l, limiter.Request{Cost: 20, At: t0})
-			// 500 ms later the 20 have leaked: the level is 40.
-			require.EqualValues(t, 60, take(t, l, limiter.Request{Cost: 40, At: t0.Add(500 * time.Millisecond)}).Remaining)
+			// 50 s later the 20 have leaked: the level is 40.
+			require.EqualValues(t, 60, take(t, l, limiter.Request{Cost: 40, At: t0.Add(50 * time.Second)}).Remaining)
 			// An answer of 50 remaining at t0, restored: the level as of
-			// 500 ms says 60 remain, so it takes 10 (what it cannot tell
+			// 50 s says 60 remain, so it takes 10 (what it cannot tell
 			// from a count that fell).
 			take(t, l, limiter.Request{Cost: 50, Restore: true, Remaining: 50, At: t0})
-			// 100 ms more leak 10: at least 40 - 10 + 1 are held.
-			require.LessOrEqual(t, take(t, l, limiter.Request{Cost: 1, At: t0.Add(600 * time.Millisecond)}).Remaining, int64(69), "what leaked before the restore's time leaked again")
+			// 10 s more leak 10: at least 40 - 10 + 1 are held.
+			require.LessOrEqual(t, take(t, l, limiter.Request{Cost: 1, At: t0.Add(60 * time.Second)}).Remaining, int64(69), "what leaked before the restore's time leaked again")
 		})
 	}
 }
