@@ -282,6 +282,15 @@ func (g *globalDrill) steady(ctx context.Context, d *direction) (int, error) {
 	return lateDenied, nil
 }
 
+// minLatencySamples is the fewest admitted requests a p90 is compared on:
+// with 10, the p90 is the second slowest, and were most of them waiting on
+// the link (80 ms at least) it would show.
+const minLatencySamples = 10
+
+// latencyNeighbours is how many of the region rule's requests each global
+// rule's request is set beside.
+const latencyNeighbours = 5
+
 // compareLatency checks that a global rule's admitted requests are about
 // as fast as a region rule's on the edges of the region leasing across
 // the link: what an edge decides from its allowance or overdraft never
@@ -302,15 +311,6 @@ func (g *globalDrill) steady(ctx context.Context, d *direction) (int, error) {
 // and both regions' figures are reported only: there the global rule is
 // a leased check on the region's own Redis, whose carves for the one
 // flooded key queue behind each other, link or not.
-// minLatencySamples is the fewest admitted requests a p90 is compared on:
-// with 10, the p90 is the second slowest, and were most of them waiting on
-// the link (80 ms at least) it would show.
-const minLatencySamples = 10
-
-// latencyNeighbours is how many of the region rule's requests each global
-// rule's request is set beside.
-const latencyNeighbours = 5
-
 func (g *globalDrill) compareLatency(res *Result, d *direction, global, regional *tally) error {
 	for _, reg := range []string{d.away, d.home, ""} {
 		lo, hi := global.span(reg)
@@ -709,23 +709,23 @@ func (t *tally) span(region string) (lo, hi time.Duration) {
 // when region is ""), the k admitted replies of t on the same region as it
 // sent nearest in time to it: a reply near several is there as many times.
 func (t *tally) nearest(of *tally, region string, k int) *tally {
+	admitted := map[string][]reply{}
+	for _, r := range t.replies {
+		if r.status == http.StatusOK {
+			admitted[r.region] = append(admitted[r.region], r)
+		}
+	}
 	out := &tally{}
 	for _, o := range of.replies {
-		if o.status != http.StatusOK || region != "" && o.region != region {
-			continue
+		if o.status == http.StatusOK && (region == "" || o.region == region) {
+			out.replies = append(out.replies, closest(admitted[o.region], o.at, k)...)
 		}
-		var same []reply
-		for _, r := range t.replies {
-			if r.status == http.StatusOK && r.region == o.region {
-				same = append(same, r)
-			}
-		}
-		out.replies = append(out.replies, closest(same, o.at, k)...)
 	}
 	return out
 }
 
-// closest is the k replies of rs sent nearest to at (rs is reordered).
+// closest is the k replies of rs sent nearest to at: rs is reordered, and
+// the result shares its array (callers copy it before the next call).
 func closest(rs []reply, at time.Duration, k int) []reply {
 	dist := func(r reply) time.Duration {
 		if r.at > at {
