@@ -79,12 +79,13 @@ export function regionsBoard(): dashboard.Dashboard {
     }))
     .withPanel(timeSeries({
       title: 'Global allowance outstanding and debt',
-      description: 'Units this region\'s edges hold leased from each home region, unspent (outstanding), and units they admitted that no lease has paid yet (debt: overdraft, static share). Debt that stays above zero after a partition heals is not being settled: check the lease calls\' errors.',
+      description: 'Units this region\'s edges hold leased from each home region, unspent (outstanding), units they admitted that no lease has paid yet (debt: overdraft, static share), and the part of that debt on keys whose home had nothing left (exhausted): no lease is asked for those before the window ends at the home, and their debt ends with it. Debt above the exhausted part that stays after a partition heals is not being settled: check the lease calls\' errors.',
       unit: 'short', min: 0,
       thresholds: [green()],
       targets: [
         { expr: `sum by (region, home) (edgeguard_limiter_global_outstanding_units{${sel}})`, legend: 'outstanding {{region}} → {{home}}' },
         { expr: `sum by (region, home) (edgeguard_limiter_global_debt_units{${sel}})`, legend: 'debt {{region}} → {{home}}' },
+        { expr: `sum by (region, home) (edgeguard_limiter_global_debt_exhausted_units{${sel}})`, legend: 'debt on exhausted keys {{region}} → {{home}}' },
       ],
       width: 8,
     }))

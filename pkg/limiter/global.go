@@ -639,7 +639,7 @@ func (g *Global) sweep() {
 func (g *Global) Sweep(now time.Time) {
 	st := g.state.Load()
 	g.probeDown(st)
-	outstanding, debt := map[string]int64{}, map[string]int64{}
+	outstanding, debt, stuck := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	g.returnWhere(st, func(a *away) bool {
 		h := st.homes[a.home]
 		if h == nil {
@@ -652,11 +652,17 @@ func (g *Global) Sweep(now time.Time) {
 			outstanding[a.home] += a.units
 		}
 		debt[a.home] += a.debt
+		if now.Before(a.exhausted) {
+			// No carve is asked before then, and the debt ends with the
+			// home's window (debtUntil): it is never paid.
+			stuck[a.home] += a.debt
+		}
 		return give
 	})
 	for _, h := range st.homes {
 		g.m.outstanding.WithLabelValues(h.name).Set(float64(outstanding[h.name]))
 		g.m.debt.WithLabelValues(h.name).Set(float64(debt[h.name]))
+		g.m.debtExhausted.WithLabelValues(h.name).Set(float64(stuck[h.name]))
 	}
 }
 
@@ -787,6 +793,7 @@ type globalMetrics struct {
 	calls                     *prometheus.CounterVec // home, result
 	carved, returned, settled *prometheus.CounterVec // home
 	outstanding, debt         *prometheus.GaugeVec   // home
+	debtExhausted             *prometheus.GaugeVec   // home
 	unreachable               *prometheus.GaugeVec   // home
 }
 
@@ -820,6 +827,10 @@ func newGlobalMetrics(reg prometheus.Registerer) (*globalMetrics, error) {
 			Name: "edgeguard_limiter_global_debt_units",
 			Help: "Units this edge admitted for keys of each home region that no lease has paid yet (overdraft, static share).",
 		}, []string{"home"}),
+		debtExhausted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgeguard_limiter_global_debt_exhausted_units",
+			Help: "Of edgeguard_limiter_global_debt_units, the units on keys whose home region had nothing left at the last lease: no lease is asked for them before that window ends at the home, and their debt ends with it, unpaid (admitted past what the home's window counted, within the bounds of docs/guarantees.md). The rest of the debt is still to be paid.",
+		}, []string{"home"}),
 		unreachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "edgeguard_limiter_global_fallback_share",
 			Help: "1 while a home region is unreachable from this edge and its keys are decided from the static share floor(limit / regions); 0 otherwise.",
@@ -829,7 +840,7 @@ func newGlobalMetrics(reg prometheus.Registerer) (*globalMetrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.decisions, m.calls, m.carved, m.returned, m.settled, m.outstanding, m.debt, m.unreachable} {
+	for _, c := range []prometheus.Collector{m.decisions, m.calls, m.carved, m.returned, m.settled, m.outstanding, m.debt, m.debtExhausted, m.unreachable} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

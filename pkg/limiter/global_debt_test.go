@@ -310,3 +310,57 @@ func TestGlobalDebtMadeDuringACarve(t *testing.T) {
 		})
 	}
 }
+
+// gauge reads one of the away edge's gauges for the home.
+func (r *debtRig) gauge(t *testing.T, g *prometheus.GaugeVec) int64 {
+	var m dto.Metric
+	require.NoError(t, g.WithLabelValues(debtHome).Write(&m))
+	return int64(m.GetGauge().GetValue())
+}
+
+// TestGlobalDebtOnExhaustedHome: debt the home cannot be asked to pay
+// shows as such. Admitted on overdraft while the carve it started was out,
+// it meets a home whose window has nothing left: no carve is asked before
+// that window ends, and the debt ends with it. Beside it, a debt made
+// while the home is cut off is still to be paid, and is paid at the heal.
+func TestGlobalDebtOnExhaustedHome(t *testing.T) {
+	t.Run("exhausted", func(t *testing.T) {
+		r := newDebtRig(t)
+		require.GreaterOrEqual(t, r.nextWindowAdmits(t), int64(debtQuota), "the home region takes the window's quota")
+		gate := make(chan struct{})
+		r.link.gate = gate
+		for range 3 { // the first starts a carve, held; all on overdraft
+			v, err := r.away.Decide(context.Background(), r.check)
+			require.NoError(t, err)
+			require.True(t, v.Allowed, "admitted on overdraft")
+		}
+		gate <- struct{}{} // the carve finds nothing left
+		r.g.bg.Wait()
+		r.link.gate = nil
+		v, err := r.away.Decide(context.Background(), r.check)
+		require.NoError(t, err)
+		require.False(t, v.Allowed, "the home's window is exhausted")
+		r.sweep()
+		debt, exhausted := r.gauge(t, r.g.m.debt), r.gauge(t, r.g.m.debtExhausted)
+		t.Logf("debt %d, on an exhausted home %d, settled %d", debt, exhausted, r.settled(t))
+		require.EqualValues(t, 3, debt)
+		require.EqualValues(t, 3, exhausted, "the debt no lease can pay")
+		require.Zero(t, r.settled(t))
+		r.clock.add(41 * time.Second) // 1 s into the next window
+		r.sweep()
+		require.Zero(t, r.gauge(t, r.g.m.debt), "the debt outlived its window")
+		require.Zero(t, r.gauge(t, r.g.m.debtExhausted))
+	})
+	t.Run("cut off", func(t *testing.T) {
+		r := newDebtRig(t)
+		debt := r.partition(t)
+		r.sweep()
+		require.Equal(t, debt, r.gauge(t, r.g.m.debt))
+		require.Zero(t, r.gauge(t, r.g.m.debtExhausted), "a debt the heal pays")
+		r.heal(t)
+		r.sweep()
+		r.sweep()
+		require.Equal(t, debt, r.settled(t))
+		require.Zero(t, r.gauge(t, r.g.m.debt))
+	})
+}

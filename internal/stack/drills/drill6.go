@@ -87,12 +87,6 @@ type globalDrill struct {
 type direction struct {
 	home, away string
 	link       *faults.Net
-	// owed is each away edge's debt to home before the drill began
-	// (edgeguard_limiter_global_debt_units, by edge name): a debt the
-	// home cannot take, its key's window exhausted there, stays until
-	// that window ends (an hour for drill-global), so an earlier run's
-	// flood on the same stack leaves some. A heal is back to it.
-	owed map[string]float64
 }
 
 func (d *direction) String() string { return d.away + " → " + d.home }
@@ -348,7 +342,7 @@ func (g *globalDrill) compareLatency(res *Result, d *direction, global, regional
 // the link; each edge, asked for a key of the other region, marks that
 // home unreachable (which only the link can make it do), then the links
 // carry, with the WAN's latency, and every edge is back on the other
-// region's Redis with no debt.
+// region's Redis with no debt to pay.
 //
 // Towards the Sentinel region (dirs[0]) the link is one proxy in front of
 // its master, named as a standalone Redis. Towards the Cluster region
@@ -367,15 +361,6 @@ func (g *globalDrill) joinWAN(ctx context.Context, res *Result) error {
 		return err
 	}
 	g.dirs = []*direction{{home: sentinel, away: cluster, link: faults.NewNet()}, {home: cluster, away: sentinel, link: faults.NewNet()}}
-	for _, d := range g.dirs {
-		d.owed = map[string]float64{}
-		for _, ed := range e.Out.Regions[d.away].Edges() {
-			if d.owed[ed.Name], err = sumGlobal(ctx, []stack.Edge{ed}, "edgeguard_limiter_global_debt_units", d.home); err != nil {
-				g.close()
-				return err
-			}
-		}
-	}
 	if err := g.startLinks(ctx, sentinelRegion, clusterRegion); err != nil {
 		g.close()
 		return err
@@ -524,8 +509,11 @@ func (g *globalDrill) cutOff(ctx context.Context, d *direction, client string, a
 }
 
 // heal lifts d's black hole (the WAN's latency stays) and waits until
-// every edge of d.away is back on d.home with no debt but what it owed
-// before the drill (d.owed).
+// every edge of d.away is back on d.home with no debt to pay: what it
+// still shows is on keys whose home had nothing left
+// (edgeguard_limiter_global_debt_exhausted_units), which no lease is
+// asked for before that window ends there (an hour for drill-global; an
+// earlier run's flood on the same stack leaves some).
 func (g *globalDrill) heal(ctx context.Context, d *direction) error {
 	d.link.Clear()
 	for _, tx := range wanToxics {
@@ -542,8 +530,12 @@ func (g *globalDrill) heal(ctx context.Context, d *direction) error {
 		if err != nil {
 			return err
 		}
-		if fs != 0 || debt > d.owed[ed.Name] {
-			return fmt.Errorf("fallback_share %v, debt %v (%v before the drill)", fs, debt, d.owed[ed.Name])
+		exhausted, err := sumGlobal(ctx, []stack.Edge{ed}, "edgeguard_limiter_global_debt_exhausted_units", d.home)
+		if err != nil {
+			return err
+		}
+		if fs != 0 || debt > exhausted {
+			return fmt.Errorf("fallback_share %v, debt %v (%v of it on exhausted keys)", fs, debt, exhausted)
 		}
 		return nil
 	})
