@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,10 +17,11 @@ import (
 //     each of the N edges sharing it admits at most floor(remaining/N) of
 //     it; an exact check whose key has no such answer gets no share while
 //     other edges may have counted it (Limiter.decideLocally);
-//   - the units the fallback admitted that the store has not counted (debt):
-//     they ride along, as one extra request in the same round trip, with the
-//     key's next call once the store answers, so a store that comes back —
-//     empty or not — knows what was admitted while it was away;
+//   - the units the fallback admitted that the store has not counted (debt),
+//     by the time they were admitted (lots): they ride along, as an extra
+//     request per lot in the same round trip, with the key's next call once
+//     the store answers, so a store that comes back — empty or not — knows
+//     what was admitted while it was away, and when;
 //   - whether the store's last answer is owed back as a restore (owed):
 //     the fallback took its share of that answer's count up front, and the
 //     store is asked to count at least what it had then — nothing when it
@@ -56,9 +58,24 @@ type account struct {
 	gen       uint32        // the master generation of the last answer (its low bits)
 	by        *storeIdent   // who gave the last answer, if known (identity.go)
 	owed      *owedRestore  // an answer owed back as a restore; nil: none
-	debt      int64         // fallback admissions the store has not counted
-	debtUntil time.Time     // the end of the window the latest of them counts in
+	debt      int64         // fallback admissions the store has not counted: lots' sum
+	lots      []debtLot     // debt by the end of the window each counts in, earliest first
 }
+
+// debtLot is debt admitted at one time: units that count in the key's
+// window until until (a fixed window's reset; a window after their
+// admission otherwise). A replay is sent per lot, dated when its units
+// were admitted, so the store counts each as long as its own admission
+// does, no longer (clients would get less) and no shorter (more).
+type debtLot struct {
+	units int64
+	until time.Time
+}
+
+// maxLots bounds an account's lots: past it, a new lot's units join the
+// latest lot, which takes the later end of the two (counted longer than
+// admitted: clients get less, never more).
+const maxLots = 4
 
 // owedRestore is an answer owed back to the store: remaining as of at,
 // speaking for the key's window until until (a fixed window's reset: a
@@ -297,48 +314,88 @@ func (lg *ledger) oweRestore(key string, remaining int64, at, until time.Time, b
 
 // owe adds units the fallback admitted, counted in a window that ends at
 // until (a fixed window's reset; a window after their admission
-// otherwise), at now. A debt whose window ended by now is dropped first:
-// the next window owes nothing for the last one. So are units owed again
-// after their window ended (a replay that failed late): they would
-// otherwise lend the debt made since their end, and drop it with theirs.
-// A debt keeps the latest end of its units' windows (a sliding window's
-// units leave it one by one: the latest admitted leave last).
+// otherwise), at now, as a lot of their own (addLot). The lots whose
+// window ended by now are dropped first: the next window owes nothing for
+// the last one. So are units owed again after their window ended (a
+// replay that failed late).
 func (lg *ledger) owe(key string, units int64, now, until time.Time) {
 	if !now.Before(until) {
 		return
 	}
 	lg.with(key, true, func(a *account) {
-		if a.debt > 0 && !now.Before(a.debtUntil) {
-			lg.settle(a, a.debt)
+		lg.dropEnded(a, now)
+		if units <= 0 {
+			return
 		}
-		if a.debt == 0 && units > 0 {
+		if a.debt == 0 {
 			lg.owing.Add(1)
-			a.debtUntil = until
 		}
 		a.debt += units
-		if until.After(a.debtUntil) {
-			a.debtUntil = until
-		}
+		a.addLot(units, until)
 	})
 }
 
-// lend takes key's debt out to be replayed at now, with the end of the
-// window it counts in: the units admitted in a window that has not ended
-// (older ones have left every algorithm's window; a fixed window's were
-// counted in a window that is over). A replay in flight is not replayed
-// again by another call; one that fails is owed again.
-func (lg *ledger) lend(key string, now time.Time) (units int64, until time.Time) {
+// addLot adds units counting until until to a's lots, in order of their
+// ends: to the lot that ends then, else as a lot of their own while there
+// are fewer than maxLots, else to the first lot that ends later, or
+// (ending last) to the latest lot, which then ends at until. A unit is
+// never dated earlier than it was admitted.
+func (a *account) addLot(units int64, until time.Time) {
+	i := 0
+	for i < len(a.lots) && a.lots[i].until.Before(until) {
+		i++
+	}
+	switch {
+	case i < len(a.lots) && a.lots[i].until.Equal(until):
+		a.lots[i].units += units
+	case len(a.lots) < maxLots:
+		a.lots = slices.Insert(a.lots, i, debtLot{units: units, until: until})
+	case i < len(a.lots):
+		a.lots[i].units += units
+	default:
+		last := &a.lots[len(a.lots)-1]
+		last.units += units
+		last.until = until
+	}
+}
+
+// dropEnded drops a's lots whose window ended by now. Called locked.
+func (lg *ledger) dropEnded(a *account, now time.Time) {
+	n := 0
+	for n < len(a.lots) && !now.Before(a.lots[n].until) {
+		n++
+	}
+	if n > 0 {
+		lg.settle(a, a.debt-sumLots(a.lots[n:]))
+	}
+}
+
+func sumLots(lots []debtLot) int64 {
+	var n int64
+	for _, l := range lots {
+		n += l.units
+	}
+	return n
+}
+
+// lend takes key's debt out to be replayed at now, lot by lot, each with
+// the end of the window it counts in: the units admitted in a window that
+// has not ended (older ones have left every algorithm's window; a fixed
+// window's were counted in a window that is over). A replay in flight is
+// not replayed again by another call; one that fails is owed again.
+func (lg *ledger) lend(key string, now time.Time) (lots []debtLot) {
 	if lg.owing.Load() == 0 {
-		return 0, time.Time{}
+		return nil
 	}
 	lg.with(key, false, func(a *account) {
-		if a.debt > 0 && !now.Before(a.debtUntil) {
+		lg.dropEnded(a, now)
+		if a.debt > 0 {
+			lots = a.lots
+			a.lots = nil
 			lg.settle(a, a.debt)
 		}
-		units, until = a.debt, a.debtUntil
-		lg.settle(a, units)
 	})
-	return units, until
+	return lots
 }
 
 // paid removes replayed (or refunded) units from key's debt.
@@ -346,9 +403,23 @@ func (lg *ledger) paid(key string, units int64) {
 	lg.with(key, false, func(a *account) { lg.settle(a, units) })
 }
 
+// settle removes units from a's debt, from its earliest lots first (the
+// units left are then dated no earlier than admitted). Called locked.
 func (lg *ledger) settle(a *account, units int64) {
 	if a.debt > 0 && a.debt <= units {
 		lg.owing.Add(-1)
 	}
 	a.debt = max(0, a.debt-units)
+	for units > 0 && len(a.lots) > 0 {
+		l := &a.lots[0]
+		take := min(units, l.units)
+		l.units -= take
+		units -= take
+		if l.units == 0 {
+			a.lots = a.lots[1:]
+		}
+	}
+	if a.debt == 0 {
+		a.lots = nil
+	}
 }

@@ -654,9 +654,9 @@ func (l *Limiter) admitToShard(b *breaker, lim Limit, now time.Time) bool {
 
 // owedRequests is what the store is owed for a key, sent with its request.
 type owedRequests struct {
-	restore, replay Request
-	hasRestore      bool
-	hasReplay       bool
+	restore    Request
+	hasRestore bool
+	replays    []Request // a replay per lot of the fallback's admissions
 }
 
 // owed is what the store is owed with a request: first the restore of its
@@ -676,39 +676,44 @@ func (l *Limiter) owed(r Request, key string, now time.Time) owedRequests {
 		o.restore.Limit.MinInterval = 0
 		o.hasRestore = o.restore.Cost > 0
 	}
-	if d, until := l.ledger.lend(key, now); d > 0 {
+	lots := l.ledger.lend(key, now)
+	if len(lots) == 0 {
+		return o
+	}
+	o.replays = make([]Request, len(lots))
+	for j, lot := range lots {
 		// Refused past the end of the window it was admitted in (the
 		// store's clock): the next window owes nothing for it.
-		o.replay = Request{Limit: r.Limit, Cost: d, Need: 1, until: until}
-		o.replay.Limit.MinInterval = 0
-		if r.Limit.Algorithm != limit.FixedWindow {
-			// Dated when the latest of them was admitted, a window
-			// before the end of the window it counts in (answerUntil):
-			// counted as of now, a sliding window or a bucket would
-			// hold them for as long as the outage lasted after that.
-			// A fixed window counts them in the window they were
-			// admitted in either way.
-			o.replay.dated = true
-		}
-		o.hasReplay = true
+		rp := Request{Limit: r.Limit, Cost: lot.units, Need: 1, until: lot.until}
+		rp.Limit.MinInterval = 0
+		// Dated when its units were admitted, a window before the end
+		// of the window they count in (answerUntil): counted as of now,
+		// a sliding window or a bucket would hold them for as long as
+		// the outage lasted after that. A fixed window counts them in
+		// the window they were admitted in either way.
+		rp.dated = r.Limit.Algorithm != limit.FixedWindow
+		o.replays[j] = rp
 	}
 	return o
 }
 
 // add queues request i and what the store is owed with it. With a
-// min_interval the replay goes after the request, which a replay recorded
+// min_interval the replays go after the request, which a replay recorded
 // "now" would otherwise deny.
 func (c *storeCall) add(r Request, i int, key string, o owedRequests) {
-	r.key, o.restore.key, o.replay.key = key, key, key
+	r.key, o.restore.key = key, key
 	if o.hasRestore {
 		c.send, c.sent = append(c.send, o.restore), append(c.sent, restoring)
 	}
-	switch {
-	case o.hasReplay && r.Limit.MinInterval > 0:
-		c.send, c.sent = append(c.send, r, o.replay), append(c.sent, i, replaying)
-	case o.hasReplay:
-		c.send, c.sent = append(c.send, o.replay, r), append(c.sent, replaying, i)
-	default:
+	after := r.Limit.MinInterval > 0
+	if after {
+		c.send, c.sent = append(c.send, r), append(c.sent, i)
+	}
+	for _, rp := range o.replays {
+		rp.key = key
+		c.send, c.sent = append(c.send, rp), append(c.sent, replaying)
+	}
+	if !after {
 		c.send, c.sent = append(c.send, r), append(c.sent, i)
 	}
 }

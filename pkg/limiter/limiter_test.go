@@ -537,53 +537,70 @@ func TestFallbackAdmissionsReplayedOnRecovery(t *testing.T) {
 	}
 }
 
-// The store counts the fallback's admissions as of when the latest of them
-// was admitted, not as of when it answers again: a sliding window or a
+// The store counts each of the fallback's admissions as of when it was
+// admitted, not as of when the store answers again: a sliding window or a
 // bucket lets them go when it would have had it decided them. Counted as
 // of the replay, they were held for as long as the outage lasted after
 // them, and clients got fewer than the limit (here, after 4 admitted by
 // the fallback 300 ms before the store answered: sliding_log 0 of 4 at the
 // second check, sliding_window 5 of 6 at the first, the buckets 7 of 10 at
-// the first).
+// the first). Counted as of the latest of them, those admitted earlier
+// were held as long as the latest (2 at 300 ms and 2 at 900 ms: the store
+// answers at 1,200 ms, and at 1,350 ms sliding_log admitted 5 where 7 fit).
 // The limiter's answers equal a store's that decided every request when it
 // was made.
 func TestReplayDatedWhenAdmitted(t *testing.T) {
+	type burst struct {
+		at time.Duration
+		n  int
+	}
 	for _, alg := range limit.All() {
 		if alg.Spec().Held || alg == limit.FixedWindow {
 			continue // slots are released; a fixed window counts a unit in its window either way
 		}
-		t.Run(alg.String(), func(t *testing.T) {
-			l, st, clock := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
-			k := lim("k", alg, 10, time.Second)
-			start := clock.now() // a second's start
-			control := NewMemoryStore(WithClock(clock.now))
-			at := func(d time.Duration, n int, fallback bool) {
-				t.Helper()
-				clock.add(start.Add(d).Sub(clock.now()))
-				got, want := 0, 0
-				for range n {
-					v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
-					require.NoError(t, err)
-					require.Equal(t, fallback, v.Checks[0].Source == SourceFallback, "at %v: %s", d, v.Checks[0].Source)
-					if v.Allowed {
-						got++
+		for _, tc := range []struct {
+			name     string
+			fallback []burst
+		}{
+			{"at once", []burst{{900 * time.Millisecond, 4}}},
+			{"apart", []burst{{300 * time.Millisecond, 2}, {900 * time.Millisecond, 2}}},
+		} {
+			t.Run(alg.String()+"/"+tc.name, func(t *testing.T) {
+				l, st, clock := newTestLimiter(t, Config{BreakerFailures: 1 << 20})
+				k := lim("k", alg, 10, time.Second)
+				start := clock.now() // a second's start
+				control := NewMemoryStore(WithClock(clock.now))
+				at := func(d time.Duration, n int, fallback bool) {
+					t.Helper()
+					clock.add(start.Add(d).Sub(clock.now()))
+					got, want := 0, 0
+					for range n {
+						v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+						require.NoError(t, err)
+						require.Equal(t, fallback, v.Checks[0].Source == SourceFallback, "at %v: %s", d, v.Checks[0].Source)
+						if v.Allowed {
+							got++
+						}
+						ds, err := control.Take(context.Background(), []Request{{Limit: k, Cost: 1}})
+						require.NoError(t, err)
+						if ds[0].Allowed {
+							want++
+						}
 					}
-					ds, err := control.Take(context.Background(), []Request{{Limit: k, Cost: 1}})
-					require.NoError(t, err)
-					if ds[0].Allowed {
-						want++
-					}
+					require.Equal(t, want, got, "admitted at %v", d)
 				}
-				require.Equal(t, want, got, "admitted at %v", d)
-			}
-			st.fail.Store(true)
-			at(900*time.Millisecond, 4, true)
-			st.fail.Store(false)
-			at(1200*time.Millisecond, 1, false) // the 4 replayed with it
-			require.EqualValues(t, 4, testCounter(l.metrics.replayed))
-			at(1450*time.Millisecond, 20, false)
-			at(1950*time.Millisecond, 20, false)
-		})
+				st.fail.Store(true)
+				for _, b := range tc.fallback {
+					at(b.at, b.n, true)
+				}
+				st.fail.Store(false)
+				at(1200*time.Millisecond, 1, false) // the 4 replayed with it
+				require.EqualValues(t, 4, testCounter(l.metrics.replayed))
+				at(1350*time.Millisecond, 20, false)
+				at(1450*time.Millisecond, 20, false)
+				at(1950*time.Millisecond, 20, false)
+			})
+		}
 	}
 }
 
@@ -758,4 +775,25 @@ func TestReplayDatedOnRedisClock(t *testing.T) {
 	got := scores()
 	require.Len(t, got, 3)
 	require.Greater(t, got[2], float64(dated.Add(4*time.Second).UnixMicro()), "run at Redis's TIME")
+
+	// Lots admitted at two times, replayed in one call beside a
+	// request: each is dated at its own time.
+	k.Key = "lots"
+	st.clock.est.Store(&clockEstimate{offset: -time.Second, rtt: 3 * time.Millisecond, at: time.Now()})
+	early, late := time.Now().Add(-5*time.Second), time.Now().Add(-2*time.Second)
+	ds, err := st.Take(context.Background(), []Request{
+		{Limit: k, Cost: 2, Need: 1, until: early.Add(k.Window), dated: true},
+		{Limit: k, Cost: 1, Need: 1, until: late.Add(k.Window), dated: true},
+		{Limit: k, Cost: 1},
+	})
+	require.NoError(t, err)
+	require.True(t, ds[2].Allowed)
+	require.EqualValues(t, 6, ds[2].Remaining, "10 less the 3 replayed and the request")
+	got = scores()
+	require.Len(t, got, 4)
+	onRedis := func(at time.Time) float64 {
+		return float64(at.Add(-time.Second + 3*time.Millisecond + clockSkew).UnixMicro())
+	}
+	require.Equal(t, []float64{onRedis(early), onRedis(early), onRedis(late)}, got[:3])
+	require.Greater(t, got[3], onRedis(late), "the request, at Redis's TIME")
 }

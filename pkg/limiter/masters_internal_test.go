@@ -227,19 +227,55 @@ func TestFirstMasterIsNoChange(t *testing.T) {
 // Units owed again after their window ended (a replay that failed late)
 // are dropped: merged with the debt made since, their window's end took
 // that debt with them (its units never reached the store, which then
-// admitted them again). A debt keeps the latest end of its units' windows.
+// admitted them again). Each admission keeps the end of its own window: a
+// lot whose window ended is dropped alone, the later ones are lent with
+// theirs.
 func TestLedgerDebtOwedAfterItsWindow(t *testing.T) {
 	lg := newLedger(64)
 	t0 := time.UnixMilli(1_800_000_000_000)
 	lg.owe("k", 3, t0.Add(1500*time.Millisecond), t0.Add(2*time.Second)) // this window's
 	lg.owe("k", 2, t0.Add(1600*time.Millisecond), t0.Add(time.Second))   // the last one's, owed again late
-	units, until := lg.lend("k", t0.Add(1700*time.Millisecond))
-	require.EqualValues(t, 3, units)
-	require.Equal(t, t0.Add(2*time.Second), until)
+	require.Equal(t, []debtLot{{3, t0.Add(2 * time.Second)}}, lg.lend("k", t0.Add(1700*time.Millisecond)))
 
 	lg.owe("s", 3, t0, t0.Add(2500*time.Millisecond)) // a sliding window's, admitted 500 ms apart
 	lg.owe("s", 2, t0, t0.Add(2*time.Second))
-	units, until = lg.lend("s", t0.Add(2200*time.Millisecond))
-	require.EqualValues(t, 5, units)
-	require.Equal(t, t0.Add(2500*time.Millisecond), until, "the latest admitted leave last")
+	require.Equal(t, []debtLot{{3, t0.Add(2500 * time.Millisecond)}}, lg.lend("s", t0.Add(2200*time.Millisecond)),
+		"the earlier admitted left the window alone")
+	require.Zero(t, lg.owing.Load())
+}
+
+// TestLedgerLots: each admission time is a lot of its own, replayed with
+// its own end (dated when admitted), up to maxLots; past that, a lot never
+// ends earlier than any of its units would. Units paid or refunded leave
+// the earliest lots first, so none left is dated earlier than admitted.
+func TestLedgerLots(t *testing.T) {
+	t0 := time.UnixMilli(1_800_000_000_000)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	lg := newLedger(64)
+	lg.owe("k", 1, at(521), at(1521))
+	lg.owe("k", 1, at(616), at(1616))
+	lg.owe("k", 1, at(748), at(1748))
+	require.Equal(t, []debtLot{{1, at(1521)}, {1, at(1616)}, {1, at(1748)}}, lg.lend("k", at(900)))
+	require.Nil(t, lg.lend("k", at(900)), "lent once")
+	require.Zero(t, lg.owing.Load())
+
+	// Past maxLots: a lot ending last joins the latest, which takes its
+	// end; one ending before the latest joins the first lot ending after
+	// it; one ending with a lot joins it.
+	for i := range maxLots + 1 {
+		lg.owe("m", 1, at(100*i), at(1000+100*i))
+	}
+	lg.owe("m", 2, at(150), at(1150))
+	lg.owe("m", 5, at(200), at(1200))
+	require.Equal(t, []debtLot{{1, at(1000)}, {1, at(1100)}, {2 + 1 + 5, at(1200)}, {2, at(1400)}}, lg.lend("m", at(500)))
+
+	// Paid (a refund) from the earliest lots first.
+	lg.owe("p", 2, at(0), at(1000))
+	lg.owe("p", 2, at(300), at(1300))
+	lg.paid("p", 3)
+	require.Equal(t, []debtLot{{1, at(1300)}}, lg.lend("p", at(400)))
+	lg.owe("q", 2, at(0), at(1000))
+	lg.paid("q", 2)
+	require.Nil(t, lg.lend("q", at(400)))
+	require.Zero(t, lg.owing.Load())
 }

@@ -333,6 +333,13 @@ func (h *schedHarness) quotaLost(format string, args ...any) {
 	h.fail(format, args...)
 }
 
+// knowIdentity has every edge read the store's identity before the run.
+func (h *schedHarness) knowIdentity() {
+	for _, l := range h.edges {
+		l.readIdentity(l.breakers.get(l.store.Shard(h.lim)), h.lim)
+	}
+}
+
 // TestScheduleSymmetric walks seeded schedules where the store's state is
 // the same for every edge: up, stalled (every call queued until it resumes,
 // then run in order, late answers given back), down (refusing) or
@@ -346,6 +353,20 @@ func (h *schedHarness) quotaLost(format string, args ...any) {
 // sliding windows slide during stalls and outages.
 func TestScheduleSymmetric(t *testing.T) {
 	t.Parallel() // a virtual clock and a harness of its own: CPU only
+	runSymmetric(t, false)
+}
+
+// TestScheduleSymmetricKnownIdentity is TestScheduleSymmetric with every
+// edge knowing the store's identity before the run, as an edge that has
+// served a while does (it is read in the background at a shard's first
+// call): restores of an answer given by the store that still answers take
+// nothing, so what the replays count is what the clients get.
+func TestScheduleSymmetricKnownIdentity(t *testing.T) {
+	t.Parallel() // a virtual clock and a harness of its own: CPU only
+	runSymmetric(t, true)
+}
+
+func runSymmetric(t *testing.T, known bool) {
 	for _, alg := range []Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog, limit.Concurrency} {
 		t.Run(alg.String(), func(t *testing.T) {
 			var phases [4]int
@@ -354,6 +375,9 @@ func TestScheduleSymmetric(t *testing.T) {
 			seeds := schedSeedList()
 			for _, seed := range seeds {
 				h := newSchedHarness(t, alg, seed, true)
+				if known {
+					h.knowIdentity()
+				}
 				h.run(int(3*h.lim.Limit) + h.rng.IntN(10))
 				for k, n := range h.perPhase {
 					phases[k] += n
@@ -394,27 +418,28 @@ func TestScheduleSymmetricRegressions(t *testing.T) {
 		alg   Algorithm
 		seed  uint64
 		found string
+		known bool // the edges know the store's identity (knowIdentity)
 	}{
 		// An edge took ⌊remaining/N⌋ of its own last answer while the
 		// others' later answers had taken more (unknownInWindow letting a
 		// known key's share through): 12 of 11, 16 of 15, 16 of 14.
-		{limit.FixedWindow, 9, "a known key's share of a stale answer"},
-		{limit.SlidingWindow, 21, "a known key's share of a stale answer"},
-		{limit.SlidingLog, 5, "a known key's share of a stale answer"},
+		{limit.FixedWindow, 9, "a known key's share of a stale answer", false},
+		{limit.SlidingWindow, 21, "a known key's share of a stale answer", false},
+		{limit.SlidingLog, 5, "a known key's share of a stale answer", false},
 		// An edge that had never heard from the store took ⌊limit/N⌋
 		// while the store had counted for the others: 8 of 7, 12 of 11.
-		{limit.FixedWindow, 15, "an edge never answered taking limit/N"},
-		{limit.SlidingLog, 11, "an edge never answered taking limit/N"},
+		{limit.FixedWindow, 15, "an edge never answered taking limit/N", false},
+		{limit.SlidingLog, 11, "an edge never answered taking limit/N", false},
 		// A restore of the last window's answer charged the next fixed
 		// window: 4 of 16 once the store answered.
-		{limit.FixedWindow, 1, "a restore past its window"},
+		{limit.FixedWindow, 1, "a restore past its window", false},
 		// The last window's fallback admissions replayed into the next
 		// (the debt's window was its newest admission's): 5 of 7.
-		{limit.FixedWindow, 37, "a debt replayed into the next window"},
+		{limit.FixedWindow, 37, "a debt replayed into the next window", false},
 		// A sliding window's estimate weighs the fixed window before the
 		// current one: a store silent for one window had still counted
 		// what weighs on it (5, and 16 weighted, of 16).
-		{limit.SlidingWindow, 94, "a sliding window silent for one window"},
+		{limit.SlidingWindow, 94, "a sliding window silent for one window", false},
 		// Not having been answered for a window taken as the store
 		// answering nobody in it (downThroughWindow). An edge whose calls
 		// had failed for 0.6 s (a 204 ms outage, its breaker open
@@ -423,16 +448,25 @@ func TestScheduleSymmetricRegressions(t *testing.T) {
 		// downThroughWindow alone stops it). Its calls failing for less
 		// than a window: 17 of 16 (the rule of a window of failures
 		// undone).
-		{limit.FixedWindow, 349, "a share with the store failing for less than a window"},
-		{limit.SlidingLog, 474, "a share with the store failing for less than a window"},
+		{limit.FixedWindow, 349, "a share with the store failing for less than a window", false},
+		{limit.SlidingLog, 474, "a share with the store failing for less than a window", false},
 		// An edge whose last failure was 0.8 s old (the store back for
 		// 0.4 s, the edge's breaker open, no call since) took its share
 		// as its probe went out: 5 of 4 (the rule of a recent failure
 		// undone).
-		{limit.SlidingLog, 429, "a share on a failure older than a cooldown"},
+		{limit.SlidingLog, 429, "a share on a failure older than a cooldown", false},
+		// The fallback's admissions replayed as of the latest of them:
+		// edge 0 admitted at 1.521, 1.616 and 1.748 s (a 1 s window), the
+		// replay at 2.611 s counted all three as of 1.748, so the first,
+		// which had left the window, still held a place: 13 of 14 once
+		// the store answered. Each admission is a lot of its own now.
+		{limit.SlidingLog, 133, "replays dated at the latest admission", true},
 	} {
 		t.Run(fmt.Sprintf("%s/%d", tc.alg, tc.seed), func(t *testing.T) {
 			h := newSchedHarness(t, tc.alg, tc.seed, true)
+			if tc.known {
+				h.knowIdentity()
+			}
 			h.run(int(3*h.lim.Limit) + h.rng.IntN(10))
 		})
 	}

@@ -43,8 +43,9 @@ type Request struct {
 	// At is the decision time; zero means the store's clock (Redis TIME).
 	// Tests pass explicit times.
 	At time.Time
-	// dated marks a replay of the fallback's admissions (At zero) that the
-	// store counts as of when the latest of them was admitted: a window
+	// dated marks a replay of the fallback's admissions (At zero), one
+	// lot of them (ledger.go), that the store counts as of when the lot's
+	// units were admitted (the latest of them, if merged): a window
 	// before its until, on the limiter's clock (answerUntil). A store maps
 	// that to its own clock, never earlier (RedisStore, through its
 	// estimate of Redis's clock; when it cannot, the replay runs at Redis's
