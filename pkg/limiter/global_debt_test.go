@@ -321,8 +321,10 @@ func (r *debtRig) gauge(t *testing.T, g *prometheus.GaugeVec) int64 {
 // TestGlobalDebtOnExhaustedHome: debt the home cannot be asked to pay
 // shows as such. Admitted on overdraft while the carve it started was out,
 // it meets a home whose window has nothing left: no carve is asked before
-// that window ends, and the debt ends with it. Beside it, a debt made
-// while the home is cut off is still to be paid, and is paid at the heal.
+// that window ends, and the debt ends with it. So does a share's debt
+// that the heal finds the home cannot take, its window exhausted by the
+// home region meanwhile. Beside them, a debt made while the home is cut
+// off is still to be paid, and is paid at the heal.
 func TestGlobalDebtOnExhaustedHome(t *testing.T) {
 	t.Run("exhausted", func(t *testing.T) {
 		r := newDebtRig(t)
@@ -347,6 +349,22 @@ func TestGlobalDebtOnExhaustedHome(t *testing.T) {
 		require.EqualValues(t, 3, exhausted, "the debt no lease can pay")
 		require.Zero(t, r.settled(t))
 		r.clock.add(41 * time.Second) // 1 s into the next window
+		r.sweep()
+		require.Zero(t, r.gauge(t, r.g.m.debt), "the debt outlived its window")
+		require.Zero(t, r.gauge(t, r.g.m.debtExhausted))
+	})
+	t.Run("the share's debt at the heal", func(t *testing.T) {
+		r := newDebtRig(t)
+		debt := r.partition(t)
+		require.GreaterOrEqual(t, r.nextWindowAdmits(t), int64(debtQuota), "the home region takes the window's quota meanwhile")
+		r.heal(t)
+		r.sweep() // the settling carve finds nothing left
+		r.sweep()
+		t.Logf("debt %d, on an exhausted home %d, settled %d", r.gauge(t, r.g.m.debt), r.gauge(t, r.g.m.debtExhausted), r.settled(t))
+		require.Zero(t, r.settled(t))
+		require.Equal(t, debt, r.gauge(t, r.g.m.debt))
+		require.Equal(t, debt, r.gauge(t, r.g.m.debtExhausted), "the debt no lease can pay")
+		r.clock.add(41 * time.Second)
 		r.sweep()
 		require.Zero(t, r.gauge(t, r.g.m.debt), "the debt outlived its window")
 		require.Zero(t, r.gauge(t, r.g.m.debtExhausted))
