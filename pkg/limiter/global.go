@@ -639,7 +639,7 @@ func (g *Global) sweep() {
 func (g *Global) Sweep(now time.Time) {
 	st := g.state.Load()
 	g.probeDown(st)
-	outstanding, debt, stuck := map[string]int64{}, map[string]int64{}, map[string]int64{}
+	outstanding, debt, exhausted := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	g.returnWhere(st, func(a *away) bool {
 		h := st.homes[a.home]
 		if h == nil {
@@ -655,14 +655,14 @@ func (g *Global) Sweep(now time.Time) {
 		if now.Before(a.exhausted) {
 			// No carve is asked before then, and the debt ends with the
 			// home's window (debtUntil): it is never paid.
-			stuck[a.home] += a.debt
+			exhausted[a.home] += a.debt
 		}
 		return give
 	})
 	for _, h := range st.homes {
 		g.m.outstanding.WithLabelValues(h.name).Set(float64(outstanding[h.name]))
 		g.m.debt.WithLabelValues(h.name).Set(float64(debt[h.name]))
-		g.m.debtExhausted.WithLabelValues(h.name).Set(float64(stuck[h.name]))
+		g.m.debtExhausted.WithLabelValues(h.name).Set(float64(exhausted[h.name]))
 	}
 }
 

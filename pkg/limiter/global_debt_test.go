@@ -318,6 +318,22 @@ func (r *debtRig) gauge(t *testing.T, g *prometheus.GaugeVec) int64 {
 	return int64(m.GetGauge().GetValue())
 }
 
+// unpayable asserts that the away edge's debt is want, all of it shown on
+// an exhausted home and none settled, and that both gauges are 0 once the
+// next window starts (the rig starts 20 s into a window of a minute).
+func (r *debtRig) unpayable(t *testing.T, want int64) {
+	t.Helper()
+	debt, exhausted := r.gauge(t, r.g.m.debt), r.gauge(t, r.g.m.debtExhausted)
+	t.Logf("debt %d, on an exhausted home %d, settled %d", debt, exhausted, r.settled(t))
+	require.Zero(t, r.settled(t))
+	require.Equal(t, want, debt)
+	require.Equal(t, want, exhausted, "the debt no lease can pay")
+	r.clock.add(41 * time.Second) // 1 s into the next window
+	r.sweep()
+	require.Zero(t, r.gauge(t, r.g.m.debt), "the debt outlived its window")
+	require.Zero(t, r.gauge(t, r.g.m.debtExhausted))
+}
+
 // TestGlobalDebtOnExhaustedHome: debt the home cannot be asked to pay
 // shows as such. Admitted on overdraft while the carve it started was out,
 // it meets a home whose window has nothing left: no carve is asked before
@@ -343,15 +359,7 @@ func TestGlobalDebtOnExhaustedHome(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, v.Allowed, "the home's window is exhausted")
 		r.sweep()
-		debt, exhausted := r.gauge(t, r.g.m.debt), r.gauge(t, r.g.m.debtExhausted)
-		t.Logf("debt %d, on an exhausted home %d, settled %d", debt, exhausted, r.settled(t))
-		require.EqualValues(t, 3, debt)
-		require.EqualValues(t, 3, exhausted, "the debt no lease can pay")
-		require.Zero(t, r.settled(t))
-		r.clock.add(41 * time.Second) // 1 s into the next window
-		r.sweep()
-		require.Zero(t, r.gauge(t, r.g.m.debt), "the debt outlived its window")
-		require.Zero(t, r.gauge(t, r.g.m.debtExhausted))
+		r.unpayable(t, 3)
 	})
 	t.Run("the share's debt at the heal", func(t *testing.T) {
 		r := newDebtRig(t)
@@ -360,14 +368,7 @@ func TestGlobalDebtOnExhaustedHome(t *testing.T) {
 		r.heal(t)
 		r.sweep() // the settling carve finds nothing left
 		r.sweep()
-		t.Logf("debt %d, on an exhausted home %d, settled %d", r.gauge(t, r.g.m.debt), r.gauge(t, r.g.m.debtExhausted), r.settled(t))
-		require.Zero(t, r.settled(t))
-		require.Equal(t, debt, r.gauge(t, r.g.m.debt))
-		require.Equal(t, debt, r.gauge(t, r.g.m.debtExhausted), "the debt no lease can pay")
-		r.clock.add(41 * time.Second)
-		r.sweep()
-		require.Zero(t, r.gauge(t, r.g.m.debt), "the debt outlived its window")
-		require.Zero(t, r.gauge(t, r.g.m.debtExhausted))
+		r.unpayable(t, debt)
 	})
 	t.Run("cut off", func(t *testing.T) {
 		r := newDebtRig(t)
