@@ -7,6 +7,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/build"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
 	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
+	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
@@ -56,12 +57,7 @@ func (e *Edge) consulParts() consullink.Parts {
 		Enforcement:    func() string { en, _ := e.pipe.Enforcement(); return en.String() },
 		SetEnforcement: e.pipe.SetEnforcement,
 		UpdateShedder:  e.shed.Update,
-		StartShedder: func() error {
-			if e.cfg.Shedder != "" {
-				return build.LoadShedder(e.shed, e.cfg.Shedder, e.log)
-			}
-			return e.shed.Update(shedder.DefaultConfig())
-		},
+		StartShedder:   func() error { return build.StartShedder(e.shed, e.cfg.Shedder, e.log) },
 		ShedderVersion: func() string { return shedder.SettingsVersion(e.shed.Config()) },
 		HostsVersion:   e.router.Version,
 		SetEdges: func(inRegion, inPoP int) {
@@ -90,6 +86,19 @@ func (e *Edge) hostsConsul() hostroute.Consul {
 		Missing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocHosts, missing) },
 		Cache:     e.consul.Beside(".hosts.yaml"),
 		WriteFile: consullink.WriteFileAtomic,
+	}
+}
+
+// rlsConsul is what the rate limit service needs of the Consul link
+// (package rlslink): its missing document, registration, and the cache
+// beside the rules cache.
+func (e *Edge) rlsConsul() rlslink.Consul {
+	return rlslink.Consul{
+		Missing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocRLS, missing) },
+		Changed:   e.consul.RulesChanged,
+		Cache:     e.consul.Beside(".rls.json"),
+		WriteFile: consullink.WriteFileAtomic,
+		Draining:  e.draining.Load,
 	}
 }
 

@@ -31,72 +31,32 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
-// Edge is one edge node.
+// Edge is one edge node: its parts, each built by its own package.
 type Edge struct {
-	cfg  config.Config
-	log  *slog.Logger
-	reg  *prometheus.Registry
-	pipe *pipeline.Pipeline // the request path (package pipeline)
-
-	rules                 *liverules.Rules
+	cfg                   config.Config
+	log                   *slog.Logger
+	reg                   *prometheus.Registry
+	closers               []func() // run in reverse by close
+	draining, serving     atomic.Bool
 	nodesRegion, nodesPoP atomic.Int64 // fallback divisors: flags, then the catalog
-	consul                *consullink.Link
-	global                *globalhome.Regions // scope: global rules (package globalhome)
-	closers               []func()
-	draining              atomic.Bool
-	serving               atomic.Bool
 
-	store *build.Store // the rate limit store and its limiter
-	parts
-	servers
-}
-
-// parts are the other parts requests go through.
-type parts struct {
+	store   *build.Store        // the rate limit store and its limiter
+	global  *globalhome.Regions // scope: global rules (nil without Redis)
+	rules   *liverules.Rules
 	bh      *bhlayer.Layer
-	router  *hostroute.Router // each host's origin pool
-	tunnels *origin.Tunnels
 	shed    *shedder.Shedder
 	workers *shedder.Workers
-}
+	router  *hostroute.Router // each host's origin pool
+	tunnels *origin.Tunnels
+	pipe    *pipeline.Pipeline // the request path
+	consul  *consullink.Link   // nil without --consul
 
-// servers are the listeners and the servers on them.
-type servers struct {
+	sockets  *handoff.Sockets // as inherited and as bound, for the next binary on SIGUSR2
 	publicLn net.Listener
 	tls      *listen.TLS // nil without --listen-tls
 	server   *fasthttp.Server
 	admin    *admin.Server
 	rls      *rlslink.Service // nil without --rls-listen
-	// sockets are the sockets this process was started with (package
-	// handoff) and each listener as bound, before the accept stack, for
-	// the next binary on SIGUSR2.
-	sockets *handoff.Sockets
-}
-
-// buildGlobal gives the limiter its Global (with Redis only: the
-// embedded memory store is one region by definition).
-func (e *Edge) buildGlobal(reg prometheus.Registerer, refused prometheus.Counter) error {
-	if e.cfg.Redis == "" {
-		return nil
-	}
-	gr, err := globalhome.New(e.store.Limiter, globalhome.Options{
-		Region:       e.cfg.Region,
-		ConsulPrefix: e.cfg.ConsulPrefix,
-		Log:          e.log,
-		SetMissing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocCatalog, missing) },
-		Refused:      func() { refused.Inc() },
-		ReachabilityChanged: func() {
-			if e.consul != nil {
-				e.consul.RulesChanged()
-			}
-		},
-	}, reg)
-	if err != nil {
-		return err
-	}
-	e.global = gr
-	e.closers = append(e.closers, gr.Close) // before the limiter closes
-	return nil
 }
 
 // New builds an edge from cfg: it loads the rules (refusing to start on an
@@ -113,25 +73,31 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := newEdge(cfg, log)
-	e.sockets = handoff.NewSockets(inherited, log)
+	e := &Edge{cfg: cfg, log: log, sockets: handoff.NewSockets(inherited, log)}
+	e.nodesRegion.Store(int64(cfg.NodesInRegion))
+	e.nodesPoP.Store(int64(cfg.NodesInPoP))
 	defer func() {
 		// After a failure the listeners not reached yet are not news.
 		if unused := inherited.Close(); err == nil && len(unused) > 0 {
 			log.Warn("inherited sockets not used by any listener; closed", "names", unused, "from", inherited.From)
 		}
-	}()
-	ok := false
-	defer func() {
-		if !ok {
+		if err != nil {
 			e.close()
 		}
 	}()
-	reg, m, err := e.registerMetrics()
-	if err != nil {
-		return nil, err
+	var labels prometheus.Labels
+	if cfg.MetricsRegionLabels {
+		labels = prometheus.Labels{"region": cfg.Region, "pop": cfg.PoP}
 	}
-	e.rules = e.newRules(m.admin)
+	var reg prometheus.Registerer
+	e.reg, reg = admin.NewRegistry(labels)
+	am, err := admin.NewMetrics(reg)
+	lm, lerr := listen.NewMetrics(reg)
+	cm, cerr := consullink.NewMetrics(reg, am.RulesErrors)
+	if err := errors.Join(err, lerr, cerr); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	e.rules = e.newRules(am)
 	if cfg.Consul == "" {
 		if err := e.rules.LoadFile(cfg.Rules); err != nil {
 			return nil, err
@@ -141,10 +107,7 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 		return nil, err
 	}
 	e.closers = append(e.closers, e.store.Close) // closers run in reverse: after what uses the limiter
-	if err := e.buildGlobal(reg, m.admin.RulesErrors); err != nil {
-		return nil, err
-	}
-	if err := e.buildRLS(reg); err != nil {
+	if err := e.buildLimits(reg, am.RulesErrors); err != nil {
 		return nil, err
 	}
 	// The edges sharing the origin split adaptive.min_limit.
@@ -159,103 +122,67 @@ func NewInherited(cfg config.Config, log *slog.Logger, inherited *handoff.Set) (
 	if snap := e.rules.Load(); snap != nil {
 		e.bh.RulesChanged(snap)
 	}
-	if err := e.buildProxy(reg); err != nil {
-		return nil, err
-	}
-	if err := e.buildPipeline(reg); err != nil {
-		return nil, err
-	}
-	public := listen.NewPublic(listen.SettingsFrom(cfg), m.listen, log)
-	e.server = public.NewServer(e.pipe.Handle, e.pipe.ServerError, e.pipe.Expect)
-	if err := e.listen(public, reg, admin.Config{
-		Registry: e.reg,
-		Ready:    e.ready(),
-		Rules:    e.rules.InForce,
-		Region:   cfg.Region,
-		PoP:      cfg.PoP,
-		Clients:  e.bh.DebugClients,
-		Token:    cfg.AdminToken,
-		Pprof:    cfg.Pprof,
-	}); err != nil {
-		return nil, err
-	}
-	if cfg.Consul != "" {
-		if err := e.startConsul(m.consul); err != nil {
-			return nil, err
-		}
-	}
-	ok = true
-	return e, nil
-}
-
-// newEdge is an edge with what cfg says directly and nothing built yet.
-func newEdge(cfg config.Config, log *slog.Logger) *Edge {
-	e := &Edge{
-		cfg: cfg,
-		log: log,
-	}
-	e.nodesRegion.Store(int64(cfg.NodesInRegion))
-	e.nodesPoP.Store(int64(cfg.NodesInPoP))
-	return e
-}
-
-// meters are the metrics the edge hands its parts.
-type meters struct {
-	admin  *admin.Metrics     // the rules' and the build's
-	listen *listen.Metrics    // the listeners'
-	consul consullink.Metrics // the Consul link's
-}
-
-// registerMetrics makes the edge's registry (admin.NewRegistry) and
-// registers its own metrics; it returns the registerer the parts register
-// theirs with.
-func (e *Edge) registerMetrics() (prometheus.Registerer, meters, error) {
-	var labels prometheus.Labels
-	if e.cfg.MetricsRegionLabels {
-		labels = prometheus.Labels{"region": e.cfg.Region, "pop": e.cfg.PoP}
-	}
-	var reg prometheus.Registerer
-	e.reg, reg = admin.NewRegistry(labels)
-	var m meters
-	var err, lerr, cerr error
-	m.admin, err = admin.NewMetrics(reg)
-	m.listen, lerr = listen.NewMetrics(reg)
-	m.consul, cerr = consullink.NewMetrics(reg, m.admin.RulesErrors)
-	if err := errors.Join(err, lerr, cerr); err != nil {
-		return nil, m, fmt.Errorf("registering metrics: %w", err)
-	}
-	return reg, m, nil
-}
-
-// buildProxy builds the origin pools, the tunnels and the host table
-// (package hostroute).
-func (e *Edge) buildProxy(reg prometheus.Registerer) error {
-	o, err := hostroute.OpenOrigins(e.cfg, reg, e.log)
+	o, err := hostroute.OpenOrigins(cfg, reg, log) // the origin pools, the tunnels and the host table
 	if err != nil {
-		return err
+		return nil, err
 	}
 	e.closers = append(e.closers, o.Close)
 	e.router, e.tunnels = o.Router, o.Tunnels
+	if err := e.buildPipeline(reg); err != nil {
+		return nil, err
+	}
+	if err := e.listen(listen.NewPublic(listen.SettingsFrom(cfg), lm, log), reg); err != nil {
+		return nil, err
+	}
+	if cfg.Consul != "" {
+		if err := e.startConsul(cm); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// buildLimits builds what decides besides the rules: the global rules'
+// home regions (with Redis only: the embedded memory store is one region
+// by definition) and the rate limit service (with --rls-listen).
+func (e *Edge) buildLimits(reg prometheus.Registerer, refused prometheus.Counter) error {
+	if e.cfg.Redis != "" {
+		gr, err := globalhome.New(e.store.Limiter, globalhome.Options{
+			Region: e.cfg.Region, ConsulPrefix: e.cfg.ConsulPrefix, Log: e.log,
+			SetMissing:          func(missing bool) bool { return e.consul.SetMissing(consullink.DocCatalog, missing) },
+			Refused:             refused.Inc,
+			ReachabilityChanged: e.announce,
+		}, reg)
+		if err != nil {
+			return err
+		}
+		e.global = gr
+		e.closers = append(e.closers, gr.Close) // before the limiter closes
+	}
+	s, err := rlslink.New(e.cfg.RLS, rlslink.Options{
+		Limiter: e.store.Limiter, Nodes: func() int { return int(e.nodesRegion.Load()) },
+		KeySalt: e.cfg.KeySalt, IPv6Prefix: e.cfg.IPv6Prefix, ConsulPrefix: e.cfg.ConsulPrefix, Region: e.cfg.Region, Log: e.log,
+		Bind: func(addr string) (net.Listener, error) { return e.sockets.Bind(handoff.RLS, addr) },
+	}, reg)
+	if err != nil || s == nil {
+		return err
+	}
+	e.closers = append(e.closers, s.Close)
+	e.rls = s
 	return nil
 }
 
 // buildPipeline builds the request path (package pipeline) from the parts.
 func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
-	c := e.cfg
-	p, err := pipeline.New(build.PipelineConfig(c), e.log, pipeline.Limits{
+	p, err := pipeline.New(build.PipelineConfig(e.cfg), e.log, pipeline.Limits{
 		Limiter: e.store.Limiter, Penalties: e.store.Penalties, StoreName: e.store.Name,
 		Rules: e.rules.Pointer(), NodesRegion: &e.nodesRegion, NodesPoP: &e.nodesPoP,
 	}, pipeline.Parts{
 		Behaviour: e.bh, Shedder: e.shed, Workers: e.workers, Route: e.router.Route, Tunnels: e.tunnels,
 		Draining: &e.draining, AccessLogRegistry: e.reg,
 		Conns: pipeline.Conns{
-			JA4:            listen.JA4Of,
-			CertCovers:     listen.CertCovers,
-			Gone:           listen.ClientGone,
-			Sent:           listen.ClientSent,
-			ClosesAfter:    listen.ClosesAfter,
-			Framing:        listen.FramingRefusal,
-			FramingReasons: listen.FramingReasons,
+			JA4: listen.JA4Of, CertCovers: listen.CertCovers, Gone: listen.ClientGone, Sent: listen.ClientSent,
+			ClosesAfter: listen.ClosesAfter, Framing: listen.FramingRefusal, FramingReasons: listen.FramingReasons,
 		},
 	}, reg)
 	if err != nil {
@@ -268,29 +195,48 @@ func (e *Edge) buildPipeline(reg prometheus.Registerer) error {
 
 // listen opens the public listeners (TLS too, when configured) and the
 // admin server's, and registers the metrics that read the server.
-func (e *Edge) listen(public *listen.Public, reg prometheus.Registerer, ac admin.Config) error {
-	var err error
-	if e.publicLn, err = e.sockets.Bind(handoff.Public, e.cfg.Listen); err != nil {
+func (e *Edge) listen(public *listen.Public, reg prometheus.Registerer) error {
+	e.server = public.NewServer(e.pipe.Handle, e.pipe.ServerError, e.pipe.Expect)
+	ln, err := e.sockets.Bind(handoff.Public, e.cfg.Listen)
+	if err != nil {
 		return fmt.Errorf("listening on %s: %w", e.cfg.Listen, err)
 	}
-	e.publicLn = public.Stack(e.publicLn, []byte(listen.TooManyConns))
+	e.publicLn = public.Stack(ln, []byte(listen.TooManyConns))
+	e.closers = append(e.closers, func() { _ = e.publicLn.Close() })
 	if e.cfg.ListenTLS != "" {
 		t, err := public.OpenTLS(func() (net.Listener, error) { return e.sockets.Bind(handoff.TLS, e.cfg.ListenTLS) }, e.server, e.cfg.Consul != "")
 		if err != nil {
 			return err
 		}
 		e.tls = t
+		e.closers = append(e.closers, func() { _ = t.Ln.Close() })
 	}
 	server := e.server
-	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, ac.Ready); err != nil {
+	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, e.ready()); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	adminLn, err := e.sockets.Bind(handoff.Admin, e.cfg.Admin)
 	if err != nil {
 		return fmt.Errorf("listening on %s (admin): %w", e.cfg.Admin, err)
 	}
-	e.admin = admin.NewServer(ac, adminLn)
+	e.closers = append(e.closers, func() { _ = adminLn.Close() })
+	e.admin = admin.NewServer(admin.Config{
+		Registry: e.reg, Ready: e.ready(), Rules: e.rules.InForce, Region: e.cfg.Region, PoP: e.cfg.PoP,
+		Clients: e.bh.DebugClients, Token: e.cfg.AdminToken, Pprof: e.cfg.Pprof,
+	}, adminLn)
 	return nil
+}
+
+// ready is what /readyz and the ready gauge answer from.
+func (e *Edge) ready() admin.Readiness {
+	return admin.Readiness{
+		Draining:    e.draining.Load,
+		RulesLoaded: func() bool { return e.rules.Load() != nil },
+		Health:      func() limiter.Health { return e.store.Limiter.Health() },
+		Store:       e.store.Name,
+		Missing:     func() string { return e.consul.MissingDetail() }, // e.consul is set by startConsul, after this
+		Serving:     e.serving.Load,
+	}
 }
 
 // Addr, AdminAddr, TLSAddr and RLSAddr are the bound addresses (useful
@@ -330,14 +276,17 @@ func (e *Edge) newRules(m *admin.Metrics) *liverules.Rules {
 				e.bh.RulesChanged(snap)
 			}
 		},
-		Announced: func() {
-			if e.consul != nil {
-				e.consul.RulesChanged()
-			}
-		},
-		Metrics: liverules.Metrics{Info: m.RulesInfo, Loaded: m.RulesLoaded, Errors: m.RulesErrors},
-		Log:     e.log,
+		Announced: e.announce,
+		Metrics:   liverules.Metrics{Info: m.RulesInfo, Loaded: m.RulesLoaded, Errors: m.RulesErrors},
+		Log:       e.log,
 	})
+}
+
+// announce registers the edge again with what changed (with Consul).
+func (e *Edge) announce() {
+	if e.consul != nil {
+		e.consul.RulesChanged()
+	}
 }
 
 // Run serves until ctx is done, then drains and shuts down (package
@@ -395,28 +344,4 @@ func (e *Edge) close() {
 		e.closers[i]()
 	}
 	e.closers = nil
-	lns := []net.Listener{e.publicLn}
-	if e.tls != nil {
-		lns = append(lns, e.tls.Ln)
-	}
-	if e.admin != nil {
-		lns = append(lns, e.admin.Ln)
-	}
-	for _, ln := range lns {
-		if ln != nil {
-			_ = ln.Close()
-		}
-	}
-}
-
-// ready is what /readyz and the ready gauge answer from.
-func (e *Edge) ready() admin.Readiness {
-	return admin.Readiness{
-		Draining:    e.draining.Load,
-		RulesLoaded: func() bool { return e.rules.Load() != nil },
-		Health:      func() limiter.Health { return e.store.Limiter.Health() },
-		Store:       e.store.Name,
-		Missing:     func() string { return e.consul.MissingDetail() }, // e.consul is set by startConsul, after this
-		Serving:     e.serving.Load,
-	}
 }

@@ -42,6 +42,15 @@ func ReloadShedder(s *shedder.Shedder, path string, log *slog.Logger) {
 	}
 }
 
+// StartShedder gives s back the settings the edge started with: the file
+// at path, or the defaults without one.
+func StartShedder(s *shedder.Shedder, path string, log *slog.Logger) error {
+	if path != "" {
+		return LoadShedder(s, path, log)
+	}
+	return s.Update(shedder.DefaultConfig())
+}
+
 // LoadShedder applies the shedder settings in the file at path; s keeps
 // its settings when the file is invalid.
 func LoadShedder(s *shedder.Shedder, path string, log *slog.Logger) error {
