@@ -12,5 +12,7 @@
 // service (rlslink), global rules' home regions (globalhome), the rules in
 // force (liverules), the host table and origin pools (hostroute), the
 // Consul link (consullink) and the sockets handed to the next binary
-// (handoff).
+// (handoff). layout_test.go holds them to that shape: none imports more
+// than two of its siblings or the wiring, no struct has more than 25
+// fields, and the wiring's lines of code may only come down.
 package edge
