@@ -211,8 +211,7 @@ func (e *Edge) listen(public *listen.Public, reg prometheus.Registerer) error {
 		e.tls = t
 		e.closers = append(e.closers, func() { _ = t.Ln.Close() })
 	}
-	server := e.server
-	if err := admin.RegisterServing(reg, func() float64 { return float64(server.GetOpenConnectionsCount()) }, e.ready()); err != nil {
+	if err := admin.RegisterServing(reg, func() float64 { return float64(e.server.GetOpenConnectionsCount()) }, e.ready()); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	adminLn, err := e.sockets.Bind(handoff.Admin, e.cfg.Admin)
@@ -293,12 +292,13 @@ func (e *Edge) announce() {
 // lifecycle).
 func (e *Edge) Run(ctx context.Context) error {
 	defer e.close()
+	quiet := listen.NewQuiet() // the public connections that have sent nothing yet
 	p := lifecycle.Plan{
 		Background: []func(context.Context){
 			func(ctx context.Context) { _ = e.shed.Run(ctx, 50*time.Millisecond, e.workers.Utilization) },
 			e.bh.Run,
 		},
-		Servers: []lifecycle.Server{{Name: "public server", Serve: func() error { return e.server.Serve(listen.Framed(e.publicLn)) }}},
+		Servers: []lifecycle.Server{{Name: "public server", Serve: func() error { return e.server.Serve(listen.Framed(e.publicLn, quiet)) }}},
 		Reopen:  e.pipe.ReopenAccessLog, Reload: e.reloadFiles,
 		Sockets: e.sockets,
 		Serving: func() { e.serving.Store(true) },
@@ -314,13 +314,13 @@ func (e *Edge) Run(ctx context.Context) error {
 			Timeout: e.cfg.ShutdownTimeout,
 			Cut:     func() { e.router.EndStreams(); e.tunnels.End() },
 			Public:  e.server.ShutdownWithContext, Listeners: []net.Listener{e.publicLn},
-			Tunnels: e.tunnels.Wait, Admin: e.admin.Shutdown,
+			Tunnels: e.tunnels.Wait, Admin: e.admin.Shutdown, Quiet: quiet.CloseIdle,
 		},
 		Log:     e.log,
 		Started: []any{"listen", e.Addr(), "listen_tls", e.TLSAddr(), "admin", e.AdminAddr(), "region", e.cfg.Region, "pop", e.cfg.PoP, "store", e.store.Name},
 	}
 	if e.tls != nil {
-		p.Servers = append(p.Servers, lifecycle.Server{Name: "public TLS server", Serve: func() error { return e.server.Serve(listen.Framed(e.tls.Ln)) }})
+		p.Servers = append(p.Servers, lifecycle.Server{Name: "public TLS server", Serve: func() error { return e.server.Serve(listen.Framed(e.tls.Ln, quiet)) }})
 		p.Background = append(p.Background, e.tls.Certs.Watch)
 		p.Shutdown.Listeners = append(p.Shutdown.Listeners, e.tls.Ln)
 	}

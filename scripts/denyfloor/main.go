@@ -50,7 +50,7 @@ func main() {
 		log.Fatal(err)
 	}
 	if *listeners {
-		ln = listen.Framed(public.Stack(ln, []byte(listen.TooManyConns)))
+		ln = listen.Framed(public.Stack(ln, []byte(listen.TooManyConns)), nil)
 	}
 	log.Fatal(srv.Serve(ln))
 }

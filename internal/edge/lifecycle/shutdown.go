@@ -20,6 +20,10 @@ type Shutdown struct {
 	RLS           func(ctx context.Context)
 	// Listeners are closed once Public returns.
 	Listeners []net.Listener
+	// Quiet closes the public connections that have sent nothing for
+	// their grace (listen.Quiet.CloseIdle): called every 100 ms while
+	// Public drains, as fasthttp checks its idle connections.
+	Quiet func() int
 	// Tunnels waits for the tunnels, Admin shuts the admin server down.
 	Tunnels, Admin func(ctx context.Context) error
 }
@@ -51,6 +55,10 @@ func (s Shutdown) Run() error {
 	if s.RLS != nil {
 		s.RLS(sctx)
 	}
+	if s.Quiet != nil {
+		stop := closeQuiet(s.Quiet)
+		defer stop()
+	}
 	err := s.Public(sctx)
 	// fasthttp's shutdown closes the listeners its Serve calls had
 	// registered; a Serve that had not got that far yet (an edge stopped
@@ -74,6 +82,28 @@ func (s Shutdown) Run() error {
 		err = fmt.Errorf("shutting down the HTTP/2 server: %w", herr)
 	}
 	return err
+}
+
+// closeQuiet calls quiet every 100 ms until stop is called: a connection
+// that has sent nothing holds a drain for its grace at most, not until
+// its read timeout.
+func closeQuiet(quiet func() int) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			quiet()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 // streamGrace is how long before the end of a drain streamed responses

@@ -537,11 +537,16 @@ func (f *framer) read(src func([]byte) (int, error), p []byte) (int, error) {
 	return n, err
 }
 
-// framingListener puts a framer on each HTTP/1.x connection it accepts.
-type framingListener struct{ net.Listener }
+// framingListener puts a framer on each HTTP/1.x connection it accepts,
+// and keeps it in q until it sends something.
+type framingListener struct {
+	net.Listener
+	q *Quiet
+}
 
-// Framed is ln with each connection's request framing checked.
-func Framed(ln net.Listener) net.Listener { return framingListener{ln} }
+// Framed is ln with each connection's request framing checked; q (nil:
+// none) keeps the connections that have sent nothing yet.
+func Framed(ln net.Listener, q *Quiet) net.Listener { return framingListener{ln, q} }
 
 func (l framingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
@@ -549,18 +554,39 @@ func (l framingListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	if tc, ok := c.(*serverTLSConn); ok {
-		return &framedTLSConn{serverTLSConn: tc}, nil
+		fc := &framedTLSConn{serverTLSConn: tc, q: l.q}
+		l.q.add(fc, tc.NetConn()) // closed under TLS: no close_notify to a client that sent nothing
+
+		return fc, nil
 	}
-	return &framedConn{Conn: c}, nil
+	fc := &framedConn{Conn: c, q: l.q}
+	l.q.add(fc, c)
+	return fc, nil
 }
 
-// framedConn is a plain connection read through a framer.
+// framedConn is a plain connection read through a framer; spoke is set
+// (by the goroutine reading it) once it sent a byte.
 type framedConn struct {
 	net.Conn
-	f framer
+	f     framer
+	q     *Quiet
+	spoke bool
 }
 
-func (c *framedConn) Read(p []byte) (int, error) { return c.f.read(c.Conn.Read, p) }
+func (c *framedConn) Read(p []byte) (int, error) {
+	n, err := c.f.read(c.Conn.Read, p)
+	if n > 0 && !c.spoke {
+		c.spoke = true
+		c.q.drop(c)
+	}
+	return n, err
+}
+
+// Close closes the connection, which is no longer quiet.
+func (c *framedConn) Close() error {
+	c.q.drop(c)
+	return c.Conn.Close()
+}
 
 // NetConn is the connection under the framer (ClientGone looks at it).
 func (c *framedConn) NetConn() net.Conn { return c.Conn }
@@ -569,11 +595,24 @@ func (c *framedConn) NetConn() net.Conn { return c.Conn }
 // its TLS (Handshake, ConnectionState) as before.
 type framedTLSConn struct {
 	*serverTLSConn
-	f framer
+	f     framer
+	q     *Quiet
+	spoke bool
 }
 
 func (c *framedTLSConn) Read(p []byte) (int, error) {
-	return c.f.read(c.serverTLSConn.Read, p)
+	n, err := c.f.read(c.serverTLSConn.Read, p)
+	if n > 0 && !c.spoke {
+		c.spoke = true
+		c.q.drop(c)
+	}
+	return n, err
+}
+
+// Close closes the connection, which is no longer quiet.
+func (c *framedTLSConn) Close() error {
+	c.q.drop(c)
+	return c.serverTLSConn.Close()
 }
 
 // H1Unwrapped hands an h2 connection's handler the TLS connection under
@@ -581,6 +620,7 @@ func (c *framedTLSConn) Read(p []byte) (int, error) {
 func H1Unwrapped(serve func(net.Conn) error) func(net.Conn) error {
 	return func(c net.Conn) error {
 		if fc, ok := c.(*framedTLSConn); ok {
+			fc.q.drop(fc) // the HTTP/2 server reads it from here on
 			return serve(fc.serverTLSConn)
 		}
 		return serve(c)
