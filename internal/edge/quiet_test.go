@@ -29,10 +29,11 @@ func TestShutdownClosesQuietConnections(t *testing.T) {
 		c.ReadTimeout, c.ShutdownTimeout = readTimeout, 2*readTimeout
 	})
 	dial := func() (net.Conn, time.Time) {
+		at := time.Now() // the edge accepts it at this instant or later
 		c, err := net.Dial("tcp", r.Addr())
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
-		return c, time.Now() // the edge accepts it at this instant or later
+		return c, at
 	}
 	silent, silentAt := dial()
 	late, _ := dial()
@@ -76,4 +77,37 @@ func TestShutdownClosesQuietConnections(t *testing.T) {
 	require.NoError(t, r.stopErr, "the drain ended within the shutdown timeout")
 	require.Less(t, end.Sub(silentAt), readTimeout, "the drain waited for the read timeout")
 	t.Logf("silent connection closed %v after it was dialled; the edge stopped %v after", closedAt.Sub(silentAt).Round(time.Millisecond), end.Sub(silentAt).Round(time.Millisecond))
+}
+
+// The same on the TLS listener: a connection that never sent its
+// ClientHello and one whose handshake is done but which sent no request
+// are each closed by the edge once their grace has passed.
+func TestShutdownClosesQuietTLSConnections(t *testing.T) {
+	const readTimeout = time.Minute
+	site := newTLSSite(t)
+	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
+	r, _ := startTLSEdge(t, site, perIP, func(c *config.Config) {
+		c.ReadTimeout, c.ShutdownTimeout = readTimeout, 2*readTimeout
+	})
+	dialled := time.Now() // both are accepted at this instant or later
+	noHello, err := net.Dial("tcp", r.TLSAddr())
+	require.NoError(t, err)
+	defer noHello.Close()
+	noRequest, err := site.dialTLS(r, "shop.example.com", nil)
+	require.NoError(t, err)
+	defer noRequest.Close()
+
+	stopped := make(chan time.Time, 1)
+	go func() { r.stop(); stopped <- time.Now() }()
+	for name, c := range map[string]net.Conn{"no ClientHello": noHello, "no request": noRequest} {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(readTimeout)))
+		_, err := c.Read(make([]byte, 1))
+		require.Error(t, err, name)
+		var ne net.Error
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "%s: the read timeout, not the edge, ended it: %v", name, err)
+		require.GreaterOrEqual(t, time.Since(dialled), listen.QuietGrace, "%s: closed before its grace", name)
+	}
+	end := <-stopped
+	require.NoError(t, r.stopErr, "the drain ended within the shutdown timeout")
+	require.Less(t, end.Sub(dialled), readTimeout, "the drain waited for the read timeout")
 }
