@@ -537,6 +537,17 @@ func (f *framer) read(src func([]byte) (int, error), p []byte) (int, error) {
 	return n, err
 }
 
+// readFrom is read for the connection c, which leaves q with the first
+// byte its client sends (f.got).
+func (f *framer) readFrom(c net.Conn, q *Quiet, src func([]byte) (int, error), p []byte) (int, error) {
+	sent := f.got
+	n, err := f.read(src, p)
+	if !sent && f.got {
+		q.drop(c)
+	}
+	return n, err
+}
+
 // framingListener puts a framer on each HTTP/1.x connection it accepts,
 // and keeps it in q until it sends something.
 type framingListener struct {
@@ -564,23 +575,15 @@ func (l framingListener) Accept() (net.Conn, error) {
 	return fc, nil
 }
 
-// framedConn is a plain connection read through a framer; spoke is set
-// (by the goroutine reading it) once it sent a byte.
+// framedConn is a plain connection read through a framer, kept in q
+// until it sends a byte.
 type framedConn struct {
 	net.Conn
-	f     framer
-	q     *Quiet
-	spoke bool
+	f framer
+	q *Quiet
 }
 
-func (c *framedConn) Read(p []byte) (int, error) {
-	n, err := c.f.read(c.Conn.Read, p)
-	if n > 0 && !c.spoke {
-		c.spoke = true
-		c.q.drop(c)
-	}
-	return n, err
-}
+func (c *framedConn) Read(p []byte) (int, error) { return c.f.readFrom(c, c.q, c.Conn.Read, p) }
 
 // Close closes the connection, which is no longer quiet.
 func (c *framedConn) Close() error {
@@ -595,18 +598,12 @@ func (c *framedConn) NetConn() net.Conn { return c.Conn }
 // its TLS (Handshake, ConnectionState) as before.
 type framedTLSConn struct {
 	*serverTLSConn
-	f     framer
-	q     *Quiet
-	spoke bool
+	f framer
+	q *Quiet
 }
 
 func (c *framedTLSConn) Read(p []byte) (int, error) {
-	n, err := c.f.read(c.serverTLSConn.Read, p)
-	if n > 0 && !c.spoke {
-		c.spoke = true
-		c.q.drop(c)
-	}
-	return n, err
+	return c.f.readFrom(c, c.q, c.serverTLSConn.Read, p)
 }
 
 // Close closes the connection, which is no longer quiet.

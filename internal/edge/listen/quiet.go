@@ -50,9 +50,9 @@ func (q *Quiet) drop(c net.Conn) {
 	q.mu.Unlock()
 }
 
-// Close closes the connections that have sent nothing since they were
-// accepted, olderThan ago or more, and says how many.
-func (q *Quiet) Close(olderThan time.Duration) int {
+// closeOlder closes the connections that have sent nothing since they
+// were accepted, olderThan ago or more, and says how many.
+func (q *Quiet) closeOlder(olderThan time.Duration) int {
 	if q == nil {
 		return 0
 	}
@@ -71,10 +71,10 @@ func (q *Quiet) Close(olderThan time.Duration) int {
 }
 
 // CloseIdle closes the connections that have sent nothing for QuietGrace.
-func (q *Quiet) CloseIdle() int { return q.Close(QuietGrace) }
+func (q *Quiet) CloseIdle() int { return q.closeOlder(QuietGrace) }
 
-// Len is how many connections have sent nothing yet.
-func (q *Quiet) Len() int {
+// count is how many connections have sent nothing yet.
+func (q *Quiet) count() int {
 	if q == nil {
 		return 0
 	}

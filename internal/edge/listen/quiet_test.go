@@ -11,7 +11,7 @@ import (
 )
 
 // Quiet keeps a framed connection until it sends a byte, is closed, or
-// is handed to HTTP/2; Close closes the quiet ones old enough, under
+// is handed to HTTP/2; closeOlder closes the quiet ones old enough, under
 // the framer.
 func TestQuietKeepsConnectionsThatSentNothing(t *testing.T) {
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
@@ -31,19 +31,19 @@ func TestQuietKeepsConnectionsThatSentNothing(t *testing.T) {
 	speaking, speakingS := pair()
 	silent, _ := pair()
 	closing, closingS := pair()
-	require.Equal(t, 3, q.Len())
+	require.Equal(t, 3, q.count())
 
 	_, err = io.WriteString(speaking, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
 	require.NoError(t, err)
 	_, err = speakingS.Read(make([]byte, 64))
 	require.NoError(t, err)
-	require.Equal(t, 2, q.Len(), "a connection that sent a byte is not quiet")
+	require.Equal(t, 2, q.count(), "a connection that sent a byte is not quiet")
 	require.NoError(t, closingS.Close())
-	require.Equal(t, 1, q.Len(), "a closed connection is forgotten")
+	require.Equal(t, 1, q.count(), "a closed connection is forgotten")
 
-	require.Zero(t, q.Close(time.Hour), "none is quiet for an hour")
-	require.Equal(t, 1, q.Close(0))
-	require.Zero(t, q.Len())
+	require.Zero(t, q.closeOlder(time.Hour), "none is quiet for an hour")
+	require.Equal(t, 1, q.closeOlder(0))
+	require.Zero(t, q.count())
 	require.NoError(t, silent.SetReadDeadline(time.Now().Add(10*time.Second)))
 	_, err = silent.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF, "the silent connection was closed by the edge")
@@ -67,14 +67,14 @@ func TestQuietKeepsConnectionsThatSentNothing(t *testing.T) {
 	defer sc.Close()
 	tc := &framedTLSConn{serverTLSConn: &serverTLSConn{Conn: tls.Server(sc, &tls.Config{})}, q: q}
 	q.add(tc, sc)
-	require.Equal(t, 1, q.Len())
+	require.Equal(t, 1, q.count())
 	var handed net.Conn
 	require.NoError(t, H1Unwrapped(func(c net.Conn) error { handed = c; return nil })(tc))
 	require.Same(t, tc.serverTLSConn, handed)
-	require.Zero(t, q.Len(), "an HTTP/2 connection is not quiet")
+	require.Zero(t, q.count(), "an HTTP/2 connection is not quiet")
 
 	var none *Quiet // no Quiet: Framed keeps nothing
-	require.Zero(t, none.Close(0))
+	require.Zero(t, none.closeOlder(0))
 	require.Zero(t, none.CloseIdle())
-	require.Zero(t, none.Len())
+	require.Zero(t, none.count())
 }
