@@ -27,7 +27,7 @@ import (
 // after the certificate has expired. Such a certificate is set aside and the
 // test starts again with an ACME server of its own.
 func TestACMESharedAcrossEdges(t *testing.T) {
-	t.Parallel()
+	heavyWaiting(t)
 	for attempt := 1; ; attempt++ {
 		if sharedACMERenewal(t, attempt < 4) {
 			return

@@ -65,7 +65,7 @@ rules:
 func TestCanaryPush(t *testing.T) {
 	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
 	// scrapes), each on a region of its own: they run side by side.
-	t.Parallel()
+	heavyWaiting(t)
 	v0 := effectiveVersion(t, canaryGlobal, "")
 	cr := startCanaryRegion(t, "", "/", func(e region.Edge) bool { return e.RulesVersion == v0 }, nil)
 	rc, layout, ams, fra, ctx, prom := cr.rc, cr.rc.Layout(), cr.ams, cr.fra, cr.ctx, cr.prom

@@ -62,7 +62,7 @@ func rulesVersion(e *running) string { return e.rules.Load().Version() }
 func TestGlobalCanaryPush(t *testing.T) {
 	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
 	// scrapes), each on a region of its own: they run side by side.
-	t.Parallel()
+	heavyWaiting(t)
 	v0 := effectiveVersion(t, canaryGlobal, canaryRegionDoc)
 	cr := startCanaryRegion(t, "", "/", func(e region.Edge) bool { return e.RulesVersion == v0 }, func(rc *region.Client) {
 		_, err := rc.Push(context.Background(), "eu-west", rc.Layout().RegionRules("eu-west"), []byte(canaryRegionDoc), 0,

@@ -36,7 +36,7 @@ import (
 func TestShedderCanaryPush(t *testing.T) {
 	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
 	// scrapes), each on a region of its own: they run side by side.
-	t.Parallel()
+	heavyWaiting(t)
 	v0 := shedder.SettingsVersion(shedder.DefaultConfig())
 	settingsOf := func(kv map[string]string) string {
 		cfg, err := shedder.ApplySettings(shedder.DefaultConfig(), kv)
@@ -316,7 +316,7 @@ func canaryHosts(origin string, extra bool) string {
 func TestHostsCanaryPush(t *testing.T) {
 	// The four canary tests wait most of their time (a canary's 4 s, Prometheus's
 	// scrapes), each on a region of its own: they run side by side.
-	t.Parallel()
+	heavyWaiting(t)
 	origin := testOrigin(t)
 	current := canaryHosts(origin, false)
 	version := func(doc string) string {

@@ -301,6 +301,7 @@ func TestRefusalLogsTheTrustModelsClient(t *testing.T) {
 // moves it on when it passes first): not earlier, which would cut a client
 // that is slow but in time, and not never, which a slowloris counts on.
 func TestSlowHeaderOnAKeptAliveConnectionCutAtItsOwnTimeout(t *testing.T) {
+	waiting(t)
 	const readTimeout = time.Second
 	r := startEdge(t, "version: 1\nrules: []\n", func(c *config.Config) { c.ReadTimeout = readTimeout })
 	c := dialEdge(t, r.Addr())

@@ -214,6 +214,7 @@ var goldenRequests = []struct{ name, raw string }{
 // the problem+json documents for 400, 405, 413, 429, 502, 503, 504 and
 // 505, and the fields of a proxied answer.
 func TestGoldenResponses(t *testing.T) {
+	t.Parallel() // it mostly waits (the 504's 3 s), as package edge's waiting tests
 	g := startGoldenEdge(t, plainOrigin(t), "--max-body-bytes", "1024")
 	var b strings.Builder
 	for _, r := range goldenRequests {

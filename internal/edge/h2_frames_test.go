@@ -240,6 +240,7 @@ func (h *rawH2) reset(t *testing.T, id uint32) (http2.ErrCode, bool) {
 // RFC 9113 §6.5.3: a SETTINGS frame naming a setting twice is processed in
 // order and acknowledged; the last value holds.
 func TestH2SettingsNamedTwiceLastWins(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", nil)
@@ -318,6 +319,7 @@ func TestH2ProvokedResetsSpendTheResetBudget(t *testing.T) {
 // net/http's own rapid-reset defence (its queue of handlers not yet
 // started) is counted as early_resets.
 func TestH2EarlyResetsAreCounted(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) { c.H2MaxStreams = 2 })
@@ -358,6 +360,7 @@ func scrapeLines(t *testing.T, r *running, prefix string) string {
 // failed it ("unexpected EOF" in Go's client, seen in
 // TestUpgradesLoseNoRequest under load).
 func TestH2ConnectionAfterShutdownGetsAGoAway(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, _ := startTLSEdge(t, site, noRules, nil)

@@ -58,6 +58,7 @@ func h2Get(t *testing.T, c *http.Client, url string, headers ...string) (*http.R
 }
 
 func TestH2RequestPath(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, _ := startTLSEdge(t, site, perIP, nil)
@@ -212,6 +213,7 @@ func (h *rawH2) untilClosed(d time.Duration) (closed bool, goAway http2.ErrCode)
 }
 
 func TestH2Screen(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, _ := startTLSEdge(t, site, perIP, nil)
@@ -341,6 +343,7 @@ func TestH2ControlFloodClosesTheConnection(t *testing.T) {
 }
 
 func TestH2MaxConcurrentStreams(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", func(c *config.Config) { c.H2MaxStreams = 3 })
@@ -374,6 +377,7 @@ func TestH2MaxConcurrentStreams(t *testing.T) {
 }
 
 func TestH2GracefulShutdown(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", nil)
@@ -393,6 +397,7 @@ func TestH2GracefulShutdown(t *testing.T) {
 // running at once on one connection each get their own request through and
 // their own response back, fields included.
 func TestH2ConcurrentStreamsKeepTheirOwnRequests(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	r, _ := startTLSEdge(t, site, "version: 1\nrules: []\n", nil)

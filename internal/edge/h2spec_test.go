@@ -20,6 +20,7 @@ var h2specSummary = regexp.MustCompile(`(?m)^(\d+) tests, (\d+) passed, (\d+) sk
 // HTTP/2 conformance: h2spec, strict, over TLS, against the edge's TLS
 // listener; every case passes.
 func TestH2Spec(t *testing.T) {
+	waiting(t)
 	bin := testenv.H2spec(t)
 	site := newTLSSite(t)
 	site.put(t, "localhost.pem", "ecdsa", "localhost") // h2spec's SNI is its --host

@@ -35,6 +35,7 @@ rules:
 var ja4Shape = regexp.MustCompile(`^t1[23][di]\d{4}[0-9a-zA-Z]{2}_[0-9a-f]{12}_[0-9a-f]{12}$`)
 
 func TestJA4RuleKey(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	accessLog := filepath.Join(t.TempDir(), "access.log")

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -10,10 +11,13 @@ import (
 	"github.com/edgeguard/edgeguard/internal/leakcheck"
 )
 
-// TestMain fails the package when a goroutine outlives the tests: every
+// TestMain runs the waiting tests parallelTests at once (parallel_test.go)
+// and fails the package when a goroutine outlives the tests: every
 // edge the tests start is stopped, so whatever New or Run started must be
 // gone too.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	setParallel()
 	code := m.Run()
 	if code == 0 {
 		// certmagic keeps one rate limiter per ACME CA and account for the

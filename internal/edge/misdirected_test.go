@@ -18,6 +18,7 @@ import (
 // HTTP/1.1 and on an HTTP/2 connection, while HTTP/2 connection reuse for
 // another name the certificate covers keeps working. Off, any Host goes.
 func TestTLSCheckHost(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com", "*.shop.example.com", "img.example.net")
 	site.put(t, "other.pem", "ecdsa", "other.example.org")

@@ -24,6 +24,7 @@ import (
 // still answered. Read timeout and shutdown timeout are set far above the
 // grace, so that the drain's end tells them apart.
 func TestShutdownClosesQuietConnections(t *testing.T) {
+	waiting(t)
 	const readTimeout = time.Minute
 	r := startEdge(t, perIP, func(c *config.Config) {
 		c.ReadTimeout, c.ShutdownTimeout = readTimeout, 2*readTimeout
@@ -83,6 +84,7 @@ func TestShutdownClosesQuietConnections(t *testing.T) {
 // ClientHello and one whose handshake is done but which sent no request
 // are each closed by the edge once their grace has passed.
 func TestShutdownClosesQuietTLSConnections(t *testing.T) {
+	waiting(t)
 	const readTimeout = time.Minute
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")

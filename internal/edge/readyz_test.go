@@ -94,6 +94,7 @@ func deadRedis(t *testing.T) string { return "redis://" + testenv.ClosedAddr(t) 
 // real SIGTERM is in e2e (TestGracefulShutdownLosesNoInFlightRequest and
 // TestReadinessOfProcesses); no rules loaded is TestReadinessWithoutRules.
 func TestReadiness(t *testing.T) {
+	waiting(t)
 	rd, err := testenv.StartStandalone(testenv.StandaloneOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rd.Close() })
@@ -247,6 +248,7 @@ func TestReadinessWithoutRules(t *testing.T) {
 // TestReadinessWhileDraining: from the moment the edge starts draining,
 // /readyz answers 503 even though the store is healthy.
 func TestReadinessWhileDraining(t *testing.T) {
+	waiting(t)
 	r := startEdge(t, perIP, func(c *config.Config) { c.DrainDelay = time.Second })
 	require.Equal(t, readyz{200, "ready\n"}, getReadyz(t, r))
 	go r.stop()

@@ -257,6 +257,7 @@ func TestUnreadBodyClosesConnection(t *testing.T) {
 // While draining, every response carries Connection: close, so keep-alive
 // clients leave before the listener closes.
 func TestDrainTellsKeepAliveClientsToLeave(t *testing.T) {
+	waiting(t)
 	r := startEdgeArgs(t, "version: 1\nrules: []\n", "--drain-delay", "2s")
 	c := dialRaw(t, r.Addr())
 	resp, _ := c.do(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")

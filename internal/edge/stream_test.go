@@ -282,6 +282,7 @@ func TestStreamHeaderTimeout(t *testing.T) {
 // and --write-timeout, per write, lets it go: the edge closes both
 // connections and counts the timeout.
 func TestStreamClientStopsReading(t *testing.T) {
+	waiting(t)
 	o := startStreamOrigin(t)
 	r := startEdge(t, generous, func(c *config.Config) {
 		c.Origins = []string{o.url}
@@ -319,6 +320,7 @@ func TestStreamClientStopsReading(t *testing.T) {
 // A graceful shutdown ends a stream that would never end on its own
 // within --shutdown-timeout: the stream is cut and the edge stops cleanly.
 func TestStreamEndsOnShutdown(t *testing.T) {
+	waiting(t)
 	o := startStreamOrigin(t)
 	r := startEdge(t, generous, func(c *config.Config) {
 		c.Origins = []string{o.url}
@@ -342,6 +344,7 @@ func TestStreamEndsOnShutdown(t *testing.T) {
 // the next only after the client saw the last), and a large object
 // arrives whole, streamed.
 func TestStreamHTTP2(t *testing.T) {
+	waiting(t)
 	o := startStreamOrigin(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
@@ -462,6 +465,7 @@ func TestStreamClientGoneReleasesItsSlot(t *testing.T) {
 // HTTP/1.1 and HTTP/2: the edge does not hold it until the first event.
 // The origin holds the event until the client has the header.
 func TestStreamHeaderBeforeFirstEvent(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	for _, proto := range []string{"HTTP/1.1", "HTTP/2"} {

@@ -390,6 +390,7 @@ func TestProxyProtocol(t *testing.T) {
 // edge with its own keys does not. A rotation (a new first key, the old one
 // kept) still resumes the old tickets.
 func TestTLSTicketKeysShared(t *testing.T) {
+	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	keys := filepath.Join(t.TempDir(), "tickets")

@@ -86,6 +86,7 @@ func attr(s *tracepb.Span, k string) string {
 // wait, its limiter decision and its origin call; a trusted peer's trace
 // context is followed and passed on to the origin, anyone else's is not.
 func TestTracing(t *testing.T) {
+	waiting(t)
 	recv, url := startOTLPReceiver(t)
 	r := startEdge(t, perIP, func(c *config.Config) {
 		c.OTLPEndpoint, c.TraceSampleRatio = url, 1

@@ -316,6 +316,7 @@ func TestWebSocketTunnelCap(t *testing.T) {
 
 // A graceful shutdown closes open tunnels within --shutdown-timeout.
 func TestWebSocketEndsOnShutdown(t *testing.T) {
+	waiting(t)
 	o := startWSOrigin(t)
 	r := startEdge(t, generous, func(c *config.Config) {
 		c.Origins = []string{o.url}
