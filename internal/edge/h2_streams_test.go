@@ -113,7 +113,6 @@ func (h *rawH2) readStreams(t *testing.T, n int) map[uint32]*streamEnd {
 // reset once --write-timeout passes without progress, its origin
 // connection let go.
 func TestH2ZeroWindowStreamsEnd(t *testing.T) {
-	waiting(t)
 	site := newTLSSite(t)
 	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
 	const object, budget = 1 << 20, 3 << 19

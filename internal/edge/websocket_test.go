@@ -318,9 +318,11 @@ func TestWebSocketTunnelCap(t *testing.T) {
 func TestWebSocketEndsOnShutdown(t *testing.T) {
 	waiting(t)
 	o := startWSOrigin(t)
+	// 4 s: a second for the tunnels after they are cut, as with the
+	// default --shutdown-timeout (TestStreamEndsOnShutdown).
 	r := startEdge(t, generous, func(c *config.Config) {
 		c.Origins = []string{o.url}
-		c.ShutdownTimeout = 2 * time.Second
+		c.ShutdownTimeout = 4 * time.Second
 	})
 	c, _, err := dialWS(t, r)
 	require.NoError(t, err)
