@@ -7,8 +7,8 @@ import (
 )
 
 // Most of this package's tests run one at a time. Those that mostly wait
-// (on a slow origin, a drain, a grace or a timeout of their own: a tenth
-// of a core or less), start their own servers and touch no state of the
+// (on a slow origin, a drain, a grace or a timeout of their own: a third
+// of a core or less, most a tenth), start their own servers and touch no state of the
 // package call waiting: they run side by side after the others, at most
 // waitingAtOnce of them at once. The canary pushes and the shared ACME
 // account, which wait too but each run Consul agents, Prometheus or Pebble
