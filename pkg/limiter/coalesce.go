@@ -216,6 +216,7 @@ func (l *Limiter) split(b *batch, d Decision, need int64, sent time.Time, gen ui
 			l.metrics.refundErrors.Inc()
 		}
 		cancel()
+		l.dropGivenBack([]Lease{lease})
 		l.metrics.refunds.Inc()
 	}
 	l.metrics.record(SourceStore, n)

@@ -503,20 +503,18 @@ func (l *Limiter) takeBack(outs []Decision, want func(Decision) bool) map[Store]
 			l.ledger.paid(memKey(o.Lease.Limit), o.Lease.Units) // never counted by the store
 		}
 		o.Lease.Units = 0 // given back once only
-		// The refund may let a cached denial fit sooner than it says
-		// (concurrency limits are never cached: releases skip this).
-		if !o.Lease.Limit.Algorithm.Spec().Held {
-			l.cache.drop(o.Lease.Limit)
-		}
 	}
 	return byStore
 }
 
-// giveBack tells s the leases are given back, once.
+// giveBack tells s the leases are given back, once. Once s has them (or
+// may have: a refund that failed may have run), a cached denial of their
+// keys may fit sooner than it says, and is dropped (dropGivenBack).
 func (l *Limiter) giveBack(s Store, leases []Lease) error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.refundTimeout())
 	err := s.Refund(ctx, leases)
 	cancel()
+	l.dropGivenBack(leases)
 	l.metrics.refunds.Add(float64(len(leases)))
 	if err != nil {
 		// The units stay counted until their window passes: a client
@@ -525,6 +523,19 @@ func (l *Limiter) giveBack(s Store, leases []Lease) error {
 		l.log.Warn("refund failed", "leases", len(leases), "err", err)
 	}
 	return err
+}
+
+// dropGivenBack drops the cached denials of the keys whose units the
+// store has back (concurrency limits are never cached: releases skip
+// this), and keeps out those of calls sent before now
+// (overLimitCache.dropAfterGiveBack).
+func (l *Limiter) dropGivenBack(leases []Lease) {
+	now := l.now()
+	for _, ls := range leases {
+		if !ls.Limit.Algorithm.Spec().Held {
+			l.cache.dropAfterGiveBack(ls.Limit, now)
+		}
+	}
 }
 
 // refundTimeout gives refunds more room than decisions: nobody waits on them

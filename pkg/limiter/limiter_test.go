@@ -231,6 +231,31 @@ func TestOverLimitCacheIsBounded(t *testing.T) {
 	require.Greater(t, c.len(), 500)
 }
 
+// A give-back drops the key's cached denial, and a denial from a call sent
+// before the give-back returned (the store may have decided it before the
+// units were back) is not cached after it; one from a call sent later is.
+func TestOverLimitCacheAfterGiveBack(t *testing.T) {
+	c := newOverLimitCache(640)
+	k := lim("flood", limit.FixedWindow, 10, time.Minute)
+	t0 := time.Now()
+	denied := Decision{Limit: 10, RetryAfter: time.Minute, ResetAfter: time.Minute}
+	c.put(k, 1, denied, t0, 0)
+	_, ok := c.get(k, 1, t0.Add(time.Millisecond))
+	require.True(t, ok, "a denial is cached")
+
+	back := t0.Add(10 * time.Millisecond)
+	c.dropAfterGiveBack(k, back)
+	_, ok = c.get(k, 1, back)
+	require.False(t, ok, "the give-back dropped it")
+	c.put(k, 1, denied, back.Add(-time.Millisecond), 0)
+	_, ok = c.get(k, 1, back.Add(time.Millisecond))
+	require.False(t, ok, "a denial of a call sent before the give-back returned is not kept")
+	c.put(k, 1, denied, back, 0)
+	_, ok = c.get(k, 1, back.Add(time.Millisecond))
+	require.True(t, ok, "one sent after it is")
+	require.Equal(t, 1, c.len())
+}
+
 // Checks for one key that arrive while its call is in flight travel together.
 func TestCoalescingOneCallPerBatch(t *testing.T) {
 	for _, tc := range []struct {

@@ -25,6 +25,11 @@ type overLimitCache struct {
 type cacheShard struct {
 	mu sync.Mutex
 	m  map[cacheKey]cached
+	// givenBack is when units of one of the shard's keys were last given
+	// back to the store (dropAfterGiveBack): a denial from a call sent
+	// before then may have been decided before the units were back, so
+	// it is not kept.
+	givenBack time.Time
 }
 
 // cacheKey is a limit's key, algorithms apart (as memKey keeps them): a
@@ -94,6 +99,9 @@ func (c *overLimitCache) put(l Limit, need int64, d Decision, sent time.Time, ge
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if sent.Before(sh.givenBack) {
+		return
+	}
 	n := len(sh.m)
 	defer func() { c.n.Add(int64(len(sh.m) - n)) }()
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.perCap {
@@ -115,6 +123,23 @@ func (c *overLimitCache) drop(l Limit) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	sh.delete(c, key)
+	sh.mu.Unlock()
+}
+
+// dropAfterGiveBack forgets l's denial once units of its key are back in
+// the store (at: when the give-back returned), and keeps out the denials of
+// calls sent before then, which the store may have decided before the
+// units were back: cached, they would deny the flood's next requests until
+// the window's end, and the units would go to nobody (clients would get
+// fewer than the limit).
+func (c *overLimitCache) dropAfterGiveBack(l Limit, at time.Time) {
+	key := cacheKeyOf(l)
+	sh := c.shard(key)
+	sh.mu.Lock()
+	sh.delete(c, key)
+	if at.After(sh.givenBack) {
+		sh.givenBack = at
+	}
 	sh.mu.Unlock()
 }
 
