@@ -500,6 +500,38 @@ func TestScheduleStarvedSymmetric(t *testing.T) {
 	runStarved(t, true)
 }
 
+// runStarvedSeed runs one seed of alg with starved callers.
+func runStarvedSeed(t *testing.T, alg Algorithm, seed uint64, sym bool) *schedHarness {
+	h := newSchedHarness(t, alg, seed, sym)
+	h.starved = true
+	if sym {
+		// A window longer than the run, as the edges' minute in
+		// TestExactLimitAcrossThreeEdges: no edge is silent for a
+		// window, so no fallback share, and every admission is the
+		// store's.
+		h.lim.Window = time.Hour
+	}
+	h.run(int(3*h.lim.Limit) + h.rng.IntN(10))
+	return h
+}
+
+// A starved symmetric seed replays too, though its edges read the store's
+// identity and drop cached denials on goroutines the harness does not
+// route (schedHarness.quiet). Seeds 1021 and 1113 ran two ways in about
+// one run of ten before the harness waited for that work.
+func TestScheduleStarvedReplays(t *testing.T) {
+	t.Parallel() // a virtual clock and a harness of its own: CPU only
+	for _, alg := range []Algorithm{limit.FixedWindow, limit.SlidingWindow} {
+		for _, seed := range []uint64{1, 2, 3, 4, 1021, 1113} {
+			first := runStarvedSeed(t, alg, seed, true).trace
+			require.Greater(t, len(first), 10)
+			for range 20 {
+				require.Equal(t, first, runStarvedSeed(t, alg, seed, true).trace, "seed %d (%s) ran two ways", seed, alg)
+			}
+		}
+	}
+}
+
 func runStarved(t *testing.T, sym bool) {
 	for _, alg := range []Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.SlidingLog, limit.Concurrency} {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -508,16 +540,7 @@ func runStarved(t *testing.T, sym bool) {
 			var byStore, byFallback int64
 			seeds := schedSeedList()
 			for _, seed := range seeds {
-				h := newSchedHarness(t, alg, seed, sym)
-				h.starved = true
-				if sym {
-					// A window longer than the run, as the edges'
-					// minute in TestExactLimitAcrossThreeEdges: no
-					// edge is silent for a window, so no fallback
-					// share, and every admission is the store's.
-					h.lim.Window = time.Hour
-				}
-				h.run(int(3*h.lim.Limit) + h.rng.IntN(10))
+				h := runStarvedSeed(t, alg, seed, sym)
 				gaveUp += h.starvedGaveUp
 				read += h.starvedRead
 				atDeadline += h.starvedAtDeadline

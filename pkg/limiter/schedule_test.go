@@ -30,7 +30,8 @@ import (
 // the caller's deadline, refused, run with its reply lost, or held until
 // the end of the run. It processes one event at a time in virtual-time
 // order and waits on signals only (a decision returned, a call or a refund
-// reached the store), so a seed replays the same run on any machine.
+// reached the store, and before the clock moves, the edges' work off its
+// paths: quiet), so a seed replays the same run on any machine.
 //
 // The deadline seam needs nothing from the product: the limiter waits for
 // a store call until its shared deadline timer fires or the caller's own
@@ -141,7 +142,7 @@ func (s *schedStore) Take(ctx context.Context, reqs []Request) ([]Decision, erro
 
 func (s *schedStore) Refund(ctx context.Context, leases []Lease) error {
 	err := s.h.store.Refund(ctx, leases)
-	s.h.noteRefund(leases)
+	s.h.noteRefund(s.edge, leases)
 	return err
 }
 
@@ -217,6 +218,7 @@ type schedHarness struct {
 	mu        sync.Mutex
 	refunded  map[Lease]int // given back to the store, by value
 	refundSig chan struct{}
+	drops     []pendingDrop // give-backs whose cached denial may not be dropped yet
 	late      map[Lease]int // owed back by late answers, by value
 
 	held   []*schedCall // frozen calls, released once the requests are done
@@ -371,10 +373,13 @@ func (h *schedHarness) fail(format string, args ...any) {
 		h.seed, h.alg, fmt.Sprintf(format, args...), test, h.alg, h.seed, strings.Join(tail, "\n  "))
 }
 
-func (h *schedHarness) noteRefund(leases []Lease) {
+func (h *schedHarness) noteRefund(edge int, leases []Lease) {
 	h.mu.Lock()
 	for _, ls := range leases {
 		h.refunded[ls]++
+		if !ls.Limit.Algorithm.Spec().Held {
+			h.drops = append(h.drops, pendingDrop{edge: edge, lim: ls.Limit, at: h.now()})
+		}
 	}
 	h.mu.Unlock()
 	select {
@@ -405,8 +410,53 @@ func (h *schedHarness) next() *event {
 
 // advance moves the clock to at, never back.
 func (h *schedHarness) advance(at time.Time) {
+	h.quiet()
 	if d := at.Sub(h.now()); d > 0 {
 		h.clock.add(d)
+	}
+}
+
+// pendingDrop is a give-back to the store by edge, at (virtual time),
+// whose edge drops the key's cached denial once Refund returns
+// (Limiter.dropGivenBack).
+type pendingDrop struct {
+	edge int
+	lim  Limit
+	at   time.Time
+}
+
+// quiet waits until what the edges do off the harness's paths at the
+// present instant is done, so that the next event meets the same state
+// whatever the machine's scheduling: an identity read under way
+// (wantIdentity, on a goroutine of its own, reading the store at once) and
+// the cached denials give-backs drop after their refunds return.
+func (h *schedHarness) quiet() {
+	ctx, cancel := context.WithTimeout(context.Background(), schedWait)
+	defer cancel()
+	err := proc.PollEvery(ctx, 50*time.Microsecond, "the edges' background work at this instant", func(context.Context) error {
+		for e, l := range h.edges {
+			if l.breakers.get(l.store.Shard(h.lim)).identing.Load() {
+				return fmt.Errorf("edge %d reads the store's identity", e)
+			}
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for len(h.drops) > 0 {
+			d := h.drops[0]
+			c := h.edges[d.edge].cache
+			sh := c.shard(cacheKeyOf(d.lim))
+			sh.mu.Lock()
+			done := !sh.givenBack.Before(d.at)
+			sh.mu.Unlock()
+			if !done {
+				return fmt.Errorf("edge %d has not dropped its cached denial after a give-back", d.edge)
+			}
+			h.drops = h.drops[1:]
+		}
+		return nil
+	})
+	if err != nil {
+		h.fail("%v", err)
 	}
 }
 
