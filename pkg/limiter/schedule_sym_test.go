@@ -337,6 +337,8 @@ func (h *schedHarness) quotaLost(format string, args ...any) {
 
 // knowIdentity has every edge read the store's identity before the run.
 func (h *schedHarness) knowIdentity() {
+	h.identNow.Store(true)
+	defer h.identNow.Store(false)
 	for _, l := range h.edges {
 		l.readIdentity(l.breakers.get(l.store.Shard(h.lim)), h.lim)
 	}
@@ -516,9 +518,9 @@ func runStarvedSeed(t *testing.T, alg Algorithm, seed uint64, sym bool) *schedHa
 }
 
 // A starved symmetric seed replays too, though its edges read the store's
-// identity and drop cached denials on goroutines the harness does not
-// route (schedHarness.quiet). Seeds 1021 and 1113 ran two ways in about
-// one run of ten before the harness waited for that work.
+// identity and drop cached denials on goroutines of their own
+// (schedHarness.quiet). Seeds 1021 and 1113 ran two ways in about one run
+// of ten before the harness waited for that work.
 func TestScheduleStarvedReplays(t *testing.T) {
 	t.Parallel() // a virtual clock and a harness of its own: CPU only
 	for _, alg := range []Algorithm{limit.FixedWindow, limit.SlidingWindow} {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,10 +147,39 @@ func (s *schedStore) Refund(ctx context.Context, leases []Lease) error {
 	return err
 }
 
-// identity reads the shared store's identity at once: a restart
-// (applyRestarts) changes it.
+// identity reads the shared store's identity (a restart, applyRestarts,
+// changes it) once the harness lets the read land: at the instant the edge
+// asked, or later (schedHarness.quiet), as an INFO round trip may.
 func (s *schedStore) identity(ctx context.Context, l Limit) (string, error) {
+	if !s.h.identNow.Load() {
+		a := &identAsk{edge: s.edge, land: make(chan struct{})}
+		s.h.mu.Lock()
+		s.h.asks = append(s.h.asks, a)
+		s.h.mu.Unlock()
+		select {
+		case <-a.land:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 	return s.h.store.identity(ctx, l)
+}
+
+// identAsk is an edge's identity read waiting for the harness to let it
+// land.
+type identAsk struct {
+	edge   int
+	land   chan struct{}
+	seen   bool // the harness has chosen when it lands
+	landed bool
+}
+
+// letLand lets a land (once).
+func (a *identAsk) letLand() {
+	if !a.landed {
+		a.landed = true
+		close(a.land)
+	}
 }
 
 func (s *schedStore) Shard(Limit) string { return "" }
@@ -182,6 +212,7 @@ const (
 	evAnswer                 // the store answers (or refuses)
 	evRelease                // a concurrency slot's response ends
 	evRun                    // the store runs a call whose answer is read later (starveCall)
+	evIdent                  // an identity read lands (quiet)
 )
 
 type event struct {
@@ -191,6 +222,7 @@ type event struct {
 	call *schedCall
 	v    Verdict // evRelease
 	edge int
+	ask  *identAsk // evIdent
 }
 
 // edgeBreaker is the breaker model of one edge: what breaker.go promises.
@@ -219,6 +251,8 @@ type schedHarness struct {
 	refunded  map[Lease]int // given back to the store, by value
 	refundSig chan struct{}
 	drops     []pendingDrop // give-backs whose cached denial may not be dropped yet
+	asks      []*identAsk   // identity reads not landed yet, in the order they came
+	identNow  atomic.Bool   // identity reads land at once (the harness's own, knowIdentity)
 	late      map[Lease]int // owed back by late answers, by value
 
 	held   []*schedCall // frozen calls, released once the requests are done
@@ -271,10 +305,11 @@ type schedHarness struct {
 	// other runs' schedules stay as they are.
 	starved           bool
 	srng              *rand.Rand
-	starvedGaveUp     int    // callers that gave up at the deadline, the answer unread
-	starvedRead       int    // callers that read the answer after their deadline
-	starvedAtDeadline int    // of both, answers read at the deadline's very instant
-	lostWhy           string // a starved run's quota lost once the store answered (quotaLost)
+	irng              *rand.Rand // when each identity read lands (quiet)
+	starvedGaveUp     int        // callers that gave up at the deadline, the answer unread
+	starvedRead       int        // callers that read the answer after their deadline
+	starvedAtDeadline int        // of both, answers read at the deadline's very instant
+	lostWhy           string     // a starved run's quota lost once the store answered (quotaLost)
 }
 
 // newSchedHarness builds a run of seed for alg; calm runs have every call
@@ -286,9 +321,10 @@ func newSchedHarness(t *testing.T, alg Algorithm, seed uint64, sym bool) *schedH
 	}
 	rng := rand.New(rand.NewPCG(seed, stream))
 	srng := rand.New(rand.NewPCG(seed, stream+1000))
+	irng := rand.New(rand.NewPCG(seed, stream+2000))
 	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)} // an hour's start
 	h := &schedHarness{
-		t: t, seed: seed, alg: alg, rng: rng, srng: srng, clock: clock,
+		t: t, seed: seed, alg: alg, rng: rng, srng: srng, irng: irng, clock: clock,
 		store:     NewMemoryStore(WithClock(clock.now)),
 		calm:      seed%4 == 0,
 		failN:     1 + rng.IntN(4),
@@ -416,6 +452,18 @@ func (h *schedHarness) advance(at time.Time) {
 	}
 }
 
+// landAll lets every identity read asked for land at once (a probe's,
+// which the probe's goroutine makes before it records the answer the
+// harness waits for; the run's end).
+func (h *schedHarness) landAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, a := range h.asks {
+		a.letLand()
+	}
+	h.asks = nil
+}
+
 // pendingDrop is a give-back to the store by edge, at (virtual time),
 // whose edge drops the key's cached denial once Refund returns
 // (Limiter.dropGivenBack).
@@ -427,20 +475,50 @@ type pendingDrop struct {
 
 // quiet waits until what the edges do off the harness's paths at the
 // present instant is done, so that the next event meets the same state
-// whatever the machine's scheduling: an identity read under way
-// (wantIdentity, on a goroutine of its own, reading the store at once) and
-// the cached denials give-backs drop after their refunds return.
+// whatever the machine's scheduling: the identity reads the edges start on
+// goroutines of their own (wantIdentity), each landing at once or 1-300 ms
+// later (irng, an evIdent), and the cached denials give-backs drop after
+// their refunds return.
 func (h *schedHarness) quiet() {
 	ctx, cancel := context.WithTimeout(context.Background(), schedWait)
 	defer cancel()
 	err := proc.PollEvery(ctx, 50*time.Microsecond, "the edges' background work at this instant", func(context.Context) error {
-		for e, l := range h.edges {
-			if l.breakers.get(l.store.Shard(h.lim)).identing.Load() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		// Every read under way has asked before its asks are placed,
+		// in the edges' order: the draws do not follow the goroutines'.
+		var asked [schedEdges][]*identAsk
+		for _, a := range h.asks {
+			asked[a.edge] = append(asked[a.edge], a)
+		}
+		identing := func(e int) bool {
+			l := h.edges[e]
+			return l.breakers.get(l.store.Shard(h.lim)).identing.Load()
+		}
+		for e := range h.edges {
+			if identing(e) && len(asked[e]) == 0 {
 				return fmt.Errorf("edge %d reads the store's identity", e)
 			}
 		}
-		h.mu.Lock()
-		defer h.mu.Unlock()
+		for _, as := range asked {
+			for _, a := range as {
+				if a.seen {
+					continue
+				}
+				a.seen = true
+				if h.irng.IntN(2) == 0 {
+					a.letLand()
+					continue
+				}
+				h.schedule(&event{at: h.now().Add(time.Duration(1+h.irng.IntN(300)) * time.Millisecond), kind: evIdent, ask: a})
+			}
+		}
+		h.asks = slices.DeleteFunc(h.asks, func(a *identAsk) bool { return a.landed })
+		for e := range h.edges {
+			if identing(e) && !slices.ContainsFunc(asked[e], func(a *identAsk) bool { return !a.landed }) {
+				return fmt.Errorf("edge %d records the store's identity", e)
+			}
+		}
 		for len(h.drops) > 0 {
 			d := h.drops[0]
 			c := h.edges[d.edge].cache
@@ -484,6 +562,9 @@ func (h *schedHarness) run(n int) {
 		h.schedule(&event{at: h.now().Add(time.Millisecond), kind: evAnswer, call: c})
 		h.drain()
 	}
+	// What is still to land lands now: Close waits for the reads.
+	h.identNow.Store(true)
+	h.landAll()
 	for _, l := range h.edges {
 		l.Close()
 	}
@@ -607,6 +688,11 @@ func (h *schedHarness) step() {
 		}
 	case evAnswer:
 		h.answer(ev.call)
+	case evIdent:
+		h.logf("edge %d: its identity read lands", ev.ask.edge)
+		h.mu.Lock()
+		ev.ask.letLand()
+		h.mu.Unlock()
 	case evRun:
 		h.logf("edge %d call %d: run by the store, its caller starved", ev.call.edge, ev.call.seq)
 		ev.call.ran, ev.call.ranAt = h.runInStore(ev.call), h.now()
@@ -915,6 +1001,7 @@ func (h *schedHarness) expectCall(e int, sent bool) {
 		// The probe's goroutine records its answer once Probe returns.
 		ctx, cancel := context.WithTimeout(context.Background(), schedWait)
 		err := proc.PollEvery(ctx, time.Millisecond, "the probe's answer recorded", func(context.Context) error {
+			h.landAll() // the probe reads who answers before it records
 			if s := breakerState(b.state.Load()); s != want {
 				return fmt.Errorf("breaker %v", s)
 			}
