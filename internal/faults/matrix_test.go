@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"slices"
@@ -419,7 +420,28 @@ type edge struct {
 	close  func()
 }
 
-func newEdge(t *testing.T, dep *deployment) *edge {
+// edgeLog is what the cell's limiters log (the store failing and answering
+// again, with the error), printed when the cell fails.
+type edgeLog struct {
+	mu    sync.Mutex
+	start time.Time
+	b     strings.Builder
+}
+
+func (w *edgeLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fmt.Fprintf(&w.b, "+%v ", time.Since(w.start).Round(time.Millisecond))
+	return w.b.Write(p)
+}
+
+func (w *edgeLog) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func newEdge(t *testing.T, dep *deployment, log *slog.Logger) *edge {
 	n := faults.NewNet()
 	client := dep.client(n)
 	conn, stop, err := limiter.AutoPipelined(client)
@@ -429,7 +451,7 @@ func newEdge(t *testing.T, dep *deployment) *edge {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, store.Load(ctx))
-	lim, err := limiter.New(store, limiter.Config{}, nil, nil)
+	lim, err := limiter.New(store, limiter.Config{}, nil, log)
 	require.NoError(t, err)
 	return &edge{net: n, client: client, lim: lim, store: store, close: func() {
 		lim.Close()
@@ -447,6 +469,7 @@ type cell struct {
 	edges []*edge
 	heavy limit.Limit
 	light limit.Limit
+	log   *edgeLog
 }
 
 // result is one row of the table.
@@ -498,10 +521,18 @@ func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the edges' log (from the cell's start):\n%s", c.log)
+		}
+	})
 	var heavy, light tally
 	stop := make(chan struct{})
 	var faultEnd atomic.Int64 // unix nanos, 0 while the fault runs
 	start := time.Now()
+	c.log.mu.Lock()
+	c.log.start = start
+	c.log.mu.Unlock()
 	var clients sync.WaitGroup
 	for _, e := range c.edges {
 		for range 2 {
@@ -513,6 +544,7 @@ func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result
 	timer(ctx, warm)
 	faultErr := f.apply(ctx, c)
 	faultEnd.Store(time.Now().UnixNano())
+	t.Logf("the fault ended at +%v", time.Since(start).Round(time.Millisecond))
 	if f.masterChange {
 		timer(ctx, masterChangeRecovery)
 	} else {
@@ -575,8 +607,16 @@ func newCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) *cell 
 		// of 20 ms never denies it.
 		c.light.MinInterval = 20 * time.Millisecond
 	}
-	for range nodes {
-		e := newEdge(t, dep)
+	c.log = &edgeLog{start: time.Now()}
+	for i := range nodes {
+		e := newEdge(t, dep, slog.New(slog.NewTextHandler(c.log, &slog.HandlerOptions{
+			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			},
+		})).With("edge", i))
 		t.Cleanup(e.close)
 		c.edges = append(c.edges, e)
 	}
