@@ -101,7 +101,12 @@ var (
 // identity still is the one that answered, and has been its master since
 // (neither id ever comes back once changed): it kept its state, and the
 // restore takes nothing, whatever the count says. That count may have fallen
-// since by what was given back, which is not missing. A call whose
+// since by what was given back, which is not missing. A server with
+// another identity takes, on top of what is missing, what calls made after
+// a sign of the change admitted on it in the answer's window (their tally,
+// fixed_window.lua): a restore raises the count to the answer plus what
+// was admitted here since, so an edge that reached the new master first
+// does not have its admissions absorbed by a later edge's restore. A call whose
 // keys the node does not serve (a slot moving) fails with "non local key"
 // at its first redis.call, before it writes.
 func Batch(algs []Alg) (string, error) {
@@ -163,8 +168,16 @@ for i = 1, tonumber(ARGV[1]) do
     ARGV[ab + 6], ARGV[ab + 7] = '0', '1'
     ok, r = pcall(f, p, ab)
     if ok and type(r) == 'table' and not r.err then
-      local missing = math.min(most, r[2] - seen)
-      if missing > 0 and (answered_by == '' or answered_by ~= identity()) then
+      local missing = r[2] - seen
+      local here = identity()
+      if here and answered_by ~= '' and answered_by ~= here then
+        -- Another server gave the answer: what was admitted here
+        -- since the change (tallied by the calls made after it, per
+        -- window: fixed_window.lua) comes on top of it.
+        missing = missing + (tonumber(redis.call('HGET', ARGV[p + 1] .. ':post:' .. here, r[5])) or 0)
+      end
+      missing = math.min(most, missing)
+      if missing > 0 and (answered_by == '' or answered_by ~= here) then
         ARGV[ab + 6] = tostring(missing)
         ok, r = pcall(f, p, ab)
       end

@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -140,4 +141,71 @@ func TestIdentity(t *testing.T) {
 	require.Equal(t, "5b9b0dad583c769707f6c332b7803cdddd7274fd:8f870f59663f3415d59664770519817a8c2ddd38", Identity(server, repl))
 	require.Empty(t, Identity(server, "# Replication\r\nrole:master\r\n"))
 	require.Empty(t, Identity("", repl))
+}
+
+// A fixed window's take made after a sign of a master change (ARGV[8] '1')
+// tallies what it admits, per window, for the server that runs it, and says
+// who that is; its refund takes the units back off the tally. A batch
+// restore of an answer another server gave adds the tally of its window; a
+// restore of this server's own answer, or of one whose server is unknown,
+// does not.
+func TestFixedWindowTallyAndRestore(t *testing.T) {
+	c := redisClient(t)
+	ctx := context.Background()
+	src, err := Source(FixedWindow)
+	require.NoError(t, err)
+	const now, ws = "10000250000", "10000000" // µs; the window's start in ms
+	// take asks for one request of cost units.
+	take := func(cost, post string) []any {
+		r, err := c.Eval(ctx, src, []string{"{k}:fw"}, "take", now, "10", "1000000", "0", cost, cost, post).Slice()
+		require.NoError(t, err)
+		return r
+	}
+	server, err := c.Info(ctx, "server").Result()
+	require.NoError(t, err)
+	repl, err := c.Info(ctx, "replication").Result()
+	require.NoError(t, err)
+	self := Identity(server, repl)
+	require.NotEmpty(t, self)
+	tallyKey := "{k}:fw:post:" + self
+	tally := func() int64 {
+		n, err := c.HGet(ctx, tallyKey, ws).Int64()
+		if err == redis.Nil {
+			return 0
+		}
+		require.NoError(t, err)
+		return n
+	}
+
+	require.Len(t, take("2", "0"), 5, "an untallied take answers as before")
+	require.Zero(t, tally())
+	r := take("3", "1")
+	require.Equal(t, []any{int64(3), int64(5), int64(750), int64(0), int64(10000000), self}, r, "a tallied take says who ran it")
+	require.EqualValues(t, 3, tally())
+	ttl, err := c.PTTL(ctx, tallyKey).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, time.Duration(0))
+	require.LessOrEqual(t, ttl, 750*time.Millisecond, "the tally ends with its window")
+	require.Equal(t, int64(0), take("6", "1")[0], "denied")
+	require.EqualValues(t, 3, tally(), "a denial tallies nothing")
+	_, err = c.Eval(ctx, src, []string{"{k}:fw"}, "refund", "0", "10", "1000000", "0", "1", ws, "1").Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, tally(), "a tallied refund takes its units off the tally")
+
+	// The count is 4 (2 untallied, 3 tallied, 1 given back), 2 of them
+	// tallied. Restores of an answer that said 5 remained (a count of 5):
+	batch, err := Batch([]Alg{{Code: 1, Name: FixedWindow, Keys: 1, Args: 8}})
+	require.NoError(t, err)
+	restore := func(answeredBy string) int64 {
+		r, err := c.Eval(ctx, batch, nil, 1, -1, "{k}:fw", "take", now, "10", "1000000", "0", "5", "5", "0", answeredBy).Slice()
+		require.NoError(t, err)
+		return r[0].([]any)[0].(int64)
+	}
+	require.Zero(t, restore(self), "its own server kept the answer")
+	require.EqualValues(t, 1, restore(""), "an unknown server: raised to the answer")
+	require.EqualValues(t, 2, restore("another:one"), "another server's answer: the tally on top")
+	count, err := c.HGet(ctx, "{k}:fw", ws).Int64()
+	require.NoError(t, err)
+	require.EqualValues(t, 7, count, "the answer's 5 and the 2 tallied here since")
+	require.Zero(t, restore("another:one"), "restored twice: nothing missing")
 }

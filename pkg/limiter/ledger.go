@@ -42,7 +42,10 @@ type ledger struct {
 	// has been checked against; sweeping is set while a sweep runs.
 	swept    atomic.Uint64
 	sweeping atomic.Bool
-	shards   [64]ledgerShard
+	// changed is when a call last found the masters' generation moved
+	// past swept (unix ns; 0: never): Limiter.afterChange.
+	changed atomic.Int64
+	shards  [64]ledgerShard
 }
 
 type ledgerShard struct {
@@ -164,12 +167,28 @@ func (lg *ledger) len() int {
 // generation sent and answered under gen: when a master may have changed
 // meanwhile, the call may have run on a new master that lacked this edge's
 // previous answer, so a restore is owed of that answer less what the call
-// admitted (or of this answer, if it says less remains). by is who gave
-// this answer, if known.
-func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sent, gen uint64, admitted int64, by *storeIdent) {
+// admitted (or of this answer, if it says less remains); of the previous
+// answer alone when the call was tallied (a fixed window's call made after
+// a sign of the change: Request.post), as a restore adds the tally. by is
+// who gave this answer, if known.
+func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sent, gen uint64, admitted int64, tallied bool, by *storeIdent) {
 	lg.with(key, true, func(a *account) {
 		if sent != gen && lg.active(a, now) {
-			lg.oweLocked(a, min(a.remaining-admitted, remaining), a.seen, a.until(), a.by)
+			owe, owedBy := a.remaining-admitted, a.by
+			switch {
+			case tallied:
+				// Made after a sign of the change, so tallied where it
+				// ran (Request.post): a restore on the new master adds
+				// what it took there to the answer before it, which
+				// alone is owed.
+				owe = a.remaining
+			case remaining < owe:
+				// This answer, from either master: who gave it is not
+				// known, so a restore of it adds no tally (which it
+				// may hold already).
+				owe, owedBy = remaining, nil
+			}
+			lg.oweLocked(a, owe, a.seen, a.until(), owedBy)
 		}
 		a.remaining, a.seen, a.span, a.fallback, a.gen, a.by = remaining, now, until.Sub(now), false, uint32(gen), by
 	})

@@ -605,7 +605,9 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 			c.errs[i] = errBreakerOpen
 			continue
 		}
-		c.add(r, i, keys[i], l.owed(r, keys[i], now))
+		o := l.owed(r, keys[i], now) // first: it notes a sign of a master change
+		r.post = l.afterChange(r.Limit, now)
+		c.add(r, i, keys[i], o)
 	}
 	if len(c.send) == 0 {
 		return c.ds, c.errs
@@ -703,6 +705,7 @@ func (l *Limiter) owed(r Request, key string, now time.Time) owedRequests {
 		// the outage lasted after that. A fixed window counts them in
 		// the window they were admitted in either way.
 		rp.dated = r.Limit.Algorithm != limit.FixedWindow
+		rp.post = l.afterChange(r.Limit, now)
 		o.replays[j] = rp
 	}
 	return o
@@ -755,10 +758,13 @@ func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, shards 
 		}
 		if e == nil && !reqs[i].Limit.Algorithm.Spec().Held {
 			var by *storeIdent // a sign of a master change while the call was out: who answered is unknown
-			if genNow == gen {
+			switch {
+			case c.send[j].post && c.ds[i].Lease.id != "": // a tallied take says who ran it
+				by = &storeIdent{id: c.ds[i].Lease.id}
+			case genNow == gen:
 				by = shards[i].answeredBy(now, gen)
 			}
-			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now), gen, genNow, c.ds[i].Admitted, by)
+			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now), gen, genNow, c.ds[i].Admitted, c.send[j].post, by)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 // Master changes. Replication is asynchronous: a promoted replica (a
@@ -143,6 +145,7 @@ func (l *Limiter) checkMasters(key string, now time.Time) {
 	if g == l.ledger.swept.Load() {
 		return
 	}
+	l.ledger.changed.Store(now.UnixNano())
 	l.ledger.markMoved(key, g, now)
 	if l.ledger.sweeping.CompareAndSwap(false, true) {
 		l.bg.Go(l.sweepMasters)
@@ -162,3 +165,35 @@ func (l *Limiter) sweepMasters() {
 		}
 	}
 }
+
+// afterChange reports whether a take of lim at now comes after a sign of a
+// master change, in the sign's window and within tallyFor of it: a fixed
+// window's take is then tallied for the server that runs it
+// (Request.post). Another edge's restore of an answer from the old master
+// adds that tally, instead of absorbing what this edge admitted on the new
+// master before the restore came. The window is reckoned on this edge's
+// clock, a second early: Redis's may differ.
+func (l *Limiter) afterChange(lim Limit, now time.Time) bool {
+	if lim.Algorithm != limit.FixedWindow {
+		return false
+	}
+	changed := l.ledger.changed.Load()
+	if changed == 0 || now.UnixNano()-changed >= int64(tallyFor) {
+		return false
+	}
+	w := lim.Window.Nanoseconds()
+	if w <= 0 {
+		return false
+	}
+	start := now.UnixNano() - now.UnixNano()%w
+	return changed >= start-int64(time.Second)
+}
+
+// tallyFor is how long after a sign of a master change an edge's takes are
+// tallied. A tallied take costs Redis about twice an untallied one (two
+// INFO reads and a hash write more), so not for the rest of an hour's
+// window. The restores that could absorb what is admitted later ride the
+// keys' next calls: an edge that has not called a key for a minute after
+// the change holds an answer older than that, which the edges active on
+// the old master since have most likely restored past.
+const tallyFor = time.Minute

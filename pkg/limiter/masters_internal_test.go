@@ -98,13 +98,13 @@ func TestLedgerOwesAcrossAMasterChange(t *testing.T) {
 	lg := newLedger(1000)
 	t0 := time.Unix(1_800_000_000, 0)
 	a, b := &storeIdent{id: "a"}, &storeIdent{id: "b"}
-	lg.observe("k", 40, t0, t0.Add(time.Hour), 1, 1, 1, a)
+	lg.observe("k", 40, t0, t0.Add(time.Hour), 1, 1, 1, false, a)
 	_, _, _, _, ok := lg.lendRestore("k", t0)
 	require.False(t, ok, "the same master: nothing owed")
 
 	// Sent under generation 1, answered under 2 by a new master that
 	// lacked 15: remaining 54 after taking 1.
-	lg.observe("k", 54, t0.Add(time.Second), t0.Add(time.Hour), 1, 2, 1, b)
+	lg.observe("k", 54, t0.Add(time.Second), t0.Add(time.Hour), 1, 2, 1, false, b)
 	rem, at, _, by, ok := lg.lendRestore("k", t0.Add(time.Second))
 	require.True(t, ok)
 	require.EqualValues(t, 39, rem, "the answer before it less what it took")
@@ -113,7 +113,7 @@ func TestLedgerOwesAcrossAMasterChange(t *testing.T) {
 
 	// Another change: the last answer is owed, by who gave it; a key past
 	// its window is not.
-	lg.observe("old", 10, t0, t0.Add(time.Minute), 2, 2, 1, nil)
+	lg.observe("old", 10, t0, t0.Add(time.Minute), 2, 2, 1, false, nil)
 	lg.markAllMoved(3, t0.Add(2*time.Minute))
 	rem, _, _, by, ok = lg.lendRestore("k", t0.Add(2*time.Minute))
 	require.True(t, ok)
@@ -278,4 +278,55 @@ func TestLedgerLots(t *testing.T) {
 	lg.paid("q", 2)
 	require.Nil(t, lg.lend("q", at(400)))
 	require.Zero(t, lg.owing.Load())
+}
+
+// An overtaken call (sent before a sign of a master change, answered
+// after): tallied, only the answer before it is owed, as the restore adds
+// the tally; untallied and saying less remains than that answer less what
+// it took, its own answer is owed with no identity (it may come from
+// either master, and hold the tally already).
+func TestLedgerOwesAroundATally(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	a := &storeIdent{id: "a"}
+	for _, c := range []struct {
+		name      string
+		remaining int64
+		tallied   bool
+		want      int64
+		by        string
+	}{
+		{"tallied", 54, true, 40, "a"},
+		{"untallied, from a master that lacked the answer", 54, false, 39, "a"},
+		{"untallied, saying less remains", 30, false, 30, ""},
+	} {
+		lg := newLedger(1000)
+		lg.observe("k", 40, t0, t0.Add(time.Hour), 1, 1, 1, false, a)
+		lg.observe("k", c.remaining, t0.Add(time.Second), t0.Add(time.Hour), 1, 2, 1, c.tallied, nil)
+		rem, _, _, by, ok := lg.lendRestore("k", t0.Add(time.Second))
+		require.True(t, ok, c.name)
+		require.Equal(t, c.want, rem, c.name)
+		require.Equal(t, c.by, by.String(), c.name)
+	}
+}
+
+// A fixed window's takes are tallied after a sign of a master change in
+// their window (reckoned a second early), for tallyFor; no other
+// algorithm's.
+func TestAfterChange(t *testing.T) {
+	l, err := New(NewMemoryStore(), Config{}, nil, nil)
+	require.NoError(t, err)
+	defer l.Close()
+	fw := Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour}
+	t0 := time.Unix(1_800_000_000, 0).Truncate(time.Hour).Add(30 * time.Minute)
+	require.False(t, l.afterChange(fw, t0), "no change seen")
+	l.ledger.changed.Store(t0.UnixNano())
+	require.True(t, l.afterChange(fw, t0))
+	require.True(t, l.afterChange(fw, t0.Add(tallyFor-time.Millisecond)))
+	require.False(t, l.afterChange(fw, t0.Add(tallyFor)), "past tallyFor")
+	require.False(t, l.afterChange(Limit{Key: "k", Algorithm: limit.SlidingWindow, Limit: 10, Window: time.Hour}, t0))
+	// A change half a second before a minute's window starts.
+	minute := Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Minute}
+	l.ledger.changed.Store(t0.Add(-500 * time.Millisecond).UnixNano())
+	require.True(t, l.afterChange(minute, t0.Add(100*time.Millisecond)), "a second early: Redis's clock may be behind")
+	require.False(t, l.afterChange(minute, t0.Add(time.Minute+100*time.Millisecond)), "a window that began after the change")
 }

@@ -13,101 +13,141 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
-// A Cluster master acknowledges increments its replica never gets (the
-// replica, paused, stops applying what its master sends), and the replica
-// is promoted (CLUSTER FAILOVER TAKEOVER): the new master lacks them. The
-// edge that made them restores its last answer on it, so it counts what
-// the edges admitted and the limit holds exactly.
-func TestFailoverRestoresLastAnswers(t *testing.T) {
+// failoverRig is three limiters (edges) on one Cluster, each with a client
+// of its own, deciding one fixed window limit of 60 a day.
+type failoverRig struct {
+	t        *testing.T
+	ctx      context.Context
+	cl       *testenv.Cluster
+	l        Limit
+	key      string // the limit's Redis key
+	lims     []*Limiter
+	clients  []*redis.ClusterClient
+	admitted int
+}
+
+const rigEdges, rigLimit = 3, 60
+
+func newFailoverRig(t *testing.T, ctx context.Context, name string) *failoverRig {
 	cl, err := testenv.StartCluster(testenv.ClusterOptions{})
 	require.NoError(t, err)
-	defer func() { _ = cl.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
-	const edges, limitN = 3, 60
+	t.Cleanup(func() { _ = cl.Close() })
 	// A day's fixed window, and a minute of room in it first (it starts
 	// again at midnight UTC): the run's counts stay in one window.
-	l := lim(testenv.KeyPrefix(t)+"failover", limit.FixedWindow, limitN, 24*time.Hour)
+	r := &failoverRig{t: t, ctx: ctx, cl: cl, l: lim(testenv.KeyPrefix(t)+name, limit.FixedWindow, rigLimit, 24*time.Hour)}
 	testenv.EarlyInWindow(24*time.Hour, time.Minute)
-	var lims []*Limiter
-	var store *RedisStore
-	for range edges {
+	for range rigEdges {
 		c, err := NewRedisClient(cl.URL(), ModeCluster)
 		require.NoError(t, err)
-		defer c.Close()
+		t.Cleanup(func() { _ = c.Close() })
 		conn, _, _ := AutoPipelined(c)
 		st, err := NewRedisStore(conn, "")
 		require.NoError(t, err)
 		require.NoError(t, st.Load(ctx))
 		li, err := New(st, Config{}, nil, nil)
 		require.NoError(t, err)
-		defer li.Close()
-		lims, store = append(lims, li), st
+		t.Cleanup(li.Close)
+		r.lims = append(r.lims, li)
+		r.clients = append(r.clients, c.(*redis.ClusterClient))
+		r.key = st.Keys(r.l)[0]
 	}
-	admitted := 0
-	decide := func(n int, edge func(i int) int) {
-		for i := range n {
-			e := edge(i)
-			v, err := lims[e].Decide(ctx, []Check{{Limit: l, Cost: 1, Nodes: edges}})
-			require.NoError(t, err)
-			require.NotEqual(t, SourceFallback, v.Checks[0].Source, "Redis decides every call")
-			if v.Allowed {
-				admitted++
-			}
-			if testing.Verbose() {
-				t.Logf("edge %d: allowed %v remaining %d", e, v.Allowed, v.Checks[0].Remaining)
-			}
+	return r
+}
+
+// decide asks n times, the i-th through edge(i); Redis decides each.
+func (r *failoverRig) decide(n int, edge func(i int) int) {
+	for i := range n {
+		e := edge(i)
+		v, err := r.lims[e].Decide(r.ctx, []Check{{Limit: r.l, Cost: 1, Nodes: rigEdges}})
+		require.NoError(r.t, err)
+		require.NotEqual(r.t, SourceFallback, v.Checks[0].Source, "Redis decides every call")
+		if v.Allowed {
+			r.admitted++
+		}
+		if testing.Verbose() {
+			r.t.Logf("edge %d: allowed %v remaining %d", e, v.Allowed, v.Checks[0].Remaining)
 		}
 	}
-	key := store.Keys(l)[0]
-	count := func(c *redis.Client) int {
-		n := 0
-		for _, v := range c.HGetAll(ctx, key).Val() {
-			x, err := strconv.Atoi(v)
-			require.NoError(t, err)
-			n += x
-		}
-		return n
+}
+
+// count is what c holds for the limit (every window's field).
+func (r *failoverRig) count(c *redis.Client) int {
+	n := 0
+	for _, v := range c.HGetAll(r.ctx, r.key).Val() {
+		x, err := strconv.Atoi(v)
+		require.NoError(r.t, err)
+		n += x
 	}
+	return n
+}
 
-	roundRobin := func(i int) int { return i % edges }
-	first := func(int) int { return 0 }
+func roundRobin(i int) int { return i % rigEdges }
 
-	// 30 admitted by every edge, on the master and its replica.
-	decide(30, roundRobin)
-	m, err := cl.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	master := redis.NewClient(&redis.Options{Addr: m})
-	defer master.Close()
-	require.EqualValues(t, 1, master.Do(ctx, "WAIT", 1, 5000).Val(), "the count reached the replica")
-	replicaAddr := replicaOf(t, ctx, master)
-	replica := redis.NewClient(&redis.Options{Addr: replicaAddr})
-	defer replica.Close()
+// lose has every edge admit 30 on the key's master and its replica, then
+// edge 0 admit 15 more that the replica never applies, and the replica
+// take over: it holds 30.
+func (r *failoverRig) lose() (replica *redis.Client) {
+	r.decide(30, roundRobin)
+	master, replica := pauseReplica(r.t, r.ctx, r.cl, r.key)
+	r.decide(15, func(int) int { return 0 })
+	require.Equal(r.t, 45, r.admitted)
+	require.Equal(r.t, 45, r.count(master))
+	takeOver(r.t, r.ctx, r.cl, r.key, replica)
+	require.Equal(r.t, 30, r.count(replica), "the promoted replica lacks the last 15")
+	return replica
+}
 
-	// 15 more by one edge, which the replica never applies; then it
-	// takes over.
-	require.NoError(t, replica.Do(ctx, "CLIENT", "PAUSE", 20000, "WRITE").Err())
-	decide(15, first)
-	require.Equal(t, 45, admitted)
-	require.Equal(t, 45, count(master))
-	require.NoError(t, replica.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err())
-	require.Eventually(t, func() bool {
-		now, err := cl.MasterForKey(ctx, key)
-		return err == nil && now == replicaAddr
-	}, 10*time.Second, 20*time.Millisecond, "the replica took over")
-	require.NoError(t, replica.Do(ctx, "CLIENT", "UNPAUSE").Err())
-	require.NoError(t, cl.WaitHealthy(ctx))
-	require.Equal(t, 30, count(replica), "the promoted replica lacks the last 15")
+// A Cluster master acknowledges increments its replica never gets (the
+// replica, paused, stops applying what its master sends), and the replica
+// is promoted (CLUSTER FAILOVER TAKEOVER): the new master lacks them. The
+// edge that made them restores its last answer on it, so it counts what
+// the edges admitted and the limit holds exactly.
+func TestFailoverRestoresLastAnswers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := newFailoverRig(t, ctx, "failover")
+	replica := r.lose()
 
 	// The edge that made them asks first: its first call finds the new
 	// master (a redirect, or its slot map reloaded meanwhile) and the
 	// next restores its last answer, with what the first took there on
-	// top. Then every edge asks, far past the limit. (Another edge's call
-	// on the new master before that restore would be absorbed by it: the
-	// restore raises the count to what the edge saw, it does not add.)
-	decide(2, first)
-	decide(60, roundRobin)
-	require.Equal(t, limitN, admitted, "admitted across the failover")
-	require.Equal(t, admitted, count(replica), "the new master counts what the edges admitted")
+	// top. Then every edge asks, far past the limit.
+	r.decide(2, func(int) int { return 0 })
+	r.decide(60, roundRobin)
+	require.Equal(t, rigLimit, r.admitted, "admitted across the failover")
+	require.Equal(t, r.admitted, r.count(replica), "the new master counts what the edges admitted")
+}
+
+// An edge that reaches the promoted replica first admits there before the
+// edge that made the lost increments restores its last answer. The restore
+// adds what was admitted on the new master since the change (the calls
+// made after a sign of it are tallied there, per window) to that answer,
+// instead of raising the count to the answer alone, which would absorb
+// those admissions: the new master counts every unit the edges admitted,
+// and the limit holds exactly.
+func TestFailoverRestoreKeepsTheNewMastersAdmissions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := newFailoverRig(t, ctx, "absorbed")
+	replica := r.lose()
+
+	// Every edge's slot map names the new master, so each edge's first
+	// call there follows a sign of the change (a master it had not seen).
+	for _, c := range r.clients {
+		c.ReloadState(ctx)
+		require.Eventually(t, func() bool {
+			n, err := c.MasterForKey(ctx, r.key)
+			return err == nil && n.Options().Addr == replica.Options().Addr
+		}, 10*time.Second, 20*time.Millisecond, "an edge's slot map names the new master")
+	}
+	// Edge 1 admits 5 on the new master; then edge 0 restores its last
+	// answer (45) with its next call, and every edge asks past the limit.
+	r.decide(5, func(int) int { return 1 })
+	require.Equal(t, 50, r.admitted)
+	require.Equal(t, 35, r.count(replica))
+	r.decide(1, func(int) int { return 0 })
+	require.Equal(t, 51, r.count(replica), "edge 0's restore kept what edge 1 admitted on the new master")
+	r.decide(60, roundRobin)
+	require.Equal(t, rigLimit, r.admitted, "admitted across the failover")
+	require.Equal(t, r.admitted, r.count(replica), "the new master counts what the edges admitted")
 }

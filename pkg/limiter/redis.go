@@ -130,7 +130,7 @@ func NewRedisStore(conn RedisConn, keyPrefix string) (*RedisStore, error) {
 	var batch []lua.Alg
 	for _, a := range algs {
 		sp := a.Spec()
-		n := len(s.argv("take", Limit{Algorithm: a}, time.Time{}, "", 0, 0, 0)) // as many as every call
+		n := len(s.argv("take", Limit{Algorithm: a}, time.Time{}, "", 0, 0, 0, false)) // as many as every call
 		batch = append(batch, lua.Alg{Code: int(a), Name: sp.Script, Keys: len(sp.Keys), Args: n})
 	}
 	src, err := lua.Batch(batch)
@@ -196,8 +196,10 @@ type call struct {
 }
 
 // argv is a script call's ARGV (prelude.lua's order): the member id and the
-// first member's index only for the algorithms that keep members.
-func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, aux, first int64) []any {
+// first member's index only for the algorithms that keep members; for a
+// fixed window, whether the call is tallied as made after a sign of a
+// master change (post; fixed_window.lua).
+func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, aux, first int64, post bool) []any {
 	var now int64
 	if !at.IsZero() {
 		now = at.UnixMicro()
@@ -206,10 +208,20 @@ func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, 
 	if id == "" {
 		id = "-"
 	}
+	if l.Algorithm == limit.FixedWindow {
+		return []any{mode, now, a.Limit, a.Window, a.Extra, units, aux, postArg(post)}
+	}
 	if !l.Algorithm.Spec().Members {
 		return []any{mode, now, a.Limit, a.Window, a.Extra, units, aux}
 	}
 	return []any{mode, now, a.Limit, a.Window, a.Extra, units, aux, id, first}
+}
+
+func postArg(post bool) string {
+	if post {
+		return "1"
+	}
+	return "0"
 }
 
 // takeCall is the script call that takes r; id names its members.
@@ -220,13 +232,13 @@ func (s *RedisStore) takeCall(r Request, id string) call {
 	}
 	switch {
 	case r.Peek:
-		c.args = s.argv("take", r.Limit, r.At, id, 0, 1, 1) // a cost of 0 writes nothing
+		c.args = s.argv("take", r.Limit, r.At, id, 0, 1, 1, false) // a cost of 0 writes nothing
 	case r.Restore:
 		// One argument more, after the algorithm's: who gave the answer
 		// restored (lua.Batch).
-		c.args = append(s.argv("take", r.Limit, r.At, id, r.Cost, r.Remaining, 1), r.ident.String())
+		c.args = append(s.argv("take", r.Limit, r.At, id, r.Cost, r.Remaining, 1, false), r.ident.String())
 	default:
-		c.args = s.argv("take", r.Limit, r.At, id, r.Cost, r.need(), 1)
+		c.args = s.argv("take", r.Limit, r.At, id, r.Cost, r.need(), 1, r.post)
 	}
 	return c
 }
@@ -318,6 +330,11 @@ func (s *RedisStore) prepareTake(ctx context.Context, reqs []Request, t takeStat
 
 // reply reads a take script's reply to r (id names its members).
 func reply(r Request, id string, cmd *redis.Cmd) (Decision, error) {
+	if r.post {
+		if d, ok := tallied(r, cmd); ok {
+			return d, nil
+		}
+	}
 	v, err := cmd.Int64Slice()
 	if err == nil && len(v) != 5 {
 		err = fmt.Errorf("script returned %d values, want 5", len(v))
@@ -338,6 +355,26 @@ func reply(r Request, id string, cmd *redis.Cmd) (Decision, error) {
 	return d, fmt.Errorf("taking %s: %w", r.Limit.Algorithm, err)
 }
 
+// tallied reads a tallied take's reply (Request.post): the five values
+// of every take, and who ran it (fixed_window.lua), which its lease keeps
+// (Lease.id) and its answer is noted with: in the moments of a master
+// change an edge's calls may reach either master, whatever its last
+// identity read says.
+func tallied(r Request, cmd *redis.Cmd) (Decision, bool) {
+	vals, ok := cmd.Val().([]any)
+	if cmd.Err() != nil || !ok || len(vals) != 6 {
+		return Decision{}, false
+	}
+	var v [5]int64
+	for i := range v {
+		if v[i], ok = vals[i].(int64); !ok {
+			return Decision{}, false
+		}
+	}
+	ran, _ := vals[5].(string)
+	return decision(r, ran, limit.Result{Admitted: v[0], Remaining: v[1], ResetMs: v[2], RetryMs: v[3], State: v[4]}), true
+}
+
 // Refund implements Store.
 func (s *RedisStore) Refund(ctx context.Context, leases []Lease) error {
 	calls := make([]call, 0, len(leases))
@@ -348,7 +385,7 @@ func (s *RedisStore) Refund(ctx context.Context, leases []Lease) error {
 		if err := l.Limit.Validate(); err != nil {
 			return err
 		}
-		calls = append(calls, call{alg: l.Limit.Algorithm, keys: s.Keys(l.Limit), args: s.argv("refund", l.Limit, time.Time{}, l.id, l.Units, l.state, l.first)})
+		calls = append(calls, call{alg: l.Limit.Algorithm, keys: s.Keys(l.Limit), args: s.argv("refund", l.Limit, time.Time{}, l.id, l.Units, l.state, l.first, l.tallied())})
 	}
 	errs := make([]error, len(calls))
 	cmds := make([]*redis.Cmd, len(calls))

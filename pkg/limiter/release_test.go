@@ -86,26 +86,13 @@ func TestReleaseLostInFailoverIsSentAgain(t *testing.T) {
 	v := decide()
 	require.True(t, v.Allowed)
 	require.Equal(t, SourceStore, v.Checks[0].Source)
-	m, err := cl.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	master := redis.NewClient(&redis.Options{Addr: m})
-	defer master.Close()
-	require.EqualValues(t, 1, master.Do(ctx, "WAIT", 1, 5000).Val(), "the slot reached the replica")
-	replicaAddr := replicaOf(t, ctx, master)
-	replica := redis.NewClient(&redis.Options{Addr: replicaAddr})
-	defer replica.Close()
 	// The replica stops applying what its master sends; the master
 	// acknowledges the release alone.
-	require.NoError(t, replica.Do(ctx, "CLIENT", "PAUSE", 20000, "WRITE").Err())
+	master, replica := pauseReplica(t, ctx, cl, key)
 	l.ReleaseAsync(v)
 	require.Eventually(t, func() bool { return master.ZCard(ctx, key).Val() == 0 }, 10*time.Second, 10*time.Millisecond, "the master acknowledged the release")
-	require.NoError(t, replica.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err())
-	require.Eventually(t, func() bool {
-		now, err := cl.MasterForKey(ctx, key)
-		return err == nil && now == replicaAddr
-	}, 10*time.Second, 20*time.Millisecond, "the replica took over")
-	require.NoError(t, replica.Do(ctx, "CLIENT", "UNPAUSE").Err())
-	require.NoError(t, cl.WaitHealthy(ctx))
+	takeOver(t, ctx, cl, key, replica)
+	replicaAddr := replica.Options().Addr
 
 	// The edge keeps deciding: its slot map follows the failover, and a
 	// decision reaches the promoted master.
@@ -120,6 +107,35 @@ func TestReleaseLostInFailoverIsSentAgain(t *testing.T) {
 		return held == 0
 	}, 10*time.Second, 20*time.Millisecond, "a slot is still held on the promoted master")
 	require.GreaterOrEqual(t, testutil.ToFloat64(l.metrics.releasesResent), 1.0)
+}
+
+// pauseReplica waits until the replica of key's master has what the master
+// holds (WAIT), then holds the replica's writes (CLIENT PAUSE WRITE): it
+// stops applying what its master sends, and the master acknowledges alone.
+func pauseReplica(t *testing.T, ctx context.Context, cl *testenv.Cluster, key string) (master, replica *redis.Client) {
+	t.Helper()
+	m, err := cl.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	master = redis.NewClient(&redis.Options{Addr: m})
+	t.Cleanup(func() { _ = master.Close() })
+	require.EqualValues(t, 1, master.Do(ctx, "WAIT", 1, 5000).Val(), "the key reached the replica")
+	replica = redis.NewClient(&redis.Options{Addr: replicaOf(t, ctx, master)})
+	t.Cleanup(func() { _ = replica.Close() })
+	require.NoError(t, replica.Do(ctx, "CLIENT", "PAUSE", 20000, "WRITE").Err())
+	return master, replica
+}
+
+// takeOver promotes the paused replica (CLUSTER FAILOVER TAKEOVER), lets
+// it write again and waits until it serves key in a healthy cluster.
+func takeOver(t *testing.T, ctx context.Context, cl *testenv.Cluster, key string, replica *redis.Client) {
+	t.Helper()
+	require.NoError(t, replica.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err())
+	require.Eventually(t, func() bool {
+		now, err := cl.MasterForKey(ctx, key)
+		return err == nil && now == replica.Options().Addr
+	}, 10*time.Second, 20*time.Millisecond, "the replica took over")
+	require.NoError(t, replica.Do(ctx, "CLIENT", "UNPAUSE").Err())
+	require.NoError(t, cl.WaitHealthy(ctx))
 }
 
 // replicaOf is the address of master's replica (ROLE).

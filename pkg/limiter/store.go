@@ -61,7 +61,13 @@ type Request struct {
 	// at At, and takes, as of At, what is missing since (at most Cost units)
 	// — nothing when it kept its state, what it had counted when it lost
 	// it. Restoring twice takes nothing the second time.
-	Restore   bool
+	Restore bool
+	// post marks a fixed window's take made after a sign that the key's
+	// master may have changed, in the window of that sign: the store
+	// tallies what it admits for the server that runs it, which a
+	// restore there of another server's answer adds (lua.Batch). Beside
+	// the other flags: no room of its own.
+	post      bool
 	Remaining int64
 	// ident, for a restore, is the identity of the store that gave the
 	// answer it restores (nil unknown): a store with that identity still
@@ -196,11 +202,18 @@ func (d Decision) from(src Source, s Store) Decision {
 // (a refund after another limit denied, or a concurrency slot released).
 type Lease struct {
 	Limit Limit
-	id    string // member prefix for sliding log and concurrency units
-	first int64  // index of the first member
+	// id is the member prefix of sliding log and concurrency units; of a
+	// fixed window's tallied take (Request.post), who ran it, as its
+	// script read it, so that giving it back comes off the tally too.
+	id    string
+	first int64 // index of the first member
 	Units int64
 	state int64 // window start for window algorithms
 }
+
+// tallied reports a fixed window's lease from a tallied take: its refund
+// is tallied too.
+func (l Lease) tallied() bool { return l.Limit.Algorithm == limit.FixedWindow && l.id != "" }
 
 // Split divides the lease into its first n units and the rest: coalesced
 // callers hand each request its own share.
