@@ -30,6 +30,9 @@ type cacheShard struct {
 	// before then may have been decided before the units were back, so
 	// it is not kept.
 	givenBack time.Time
+	// drops counts the give-backs dropped (dropAfterGiveBack), for the
+	// schedule harness to wait for each.
+	drops uint64
 }
 
 // cacheKey is a limit's key, algorithms apart (as memKey keeps them): a
@@ -140,6 +143,7 @@ func (c *overLimitCache) dropAfterGiveBack(l Limit, at time.Time) {
 	if at.After(sh.givenBack) {
 		sh.givenBack = at
 	}
+	sh.drops++
 	sh.mu.Unlock()
 }
 

@@ -251,9 +251,11 @@ type schedHarness struct {
 	refunded  map[Lease]int // given back to the store, by value
 	refundSig chan struct{}
 	drops     []pendingDrop // give-backs whose cached denial may not be dropped yet
-	asks      []*identAsk   // identity reads not landed yet, in the order they came
-	identNow  atomic.Bool   // identity reads land at once (the harness's own, knowIdentity)
-	late      map[Lease]int // owed back by late answers, by value
+	// dropsAsked counts the give-backs noted per edge and cache shard.
+	dropsAsked map[dropShard]uint64
+	asks       []*identAsk   // identity reads not landed yet, in the order they came
+	identNow   atomic.Bool   // identity reads land at once (the harness's own, knowIdentity)
+	late       map[Lease]int // owed back by late answers, by value
 
 	held   []*schedCall // frozen calls, released once the requests are done
 	demand int          // requests made
@@ -325,15 +327,16 @@ func newSchedHarness(t *testing.T, alg Algorithm, seed uint64, sym bool) *schedH
 	clock := &fakeClock{t: time.UnixMilli(1_800_000_000_000)} // an hour's start
 	h := &schedHarness{
 		t: t, seed: seed, alg: alg, rng: rng, srng: srng, irng: irng, clock: clock,
-		store:     NewMemoryStore(WithClock(clock.now)),
-		calm:      seed%4 == 0,
-		failN:     1 + rng.IntN(4),
-		cool:      time.Duration(100+rng.IntN(900)) * time.Millisecond,
-		calls:     make(chan *schedCall),
-		probes:    make(chan probeCall),
-		refunded:  map[Lease]int{},
-		late:      map[Lease]int{},
-		refundSig: make(chan struct{}, 1),
+		store:      NewMemoryStore(WithClock(clock.now)),
+		calm:       seed%4 == 0,
+		failN:      1 + rng.IntN(4),
+		cool:       time.Duration(100+rng.IntN(900)) * time.Millisecond,
+		calls:      make(chan *schedCall),
+		probes:     make(chan probeCall),
+		refunded:   map[Lease]int{},
+		dropsAsked: map[dropShard]uint64{},
+		late:       map[Lease]int{},
+		refundSig:  make(chan struct{}, 1),
 	}
 	h.lim = Limit{Key: "sched", Algorithm: alg, Limit: int64(4 + rng.IntN(13)), Window: time.Hour}
 	if h.sym = sym; sym {
@@ -414,7 +417,9 @@ func (h *schedHarness) noteRefund(edge int, leases []Lease) {
 	for _, ls := range leases {
 		h.refunded[ls]++
 		if !ls.Limit.Algorithm.Spec().Held {
-			h.drops = append(h.drops, pendingDrop{edge: edge, lim: ls.Limit, at: h.now()})
+			sh := h.edges[edge].cache.shard(cacheKeyOf(ls.Limit))
+			h.dropsAsked[dropShard{edge, sh}]++
+			h.drops = append(h.drops, pendingDrop{edge: edge, lim: ls.Limit, at: h.now(), nth: h.dropsAsked[dropShard{edge, sh}]})
 		}
 	}
 	h.mu.Unlock()
@@ -467,10 +472,21 @@ func (h *schedHarness) landAll() {
 // pendingDrop is a give-back to the store by edge, at (virtual time),
 // whose edge drops the key's cached denial once Refund returns
 // (Limiter.dropGivenBack).
+// dropShard is an edge's cache shard.
+type dropShard struct {
+	edge int
+	sh   *cacheShard
+}
+
 type pendingDrop struct {
 	edge int
 	lim  Limit
 	at   time.Time
+	// nth is how many drops the key's cache shard on edge will have made
+	// once this one is done: two give-backs at one instant leave the
+	// same givenBack, and the second drop, if late, would delete a
+	// denial cached after the clock moved on.
+	nth uint64
 }
 
 // quiet waits until what the edges do off the harness's paths at the
@@ -524,7 +540,7 @@ func (h *schedHarness) quiet() {
 			c := h.edges[d.edge].cache
 			sh := c.shard(cacheKeyOf(d.lim))
 			sh.mu.Lock()
-			done := !sh.givenBack.Before(d.at)
+			done := !sh.givenBack.Before(d.at) && sh.drops >= d.nth
 			sh.mu.Unlock()
 			if !done {
 				return fmt.Errorf("edge %d has not dropped its cached denial after a give-back", d.edge)
