@@ -20,14 +20,14 @@ local ws = nowms - math.fmod(nowms, W)
 -- (lua.Batch): the units admitted here since the change, which that
 -- answer cannot hold, so they are not absorbed by it. Such a take answers
 -- a sixth value, who ran it (run_id:master_replid), so the edge knows
--- which server its answer came from. Only such calls read INFO.
+-- which server its answer came from. Only such calls read INFO, once per
+-- script run (identity(), lua.go).
 local function tally(w, units)
   if ARGV[8] ~= '1' then return end
-  local s, r = redis.call('INFO', 'server'), redis.call('INFO', 'replication')
-  local id, rid = string.match(s, 'run_id:(%x+)'), string.match(r, 'master_replid:(%x+)')
-  if not (id and rid) then return end
-  if units == 0 then return id .. ':' .. rid end
-  local pk = key .. ':post:' .. id .. ':' .. rid
+  local here = identity()
+  if not here then return end
+  if units == 0 then return here end
+  local pk = key .. ':post:' .. here
   if redis.call('HINCRBY', pk, w, units) <= 0 then
     redis.call('HDEL', pk, w)
   end
@@ -35,7 +35,7 @@ local function tally(w, units)
   if redis.call('PTTL', pk) < ttl then
     redis.call('PEXPIRE', pk, ttl)
   end
-  return id .. ':' .. rid
+  return here
 end
 if mode == 'refund' then
   local n = tonumber(redis.call('HGET', key, aux))

@@ -28,19 +28,38 @@ const (
 )
 
 // Source returns the complete script for an algorithm: the clock, the
-// prelude and the algorithm's body.
+// server's identity (read only by calls that ask for it), the prelude and
+// the algorithm's body.
 func Source(name string) (string, error) {
 	body, err := algorithm(name)
 	if err != nil {
 		return "", err
 	}
-	return clock + body, nil
+	return clock + identity + body, nil
 }
 
 // clock reads Redis's clock (prelude.lua calls it when ARGV[2] is 0).
 const clock = `local function server_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+`
+
+// identity reads, once per script run, the identity of the server running
+// it (as Identity does from INFO): "run_id:master_replid", or false when
+// INFO fails or lacks either field. A batch shares the one reading among
+// its calls and its restores.
+const identity = `local ident_now
+local function identity()
+  if ident_now == nil then
+    ident_now = false
+    local s, r = redis.pcall('INFO', 'server'), redis.pcall('INFO', 'replication')
+    if type(s) == 'string' and type(r) == 'string' then
+      local id, rid = string.match(s, 'run_id:(%x+)'), string.match(r, 'master_replid:(%x+)')
+      if id and rid then ident_now = id .. ':' .. rid end
+    end
+  end
+  return ident_now
 end
 `
 
@@ -113,6 +132,7 @@ func Batch(algs []Alg) (string, error) {
 	var b strings.Builder
 	b.WriteString("#!lua flags=allow-cross-slot-keys\n")
 	b.WriteString(batchClock)
+	b.WriteString(identity)
 	for _, a := range algs {
 		body, err := algorithm(a.Name)
 		if err != nil {
@@ -136,18 +156,6 @@ local function server_now()
   return now_once
 end
 local run, width = {}, {}
-local ident_now
-local function identity()
-  if ident_now == nil then
-    ident_now = false
-    local s, r = redis.pcall('INFO', 'server'), redis.pcall('INFO', 'replication')
-    if type(s) == 'string' and type(r) == 'string' then
-      local id, rid = string.match(s, 'run_id:(%x+)'), string.match(r, 'master_replid:(%x+)')
-      if id and rid then ident_now = id .. ':' .. rid end
-    end
-  end
-  return ident_now
-end
 `
 
 const batchLoop = `local out = {}

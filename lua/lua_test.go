@@ -3,6 +3,8 @@ package lua
 import (
 	"context"
 	"path"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -208,4 +210,24 @@ func TestFixedWindowTallyAndRestore(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 7, count, "the answer's 5 and the 2 tallied here since")
 	require.Zero(t, restore("another:one"), "restored twice: nothing missing")
+
+	// A batch reads the server's identity once, for its restores and its
+	// tallied takes alike: two INFO sections, whatever the calls.
+	infoCalls := func() int64 {
+		s, err := c.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		n, err := strconv.ParseInt(regexp.MustCompile(`cmdstat_info:calls=(\d+)`).FindStringSubmatch(s)[1], 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	before := infoCalls()
+	tk := []any{1, "{k}:fw", "take", now, "10", "1000000", "0", "1", "1", "1"}
+	args := append([]any{4}, tk...)
+	args = append(append(args, tk...), -1, "{k}:fw", "take", now, "10", "1000000", "0", "5", "5", "0", "another:one")
+	args = append(args, tk...)
+	rs, err := c.Eval(ctx, batch, nil, args...).Slice()
+	require.NoError(t, err)
+	require.Len(t, rs, 4)
+	require.Equal(t, self, rs[3].([]any)[5], "a tallied take in a batch says who ran it")
+	require.EqualValues(t, 2+1, infoCalls()-before, "one reading of INFO server and replication per batch (and this count's own INFO)")
 }
