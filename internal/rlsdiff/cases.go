@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -19,10 +20,11 @@ type Case struct {
 	Req  *pb.RateLimitRequest
 	// Look is set when a descriptor carries its own hits_addend of 0.
 	Look bool
-	// Second is set when a descriptor of the call may have a per-second
-	// limit: the call is sent early in a second, so that both services
-	// count it in the same window.
-	Second bool
+	// Window is the shortest window a descriptor of the call may count
+	// in: a second, or a minute for any longer unit (their windows all
+	// end on a minute's end); 0 when none may. The call is sent early
+	// enough in that window that both services count it in the same one.
+	Window time.Duration
 }
 
 // node is a descriptor of a document, read loosely: the harness must
@@ -106,15 +108,32 @@ func (p path) String() string {
 	return strings.Join(parts, ",")
 }
 
-// hasSecond says whether any descriptor of the path or below may count
-// per second (the walk may end on a sibling of another unit).
-func (p path) hasSecond() bool {
+// window is the shortest window any descriptor of the path may count in
+// (Case.Window; the walk may end on a sibling of another unit).
+func (p path) window() time.Duration {
+	var w time.Duration
 	for _, n := range p {
-		if n.RateLimit != nil && strings.EqualFold(n.RateLimit.Unit, "second") {
-			return true
+		if n.RateLimit != nil {
+			w = shorter(w, unitWindow(n.RateLimit.Unit))
 		}
 	}
-	return false
+	return w
+}
+
+// unitWindow is Case.Window for a limit's unit.
+func unitWindow(unit string) time.Duration {
+	if strings.EqualFold(unit, "second") {
+		return time.Second
+	}
+	return time.Minute
+}
+
+// shorter is the shorter of two windows, 0 standing for none.
+func shorter(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // rate is what the path's last descriptor allows per unit, 3 when it
@@ -134,8 +153,8 @@ func (p path) rate() uint32 {
 // domain in one call, and calls no configuration can answer.
 func Cases(files []string) []Case {
 	var cs []Case
-	add := func(name string, second bool, domain string, hits uint32, ds ...*rlv3.RateLimitDescriptor) {
-		c := Case{Name: name, Second: second, Req: &pb.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits}}
+	add := func(name string, window time.Duration, domain string, hits uint32, ds ...*rlv3.RateLimitDescriptor) {
+		c := Case{Name: name, Window: window, Req: &pb.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits}}
 		for _, d := range ds {
 			if d.HitsAddend != nil && d.HitsAddend.Value == 0 {
 				c.Look = true
@@ -157,11 +176,11 @@ func Cases(files []string) []Case {
 			domains = append(domains, d.Domain)
 		}
 		var all []*rlv3.RateLimitDescriptor
-		second := false
+		var shortest time.Duration
 		walk(nil, d.Descriptors, func(p path) {
 			r := p.rate()
-			sec := p.hasSecond()
-			second = second || sec
+			w := p.window()
+			shortest = shorter(shortest, w)
 			variants := []struct {
 				name string
 				es   []*rlv3.RateLimitDescriptor_Entry
@@ -177,27 +196,27 @@ func Cases(files []string) []Case {
 				// Request-level hits: 0 means 1, then the rest of the limit,
 				// then past it; a look after each step.
 				for i, h := range []uint32{0, 1, 2, r} {
-					add(fmt.Sprintf("%s/hits#%d=%d", base, i, h), sec, d.Domain, h, desc(v.es))
-					add(fmt.Sprintf("%s/look#%d", base, i), sec, d.Domain, 0, own(v.es, 0))
+					add(fmt.Sprintf("%s/hits#%d=%d", base, i, h), w, d.Domain, h, desc(v.es))
+					add(fmt.Sprintf("%s/look#%d", base, i), w, d.Domain, 0, own(v.es, 0))
 				}
-				add(base+"/own-hits=2", sec, d.Domain, 1, own(v.es, 2))
-				add(base+"/after", sec, d.Domain, 1, desc(v.es))
+				add(base+"/own-hits=2", w, d.Domain, 1, own(v.es, 2))
+				add(base+"/after", w, d.Domain, 1, desc(v.es))
 			}
 		})
 		if len(all) > 0 {
 			for i := 0; i < 3; i++ {
-				add(fmt.Sprintf("%s/all-paths#%d", d.Domain, i), second, d.Domain, 1, all...)
+				add(fmt.Sprintf("%s/all-paths#%d", d.Domain, i), shortest, d.Domain, 1, all...)
 			}
 		}
 	}
 	sort.Strings(domains)
 	e := []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}
-	add("unknown-domain", false, "zz-unknown-domain", 1, desc(e))
-	add("empty-domain", false, "", 1, desc(e))
+	add("unknown-domain", 0, "zz-unknown-domain", 1, desc(e))
+	add("empty-domain", 0, "", 1, desc(e))
 	for _, d := range domains {
-		add(d+"/no-descriptor", false, d, 1)
-		add(d+"/empty-entries", false, d, 1, desc(nil))
-		add(d+"/empty-key", false, d, 1, desc([]*rlv3.RateLimitDescriptor_Entry{{Key: "", Value: "v"}}))
+		add(d+"/no-descriptor", 0, d, 1)
+		add(d+"/empty-entries", 0, d, 1, desc(nil))
+		add(d+"/empty-key", 0, d, 1, desc([]*rlv3.RateLimitDescriptor_Entry{{Key: "", Value: "v"}}))
 	}
 	return cs
 }

@@ -45,7 +45,7 @@ func run(t *testing.T, a, b rlsdiff.Command, only int) (rlsdiff.Summary, string)
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sum, err := rlsdiff.Run(ctx, rlsdiff.Options{Reference: a, Edge: b, Sets: sets, Out: &out})
+	sum, err := rlsdiff.Run(ctx, rlsdiff.Options{Reference: a, Edge: b, Sets: sets, Out: &out, Verbose: true}) // a failure shows each difference
 	require.NoError(t, err, out.String())
 	return sum, out.String()
 }
