@@ -2,7 +2,12 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 // Who answered. A restore (masters.go, ledger.go) asks the store to count
@@ -34,7 +39,18 @@ type storeIdent struct {
 	id         string
 	since      time.Time
 	gen, tried uint64
+	// failed is when the read under tried failed for a reason that may
+	// pass (the store down, restarting or slow: not a reply refusing
+	// INFO); zero otherwise.
+	failed time.Time
 }
+
+// identRetry is how soon a read that failed for a reason that may pass is
+// tried again, at the earliest (wantIdentity).
+const identRetry = time.Second
+
+// known reports whether id names who serves the shard under gen.
+func (s *storeIdent) known(gen uint64) bool { return s.id != "" && s.gen == gen }
 
 // String is the identity, "" when unknown (nil).
 func (s *storeIdent) String() string {
@@ -56,15 +72,43 @@ func (b *breaker) answeredBy(sent time.Time, gen uint64) *storeIdent {
 	return id
 }
 
+// unattributed reports whether a fixed window's call to b, sent at sent
+// under master generation gen, is to say who ran it (Request.post, as a
+// tallied take does): its answer could not be noted with b's identity
+// otherwise (answeredBy), because no read of it under gen has ended
+// before the call, while one is under way or about to be (wantIdentity).
+// Without it, a restore of that answer would take what the store gave
+// back since, a late call's units, even from the server that gave it: an
+// edge's first answers after it starts, or after each sign of a master
+// change, precede the identity read they start. Not when the read under
+// gen failed (the script's own read would too), nor for a store that
+// cannot say who serves it.
+func (l *Limiter) unattributed(b *breaker, lim Limit, sent time.Time, gen uint64) bool {
+	if lim.Algorithm != limit.FixedWindow || l.idf == nil || !l.store.Remote() {
+		return false
+	}
+	id := b.ident.Load()
+	switch {
+	case id == nil || id.tried != gen:
+		return true // not read under gen yet
+	case !id.known(gen):
+		// The read under gen failed: until one tried again succeeds
+		// when the store may say; never when it refused to.
+		return !id.failed.IsZero()
+	}
+	return !id.since.Before(sent) // read, but not before the call
+}
+
 // wantIdentity reads the identity of b's shard, through lim's key, in the
 // background when no read was tried under master generation gen (the
 // current one): at a shard's first call, and after each sign of a master
-// change.
+// change; and again, identRetry after a read under gen failed for a
+// reason that may pass.
 func (l *Limiter) wantIdentity(b *breaker, lim Limit, gen uint64) {
 	if l.idf == nil {
 		return
 	}
-	if id := b.ident.Load(); id != nil && id.tried == gen {
+	if id := b.ident.Load(); id != nil && id.tried == gen && (id.known(gen) || id.failed.IsZero() || l.now().Sub(id.failed) < identRetry) {
 		return
 	}
 	if !b.identing.CompareAndSwap(false, true) {
@@ -80,8 +124,9 @@ func (l *Limiter) wantIdentity(b *breaker, lim Limit, gen uint64) {
 // before with the same id keeps its since. A read that fails keeps what was
 // known, for the generation it was read under: it is not tried again before
 // the next sign of a master change, or the next probe that finds the shard
-// answering. (An identity stale or unknown only makes restores take as
-// they would without it.)
+// answering, or, when the store did not refuse it (a reply refusing INFO
+// will refuse it again), identRetry later. (An identity stale or unknown
+// only makes restores take as they would without it.)
 func (l *Limiter) readIdentity(b *breaker, lim Limit) {
 	if l.idf == nil {
 		return
@@ -90,7 +135,8 @@ func (l *Limiter) readIdentity(b *breaker, lim Limit) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 	defer cancel()
 	id, err := l.idf.identity(ctx, lim)
-	next := &storeIdent{id: id, since: l.now(), gen: gen, tried: gen}
+	at := l.now()
+	next := &storeIdent{id: id, since: at, gen: gen, tried: gen}
 	switch prev := b.ident.Load(); {
 	case err != nil && prev != nil:
 		next.id, next.since, next.gen = prev.id, prev.since, prev.gen
@@ -98,6 +144,10 @@ func (l *Limiter) readIdentity(b *breaker, lim Limit) {
 		next.id = ""
 	case prev != nil && prev.id == id:
 		next.since = prev.since
+	}
+	var refused redis.Error
+	if err != nil && !errors.As(err, &refused) {
+		next.failed = at
 	}
 	b.ident.Store(next)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
@@ -61,6 +62,64 @@ func TestRestoreTakesNothingFromTheStoreThatAnswered(t *testing.T) {
 	owe()
 	require.EqualValues(t, 4, decide().Remaining, "another server: the restore took what the last answer counted")
 	require.EqualValues(t, 2, testutil.ToFloat64(l.metrics.restores))
+}
+
+// An edge's first answers come before the identity read they start has
+// ended: a fixed window's call then asks its script who ran it
+// (Limiter.unattributed), so its answer is noted with that server all the
+// same, and a restore of it there takes nothing of what another edge gave
+// back since. On a real Redis, the read held until the end.
+func TestAnswerBeforeTheIdentityReadSaysWhoRanIt(t *testing.T) {
+	testenv.EarlyInWindow(time.Hour, 20*time.Second) // every count in one window
+	_, st := standaloneServer(t)
+	l, err := New(st, Config{Timeout: 10 * time.Second}, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	held := make(chan struct{})
+	t.Cleanup(func() { close(held) }) // before l.Close, which waits for the read
+	l.idf = heldIdentity{st, held}
+
+	k := lim("ident-first", limit.FixedWindow, 10, time.Hour)
+	decide := func() Decision {
+		t.Helper()
+		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+		require.NoError(t, err)
+		require.Equal(t, SourceStore, v.Checks[0].Source)
+		return v.Checks[0]
+	}
+	other, err := st.Take(context.Background(), []Request{{Limit: k, Cost: 2}})
+	require.NoError(t, err)
+	require.EqualValues(t, 7, decide().Remaining)
+	require.EqualValues(t, 6, decide().Remaining)
+	require.Nil(t, l.breakers.get(st.Shard(k)).ident.Load(), "the identity read has not landed")
+
+	// The other edge's 2 go back: the store counts 2, this edge's last
+	// answer said 6 remained (a count of 4).
+	require.NoError(t, st.Refund(context.Background(), []Lease{other[0].Lease}))
+	l.ledger.oweAnswer(memKey(k), l.now()) // as an outage does
+	require.EqualValues(t, 7, decide().Remaining, "the server that answered: the restore took nothing, the 2 given back are for clients")
+	require.EqualValues(t, 1, testutil.ToFloat64(l.metrics.restores), "the restore ran")
+}
+
+// refusal is a Redis error reply (redis.Error).
+type refusal string
+
+func (r refusal) Error() string { return string(r) }
+func (refusal) RedisError()     {}
+
+// heldIdentity reads a store's identity once held is closed.
+type heldIdentity struct {
+	identifier
+	held <-chan struct{}
+}
+
+func (h heldIdentity) identity(ctx context.Context, l Limit) (string, error) {
+	select {
+	case <-h.held:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return h.identifier.identity(ctx, l)
 }
 
 // An answer is noted with its shard's identity only when the identity was
@@ -135,6 +194,16 @@ func TestIdentityReadOncePerGeneration(t *testing.T) {
 	require.Equal(t, "x", now.String(), "what was known stays")
 	require.Equal(t, l.masterGen()-1, now.gen, "for the generation it was read under")
 	require.Equal(t, l.masterGen(), now.tried)
+	clock.add(identRetry)
+	decide()
+	require.Equal(t, 4, st.read, "a read that failed for a reason that may pass is tried again identRetry later")
+	st.err = refusal("ERR unknown command 'INFO'")
+	clock.add(identRetry)
+	decide()
+	require.Equal(t, 5, st.read)
+	clock.add(identRetry)
+	decide()
+	require.Equal(t, 5, st.read, "a reply refusing INFO is not tried again before the next sign")
 
 	st.err, st.id = nil, "y"
 	l.newShards.Add(1)

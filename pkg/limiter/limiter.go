@@ -606,7 +606,7 @@ func (l *Limiter) call(ctx context.Context, reqs []Request, keys []string, now t
 			continue
 		}
 		o := l.owed(r, keys[i], now) // first: it notes a sign of a master change
-		r.post = l.afterChange(r.Limit, now)
+		r.post = l.afterChange(r.Limit, now) || l.unattributed(shards[i], r.Limit, now, gen)
 		c.add(r, i, keys[i], o)
 	}
 	if len(c.send) == 0 {
@@ -764,7 +764,7 @@ func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, shards 
 			case genNow == gen:
 				by = shards[i].answeredBy(now, gen)
 			}
-			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now), gen, genNow, c.ds[i].Admitted, c.send[j].post, by)
+			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now), gen, genNow, c.ds[i].Admitted, c.ds[i].Lease.tallied(), by)
 		}
 	}
 }

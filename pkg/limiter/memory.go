@@ -25,6 +25,32 @@ type MemoryStore struct {
 	evicted atomic.Int64
 	// restarts counts the store's restarts (tests'): its identity.
 	restarts atomic.Uint64
+	// tallies mirror fixed_window.lua's tally for a test's store standing
+	// in for Redis (Request.post, which the limiter sets only for remote
+	// stores): units admitted by tallied takes, per key, identity and
+	// window start.
+	tallyMu sync.Mutex
+	tallies map[tallyKey]int64
+}
+
+type tallyKey struct {
+	key, ident string
+	ws         int64
+}
+
+// tally adds units to the tally of key's window ws under the store's
+// current identity, and returns what it holds.
+func (s *MemoryStore) tally(key string, ws, units int64) int64 {
+	s.tallyMu.Lock()
+	defer s.tallyMu.Unlock()
+	k := tallyKey{key, s.ident(), ws}
+	if units != 0 {
+		if s.tallies == nil {
+			s.tallies = map[tallyKey]int64{}
+		}
+		s.tallies[k] += units
+	}
+	return s.tallies[k]
 }
 
 const memoryShards = 64
@@ -123,13 +149,21 @@ func (s *MemoryStore) takeInto(reqs []Request, out []Decision) ([]Decision, erro
 		if r.Restore { // as the batch script does: read, then take what is missing
 			a.Cost, a.Need = 0, 1
 			out[i] = s.take(r, a)
-			if missing := min(r.Cost, out[i].Remaining-r.Remaining); missing > 0 && (r.ident == nil || r.ident.id != s.ident()) {
+			missing := out[i].Remaining - r.Remaining
+			if r.ident.String() != "" && r.ident.String() != s.ident() && r.Limit.Algorithm == limit.FixedWindow {
+				missing += s.tally(memKey(r.Limit), out[i].Lease.state, 0) // another server's answer: the tally on top
+			}
+			if missing = min(r.Cost, missing); missing > 0 && (r.ident == nil || r.ident.id != s.ident()) {
 				a.Cost = missing
 				out[i] = s.take(r, a)
 			}
 			continue
 		}
 		out[i] = s.take(r, a)
+		if r.post && !r.Peek && r.Limit.Algorithm == limit.FixedWindow { // as fixed_window.lua tallies
+			out[i].Lease.id = s.ident()
+			s.tally(memKey(r.Limit), out[i].Lease.state, out[i].Admitted)
+		}
 	}
 	if errs != nil {
 		return out, &TakeError{Errs: errs}
@@ -252,12 +286,27 @@ func (s *MemoryStore) Refund(_ context.Context, leases []Lease) error {
 		key := memKey(l.Limit)
 		sh := &s.shards[maphash.String(s.seed, key)%memoryShards]
 		sh.mu.Lock()
+		var back int64 // what a tallied lease's refund gives back comes off its tally too
 		if st, ok := sh.keys[key]; ok && !st.Expired(a.Now) {
+			left := func() int64 { // a take of nothing: what remains
+				ra := a
+				ra.Cost, ra.Need = 0, 1
+				return l.Limit.Algorithm.Spec().Take(st, ra, true).Remaining
+			}
+			var before int64
+			if l.tallied() {
+				before = left()
+			}
 			if !l.Limit.Algorithm.Spec().Refund(st, a) {
 				delete(sh.keys, key)
+			} else if l.tallied() {
+				back = left() - before
 			}
 		}
 		sh.mu.Unlock()
+		if l.tallied() && back > 0 {
+			s.tally(key, l.state, -back)
+		}
 	}
 	return nil
 }

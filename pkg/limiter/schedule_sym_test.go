@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -554,7 +555,7 @@ func runStarved(t *testing.T, sym bool) {
 				}
 			}
 			if len(lost) > 0 {
-				t.Logf("%d of %d runs lost quota once the store answered, each after a restore (open; see quotaLost), the first: %s", len(lost), len(seeds), lost[0])
+				t.Logf("%d of %d runs lost quota once the store answered, each after a restore (open; see quotaLost):\n%s", len(lost), len(seeds), strings.Join(lost[:min(len(lost), 10)], "\n"))
 			}
 			t.Logf("%d seeds: starved callers that gave up with the answer unread %d, that read it late %d (%d at the deadline's instant); %d calls answered after their caller gave up; admitted by the store %d, by fallbacks %d",
 				len(seeds), gaveUp, read, atDeadline, late, byStore, byFallback)

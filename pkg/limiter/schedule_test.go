@@ -161,6 +161,9 @@ func (s *schedStore) identity(ctx context.Context, l Limit) (string, error) {
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
+		if a.refused {
+			return "", errSchedRefused
+		}
 	}
 	return s.h.store.identity(ctx, l)
 }
@@ -168,10 +171,22 @@ func (s *schedStore) identity(ctx context.Context, l Limit) (string, error) {
 // identAsk is an edge's identity read waiting for the harness to let it
 // land.
 type identAsk struct {
-	edge   int
-	land   chan struct{}
-	seen   bool // the harness has chosen when it lands
-	landed bool
+	edge    int
+	land    chan struct{}
+	seen    bool // the harness has chosen when it lands
+	landed  bool
+	refused bool // it landed while the store refused every call (h.land)
+}
+
+// land lets a land now. In a symmetric run, a read landing while the
+// store refuses every call (down, or restarting: its identity is about to
+// change) fails, as a call would.
+func (h *schedHarness) land(a *identAsk) {
+	if h.sym && !a.landed {
+		k := h.phaseAt(h.now()).kind
+		a.refused = k == phaseDown || k == phaseRestarting
+	}
+	a.letLand()
 }
 
 // letLand lets a land (once).
@@ -464,7 +479,7 @@ func (h *schedHarness) landAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, a := range h.asks {
-		a.letLand()
+		h.land(a)
 	}
 	h.asks = nil
 }
@@ -496,6 +511,7 @@ type pendingDrop struct {
 // later (irng, an evIdent), and the cached denials give-backs drop after
 // their refunds return.
 func (h *schedHarness) quiet() {
+	h.applyRestarts() // an identity read landing now names the store as it is now
 	ctx, cancel := context.WithTimeout(context.Background(), schedWait)
 	defer cancel()
 	err := proc.PollEvery(ctx, 50*time.Microsecond, "the edges' background work at this instant", func(context.Context) error {
@@ -523,7 +539,7 @@ func (h *schedHarness) quiet() {
 				}
 				a.seen = true
 				if h.irng.IntN(2) == 0 {
-					a.letLand()
+					h.land(a)
 					continue
 				}
 				h.schedule(&event{at: h.now().Add(time.Duration(1+h.irng.IntN(300)) * time.Millisecond), kind: evIdent, ask: a})
@@ -705,9 +721,10 @@ func (h *schedHarness) step() {
 	case evAnswer:
 		h.answer(ev.call)
 	case evIdent:
+		h.applyRestarts()
 		h.logf("edge %d: its identity read lands", ev.ask.edge)
 		h.mu.Lock()
-		ev.ask.letLand()
+		h.land(ev.ask)
 		h.mu.Unlock()
 	case evRun:
 		h.logf("edge %d call %d: run by the store, its caller starved", ev.call.edge, ev.call.seq)
@@ -1001,6 +1018,7 @@ func (h *schedHarness) expectCall(e int, sent bool) {
 		ok := h.weather.probeOK
 		if h.sym {
 			ok = h.phaseAt(h.now()).kind == phaseUp
+			h.applyRestarts() // the probe reads who answers: the store as it is now
 		}
 		h.logf("edge %d: probe, ok %v", e, ok)
 		want := breakerOpen

@@ -63,10 +63,12 @@ type Request struct {
 	// it. Restoring twice takes nothing the second time.
 	Restore bool
 	// post marks a fixed window's take made after a sign that the key's
-	// master may have changed, in the window of that sign: the store
+	// master may have changed, in the window of that sign, or before the
+	// edge has read who serves it (Limiter.unattributed): the store
 	// tallies what it admits for the server that runs it, which a
-	// restore there of another server's answer adds (lua.Batch). Beside
-	// the other flags: no room of its own.
+	// restore there of another server's answer adds (lua.Batch), and
+	// answers who that server is. Beside the other flags: no room of its
+	// own.
 	post      bool
 	Remaining int64
 	// ident, for a restore, is the identity of the store that gave the
