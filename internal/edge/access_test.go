@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"os"
@@ -43,7 +44,10 @@ func accessLines(t *testing.T, path string, n int) []accessLine {
 		if err != nil {
 			return false
 		}
-		lines = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		// Whole lines only: a read may see a line the writer has not
+		// finished writing yet.
+		whole := b[:bytes.LastIndexByte(b, '\n')+1]
+		lines = strings.Split(strings.TrimSuffix(string(whole), "\n"), "\n")
 		return len(lines) >= n && lines[0] != ""
 	}, 5*time.Second, 5*time.Millisecond)
 	out := make([]accessLine, len(lines))
