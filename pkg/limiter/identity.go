@@ -80,9 +80,10 @@ func (b *breaker) answeredBy(sent time.Time, gen uint64) *storeIdent {
 // Without it, a restore of that answer would take what the store gave
 // back since, a late call's units, even from the server that gave it: an
 // edge's first answers after it starts, or after each sign of a master
-// change, precede the identity read they start. Not when the read under
-// gen failed (the script's own read would too), nor for a store that
-// cannot say who serves it.
+// change, precede the identity read they start; and a read that failed
+// for a reason that may pass is tried again only identRetry later. Not
+// when the store refused the read, or could not say (the script's own
+// read would fail too), nor for a store that cannot say who serves it.
 func (l *Limiter) unattributed(b *breaker, lim Limit, sent time.Time, gen uint64) bool {
 	if lim.Algorithm != limit.FixedWindow || l.idf == nil || !l.store.Remote() {
 		return false
