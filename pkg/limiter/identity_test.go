@@ -27,13 +27,7 @@ func TestRestoreTakesNothingFromTheStoreThatAnswered(t *testing.T) {
 	t.Cleanup(l.Close)
 
 	k := lim("ident", limit.FixedWindow, 10, time.Hour)
-	decide := func() Decision {
-		t.Helper()
-		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
-		require.NoError(t, err)
-		require.Equal(t, SourceStore, v.Checks[0].Source)
-		return v.Checks[0]
-	}
+	decide := func() Decision { return storeDecision(t, l, k) }
 	owe := func() { l.ledger.oweAnswer(memKey(k), l.now()) } // as an outage does
 
 	// Another edge takes 2 (a call its caller will give up on).
@@ -64,6 +58,15 @@ func TestRestoreTakesNothingFromTheStoreThatAnswered(t *testing.T) {
 	require.EqualValues(t, 2, testutil.ToFloat64(l.metrics.restores))
 }
 
+// storeDecision is l's decision on one unit of k, which the store made.
+func storeDecision(t *testing.T, l *Limiter, k Limit) Decision {
+	t.Helper()
+	v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
+	require.NoError(t, err)
+	require.Equal(t, SourceStore, v.Checks[0].Source)
+	return v.Checks[0]
+}
+
 // An edge's first answers come before the identity read they start has
 // ended: a fixed window's call then asks its script who ran it
 // (Limiter.unattributed), so its answer is noted with that server all the
@@ -80,13 +83,7 @@ func TestAnswerBeforeTheIdentityReadSaysWhoRanIt(t *testing.T) {
 	l.idf = heldIdentity{st, held}
 
 	k := lim("ident-first", limit.FixedWindow, 10, time.Hour)
-	decide := func() Decision {
-		t.Helper()
-		v, err := l.Decide(context.Background(), []Check{{Limit: k, Cost: 1}})
-		require.NoError(t, err)
-		require.Equal(t, SourceStore, v.Checks[0].Source)
-		return v.Checks[0]
-	}
+	decide := func() Decision { return storeDecision(t, l, k) }
 	other, err := st.Take(context.Background(), []Request{{Limit: k, Cost: 2}})
 	require.NoError(t, err)
 	require.EqualValues(t, 7, decide().Remaining)
