@@ -331,7 +331,7 @@ func TestHostsCanaryPush(t *testing.T) {
 		require.NoError(t, err)
 	})
 	rc, layout, ams, fra, ctx := cr.rc, cr.rc.Layout(), cr.ams, cr.fra, cr.ctx
-	hostsVersion := func(e *running) string { return e.router.Version() }
+	hostsVersion := func(e *running) string { return e.origins.Router.Version() }
 	canary := func(t *testing.T, doc string) (string, int) {
 		file := filepath.Join(t.TempDir(), "hosts.yaml")
 		require.NoError(t, os.WriteFile(file, []byte(doc), 0o600))

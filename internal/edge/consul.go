@@ -4,102 +4,50 @@ import (
 	"context"
 	"time"
 
-	"github.com/edgeguard/edgeguard/internal/edge/build"
 	"github.com/edgeguard/edgeguard/internal/edge/consullink"
-	"github.com/edgeguard/edgeguard/internal/edge/hostroute"
-	"github.com/edgeguard/edgeguard/internal/edge/rlslink"
-	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
 
-// startConsul loads the first rules — from Consul, or from the cache when
-// Consul is unreachable or holds an invalid document — and prepares the
-// watches that Run starts.
-func (e *Edge) startConsul(m consullink.Metrics) error {
-	l, client, closeIdle, err := consullink.Open(e.cfg, consullink.Options{
-		Public: e.Addr(), Admin: e.AdminAddr(), RLS: e.RLSAddr(), ConsulTickets: e.tls.Certificates().ConsulTickets(),
-		StateDir: stateDir, Metrics: m, Parts: e.consulParts(), Log: e.log,
-	})
-	if err != nil {
-		return err
+// startConsul hands the Consul link the parts it reads and feeds, and
+// loads the first documents before the first request: the certificates,
+// the enforcement switch, the rate limit service's documents, the host
+// table and the rules, each from its cache when Consul cannot give it or
+// holds an invalid one. Run starts the watches. Nothing without --consul.
+func (e *Edge) startConsul() error {
+	if e.consul == nil {
+		return nil
 	}
-	e.closers = append(e.closers, closeIdle) // the agent's connections go with the edge
-	e.consul = l
-
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	stop, err := e.tls.StartConsul(ctx, client) // certificates, ticket keys, ACME
+	stop, err := e.front.TLS.StartConsul(ctx, e.consul.Client()) // certificates, ticket keys, ACME
 	if stop != nil {
 		e.closers = append(e.closers, stop)
 	}
 	if err != nil {
 		return err
 	}
-	// What the watches would read, before the first request: the
-	// enforcement switch, the rate limit service's documents, the host
-	// table and the rules,
-	// each from the cache when Consul cannot give it.
-	l.ReadEnforcement(ctx)
-	if e.rls.FromConsul() {
-		e.rls.ReadConsul(ctx, client, e.cfg.Region, e.rlsConsul())
-	}
-	e.router.ReadRegion(ctx, client, e.cfg.Region, e.hostsConsul())
-	l.ReadRules(ctx)
-	return nil
-}
-
-// consulParts are the edge's parts the Consul link reads and feeds.
-func (e *Edge) consulParts() consullink.Parts {
+	region, certs, hosts := e.cfg.Region, e.front.TLS.Certificates(), e.consul.Doc(consullink.DocHosts)
 	p := consullink.Parts{
-		Rules:          e.rules.Load,
-		CompileOptions: e.cfg.CompileOptions,
-		ApplySnapshot:  e.rules.ApplySnapshot,
-		ApplyRules:     e.rules.Apply,
-		Enforcement:    func() string { en, _ := e.pipe.Enforcement(); return en.String() },
-		SetEnforcement: e.pipe.SetEnforcement,
-		UpdateShedder:  e.shed.Update,
-		StartShedder:   func() error { return build.StartShedder(e.shed, e.cfg.Shedder, e.log) },
-		ShedderVersion: func() string { return shedder.SettingsVersion(e.shed.Config()) },
-		HostsVersion:   e.router.Version,
-		SetEdges: func(inRegion, inPoP int) {
-			e.nodesRegion.Store(int64(max(inRegion, 1)))
-			e.nodesPoP.Store(int64(max(inPoP, 1)))
-			e.shed.SetEdges(inRegion)
-		},
-		GlobalShare: func() []string { return e.global.Unreachable() },
+		Rules: e.rules, Switch: e.pipe, Shedder: e.shed, Hosts: e.origins.Router, Global: e.global, SetEdges: e.setEdges,
+		Watches: append(certs.ConsulWatches(region), e.origins.Router.WatchConsul(region, e.cfg.PoP, hosts)),
 	}
 	if e.global != nil {
 		p.Watches = append(p.Watches, e.global.Watch)
 	}
-	if e.rls.FromConsul() {
-		p.Watches = append(p.Watches, e.rls.WatchConsul(e.cfg.Region, e.rlsConsul))
+	if rls := e.consul.Doc(consullink.DocRLS); e.rls.FromConsul() {
+		p.Reads = append(p.Reads, e.rls.ReadConsul(region, rls))
+		p.Watches = append(p.Watches, e.rls.WatchConsul(region, rls))
 	}
-	// The host table's version is registered too.
-	p.Watches = append(p.Watches, e.router.WatchConsul(e.cfg.Region, e.cfg.PoP, e.hostsConsul, func() { e.consul.RulesChanged() }))
-	p.Watches = append(p.Watches, e.tls.Certificates().ConsulWatches(e.cfg.Region)...)
-	return p
+	p.Reads = append(p.Reads, e.origins.Router.ReadRegion(region, hosts))
+	e.consul.Start(ctx, p, e.Addr(), e.AdminAddr(), e.RLSAddr(), certs.ConsulTickets())
+	return nil
 }
 
-// hostsConsul is what the host table needs of the Consul link (package
-// hostroute): its missing document, and the cache beside the rules cache.
-func (e *Edge) hostsConsul() hostroute.Consul {
-	return hostroute.Consul{
-		Missing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocHosts, missing) },
-		Cache:     e.consul.Beside(".hosts.yaml"),
-		WriteFile: consullink.WriteFileAtomic,
-	}
-}
-
-// rlsConsul is what the rate limit service needs of the Consul link
-// (package rlslink): its missing document, registration, and the cache
-// beside the rules cache.
-func (e *Edge) rlsConsul() rlslink.Consul {
-	return rlslink.Consul{
-		Missing:   func(missing bool) bool { return e.consul.SetMissing(consullink.DocRLS, missing) },
-		Changed:   e.consul.RulesChanged,
-		Cache:     e.consul.Beside(".rls.json"),
-		WriteFile: consullink.WriteFileAtomic,
-		Draining:  e.draining.Load,
-	}
+// setEdges sets the fallback's divisors and the shedder's share of the
+// adaptive limit from the region's healthy edges (Consul's count).
+func (e *Edge) setEdges(inRegion, inPoP int) {
+	e.nodesRegion.Store(int64(max(inRegion, 1)))
+	e.nodesPoP.Store(int64(max(inPoP, 1)))
+	e.shed.SetEdges(inRegion)
 }
 
 // stateDir is the system-wide state directory tried after $STATE_DIRECTORY.

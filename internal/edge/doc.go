@@ -12,7 +12,11 @@
 // service (rlslink), global rules' home regions (globalhome), the rules in
 // force (liverules), the host table and origin pools (hostroute), the
 // Consul link (consullink) and the sockets handed to the next binary
-// (handoff). layout_test.go holds them to that shape: none imports more
+// (handoff). The wiring meets each part through the part's own small
+// types: the Consul link is built first, and the parts that read a
+// document of their own take it as a consullink.Doc (their Consul
+// interface); the link takes the parts as the interfaces of
+// consullink.Parts. layout_test.go holds them to that shape: none imports more
 // than two of its siblings or the wiring, no struct has more than 25
 // fields, and the wiring's lines of code may only come down.
 package edge

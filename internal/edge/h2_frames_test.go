@@ -368,7 +368,7 @@ func TestH2ConnectionAfterShutdownGetsAGoAway(t *testing.T) {
 	// the connections that negotiate h2.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, r.tls.HTTP2().Shutdown(ctx))
+	require.NoError(t, r.front.TLS.HTTP2().Shutdown(ctx))
 
 	h := dialRawH2(t, site, r)
 	require.NoError(t, h.headers(t, 1, true, h2GetFields...))

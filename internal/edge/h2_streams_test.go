@@ -153,7 +153,7 @@ func TestH2ZeroWindowStreamsEnd(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return metricSum(t, r, "edgeguard_origin_streamed_responses_total", "end", "client_write_timeout") == conns*streams
 	}, 10*time.Second, 10*time.Millisecond, "every origin connection let go")
-	peak, _ := r.tls.HTTP2().HeldPeak()
+	peak, _ := r.front.TLS.HTTP2().HeldPeak()
 	require.Zero(t, peak, "a streamed body is never held whole")
 
 	// A client that reads gets the object.
@@ -221,7 +221,7 @@ func TestH2StreamsCountAgainstThePerIPCap(t *testing.T) {
 		}()
 	}
 	require.Eventually(t, func() bool { return refused.Load() == conns*streams-perIP }, 10*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return r.workers.Busy() == perIP }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return r.shed.Workers.Busy() == perIP }, 10*time.Second, 10*time.Millisecond)
 	for _, h := range attackers {
 		_ = h.c.SetReadDeadline(time.Now())
 	}
@@ -271,5 +271,5 @@ func TestH2StreamsCountAgainstThePerIPCap(t *testing.T) {
 		got[c]++
 	}
 	require.Equal(t, map[int]int{200: clients * each, 2002: clients * each}, got, "other addresses' requests (status, or status·10+2 over HTTP/2)")
-	require.Equal(t, perIP, r.workers.Busy(), "the attacker's streams were still held")
+	require.Equal(t, perIP, r.shed.Workers.Busy(), "the attacker's streams were still held")
 }

@@ -116,9 +116,9 @@ func TestQueuedRequestOfAGoneClientIsNeverProxied(t *testing.T) {
 	waiter := dialFrom(t, "127.0.0.2", r.Addr())
 	_, err = io.WriteString(waiter, "GET /healthcheck HTTP/1.1\r\nHost: a.example\r\n\r\n")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return r.workers.Queued() == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return r.shed.Workers.Queued() == 1 }, 5*time.Second, time.Millisecond)
 	require.NoError(t, waiter.Close())
-	require.Eventually(t, func() bool { return r.workers.Queued() == 0 }, 5*time.Second, time.Millisecond, "the waiter left the queue")
+	require.Eventually(t, func() bool { return r.shed.Workers.Queued() == 0 }, 5*time.Second, time.Millisecond, "the waiter left the queue")
 
 	release()
 	resp, err := http.ReadResponse(holder.r, nil)

@@ -187,7 +187,7 @@ func TestHostsFromConsulLive(t *testing.T) {
 	waitHosts := func(r *running, want string) {
 		t.Helper()
 		require.NoError(t, proc.PollEvery(testenv.Within(t, 10*time.Second), 10*time.Millisecond, "the edge to run host table "+want, func(context.Context) error {
-			if v := r.router.Version(); v != want {
+			if v := r.origins.Router.Version(); v != want {
 				return fmt.Errorf("it runs %q", v)
 			}
 			return nil
@@ -196,7 +196,7 @@ func TestHostsFromConsulLive(t *testing.T) {
 	v1 := pushHosts(hostsTable(a, b, ""))
 	cache := filepath.Join(t.TempDir(), "rules.yaml")
 	r := startConsulEdge(t, "eu-west", "pop1", c.HTTPAddr(), cache, func(cfg *config.Config) { cfg.Origins = []string{def} })
-	require.Equal(t, v1, r.router.Version(), "applied before the first request")
+	require.Equal(t, v1, r.origins.Router.Version(), "applied before the first request")
 	require.Equal(t, "a", poolOf(t, r, "a.example"))
 
 	v2 := pushHosts(strings.Replace(hostsTable(a, b, ""), "a.example: {pool: a}", "a.example: {pool: b}", 1))
@@ -212,14 +212,14 @@ func TestHostsFromConsulLive(t *testing.T) {
 		}
 		return nil
 	}))
-	require.Equal(t, v2, r.router.Version())
+	require.Equal(t, v2, r.origins.Router.Version())
 	require.Equal(t, "b", poolOf(t, r, "a.example"))
 	r.stop()
 
 	// Consul gone: the next edge serves the cached table.
 	c.Close()
 	r2 := startConsulEdge(t, "eu-west", "pop1", c.HTTPAddr(), cache, func(cfg *config.Config) { cfg.Origins = []string{def} })
-	require.Equal(t, v2, r2.router.Version())
+	require.Equal(t, v2, r2.origins.Router.Version())
 	require.Equal(t, "b", poolOf(t, r2, "a.example"))
 	require.Equal(t, "def", poolOf(t, r2, "other.example"))
 }

@@ -25,9 +25,11 @@ const (
 	// maxFields is the most fields a struct type may have.
 	maxFields = 25
 	// maxWiring is the most lines of code (not blank, not comment) the
-	// wiring's files may hold. It was 473 at the split and is 383 now; the
-	// goal is about 200, so it may only come down.
-	maxWiring = 383
+	// wiring's files may hold. It was 473 at the split, 383 once the
+	// moves were done, and is 257 since the parts meet the Consul link,
+	// the lifecycle and the admin server through their own types; it may
+	// only come down.
+	maxWiring = 257
 )
 
 // edgePackages are the packages under internal/edge (the end-to-end

@@ -72,7 +72,7 @@ hosts:
 		require.Equal(t, http.StatusServiceUnavailable, <-codes)
 	}
 	require.Eventually(t, func() bool { return inFlight.Load() == 3 }, 10*time.Second, time.Millisecond)
-	require.Equal(t, 3, r.workers.Busy(), "the queued requests hold no worker")
+	require.Equal(t, 3, r.shed.Workers.Busy(), "the queued requests hold no worker")
 	require.Equal(t, 5.0, metricSum(t, r, "edgeguard_origin_concurrency_refused_total", "pool", "slow", "reason", "queue_full"))
 	require.Equal(t, 5.0, metricSum(t, r, "edgeguard_edge_requests_total", "outcome", "pool_limit"))
 	require.Equal(t, 3.0, metricSum(t, r, "edgeguard_origin_concurrency_limit", "pool", "slow"))

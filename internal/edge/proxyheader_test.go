@@ -19,7 +19,7 @@ import (
 // recommends receivers be tolerant of partial headers.
 func TestProxyHeaderInPieces(t *testing.T) {
 	r := startEdgeArgs(t, "version: 1\nrules: []\n", "--proxy-protocol-from", "127.0.0.2/32")
-	edgePort := r.Edge.publicLn.Addr().(*net.TCPAddr).Port
+	edgePort := r.front.Ln.Addr().(*net.TCPAddr).Port
 	for _, tc := range []struct {
 		version byte
 		at      []int

@@ -385,7 +385,7 @@ func TestStreamHTTP2(t *testing.T) {
 	_, err = io.Copy(h, resp.Body)
 	require.NoError(t, err)
 	require.Equal(t, patternHash(size), hex.EncodeToString(h.Sum(nil)))
-	peak, _ := r.tls.HTTP2().HeldPeak()
+	peak, _ := r.front.TLS.HTTP2().HeldPeak()
 	require.Zero(t, peak, "streamed, never held whole")
 }
 

@@ -52,10 +52,10 @@ func TestTLSUnusableChainRefused(t *testing.T) {
 
 	// From Consul: the same validation, the same outcome.
 	api := inter.Issue(t, "ecdsa", "api.example.com")
-	r.tls.Certificates().ApplyConsul(map[string][]byte{"api": api.Bundle()})
+	r.front.TLS.Certificates().ApplyConsul(map[string][]byte{"api": api.Bundle()})
 	require.Equal(t, api.Serial, serve("api.example.com"))
 	apiLeaf := api.CertPEM[:bytes.Index(api.CertPEM, []byte("-----END CERTIFICATE-----\n"))+len("-----END CERTIFICATE-----\n")]
-	r.tls.Certificates().ApplyConsul(map[string][]byte{"api": append(bytes.Repeat(apiLeaf, 600), api.KeyPEM...)})
+	r.front.TLS.Certificates().ApplyConsul(map[string][]byte{"api": append(bytes.Repeat(apiLeaf, 600), api.KeyPEM...)})
 	require.Equal(t, refused+2, metricValue(t, r, "edgeguard_tls_certificate_files_refused_total"))
 	require.Equal(t, api.Serial, serve("api.example.com"))
 

@@ -339,7 +339,7 @@ func TestWebSocketEndsOnShutdown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the tunnel outlived the shutdown")
 	}
-	require.Zero(t, r.tunnels.Open())
+	require.Zero(t, r.origins.Tunnels.Open())
 }
 
 // An upgrade the origin refuses is an ordinary response: nothing is

@@ -3,9 +3,14 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
 // Server is the admin server (Handler) on its own listener.
@@ -19,6 +24,28 @@ type Server struct {
 func NewServer(c Config, ln net.Listener) *Server {
 	return &Server{Ln: ln, srv: &http.Server{Handler: Handler(c), ReadHeaderTimeout: 5 * time.Second}}
 }
+
+// Open is NewServer on --admin, bound through bind, showing the edge's
+// region and PoP and guarding /debug with --admin-token (pprof with
+// --pprof). It registers with reg the series read at scrape
+// (registerServing): open is the public server's open connections.
+func Open(cfg config.Config, c Config, reg prometheus.Registerer, open func() float64, bind func(addr string) (net.Listener, error)) (*Server, error) {
+	if err := registerServing(reg, open, c.Ready); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	ln, err := bind(cfg.Admin)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s (admin): %w", cfg.Admin, err)
+	}
+	c.Region, c.PoP, c.Token, c.Pprof = cfg.Region, cfg.PoP, cfg.AdminToken, cfg.Pprof
+	return NewServer(c, ln), nil
+}
+
+// Addr is the bound address.
+func (s *Server) Addr() string { return s.Ln.Addr().String() }
+
+// Close closes the listener (the edge's closers, when it fails to start).
+func (s *Server) Close() { _ = s.Ln.Close() }
 
 // Serve serves until Shutdown, after which it returns nil.
 func (s *Server) Serve() error {

@@ -23,6 +23,7 @@ package bhlayer
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"net"
@@ -36,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/internal/edge/listen"
 	"github.com/edgeguard/edgeguard/internal/logevery"
 	"github.com/edgeguard/edgeguard/internal/problem"
@@ -89,6 +91,16 @@ type Config struct {
 	RedisTimeout time.Duration       // --redis-timeout, for the flusher's pipelines
 	Store        *limiter.RedisStore // nil: no Redis, this edge's view only
 	Log          *slog.Logger
+}
+
+// Open is New for the edge's settings (--key-salt, --ipv6-prefix,
+// --redis-timeout) and store (nil: no Redis).
+func Open(cfg config.Config, store *limiter.RedisStore, reg prometheus.Registerer, log *slog.Logger) (*Layer, error) {
+	b, err := New(Config{KeySalt: cfg.KeySalt, IPv6Prefix: cfg.IPv6Prefix, RedisTimeout: cfg.RedisTimeout, Store: store, Log: log}, reg)
+	if err != nil {
+		return nil, fmt.Errorf("building the behaviour layer: %w", err)
+	}
+	return b, nil
 }
 
 // New builds the layer, off until rules with a behaviour section arrive

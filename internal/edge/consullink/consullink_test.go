@@ -50,47 +50,59 @@ type fakeEdge struct {
 }
 
 func (e *fakeEdge) parts() consullink.Parts {
-	apply := func(snap *rules.Snapshot, err error) error {
-		if err != nil {
-			e.refused.Add(1)
-			return err
-		}
-		e.rules.Store(snap)
-		e.applied.Add(1)
-		return nil
-	}
 	return consullink.Parts{
-		Rules:          e.rules.Load,
-		CompileOptions: func() []rules.CompileOption { return nil },
-		ApplySnapshot:  apply,
-		ApplyRules:     func(data []byte) error { return apply(rules.Load(data)) },
-		Enforcement:    func() string { return e.switchInForce().Mode },
-		SetEnforcement: func(en region.Enforcement) {
-			e.mu.Lock()
-			e.enforcement = en
-			e.mu.Unlock()
-			e.setEnf.Add(1)
-		},
-		UpdateShedder: func(c shedder.Config) error {
-			e.mu.Lock()
-			e.shed = c
-			e.mu.Unlock()
-			e.updShed.Add(1)
-			return nil
-		},
-		StartShedder: func() error { e.startShed.Add(1); return nil },
-		ShedderVersion: func() string {
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			return shedder.SettingsVersion(e.shed)
-		},
+		Rules: fakeRules{e}, Switch: fakeSwitch{e}, Shedder: fakeShedder{e},
 		SetEdges: func(inRegion, inPoP int) {
 			e.inRegion.Store(int32(inRegion))
 			e.inPoP.Store(int32(inPoP))
 		},
-		GlobalShare: func() []string { return nil },
 	}
 }
+
+// fakeRules, fakeSwitch and fakeShedder are the fake edge as the link's
+// parts.
+type (
+	fakeRules   struct{ e *fakeEdge }
+	fakeSwitch  struct{ e *fakeEdge }
+	fakeShedder struct{ e *fakeEdge }
+)
+
+func (r fakeRules) Load() *rules.Snapshot                 { return r.e.rules.Load() }
+func (r fakeRules) CompileOptions() []rules.CompileOption { return nil }
+func (r fakeRules) Apply(data []byte) error               { return r.ApplySnapshot(rules.Load(data)) }
+func (r fakeRules) ApplySnapshot(snap *rules.Snapshot, err error) error {
+	if err != nil {
+		r.e.refused.Add(1)
+		return err
+	}
+	r.e.rules.Store(snap)
+	r.e.applied.Add(1)
+	return nil
+}
+
+func (s fakeSwitch) Enforcement() (region.Enforcement, bool) { return s.e.switchInForce(), true }
+func (s fakeSwitch) SetEnforcement(en region.Enforcement) {
+	s.e.mu.Lock()
+	s.e.enforcement = en
+	s.e.mu.Unlock()
+	s.e.setEnf.Add(1)
+}
+
+func (s fakeShedder) Update(c shedder.Config) error {
+	s.e.mu.Lock()
+	s.e.shed = c
+	s.e.mu.Unlock()
+	s.e.updShed.Add(1)
+	return nil
+}
+
+func (s fakeShedder) Config() shedder.Config {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return s.e.shed
+}
+
+func (s fakeShedder) Start() error { s.e.startShed.Add(1); return nil }
 
 func (e *fakeEdge) switchInForce() region.Enforcement {
 	e.mu.Lock()

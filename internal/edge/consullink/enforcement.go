@@ -16,7 +16,7 @@ import (
 func (l *Link) applyEnforcement(data []byte) error {
 	if !hasText(data) && l.enforcementFromConsul {
 		if l.missing.set(docEnforcement, true) {
-			l.log.Warn("enforcement switch missing in consul; keeping the switch in force", "key", l.client.Layout().Enforcement(l.region), "switch", l.parts.Enforcement())
+			l.log.Warn("enforcement switch missing in consul; keeping the switch in force", "key", l.client.Layout().Enforcement(l.region), "switch", l.switchInForce())
 		}
 		return nil
 	}
@@ -24,7 +24,7 @@ func (l *Link) applyEnforcement(data []byte) error {
 	if err != nil {
 		return err
 	}
-	l.parts.SetEnforcement(en)
+	l.parts.Switch.SetEnforcement(en)
 	l.enforcementFromConsul = hasText(data)
 	l.missing.set(docEnforcement, false)
 	if path := l.enforcementCache(); path != "" {
@@ -67,7 +67,7 @@ func (l *Link) loadEnforcementCache() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", path, err)
 	}
-	l.parts.SetEnforcement(en)
+	l.parts.Switch.SetEnforcement(en)
 	l.enforcementFromConsul = true
 	return true, nil
 }

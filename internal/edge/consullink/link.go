@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/pkg/region"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
@@ -51,26 +52,58 @@ type Link struct {
 	hadRules              [2]bool
 	shedderFromConsul     bool // the shedder settings in force came from Consul
 	enforcementFromConsul bool // so did the switch (or from its cache)
+
+	cfg       config.Config // the settings Open had, for Start
+	closeIdle func()        // closes the agent's connections (Close)
 }
 
 // Parts are the edge's parts the link reads and feeds.
 type Parts struct {
-	Rules          func() *rules.Snapshot // the rules in force (nil: none yet)
-	CompileOptions func() []rules.CompileOption
-	ApplySnapshot  func(*rules.Snapshot, error) error // swaps compiled rules in, or counts err
-	ApplyRules     func([]byte) error                 // a rules document (the cache)
-	Enforcement    func() string                      // the switch in force, for the log
-	SetEnforcement func(region.Enforcement)
-	UpdateShedder  func(shedder.Config) error
-	StartShedder   func() error  // back to the settings the edge started with
-	ShedderVersion func() string // the settings version in force, registered
-	HostsVersion   func() string // the host table version in force, registered
-	SetEdges       func(inRegion, inPoP int)
-	GlobalShare    func() []string // the global rules' unreachable homes, registered
+	Rules   Rules
+	Switch  Switch
+	Shedder Shedder
+	// Hosts is the host table, whose version is registered (nil: none).
+	Hosts interface{ Version() string }
+	// Global are the global rules' homes: the ones this edge cannot reach
+	// are registered (nil: none).
+	Global   interface{ Unreachable() []string }
+	SetEdges func(inRegion, inPoP int)
+	// Reads are the edge's other documents, read before the first request
+	// (after the switch, before the rules), from their caches when
+	// Consul cannot give them.
+	Reads []Read
 	// Watches are the edge's other watches (the region catalog, the rate
-	// limit service's documents, certificates, ticket keys), run with the
-	// link's and reporting their errors to it.
-	Watches []func(ctx context.Context, client *region.Client, onErr func(error))
+	// limit service's documents, the host table, certificates, ticket
+	// keys), run with the link's and reporting their errors to it.
+	Watches []Watch
+}
+
+// Read reads a document before the first request; Watch watches it
+// until ctx is done, reporting its errors to onErr.
+type (
+	Read  = func(ctx context.Context, client *region.Client)
+	Watch = func(ctx context.Context, client *region.Client, onErr func(error))
+)
+
+// Rules are the rules in force (package liverules).
+type Rules interface {
+	Load() *rules.Snapshot                      // nil: none yet
+	ApplySnapshot(*rules.Snapshot, error) error // swaps compiled rules in, or counts err
+	Apply([]byte) error                         // a rules document (the cache)
+	CompileOptions() []rules.CompileOption
+}
+
+// Switch is the region's enforcement switch in force (package pipeline).
+type Switch interface {
+	Enforcement() (en region.Enforcement, ok bool)
+	SetEnforcement(region.Enforcement)
+}
+
+// Shedder is the load shedder and the settings it started with.
+type Shedder interface {
+	Update(shedder.Config) error
+	Config() shedder.Config // whose version is registered
+	Start() error           // back to the settings the edge started with
 }
 
 // Metrics are the counters the link adds to.
@@ -167,7 +200,7 @@ func (l *Link) ReadEnforcement(ctx context.Context) {
 		}
 		if cached {
 			l.missing.set(docEnforcement, true)
-			l.log.Warn("no enforcement switch in consul at start; running the cached one until one is pushed", "key", client.Layout().Enforcement(l.region), "switch", l.parts.Enforcement())
+			l.log.Warn("no enforcement switch in consul at start; running the cached one until one is pushed", "key", client.Layout().Enforcement(l.region), "switch", l.switchInForce())
 		} else if err := l.applyEnforcement(data); err != nil {
 			l.m.RulesErrors.Inc()
 			l.log.Error("enforcement switch from consul refused; enforcing every key", "err", err)
@@ -187,7 +220,7 @@ func (l *Link) ReadRules(ctx context.Context) {
 			// No rules document in Consul, but rules on disk: the region's
 			// last rules, kept as if this edge had run on.
 			l.missing.set(docRules, true)
-			l.log.Warn("no rules documents in consul at start; enforcing the cached rules until one is pushed", "version", l.parts.Rules().Version(), "cache", l.cachePath,
+			l.log.Warn("no rules documents in consul at start; enforcing the cached rules until one is pushed", "version", l.parts.Rules.Load().Version(), "cache", l.cachePath,
 				"global", client.Layout().GlobalRules(), "region", client.Layout().RegionRules(l.region))
 			return nil
 		}
@@ -216,8 +249,8 @@ func (l *Link) applyDocs(docs region.Docs) error {
 	if l.keepRules(docs) {
 		return nil
 	}
-	snap, doc, err := rules.Effective(docs.Global, docs.Region, l.parts.CompileOptions()...)
-	if err := l.parts.ApplySnapshot(snap, err); err != nil {
+	snap, doc, err := rules.Effective(docs.Global, docs.Region, l.parts.Rules.CompileOptions()...)
+	if err := l.parts.Rules.ApplySnapshot(snap, err); err != nil {
 		return fmt.Errorf("rules from consul refused: %w", err)
 	}
 	// A canary document is not the region's: once it is deleted, an
@@ -253,7 +286,7 @@ func (l *Link) applyDocs(docs region.Docs) error {
 // stay and the document counts as missing. An edge without rules yet takes
 // what there is, as before.
 func (l *Link) keepRules(docs region.Docs) bool {
-	snap := l.parts.Rules()
+	snap := l.parts.Rules.Load()
 	has := [2]bool{hasText(docs.Global), hasText(docs.Region)}
 	gone := !has[0] && !has[1] || l.hadRules[0] && !has[0] || l.hadRules[1] && !has[1]
 	if snap == nil || !gone {
@@ -281,7 +314,7 @@ func (l *Link) loadCache() error {
 	if err != nil {
 		return err
 	}
-	return l.parts.ApplyRules(data)
+	return l.parts.Rules.Apply(data)
 }
 
 // WriteFileAtomic replaces path with data in one rename.
@@ -307,6 +340,9 @@ func WriteFileAtomic(path string, data []byte) error {
 // RulesChanged has the edge registered again (the rules version, or
 // what it reports, changed).
 func (l *Link) RulesChanged() {
+	if l == nil {
+		return
+	}
 	select {
 	case l.changed <- struct{}{}:
 	default:
@@ -314,15 +350,18 @@ func (l *Link) RulesChanged() {
 }
 
 // Run watches and registers until ctx is done, and returns once every
-// goroutine it started has.
+// goroutine it started has (at once for a nil link).
 func (l *Link) Run(ctx context.Context) {
+	if l == nil {
+		return
+	}
 	onErr := func(err error) {
 		var refused *region.RefusedError
 		switch {
 		case l.countPanic(err):
 		case errors.As(err, &refused):
 			l.m.RulesErrors.Inc()
-			l.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", l.parts.Rules().Version())
+			l.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", l.parts.Rules.Load().Version())
 		default:
 			l.m.Errors.Inc()
 			l.log.Warn("consul watch failed; keeping the settings in force", "err", err)
@@ -333,7 +372,7 @@ func (l *Link) Run(ctx context.Context) {
 	wg.Go(func() {
 		l.client.WatchPoPRules(ctx, l.region, l.pop, func(d region.Docs) {
 			if err := l.applyDocs(d); err != nil {
-				l.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", l.parts.Rules().Version())
+				l.log.Error("rules from consul refused; keeping the rules in force", "err", err, "version", l.parts.Rules.Load().Version())
 			}
 		}, onErr)
 	})
@@ -408,13 +447,13 @@ func (l *Link) applyShedder(data []byte, canary bool) error {
 			}
 			return nil
 		}
-		return l.parts.StartShedder()
+		return l.parts.Shedder.Start()
 	}
 	cfg, err := shedder.ParseConfig(data)
 	if err != nil {
 		return err
 	}
-	if err := l.parts.UpdateShedder(cfg); err != nil {
+	if err := l.parts.Shedder.Update(cfg); err != nil {
 		return err
 	}
 	if !canary {
@@ -437,14 +476,14 @@ func (l *Link) register(ctx context.Context) {
 		case <-l.changed:
 		case <-retry.C:
 		}
-		l.reg.RulesVersion = l.parts.Rules().Version()
-		if l.parts.ShedderVersion != nil {
-			l.reg.ShedderVersion = l.parts.ShedderVersion()
+		l.reg.RulesVersion = l.parts.Rules.Load().Version()
+		l.reg.ShedderVersion = shedder.SettingsVersion(l.parts.Shedder.Config())
+		if l.parts.Hosts != nil {
+			l.reg.HostsVersion = l.parts.Hosts.Version()
 		}
-		if l.parts.HostsVersion != nil {
-			l.reg.HostsVersion = l.parts.HostsVersion()
+		if l.parts.Global != nil {
+			l.reg.GlobalShare = l.parts.Global.Unreachable()
 		}
-		l.reg.GlobalShare = l.parts.GlobalShare()
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := l.client.Register(rctx, l.reg)
 		if err == nil && l.rlsReg != nil {
@@ -460,8 +499,11 @@ func (l *Link) register(ctx context.Context) {
 }
 
 // Deregister takes the edge and its rate limit service out of the
-// catalog.
+// catalog (nothing for a nil link).
 func (l *Link) Deregister() {
+	if l == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := l.client.Deregister(ctx, l.reg.ID); err != nil {

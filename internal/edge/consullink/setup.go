@@ -13,9 +13,9 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
 
-// Agent is how the edge reaches its Consul agent (--consul and its
+// agent is how the edge reaches its Consul agent (--consul and its
 // credentials).
-type Agent struct {
+type agent struct {
 	Addr     string // host:port, or an http:// or https:// URL
 	Token    string // "": the api's defaults (CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE)
 	CAFile   string
@@ -23,10 +23,10 @@ type Agent struct {
 	KeyFile  string
 }
 
-// Dial is the client of the region's documents under prefix, through the
+// dial is the client of the region's documents under prefix, through the
 // agent a, and what closes its keep-alive connections (and their
 // goroutines).
-func Dial(a Agent, prefix string) (*region.Client, func(), error) {
+func dial(a agent, prefix string) (*region.Client, func(), error) {
 	ccfg := apiConfig(a)
 	client, err := region.NewClient(ccfg, prefix)
 	if err != nil {
@@ -35,7 +35,7 @@ func Dial(a Agent, prefix string) (*region.Client, func(), error) {
 	return client, ccfg.Transport.CloseIdleConnections, nil
 }
 
-func apiConfig(a Agent) *api.Config {
+func apiConfig(a agent) *api.Config {
 	cfg := api.DefaultConfig()
 	addr := a.Addr
 	if rest, ok := strings.CutPrefix(addr, "https://"); ok {
@@ -50,8 +50,8 @@ func apiConfig(a Agent) *api.Config {
 	return cfg
 }
 
-// Addrs are what the edge's registrations say of it.
-type Addrs struct {
+// addrs are what the edge's registrations say of it.
+type addrs struct {
 	Region, PoP string
 	Advertise   string // --advertise ("" none): host[:port]
 	Public      string // the bound public address
@@ -61,9 +61,9 @@ type Addrs struct {
 	Version     string // the build's
 }
 
-// Registrations are the edge's registration in the catalog and, with a
+// registrations are the edge's registration in the catalog and, with a
 // rate limit service, the service's (nil without).
-func Registrations(a Addrs) (region.Registration, *region.RLSRegistration) {
+func registrations(a addrs) (region.Registration, *region.RLSRegistration) {
 	host, _ := os.Hostname()
 	_, port, _ := net.SplitHostPort(a.Public)
 	portNum, _ := strconv.Atoi(port)
@@ -115,7 +115,7 @@ func localAddr(addr string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// DefaultCache is where the last good rules are kept when --rules-cache
+// defaultCache is where the last good rules are kept when --rules-cache
 // is not set, the first that applies of:
 //
 //  1. $STATE_DIRECTORY (the first of its paths): systemd sets it for a unit
@@ -128,7 +128,7 @@ func localAddr(addr string) string {
 // may write there and a reboot empties it, so a restarted edge would run
 // what someone else left, or nothing. With none of them, there is no cache
 // (an error says so).
-func DefaultCache(region, stateDir string, getenv func(string) string, userCache func() (string, error)) (string, error) {
+func defaultCache(region, stateDir string, getenv func(string) string, userCache func() (string, error)) (string, error) {
 	name := "rules-" + region + ".yaml"
 	if dirs := getenv("STATE_DIRECTORY"); dirs != "" {
 		dir, _, _ := strings.Cut(dirs, ":")

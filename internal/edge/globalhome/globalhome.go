@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/edgeguard/edgeguard/internal/edge/config"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/region"
 )
@@ -52,6 +53,16 @@ type homeClient struct {
 	dial      map[string]string
 	client    redis.UniversalClient
 	store     *limiter.RedisStore
+}
+
+// Open is New for the edge's settings: none without --redis (the
+// embedded memory store is one region by definition).
+func Open(cfg config.Config, lim *limiter.Limiter, o Options, reg prometheus.Registerer) (*Regions, error) {
+	if cfg.Redis == "" {
+		return nil, nil
+	}
+	o.Region, o.ConsulPrefix = cfg.Region, cfg.ConsulPrefix
+	return New(lim, o, reg)
 }
 
 // New gives the limiter its Global, this region alone until a catalog
@@ -160,6 +171,9 @@ func (gr *Regions) Unreachable() []string {
 
 // Close stops the Global and closes the other regions' clients.
 func (gr *Regions) Close() {
+	if gr == nil {
+		return
+	}
 	gr.g.Close()
 	gr.mu.Lock()
 	defer gr.mu.Unlock()

@@ -22,6 +22,11 @@ func NewSockets(inherited *Set, log *slog.Logger) *Sockets {
 	return &Sockets{Inherited: inherited, Exe: exe, log: log}
 }
 
+// Binder is Bind for the listener named name.
+func (s *Sockets) Binder(name string) func(addr string) (net.Listener, error) {
+	return func(addr string) (net.Listener, error) { return s.Bind(name, addr) }
+}
+
 // Bind is the listener named name: the inherited socket when there is one,
 // else a new one on addr. Either way it is kept for the next binary.
 func (s *Sockets) Bind(name, addr string) (net.Listener, error) {

@@ -40,14 +40,14 @@ func Open(s Settings, def *origin.Proxy, base origin.Config, om *origin.Metrics,
 	return r, nil
 }
 
-// Consul is what the router needs of the Consul link: the hosts
-// document's missing flag, and where the last good document is kept.
-type Consul struct {
-	// Missing marks the hosts document missing or back; true when that
-	// changed.
-	Missing   func(missing bool) bool
-	Cache     string // the last good document's file ("" none)
-	WriteFile func(path string, data []byte) error
+// Consul is what the router needs of the Consul link's hosts document
+// (consullink.Doc).
+type Consul interface {
+	// Missing marks the document missing or back; true when that changed.
+	Missing(missing bool) bool
+	Cache() string          // the last good document's file ("" none)
+	Keep(data []byte) error // replaces Cache whole
+	Changed()               // has the edge registered again (the table's version)
 }
 
 // ApplyConsul applies the region's hosts document as Consul gives it
@@ -71,8 +71,8 @@ func (r *Router) ApplyConsul(doc []byte, canary bool, c Consul) {
 	if canary {
 		return // a candidate is never what a restart runs without Consul
 	}
-	if path := c.Cache; path != "" {
-		if err := c.WriteFile(path, doc); err != nil {
+	if path := c.Cache(); path != "" {
+		if err := c.Keep(doc); err != nil {
 			r.log.Warn("could not cache the host table", "path", path, "err", err)
 		}
 	}
@@ -86,7 +86,7 @@ func (r *Router) ReadConsul(ctx context.Context, read func(context.Context) ([]b
 		r.ApplyConsul(doc, false, c)
 		return
 	}
-	path := c.Cache
+	path := c.Cache()
 	if path == "" {
 		r.log.Warn("no host table from consul and no cache: every host goes to the default pool until consul answers", "err", err)
 		return

@@ -97,6 +97,13 @@ func originConfig(cfg config.Config, origins []string) (origin.Config, error) {
 	return ocfg, nil
 }
 
+// End ends the response bodies still streaming from an origin and the
+// tunnels (shortly before the shutdown timeout).
+func (o *Origins) End() {
+	o.Router.EndStreams()
+	o.Tunnels.End()
+}
+
 // Close closes what OpenOrigins built, the router first.
 func (o *Origins) Close() {
 	for i := len(o.closers) - 1; i >= 0; i-- {

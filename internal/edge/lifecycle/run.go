@@ -17,11 +17,15 @@ import (
 	"time"
 
 	"github.com/edgeguard/edgeguard/internal/edge/handoff"
+	"github.com/edgeguard/edgeguard/internal/edge/listen"
 )
 
 // Plan is what Run runs: the edge's servers and the few hooks into its
 // parts that the lifecycle needs.
 type Plan struct {
+	// Front is the public side (nil: none): its servers come first, its
+	// certificates are watched, and its listeners close once it drained.
+	Front *listen.Front
 	// Background runs until Run returns (the samplers, the certificate
 	// watch): they keep working while the edge drains.
 	Background []func(ctx context.Context)
@@ -62,6 +66,7 @@ type Catalog interface {
 // 503 at once, the drain delay lets load balancers notice, the listeners
 // close, and in-flight requests finish (within the shutdown timeout).
 func Run(ctx context.Context, p Plan) error {
+	p.addFront()
 	var wg sync.WaitGroup
 	// Stopped last, in reverse order of their defers: the sampler keeps
 	// shedding while the edge drains.
@@ -139,6 +144,28 @@ func Run(ctx context.Context, p Plan) error {
 	err := p.Shutdown.Run()
 	p.Log.Info("edge stopped", "err", err)
 	return errors.Join(serveErr, err)
+}
+
+// addFront adds the public side's servers, its certificate watch and its
+// shutdown to the plan.
+func (p *Plan) addFront() {
+	f := p.Front
+	if f == nil {
+		return
+	}
+	front := []Server{{Name: "public server", Serve: f.Serve}}
+	p.Shutdown.Public, p.Shutdown.Quiet = f.Server.ShutdownWithContext, f.Quiet.CloseIdle
+	p.Shutdown.Listeners = append(p.Shutdown.Listeners, f.Ln)
+	if f.TLS != nil {
+		front = append(front, Server{Name: "public TLS server", Serve: f.ServeTLS})
+		p.Background = append(p.Background, f.TLS.Certs.Watch)
+		p.Shutdown.Listeners = append(p.Shutdown.Listeners, f.TLS.Ln)
+	}
+	if h2 := f.TLS.HTTP2(); h2 != nil {
+		front = append(front, Server{Name: "public HTTP/2 server", Serve: h2.Serve})
+		p.Shutdown.HTTP2 = h2.Shutdown
+	}
+	p.Servers = append(front, p.Servers...)
 }
 
 // serve runs the servers on wg until they are shut down; the first that

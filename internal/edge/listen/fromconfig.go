@@ -12,7 +12,7 @@ func SettingsFrom(c config.Config) Settings {
 		MaxHeaderBytes: c.MaxHeaderBytes, MaxBodyBytes: c.MaxBodyBytes,
 		ProxyFrom: trust.Set(c.ProxyProtocolFrom), Trusted: trust.Set(c.TrustedProxies),
 		MaxConnsPerIP: c.MaxConnsPerIP, IPv6Prefix: c.IPv6Prefix,
-		ListenTLS: c.ListenTLS, H2MaxStreams: c.H2MaxStreams, H2MaxHeldBytes: c.H2MaxHeldBytes,
+		Listen: c.Listen, ListenTLS: c.ListenTLS, H2MaxStreams: c.H2MaxStreams, H2MaxHeldBytes: c.H2MaxHeldBytes,
 		Certs: CertsConfig{
 			TLSCertDir:     c.TLSCertDir,
 			TLSDefaultCert: c.TLSDefaultCert,

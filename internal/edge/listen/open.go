@@ -25,6 +25,7 @@ type Settings struct {
 	ProxyFrom, Trusted trust.Set
 	MaxConnsPerIP      int
 	IPv6Prefix         int
+	Listen             string // --listen
 	ListenTLS          string // --listen-tls ("" none)
 	H2MaxStreams       int    // 0: no HTTP/2 on the TLS listener
 	H2MaxHeldBytes     int64

@@ -5,6 +5,7 @@
 package liverules
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -21,6 +22,25 @@ type Metrics struct {
 	Info   *prometheus.GaugeVec // version: 1 for the one running
 	Loaded prometheus.Gauge     // when it was loaded (Unix time)
 	Errors prometheus.Counter   // documents refused
+}
+
+// NewMetrics registers the rules' series with reg.
+func NewMetrics(reg prometheus.Registerer) (Metrics, error) {
+	m := Metrics{
+		Info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgeguard_edge_rules_info",
+			Help: "The rules version running (value 1).",
+		}, []string{"version"}),
+		Loaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgeguard_edge_rules_loaded_timestamp_seconds",
+			Help: "When the running rules were loaded (Unix time).",
+		}),
+		Errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgeguard_edge_rules_rejected_total",
+			Help: "Rule documents refused as invalid (the last good rules stay).",
+		}),
+	}
+	return m, errors.Join(reg.Register(m.Info), reg.Register(m.Loaded), reg.Register(m.Errors))
 }
 
 // Config is what the rules in force are checked with and whom a change
@@ -48,6 +68,9 @@ func New(c Config) *Rules { return &Rules{c: c} }
 
 // Load is the snapshot in force (nil: none yet).
 func (r *Rules) Load() *rules.Snapshot { return r.snap.Load() }
+
+// CompileOptions are how rules documents compile on this edge.
+func (r *Rules) CompileOptions() []rules.CompileOption { return r.c.CompileOptions() }
 
 // Pointer is what the request path reads the snapshot from.
 func (r *Rules) Pointer() *atomic.Pointer[rules.Snapshot] { return &r.snap }

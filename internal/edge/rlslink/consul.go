@@ -9,22 +9,17 @@ import (
 	"github.com/edgeguard/edgeguard/pkg/strictjson"
 )
 
-// Consul is what the service needs of the edge's Consul link when its
-// documents come from Consul (FromConsul).
-type Consul struct {
+// Consul is what the service needs of the Consul link's document when its
+// documents come from Consul (FromConsul; consullink.Doc).
+type Consul interface {
 	// Missing records the region's documents as missing or not, and
 	// reports whether that changed.
-	Missing func(missing bool) bool
+	Missing(missing bool) bool
 	// Changed registers the edge again: a service left critical (no
 	// documents) long enough for the agent to drop it comes back.
-	Changed func()
-	// Cache is the file keeping the last documents that loaded ("" none).
-	Cache string
-	// WriteFile replaces a file whole.
-	WriteFile func(path string, data []byte) error
-	// Draining says whether the edge is draining: the service then stays
-	// NOT_SERVING whatever loads.
-	Draining func() bool
+	Changed()
+	Cache() string          // the file keeping the last documents that loaded ("" none)
+	Keep(data []byte) error // replaces Cache whole
 }
 
 // ApplyConsul loads the region's documents from Consul (by key, under
@@ -49,22 +44,22 @@ func (s *Service) ApplyConsul(prefix string, docs map[string][]byte, c Consul) {
 	}
 	// SERVING from the first configuration on, unless draining: checked
 	// again after, so a drain that began in between wins.
-	if !c.Draining() {
+	if !s.draining() {
 		s.SetServing(true)
-		if c.Draining() {
+		if s.draining() {
 			s.SetServing(false)
 		}
 	}
 	c.Missing(false)
 	s.log.Info("rate limit service documents from consul loaded", "documents", len(docs), "domains", s.Domains())
 	c.Changed()
-	if c.Cache != "" {
+	if path := c.Cache(); path != "" {
 		data, err := json.Marshal(docs)
 		if err == nil {
-			err = c.WriteFile(c.Cache, data)
+			err = c.Keep(data)
 		}
 		if err != nil {
-			s.log.Warn("could not cache the rate limit service documents", "path", c.Cache, "err", err)
+			s.log.Warn("could not cache the rate limit service documents", "path", path, "err", err)
 		}
 	}
 }
@@ -72,16 +67,17 @@ func (s *Service) ApplyConsul(prefix string, docs map[string][]byte, c Consul) {
 // LoadCache serves the cached documents: an edge started while Consul is
 // unreachable answers with what its region last pushed.
 func (s *Service) LoadCache(prefix string, c Consul) error {
-	if c.Cache == "" {
+	path := c.Cache()
+	if path == "" {
 		return errors.New("no rules cache")
 	}
-	data, err := os.ReadFile(c.Cache)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	var docs map[string][]byte
 	if err := strictjson.Unmarshal(data, &docs); err != nil {
-		return fmt.Errorf("%s: %w", c.Cache, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	s.ApplyConsul(prefix, docs, c)
 	return nil

@@ -30,6 +30,9 @@ type Service struct {
 	grpc *rls.GRPC
 	raw  net.Listener // as bound
 	ln   net.Listener // raw, capped per client address
+	// draining says whether the edge is draining: the service then stays
+	// NOT_SERVING whatever loads.
+	draining func() bool
 }
 
 // Options is what the service takes from the rest of the edge.
@@ -45,6 +48,16 @@ type Options struct {
 	// Bind opens the listener on an address (nil: net.Listen), so the
 	// edge can hand it an inherited socket.
 	Bind func(addr string) (net.Listener, error)
+	// Draining says whether the edge is draining (nil: never): documents
+	// loading from Consul then leave the service NOT_SERVING.
+	Draining func() bool
+}
+
+// Open is New for the edge's settings (--rls-*, --key-salt,
+// --ipv6-prefix; the Consul prefix and the region for the log).
+func Open(cfg config.Config, o Options, reg prometheus.Registerer) (*Service, error) {
+	o.KeySalt, o.IPv6Prefix, o.ConsulPrefix, o.Region = cfg.KeySalt, cfg.IPv6Prefix, cfg.ConsulPrefix, cfg.Region
+	return New(cfg.RLS, o, reg)
 }
 
 // New loads the configuration (refusing to start on an invalid one) and
@@ -94,7 +107,10 @@ func New(c config.RLSConfig, o Options, reg prometheus.Registerer) (*Service, er
 	// callers are Envoys, not the public) and no exemption; a refused
 	// connection is closed without a word (gRPC clients read no text).
 	served := listen.Capped(ln, listen.NewConnCounts(c.MaxConnsPerIP, o.IPv6Prefix, nil, srv.RefusedConns()), nil)
-	s := &Service{cfg: c, log: o.Log, srv: srv, grpc: rls.NewGRPC(srv, rls.GRPCOptions{Creds: creds, MaxStreams: uint32(c.MaxStreams), Reflection: c.Reflection}), raw: ln, ln: served}
+	s := &Service{cfg: c, log: o.Log, srv: srv, grpc: rls.NewGRPC(srv, rls.GRPCOptions{Creds: creds, MaxStreams: uint32(c.MaxStreams), Reflection: c.Reflection}), raw: ln, ln: served, draining: o.Draining}
+	if s.draining == nil {
+		s.draining = func() bool { return false }
+	}
 	if c.ConfigDir != "" {
 		o.Log.Info("rate limit service configured", "domains", len(srv.Config().Domains()), "dir", c.ConfigDir)
 	} else {
@@ -125,7 +141,11 @@ func (s *Service) Addr() string {
 }
 
 // Close closes the listener (the edge's closers, when it fails to start).
-func (s *Service) Close() { _ = s.raw.Close() }
+func (s *Service) Close() {
+	if s != nil {
+		_ = s.raw.Close()
+	}
+}
 
 // Reload re-reads the configuration directory (SIGHUP); an invalid set
 // keeps the one in force. Documents from Consul are watched instead; a
@@ -158,8 +178,12 @@ func (s *Service) LoadDocuments(byKey map[string][]byte) error {
 	return s.srv.LoadDocuments(byKey, s.cfg.MergeDomains, s.cfg.Match()...)
 }
 
-// SetServing sets the gRPC health status.
-func (s *Service) SetServing(ok bool) { s.grpc.SetServing(ok) }
+// SetServing sets the gRPC health status (nothing for a nil Service).
+func (s *Service) SetServing(ok bool) {
+	if s != nil {
+		s.grpc.SetServing(ok)
+	}
+}
 
 // Serve answers calls until Stop.
 func (s *Service) Serve() error { return s.grpc.Serve(s.ln) }
