@@ -27,12 +27,12 @@ type Config struct {
 	Pprof    bool
 }
 
-// Handler serves the admin port: never the public one. /metrics,
+// newHandler serves the admin port: never the public one. /metrics,
 // /healthz and /readyz are open (scrapers and load balancers); /debug
 // shows rules, client states and profiles, so it needs the admin token,
 // and /debug/pprof also --pprof. There is no /debug/pprof/cmdline: no
 // secret is on the command line, but nothing there needs to be shown.
-func Handler(c Config) http.Handler {
+func newHandler(c Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Registry, promhttp.HandlerOpts{Registry: c.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -13,19 +13,19 @@ import (
 	"github.com/edgeguard/edgeguard/internal/edge/config"
 )
 
-// Server is the admin server (Handler) on its own listener.
+// Server is the admin server (newHandler) on its own listener.
 type Server struct {
 	Ln  net.Listener
 	srv *http.Server
 }
 
-// NewServer is the admin server of c on ln, which the caller bound (so
+// newServer is the admin server of c on ln, which the caller bound (so
 // that an upgrade can hand it over).
-func NewServer(c Config, ln net.Listener) *Server {
-	return &Server{Ln: ln, srv: &http.Server{Handler: Handler(c), ReadHeaderTimeout: 5 * time.Second}}
+func newServer(c Config, ln net.Listener) *Server {
+	return &Server{Ln: ln, srv: &http.Server{Handler: newHandler(c), ReadHeaderTimeout: 5 * time.Second}}
 }
 
-// Open is NewServer on --admin, bound through bind, showing the edge's
+// Open is newServer on --admin, bound through bind, showing the edge's
 // region and PoP and guarding /debug with --admin-token (pprof with
 // --pprof). It registers with reg the series read at scrape
 // (registerServing): open is the public server's open connections.
@@ -38,7 +38,7 @@ func Open(cfg config.Config, c Config, reg prometheus.Registerer, open func() fl
 		return nil, fmt.Errorf("listening on %s (admin): %w", cfg.Admin, err)
 	}
 	c.Region, c.PoP, c.Token, c.Pprof = cfg.Region, cfg.PoP, cfg.AdminToken, cfg.Pprof
-	return NewServer(c, ln), nil
+	return newServer(c, ln), nil
 }
 
 // Addr is the bound address.

@@ -17,7 +17,7 @@ import (
 func TestServerServesUntilShutdown(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	s := NewServer(Config{Registry: prometheus.NewRegistry(), Clients: http.NotFound}, ln)
+	s := newServer(Config{Registry: prometheus.NewRegistry(), Clients: http.NotFound}, ln)
 	served := make(chan error, 1)
 	go func() { served <- s.Serve() }()
 
@@ -46,5 +46,5 @@ func TestServerFailureIsAnError(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	require.NoError(t, ln.Close())
-	require.Error(t, NewServer(Config{Registry: prometheus.NewRegistry(), Clients: http.NotFound}, ln).Serve())
+	require.Error(t, newServer(Config{Registry: prometheus.NewRegistry(), Clients: http.NotFound}, ln).Serve())
 }

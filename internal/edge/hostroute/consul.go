@@ -20,14 +20,14 @@ type Settings struct {
 	File                 string // --hosts: the table's file ("" none)
 }
 
-// Open is New with the path policy from s, the table in s.File applied
+// openRouter is makeRouter with the path policy from s, the table in s.File applied
 // when there is one.
-func Open(s Settings, def *origin.Proxy, base origin.Config, om *origin.Metrics, reg prometheus.Registerer, log *slog.Logger) (*Router, error) {
+func openRouter(s Settings, def *origin.Proxy, base origin.Config, om *origin.Metrics, reg prometheus.Registerer, log *slog.Logger) (*Router, error) {
 	sem, err := pathsem.Parse(s.PathSemantics)
 	if err != nil {
 		return nil, err
 	}
-	r, err := New(def, base, hosts.PathPolicy{Semantics: sem, RefuseAmbiguous: s.RefuseAmbiguousPaths}, om, reg, log)
+	r, err := makeRouter(def, base, hosts.PathPolicy{Semantics: sem, RefuseAmbiguous: s.RefuseAmbiguousPaths}, om, reg, log)
 	if err != nil {
 		return nil, err
 	}

@@ -60,10 +60,10 @@ type pool struct {
 	p   *origin.Proxy
 }
 
-// New routes every host to def until a table is applied. base is the
+// makeRouter routes every host to def until a table is applied. base is the
 // settings def was built from; paths the path policy of the hosts no
 // table says otherwise of; om the metrics every pool shares.
-func New(def *origin.Proxy, base origin.Config, paths hosts.PathPolicy, om *origin.Metrics, reg prometheus.Registerer, log *slog.Logger) (*Router, error) {
+func makeRouter(def *origin.Proxy, base origin.Config, paths hosts.PathPolicy, om *origin.Metrics, reg prometheus.Registerer, log *slog.Logger) (*Router, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -27,7 +27,7 @@ func newRouter(t testing.TB) (*Router, *origin.Proxy, *prometheus.Registry) {
 	def, err := origin.NewPool(base, om, nil)
 	require.NoError(t, err)
 	t.Cleanup(def.Close)
-	r, err := New(def, base, hosts.PathPolicy{}, om, reg, nil)
+	r, err := makeRouter(def, base, hosts.PathPolicy{}, om, reg, nil)
 	require.NoError(t, err)
 	t.Cleanup(r.Close)
 	return r, def, reg

@@ -57,7 +57,7 @@ func OpenOrigins(cfg config.Config, reg prometheus.Registerer, log *slog.Logger)
 	if o.Tunnels, err = origin.NewTunnels(origin.TunnelConfig{MaxOpen: cfg.MaxTunnels, IdleTimeout: cfg.TunnelIdleTimeout}, reg); err != nil {
 		return nil, fmt.Errorf("configuring tunnels: %w", err)
 	}
-	if o.Router, err = Open(Settings{
+	if o.Router, err = openRouter(Settings{
 		PathSemantics: cfg.PathSemantics, RefuseAmbiguousPaths: cfg.RefuseAmbiguousPaths, File: cfg.Hosts,
 	}, proxy, ocfg, om, reg, log); err != nil {
 		return nil, err

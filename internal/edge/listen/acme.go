@@ -102,7 +102,7 @@ func (e *Certs) StartACME(client *region.Client, tlsAddr string) (stop func(), e
 // certificate serves a TLS-ALPN-01 challenge, or an ACME name's managed
 // certificate; ok is false when the certificate store should answer.
 func (a *acmeState) certificate(hello *tls.ClientHelloInfo) (c *tls.Certificate, ok bool, err error) {
-	if slices.Equal(hello.SupportedProtos, []string{ACMEALPN}) {
+	if slices.Equal(hello.SupportedProtos, []string{acmeALPN}) {
 		c, err = a.magic.GetCertificate(hello)
 		return c, true, err
 	}

@@ -28,8 +28,8 @@ type CertMetrics struct {
 	acme         *prometheus.CounterVec // event
 }
 
-// NewCertMetrics makes the series, every label value at 0.
-func NewCertMetrics() *CertMetrics {
+// newCertMetrics makes the series, every label value at 0.
+func newCertMetrics() *CertMetrics {
 	m := &CertMetrics{
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edgeguard_tls_certificate_reloads_total",
@@ -92,9 +92,9 @@ type Certs struct {
 	acme      *acmeState  // nil without --acme-domains
 }
 
-// NewCerts reads the certificate files; it refuses none (Len says how many
+// newCerts reads the certificate files; it refuses none (Len says how many
 // there are).
-func NewCerts(cfg CertsConfig, m *CertMetrics, log *slog.Logger) (*Certs, error) {
+func newCerts(cfg CertsConfig, m *CertMetrics, log *slog.Logger) (*Certs, error) {
 	e := &Certs{cfg: cfg, m: m, log: log, certs: certstore.New(cfg.TLSCertDir, cfg.TLSDefaultCert)}
 	return e, e.scanCerts()
 }
@@ -105,7 +105,7 @@ func (e *Certs) Len() int { return e.certs.Len() }
 // TLSConfig is the listener's configuration, offering h2 when h2 is set,
 // with the session-ticket keys of --tls-ticket-keys loaded.
 func (e *Certs) TLSConfig(h2 bool) (*tls.Config, error) {
-	var acme ACMECerts
+	var acme acmeCerts
 	if len(e.cfg.ACMEDomains) > 0 {
 		// e.acme is set by StartACME, before Run serves a handshake.
 		acme = func(hello *tls.ClientHelloInfo) (*tls.Certificate, bool, error) {
@@ -115,7 +115,7 @@ func (e *Certs) TLSConfig(h2 bool) (*tls.Config, error) {
 			return e.acme.certificate(hello)
 		}
 	}
-	e.tlsConfig = NewTLSConfig(e.certs, h2, acme)
+	e.tlsConfig = newTLSConfig(e.certs, h2, acme)
 	if e.cfg.TLSTicketKeys != "" {
 		e.tickets = &ticketKeys{path: e.cfg.TLSTicketKeys, config: e.tlsConfig}
 		if err := e.loadTicketKeys(); err != nil {

@@ -38,7 +38,7 @@ import (
 // per connection; it buffers nothing.
 //
 // fasthttp hands h2 connections (ALPN) to the HTTP/2 server unread, which
-// reads the TLS connection under this one (H1Unwrapped).
+// reads the TLS connection under this one (h1Unwrapped).
 
 // framingError is a request the edge refuses at the framing: Reason is
 // the refusal's label (edgeguard_edge_requests_refused_total), Status and
@@ -612,9 +612,9 @@ func (c *framedTLSConn) Close() error {
 	return c.serverTLSConn.Close()
 }
 
-// H1Unwrapped hands an h2 connection's handler the TLS connection under
+// h1Unwrapped hands an h2 connection's handler the TLS connection under
 // the framer: HTTP/2 frames are not HTTP/1.x lines.
-func H1Unwrapped(serve func(net.Conn) error) func(net.Conn) error {
+func h1Unwrapped(serve func(net.Conn) error) func(net.Conn) error {
 	return func(c net.Conn) error {
 		if fc, ok := c.(*framedTLSConn); ok {
 			fc.q.drop(fc) // the HTTP/2 server reads it from here on

@@ -25,7 +25,7 @@ type Bind func(addr string) (net.Listener, error)
 // on --listen and --listen-tls, through public and tls; consul says the
 // certificates may come from Consul alone (OpenTLS).
 func (p *Public) OpenFront(handler fasthttp.RequestHandler, onError func(*fasthttp.RequestCtx, error), expect func(*fasthttp.RequestCtx) int, public, tls Bind, consul bool) (*Front, error) {
-	f := &Front{Server: p.NewServer(handler, onError, expect), Quiet: NewQuiet()}
+	f := &Front{Server: p.NewServer(handler, onError, expect), Quiet: newQuiet()}
 	ln, err := public(p.s.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", p.s.Listen, err)

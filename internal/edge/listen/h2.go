@@ -64,8 +64,8 @@ type H2Metrics struct {
 // Collectors are the series to register.
 func (m *H2Metrics) Collectors() []prometheus.Collector { return []prometheus.Collector{m.floods} }
 
-// NewH2Metrics makes the HTTP/2 series.
-func NewH2Metrics() *H2Metrics {
+// newH2Metrics makes the HTTP/2 series.
+func newH2Metrics() *H2Metrics {
 	m := &H2Metrics{floods: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeguard_tls_h2_floods_total",
 		Help: "HTTP/2 connections closed for a flood, by the budget spent: rst_stream (the client's resets beyond the edge's budget), provoked_resets (resets the server sent for the client's protocol errors, on the same budget), early_resets (net/http's queue of unstarted handlers full), control (PING, SETTINGS, PRIORITY, PRIORITY_UPDATE or GOAWAY frames), window_update (WINDOW_UPDATE beyond what the DATA sent needs), empty_data (DATA without data or END_STREAM), ping_ack (PING ACK no PING asked for), continuation (empty CONTINUATION), unknown (frame types HTTP/2 does not define).",
@@ -80,7 +80,7 @@ func NewH2Metrics() *H2Metrics {
 // each (decrypted, metered) to net/http's HTTP/2 server through a listener
 // of its own, and waits until it is done with it.
 type H2Server struct {
-	cfg H2Config
+	cfg h2Config
 	hs  *http.Server // its Shutdown sends every connection a GOAWAY
 	ln  *connQueue
 	m   *H2Metrics
@@ -94,10 +94,10 @@ type H2Server struct {
 	lingering sync.WaitGroup
 }
 
-// H2Config is what the HTTP/2 server is built from: the pipeline it runs
+// h2Config is what the HTTP/2 server is built from: the pipeline it runs
 // every stream through, the per-client cap its streams count against, and
 // the edge's limits and timeouts.
-type H2Config struct {
+type h2Config struct {
 	Addr           net.Addr                // the TLS listener's
 	Handler        fasthttp.RequestHandler // the request pipeline
 	Counts         *ConnCounts             // the public listeners' per-client cap
@@ -112,9 +112,9 @@ type H2Config struct {
 	IdleTimeout    time.Duration
 }
 
-// NewH2Server is the HTTP/2 server of the TLS listener's h2 connections:
+// newH2Server is the HTTP/2 server of the TLS listener's h2 connections:
 // Serve runs it, ServeConn is fasthttp's NextProto handler.
-func NewH2Server(cfg H2Config) *H2Server {
+func newH2Server(cfg h2Config) *H2Server {
 	h := &H2Server{cfg: cfg, m: cfg.Metrics, ln: newConnQueue(cfg.Addr)}
 	h.streams, h.held = cfg.StreamMetrics, newH2Budget(cfg.MaxHeldBytes, cfg.StreamMetrics.held)
 	// TLS is the edge's: net/http sees the decrypted stream, which starts
@@ -355,7 +355,7 @@ func (h *H2Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	st := h2Streams.Get().(*h2Stream)
 	st.conn = h2StreamConn{Conn: mc.Conn, state: &mc.state, ctx: r.Context()}
 	ctx := &st.ctx
-	ctx.Init2(&st.conn, FastHTTPLogger{Log: h.cfg.Log}, false)
+	ctx.Init2(&st.conn, fastHTTPLogger{Log: h.cfg.Log}, false)
 	req := &ctx.Request
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.RequestURI)

@@ -38,13 +38,13 @@ func benchH2Stream(t testing.TB, handler fasthttp.RequestHandler) (*H2Server, *h
 
 // testH2Config is an HTTP/2 server's settings around handler, with metrics
 // of its own and a discarding log (no listener address).
-func testH2Config(handler fasthttp.RequestHandler) H2Config {
-	return H2Config{
+func testH2Config(handler fasthttp.RequestHandler) h2Config {
+	return h2Config{
 		Handler:       handler,
 		Counts:        NewConnCounts(256, 64, nil, prometheus.NewCounter(prometheus.CounterOpts{Name: "refused"})),
 		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics:       NewH2Metrics(),
-		StreamMetrics: NewH2StreamMetrics(),
+		Metrics:       newH2Metrics(),
+		StreamMetrics: newH2StreamMetrics(),
 		MaxHeldBytes:  256 << 20,
 		WriteTimeout:  10 * time.Second,
 	}

@@ -42,7 +42,7 @@ func BenchmarkH2FrameMeter(b *testing.B) {
 		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
 	}
 	data := stream.Bytes()
-	m := NewH2Metrics()
+	m := newH2Metrics()
 	hdr := make([]byte, 9)
 	payload := make([]byte, 16<<10)
 	b.ReportAllocs()

@@ -99,7 +99,7 @@ func newH2Stalled(t *testing.T, handler fasthttp.RequestHandler, hold bool) *h2S
 	ca, cert, ln := h2TestSite(t)
 	cfg := testH2Config(handler)
 	cfg.Addr, cfg.MaxStreams = ln.Addr(), 100
-	s := &h2Stalled{srv: NewH2Server(cfg), next: 1}
+	s := &h2Stalled{srv: newH2Server(cfg), next: 1}
 	metered := make(chan *h2MeteredConn, 1)
 	connContext := s.srv.hs.ConnContext
 	s.srv.hs.ConnContext = func(ctx context.Context, c net.Conn) context.Context {

@@ -39,7 +39,7 @@ func TestH2ConnectionRegisteredAfterShutdownGetsAGoAway(t *testing.T) {
 
 	cfg := testH2Config(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") })
 	cfg.Addr = ln.Addr()
-	h := NewH2Server(cfg)
+	h := newH2Server(cfg)
 	// net/http calls ConnContext once it has accepted a connection, before
 	// it reads anything from it.
 	accepted := make(chan struct{}, 2)

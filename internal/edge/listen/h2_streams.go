@@ -68,8 +68,8 @@ const (
 	h2RefusedHeldBytes = "held_bytes"
 )
 
-// NewH2StreamMetrics makes the series of what streams hold.
-func NewH2StreamMetrics() *H2StreamMetrics {
+// newH2StreamMetrics makes the series of what streams hold.
+func newH2StreamMetrics() *H2StreamMetrics {
 	m := &H2StreamMetrics{
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "edgeguard_tls_h2_held_bytes",
@@ -377,7 +377,7 @@ func tooLargeToHold(ctx *fasthttp.RequestCtx) {
 func (h *H2Server) refuse(w http.ResponseWriter, mc *h2MeteredConn, r *http.Request, reason string) {
 	st := h2Streams.Get().(*h2Stream)
 	st.conn = h2StreamConn{Conn: mc.Conn, state: &mc.state, ctx: r.Context()}
-	st.ctx.Init2(&st.conn, FastHTTPLogger{Log: h.cfg.Log}, false)
+	st.ctx.Init2(&st.conn, fastHTTPLogger{Log: h.cfg.Log}, false)
 	h.refuseStream(&st.ctx, reason)
 	h.writeHeader(w, st, r.Method)
 	if r.Method != http.MethodHead {

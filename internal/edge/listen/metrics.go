@@ -20,8 +20,8 @@ type Metrics struct {
 // NewMetrics registers the listeners' series with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		TLS:   NewTLSMetrics(),
-		Certs: NewCertMetrics(),
+		TLS:   newTLSMetrics(),
+		Certs: newCertMetrics(),
 		ProxyRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_edge_proxy_protocol_refused_total",
 			Help: "Connections refused under the PROXY protocol policy: missing_header (a --proxy-protocol-from balancer sent none), untrusted_source (a PROXY header from anyone else), invalid_header (malformed, or a TLV running past the header), too_many_waiting (the oldest of 1024 balancer connections waiting for their header, closed to make room).",
@@ -30,8 +30,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "edgeguard_edge_connections_refused_total",
 			Help: "Connections refused at accept because their peer address already held --max-conns-per-ip.",
 		}),
-		H2:        NewH2Metrics(),
-		H2Streams: NewH2StreamMetrics(),
+		H2:        newH2Metrics(),
+		H2Streams: newH2StreamMetrics(),
 	}
 	for _, r := range []string{"missing_header", "untrusted_source", "invalid_header", "too_many_waiting"} {
 		m.ProxyRefused.WithLabelValues(r)

@@ -15,7 +15,7 @@ import (
 // Settings are the public listeners' and server's settings.
 type Settings struct {
 	ReadTimeout    time.Duration
-	WriteTimeout   time.Duration // per write (PerWrite), never per response
+	WriteTimeout   time.Duration // per write (perWrite), never per response
 	IdleTimeout    time.Duration
 	MaxHeaderBytes int
 	MaxBodyBytes   int
@@ -53,7 +53,7 @@ func NewPublic(s Settings, m *Metrics, log *slog.Logger) *Public {
 func (p *Public) Stack(ln net.Listener, refusal []byte) net.Listener {
 	// Innermost: every write to the socket, TLS records included, has its
 	// own --write-timeout.
-	ln = PerWrite(ln, p.s.WriteTimeout)
+	ln = perWrite(ln, p.s.WriteTimeout)
 	if len(p.s.ProxyFrom) > 0 {
 		ln = NewProxyListener(ln, p.s.ProxyFrom, p.s.ReadTimeout, p.m.ProxyRefused, p.log)
 	}
@@ -83,12 +83,12 @@ func (p *Public) NewServer(handler fasthttp.RequestHandler, onError func(*fastht
 		// No WriteTimeout: fasthttp's is one deadline for the whole
 		// response, which would cut a streamed body (a large object, an
 		// event stream) however well its client reads. --write-timeout
-		// is a deadline per write instead (PerWrite, in Stack).
+		// is a deadline per write instead (perWrite, in Stack).
 		IdleTimeout:                  p.s.IdleTimeout,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
 		NoDefaultDate:                false,
-		Logger:                       FastHTTPLogger{Log: p.log},
+		Logger:                       fastHTTPLogger{Log: p.log},
 	}
 }
 
@@ -136,7 +136,7 @@ func (t *TLS) HTTP2() *H2Server {
 // certificates may come from Consul (none on disk is no error then).
 func (p *Public) OpenTLS(bind func() (net.Listener, error), server *fasthttp.Server, consul bool) (*TLS, error) {
 	s := p.s
-	certs, err := NewCerts(s.Certs, p.m.Certs, p.log)
+	certs, err := newCerts(s.Certs, p.m.Certs, p.log)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func (p *Public) OpenTLS(bind func() (net.Listener, error), server *fasthttp.Ser
 	}
 	t := &TLS{Certs: certs}
 	if s.H2MaxStreams > 0 {
-		t.H2 = NewH2Server(H2Config{
+		t.H2 = newH2Server(h2Config{
 			Addr:           ln.Addr(),
 			Handler:        server.Handler,
 			Counts:         p.counts,
@@ -168,8 +168,8 @@ func (p *Public) OpenTLS(bind func() (net.Listener, error), server *fasthttp.Ser
 			WriteTimeout:   s.WriteTimeout,
 			IdleTimeout:    s.IdleTimeout,
 		})
-		server.NextProto("h2", H1Unwrapped(t.H2.ServeConn))
+		server.NextProto("h2", h1Unwrapped(t.H2.ServeConn))
 	}
-	t.Ln = NewTLSListener(p.Stack(ln, nil), tlsConfig, p.m.TLS, s.ReadTimeout, p.log)
+	t.Ln = newTLSListener(p.Stack(ln, nil), tlsConfig, p.m.TLS, s.ReadTimeout, p.log)
 	return t, nil
 }

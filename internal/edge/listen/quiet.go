@@ -28,8 +28,8 @@ type quietConn struct {
 	inner net.Conn
 }
 
-// NewQuiet is an empty Quiet.
-func NewQuiet() *Quiet { return &Quiet{m: map[net.Conn]quietConn{}} }
+// newQuiet is an empty Quiet.
+func newQuiet() *Quiet { return &Quiet{m: map[net.Conn]quietConn{}} }
 
 func (q *Quiet) add(c, inner net.Conn) {
 	if q == nil {

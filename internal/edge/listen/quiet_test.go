@@ -17,7 +17,7 @@ func TestQuietKeepsConnectionsThatSentNothing(t *testing.T) {
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer raw.Close()
-	q := NewQuiet()
+	q := newQuiet()
 	ln := Framed(raw, q)
 	pair := func() (client, server net.Conn) {
 		c, err := net.Dial("tcp", raw.Addr().String())
@@ -69,7 +69,7 @@ func TestQuietKeepsConnectionsThatSentNothing(t *testing.T) {
 	q.add(tc, sc)
 	require.Equal(t, 1, q.count())
 	var handed net.Conn
-	require.NoError(t, H1Unwrapped(func(c net.Conn) error { handed = c; return nil })(tc))
+	require.NoError(t, h1Unwrapped(func(c net.Conn) error { handed = c; return nil })(tc))
 	require.Same(t, tc.serverTLSConn, handed)
 	require.Zero(t, q.count(), "an HTTP/2 connection is not quiet")
 

@@ -31,8 +31,8 @@ const (
 	handshakeOther      = "other"
 )
 
-// NewTLSMetrics makes the series, every label value at 0.
-func NewTLSMetrics() *TLSMetrics {
+// newTLSMetrics makes the series, every label value at 0.
+func newTLSMetrics() *TLSMetrics {
 	m := &TLSMetrics{
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgeguard_tls_handshakes_total",
@@ -78,22 +78,22 @@ var tlsCipherSuites = []uint16{
 	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
-// ACMEALPN is the ALPN protocol of TLS-ALPN-01 challenges (RFC 8737).
-const ACMEALPN = "acme-tls/1"
+// acmeALPN is the ALPN protocol of TLS-ALPN-01 challenges (RFC 8737).
+const acmeALPN = "acme-tls/1"
 
-// ACMECerts answers a handshake for ACME (a challenge, or a managed name's
+// acmeCerts answers a handshake for ACME (a challenge, or a managed name's
 // certificate); ok false leaves it to the certificate store.
-type ACMECerts func(hello *tls.ClientHelloInfo) (c *tls.Certificate, ok bool, err error)
+type acmeCerts func(hello *tls.ClientHelloInfo) (c *tls.Certificate, ok bool, err error)
 
-// NewTLSConfig serves the store's certificates, offering h2 when h2 is
+// newTLSConfig serves the store's certificates, offering h2 when h2 is
 // set, and ACME's first when acme is not nil.
-func NewTLSConfig(certs *certstore.Store, h2 bool, acme ACMECerts) *tls.Config {
+func newTLSConfig(certs *certstore.Store, h2 bool, acme acmeCerts) *tls.Config {
 	protos := []string{"http/1.1"}
 	if h2 {
 		protos = []string{"h2", "http/1.1"}
 	}
 	if acme != nil {
-		protos = append(protos, ACMEALPN)
+		protos = append(protos, acmeALPN)
 	}
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
@@ -129,9 +129,9 @@ func NewTLSConfig(certs *certstore.Store, h2 bool, acme ACMECerts) *tls.Config {
 	}
 }
 
-// NewTLSListener terminates TLS with config over ln (capped and
+// newTLSListener terminates TLS with config over ln (capped and
 // PROXY-aware); timeout bounds each handshake's writes.
-func NewTLSListener(ln net.Listener, config *tls.Config, m *TLSMetrics, timeout time.Duration, log *slog.Logger) net.Listener {
+func newTLSListener(ln net.Listener, config *tls.Config, m *TLSMetrics, timeout time.Duration, log *slog.Logger) net.Listener {
 	return &tlsListener{Listener: ln, config: config, m: m, timeout: timeout, log: log}
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/edgeguard/edgeguard/internal/deadline"
 )
 
-// PerWrite is ln with a write timeout judged by progress on each
+// perWrite is ln with a write timeout judged by progress on each
 // connection it accepts: a write fails, and the server closes the
 // connection, only when the client took no byte of it for d. fasthttp's
 // own WriteTimeout is one deadline for a whole response, which would cut
@@ -27,20 +27,20 @@ import (
 // without a byte taken. So every accepted socket gets TCP_NOTSENT_LOWAT
 // (one system call at accept; the listener's own is not inherited by
 // multipath TCP's, which Go listens with by default): a write waits only
-// until less than NotSentLowat bytes are unsent, and a slow reader's
+// until less than notSentLowat bytes are unsent, and a slow reader's
 // progress shows within a second. It also keeps the unsent bytes a slow
-// reader leaves in the kernel to about NotSentLowat per connection.
-func PerWrite(ln net.Listener, d time.Duration) net.Listener {
+// reader leaves in the kernel to about notSentLowat per connection.
+func perWrite(ln net.Listener, d time.Duration) net.Listener {
 	if d <= 0 {
 		return ln
 	}
 	return perWriteListener{Listener: ln, d: d}
 }
 
-// NotSentLowat is the TCP_NOTSENT_LOWAT PerWrite sets: two of the
+// notSentLowat is the TCP_NOTSENT_LOWAT perWrite sets: two of the
 // proxy's 32 KiB body writes and more, so a client reading at line rate
 // never waits on it.
-const NotSentLowat = 128 << 10
+const notSentLowat = 128 << 10
 
 type perWriteListener struct {
 	net.Listener
@@ -52,7 +52,7 @@ func (l perWriteListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	setNotSentLowat(c, NotSentLowat)
+	setNotSentLowat(c, notSentLowat)
 	// The socket's deadlines are kept (package deadline): moved on
 	// before every write here, and by fasthttp twice a request, they are
 	// set on it about once per timeout.

@@ -13,14 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// slowPair is a connection accepted through PerWrite(d) and its client,
+// slowPair is a connection accepted through perWrite(d) and its client,
 // whose receive buffer is small so that what the client has not read
 // stays with the server.
 func slowPair(t *testing.T, d time.Duration) (server, client net.Conn) {
 	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	ln := PerWrite(raw, d)
+	ln := perWrite(raw, d)
 	t.Cleanup(func() { ln.Close() })
 	dialer := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
@@ -49,7 +49,7 @@ func TestPerWriteSetsNotSentLowat(t *testing.T) {
 	var gerr error
 	require.NoError(t, rc.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpNotSentLowat) }))
 	require.NoError(t, gerr)
-	require.Equal(t, NotSentLowat, v)
+	require.Equal(t, notSentLowat, v)
 }
 
 // A client reading slowly but steadily is never cut, however long one
@@ -119,14 +119,14 @@ func (c *deadlineCounter) SetWriteDeadline(t time.Time) error {
 }
 
 // A keep-alive connection's requests move its deadlines later each time:
-// fasthttp's idle wait's, then the request's, then PerWrite's before the
+// fasthttp's idle wait's, then the request's, then perWrite's before the
 // answer. The socket's are set once each, not per request (package
-// deadline under PerWrite's connections).
+// deadline under perWrite's connections).
 func TestPerWriteDeadlinesSetOncePerTimeout(t *testing.T) {
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var sock *deadlineCounter
-	ln := PerWrite(countingListener{Listener: raw, last: &sock}, time.Minute)
+	ln := perWrite(countingListener{Listener: raw, last: &sock}, time.Minute)
 	t.Cleanup(func() { ln.Close() })
 	client, err := net.Dial("tcp", raw.Addr().String())
 	require.NoError(t, err)
