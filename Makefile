@@ -8,7 +8,7 @@ TIMEOUT ?= 12m
 # of each package's cache key), minutes of make test's time under -race.
 export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 
-.PHONY: build package package-check run test test-go loadtest-test test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test stack-build k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers bench-tenants rls-differential
+.PHONY: build package package-check run test test-suite test-go loadtest-test test-busy faults faults-failover bench bench-tls fuzz-paths lint tools dashboards dashboards-check stack-up stack-down stack-outputs drills stack-test stack-build k6 loadtest loadtest-smoke shed-bench bench-stream-peers bench-slow-readers bench-big-object bench-peers bench-tenants rls-differential
 
 # bin/edge and bin/regionctl, stamped with `git describe` (edge --version,
 # edgeguard_build_info); the Go toolchain adds the VCS revision itself.
@@ -55,8 +55,13 @@ lint:
 # package check and the stack test's builds (stack-build) run in the light
 # lane beside the heavy packages (scripts/test-go.sh), where the cores have
 # room; the stack test after, with nothing left to build.
+# test-suite is what make test runs once the tools are there, and what make
+# test-busy runs under the busy recipe.
 TEST_STACK_BUILD := $(CURDIR)/.stack-build
 test: tools
+	$(MAKE) --no-print-directory test-suite
+
+test-suite:
 	$(MAKE) --no-print-directory test-go \
 		LIGHT_BEFORE='$(MAKE) --no-print-directory lint dashboards-check' \
 		LIGHT_AFTER='$(MAKE) --no-print-directory loadtest-test package-check stack-build STACK_BUILD_DIR=$(TEST_STACK_BUILD)'
@@ -80,12 +85,13 @@ test-go:
 
 # The tests on a busy machine (scripts/busy.sh): stress-ng noise and
 # stalls of the tests' own Redis servers while BUSY_CMD runs, by default
-# the Go tests as make test runs them. PKG runs one package instead, RUN
-# and COUNT narrowing it:
+# everything make test runs (test-suite: both lanes, their lint, package
+# and load-test steps, then the stack test). PKG runs one package instead,
+# RUN and COUNT narrowing it; BUSY_CMD='make test-go' the Go tests alone:
 #   make test-busy PKG=./pkg/limiter RUN=TestSlowStoreStaysExact COUNT=30
 PKG ?=
 RUN ?=
-BUSY_CMD ?= $(if $(PKG),$(GO) test -race -count=$(COUNT) -timeout $(TIMEOUT) -run '$(RUN)' $(PKG),$(MAKE) --no-print-directory test-go)
+BUSY_CMD ?= $(if $(PKG),$(GO) test -race -count=$(COUNT) -timeout $(TIMEOUT) -run '$(RUN)' $(PKG),$(MAKE) --no-print-directory test-suite)
 test-busy: tools
 	EDGEGUARD_CONSUL="$$(./scripts/install-consul.sh)" EDGEGUARD_H2SPEC="$$(./scripts/install-h2spec.sh)" \
 	./scripts/busy.sh $(BUSY_CMD)
