@@ -126,6 +126,9 @@ func TestCanaryPush(t *testing.T) {
 		require.Equal(t, 0, code, out)
 		require.Contains(t, out, "runs rules version "+good)
 		require.Contains(t, out, "canary promoted")
+		// Judged on figures that reach the window's end: Prometheus
+		// held scrapes of both PoPs since it ended.
+		require.Contains(t, out, "scraped_to_end=true")
 		waitVersion(t, fra, good, time.Now())
 		waitVersion(t, ams, good, time.Now())
 		v, _, err := rc.Get(ctx, "eu-west", layout.RulesCanary("eu-west", "ams"))

@@ -362,6 +362,13 @@ func (a *app) runCanary(s *session, prometheus string, cf *canaryFlags, c candid
 		return fmt.Errorf("interrupted during the canary of %s at PoP %s (the canary key is deleted, the region keeps its document)", r, cf.pop)
 	case <-time.After(cf.dur):
 	}
+	// The figures must reach the window's end: wait (as long as --for at
+	// most, never over a minute) for Prometheus to hold both sides' scrapes.
+	waited, scraped := waitScraped(ctx, prometheus, r, cf.pop, loaded, time.Now(), min(cf.dur, maxScrapeWait), a.g.timeout)
+	if !scraped {
+		a.progress("%s: canary: Prometheus holds no scrape of PoP %s and of the rest of %s since the window ended (waited %s): the figures may be incomplete\n",
+			r, cf.pop, r, waited.Round(time.Second))
+	}
 	window := time.Since(loaded)
 	canary, rest, err := canaryFigures(ctx, prometheus, r, cf.pop, window, a.g.timeout)
 	if err != nil {
@@ -370,6 +377,7 @@ func (a *app) runCanary(s *session, prometheus string, cf *canaryFlags, c candid
 	v := cf.judge(canary, rest)
 	a.progress("%s: canary figures over %s: PoP %s: %s; rest of %s: %s\n", r, window.Round(time.Second), cf.pop, canary, r, rest)
 	log.Info("canary figures", "region", r, "pop", cf.pop, "window", window.Round(time.Second).String(),
+		"scrape_wait", waited.Round(time.Millisecond).String(), "scraped_to_end", scraped,
 		"canary_requests", canary.Requests, "canary_deny", canary.Deny, "canary_5xx", canary.Err5xx, "canary_shed", canary.Shed, "canary_fallback", canary.Fallback, "canary_refused", canary.Refused,
 		"rest_requests", rest.Requests, "rest_deny", rest.Deny, "rest_5xx", rest.Err5xx, "rest_shed", rest.Shed, "rest_fallback", rest.Fallback)
 	if !v.Promote {
@@ -477,6 +485,74 @@ func (a *app) progress(format string, args ...any) {
 func (f figures) String() string {
 	return fmt.Sprintf("%.0f requests, deny %.4f, 5xx %.4f, shed %.4f, fallback %.4f, refused documents %g",
 		f.Requests, f.Deny, f.Err5xx, f.Shed, f.Fallback, f.Refused)
+}
+
+// maxScrapeWait bounds waitScraped's wait (with --for): a candidate that
+// stops its PoP's scrapes is rolled back at most this much later.
+const maxScrapeWait = time.Minute
+
+// waitScraped waits, for at most bound, until Prometheus holds, for the
+// PoP's edges and for another PoP's of region r (a canary needs one to
+// compare with), a scrape taken at or after end and two since loaded (what
+// an increase needs): the figures then reach the window's end instead of
+// stopping at the scrapes before it, a scrape interval or more earlier on
+// a lagging Prometheus, where a short window held too few samples to count
+// the PoP's requests. An edge's build_info series is there only while its
+// last scrape succeeded, and its timestamp is that scrape's. It reports how
+// long it waited and whether the scrapes came; a query that fails ends the
+// wait (the figures' queries report it).
+func waitScraped(ctx context.Context, promURL, r, pop string, loaded, end time.Time, bound, timeout time.Duration) (time.Duration, bool) {
+	c, err := api.NewClient(api.Config{Address: promURL})
+	if err != nil {
+		return 0, false
+	}
+	papi := promv1.NewAPI(c)
+	query := func(q string) (model.Vector, bool) {
+		qctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		v, _, _, err := papi.Query(qctx, q, time.Now())
+		vec, ok := v.(model.Vector)
+		return vec, err == nil && ok
+	}
+	start := time.Now()
+	deadline := start.Add(bound)
+	for {
+		// Whole seconds since loaded, rounded down, as the figures read.
+		w := fmt.Sprintf("%ds", max(int(time.Since(loaded).Seconds()), 1))
+		latest, ok := query(fmt.Sprintf(`max by (pop) (timestamp(edgeguard_build_info{region=%q}))`, r))
+		if !ok {
+			return time.Since(start), false
+		}
+		count, ok := query(fmt.Sprintf(`max by (pop) (count_over_time(edgeguard_build_info{region=%q}[%s]))`, r, w))
+		if !ok {
+			return time.Since(start), false
+		}
+		enough := map[string]bool{}
+		for _, s := range count {
+			enough[string(s.Metric["pop"])] = s.Value >= 2
+		}
+		popDone, otherDone := false, false
+		for _, s := range latest {
+			p := string(s.Metric["pop"])
+			done := enough[p] && !time.Unix(0, int64(float64(s.Value)*1e9)).Before(end)
+			if p == pop {
+				popDone = done
+			} else {
+				otherDone = otherDone || done
+			}
+		}
+		if popDone && otherDone {
+			return time.Since(start), true
+		}
+		if !time.Now().Before(deadline) {
+			return time.Since(start), false
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), false
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // canaryFigures reads both sides' figures from Prometheus over window
