@@ -135,10 +135,25 @@ func (l *connCap) refuse(c net.Conn) {
 	}
 }
 
+// writeRefusal writes refusal under a 100 ms deadline. A fresh socket
+// takes a refusal's bytes into its send buffer whatever the peer does, so
+// a timeout with nothing written is this goroutine's lateness (a starved
+// process ran the write after its deadline had passed, and the write
+// refused itself before trying), not the peer's: it is tried again, up to
+// refusalTries times in all, instead of closing without a word.
 func writeRefusal(c net.Conn, refusal []byte) {
-	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	_, _ = c.Write(refusal)
+	for range refusalTries {
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		n, err := c.Write(refusal)
+		var ne net.Error
+		if n > 0 || !errors.As(err, &ne) || !ne.Timeout() {
+			return
+		}
+	}
 }
+
+// refusalTries bounds writeRefusal's tries.
+const refusalTries = 3
 
 func (l *ConnCounts) release(key netip.Addr) {
 	l.mu.Lock()
