@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -165,8 +166,20 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 	}
 	// Witness of the overload: the lower tiers lost most of their requests.
 	require.Less(t, success("read"), 0.5)
-	// Lowest first (1 point of slack for two tiers both almost fully cut).
-	require.LessOrEqual(t, success("test"), success("read")+0.01)
+	// Lowest first. Both tiers are almost fully cut, in the worker queue
+	// (the ramp sheds nothing yet at the defaults): a request finding a
+	// free worker is admitted whatever its tier, and only one that waits
+	// beside a higher tier's loses to it (the queue's order by tier:
+	// pkg/shedder's TestWorkersPriorityQueue). The two rates are then
+	// close, and the test tier's, from a fifth of read's requests, moves by
+	// sampling alone: test may exceed read by three standard errors of the
+	// difference at most (at least one point). One point alone was about
+	// 1.2 of them: under the busy recipe a run read test 8.33 % (100 of
+	// 1,200) against read 7.27 % (436 of 6,000).
+	nTest, nRead := float64(codes.total("test")), float64(codes.total("read"))
+	pooled := (success("test")*nTest + success("read")*nRead) / (nTest + nRead)
+	slack := max(0.01, 3*math.Sqrt(pooled*(1-pooled)*(1/nTest+1/nRead)))
+	require.LessOrEqual(t, success("test"), success("read")+slack, "the lowest tier does no better than read, within %.2f points", 100*slack)
 	require.Less(t, success("read"), success("write"))
 	require.Less(t, success("write"), success("critical"))
 	// Critical traffic is served without starving the rest: the highest
@@ -361,13 +374,18 @@ func (c tierCodes) count(code int) int {
 	return n
 }
 
-// success is the share of tier's requests answered 200.
-func (c tierCodes) success(tier string) float64 {
+// total is how many of tier's requests were answered (or not).
+func (c tierCodes) total(tier string) int {
 	n := 0
 	for _, k := range c[tier] {
 		n += k
 	}
-	return float64(c[tier][http.StatusOK]) / float64(max(n, 1))
+	return n
+}
+
+// success is the share of tier's requests answered 200.
+func (c tierCodes) success(tier string) float64 {
+	return float64(c[tier][http.StatusOK]) / float64(max(c.total(tier), 1))
 }
 
 // shedderRejections sums the edges' shedder rejections by tier/reason,
