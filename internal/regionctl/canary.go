@@ -502,29 +502,19 @@ const maxScrapeWait = time.Minute
 // long it waited and whether the scrapes came; a query that fails ends the
 // wait (the figures' queries report it).
 func waitScraped(ctx context.Context, promURL, r, pop string, loaded, end time.Time, bound, timeout time.Duration) (time.Duration, bool) {
-	c, err := api.NewClient(api.Config{Address: promURL})
+	ask, err := vectorQuery(promURL, timeout)
 	if err != nil {
 		return 0, false
-	}
-	papi := promv1.NewAPI(c)
-	query := func(q string) (model.Vector, bool) {
-		qctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		v, _, _, err := papi.Query(qctx, q, time.Now())
-		vec, ok := v.(model.Vector)
-		return vec, err == nil && ok
 	}
 	start := time.Now()
 	deadline := start.Add(bound)
 	for {
-		// Whole seconds since loaded, rounded down, as the figures read.
-		w := fmt.Sprintf("%ds", max(int(time.Since(loaded).Seconds()), 1))
-		latest, ok := query(fmt.Sprintf(`max by (pop) (timestamp(edgeguard_build_info{region=%q}))`, r))
-		if !ok {
+		latest, err := ask(ctx, fmt.Sprintf(`max by (pop) (timestamp(edgeguard_build_info{region=%q}))`, r), time.Now())
+		if err != nil {
 			return time.Since(start), false
 		}
-		count, ok := query(fmt.Sprintf(`max by (pop) (count_over_time(edgeguard_build_info{region=%q}[%s]))`, r, w))
-		if !ok {
+		count, err := ask(ctx, fmt.Sprintf(`max by (pop) (count_over_time(edgeguard_build_info{region=%q}[%s]))`, r, rangeOf(time.Since(loaded))), time.Now())
+		if err != nil {
 			return time.Since(start), false
 		}
 		enough := map[string]bool{}
@@ -555,22 +545,18 @@ func waitScraped(ctx context.Context, promURL, r, pop string, loaded, end time.T
 	}
 }
 
-// canaryFigures reads both sides' figures from Prometheus over window
-// (ending now), by the pop label the edges' targets carry.
-func canaryFigures(ctx context.Context, promURL, r, pop string, window, timeout time.Duration) (canary, rest figures, err error) {
+// vectorQuery asks Prometheus at promURL for instant vectors, each query
+// bounded by timeout.
+func vectorQuery(promURL string, timeout time.Duration) (func(ctx context.Context, q string, at time.Time) (model.Vector, error), error) {
 	c, err := api.NewClient(api.Config{Address: promURL})
 	if err != nil {
-		return canary, rest, fmt.Errorf("prometheus client: %w", err)
+		return nil, fmt.Errorf("prometheus client: %w", err)
 	}
 	papi := promv1.NewAPI(c)
-	// Whole seconds, rounded down: never a sample from before the PoP ran
-	// the candidate.
-	w := fmt.Sprintf("%ds", max(int(window.Seconds()), 1))
-	now := time.Now()
-	query := func(q string) (model.Vector, error) {
+	return func(ctx context.Context, q string, at time.Time) (model.Vector, error) {
 		qctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		v, _, _, err := papi.Query(qctx, q, now)
+		v, _, _, err := papi.Query(qctx, q, at)
 		if err != nil {
 			return nil, fmt.Errorf("querying prometheus (%s): %w", q, err)
 		}
@@ -579,7 +565,26 @@ func canaryFigures(ctx context.Context, promURL, r, pop string, window, timeout 
 			return nil, fmt.Errorf("querying prometheus (%s): unexpected %s result", q, v.Type())
 		}
 		return vec, nil
+	}, nil
+}
+
+// rangeOf is a range selector's duration for window: whole seconds,
+// rounded down (never a sample from before the PoP ran the candidate), at
+// least one.
+func rangeOf(window time.Duration) string {
+	return fmt.Sprintf("%ds", max(int(window.Seconds()), 1))
+}
+
+// canaryFigures reads both sides' figures from Prometheus over window
+// (ending now), by the pop label the edges' targets carry.
+func canaryFigures(ctx context.Context, promURL, r, pop string, window, timeout time.Duration) (canary, rest figures, err error) {
+	ask, err := vectorQuery(promURL, timeout)
+	if err != nil {
+		return canary, rest, err
 	}
+	w := rangeOf(window)
+	now := time.Now()
+	query := func(q string) (model.Vector, error) { return ask(ctx, q, now) }
 	// side hands each series to add with the canary's figures or the
 	// rest's, by its pop label.
 	side := func(vec model.Vector, add func(f *figures, s *model.Sample)) {
