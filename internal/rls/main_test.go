@@ -14,6 +14,7 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -107,12 +108,13 @@ type setup struct {
 	grpc    rls.GRPCOptions
 	dir     string // configuration directory; "" writes doc into a fresh one
 	doc     string
-	match   []rlsconfig.Option // how the documents compile
+	match   []rlsconfig.Option    // how the documents compile
+	reg     prometheus.Registerer // the limiter's metrics (nil: none)
 }
 
 func newService(t testing.TB, s setup) *service {
 	t.Helper()
-	l, err := limiter.New(s.store, limiter.Config{StoreName: "redis", Timeout: s.timeout}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l, err := limiter.New(s.store, limiter.Config{StoreName: "redis", Timeout: s.timeout}, s.reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 	s.opts.Limiter = l
