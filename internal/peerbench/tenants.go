@@ -565,6 +565,55 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, plan *cpuPlan, dir, sc, t
 		return func() { wg.Wait(); cancel() }
 	}
 
+	// a.example's clients, each load in a process of its own, started now
+	// and told to go when their phase begins.
+	var loads []*childLoad
+	var into []*count
+	stopLoads := func() {
+		for _, l := range loads {
+			l.stop()
+		}
+	}
+	spec := loadSpec{Addr: srv.addr, Host: slowHost, Timeout: timeout}
+	var specs []loadSpec
+	if sc == "flood" {
+		r.Conns = *floodConns
+		spec.Sources, spec.Conns = floodSources(cfg.FloodSources), *floodConns
+		specs, into = append(specs, spec), append(into, r.A)
+	} else {
+		r.Conns = cfg.AClients
+		a, crit := spec, spec
+		a.Sources, a.Conns = aSources(cfg.ASources), cfg.AClients
+		crit.Sources, crit.Conns, crit.Priority = []string{trustedSource}, cfg.Critical, "critical"
+		for _, l := range []struct {
+			spec loadSpec
+			c    *count
+		}{{a, r.A}, {crit, r.Crit}} {
+			if l.spec.Conns >= 1 {
+				specs, into = append(specs, l.spec), append(into, l.c)
+			}
+		}
+	}
+	for _, sp := range specs {
+		cl, err := startLoad(sp)
+		if err != nil {
+			stopLoads()
+			return nil, err // none begun
+		}
+		loads = append(loads, cl)
+	}
+	begun := false // until then, a return stops them
+	defer func() {
+		if !begun {
+			stopLoads()
+		}
+	}()
+	for _, l := range loads {
+		if err := l.waitReady(ctx); err != nil {
+			return nil, err
+		}
+	}
+
 	// b.example alone, closed loop; its rate there sets the fixed rate.
 	cpu0 := cpuSeconds(srv.pid())
 	closed(time.Now().Add(cfg.Phase), r.BQuiet)()
@@ -598,43 +647,14 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, plan *cpuPlan, dir, sc, t
 	if sc == "flood" {
 		end = end.Add(cfg.Phase)
 	}
-	// a.example's clients, each load in a process of its own.
-	var loads []*childLoad
-	var into []*count
-	stopLoads := func() {
-		for _, l := range loads {
-			_ = l.cmd.Process.Kill()
-			_ = l.cmd.Wait()
-		}
-	}
-	spec := loadSpec{Addr: srv.addr, Host: slowHost, Timeout: timeout, Until: end}
-	if sc == "flood" {
-		r.Conns = *floodConns
-		spec.Sources, spec.Conns = floodSources(cfg.FloodSources), *floodConns
-		cl, err := startLoad(spec)
-		if err != nil {
-			waitOpen()
+	begun = true
+	for _, l := range loads {
+		if err := l.begin(end); err != nil {
+			stopLoads()
+			if waitOpen != nil {
+				waitOpen()
+			}
 			return nil, err
-		}
-		loads, into = append(loads, cl), append(into, r.A)
-	} else {
-		r.Conns = cfg.AClients
-		a, crit := spec, spec
-		a.Sources, a.Conns = aSources(cfg.ASources), cfg.AClients
-		crit.Sources, crit.Conns, crit.Priority = []string{trustedSource}, cfg.Critical, "critical"
-		for _, l := range []struct {
-			spec loadSpec
-			c    *count
-		}{{a, r.A}, {crit, r.Crit}} {
-			if l.spec.Conns < 1 {
-				continue
-			}
-			cl, err := startLoad(l.spec)
-			if err != nil {
-				stopLoads()
-				return nil, err
-			}
-			loads, into = append(loads, cl), append(into, l.c)
 		}
 	}
 	var waitB, waitC func()
