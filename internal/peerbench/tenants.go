@@ -594,20 +594,19 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, plan *cpuPlan, dir, sc, t
 			}
 		}
 	}
-	for _, sp := range specs {
-		cl, err := startLoad(sp)
-		if err != nil {
-			stopLoads()
-			return nil, err // none begun
-		}
-		loads = append(loads, cl)
-	}
 	begun := false // until then, a return stops them
 	defer func() {
 		if !begun {
 			stopLoads()
 		}
 	}()
+	for _, sp := range specs {
+		cl, err := startLoad(sp)
+		if err != nil {
+			return nil, err
+		}
+		loads = append(loads, cl)
+	}
 	for _, l := range loads {
 		if err := l.waitReady(ctx); err != nil {
 			return nil, err
@@ -647,16 +646,15 @@ func tenantRun(ctx context.Context, cfg TenantsConfig, plan *cpuPlan, dir, sc, t
 	if sc == "flood" {
 		end = end.Add(cfg.Phase)
 	}
-	begun = true
 	for _, l := range loads {
 		if err := l.begin(end); err != nil {
-			stopLoads()
 			if waitOpen != nil {
 				waitOpen()
 			}
 			return nil, err
 		}
 	}
+	begun = true
 	var waitB, waitC func()
 	if sc != "flood" {
 		waitB = closed(end, r.BDuring)

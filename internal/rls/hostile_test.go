@@ -338,17 +338,27 @@ func TestReflectionOffByDefault(t *testing.T) {
 	}
 }
 
-// counter is the value of an unlabelled counter in reg.
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// counter is the value of a counter in reg: its first series, or with
+// label (a name and a value) the series that has it.
+func counter(t *testing.T, reg *prometheus.Registry, name string, label ...string) float64 {
 	t.Helper()
 	fams, err := reg.Gather()
 	require.NoError(t, err)
 	for _, f := range fams {
-		if f.GetName() == name {
-			return f.GetMetric()[0].GetCounter().GetValue()
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			has := len(label) < 2
+			for _, l := range m.GetLabel() {
+				has = has || l.GetName() == label[0] && l.GetValue() == label[1]
+			}
+			if has {
+				return m.GetCounter().GetValue()
+			}
 		}
 	}
-	t.Fatalf("no metric %s", name)
+	t.Fatalf("no metric %s %v", name, label)
 	return 0
 }
 

@@ -54,9 +54,9 @@ descriptors:
 	for _, value := range []string{"frozen", "killed"} {
 		for tries := 0; ; tries++ {
 			require.Less(t, tries, 4, "Redis answers one of %s's calls", value)
-			before := fallbackChecks(t, reg)
+			before := counter(t, reg, "edgeguard_limiter_checks_total", "reason", "fallback")
 			r, _ := call(value)
-			if fallbackChecks(t, reg) == before {
+			if counter(t, reg, "edgeguard_limiter_checks_total", "reason", "fallback") == before {
 				require.Equal(t, ok, r.OverallCode)
 				left[value] = int(r.Statuses[0].LimitRemaining)
 				break
@@ -98,25 +98,4 @@ descriptors:
 	}
 	require.Less(t, slowest, deadline)
 	t.Logf("slowest answer with Redis down: %s", slowest)
-}
-
-// fallbackChecks is how many checks the limiter's fallback decided.
-func fallbackChecks(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range fams {
-		if f.GetName() != "edgeguard_limiter_checks_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == "fallback" {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatal("no edgeguard_limiter_checks_total{reason=\"fallback\"}")
-	return 0
 }
