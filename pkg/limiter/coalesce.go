@@ -185,6 +185,15 @@ func (l *Limiter) callBatch(b *batch, sum int64) {
 // the items had been decided one after another.
 func (l *Limiter) split(b *batch, d Decision, need int64, sent time.Time, gen uint64) {
 	lease, left := d.Lease, d.Admitted
+	// What the answer does not count of this edge's admissions
+	// (Decision.holdBack) is kept back from the items, and given back
+	// with what they leave.
+	var held int64
+	if d.Remaining -= d.unseen; d.Remaining < 0 {
+		held = min(left, -d.Remaining)
+		left -= held
+		d.Remaining = 0
+	}
 	b.mu.Lock()
 	n := b.settle()
 	for _, it := range b.items {
@@ -196,13 +205,15 @@ func (l *Limiter) split(b *batch, d Decision, need int64, sent time.Time, gen ui
 			out.Admitted, out.Allowed = c, true
 			out.Lease, lease = lease.Split(c)
 			left -= c
+		} else if held > 0 { // not cached, as holdBack's denial
+			out.RetryAfter = max(d.RetryAfter, d.ResetAfter, time.Millisecond)
 		} else {
 			out.RetryAfter = d.RetryAfter
 			l.remember(it.check, out, need, sent, gen)
 		}
 		it.out = out
 	}
-	remaining := d.Remaining + lease.Units
+	remaining := d.Remaining + lease.Units - held
 	for i := len(b.items) - 1; i >= 0; i-- {
 		if it := b.items[i]; !it.left {
 			it.out.Remaining = remaining

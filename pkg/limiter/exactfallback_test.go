@@ -2,7 +2,9 @@ package limiter
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,4 +258,185 @@ func TestExactFallbackShareNeedsRecentFailure(t *testing.T) {
 	v, err := l.Decide(context.Background(), []Check{c})
 	require.NoError(t, err)
 	require.Equal(t, SourceStore, v.Checks[0].Source, "the probe closed the breaker: the store decides")
+}
+
+// heldStore is a Redis store whose calls made while hold is set wait until
+// release is closed (a call queued in a frozen Redis, or still in a lane
+// when its caller gave up), while the calls made after hold is cleared
+// run at once.
+type heldStore struct {
+	*RedisStore
+	hold    atomic.Bool
+	held    atomic.Int32 // calls that waited
+	release chan struct{}
+}
+
+func (s *heldStore) Take(ctx context.Context, reqs []Request) ([]Decision, error) {
+	if s.hold.Load() {
+		s.held.Add(1)
+		<-s.release
+	}
+	return s.RedisStore.Take(ctx, reqs)
+}
+
+// aloneRig is one edge alone on a key (Nodes 1) of an exact fixed window
+// of 5 an hour, on a real Redis behind a heldStore, whose store answer
+// leaves out one of the edge's admissions (newAloneRig).
+type aloneRig struct {
+	t        *testing.T
+	l        *Limiter
+	st       *heldStore
+	rc       *redis.Client
+	check    Check
+	admitted int64
+	released bool
+}
+
+const aloneLimit = 5
+
+// newAloneRig has the store answer 1 of 5, then two calls outlive the
+// deadline, held (both decided by the fallback: 3 admitted), and the next
+// call is answered: it carries the second call's admission but not the
+// first's, which rode on the second call, still held. The answer says 2
+// left where 1 is.
+func newAloneRig(t *testing.T) *aloneRig {
+	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	c, err := NewRedisClient(srv.URL(), ModeStandalone)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	rs, err := NewRedisStore(Conn(c), testenv.KeyPrefix(t))
+	require.NoError(t, err)
+	require.NoError(t, rs.Load(context.Background()))
+	r := &aloneRig{t: t, st: &heldStore{RedisStore: rs, release: make(chan struct{})}}
+	r.l, err = New(r.st, Config{Timeout: 50 * time.Millisecond, BreakerFailures: 1 << 20}, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(t.Output(), nil)))
+	require.NoError(t, err)
+	t.Cleanup(r.l.Close)
+	t.Cleanup(func() { // first: Close waits for the held calls
+		if !r.released {
+			close(r.st.release)
+		}
+	})
+	r.rc = redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = r.rc.Close() })
+	r.check = Check{Limit: Limit{Key: "alone", Algorithm: limit.FixedWindow, Limit: aloneLimit, Window: time.Hour}, Cost: 1, Nodes: 1}
+
+	d := r.decide(SourceStore)
+	require.True(t, d.Allowed)
+	require.EqualValues(t, aloneLimit-1, d.Remaining)
+	r.st.hold.Store(true)
+	for range 2 {
+		require.True(t, r.decide(SourceFallback).Allowed, "the fallback's share of 4 left")
+	}
+	require.EqualValues(t, 2, r.st.held.Load(), "both calls were sent, and held")
+	r.st.hold.Store(false)
+	d = r.decide(SourceStore)
+	require.True(t, d.Allowed)
+	require.EqualValues(t, 4, r.admitted)
+	require.EqualValues(t, 3, r.counted(), "Redis lacks the admission the held call carries")
+	require.EqualValues(t, 1, d.Remaining, "the answer leaves room for the held call's unit")
+	return r
+}
+
+// decide has the edge decide one request, from want, and counts it.
+func (r *aloneRig) decide(want ...Source) Decision {
+	r.t.Helper()
+	v, err := r.l.Decide(context.Background(), []Check{r.check})
+	require.NoError(r.t, err)
+	d := v.Checks[0]
+	require.Contains(r.t, want, d.Source)
+	if d.Allowed {
+		r.admitted++
+	}
+	require.LessOrEqual(r.t, r.admitted, int64(aloneLimit), "admitted over the limit")
+	return d
+}
+
+// counted is what Redis counts for the key (every window's field: one).
+func (r *aloneRig) counted() (n int64) {
+	for _, v := range r.rc.HGetAll(context.Background(), r.st.Keys(r.check.Limit)[0]).Val() {
+		x, err := strconv.ParseInt(v, 10, 64)
+		require.NoError(r.t, err)
+		n += x
+	}
+	return n
+}
+
+// settle lets every held call run, and then the clients ask until denied:
+// nothing more is admitted, and Redis counts each admission once.
+func (r *aloneRig) settle() {
+	r.st.hold.Store(false)
+	close(r.st.release)
+	r.released = true
+	require.Eventually(r.t, func() bool { return testCounter(r.l.metrics.lateCalls) == float64(r.st.held.Load()) }, 10*time.Second, time.Millisecond, "the held calls answered late")
+	for range 2 {
+		require.False(r.t, r.decide(SourceStore, SourcePrefilter).Allowed, "once the store answers, nothing more")
+	}
+	require.EqualValues(r.t, aloneLimit, r.admitted)
+	require.EqualValues(r.t, aloneLimit, r.counted(), "Redis counted each admission once")
+}
+
+// An edge alone on a key takes, in an outage, what the store's last answer
+// left less what it admitted that this answer does not count: the
+// fallback's admissions still owed, or replayed on a call that had not run
+// when the answer was given (a call its caller gave up on, held in a
+// frozen Redis). The store fails again before the held call runs: the
+// fallback admits 1, not the 2 the answer said.
+func TestAloneShareLeavesOutWhatTheAnswerDidNotCount(t *testing.T) {
+	r := newAloneRig(t)
+	r.st.hold.Store(true)
+	for range aloneLimit {
+		r.decide(SourceFallback)
+	}
+	require.EqualValues(t, aloneLimit, r.admitted, "the second outage's share: what was left")
+	r.settle()
+}
+
+// The same answer, and the store goes on answering while the held call
+// has not run: Redis admits the request it has room for, and the next
+// one, which Redis still has room for, is denied (its unit given back):
+// the held call's unit takes it.
+func TestAloneStoreAnswerLeavesRoomForWhatItDidNotCount(t *testing.T) {
+	r := newAloneRig(t)
+	d := r.decide(SourceStore)
+	require.True(t, d.Allowed)
+	require.Zero(t, d.Remaining)
+	d = r.decide(SourceStore, SourcePrefilter)
+	require.False(t, d.Allowed, "the held call's unit fills the window")
+	require.Positive(t, d.RetryAfter)
+	require.EqualValues(t, aloneLimit-1, r.counted(), "the denied request's unit was given back")
+	r.settle()
+}
+
+// A coalesced batch's answer is held back the same way: of the 3 units the
+// store admitted for a batch of three, with 1 of the edge's admissions not
+// counted and none left after the batch, the first two requests get one
+// each, the third is denied, and its unit goes back to the store.
+func TestBatchHoldsBackWhatTheAnswerDidNotCount(t *testing.T) {
+	l, st, _ := newTestLimiter(t, Config{})
+	k := lim("batch", limit.FixedWindow, 5, time.Hour)
+	ds, err := st.Take(context.Background(), []Request{{Limit: k, Cost: 3, Need: 1}})
+	require.NoError(t, err)
+	d := ds[0]
+	require.EqualValues(t, 3, d.Admitted)
+	require.EqualValues(t, 2, d.Remaining)
+	d.unseen = 3 // the answer's 2 left are short of 3 of this edge's units: 1 over
+	b := &batch{key: memKey(k), limit: k, cost: 1, done: make(chan struct{})}
+	for range 3 {
+		b.items = append(b.items, &item{check: Check{Limit: k, Cost: 1}})
+	}
+	l.split(b, d, 1, l.now(), l.cache.generation())
+	var allowed []bool
+	var remaining []int64
+	for _, it := range b.items {
+		allowed, remaining = append(allowed, it.out.Allowed), append(remaining, it.out.Remaining)
+	}
+	require.Equal(t, []bool{true, true, false}, allowed)
+	require.Equal(t, []int64{1, 0, 0}, remaining, "as if decided one after another, short of the unit not counted")
+	require.Positive(t, b.items[2].out.RetryAfter)
+	require.EqualValues(t, 1, st.refunds.Load(), "the held-back unit given back")
+	ds, err = st.Take(context.Background(), []Request{{Limit: k, Cost: 5, Need: 1}})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, ds[0].Admitted, "the store counts the two admitted")
 }

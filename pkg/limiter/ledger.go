@@ -15,8 +15,9 @@ import (
 //   - the remaining quota the store last reported (seen), and until when that
 //     answer speaks for the key's window (until): when the key falls back,
 //     each of the N edges sharing it admits at most floor(remaining/N) of
-//     it; an exact check whose key has no such answer gets no share while
-//     other edges may have counted it (Limiter.decideLocally);
+//     it, less what the edge had admitted that the answer did not count
+//     (unseen); an exact check whose key has no such answer gets no share
+//     while other edges may have counted it (Limiter.decideLocally);
 //   - the units the fallback admitted that the store has not counted (debt),
 //     by the time they were admitted (lots): they ride along, as an extra
 //     request per lot in the same round trip, with the key's next call once
@@ -63,6 +64,15 @@ type account struct {
 	owed      *owedRestore  // an answer owed back as a restore; nil: none
 	debt      int64         // fallback admissions the store has not counted: lots' sum
 	lots      []debtLot     // debt by the end of the window each counts in, earliest first
+	// lent is debt out on calls not settled yet (lend, landed): a call
+	// its caller gave up on may run after a later call's answer, or be
+	// refused and owe it again.
+	lent int64
+	// unseen is what this edge had admitted that its last answer may not
+	// count: the debt still owed and lent on other calls when it came.
+	// The fallback's share of that answer is short of it (seedUsed),
+	// and so is the store's admission (Decision.holdBack).
+	unseen int64
 }
 
 // debtLot is debt admitted at one time: units that count in the key's
@@ -92,6 +102,14 @@ type owedRestore struct {
 
 // until is when a's last answer stops speaking for the key's window.
 func (a *account) until() time.Time { return a.seen.Add(a.span) }
+
+// seedUsed is how many of the fallback's local units (limit/N) an outage
+// takes up front from a's last answer: all but this node's share of what
+// the answer left, floor(remaining/N), less what the node admitted that
+// the answer does not count (unseen).
+func (a *account) seedUsed(local, nodes int64) int64 {
+	return max(0, local-max(0, a.remaining/nodes-a.unseen))
+}
 
 func newLedger(size int) *ledger {
 	lg := &ledger{seed: maphash.MakeSeed(), perCap: max(1, size/64)}
@@ -170,8 +188,9 @@ func (lg *ledger) len() int {
 // admitted (or of this answer, if it says less remains); of the previous
 // answer alone when the call was tallied (a fixed window's call made after
 // a sign of the change: Request.post), as a restore adds the tally. by is
-// who gave this answer, if known.
-func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sent, gen uint64, admitted int64, tallied bool, by *storeIdent) {
+// who gave this answer, if known. It reports what this edge had admitted
+// that the answer does not count (account.unseen).
+func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sent, gen uint64, admitted int64, tallied bool, by *storeIdent) (unseen int64) {
 	lg.with(key, true, func(a *account) {
 		if sent != gen && lg.active(a, now) {
 			owe, owedBy := a.remaining-admitted, a.by
@@ -191,7 +210,13 @@ func (lg *ledger) observe(key string, remaining int64, now, until time.Time, sen
 			lg.oweLocked(a, owe, a.seen, a.until(), owedBy)
 		}
 		a.remaining, a.seen, a.span, a.fallback, a.gen, a.by = remaining, now, until.Sub(now), false, uint32(gen), by
+		// The call's own replays were settled before its answer is
+		// observed (Limiter.settleCall) when the store ran them before
+		// the request; what is owed or lent on other calls is not in it.
+		a.unseen = a.debt + a.lent
+		unseen = a.unseen
 	})
+	return unseen
 }
 
 // active reports whether a's last answer still speaks for its window at now.
@@ -284,7 +309,7 @@ func (lg *ledger) seedFor(key string, local int64, nodes int64, now time.Time) (
 			return
 		}
 		at = a.seen
-		used = max(0, local-a.remaining/nodes)
+		used = a.seedUsed(local, nodes)
 		if used > 0 {
 			lg.oweLocked(a, a.remaining, a.seen, a.until(), a.by)
 		}
@@ -299,7 +324,7 @@ func (lg *ledger) peekSeed(key string, local int64, nodes int64, now time.Time) 
 	lg.with(key, false, func(a *account) {
 		seeded = a.fallback
 		if !seeded && lg.active(a, now) {
-			used = max(0, local-a.remaining/nodes)
+			used = a.seedUsed(local, nodes)
 		}
 	})
 	return used, seeded
@@ -341,16 +366,35 @@ func (lg *ledger) owe(key string, units int64, now, until time.Time) {
 	if !now.Before(until) {
 		return
 	}
-	lg.with(key, true, func(a *account) {
-		lg.dropEnded(a, now)
-		if units <= 0 {
-			return
+	lg.with(key, true, func(a *account) { lg.oweUnitsLocked(a, units, now, until) })
+}
+
+// oweUnitsLocked is owe, on a's account, with until after now. Called
+// locked.
+func (lg *ledger) oweUnitsLocked(a *account, units int64, now, until time.Time) {
+	lg.dropEnded(a, now)
+	if units <= 0 {
+		return
+	}
+	if a.debt == 0 {
+		lg.owing.Add(1)
+	}
+	a.debt += units
+	a.addLot(units, until)
+}
+
+// landed ends a replay of units that lend took out: the store counted it,
+// or its call failed and the units are owed again (owe) as of now, unless
+// the window they count in ended by then (again: a call that failed may
+// have counted, and the store then counts them twice: clients get less,
+// never more).
+func (lg *ledger) landed(key string, units int64, again bool, now, until time.Time) {
+	again = again && now.Before(until)
+	lg.with(key, again, func(a *account) {
+		a.lent = max(0, a.lent-units)
+		if again {
+			lg.oweUnitsLocked(a, units, now, until)
 		}
-		if a.debt == 0 {
-			lg.owing.Add(1)
-		}
-		a.debt += units
-		a.addLot(units, until)
 	})
 }
 
@@ -411,6 +455,7 @@ func (lg *ledger) lend(key string, now time.Time) (lots []debtLot) {
 		if a.debt > 0 {
 			lots = a.lots
 			a.lots = nil
+			a.lent += a.debt
 			lg.settle(a, a.debt)
 		}
 	})

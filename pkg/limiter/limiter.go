@@ -561,9 +561,12 @@ func (l *Limiter) lead(ctx context.Context, leads []pending, outs []Decision, no
 	var failed []int
 	for j, p := range leads {
 		if errs[j] == nil {
-			outs[p.i] = ds[j].from(SourceStore, l.store)
+			d, held := ds[j].holdBack()
+			outs[p.i] = d.from(SourceStore, l.store)
 			l.metrics.record(SourceStore, 1)
-			l.remember(p.check, ds[j], p.check.Cost, sent, gen)
+			if !held {
+				l.remember(p.check, d, p.check.Cost, sent, gen)
+			}
 		} else {
 			failed = append(failed, j)
 		}
@@ -764,7 +767,7 @@ func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, shards 
 			case genNow == gen:
 				by = shards[i].answeredBy(now, gen)
 			}
-			l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now), gen, genNow, c.ds[i].Admitted, c.ds[i].Lease.tallied(), by)
+			c.ds[i].unseen = l.ledger.observe(keys[i], c.ds[i].Remaining, answered, answerUntil(reqs[i].Limit, c.ds[i], now), gen, genNow, c.ds[i].Admitted, c.ds[i].Lease.tallied(), by)
 		}
 	}
 }
@@ -1151,13 +1154,12 @@ const (
 func (l *Limiter) settleOwed(r Request, kind int, err error) {
 	switch {
 	case err == nil && kind == replaying:
+		l.ledger.landed(memKey(r.Limit), r.Cost, false, time.Time{}, time.Time{})
 		l.metrics.replayed.Add(float64(r.Cost))
 	case err == nil:
 		l.metrics.restores.Inc()
 	case kind == replaying:
-		if !errors.Is(err, errWindowEnded) {
-			l.ledger.owe(memKey(r.Limit), r.Cost, l.now(), r.until)
-		}
+		l.ledger.landed(memKey(r.Limit), r.Cost, !errors.Is(err, errWindowEnded), l.now(), r.until)
 	default:
 		l.ledger.oweRestore(memKey(r.Limit), r.Remaining, r.At, r.until, r.ident)
 	}

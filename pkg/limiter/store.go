@@ -191,6 +191,32 @@ type Decision struct {
 	// unless dropped since (epoch).
 	allow *allowance
 	epoch uint64
+	// unseen is what this edge had admitted that the store's answer does
+	// not count (ledger.observe): the fallback's admissions still owed, or
+	// replayed on a call that had not run (holdBack).
+	unseen int64
+}
+
+// holdBack is the store's answer d less what it does not count of this
+// edge's admissions (unseen): the remaining it reports is short of them,
+// and an admission that leaves less than them is denied, its units given
+// back with the verdict's (Decide's all-or-nothing: its lease keeps them).
+// The denial is not cached: the units it waits for may be refused and
+// dropped. Reports whether it denied d.
+func (d Decision) holdBack() (Decision, bool) {
+	if d.unseen == 0 {
+		return d, false
+	}
+	d.Remaining -= d.unseen
+	if d.Remaining >= 0 {
+		return d, false
+	}
+	d.Remaining = 0
+	if !d.Allowed {
+		return d, false
+	}
+	d.Allowed, d.Admitted, d.RetryAfter = false, 0, max(d.ResetAfter, time.Millisecond)
+	return d, true
 }
 
 // from is d as decided by src, its lease held by s (nil: nothing to give
