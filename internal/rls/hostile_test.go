@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/edgeguard/edgeguard/internal/rls"
+	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -245,7 +246,7 @@ func TestHostileStreamsCapped(t *testing.T) {
 		t.Fatalf("connection still open after %d streams, %d refused", sent, h.refusedCount())
 	}
 	require.LessOrEqual(t, h.refusedCount(), rls.ResetBurst+rls.ResetRate*30, "refused no more than the budget allows")
-	require.EqualValues(t, 1, counter(t, reg, "edgeguard_rls_reset_floods_total"))
+	require.EqualValues(t, 1, testenv.Counter(t, reg, "edgeguard_rls_reset_floods_total"))
 	t.Logf("streams sent %d, refused %d before the connection was closed", sent, h.refusedCount())
 	call(t, client)
 }
@@ -283,7 +284,7 @@ func TestHostileRapidReset(t *testing.T) {
 	budget := rls.ResetBurst + int(elapsed.Seconds()*rls.ResetRate) + batch
 	require.LessOrEqual(t, read, budget, "closed within the budget (%s)", elapsed)
 	require.GreaterOrEqual(t, read, rls.ResetBurst-batch, "not before the burst is spent")
-	require.EqualValues(t, 1, counter(t, reg, "edgeguard_rls_reset_floods_total"))
+	require.EqualValues(t, 1, testenv.Counter(t, reg, "edgeguard_rls_reset_floods_total"))
 	t.Logf("%d HEADERS+RST_STREAM pairs read by the server in %s before it closed the connection", read, elapsed)
 	call(t, client)
 }
@@ -336,30 +337,6 @@ func TestReflectionOffByDefault(t *testing.T) {
 		cancel()
 		_ = conn.Close()
 	}
-}
-
-// counter is the value of a counter in reg: its first series, or with
-// label (a name and a value) the series that has it.
-func counter(t *testing.T, reg *prometheus.Registry, name string, label ...string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			has := len(label) < 2
-			for _, l := range m.GetLabel() {
-				has = has || l.GetName() == label[0] && l.GetValue() == label[1]
-			}
-			if has {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no metric %s %v", name, label)
-	return 0
 }
 
 func quietSlog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

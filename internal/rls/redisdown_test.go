@@ -54,9 +54,9 @@ descriptors:
 	for _, value := range []string{"frozen", "killed"} {
 		for tries := 0; ; tries++ {
 			require.Less(t, tries, 4, "Redis answers one of %s's calls", value)
-			before := counter(t, reg, "edgeguard_limiter_checks_total", "reason", "fallback")
+			before := testenv.Counter(t, reg, "edgeguard_limiter_checks_total", "reason", "fallback")
 			r, _ := call(value)
-			if counter(t, reg, "edgeguard_limiter_checks_total", "reason", "fallback") == before {
+			if testenv.Counter(t, reg, "edgeguard_limiter_checks_total", "reason", "fallback") == before {
 				require.Equal(t, ok, r.OverallCode)
 				left[value] = int(r.Statuses[0].LimitRemaining)
 				break
