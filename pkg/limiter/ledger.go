@@ -383,17 +383,17 @@ func (lg *ledger) oweUnitsLocked(a *account, units int64, now, until time.Time) 
 	a.addLot(units, until)
 }
 
-// landed ends a replay of units that lend took out: the store counted it,
-// or its call failed and the units are owed again (owe) as of now, unless
-// the window they count in ended by then (again: a call that failed may
-// have counted, and the store then counts them twice: clients get less,
-// never more).
-func (lg *ledger) landed(key string, units int64, again bool, now, until time.Time) {
-	again = again && now.Before(until)
-	lg.with(key, again, func(a *account) {
+// landed ends a replay of units that lend took out: again of them are
+// owed again (owe) as of now — those the store did not count, or all of
+// them when the call failed (one that failed may have counted, and the
+// store then counts them twice: clients get less, never more) — unless the
+// window they count in ended by then.
+func (lg *ledger) landed(key string, units, again int64, now, until time.Time) {
+	owes := again > 0 && now.Before(until)
+	lg.with(key, owes, func(a *account) {
 		a.lent = max(0, a.lent-units)
-		if again {
-			lg.oweUnitsLocked(a, units, now, until)
+		if owes {
+			lg.oweUnitsLocked(a, again, now, until)
 		}
 	})
 }

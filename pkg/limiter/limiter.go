@@ -751,7 +751,7 @@ func (l *Limiter) settleCall(c storeCall, reqs []Request, keys []string, shards 
 		}
 		if i < 0 {
 			if !errors.Is(e, errGaveUp) { // else the call settles it when it ends
-				l.settleOwed(c.send[j], i, e)
+				l.settleOwed(c.send[j], i, answerOf(got, j), e)
 			}
 			continue
 		}
@@ -1114,7 +1114,7 @@ func (l *Limiter) settleLate(send []Request, sent []int, got []Decision, err err
 			e = perCall[j]
 		}
 		if sent[j] < 0 {
-			l.settleOwed(send[j], sent[j], e)
+			l.settleOwed(send[j], sent[j], answerOf(got, j), e)
 			continue
 		}
 		if e != nil || j >= len(got) || got[j].Lease.Units <= 0 {
@@ -1147,22 +1147,39 @@ const (
 )
 
 // settleOwed records how a replay of the fallback's admissions or a restore
-// ended: done, or owed again (a replay that failed may still have counted:
-// the store then counts it twice, and clients get less, never more). A
-// replay owed again after its window ended is dropped (ledger.owe), as of
-// when the call ended, not when it was sent.
-func (l *Limiter) settleOwed(r Request, kind int, err error) {
+// ended (d: the store's answer to it): done, or owed again (a replay that
+// failed may still have counted: the store then counts it twice, and
+// clients get less, never more). A replay owed again after its window
+// ended is dropped (ledger.owe), as of when the call ended, not when it
+// was sent. A replay counts only what fits under the limit: the units it
+// could not count are owed again, so that room that opens later in their
+// window (units a late call took and gives back, a window that slides)
+// goes to them before anyone else.
+func (l *Limiter) settleOwed(r Request, kind int, d Decision, err error) {
 	switch {
 	case err == nil && kind == replaying:
-		l.ledger.landed(memKey(r.Limit), r.Cost, false, time.Time{}, time.Time{})
-		l.metrics.replayed.Add(float64(r.Cost))
+		counted := min(max(d.Admitted, 0), r.Cost)
+		l.ledger.landed(memKey(r.Limit), r.Cost, r.Cost-counted, l.now(), r.until)
+		l.metrics.replayed.Add(float64(counted))
 	case err == nil:
 		l.metrics.restores.Inc()
 	case kind == replaying:
-		l.ledger.landed(memKey(r.Limit), r.Cost, !errors.Is(err, errWindowEnded), l.now(), r.until)
+		again := r.Cost
+		if errors.Is(err, errWindowEnded) {
+			again = 0
+		}
+		l.ledger.landed(memKey(r.Limit), r.Cost, again, l.now(), r.until)
 	default:
 		l.ledger.oweRestore(memKey(r.Limit), r.Remaining, r.At, r.until, r.ident)
 	}
+}
+
+// answerOf is got's j-th answer, if the call gave one.
+func answerOf(got []Decision, j int) Decision {
+	if j < len(got) {
+		return got[j]
+	}
+	return Decision{}
 }
 
 // oneCall holds call's working slices for a single request (and a replay
