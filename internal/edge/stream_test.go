@@ -391,6 +391,58 @@ func TestStreamHTTP2(t *testing.T) {
 	require.Zero(t, peak, "streamed, never held whole")
 }
 
+// An HTTP/2 event stream whose origin is quiet for longer than
+// --write-timeout between events, and before its first, is not reset: the
+// write timeout is the client's, per piece the edge writes, and a stream
+// waiting on its origin has nothing in the client's hands. Each quiet
+// spell is three write timeouts long (the subject, not a wait for a
+// signal).
+func TestStreamHTTP2QuietOriginOutlastsTheWriteTimeout(t *testing.T) {
+	waiting(t)
+	o := startStreamOrigin(t)
+	site := newTLSSite(t)
+	site.put(t, "shop.pem", "ecdsa", "shop.example.com")
+	const writeTimeout = 300 * time.Millisecond
+	r, _ := startTLSEdge(t, site, generous, func(c *config.Config) {
+		c.Origins = []string{o.url}
+		c.WriteTimeout = writeTimeout
+	})
+	c := h2Client(site, r)
+
+	// Quiet before the first event: the header alone, then the wait.
+	resp, err := c.Get("https://shop.example.com/quiet")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 2, resp.ProtoMajor)
+	time.Sleep(3 * writeTimeout)
+	close(o.release)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err, "the stream outlasts a quiet origin")
+	require.Equal(t, "data: late\n\n", string(body))
+
+	// Quiet between events.
+	resp, err = c.Get("https://shop.example.com/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	events := bufio.NewReader(resp.Body)
+	for i := 1; i <= 3; i++ {
+		for _, want := range []string{fmt.Sprintf("id: %d\n", i), fmt.Sprintf("data: event %d\n", i), "\n"} {
+			line, err := events.ReadString('\n')
+			require.NoError(t, err, "event %d", i)
+			require.Equal(t, want, line)
+		}
+		if i < 3 {
+			time.Sleep(3 * writeTimeout)
+			o.next <- struct{}{}
+		}
+	}
+	close(o.next)
+	rest, err := io.ReadAll(events)
+	require.NoError(t, err)
+	require.Empty(t, rest)
+	require.Zero(t, metricSum(t, r, "edgeguard_tls_h2_write_timeouts_total"), "no write timed out")
+}
+
 // The access line is written when the header is in: a streamed body is in
 // bytes_out by its declared length, or -1 when it streams chunked.
 func TestStreamAccessLog(t *testing.T) {

@@ -260,12 +260,16 @@ func (b *h2Budget) release(c *heldClient, n int64) {
 // h2BodyWriter hands a response body to net/http a piece at a time, each
 // piece with --write-timeout to be taken by the client: the stream's write
 // deadline (net/http resets the stream when it passes) is moved on before
-// every piece.
+// every piece. A flush that the client took clears it: net/http resets a
+// stream at its deadline whatever the stream is doing, and a stream whose
+// origin is quiet (an event stream between events, a long poll) has
+// nothing in the client's hands.
 type h2BodyWriter struct {
 	w        http.ResponseWriter
 	rc       writeDeadliner // w (what http.ResponseController would call); nil if it has none
 	timeout  time.Duration
 	deadline time.Time
+	armed    bool // the stream has a write deadline (deadline)
 	timedOut bool // a write failed at its deadline
 }
 
@@ -274,9 +278,18 @@ type h2BodyWriter struct {
 type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
 
 func (bw *h2BodyWriter) arm() {
-	bw.deadline = time.Now().Add(bw.timeout)
+	bw.deadline, bw.armed = time.Now().Add(bw.timeout), true
 	if bw.rc != nil {
 		_ = bw.rc.SetWriteDeadline(bw.deadline)
+	}
+}
+
+// disarm clears the stream's write deadline: what was written is the
+// client's.
+func (bw *h2BodyWriter) disarm() {
+	bw.armed = false
+	if bw.rc != nil {
+		_ = bw.rc.SetWriteDeadline(time.Time{})
 	}
 }
 
@@ -301,13 +314,17 @@ func (bw *h2BodyWriter) Write(p []byte) (int, error) {
 
 // Flush sends what net/http buffered of the stream to the client: a
 // streamed body calls it after every piece it copies, so events reach the
-// client as the origin sends them.
+// client as the origin sends them. It runs under the deadline of the
+// piece just written, or a fresh one (the header alone), and clears it
+// once done: what comes next waits on the origin first.
 func (bw *h2BodyWriter) Flush() error {
 	f, ok := bw.w.(http.Flusher)
 	if !ok {
 		return nil
 	}
-	bw.arm()
+	if !bw.armed {
+		bw.arm()
+	}
 	f.Flush()
 	// Flush says nothing of a failure: a flush that took until the
 	// deadline was the stream's reset.
@@ -315,6 +332,7 @@ func (bw *h2BodyWriter) Flush() error {
 		bw.timedOut = true
 		return os.ErrDeadlineExceeded
 	}
+	bw.disarm()
 	return nil
 }
 
@@ -326,9 +344,8 @@ func (h *H2Server) writeBody(w http.ResponseWriter, resp *fasthttp.Response) (ti
 		return false // the header alone: not held by flow control
 	}
 	rc, _ := w.(writeDeadliner)
-	if streamed { // an origin's body, copied as it arrives (and flushed)
+	if streamed { // an origin's body, copied as it arrives (and flushed); armed per piece
 		bw := &h2BodyWriter{w: w, rc: rc, timeout: h.cfg.WriteTimeout}
-		bw.arm()
 		_ = resp.BodyWriteTo(bw)
 		timedOut = bw.timedOut
 	} else {
