@@ -345,6 +345,13 @@ func (h *H2Server) writeBody(w http.ResponseWriter, resp *fasthttp.Response) (ti
 	}
 	rc, _ := w.(writeDeadliner)
 	if streamed { // an origin's body, copied as it arrives (and flushed); armed per piece
+		// The header first, under no stream deadline: flow control
+		// never holds it (a connection that takes no bytes at all is
+		// closed by WriteByteTimeout), so a client whose window is shut
+		// gets it before any reset, however late the edge comes to it.
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
 		bw := &h2BodyWriter{w: w, rc: rc, timeout: h.cfg.WriteTimeout}
 		_ = resp.BodyWriteTo(bw)
 		timedOut = bw.timedOut
