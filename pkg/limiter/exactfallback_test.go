@@ -302,19 +302,12 @@ const aloneLimit = 5
 // not the first's, which rode on the second call, still held. The answer
 // says 2 left where 1 is.
 func newAloneRig(t *testing.T) *aloneRig {
-	srv, err := testenv.StartStandalone(testenv.StandaloneOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Close() })
-	c, err := NewRedisClient(srv.URL(), ModeStandalone)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	rs, err := NewRedisStore(Conn(c), testenv.KeyPrefix(t))
-	require.NoError(t, err)
-	require.NoError(t, rs.Load(context.Background()))
+	srv, rs := standaloneServer(t)
 	r := &aloneRig{t: t, st: &heldStore{RedisStore: rs, arrived: make(chan struct{}, 16), release: make(chan struct{})}}
 	// The calls Redis answers are not stalled out of it by a busy
 	// machine: a held call's caller gives up when the test says
 	// (decideHeld), not at the deadline.
+	var err error
 	r.l, err = New(r.st, Config{Timeout: rigDeadline, BreakerFailures: 1 << 20}, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(t.Output(), nil)))
 	require.NoError(t, err)
 	t.Cleanup(r.l.Close)
