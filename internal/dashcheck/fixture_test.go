@@ -26,8 +26,6 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -35,6 +33,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/edgeguard/edgeguard/internal/proc"
+	"github.com/edgeguard/edgeguard/internal/promtext"
 	regionctlcmd "github.com/edgeguard/edgeguard/internal/regionctl"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 	"github.com/edgeguard/edgeguard/pkg/region"
@@ -363,14 +362,10 @@ func waitPromValue(t *testing.T, p promv1.API, q, what string, ok func(float64) 
 }
 
 // scrape reads the metrics an admin listener at addr serves now.
-func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
-	resp, err := http.Get("http://" + addr + "/metrics")
+func scrape(t *testing.T, addr string) promtext.Families {
+	f, err := promtext.Scrape(context.Background(), http.DefaultClient, "http://"+addr+"/metrics")
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	require.NoError(t, err)
-	return mfs
+	return f
 }
 
 func metricFamilies(t *testing.T, addr string) map[string]bool {
@@ -384,13 +379,7 @@ func metricFamilies(t *testing.T, addr string) map[string]bool {
 // counterSum is the sum of counter name's series on the edge at addr
 // now, 0 while it has none.
 func counterSum(t *testing.T, addr, name string) float64 {
-	var sum float64
-	if f := scrape(t, addr)[name]; f != nil {
-		for _, m := range f.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return promtext.Sum(scrape(t, addr), name)
 }
 
 // dashFixture is what the scenarios run against: two edges (ams, fra) of

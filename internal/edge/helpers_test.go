@@ -4,10 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/edgeguard/edgeguard/internal/promtext"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 )
 
@@ -25,33 +24,11 @@ func metricValue(t *testing.T, r *running, name string) float64 {
 // metricSum adds up the series of a metric whose labels match the given
 // name/value pairs, parsed with Prometheus's own text parser.
 func metricSum(t *testing.T, r *running, name string, match ...string) float64 {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(strings.NewReader(scrape(t, r)))
+	mfs, err := promtext.Parse(strings.NewReader(scrape(t, r)))
 	require.NoError(t, err)
-	mf, ok := mfs[name]
+	_, ok := mfs[name]
 	require.True(t, ok, "metric %s not exported", name)
-	var sum float64
-series:
-	for _, m := range mf.GetMetric() {
-		for i := 0; i+1 < len(match); i += 2 {
-			found := false
-			for _, l := range m.GetLabel() {
-				found = found || l.GetName() == match[i] && l.GetValue() == match[i+1]
-			}
-			if !found {
-				continue series
-			}
-		}
-		switch {
-		case m.GetCounter() != nil:
-			sum += m.GetCounter().GetValue()
-		case m.GetGauge() != nil:
-			sum += m.GetGauge().GetValue()
-		case m.GetUntyped() != nil:
-			sum += m.GetUntyped().GetValue()
-		}
-	}
-	return sum
+	return promtext.Sum(mfs, name, match...)
 }
 
 // spoofedFields are the request fields an untrusted peer must not get

@@ -4,11 +4,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/edge/config"
+	"github.com/edgeguard/edgeguard/internal/promtext"
 )
 
 // Requests are counted by outcome and shedder tier, so a tier's success
@@ -34,8 +33,7 @@ func TestRequestsCountedByTier(t *testing.T) {
 		codes(t, r, s.n, "/", h...)
 	}
 
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(strings.NewReader(scrape(t, r)))
+	mfs, err := promtext.Parse(strings.NewReader(scrape(t, r)))
 	require.NoError(t, err)
 	got := map[[2]string]float64{}
 	for _, m := range mfs["edgeguard_edge_requests_total"].GetMetric() {

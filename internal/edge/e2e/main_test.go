@@ -18,13 +18,11 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/edgeguard/edgeguard/internal/proc"
+	"github.com/edgeguard/edgeguard/internal/promtext"
 	"github.com/edgeguard/edgeguard/internal/testenv"
 )
 
@@ -344,7 +342,7 @@ func get(c *http.Client, url string, headers ...string) reply {
 // Metrics: the Prometheus text format the admin port serves.
 
 // metrics is one scrape, by family name.
-type metrics map[string]*dto.MetricFamily
+type metrics = promtext.Families
 
 func scrape(t *testing.T, e *edgeProc) metrics {
 	t.Helper()
@@ -353,71 +351,15 @@ func scrape(t *testing.T, e *edgeProc) metrics {
 	return m
 }
 
+var scrapeClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
 func scrapeErr(e *edgeProc) (metrics, error) {
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + e.Admin + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/metrics answered %d", resp.StatusCode)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parsing /metrics: %w", err)
-	}
-	return mfs, nil
+	return promtext.Scrape(context.Background(), scrapeClient, "http://"+e.Admin+"/metrics")
 }
 
-// sum adds up the series of name whose labels include every pair of match
-// (given as name, value, name, value...). A histogram or summary counts its
-// observations; name_sum and name_count read its sum and count as the text
-// format names them.
-func sum(m metrics, name string, match ...string) float64 {
-	total := 0.0
-	mf, wantSum := m[name], false
-	if mf == nil {
-		if base, ok := strings.CutSuffix(name, "_sum"); ok {
-			mf, wantSum = m[base], true
-		} else if base, ok := strings.CutSuffix(name, "_count"); ok {
-			mf = m[base]
-		}
-	}
-	if mf == nil {
-		return 0
-	}
-next:
-	for _, s := range mf.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range s.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		for i := 0; i+1 < len(match); i += 2 {
-			if labels[match[i]] != match[i+1] {
-				continue next
-			}
-		}
-		switch {
-		case s.Counter != nil:
-			total += s.GetCounter().GetValue()
-		case s.Gauge != nil:
-			total += s.GetGauge().GetValue()
-		case s.Untyped != nil:
-			total += s.GetUntyped().GetValue()
-		case s.Histogram != nil && wantSum:
-			total += s.GetHistogram().GetSampleSum()
-		case s.Histogram != nil:
-			total += float64(s.GetHistogram().GetSampleCount())
-		case s.Summary != nil && wantSum:
-			total += s.GetSummary().GetSampleSum()
-		case s.Summary != nil:
-			total += float64(s.GetSummary().GetSampleCount())
-		}
-	}
-	return total
-}
+// sum is promtext.Sum: the series of name whose labels include every pair
+// of match (given as name, value, name, value...).
+func sum(m metrics, name string, match ...string) float64 { return promtext.Sum(m, name, match...) }
 
 // Metric names the tests read.
 const (

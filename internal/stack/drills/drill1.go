@@ -292,10 +292,10 @@ type decisions struct {
 func decisionSample(ctx context.Context, edges []stack.Edge) (decisions, error) {
 	d := decisions{at: time.Now()}
 	var err error
-	if d.redis, err = sumOverEdges(ctx, edges, "edgeguard_edge_decisions_total", map[string]string{"reason": "redis"}); err != nil {
+	if d.redis, err = sumOverEdges(ctx, edges, "edgeguard_edge_decisions_total", "reason", "redis"); err != nil {
 		return d, err
 	}
-	d.fallback, err = sumOverEdges(ctx, edges, "edgeguard_edge_decisions_total", map[string]string{"reason": "fallback"})
+	d.fallback, err = sumOverEdges(ctx, edges, "edgeguard_edge_decisions_total", "reason", "fallback")
 	return d, err
 }
 

@@ -239,5 +239,5 @@ func (d *dnsTargets) get() []string {
 // shedOver sums edgeguard_shedder_rejected_total{tier,reason} (every request
 // turned away: ramp, queue_full, queue_timeout) over the region's edges.
 func shedOver(ctx context.Context, r stack.Region) (float64, error) {
-	return sumOverEdges(ctx, r.Edges(), "edgeguard_shedder_rejected_total", nil)
+	return sumOverEdges(ctx, r.Edges(), "edgeguard_shedder_rejected_total")
 }

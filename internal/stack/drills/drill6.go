@@ -894,11 +894,7 @@ func (g *globalDrill) homeCounted(ctx context.Context, client string, admitted, 
 
 // sumGlobal sums a global-rule series for home over edges.
 func sumGlobal(ctx context.Context, edges []stack.Edge, name, home string, extra ...string) (float64, error) {
-	labels := map[string]string{"home": home}
-	for i := 0; i+1 < len(extra); i += 2 {
-		labels[extra[i]] = extra[i+1]
-	}
-	return sumOverEdges(ctx, edges, name, labels)
+	return sumOverEdges(ctx, edges, name, append([]string{"home", home}, extra...)...)
 }
 
 // eachEdge waits until cond holds for every edge.

@@ -35,11 +35,8 @@ import (
 	"syscall"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/edgeguard/edgeguard/internal/proc"
+	"github.com/edgeguard/edgeguard/internal/promtext"
 	"github.com/edgeguard/edgeguard/internal/stack"
 )
 
@@ -159,62 +156,20 @@ func (e *Env) signalProc(id, name string, sig syscall.Signal) (int, error) {
 func gone(pid int) bool { return proc.Gone(pid) }
 
 // metrics fetches and parses one /metrics page.
-func metrics(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(resp.Body)
+func metrics(ctx context.Context, url string) (promtext.Families, error) {
+	return promtext.Scrape(ctx, httpClient, url)
 }
 
-// sumCounter sums a counter family over all its series matching labels.
-func sumCounter(fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	f, ok := fams[name]
-	if !ok {
-		return 0
-	}
-	total := 0.0
-series:
-	for _, m := range f.GetMetric() {
-		for k, v := range labels {
-			found := false
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == k && lp.GetValue() == v {
-					found = true
-				}
-			}
-			if !found {
-				continue series
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			total += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			total += m.GetGauge().GetValue()
-		}
-	}
-	return total
-}
-
-// sumOverEdges sums a counter over edges' admin /metrics.
-func sumOverEdges(ctx context.Context, edges []stack.Edge, name string, labels map[string]string) (float64, error) {
+// sumOverEdges sums the series of name matching match (label name,
+// value, ...) over edges' admin /metrics.
+func sumOverEdges(ctx context.Context, edges []stack.Edge, name string, match ...string) (float64, error) {
 	total := 0.0
 	for _, ed := range edges {
 		fams, err := metrics(ctx, ed.Admin+"/metrics")
 		if err != nil {
 			return 0, err
 		}
-		total += sumCounter(fams, name, labels)
+		total += promtext.Sum(fams, name, match...)
 	}
 	return total, nil
 }
