@@ -11,37 +11,13 @@ local key = KEYS[1]
 local W = math.floor(window / 1000)
 local nowms = math.floor(now / 1000)
 local ws = nowms - math.fmod(nowms, W)
--- ARGV[8] '1': the caller saw a sign that the master serving the key may
--- have changed, in this window, in the last minute. What the call admits
--- (or gives back) is also tallied for the server it runs on, as it is now:
--- a hash beside the count, KEYS[1]..':post:'..run_id..':'..master_replid,
--- one field per window start, which ends with the window. A restore on
--- this server of an answer another server gave adds the window's tally
--- (lua.Batch): the units admitted here since the change, which that
--- answer cannot hold, so they are not absorbed by it. Such a take answers
--- a sixth value, who ran it (run_id:master_replid), so the edge knows
--- which server its answer came from. Only such calls read INFO, once per
--- script run (identity(), lua.go).
-local function tally(w, units)
-  if ARGV[8] ~= '1' then return end
-  local here = identity()
-  if not here then return end
-  if units == 0 then return here end
-  local pk = key .. ':post:' .. here
-  if redis.call('HINCRBY', pk, w, units) <= 0 then
-    redis.call('HDEL', pk, w)
-  end
-  local ttl = math.max(1, w + W - nowms)
-  if redis.call('PTTL', pk) < ttl then
-    redis.call('PEXPIRE', pk, ttl)
-  end
-  return here
-end
+-- A take made after a sign of a master change is tallied (tally.lua): the
+-- tally of a window ends with it.
 if mode == 'refund' then
   local n = tonumber(redis.call('HGET', key, aux))
   if n then
     redis.call('HSET', key, aux, math.max(0, n - cost))
-    tally(aux, -math.min(n, cost))
+    tally(key, aux, -math.min(n, cost), aux + W - nowms)
   end
   return 0
 end
@@ -71,7 +47,7 @@ if admitted > 0 and n == 0 then
   end
 end
 n = n + admitted
-local ran = tally(ws, admitted)
+local ran = tally(key, ws, admitted, ws + W - nowms)
 local reset = ws + W - nowms
 local retry = 0
 if admitted < cost and (need > limit or n + need > limit) then retry = reset end

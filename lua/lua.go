@@ -81,6 +81,13 @@ func algorithm(name string) (string, error) {
 		}
 		src += string(members) + "\n"
 	}
+	if name == FixedWindow || name == SlidingWindow { // tallied after a master change
+		tally, err := files.ReadFile("tally.lua")
+		if err != nil {
+			return "", fmt.Errorf("reading tally helper: %w", err)
+		}
+		src += string(tally) + "\n"
+	}
 	return src + string(body), nil
 }
 
@@ -123,7 +130,7 @@ var (
 // since by what was given back, which is not missing. A server with
 // another identity takes, on top of what is missing, what calls made after
 // a sign of the change admitted on it in the answer's window (their tally,
-// fixed_window.lua): a restore raises the count to the answer plus what
+// tally.lua: fixed and sliding windows): a restore raises the count to the answer plus what
 // was admitted here since, so an edge that reached the new master first
 // does not have its admissions absorbed by a later edge's restore. A call whose
 // keys the node does not serve (a slot moving) fails with "non local key"
@@ -181,7 +188,7 @@ for i = 1, tonumber(ARGV[1]) do
       if here and answered_by ~= '' and answered_by ~= here then
         -- Another server gave the answer: what was admitted here
         -- since the change (tallied by the calls made after it, per
-        -- window: fixed_window.lua) comes on top of it.
+        -- window: tally.lua) comes on top of it.
         missing = missing + (tonumber(redis.call('HGET', ARGV[p + 1] .. ':post:' .. here, r[5])) or 0)
       end
       missing = math.min(most, missing)

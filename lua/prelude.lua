@@ -12,9 +12,9 @@
 --       refund: state of the take,
 --       8 request id (unique member prefix; sliding log and concurrency only),
 --       9 refund: index of the first member to give back (same);
---       fixed window: 8 '1' to tally the call (fixed_window.lua).
+--       fixed and sliding window: 8 '1' to tally the call (tally.lua).
 -- take returns {admitted, remaining, reset_after_ms, retry_after_ms, state}
--- (and, from a tallied fixed window take, who ran it).
+-- (and, from a tallied take, who ran it).
 -- Times go out in whole milliseconds rounded up, so a client told to come back
 -- after retry_after is never early.
 --

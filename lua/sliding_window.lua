@@ -1,7 +1,9 @@
 -- Sliding window counter (Cloudflare): KEYS[1] "{k}:cur" is a hash {w = window
 -- start ms, n = count}, KEYS[2] "{k}:prev" the previous window's count. The
 -- estimate prev·(W−elapsed)/W + cur is computed in integer ms so Lua doubles
--- stay exact (the limiter keeps limit·W below 2^53).
+-- stay exact (the limiter keeps limit·W below 2^53). A take made after a
+-- sign of a master change is tallied (tally.lua) in the window it counts
+-- in, for as long as that window's count decides: its own and the next.
 local cur, prev = KEYS[1], KEYS[2]
 local W = math.floor(window / 1000)
 local nowms = math.floor(now / 1000)
@@ -14,8 +16,10 @@ local pn = stored or 0
 if mode == 'refund' then
   if cw == aux then
     redis.call('HSET', cur, 'n', math.max(0, cn - cost))
+    tally(cur, aux, -math.min(cn, cost), aux + 2 * W - nowms)
   elseif cw == aux + W and pn > 0 then
     redis.call('SET', prev, math.max(0, pn - cost), 'KEEPTTL')
+    tally(cur, aux, -math.min(pn, cost), aux + 2 * W - nowms)
   end
   return 0
 end
@@ -30,16 +34,22 @@ if dated and cw and cw > ws then
   local n = 0
   if cw == ws + W then n = pn end
   local admitted = whole(math.max(0, math.min(cost, limit - n)), need)
+  local counted = 0
   if admitted > 0 and cw == ws + W then
     if stored then
       redis.call('SET', prev, n + admitted, 'KEEPTTL')
     else
       redis.call('SET', prev, n + admitted, 'PX', ws + 2 * W - nowms)
     end
+    counted = admitted
   end
+  local ran = tally(cur, ws, counted, ws + 2 * W - nowms)
   local reset = ws + 2 * W - nowms
   local retry = 0
   if admitted < cost then retry = reset end
+  if ran then
+    return {admitted, math.max(0, limit - n - admitted), reset, retry, ws, ran}
+  end
   return {admitted, math.max(0, limit - n - admitted), reset, retry, ws}
 end
 if cw == nil then
@@ -90,5 +100,9 @@ if admitted < cost then
   else
     retry = (W - e) + math.max(0, W - math.floor((limit - need) * W / cn))
   end
+end
+local ran = tally(cur, ws, admitted, ws + 2 * W - nowms)
+if ran then
+  return {admitted, math.max(0, fits(cn)), reset, retry, ws, ran}
 end
 return {admitted, math.max(0, fits(cn)), reset, retry, ws}

@@ -6,9 +6,10 @@ import "time"
 // admits up to 2×Limit across a window boundary. Redis: a hash whose field
 // is the window's start (ms) and value its count; memory: the same pair.
 var FixedWindow = register(&Spec{
-	Name:   "fixed_window",
-	Script: "fixed_window",
-	Keys:   []string{"fw"},
+	Name:    "fixed_window",
+	Script:  "fixed_window",
+	Keys:    []string{"fw"},
+	Tallied: true,
 	// A year of 366 days: Envoy's longest unit, with a leap day to spare.
 	MaxWindow: 366 * 24 * time.Hour,
 	// Leasable: a window's carved units expire with it.

@@ -34,6 +34,13 @@ type Spec struct {
 	// response ends (concurrency). Never cached as over limit; the
 	// RateLimit-Policy item has no window.
 	Held bool
+	// Tallied: a take made after a sign that the key's master may have
+	// changed is tallied for the server that runs it, per window start
+	// (Result.State), and a restore there of an answer another server
+	// gave adds that window's tally, so it does not absorb what was
+	// admitted there since (lua/tally.lua). The script's ARGV[8] says
+	// whether a call is tallied.
+	Tallied bool
 	// MaxLimit and MinWindow narrow the shared bounds, with the reason
 	// appended to the error message.
 	MaxLimit                  int64

@@ -7,9 +7,10 @@ import "fmt"
 // n = count} for the current window and a counter for the previous one.
 // Memory: w, n as in Redis; pn, pe the previous count and its expiry (ms).
 var SlidingWindow = register(&Spec{
-	Name:   "sliding_window",
-	Script: "sliding_window",
-	Keys:   []string{"sw:cur", "sw:prev"},
+	Name:    "sliding_window",
+	Script:  "sliding_window",
+	Keys:    []string{"sw:cur", "sw:prev"},
+	Tallied: true,
 	Check: func(l Limit) []Problem {
 		// The script computes limit·W exactly in a double.
 		if ms := l.Window.Milliseconds(); l.Limit > maxExact/ms {

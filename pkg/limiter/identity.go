@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 // Who answered. A restore (masters.go, ledger.go) asks the store to count
@@ -72,7 +70,7 @@ func (b *breaker) answeredBy(sent time.Time, gen uint64) *storeIdent {
 	return id
 }
 
-// unattributed reports whether a fixed window's call to b, sent at sent
+// unattributed reports whether a tallied window's call (fixed or sliding) to b, sent at sent
 // under master generation gen, is to say who ran it (Request.post, as a
 // tallied take does): its answer could not be noted with b's identity
 // otherwise (answeredBy), because no read of it under gen has ended
@@ -85,7 +83,7 @@ func (b *breaker) answeredBy(sent time.Time, gen uint64) *storeIdent {
 // when the store refused the read, or could not say (the script's own
 // read would fail too), nor for a store that cannot say who serves it.
 func (l *Limiter) unattributed(b *breaker, lim Limit, sent time.Time, gen uint64) bool {
-	if lim.Algorithm != limit.FixedWindow || l.idf == nil || !l.store.Remote() {
+	if !lim.Algorithm.Spec().Tallied || l.idf == nil || !l.store.Remote() {
 		return false
 	}
 	id := b.ident.Load()

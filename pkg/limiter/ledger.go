@@ -186,7 +186,7 @@ func (lg *ledger) len() int {
 // meanwhile, the call may have run on a new master that lacked this edge's
 // previous answer, so a restore is owed of that answer less what the call
 // admitted (or of this answer, if it says less remains); of the previous
-// answer alone when the call was tallied (a fixed window's call made after
+// answer alone when the call was tallied (a window's call made after
 // a sign of the change: Request.post), as a restore adds the tally. by is
 // who gave this answer, if known. It reports what this edge had admitted
 // that the answer does not count (account.unseen).

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/edgeguard/edgeguard/pkg/limit"
 )
 
 // Master changes. Replication is asynchronous: a promoted replica (a
@@ -168,13 +166,13 @@ func (l *Limiter) sweepMasters() {
 
 // afterChange reports whether a take of lim at now comes after a sign of a
 // master change, in the sign's window and within tallyFor of it: a fixed
-// window's take is then tallied for the server that runs it
+// or sliding window's take is then tallied for the server that runs it
 // (Request.post). Another edge's restore of an answer from the old master
 // adds that tally, instead of absorbing what this edge admitted on the new
 // master before the restore came. The window is reckoned on this edge's
 // clock, a second early: Redis's may differ.
 func (l *Limiter) afterChange(lim Limit, now time.Time) bool {
-	if lim.Algorithm != limit.FixedWindow {
+	if !lim.Algorithm.Spec().Tallied {
 		return false
 	}
 	changed := l.ledger.changed.Load()

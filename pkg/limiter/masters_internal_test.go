@@ -309,8 +309,8 @@ func TestLedgerOwesAroundATally(t *testing.T) {
 	}
 }
 
-// A fixed window's takes are tallied after a sign of a master change in
-// their window (reckoned a second early), for tallyFor; no other
+// A fixed or sliding window's takes are tallied after a sign of a master
+// change in their window (reckoned a second early), for tallyFor; no other
 // algorithm's.
 func TestAfterChange(t *testing.T) {
 	l, err := New(NewMemoryStore(), Config{}, nil, nil)
@@ -323,7 +323,10 @@ func TestAfterChange(t *testing.T) {
 	require.True(t, l.afterChange(fw, t0))
 	require.True(t, l.afterChange(fw, t0.Add(tallyFor-time.Millisecond)))
 	require.False(t, l.afterChange(fw, t0.Add(tallyFor)), "past tallyFor")
-	require.False(t, l.afterChange(Limit{Key: "k", Algorithm: limit.SlidingWindow, Limit: 10, Window: time.Hour}, t0))
+	require.True(t, l.afterChange(Limit{Key: "k", Algorithm: limit.SlidingWindow, Limit: 10, Window: time.Hour}, t0))
+	for _, a := range []limit.Algorithm{limit.SlidingLog, limit.TokenBucket, limit.LeakyBucket, limit.Concurrency} {
+		require.False(t, l.afterChange(Limit{Key: "k", Algorithm: a, Limit: 10, Window: time.Hour}, t0), a.String())
+	}
 	// A change half a second before a minute's window starts.
 	minute := Limit{Key: "k", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Minute}
 	l.ledger.changed.Store(t0.Add(-500 * time.Millisecond).UnixNano())

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -32,13 +33,13 @@ const rigEdges, rigLimit = 3, 60
 // rigDeadline is the rig's store deadline (Config.Timeout).
 const rigDeadline = 5 * time.Second
 
-func newFailoverRig(t *testing.T, ctx context.Context, name string) *failoverRig {
+func newFailoverRig(t *testing.T, ctx context.Context, name string, alg limit.Algorithm) *failoverRig {
 	cl, err := testenv.StartCluster(testenv.ClusterOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
-	// A day's fixed window, and a minute of room in it first (it starts
-	// again at midnight UTC): the run's counts stay in one window.
-	r := &failoverRig{t: t, ctx: ctx, cl: cl, l: lim(testenv.KeyPrefix(t)+name, limit.FixedWindow, rigLimit, 24*time.Hour)}
+	// A day's window, and a minute of room in it first (it starts again
+	// at midnight UTC): the run's counts stay in one window.
+	r := &failoverRig{t: t, ctx: ctx, cl: cl, l: lim(testenv.KeyPrefix(t)+name, alg, rigLimit, 24*time.Hour)}
 	testenv.EarlyInWindow(24*time.Hour, time.Minute)
 	for range rigEdges {
 		c, err := NewRedisClient(cl.URL(), ModeCluster)
@@ -84,8 +85,18 @@ func (r *failoverRig) decide(n int, edge func(i int) int) {
 	}
 }
 
-// count is what c holds for the limit (every window's field).
+// count is what c holds for the limit: every window's field (a fixed
+// window), the current window's count (a sliding window, whose previous
+// window is empty: the run stays in one window).
 func (r *failoverRig) count(c *redis.Client) int {
+	if r.l.Algorithm == limit.SlidingWindow {
+		n, err := c.HGet(r.ctx, r.key, "n").Int()
+		if errors.Is(err, redis.Nil) {
+			return 0
+		}
+		require.NoError(r.t, err)
+		return n
+	}
 	n := 0
 	for _, v := range c.HGetAll(r.ctx, r.key).Val() {
 		x, err := strconv.Atoi(v)
@@ -119,7 +130,7 @@ func (r *failoverRig) lose() (replica *redis.Client) {
 func TestFailoverRestoresLastAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	r := newFailoverRig(t, ctx, "failover")
+	r := newFailoverRig(t, ctx, "failover", limit.FixedWindow)
 	replica := r.lose()
 
 	// The edge that made them asks first: its first call finds the new
@@ -138,11 +149,19 @@ func TestFailoverRestoresLastAnswers(t *testing.T) {
 // made after a sign of it are tallied there, per window) to that answer,
 // instead of raising the count to the answer alone, which would absorb
 // those admissions: the new master counts every unit the edges admitted,
-// and the limit holds exactly.
+// and the limit holds exactly. Fixed and sliding windows alike: before the
+// sliding window was tallied, edge 0's restore raised its count to 45 and
+// absorbed edge 1's 5 (the new master counted 46 of the 51 admitted).
 func TestFailoverRestoreKeepsTheNewMastersAdmissions(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) { failoverKeepsTheNewMastersAdmissions(t, alg) })
+	}
+}
+
+func failoverKeepsTheNewMastersAdmissions(t *testing.T, alg limit.Algorithm) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	r := newFailoverRig(t, ctx, "absorbed")
+	r := newFailoverRig(t, ctx, "absorbed", alg)
 	replica := r.lose()
 
 	// Every edge's slot map names the new master, so each edge's first

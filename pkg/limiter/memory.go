@@ -25,7 +25,7 @@ type MemoryStore struct {
 	evicted atomic.Int64
 	// restarts counts the store's restarts (tests'): its identity.
 	restarts atomic.Uint64
-	// tallies mirror fixed_window.lua's tally for a test's store standing
+	// tallies mirror tally.lua's tally for a test's store standing
 	// in for Redis (Request.post, which the limiter sets only for remote
 	// stores): units admitted by tallied takes, per key, identity and
 	// window start.
@@ -150,7 +150,7 @@ func (s *MemoryStore) takeInto(reqs []Request, out []Decision) ([]Decision, erro
 			a.Cost, a.Need = 0, 1
 			out[i] = s.take(r, a)
 			missing := out[i].Remaining - r.Remaining
-			if r.ident.String() != "" && r.ident.String() != s.ident() && r.Limit.Algorithm == limit.FixedWindow {
+			if r.ident.String() != "" && r.ident.String() != s.ident() && r.Limit.Algorithm.Spec().Tallied {
 				missing += s.tally(memKey(r.Limit), out[i].Lease.state, 0) // another server's answer: the tally on top
 			}
 			if missing = min(r.Cost, missing); missing > 0 && (r.ident == nil || r.ident.id != s.ident()) {
@@ -160,7 +160,7 @@ func (s *MemoryStore) takeInto(reqs []Request, out []Decision) ([]Decision, erro
 			continue
 		}
 		out[i] = s.take(r, a)
-		if r.post && !r.Peek && r.Limit.Algorithm == limit.FixedWindow { // as fixed_window.lua tallies
+		if r.post && !r.Peek && r.Limit.Algorithm.Spec().Tallied { // as tally.lua tallies
 			out[i].Lease.id = s.ident()
 			s.tally(memKey(r.Limit), out[i].Lease.state, out[i].Admitted)
 		}

@@ -197,7 +197,7 @@ type call struct {
 
 // argv is a script call's ARGV (prelude.lua's order): the member id and the
 // first member's index only for the algorithms that keep members; for a
-// fixed window, whether the call is tallied as made after a sign of a
+// tallied window (fixed or sliding), whether the call is tallied as made after a sign of a
 // master change (post; fixed_window.lua).
 func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, aux, first int64, post bool) []any {
 	var now int64
@@ -208,7 +208,7 @@ func (s *RedisStore) argv(mode string, l Limit, at time.Time, id string, units, 
 	if id == "" {
 		id = "-"
 	}
-	if l.Algorithm == limit.FixedWindow {
+	if l.Algorithm.Spec().Tallied {
 		return []any{mode, now, a.Limit, a.Window, a.Extra, units, aux, postArg(post)}
 	}
 	if !l.Algorithm.Spec().Members {
@@ -356,7 +356,7 @@ func reply(r Request, id string, cmd *redis.Cmd) (Decision, error) {
 }
 
 // tallied reads a tallied take's reply (Request.post): the five values
-// of every take, and who ran it (fixed_window.lua), which its lease keeps
+// of every take, and who ran it (tally.lua), which its lease keeps
 // (Lease.id) and its answer is noted with: in the moments of a master
 // change an edge's calls may reach either master, whatever its last
 // identity read says.

@@ -62,7 +62,7 @@ type Request struct {
 	// — nothing when it kept its state, what it had counted when it lost
 	// it. Restoring twice takes nothing the second time.
 	Restore bool
-	// post marks a fixed window's take made after a sign that the key's
+	// post marks a fixed or sliding window's take made after a sign that the key's
 	// master may have changed, in the window of that sign, or before the
 	// edge has read who serves it (Limiter.unattributed): the store
 	// tallies what it admits for the server that runs it, which a
@@ -231,7 +231,7 @@ func (d Decision) from(src Source, s Store) Decision {
 type Lease struct {
 	Limit Limit
 	// id is the member prefix of sliding log and concurrency units; of a
-	// fixed window's tallied take (Request.post), who ran it, as its
+	// tallied take (Request.post), who ran it, as its
 	// script read it, so that giving it back comes off the tally too.
 	id    string
 	first int64 // index of the first member
@@ -239,9 +239,9 @@ type Lease struct {
 	state int64 // window start for window algorithms
 }
 
-// tallied reports a fixed window's lease from a tallied take: its refund
+// tallied reports a lease from a tallied take (fixed or sliding window): its refund
 // is tallied too.
-func (l Lease) tallied() bool { return l.Limit.Algorithm == limit.FixedWindow && l.id != "" }
+func (l Lease) tallied() bool { return l.Limit.Algorithm.Spec().Tallied && l.id != "" }
 
 // Split divides the lease into its first n units and the rest: coalesced
 // callers hand each request its own share.
