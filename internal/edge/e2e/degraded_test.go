@@ -126,6 +126,7 @@ rules:
 	thaw()
 
 	var slow, fallback, fallbackTotal, opens, byRedis float64
+	why := map[string]float64{} // the fallback's decisions by cause, over the edges
 	for _, e := range es {
 		m := scrape(t, e)
 		slow += slowStoreCalls(m)
@@ -133,9 +134,16 @@ rules:
 		fallbackTotal += sum(m, mFallback)
 		opens += sum(m, mOpens)
 		byRedis += sum(m, mDecisions, "reason", "redis")
+		for _, s := range m[mFallback].GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "reason" && s.GetCounter().GetValue() > 0 {
+					why[l.GetValue()] += s.GetCounter().GetValue()
+				}
+			}
+		}
 	}
-	t.Logf("%d requests over 3 edges in %s with %d freeze bursts of every master and %d busy loops: %d admitted, %d denied; store calls slower than 6.4 ms: %.0f; decisions by redis %.0f, by fallback %.0f; breaker opens %.0f",
-		requests, took.Round(time.Millisecond), during, runtime.NumCPU(), ok, denied, slow, byRedis, fallback, opens)
+	t.Logf("%d requests over 3 edges in %s with %d freeze bursts of every master and %d busy loops: %d admitted, %d denied; store calls slower than 6.4 ms: %.0f; decisions by redis %.0f, by fallback %.0f (by cause %v); breaker opens %.0f",
+		requests, took.Round(time.Millisecond), during, runtime.NumCPU(), ok, denied, slow, byRedis, fallback, why, opens)
 	require.GreaterOrEqual(t, during, int64(3), "witness: the masters were frozen repeatedly during the load")
 	require.Positive(t, slow, "witness: store calls past the old 5 ms deadline")
 	require.Zero(t, bad, "failed requests: %v", firstBad)
