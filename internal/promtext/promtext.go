@@ -67,7 +67,7 @@ func Sum(f Families, name string, match ...string) float64 {
 	}
 	var total float64
 	for _, s := range mf.GetMetric() {
-		if !Has(s, match...) {
+		if !has(s, match...) {
 			continue
 		}
 		switch {
@@ -90,9 +90,9 @@ func Sum(f Families, name string, match ...string) float64 {
 	return total
 }
 
-// Has reports whether series s has every label pair of match (name,
+// has reports whether series s has every label pair of match (name,
 // value, name, value...).
-func Has(s *dto.Metric, match ...string) bool {
+func has(s *dto.Metric, match ...string) bool {
 	for i := 0; i+1 < len(match); i += 2 {
 		found := false
 		for _, l := range s.GetLabel() {
