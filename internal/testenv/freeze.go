@@ -23,6 +23,17 @@ func (c *Cluster) FreezeNode(addr string) error { return c.signalNode(addr, c.d.
 // ThawNode resumes a frozen Cluster node (SIGCONT).
 func (c *Cluster) ThawNode(addr string) error { return c.signalNode(addr, c.d.thaw) }
 
+// ExemptNode keeps scripts/busy.sh's stalls off the Cluster node at addr
+// until release, for a test whose own freezes of it are the stress: a stall
+// landing between two of them would make one silence of their sum.
+func (c *Cluster) ExemptNode(addr string) (release func(), err error) {
+	p := c.node(addr)
+	if p == nil {
+		return nil, fmt.Errorf("testenv: exempting node: no cluster node at %s", addr)
+	}
+	return c.d.exempt(p), nil
+}
+
 func (c *Cluster) signalNode(addr string, signal func(*process)) error {
 	p := c.node(addr)
 	if p == nil {

@@ -36,6 +36,7 @@ type deployment struct {
 	mu     sync.Mutex
 	procs  []*process
 	closed bool
+	holds  map[*process]*hold // the test's frozen marks (pulse.go)
 }
 
 func newDeployment(kind string) (*deployment, error) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +33,54 @@ func TestFreezeMarksServerForPulser(t *testing.T) {
 	require.FileExists(t, mark)
 	require.Eventually(t, func() bool { return procState(pid) == "T" }, 10*time.Second, 5*time.Millisecond)
 
+	s.Thaw()
+	require.NoFileExists(t, mark)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := newClient(s.Addr)
+	defer c.Close()
+	require.NoError(t, c.Ping(ctx).Err())
+}
+
+// An exempt server keeps the mark through its test's own freezes and thaws,
+// so that no stall lands between them, until the exemption is released. A
+// stall under way as the exemption starts is ended by it: the pulser does
+// not resume a marked server.
+func TestExemptKeepsPulserOffThroughFreezes(t *testing.T) {
+	t.Parallel()
+	s, err := StartStandalone(StandaloneOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Thaw(); _ = s.Close() })
+	p := s.proc()
+	pid := p.Cmd.Process.Pid
+	mark := filepath.Join(s.d.dir, frozenPrefix+strconv.Itoa(pid))
+
+	p.signal(syscall.SIGSTOP) // a stall, as the pulser sends it: no mark
+	require.Eventually(t, func() bool { return procState(pid) == "T" }, 10*time.Second, 5*time.Millisecond)
+	release := s.d.exempt(p)
+	require.FileExists(t, mark)
+	require.Eventually(t, func() bool { return procState(pid) != "T" }, 10*time.Second, 5*time.Millisecond,
+		"the exemption ended the stall under way")
+
+	for range 2 {
+		s.Freeze()
+		require.FileExists(t, mark)
+		s.Thaw()
+		require.FileExists(t, mark, "still exempt between the test's freezes")
+	}
+	second := s.d.exempt(p)
+	release()
+	release() // twice: counts once
+	require.FileExists(t, mark, "one exemption still holds")
+	second()
+	require.NoFileExists(t, mark)
+
+	s.Freeze()
+	release2 := s.d.exempt(p)
+	require.Eventually(t, func() bool { return procState(pid) == "T" }, 10*time.Second, 5*time.Millisecond)
+	release2()
+	require.FileExists(t, mark, "frozen by the test: marked after the exemption ends")
+	require.Equal(t, "T", procState(pid), "an exemption does not resume what the test froze")
 	s.Thaw()
 	require.NoFileExists(t, mark)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
