@@ -186,11 +186,10 @@ func startEdgeProc(t *testing.T, bin, pop, origin, redisURL, consul string) *edg
 		"--rls-listen", e.rls,
 		"--region", regionName, "--pop", pop,
 		"--origin", origin,
-		// Under the default (250 ms), to keep the phases that pause Redis
-		// short: each call in a pause waits for the deadline. A stall of a
-		// busy machine can reach it too and send a check to the fallback,
-		// so fallback counts are read against their value before a phase.
-		"--redis-timeout", "100ms",
+		// The default --redis-timeout (250 ms): the phases that pause
+		// Redis last as long as their pause, however long each call waits.
+		// A stall of a busy machine is under it; fallback counts are still
+		// read against their value before a phase.
 		"--consul", consul, "--rules-cache", filepath.Join(dir, "rules-cache.json"),
 		"--workers", "4",
 		"--trusted-proxies", "127.0.0.1/32",
