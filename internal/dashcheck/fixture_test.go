@@ -617,7 +617,10 @@ func (r *dashRun) failures() {
 	// What the fallback decided before: a store timeout at a stall of a
 	// busy machine sends an earlier request to it too, as it should.
 	unknownBefore := counterSum(t, ams.admin, "edgeguard_limiter_fallback_unknown_total")
-	require.NoError(t, rc.Do(context.Background(), "CLIENT", "PAUSE", "2500", "WRITE").Err())
+	// Paused until the last request of the outage has its answer (UNPAUSE
+	// below; 10 s bounds it should the test die): a request sent as a
+	// timed pause lapsed would be answered by Redis, which is no outage.
+	require.NoError(t, rc.Do(context.Background(), "CLIENT", "PAUSE", "10000", "WRITE").Err())
 	pauseEnd := time.Now().Add(2500 * time.Millisecond)
 	// A fresh client each time, decided by the fallback: Redis answered
 	// this edge within the rule's window and the edge has no answer for
@@ -629,6 +632,7 @@ func (r *dashRun) failures() {
 		codes[send(ams, "/outage/z", fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), "")]++
 		time.Sleep(5 * time.Millisecond) // pacing, not waiting for anything
 	}
+	require.NoError(t, rc.Do(context.Background(), "CLIENT", "UNPAUSE").Err())
 	require.Len(t, codes, 1, "every fresh client is denied in the outage: %v", codes)
 	require.Positive(t, codes[http.StatusTooManyRequests], "every fresh client is denied in the outage: %v", codes)
 	waitProm(t, p, `sum(edgeguard_limiter_fallback_unknown_total{pop="ams"})`, unknownBefore+float64(codes[http.StatusTooManyRequests]))
