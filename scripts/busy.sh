@@ -12,7 +12,9 @@
 # redis-server that descends from this script and whose working directory
 # holds the harness's pulse.lock. A test's own Freeze outlasts a stall
 # (the harness and the pulser signal under a flock on pulse.lock, and a
-# frozen server is marked frozen-<pid>). Whatever the pulser stopped, it
+# frozen server is marked frozen-<pid>); a test whose own freezes are its
+# stress keeps the mark for as long as they run (testenv's ExemptNode), so
+# no stall lands between them. Whatever the pulser stopped, it
 # resumes when it exits, however it exits; it stops by itself when this
 # script is gone or after BUSY_TIMEOUT.
 #
