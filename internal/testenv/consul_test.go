@@ -1,10 +1,16 @@
 package testenv
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptrace"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -323,4 +329,63 @@ func TestConsulConfigPortsDistinct(t *testing.T) {
 	require.Contains(t, conf, `initial_management = "t\"o"`)
 	require.Contains(t, conf, `default_policy = "deny"`)
 	require.NotContains(t, consulConfig(ConsulOptions{Datacenter: "dc1"}, p), "acl")
+}
+
+// Every edge and client of the tests shares one address, and Consul counts
+// a blocking query's connection against it until the query's wait ends,
+// even once its client has gone (consulConfig): the agent serves more than
+// its default 200 at once from one address. 250 blocking queries held
+// open, then a plain read, then a write that ends them: every one answers
+// 200 (with the default limit, those past 200 are answered 429 at once).
+func TestConsulServesManyBlockingQueriesFromOneAddress(t *testing.T) {
+	t.Parallel()
+	c := startConsulT(t, ConsulOptions{})
+	kv := consulClient(t, c, "").KV()
+	key := KeyPrefix(t) + "watched"
+	_, err := kv.Put(&api.KVPair{Key: key, Value: []byte("v1")}, nil)
+	require.NoError(t, err)
+	_, meta, err := kv.Get(key, nil)
+	require.NoError(t, err)
+
+	const held = 250
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: held}}
+	t.Cleanup(client.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := fmt.Sprintf("http://%s/v1/kv/%s?index=%d&wait=5m", c.HTTPAddr(), key, meta.LastIndex)
+	var written sync.WaitGroup
+	written.Add(held)
+	codes := make(chan int, held)
+	for range held {
+		go func() {
+			var once sync.Once
+			trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(written.Done) }}
+			req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, url, nil)
+			if err != nil {
+				once.Do(written.Done)
+				codes <- -1
+				return
+			}
+			resp, err := client.Do(req)
+			once.Do(written.Done)
+			if err != nil {
+				codes <- -1
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	written.Wait()
+	got, _, err := kv.Get(key, nil)
+	require.NoError(t, err, "a plain read beside %d blocking queries", held)
+	require.Equal(t, "v1", string(got.Value))
+	_, err = kv.Put(&api.KVPair{Key: key, Value: []byte("v2")}, nil)
+	require.NoError(t, err)
+	byCode := map[int]int{}
+	for range held {
+		byCode[<-codes]++
+	}
+	require.Equal(t, map[int]int{http.StatusOK: held}, byCode, "status of each blocking query (-1: no answer)")
 }
