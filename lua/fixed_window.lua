@@ -17,7 +17,7 @@ if mode == 'refund' then
   local n = tonumber(redis.call('HGET', key, aux))
   if n then
     redis.call('HSET', key, aux, math.max(0, n - cost))
-    tally(key, aux, -math.min(n, cost), aux + W - nowms)
+    if tally then tally(key, aux, -math.min(n, cost), aux + W - nowms) end
   end
   return 0
 end
@@ -47,7 +47,7 @@ if admitted > 0 and n == 0 then
   end
 end
 n = n + admitted
-local ran = tally(key, ws, admitted, ws + W - nowms)
+local ran = tally and tally(key, ws, admitted, ws + W - nowms)
 local reset = ws + W - nowms
 local retry = 0
 if admitted < cost and (need > limit or n + need > limit) then retry = reset end

@@ -28,15 +28,25 @@ const (
 )
 
 // Source returns the complete script for an algorithm: the clock, the
-// server's identity (read only by calls that ask for it), the prelude and
-// the algorithm's body.
+// reading of the server's identity (in a tallied window's script only, and
+// defined only for a call that is tallied: tally.lua is its one reader
+// there, so an untallied call, the steady state, makes no closure for it),
+// the prelude and the algorithm's body.
 func Source(name string) (string, error) {
 	body, err := algorithm(name)
 	if err != nil {
 		return "", err
 	}
-	return clock + identity + body, nil
+	if tallied(name) {
+		return clock + "local ident_now, identity\nif ARGV[8] == '1' then\n  identity = " + identityFunc + "end\n" + body, nil
+	}
+	return clock + body, nil
 }
+
+// tallied says whether an algorithm's script tallies its takes after a sign
+// of a master change (tally.lua; limit.Spec.Tallied says the same of the
+// algorithms).
+func tallied(name string) bool { return name == FixedWindow || name == SlidingWindow }
 
 // clock reads Redis's clock (prelude.lua calls it when ARGV[2] is 0).
 const clock = `local function server_now()
@@ -45,12 +55,11 @@ const clock = `local function server_now()
 end
 `
 
-// identity reads, once per script run, the identity of the server running
-// it (as Identity does from INFO): "run_id:master_replid", or false when
-// INFO fails or lacks either field. A batch shares the one reading among
-// its calls and its restores.
-const identity = `local ident_now
-local function identity()
+// identityFunc reads, once per script run, the identity of the server
+// running it (as Identity does from INFO): "run_id:master_replid", or false
+// when INFO fails or lacks either field; it keeps the reading in ident_now.
+// A batch shares the one reading among its calls and its restores.
+const identityFunc = `function()
   if ident_now == nil then
     ident_now = false
     local s, r = redis.pcall('INFO', 'server'), redis.pcall('INFO', 'replication')
@@ -81,7 +90,7 @@ func algorithm(name string) (string, error) {
 		}
 		src += string(members) + "\n"
 	}
-	if name == FixedWindow || name == SlidingWindow { // tallied after a master change
+	if tallied(name) { // tallied after a master change
 		tally, err := files.ReadFile("tally.lua")
 		if err != nil {
 			return "", fmt.Errorf("reading tally helper: %w", err)
@@ -139,7 +148,7 @@ func Batch(algs []Alg) (string, error) {
 	var b strings.Builder
 	b.WriteString("#!lua flags=allow-cross-slot-keys\n")
 	b.WriteString(batchClock)
-	b.WriteString(identity)
+	b.WriteString("local ident_now\nlocal identity = " + identityFunc)
 	for _, a := range algs {
 		body, err := algorithm(a.Name)
 		if err != nil {

@@ -16,10 +16,10 @@ local pn = stored or 0
 if mode == 'refund' then
   if cw == aux then
     redis.call('HSET', cur, 'n', math.max(0, cn - cost))
-    tally(cur, aux, -math.min(cn, cost), aux + 2 * W - nowms)
+    if tally then tally(cur, aux, -math.min(cn, cost), aux + 2 * W - nowms) end
   elseif cw == aux + W and pn > 0 then
     redis.call('SET', prev, math.max(0, pn - cost), 'KEEPTTL')
-    tally(cur, aux, -math.min(pn, cost), aux + 2 * W - nowms)
+    if tally then tally(cur, aux, -math.min(pn, cost), aux + 2 * W - nowms) end
   end
   return 0
 end
@@ -43,7 +43,7 @@ if dated and cw and cw > ws then
     end
     counted = admitted
   end
-  local ran = tally(cur, ws, counted, ws + 2 * W - nowms)
+  local ran = tally and tally(cur, ws, counted, ws + 2 * W - nowms)
   local reset = ws + 2 * W - nowms
   local retry = 0
   if admitted < cost then retry = reset end
@@ -101,7 +101,7 @@ if admitted < cost then
     retry = (W - e) + math.max(0, W - math.floor((limit - need) * W / cn))
   end
 end
-local ran = tally(cur, ws, admitted, ws + 2 * W - nowms)
+local ran = tally and tally(cur, ws, admitted, ws + 2 * W - nowms)
 if ran then
   return {admitted, math.max(0, fits(cn)), reset, retry, ws, ran}
 end

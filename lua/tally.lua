@@ -8,22 +8,26 @@
 -- restore on this server of an answer another server gave adds the
 -- window's tally (lua.Batch): the units admitted here since the change,
 -- which that answer cannot hold, so they are not absorbed by it. tally
--- returns who ran the call (nil when it is not tallied or INFO fails), and
+-- returns who ran the call (nil when INFO fails), and
 -- such a take answers it as a sixth value, so the edge knows which server
 -- its answer came from. Only such calls read INFO, once per script run
--- (identity(), lua.go).
-local function tally(base, w, units, ends)
-  if ARGV[8] ~= '1' then return end
-  local here = identity()
-  if not here then return end
-  if units == 0 then return here end
-  local pk = base .. ':post:' .. here
-  if redis.call('HINCRBY', pk, w, units) <= 0 then
-    redis.call('HDEL', pk, w)
+-- (identity(), lua.go). tally is defined only for a tallied call: an
+-- untallied one (the steady state) makes no closure and no call for it,
+-- and each call site reads `tally and tally(...)`.
+local tally
+if ARGV[8] == '1' then
+  tally = function(base, w, units, ends)
+    local here = identity()
+    if not here then return end
+    if units == 0 then return here end
+    local pk = base .. ':post:' .. here
+    if redis.call('HINCRBY', pk, w, units) <= 0 then
+      redis.call('HDEL', pk, w)
+    end
+    ends = math.max(1, ends)
+    if redis.call('PTTL', pk) < ends then
+      redis.call('PEXPIRE', pk, ends)
+    end
+    return here
   end
-  ends = math.max(1, ends)
-  if redis.call('PTTL', pk) < ends then
-    redis.call('PEXPIRE', pk, ends)
-  end
-  return here
 end
