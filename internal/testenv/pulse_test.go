@@ -35,11 +35,7 @@ func TestFreezeMarksServerForPulser(t *testing.T) {
 
 	s.Thaw()
 	require.NoFileExists(t, mark)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c := newClient(s.Addr)
-	defer c.Close()
-	require.NoError(t, c.Ping(ctx).Err())
+	requireAnswers(t, s)
 }
 
 // An exempt server keeps the mark through its test's own freezes and thaws,
@@ -83,6 +79,12 @@ func TestExemptKeepsPulserOffThroughFreezes(t *testing.T) {
 	require.Equal(t, "T", procState(pid), "an exemption does not resume what the test froze")
 	s.Thaw()
 	require.NoFileExists(t, mark)
+	requireAnswers(t, s)
+}
+
+// requireAnswers checks that a thawed server answers a PING.
+func requireAnswers(t *testing.T, s *Standalone) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c := newClient(s.Addr)
