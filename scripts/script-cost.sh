@@ -11,7 +11,8 @@
 # Every call is a take that admits (limit 10^9 in a one-hour window, so no
 # phase crosses a window) with the same arguments for both revisions: the
 # tally flag (ARGV 8) is '0', the steady state; a script that does not read
-# it ignores it. Needs valgrind, redis-server, redis-cli, git and go.
+# it ignores it. The rows marked + are the same takes tallied ('1'). Needs
+# valgrind, redis-server, redis-cli, git and go.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-HEAD~1}
@@ -87,8 +88,13 @@ for rev in base tree; do
 		sha[$rev.$s]=$(cli SCRIPT LOAD "$(cat "$work/$rev/$s.lua")")
 	done
 done
-args() { # the EVALSHA arguments after the SHA, per script
+# A name ending in + is its script's take made tallied (ARGV 8 '1'), as in
+# the minute after a sign of a master change: two INFO reads, a hash write.
+calls="fixed_window sliding_window gcra batch fixed_window+ sliding_window+"
+args() { # the EVALSHA arguments after the SHA, per call
 	case $1 in
+	fixed_window+) echo '1 eg:{a}:fw take 0 1000000000 3600000000 0 1 1 1' ;;
+	sliding_window+) echo '2 eg:{a}:sw:cur eg:{a}:sw:prev take 0 1000000000 3600000000 0 1 1 1' ;;
 	fixed_window) echo '1 eg:{a}:fw take 0 1000000000 3600000000 0 1 1 0' ;;
 	sliding_window) echo '2 eg:{a}:sw:cur eg:{a}:sw:prev take 0 1000000000 3600000000 0 1 1 0' ;;
 	gcra) echo '1 eg:{a}:gcra take 0 1000000000 3600000000 1000000000 1 1 0' ;;
@@ -97,12 +103,12 @@ args() { # the EVALSHA arguments after the SHA, per script
 }
 declare -A got
 for round in $(seq 1 "$ROUNDS"); do
-	for s in fixed_window sliding_window gcra batch; do
+	for s in $calls; do
 		for rev in base tree; do
 			cli FLUSHALL >/dev/null
 			callgrind_control -z "$vpid" >/dev/null 2>&1
 			# shellcheck disable=SC2046 # the arguments are words
-			cli -r "$N" EVALSHA "${sha[$rev.$s]}" $(args "$s") >/dev/null
+			cli -r "$N" EVALSHA "${sha[$rev.${s%+}]}" $(args "$s") >/dev/null
 			callgrind_control -d "$rev.$s.$round" "$vpid" >/dev/null 2>&1
 			f=$(ls -t "$work"/cg."$vpid".* | head -1)
 			ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
@@ -112,6 +118,6 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 echo "instructions per call in redis-server $(redis-server --version | awk '{print $3}'), $N calls a phase, $ROUNDS rounds; base $(git rev-parse --short "$base"), tree $(git describe --always --dirty)"
 printf '%-16s %-28s %-28s\n' script base tree
-for s in fixed_window sliding_window gcra batch; do
+for s in $calls; do
 	printf '%-16s %-28s %-28s\n' "$s" "${got[base.$s]}" "${got[tree.$s]}"
 done
