@@ -26,6 +26,7 @@ type testOrigin struct {
 
 	mu     sync.Mutex
 	server *fasthttp.Server
+	ln     net.Listener
 	seen   []seenRequest
 }
 
@@ -79,19 +80,22 @@ func (o *testOrigin) serve(ln net.Listener) {
 		CloseOnShutdown: true,
 	}
 	o.mu.Lock()
-	o.server = s
+	o.server, o.ln = s, ln
 	o.mu.Unlock()
 	go s.Serve(ln) //nolint:errcheck // returns when stopped
 }
 
 // stop shuts the server down and waits until its port refuses connections.
+// The listener is closed here too: a Shutdown that comes before Serve has
+// taken the listener (a short test) would leave Serve accepting.
 func (o *testOrigin) stop() {
 	o.mu.Lock()
-	s := o.server
-	o.server = nil
+	s, ln := o.server, o.ln
+	o.server, o.ln = nil, nil
 	o.mu.Unlock()
 	if s != nil {
 		_ = s.Shutdown()
+		_ = ln.Close()
 	}
 }
 

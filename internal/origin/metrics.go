@@ -66,6 +66,7 @@ type Metrics struct {
 	timeouts  *prometheus.CounterVec
 	streams   *prometheus.CounterVec
 	ejections *prometheus.CounterVec
+	late      *prometheus.CounterVec
 	healthy   *prometheus.Desc
 	// The pools' concurrency limits (Config.Concurrency).
 	limitRefused *prometheus.CounterVec
@@ -100,6 +101,7 @@ type metrics struct {
 	timeouts  [numPhases]prometheus.Counter
 	streams   [numStreamEnds]prometheus.Counter
 	ejections prometheus.Counter
+	late      prometheus.Counter
 	refused   [numLimitRefusals]prometheus.Counter
 }
 
@@ -146,6 +148,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: namespace + "ejections_total",
 		Help: "Origins taken out of rotation by failing real requests (unhealthy_after in a row, or a failed request on probation), by pool; each stays out for its ejection time before a request tries it again.",
 	}, []string{"pool"})
+	m.late = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: namespace + "late_connects_total",
+		Help: "Origin connections the dial timeout found established although the dial had not yet returned, by pool: used, not counted as connect timeouts. A rising count says the edge's own goroutines run late (CPU starvation, long GC assists), not that origins are slow.",
+	}, []string{"pool"})
 	m.healthy = prometheus.NewDesc(namespace+"healthy", "Origins currently in rotation, by pool.", []string{"pool"}, nil)
 	m.limitRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: namespace + "concurrency_refused_total",
@@ -160,7 +166,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	var regErrs []error
 	var done []prometheus.Collector
-	for _, c := range []prometheus.Collector{m.dur, m.errors, m.responses, m.timeouts, m.streams, m.ejections, m.limitRefused, healthyCollector{m}} {
+	for _, c := range []prometheus.Collector{m.dur, m.errors, m.responses, m.timeouts, m.streams, m.ejections, m.late, m.limitRefused, healthyCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			regErrs = append(regErrs, err)
 			continue
@@ -201,6 +207,7 @@ func (m *Metrics) open(p *Proxy, name string) (string, *metrics) {
 		durError:   m.dur.WithLabelValues(label, "error"),
 		durTimeout: m.dur.WithLabelValues(label, "timeout"),
 		ejections:  m.ejections.WithLabelValues(label),
+		late:       m.late.WithLabelValues(label),
 	}
 	for r := reasonConnect; r < numReasons; r++ {
 		pm.errors[r] = m.errors.WithLabelValues(label, r.String())
@@ -244,6 +251,7 @@ func (m *Metrics) close(p *Proxy, label string) {
 	m.timeouts.DeletePartialMatch(match)
 	m.streams.DeletePartialMatch(match)
 	m.ejections.DeletePartialMatch(match)
+	m.late.DeletePartialMatch(match)
 	m.limitRefused.DeletePartialMatch(match)
 }
 

@@ -152,7 +152,7 @@ func newPool(cfg Config, m *Metrics, log *slog.Logger, now func() time.Time) (*P
 		if err != nil {
 			return nil, fmt.Errorf("parsing origin url %q: %w", raw, err)
 		}
-		o, err := newOrigin(raw, u, cfg)
+		o, err := newOrigin(p, raw, u, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -210,7 +210,7 @@ type origin struct {
 	suppressed atomic.Int64
 }
 
-func newOrigin(raw string, u *url.URL, cfg Config) (*origin, error) {
+func newOrigin(p *Proxy, raw string, u *url.URL, cfg Config) (*origin, error) {
 	isTLS := u.Scheme == "https"
 	var tlsCfg *tls.Config
 	if isTLS {
@@ -231,7 +231,7 @@ func newOrigin(raw string, u *url.URL, cfg Config) (*origin, error) {
 			if timeout <= 0 || timeout > dialTimeout {
 				timeout = dialTimeout
 			}
-			conn, err := fasthttp.DialTimeout(addr, timeout)
+			conn, err := dialTCP(addr, timeout, p.lateConnect)
 			if err != nil {
 				return nil, &dialError{err: err}
 			}
