@@ -81,13 +81,13 @@ func dialTCP(addr string, timeout time.Duration, late func()) (net.Conn, error) 
 		return nil, err
 	}
 	n := uint32(len(addrs))
-	for i := range n {
+	for i := range n - 1 {
 		conn, err := connect(addrs[(first+i)%n], deadline, late)
-		if err == nil || errors.Is(err, fasthttp.ErrDialTimeout) || i == n-1 {
+		if err == nil || errors.Is(err, fasthttp.ErrDialTimeout) {
 			return conn, err
 		}
 	}
-	panic("unreachable")
+	return connect(addrs[(first+n-1)%n], deadline, late)
 }
 
 // lookup returns addr's addresses and the index to start from (the
@@ -157,10 +157,11 @@ var dialHooks atomic.Pointer[dialSeams]
 // says.
 func connect(ap netip.AddrPort, deadline time.Time, late func()) (net.Conn, error) {
 	var (
-		mu      sync.Mutex
-		sock    syscall.RawConn // the socket being connected, once made
-		expired bool            // the deadline passed with it not connected
-		found   bool            // the deadline found it connected
+		mu   sync.Mutex
+		sock syscall.RawConn // the socket being connected, once made
+		// looked says the deadline has passed and looked at the socket;
+		// connected is what it found.
+		looked, connected bool
 	)
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		mu.Lock()
@@ -172,11 +173,8 @@ func connect(ap netip.AddrPort, deadline time.Time, late func()) (net.Conn, erro
 	defer cancel()
 	t := time.AfterFunc(time.Until(deadline), func() {
 		mu.Lock()
-		c := sock
-		mu.Unlock()
-		ok := c != nil && isConnected(c)
-		mu.Lock()
-		found, expired = ok, !ok
+		looked, connected = true, sock != nil && isConnected(sock)
+		ok := connected
 		mu.Unlock()
 		if !ok {
 			cancel()
@@ -191,7 +189,7 @@ func connect(ap netip.AddrPort, deadline time.Time, late func()) (net.Conn, erro
 	}
 	t.Stop()
 	mu.Lock()
-	timedOut, wasLate := expired, found
+	wasLate, timedOut := looked && connected, looked && !connected
 	mu.Unlock()
 	switch {
 	case err == nil:
