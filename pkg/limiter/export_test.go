@@ -86,3 +86,10 @@ func TakeMovesStack(ctx context.Context, s *RedisStore, reqs []Request, grow boo
 	r := <-done
 	return r.moved, r.err
 }
+
+// OnSoftClose calls f each time a connection closed with a reply owed is
+// closed softly (softclose.go); the returned func undoes it.
+func OnSoftClose(f func()) func() {
+	softCloseSeam.Store(&f)
+	return func() { softCloseSeam.Store(nil) }
+}

@@ -82,7 +82,9 @@ func (h *watchHook) DialHook(next redis.DialHook) redis.DialHook {
 		if h.dialFailed.Swap(false) || (prev != nil && *prev != to) {
 			h.w.bump()
 		}
-		return conn, nil
+		// Replies owed when a switch closes the connection are still
+		// read (softclose.go).
+		return newSoftConn(conn, softCloseSeam.Load()), nil
 	}
 }
 
