@@ -39,7 +39,10 @@ func newExactEdges(t *testing.T, n int) *exactEdges {
 		require.NoError(t, err)
 		require.NoError(t, st.Load(context.Background()))
 		cs := &countingStore{Store: st}
-		l, err := New(cs, Config{BreakerFailures: 1 << 20}, prometheus.NewRegistry(), nil)
+		// The outages are the test's own (fail): a call to the live
+		// Redis must not run past its deadline on a loaded host and
+		// fall back where the test wants the store's decision.
+		l, err := New(cs, Config{Timeout: 10 * time.Second, BreakerFailures: 1 << 20}, prometheus.NewRegistry(), nil)
 		require.NoError(t, err)
 		t.Cleanup(l.Close)
 		e.edges = append(e.edges, l)
