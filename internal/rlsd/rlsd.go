@@ -260,9 +260,11 @@ func (svc *service) buildLimiter(reg prometheus.Registerer) (*limiter.Limiter, e
 	// As the reference: a call Redis cannot decide is a gRPC error
 	// (UNAVAILABLE), and Envoy's failure_mode_deny decides. A local
 	// fallback would admit the whole limit in every replica: this mode
-	// does not know how many share the Redis.
+	// does not know how many share the Redis. REDIS_TIMEOUT bounds a
+	// decision's wait on Redis as it bounds the reference's I/O (the
+	// caller's own deadline, Envoy's timeout, ends it sooner).
 	op, err := limiter.Open(limiter.OpenOptions{URL: url, Mode: mode, Autopipeline: true, KeyPrefix: svc.s.CacheKeyPrefix,
-		Config: limiter.Config{FailMode: limiter.FailClosed}, Log: svc.log}, reg)
+		Config: limiter.Config{FailMode: limiter.FailClosed, Timeout: svc.s.RedisTimeout}, Log: svc.log}, reg)
 	if errors.Is(err, limiter.ErrRedisTooOld) {
 		return nil, fmt.Errorf("redis: %w", err)
 	}

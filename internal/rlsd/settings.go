@@ -165,6 +165,7 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 	d, err := time.ParseDuration(v)
 	if err != nil {
 		e.errs = append(e.errs, fmt.Errorf("%s=%q: not a duration", name, v))
+		return def // named once, as not a duration
 	}
 	return d
 }
@@ -253,6 +254,11 @@ func FromEnv(environ []string) (Settings, error) {
 	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 {
 		e.errs = append(e.errs, fmt.Errorf("NEAR_LIMIT_RATIO=%v: want a ratio from 0 to 1", s.NearLimitRatio))
 	}
+	if s.RedisTimeout <= 0 {
+		// The reference's radix reads 0 as no timeout at all; here it is
+		// every decision's deadline on Redis, which must end.
+		e.errs = append(e.errs, fmt.Errorf("REDIS_TIMEOUT=%v: want a positive duration (a decision's wait on Redis, and the dial timeout)", s.RedisTimeout))
+	}
 	if s.StatsFlushInterval <= 0 {
 		e.errs = append(e.errs, fmt.Errorf("STATS_FLUSH_INTERVAL=%v: want a positive duration", s.StatsFlushInterval))
 	}
@@ -306,7 +312,8 @@ func PerSecondVars(environ []string) []string {
 // REDIS_SOCKET_TYPE tcp or unix, REDIS_TYPE SINGLE, CLUSTER ("host:port"
 // seeds, comma separated) or SENTINEL ("mastername,host:port,..." with
 // the sentinels' addresses), REDIS_AUTH ("password" or
-// "user:password"), REDIS_TLS, REDIS_POOL_SIZE, REDIS_TIMEOUT (dialing).
+// "user:password"), REDIS_TLS, REDIS_POOL_SIZE, REDIS_TIMEOUT (dialing;
+// it is also the limiter's store deadline, set by buildLimiter).
 func (s Settings) Redis() (string, limiter.Mode, error) {
 	var mode limiter.Mode
 	switch strings.ToUpper(s.RedisType) {
@@ -332,9 +339,7 @@ func (s Settings) Redis() (string, limiter.Mode, error) {
 	}
 	q := url.Values{}
 	q.Set("pool_size", strconv.Itoa(s.RedisPoolSize))
-	if s.RedisTimeout > 0 {
-		q.Set("dial_timeout", s.RedisTimeout.String())
-	}
+	q.Set("dial_timeout", s.RedisTimeout.String())
 	if master != "" {
 		q.Set("master_name", master)
 	}

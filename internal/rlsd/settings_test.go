@@ -83,6 +83,11 @@ func TestSettingsErrorsAndUnsupported(t *testing.T) {
 	require.ErrorContains(t, err, "USE_STATSD")
 	require.ErrorContains(t, err, "NEAR_LIMIT_RATIO")
 	require.ErrorContains(t, err, "REDIS_TIMEOUT")
+	for _, v := range []string{"0", "-1s"} {
+		_, err = FromEnv([]string{"REDIS_TIMEOUT=" + v})
+		require.ErrorContains(t, err, "REDIS_TIMEOUT=")
+		require.ErrorContains(t, err, "want a positive duration", v)
+	}
 
 	s, err := FromEnv([]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "BACKEND_TYPE=memcache", "USE_DOG_STATSD=true", "TRACING_EXPORTER_PROTOCOL=grpc",
 		"RESPONSE_DYNAMIC_METADATA=true", "MEMCACHE_HOST_PORT=m:11211", "CONFIG_TYPE_X=1"})
