@@ -169,7 +169,7 @@ if [ "$CALLGRIND" = 1 ]; then
 	for s in "${names[@]}"; do
 		p=$(port)
 		# shellcheck disable=SC2046
-		GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$work/cg.$s" \
+		GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$work/cg.$s" \
 			$(cmd "$s" "$p") >"$work/cg.$s.log" 2>&1 &
 		v=$!
 		pids+=("$v")

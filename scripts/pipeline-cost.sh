@@ -39,7 +39,7 @@ bin=$(realpath "$bin")
 
 # count N OUT: a callgrind run of N requests of $path; prints its total.
 count() {
-	(cd internal/edge && GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind \
+	(cd internal/edge && GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off GOMAXPROCS=1 valgrind --tool=callgrind \
 		--callgrind-out-file="$2" "$bin" -test.run '^$' -test.bench "BenchmarkPipelineCost/$path\$" \
 		-test.benchtime "${1}x" >"$work/log" 2>&1) || { cat "$work/log" >&2; exit 1; }
 	awk '/^(summary|totals):/ { print $2; exit }' "$2"
