@@ -93,12 +93,13 @@ func (e *Env) drill1(ctx context.Context, mode string, res *Result) error {
 
 	// Event: SIGKILL the master, as a crash would.
 	killedAt := time.Now()
-	master, promoted, err := e.killMaster(ctx, name, region)
+	victim, promoted, err := e.killMaster(ctx, name, region)
 	if err != nil {
 		stopLoad()
 		<-done
 		return err
 	}
+	master := victim.addr
 	// Witness: the process is gone and another node took over. It is
 	// awaited beside the decisions, which are followed from the kill on:
 	// the fallback decides while the master is dead, not only after.
@@ -137,7 +138,7 @@ func (e *Env) drill1(ctx context.Context, mode string, res *Result) error {
 			}
 			promotedAt = time.Now()
 			res.Times["failover"] = p.after
-			res.note("killed master %s; promoted after %s; fallback decisions before the kill %.1f/s", master, p.after.Round(time.Millisecond), baseline)
+			res.note("killed master %s; promoted after %s; fallback decisions before the kill %.1f/s", victim, p.after.Round(time.Millisecond), baseline)
 			quietSince = later(quietSince, promotedAt)
 			continue
 		case <-tick.C:
@@ -165,6 +166,7 @@ func (e *Env) drill1(ctx context.Context, mode string, res *Result) error {
 		res.Counts[k] = v
 	}
 	res.Counts["fallback_decisions"] = int(fallbackDecisions)
+	res.Counts["killed_master_keys"] = int(victim.keys)
 	var errs []error
 	if n := l.failures(); n > 0 {
 		errs = append(errs, fmt.Errorf("%d requests failed (5xx or transport errors), want 0; first: %s", n, strings.Join(l.failureSamples(), " | ")))
@@ -178,7 +180,7 @@ func (e *Env) drill1(ctx context.Context, mode string, res *Result) error {
 	}
 	if lastFallback.IsZero() {
 		// Witness of the limiter's side: the edges must have noticed.
-		errs = append(errs, fmt.Errorf("no 250 ms sample after the kill had more than 2 fallback decisions and more than twice the baseline's (%.1f/s; %.0f fallback decisions in all): the kill did not reach the request path", baseline, fallbackDecisions))
+		errs = append(errs, fmt.Errorf("no 250 ms sample after the kill of %s had more than 2 fallback decisions and more than twice the baseline's (%.1f/s; %.0f fallback decisions in all): the kill did not reach the request path", victim, baseline, fallbackDecisions))
 		return errors.Join(errs...)
 	}
 	res.Times["in_fallback"] = lastFallback.Sub(firstFallback)
@@ -208,9 +210,9 @@ func (e *Env) drill1(ctx context.Context, mode string, res *Result) error {
 }
 
 // killMaster SIGKILLs a master of the region's Redis and returns its
-// address and a check that holds once a replica has been promoted in its
-// place.
-func (e *Env) killMaster(ctx context.Context, name string, region stack.Region) (string, func(context.Context) error, error) {
+// address (with the keys it held just before) and a check that holds once
+// a replica has been promoted in its place.
+func (e *Env) killMaster(ctx context.Context, name string, region stack.Region) (killed, func(context.Context) error, error) {
 	id := stack.RedisID(name)
 	switch region.Redis.Mode {
 	case "cluster":
@@ -218,7 +220,7 @@ func (e *Env) killMaster(ctx context.Context, name string, region stack.Region) 
 		for _, n := range region.Redis.Nodes {
 			info, err := nodeInfo(ctx, n)
 			if err != nil {
-				return "", nil, err
+				return killed{}, nil, err
 			}
 			if info["role"] == "slave" && master == "" {
 				replica = n
@@ -226,13 +228,14 @@ func (e *Env) killMaster(ctx context.Context, name string, region stack.Region) 
 			}
 		}
 		if master == "" {
-			return "", nil, errors.New("no replica found in the cluster")
+			return killed{}, nil, errors.New("no replica found in the cluster")
 		}
+		k := killed{addr: master, keys: keysOn(ctx, master)}
 		pid, err := e.killNode(id, master)
 		if err != nil {
-			return "", nil, err
+			return killed{}, nil, err
 		}
-		return master, func(ctx context.Context) error {
+		return k, func(ctx context.Context) error {
 			if !gone(pid) {
 				return errors.New("killed node still running")
 			}
@@ -248,13 +251,14 @@ func (e *Env) killMaster(ctx context.Context, name string, region stack.Region) 
 	case "sentinel":
 		master, err := sentinelMaster(ctx, region)
 		if err != nil {
-			return "", nil, err
+			return killed{}, nil, err
 		}
+		k := killed{addr: master, keys: keysOn(ctx, master)}
 		pid, err := e.killNode(id, master)
 		if err != nil {
-			return "", nil, err
+			return killed{}, nil, err
 		}
-		return master, func(ctx context.Context) error {
+		return k, func(ctx context.Context) error {
 			if !gone(pid) {
 				return errors.New("killed node still running")
 			}
@@ -275,7 +279,37 @@ func (e *Env) killMaster(ctx context.Context, name string, region stack.Region) 
 			return nil
 		}, nil
 	}
-	return "", nil, fmt.Errorf("unknown redis mode %q", region.Redis.Mode)
+	return killed{}, nil, fmt.Errorf("unknown redis mode %q", region.Redis.Mode)
+}
+
+// killed is the master a drill killed: its address, and how many keys it
+// held just before (DBSIZE; -1 when it did not answer). A Cluster master
+// holds only the keys of its slots, so a drill that sees few fallback
+// decisions can tell a master that held few of its keys from a kill that
+// did not reach the request path.
+type killed struct {
+	addr string
+	keys int64
+}
+
+func (k killed) String() string {
+	if k.keys < 0 {
+		return k.addr + " (its keys unknown)"
+	}
+	return fmt.Sprintf("%s (%d keys)", k.addr, k.keys)
+}
+
+// keysOn is addr's DBSIZE, or -1 when it does not answer within a second.
+func keysOn(ctx context.Context, addr string) int64 {
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true, DisableIdentity: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	n, err := c.DBSize(ctx).Result()
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 func (e *Env) killNode(id, addr string) (int, error) {

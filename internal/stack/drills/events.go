@@ -50,10 +50,11 @@ func (e *Env) KillMaster(ctx context.Context, region string) (Event, error) {
 		return Event{}, err
 	}
 	ev := Event{Event: "kill-master", Region: name, Started: time.Now()}
-	master, promoted, err := e.killMaster(ctx, name, r)
+	victim, promoted, err := e.killMaster(ctx, name, r)
 	if err != nil {
 		return ev, fmt.Errorf("killing a master of %s: %w", name, err)
 	}
+	master := victim.addr
 	ev.Target = master
 	if _, err := waitFor(ctx, 30*time.Second, "a replica of "+master+" to be promoted", promoted); err != nil {
 		return ev, err
