@@ -68,6 +68,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/edgeguard/edgeguard/internal/reqhead"
 	"github.com/edgeguard/edgeguard/pkg/pathsem"
 	"github.com/edgeguard/edgeguard/pkg/shedder"
 )
@@ -718,27 +719,44 @@ func requestFields(h *fasthttp.RequestHeader) fieldSet {
 }
 
 // fieldOf is the field forward rewrites that k names, in any case (0: none).
+// The first byte sorts the names (forward's start with e, f or x, the
+// hop-by-hop ones with none of them), the length picks the one name to
+// compare: a field that is neither, nearly every one, costs a switch or
+// two (TestFieldOfAgreesWithTheNames holds it to a comparison with each).
 func fieldOf(k []byte) fieldSet {
-	for _, f := range forwardFields {
-		if len(k) == len(f.name) && bytes.EqualFold(k, []byte(f.name)) {
-			return f.field
+	if len(k) == 0 {
+		return 0
+	}
+	switch k[0] | 0x20 {
+	case 'e':
+		if reqhead.FoldEqual(k, "expect") {
+			return fieldExpect
+		}
+	case 'f':
+		if reqhead.FoldEqual(k, "forwarded") {
+			return fieldForwarded
+		}
+	case 'x':
+		switch len(k) {
+		case len(fasthttp.HeaderXForwardedFor):
+			if reqhead.FoldEqual(k, "x-forwarded-for") {
+				return fieldXFF
+			}
+		case len(fasthttp.HeaderXForwardedHost):
+			if reqhead.FoldEqual(k, "x-forwarded-host") {
+				return fieldXFHost
+			}
+		case len(fasthttp.HeaderXForwardedProto):
+			if reqhead.FoldEqual(k, "x-forwarded-proto") {
+				return fieldXFProto
+			}
+		}
+	default:
+		if isHopByHop(k) {
+			return fieldHopByHop
 		}
 	}
-	if isHopByHop(k) {
-		return fieldHopByHop
-	}
 	return 0
-}
-
-var forwardFields = [...]struct {
-	name  string
-	field fieldSet
-}{
-	{fasthttp.HeaderExpect, fieldExpect},
-	{fasthttp.HeaderXForwardedFor, fieldXFF},
-	{fasthttp.HeaderXForwardedProto, fieldXFProto},
-	{fasthttp.HeaderXForwardedHost, fieldXFHost},
-	{headerForwarded, fieldForwarded},
 }
 
 // The names forward sets, as fasthttp's Set normalizes them
@@ -1128,16 +1146,43 @@ func anyHopByHop(h headers) bool {
 	return true // another kind of header: delete one by one
 }
 
+// isHopByHop reports whether k is one of hopByHop's names, in any case:
+// its length and first byte pick the one name to compare.
 func isHopByHop(k []byte) bool {
-	if len(k) < 2 || len(k) > len(fasthttp.HeaderProxyAuthorization) {
-		return false // shorter than TE, longer than Proxy-Authorization
-	}
-	for _, name := range hopByHop {
-		if len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
-			return true
+	var lower string
+	switch len(k) {
+	case 2:
+		lower = "te"
+	case 7:
+		switch k[0] | 0x20 {
+		case 't':
+			lower = "trailer"
+		case 'u':
+			lower = "upgrade"
+		default:
+			return false
 		}
+	case 10:
+		switch k[0] | 0x20 {
+		case 'c':
+			lower = "connection"
+		case 'k':
+			lower = "keep-alive"
+		default:
+			return false
+		}
+	case 16:
+		lower = "proxy-connection"
+	case 17:
+		lower = "transfer-encoding"
+	case 18:
+		lower = "proxy-authenticate"
+	case 19:
+		lower = "proxy-authorization"
+	default:
+		return false
 	}
-	return false
+	return reqhead.FoldEqual(k, lower)
 }
 
 // headers is what stripHopByHop needs from a request or response header.

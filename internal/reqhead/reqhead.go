@@ -73,6 +73,24 @@ func Holds(h *fasthttp.RequestHeader, name string) bool {
 	return false
 }
 
+// FoldEqual reports whether k is lower with its ASCII letters in any case;
+// lower is in lower case. A field's name is compared so without being
+// copied or normalized.
+func FoldEqual(k []byte, lower string) bool {
+	if len(k) != len(lower) {
+		return false
+	}
+	for i, c := range k {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // Query looks up a decoded query parameter by exact name.

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"math"
 	"strconv"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/edgeguard/edgeguard/internal/problem"
+	"github.com/edgeguard/edgeguard/internal/reqhead"
 	"github.com/edgeguard/edgeguard/pkg/limiter"
 	"github.com/edgeguard/edgeguard/pkg/rules"
 )
@@ -126,13 +126,38 @@ var (
 // casing.
 func hasRateLimitField(h *fasthttp.ResponseHeader) bool {
 	for k := range h.All() {
-		for _, f := range rateLimitFields {
-			if len(k) == len(f) && bytes.EqualFold(k, f) {
-				return true
-			}
+		if isRateLimitField(k) {
+			return true
 		}
 	}
 	return false
+}
+
+// isRateLimitField reports whether k is one of rateLimitFields, in any
+// casing: its length and first byte pick the one name to compare, so an
+// origin's other fields cost a switch each.
+func isRateLimitField(k []byte) bool {
+	var lower string
+	switch len(k) {
+	case len(fieldState):
+		lower = "ratelimit"
+	case len(fieldPolicy):
+		lower = "ratelimit-policy"
+	case len(fieldLegacyLimit): // and X-RateLimit-Reset
+		switch k[12] | 0x20 { // X-RateLimit-[LR]
+		case 'l':
+			lower = "x-ratelimit-limit"
+		case 'r':
+			lower = "x-ratelimit-reset"
+		default:
+			return false
+		}
+	case len(fieldLegacyRemaining):
+		lower = "x-ratelimit-remaining"
+	default:
+		return false
+	}
+	return reqhead.FoldEqual(k, lower)
 }
 
 // quota is q: the most units the rule admits in its window (a bucket's

@@ -194,3 +194,41 @@ func TestDenyOneIsTheGeneralAnswer(t *testing.T) {
 		}
 	}
 }
+
+// isRateLimitField picks the one name to compare by the field's length
+// (and, at 17, its thirteenth byte): it must agree with a comparison with
+// every name, over the names in any case, each one byte off in every
+// position (to each neighbouring byte and to the byte only a careless case
+// fold would take for it), one byte short or long, and the fields origins
+// commonly send.
+func TestIsRateLimitFieldAgreesWithTheNames(t *testing.T) {
+	byName := func(k []byte) bool {
+		for _, f := range rateLimitFields {
+			if len(k) == len(f) && bytes.EqualFold(k, f) {
+				return true
+			}
+		}
+		return false
+	}
+	var corpus []string
+	for _, f := range rateLimitFields {
+		n := string(f)
+		corpus = append(corpus, n, strings.ToLower(n), strings.ToUpper(n), n[:len(n)-1], n+"s", "x"+n)
+		for i := range len(n) {
+			for _, c := range []byte{n[i] - 1, n[i] + 1, n[i] ^ 0x20, n[i] &^ 0x20} {
+				corpus = append(corpus, n[:i]+string([]byte{c})+n[i+1:])
+			}
+		}
+	}
+	corpus = append(corpus, "", "Date", "Server", "Content-Type", "Content-Length", "Cache-Control",
+		"X-RateLimit-Lxxxx", "X-RateLimit-Rxxxx", "Transfer-Encoding", "X-Frame-Options", "Rate\rLimit")
+	hits := 0
+	for _, k := range corpus {
+		want := byName([]byte(k))
+		require.Equal(t, want, isRateLimitField([]byte(k)), "isRateLimitField(%q)", k)
+		if want {
+			hits++
+		}
+	}
+	require.GreaterOrEqual(t, hits, 3*len(rateLimitFields))
+}
