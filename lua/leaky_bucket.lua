@@ -7,13 +7,24 @@ local key = KEYS[1]
 local rate = limit / window
 local cap = limit
 if extra > 0 then cap = extra end
+-- A take made after a sign of a master change is tallied (tally.lua): one
+-- count per server (field 0: a bucket has no window), kept a window past
+-- its last tallied take; a refund takes off what it gives back.
 if mode == 'refund' then
   -- Lower the stored level and leave its time: a refund never moves the
   -- leak clock (the caller's clock may differ from the take's).
-  local stored = tonumber(redis.call('HGET', key, 'l'))
+  local h = redis.call('HMGET', key, 'l', 't')
+  local stored = tonumber(h[1])
   if stored then
+    local before = stored
     stored = math.max(0, stored - cost)
     if stored > 0 then redis.call('HSET', key, 'l', stored) else redis.call('DEL', key) end
+    if tally then
+      -- What fits now, before and after: the units given back.
+      local leaked = math.max(0, now - (tonumber(h[2]) or now)) * rate
+      local function fits(l) return math.floor(cap - math.max(0, l - leaked) + 1e-9) end
+      tally(key, 0, fits(before) - fits(stored), math.ceil(window / 1000))
+    end
   end
   return 0
 end
@@ -37,8 +48,12 @@ if admitted > 0 then
   redis.call('HSET', key, 'l', level, 't', math.max(now, t or now))
   redis.call('PEXPIRE', key, math.max(1, ms(level / rate)))
 end
+local ran = tally and tally(key, 0, admitted, math.ceil(window / 1000))
 local retry = 0
 if admitted < cost then
   if need > cap then retry = level / rate else retry = (level + need - cap) / rate end
+end
+if ran then
+  return {admitted, math.max(0, fits()), ms(level / rate), ms(retry), 0, ran}
 end
 return {admitted, math.max(0, fits()), ms(level / rate), ms(retry), 0}

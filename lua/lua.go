@@ -22,6 +22,7 @@ const (
 	GCRA          = "gcra"
 	FixedWindow   = "fixed_window"
 	Concurrency   = "concurrency"
+	LeakyBucket   = "leaky_bucket"
 	// Behaviour is the behaviour layer's script (no prelude: not a limiter
 	// algorithm); read it with Plain.
 	Behaviour = "behaviour"
@@ -45,8 +46,10 @@ func Source(name string) (string, error) {
 
 // tallied says whether an algorithm's script tallies its takes after a sign
 // of a master change (tally.lua; limit.Spec.Tallied says the same of the
-// algorithms).
-func tallied(name string) bool { return name == FixedWindow || name == SlidingWindow }
+// algorithms): the windows and the buckets.
+func tallied(name string) bool {
+	return name == FixedWindow || name == SlidingWindow || name == GCRA || name == LeakyBucket
+}
 
 // clock reads Redis's clock (prelude.lua calls it when ARGV[2] is 0).
 const clock = `local function server_now()
@@ -139,7 +142,7 @@ var (
 // since by what was given back, which is not missing. A server with
 // another identity takes, on top of what is missing, what calls made after
 // a sign of the change admitted on it in the answer's window (their tally,
-// tally.lua: fixed and sliding windows): a restore raises the count to the answer plus what
+// tally.lua: windows and buckets): a restore raises the count to the answer plus what
 // was admitted here since, so an edge that reached the new master first
 // does not have its admissions absorbed by a later edge's restore. A call whose
 // keys the node does not serve (a slot moving) fails with "non local key"

@@ -1,10 +1,12 @@
--- Tallied takes (fixed_window.lua, sliding_window.lua). ARGV[8] '1': the
--- caller saw a sign that the master serving the key may have changed, in
--- this window, in the last minute (or has not read who serves it yet).
+-- Tallied takes (fixed_window.lua, sliding_window.lua, gcra.lua,
+-- leaky_bucket.lua). ARGV[8] '1': the caller saw a sign that the master
+-- serving the key may have changed in the last minute (a window's take: in
+-- this window), or has not read who serves it yet.
 -- What the call admits (or gives back) is then also tallied for the server
 -- it runs on, as it is now: a hash beside the count,
--- base..':post:'..run_id..':'..master_replid, one field per window start w,
--- which lives for ends ms more (while that window's count decides). A
+-- base..':post:'..run_id..':'..master_replid, one field per window start w
+-- (a bucket's is 0: its level has no window), which lives for ends ms more
+-- (while that window's count decides; a bucket's answer, a window). A
 -- restore on this server of an answer another server gave adds the
 -- window's tally (lua.Batch): the units admitted here since the change,
 -- which that answer cannot hold, so they are not absorbed by it. tally

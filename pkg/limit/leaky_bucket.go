@@ -11,8 +11,11 @@ var LeakyBucket = register(&Spec{
 	Script: "leaky_bucket",
 	Keys:   []string{"lb"},
 	Burst:  true,
-	Take:   leakyTake,
-	Refund: leakyRefund,
+	// Tallied: as TokenBucket.
+	Tallied: true,
+	Bucket:  true,
+	Take:    leakyTake,
+	Refund:  leakyRefund,
 })
 
 // leak brings the level to now; the rate is units per µs.

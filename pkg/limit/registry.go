@@ -41,6 +41,11 @@ type Spec struct {
 	// admitted there since (lua/tally.lua). The script's ARGV[8] says
 	// whether a call is tallied.
 	Tallied bool
+	// Bucket: the state is a level that drains as time passes, not counts
+	// per window (Result.State is always 0). Its tally is one count per
+	// server, kept a window past its last tallied take, and a take is
+	// tallied for a while after a sign whatever window it falls in.
+	Bucket bool
 	// MaxLimit and MinWindow narrow the shared bounds, with the reason
 	// appended to the error message.
 	MaxLimit                  int64

@@ -12,6 +12,11 @@ var TokenBucket = register(&Spec{
 	Script: "gcra",
 	Keys:   []string{"tb"},
 	Burst:  true,
+	// Tallied after a sign of a master change (lua/tally.lua): an
+	// edge that moves over late would otherwise raise the new master's
+	// level to its last answer and absorb what the others took there.
+	Tallied: true,
+	Bucket:  true,
 	// Leasable: carved tokens are spent within tolerance × window.
 	Leasable: true,
 	Check: func(l Limit) []Problem {

@@ -167,19 +167,26 @@ func (l *Limiter) sweepMasters() {
 }
 
 // afterChange reports whether a take of lim at now comes after a sign of a
-// master change, in the sign's window and within tallyFor of it: a fixed
-// or sliding window's take is then tallied for the server that runs it
-// (Request.post). Another edge's restore of an answer from the old master
-// adds that tally, instead of absorbing what this edge admitted on the new
-// master before the restore came. The window is reckoned on this edge's
-// clock, a second early: Redis's may differ.
+// master change, within tallyFor of it and, for a window, in the sign's
+// window: a window's or a bucket's take is then tallied for the server
+// that runs it (Request.post). Another edge's restore of an answer from the
+// old master adds that tally, instead of absorbing what this edge admitted
+// on the new master before the restore came. The window is reckoned on
+// this edge's clock, a second early: Redis's may differ. A bucket's level
+// has no window: an answer restored speaks for a window from when it was
+// given, which may be after this edge's sign (another edge still on the
+// old master), so its takes are tallied for all of tallyFor.
 func (l *Limiter) afterChange(lim Limit, now time.Time) bool {
-	if !lim.Algorithm.Spec().Tallied {
+	sp := lim.Algorithm.Spec()
+	if !sp.Tallied {
 		return false
 	}
 	changed := l.ledger.changed.Load()
 	if changed == 0 || now.UnixNano()-changed >= int64(tallyFor) {
 		return false
+	}
+	if sp.Bucket {
+		return true
 	}
 	w := lim.Window.Nanoseconds()
 	if w <= 0 {

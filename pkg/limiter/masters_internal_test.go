@@ -310,8 +310,8 @@ func TestLedgerOwesAroundATally(t *testing.T) {
 }
 
 // A fixed or sliding window's takes are tallied after a sign of a master
-// change in their window (reckoned a second early), for tallyFor; no other
-// algorithm's.
+// change in their window (reckoned a second early), for tallyFor; a
+// bucket's for tallyFor, whatever its window; no other algorithm's.
 func TestAfterChange(t *testing.T) {
 	l, err := New(NewMemoryStore(), Config{}, nil, nil)
 	require.NoError(t, err)
@@ -324,7 +324,7 @@ func TestAfterChange(t *testing.T) {
 	require.True(t, l.afterChange(fw, t0.Add(tallyFor-time.Millisecond)))
 	require.False(t, l.afterChange(fw, t0.Add(tallyFor)), "past tallyFor")
 	require.True(t, l.afterChange(Limit{Key: "k", Algorithm: limit.SlidingWindow, Limit: 10, Window: time.Hour}, t0))
-	for _, a := range []limit.Algorithm{limit.SlidingLog, limit.TokenBucket, limit.LeakyBucket, limit.Concurrency} {
+	for _, a := range []limit.Algorithm{limit.SlidingLog, limit.Concurrency} {
 		require.False(t, l.afterChange(Limit{Key: "k", Algorithm: a, Limit: 10, Window: time.Hour}, t0), a.String())
 	}
 	// A change half a second before a minute's window starts.
@@ -332,4 +332,9 @@ func TestAfterChange(t *testing.T) {
 	l.ledger.changed.Store(t0.Add(-500 * time.Millisecond).UnixNano())
 	require.True(t, l.afterChange(minute, t0.Add(100*time.Millisecond)), "a second early: Redis's clock may be behind")
 	require.False(t, l.afterChange(minute, t0.Add(time.Minute+100*time.Millisecond)), "a window that began after the change")
+	for _, a := range []limit.Algorithm{limit.TokenBucket, limit.LeakyBucket} {
+		second := Limit{Key: "k", Algorithm: a, Limit: 10, Window: time.Second}
+		require.True(t, l.afterChange(second, t0.Add(30*time.Second)), "%s: a bucket has no window", a)
+		require.False(t, l.afterChange(second, t0.Add(tallyFor)), "%s: past tallyFor", a)
+	}
 }

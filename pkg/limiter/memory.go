@@ -288,19 +288,24 @@ func (s *MemoryStore) Refund(_ context.Context, leases []Lease) error {
 		sh.mu.Lock()
 		var back int64 // what a tallied lease's refund gives back comes off its tally too
 		if st, ok := sh.keys[key]; ok && !st.Expired(a.Now) {
-			left := func() int64 { // a take of nothing: what remains
+			left := func(st *limit.State, present bool) int64 { // a take of nothing: what remains
 				ra := a
 				ra.Cost, ra.Need = 0, 1
-				return l.Limit.Algorithm.Spec().Take(st, ra, true).Remaining
+				return l.Limit.Algorithm.Spec().Take(st, ra, present).Remaining
 			}
 			var before int64
 			if l.tallied() {
-				before = left()
+				before = left(st, true)
 			}
-			if !l.Limit.Algorithm.Spec().Refund(st, a) {
+			kept := l.Limit.Algorithm.Spec().Refund(st, a)
+			if !kept {
 				delete(sh.keys, key)
-			} else if l.tallied() {
-				back = left() - before
+			}
+			if l.tallied() {
+				if !kept {
+					st = &limit.State{} // as the script finds it: gone
+				}
+				back = left(st, kept) - before
 			}
 		}
 		sh.mu.Unlock()
