@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -87,8 +88,13 @@ func (r *failoverRig) decide(n int, edge func(i int) int) {
 
 // count is what c holds for the limit: every window's field (a fixed
 // window), the current window's count (a sliding window, whose previous
-// window is empty: the run stays in one window).
+// window is empty: the run stays in one window), a bucket's level now,
+// rounded up (60 a day refill one unit in 24 minutes: the run's level is
+// its admissions).
 func (r *failoverRig) count(c *redis.Client) int {
+	if r.l.Algorithm.Spec().Bucket {
+		return r.level(c)
+	}
 	if r.l.Algorithm == limit.SlidingWindow {
 		n, err := c.HGet(r.ctx, r.key, "n").Int()
 		if errors.Is(err, redis.Nil) {
@@ -104,6 +110,36 @@ func (r *failoverRig) count(c *redis.Client) int {
 		n += x
 	}
 	return n
+}
+
+// level is a bucket's level on c now, in units rounded up: a token
+// bucket's theoretical arrival time ahead of now, or a leaky bucket's
+// level less what leaked since its last leak.
+func (r *failoverRig) level(c *redis.Client) int {
+	now, err := c.Time(r.ctx).Result()
+	require.NoError(r.t, err)
+	rate := float64(r.l.Limit) / float64(r.l.Window.Microseconds()) // units per µs
+	var level float64
+	if r.l.Algorithm == limit.TokenBucket {
+		tat, err := c.Get(r.ctx, r.key).Float64()
+		if errors.Is(err, redis.Nil) {
+			return 0
+		}
+		require.NoError(r.t, err)
+		level = (tat - float64(now.UnixMicro())) * rate
+	} else {
+		h, err := c.HMGet(r.ctx, r.key, "l", "t").Result()
+		require.NoError(r.t, err)
+		if h[0] == nil {
+			return 0
+		}
+		l, err := strconv.ParseFloat(h[0].(string), 64)
+		require.NoError(r.t, err)
+		at, err := strconv.ParseFloat(h[1].(string), 64)
+		require.NoError(r.t, err)
+		level = l - max(0, float64(now.UnixMicro())-at)*rate
+	}
+	return int(math.Ceil(level - 1e-9))
 }
 
 func roundRobin(i int) int { return i % rigEdges }
@@ -149,11 +185,13 @@ func TestFailoverRestoresLastAnswers(t *testing.T) {
 // made after a sign of it are tallied there, per window) to that answer,
 // instead of raising the count to the answer alone, which would absorb
 // those admissions: the new master counts every unit the edges admitted,
-// and the limit holds exactly. Fixed and sliding windows alike: before the
+// and the limit holds exactly. Windows and buckets alike: before the
 // sliding window was tallied, edge 0's restore raised its count to 45 and
-// absorbed edge 1's 5 (the new master counted 46 of the 51 admitted).
+// absorbed edge 1's 5 (the new master counted 46 of the 51 admitted); so
+// did a bucket's restore raise the new master's level, before the buckets
+// were tallied.
 func TestFailoverRestoreKeepsTheNewMastersAdmissions(t *testing.T) {
-	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow} {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket, limit.LeakyBucket} {
 		t.Run(alg.String(), func(t *testing.T) { failoverKeepsTheNewMastersAdmissions(t, alg) })
 	}
 }
