@@ -157,12 +157,7 @@ func TestIdentity(t *testing.T) {
 func TestWindowTallyAndRestore(t *testing.T) {
 	c := redisClient(t)
 	ctx := context.Background()
-	server, err := c.Info(ctx, "server").Result()
-	require.NoError(t, err)
-	repl, err := c.Info(ctx, "replication").Result()
-	require.NoError(t, err)
-	self := Identity(server, repl)
-	require.NotEmpty(t, self)
+	self := serverIdentity(t, c)
 	const now, ws = "10000250000", "10000000" // µs; the window's start in ms
 	for _, tc := range []struct {
 		name  string
@@ -184,14 +179,7 @@ func TestWindowTallyAndRestore(t *testing.T) {
 				return r
 			}
 			tallyKey := tc.keys[0] + ":post:" + self
-			tally := func() int64 {
-				n, err := c.HGet(ctx, tallyKey, ws).Int64()
-				if err == redis.Nil {
-					return 0
-				}
-				require.NoError(t, err)
-				return n
-			}
+			tally := func() int64 { return hashCount(t, c, tallyKey, ws) }
 
 			require.Len(t, take("2", "0"), 5, "an untallied take answers as before")
 			require.Zero(t, tally())
@@ -265,12 +253,7 @@ func TestWindowTallyAndRestore(t *testing.T) {
 func TestBucketTallyAndRestore(t *testing.T) {
 	c := redisClient(t)
 	ctx := context.Background()
-	server, err := c.Info(ctx, "server").Result()
-	require.NoError(t, err)
-	repl, err := c.Info(ctx, "replication").Result()
-	require.NoError(t, err)
-	self := Identity(server, repl)
-	require.NotEmpty(t, self)
+	self := serverIdentity(t, c)
 	// Every call is dated at one instant, so nothing leaks or refills
 	// between them: 10 per second, a capacity of 10, 100 ms a unit.
 	const now = "10000250000"
@@ -285,14 +268,7 @@ func TestBucketTallyAndRestore(t *testing.T) {
 				return r
 			}
 			tallyKey := tc.key + ":post:" + self
-			tally := func() int64 {
-				n, err := c.HGet(ctx, tallyKey, "0").Int64()
-				if err == redis.Nil {
-					return 0
-				}
-				require.NoError(t, err)
-				return n
-			}
+			tally := func() int64 { return hashCount(t, c, tallyKey, "0") }
 
 			require.Len(t, take("2", "2", "0"), 5, "an untallied take answers as before")
 			require.Zero(t, tally())
@@ -329,6 +305,28 @@ func TestBucketTallyAndRestore(t *testing.T) {
 			require.Zero(t, restore("another:one"), "restored twice: nothing missing")
 		})
 	}
+}
+
+// serverIdentity is c's server's identity, as the scripts read it.
+func serverIdentity(t *testing.T, c *redis.Client) string {
+	ctx := context.Background()
+	server, err := c.Info(ctx, "server").Result()
+	require.NoError(t, err)
+	repl, err := c.Info(ctx, "replication").Result()
+	require.NoError(t, err)
+	self := Identity(server, repl)
+	require.NotEmpty(t, self)
+	return self
+}
+
+// hashCount is a hash field's count, 0 when it is absent.
+func hashCount(t *testing.T, c *redis.Client, key, field string) int64 {
+	n, err := c.HGet(context.Background(), key, field).Int64()
+	if err == redis.Nil {
+		return 0
+	}
+	require.NoError(t, err)
+	return n
 }
 
 func toAny(ss []string) []any {
