@@ -173,26 +173,10 @@ func TestCanaryNeverLeftBehind(t *testing.T) {
 	push(t, rc, "eu-west", layout.GlobalRules(), canaryGlobal)
 	cache := t.TempDir()
 	ams := startConsulEdge(t, "eu-west", "ams", eu.HTTPAddr(), filepath.Join(cache, "ams.yaml"))
-	startConsulEdge(t, "eu-west", "fra", eu.HTTPAddr(), filepath.Join(cache, "fra.yaml"))
+	fra := startConsulEdge(t, "eu-west", "fra", eu.HTTPAddr(), filepath.Join(cache, "fra.yaml"))
 	v0 := effectiveVersion(t, canaryGlobal, "")
 	waitVersion(t, ams, v0, time.Now())
-	err = proc.PollEvery(testenv.Within(t, 20*time.Second), 100*time.Millisecond, "both edges healthy in the catalog", func(ctx context.Context) error {
-		edges, _, err := rc.Edges(ctx, "eu-west", 0, 0)
-		if err != nil {
-			return err
-		}
-		inRegion := 0
-		for _, e := range edges {
-			if e.Healthy {
-				inRegion++
-			}
-		}
-		if inRegion != 2 {
-			return fmt.Errorf("%d healthy", inRegion)
-		}
-		return nil
-	})
-	require.NoError(t, err)
+	waitHealthyInCatalog(t, eu, rc, "eu-west", "both edges healthy in the catalog", healthy(2, nil), ams, fra)
 	file := filepath.Join(t.TempDir(), "region.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(canaryGood), 0o600))
 	good := effectiveVersion(t, canaryGlobal, canaryGood)

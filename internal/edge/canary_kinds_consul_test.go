@@ -140,23 +140,7 @@ func startCanaryRegion(t *testing.T, host, path string, ready func(region.Edge) 
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cr.prom.Close() })
 
-	err = proc.PollEvery(testenv.Within(t, 20*time.Second), 100*time.Millisecond, "both edges healthy and ready in the catalog", func(ctx context.Context) error {
-		edges, _, err := cr.rc.Edges(ctx, "eu-west", 0, 0)
-		if err != nil {
-			return err
-		}
-		ok := 0
-		for _, e := range edges {
-			if e.Healthy && ready(e) {
-				ok++
-			}
-		}
-		if ok != 2 {
-			return fmt.Errorf("%d of %v", ok, edges)
-		}
-		return nil
-	})
-	require.NoError(t, err)
+	waitHealthyInCatalog(t, eu, cr.rc, "eu-west", "both edges healthy and ready in the catalog", healthy(2, ready), cr.ams, cr.fra)
 
 	ctx, stop := context.WithCancel(context.Background())
 	cr.ctx = ctx

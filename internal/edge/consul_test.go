@@ -157,19 +157,7 @@ func TestRulesFromConsulAcrossRegions(t *testing.T) {
 
 	// The catalog: both eu-west edges registered with the version they run,
 	// and they divide the fallback's limits between them.
-	require.Eventually(t, func() bool {
-		edges, _, err := rc.Edges(context.Background(), "eu-west", 0, 0)
-		if err != nil {
-			return false
-		}
-		n := 0
-		for _, e := range edges {
-			if e.Healthy && e.RulesVersion == v1 {
-				n++
-			}
-		}
-		return n == 2
-	}, 15*time.Second, 100*time.Millisecond, "both eu-west edges healthy on %s in the catalog", v1)
+	waitHealthyInCatalog(t, eu, rc, "eu-west", "both eu-west edges healthy on "+v1+" in the catalog", healthy(2, func(e region.Edge) bool { return e.RulesVersion == v1 }), a, a2)
 	// Each with its release and the document schemas it reads, for
 	// regionctl's check that a push is readable by every edge.
 	edges, _, err := rc.Edges(context.Background(), "eu-west", 0, 0)

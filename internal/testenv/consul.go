@@ -506,6 +506,9 @@ func (c *Consul) moveUnusedPorts() error {
 	return os.WriteFile(c.conf, []byte(consulConfig(c.opts, c.ports)), 0o600)
 }
 
+// LogTail is the last lines of the agent's log (warnings and errors).
+func (c *Consul) LogTail() string { return proc.Tail(c.log) }
+
 // Close stops the agent and removes its files. It is idempotent.
 func (c *Consul) Close() error {
 	return c.d.Close()
