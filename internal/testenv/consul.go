@@ -290,11 +290,60 @@ func (c *Consul) waitReady(ctx context.Context, p *process) error {
 	}()
 	return proc.Poll(ctx, "consul at "+c.HTTPAddr()+" to be ready", func(context.Context) error {
 		err := c.ready(reqCtx)
+		if err == nil {
+			// The agent serves HTTP before it binds its gRPC ports
+			// (agent.Start in Consul 1.21), and exits if one is taken: it
+			// is ready once it holds them.
+			err = holdsListeners(p.Cmd.Process.Pid, c.ports.GRPC, c.ports.GRPCTLS)
+		}
 		if err != nil && !p.alive() {
 			return proc.Permanent(fmt.Errorf("process exited: %s", p.Cmd.ProcessState))
 		}
 		return err
 	})
+}
+
+// holdsListeners says whether process pid holds a listening TCP socket on
+// each of ports (ignoring those <= 0), from /proc/net/tcp and
+// /proc/net/tcp6 and the process's descriptors: another process
+// listening on the port does not count.
+func holdsListeners(pid int, ports ...int) error {
+	owned := map[string]bool{}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return err
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil {
+			if inode, ok := strings.CutPrefix(link, "socket:["); ok {
+				owned[strings.TrimSuffix(inode, "]")] = true
+			}
+		}
+	}
+	held := map[int]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			// sl local_address rem_address st ... inode (the tenth field)
+			if len(f) < 10 || f[3] != "0A" || !owned[f[9]] {
+				continue
+			}
+			_, hexPort, _ := strings.Cut(f[1], ":")
+			if port, err := strconv.ParseInt(hexPort, 16, 32); err == nil {
+				held[int(port)] = true
+			}
+		}
+	}
+	for _, port := range ports {
+		if port > 0 && !held[port] {
+			return fmt.Errorf("the agent does not listen on port %d yet", port)
+		}
+	}
+	return nil
 }
 
 func (c *Consul) ready(ctx context.Context) error {
