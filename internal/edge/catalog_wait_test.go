@@ -80,8 +80,8 @@ func catalogDiagnosis(c *testenv.Consul, edges ...*running) string {
 	if err != nil {
 		fmt.Fprintf(&b, "agent checks: %v\n", err)
 	}
-	for id, c := range checks {
-		fmt.Fprintf(&b, "check %s: %s: %q\n", id, c.Status, c.Output)
+	for id, chk := range checks {
+		fmt.Fprintf(&b, "check %s: %s: %q\n", id, chk.Status, chk.Output)
 	}
 	fmt.Fprintf(&b, "--- the agent's log, last lines ---\n%s\n", c.LogTail())
 	hc := &http.Client{Timeout: 5 * time.Second}
