@@ -162,6 +162,36 @@ func TestHostsBodyLimitPerPool(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("b up.b.example %d", 12<<20), body)
 }
 
+// A declared body is judged by the pool of the host the request goes to:
+// an absolute-form target's (RFC 9112 §3.2.2), not a Host field it
+// overrides. Neither a larger pool's Host lets a body past a smaller
+// pool's cap, nor a smaller pool's Host refuses one a larger pool takes,
+// whether the body is sent or announced with Expect: 100-continue.
+func TestHostsBodyLimitFollowsTheTarget(t *testing.T) {
+	a, b, def := namedOrigin(t, "a"), namedOrigin(t, "b"), namedOrigin(t, "def")
+	file := filepath.Join(t.TempDir(), "hosts.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(hostsTable(a, b, "")), 0o600))
+	r := startEdge(t, generous, func(c *config.Config) { c.Origins, c.Hosts = []string{def}, file })
+
+	// (Raw requests: Go's client writes the Host it is given into an
+	// absolute-form target too.)
+	post := func(target, host string, n int) (*http.Response, []byte) {
+		return raw(t, r.Addr(), fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s", target, host, n, strings.Repeat("x", n)))
+	}
+	// 2000 bytes: over a's 1000, within b's 20 MiB.
+	resp, body := post("http://a.example/", "up.b.example", 2000)
+	require.Contains(t, requireProblem(t, resp, body, http.StatusRequestEntityTooLarge).Detail, "1000", "a's cap")
+	resp, body = raw(t, r.Addr(), "POST http://a.example/ HTTP/1.1\r\nHost: up.b.example\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n")
+	require.Contains(t, requireProblem(t, resp, body, http.StatusRequestEntityTooLarge).Detail, "1000", "a's cap")
+
+	resp, body = post("http://up.b.example/", "a.example", 2000)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.Equal(t, "b up.b.example 2000", string(body))
+	resp, body = post("http://a.example/", "up.b.example", 1000)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.Equal(t, "a a.example 1000", string(body))
+}
+
 // From Consul: the region's table is applied before the first request and
 // changes live; a deleted table is missing (the one in force stays); a
 // restart with Consul gone serves the cached table.

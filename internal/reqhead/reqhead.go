@@ -142,3 +142,19 @@ func SettleHost(r *fasthttp.Request, defaultHost string, usable func(host []byte
 	}
 	return ""
 }
+
+// TargetHost is the Host SettleHost gives r, read without changing r: an
+// absolute-form target's authority, else the Host field, else defaultHost.
+// What is decided before the Host is settled (a declared body's size
+// limit, the answer to Expect: 100-continue) asks it, so an
+// absolute-form target cannot be judged by another host's settings than
+// the one it goes to.
+func TargetHost(r *fasthttp.Request, defaultHost string) string {
+	if host := r.URI().Host(); len(host) > 0 {
+		return string(host)
+	}
+	if host := r.Header.Host(); len(host) > 0 {
+		return string(host)
+	}
+	return defaultHost
+}

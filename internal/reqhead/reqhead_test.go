@@ -31,6 +31,7 @@ func TestSettleHost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := read(t, tc.raw)
+			target := reqhead.TargetHost(r, tc.def)
 			why := reqhead.SettleHost(r, tc.def, config.UsableHost)
 			if tc.why != "" {
 				require.Contains(t, why, tc.why)
@@ -38,6 +39,7 @@ func TestSettleHost(t *testing.T) {
 			}
 			require.Empty(t, why)
 			require.Equal(t, tc.host, string(r.Header.Host()))
+			require.Equal(t, tc.host, target, "TargetHost names the Host SettleHost gives")
 		})
 	}
 }

@@ -106,15 +106,20 @@ func (e *Pipeline) ServerError(ctx *fasthttp.RequestCtx, err error) {
 // Expect answers Expect: 100-continue (Server.ExpectHandler): a declared
 // body above the limit gets its 413 before the client sends it.
 func (e *Pipeline) Expect(ctx *fasthttp.RequestCtx) int {
-	if n := ctx.Request.Header.ContentLength(); n > 0 && e.bodyLimit(ctx) > 0 && n > e.bodyLimit(ctx) {
-		start := time.Now()
-		problem.TooLarge(ctx, e.bodyLimit(ctx))
-		// fasthttp answers without the handler: the refusal is recorded here.
-		peer := trust.Peer(ctx.RemoteIP())
-		e.recordRefusal(ctx, start, trust.Client(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
-		return fasthttp.StatusRequestEntityTooLarge
+	n := ctx.Request.Header.ContentLength()
+	if n <= 0 {
+		return fasthttp.StatusContinue
 	}
-	return fasthttp.StatusContinue
+	limit := e.bodyLimit(ctx)
+	if limit == 0 || n <= limit {
+		return fasthttp.StatusContinue
+	}
+	start := time.Now()
+	problem.TooLarge(ctx, limit)
+	// fasthttp answers without the handler: the refusal is recorded here.
+	peer := trust.Peer(ctx.RemoteIP())
+	e.recordRefusal(ctx, start, trust.Client(peer, ctx.Request.Header.PeekAll("X-Forwarded-For"), e.trusted), reasonBodyTooLarge, false)
+	return fasthttp.StatusRequestEntityTooLarge
 }
 
 // recordRefusal counts and logs a refusal made outside the pipeline

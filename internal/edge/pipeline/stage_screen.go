@@ -83,8 +83,10 @@ func (e *Pipeline) screen(ctx *fasthttp.RequestCtx, trusted bool) string {
 
 // bodyLimit is the largest request body the host's origin pool takes (0:
 // no limit): --max-body-bytes unless the host table sets the pool's own.
-// Only a request declaring a body asks.
+// Only a request declaring a body asks, before its Host is settled: the
+// host is the one the request will go to (reqhead.TargetHost), not a Host
+// field an absolute-form target overrides.
 func (e *Pipeline) bodyLimit(ctx *fasthttp.RequestCtx) int {
-	pool, _, _ := e.route(rules.NormalizeHost(b2s(ctx.Request.Header.Host())))
+	pool, _, _ := e.route(rules.NormalizeHost(reqhead.TargetHost(&ctx.Request, e.cfg.DefaultHost)))
 	return pool.MaxRequestBodySize()
 }
