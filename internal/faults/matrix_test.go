@@ -524,6 +524,62 @@ type tally struct {
 	inflight, maxInflight          atomic.Int64
 	mu                             sync.Mutex
 	firstFallback, lastFallback    time.Time
+	// start is the cell's; denied is the first denial the store itself
+	// made, at deniedAt on edge deniedBy (what a cell that lost quota
+	// says when it fails).
+	start    time.Time
+	denied   *limiter.Decision
+	deniedAt time.Time
+	deniedBy int
+}
+
+// storeDenial notes d, a denial edge i's store made at at, if it is the first.
+func (tl *tally) storeDenial(i int, d limiter.Decision, at time.Time) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.denied == nil {
+		tl.denied, tl.deniedAt, tl.deniedBy = &d, at, i
+	}
+}
+
+// firstDenial says what storeDenial noted.
+func (tl *tally) firstDenial() string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.denied == nil {
+		return "none"
+	}
+	return fmt.Sprintf("+%v on edge %d, with %d admitted in all by the end: %s", tl.deniedAt.Sub(tl.start).Round(time.Millisecond), tl.deniedBy, tl.admitted.Load(), describe(*tl.denied))
+}
+
+// describe is what a decision says of the key's state.
+func describe(d limiter.Decision) string {
+	return fmt.Sprintf("admitted %d, limit %d, remaining %d, retry after %v, reset after %v, source %v", d.Admitted, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Source)
+}
+
+// limiterCounters lists the limiter's counters in reg that are not zero.
+func limiterCounters(reg *prometheus.Registry) string {
+	fams, err := reg.Gather()
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, f := range fams {
+		if !strings.HasPrefix(f.GetName(), "edgeguard_limiter_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetCounter() == nil || m.GetCounter().GetValue() == 0 {
+				continue
+			}
+			b.WriteString(strings.TrimPrefix(f.GetName(), "edgeguard_limiter_"))
+			for _, l := range m.GetLabel() {
+				fmt.Fprintf(&b, " %s=%s", l.GetName(), l.GetValue())
+			}
+			fmt.Fprintf(&b, ": %g; ", m.GetCounter().GetValue())
+		}
+	}
+	return b.String()
 }
 
 func (tl *tally) fallback(at time.Time) {
@@ -548,22 +604,27 @@ func runCell(t *testing.T, dep *deployment, f fault, alg limit.Algorithm) result
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var heavy, light tally
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the edges' log (from the cell's start):\n%s", c.log)
+			for i, e := range c.edges {
+				t.Logf("edge %d's limiter counters: %s", i, limiterCounters(e.reg))
+			}
+			t.Logf("the heavy key's first store denial: %s", heavy.firstDenial())
 		}
 	})
-	var heavy, light tally
 	stop := make(chan struct{})
 	var faultEnd atomic.Int64 // unix nanos, 0 while the fault runs
 	start := time.Now()
+	heavy.start = start
 	c.log.mu.Lock()
 	c.log.start = start
 	c.log.mu.Unlock()
 	var clients sync.WaitGroup
-	for _, e := range c.edges {
+	for i, e := range c.edges {
 		for range 2 {
-			clients.Go(func() { c.heavyClient(ctx, e, &heavy, stop) })
+			clients.Go(func() { c.heavyClient(ctx, i, e, &heavy, stop) })
 		}
 	}
 	clients.Go(func() { c.lightClient(ctx, t, &light, stop, &faultEnd, start) })
@@ -663,7 +724,7 @@ func stopped(stop <-chan struct{}) bool {
 // heavyClient asks through e until stop: one request every 100 ms (two per
 // edge: 60/s in all, the limit in a second); on a concurrency limit it
 // holds its slot 50 ms and tries again 20 ms after a denial.
-func (c *cell) heavyClient(ctx context.Context, e *edge, heavy *tally, stop <-chan struct{}) {
+func (c *cell) heavyClient(ctx context.Context, i int, e *edge, heavy *tally, stop <-chan struct{}) {
 	held := c.alg.Spec().Held
 	for !stopped(stop) {
 		checks := []limiter.Check{{Limit: c.heavy, Cost: 1, Nodes: nodes}}
@@ -671,6 +732,8 @@ func (c *cell) heavyClient(ctx context.Context, e *edge, heavy *tally, stop <-ch
 		switch {
 		case err != nil:
 			heavy.errors.Add(1)
+		case !v.Allowed && v.Checks[0].Source == limiter.SourceStore:
+			heavy.storeDenial(i, v.Checks[0], time.Now())
 		case v.Allowed:
 			heavy.admitted.Add(1)
 			if held {
@@ -730,7 +793,7 @@ func (c *cell) lightClient(ctx context.Context, t *testing.T, light *tally, stop
 			}
 			if !excused {
 				light.falseDenials.Add(1)
-				t.Logf("light client denied at +%v by %v (fault ended: %v)", at.Sub(start).Round(time.Millisecond), v.Checks[0].Source, end != 0)
+				t.Logf("light client denied at +%v by %v (fault ended: %v): %s", at.Sub(start).Round(time.Millisecond), v.Checks[0].Source, end != 0, describe(v.Checks[0]))
 			}
 		}
 		if err == nil && usedFallback(v) {
