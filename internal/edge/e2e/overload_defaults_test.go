@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -149,7 +150,7 @@ func TestOverloadKeepsCriticalAtDefaults(t *testing.T) {
 		case r.code == http.StatusRequestTimeout:
 			require.GreaterOrEqual(t, r.connAge, readTimeout, "a 408 (sent at %v) answers only a request written on a connection older than the edge's read timeout", r.at)
 		case r.code == 0:
-			require.Equal(t, closedIdle, r.err, "every request gets an answer (sent at %v, the connection %v old)", r.at, r.connAge)
+			require.Equal(t, closedIdle, r.err, "every request gets an answer (%s)", r.timeline())
 			require.GreaterOrEqual(t, r.connAge, readTimeout, "the edge closes a connection as idle (a request sent on it at %v) only past its read timeout", r.at)
 		}
 	}
@@ -201,6 +202,17 @@ type dueResult struct {
 	// connAge is how long before the request was written its
 	// connection's dial began (at least how long the edge had held it).
 	connAge time.Duration
+	// wrote, firstByte and ended are when the request was written, when
+	// the answer's first byte came and when the client was done with it
+	// (from the start of the offer; 0: never): what a request left without
+	// an answer says of where it waited.
+	wrote, firstByte, ended time.Duration
+}
+
+// timeline says when r was due, written, first answered and done.
+func (r dueResult) timeline() string {
+	return fmt.Sprintf("due at %v (sent %v late), written at %v, first byte at %v, done at %v, the connection %v old when written",
+		r.at, r.late.Round(time.Millisecond), r.wrote.Round(time.Millisecond), r.firstByte.Round(time.Millisecond), r.ended.Round(time.Millisecond), r.connAge.Round(time.Millisecond))
 }
 
 // datedConn is a connection that knows when its dial began.
@@ -305,7 +317,8 @@ func offerMix(client *http.Client, edges []*edgeProc, mix []string, offered int,
 				method = http.MethodPost
 			}
 			r := dueResult{tier: tier, at: at, late: late}
-			var age atomic.Int64 // the connection's, when the request took it and when it was written
+			var age atomic.Int64              // the connection's, when the request took it and when it was written
+			var wrote, firstByte atomic.Int64 // since begin
 			var conn *datedConn
 			trace := &httptrace.ClientTrace{
 				GotConn: func(info httptrace.GotConnInfo) {
@@ -317,7 +330,9 @@ func offerMix(client *http.Client, edges []*edgeProc, mix []string, offered int,
 					if conn != nil {
 						age.Store(int64(time.Since(conn.dialed)))
 					}
+					wrote.Store(int64(time.Since(begin)))
 				},
+				GotFirstResponseByte: func() { firstByte.Store(int64(time.Since(begin))) },
 			}
 			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), method, e.url("/orders"), nil)
 			req.Header.Set("X-Priority", tier)
@@ -332,6 +347,7 @@ func offerMix(client *http.Client, edges []*edgeProc, mix []string, offered int,
 				r.err = errKind(err)
 			}
 			r.connAge = time.Duration(age.Load())
+			r.wrote, r.firstByte, r.ended = time.Duration(wrote.Load()), time.Duration(firstByte.Load()), time.Since(begin)
 			mu.Lock()
 			out = append(out, r)
 			mu.Unlock()
