@@ -518,3 +518,89 @@ func lateGiveBackLost(t *testing.T, auto bool, alg limiter.Algorithm) {
 	require.NoError(t, err)
 	require.Zero(t, m, "Redis still holds what the late call took")
 }
+
+// A take whose caller gave up at the store deadline may still run on Redis
+// up to four deadlines after it was sent (the caller may wait that long on
+// evidence of life: redisclock.go). Its sliding-log unit is then dated when
+// it ran, and until its edge gives it back a min_interval counts from it:
+// another edge's request, sent well after the one given up on, may be
+// denied for the interval (not for the count). That lasts until the give
+// back lands, and no longer: then the same request is admitted at once.
+func TestLateTakeHoldsMinIntervalUntilGivenBack(t *testing.T) {
+	n := faults.NewNet()
+	defer n.Close()
+	ca := redis.NewClient(&redis.Options{Addr: standaloneSrv().Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, Dialer: n.Dial})
+	defer ca.Close()
+	sa := connStore(t, limiter.Conn(ca))
+	require.NoError(t, sa.Load(ctx(t))) // also reads Redis's clock
+	rega := prometheus.NewRegistry()
+	la, err := limiter.New(sa, limiter.Config{Timeout: 250 * time.Millisecond, BreakerFailures: 1000}, rega, nil)
+	require.NoError(t, err)
+	sb := connStore(t, limiter.Conn(client(limiter.ModeStandalone)))
+	require.NoError(t, sb.Load(ctx(t)))
+	lb, err := limiter.New(sb, limiter.Config{Timeout: 250 * time.Millisecond, BreakerFailures: 1000}, prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	defer lb.Close()
+	lim := limiter.Limit{Key: testenv.KeyPrefix(t), Algorithm: limit.SlidingLog, Limit: 400, Window: time.Hour, MinInterval: 500 * time.Millisecond}
+	check := []limiter.Check{{Limit: lim, Cost: 1, Nodes: 2}}
+	key := sa.Keys(lim)[0]
+	direct := client(limiter.ModeStandalone)
+	count := func() int64 {
+		m, err := direct.ZCard(ctx(t), key).Result()
+		require.NoError(t, err)
+		return m
+	}
+
+	// Edge a has an answer for the key (so its fallback denies it: the
+	// other edge may have counted it since), a min_interval ago.
+	v, err := la.Decide(context.Background(), check)
+	require.NoError(t, err)
+	require.True(t, v.Allowed)
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 5*time.Second), 10*time.Millisecond, "the interval to pass", func(context.Context) error {
+		// On Redis's clock, from the newest unit's score (µs).
+		newest, err := direct.ZRangeWithScores(ctx(t), key, -1, -1).Result()
+		if err != nil || len(newest) != 1 {
+			return fmt.Errorf("reading the newest unit: %v %v", newest, err)
+		}
+		now, err := direct.Time(ctx(t)).Result()
+		if err != nil {
+			return err
+		}
+		if since := time.Duration(now.UnixMicro()-int64(newest[0].Score)) * time.Microsecond; since < lim.MinInterval {
+			return fmt.Errorf("%v since the newest unit", since)
+		}
+		return nil
+	}))
+	held := count()
+
+	// What a sends reaches Redis 400 ms late (past the 250 ms deadline,
+	// within four), and its replies come 300 ms later still.
+	require.NoError(t, n.Add(faults.Toxic{Name: "late", Type: "latency", Stream: "upstream", Attributes: map[string]any{"latency": 400}}))
+	require.NoError(t, n.Add(faults.Toxic{Name: "slow replies", Type: "latency", Stream: "downstream", Attributes: map[string]any{"latency": 300}}))
+	v, err = la.Decide(context.Background(), check)
+	require.NoError(t, err)
+	require.Equal(t, limiter.SourceFallback, v.Checks[0].Source, "a gave up at the deadline")
+	require.False(t, v.Allowed)
+	require.NoError(t, proc.PollEvery(testenv.Within(t, 5*time.Second), time.Millisecond, "a's late take to run", func(context.Context) error {
+		if count() == held {
+			return errors.New("not yet")
+		}
+		return nil
+	}))
+	v, err = lb.Decide(context.Background(), check)
+	require.NoError(t, err)
+	if d := v.Checks[0]; !v.Allowed {
+		t.Logf("b, while a's late take is held: denied by %v, %d remaining, retry after %v", d.Source, d.Remaining, d.RetryAfter)
+		require.Equal(t, limiter.SourceStore, d.Source)
+		require.Positive(t, d.Remaining, "denied for the interval, not the count")
+		require.LessOrEqual(t, d.RetryAfter, lim.MinInterval, "denied for the interval, not the count")
+	}
+
+	la.Close() // waits for the late answer and its give back
+	require.Equal(t, 1.0, metric(t, rega, "edgeguard_limiter_late_given_back_total"), "a's late take was given back")
+	require.Equal(t, held, count(), "Redis holds nothing of a's late take")
+	v, err = lb.Decide(context.Background(), check)
+	require.NoError(t, err)
+	require.True(t, v.Allowed, "once the late take is given back, its interval is gone: %+v", v.Checks[0])
+	require.Equal(t, limiter.SourceStore, v.Checks[0].Source)
+}

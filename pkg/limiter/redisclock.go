@@ -20,7 +20,11 @@ import (
 // run — its caller's deadline on Redis's clock — and the script refuses to
 // run past it, writing nothing (prelude.lua); the caller learns the call did
 // not count from the refusal (errPastDeadline) and owes the store nothing
-// for it.
+// for it. The deadline is the latest the caller may wait (up to
+// maxLifeWait deadlines while the store shows signs of life), so a call
+// whose caller gave up at the first one may still run until then, and
+// holds a min_interval until its give-back lands
+// (TestLateTakeHoldsMinIntervalUntilGivenBack).
 //
 // The deadline is mapped onto Redis's clock through an estimate of the
 // offset between the clocks: a TIME read by the store, taken as
