@@ -148,13 +148,14 @@ func SettleHost(r *fasthttp.Request, defaultHost string, usable func(host []byte
 // What is decided before the Host is settled (a declared body's size
 // limit, the answer to Expect: 100-continue) asks it, so an
 // absolute-form target cannot be judged by another host's settings than
-// the one it goes to.
+// the one it goes to. It is r's own bytes, valid until r changes: not to
+// be kept.
 func TargetHost(r *fasthttp.Request, defaultHost string) string {
 	if host := r.URI().Host(); len(host) > 0 {
-		return string(host)
+		return b2s(host)
 	}
 	if host := r.Header.Host(); len(host) > 0 {
-		return string(host)
+		return b2s(host)
 	}
 	return defaultHost
 }
