@@ -162,6 +162,41 @@ func (s *RedisStore) Load(ctx context.Context) error {
 	return nil
 }
 
+// Warm readies the store for its first calls, for a store across a slow
+// link (another region's, global.go), where each step is a round trip:
+// the scripts loaded and Redis's clock read (Load), then conns
+// connections dialed and greeted on every master in each of the client's
+// two pools (go-redis sends a lone command on its main pool, a pipeline
+// on a pool of its own), as many at once, so a first call and the clock
+// reading sent beside it (redisclock.go) each find one.
+func (s *RedisStore) Warm(ctx context.Context, conns int) error {
+	if err := s.Load(ctx); err != nil {
+		return err
+	}
+	node := func(ctx context.Context, c *redis.Client) error {
+		errs := make(chan error, 2*conns)
+		for range conns {
+			go func() { errs <- c.Ping(ctx).Err() }()
+			go func() {
+				_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Ping(ctx).Err() })
+				errs <- err
+			}()
+		}
+		var all []error
+		for range 2 * conns {
+			all = append(all, <-errs)
+		}
+		return errors.Join(all...)
+	}
+	switch c := s.conn.Client.(type) {
+	case *redis.Client:
+		return node(ctx, c)
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, node)
+	}
+	return nil
+}
+
 // Keys returns the Redis keys that hold a limit's state. All share the hash
 // tag {Key}, so one script call stays in one slot; the algorithm is part of
 // the name so a rule that changes algorithm never meets WRONGTYPE.
